@@ -1,0 +1,232 @@
+"""Run a Pulumi program offline under recording mocks.
+
+This is the engine behind `trainstack plan`, the component tests and the plan benchmark:
+the same program code that `pulumi up` runs registers its resources here against a mock
+monitor that records every registration (type, logical name, parent, inputs exactly as
+serialized, and the protect / retain-on-delete options), and answers invokes from a table.
+No credentials, no network, no Pulumi CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as _mocks
+from pulumi.runtime import settings as _settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+PROJECT = "trainstack"
+
+# Extra state a mocked resource reports back, keyed by type token. Each function gets the
+# recorded inputs and the logical name and returns outputs the real provider would compute
+# (camelCase, as the engine returns them). Anything not computed echoes the inputs.
+OutputsFn = Callable[[str, dict[str, Any]], dict[str, Any]]
+InvokeFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _bucket_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    bucket = inputs.get("name", name)
+    return {"url": f"gs://{bucket}", "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}"}
+
+
+def _account_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    account = inputs.get("accountId", name)
+    project = inputs.get("project", "mock-project")
+    email = f"{account}@{project}.iam.gserviceaccount.com"
+    return {
+        "email": email,
+        "member": f"serviceAccount:{email}",
+        "name": f"projects/{project}/serviceAccounts/{email}",
+    }
+
+
+def _self_link_outputs(kind: str) -> OutputsFn:
+    def outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+        project = inputs.get("project", "mock-project")
+        physical = inputs.get("name", name)
+        where = f"regions/{inputs['region']}" if "region" in inputs else "global"
+        link = f"https://www.googleapis.com/compute/v1/projects/{project}/{where}/{kind}/{physical}"
+        return {"selfLink": link, "id": f"projects/{project}/{where}/{kind}/{physical}"}
+
+    return outputs
+
+
+DEFAULT_OUTPUTS: dict[str, OutputsFn] = {
+    "gcp:storage/bucket:Bucket": _bucket_outputs,
+    "gcp:serviceaccount/account:Account": _account_outputs,
+    "gcp:compute/network:Network": _self_link_outputs("networks"),
+    "gcp:compute/subnetwork:Subnetwork": _self_link_outputs("subnetworks"),
+    "gcp:compute/router:Router": _self_link_outputs("routers"),
+}
+
+
+@dataclass(frozen=True)
+class RecordedResource:
+    """One resource registration as the engine would have received it."""
+
+    type: str
+    name: str
+    urn: str
+    parent_urn: str
+    inputs: dict[str, Any]
+    custom: bool
+    protect: bool
+    retain_on_delete: bool
+    delete_before_replace: bool
+    dependencies: tuple[str, ...]
+
+    @property
+    def parent(self) -> str | None:
+        """Logical name of the parent resource, or None for children of the stack."""
+        if not self.parent_urn:
+            return None
+        # urn:pulumi:<stack>::<project>::<type chain>::<name>
+        _, _, type_chain, name = self.parent_urn.split("::", 3)
+        if type_chain.split("$")[-1] == "pulumi:pulumi:Stack":
+            return None
+        return name
+
+
+@dataclass
+class ProgramRun:
+    """Everything one offline run of a program registered."""
+
+    resources: list[RecordedResource]
+    outputs: dict[str, Any]
+    invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def of_type(self, type_token: str) -> list[RecordedResource]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def named(self, name: str) -> RecordedResource:
+        found = [r for r in self.resources if r.name == name]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} resources named {name!r}; have {self.names()}")
+        return found[0]
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.resources]
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Mocks that echo inputs back as state, plus computed outputs from a table."""
+
+    def __init__(
+        self,
+        outputs: Mapping[str, OutputsFn] | None = None,
+        invokes: Mapping[str, InvokeFn] | None = None,
+    ) -> None:
+        self.outputs = {**DEFAULT_OUTPUTS, **(outputs or {})}
+        self.invoke_table = dict(invokes or {})
+        self.invokes: list[tuple[str, dict[str, Any]]] = []
+
+    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        state = dict(args.inputs)
+        fn = self.outputs.get(args.typ)
+        if fn is not None:
+            state.update(fn(args.name, args.inputs))
+        return f"{args.name}-id", state
+
+    def call(self, args: _mocks.MockCallArgs) -> dict[str, Any]:
+        self.invokes.append((args.token, dict(args.args)))
+        fn = self.invoke_table.get(args.token)
+        if fn is None:
+            return {}
+        return fn(dict(args.args))
+
+
+class RecordingMonitor(_mocks.MockMonitor):
+    """A mock monitor that also keeps each registration's parent and resource options."""
+
+    def __init__(self, mocks: RecordingMocks) -> None:
+        super().__init__(mocks)
+        self.recorded: list[RecordedResource] = []
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            _mocks._ensure_event_loop()
+            inputs = pulumi.runtime.rpc.deserialize_properties(request.object)
+            self.recorded.append(
+                RecordedResource(
+                    type=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    parent_urn=request.parent,
+                    inputs=_plain(inputs),
+                    custom=bool(request.custom),
+                    protect=bool(request.protect),
+                    retain_on_delete=bool(request.retainOnDelete),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
+                    dependencies=tuple(request.dependencies),
+                )
+            )
+        return response
+
+
+def _plain(value: Any) -> Any:
+    """Inputs as JSON-able data (assets become their path; unknowns become a marker)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, pulumi.FileAsset):
+        return {"fileAsset": str(value.path)}
+    if isinstance(value, pulumi.StringAsset):
+        return {"stringAsset": value.text}
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return repr(value)
+
+
+def config_to_engine(config: Mapping[str, Any]) -> dict[str, str]:
+    """Stack-file config values as the engine hands them to a program: objects as JSON."""
+    return {
+        key: value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for key, value in config.items()
+    }
+
+
+def run_program(
+    program: Callable[[], Mapping[str, Any] | None],
+    *,
+    config: Mapping[str, Any] | None = None,
+    stack: str = "plan",
+    preview: bool = True,
+    outputs: Mapping[str, OutputsFn] | None = None,
+    invokes: Mapping[str, InvokeFn] | None = None,
+) -> ProgramRun:
+    """Run `program` under recording mocks and return what it registered.
+
+    `config` is the stack file's `config:` mapping (e.g. `{"gcp:project": "p",
+    "trainstack:tpu": {...}}`). Exceptions raised by the program propagate after the
+    runtime has settled, so a validation error registers nothing further.
+    """
+    mocks = RecordingMocks(outputs=outputs, invokes=invokes)
+    monitor = RecordingMonitor(mocks)
+    _settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
+    pulumi.runtime.set_all_config(config_to_engine(config or {}))
+    result: dict[str, Any] = {}
+
+    def body() -> None:
+        exported = program() or {}
+
+        def keep(values: list[Any]) -> None:
+            result.update(dict(zip(exported.keys(), values, strict=True)))
+
+        pulumi.Output.all(*exported.values()).apply(keep)
+
+    settings = _settings.SETTINGS
+    settings.rpc_manager.clear()
+    settings.outputs.clear()
+    try:
+        _sync_await(run_pulumi_func(body))
+    finally:
+        pulumi.runtime.set_all_config({})
+    return ProgramRun(resources=list(monitor.recorded), outputs=result, invokes=list(mocks.invokes))
