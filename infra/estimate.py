@@ -1,0 +1,159 @@
+"""Offline sizing of a validated stack: accelerator totals, $/hour and quota needed.
+
+Pure functions over `StackConfig` and `infra.catalog`; `trainstack plan` prints their
+results. Prices are catalog ESTIMATES (us-central1 list prices, spot at the upper end of
+Google's documented discount range), not quotes. Quota ids marked `verified: False` must
+be confirmed with `gcp.cloudquota.get_s_quota_infos` before requesting increases.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra import catalog
+from infra.catalog import reducers_needed
+from infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
+
+__all__ = ["quota_needs", "reducers_needed", "summarize"]
+
+
+def _round(usd: float) -> float:
+    return round(usd, 2)
+
+
+def _tpu_summary(tpu: TpuConfig) -> dict[str, Any]:
+    s = tpu.slice
+    price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.spot)
+    return {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
+
+
+def _gpu_summary(gpu: GpuClusterConfig) -> dict[str, Any]:
+    hourly = gpu.node_count * catalog.MACHINE_PRICES[gpu.machine_type].hourly(gpu.spot)
+    if gpu.backend == "gke":
+        hourly += catalog.GKE_CLUSTER_FEE_USD
+    return {
+        "tpu_chips": 0,
+        "gpus": gpu.total_gpus,
+        "machines": gpu.node_count,
+        "hourly_usd": hourly,
+    }
+
+
+def _vertex_summary(vx: VertexConfig) -> dict[str, Any]:
+    reducers = vx.reducer_count()
+    hourly = vx.replica_count * catalog.MACHINE_PRICES[vx.machine_type].hourly(vx.spot)
+    if reducers:
+        reducer_price = catalog.MACHINE_PRICES[vx.reduction_server.machine_type]
+        hourly += reducers * reducer_price.hourly(vx.spot)
+    return {
+        "tpu_chips": 0,
+        "gpus": vx.replica_count * vx.gpus_per_replica,
+        "machines": vx.replica_count + reducers,
+        "hourly_usd": hourly * catalog.VERTEX_TRAINING_MARKUP,
+    }
+
+
+def summarize(cfg: StackConfig) -> dict[str, Any]:
+    """Totals for the plan: `tpu_chips`, `gpus`, `machines`, `hourly_usd`.
+
+    `machines` counts TPU hosts, GPU nodes, Vertex replicas plus reducers, or local
+    workers. `hourly_usd` is an estimate from catalog list prices (spot price when spot),
+    rounded to cents; a local run costs 0. Hyperparameter tuning multiplies Vertex cost by
+    the parallel trials.
+    """
+    target = cfg.target
+    if target == "tpu":
+        assert cfg.tpu is not None
+        out = _tpu_summary(cfg.tpu)
+    elif target == "gpu_cluster":
+        assert cfg.gpu_cluster is not None
+        out = _gpu_summary(cfg.gpu_cluster)
+    elif target == "vertex":
+        assert cfg.vertex is not None
+        out = _vertex_summary(cfg.vertex)
+        hp = cfg.vertex.hyperparameter_tuning
+        if hp is not None:
+            # Each parallel trial is a full copy of the job's worker pools.
+            out = {k: v * hp.parallel_trial_count for k, v in out.items()}
+    else:
+        assert cfg.local is not None
+        out = {"tpu_chips": 0, "gpus": 0, "machines": cfg.local.workers, "hourly_usd": 0.0}
+    out["hourly_usd"] = _round(out["hourly_usd"])
+    return out
+
+
+def _need(spec: catalog.QuotaSpec, dimensions: dict[str, str], needed: int) -> dict[str, Any]:
+    return {
+        "service": spec.service,
+        "quota_id": spec.quota_id,
+        "dimensions": dimensions,
+        "needed": needed,
+        "verified": spec.verified,
+        "source": spec.source,
+    }
+
+
+def _tpu_quota(tpu: TpuConfig) -> list[dict[str, Any]]:
+    s = tpu.slice
+    # Queued resources draw from on-demand quota unless they are spot.
+    tier: catalog.TpuTier = {"spot": "spot", "reserved": "reserved"}.get(  # type: ignore[assignment]
+        tpu.provisioning, "on-demand"
+    )
+    return [_need(catalog.TPU_QUOTAS[(s.generation, tier)], {"zone": tpu.zone}, s.chips)]
+
+
+def _gpu_quota(gpu: GpuClusterConfig, region: str) -> list[dict[str, Any]]:
+    m = gpu.machine
+    assert m.gpu_model is not None
+    gpus = gpu.total_gpus
+    return [
+        _need(catalog.COMPUTE_QUOTAS[(m.gpu_model, gpu.spot)], {"region": region}, gpus),
+        _need(catalog.GPUS_ALL_REGIONS_QUOTA, {}, gpus),
+        _need(catalog.A2_CPUS_QUOTA, {"region": region}, m.vcpus * gpu.node_count),
+    ]
+
+
+def _vertex_quota(vx: VertexConfig, region: str) -> list[dict[str, Any]]:
+    dims = {"region": vx.region or region}
+    out: list[dict[str, Any]] = []
+    cpu_vcpus: dict[str, int] = {}
+    m = vx.machine
+    if m.gpu_model is not None:
+        spec = catalog.VERTEX_GPU_QUOTAS[(m.gpu_model, vx.spot)]
+        out.append(_need(spec, dims, vx.replica_count * m.gpus))
+    else:
+        family = vx.machine_type.split("-", 1)[0]
+        cpu_vcpus[family] = vx.replica_count * m.vcpus
+    reducers = vx.reducer_count()
+    if reducers:
+        rm = catalog.MACHINES[vx.reduction_server.machine_type]
+        family = rm.name.split("-", 1)[0]
+        cpu_vcpus[family] = cpu_vcpus.get(family, 0) + reducers * rm.vcpus
+    for family, vcpus in cpu_vcpus.items():
+        out.append(_need(catalog.VERTEX_CPU_QUOTAS[family], dims, vcpus))
+    hp = vx.hyperparameter_tuning
+    if hp is not None:
+        for item in out:
+            item["needed"] *= hp.parallel_trial_count
+    return out
+
+
+def quota_needs(cfg: StackConfig) -> list[dict[str, Any]]:
+    """Quota the stack needs: `service`, `quota_id`, `dimensions`, `needed`, `verified`,
+    `source` per entry. A local target needs none.
+
+    TPU needs are counted in chips (the TPU API may count TensorCores for v4/v5p; the ids
+    are unverified). GPU clusters need the Compute Engine A100 quota (preemptible when
+    spot), the global GPU cap and A2 vCPUs; Vertex needs its own training quotas.
+    """
+    target = cfg.target
+    if target == "tpu":
+        assert cfg.tpu is not None
+        return _tpu_quota(cfg.tpu)
+    if target == "gpu_cluster":
+        assert cfg.gpu_cluster is not None and cfg.region is not None
+        return _gpu_quota(cfg.gpu_cluster, cfg.region)
+    if target == "vertex":
+        assert cfg.vertex is not None and cfg.region is not None
+        return _vertex_quota(cfg.vertex, cfg.region)
+    return []

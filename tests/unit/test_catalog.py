@@ -1,0 +1,203 @@
+"""The catalog against its sources (reference/gcp-facts.md) and the reducer sizing rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra import catalog
+from infra.catalog import reducers_needed, tpu_runtime_match, tpu_slice
+
+
+@pytest.mark.parametrize(
+    ("accelerator_type", "generation", "topology", "chips", "hosts", "verified"),
+    [
+        ("v4-8", "v4", "2x2x1", 4, 1, True),
+        ("v4-16", "v4", "2x2x2", 8, 2, True),
+        ("v4-32", "v4", "2x2x4", 16, 4, True),
+        ("v4-1024", "v4", "8x8x8", 512, 128, True),
+        ("v5litepod-1", "v5e", "1x1", 1, 1, True),
+        ("v5litepod-4", "v5e", "2x2", 4, 1, True),
+        ("v5litepod-8", "v5e", "2x4", 8, 1, False),
+        ("v5litepod-16", "v5e", "4x4", 16, 4, False),
+        ("v5litepod-256", "v5e", "16x16", 256, 64, False),
+        ("v5p-8", "v5p", "2x2x1", 4, 1, True),
+        ("v5p-32", "v5p", "2x2x4", 16, 4, True),
+        ("v5p-128", "v5p", "4x4x4", 64, 16, True),
+        ("v5p-12288", "v5p", "16x16x24", 6144, 1536, True),
+        ("v6e-1", "v6e", "1x1", 1, 1, True),
+        ("v6e-8", "v6e", "2x4", 8, 1, False),
+        ("v6e-16", "v6e", "4x4", 16, 4, True),
+        ("v6e-256", "v6e", "16x16", 256, 64, True),
+    ],
+)
+def test_tpu_slices(
+    accelerator_type: str, generation: str, topology: str, chips: int, hosts: int, verified: bool
+) -> None:
+    s = tpu_slice(accelerator_type)
+    assert s is not None
+    assert (s.generation, s.topology, s.chips, s.hosts, s.verified) == (
+        generation,
+        topology,
+        chips,
+        hosts,
+        verified,
+    )
+
+
+@pytest.mark.parametrize("name", ["v4-12", "v4-4", "v5litepod-2", "v5p-4", "v6e-2", "v3-8", "x"])
+def test_unknown_tpu_slices(name: str) -> None:
+    assert tpu_slice(name) is None
+
+
+def test_tpu_naming_rule() -> None:
+    # v4/v5p: N counts TensorCores (2 per chip); v5e/v6e: N counts chips.
+    for gen in catalog.TPU_GENERATIONS.values():
+        for s in gen.slices:
+            n = int(s.accelerator_type.rsplit("-", 1)[1])
+            per_chip = 2 if gen.name_counts == "tensorcores" else 1
+            assert n == s.chips * per_chip
+            assert s.chips_per_host in (1, 4, 8)
+
+
+@pytest.mark.parametrize(
+    ("gen", "api_type", "hbm", "base_runtime", "zones"),
+    [
+        ("v4", "V4", 32, "tpu-ubuntu2204-base", ["us-central2-b"]),
+        ("v5e", "V5LITE_POD", 16, "v2-alpha-tpuv5-lite", ["us-central1-a", "europe-west4-b"]),
+        ("v5p", "V5P", 95, "v2-alpha-tpuv5", ["us-central1-a", "us-east5-a"]),
+        ("v6e", "V6E", 32, "v2-alpha-tpuv6e", ["us-central1-b", "europe-west4-a"]),
+    ],
+)
+def test_tpu_generations(
+    gen: catalog.TpuGenerationName, api_type: str, hbm: int, base_runtime: str, zones: list[str]
+) -> None:
+    g = catalog.TPU_GENERATIONS[gen]
+    assert (g.api_type, g.hbm_gb_per_chip, g.base_runtime) == (api_type, hbm, base_runtime)
+    assert all(g.zones[z] for z in zones)
+
+
+def test_unverified_zone_marked() -> None:
+    assert catalog.TPU_GENERATIONS["v6e"].zones["asia-northeast1-b"] is False
+
+
+@pytest.mark.parametrize(
+    ("gen", "runtime", "belongs", "pod"),
+    [
+        ("v4", "tpu-ubuntu2204-base", True, False),
+        ("v4", "tpu-vm-tf-2.14.1", True, False),
+        ("v4", "tpu-vm-tf-2.14.1-pod", True, True),
+        ("v4", "tpu-vm-tf-2.10.0-v4", True, False),
+        ("v4", "tpu-vm-tf-2.10.0-pod-v4", True, True),
+        ("v4", "tpu-vm-tf-2.10.0", False, False),
+        ("v4", "v2-alpha-tpuv5", False, False),
+        ("v5e", "v2-alpha-tpuv5-lite", True, False),
+        ("v5e", "tpu-vm-tf-2.16.0-pjrt", True, False),
+        ("v5e", "tpu-vm-tf-2.16.0-pod-pjrt", True, True),
+        ("v5e", "tpu-vm-tf-2.16.0-pod", False, True),
+        ("v5e", "tpu-vm-tf-2.14.0-pjrt", False, False),
+        ("v5p", "v2-alpha-tpuv5", True, False),
+        ("v5p", "v2-alpha-tpuv5-lite", False, False),
+        ("v6e", "v2-alpha-tpuv6e", True, False),
+        ("v6e", "tpu-vm-tf-2.18.0-pod-pjrt", True, True),
+        ("v6e", "tpu-ubuntu2204-base", False, False),
+    ],
+)
+def test_runtime_versions(
+    gen: catalog.TpuGenerationName, runtime: str, belongs: bool, pod: bool
+) -> None:
+    m = tpu_runtime_match(gen, runtime)
+    assert (m.belongs, m.pod) == (belongs, pod)
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "model", "vcpus", "memory_gb", "gbps"),
+    [
+        ("a2-highgpu-1g", 1, "A100 40GB", 12, 85, 24),
+        ("a2-highgpu-2g", 2, "A100 40GB", 24, 170, 32),
+        ("a2-highgpu-4g", 4, "A100 40GB", 48, 340, 50),
+        ("a2-highgpu-8g", 8, "A100 40GB", 96, 680, 100),
+        ("a2-megagpu-16g", 16, "A100 40GB", 96, 1360, 100),
+        ("a2-ultragpu-1g", 1, "A100 80GB", 12, 170, 24),
+        ("a2-ultragpu-8g", 8, "A100 80GB", 96, 1360, 100),
+        ("n1-highcpu-16", 0, None, 16, 14.4, 32),
+        ("n2-highcpu-16", 0, None, 16, 16, 32),
+    ],
+)
+def test_machines(
+    name: str, gpus: int, model: str | None, vcpus: int, memory_gb: float, gbps: int
+) -> None:
+    m = catalog.MACHINES[name]
+    assert (m.gpus, m.gpu_model, m.vcpus, m.memory_gb, m.egress_gbps) == (
+        gpus,
+        model,
+        vcpus,
+        memory_gb,
+        gbps,
+    )
+
+
+def test_no_a2_ultragpu_16g() -> None:
+    assert "a2-ultragpu-16g" not in catalog.MACHINES
+    assert catalog.A2_MACHINES["a2-ultragpu-8g"].local_ssd_gib == 3000
+
+
+def test_accelerator_names() -> None:
+    names = catalog.GPU_ACCELERATOR_NAMES
+    assert (names["A100 40GB"].compute, names["A100 40GB"].vertex) == (
+        "nvidia-tesla-a100",
+        "NVIDIA_TESLA_A100",
+    )
+    assert (names["A100 80GB"].compute, names["A100 80GB"].vertex) == (
+        "nvidia-a100-80gb",
+        "NVIDIA_A100_80GB",
+    )
+
+
+@pytest.mark.parametrize(
+    ("worker", "replicas", "reducer", "expected"),
+    [
+        ("a2-megagpu-16g", 8, "n1-highcpu-16", 25),  # Google's example: 800 / 32
+        ("a2-highgpu-8g", 5, "n1-highcpu-16", 16),  # 5 x 100 Gbps -> 16 (Google's V100 example)
+        ("a2-highgpu-8g", 4, "n1-highcpu-16", 13),  # 400 / 32 = 12.5
+        ("a2-highgpu-2g", 1, "n1-highcpu-16", 1),  # 32 / 32 exactly
+        ("a2-highgpu-1g", 2, "n2-highcpu-16", 2),  # 48 / 32
+    ],
+)
+def test_reducers_needed(worker: str, replicas: int, reducer: str, expected: int) -> None:
+    assert reducers_needed(worker, replicas, reducer) == expected
+
+
+def test_reducers_needed_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"^replica_count: 0 is below 1; expected >= 1$"):
+        reducers_needed("a2-highgpu-8g", 0)
+    with pytest.raises(ValueError, match=r"^worker_machine_type: 'x' is not in the catalog$"):
+        reducers_needed("x", 1)
+
+
+def test_quota_ids() -> None:
+    assert catalog.COMPUTE_QUOTAS[("A100 40GB", True)].quota_id == (
+        "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region"
+    )
+    assert catalog.COMPUTE_QUOTAS[("A100 80GB", False)].verified is True
+    assert catalog.VERTEX_GPU_QUOTAS[("A100 80GB", True)].quota_id == (
+        "custom_model_training_preemptible_nvidia_a100_80gb_gpus"
+    )
+    assert not any(q.verified for q in catalog.VERTEX_GPU_QUOTAS.values())
+    tpu = catalog.TPU_QUOTAS[("v4", "on-demand")]
+    assert (tpu.service, tpu.quota_id, tpu.dimension, tpu.verified) == (
+        "tpu.googleapis.com",
+        "TPUV4PodPerProjectPerZoneForTPUAPI",
+        "zone",
+        False,
+    )
+    assert len(catalog.TPU_QUOTAS) == 12
+
+
+def test_prices_are_marked_estimates() -> None:
+    assert catalog.PRICES_VERIFIED is False
+    assert "ESTIMATES" in catalog.PRICES_SOURCE
+    assert catalog.MACHINE_PRICES["a2-highgpu-8g"].on_demand == pytest.approx(29.39, abs=0.01)
+    assert catalog.TPU_CHIP_PRICES["v4"].spot == pytest.approx(3.22 * 0.4)
+    assert set(catalog.MACHINE_PRICES) == set(catalog.MACHINES)
+    for table in catalog.TABLES:
+        assert table.source and table.as_of.startswith("20")
