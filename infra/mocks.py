@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -21,6 +22,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 PROJECT = "trainstack"
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Extra state a mocked resource reports back, keyed by type token. Each function gets the
 # recorded inputs and the logical name and returns outputs the real provider would compute
@@ -31,7 +33,10 @@ InvokeFn = Callable[[dict[str, Any]], dict[str, Any]]
 
 def _bucket_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
     bucket = inputs.get("name", name)
-    return {"url": f"gs://{bucket}", "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}"}
+    return {
+        "url": f"gs://{bucket}",
+        "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}",
+    }
 
 
 def _account_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -132,12 +137,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state.update(fn(args.name, args.inputs))
         return f"{args.name}-id", state
 
-    def call(self, args: _mocks.MockCallArgs) -> dict[str, Any]:
+    def call(
+        self, args: _mocks.MockCallArgs
+    ) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
         self.invokes.append((args.token, dict(args.args)))
         fn = self.invoke_table.get(args.token)
-        if fn is None:
-            return {}
-        return fn(dict(args.args))
+        return (fn(dict(args.args)) if fn is not None else {}), None
 
 
 class RecordingMonitor(_mocks.MockMonitor):
@@ -147,7 +152,7 @@ class RecordingMonitor(_mocks.MockMonitor):
         super().__init__(mocks)
         self.recorded: list[RecordedResource] = []
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             _mocks._ensure_event_loop()
@@ -176,7 +181,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     if isinstance(value, pulumi.FileAsset):
-        return {"fileAsset": str(value.path)}
+        # Relative to the repo so plans from two checkouts (PR base and head) compare.
+        path = Path(str(value.path))
+        if path.is_absolute() and path.is_relative_to(REPO_ROOT):
+            path = path.relative_to(REPO_ROOT)
+        return {"fileAsset": path.as_posix()}
     if isinstance(value, pulumi.StringAsset):
         return {"stringAsset": value.text}
     if isinstance(value, str | int | float | bool) or value is None:
