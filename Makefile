@@ -1,0 +1,46 @@
+# The two newcomer commands are `make run` and `make test` (see README.md); CI runs
+# `.ci/run`, which is `make test` in a fresh virtual environment.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU wheel of torch must be installed before anything that depends on torch, or pip
+# resolves the default build with several GB of CUDA packages.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= torch,dev
+
+.PHONY: install run test lint typecheck unit bench plan-all clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $@
+
+install: $(VENV)/.installed
+
+## The main job on the embedded default: a real 2-process distributed run, no cloud.
+run: install
+	$(VENV)/bin/trainstack local-run --stack local
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+unit: install
+	$(VENV)/bin/pytest -q
+
+## The tests: lint, type check, then the whole default pytest run.
+test: lint typecheck unit
+
+bench: install
+	$(PY) benchmarks/plan_scaling.py
+	$(PY) benchmarks/trainer_overhead.py
+
+plan-all: install
+	for s in $$($(VENV)/bin/trainstack stacks); do $(VENV)/bin/trainstack plan --stack $$s || exit 1; done
+
+clean:
+	rm -rf $(VENV) .trainstack .pytest_cache .mypy_cache .ruff_cache

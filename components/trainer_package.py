@@ -1,0 +1,256 @@
+"""Build the bundled `trainers` package as an sdist and upload it to the staging bucket.
+
+    from components.trainer_package import TrainerPackage
+
+    package = TrainerPackage("exp-42-trainer", {"staging_bucket": buckets.staging_bucket})
+    # launch with: pip install <package.uri, copied locally>; python -m trainers.torch_ddp
+
+The sdist is byte-for-byte reproducible: members sorted, fixed mtime, uid/gid 0, gzip
+header mtime 0, no `__pycache__` or `*.pyc`. Its sha256 names the uploaded object
+(`trainers/trainstack_trainers-<sha256[:16]>.tar.gz`), so an unchanged trainer registers
+identical inputs and relaunches nothing, while any source change yields a new object and a
+new `uri`, which is what compute components key their relaunch on.
+
+The sdist declares the trainers' light runtime dependencies but not torch or tensorflow:
+those come from the platform image (Deep Learning VM/Containers, Vertex prebuilt images,
+TPU VM runtimes) in the build that matches its accelerator drivers.
+
+Naming: the local file is `<source_root>/.trainstack/build/trainstack_trainers-<sha16>.tar.gz`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import NotRequired, TypedDict
+
+import pulumi
+from pulumi_gcp import storage
+
+import trainers
+from components._naming import labels_input
+
+TOKEN = "trainstack:storage:TrainerPackage"
+COMPONENT_LABEL = "trainer-package"
+
+DIST_NAME = "trainstack-trainers"
+OBJECT_PREFIX = "trainers/"
+BUILD_DIR = Path(".trainstack") / "build"
+RUNTIME_DEPENDENCIES: tuple[str, ...] = (
+    "pydantic>=2.7,<3",
+    "numpy>=1.26",
+    "pyyaml>=6",
+    "fsspec>=2024.6",
+    "gcsfs>=2024.6",
+)
+"""What the trainers import at run time besides the framework (which the image provides)."""
+REQUIRES_PYTHON = ">=3.10"
+"""Prebuilt training images still ship Python 3.10."""
+
+# 1980-01-01: the earliest time zip-based tools accept, the usual reproducible-build epoch.
+_FIXED_MTIME = 315532800
+_EXCLUDED_DIRS = frozenset({"__pycache__"})
+_EXCLUDED_SUFFIXES = (".pyc", ".pyo")
+
+
+@dataclass(frozen=True)
+class _Sdist:
+    path: Path
+    sha256: str
+
+    @property
+    def object_name(self) -> str:
+        return f"{OBJECT_PREFIX}trainstack_trainers-{self.sha256[:16]}.tar.gz"
+
+
+# Key: digest of the version plus every source path and its bytes.
+_BUILD_CACHE: dict[str, _Sdist] = {}
+
+
+class TrainerPackageArgs(TypedDict):
+    """Arguments for `TrainerPackage`."""
+
+    staging_bucket: pulumi.Input[str]
+    """Name of the bucket the sdist is uploaded to (`TrainingBuckets.staging_bucket`)."""
+    source_root: NotRequired[str]
+    """Directory that contains the `trainers/` package; the build goes under its
+    `.trainstack/build/`. Default: the parent of the installed `trainers` package (the repo
+    root in an editable install)."""
+    labels: NotRequired[pulumi.Input[dict[str, str]]]
+    """Extra labels, written as custom metadata on the uploaded object (objects have no
+    labels)."""
+
+
+def _default_source_root() -> Path:
+    return Path(trainers.__file__).resolve().parent.parent
+
+
+def _version() -> str:
+    try:
+        return metadata.version("trainstack")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def _source_files(source_root: Path) -> list[tuple[str, bytes]]:
+    package = source_root / "trainers"
+    if not (package / "__init__.py").is_file():
+        raise ValueError(f"source_root {str(source_root)!r} has no trainers/__init__.py")
+    files: list[tuple[str, bytes]] = []
+    for dirpath, dirnames, filenames in os.walk(package):
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in _EXCLUDED_DIRS and not d.startswith(".")
+        )
+        for filename in filenames:
+            if filename.startswith(".") or filename.endswith(_EXCLUDED_SUFFIXES):
+                continue
+            path = Path(dirpath) / filename
+            files.append((path.relative_to(source_root).as_posix(), path.read_bytes()))
+    return sorted(files)
+
+
+def _pyproject(version: str) -> str:
+    deps = "".join(f'  "{dep}",\n' for dep in RUNTIME_DEPENDENCIES)
+    return (
+        "[build-system]\n"
+        'requires = ["setuptools>=61"]\n'
+        'build-backend = "setuptools.build_meta"\n'
+        "\n"
+        "[project]\n"
+        f'name = "{DIST_NAME}"\n'
+        f'version = "{version}"\n'
+        'description = "trainstack bundled distributed trainers"\n'
+        f'requires-python = "{REQUIRES_PYTHON}"\n'
+        f"dependencies = [\n{deps}]\n"
+        "\n"
+        "[tool.setuptools.packages.find]\n"
+        'include = ["trainers*"]\n'
+        "\n"
+        "[tool.setuptools.package-data]\n"
+        '"*" = ["*.json", "*.yaml", "*.npz", "*.sh", "py.typed"]\n'
+    )
+
+
+def _pkg_info(version: str) -> str:
+    lines = [
+        "Metadata-Version: 2.1",
+        f"Name: {DIST_NAME}",
+        f"Version: {version}",
+        "Summary: trainstack bundled distributed trainers",
+        f"Requires-Python: {REQUIRES_PYTHON}",
+        *(f"Requires-Dist: {dep}" for dep in RUNTIME_DEPENDENCIES),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _tarball(version: str, files: list[tuple[str, bytes]]) -> bytes:
+    top = f"{DIST_NAME}-{version}"
+    members = sorted(
+        [
+            *files,
+            ("pyproject.toml", _pyproject(version).encode()),
+            ("PKG-INFO", _pkg_info(version).encode()),
+        ]
+    )
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for relpath, data in members:
+            info = tarfile.TarInfo(f"{top}/{relpath}")
+            info.size = len(data)
+            info.mtime = _FIXED_MTIME
+            info.mode = 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    packed = io.BytesIO()
+    # filename="" and mtime=0 keep the gzip header free of build-machine details.
+    with gzip.GzipFile(filename="", fileobj=packed, mode="wb", compresslevel=9, mtime=0) as gz:
+        gz.write(raw.getvalue())
+    return packed.getvalue()
+
+
+def _build_sdist(source_root: Path) -> _Sdist:
+    """Build (once per process per source content) and return the reproducible sdist."""
+    version = _version()
+    files = _source_files(source_root)
+    key_hash = hashlib.sha256(version.encode())
+    for relpath, data in files:
+        key_hash.update(f"\0{relpath}\0{len(data)}\0".encode())
+        key_hash.update(data)
+    key = f"{source_root}\0{key_hash.hexdigest()}"
+    cached = _BUILD_CACHE.get(key)
+    if cached is not None and cached.path.is_file():
+        return cached
+
+    data = _tarball(version, files)
+    digest = hashlib.sha256(data).hexdigest()
+    build_dir = source_root / BUILD_DIR
+    build_dir.mkdir(parents=True, exist_ok=True)
+    path = build_dir / f"trainstack_trainers-{digest[:16]}.tar.gz"
+    if not path.is_file() or path.read_bytes() != data:
+        # Atomic replace: concurrent programs (plan, tests, up) may build at the same time.
+        fd, tmp = tempfile.mkstemp(dir=build_dir, suffix=".tmp")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    sdist = _Sdist(path=path, sha256=digest)
+    _BUILD_CACHE[key] = sdist
+    return sdist
+
+
+class TrainerPackage(pulumi.ComponentResource):
+    """The bundled trainers as a content-addressed sdist in the staging bucket."""
+
+    uri: pulumi.Output[str]
+    """`gs://<bucket>/trainers/trainstack_trainers-<sha16>.tar.gz`; changes iff the sources do."""
+    object_name: pulumi.Output[str]
+    """Object name inside the staging bucket."""
+    sha256: pulumi.Output[str]
+    """Full sha256 of the sdist bytes."""
+    local_path: pulumi.Output[str]
+    """Where the sdist was built on this machine."""
+    object: storage.BucketObject
+    """The uploaded sdist object."""
+
+    def __init__(
+        self, name: str, args: TrainerPackageArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        source_root = Path(args.get("source_root") or _default_source_root()).resolve()
+        sdist = _build_sdist(source_root)
+        super().__init__(TOKEN, name, None, opts)
+
+        self.object = storage.BucketObject(
+            f"{name}-sdist",
+            bucket=args["staging_bucket"],
+            name=sdist.object_name,
+            source=pulumi.FileAsset(str(sdist.path)),
+            content_type="application/gzip",
+            metadata=pulumi.Output.from_input(labels).apply(
+                lambda merged: {**merged, "sha256": sdist.sha256}
+            ),
+            # The object name only changes with the content, so any other replacement (labels,
+            # content type, the asset's local path) reuses the name: create-then-delete would
+            # upload the new object and then delete it.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+
+        self.object_name = self.object.name
+        self.uri = pulumi.Output.concat("gs://", self.object.bucket, "/", self.object.name)
+        self.sha256 = pulumi.Output.from_input(sdist.sha256)
+        self.local_path = pulumi.Output.from_input(str(sdist.path))
+        self.register_outputs(
+            {
+                "uri": self.uri,
+                "object_name": self.object_name,
+                "sha256": self.sha256,
+                "local_path": self.local_path,
+            }
+        )

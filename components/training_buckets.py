@@ -1,0 +1,226 @@
+"""The three GCS buckets of a training deployment: data, checkpoints and staging.
+
+    from components.training_buckets import TrainingBuckets
+
+    buckets = TrainingBuckets(
+        "exp-42-buckets",
+        {
+            "project": "my-project",
+            "location": "US-CENTRAL1",
+            "deployment_name": "exp-42",
+            "environment": "dev",
+            "checkpoint_retention_days": 30,
+        },
+    )
+    pulumi.export("checkpoint_url", buckets.checkpoint_url)
+
+Each bucket is tuned for what it holds:
+
+| bucket      | versioning | soft delete | lifecycle                      | on destroy            |
+|-------------|------------|-------------|--------------------------------|-----------------------|
+| data        | on         | 7 days      | old versions deleted at 30 d   | kept (retain/protect) |
+| checkpoints | off        | off         | deleted at retention days      | kept (retain/protect) |
+| staging     | off        | off         | deleted at 365 days            | deleted with content  |
+
+All three enforce uniform bucket-level access and public access prevention. Data and
+checkpoints are never force-destroyed: unless `delete_data_on_destroy` is set, `pulumi
+destroy` leaves them in place (retain_on_delete), and in prod they are also protected.
+
+Naming: `<project>-<deployment_name>-<role>[-<name_suffix>]` (see `components._naming`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+import pulumi
+from pulumi_gcp import storage
+
+from components._naming import bucket_name, labels_input, name_input
+
+TOKEN = "trainstack:storage:TrainingBuckets"
+COMPONENT_LABEL = "training-buckets"
+
+ENVIRONMENTS: tuple[str, ...] = ("dev", "staging", "prod")
+DEFAULT_CHECKPOINT_RETENTION_DAYS = 30
+MAX_CHECKPOINT_RETENTION_DAYS = 3650
+
+# Google's default, set explicitly so the plan shows it and drift back to it is visible.
+DATA_SOFT_DELETE_SECONDS = 7 * 24 * 3600
+# Overwritten data objects stay restorable this long as noncurrent versions.
+DATA_NONCURRENT_DAYS = 30
+# Staging holds content-hashed trainer packages that running and resumed jobs reinstall from
+# their URI; a preempted job may resume weeks later, and the packages are kilobytes, so a year
+# costs nothing and never pulls a package from under a live job.
+STAGING_RETENTION_DAYS = 365
+
+
+class TrainingBucketsArgs(TypedDict):
+    """Arguments for `TrainingBuckets`."""
+
+    project: pulumi.Input[str]
+    """Project id that owns the buckets (also part of their globally unique names)."""
+    location: pulumi.Input[str]
+    """Bucket location; use the compute region (e.g. `US-CENTRAL1`) to avoid egress."""
+    deployment_name: pulumi.Input[str]
+    """Deployment prefix of every bucket name."""
+    environment: Literal["dev", "staging", "prod"]
+    """dev | staging | prod. Plain value: it selects resource options (prod protects data)."""
+    checkpoint_retention_days: NotRequired[pulumi.Input[int]]
+    """Days after which a checkpoint object is deleted (default 30, at most 3650)."""
+    delete_data_on_destroy: NotRequired[bool]
+    """Let `pulumi destroy` delete the data and checkpoint buckets (default False: they are
+    kept). They are still never force-destroyed, so only empty buckets go. Not allowed in
+    prod. Plain value: it selects resource options."""
+    labels: NotRequired[pulumi.Input[dict[str, str]]]
+    """Extra labels for every bucket."""
+    name_suffix: NotRequired[pulumi.Input[str]]
+    """Appended to every bucket name, to disambiguate in the global bucket namespace."""
+
+
+def _validate(args: TrainingBucketsArgs) -> tuple[str, bool, pulumi.Input[int]]:
+    environment = args["environment"]
+    if environment not in ENVIRONMENTS:
+        raise ValueError(
+            f"environment must be one of {', '.join(ENVIRONMENTS)}, got {environment!r}"
+        )
+    delete_data = args.get("delete_data_on_destroy", False)
+    if delete_data is not True and delete_data is not False:
+        raise ValueError(f"delete_data_on_destroy must be a bool, got {delete_data!r}")
+    if delete_data and environment == "prod":
+        raise ValueError(
+            "delete_data_on_destroy must be False in prod: prod data and checkpoints are "
+            "protected on destroy"
+        )
+    days = args.get("checkpoint_retention_days", DEFAULT_CHECKPOINT_RETENTION_DAYS)
+    if not isinstance(days, pulumi.Output) and (
+        isinstance(days, bool)
+        or not isinstance(days, int)
+        or not 1 <= days <= MAX_CHECKPOINT_RETENTION_DAYS
+    ):
+        raise ValueError(
+            f"checkpoint_retention_days must be an integer between 1 and "
+            f"{MAX_CHECKPOINT_RETENTION_DAYS}, got {days!r}"
+        )
+    return environment, delete_data, days
+
+
+class TrainingBuckets(pulumi.ComponentResource):
+    """Data, checkpoint and staging buckets with per-purpose retention and teardown rules."""
+
+    data_bucket: pulumi.Output[str]
+    """Name of the data bucket."""
+    checkpoint_bucket: pulumi.Output[str]
+    """Name of the checkpoint bucket."""
+    staging_bucket: pulumi.Output[str]
+    """Name of the staging bucket (trainer packages and other build artifacts)."""
+    data_url: pulumi.Output[str]
+    """`gs://` URL of the data bucket."""
+    checkpoint_url: pulumi.Output[str]
+    """`gs://` URL of the checkpoint bucket."""
+    staging_url: pulumi.Output[str]
+    """`gs://` URL of the staging bucket."""
+    data: storage.Bucket
+    """The data bucket resource."""
+    checkpoints: storage.Bucket
+    """The checkpoint bucket resource."""
+    staging: storage.Bucket
+    """The staging bucket resource."""
+
+    def __init__(
+        self, name: str, args: TrainingBucketsArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        environment, delete_data, retention_days = _validate(args)
+        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        suffix = args.get("name_suffix")
+        names = {
+            role: name_input(bucket_name, args["project"], args["deployment_name"], role, suffix)
+            for role in ("data", "checkpoints", "staging")
+        }
+        super().__init__(TOKEN, name, None, opts)
+
+        common: dict[str, Any] = {
+            "project": args["project"],
+            "location": args["location"],
+            "storage_class": "STANDARD",
+            "uniform_bucket_level_access": True,
+            "public_access_prevention": "enforced",
+            "labels": labels,
+        }
+        # Irreplaceable buckets outlive the stack unless the user opts in; prod also refuses
+        # to plan their deletion at all.
+        keep = pulumi.ResourceOptions(
+            parent=self, retain_on_delete=not delete_data, protect=environment == "prod"
+        )
+
+        self.data = storage.Bucket(
+            f"{name}-data",
+            name=names["data"],
+            versioning={"enabled": True},
+            soft_delete_policy={"retention_duration_seconds": DATA_SOFT_DELETE_SECONDS},
+            lifecycle_rules=[
+                {
+                    "action": {"type": "Delete"},
+                    # ARCHIVED limits the rule to noncurrent versions; the live copy of a
+                    # dataset is never touched by it.
+                    "condition": {
+                        "days_since_noncurrent_time": DATA_NONCURRENT_DAYS,
+                        "with_state": "ARCHIVED",
+                        "send_age_if_zero": False,
+                    },
+                }
+            ],
+            force_destroy=False,
+            opts=keep,
+            **common,
+        )
+        self.checkpoints = storage.Bucket(
+            f"{name}-checkpoints",
+            name=names["checkpoints"],
+            versioning={"enabled": False},
+            # Checkpoints are rewritten every few minutes; soft delete would bill every
+            # replaced checkpoint for another week (gcp-facts 7), so it is off.
+            soft_delete_policy={"retention_duration_seconds": 0},
+            lifecycle_rules=[
+                {
+                    "action": {"type": "Delete"},
+                    "condition": {"age": retention_days, "send_age_if_zero": False},
+                }
+            ],
+            force_destroy=False,
+            opts=keep,
+            **common,
+        )
+        self.staging = storage.Bucket(
+            f"{name}-staging",
+            name=names["staging"],
+            versioning={"enabled": False},
+            soft_delete_policy={"retention_duration_seconds": 0},
+            lifecycle_rules=[
+                {
+                    "action": {"type": "Delete"},
+                    "condition": {"age": STAGING_RETENTION_DAYS, "send_age_if_zero": False},
+                }
+            ],
+            # Only rebuildable artifacts live here, so destroy may empty it.
+            force_destroy=True,
+            opts=pulumi.ResourceOptions(parent=self),
+            **common,
+        )
+
+        self.data_bucket = self.data.name
+        self.checkpoint_bucket = self.checkpoints.name
+        self.staging_bucket = self.staging.name
+        self.data_url = self.data.url
+        self.checkpoint_url = self.checkpoints.url
+        self.staging_url = self.staging.url
+        self.register_outputs(
+            {
+                "data_bucket": self.data_bucket,
+                "checkpoint_bucket": self.checkpoint_bucket,
+                "staging_bucket": self.staging_bucket,
+                "data_url": self.data_url,
+                "checkpoint_url": self.checkpoint_url,
+                "staging_url": self.staging_url,
+            }
+        )

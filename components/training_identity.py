@@ -1,0 +1,187 @@
+"""A dedicated, least-privilege service account for training workloads.
+
+    from components.training_identity import TrainingIdentity
+
+    identity = TrainingIdentity(
+        "exp-42-identity",
+        {
+            "project": "my-project",
+            "deployment_name": "exp-42",
+            "data_bucket": buckets.data_bucket,
+            "checkpoint_bucket": buckets.checkpoint_bucket,
+            "staging_bucket": buckets.staging_bucket,
+        },
+    )
+    # compute components take identity.service_account_email
+
+Grants, and nothing more unless asked for: read objects in the data bucket, read/write
+objects in the checkpoint and staging buckets (bucket-level bindings, not project-wide),
+and write logs and metrics in the project. The default compute service account (project
+Editor) is never used. `extra_project_roles` adds project roles, but owner/editor and
+roles that let the account administer IAM or impersonate others are refused.
+
+Naming: the account id is `<deployment_name>-train` (6-30 chars, see `components._naming`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import NotRequired, TypedDict
+
+import pulumi
+from pulumi_gcp import projects, serviceaccount, storage
+
+from components._naming import account_id, labels_input, name_input
+
+TOKEN = "trainstack:iam:TrainingIdentity"
+COMPONENT_LABEL = "training-identity"
+
+BASE_PROJECT_ROLES: tuple[tuple[str, str], ...] = (
+    ("log-writer", "roles/logging.logWriter"),
+    ("metric-writer", "roles/monitoring.metricWriter"),
+)
+"""(role suffix of the logical name, project role) granted to every training account."""
+
+DENIED_PROJECT_ROLES: frozenset[str] = frozenset(
+    {
+        # Basic roles: project-wide read or write on everything.
+        "roles/owner",
+        "roles/editor",
+        "roles/viewer",
+        # Impersonation: acting as, or minting tokens for, other service accounts.
+        "roles/iam.serviceAccountUser",
+        "roles/iam.serviceAccountTokenCreator",
+        "roles/iam.serviceAccountKeyAdmin",
+        "roles/iam.serviceAccountAdmin",
+        "roles/iam.workloadIdentityUser",
+        # IAM administration: could grant itself anything.
+        "roles/resourcemanager.projectIamAdmin",
+        "roles/iam.securityAdmin",
+        "roles/iam.roleAdmin",
+        # Project-wide storage admin would bypass the per-bucket grants.
+        "roles/storage.admin",
+    }
+)
+"""Project roles a training account must never hold."""
+
+_ROLE = re.compile(
+    r"^(roles/[A-Za-z0-9_.]+|(projects|organizations)/[A-Za-z0-9_.:-]+/roles/[A-Za-z0-9_.]+)$"
+)
+
+
+class TrainingIdentityArgs(TypedDict):
+    """Arguments for `TrainingIdentity`."""
+
+    project: pulumi.Input[str]
+    """Project id the service account lives in and gets its project roles in."""
+    deployment_name: pulumi.Input[str]
+    """Deployment prefix of the account id."""
+    data_bucket: pulumi.Input[str]
+    """Name of the data bucket (read-only access)."""
+    checkpoint_bucket: pulumi.Input[str]
+    """Name of the checkpoint bucket (object read/write)."""
+    staging_bucket: pulumi.Input[str]
+    """Name of the staging bucket (object read/write: trainer packages, job artifacts)."""
+    extra_project_roles: NotRequired[Sequence[str]]
+    """Further project-level roles, e.g. `roles/aiplatform.user`. Plain strings: each is
+    checked against a denylist and becomes its own binding."""
+    labels: NotRequired[pulumi.Input[dict[str, str]]]
+    """Accepted for the shared vocabulary; service accounts and IAM bindings carry no labels."""
+
+
+def _validate_extra_roles(roles: Sequence[str]) -> list[str]:
+    if isinstance(roles, str):
+        roles = [roles]
+    base = {role for _, role in BASE_PROJECT_ROLES}
+    seen: list[str] = []
+    for role in roles:
+        if not isinstance(role, str) or not _ROLE.match(role):
+            raise ValueError(
+                f"extra_project_roles: {role!r} is not a role name (expected roles/<id>, "
+                "projects/<project>/roles/<id> or organizations/<org>/roles/<id>)"
+            )
+        if role in DENIED_PROJECT_ROLES:
+            raise ValueError(
+                f"extra_project_roles: {role!r} is not allowed for the training service "
+                "account (basic, IAM-admin, impersonation and project-wide storage-admin "
+                "roles are denied)"
+            )
+        if role in base:
+            raise ValueError(f"extra_project_roles: {role!r} is already granted by default")
+        if role in seen:
+            raise ValueError(f"extra_project_roles: {role!r} is listed twice")
+        seen.append(role)
+    return seen
+
+
+def _role_suffix(role: str) -> str:
+    # Derived from the role itself, not its position, so reordering the list renames nothing.
+    role_id = role.rsplit("/", 1)[-1]
+    kind = "role" if role.startswith("roles/") else "custom-role"
+    return f"{kind}-" + re.sub(r"[^a-z0-9]+", "-", role_id.lower()).strip("-")
+
+
+class TrainingIdentity(pulumi.ComponentResource):
+    """A training service account with bucket-scoped storage access and log/metric writing."""
+
+    service_account_email: pulumi.Output[str]
+    """Email of the training service account; pass it to compute components."""
+    service_account_member: pulumi.Output[str]
+    """IAM member string `serviceAccount:<email>`, for further bindings."""
+    service_account: serviceaccount.Account
+    """The dedicated training service account."""
+    bucket_members: list[storage.BucketIAMMember]
+    """Bucket-level grants: data viewer, checkpoint and staging object admin."""
+    project_members: list[projects.IAMMember]
+    """Project-level grants: log writer, metric writer and any extra roles."""
+
+    def __init__(
+        self, name: str, args: TrainingIdentityArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        extra_roles = _validate_extra_roles(args.get("extra_project_roles", []))
+        labels_input(args.get("labels"), COMPONENT_LABEL)  # validation only
+        account = name_input(account_id, args["deployment_name"], "train")
+        super().__init__(TOKEN, name, None, opts)
+
+        child = pulumi.ResourceOptions(parent=self)
+        self.service_account = serviceaccount.Account(
+            f"{name}-sa",
+            project=args["project"],
+            account_id=account,
+            display_name=pulumi.Output.concat(
+                "trainstack training (", args["deployment_name"], ")"
+            ),
+            description="Runs trainstack training jobs; managed by trainstack.",
+            opts=child,
+        )
+        member = self.service_account.member
+
+        bucket_grants = (
+            ("data-viewer", args["data_bucket"], "roles/storage.objectViewer"),
+            ("checkpoints-admin", args["checkpoint_bucket"], "roles/storage.objectAdmin"),
+            ("staging-admin", args["staging_bucket"], "roles/storage.objectAdmin"),
+        )
+        self.bucket_members = [
+            storage.BucketIAMMember(
+                f"{name}-{suffix}", bucket=bucket, role=role, member=member, opts=child
+            )
+            for suffix, bucket, role in bucket_grants
+        ]
+        project_grants = [*BASE_PROJECT_ROLES, *((_role_suffix(r), r) for r in extra_roles)]
+        self.project_members = [
+            projects.IAMMember(
+                f"{name}-{suffix}", project=args["project"], role=role, member=member, opts=child
+            )
+            for suffix, role in project_grants
+        ]
+
+        self.service_account_email = self.service_account.email
+        self.service_account_member = member
+        self.register_outputs(
+            {
+                "service_account_email": self.service_account_email,
+                "service_account_member": self.service_account_member,
+                "service_account": self.service_account,
+            }
+        )

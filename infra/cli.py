@@ -1,0 +1,141 @@
+"""The `trainstack` command line.
+
+    trainstack plan --stack dev-tpu-v5e [--json]   offline plan: resources, totals, $/hour, quota
+    trainstack plan-diff base.json head.json       Markdown diff for a pull-request comment
+    trainstack local-run --stack local             run the stack's trainer on this machine
+    trainstack stacks                              list the bundled stacks
+
+Exit codes: 0 ok; 2 invalid config or arguments (the message names the key); `local-run`
+exits with the trainer's code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from infra.config import ConfigError, load_stack_config
+from infra.mocks import REPO_ROOT
+from infra.plan import (
+    StackFileError,
+    build_plan,
+    bundled_stacks,
+    load_stack,
+    plan_diff,
+    render_plan,
+)
+
+app = typer.Typer(
+    help="Google Cloud training infrastructure as code, with a bundled distributed trainer.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+
+StackOpt = Annotated[
+    str | None, typer.Option("--stack", "-s", help="A bundled stack (stacks/Pulumi.<NAME>.yaml).")
+]
+ConfigFileOpt = Annotated[
+    Path | None,
+    typer.Option("--config-file", "-c", help="A Pulumi.<stack>.yaml-shaped file to use instead."),
+]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _load(stack: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
+    try:
+        return load_stack(stack, config_file)
+    except StackFileError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command()
+def plan(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON plan.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON plan here.")] = None,
+) -> None:
+    """Run the stack's program offline under Pulumi mocks (no credentials, no network)."""
+    name, config = _load(stack, config_file)
+    try:
+        result = build_plan(name, config)
+    except ConfigError as exc:
+        raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    text = json.dumps(result, indent=2, sort_keys=False)
+    if out is not None:
+        out.write_text(text + "\n")
+    if as_json:
+        sys.stdout.write(text + "\n")
+    else:
+        render_plan(result, Console())
+
+
+@app.command("plan-diff")
+def plan_diff_cmd(
+    base: Annotated[Path, typer.Argument(help="JSON plan of the base commit.")],
+    head: Annotated[Path, typer.Argument(help="JSON plan of the head commit.")],
+) -> None:
+    """Markdown diff of two JSON plans, never over 65,000 characters."""
+    documents = []
+    for path in (base, head):
+        try:
+            documents.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise _fail(f"{path}: not a readable JSON plan ({exc})") from None
+    sys.stdout.write(plan_diff(documents[0], documents[1]) + "\n")
+
+
+@app.command()
+def stacks() -> None:
+    """List the bundled stacks."""
+    for name in bundled_stacks():
+        typer.echo(name)
+
+
+@app.command("local-run")
+def local_run(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes (default: local.workers, or 2).")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="Override trainer.steps.")] = None,
+) -> None:
+    """Run the stack's trainer here: CPU, gloo, one process per worker, local checkpoints."""
+    from trainers.local import run_local  # torch is only needed for this command
+
+    name, config = _load(stack, config_file)
+    try:
+        cfg = load_stack_config(config)
+    except ConfigError as exc:
+        raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    trainer = cfg.trainer if steps is None else cfg.trainer.model_copy(update={"steps": steps})
+    root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / name
+    if not root.is_absolute():
+        # Relative roots live beside Pulumi.yaml, as they do under `pulumi up -s local`.
+        root = REPO_ROOT / root
+    n = workers or (cfg.local.workers if cfg.local else 2)
+    try:
+        result = run_local(trainer, workers=n, root=root, run_name=name)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    raise typer.Exit(result.exit_code)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

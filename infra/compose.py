@@ -1,0 +1,137 @@
+"""Stack config -> components.
+
+The one place that wires the reusable components together for a stack, in the order of
+the data flow in ARCHITECTURE.md: project APIs, buckets, identity (which grants itself
+access to those buckets), network, the trainer package, then exactly one compute target.
+Everything here is deterministic in the config: running it twice registers identical
+inputs, so a no-op `pulumi up` stays a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+
+from components.project_services import ProjectServices
+from components.trainer_package import TrainerPackage
+from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
+from components.training_identity import TrainingIdentity
+from components.training_network import TrainingNetwork
+from infra.config import StackConfig, load_stack_config
+
+# APIs every cloud stack needs, plus the ones its compute target needs.
+BASE_SERVICES: tuple[str, ...] = (
+    "cloudquotas.googleapis.com",
+    "compute.googleapis.com",
+    "iam.googleapis.com",
+    "logging.googleapis.com",
+    "monitoring.googleapis.com",
+    "storage.googleapis.com",
+)
+TARGET_SERVICES: Mapping[str, tuple[str, ...]] = {
+    "tpu": ("tpu.googleapis.com",),
+    "gpu_cluster": ("container.googleapis.com",),
+    "vertex": ("aiplatform.googleapis.com",),
+}
+
+# Compute targets whose component has landed. A stack naming another target still plans
+# (foundation, cost and quota are known from the config alone), but a real deployment
+# stops before creating anything rather than leave a half-built stack without compute.
+PROVISIONED_TARGETS: frozenset[str] = frozenset()
+
+# Stack output keys, shared with tests and `trainstack status`.
+OUTPUT_TARGET = "target"
+OUTPUT_DATA_URL = "data_url"
+OUTPUT_CHECKPOINT_URL = "checkpoint_url"
+OUTPUT_STAGING_URL = "staging_url"
+OUTPUT_SERVICE_ACCOUNT = "service_account_email"
+OUTPUT_NETWORK = "network_self_link"
+OUTPUT_SUBNETWORK = "subnetwork_self_link"
+OUTPUT_TRAINER_PACKAGE = "trainer_package_uri"
+OUTPUT_LOCAL_ROOT = "local_root"
+
+
+class TargetNotProvisionedError(RuntimeError):
+    """The stack's compute target has no component yet; nothing was created."""
+
+
+def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
+    """Register the stack's resources and return its outputs."""
+    if cfg.target == "local":
+        assert cfg.local is not None  # target == "local" guarantees it
+        return {OUTPUT_TARGET: "local", OUTPUT_LOCAL_ROOT: cfg.local.root}
+
+    if cfg.target not in PROVISIONED_TARGETS and not pulumi.runtime.is_dry_run():
+        raise TargetNotProvisionedError(
+            f"trainstack:{cfg.target}: this compute target cannot be deployed yet (its "
+            f"component has not landed); `trainstack plan` shows its foundation, cost and "
+            f"quota. Nothing was created."
+        )
+    project, region = cfg.project, cfg.region
+    assert project is not None and region is not None  # validated for cloud targets
+    labels = {**cfg.labels, "stack": deployment, "environment": cfg.environment}
+
+    services = ProjectServices(
+        f"{deployment}-apis",
+        {"project": project, "services": [*BASE_SERVICES, *TARGET_SERVICES[cfg.target]]},
+    )
+    after_apis = pulumi.ResourceOptions(depends_on=[services])
+    bucket_args: TrainingBucketsArgs = {
+        "project": project,
+        "location": cfg.buckets.location or region.upper(),
+        "deployment_name": deployment,
+        "environment": cfg.environment,
+        "checkpoint_retention_days": cfg.buckets.checkpoint_retention_days,
+        "delete_data_on_destroy": cfg.buckets.delete_data_on_destroy,
+        "labels": labels,
+    }
+    if cfg.buckets.name_suffix:
+        bucket_args["name_suffix"] = cfg.buckets.name_suffix
+    buckets = TrainingBuckets(f"{deployment}-buckets", bucket_args, opts=after_apis)
+    identity = TrainingIdentity(
+        f"{deployment}-identity",
+        {
+            "project": project,
+            "deployment_name": deployment,
+            "data_bucket": buckets.data_bucket,
+            "checkpoint_bucket": buckets.checkpoint_bucket,
+            "staging_bucket": buckets.staging_bucket,
+        },
+        opts=after_apis,
+    )
+    package = TrainerPackage(
+        f"{deployment}-trainer",
+        {"staging_bucket": buckets.staging_bucket, "labels": labels},
+    )
+    outputs: dict[str, Any] = {
+        OUTPUT_TARGET: cfg.target,
+        OUTPUT_DATA_URL: buckets.data_url,
+        OUTPUT_CHECKPOINT_URL: buckets.checkpoint_url,
+        OUTPUT_STAGING_URL: buckets.staging_url,
+        OUTPUT_SERVICE_ACCOUNT: identity.service_account_email,
+        OUTPUT_TRAINER_PACKAGE: package.uri,
+    }
+    # Vertex runs on Google-managed networking unless VPC peering is set up, so only the
+    # targets that own their machines get the private network.
+    if cfg.target in ("tpu", "gpu_cluster"):
+        network = TrainingNetwork(
+            f"{deployment}-network",
+            {
+                "project": project,
+                "region": region,
+                "deployment_name": deployment,
+                "labels": labels,
+            },
+            opts=after_apis,
+        )
+        outputs[OUTPUT_NETWORK] = network.network_self_link
+        outputs[OUTPUT_SUBNETWORK] = network.subnetwork_self_link
+    return outputs
+
+
+def main_program() -> dict[str, Any]:
+    """The Pulumi program: validate the stack config once, then compose it."""
+    cfg = load_stack_config()
+    return compose(cfg, pulumi.get_stack())

@@ -1,0 +1,201 @@
+"""TrainerPackage: a reproducible sdist of the trainers, uploaded under its content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trainers
+from components import trainer_package
+from components.trainer_package import TOKEN, TrainerPackage
+from infra.mocks import ProgramRun, run_program
+
+OBJECT = "gcp:storage/bucketObject:BucketObject"
+
+
+@pytest.fixture
+def source_root(tmp_path: Path) -> Path:
+    """A private copy of the trainers tree, so builds and edits stay inside tmp_path."""
+    root = tmp_path / "repo"
+    shutil.copytree(
+        Path(trainers.__file__).parent,
+        root / "trainers",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    return root
+
+
+def _run(source_root: Path, **overrides: Any) -> ProgramRun:
+    args: dict[str, Any] = {
+        "staging_bucket": "my-staging",
+        "source_root": str(source_root),
+        **overrides,
+    }
+
+    def program() -> dict[str, Any]:
+        package = TrainerPackage("pkg", args)  # type: ignore[arg-type]
+        return {
+            "uri": package.uri,
+            "object_name": package.object_name,
+            "sha256": package.sha256,
+            "local_path": package.local_path,
+        }
+
+    return run_program(program)
+
+
+def test_uploads_content_addressed_object(source_root: Path) -> None:
+    run = _run(source_root, labels={"team": "ml"})
+    assert {(r.type, r.name, r.parent) for r in run.resources} == {
+        (TOKEN, "pkg", None),
+        (OBJECT, "pkg-sdist", "pkg"),
+    }
+    local = Path(run.outputs["local_path"])
+    digest = hashlib.sha256(local.read_bytes()).hexdigest()
+    object_name = f"trainers/trainstack_trainers-{digest[:16]}.tar.gz"
+    assert (
+        local == source_root / ".trainstack" / "build" / f"trainstack_trainers-{digest[:16]}.tar.gz"
+    )
+    assert run.outputs == {
+        "uri": f"gs://my-staging/{object_name}",
+        "object_name": object_name,
+        "sha256": digest,
+        "local_path": str(local),
+    }
+    assert run.named("pkg-sdist").delete_before_replace is True
+    assert run.named("pkg-sdist").inputs == {
+        "bucket": "my-staging",
+        "name": object_name,
+        "source": {"fileAsset": str(local)},
+        "contentType": "application/gzip",
+        "metadata": {
+            "component": "trainer-package",
+            "managed-by": "trainstack",
+            "team": "ml",
+            "sha256": digest,
+        },
+    }
+
+
+def test_sdist_layout_is_reproducible(source_root: Path) -> None:
+    trainer_package._BUILD_CACHE.clear()
+    first = trainer_package._build_sdist(source_root)
+    first_bytes = first.path.read_bytes()
+    (source_root / "trainers" / "__pycache__").mkdir()
+    (source_root / "trainers" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"junk")
+    (source_root / "trainers" / "stray.pyc").write_bytes(b"junk")
+    trainer_package._BUILD_CACHE.clear()
+    second = trainer_package._build_sdist(source_root)
+    assert second == first
+    assert second.path.read_bytes() == first_bytes
+
+    assert first_bytes[4:8] == b"\0\0\0\0"  # gzip header mtime
+    with tarfile.open(fileobj=io.BytesIO(first_bytes), mode="r:gz") as tar:
+        members = tar.getmembers()
+    names = [m.name for m in members]
+    assert names == sorted(names)
+    top = names[0].split("/", 1)[0]
+    assert top.startswith("trainstack-trainers-")
+    assert f"{top}/pyproject.toml" in names
+    assert f"{top}/PKG-INFO" in names
+    assert f"{top}/trainers/common/config.py" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert {(m.uid, m.gid, m.mtime, m.uname, m.gname) for m in members} == {
+        (0, 0, trainer_package._FIXED_MTIME, "", "")
+    }
+
+
+def test_pyproject_excludes_frameworks(source_root: Path) -> None:
+    trainer_package._BUILD_CACHE.clear()
+    sdist = trainer_package._build_sdist(source_root)
+    with tarfile.open(sdist.path, mode="r:gz") as tar:
+        name = next(n for n in tar.getnames() if n.endswith("/pyproject.toml"))
+        extracted = tar.extractfile(name)
+        assert extracted is not None
+        pyproject = extracted.read().decode()
+    assert 'name = "trainstack-trainers"' in pyproject
+    assert 'build-backend = "setuptools.build_meta"' in pyproject
+    assert "torch" not in pyproject
+    assert "tensorflow" not in pyproject
+
+
+def test_source_change_changes_hash_and_object(source_root: Path) -> None:
+    before = _run(source_root).outputs
+    config = source_root / "trainers" / "common" / "config.py"
+    config.write_text(config.read_text() + "\n# changed\n")
+    after = _run(source_root).outputs
+    assert after["sha256"] != before["sha256"]
+    assert after["object_name"] != before["object_name"]
+    assert after["uri"] != before["uri"]
+
+
+def test_same_program_registers_identical_inputs(source_root: Path) -> None:
+    first = _run(source_root)
+    trainer_package._BUILD_CACHE.clear()  # a fresh process rebuilds from scratch
+    second = _run(source_root)
+    assert {r.name: (r.type, r.inputs) for r in first.resources} == {
+        r.name: (r.type, r.inputs) for r in second.resources
+    }
+
+
+def test_build_is_fast_and_cached(source_root: Path) -> None:
+    trainer_package._BUILD_CACHE.clear()
+    start = time.perf_counter()
+    built = trainer_package._build_sdist(source_root)
+    cold = time.perf_counter() - start
+    mtime = built.path.stat().st_mtime_ns
+    assert trainer_package._build_sdist(source_root) is built
+    assert built.path.stat().st_mtime_ns == mtime
+    assert cold < 1.0
+
+
+def test_missing_package_is_a_value_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"has no trainers/__init__\.py"):
+        _run(tmp_path)
+
+
+def test_sdist_installs_and_imports(source_root: Path, tmp_path: Path) -> None:
+    sdist = trainer_package._build_sdist(source_root)
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(sdist.path),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys; sys.path.insert(0, sys.argv[1]); import trainers.common.config as c; "
+                "print(c.__file__)"
+            ),
+            str(target),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert Path(result.stdout.strip()).is_relative_to(target)

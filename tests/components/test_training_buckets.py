@@ -1,0 +1,191 @@
+"""TrainingBuckets under Pulumi mocks: bucket settings and teardown options per environment."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from components.training_buckets import TOKEN, TrainingBuckets, TrainingBucketsArgs
+from infra.mocks import ProgramRun, run_program
+
+BUCKET = "gcp:storage/bucket:Bucket"
+LABELS = {"component": "training-buckets", "managed-by": "trainstack", "team": "ml"}
+
+
+def _run(**overrides: Any) -> ProgramRun:
+    args: dict[str, Any] = {
+        "project": "my-project",
+        "location": "US-CENTRAL1",
+        "deployment_name": "exp-42",
+        "environment": "dev",
+        "checkpoint_retention_days": 14,
+        "labels": {"team": "ml"},
+        **overrides,
+    }
+
+    def program() -> dict[str, Any]:
+        buckets = TrainingBuckets("exp", TrainingBucketsArgs(**args))  # type: ignore[typeddict-item]
+        return {
+            "data_bucket": buckets.data_bucket,
+            "checkpoint_bucket": buckets.checkpoint_bucket,
+            "staging_bucket": buckets.staging_bucket,
+            "data_url": buckets.data_url,
+            "checkpoint_url": buckets.checkpoint_url,
+            "staging_url": buckets.staging_url,
+        }
+
+    return run_program(program)
+
+
+def test_children_types_names_parents() -> None:
+    run = _run()
+    # Registration order depends on Output resolution, so compare as sets.
+    assert {(r.type, r.name, r.parent) for r in run.resources} == {
+        (TOKEN, "exp", None),
+        (BUCKET, "exp-data", "exp"),
+        (BUCKET, "exp-checkpoints", "exp"),
+        (BUCKET, "exp-staging", "exp"),
+    }
+    assert len(run.resources) == 4
+
+
+def test_common_security_settings_on_every_bucket() -> None:
+    run = _run()
+    for bucket in run.of_type(BUCKET):
+        assert bucket.inputs["uniformBucketLevelAccess"] is True
+        assert bucket.inputs["publicAccessPrevention"] == "enforced"
+        assert bucket.inputs["storageClass"] == "STANDARD"
+        assert bucket.inputs["location"] == "US-CENTRAL1"
+        assert bucket.inputs["project"] == "my-project"
+        assert bucket.inputs["labels"] == LABELS
+
+
+def test_data_bucket() -> None:
+    data = _run().named("exp-data").inputs
+    assert data["name"] == "my-project-exp-42-data"
+    assert data["versioning"] == {"enabled": True}
+    assert data["softDeletePolicy"] == {"retentionDurationSeconds": 604800}
+    assert data["lifecycleRules"] == [
+        {
+            "action": {"type": "Delete"},
+            "condition": {
+                "daysSinceNoncurrentTime": 30,
+                "withState": "ARCHIVED",
+                "sendAgeIfZero": False,
+            },
+        }
+    ]
+    assert data["forceDestroy"] is False
+
+
+def test_checkpoint_bucket() -> None:
+    ckpt = _run().named("exp-checkpoints").inputs
+    assert ckpt["name"] == "my-project-exp-42-checkpoints"
+    assert ckpt["versioning"] == {"enabled": False}
+    assert ckpt["softDeletePolicy"] == {"retentionDurationSeconds": 0}
+    assert ckpt["lifecycleRules"] == [
+        {"action": {"type": "Delete"}, "condition": {"age": 14, "sendAgeIfZero": False}}
+    ]
+    assert ckpt["forceDestroy"] is False
+
+
+def test_staging_bucket() -> None:
+    staging = _run().named("exp-staging").inputs
+    assert staging["name"] == "my-project-exp-42-staging"
+    assert staging["versioning"] == {"enabled": False}
+    assert staging["softDeletePolicy"] == {"retentionDurationSeconds": 0}
+    assert staging["lifecycleRules"] == [
+        {"action": {"type": "Delete"}, "condition": {"age": 365, "sendAgeIfZero": False}}
+    ]
+    assert staging["forceDestroy"] is True
+
+
+@pytest.mark.parametrize(
+    ("environment", "delete_data", "protect", "retain"),
+    [
+        ("dev", False, False, True),
+        ("dev", True, False, False),
+        ("staging", False, False, True),
+        ("staging", True, False, False),
+        ("prod", False, True, True),
+    ],
+)
+def test_teardown_options(environment: str, delete_data: bool, protect: bool, retain: bool) -> None:
+    run = _run(environment=environment, delete_data_on_destroy=delete_data)
+    for name in ("exp-data", "exp-checkpoints"):
+        bucket = run.named(name)
+        assert (bucket.protect, bucket.retain_on_delete) == (protect, retain), name
+    staging = run.named("exp-staging")
+    assert (staging.protect, staging.retain_on_delete) == (False, False)
+
+
+def test_outputs() -> None:
+    assert _run().outputs == {
+        "data_bucket": "my-project-exp-42-data",
+        "checkpoint_bucket": "my-project-exp-42-checkpoints",
+        "staging_bucket": "my-project-exp-42-staging",
+        "data_url": "gs://my-project-exp-42-data",
+        "checkpoint_url": "gs://my-project-exp-42-checkpoints",
+        "staging_url": "gs://my-project-exp-42-staging",
+    }
+
+
+def test_name_suffix_and_defaults() -> None:
+    run = _run(name_suffix="b7")
+    assert run.named("exp-data").inputs["name"] == "my-project-exp-42-data-b7"
+
+    def minimal() -> None:
+        TrainingBuckets(
+            "exp", {"project": "p", "location": "EU", "deployment_name": "d", "environment": "dev"}
+        )
+
+    run = run_program(minimal)
+    assert run.named("exp-data").inputs["labels"] == {
+        "component": "training-buckets",
+        "managed-by": "trainstack",
+    }
+    assert run.named("exp-checkpoints").inputs["lifecycleRules"][0]["condition"]["age"] == 30
+    assert run.named("exp-data").retain_on_delete is True
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"environment": "qa"}, "environment must be one of dev, staging, prod, got 'qa'"),
+        (
+            {"environment": "prod", "delete_data_on_destroy": True},
+            (
+                "delete_data_on_destroy must be False in prod: prod data and checkpoints are "
+                "protected on destroy"
+            ),
+        ),
+        (
+            {"delete_data_on_destroy": "yes"},
+            "delete_data_on_destroy must be a bool, got 'yes'",
+        ),
+        (
+            {"checkpoint_retention_days": 0},
+            "checkpoint_retention_days must be an integer between 1 and 3650, got 0",
+        ),
+        (
+            {"checkpoint_retention_days": 7.5},
+            "checkpoint_retention_days must be an integer between 1 and 3650, got 7.5",
+        ),
+        (
+            {"labels": {"managed-by": "me"}},
+            "labels: key 'managed-by' is reserved by trainstack",
+        ),
+    ],
+)
+def test_validation_errors(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _run(**overrides)
+
+
+def test_same_program_registers_identical_inputs() -> None:
+    first, second = _run(), _run()
+    assert {r.name: (r.type, r.inputs) for r in first.resources} == {
+        r.name: (r.type, r.inputs) for r in second.resources
+    }

@@ -1,0 +1,70 @@
+"""The `trainstack` CLI contract: commands, JSON output and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from infra.cli import app
+from infra.plan import bundled_stacks
+
+runner = CliRunner()
+
+
+def test_plan_json_for_the_local_stack() -> None:
+    result = runner.invoke(app, ["plan", "--stack", "local", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["stack"] == "local"
+    assert plan["summary"]["hourly_usd"] == 0
+
+
+def test_plan_renders_tree_and_tables() -> None:
+    result = runner.invoke(app, ["plan", "--stack", "local"])
+    assert result.exit_code == 0, result.output
+    assert "stack local" in result.stdout
+    assert "Quota needed" in result.stdout
+
+
+def test_unknown_stack_exits_2_and_lists_stacks() -> None:
+    result = runner.invoke(app, ["plan", "--stack", "nope"])
+    assert result.exit_code == 2
+    assert "--stack: no stack named 'nope'" in result.stderr
+    assert ", ".join(bundled_stacks()) in result.stderr.replace("\n", "")
+
+
+def test_invalid_config_file_exits_2_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"config": {"trainstack:environment": "qa", "trainstack:local": {"workers": 2}}}
+        )
+    )
+    result = runner.invoke(app, ["plan", "--config-file", str(path)])
+    assert result.exit_code == 2
+    assert "invalid stack config for 'broken'" in result.stderr
+    assert "environment: 'qa' is not allowed; valid: dev, staging, prod" in result.stderr
+
+
+def test_stack_and_config_file_are_exclusive(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", "--stack", "local", "--config-file", "x.yaml"])
+    assert result.exit_code == 2
+    assert "give exactly one of --stack NAME or --config-file PATH" in result.stderr
+
+
+def test_plan_diff_command(tmp_path: Path) -> None:
+    out = runner.invoke(app, ["plan", "--stack", "local", "--json"])
+    base = tmp_path / "base.json"
+    base.write_text(out.stdout)
+    result = runner.invoke(app, ["plan-diff", str(base), str(base)])
+    assert result.exit_code == 0
+    assert "### Stack `local`: no changes" in result.stdout
+
+
+def test_stacks_lists_bundled_stacks() -> None:
+    result = runner.invoke(app, ["stacks"])
+    assert result.exit_code == 0
+    assert result.stdout.split() == bundled_stacks()

@@ -1,0 +1,147 @@
+"""The offline plan, its JSON shape, determinism, and the pull-request plan diff."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from infra.compose import TargetNotProvisionedError, main_program
+from infra.config import ConfigError
+from infra.mocks import run_program
+from infra.plan import MAX_DIFF_CHARS, build_plan, bundled_stacks, load_stack, plan_diff
+
+GPU_STACK: dict[str, Any] = {
+    "gcp:project": "acme-ml",
+    "gcp:region": "us-central1",
+    "trainstack:environment": "dev",
+    "trainstack:gpu_cluster": {
+        "backend": "gke",
+        "machine_type": "a2-highgpu-8g",
+        "node_count": 2,
+        "zone": "us-central1-a",
+        "spot": True,
+    },
+}
+
+
+@pytest.mark.parametrize("stack", bundled_stacks())
+def test_every_bundled_stack_plans_with_exact_inputs(stack: str) -> None:
+    name, config = load_stack(stack, None)
+    plan = build_plan(name, config)
+    assert set(plan) >= {"stack", "resources", "summary", "quota"}
+    assert plan["stack"] == stack
+    assert set(plan["summary"]) >= {"tpu_chips", "gpus", "hourly_usd"}
+    for q in plan["quota"]:
+        assert set(q) >= {"service", "quota_id", "dimensions", "needed"}
+    # The plan's inputs are exactly what the program registered.
+    run = run_program(main_program, config=config, stack=name)
+    registered = {(r.type, r.name): (r.parent, r.inputs) for r in run.resources}
+    assert len(plan["resources"]) == len(run.resources)
+    for entry in plan["resources"]:
+        assert registered[entry["type"], entry["name"]] == (entry["parent"], entry["inputs"])
+    json.dumps(plan)  # the whole plan is JSON-serializable
+
+
+def test_plan_is_deterministic() -> None:
+    first = build_plan("dev-gpu", GPU_STACK)
+    second = build_plan("dev-gpu", copy.deepcopy(GPU_STACK))
+    assert first == second
+
+
+def test_gpu_foundation_resources() -> None:
+    plan = build_plan("dev-gpu", GPU_STACK)
+    types = [r["type"] for r in plan["resources"]]
+    assert types.count("gcp:storage/bucket:Bucket") == 3
+    assert types.count("gcp:serviceaccount/account:Account") == 1
+    assert types.count("gcp:compute/network:Network") == 1
+    apis = [
+        r["inputs"]["service"]
+        for r in plan["resources"]
+        if r["type"] == "gcp:projects/service:Service"
+    ]
+    assert "container.googleapis.com" in apis
+    assert plan["summary"]["gpus"] == 16
+    assert plan["target"] == "gpu_cluster"
+
+
+def test_invalid_config_registers_nothing() -> None:
+    bad = {
+        **GPU_STACK,
+        "trainstack:gpu_cluster": {**GPU_STACK["trainstack:gpu_cluster"], "nodes": 3},
+    }
+    errors: list[str] = []
+
+    def program() -> dict[str, Any]:
+        try:
+            return main_program()
+        except ConfigError as exc:
+            errors.append(str(exc))
+            return {}
+
+    run = run_program(program, config=bad, stack="bad")
+    assert run.resources == []
+    assert errors and errors[0].startswith("gpu_cluster.nodes: unknown key")
+    with pytest.raises(ConfigError, match=r"^gpu_cluster\.nodes: unknown key"):
+        build_plan("bad", bad)
+
+
+def test_plan_diff_node_count_change_shows_cost_and_quota() -> None:
+    base = build_plan("dev-gpu", GPU_STACK)
+    bigger = copy.deepcopy(GPU_STACK)
+    bigger["trainstack:gpu_cluster"]["node_count"] = 4
+    head = build_plan("dev-gpu", bigger)
+    text = plan_diff(base, head)
+    assert "| gpus | 16 | 32 | +16 |" in text
+    assert "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region" in text
+    assert len(text) <= MAX_DIFF_CHARS
+
+
+def test_plan_diff_no_changes() -> None:
+    plan = build_plan("dev-gpu", GPU_STACK)
+    assert plan_diff(plan, plan) == "## trainstack plan diff\n\n### Stack `dev-gpu`: no changes\n"
+
+
+def test_plan_diff_input_change_is_listed() -> None:
+    base = build_plan("dev-gpu", GPU_STACK)
+    head = copy.deepcopy(base)
+    bucket = next(r for r in head["resources"] if r["type"] == "gcp:storage/bucket:Bucket")
+    bucket["inputs"]["location"] = "EUROPE-WEST4"
+    text = plan_diff(base, head)
+    assert f"- **change** `{bucket['name']}` (gcp:storage/bucket:Bucket)" in text
+    assert "  - `location`: `US-CENTRAL1` -> `EUROPE-WEST4`" in text
+
+
+def test_plan_diff_is_trimmed_to_the_comment_limit() -> None:
+    base = build_plan("dev-gpu", GPU_STACK)
+    head = copy.deepcopy(base)
+    template = head["resources"][-1]
+    for i in range(3000):
+        extra = copy.deepcopy(template)
+        extra["name"] = f"extra-resource-{i:04d}-" + "x" * 40
+        head["resources"].append(extra)
+    text = plan_diff(base, head)
+    assert len(text) <= MAX_DIFF_CHARS
+    assert "**Diff trimmed:**" in text
+    assert "3000 to add" in text
+
+
+def test_deploying_a_target_without_its_component_creates_nothing() -> None:
+    failures: list[str] = []
+
+    def program() -> dict[str, Any]:
+        try:
+            return main_program()
+        except TargetNotProvisionedError as exc:
+            failures.append(str(exc))
+            return {}
+
+    run = run_program(program, config=GPU_STACK, stack="dev-gpu", preview=False)
+    assert run.resources == []
+    assert failures == [
+        "trainstack:gpu_cluster: this compute target cannot be deployed yet (its component "
+        "has not landed); `trainstack plan` shows its foundation, cost and quota. Nothing "
+        "was created."
+    ]
