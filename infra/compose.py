@@ -10,16 +10,18 @@ inputs, so a no-op `pulumi up` stays a no-op.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 
 from components.project_services import ProjectServices
+from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.trainer_package import TrainerPackage
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from components.training_identity import TrainingIdentity
 from components.training_network import TrainingNetwork
 from infra.config import StackConfig, load_stack_config
+from infra.estimate import quota_needs
 
 # APIs every cloud stack needs, plus the ones its compute target needs.
 BASE_SERVICES: tuple[str, ...] = (
@@ -51,6 +53,7 @@ OUTPUT_NETWORK = "network_self_link"
 OUTPUT_SUBNETWORK = "subnetwork_self_link"
 OUTPUT_TRAINER_PACKAGE = "trainer_package_uri"
 OUTPUT_LOCAL_ROOT = "local_root"
+OUTPUT_QUOTA_BLOCKED = "quota_blocked"
 
 
 class TargetNotProvisionedError(RuntimeError):
@@ -72,6 +75,25 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     project, region = cfg.project, cfg.region
     assert project is not None and region is not None  # validated for cloud targets
     labels = {**cfg.labels, "stack": deployment, "environment": cfg.environment}
+
+    # First, so a shortfall stops the deployment before anything at all is registered.
+    guard_args: QuotaGuardArgs = {
+        "project": project,
+        "deployment_name": deployment,
+        "needs": [cast(QuotaNeed, need) for need in quota_needs(cfg)],
+        "preflight": not cfg.quotas.skip_preflight,
+        "request_increases": cfg.quotas.request_increases,
+    }
+    if cfg.quotas.contact_email:
+        guard_args["contact_email"] = cfg.quotas.contact_email
+    guard = QuotaGuard(f"{deployment}-quota", guard_args)
+    if guard.blocked:
+        pulumi.log.error(
+            f"quota increases were requested for {len(guard.shortfalls)} quota(s); the "
+            "compute target is not created until Google grants them. Run `pulumi up` again "
+            "once granted.",
+            resource=guard,
+        )
 
     services = ProjectServices(
         f"{deployment}-apis",
@@ -107,6 +129,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     )
     outputs: dict[str, Any] = {
         OUTPUT_TARGET: cfg.target,
+        OUTPUT_QUOTA_BLOCKED: guard.blocked,
         OUTPUT_DATA_URL: buckets.data_url,
         OUTPUT_CHECKPOINT_URL: buckets.checkpoint_url,
         OUTPUT_STAGING_URL: buckets.staging_url,

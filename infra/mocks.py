@@ -10,6 +10,7 @@ No credentials, no network, no Pulumi CLI.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,15 @@ DEFAULT_OUTPUTS: dict[str, OutputsFn] = {
 }
 
 
+class InvokeFailure(Exception):
+    """Raised by an invoke handler to answer as a provider does when the API call fails
+    (e.g. PERMISSION_DENIED): the program sees a catchable invoke error."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class RecordedResource:
     """One resource registration as the engine would have received it."""
@@ -104,6 +114,8 @@ class ProgramRun:
     resources: list[RecordedResource]
     outputs: dict[str, Any]
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    logs: list[tuple[str, str]] = field(default_factory=list)
+    """(level name, message) of everything the program logged through `pulumi.log`."""
 
     def of_type(self, type_token: str) -> list[RecordedResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -142,7 +154,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
     ) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
         self.invokes.append((args.token, dict(args.args)))
         fn = self.invoke_table.get(args.token)
-        return (fn(dict(args.args)) if fn is not None else {}), None
+        if fn is None:
+            return {}, []  # the mock monitor iterates the failures: a list, never None
+        try:
+            return fn(dict(args.args)), []
+        except InvokeFailure as failure:
+            return {}, [("", failure.reason)]
 
 
 class RecordingMonitor(_mocks.MockMonitor):
@@ -193,6 +210,15 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
+class _ListHandler(logging.Handler):
+    def __init__(self, sink: list[tuple[str, str]]) -> None:
+        super().__init__(logging.DEBUG)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append((record.levelname, record.getMessage()))
+
+
 def config_to_engine(config: Mapping[str, Any]) -> dict[str, str]:
     """Stack-file config values as the engine hands them to a program: objects as JSON."""
     return {
@@ -218,8 +244,14 @@ def run_program(
     """
     mocks = RecordingMocks(outputs=outputs, invokes=invokes)
     monitor = RecordingMonitor(mocks)
+    logs: list[tuple[str, str]] = []
+    logger = logging.getLogger(f"trainstack.mocks.{id(logs)}")
+    logger.propagate = False  # keep engine messages out of the CLI's output; they are returned
+    logger.handlers = [_ListHandler(logs)]
     _settings.ROOT.set(None)
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
+    pulumi.runtime.set_mocks(
+        mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor, logger=logger
+    )
     pulumi.runtime.set_all_config(config_to_engine(config or {}))
     result: dict[str, Any] = {}
 
@@ -238,4 +270,6 @@ def run_program(
         _sync_await(run_pulumi_func(body))
     finally:
         pulumi.runtime.set_all_config({})
-    return ProgramRun(resources=list(monitor.recorded), outputs=result, invokes=list(mocks.invokes))
+    return ProgramRun(
+        resources=list(monitor.recorded), outputs=result, invokes=list(mocks.invokes), logs=logs
+    )

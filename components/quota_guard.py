@@ -1,0 +1,249 @@
+"""QuotaGuard: fail a deployment on missing quota before any compute exists.
+
+Every rival tool's most common complaint is finding out about quota minutes into
+provisioning. QuotaGuard reads the current limit of each quota a stack needs with the
+`gcp.cloudquota.get_s_quota_info` invoke (which runs at preview too) and raises before the
+stack registers anything when a need exceeds its limit, naming every shortfall. With
+`request_increases` it files a `gcp.cloudquota.SQuotaPreference` per shortfall instead and
+reports the deployment as blocked until Google grants them.
+
+    from components.quota_guard import QuotaGuard
+
+    guard = QuotaGuard("exp-quota", {
+        "project": "my-project",
+        "deployment_name": "exp",
+        "needs": [{"service": "compute.googleapis.com",
+                   "quota_id": "NVIDIA-A100-GPUS-per-project-region",
+                   "dimensions": {"region": "us-central1"}, "needed": 16}],
+    })
+
+Quota preferences cannot be deleted (the Cloud Quotas API has no delete), so they are
+retained on `pulumi destroy`: Pulumi forgets them, the granted quota stays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, NotRequired, TypedDict
+from urllib.parse import quote
+
+import pulumi
+from pulumi_gcp import cloudquota
+
+from components._naming import gcp_name
+
+TYPE_TOKEN = "trainstack:quota:QuotaGuard"
+# A limit of -1 means unlimited in the Cloud Quotas API.
+UNLIMITED = -1
+
+
+class QuotaNeed(TypedDict):
+    """One quota a stack needs (the shape `infra.estimate.quota_needs` returns)."""
+
+    service: str
+    """The API that owns the quota, e.g. `compute.googleapis.com`."""
+    quota_id: str
+    """The quota id within the service, e.g. `NVIDIA-A100-GPUS-per-project-region`."""
+    dimensions: Mapping[str, str]
+    """Where it applies: `{"region": ...}`, `{"zone": ...}` or `{}` for global."""
+    needed: int
+    """How much the stack uses at once."""
+    verified: NotRequired[bool]
+    """False when the quota id comes from an unverified source."""
+
+
+class QuotaGuardArgs(TypedDict):
+    """Arguments of QuotaGuard; all plain values, because the check runs at construction."""
+
+    project: str
+    """Project id whose quota is read and requested."""
+    deployment_name: str
+    """Stack or deployment name; names the quota preferences."""
+    needs: Sequence[QuotaNeed]
+    """What the stack needs."""
+    preflight: NotRequired[bool]
+    """Read the limits and fail on a shortfall (default True). Turn off for stacks that run
+    on a specific reservation, whose capacity is not counted against these quotas."""
+    request_increases: NotRequired[bool]
+    """File a quota preference for each shortfall instead of failing (default False)."""
+    contact_email: NotRequired[str]
+    """Who Google contacts about the requests; required with `request_increases`."""
+
+
+@dataclass(frozen=True)
+class QuotaCheck:
+    """The outcome for one need."""
+
+    service: str
+    quota_id: str
+    dimensions: dict[str, str]
+    needed: int
+    limit: int | None
+    status: Literal["ok", "short", "unknown", "skipped"]
+    detail: str
+
+
+class QuotaShortfallError(RuntimeError):
+    """A need exceeds its quota limit; raised before any resource is registered."""
+
+
+def console_url(project: str, check: QuotaCheck) -> str:
+    """The Cloud console page where the quota can be raised."""
+    return (
+        "https://console.cloud.google.com/iam-admin/quotas"
+        f"?project={quote(project)}&service={quote(check.service)}"
+        f"&metric={quote(check.quota_id)}"
+    )
+
+
+def _limit_for(info: Any, dimensions: Mapping[str, str]) -> int | None:
+    """The enforced limit for `dimensions`: the most specific matching dimensions info.
+
+    An info applies when each of its dimensions equals ours; one with no dimensions is the
+    default for all locations without a more specific entry.
+    """
+    best: tuple[int, int] | None = None
+    for entry in getattr(info, "dimensions_infos", None) or []:
+        dims = dict(entry.dimensions or {})
+        if any(dimensions.get(k) != v for k, v in dims.items()):
+            continue
+        details = entry.details or []
+        if not details or details[0].value in (None, ""):
+            continue
+        candidate = (len(dims), int(details[0].value))
+        if best is None or candidate[0] > best[0]:
+            best = candidate
+    return None if best is None else best[1]
+
+
+def _outcome(
+    need: QuotaNeed,
+    limit: int | None,
+    status: Literal["ok", "short", "unknown", "skipped"],
+    detail: str,
+) -> QuotaCheck:
+    return QuotaCheck(
+        service=need["service"],
+        quota_id=need["quota_id"],
+        dimensions=dict(need["dimensions"]),
+        needed=need["needed"],
+        limit=limit,
+        status=status,
+        detail=detail,
+    )
+
+
+def check_needs(project: str, needs: Sequence[QuotaNeed]) -> list[QuotaCheck]:
+    """Read each need's limit and compare; unreadable quotas come back `unknown`."""
+    checks = []
+    for need in needs:
+        try:
+            info = cloudquota.get_s_quota_info(
+                parent=f"projects/{project}", service=need["service"], quota_id=need["quota_id"]
+            )
+            limit = _limit_for(info, need["dimensions"])
+        except Exception as exc:  # noqa: BLE001 - any read failure is reported, not fatal
+            checks.append(_outcome(need, None, "unknown", str(exc)))
+            continue
+        if limit is None:
+            checks.append(
+                _outcome(need, None, "unknown", "no limit is reported for these dimensions")
+            )
+        elif limit != UNLIMITED and need["needed"] > limit:
+            checks.append(_outcome(need, limit, "short", f"need {need['needed']}, limit {limit}"))
+        else:
+            checks.append(_outcome(need, limit, "ok", "within limit"))
+    return checks
+
+
+def _where(check: QuotaCheck) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(check.dimensions.items())) or "global"
+
+
+def shortfall_message(project: str, shortfalls: Sequence[QuotaCheck]) -> str:
+    lines = [f"quota preflight: {len(shortfalls)} shortfall(s) in project {project!r}:"]
+    for c in shortfalls:
+        lines.append(
+            f"  - {c.service} {c.quota_id} ({_where(c)}): need {c.needed}, limit {c.limit}; "
+            f"request more at {console_url(project, c)}"
+        )
+    lines.append(
+        "Nothing was created. Raise the quota, or set trainstack:quotas "
+        "{request_increases: true, contact_email: ...} to file the requests with pulumi up."
+    )
+    return "\n".join(lines)
+
+
+class QuotaGuard(pulumi.ComponentResource):
+    """Checks a stack's quota before anything else is created; optionally requests more."""
+
+    checks: list[QuotaCheck]
+    """The outcome per need (plain data: the check ran when the program did)."""
+    shortfalls: list[QuotaCheck]
+    """Needs above their limit."""
+    blocked: bool
+    """True when shortfalls were filed as requests: compute must wait for the grants."""
+    preferences: list[cloudquota.SQuotaPreference]
+    """The quota preferences filed (empty unless `request_increases` and a shortfall)."""
+
+    def __init__(
+        self, name: str, args: QuotaGuardArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        project = args["project"]
+        request = args.get("request_increases", False)
+        if request and not args.get("contact_email"):
+            raise ValueError("contact_email: required when request_increases is true")
+        if args.get("preflight", True):
+            self.checks = check_needs(project, args["needs"])
+        else:
+            skipped = "preflight off (specific reservation)"
+            self.checks = [_outcome(n, None, "skipped", skipped) for n in args["needs"]]
+        self.shortfalls = [c for c in self.checks if c.status == "short"]
+        if self.shortfalls and not request:
+            # Raised before registering anything, so the deployment creates nothing.
+            raise QuotaShortfallError(shortfall_message(project, self.shortfalls))
+
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        for c in (c for c in self.checks if c.status == "unknown"):
+            pulumi.log.warn(
+                f"quota {c.service} {c.quota_id} ({_where(c)}) could not be read: {c.detail}; "
+                f"the stack needs {c.needed}. Check it at {console_url(project, c)}",
+                resource=self,
+            )
+        self.preferences = [self._request(name, args, c) for c in self.shortfalls if request]
+        self.blocked = bool(self.preferences)
+        self.register_outputs(
+            {
+                "checks": [asdict(c) for c in self.checks],
+                "shortfalls": [asdict(c) for c in self.shortfalls],
+                "blocked": self.blocked,
+                "preferences": [p.name for p in self.preferences],
+            }
+        )
+
+    def _request(
+        self,
+        name: str,
+        args: QuotaGuardArgs,
+        check: QuotaCheck,
+    ) -> cloudquota.SQuotaPreference:
+        role = f"{check.quota_id}-{_where(check)}"
+        return cloudquota.SQuotaPreference(
+            f"{name}-{gcp_name('request', role)}",
+            parent=f"projects/{args['project']}",
+            # A deterministic id makes a re-run update the same preference instead of
+            # filing a duplicate.
+            name=gcp_name(args["deployment_name"], role),
+            service=check.service,
+            quota_id=check.quota_id,
+            dimensions=check.dimensions,
+            quota_config={"preferred_value": str(check.needed)},
+            contact_email=args.get("contact_email"),
+            justification=(
+                f"trainstack stack {args['deployment_name']!r} needs {check.needed} of "
+                f"{check.quota_id} ({_where(check)}) for distributed training; current "
+                f"limit {check.limit}."
+            ),
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )

@@ -1,0 +1,1 @@
+"""In-process fakes of Google APIs that tests talk to over real HTTP."""

@@ -1,0 +1,354 @@
+"""Vertex REST bodies: every option combination validates against aiplatform.v1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components._discovery import validate_body
+from components.vertex_training_job import (
+    DEFAULT_EXECUTOR_IMAGE,
+    REQUEST_ID_LABEL,
+    job_body,
+    reduction_server_image,
+    validate_args,
+)
+from infra import catalog
+
+PKG = "gs://stage/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
+BASE: dict[str, Any] = {
+    "project": "p",
+    "region": "us-central1",
+    "display_name": "exp-42",
+    "machine_type": "a2-highgpu-8g",
+    "accelerator_type": "NVIDIA_TESLA_A100",
+    "accelerator_count": 8,
+    "replica_count": 1,
+    "package_uri": PKG,
+    "trainer_args": ["--steps=100"],
+}
+LABELS = {"component": "vertex-training-job", "managed-by": "trainstack"}
+TUNING: dict[str, Any] = {
+    "metric_id": "loss",
+    "goal": "MINIMIZE",
+    "max_trial_count": 8,
+    "parallel_trial_count": 2,
+    "parameters": [
+        {
+            "parameter_id": "learning_rate",
+            "type": "double",
+            "min": 1e-4,
+            "max": 1e-1,
+            "scale": "log",
+        },
+        {"parameter_id": "grad_accum_steps", "type": "integer", "min": 1, "max": 4},
+        {"parameter_id": "model", "type": "categorical", "values": ["mlp", "cnn"]},
+        {
+            "parameter_id": "global_batch_size",
+            "type": "discrete",
+            "values": [64, 128, 256],
+            "scale": "linear",
+        },
+    ],
+}
+
+
+def body_for(**overrides: Any) -> dict[str, Any]:
+    args = {**BASE, **overrides}
+    reducers = validate_args(args)
+    resolved = {
+        k: args[k]
+        for k in ("package_uri", "service_account", "base_output_dir")
+        if args.get(k) is not None
+    }
+    return job_body(args, reducers, labels=dict(LABELS), **resolved)
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "chief-only": {},
+    "chief+workers": {"replica_count": 4},
+    "rs-one-reducer": {"replica_count": 2, "reduction_server": {"replica_count": 1}},
+    "rs-auto": {"replica_count": 4, "reduction_server": {"replica_count": "auto"}},
+    "rs-chief-only": {"reduction_server": {"replica_count": 1}},
+    "spot+timeout": {"spot": True, "timeout_s": 86400, "restart_job_on_worker_restart": True},
+    "container": {
+        "package_uri": None,
+        "container_image_uri": "us-docker.pkg.dev/p/r/t:1",
+        "container_command": ["python", "-m", "trainers.torch_ddp"],
+    },
+    "ultragpu": {
+        "machine_type": "a2-ultragpu-4g",
+        "accelerator_type": "NVIDIA_A100_80GB",
+        "accelerator_count": 4,
+        "replica_count": 2,
+    },
+    "cpu": {"machine_type": "n1-standard-8", "accelerator_type": None, "accelerator_count": None},
+    "identity+output": {
+        "service_account": "sa@p.iam.gserviceaccount.com",
+        "base_output_dir": "gs://ckpt",
+    },
+    "hp-tuning": {"hyperparameter_tuning": TUNING, "replica_count": 2},
+    "hp-grid": {
+        "hyperparameter_tuning": {
+            **TUNING,
+            "algorithm": "GRID_SEARCH",
+            "parameters": TUNING["parameters"][1:],
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bodies_validate_against_discovery(case: str) -> None:
+    body = body_for(**CASES[case])
+    schema = "HyperparameterTuningJob" if "studySpec" in body else "CustomJob"
+    assert validate_body("aiplatform.v1", schema, body) == []
+
+
+def test_chief_only_body_is_exact() -> None:
+    body = body_for()
+    rid = body["labels"][REQUEST_ID_LABEL]
+    assert len(rid) == 32
+    assert body == {
+        "displayName": "exp-42",
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {
+                        "machineType": "a2-highgpu-8g",
+                        "acceleratorType": "NVIDIA_TESLA_A100",
+                        "acceleratorCount": 8,
+                    },
+                    "replicaCount": "1",
+                    "diskSpec": {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100},
+                    "pythonPackageSpec": {
+                        "executorImageUri": DEFAULT_EXECUTOR_IMAGE,
+                        "packageUris": [PKG],
+                        "pythonModule": "trainers.torch_ddp",
+                        "args": ["--steps=100"],
+                    },
+                }
+            ],
+            "scheduling": {"strategy": "STANDARD", "restartJobOnWorkerRestart": False},
+        },
+        "labels": {**LABELS, REQUEST_ID_LABEL: rid},
+    }
+    assert body_for() == body  # deterministic
+
+
+def test_reduction_server_pools() -> None:
+    pools = body_for(**CASES["rs-auto"])["jobSpec"]["workerPoolSpecs"]
+    assert [p["replicaCount"] for p in pools] == ["1", "3", "13"]
+    assert pools[2] == {
+        "machineSpec": {"machineType": "n1-highcpu-16"},
+        "replicaCount": "13",
+        "containerSpec": {
+            "imageUri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+        },
+    }
+    for pool in pools[:2]:
+        spec = pool["pythonPackageSpec"]
+        assert spec["args"] == ["--steps=100", "--bucket_cap_mb=64"]
+        assert spec["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    one = body_for(**CASES["rs-one-reducer"])["jobSpec"]["workerPoolSpecs"]
+    assert one[2]["replicaCount"] == "1"
+    chief_only = body_for(**CASES["rs-chief-only"])["jobSpec"]["workerPoolSpecs"]
+    assert chief_only[1] == {} and chief_only[2]["replicaCount"] == "1"
+    explicit = body_for(
+        replica_count=2, trainer_args=["--bucket_cap_mb=32"], reduction_server={"replica_count": 1}
+    )
+    assert explicit["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["args"] == [
+        "--bucket_cap_mb=32"
+    ]
+
+
+def test_spot_container_and_tuning_fields() -> None:
+    sched = body_for(**CASES["spot+timeout"])["jobSpec"]["scheduling"]
+    assert sched == {"strategy": "SPOT", "restartJobOnWorkerRestart": True, "timeout": "86400s"}
+    pool = body_for(**CASES["container"])["jobSpec"]["workerPoolSpecs"][0]
+    assert pool["containerSpec"] == {
+        "imageUri": "us-docker.pkg.dev/p/r/t:1",
+        "command": ["python", "-m", "trainers.torch_ddp"],
+        "args": ["--steps=100"],
+    }
+    hp = body_for(**CASES["hp-tuning"])
+    assert hp["studySpec"] == {
+        "metrics": [{"metricId": "loss", "goal": "MINIMIZE"}],
+        "parameters": [
+            {
+                "parameterId": "learning_rate",
+                "doubleValueSpec": {"minValue": 1e-4, "maxValue": 0.1},
+                "scaleType": "UNIT_LOG_SCALE",
+            },
+            {
+                "parameterId": "grad_accum_steps",
+                "integerValueSpec": {"minValue": "1", "maxValue": "4"},
+            },
+            {"parameterId": "model", "categoricalValueSpec": {"values": ["mlp", "cnn"]}},
+            {
+                "parameterId": "global_batch_size",
+                "discreteValueSpec": {"values": [64.0, 128.0, 256.0]},
+                "scaleType": "UNIT_LINEAR_SCALE",
+            },
+        ],
+        "algorithm": "ALGORITHM_UNSPECIFIED",
+    }
+    assert (hp["maxTrialCount"], hp["parallelTrialCount"], hp["maxFailedTrialCount"]) == (8, 2, 0)
+    env = hp["trialJobSpec"]["workerPoolSpecs"][1]["pythonPackageSpec"]["env"]
+    assert env == [{"name": "TRAINSTACK_HYPERTUNE_METRIC", "value": "loss"}]
+
+
+def test_invalid_bodies_give_exact_errors() -> None:
+    body = body_for(replica_count=2)
+    body["jobSpec"]["workerPoolSpecs"][1]["replicaCount"] = 1
+    body["jobSpec"]["scheduling"]["strategy"] = "PREEMPTIBLE"
+    body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = "A100"
+    errors = validate_body("aiplatform.v1", "CustomJob", body)
+    assert errors[1] == (
+        "jobSpec.workerPoolSpecs[1].replicaCount: expected int64 as a decimal "
+        "JSON string, got integer 1"
+    )
+    assert errors[0].startswith(
+        "jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType: 'A100' is not one of "
+        "ACCELERATOR_TYPE_UNSPECIFIED, "
+    )
+    assert errors[2] == (
+        "jobSpec.scheduling.strategy: 'PREEMPTIBLE' is not one of "
+        "STRATEGY_UNSPECIFIED, ON_DEMAND, LOW_COST, STANDARD, SPOT, FLEX_START"
+    )
+    hp = body_for(**CASES["hp-tuning"])
+    hp["studySpec"]["parameters"][1]["integerValueSpec"]["minValue"] = 1
+    hp["studySpec"]["metrics"][0]["goal"] = "LOWER"
+    assert validate_body("aiplatform.v1", "HyperparameterTuningJob", hp) == [
+        "studySpec.metrics[0].goal: 'LOWER' is not one of GOAL_TYPE_UNSPECIFIED, MAXIMIZE, "
+        "MINIMIZE",
+        "studySpec.parameters[1].integerValueSpec.minValue: expected int64 as a decimal JSON "
+        "string, got integer 1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("machine", "replicas", "expected"),
+    [
+        ("a2-highgpu-8g", 5, 16),  # Google: 5 x 100 Gbps workers -> 16 x n1-highcpu-16
+        ("a2-megagpu-16g", 8, 25),  # Google: 8 x a2-megagpu-16g -> 25
+        ("a2-highgpu-8g", 4, 13),
+        ("a2-highgpu-1g", 1, 1),
+    ],
+)
+def test_reducer_sizing(machine: str, replicas: int, expected: int) -> None:
+    assert catalog.reducers_needed(machine, replicas) == expected
+    gpus = catalog.MACHINES[machine].gpus
+    model = catalog.MACHINES[machine].gpu_model
+    assert model is not None
+    body = body_for(
+        machine_type=machine,
+        accelerator_count=gpus,
+        replica_count=replicas,
+        accelerator_type=catalog.GPU_ACCELERATOR_NAMES[model].vertex,
+        reduction_server={"replica_count": "auto"},
+    )
+    assert body["jobSpec"]["workerPoolSpecs"][2]["replicaCount"] == str(expected)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {
+                "machine_type": "n1-standard-8",
+                "accelerator_type": None,
+                "accelerator_count": None,
+                "reduction_server": {"replica_count": 1},
+            },
+            "reduction_server: needs GPU workers; machine_type 'n1-standard-8' has no accelerator "
+            "(CPU-only jobs do not use NCCL all-reduce)",
+        ),
+        (
+            {
+                "machine_type": "cloud-tpu",
+                "accelerator_type": "TPU_V3",
+                "accelerator_count": 8,
+                "reduction_server": {"replica_count": 1},
+            },
+            "reduction_server: not supported with TPU accelerator 'TPU_V3'; Reduction Server needs "
+            "NCCL GPU workers",
+        ),
+        (
+            {"reduction_server": {"replica_count": 0}},
+            "reduction_server.replica_count: expected an integer >= 1 or 'auto', got 0",
+        ),
+        (
+            {"reduction_server": {"replica_count": 1, "machine_type": "e2-standard-4"}},
+            "reduction_server.machine_type: 'e2-standard-4' is not a documented Reduction Server "
+            "machine (allowed: n1-highcpu-16, n2-highcpu-16)",
+        ),
+        ({"replica_count": 0}, "replica_count: expected an integer >= 1, got 0"),
+        (
+            {"accelerator_type": "NVIDIA_A100_80GB"},
+            "accelerator_type: machine_type 'a2-highgpu-8g' carries A100 40GB GPUs; expected "
+            "'NVIDIA_TESLA_A100', got 'NVIDIA_A100_80GB'",
+        ),
+        (
+            {"machine_type": "a2-ultragpu-8g"},
+            "accelerator_type: machine_type 'a2-ultragpu-8g' carries A100 80GB GPUs; expected "
+            "'NVIDIA_A100_80GB', got 'NVIDIA_TESLA_A100'",
+        ),
+        (
+            {"accelerator_count": 4},
+            "accelerator_count: machine_type 'a2-highgpu-8g' has 8 GPUs; expected 8, got 4",
+        ),
+        (
+            {"machine_type": "n1-standard-8"},
+            "accelerator_type: machine_type 'n1-standard-8' has no GPUs; omit accelerator_type "
+            "and accelerator_count",
+        ),
+        (
+            {"container_image_uri": "x"},
+            "package_uri: give exactly one of package_uri (with executor_image_uri) or "
+            "container_image_uri",
+        ),
+        (
+            {
+                "hyperparameter_tuning": {
+                    **TUNING,
+                    "parameters": [
+                        {"parameter_id": "lr", "type": "double", "min": 0.1, "max": 1.0}
+                    ],
+                }
+            },
+            "hyperparameter_tuning.parameters[0].parameter_id: 'lr' is not a bundled trainer flag "
+            "(trainers.common.config.TrainConfig fields)",
+        ),
+        (
+            {"hyperparameter_tuning": {**TUNING, "algorithm": "GRID_SEARCH"}},
+            "hyperparameter_tuning.parameters[0]: GRID_SEARCH does not support double parameters",
+        ),
+        (
+            {"hyperparameter_tuning": {**TUNING, "parallel_trial_count": 9}},
+            "hyperparameter_tuning.parallel_trial_count: must not exceed max_trial_count (9 > 8)",
+        ),
+    ],
+)
+def test_validation_messages(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        validate_args({**BASE, **overrides})
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("region", "multi"),
+    [
+        ("us-central1", "us"),
+        ("northamerica-northeast1", "us"),
+        ("europe-west4", "europe"),
+        ("me-west1", "europe"),
+        ("asia-southeast1", "asia"),
+        ("australia-southeast1", "asia"),
+    ],
+)
+def test_reduction_server_image_nearest_multi_region(region: str, multi: str) -> None:
+    assert reduction_server_image(region) == (
+        f"{multi}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+    )
