@@ -1,0 +1,7 @@
+"""The trainstack Pulumi program, its stack config, GCP catalog, offline plan and CLI."""
+
+import warnings
+
+# google.api_core announces on import that it will drop Python 3.11 in 2027; nothing a user
+# running `trainstack plan` can act on, so it is silenced here, before anything imports it.
+warnings.filterwarnings("ignore", message="You are using a Python version", category=FutureWarning)

@@ -3,6 +3,7 @@
     trainstack plan --stack dev-tpu-v5e [--json]   offline plan: resources, totals, $/hour, quota
     trainstack plan-diff base.json head.json       Markdown diff for a pull-request comment
     trainstack local-run --stack local             run the stack's trainer on this machine
+    trainstack status --stack prod-vertex-rs       live state of the stack's Vertex AI job
     trainstack stacks                              list the bundled stacks
 
 Exit codes: 0 ok; 2 invalid config or arguments (the message names the key); `local-run`
@@ -101,6 +102,62 @@ def stacks() -> None:
     """List the bundled stacks."""
     for name in bundled_stacks():
         typer.echo(name)
+
+
+@app.command()
+def status(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    job: Annotated[
+        str | None,
+        typer.Option(
+            help="Job resource name; default: the stack's `job_name` output (needs the Pulumi CLI)."
+        ),
+    ] = None,
+    api_endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Live state of the stack's Vertex AI job (dynamic resources cannot be refreshed)."""
+    from components._vertex_provider import job_status
+
+    name, config = _load(stack, config_file)
+    try:
+        cfg = load_stack_config(config)
+    except ConfigError as exc:
+        raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    if cfg.vertex is None:
+        raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
+    if job is None:
+        job = _stack_output(name, "job_name")
+    assert cfg.project is not None and cfg.region is not None
+    info = job_status(cfg.project, cfg.vertex.region or cfg.region, job, api_endpoint=api_endpoint)
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+        return
+    console = Console()
+    for key, value in info.items():
+        console.print(f"[bold]{key}[/]: {value}", highlight=False, soft_wrap=True)
+
+
+def _stack_output(stack: str, key: str) -> str:
+    """A deployed stack's output, read with the Pulumi CLI."""
+    import shutil
+    import subprocess
+
+    if shutil.which("pulumi") is None:
+        raise _fail(
+            f"reading stack {stack!r}'s `{key}` output needs the Pulumi CLI; install it or "
+            f"pass --job projects/P/locations/R/customJobs/ID"
+        )
+    done = subprocess.run(
+        ["pulumi", "stack", "output", key, "--stack", stack, "--cwd", str(REPO_ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        raise _fail(f"stack {stack!r} has no `{key}` output: {done.stderr.strip()}")
+    return done.stdout.strip()
 
 
 @app.command("local-run")

@@ -20,7 +20,13 @@ from components.trainer_package import TrainerPackage
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from components.training_identity import TrainingIdentity
 from components.training_network import TrainingNetwork
-from infra.config import StackConfig, load_stack_config
+from components.vertex_training_job import (
+    HyperparameterSpec,
+    HyperparameterTuningArgs,
+    VertexTrainingJob,
+    VertexTrainingJobArgs,
+)
+from infra.config import HyperparameterTuningConfig, StackConfig, load_stack_config
 from infra.estimate import quota_needs
 
 # APIs every cloud stack needs, plus the ones its compute target needs.
@@ -41,7 +47,7 @@ TARGET_SERVICES: Mapping[str, tuple[str, ...]] = {
 # Compute targets whose component has landed. A stack naming another target still plans
 # (foundation, cost and quota are known from the config alone), but a real deployment
 # stops before creating anything rather than leave a half-built stack without compute.
-PROVISIONED_TARGETS: frozenset[str] = frozenset()
+PROVISIONED_TARGETS: frozenset[str] = frozenset({"vertex"})
 
 # Stack output keys, shared with tests and `trainstack status`.
 OUTPUT_TARGET = "target"
@@ -54,6 +60,15 @@ OUTPUT_SUBNETWORK = "subnetwork_self_link"
 OUTPUT_TRAINER_PACKAGE = "trainer_package_uri"
 OUTPUT_LOCAL_ROOT = "local_root"
 OUTPUT_QUOTA_BLOCKED = "quota_blocked"
+OUTPUT_JOB_NAME = "job_name"
+OUTPUT_JOB_STATE = "job_state"
+OUTPUT_CONSOLE_URL = "console_url"
+OUTPUT_REDUCERS = "reducers"
+
+TRAINER_MODULES: Mapping[str, str] = {
+    "torch": "trainers.torch_ddp",
+    "tensorflow": "trainers.tf_multiworker",
+}
 
 
 class TargetNotProvisionedError(RuntimeError):
@@ -151,7 +166,98 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         )
         outputs[OUTPUT_NETWORK] = network.network_self_link
         outputs[OUTPUT_SUBNETWORK] = network.subnetwork_self_link
+    if guard.blocked:
+        return outputs
+    if cfg.target == "vertex":
+        outputs.update(_vertex(cfg, deployment, labels, package, buckets, identity, after_apis))
     return outputs
+
+
+def trainer_args(cfg: StackConfig) -> list[str]:
+    """The stack's trainer settings as the trainer's `--key=value` flags (non-defaults only,
+    in field order), so a job's command line shows exactly what the stack changed."""
+    values = cfg.trainer.model_dump(exclude_defaults=True, mode="json")
+    return [f"--{key}={value}" for key, value in values.items()]
+
+
+def _tuning_args(hp: HyperparameterTuningConfig) -> HyperparameterTuningArgs:
+    scales = {
+        "UNIT_LINEAR_SCALE": "linear",
+        "UNIT_LOG_SCALE": "log",
+        "UNIT_REVERSE_LOG_SCALE": "reverse_log",
+    }
+    parameters: list[HyperparameterSpec] = []
+    for p in hp.parameters:
+        spec: HyperparameterSpec = {"parameter_id": p.parameter_id, "type": p.type}
+        if p.min_value is not None:
+            spec["min"] = p.min_value
+        if p.max_value is not None:
+            spec["max"] = p.max_value
+        if p.values is not None:
+            spec["values"] = list(p.values)
+        if p.scale_type is not None:
+            spec["scale"] = cast(Any, scales[p.scale_type])
+        parameters.append(spec)
+    return {
+        "metric_id": hp.metric_id,
+        "goal": hp.goal,
+        "parameters": parameters,
+        "max_trial_count": hp.max_trial_count,
+        "parallel_trial_count": hp.parallel_trial_count,
+        "algorithm": hp.algorithm,
+        "max_failed_trial_count": hp.max_failed_trial_count,
+    }
+
+
+def _vertex(
+    cfg: StackConfig,
+    deployment: str,
+    labels: Mapping[str, str],
+    package: TrainerPackage,
+    buckets: TrainingBuckets,
+    identity: TrainingIdentity,
+    after_apis: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    vx = cfg.vertex
+    assert vx is not None and cfg.project is not None and cfg.region is not None
+    args: VertexTrainingJobArgs = {
+        "project": cfg.project,
+        "region": vx.region or cfg.region,
+        "display_name": deployment,
+        "machine_type": vx.machine_type,
+        "replica_count": vx.replica_count,
+        "service_account": identity.service_account_email,
+        "base_output_dir": buckets.checkpoint_url,
+        "spot": vx.spot,
+        "labels": labels,
+        "trainer_args": trainer_args(cfg),
+    }
+    if vx.vertex_accelerator_type is not None:
+        args["accelerator_type"] = vx.vertex_accelerator_type
+        args["accelerator_count"] = vx.gpus_per_replica
+    if vx.reduction_server.enabled:
+        args["reduction_server"] = {
+            "replica_count": vx.reducer_count(),
+            "machine_type": vx.reduction_server.machine_type,
+        }
+    if vx.image_uri:
+        # The user's own image runs the trainer module directly.
+        args["container_image_uri"] = vx.image_uri
+        args["container_command"] = ["python", "-m", TRAINER_MODULES[cfg.trainer.framework]]
+    else:
+        args["package_uri"] = package.uri
+        args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
+    if vx.timeout_s is not None:
+        args["timeout_s"] = vx.timeout_s
+    if vx.hyperparameter_tuning is not None:
+        args["hyperparameter_tuning"] = _tuning_args(vx.hyperparameter_tuning)
+    job = VertexTrainingJob(f"{deployment}-job", args, opts=after_apis)
+    return {
+        OUTPUT_JOB_NAME: job.job_name,
+        OUTPUT_JOB_STATE: job.state,
+        OUTPUT_CONSOLE_URL: job.console_url,
+        OUTPUT_REDUCERS: job.reducer_count,
+    }
 
 
 def main_program() -> dict[str, Any]:

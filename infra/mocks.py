@@ -18,12 +18,15 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import mocks as _mocks
+from pulumi.runtime import rpc as _rpc
 from pulumi.runtime import settings as _settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 PROJECT = "trainstack"
 REPO_ROOT = Path(__file__).resolve().parents[1]
+UNKNOWN = "(known after deploy)"
+SECRET = "[secret]"
 
 # Extra state a mocked resource reports back, keyed by type token. Each function gets the
 # recorded inputs and the logical name and returns outputs the real provider would compute
@@ -194,6 +197,8 @@ class RecordingMonitor(_mocks.MockMonitor):
 def _plain(value: Any) -> Any:
     """Inputs as JSON-able data (assets become their path; unknowns become a marker)."""
     if isinstance(value, dict):
+        if value.get(_rpc._special_sig_key) == _rpc._special_secret_sig:
+            return SECRET  # shown as the engine shows secrets in a preview
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
@@ -257,11 +262,12 @@ def run_program(
 
     def body() -> None:
         exported = program() or {}
+        # Outputs a provider computes at deploy time stay unknown in a preview; they keep
+        # this marker instead of hiding the outputs that are known.
+        result.update(dict.fromkeys(exported, UNKNOWN))
 
-        def keep(values: list[Any]) -> None:
-            result.update(dict(zip(exported.keys(), values, strict=True)))
-
-        pulumi.Output.all(*exported.values()).apply(keep)
+        for key, value in exported.items():
+            pulumi.Output.from_input(value).apply(lambda v, key=key: result.__setitem__(key, v))
 
     settings = _settings.SETTINGS
     settings.rpc_manager.clear()

@@ -68,3 +68,39 @@ def test_stacks_lists_bundled_stacks() -> None:
     result = runner.invoke(app, ["stacks"])
     assert result.exit_code == 0
     assert result.stdout.split() == bundled_stacks()
+
+
+def test_status_reads_the_live_job(tmp_path: Path) -> None:
+    from tests.fakes.vertex_server import VertexFakeServer
+
+    with VertexFakeServer() as fake:
+        parent = "projects/my-ml-project/locations/us-central1"
+        status, job = fake.handle("POST", f"/v1/{parent}/customJobs", {"displayName": "x"}) or (
+            0,
+            {},
+        )
+        assert status == 200
+        result = runner.invoke(
+            app,
+            [
+                "status",
+                "--stack",
+                "prod-vertex-rs",
+                "--job",
+                job["name"],
+                "--json",
+                "--api-endpoint",
+                fake.endpoint,
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert info["job_name"] == job["name"]
+    assert info["state"] == "JOB_STATE_PENDING"
+    assert info["display_name"] == "x"
+
+
+def test_status_rejects_a_non_vertex_stack() -> None:
+    result = runner.invoke(app, ["status", "--stack", "local", "--job", "j"])
+    assert result.exit_code == 2
+    assert "status reads Vertex AI jobs; stack 'local' has target 'local'" in result.stderr

@@ -145,3 +145,34 @@ def test_deploying_a_target_without_its_component_creates_nothing() -> None:
         "has not landed); `trainstack plan` shows its foundation, cost and quota. Nothing "
         "was created."
     ]
+
+
+@pytest.mark.parametrize("stack", ["prod-vertex-rs", "dev-vertex-hpt"])
+def test_bundled_vertex_stacks_send_schema_valid_bodies(stack: str) -> None:
+    from components._discovery import normalize_numbers, validate_body
+
+    plan = build_plan(*load_stack(stack, None))
+    [job] = [r for r in plan["resources"] if r["type"].startswith("pulumi-python:dynamic/vertex:")]
+    schema = {"customJobs": "CustomJob", "hyperparameterTuningJobs": "HyperparameterTuningJob"}
+    kind = job["inputs"]["kind"]
+    body = normalize_numbers("aiplatform.v1", schema[kind], job["inputs"]["body"])
+    assert validate_body("aiplatform.v1", schema[kind], body) == []
+    package = next(
+        r for r in plan["resources"] if r["type"] == "gcp:storage/bucketObject:BucketObject"
+    )
+    spec = body.get("jobSpec") or body["trialJobSpec"]
+    uris = spec["workerPoolSpecs"][0]["pythonPackageSpec"]["packageUris"]
+    assert uris == [f"gs://{package['inputs']['bucket']}/{package['inputs']['name']}"]
+
+
+def test_reduction_server_stack_sizes_reducers_by_bandwidth() -> None:
+    plan = build_plan(*load_stack("prod-vertex-rs", None))
+    assert plan["outputs"]["reducers"] == 13
+    [job] = [r for r in plan["resources"] if r["type"] == "pulumi-python:dynamic/vertex:CustomJob"]
+    pools = job["inputs"]["body"]["jobSpec"]["workerPoolSpecs"]
+    assert [p["replicaCount"] for p in pools] == ["1", "3", "13"]
+    assert pools[2]["containerSpec"]["imageUri"] == (
+        "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+    )
+    assert "--bucket_cap_mb=64" in pools[0]["pythonPackageSpec"]["args"]
+    assert plan["summary"]["machines"] == 17
