@@ -266,8 +266,14 @@ def run_program(
         # this marker instead of hiding the outputs that are known.
         result.update(dict.fromkeys(exported, UNKNOWN))
 
+        def keeper(key: str) -> Callable[[Any], None]:
+            def keep(value: Any) -> None:
+                result[key] = value
+
+            return keep
+
         for key, value in exported.items():
-            pulumi.Output.from_input(value).apply(lambda v, key=key: result.__setitem__(key, v))
+            pulumi.Output.from_input(value).apply(keeper(key))
 
     settings = _settings.SETTINGS
     settings.rpc_manager.clear()

@@ -22,7 +22,7 @@ TF_STRATEGIES: tuple[str, ...] = ("mirrored", "multi_worker_mirrored", "tpu", "p
 class TrainConfig(BaseModel):
     """What to train and how; identical on every rank."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     framework: Framework = "torch"
     """Which bundled trainer runs: `trainers.torch_ddp` or `trainers.tf_multiworker`."""
@@ -66,6 +66,33 @@ class TrainConfig(BaseModel):
     """Deterministic kernels and data order, so two runs end with the same params_sha256."""
     preemption_grace_s: float = Field(default=30.0, gt=0)
     """After SIGTERM, every rank saves a checkpoint within this many seconds and exits."""
+    run_name: str = Field(default="run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """Names the run in logs and, for `trainstack local-run`, its checkpoint folder."""
+    async_checkpoint: bool = False
+    """Copy the state to CPU and write it on a background thread so training stalls only for
+    the copy (DDP; FSDP checkpoints are always written synchronously)."""
+    torch_threads: int = Field(default=1, ge=0)
+    """Intra-op CPU threads per process; 1 keeps several ranks on one machine from fighting
+    over cores, 0 keeps torch's default (all cores)."""
+    hidden_dim: int = Field(default=128, gt=0)
+    """Width of the MLP's hidden layers and channels of the CNN."""
+    gpt_layers: int = Field(default=2, gt=0)
+    """GPT decoder blocks."""
+    gpt_dim: int = Field(default=64, gt=0)
+    """GPT embedding width; must be divisible by gpt_heads."""
+    gpt_heads: int = Field(default=4, gt=0)
+    """GPT attention heads."""
+    seq_len: int = Field(default=64, gt=1)
+    """GPT context length in tokens."""
+    vocab_size: int = Field(default=256, gt=1)
+    """GPT vocabulary size (synthetic token data draws from it)."""
+    synthetic_samples: int = Field(default=8192, gt=0)
+    """Training samples the synthetic dataset generates (plus a quarter as many for test)."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """Linear learning-rate warmup; after it the rate decays by cosine to a tenth of the peak."""
+    tensorboard_dir: str | None = None
+    """TensorBoard event folder (local or gs://); on Vertex AIP_TENSORBOARD_LOG_DIR wins when
+    this is unset."""
 
     @model_validator(mode="after")
     def _strategy_matches_framework(self) -> TrainConfig:
@@ -77,4 +104,15 @@ class TrainConfig(BaseModel):
             )
         if self.dataset == "files" and not self.data_path:
             raise ValueError("data_path is required when dataset is 'files'")
+        if self.model == "gpt" and self.dataset == "digits":
+            raise ValueError("model 'gpt' needs token data: dataset 'synthetic' or 'files'")
+        if self.gpt_dim % self.gpt_heads:
+            raise ValueError(
+                f"gpt_dim ({self.gpt_dim}) must be divisible by gpt_heads ({self.gpt_heads})"
+            )
+        if self.global_batch_size % self.grad_accum_steps:
+            raise ValueError(
+                f"global_batch_size ({self.global_batch_size}) must be divisible by "
+                f"grad_accum_steps ({self.grad_accum_steps})"
+            )
         return self
