@@ -4,6 +4,7 @@
     trainstack plan-diff base.json head.json       Markdown diff for a pull-request comment
     trainstack local-run --stack local             run the stack's trainer on this machine
     trainstack status --stack prod-vertex-rs       live state of the stack's Vertex AI job
+    trainstack quota --stack dev-a100-gke          the quota a stack needs, offline
     trainstack stacks                              list the bundled stacks
 
 Exit codes: 0 ok; 2 invalid config or arguments (the message names the key); `local-run`
@@ -21,6 +22,7 @@ import typer
 from rich.console import Console
 
 from infra.config import ConfigError, load_stack_config
+from infra.estimate import quota_needs
 from infra.mocks import REPO_ROOT
 from infra.plan import (
     StackFileError,
@@ -28,6 +30,7 @@ from infra.plan import (
     bundled_stacks,
     load_stack,
     plan_diff,
+    quota_table,
     render_plan,
 )
 
@@ -95,6 +98,31 @@ def plan_diff_cmd(
         except (OSError, json.JSONDecodeError) as exc:
             raise _fail(f"{path}: not a readable JSON plan ({exc})") from None
     sys.stdout.write(plan_diff(documents[0], documents[1]) + "\n")
+
+
+@app.command()
+def quota(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The quota the stack needs (service, quota id, dimensions, amount), offline."""
+    name, config = _load(stack, config_file)
+    try:
+        needs = quota_needs(load_stack_config(config))
+    except ConfigError as exc:
+        raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    if as_json:
+        sys.stdout.write(json.dumps(needs, indent=2) + "\n")
+        return
+    console = Console()
+    console.print(quota_table(needs))
+    unverified = [q["quota_id"] for q in needs if not q["verified"]]
+    if unverified:
+        console.print(
+            "[yellow]note:[/] unverified quota ids; confirm them with "
+            "gcp.cloudquota.get_s_quota_infos before requesting: " + ", ".join(unverified)
+        )
 
 
 @app.command()

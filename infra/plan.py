@@ -107,6 +107,11 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
             f"compute target {cfg.target!r}: its component has not landed yet, so this plan "
             "shows the foundation only and `pulumi up` refuses to deploy it."
         )
+    if cfg.target != "local":
+        notes.append(
+            "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
+            "and `pulumi up` and stops the deployment before anything is created on a shortfall."
+        )
     unverified = [q for q in quota_needs(cfg) if not q["verified"]]
     if unverified:
         notes.append(
@@ -181,19 +186,25 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
     )
     console.print(totals)
 
+    console.print(quota_table(plan["quota"]))
+    for note in plan.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def quota_table(needs: Iterable[Mapping[str, Any]]) -> Table:
+    """The quota a stack needs, one row per quota id and location."""
+    needs = list(needs)
     quota = Table(title="Quota needed", show_header=True)
     for column in ("service", "quota id", "dimensions", "needed", "verified"):
         quota.add_column(column)
-    for q in plan["quota"]:
+    for q in needs:
         dims = ", ".join(f"{k}={v}" for k, v in sorted(q["dimensions"].items()))
         quota.add_row(
             q["service"], q["quota_id"], dims, str(q["needed"]), "yes" if q["verified"] else "NO"
         )
-    if not plan["quota"]:
+    if not needs:
         quota.add_row("-", "(none: nothing runs on Google Cloud)", "-", "-", "-")
-    console.print(quota)
-    for note in plan.get("notes", []):
-        console.print(f"[yellow]note:[/] {note}")
+    return quota
 
 
 # --------------------------------------------------------------------------- plan diff

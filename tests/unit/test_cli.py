@@ -104,3 +104,21 @@ def test_status_rejects_a_non_vertex_stack() -> None:
     result = runner.invoke(app, ["status", "--stack", "local", "--job", "j"])
     assert result.exit_code == 2
     assert "status reads Vertex AI jobs; stack 'local' has target 'local'" in result.stderr
+
+
+def test_quota_json_for_a_gpu_stack() -> None:
+    result = runner.invoke(app, ["quota", "--stack", "dev-a100-gke", "--json"])
+    assert result.exit_code == 0, result.output
+    needs = json.loads(result.stdout)
+    assert [(q["quota_id"], q["dimensions"], q["needed"]) for q in needs] == [
+        ("PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region", {"region": "us-central1"}, 16),
+        ("GPUS-ALL-REGIONS-per-project", {}, 16),
+        ("A2-CPUS-per-project-region", {"region": "us-central1"}, 192),
+    ]
+
+
+def test_quota_table_marks_unverified_ids() -> None:
+    result = runner.invoke(app, ["quota", "--stack", "prod-tpu-v4-32"])
+    assert result.exit_code == 0, result.output
+    assert "TPUV4PodPerProjectPerZoneForTPUAPI" in result.stdout
+    assert "unverified quota ids" in result.stdout
