@@ -49,6 +49,7 @@ RUNTIME_DEPENDENCIES: tuple[str, ...] = (
     "pyyaml>=6",
     "fsspec>=2024.6",
     "gcsfs>=2024.6",
+    "cloudml-hypertune>=0.1.0.dev6",
 )
 """What the trainers import at run time besides the framework (which the image provides)."""
 REQUIRES_PYTHON = ">=3.10"

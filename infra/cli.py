@@ -205,14 +205,18 @@ def local_run(
         cfg = load_stack_config(config)
     except ConfigError as exc:
         raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
-    trainer = cfg.trainer if steps is None else cfg.trainer.model_copy(update={"steps": steps})
+    update: dict[str, Any] = {"run_name": name}
+    if steps is not None:
+        update["steps"] = steps
+    # model_copy skips validation; re-validating keeps the trainer's own checks in force.
+    trainer = type(cfg.trainer).model_validate({**cfg.trainer.model_dump(), **update})
     root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / name
     if not root.is_absolute():
         # Relative roots live beside Pulumi.yaml, as they do under `pulumi up -s local`.
         root = REPO_ROOT / root
     n = workers or (cfg.local.workers if cfg.local else 2)
     try:
-        result = run_local(trainer, workers=n, root=root, run_name=name)
+        result = run_local(trainer, workers=n, root=root)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     raise typer.Exit(result.exit_code)

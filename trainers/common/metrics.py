@@ -1,0 +1,170 @@
+"""Trainer telemetry: JSON log lines, TensorBoard events, a progress bar on a terminal.
+
+Every line on stdout is one JSON object with `event`, `step`, `rank`, `node` and `worker`
+labels and a `severity` that Cloud Logging reads from structured container logs. Events:
+`start`, `resume`, `train` (step time, samples/s, tokens/s, MFU, data-loader wait),
+`checkpoint` (stall and write time), `preempted`, `eval`, `done` (rank 0, exactly once on
+success). TensorBoard scalars go to `AIP_TENSORBOARD_LOG_DIR` (Vertex) or the configured
+directory from rank 0 only; a gs:// directory is written locally and uploaded on close,
+because torch's SummaryWriter writes local files only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+# Dense bf16 peak per GPU in FLOP/s (vendor datasheets, without sparsity).
+GPU_PEAK_BF16_FLOPS: dict[str, float] = {
+    "A100": 312e12,
+    "H100": 989e12,
+    "H200": 989e12,
+}
+
+
+def gpu_peak_flops(device_name: str) -> float | None:
+    """Peak bf16 FLOP/s for a CUDA device name such as 'NVIDIA H100 80GB HBM3'."""
+    upper = device_name.upper()
+    for key, peak in GPU_PEAK_BF16_FLOPS.items():
+        if key in upper:
+            return peak
+    return None
+
+
+def mfu(flops_per_sample: float, samples_per_s: float, peak_flops: float, devices: int) -> float:
+    """Model FLOPs utilization: achieved model FLOP/s over the peak of all devices."""
+    return flops_per_sample * samples_per_s / (peak_flops * devices)
+
+
+def gpu_stats(device_index: int) -> dict[str, float]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    stats = {
+        "gpu_mem_alloc_gib": torch.cuda.memory_allocated(device_index) / 2**30,
+        "gpu_mem_peak_gib": torch.cuda.max_memory_allocated(device_index) / 2**30,
+    }
+    # Utilization needs NVML (pynvml), absent from some images; it is optional.
+    with contextlib.suppress(ModuleNotFoundError, RuntimeError):
+        stats["gpu_util_pct"] = float(torch.cuda.utilization(device_index))
+    return stats
+
+
+class MetricsLogger:
+    """Writes this rank's JSON lines; rank 0 also feeds TensorBoard and the progress bar."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        node: int,
+        worker: int,
+        run_name: str,
+        total_steps: int,
+        tensorboard_dir: str | None = None,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.rank = rank
+        self.labels = {"rank": rank, "node": node, "worker": worker, "run": run_name}
+        self.stream = stream or sys.stdout
+        self._tb: Any = None
+        self._tb_remote: str | None = None
+        self._tb_local: str | None = None
+        if rank == 0 and tensorboard_dir:
+            self._open_tensorboard(tensorboard_dir)
+        self._progress: Any = None
+        self._task: Any = None
+        if rank == 0 and sys.stderr.isatty() and os.environ.get("TRAINSTACK_PROGRESS") != "0":
+            from rich.progress import Progress
+
+            self._progress = Progress(transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task("train", total=total_steps)
+
+    def _open_tensorboard(self, directory: str) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        if "://" in directory:
+            self._tb_remote = directory
+            self._tb_local = tempfile.mkdtemp(prefix="trainstack-tb-")
+            self._tb = SummaryWriter(self._tb_local)
+        else:
+            self._tb = SummaryWriter(directory)
+
+    def log(self, event: str, step: int, *, severity: str = "INFO", **fields: Any) -> None:
+        record = {
+            "event": event,
+            "step": step,
+            **fields,
+            **self.labels,
+            "severity": severity,
+            "time": round(time.time(), 3),
+        }
+        self.stream.write(json.dumps(record, default=float) + "\n")
+        self.stream.flush()
+        if self._tb is not None:
+            for key, value in fields.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._tb.add_scalar(f"{event}/{key}", value, step)
+        if self._progress is not None and event == "train":
+            self._progress.update(
+                self._task, completed=step, description=f"loss {fields.get('loss', 0):.4f}"
+            )
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if self._tb is not None:
+            self._tb.close()
+            if self._tb_remote and self._tb_local:
+                import fsspec
+
+                from trainers.common.checkpoint import storage_options
+
+                fs, root = fsspec.core.url_to_fs(
+                    self._tb_remote, **storage_options(self._tb_remote)
+                )
+                fs.put(self._tb_local + "/", root, recursive=True)
+            self._tb = None
+
+
+HYPERTUNE_METRIC_ENV = "TRAINSTACK_HYPERTUNE_METRIC"
+"""Set by trainstack on Vertex hyperparameter-tuning trials: the metric id to report."""
+# Metric ids a study may name, mapped to the key of the trainer's final record.
+HYPERTUNE_ALIASES = {"accuracy": "test_accuracy", "loss": "test_loss"}
+
+
+def report_hypertune(
+    done: Mapping[str, Any], step: int, env: Mapping[str, str] = os.environ
+) -> str | None:
+    """Report the study's metric to Vertex with cloudml-hypertune; returns the record key used.
+
+    Only on a tuning trial (the env var is set); the study's `metric_id` is the tag, so it
+    must match what the service optimizes.
+    """
+    metric = env.get(HYPERTUNE_METRIC_ENV)
+    if not metric:
+        return None
+    key = metric if metric in done else HYPERTUNE_ALIASES.get(metric, metric)
+    numeric = {k for k, v in done.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    if key not in numeric:
+        reportable = sorted({*HYPERTUNE_ALIASES, *numeric})
+        raise ValueError(
+            f"{HYPERTUNE_METRIC_ENV}={metric!r} is not a metric the trainer reports; "
+            f"valid: {', '.join(reportable)}"
+        )
+    value = done[key]
+    import hypertune  # cloudml-hypertune: writes the file the Vertex tuning service reads
+
+    hypertune.HyperTune().report_hyperparameter_tuning_metric(
+        hyperparameter_metric_tag=metric, metric_value=float(value), global_step=step
+    )
+    return key

@@ -1,0 +1,179 @@
+"""Run a stack's trainer on this machine: `workers` CPU processes under torchrun (gloo).
+
+`trainstack local-run` calls `run_local`. The run contract is the cloud one: the same
+trainer module, config and JSON log lines; checkpoints go to `cfg.checkpoint_dir` when set,
+else `root/checkpoints/<run_name>`, so starting the same run again resumes it. Every JSON line
+the workers print is kept in `root/logs/<run_name>.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from trainers.common.config import TrainConfig
+
+PREEMPTED_EXIT_CODE = 143  # trainers.common.preemption, without importing torch here
+
+
+@dataclass
+class LocalRunResult:
+    exit_code: int
+    """0 done; 143 preempted (checkpoint saved); 2 invalid config; other: crash."""
+    done: dict[str, Any] | None
+    """Rank 0's `done` record, None when the run did not finish."""
+    checkpoint_dir: str
+    log_path: Path
+    wall_s: float
+    last_train: dict[str, Any] | None = None
+    """The last `train` record from rank 0."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Every JSON record the workers printed, in order."""
+
+
+def _command(workers: int, config_path: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(workers),
+        "-m",
+        "trainers.torch_ddp",
+        "--config",
+        str(config_path),
+    ]
+
+
+def _summary(result: LocalRunResult, cfg: TrainConfig, workers: int) -> Table:
+    table = Table(title=f"trainstack local-run: {cfg.run_name}")
+    table.add_column("metric")
+    table.add_column("value")
+    done = result.done or {}
+    last = result.last_train or {}
+    rows: list[tuple[str, Any]] = [
+        ("exit code", result.exit_code),
+        ("workers", workers),
+        ("steps", done.get("step", last.get("step"))),
+        ("final loss", done.get("loss", last.get("loss"))),
+        ("test accuracy", done.get("test_accuracy")),
+        ("wall time (s)", round(result.wall_s, 2)),
+        ("samples/s", done.get("samples_per_s", last.get("samples_per_s"))),
+        ("checkpoint dir", result.checkpoint_dir),
+        ("params_sha256", done.get("params_sha256")),
+    ]
+    for name, value in rows:
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        table.add_row(name, "-" if value is None else str(value))
+    return table
+
+
+def run_local(
+    cfg: TrainConfig,
+    *,
+    workers: int,
+    root: Path,
+    extra_env: Mapping[str, str] | None = None,
+    console: Console | None = None,
+) -> LocalRunResult:
+    """Train `cfg` with `workers` local processes; blocks until they exit.
+
+    Raises ValueError for a framework other than torch or a non-positive worker count.
+    """
+    if cfg.framework != "torch":
+        raise ValueError(
+            f"trainer.framework {cfg.framework!r}: the TensorFlow trainer is not bundled yet; "
+            "local runs support 'torch'"
+        )
+    if workers < 1:
+        raise ValueError(f"local.workers must be >= 1, got {workers}")
+    console = console or Console(stderr=True)
+    root = Path(root)
+    checkpoint_dir = cfg.checkpoint_dir or str((root / "checkpoints" / cfg.run_name).resolve())
+    run_cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    config_path = root / "logs" / f"{cfg.run_name}.config.json"
+    config_path.write_text(run_cfg.model_dump_json(indent=2))
+    log_path = root / "logs" / f"{cfg.run_name}.jsonl"
+
+    env = dict(os.environ)
+    env.update({"PYTHONUNBUFFERED": "1", "TRAINSTACK_PROGRESS": "0"})
+    # Set explicitly (the trainer sets its own torch threads) so torchrun does not print its
+    # OMP_NUM_THREADS banner on every run.
+    env.setdefault("OMP_NUM_THREADS", str(cfg.torch_threads or 1))
+    # torchrun's own rendezvous variables must not leak in from an enclosing torchrun.
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    env.update(extra_env or {})
+
+    result = LocalRunResult(-1, None, checkpoint_dir, log_path, 0.0)
+    preempted = False
+    started = time.perf_counter()
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} steps"),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    with log_path.open("a") as log, progress:
+        task = progress.add_task(cfg.run_name, total=cfg.steps, stats="")
+        proc = subprocess.Popen(
+            _command(workers, config_path),
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+        if proc.stdout is None:
+            raise RuntimeError("torchrun stdout pipe was not created")
+        for line in proc.stdout:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                progress.console.print(line.rstrip("\n"), markup=False, highlight=False)
+                continue
+            if not isinstance(record, dict):
+                continue
+            log.write(line if line.endswith("\n") else line + "\n")
+            result.events.append(record)
+            if record.get("rank") != 0:
+                continue
+            event = record.get("event")
+            if event == "train":
+                result.last_train = record
+                progress.update(
+                    task,
+                    completed=record.get("step", 0),
+                    stats=f"loss {record.get('loss', float('nan')):.4f}  "
+                    f"{record.get('samples_per_s', 0):.0f} samples/s",
+                )
+            elif event in ("resume", "start"):
+                progress.update(task, completed=record.get("step", 0))
+            elif event == "preempted":
+                preempted = True
+            elif event == "done":
+                result.done = record
+                progress.update(task, completed=record.get("step", cfg.steps))
+        code = proc.wait()
+    result.wall_s = time.perf_counter() - started
+    # torchrun reports any failed worker as 1; the trainer's own preemption code is the
+    # useful answer for whoever restarts the run.
+    result.exit_code = PREEMPTED_EXIT_CODE if preempted and result.done is None else code
+    console.print(_summary(result, cfg, workers))
+    return result

@@ -1,0 +1,1 @@
+"""Bundled PyTorch trainer (DDP / FSDP2); run as `python -m trainers.torch_ddp`."""

@@ -1,0 +1,513 @@
+"""The bundled PyTorch trainer: DDP or FSDP2 over whatever cluster the environment describes.
+
+Launch shapes:
+
+    python -m trainers.torch_ddp --model=mlp --dataset=digits --steps=300      # one process
+    torchrun --standalone --nproc-per-node 2 -m trainers.torch_ddp --config run.yaml
+    torchrun --nnodes $N --node-rank $R --master-addr $A --nproc-per-node 8 -m trainers.torch_ddp
+
+One process per node (Vertex, GKE Indexed Job, TPU VM, GCE) works too: rank and world come
+from `trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
+
+Exit codes: 0 done; 2 invalid config or cluster environment; 143 preempted after saving a
+checkpoint (`trainers.common.preemption.PREEMPTED_EXIT_CODE`); anything else is a crash.
+
+Test hook: `TRAINSTACK_TEST_STEP_DELAY_S` sleeps that long each step, so tests can signal a
+run at a chosen step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import random
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from trainers.common.checkpoint import Checkpointer
+from trainers.common.cli import load_config
+from trainers.common.cluster import ClusterInfo, resolve_cluster
+from trainers.common.config import TrainConfig
+from trainers.common.data import Dataset, load_dataset, shard_sampler
+from trainers.common.metrics import (
+    MetricsLogger,
+    gpu_peak_flops,
+    gpu_stats,
+    mfu,
+    report_hypertune,
+)
+from trainers.common.preemption import PREEMPTED_EXIT_CODE, PreemptionWatcher
+from trainers.torch_ddp.models import build_model, flops_per_sample
+
+CONFIG_ERROR_EXIT_CODE = 2
+
+
+def params_sha256(model: nn.Module) -> str:
+    """Digest of the full parameters: sorted by name, each as float32 contiguous little-endian
+    bytes preceded by its name and shape. FSDP shards are gathered first (a collective, so
+    every rank must call this)."""
+    digest = hashlib.sha256()
+    for name, param in sorted(unwrap(model).named_parameters(), key=lambda kv: kv[0]):
+        tensor = param.detach()
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        array = tensor.to("cpu", torch.float32).contiguous().numpy().astype("<f4", copy=False)
+        digest.update(f"{name}:{tuple(array.shape)}\n".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user-level module under torch.compile and DDP wrappers (FSDP2 wraps in place)."""
+    inner: Any = model
+    while True:
+        if hasattr(inner, "_orig_mod"):
+            inner = inner._orig_mod
+        elif isinstance(inner, nn.parallel.DistributedDataParallel):
+            inner = inner.module
+        else:
+            return inner
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Linear warmup, then cosine decay to a tenth of the peak; a function of the step only,
+    so a resumed run needs no scheduler state."""
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
+    span = max(cfg.steps - cfg.warmup_steps, 1)
+    progress = min((step - cfg.warmup_steps) / span, 1.0)
+    return cfg.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _configure_determinism(cfg: TrainConfig) -> None:
+    if not cfg.deterministic:
+        return
+    # cuBLAS needs a fixed workspace to be deterministic; it must be set before CUDA starts.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+@dataclass
+class Runtime:
+    cfg: TrainConfig
+    cluster: ClusterInfo
+    device: torch.device
+    distributed: bool
+
+
+def _init_distributed(cfg: TrainConfig, cluster: ClusterInfo) -> Runtime:
+    if torch.cuda.is_available():
+        device = torch.device("cuda", cluster.local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    # Under torchrun even one process joins a group, so the DDP/NCCL path runs as configured.
+    distributed = cluster.world_size > 1 or cluster.platform == "torchrun"
+    if distributed:
+        init = (
+            "env://"
+            if cluster.platform == "torchrun"
+            else f"tcp://{cluster.coordinator_address}:{cluster.coordinator_port}"
+        )
+        dist.init_process_group(
+            backend=backend,
+            init_method=init,
+            rank=cluster.rank,
+            world_size=cluster.world_size,
+            device_id=device if backend == "nccl" else None,
+        )
+    return Runtime(cfg, cluster, device, distributed)
+
+
+def _wrap(model: nn.Module, rt: Runtime) -> nn.Module:
+    cfg = rt.cfg
+    if cfg.strategy == "fsdp":
+        if not rt.distributed:
+            raise ValueError("strategy 'fsdp' needs more than one process; use 'ddp'")
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if cfg.precision == "bf16" and rt.device.type == "cuda"
+            else MixedPrecisionPolicy()
+        )
+        for unit in model.shard_units():  # type: ignore[operator]
+            fully_shard(unit, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+    elif rt.distributed:
+        model = nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
+            bucket_cap_mb=cfg.bucket_cap_mb,
+        )
+    if cfg.compile:
+        model = torch.compile(model)  # type: ignore[assignment]
+    return model
+
+
+def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ds: Dataset) -> torch.Tensor:
+    logits = model(x)
+    if ds.task == "lm":
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    return F.cross_entropy(logits, y)
+
+
+def _autocast(rt: Runtime) -> contextlib.AbstractContextManager[Any]:
+    if rt.cfg.precision == "bf16" and rt.device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _sync_context(
+    model: nn.Module, rt: Runtime, last: bool
+) -> contextlib.AbstractContextManager[Any]:
+    """Skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
+    target: Any = unwrap_compiled(model)
+    if rt.cfg.strategy == "fsdp":
+        target.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+    if isinstance(target, nn.parallel.DistributedDataParallel) and not last:
+        return target.no_sync()
+    return contextlib.nullcontext()
+
+
+def unwrap_compiled(model: nn.Module) -> nn.Module:
+    return getattr(model, "_orig_mod", model)
+
+
+def _micro_batches(
+    x: torch.Tensor, y: torch.Tensor, n: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    size = x.shape[0] // n
+    for i in range(n):
+        yield x[i * size : (i + 1) * size], y[i * size : (i + 1) * size]
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, ds: Dataset, rt: Runtime, batch: int = 512) -> dict[str, float]:
+    """Loss and accuracy on the whole test split; every rank computes it (FSDP needs all
+    ranks in the forward pass), so it needs no reduction."""
+    model.eval()
+    total_loss, correct, count = 0.0, 0, 0
+    for start in range(0, len(ds.test), batch):
+        x = torch.from_numpy(ds.test.x[start : start + batch]).to(rt.device)
+        y = torch.from_numpy(ds.test.y[start : start + batch]).to(rt.device)
+        with _autocast(rt):
+            logits = model(x)
+        logits = logits.float()
+        if ds.task == "lm":
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"
+            )
+            count_now = y.numel()
+        else:
+            loss = F.cross_entropy(logits, y, reduction="sum")
+            count_now = y.shape[0]
+        total_loss += float(loss)
+        correct += int((logits.argmax(-1) == y).sum())
+        count += count_now
+    model.train()
+    return {"test_loss": total_loss / count, "test_accuracy": correct / count}
+
+
+def _checkpoint_dir(cfg: TrainConfig) -> str | None:
+    return cfg.checkpoint_dir or os.environ.get("AIP_CHECKPOINT_DIR") or None
+
+
+def _global_mean(value: float, rt: Runtime) -> float:
+    if not rt.distributed:
+        return value
+    t = torch.tensor(
+        [value], device=rt.device, dtype=torch.float64 if rt.device.type == "cpu" else torch.float32
+    )
+    dist.all_reduce(t)
+    return float(t.item()) / rt.cluster.world_size
+
+
+def train(rt: Runtime) -> int:
+    """Run (or resume) the configured training; returns the process exit code."""
+    cfg, cluster = rt.cfg, rt.cluster
+    if cfg.global_batch_size % (cluster.world_size * cfg.grad_accum_steps):
+        raise ValueError(
+            f"global_batch_size ({cfg.global_batch_size}) must be divisible by world size "
+            f"({cluster.world_size}) x grad_accum_steps ({cfg.grad_accum_steps})"
+        )
+    logger = MetricsLogger(
+        rank=cluster.rank,
+        node=cluster.node_rank,
+        worker=cluster.local_rank,
+        run_name=cfg.run_name,
+        total_steps=cfg.steps,
+        tensorboard_dir=cfg.tensorboard_dir or os.environ.get("AIP_TENSORBOARD_LOG_DIR"),
+    )
+    try:
+        return _Trainer(rt, logger).run()
+    finally:
+        logger.close()
+
+
+class _Trainer:
+    def __init__(self, rt: Runtime, logger: MetricsLogger) -> None:
+        cfg, cluster, device = rt.cfg, rt.cluster, rt.device
+        self.rt, self.cfg, self.logger, self.device = rt, cfg, logger, device
+        self.rank, self.world = cluster.rank, cluster.world_size
+        self.ds = load_dataset(cfg, rank=self.rank, world_size=self.world)
+        self.sampler = shard_sampler(cfg, self.ds, rank=self.rank, world_size=self.world)
+        # Same initial parameters on every rank (and for every world size), then per-rank
+        # random streams.
+        _seed_everything(cfg.seed)
+        raw = build_model(cfg, self.ds.input_shape, self.ds.num_classes).to(device)
+        self.model = _wrap(raw, rt)
+        self.raw = unwrap(self.model)
+        self.optimizer = torch.optim.AdamW(
+            self.raw.parameters(), lr=cfg.learning_rate, weight_decay=0.0
+        )
+        _seed_everything(cfg.seed + self.rank)
+        self.ckpt_dir = _checkpoint_dir(cfg)
+        self.written: list[float] = []
+        self.checkpointer = (
+            Checkpointer(
+                self.ckpt_dir,
+                keep=cfg.keep_checkpoints,
+                rank=self.rank,
+                world_size=self.world,
+                sharded=cfg.strategy == "fsdp",
+                async_save=cfg.async_checkpoint,
+                on_written=lambda step, secs: self.written.append(secs),
+            )
+            if self.ckpt_dir
+            else None
+        )
+        self.sample_flops = flops_per_sample(self.raw, cfg)
+        self.peak = (
+            gpu_peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+        )
+        self.tokens_per_sample = cfg.seq_len if self.ds.task == "lm" else 0
+        self.stall_total = 0.0
+        self.data_wait = 0.0
+        self.window_start = time.perf_counter()
+        self.window_steps = 0
+        self.loss_value: float | None = None
+
+    def _resume(self) -> int:
+        if self.checkpointer is None:
+            return 0
+        latest = self.checkpointer.latest_step()
+        if latest is None:
+            return 0
+        step = self.checkpointer.load(latest, self.raw, self.optimizer)
+        self.logger.log("resume", step, checkpoint_dir=self.ckpt_dir)
+        return step
+
+    def _save(self, step: int, *, reason: str | None = None) -> None:
+        if self.checkpointer is None:
+            return
+        self.logger.log("checkpoint_begin", step)
+        saved = self.checkpointer.save(self.raw, self.optimizer, step=step, sync=reason is not None)
+        if reason is None:
+            self.stall_total += saved.stall_s
+        asynchronous = reason is None and self.checkpointer.async_save
+        self.logger.log(
+            "checkpoint",
+            step,
+            stall_s=saved.stall_s,
+            path=saved.path,
+            write_s=None if asynchronous or not self.written else self.written[-1],
+            async_write=asynchronous,
+            reason=reason,
+        )
+
+    def _step(self, step: int) -> torch.Tensor:
+        cfg, device = self.cfg, self.device
+        t0 = time.perf_counter()
+        idx = self.sampler.indices(step)
+        x = torch.from_numpy(self.ds.train.x[idx]).to(device, non_blocking=True)
+        y = torch.from_numpy(self.ds.train.y[idx]).to(device, non_blocking=True)
+        self.data_wait += time.perf_counter() - t0
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(cfg, step)
+        step_loss = torch.zeros((), device=device)
+        for i, (mx, my) in enumerate(_micro_batches(x, y, cfg.grad_accum_steps)):
+            last = i == cfg.grad_accum_steps - 1
+            with _sync_context(self.model, self.rt, last), _autocast(self.rt):
+                loss = _loss(self.model, mx, my, self.ds) / cfg.grad_accum_steps
+            loss.backward()
+            step_loss += loss.detach()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.window_steps += 1
+        return step_loss
+
+    def _log_window(self, step: int, step_loss: torch.Tensor) -> None:
+        self.loss_value = _global_mean(float(step_loss), self.rt)
+        now = time.perf_counter()
+        elapsed = max(now - self.window_start, 1e-9)
+        samples_per_s = self.window_steps * self.cfg.global_batch_size / elapsed
+        fields: dict[str, Any] = {
+            "loss": self.loss_value,
+            "lr": learning_rate(self.cfg, step - 1),
+            "step_time_s": elapsed / self.window_steps,
+            "samples_per_s": samples_per_s,
+            "data_wait_s": self.data_wait / self.window_steps,
+        }
+        if self.tokens_per_sample:
+            fields["tokens_per_s"] = samples_per_s * self.tokens_per_sample
+        if self.sample_flops and self.peak:
+            fields["mfu"] = mfu(self.sample_flops, samples_per_s, self.peak, self.world)
+        if self.device.type == "cuda":
+            fields.update(gpu_stats(self.device.index or 0))
+        self.logger.log("train", step, **fields)
+        self.window_start, self.window_steps, self.data_wait = now, 0, 0.0
+
+    def run(self) -> int:
+        cfg = self.cfg
+        start_step = self._resume()
+        self.logger.log(
+            "start",
+            start_step,
+            world_size=self.world,
+            platform=self.rt.cluster.platform,
+            strategy=cfg.strategy,
+            model=cfg.model,
+            dataset=cfg.dataset,
+            per_rank_batch=cfg.global_batch_size // self.world,
+            device=str(self.device),
+            params=sum(p.numel() for p in self.raw.parameters()),
+        )
+        step_delay = float(os.environ.get("TRAINSTACK_TEST_STEP_DELAY_S", "0") or 0)
+        watcher = PreemptionWatcher(grace_s=cfg.preemption_grace_s, device=self.device).install()
+        # Throughput skips the first steps (allocator and kernel warm-up) and checkpoint stalls.
+        warm_steps = min(5, max(cfg.steps - start_step - 1, 0))
+        timed_start, timed_stall = time.perf_counter(), 0.0
+        step = start_step
+        try:
+            self.model.train()
+            while step < cfg.steps:
+                if step_delay:
+                    time.sleep(step_delay)
+                if watcher.should_stop():
+                    watcher.drain()
+                    self.logger.log(
+                        "preempted", step, severity="WARNING", grace_s=cfg.preemption_grace_s
+                    )
+                    self._save(step, reason="preemption")
+                    return PREEMPTED_EXIT_CODE
+                if step - start_step == warm_steps:
+                    timed_start, timed_stall = time.perf_counter(), self.stall_total
+                step_loss = self._step(step)
+                step += 1
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    self._log_window(step, step_loss)
+                if step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                    self._save(step)
+            watcher.drain()
+            timed = time.perf_counter() - timed_start - (self.stall_total - timed_stall)
+            if step > start_step:
+                self._save(step, reason="final")
+            elif self.checkpointer is not None:
+                self.checkpointer.wait()
+            self._done(step, start_step, (step - start_step - warm_steps, timed))
+            return 0
+        finally:
+            watcher.uninstall()
+            if self.checkpointer is not None:
+                with contextlib.suppress(RuntimeError):
+                    self.checkpointer.wait()
+
+    def _export_model(self) -> str | None:
+        """Write the full (unsharded) final weights to AIP_MODEL_DIR, where Vertex expects
+        the model artifact; a collective under FSDP, so every rank calls it."""
+        model_dir = os.environ.get("AIP_MODEL_DIR")
+        if not model_dir:
+            return None
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        from trainers.common.checkpoint import CheckpointStore, serialize
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(self.raw, options=options)
+        if self.rank != 0:
+            return None
+        store = CheckpointStore(model_dir, keep=1)
+        store.fs.makedirs(store.root, exist_ok=True)
+        path = store.path("model.pt")
+        store.write_bytes(path, serialize({"model": state, "config": self.cfg.model_dump()}))
+        return store.url_of(path)
+
+    def _done(self, step: int, start_step: int, timed: tuple[int, float]) -> None:
+        metrics = evaluate(self.model, self.ds, self.rt)
+        digest = params_sha256(self.model)
+        model_path = self._export_model()
+        done: dict[str, Any] = {
+            "params_sha256": digest,
+            "loss": self.loss_value,
+            **metrics,
+            "world_size": self.world,
+            "resumed_from": start_step,
+            "checkpoint_dir": self.ckpt_dir,
+            "checkpoint_stall_s": self.stall_total,
+            "model_path": model_path,
+        }
+        timed_steps, timed_s = timed
+        if timed_steps > 0:
+            done["samples_per_s"] = timed_steps * self.cfg.global_batch_size / max(timed_s, 1e-9)
+            if self.tokens_per_sample:
+                done["tokens_per_s"] = done["samples_per_s"] * self.tokens_per_sample
+        if self.rank == 0:
+            report_hypertune(done, step)
+            self.logger.log("done", step, **done)
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        cfg = load_config(argv)
+        if cfg.framework != "torch":
+            raise ValueError(
+                f"trainer.framework is {cfg.framework!r}; trainers.torch_ddp runs 'torch' only"
+            )
+        cluster = resolve_cluster()
+    except ValueError as e:
+        import sys
+
+        print(f"trainstack trainer: {e}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT_CODE
+    if not cluster.trains:
+        # Parameter servers, reducers and evaluators have nothing to do in a DDP job.
+        print(f'{{"event": "idle", "role": "{cluster.role}", "severity": "INFO"}}', flush=True)
+        return 0
+    # Conv weights with one input channel have a size-1 dim whose stride autograd and DDP's
+    # bucket views choose differently; the layouts are equivalent, so the warning is noise.
+    warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    _configure_determinism(cfg)
+    rt = _init_distributed(cfg, cluster)
+    try:
+        return train(rt)
+    finally:
+        if rt.distributed and dist.is_initialized():
+            dist.destroy_process_group()
