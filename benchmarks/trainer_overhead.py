@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainers.local import torchrun_command
+
 REPO = Path(__file__).resolve().parents[1]
 PER_WORKER_BATCH = 1024
 HIDDEN = 512
@@ -44,15 +46,7 @@ def _env() -> dict[str, str]:
 
 
 def _torchrun(workers: int, target: list[str]) -> list[dict[str, Any]]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(workers),
-        *target,
-    ]
+    cmd = torchrun_command(workers, *target)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=REPO, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")

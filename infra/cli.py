@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from infra.config import ConfigError, load_stack_config
+from infra.config import ConfigError, StackConfig, load_stack_config
 from infra.estimate import quota_needs
 from infra.mocks import REPO_ROOT
 from infra.plan import (
@@ -61,6 +61,15 @@ def _load(stack: str | None, config_file: Path | None) -> tuple[str, dict[str, A
         return load_stack(stack, config_file)
     except StackFileError as exc:
         raise _fail(str(exc)) from None
+
+
+def _validated(stack: str | None, config_file: Path | None) -> tuple[str, StackConfig]:
+    """The stack's name and validated config; exit 2 naming the key when it is invalid."""
+    name, config = _load(stack, config_file)
+    try:
+        return name, load_stack_config(config)
+    except ConfigError as exc:
+        raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
 
 
 @app.command()
@@ -107,11 +116,8 @@ def quota(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The quota the stack needs (service, quota id, dimensions, amount), offline."""
-    name, config = _load(stack, config_file)
-    try:
-        needs = quota_needs(load_stack_config(config))
-    except ConfigError as exc:
-        raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    _, cfg = _validated(stack, config_file)
+    needs = quota_needs(cfg)
     if as_json:
         sys.stdout.write(json.dumps(needs, indent=2) + "\n")
         return
@@ -148,11 +154,7 @@ def status(
     """Live state of the stack's Vertex AI job (dynamic resources cannot be refreshed)."""
     from components._vertex_provider import job_status
 
-    name, config = _load(stack, config_file)
-    try:
-        cfg = load_stack_config(config)
-    except ConfigError as exc:
-        raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    name, cfg = _validated(stack, config_file)
     if cfg.vertex is None:
         raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
     if job is None:
@@ -200,11 +202,7 @@ def local_run(
     """Run the stack's trainer here: CPU, gloo, one process per worker, local checkpoints."""
     from trainers.local import run_local  # torch is only needed for this command
 
-    name, config = _load(stack, config_file)
-    try:
-        cfg = load_stack_config(config)
-    except ConfigError as exc:
-        raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    name, cfg = _validated(stack, config_file)
     update: dict[str, Any] = {"run_name": name}
     if steps is not None:
         update["steps"] = steps

@@ -42,7 +42,8 @@ class LocalRunResult:
     """Every JSON record the workers printed, in order."""
 
 
-def _command(workers: int, config_path: Path) -> list[str]:
+def torchrun_command(workers: int, *target: str) -> list[str]:
+    """`torchrun --standalone` with `workers` local processes running `target`."""
     return [
         sys.executable,
         "-m",
@@ -50,11 +51,12 @@ def _command(workers: int, config_path: Path) -> list[str]:
         "--standalone",
         "--nproc-per-node",
         str(workers),
-        "-m",
-        "trainers.torch_ddp",
-        "--config",
-        str(config_path),
+        *target,
     ]
+
+
+def _command(workers: int, config_path: Path) -> list[str]:
+    return torchrun_command(workers, "-m", "trainers.torch_ddp", "--config", str(config_path))
 
 
 def _summary(result: LocalRunResult, cfg: TrainConfig, workers: int) -> Table:

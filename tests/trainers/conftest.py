@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from trainers.local import torchrun_command
+
 REPO = Path(__file__).resolve().parents[2]
 
 Record = dict[str, Any]
@@ -37,17 +39,7 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def command(args: Sequence[str], workers: int, torchrun: bool = False) -> list[str]:
     if workers == 1 and not torchrun:
         return [sys.executable, "-m", "trainers.torch_ddp", *args]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(workers),
-        "-m",
-        "trainers.torch_ddp",
-        *args,
-    ]
+    return torchrun_command(workers, "-m", "trainers.torch_ddp", *args)
 
 
 def _descendants(pid: int) -> list[int]:
