@@ -32,7 +32,8 @@ def _tpu(accelerator_type: str) -> dict[str, Any]:
         "trainstack:tpu": {
             "accelerator_type": accelerator_type,
             "zone": "us-central2-b",
-            "runtime_version": "tpu-vm-tf-2.16.1-pod-pjrt",
+            # v4-8 is one host; larger v4 slices need the multi-host (-pod) runtime.
+            "runtime_version": "tpu-vm-tf-2.14.1" + ("" if accelerator_type == "v4-8" else "-pod"),
             "provisioning": "spot",
         },
         "trainstack:trainer": {"framework": "tensorflow", "strategy": "tpu"},
