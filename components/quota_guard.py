@@ -23,7 +23,7 @@ retained on `pulumi destroy`: Pulumi forgets them, the granted quota stays.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 from urllib.parse import quote
@@ -97,24 +97,32 @@ def console_url(project: str, check: QuotaCheck) -> str:
     )
 
 
-def _limit_for(info: Any, dimensions: Mapping[str, str]) -> int | None:
-    """The enforced limit for `dimensions`: the most specific matching dimensions info.
+def match_limit(
+    entries: Iterable[tuple[Mapping[str, str], str | int | None]], dimensions: Mapping[str, str]
+) -> int | None:
+    """The enforced limit for `dimensions` among (entry dimensions, value) pairs.
 
-    An info applies when each of its dimensions equals ours; one with no dimensions is the
-    default for all locations without a more specific entry.
+    An entry applies when each of its dimensions equals ours; the most specific applicable
+    entry wins, and one with no dimensions is the default for every location without a
+    more specific entry. None when nothing applies.
     """
     best: tuple[int, int] | None = None
-    for entry in getattr(info, "dimensions_infos", None) or []:
-        dims = dict(entry.dimensions or {})
-        if any(dimensions.get(k) != v for k, v in dims.items()):
+    for dims, value in entries:
+        if value in (None, "") or any(dimensions.get(k) != v for k, v in dims.items()):
             continue
-        details = entry.details or []
-        if not details or details[0].value in (None, ""):
-            continue
-        candidate = (len(dims), int(details[0].value))
+        candidate = (len(dims), int(value))
         if best is None or candidate[0] > best[0]:
             best = candidate
     return None if best is None else best[1]
+
+
+def _limit_for(info: Any, dimensions: Mapping[str, str]) -> int | None:
+    """The limit in a `get_s_quota_info` result (its details come as a list)."""
+    entries = [
+        (dict(e.dimensions or {}), e.details[0].value if e.details else None)
+        for e in getattr(info, "dimensions_infos", None) or []
+    ]
+    return match_limit(entries, dimensions)
 
 
 def _outcome(

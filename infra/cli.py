@@ -4,22 +4,24 @@
     trainstack plan-diff base.json head.json       Markdown diff for a pull-request comment
     trainstack local-run --stack local             run the stack's trainer on this machine
     trainstack status --stack prod-vertex-rs       live state of the stack's Vertex AI job
-    trainstack quota --stack dev-a100-gke          the quota a stack needs, offline
+    trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack stacks                              list the bundled stacks
 
 Exit codes: 0 ok; 2 invalid config or arguments (the message names the key); `local-run`
-exits with the trainer's code.
+exits with the trainer's code; `quota --live` exits 1 when a need exceeds what is left.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from infra.config import ConfigError, StackConfig, load_stack_config
 from infra.estimate import quota_needs
@@ -113,11 +115,32 @@ def plan_diff_cmd(
 def quota(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
+    live: Annotated[
+        bool, typer.Option("--live", help="Also read limits and usage (needs credentials).")
+    ] = False,
+    endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """The quota the stack needs (service, quota id, dimensions, amount), offline."""
+    """The quota the stack needs (service, quota id, dimensions, amount); offline by default."""
     _, cfg = _validated(stack, config_file)
     needs = quota_needs(cfg)
+    if live and cfg.project is None:
+        raise _fail("--live reads a Google Cloud project's quota; this stack has no gcp:project")
+    if live:
+        from infra.quota_live import LiveQuotaError, read_live_quota
+
+        assert cfg.project is not None
+        try:
+            rows = [asdict(q) for q in read_live_quota(cfg.project, needs, endpoint=endpoint)]
+        except LiveQuotaError as exc:
+            raise _fail(str(exc)) from None
+        if as_json:
+            sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        else:
+            Console().print(live_quota_table(rows))
+        if any(r["status"] == "SHORT" for r in rows):
+            raise typer.Exit(1)
+        return
     if as_json:
         sys.stdout.write(json.dumps(needs, indent=2) + "\n")
         return
@@ -129,6 +152,24 @@ def quota(
             "[yellow]note:[/] unverified quota ids; confirm them with "
             "gcp.cloudquota.get_s_quota_infos before requesting: " + ", ".join(unverified)
         )
+
+
+def live_quota_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="Quota headroom (live)")
+    for column in ("quota id", "dimensions", "needed", "limit", "usage", "headroom", "status"):
+        table.add_column(column)
+    for r in rows:
+        dims = ", ".join(f"{k}={v}" for k, v in sorted(r["dimensions"].items())) or "global"
+        cells = [r["limit"], r["usage"], r["headroom"]]
+        status = r["status"] + (f" ({r['detail']})" if r["detail"] else "")
+        table.add_row(
+            r["quota_id"],
+            dims,
+            str(r["needed"]),
+            *("-" if c is None else str(c) for c in cells),
+            status,
+        )
+    return table
 
 
 @app.command()

@@ -1,0 +1,96 @@
+"""`trainstack quota --live` over real HTTP against a local Cloud Quotas / Compute fake."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from infra.cli import app
+from infra.quota_live import compute_metric
+from tests.fakes.quota_server import QuotaFakeServer
+
+runner = CliRunner()
+PREEMPTIBLE = "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region"
+
+
+def test_headroom_subtracts_usage_and_flags_a_shortfall() -> None:
+    limits = {
+        PREEMPTIBLE: [({}, "0"), ({"region": "us-central1"}, "32")],
+        "GPUS-ALL-REGIONS-per-project": [({}, "64")],
+    }
+    usage = {
+        "us-central1": [("PREEMPTIBLE_NVIDIA_A100_GPUS", 32.0, 24.0), ("A2_CPUS", 400.0, 0.0)],
+        "global": [("GPUS_ALL_REGIONS", 64.0, 10.0)],
+    }
+    with QuotaFakeServer(limits, usage) as fake:
+        result = runner.invoke(
+            app,
+            ["quota", "--stack", "dev-a100-gke", "--live", "--json", "--endpoint", fake.endpoint],
+        )
+    assert result.exit_code == 1, result.output
+    rows = {r["quota_id"]: r for r in json.loads(result.stdout)}
+    assert rows[PREEMPTIBLE] == {
+        "service": "compute.googleapis.com",
+        "quota_id": PREEMPTIBLE,
+        "dimensions": {"region": "us-central1"},
+        "needed": 16,
+        "limit": 32,
+        "usage": 24,
+        "headroom": -8,
+        "status": "SHORT",
+        "detail": "",
+    }
+    assert (
+        rows["GPUS-ALL-REGIONS-per-project"]["usage"],
+        rows["GPUS-ALL-REGIONS-per-project"]["headroom"],
+    ) == (10, 38)
+    unknown = rows["A2-CPUS-per-project-region"]
+    assert unknown["status"] == "unknown"
+    assert unknown["detail"] == "HTTP 404: quota A2-CPUS-per-project-region not found"
+    assert "/compute/v1/projects/my-ml-project/regions/us-central1" in fake.requests
+
+
+def test_table_output_when_everything_fits() -> None:
+    limits = {
+        PREEMPTIBLE: [({}, "-1")],
+        "GPUS-ALL-REGIONS-per-project": [({}, "100")],
+        "A2-CPUS-per-project-region": [({}, "1000")],
+    }
+    with QuotaFakeServer(limits, {}) as fake:
+        result = runner.invoke(
+            app, ["quota", "--stack", "dev-a100-gke", "--live", "--endpoint", fake.endpoint]
+        )
+    assert result.exit_code == 0, result.output
+    assert "Quota headroom (live)" in result.stdout
+    assert "SHORT" not in result.stdout
+
+
+def test_missing_credentials_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    result = runner.invoke(app, ["quota", "--stack", "dev-a100-gke", "--live"])
+    assert result.exit_code == 2
+    assert "--live needs Application Default Credentials" in result.stderr
+
+
+def test_local_stack_has_no_project_to_read() -> None:
+    result = runner.invoke(app, ["quota", "--stack", "local", "--live"])
+    assert result.exit_code == 2
+    assert "this stack has no gcp:project" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("quota_id", "metric"),
+    [
+        ("NVIDIA-A100-80GB-GPUS-per-project-region", "NVIDIA_A100_80GB_GPUS"),
+        ("GPUS-ALL-REGIONS-per-project", "GPUS_ALL_REGIONS"),
+        ("TPUV4PodPerProjectPerZoneForTPUAPI", None),
+    ],
+)
+def test_compute_metric_names(quota_id: str, metric: str | None) -> None:
+    assert compute_metric(quota_id) == metric
