@@ -10,22 +10,10 @@ import pytest
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaShortfallError
 from infra.compose import main_program
 from infra.mocks import InvokeFailure, run_program
+from tests.stacks import GPU_STACK
 
 INVOKE = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
 PREEMPTIBLE_A100 = "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region"
-
-GPU_STACK: dict[str, Any] = {
-    "gcp:project": "acme-ml",
-    "gcp:region": "us-central1",
-    "trainstack:environment": "dev",
-    "trainstack:gpu_cluster": {
-        "backend": "gke",
-        "machine_type": "a2-highgpu-8g",
-        "node_count": 2,
-        "zone": "us-central1-a",
-        "spot": True,
-    },
-}
 
 
 def limits(table: Mapping[str, list[tuple[dict[str, str], str]]]):

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from tests.fakes import LocalServer
 
 
-class QuotaFakeServer:
+class QuotaFakeServer(LocalServer):
     """limits: {quota_id: [(dimensions, value)]}; usage: {scope: [(metric, limit, usage)]}."""
 
     def __init__(
@@ -20,21 +21,11 @@ class QuotaFakeServer:
         self.limits = limits
         self.usage = usage
         self.requests: list[str] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__(self._handler())
 
     @property
     def endpoint(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return self.base_url
 
     def answer(self, path: str) -> tuple[int, Any]:
         self.requests.append(path)

@@ -19,9 +19,11 @@ import itertools
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes import LocalServer
 
 KINDS = ("customJobs", "hyperparameterTuningJobs")
 TERMINAL = {
@@ -53,7 +55,7 @@ _STATUS_NAMES = {
 }
 
 
-class VertexFakeServer:
+class VertexFakeServer(LocalServer):
     """Fake Vertex job API on 127.0.0.1 (free port) in a background thread."""
 
     def __init__(self) -> None:
@@ -63,23 +65,11 @@ class VertexFakeServer:
         self._drop_creates = 0
         self._ids = itertools.count(1000)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.02,), daemon=True
-        )
+        super().__init__(_handler(self))
 
     @property
     def endpoint(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return self.base_url + "/"
 
     # -- fault injection -------------------------------------------------------------
     def fail_next(self, count: int, status: int = 503, method: str | None = None) -> None:

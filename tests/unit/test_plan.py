@@ -12,19 +12,7 @@ from infra.compose import TargetNotProvisionedError, main_program
 from infra.config import ConfigError
 from infra.mocks import run_program
 from infra.plan import MAX_DIFF_CHARS, build_plan, bundled_stacks, load_stack, plan_diff
-
-GPU_STACK: dict[str, Any] = {
-    "gcp:project": "acme-ml",
-    "gcp:region": "us-central1",
-    "trainstack:environment": "dev",
-    "trainstack:gpu_cluster": {
-        "backend": "gke",
-        "machine_type": "a2-highgpu-8g",
-        "node_count": 2,
-        "zone": "us-central1-a",
-        "spot": True,
-    },
-}
+from tests.stacks import GPU_STACK
 
 
 @pytest.mark.parametrize("stack", bundled_stacks())
