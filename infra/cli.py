@@ -34,6 +34,7 @@ from infra.plan import (
     plan_diff,
     quota_table,
     render_plan,
+    unverified_quota_note,
 )
 
 app = typer.Typer(
@@ -146,12 +147,9 @@ def quota(
         return
     console = Console()
     console.print(quota_table(needs))
-    unverified = [q["quota_id"] for q in needs if not q["verified"]]
-    if unverified:
-        console.print(
-            "[yellow]note:[/] unverified quota ids; confirm them with "
-            "gcp.cloudquota.get_s_quota_infos before requesting: " + ", ".join(unverified)
-        )
+    note = unverified_quota_note(needs)
+    if note:
+        console.print(f"[yellow]note:[/] {note}")
 
 
 def live_quota_table(rows: list[dict[str, Any]]) -> Table:

@@ -88,6 +88,17 @@ def plan_resources(recorded: Iterable[RecordedResource]) -> list[dict[str, Any]]
     return sorted(entries, key=lambda e: (e["name"], e["type"]))
 
 
+def unverified_quota_note(needs: Iterable[Mapping[str, Any]]) -> str | None:
+    """Names the quota ids whose source is unverified, or None when all are verified."""
+    unverified = [q["quota_id"] for q in needs if not q["verified"]]
+    if not unverified:
+        return None
+    return (
+        "unverified quota ids (confirm with gcp.cloudquota.get_s_quota_infos before "
+        "requesting): " + ", ".join(unverified)
+    )
+
+
 def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """Run the stack program offline and return the JSON plan (ARCHITECTURE.md shape).
 
@@ -112,12 +123,10 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
             "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
             "and `pulumi up` and stops the deployment before anything is created on a shortfall."
         )
-    unverified = [q for q in quota_needs(cfg) if not q["verified"]]
-    if unverified:
-        notes.append(
-            "unverified quota ids (check with gcp.cloudquota.get_s_quota_infos): "
-            + ", ".join(q["quota_id"] for q in unverified)
-        )
+    needs = quota_needs(cfg)
+    note = unverified_quota_note(needs)
+    if note:
+        notes.append(note)
     return {
         "stack": stack,
         "target": cfg.target,
@@ -131,7 +140,7 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
                 "needed": q["needed"],
                 "verified": q["verified"],
             }
-            for q in quota_needs(cfg)
+            for q in needs
         ],
         "outputs": run.outputs,
         "notes": notes,

@@ -60,6 +60,13 @@ def storage_options(url: str) -> dict[str, Any]:
     return {}
 
 
+def url_to_fs(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem and path for a local path or `gs://` URL (emulator-aware)."""
+    import fsspec
+
+    return fsspec.core.url_to_fs(url, **storage_options(url))
+
+
 def step_name(step: int) -> str:
     return f"step-{step:08d}"
 

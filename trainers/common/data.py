@@ -104,11 +104,9 @@ def _read_npz(fs: object, path: str) -> Split:
 
 def load_shards(data_path: str, *, rank: int, world_size: int) -> tuple[Split, Split]:
     """This rank's training shards and the test shard from a directory of `.npz` files."""
-    import fsspec
+    from trainers.common.checkpoint import url_to_fs
 
-    from trainers.common.checkpoint import storage_options
-
-    fs, root = fsspec.core.url_to_fs(data_path, **storage_options(data_path))
+    fs, root = url_to_fs(data_path)
     shards = sorted(p for p in fs.ls(root, detail=False) if str(p).endswith(".npz"))
     if not shards:
         raise ValueError(f"data_path {data_path!r} holds no .npz shards")

@@ -125,13 +125,9 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.close()
             if self._tb_remote and self._tb_local:
-                import fsspec
+                from trainers.common.checkpoint import url_to_fs
 
-                from trainers.common.checkpoint import storage_options
-
-                fs, root = fsspec.core.url_to_fs(
-                    self._tb_remote, **storage_options(self._tb_remote)
-                )
+                fs, root = url_to_fs(self._tb_remote)
                 fs.put(self._tb_local + "/", root, recursive=True)
             self._tb = None
 
