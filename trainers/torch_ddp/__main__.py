@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
 from trainers.common.cli import help_text
@@ -17,5 +19,20 @@ def _run() -> int:
     return main(sys.argv[1:])
 
 
+def _exit(code: int) -> None:
+    """Leave without interpreter finalization.
+
+    Collective handles (FSDP's prefetch work, DDP's reducer) can outlive
+    destroy_process_group inside modules still referenced at exit; when finalization frees
+    them, gloo's worker threads take the GIL of a dying interpreter and the process aborts
+    with SIGABRT ("terminate called without an active exception") after a successful run.
+    Every file and log was committed before main() returned, so skipping finalization is safe.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(_run())
+    _exit(_run())
