@@ -1,6 +1,7 @@
-"""Run a stack's trainer on this machine: `workers` CPU processes under torchrun (gloo).
+"""Run a stack's trainer on this machine: `workers` CPU processes (torchrun/gloo for torch).
 
-`trainstack local-run` calls `run_local`. The run contract is the cloud one: the same
+`trainstack local-run` calls `run_local`; `components.local_training_job` starts the same
+processes detached from `prepare_run`'s plan. The run contract is the cloud one: the same
 trainer module, config and JSON log lines; checkpoints go to `cfg.checkpoint_dir` when set,
 else `root/checkpoints/<run_name>`, so starting the same run again resumes it. Every JSON line
 the workers print is kept in `root/logs/<run_name>.jsonl`.
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,8 +58,73 @@ def torchrun_command(workers: int, *target: str) -> list[str]:
     ]
 
 
-def _command(workers: int, config_path: Path) -> list[str]:
-    return torchrun_command(workers, "-m", "trainers.torch_ddp", "--config", str(config_path))
+@dataclass(frozen=True)
+class LocalProcess:
+    """One OS process of a local run."""
+
+    argv: list[str]
+    env: dict[str, str]
+    """Variables set on top of `PreparedRun.env` for this process only."""
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """Everything needed to start a local run, with its files written: the resolved
+    config, where checkpoints and logs go, and the processes to start."""
+
+    config: TrainConfig
+    """`cfg` with `checkpoint_dir` resolved."""
+    checkpoint_dir: str
+    config_path: Path
+    log_path: Path
+    env: dict[str, str]
+    """The environment every process starts from."""
+    processes: list[LocalProcess]
+
+
+def local_processes(cfg: TrainConfig, workers: int, config_path: Path) -> list[LocalProcess]:
+    """The processes that run `cfg` with `workers` local workers."""
+    if cfg.framework != "torch":
+        raise ValueError(
+            f"trainer.framework {cfg.framework!r}: the TensorFlow trainer is not bundled yet; "
+            "local runs support 'torch'"
+        )
+    argv = torchrun_command(workers, "-m", "trainers.torch_ddp", "--config", str(config_path))
+    return [LocalProcess(argv, {})]
+
+
+def prepare_run(
+    cfg: TrainConfig,
+    *,
+    workers: int,
+    root: Path,
+    extra_env: Mapping[str, str] | None = None,
+) -> PreparedRun:
+    """Resolve the checkpoint dir, write the run's config file and plan its processes.
+
+    Raises ValueError for an unsupported framework or a non-positive worker count.
+    """
+    if workers < 1:
+        raise ValueError(f"local.workers must be >= 1, got {workers}")
+    root = Path(root)
+    checkpoint_dir = cfg.checkpoint_dir or str((root / "checkpoints" / cfg.run_name).resolve())
+    run_cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    config_path = (root / "logs" / f"{cfg.run_name}.config.json").resolve()
+    processes = local_processes(run_cfg, workers, config_path)
+    config_path.write_text(run_cfg.model_dump_json(indent=2))
+
+    env = dict(os.environ)
+    env.update({"PYTHONUNBUFFERED": "1", "TRAINSTACK_PROGRESS": "0"})
+    # Set explicitly (the trainer sets its own torch threads) so torchrun does not print its
+    # OMP_NUM_THREADS banner on every run.
+    env.setdefault("OMP_NUM_THREADS", str(cfg.torch_threads or 1))
+    # Rendezvous variables must not leak in from an enclosing distributed launcher.
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"):
+        env.pop(name, None)
+    env.update(extra_env or {})
+    log_path = (root / "logs" / f"{cfg.run_name}.jsonl").resolve()
+    return PreparedRun(run_cfg, checkpoint_dir, config_path, log_path, env, processes)
 
 
 def _summary(result: LocalRunResult, cfg: TrainConfig, workers: int) -> Table:
@@ -83,6 +151,13 @@ def _summary(result: LocalRunResult, cfg: TrainConfig, workers: int) -> Table:
     return table
 
 
+def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.put(line)
+    lines.put(None)
+
+
 def run_local(
     cfg: TrainConfig,
     *,
@@ -93,35 +168,11 @@ def run_local(
 ) -> LocalRunResult:
     """Train `cfg` with `workers` local processes; blocks until they exit.
 
-    Raises ValueError for a framework other than torch or a non-positive worker count.
+    Raises ValueError for an unsupported framework or a non-positive worker count.
     """
-    if cfg.framework != "torch":
-        raise ValueError(
-            f"trainer.framework {cfg.framework!r}: the TensorFlow trainer is not bundled yet; "
-            "local runs support 'torch'"
-        )
-    if workers < 1:
-        raise ValueError(f"local.workers must be >= 1, got {workers}")
+    prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
     console = console or Console(stderr=True)
-    root = Path(root)
-    checkpoint_dir = cfg.checkpoint_dir or str((root / "checkpoints" / cfg.run_name).resolve())
-    run_cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
-    (root / "logs").mkdir(parents=True, exist_ok=True)
-    config_path = root / "logs" / f"{cfg.run_name}.config.json"
-    config_path.write_text(run_cfg.model_dump_json(indent=2))
-    log_path = root / "logs" / f"{cfg.run_name}.jsonl"
-
-    env = dict(os.environ)
-    env.update({"PYTHONUNBUFFERED": "1", "TRAINSTACK_PROGRESS": "0"})
-    # Set explicitly (the trainer sets its own torch threads) so torchrun does not print its
-    # OMP_NUM_THREADS banner on every run.
-    env.setdefault("OMP_NUM_THREADS", str(cfg.torch_threads or 1))
-    # torchrun's own rendezvous variables must not leak in from an enclosing torchrun.
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    env.update(extra_env or {})
-
-    result = LocalRunResult(-1, None, checkpoint_dir, log_path, 0.0)
+    result = LocalRunResult(-1, None, prepared.checkpoint_dir, prepared.log_path, 0.0)
     preempted = False
     started = time.perf_counter()
     progress = Progress(
@@ -133,18 +184,27 @@ def run_local(
         console=console,
         transient=True,
     )
-    with log_path.open("a") as log, progress:
+    lines: queue.Queue[str | None] = queue.Queue()
+    with prepared.log_path.open("a") as log, progress:
         task = progress.add_task(cfg.run_name, total=cfg.steps, stats="")
-        proc = subprocess.Popen(
-            _command(workers, config_path),
-            stdout=subprocess.PIPE,
-            env=env,
-            text=True,
-            bufsize=1,
-        )
-        if proc.stdout is None:
-            raise RuntimeError("torchrun stdout pipe was not created")
-        for line in proc.stdout:
+        procs = [
+            subprocess.Popen(
+                p.argv,
+                stdout=subprocess.PIPE,
+                env={**prepared.env, **p.env},
+                text=True,
+                bufsize=1,
+            )
+            for p in prepared.processes
+        ]
+        for proc in procs:
+            threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+        open_pipes = len(procs)
+        while open_pipes:
+            line = lines.get()
+            if line is None:
+                open_pipes -= 1
+                continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
@@ -172,10 +232,11 @@ def run_local(
             elif event == "done":
                 result.done = record
                 progress.update(task, completed=record.get("step", cfg.steps))
-        code = proc.wait()
+        codes = [proc.wait() for proc in procs]
     result.wall_s = time.perf_counter() - started
+    code = next((c for c in codes if c != 0), 0)
     # torchrun reports any failed worker as 1; the trainer's own preemption code is the
     # useful answer for whoever restarts the run.
     result.exit_code = PREEMPTED_EXIT_CODE if preempted and result.done is None else code
-    console.print(_summary(result, cfg, workers))
+    console.print(_summary(result, prepared.config, workers))
     return result
