@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= torch,dev
 
-.PHONY: install run test lint typecheck unit bench plan-all clean
+.PHONY: install run test lint typecheck unit bench plan-all pin-plans clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -41,6 +41,10 @@ bench: install
 
 plan-all: install
 	for s in $$($(VENV)/bin/trainstack stacks); do $(VENV)/bin/trainstack plan --stack $$s || exit 1; done
+
+## Regenerate tests/plans/<stack>.json after an intended change to what a stack creates.
+pin-plans: install
+	$(PY) -m tests.unit.test_pinned_plans
 
 clean:
 	rm -rf $(VENV) .trainstack .pytest_cache .mypy_cache .ruff_cache
