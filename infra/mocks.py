@@ -212,6 +212,9 @@ def _plain(value: Any) -> Any:
         return {"stringAsset": value.text}
     if isinstance(value, str | int | float | bool) or value is None:
         return value
+    if isinstance(value, pulumi.output.Unknown):
+        # Its repr carries an address, which would make two plans of one config differ.
+        return UNKNOWN
     return repr(value)
 
 
