@@ -8,19 +8,25 @@ Import the classes from here or from their modules; both are public:
 Each entry below is added by hand when a component module lands.
 """
 
+from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices, ProjectServicesArgs
 from components.trainer_package import TrainerPackage, TrainerPackageArgs
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
+from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
 from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork, TrainingNetworkArgs
 
 __all__ = [
+    "LocalTrainingJob",
+    "LocalTrainingJobArgs",
     "ProjectServices",
     "ProjectServicesArgs",
     "TrainerPackage",
     "TrainerPackageArgs",
     "TrainingBuckets",
     "TrainingBucketsArgs",
+    "TrainingDashboard",
+    "TrainingDashboardArgs",
     "TrainingIdentity",
     "TrainingIdentityArgs",
     "TrainingNetwork",

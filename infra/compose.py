@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import pulumi
 
+from components.local_training_job import LocalTrainingJob
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.trainer_package import TrainerPackage
@@ -59,6 +60,9 @@ OUTPUT_NETWORK = "network_self_link"
 OUTPUT_SUBNETWORK = "subnetwork_self_link"
 OUTPUT_TRAINER_PACKAGE = "trainer_package_uri"
 OUTPUT_LOCAL_ROOT = "local_root"
+OUTPUT_LOCAL_PIDS = "local_pids"
+OUTPUT_LOCAL_LOG = "local_log_path"
+OUTPUT_LOCAL_CHECKPOINT_DIR = "local_checkpoint_dir"
 OUTPUT_QUOTA_BLOCKED = "quota_blocked"
 OUTPUT_JOB_NAME = "job_name"
 OUTPUT_JOB_STATE = "job_state"
@@ -79,7 +83,26 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     """Register the stack's resources and return its outputs."""
     if cfg.target == "local":
         assert cfg.local is not None  # target == "local" guarantees it
-        return {OUTPUT_TARGET: "local", OUTPUT_LOCAL_ROOT: cfg.local.root}
+        # The same trainer config as `trainstack local-run`, so either resumes the other's
+        # run from the same checkpoint folder. Previews only check and diff: the provider
+        # starts processes on `pulumi up` and stops them (keeping the data) on destroy.
+        job = LocalTrainingJob(
+            f"{deployment}-job",
+            {
+                "trainer": cfg.trainer,
+                "workers": cfg.local.workers,
+                "root": cfg.local.root,
+                "labels": {**cfg.labels, "stack": deployment, "environment": cfg.environment},
+            },
+        )
+        return {
+            OUTPUT_TARGET: "local",
+            OUTPUT_LOCAL_ROOT: cfg.local.root,
+            OUTPUT_LOCAL_PIDS: job.pids,
+            OUTPUT_LOCAL_LOG: job.log_path,
+            OUTPUT_LOCAL_CHECKPOINT_DIR: job.checkpoint_dir,
+            OUTPUT_JOB_STATE: job.state,
+        }
 
     if cfg.target not in PROVISIONED_TARGETS and not pulumi.runtime.is_dry_run():
         raise TargetNotProvisionedError(

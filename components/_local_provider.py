@@ -1,0 +1,604 @@
+"""Pulumi dynamic provider that runs the bundled trainer as detached processes on this machine.
+
+The `local` compute target: `pulumi up -s local` starts the trainer, `pulumi destroy -s local`
+stops it, and the checkpoints and logs under the local "bucket" directory stay.
+
+    from components._local_provider import LocalRun, LocalRunProvider
+
+    run = LocalRun("exp-local-run", trainer=cfg.model_dump(mode="json", exclude_none=True),
+                   workers=2, root=".trainstack/local", env={}, stop_grace_s=45.0,
+                   labels={}, provider=LocalRunProvider(base_dir="/path/to/project"))
+    # outputs: run.pids, run.start_times, run.log_path, run.checkpoint_dir, run.state
+
+Behaviour:
+- check: the trainer config is validated by `TrainConfig`; workers, root, env and the stop
+  grace period are checked; every error is a CheckFailure naming the property.
+- create: `trainers.local.prepare_run` writes the run's config and plans its processes (one
+  torchrun launcher for torch); each starts in a session of its own, with stdin from
+  /dev/null and stdout/stderr appended to files, through a short-lived launcher process, so
+  the processes are orphaned at once: they survive the engine and this provider exiting or
+  being killed, and no caller is left holding an unwaited child. Create then waits until
+  rank 0 logs `start` (or `startup_timeout_s` passes) so `pulumi up` fails, with the tail of
+  the stderr log, when the trainer dies on startup. A checkpoint left in the checkpoint
+  directory by an earlier run is resumed by the trainer itself.
+- diff: any change to trainer, workers, root or env replaces, deleting first (two runs must
+  never write one checkpoint directory at once; the new run resumes from the old one's
+  checkpoint); stop_grace_s and labels update in place.
+- delete: SIGTERM to every process of the run (the recorded session leaders' groups and all
+  their descendants: torchrun puts each worker in a session of its own); the trainer
+  checkpoints and exits 143. Whatever is alive after `stop_grace_s` gets SIGKILL. Files stay.
+- read: liveness refreshed: `running`, `finished` (rank 0's `done` record is in the log) or
+  `exited` (stopped, preempted or crashed; see the logs).
+
+Processes are identified by pid and start time (Linux: /proc/<pid>/stat field 22; elsewhere
+`ps -o lstart`), so a pid the OS has recycled since is never signalled. POSIX only (Linux,
+macOS): sessions and process groups are how the run is detached and stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import pulumi
+import pulumi.dynamic as dyn
+from pydantic import ValidationError
+
+from trainers.common.config import TrainConfig
+from trainers.local import PreparedRun, prepare_run
+
+REPLACE_KEYS: Final = ("trainer", "workers", "root", "env")
+UPDATE_KEYS: Final = ("stop_grace_s", "labels")
+OUTPUT_KEYS: Final = (
+    "pids",
+    "start_times",
+    "root_dir",
+    "log_path",
+    "stderr_path",
+    "log_offset",
+    "stderr_offset",
+    "checkpoint_dir",
+    "config_path",
+    "state",
+    "done",
+    "resumed_from",
+)
+STATE_RUNNING: Final = "running"
+STATE_FINISHED: Final = "finished"
+STATE_EXITED: Final = "exited"
+KILL_WAIT_S: Final = 10.0
+"""How long delete waits for SIGKILLed processes to vanish before reporting them."""
+# "FileNotFoundError: ..." or torchrun's "[rank0]: FileNotFoundError: ...".
+_EXCEPTION_LINE: Final = re.compile(r"^(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception)\b.*:")
+# The engine's placeholder for values unknown during preview (pulumi.runtime.rpc.UNKNOWN).
+_UNKNOWN: Final = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+# Started with `python -I -c`: reads {"cwd", "stdout", "stderr", "processes": [{"argv",
+# "env"}]} on stdin, starts each process in a new session and prints their pids as JSON. It
+# exits right away, so the processes are reparented to init (or the nearest subreaper), which
+# reaps them: nothing the provider runs in ever holds them as children. If one fails to
+# start, the ones already started are killed so a failed create leaves nothing behind.
+_LAUNCHER: Final = r"""
+import json, os, signal, subprocess, sys
+spec = json.load(sys.stdin)
+pids = []
+try:
+    for proc in spec["processes"]:
+        with open(spec["stdout"], "ab") as out, open(spec["stderr"], "ab") as err:
+            child = subprocess.Popen(
+                proc["argv"], env=proc["env"], cwd=spec["cwd"], stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err, start_new_session=True,
+            )
+        pids.append(child.pid)
+except BaseException as exc:
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+    sys.stderr.flush()
+    os._exit(1)
+sys.stdout.write(json.dumps(pids))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+class LocalRunStartError(RuntimeError):
+    """The trainer's processes exited before the run started training."""
+
+
+class LocalRunStopError(RuntimeError):
+    """Processes of the run were still alive after SIGKILL."""
+
+
+def _log(message: str) -> None:
+    # With no engine attached (tests, the CLI) pulumi.log writes to stderr instead.
+    pulumi.log.info(message)
+
+
+# --------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """One process, as its pid and its start time (which a recycled pid does not share)."""
+
+    pid: int
+    start_time: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    ppid: int
+    start_time: str
+    zombie: bool
+
+
+class ProcessTable:
+    """A snapshot of the processes on this machine."""
+
+    def __init__(self, entries: Mapping[int, _Entry]) -> None:
+        self._entries = dict(entries)
+
+    @classmethod
+    def snapshot(cls) -> ProcessTable:
+        proc = Path("/proc")
+        if (proc / "self" / "stat").exists():
+            return cls(_linux_entries(proc))
+        return cls(_ps_entries())
+
+    def start_time(self, pid: int) -> str | None:
+        entry = self._entries.get(pid)
+        return None if entry is None else entry.start_time
+
+    def alive(self, ref: ProcessRef) -> bool:
+        """`ref` still runs: same pid, same start time, not a zombie awaiting its parent."""
+        entry = self._entries.get(ref.pid)
+        return entry is not None and entry.start_time == ref.start_time and not entry.zombie
+
+    def descendants(self, roots: Iterable[ProcessRef]) -> list[ProcessRef]:
+        """Live descendants of the live `roots` (children, grandchildren, ...)."""
+        children: dict[int, list[int]] = {}
+        for pid, entry in self._entries.items():
+            children.setdefault(entry.ppid, []).append(pid)
+        found: list[ProcessRef] = []
+        stack = [r.pid for r in roots if self.alive(r)]
+        seen = set(stack)
+        while stack:
+            for child in children.get(stack.pop(), []):
+                if child in seen:
+                    continue
+                seen.add(child)
+                entry = self._entries[child]
+                if not entry.zombie:
+                    found.append(ProcessRef(child, entry.start_time))
+                stack.append(child)
+        return found
+
+
+def _linux_entries(proc: Path) -> dict[int, _Entry]:
+    entries: dict[int, _Entry] = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # exited while the table was read
+        # "pid (comm) state ppid ... starttime ...": comm may hold spaces and parentheses.
+        fields = text[text.rindex(")") + 2 :].split()
+        # fields[0] is field 3 of proc_pid_stat(5): state; 4: ppid; 22: starttime (ticks).
+        entries[int(stat.parent.name)] = _Entry(int(fields[1]), fields[19], fields[0] in "ZX")
+    return entries
+
+
+def _ps_entries() -> dict[int, _Entry]:
+    out = subprocess.run(
+        ["ps", "-A", "-o", "pid=,ppid=,stat=,lstart="],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "LC_ALL": "C"},
+    ).stdout
+    entries: dict[int, _Entry] = {}
+    for line in out.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) == 4:
+            pid, ppid, stat, start = parts
+            entries[int(pid)] = _Entry(int(ppid), " ".join(start.split()), stat.startswith("Z"))
+    return entries
+
+
+def _signal(ref: ProcessRef, sig: signal.Signals, *, group: bool) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            # A session leader's pgid is its pid: this reaches children left in its group.
+            os.killpg(ref.pid, sig)
+        else:
+            os.kill(ref.pid, sig)
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What `stop_processes` did."""
+
+    terminated: list[ProcessRef]
+    """Processes that were alive and got SIGTERM."""
+    killed: list[ProcessRef]
+    """Those still alive after the grace period, which got SIGKILL."""
+    seconds: float
+    """Time from SIGTERM until every process was gone."""
+
+
+def stop_processes(
+    leaders: Sequence[ProcessRef], grace_s: float, *, poll_s: float = 0.1
+) -> StopResult:
+    """SIGTERM `leaders` (session leaders: their whole groups) and all their descendants,
+    wait up to `grace_s` for them to exit, then SIGKILL the rest.
+
+    Only processes whose pid and start time both match are signalled. Raises
+    LocalRunStopError if any is still alive `KILL_WAIT_S` after SIGKILL.
+    """
+    started = time.monotonic()
+    table = ProcessTable.snapshot()
+    live_leaders = [ref for ref in leaders if table.alive(ref)]
+    tree = [*live_leaders, *table.descendants(live_leaders)]
+    for ref in tree:
+        _signal(ref, signal.SIGTERM, group=ref in live_leaders)
+
+    def remaining() -> list[ProcessRef]:
+        now = ProcessTable.snapshot()
+        # A process may have started a child since the SIGTERM; it goes down with the rest.
+        found = [*tree, *(d for d in now.descendants(tree) if d not in tree)]
+        return [ref for ref in found if now.alive(ref)]
+
+    deadline = started + grace_s
+    alive = remaining()
+    while alive and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        alive = remaining()
+    if not alive:
+        return StopResult(tree, [], time.monotonic() - started)
+    for ref in alive:
+        _signal(ref, signal.SIGKILL, group=ref in live_leaders)
+    kill_deadline = time.monotonic() + KILL_WAIT_S
+    left = remaining()
+    while left and time.monotonic() < kill_deadline:
+        time.sleep(poll_s)
+        left = remaining()
+    if left:
+        raise LocalRunStopError(
+            f"processes {', '.join(str(r.pid) for r in left)} are still alive "
+            f"{KILL_WAIT_S:.0f}s after SIGKILL (stuck in the kernel?); run `pulumi destroy` again"
+        )
+    return StopResult(tree, alive, time.monotonic() - started)
+
+
+# --------------------------------------------------------------------------------------
+# Logs
+# --------------------------------------------------------------------------------------
+
+
+def read_records(path: str | Path, offset: int = 0) -> list[dict[str, Any]]:
+    """The JSON objects logged in `path` from byte `offset` on (other lines are skipped)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    records: list[dict[str, Any]] = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line still being written
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def _rank0(records: Iterable[Mapping[str, Any]], event: str) -> dict[str, Any] | None:
+    found = None
+    for record in records:
+        if record.get("event") == event and record.get("rank") == 0:
+            found = dict(record)
+    return found
+
+
+def _tail(path: str | Path, offset: int, lines: int = 20) -> str:
+    """The first exception line (a worker's root cause, before the launcher's own traceback
+    about the failed child) and the last `lines` lines written from `offset` on."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    all_lines = text.splitlines()
+    first = next((line for line in all_lines if _EXCEPTION_LINE.match(line)), None)
+    tail = "\n".join(all_lines[-lines:])
+    return tail if first is None else f"first error: {first}\n...\n{tail}"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+# --------------------------------------------------------------------------------------
+# Provider
+# --------------------------------------------------------------------------------------
+
+
+def _refs(props: Mapping[str, Any]) -> list[ProcessRef]:
+    # Numbers come back from the engine as doubles (protobuf Struct).
+    pids = [int(p) for p in props.get("pids") or []]
+    starts = [str(s) for s in props.get("start_times") or []]
+    return [ProcessRef(pid, start) for pid, start in zip(pids, starts, strict=True) if start]
+
+
+def _trainer(value: Any) -> TrainConfig:
+    return TrainConfig.model_validate(value)
+
+
+def _same_trainer(old: Any, new: Any) -> bool:
+    try:
+        return _trainer(old) == _trainer(new)
+    except ValidationError:
+        return bool(old == new)
+
+
+class LocalRunProvider(dyn.ResourceProvider):
+    """Start/stop the trainer on this machine; see the module docstring for the behaviour."""
+
+    def __init__(
+        self,
+        *,
+        base_dir: str,
+        startup_timeout_s: float = 120.0,
+        poll_interval_s: float = 0.2,
+    ) -> None:
+        # Resolves a relative `root` and is the processes' working directory: the Pulumi
+        # project root, because the engine runs providers in `main`'s directory (infra/).
+        self.base_dir = base_dir
+        self.startup_timeout_s = startup_timeout_s
+        self.poll_interval_s = poll_interval_s
+
+    def _root(self, root: str) -> Path:
+        return (Path(self.base_dir) / Path(root).expanduser()).resolve()
+
+    # -- provider methods ------------------------------------------------------------------
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        failures: list[dyn.CheckFailure] = []
+        trainer = news.get("trainer")
+        if trainer != _UNKNOWN:
+            try:
+                _trainer(trainer)
+            except ValidationError as exc:
+                for error in exc.errors():
+                    where = ".".join(str(p) for p in error["loc"]) or "trainer"
+                    failures.append(dyn.CheckFailure("trainer", f"{where}: {error['msg']}"))
+        workers = news.get("workers")
+        if workers != _UNKNOWN and (
+            isinstance(workers, bool)
+            or not isinstance(workers, int | float)
+            or not float(workers).is_integer()
+            or workers < 1
+        ):
+            failures.append(
+                dyn.CheckFailure("workers", f"expected an integer >= 1, got {workers!r}")
+            )
+        root = news.get("root")
+        if root != _UNKNOWN and (not isinstance(root, str) or not root):
+            failures.append(dyn.CheckFailure("root", f"expected a non-empty path, got {root!r}"))
+        env = news.get("env") or {}
+        if env != _UNKNOWN and (
+            not isinstance(env, dict)
+            or not all(
+                isinstance(k, str) and k and "=" not in k and isinstance(v, str)
+                for k, v in env.items()
+            )
+        ):
+            failures.append(
+                dyn.CheckFailure("env", "expected names (no '=') mapped to string values")
+            )
+        grace = news.get("stop_grace_s")
+        if grace != _UNKNOWN and (
+            isinstance(grace, bool) or not isinstance(grace, int | float) or grace <= 0
+        ):
+            failures.append(
+                dyn.CheckFailure("stop_grace_s", f"expected seconds > 0, got {grace!r}")
+            )
+        return dyn.CheckResult(news, failures)
+
+    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        cfg = _trainer(props["trainer"])
+        root = self._root(props["root"])
+        prepared = prepare_run(
+            cfg, workers=int(props["workers"]), root=root, extra_env=props.get("env") or {}
+        )
+        stderr_path = prepared.log_path.with_suffix(".stderr.log")
+        log_offset, stderr_offset = _size(prepared.log_path), _size(stderr_path)
+        refs = self._launch(prepared, stderr_path)
+        outs = {
+            **props,
+            "pids": [r.pid for r in refs],
+            "start_times": [r.start_time for r in refs],
+            "root_dir": str(root),
+            "log_path": str(prepared.log_path),
+            "stderr_path": str(stderr_path),
+            "log_offset": log_offset,
+            "stderr_offset": stderr_offset,
+            "checkpoint_dir": prepared.checkpoint_dir,
+            "config_path": str(prepared.config_path),
+        }
+        outs.update(self._await_start(outs))
+        _log(
+            f"{cfg.run_name}: {outs['state']} as pids {outs['pids']}; log {outs['log_path']}, "
+            f"checkpoints {outs['checkpoint_dir']}"
+        )
+        return dyn.CreateResult(f"{cfg.run_name}-{refs[0].pid}", outs)
+
+    def _launch(self, prepared: PreparedRun, stderr_path: Path) -> list[ProcessRef]:
+        spec = {
+            "cwd": self.base_dir,
+            "stdout": str(prepared.log_path),
+            "stderr": str(stderr_path),
+            "processes": [
+                {"argv": p.argv, "env": {**prepared.env, **p.env}} for p in prepared.processes
+            ],
+        }
+        launched = subprocess.run(
+            [sys.executable, "-I", "-c", _LAUNCHER],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if launched.returncode != 0:
+            raise LocalRunStartError(
+                f"could not start the trainer ({prepared.processes[0].argv[:4]}...): "
+                f"{launched.stderr.strip()}"
+            )
+        table = ProcessTable.snapshot()
+        # A process that already exited has no start time: it is recorded as gone.
+        return [ProcessRef(pid, table.start_time(pid) or "") for pid in json.loads(launched.stdout)]
+
+    def _await_start(self, outs: Mapping[str, Any]) -> dict[str, Any]:
+        """Wait for rank 0's `start` record; raise if the processes die before it."""
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            status = self._status(outs)
+            if status["resumed_from"] is not None or status["state"] == STATE_FINISHED:
+                return status
+            if status["state"] == STATE_EXITED:
+                raise LocalRunStartError(
+                    f"the trainer exited before it started training; last lines of "
+                    f"{outs['stderr_path']}:\n"
+                    f"{_tail(outs['stderr_path'], int(outs['stderr_offset']))}"
+                )
+            if time.monotonic() >= deadline:
+                _log(
+                    f"no `start` record after {self.startup_timeout_s:.0f}s; the processes are "
+                    f"running, follow {outs['log_path']}"
+                )
+                return status
+            time.sleep(self.poll_interval_s)
+
+    def _status(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        table = ProcessTable.snapshot()
+        alive = any(table.alive(ref) for ref in _refs(props))
+        records = read_records(props["log_path"], int(props.get("log_offset") or 0))
+        done = _rank0(records, "done")
+        start = _rank0(records, "start")
+        if alive:
+            state = STATE_RUNNING
+        elif done is not None:
+            state = STATE_FINISHED
+        else:
+            state = STATE_EXITED
+        resumed_from = None if start is None else int(start["step"])
+        return {"state": state, "done": done, "resumed_from": resumed_from}
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
+        replaces: list[str] = []
+        if not _same_trainer(olds.get("trainer"), news.get("trainer")):
+            replaces.append("trainer")
+        if olds.get("workers") != news.get("workers"):
+            replaces.append("workers")
+        if olds.get("root") != news.get("root"):
+            replaces.append("root")
+        if (olds.get("env") or {}) != (news.get("env") or {}):
+            replaces.append("env")
+        updates = [key for key in UPDATE_KEYS if olds.get(key) != news.get(key)]
+        return dyn.DiffResult(
+            changes=bool(replaces or updates),
+            replaces=replaces,
+            stables=[],
+            delete_before_replace=True,
+        )
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
+        # Only stop_grace_s and labels reach here (everything else replaces): the processes
+        # are left alone.
+        return dyn.UpdateResult({**news, **{k: olds[k] for k in OUTPUT_KEYS if k in olds}})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        refs = _refs(props)
+        grace = float(props["stop_grace_s"])
+        result = stop_processes(refs, grace, poll_s=self.poll_interval_s / 2)
+        where = f"data kept: {props.get('checkpoint_dir')}, {props.get('log_path')}"
+        if not result.terminated:
+            _log(f"pids {[r.pid for r in refs]} had already exited; {where}")
+        elif result.killed:
+            _log(
+                f"{len(result.killed)} process(es) ignored SIGTERM for {grace:.0f}s and were "
+                f"killed (the last checkpoint may be older); {where}"
+            )
+        else:
+            _log(
+                f"stopped {len(result.terminated)} process(es) in {result.seconds:.1f}s with "
+                f"SIGTERM (checkpoint saved); {where}"
+            )
+
+    def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
+        if not props.get("log_path"):
+            return dyn.ReadResult(None, {})
+        return dyn.ReadResult(id_, {**props, **self._status(props)})
+
+
+class LocalRun(dyn.Resource, module="local", name="TrainingRun"):
+    """The trainer running on this machine (type `pulumi-python:dynamic/local:TrainingRun`)."""
+
+    pids: pulumi.Output[list[int]]
+    start_times: pulumi.Output[list[str]]
+    root_dir: pulumi.Output[str]
+    log_path: pulumi.Output[str]
+    stderr_path: pulumi.Output[str]
+    checkpoint_dir: pulumi.Output[str]
+    config_path: pulumi.Output[str]
+    state: pulumi.Output[str]
+    done: pulumi.Output[dict[str, Any] | None]
+    resumed_from: pulumi.Output[int | None]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        trainer: Mapping[str, Any],
+        workers: int,
+        root: str,
+        env: Mapping[str, str],
+        stop_grace_s: float,
+        labels: pulumi.Input[Mapping[str, str]],
+        provider: LocalRunProvider,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props: dict[str, Any] = {
+            "trainer": dict(trainer),
+            "workers": workers,
+            "root": root,
+            "env": dict(env),
+            "stop_grace_s": stop_grace_s,
+            "labels": labels,
+            **dict.fromkeys(OUTPUT_KEYS),
+        }
+        super().__init__(provider, name, props, opts)

@@ -1,0 +1,178 @@
+"""The `local` compute target: the bundled trainer as processes on this machine, with its
+life tied to the stack like a cloud job's.
+
+    from components.local_training_job import LocalTrainingJob
+
+    job = LocalTrainingJob(
+        "local-job",
+        {
+            "trainer": cfg.trainer,  # trainers.common.config.TrainConfig (or its fields)
+            "workers": 2,  # torchrun --nproc-per-node for torch
+            "root": ".trainstack/local",  # the local "buckets": checkpoints/ and logs/
+            "labels": {"team": "ml"},
+        },
+    )
+    # job.pids, job.log_path, job.checkpoint_dir, job.state
+
+`pulumi up` starts the processes detached (they outlive the engine) and returns once rank 0
+has started training; `pulumi refresh` updates `state` (running / finished / exited);
+`pulumi destroy` sends SIGTERM, so the trainer checkpoints and exits, and SIGKILLs whatever
+is left after `stop_grace_s`. Checkpoints and logs stay, so the next `pulumi up` resumes
+from the newest checkpoint. Any change to the trainer config, workers, root or env replaces
+the run (old one stopped first); previews never start anything (dynamic providers create
+only during an update).
+
+Naming: the checkpoint directory is `trainer.checkpoint_dir` when set, else
+`<root>/checkpoints/<trainer.run_name>`, and the JSON log `<root>/logs/<run_name>.jsonl`
+(stderr in `<run_name>.stderr.log`), the same places `trainstack local-run` uses, so either
+resumes the other's checkpoints. A relative `root` is resolved against `base_dir`, by
+default the Pulumi project root (beside Pulumi.yaml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, NotRequired, TypedDict
+
+import pulumi
+from pydantic import ValidationError
+
+from components._local_provider import LocalRun, LocalRunProvider
+from components._naming import labels_input
+from trainers.common.config import TrainConfig
+from trainers.local import local_processes
+
+TOKEN: Final = "trainstack:local:LocalTrainingJob"
+COMPONENT_LABEL: Final = "local-training-job"
+STOP_GRACE_MARGIN_S: Final = 15.0
+"""Default `stop_grace_s` is the trainer's `preemption_grace_s` plus this: time for torchrun
+to notice its workers exited and for the processes to start saving."""
+
+
+class LocalTrainingJobArgs(TypedDict):
+    """Arguments for `LocalTrainingJob`."""
+
+    trainer: TrainConfig | Mapping[str, Any]
+    """The trainer config (`trainstack:trainer`), as a `TrainConfig` or its fields."""
+    workers: int
+    """Local worker processes (torch: `torchrun --nproc-per-node`), >= 1."""
+    root: str
+    """Directory of the local "buckets" (checkpoints/, logs/); relative to `base_dir`."""
+    env: NotRequired[Mapping[str, str]]
+    """Extra environment variables for the trainer's processes."""
+    stop_grace_s: NotRequired[float]
+    """Seconds between SIGTERM and SIGKILL on destroy; default the trainer's
+    `preemption_grace_s` + 15. Must exceed `preemption_grace_s`."""
+    base_dir: NotRequired[str]
+    """Directory a relative `root` is resolved against and the processes' working directory;
+    default the Pulumi project root (`pulumi.get_root_directory()`)."""
+    labels: NotRequired[pulumi.Input[Mapping[str, str]]]
+    """User labels, merged with trainstack's and kept in the run's state."""
+
+
+def validate_args(args: Mapping[str, Any]) -> tuple[TrainConfig, float]:
+    """Check the args; return the trainer config and the stop grace period.
+
+    Raises ValueError naming the bad argument.
+    """
+    trainer = args.get("trainer")
+    try:
+        cfg = TrainConfig.model_validate(dict(trainer) if isinstance(trainer, Mapping) else trainer)
+    except ValidationError as exc:
+        errors = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'trainer'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ValueError(f"trainer: {errors}") from None
+    workers = args.get("workers")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
+    root = args.get("root")
+    if not isinstance(root, str) or not root:
+        raise ValueError(f"root: expected a non-empty path, got {root!r}")
+    env = args.get("env", {})
+    if not isinstance(env, Mapping) or not all(
+        isinstance(key, str) and key and "=" not in key and isinstance(value, str)
+        for key, value in env.items()
+    ):
+        raise ValueError(
+            f"env: expected variable names (non-empty, no '=') mapped to strings, got {env!r}"
+        )
+    grace = args.get("stop_grace_s", cfg.preemption_grace_s + STOP_GRACE_MARGIN_S)
+    if (
+        isinstance(grace, bool)
+        or not isinstance(grace, int | float)
+        or grace <= cfg.preemption_grace_s
+    ):
+        raise ValueError(
+            f"stop_grace_s: expected seconds > trainer.preemption_grace_s "
+            f"({cfg.preemption_grace_s}), the time the trainer may take to checkpoint after "
+            f"SIGTERM; got {grace!r}"
+        )
+    # Raises for a framework the local target cannot run, before anything is registered.
+    local_processes(cfg, workers, Path("config.json"))
+    return cfg, float(grace)
+
+
+class LocalTrainingJob(pulumi.ComponentResource):
+    """The bundled trainer running as detached processes on this machine."""
+
+    pids: pulumi.Output[list[int]]
+    """The processes started (torch: the torchrun launcher, whose workers are its children)."""
+    start_times: pulumi.Output[list[str]]
+    """Each pid's start time, so a recycled pid is never signalled."""
+    log_path: pulumi.Output[str]
+    """The JSON-lines log every worker writes to (absolute)."""
+    stderr_path: pulumi.Output[str]
+    """Where the processes' stderr goes (launcher messages, tracebacks)."""
+    checkpoint_dir: pulumi.Output[str]
+    """Where step directories go; kept on destroy."""
+    state: pulumi.Output[str]
+    """`running`, `finished` or `exited`; refreshed by `pulumi refresh`."""
+    done: pulumi.Output[dict[str, Any] | None]
+    """Rank 0's `done` record once the run finished (after a refresh)."""
+    resumed_from: pulumi.Output[int | None]
+    """The step this run started from (0 for a fresh run)."""
+    run_name: str
+    """`trainer.run_name`: names the checkpoint folder and the log."""
+
+    def __init__(
+        self, name: str, args: LocalTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        cfg, grace = validate_args(args)
+        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        base_dir = args.get("base_dir") or pulumi.get_root_directory()
+        super().__init__(TOKEN, name, None, opts)
+
+        self.run = LocalRun(
+            f"{name}-run",
+            trainer=cfg.model_dump(mode="json", exclude_none=True),
+            workers=args["workers"],
+            root=args["root"],
+            env=dict(args.get("env", {})),
+            stop_grace_s=grace,
+            labels=labels,
+            provider=LocalRunProvider(base_dir=str(Path(base_dir).resolve())),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.pids = self.run.pids
+        self.start_times = self.run.start_times
+        self.log_path = self.run.log_path
+        self.stderr_path = self.run.stderr_path
+        self.checkpoint_dir = self.run.checkpoint_dir
+        self.state = self.run.state
+        self.done = self.run.done
+        self.resumed_from = self.run.resumed_from
+        self.run_name = cfg.run_name
+        self.register_outputs(
+            {
+                "pids": self.pids,
+                "start_times": self.start_times,
+                "log_path": self.log_path,
+                "stderr_path": self.stderr_path,
+                "checkpoint_dir": self.checkpoint_dir,
+                "state": self.state,
+                "done": self.done,
+                "resumed_from": self.resumed_from,
+            }
+        )
