@@ -10,6 +10,7 @@ Each entry below is added by hand when a component module lands.
 
 from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices, ProjectServicesArgs
+from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from components.trainer_package import TrainerPackage, TrainerPackageArgs
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -21,6 +22,8 @@ __all__ = [
     "LocalTrainingJobArgs",
     "ProjectServices",
     "ProjectServicesArgs",
+    "TpuPodSlice",
+    "TpuPodSliceArgs",
     "TrainerPackage",
     "TrainerPackageArgs",
     "TrainingBuckets",

@@ -17,6 +17,7 @@ import pulumi
 from components.local_training_job import LocalTrainingJob
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
+from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from components.trainer_package import TrainerPackage
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from components.training_identity import TrainingIdentity
@@ -48,7 +49,7 @@ TARGET_SERVICES: Mapping[str, tuple[str, ...]] = {
 # Compute targets whose component has landed. A stack naming another target still plans
 # (foundation, cost and quota are known from the config alone), but a real deployment
 # stops before creating anything rather than leave a half-built stack without compute.
-PROVISIONED_TARGETS: frozenset[str] = frozenset({"vertex"})
+PROVISIONED_TARGETS: frozenset[str] = frozenset({"vertex", "tpu"})
 
 # Stack output keys, shared with tests and `trainstack status`.
 OUTPUT_TARGET = "target"
@@ -68,6 +69,11 @@ OUTPUT_JOB_NAME = "job_name"
 OUTPUT_JOB_STATE = "job_state"
 OUTPUT_CONSOLE_URL = "console_url"
 OUTPUT_REDUCERS = "reducers"
+OUTPUT_SLICE_NAME = "slice_name"
+OUTPUT_WORKER_IPS = "worker_ips"
+OUTPUT_TPU_CHIPS = "tpu_chips"
+OUTPUT_TPU_HOSTS = "tpu_hosts"
+OUTPUT_CHECKPOINT_DIR = "checkpoint_dir"
 
 TRAINER_MODULES: Mapping[str, str] = {
     "torch": "trainers.torch_ddp",
@@ -176,6 +182,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     }
     # Vertex runs on Google-managed networking unless VPC peering is set up, so only the
     # targets that own their machines get the private network.
+    network: TrainingNetwork | None = None
     if cfg.target in ("tpu", "gpu_cluster"):
         network = TrainingNetwork(
             f"{deployment}-network",
@@ -193,6 +200,11 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         return outputs
     if cfg.target == "vertex":
         outputs.update(_vertex(cfg, deployment, labels, package, buckets, identity, after_apis))
+    elif cfg.target == "tpu":
+        assert network is not None
+        outputs.update(
+            _tpu(cfg, deployment, labels, package, buckets, identity, network, after_apis)
+        )
     return outputs
 
 
@@ -280,6 +292,55 @@ def _vertex(
         OUTPUT_JOB_STATE: job.state,
         OUTPUT_CONSOLE_URL: job.console_url,
         OUTPUT_REDUCERS: job.reducer_count,
+    }
+
+
+def _tpu(
+    cfg: StackConfig,
+    deployment: str,
+    labels: Mapping[str, str],
+    package: TrainerPackage,
+    buckets: TrainingBuckets,
+    identity: TrainingIdentity,
+    network: TrainingNetwork,
+    after_apis: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    tpu_cfg = cfg.tpu
+    assert tpu_cfg is not None and cfg.project is not None
+    args: TpuPodSliceArgs = {
+        "project": cfg.project,
+        "zone": tpu_cfg.zone,
+        "deployment_name": deployment,
+        "runtime_version": tpu_cfg.runtime_version,
+        "provisioning": tpu_cfg.provisioning,
+        "network_self_link": network.network_self_link,
+        "subnetwork_self_link": network.subnetwork_self_link,
+        "network_tags": [network.node_tag],
+        "service_account_email": identity.service_account_email,
+        "package_uri": package.uri,
+        # Where Vertex puts AIP_CHECKPOINT_DIR too: <checkpoint bucket>/checkpoints.
+        "checkpoint_dir": pulumi.Output.concat(buckets.checkpoint_url, "/checkpoints"),
+        "framework": cfg.trainer.framework,
+        "trainer_module": TRAINER_MODULES[cfg.trainer.framework],
+        "trainer_args": trainer_args(cfg),
+        "labels": labels,
+    }
+    if tpu_cfg.accelerator_type:
+        args["accelerator_type"] = tpu_cfg.accelerator_type
+    else:
+        assert tpu_cfg.generation is not None and tpu_cfg.topology is not None
+        args["generation"] = tpu_cfg.generation
+        args["topology"] = tpu_cfg.topology
+    if tpu_cfg.reservation is not None:
+        args["reservation"] = tpu_cfg.reservation
+    tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=after_apis)
+    return {
+        OUTPUT_SLICE_NAME: tpu.slice_name,
+        OUTPUT_WORKER_IPS: tpu.worker_ips,
+        OUTPUT_TPU_CHIPS: tpu.chips,
+        OUTPUT_TPU_HOSTS: tpu.hosts,
+        OUTPUT_CONSOLE_URL: tpu.console_url,
+        OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
     }
 
 

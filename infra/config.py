@@ -40,6 +40,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from infra import catalog
+from infra.tpu_rules import tensorflow_runtime_problem, tpu_slice_problems
 from trainers.common.config import TF_STRATEGIES, TrainConfig
 
 NAMESPACE = "trainstack"
@@ -525,7 +526,7 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
 
     trainer: TrainConfig | None = parts.get("trainer")
     if target == "tpu" and parts.get("tpu") is not None:
-        errors += _check_tpu(parts["tpu"], region)
+        errors += _check_tpu(parts["tpu"], region, trainer.framework if trainer else None)
     if target == "gpu_cluster" and parts.get("gpu_cluster") is not None:
         errors += _check_gpu_cluster(parts["gpu_cluster"], region)
     if target == "vertex" and parts.get("vertex") is not None:
@@ -587,90 +588,28 @@ def _check_zone_in_region(section: str, zone: str, region: str | None) -> list[s
     return []
 
 
-def _check_tpu(tpu: TpuConfig, region: str | None) -> list[str]:
+def _check_tpu(tpu: TpuConfig, region: str | None, framework: str | None) -> list[str]:
     errors = _check_zone_in_region("tpu", tpu.zone, region)
-    gens = ", ".join(catalog.TPU_GENERATIONS)
-    slice_: catalog.TpuSlice | None = None
-    if tpu.accelerator_type and (tpu.generation or tpu.topology):
+    slice_, problems = tpu_slice_problems(
+        accelerator_type=tpu.accelerator_type,
+        generation=tpu.generation,
+        topology=tpu.topology,
+        zone=tpu.zone,
+        runtime_version=tpu.runtime_version,
+        prefix="tpu.",
+    )
+    # A zone outside the region is already reported; do not report the zone twice.
+    errors += [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
+    if slice_ is not None and not errors and framework == "tensorflow":
+        errors += tensorflow_runtime_problem(tpu.runtime_version, slice_, "tpu.runtime_version")
+    if tpu.reservation is not None and tpu.provisioning != "queued":
         errors.append(
-            f"tpu.accelerator_type: {_q(tpu.accelerator_type)} given together with "
-            "tpu.generation/tpu.topology; expected one of the two forms"
-        )
-    elif tpu.accelerator_type:
-        gen = catalog.tpu_generation_of(tpu.accelerator_type)
-        if gen is None:
-            prefixes = ", ".join(f"{g.type_prefix}-N" for g in catalog.TPU_GENERATIONS.values())
-            errors.append(
-                f"tpu.accelerator_type: {_q(tpu.accelerator_type)} is not a TPU type; "
-                f"valid: {prefixes}"
-            )
-        else:
-            slice_ = gen.slice(tpu.accelerator_type)
-            if slice_ is None:
-                valid = ", ".join(s.accelerator_type for s in gen.slices)
-                errors.append(
-                    f"tpu.accelerator_type: {_q(tpu.accelerator_type)} is not a {gen.name} "
-                    f"slice; valid: {valid}"
-                )
-    elif tpu.generation and tpu.topology:
-        gen = catalog.TPU_GENERATIONS[tpu.generation]
-        slice_ = gen.slice_for_topology(tpu.topology)
-        if slice_ is None:
-            valid = ", ".join(s.topology for s in gen.slices)
-            errors.append(
-                f"tpu.topology: {_q(tpu.topology)} is not a {gen.name} topology; valid: {valid}"
-            )
-    elif tpu.generation:
-        valid = ", ".join(s.topology for s in catalog.TPU_GENERATIONS[tpu.generation].slices)
-        errors.append(f"tpu.topology: required with tpu.generation; valid: {valid}")
-    elif tpu.topology:
-        errors.append(f"tpu.generation: required with tpu.topology; valid: {gens}")
-    else:
-        errors.append("tpu.accelerator_type: required (or tpu.generation with tpu.topology)")
-
-    if slice_ is not None:
-        gen = catalog.TPU_GENERATIONS[slice_.generation]
-        if tpu.zone not in gen.zones and not errors:
-            errors.append(
-                f"tpu.zone: {_q(tpu.zone)} does not offer {gen.name}; valid: {', '.join(gen.zones)}"
-            )
-        errors += _check_tpu_runtime(tpu.runtime_version, slice_)
-
-    if tpu.reservation is not None and tpu.provisioning not in ("reserved", "queued"):
-        errors.append(
-            f"tpu.reservation: {_q(tpu.reservation)} cannot be used with provisioning "
-            f"{_q(tpu.provisioning)}; valid: provisioning reserved or queued"
+            f"tpu.reservation: {_q(tpu.reservation)} needs provisioning 'queued': a TPU VM "
+            f"created directly ({_q(tpu.provisioning)}) can only consume any matching "
+            "reservation, not name one; valid: provisioning queued, or provisioning reserved "
+            "without tpu.reservation"
         )
     return errors
-
-
-def _check_tpu_runtime(runtime: str, slice_: catalog.TpuSlice) -> list[str]:
-    gen = catalog.TPU_GENERATIONS[slice_.generation]
-    match = catalog.tpu_runtime_match(gen.name, runtime)
-    if not match.belongs:
-        return [
-            (
-                f"tpu.runtime_version: {_q(runtime)} is not a {gen.name} runtime; "
-                f"valid: {gen.runtime_family}"
-            )
-        ]
-    if match.tensorflow and match.pod and not slice_.multi_host:
-        fixed = runtime.replace("-pod", "", 1)
-        return [
-            (
-                f"tpu.runtime_version: {_q(runtime)} is a multi-host (-pod) runtime but "
-                f"{slice_.accelerator_type} is a single host; valid: {fixed}"
-            )
-        ]
-    if match.tensorflow and not match.pod and slice_.multi_host:
-        fixed = re.sub(r"^(tpu-vm-tf-\d+\.\d+\.\d+)", r"\1-pod", runtime)
-        return [
-            (
-                f"tpu.runtime_version: {_q(runtime)} is a single-host runtime but "
-                f"{slice_.accelerator_type} has {slice_.hosts} hosts; valid: {fixed}"
-            )
-        ]
-    return []
 
 
 def _check_gpu_cluster(gpu: GpuClusterConfig, region: str | None) -> list[str]:

@@ -18,7 +18,7 @@ V4 = {
     "trainstack:tpu": {
         "accelerator_type": "v4-32",
         "zone": "us-central2-b",
-        "runtime_version": "tpu-ubuntu2204-base",
+        "runtime_version": "tpu-vm-tf-2.16.0-pod",
         "provisioning": "spot",
     },
     **TF_TPU,
@@ -171,7 +171,9 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("tpu runtime no pod", with_(V4, "trainstack:tpu", accelerator_type="v4-8", runtime_version="tpu-vm-tf-2.16.0-pod"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod' is a multi-host (-pod) runtime but v4-8 is a single host; valid: tpu-vm-tf-2.16.0"]),
     ("tpu runtime missing", with_(V4, "trainstack:tpu", runtime_version=None), ["tpu.runtime_version: required"]),
     ("tpu provisioning", with_(V4, "trainstack:tpu", provisioning="cheap"), ["tpu.provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved"]),
-    ("tpu spot reservation", with_(V4, "trainstack:tpu", reservation="r1"), ["tpu.reservation: 'r1' cannot be used with provisioning 'spot'; valid: provisioning reserved or queued"]),
+    ("tpu spot reservation", with_(V4, "trainstack:tpu", reservation="r1"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('spot') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
+    ("tpu reserved names reservation", with_(V4, "trainstack:tpu", reservation="r1", provisioning="reserved"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('reserved') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
+    ("tpu runtime without tensorflow", with_(V4, "trainstack:tpu", runtime_version="tpu-ubuntu2204-base"), ["tpu.runtime_version: 'tpu-ubuntu2204-base' ships no TensorFlow, which the tensorflow trainer needs on v4-32; valid: tpu-vm-tf-X.Y.Z-pod (TF >= 2.10.1)"]),
     ("tpu unknown", with_(V4, "trainstack:tpu", foo=1), [f"tpu.foo: unknown key; valid: {TPU_KEYS}"]),
     ("tpu torch", {**V4, "trainstack:trainer": {"framework": "torch"}}, ["trainer.framework: 'torch' is not supported on a tpu target (TPU runs the tensorflow trainer with TPUStrategy); valid: tensorflow"]),
     ("tpu strategy", {**V4, "trainstack:trainer": {"framework": "tensorflow", "strategy": "mirrored"}}, ["trainer.strategy: 'mirrored' is not supported on a tpu target; valid: tpu"]),
@@ -246,7 +248,7 @@ SUMMARIES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
     ),
     (
         "v5e 4x4 on-demand",
-        {**PROJECT, **TF_TPU, "trainstack:tpu": {"generation": "v5e", "topology": "4x4", "zone": "us-central1-a", "runtime_version": "v2-alpha-tpuv5-lite"}},
+        {**PROJECT, **TF_TPU, "trainstack:tpu": {"generation": "v5e", "topology": "4x4", "zone": "us-central1-a", "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt"}},
         {"tpu_chips": 16, "gpus": 0, "machines": 4, "hourly_usd": 19.2},
         [{"service": "tpu.googleapis.com", "quota_id": "TPUV5sLitePodPerProjectPerZoneForTPUAPI", "dimensions": {"zone": "us-central1-a"}, "needed": 16, "verified": False}],
     ),

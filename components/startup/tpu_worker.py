@@ -1,0 +1,175 @@
+"""Render the startup script every worker VM of a Cloud TPU slice runs at boot.
+
+    from components.startup.tpu_worker import render_tpu_worker_script
+
+    script = render_tpu_worker_script(
+        slice_name="exp-42-tpu",
+        package_uri="gs://p-exp-42-staging/trainers/trainstack_trainers-0123abcd.tar.gz",
+        trainer_module="trainers.tf_multiworker",
+        trainer_args=["--framework=tensorflow", "--strategy=tpu", "--steps=1000"],
+        checkpoint_dir="gs://p-exp-42-checkpoints/checkpoints",
+        expected_hosts=4,
+    )
+    # -> metadata {"startup-script": script} of a gcp.tpu.V2Vm or a queued resource's node
+
+What the script does is documented at the top of `tpu_worker.sh`. Worker 0 launches
+
+    python3 -m <trainer_module> --checkpoint_dir=<checkpoint_dir> <trainer_args...>
+
+(`trainer_command` gives exactly that argv) with `TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES`
+(worker IPs, worker 0 first), `PYTHONUNBUFFERED=1` and, on a multi-host slice,
+`TPU_LOAD_LIBRARY=0` (the `-pod` runtime's servers own the chips). `TPU_NAME` is left unset
+on purpose: TensorFlow's TPUClusterResolver would then resolve the slice through the Cloud
+TPU API, which needs an extra IAM role; the worker list (`grpc://<ip>:8470` each, see
+`trainers.tf_multiworker.cluster.tpu_target`) needs none. A `--checkpoint_dir=` among `trainer_args` replaces
+the default one.
+
+Every value is shell-quoted into the template; nothing secret may go in (the script lands in
+instance metadata, readable by anyone who can read the node): flags whose names look like
+credentials are refused.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+TEMPLATE_PATH: Final = Path(__file__).with_name("tpu_worker.sh")
+METADATA_URL_ENV: Final = "TRAINSTACK_METADATA_URL"
+"""Overrides the metadata server base URL; only tests set it."""
+STATE_DIR_ENV: Final = "TRAINSTACK_STATE_DIR"
+"""Overrides the state directory (default /var/lib/trainstack); only tests set it."""
+DEFAULT_PYTHON: Final = "python3"
+DEFAULT_TRAINER_ATTEMPTS: Final = 3
+DEFAULT_RETRY_DELAY_S: Final = 10
+
+METADATA_ATTRIBUTES_VERIFIED: Final = False
+METADATA_ATTRIBUTES_SOURCE: Final = (
+    "jax-ml/jax:jax/_src/clusters/cloud_tpu_cluster.py (GceTpuCluster reads instance "
+    "attributes agent-worker-number and worker-network-endpoints, 'x:y:IP' entries sorted "
+    "by worker id); not stated on a Google documentation page"
+)
+CLOUD_LOGGING_VERIFIED: Final = False
+CLOUD_LOGGING_SOURCE: Final = (
+    "Compute Engine guest agent: startup-script output goes to the serial console and Cloud "
+    "Logging (https://cloud.google.com/compute/docs/instances/startup-scripts/linux); not "
+    "confirmed for TPU VM images"
+)
+
+_SLICE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_GS_OBJECT = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]/\S+$")
+_GS_DIR = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_FLAG = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_.-]*(=.*)?$", re.DOTALL)
+_SECRET_NAME = re.compile(
+    r"password|passwd|secret|token|credential|api_?key|private_?key|access_?key", re.IGNORECASE
+)
+_PLACEHOLDER = re.compile(r"@@[A-Z_]+@@")
+CHECKPOINT_FLAG: Final = "--checkpoint_dir="
+
+
+def validate_trainer_launch(trainer_module: str, trainer_args: Sequence[str]) -> None:
+    """Raise ValueError unless the module name and flags can go into the startup script."""
+    if not isinstance(trainer_module, str) or not _MODULE.match(trainer_module):
+        raise ValueError(
+            f"trainer_module: {trainer_module!r} is not a Python module name such as "
+            "'trainers.tf_multiworker'"
+        )
+    if isinstance(trainer_args, str):
+        raise ValueError(  # noqa: TRY004 - a config mistake, reported like every other
+            f"trainer_args: expected a list of '--key=value' flags, got {trainer_args!r}"
+        )
+    for i, arg in enumerate(trainer_args):
+        if not isinstance(arg, str) or not _FLAG.match(arg) or "\n" in arg:
+            raise ValueError(f"trainer_args[{i}]: {arg!r} is not a single-line '--key=value' flag")
+        name = arg.split("=", 1)[0]
+        if _SECRET_NAME.search(name):
+            raise ValueError(
+                f"trainer_args[{i}]: {name!r} looks like a credential; the startup script is "
+                "instance metadata, readable by anyone who can view the TPU node. Give the "
+                "trainer a Secret Manager name instead and let it read the value with its "
+                "service account"
+            )
+
+
+def effective_checkpoint_dir(trainer_args: Sequence[str], checkpoint_dir: str) -> str:
+    """The directory the trainer will write to: the last `--checkpoint_dir=` flag among
+    `trainer_args` (the trainer's later flags win), else `checkpoint_dir`."""
+    given = [a[len(CHECKPOINT_FLAG) :] for a in trainer_args if a.startswith(CHECKPOINT_FLAG)]
+    return given[-1] if given else checkpoint_dir
+
+
+def trainer_command(
+    trainer_module: str,
+    trainer_args: Sequence[str],
+    checkpoint_dir: str,
+    python: str = DEFAULT_PYTHON,
+) -> list[str]:
+    """The exact argv worker 0 launches."""
+    args = list(trainer_args)
+    if not any(a.startswith(CHECKPOINT_FLAG) for a in args):
+        args.insert(0, f"{CHECKPOINT_FLAG}{checkpoint_dir}")
+    return [python, "-m", trainer_module, *args]
+
+
+def render_tpu_worker_script(
+    *,
+    slice_name: str,
+    package_uri: str,
+    trainer_module: str,
+    trainer_args: Sequence[str],
+    checkpoint_dir: str,
+    expected_hosts: int,
+    python: str = DEFAULT_PYTHON,
+    trainer_attempts: int = DEFAULT_TRAINER_ATTEMPTS,
+    retry_delay_s: int = DEFAULT_RETRY_DELAY_S,
+) -> str:
+    """The startup script for one slice, every value validated and shell-quoted."""
+    if not isinstance(slice_name, str) or not _SLICE_NAME.match(slice_name):
+        raise ValueError(
+            f"slice_name: {slice_name!r} is not a TPU node name (a lowercase letter, then up "
+            "to 62 of a-z, 0-9 and '-', not ending with '-')"
+        )
+    if not isinstance(package_uri, str) or not _GS_OBJECT.match(package_uri):
+        raise ValueError(
+            f"package_uri: {package_uri!r} is not a gs://bucket/object URI of the trainer sdist"
+        )
+    if not isinstance(checkpoint_dir, str) or not _GS_DIR.match(checkpoint_dir):
+        raise ValueError(
+            f"checkpoint_dir: {checkpoint_dir!r} is not a gs:// URL; a TPU VM's disk does not "
+            "survive preemption, so checkpoints must go to Cloud Storage"
+        )
+    validate_trainer_launch(trainer_module, trainer_args)
+    effective = effective_checkpoint_dir(trainer_args, checkpoint_dir)
+    if not _GS_DIR.match(effective):
+        raise ValueError(
+            f"trainer_args: --checkpoint_dir={effective!r} is not a gs:// URL; a TPU VM's disk "
+            "does not survive preemption, so checkpoints must go to Cloud Storage"
+        )
+    for key, value, low in (
+        ("expected_hosts", expected_hosts, 1),
+        ("trainer_attempts", trainer_attempts, 1),
+        ("retry_delay_s", retry_delay_s, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key}: expected an integer >= {low}, got {value!r}")
+    if not isinstance(python, str) or not python or any(c.isspace() for c in python):
+        raise ValueError(f"python: {python!r} is not an executable name")
+
+    argv = trainer_command(trainer_module, trainer_args, checkpoint_dir, python)
+    values = {
+        "SLICE_NAME": shlex.quote(slice_name),
+        "PACKAGE_URI": shlex.quote(package_uri),
+        "TRAINER_MODULE": shlex.quote(trainer_module),
+        "EXPECTED_HOSTS": str(expected_hosts),
+        "PYTHON": shlex.quote(python),
+        "TRAINER_ATTEMPTS": str(trainer_attempts),
+        "RETRY_DELAY_S": str(retry_delay_s),
+        "TRAINER_ARGS": " ".join(shlex.quote(a) for a in argv[3:]),
+    }
+    template = TEMPLATE_PATH.read_text(encoding="utf-8")
+    rendered = _PLACEHOLDER.sub(lambda m: values[m.group(0).strip("@")], template)
+    return rendered

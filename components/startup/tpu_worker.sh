@@ -1,0 +1,206 @@
+#!/bin/bash
+# trainstack: startup script of every worker VM of a Cloud TPU slice.
+#
+# Rendered by components/startup/tpu_worker.py: each placeholder between double at-signs
+# is replaced by a shell-quoted value before the script goes into the node's
+# `startup-script` metadata. It carries no secrets: the VM's service account (through the
+# metadata server) authorizes every Google API call.
+#
+# Compute Engine runs the startup script as root on every boot of every worker, so every
+# step is idempotent and safe to re-run after a reboot or maintenance event:
+#   1. worker id (`agent-worker-number`) and the slice's worker IPs
+#      (`worker-network-endpoints`, worker 0 first) come from the metadata server;
+#   2. the trainer package is downloaded from the staging bucket and pip-installed once per
+#      package URI (a marker file records it; the URI changes whenever the code does);
+#   3. worker 0 runs the trainer under a lock (a second copy of this script, e.g. a manual
+#      re-run, leaves a running trainer alone); the other workers of a multi-host slice
+#      only serve their TPU chips to worker 0 (TensorFlow `-pod` runtime) and exit here;
+#   4. a trainer that exits non-zero is relaunched a bounded number of times (it resumes
+#      from its newest checkpoint); one that finishes leaves a marker, so a later boot does
+#      not train the same run again.
+# Every line (trainer output included) is prefixed with the slice and worker id and goes
+# to stdout, which the guest agent forwards to Cloud Logging, and to a log file under the
+# state directory.
+set -euo pipefail
+
+readonly TS_SLICE_NAME=@@SLICE_NAME@@
+readonly TS_PACKAGE_URI=@@PACKAGE_URI@@
+readonly TS_TRAINER_MODULE=@@TRAINER_MODULE@@
+readonly TS_EXPECTED_HOSTS=@@EXPECTED_HOSTS@@
+readonly TS_PYTHON=@@PYTHON@@
+readonly TS_TRAINER_ATTEMPTS=@@TRAINER_ATTEMPTS@@
+readonly TS_RETRY_DELAY_S=@@RETRY_DELAY_S@@
+readonly TS_TRAINER_ARGS=(@@TRAINER_ARGS@@)
+
+# Only tests set these two: a local fake metadata server and a scratch state directory.
+readonly TS_METADATA_URL="${TRAINSTACK_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}"
+readonly TS_STATE_DIR="${TRAINSTACK_STATE_DIR:-/var/lib/trainstack}"
+
+WORKER_ID="?"
+LOG_FILE="$TS_STATE_DIR/logs/startup.log"
+
+log() {
+  local line
+  line=$(printf '[trainstack slice=%s worker=%s] %s' "$TS_SLICE_NAME" "$WORKER_ID" "$*")
+  printf '%s\n' "$line"
+  printf '%s\n' "$line" >>"$LOG_FILE" 2>/dev/null || true
+}
+
+die() {
+  log "ERROR: $*"
+  exit 1
+}
+
+# Prefix each line of a stream like `log` does (used for the trainer's own output).
+prefix_lines() {
+  local line
+  while IFS= read -r line || [[ -n $line ]]; do
+    log "$line"
+  done
+}
+
+# retry ATTEMPTS COMMAND...: run COMMAND until it succeeds, sleeping longer each time.
+retry() {
+  local attempts=$1 n=1
+  shift
+  until "$@"; do
+    if ((n >= attempts)); then
+      log "giving up after $n attempts: $*"
+      return 1
+    fi
+    log "attempt $n/$attempts failed, retrying in $((n * TS_RETRY_DELAY_S))s: $*"
+    sleep $((n * TS_RETRY_DELAY_S))
+    n=$((n + 1))
+  done
+}
+
+# metadata PATH: one value from the metadata server. curl retries connection errors and
+# 5xx itself (the server can lag right after boot); a 404 (attribute absent) fails at once.
+metadata() {
+  curl --silent --show-error --fail --retry 5 --retry-connrefused --retry-delay 1 \
+    --max-time 10 -H 'Metadata-Flavor: Google' "$TS_METADATA_URL/$1"
+}
+
+# Worker ids and IPs. `worker-network-endpoints` is "a:b:IP,a:b:IP,..." sorted by worker
+# id (the format JAX's cloud_tpu_cluster reads: third ':' field of each ',' entry).
+discover_workers() {
+  local raw_id endpoints entry ip count
+  raw_id=$(metadata instance/attributes/agent-worker-number 2>/dev/null) || raw_id=""
+  endpoints=$(metadata instance/attributes/worker-network-endpoints 2>/dev/null) || endpoints=""
+  WORKER_IPS=()
+  if [[ -n $endpoints ]]; then
+    IFS=',' read -r -a entries <<<"$endpoints"
+    for entry in "${entries[@]}"; do
+      IFS=':' read -r _ _ ip _ <<<"$entry"
+      [[ $ip =~ ^[0-9]+(\.[0-9]+){3}$ ]] || die "worker-network-endpoints entry '$entry' has no IPv4 address"
+      WORKER_IPS+=("$ip")
+    done
+  elif ((TS_EXPECTED_HOSTS == 1)); then
+    ip=$(metadata instance/network-interfaces/0/ip) || die "cannot read this VM's internal IP"
+    WORKER_IPS=("$ip")
+  else
+    die "metadata has no worker-network-endpoints on a slice of $TS_EXPECTED_HOSTS workers"
+  fi
+  count=${#WORKER_IPS[@]}
+  if [[ -z $raw_id ]]; then
+    ((count == 1)) || die "metadata has no agent-worker-number on a slice of $count workers"
+    raw_id=0
+  fi
+  if [[ ! $raw_id =~ ^[0-9]+$ ]] || ((raw_id >= count)); then
+    die "agent-worker-number '$raw_id' is not a worker index below $count"
+  fi
+  WORKER_ID=$raw_id
+  if ((count != TS_EXPECTED_HOSTS)); then
+    log "WARNING: the catalog expects $TS_EXPECTED_HOSTS workers but metadata lists $count; using the metadata"
+  fi
+  COORDINATOR=${WORKER_IPS[0]}
+  WORKER_HOSTNAMES=$(
+    IFS=','
+    printf '%s' "${WORKER_IPS[*]}"
+  )
+}
+
+download() {
+  # gsutil only when this image's gcloud lacks `gcloud storage` (older Cloud SDKs).
+  gcloud storage cp "$1" "$2" || gsutil cp "$1" "$2"
+}
+
+install_package() {
+  local digest marker sdist
+  digest=$(printf '%s' "$TS_PACKAGE_URI" | sha256sum | cut -c1-16)
+  marker="$TS_STATE_DIR/installed-$digest"
+  if [[ -f $marker ]]; then
+    log "trainer package already installed: $TS_PACKAGE_URI"
+    return 0
+  fi
+  sdist="$TS_STATE_DIR/packages/${TS_PACKAGE_URI##*/}"
+  mkdir -p "$TS_STATE_DIR/packages"
+  log "installing trainer package $TS_PACKAGE_URI"
+  retry 5 download "$TS_PACKAGE_URI" "$sdist" || die "cannot download $TS_PACKAGE_URI"
+  # The runtime image owns the system Python (TensorFlow lives there); PEP 668 images
+  # refuse a system-wide pip install without this, older pips ignore it.
+  retry 3 env PIP_BREAK_SYSTEM_PACKAGES=1 "$TS_PYTHON" -m pip install --quiet \
+    --disable-pip-version-check "$sdist" || die "cannot install $sdist"
+  touch "$marker"
+}
+
+run_trainer() {
+  local -a cmd
+  local digest done_marker attempt status shown
+  cmd=("$TS_PYTHON" -m "$TS_TRAINER_MODULE" "${TS_TRAINER_ARGS[@]}")
+  digest=$(printf '%s\n' "$TS_PACKAGE_URI" "${cmd[@]}" | sha256sum | cut -c1-16)
+  done_marker="$TS_STATE_DIR/done-$digest"
+  if [[ -f $done_marker ]]; then
+    log "this run already finished on an earlier boot; not training again"
+    return 0
+  fi
+  exec 9>"$TS_STATE_DIR/trainer.lock"
+  if ! flock --nonblock 9; then
+    log "a trainer is already running on this worker; leaving it alone"
+    return 0
+  fi
+  # No TPU_NAME: with it TPUClusterResolver would look the slice up through the Cloud TPU
+  # API (an extra IAM role); the worker list reaches each worker's TPU runtime directly.
+  export TPU_WORKER_ID="$WORKER_ID"
+  export TPU_WORKER_HOSTNAMES="$WORKER_HOSTNAMES"
+  export PYTHONUNBUFFERED=1
+  if ((${#WORKER_IPS[@]} > 1)); then
+    # Multi-host `-pod` runtime: the TPU runtime of every worker serves the chips, so the
+    # TensorFlow client on worker 0 must not load libtpu itself.
+    export TPU_LOAD_LIBRARY=0
+  fi
+  shown=$(printf '%q ' "${cmd[@]}")
+  for ((attempt = 1; attempt <= TS_TRAINER_ATTEMPTS; attempt++)); do
+    log "launching trainer (attempt $attempt/$TS_TRAINER_ATTEMPTS): ${shown% }"
+    set +e
+    # The trainer inherits the lock: if this script dies, a re-run still sees it held.
+    "${cmd[@]}" 2>&1 | prefix_lines
+    status=${PIPESTATUS[0]}
+    set -e
+    if ((status == 0)); then
+      touch "$done_marker"
+      log "trainer finished"
+      return 0
+    fi
+    log "trainer exited with status $status"
+    if ((attempt < TS_TRAINER_ATTEMPTS)); then
+      sleep $((attempt * TS_RETRY_DELAY_S))
+    fi
+  done
+  return "$status"
+}
+
+main() {
+  mkdir -p "$TS_STATE_DIR/logs"
+  cd "$TS_STATE_DIR"
+  discover_workers
+  log "worker $WORKER_ID of ${#WORKER_IPS[@]}; coordinator (worker 0) is $COORDINATOR"
+  install_package
+  if ((WORKER_ID != 0)); then
+    log "serving TPU chips to the trainer on worker 0 ($COORDINATOR); nothing to launch here"
+    return 0
+  fi
+  run_trainer
+}
+
+main "$@"

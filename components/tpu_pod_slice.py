@@ -1,0 +1,681 @@
+"""A Cloud TPU VM slice (v4, v5e, v5p, v6e) that boots, installs the trainer and trains.
+
+    from components.tpu_pod_slice import TpuPodSlice
+
+    tpu = TpuPodSlice(
+        "exp-42-tpu",
+        {
+            "project": "my-project",
+            "zone": "us-central2-b",
+            "deployment_name": "exp-42",
+            "accelerator_type": "v4-32",  # or "generation": "v4", "topology": "2x2x4"
+            "runtime_version": "tpu-vm-tf-2.16.0-pod",
+            "provisioning": "spot",  # on-demand | spot | reserved | queued
+            "network_self_link": net.network_self_link,
+            "subnetwork_self_link": net.subnetwork_self_link,
+            "network_tags": [net.node_tag],
+            "service_account_email": identity.service_account_email,
+            "package_uri": package.uri,
+            "checkpoint_dir": buckets.checkpoint_url.apply(lambda u: f"{u}/checkpoints"),
+            "trainer_args": ["--framework=tensorflow", "--strategy=tpu", "--steps=1000"],
+        },
+    )
+    # tpu.slice_name, tpu.worker_ips, tpu.chips, tpu.hosts, tpu.console_url, tpu.checkpoint_dir
+
+Validation happens before anything is registered, against `infra.catalog` (the same
+tables and functions the stack config is checked with): the slice exists for its
+generation, the zone offers the generation, the runtime version belongs to the generation,
+a TensorFlow `-pod` runtime goes with a multi-host slice and a plain one with a single host,
+and the tensorflow trainer gets a TensorFlow runtime. `framework: torch` is refused:
+PyTorch/XLA (PJRT, every worker runs the program) is not built.
+
+Provisioning:
+- on-demand, spot, reserved: one `gcp.tpu.V2Vm` (`scheduling_config` spot/reserved) with no
+  external IPs (the network gives Private Google Access and Cloud NAT), the given service
+  account (cloud-platform scope; IAM limits it), Secure Boot, labels, network tags, data
+  disks, and the startup script in metadata.
+- queued: a Cloud TPU queued resource through the REST API (`components._tpu_queued_provider`;
+  pulumi-gcp's `V2QueuedResource` lacks the tiers and the node's metadata), with the same
+  node plus a tier (`spot` or `guaranteed`), an optional queueing deadline and reservation.
+  `pulumi up` waits until it is ACTIVE (`queued.wait_timeout_s`). Its exact REST body is the
+  resource's `body` input, so previews and plan diffs show it.
+
+The startup script (`components/startup/tpu_worker.sh`) runs on every worker at every boot:
+it installs the trainer package from the staging bucket, reads its worker id and worker 0's
+IP from the metadata server, and on worker 0 runs
+`python3 -m <trainer_module> --checkpoint_dir=<checkpoint_dir> <trainer_args>` (TensorFlow
+TPUStrategy; the other workers serve their chips). A change to the script (new package,
+other trainer flags) replaces the slice: the script only runs at boot, so an in-place
+metadata update would leave the old run going.
+
+Naming: the TPU node is `<deployment_name>-tpu` and the queued resource
+`<deployment_name>-tpu-qr` (see `components._naming`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, NotRequired, TypedDict
+
+import pulumi
+from pulumi_gcp import tpu
+
+from components._discovery import validate_body
+from components._naming import gcp_name, labels_input, name_input
+from components._tpu_queued_provider import (
+    DEFAULT_WAIT_TIMEOUT_S,
+    QueuedResource,
+    QueuedResourceProvider,
+    console_url,
+    with_spec_label,
+)
+from components.startup.tpu_worker import (
+    effective_checkpoint_dir,
+    render_tpu_worker_script,
+    validate_trainer_launch,
+)
+from infra import catalog
+from infra.tpu_rules import (
+    tensorflow_runtime_problem,
+    tpu_slice_problems,
+)
+
+TOKEN: Final = "trainstack:tpu:TpuPodSlice"
+COMPONENT_LABEL: Final = "tpu-pod-slice"
+API: Final = "tpu.v2"
+PROVISIONING: Final = ("on-demand", "spot", "reserved", "queued")
+QUEUED_TIERS: Final = ("on-demand", "spot", "guaranteed")
+DEFAULT_TRAINER_MODULE: Final = "trainers.tf_multiworker"
+SCOPES: Final = ("https://www.googleapis.com/auth/cloud-platform",)
+"""Access scope of the node's service account; its IAM roles are what limit it."""
+DISK_MODES: Final = ("READ_WRITE", "READ_ONLY")
+
+SECURE_BOOT_GENERATIONS: Final[frozenset[str]] = frozenset({"v4", "v5e", "v5p", "v6e"})
+SECURE_BOOT_VERIFIED: Final = False
+SECURE_BOOT_SOURCE: Final = (
+    "DISC:tpu.v2.json#Node.shieldedInstanceConfig; gcloud compute tpus queued-resources "
+    "create --shielded-secure-boot; Cloud TPU's answer to constraints/compute.requireShieldedVm "
+    "('Please create TPUs with Secure Boot enabled', quoted in "
+    "google/fully-homomorphic-encryption#103). No Google page lists the generations."
+)
+READ_ONLY_MULTI_HOST_SOURCE: Final = (
+    "https://docs.cloud.google.com/tpu/docs/attach-durable-block-storage (read-write mode "
+    "attaches a disk to at most one instance)"
+)
+
+_RESERVATION = re.compile(
+    r"^(-|[a-z]([-a-z0-9]{0,61}[a-z0-9])?|projects/[^/]+/locations/[^/]+/reservations/[^/]+)$"
+)
+_COMPUTE_API_PREFIXES: Final = (
+    "https://www.googleapis.com/compute/v1/",
+    "https://compute.googleapis.com/compute/v1/",
+)
+_QUEUED_KEYS: Final = ("tier", "min_duration_s", "valid_until_s", "wait_timeout_s")
+
+
+class DataDiskArgs(TypedDict):
+    """A persistent disk attached to every worker of the slice."""
+
+    source_disk: pulumi.Input[str]
+    """`projects/{p}/zones/{zone}/disks/{name}` of an existing disk in the slice's zone."""
+    mode: NotRequired[Literal["READ_WRITE", "READ_ONLY"]]
+    """Default READ_ONLY on a multi-host slice (the only mode there: every worker attaches
+    the disk), READ_WRITE on a single host."""
+
+
+class QueuedArgs(TypedDict):
+    """Settings of a queued resource (provisioning `queued`)."""
+
+    tier: NotRequired[Literal["on-demand", "spot", "guaranteed"]]
+    """Capacity tier (default on-demand; the API's `spot` / `guaranteed`)."""
+    min_duration_s: NotRequired[int]
+    """guaranteed only: provision only if the capacity is guaranteed for this long."""
+    valid_until_s: NotRequired[int]
+    """Give up queueing this many seconds after the request (`validUntilDuration`)."""
+    wait_timeout_s: NotRequired[int]
+    """How long `pulumi up` waits for ACTIVE before deleting the request (default 3600)."""
+
+
+class TpuPodSliceArgs(TypedDict):
+    """Arguments for `TpuPodSlice`."""
+
+    project: pulumi.Input[str]
+    """Project of the TPU node."""
+    zone: str
+    """Zone offering the generation, e.g. `us-central2-b` for v4."""
+    deployment_name: pulumi.Input[str]
+    """Prefix of the node and queued-resource names."""
+    accelerator_type: NotRequired[str]
+    """Slice type, e.g. `v4-32`, `v5litepod-16`, `v5p-8`, `v6e-4` (or generation+topology)."""
+    generation: NotRequired[str]
+    """`v4`, `v5e`, `v5p` or `v6e`, with `topology` instead of `accelerator_type`."""
+    topology: NotRequired[str]
+    """Chip topology with `generation`, e.g. `2x2x4`."""
+    runtime_version: str
+    """TPU software version, e.g. `tpu-vm-tf-2.16.0-pod` (required: versions drift)."""
+    provisioning: NotRequired[Literal["on-demand", "spot", "reserved", "queued"]]
+    """How capacity is obtained (default on-demand)."""
+    reservation: NotRequired[str]
+    """queued only: reservation name, `projects/P/locations/ZONE/reservations/R`, or `-`
+    for any reservation of the project in the zone (gcloud's `--reserved`)."""
+    queued: NotRequired[QueuedArgs]
+    """queued only: tier, deadline and wait timeout."""
+    network_self_link: pulumi.Input[str]
+    """VPC network (self link or `projects/P/global/networks/N`)."""
+    subnetwork_self_link: pulumi.Input[str]
+    """Subnet with Private Google Access and Cloud NAT: the workers get no external IPs."""
+    network_tags: NotRequired[Sequence[pulumi.Input[str]]]
+    """Network tags on every worker (the network's `node_tag`, so its firewall applies)."""
+    service_account_email: pulumi.Input[str]
+    """Service account the workers run as (never the default compute account)."""
+    package_uri: pulumi.Input[str]
+    """gs:// URI of the trainer sdist (`TrainerPackage.uri`); a new URI replaces the slice."""
+    checkpoint_dir: pulumi.Input[str]
+    """gs:// URL given to the trainer as `--checkpoint_dir` (unless `trainer_args` has one)."""
+    trainer_args: NotRequired[Sequence[str]]
+    """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
+    trainer_module: NotRequired[str]
+    """Module worker 0 runs (default `trainers.tf_multiworker`)."""
+    framework: NotRequired[Literal["tensorflow", "torch"]]
+    """Trainer framework (default tensorflow; torch is refused, see the module docstring)."""
+    data_disks: NotRequired[Sequence[DataDiskArgs]]
+    """Persistent disks attached to every worker."""
+    secure_boot: NotRequired[bool]
+    """Shielded VM Secure Boot (default True on every supported generation)."""
+    labels: NotRequired[pulumi.Input[Mapping[str, str]]]
+    """User labels, merged with trainstack's, on the node."""
+    api_endpoint: NotRequired[str]
+    """queued only: override the TPU API endpoint (tests point it at a local server)."""
+
+
+# --------------------------------------------------------------------------------------
+# Validation (pure; the same catalog functions infra/config.py uses)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """What validated arguments resolve to."""
+
+    slice: catalog.TpuSlice
+    generation: catalog.TpuGeneration
+    provisioning: str
+    secure_boot: bool
+    trainer_module: str
+    trainer_args: tuple[str, ...]
+    disk_modes: tuple[str, ...]
+    """Mode of each entry of `data_disks`, defaults resolved."""
+    queued_tier: str
+    wait_timeout_s: int
+
+
+def _provisioning_problems(args: Mapping[str, Any], provisioning: Any) -> list[str]:
+    problems: list[str] = []
+    if provisioning not in PROVISIONING:
+        problems.append(
+            f"provisioning: {provisioning!r} is not allowed; valid: {', '.join(PROVISIONING)}"
+        )
+    reservation = args.get("reservation")
+    if reservation is not None:
+        if not isinstance(reservation, str) or not _RESERVATION.match(reservation):
+            problems.append(
+                f"reservation: {reservation!r} is not a reservation name; valid: a name, "
+                "projects/P/locations/ZONE/reservations/R, or '-' (any reservation)"
+            )
+        elif provisioning == "reserved":
+            problems.append(
+                f"reservation: {reservation!r} needs provisioning 'queued': a TPU VM created "
+                "directly (provisioning 'reserved') consumes any matching reservation and "
+                "cannot name one; valid: provisioning 'queued' with a reservation, or "
+                "provisioning 'reserved' without one"
+            )
+        elif provisioning in ("on-demand", "spot"):
+            problems.append(
+                f"reservation: {reservation!r} cannot be used with provisioning "
+                f"{provisioning!r}; valid: provisioning reserved or queued"
+            )
+    queued = args.get("queued")
+    if queued is not None:
+        problems += _queued_problems(queued, provisioning, reservation)
+    return problems
+
+
+def _queued_problems(queued: Any, provisioning: Any, reservation: Any) -> list[str]:
+    if provisioning != "queued":
+        return [f"queued: only used with provisioning 'queued', not {provisioning!r}"]
+    if not isinstance(queued, Mapping):
+        return [f"queued: expected a mapping with keys {', '.join(_QUEUED_KEYS)}"]
+    problems = [
+        f"queued.{key}: unknown key; valid: {', '.join(_QUEUED_KEYS)}"
+        for key in queued
+        if key not in _QUEUED_KEYS
+    ]
+    tier = queued.get("tier", "on-demand")
+    if tier not in QUEUED_TIERS:
+        problems.append(f"queued.tier: {tier!r} is not allowed; valid: {', '.join(QUEUED_TIERS)}")
+    for key in ("min_duration_s", "valid_until_s", "wait_timeout_s"):
+        value = queued.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            problems.append(f"queued.{key}: expected an integer >= 1, got {value!r}")
+    if queued.get("min_duration_s") is not None and tier != "guaranteed":
+        problems.append(
+            f"queued.min_duration_s: only used with queued.tier 'guaranteed', not {tier!r}"
+        )
+    if reservation is not None and tier == "spot":
+        problems.append(
+            f"queued.tier: 'spot' cannot be combined with reservation {reservation!r}; "
+            "valid: on-demand, guaranteed"
+        )
+    return problems
+
+
+def _disk_modes(disks: Any, found: catalog.TpuSlice | None) -> tuple[tuple[str, ...], list[str]]:
+    if disks is None:
+        return (), []
+    if isinstance(disks, str | Mapping) or not isinstance(disks, Sequence):
+        return (), [f"data_disks: expected a list of {{source_disk, mode}}, got {disks!r}"]
+    multi = found is not None and found.multi_host
+    modes: list[str] = []
+    problems: list[str] = []
+    for i, disk in enumerate(disks):
+        if not isinstance(disk, Mapping) or disk.get("source_disk") is None:
+            problems.append(f"data_disks[{i}].source_disk: required")
+            continue
+        mode = disk.get("mode", "READ_ONLY" if multi else "READ_WRITE")
+        if mode not in DISK_MODES:
+            problems.append(
+                f"data_disks[{i}].mode: {mode!r} is not allowed; valid: {', '.join(DISK_MODES)}"
+            )
+        elif multi and mode == "READ_WRITE" and found is not None:
+            problems.append(
+                f"data_disks[{i}].mode: 'READ_WRITE' attaches a disk to one VM but every one "
+                f"of the {found.hosts} workers of {found.accelerator_type} attaches it; "
+                "valid: READ_ONLY"
+            )
+        modes.append(str(mode))
+    return tuple(modes), problems
+
+
+def validate_args(args: Mapping[str, Any]) -> SlicePlan:
+    """Check every plain argument; raise one ValueError listing every problem, one per line."""
+    found, problems = tpu_slice_problems(
+        accelerator_type=args.get("accelerator_type"),
+        generation=args.get("generation"),
+        topology=args.get("topology"),
+        zone=args.get("zone"),
+        runtime_version=args.get("runtime_version"),
+    )
+    framework = args.get("framework", "tensorflow")
+    if framework == "torch":
+        problems.append(
+            "framework: 'torch' is not supported on a TPU slice: PyTorch/XLA (PJRT, where "
+            "every worker runs the program) is not built or tested in trainstack; "
+            "valid: tensorflow"
+        )
+    elif framework != "tensorflow":
+        problems.append(f"framework: {framework!r} is not allowed; valid: tensorflow")
+    elif found is not None and not problems:
+        problems += tensorflow_runtime_problem(args["runtime_version"], found)
+    provisioning = args.get("provisioning", "on-demand")
+    problems += _provisioning_problems(args, provisioning)
+    modes, disk_problems = _disk_modes(args.get("data_disks"), found)
+    problems += disk_problems
+    trainer_module = args.get("trainer_module", DEFAULT_TRAINER_MODULE)
+    trainer_args = args.get("trainer_args", ())
+    try:
+        validate_trainer_launch(trainer_module, trainer_args)
+    except ValueError as exc:
+        problems.append(str(exc))
+    secure_boot = args.get("secure_boot", True)
+    if not isinstance(secure_boot, bool):
+        problems.append(f"secure_boot: expected true or false, got {secure_boot!r}")
+    if problems:
+        raise ValueError("\n".join(problems))
+    assert found is not None  # no problems means a slice was found
+    queued = args.get("queued") or {}
+    return SlicePlan(
+        slice=found,
+        generation=catalog.TPU_GENERATIONS[found.generation],
+        provisioning=str(provisioning),
+        secure_boot=bool(secure_boot) and found.generation in SECURE_BOOT_GENERATIONS,
+        trainer_module=str(trainer_module),
+        trainer_args=tuple(trainer_args),
+        disk_modes=modes,
+        queued_tier=str(queued.get("tier", "on-demand")),
+        wait_timeout_s=int(queued.get("wait_timeout_s", DEFAULT_WAIT_TIMEOUT_S)),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Bodies (pure)
+# --------------------------------------------------------------------------------------
+
+
+def resource_path(link: str) -> str:
+    """`projects/P/...` for a Compute self link (the TPU API's examples use that form);
+    anything else unchanged."""
+    for api_prefix in _COMPUTE_API_PREFIXES:
+        if link.startswith(api_prefix):
+            return link[len(api_prefix) :]
+    return link
+
+
+def reservation_name(project: str, zone: str, reservation: str) -> str:
+    """The queued resource's `reservationName` for a short name, `-` or a full name."""
+    if reservation.startswith("projects/"):
+        return reservation
+    return f"projects/{project}/locations/{zone}/reservations/{reservation}"
+
+
+def node_body(
+    *,
+    plan: SlicePlan,
+    runtime_version: str,
+    description: str,
+    network: str,
+    subnetwork: str,
+    service_account_email: str,
+    startup_script: str,
+    labels: Mapping[str, str],
+    network_tags: Sequence[str],
+    data_disks: Sequence[str],
+) -> dict[str, Any]:
+    """The `Node` of a queued resource (REST field names), as the V2Vm path builds it."""
+    node: dict[str, Any] = {
+        "description": description,
+        "runtimeVersion": runtime_version,
+        "acceleratorConfig": {
+            "type": plan.generation.api_type,
+            "topology": plan.slice.topology,
+        },
+        "networkConfig": {
+            "network": resource_path(network),
+            "subnetwork": resource_path(subnetwork),
+            "enableExternalIps": False,
+        },
+        "serviceAccount": {"email": service_account_email, "scope": list(SCOPES)},
+        "metadata": {"startup-script": startup_script},
+        "labels": dict(sorted(labels.items())),
+    }
+    if plan.secure_boot:
+        node["shieldedInstanceConfig"] = {"enableSecureBoot": True}
+    if network_tags:
+        node["tags"] = list(network_tags)
+    if data_disks:
+        node["dataDisks"] = [
+            {"sourceDisk": disk, "mode": mode}
+            for disk, mode in zip(data_disks, plan.disk_modes, strict=True)
+        ]
+    return node
+
+
+def queued_resource_body(
+    *,
+    project: str,
+    zone: str,
+    node_id: str,
+    node: Mapping[str, Any],
+    tier: str = "on-demand",
+    min_duration_s: int | None = None,
+    valid_until_s: int | None = None,
+    reservation: str | None = None,
+) -> dict[str, Any]:
+    """The exact `QueuedResource` REST body, node labels carrying `trainstack_spec`."""
+    body: dict[str, Any] = {
+        "tpu": {
+            "nodeSpec": [
+                {
+                    "parent": f"projects/{project}/locations/{zone}",
+                    "nodeId": node_id,
+                    "node": dict(node),
+                }
+            ]
+        }
+    }
+    if tier == "spot":
+        body["spot"] = {}
+    elif tier == "guaranteed":
+        body["guaranteed"] = {"minDuration": f"{min_duration_s}s"} if min_duration_s else {}
+    if valid_until_s is not None:
+        body["queueingPolicy"] = {"validUntilDuration": f"{valid_until_s}s"}
+    if reservation is not None:
+        body["reservationName"] = reservation_name(project, zone, reservation)
+    return with_spec_label(body)
+
+
+# --------------------------------------------------------------------------------------
+# Component
+# --------------------------------------------------------------------------------------
+
+
+class TpuPodSlice(pulumi.ComponentResource):
+    """A TPU VM slice running the bundled trainer; see the module docstring."""
+
+    slice_name: pulumi.Output[str]
+    """The TPU node's name."""
+    worker_ips: pulumi.Output[list[str]]
+    """Internal IPs of the workers, worker 0 (the trainer) first."""
+    chips: int
+    """TPU chips in the slice (catalog)."""
+    hosts: int
+    """Worker VMs in the slice (catalog; the startup script logs a mismatch with reality)."""
+    accelerator_type: str
+    """Canonical slice type, e.g. `v4-32`."""
+    topology: str
+    """Chip topology, e.g. `2x2x4`."""
+    console_url: pulumi.Output[str]
+    """Cloud console page of the TPU node."""
+    checkpoint_dir: pulumi.Output[str]
+    """Where the trainer writes its checkpoints."""
+    startup_script: pulumi.Output[str]
+    """The exact startup script every worker runs."""
+    vm: tpu.V2Vm | None
+    """The node, for provisioning on-demand, spot and reserved (else None)."""
+    queued_resource: QueuedResource | None
+    """The queued resource, for provisioning queued (else None)."""
+
+    def __init__(
+        self, name: str, args: TpuPodSliceArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        plan = validate_args(args)
+        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        deployment = args["deployment_name"]
+        slice_name = name_input(gcp_name, deployment, "tpu")
+        super().__init__(TOKEN, name, None, opts)
+        self._warn_unverified(plan, args["zone"])
+
+        found = plan.slice
+        expected_hosts = found.hosts
+        trainer_args = list(plan.trainer_args)
+
+        def render(values: list[Any]) -> str:
+            node_id, package_uri, checkpoint_dir = values
+            return render_tpu_worker_script(
+                slice_name=node_id,
+                package_uri=package_uri,
+                trainer_module=plan.trainer_module,
+                trainer_args=trainer_args,
+                checkpoint_dir=checkpoint_dir,
+                expected_hosts=expected_hosts,
+            )
+
+        self.startup_script = pulumi.Output.all(
+            slice_name, args["package_uri"], args["checkpoint_dir"]
+        ).apply(render)
+        self.vm = None
+        self.queued_resource = None
+        if plan.provisioning == "queued":
+            self.worker_ips = self._create_queued(name, args, plan, slice_name, labels)
+        else:
+            self.worker_ips = self._create_vm(name, args, plan, slice_name, labels)
+
+        zone = args["zone"]
+        self.slice_name = pulumi.Output.from_input(slice_name)
+        self.chips = found.chips
+        self.hosts = found.hosts
+        self.accelerator_type = found.accelerator_type
+        self.topology = found.topology
+        self.console_url = pulumi.Output.all(args["project"], slice_name).apply(
+            lambda v: console_url(v[0], zone, v[1])
+        )
+        self.checkpoint_dir = pulumi.Output.from_input(args["checkpoint_dir"]).apply(
+            lambda default: effective_checkpoint_dir(trainer_args, default)
+        )
+        self.register_outputs(
+            {
+                "slice_name": self.slice_name,
+                "worker_ips": self.worker_ips,
+                "chips": self.chips,
+                "hosts": self.hosts,
+                "accelerator_type": self.accelerator_type,
+                "topology": self.topology,
+                "console_url": self.console_url,
+                "checkpoint_dir": self.checkpoint_dir,
+                "startup_script": self.startup_script,
+                "vm": self.vm,
+                "queued_resource": self.queued_resource,
+            }
+        )
+
+    def _warn_unverified(self, plan: SlicePlan, zone: str) -> None:
+        found = plan.slice
+        if not found.verified:
+            pulumi.log.warn(
+                f"{found.accelerator_type}: unverified catalog fact: {found.note}", resource=self
+            )
+        if not plan.generation.zones.get(zone, True):
+            pulumi.log.warn(
+                f"{zone}: the catalog's {plan.generation.name} zone list marks it unverified "
+                f"(source: {catalog.TPU_ZONES_SOURCE})",
+                resource=self,
+            )
+
+    def _create_vm(
+        self,
+        name: str,
+        args: TpuPodSliceArgs,
+        plan: SlicePlan,
+        slice_name: pulumi.Input[str],
+        labels: pulumi.Input[Mapping[str, str]],
+    ) -> pulumi.Output[list[str]]:
+        scheduling: tpu.V2VmSchedulingConfigArgs | None = None
+        if plan.provisioning == "spot":
+            scheduling = tpu.V2VmSchedulingConfigArgs(spot=True)
+        elif plan.provisioning == "reserved":
+            scheduling = tpu.V2VmSchedulingConfigArgs(reserved=True)
+        disks = [
+            tpu.V2VmDataDiskArgs(source_disk=disk["source_disk"], mode=mode)
+            for disk, mode in zip(args.get("data_disks", ()), plan.disk_modes, strict=True)
+        ]
+        tags = list(args.get("network_tags", ()))
+        self.vm = tpu.V2Vm(
+            f"{name}-vm",
+            name=slice_name,
+            project=args["project"],
+            zone=args["zone"],
+            description=f"trainstack TPU slice {plan.slice.accelerator_type}",
+            runtime_version=args["runtime_version"],
+            accelerator_config=tpu.V2VmAcceleratorConfigArgs(
+                type=plan.generation.api_type, topology=plan.slice.topology
+            ),
+            scheduling_config=scheduling,
+            network_config=tpu.V2VmNetworkConfigArgs(
+                network=pulumi.Output.from_input(args["network_self_link"]).apply(resource_path),
+                subnetwork=pulumi.Output.from_input(args["subnetwork_self_link"]).apply(
+                    resource_path
+                ),
+                enable_external_ips=False,
+            ),
+            service_account=tpu.V2VmServiceAccountArgs(
+                email=args["service_account_email"], scopes=list(SCOPES)
+            ),
+            shielded_instance_config=(
+                tpu.V2VmShieldedInstanceConfigArgs(enable_secure_boot=True)
+                if plan.secure_boot
+                else None
+            ),
+            metadata={"startup-script": self.startup_script},
+            labels=labels,
+            tags=tags or None,
+            data_disks=disks or None,
+            # The script only runs at boot: a new one must replace the node, and the new
+            # node reuses the name and the quota, so the old one goes first.
+            opts=pulumi.ResourceOptions(
+                parent=self, replace_on_changes=["metadata"], delete_before_replace=True
+            ),
+        )
+        return self.vm.network_endpoints.apply(
+            lambda endpoints: [e.ip_address for e in endpoints or [] if e.ip_address]
+        )
+
+    def _create_queued(
+        self,
+        name: str,
+        args: TpuPodSliceArgs,
+        plan: SlicePlan,
+        slice_name: pulumi.Input[str],
+        labels: pulumi.Input[Mapping[str, str]],
+    ) -> pulumi.Output[list[str]]:
+        zone = args["zone"]
+        queued = args.get("queued") or {}
+        reservation = args.get("reservation")
+        qr_id = name_input(gcp_name, args["deployment_name"], "tpu-qr")
+        inputs = pulumi.Output.from_input(
+            {
+                "project": args["project"],
+                "node_id": slice_name,
+                "network": args["network_self_link"],
+                "subnetwork": args["subnetwork_self_link"],
+                "service_account_email": args["service_account_email"],
+                "startup_script": self.startup_script,
+                "labels": labels,
+                "network_tags": list(args.get("network_tags", ())),
+                "data_disks": [d["source_disk"] for d in args.get("data_disks", ())],
+            }
+        )
+
+        def build(v: dict[str, Any]) -> dict[str, Any]:
+            node = node_body(
+                plan=plan,
+                runtime_version=args["runtime_version"],
+                description=f"trainstack TPU slice {plan.slice.accelerator_type}",
+                network=v["network"],
+                subnetwork=v["subnetwork"],
+                service_account_email=v["service_account_email"],
+                startup_script=v["startup_script"],
+                labels=v["labels"],
+                network_tags=v["network_tags"],
+                data_disks=v["data_disks"],
+            )
+            body = queued_resource_body(
+                project=v["project"],
+                zone=zone,
+                node_id=v["node_id"],
+                node=node,
+                tier=plan.queued_tier,
+                min_duration_s=queued.get("min_duration_s"),
+                valid_until_s=queued.get("valid_until_s"),
+                reservation=reservation,
+            )
+            errors = validate_body(API, "QueuedResource", body)
+            if errors:
+                raise ValueError("QueuedResource body is invalid: " + "; ".join(errors))
+            return body
+
+        self.queued_resource = QueuedResource(
+            f"{name}-queued",
+            project=args["project"],
+            zone=zone,
+            queued_resource_id=qr_id,
+            node_id=slice_name,
+            body=inputs.apply(build),
+            wait_timeout_s=plan.wait_timeout_s,
+            api_endpoint=args.get("api_endpoint"),
+            provider=QueuedResourceProvider(),
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+        return self.queued_resource.worker_ips

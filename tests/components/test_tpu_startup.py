@@ -1,0 +1,435 @@
+"""The TPU worker startup script, rendered and run for real with bash.
+
+The metadata server is a local HTTP server (the script's base URL comes from
+TRAINSTACK_METADATA_URL, which only tests set); gcloud, gsutil, python3 and sleep are fake
+executables first on PATH that record their argv and the TPU environment. The slice is a
+v4-32 (4 workers); the tests run worker 0 (the trainer) and worker 3 (serves only).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.startup.tpu_worker import (
+    METADATA_URL_ENV,
+    STATE_DIR_ENV,
+    effective_checkpoint_dir,
+    render_tpu_worker_script,
+    trainer_command,
+)
+from tests.fakes import LocalServer
+
+SLICE = "exp-42-tpu"
+PACKAGE = "gs://p-exp-42-staging/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
+CKPT = "gs://p-exp-42-checkpoints/checkpoints"
+FLAGS = ["--framework=tensorflow", "--strategy=tpu", "--model=cnn", "--steps=2000"]
+IPS = ["10.130.0.2", "10.130.0.3", "10.130.0.4", "10.130.0.5"]
+ENDPOINTS = ",".join(f"unknown:unknown:{ip}" for ip in IPS)
+TRAINER_ARGV = [
+    "-m",
+    "trainers.tf_multiworker",
+    f"--checkpoint_dir={CKPT}",
+    *FLAGS,
+]
+TRAINER_ENV = {
+    "TPU_WORKER_ID": "0",
+    "TPU_WORKER_HOSTNAMES": ",".join(IPS),
+    "TPU_LOAD_LIBRARY": "0",
+    "PYTHONUNBUFFERED": "1",
+}
+RECORDED_ENV = (
+    "TPU_NAME",
+    "TPU_WORKER_ID",
+    "TPU_WORKER_HOSTNAMES",
+    "TPU_LOAD_LIBRARY",
+    "PYTHONUNBUFFERED",
+    "PIP_BREAK_SYSTEM_PACKAGES",
+)
+
+# One recorder for every fake: argv and the TPU environment as one JSON line per call.
+# gcloud/gsutil `cp` write the destination; python3 `-m pip` succeeds; the trainer prints a
+# metrics line and exits with the next code of FAKE_TRAINER_EXITS (default 0).
+FAKE = """#!{python}
+import json, os, sys
+prog = os.path.basename(sys.argv[0])
+argv = sys.argv[1:]
+env = {{k: os.environ[k] for k in {recorded!r} if k in os.environ}}
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(json.dumps({{"prog": prog, "argv": argv, "env": env}}) + "\\n")
+if prog in ("gcloud", "gsutil"):
+    if prog in os.environ.get("FAKE_FAILING", "").split(","):
+        sys.exit(1)
+    with open(argv[-1], "w") as out:
+        out.write("sdist")
+elif prog == "python3" and argv[:2] != ["-m", "pip"]:
+    counter = os.environ["FAKE_LOG"] + ".trainer"
+    n = int(open(counter).read()) if os.path.exists(counter) else 0
+    open(counter, "w").write(str(n + 1))
+    codes = [int(c) for c in os.environ.get("FAKE_TRAINER_EXITS", "0").split(",")]
+    print(json.dumps({{"event": "done", "step": 2000}}))
+    sys.exit(codes[min(n, len(codes) - 1)])
+"""
+
+
+class MetadataServer(LocalServer):
+    """The GCE metadata server's `computeMetadata/v1/` paths this script reads."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+        self.requests: list[tuple[str, str | None]] = []
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                flavor = self.headers.get("Metadata-Flavor")
+                with fake._lock:
+                    fake.requests.append((self.path, flavor))
+                path = self.path.removeprefix("/computeMetadata/v1/")
+                if flavor != "Google":
+                    status, text = 403, "Missing Metadata-Flavor:Google header"
+                elif path in fake.values:
+                    status, text = 200, fake.values[path]
+                else:
+                    status, text = 404, "not found"
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/text")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        super().__init__(Handler)
+
+
+def _metadata(worker: int, endpoints: str | None = ENDPOINTS) -> dict[str, str]:
+    values = {
+        "instance/attributes/agent-worker-number": str(worker),
+        "instance/attributes/accelerator-type": "v4-32",
+        "instance/network-interfaces/0/ip": IPS[worker],
+    }
+    if endpoints is not None:
+        values["instance/attributes/worker-network-endpoints"] = endpoints
+    return values
+
+
+class Worker:
+    """One TPU worker VM: a state dir, fake executables and a metadata server."""
+
+    def __init__(self, root: Path, script: str) -> None:
+        self.root = root
+        self.bin = root / "bin"
+        self.state = root / "state"
+        self.log = root / "calls.jsonl"
+        self.script = root / "startup.sh"
+        self.bin.mkdir()
+        self.script.write_text(script)
+        fake = FAKE.format(python=sys.executable, recorded=RECORDED_ENV)
+        for prog in ("gcloud", "gsutil", "python3", "sleep"):
+            path = self.bin / prog
+            path.write_text(fake)
+            path.chmod(0o755)
+
+    def run(self, metadata: MetadataServer, **env: str) -> subprocess.CompletedProcess[str]:
+        full_env = {
+            "PATH": f"{self.bin}:{os.environ['PATH']}",
+            "HOME": str(self.root),
+            METADATA_URL_ENV: metadata.base_url + "/computeMetadata/v1",
+            STATE_DIR_ENV: str(self.state),
+            "FAKE_LOG": str(self.log),
+            **env,
+        }
+        return subprocess.run(
+            ["bash", str(self.script)],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def calls(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def argvs(self) -> list[list[str]]:
+        return [[c["prog"], *c["argv"]] for c in self.calls()]
+
+
+def _script(**overrides: Any) -> str:
+    kwargs: dict[str, Any] = {
+        "slice_name": SLICE,
+        "package_uri": PACKAGE,
+        "trainer_module": "trainers.tf_multiworker",
+        "trainer_args": FLAGS,
+        "checkpoint_dir": CKPT,
+        "expected_hosts": 4,
+        **overrides,
+    }
+    return render_tpu_worker_script(**kwargs)
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Worker:
+    return Worker(tmp_path, _script())
+
+
+@pytest.fixture
+def worker0() -> Iterator[MetadataServer]:
+    with MetadataServer(_metadata(0)) as server:
+        yield server
+
+
+@pytest.fixture
+def worker3() -> Iterator[MetadataServer]:
+    with MetadataServer(_metadata(3)) as server:
+        yield server
+
+
+def _downloaded(worker: Worker) -> str:
+    return str(worker.state / "packages" / "trainstack_trainers-0123456789abcdef.tar.gz")
+
+
+def _install_calls(worker: Worker) -> list[list[str]]:
+    sdist = _downloaded(worker)
+    return [
+        ["gcloud", "storage", "cp", PACKAGE, sdist],
+        ["python3", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", sdist],
+    ]
+
+
+def test_worker0_installs_then_launches_the_trainer(
+    worker: Worker, worker0: MetadataServer
+) -> None:
+    result = worker.run(worker0)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert worker.argvs() == [*_install_calls(worker), ["python3", *TRAINER_ARGV]]
+    pip, trainer = worker.calls()[1:]
+    assert pip["env"] == {"PIP_BREAK_SYSTEM_PACKAGES": "1"}
+    assert trainer["env"] == TRAINER_ENV
+    lines = result.stdout.splitlines()
+    tag = f"[trainstack slice={SLICE} worker=0]"
+    assert lines[0] == f"{tag} worker 0 of 4; coordinator (worker 0) is 10.130.0.2"
+    assert f"{tag} " + '{"event": "done", "step": 2000}' in lines
+    launch = f"{tag} launching trainer (attempt 1/3): " + " ".join(
+        shlex.quote(a) for a in ["python3", *TRAINER_ARGV]
+    )
+    assert launch in lines
+    assert lines[-1] == f"{tag} trainer finished"
+    assert all(line.startswith("[trainstack slice=") for line in lines)
+    assert (worker.state / "logs" / "startup.log").read_text().splitlines() == lines
+    assert {flavor for _, flavor in worker0.requests} == {"Google"}
+
+
+def test_worker3_installs_and_serves_without_launching(
+    worker: Worker, worker3: MetadataServer
+) -> None:
+    result = worker.run(worker3)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert worker.argvs() == _install_calls(worker)
+    assert result.stdout.splitlines()[-1] == (
+        f"[trainstack slice={SLICE} worker=3] serving TPU chips to the trainer on worker 0 "
+        "(10.130.0.2); nothing to launch here"
+    )
+    assert "launching trainer" not in result.stdout
+
+
+def test_rerun_after_reboot_installs_nothing_and_does_not_retrain(
+    worker: Worker, worker0: MetadataServer
+) -> None:
+    assert worker.run(worker0).returncode == 0
+    first = len(worker.calls())
+    again = worker.run(worker0)
+    assert again.returncode == 0
+    assert len(worker.calls()) == first  # no download, no pip, no trainer
+    tag = f"[trainstack slice={SLICE} worker=0]"
+    assert again.stdout.splitlines()[1:] == [
+        f"{tag} trainer package already installed: {PACKAGE}",
+        f"{tag} this run already finished on an earlier boot; not training again",
+    ]
+
+
+def test_rerun_after_an_unfinished_run_relaunches_the_same_command(
+    worker: Worker, worker0: MetadataServer
+) -> None:
+    # Every attempt of the first boot fails (e.g. preempted workers); the next boot resumes.
+    failed = worker.run(worker0, FAKE_TRAINER_EXITS="1,1,1,0")
+    assert failed.returncode == 1
+    assert [c["argv"] for c in worker.calls() if c["prog"] == "sleep"] == [["10"], ["20"]]
+    assert failed.stdout.splitlines()[-1].endswith("trainer exited with status 1")
+    resumed = worker.run(worker0, FAKE_TRAINER_EXITS="1,1,1,0")
+    assert resumed.returncode == 0
+    trainer_runs = [c for c in worker.calls() if c["prog"] == "python3" and c["argv"][1] != "pip"]
+    assert [c["argv"] for c in trainer_runs] == [TRAINER_ARGV] * 4
+    assert [c["prog"] for c in worker.calls()].count("gcloud") == 1
+
+
+def test_a_running_trainer_is_left_alone(worker: Worker, worker0: MetadataServer) -> None:
+    worker.state.mkdir()
+    with open(worker.state / "trainer.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = worker.run(worker0)
+    assert result.returncode == 0
+    assert worker.argvs() == _install_calls(worker)
+    assert result.stdout.splitlines()[-1] == (
+        f"[trainstack slice={SLICE} worker=0] a trainer is already running on this worker; "
+        "leaving it alone"
+    )
+
+
+def test_download_falls_back_to_gsutil(worker: Worker, worker3: MetadataServer) -> None:
+    result = worker.run(worker3, FAKE_FAILING="gcloud")
+    assert result.returncode == 0, result.stdout + result.stderr
+    sdist = _downloaded(worker)
+    assert worker.argvs()[:2] == [
+        ["gcloud", "storage", "cp", PACKAGE, sdist],
+        ["gsutil", "cp", PACKAGE, sdist],
+    ]
+
+
+def test_download_failures_are_retried_then_fatal(worker: Worker, worker3: MetadataServer) -> None:
+    result = worker.run(worker3, FAKE_FAILING="gcloud,gsutil")
+    assert result.returncode == 1
+    assert [a[0] for a in worker.argvs()] == ["gcloud", "gsutil", "sleep"] * 4 + [
+        "gcloud",
+        "gsutil",
+    ]
+    assert result.stdout.splitlines()[-1] == (
+        f"[trainstack slice={SLICE} worker=3] ERROR: cannot download {PACKAGE}"
+    )
+
+
+def test_missing_endpoints_on_a_multi_host_slice_is_an_error(worker: Worker) -> None:
+    with MetadataServer(_metadata(0, endpoints=None)) as server:
+        result = worker.run(server)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "[trainstack slice=exp-42-tpu worker=?] ERROR: metadata has no "
+        "worker-network-endpoints on a slice of 4 workers"
+    ]
+    assert worker.calls() == []
+
+
+def test_a_worker_id_outside_the_slice_is_an_error(worker: Worker) -> None:
+    with MetadataServer({**_metadata(0), "instance/attributes/agent-worker-number": "4"}) as server:
+        result = worker.run(server)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "[trainstack slice=exp-42-tpu worker=?] ERROR: agent-worker-number '4' is not a "
+        "worker index below 4"
+    ]
+
+
+def test_more_workers_than_the_catalog_says_are_used_and_reported(
+    worker: Worker,
+) -> None:
+    two = "unknown:unknown:10.130.0.2,unknown:unknown:10.130.0.3"
+    with MetadataServer(_metadata(0, endpoints=two)) as server:
+        result = worker.run(server)
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[0] == (
+        "[trainstack slice=exp-42-tpu worker=0] WARNING: the catalog expects 4 workers but "
+        "metadata lists 2; using the metadata"
+    )
+    assert worker.calls()[-1]["env"]["TPU_WORKER_HOSTNAMES"] == "10.130.0.2,10.130.0.3"
+
+
+def test_single_host_uses_the_vm_ip_and_loads_libtpu(tmp_path: Path) -> None:
+    worker = Worker(tmp_path, _script(expected_hosts=1))
+    with MetadataServer({"instance/network-interfaces/0/ip": "10.130.0.9"}) as server:
+        result = worker.run(server)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert worker.calls()[-1]["env"] == {
+        "TPU_WORKER_ID": "0",
+        "TPU_WORKER_HOSTNAMES": "10.130.0.9",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+# -- rendering --------------------------------------------------------------------------
+
+
+def test_rendered_values_are_quoted_and_the_script_parses() -> None:
+    script = _script(trainer_args=["--run_name=it's a run", "--steps=5"])
+    assert "readonly TS_SLICE_NAME=exp-42-tpu\n" in script
+    assert (
+        "readonly TS_TRAINER_ARGS=(--checkpoint_dir=gs://p-exp-42-checkpoints/checkpoints "
+        "'--run_name=it'\"'\"'s a run' --steps=5)\n"
+    ) in script
+    assert "@@" not in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
+    flags = ["--checkpoint_dir=gs://other-bucket/run-7", "--steps=5"]
+    assert trainer_command("trainers.tf_multiworker", flags, CKPT) == [
+        "python3",
+        "-m",
+        "trainers.tf_multiworker",
+        *flags,
+    ]
+    assert effective_checkpoint_dir(flags, CKPT) == "gs://other-bucket/run-7"
+    assert effective_checkpoint_dir(["--steps=5"], CKPT) == CKPT
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"package_uri": "/tmp/t.tar.gz"},
+            "package_uri: '/tmp/t.tar.gz' is not a gs://bucket/object URI of the trainer sdist",
+        ),
+        (
+            {"checkpoint_dir": "/mnt/ckpt"},
+            "checkpoint_dir: '/mnt/ckpt' is not a gs:// URL; a TPU VM's disk does not "
+            "survive preemption, so checkpoints must go to Cloud Storage",
+        ),
+        (
+            {"trainer_args": ["--checkpoint_dir=/tmp/x"]},
+            "trainer_args: --checkpoint_dir='/tmp/x' is not a gs:// URL; a TPU VM's disk "
+            "does not survive preemption, so checkpoints must go to Cloud Storage",
+        ),
+        (
+            {"trainer_args": ["--hf_token=abc"]},
+            "trainer_args[0]: '--hf_token' looks like a credential; the startup script is "
+            "instance metadata, readable by anyone who can view the TPU node. Give the "
+            "trainer a Secret Manager name instead and let it read the value with its "
+            "service account",
+        ),
+        (
+            {"trainer_args": ["steps=5"]},
+            "trainer_args[0]: 'steps=5' is not a single-line '--key=value' flag",
+        ),
+        (
+            {"trainer_module": "trainers/tf"},
+            "trainer_module: 'trainers/tf' is not a Python module name such as "
+            "'trainers.tf_multiworker'",
+        ),
+        (
+            {"slice_name": "Exp_42"},
+            "slice_name: 'Exp_42' is not a TPU node name (a lowercase letter, then up to 62 "
+            "of a-z, 0-9 and '-', not ending with '-')",
+        ),
+        ({"expected_hosts": 0}, "expected_hosts: expected an integer >= 1, got 0"),
+    ],
+)
+def test_render_refuses_bad_values(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        _script(**overrides)
+    assert str(info.value) == message
