@@ -5,10 +5,12 @@
     trainstack local-run --stack local             run the stack's trainer on this machine
     trainstack status --stack prod-vertex-rs       live state of the stack's Vertex AI job
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
+    trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
     trainstack stacks                              list the bundled stacks
 
 Exit codes: 0 ok; 2 invalid config or arguments (the message names the key); `local-run`
-exits with the trainer's code; `quota --live` exits 1 when a need exceeds what is left.
+exits with the trainer's code; `quota --live` exits 1 when a need exceeds what is left;
+`policy` exits 1 when a rule is broken.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -36,6 +38,9 @@ from infra.plan import (
     render_plan,
     unverified_quota_note,
 )
+
+if TYPE_CHECKING:
+    from infra.policy import StackReport
 
 app = typer.Typer(
     help="Google Cloud training infrastructure as code, with a bundled distributed trainer.",
@@ -168,6 +173,75 @@ def live_quota_table(rows: list[dict[str, Any]]) -> Table:
             status,
         )
     return table
+
+
+@app.command()
+def policy(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    plan_file: Annotated[
+        Path | None,
+        typer.Option("--plan", help="A JSON plan from `trainstack plan --json` (or a list)."),
+    ] = None,
+    all_stacks: Annotated[bool, typer.Option("--all", help="Every bundled stack.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check the stack's planned resources against the security policies (policies/rules.py).
+
+    The same rules run in `pulumi preview --policy-pack policies/`. Exit 0 clean, 1 when any
+    rule is broken (each violation names the rule and the resource), 2 invalid config.
+    """
+    from infra.policy import PlanFileError, check_plan, check_stack
+
+    chosen = [stack is not None, config_file is not None, plan_file is not None, all_stacks]
+    if sum(chosen) != 1:
+        raise _fail("give exactly one of --stack NAME, --config-file PATH, --plan PATH or --all")
+    reports: list[StackReport] = []
+    if plan_file is not None:
+        try:
+            reports = check_plan(json.loads(plan_file.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise _fail(f"--plan: {plan_file} is not a readable JSON plan ({exc})") from None
+        except PlanFileError as exc:
+            raise _fail(f"--plan: {plan_file}: {exc}") from None
+    else:
+        targets: list[tuple[str | None, Path | None]] = (
+            [(name, None) for name in bundled_stacks()] if all_stacks else [(stack, config_file)]
+        )
+        for target_stack, target_file in targets:
+            name, config = _load(target_stack, target_file)
+            try:
+                reports.append(check_stack(name, config))
+            except ConfigError as exc:
+                raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    if as_json:
+        sys.stdout.write(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
+    else:
+        _print_policy_reports(reports)
+    if any(not r.clean for r in reports):
+        raise typer.Exit(1)
+
+
+def _print_policy_reports(reports: list[StackReport]) -> None:
+    from infra.policy import ENFORCEMENT
+    from policies.rules import RULES
+
+    for report in reports:
+        if report.clean:
+            typer.echo(
+                f"stack {report.stack}: clean ({report.resources} resources, {len(RULES)} rules)"
+            )
+            continue
+        typer.echo(f"stack {report.stack}: {len(report.violations)} violation(s)")
+        for v in report.violations:
+            typer.echo(f"  [{ENFORCEMENT}] {v}")
+    broken = [r for r in reports if not r.clean]
+    if broken:
+        count = sum(len(r.violations) for r in broken)
+        typer.echo(
+            f"{count} policy violation(s) in {len(broken)} of {len(reports)} stack(s); "
+            "mandatory rules block `pulumi up --policy-pack policies/`"
+        )
 
 
 @app.command()

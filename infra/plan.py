@@ -83,7 +83,17 @@ def plan_resources(recorded: Iterable[RecordedResource]) -> list[dict[str, Any]]
     then type keeps plans and their diffs stable.
     """
     entries = [
-        {"type": r.type, "name": r.name, "parent": r.parent, "inputs": r.inputs} for r in recorded
+        {
+            "type": r.type,
+            "name": r.name,
+            "parent": r.parent,
+            "inputs": r.inputs,
+            # Only when set, so the plan of an unprotected resource stays as it was; shown
+            # so a pull request that drops a prod bucket's protection says so in its diff.
+            **({"protect": True} if r.protect else {}),
+            **({"retainOnDelete": True} if r.retain_on_delete else {}),
+        }
+        for r in recorded
     ]
     return sorted(entries, key=lambda e: (e["name"], e["type"]))
 
@@ -313,6 +323,12 @@ def _stack_sections(stack: str, base: Mapping[str, Any] | None, head: Mapping[st
         ]
         if a["parent"] != b["parent"]:
             lines.append(f"  - parent: `{a['parent']}` -> `{b['parent']}`")
+        for option in ("protect", "retainOnDelete"):
+            if a.get(option, False) != b.get(option, False):
+                lines.append(
+                    f"  - {option}: `{str(a.get(option, False)).lower()}` -> "
+                    f"`{str(b.get(option, False)).lower()}`"
+                )
         yield f"- **change** `{b['name']}` ({b['type']})\n" + "\n".join(lines) + "\n"
 
 

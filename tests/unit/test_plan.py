@@ -164,3 +164,18 @@ def test_reduction_server_stack_sizes_reducers_by_bandwidth() -> None:
     )
     assert "--bucket_cap_mb=64" in pools[0]["pythonPackageSpec"]["args"]
     assert plan["summary"]["machines"] == 17
+
+
+def test_plan_diff_shows_a_dropped_protection() -> None:
+    name, config = load_stack("prod-a100-gce", None)
+    base = build_plan(name, config)
+    protected = [r for r in base["resources"] if r.get("protect")]
+    assert [r["type"] for r in protected] == ["gcp:storage/bucket:Bucket"] * 2
+    head = copy.deepcopy(base)
+    data = next(r for r in head["resources"] if r["name"] == protected[0]["name"])
+    del data["protect"]
+    text = plan_diff(base, head)
+    assert (
+        f"- **change** `{data['name']}` (gcp:storage/bucket:Bucket)\n  - protect: `true` -> `false`"
+        in text
+    )

@@ -1,0 +1,122 @@
+"""`trainstack policy`: the rules of `policies/rules.py` run offline over a stack's plan.
+
+The same rules run in `pulumi preview --policy-pack policies/`; here they run over what the
+stack program registers under Pulumi mocks, the same registrations `trainstack plan`
+shows, so a stack is checked with no credentials and no Pulumi CLI:
+
+    report = check_stack("prod-vertex-rs", config)   # config: the stack file's `config:`
+    report.violations                                 # [] when clean
+
+`check_plan` checks JSON plans written by `trainstack plan --json` (one plan or a list),
+e.g. a plan kept from CI or a hand-written one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from infra.compose import main_program
+from infra.config import load_stack_config
+from infra.mocks import RecordedResource, run_program
+from policies.rules import RULES, Context, Resource, Violation, evaluate
+
+ENFORCEMENT = "mandatory"
+"""Every rule blocks a deployment (the pack registers them all as mandatory)."""
+
+
+class PlanFileError(ValueError):
+    """A JSON document that is not a trainstack plan (or a list of plans)."""
+
+
+@dataclass(frozen=True)
+class StackReport:
+    """The policy verdict for one stack."""
+
+    stack: str
+    resources: int
+    violations: list[Violation]
+
+    @property
+    def clean(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "resources": self.resources,
+            "rules": [rule.name for rule in RULES],
+            "violations": [
+                {
+                    "rule": v.rule,
+                    "enforcement": ENFORCEMENT,
+                    "type": v.resource_type,
+                    "name": v.resource_name,
+                    "message": v.message,
+                }
+                for v in self.violations
+            ],
+        }
+
+
+def _from_recorded(recorded: RecordedResource) -> Resource:
+    return Resource(recorded.type, recorded.name, recorded.inputs, protect=recorded.protect)
+
+
+def check_stack(stack: str, config: Mapping[str, Any]) -> StackReport:
+    """Run the stack program offline and check what it registers.
+
+    Raises `infra.config.ConfigError` before anything is registered when the config is
+    invalid. The rules read the `protect` option as well as the inputs, so this works from
+    the recorded registrations rather than from `build_plan`'s JSON, which keeps only inputs.
+    """
+    cfg = load_stack_config(config)
+    run = run_program(main_program, config=config, stack=stack)
+    # The plan's order (logical name, then type), so reports read like `trainstack plan`.
+    resources = [_from_recorded(r) for r in sorted(run.resources, key=lambda r: (r.name, r.type))]
+    violations = evaluate(resources, Context(environment=cfg.environment))
+    return StackReport(stack, len(resources), violations)
+
+
+def _plan_resource(stack: str, index: int, entry: Any) -> Resource:
+    if not (
+        isinstance(entry, Mapping)
+        and isinstance(entry.get("type"), str)
+        and isinstance(entry.get("name"), str)
+        and isinstance(entry.get("inputs"), Mapping)
+    ):
+        raise PlanFileError(
+            f"plan {stack!r}: resources[{index}] is not a plan resource "
+            '(expected {"type": str, "name": str, "inputs": {...}})'
+        )
+    protect = entry.get("protect", False)
+    if not isinstance(protect, bool):
+        raise PlanFileError(
+            f"plan {stack!r}: resources[{index}].protect must be true or false, got {protect!r}"
+        )
+    return Resource(entry["type"], entry["name"], entry["inputs"], protect=protect)
+
+
+def check_plan(document: Any) -> list[StackReport]:
+    """Check one JSON plan or a list of them (`trainstack plan --json` output).
+
+    A plan resource may carry `"protect": true`; one without it counts as unprotected. The
+    stack's environment is read from the resources' `environment` labels.
+    """
+    plans: Sequence[Any] = document if isinstance(document, list) else [document]
+    reports = []
+    for i, plan in enumerate(plans):
+        if not (
+            isinstance(plan, Mapping)
+            and isinstance(plan.get("stack"), str)
+            and isinstance(plan.get("resources"), list)
+        ):
+            raise PlanFileError(
+                f"plan {i}: expected a JSON plan with a `stack` name and a `resources` list "
+                "(as `trainstack plan --json` writes)"
+            )
+        stack = plan["stack"]
+        resources = [_plan_resource(stack, j, e) for j, e in enumerate(plan["resources"])]
+        reports.append(StackReport(stack, len(resources), evaluate(resources, Context())))
+    return reports
