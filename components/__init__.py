@@ -8,6 +8,8 @@ Import the classes from here or from their modules; both are public:
 Each entry below is added by hand when a component module lands.
 """
 
+from components.a100_cluster import A100Cluster, A100ClusterArgs
+from components.kubernetes_training_job import KubernetesTrainingJob, KubernetesTrainingJobArgs
 from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices, ProjectServicesArgs
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
@@ -18,6 +20,10 @@ from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork, TrainingNetworkArgs
 
 __all__ = [
+    "A100Cluster",
+    "A100ClusterArgs",
+    "KubernetesTrainingJob",
+    "KubernetesTrainingJobArgs",
     "LocalTrainingJob",
     "LocalTrainingJobArgs",
     "ProjectServices",

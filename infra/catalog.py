@@ -606,6 +606,20 @@ A2_CPUS_QUOTA: Final = QuotaSpec(
     "GCE docs quoted by a public tool say A2 VMs only need the A100 GPU quota",
 )
 
+CPUS_QUOTA: Final = QuotaSpec(
+    "compute.googleapis.com",
+    "CPUS-per-project-region",
+    "region",
+    "vCPUs",
+    False,
+    "Compute Engine regional CPUs quota as named in the Console; not read back here",
+)
+"""General-purpose vCPUs in a region (the GKE system node's E2 vCPUs count here)."""
+
+GKE_SYSTEM_NODE_MACHINE: Final = "e2-standard-4"
+"""Machine of the one-node system pool a GKE GPU cluster gets, because kube-dns and the other
+add-ons do not tolerate the GPU taint (components.a100_cluster)."""
+
 _VERTEX_SOURCE: Final = (
     "metric names from vertex-ai-samples helpers (fact sheet 6.3); the Cloud Quotas quotaId "
     "may differ from the metric name"

@@ -14,13 +14,14 @@ from typing import Any, cast
 
 import pulumi
 
+from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
 from components.local_training_job import LocalTrainingJob
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from components.trainer_package import TrainerPackage
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
-from components.training_identity import TrainingIdentity
+from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork
 from components.vertex_training_job import (
     HyperparameterSpec,
@@ -46,10 +47,6 @@ TARGET_SERVICES: Mapping[str, tuple[str, ...]] = {
     "vertex": ("aiplatform.googleapis.com",),
 }
 
-# Compute targets whose component has landed. A stack naming another target still plans
-# (foundation, cost and quota are known from the config alone), but a real deployment
-# stops before creating anything rather than leave a half-built stack without compute.
-PROVISIONED_TARGETS: frozenset[str] = frozenset({"vertex", "tpu"})
 
 # Stack output keys, shared with tests and `trainstack status`.
 OUTPUT_TARGET = "target"
@@ -74,15 +71,20 @@ OUTPUT_WORKER_IPS = "worker_ips"
 OUTPUT_TPU_CHIPS = "tpu_chips"
 OUTPUT_TPU_HOSTS = "tpu_hosts"
 OUTPUT_CHECKPOINT_DIR = "checkpoint_dir"
+OUTPUT_CLUSTER_NAME = "cluster_name"
+OUTPUT_CLUSTER_ENDPOINT = "cluster_endpoint"
+OUTPUT_NODE_POOL = "node_pool"
+OUTPUT_KUBECONFIG = "kubeconfig"
+OUTPUT_INSTANCE_NAMES = "instance_names"
+OUTPUT_GPUS = "gpus"
+
+GKE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
+"""What a GKE node's own service account needs (logging, monitoring, image pulls)."""
 
 TRAINER_MODULES: Mapping[str, str] = {
     "torch": "trainers.torch_ddp",
     "tensorflow": "trainers.tf_multiworker",
 }
-
-
-class TargetNotProvisionedError(RuntimeError):
-    """The stack's compute target has no component yet; nothing was created."""
 
 
 def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
@@ -110,12 +112,6 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
             OUTPUT_JOB_STATE: job.state,
         }
 
-    if cfg.target not in PROVISIONED_TARGETS and not pulumi.runtime.is_dry_run():
-        raise TargetNotProvisionedError(
-            f"trainstack:{cfg.target}: this compute target cannot be deployed yet (its "
-            f"component has not landed); `trainstack plan` shows its foundation, cost and "
-            f"quota. Nothing was created."
-        )
     project, region = cfg.project, cfg.region
     assert project is not None and region is not None  # validated for cloud targets
     labels = {**cfg.labels, "stack": deployment, "environment": cfg.environment}
@@ -156,17 +152,17 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     if cfg.buckets.name_suffix:
         bucket_args["name_suffix"] = cfg.buckets.name_suffix
     buckets = TrainingBuckets(f"{deployment}-buckets", bucket_args, opts=after_apis)
-    identity = TrainingIdentity(
-        f"{deployment}-identity",
-        {
-            "project": project,
-            "deployment_name": deployment,
-            "data_bucket": buckets.data_bucket,
-            "checkpoint_bucket": buckets.checkpoint_bucket,
-            "staging_bucket": buckets.staging_bucket,
-        },
-        opts=after_apis,
-    )
+    identity_args: TrainingIdentityArgs = {
+        "project": project,
+        "deployment_name": deployment,
+        "data_bucket": buckets.data_bucket,
+        "checkpoint_bucket": buckets.checkpoint_bucket,
+        "staging_bucket": buckets.staging_bucket,
+    }
+    if cfg.gpu_cluster is not None and cfg.gpu_cluster.backend == "gke":
+        # The training account is also the GPU nodes' account.
+        identity_args["extra_project_roles"] = [GKE_NODE_ROLE]
+    identity = TrainingIdentity(f"{deployment}-identity", identity_args, opts=after_apis)
     package = TrainerPackage(
         f"{deployment}-trainer",
         {"staging_bucket": buckets.staging_bucket, "labels": labels},
@@ -204,6 +200,11 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         assert network is not None
         outputs.update(
             _tpu(cfg, deployment, labels, package, buckets, identity, network, after_apis)
+        )
+    elif cfg.target == "gpu_cluster":
+        assert network is not None
+        outputs.update(
+            _gpu_cluster(cfg, deployment, labels, package, buckets, identity, network, after_apis)
         )
     return outputs
 
@@ -342,6 +343,61 @@ def _tpu(
         OUTPUT_CONSOLE_URL: tpu.console_url,
         OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
     }
+
+
+def _gpu_cluster(
+    cfg: StackConfig,
+    deployment: str,
+    labels: Mapping[str, str],
+    package: TrainerPackage,
+    buckets: TrainingBuckets,
+    identity: TrainingIdentity,
+    network: TrainingNetwork,
+    after_apis: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    gpu = cfg.gpu_cluster
+    assert gpu is not None and cfg.project is not None
+    training: A100TrainingArgs = {
+        "package_uri": package.uri,
+        "trainer_module": TRAINER_MODULES[cfg.trainer.framework],
+        "trainer_args": trainer_args(cfg),
+        "checkpoint_url": buckets.checkpoint_url,  # -> --checkpoint_dir=<url>/checkpoints
+    }
+    args: A100ClusterArgs = {
+        "project": cfg.project,
+        "zone": gpu.zone,
+        "deployment_name": deployment,
+        "backend": gpu.backend,
+        "machine_type": gpu.machine_type,
+        "node_count": gpu.node_count,
+        "spot": gpu.spot,
+        "compact_placement": gpu.compact_placement,
+        "tier_1_networking": gpu.tier_1_networking,
+        "network_self_link": network.network_self_link,
+        "subnetwork_self_link": network.subnetwork_self_link,
+        "node_tag": network.node_tag,
+        "service_account_email": identity.service_account_email,
+        "environment": cfg.environment,
+        "labels": labels,
+        "training": training,
+    }
+    if gpu.reservation is not None:
+        args["reservation"] = gpu.reservation
+    cluster = A100Cluster(f"{deployment}-gpu", args, opts=after_apis)
+    outputs: dict[str, Any] = {
+        OUTPUT_CLUSTER_NAME: cluster.cluster_name,
+        OUTPUT_CONSOLE_URL: cluster.console_url,
+        OUTPUT_GPUS: cluster.total_gpus,
+    }
+    if cluster.endpoint is not None:  # gke
+        outputs[OUTPUT_CLUSTER_ENDPOINT] = cluster.endpoint
+        outputs[OUTPUT_NODE_POOL] = cluster.node_pool_name
+        outputs[OUTPUT_KUBECONFIG] = cluster.kubeconfig  # a secret
+    if cluster.job_name is not None:
+        outputs[OUTPUT_JOB_NAME] = cluster.job_name
+    if cluster.instance_names is not None:  # gce
+        outputs[OUTPUT_INSTANCE_NAMES] = cluster.instance_names
+    return outputs
 
 
 def main_program() -> dict[str, Any]:

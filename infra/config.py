@@ -392,7 +392,7 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
             parts[name] = _adapter(name).validate_python(values[name])
         except ValidationError as exc:
             failed.add(name)
-            errors.extend(_convert(name, e) for e in exc.errors())
+            errors.extend(convert_error(name, e) for e in exc.errors())
     given = [t for t in TARGETS if values.get(t) is not None]
     errors.extend(_semantic_errors({k: v for k, v in parts.items() if k not in failed}, given))
     if errors:
@@ -436,7 +436,7 @@ def _path(section: str, loc: tuple[int | str, ...]) -> str:
     return path
 
 
-def _convert(section: str, err: ErrorDetails) -> str:
+def convert_error(section: str, err: ErrorDetails) -> str:
     loc = tuple(err["loc"])
     kind = err["type"]
     value = err.get("input")
@@ -528,11 +528,11 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     if target == "tpu" and parts.get("tpu") is not None:
         errors += _check_tpu(parts["tpu"], region, trainer.framework if trainer else None)
     if target == "gpu_cluster" and parts.get("gpu_cluster") is not None:
-        errors += _check_gpu_cluster(parts["gpu_cluster"], region)
+        errors += check_gpu_cluster(parts["gpu_cluster"], region)
     if target == "vertex" and parts.get("vertex") is not None:
         errors += _check_vertex(parts["vertex"])
     if trainer is not None and target is not None:
-        errors += _check_trainer(trainer, target)
+        errors += _check_trainer(trainer, target, parts.get("gpu_cluster"))
     return errors
 
 
@@ -612,7 +612,7 @@ def _check_tpu(tpu: TpuConfig, region: str | None, framework: str | None) -> lis
     return errors
 
 
-def _check_gpu_cluster(gpu: GpuClusterConfig, region: str | None) -> list[str]:
+def check_gpu_cluster(gpu: GpuClusterConfig, region: str | None) -> list[str]:
     errors = _check_zone_in_region("gpu_cluster", gpu.zone, region)
     machine = catalog.A2_MACHINES.get(gpu.machine_type)
     if machine is None:
@@ -739,7 +739,17 @@ def _check_hp(hp: HyperparameterTuningConfig) -> list[str]:
     return errors
 
 
-def _check_trainer(trainer: TrainConfig, target: str) -> list[str]:
+def _check_trainer(
+    trainer: TrainConfig, target: str, gpu: GpuClusterConfig | None = None
+) -> list[str]:
+    if gpu is not None and gpu.backend == "gce" and trainer.framework == "tensorflow":
+        return [
+            (
+                "trainer.framework: 'tensorflow' is not supported on gpu_cluster backend 'gce' "
+                "(its Deep Learning VM image carries PyTorch only); valid: torch, or "
+                "gpu_cluster.backend gke"
+            )
+        ]
     if target == "tpu":
         if trainer.framework != "tensorflow":
             return [

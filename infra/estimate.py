@@ -29,12 +29,16 @@ def _tpu_summary(tpu: TpuConfig) -> dict[str, Any]:
 
 def _gpu_summary(gpu: GpuClusterConfig) -> dict[str, Any]:
     hourly = gpu.node_count * catalog.MACHINE_PRICES[gpu.machine_type].hourly(gpu.spot)
+    machines = gpu.node_count
     if gpu.backend == "gke":
-        hourly += catalog.GKE_CLUSTER_FEE_USD
+        # The system node runs on-demand: DNS must survive a spot reclaim of the GPU nodes.
+        system = catalog.MACHINE_PRICES[catalog.GKE_SYSTEM_NODE_MACHINE].hourly(False)
+        hourly += catalog.GKE_CLUSTER_FEE_USD + system
+        machines += 1
     return {
         "tpu_chips": 0,
         "gpus": gpu.total_gpus,
-        "machines": gpu.node_count,
+        "machines": machines,
         "hourly_usd": hourly,
     }
 
@@ -106,11 +110,15 @@ def _gpu_quota(gpu: GpuClusterConfig, region: str) -> list[dict[str, Any]]:
     m = gpu.machine
     assert m.gpu_model is not None
     gpus = gpu.total_gpus
-    return [
+    needs = [
         _need(catalog.COMPUTE_QUOTAS[(m.gpu_model, gpu.spot)], {"region": region}, gpus),
         _need(catalog.GPUS_ALL_REGIONS_QUOTA, {}, gpus),
         _need(catalog.A2_CPUS_QUOTA, {"region": region}, m.vcpus * gpu.node_count),
     ]
+    if gpu.backend == "gke":
+        system = catalog.MACHINES[catalog.GKE_SYSTEM_NODE_MACHINE]
+        needs.append(_need(catalog.CPUS_QUOTA, {"region": region}, system.vcpus))
+    return needs
 
 
 def _vertex_quota(vx: VertexConfig, region: str) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from infra.compose import PROVISIONED_TARGETS, main_program
+from infra.compose import main_program
 from infra.config import load_stack_config
 from infra.estimate import quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
@@ -123,11 +123,6 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
             "(see its sources and dates); it excludes storage, network egress and discounts."
         )
     ]
-    if cfg.target != "local" and cfg.target not in PROVISIONED_TARGETS:
-        notes.append(
-            f"compute target {cfg.target!r}: its component has not landed yet, so this plan "
-            "shows the foundation only and `pulumi up` refuses to deploy it."
-        )
     if cfg.target != "local":
         notes.append(
             "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "

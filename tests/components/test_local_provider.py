@@ -45,7 +45,7 @@ TRAINER = TrainConfig(
     seed=11,
     run_name="lifecycle",
 )
-GRACE_S = 20.0
+GRACE_S = 60.0  # generous: the trainer checkpoints on SIGTERM even on a loaded machine
 # Slows each step so the run is still training when it is stopped.
 STEP_DELAY = {"TRAINSTACK_TEST_STEP_DELAY_S": "0.1"}
 

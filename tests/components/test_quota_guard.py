@@ -108,6 +108,7 @@ def test_enough_quota_passes_and_the_stack_is_built() -> None:
     asked = sorted(a["quotaId"] for token, a in run.invokes if token == INVOKE)
     assert asked == [
         "A2-CPUS-per-project-region",
+        "CPUS-per-project-region",
         "GPUS-ALL-REGIONS-per-project",
         PREEMPTIBLE_A100,
     ]

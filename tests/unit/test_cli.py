@@ -114,6 +114,8 @@ def test_quota_json_for_a_gpu_stack() -> None:
         ("PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region", {"region": "us-central1"}, 16),
         ("GPUS-ALL-REGIONS-per-project", {}, 16),
         ("A2-CPUS-per-project-region", {"region": "us-central1"}, 192),
+        # The GKE system node (e2-standard-4) for kube-dns and the other add-ons.
+        ("CPUS-per-project-region", {"region": "us-central1"}, 4),
     ]
 
 

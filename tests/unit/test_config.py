@@ -255,11 +255,12 @@ SUMMARIES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
     (
         "2 x a2-highgpu-8g spot gke",
         GPU,
-        {"tpu_chips": 0, "gpus": 16, "machines": 2, "hourly_usd": 23.61},
+        {"tpu_chips": 0, "gpus": 16, "machines": 3, "hourly_usd": 23.74},
         [
             {"service": "compute.googleapis.com", "quota_id": "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region", "dimensions": {"region": "us-central1"}, "needed": 16, "verified": True},
             {"service": "compute.googleapis.com", "quota_id": "GPUS-ALL-REGIONS-per-project", "dimensions": {}, "needed": 16, "verified": True},
             {"service": "compute.googleapis.com", "quota_id": "A2-CPUS-per-project-region", "dimensions": {"region": "us-central1"}, "needed": 192, "verified": False},
+            {"service": "compute.googleapis.com", "quota_id": "CPUS-per-project-region", "dimensions": {"region": "us-central1"}, "needed": 4, "verified": False},
         ],
     ),
     (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from infra.compose import TargetNotProvisionedError, main_program
+from infra.compose import main_program
 from infra.config import ConfigError
 from infra.mocks import run_program
 from infra.plan import MAX_DIFF_CHARS, build_plan, bundled_stacks, load_stack, plan_diff
@@ -114,25 +114,6 @@ def test_plan_diff_is_trimmed_to_the_comment_limit() -> None:
     assert len(text) <= MAX_DIFF_CHARS
     assert "**Diff trimmed:**" in text
     assert "3000 to add" in text
-
-
-def test_deploying_a_target_without_its_component_creates_nothing() -> None:
-    failures: list[str] = []
-
-    def program() -> dict[str, Any]:
-        try:
-            return main_program()
-        except TargetNotProvisionedError as exc:
-            failures.append(str(exc))
-            return {}
-
-    run = run_program(program, config=GPU_STACK, stack="dev-gpu", preview=False)
-    assert run.resources == []
-    assert failures == [
-        "trainstack:gpu_cluster: this compute target cannot be deployed yet (its component "
-        "has not landed); `trainstack plan` shows its foundation, cost and quota. Nothing "
-        "was created."
-    ]
 
 
 @pytest.mark.parametrize("stack", ["prod-vertex-rs", "dev-vertex-hpt"])

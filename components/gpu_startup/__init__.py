@@ -1,0 +1,306 @@
+"""Node launch scripts for the A100 targets, rendered from the templates beside this module.
+
+One launcher (`launch.sh`) runs the trainer on a node: it downloads the `TrainerPackage`
+sdist with the node's service account (metadata-server token, Cloud Storage JSON API),
+pip-installs it, checks the trainer flags, and starts torchrun (one process per GPU) or, for
+trainers that are not torch, one process per node. The GKE Indexed Job runs it as its
+container command; on Compute Engine the startup script (`gce_startup.sh`) writes it to disk
+and starts it as a transient systemd service.
+
+    from components.gpu_startup import container_command, gce_startup_script, render_launcher
+
+    launcher = render_launcher(
+        platform="gke",
+        package_uri="gs://acme-exp-42-staging/trainers/trainstack_trainers-0123abcd.tar.gz",
+        module="trainers.torch_ddp",
+        trainer_args=["--steps=1000"],
+        num_nodes=4,
+        procs_per_node=8,
+        coordinator="exp-42-train-0.exp-42-train",  # pod 0 behind the headless Service
+    )
+    command = container_command(launcher)  # ["bash", "-c", launcher, "trainstack-launch"]
+
+Node environment the trainers read (`trainers.common.cluster`): torchrun's own variables for
+torch; otherwise GKE gives `JOB_COMPLETION_INDEX` (Kubernetes), `JOB_NAME`,
+`TRAINSTACK_HEADLESS_SERVICE` (the Job's pod env) and the launcher adds
+`TRAINSTACK_NUM_NODES` and `TRAINSTACK_COORDINATOR_PORT`; Compute Engine gets
+`TRAINSTACK_NODE_RANK`, `TRAINSTACK_NUM_NODES` and `TRAINSTACK_COORDINATOR` (`host:port`),
+plus `TF_CONFIG` listing every worker for trainers not launched with torchrun (TensorFlow
+cannot find its peers from node 0's address alone).
+
+Exit codes of the launcher (`EXIT_*` below) drive the Job's podFailurePolicy and the
+Compute Engine service's restart rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final, Literal
+
+from trainers.common.cluster import DEFAULT_PORT
+
+Platform = Literal["gke", "gce"]
+
+TEMPLATE_DIR: Final = Path(__file__).parent
+LAUNCHER_TEMPLATE: Final = TEMPLATE_DIR / "launch.sh"
+GCE_STARTUP_TEMPLATE: Final = TEMPLATE_DIR / "gce_startup.sh"
+NODE_HELPER: Final = TEMPLATE_DIR / "node_helper.py"
+
+EXIT_DONE: Final = 0
+EXIT_CRASH: Final = 1
+"""The trainer failed after it started (torchrun reports any failed worker as 1)."""
+EXIT_CONFIG: Final = 2
+"""Invalid trainer arguments or node environment."""
+EXIT_SETUP: Final = 3
+"""Download, install or rendezvous failed before training started: worth a retry."""
+EXIT_PREEMPTED: Final = 143
+"""SIGTERM reached the node, or the trainer saved a checkpoint and stopped (128 + SIGTERM,
+`trainers.common.preemption.PREEMPTED_EXIT_CODE`)."""
+
+FAIL_FAST_EXIT_CODES: Final = (EXIT_CRASH, EXIT_CONFIG)
+"""Code errors: retrying cannot help."""
+RESTART_EXIT_CODES: Final = (EXIT_PREEMPTED,)
+"""Preempted after a checkpoint: restart and resume, without counting a failure."""
+
+TORCHRUN_MODULES: Final = frozenset({"trainers.torch_ddp"})
+"""Trainer modules launched with torchrun (one process per GPU); any other module runs as
+one process per node and reads the node-level environment."""
+
+NODE_RANK_ATTRIBUTE: Final = "trainstack-node-rank"
+"""Compute Engine instance metadata key holding the node's rank (its instance index)."""
+METADATA_HOST_ENV: Final = "GCE_METADATA_HOST"
+"""Overrides the metadata server host (tests only), as in Google's client libraries."""
+STORAGE_HOST_ENV: Final = "STORAGE_EMULATOR_HOST"
+"""Overrides the Cloud Storage endpoint (tests only), as in Google's client libraries."""
+
+GCE_STATE_DIR: Final = "/var/lib/trainstack"
+GCE_UNIT: Final = "trainstack-trainer"
+GCE_STOP_TIMEOUT_S: Final = 90
+"""systemd stop timeout: the trainer's default preemption grace (30 s) plus the upload."""
+DLVM_PYTHON_BIN: Final = "/opt/conda/bin"
+DLVM_PYTHON_BIN_VERIFIED: Final = False
+"""Where Deep Learning VM images keep torchrun/pip (their conda environment); from public
+Dockerfiles and scripts built on these images, not from Google's documentation. The launcher
+appends it to PATH, so a torchrun already on PATH still wins."""
+
+CHECKPOINT_SUBDIR: Final = "checkpoints"
+"""`--checkpoint_dir` defaults to `<checkpoint_url>/checkpoints`, the path Vertex uses for
+AIP_CHECKPOINT_DIR under the same bucket, so every target resumes from the same place."""
+
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+_MARKER = re.compile(r"@@([A-Z_]+)@@")
+_HELPER_EOF = "TRAINSTACK_HELPER_EOF"
+_LAUNCHER_EOF = "TRAINSTACK_LAUNCHER_EOF"
+
+
+def uses_torchrun(module: str) -> bool:
+    """Whether `module` is launched with torchrun (one process per GPU)."""
+    return module in TORCHRUN_MODULES
+
+
+def with_checkpoint_dir(trainer_args: Sequence[str], checkpoint_url: str | None) -> list[str]:
+    """The trainer flags plus `--checkpoint_dir=<checkpoint_url>/checkpoints`, unless the
+    flags already choose a checkpoint directory or there is no checkpoint bucket."""
+    args = list(trainer_args)
+    chosen = any(a == "--checkpoint_dir" or a.startswith("--checkpoint_dir=") for a in args)
+    if checkpoint_url and not chosen:
+        args.append(f"--checkpoint_dir={checkpoint_url.rstrip('/')}/{CHECKPOINT_SUBDIR}")
+    return args
+
+
+def check_trainer(module: object, trainer_args: object) -> None:
+    """Raise ValueError unless `module` is a module name and `trainer_args` a list of
+    one-line strings (the launcher passes them to the trainer verbatim)."""
+    if not isinstance(module, str) or not _MODULE.fullmatch(module):
+        raise ValueError(f"trainer_module: {module!r} is not a Python module name")
+    if not isinstance(trainer_args, list | tuple):
+        raise ValueError(f"trainer_args: {trainer_args!r} is not a list of strings")  # noqa: TRY004
+    for arg in trainer_args:
+        if not isinstance(arg, str) or "\0" in arg or "\n" in arg:
+            raise ValueError(f"trainer_args: {arg!r} is not a one-line string")
+
+
+def _check_launch(
+    *,
+    package_uri: str,
+    module: str,
+    trainer_args: Sequence[str],
+    num_nodes: int,
+    procs_per_node: int,
+    coordinator: str,
+    coordinator_port: int,
+) -> None:
+    bucket, _, obj = package_uri.removeprefix("gs://").partition("/")
+    if not package_uri.startswith("gs://") or not bucket or not obj or obj.endswith("/"):
+        raise ValueError(
+            f"package_uri: {package_uri!r} is not a gs://bucket/object URI of the trainer sdist"
+        )
+    check_trainer(module, trainer_args)
+    for key, value in (("node_count", num_nodes), ("procs_per_node", procs_per_node)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key}: {value!r} is not an integer >= 1")
+    if not _HOST.fullmatch(coordinator):
+        raise ValueError(f"coordinator: {coordinator!r} is not a host name")
+    if isinstance(coordinator_port, bool) or not 1 <= coordinator_port <= 65535:
+        raise ValueError(f"coordinator_port: {coordinator_port!r} is not a TCP port (1-65535)")
+
+
+def _render(template: Path, values: Mapping[str, str]) -> str:
+    """Replace every `@@NAME@@` marker of `template` with `values[NAME]` (inserted as given:
+    callers quote). Unknown or unused names are errors, so a template and its renderer
+    cannot drift apart silently."""
+    text = template.read_text()
+    found = set(_MARKER.findall(text))
+    if found != set(values):
+        raise ValueError(
+            f"{template.name}: markers {sorted(found)} do not match values {sorted(values)}"
+        )
+    return _MARKER.sub(lambda m: values[m.group(1)], text)
+
+
+def _embeddable(text: str, terminator: str, what: str) -> str:
+    if terminator in text.splitlines():
+        raise ValueError(f"{what} contains its heredoc terminator line {terminator!r}")
+    return text.rstrip("\n")
+
+
+def render_launcher(
+    *,
+    platform: Platform,
+    package_uri: str,
+    module: str,
+    trainer_args: Sequence[str],
+    num_nodes: int,
+    procs_per_node: int,
+    coordinator: str,
+    coordinator_port: int = DEFAULT_PORT,
+    work_dir: str = "",
+    done_marker: str = "",
+    extra_path: str = "",
+    worker_hosts: Sequence[str] = (),
+) -> str:
+    """The node launcher for plain values (see the module docstring and `launch.sh`).
+
+    `coordinator` is node 0's host name: `<job>-0.<service>` on GKE, instance 0's name on
+    Compute Engine. `procs_per_node` is the GPUs per node (torchrun processes). `work_dir`
+    holds the download, the helper and the attempt log (empty: `$TMPDIR/trainstack`, the
+    container's /tmp). `done_marker` is a file the launcher creates after a successful run
+    (Compute Engine), `extra_path` directories appended to PATH to find torchrun.
+    `worker_hosts` (Compute Engine, every node's host name by rank) gives trainers that are
+    not launched with torchrun a `TF_CONFIG` listing every worker on `coordinator_port`.
+    """
+    if platform not in ("gke", "gce"):
+        raise ValueError(f"platform: {platform!r} is not one of gke, gce")
+    _check_launch(
+        package_uri=package_uri,
+        module=module,
+        trainer_args=trainer_args,
+        num_nodes=num_nodes,
+        procs_per_node=procs_per_node,
+        coordinator=coordinator,
+        coordinator_port=coordinator_port,
+    )
+    if worker_hosts and len(worker_hosts) != num_nodes:
+        raise ValueError(
+            f"worker_hosts: {len(worker_hosts)} host(s) for {num_nodes} node(s); expected one "
+            "per node"
+        )
+    for host in worker_hosts:
+        if not _HOST.fullmatch(host):
+            raise ValueError(f"worker_hosts: {host!r} is not a host name")
+    workers = json.dumps([f"{h}:{coordinator_port}" for h in worker_hosts]) if worker_hosts else ""
+    q = shlex.quote
+    helper = _embeddable(NODE_HELPER.read_text(), _HELPER_EOF, NODE_HELPER.name)
+    return _render(
+        LAUNCHER_TEMPLATE,
+        {
+            "PLATFORM": q(platform),
+            "PACKAGE_URI": q(package_uri),
+            "TRAINER_MODULE": q(module),
+            "TRAINER_ARGS": " ".join(q(a) for a in trainer_args),
+            "USE_TORCHRUN": "1" if uses_torchrun(module) else "0",
+            "NUM_NODES": str(num_nodes),
+            "PROCS_PER_NODE": str(procs_per_node),
+            "COORDINATOR": q(coordinator),
+            "COORDINATOR_PORT": str(coordinator_port),
+            "WORK_DIR": q(work_dir),
+            "DONE_MARKER": q(done_marker),
+            "EXTRA_PATH": q(extra_path),
+            "NODE_RANK_ATTRIBUTE": q(NODE_RANK_ATTRIBUTE),
+            "TF_WORKERS": q(workers),
+            "NODE_HELPER": helper,
+        },
+    )
+
+
+def container_command(launcher: str) -> list[str]:
+    """The container `command` that runs `launcher` (bash is PID 1 and forwards SIGTERM)."""
+    return ["bash", "-c", launcher, "trainstack-launch"]
+
+
+def run_key(**launch: object) -> str:
+    """A short digest of a Compute Engine run's launch values: it names the launcher file
+    and the done marker, so a new package or new flags start a new run on the same disk."""
+    canonical = json.dumps(launch, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def gce_startup_script(
+    *,
+    package_uri: str,
+    module: str,
+    trainer_args: Sequence[str],
+    num_nodes: int,
+    procs_per_node: int,
+    coordinator: str,
+    coordinator_port: int = DEFAULT_PORT,
+    state_dir: str = GCE_STATE_DIR,
+    unit: str = GCE_UNIT,
+    extra_path: str = DLVM_PYTHON_BIN,
+    worker_hosts: Sequence[str] = (),
+) -> str:
+    """The Compute Engine startup script (see `gce_startup.sh`); identical on every node,
+    which reads its rank from the `trainstack-node-rank` metadata attribute. `worker_hosts`
+    as for `render_launcher` (needed by trainers that are not launched with torchrun)."""
+    key = run_key(
+        package_uri=package_uri,
+        module=module,
+        trainer_args=list(trainer_args),
+        num_nodes=num_nodes,
+        procs_per_node=procs_per_node,
+        coordinator=coordinator,
+        coordinator_port=coordinator_port,
+        worker_hosts=list(worker_hosts),
+    )
+    state = state_dir.rstrip("/") or "/"
+    launcher = render_launcher(
+        platform="gce",
+        package_uri=package_uri,
+        module=module,
+        trainer_args=trainer_args,
+        num_nodes=num_nodes,
+        procs_per_node=procs_per_node,
+        coordinator=coordinator,
+        coordinator_port=coordinator_port,
+        work_dir=state,
+        done_marker=f"{state}/done-{key}",
+        extra_path=extra_path,
+        worker_hosts=worker_hosts,
+    )
+    q = shlex.quote
+    return _render(
+        GCE_STARTUP_TEMPLATE,
+        {
+            "STATE_DIR": q(state),
+            "UNIT": q(unit),
+            "RUN_KEY": q(key),
+            "STOP_TIMEOUT_S": str(GCE_STOP_TIMEOUT_S),
+            "LAUNCHER": _embeddable(launcher, _LAUNCHER_EOF, "the launcher"),
+        },
+    )

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# trainstack node launcher. Rendered by components.gpu_startup, which replaces each
+# at-sign-delimited NAME marker with a shell-quoted value before it reaches a node.
+#
+# Installs the trainer package from Cloud Storage, then runs the trainer on this node:
+# torchrun with one process per GPU for trainers.torch_ddp, one process per node for other
+# trainers (they read the node-level environment exported below). It is the container
+# command of a GKE Indexed Job pod and, on Compute Engine, the service the startup script
+# starts. Node rank: JOB_COMPLETION_INDEX on GKE, the instance's node-rank metadata
+# attribute on Compute Engine. Node 0 hosts the rendezvous.
+#
+# Exit codes (the Job's podFailurePolicy and the Compute Engine unit's restart rule use them):
+#   0    training finished
+#   1    the trainer failed after it started (torchrun reports any failed worker as 1)
+#   2    invalid trainer arguments or node environment
+#   3    setup failed before training started (download, install, rendezvous): retryable
+#   143  preempted: SIGTERM reached this node, or the trainer checkpointed and stopped
+set -euo pipefail
+
+PLATFORM=@@PLATFORM@@
+PACKAGE_URI=@@PACKAGE_URI@@
+TRAINER_MODULE=@@TRAINER_MODULE@@
+TRAINER_ARGS=(@@TRAINER_ARGS@@)
+USE_TORCHRUN=@@USE_TORCHRUN@@
+NUM_NODES=@@NUM_NODES@@
+PROCS_PER_NODE=@@PROCS_PER_NODE@@
+COORDINATOR=@@COORDINATOR@@
+COORDINATOR_PORT=@@COORDINATOR_PORT@@
+WORK_DIR=@@WORK_DIR@@
+DONE_MARKER=@@DONE_MARKER@@
+EXTRA_PATH=@@EXTRA_PATH@@
+NODE_RANK_ATTRIBUTE=@@NODE_RANK_ATTRIBUTE@@
+TF_WORKERS=@@TF_WORKERS@@
+
+log() { printf 'trainstack-launch: %s\n' "$*" >&2; }
+fail() {
+  local code=$1
+  shift
+  log "$*"
+  exit "$code"
+}
+# Anything else that fails is a node problem, not a code error: a bounded retry (exit 3)
+# rather than the fail-fast exit 1 that `set -e` would report.
+trap 'fail 3 "unexpected failure at line $LINENO"' ERR
+
+terminated=0
+child=""
+# shellcheck disable=SC2329  # called by the trap below
+on_term() {
+  terminated=1
+  if [ -n "$child" ]; then
+    kill -TERM "$child" 2>/dev/null || true
+  fi
+}
+trap on_term TERM INT
+
+# Deep Learning VM images keep their Python outside the PATH that system services get.
+if [ -n "$EXTRA_PATH" ]; then
+  PATH="$PATH:$EXTRA_PATH"
+fi
+if [ "$USE_TORCHRUN" = 1 ]; then anchor=torchrun; else anchor=python3; fi
+anchor_path="$(command -v "$anchor")" || fail 3 "$anchor is not on PATH ($PATH)"
+# python and pip of the environment that holds the framework, so the trainer lands beside it.
+bin_dir="$(dirname "$anchor_path")"
+python="$bin_dir/python3"
+[ -x "$python" ] || python="$bin_dir/python"
+[ -x "$python" ] || fail 3 "no python next to $anchor_path"
+pip=("$bin_dir/pip")
+[ -x "${pip[0]}" ] || pip=("$python" -m pip)
+
+# Empty on GKE: the container's temporary directory.
+if [ -z "$WORK_DIR" ]; then
+  WORK_DIR="${TMPDIR:-/tmp}/trainstack"
+fi
+mkdir -p "$WORK_DIR"
+helper="$WORK_DIR/trainstack_node_helper.py"
+cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
+@@NODE_HELPER@@
+TRAINSTACK_HELPER_EOF
+
+case "$PLATFORM" in
+  gke) node_rank="${JOB_COMPLETION_INDEX:-}" ;;
+  gce)
+    node_rank="$("$python" "$helper" metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
+      fail 3 "could not read the $NODE_RANK_ATTRIBUTE metadata attribute"
+    ;;
+  *) fail 2 "unknown platform $PLATFORM" ;;
+esac
+case "$node_rank" in
+  '' | *[!0-9]*) fail 2 "node rank '$node_rank' is not a non-negative integer" ;;
+esac
+if [ "$node_rank" -ge "$NUM_NODES" ]; then
+  fail 2 "node rank $node_rank is not below the node count $NUM_NODES"
+fi
+
+# The object name carries the sdist's hash, so an installed marker is valid for this URI only.
+package_file="$WORK_DIR/${PACKAGE_URI##*/}"
+if [ ! -e "$package_file.installed" ]; then
+  log "installing $PACKAGE_URI"
+  "$python" "$helper" download "$PACKAGE_URI" "$package_file" ||
+    fail 3 "could not download $PACKAGE_URI"
+  "${pip[@]}" install --disable-pip-version-check --no-input "$package_file" ||
+    fail 3 "pip could not install $package_file"
+  touch "$package_file.installed"
+fi
+if [ "$terminated" = 1 ]; then
+  fail 143 "terminated before training started"
+fi
+rc=0
+"$python" "$helper" check-args "${TRAINER_ARGS[@]}" || rc=$?
+case "$rc" in
+  0) ;;
+  2) fail 2 "invalid trainer arguments: ${TRAINER_ARGS[*]}" ;;
+  *) fail 3 "could not check the trainer arguments (exit $rc)" ;;
+esac
+
+export TRAINSTACK_NUM_NODES="$NUM_NODES" TRAINSTACK_COORDINATOR_PORT="$COORDINATOR_PORT"
+export PYTHONUNBUFFERED=1 TRAINSTACK_PROGRESS=0
+if [ "$PLATFORM" = gce ]; then
+  export TRAINSTACK_NODE_RANK="$node_rank" TRAINSTACK_COORDINATOR="$COORDINATOR:$COORDINATOR_PORT"
+  if [ "$USE_TORCHRUN" = 0 ] && [ -n "$TF_WORKERS" ]; then
+    # TensorFlow needs every worker's address; the variables above name only node 0.
+    export TF_CONFIG="{\"cluster\": {\"worker\": $TF_WORKERS}, \"task\": {\"type\": \"worker\", \"index\": $node_rank}}"
+  fi
+fi
+if [ "$USE_TORCHRUN" = 1 ]; then
+  cmd=("$anchor_path" "--nnodes=$NUM_NODES" "--node-rank=$node_rank"
+    "--nproc-per-node=$PROCS_PER_NODE" "--master-addr=$COORDINATOR"
+    "--master-port=$COORDINATOR_PORT" -m "$TRAINER_MODULE" "${TRAINER_ARGS[@]}")
+else
+  cmd=("$python" -m "$TRAINER_MODULE" "${TRAINER_ARGS[@]}")
+fi
+
+# The trainer's stdout passes through tee so its events can be read after it exits. tee
+# ignores SIGTERM: a service stop signals every process, and a dead reader would kill the
+# trainer with SIGPIPE while it writes its preemption checkpoint.
+attempt_log="$WORK_DIR/attempt.log"
+fifo="$WORK_DIR/trainer-stdout"
+rm -f "$fifo"
+mkfifo "$fifo"
+(
+  trap '' TERM INT
+  exec tee "$attempt_log" <"$fifo"
+) &
+tee_pid=$!
+log "node $node_rank of $NUM_NODES: ${cmd[*]}"
+"${cmd[@]}" >"$fifo" &
+child=$!
+status=0
+wait "$child" || status=$?
+# A trapped SIGTERM interrupts `wait`: keep waiting while the trainer checkpoints and exits.
+while kill -0 "$child" 2>/dev/null; do
+  status=0
+  wait "$child" || status=$?
+done
+wait "$tee_pid" || true
+rm -f "$fifo"
+
+if [ "$status" -eq 0 ]; then
+  if [ -n "$DONE_MARKER" ]; then
+    touch "$DONE_MARKER"
+  fi
+  log "training finished"
+  exit 0
+fi
+if [ "$terminated" = 1 ] || grep -q '"event": "preempted"' "$attempt_log"; then
+  fail 143 "preempted (trainer exit $status); a restart resumes from the newest checkpoint"
+fi
+if [ "$status" -ne 2 ] && ! grep -q '"event": ' "$attempt_log"; then
+  fail 3 "the trainer exited $status before it started (rendezvous or startup failure)"
+fi
+fail "$status" "the trainer failed with exit $status"

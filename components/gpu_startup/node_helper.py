@@ -1,0 +1,122 @@
+"""Metadata-server and Cloud Storage access for the node launcher, standard library only.
+
+Deep Learning VM images and public PyTorch containers do not all ship gcloud or curl, but
+every one of them has Python. The launcher writes this file next to its work and runs it:
+
+    python3 node_helper.py metadata instance/attributes/trainstack-node-rank
+    python3 node_helper.py download gs://bucket/trainers/pkg.tar.gz /var/lib/trainstack/pkg.tar.gz
+    python3 node_helper.py check-args --steps=100 --global_batch_size=64
+
+`GCE_METADATA_HOST` and `STORAGE_EMULATOR_HOST`, the variables Google's client libraries
+honour, point it at local fakes; on Google Cloud both are unset.
+
+Exit codes: 0 ok; 1 a request failed; 2 the trainer arguments are invalid; 3 usage error.
+It must run on the oldest Python of the images (3.10): no newer syntax or modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+ATTEMPTS = 5
+"""Tries per request; transient failures (connection errors, 429, 5xx) back off 1, 2, 4, 8 s."""
+TIMEOUT_S = 60
+
+
+def metadata_base() -> str:
+    host = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
+    return f"http://{host}/computeMetadata/v1/"
+
+
+def storage_base() -> str:
+    return (os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com").rstrip("/")
+
+
+def object_url(uri: str) -> str:
+    """JSON API media URL of a `gs://bucket/object` URI."""
+    if not uri.startswith("gs://"):
+        raise ValueError(f"not a gs:// URI: {uri!r}")
+    bucket, _, name = uri[len("gs://") :].partition("/")
+    if not bucket or not name:
+        raise ValueError(f"gs:// URI without bucket or object: {uri!r}")
+    quoted = urllib.parse.quote(name, safe="")
+    return f"{storage_base()}/storage/v1/b/{bucket}/o/{quoted}?alt=media"
+
+
+def _get(url: str, headers: dict[str, str]) -> bytes:
+    error: Exception | None = None
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(min(2 ** (attempt - 1), 30))
+        try:
+            request = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                return bytes(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code != 429 and exc.code < 500:
+                raise
+            error = exc
+        except OSError as exc:  # connection refused, reset, timeout (URLError is an OSError)
+            error = exc
+    assert error is not None
+    raise error
+
+
+def metadata(path: str) -> str:
+    return _get(metadata_base() + path, {"Metadata-Flavor": "Google"}).decode()
+
+
+def access_token() -> str:
+    token = json.loads(metadata("instance/service-accounts/default/token"))
+    return str(token["access_token"])
+
+
+def download(uri: str, dest: str) -> None:
+    """Fetch a Cloud Storage object as the node's service account; the file appears whole
+    or not at all."""
+    data = _get(object_url(uri), {"Authorization": f"Bearer {access_token()}"})
+    partial = dest + ".part"
+    with open(partial, "wb") as out:
+        out.write(data)
+    os.replace(partial, dest)
+
+
+def check_args(args: list[str]) -> None:
+    """Parse the trainer's flags with the trainer's own parser (raises ValueError)."""
+    from trainers.common.cli import load_config
+
+    load_config(args)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: node_helper.py metadata PATH | download URI DEST | check-args ARGS...")
+        return 3
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "metadata" and len(rest) == 1:
+            sys.stdout.write(metadata(rest[0]))
+        elif command == "download" and len(rest) == 2:
+            download(rest[0], rest[1])
+        elif command == "check-args":
+            check_args(rest)
+        else:
+            print(f"trainstack-helper: bad usage: {' '.join(argv)}", file=sys.stderr)
+            return 3
+    except ValueError as exc:
+        print(f"trainstack-helper: {exc}", file=sys.stderr)
+        return 2 if command == "check-args" else 1
+    except (OSError, KeyError) as exc:
+        print(f"trainstack-helper: {command} failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,541 @@
+"""The bundled trainer as a Kubernetes Indexed Job on GPU nodes, tied to the stack's life.
+
+    from components.kubernetes_training_job import KubernetesTrainingJob
+
+    job = KubernetesTrainingJob(
+        "exp-42-training",
+        {
+            "job_name": "exp-42-train",
+            "node_count": 4,
+            "gpus_per_node": 8,
+            "package_uri": package.uri,  # TrainerPackage
+            "trainer_args": ["--steps=1000", "--global_batch_size=256"],
+            "checkpoint_url": buckets.checkpoint_url,
+            "project": "my-project",
+            "gcp_service_account_email": identity.service_account_email,
+            "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+        },
+        opts=pulumi.ResourceOptions(providers={"kubernetes": k8s_provider}),
+    )
+    # job.job_name; `pulumi destroy` deletes the Job and its pods
+
+What it creates: a ServiceAccount (Workload Identity: annotated with the Google service
+account, which grants it `roles/iam.workloadIdentityUser`), a headless Service whose name is
+the pods' subdomain (pod i is `<job>-<i>.<job>`, node 0 hosts the rendezvous), and an
+Indexed Job with completions = parallelism = nodes. Each pod takes all GPUs of one node
+(plus a required anti-affinity: one pod per node), tolerates the GPU taint, mounts a
+memory-backed /dev/shm for NCCL and data loaders, and runs the node launcher of
+`components.gpu_startup` as its command: it installs the trainer package and starts torchrun.
+
+Failures (podFailurePolicy, first match wins): a disruption (preemption, eviction, drain)
+and exit 143 (preempted after a checkpoint) restart the pod without counting a failure, so
+it resumes from the checkpoint; exit 1 or 2 (code or config error) fails the Job at once;
+anything else (3: setup or rendezvous failed, OOM kills) retries that index up to
+`backoff_limit_per_index` times. A replacement pod starts only after the old one is gone
+(podReplacementPolicy Failed), so two pods never share an index.
+
+`pulumi up` does not wait for training (`pulumi.com/skipAwait`) unless `wait_for_completion`
+is set with a `timeout_s`. `pulumi destroy` deletes the Job with foreground propagation, so
+it returns once the pods are gone. The Job has no ttlSecondsAfterFinished: a Job that the
+cluster garbage-collected would be created again by the next `pulumi up`.
+
+Naming: the Job, the Service and the ServiceAccount are all named `job_name` (a DNS label
+short enough that `<job_name>-<index>` fits 63 characters).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NotRequired, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_gcp import serviceaccount
+
+from components._naming import labels_input
+from components.gpu_startup import (
+    DEFAULT_PORT,
+    FAIL_FAST_EXIT_CODES,
+    RESTART_EXIT_CODES,
+    check_trainer,
+    container_command,
+    render_launcher,
+    uses_torchrun,
+    with_checkpoint_dir,
+)
+
+TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
+COMPONENT_LABEL: Final = "kubernetes-training-job"
+CONTAINER_NAME: Final = "trainer"
+DEFAULT_MODULE: Final = "trainers.torch_ddp"
+
+IMAGES_VERIFIED: Final = False
+IMAGES_SOURCE: Final = (
+    "Docker Hub tags seen in public Dockerfiles (2026); pinned by tag, not digest. TO VERIFY: "
+    "https://hub.docker.com/r/pytorch/pytorch/tags, https://hub.docker.com/r/tensorflow/tensorflow/tags"
+)
+DEFAULT_IMAGES: Final[dict[str, str]] = {
+    "trainers.torch_ddp": "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
+    "trainers.tf_multiworker": "tensorflow/tensorflow:2.17.0-gpu",
+}
+"""Public CUDA images by trainer module; the trainer package is pip-installed at start.
+GKE nodes pull Docker Hub images through Google's mirror.gcr.io cache."""
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_TOLERATION: Final[dict[str, str]] = {
+    "key": GPU_RESOURCE,
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+"""Tolerates the taint GKE (or A100Cluster) puts on GPU nodes."""
+
+INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
+NAME_LABEL: Final = "app.kubernetes.io/name"
+APP_NAME: Final = "trainstack-trainer"
+WORKLOAD_IDENTITY_ANNOTATION: Final = "iam.gke.io/gcp-service-account"
+WORKLOAD_IDENTITY_ROLE: Final = "roles/iam.workloadIdentityUser"
+SKIP_AWAIT_ANNOTATION: Final = "pulumi.com/skipAwait"
+PROPAGATION_ANNOTATION: Final = "pulumi.com/deletionPropagationPolicy"
+"""pulumi-kubernetes >= 4.12: `foreground` deletes the pods before the Job is gone."""
+
+DEFAULT_BACKOFF_LIMIT_PER_INDEX: Final = 3
+DEFAULT_SHM_SIZE_GIB: Final = 32
+DEFAULT_TERMINATION_GRACE_S: Final = 60
+"""Above the trainer's default preemption grace (30 s): time to write the last checkpoint."""
+DEFAULT_NAMESPACE: Final = "default"
+
+_DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_K8S_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESERVED_ENV: Final = frozenset(
+    {"JOB_COMPLETION_INDEX", "JOB_NAME", "TRAINSTACK_HEADLESS_SERVICE", "TRAINSTACK_NUM_NODES"}
+)
+
+
+class KubernetesTrainingJobArgs(TypedDict):
+    """Arguments for `KubernetesTrainingJob`. Sizes and names are plain values: they shape
+    the manifests, which are validated before anything is registered."""
+
+    job_name: str
+    """Name of the Job, its headless Service and its ServiceAccount: a DNS label (a-z, 0-9,
+    '-'), short enough that `<job_name>-<node_count - 1>` is at most 63 characters."""
+    node_count: int
+    """Nodes, one pod each (completions = parallelism = node_count)."""
+    gpus_per_node: int
+    """GPUs each pod requests: all GPUs of a node (torchrun starts one process per GPU)."""
+    package_uri: pulumi.Input[str]
+    """gs:// URI of the trainer sdist (`TrainerPackage.uri`), installed when a pod starts."""
+    trainer_module: NotRequired[str]
+    """Trainer to run (default `trainers.torch_ddp`, under torchrun; other modules run one
+    process per pod)."""
+    trainer_args: NotRequired[list[str]]
+    """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
+    checkpoint_url: NotRequired[pulumi.Input[str]]
+    """gs:// URL of the checkpoint bucket: adds `--checkpoint_dir=<url>/checkpoints` unless
+    the flags choose one, so a restarted pod resumes."""
+    image: NotRequired[str]
+    """Container image with CUDA and the framework (default: `DEFAULT_IMAGES` by module)."""
+    namespace: NotRequired[str]
+    """Namespace of every object (default `default`); it must exist."""
+    project: NotRequired[pulumi.Input[str]]
+    """Project of the GKE cluster (its Workload Identity pool); required with
+    `gcp_service_account_email`."""
+    gcp_service_account_email: NotRequired[pulumi.Input[str]]
+    """Google service account the pods act as through Workload Identity (Cloud Storage)."""
+    node_selector: NotRequired[Mapping[str, str]]
+    """Node labels the pods require, e.g. `cloud.google.com/gke-accelerator`."""
+    tolerations: NotRequired[list[dict[str, Any]]]
+    """Pod tolerations (camelCase); default `[GPU_TOLERATION]`."""
+    backoff_limit_per_index: NotRequired[int]
+    """Counted failures (see the module docstring) each index may have (default 3)."""
+    active_deadline_s: NotRequired[int]
+    """Fail the Job after this many seconds (default: no limit)."""
+    wait_for_completion: NotRequired[bool]
+    """Make `pulumi up` wait until the Job completes (default False: return once created)."""
+    timeout_s: NotRequired[int]
+    """How long `pulumi up` waits; required with `wait_for_completion`."""
+    shm_size_gib: NotRequired[int]
+    """Size limit of the memory-backed /dev/shm (default 32)."""
+    termination_grace_period_s: NotRequired[int]
+    """Seconds between SIGTERM and SIGKILL (default 60)."""
+    port: NotRequired[int]
+    """Rendezvous port on node 0 (default 29500)."""
+    env: NotRequired[Mapping[str, str]]
+    """Extra container environment (e.g. NCCL_DEBUG)."""
+    labels: NotRequired[pulumi.Input[Mapping[str, str]]]
+    """Labels merged with trainstack's; those that are valid Kubernetes labels go on every
+    object (all GCP labels are, except values starting or ending in '-' or '_')."""
+
+
+# --------------------------------------------------------------------------------------
+# Validation (pure; raises ValueError naming the argument)
+# --------------------------------------------------------------------------------------
+
+
+def _positive_int(args: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    value = args.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key}: {value!r} is not an integer >= 1")
+    return value
+
+
+def default_image(module: str) -> str:
+    """The pinned public image for a trainer module."""
+    image = DEFAULT_IMAGES.get(module)
+    if image is None:
+        raise ValueError(
+            f"image: required for trainer_module {module!r}; default images exist for "
+            f"{', '.join(DEFAULT_IMAGES)}"
+        )
+    return image
+
+
+def validate_args(args: Mapping[str, Any]) -> None:
+    """Check the plain arguments; raises ValueError with the argument's name."""
+    nodes = _positive_int(args, "node_count")
+    _positive_int(args, "gpus_per_node")
+    job = args.get("job_name")
+    if not isinstance(job, str) or not _DNS_LABEL.fullmatch(job):
+        raise ValueError(
+            f"job_name: {job!r} is not a DNS label; expected a lowercase letter, then a-z, "
+            "0-9 or '-', ending with a letter or digit"
+        )
+    longest = f"{job}-{nodes - 1}"
+    if len(longest) > 63:
+        raise ValueError(
+            f"job_name: {job!r} is too long for {nodes} nodes: pod host name {longest!r} has "
+            f"{len(longest)} characters; expected at most 63"
+        )
+    namespace = args.get("namespace", DEFAULT_NAMESPACE)
+    if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
+        raise ValueError(f"namespace: {namespace!r} is not a DNS label")
+    module = args.get("trainer_module", DEFAULT_MODULE)
+    check_trainer(module, args.get("trainer_args", []))
+    if "image" not in args:
+        default_image(module)
+    elif not isinstance(args["image"], str) or not args["image"].strip():
+        raise ValueError(f"image: {args['image']!r} is not an image reference")
+    for key in ("backoff_limit_per_index", "active_deadline_s", "shm_size_gib", "timeout_s"):
+        if key in args:
+            _positive_int(args, key)
+    if "termination_grace_period_s" in args:
+        _positive_int(args, "termination_grace_period_s")
+    port = args.get("port", DEFAULT_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"port: {port!r} is not a TCP port (1-65535)")
+    if args.get("wait_for_completion") and "timeout_s" not in args:
+        raise ValueError("timeout_s: required when wait_for_completion is true")
+    if "timeout_s" in args and not args.get("wait_for_completion"):
+        raise ValueError("timeout_s: only used with wait_for_completion: true")
+    if args.get("gcp_service_account_email") is not None and args.get("project") is None:
+        raise ValueError(
+            "project: required with gcp_service_account_email (the cluster's Workload "
+            "Identity pool is <project>.svc.id.goog)"
+        )
+    for name in args.get("env") or {}:
+        if not _ENV_NAME.fullmatch(name) or name in _RESERVED_ENV:
+            raise ValueError(
+                f"env: {name!r} is not allowed; expected a variable name other than "
+                f"{', '.join(sorted(_RESERVED_ENV))}"
+            )
+
+
+# --------------------------------------------------------------------------------------
+# Manifests (pure)
+# --------------------------------------------------------------------------------------
+
+
+def kubernetes_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The labels that are valid Kubernetes label values, sorted by key."""
+    return {k: v for k, v in sorted(labels.items()) if _K8S_LABEL_VALUE.fullmatch(v)}
+
+
+def pod_failure_policy() -> dict[str, Any]:
+    """Restart on disruption or preemption, fail fast on code errors, count the rest."""
+    on_codes = {"containerName": CONTAINER_NAME, "operator": "In"}
+    return {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+            {"action": "Ignore", "onExitCodes": {**on_codes, "values": list(RESTART_EXIT_CODES)}},
+            {
+                "action": "FailJob",
+                "onExitCodes": {**on_codes, "values": list(FAIL_FAST_EXIT_CODES)},
+            },
+        ]
+    }
+
+
+def manifests(
+    *,
+    job_name: str,
+    node_count: int,
+    gpus_per_node: int,
+    image: str,
+    launcher: str,
+    labels: Mapping[str, str],
+    namespace: str = DEFAULT_NAMESPACE,
+    gcp_service_account_email: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[Mapping[str, Any]] | None = None,
+    backoff_limit_per_index: int = DEFAULT_BACKOFF_LIMIT_PER_INDEX,
+    active_deadline_s: int | None = None,
+    wait_for_completion: bool = False,
+    shm_size_gib: int = DEFAULT_SHM_SIZE_GIB,
+    termination_grace_period_s: int = DEFAULT_TERMINATION_GRACE_S,
+    port: int = DEFAULT_PORT,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The ServiceAccount, headless Service and Indexed Job (`service_account`, `service`,
+    `job`) as Kubernetes objects, camelCase, exactly as they are applied."""
+    k8s_labels = kubernetes_labels(labels)
+    selector = {INSTANCE_LABEL: job_name}
+    pod_labels = {**k8s_labels, NAME_LABEL: APP_NAME, INSTANCE_LABEL: job_name}
+
+    def metadata(annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": job_name, "namespace": namespace, "labels": k8s_labels}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        return meta
+
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(
+            {WORKLOAD_IDENTITY_ANNOTATION: gcp_service_account_email}
+            if gcp_service_account_email
+            else None
+        ),
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector,
+            # Pod 0's name must resolve before it is Ready: every node dials it at start.
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+    pod_env = {
+        **(env or {}),
+        "JOB_NAME": job_name,
+        "TRAINSTACK_HEADLESS_SERVICE": job_name,
+        "TRAINSTACK_NUM_NODES": str(node_count),
+    }
+    container = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "command": container_command(launcher),
+        "env": [{"name": k, "value": v} for k, v in sorted(pod_env.items())],
+        "ports": [{"name": "rendezvous", "containerPort": port, "protocol": "TCP"}],
+        "resources": {"limits": {GPU_RESOURCE: str(gpus_per_node)}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "subdomain": job_name,
+        "serviceAccountName": job_name,
+        "terminationGracePeriodSeconds": termination_grace_period_s,
+        "tolerations": [
+            dict(t) for t in (tolerations if tolerations is not None else [GPU_TOLERATION])
+        ],
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": selector},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        },
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib}Gi"}}
+        ],
+        "containers": [container],
+    }
+    if node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(node_selector.items()))
+    annotations = {PROPAGATION_ANNOTATION: "foreground"}
+    if not wait_for_completion:
+        annotations[SKIP_AWAIT_ANNOTATION] = "true"
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": node_count,
+        "parallelism": node_count,
+        "backoffLimitPerIndex": backoff_limit_per_index,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": pod_failure_policy(),
+        "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+    }
+    if active_deadline_s is not None:
+        job_spec["activeDeadlineSeconds"] = active_deadline_s
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(annotations),
+        "spec": job_spec,
+    }
+    return {"service_account": account, "service": service, "job": job}
+
+
+def _inherited_depends_on(opts: pulumi.ResourceOptions | None) -> list[Any]:
+    # A component's depends_on does not reach its children; the Job must still be deleted
+    # before, say, the node pool its pods run on.
+    deps = opts.depends_on if opts is not None else None
+    if deps is None:
+        return []
+    return list(deps) if isinstance(deps, list | tuple) else [deps]
+
+
+# --------------------------------------------------------------------------------------
+# Component
+# --------------------------------------------------------------------------------------
+
+
+class KubernetesTrainingJob(pulumi.ComponentResource):
+    """Indexed Job + headless Service + Workload Identity ServiceAccount for the trainer."""
+
+    job_name: pulumi.Output[str]
+    """Name of the Job (and of its Service and ServiceAccount)."""
+    namespace: pulumi.Output[str]
+    """Namespace of the objects."""
+    service_name: pulumi.Output[str]
+    """The headless Service; pod i resolves as `<job_name>-<i>.<service_name>`."""
+    service_account_name: pulumi.Output[str]
+    """The Kubernetes ServiceAccount the pods run as."""
+    manifests: pulumi.Output[dict[str, Any]]
+    """The applied objects: `service_account`, `service`, `job`."""
+    service_account: k8s.core.v1.ServiceAccount
+    service: k8s.core.v1.Service
+    job: k8s.batch.v1.Job
+    workload_identity_binding: serviceaccount.IAMMember | None
+    """`roles/iam.workloadIdentityUser` for the ServiceAccount on the Google account."""
+
+    def __init__(
+        self,
+        name: str,
+        args: KubernetesTrainingJobArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        validate_args(args)
+        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        super().__init__(TOKEN, name, None, opts)
+
+        job_name = args["job_name"]
+        namespace = args.get("namespace", DEFAULT_NAMESPACE)
+        module = args.get("trainer_module", DEFAULT_MODULE)
+        port = args.get("port", DEFAULT_PORT)
+        wait = bool(args.get("wait_for_completion", False))
+        gsa = args.get("gcp_service_account_email")
+        plain: dict[str, Any] = dict(args)
+
+        def build(values: list[Any]) -> dict[str, Any]:
+            merged, package_uri, checkpoint_url, email = values
+            launcher = render_launcher(
+                platform="gke",
+                package_uri=package_uri,
+                module=module,
+                trainer_args=with_checkpoint_dir(plain.get("trainer_args", []), checkpoint_url),
+                num_nodes=plain["node_count"],
+                procs_per_node=plain["gpus_per_node"] if uses_torchrun(module) else 1,
+                coordinator=f"{job_name}-0.{job_name}",
+                coordinator_port=port,
+            )
+            return manifests(
+                job_name=job_name,
+                node_count=plain["node_count"],
+                gpus_per_node=plain["gpus_per_node"],
+                image=plain.get("image") or default_image(module),
+                launcher=launcher,
+                labels=merged,
+                namespace=namespace,
+                gcp_service_account_email=email,
+                node_selector=plain.get("node_selector"),
+                tolerations=plain.get("tolerations"),
+                backoff_limit_per_index=plain.get(
+                    "backoff_limit_per_index", DEFAULT_BACKOFF_LIMIT_PER_INDEX
+                ),
+                active_deadline_s=plain.get("active_deadline_s"),
+                wait_for_completion=wait,
+                shm_size_gib=plain.get("shm_size_gib", DEFAULT_SHM_SIZE_GIB),
+                termination_grace_period_s=plain.get(
+                    "termination_grace_period_s", DEFAULT_TERMINATION_GRACE_S
+                ),
+                port=port,
+                env=plain.get("env"),
+            )
+
+        objects = pulumi.Output.all(
+            labels, args["package_uri"], args.get("checkpoint_url"), gsa
+        ).apply(build)
+
+        def part(kind: str, field: str) -> pulumi.Output[Any]:
+            return objects.apply(lambda m: m[kind][field])
+
+        deps = _inherited_depends_on(opts)
+        self.service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-ksa",
+            metadata=part("service_account", "metadata"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+        )
+        self.workload_identity_binding = None
+        if gsa is not None:
+            project = pulumi.Output.from_input(args["project"])  # validated: given with gsa
+            self.workload_identity_binding = serviceaccount.IAMMember(
+                f"{name}-wi",
+                service_account_id=pulumi.Output.all(project, gsa).apply(
+                    lambda v: f"projects/{v[0]}/serviceAccounts/{v[1]}"
+                ),
+                role=WORKLOAD_IDENTITY_ROLE,
+                member=project.apply(
+                    lambda p: f"serviceAccount:{p}.svc.id.goog[{namespace}/{job_name}]"
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            )
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=part("service", "metadata"),
+            spec=part("service", "spec"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+        )
+        job_deps = [*deps, self.service_account, self.service]
+        if self.workload_identity_binding is not None:
+            job_deps.append(self.workload_identity_binding)
+        timeout = f"{args['timeout_s']}s" if wait else None
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata=part("job", "metadata"),
+            spec=part("job", "spec"),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=job_deps,
+                # The Job's name is fixed and its pod template immutable: a changed spec
+                # replaces it, and the old one must be gone first.
+                delete_before_replace=True,
+                custom_timeouts=(
+                    pulumi.CustomTimeouts(create=timeout, update=timeout) if wait else None
+                ),
+            ),
+        )
+
+        self.job_name = pulumi.Output.from_input(job_name)
+        self.namespace = pulumi.Output.from_input(namespace)
+        self.service_name = pulumi.Output.from_input(job_name)
+        self.service_account_name = pulumi.Output.from_input(job_name)
+        self.manifests = objects
+        self.register_outputs(
+            {
+                "job_name": self.job_name,
+                "namespace": self.namespace,
+                "service_name": self.service_name,
+                "service_account_name": self.service_account_name,
+                "manifests": self.manifests,
+            }
+        )

@@ -1,0 +1,665 @@
+"""The node launch scripts, run for real with bash against a fake metadata server and Cloud
+Storage (one local HTTP server) and fake torchrun/pip/systemd executables that record their
+argv: the GKE Job's container command and the Compute Engine startup script, for node 0 and
+node 3 of 4, then exit-code mapping, signal forwarding and idempotency."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components import gpu_startup
+from components.gpu_startup import (
+    METADATA_HOST_ENV,
+    NODE_RANK_ATTRIBUTE,
+    STORAGE_HOST_ENV,
+    container_command,
+    gce_startup_script,
+    node_helper,
+    render_launcher,
+    with_checkpoint_dir,
+)
+from components.kubernetes_training_job import KubernetesTrainingJob
+from infra.mocks import run_program
+from tests.fakes import LocalServer
+from trainers.common.cluster import resolve_cluster
+
+BUCKET = "acme-ml-exp-42-staging"
+OBJECT = "trainers/trainstack_trainers-0123456789abcdef.tar.gz"
+PACKAGE_URI = f"gs://{BUCKET}/{OBJECT}"
+PACKAGE_FILE = "trainstack_trainers-0123456789abcdef.tar.gz"
+SDIST = b"\x1f\x8b fake sdist bytes"
+CHECKPOINTS = "gs://acme-ml-exp-42-checkpoints"
+TOKEN = "ya29.fake-token"
+JOB = "exp-42-train"
+COORDINATOR_GKE = f"{JOB}-0.{JOB}"
+COORDINATOR_GCE = "exp-42-a100-0"
+GCE_HOSTS = [f"exp-42-a100-{i}" for i in range(4)]
+TRAINER_ARGS = ["--steps=100", "--global_batch_size=256"]
+FLAGS = [*TRAINER_ARGS, f"--checkpoint_dir={CHECKPOINTS}/checkpoints"]
+STARTED = json.dumps({"event": "start", "step": 0, "rank": 0})
+PREEMPTED = json.dumps({"event": "preempted", "step": 40, "rank": 0})
+RUN_TIMEOUT_S = 60
+
+
+# --------------------------------------------------------------------------------------
+# Fake metadata server + Cloud Storage
+# --------------------------------------------------------------------------------------
+
+
+class FakeGoogle(LocalServer):
+    """Metadata server (node rank, access token) and the Cloud Storage media download."""
+
+    def __init__(self, node_rank: str) -> None:
+        self.node_rank = node_rank
+        self.objects: dict[tuple[str, str], bytes] = {(BUCKET, OBJECT): SDIST}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: bytes, kind: str = "text/plain") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                server.requests.append((self.path, dict(self.headers.items())))
+                path, _, query = self.path.partition("?")
+                if path.startswith("/computeMetadata/v1/"):
+                    if self.headers.get("Metadata-Flavor") != "Google":
+                        return self._send(403, b"missing Metadata-Flavor")
+                    key = path.removeprefix("/computeMetadata/v1/")
+                    if key == f"instance/attributes/{NODE_RANK_ATTRIBUTE}":
+                        return self._send(200, server.node_rank.encode())
+                    if key == "instance/service-accounts/default/token":
+                        token = {"access_token": TOKEN, "expires_in": 3599, "token_type": "Bearer"}
+                        return self._send(200, json.dumps(token).encode(), "application/json")
+                    return self._send(404, b"no such metadata")
+                if path.startswith("/storage/v1/b/") and query == "alt=media":
+                    if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                        return self._send(401, b"unauthenticated")
+                    bucket, _, obj = path.removeprefix("/storage/v1/b/").partition("/o/")
+                    data = server.objects.get((bucket, urllib.parse.unquote(obj)))
+                    if data is None:
+                        return self._send(404, b"no such object")
+                    return self._send(200, data, "application/octet-stream")
+                return self._send(404, b"unknown path")
+
+        super().__init__(Handler)
+
+    @property
+    def metadata_host(self) -> str:
+        return self.base_url.removeprefix("http://")
+
+
+# --------------------------------------------------------------------------------------
+# Fake executables
+# --------------------------------------------------------------------------------------
+
+FAKE = r"""
+import json, os, signal, subprocess, sys, time
+
+prog, args = sys.argv[1], sys.argv[2:]
+keep = ("PYTHONUNBUFFERED", "HOME", "TRAINSTACK_PROGRESS", "TF_CONFIG")
+env = {k: v for k, v in os.environ.items() if k.startswith(("TRAINSTACK_", "JOB_")) or k in keep}
+with open(os.environ["FAKE_RECORD"], "a") as record:
+    record.write(json.dumps({"prog": prog, "argv": args, "env": env}) + "\n")
+
+if prog in ("torchrun", "python3"):
+    if os.environ.get("FAKE_TRAINER_BLOCK"):
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+        print(json.dumps({"event": "start", "step": 0, "rank": 0}), flush=True)
+        open(os.environ["FAKE_STARTED"], "w").close()
+        while not stop:
+            time.sleep(0.01)
+        with open(os.environ["FAKE_RECORD"], "a") as record:
+            record.write(json.dumps({"prog": prog, "signal": "SIGTERM"}) + "\n")
+        print(json.dumps({"event": "preempted", "step": 40, "rank": 0}), flush=True)
+        sys.exit(1)  # what torchrun reports for any failed worker
+    for line in json.loads(os.environ.get("FAKE_TRAINER_STDOUT", "[]")):
+        print(line, flush=True)
+    sys.exit(int(os.environ.get("FAKE_TRAINER_EXIT", "0")))
+if prog == "pip":
+    sys.exit(int(os.environ.get("FAKE_PIP_EXIT", "0")))
+if prog == "systemctl":
+    if args[:1] == ["is-active"]:
+        state = os.environ.get("FAKE_UNIT_STATE", "inactive")
+        print(state)
+        sys.exit(0 if state == "active" else 3)
+    sys.exit(0)
+if prog == "systemd-run":
+    # Runs the unit's command in the foreground with the unit's --setenv values.
+    child_env, i = dict(os.environ), 0
+    while args[i].startswith("--"):
+        if args[i].startswith("--setenv="):
+            key, _, value = args[i].removeprefix("--setenv=").partition("=")
+            child_env[key] = value
+        i += 1
+    sys.exit(subprocess.call(args[i:], env=child_env))
+sys.exit(f"fake: unknown program {prog}")
+"""
+
+
+@pytest.fixture
+def fakebin(tmp_path: Path) -> Path:
+    """A PATH directory with torchrun, pip, systemctl, systemd-run and a python3 that runs
+    the real interpreter except for `python3 -m <trainer>`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = tmp_path / "fake.py"
+    fake.write_text(FAKE)
+    python = shlex.quote(sys.executable)
+    for prog in ("torchrun", "pip", "systemctl", "systemd-run"):
+        path = bin_dir / prog
+        path.write_text(f'#!/bin/sh\nexec {python} {shlex.quote(str(fake))} {prog} "$@"\n')
+        path.chmod(0o755)
+    wrapper = bin_dir / "python3"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "${{1:-}}" = -m ]; then exec {python} {shlex.quote(str(fake))} python3 "$@"; fi\n'
+        f'exec {python} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return bin_dir
+
+
+@pytest.fixture
+def google() -> Iterator[FakeGoogle]:
+    with FakeGoogle(node_rank="3") as server:
+        yield server
+
+
+def _env(tmp_path: Path, fakebin: Path, google: FakeGoogle, **extra: str) -> dict[str, str]:
+    # Only what a node provides: no inherited TRAINSTACK_* or JOB_* from the test process.
+    return {
+        "PATH": f"{fakebin}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path / "tmp"),
+        METADATA_HOST_ENV: google.metadata_host,
+        STORAGE_HOST_ENV: google.base_url,
+        "FAKE_RECORD": str(tmp_path / "calls.jsonl"),
+        "FAKE_STARTED": str(tmp_path / "started"),
+        **extra,
+    }
+
+
+def _calls(tmp_path: Path, prog: str | None = None) -> list[dict[str, Any]]:
+    path = tmp_path / "calls.jsonl"
+    if not path.exists():
+        return []
+    calls = [json.loads(line) for line in path.read_text().splitlines()]
+    return [c for c in calls if prog is None or c["prog"] == prog]
+
+
+def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
+
+
+def _gke_container(module: str = "trainers.torch_ddp") -> tuple[list[str], dict[str, str]]:
+    """The command and env of the Job's container, as KubernetesTrainingJob registers it."""
+
+    def program() -> None:
+        KubernetesTrainingJob(
+            "train",
+            {
+                "job_name": JOB,
+                "node_count": 4,
+                "gpus_per_node": 8,
+                "package_uri": PACKAGE_URI,
+                "trainer_module": module,
+                "trainer_args": TRAINER_ARGS,
+                "checkpoint_url": CHECKPOINTS,
+            },
+        )
+
+    run = run_program(program)
+    container = run.named("train-job").inputs["spec"]["template"]["spec"]["containers"][0]
+    return container["command"], {e["name"]: e["value"] for e in container["env"]}
+
+
+def _gce_script(tmp_path: Path, module: str = "trainers.torch_ddp") -> str:
+    return gce_startup_script(
+        package_uri=PACKAGE_URI,
+        module=module,
+        trainer_args=with_checkpoint_dir(TRAINER_ARGS, CHECKPOINTS),
+        num_nodes=4,
+        procs_per_node=8 if module == "trainers.torch_ddp" else 1,
+        coordinator=COORDINATOR_GCE,
+        state_dir=str(tmp_path / "state"),
+        worker_hosts=GCE_HOSTS,
+    )
+
+
+def _launcher(**overrides: Any) -> str:
+    values: dict[str, Any] = {
+        "platform": "gke",
+        "package_uri": PACKAGE_URI,
+        "module": "trainers.torch_ddp",
+        "trainer_args": FLAGS,
+        "num_nodes": 4,
+        "procs_per_node": 8,
+        "coordinator": COORDINATOR_GKE,
+        **overrides,
+    }
+    return render_launcher(**values)
+
+
+def _torchrun_argv(rank: int, coordinator: str) -> list[str]:
+    return [
+        "--nnodes=4",
+        f"--node-rank={rank}",
+        "--nproc-per-node=8",
+        f"--master-addr={coordinator}",
+        "--master-port=29500",
+        "-m",
+        "trainers.torch_ddp",
+        *FLAGS,
+    ]
+
+
+def _assert_fetched(google: FakeGoogle, work: Path) -> None:
+    assert (work / PACKAGE_FILE).read_bytes() == SDIST
+    storage = [h for p, h in google.requests if p.startswith("/storage/")]
+    assert [p for p, _ in google.requests if p.startswith("/storage/")] == [
+        f"/storage/v1/b/{BUCKET}/o/{urllib.parse.quote(OBJECT, safe='')}?alt=media"
+    ]
+    assert storage[0]["Authorization"] == f"Bearer {TOKEN}"
+    assert all(
+        h["Metadata-Flavor"] == "Google" for p, h in google.requests if p.startswith("/compute")
+    )
+
+
+# --------------------------------------------------------------------------------------
+# GKE: the Job's container command
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rank", [0, 3])
+def test_gke_container_command_runs_torchrun_for_its_index(
+    rank: int, tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    command, pod_env = _gke_container()
+    assert command[:2] == ["bash", "-c"] and command[3] == "trainstack-launch"
+    env = _env(tmp_path, fakebin, google, **pod_env, JOB_COMPLETION_INDEX=str(rank))
+    result = _run(command, env)
+    assert result.returncode == 0, result.stderr
+    work = tmp_path / "tmp" / "trainstack"
+    assert [c["argv"] for c in _calls(tmp_path, "pip")] == [
+        ["install", "--disable-pip-version-check", "--no-input", str(work / PACKAGE_FILE)]
+    ]
+    (torchrun,) = _calls(tmp_path, "torchrun")
+    assert torchrun["argv"] == _torchrun_argv(rank, COORDINATOR_GKE)
+    assert torchrun["env"] == {
+        "HOME": str(tmp_path),
+        "JOB_COMPLETION_INDEX": str(rank),
+        "JOB_NAME": JOB,
+        "PYTHONUNBUFFERED": "1",
+        "TRAINSTACK_COORDINATOR_PORT": "29500",
+        "TRAINSTACK_HEADLESS_SERVICE": JOB,
+        "TRAINSTACK_NUM_NODES": "4",
+        "TRAINSTACK_PROGRESS": "0",
+    }
+    _assert_fetched(google, work)
+    # GKE reads no metadata itself: only the token for the download.
+    assert [p for p, _ in google.requests if p.startswith("/compute")] == [
+        "/computeMetadata/v1/instance/service-accounts/default/token"
+    ]
+
+
+def test_gke_non_torch_trainer_gets_the_indexed_job_environment(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    command, pod_env = _gke_container("trainers.tf_multiworker")
+    env = _env(tmp_path, fakebin, google, **pod_env, JOB_COMPLETION_INDEX="3")
+    result = _run(command, env)
+    assert result.returncode == 0, result.stderr
+    assert _calls(tmp_path, "torchrun") == []
+    (trainer,) = _calls(tmp_path, "python3")
+    assert trainer["argv"] == ["-m", "trainers.tf_multiworker", *FLAGS]
+    cluster = resolve_cluster(trainer["env"])
+    assert (cluster.platform, cluster.node_rank, cluster.num_nodes) == ("gke", 3, 4)
+    assert (cluster.coordinator_address, cluster.coordinator_port) == (COORDINATOR_GKE, 29500)
+
+
+# --------------------------------------------------------------------------------------
+# Compute Engine: the startup script
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rank", [0, 3])
+def test_gce_startup_script_starts_the_trainer_with_the_metadata_rank(
+    rank: int, tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    google.node_rank = str(rank)
+    state = tmp_path / "state"
+    result = _run(["bash", "-c", _gce_script(tmp_path)], _env(tmp_path, fakebin, google))
+    assert result.returncode == 0, result.stderr
+
+    (is_active, reset, start) = [
+        c["argv"] for c in _calls(tmp_path) if c["prog"] in ("systemctl", "systemd-run")
+    ]
+    assert is_active == ["is-active", "trainstack-trainer"]
+    assert reset == ["reset-failed", "trainstack-trainer"]
+    (launcher,) = state.glob("launch-*.sh")
+    key = launcher.name.removeprefix("launch-").removesuffix(".sh")
+    assert start == [
+        "--unit=trainstack-trainer",
+        "--description=trainstack trainer",
+        "--collect",
+        "--property=KillMode=mixed",
+        "--property=TimeoutStopSec=90",
+        "--property=Restart=on-failure",
+        "--property=RestartSec=30",
+        "--property=RestartPreventExitStatus=1 2 143",
+        "--setenv=HOME=/root",
+        "/bin/bash",
+        str(launcher),
+    ]
+    assert [c["argv"] for c in _calls(tmp_path, "pip")] == [
+        ["install", "--disable-pip-version-check", "--no-input", str(state / PACKAGE_FILE)]
+    ]
+    (torchrun,) = _calls(tmp_path, "torchrun")
+    assert torchrun["argv"] == _torchrun_argv(rank, COORDINATOR_GCE)
+    assert torchrun["env"] == {
+        "HOME": "/root",
+        "PYTHONUNBUFFERED": "1",
+        "TRAINSTACK_COORDINATOR": f"{COORDINATOR_GCE}:29500",
+        "TRAINSTACK_COORDINATOR_PORT": "29500",
+        "TRAINSTACK_NODE_RANK": str(rank),
+        "TRAINSTACK_NUM_NODES": "4",
+        "TRAINSTACK_PROGRESS": "0",
+    }
+    assert (state / f"done-{key}").exists()
+    _assert_fetched(google, state)
+    assert [p for p, _ in google.requests if p.startswith("/compute")] == [
+        f"/computeMetadata/v1/instance/attributes/{NODE_RANK_ATTRIBUTE}",
+        "/computeMetadata/v1/instance/service-accounts/default/token",
+    ]
+
+
+def test_gce_startup_script_is_idempotent(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    script = _gce_script(tmp_path)
+    env = _env(tmp_path, fakebin, google)
+    assert _run(["bash", "-c", script], env).returncode == 0
+    calls = len(_calls(tmp_path))
+
+    # Finished on this machine (a reboot, or the script run by hand): nothing starts.
+    again = _run(["bash", "-c", script], env)
+    assert again.returncode == 0
+    assert "already finished on this machine; nothing to start" in again.stderr
+    assert len(_calls(tmp_path)) == calls
+
+    # Still running (a second run while the service is up): nothing starts either.
+    for done in (tmp_path / "state").glob("done-*"):
+        done.unlink()
+    running = _run(["bash", "-c", script], {**env, "FAKE_UNIT_STATE": "active"})
+    assert running.returncode == 0
+    assert "trainstack-trainer is already active" in running.stderr
+    assert [c["prog"] for c in _calls(tmp_path)][calls:] == ["systemctl"]
+
+
+def test_gce_non_torch_trainer_gets_the_node_environment(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    script = _gce_script(tmp_path, "trainers.tf_multiworker")
+    assert _run(["bash", "-c", script], _env(tmp_path, fakebin, google)).returncode == 0
+    (trainer,) = _calls(tmp_path, "python3")
+    assert trainer["argv"] == ["-m", "trainers.tf_multiworker", *FLAGS]
+    # TensorFlow needs every worker's address, which the node-level variables do not carry.
+    assert json.loads(trainer["env"].pop("TF_CONFIG")) == {
+        "cluster": {"worker": [f"{host}:29500" for host in GCE_HOSTS]},
+        "task": {"type": "worker", "index": 3},
+    }
+    cluster = resolve_cluster(trainer["env"])
+    assert (cluster.platform, cluster.node_rank, cluster.num_nodes) == ("gce", 3, 4)
+    assert (cluster.coordinator_address, cluster.coordinator_port) == (COORDINATOR_GCE, 29500)
+
+
+# --------------------------------------------------------------------------------------
+# Exit codes, signals, reinstall
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stdout", "trainer_exit", "expected", "message"),
+    [
+        ([STARTED, PREEMPTED], 1, 143, "preempted (trainer exit 1)"),
+        ([STARTED], 1, 1, "the trainer failed with exit 1"),
+        ([], 1, 3, "the trainer exited 1 before it started (rendezvous or startup failure)"),
+        ([], 2, 2, "the trainer failed with exit 2"),
+        ([STARTED], 137, 137, "the trainer failed with exit 137"),
+        ([STARTED, json.dumps({"event": "done", "step": 100})], 0, 0, "training finished"),
+    ],
+)
+def test_launcher_exit_codes(
+    stdout: list[str],
+    trainer_exit: int,
+    expected: int,
+    message: str,
+    tmp_path: Path,
+    fakebin: Path,
+    google: FakeGoogle,
+) -> None:
+    env = _env(
+        tmp_path,
+        fakebin,
+        google,
+        JOB_COMPLETION_INDEX="0",
+        FAKE_TRAINER_STDOUT=json.dumps(stdout),
+        FAKE_TRAINER_EXIT=str(trainer_exit),
+    )
+    result = _run(container_command(_launcher()), env)
+    assert result.returncode == expected, result.stderr
+    assert f"trainstack-launch: {message}" in result.stderr
+    # The trainer's stdout still reaches the container log.
+    assert result.stdout.splitlines() == stdout
+
+
+def test_sigterm_is_forwarded_and_reported_as_preemption(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="1", FAKE_TRAINER_BLOCK="1")
+    proc = subprocess.Popen(
+        container_command(_launcher()), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not (tmp_path / "started").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the fake trainer never started"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert {"prog": "torchrun", "signal": "SIGTERM"} in _calls(tmp_path)
+    assert "trainstack-launch: preempted (trainer exit 1)" in err
+    assert out.splitlines() == [STARTED, PREEMPTED]
+
+
+@pytest.mark.parametrize(
+    ("env_extra", "expected", "message"),
+    [
+        ({"JOB_COMPLETION_INDEX": "4"}, 2, "node rank 4 is not below the node count 4"),
+        ({"JOB_COMPLETION_INDEX": ""}, 2, "node rank '' is not a non-negative integer"),
+        ({"JOB_COMPLETION_INDEX": "0", "FAKE_PIP_EXIT": "1"}, 3, "pip could not install"),
+        # Any other failure (here: no work directory) is a node problem: retryable.
+        ({"JOB_COMPLETION_INDEX": "0", "TMPDIR": "/dev/null"}, 3, "unexpected failure at line"),
+    ],
+)
+def test_launcher_setup_failures(
+    env_extra: dict[str, str],
+    expected: int,
+    message: str,
+    tmp_path: Path,
+    fakebin: Path,
+    google: FakeGoogle,
+) -> None:
+    result = _run(container_command(_launcher()), _env(tmp_path, fakebin, google, **env_extra))
+    assert result.returncode == expected
+    assert message in result.stderr
+    assert _calls(tmp_path, "torchrun") == []
+
+
+def test_missing_package_is_a_retryable_setup_failure(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    google.objects.clear()
+    env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
+    result = _run(container_command(_launcher()), env)
+    assert result.returncode == 3
+    assert f"trainstack-launch: could not download {PACKAGE_URI}" in result.stderr
+    assert _calls(tmp_path, "pip") == []
+
+
+def test_invalid_trainer_flags_fail_before_torchrun(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    launcher = _launcher(trainer_args=["--steps=0"])
+    result = _run(
+        container_command(launcher), _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
+    )
+    assert result.returncode == 2
+    assert "trainstack-launch: invalid trainer arguments: --steps=0" in result.stderr
+    assert "steps" in result.stderr  # the trainer parser's own message comes first
+    assert _calls(tmp_path, "torchrun") == []
+
+
+def test_installed_package_is_not_fetched_again(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
+    for _ in range(2):
+        assert _run(container_command(_launcher()), env).returncode == 0
+    assert len(_calls(tmp_path, "pip")) == 1
+    assert len([p for p, _ in google.requests if p.startswith("/storage/")]) == 1
+    assert len(_calls(tmp_path, "torchrun")) == 2
+
+
+def test_arguments_reach_torchrun_verbatim(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    # Free-form string flags: valid for the trainer, hostile for a shell.
+    tricky = ["--data_path=a b;c'$(id)\"`x`", "--tensorboard_dir=$HOME/*"]
+    env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
+    result = _run(container_command(_launcher(trainer_args=tricky)), env)
+    assert result.returncode == 0, result.stderr
+    (torchrun,) = _calls(tmp_path, "torchrun")
+    assert torchrun["argv"][-2:] == tricky
+
+
+# --------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------
+
+
+def test_rendered_scripts_are_valid_bash(tmp_path: Path) -> None:
+    for script in (_launcher(), _launcher(platform="gce"), _gce_script(tmp_path)):
+        assert "@@" not in script
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_gce_script_embeds_the_gce_launcher(tmp_path: Path) -> None:
+    script = _gce_script(tmp_path)
+    key = gpu_startup.run_key(
+        package_uri=PACKAGE_URI,
+        module="trainers.torch_ddp",
+        trainer_args=FLAGS,
+        num_nodes=4,
+        procs_per_node=8,
+        coordinator=COORDINATOR_GCE,
+        coordinator_port=29500,
+        worker_hosts=GCE_HOSTS,
+    )
+    launcher = _launcher(
+        platform="gce",
+        coordinator=COORDINATOR_GCE,
+        work_dir=str(tmp_path / "state"),
+        done_marker=f"{tmp_path / 'state'}/done-{key}",
+        extra_path="/opt/conda/bin",
+        worker_hosts=GCE_HOSTS,
+    )
+    assert f"<<'TRAINSTACK_LAUNCHER_EOF'\n{launcher.rstrip()}\nTRAINSTACK_LAUNCHER_EOF\n" in script
+    assert f"RUN_KEY={key}\n" in script
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"package_uri": "https://x/y.tar.gz"}, "package_uri: 'https://x/y.tar.gz' is not a gs://bucket/object URI of the trainer sdist"),
+        ({"package_uri": "gs://bucket/"}, "package_uri: 'gs://bucket/' is not a gs://bucket/object URI of the trainer sdist"),
+        ({"module": "trainers.torch-ddp"}, "trainer_module: 'trainers.torch-ddp' is not a Python module name"),
+        ({"trainer_args": ["--a=1\nrm"]}, "trainer_args: '--a=1\\nrm' is not a one-line string"),
+        ({"num_nodes": 0}, "node_count: 0 is not an integer >= 1"),
+        ({"procs_per_node": True}, "procs_per_node: True is not an integer >= 1"),
+        ({"coordinator": "bad host"}, "coordinator: 'bad host' is not a host name"),
+        ({"coordinator_port": 70000}, "coordinator_port: 70000 is not a TCP port (1-65535)"),
+        ({"platform": "eks"}, "platform: 'eks' is not one of gke, gce"),
+        ({"worker_hosts": ["a", "b"]}, "worker_hosts: 2 host(s) for 4 node(s); expected one per node"),
+        ({"worker_hosts": ["a", "b", "c", "d_"]}, "worker_hosts: 'd_' is not a host name"),
+    ],
+)  # fmt: skip
+def test_render_rejects_bad_values(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        _launcher(**overrides)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("args", "url", "expected"),
+    [
+        (["--steps=1"], "gs://ckpt", ["--steps=1", "--checkpoint_dir=gs://ckpt/checkpoints"]),
+        (["--steps=1"], "gs://ckpt/", ["--steps=1", "--checkpoint_dir=gs://ckpt/checkpoints"]),
+        (["--checkpoint_dir=gs://mine"], "gs://ckpt", ["--checkpoint_dir=gs://mine"]),
+        (["--checkpoint_dir", "gs://mine"], "gs://ckpt", ["--checkpoint_dir", "gs://mine"]),
+        (["--steps=1"], None, ["--steps=1"]),
+    ],
+)
+def test_with_checkpoint_dir(args: list[str], url: str | None, expected: list[str]) -> None:
+    assert with_checkpoint_dir(args, url) == expected
+
+
+def test_render_rejects_template_drift(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    template = tmp_path / "launch.sh"
+    template.write_text(gpu_startup.LAUNCHER_TEMPLATE.read_text() + "echo @@UNKNOWN@@\n")
+    monkeypatch.setattr(gpu_startup, "LAUNCHER_TEMPLATE", template)
+    with pytest.raises(ValueError, match=r"launch.sh: markers \[.*'UNKNOWN'.*\] do not match"):
+        _launcher()
+
+
+def test_node_helper_object_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    assert node_helper.object_url(PACKAGE_URI) == (
+        "https://storage.googleapis.com/storage/v1/b/acme-ml-exp-42-staging/o/"
+        "trainers%2Ftrainstack_trainers-0123456789abcdef.tar.gz?alt=media"
+    )
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:8080")
+    assert node_helper.metadata_base() == "http://127.0.0.1:8080/computeMetadata/v1/"
+    monkeypatch.delenv("GCE_METADATA_HOST")
+    assert node_helper.metadata_base() == "http://metadata.google.internal/computeMetadata/v1/"
+    with pytest.raises(ValueError, match="gs:// URI without bucket or object: 'gs://only'"):
+        node_helper.object_url("gs://only")
