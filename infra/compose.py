@@ -21,6 +21,7 @@ from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from components.trainer_package import TrainerPackage
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
+from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
 from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork
 from components.vertex_training_job import (
@@ -77,6 +78,8 @@ OUTPUT_NODE_POOL = "node_pool"
 OUTPUT_KUBECONFIG = "kubeconfig"
 OUTPUT_INSTANCE_NAMES = "instance_names"
 OUTPUT_GPUS = "gpus"
+OUTPUT_DASHBOARD_URL = "dashboard_url"
+OUTPUT_METRIC_TYPES = "metric_types"
 
 GKE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
 """What a GKE node's own service account needs (logging, monitoring, image pulls)."""
@@ -206,6 +209,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         outputs.update(
             _gpu_cluster(cfg, deployment, labels, package, buckets, identity, network, after_apis)
         )
+    outputs.update(_monitoring(cfg, deployment, labels, outputs, after_apis))
     return outputs
 
 
@@ -398,6 +402,73 @@ def _gpu_cluster(
     if cluster.instance_names is not None:  # gce
         outputs[OUTPUT_INSTANCE_NAMES] = cluster.instance_names
     return outputs
+
+
+def _quoted_filter(key: str, value: Any) -> pulumi.Output[str]:
+    return pulumi.Output.from_input(value).apply(lambda v: f'{key}="{v}"')
+
+
+def _monitoring(
+    cfg: StackConfig,
+    deployment: str,
+    labels: Mapping[str, str],
+    outputs: Mapping[str, Any],
+    after_apis: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    """The stack's TrainingDashboard, scoped to its compute target's resources."""
+    assert cfg.project is not None
+    args: TrainingDashboardArgs
+    if cfg.target == "vertex":
+        assert cfg.vertex is not None
+        # projects/<p>/locations/<r>/customJobs/<id>: logs and metrics key on the id.
+        job_id = pulumi.Output.from_input(outputs[OUTPUT_JOB_NAME]).apply(
+            lambda name: name.rsplit("/", 1)[-1]
+        )
+        args = {
+            "project": cfg.project,
+            "deployment_name": deployment,
+            "target": "vertex",
+            "worker_count": cfg.vertex.replica_count,
+            "log_filter": _quoted_filter("resource.labels.job_id", job_id),
+            "resource_filter": _quoted_filter("resource.label.job_id", job_id),
+            "labels": dict(labels),
+        }
+    elif cfg.target == "tpu":
+        slice_name = outputs[OUTPUT_SLICE_NAME]
+        args = {
+            "project": cfg.project,
+            "deployment_name": deployment,
+            "target": "tpu",
+            # The TensorFlow TPU program runs on worker 0 only; the others serve the TPU.
+            "worker_count": 1,
+            "log_filter": _quoted_filter("resource.labels.node_id", slice_name),
+            "resource_filter": _quoted_filter("resource.label.node_id", slice_name),
+            "labels": dict(labels),
+        }
+    else:
+        gpu = cfg.gpu_cluster
+        assert gpu is not None
+        log_filter: Any
+        resource_filter: Any
+        if gpu.backend == "gke":
+            cluster = outputs[OUTPUT_CLUSTER_NAME]
+            log_filter = _quoted_filter("resource.labels.cluster_name", cluster)
+            resource_filter = _quoted_filter("resource.label.cluster_name", cluster)
+        else:  # the instances are <deployment>-a100-<i> and carry the stack label
+            log_filter = f'labels."compute.googleapis.com/resource_name"=~"^{deployment}-a100-"'
+            resource_filter = f'metadata.user_labels.stack="{deployment}"'
+        args = {
+            "project": cfg.project,
+            "deployment_name": deployment,
+            "target": "gpu_cluster",
+            "gpu_backend": gpu.backend,
+            "worker_count": gpu.node_count,
+            "log_filter": log_filter,
+            "resource_filter": resource_filter,
+            "labels": dict(labels),
+        }
+    board = TrainingDashboard(f"{deployment}-monitoring", args, opts=after_apis)
+    return {OUTPUT_DASHBOARD_URL: board.dashboard_url, OUTPUT_METRIC_TYPES: board.metric_types}
 
 
 def main_program() -> dict[str, Any]:
