@@ -240,6 +240,7 @@ def run_program(
     *,
     config: Mapping[str, Any] | None = None,
     stack: str = "plan",
+    project: str = PROJECT,
     preview: bool = True,
     outputs: Mapping[str, OutputsFn] | None = None,
     invokes: Mapping[str, InvokeFn] | None = None,
@@ -258,7 +259,7 @@ def run_program(
     logger.handlers = [_ListHandler(logs)]
     _settings.ROOT.set(None)
     pulumi.runtime.set_mocks(
-        mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor, logger=logger
+        mocks, project=project, stack=stack, preview=preview, monitor=monitor, logger=logger
     )
     pulumi.runtime.set_all_config(config_to_engine(config or {}))
     result: dict[str, Any] = {}
