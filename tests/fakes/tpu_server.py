@@ -31,15 +31,13 @@ Hosts per node: chips / 4 (one host up to 4 chips), chips being the product of
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 import threading
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes import LocalServer
+from tests.fakes import LocalServer, google_error, json_handler
 
 DEFAULT_PLAN = ("ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
 DELETABLE_WITHOUT_FORCE = frozenset({"ACCEPTED", "FAILED", "SUSPENDED"})
@@ -48,14 +46,6 @@ _COLLECTION = re.compile(rf"^/v2/({_LOCATION})/queuedResources$")
 _QUEUED = re.compile(rf"^/v2/({_LOCATION}/queuedResources/[^/:]+)$")
 _NODE = re.compile(rf"^/v2/({_LOCATION}/nodes/[^/:]+)$")
 _ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_STATUS_NAMES = {
-    400: "FAILED_PRECONDITION",
-    404: "NOT_FOUND",
-    409: "ALREADY_EXISTS",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
-}
 
 Request = tuple[str, str, dict[str, list[str]], Any]
 
@@ -76,7 +66,7 @@ class TpuFakeServer(LocalServer):
         self._drop_creates = 0
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        super().__init__(_handler(self))
+        super().__init__(json_handler(self))
 
     @property
     def endpoint(self) -> str:
@@ -119,7 +109,7 @@ class TpuFakeServer(LocalServer):
             for i, (status, only) in enumerate(self._faults):
                 if only is None or only == method:
                     del self._faults[i]
-                    return status, _error(status, "injected fault")
+                    return status, google_error(status, "injected fault")
             collection = _COLLECTION.match(path)
             if collection and method == "POST":
                 return self._create(collection.group(1), query, body)
@@ -132,9 +122,9 @@ class TpuFakeServer(LocalServer):
             if node and method == "GET":
                 found = self.nodes.get(node.group(1))
                 if found is None:
-                    return 404, _error(404, f"{node.group(1)} not found")
+                    return 404, google_error(404, f"{node.group(1)} not found")
                 return 200, found
-            return 404, _error(404, f"no route {method} {path}")
+            return 404, google_error(404, f"no route {method} {path}")
 
     def _operation(self, parent: str, target: str, verb: str) -> dict[str, Any]:
         name = f"{parent}/operations/operation-{next(self._ids)}"
@@ -155,17 +145,17 @@ class TpuFakeServer(LocalServer):
         qr_id = (query.get("queuedResourceId") or [""])[0]
         request_id = (query.get("requestId") or [""])[0]
         if not _ID.match(qr_id):
-            return 400, _error(400, f"invalid queuedResourceId {qr_id!r}")
+            return 400, google_error(400, f"invalid queuedResourceId {qr_id!r}")
         if request_id and request_id in self._operations:
             return 200, self._operations[request_id]
         if not isinstance(body, dict) or not body.get("tpu", {}).get("nodeSpec"):
-            return 400, _error(400, "tpu.nodeSpec is required")
+            return 400, google_error(400, "tpu.nodeSpec is required")
         name = f"{parent}/queuedResources/{qr_id}"
         if name in self.queued:
-            return 409, _error(409, f"{name} already exists")
+            return 409, google_error(409, f"{name} already exists")
         for spec in body["tpu"]["nodeSpec"]:
             if spec.get("parent") != parent:
-                return 400, _error(400, f"nodeSpec.parent must be {parent}")
+                return 400, google_error(400, f"nodeSpec.parent must be {parent}")
         self.queued[name] = {
             **body,
             "name": name,
@@ -188,11 +178,11 @@ class TpuFakeServer(LocalServer):
     def _get(self, name: str) -> tuple[int, Any]:
         qr = self.queued.get(name)
         if qr is None:
-            return 404, _error(404, f"{name} not found")
+            return 404, google_error(404, f"{name} not found")
         state = qr["state"]["state"]
         if state == "DELETING":
             del self.queued[name]
-            return 404, _error(404, f"{name} not found")
+            return 404, google_error(404, f"{name} not found")
         plan = self._plans.get(name) or []
         if plan:
             self._advance(name, plan.pop(0))
@@ -229,59 +219,14 @@ class TpuFakeServer(LocalServer):
     def _delete(self, name: str, query: dict[str, list[str]]) -> tuple[int, Any]:
         qr = self.queued.get(name)
         if qr is None:
-            return 404, _error(404, f"{name} not found")
+            return 404, google_error(404, f"{name} not found")
         force = (query.get("force") or [""])[0] == "true"
         state = qr["state"]["state"]
         if not force and state not in DELETABLE_WITHOUT_FORCE:
-            return 400, _error(400, f"{name} is {state}; delete its nodes first or use force")
+            return 400, google_error(400, f"{name} is {state}; delete its nodes first or use force")
         for spec in qr["tpu"]["nodeSpec"]:
             self.nodes.pop(f"{spec['parent']}/nodes/{spec['nodeId']}", None)
         qr["state"] = {"state": "DELETING"}
         self._plans[name] = []
         parent = name.split("/queuedResources/")[0]
         return 200, self._operation(parent, name, "delete")
-
-
-def _error(status: int, message: str) -> dict[str, Any]:
-    return {
-        "error": {
-            "code": status,
-            "message": message,
-            "status": _STATUS_NAMES.get(status, "UNKNOWN"),
-        }
-    }
-
-
-def _handler(fake: TpuFakeServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:  # keep test output clean
-            pass
-
-        def _serve(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            body = json.loads(raw) if raw else None
-            answer = fake.handle(method, self.path, body)
-            if answer is None:
-                self.close_connection = True
-                return
-            status, payload = answer
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
-
-        def do_DELETE(self) -> None:
-            self._serve("DELETE")
-
-    return Handler

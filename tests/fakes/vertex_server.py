@@ -16,14 +16,12 @@ CANCELLING -> CANCELLED. Cancelling a terminal job and deleting a non-terminal j
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes import LocalServer
+from tests.fakes import LocalServer, google_error, json_handler
 
 KINDS = ("customJobs", "hyperparameterTuningJobs")
 TERMINAL = {
@@ -46,13 +44,6 @@ _JOB = re.compile(
     r"(:cancel)?$"
 )
 _LABEL_FILTER = re.compile(r'^labels\.([A-Za-z0-9_-]+)="?([^"]*)"?$')
-_STATUS_NAMES = {
-    400: "FAILED_PRECONDITION",
-    404: "NOT_FOUND",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
-}
 
 
 class VertexFakeServer(LocalServer):
@@ -65,7 +56,7 @@ class VertexFakeServer(LocalServer):
         self._drop_creates = 0
         self._ids = itertools.count(1000)
         self._lock = threading.Lock()
-        super().__init__(_handler(self))
+        super().__init__(json_handler(self))
 
     @property
     def endpoint(self) -> str:
@@ -99,7 +90,7 @@ class VertexFakeServer(LocalServer):
             for i, (status, only) in enumerate(self._faults):
                 if only is None or only == method:
                     del self._faults[i]
-                    return status, _error(status, "injected fault")
+                    return status, google_error(status, "injected fault")
             collection = _COLLECTION.match(path)
             if collection and method == "POST":
                 return self._create(collection.group(1), collection.group(2), body)
@@ -107,14 +98,14 @@ class VertexFakeServer(LocalServer):
                 return self._list(collection.group(1), collection.group(2), parse_qs(url.query))
             match = _JOB.match(path)
             if match is None:
-                return 404, _error(404, f"no route {method} {path}")
+                return 404, google_error(404, f"no route {method} {path}")
             name, cancel = match.group(1), match.group(2)
             job = self.jobs.get(name)
             if job is None:
-                return 404, _error(404, f"{name} not found")
+                return 404, google_error(404, f"{name} not found")
             if cancel and method == "POST":
                 if job["state"] in TERMINAL:
-                    return 400, _error(400, f"{name} is already {job['state']}")
+                    return 400, google_error(400, f"{name} is already {job['state']}")
                 job["state"] = "JOB_STATE_CANCELLING"
                 return 200, {}
             if method == "GET":
@@ -122,14 +113,14 @@ class VertexFakeServer(LocalServer):
                 return 200, job
             if method == "DELETE":
                 if job["state"] not in TERMINAL:
-                    return 400, _error(400, f"{name} is {job['state']}; cancel it first")
+                    return 400, google_error(400, f"{name} is {job['state']}; cancel it first")
                 del self.jobs[name]
                 return 200, {"name": f"{name}/operations/1", "done": True}
-            return 404, _error(404, f"no route {method} {path}")
+            return 404, google_error(404, f"no route {method} {path}")
 
     def _create(self, parent: str, kind: str, body: Any) -> tuple[int, Any] | None:
         if not isinstance(body, dict) or "displayName" not in body:
-            return 400, _error(400, "displayName is required")
+            return 400, google_error(400, "displayName is required")
         name = f"{parent}/{kind}/{next(self._ids)}"
         job = {
             **body,
@@ -148,52 +139,7 @@ class VertexFakeServer(LocalServer):
         for text in query.get("filter", []):
             match = _LABEL_FILTER.match(text)
             if match is None:
-                return 400, _error(400, f"unsupported filter {text!r}")
+                return 400, google_error(400, f"unsupported filter {text!r}")
             key, value = match.groups()
             jobs = [j for j in jobs if j.get("labels", {}).get(key) == value]
         return 200, {kind: jobs} if jobs else {}
-
-
-def _error(status: int, message: str) -> dict[str, Any]:
-    return {
-        "error": {
-            "code": status,
-            "message": message,
-            "status": _STATUS_NAMES.get(status, "UNKNOWN"),
-        }
-    }
-
-
-def _handler(fake: VertexFakeServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:  # keep test output clean
-            pass
-
-        def _serve(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            body = json.loads(raw) if raw else None
-            answer = fake.handle(method, self.path, body)
-            if answer is None:
-                self.close_connection = True
-                return
-            status, payload = answer
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
-
-        def do_DELETE(self) -> None:
-            self._serve("DELETE")
-
-    return Handler
