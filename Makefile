@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # The CPU wheel of torch must be installed before anything that depends on torch, or pip
 # resolves the default build with several GB of CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= torch,dev
+EXTRAS ?= torch,tensorflow,dev
 
 .PHONY: install run test lint typecheck unit bench plan-all pin-plans clean
 

@@ -1,4 +1,13 @@
-"""Run a stack's trainer on this machine: `workers` CPU processes (torchrun/gloo for torch).
+"""Run a stack's trainer on this machine: `workers` CPU processes.
+
+torch: one torchrun (gloo) with `workers` local processes. TensorFlow: one process per task,
+each with its own `TF_CONFIG` naming every task on a free localhost port:
+
+- multi_worker_mirrored: `workers` worker tasks (worker 0 is the chief);
+- parameter_server: a chief (the coordinator), one ps and `workers` worker tasks;
+- mirrored: one process with `workers` replicas on as many logical CPU devices
+  (MirroredStrategy is single-machine: its replicas are devices, not processes);
+- tpu: refused (it needs a Cloud TPU VM).
 
 `trainstack local-run` calls `run_local`; `components.local_training_job` starts the same
 processes detached from `prepare_run`'s plan. The run contract is the cloud one: the same
@@ -12,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -26,8 +36,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from trainers.common.config import TrainConfig
+from trainers.common.signals import PREEMPTED_EXIT_CODE
 
-PREEMPTED_EXIT_CODE = 143  # trainers.common.preemption, without importing torch here
+TF_MODULE = "trainers.tf_multiworker"
+TF_CPU_REPLICAS_ENV = "TRAINSTACK_TF_CPU_REPLICAS"  # trainers.tf_multiworker.launch
 
 
 @dataclass
@@ -82,13 +94,56 @@ class PreparedRun:
     processes: list[LocalProcess]
 
 
-def local_processes(cfg: TrainConfig, workers: int, config_path: Path) -> list[LocalProcess]:
-    """The processes that run `cfg` with `workers` local workers."""
-    if cfg.framework != "torch":
+def free_ports(count: int) -> list[int]:
+    """`count` distinct localhost ports that were free a moment ago (all held open together
+    while choosing, so the kernel cannot hand out one twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_cluster_tasks(strategy: str, workers: int) -> list[tuple[str, int]]:
+    """The (task type, index) pairs of a local TensorFlow cluster, chief first."""
+    if strategy == "parameter_server":
+        return [("chief", 0), ("ps", 0), *(("worker", i) for i in range(workers))]
+    return [("worker", i) for i in range(workers)]
+
+
+def _tf_processes(cfg: TrainConfig, workers: int, config_path: Path) -> list[LocalProcess]:
+    argv = [sys.executable, "-m", TF_MODULE, "--config", str(config_path)]
+    if cfg.strategy == "tpu":
         raise ValueError(
-            f"trainer.framework {cfg.framework!r}: the TensorFlow trainer is not bundled yet; "
-            "local runs support 'torch'"
+            "trainer.strategy 'tpu' needs a Cloud TPU VM and cannot run locally; local runs "
+            "support mirrored, multi_worker_mirrored and parameter_server"
         )
+    if cfg.strategy == "mirrored":
+        return [LocalProcess(argv, {TF_CPU_REPLICAS_ENV: str(workers)})]
+    tasks = tf_cluster_tasks(cfg.strategy, workers)
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(len(tasks))]
+    cluster: dict[str, list[str]] = {}
+    for (kind, _), address in zip(tasks, addresses, strict=True):
+        cluster.setdefault(kind, []).append(address)
+    return [
+        LocalProcess(
+            argv,
+            {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": i}})},
+        )
+        for kind, i in tasks
+    ]
+
+
+def local_processes(cfg: TrainConfig, workers: int, config_path: Path) -> list[LocalProcess]:
+    """The processes that run `cfg` with `workers` local workers.
+
+    Raises ValueError for a strategy that cannot run on this machine (tpu).
+    """
+    if cfg.framework == "tensorflow":
+        return _tf_processes(cfg, workers, config_path)
     argv = torchrun_command(workers, "-m", "trainers.torch_ddp", "--config", str(config_path))
     return [LocalProcess(argv, {})]
 
@@ -102,7 +157,8 @@ def prepare_run(
 ) -> PreparedRun:
     """Resolve the checkpoint dir, write the run's config file and plan its processes.
 
-    Raises ValueError for an unsupported framework or a non-positive worker count.
+    Raises ValueError for a strategy that cannot run locally (tpu) or a non-positive worker
+    count.
     """
     if workers < 1:
         raise ValueError(f"local.workers must be >= 1, got {workers}")
@@ -168,7 +224,8 @@ def run_local(
 ) -> LocalRunResult:
     """Train `cfg` with `workers` local processes; blocks until they exit.
 
-    Raises ValueError for an unsupported framework or a non-positive worker count.
+    Raises ValueError for a strategy that cannot run locally (tpu) or a non-positive worker
+    count.
     """
     prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
     console = console or Console(stderr=True)

@@ -336,7 +336,7 @@ def test_ps_table_used_without_proc_agrees(stubborn: Stubborn) -> None:
         ({"root": "elsewhere"}, ["root"], True),
         ({"env": {}}, ["env"], True),
         ({"trainer": TRAINER.model_dump(mode="json") | {"steps": 80}}, ["trainer"], True),
-        ({"stop_grace_s": 60.0}, [], True),
+        ({"stop_grace_s": GRACE_S + 30}, [], True),
         ({"labels": {"team": "ml"}}, [], True),
     ],
 )

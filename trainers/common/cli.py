@@ -46,8 +46,8 @@ def _valid_keys() -> str:
     return ", ".join(sorted(TrainConfig.model_fields))
 
 
-def help_text() -> str:
-    lines = ["usage: python -m trainers.torch_ddp [--config FILE] [--key=value ...]", ""]
+def help_text(prog: str = "trainers.torch_ddp") -> str:
+    lines = [f"usage: python -m {prog} [--config FILE] [--key=value ...]", ""]
     for name, field in TrainConfig.model_fields.items():
         doc = " ".join((field.description or "").split())
         lines.append(f"  --{name}={field.default!r}  {doc}".rstrip())

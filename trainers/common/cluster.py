@@ -188,7 +188,8 @@ def _task(spec: Mapping[str, Any], name: str) -> tuple[str, int]:
     return str(task["type"]), index
 
 
-def _reduction_server(spec: Mapping[str, Any]) -> bool:
+def uses_reduction_server(spec: Mapping[str, Any]) -> bool:
+    """Whether a Vertex CLUSTER_SPEC's workerpool2 runs the Reduction Server image."""
     pools = (spec.get("job") or {}).get("worker_pool_specs") or (spec.get("job") or {}).get(
         "workerPoolSpecs"
     )
@@ -217,7 +218,7 @@ def _from_cluster_spec(env: Mapping[str, str]) -> ClusterInfo:
         "workerpool0": ("chief", chief),
         "workerpool1": ("worker", workers),
         "workerpool2": (
-            "reducer" if _reduction_server(spec) else "ps",
+            "reducer" if uses_reduction_server(spec) else "ps",
             _pool(cluster, "workerpool2", name),
         ),
         "workerpool3": ("evaluator", _pool(cluster, "workerpool3", name)),

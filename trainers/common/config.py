@@ -8,7 +8,7 @@ This module must not import torch or tensorflow: the Pulumi program imports it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,6 +17,7 @@ Strategy = Literal["ddp", "fsdp", "mirrored", "multi_worker_mirrored", "tpu", "p
 
 TORCH_STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
 TF_STRATEGIES: tuple[str, ...] = ("mirrored", "multi_worker_mirrored", "tpu", "parameter_server")
+TF_DEFAULT_STRATEGY = "multi_worker_mirrored"
 
 
 class TrainConfig(BaseModel):
@@ -28,7 +29,8 @@ class TrainConfig(BaseModel):
     """Which bundled trainer runs: `trainers.torch_ddp` or `trainers.tf_multiworker`."""
     strategy: Strategy = "ddp"
     """Distribution strategy; torch: ddp | fsdp, tensorflow: mirrored | multi_worker_mirrored |
-    tpu | parameter_server."""
+    tpu | parameter_server. Unset, it is ddp for torch and multi_worker_mirrored for
+    tensorflow."""
     model: Literal["mlp", "cnn", "gpt"] = "mlp"
     """Bundled model: a small MLP, a small ResNet-style CNN, or a GPT-style decoder."""
     dataset: Literal["synthetic", "digits", "files"] = "synthetic"
@@ -57,11 +59,13 @@ class TrainConfig(BaseModel):
     log_every: int = Field(default=10, gt=0)
     """Emit a JSON metrics line every this many steps."""
     bucket_cap_mb: int = Field(default=25, gt=0)
-    """DDP gradient bucket size; 64 when a Reduction Server is used."""
+    """DDP gradient bucket size; 64 when a Reduction Server is used (torch only)."""
     precision: Literal["fp32", "bf16"] = "fp32"
-    """bf16 autocast on GPU; fp32 everywhere else."""
+    """bf16 autocast on GPU (tensorflow: the mixed_bfloat16 policy on GPU and TPU); fp32
+    everywhere else."""
     compile: bool = False
-    """Wrap the model in torch.compile."""
+    """Wrap the model in torch.compile (tensorflow: XLA-compile the forward and backward
+    pass; TPU steps are always compiled)."""
     deterministic: bool = True
     """Deterministic kernels and data order, so two runs end with the same params_sha256."""
     preemption_grace_s: float = Field(default=30.0, gt=0)
@@ -70,10 +74,13 @@ class TrainConfig(BaseModel):
     """Names the run in logs and, for `trainstack local-run`, its checkpoint folder."""
     async_checkpoint: bool = False
     """Copy the state to CPU and write it on a background thread so training stalls only for
-    the copy (DDP; FSDP checkpoints are always written synchronously)."""
+    the copy (DDP; FSDP and TensorFlow checkpoints are always written synchronously)."""
     torch_threads: int = Field(default=1, ge=0)
     """Intra-op CPU threads per process; 1 keeps several ranks on one machine from fighting
     over cores, 0 keeps torch's default (all cores)."""
+    tf_threads: int = Field(default=1, ge=0)
+    """TensorFlow intra- and inter-op CPU threads per process; 1 keeps several workers on one
+    machine from fighting over cores, 0 keeps TensorFlow's default (all cores)."""
     hidden_dim: int = Field(default=128, gt=0)
     """Width of the MLP's hidden layers and channels of the CNN."""
     gpt_layers: int = Field(default=2, gt=0)
@@ -93,6 +100,14 @@ class TrainConfig(BaseModel):
     tensorboard_dir: str | None = None
     """TensorBoard event folder (local or gs://); on Vertex AIP_TENSORBOARD_LOG_DIR wins when
     this is unset."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_strategy(cls, data: Any) -> Any:
+        tensorflow = isinstance(data, dict) and data.get("framework") == "tensorflow"
+        if tensorflow and data.get("strategy") is None:
+            return {**data, "strategy": TF_DEFAULT_STRATEGY}
+        return data
 
     @model_validator(mode="after")
     def _strategy_matches_framework(self) -> TrainConfig:

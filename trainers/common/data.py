@@ -104,7 +104,7 @@ def _read_npz(fs: object, path: str) -> Split:
 
 def load_shards(data_path: str, *, rank: int, world_size: int) -> tuple[Split, Split]:
     """This rank's training shards and the test shard from a directory of `.npz` files."""
-    from trainers.common.checkpoint import url_to_fs
+    from trainers.common.storage import url_to_fs
 
     fs, root = url_to_fs(data_path)
     shards = sorted(p for p in fs.ls(root, detail=False) if str(p).endswith(".npz"))

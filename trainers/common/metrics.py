@@ -5,8 +5,11 @@ labels and a `severity` that Cloud Logging reads from structured container logs.
 `start`, `resume`, `train` (step time, samples/s, tokens/s, MFU, data-loader wait),
 `checkpoint` (stall and write time), `preempted`, `eval`, `done` (rank 0, exactly once on
 success). TensorBoard scalars go to `AIP_TENSORBOARD_LOG_DIR` (Vertex) or the configured
-directory from rank 0 only; a gs:// directory is written locally and uploaded on close,
-because torch's SummaryWriter writes local files only.
+directory from rank 0 only, through a `ScalarWriter`: torch's SummaryWriter by default, a
+`tf.summary` writer in the TensorFlow trainer (so neither trainer imports the other's
+framework). A gs:// directory is written locally and uploaded on close, because torch's
+SummaryWriter writes local files only and gcsfs (not TensorFlow's own GCS client) is what
+honours the emulator settings in `trainers.common.storage`.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
-from typing import Any, TextIO
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TextIO
 
 # Dense bf16 peak per GPU in FLOP/s (vendor datasheets, without sparsity).
 GPU_PEAK_BF16_FLOPS: dict[str, float] = {
@@ -57,6 +60,20 @@ def gpu_stats(device_index: int) -> dict[str, float]:
     return stats
 
 
+class ScalarWriter(Protocol):
+    """What MetricsLogger needs from a TensorBoard writer (torch's SummaryWriter has it)."""
+
+    def add_scalar(self, tag: str, scalar_value: float, global_step: int) -> Any: ...
+
+    def close(self) -> Any: ...
+
+
+def _torch_writer(directory: str) -> ScalarWriter:
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(directory)
+
+
 class MetricsLogger:
     """Writes this rank's JSON lines; rank 0 also feeds TensorBoard and the progress bar."""
 
@@ -70,11 +87,13 @@ class MetricsLogger:
         total_steps: int,
         tensorboard_dir: str | None = None,
         stream: TextIO | None = None,
+        scalar_writer: Callable[[str], ScalarWriter] | None = None,
     ) -> None:
         self.rank = rank
         self.labels = {"rank": rank, "node": node, "worker": worker, "run": run_name}
         self.stream = stream or sys.stdout
-        self._tb: Any = None
+        self._tb: ScalarWriter | None = None
+        self._make_writer = scalar_writer or _torch_writer
         self._tb_remote: str | None = None
         self._tb_local: str | None = None
         if rank == 0 and tensorboard_dir:
@@ -89,14 +108,12 @@ class MetricsLogger:
             self._task = self._progress.add_task("train", total=total_steps)
 
     def _open_tensorboard(self, directory: str) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
         if "://" in directory:
             self._tb_remote = directory
             self._tb_local = tempfile.mkdtemp(prefix="trainstack-tb-")
-            self._tb = SummaryWriter(self._tb_local)
+            self._tb = self._make_writer(self._tb_local)
         else:
-            self._tb = SummaryWriter(directory)
+            self._tb = self._make_writer(directory)
 
     def log(self, event: str, step: int, *, severity: str = "INFO", **fields: Any) -> None:
         record = {
@@ -125,7 +142,7 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.close()
             if self._tb_remote and self._tb_local:
-                from trainers.common.checkpoint import url_to_fs
+                from trainers.common.storage import url_to_fs
 
                 fs, root = url_to_fs(self._tb_remote)
                 fs.put(self._tb_local + "/", root, recursive=True)

@@ -1,71 +1,33 @@
-"""Preemption: turn SIGTERM into a checkpoint and a distinct exit code.
+"""Preemption for the torch trainer: SIGTERM becomes a checkpoint and a distinct exit code.
 
-Spot/preemptible VMs, GKE pod eviction and Vertex all send SIGTERM and then SIGKILL after a
-grace period. The handler only sets a flag; the training loop asks `should_stop()` once per
-step, which all-reduces the flag (MAX) so every rank stops at the same step even when only
-one of them was signalled. Every rank then takes part in the checkpoint and the process
-exits with `PREEMPTED_EXIT_CODE` (143 = 128 + SIGTERM, what a shell and Kubernetes report
-for a SIGTERM death; Job `podFailurePolicy` and restart wrappers can match it). A watchdog
-exits with the same code if saving takes longer than `grace_s`, so the process is never
-left to the platform's SIGKILL halfway through something else.
+The signal handling itself (flag, grace-period watchdog, exit code 143) is framework-free in
+`trainers.common.signals`. This module adds the torch.distributed agreement:
+`should_stop()` all-reduces the flag (MAX) once per step so every rank stops at the same step
+even when only one of them was signalled. Every rank then takes part in the checkpoint and
+the process exits with `PREEMPTED_EXIT_CODE`.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-import threading
-from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-PREEMPTED_EXIT_CODE = 143
+from trainers.common.signals import PREEMPTED_EXIT_CODE, SigtermWatcher
+
+__all__ = ["PREEMPTED_EXIT_CODE", "PreemptionWatcher"]
 
 
-class PreemptionWatcher:
+class PreemptionWatcher(SigtermWatcher):
     def __init__(self, *, grace_s: float, device: torch.device) -> None:
-        self.grace_s = grace_s
+        super().__init__(grace_s=grace_s)
         self.device = device
-        self._flag = threading.Event()
-        self._watchdog: threading.Timer | None = None
-        self._previous: Callable[[int, FrameType | None], object] | int | None = None
         self._pending: tuple[Any, torch.Tensor] | None = None
 
     def install(self) -> PreemptionWatcher:
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        super().install()
         return self
-
-    def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._flag.is_set():
-            return
-        self._flag.set()
-        self._start_watchdog()
-
-    def _start_watchdog(self) -> None:
-        if self._watchdog is None:
-            self._watchdog = threading.Timer(self.grace_s, self._expire)
-            self._watchdog.daemon = True
-            self._watchdog.start()
-
-    def _expire(self) -> None:
-        sys.stderr.write(f"preemption grace of {self.grace_s}s ran out; exiting\n")
-        sys.stderr.flush()
-        os._exit(PREEMPTED_EXIT_CODE)
-
-    @property
-    def signalled(self) -> bool:
-        return self._flag.is_set()
 
     def should_stop(self) -> bool:
         """True on every rank at the same step once any rank has been signalled.
@@ -74,7 +36,7 @@ class PreemptionWatcher:
         call is read at the next, so it overlaps a training step instead of adding a sync
         point to every step, and every rank still decides at the same call (one step late).
         """
-        local = self._flag.is_set()
+        local = self.signalled
         if not (dist.is_available() and dist.is_initialized()):
             return local
         stop = False
@@ -85,9 +47,7 @@ class PreemptionWatcher:
         flag = torch.tensor([1.0 if local else 0.0], device=self.device)
         self._pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True), flag)
         if stop and not local:
-            # A peer was signalled; this rank must also finish within the grace period.
-            self._flag.set()
-            self._start_watchdog()
+            self.peer_signalled()
         return stop
 
     def drain(self) -> None:

@@ -1,0 +1,33 @@
+"""`python -m trainers.tf_multiworker [--config FILE] [--key=value ...]`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from trainers.common.cli import help_text
+
+
+def _run() -> int:
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        print(help_text("trainers.tf_multiworker"))
+        return 0
+    # Imported late so `--help` answers without loading anything heavy.
+    from trainers.tf_multiworker.launch import main
+
+    return main(sys.argv[1:])
+
+
+def _exit(code: int) -> None:
+    """Leave without interpreter finalization: TensorFlow's gRPC servers and collective
+    executors keep threads that can block or abort a finishing interpreter after a
+    successful run. Every file and log line was committed before main() returned."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    _exit(_run())
