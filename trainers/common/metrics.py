@@ -155,6 +155,21 @@ HYPERTUNE_METRIC_ENV = "TRAINSTACK_HYPERTUNE_METRIC"
 HYPERTUNE_ALIASES = {"accuracy": "test_accuracy", "loss": "test_loss"}
 
 
+def throughput(
+    timed: tuple[int, float], global_batch_size: int, tokens_per_sample: int
+) -> dict[str, float]:
+    """`samples_per_s` (and `tokens_per_s` for language models) over `timed` = (steps,
+    seconds) measured after warm-up with checkpoint stalls taken out; empty with no steps."""
+    steps, seconds = timed
+    if steps <= 0:
+        return {}
+    samples_per_s = steps * global_batch_size / max(seconds, 1e-9)
+    out = {"samples_per_s": samples_per_s}
+    if tokens_per_sample:
+        out["tokens_per_s"] = samples_per_s * tokens_per_sample
+    return out
+
+
 def report_hypertune(
     done: Mapping[str, Any], step: int, env: Mapping[str, str] = os.environ
 ) -> str | None:

@@ -46,7 +46,13 @@ import tensorflow as tf
 from trainers.common.cluster import ClusterInfo
 from trainers.common.config import TrainConfig
 from trainers.common.data import Dataset
-from trainers.common.metrics import MetricsLogger, gpu_peak_flops, mfu, report_hypertune
+from trainers.common.metrics import (
+    MetricsLogger,
+    gpu_peak_flops,
+    mfu,
+    report_hypertune,
+    throughput,
+)
 from trainers.common.schedule import learning_rate
 from trainers.common.signals import PREEMPTED_EXIT_CODE, SigtermWatcher
 from trainers.common.storage import url_to_fs
@@ -401,11 +407,7 @@ class _Base:
             "checkpoint_stall_s": self.stall_total,
             "model_path": model_path,
         }
-        timed_steps, timed_s = timed
-        if timed_steps > 0:
-            record["samples_per_s"] = timed_steps * self.cfg.global_batch_size / max(timed_s, 1e-9)
-            if self.tokens_per_sample:
-                record["tokens_per_s"] = record["samples_per_s"] * self.tokens_per_sample
+        record.update(throughput(timed, self.cfg.global_batch_size, self.tokens_per_sample))
         report_hypertune(record, step)
         self.logger.log("done", step, **record)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import os
 import random
 import time
@@ -46,8 +45,10 @@ from trainers.common.metrics import (
     gpu_stats,
     mfu,
     report_hypertune,
+    throughput,
 )
 from trainers.common.preemption import PREEMPTED_EXIT_CODE, PreemptionWatcher
+from trainers.common.schedule import learning_rate
 from trainers.torch_ddp.models import build_model, flops_per_sample
 
 CONFIG_ERROR_EXIT_CODE = 2
@@ -78,16 +79,6 @@ def unwrap(model: nn.Module) -> nn.Module:
             inner = inner.module
         else:
             return inner
-
-
-def learning_rate(cfg: TrainConfig, step: int) -> float:
-    """Linear warmup, then cosine decay to a tenth of the peak; a function of the step only,
-    so a resumed run needs no scheduler state."""
-    if cfg.warmup_steps and step < cfg.warmup_steps:
-        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
-    span = max(cfg.steps - cfg.warmup_steps, 1)
-    progress = min((step - cfg.warmup_steps) / span, 1.0)
-    return cfg.learning_rate * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def _seed_everything(seed: int) -> None:
@@ -472,11 +463,7 @@ class _Trainer:
             "checkpoint_stall_s": self.stall_total,
             "model_path": model_path,
         }
-        timed_steps, timed_s = timed
-        if timed_steps > 0:
-            done["samples_per_s"] = timed_steps * self.cfg.global_batch_size / max(timed_s, 1e-9)
-            if self.tokens_per_sample:
-                done["tokens_per_s"] = done["samples_per_s"] * self.tokens_per_sample
+        done.update(throughput(timed, self.cfg.global_batch_size, self.tokens_per_sample))
         if self.rank == 0:
             report_hypertune(done, step)
             self.logger.log("done", step, **done)
