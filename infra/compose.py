@@ -92,6 +92,7 @@ TRAINER_MODULES: Mapping[str, str] = {
 
 def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     """Register the stack's resources and return its outputs."""
+    labels = {**cfg.labels, "stack": deployment, "environment": cfg.environment}
     if cfg.target == "local":
         assert cfg.local is not None  # target == "local" guarantees it
         # The same trainer config as `trainstack local-run`, so either resumes the other's
@@ -103,7 +104,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
                 "trainer": cfg.trainer,
                 "workers": cfg.local.workers,
                 "root": cfg.local.root,
-                "labels": {**cfg.labels, "stack": deployment, "environment": cfg.environment},
+                "labels": labels,
             },
         )
         return {
@@ -117,7 +118,6 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
 
     project, region = cfg.project, cfg.region
     assert project is not None and region is not None  # validated for cloud targets
-    labels = {**cfg.labels, "stack": deployment, "environment": cfg.environment}
 
     # First, so a shortfall stops the deployment before anything at all is registered.
     guard_args: QuotaGuardArgs = {

@@ -19,7 +19,8 @@ from typing import Any
 
 from infra.compose import main_program
 from infra.config import load_stack_config
-from infra.mocks import RecordedResource, run_program
+from infra.mocks import run_program
+from infra.plan import plan_resources
 from policies.rules import RULES, Context, Resource, Violation, evaluate
 
 ENFORCEMENT = "mandatory"
@@ -60,21 +61,17 @@ class StackReport:
         }
 
 
-def _from_recorded(recorded: RecordedResource) -> Resource:
-    return Resource(recorded.type, recorded.name, recorded.inputs, protect=recorded.protect)
-
-
 def check_stack(stack: str, config: Mapping[str, Any]) -> StackReport:
     """Run the stack program offline and check what it registers.
 
     Raises `infra.config.ConfigError` before anything is registered when the config is
-    invalid. The rules read the `protect` option as well as the inputs, so this works from
-    the recorded registrations rather than from `build_plan`'s JSON, which keeps only inputs.
+    invalid. The rules see exactly the plan's resource entries (inputs and `protect`), in
+    the plan's order, so reports read like `trainstack plan` and agree with `check_plan`.
     """
     cfg = load_stack_config(config)
     run = run_program(main_program, config=config, stack=stack)
-    # The plan's order (logical name, then type), so reports read like `trainstack plan`.
-    resources = [_from_recorded(r) for r in sorted(run.resources, key=lambda r: (r.name, r.type))]
+    entries = plan_resources(run.resources)
+    resources = [_plan_resource(stack, i, e) for i, e in enumerate(entries)]
     violations = evaluate(resources, Context(environment=cfg.environment))
     return StackReport(stack, len(resources), violations)
 
