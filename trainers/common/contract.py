@@ -1,0 +1,50 @@
+"""Names shared by the trainers, the components that launch them and the dashboard that
+reads their logs: one place, so a rename cannot split the producer from its readers.
+
+Framework-free on purpose: components import it without importing torch or TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+Framework = Literal["torch", "tensorflow"]
+
+TORCH_MODULE: Final = "trainers.torch_ddp"
+"""`python -m` module of the PyTorch trainer (DDP/FSDP, run under torchrun)."""
+TF_MODULE: Final = "trainers.tf_multiworker"
+"""`python -m` module of the TensorFlow trainer (one process per TF task)."""
+TRAINER_MODULES: Final[dict[Framework, str]] = {"torch": TORCH_MODULE, "tensorflow": TF_MODULE}
+"""The bundled trainer module of each framework."""
+TORCHRUN_MODULES: Final = frozenset({TORCH_MODULE})
+"""Modules started by torchrun (one process per accelerator); others run once per node/task."""
+
+# `event` values of the JSON log lines (trainers.common.metrics.JsonLogger.log).
+EVENT_START: Final = "start"
+EVENT_RESUME: Final = "resume"
+EVENT_TRAIN: Final = "train"
+EVENT_CHECKPOINT_BEGIN: Final = "checkpoint_begin"
+EVENT_CHECKPOINT: Final = "checkpoint"
+EVENT_PREEMPTED: Final = "preempted"
+EVENT_DONE: Final = "done"
+EVENT_IDLE: Final = "idle"
+EVENT_SERVER: Final = "server"
+
+# Fields of those lines that readers (the dashboard's log-based metrics, local-run) rely on.
+FIELD_EVENT: Final = "event"
+FIELD_STEP: Final = "step"
+FIELD_LOSS: Final = "loss"
+FIELD_LR: Final = "lr"
+FIELD_STEP_TIME: Final = "step_time_s"
+FIELD_SAMPLES_PER_S: Final = "samples_per_s"
+FIELD_TOKENS_PER_S: Final = "tokens_per_s"
+FIELD_MFU: Final = "mfu"
+FIELD_DATA_WAIT: Final = "data_wait_s"
+FIELD_STALL: Final = "stall_s"
+FIELD_PARAMS_SHA256: Final = "params_sha256"
+FIELD_RANK: Final = "rank"
+FIELD_NODE: Final = "node"
+FIELD_WORKER: Final = "worker"
+FIELD_RUN: Final = "run"
+FIELD_SEVERITY: Final = "severity"
+FIELD_TIME: Final = "time"
