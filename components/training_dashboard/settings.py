@@ -1,0 +1,36 @@
+"""The validated plain settings one `TrainingDashboard` builds its metrics, dashboard and alert
+from (`components.training_dashboard` validates the args into them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from components.training_dashboard.metrics import LOG_METRICS, LogMetric
+
+ALIGNMENT: Final = "60s"
+"""Chart and absence-condition alignment: Monitoring's minimum alignment period."""
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    deployment: str
+    target: str
+    platform: str
+    """Key of `TARGET_METRICS` / `LOG_RESOURCE_TYPES`: tpu | gke | gce | vertex."""
+    worker_count: int
+    stall_minutes: int
+    log_resource_type: str
+    payload: str
+
+    @property
+    def gpu(self) -> bool:
+        return self.platform != "tpu"
+
+    @property
+    def log_metrics(self) -> tuple[LogMetric, ...]:
+        return tuple(m for m in LOG_METRICS if self.gpu or not m.gpu_only)
+
+    @property
+    def stall_window(self) -> str:
+        return f"{self.stall_minutes * 60}s"

@@ -1,0 +1,251 @@
+"""Per-target monitoring facts: how each compute target's trainer lines reach Cloud Logging
+(payload, monitored resource type), which built-in metrics show its accelerator utilization
+and network bytes (with where each name comes from and whether it was seen on a live
+project), and the filters that select one deployment's entries and machines.
+
+Platform keys: `tpu`, `gke`, `gce`, `vertex` (target `gpu_cluster` is `gke` or `gce` by
+`gpu_backend`).
+
+The filter builders take the ids the compute components own and return
+`(log_filter, resource_filter)` for `TrainingDashboardArgs`:
+
+    from components.training_dashboard.targets import tpu_filters
+
+    log_filter, resource_filter = tpu_filters(tpu.slice_name)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import pulumi
+
+TARGETS: Final[tuple[str, ...]] = ("tpu", "gpu_cluster", "vertex")
+GPU_BACKENDS: Final[tuple[str, ...]] = ("gke", "gce")
+
+PAYLOADS: Final[tuple[str, ...]] = ("json", "text")
+"""How the trainer's lines reach Cloud Logging: parsed into `jsonPayload` by the platform's
+logging agent, or verbatim (possibly prefixed) in `textPayload`."""
+DEFAULT_PAYLOADS: Final[dict[str, str]] = {
+    # components/startup/tpu_worker.sh prefixes every trainer line with the slice and worker
+    # and leaves it to the guest agent, which forwards startup-script output as text.
+    "tpu": "text",
+    "gke": "json",
+    "gce": "json",
+    "vertex": "json",
+}
+
+
+@dataclass(frozen=True)
+class BuiltinMetric:
+    """A Cloud Monitoring built-in metric the dashboard charts per worker."""
+
+    metric_type: str
+    resource_type: str
+    worker_field: str
+    """Group-by field that separates workers (a resource label)."""
+    verified: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class TargetMetrics:
+    """The built-in metrics for one compute target."""
+
+    accelerator: BuiltinMetric
+    accelerator_unit: str
+    received_bytes: BuiltinMetric
+    sent_bytes: BuiltinMetric
+
+
+_TPU_SOURCE = (
+    "Cloud TPU monitoring guide lists network/received_bytes_count and network/sent_bytes_count "
+    "(cloud.google.com/tpu/docs/troubleshooting/tpu-node-monitoring); the metric prefix, "
+    "accelerator/duty_cycle and the tpu_worker labels node_id/worker_id are only seen in public "
+    "code. TO VERIFY in Metrics Explorer on a real slice (newer runtimes may report on "
+    "tpu.googleapis.com/GceTpuWorker instead)"
+)
+_GKE_GPU_SOURCE = (
+    "GoogleCloudPlatform/monitoring-dashboard-samples dashboards/nvidia-gpu/"
+    "gce-gke-gpu-utilization.json (k8s_node, kubernetes.io/node/accelerator/duty_cycle, "
+    "resource.node_name); managed DCGM (prometheus.googleapis.com/DCGM_FI_DEV_GPU_UTIL/gauge) "
+    "is the finer-grained alternative"
+)
+_GKE_NET_SOURCE = "public code and GKE system-metric lists; TO VERIFY against the GKE metrics list"
+_GCE_GPU_SOURCE = (
+    "GoogleCloudPlatform/monitoring-dashboard-samples dashboards/nvidia-gpu/"
+    "gce-gke-gpu-utilization.json (gce_instance, agent.googleapis.com/gpu/utilization, "
+    "resource.instance_id); needs the Ops Agent on the VMs"
+)
+_GCE_NET_SOURCE = "public code; TO VERIFY against the Compute Engine metrics list"
+_VERTEX_SOURCE = (
+    "Vertex docs (monitoring-metrics: custom training metrics are the ml.googleapis.com "
+    "training/* types); names and the cloudml_job resource from public code and vendor metric "
+    "tables; the task_name label is TO VERIFY"
+)
+
+TARGET_METRICS: Final[dict[str, TargetMetrics]] = {
+    "tpu": TargetMetrics(
+        accelerator=BuiltinMetric(
+            "tpu.googleapis.com/accelerator/duty_cycle",
+            "tpu_worker",
+            "resource.label.worker_id",
+            verified=False,
+            source=_TPU_SOURCE,
+        ),
+        accelerator_unit="duty cycle (%)",
+        received_bytes=BuiltinMetric(
+            "tpu.googleapis.com/network/received_bytes_count",
+            "tpu_worker",
+            "resource.label.worker_id",
+            verified=False,
+            source=_TPU_SOURCE,
+        ),
+        sent_bytes=BuiltinMetric(
+            "tpu.googleapis.com/network/sent_bytes_count",
+            "tpu_worker",
+            "resource.label.worker_id",
+            verified=False,
+            source=_TPU_SOURCE,
+        ),
+    ),
+    "gke": TargetMetrics(
+        accelerator=BuiltinMetric(
+            "kubernetes.io/node/accelerator/duty_cycle",
+            "k8s_node",
+            "resource.label.node_name",
+            verified=True,
+            source=_GKE_GPU_SOURCE,
+        ),
+        accelerator_unit="GPU duty cycle (%)",
+        received_bytes=BuiltinMetric(
+            "kubernetes.io/node/network/received_bytes_count",
+            "k8s_node",
+            "resource.label.node_name",
+            verified=False,
+            source=_GKE_NET_SOURCE,
+        ),
+        sent_bytes=BuiltinMetric(
+            "kubernetes.io/node/network/sent_bytes_count",
+            "k8s_node",
+            "resource.label.node_name",
+            verified=False,
+            source=_GKE_NET_SOURCE,
+        ),
+    ),
+    "gce": TargetMetrics(
+        accelerator=BuiltinMetric(
+            "agent.googleapis.com/gpu/utilization",
+            "gce_instance",
+            "resource.label.instance_id",
+            verified=True,
+            source=_GCE_GPU_SOURCE,
+        ),
+        accelerator_unit="GPU utilization (%)",
+        received_bytes=BuiltinMetric(
+            "compute.googleapis.com/instance/network/received_bytes_count",
+            "gce_instance",
+            "resource.label.instance_id",
+            verified=False,
+            source=_GCE_NET_SOURCE,
+        ),
+        sent_bytes=BuiltinMetric(
+            "compute.googleapis.com/instance/network/sent_bytes_count",
+            "gce_instance",
+            "resource.label.instance_id",
+            verified=False,
+            source=_GCE_NET_SOURCE,
+        ),
+    ),
+    "vertex": TargetMetrics(
+        accelerator=BuiltinMetric(
+            "ml.googleapis.com/training/accelerator/utilization",
+            "cloudml_job",
+            "resource.label.task_name",
+            verified=False,
+            source=_VERTEX_SOURCE,
+        ),
+        accelerator_unit="accelerator utilization",
+        received_bytes=BuiltinMetric(
+            "ml.googleapis.com/training/network/received_bytes_count",
+            "cloudml_job",
+            "resource.label.task_name",
+            verified=False,
+            source=_VERTEX_SOURCE,
+        ),
+        sent_bytes=BuiltinMetric(
+            "ml.googleapis.com/training/network/sent_bytes_count",
+            "cloudml_job",
+            "resource.label.task_name",
+            verified=False,
+            source=_VERTEX_SOURCE,
+        ),
+    ),
+}
+"""Built-in metrics by platform key (`tpu`, `gke`, `gce`, `vertex`); see `verified`/`source`."""
+
+LOG_RESOURCE_TYPES: Final[dict[str, str]] = {
+    "tpu": "tpu_worker",
+    "gke": "k8s_container",
+    "gce": "gce_instance",
+    "vertex": "ml_job",
+}
+"""Default monitored resource type of the trainer's log entries, by platform key."""
+LOG_RESOURCE_TYPES_VERIFIED: Final = False
+LOG_RESOURCE_TYPES_SOURCE: Final = (
+    "k8s_container: GKE structured container logs; ml_job: public code reading Vertex CustomJob "
+    "logs (resource.labels.job_id); tpu_worker / gce_instance: what a log agent on TPU VMs / "
+    "Compute Engine VMs reports. TO VERIFY per target that the trainer's stdout arrives as "
+    "jsonPayload with this resource type (the TPU and GCE compute components must ship it)"
+)
+
+
+# ------------------------------------------------------------------------------------------
+# Filters that scope the dashboard to one deployment, from the ids its compute component owns.
+# Log entries spell resource labels `resource.labels.<key>`, Monitoring time series
+# `resource.label.<key>`.
+# ------------------------------------------------------------------------------------------
+
+
+def _quoted(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
+    return pulumi.Output.from_input(value).apply(lambda v: f'{key}="{v}"')
+
+
+def vertex_job_id(job_name: pulumi.Input[str]) -> pulumi.Output[str]:
+    """The id of a Vertex CustomJob (`projects/<p>/locations/<r>/customJobs/<id>`): its logs
+    and metrics key on the id, not the resource name."""
+    return pulumi.Output.from_input(job_name).apply(lambda name: name.rsplit("/", 1)[-1])
+
+
+def vertex_filters(job_id: pulumi.Input[str]) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    """(log_filter, resource_filter) of a Vertex CustomJob by its id (`vertex_job_id`):
+    `ml_job` log entries and `cloudml_job` time series carry the label `job_id`."""
+    return _quoted("resource.labels.job_id", job_id), _quoted("resource.label.job_id", job_id)
+
+
+def tpu_filters(node_id: pulumi.Input[str]) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    """(log_filter, resource_filter) of a TPU slice by its node name (`TpuPodSlice.slice_name`):
+    `tpu_worker` log entries and time series carry the label `node_id`."""
+    return _quoted("resource.labels.node_id", node_id), _quoted("resource.label.node_id", node_id)
+
+
+def gke_filters(
+    cluster_name: pulumi.Input[str],
+) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    """(log_filter, resource_filter) of a GKE cluster by its name (`A100Cluster.cluster_name`):
+    `k8s_container` log entries and `k8s_node` time series carry the label `cluster_name`."""
+    return (
+        _quoted("resource.labels.cluster_name", cluster_name),
+        _quoted("resource.label.cluster_name", cluster_name),
+    )
+
+
+def gce_filters(deployment: str) -> tuple[str, str]:
+    """(log_filter, resource_filter) of the Compute Engine VMs of an `A100Cluster` with backend
+    `gce`: the instances are `<deployment>-a100-<i>` and carry the label `stack=<deployment>`.
+    Plain strings: both follow from the deployment name alone."""
+    return (
+        f'labels."compute.googleapis.com/resource_name"=~"^{deployment}-a100-"',
+        f'metadata.user_labels.stack="{deployment}"',
+    )
