@@ -21,7 +21,15 @@ from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from components.trainer_package import TrainerPackage
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
-from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
+from components.training_dashboard import (
+    TrainingDashboard,
+    TrainingDashboardArgs,
+    gce_filters,
+    gke_filters,
+    tpu_filters,
+    vertex_filters,
+    vertex_job_id,
+)
 from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork
 from components.vertex_training_job import (
@@ -404,10 +412,6 @@ def _gpu_cluster(
     return outputs
 
 
-def _quoted_filter(key: str, value: Any) -> pulumi.Output[str]:
-    return pulumi.Output.from_input(value).apply(lambda v: f'{key}="{v}"')
-
-
 def _monitoring(
     cfg: StackConfig,
     deployment: str,
@@ -418,45 +422,39 @@ def _monitoring(
     """The stack's TrainingDashboard, scoped to its compute target's resources."""
     assert cfg.project is not None
     args: TrainingDashboardArgs
+    log_filter: pulumi.Input[str]
+    resource_filter: pulumi.Input[str]
     if cfg.target == "vertex":
         assert cfg.vertex is not None
-        # projects/<p>/locations/<r>/customJobs/<id>: logs and metrics key on the id.
-        job_id = pulumi.Output.from_input(outputs[OUTPUT_JOB_NAME]).apply(
-            lambda name: name.rsplit("/", 1)[-1]
-        )
+        log_filter, resource_filter = vertex_filters(vertex_job_id(outputs[OUTPUT_JOB_NAME]))
         args = {
             "project": cfg.project,
             "deployment_name": deployment,
             "target": "vertex",
             "worker_count": cfg.vertex.replica_count,
-            "log_filter": _quoted_filter("resource.labels.job_id", job_id),
-            "resource_filter": _quoted_filter("resource.label.job_id", job_id),
+            "log_filter": log_filter,
+            "resource_filter": resource_filter,
             "labels": dict(labels),
         }
     elif cfg.target == "tpu":
-        slice_name = outputs[OUTPUT_SLICE_NAME]
+        log_filter, resource_filter = tpu_filters(outputs[OUTPUT_SLICE_NAME])
         args = {
             "project": cfg.project,
             "deployment_name": deployment,
             "target": "tpu",
             # The TensorFlow TPU program runs on worker 0 only; the others serve the TPU.
             "worker_count": 1,
-            "log_filter": _quoted_filter("resource.labels.node_id", slice_name),
-            "resource_filter": _quoted_filter("resource.label.node_id", slice_name),
+            "log_filter": log_filter,
+            "resource_filter": resource_filter,
             "labels": dict(labels),
         }
     else:
         gpu = cfg.gpu_cluster
         assert gpu is not None
-        log_filter: Any
-        resource_filter: Any
         if gpu.backend == "gke":
-            cluster = outputs[OUTPUT_CLUSTER_NAME]
-            log_filter = _quoted_filter("resource.labels.cluster_name", cluster)
-            resource_filter = _quoted_filter("resource.label.cluster_name", cluster)
-        else:  # the instances are <deployment>-a100-<i> and carry the stack label
-            log_filter = f'labels."compute.googleapis.com/resource_name"=~"^{deployment}-a100-"'
-            resource_filter = f'metadata.user_labels.stack="{deployment}"'
+            log_filter, resource_filter = gke_filters(outputs[OUTPUT_CLUSTER_NAME])
+        else:
+            log_filter, resource_filter = gce_filters(deployment)
         args = {
             "project": cfg.project,
             "deployment_name": deployment,
