@@ -12,77 +12,28 @@ import pytest
 
 from components._discovery import normalize_numbers, validate_body
 from components.training_dashboard import (
-    LOG_RESOURCE_TYPES,
-    TARGET_METRICS,
     TOKEN,
     TrainingDashboard,
 )
 from infra.mocks import ProgramRun, run_program
+from tests.components.training_dashboard_helpers import (
+    ARGS,
+    CHANNEL,
+    DASHBOARD,
+    GPU_ROLES,
+    LABELS,
+    METRIC,
+    POLICY,
+    USER,
+    dashboard_tiles,
+    dashboard_widget,
+    run_dashboard,
+)
 from trainers.common.metrics import MetricsLogger
-
-METRIC = "gcp:logging/metric:Metric"
-DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
-POLICY = "gcp:monitoring/alertPolicy:AlertPolicy"
-LABELS = {"component": "training-dashboard", "managed-by": "trainstack", "team": "ml"}
-USER = "logging.googleapis.com/user/trainstack/exp-42"
-CHANNEL = "projects/p/notificationChannels/123"
-
-ARGS: dict[str, Any] = {
-    "project": "p",
-    "deployment_name": "exp-42",
-    "target": "vertex",
-    "worker_count": 4,
-    "log_filter": 'resource.labels.job_id="123"',
-    "resource_filter": 'resource.label.job_id="123"',
-    "stall_minutes": 20,
-    "notification_channels": [CHANNEL],
-    "labels": {"team": "ml"},
-}
-GPU_ROLES = [
-    "checkpoint-stall",
-    "data-wait",
-    "gpu-util",
-    "mfu",
-    "samples-per-s",
-    "step-time",
-    "tokens-per-s",
-    "train-lines",
-]
-
-
-def _run(**overrides: Any) -> ProgramRun:
-    args = {**ARGS, **overrides}
-    args = {k: v for k, v in args.items() if v is not None}
-
-    def program() -> dict[str, Any]:
-        board = TrainingDashboard("exp", args)  # type: ignore[arg-type]
-        return {
-            "dashboard_url": board.dashboard_url,
-            "metric_types": board.metric_types,
-            "dashboard_json": board.dashboard_json,
-        }
-
-    return run_program(program)
-
-
-def _dashboard(run: ProgramRun) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(run.named("exp-dashboard").inputs["dashboardJson"])
-    return body
-
-
-def _tiles(run: ProgramRun) -> list[dict[str, Any]]:
-    tiles: list[dict[str, Any]] = _dashboard(run)["mosaicLayout"]["tiles"]
-    return tiles
-
-
-def _widget(run: ProgramRun, title: str) -> dict[str, Any]:
-    found = [t["widget"] for t in _tiles(run) if t["widget"]["title"] == title]
-    assert len(found) == 1, title
-    return found[0]
 
 
 def test_children_types_names_parents() -> None:
-    run = _run()
+    run = run_dashboard()
     # Registration order follows Output resolution, so compare as sets.
     assert {(r.type, r.name, r.parent) for r in run.resources} == {
         (TOKEN, "exp", None),
@@ -94,13 +45,13 @@ def test_children_types_names_parents() -> None:
 
 
 def test_tpu_has_no_gpu_metric() -> None:
-    run = _run(target="tpu")
+    run = run_dashboard(target="tpu")
     roles = sorted(r.name.removeprefix("exp-") for r in run.of_type(METRIC))
     assert roles == [role for role in GPU_ROLES if role != "gpu-util"]
 
 
 def test_distribution_metric_exact_inputs() -> None:
-    inputs = _run().named("exp-step-time").inputs
+    inputs = run_dashboard().named("exp-step-time").inputs
     assert inputs == {
         "project": "p",
         "name": "trainstack/exp-42/train/step_time_s",
@@ -141,7 +92,7 @@ def test_distribution_metric_exact_inputs() -> None:
 
 
 def test_heartbeat_counter_exact_inputs() -> None:
-    inputs = _run().named("exp-train-lines").inputs
+    inputs = run_dashboard().named("exp-train-lines").inputs
     assert inputs["name"] == "trainstack/exp-42/train/lines"
     assert inputs["filter"] == (
         'resource.type="ml_job" AND (resource.labels.job_id="123") AND jsonPayload.event="train"'
@@ -167,7 +118,7 @@ def test_heartbeat_counter_exact_inputs() -> None:
 def test_value_metrics(
     role: str, event: str, field: str, unit: str, buckets: dict[str, Any]
 ) -> None:
-    inputs = _run().named(f"exp-{role}").inputs
+    inputs = run_dashboard().named(f"exp-{role}").inputs
     assert inputs["name"] == f"trainstack/exp-42/{event}/{field}"
     assert inputs["filter"] == (
         f'resource.type="ml_job" AND (resource.labels.job_id="123") AND '
@@ -224,7 +175,7 @@ WORKER_LABELS = {"node": "1", "rank": "3"}
 
 def test_json_payload_metrics_read_real_trainer_lines() -> None:
     records = [json.loads(line) for line in _trainer_lines()]
-    for metric in _run().of_type(METRIC):
+    for metric in run_dashboard().of_type(METRIC):
         event, value = EXPECTED_VALUES[metric.name.removeprefix("exp-")]
         flt = metric.inputs["filter"]
         wanted = re.findall(r'jsonPayload\.event="([a-z_]+)"', flt)
@@ -246,7 +197,7 @@ def test_json_payload_metrics_read_real_trainer_lines() -> None:
 def test_text_payload_metrics_read_real_prefixed_trainer_lines() -> None:
     # As components/startup/tpu_worker.sh forwards them: prefixed, in textPayload.
     lines = [f"[trainstack slice=exp-42-tpu worker=0] {line}" for line in _trainer_lines()]
-    run = _run(target="tpu", payload="text")
+    run = run_dashboard(target="tpu", payload="text")
     for metric in run.of_type(METRIC):
         role = metric.name.removeprefix("exp-")
         event, value = EXPECTED_VALUES[role]
@@ -267,7 +218,7 @@ def test_text_payload_metrics_read_real_prefixed_trainer_lines() -> None:
 
 
 def test_tpu_defaults_to_text_payload() -> None:
-    inputs = _run(target="tpu").named("exp-step-time").inputs
+    inputs = run_dashboard(target="tpu").named("exp-step-time").inputs
     assert inputs["filter"] == (
         'resource.type="tpu_worker" AND (resource.labels.job_id="123") AND '
         'textPayload=~"[^a-z_]event[^a-z_]: [^a-z_]train[^a-z_]" AND '
@@ -280,19 +231,19 @@ def test_tpu_defaults_to_text_payload() -> None:
         "node": 'REGEXP_EXTRACT(textPayload, "[^a-z_]node[^a-z_]: ([0-9]+)")',
         "rank": 'REGEXP_EXTRACT(textPayload, "[^a-z_]rank[^a-z_]: ([0-9]+)")',
     }
-    json_mode = _run(target="tpu", payload="json").named("exp-step-time").inputs
+    json_mode = run_dashboard(target="tpu", payload="json").named("exp-step-time").inputs
     assert json_mode["valueExtractor"] == "EXTRACT(jsonPayload.step_time_s)"
 
 
 def test_metrics_are_valid_logging_v2_bodies() -> None:
-    for metric in _run().of_type(METRIC):
+    for metric in run_dashboard().of_type(METRIC):
         body = {k: v for k, v in metric.inputs.items() if k != "project"}
         body = normalize_numbers("logging.v2", "LogMetric", body)
         assert validate_body("logging.v2", "LogMetric", body) == [], metric.name
 
 
 def test_stall_alert_exact_inputs() -> None:
-    inputs = _run().named("exp-stall-alert").inputs
+    inputs = run_dashboard().named("exp-stall-alert").inputs
     flt = f'metric.type="{USER}/train/lines" AND resource.type="ml_job"'
     per_worker = {
         "perSeriesAligner": "ALIGN_SUM",
@@ -350,7 +301,7 @@ def test_stall_alert_exact_inputs() -> None:
 
 
 def test_stall_alert_is_a_valid_monitoring_v3_body() -> None:
-    inputs = _run().named("exp-stall-alert").inputs
+    inputs = run_dashboard().named("exp-stall-alert").inputs
     body = normalize_numbers(
         "monitoring.v3", "AlertPolicy", {k: v for k, v in inputs.items() if k != "project"}
     )
@@ -359,7 +310,7 @@ def test_stall_alert_is_a_valid_monitoring_v3_body() -> None:
 
 def test_stall_alert_options() -> None:
     inputs = (
-        _run(notification_channels=None, alert_enabled=False, stall_minutes=None)
+        run_dashboard(notification_channels=None, alert_enabled=False, stall_minutes=None)
         .named("exp-stall-alert")
         .inputs
     )
@@ -369,7 +320,7 @@ def test_stall_alert_options() -> None:
 
 
 def test_dashboard_json_is_valid_sorted_and_labelled() -> None:
-    run = _run()
+    run = run_dashboard()
     text = run.named("exp-dashboard").inputs["dashboardJson"]
     body = json.loads(text)
     assert text == json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -381,7 +332,7 @@ def test_dashboard_json_is_valid_sorted_and_labelled() -> None:
 
 
 def test_dashboard_layout() -> None:
-    tiles = _tiles(_run())
+    tiles = dashboard_tiles(run_dashboard())
     assert [
         (t["widget"]["title"], t["xPos"], t["yPos"], t["width"], t["height"]) for t in tiles
     ] == [
@@ -407,8 +358,8 @@ def test_dashboard_layout() -> None:
 
 
 def test_dashboard_logs_metric_charts_are_per_worker() -> None:
-    run = _run()
-    step = _widget(run, "Step time per worker (p50, s)")["xyChart"]
+    run = run_dashboard()
+    step = dashboard_widget(run, "Step time per worker (p50, s)")["xyChart"]
     assert step["dataSets"] == [
         {
             "plotType": "LINE",
@@ -428,7 +379,7 @@ def test_dashboard_logs_metric_charts_are_per_worker() -> None:
         }
     ]
     assert step["yAxis"] == {"label": "s", "scale": "LINEAR"}
-    stall = _widget(run, "Checkpoint stall per worker (max, s)")["xyChart"]["dataSets"][0]
+    stall = dashboard_widget(run, "Checkpoint stall per worker (max, s)")["xyChart"]["dataSets"][0]
     query = stall["timeSeriesQuery"]["timeSeriesFilter"]
     assert query["filter"] == f'metric.type="{USER}/checkpoint/stall_s"'
     assert query["aggregation"]["perSeriesAligner"] == "ALIGN_PERCENTILE_99"
@@ -436,7 +387,9 @@ def test_dashboard_logs_metric_charts_are_per_worker() -> None:
 
 
 def test_dashboard_workers_scorecard() -> None:
-    card = _widget(_run(), "Workers writing train lines (last 20 min)")["scorecard"]
+    card = dashboard_widget(run_dashboard(), "Workers writing train lines (last 20 min)")[
+        "scorecard"
+    ]
     assert card == {
         "timeSeriesQuery": {
             "timeSeriesFilter": {
@@ -461,134 +414,8 @@ def test_dashboard_workers_scorecard() -> None:
     }
 
 
-@pytest.mark.parametrize(
-    ("overrides", "accelerator", "resource", "worker_field", "received", "sent"),
-    [
-        (
-            {"target": "tpu", "resource_filter": 'resource.label.node_id="exp-42-tpu"'},
-            "tpu.googleapis.com/accelerator/duty_cycle",
-            "tpu_worker",
-            "resource.label.worker_id",
-            "tpu.googleapis.com/network/received_bytes_count",
-            "tpu.googleapis.com/network/sent_bytes_count",
-        ),
-        (
-            {
-                "target": "gpu_cluster",
-                "gpu_backend": "gke",
-                "resource_filter": 'resource.label.cluster_name="exp-42"',
-            },
-            "kubernetes.io/node/accelerator/duty_cycle",
-            "k8s_node",
-            "resource.label.node_name",
-            "kubernetes.io/node/network/received_bytes_count",
-            "kubernetes.io/node/network/sent_bytes_count",
-        ),
-        (
-            {
-                "target": "gpu_cluster",
-                "gpu_backend": "gce",
-                "resource_filter": 'metadata.user_labels.stack="exp-42"',
-            },
-            "agent.googleapis.com/gpu/utilization",
-            "gce_instance",
-            "resource.label.instance_id",
-            "compute.googleapis.com/instance/network/received_bytes_count",
-            "compute.googleapis.com/instance/network/sent_bytes_count",
-        ),
-        (
-            {},
-            "ml.googleapis.com/training/accelerator/utilization",
-            "cloudml_job",
-            "resource.label.task_name",
-            "ml.googleapis.com/training/network/received_bytes_count",
-            "ml.googleapis.com/training/network/sent_bytes_count",
-        ),
-    ],
-)
-def test_dashboard_builtin_metrics_per_target(
-    overrides: dict[str, Any],
-    accelerator: str,
-    resource: str,
-    worker_field: str,
-    received: str,
-    sent: str,
-) -> None:
-    run = _run(**overrides)
-    scope = {**ARGS, **overrides}["resource_filter"]
-    acc = _widget(run, f"Accelerator utilization per worker ({accelerator})")["xyChart"]
-    (data_set,) = acc["dataSets"]
-    assert data_set["timeSeriesQuery"]["timeSeriesFilter"] == {
-        "filter": f'metric.type="{accelerator}" AND resource.type="{resource}" AND ({scope})',
-        "aggregation": {
-            "alignmentPeriod": "60s",
-            "perSeriesAligner": "ALIGN_MEAN",
-            "crossSeriesReducer": "REDUCE_MEAN",
-            "groupByFields": [worker_field],
-        },
-    }
-    net = _widget(run, "Network bytes/s per worker (received, sent)")["xyChart"]
-    assert net["yAxis"] == {"label": "By/s", "scale": "LINEAR"}
-    assert [d["timeSeriesQuery"]["timeSeriesFilter"] for d in net["dataSets"]] == [
-        {
-            "filter": f'metric.type="{metric}" AND resource.type="{resource}" AND ({scope})',
-            "aggregation": {
-                "alignmentPeriod": "60s",
-                "perSeriesAligner": "ALIGN_RATE",
-                "crossSeriesReducer": "REDUCE_SUM",
-                "groupByFields": [worker_field],
-            },
-        }
-        for metric in (received, sent)
-    ]
-    assert validate_body("monitoring.v1", "Dashboard", _dashboard(run)) == []
-
-
-@pytest.mark.parametrize(
-    ("overrides", "resource_type"),
-    [
-        ({"target": "tpu"}, "tpu_worker"),
-        ({"target": "gpu_cluster", "gpu_backend": "gke"}, "k8s_container"),
-        ({"target": "gpu_cluster", "gpu_backend": "gce"}, "gce_instance"),
-        ({}, "ml_job"),
-        ({"log_resource_type": "generic_task"}, "generic_task"),
-    ],
-)
-def test_log_resource_type_per_target(overrides: dict[str, Any], resource_type: str) -> None:
-    run = _run(**overrides)
-    assert (
-        run.named("exp-train-lines")
-        .inputs["filter"]
-        .startswith(f'resource.type="{resource_type}" AND ')
-    )
-    condition = run.named("exp-stall-alert").inputs["conditions"][0]["conditionAbsent"]
-    assert condition["filter"].endswith(f' AND resource.type="{resource_type}"')
-
-
-def test_fact_tables_cover_every_platform() -> None:
-    assert sorted(TARGET_METRICS) == sorted(LOG_RESOURCE_TYPES) == ["gce", "gke", "tpu", "vertex"]
-    for facts in TARGET_METRICS.values():
-        for metric in (facts.accelerator, facts.received_bytes, facts.sent_bytes):
-            assert metric.source, metric.metric_type
-
-
-def test_unverified_metrics_are_named_on_the_dashboard() -> None:
-    about = _widget(_run(target="gpu_cluster", gpu_backend="gke"), "About")["text"]
-    assert about["format"] == "MARKDOWN"
-    assert about["content"] == (
-        "**exp-42** on `gpu_cluster` (gke): 4 workers; one series per worker (trainer `node` "
-        "rank).\n\n"
-        "Trainer lines (json payload): "
-        '`resource.type="k8s_container" AND (resource.labels.job_id="123")`.\n'
-        "Stall alert after 20 min without `train` lines.\n\n"
-        "Built-in metrics not yet verified on a live project: "
-        "`kubernetes.io/node/network/received_bytes_count`, "
-        "`kubernetes.io/node/network/sent_bytes_count`."
-    )
-
-
 def test_outputs() -> None:
-    outputs = _run().outputs
+    outputs = run_dashboard().outputs
     assert outputs["dashboard_url"] == (
         "https://console.cloud.google.com/monitoring/dashboards/custom/exp-dashboard-id?project=p"
     )
@@ -606,7 +433,7 @@ def test_outputs() -> None:
 
 
 def test_dashboard_and_alert_wait_for_the_metrics() -> None:
-    run = _run()
+    run = run_dashboard()
     metric_urns = {r.urn for r in run.of_type(METRIC)}
     for name in ("exp-dashboard", "exp-stall-alert"):
         assert metric_urns <= set(run.named(name).dependencies), name
@@ -617,7 +444,7 @@ def _inputs(run: ProgramRun) -> list[tuple[str, str, str]]:
 
 
 def test_same_program_registers_identical_inputs() -> None:
-    assert _inputs(_run()) == _inputs(_run())
+    assert _inputs(run_dashboard()) == _inputs(run_dashboard())
 
 
 def test_filters_and_labels_may_be_outputs() -> None:
@@ -632,7 +459,7 @@ def test_filters_and_labels_may_be_outputs() -> None:
         }
         TrainingDashboard("exp", args)  # type: ignore[arg-type]
 
-    assert _inputs(run_program(program)) == _inputs(_run())
+    assert _inputs(run_program(program)) == _inputs(run_dashboard())
 
 
 BAD_ARGS = [
