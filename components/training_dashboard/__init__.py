@@ -208,7 +208,8 @@ class TrainingDashboardArgs(TypedDict):
     """Cloud Logging filter that selects this deployment's trainer entries, e.g.
     `resource.labels.job_id="123"` (Vertex) or `resource.labels.node_id="exp-42-tpu"` (TPU).
     Do not set `resource.type` here (see `log_resource_type`); the component adds the event
-    and field conditions."""
+    and field conditions. `vertex_filters`, `tpu_filters`, `gke_filters` and `gce_filters`
+    build it and `resource_filter` from the ids the compute components own."""
     resource_filter: pulumi.Input[str]
     """Cloud Monitoring filter clause that selects this deployment's machines in the built-in
     metrics, e.g. `resource.label.job_id="123"` (Vertex, `cloudml_job`),

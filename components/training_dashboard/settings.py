@@ -14,6 +14,8 @@ ALIGNMENT: Final = "60s"
 
 @dataclass(frozen=True)
 class DashboardSettings:
+    """What `TrainingDashboardArgs` resolve to once validated (plain values only)."""
+
     deployment: str
     target: str
     platform: str
