@@ -171,7 +171,7 @@ def test_invalid_arguments(overrides: dict[str, Any], message: str) -> None:
 
 @pytest.mark.parametrize(("overrides", "message"), CONFIG_CASES)
 def test_messages_are_the_stack_configs(overrides: dict[str, Any], message: str) -> None:
-    section = {k: v for k, v in _args(**overrides).items() if k in a100_cluster._CONFIG_KEYS}
+    section = {k: v for k, v in _args(**overrides).items() if k in a100_cluster.SHAPE_KEYS}
     with pytest.raises(ConfigError) as err:
         load_stack_config(
             {
