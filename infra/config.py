@@ -39,6 +39,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from components.a100_cluster.validate import a100_cluster_problems
 from infra import catalog
 from infra.tpu_rules import tensorflow_runtime_problem, tpu_slice_problems
 from trainers.common.config import TF_STRATEGIES, TrainConfig
@@ -614,31 +615,9 @@ def _check_tpu(tpu: TpuConfig, region: str | None, framework: str | None) -> lis
 
 def check_gpu_cluster(gpu: GpuClusterConfig, region: str | None) -> list[str]:
     errors = _check_zone_in_region("gpu_cluster", gpu.zone, region)
-    machine = catalog.A2_MACHINES.get(gpu.machine_type)
-    if machine is None:
-        errors.append(
-            f"gpu_cluster.machine_type: {_q(gpu.machine_type)} is not a known A2 machine type; "
-            f"valid: {', '.join(catalog.A2_MACHINES)}"
-        )
-    elif machine.gpu_model is not None and not errors:
-        zones = catalog.A100_ZONES[machine.gpu_model]
-        if gpu.zone not in zones:
-            errors.append(
-                f"gpu_cluster.zone: {_q(gpu.zone)} does not offer {machine.gpu_model} "
-                f"({gpu.machine_type}); valid: {', '.join(zones)}"
-            )
-    if gpu.spot and gpu.reservation is not None:
-        errors.append(
-            f"gpu_cluster.reservation: {_q(gpu.reservation)} cannot be used with spot: true; "
-            "valid: spot: false, or no reservation"
-        )
-    limit = catalog.COMPACT_PLACEMENT_MAX_NODES
-    if gpu.compact_placement and gpu.node_count > limit:
-        errors.append(
-            f"gpu_cluster.node_count: {gpu.node_count} exceeds the compact placement limit of "
-            f"{limit} nodes; valid: 1 to {limit}, or compact_placement: false"
-        )
-    return errors
+    problems = a100_cluster_problems(gpu.model_dump(), prefix="gpu_cluster.", shape_only=True)
+    # A zone outside the region is already reported; do not report the zone twice.
+    return errors + [p for p in problems if not (errors and p.startswith("gpu_cluster.zone: "))]
 
 
 def _check_vertex(vx: VertexConfig) -> list[str]:

@@ -1,15 +1,12 @@
-"""A100Cluster under Pulumi mocks: validation (the stack config's checks and messages),
-then exactly what each backend registers: GKE cluster, system and GPU node pools, the
-Kubernetes provider and training Job; or Compute Engine instances in a placement policy
-with the startup script."""
+"""A100Cluster under Pulumi mocks: exactly what each backend registers: GKE cluster, system
+and GPU node pools, the Kubernetes provider and training Job; or Compute Engine instances in
+a placement policy with the startup script. Its validation: test_a100_cluster_validate.py."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import kubernetes_validate
-import pulumi
 import pytest
 import yaml
 
@@ -19,12 +16,9 @@ from components.a100_cluster import (
     KUBERNETES_VERSION,
     TOKEN,
     A100Cluster,
-    validate_args,
 )
 from components.gpu_startup import gce_startup_script, render_launcher
 from components.kubernetes_training_job import TOKEN as JOB_TOKEN
-from infra import catalog
-from infra.config import ConfigError, load_stack_config
 from infra.mocks import SECRET, ProgramRun, run_program
 
 PROJECT = "acme-ml"
@@ -115,102 +109,6 @@ def _run(**overrides: Any) -> ProgramRun:
 
 def _shape(run: ProgramRun) -> list[tuple[str, str, str]]:
     return sorted((r.type, r.name, str(r.parent)) for r in run.resources)
-
-
-# --------------------------------------------------------------------------------------
-# Validation
-# --------------------------------------------------------------------------------------
-
-A2 = ", ".join(catalog.A2_MACHINES)
-ZONES_40 = ", ".join(catalog.A100_ZONES["A100 40GB"])
-ZONES_80 = ", ".join(catalog.A100_ZONES["A100 80GB"])
-
-# Cases whose message comes from infra.config (the stack's gpu_cluster checks).
-CONFIG_CASES = [
-    ({"machine_type": "a2-highgpu-3g"}, f"machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: {A2}"),
-    ({"machine_type": "a2-ultragpu-16g"}, f"machine_type: 'a2-ultragpu-16g' is not a known A2 machine type; valid: {A2}"),
-    ({"machine_type": "n1-standard-8"}, f"machine_type: 'n1-standard-8' is not a known A2 machine type; valid: {A2}"),
-    ({"machine_type": "a2-ultragpu-8g", "zone": "us-central1-b"}, f"zone: 'us-central1-b' does not offer A100 80GB (a2-ultragpu-8g); valid: {ZONES_80}"),
-    ({"zone": "us-east4-c"}, f"zone: 'us-east4-c' does not offer A100 40GB (a2-highgpu-8g); valid: {ZONES_40}"),
-    ({"spot": True, "reservation": "r1"}, "reservation: 'r1' cannot be used with spot: true; valid: spot: false, or no reservation"),
-    ({"node_count": 0}, "node_count: 0 is too small; expected >= 1"),
-    ({"node_count": "two"}, "node_count: 'two' is not an integer"),
-    ({"node_count": 1501}, "node_count: 1501 exceeds the compact placement limit of 1500 nodes; valid: 1 to 1500, or compact_placement: false"),
-    ({"backend": "eks"}, "backend: 'eks' is not allowed; valid: gke, gce"),
-    ({"machine_type": None}, "machine_type: required"),
-    ({"machine_type": "a2-highgpu-3g", "spot": True, "reservation": "r"}, f"machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: {A2}\nreservation: 'r' cannot be used with spot: true; valid: spot: false, or no reservation"),
-]  # fmt: skip
-
-COMPONENT_CASES = [
-    ({"environment": "qa"}, "environment: 'qa' is not allowed; valid: dev, staging, prod"),
-    ({"kubernetes_version": "1.28"}, "kubernetes_version: '1.28' is too old for the training Job; expected >= 1.29"),
-    ({"kubernetes_version": "v1.30"}, "kubernetes_version: 'v1.30' is not a version; expected 1.N"),
-    ({"release_channel": "EXTENDED"}, "release_channel: 'EXTENDED' is not allowed; valid: RAPID, REGULAR, STABLE"),
-    ({"gpu_driver_version": "INSTALLATION_DISABLED"}, "gpu_driver_version: 'INSTALLATION_DISABLED' is not allowed; valid: DEFAULT, LATEST"),
-    ({"system_machine_type": "a2-highgpu-1g"}, "system_machine_type: 'a2-highgpu-1g' is not a known CPU machine type; valid: n1-highcpu-16, n2-highcpu-16, n1-standard-4, n1-standard-8, e2-standard-4"),
-    ({"master_authorized_cidrs": ["10.0.0.0/33"]}, "master_authorized_cidrs: '10.0.0.0/33' is not a CIDR block"),
-    ({"backend": "gce", "release_channel": "RAPID"}, "release_channel: only used with backend gke"),
-    ({"boot_disk_size_gb": 10}, "boot_disk_size_gb: 10 is too small; expected an integer >= 50"),
-    ({"deployment_name": ""}, "deployment_name: '' is not a non-empty string"),
-    ({"zone": pulumi.Output.from_input(ZONE)}, "zone: must be a plain value, not a pulumi Output (it shapes the resources and is checked before any is registered)"),
-    ({"training": {"trainer_args": []}}, "training.package_uri: required (TrainerPackage.uri)"),
-    ({"training": {"package_uri": PACKAGE_URI, "trainer_module": "a b"}}, "training.trainer_module: 'a b' is not a Python module name"),
-    ({"training": {"package_uri": PACKAGE_URI, "wait_for_completion": True}}, "training.timeout_s: required when wait_for_completion is true"),
-    ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "trainer_module": "trainers.tf_multiworker"}}, "training.image: required on gce for trainer_module 'trainers.tf_multiworker'; the default Deep Learning VM image has PyTorch only"),
-    ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "wait_for_completion": True, "timeout_s": 5}}, "training.wait_for_completion: only used with backend gke\ntraining.timeout_s: only used with backend gke"),
-    ({"environment": "qa", "release_channel": "X", "node_count": 2}, "environment: 'qa' is not allowed; valid: dev, staging, prod\nrelease_channel: 'X' is not allowed; valid: RAPID, REGULAR, STABLE"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("overrides", "message"), CONFIG_CASES + COMPONENT_CASES)
-def test_invalid_arguments(overrides: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError) as err:
-        validate_args(_args(**overrides))
-    assert str(err.value) == message
-
-
-@pytest.mark.parametrize(("overrides", "message"), CONFIG_CASES)
-def test_messages_are_the_stack_configs(overrides: dict[str, Any], message: str) -> None:
-    section = {k: v for k, v in _args(**overrides).items() if k in a100_cluster._CONFIG_KEYS}
-    with pytest.raises(ConfigError) as err:
-        load_stack_config(
-            {
-                "gcp:project": PROJECT,
-                "gcp:region": str(section.get("zone", ZONE)).rsplit("-", 1)[0],
-                "trainstack:gpu_cluster": section,
-            }
-        )
-    assert err.value.errors == [f"gpu_cluster.{line}" for line in message.split("\n")]
-
-
-@pytest.mark.parametrize(
-    ("machine_type", "zone", "node_count", "overrides"),
-    [
-        ("a2-highgpu-1g", "us-central1-f", 1, {}),
-        ("a2-highgpu-8g", "europe-west4-b", 16, {"spot": False, "reservation": "res-1"}),
-        ("a2-megagpu-16g", "asia-southeast1-a", 2, {"tier_1_networking": True}),
-        ("a2-ultragpu-1g", "us-east5-b", 1, {"backend": "gce"}),
-        ("a2-ultragpu-8g", "us-central1-c", 1500, {}),
-        ("a2-ultragpu-8g", "europe-west4-a", 1501, {"compact_placement": False}),
-    ],
-)
-def test_valid_combinations(
-    machine_type: str, zone: str, node_count: int, overrides: dict[str, Any]
-) -> None:
-    gpu = validate_args(
-        _args(machine_type=machine_type, zone=zone, node_count=node_count, **overrides)
-    )
-    machine = catalog.A2_MACHINES[machine_type]
-    assert (gpu.machine_type, gpu.zone, gpu.node_count) == (machine_type, zone, node_count)
-    assert gpu.total_gpus == machine.gpus * node_count
-
-
-def test_invalid_arguments_register_nothing() -> None:
-    def program() -> None:
-        with contextlib.suppress(ValueError):
-            A100Cluster("gpu", _args(zone="us-east4-c"))  # type: ignore[arg-type]
-
-    assert run_program(program).resources == []
 
 
 # --------------------------------------------------------------------------------------

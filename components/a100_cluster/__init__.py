@@ -1,0 +1,328 @@
+"""A100 machines for multi-node training: a GKE cluster or plain Compute Engine VMs.
+
+    from components.a100_cluster import A100Cluster
+
+    cluster = A100Cluster(
+        "exp-42-gpu",
+        {
+            "project": "my-project",
+            "zone": "us-central1-a",
+            "deployment_name": "exp-42",
+            "backend": "gke",  # or "gce"
+            "machine_type": "a2-highgpu-8g",  # 8 x A100 40GB per node, from the catalog
+            "node_count": 2,
+            "spot": True,
+            "network_self_link": net.network_self_link,
+            "subnetwork_self_link": net.subnetwork_self_link,
+            "node_tag": net.node_tag,
+            "service_account_email": identity.service_account_email,
+            "training": {
+                "package_uri": package.uri,
+                "trainer_args": ["--steps=1000"],
+                "checkpoint_url": buckets.checkpoint_url,
+            },
+        },
+    )
+    # cluster.cluster_name, cluster.endpoint, cluster.kubeconfig (secret), cluster.job_name
+
+The machine type fixes the GPUs: model and count come from `infra.catalog`, never set
+separately. Arguments are validated before anything is registered by
+`a100_cluster_problems` (`validate.py`), the one home of every A100 cluster rule:
+`infra.config` checks a stack's `trainstack:gpu_cluster` section with it too (prefix
+`gpu_cluster.`), so both report a problem in the same words.
+
+gke: a zonal, VPC-native cluster with private nodes (no external IPs; egress through the
+network's Cloud NAT), Workload Identity and a release channel, deletion protection only in
+prod, its default node pool removed. A small system node pool runs kube-dns and the other
+cluster add-ons, which do not tolerate the GPU taint; the GPU node pool has the driver
+installed by GKE (`gpu_driver_version` set explicitly), compact placement, gVNIC, optional
+Tier-1 egress, spot or a specific reservation, the `nvidia.com/gpu` NoSchedule taint, and
+the training service account. A `pulumi_kubernetes` provider is built from the cluster's
+endpoint and CA with the `gke-gcloud-auth-plugin` exec credential (install it where Pulumi
+runs; no kubectl needed). With `training`, a `KubernetesTrainingJob` runs the trainer
+across the GPU nodes.
+
+gce: `node_count` instances of the A2 machine type in one compact placement policy
+(`COLLOCATED`, when there are at least 2), TERMINATE on host maintenance, a Deep Learning VM
+image, gVNIC, no external IP, the network's node tag, spot or a specific reservation. With
+`training`, every instance gets the same startup script (`components.gpu_startup`), which
+installs the trainer package and runs torchrun with its node rank from the instance's
+`trainstack-node-rank` metadata (its index) and the rendezvous on instance 0. A new trainer
+package or new flags replace the instances, which starts the run again (resuming from the
+checkpoint bucket).
+
+Naming: the cluster is `<deployment>-a100` (at most 40 characters), its pools `system` and
+`a100`, the Job `<deployment>-train`; instances are `<deployment>-a100-<i>` and the
+placement policy `<deployment>-a100-placement` (see `components._naming`).
+
+Modules: this one holds the component and its arguments; `validate.py` the rules, `gke.py`
+and `gce.py` the two backends' resources, `_common.py` the defaults and names they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, Literal, NotRequired, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_gcp import compute, container
+
+from components._naming import labels_input
+from components.a100_cluster._common import (
+    BOOT_DISK_TYPE,
+    CLOUD_PLATFORM_SCOPE,
+    DEFAULT_BOOT_DISK_GB,
+    DEFAULT_GPU_DRIVER_VERSION,
+    DEFAULT_RELEASE_CHANNEL,
+    DEFAULT_SYSTEM_MACHINE_TYPE,
+    GPU_DRIVER_VERSIONS,
+    KUBERNETES_VERSION,
+    KUBERNETES_VERSION_VERIFIED,
+    MIN_KUBERNETES_VERSION,
+    RELEASE_CHANNELS,
+    RESERVATION_KEY,
+    instance_names,
+    job_name_for,
+    region_of,
+)
+from components.a100_cluster.gce import (
+    DLVM_IMAGE,
+    DLVM_IMAGE_SOURCE,
+    DLVM_IMAGE_VERIFIED,
+    create_gce,
+    gce_console_url,
+)
+from components.a100_cluster.gke import (
+    CLUSTER_NAME_MAX,
+    GKE_ACCELERATOR_LABEL,
+    GKE_NODEPOOL_LABEL,
+    GPU_POOL_NAME,
+    GPU_TAINT,
+    NODE_IMAGE_TYPE,
+    POD_RANGE,
+    SERVICE_RANGE,
+    SYSTEM_POOL_NAME,
+    create_gke,
+    gke_console_url,
+    kubeconfig,
+)
+from components.a100_cluster.validate import (
+    SHAPE_KEYS,
+    A100Shape,
+    a100_cluster_problems,
+    parse_version,
+    validate_args,
+)
+from components.kubernetes_training_job import KubernetesTrainingJob
+
+__all__ = [
+    "BOOT_DISK_TYPE",
+    "CLOUD_PLATFORM_SCOPE",
+    "CLUSTER_NAME_MAX",
+    "COMPONENT_LABEL",
+    "CONFIG_SECTION",
+    "DEFAULT_BOOT_DISK_GB",
+    "DEFAULT_GPU_DRIVER_VERSION",
+    "DEFAULT_RELEASE_CHANNEL",
+    "DEFAULT_SYSTEM_MACHINE_TYPE",
+    "DLVM_IMAGE",
+    "DLVM_IMAGE_SOURCE",
+    "DLVM_IMAGE_VERIFIED",
+    "GKE_ACCELERATOR_LABEL",
+    "GKE_NODEPOOL_LABEL",
+    "GPU_DRIVER_VERSIONS",
+    "GPU_POOL_NAME",
+    "GPU_TAINT",
+    "KUBERNETES_VERSION",
+    "KUBERNETES_VERSION_VERIFIED",
+    "MIN_KUBERNETES_VERSION",
+    "NODE_IMAGE_TYPE",
+    "POD_RANGE",
+    "RELEASE_CHANNELS",
+    "RESERVATION_KEY",
+    "SERVICE_RANGE",
+    "SHAPE_KEYS",
+    "SYSTEM_POOL_NAME",
+    "TOKEN",
+    "A100Cluster",
+    "A100ClusterArgs",
+    "A100Shape",
+    "A100TrainingArgs",
+    "a100_cluster_problems",
+    "gce_console_url",
+    "gke_console_url",
+    "instance_names",
+    "job_name_for",
+    "kubeconfig",
+    "parse_version",
+    "region_of",
+    "validate_args",
+]
+
+TOKEN: Final = "trainstack:gpu:A100Cluster"
+COMPONENT_LABEL: Final = "a100-cluster"
+CONFIG_SECTION: Final = "gpu_cluster"
+"""The stack config section that holds this component's `SHAPE_KEYS` (`infra.config`)."""
+
+
+class A100TrainingArgs(TypedDict):
+    """What runs on the nodes: the bundled trainer from the `TrainerPackage`."""
+
+    package_uri: pulumi.Input[str]
+    """gs:// URI of the trainer sdist (`TrainerPackage.uri`)."""
+    trainer_module: NotRequired[str]
+    """Default `trainers.torch_ddp` (torchrun, one process per GPU)."""
+    trainer_args: NotRequired[list[str]]
+    """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
+    checkpoint_url: NotRequired[pulumi.Input[str]]
+    """gs:// URL of the checkpoint bucket; `--checkpoint_dir=<url>/checkpoints` unless the
+    flags choose one."""
+    image: NotRequired[str]
+    """gke: container image (default: `KubernetesTrainingJob`'s pinned image for the
+    module); gce: boot image (default `DLVM_IMAGE`, required for modules other than torch)."""
+    wait_for_completion: NotRequired[bool]
+    """gke: make `pulumi up` wait for the Job (with `timeout_s`)."""
+    timeout_s: NotRequired[int]
+    """gke: seconds `pulumi up` waits with `wait_for_completion`."""
+
+
+class A100ClusterArgs(TypedDict):
+    """Arguments for `A100Cluster`. Shape arguments are plain values, validated up front."""
+
+    project: pulumi.Input[str]
+    """Project of the cluster or instances."""
+    zone: str
+    """Zone of every node, e.g. `us-central1-a`; it must offer the machine's GPU (catalog)."""
+    deployment_name: str
+    """Prefix of the physical names (plain: it names the Job and node 0's host)."""
+    machine_type: str
+    """An A2 machine type: a2-highgpu-1g/2g/4g/8g, a2-megagpu-16g, a2-ultragpu-1g/2g/4g/8g."""
+    backend: NotRequired[Literal["gke", "gce"]]
+    """`gke` (default): a GKE cluster and a Kubernetes Job; `gce`: Compute Engine VMs."""
+    node_count: NotRequired[int]
+    """Machines (default 1)."""
+    spot: NotRequired[bool]
+    """Spot capacity (preemptible quota; default False)."""
+    reservation: NotRequired[str]
+    """Name of a specific reservation to consume; not with spot."""
+    compact_placement: NotRequired[bool]
+    """Place the nodes close together (default True)."""
+    tier_1_networking: NotRequired[bool]
+    """Tier-1 egress bandwidth (needs gVNIC, which every node gets; default False)."""
+    network_self_link: pulumi.Input[str]
+    """VPC network (`TrainingNetwork.network_self_link`)."""
+    subnetwork_self_link: pulumi.Input[str]
+    """Subnet in the zone's region (`TrainingNetwork.subnetwork_self_link`)."""
+    node_tag: pulumi.Input[str]
+    """Network tag the network's firewall rules target (`TrainingNetwork.node_tag`)."""
+    service_account_email: pulumi.Input[str]
+    """Account the nodes and the training pods run as (`TrainingIdentity`)."""
+    environment: NotRequired[Literal["dev", "staging", "prod"]]
+    """`prod` turns on the GKE cluster's deletion protection (default dev)."""
+    labels: NotRequired[pulumi.Input[Mapping[str, str]]]
+    """User labels, merged with trainstack's, on every child that takes labels."""
+    training: NotRequired[A100TrainingArgs]
+    """Run the trainer on the nodes (without it the machines are only provisioned)."""
+    kubernetes_version: NotRequired[str]
+    """gke: minimum control-plane version `1.N` (default `KUBERNETES_VERSION`)."""
+    release_channel: NotRequired[Literal["RAPID", "REGULAR", "STABLE"]]
+    """gke: release channel (default REGULAR)."""
+    gpu_driver_version: NotRequired[Literal["DEFAULT", "LATEST"]]
+    """gke: driver GKE installs on the GPU nodes (default LATEST)."""
+    system_machine_type: NotRequired[str]
+    """gke: machine of the one-node system pool (default e2-standard-4)."""
+    master_authorized_cidrs: NotRequired[list[str]]
+    """gke: CIDRs allowed to reach the control plane's public endpoint (default: any, with
+    IAM authentication)."""
+    boot_disk_size_gb: NotRequired[int]
+    """Boot disk of each GPU node (default 200)."""
+
+
+class A100Cluster(pulumi.ComponentResource):
+    """A100 nodes on GKE (with a Kubernetes training Job) or Compute Engine."""
+
+    backend: str
+    """`gke` or `gce`."""
+    node_count: int
+    gpus_per_node: int
+    """GPUs of the machine type (catalog)."""
+    total_gpus: int
+    cluster_name: pulumi.Output[str]
+    """gke: the GKE cluster; gce: the instance name prefix."""
+    endpoint: pulumi.Output[str] | None
+    """gke: control-plane IP; gce: None."""
+    node_pool_name: pulumi.Output[str] | None
+    """gke: the GPU node pool; gce: None."""
+    kubeconfig: pulumi.Output[str] | None
+    """gke: kubeconfig (secret) using gke-gcloud-auth-plugin; gce: None."""
+    job_name: pulumi.Output[str] | None
+    """gke with training: the Kubernetes Job; otherwise None."""
+    instance_names: pulumi.Output[list[str]] | None
+    """gce: the instances, by node rank; gke: None."""
+    console_url: pulumi.Output[str]
+    """Cloud console page of the cluster (gke) or of the project's VM instances (gce)."""
+    cluster: container.Cluster | None
+    system_pool: container.NodePool | None
+    gpu_pool: container.NodePool | None
+    k8s_provider: k8s.Provider | None
+    training_job: KubernetesTrainingJob | None
+    placement_policy: compute.ResourcePolicy | None
+    """gce with compact placement and at least 2 nodes."""
+    instances: list[compute.Instance]
+
+    def __init__(
+        self, name: str, args: A100ClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        gpu = validate_args(args)
+        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        super().__init__(TOKEN, name, None, opts)
+
+        self.backend = gpu.backend
+        self.node_count = gpu.node_count
+        self.gpus_per_node = gpu.machine.gpus
+        self.total_gpus = gpu.total_gpus
+        self.endpoint = self.node_pool_name = self.kubeconfig = self.job_name = None
+        self.instance_names = None
+        self.cluster = self.system_pool = self.gpu_pool = None
+        self.k8s_provider = None
+        self.training_job = None
+        self.placement_policy = None
+        self.instances = []
+        if gpu.backend == "gke":
+            gke = create_gke(name, args, gpu, labels, parent=self)
+            self.cluster = gke.cluster
+            self.system_pool = gke.system_pool
+            self.gpu_pool = gke.gpu_pool
+            self.kubeconfig = gke.kubeconfig
+            self.k8s_provider = gke.k8s_provider
+            self.cluster_name = gke.cluster_name
+            self.endpoint = gke.endpoint
+            self.node_pool_name = gke.node_pool_name
+            self.console_url = gke.console_url
+            self.training_job = gke.training_job
+            if gke.training_job is not None:
+                self.job_name = gke.training_job.job_name
+        else:
+            gce = create_gce(name, args, gpu, labels, parent=self)
+            self.placement_policy = gce.placement_policy
+            self.instances = gce.instances
+            self.cluster_name = gce.cluster_name
+            self.instance_names = gce.instance_names
+            self.console_url = gce.console_url
+
+        self.register_outputs(
+            {
+                "backend": self.backend,
+                "node_count": self.node_count,
+                "gpus_per_node": self.gpus_per_node,
+                "total_gpus": self.total_gpus,
+                "cluster_name": self.cluster_name,
+                "endpoint": self.endpoint,
+                "node_pool_name": self.node_pool_name,
+                "kubeconfig": self.kubeconfig,
+                "job_name": self.job_name,
+                "instance_names": self.instance_names,
+                "console_url": self.console_url,
+            }
+        )

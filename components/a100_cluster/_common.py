@@ -1,0 +1,50 @@
+"""Defaults, allowed values and names shared by the A100Cluster validator and both backends."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from components._naming import gcp_name
+from infra import catalog
+
+KUBERNETES_VERSION: Final = "1.35"
+KUBERNETES_VERSION_VERIFIED: Final = False
+"""Default `min_master_version`, also the version the Job manifests are checked against.
+Assumed offered by GKE's REGULAR channel in late 2026 (GKE versions are not in the fact
+sheet); TO VERIFY with `gcloud container get-server-config`."""
+MIN_KUBERNETES_VERSION: Final = (1, 29)
+"""Oldest version whose Job API has everything the training Job uses, enabled by default:
+backoffLimitPerIndex and podReplacementPolicy (beta in 1.29, GA 1.33/1.34),
+podFailurePolicy (GA 1.31)."""
+RELEASE_CHANNELS: Final = ("RAPID", "REGULAR", "STABLE")
+DEFAULT_RELEASE_CHANNEL: Final = "REGULAR"
+GPU_DRIVER_VERSIONS: Final = ("DEFAULT", "LATEST")
+"""`gpu_driver_installation_config.gpu_driver_version` values that make GKE install the
+driver (fact sheet 2.5); the API's unset value installs none."""
+DEFAULT_GPU_DRIVER_VERSION: Final = "LATEST"
+"""The newest COS driver: the default images are built for CUDA 12.8."""
+DEFAULT_SYSTEM_MACHINE_TYPE: Final = catalog.GKE_SYSTEM_NODE_MACHINE
+"""One on-demand node for kube-dns and the other add-ons (they cannot run on GPU nodes)."""
+ENVIRONMENTS: Final = ("dev", "staging", "prod")
+DEFAULT_ENVIRONMENT: Final = "dev"
+
+CLOUD_PLATFORM_SCOPE: Final = "https://www.googleapis.com/auth/cloud-platform"
+RESERVATION_KEY: Final = "compute.googleapis.com/reservation-name"
+BOOT_DISK_TYPE: Final = "pd-ssd"
+DEFAULT_BOOT_DISK_GB: Final = 200
+MIN_BOOT_DISK_GB: Final = 50
+
+
+def region_of(zone: str) -> str:
+    """`us-central1` for `us-central1-a`."""
+    return zone.rsplit("-", 1)[0]
+
+
+def job_name_for(deployment: str, node_count: int) -> str:
+    """The Job's name: `<deployment>-train`, cut so pod `<job>-<last index>` fits 63."""
+    return gcp_name(deployment, "train", max_len=63 - 1 - len(str(node_count - 1)))
+
+
+def instance_names(deployment: str, node_count: int) -> list[str]:
+    """Physical names of the gce instances; index i is node rank i."""
+    return [gcp_name(deployment, f"a100-{i}") for i in range(node_count)]

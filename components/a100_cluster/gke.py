@@ -1,0 +1,364 @@
+"""The gke backend of `A100Cluster`: cluster, system and GPU node pools, the Kubernetes
+provider and, with `training`, the `KubernetesTrainingJob` (see the package docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+from pulumi_gcp import container
+
+from components._naming import gcp_name
+from components.a100_cluster._common import (
+    BOOT_DISK_TYPE,
+    CLOUD_PLATFORM_SCOPE,
+    DEFAULT_BOOT_DISK_GB,
+    DEFAULT_ENVIRONMENT,
+    DEFAULT_GPU_DRIVER_VERSION,
+    DEFAULT_RELEASE_CHANNEL,
+    DEFAULT_SYSTEM_MACHINE_TYPE,
+    KUBERNETES_VERSION,
+    RESERVATION_KEY,
+    job_name_for,
+)
+from components.a100_cluster.validate import A100Shape
+from components.kubernetes_training_job import (
+    DEFAULT_MODULE,
+    KubernetesTrainingJob,
+    KubernetesTrainingJobArgs,
+)
+from infra import catalog
+
+if TYPE_CHECKING:
+    from components.a100_cluster import A100ClusterArgs, A100TrainingArgs
+
+NODE_IMAGE_TYPE: Final = "COS_CONTAINERD"
+SYSTEM_POOL_NAME: Final = "system"
+GPU_POOL_NAME: Final = "a100"
+GPU_TAINT: Final = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+"""The taint GKE itself puts on GPU pools next to CPU pools (fact sheet 2.6)."""
+GKE_ACCELERATOR_LABEL: Final = "cloud.google.com/gke-accelerator"
+GKE_NODEPOOL_LABEL: Final = "cloud.google.com/gke-nodepool"
+POD_RANGE: Final = "/14"
+SERVICE_RANGE: Final = "/20"
+"""Netmasks of the pod and Service ranges GKE allocates (secondary ranges of the subnet)."""
+CLUSTER_NAME_MAX: Final = 40
+
+
+@dataclass(frozen=True)
+class GkeCluster:
+    """What `create_gke` registered, and the outputs the component exposes from it."""
+
+    cluster: container.Cluster
+    system_pool: container.NodePool
+    gpu_pool: container.NodePool
+    kubeconfig: pulumi.Output[str]
+    k8s_provider: k8s.Provider
+    cluster_name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    node_pool_name: pulumi.Output[str]
+    console_url: pulumi.Output[str]
+    training_job: KubernetesTrainingJob | None
+
+
+def kubeconfig(*, project: str, zone: str, cluster: str, endpoint: str, ca_certificate: str) -> str:
+    """A kubeconfig for the cluster that authenticates with `gke-gcloud-auth-plugin`, as
+    `gcloud container clusters get-credentials` writes it (context `gke_<p>_<zone>_<name>`)."""
+    context = f"gke_{project}_{zone}_{cluster}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": context,
+                "cluster": {
+                    "server": f"https://{endpoint}",
+                    "certificate-authority-data": ca_certificate,
+                },
+            }
+        ],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+        "current-context": context,
+        "preferences": {},
+        "users": [
+            {
+                "name": context,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "gke-gcloud-auth-plugin",
+                        "installHint": (
+                            "Install gke-gcloud-auth-plugin: gcloud components install "
+                            "gke-gcloud-auth-plugin"
+                        ),
+                        "provideClusterInfo": True,
+                    }
+                },
+            }
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def gke_console_url(project: str, zone: str, cluster: str) -> str:
+    """Cloud console page of a GKE cluster."""
+    return (
+        f"https://console.cloud.google.com/kubernetes/clusters/details/{zone}/{cluster}/details"
+        f"?project={project}"
+    )
+
+
+def create_gke(
+    name: str,
+    args: A100ClusterArgs,
+    gpu: A100Shape,
+    labels: pulumi.Input[Mapping[str, str]],
+    parent: pulumi.Resource,
+) -> GkeCluster:
+    """Register the gke backend's resources as children of `parent` (the component `name`)."""
+    project = pulumi.Output.from_input(args["project"])
+    zone = gpu.zone
+    account = args["service_account_email"]
+    tags = pulumi.Output.from_input(args["node_tag"]).apply(lambda t: [t])
+    child = pulumi.ResourceOptions(parent=parent)
+
+    cluster = _cluster(name, args, project, zone, labels, parent)
+    cluster_name = cluster.name
+    shielded = container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+        enable_secure_boot=True, enable_integrity_monitoring=True
+    )
+    metadata_mode = container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
+    system_pool = container.NodePool(
+        f"{name}-system-pool",
+        project=project,
+        location=zone,
+        cluster=cluster_name,
+        name=SYSTEM_POOL_NAME,
+        node_count=1,
+        management=container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+        node_config=container.NodePoolNodeConfigArgs(
+            machine_type=args.get("system_machine_type", DEFAULT_SYSTEM_MACHINE_TYPE),
+            image_type=NODE_IMAGE_TYPE,
+            service_account=account,
+            oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+            workload_metadata_config=metadata_mode,
+            shielded_instance_config=shielded,
+            resource_labels=labels,
+            tags=tags,
+        ),
+        opts=child,
+    )
+    machine = gpu.machine
+    assert machine.gpu_model is not None  # A2 machines all carry GPUs
+    accelerator = catalog.GPU_ACCELERATOR_NAMES[machine.gpu_model].compute
+    reservation = (
+        container.NodePoolNodeConfigReservationAffinityArgs(
+            consume_reservation_type="SPECIFIC_RESERVATION",
+            key=RESERVATION_KEY,
+            values=[gpu.reservation],
+        )
+        if gpu.reservation
+        else None
+    )
+    gpu_pool = container.NodePool(
+        f"{name}-gpu-pool",
+        project=project,
+        location=zone,
+        cluster=cluster_name,
+        name=GPU_POOL_NAME,
+        node_count=gpu.node_count,
+        management=container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+        # Upgrade one node at a time without a surge node: no GPUs beyond the quota.
+        upgrade_settings=container.NodePoolUpgradeSettingsArgs(
+            strategy="SURGE", max_surge=0, max_unavailable=1
+        ),
+        placement_policy=(
+            container.NodePoolPlacementPolicyArgs(type="COMPACT") if gpu.compact_placement else None
+        ),
+        network_config=(
+            container.NodePoolNetworkConfigArgs(
+                network_performance_config=(
+                    container.NodePoolNetworkConfigNetworkPerformanceConfigArgs(
+                        total_egress_bandwidth_tier="TIER_1"
+                    )
+                )
+            )
+            if gpu.tier_1_networking
+            else None
+        ),
+        node_config=container.NodePoolNodeConfigArgs(
+            machine_type=gpu.machine_type,
+            guest_accelerators=[
+                container.NodePoolNodeConfigGuestAcceleratorArgs(
+                    type=accelerator,
+                    count=machine.gpus,
+                    gpu_driver_installation_config=(
+                        container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                            gpu_driver_version=args.get(
+                                "gpu_driver_version", DEFAULT_GPU_DRIVER_VERSION
+                            )
+                        )
+                    ),
+                )
+            ],
+            image_type=NODE_IMAGE_TYPE,
+            gvnic=container.NodePoolNodeConfigGvnicArgs(enabled=True),
+            spot=gpu.spot,
+            reservation_affinity=reservation,
+            taints=[container.NodePoolNodeConfigTaintArgs(**GPU_TAINT)],
+            service_account=account,
+            oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+            workload_metadata_config=metadata_mode,
+            shielded_instance_config=shielded,
+            disk_type=BOOT_DISK_TYPE,
+            disk_size_gb=args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_GB),
+            resource_labels=labels,
+            tags=tags,
+        ),
+        opts=child,
+    )
+
+    auth = cluster.master_auth
+    config: pulumi.Output[str] = pulumi.Output.secret(
+        pulumi.Output.all(
+            project, cluster_name, cluster.endpoint, auth.cluster_ca_certificate
+        ).apply(
+            lambda v: kubeconfig(
+                project=v[0], zone=zone, cluster=v[1], endpoint=v[2], ca_certificate=v[3]
+            )
+        )
+    )
+    provider = k8s.Provider(
+        f"{name}-k8s",
+        kubeconfig=config,
+        # A cluster deleted outside Pulumi must not leave destroy stuck on its objects.
+        delete_unreachable=True,
+        opts=child,
+    )
+    training = args.get("training")
+    training_job = None
+    if training is not None:
+        training_job = _training_job(
+            name, args, training, gpu, accelerator, parent, provider, [system_pool, gpu_pool]
+        )
+    return GkeCluster(
+        cluster=cluster,
+        system_pool=system_pool,
+        gpu_pool=gpu_pool,
+        kubeconfig=config,
+        k8s_provider=provider,
+        cluster_name=cluster_name,
+        endpoint=cluster.endpoint,
+        node_pool_name=gpu_pool.name,
+        console_url=pulumi.Output.all(project, cluster_name).apply(
+            lambda v: gke_console_url(v[0], zone, v[1])
+        ),
+        training_job=training_job,
+    )
+
+
+def _cluster(
+    name: str,
+    args: A100ClusterArgs,
+    project: pulumi.Output[str],
+    zone: str,
+    labels: pulumi.Input[Mapping[str, str]],
+    parent: pulumi.Resource,
+) -> container.Cluster:
+    account = args["service_account_email"]
+    authorized = args.get("master_authorized_cidrs")
+    return container.Cluster(
+        f"{name}-cluster",
+        project=project,
+        location=zone,
+        name=gcp_name(args["deployment_name"], "a100", max_len=CLUSTER_NAME_MAX),
+        network=args["network_self_link"],
+        subnetwork=args["subnetwork_self_link"],
+        networking_mode="VPC_NATIVE",
+        ip_allocation_policy=container.ClusterIpAllocationPolicyArgs(
+            cluster_ipv4_cidr_block=POD_RANGE, services_ipv4_cidr_block=SERVICE_RANGE
+        ),
+        private_cluster_config=container.ClusterPrivateClusterConfigArgs(
+            enable_private_nodes=True, enable_private_endpoint=False
+        ),
+        master_authorized_networks_config=(
+            container.ClusterMasterAuthorizedNetworksConfigArgs(
+                cidr_blocks=[
+                    container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                        cidr_block=cidr, display_name=f"authorized-{i}"
+                    )
+                    for i, cidr in enumerate(authorized)
+                ]
+            )
+            if authorized
+            else None
+        ),
+        workload_identity_config=container.ClusterWorkloadIdentityConfigArgs(
+            workload_pool=project.apply(lambda p: f"{p}.svc.id.goog")
+        ),
+        release_channel=container.ClusterReleaseChannelArgs(
+            channel=args.get("release_channel", DEFAULT_RELEASE_CHANNEL)
+        ),
+        min_master_version=args.get("kubernetes_version", KUBERNETES_VERSION),
+        deletion_protection=args.get("environment", DEFAULT_ENVIRONMENT) == "prod",
+        remove_default_node_pool=True,
+        initial_node_count=1,
+        # The default pool lives only until it is removed, but it must not fall back to
+        # the default compute service account (often disabled or over-privileged).
+        node_config=container.ClusterNodeConfigArgs(
+            service_account=account,
+            oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+            workload_metadata_config=container.ClusterNodeConfigWorkloadMetadataConfigArgs(
+                mode="GKE_METADATA"
+            ),
+        ),
+        resource_labels=labels,
+        # The removed default pool's node_config would otherwise diff (and replace the
+        # cluster) on every refresh.
+        opts=pulumi.ResourceOptions(parent=parent, ignore_changes=["node_config"]),
+    )
+
+
+def _training_job(
+    name: str,
+    args: A100ClusterArgs,
+    training: A100TrainingArgs,
+    gpu: A100Shape,
+    accelerator: str,
+    parent: pulumi.Resource,
+    provider: k8s.Provider,
+    pools: list[container.NodePool],
+) -> KubernetesTrainingJob:
+    job_args: KubernetesTrainingJobArgs = {
+        "job_name": job_name_for(args["deployment_name"], gpu.node_count),
+        "node_count": gpu.node_count,
+        "gpus_per_node": gpu.machine.gpus,
+        "package_uri": training["package_uri"],
+        "trainer_module": training.get("trainer_module", DEFAULT_MODULE),
+        "trainer_args": list(training.get("trainer_args", [])),
+        "project": args["project"],
+        "gcp_service_account_email": args["service_account_email"],
+        "node_selector": {
+            GKE_ACCELERATOR_LABEL: accelerator,
+            GKE_NODEPOOL_LABEL: GPU_POOL_NAME,
+        },
+    }
+    for key in ("checkpoint_url", "image", "wait_for_completion", "timeout_s"):
+        if key in training:
+            job_args[key] = training[key]
+    if "labels" in args:
+        job_args["labels"] = args["labels"]
+    return KubernetesTrainingJob(
+        f"{name}-training",
+        job_args,
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            providers={"kubernetes": provider},
+            # Destroy deletes the Job (and waits for its pods) before the nodes go.
+            depends_on=pools,
+        ),
+    )

@@ -1,0 +1,303 @@
+"""Every rule for an A100 cluster, in one function: `a100_cluster_problems`.
+
+The component checks its arguments with it (no prefix) and `infra.config` checks a stack's
+`trainstack:gpu_cluster` section with it (prefix `gpu_cluster.`, `shape_only=True`), so
+both report a problem in the same words, `<prefix><key>: <what is wrong>; valid: <values>`,
+without the component needing the stack config.
+
+    a100_cluster_problems({"machine_type": "a2-highgpu-3g", "zone": "us-central1-a"},
+                          prefix="gpu_cluster.", shape_only=True)
+    # ["gpu_cluster.machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: ..."]
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import pulumi
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+from components.a100_cluster._common import (
+    DEFAULT_BOOT_DISK_GB,
+    DEFAULT_ENVIRONMENT,
+    DEFAULT_GPU_DRIVER_VERSION,
+    DEFAULT_RELEASE_CHANNEL,
+    DEFAULT_SYSTEM_MACHINE_TYPE,
+    ENVIRONMENTS,
+    GPU_DRIVER_VERSIONS,
+    KUBERNETES_VERSION,
+    MIN_BOOT_DISK_GB,
+    MIN_KUBERNETES_VERSION,
+    RELEASE_CHANNELS,
+)
+from components.gpu_startup import check_trainer, uses_torchrun
+from components.kubernetes_training_job import DEFAULT_MODULE
+from infra import catalog
+
+SHAPE_KEYS: Final = (
+    "backend",
+    "machine_type",
+    "node_count",
+    "zone",
+    "spot",
+    "reservation",
+    "compact_placement",
+    "tier_1_networking",
+)
+"""The arguments that fix the machines: exactly the keys of a stack's `gpu_cluster` section."""
+GKE_ONLY_KEYS: Final = (
+    "kubernetes_version",
+    "release_channel",
+    "gpu_driver_version",
+    "system_machine_type",
+    "master_authorized_cidrs",
+)
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+_SIMPLE_TYPE_ERRORS: Final = {
+    "int_type": "is not an integer",
+    "int_parsing": "is not an integer",
+    "int_from_float": "is not an integer",
+    "string_type": "is not a string",
+}
+
+
+class A100Shape(BaseModel):
+    """The machines of an A100 cluster: its `SHAPE_KEYS`, parsed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["gke", "gce"] = "gke"
+    machine_type: str
+    """An A2 machine type, e.g. `a2-highgpu-8g`."""
+    node_count: int = Field(default=1, ge=1)
+    zone: str
+    spot: bool = False
+    reservation: str | None = None
+    """Specific reservation to consume; not with spot."""
+    compact_placement: bool = True
+    tier_1_networking: bool = False
+
+    @property
+    def machine(self) -> catalog.MachineType:
+        """Catalog entry of `machine_type`."""
+        return catalog.A2_MACHINES[self.machine_type]
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs across all nodes."""
+        return self.machine.gpus * self.node_count
+
+
+def parse_version(version: object) -> tuple[int, int] | None:
+    """`(major, minor)` of a `1.N` version string, None when it is not one."""
+    match = _VERSION.fullmatch(version) if isinstance(version, str) else None
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def a100_cluster_problems(
+    args: Mapping[str, Any], *, prefix: str, shape_only: bool = False
+) -> list[str]:
+    """Every problem with `A100Cluster` arguments, one line each, `<prefix><key>: ...`.
+
+    `prefix` is the dotted path the caller reports under: "" for the component's own
+    arguments, `gpu_cluster.` for a stack's section. With `shape_only`, `args` holds only
+    `SHAPE_KEYS` (a stack's section): the component's other arguments, `deployment_name`
+    included, are then neither required nor checked. Arguments that are pulumi Outputs, or a
+    shape that does not parse, are reported alone: the other checks need the values.
+    """
+    outputs = [
+        f"{prefix}{key}: must be a plain value, not a pulumi Output (it shapes the resources "
+        "and is checked before any is registered)"
+        for key in (*SHAPE_KEYS, "deployment_name")
+        if isinstance(args.get(key), pulumi.Output)
+    ]
+    if outputs:
+        return outputs
+    try:
+        shape = A100Shape.model_validate({key: args[key] for key in SHAPE_KEYS if key in args})
+    except ValidationError as exc:
+        return [_structure_problem(prefix, err) for err in exc.errors()]
+    problems = _shape_problems(shape, prefix)
+    if shape_only:
+        return problems
+    problems += _component_problems(args, prefix)
+    if shape.backend == "gke":
+        problems += _gke_problems(args, prefix)
+    else:
+        problems += [
+            f"{prefix}{key}: only used with backend gke" for key in GKE_ONLY_KEYS if key in args
+        ]
+    if "training" in args:
+        problems += _training_problems(args["training"], shape.backend, prefix)
+    return problems
+
+
+def validate_args(args: Mapping[str, Any]) -> A100Shape:
+    """Check the component's plain arguments; return their shape.
+
+    Raises ValueError listing every problem `a100_cluster_problems` finds, one per line.
+    """
+    problems = a100_cluster_problems(args, prefix="")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return A100Shape.model_validate({key: args[key] for key in SHAPE_KEYS if key in args})
+
+
+# --------------------------------------------------------------------------------------
+# The rules
+# --------------------------------------------------------------------------------------
+
+
+def _shape_problems(shape: A100Shape, p: str) -> list[str]:
+    """Machine type known, zone offers its GPU, spot versus reservation, placement limit."""
+    problems: list[str] = []
+    machine = catalog.A2_MACHINES.get(shape.machine_type)
+    if machine is None:
+        problems.append(
+            f"{p}machine_type: {shape.machine_type!r} is not a known A2 machine type; "
+            f"valid: {', '.join(catalog.A2_MACHINES)}"
+        )
+    elif machine.gpu_model is not None:
+        zones = catalog.A100_ZONES[machine.gpu_model]
+        if shape.zone not in zones:
+            problems.append(
+                f"{p}zone: {shape.zone!r} does not offer {machine.gpu_model} "
+                f"({shape.machine_type}); valid: {', '.join(zones)}"
+            )
+    if shape.spot and shape.reservation is not None:
+        problems.append(
+            f"{p}reservation: {shape.reservation!r} cannot be used with spot: true; "
+            "valid: spot: false, or no reservation"
+        )
+    limit = catalog.COMPACT_PLACEMENT_MAX_NODES
+    if shape.compact_placement and shape.node_count > limit:
+        problems.append(
+            f"{p}node_count: {shape.node_count} exceeds the compact placement limit of "
+            f"{limit} nodes; valid: 1 to {limit}, or compact_placement: false"
+        )
+    return problems
+
+
+def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:
+    """The arguments every backend takes besides the shape."""
+    problems: list[str] = []
+    deployment = args.get("deployment_name")
+    if not isinstance(deployment, str) or not deployment:
+        problems.append(f"{p}deployment_name: {deployment!r} is not a non-empty string")
+    environment = args.get("environment", DEFAULT_ENVIRONMENT)
+    if environment not in ENVIRONMENTS:
+        problems.append(
+            f"{p}environment: {environment!r} is not allowed; valid: {', '.join(ENVIRONMENTS)}"
+        )
+    disk = args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_GB)
+    if isinstance(disk, bool) or not isinstance(disk, int) or disk < MIN_BOOT_DISK_GB:
+        problems.append(
+            f"{p}boot_disk_size_gb: {disk!r} is too small; expected an integer >= "
+            f"{MIN_BOOT_DISK_GB}"
+        )
+    return problems
+
+
+def _gke_problems(args: Mapping[str, Any], p: str) -> list[str]:
+    problems: list[str] = []
+    version = args.get("kubernetes_version", KUBERNETES_VERSION)
+    parsed = parse_version(version)
+    floor = ".".join(map(str, MIN_KUBERNETES_VERSION))
+    if parsed is None:
+        problems.append(f"{p}kubernetes_version: {version!r} is not a version; expected 1.N")
+    elif parsed < MIN_KUBERNETES_VERSION:
+        problems.append(
+            f"{p}kubernetes_version: {version!r} is too old for the training Job; "
+            f"expected >= {floor}"
+        )
+    channel = args.get("release_channel", DEFAULT_RELEASE_CHANNEL)
+    if channel not in RELEASE_CHANNELS:
+        problems.append(
+            f"{p}release_channel: {channel!r} is not allowed; valid: {', '.join(RELEASE_CHANNELS)}"
+        )
+    driver = args.get("gpu_driver_version", DEFAULT_GPU_DRIVER_VERSION)
+    if driver not in GPU_DRIVER_VERSIONS:
+        problems.append(
+            f"{p}gpu_driver_version: {driver!r} is not allowed; "
+            f"valid: {', '.join(GPU_DRIVER_VERSIONS)}"
+        )
+    system = args.get("system_machine_type", DEFAULT_SYSTEM_MACHINE_TYPE)
+    if system not in catalog.CPU_MACHINES:
+        problems.append(
+            f"{p}system_machine_type: {system!r} is not a known CPU machine type; "
+            f"valid: {', '.join(catalog.CPU_MACHINES)}"
+        )
+    for cidr in args.get("master_authorized_cidrs") or []:
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except (TypeError, ValueError):
+            problems.append(f"{p}master_authorized_cidrs: {cidr!r} is not a CIDR block")
+    return problems
+
+
+def _training_problems(training: Any, backend: str, p: str) -> list[str]:
+    if not isinstance(training, Mapping):
+        return [f"{p}training: {training!r} is not a mapping with package_uri"]
+    problems: list[str] = []
+    if training.get("package_uri") is None:
+        problems.append(f"{p}training.package_uri: required (TrainerPackage.uri)")
+    module = training.get("trainer_module", DEFAULT_MODULE)
+    try:
+        check_trainer(module, training.get("trainer_args", []))
+    except ValueError as exc:
+        problems.append(f"{p}training.{exc}")
+        return problems
+    if backend == "gce":
+        if "image" not in training and not uses_torchrun(module):
+            problems.append(
+                f"{p}training.image: required on gce for trainer_module {module!r}; the "
+                "default Deep Learning VM image has PyTorch only"
+            )
+        problems += [
+            f"{p}training.{key}: only used with backend gke"
+            for key in ("wait_for_completion", "timeout_s")
+            if key in training
+        ]
+    elif training.get("wait_for_completion") and "timeout_s" not in training:
+        problems.append(f"{p}training.timeout_s: required when wait_for_completion is true")
+    return problems
+
+
+# --------------------------------------------------------------------------------------
+# pydantic errors of A100Shape, worded as the stack config words them
+# --------------------------------------------------------------------------------------
+
+
+def _quote(value: Any) -> str:
+    """A bad value as the user wrote it (YAML-ish for non-strings)."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _structure_problem(prefix: str, err: ErrorDetails) -> str:
+    path = prefix + ".".join(str(part) for part in err["loc"])
+    kind = err["type"]
+    value = err.get("input")
+    ctx = err.get("ctx") or {}
+    if kind == "missing":
+        return f"{path}: required"
+    if kind == "literal_error":
+        allowed = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+        return f"{path}: {_quote(value)} is not allowed; valid: {allowed}"
+    if kind in _SIMPLE_TYPE_ERRORS:
+        return f"{path}: {_quote(value)} {_SIMPLE_TYPE_ERRORS[kind]}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"{path}: {_quote(value)} is not a boolean; valid: true, false"
+    if kind == "greater_than_equal":
+        return f"{path}: {_quote(value)} is too small; expected >= {ctx.get('ge')}"
+    message = err["msg"].removeprefix("Value error, ")
+    return f"{path}: {message} (got {_quote(value)})"
