@@ -1,4 +1,4 @@
-"""trainstack's CrossGuard policy pack: every rule of `rules.py`, mandatory.
+"""trainstack's CrossGuard policy pack: every rule of `rules/`, mandatory.
 
     pulumi preview --policy-pack policies/        # or `pulumi up --policy-pack policies/`
 
@@ -40,7 +40,7 @@ from pulumi_policy.proxy import UnknownValueError
 if TYPE_CHECKING:
     from policies import rules
 else:
-    # Pulumi runs the pack as a directory (`rules` is a top-level module beside this file);
+    # Pulumi runs the pack as a directory (`rules` is a top-level package beside this file);
     # the repository imports it as the package `policies`.
     rules = importlib.import_module(f"{__package__}.rules" if __package__ else "rules")
 

@@ -16,15 +16,8 @@ from typing import Any
 
 import pytest
 
-from components._local_provider import (
-    LocalRunProvider,
-    LocalRunStartError,
-    ProcessRef,
-    ProcessTable,
-    _ps_entries,
-    read_records,
-    stop_processes,
-)
+from components._local_processes import ProcessRef, ProcessTable, _ps_entries, stop_processes
+from components._local_provider import LocalRunProvider, LocalRunStartError, read_records
 from trainers.common.checkpoint import CheckpointStore
 from trainers.common.config import TrainConfig
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -12,6 +13,8 @@ from infra.cli import app
 from infra.plan import bundled_stacks
 
 runner = CliRunner()
+# `plan --stack NAME` of a bundled stack reads the session's run of it (tests/bundled.py).
+pytestmark = pytest.mark.usefixtures("shared_bundled_runs")
 
 
 def test_plan_json_for_the_local_stack() -> None:

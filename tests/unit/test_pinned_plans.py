@@ -15,6 +15,7 @@ import pytest
 
 from infra.mocks import REPO_ROOT
 from infra.plan import build_plan, bundled_stacks, load_stack, plan_diff
+from tests.bundled import bundled_plan
 
 PINNED = REPO_ROOT / "tests" / "plans"
 
@@ -29,8 +30,7 @@ def _pinned(stack: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("stack", bundled_stacks())
 def test_plan_matches_the_pinned_plan(stack: str) -> None:
-    name, config = load_stack(stack, None)
-    plan = build_plan(name, config)
+    plan = bundled_plan(stack)
     pinned = _pinned(stack)
     if plan != pinned:
         pytest.fail(

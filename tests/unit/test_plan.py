@@ -12,19 +12,20 @@ from infra.compose import main_program
 from infra.config import ConfigError
 from infra.mocks import run_program
 from infra.plan import MAX_DIFF_CHARS, build_plan, bundled_stacks, load_stack, plan_diff
+from tests.bundled import bundled_plan
 from tests.stacks import GPU_STACK
 
 
 @pytest.mark.parametrize("stack", bundled_stacks())
 def test_every_bundled_stack_plans_with_exact_inputs(stack: str) -> None:
-    name, config = load_stack(stack, None)
-    plan = build_plan(name, config)
+    plan = bundled_plan(stack)
     assert set(plan) >= {"stack", "resources", "summary", "quota"}
     assert plan["stack"] == stack
     assert set(plan["summary"]) >= {"tpu_chips", "gpus", "hourly_usd"}
     for q in plan["quota"]:
         assert set(q) >= {"service", "quota_id", "dimensions", "needed"}
-    # The plan's inputs are exactly what the program registered.
+    # The plan's inputs are exactly what a fresh run of the program registers.
+    name, config = load_stack(stack, None)
     run = run_program(main_program, config=config, stack=name)
     registered = {(r.type, r.name): (r.parent, r.inputs) for r in run.resources}
     assert len(plan["resources"]) == len(run.resources)
@@ -120,7 +121,7 @@ def test_plan_diff_is_trimmed_to_the_comment_limit() -> None:
 def test_bundled_vertex_stacks_send_schema_valid_bodies(stack: str) -> None:
     from components._discovery import normalize_numbers, validate_body
 
-    plan = build_plan(*load_stack(stack, None))
+    plan = bundled_plan(stack)
     [job] = [r for r in plan["resources"] if r["type"].startswith("pulumi-python:dynamic/vertex:")]
     schema = {"customJobs": "CustomJob", "hyperparameterTuningJobs": "HyperparameterTuningJob"}
     kind = job["inputs"]["kind"]
@@ -135,7 +136,7 @@ def test_bundled_vertex_stacks_send_schema_valid_bodies(stack: str) -> None:
 
 
 def test_reduction_server_stack_sizes_reducers_by_bandwidth() -> None:
-    plan = build_plan(*load_stack("prod-vertex-rs", None))
+    plan = bundled_plan("prod-vertex-rs")
     assert plan["outputs"]["reducers"] == 13
     [job] = [r for r in plan["resources"] if r["type"] == "pulumi-python:dynamic/vertex:CustomJob"]
     pools = job["inputs"]["body"]["jobSpec"]["workerPoolSpecs"]
@@ -148,8 +149,7 @@ def test_reduction_server_stack_sizes_reducers_by_bandwidth() -> None:
 
 
 def test_plan_diff_shows_a_dropped_protection() -> None:
-    name, config = load_stack("prod-a100-gce", None)
-    base = build_plan(name, config)
+    base = bundled_plan("prod-a100-gce")
     protected = [r for r in base["resources"] if r.get("protect")]
     assert [r["type"] for r in protected] == ["gcp:storage/bucket:Bucket"] * 2
     head = copy.deepcopy(base)

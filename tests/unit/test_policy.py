@@ -31,14 +31,15 @@ from pulumi_policy.proxy import UNKNOWN_BOOLEAN_VALUE, unknown_checking_proxy
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.compose import main_program
-from infra.mocks import run_program
 from infra.plan import bundled_stacks, load_stack
 from infra.policy import check_plan, check_stack
 from policies import rules
 from policies.rules import RULES, Context, Resource, evaluate, secret_like
+from tests.bundled import bundled_run
 
 runner = CliRunner()
+# `check_stack` of a bundled stack reads the session's run of it (tests/bundled.py).
+pytestmark = pytest.mark.usefixtures("shared_bundled_runs")
 FIXTURES = Path(__file__).parent / "policy_fixtures"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,7 +223,7 @@ def test_prod_buckets_pass_because_the_program_protects_them() -> None:
     exactly the prod data and checkpoint buckets fail (staging is rebuildable)."""
     name, config = load_stack("prod-vertex-rs", None)
     assert check_stack(name, config).clean
-    run = run_program(main_program, config=config, stack=name)
+    run = bundled_run(name)
     protected = sorted(r.name for r in run.resources if r.protect)
     assert protected == ["prod-vertex-rs-buckets-checkpoints", "prod-vertex-rs-buckets-data"]
     unprotected = [Resource(r.type, r.name, r.inputs, protect=False) for r in run.resources]
