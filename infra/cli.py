@@ -186,7 +186,7 @@ def policy(
     all_stacks: Annotated[bool, typer.Option("--all", help="Every bundled stack.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Check the stack's planned resources against the security policies (policies/rules.py).
+    """Check the stack's planned resources against the security policies (policies/rules/).
 
     The same rules run in `pulumi preview --policy-pack policies/`. Exit 0 clean, 1 when any
     rule is broken (each violation names the rule and the resource), 2 invalid config.

@@ -1,4 +1,4 @@
-"""`trainstack policy`: the rules of `policies/rules.py` run offline over a stack's plan.
+"""`trainstack policy`: the rules of `policies/rules/` run offline over a stack's plan.
 
 The same rules run in `pulumi preview --policy-pack policies/`; here they run over what the
 stack program registers under Pulumi mocks, the same registrations `trainstack plan`
