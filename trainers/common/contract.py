@@ -48,3 +48,7 @@ FIELD_WORKER: Final = "worker"
 FIELD_RUN: Final = "run"
 FIELD_SEVERITY: Final = "severity"
 FIELD_TIME: Final = "time"
+
+TF_CPU_REPLICAS_ENV: Final = "TRAINSTACK_TF_CPU_REPLICAS"
+"""Logical CPU devices for the TensorFlow trainer's `mirrored` on a machine without GPUs
+(set by local runs, read by `trainers.tf_multiworker.train.configure`)."""
