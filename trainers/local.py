@@ -36,10 +36,23 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from trainers.common.config import TrainConfig
-from trainers.common.signals import PREEMPTED_EXIT_CODE
-
-TF_MODULE = "trainers.tf_multiworker"
-TF_CPU_REPLICAS_ENV = "TRAINSTACK_TF_CPU_REPLICAS"  # trainers.tf_multiworker.launch
+from trainers.common.contract import (
+    EVENT_DONE,
+    EVENT_PREEMPTED,
+    EVENT_RESUME,
+    EVENT_START,
+    EVENT_TRAIN,
+    FIELD_EVENT,
+    FIELD_LOSS,
+    FIELD_PARAMS_SHA256,
+    FIELD_RANK,
+    FIELD_SAMPLES_PER_S,
+    FIELD_STEP,
+    TF_CPU_REPLICAS_ENV,
+    TF_MODULE,
+    TORCH_MODULE,
+)
+from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
 
 
 @dataclass
@@ -144,7 +157,7 @@ def local_processes(cfg: TrainConfig, workers: int, config_path: Path) -> list[L
     """
     if cfg.framework == "tensorflow":
         return _tf_processes(cfg, workers, config_path)
-    argv = torchrun_command(workers, "-m", "trainers.torch_ddp", "--config", str(config_path))
+    argv = torchrun_command(workers, "-m", TORCH_MODULE, "--config", str(config_path))
     return [LocalProcess(argv, {})]
 
 
@@ -192,13 +205,13 @@ def _summary(result: LocalRunResult, cfg: TrainConfig, workers: int) -> Table:
     rows: list[tuple[str, Any]] = [
         ("exit code", result.exit_code),
         ("workers", workers),
-        ("steps", done.get("step", last.get("step"))),
-        ("final loss", done.get("loss", last.get("loss"))),
+        ("steps", done.get(FIELD_STEP, last.get(FIELD_STEP))),
+        ("final loss", done.get(FIELD_LOSS, last.get(FIELD_LOSS))),
         ("test accuracy", done.get("test_accuracy")),
         ("wall time (s)", round(result.wall_s, 2)),
-        ("samples/s", done.get("samples_per_s", last.get("samples_per_s"))),
+        ("samples/s", done.get(FIELD_SAMPLES_PER_S, last.get(FIELD_SAMPLES_PER_S))),
         ("checkpoint dir", result.checkpoint_dir),
-        ("params_sha256", done.get("params_sha256")),
+        ("params_sha256", done.get(FIELD_PARAMS_SHA256)),
     ]
     for name, value in rows:
         if isinstance(value, float):
@@ -271,24 +284,24 @@ def run_local(
                 continue
             log.write(line if line.endswith("\n") else line + "\n")
             result.events.append(record)
-            if record.get("rank") != 0:
+            if record.get(FIELD_RANK) != 0:
                 continue
-            event = record.get("event")
-            if event == "train":
+            event = record.get(FIELD_EVENT)
+            if event == EVENT_TRAIN:
                 result.last_train = record
                 progress.update(
                     task,
-                    completed=record.get("step", 0),
-                    stats=f"loss {record.get('loss', float('nan')):.4f}  "
-                    f"{record.get('samples_per_s', 0):.0f} samples/s",
+                    completed=record.get(FIELD_STEP, 0),
+                    stats=f"loss {record.get(FIELD_LOSS, float('nan')):.4f}  "
+                    f"{record.get(FIELD_SAMPLES_PER_S, 0):.0f} samples/s",
                 )
-            elif event in ("resume", "start"):
-                progress.update(task, completed=record.get("step", 0))
-            elif event == "preempted":
+            elif event in (EVENT_RESUME, EVENT_START):
+                progress.update(task, completed=record.get(FIELD_STEP, 0))
+            elif event == EVENT_PREEMPTED:
                 preempted = True
-            elif event == "done":
+            elif event == EVENT_DONE:
                 result.done = record
-                progress.update(task, completed=record.get("step", cfg.steps))
+                progress.update(task, completed=record.get(FIELD_STEP, cfg.steps))
         codes = [proc.wait() for proc in procs]
     result.wall_s = time.perf_counter() - started
     code = next((c for c in codes if c != 0), 0)

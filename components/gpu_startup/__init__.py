@@ -60,7 +60,7 @@ EXIT_SETUP: Final = 3
 """Download, install or rendezvous failed before training started: worth a retry."""
 EXIT_PREEMPTED: Final = 143
 """SIGTERM reached the node, or the trainer saved a checkpoint and stopped (128 + SIGTERM,
-`trainers.common.preemption.PREEMPTED_EXIT_CODE`)."""
+`trainers.common.exit_codes.PREEMPTED_EXIT_CODE`)."""
 
 FAIL_FAST_EXIT_CODES: Final = (EXIT_CRASH, EXIT_CONFIG)
 """Code errors: retrying cannot help."""

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainers.common.checkpoint import MARKER, Checkpointer, CheckpointStore, step_name
+from trainers.common.checkpoint import MARKER, CheckpointStore, step_name
+from trainers.torch_ddp.checkpoint import Checkpointer
 
 pytestmark = pytest.mark.trainer
 

@@ -19,8 +19,8 @@ import yaml
 
 from tests.trainers.conftest import REPO, Record
 from tests.trainers.tf_helpers import TF_BASE, TFRun, probe, train_step_at_least
+from trainers.common.checkpoint import CheckpointStore
 from trainers.common.cli import load_config
-from trainers.common.storage import CheckpointStore
 from trainers.local import run_local
 
 pytestmark = pytest.mark.trainer

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.trainers.tf_helpers import TF_BASE, TFRun, train_step_at_least
+from trainers.common.checkpoint import CheckpointStore
 from trainers.common.cli import load_config
-from trainers.common.storage import CheckpointStore
 from trainers.local import run_local
 
 pytestmark = pytest.mark.trainer

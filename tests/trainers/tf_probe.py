@@ -62,7 +62,7 @@ def tpu() -> dict[str, Any]:
     import tensorflow as tf
 
     from trainers.common.config import TrainConfig
-    from trainers.tf_multiworker import train
+    from trainers.tf_multiworker import loop, train
     from trainers.tf_multiworker.cluster import tpu_target
     from trainers.tf_multiworker.data import load
 
@@ -109,7 +109,7 @@ def tpu() -> dict[str, Any]:
             }
         )
         ds = load(cfg, pipeline=0, pipelines=1)
-        net, optimizer = train.build_in_scope(tf.distribute.get_strategy(), cfg, ds)
+        net, optimizer = loop.build_in_scope(tf.distribute.get_strategy(), cfg, ds)
         logits = net(ds.test.x[:2], training=False)
         built[model] = {
             "variables": len(net.trainable_variables),
@@ -121,7 +121,7 @@ def tpu() -> dict[str, Any]:
 
     # 5. The optimizer's schedule follows trainers.common.schedule step by step.
     cfg = TrainConfig(framework="tensorflow", steps=50, warmup_steps=10, learning_rate=0.02)
-    schedule = train.WarmupCosine(cfg.learning_rate, cfg.warmup_steps, cfg.steps)
+    schedule = loop.WarmupCosine(cfg.learning_rate, cfg.warmup_steps, cfg.steps)
     out["schedule"] = {step: float(schedule(step)) for step in (0, 5, 9, 10, 30, 49, 60)}
     return out
 

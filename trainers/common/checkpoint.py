@@ -1,294 +1,141 @@
-"""Atomic, resumable torch checkpoints on a local path or `gs://` (through fsspec/gcsfs).
+"""Checkpoint directories on a local path or `gs://` (fsspec/gcsfs), framework-free.
 
-The step-directory layout, the commit protocol, pruning and the GCS-emulator options live in
-`trainers.common.storage` (framework-free, shared with the TensorFlow trainer) and are
-re-exported here.
+Layout: `{dir}/step-{N:08d}/` per step. A save writes into `{dir}/step-N.tmp-<token>/`, moves
+it to `step-N/` (a rename locally; a copy on object stores, which have no atomic directory
+rename) and writes the `COMPLETE` marker last. Only directories with the marker are loaded,
+so a save killed at any point leaves nothing that a restart would trust; the next save
+deletes the leftovers and all but the newest `keep` complete checkpoints. What goes inside a
+step directory is the trainer's business (`trainers.torch_ddp.checkpoint` for torch,
+`trainers.tf_multiworker.checkpoint` for TensorFlow); this module imports neither framework.
+GCS and emulator options come from `trainers.common.storage`.
 
-Payload:
-- DDP (and single process): rank 0 writes `state.pt` with the model, the optimizer, the step
-  and every rank's RNG states (torch, numpy, python; CUDA when present).
-- FSDP: `torch.distributed.checkpoint` writes the sharded model and optimizer, each rank its
-  own shard (FileSystemWriter locally, FsspecWriter for gs://), and rank 0 writes
-  `trainer.pt` with the step and the RNG states.
-
-The data position is the global step (see `trainers.common.data`).
-
-Async saves (DDP only) copy the state to CPU on the training thread and write it on a
-background thread; at most one write is in flight, and the next save waits for it.
+Test hook: `TRAINSTACK_TEST_SLOW_CKPT=<seconds>` (`test_delay`) sleeps between writing the
+payload and committing it, so a test can kill a run in the middle of a save.
 """
 
 from __future__ import annotations
 
-import io
-import random
+import json
+import os
+import re
 import time
-import uuid
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-import torch
-import torch.distributed as dist
+from trainers.common.storage import storage_options
 
-from trainers.common.storage import (
-    MARKER,
-    CheckpointStore,
-    step_name,
-    storage_options,
-    test_delay,
-    url_to_fs,
-)
-
-__all__ = [
-    "MARKER",
-    "CheckpointStore",
-    "Checkpointer",
-    "SaveResult",
-    "serialize",
-    "step_name",
-    "storage_options",
-    "url_to_fs",
-]
-
-STATE_FILE = "state.pt"
-TRAINER_FILE = "trainer.pt"
+MARKER = "COMPLETE"
+_STEP_RE = re.compile(r"^step-(\d{8})$")
+_TMP_RE = re.compile(r"^step-\d{8}\.tmp-[0-9a-f]+$")
 
 
-def rng_state() -> dict[str, Any]:
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": [
-            name,
-            torch.from_numpy(np.asarray(keys).astype(np.int64)),
-            int(pos),
-            int(has_gauss),
-            float(cached),
-        ],
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
+def step_name(step: int) -> str:
+    return f"step-{step:08d}"
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+class CheckpointStore:
+    """Directory bookkeeping: listing, committing and pruning step directories."""
 
+    def __init__(self, url: str, *, keep: int) -> None:
+        import fsspec
 
-def _to_cpu(obj: Any) -> Any:
-    """A deep copy with every tensor copied to CPU, safe to write while training goes on."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.url = url.rstrip("/")
+        self.options = storage_options(self.url)
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.options)
+        self.remote = "://" in self.url and not self.url.startswith("file://")
+        self.keep = keep
 
+    def path(self, name: str) -> str:
+        return f"{self.root.rstrip('/')}/{name}"
 
-def serialize(obj: Any) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+    def url_of(self, path: str) -> str:
+        """A path from `self.fs` as a URL other fsspec users can open."""
+        return self.fs.unstrip_protocol(path) if self.remote else path
 
+    def _names(self) -> list[str]:
+        # gcsfs caches listings; other ranks and earlier processes change the directory.
+        self.fs.invalidate_cache()
+        try:
+            entries = self.fs.ls(self.root, detail=False)
+        except FileNotFoundError:
+            return []
+        return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
 
-def _deserialize(data: bytes) -> Any:
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    def is_complete(self, step: int) -> bool:
+        return bool(self.fs.exists(self.path(f"{step_name(step)}/{MARKER}")))
 
+    def complete_steps(self) -> list[int]:
+        """Steps with a committed checkpoint, oldest first."""
+        steps = []
+        for name in self._names():
+            m = _STEP_RE.match(name)
+            if m and self.fs.exists(self.path(f"{name}/{MARKER}")):
+                steps.append(int(m.group(1)))
+        return sorted(steps)
 
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
+    def latest(self) -> int | None:
+        steps = self.complete_steps()
+        return steps[-1] if steps else None
 
+    def new_tmp(self, step: int, token: str) -> str:
+        path = self.path(f"{step_name(step)}.tmp-{token}")
+        self.fs.makedirs(path, exist_ok=True)
+        return path
 
-@dataclass
-class SaveResult:
-    step: int
-    stall_s: float
-    """Time the training loop was blocked."""
-    path: str
-
-
-class Checkpointer:
-    """Saves and restores the whole training state; every rank calls every method."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        keep: int,
-        rank: int,
-        world_size: int,
-        sharded: bool,
-        async_save: bool = False,
-        on_written: Callable[[int, float], None] | None = None,
-    ) -> None:
-        self.store = CheckpointStore(url, keep=keep)
-        self.rank = rank
-        self.world_size = world_size
-        self.sharded = sharded
-        self.async_save = async_save and not sharded
-        self.on_written = on_written
-        # One worker: at most one write in flight, and its exception comes back via result().
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-        self._pending: Future[str] | None = None
-
-    # -- saving -------------------------------------------------------------------------
-
-    def _gather_rng(self) -> list[dict[str, Any]]:
-        mine = rng_state()
-        if not _distributed():
-            return [mine]
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, mine)
-        return gathered
-
-    def _token(self) -> str:
-        token = [uuid.uuid4().hex[:12]]
-        if _distributed():
-            dist.broadcast_object_list(token, src=0)
-        return str(token[0])
-
-    def wait(self) -> None:
-        """Block until an in-flight async write has committed; re-raise its error."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            try:
-                pending.result()
-            except Exception as e:
-                raise RuntimeError(f"background checkpoint write failed: {e}") from e
-
-    def _write_state(self, step: int, state: dict[str, Any], started: float) -> str:
-        tmp = self.store.new_tmp(step, uuid.uuid4().hex[:12])
-        self.store.write_bytes(f"{tmp}/{STATE_FILE}", serialize(state))
-        test_delay()
-        final = self.store.commit(tmp, step)
-        self.store.prune()
-        if self.on_written:
-            self.on_written(step, time.perf_counter() - started)
-        return final
-
-    def save(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        step: int,
-        sync: bool = False,
-    ) -> SaveResult:
-        """Save `step`; `sync` forces a blocking write (used at the end and on preemption)."""
-        started = time.perf_counter()
-        self.wait()
-        rngs = self._gather_rng()
-        if self.sharded:
-            path = self._save_sharded(step, model, optimizer, rngs, started)
-            return SaveResult(step, time.perf_counter() - started, self.store.url_of(path))
-        path = self.store.path(step_name(step))
-        if self.rank == 0:
-            state = {
-                "step": step,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "rng": rngs,
-                "world_size": self.world_size,
-            }
-            if self.async_save and not sync:
-                self._pending = self._executor.submit(
-                    self._write_state, step, _to_cpu(state), started
-                )
-            else:
-                path = self._write_state(step, state, started)
-        if _distributed() and (sync or not self.async_save):
-            # Nobody moves on (or exits after a preemption save) before the commit.
-            dist.barrier()
-        return SaveResult(step, time.perf_counter() - started, self.store.url_of(path))
-
-    def _save_sharded(
-        self,
-        step: int,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        rngs: list[dict[str, Any]],
-        started: float,
-    ) -> str:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        token = self._token()
-        tmp = self.store.path(f"{step_name(step)}.tmp-{token}")
-        if self.rank == 0:
-            self.store.fs.makedirs(tmp, exist_ok=True)
-        model_sd, optim_sd = get_state_dict(model, optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, storage_writer=self._writer(tmp))
-        if self.rank == 0:
-            trainer = {"step": step, "rng": rngs, "world_size": self.world_size}
-            self.store.write_bytes(f"{tmp}/{TRAINER_FILE}", serialize(trainer))
-            test_delay()
-        dist.barrier()
-        final = self.store.path(step_name(step))
-        if self.rank == 0:
-            self.store.commit(tmp, step)
-            self.store.prune()
-            if self.on_written:
-                self.on_written(step, time.perf_counter() - started)
-        dist.barrier()
-        return final
-
-    def _writer(self, path: str) -> Any:
-        from torch.distributed.checkpoint import FileSystemWriter
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-
-        if self.store.remote:
-            return FsspecWriter(self.store.url_of(path), **self.store.options)
-        return FileSystemWriter(path)
-
-    def _reader(self, path: str) -> Any:
-        from torch.distributed.checkpoint import FileSystemReader
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-        if self.store.remote:
-            return FsspecReader(self.store.url_of(path), **self.store.options)
-        return FileSystemReader(path)
-
-    # -- loading ------------------------------------------------------------------------
-
-    def latest_step(self) -> int | None:
-        """Newest complete step, agreed by all ranks (rank 0 decides)."""
-        step = [self.store.latest() if self.rank == 0 else None]
-        if _distributed():
-            dist.broadcast_object_list(step, src=0)
-        return step[0]
-
-    def load(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
-        """Restore model, optimizer and this rank's RNG from `step`; returns the step."""
-        path = self.store.path(step_name(step))
-        if self.sharded:
-            import torch.distributed.checkpoint as dcp
-            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-            model_sd, optim_sd = get_state_dict(model, optimizer)
-            state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
-            dcp.load(state, storage_reader=self._reader(path))
-            set_state_dict(
-                model,
-                optimizer,
-                model_state_dict=state["model"],
-                optim_state_dict=state["optim"],
-            )
-            meta = _deserialize(self.store.read_bytes(f"{path}/{TRAINER_FILE}"))
+    def commit(self, tmp: str, step: int) -> str:
+        final = self.path(step_name(step))
+        if self.fs.exists(final):
+            # An uncommitted leftover of a killed save of this same step.
+            self.fs.rm(final, recursive=True)
+        if self.remote:
+            # Object stores copy and delete anyway; gcsfs's mv first tries the moveTo API,
+            # which emulators lack and answer only after a long retry loop.
+            self.fs.copy(tmp + "/", final, recursive=True)
+            self.fs.rm(tmp, recursive=True)
         else:
-            meta = _deserialize(self.store.read_bytes(f"{path}/{STATE_FILE}"))
-            model.load_state_dict(meta["model"])
-            optimizer.load_state_dict(meta["optimizer"])
-        rngs = meta["rng"]
-        if len(rngs) == self.world_size:
-            set_rng_state(rngs[self.rank])
-        return int(meta["step"])
+            self.fs.mv(tmp, final, recursive=True)
+        with self.fs.open(f"{final}/{MARKER}", "w") as f:
+            f.write(json.dumps({"step": step, "committed_at": time.time()}))
+        return final
+
+    def prune(self) -> list[str]:
+        """Delete stale temporaries, uncommitted step dirs and all but the newest `keep`."""
+        removed = []
+        complete = self.complete_steps()
+        drop = {step_name(s) for s in complete[: -self.keep]}
+        keep = {step_name(s) for s in complete[-self.keep :]}
+        for name in self._names():
+            stale = _TMP_RE.match(name) or (_STEP_RE.match(name) and name not in keep)
+            if name in drop or stale:
+                self.fs.rm(self.path(name), recursive=True)
+                removed.append(name)
+        return removed
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        with self.fs.open(path, "wb") as f:
+            f.write(data)
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.fs.open(path, "rb") as f:
+            return bytes(f.read())
+
+    def upload_dir(self, local_dir: str, path: str) -> None:
+        """Copy the files of a local directory into `path` (a directory of this store)."""
+        self.fs.makedirs(path, exist_ok=True)
+        for name in sorted(os.listdir(local_dir)):
+            self.fs.put_file(os.path.join(local_dir, name), f"{path}/{name}")
+
+    def download_dir(self, path: str, local_dir: str) -> None:
+        """Copy the files of `path` (a directory of this store) into a local directory."""
+        os.makedirs(local_dir, exist_ok=True)
+        self.fs.invalidate_cache()
+        for entry in self.fs.ls(path, detail=False):
+            name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+            self.fs.get_file(entry, os.path.join(local_dir, name))
+
+
+def test_delay() -> None:
+    """Sleep `TRAINSTACK_TEST_SLOW_CKPT` seconds (0 when unset) between payload and commit."""
+    delay = float(os.environ.get("TRAINSTACK_TEST_SLOW_CKPT", "0") or 0)
+    if delay > 0:
+        time.sleep(delay)

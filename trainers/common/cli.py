@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from trainers.common.config import TrainConfig
+from trainers.common.contract import TORCH_MODULE
 
 _NONE = ("none", "null")
 
@@ -46,7 +47,7 @@ def _valid_keys() -> str:
     return ", ".join(sorted(TrainConfig.model_fields))
 
 
-def help_text(prog: str = "trainers.torch_ddp") -> str:
+def help_text(prog: str = TORCH_MODULE) -> str:
     lines = [f"usage: python -m {prog} [--config FILE] [--key=value ...]", ""]
     for name, field in TrainConfig.model_fields.items():
         doc = " ".join((field.description or "").split())

@@ -19,7 +19,7 @@ TRAINER_MODULES: Final[dict[Framework, str]] = {"torch": TORCH_MODULE, "tensorfl
 TORCHRUN_MODULES: Final = frozenset({TORCH_MODULE})
 """Modules started by torchrun (one process per accelerator); others run once per node/task."""
 
-# `event` values of the JSON log lines (trainers.common.metrics.JsonLogger.log).
+# `event` values of the JSON log lines (trainers.common.metrics.MetricsLogger.log).
 EVENT_START: Final = "start"
 EVENT_RESUME: Final = "resume"
 EVENT_TRAIN: Final = "train"
@@ -50,3 +50,7 @@ FIELD_SEVERITY: Final = "severity"
 FIELD_TIME: Final = "time"
 FIELD_GPU_UTIL: Final = "gpu_util_pct"
 """GPU utilization (percent, from NVML) of the rank's device; absent without CUDA or NVML."""
+
+TF_CPU_REPLICAS_ENV: Final = "TRAINSTACK_TF_CPU_REPLICAS"
+"""Logical CPU devices for the TensorFlow trainer's `mirrored` on a machine without GPUs
+(set by local runs, read by `trainers.tf_multiworker.train.configure`)."""

@@ -4,17 +4,18 @@ Every line on stdout is one JSON object with `event`, `step`, `rank`, `node` and
 labels and a `severity` that Cloud Logging reads from structured container logs. Events:
 `start`, `resume`, `train` (step time, samples/s, tokens/s, MFU, data-loader wait),
 `checkpoint` (stall and write time), `preempted`, `eval`, `done` (rank 0, exactly once on
-success). TensorBoard scalars go to `AIP_TENSORBOARD_LOG_DIR` (Vertex) or the configured
-directory from rank 0 only, through a `ScalarWriter`: torch's SummaryWriter by default, a
-`tf.summary` writer in the TensorFlow trainer (so neither trainer imports the other's
-framework). A gs:// directory is written locally and uploaded on close, because torch's
-SummaryWriter writes local files only and gcsfs (not TensorFlow's own GCS client) is what
-honours the emulator settings in `trainers.common.storage`.
+success); names in `trainers.common.contract`, the `train` and `done` fields in
+`trainers.common.records`. TensorBoard scalars go to `AIP_TENSORBOARD_LOG_DIR` (Vertex) or the
+configured directory from rank 0 only, through the `ScalarWriter` each trainer passes in:
+torch's SummaryWriter (`trainers.torch_ddp.metrics`) or a `tf.summary` writer
+(`trainers.tf_multiworker.metrics`), so this module imports neither framework. A gs://
+directory is written locally and uploaded on close, because torch's SummaryWriter writes
+local files only and gcsfs (not TensorFlow's own GCS client) is what honours the emulator
+settings in `trainers.common.storage`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -22,6 +23,19 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TextIO
+
+from trainers.common.contract import (
+    EVENT_TRAIN,
+    FIELD_EVENT,
+    FIELD_LOSS,
+    FIELD_NODE,
+    FIELD_RANK,
+    FIELD_RUN,
+    FIELD_SEVERITY,
+    FIELD_STEP,
+    FIELD_TIME,
+    FIELD_WORKER,
+)
 
 # Dense bf16 peak per GPU in FLOP/s (vendor datasheets, without sparsity).
 GPU_PEAK_BF16_FLOPS: dict[str, float] = {
@@ -45,33 +59,12 @@ def mfu(flops_per_sample: float, samples_per_s: float, peak_flops: float, device
     return flops_per_sample * samples_per_s / (peak_flops * devices)
 
 
-def gpu_stats(device_index: int) -> dict[str, float]:
-    import torch
-
-    if not torch.cuda.is_available():
-        return {}
-    stats = {
-        "gpu_mem_alloc_gib": torch.cuda.memory_allocated(device_index) / 2**30,
-        "gpu_mem_peak_gib": torch.cuda.max_memory_allocated(device_index) / 2**30,
-    }
-    # Utilization needs NVML (pynvml), absent from some images; it is optional.
-    with contextlib.suppress(ModuleNotFoundError, RuntimeError):
-        stats["gpu_util_pct"] = float(torch.cuda.utilization(device_index))
-    return stats
-
-
 class ScalarWriter(Protocol):
     """What MetricsLogger needs from a TensorBoard writer (torch's SummaryWriter has it)."""
 
     def add_scalar(self, tag: str, scalar_value: float, global_step: int) -> Any: ...
 
     def close(self) -> Any: ...
-
-
-def _torch_writer(directory: str) -> ScalarWriter:
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(directory)
 
 
 class MetricsLogger:
@@ -90,10 +83,15 @@ class MetricsLogger:
         scalar_writer: Callable[[str], ScalarWriter] | None = None,
     ) -> None:
         self.rank = rank
-        self.labels = {"rank": rank, "node": node, "worker": worker, "run": run_name}
+        self.labels = {
+            FIELD_RANK: rank,
+            FIELD_NODE: node,
+            FIELD_WORKER: worker,
+            FIELD_RUN: run_name,
+        }
         self.stream = stream or sys.stdout
         self._tb: ScalarWriter | None = None
-        self._make_writer = scalar_writer or _torch_writer
+        self._make_writer = scalar_writer
         self._tb_remote: str | None = None
         self._tb_local: str | None = None
         if rank == 0 and tensorboard_dir:
@@ -108,6 +106,8 @@ class MetricsLogger:
             self._task = self._progress.add_task("train", total=total_steps)
 
     def _open_tensorboard(self, directory: str) -> None:
+        if self._make_writer is None:
+            raise ValueError(f"tensorboard_dir {directory!r} needs a scalar_writer")
         if "://" in directory:
             self._tb_remote = directory
             self._tb_local = tempfile.mkdtemp(prefix="trainstack-tb-")
@@ -117,12 +117,12 @@ class MetricsLogger:
 
     def log(self, event: str, step: int, *, severity: str = "INFO", **fields: Any) -> None:
         record = {
-            "event": event,
-            "step": step,
+            FIELD_EVENT: event,
+            FIELD_STEP: step,
             **fields,
             **self.labels,
-            "severity": severity,
-            "time": round(time.time(), 3),
+            FIELD_SEVERITY: severity,
+            FIELD_TIME: round(time.time(), 3),
         }
         self.stream.write(json.dumps(record, default=float) + "\n")
         self.stream.flush()
@@ -130,9 +130,9 @@ class MetricsLogger:
             for key, value in fields.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self._tb.add_scalar(f"{event}/{key}", value, step)
-        if self._progress is not None and event == "train":
+        if self._progress is not None and event == EVENT_TRAIN:
             self._progress.update(
-                self._task, completed=step, description=f"loss {fields.get('loss', 0):.4f}"
+                self._task, completed=step, description=f"loss {fields.get(FIELD_LOSS, 0):.4f}"
             )
 
     def close(self) -> None:

@@ -2,11 +2,10 @@
 
 Spot/preemptible VMs, GKE pod eviction and Vertex all send SIGTERM and then SIGKILL after a
 grace period. The handler only sets a flag; the trainer's loop reads it once per step and
-agrees with its peers on when to stop (`trainers.common.preemption` for torch,
-`trainers.tf_multiworker.train` for TensorFlow), saves a checkpoint and exits with
-`PREEMPTED_EXIT_CODE` (143 = 128 + SIGTERM, what a shell and Kubernetes report for a SIGTERM
-death; Job `podFailurePolicy` and restart wrappers can match it). The watchdog exits with the
-same code if saving takes longer than `grace_s`, so the process is never left to the
+agrees with its peers on when to stop (`trainers.torch_ddp.preemption` for torch,
+`trainers.tf_multiworker.sync` and `.parameter_server` for TensorFlow), saves a checkpoint
+and exits with `PREEMPTED_EXIT_CODE` (143, `trainers.common.exit_codes`). The watchdog exits
+with the same code if saving takes longer than `grace_s`, so the process is never left to the
 platform's SIGKILL halfway through something else.
 """
 
@@ -19,7 +18,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-PREEMPTED_EXIT_CODE = 143
+from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
 
 
 class SigtermWatcher:

@@ -1,33 +1,15 @@
-"""Checkpoint directories on a local path or `gs://` (fsspec/gcsfs), framework-free.
-
-Layout: `{dir}/step-{N:08d}/` per step. A save writes into `{dir}/step-N.tmp-<token>/`, moves
-it to `step-N/` (a rename locally; a copy on object stores, which have no atomic directory
-rename) and writes the `COMPLETE` marker last. Only directories with the marker are loaded,
-so a save killed at any point leaves nothing that a restart would trust; the next save
-deletes the leftovers and all but the newest `keep` complete checkpoints. What goes inside a
-step directory is the trainer's business (`trainers.common.checkpoint` for torch,
-`trainers.tf_multiworker.checkpoint` for TensorFlow); this module imports neither framework.
+"""Local paths and `gs://` through fsspec/gcsfs, emulator-aware, framework-free.
 
 GCS emulator: gcsfs honours `STORAGE_EMULATOR_HOST`; with it set this module asks gcsfs for
 anonymous access and turns off gcsfs's experimental bucket-type probe
 (`GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`), which otherwise waits on gRPC timeouts against
 an emulator. Both must happen before gcsfs is imported.
-
-Test hook: `TRAINSTACK_TEST_SLOW_CKPT=<seconds>` (`test_delay`) sleeps between writing the
-payload and committing it, so a test can kill a run in the middle of a save.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import time
 from typing import Any
-
-MARKER = "COMPLETE"
-_STEP_RE = re.compile(r"^step-(\d{8})$")
-_TMP_RE = re.compile(r"^step-\d{8}\.tmp-[0-9a-f]+$")
 
 
 def storage_options(url: str) -> dict[str, Any]:
@@ -43,117 +25,3 @@ def url_to_fs(url: str) -> tuple[Any, str]:
     import fsspec
 
     return fsspec.core.url_to_fs(url, **storage_options(url))
-
-
-def step_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-class CheckpointStore:
-    """Directory bookkeeping: listing, committing and pruning step directories."""
-
-    def __init__(self, url: str, *, keep: int) -> None:
-        import fsspec
-
-        if keep < 1:
-            raise ValueError(f"keep must be >= 1, got {keep}")
-        self.url = url.rstrip("/")
-        self.options = storage_options(self.url)
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.options)
-        self.remote = "://" in self.url and not self.url.startswith("file://")
-        self.keep = keep
-
-    def path(self, name: str) -> str:
-        return f"{self.root.rstrip('/')}/{name}"
-
-    def url_of(self, path: str) -> str:
-        """A path from `self.fs` as a URL other fsspec users can open."""
-        return self.fs.unstrip_protocol(path) if self.remote else path
-
-    def _names(self) -> list[str]:
-        # gcsfs caches listings; other ranks and earlier processes change the directory.
-        self.fs.invalidate_cache()
-        try:
-            entries = self.fs.ls(self.root, detail=False)
-        except FileNotFoundError:
-            return []
-        return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
-
-    def is_complete(self, step: int) -> bool:
-        return bool(self.fs.exists(self.path(f"{step_name(step)}/{MARKER}")))
-
-    def complete_steps(self) -> list[int]:
-        """Steps with a committed checkpoint, oldest first."""
-        steps = []
-        for name in self._names():
-            m = _STEP_RE.match(name)
-            if m and self.fs.exists(self.path(f"{name}/{MARKER}")):
-                steps.append(int(m.group(1)))
-        return sorted(steps)
-
-    def latest(self) -> int | None:
-        steps = self.complete_steps()
-        return steps[-1] if steps else None
-
-    def new_tmp(self, step: int, token: str) -> str:
-        path = self.path(f"{step_name(step)}.tmp-{token}")
-        self.fs.makedirs(path, exist_ok=True)
-        return path
-
-    def commit(self, tmp: str, step: int) -> str:
-        final = self.path(step_name(step))
-        if self.fs.exists(final):
-            # An uncommitted leftover of a killed save of this same step.
-            self.fs.rm(final, recursive=True)
-        if self.remote:
-            # Object stores copy and delete anyway; gcsfs's mv first tries the moveTo API,
-            # which emulators lack and answer only after a long retry loop.
-            self.fs.copy(tmp + "/", final, recursive=True)
-            self.fs.rm(tmp, recursive=True)
-        else:
-            self.fs.mv(tmp, final, recursive=True)
-        with self.fs.open(f"{final}/{MARKER}", "w") as f:
-            f.write(json.dumps({"step": step, "committed_at": time.time()}))
-        return final
-
-    def prune(self) -> list[str]:
-        """Delete stale temporaries, uncommitted step dirs and all but the newest `keep`."""
-        removed = []
-        complete = self.complete_steps()
-        drop = {step_name(s) for s in complete[: -self.keep]}
-        keep = {step_name(s) for s in complete[-self.keep :]}
-        for name in self._names():
-            stale = _TMP_RE.match(name) or (_STEP_RE.match(name) and name not in keep)
-            if name in drop or stale:
-                self.fs.rm(self.path(name), recursive=True)
-                removed.append(name)
-        return removed
-
-    def write_bytes(self, path: str, data: bytes) -> None:
-        with self.fs.open(path, "wb") as f:
-            f.write(data)
-
-    def read_bytes(self, path: str) -> bytes:
-        with self.fs.open(path, "rb") as f:
-            return bytes(f.read())
-
-    def upload_dir(self, local_dir: str, path: str) -> None:
-        """Copy the files of a local directory into `path` (a directory of this store)."""
-        self.fs.makedirs(path, exist_ok=True)
-        for name in sorted(os.listdir(local_dir)):
-            self.fs.put_file(os.path.join(local_dir, name), f"{path}/{name}")
-
-    def download_dir(self, path: str, local_dir: str) -> None:
-        """Copy the files of `path` (a directory of this store) into a local directory."""
-        os.makedirs(local_dir, exist_ok=True)
-        self.fs.invalidate_cache()
-        for entry in self.fs.ls(path, detail=False):
-            name = str(entry).rstrip("/").rsplit("/", 1)[-1]
-            self.fs.get_file(entry, os.path.join(local_dir, name))
-
-
-def test_delay() -> None:
-    """Sleep `TRAINSTACK_TEST_SLOW_CKPT` seconds (0 when unset) between payload and commit."""
-    delay = float(os.environ.get("TRAINSTACK_TEST_SLOW_CKPT", "0") or 0)
-    if delay > 0:
-        time.sleep(delay)

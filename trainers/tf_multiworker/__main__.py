@@ -7,11 +7,12 @@ import os
 import sys
 
 from trainers.common.cli import help_text
+from trainers.common.contract import TF_MODULE
 
 
 def _run() -> int:
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
-        print(help_text("trainers.tf_multiworker"))
+        print(help_text(TF_MODULE))
         return 0
     # Imported late so `--help` answers without loading anything heavy.
     from trainers.tf_multiworker.launch import main

@@ -1,4 +1,4 @@
-"""TensorFlow checkpoints in the shared step-directory layout (`trainers.common.storage`).
+"""TensorFlow checkpoints in the shared step-directory layout (`trainers.common.checkpoint`).
 
 A step directory holds `ckpt.index` + `ckpt.data-*` (`tf.train.Checkpoint.write` of the model,
 the optimizer and its slots; the step is the optimizer's `iterations`) and `meta.json`; the
@@ -32,7 +32,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainers.common.storage import CheckpointStore, step_name, test_delay
+from trainers.common.checkpoint import CheckpointStore, step_name, test_delay
 
 PREFIX = "ckpt"
 META_FILE = "meta.json"

@@ -7,7 +7,8 @@ strategy creation (`TF_CONFIG`, oneDNN, gRPC fail-fast); only then does it impor
 
 Roles per strategy:
 - mirrored: one process on one machine, every local GPU (or `TRAINSTACK_TF_CPU_REPLICAS`
-  logical CPU devices, which `trainstack local-run` sets) as a replica.
+  logical CPU devices, which `trainstack local-run` sets; `contract.TF_CPU_REPLICAS_ENV`) as
+  a replica.
 - multi_worker_mirrored: every chief/worker task trains; ps and evaluator tasks exit 0.
 - parameter_server: the chief coordinates and writes checkpoints, ps and worker tasks run a
   TensorFlow server until the chief is gone, evaluators exit 0.
@@ -26,11 +27,9 @@ from collections.abc import Sequence
 from trainers.common.cli import load_config
 from trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainers.common.config import TrainConfig
+from trainers.common.contract import EVENT_IDLE, FIELD_EVENT, FIELD_SEVERITY, TF_MODULE
+from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE
 from trainers.tf_multiworker.cluster import TFCluster, tf_cluster, tpu_target
-
-CONFIG_ERROR_EXIT_CODE = 2
-CPU_REPLICAS_ENV = "TRAINSTACK_TF_CPU_REPLICAS"
-"""Logical CPU devices for `mirrored` on a machine without GPUs (set by local runs)."""
 
 
 def check_topology(cfg: TrainConfig, tfc: TFCluster, info: ClusterInfo) -> None:
@@ -61,11 +60,11 @@ def check_topology(cfg: TrainConfig, tfc: TFCluster, info: ClusterInfo) -> None:
 
 def _idle(tfc: TFCluster, reason: str) -> int:
     record = {
-        "event": "idle",
+        FIELD_EVENT: EVENT_IDLE,
         "role": tfc.task_type,
         "index": tfc.task_index,
         "reason": reason,
-        "severity": "INFO",
+        FIELD_SEVERITY: "INFO",
     }
     print(json.dumps(record), flush=True)
     return 0
@@ -98,8 +97,7 @@ def main(argv: Sequence[str]) -> int:
         cfg = load_config(argv)
         if cfg.framework != "tensorflow":
             raise ValueError(
-                f"trainer.framework is {cfg.framework!r}; trainers.tf_multiworker runs "
-                "'tensorflow' only"
+                f"trainer.framework is {cfg.framework!r}; {TF_MODULE} runs 'tensorflow' only"
             )
         info = resolve_cluster()
         tfc = tf_cluster(os.environ, info)

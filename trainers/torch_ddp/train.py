@@ -10,7 +10,7 @@ One process per node (Vertex, GKE Indexed Job, TPU VM, GCE) works too: rank and 
 from `trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
 
 Exit codes: 0 done; 2 invalid config or cluster environment; 143 preempted after saving a
-checkpoint (`trainers.common.preemption.PREEMPTED_EXIT_CODE`); anything else is a crash.
+checkpoint (`trainers.common.exit_codes`); anything else is a crash.
 
 Test hook: `TRAINSTACK_TEST_STEP_DELAY_S` sleeps that long each step, so tests can signal a
 run at a chosen step.
@@ -19,7 +19,7 @@ run at a chosen step.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import json
 import os
 import random
 import time
@@ -34,39 +34,46 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainers.common.checkpoint import Checkpointer
+from trainers.common.checkpoint import CheckpointStore
 from trainers.common.cli import load_config
 from trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainers.common.config import TrainConfig
-from trainers.common.data import Dataset, load_dataset, shard_sampler
-from trainers.common.metrics import (
-    MetricsLogger,
-    gpu_peak_flops,
-    gpu_stats,
-    mfu,
-    report_hypertune,
-    throughput,
+from trainers.common.contract import (
+    EVENT_CHECKPOINT,
+    EVENT_CHECKPOINT_BEGIN,
+    EVENT_DONE,
+    EVENT_IDLE,
+    EVENT_PREEMPTED,
+    EVENT_RESUME,
+    EVENT_START,
+    EVENT_TRAIN,
+    FIELD_EVENT,
+    FIELD_SEVERITY,
+    TORCH_MODULE,
 )
-from trainers.common.preemption import PREEMPTED_EXIT_CODE, PreemptionWatcher
+from trainers.common.data import Dataset, load_dataset, shard_sampler
+from trainers.common.digest import params_sha256 as digest_arrays
+from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainers.common.metrics import MetricsLogger, gpu_peak_flops, report_hypertune
+from trainers.common.records import LogWindow, done_record
 from trainers.common.schedule import learning_rate
+from trainers.torch_ddp.checkpoint import Checkpointer, serialize
+from trainers.torch_ddp.metrics import gpu_stats, torch_scalar_writer
 from trainers.torch_ddp.models import build_model, flops_per_sample
+from trainers.torch_ddp.preemption import PreemptionWatcher
 
-CONFIG_ERROR_EXIT_CODE = 2
+
+def _param_array(param: nn.Parameter) -> Any:
+    tensor = param.detach()
+    if hasattr(tensor, "full_tensor"):
+        tensor = tensor.full_tensor()
+    return tensor.to("cpu", torch.float32).contiguous().numpy()
 
 
 def params_sha256(model: nn.Module) -> str:
-    """Digest of the full parameters: sorted by name, each as float32 contiguous little-endian
-    bytes preceded by its name and shape. FSDP shards are gathered first (a collective, so
-    every rank must call this)."""
-    digest = hashlib.sha256()
-    for name, param in sorted(unwrap(model).named_parameters(), key=lambda kv: kv[0]):
-        tensor = param.detach()
-        if hasattr(tensor, "full_tensor"):
-            tensor = tensor.full_tensor()
-        array = tensor.to("cpu", torch.float32).contiguous().numpy().astype("<f4", copy=False)
-        digest.update(f"{name}:{tuple(array.shape)}\n".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()
+    """Digest of the full parameters (`trainers.common.digest`) under their module names.
+    FSDP shards are gathered first (a collective, so every rank must call this)."""
+    return digest_arrays(unwrap(model).named_parameters(), _param_array)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -251,6 +258,7 @@ def train(rt: Runtime) -> int:
         run_name=cfg.run_name,
         total_steps=cfg.steps,
         tensorboard_dir=cfg.tensorboard_dir or os.environ.get("AIP_TENSORBOARD_LOG_DIR"),
+        scalar_writer=torch_scalar_writer,
     )
     try:
         return _Trainer(rt, logger).run()
@@ -296,9 +304,7 @@ class _Trainer:
         )
         self.tokens_per_sample = cfg.seq_len if self.ds.task == "lm" else 0
         self.stall_total = 0.0
-        self.data_wait = 0.0
-        self.window_start = time.perf_counter()
-        self.window_steps = 0
+        self.window = LogWindow()
         self.loss_value: float | None = None
 
     def _resume(self) -> int:
@@ -308,19 +314,19 @@ class _Trainer:
         if latest is None:
             return 0
         step = self.checkpointer.load(latest, self.raw, self.optimizer)
-        self.logger.log("resume", step, checkpoint_dir=self.ckpt_dir)
+        self.logger.log(EVENT_RESUME, step, checkpoint_dir=self.ckpt_dir)
         return step
 
     def _save(self, step: int, *, reason: str | None = None) -> None:
         if self.checkpointer is None:
             return
-        self.logger.log("checkpoint_begin", step)
+        self.logger.log(EVENT_CHECKPOINT_BEGIN, step)
         saved = self.checkpointer.save(self.raw, self.optimizer, step=step, sync=reason is not None)
         if reason is None:
             self.stall_total += saved.stall_s
         asynchronous = reason is None and self.checkpointer.async_save
         self.logger.log(
-            "checkpoint",
+            EVENT_CHECKPOINT,
             step,
             stall_s=saved.stall_s,
             path=saved.path,
@@ -335,7 +341,7 @@ class _Trainer:
         idx = self.sampler.indices(step)
         x = torch.from_numpy(self.ds.train.x[idx]).to(device, non_blocking=True)
         y = torch.from_numpy(self.ds.train.y[idx]).to(device, non_blocking=True)
-        self.data_wait += time.perf_counter() - t0
+        self.window.data_wait += time.perf_counter() - t0
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(cfg, step)
         step_loss = torch.zeros((), device=device)
@@ -347,35 +353,32 @@ class _Trainer:
             step_loss += loss.detach()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.window_steps += 1
+        self.window.steps += 1
         return step_loss
 
     def _log_window(self, step: int, step_loss: torch.Tensor) -> None:
         self.loss_value = _global_mean(float(step_loss), self.rt)
         now = time.perf_counter()
-        elapsed = max(now - self.window_start, 1e-9)
-        samples_per_s = self.window_steps * self.cfg.global_batch_size / elapsed
-        fields: dict[str, Any] = {
-            "loss": self.loss_value,
-            "lr": learning_rate(self.cfg, step - 1),
-            "step_time_s": elapsed / self.window_steps,
-            "samples_per_s": samples_per_s,
-            "data_wait_s": self.data_wait / self.window_steps,
-        }
-        if self.tokens_per_sample:
-            fields["tokens_per_s"] = samples_per_s * self.tokens_per_sample
-        if self.sample_flops and self.peak:
-            fields["mfu"] = mfu(self.sample_flops, samples_per_s, self.peak, self.world)
+        fields = self.window.fields(
+            now,
+            loss=self.loss_value,
+            lr=learning_rate(self.cfg, step - 1),
+            global_batch_size=self.cfg.global_batch_size,
+            tokens_per_sample=self.tokens_per_sample,
+            flops_per_sample=self.sample_flops,
+            peak_flops=self.peak,
+            devices=self.world,
+        )
         if self.device.type == "cuda":
             fields.update(gpu_stats(self.device.index or 0))
-        self.logger.log("train", step, **fields)
-        self.window_start, self.window_steps, self.data_wait = now, 0, 0.0
+        self.logger.log(EVENT_TRAIN, step, **fields)
+        self.window = LogWindow(start=now)
 
     def run(self) -> int:
         cfg = self.cfg
         start_step = self._resume()
         self.logger.log(
-            "start",
+            EVENT_START,
             start_step,
             world_size=self.world,
             platform=self.rt.cluster.platform,
@@ -400,7 +403,7 @@ class _Trainer:
                 if watcher.should_stop():
                     watcher.drain()
                     self.logger.log(
-                        "preempted", step, severity="WARNING", grace_s=cfg.preemption_grace_s
+                        EVENT_PREEMPTED, step, severity="WARNING", grace_s=cfg.preemption_grace_s
                     )
                     self._save(step, reason="preemption")
                     return PREEMPTED_EXIT_CODE
@@ -437,8 +440,6 @@ class _Trainer:
             get_model_state_dict,
         )
 
-        from trainers.common.checkpoint import CheckpointStore, serialize
-
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.raw, options=options)
         if self.rank != 0:
@@ -453,20 +454,22 @@ class _Trainer:
         metrics = evaluate(self.model, self.ds, self.rt)
         digest = params_sha256(self.model)
         model_path = self._export_model()
-        done: dict[str, Any] = {
-            "params_sha256": digest,
-            "loss": self.loss_value,
-            **metrics,
-            "world_size": self.world,
-            "resumed_from": start_step,
-            "checkpoint_dir": self.ckpt_dir,
-            "checkpoint_stall_s": self.stall_total,
-            "model_path": model_path,
-        }
-        done.update(throughput(timed, self.cfg.global_batch_size, self.tokens_per_sample))
+        done = done_record(
+            params_sha256=digest,
+            loss=self.loss_value,
+            metrics=metrics,
+            world_size=self.world,
+            resumed_from=start_step,
+            checkpoint_dir=self.ckpt_dir,
+            checkpoint_stall_s=self.stall_total,
+            model_path=model_path,
+            timed=timed,
+            global_batch_size=self.cfg.global_batch_size,
+            tokens_per_sample=self.tokens_per_sample,
+        )
         if self.rank == 0:
             report_hypertune(done, step)
-            self.logger.log("done", step, **done)
+            self.logger.log(EVENT_DONE, step, **done)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -474,7 +477,7 @@ def main(argv: Sequence[str]) -> int:
         cfg = load_config(argv)
         if cfg.framework != "torch":
             raise ValueError(
-                f"trainer.framework is {cfg.framework!r}; trainers.torch_ddp runs 'torch' only"
+                f"trainer.framework is {cfg.framework!r}; {TORCH_MODULE} runs 'torch' only"
             )
         cluster = resolve_cluster()
     except ValueError as e:
@@ -484,7 +487,8 @@ def main(argv: Sequence[str]) -> int:
         return CONFIG_ERROR_EXIT_CODE
     if not cluster.trains:
         # Parameter servers, reducers and evaluators have nothing to do in a DDP job.
-        print(f'{{"event": "idle", "role": "{cluster.role}", "severity": "INFO"}}', flush=True)
+        idle = {FIELD_EVENT: EVENT_IDLE, "role": cluster.role, FIELD_SEVERITY: "INFO"}
+        print(json.dumps(idle), flush=True)
         return 0
     # Conv weights with one input channel have a size-1 dim whose stride autograd and DDP's
     # bucket views choose differently; the layouts are equivalent, so the warning is noise.

@@ -1,0 +1,275 @@
+"""Atomic, resumable torch checkpoints on a local path or `gs://` (through fsspec/gcsfs).
+
+The step-directory layout, the commit protocol and pruning live in
+`trainers.common.checkpoint` (framework-free, shared with the TensorFlow trainer).
+
+Payload:
+- DDP (and single process): rank 0 writes `state.pt` with the model, the optimizer, the step
+  and every rank's RNG states (torch, numpy, python; CUDA when present).
+- FSDP: `torch.distributed.checkpoint` writes the sharded model and optimizer, each rank its
+  own shard (FileSystemWriter locally, FsspecWriter for gs://), and rank 0 writes
+  `trainer.pt` with the step and the RNG states.
+
+The data position is the global step (see `trainers.common.data`).
+
+Async saves (DDP only) copy the state to CPU on the training thread and write it on a
+background thread; at most one write is in flight, and the next save waits for it.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trainers.common.checkpoint import CheckpointStore, step_name, test_delay
+
+STATE_FILE = "state.pt"
+TRAINER_FILE = "trainer.pt"
+
+
+def rng_state() -> dict[str, Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [
+            name,
+            torch.from_numpy(np.asarray(keys).astype(np.int64)),
+            int(pos),
+            int(has_gauss),
+            float(cached),
+        ],
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _to_cpu(obj: Any) -> Any:
+    """A deep copy with every tensor copied to CPU, safe to write while training goes on."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def serialize(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _deserialize(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+@dataclass
+class SaveResult:
+    step: int
+    stall_s: float
+    """Time the training loop was blocked."""
+    path: str
+
+
+class Checkpointer:
+    """Saves and restores the whole training state; every rank calls every method."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        keep: int,
+        rank: int,
+        world_size: int,
+        sharded: bool,
+        async_save: bool = False,
+        on_written: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.store = CheckpointStore(url, keep=keep)
+        self.rank = rank
+        self.world_size = world_size
+        self.sharded = sharded
+        self.async_save = async_save and not sharded
+        self.on_written = on_written
+        # One worker: at most one write in flight, and its exception comes back via result().
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending: Future[str] | None = None
+
+    # -- saving -------------------------------------------------------------------------
+
+    def _gather_rng(self) -> list[dict[str, Any]]:
+        mine = rng_state()
+        if not _distributed():
+            return [mine]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, mine)
+        return gathered
+
+    def _token(self) -> str:
+        token = [uuid.uuid4().hex[:12]]
+        if _distributed():
+            dist.broadcast_object_list(token, src=0)
+        return str(token[0])
+
+    def wait(self) -> None:
+        """Block until an in-flight async write has committed; re-raise its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception as e:
+                raise RuntimeError(f"background checkpoint write failed: {e}") from e
+
+    def _write_state(self, step: int, state: dict[str, Any], started: float) -> str:
+        tmp = self.store.new_tmp(step, uuid.uuid4().hex[:12])
+        self.store.write_bytes(f"{tmp}/{STATE_FILE}", serialize(state))
+        test_delay()
+        final = self.store.commit(tmp, step)
+        self.store.prune()
+        if self.on_written:
+            self.on_written(step, time.perf_counter() - started)
+        return final
+
+    def save(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        step: int,
+        sync: bool = False,
+    ) -> SaveResult:
+        """Save `step`; `sync` forces a blocking write (used at the end and on preemption)."""
+        started = time.perf_counter()
+        self.wait()
+        rngs = self._gather_rng()
+        if self.sharded:
+            path = self._save_sharded(step, model, optimizer, rngs, started)
+            return SaveResult(step, time.perf_counter() - started, self.store.url_of(path))
+        path = self.store.path(step_name(step))
+        if self.rank == 0:
+            state = {
+                "step": step,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": rngs,
+                "world_size": self.world_size,
+            }
+            if self.async_save and not sync:
+                self._pending = self._executor.submit(
+                    self._write_state, step, _to_cpu(state), started
+                )
+            else:
+                path = self._write_state(step, state, started)
+        if _distributed() and (sync or not self.async_save):
+            # Nobody moves on (or exits after a preemption save) before the commit.
+            dist.barrier()
+        return SaveResult(step, time.perf_counter() - started, self.store.url_of(path))
+
+    def _save_sharded(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        rngs: list[dict[str, Any]],
+        started: float,
+    ) -> str:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        token = self._token()
+        tmp = self.store.path(f"{step_name(step)}.tmp-{token}")
+        if self.rank == 0:
+            self.store.fs.makedirs(tmp, exist_ok=True)
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, storage_writer=self._writer(tmp))
+        if self.rank == 0:
+            trainer = {"step": step, "rng": rngs, "world_size": self.world_size}
+            self.store.write_bytes(f"{tmp}/{TRAINER_FILE}", serialize(trainer))
+            test_delay()
+        dist.barrier()
+        final = self.store.path(step_name(step))
+        if self.rank == 0:
+            self.store.commit(tmp, step)
+            self.store.prune()
+            if self.on_written:
+                self.on_written(step, time.perf_counter() - started)
+        dist.barrier()
+        return final
+
+    def _writer(self, path: str) -> Any:
+        from torch.distributed.checkpoint import FileSystemWriter
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+        if self.store.remote:
+            return FsspecWriter(self.store.url_of(path), **self.store.options)
+        return FileSystemWriter(path)
+
+    def _reader(self, path: str) -> Any:
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        if self.store.remote:
+            return FsspecReader(self.store.url_of(path), **self.store.options)
+        return FileSystemReader(path)
+
+    # -- loading ------------------------------------------------------------------------
+
+    def latest_step(self) -> int | None:
+        """Newest complete step, agreed by all ranks (rank 0 decides)."""
+        step = [self.store.latest() if self.rank == 0 else None]
+        if _distributed():
+            dist.broadcast_object_list(step, src=0)
+        return step[0]
+
+    def load(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+        """Restore model, optimizer and this rank's RNG from `step`; returns the step."""
+        path = self.store.path(step_name(step))
+        if self.sharded:
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+            model_sd, optim_sd = get_state_dict(model, optimizer)
+            state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
+            dcp.load(state, storage_reader=self._reader(path))
+            set_state_dict(
+                model,
+                optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optim"],
+            )
+            meta = _deserialize(self.store.read_bytes(f"{path}/{TRAINER_FILE}"))
+        else:
+            meta = _deserialize(self.store.read_bytes(f"{path}/{STATE_FILE}"))
+            model.load_state_dict(meta["model"])
+            optimizer.load_state_dict(meta["optimizer"])
+        rngs = meta["rng"]
+        if len(rngs) == self.world_size:
+            set_rng_state(rngs[self.rank])
+        return int(meta["step"])
