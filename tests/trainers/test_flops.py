@@ -135,3 +135,14 @@ def test_gpu_benchmark_skips_without_cuda() -> None:
         "skipped": True,
         "reason": "no CUDA GPU (torch.cuda.is_available() is False)",
     }
+
+
+def test_tensorflow_gpt_flops_match_the_torch_count() -> None:
+    pytest.importorskip("tensorflow")
+    from trainers.tf_multiworker.models import build_model
+    from trainers.tf_multiworker.models import flops_per_sample as tf_flops_per_sample
+
+    cfg = TrainConfig(model="gpt", gpt_layers=L, gpt_dim=D, gpt_heads=H, seq_len=T, vocab_size=V)
+    model = build_model(cfg, (T,), V)
+    assert model.count_params() == 120_576
+    assert tf_flops_per_sample(model, cfg) == 797_184.0 * 64
