@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.trainers.conftest import run_to_end
+from trainers.common.metrics import gpu_peak_flops
+
+_SPEC = importlib.util.spec_from_file_location(
+    "gpu_throughput", Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_throughput.py"
+)
+assert _SPEC is not None and _SPEC.loader is not None
+gpu_throughput = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(gpu_throughput)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -30,6 +40,28 @@ def test_bf16_gpt_single_process(tmp_path: Path) -> None:
         out=tmp_path / "gpu.log",
     )
     assert done["step"] == 30 and done["test_loss"] < 6.0
+    lines = (tmp_path / "gpu.log").read_text().splitlines()
+    train = [r for r in map(json.loads, filter(None, lines)) if r.get("event") == "train"]
+    assert [r["step"] for r in train] == [10, 20, 30]
+    # MFU against this GPU's own dense bf16 peak; none for a GPU the table lacks.
+    peak = gpu_peak_flops(torch.cuda.get_device_name())
+    for record in train:
+        assert (0.0 < record["mfu"] < 1.0) if peak else record.get("mfu") is None
+
+
+def test_gpu_throughput_benchmark_reports_mfu() -> None:
+    # Eager and tiny: checks the JSON and the FLOPs, not the speed (that is the benchmark's).
+    out = gpu_throughput.main(
+        ["--preset=gpt2-124m", "--batch=2", "--steps=3", "--warmup=2", "--no-compile"]
+    )
+    name = torch.cuda.get_device_name()
+    assert out["skipped"] is False and out["device"] == name
+    assert out["params"] == 124_475_904 and out["flops_per_token"] == 855_383_040.0
+    assert out["config"]["sdpa"] == "flash" and out["config"]["compile"] is False
+    peak = gpu_peak_flops(name)
+    assert out["peak_bf16_flops"] == peak
+    expected = out["flops_per_token"] * out["tokens_per_s"] / peak if peak else None
+    assert out["mfu"] == expected
 
 
 def test_nccl_ddp_single_rank_under_torchrun(tmp_path: Path) -> None:

@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TextIO
+from typing import Any, NamedTuple, Protocol, TextIO
 
 from trainers.common.contract import (
     EVENT_TRAIN,
     FIELD_EVENT,
     FIELD_LOSS,
+    FIELD_MFU,
     FIELD_NODE,
+    FIELD_PEAK_FLOPS,
     FIELD_RANK,
     FIELD_RUN,
     FIELD_SEVERITY,
@@ -37,26 +40,84 @@ from trainers.common.contract import (
     FIELD_WORKER,
 )
 
-# Dense bf16 peak per GPU in FLOP/s (vendor datasheets, without sparsity).
-GPU_PEAK_BF16_FLOPS: dict[str, float] = {
-    "A100": 312e12,
-    "H100": 989e12,
-    "H200": 989e12,
-}
+
+class GpuPeak(NamedTuple):
+    """One row of the peak table: a GPU model and its dense bf16 tensor-core peak."""
+
+    model: str
+    pattern: str
+    """Regular expression searched in the upper-cased CUDA device name."""
+    flops: float
+    """Dense (no 2:4 sparsity) bf16 FLOP/s of one GPU."""
+    source: str
+
+
+_H100_SHEET = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+_H200_SHEET = "https://www.nvidia.com/en-us/data-center/h200/"
+
+GPU_PEAK_BF16_FLOPS: tuple[GpuPeak, ...] = (
+    # Datasheets print the sparse figure with a footnote; the dense peak is half of it.
+    # First match wins, so each variant (PCIe, NVL) precedes its SXM part's catch-all row;
+    # word boundaries keep 'L4' off 'L40S' and 'H200'/'B200' off 'GH200'/'GB200'.
+    GpuPeak("H100 PCIe", r"\bH100\b.*\bPCIE\b", 756.5e12, _H100_SHEET),
+    GpuPeak("H100 NVL", r"\bH100\b.*\bNVL\b", 835.5e12, _H100_SHEET),
+    GpuPeak("H100 SXM", r"\bH100\b", 989.4e12, _H100_SHEET),
+    GpuPeak("H200 NVL", r"\bH200\b.*\bNVL\b", 835.5e12, _H200_SHEET),
+    GpuPeak("H200 SXM", r"\bH200\b", 989.4e12, _H200_SHEET),
+    GpuPeak(
+        "A100",
+        r"\bA100\b",
+        312e12,
+        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+        "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+    ),
+    GpuPeak("L4", r"\bL4\b", 121e12, "https://www.nvidia.com/en-us/data-center/l4/"),
+    GpuPeak("L40S", r"\bL40S\b", 362.05e12, "https://www.nvidia.com/en-us/data-center/l40s/"),
+    GpuPeak("L40", r"\bL40\b", 181.05e12, "https://www.nvidia.com/en-us/data-center/l40/"),
+    GpuPeak("B200", r"\bB200\b", 2.25e15, "https://www.nvidia.com/en-us/data-center/hgx/"),
+    GpuPeak("GB200", r"\bGB200\b", 2.5e15, "https://www.nvidia.com/en-us/data-center/gb200-nvl72/"),
+)
+"""Dense bf16 peaks of the GPUs MFU is reported for. GPUs without bf16 tensor cores (T4,
+V100, P100, P4) are absent on purpose: MFU against a bf16 peak means nothing there."""
+
+
+def gpu_peak(device_name: str) -> tuple[str, float] | None:
+    """(table model, dense bf16 FLOP/s) for a CUDA device name such as 'NVIDIA H100 80GB
+    HBM3'; None for a device the table lacks (never another GPU's peak)."""
+    upper = device_name.upper()
+    for row in GPU_PEAK_BF16_FLOPS:
+        if re.search(row.pattern, upper):
+            return row.model, row.flops
+    return None
 
 
 def gpu_peak_flops(device_name: str) -> float | None:
-    """Peak bf16 FLOP/s for a CUDA device name such as 'NVIDIA H100 80GB HBM3'."""
-    upper = device_name.upper()
-    for key, peak in GPU_PEAK_BF16_FLOPS.items():
-        if key in upper:
-            return peak
-    return None
+    """Dense bf16 FLOP/s of one device named `device_name`; None where unknown."""
+    match = gpu_peak(device_name)
+    return match[1] if match else None
 
 
 def mfu(flops_per_sample: float, samples_per_s: float, peak_flops: float, devices: int) -> float:
     """Model FLOPs utilization: achieved model FLOP/s over the peak of all devices."""
     return flops_per_sample * samples_per_s / (peak_flops * devices)
+
+
+def mfu_fields(
+    flops_per_sample: float | None, samples_per_s: float, peak_flops: float | None, devices: int
+) -> dict[str, float | None]:
+    """The `train` line's `mfu` and the per-device `peak_flops` it is measured against.
+
+    Both keys are always there; both are null where the device's peak is unknown (CPU, TPU,
+    a GPU not in GPU_PEAK_BF16_FLOPS) and `mfu` is null where the model's FLOPs are, rather
+    than a figure against some other device's peak. The peak is the dense bf16 one whatever
+    the run's precision, so fp32 runs read low.
+    """
+    value = (
+        mfu(flops_per_sample, samples_per_s, peak_flops, devices)
+        if flops_per_sample and peak_flops
+        else None
+    )
+    return {FIELD_MFU: value, FIELD_PEAK_FLOPS: peak_flops}
 
 
 class ScalarWriter(Protocol):

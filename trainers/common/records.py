@@ -17,13 +17,12 @@ from trainers.common.contract import (
     FIELD_DATA_WAIT,
     FIELD_LOSS,
     FIELD_LR,
-    FIELD_MFU,
     FIELD_PARAMS_SHA256,
     FIELD_SAMPLES_PER_S,
     FIELD_STEP_TIME,
     FIELD_TOKENS_PER_S,
 )
-from trainers.common.metrics import mfu, throughput
+from trainers.common.metrics import mfu_fields, throughput
 
 
 @dataclass
@@ -60,8 +59,7 @@ class LogWindow:
         }
         if tokens_per_sample:
             out[FIELD_TOKENS_PER_S] = samples_per_s * tokens_per_sample
-        if flops_per_sample and peak_flops:
-            out[FIELD_MFU] = mfu(flops_per_sample, samples_per_s, peak_flops, devices)
+        out.update(mfu_fields(flops_per_sample, samples_per_s, peak_flops, devices))
         return out
 
 

@@ -124,13 +124,15 @@ def build_model(cfg: TrainConfig, input_shape: tuple[int, ...], classes: int) ->
 
 
 def flops_per_sample(model: Any, cfg: TrainConfig) -> float | None:
-    """Training FLOPs for one sample where known: 6 x parameters for the MLP; for the GPT
-    6 x non-embedding parameters plus attention, per token (PaLM appendix B)."""
+    """Training FLOPs for one sample where known: 6 x parameters for the MLP; for the GPT,
+    per token, 6 x the parameters of matrix products (all but the position table: the token
+    table is also the tied output head) plus attention (PaLM appendix B), as the torch GPT's
+    `flops_per_token`."""
     params = sum(math.prod(v.shape) for v in model.trainable_variables)
     if cfg.model == "mlp":
         return 6.0 * params
     if cfg.model == "gpt":
-        embedding = (cfg.vocab_size + cfg.seq_len) * cfg.gpt_dim
-        per_token = 6.0 * (params - embedding) + 12.0 * cfg.gpt_layers * cfg.gpt_dim * cfg.seq_len
+        positions = cfg.seq_len * cfg.gpt_dim
+        per_token = 6.0 * (params - positions) + 12.0 * cfg.gpt_layers * cfg.gpt_dim * cfg.seq_len
         return per_token * cfg.seq_len
     return None

@@ -128,11 +128,19 @@ class GPT(nn.Module):
         return [*self.blocks]
 
     def flops_per_token(self) -> float:
-        """Training FLOPs per token: 6 * non-embedding params plus attention (PaLM appendix B:
-        6N + 12 * layers * dim * seq_len)."""
-        params = sum(p.numel() for p in self.parameters()) - self.pos.weight.numel()
-        params -= self.tok.weight.numel()
-        return 6.0 * params + 12.0 * self.layers * self.dim * self.seq_len
+        """Training FLOPs per token (forward and backward): 6 x the parameters of every matrix
+        product plus the attention scores, 12 * layers * dim * seq_len (PaLM, appendix B).
+
+        The matrix products' parameters are all parameters but the two embedding tables, with
+        the tied output head (dim x vocab) counted back in: a lookup does no arithmetic, the
+        head is the largest matrix product of a small model. LayerNorm weights and biases count
+        too (13 * dim per block, under 0.2% for GPT-2 small), as in nanoGPT's MFU estimate.
+        The attention term counts every (query, key) pair, as PaLM does, although causal
+        flash attention skips about half of them.
+        """
+        params = sum(p.numel() for p in self.parameters())  # the tied head/table counted once
+        matmul_params = params - self.pos.weight.numel()
+        return 6.0 * matmul_params + 12.0 * self.layers * self.dim * self.seq_len
 
 
 def build_model(cfg: TrainConfig, input_shape: tuple[int, ...], classes: int) -> nn.Module:
