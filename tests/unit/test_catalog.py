@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from components import catalog
@@ -206,3 +209,23 @@ def test_prices_are_marked_estimates() -> None:
     assert set(plan_catalog.MACHINE_PRICES) == set(catalog.MACHINES)
     for table in plan_catalog.TABLES:
         assert table.source and table.as_of.startswith("20")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "components.catalog",
+        "components.tpu_pod_slice",
+        "components.vertex_training_job",
+        "components.training_buckets",
+        "components.kubernetes_training_job",
+    ],
+)
+def test_components_load_no_stack_config_layer(module: str) -> None:
+    """An outside program importing a component (or the catalog) gets no `infra` modules:
+    facts and rules live below the components."""
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('infra')))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    assert out == "[]\n"
