@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
+from components.catalog.images import reduction_server_image
 from components.catalog.problems import int_problems, is_int, not_allowed, quote, unknown_keys
 from components.catalog.vertex import (
     ALGORITHMS,
@@ -21,6 +22,7 @@ from components.catalog.vertex import (
     PARAMETER_TYPES,
     SCALE_TYPES,
     reducer_count,
+    reduction_server_enabled,
     reduction_server_problems,
     vertex_machine_problems,
 )
@@ -227,6 +229,13 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
     ]
     has_package = args.get("package_uri") is not None
     problems += vertex_job_spec_problems(args, p, bundled_trainer=has_package)
+    if isinstance(args.get("region"), str) and reduction_server_enabled(
+        args.get("reduction_server")
+    ):
+        try:
+            reduction_server_image(args["region"])
+        except ValueError as exc:
+            problems.append(f"{p}{exc}")
     has_container = args.get("container_image_uri") is not None
     if has_package == has_container:
         problems.append(

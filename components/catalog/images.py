@@ -61,9 +61,10 @@ def reduction_server_image(region: str) -> str:
     prefix = region.split("-", 1)[0]
     multi = _MULTI_REGION_BY_PREFIX.get(prefix)
     if multi is None:
+        prefixes = ", ".join(f"{p}-*" for p in sorted(_MULTI_REGION_BY_PREFIX))
         raise ValueError(
-            f"region: {region!r} has no known nearest Artifact Registry multi-region "
-            f"(known prefixes: {', '.join(sorted(_MULTI_REGION_BY_PREFIX))})"
+            f"region: {region!r} has no known nearest Artifact Registry multi-region; "
+            f"valid: {prefixes}"
         )
     return REDUCTION_SERVER_IMAGES[multi]
 

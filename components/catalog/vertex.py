@@ -132,6 +132,13 @@ def reducer_count_problem(value: Any) -> str:
     return f"{quote(value)} is not allowed; valid: {REDUCER_COUNT_VALID}"
 
 
+def reduction_server_enabled(reduction_server: Any) -> bool:
+    """Whether a `reduction_server` setting asks for reducers (given, and not disabled)."""
+    return (
+        isinstance(reduction_server, Mapping) and reduction_server.get("enabled", True) is not False
+    )
+
+
 def reduction_server_problems(
     reduction_server: Any, machine_type: Any, replica_count: Any, prefix: str = ""
 ) -> list[str]:
@@ -182,7 +189,7 @@ def reduction_server_problems(
 def reducer_count(reduction_server: Any, machine_type: str, replica_count: int) -> int:
     """Reduction Server replicas of a valid setting: 0 when absent or disabled, `auto`
     sized by `reducers_needed`."""
-    if reduction_server is None or reduction_server.get("enabled", True) is False:
+    if not reduction_server_enabled(reduction_server):
         return 0
     reducer = reduction_server.get("machine_type", DEFAULT_REDUCER_MACHINE)
     count = reducer_count_value(reduction_server.get("replica_count", "auto"))

@@ -337,6 +337,11 @@ MACHINES = (
         ),
         ({"replica_count": 0}, "replica_count: 0 is too small; expected >= 1"),
         (
+            {"region": "mars-1", "replica_count": 2, "reduction_server": {"replica_count": 1}},
+            "region: 'mars-1' has no known nearest Artifact Registry multi-region; valid: "
+            "africa-*, asia-*, australia-*, europe-*, me-*, northamerica-*, southamerica-*, us-*",
+        ),
+        (
             {"accelerator_type": "NVIDIA_A100_80GB"},
             "accelerator_type: 'NVIDIA_A100_80GB' does not match a2-highgpu-8g (A100 40GB); "
             "valid: NVIDIA_TESLA_A100",
