@@ -5,19 +5,53 @@ Import the classes from here or from their modules; both are public:
     from components import TrainingBuckets, TrainingIdentity
     from components.training_network import TrainingNetwork
 
-Each entry below is added by hand when a component module lands.
+The names below load their module on first use, so importing one module of the package
+(`components.catalog`, say) does not import every component and its provider SDK. Each
+entry is added by hand when a component module lands.
 """
 
-from components.a100_cluster import A100Cluster, A100ClusterArgs
-from components.kubernetes_training_job import KubernetesTrainingJob, KubernetesTrainingJobArgs
-from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
-from components.project_services import ProjectServices, ProjectServicesArgs
-from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-from components.trainer_package import TrainerPackage, TrainerPackageArgs
-from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
-from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
-from components.training_identity import TrainingIdentity, TrainingIdentityArgs
-from components.training_network import TrainingNetwork, TrainingNetworkArgs
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from components.a100_cluster import A100Cluster, A100ClusterArgs
+    from components.kubernetes_training_job import (
+        KubernetesTrainingJob,
+        KubernetesTrainingJobArgs,
+    )
+    from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
+    from components.project_services import ProjectServices, ProjectServicesArgs
+    from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+    from components.trainer_package import TrainerPackage, TrainerPackageArgs
+    from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
+    from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
+    from components.training_identity import TrainingIdentity, TrainingIdentityArgs
+    from components.training_network import TrainingNetwork, TrainingNetworkArgs
+
+_MODULES: dict[str, str] = {
+    "A100Cluster": "a100_cluster",
+    "A100ClusterArgs": "a100_cluster",
+    "KubernetesTrainingJob": "kubernetes_training_job",
+    "KubernetesTrainingJobArgs": "kubernetes_training_job",
+    "LocalTrainingJob": "local_training_job",
+    "LocalTrainingJobArgs": "local_training_job",
+    "ProjectServices": "project_services",
+    "ProjectServicesArgs": "project_services",
+    "TpuPodSlice": "tpu_pod_slice",
+    "TpuPodSliceArgs": "tpu_pod_slice",
+    "TrainerPackage": "trainer_package",
+    "TrainerPackageArgs": "trainer_package",
+    "TrainingBuckets": "training_buckets",
+    "TrainingBucketsArgs": "training_buckets",
+    "TrainingDashboard": "training_dashboard",
+    "TrainingDashboardArgs": "training_dashboard",
+    "TrainingIdentity": "training_identity",
+    "TrainingIdentityArgs": "training_identity",
+    "TrainingNetwork": "training_network",
+    "TrainingNetworkArgs": "training_network",
+}
 
 __all__ = [
     "A100Cluster",
@@ -41,3 +75,13 @@ __all__ = [
     "TrainingNetwork",
     "TrainingNetworkArgs",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        # Not a component name: let `from components import <submodule>` import it.
+        raise AttributeError(f"module 'components' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"components.{module}"), name)
+    globals()[name] = value
+    return value

@@ -22,17 +22,11 @@ from typing import Any, cast
 
 import pulumi
 
-MANAGED_BY = "trainstack"
-"""Value of the `managed-by` label on every resource trainstack creates."""
-
-RESERVED_LABEL_KEYS: tuple[str, ...] = ("component", "managed-by")
-"""Label keys trainstack sets itself; user labels may not override them."""
+from components.catalog.names import MANAGED_BY, label_problems
 
 _HASH_LEN = 8
 _INVALID = re.compile(r"[^a-z0-9-]+")
 _DASHES = re.compile(r"-{2,}")
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 
 
 def _sanitize(text: str) -> str:
@@ -99,23 +93,11 @@ def account_id(deployment: str, role: str) -> str:
 
 
 def validate_labels(labels: Mapping[str, str]) -> None:
-    """Raise ValueError unless `labels` are valid GCP labels that leave trainstack's keys alone."""
-    for key, value in labels.items():
-        if key in RESERVED_LABEL_KEYS:
-            raise ValueError(
-                f"labels: key {key!r} is reserved by trainstack "
-                f"(reserved: {', '.join(RESERVED_LABEL_KEYS)})"
-            )
-        if not _LABEL_KEY.match(key):
-            raise ValueError(
-                f"labels: key {key!r} must start with a lowercase letter and contain only "
-                "a-z, 0-9, _ and - (at most 63 characters)"
-            )
-        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
-            raise ValueError(
-                f"labels: value {value!r} of {key!r} must contain only a-z, 0-9, _ and - "
-                "(at most 63 characters)"
-            )
+    """Raise ValueError listing every problem (`components.catalog.names.label_problems`)
+    unless `labels` are valid GCP labels that leave trainstack's own keys alone."""
+    problems = label_problems(labels)
+    if problems:
+        raise ValueError("\n".join(problems))
 
 
 def merge_labels(user: Mapping[str, str] | None, component: str) -> dict[str, str]:

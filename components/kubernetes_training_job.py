@@ -54,6 +54,7 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import serviceaccount
 
 from components._naming import labels_input
+from components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
 from components.gpu_startup import (
     DEFAULT_PORT,
     FAIL_FAST_EXIT_CODES,
@@ -69,18 +70,6 @@ TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
 COMPONENT_LABEL: Final = "kubernetes-training-job"
 CONTAINER_NAME: Final = "trainer"
 DEFAULT_MODULE: Final = "trainers.torch_ddp"
-
-IMAGES_VERIFIED: Final = False
-IMAGES_SOURCE: Final = (
-    "Docker Hub tags seen in public Dockerfiles (2026); pinned by tag, not digest. TO VERIFY: "
-    "https://hub.docker.com/r/pytorch/pytorch/tags, https://hub.docker.com/r/tensorflow/tensorflow/tags"
-)
-DEFAULT_IMAGES: Final[dict[str, str]] = {
-    "trainers.torch_ddp": "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
-    "trainers.tf_multiworker": "tensorflow/tensorflow:2.17.0-gpu",
-}
-"""Public CUDA images by trainer module; the trainer package is pip-installed at start.
-GKE nodes pull Docker Hub images through Google's mirror.gcr.io cache."""
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_TOLERATION: Final[dict[str, str]] = {
@@ -135,7 +124,8 @@ class KubernetesTrainingJobArgs(TypedDict):
     """gs:// URL of the checkpoint bucket: adds `--checkpoint_dir=<url>/checkpoints` unless
     the flags choose one, so a restarted pod resumes."""
     image: NotRequired[str]
-    """Container image with CUDA and the framework (default: `DEFAULT_IMAGES` by module)."""
+    """Container image with CUDA and the framework (default: the pinned image for the module,
+    `components.catalog.images.KUBERNETES_IMAGES`)."""
     namespace: NotRequired[str]
     """Namespace of every object (default `default`); it must exist."""
     project: NotRequired[pulumi.Input[str]]

@@ -22,12 +22,13 @@
     )
     # tpu.slice_name, tpu.worker_ips, tpu.chips, tpu.hosts, tpu.console_url, tpu.checkpoint_dir
 
-Validation happens before anything is registered, against `infra.catalog` (the same
-tables and functions the stack config is checked with): the slice exists for its
-generation, the zone offers the generation, the runtime version belongs to the generation,
-a TensorFlow `-pod` runtime goes with a multi-host slice and a plain one with a single host,
-and the tensorflow trainer gets a TensorFlow runtime. `framework: torch` is refused:
-PyTorch/XLA (PJRT, every worker runs the program) is not built.
+Validation happens before anything is registered, against `components.catalog`, with
+`tpu_pod_slice_problems` (`components._tpu_args`), the function the stack config checks
+`trainstack:tpu` with: the slice exists for its generation, the zone offers the generation,
+the runtime version belongs to the generation, a TensorFlow `-pod` runtime goes with a
+multi-host slice and a plain one with a single host, and the trainer gets a TensorFlow
+runtime. The slice runs the tensorflow trainer (TPUStrategy) only: PyTorch/XLA (PJRT, every
+worker runs the program) is not built, so there is no framework to choose.
 
 Provisioning:
 - on-demand, spot, reserved: one `gcp.tpu.V2Vm` (`scheduling_config` spot/reserved) with no
@@ -54,9 +55,7 @@ Naming: the TPU node is `<deployment_name>-tpu` and the queued resource
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
@@ -64,55 +63,49 @@ from pulumi_gcp import tpu
 
 from components._discovery import validate_body
 from components._naming import gcp_name, labels_input, name_input
+from components._tpu_args import (
+    DEFAULT_TRAINER_MODULE,
+    SlicePlan,
+    tpu_pod_slice_problems,
+    tpu_trainer_problems,
+    validate_args,
+)
 from components._tpu_queued_provider import (
-    DEFAULT_WAIT_TIMEOUT_S,
     QueuedResource,
     QueuedResourceProvider,
     console_url,
     with_spec_label,
 )
+from components.catalog.tpu import TPU_ZONES_SOURCE, QueuedTier, TpuProvisioning
 from components.startup.tpu_worker import (
     effective_checkpoint_dir,
     render_tpu_worker_script,
-    validate_trainer_launch,
 )
-from infra import catalog
-from infra.tpu_rules import (
-    tensorflow_runtime_problem,
-    tpu_slice_problems,
-)
+
+__all__ = [
+    "DEFAULT_TRAINER_MODULE",
+    "SlicePlan",
+    "TpuPodSlice",
+    "TpuPodSliceArgs",
+    "node_body",
+    "queued_resource_body",
+    "reservation_name",
+    "resource_path",
+    "tpu_pod_slice_problems",
+    "tpu_trainer_problems",
+    "validate_args",
+]
 
 TOKEN: Final = "trainstack:tpu:TpuPodSlice"
 COMPONENT_LABEL: Final = "tpu-pod-slice"
 API: Final = "tpu.v2"
-PROVISIONING: Final = ("on-demand", "spot", "reserved", "queued")
-QUEUED_TIERS: Final = ("on-demand", "spot", "guaranteed")
-DEFAULT_TRAINER_MODULE: Final = "trainers.tf_multiworker"
 SCOPES: Final = ("https://www.googleapis.com/auth/cloud-platform",)
 """Access scope of the node's service account; its IAM roles are what limit it."""
-DISK_MODES: Final = ("READ_WRITE", "READ_ONLY")
 
-SECURE_BOOT_GENERATIONS: Final[frozenset[str]] = frozenset({"v4", "v5e", "v5p", "v6e"})
-SECURE_BOOT_VERIFIED: Final = False
-SECURE_BOOT_SOURCE: Final = (
-    "DISC:tpu.v2.json#Node.shieldedInstanceConfig; gcloud compute tpus queued-resources "
-    "create --shielded-secure-boot; Cloud TPU's answer to constraints/compute.requireShieldedVm "
-    "('Please create TPUs with Secure Boot enabled', quoted in "
-    "google/fully-homomorphic-encryption#103). No Google page lists the generations."
-)
-READ_ONLY_MULTI_HOST_SOURCE: Final = (
-    "https://docs.cloud.google.com/tpu/docs/attach-durable-block-storage (read-write mode "
-    "attaches a disk to at most one instance)"
-)
-
-_RESERVATION = re.compile(
-    r"^(-|[a-z]([-a-z0-9]{0,61}[a-z0-9])?|projects/[^/]+/locations/[^/]+/reservations/[^/]+)$"
-)
 _COMPUTE_API_PREFIXES: Final = (
     "https://www.googleapis.com/compute/v1/",
     "https://compute.googleapis.com/compute/v1/",
 )
-_QUEUED_KEYS: Final = ("tier", "min_duration_s", "valid_until_s", "wait_timeout_s")
 
 
 class DataDiskArgs(TypedDict):
@@ -128,7 +121,7 @@ class DataDiskArgs(TypedDict):
 class QueuedArgs(TypedDict):
     """Settings of a queued resource (provisioning `queued`)."""
 
-    tier: NotRequired[Literal["on-demand", "spot", "guaranteed"]]
+    tier: NotRequired[QueuedTier]
     """Capacity tier (default on-demand; the API's `spot` / `guaranteed`)."""
     min_duration_s: NotRequired[int]
     """guaranteed only: provision only if the capacity is guaranteed for this long."""
@@ -155,7 +148,7 @@ class TpuPodSliceArgs(TypedDict):
     """Chip topology with `generation`, e.g. `2x2x4`."""
     runtime_version: str
     """TPU software version, e.g. `tpu-vm-tf-2.16.0-pod` (required: versions drift)."""
-    provisioning: NotRequired[Literal["on-demand", "spot", "reserved", "queued"]]
+    provisioning: NotRequired[TpuProvisioning]
     """How capacity is obtained (default on-demand)."""
     reservation: NotRequired[str]
     """queued only: reservation name, `projects/P/locations/ZONE/reservations/R`, or `-`
@@ -178,8 +171,6 @@ class TpuPodSliceArgs(TypedDict):
     """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
     trainer_module: NotRequired[str]
     """Module worker 0 runs (default `trainers.tf_multiworker`)."""
-    framework: NotRequired[Literal["tensorflow", "torch"]]
-    """Trainer framework (default tensorflow; torch is refused, see the module docstring)."""
     data_disks: NotRequired[Sequence[DataDiskArgs]]
     """Persistent disks attached to every worker."""
     secure_boot: NotRequired[bool]
@@ -188,166 +179,6 @@ class TpuPodSliceArgs(TypedDict):
     """User labels, merged with trainstack's, on the node."""
     api_endpoint: NotRequired[str]
     """queued only: override the TPU API endpoint (tests point it at a local server)."""
-
-
-# --------------------------------------------------------------------------------------
-# Validation (pure; the same catalog functions infra/config.py uses)
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SlicePlan:
-    """What validated arguments resolve to."""
-
-    slice: catalog.TpuSlice
-    generation: catalog.TpuGeneration
-    provisioning: str
-    secure_boot: bool
-    trainer_module: str
-    trainer_args: tuple[str, ...]
-    disk_modes: tuple[str, ...]
-    """Mode of each entry of `data_disks`, defaults resolved."""
-    queued_tier: str
-    wait_timeout_s: int
-
-
-def _provisioning_problems(args: Mapping[str, Any], provisioning: Any) -> list[str]:
-    problems: list[str] = []
-    if provisioning not in PROVISIONING:
-        problems.append(
-            f"provisioning: {provisioning!r} is not allowed; valid: {', '.join(PROVISIONING)}"
-        )
-    reservation = args.get("reservation")
-    if reservation is not None:
-        if not isinstance(reservation, str) or not _RESERVATION.match(reservation):
-            problems.append(
-                f"reservation: {reservation!r} is not a reservation name; valid: a name, "
-                "projects/P/locations/ZONE/reservations/R, or '-' (any reservation)"
-            )
-        elif provisioning == "reserved":
-            problems.append(
-                f"reservation: {reservation!r} needs provisioning 'queued': a TPU VM created "
-                "directly (provisioning 'reserved') consumes any matching reservation and "
-                "cannot name one; valid: provisioning 'queued' with a reservation, or "
-                "provisioning 'reserved' without one"
-            )
-        elif provisioning in ("on-demand", "spot"):
-            problems.append(
-                f"reservation: {reservation!r} cannot be used with provisioning "
-                f"{provisioning!r}; valid: provisioning reserved or queued"
-            )
-    queued = args.get("queued")
-    if queued is not None:
-        problems += _queued_problems(queued, provisioning, reservation)
-    return problems
-
-
-def _queued_problems(queued: Any, provisioning: Any, reservation: Any) -> list[str]:
-    if provisioning != "queued":
-        return [f"queued: only used with provisioning 'queued', not {provisioning!r}"]
-    if not isinstance(queued, Mapping):
-        return [f"queued: expected a mapping with keys {', '.join(_QUEUED_KEYS)}"]
-    problems = [
-        f"queued.{key}: unknown key; valid: {', '.join(_QUEUED_KEYS)}"
-        for key in queued
-        if key not in _QUEUED_KEYS
-    ]
-    tier = queued.get("tier", "on-demand")
-    if tier not in QUEUED_TIERS:
-        problems.append(f"queued.tier: {tier!r} is not allowed; valid: {', '.join(QUEUED_TIERS)}")
-    for key in ("min_duration_s", "valid_until_s", "wait_timeout_s"):
-        value = queued.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            problems.append(f"queued.{key}: expected an integer >= 1, got {value!r}")
-    if queued.get("min_duration_s") is not None and tier != "guaranteed":
-        problems.append(
-            f"queued.min_duration_s: only used with queued.tier 'guaranteed', not {tier!r}"
-        )
-    if reservation is not None and tier == "spot":
-        problems.append(
-            f"queued.tier: 'spot' cannot be combined with reservation {reservation!r}; "
-            "valid: on-demand, guaranteed"
-        )
-    return problems
-
-
-def _disk_modes(disks: Any, found: catalog.TpuSlice | None) -> tuple[tuple[str, ...], list[str]]:
-    if disks is None:
-        return (), []
-    if isinstance(disks, str | Mapping) or not isinstance(disks, Sequence):
-        return (), [f"data_disks: expected a list of {{source_disk, mode}}, got {disks!r}"]
-    multi = found is not None and found.multi_host
-    modes: list[str] = []
-    problems: list[str] = []
-    for i, disk in enumerate(disks):
-        if not isinstance(disk, Mapping) or disk.get("source_disk") is None:
-            problems.append(f"data_disks[{i}].source_disk: required")
-            continue
-        mode = disk.get("mode", "READ_ONLY" if multi else "READ_WRITE")
-        if mode not in DISK_MODES:
-            problems.append(
-                f"data_disks[{i}].mode: {mode!r} is not allowed; valid: {', '.join(DISK_MODES)}"
-            )
-        elif multi and mode == "READ_WRITE" and found is not None:
-            problems.append(
-                f"data_disks[{i}].mode: 'READ_WRITE' attaches a disk to one VM but every one "
-                f"of the {found.hosts} workers of {found.accelerator_type} attaches it; "
-                "valid: READ_ONLY"
-            )
-        modes.append(str(mode))
-    return tuple(modes), problems
-
-
-def validate_args(args: Mapping[str, Any]) -> SlicePlan:
-    """Check every plain argument; raise one ValueError listing every problem, one per line."""
-    found, problems = tpu_slice_problems(
-        accelerator_type=args.get("accelerator_type"),
-        generation=args.get("generation"),
-        topology=args.get("topology"),
-        zone=args.get("zone"),
-        runtime_version=args.get("runtime_version"),
-    )
-    framework = args.get("framework", "tensorflow")
-    if framework == "torch":
-        problems.append(
-            "framework: 'torch' is not supported on a TPU slice: PyTorch/XLA (PJRT, where "
-            "every worker runs the program) is not built or tested in trainstack; "
-            "valid: tensorflow"
-        )
-    elif framework != "tensorflow":
-        problems.append(f"framework: {framework!r} is not allowed; valid: tensorflow")
-    elif found is not None and not problems:
-        problems += tensorflow_runtime_problem(args["runtime_version"], found)
-    provisioning = args.get("provisioning", "on-demand")
-    problems += _provisioning_problems(args, provisioning)
-    modes, disk_problems = _disk_modes(args.get("data_disks"), found)
-    problems += disk_problems
-    trainer_module = args.get("trainer_module", DEFAULT_TRAINER_MODULE)
-    trainer_args = args.get("trainer_args", ())
-    try:
-        validate_trainer_launch(trainer_module, trainer_args)
-    except ValueError as exc:
-        problems.append(str(exc))
-    secure_boot = args.get("secure_boot", True)
-    if not isinstance(secure_boot, bool):
-        problems.append(f"secure_boot: expected true or false, got {secure_boot!r}")
-    if problems:
-        raise ValueError("\n".join(problems))
-    assert found is not None  # no problems means a slice was found
-    queued = args.get("queued") or {}
-    return SlicePlan(
-        slice=found,
-        generation=catalog.TPU_GENERATIONS[found.generation],
-        provisioning=str(provisioning),
-        secure_boot=bool(secure_boot) and found.generation in SECURE_BOOT_GENERATIONS,
-        trainer_module=str(trainer_module),
-        trainer_args=tuple(trainer_args),
-        disk_modes=modes,
-        queued_tier=str(queued.get("tier", "on-demand")),
-        wait_timeout_s=int(queued.get("wait_timeout_s", DEFAULT_WAIT_TIMEOUT_S)),
-    )
 
 
 # --------------------------------------------------------------------------------------
@@ -550,7 +381,7 @@ class TpuPodSlice(pulumi.ComponentResource):
         if not plan.generation.zones.get(zone, True):
             pulumi.log.warn(
                 f"{zone}: the catalog's {plan.generation.name} zone list marks it unverified "
-                f"(source: {catalog.TPU_ZONES_SOURCE})",
+                f"(source: {TPU_ZONES_SOURCE})",
                 resource=self,
             )
 

@@ -31,12 +31,16 @@ Naming: `<project>-<deployment_name>-<role>[-<name_suffix>]` (see `components._n
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp import storage
 
 from components._naming import bucket_name, labels_input, name_input
+from components.catalog.names import label_problems
+from components.catalog.problems import int_problems, not_allowed, quote
 
 TOKEN = "trainstack:storage:TrainingBuckets"
 COMPONENT_LABEL = "training-buckets"
@@ -53,6 +57,8 @@ DATA_NONCURRENT_DAYS = 30
 # their URI; a preempted job may resume weeks later, and the packages are kilobytes, so a year
 # costs nothing and never pulls a package from under a live job.
 STAGING_RETENTION_DAYS = 365
+NAME_SUFFIX = re.compile(r"[a-z0-9]([a-z0-9-]{0,14}[a-z0-9])?")
+"""An opt-in bucket name suffix: 1-16 of a-z, 0-9 and '-', not starting or ending with '-'."""
 
 
 class TrainingBucketsArgs(TypedDict):
@@ -78,31 +84,40 @@ class TrainingBucketsArgs(TypedDict):
     """Appended to every bucket name, to disambiguate in the global bucket namespace."""
 
 
-def _validate(args: TrainingBucketsArgs) -> tuple[str, bool, pulumi.Input[int]]:
-    environment = args["environment"]
+def training_buckets_problems(args: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every problem with the plain values of `args`, keys prefixed with `prefix`.
+
+    Outputs are checked by the resources they reach. The stack config runs this on
+    `trainstack:buckets` with prefix `buckets.` (and the stack's environment).
+    """
+    p = prefix
+    problems: list[str] = []
+    environment = args.get("environment")
     if environment not in ENVIRONMENTS:
-        raise ValueError(
-            f"environment must be one of {', '.join(ENVIRONMENTS)}, got {environment!r}"
-        )
+        problems.append(not_allowed(f"{p}environment", environment, ENVIRONMENTS))
     delete_data = args.get("delete_data_on_destroy", False)
     if delete_data is not True and delete_data is not False:
-        raise ValueError(f"delete_data_on_destroy must be a bool, got {delete_data!r}")
-    if delete_data and environment == "prod":
-        raise ValueError(
-            "delete_data_on_destroy must be False in prod: prod data and checkpoints are "
-            "protected on destroy"
+        problems.append(
+            f"{p}delete_data_on_destroy: {quote(delete_data)} is not a boolean; valid: true, false"
         )
+    elif delete_data and environment == "prod":
+        # Prod data and checkpoints are protected on destroy.
+        problems.append(f"{p}delete_data_on_destroy: true is not allowed in prod; valid: false")
     days = args.get("checkpoint_retention_days", DEFAULT_CHECKPOINT_RETENTION_DAYS)
-    if not isinstance(days, pulumi.Output) and (
-        isinstance(days, bool)
-        or not isinstance(days, int)
-        or not 1 <= days <= MAX_CHECKPOINT_RETENTION_DAYS
-    ):
-        raise ValueError(
-            f"checkpoint_retention_days must be an integer between 1 and "
-            f"{MAX_CHECKPOINT_RETENTION_DAYS}, got {days!r}"
+    if not isinstance(days, pulumi.Output):
+        problems += int_problems(
+            f"{p}checkpoint_retention_days", days, 1, MAX_CHECKPOINT_RETENTION_DAYS
         )
-    return environment, delete_data, days
+    suffix = args.get("name_suffix")
+    if isinstance(suffix, str) and not NAME_SUFFIX.fullmatch(suffix):
+        problems.append(
+            f"{p}name_suffix: {quote(suffix)} is not a valid bucket name suffix; expected 1-16 "
+            "of a-z, 0-9 and '-', not starting or ending with '-'"
+        )
+    labels = args.get("labels")
+    if isinstance(labels, Mapping):
+        problems += label_problems(labels, f"{p}labels")
+    return problems
 
 
 class TrainingBuckets(pulumi.ComponentResource):
@@ -130,7 +145,12 @@ class TrainingBuckets(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingBucketsArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        environment, delete_data, retention_days = _validate(args)
+        problems = training_buckets_problems(args)
+        if problems:
+            raise ValueError("\n".join(problems))
+        environment = args["environment"]
+        delete_data = args.get("delete_data_on_destroy", False)
+        retention_days = args.get("checkpoint_retention_days", DEFAULT_CHECKPOINT_RETENTION_DAYS)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         suffix = args.get("name_suffix")
         names = {

@@ -1,12 +1,12 @@
-"""Google Cloud facts the stack config is validated against, as plain data.
+"""What the offline plan needs beyond the components' facts: quota ids and prices.
 
-Every table carries its source (`*_SOURCE`) and the date it was compiled (`*_AS_OF`).
-Facts that the team's fact sheet (`reference/gcp-facts.md`, "checked facts") marks as
-unverified carry `verified=False` and a note, so callers can say so instead of presenting a
-guess as a fact. Nothing here calls a cloud API: these tables let `trainstack plan` reject a
-bad config offline, before any resource is registered. At deploy time, prefer the live
-answers (`gcp.tpu.get_v2_accelerator_types`, `gcp.compute.get_machine_types`,
-`gcp.cloudquota.get_s_quota_infos`) where they disagree.
+The Google Cloud facts the components need (TPU slices, machine shapes, accelerator names,
+zones, images) live in `components.catalog`; this module adds the tables only the plan and
+the quota preflight use, each with its source (`*_SOURCE`) and date (`*_AS_OF`), and
+`TABLES`, the index of every table for `trainstack plan` footnotes. Facts that the team's
+fact sheet (`reference/gcp-facts.md`) marks as unverified carry `verified=False` and a note.
+Nothing here calls a cloud API; at deploy time, prefer the live answers
+(`gcp.cloudquota.get_s_quota_infos`) where they disagree.
 
 Prices are list-price ESTIMATES (USD, us-central1) for the offline plan only; they are not
 quotes and are not verified.
@@ -14,513 +14,61 @@ quotes and are not verified.
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-TpuGenerationName = Literal["v4", "v5e", "v5p", "v6e"]
+from components.catalog.gpus import (
+    A100_ZONES_AS_OF,
+    A100_ZONES_SOURCE,
+    A100_ZONES_VERIFIED,
+    ACCELERATOR_NAMES_AS_OF,
+    ACCELERATOR_NAMES_SOURCE,
+    GpuModel,
+)
+from components.catalog.machines import (
+    MACHINES_AS_OF,
+    MACHINES_SOURCE,
+)
+from components.catalog.sources import FACT_SHEET
+from components.catalog.tpu import (
+    TPU_AS_OF,
+    TPU_GENERATIONS,
+    TPU_RUNTIME_AS_OF,
+    TPU_RUNTIME_SOURCE,
+    TPU_SOURCE,
+    TPU_ZONES_AS_OF,
+    TPU_ZONES_SOURCE,
+    TpuGenerationName,
+)
+
+__all__ = [
+    "A2_CPUS_QUOTA",
+    "COMPUTE_QUOTAS",
+    "CPUS_QUOTA",
+    "ENUMERATE_HINT",
+    "GKE_CLUSTER_FEE_USD",
+    "GPUS_ALL_REGIONS_QUOTA",
+    "MACHINE_PRICES",
+    "PRICES_AS_OF",
+    "PRICES_SOURCE",
+    "PRICES_VERIFIED",
+    "PRICE_REGION",
+    "QUOTAS_AS_OF",
+    "QUOTAS_SOURCE",
+    "SPOT_PRICE_FRACTION",
+    "TABLES",
+    "TPU_CHIP_PRICES",
+    "TPU_QUOTAS",
+    "VERTEX_CPU_QUOTAS",
+    "VERTEX_GPU_QUOTAS",
+    "VERTEX_TRAINING_MARKUP",
+    "CatalogTable",
+    "Price",
+    "QuotaSpec",
+    "TpuTier",
+]
+
 TpuTier = Literal["on-demand", "spot", "reserved"]
-GpuModel = Literal["A100 40GB", "A100 80GB"]
-
-FACT_SHEET: Final = "reference/gcp-facts.md (compiled 2026-11)"
-
-# --------------------------------------------------------------------------------------
-# Cloud TPU
-# --------------------------------------------------------------------------------------
-
-TPU_SOURCE: Final = (
-    "https://cloud.google.com/tpu/docs/v4, https://docs.cloud.google.com/tpu/docs/v5e, "
-    "https://docs.cloud.google.com/tpu/docs/v5p-training, "
-    "https://docs.cloud.google.com/tpu/docs/v6e.md.txt, "
-    "AI-Hypercomputer/xpk:src/xpk/core/system_characteristics.py; "
-    f"{FACT_SHEET} sections 1.1-1.2"
-)
-TPU_AS_OF: Final = "2026-11-01"
-
-TPU_ZONES_SOURCE: Final = (
-    "https://cloud.google.com/tpu/docs/regions-zones, "
-    f"https://docs.cloud.google.com/tpu/docs/types-zones; {FACT_SHEET} section 1.3"
-)
-TPU_ZONES_AS_OF: Final = "2026-11-01"
-
-TPU_RUNTIME_SOURCE: Final = (
-    "https://cloud.google.com/tpu/docs/runtimes, "
-    f"https://cloud.google.com/tpu/docs/supported-versions; {FACT_SHEET} section 1.4"
-)
-TPU_RUNTIME_AS_OF: Final = "2026-11-01"
-
-
-@dataclass(frozen=True)
-class TpuSlice:
-    """One TPU slice shape as the Cloud TPU VM API names it (`accelerator_type`)."""
-
-    accelerator_type: str
-    """API name, e.g. `v4-32` or `v5litepod-16`."""
-    generation: TpuGenerationName
-    topology: str
-    """Chip topology for `AcceleratorConfig.topology`, e.g. `2x2x4`."""
-    chips: int
-    hosts: int
-    """TPU VMs (workers) in the slice; each runs the startup script."""
-    verified: bool = True
-    note: str = ""
-
-    @property
-    def chips_per_host(self) -> int:
-        """Chips attached to each TPU VM of this slice."""
-        return self.chips // self.hosts
-
-    @property
-    def multi_host(self) -> bool:
-        """True when the slice spans several VMs (needs a `-pod` TF runtime)."""
-        return self.hosts > 1
-
-
-@dataclass(frozen=True)
-class TpuGeneration:
-    """Per-generation TPU facts."""
-
-    name: TpuGenerationName
-    type_prefix: str
-    """Prefix of the accelerator type name: `v4-32`, `v5litepod-16`, `v5p-8`, `v6e-4`."""
-    api_type: Literal["V4", "V5LITE_POD", "V5P", "V6E"]
-    """`AcceleratorConfig.type` enum value in tpu.v2."""
-    name_counts: Literal["tensorcores", "chips"]
-    """What N in `<prefix>-N` counts."""
-    tensorcores_per_chip: int
-    hbm_gb_per_chip: int
-    """HBM per chip in GB (GiB for v4, as Google's table states it)."""
-    chips_per_multi_host_vm: int
-    base_runtime: str
-    """Runtime for frameworks installed by the user (PyTorch, JAX, TensorFlow via pip)."""
-    gke_accelerator: str
-    """GKE node label `cloud.google.com/gke-tpu-accelerator`."""
-    gke_machine_type: str
-    zones: dict[str, bool]
-    """Zone -> verified (False where the fact sheet marks the zone unverified)."""
-    slices: tuple[TpuSlice, ...]
-    tf_min_version: tuple[int, int, int]
-    """Oldest TensorFlow with a TPU VM runtime for this generation."""
-    tf_requires_pjrt: bool
-    """v5e/v5p/v6e only have `-pjrt` TF runtimes."""
-
-    def slice(self, accelerator_type: str) -> TpuSlice | None:
-        """The slice named `accelerator_type`, or None when this generation has none."""
-        return next((s for s in self.slices if s.accelerator_type == accelerator_type), None)
-
-    def slice_for_topology(self, topology: str) -> TpuSlice | None:
-        """The slice with chip topology `topology`, or None."""
-        return next((s for s in self.slices if s.topology == topology), None)
-
-    @property
-    def runtime_family(self) -> str:
-        """Human description of the runtime versions valid for this generation."""
-        if self.tf_requires_pjrt:
-            tf = "tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= {}.{}.{})".format(*self.tf_min_version)
-            return f"{self.base_runtime}, {tf}"
-        return (
-            f"{self.base_runtime}, tpu-vm-tf-X.Y.Z[-pod][-pjrt] (TF >= 2.10.1), "
-            "tpu-vm-tf-X.Y.Z[-pod]-v4 (TF <= 2.10.0)"
-        )
-
-
-def _slice(
-    gen: TpuGenerationName,
-    prefix: str,
-    n: int,
-    topology: str,
-    chips: int,
-    *,
-    single_host: bool = False,
-    verified: bool = True,
-    note: str = "",
-) -> TpuSlice:
-    # xpk: chips_per_vm = 1 if total_chips == 1 else 4, so multi-host VMs = chips / 4.
-    hosts = 1 if single_host else max(1, chips // 4)
-    return TpuSlice(f"{prefix}-{n}", gen, topology, chips, hosts, verified, note)
-
-
-_V4_SHAPES: Final = (
-    ("2x2x1", 4),
-    ("2x2x2", 8),
-    ("2x2x4", 16),
-    ("2x4x4", 32),
-    ("4x4x4", 64),
-    ("4x4x8", 128),
-    ("4x8x8", 256),
-    ("8x8x8", 512),
-    ("8x8x12", 768),
-    ("8x8x16", 1024),
-    ("8x16x16", 2048),
-)
-
-_V5P_SHAPES: Final = (
-    ("2x2x1", 4, True, ""),
-    ("2x2x2", 8, True, ""),
-    ("2x2x4", 16, True, "v5p-32 is used in Google's JAX pod example (europe-west4-b)"),
-    ("2x4x4", 32, True, ""),
-    ("4x4x4", 64, True, ""),
-    ("4x4x8", 128, True, ""),
-    ("4x8x8", 256, True, ""),
-    ("8x8x8", 512, True, ""),
-    ("8x8x16", 1024, False, "row elided in the fact sheet's copy of Google's table"),
-    ("8x16x16", 2048, False, "row elided in the fact sheet's copy of Google's table"),
-    ("16x16x16", 4096, False, "row elided in the fact sheet's copy of Google's table"),
-    ("16x16x24", 6144, True, "largest single v5p slice"),
-)
-
-# v5e and v6e share the 2D shapes; N in the name is the chip count.
-_2D_SHAPES: Final = (
-    ("1x1", 1),
-    ("2x2", 4),
-    ("2x4", 8),
-    ("4x4", 16),
-    ("4x8", 32),
-    ("8x8", 64),
-    ("8x16", 128),
-    ("16x16", 256),
-)
-
-_EIGHT_CHIP_NOTE: Final = (
-    "believed to be one 8-chip VM in the Cloud TPU VM API; xpk/GKE model 2x4 as 2 VMs of "
-    "4 chips. Check len(network_endpoints) on a real slice."
-)
-_V5E_MULTI_HOST_NOTE: Final = (
-    "4 chips per VM comes from xpk and ai-on-gke code, not a Google doc sentence"
-)
-
-
-def _v4_slices() -> tuple[TpuSlice, ...]:
-    return tuple(
-        _slice("v4", "v4", 2 * chips, topo, chips, single_host=chips == 4)
-        for topo, chips in _V4_SHAPES
-    )
-
-
-def _v5p_slices() -> tuple[TpuSlice, ...]:
-    return tuple(
-        _slice("v5p", "v5p", 2 * chips, topo, chips, single_host=chips == 4, verified=ok, note=n)
-        for topo, chips, ok, n in _V5P_SHAPES
-    )
-
-
-def _2d_slices(gen: TpuGenerationName, prefix: str, multi_note: str) -> tuple[TpuSlice, ...]:
-    out = []
-    for topo, chips in _2D_SHAPES:
-        if chips == 8:
-            out.append(
-                _slice(gen, prefix, chips, topo, chips, single_host=True, verified=False,
-                       note=_EIGHT_CHIP_NOTE)
-            )  # fmt: skip
-        elif chips <= 4:
-            out.append(_slice(gen, prefix, chips, topo, chips, single_host=True))
-        else:
-            out.append(
-                _slice(gen, prefix, chips, topo, chips, verified=not multi_note, note=multi_note)
-            )
-    return tuple(out)
-
-
-TPU_GENERATIONS: Final[dict[TpuGenerationName, TpuGeneration]] = {
-    "v4": TpuGeneration(
-        name="v4",
-        type_prefix="v4",
-        api_type="V4",
-        name_counts="tensorcores",
-        tensorcores_per_chip=2,
-        hbm_gb_per_chip=32,
-        chips_per_multi_host_vm=4,
-        base_runtime="tpu-ubuntu2204-base",
-        gke_accelerator="tpu-v4-podslice",
-        gke_machine_type="ct4p-hightpu-4t",
-        zones={"us-central2-b": True},
-        slices=_v4_slices(),
-        tf_min_version=(2, 10, 1),
-        tf_requires_pjrt=False,
-    ),
-    "v5e": TpuGeneration(
-        name="v5e",
-        type_prefix="v5litepod",
-        api_type="V5LITE_POD",
-        name_counts="chips",
-        tensorcores_per_chip=1,
-        hbm_gb_per_chip=16,
-        chips_per_multi_host_vm=4,
-        base_runtime="v2-alpha-tpuv5-lite",
-        gke_accelerator="tpu-v5-lite-podslice",
-        gke_machine_type="ct5lp-hightpu-4t",
-        zones={
-            "us-central1-a": True,
-            "us-south1-a": True,
-            "us-west1-c": True,
-            "us-west4-a": True,
-            "europe-west4-b": True,
-        },
-        slices=_2d_slices("v5e", "v5litepod", _V5E_MULTI_HOST_NOTE),
-        tf_min_version=(2, 15, 0),
-        tf_requires_pjrt=True,
-    ),
-    "v5p": TpuGeneration(
-        name="v5p",
-        type_prefix="v5p",
-        api_type="V5P",
-        name_counts="tensorcores",
-        tensorcores_per_chip=2,
-        hbm_gb_per_chip=95,
-        chips_per_multi_host_vm=4,
-        base_runtime="v2-alpha-tpuv5",
-        gke_accelerator="tpu-v5p-slice",
-        gke_machine_type="ct5p-hightpu-4t",
-        zones={"us-central1-a": True, "us-east5-a": True, "europe-west4-b": True},
-        slices=_v5p_slices(),
-        tf_min_version=(2, 15, 0),
-        tf_requires_pjrt=True,
-    ),
-    "v6e": TpuGeneration(
-        name="v6e",
-        type_prefix="v6e",
-        api_type="V6E",
-        name_counts="chips",
-        tensorcores_per_chip=1,
-        hbm_gb_per_chip=32,
-        chips_per_multi_host_vm=4,
-        base_runtime="v2-alpha-tpuv6e",
-        gke_accelerator="tpu-v6e-slice",
-        gke_machine_type="ct6e-standard-4t",
-        zones={
-            "us-central1-b": True,
-            "us-east1-d": True,
-            "us-east5-a": True,
-            "us-east5-b": True,
-            "europe-west4-a": True,
-            # The fact sheet saw these on a newer page but their spelling is uncertain.
-            "us-central1-ai1a": False,
-            "us-south1-ai1b": False,
-            "asia-northeast1-b": False,
-        },
-        slices=_2d_slices("v6e", "v6e", ""),
-        tf_min_version=(2, 15, 0),
-        tf_requires_pjrt=True,
-    ),
-}
-
-
-def tpu_generation_of(accelerator_type: str) -> TpuGeneration | None:
-    """The generation whose name prefix `accelerator_type` uses (`v4-12` -> v4), or None."""
-    prefix = accelerator_type.rsplit("-", 1)[0]
-    return next((g for g in TPU_GENERATIONS.values() if g.type_prefix == prefix), None)
-
-
-def tpu_slice(accelerator_type: str) -> TpuSlice | None:
-    """The slice named `accelerator_type` in any generation, or None."""
-    gen = tpu_generation_of(accelerator_type)
-    return gen.slice(accelerator_type) if gen else None
-
-
-_TF_RUNTIME = re.compile(r"^tpu-vm-tf-(\d+)\.(\d+)\.(\d+)(-pod)?(-pjrt)?(-v4)?$")
-
-
-@dataclass(frozen=True)
-class RuntimeMatch:
-    """How a runtime version relates to a TPU generation."""
-
-    belongs: bool
-    """The runtime can run on this generation."""
-    pod: bool
-    """The runtime is a `-pod` (multi-host) TensorFlow runtime."""
-    tensorflow: bool
-    """The runtime ships TensorFlow (`tpu-vm-tf-*`)."""
-
-
-def tpu_runtime_match(generation: TpuGenerationName, runtime_version: str) -> RuntimeMatch:
-    """Say whether `runtime_version` belongs to `generation` and whether it is a `-pod` one.
-
-    Rules (fact sheet 1.4): each generation has one base runtime; TensorFlow runtimes are
-    `tpu-vm-tf-X.Y.Z[-pod][-pjrt]`. v5e/v5p/v6e need TF >= 2.15.0 with `-pjrt`; v4 uses
-    the plain names from TF 2.10.1 on and a `-v4` suffix up to TF 2.10.0. Accepting `-pjrt`
-    on v4 is an assumption (unverified); the TPU API's runtime list is authoritative.
-    """
-    gen = TPU_GENERATIONS[generation]
-    if runtime_version == gen.base_runtime:
-        return RuntimeMatch(belongs=True, pod=False, tensorflow=False)
-    m = _TF_RUNTIME.match(runtime_version)
-    if not m:
-        return RuntimeMatch(belongs=False, pod=False, tensorflow=False)
-    version = (int(m[1]), int(m[2]), int(m[3]))
-    pod, pjrt, v4_suffix = bool(m[4]), bool(m[5]), bool(m[6])
-    if gen.tf_requires_pjrt:
-        ok = pjrt and not v4_suffix and version >= gen.tf_min_version
-    elif v4_suffix:
-        ok = not pjrt and version <= (2, 10, 0)
-    else:
-        ok = version >= gen.tf_min_version
-    return RuntimeMatch(belongs=ok, pod=pod, tensorflow=True)
-
-
-# --------------------------------------------------------------------------------------
-# Machine shapes (A2 GPU machines, CPU machines for reducers, chiefs and tests)
-# --------------------------------------------------------------------------------------
-
-MACHINES_SOURCE: Final = (
-    "https://docs.cloud.google.com/compute/docs/gpus (A2 table), "
-    "https://cloud.google.com/compute/docs/general-purpose-machines; "
-    f"{FACT_SHEET} sections 2.1 and 4"
-)
-MACHINES_AS_OF: Final = "2026-11-01"
-
-
-@dataclass(frozen=True)
-class MachineType:
-    """A Compute Engine machine shape."""
-
-    name: str
-    vcpus: int
-    memory_gb: float
-    egress_gbps: int
-    """Max default (non Tier-1) egress bandwidth."""
-    gpus: int = 0
-    gpu_model: GpuModel | None = None
-    local_ssd_gib: int | None = None
-    """Bundled local SSD; None when local SSD is optional (attach your own)."""
-    verified: bool = True
-    note: str = ""
-
-
-def _a2(
-    name: str, gpus: int, model: GpuModel, vcpus: int, mem: float, gbps: int, ssd: int | None
-) -> MachineType:
-    return MachineType(name, vcpus, mem, gbps, gpus, model, ssd)
-
-
-A2_MACHINES: Final[dict[str, MachineType]] = {
-    m.name: m
-    for m in (
-        _a2("a2-highgpu-1g", 1, "A100 40GB", 12, 85, 24, None),
-        _a2("a2-highgpu-2g", 2, "A100 40GB", 24, 170, 32, None),
-        _a2("a2-highgpu-4g", 4, "A100 40GB", 48, 340, 50, None),
-        _a2("a2-highgpu-8g", 8, "A100 40GB", 96, 680, 100, None),
-        _a2("a2-megagpu-16g", 16, "A100 40GB", 96, 1360, 100, None),
-        _a2("a2-ultragpu-1g", 1, "A100 80GB", 12, 170, 24, 375),
-        _a2("a2-ultragpu-2g", 2, "A100 80GB", 24, 340, 32, 750),
-        _a2("a2-ultragpu-4g", 4, "A100 80GB", 48, 680, 50, 1500),
-        _a2("a2-ultragpu-8g", 8, "A100 80GB", 96, 1360, 100, 3000),
-    )
-}
-
-CPU_MACHINES: Final[dict[str, MachineType]] = {
-    m.name: m
-    for m in (
-        # Reduction Server: n1-highcpu-16 is Google's recommendation and the SDK default.
-        MachineType("n1-highcpu-16", 16, 14.4, 32),
-        MachineType(
-            "n2-highcpu-16", 16, 16, 32, note="egress taken equal to n1-highcpu-16 (16 vCPUs)"
-        ),
-        MachineType("n1-standard-4", 4, 15, 8),
-        MachineType("n1-standard-8", 8, 30, 16),
-        MachineType("e2-standard-4", 4, 16, 8),
-    )
-}
-
-MACHINES: Final[dict[str, MachineType]] = {**A2_MACHINES, **CPU_MACHINES}
-
-REDUCTION_SERVER_MACHINES: Final = ("n1-highcpu-16", "n2-highcpu-16")
-"""Machine types documented for Reduction Server replicas (fact sheet section 4)."""
-DEFAULT_REDUCER_MACHINE: Final = "n1-highcpu-16"
-
-
-def reducers_needed(
-    worker_machine_type: str, replica_count: int, reducer_machine_type: str = "n1-highcpu-16"
-) -> int:
-    """Reduction Server replicas needed so reducer bandwidth covers worker bandwidth.
-
-    Google's sizing rule: the total egress of worker pool 2 (reducers) must be at least the
-    total of pools 0 and 1, so `ceil(replica_count * worker egress / reducer egress)`.
-    Examples from the docs: 5 workers at 100 Gbps with n1-highcpu-16 (32 Gbps) -> 16;
-    8 x a2-megagpu-16g -> 25. `replica_count` counts every worker machine incl. the chief.
-    """
-    if replica_count < 1:
-        raise ValueError(f"replica_count: {replica_count} is below 1; expected >= 1")
-    worker = MACHINES.get(worker_machine_type)
-    reducer = MACHINES.get(reducer_machine_type)
-    if worker is None:
-        raise ValueError(f"worker_machine_type: {worker_machine_type!r} is not in the catalog")
-    if reducer is None:
-        raise ValueError(f"reducer_machine_type: {reducer_machine_type!r} is not in the catalog")
-    return math.ceil(replica_count * worker.egress_gbps / reducer.egress_gbps)
-
-
-# --------------------------------------------------------------------------------------
-# GPU accelerator names and zones
-# --------------------------------------------------------------------------------------
-
-ACCELERATOR_NAMES_SOURCE: Final = (
-    f"Compute Engine GPU docs; DISC:aiplatform.v1.json#MachineSpec; {FACT_SHEET} section 2.2"
-)
-ACCELERATOR_NAMES_AS_OF: Final = "2026-11-01"
-
-
-@dataclass(frozen=True)
-class GpuAcceleratorNames:
-    """How each API spells one GPU model."""
-
-    compute: str
-    """Compute Engine `guest_accelerator.type` and GKE `cloud.google.com/gke-accelerator`."""
-    vertex: str
-    """Vertex `MachineSpec.acceleratorType` enum."""
-
-
-GPU_ACCELERATOR_NAMES: Final[dict[GpuModel, GpuAcceleratorNames]] = {
-    "A100 40GB": GpuAcceleratorNames(compute="nvidia-tesla-a100", vertex="NVIDIA_TESLA_A100"),
-    "A100 80GB": GpuAcceleratorNames(compute="nvidia-a100-80gb", vertex="NVIDIA_A100_80GB"),
-}
-
-VERTEX_GPU_ENUMS: Final = tuple(n.vertex for n in GPU_ACCELERATOR_NAMES.values())
-
-A100_ZONES_SOURCE: Final = (
-    "skypilot-catalog/catalogs/v8/gcp/vms.csv (a2-highgpu-1g rows) for A100 40GB; A100 80GB "
-    f"from general knowledge of Google's GPU regions page; {FACT_SHEET} section 2.3"
-)
-A100_ZONES_AS_OF: Final = "2026-11-01"
-A100_ZONES_VERIFIED: Final = False
-"""Zone lists are volatile and unverified: query `gcp.compute.get_machine_types` at deploy."""
-
-A100_ZONES: Final[dict[GpuModel, tuple[str, ...]]] = {
-    "A100 40GB": (
-        "asia-northeast1-a",
-        "asia-northeast1-c",
-        "asia-northeast3-a",
-        "asia-northeast3-b",
-        "asia-southeast1-a",
-        "asia-southeast1-b",
-        "asia-southeast1-c",
-        "europe-west4-a",
-        "europe-west4-b",
-        "me-west1-a",
-        "me-west1-c",
-        "us-central1-a",
-        "us-central1-b",
-        "us-central1-c",
-        "us-central1-f",
-        "us-east1-b",
-        "us-west1-b",
-        "us-west3-b",
-        "us-west4-b",
-    ),
-    "A100 80GB": (
-        "asia-southeast1-c",
-        "europe-west4-a",
-        "us-central1-a",
-        "us-central1-c",
-        "us-east4-c",
-        "us-east5-b",
-    ),
-}
-
-# Standard-mode limits were not re-verified; the Autopilot page says 1,500 nodes per
-# placement group (an older version said 150).
-COMPACT_PLACEMENT_MAX_NODES: Final = 1500
-COMPACT_PLACEMENT_VERIFIED: Final = False
 
 # --------------------------------------------------------------------------------------
 # Quotas
@@ -616,9 +164,6 @@ CPUS_QUOTA: Final = QuotaSpec(
 )
 """General-purpose vCPUs in a region (the GKE system node's E2 vCPUs count here)."""
 
-GKE_SYSTEM_NODE_MACHINE: Final = "e2-standard-4"
-"""Machine of the one-node system pool a GKE GPU cluster gets, because kube-dns and the other
-add-ons do not tolerate the GPU taint (components.a100_cluster)."""
 
 _VERTEX_SOURCE: Final = (
     "metric names from vertex-ai-samples helpers (fact sheet 6.3); the Cloud Quotas quotaId "

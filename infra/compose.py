@@ -32,13 +32,8 @@ from components.training_dashboard import (
 )
 from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork
-from components.vertex_training_job import (
-    HyperparameterSpec,
-    HyperparameterTuningArgs,
-    VertexTrainingJob,
-    VertexTrainingJobArgs,
-)
-from infra.config import HyperparameterTuningConfig, StackConfig, load_stack_config
+from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
+from infra.config import StackConfig, load_stack_config
 from infra.estimate import quota_needs
 
 # APIs every cloud stack needs, plus the ones its compute target needs.
@@ -228,35 +223,6 @@ def trainer_args(cfg: StackConfig) -> list[str]:
     return [f"--{key}={value}" for key, value in values.items()]
 
 
-def _tuning_args(hp: HyperparameterTuningConfig) -> HyperparameterTuningArgs:
-    scales = {
-        "UNIT_LINEAR_SCALE": "linear",
-        "UNIT_LOG_SCALE": "log",
-        "UNIT_REVERSE_LOG_SCALE": "reverse_log",
-    }
-    parameters: list[HyperparameterSpec] = []
-    for p in hp.parameters:
-        spec: HyperparameterSpec = {"parameter_id": p.parameter_id, "type": p.type}
-        if p.min_value is not None:
-            spec["min"] = p.min_value
-        if p.max_value is not None:
-            spec["max"] = p.max_value
-        if p.values is not None:
-            spec["values"] = list(p.values)
-        if p.scale_type is not None:
-            spec["scale"] = cast(Any, scales[p.scale_type])
-        parameters.append(spec)
-    return {
-        "metric_id": hp.metric_id,
-        "goal": hp.goal,
-        "parameters": parameters,
-        "max_trial_count": hp.max_trial_count,
-        "parallel_trial_count": hp.parallel_trial_count,
-        "algorithm": hp.algorithm,
-        "max_failed_trial_count": hp.max_failed_trial_count,
-    }
-
-
 def _vertex(
     cfg: StackConfig,
     deployment: str,
@@ -268,26 +234,21 @@ def _vertex(
 ) -> dict[str, Any]:
     vx = cfg.vertex
     assert vx is not None and cfg.project is not None and cfg.region is not None
-    args: VertexTrainingJobArgs = {
-        "project": cfg.project,
-        "region": vx.region or cfg.region,
-        "display_name": deployment,
-        "machine_type": vx.machine_type,
-        "replica_count": vx.replica_count,
-        "service_account": identity.service_account_email,
-        "base_output_dir": buckets.checkpoint_url,
-        "spot": vx.spot,
-        "labels": labels,
-        "trainer_args": trainer_args(cfg),
-    }
-    if vx.vertex_accelerator_type is not None:
-        args["accelerator_type"] = vx.vertex_accelerator_type
-        args["accelerator_count"] = vx.gpus_per_replica
-    if vx.reduction_server.enabled:
-        args["reduction_server"] = {
-            "replica_count": vx.reducer_count(),
-            "machine_type": vx.reduction_server.machine_type,
-        }
+    # The section's job keys are the component's (machine, accelerators, replicas,
+    # reduction_server, spot, timeout_s, hyperparameter_tuning): passed on as they are.
+    args = cast(
+        VertexTrainingJobArgs,
+        {
+            **vx.job_args(),
+            "project": cfg.project,
+            "region": vx.region or cfg.region,
+            "display_name": deployment,
+            "service_account": identity.service_account_email,
+            "base_output_dir": buckets.checkpoint_url,
+            "labels": labels,
+            "trainer_args": trainer_args(cfg),
+        },
+    )
     if vx.image_uri:
         # The user's own image runs the trainer module directly.
         args["container_image_uri"] = vx.image_uri
@@ -295,10 +256,6 @@ def _vertex(
     else:
         args["package_uri"] = package.uri
         args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
-    if vx.timeout_s is not None:
-        args["timeout_s"] = vx.timeout_s
-    if vx.hyperparameter_tuning is not None:
-        args["hyperparameter_tuning"] = _tuning_args(vx.hyperparameter_tuning)
     job = VertexTrainingJob(f"{deployment}-job", args, opts=after_apis)
     return {
         OUTPUT_JOB_NAME: job.job_name,
@@ -320,32 +277,26 @@ def _tpu(
 ) -> dict[str, Any]:
     tpu_cfg = cfg.tpu
     assert tpu_cfg is not None and cfg.project is not None
-    args: TpuPodSliceArgs = {
-        "project": cfg.project,
-        "zone": tpu_cfg.zone,
-        "deployment_name": deployment,
-        "runtime_version": tpu_cfg.runtime_version,
-        "provisioning": tpu_cfg.provisioning,
-        "network_self_link": network.network_self_link,
-        "subnetwork_self_link": network.subnetwork_self_link,
-        "network_tags": [network.node_tag],
-        "service_account_email": identity.service_account_email,
-        "package_uri": package.uri,
-        # Where Vertex puts AIP_CHECKPOINT_DIR too: <checkpoint bucket>/checkpoints.
-        "checkpoint_dir": pulumi.Output.concat(buckets.checkpoint_url, "/checkpoints"),
-        "framework": cfg.trainer.framework,
-        "trainer_module": TRAINER_MODULES[cfg.trainer.framework],
-        "trainer_args": trainer_args(cfg),
-        "labels": labels,
-    }
-    if tpu_cfg.accelerator_type:
-        args["accelerator_type"] = tpu_cfg.accelerator_type
-    else:
-        assert tpu_cfg.generation is not None and tpu_cfg.topology is not None
-        args["generation"] = tpu_cfg.generation
-        args["topology"] = tpu_cfg.topology
-    if tpu_cfg.reservation is not None:
-        args["reservation"] = tpu_cfg.reservation
+    # The section's keys are the component's (slice, zone, runtime, provisioning,
+    # reservation): passed on as they are.
+    args = cast(
+        TpuPodSliceArgs,
+        {
+            **tpu_cfg.model_dump(exclude_none=True),
+            "project": cfg.project,
+            "deployment_name": deployment,
+            "network_self_link": network.network_self_link,
+            "subnetwork_self_link": network.subnetwork_self_link,
+            "network_tags": [network.node_tag],
+            "service_account_email": identity.service_account_email,
+            "package_uri": package.uri,
+            # Where Vertex puts AIP_CHECKPOINT_DIR too: <checkpoint bucket>/checkpoints.
+            "checkpoint_dir": pulumi.Output.concat(buckets.checkpoint_url, "/checkpoints"),
+            "trainer_module": TRAINER_MODULES[cfg.trainer.framework],
+            "trainer_args": trainer_args(cfg),
+            "labels": labels,
+        },
+    )
     tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=after_apis)
     return {
         OUTPUT_SLICE_NAME: tpu.slice_name,

@@ -1,11 +1,15 @@
 """Stack configuration: the `trainstack:*` keys of a stack file, validated once.
 
 `load_stack_config()` reads the flat stack config (`gcp:project`, `gcp:region`,
-`trainstack:tpu`, ...), checks structure with pydantic and facts against
-`infra.catalog`, and raises one `ConfigError` listing every problem, one per line, each as
+`trainstack:tpu`, ...), checks structure with pydantic and everything else with the rules
+the components check their own arguments with (`tpu_pod_slice_problems`,
+`vertex_job_spec_problems`, `training_buckets_problems`, `label_problems`, over the facts in
+`components.catalog`), called with the section's key prefix (`tpu.`, `vertex.`,
+`buckets.`). It raises one `ConfigError` listing every problem, one per line, each as
 `<dotted.key.path>: <what is wrong>; valid: <allowed values>`. Nothing is registered with
 Pulumi before this returns, so a bad stack fails in `trainstack plan` and in
-`pulumi preview` with the same message.
+`pulumi preview` with the same message, and a component built directly with the same
+values fails with the same words.
 
 Example::
 
@@ -23,10 +27,9 @@ from __future__ import annotations
 
 import json
 import re
-import types
 from collections.abc import Mapping
 from functools import cache
-from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -39,9 +42,27 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from components.a100_cluster.validate import a100_cluster_problems
-from infra import catalog
-from infra.tpu_rules import tensorflow_runtime_problem, tpu_slice_problems
+from components import catalog
+from components.a100_cluster.validate import A100Shape, a100_cluster_problems
+from components.catalog.gpus import VertexAcceleratorType
+from components.catalog.names import label_problems, zone_in_region_problems
+from components.catalog.problems import pydantic_problem
+from components.catalog.problems import quote as _q
+from components.catalog.tpu import TpuGenerationName, TpuProvisioning, TpuSlice, tpu_slice
+from components.catalog.vertex import (
+    DEFAULT_REDUCER_MACHINE,
+    Algorithm,
+    Goal,
+    ParameterType,
+    ScaleType,
+    reducer_count,
+    reducer_count_problem,
+    reducer_count_value,
+    vertex_accelerators,
+)
+from components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problems
+from components.training_buckets import training_buckets_problems
+from components.vertex_training_job import vertex_job_spec_problems
 from trainers.common.config import TF_STRATEGIES, TrainConfig
 
 NAMESPACE = "trainstack"
@@ -49,9 +70,6 @@ GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
 TARGETS: tuple[str, ...] = ("tpu", "gpu_cluster", "vertex", "local")
 Target = Literal["tpu", "gpu_cluster", "vertex", "local"]
 
-_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
-_NAME_SUFFIX = re.compile(r"[a-z0-9]([a-z0-9-]{0,14}[a-z0-9])?")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
 
@@ -67,29 +85,14 @@ class ConfigError(ValueError):
         return "\n".join(self.errors)
 
 
-def _q(value: Any) -> str:
-    """Quote a bad value the way the user wrote it (YAML-ish for non-strings)."""
-    if isinstance(value, str):
-        return repr(value)
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
 def _auto_or_count(value: Any) -> Any:
     # A plain `int | Literal["auto"]` makes pydantic report one error per union member.
-    if value == "auto":
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
-        return int(value)
-    raise PydanticCustomError(
-        "trainstack",
-        "{value} is not allowed; valid: 'auto' or an integer >= 1",
-        {"value": _q(value)},
-    )
+    count = reducer_count_value(value)
+    if count is None:
+        raise PydanticCustomError(
+            "trainstack", "{problem}", {"problem": reducer_count_problem(value)}
+        )
+    return count
 
 
 class _Model(BaseModel):
@@ -97,12 +100,12 @@ class _Model(BaseModel):
 
 
 class BucketsConfig(_Model):
-    """`trainstack:buckets`: the checkpoint/data buckets."""
+    """`trainstack:buckets`: the checkpoint/data buckets (`TrainingBuckets` arguments)."""
 
     location: str | None = None
     """GCS location; defaults to gcp:region upper-cased (same region as the compute)."""
-    checkpoint_retention_days: int = Field(default=30, ge=1)
-    """Checkpoint objects older than this are deleted by a lifecycle rule."""
+    checkpoint_retention_days: int = 30
+    """Checkpoint objects older than this are deleted by a lifecycle rule (1-3650)."""
     delete_data_on_destroy: bool = False
     """Let `pulumi destroy` delete non-empty buckets (force_destroy). Rejected in prod."""
     name_suffix: str | None = None
@@ -121,26 +124,27 @@ class QuotasConfig(_Model):
 
 
 class TpuConfig(_Model):
-    """`trainstack:tpu`: a Cloud TPU slice. Give `accelerator_type` or generation+topology."""
+    """`trainstack:tpu`: a Cloud TPU slice (`TpuPodSlice` arguments). Give
+    `accelerator_type` or generation+topology."""
 
     accelerator_type: str | None = None
     """e.g. `v4-32`, `v5litepod-16`, `v5p-8`, `v6e-4`."""
-    generation: catalog.TpuGenerationName | None = None
+    generation: TpuGenerationName | None = None
     topology: str | None = None
     """Chip topology with `generation`, e.g. `2x2x4`."""
     zone: str
     runtime_version: str
     """Required: runtime versions drift, so there is no default."""
-    provisioning: Literal["on-demand", "spot", "queued", "reserved"] = "on-demand"
+    provisioning: TpuProvisioning = "on-demand"
     reservation: str | None = None
-    """Reservation name; only with provisioning `reserved` or `queued`."""
+    """Reservation name; only with provisioning `queued`."""
 
     @property
-    def slice(self) -> catalog.TpuSlice:
+    def slice(self) -> TpuSlice:
         """The catalog slice this config names (valid after `load_stack_config`)."""
-        found: catalog.TpuSlice | None = None
+        found: TpuSlice | None = None
         if self.accelerator_type:
-            found = catalog.tpu_slice(self.accelerator_type)
+            found = tpu_slice(self.accelerator_type)
         elif self.generation and self.topology:
             found = catalog.TPU_GENERATIONS[self.generation].slice_for_topology(self.topology)
         if found is None:
@@ -153,29 +157,9 @@ class TpuConfig(_Model):
         return self.provisioning == "spot"
 
 
-class GpuClusterConfig(_Model):
-    """`trainstack:gpu_cluster`: A100 machines on GKE or plain Compute Engine."""
-
-    backend: Literal["gke", "gce"] = "gke"
-    machine_type: str
-    """An A2 machine type, e.g. `a2-highgpu-8g`."""
-    node_count: int = Field(default=1, ge=1)
-    zone: str
-    spot: bool = False
-    reservation: str | None = None
-    """Specific reservation to consume; not with spot."""
-    compact_placement: bool = True
-    tier_1_networking: bool = False
-
-    @property
-    def machine(self) -> catalog.MachineType:
-        """Catalog entry of `machine_type`."""
-        return catalog.A2_MACHINES[self.machine_type]
-
-    @property
-    def total_gpus(self) -> int:
-        """GPUs across all nodes."""
-        return self.machine.gpus * self.node_count
+GpuClusterConfig = A100Shape
+"""`trainstack:gpu_cluster`: A100 machines on GKE or plain Compute Engine; the section is the
+A100Cluster component's own shape, so the stack config and the component parse it alike."""
 
 
 class ReductionServerConfig(_Model):
@@ -183,32 +167,30 @@ class ReductionServerConfig(_Model):
 
     enabled: bool = False
     replica_count: Annotated[int | Literal["auto"], BeforeValidator(_auto_or_count)] = "auto"
-    """`auto` sizes reducers so their egress covers the workers' (catalog.reducers_needed)."""
-    machine_type: str = catalog.DEFAULT_REDUCER_MACHINE
+    """`auto` sizes reducers so their egress covers the workers'
+    (`components.catalog.vertex.reducers_needed`)."""
+    machine_type: str = DEFAULT_REDUCER_MACHINE
 
 
 class HyperparameterConfig(_Model):
-    """One searched trainer key; values arrive as `--<parameter_id>=<value>` flags."""
+    """One searched trainer key, in the REST `ParameterSpec` vocabulary that
+    `VertexTrainingJob` takes; values arrive as `--<parameter_id>=<value>` flags."""
 
     parameter_id: str
-    type: Literal["double", "integer", "categorical", "discrete"]
+    type: ParameterType
     min_value: float | None = None
     max_value: float | None = None
     values: list[float | str] | None = None
-    scale_type: Literal["UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE"] | None = (
-        None
-    )
+    scale_type: ScaleType | None = None
 
 
 class HyperparameterTuningConfig(_Model):
     """`trainstack:vertex.hyperparameter_tuning`: run a HyperparameterTuningJob instead."""
 
     metric_id: str
-    goal: Literal["MAXIMIZE", "MINIMIZE"]
+    goal: Goal
     parameters: list[HyperparameterConfig] = Field(min_length=1)
-    algorithm: Literal["ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH"] = (
-        "ALGORITHM_UNSPECIFIED"
-    )
+    algorithm: Algorithm = "ALGORITHM_UNSPECIFIED"
     max_trial_count: int = Field(ge=1)
     parallel_trial_count: int = Field(ge=1)
     max_failed_trial_count: int = Field(default=0, ge=0)
@@ -219,10 +201,10 @@ class VertexConfig(_Model):
     """`trainstack:vertex`: a Vertex AI CustomJob (optionally with Reduction Server)."""
 
     machine_type: str
-    accelerator_type: Literal["NVIDIA_TESLA_A100", "NVIDIA_A100_80GB"] | None = None
-    """Vertex enum; defaults to the GPU of an A2 machine type."""
+    accelerator_type: VertexAcceleratorType | None = None
+    """Vertex enum; optional where the machine type fixes it (A2), checked when given."""
     accelerator_count: int | None = Field(default=None, ge=1)
-    """Defaults to the GPU count of an A2 machine type."""
+    """Optional where the machine type fixes it (A2), checked when given."""
     replica_count: int = Field(default=1, ge=1)
     """Machines including the chief (pool 0 has 1, pool 1 the rest)."""
     reduction_server: ReductionServerConfig = ReductionServerConfig()
@@ -244,22 +226,18 @@ class VertexConfig(_Model):
     @property
     def gpus_per_replica(self) -> int:
         """GPUs on each replica (0 for CPU machines)."""
-        return self.machine.gpus
-
-    @property
-    def vertex_accelerator_type(self) -> str | None:
-        """The Vertex accelerator enum for the machine, None for CPU machines."""
-        model = self.machine.gpu_model
-        return catalog.GPU_ACCELERATOR_NAMES[model].vertex if model else None
+        return vertex_accelerators(self.machine_type)[1]
 
     def reducer_count(self) -> int:
         """Reduction Server replicas: 0 when disabled, `auto` resolved from the catalog."""
-        rs = self.reduction_server
-        if not rs.enabled:
-            return 0
-        if rs.replica_count == "auto":
-            return catalog.reducers_needed(self.machine_type, self.replica_count, rs.machine_type)
-        return rs.replica_count
+        rs = self.reduction_server.model_dump()
+        return reducer_count(rs, self.machine_type, self.replica_count)
+
+    def job_args(self) -> dict[str, Any]:
+        """The `VertexTrainingJob` arguments this section gives, under their own names."""
+        return self.model_dump(
+            exclude_none=True, exclude={"region", "service_account", "image_uri"}
+        )
 
 
 class LocalConfig(_Model):
@@ -406,88 +384,11 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
 # ------------------------------------------------------------------------------------------
 
 
-def _find_model(tp: Any) -> type[BaseModel] | None:
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return tp
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType, list, Annotated):
-        for arg in get_args(tp):
-            found = _find_model(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def _model_at(section: str, loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    model = _find_model(StackConfig.model_fields[section].annotation)
-    for part in loc:
-        if model is None:
-            return None
-        if isinstance(part, int):
-            continue
-        info = model.model_fields.get(part)
-        model = _find_model(info.annotation) if info else None
-    return model
-
-
-def _path(section: str, loc: tuple[int | str, ...]) -> str:
-    path = section
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
 def convert_error(section: str, err: ErrorDetails) -> str:
-    loc = tuple(err["loc"])
-    kind = err["type"]
-    value = err.get("input")
-    ctx = err.get("ctx") or {}
-    path = _path(section, loc)
-    if kind == "missing":
-        return f"{path}: required"
-    if kind == "extra_forbidden":
-        parent = _model_at(section, loc[:-1])
-        valid = ", ".join(parent.model_fields) if parent else "(none)"
-        return f"{path}: unknown key; valid: {valid}"
-    if kind == "literal_error":
-        allowed = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
-        return f"{path}: {_q(value)} is not allowed; valid: {allowed}"
-    if kind == "value_error" and section == "trainer" and not loc:
-        return _trainer_model_error(str(ctx.get("error", err["msg"])))
-    simple = {
-        "int_type": "is not an integer",
-        "int_parsing": "is not an integer",
-        "int_from_float": "is not an integer",
-        "float_type": "is not a number",
-        "float_parsing": "is not a number",
-        "string_type": "is not a string",
-        "list_type": "is not a list",
-    }
-    if kind in simple:
-        return f"{path}: {_q(value)} {simple[kind]}"
-    if kind in ("bool_type", "bool_parsing"):
-        return f"{path}: {_q(value)} is not a boolean; valid: true, false"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        model = _model_at(section, loc)
-        keys = f"; expected a mapping with keys: {', '.join(model.model_fields)}" if model else ""
-        return f"{path}: {_q(value)} is not a mapping{keys}"
-    bounds = {
-        "greater_than_equal": ("ge", "is too small", ">="),
-        "greater_than": ("gt", "is too small", ">"),
-        "less_than_equal": ("le", "is too large", "<="),
-        "less_than": ("lt", "is too large", "<"),
-    }
-    if kind in bounds:
-        key, what, op = bounds[kind]
-        return f"{path}: {_q(value)} {what}; expected {op} {ctx.get(key)}"
-    if kind == "too_short":
-        return (
-            f"{path}: {_q(value)} is too short; expected at least {ctx.get('min_length')} item(s)"
-        )
-    if kind == "trainstack":
-        return f"{path}: {err['msg']}"
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{path}: {msg} (got {_q(value)})"
+    """One pydantic error of stack section `section` as a problem line."""
+    if err["type"] == "value_error" and section == "trainer" and not err["loc"]:
+        return _trainer_model_error(str((err.get("ctx") or {}).get("error", err["msg"])))
+    return pydantic_problem(err, section, StackConfig.model_fields[section].annotation)
 
 
 def _trainer_model_error(message: str) -> str:
@@ -499,7 +400,7 @@ def _trainer_model_error(message: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------
-# Checks against the catalog
+# Checks against the catalog, with the components' rules
 # ------------------------------------------------------------------------------------------
 
 
@@ -522,16 +423,17 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
             if not parts.get(key) and key in parts:
                 errors.append(f"gcp:{key}: required for a {target} target")
 
-    errors += _check_labels(parts.get("labels"))
+    if parts.get("labels") is not None:
+        errors += label_problems(parts["labels"], "labels")
     errors += _check_buckets_quotas(parts)
 
     trainer: TrainConfig | None = parts.get("trainer")
     if target == "tpu" and parts.get("tpu") is not None:
-        errors += _check_tpu(parts["tpu"], region, trainer.framework if trainer else None)
+        errors += _check_tpu(parts["tpu"], region)
     if target == "gpu_cluster" and parts.get("gpu_cluster") is not None:
         errors += check_gpu_cluster(parts["gpu_cluster"], region)
     if target == "vertex" and parts.get("vertex") is not None:
-        errors += _check_vertex(parts["vertex"])
+        errors += vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.")
     if trainer is not None and target is not None:
         errors += _check_trainer(trainer, target, parts.get("gpu_cluster"))
     return errors
@@ -541,15 +443,11 @@ def _check_buckets_quotas(parts: Mapping[str, Any]) -> list[str]:
     errors: list[str] = []
     buckets: BucketsConfig | None = parts.get("buckets")
     if buckets is not None:
-        if buckets.delete_data_on_destroy and parts.get("environment") == "prod":
-            errors.append(
-                "buckets.delete_data_on_destroy: true is not allowed in prod; valid: false"
-            )
-        if buckets.name_suffix is not None and not _NAME_SUFFIX.fullmatch(buckets.name_suffix):
-            errors.append(
-                f"buckets.name_suffix: {_q(buckets.name_suffix)} is not a valid bucket name "
-                "suffix; expected 1-16 of a-z, 0-9 and '-', not starting or ending with '-'"
-            )
+        args = {
+            **buckets.model_dump(exclude_none=True),
+            "environment": parts.get("environment", "dev"),
+        }
+        errors += training_buckets_problems(args, "buckets.")
     quotas: QuotasConfig | None = parts.get("quotas")
     if quotas is not None:
         if quotas.request_increases and not quotas.contact_email:
@@ -562,55 +460,15 @@ def _check_buckets_quotas(parts: Mapping[str, Any]) -> list[str]:
     return errors
 
 
-def _check_labels(labels: Mapping[str, str] | None) -> list[str]:
-    errors: list[str] = []
-    for key, value in (labels or {}).items():
-        if not _LABEL_KEY.fullmatch(key):
-            errors.append(
-                f"labels: {_q(key)} is not a valid label key; expected a lowercase letter "
-                "then up to 62 of a-z, 0-9, '_', '-'"
-            )
-        if not _LABEL_VALUE.fullmatch(value):
-            errors.append(
-                f"labels.{key}: {_q(value)} is not a valid label value; expected up to 63 "
-                "of a-z, 0-9, '_', '-'"
-            )
-    return errors
-
-
 def _check_zone_in_region(section: str, zone: str, region: str | None) -> list[str]:
-    if region and not zone.startswith(region + "-"):
-        return [
-            (
-                f"{section}.zone: {_q(zone)} is not in gcp:region {_q(region)}; "
-                f"valid: a zone named {region}-<zone>"
-            )
-        ]
-    return []
+    return zone_in_region_problems(zone, region, f"{section}.zone")
 
 
-def _check_tpu(tpu: TpuConfig, region: str | None, framework: str | None) -> list[str]:
+def _check_tpu(tpu: TpuConfig, region: str | None) -> list[str]:
     errors = _check_zone_in_region("tpu", tpu.zone, region)
-    slice_, problems = tpu_slice_problems(
-        accelerator_type=tpu.accelerator_type,
-        generation=tpu.generation,
-        topology=tpu.topology,
-        zone=tpu.zone,
-        runtime_version=tpu.runtime_version,
-        prefix="tpu.",
-    )
+    problems = tpu_pod_slice_problems(tpu.model_dump(exclude_none=True), "tpu.")
     # A zone outside the region is already reported; do not report the zone twice.
-    errors += [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
-    if slice_ is not None and not errors and framework == "tensorflow":
-        errors += tensorflow_runtime_problem(tpu.runtime_version, slice_, "tpu.runtime_version")
-    if tpu.reservation is not None and tpu.provisioning != "queued":
-        errors.append(
-            f"tpu.reservation: {_q(tpu.reservation)} needs provisioning 'queued': a TPU VM "
-            f"created directly ({_q(tpu.provisioning)}) can only consume any matching "
-            "reservation, not name one; valid: provisioning queued, or provisioning reserved "
-            "without tpu.reservation"
-        )
-    return errors
+    return errors + [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
 
 
 def check_gpu_cluster(gpu: GpuClusterConfig, region: str | None) -> list[str]:
@@ -618,104 +476,6 @@ def check_gpu_cluster(gpu: GpuClusterConfig, region: str | None) -> list[str]:
     problems = a100_cluster_problems(gpu.model_dump(), prefix="gpu_cluster.", shape_only=True)
     # A zone outside the region is already reported; do not report the zone twice.
     return errors + [p for p in problems if not (errors and p.startswith("gpu_cluster.zone: "))]
-
-
-def _check_vertex(vx: VertexConfig) -> list[str]:
-    errors: list[str] = []
-    machine = catalog.MACHINES.get(vx.machine_type)
-    if machine is None:
-        return [
-            (
-                f"vertex.machine_type: {_q(vx.machine_type)} is not a known machine type; "
-                f"valid: {', '.join(catalog.MACHINES)}"
-            )
-        ]
-    if machine.gpu_model is not None:
-        expected = catalog.GPU_ACCELERATOR_NAMES[machine.gpu_model].vertex
-        if vx.accelerator_type is not None and vx.accelerator_type != expected:
-            errors.append(
-                f"vertex.accelerator_type: {_q(vx.accelerator_type)} does not match "
-                f"{vx.machine_type} ({machine.gpu_model}); valid: {expected}"
-            )
-        if vx.accelerator_count is not None and vx.accelerator_count != machine.gpus:
-            errors.append(
-                f"vertex.accelerator_count: {vx.accelerator_count} does not match "
-                f"{vx.machine_type}; valid: {machine.gpus}"
-            )
-    else:
-        if vx.accelerator_type is not None:
-            errors.append(
-                f"vertex.accelerator_type: {_q(vx.accelerator_type)} cannot attach to CPU "
-                f"machine type {_q(vx.machine_type)}; expected no accelerator_type (A100s come "
-                "with a2-* machine types)"
-            )
-        if vx.accelerator_count is not None:
-            errors.append(
-                f"vertex.accelerator_count: {vx.accelerator_count} cannot attach to CPU "
-                f"machine type {_q(vx.machine_type)}; expected no accelerator_count"
-            )
-    rs = vx.reduction_server
-    if rs.enabled:
-        if machine.gpus == 0:
-            errors.append(
-                f"vertex.reduction_server.enabled: true needs GPU workers but "
-                f"{_q(vx.machine_type)} has no GPUs; valid: false"
-            )
-        elif vx.replica_count < 2:
-            errors.append(
-                "vertex.reduction_server.enabled: true needs at least 2 worker machines "
-                f"(vertex.replica_count is {vx.replica_count}); valid: false"
-            )
-        if rs.machine_type not in catalog.REDUCTION_SERVER_MACHINES:
-            errors.append(
-                f"vertex.reduction_server.machine_type: {_q(rs.machine_type)} is not a "
-                f"Reduction Server machine type; valid: "
-                f"{', '.join(catalog.REDUCTION_SERVER_MACHINES)}"
-            )
-    if vx.hyperparameter_tuning is not None:
-        errors += _check_hp(vx.hyperparameter_tuning)
-    return errors
-
-
-def _check_hp(hp: HyperparameterTuningConfig) -> list[str]:
-    base = "vertex.hyperparameter_tuning"
-    errors: list[str] = []
-    if hp.parallel_trial_count > hp.max_trial_count:
-        errors.append(
-            f"{base}.parallel_trial_count: {hp.parallel_trial_count} exceeds max_trial_count "
-            f"{hp.max_trial_count}; expected <= {hp.max_trial_count}"
-        )
-    for i, p in enumerate(hp.parameters):
-        at = f"{base}.parameters[{i}]"
-        if p.parameter_id not in TrainConfig.model_fields:
-            errors.append(
-                f"{at}.parameter_id: {_q(p.parameter_id)} is not a trainer key; "
-                f"valid: {', '.join(TrainConfig.model_fields)}"
-            )
-        if p.type in ("double", "integer"):
-            for key in ("min_value", "max_value"):
-                if getattr(p, key) is None:
-                    errors.append(f"{at}.{key}: required for a {p.type} parameter")
-            if p.min_value is not None and p.max_value is not None and p.min_value >= p.max_value:
-                errors.append(
-                    f"{at}.min_value: {_q(p.min_value)} is not below max_value "
-                    f"{_q(p.max_value)}; expected min_value < max_value"
-                )
-            if p.values is not None:
-                errors.append(f"{at}.values: not used by a {p.type} parameter; expected none")
-        else:
-            if not p.values:
-                errors.append(f"{at}.values: required for a {p.type} parameter")
-            if p.min_value is not None or p.max_value is not None:
-                errors.append(
-                    f"{at}.min_value: not used by a {p.type} parameter; expected values instead"
-                )
-        if hp.algorithm == "GRID_SEARCH" and p.type == "double":
-            errors.append(
-                f"{base}.algorithm: 'GRID_SEARCH' cannot search double parameter "
-                f"{_q(p.parameter_id)}; valid: ALGORITHM_UNSPECIFIED, RANDOM_SEARCH"
-            )
-    return errors
 
 
 def _check_trainer(
@@ -730,21 +490,8 @@ def _check_trainer(
             )
         ]
     if target == "tpu":
-        if trainer.framework != "tensorflow":
-            return [
-                (
-                    f"trainer.framework: {_q(trainer.framework)} is not supported on a tpu target "
-                    "(TPU runs the tensorflow trainer with TPUStrategy); valid: tensorflow"
-                )
-            ]
-        if trainer.strategy != "tpu":
-            return [
-                (
-                    f"trainer.strategy: {_q(trainer.strategy)} is not supported on a tpu target; "
-                    "valid: tpu"
-                )
-            ]
-    elif trainer.strategy == "tpu":
+        return tpu_trainer_problems(trainer.framework, trainer.strategy, "trainer.")
+    if trainer.strategy == "tpu":
         valid = ", ".join(s for s in TF_STRATEGIES if s != "tpu")
         return [f"trainer.strategy: 'tpu' needs a tpu target; valid: {valid}"]
     return []

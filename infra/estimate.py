@@ -1,7 +1,7 @@
 """Offline sizing of a validated stack: accelerator totals, $/hour and quota needed.
 
-Pure functions over `StackConfig` and `infra.catalog`; `trainstack plan` prints their
-results. Prices are catalog ESTIMATES (us-central1 list prices, spot at the upper end of
+Pure functions over `StackConfig`, `components.catalog` (machine shapes) and `infra.catalog`
+(prices and quota ids); `trainstack plan` prints their results. Prices are catalog ESTIMATES (us-central1 list prices, spot at the upper end of
 Google's documented discount range), not quotes. Quota ids marked `verified: False` must
 be confirmed with `gcp.cloudquota.get_s_quota_infos` before requesting increases.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from infra import catalog
-from infra.catalog import reducers_needed
 from infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
 
-__all__ = ["quota_needs", "reducers_needed", "summarize"]
+__all__ = ["quota_needs", "summarize"]
 
 
 def _round(usd: float) -> float:
@@ -32,7 +32,7 @@ def _gpu_summary(gpu: GpuClusterConfig) -> dict[str, Any]:
     machines = gpu.node_count
     if gpu.backend == "gke":
         # The system node runs on-demand: DNS must survive a spot reclaim of the GPU nodes.
-        system = catalog.MACHINE_PRICES[catalog.GKE_SYSTEM_NODE_MACHINE].hourly(False)
+        system = catalog.MACHINE_PRICES[GKE_SYSTEM_NODE_MACHINE].hourly(False)
         hourly += catalog.GKE_CLUSTER_FEE_USD + system
         machines += 1
     return {
@@ -116,7 +116,7 @@ def _gpu_quota(gpu: GpuClusterConfig, region: str) -> list[dict[str, Any]]:
         _need(catalog.A2_CPUS_QUOTA, {"region": region}, m.vcpus * gpu.node_count),
     ]
     if gpu.backend == "gke":
-        system = catalog.MACHINES[catalog.GKE_SYSTEM_NODE_MACHINE]
+        system = MACHINES[GKE_SYSTEM_NODE_MACHINE]
         needs.append(_need(catalog.CPUS_QUOTA, {"region": region}, system.vcpus))
     return needs
 
@@ -134,7 +134,7 @@ def _vertex_quota(vx: VertexConfig, region: str) -> list[dict[str, Any]]:
         cpu_vcpus[family] = vx.replica_count * m.vcpus
     reducers = vx.reducer_count()
     if reducers:
-        rm = catalog.MACHINES[vx.reduction_server.machine_type]
+        rm = MACHINES[vx.reduction_server.machine_type]
         family = rm.name.split("-", 1)[0]
         cpu_vcpus[family] = cpu_vcpus.get(family, 0) + reducers * rm.vcpus
     for family, vcpus in cpu_vcpus.items():

@@ -25,7 +25,7 @@
     )
     # cluster.cluster_name, cluster.endpoint, cluster.kubeconfig (secret), cluster.job_name
 
-The machine type fixes the GPUs: model and count come from `infra.catalog`, never set
+The machine type fixes the GPUs: model and count come from `components.catalog`, never set
 separately. Arguments are validated before anything is registered by
 `a100_cluster_problems` (`validate.py`), the one home of every A100 cluster rule:
 `infra.config` checks a stack's `trainstack:gpu_cluster` section with it too (prefix
@@ -86,13 +86,7 @@ from components.a100_cluster._common import (
     job_name_for,
     region_of,
 )
-from components.a100_cluster.gce import (
-    DLVM_IMAGE,
-    DLVM_IMAGE_SOURCE,
-    DLVM_IMAGE_VERIFIED,
-    create_gce,
-    gce_console_url,
-)
+from components.a100_cluster.gce import create_gce, gce_console_url
 from components.a100_cluster.gke import (
     CLUSTER_NAME_MAX,
     GKE_ACCELERATOR_LABEL,
@@ -114,6 +108,7 @@ from components.a100_cluster.validate import (
     parse_version,
     validate_args,
 )
+from components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
 from components.kubernetes_training_job import KubernetesTrainingJob
 
 __all__ = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from components import catalog
 from components._naming import gcp_name
-from infra import catalog
 
 KUBERNETES_VERSION: Final = "1.35"
 KUBERNETES_VERSION_VERIFIED: Final = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import pulumi
 from pulumi_gcp import compute
@@ -20,6 +20,7 @@ from components.a100_cluster._common import (
     region_of,
 )
 from components.a100_cluster.validate import A100Shape
+from components.catalog.images import DLVM_IMAGE
 from components.gpu_startup import (
     DLVM_PYTHON_BIN,
     NODE_RANK_ATTRIBUTE,
@@ -32,17 +33,6 @@ from components.kubernetes_training_job import DEFAULT_MODULE
 if TYPE_CHECKING:
     from components.a100_cluster import A100ClusterArgs, A100TrainingArgs
 
-DLVM_IMAGE: Final = (
-    "projects/deeplearning-platform-release/global/images/family/"
-    "pytorch-2-9-cu129-ubuntu-2204-nvidia-580"
-)
-DLVM_IMAGE_VERIFIED: Final = False
-DLVM_IMAGE_SOURCE: Final = (
-    "Deep Learning VM family seen in public provisioning code (2026; reported to boot on "
-    "a2-ultragpu-1g with the NVIDIA driver), not in the fact sheet. TO VERIFY: "
-    "gcloud compute images describe-from-family pytorch-2-9-cu129-ubuntu-2204-nvidia-580 "
-    "--project deeplearning-platform-release"
-)
 """PyTorch + CUDA + NVIDIA driver image for the gce backend (the torch trainer only)."""
 
 

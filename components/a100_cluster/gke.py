@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 import yaml
 from pulumi_gcp import container
 
+from components import catalog
 from components._naming import gcp_name
 from components.a100_cluster._common import (
     BOOT_DISK_TYPE,
@@ -31,7 +32,6 @@ from components.kubernetes_training_job import (
     KubernetesTrainingJob,
     KubernetesTrainingJobArgs,
 )
-from infra import catalog
 
 if TYPE_CHECKING:
     from components.a100_cluster import A100ClusterArgs, A100TrainingArgs

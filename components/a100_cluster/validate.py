@@ -13,15 +13,14 @@ without the component needing the stack config.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ErrorDetails
 
+from components import catalog
 from components.a100_cluster._common import (
     DEFAULT_BOOT_DISK_GB,
     DEFAULT_ENVIRONMENT,
@@ -35,9 +34,9 @@ from components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
 )
+from components.catalog.problems import pydantic_problem
 from components.gpu_startup import check_trainer, uses_torchrun
 from components.kubernetes_training_job import DEFAULT_MODULE
-from infra import catalog
 
 SHAPE_KEYS: Final = (
     "backend",
@@ -58,12 +57,6 @@ GKE_ONLY_KEYS: Final = (
     "master_authorized_cidrs",
 )
 _VERSION = re.compile(r"(\d+)\.(\d+)")
-_SIMPLE_TYPE_ERRORS: Final = {
-    "int_type": "is not an integer",
-    "int_parsing": "is not an integer",
-    "int_from_float": "is not an integer",
-    "string_type": "is not a string",
-}
 
 
 class A100Shape(BaseModel):
@@ -121,7 +114,7 @@ def a100_cluster_problems(
     try:
         shape = A100Shape.model_validate({key: args[key] for key in SHAPE_KEYS if key in args})
     except ValidationError as exc:
-        return [_structure_problem(prefix, err) for err in exc.errors()]
+        return [pydantic_problem(err, prefix.rstrip("."), A100Shape) for err in exc.errors()]
     problems = _shape_problems(shape, prefix)
     if shape_only:
         return problems
@@ -266,38 +259,3 @@ def _training_problems(training: Any, backend: str, p: str) -> list[str]:
     elif training.get("wait_for_completion") and "timeout_s" not in training:
         problems.append(f"{p}training.timeout_s: required when wait_for_completion is true")
     return problems
-
-
-# --------------------------------------------------------------------------------------
-# pydantic errors of A100Shape, worded as the stack config words them
-# --------------------------------------------------------------------------------------
-
-
-def _quote(value: Any) -> str:
-    """A bad value as the user wrote it (YAML-ish for non-strings)."""
-    if isinstance(value, str):
-        return repr(value)
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _structure_problem(prefix: str, err: ErrorDetails) -> str:
-    path = prefix + ".".join(str(part) for part in err["loc"])
-    kind = err["type"]
-    value = err.get("input")
-    ctx = err.get("ctx") or {}
-    if kind == "missing":
-        return f"{path}: required"
-    if kind == "literal_error":
-        allowed = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
-        return f"{path}: {_quote(value)} is not allowed; valid: {allowed}"
-    if kind in _SIMPLE_TYPE_ERRORS:
-        return f"{path}: {_quote(value)} {_SIMPLE_TYPE_ERRORS[kind]}"
-    if kind in ("bool_type", "bool_parsing"):
-        return f"{path}: {_quote(value)} is not a boolean; valid: true, false"
-    if kind == "greater_than_equal":
-        return f"{path}: {_quote(value)} is too small; expected >= {ctx.get('ge')}"
-    message = err["msg"].removeprefix("Value error, ")
-    return f"{path}: {message} (got {_quote(value)})"

@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, Literal
 
+from components.catalog.images import DLVM_PYTHON_BIN
 from trainers.common.cluster import DEFAULT_PORT
 
 Platform = Literal["gke", "gce"]
@@ -82,12 +83,6 @@ GCE_STATE_DIR: Final = "/var/lib/trainstack"
 GCE_UNIT: Final = "trainstack-trainer"
 GCE_STOP_TIMEOUT_S: Final = 90
 """systemd stop timeout: the trainer's default preemption grace (30 s) plus the upload."""
-DLVM_PYTHON_BIN: Final = "/opt/conda/bin"
-DLVM_PYTHON_BIN_VERIFIED: Final = False
-"""Where Deep Learning VM images keep torchrun/pip (their conda environment); from public
-Dockerfiles and scripts built on these images, not from Google's documentation. The launcher
-appends it to PATH, so a torchrun already on PATH still wins."""
-
 CHECKPOINT_SUBDIR: Final = "checkpoints"
 """`--checkpoint_dir` defaults to `<checkpoint_url>/checkpoints`, the path Vertex uses for
 AIP_CHECKPOINT_DIR under the same bucket, so every target resumes from the same place."""

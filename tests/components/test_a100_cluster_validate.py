@@ -13,8 +13,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components import catalog
 from components.a100_cluster import SHAPE_KEYS, A100Cluster, a100_cluster_problems, validate_args
-from infra import catalog
 from infra.cli import app
 from infra.config import ConfigError, load_stack_config
 from infra.mocks import run_program

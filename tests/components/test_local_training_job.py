@@ -129,7 +129,8 @@ def test_deterministic_across_runs() -> None:
         ),
         (
             {"labels": {"component": "x"}},
-            "labels: key 'component' is reserved by trainstack (reserved: component, managed-by)",
+            "labels: 'component' is reserved by trainstack; valid: a key other than component, "
+            "managed-by",
         ),
     ],
 )

@@ -9,12 +9,12 @@ import pytest
 
 from components._discovery import normalize_numbers, validate_body
 from components._tpu_queued_provider import spec_hash
+from components.catalog.tpu_rules import tpu_slice_problems
 from components.startup.tpu_worker import render_tpu_worker_script
 from components.tpu_pod_slice import (
     TpuPodSlice,
     reservation_name,
     resource_path,
-    tpu_slice_problems,
     validate_args,
 )
 from components.trainer_package import TrainerPackage
@@ -293,9 +293,10 @@ def test_secure_boot_can_be_turned_off() -> None:
     ("extra", "message"),
     [
         (
-            {"framework": "torch"},
-            "framework: 'torch' is not supported on a TPU slice: PyTorch/XLA (PJRT, where every "
-            "worker runs the program) is not built or tested in trainstack; valid: tensorflow",
+            {"provisioning": "spot", "reservation": "res-1"},
+            "reservation: 'res-1' needs provisioning 'queued': a TPU VM created directly "
+            "('spot') can only consume any matching reservation, not name one; valid: "
+            "provisioning queued, or provisioning reserved without reservation",
         ),
         ({"labels": {"Team": "ml"}}, None),
     ],
@@ -503,24 +504,20 @@ INVALID = [
         "trainer needs on v6e-4; valid: tpu-vm-tf-X.Y.Z-pjrt (TF >= 2.15.0)",
     ),
     (
-        {"framework": "torch"},
-        "framework: 'torch' is not supported on a TPU slice: PyTorch/XLA (PJRT, where every "
-        "worker runs the program) is not built or tested in trainstack; valid: tensorflow",
-    ),
-    (
         {"provisioning": "preemptible"},
-        "provisioning: 'preemptible' is not allowed; valid: on-demand, spot, reserved, queued",
+        "provisioning: 'preemptible' is not allowed; valid: on-demand, spot, queued, reserved",
     ),
     (
         {"provisioning": "spot", "reservation": "res-1"},
-        "reservation: 'res-1' cannot be used with provisioning 'spot'; valid: provisioning "
-        "reserved or queued",
+        "reservation: 'res-1' needs provisioning 'queued': a TPU VM created directly ('spot') "
+        "can only consume any matching reservation, not name one; valid: provisioning queued, "
+        "or provisioning reserved without reservation",
     ),
     (
         {"provisioning": "reserved", "reservation": "res-1"},
         "reservation: 'res-1' needs provisioning 'queued': a TPU VM created directly "
-        "(provisioning 'reserved') consumes any matching reservation and cannot name one; "
-        "valid: provisioning 'queued' with a reservation, or provisioning 'reserved' without one",
+        "('reserved') can only consume any matching reservation, not name one; valid: "
+        "provisioning queued, or provisioning reserved without reservation",
     ),
     (
         {"provisioning": "queued", "reservation": "Res 1"},
@@ -584,12 +581,11 @@ def test_invalid_args_have_exact_messages(overrides: dict[str, Any], message: st
 
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ValueError) as info:
-        validate_args(_args(accelerator_type="v4-12", framework="torch", provisioning="x"))
+        validate_args(_args(accelerator_type="v4-12", provisioning="x", secure_boot="yes"))
     assert str(info.value).splitlines() == [
         f"accelerator_type: 'v4-12' is not a v4 slice; valid: {V4_SIZES}",
-        "framework: 'torch' is not supported on a TPU slice: PyTorch/XLA (PJRT, where every "
-        "worker runs the program) is not built or tested in trainstack; valid: tensorflow",
-        "provisioning: 'x' is not allowed; valid: on-demand, spot, reserved, queued",
+        "provisioning: 'x' is not allowed; valid: on-demand, spot, queued, reserved",
+        "secure_boot: expected true or false, got 'yes'",
     ]
 
 

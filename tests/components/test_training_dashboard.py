@@ -522,7 +522,8 @@ BAD_ARGS = [
     ),
     (
         {"labels": {"component": "x"}},
-        "labels: key 'component' is reserved by trainstack (reserved: component, managed-by)",
+        "labels: 'component' is reserved by trainstack; valid: a key other than component, "
+        "managed-by",
     ),
 ]
 

@@ -91,9 +91,9 @@ def test_hyperparameter_tuning_registers_tuning_job() -> None:
             {
                 "parameter_id": "learning_rate",
                 "type": "double",
-                "min": 1e-4,
-                "max": 1e-2,
-                "scale": "log",
+                "min_value": 1e-4,
+                "max_value": 1e-2,
+                "scale_type": "UNIT_LOG_SCALE",
             }
         ],
     }
@@ -112,5 +112,5 @@ def test_hyperparameter_tuning_registers_tuning_job() -> None:
 
 
 def test_invalid_args_register_nothing_of_the_job() -> None:
-    with pytest.raises(ValueError, match="^replica_count: expected an integer >= 1, got 0$"):
+    with pytest.raises(ValueError, match="^replica_count: 0 is too small; expected >= 1$"):
         run_program(lambda: _program({"replica_count": 0}))

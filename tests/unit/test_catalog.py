@@ -1,11 +1,18 @@
-"""The catalog against its sources (reference/gcp-facts.md) and the reducer sizing rule."""
+"""The catalogs against their sources (reference/gcp-facts.md) and the reducer sizing rule:
+`components.catalog` (facts the components need) and `infra.catalog` (quotas and prices)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from infra import catalog
-from infra.catalog import reducers_needed, tpu_runtime_match, tpu_slice
+from components import catalog
+from components.catalog.gpus import VERTEX_GPU_ENUMS
+from components.catalog.tpu import tpu_runtime_match, tpu_slice
+from components.catalog.vertex import reducers_needed
+from infra import catalog as plan_catalog
 
 
 @pytest.mark.parametrize(
@@ -143,6 +150,7 @@ def test_no_a2_ultragpu_16g() -> None:
 
 def test_accelerator_names() -> None:
     names = catalog.GPU_ACCELERATOR_NAMES
+    assert tuple(n.vertex for n in names.values()) == VERTEX_GPU_ENUMS
     assert (names["A100 40GB"].compute, names["A100 40GB"].vertex) == (
         "nvidia-tesla-a100",
         "NVIDIA_TESLA_A100",
@@ -175,29 +183,49 @@ def test_reducers_needed_rejects_bad_input() -> None:
 
 
 def test_quota_ids() -> None:
-    assert catalog.COMPUTE_QUOTAS[("A100 40GB", True)].quota_id == (
+    assert plan_catalog.COMPUTE_QUOTAS[("A100 40GB", True)].quota_id == (
         "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region"
     )
-    assert catalog.COMPUTE_QUOTAS[("A100 80GB", False)].verified is True
-    assert catalog.VERTEX_GPU_QUOTAS[("A100 80GB", True)].quota_id == (
+    assert plan_catalog.COMPUTE_QUOTAS[("A100 80GB", False)].verified is True
+    assert plan_catalog.VERTEX_GPU_QUOTAS[("A100 80GB", True)].quota_id == (
         "custom_model_training_preemptible_nvidia_a100_80gb_gpus"
     )
-    assert not any(q.verified for q in catalog.VERTEX_GPU_QUOTAS.values())
-    tpu = catalog.TPU_QUOTAS[("v4", "on-demand")]
+    assert not any(q.verified for q in plan_catalog.VERTEX_GPU_QUOTAS.values())
+    tpu = plan_catalog.TPU_QUOTAS[("v4", "on-demand")]
     assert (tpu.service, tpu.quota_id, tpu.dimension, tpu.verified) == (
         "tpu.googleapis.com",
         "TPUV4PodPerProjectPerZoneForTPUAPI",
         "zone",
         False,
     )
-    assert len(catalog.TPU_QUOTAS) == 12
+    assert len(plan_catalog.TPU_QUOTAS) == 12
 
 
 def test_prices_are_marked_estimates() -> None:
-    assert catalog.PRICES_VERIFIED is False
-    assert "ESTIMATES" in catalog.PRICES_SOURCE
-    assert catalog.MACHINE_PRICES["a2-highgpu-8g"].on_demand == pytest.approx(29.39, abs=0.01)
-    assert catalog.TPU_CHIP_PRICES["v4"].spot == pytest.approx(3.22 * 0.4)
-    assert set(catalog.MACHINE_PRICES) == set(catalog.MACHINES)
-    for table in catalog.TABLES:
+    assert plan_catalog.PRICES_VERIFIED is False
+    assert "ESTIMATES" in plan_catalog.PRICES_SOURCE
+    assert plan_catalog.MACHINE_PRICES["a2-highgpu-8g"].on_demand == pytest.approx(29.39, abs=0.01)
+    assert plan_catalog.TPU_CHIP_PRICES["v4"].spot == pytest.approx(3.22 * 0.4)
+    assert set(plan_catalog.MACHINE_PRICES) == set(catalog.MACHINES)
+    for table in plan_catalog.TABLES:
         assert table.source and table.as_of.startswith("20")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "components.catalog",
+        "components.tpu_pod_slice",
+        "components.vertex_training_job",
+        "components.training_buckets",
+        "components.kubernetes_training_job",
+    ],
+)
+def test_components_load_no_stack_config_layer(module: str) -> None:
+    """An outside program importing a component (or the catalog) gets no `infra` modules:
+    facts and rules live below the components."""
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('infra')))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    assert out == "[]\n"

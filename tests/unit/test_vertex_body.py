@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from components import catalog
 from components._discovery import validate_body
 from components.vertex_training_job import (
     DEFAULT_EXECUTOR_IMAGE,
@@ -14,7 +15,7 @@ from components.vertex_training_job import (
     reduction_server_image,
     validate_args,
 )
-from infra import catalog
+from trainers.common.config import TrainConfig
 
 PKG = "gs://stage/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
 BASE: dict[str, Any] = {
@@ -38,17 +39,17 @@ TUNING: dict[str, Any] = {
         {
             "parameter_id": "learning_rate",
             "type": "double",
-            "min": 1e-4,
-            "max": 1e-1,
-            "scale": "log",
+            "min_value": 1e-4,
+            "max_value": 1e-1,
+            "scale_type": "UNIT_LOG_SCALE",
         },
-        {"parameter_id": "grad_accum_steps", "type": "integer", "min": 1, "max": 4},
+        {"parameter_id": "grad_accum_steps", "type": "integer", "min_value": 1, "max_value": 4},
         {"parameter_id": "model", "type": "categorical", "values": ["mlp", "cnn"]},
         {
             "parameter_id": "global_batch_size",
             "type": "discrete",
             "values": [64, 128, 256],
-            "scale": "linear",
+            "scale_type": "UNIT_LINEAR_SCALE",
         },
     ],
 }
@@ -70,7 +71,6 @@ CASES: dict[str, dict[str, Any]] = {
     "chief+workers": {"replica_count": 4},
     "rs-one-reducer": {"replica_count": 2, "reduction_server": {"replica_count": 1}},
     "rs-auto": {"replica_count": 4, "reduction_server": {"replica_count": "auto"}},
-    "rs-chief-only": {"reduction_server": {"replica_count": 1}},
     "spot+timeout": {"spot": True, "timeout_s": 86400, "restart_job_on_worker_restart": True},
     "container": {
         "package_uri": None,
@@ -153,8 +153,17 @@ def test_reduction_server_pools() -> None:
         assert spec["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
     one = body_for(**CASES["rs-one-reducer"])["jobSpec"]["workerPoolSpecs"]
     assert one[2]["replicaCount"] == "1"
-    chief_only = body_for(**CASES["rs-chief-only"])["jobSpec"]["workerPoolSpecs"]
-    assert chief_only[1] == {} and chief_only[2]["replicaCount"] == "1"
+    # Reduction Server needs 2 or more machines, but the builder keeps Vertex's pool order
+    # for any later pool: an empty pool 1 when the chief is the only worker.
+    chief_only = job_body(
+        {**BASE, "reduction_server": {"replica_count": 1}},
+        1,
+        labels=dict(LABELS),
+        package_uri=PKG,
+    )
+    assert validate_body("aiplatform.v1", "CustomJob", chief_only) == []
+    pools = chief_only["jobSpec"]["workerPoolSpecs"]
+    assert pools[1] == {} and pools[2]["replicaCount"] == "1"
     explicit = body_for(
         replica_count=2, trainer_args=["--bucket_cap_mb=32"], reduction_server={"replica_count": 1}
     )
@@ -242,14 +251,48 @@ def test_reducer_sizing(machine: str, replicas: int, expected: int) -> None:
     gpus = catalog.MACHINES[machine].gpus
     model = catalog.MACHINES[machine].gpu_model
     assert model is not None
-    body = body_for(
-        machine_type=machine,
-        accelerator_count=gpus,
-        replica_count=replicas,
-        accelerator_type=catalog.GPU_ACCELERATOR_NAMES[model].vertex,
-        reduction_server={"replica_count": "auto"},
-    )
+    args = {
+        "machine_type": machine,
+        "accelerator_count": gpus,
+        "replica_count": replicas,
+        "accelerator_type": catalog.GPU_ACCELERATOR_NAMES[model].vertex,
+        "reduction_server": {"replica_count": "auto"},
+    }
+    if replicas < 2:
+        with pytest.raises(ValueError) as info:
+            body_for(**args)
+        assert str(info.value) == (
+            "reduction_server.enabled: true needs at least 2 worker machines (replica_count "
+            f"is {replicas}); valid: false"
+        )
+        return
+    body = body_for(**args)
     assert body["jobSpec"]["workerPoolSpecs"][2]["replicaCount"] == str(expected)
+
+
+def test_a2_accelerators_come_from_the_machine() -> None:
+    derived = body_for(accelerator_type=None, accelerator_count=None)
+    given = body_for()
+    assert derived == given
+    spec = derived["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]
+    assert spec == {
+        "machineType": "a2-highgpu-8g",
+        "acceleratorType": "NVIDIA_TESLA_A100",
+        "acceleratorCount": 8,
+    }
+    ultra = body_for(machine_type="a2-ultragpu-2g", accelerator_type=None, accelerator_count=None)
+    assert ultra["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] == {
+        "machineType": "a2-ultragpu-2g",
+        "acceleratorType": "NVIDIA_A100_80GB",
+        "acceleratorCount": 2,
+    }
+
+
+MACHINES = (
+    "a2-highgpu-1g, a2-highgpu-2g, a2-highgpu-4g, a2-highgpu-8g, a2-megagpu-16g, "
+    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g, n1-highcpu-16, "
+    "n2-highcpu-16, n1-standard-4, n1-standard-8, e2-standard-4"
+)
 
 
 @pytest.mark.parametrize(
@@ -260,10 +303,11 @@ def test_reducer_sizing(machine: str, replicas: int, expected: int) -> None:
                 "machine_type": "n1-standard-8",
                 "accelerator_type": None,
                 "accelerator_count": None,
+                "replica_count": 2,
                 "reduction_server": {"replica_count": 1},
             },
-            "reduction_server: needs GPU workers; machine_type 'n1-standard-8' has no accelerator "
-            "(CPU-only jobs do not use NCCL all-reduce)",
+            "reduction_server.enabled: true needs GPU workers but 'n1-standard-8' has no GPUs; "
+            "valid: false",
         ),
         (
             {
@@ -272,37 +316,51 @@ def test_reducer_sizing(machine: str, replicas: int, expected: int) -> None:
                 "accelerator_count": 8,
                 "reduction_server": {"replica_count": 1},
             },
-            "reduction_server: not supported with TPU accelerator 'TPU_V3'; Reduction Server needs "
-            "NCCL GPU workers",
+            f"machine_type: 'cloud-tpu' is not a known machine type; valid: {MACHINES}",
         ),
         (
-            {"reduction_server": {"replica_count": 0}},
-            "reduction_server.replica_count: expected an integer >= 1 or 'auto', got 0",
+            {"replica_count": 2, "reduction_server": {"replica_count": 0}},
+            "reduction_server.replica_count: 0 is not allowed; valid: 'auto' or an integer >= 1",
         ),
         (
-            {"reduction_server": {"replica_count": 1, "machine_type": "e2-standard-4"}},
-            "reduction_server.machine_type: 'e2-standard-4' is not a documented Reduction Server "
-            "machine (allowed: n1-highcpu-16, n2-highcpu-16)",
+            {
+                "replica_count": 2,
+                "reduction_server": {"replica_count": 1, "machine_type": "e2-standard-4"},
+            },
+            "reduction_server.machine_type: 'e2-standard-4' is not a Reduction Server machine "
+            "type; valid: n1-highcpu-16, n2-highcpu-16",
         ),
-        ({"replica_count": 0}, "replica_count: expected an integer >= 1, got 0"),
+        (
+            {"reduction_server": {"replica_count": 1}},
+            "reduction_server.enabled: true needs at least 2 worker machines (replica_count is "
+            "1); valid: false",
+        ),
+        ({"replica_count": 0}, "replica_count: 0 is too small; expected >= 1"),
+        (
+            {"region": "mars-1", "replica_count": 2, "reduction_server": {"replica_count": 1}},
+            "region: 'mars-1' has no known nearest Artifact Registry multi-region; valid: "
+            "africa-*, asia-*, australia-*, europe-*, me-*, northamerica-*, southamerica-*, us-*",
+        ),
         (
             {"accelerator_type": "NVIDIA_A100_80GB"},
-            "accelerator_type: machine_type 'a2-highgpu-8g' carries A100 40GB GPUs; expected "
-            "'NVIDIA_TESLA_A100', got 'NVIDIA_A100_80GB'",
+            "accelerator_type: 'NVIDIA_A100_80GB' does not match a2-highgpu-8g (A100 40GB); "
+            "valid: NVIDIA_TESLA_A100",
         ),
         (
             {"machine_type": "a2-ultragpu-8g"},
-            "accelerator_type: machine_type 'a2-ultragpu-8g' carries A100 80GB GPUs; expected "
-            "'NVIDIA_A100_80GB', got 'NVIDIA_TESLA_A100'",
+            "accelerator_type: 'NVIDIA_TESLA_A100' does not match a2-ultragpu-8g (A100 80GB); "
+            "valid: NVIDIA_A100_80GB",
         ),
         (
             {"accelerator_count": 4},
-            "accelerator_count: machine_type 'a2-highgpu-8g' has 8 GPUs; expected 8, got 4",
+            "accelerator_count: 4 does not match a2-highgpu-8g; valid: 8",
         ),
         (
             {"machine_type": "n1-standard-8"},
-            "accelerator_type: machine_type 'n1-standard-8' has no GPUs; omit accelerator_type "
-            "and accelerator_count",
+            "accelerator_type: 'NVIDIA_TESLA_A100' cannot attach to CPU machine type "
+            "'n1-standard-8'; expected no accelerator_type (A100s come with a2-* machine types)\n"
+            "accelerator_count: 8 cannot attach to CPU machine type 'n1-standard-8'; expected no "
+            "accelerator_count",
         ),
         (
             {"container_image_uri": "x"},
@@ -314,20 +372,22 @@ def test_reducer_sizing(machine: str, replicas: int, expected: int) -> None:
                 "hyperparameter_tuning": {
                     **TUNING,
                     "parameters": [
-                        {"parameter_id": "lr", "type": "double", "min": 0.1, "max": 1.0}
+                        {"parameter_id": "lr", "type": "double", "min_value": 0.1, "max_value": 1.0}
                     ],
                 }
             },
-            "hyperparameter_tuning.parameters[0].parameter_id: 'lr' is not a bundled trainer flag "
-            "(trainers.common.config.TrainConfig fields)",
+            "hyperparameter_tuning.parameters[0].parameter_id: 'lr' is not a trainer key; "
+            f"valid: {', '.join(TrainConfig.model_fields)}",
         ),
         (
             {"hyperparameter_tuning": {**TUNING, "algorithm": "GRID_SEARCH"}},
-            "hyperparameter_tuning.parameters[0]: GRID_SEARCH does not support double parameters",
+            "hyperparameter_tuning.algorithm: 'GRID_SEARCH' cannot search double parameter "
+            "'learning_rate'; valid: ALGORITHM_UNSPECIFIED, RANDOM_SEARCH",
         ),
         (
             {"hyperparameter_tuning": {**TUNING, "parallel_trial_count": 9}},
-            "hyperparameter_tuning.parallel_trial_count: must not exceed max_trial_count (9 > 8)",
+            "hyperparameter_tuning.parallel_trial_count: 9 exceeds max_trial_count 8; "
+            "expected <= 8",
         ),
     ],
 )

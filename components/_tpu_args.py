@@ -1,0 +1,149 @@
+"""TpuPodSlice's argument checks: pure, and the stack config's too.
+
+`tpu_pod_slice_problems` returns every problem with a `TpuPodSlice` argument mapping as
+`<prefix><key>: <problem>; valid: <values>`: the component raises on them (no prefix) and
+the stack config reports them for `trainstack:tpu` (prefix `tpu.`). The TPU facts and the
+rules over them come from `components.catalog`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from components._tpu_queued_provider import DEFAULT_WAIT_TIMEOUT_S
+from components.catalog.problems import quote
+from components.catalog.tpu import (
+    DISK_MODES,
+    SECURE_BOOT_GENERATIONS,
+    TPU_GENERATIONS,
+    TpuGeneration,
+    TpuSlice,
+)
+from components.catalog.tpu_rules import (
+    tensorflow_runtime_problems,
+    tpu_capacity_problems,
+    tpu_slice_problems,
+)
+from components.startup.tpu_worker import validate_trainer_launch
+
+DEFAULT_TRAINER_MODULE: Final = "trainers.tf_multiworker"
+TPU_FRAMEWORK: Final = "tensorflow"
+"""The one trainer framework a slice runs: the tensorflow trainer with TPUStrategy.
+PyTorch/XLA (PJRT, every worker runs the program) is not built."""
+TPU_STRATEGY: Final = "tpu"
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """What validated arguments resolve to."""
+
+    slice: TpuSlice
+    generation: TpuGeneration
+    provisioning: str
+    secure_boot: bool
+    trainer_module: str
+    trainer_args: tuple[str, ...]
+    disk_modes: tuple[str, ...]
+    """Mode of each entry of `data_disks`, defaults resolved."""
+    queued_tier: str
+    wait_timeout_s: int
+
+
+def _disk_modes(disks: Any, found: TpuSlice | None, p: str) -> tuple[tuple[str, ...], list[str]]:
+    if disks is None:
+        return (), []
+    if isinstance(disks, str | Mapping) or not isinstance(disks, Sequence):
+        return (), [f"{p}data_disks: expected a list of {{source_disk, mode}}, got {disks!r}"]
+    multi = found is not None and found.multi_host
+    modes: list[str] = []
+    problems: list[str] = []
+    for i, disk in enumerate(disks):
+        at = f"{p}data_disks[{i}]"
+        if not isinstance(disk, Mapping) or disk.get("source_disk") is None:
+            problems.append(f"{at}.source_disk: required")
+            continue
+        mode = disk.get("mode", "READ_ONLY" if multi else "READ_WRITE")
+        if mode not in DISK_MODES:
+            problems.append(
+                f"{at}.mode: {quote(mode)} is not allowed; valid: {', '.join(DISK_MODES)}"
+            )
+        elif multi and mode == "READ_WRITE" and found is not None:
+            problems.append(
+                f"{at}.mode: 'READ_WRITE' attaches a disk to one VM but every one of the "
+                f"{found.hosts} workers of {found.accelerator_type} attaches it; valid: READ_ONLY"
+            )
+        modes.append(str(mode))
+    return tuple(modes), problems
+
+
+def _check(args: Mapping[str, Any], p: str) -> tuple[SlicePlan | None, list[str]]:
+    found, problems = tpu_slice_problems(
+        accelerator_type=args.get("accelerator_type"),
+        generation=args.get("generation"),
+        topology=args.get("topology"),
+        zone=args.get("zone"),
+        runtime_version=args.get("runtime_version"),
+        prefix=p,
+    )
+    if found is not None and not problems:
+        problems += tensorflow_runtime_problems(args["runtime_version"], found, p)
+    provisioning = args.get("provisioning", "on-demand")
+    problems += tpu_capacity_problems(provisioning, args.get("reservation"), args.get("queued"), p)
+    modes, disk_problems = _disk_modes(args.get("data_disks"), found, p)
+    problems += disk_problems
+    trainer_module = args.get("trainer_module", DEFAULT_TRAINER_MODULE)
+    trainer_args = args.get("trainer_args", ())
+    try:
+        validate_trainer_launch(trainer_module, trainer_args)
+    except ValueError as exc:
+        problems.append(f"{p}{exc}")
+    secure_boot = args.get("secure_boot", True)
+    if not isinstance(secure_boot, bool):
+        problems.append(f"{p}secure_boot: expected true or false, got {secure_boot!r}")
+    if problems or found is None:
+        return None, problems
+    queued = args.get("queued") or {}
+    plan = SlicePlan(
+        slice=found,
+        generation=TPU_GENERATIONS[found.generation],
+        provisioning=str(provisioning),
+        secure_boot=secure_boot and found.generation in SECURE_BOOT_GENERATIONS,
+        trainer_module=str(trainer_module),
+        trainer_args=tuple(trainer_args),
+        disk_modes=modes,
+        queued_tier=str(queued.get("tier", "on-demand")),
+        wait_timeout_s=int(queued.get("wait_timeout_s", DEFAULT_WAIT_TIMEOUT_S)),
+    )
+    return plan, []
+
+
+def tpu_pod_slice_problems(args: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every problem with the plain `TpuPodSlice` arguments in `args`, keys prefixed with
+    `prefix`: the slice, zone and runtime (a TensorFlow runtime, which the trainer needs),
+    provisioning and reservation, data disks, the trainer launch and Secure Boot."""
+    return _check(args, prefix)[1]
+
+
+def validate_args(args: Mapping[str, Any]) -> SlicePlan:
+    """Check every plain argument; raise one ValueError listing every problem, one per line."""
+    plan, problems = _check(args, "")
+    if plan is None:
+        raise ValueError("\n".join(problems))
+    return plan
+
+
+def tpu_trainer_problems(framework: Any, strategy: Any, prefix: str = "") -> list[str]:
+    """Problems with the trainer a TPU slice is asked to run (`framework`, `strategy` at
+    `<prefix>framework`, `<prefix>strategy`): the tensorflow trainer with TPUStrategy."""
+    if framework != TPU_FRAMEWORK:
+        return [
+            (
+                f"{prefix}framework: {quote(framework)} is not supported on a tpu target "
+                "(TPU runs the tensorflow trainer with TPUStrategy); valid: tensorflow"
+            )
+        ]
+    if strategy != TPU_STRATEGY:
+        return [f"{prefix}strategy: {quote(strategy)} is not supported on a tpu target; valid: tpu"]
+    return []

@@ -1,0 +1,283 @@
+"""VertexTrainingJob's REST bodies, as pure functions of plain values.
+
+`custom_job_body` and `hyperparameter_tuning_job_body` build the exact `CustomJob` and
+`HyperparameterTuningJob` bodies (aiplatform.v1 field names); `job_body` builds the one a
+validated `VertexTrainingJobArgs` mapping asks for. The hyperparameter-tuning arguments use
+the REST vocabulary already (`parameter_id`, `min_value`, `scale_type: UNIT_LOG_SCALE`,
+...), so a parameter becomes its `ParameterSpec` without renaming anything.
+
+Worker pools follow Vertex's fixed order: 0 chief (1 replica), 1 workers
+(`replica_count - 1`, `{}` when there are none but a later pool is used), 2 reduction
+servers, 3 evaluators (unused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from components.catalog.images import DEFAULT_EXECUTOR_IMAGE, reduction_server_image
+from components.catalog.vertex import DEFAULT_REDUCER_MACHINE, vertex_accelerators
+
+REQUEST_ID_LABEL: Final = "trainstack_request_id"
+"""Label whose value is a hash of the rest of the body (see `_vertex_provider`)."""
+
+DEFAULT_PYTHON_MODULE: Final = "trainers.torch_ddp"
+REDUCTION_SERVER_BUCKET_CAP_MB: Final = 64
+"""DDP gradient bucket size with Reduction Server (Google: 64 MB instead of 25)."""
+REDUCTION_SERVER_ENV: Final[dict[str, str]] = {"NCCL_DEBUG": "INFO"}
+"""The one NCCL variable Google's Reduction Server sample sets: its log shows whether the
+reduction-server NCCL plugin loaded, the only way to tell Reduction Server is in use."""
+HYPERTUNE_METRIC_ENV: Final = "TRAINSTACK_HYPERTUNE_METRIC"
+"""Env var carrying the study's metric id to the trainer, which reports it with
+`cloudml-hypertune` (`hyperparameter_metric_tag`). An env var rather than a flag: the
+trainer's flags are exactly its config fields."""
+
+DEFAULT_BOOT_DISK_TYPE: Final = "pd-ssd"
+DEFAULT_BOOT_DISK_SIZE_GB: Final = 100
+
+
+def _env(values: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"name": k, "value": v} for k, v in sorted(values.items())]
+
+
+def trainer_args_for(trainer_args: Sequence[str], reduction_server: bool) -> list[str]:
+    """The trainer's args, with `--bucket_cap_mb=64` added when Reduction Server is on
+    (unless the caller set a bucket size explicitly)."""
+    result = list(trainer_args)
+    if reduction_server and not any(a.startswith("--bucket_cap_mb") for a in result):
+        result.append(f"--bucket_cap_mb={REDUCTION_SERVER_BUCKET_CAP_MB}")
+    return result
+
+
+def _task(
+    *,
+    package_uri: str | None,
+    executor_image_uri: str | None,
+    python_module: str | None,
+    args: list[str],
+    container_image_uri: str | None,
+    container_command: Sequence[str] | None,
+    env: Mapping[str, str],
+) -> tuple[str, dict[str, Any]]:
+    """(`containerSpec` | `pythonPackageSpec`, its body) for the chief and workers."""
+    if container_image_uri is not None:
+        task: dict[str, Any] = {"imageUri": container_image_uri}
+        if container_command:
+            task["command"] = list(container_command)
+        task["args"] = args
+        key = "containerSpec"
+    else:
+        task = {
+            "executorImageUri": executor_image_uri or DEFAULT_EXECUTOR_IMAGE,
+            "packageUris": [package_uri],
+            "pythonModule": python_module or DEFAULT_PYTHON_MODULE,
+            "args": args,
+        }
+        key = "pythonPackageSpec"
+    if env:
+        task["env"] = _env(env)
+    return key, task
+
+
+def custom_job_spec(
+    *,
+    region: str,
+    machine_type: str,
+    replica_count: int,
+    accelerator_type: str | None = None,
+    accelerator_count: int | None = None,
+    reducers: int = 0,
+    reducer_machine_type: str = DEFAULT_REDUCER_MACHINE,
+    package_uri: str | None = None,
+    executor_image_uri: str | None = None,
+    python_module: str | None = None,
+    trainer_args: Sequence[str] = (),
+    container_image_uri: str | None = None,
+    container_command: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    service_account: str | None = None,
+    base_output_dir: str | None = None,
+    spot: bool = False,
+    timeout_s: int | None = None,
+    restart_job_on_worker_restart: bool = False,
+    boot_disk_size_gb: int = DEFAULT_BOOT_DISK_SIZE_GB,
+    network: str | None = None,
+    tensorboard: str | None = None,
+    persistent_resource_id: str | None = None,
+) -> dict[str, Any]:
+    """The `CustomJobSpec` (also a tuning job's `trialJobSpec`) for plain values."""
+    machine_spec: dict[str, Any] = {"machineType": machine_type}
+    if accelerator_type:
+        machine_spec["acceleratorType"] = accelerator_type
+        machine_spec["acceleratorCount"] = accelerator_count
+    code_key, task = _task(
+        package_uri=package_uri,
+        executor_image_uri=executor_image_uri,
+        python_module=python_module,
+        args=trainer_args_for(trainer_args, reducers > 0),
+        container_image_uri=container_image_uri,
+        container_command=container_command,
+        env={**(REDUCTION_SERVER_ENV if reducers else {}), **(env or {})},
+    )
+    disk = {"bootDiskType": DEFAULT_BOOT_DISK_TYPE, "bootDiskSizeGb": boot_disk_size_gb}
+
+    def pool(replicas: int) -> dict[str, Any]:
+        return {
+            "machineSpec": dict(machine_spec),
+            "replicaCount": str(replicas),  # int64: a JSON string
+            "diskSpec": dict(disk),
+            code_key: json.loads(json.dumps(task)),
+        }
+
+    pools: list[dict[str, Any]] = [pool(1)]
+    if replica_count > 1:
+        pools.append(pool(replica_count - 1))
+    elif reducers:
+        pools.append({})  # keeps the reducers at index 2
+    if reducers:
+        pools.append(
+            {
+                "machineSpec": {"machineType": reducer_machine_type},
+                "replicaCount": str(reducers),
+                "containerSpec": {"imageUri": reduction_server_image(region)},
+            }
+        )
+    scheduling: dict[str, Any] = {
+        "strategy": "SPOT" if spot else "STANDARD",
+        "restartJobOnWorkerRestart": restart_job_on_worker_restart,
+    }
+    if timeout_s is not None:
+        scheduling["timeout"] = f"{timeout_s}s"
+    spec: dict[str, Any] = {"workerPoolSpecs": pools, "scheduling": scheduling}
+    if service_account:
+        spec["serviceAccount"] = service_account
+    if base_output_dir:
+        spec["baseOutputDirectory"] = {"outputUriPrefix": base_output_dir}
+    if network:
+        spec["network"] = network
+    if tensorboard:
+        spec["tensorboard"] = tensorboard
+    if persistent_resource_id:
+        spec["persistentResourceId"] = persistent_resource_id
+    return spec
+
+
+def request_id(body: Mapping[str, Any]) -> str:
+    """Hash of the body without the request-id label: same spec, same id."""
+    labels = {k: v for k, v in body.get("labels", {}).items() if k != REQUEST_ID_LABEL}
+    canonical = json.dumps({**body, "labels": labels}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def _with_request_id(body: dict[str, Any]) -> dict[str, Any]:
+    body["labels"] = {**body.get("labels", {}), REQUEST_ID_LABEL: request_id(body)}
+    body["labels"] = dict(sorted(body["labels"].items()))
+    return body
+
+
+def custom_job_body(
+    *, display_name: str, labels: Mapping[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    """The exact `CustomJob` REST body; `spec` is `custom_job_spec`'s keywords.
+
+    `labels` go on as given (the component passes them through `merge_labels`).
+    """
+    body = {
+        "displayName": display_name,
+        "jobSpec": custom_job_spec(**spec),
+        "labels": dict(sorted((labels or {}).items())),
+    }
+    return _with_request_id(body)
+
+
+def _parameter_spec(param: Mapping[str, Any]) -> dict[str, Any]:
+    kind = param["type"]
+    spec: dict[str, Any] = {"parameterId": param["parameter_id"]}
+    if kind == "double":
+        spec["doubleValueSpec"] = {
+            "minValue": float(param["min_value"]),
+            "maxValue": float(param["max_value"]),
+        }
+    elif kind == "integer":
+        spec["integerValueSpec"] = {
+            "minValue": str(int(param["min_value"])),
+            "maxValue": str(int(param["max_value"])),
+        }
+    elif kind == "categorical":
+        spec["categoricalValueSpec"] = {"values": [str(v) for v in param["values"]]}
+    else:
+        spec["discreteValueSpec"] = {"values": [float(v) for v in param["values"]]}
+    if param.get("scale_type") is not None:
+        spec["scaleType"] = param["scale_type"]
+    return spec
+
+
+def hyperparameter_tuning_job_body(
+    *,
+    display_name: str,
+    tuning: Mapping[str, Any],
+    labels: Mapping[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """The exact `HyperparameterTuningJob` REST body; trials run `custom_job_spec(**spec)`.
+
+    The metric id reaches the trainer as env `TRAINSTACK_HYPERTUNE_METRIC`; each trial's
+    values arrive as `--<parameter_id>=<value>` and its id in `CLUSTER_SPEC.task.trial`.
+    """
+    env = {**(spec.pop("env", None) or {}), HYPERTUNE_METRIC_ENV: tuning["metric_id"]}
+    body = {
+        "displayName": display_name,
+        "studySpec": {
+            "metrics": [{"metricId": tuning["metric_id"], "goal": tuning["goal"]}],
+            "parameters": [_parameter_spec(p) for p in tuning["parameters"]],
+            "algorithm": tuning.get("algorithm", "ALGORITHM_UNSPECIFIED"),
+        },
+        "maxTrialCount": tuning["max_trial_count"],
+        "parallelTrialCount": tuning["parallel_trial_count"],
+        "maxFailedTrialCount": tuning.get("max_failed_trial_count", 0),
+        "trialJobSpec": custom_job_spec(env=env, **spec),
+        "labels": dict(sorted((labels or {}).items())),
+    }
+    return _with_request_id(body)
+
+
+def job_body(args: Mapping[str, Any], reducers: int, **resolved: Any) -> dict[str, Any]:
+    """The body for validated component args; `resolved` holds the plain values of the
+    args that may be Outputs (package_uri, service_account, labels, ...).
+
+    An A2 machine's accelerators are the machine's when `accelerator_type` and
+    `accelerator_count` are not given (validation checked them against it when given).
+    """
+    accelerator_type, accelerator_count = vertex_accelerators(args["machine_type"])
+    spec: dict[str, Any] = {
+        "region": args["region"],
+        "machine_type": args["machine_type"],
+        "replica_count": args["replica_count"],
+        "accelerator_type": args.get("accelerator_type") or accelerator_type,
+        "accelerator_count": args.get("accelerator_count") or accelerator_count or None,
+        "reducers": reducers,
+        "reducer_machine_type": (args.get("reduction_server") or {}).get(
+            "machine_type", DEFAULT_REDUCER_MACHINE
+        ),
+        "executor_image_uri": args.get("executor_image_uri"),
+        "python_module": args.get("python_module"),
+        "trainer_args": args.get("trainer_args", []),
+        "container_image_uri": args.get("container_image_uri"),
+        "container_command": args.get("container_command"),
+        "spot": args.get("spot", False),
+        "timeout_s": args.get("timeout_s"),
+        "restart_job_on_worker_restart": args.get("restart_job_on_worker_restart", False),
+        "boot_disk_size_gb": args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_SIZE_GB),
+        "persistent_resource_id": args.get("persistent_resource_id"),
+    }
+    labels = resolved.pop("labels")
+    spec.update(resolved)
+    tuning = args.get("hyperparameter_tuning")
+    if tuning is not None:
+        return hyperparameter_tuning_job_body(
+            display_name=args["display_name"], tuning=tuning, labels=labels, **spec
+        )
+    return custom_job_body(display_name=args["display_name"], labels=labels, **spec)

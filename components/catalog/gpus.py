@@ -1,0 +1,90 @@
+"""GPU facts: how each API spells an A100 model, where A100s are offered, and the compact
+placement limit.
+
+Every table carries its source (`*_SOURCE`) and the date it was compiled (`*_AS_OF`); the
+zone lists are volatile and marked unverified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+from components.catalog.sources import FACT_SHEET
+
+GpuModel = Literal["A100 40GB", "A100 80GB"]
+
+# --------------------------------------------------------------------------------------
+# GPU accelerator names and zones
+# --------------------------------------------------------------------------------------
+
+ACCELERATOR_NAMES_SOURCE: Final = (
+    f"Compute Engine GPU docs; DISC:aiplatform.v1.json#MachineSpec; {FACT_SHEET} section 2.2"
+)
+ACCELERATOR_NAMES_AS_OF: Final = "2026-11-01"
+
+
+@dataclass(frozen=True)
+class GpuAcceleratorNames:
+    """How each API spells one GPU model."""
+
+    compute: str
+    """Compute Engine `guest_accelerator.type` and GKE `cloud.google.com/gke-accelerator`."""
+    vertex: str
+    """Vertex `MachineSpec.acceleratorType` enum."""
+
+
+GPU_ACCELERATOR_NAMES: Final[dict[GpuModel, GpuAcceleratorNames]] = {
+    "A100 40GB": GpuAcceleratorNames(compute="nvidia-tesla-a100", vertex="NVIDIA_TESLA_A100"),
+    "A100 80GB": GpuAcceleratorNames(compute="nvidia-a100-80gb", vertex="NVIDIA_A100_80GB"),
+}
+
+VertexAcceleratorType = Literal["NVIDIA_TESLA_A100", "NVIDIA_A100_80GB"]
+"""The Vertex `MachineSpec.acceleratorType` values of the catalog's GPU models (the
+`vertex` names above, in the same order)."""
+VERTEX_GPU_ENUMS: Final[tuple[str, ...]] = get_args(VertexAcceleratorType)
+
+A100_ZONES_SOURCE: Final = (
+    "skypilot-catalog/catalogs/v8/gcp/vms.csv (a2-highgpu-1g rows) for A100 40GB; A100 80GB "
+    f"from general knowledge of Google's GPU regions page; {FACT_SHEET} section 2.3"
+)
+A100_ZONES_AS_OF: Final = "2026-11-01"
+A100_ZONES_VERIFIED: Final = False
+"""Zone lists are volatile and unverified: query `gcp.compute.get_machine_types` at deploy."""
+
+A100_ZONES: Final[dict[GpuModel, tuple[str, ...]]] = {
+    "A100 40GB": (
+        "asia-northeast1-a",
+        "asia-northeast1-c",
+        "asia-northeast3-a",
+        "asia-northeast3-b",
+        "asia-southeast1-a",
+        "asia-southeast1-b",
+        "asia-southeast1-c",
+        "europe-west4-a",
+        "europe-west4-b",
+        "me-west1-a",
+        "me-west1-c",
+        "us-central1-a",
+        "us-central1-b",
+        "us-central1-c",
+        "us-central1-f",
+        "us-east1-b",
+        "us-west1-b",
+        "us-west3-b",
+        "us-west4-b",
+    ),
+    "A100 80GB": (
+        "asia-southeast1-c",
+        "europe-west4-a",
+        "us-central1-a",
+        "us-central1-c",
+        "us-east4-c",
+        "us-east5-b",
+    ),
+}
+
+# Standard-mode limits were not re-verified; the Autopilot page says 1,500 nodes per
+# placement group (an older version said 150).
+COMPACT_PLACEMENT_MAX_NODES: Final = 1500
+COMPACT_PLACEMENT_VERIFIED: Final = False

@@ -1,0 +1,81 @@
+"""Compute Engine machine shapes: A2 GPU machines, and the CPU machines used for reducers,
+chiefs, GKE system nodes and tests.
+
+Every table carries its source (`MACHINES_SOURCE`) and the date it was compiled; nothing
+here calls a cloud API (prefer `gcp.compute.get_machine_types` at deploy time where they
+disagree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from components.catalog.gpus import GpuModel
+from components.catalog.sources import FACT_SHEET
+
+MACHINES_SOURCE: Final = (
+    "https://docs.cloud.google.com/compute/docs/gpus (A2 table), "
+    "https://cloud.google.com/compute/docs/general-purpose-machines; "
+    f"{FACT_SHEET} sections 2.1 and 4"
+)
+MACHINES_AS_OF: Final = "2026-11-01"
+
+
+@dataclass(frozen=True)
+class MachineType:
+    """A Compute Engine machine shape."""
+
+    name: str
+    vcpus: int
+    memory_gb: float
+    egress_gbps: int
+    """Max default (non Tier-1) egress bandwidth."""
+    gpus: int = 0
+    gpu_model: GpuModel | None = None
+    local_ssd_gib: int | None = None
+    """Bundled local SSD; None when local SSD is optional (attach your own)."""
+    verified: bool = True
+    note: str = ""
+
+
+def _a2(
+    name: str, gpus: int, model: GpuModel, vcpus: int, mem: float, gbps: int, ssd: int | None
+) -> MachineType:
+    return MachineType(name, vcpus, mem, gbps, gpus, model, ssd)
+
+
+A2_MACHINES: Final[dict[str, MachineType]] = {
+    m.name: m
+    for m in (
+        _a2("a2-highgpu-1g", 1, "A100 40GB", 12, 85, 24, None),
+        _a2("a2-highgpu-2g", 2, "A100 40GB", 24, 170, 32, None),
+        _a2("a2-highgpu-4g", 4, "A100 40GB", 48, 340, 50, None),
+        _a2("a2-highgpu-8g", 8, "A100 40GB", 96, 680, 100, None),
+        _a2("a2-megagpu-16g", 16, "A100 40GB", 96, 1360, 100, None),
+        _a2("a2-ultragpu-1g", 1, "A100 80GB", 12, 170, 24, 375),
+        _a2("a2-ultragpu-2g", 2, "A100 80GB", 24, 340, 32, 750),
+        _a2("a2-ultragpu-4g", 4, "A100 80GB", 48, 680, 50, 1500),
+        _a2("a2-ultragpu-8g", 8, "A100 80GB", 96, 1360, 100, 3000),
+    )
+}
+
+CPU_MACHINES: Final[dict[str, MachineType]] = {
+    m.name: m
+    for m in (
+        # Reduction Server: n1-highcpu-16 is Google's recommendation and the SDK default.
+        MachineType("n1-highcpu-16", 16, 14.4, 32),
+        MachineType(
+            "n2-highcpu-16", 16, 16, 32, note="egress taken equal to n1-highcpu-16 (16 vCPUs)"
+        ),
+        MachineType("n1-standard-4", 4, 15, 8),
+        MachineType("n1-standard-8", 8, 30, 16),
+        MachineType("e2-standard-4", 4, 16, 8),
+    )
+}
+
+MACHINES: Final[dict[str, MachineType]] = {**A2_MACHINES, **CPU_MACHINES}
+
+GKE_SYSTEM_NODE_MACHINE: Final = "e2-standard-4"
+"""Machine of the one-node system pool a GKE GPU cluster gets, because kube-dns and the other
+add-ons do not tolerate the GPU taint (components.a100_cluster)."""

@@ -1,0 +1,153 @@
+"""How a rule words a problem, in one place.
+
+Every problem is one line, `<dotted.key.path>: <what is wrong>[; valid: <allowed values>]`,
+whether a component reports it about its own arguments (no prefix) or the stack config
+about a stack file (the caller's prefix, e.g. `tpu.`). The rules of the catalog and the
+components build their lines with these helpers, and `pydantic_problem` turns pydantic's
+structural errors (the stack config's models) into the same shape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from collections.abc import Iterable
+from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic_core import ErrorDetails
+
+
+def quote(value: Any) -> str:
+    """A bad value the way the user wrote it: strings quoted, the rest as YAML/JSON."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def not_allowed(key: str, value: Any, valid: Iterable[Any]) -> str:
+    """`<key>: <value> is not allowed; valid: a, b, c` for a value outside a fixed set."""
+    return f"{key}: {quote(value)} is not allowed; valid: {', '.join(str(v) for v in valid)}"
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """True for an int that is not a bool (YAML `true` is not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def int_problems(key: str, value: Any, minimum: int, maximum: int | None = None) -> list[str]:
+    """Problems with an integer setting bounded by `minimum` (and `maximum`), worded as the
+    stack config's pydantic bounds are."""
+    if not is_int(value):
+        return [f"{key}: {quote(value)} is not an integer"]
+    if value < minimum:
+        return [f"{key}: {quote(value)} is too small; expected >= {minimum}"]
+    if maximum is not None and value > maximum:
+        return [f"{key}: {quote(value)} is too large; expected <= {maximum}"]
+    return []
+
+
+def unknown_keys(prefix: str, given: Iterable[str], valid: Iterable[str]) -> list[str]:
+    """`<prefix><key>: unknown key; valid: ...` for each key of `given` not in `valid`."""
+    known = list(valid)
+    return [
+        f"{prefix}{key}: unknown key; valid: {', '.join(known)}"
+        for key in given
+        if key not in known
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# pydantic errors
+# --------------------------------------------------------------------------------------
+
+_SIMPLE: dict[str, str] = {
+    "int_type": "is not an integer",
+    "int_parsing": "is not an integer",
+    "int_from_float": "is not an integer",
+    "float_type": "is not a number",
+    "float_parsing": "is not a number",
+    "string_type": "is not a string",
+    "list_type": "is not a list",
+}
+_BOUNDS: dict[str, tuple[str, str, str]] = {
+    "greater_than_equal": ("ge", "is too small", ">="),
+    "greater_than": ("gt", "is too small", ">"),
+    "less_than_equal": ("le", "is too large", "<="),
+    "less_than": ("lt", "is too large", "<"),
+}
+
+
+def _find_model(tp: Any) -> type[BaseModel] | None:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp
+    if get_origin(tp) in (Union, types.UnionType, list, Annotated):
+        for arg in get_args(tp):
+            found = _find_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _model_at(root: Any, loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    model = _find_model(root)
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        model = _find_model(info.annotation) if info else None
+    return model
+
+
+def _path(path: str, loc: tuple[int | str, ...]) -> str:
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    # A component's own arguments have no section: `zone`, not `.zone`.
+    return path.removeprefix(".")
+
+
+def pydantic_problem(err: ErrorDetails, path: str, root: Any) -> str:
+    """One pydantic error as a problem line.
+
+    `path` is the dotted key of the value that was validated (`gpu_cluster`) and `root`
+    its type annotation (a model, or a union/list of one), used to list the valid keys.
+    """
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    value = err.get("input")
+    ctx = err.get("ctx") or {}
+    where = _path(path, loc)
+    if kind == "missing":
+        return f"{where}: required"
+    if kind == "extra_forbidden":
+        parent = _model_at(root, loc[:-1])
+        valid = ", ".join(parent.model_fields) if parent else "(none)"
+        return f"{where}: unknown key; valid: {valid}"
+    if kind == "literal_error":
+        return not_allowed(where, value, re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+    if kind in _SIMPLE:
+        return f"{where}: {quote(value)} {_SIMPLE[kind]}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"{where}: {quote(value)} is not a boolean; valid: true, false"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        model = _model_at(root, loc)
+        keys = f"; expected a mapping with keys: {', '.join(model.model_fields)}" if model else ""
+        return f"{where}: {quote(value)} is not a mapping{keys}"
+    if kind in _BOUNDS:
+        key, what, op = _BOUNDS[kind]
+        return f"{where}: {quote(value)} {what}; expected {op} {ctx.get(key)}"
+    if kind == "too_short":
+        return (
+            f"{where}: {quote(value)} is too short; expected at least "
+            f"{ctx.get('min_length')} item(s)"
+        )
+    if kind == "trainstack":
+        return f"{where}: {err['msg']}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg} (got {quote(value)})"

@@ -1,0 +1,228 @@
+"""Rules over the Cloud TPU facts: which slice a request names, in which zone, on which
+runtime, and how its capacity may be obtained.
+
+Pure functions returning every problem as `<prefix><key>: <problem>; valid: <values>`.
+`TpuPodSlice` checks its own arguments with them (no prefix) and the stack config its
+`trainstack:tpu` section (prefix `tpu.`), so both report a fault in the same words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from components.catalog.problems import not_allowed, quote
+from components.catalog.tpu import (
+    QUEUED_TIERS,
+    TPU_GENERATIONS,
+    TPU_PROVISIONING,
+    TpuSlice,
+    tpu_generation_of,
+    tpu_runtime_match,
+)
+
+RESERVATION_NAME: Final = re.compile(
+    r"^(-|[a-z]([-a-z0-9]{0,61}[a-z0-9])?|projects/[^/]+/locations/[^/]+/reservations/[^/]+)$"
+)
+"""A reservation as a queued resource names it: a short name, a full name, or `-` (any
+reservation of the project in the zone, gcloud's `--reserved`)."""
+QUEUED_KEYS: Final = ("tier", "min_duration_s", "valid_until_s", "wait_timeout_s")
+
+
+def tpu_slice_problems(
+    *,
+    accelerator_type: Any,
+    generation: Any,
+    topology: Any,
+    zone: Any,
+    runtime_version: Any,
+    prefix: str = "",
+) -> tuple[TpuSlice | None, list[str]]:
+    """The catalog slice these arguments name, and every problem with them.
+
+    A slice is named either by `accelerator_type` or by `generation` with `topology`; the
+    zone must offer its generation and the runtime belong to it (a TensorFlow `-pod`
+    runtime on a multi-host slice, a plain one on a single host).
+    """
+    p = prefix
+    problems: list[str] = []
+    for key, value in (
+        ("accelerator_type", accelerator_type),
+        ("generation", generation),
+        ("topology", topology),
+    ):
+        if value is not None and not isinstance(value, str):
+            problems.append(f"{p}{key}: {quote(value)} is not a string")
+    for key, value in (("zone", zone), ("runtime_version", runtime_version)):
+        if value is None or value == "":
+            problems.append(f"{p}{key}: required")
+        elif not isinstance(value, str):
+            problems.append(f"{p}{key}: {quote(value)} is not a string")
+    if problems:
+        return None, problems
+
+    found, problems = _find_slice(accelerator_type, generation, topology, p)
+    if found is not None:
+        gen = TPU_GENERATIONS[found.generation]
+        if zone not in gen.zones and not problems:
+            problems.append(
+                f"{p}zone: {zone!r} does not offer {gen.name}; valid: {', '.join(gen.zones)}"
+            )
+        problems += _runtime_problems(runtime_version, found, p)
+    return found, problems
+
+
+def _find_slice(
+    accelerator_type: str | None, generation: str | None, topology: str | None, p: str
+) -> tuple[TpuSlice | None, list[str]]:
+    if accelerator_type and (generation or topology):
+        message = (
+            f"{p}accelerator_type: {accelerator_type!r} given together with "
+            f"{p}generation/{p}topology; expected one of the two forms"
+        )
+        return None, [message]
+    if accelerator_type:
+        named = tpu_generation_of(accelerator_type)
+        if named is None:
+            prefixes = ", ".join(f"{g.type_prefix}-N" for g in TPU_GENERATIONS.values())
+            return None, [
+                f"{p}accelerator_type: {accelerator_type!r} is not a TPU type; valid: {prefixes}"
+            ]
+        found = named.slice(accelerator_type)
+        if found is None:
+            valid = ", ".join(s.accelerator_type for s in named.slices)
+            message = (
+                f"{p}accelerator_type: {accelerator_type!r} is not a {named.name} slice; "
+                f"valid: {valid}"
+            )
+            return None, [message]
+        return found, []
+    if not generation:
+        if topology:
+            return None, [
+                f"{p}generation: required with {p}topology; valid: {', '.join(TPU_GENERATIONS)}"
+            ]
+        return None, [f"{p}accelerator_type: required (or {p}generation with {p}topology)"]
+    gen = next((g for g in TPU_GENERATIONS.values() if g.name == generation), None)
+    if gen is None:
+        return None, [not_allowed(f"{p}generation", generation, TPU_GENERATIONS)]
+    topologies = ", ".join(s.topology for s in gen.slices)
+    if not topology:
+        return None, [f"{p}topology: required with {p}generation; valid: {topologies}"]
+    found = gen.slice_for_topology(topology)
+    if found is None:
+        return None, [
+            f"{p}topology: {topology!r} is not a {gen.name} topology; valid: {topologies}"
+        ]
+    return found, []
+
+
+def _runtime_problems(runtime: str, found: TpuSlice, p: str) -> list[str]:
+    gen = TPU_GENERATIONS[found.generation]
+    match = tpu_runtime_match(gen.name, runtime)
+    if not match.belongs:
+        return [
+            (
+                f"{p}runtime_version: {runtime!r} is not a {gen.name} runtime; "
+                f"valid: {gen.runtime_family}"
+            )
+        ]
+    if match.tensorflow and match.pod and not found.multi_host:
+        fixed = runtime.replace("-pod", "", 1)
+        return [
+            (
+                f"{p}runtime_version: {runtime!r} is a multi-host (-pod) runtime but "
+                f"{found.accelerator_type} is a single host; valid: {fixed}"
+            )
+        ]
+    if match.tensorflow and not match.pod and found.multi_host:
+        fixed = re.sub(r"^(tpu-vm-tf-\d+\.\d+\.\d+)", r"\1-pod", runtime)
+        return [
+            (
+                f"{p}runtime_version: {runtime!r} is a single-host runtime but "
+                f"{found.accelerator_type} has {found.hosts} hosts; valid: {fixed}"
+            )
+        ]
+    return []
+
+
+def tensorflow_runtime_family(found: TpuSlice) -> str:
+    """The TensorFlow runtime versions that fit `found` (pod or not, pjrt or not)."""
+    gen = TPU_GENERATIONS[found.generation]
+    pod = "-pod" if found.multi_host else ""
+    pjrt = "-pjrt" if gen.tf_requires_pjrt else ""
+    low = ".".join(str(n) for n in gen.tf_min_version)
+    return f"tpu-vm-tf-X.Y.Z{pod}{pjrt} (TF >= {low})"
+
+
+def tensorflow_runtime_problems(runtime: str, found: TpuSlice, prefix: str = "") -> list[str]:
+    """A problem when `runtime` ships no TensorFlow, which the bundled TPU trainer needs."""
+    if tpu_runtime_match(found.generation, runtime).tensorflow:
+        return []
+    message = (
+        f"{prefix}runtime_version: {runtime!r} ships no TensorFlow, which the tensorflow "
+        f"trainer needs on {found.accelerator_type}; valid: {tensorflow_runtime_family(found)}"
+    )
+    return [message]
+
+
+def tpu_capacity_problems(
+    provisioning: Any, reservation: Any, queued: Any, prefix: str = ""
+) -> list[str]:
+    """Problems with how the slice's capacity is obtained.
+
+    Only a queued resource can name a reservation: a TPU VM created directly (on-demand,
+    spot, reserved) consumes any matching reservation, and `reserved` says only that it must.
+    """
+    p = prefix
+    problems: list[str] = []
+    if provisioning not in TPU_PROVISIONING:
+        problems.append(not_allowed(f"{p}provisioning", provisioning, TPU_PROVISIONING))
+    if reservation is not None:
+        if not isinstance(reservation, str) or not RESERVATION_NAME.match(reservation):
+            problems.append(
+                f"{p}reservation: {quote(reservation)} is not a reservation name; valid: a "
+                "name, projects/P/locations/ZONE/reservations/R, or '-' (any reservation)"
+            )
+        elif provisioning != "queued" and provisioning in TPU_PROVISIONING:
+            problems.append(
+                f"{p}reservation: {quote(reservation)} needs provisioning 'queued': a TPU VM "
+                f"created directly ({quote(provisioning)}) can only consume any matching "
+                "reservation, not name one; valid: provisioning queued, or provisioning "
+                f"reserved without {p}reservation"
+            )
+    if queued is not None:
+        problems += _queued_problems(queued, provisioning, reservation, p)
+    return problems
+
+
+def _queued_problems(queued: Any, provisioning: Any, reservation: Any, p: str) -> list[str]:
+    if provisioning != "queued":
+        return [f"{p}queued: only used with provisioning 'queued', not {quote(provisioning)}"]
+    if not isinstance(queued, Mapping):
+        return [f"{p}queued: expected a mapping with keys {', '.join(QUEUED_KEYS)}"]
+    problems = [
+        f"{p}queued.{key}: unknown key; valid: {', '.join(QUEUED_KEYS)}"
+        for key in queued
+        if key not in QUEUED_KEYS
+    ]
+    tier = queued.get("tier", "on-demand")
+    if tier not in QUEUED_TIERS:
+        problems.append(not_allowed(f"{p}queued.tier", tier, QUEUED_TIERS))
+    for key in ("min_duration_s", "valid_until_s", "wait_timeout_s"):
+        value = queued.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            problems.append(f"{p}queued.{key}: expected an integer >= 1, got {value!r}")
+    if queued.get("min_duration_s") is not None and tier != "guaranteed":
+        problems.append(
+            f"{p}queued.min_duration_s: only used with queued.tier 'guaranteed', not {tier!r}"
+        )
+    if reservation is not None and tier == "spot":
+        problems.append(
+            f"{p}queued.tier: 'spot' cannot be combined with reservation {reservation!r}; "
+            "valid: on-demand, guaranteed"
+        )
+    return problems
