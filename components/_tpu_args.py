@@ -27,8 +27,9 @@ from components.catalog.tpu_rules import (
     tpu_slice_problems,
 )
 from components.startup.tpu_worker import validate_trainer_launch
+from trainers.common.contract import TF_MODULE
 
-DEFAULT_TRAINER_MODULE: Final = "trainers.tf_multiworker"
+DEFAULT_TRAINER_MODULE: Final = TF_MODULE
 TPU_FRAMEWORK: Final = "tensorflow"
 """The one trainer framework a slice runs: the tensorflow trainer with TPUStrategy.
 PyTorch/XLA (PJRT, every worker runs the program) is not built."""

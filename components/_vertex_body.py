@@ -20,11 +20,12 @@ from typing import Any, Final
 
 from components.catalog.images import DEFAULT_EXECUTOR_IMAGE, reduction_server_image
 from components.catalog.vertex import DEFAULT_REDUCER_MACHINE, vertex_accelerators
+from trainers.common.contract import TORCH_MODULE
 
 REQUEST_ID_LABEL: Final = "trainstack_request_id"
 """Label whose value is a hash of the rest of the body (see `_vertex_provider`)."""
 
-DEFAULT_PYTHON_MODULE: Final = "trainers.torch_ddp"
+DEFAULT_PYTHON_MODULE: Final = TORCH_MODULE
 REDUCTION_SERVER_BUCKET_CAP_MB: Final = 64
 """DDP gradient bucket size with Reduction Server (Google: 64 MB instead of 25)."""
 REDUCTION_SERVER_ENV: Final[dict[str, str]] = {"NCCL_DEBUG": "INFO"}

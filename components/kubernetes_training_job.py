@@ -65,11 +65,12 @@ from components.gpu_startup import (
     uses_torchrun,
     with_checkpoint_dir,
 )
+from trainers.common.contract import TORCH_MODULE
 
 TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
 COMPONENT_LABEL: Final = "kubernetes-training-job"
 CONTAINER_NAME: Final = "trainer"
-DEFAULT_MODULE: Final = "trainers.torch_ddp"
+DEFAULT_MODULE: Final = TORCH_MODULE
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_TOLERATION: Final[dict[str, str]] = {

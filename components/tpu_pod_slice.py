@@ -81,6 +81,7 @@ from components.startup.tpu_worker import (
     effective_checkpoint_dir,
     render_tpu_worker_script,
 )
+from components.training_dashboard.targets import DashboardScope, tpu_filters
 
 __all__ = [
     "DEFAULT_TRAINER_MODULE",
@@ -356,6 +357,14 @@ class TpuPodSlice(pulumi.ComponentResource):
         self.checkpoint_dir = pulumi.Output.from_input(args["checkpoint_dir"]).apply(
             lambda default: effective_checkpoint_dir(trainer_args, default)
         )
+        log_filter, resource_filter = tpu_filters(self.slice_name)
+        self.dashboard_scope: DashboardScope = {
+            "target": "tpu",
+            # The TensorFlow TPU program runs on worker 0 only; the others serve the TPU.
+            "worker_count": 1,
+            "log_filter": log_filter,
+            "resource_filter": resource_filter,
+        }
         self.register_outputs(
             {
                 "slice_name": self.slice_name,

@@ -80,6 +80,7 @@ from components.catalog.images import (
     reduction_server_image,
 )
 from components.catalog.vertex import Algorithm, Goal, ParameterType, ScaleType
+from components.training_dashboard.targets import DashboardScope, vertex_filters, vertex_job_id
 
 __all__ = [
     "DEFAULT_BOOT_DISK_SIZE_GB",
@@ -270,6 +271,13 @@ class VertexTrainingJob(pulumi.ComponentResource):
         self.console_url = self.job.console_url
         self.body = body
         self.reducer_count = reducers
+        log_filter, resource_filter = vertex_filters(vertex_job_id(self.job_name))
+        self.dashboard_scope: DashboardScope = {
+            "target": "vertex",
+            "worker_count": args["replica_count"],
+            "log_filter": log_filter,
+            "resource_filter": resource_filter,
+        }
         self.register_outputs(
             {
                 "job_name": self.job_name,

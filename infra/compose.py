@@ -21,20 +21,14 @@ from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from components.trainer_package import TrainerPackage
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
-from components.training_dashboard import (
-    TrainingDashboard,
-    TrainingDashboardArgs,
-    gce_filters,
-    gke_filters,
-    tpu_filters,
-    vertex_filters,
-    vertex_job_id,
-)
+from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
+from components.training_dashboard.targets import DashboardScope
 from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork
 from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
 from infra.config import StackConfig, load_stack_config
 from infra.estimate import quota_needs
+from trainers.common.contract import TRAINER_MODULES
 
 # APIs every cloud stack needs, plus the ones its compute target needs.
 BASE_SERVICES: tuple[str, ...] = (
@@ -86,11 +80,6 @@ OUTPUT_METRIC_TYPES = "metric_types"
 
 GKE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
 """What a GKE node's own service account needs (logging, monitoring, image pulls)."""
-
-TRAINER_MODULES: Mapping[str, str] = {
-    "torch": "trainers.torch_ddp",
-    "tensorflow": "trainers.tf_multiworker",
-}
 
 
 def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
@@ -200,19 +189,23 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         outputs[OUTPUT_SUBNETWORK] = network.subnetwork_self_link
     if guard.blocked:
         return outputs
+    target_outputs: dict[str, Any]
     if cfg.target == "vertex":
-        outputs.update(_vertex(cfg, deployment, labels, package, buckets, identity, after_apis))
+        target_outputs, scope = _vertex(
+            cfg, deployment, labels, package, buckets, identity, after_apis
+        )
     elif cfg.target == "tpu":
         assert network is not None
-        outputs.update(
-            _tpu(cfg, deployment, labels, package, buckets, identity, network, after_apis)
+        target_outputs, scope = _tpu(
+            cfg, deployment, labels, package, buckets, identity, network, after_apis
         )
-    elif cfg.target == "gpu_cluster":
-        assert network is not None
-        outputs.update(
-            _gpu_cluster(cfg, deployment, labels, package, buckets, identity, network, after_apis)
+    else:
+        assert network is not None and cfg.target == "gpu_cluster"
+        target_outputs, scope = _gpu_cluster(
+            cfg, deployment, labels, package, buckets, identity, network, after_apis
         )
-    outputs.update(_monitoring(cfg, deployment, labels, outputs, after_apis))
+    outputs.update(target_outputs)
+    outputs.update(_monitoring(cfg, deployment, labels, scope, after_apis))
     return outputs
 
 
@@ -231,7 +224,7 @@ def _vertex(
     buckets: TrainingBuckets,
     identity: TrainingIdentity,
     after_apis: pulumi.ResourceOptions,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], DashboardScope]:
     vx = cfg.vertex
     assert vx is not None and cfg.project is not None and cfg.region is not None
     # The section's job keys are the component's (machine, accelerators, replicas,
@@ -257,12 +250,13 @@ def _vertex(
         args["package_uri"] = package.uri
         args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
     job = VertexTrainingJob(f"{deployment}-job", args, opts=after_apis)
-    return {
+    outputs = {
         OUTPUT_JOB_NAME: job.job_name,
         OUTPUT_JOB_STATE: job.state,
         OUTPUT_CONSOLE_URL: job.console_url,
         OUTPUT_REDUCERS: job.reducer_count,
     }
+    return outputs, job.dashboard_scope
 
 
 def _tpu(
@@ -274,7 +268,7 @@ def _tpu(
     identity: TrainingIdentity,
     network: TrainingNetwork,
     after_apis: pulumi.ResourceOptions,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], DashboardScope]:
     tpu_cfg = cfg.tpu
     assert tpu_cfg is not None and cfg.project is not None
     # The section's keys are the component's (slice, zone, runtime, provisioning,
@@ -298,7 +292,7 @@ def _tpu(
         },
     )
     tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=after_apis)
-    return {
+    outputs = {
         OUTPUT_SLICE_NAME: tpu.slice_name,
         OUTPUT_WORKER_IPS: tpu.worker_ips,
         OUTPUT_TPU_CHIPS: tpu.chips,
@@ -306,6 +300,7 @@ def _tpu(
         OUTPUT_CONSOLE_URL: tpu.console_url,
         OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
     }
+    return outputs, tpu.dashboard_scope
 
 
 def _gpu_cluster(
@@ -317,7 +312,7 @@ def _gpu_cluster(
     identity: TrainingIdentity,
     network: TrainingNetwork,
     after_apis: pulumi.ResourceOptions,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], DashboardScope]:
     gpu = cfg.gpu_cluster
     assert gpu is not None and cfg.project is not None
     training: A100TrainingArgs = {
@@ -360,62 +355,24 @@ def _gpu_cluster(
         outputs[OUTPUT_JOB_NAME] = cluster.job_name
     if cluster.instance_names is not None:  # gce
         outputs[OUTPUT_INSTANCE_NAMES] = cluster.instance_names
-    return outputs
+    return outputs, cluster.dashboard_scope
 
 
 def _monitoring(
     cfg: StackConfig,
     deployment: str,
     labels: Mapping[str, str],
-    outputs: Mapping[str, Any],
+    scope: DashboardScope,
     after_apis: pulumi.ResourceOptions,
 ) -> dict[str, Any]:
-    """The stack's TrainingDashboard, scoped to its compute target's resources."""
+    """The stack's TrainingDashboard, scoped by its compute component (`dashboard_scope`)."""
     assert cfg.project is not None
-    args: TrainingDashboardArgs
-    log_filter: pulumi.Input[str]
-    resource_filter: pulumi.Input[str]
-    if cfg.target == "vertex":
-        assert cfg.vertex is not None
-        log_filter, resource_filter = vertex_filters(vertex_job_id(outputs[OUTPUT_JOB_NAME]))
-        args = {
-            "project": cfg.project,
-            "deployment_name": deployment,
-            "target": "vertex",
-            "worker_count": cfg.vertex.replica_count,
-            "log_filter": log_filter,
-            "resource_filter": resource_filter,
-            "labels": dict(labels),
-        }
-    elif cfg.target == "tpu":
-        log_filter, resource_filter = tpu_filters(outputs[OUTPUT_SLICE_NAME])
-        args = {
-            "project": cfg.project,
-            "deployment_name": deployment,
-            "target": "tpu",
-            # The TensorFlow TPU program runs on worker 0 only; the others serve the TPU.
-            "worker_count": 1,
-            "log_filter": log_filter,
-            "resource_filter": resource_filter,
-            "labels": dict(labels),
-        }
-    else:
-        gpu = cfg.gpu_cluster
-        assert gpu is not None
-        if gpu.backend == "gke":
-            log_filter, resource_filter = gke_filters(outputs[OUTPUT_CLUSTER_NAME])
-        else:
-            log_filter, resource_filter = gce_filters(deployment)
-        args = {
-            "project": cfg.project,
-            "deployment_name": deployment,
-            "target": "gpu_cluster",
-            "gpu_backend": gpu.backend,
-            "worker_count": gpu.node_count,
-            "log_filter": log_filter,
-            "resource_filter": resource_filter,
-            "labels": dict(labels),
-        }
+    args: TrainingDashboardArgs = {
+        "project": cfg.project,
+        "deployment_name": deployment,
+        **scope,
+        "labels": dict(labels),
+    }
     board = TrainingDashboard(f"{deployment}-monitoring", args, opts=after_apis)
     return {OUTPUT_DASHBOARD_URL: board.dashboard_url, OUTPUT_METRIC_TYPES: board.metric_types}
 

@@ -110,6 +110,7 @@ from components.a100_cluster.validate import (
 )
 from components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
 from components.kubernetes_training_job import KubernetesTrainingJob
+from components.training_dashboard.targets import DashboardScope, gce_filters, gke_filters
 
 __all__ = [
     "BOOT_DISK_TYPE",
@@ -298,6 +299,9 @@ class A100Cluster(pulumi.ComponentResource):
             self.training_job = gke.training_job
             if gke.training_job is not None:
                 self.job_name = gke.training_job.job_name
+            log_filter: pulumi.Input[str]
+            resource_filter: pulumi.Input[str]
+            log_filter, resource_filter = gke_filters(self.cluster_name)
         else:
             gce = create_gce(name, args, gpu, labels, parent=self)
             self.placement_policy = gce.placement_policy
@@ -305,6 +309,14 @@ class A100Cluster(pulumi.ComponentResource):
             self.cluster_name = gce.cluster_name
             self.instance_names = gce.instance_names
             self.console_url = gce.console_url
+            log_filter, resource_filter = gce_filters(args["deployment_name"], gce.name_pattern)
+        self.dashboard_scope: DashboardScope = {
+            "target": "gpu_cluster",
+            "gpu_backend": gpu.backend,
+            "worker_count": gpu.node_count,
+            "log_filter": log_filter,
+            "resource_filter": resource_filter,
+        }
 
         self.register_outputs(
             {

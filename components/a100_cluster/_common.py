@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 from components import catalog
@@ -48,3 +49,13 @@ def job_name_for(deployment: str, node_count: int) -> str:
 def instance_names(deployment: str, node_count: int) -> list[str]:
     """Physical names of the gce instances; index i is node rank i."""
     return [gcp_name(deployment, f"a100-{i}") for i in range(node_count)]
+
+
+def instance_name_pattern(names: list[str]) -> str:
+    """A regular expression for log filters that matches these instance names: their shared
+    prefix when each name is that prefix plus its rank, else the names themselves (a name
+    shortened with a hash suffix by `gcp_name` does not end in its rank)."""
+    prefix = os.path.commonprefix(names) if len(names) > 1 else names[0].rstrip("0123456789")
+    if all(name[len(prefix) :].isdigit() for name in names):
+        return f"^{prefix}"
+    return "^(" + "|".join(names) + ")$"

@@ -16,6 +16,7 @@ from components.a100_cluster._common import (
     CLOUD_PLATFORM_SCOPE,
     DEFAULT_BOOT_DISK_GB,
     RESERVATION_KEY,
+    instance_name_pattern,
     instance_names,
     region_of,
 )
@@ -46,6 +47,8 @@ class GceInstances:
     """By node rank."""
     cluster_name: pulumi.Output[str]
     instance_names: pulumi.Output[list[str]]
+    name_pattern: str
+    """Regular expression matching exactly these instances' names (`instance_name_pattern`)."""
     console_url: pulumi.Output[str]
 
 
@@ -154,6 +157,7 @@ def create_gce(
         instances=instances,
         cluster_name=pulumi.Output.from_input(gcp_name(deployment, "a100")),
         instance_names=pulumi.Output.all(*(inst.name for inst in instances)),
+        name_pattern=instance_name_pattern(names),
         console_url=project.apply(gce_console_url),
     )
 

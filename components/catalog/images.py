@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Final
 
 from components.catalog.sources import FACT_SHEET
+from trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 # --------------------------------------------------------------------------------------
 # Vertex AI prebuilt training images
@@ -79,8 +80,8 @@ KUBERNETES_IMAGES_SOURCE: Final = (
     "https://hub.docker.com/r/pytorch/pytorch/tags, https://hub.docker.com/r/tensorflow/tensorflow/tags"
 )
 KUBERNETES_IMAGES: Final[dict[str, str]] = {
-    "trainers.torch_ddp": "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
-    "trainers.tf_multiworker": "tensorflow/tensorflow:2.17.0-gpu",
+    TORCH_MODULE: "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
+    TF_MODULE: "tensorflow/tensorflow:2.17.0-gpu",
 }
 """Public CUDA images by trainer module; the trainer package is pip-installed at start.
 GKE nodes pull Docker Hub images through Google's mirror.gcr.io cache."""

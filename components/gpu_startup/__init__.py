@@ -44,6 +44,7 @@ from typing import Final, Literal
 
 from components.catalog.images import DLVM_PYTHON_BIN
 from trainers.common.cluster import DEFAULT_PORT
+from trainers.common.contract import TORCHRUN_MODULES
 
 Platform = Literal["gke", "gce"]
 
@@ -68,7 +69,6 @@ FAIL_FAST_EXIT_CODES: Final = (EXIT_CRASH, EXIT_CONFIG)
 RESTART_EXIT_CODES: Final = (EXIT_PREEMPTED,)
 """Preempted after a checkpoint: restart and resume, without counting a failure."""
 
-TORCHRUN_MODULES: Final = frozenset({"trainers.torch_ddp"})
 """Trainer modules launched with torchrun (one process per GPU); any other module runs as
 one process per node and reads the node-level environment."""
 

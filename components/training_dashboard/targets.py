@@ -17,7 +17,7 @@ The filter builders take the ids the compute components own and return
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal, NotRequired, TypedDict
 
 import pulumi
 
@@ -241,11 +241,28 @@ def gke_filters(
     )
 
 
-def gce_filters(deployment: str) -> tuple[str, str]:
+def gce_filters(deployment: str, name_pattern: str | None = None) -> tuple[str, str]:
     """(log_filter, resource_filter) of the Compute Engine VMs of an `A100Cluster` with backend
-    `gce`: the instances are `<deployment>-a100-<i>` and carry the label `stack=<deployment>`.
-    Plain strings: both follow from the deployment name alone."""
+    `gce`: entries whose instance name matches `name_pattern` (default `^<deployment>-a100-`;
+    the component passes the pattern of the names it really gave its instances), and machines
+    carrying the label `stack=<deployment>`. Plain strings: no id is known only after creation."""
+    pattern = name_pattern or f"^{deployment}-a100-"
     return (
-        f'labels."compute.googleapis.com/resource_name"=~"^{deployment}-a100-"',
+        f'labels."compute.googleapis.com/resource_name"=~"{pattern}"',
         f'metadata.user_labels.stack="{deployment}"',
     )
+
+
+class DashboardScope(TypedDict):
+    """What a compute component tells the `TrainingDashboard` about itself: the keys of
+    `TrainingDashboardArgs` that only the component knows (`VertexTrainingJob`, `TpuPodSlice`
+    and `A100Cluster` expose it as `dashboard_scope`)."""
+
+    target: Literal["tpu", "gpu_cluster", "vertex"]
+    """One of `TARGETS`."""
+    gpu_backend: NotRequired[Literal["gke", "gce"]]
+    """target gpu_cluster: one of `GPU_BACKENDS`."""
+    worker_count: int
+    """Machines whose trainer lines the per-worker charts show."""
+    log_filter: pulumi.Input[str]
+    resource_filter: pulumi.Input[str]
