@@ -14,9 +14,11 @@
     )
     # compute components take identity.service_account_email
 
-Grants, and nothing more unless asked for: read objects in the data bucket, read/write
-objects in the checkpoint and staging buckets (bucket-level bindings, not project-wide),
-and write logs and metrics in the project. The default compute service account (project
+Grants, and nothing more unless asked for: read objects in the data and staging buckets,
+read/write objects in the checkpoint bucket (bucket-level bindings, not project-wide), and
+write logs and metrics in the project. The staging bucket holds the trainer package every
+node installs and runs, so the account may only read it: a compromised or buggy worker
+cannot replace the code the other nodes (and the next run) execute. The default compute service account (project
 Editor) is never used. `extra_project_roles` adds project roles, but owner/editor and
 roles that let the account administer IAM or impersonate others are refused.
 
@@ -82,7 +84,8 @@ class TrainingIdentityArgs(TypedDict):
     checkpoint_bucket: pulumi.Input[str]
     """Name of the checkpoint bucket (object read/write)."""
     staging_bucket: pulumi.Input[str]
-    """Name of the staging bucket (object read/write: trainer packages, job artifacts)."""
+    """Name of the staging bucket (read-only: the trainer package every node installs; the
+    deployer, not the training account, uploads it)."""
     extra_project_roles: NotRequired[Sequence[str]]
     """Further project-level roles, e.g. `roles/aiplatform.user`. Plain strings: each is
     checked against a denylist and becomes its own binding."""
@@ -132,7 +135,7 @@ class TrainingIdentity(pulumi.ComponentResource):
     service_account: serviceaccount.Account
     """The dedicated training service account."""
     bucket_members: list[storage.BucketIAMMember]
-    """Bucket-level grants: data viewer, checkpoint and staging object admin."""
+    """Bucket-level grants: data and staging object viewer, checkpoint object admin."""
     project_members: list[projects.IAMMember]
     """Project-level grants: log writer, metric writer and any extra roles."""
 
@@ -160,7 +163,7 @@ class TrainingIdentity(pulumi.ComponentResource):
         bucket_grants = (
             ("data-viewer", args["data_bucket"], "roles/storage.objectViewer"),
             ("checkpoints-admin", args["checkpoint_bucket"], "roles/storage.objectAdmin"),
-            ("staging-admin", args["staging_bucket"], "roles/storage.objectAdmin"),
+            ("staging-viewer", args["staging_bucket"], "roles/storage.objectViewer"),
         )
         self.bucket_members = [
             storage.BucketIAMMember(

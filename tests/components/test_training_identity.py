@@ -44,7 +44,7 @@ def test_children_and_outputs() -> None:
         (ACCOUNT, "id-sa", "id"),
         (BUCKET_MEMBER, "id-data-viewer", "id"),
         (BUCKET_MEMBER, "id-checkpoints-admin", "id"),
-        (BUCKET_MEMBER, "id-staging-admin", "id"),
+        (BUCKET_MEMBER, "id-staging-viewer", "id"),
         (PROJECT_MEMBER, "id-log-writer", "id"),
         (PROJECT_MEMBER, "id-metric-writer", "id"),
     }
@@ -68,7 +68,7 @@ def test_bucket_grants_are_scoped_per_bucket() -> None:
     assert grants == {
         ("b-data", "roles/storage.objectViewer", MEMBER),
         ("b-ckpt", "roles/storage.objectAdmin", MEMBER),
-        ("b-staging", "roles/storage.objectAdmin", MEMBER),
+        ("b-staging", "roles/storage.objectViewer", MEMBER),
     }
 
 
