@@ -44,6 +44,13 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from components import catalog
 from components.a100_cluster.validate import A100Shape, a100_cluster_problems
+from components.catalog.batch import (
+    WorldSize,
+    batch_problem,
+    gpu_world_size,
+    local_world_size,
+    tpu_world_size,
+)
 from components.catalog.gpus import VertexAcceleratorType
 from components.catalog.names import label_problems, zone_in_region_problems
 from components.catalog.problems import pydantic_problem
@@ -428,15 +435,45 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     errors += _check_buckets_quotas(parts)
 
     trainer: TrainConfig | None = parts.get("trainer")
+    target_errors: list[str] = []
     if target == "tpu" and parts.get("tpu") is not None:
-        errors += _check_tpu(parts["tpu"], region)
+        target_errors = _check_tpu(parts["tpu"], region)
     if target == "gpu_cluster" and parts.get("gpu_cluster") is not None:
-        errors += check_gpu_cluster(parts["gpu_cluster"], region)
+        target_errors = check_gpu_cluster(parts["gpu_cluster"], region)
     if target == "vertex" and parts.get("vertex") is not None:
-        errors += vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.")
+        target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.")
+    errors += target_errors
     if trainer is not None and target is not None:
-        errors += _check_trainer(trainer, target, parts.get("gpu_cluster"))
+        trainer_errors = _check_trainer(trainer, target, parts.get("gpu_cluster"))
+        errors += trainer_errors
+        # The world size is only known once the target section and the strategy are valid.
+        world = None if target_errors or trainer_errors else _world_size(parts, target, trainer)
+        if world is not None:
+            problem = batch_problem(trainer.global_batch_size, trainer.grad_accum_steps, world)
+            errors += [problem] if problem else []
     return errors
+
+
+def _world_size(parts: Mapping[str, Any], target: str, trainer: TrainConfig) -> WorldSize | None:
+    """The replicas the target's trainer splits the global batch over
+    (`components.catalog.batch`)."""
+    framework, strategy = trainer.framework, trainer.strategy
+    if target == "tpu" and parts.get("tpu") is not None:
+        tpu: TpuConfig = parts["tpu"]
+        return tpu_world_size(tpu.slice.accelerator_type, tpu.slice.chips)
+    if target == "gpu_cluster" and parts.get("gpu_cluster") is not None:
+        gpu: GpuClusterConfig = parts["gpu_cluster"]
+        return gpu_world_size(
+            framework, strategy, machines=gpu.node_count, gpus_per_machine=gpu.machine.gpus
+        )
+    if target == "vertex" and parts.get("vertex") is not None:
+        vx: VertexConfig = parts["vertex"]
+        return gpu_world_size(
+            framework, strategy, machines=vx.replica_count, gpus_per_machine=vx.gpus_per_replica
+        )
+    if target == "local" and parts.get("local") is not None:
+        return local_world_size(framework, strategy, parts["local"].workers)
+    return None
 
 
 def _check_buckets_quotas(parts: Mapping[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ unverified carry `verified=False` or a `*_VERIFIED = False` marker and a note.
 | `vertex`     | Vertex machine/accelerator and Reduction Server rules, tuning enums    |
 | `images`     | every pinned image (Vertex, Reduction Server, GKE pods, Deep Learning VM) |
 | `names`      | label and zone naming rules, trainstack's reserved label keys           |
+| `batch`      | each target's world size, and the global-batch divisibility rule        |
 | `problems`   | the one wording of a problem line, and pydantic errors in that wording  |
 
 Import a module (`from components.catalog.tpu import TPU_GENERATIONS`) or the package

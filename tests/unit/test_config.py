@@ -101,7 +101,15 @@ def test_generation_and_topology_form() -> None:
 def test_runtime_config_is_read_when_raw_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
     import pulumi.runtime.config as rc
 
-    monkeypatch.setattr(rc, "get_config_env", lambda: {"trainstack:local": '{"workers": 3}'})
+    monkeypatch.setattr(
+        rc,
+        "get_config_env",
+        # 3 workers: the default batch of 256 does not split, 192 does.
+        lambda: {
+            "trainstack:local": '{"workers": 3}',
+            "trainstack:trainer": '{"global_batch_size": 192}',
+        },
+    )
     cfg = load_stack_config()
     assert cfg.local is not None and cfg.local.workers == 3
 
@@ -290,7 +298,7 @@ SUMMARIES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
     ),
     (
         "local",
-        {"trainstack:local": {"workers": 3}},
+        {"trainstack:local": {"workers": 3}, "trainstack:trainer": {"global_batch_size": 192}},
         {"tpu_chips": 0, "gpus": 0, "machines": 3, "hourly_usd": 0.0},
         [],
     ),
