@@ -52,9 +52,11 @@ from components.catalog.batch import (
     tpu_world_size,
 )
 from components.catalog.gpus import VertexAcceleratorType
+from components.catalog.images import DEFAULT_EXECUTOR_IMAGE, DLVM_IMAGE, KUBERNETES_IMAGES
 from components.catalog.names import label_problems, zone_in_region_problems
 from components.catalog.problems import pydantic_problem
 from components.catalog.problems import quote as _q
+from components.catalog.torch_versions import fsdp_problem
 from components.catalog.tpu import TpuGenerationName, TpuProvisioning, TpuSlice, tpu_slice
 from components.catalog.vertex import (
     DEFAULT_REDUCER_MACHINE,
@@ -71,6 +73,7 @@ from components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problem
 from components.training_buckets import training_buckets_problems
 from components.vertex_training_job import vertex_job_spec_problems
 from trainers.common.config import TF_STRATEGIES, TrainConfig
+from trainers.common.contract import TORCH_MODULE
 
 NAMESPACE = "trainstack"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
@@ -445,6 +448,10 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     errors += target_errors
     if trainer is not None and target is not None:
         trainer_errors = _check_trainer(trainer, target, parts.get("gpu_cluster"))
+        image = _torch_image(parts, target) if trainer.framework == "torch" else None
+        if image is not None:
+            fsdp = fsdp_problem(image[0], trainer.strategy, "trainer.", image_key=image[1])
+            trainer_errors += [fsdp] if fsdp else []
         errors += trainer_errors
         # The world size is only known once the target section and the strategy are valid.
         world = None if target_errors or trainer_errors else _world_size(parts, target, trainer)
@@ -513,6 +520,17 @@ def check_gpu_cluster(gpu: GpuClusterConfig, region: str | None) -> list[str]:
     problems = a100_cluster_problems(gpu.model_dump(), prefix="gpu_cluster.", shape_only=True)
     # A zone outside the region is already reported; do not report the zone twice.
     return errors + [p for p in problems if not (errors and p.startswith("gpu_cluster.zone: "))]
+
+
+def _torch_image(parts: Mapping[str, Any], target: str) -> tuple[str, str | None] | None:
+    """The image the torch trainer runs in on `target`, and the key that picks another."""
+    vx: VertexConfig | None = parts.get("vertex")
+    if target == "vertex" and vx is not None:
+        return vx.image_uri or DEFAULT_EXECUTOR_IMAGE, "vertex.image_uri"
+    gpu: GpuClusterConfig | None = parts.get("gpu_cluster")
+    if target == "gpu_cluster" and gpu is not None:
+        return (DLVM_IMAGE if gpu.backend == "gce" else KUBERNETES_IMAGES[TORCH_MODULE]), None
+    return None
 
 
 def _check_trainer(

@@ -16,6 +16,7 @@ unverified carry `verified=False` or a `*_VERIFIED = False` marker and a note.
 | `images`     | every pinned image (Vertex, Reduction Server, GKE pods, Deep Learning VM) |
 | `names`      | label and zone naming rules, trainstack's reserved label keys           |
 | `batch`      | each target's world size, and the global-batch divisibility rule        |
+| `torch_versions` | the torch an image carries (from its name); fsdp needs torch >= 2.6 |
 | `problems`   | the one wording of a problem line, and pydantic errors in that wording  |
 
 Import a module (`from components.catalog.tpu import TPU_GENERATIONS`) or the package
