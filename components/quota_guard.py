@@ -5,7 +5,14 @@ provisioning. QuotaGuard reads the current limit of each quota a stack needs wit
 `gcp.cloudquota.get_s_quota_info` invoke (which runs at preview too) and raises before the
 stack registers anything when a need exceeds its limit, naming every shortfall. With
 `request_increases` it files a `gcp.cloudquota.SQuotaPreference` per shortfall instead and
-reports the deployment as blocked until Google grants them.
+reports the deployment as blocked until Google grants them; only for quota ids whose source
+is verified (`QuotaNeed.verified`): a preference for a guessed id would ask for the wrong
+quota, or fail.
+
+A quota id the Cloud Quotas API does not know is an error too (`UnknownQuotaIdError`), not
+a warning: the check could not run, and the deployment would find out minutes into
+provisioning. A read the caller may not make (HTTP 403, no `cloudquotas.quotas.get`) stays
+a warning: the id is fine, the deployer's role is not.
 
     from components.quota_guard import QuotaGuard
 
@@ -23,6 +30,7 @@ retained on `pulumi destroy`: Pulumi forgets them, the granted quota stays.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, NotRequired, TypedDict
@@ -71,6 +79,9 @@ class QuotaGuardArgs(TypedDict):
     """Who Google contacts about the requests; required with `request_increases`."""
 
 
+Status = Literal["ok", "short", "unknown", "not_found", "skipped"]
+
+
 @dataclass(frozen=True)
 class QuotaCheck:
     """The outcome for one need."""
@@ -80,12 +91,28 @@ class QuotaCheck:
     dimensions: dict[str, str]
     needed: int
     limit: int | None
-    status: Literal["ok", "short", "unknown", "skipped"]
+    status: Status
     detail: str
+    verified: bool = True
+    """Whether the quota id comes from a verified source (no preference is filed otherwise)."""
 
 
 class QuotaShortfallError(RuntimeError):
     """A need exceeds its quota limit; raised before any resource is registered."""
+
+
+class UnknownQuotaIdError(RuntimeError):
+    """The Cloud Quotas API does not know a quota id the stack needs; raised before any
+    resource is registered."""
+
+
+# How a read of an id the API does not know surfaces: the REST status (404 NOT_FOUND) in the
+# provider's error text. The Terraform data source behind the invoke turns a 404 into an
+# EMPTY result rather than an error (terraform-provider-google
+# google/services/cloudquotas/data_source_google_cloud_quotas_quota_info.go calls
+# transport_tpg.HandleNotFoundError, which clears the id and returns no error on 404), so an
+# answer without a name and without dimensions means "not found" as well.
+_NOT_FOUND = re.compile(r"\b(Error 404|HTTP 404|NOT_FOUND|notFound)\b")
 
 
 def console_url(project: str, check: QuotaCheck) -> str:
@@ -125,12 +152,7 @@ def _limit_for(info: Any, dimensions: Mapping[str, str]) -> int | None:
     return match_limit(entries, dimensions)
 
 
-def _outcome(
-    need: QuotaNeed,
-    limit: int | None,
-    status: Literal["ok", "short", "unknown", "skipped"],
-    detail: str,
-) -> QuotaCheck:
+def _outcome(need: QuotaNeed, limit: int | None, status: Status, detail: str) -> QuotaCheck:
     return QuotaCheck(
         service=need["service"],
         quota_id=need["quota_id"],
@@ -139,21 +161,30 @@ def _outcome(
         limit=limit,
         status=status,
         detail=detail,
+        verified=need.get("verified", True),
     )
 
 
+NOT_FOUND_DETAIL = "the Cloud Quotas API does not know this quota id"
+
+
 def check_needs(project: str, needs: Sequence[QuotaNeed]) -> list[QuotaCheck]:
-    """Read each need's limit and compare; unreadable quotas come back `unknown`."""
+    """Read each need's limit and compare. An id the API does not know comes back
+    `not_found`; any other unreadable quota (no permission, API off) `unknown`."""
     checks = []
     for need in needs:
         try:
             info = cloudquota.get_s_quota_info(
                 parent=f"projects/{project}", service=need["service"], quota_id=need["quota_id"]
             )
-            limit = _limit_for(info, need["dimensions"])
-        except Exception as exc:  # noqa: BLE001 - any read failure is reported, not fatal
-            checks.append(_outcome(need, None, "unknown", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - any read failure is reported
+            status: Status = "not_found" if _NOT_FOUND.search(str(exc)) else "unknown"
+            checks.append(_outcome(need, None, status, str(exc)))
             continue
+        if not getattr(info, "name", None) and not getattr(info, "dimensions_infos", None):
+            checks.append(_outcome(need, None, "not_found", NOT_FOUND_DETAIL))
+            continue
+        limit = _limit_for(info, need["dimensions"])
         if limit is None:
             checks.append(
                 _outcome(need, None, "unknown", "no limit is reported for these dimensions")
@@ -169,16 +200,44 @@ def _where(check: QuotaCheck) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(check.dimensions.items())) or "global"
 
 
-def shortfall_message(project: str, shortfalls: Sequence[QuotaCheck]) -> str:
+def shortfall_message(
+    project: str, shortfalls: Sequence[QuotaCheck], request_increases: bool = False
+) -> str:
     lines = [f"quota preflight: {len(shortfalls)} shortfall(s) in project {project!r}:"]
     for c in shortfalls:
+        unfiled = (
+            " (not requested automatically: the quota id is unverified)"
+            if request_increases and not c.verified
+            else ""
+        )
         lines.append(
             f"  - {c.service} {c.quota_id} ({_where(c)}): need {c.needed}, limit {c.limit}; "
-            f"request more at {console_url(project, c)}"
+            f"request more at {console_url(project, c)}{unfiled}"
         )
     lines.append(
         "Nothing was created. Raise the quota, or set trainstack:quotas "
         "{request_increases: true, contact_email: ...} to file the requests with pulumi up."
+        if not request_increases
+        else "Nothing was created. Raise the quotas marked unverified in the console, then "
+        "run pulumi up again; the verified ones are requested then."
+    )
+    return "\n".join(lines)
+
+
+def unknown_ids_message(project: str, unknown: Sequence[QuotaCheck]) -> str:
+    """Names every quota id the API does not know, and what to do about each."""
+    head = f"quota preflight: {len(unknown)} quota id(s) unknown to the Cloud Quotas API"
+    lines = [f"{head} in project {project!r}:"]
+    for c in unknown:
+        source = "an unverified id" if not c.verified else "an id"
+        lines.append(
+            f"  - {c.service} {c.quota_id} ({_where(c)}): not found ({source}; the stack needs "
+            f"{c.needed}); list the real ids with `gcloud beta quotas info list "
+            f"--service={c.service} --project={project}`"
+        )
+    lines.append(
+        "Nothing was created. Correct the id (trainstack: infra/catalog.py), or set "
+        "trainstack:quotas {skip_preflight: true} to deploy without the quota check."
     )
     return "\n".join(lines)
 
@@ -207,10 +266,13 @@ class QuotaGuard(pulumi.ComponentResource):
         else:
             skipped = "preflight off (specific reservation)"
             self.checks = [_outcome(n, None, "skipped", skipped) for n in args["needs"]]
-        self.shortfalls = [c for c in self.checks if c.status == "short"]
-        if self.shortfalls and not request:
+        unknown = [c for c in self.checks if c.status == "not_found"]
+        if unknown:
             # Raised before registering anything, so the deployment creates nothing.
-            raise QuotaShortfallError(shortfall_message(project, self.shortfalls))
+            raise UnknownQuotaIdError(unknown_ids_message(project, unknown))
+        self.shortfalls = [c for c in self.checks if c.status == "short"]
+        if self.shortfalls and (not request or not all(c.verified for c in self.shortfalls)):
+            raise QuotaShortfallError(shortfall_message(project, self.shortfalls, request))
 
         super().__init__(TYPE_TOKEN, name, None, opts)
         for c in (c for c in self.checks if c.status == "unknown"):

@@ -74,7 +74,10 @@ TpuTier = Literal["on-demand", "spot", "reserved"]
 # Quotas
 # --------------------------------------------------------------------------------------
 
-QUOTAS_SOURCE: Final = f"{FACT_SHEET} section 6.3; https://cloud.google.com/tpu/docs/quota"
+QUOTAS_SOURCE: Final = (
+    f"{FACT_SHEET} section 6.3; facts memo 13 (tools/facts-13.md) section 1; "
+    "https://cloud.google.com/tpu/docs/quota"
+)
 QUOTAS_AS_OF: Final = "2026-11-01"
 
 ENUMERATE_HINT: Final = (
@@ -165,28 +168,47 @@ CPUS_QUOTA: Final = QuotaSpec(
 """General-purpose vCPUs in a region (the GKE system node's E2 vCPUs count here)."""
 
 
-_VERTEX_SOURCE: Final = (
-    "metric names from vertex-ai-samples helpers (fact sheet 6.3); the Cloud Quotas quotaId "
-    "may differ from the metric name"
+_MEMO: Final = "facts memo 13 (tools/facts-13.md) section 1"
+_VERTEX_SAMPLE: Final = (
+    "GoogleCloudPlatform/vertex-ai-samples:notebooks/community/model_garden/docker_source_codes/"
+    "notebook_util/common_util.py get_quota_id (Google sample code; read with `gcloud beta "
+    f"quotas info describe ... --service=aiplatform.googleapis.com`), {_MEMO}b"
 )
+_VERTEX_HINT: Final = ENUMERATE_HINT + " with service='aiplatform.googleapis.com'"
 
-VERTEX_GPU_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
-    (model, spot): QuotaSpec(
+
+def _vertex_gpu_quota(model: GpuModel, spot: bool) -> QuotaSpec:
+    stem = "A100GPUs" if model == "A100 40GB" else "A10080GBGPUs"
+    quota_id = f"CustomModelTraining{'Preemptible' if spot else ''}{stem}PerProjectPerRegion"
+    if not spot:
+        return QuotaSpec(
+            "aiplatform.googleapis.com", quota_id, "region", "GPUs", True, _VERTEX_SAMPLE
+        )
+    return QuotaSpec(
         "aiplatform.googleapis.com",
-        "custom_model_training_"
-        + ("preemptible_" if spot else "")
-        + ("nvidia_a100_gpus" if model == "A100 40GB" else "nvidia_a100_80gb_gpus"),
+        quota_id,
         "region",
         "GPUs",
         False,
-        _VERTEX_SOURCE,
-        ENUMERATE_HINT + " with service='aiplatform.googleapis.com'",
+        _VERTEX_SAMPLE,
+        # The id is Google's; that Spot jobs draw on it is not.
+        "Google's sample uses the Preemptible id for Dynamic Workload Scheduler jobs; that "
+        "Spot jobs draw on it too is reported only by third parties (memo 13 section 1b)",
     )
+
+
+VERTEX_GPU_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
+    (model, spot): _vertex_gpu_quota(model, spot)
     for model in ("A100 40GB", "A100 80GB")
     for spot in (False, True)
 }
-"""Vertex custom-training GPU quota by (model, spot); separate from Compute Engine quota."""
+"""Vertex custom-training GPU quota by (model, spot); separate from Compute Engine quota.
+On-demand ids VERIFIED (Google sample code); the Spot (Preemptible) ones are not."""
 
+_VERTEX_CPU_NOTE: Final = (
+    "no source names this quotaId: it follows the pattern of the GPU ids "
+    "(CustomModelTraining<what>PerProjectPerRegion); "
+)
 VERTEX_CPU_QUOTAS: Final[dict[str, QuotaSpec]] = {
     family: QuotaSpec(
         "aiplatform.googleapis.com",
@@ -194,49 +216,77 @@ VERTEX_CPU_QUOTAS: Final[dict[str, QuotaSpec]] = {
         "region",
         "vCPUs",
         False,
-        _VERTEX_SOURCE,
-        ENUMERATE_HINT + " with service='aiplatform.googleapis.com'",
+        f"{_MEMO}b: {source}",
+        _VERTEX_CPU_NOTE + _VERTEX_HINT,
     )
-    for family, quota_id in (
-        ("n1", "custom_model_training_cpus"),
-        ("e2", "custom_model_training_cpus"),
-        ("n2", "custom_model_training_n2_cpus"),
+    for family, quota_id, source in (
+        # The metric is aiplatform.googleapis.com/custom_model_training_cpus, shown as "Custom
+        # model training CPUs for N1/E2 machine types per region".
+        ("n1", "CustomModelTrainingCPUsPerProjectPerRegion", "metric custom_model_training_cpus"),
+        ("e2", "CustomModelTrainingCPUsPerProjectPerRegion", "metric custom_model_training_cpus"),
+        ("n2", "CustomModelTrainingN2CPUsPerProjectPerRegion", "no N2 id or metric found"),
     )
 }
-"""Vertex custom-training vCPU quota by machine family (CPU-only pools such as reducers)."""
+"""Vertex custom-training vCPU quota by machine family (CPU-only pools such as reducers).
+Every id here is UNVERIFIED."""
 
-_TPU_QUOTA_STEMS: Final[dict[TpuGenerationName, str]] = {
-    "v4": "TPUV4",
-    "v5e": "TPUV5sLite",
-    "v5p": "TPUV5p",
-    "v6e": "TPUV6E",
+_MARIN_87: Final = "marin-community/marin issue #87 (quota error text; third party)"
+_TPU_TABLE: Final = "a research group's TPU quota table and public tools (third party)"
+_PASTED: Final = "quota error text pasted in public repositories (third party)"
+_GUESS: Final = "none found"
+_TPU_IDS: Final[dict[tuple[TpuGenerationName, TpuTier], tuple[str, str]]] = {
+    # (generation, tier): (quotaId, source). Each zone id has a ...PerProjectPerRegion twin,
+    # also enforced; the zone one is what a slice in one zone needs.
+    ("v4", "on-demand"): ("TPUV4sPodPerProjectPerZoneForTPUAPI", _GUESS),
+    ("v4", "spot"): ("TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI", _MARIN_87),
+    ("v4", "reserved"): ("TPUV4sReservedPodPerProjectPerZoneForTPUAPI", _GUESS),
+    ("v5e", "on-demand"): ("TPUV5sLitepodPerProjectPerZoneForTPUAPI", _TPU_TABLE),
+    ("v5e", "spot"): ("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI", _MARIN_87),
+    ("v5e", "reserved"): ("TPUV5sReservedLitepodPerProjectPerZoneForTPUAPI", _GUESS),
+    ("v5p", "on-demand"): ("TPUV5PPerProjectPerZoneForTPUAPI", _PASTED),
+    ("v5p", "spot"): ("TPUV5PPreemptiblePerProjectPerZoneForTPUAPI", _PASTED),
+    ("v5p", "reserved"): ("TPUV5PReservedPerProjectPerZoneForTPUAPI", _GUESS),
+    ("v6e", "on-demand"): ("TPUV6EPerProjectPerZoneForTPUAPI", _TPU_TABLE),
+    ("v6e", "spot"): ("TPUV6EPreemptiblePerProjectPerZoneForTPUAPI", _TPU_TABLE),
+    ("v6e", "reserved"): ("TPUV6EReservedPerProjectPerZoneForTPUAPI", _GUESS),
 }
-_TPU_TIER_INFIX: Final[dict[TpuTier, str]] = {
-    "on-demand": "",
-    "spot": "Preemptible",
-    "reserved": "Reserved",
-}
+"""v4 on-demand is guessed from v4 spot's id and the older TPUV2sPodPerProjectPerZoneForTPUAPI;
+the reserved ids from each generation's spot id (no reserved id was found anywhere)."""
+
+
+_TPU_TIERS: Final[tuple[TpuTier, ...]] = ("on-demand", "spot", "reserved")
 
 
 def _tpu_quota(gen: TpuGenerationName, tier: TpuTier) -> QuotaSpec:
-    stem = _TPU_QUOTA_STEMS[gen]
+    quota_id, source = _TPU_IDS[(gen, tier)]
+    note = (
+        ("id guessed from the ids of the other tiers; " if source == _GUESS else "")
+        + ("v4/v5p quota may count TensorCores rather than chips; " if gen in ("v4", "v5p") else "")
+        + (
+            "v5litepod-1/-4/-8 may draw the v5e serving quota "
+            "TPUV5sLitepodServingPerProjectPerZoneForTPUAPI instead; "
+            if gen == "v5e"
+            else ""
+        )
+        + f"{ENUMERATE_HINT} with service='tpu.googleapis.com'"
+    )
     return QuotaSpec(
         "tpu.googleapis.com",
-        f"{stem}{_TPU_TIER_INFIX[tier]}PodPerProjectPerZoneForTPUAPI",
+        quota_id,
         "zone",
         "chips",
         False,
-        "naming pattern of TPUV2sPodPerProjectPerZoneForTPUAPI seen in an error message "
-        "(fact sheet 6.3); https://cloud.google.com/tpu/docs/quota",
-        "id is a guess from the naming pattern, and v4/v5p quota may count TensorCores "
-        f"rather than chips; {ENUMERATE_HINT} with service='tpu.googleapis.com'",
+        f"{_MEMO}a: {source}; https://cloud.google.com/tpu/docs/quota",
+        note,
     )
 
 
 TPU_QUOTAS: Final[dict[tuple[TpuGenerationName, TpuTier], QuotaSpec]] = {
-    (gen, tier): _tpu_quota(gen, tier) for gen in TPU_GENERATIONS for tier in _TPU_TIER_INFIX
+    (gen, tier): _tpu_quota(gen, tier) for gen in TPU_GENERATIONS for tier in _TPU_TIERS
 }
-"""Cloud TPU API quota by (generation, tier). Every id here is UNVERIFIED."""
+"""Cloud TPU API quota by (generation, tier). Every id here is UNVERIFIED: no Google page
+names them; the on-demand and spot ids of v4 spot, v5e, v5p and v6e appear in quota errors
+and tools that read the live API, the v4 on-demand and reserved ids are guesses."""
 
 # --------------------------------------------------------------------------------------
 # Prices (ESTIMATES)
@@ -335,7 +385,8 @@ TABLES: Final = (
     CatalogTable("A100_ZONES", A100_ZONES_SOURCE, A100_ZONES_AS_OF, A100_ZONES_VERIFIED,
                  ("volatile",)),
     CatalogTable("quotas", QUOTAS_SOURCE, QUOTAS_AS_OF, False,
-                 ("compute A100 ids verified; Vertex, TPU and A2 CPU ids unverified",)),
+                 ("compute A100 and Vertex on-demand A100 ids verified",
+                  "Vertex Spot and CPU, TPU and A2 CPU ids unverified")),
     CatalogTable("prices", PRICES_SOURCE, PRICES_AS_OF, PRICES_VERIFIED, ("estimates",)),
 )  # fmt: skip
 """Every table with its source and date, for `trainstack plan` footnotes."""

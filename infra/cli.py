@@ -133,7 +133,7 @@ def quota(
     if live and cfg.project is None:
         raise _fail("--live reads a Google Cloud project's quota; this stack has no gcp:project")
     if live:
-        from infra.quota_live import LiveQuotaError, read_live_quota
+        from infra.quota_live import FAILED_STATUSES, LiveQuotaError, read_live_quota
 
         assert cfg.project is not None
         try:
@@ -144,7 +144,7 @@ def quota(
             sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         else:
             Console().print(live_quota_table(rows))
-        if any(r["status"] == "SHORT" for r in rows):
+        if any(r["status"] in FAILED_STATUSES for r in rows):
             raise typer.Exit(1)
         return
     if as_json:

@@ -65,6 +65,15 @@ def _self_link_outputs(kind: str) -> OutputsFn:
     return outputs
 
 
+QUOTA_INFO_INVOKE = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
+
+
+def _quota_offline(args: dict[str, Any]) -> dict[str, Any]:
+    # Offline there is no limit to read: answer as a refused read does (QuotaGuard warns),
+    # not with an empty result, which is how the provider reports an id the API lacks.
+    raise InvokeFailure("offline: quota limits are read by pulumi preview/up, not under mocks")
+
+
 DEFAULT_OUTPUTS: dict[str, OutputsFn] = {
     "gcp:storage/bucket:Bucket": _bucket_outputs,
     "gcp:serviceaccount/account:Account": _account_outputs,
@@ -142,7 +151,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         invokes: Mapping[str, InvokeFn] | None = None,
     ) -> None:
         self.outputs = {**DEFAULT_OUTPUTS, **(outputs or {})}
-        self.invoke_table = dict(invokes or {})
+        self.invoke_table = {QUOTA_INFO_INVOKE: _quota_offline, **(invokes or {})}
         self.invokes: list[tuple[str, dict[str, Any]]] = []
 
     def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:

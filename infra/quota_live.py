@@ -1,7 +1,8 @@
 """Live quota headroom for `trainstack quota --live`: limits, usage and what is left.
 
 Limits come from the Cloud Quotas API (`quotaInfos.get`), the same data the QuotaGuard
-invoke reads during `pulumi up`. Current usage is only published for Compute Engine quotas
+invoke reads during `pulumi up`. An id the API answers 404 for is `NOT_FOUND` (a failure,
+like a shortfall); a refused read (403) is `unknown`. Current usage is only published for Compute Engine quotas
 (`regions.get` / `projects.get` list `{metric, limit, usage}`); for TPU API and Vertex
 quotas usage is reported as unknown rather than guessed.
 
@@ -24,6 +25,10 @@ SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TIMEOUT_S = 30
 
 
+FAILED_STATUSES = ("SHORT", "NOT_FOUND")
+"""Statuses that make `trainstack quota --live` exit 1."""
+
+
 class LiveQuotaError(RuntimeError):
     """Live quota could not be read at all (no credentials, no access)."""
 
@@ -40,7 +45,8 @@ class LiveQuota:
     usage: int | None
     headroom: int | None
     status: str
-    """`ok`, `SHORT` (need exceeds what is left), or `unknown` (limit unreadable)."""
+    """`ok`, `SHORT` (need exceeds what is left), `NOT_FOUND` (the API does not know the
+    quota id: HTTP 404), or `unknown` (limit unreadable, e.g. HTTP 403)."""
     detail: str
 
 
@@ -125,7 +131,10 @@ def read_live_quota(
         body = _get(session, url)
         limit = used = headroom = None
         if isinstance(body, str):
-            status, detail = "unknown", body
+            # 404: the id is wrong, which no permission fixes; anything else (403) may pass
+            # for another caller.
+            status = "NOT_FOUND" if body.startswith("HTTP 404") else "unknown"
+            detail = body
         else:
             entries = [
                 (dict(e.get("dimensions") or {}), (e.get("details") or {}).get("value"))

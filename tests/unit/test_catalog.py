@@ -187,18 +187,43 @@ def test_quota_ids() -> None:
         "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region"
     )
     assert plan_catalog.COMPUTE_QUOTAS[("A100 80GB", False)].verified is True
-    assert plan_catalog.VERTEX_GPU_QUOTAS[("A100 80GB", True)].quota_id == (
-        "custom_model_training_preemptible_nvidia_a100_80gb_gpus"
+    # Cloud Quotas quotaIds (CamelCase), not the metric names; on-demand ids are Google's own.
+    assert {k: (q.quota_id, q.verified) for k, q in plan_catalog.VERTEX_GPU_QUOTAS.items()} == {
+        ("A100 40GB", False): ("CustomModelTrainingA100GPUsPerProjectPerRegion", True),
+        ("A100 80GB", False): ("CustomModelTrainingA10080GBGPUsPerProjectPerRegion", True),
+        ("A100 40GB", True): ("CustomModelTrainingPreemptibleA100GPUsPerProjectPerRegion", False),
+        ("A100 80GB", True): (
+            "CustomModelTrainingPreemptibleA10080GBGPUsPerProjectPerRegion",
+            False,
+        ),
+    }
+    assert {k: (q.quota_id, q.verified) for k, q in plan_catalog.VERTEX_CPU_QUOTAS.items()} == {
+        "n1": ("CustomModelTrainingCPUsPerProjectPerRegion", False),
+        "e2": ("CustomModelTrainingCPUsPerProjectPerRegion", False),
+        "n2": ("CustomModelTrainingN2CPUsPerProjectPerRegion", False),
+    }
+    assert {k: q.quota_id for k, q in plan_catalog.TPU_QUOTAS.items()} == {
+        ("v4", "on-demand"): "TPUV4sPodPerProjectPerZoneForTPUAPI",
+        ("v4", "spot"): "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI",
+        ("v4", "reserved"): "TPUV4sReservedPodPerProjectPerZoneForTPUAPI",
+        ("v5e", "on-demand"): "TPUV5sLitepodPerProjectPerZoneForTPUAPI",
+        ("v5e", "spot"): "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI",
+        ("v5e", "reserved"): "TPUV5sReservedLitepodPerProjectPerZoneForTPUAPI",
+        ("v5p", "on-demand"): "TPUV5PPerProjectPerZoneForTPUAPI",
+        ("v5p", "spot"): "TPUV5PPreemptiblePerProjectPerZoneForTPUAPI",
+        ("v5p", "reserved"): "TPUV5PReservedPerProjectPerZoneForTPUAPI",
+        ("v6e", "on-demand"): "TPUV6EPerProjectPerZoneForTPUAPI",
+        ("v6e", "spot"): "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI",
+        ("v6e", "reserved"): "TPUV6EReservedPerProjectPerZoneForTPUAPI",
+    }
+    # No Google page names a TPU quota id: every one is third-party evidence or a guess.
+    assert {(q.service, q.dimension, q.verified) for q in plan_catalog.TPU_QUOTAS.values()} == {
+        ("tpu.googleapis.com", "zone", False)
+    }
+    assert plan_catalog.TPU_QUOTAS[("v4", "on-demand")].note.startswith(
+        "id guessed from the ids of the other tiers; "
     )
-    assert not any(q.verified for q in plan_catalog.VERTEX_GPU_QUOTAS.values())
-    tpu = plan_catalog.TPU_QUOTAS[("v4", "on-demand")]
-    assert (tpu.service, tpu.quota_id, tpu.dimension, tpu.verified) == (
-        "tpu.googleapis.com",
-        "TPUV4PodPerProjectPerZoneForTPUAPI",
-        "zone",
-        False,
-    )
-    assert len(plan_catalog.TPU_QUOTAS) == 12
+    assert all(q.source for q in plan_catalog.TPU_QUOTAS.values())
 
 
 def test_prices_are_marked_estimates() -> None:

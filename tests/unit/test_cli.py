@@ -125,5 +125,5 @@ def test_quota_json_for_a_gpu_stack() -> None:
 def test_quota_table_marks_unverified_ids() -> None:
     result = runner.invoke(app, ["quota", "--stack", "prod-tpu-v4-32"])
     assert result.exit_code == 0, result.output
-    assert "TPUV4PodPerProjectPerZoneForTPUAPI" in result.stdout
+    assert "TPUV4sPodPerProjectPerZoneForTPUAPI" in result.stdout
     assert "unverified quota ids" in result.stdout

@@ -252,13 +252,13 @@ SUMMARIES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
         "v4-32 spot",
         V4,
         {"tpu_chips": 16, "gpus": 0, "machines": 4, "hourly_usd": 20.61},
-        [{"service": "tpu.googleapis.com", "quota_id": "TPUV4PreemptiblePodPerProjectPerZoneForTPUAPI", "dimensions": {"zone": "us-central2-b"}, "needed": 16, "verified": False}],
+        [{"service": "tpu.googleapis.com", "quota_id": "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI", "dimensions": {"zone": "us-central2-b"}, "needed": 16, "verified": False}],
     ),
     (
         "v5e 4x4 on-demand",
         {**PROJECT, **TF_TPU, "trainstack:tpu": {"generation": "v5e", "topology": "4x4", "zone": "us-central1-a", "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt"}},
         {"tpu_chips": 16, "gpus": 0, "machines": 4, "hourly_usd": 19.2},
-        [{"service": "tpu.googleapis.com", "quota_id": "TPUV5sLitePodPerProjectPerZoneForTPUAPI", "dimensions": {"zone": "us-central1-a"}, "needed": 16, "verified": False}],
+        [{"service": "tpu.googleapis.com", "quota_id": "TPUV5sLitepodPerProjectPerZoneForTPUAPI", "dimensions": {"zone": "us-central1-a"}, "needed": 16, "verified": False}],
     ),
     (
         "2 x a2-highgpu-8g spot gke",
@@ -286,15 +286,15 @@ SUMMARIES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
         VERTEX,
         {"tpu_chips": 0, "gpus": 32, "machines": 17, "hourly_usd": 143.65},
         [
-            {"service": "aiplatform.googleapis.com", "quota_id": "custom_model_training_nvidia_a100_gpus", "dimensions": {"region": "us-central1"}, "needed": 32, "verified": False},
-            {"service": "aiplatform.googleapis.com", "quota_id": "custom_model_training_cpus", "dimensions": {"region": "us-central1"}, "needed": 208, "verified": False},
+            {"service": "aiplatform.googleapis.com", "quota_id": "CustomModelTrainingA100GPUsPerProjectPerRegion", "dimensions": {"region": "us-central1"}, "needed": 32, "verified": True},
+            {"service": "aiplatform.googleapis.com", "quota_id": "CustomModelTrainingCPUsPerProjectPerRegion", "dimensions": {"region": "us-central1"}, "needed": 208, "verified": False},
         ],
     ),
     (
         "vertex cpu",
         {**PROJECT, "trainstack:vertex": {"machine_type": "n1-standard-8", "replica_count": 2}},
         {"tpu_chips": 0, "gpus": 0, "machines": 2, "hourly_usd": 0.87},
-        [{"service": "aiplatform.googleapis.com", "quota_id": "custom_model_training_cpus", "dimensions": {"region": "us-central1"}, "needed": 16, "verified": False}],
+        [{"service": "aiplatform.googleapis.com", "quota_id": "CustomModelTrainingCPUsPerProjectPerRegion", "dimensions": {"region": "us-central1"}, "needed": 16, "verified": False}],
     ),
     (
         "local",

@@ -48,9 +48,39 @@ def test_headroom_subtracts_usage_and_flags_a_shortfall() -> None:
         rows["GPUS-ALL-REGIONS-per-project"]["headroom"],
     ) == (10, 38)
     unknown = rows["A2-CPUS-per-project-region"]
-    assert unknown["status"] == "unknown"
+    assert unknown["status"] == "NOT_FOUND"
     assert unknown["detail"] == "HTTP 404: quota A2-CPUS-per-project-region not found"
     assert "/compute/v1/projects/my-ml-project/regions/us-central1" in fake.requests
+
+
+def test_an_unknown_id_fails_and_a_refused_read_does_not() -> None:
+    everything = {
+        PREEMPTIBLE: [({}, "-1")],
+        "GPUS-ALL-REGIONS-per-project": [({}, "100")],
+        "A2-CPUS-per-project-region": [({}, "1000")],
+        "CPUS-per-project-region": [({}, "24")],
+    }
+    args = ["quota", "--stack", "dev-a100-gke", "--live", "--json", "--endpoint"]
+    refused = frozenset({"A2-CPUS-per-project-region"})
+    with QuotaFakeServer(everything, {}, forbidden=refused) as fake:
+        result = runner.invoke(app, [*args, fake.endpoint])
+    assert result.exit_code == 0, result.output
+    row = {r["quota_id"]: r for r in json.loads(result.stdout)}["A2-CPUS-per-project-region"]
+    assert (row["status"], row["detail"]) == (
+        "unknown",
+        "HTTP 403: Permission 'cloudquotas.quotas.get' denied on A2-CPUS-per-project-region",
+    )
+    known = {k: v for k, v in everything.items() if not k.endswith("CPUS-per-project-region")}
+    with QuotaFakeServer(known, {}) as fake:
+        result = runner.invoke(app, [*args, fake.endpoint])
+    assert result.exit_code == 1, result.output
+    statuses = {r["quota_id"]: r["status"] for r in json.loads(result.stdout)}
+    assert statuses == {
+        PREEMPTIBLE: "ok",
+        "GPUS-ALL-REGIONS-per-project": "ok",
+        "A2-CPUS-per-project-region": "NOT_FOUND",
+        "CPUS-per-project-region": "NOT_FOUND",
+    }
 
 
 def test_table_output_when_everything_fits() -> None:
@@ -58,6 +88,7 @@ def test_table_output_when_everything_fits() -> None:
         PREEMPTIBLE: [({}, "-1")],
         "GPUS-ALL-REGIONS-per-project": [({}, "100")],
         "A2-CPUS-per-project-region": [({}, "1000")],
+        "CPUS-per-project-region": [({}, "24")],
     }
     with QuotaFakeServer(limits, {}) as fake:
         result = runner.invoke(
@@ -89,7 +120,7 @@ def test_local_stack_has_no_project_to_read() -> None:
     [
         ("NVIDIA-A100-80GB-GPUS-per-project-region", "NVIDIA_A100_80GB_GPUS"),
         ("GPUS-ALL-REGIONS-per-project", "GPUS_ALL_REGIONS"),
-        ("TPUV4PodPerProjectPerZoneForTPUAPI", None),
+        ("TPUV4sPodPerProjectPerZoneForTPUAPI", None),
     ],
 )
 def test_compute_metric_names(quota_id: str, metric: str | None) -> None:
