@@ -73,6 +73,7 @@ JOB_NAME_FORMS = (
 )
 UNSUCCESSFUL_STATES = frozenset({"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
 """Terminal job states `status` exits 1 for."""
+_JSON_PLAN = "the output of `trainstack plan --json`"
 
 StackOpt = Annotated[
     str | None, typer.Option("--stack", "-s", help="A bundled stack (stacks/Pulumi.<NAME>.yaml).")
@@ -101,9 +102,6 @@ def _read_json(path: Path, what: str) -> Any:
     raise _fail(f"{what}: {path} is not a readable JSON plan ({reason}); valid: {_JSON_PLAN}")
 
 
-_JSON_PLAN = "the output of `trainstack plan --json`"
-
-
 def _load(stack: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
     try:
         return load_stack(stack, config_file)
@@ -118,6 +116,17 @@ def _validated(stack: str | None, config_file: Path | None) -> tuple[str, StackC
         return name, load_stack_config(config)
     except ConfigError as exc:
         raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+
+
+def _rejected_by_program(stack: str, exc: BaseException) -> str:
+    """A component's own check that the config passed but the program refused.
+
+    The engine wraps the component's error once per resource and input it flowed through;
+    the innermost one says what is wrong (`<key>: <what>; valid: ...`).
+    """
+    while (inner := exc.__cause__ or exc.__context__) is not None:
+        exc = inner
+    return f"invalid stack config for {stack!r}: {exc}"
 
 
 @app.command()
@@ -150,6 +159,8 @@ def plan(
         result = build_plan(name, config)
     except ConfigError as exc:
         raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    except ValueError as exc:
+        raise _fail(_rejected_by_program(name, exc)) from None
     text = json.dumps(result, indent=2, sort_keys=False)
     if out is not None:
         try:
@@ -206,11 +217,11 @@ def quota(
     if live and cfg.project is None:
         raise _fail("--live reads a Google Cloud project's quota; this stack has no gcp:project")
     if live:
+        from google.auth.exceptions import GoogleAuthError
+
         from infra.quota_live import LiveQuotaError, read_live_quota
 
         assert cfg.project is not None
-        from google.auth.exceptions import GoogleAuthError
-
         try:
             rows = [asdict(q) for q in read_live_quota(cfg.project, needs, endpoint=endpoint)]
         except LiveQuotaError as exc:
@@ -292,6 +303,8 @@ def policy(
                 reports.append(check_stack(name, config))
             except ConfigError as exc:
                 raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+            except ValueError as exc:
+                raise _fail(_rejected_by_program(name, exc)) from None
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
     else:

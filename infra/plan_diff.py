@@ -100,7 +100,10 @@ def _lines(value: Any) -> list[str]:
 def _value_change(path: str, old: Any, new: Any, full: bool, cuts: list[str]) -> str:
     """One changed input as a Markdown list item; `cuts` collects the paths shortened."""
     if any(isinstance(v, str) and "\n" in v for v in (old, new)):
-        return _lines_change(path, _lines(old), _lines(new), full, cuts)
+        if _lines(old) != _lines(new):
+            return _lines_change(path, _lines(old), _lines(new), full, cuts)
+        # Only line endings differ: JSON-quote both so the difference shows.
+        old, new = json.dumps(old), json.dumps(new)
     a, b = _text(old), _text(new)
     if not full and max(len(a), len(b)) > VALUE_CHARS:
         a, b = _window(a, b)

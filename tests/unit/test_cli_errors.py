@@ -400,3 +400,77 @@ def test_stack_name_only_with_a_config_file() -> None:
         "error: --stack-name: names the stack of a --config-file; a bundled stack's name is "
         "its --stack NAME",
     )
+
+
+# --------------------------------------------------------------------------- program checks
+
+
+@pytest.mark.parametrize("command", ["plan", "policy"])
+def test_a_components_own_check_is_one_line(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A component refuses a value the config loader let through; the engine wraps that
+    # error once per resource and input it reached. Only the component's words are shown.
+    import infra.plan
+    import infra.policy
+
+    def refuse(*_args: Any, **_kwargs: Any) -> None:
+        try:
+            raise ValueError("region: 'x' has no known nearest Artifact Registry multi-region")
+        except ValueError as inner:
+            raise ValueError(
+                "While processing input: 'body', type <class 'str'>\n"
+                "ValueError has risen: region: 'x' has no known nearest Artifact Registry "
+                "multi-region"
+            ) from inner
+
+    monkeypatch.setattr(infra.plan, "run_program", refuse)
+    monkeypatch.setattr(infra.policy, "run_program", refuse)
+    result = runner.invoke(app, [command, "--stack", "prod-vertex-rs"])
+    _one_error(
+        result,
+        "error: invalid stack config for 'prod-vertex-rs': region: 'x' has no known nearest "
+        "Artifact Registry multi-region",
+    )
+
+
+# --------------------------------------------------------------------------- status via Pulumi
+
+
+def _fake_pulumi(directory: Path, script: str) -> None:
+    """A `pulumi` on PATH that runs `script` (sh), so the stack output read is hermetic."""
+    pulumi = directory / "pulumi"
+    pulumi.write_text("#!/bin/sh\n" + script)
+    pulumi.chmod(0o755)
+
+
+def test_status_without_job_or_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    _one_error(
+        runner.invoke(app, ["status", "--stack", "prod-vertex-rs"]),
+        "error: reading stack 'prod-vertex-rs''s `job_name` output needs the Pulumi CLI; "
+        "install it or pass --job projects/P/locations/R/customJobs/ID",
+    )
+
+
+def test_status_of_a_stack_that_is_not_deployed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_pulumi(tmp_path, "echo \"error: no stack named 'prod-vertex-rs' found\" >&2\nexit 255\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    _one_error(
+        runner.invoke(app, ["status", "--stack", "prod-vertex-rs"]),
+        "error: stack 'prod-vertex-rs' has no `job_name` output (error: no stack named "
+        "'prod-vertex-rs' found); deploy it with `pulumi up --stack prod-vertex-rs` or pass "
+        "--job projects/P/locations/R/customJobs/ID",
+    )
+
+
+def test_status_of_a_stack_output_that_is_not_a_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_pulumi(tmp_path, "echo '(known after deploy)'\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    _one_error(
+        runner.invoke(app, ["status", "--stack", "prod-vertex-rs"]),
+        "error: stack 'prod-vertex-rs' output job_name: '(known after deploy)' is not a "
+        f"Vertex AI job resource name; valid: {JOB_FORMS}",
+    )

@@ -254,6 +254,11 @@ def test_plan_diff_fences_a_script_that_contains_backticks() -> None:
     )
 
 
+def test_plan_diff_shows_a_change_of_line_endings() -> None:
+    base, head = _one_change("script", "a\nb", "a\nb\n")
+    assert plan_diff(base, head).splitlines()[5] == '  - `script`: `"a\\nb"` -> `"a\\nb\\n"`'
+
+
 def test_plan_diff_prints_integral_totals_as_integers() -> None:
     base, head = _one_change("x", 1, 1)
     base["summary"] = {"machines": 2.0, "hourly_usd": 1.5}
