@@ -8,14 +8,22 @@
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
     trainstack stacks                              list the bundled stacks
 
-Exit codes: 0 ok; 2 invalid config or arguments (the message names the key); `local-run`
-exits with the trainer's code; `quota --live` exits 1 when a need exceeds what is left;
-`policy` exits 1 when a rule is broken.
+Exit codes: 0 ok; 2 invalid config or arguments, unreadable files, no credentials or an
+API that refuses (one `error:` line naming what is wrong and what is allowed, never a
+traceback); `local-run` exits with the trainer's code; `quota --live` exits 1 when a need
+exceeds what is left; `policy` exits 1 when a rule is broken; `status` exits 1 when the
+job ended without succeeding (failed, cancelled or expired).
+
+Output that is not a terminal is never wrapped or cut, so values (quota ids, resource
+names, digests) stay whole in pipes, files and CI logs; a terminal's tables fold long
+values onto more lines instead of cutting them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -23,20 +31,26 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from infra.config import ConfigError, StackConfig, load_stack_config
 from infra.estimate import quota_needs
 from infra.mocks import REPO_ROOT
 from infra.plan import (
+    PlanDocumentError,
     StackFileError,
     build_plan,
     bundled_stacks,
+    check_stack_name,
     load_stack,
+    output_console,
     plan_diff,
+    plans_by_stack,
     quota_table,
     render_plan,
     unverified_quota_note,
+    value_table,
 )
 
 if TYPE_CHECKING:
@@ -49,6 +63,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
+JOB_NAME = re.compile(
+    r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
+    r"(?P<kind>customJobs|hyperparameterTuningJobs)/(?P<id>[^/]+)"
+)
+JOB_NAME_FORMS = (
+    "projects/PROJECT/locations/REGION/customJobs/ID or "
+    "projects/PROJECT/locations/REGION/hyperparameterTuningJobs/ID"
+)
+UNSUCCESSFUL_STATES = frozenset({"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
+"""Terminal job states `status` exits 1 for."""
+_JSON_PLAN = "the output of `trainstack plan --json`"
 
 StackOpt = Annotated[
     str | None, typer.Option("--stack", "-s", help="A bundled stack (stacks/Pulumi.<NAME>.yaml).")
@@ -60,8 +85,21 @@ ConfigFileOpt = Annotated[
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def _read_json(path: Path, what: str) -> Any:
+    """The JSON document at `path`; exit 2 naming `what` when it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        reason = str(exc.strerror)
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text at byte {exc.start}"
+    except json.JSONDecodeError as exc:
+        reason = str(exc)
+    raise _fail(f"{what}: {path} is not a readable JSON plan ({reason}); valid: {_JSON_PLAN}")
 
 
 def _load(stack: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
@@ -80,41 +118,87 @@ def _validated(stack: str | None, config_file: Path | None) -> tuple[str, StackC
         raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
 
 
+def _rejected_by_program(stack: str, exc: BaseException) -> str:
+    """A component's own check that the config passed but the program refused.
+
+    The engine wraps the component's error once per resource and input it flowed through;
+    the innermost one says what is wrong (`<key>: <what>; valid: ...`).
+    """
+    while (inner := exc.__cause__ or exc.__context__) is not None:
+        exc = inner
+    return f"invalid stack config for {stack!r}: {exc}"
+
+
 @app.command()
 def plan(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
+    stack_name: Annotated[
+        str | None,
+        typer.Option(
+            "--stack-name",
+            help="With --config-file: the stack's name (default: from the file name).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON plan.")] = False,
     out: Annotated[Path | None, typer.Option(help="Also write the JSON plan here.")] = None,
 ) -> None:
     """Run the stack's program offline under Pulumi mocks (no credentials, no network)."""
+    if stack_name is not None and config_file is None:
+        raise _fail(
+            "--stack-name: names the stack of a --config-file; a bundled stack's name is "
+            "its --stack NAME"
+        )
     name, config = _load(stack, config_file)
+    if stack_name is not None:
+        try:
+            name = check_stack_name(stack_name)
+        except StackFileError as exc:
+            raise _fail(str(exc)) from None
     try:
         result = build_plan(name, config)
     except ConfigError as exc:
         raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    except ValueError as exc:
+        raise _fail(_rejected_by_program(name, exc)) from None
     text = json.dumps(result, indent=2, sort_keys=False)
     if out is not None:
-        out.write_text(text + "\n")
+        try:
+            out.write_text(text + "\n")
+        except OSError as exc:
+            raise _fail(
+                f"--out: cannot write {str(out)!r}: {exc.strerror}; valid: a file path in "
+                "an existing, writable directory"
+            ) from None
     if as_json:
         sys.stdout.write(text + "\n")
     else:
-        render_plan(result, Console())
+        render_plan(result, output_console())
 
 
 @app.command("plan-diff")
 def plan_diff_cmd(
     base: Annotated[Path, typer.Argument(help="JSON plan of the base commit.")],
     head: Annotated[Path, typer.Argument(help="JSON plan of the head commit.")],
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Cut nothing: every changed value whole, no 65,000-character comment limit.",
+        ),
+    ] = False,
 ) -> None:
-    """Markdown diff of two JSON plans, never over 65,000 characters."""
+    """Markdown diff of two JSON plans, within 65,000 characters unless --full."""
     documents = []
-    for path in (base, head):
+    for label, path in (("BASE", base), ("HEAD", head)):
+        document = _read_json(path, label)
         try:
-            documents.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise _fail(f"{path}: not a readable JSON plan ({exc})") from None
-    sys.stdout.write(plan_diff(documents[0], documents[1]) + "\n")
+            plans_by_stack(document)
+        except PlanDocumentError as exc:
+            raise _fail(f"{label}: {path}: {exc}") from None
+        documents.append(document)
+    text = plan_diff(documents[0], documents[1], full=full)
+    sys.stdout.write(text + "\n")
 
 
 @app.command()
@@ -133,6 +217,8 @@ def quota(
     if live and cfg.project is None:
         raise _fail("--live reads a Google Cloud project's quota; this stack has no gcp:project")
     if live:
+        from google.auth.exceptions import GoogleAuthError
+
         from infra.quota_live import FAILED_STATUSES, LiveQuotaError, read_live_quota
 
         assert cfg.project is not None
@@ -140,31 +226,35 @@ def quota(
             rows = [asdict(q) for q in read_live_quota(cfg.project, needs, endpoint=endpoint)]
         except LiveQuotaError as exc:
             raise _fail(str(exc)) from None
+        except GoogleAuthError as exc:
+            # Credentials were found but are unusable (expired, revoked, wrong file).
+            raise _fail(f"--live {_auth_failure(exc)}") from None
         if as_json:
             sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         else:
-            Console().print(live_quota_table(rows))
+            output_console().print(live_quota_table(rows))
         if any(r["status"] in FAILED_STATUSES for r in rows):
             raise typer.Exit(1)
         return
     if as_json:
         sys.stdout.write(json.dumps(needs, indent=2) + "\n")
         return
-    console = Console()
+    console = output_console()
     console.print(quota_table(needs))
     note = unverified_quota_note(needs)
     if note:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def live_quota_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="Quota headroom (live)")
-    for column in ("quota id", "dimensions", "needed", "limit", "usage", "headroom", "status"):
-        table.add_column(column)
+    table = value_table(
+        "Quota headroom (live)",
+        ("quota id", "dimensions", "needed", "limit", "usage", "headroom", "status"),
+    )
     for r in rows:
         dims = ", ".join(f"{k}={v}" for k, v in sorted(r["dimensions"].items())) or "global"
         cells = [r["limit"], r["usage"], r["headroom"]]
-        status = r["status"] + (f" ({r['detail']})" if r["detail"] else "")
+        status = escape(r["status"] + (f" ({r['detail']})" if r["detail"] else ""))
         table.add_row(
             r["quota_id"],
             dims,
@@ -198,10 +288,9 @@ def policy(
         raise _fail("give exactly one of --stack NAME, --config-file PATH, --plan PATH or --all")
     reports: list[StackReport] = []
     if plan_file is not None:
+        document = _read_json(plan_file, "--plan")
         try:
-            reports = check_plan(json.loads(plan_file.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise _fail(f"--plan: {plan_file} is not a readable JSON plan ({exc})") from None
+            reports = check_plan(document)
         except PlanFileError as exc:
             raise _fail(f"--plan: {plan_file}: {exc}") from None
     else:
@@ -214,6 +303,8 @@ def policy(
                 reports.append(check_stack(name, config))
             except ConfigError as exc:
                 raise _fail(f"invalid stack config for {name!r}:\n{exc}") from None
+            except ValueError as exc:
+                raise _fail(_rejected_by_program(name, exc)) from None
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
     else:
@@ -264,22 +355,86 @@ def status(
     api_endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Live state of the stack's Vertex AI job (dynamic resources cannot be refreshed)."""
+    """Live state of the stack's Vertex AI job (dynamic resources cannot be refreshed).
+
+    Exit 0 while the job is queued or running and when it succeeded; 1 when it failed, was
+    cancelled or expired; 2 when it cannot be read (no credentials, no access, no such job).
+    """
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+    from components._google_api import ApiError
     from components._vertex_provider import job_status
 
     name, cfg = _validated(stack, config_file)
     if cfg.vertex is None:
         raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
+    source = "--job"
     if job is None:
-        job = _stack_output(name, "job_name")
-    assert cfg.project is not None and cfg.region is not None
-    info = job_status(cfg.project, cfg.vertex.region or cfg.region, job, api_endpoint=api_endpoint)
+        job, source = _stack_output(name, "job_name"), f"stack {name!r} output job_name"
+    match = JOB_NAME.fullmatch(job)
+    if match is None:
+        raise _fail(
+            f"{source}: {job!r} is not a Vertex AI job resource name; valid: {JOB_NAME_FORMS}"
+        )
+    project = match["project"]
+    try:
+        # The job's own location picks the regional endpoint that serves it.
+        info = job_status(project, match["region"], job, api_endpoint=api_endpoint)
+    except DefaultCredentialsError:
+        raise _fail(
+            f"status needs Application Default Credentials to read {job}: {_adc_hint()}"
+        ) from None
+    except GoogleAuthError as exc:
+        raise _fail(f"status {_auth_failure(exc)}") from None
+    except ApiError as exc:
+        hint = (
+            f"; valid: credentials allowed aiplatform.{match['kind']}.get in project "
+            f"{project!r} (roles/aiplatform.viewer)"
+            if exc.status in (401, 403)
+            else ""
+        )
+        raise _fail(f"{source}: cannot read {job}: {exc.message}{hint}") from None
+    if info["state"] == "NOT_FOUND":
+        raise _fail(
+            f"{source}: {job} does not exist (HTTP 404); valid: a job that Vertex AI still "
+            f"lists in project {project!r}, location {match['region']!r}"
+        )
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2) + "\n")
-        return
-    console = Console()
-    for key, value in info.items():
-        console.print(f"[bold]{key}[/]: {value}", highlight=False, soft_wrap=True)
+    else:
+        console = Console()
+        for key, value in info.items():
+            if key == "error" and isinstance(value, dict):
+                value = f"{value.get('message', '')} (code {value.get('code', '?')})"
+            console.print(f"[bold]{key}[/]: {escape(str(value))}", highlight=False, soft_wrap=True)
+    if info["state"] in UNSUCCESSFUL_STATES:
+        raise typer.Exit(1)
+
+
+def _adc_hint() -> str:
+    """What to do when Application Default Credentials cannot be loaded."""
+    path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if path:
+        return (
+            f"GOOGLE_APPLICATION_CREDENTIALS is {path!r}, which is not a readable credentials "
+            "file; valid: a service-account or `gcloud auth application-default login` JSON "
+            "file, or unset it"
+        )
+    return (
+        "run `gcloud auth application-default login` "
+        "(or set GOOGLE_APPLICATION_CREDENTIALS to a credentials file)"
+    )
+
+
+def _auth_failure(exc: Exception) -> str:
+    """`could not authenticate ...` for credentials that exist but are refused."""
+    detail = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    detail = " ".join(detail.split())
+    return (
+        f"could not authenticate with Application Default Credentials ({detail}); renew them "
+        "with `gcloud auth application-default login`, or point GOOGLE_APPLICATION_CREDENTIALS "
+        "at a current key"
+    )
 
 
 def _stack_output(stack: str, key: str) -> str:
@@ -292,14 +447,22 @@ def _stack_output(stack: str, key: str) -> str:
             f"reading stack {stack!r}'s `{key}` output needs the Pulumi CLI; install it or "
             f"pass --job projects/P/locations/R/customJobs/ID"
         )
-    done = subprocess.run(
-        ["pulumi", "stack", "output", key, "--stack", stack, "--cwd", str(REPO_ROOT)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            ["pulumi", "stack", "output", key, "--stack", stack, "--cwd", str(REPO_ROOT)],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,  # never wait on a login or passphrase prompt
+        )
+    except OSError as exc:
+        raise _fail(f"reading stack {stack!r}'s `{key}` output: {exc}") from None
     if done.returncode != 0 or not done.stdout.strip():
-        raise _fail(f"stack {stack!r} has no `{key}` output: {done.stderr.strip()}")
+        reason = " ".join(done.stderr.split()) or "it printed nothing"
+        raise _fail(
+            f"stack {stack!r} has no `{key}` output ({reason}); deploy it with "
+            f"`pulumi up --stack {stack}` or pass --job projects/P/locations/R/customJobs/ID"
+        )
     return done.stdout.strip()
 
 

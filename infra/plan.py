@@ -3,19 +3,22 @@
 `build_plan` runs exactly the program `pulumi up` runs (`infra.compose.main_program`)
 with the stack file's config, records every registration, and adds what the config alone
 tells: accelerator totals, an hourly cost estimate from the catalog, and the quota the
-stack needs. `render_plan` prints it as a tree; `plan_diff` turns two JSON plans into a
-Markdown comment for a pull request that always fits GitHub's comment limit.
+stack needs. `render_plan` prints it as a tree; `plan_diff` (infra/plan_diff.py, re-exported
+here) turns two JSON plans into a Markdown comment for a pull request that always fits
+GitHub's comment limit.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
+from rich.console import Console, JustifyMethod
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -23,11 +26,19 @@ from infra.compose import main_program
 from infra.config import load_stack_config
 from infra.estimate import quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
+from infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
+    MAX_DIFF_CHARS,
+    PlanDocumentError,
+    integral_numbers,
+    plan_diff,
+    plans_by_stack,
+)
 
 STACKS_DIR = REPO_ROOT / "stacks"
-# GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
-# a workflow may add around the diff.
-MAX_DIFF_CHARS = 65_000
+# Pulumi's rule for a stack name (without an organization/project prefix).
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+# Console width when stdout is not a terminal: wide enough that rich never wraps or cuts.
+UNWRAPPED_WIDTH = 100_000
 
 
 class StackFileError(ValueError):
@@ -51,12 +62,25 @@ def stack_file(name: str) -> Path:
 
 def read_stack_file(path: Path) -> tuple[str, dict[str, Any]]:
     """The stack name (from `Pulumi.<name>.yaml`, else the file stem) and its config."""
+    if path.is_dir():
+        raise StackFileError(
+            f"--config-file: {str(path)!r} is a directory; valid: a Pulumi.<stack>.yaml file"
+        )
     if not path.is_file():
         raise StackFileError(f"--config-file: {str(path)!r} does not exist")
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise StackFileError(f"--config-file: cannot read {str(path)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise StackFileError(
+            f"--config-file: {str(path)!r} is not UTF-8 text (byte {exc.start}); "
+            "valid: a Pulumi.<stack>.yaml file"
+        ) from exc
     except yaml.YAMLError as exc:
-        raise StackFileError(f"--config-file: {path} is not valid YAML: {exc}") from exc
+        raise StackFileError(
+            f"--config-file: {path} is not valid YAML: {_yaml_problem(exc)}"
+        ) from exc
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise StackFileError(f"{path}: expected a mapping with a `config:` mapping inside")
     name = path.name
@@ -65,6 +89,23 @@ def read_stack_file(path: Path) -> tuple[str, dict[str, Any]]:
     else:
         stack = path.stem
     return stack, dict(document.get("config") or {})
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line: what is wrong and where (PyYAML's own text spans lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
+
+
+def check_stack_name(name: str) -> str:
+    """`name` when Pulumi accepts it as a stack name, else StackFileError naming the rule."""
+    if not STACK_NAME.fullmatch(name):
+        raise StackFileError(
+            f"--stack-name: {name!r} is not a stack name; valid: 1-100 letters, digits, "
+            "'-', '_' or '.'"
+        )
+    return name
 
 
 def load_stack(stack: str | None, config_file: str | Path | None) -> tuple[str, dict[str, Any]]:
@@ -156,22 +197,43 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _inline(inputs: Mapping[str, Any], limit: int = 4) -> str:
+    """The first `limit` scalar inputs as `key=value`; a multi-line string (a startup
+    script, a dashboard) as its size, since it cannot sit on a tree line (`--json` has it)."""
     shown = []
     for key, value in inputs.items():
-        if isinstance(value, str | int | float | bool):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)  # the engine sends every number as a double
-            text = json.dumps(value)
-            shown.append(f"{key}={text if len(text) <= 48 else text[:45] + '...'}")
+        if isinstance(value, str) and "\n" in value:
+            shown.append(f"{key}=<{len(value.splitlines())} lines>")
+        elif isinstance(value, str | int | float | bool):
+            shown.append(f"{key}={json.dumps(integral_numbers(value))}")
         if len(shown) == limit:
             break
     return ", ".join(shown)
 
 
+def output_console() -> Console:
+    """The console for a command's stdout.
+
+    A terminal gets its own width, and tables fold a long value onto more lines rather
+    than cut it. Anything else (a pipe, a file, CI logs) gets lines as long as they need
+    to be, so every value (quota ids, resource names, digests) stays whole for grep and
+    copy; rich would otherwise assume 80 columns and cut them.
+    """
+    console = Console()
+    return console if console.is_terminal else Console(width=UNWRAPPED_WIDTH)
+
+
+def value_table(title: str, columns: Iterable[str], *, justify: JustifyMethod = "left") -> Table:
+    """A table whose cells are never cut: a value that does not fit folds onto more lines."""
+    table = Table(title=title, show_header=True)
+    for column in columns:
+        table.add_column(column, overflow="fold", justify=justify)
+    return table
+
+
 def render_plan(plan: Mapping[str, Any], console: Console) -> None:
     """Print the resource tree, totals, cost and quota of a plan."""
     resources = plan["resources"]
-    tree = Tree(f"[bold]stack {plan['stack']}[/] (target: {plan['target']})")
+    tree = Tree(f"[bold]stack {escape(plan['stack'])}[/] (target: {plan['target']})")
     children: dict[str | None, list[Mapping[str, Any]]] = {}
     names = {res["name"] for res in resources}
     for res in resources:
@@ -180,17 +242,17 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
 
     def add(node: Tree, parent: str | None) -> None:
         for res in children.get(parent, []):
-            detail = _inline(res["inputs"])
-            label = f"[cyan]{res['name']}[/] [dim]{res['type']}[/]"
+            detail = escape(_inline(res["inputs"]))
+            label = f"[cyan]{escape(res['name'])}[/] [dim]{escape(res['type'])}[/]"
             add(node.add(label + (f"  [dim]{detail}[/]" if detail else "")), res["name"])
 
     add(tree, None)
     console.print(tree)
 
     summary = plan["summary"]
-    totals = Table(title="Totals", show_header=True)
-    for column in ("resources", "TPU chips", "GPUs", "machines", "est. $/hour"):
-        totals.add_column(column, justify="right")
+    totals = value_table(
+        "Totals", ("resources", "TPU chips", "GPUs", "machines", "est. $/hour"), justify="right"
+    )
     totals.add_row(
         str(len(resources)),
         str(summary["tpu_chips"]),
@@ -202,15 +264,13 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
 
     console.print(quota_table(plan["quota"]))
     for note in plan.get("notes", []):
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def quota_table(needs: Iterable[Mapping[str, Any]]) -> Table:
     """The quota a stack needs, one row per quota id and location."""
     needs = list(needs)
-    quota = Table(title="Quota needed", show_header=True)
-    for column in ("service", "quota id", "dimensions", "needed", "verified"):
-        quota.add_column(column)
+    quota = value_table("Quota needed", ("service", "quota id", "dimensions", "needed", "verified"))
     for q in needs:
         dims = ", ".join(f"{k}={v}" for k, v in sorted(q["dimensions"].items()))
         quota.add_row(
@@ -219,140 +279,3 @@ def quota_table(needs: Iterable[Mapping[str, Any]]) -> Table:
     if not needs:
         quota.add_row("-", "(none: nothing runs on Google Cloud)", "-", "-", "-")
     return quota
-
-
-# --------------------------------------------------------------------------- plan diff
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping) and value:
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(value, list) and value:
-        out = {}
-        for i, item in enumerate(value):
-            out.update(_flatten(item, f"{prefix}[{i}]"))
-        return out
-    return {prefix: value}
-
-
-def _code(value: Any, limit: int = 160) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return "`" + text.replace("`", "'") + "`"
-
-
-def _as_plans(document: Any) -> dict[str, Mapping[str, Any]]:
-    plans = document if isinstance(document, list) else [document]
-    return {p["stack"]: p for p in plans}
-
-
-def _resource_key(resource: Mapping[str, Any]) -> tuple[str, str]:
-    return resource["type"], resource["name"]
-
-
-def _quota_key(quota: Mapping[str, Any]) -> tuple[str, str, str]:
-    return quota["service"], quota["quota_id"], json.dumps(quota["dimensions"], sort_keys=True)
-
-
-def _usd(value: float) -> str:
-    return f"${value:,.2f}"
-
-
-def _stack_sections(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None):
-    """Markdown blocks for one stack: header first, then one block per change."""
-    if base is None or head is None:
-        plan = head or base
-        assert plan is not None
-        verb = "added" if base is None else "removed"
-        yield f"### Stack `{stack}` ({verb})\n\n{len(plan['resources'])} resources {verb}.\n"
-        return
-    old = {_resource_key(r): r for r in base["resources"]}
-    new = {_resource_key(r): r for r in head["resources"]}
-    added = [new[k] for k in new if k not in old]
-    removed = [old[k] for k in old if k not in new]
-    changed = [(old[k], new[k]) for k in new if k in old and old[k] != new[k]]
-
-    money = []
-    for field in ("tpu_chips", "gpus", "machines", "hourly_usd"):
-        a, b = base["summary"].get(field, 0), head["summary"].get(field, 0)
-        if a != b:
-            fmt = _usd if field == "hourly_usd" else str
-            sign = "+" if b > a else ""
-            money.append(f"| {field} | {fmt(a)} | {fmt(b)} | {sign}{fmt(b - a)} |")
-    qa = {_quota_key(q): q["needed"] for q in base["quota"]}
-    qb = {_quota_key(q): q["needed"] for q in head["quota"]}
-    quota_rows = [
-        f"| {k[1]} | {k[2]} | {qa.get(k, 0)} | {qb.get(k, 0)} |"
-        for k in sorted(set(qa) | set(qb))
-        if qa.get(k, 0) != qb.get(k, 0)
-    ]
-    if not (added or removed or changed or money or quota_rows):
-        yield f"### Stack `{stack}`: no changes\n"
-        return
-    yield (
-        f"### Stack `{stack}`: {len(added)} to add, {len(changed)} to change, "
-        f"{len(removed)} to delete\n"
-    )
-    if money:
-        yield "| total | base | head | delta |\n|---|---|---|---|\n" + "\n".join(money) + "\n"
-    if quota_rows:
-        yield (
-            "| quota | dimensions | base | head |\n|---|---|---|---|\n"
-            + "\n".join(quota_rows)
-            + "\n"
-        )
-    for r in added:
-        yield f"- **add** `{r['name']}` ({r['type']})\n"
-    for r in removed:
-        yield f"- **delete** `{r['name']}` ({r['type']})\n"
-    for a, b in changed:
-        fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
-        lines = [
-            f"  - `{path}`: {_code(fa.get(path, None))} -> {_code(fb.get(path, None))}"
-            for path in sorted(set(fa) | set(fb))
-            if fa.get(path) != fb.get(path)
-        ]
-        if a["parent"] != b["parent"]:
-            lines.append(f"  - parent: `{a['parent']}` -> `{b['parent']}`")
-        for option in ("protect", "retainOnDelete"):
-            if a.get(option, False) != b.get(option, False):
-                lines.append(
-                    f"  - {option}: `{str(a.get(option, False)).lower()}` -> "
-                    f"`{str(b.get(option, False)).lower()}`"
-                )
-        yield f"- **change** `{b['name']}` ({b['type']})\n" + "\n".join(lines) + "\n"
-
-
-def plan_diff(base: Any, head: Any, limit: int = MAX_DIFF_CHARS) -> str:
-    """Markdown diff of two JSON plans (one plan or a list of plans each), within `limit`."""
-    base_plans, head_plans = _as_plans(base), _as_plans(head)
-    blocks: list[str] = ["## trainstack plan diff\n"]
-    for stack in sorted(set(base_plans) | set(head_plans)):
-        blocks.extend(_stack_sections(stack, base_plans.get(stack), head_plans.get(stack)))
-    return _fit(blocks, limit)
-
-
-def _fit(blocks: Iterable[str], limit: int) -> str:
-    blocks = list(blocks)
-    text = "\n".join(blocks)
-    if len(text) <= limit:
-        return text
-    kept: list[str] = []
-    size = 0
-    reserve = 400  # room for the trim note
-    for block in blocks:
-        if size + len(block) + 1 > limit - reserve:
-            break
-        kept.append(block)
-        size += len(block) + 1
-    omitted = len(blocks) - len(kept)
-    note = (
-        f"\n> **Diff trimmed:** {omitted} more change blocks are not shown because a GitHub "
-        f"comment holds at most 65,536 characters. Run `trainstack plan-diff BASE.json "
-        f"HEAD.json` locally for the full diff.\n"
-    )
-    return "\n".join(kept) + note

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.plan import bundled_stacks
+from infra.mocks import REPO_ROOT
+from infra.plan import bundled_stacks, quota_table
+from tests.bundled import bundled_plan
 
 runner = CliRunner()
 # `plan --stack NAME` of a bundled stack reads the session's run of it (tests/bundled.py).
@@ -127,3 +131,98 @@ def test_quota_table_marks_unverified_ids() -> None:
     assert result.exit_code == 0, result.output
     assert "TPUV4sPodPerProjectPerZoneForTPUAPI" in result.stdout
     assert "unverified quota ids" in result.stdout
+
+
+def test_plan_from_a_config_file_takes_its_name_from_stack_name(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text((REPO_ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    named = runner.invoke(
+        app, ["plan", "--config-file", str(config), "--stack-name", "my-run", "--json"]
+    )
+    assert named.exit_code == 0, named.output
+    plan = json.loads(named.stdout)
+    assert plan["stack"] == "my-run"
+    assert [r["name"] for r in plan["resources"]] == ["my-run-job", "my-run-job-run"]
+    unnamed = runner.invoke(app, ["plan", "--config-file", str(config), "--json"])
+    assert json.loads(unnamed.stdout)["stack"] == "config"
+
+
+def test_plan_diff_full_shows_long_values_whole(tmp_path: Path) -> None:
+    plan = json.loads(runner.invoke(app, ["plan", "--stack", "local", "--json"]).stdout)
+    base, head = tmp_path / "base.json", tmp_path / "head.json"
+    base.write_text(json.dumps(plan))
+    long_value = "gs://bucket/" + "d" * 300
+    plan["resources"][0]["inputs"]["checkpointDir"] = long_value
+    head.write_text(json.dumps(plan))
+    trimmed = runner.invoke(app, ["plan-diff", str(base), str(head)])
+    assert trimmed.exit_code == 0, trimmed.output
+    assert long_value not in trimmed.stdout
+    assert f"  - `checkpointDir`: `null` -> `{long_value[:160]}...`\n" in trimmed.stdout
+    full = runner.invoke(app, ["plan-diff", "--full", str(base), str(head)])
+    assert full.exit_code == 0, full.output
+    assert f"  - `checkpointDir`: `null` -> `{long_value}`\n" in full.stdout
+
+
+# Output that is not a terminal (CI logs, pipes) keeps every value whole, however narrow
+# COLUMNS says the screen is; rich would otherwise cut cells to fit 60 columns with "…".
+NARROW = {"COLUMNS": "60"}
+
+
+def test_quota_table_never_cuts_a_quota_id_when_piped() -> None:
+    result = runner.invoke(app, ["quota", "--stack", "dev-a100-gke"], env=NARROW)
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    for quota_id in (
+        "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region",
+        "GPUS-ALL-REGIONS-per-project",
+        "A2-CPUS-per-project-region",
+    ):
+        assert f"│ {quota_id} " in result.stdout
+    assert "│ compute.googleapis.com │" in result.stdout
+
+
+def test_plan_output_keeps_resource_names_and_quota_ids_whole_when_piped() -> None:
+    result = runner.invoke(app, ["plan", "--stack", "prod-vertex-rs"], env=NARROW)
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    plan = bundled_plan("prod-vertex-rs")
+    for resource in plan["resources"]:
+        assert f"{resource['name']} {resource['type']}" in result.stdout
+    for need in plan["quota"]:
+        assert f"│ {need['quota_id']} " in result.stdout
+    # Inline inputs are shown whole too (a service account member is 75 characters).
+    assert 'member="serviceAccount:prod-vertex-rs-train@my-ml-project.iam.gserviceaccount.com"' in (
+        result.stdout
+    )
+
+
+def test_live_quota_table_never_cuts_a_value_when_piped() -> None:
+    from tests.fakes.quota_server import QuotaFakeServer
+
+    limits = {"GPUS-ALL-REGIONS-per-project": [({}, "100")]}
+    with QuotaFakeServer(limits, {}) as fake:
+        result = runner.invoke(
+            app,
+            ["quota", "--stack", "dev-a100-gke", "--live", "--endpoint", fake.endpoint],
+            env=NARROW,
+        )
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    assert "│ PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region │ region=us-central1 │" in (
+        result.stdout
+    )
+    assert (
+        "│ unknown (HTTP 404: quota PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region not found) │"
+        in result.stdout
+    )
+
+
+def test_a_narrow_terminal_folds_table_values_instead_of_cutting_them() -> None:
+    needs = bundled_plan("dev-a100-gke")["quota"]
+    out = io.StringIO()
+    Console(file=out, width=50, force_terminal=True, color_system=None).print(quota_table(needs))
+    text = out.getvalue()
+    assert "…" not in text
+    # Reading the quota id column top to bottom gives back every id, whole and in order.
+    body = [line.split("│") for line in text.splitlines() if line.startswith("│")]
+    assert "".join(cells[2].strip() for cells in body) == "".join(q["quota_id"] for q in needs)

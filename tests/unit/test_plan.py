@@ -11,7 +11,14 @@ import pytest
 from infra.compose import main_program
 from infra.config import ConfigError
 from infra.mocks import run_program
-from infra.plan import MAX_DIFF_CHARS, build_plan, bundled_stacks, load_stack, plan_diff
+from infra.plan import (
+    MAX_DIFF_CHARS,
+    PlanDocumentError,
+    build_plan,
+    bundled_stacks,
+    load_stack,
+    plan_diff,
+)
 from tests.bundled import bundled_plan
 from tests.stacks import GPU_STACK
 
@@ -86,6 +93,11 @@ def test_plan_diff_node_count_change_shows_cost_and_quota() -> None:
     assert "| gpus | 16 | 32 | +16 |" in text
     assert "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region" in text
     assert len(text) <= MAX_DIFF_CHARS
+    # The engine sends every number as a double; the diff prints integers as integers.
+    assert "- **change** `dev-gpu-gpu-gpu-pool` (gcp:container/nodePool:NodePool)\n" in text
+    assert "  - `nodeCount`: `2` -> `4`\n" in text
+    assert "  - `conditions[1].conditionThreshold.thresholdValue`: `2` -> `4`\n" in text
+    assert ".0`" not in text
 
 
 def test_plan_diff_no_changes() -> None:
@@ -115,6 +127,14 @@ def test_plan_diff_is_trimmed_to_the_comment_limit() -> None:
     assert len(text) <= MAX_DIFF_CHARS
     assert "**Diff trimmed:**" in text
     assert "3000 to add" in text
+    assert text.endswith(
+        "comment holds at most 65,536 characters. Run `trainstack plan-diff --full BASE.json "
+        "HEAD.json` locally for the full diff.\n"
+    )
+    full = plan_diff(base, head, full=True)
+    assert len(full) > MAX_DIFF_CHARS
+    assert "**Diff trimmed:**" not in full
+    assert full.count("- **add** `extra-resource-") == 3000
 
 
 @pytest.mark.parametrize("stack", ["prod-vertex-rs", "dev-vertex-hpt"])
@@ -160,3 +180,128 @@ def test_plan_diff_shows_a_dropped_protection() -> None:
         f"- **change** `{data['name']}` (gcp:storage/bucket:Bucket)\n  - protect: `true` -> `false`"
         in text
     )
+
+
+def _one_change(value_path: str, old: Any, new: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two one-resource plans whose only difference is input `value_path`."""
+
+    def plan(value: Any) -> dict[str, Any]:
+        resource = {"type": "t:m:R", "name": "r", "parent": None, "inputs": {value_path: value}}
+        return {"stack": "s", "resources": [resource], "summary": {}, "quota": []}
+
+    return plan(old), plan(new)
+
+
+def test_plan_diff_shows_a_long_value_where_it_changed() -> None:
+    old = "a" * 300 + "OLD" + "b" * 300
+    base, head = _one_change("filter", old, old.replace("OLD", "NEW"))
+    context = "a" * 40 + "{}" + "b" * 40
+    assert plan_diff(base, head) == (
+        "## trainstack plan diff\n\n"
+        "### Stack `s`: 0 to add, 1 to change, 0 to delete\n\n"
+        "- **change** `r` (t:m:R)\n"
+        f"  - `filter`: `...{context.format('OLD')}...` -> `...{context.format('NEW')}...`\n\n"
+        "> 1 long value(s) are shown only around their changes; "
+        "`trainstack plan-diff --full BASE.json HEAD.json` shows them whole.\n"
+    )
+    full = plan_diff(base, head, full=True)
+    assert f"  - `filter`: `{old}` -> `{old.replace('OLD', 'NEW')}`\n" in full
+    assert "shown only around their changes" not in full
+
+
+def test_plan_diff_long_difference_shows_its_start() -> None:
+    base, head = _one_change("v", "x" * 10 + "a" * 400, "x" * 10 + "b" * 400)
+    line = plan_diff(base, head).splitlines()[5]
+    assert line == f"  - `v`: `{'x' * 10}{'a' * 160}...` -> `{'x' * 10}{'b' * 160}...`"
+
+
+def test_plan_diff_shows_the_changed_lines_of_a_script() -> None:
+    script = [f"echo step {i}" for i in range(100)]
+    changed = list(script)
+    changed[50] = "echo step 50 --with-a-flag"
+    base, head = _one_change("metadataStartupScript", "\n".join(script), "\n".join(changed))
+    assert plan_diff(base, head).split("\n\n")[2] == (
+        "- **change** `r` (t:m:R)\n"
+        "  - `metadataStartupScript` (100 -> 100 lines):\n"
+        "    ```diff\n"
+        "    @@ -49,5 +49,5 @@\n"
+        "     echo step 48\n"
+        "     echo step 49\n"
+        "    -echo step 50\n"
+        "    +echo step 50 --with-a-flag\n"
+        "     echo step 51\n"
+        "     echo step 52\n"
+        "    ```\n"
+    )
+
+
+def test_plan_diff_cuts_a_long_script_diff_unless_full() -> None:
+    old = "\n".join(f"line {i}" for i in range(200))
+    new = "\n".join(f"line {i} changed" for i in range(200))
+    base, head = _one_change("script", old, new)
+    text = plan_diff(base, head)
+    assert "    -line 37\n    -line 38\n    ```\n    (361 more diff lines)\n" in text
+    assert "1 long value(s) are shown only around their changes" in text
+    full = plan_diff(base, head, full=True)
+    assert "    +line 199 changed\n    ```\n" in full
+    assert "more diff lines" not in full
+
+
+def test_plan_diff_fences_a_script_that_contains_backticks() -> None:
+    base, head = _one_change("script", "a\n```\nb", "a\n```\nc")
+    assert plan_diff(base, head).endswith(
+        "    ````diff\n    @@ -1,3 +1,3 @@\n     a\n     ```\n    -b\n    +c\n    ````\n"
+    )
+
+
+def test_plan_diff_shows_a_change_of_line_endings() -> None:
+    base, head = _one_change("script", "a\nb", "a\nb\n")
+    assert plan_diff(base, head).splitlines()[5] == '  - `script`: `"a\\nb"` -> `"a\\nb\\n"`'
+
+
+def test_plan_diff_prints_integral_totals_as_integers() -> None:
+    base, head = _one_change("x", 1, 1)
+    base["summary"] = {"machines": 2.0, "hourly_usd": 1.5}
+    head["summary"] = {"machines": 4.0, "hourly_usd": 3.0}
+    base["quota"] = [{"service": "s", "quota_id": "Q", "dimensions": {}, "needed": 8.0}]
+    head["quota"] = [{"service": "s", "quota_id": "Q", "dimensions": {}, "needed": 16.0}]
+    text = plan_diff(base, head)
+    assert "| machines | 2 | 4 | +2 |\n| hourly_usd | $1.50 | $3.00 | +$1.50 |\n" in text
+    assert "| Q | {} | 8 | 16 |\n" in text
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (
+            [],
+            None,
+        ),
+        (
+            {"stack": "s"},
+            "plan 0: expected a JSON plan with a `stack` name and a `resources` list; "
+            "valid: what `trainstack plan --json` writes, or a list of those",
+        ),
+        (
+            {"stack": "s", "resources": [], "summary": {"gpus": "8"}},
+            "plan 's': summary is not a mapping of numbers; valid: {'tpu_chips': number, "
+            "'gpus': number, 'machines': number, 'hourly_usd': number}",
+        ),
+        (
+            {"stack": "s", "resources": [], "quota": [{"quota_id": "Q"}]},
+            "plan 's': quota is not a list of quota needs; valid: "
+            '[{"service", "quota_id": str, "dimensions": {...}, "needed": number}]',
+        ),
+        (
+            [{"stack": "s", "resources": []}, {"stack": "s", "resources": []}],
+            "plan 1: stack 's' appears twice; valid: one plan per stack",
+        ),
+    ],
+)
+def test_plan_diff_rejects_what_is_not_a_plan(document: Any, message: str | None) -> None:
+    if message is None:
+        assert plan_diff(document, document) == "## trainstack plan diff\n"
+        return
+    with pytest.raises(PlanDocumentError) as raised:
+        plan_diff(document, document)
+    assert str(raised.value) == message

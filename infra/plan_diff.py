@@ -1,0 +1,322 @@
+"""`trainstack plan-diff`: two JSON plans as one Markdown pull-request comment.
+
+The comment lists, per stack, the totals and quota that change and every resource added,
+deleted or changed with the inputs that changed. It is written for review on GitHub:
+
+- numbers print as the engine means them (`2 -> 4`, not the doubles it sends, `2.0 -> 4.0`);
+- a long one-line value shows the part around where it changed, not only its start;
+- a multi-line value (a startup script, a dashboard) shows a line diff of what changed;
+- the whole comment stays under MAX_DIFF_CHARS, dropping whole change blocks with a note.
+
+`full=True` (`trainstack plan-diff --full`) turns every one of those cuts off.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+# GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
+# a workflow may add around the diff.
+MAX_DIFF_CHARS = 65_000
+
+SUMMARY_FIELDS = ("tpu_chips", "gpus", "machines", "hourly_usd")
+VALUE_CHARS = 160
+"""A changed one-line value longer than this shows only the part around the change."""
+CONTEXT_CHARS = 40
+"""Unchanged characters kept on either side of a change in a long one-line value."""
+DIFF_LINES = 40
+"""Lines of a multi-line value's diff (a startup script) shown before the rest is cut."""
+DIFF_CONTEXT = 2
+"""Unchanged lines shown around each changed line of a multi-line value."""
+
+
+class PlanDocumentError(ValueError):
+    """A JSON document that is not a trainstack plan (or a list of plans)."""
+
+
+def integral_numbers(value: Any) -> Any:
+    """`value` with every integral float as an int: the engine sends every number as a
+    double, and `2.0 -> 4.0` reads worse than `2 -> 4`."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {key: integral_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [integral_numbers(item) for item in value]
+    return value
+
+
+def _text(value: Any) -> str:
+    value = integral_numbers(value)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _code(text: str) -> str:
+    return "`" + text.replace("`", "'") + "`"
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(value, list) and value:
+        out = {}
+        for i, item in enumerate(value):
+            out.update(_flatten(item, f"{prefix}[{i}]"))
+        return out
+    return {prefix: value}
+
+
+def _window(old: str, new: str) -> tuple[str, str]:
+    """Both values cut to where they differ, with CONTEXT_CHARS of what they share around
+    it; a difference longer than VALUE_CHARS shows its first VALUE_CHARS."""
+    prefix = 0
+    while prefix < min(len(old), len(new)) and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(old), len(new)) - prefix and old[-1 - suffix] == new[-1 - suffix]:
+        suffix += 1
+
+    def cut(text: str) -> str:
+        start = max(0, prefix - CONTEXT_CHARS)
+        end = min(len(text), len(text) - suffix + CONTEXT_CHARS, prefix + VALUE_CHARS)
+        return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+
+    return cut(old), cut(new)
+
+
+def _lines(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return value.splitlines() if isinstance(value, str) else [_text(value)]
+
+
+def _value_change(path: str, old: Any, new: Any, full: bool, cuts: list[str]) -> str:
+    """One changed input as a Markdown list item; `cuts` collects the paths shortened."""
+    if any(isinstance(v, str) and "\n" in v for v in (old, new)):
+        if _lines(old) != _lines(new):
+            return _lines_change(path, _lines(old), _lines(new), full, cuts)
+        # Only line endings differ: JSON-quote both so the difference shows.
+        old, new = json.dumps(old), json.dumps(new)
+    a, b = _text(old), _text(new)
+    if not full and max(len(a), len(b)) > VALUE_CHARS:
+        a, b = _window(a, b)
+        cuts.append(path)
+    return f"  - `{path}`: {_code(a)} -> {_code(b)}"
+
+
+def _lines_change(path: str, a: list[str], b: list[str], full: bool, cuts: list[str]) -> str:
+    """A multi-line value's change as a fenced `diff` block of the changed lines."""
+    diff = list(difflib.unified_diff(a, b, lineterm="", n=DIFF_CONTEXT))[2:]  # no ---/+++
+    shown = diff
+    if not full:
+        width = 2 * VALUE_CHARS
+        shown = [d if len(d) <= width else d[:width] + "..." for d in diff[:DIFF_LINES]]
+    if shown != diff:
+        cuts.append(path)
+    # A fence longer than any run of backticks inside, so the script cannot close it.
+    longest = max((len(run) for line in shown for run in re.findall("`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    block = [f"  - `{path}` ({len(a)} -> {len(b)} lines):", f"    {fence}diff"]
+    block += [f"    {line}" for line in shown]
+    block.append(f"    {fence}")
+    if len(diff) > len(shown):
+        block.append(f"    ({len(diff) - len(shown)} more diff lines)")
+    return "\n".join(block)
+
+
+def plans_by_stack(document: Any) -> dict[str, Mapping[str, Any]]:
+    """{stack: plan} of one JSON plan or a list of them; PlanDocumentError names what is
+    not a plan."""
+    plans = document if isinstance(document, list) else [document]
+    found: dict[str, Mapping[str, Any]] = {}
+    for i, plan in enumerate(plans):
+        if not (
+            isinstance(plan, Mapping)
+            and isinstance(plan.get("stack"), str)
+            and isinstance(plan.get("resources"), list)
+        ):
+            raise PlanDocumentError(
+                f"plan {i}: expected a JSON plan with a `stack` name and a `resources` list; "
+                "valid: what `trainstack plan --json` writes, or a list of those"
+            )
+        stack = plan["stack"]
+        for j, r in enumerate(plan["resources"]):
+            if not (
+                isinstance(r, Mapping)
+                and isinstance(r.get("type"), str)
+                and isinstance(r.get("name"), str)
+                and isinstance(r.get("inputs"), Mapping)
+            ):
+                raise PlanDocumentError(
+                    f"plan {stack!r}: resources[{j}] is not a plan resource; "
+                    'valid: {"type": str, "name": str, "parent": str | null, "inputs": {...}}'
+                )
+        summary = plan.get("summary", {})
+        if not isinstance(summary, Mapping) or any(
+            not isinstance(summary.get(f, 0), int | float) or isinstance(summary.get(f), bool)
+            for f in SUMMARY_FIELDS
+        ):
+            raise PlanDocumentError(
+                f"plan {stack!r}: summary is not a mapping of numbers; "
+                f"valid: {{{', '.join(f'{f!r}: number' for f in SUMMARY_FIELDS)}}}"
+            )
+        quota = plan.get("quota", [])
+        if not isinstance(quota, list) or not all(
+            isinstance(q, Mapping)
+            and isinstance(q.get("quota_id"), str)
+            and isinstance(q.get("dimensions"), Mapping)
+            and isinstance(q.get("needed"), int | float)
+            for q in quota
+        ):
+            raise PlanDocumentError(
+                f"plan {stack!r}: quota is not a list of quota needs; "
+                'valid: [{"service", "quota_id": str, "dimensions": {...}, "needed": number}]'
+            )
+        if stack in found:
+            raise PlanDocumentError(
+                f"plan {i}: stack {stack!r} appears twice; valid: one plan per stack"
+            )
+        found[stack] = plan
+    return found
+
+
+def _resource_key(resource: Mapping[str, Any]) -> tuple[str, str]:
+    return resource["type"], resource["name"]
+
+
+def _quota_key(quota: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (
+        str(quota.get("service", "")),
+        quota["quota_id"],
+        json.dumps(quota["dimensions"], sort_keys=True),
+    )
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}"
+
+
+def _count(value: float) -> str:
+    return str(integral_numbers(value))
+
+
+def _stack_sections(
+    stack: str,
+    base: Mapping[str, Any] | None,
+    head: Mapping[str, Any] | None,
+    full: bool,
+    cuts: list[str],
+) -> Iterator[str]:
+    """Markdown blocks for one stack: header first, then one block per change."""
+    if base is None or head is None:
+        plan = head or base
+        assert plan is not None
+        verb = "added" if base is None else "removed"
+        yield f"### Stack `{stack}` ({verb})\n\n{len(plan['resources'])} resources {verb}.\n"
+        return
+    old = {_resource_key(r): r for r in base["resources"]}
+    new = {_resource_key(r): r for r in head["resources"]}
+    added = [new[k] for k in new if k not in old]
+    removed = [old[k] for k in old if k not in new]
+    changed = [(old[k], new[k]) for k in new if k in old and old[k] != new[k]]
+
+    money = []
+    for field in SUMMARY_FIELDS:
+        a, b = base.get("summary", {}).get(field, 0), head.get("summary", {}).get(field, 0)
+        if a != b:
+            fmt = _usd if field == "hourly_usd" else _count
+            sign = "+" if b > a else ""
+            money.append(f"| {field} | {fmt(a)} | {fmt(b)} | {sign}{fmt(b - a)} |")
+    qa = {_quota_key(q): q["needed"] for q in base.get("quota", [])}
+    qb = {_quota_key(q): q["needed"] for q in head.get("quota", [])}
+    quota_rows = [
+        f"| {k[1]} | {k[2]} | {_count(qa.get(k, 0))} | {_count(qb.get(k, 0))} |"
+        for k in sorted(set(qa) | set(qb))
+        if qa.get(k, 0) != qb.get(k, 0)
+    ]
+    if not (added or removed or changed or money or quota_rows):
+        yield f"### Stack `{stack}`: no changes\n"
+        return
+    yield (
+        f"### Stack `{stack}`: {len(added)} to add, {len(changed)} to change, "
+        f"{len(removed)} to delete\n"
+    )
+    if money:
+        yield "| total | base | head | delta |\n|---|---|---|---|\n" + "\n".join(money) + "\n"
+    if quota_rows:
+        yield (
+            "| quota | dimensions | base | head |\n|---|---|---|---|\n"
+            + "\n".join(quota_rows)
+            + "\n"
+        )
+    for r in added:
+        yield f"- **add** `{r['name']}` ({r['type']})\n"
+    for r in removed:
+        yield f"- **delete** `{r['name']}` ({r['type']})\n"
+    for a, b in changed:
+        fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
+        lines = [
+            _value_change(path, fa.get(path), fb.get(path), full, cuts)
+            for path in sorted(set(fa) | set(fb))
+            if fa.get(path) != fb.get(path)
+        ]
+        if a.get("parent") != b.get("parent"):
+            lines.append(f"  - parent: `{a.get('parent')}` -> `{b.get('parent')}`")
+        for option in ("protect", "retainOnDelete"):
+            if a.get(option, False) != b.get(option, False):
+                lines.append(
+                    f"  - {option}: `{str(a.get(option, False)).lower()}` -> "
+                    f"`{str(b.get(option, False)).lower()}`"
+                )
+        yield f"- **change** `{b['name']}` ({b['type']})\n" + "\n".join(lines) + "\n"
+
+
+def plan_diff(base: Any, head: Any, limit: int = MAX_DIFF_CHARS, *, full: bool = False) -> str:
+    """Markdown diff of two JSON plans (one plan or a list of plans each), within `limit`.
+
+    Long changed values show where they changed; `full` shows every value and diff line
+    whole and ignores `limit`. Raises PlanDocumentError when either is not a plan.
+    """
+    base_plans, head_plans = plans_by_stack(base), plans_by_stack(head)
+    cuts: list[str] = []
+    blocks: list[str] = ["## trainstack plan diff\n"]
+    for stack in sorted(set(base_plans) | set(head_plans)):
+        blocks.extend(
+            _stack_sections(stack, base_plans.get(stack), head_plans.get(stack), full, cuts)
+        )
+    footer = (
+        f"\n> {len(cuts)} long value(s) are shown only around their changes; "
+        "`trainstack plan-diff --full BASE.json HEAD.json` shows them whole.\n"
+        if cuts
+        else ""
+    )
+    return "\n".join(blocks) if full else _fit(blocks, limit - len(footer)) + footer
+
+
+def _fit(blocks: Iterable[str], limit: int) -> str:
+    blocks = list(blocks)
+    text = "\n".join(blocks)
+    if len(text) <= limit:
+        return text
+    kept: list[str] = []
+    size = 0
+    reserve = 400  # room for the trim note
+    for block in blocks:
+        if size + len(block) + 1 > limit - reserve:
+            break
+        kept.append(block)
+        size += len(block) + 1
+    omitted = len(blocks) - len(kept)
+    note = (
+        f"\n> **Diff trimmed:** {omitted} more change blocks are not shown because a GitHub "
+        f"comment holds at most 65,536 characters. Run `trainstack plan-diff --full BASE.json "
+        f"HEAD.json` locally for the full diff.\n"
+    )
+    return "\n".join(kept) + note
