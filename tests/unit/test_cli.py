@@ -206,13 +206,14 @@ def test_live_quota_table_never_cuts_a_value_when_piped() -> None:
             ["quota", "--stack", "dev-a100-gke", "--live", "--endpoint", fake.endpoint],
             env=NARROW,
         )
-    assert result.exit_code == 0, result.output
+    # The fake knows only the global cap: the other ids are answered 404, which fails.
+    assert result.exit_code == 1, result.output
     assert "…" not in result.stdout
     assert "│ PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region │ region=us-central1 │" in (
         result.stdout
     )
     assert (
-        "│ unknown (HTTP 404: quota PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region not found) │"
+        "│ NOT_FOUND (HTTP 404: quota PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region not found) │"
         in result.stdout
     )
 
