@@ -58,7 +58,8 @@ class QuotaNeed(TypedDict):
     needed: int
     """How much the stack uses at once."""
     verified: NotRequired[bool]
-    """False when the quota id comes from an unverified source."""
+    """False when the quota id comes from an unverified source: no preference is filed
+    for it (default True)."""
 
 
 class QuotaGuardArgs(TypedDict):
@@ -74,7 +75,8 @@ class QuotaGuardArgs(TypedDict):
     """Read the limits and fail on a shortfall (default True). Turn off for stacks that run
     on a specific reservation, whose capacity is not counted against these quotas."""
     request_increases: NotRequired[bool]
-    """File a quota preference for each shortfall instead of failing (default False)."""
+    """File a quota preference for each shortfall instead of failing (default False); a
+    shortfall on an unverified id still fails, naming it."""
     contact_email: NotRequired[str]
     """Who Google contacts about the requests; required with `request_increases`."""
 
