@@ -5,6 +5,10 @@ PY := $(VENV)/bin/python
 # The CPU wheel of torch must be installed before anything that depends on torch, or pip
 # resolves the default build with several GB of CUDA packages.
 TORCH_SPEC ?= torch==2.13.0
+# Where that wheel comes from. Empty: pip's configured indexes (a machine that carries the CPU
+# wheel locally). Elsewhere plain PyPI serves the CUDA build, so point pip at PyTorch's CPU
+# index: `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu`.
+TORCH_INDEX ?=
 EXTRAS ?= torch,tensorflow,dev
 
 .PHONY: install run test lint typecheck unit bench plan-all pin-plans clean
@@ -12,7 +16,7 @@ EXTRAS ?= torch,tensorflow,dev
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $@
 

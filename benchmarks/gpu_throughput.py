@@ -89,6 +89,8 @@ def matmul_tflops(n: int = 8192, reps: int = 20) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    # Options first: --help and bad flags answer on a machine without a GPU too.
+    args = parse(argv)
     import torch
     import torch.nn.functional as F
 
@@ -97,7 +99,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from trainers.common.metrics import gpu_peak
     from trainers.torch_ddp.models import GPT
 
-    args = parse(argv)
     preset = PRESETS[args.preset]
     layers = args.layers or preset[0]
     dim = args.dim or preset[1]

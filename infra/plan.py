@@ -196,13 +196,20 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- rendering
 
 
+INLINE_MAX_CHARS = 120
+"""A longer one-line input (a dashboard's JSON, a log filter) is a document, not a tree label:
+the tree names its size and `--json` has it whole."""
+
+
 def _inline(inputs: Mapping[str, Any], limit: int = 4) -> str:
     """The first `limit` scalar inputs as `key=value`; a multi-line string (a startup
-    script, a dashboard) as its size, since it cannot sit on a tree line (`--json` has it)."""
+    script) or a long one-line document as its size, since it cannot sit on a tree line."""
     shown = []
     for key, value in inputs.items():
         if isinstance(value, str) and "\n" in value:
             shown.append(f"{key}=<{len(value.splitlines())} lines>")
+        elif isinstance(value, str) and len(value) > INLINE_MAX_CHARS:
+            shown.append(f"{key}=<{len(value)} characters>")
         elif isinstance(value, str | int | float | bool):
             shown.append(f"{key}={json.dumps(integral_numbers(value))}")
         if len(shown) == limit:

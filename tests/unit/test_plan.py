@@ -305,3 +305,15 @@ def test_plan_diff_rejects_what_is_not_a_plan(document: Any, message: str | None
     with pytest.raises(PlanDocumentError) as raised:
         plan_diff(document, document)
     assert str(raised.value) == message
+
+
+def test_tree_labels_name_the_size_of_documents() -> None:
+    from infra.plan import INLINE_MAX_CHARS, _inline
+
+    long = "x" * (INLINE_MAX_CHARS + 1)
+    inputs = {"name": "exp-42", "dashboardJson": long, "script": "a\nb\nc", "count": 2.0}
+    assert _inline(inputs) == (
+        f'name="exp-42", dashboardJson=<{INLINE_MAX_CHARS + 1} characters>, '
+        "script=<3 lines>, count=2"
+    )
+    assert _inline({"filter": "y" * INLINE_MAX_CHARS}) == f'filter="{"y" * INLINE_MAX_CHARS}"'
