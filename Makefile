@@ -46,9 +46,10 @@ bench: install
 plan-all: install
 	for s in $$($(VENV)/bin/trainstack stacks); do $(VENV)/bin/trainstack plan --stack $$s || exit 1; done
 
-## Regenerate tests/plans/<stack>.json after an intended change to what a stack creates.
+## Regenerate tests/plans/<stack>.json after an intended change to what a stack creates;
+## STACKS="mine" pins (or re-pins) only those stacks, e.g. one you added to stacks/.
 pin-plans: install
-	$(PY) -m tests.unit.test_pinned_plans
+	$(PY) -m tests.unit.test_pinned_plans $(STACKS)
 
 clean:
 	rm -rf $(VENV) .trainstack .pytest_cache .mypy_cache .ruff_cache

@@ -41,7 +41,6 @@ from infra.plan import (
     PlanDocumentError,
     StackFileError,
     build_plan,
-    bundled_stacks,
     check_stack_name,
     load_stack,
     output_console,
@@ -49,6 +48,7 @@ from infra.plan import (
     plans_by_stack,
     quota_table,
     render_plan,
+    stack_names,
     unverified_quota_note,
     value_table,
 )
@@ -273,7 +273,9 @@ def policy(
         Path | None,
         typer.Option("--plan", help="A JSON plan from `trainstack plan --json` (or a list)."),
     ] = None,
-    all_stacks: Annotated[bool, typer.Option("--all", help="Every bundled stack.")] = False,
+    all_stacks: Annotated[
+        bool, typer.Option("--all", help="Every stack in stacks/ (bundled and your own).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check the stack's planned resources against the security policies (policies/rules/).
@@ -295,7 +297,7 @@ def policy(
             raise _fail(f"--plan: {plan_file}: {exc}") from None
     else:
         targets: list[tuple[str | None, Path | None]] = (
-            [(name, None) for name in bundled_stacks()] if all_stacks else [(stack, config_file)]
+            [(name, None) for name in stack_names()] if all_stacks else [(stack, config_file)]
         )
         for target_stack, target_file in targets:
             name, config = _load(target_stack, target_file)
@@ -337,8 +339,8 @@ def _print_policy_reports(reports: list[StackReport]) -> None:
 
 @app.command()
 def stacks() -> None:
-    """List the bundled stacks."""
-    for name in bundled_stacks():
+    """List the stacks in stacks/: the bundled ones and any you added."""
+    for name in stack_names():
         typer.echo(name)
 
 

@@ -45,9 +45,28 @@ class StackFileError(ValueError):
     """A stack name or stack file that cannot be read."""
 
 
-def bundled_stacks() -> list[str]:
-    """Names of the stacks shipped in `stacks/`."""
+BUNDLED_STACKS: tuple[str, ...] = (
+    "dev-a100-gke",
+    "dev-tpu-v5e",
+    "dev-vertex-hpt",
+    "local",
+    "local-tf",
+    "prod-a100-gce",
+    "prod-tpu-v4-32",
+    "prod-vertex-rs",
+)
+"""The stacks trainstack ships (each pinned in tests/plans). A stack file a user adds to
+`stacks/` is theirs: listed and planned like these, pinned only on request."""
+
+
+def stack_names() -> list[str]:
+    """Every stack in `stacks/`: the bundled ones and any the user added."""
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+
+
+def bundled_stacks() -> list[str]:
+    """The bundled stacks (`BUNDLED_STACKS`) present in `stacks/`."""
+    return [name for name in stack_names() if name in BUNDLED_STACKS]
 
 
 def stack_file(name: str) -> Path:
@@ -55,7 +74,7 @@ def stack_file(name: str) -> Path:
     if not path.is_file():
         raise StackFileError(
             f"--stack: no stack named {name!r} in {STACKS_DIR}; "
-            f"valid: {', '.join(bundled_stacks()) or '(none)'}"
+            f"valid: {', '.join(stack_names()) or '(none)'}"
         )
     return path
 

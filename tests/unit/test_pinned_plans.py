@@ -3,18 +3,22 @@
 A change to a component, the catalog or a stack file that alters what a stack would
 create fails here until the pinned plan is regenerated (`make pin-plans`), so the change is
 reviewed twice: once as code, once as the plan diff the pull request shows.
+
+A stack a user adds to stacks/ is not pinned (and so cannot fail here) until they ask:
+`make pin-plans STACKS=mine` pins it, and from then on it is checked like the bundled ones.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from infra.mocks import REPO_ROOT
-from infra.plan import build_plan, bundled_stacks, load_stack, plan_diff
+from infra.plan import build_plan, bundled_stacks, load_stack, plan_diff, stack_names
 from tests.bundled import bundled_plan
 
 PINNED = REPO_ROOT / "tests" / "plans"
@@ -28,7 +32,12 @@ def _pinned(stack: str) -> dict[str, object]:
     return result
 
 
-@pytest.mark.parametrize("stack", bundled_stacks())
+def _pinned_stacks() -> list[str]:
+    """The bundled stacks and every user stack pinned on request."""
+    return sorted({*bundled_stacks(), *(p.stem for p in PINNED.glob("*.json"))})
+
+
+@pytest.mark.parametrize("stack", _pinned_stacks())
 def test_plan_matches_the_pinned_plan(stack: str) -> None:
     plan = bundled_plan(stack)
     pinned = _pinned(stack)
@@ -39,8 +48,10 @@ def test_plan_matches_the_pinned_plan(stack: str) -> None:
         )
 
 
-def test_no_pinned_plan_without_a_stack() -> None:
-    assert sorted(p.stem for p in PINNED.glob("*.json")) == sorted(bundled_stacks())
+def test_every_bundled_stack_is_pinned_and_every_pin_has_a_stack() -> None:
+    pinned = {p.stem for p in PINNED.glob("*.json")}
+    assert set(bundled_stacks()) <= pinned
+    assert pinned <= set(stack_names())
 
 
 def test_a_deliberate_change_shows_in_the_diff_against_the_pinned_plan() -> None:
@@ -51,17 +62,46 @@ def test_a_deliberate_change_shows_in_the_diff_against_the_pinned_plan() -> None
     assert "| gpus | 32 | 16 | -16 |" in text
 
 
-def _write_all(directory: Path) -> None:
-    for stack in bundled_stacks():
+def _write(directory: Path, stacks: list[str]) -> None:
+    for stack in stacks:
         name, config = load_stack(stack, None)
         text = json.dumps(build_plan(name, config), indent=2) + "\n"
         (directory / f"{stack}.json").write_text(text)
 
 
 if __name__ == "__main__":
-    # `make pin-plans`: regenerate every pinned plan.
+    # `make pin-plans`: regenerate every pinned plan (the bundled stacks' and those of user
+    # stacks pinned before); `make pin-plans STACKS="a b"` pins (or re-pins) just those.
     PINNED.mkdir(exist_ok=True)
-    for old in PINNED.glob("*.json"):
-        old.unlink()
-    _write_all(PINNED)
-    print(f"pinned {len(bundled_stacks())} plans in {PINNED.relative_to(REPO_ROOT)}")
+    chosen = sys.argv[1:]
+    unknown = sorted(set(chosen) - set(stack_names()))
+    if unknown:
+        sys.exit(f"pin-plans: no stack named {', '.join(unknown)} in stacks/")
+    if not chosen:
+        chosen = _pinned_stacks()
+        for old in PINNED.glob("*.json"):
+            old.unlink()
+    _write(PINNED, chosen)
+    print(f"pinned {len(chosen)} plans in {PINNED.relative_to(REPO_ROOT)}")
+
+
+def test_a_user_stack_is_listed_but_pinned_only_on_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    import infra.plan
+
+    stacks = tmp_path / "stacks"
+    shutil.copytree(infra.plan.STACKS_DIR, stacks)
+    (stacks / "Pulumi.mine.yaml").write_text((stacks / "Pulumi.local.yaml").read_text())
+    monkeypatch.setattr(infra.plan, "STACKS_DIR", stacks)
+    assert "mine" in stack_names()
+    assert "mine" not in bundled_stacks()
+    assert "mine" not in _pinned_stacks()
+    pins = tmp_path / "plans"
+    pins.mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "PINNED", pins)
+    _write(pins, ["mine"])
+    assert _pinned_stacks() == sorted([*bundled_stacks(), "mine"])
+    assert json.loads((pins / "mine.json").read_text())["stack"] == "mine"
