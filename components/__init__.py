@@ -23,12 +23,14 @@ if TYPE_CHECKING:
     )
     from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
     from components.project_services import ProjectServices, ProjectServicesArgs
+    from components.quota_guard import QuotaGuard, QuotaGuardArgs
     from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
     from components.trainer_package import TrainerPackage, TrainerPackageArgs
     from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
     from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
     from components.training_identity import TrainingIdentity, TrainingIdentityArgs
     from components.training_network import TrainingNetwork, TrainingNetworkArgs
+    from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
 
 _MODULES: dict[str, str] = {
     "A100Cluster": "a100_cluster",
@@ -39,6 +41,8 @@ _MODULES: dict[str, str] = {
     "LocalTrainingJobArgs": "local_training_job",
     "ProjectServices": "project_services",
     "ProjectServicesArgs": "project_services",
+    "QuotaGuard": "quota_guard",
+    "QuotaGuardArgs": "quota_guard",
     "TpuPodSlice": "tpu_pod_slice",
     "TpuPodSliceArgs": "tpu_pod_slice",
     "TrainerPackage": "trainer_package",
@@ -51,6 +55,8 @@ _MODULES: dict[str, str] = {
     "TrainingIdentityArgs": "training_identity",
     "TrainingNetwork": "training_network",
     "TrainingNetworkArgs": "training_network",
+    "VertexTrainingJob": "vertex_training_job",
+    "VertexTrainingJobArgs": "vertex_training_job",
 }
 
 __all__ = [
@@ -62,6 +68,8 @@ __all__ = [
     "LocalTrainingJobArgs",
     "ProjectServices",
     "ProjectServicesArgs",
+    "QuotaGuard",
+    "QuotaGuardArgs",
     "TpuPodSlice",
     "TpuPodSliceArgs",
     "TrainerPackage",
@@ -74,6 +82,8 @@ __all__ = [
     "TrainingIdentityArgs",
     "TrainingNetwork",
     "TrainingNetworkArgs",
+    "VertexTrainingJob",
+    "VertexTrainingJobArgs",
 ]
 
 
