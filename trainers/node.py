@@ -172,9 +172,7 @@ def node_command(request: Request, env: Mapping[str, str]) -> NodeCommand:
             "TRAINSTACK_NODE_RANK": str(cluster.node_rank),
             "TRAINSTACK_NUM_NODES": str(cluster.num_nodes),
             "TRAINSTACK_ACCELERATORS_PER_NODE": str(accelerators.count),
-            "TRAINSTACK_COORDINATOR": (
-                f"{cluster.coordinator_address}:{cluster.coordinator_port}"
-            ),
+            "TRAINSTACK_COORDINATOR": (f"{cluster.coordinator_address}:{cluster.coordinator_port}"),
         }
     )
     child_env.setdefault("PYTHONUNBUFFERED", "1")
