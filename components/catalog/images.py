@@ -5,7 +5,7 @@ reviewed place, rather than defaulted silently inside the components that use th
 
 | pin                      | used by                                  | verified |
 |--------------------------|------------------------------------------|----------|
-| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (pythonPackageSpec image by trainer module), TrainerPackage (what the image lacks) | URIs yes; tf-keras absent from the TF image: no |
+| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (pythonPackageSpec image by trainer module), TrainerPackage (what the image lacks) | URIs and listed packages yes; tf-keras/tensorboard absent from the images: no |
 | `PYTORCH_GPU_IMAGES`     | VertexTrainingJob (pythonPackageSpec)    | 2.4 yes, older no |
 | `TF_GPU_IMAGES`          | VertexTrainingJob (pythonPackageSpec)    | yes      |
 | `REDUCTION_SERVER_IMAGES`| VertexTrainingJob (worker pool 2)        | fact sheet 4 |
@@ -80,6 +80,9 @@ class VertexTrainingImage:
     framework_version: str
     """Major.minor of the framework the image ships."""
     python_version: str
+    packages: tuple[str, ...]
+    """The PyPI packages the prebuilt-containers page lists for the image (beside "Other Deep
+    Learning Containers dependencies", which it does not enumerate)."""
     requirements: tuple[str, ...]
     """Install requirements the trainer package adds for this image: what the trainers
     import that the image lacks, pinned so pip never replaces the image's framework."""
@@ -93,7 +96,21 @@ VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
         framework="torch",
         framework_version="2.4",
         python_version="3.10",
-        requirements=(),
+        packages=(
+            "torch",
+            "pandas",
+            "absl-py",
+            "cloud-tpu-client",
+            "python-json-logger",
+            "scikit-learn",
+            "cloudml-hypertune",
+        ),
+        # AIP_TENSORBOARD_LOG_DIR is set whenever the job has a baseOutputDirectory, and the
+        # trainer then writes through torch.utils.tensorboard, which imports tensorboard
+        # (>= 1.15, torch's own check). The page does not list tensorboard for the image
+        # (U whether its unlisted Deep Learning Containers dependencies include it): a
+        # no-op where it is present, installed where it is not.
+        requirements=("tensorboard>=1.15",),
         source=PREBUILT_IMAGES_DOC,
         verified=True,
     ),
@@ -102,6 +119,19 @@ VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
         framework="tensorflow",
         framework_version="2.17",
         python_version="3.10",
+        packages=(
+            "tensorflow",
+            "sympy",
+            "pandas",
+            "xgboost",
+            "python-json-logger",
+            "WebOb",
+            "Paste",
+            "webapp2",
+            "mock",
+            "google-cloud-resource-manager",
+            "cloudml-hypertune",
+        ),
         # The TF trainer runs tf.keras as tf-keras (Keras 3 fails inside
         # MultiWorkerMirroredStrategy); tf-keras 2.17.x requires TF 2.17.x, the image's.
         requirements=("tf-keras~=2.17.0",),

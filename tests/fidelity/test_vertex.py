@@ -7,6 +7,10 @@ documents, installs the sdist the plan uploads into a fresh environment and runs
 differs from Vertex). GPUs are simulated with `TRAINSTACK_SIMULATED_ACCELERATORS`, as many
 per replica as the pool's `machineSpec.acceleratorCount`.
 
+The image is only what Google's prebuilt-containers page lists for it plus what the package
+requires (with their dependencies): the torch run caught that the PyTorch image lists no
+tensorboard, which the trainer imports on Vertex (AIP_TENSORBOARD_LOG_DIR is always set).
+
 Limitation: the frameworks here are torch 2.13 (CPU) and TensorFlow 2.20 with tf-keras
 2.20.1, not the prebuilt images' torch 2.4 and TensorFlow 2.17 (PyPI's Linux torch 2.4
 wheels are the CUDA build, and this machine is offline). The image's TensorFlow pin
@@ -95,9 +99,13 @@ def _prepare(
     *,
     no_deps: bool,
 ) -> tuple[PlannedJob, Path]:
+    """The plan's job, and a fresh image environment (the image's documented packages,
+    what the package requires, and setuptools for pip's build) with the sdist installed."""
     job = planned_job(build_plan(stack, config))
     make_bucket(job.base_output.removeprefix("gs://"))
-    python = image_environment(tmp_path / "image")
+    module = job.job_spec["workerPoolSpecs"][0]["pythonPackageSpec"]["args"][0]
+    image = VERTEX_TRAINING_IMAGES[module]
+    python = image_environment(tmp_path / "image", [*image.packages, *_requires(job), "setuptools"])
     pip_install(python, job.sdist, no_deps=no_deps)
     # `trainers` is the installed sdist's, nothing else's.
     where = subprocess.run(
@@ -127,8 +135,9 @@ def test_two_replicas_of_two_gpus_train_as_one_world_of_four(
         spec = pool["pythonPackageSpec"]
         assert spec["executorImageUri"] == VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri
         assert (spec["pythonModule"], spec["args"][0]) == ("trainers.node", TORCH_MODULE)
-    # The torch image has every requirement; nothing framework-specific is added.
-    assert _requires(job) == RUNTIME_REQUIRES
+    # The torch image lists no tensorboard, which torch.utils.tensorboard imports when
+    # AIP_TENSORBOARD_LOG_DIR is set: the package requires it (any version torch accepts).
+    assert _requires(job) == [*RUNTIME_REQUIRES, "tensorboard>=1.15"]
 
     work = tmp_path / "work"
     work.mkdir()

@@ -17,13 +17,19 @@ For the CustomJob body of a plan, this does what Vertex does on each worker-pool
 What differs from Vertex, and why:
 
 - Hosts are 127.0.0.1 with a free port per replica (Vertex: one VM each, port 2222).
-- The "image" is a fresh virtual environment whose image layer is the shared venv's
-  site-packages, added as a plain path (no `.pth` processing, so the shared venv's editable
-  trainstack install stays invisible: `trainers` comes from the installed sdist only). Its
-  frameworks are torch 2.13 (CPU) and TensorFlow 2.20 with tf-keras 2.20.1, not the images'
-  torch 2.4 / TensorFlow 2.17: PyPI's Linux torch 2.4 wheels are the CUDA build and this
-  machine is offline. Pins on the image's framework (tf-keras~=2.17.0) therefore cannot be
-  met here and are checked as text instead.
+- The "image" is a fresh virtual environment whose image layer links, from the shared
+  venv, exactly the packages the prebuilt-containers page lists for the image
+  (`VertexTrainingImage.packages`), the package's requirements (what pip would download)
+  and setuptools (pip's build), each with its dependencies: nothing else is importable, so a
+  module the trainers need but nobody declares fails here as it would on Vertex. The layer is
+  a plain path (no `.pth` processing), so the shared venv's editable trainstack install stays
+  invisible: `trainers` comes from the installed sdist only. Its frameworks are torch 2.13
+  (CPU) and TensorFlow 2.20 with tf-keras 2.20.1, not the images' torch 2.4 / TensorFlow
+  2.17: PyPI's Linux torch 2.4 wheels are the CUDA build and this machine is offline. Pins on
+  the image's framework (tf-keras~=2.17.0) therefore cannot be met here and are checked as
+  text; the local tf-keras stands in for the pinned one. Packages the page lists that are
+  not installed here (pandas, scikit-learn, ...) are simply absent; the Deep Learning
+  Containers dependencies the page does not enumerate are assumed absent.
 - pip runs offline (`--no-index`: every requirement must already be present, as on an image
   that has it) and builds the sdist without isolation (Vertex's pip downloads setuptools).
 - `gs://` is a local GCS emulator holding the plan's checkpoint bucket.
@@ -32,6 +38,7 @@ What differs from Vertex, and why:
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import os
 import re
@@ -187,9 +194,80 @@ def vertex_env(job: PlannedJob, replica: Replica, hosts: Mapping[int, list[str]]
     return env
 
 
-def image_environment(root: Path) -> Path:
-    """A fresh virtual environment whose image layer is the shared venv's site-packages;
-    returns its python."""
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def closure(names: list[str]) -> set[str]:
+    """The installed distributions `names` (requirement strings) need, with their
+    dependencies and requested extras; names not installed here are skipped."""
+    from packaging.requirements import Requirement
+
+    found: set[str] = set()
+    seen: set[tuple[str, str]] = set()
+    todo = [(Requirement(n).name, extra) for n in names for extra in ("", *Requirement(n).extras)]
+    while todo:
+        name, extra = todo.pop()
+        name = _canon(name)
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        try:
+            requires = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        found.add(name)
+        for text in requires:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": extra}):
+                todo += [(req.name, e) for e in ("", *req.extras)]
+    return found
+
+
+def _owners() -> dict[tuple[str, ...], set[str]]:
+    """Every path prefix under this environment's site-packages -> the distributions owning
+    files beneath it."""
+    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    owners: dict[tuple[str, ...], set[str]] = {}
+    for dist in md.distributions():
+        name = _canon(dist.metadata["Name"])
+        for file in dist.files or []:
+            path = Path(str(dist.locate_file(file))).resolve()
+            if not path.is_relative_to(site):
+                continue
+            parts = path.relative_to(site).parts
+            for depth in range(1, len(parts) + 1):
+                owners.setdefault(parts[:depth], set()).add(name)
+    return owners
+
+
+def image_layer(root: Path, names: list[str]) -> set[str]:
+    """Link into `root` the files of `closure(names)` and nothing else: a directory shared
+    with other distributions (a namespace package such as `google/`) is made real and only
+    the allowed parts are linked inside it. Returns the distributions linked."""
+    allowed = closure(names)
+    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    owners = _owners()
+    for prefix in sorted(owners, key=len):
+        if not owners[prefix] & allowed or not owners[prefix] <= allowed:
+            continue
+        parent = prefix[:-1]
+        if parent and owners[parent] <= allowed:
+            continue  # linked whole above
+        target = root.joinpath(*prefix)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.symlink_to(site.joinpath(*prefix))
+    return allowed
+
+
+def image_environment(root: Path, packages: list[str]) -> Path:
+    """A fresh virtual environment whose image layer holds `packages` (and what they
+    depend on) from the shared venv, nothing else; returns its python.
+
+    The layer is a plain path (no .pth processing), so the shared venv's editable trainstack
+    install stays invisible: `trainers` comes from the installed sdist only.
+    """
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
     purelib = subprocess.run(
@@ -198,7 +276,9 @@ def image_environment(root: Path) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    (Path(purelib) / "_image_layer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    layer = root / "image-layer"
+    image_layer(layer, packages)
+    (Path(purelib) / "_image_layer.pth").write_text(f"{layer}\n")
     return python
 
 
