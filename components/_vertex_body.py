@@ -9,6 +9,12 @@ the REST vocabulary already (`parameter_id`, `min_value`, `scale_type: UNIT_LOG_
 Worker pools follow Vertex's fixed order: 0 chief (1 replica), 1 workers
 (`replica_count - 1`, `{}` when there are none but a later pool is used), 2 reduction
 servers, 3 evaluators (unused).
+
+A prebuilt image runs `python -m <pythonModule> <args>` once per replica, so the package
+path runs the node launcher (`pythonModule: trainers.node`, `args: [<trainer module>,
+<trainer args>...]`), which starts one process per GPU of the replica
+(`trainers.node`). The executor image is the trainer framework's
+(`components.catalog.images.VERTEX_TRAINING_IMAGES`) unless one is given.
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from components.catalog.images import DEFAULT_EXECUTOR_IMAGE, reduction_server_image
+from components.catalog.images import reduction_server_image, vertex_training_image
 from components.catalog.vertex import DEFAULT_REDUCER_MACHINE, vertex_accelerators
-from trainers.common.contract import TORCH_MODULE
+from trainers.common.contract import NODE_MODULE, TORCH_MODULE
 
 REQUEST_ID_LABEL: Final = "trainstack_request_id"
 """Label whose value is a hash of the rest of the body (see `_vertex_provider`)."""
@@ -71,11 +77,13 @@ def _task(
         task["args"] = args
         key = "containerSpec"
     else:
+        module = python_module or DEFAULT_PYTHON_MODULE
         task = {
-            "executorImageUri": executor_image_uri or DEFAULT_EXECUTOR_IMAGE,
+            "executorImageUri": executor_image_uri or vertex_training_image(module).uri,
             "packageUris": [package_uri],
-            "pythonModule": python_module or DEFAULT_PYTHON_MODULE,
-            "args": args,
+            # One launcher per replica; it starts one trainer process per GPU.
+            "pythonModule": NODE_MODULE,
+            "args": [module, *args],
         }
         key = "pythonPackageSpec"
     if env:

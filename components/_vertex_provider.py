@@ -18,8 +18,9 @@ Behaviour:
   jobs with that label and adopts a live one, so a create that failed half-way (POST
   accepted, response lost; or a previous `up` killed after the POST) never leaks or
   duplicates a job. Finished or cancelling jobs are never adopted.
-- diff: any change to body, project, region or kind replaces (jobs are immutable);
-  `api_endpoint` changes update in place.
+- diff: any change to body, project, region or kind replaces (jobs are immutable), deleting
+  the old job first: a new job beside the old one would need twice the quota at submit time
+  (429) and both would write one checkpoint folder. `api_endpoint` changes update in place.
 - delete: `:cancel`, poll GET until a terminal state (bounded by `delete_timeout_s`,
   progress via `pulumi.log`), then DELETE. A 404 anywhere means already gone.
 - read: the live job (what `trainstack status` shows via `job_status`).
@@ -190,7 +191,7 @@ class VertexJobProvider(dyn.ResourceProvider):
         replaces = [key for key in REPLACE_KEYS if olds.get(key) != news.get(key)]
         changed = bool(replaces) or olds.get("api_endpoint") != news.get("api_endpoint")
         return dyn.DiffResult(
-            changes=changed, replaces=replaces, stables=[], delete_before_replace=False
+            changes=changed, replaces=replaces, stables=[], delete_before_replace=True
         )
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:

@@ -13,7 +13,10 @@ new `uri`, which is what compute components key their relaunch on.
 
 The sdist declares the trainers' light runtime dependencies but not torch or tensorflow:
 those come from the platform image (Deep Learning VM/Containers, Vertex prebuilt images,
-TPU VM runtimes) in the build that matches its accelerator drivers.
+TPU VM runtimes) in the build that matches its accelerator drivers. `requirements` adds what
+the target's image lacks, pinned to the image's framework (a Vertex TensorFlow 2.17 image:
+`tf-keras~=2.17.0`, `components.catalog.images.VERTEX_TRAINING_IMAGES`), so pip never
+installs a framework of another version beside the image's.
 
 Naming: the local file is `<source_root>/.trainstack/build/trainstack_trainers-<sha16>.tar.gz`.
 """
@@ -87,6 +90,9 @@ class TrainerPackageArgs(TypedDict):
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Extra labels, written as custom metadata on the uploaded object (objects have no
     labels)."""
+    requirements: NotRequired[list[str]]
+    """Install requirements added to `RUNTIME_DEPENDENCIES`: what the target's image lacks,
+    pinned to its framework version (`VertexTrainingImage.requirements`). Default none."""
 
 
 def _default_source_root() -> Path:
@@ -117,8 +123,8 @@ def _source_files(source_root: Path) -> list[tuple[str, bytes]]:
     return sorted(files)
 
 
-def _pyproject(version: str) -> str:
-    deps = "".join(f'  "{dep}",\n' for dep in RUNTIME_DEPENDENCIES)
+def _pyproject(version: str, requirements: tuple[str, ...]) -> str:
+    deps = "".join(f'  "{dep}",\n' for dep in (*RUNTIME_DEPENDENCIES, *requirements))
     return (
         "[build-system]\n"
         'requires = ["setuptools>=61"]\n'
@@ -139,25 +145,27 @@ def _pyproject(version: str) -> str:
     )
 
 
-def _pkg_info(version: str) -> str:
+def _pkg_info(version: str, requirements: tuple[str, ...]) -> str:
     lines = [
         "Metadata-Version: 2.1",
         f"Name: {DIST_NAME}",
         f"Version: {version}",
         "Summary: trainstack bundled distributed trainers",
         f"Requires-Python: {REQUIRES_PYTHON}",
-        *(f"Requires-Dist: {dep}" for dep in RUNTIME_DEPENDENCIES),
+        *(f"Requires-Dist: {dep}" for dep in (*RUNTIME_DEPENDENCIES, *requirements)),
     ]
     return "\n".join(lines) + "\n"
 
 
-def _tarball(version: str, files: list[tuple[str, bytes]]) -> bytes:
+def _tarball(
+    version: str, files: list[tuple[str, bytes]], requirements: tuple[str, ...] = ()
+) -> bytes:
     top = f"{DIST_NAME}-{version}"
     members = sorted(
         [
             *files,
-            ("pyproject.toml", _pyproject(version).encode()),
-            ("PKG-INFO", _pkg_info(version).encode()),
+            ("pyproject.toml", _pyproject(version, requirements).encode()),
+            ("PKG-INFO", _pkg_info(version, requirements).encode()),
         ]
     )
     raw = io.BytesIO()
@@ -177,11 +185,13 @@ def _tarball(version: str, files: list[tuple[str, bytes]]) -> bytes:
     return packed.getvalue()
 
 
-def _build_sdist(source_root: Path) -> _Sdist:
+def _build_sdist(source_root: Path, requirements: tuple[str, ...] = ()) -> _Sdist:
     """Build (once per process per source content) and return the reproducible sdist."""
     version = _version()
     files = _source_files(source_root)
     key_hash = hashlib.sha256(version.encode())
+    for requirement in requirements:
+        key_hash.update(f"\0requires\0{requirement}".encode())
     for relpath, data in files:
         key_hash.update(f"\0{relpath}\0{len(data)}\0".encode())
         key_hash.update(data)
@@ -190,7 +200,7 @@ def _build_sdist(source_root: Path) -> _Sdist:
     if cached is not None and cached.path.is_file():
         return cached
 
-    data = _tarball(version, files)
+    data = _tarball(version, files, requirements)
     digest = hashlib.sha256(data).hexdigest()
     build_dir = source_root / BUILD_DIR
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -225,7 +235,16 @@ class TrainerPackage(pulumi.ComponentResource):
     ) -> None:
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         source_root = Path(args.get("source_root") or _default_source_root()).resolve()
-        sdist = _build_sdist(source_root)
+        requirements = tuple(args.get("requirements") or ())
+        problems = [
+            f"requirements[{i}]: {r!r} is not a requirement; valid: a PEP 508 string without "
+            "quotes or newlines, e.g. 'tf-keras~=2.17.0'"
+            for i, r in enumerate(requirements)
+            if not isinstance(r, str) or not r.strip() or any(c in r for c in "\"'\n")
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        sdist = _build_sdist(source_root, requirements)
         super().__init__(TOKEN, name, None, opts)
 
         self.object = storage.BucketObject(

@@ -13,8 +13,7 @@ job) that runs the bundled trainer and lives and dies with the stack.
             "replica_count": 4,  # machines, chief included
             "reduction_server": {"replica_count": "auto"},  # 13 x n1-highcpu-16
             "package_uri": package.uri,  # TrainerPackage
-            "executor_image_uri": PYTORCH_GPU_IMAGES["2.4"],
-            "python_module": "trainers.torch_ddp",
+            "python_module": "trainers.torch_ddp",  # image: pytorch-gpu.2-4 (the catalog's)
             "trainer_args": ["--steps=1000", "--global_batch_size=256"],
             "service_account": identity.service_account_email,
             "base_output_dir": buckets.checkpoint_url,
@@ -27,7 +26,15 @@ stack config's `trainstack:vertex` with the same rules (`vertex_job_spec_problem
 body is built by the pure functions `custom_job_body` and `hyperparameter_tuning_job_body`
 (`components._vertex_body`), validated against the bundled `aiplatform.v1` discovery schema, and registered as the `body` input of a dynamic resource
 (`components._vertex_provider`), so previews and plan diffs show every change. Any change
-replaces the job: Vertex jobs are immutable.
+replaces the job: Vertex jobs are immutable. A replacement cancels and deletes the old job
+before it submits the new one (delete-before-replace): both at once would need twice the
+quota and would write to one checkpoint folder.
+
+Each chief/worker replica runs the node launcher (`python -m trainers.node <python_module>
+<trainer_args>`), which starts torchrun with one process per GPU for the torch trainer (world
+size = replicas x GPUs per machine) and the TensorFlow trainer once per replica. The
+executor image is the trainer framework's prebuilt image
+(`components.catalog.images.VERTEX_TRAINING_IMAGES`: pytorch-gpu.2-4 or tf-gpu.2-17).
 
 Worker pools follow Vertex's fixed order: 0 chief (1 replica), 1 workers
 (`replica_count - 1`, `{}` when there are none but a later pool is used), 2 reduction
@@ -182,15 +189,19 @@ class VertexTrainingJobArgs(TypedDict):
     package_uri: NotRequired[pulumi.Input[str]]
     """gs:// URI of the trainer sdist (`TrainerPackage.uri`); selects pythonPackageSpec."""
     executor_image_uri: NotRequired[str]
-    """Prebuilt training image for pythonPackageSpec (default `DEFAULT_EXECUTOR_IMAGE`)."""
+    """Prebuilt training image for pythonPackageSpec (default: the python_module's framework
+    image, `components.catalog.images.vertex_training_image`)."""
     python_module: NotRequired[str]
-    """Module to run (default `trainers.torch_ddp`)."""
+    """Trainer module the node launcher runs on each replica (default `trainers.torch_ddp`);
+    the pythonModule itself is always `trainers.node`, from the package."""
     trainer_args: NotRequired[list[str]]
     """Command-line args for the trainer (`--steps=1000`, ...)."""
     container_image_uri: NotRequired[str]
     """Users' own image instead of the package: selects containerSpec."""
     container_command: NotRequired[list[str]]
-    """containerSpec command (default: the image's entrypoint)."""
+    """containerSpec command (default: the image's entrypoint). For one process per GPU with
+    trainstack's trainers installed in the image: `["python", "-m", "trainers.node",
+    "<trainer module>"]`."""
     service_account: NotRequired[pulumi.Input[str]]
     """Email of the account the job runs as (caller needs iam.serviceAccounts.actAs)."""
     base_output_dir: NotRequired[pulumi.Input[str]]
@@ -264,7 +275,9 @@ class VertexTrainingJob(pulumi.ComponentResource):
             body=body,
             api_endpoint=args.get("api_endpoint"),
             provider=VertexJobProvider(),
-            opts=pulumi.ResourceOptions(parent=self),
+            # Cancel the old job before submitting its replacement (the provider's diff says
+            # so too): never two jobs holding quota and writing one checkpoint folder.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.job_name = self.job.job_name
         self.state = self.job.state

@@ -15,6 +15,7 @@ from typing import Any, cast
 import pulumi
 
 from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
+from components.catalog.images import vertex_training_image
 from components.local_training_job import LocalTrainingJob
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
@@ -28,7 +29,7 @@ from components.training_network import TrainingNetwork
 from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
 from infra.config import StackConfig, load_stack_config
 from infra.estimate import quota_needs
-from trainers.common.contract import TRAINER_MODULES
+from trainers.common.contract import NODE_MODULE, TRAINER_MODULES
 
 # APIs every cloud stack needs, plus the ones its compute target needs.
 BASE_SERVICES: tuple[str, ...] = (
@@ -160,7 +161,11 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     identity = TrainingIdentity(f"{deployment}-identity", identity_args, opts=after_apis)
     package = TrainerPackage(
         f"{deployment}-trainer",
-        {"staging_bucket": buckets.staging_bucket, "labels": labels},
+        {
+            "staging_bucket": buckets.staging_bucket,
+            "labels": labels,
+            "requirements": package_requirements(cfg),
+        },
     )
     outputs: dict[str, Any] = {
         OUTPUT_TARGET: cfg.target,
@@ -216,6 +221,14 @@ def trainer_args(cfg: StackConfig) -> list[str]:
     return [f"--{key}={value}" for key, value in values.items()]
 
 
+def package_requirements(cfg: StackConfig) -> list[str]:
+    """What the trainer package must add to the image it is installed on: on Vertex's
+    prebuilt image, what that image lacks (tf-keras at the image's TensorFlow minor)."""
+    if cfg.target == "vertex" and cfg.vertex is not None and not cfg.vertex.image_uri:
+        return list(vertex_training_image(TRAINER_MODULES[cfg.trainer.framework]).requirements)
+    return []
+
+
 def _vertex(
     cfg: StackConfig,
     deployment: str,
@@ -243,9 +256,15 @@ def _vertex(
         },
     )
     if vx.image_uri:
-        # The user's own image runs the trainer module directly.
+        # The user's own image (with the trainers installed) runs the node launcher, which
+        # starts one trainer process per GPU of the replica.
         args["container_image_uri"] = vx.image_uri
-        args["container_command"] = ["python", "-m", TRAINER_MODULES[cfg.trainer.framework]]
+        args["container_command"] = [
+            "python",
+            "-m",
+            NODE_MODULE,
+            TRAINER_MODULES[cfg.trainer.framework],
+        ]
     else:
         args["package_uri"] = package.uri
         args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]

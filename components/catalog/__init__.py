@@ -55,7 +55,11 @@ from components.catalog.images import (
     PYTORCH_GPU_IMAGES,
     REDUCTION_SERVER_IMAGES,
     REDUCTION_SERVER_IMAGES_SOURCE,
+    TF_GPU_IMAGES,
+    VERTEX_TRAINING_IMAGES,
+    VertexTrainingImage,
     reduction_server_image,
+    vertex_training_image,
 )
 from components.catalog.machines import (
     A2_MACHINES,
@@ -186,6 +190,7 @@ __all__ = [
     "SECURE_BOOT_GENERATIONS",
     "SECURE_BOOT_SOURCE",
     "SECURE_BOOT_VERIFIED",
+    "TF_GPU_IMAGES",
     "TPU_AS_OF",
     "TPU_GENERATIONS",
     "TPU_PROVISIONING",
@@ -195,6 +200,7 @@ __all__ = [
     "TPU_ZONES_AS_OF",
     "TPU_ZONES_SOURCE",
     "VERTEX_GPU_ENUMS",
+    "VERTEX_TRAINING_IMAGES",
     "Algorithm",
     "Goal",
     "GpuAcceleratorNames",
@@ -209,6 +215,7 @@ __all__ = [
     "TpuProvisioning",
     "TpuSlice",
     "VertexAcceleratorType",
+    "VertexTrainingImage",
     "label_problems",
     "reducer_count",
     "reducer_count_problem",
@@ -226,5 +233,6 @@ __all__ = [
     "tpu_slice_problems",
     "vertex_accelerators",
     "vertex_machine_problems",
+    "vertex_training_image",
     "zone_in_region_problems",
 ]

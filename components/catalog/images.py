@@ -5,27 +5,46 @@ reviewed place, rather than defaulted silently inside the components that use th
 
 | pin                      | used by                                  | verified |
 |--------------------------|------------------------------------------|----------|
-| `PYTORCH_GPU_IMAGES`     | VertexTrainingJob (pythonPackageSpec)    | no       |
+| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (pythonPackageSpec image by trainer module), TrainerPackage (what the image lacks) | URIs and listed packages yes; tf-keras/tensorboard absent from the images: no |
+| `PYTORCH_GPU_IMAGES`     | VertexTrainingJob (pythonPackageSpec)    | 2.4 yes, older no |
+| `TF_GPU_IMAGES`          | VertexTrainingJob (pythonPackageSpec)    | yes      |
 | `REDUCTION_SERVER_IMAGES`| VertexTrainingJob (worker pool 2)        | fact sheet 4 |
 | `KUBERNETES_IMAGES`      | KubernetesTrainingJob (GKE pods)         | no       |
 | `DLVM_IMAGE`             | A100Cluster, backend gce (boot disk)     | no       |
+
+Vertex images: facts-13 section 2 (`PREBUILT_IMAGES_DOC`). The local fidelity test
+(tests/fidelity/test_vertex.py) does not run these images' framework versions: PyPI's Linux
+torch 2.4 wheels are the CUDA build (the CPU build is not on PyPI) and the test venv has
+torch 2.13 (CPU) and TensorFlow 2.20 with tf-keras 2.20, so it runs the launch path on those
+and checks the tf-keras pin as text.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from components.catalog.sources import FACT_SHEET
-from trainers.common.contract import TF_MODULE, TORCH_MODULE
+from trainers.common.contract import TF_MODULE, TORCH_MODULE, Framework
 
 # --------------------------------------------------------------------------------------
 # Vertex AI prebuilt training images
 # --------------------------------------------------------------------------------------
 
+PREBUILT_IMAGES_DOC: Final = (
+    "https://cloud.google.com/vertex-ai/docs/training/pre-built-containers (stored copy "
+    "id 70313542528; facts-13 section 2: URIs, Python 3.10, 'PyTorch 2.4.x (latest patch) "
+    "... cloudml-hypertune', 'tensorflow 2.17.x ... cloudml-hypertune', and 'Using image "
+    "names without the latest tag isn't supported')"
+)
 PREBUILT_IMAGES_VERIFIED: Final = False
+"""False for the table as a whole: the 2.4 and 2.17 URIs are verified (`PREBUILT_IMAGES_DOC`),
+the older PyTorch ones are not. The stored page dates the end of availability of the 2.4 and
+2.17 images to July 2026, and no newer image was found on it (facts-13 section 2, U):
+re-check the live page."""
 PREBUILT_IMAGES_SOURCE: Final = (
-    "reference/gcp-facts.md section 3.5 (URIs seen in use); TO VERIFY against "
-    "https://cloud.google.com/vertex-ai/docs/training/pre-built-containers before relying on it"
+    f"{PREBUILT_IMAGES_DOC}; pytorch-gpu.2-2 and 2-1: reference/gcp-facts.md section 3.5 "
+    "(URIs seen in use), TO VERIFY"
 )
 PYTORCH_GPU_IMAGES: Final[dict[str, str]] = {
     "2.4": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
@@ -34,7 +53,100 @@ PYTORCH_GPU_IMAGES: Final[dict[str, str]] = {
 }
 """Prebuilt PyTorch GPU training images (`pythonPackageSpec.executorImageUri`), by version.
 Reduction Server needs a prebuilt PyTorch image >= 1.4 (all of these)."""
-DEFAULT_EXECUTOR_IMAGE: Final = PYTORCH_GPU_IMAGES["2.4"]
+TF_GPU_IMAGES: Final[dict[str, str]] = {
+    "2.17": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
+}
+"""Prebuilt TensorFlow GPU training images, by version: 2.17 is the newest on the stored page
+(facts-13 section 2, V), CUDA 12.x."""
+
+TF_KERAS_PIN_SOURCE: Final = (
+    "TensorFlow >= 2.16 makes Keras 3 the default; 'To continue using Keras 2.0 ... install "
+    "tf-keras' (https://github.com/tensorflow/tensorflow/releases/tag/v2.16.1, V). Google's "
+    "own TF release tests pin tf-keras to the TF minor "
+    "(GoogleCloudPlatform/ml-auto-solutions dags/solutions_team/configs/tensorflow/common.py, "
+    "facts-13 section 3, V). PyPI: tf-keras 2.17.0 exists and requires "
+    "'tensorflow <2.18,>=2.17' (its wheel METADATA, read 2026). Whether the tf-gpu.2-17 image "
+    "already ships tf-keras: not documented (the page's list is elided), U; the pin is "
+    "satisfied by the image's copy if it has one."
+)
+
+
+@dataclass(frozen=True)
+class VertexTrainingImage:
+    """A prebuilt training image and what the bundled trainers need on top of it."""
+
+    uri: str
+    framework: Framework
+    framework_version: str
+    """Major.minor of the framework the image ships."""
+    python_version: str
+    packages: tuple[str, ...]
+    """The PyPI packages the prebuilt-containers page lists for the image (beside "Other Deep
+    Learning Containers dependencies", which it does not enumerate)."""
+    requirements: tuple[str, ...]
+    """Install requirements the trainer package adds for this image: what the trainers
+    import that the image lacks, pinned so pip never replaces the image's framework."""
+    source: str
+    verified: bool
+
+
+VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
+    TORCH_MODULE: VertexTrainingImage(
+        uri=PYTORCH_GPU_IMAGES["2.4"],
+        framework="torch",
+        framework_version="2.4",
+        python_version="3.10",
+        packages=(
+            "torch",
+            "pandas",
+            "absl-py",
+            "cloud-tpu-client",
+            "python-json-logger",
+            "scikit-learn",
+            "cloudml-hypertune",
+        ),
+        # AIP_TENSORBOARD_LOG_DIR is set whenever the job has a baseOutputDirectory, and the
+        # trainer then writes through torch.utils.tensorboard, which imports tensorboard
+        # (>= 1.15, torch's own check). The page does not list tensorboard for the image
+        # (U whether its unlisted Deep Learning Containers dependencies include it): a
+        # no-op where it is present, installed where it is not.
+        requirements=("tensorboard>=1.15",),
+        source=PREBUILT_IMAGES_DOC,
+        verified=True,
+    ),
+    TF_MODULE: VertexTrainingImage(
+        uri=TF_GPU_IMAGES["2.17"],
+        framework="tensorflow",
+        framework_version="2.17",
+        python_version="3.10",
+        packages=(
+            "tensorflow",
+            "sympy",
+            "pandas",
+            "xgboost",
+            "python-json-logger",
+            "WebOb",
+            "Paste",
+            "webapp2",
+            "mock",
+            "google-cloud-resource-manager",
+            "cloudml-hypertune",
+        ),
+        # The TF trainer runs tf.keras as tf-keras (Keras 3 fails inside
+        # MultiWorkerMirroredStrategy); tf-keras 2.17.x requires TF 2.17.x, the image's.
+        requirements=("tf-keras~=2.17.0",),
+        source=f"{PREBUILT_IMAGES_DOC}; {TF_KERAS_PIN_SOURCE}",
+        verified=True,
+    ),
+}
+"""The prebuilt image a bundled trainer module runs on in a Vertex pythonPackageSpec job."""
+DEFAULT_EXECUTOR_IMAGE: Final = VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri
+
+
+def vertex_training_image(module: str) -> VertexTrainingImage:
+    """The prebuilt image for a bundled trainer module; the torch one for any other module."""
+    return VERTEX_TRAINING_IMAGES.get(module, VERTEX_TRAINING_IMAGES[TORCH_MODULE])
+
 
 REDUCTION_SERVER_IMAGES_SOURCE: Final = f"{FACT_SHEET} section 4"
 REDUCTION_SERVER_IMAGES: Final[dict[str, str]] = {

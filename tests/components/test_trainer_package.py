@@ -199,3 +199,45 @@ def test_sdist_installs_and_imports(source_root: Path, tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert Path(result.stdout.strip()).is_relative_to(target)
+
+
+def _member(path: Path, suffix: str) -> str:
+    with tarfile.open(path, mode="r:gz") as tar:
+        name = next(n for n in tar.getnames() if n.endswith(suffix))
+        extracted = tar.extractfile(name)
+        assert extracted is not None
+        return extracted.read().decode()
+
+
+def test_requirements_are_what_the_image_lacks(source_root: Path) -> None:
+    plain = _run(source_root).outputs
+    tf = _run(source_root, requirements=["tf-keras~=2.17.0"]).outputs
+    assert tf["sha256"] != plain["sha256"] and tf["uri"] != plain["uri"]
+    requires = [
+        line
+        for line in _member(Path(tf["local_path"]), "/PKG-INFO").splitlines()
+        if line.startswith("Requires-Dist: ")
+    ]
+    assert requires == [
+        "Requires-Dist: pydantic>=2.7,<3",
+        "Requires-Dist: numpy>=1.26",
+        "Requires-Dist: pyyaml>=6",
+        "Requires-Dist: fsspec>=2024.6",
+        "Requires-Dist: gcsfs>=2024.6",
+        "Requires-Dist: cloudml-hypertune>=0.1.0.dev6",
+        "Requires-Dist: tf-keras~=2.17.0",
+    ]
+    pyproject = _member(Path(tf["local_path"]), "/pyproject.toml")
+    assert '  "cloudml-hypertune>=0.1.0.dev6",\n  "tf-keras~=2.17.0",\n]' in pyproject
+    assert "tf-keras" not in _member(Path(plain["local_path"]), "/PKG-INFO")
+
+
+def test_malformed_requirements_are_value_errors(source_root: Path) -> None:
+    with pytest.raises(ValueError) as error:
+        _run(source_root, requirements=["", 'tf-keras"'])
+    assert str(error.value) == (
+        "requirements[0]: '' is not a requirement; valid: a PEP 508 string without quotes or "
+        "newlines, e.g. 'tf-keras~=2.17.0'; requirements[1]: 'tf-keras\"' is not a "
+        "requirement; valid: a PEP 508 string without quotes or newlines, e.g. "
+        "'tf-keras~=2.17.0'"
+    )

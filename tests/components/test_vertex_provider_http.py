@@ -133,13 +133,24 @@ def test_replace_diff_and_check(server: VertexFakeServer) -> None:
     old = provider.create(_props(server)).outs
     new = _props(server, steps=20)
     diff = provider.diff(old["job_name"], old, new)
-    assert (diff.changes, diff.replaces, diff.delete_before_replace) == (True, ["body"], False)
+    # Delete before replace: a new job beside the old one needs twice the quota at submit
+    # time (429) and both would write one checkpoint folder.
+    assert (diff.changes, diff.replaces, diff.delete_before_replace) == (True, ["body"], True)
     assert provider.diff("x", old, {**old, "api_endpoint": "http://x/"}).replaces == []
     assert provider.diff("x", old, dict(old)).changes is False
-    # Replace = create the new job, then delete the old one (create-before-delete).
-    replacement = provider.create(new)
+    # Replace = the engine cancels and deletes the old job, then submits the new one.
+    server.requests.clear()
     provider.delete(old["job_name"], old)
+    replacement = provider.create(new)
     assert list(server.jobs) == [replacement.id]
+    old_path, jobs_path = f"/v1/{old['job_name']}", PARENT
+    assert [(m, p) for m, p, _ in server.requests] == [
+        ("POST", f"{old_path}:cancel"),
+        ("GET", old_path),
+        ("DELETE", old_path),
+        ("GET", jobs_path),
+        ("POST", jobs_path),
+    ]
     assert provider.check({}, new).failures == []
     bad = {**new, "body": {**new["body"], "displayName": 1}}
     assert [(f.property, f.reason) for f in provider.check({}, bad).failures] == [

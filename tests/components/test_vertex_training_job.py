@@ -42,6 +42,8 @@ def test_registers_package_and_job_with_exact_inputs() -> None:
         ("trainstack:vertex:VertexTrainingJob", "exp-42-vertex", ""),
     ]
     job = run.named("exp-42-vertex-job")
+    # A replacement cancels the old job first: never two jobs on one quota and folder.
+    assert job.delete_before_replace is True
     inputs = {k: v for k, v in job.inputs.items() if k != "__provider"}
     # None-valued inputs (api_endpoint and the output placeholders) are not sent.
     assert sorted(inputs) == ["body", "kind", "project", "region"]

@@ -75,7 +75,7 @@ CASES: dict[str, dict[str, Any]] = {
     "container": {
         "package_uri": None,
         "container_image_uri": "us-docker.pkg.dev/p/r/t:1",
-        "container_command": ["python", "-m", "trainers.torch_ddp"],
+        "container_command": ["python", "-m", "trainers.node", "trainers.torch_ddp"],
     },
     "ultragpu": {
         "machine_type": "a2-ultragpu-4g",
@@ -125,8 +125,9 @@ def test_chief_only_body_is_exact() -> None:
                     "pythonPackageSpec": {
                         "executorImageUri": DEFAULT_EXECUTOR_IMAGE,
                         "packageUris": [PKG],
-                        "pythonModule": "trainers.torch_ddp",
-                        "args": ["--steps=100"],
+                        # One node launcher per replica; it runs torchrun, one process per GPU.
+                        "pythonModule": "trainers.node",
+                        "args": ["trainers.torch_ddp", "--steps=100"],
                     },
                 }
             ],
@@ -149,7 +150,7 @@ def test_reduction_server_pools() -> None:
     }
     for pool in pools[:2]:
         spec = pool["pythonPackageSpec"]
-        assert spec["args"] == ["--steps=100", "--bucket_cap_mb=64"]
+        assert spec["args"] == ["trainers.torch_ddp", "--steps=100", "--bucket_cap_mb=64"]
         assert spec["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
     one = body_for(**CASES["rs-one-reducer"])["jobSpec"]["workerPoolSpecs"]
     assert one[2]["replicaCount"] == "1"
@@ -168,7 +169,8 @@ def test_reduction_server_pools() -> None:
         replica_count=2, trainer_args=["--bucket_cap_mb=32"], reduction_server={"replica_count": 1}
     )
     assert explicit["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["args"] == [
-        "--bucket_cap_mb=32"
+        "trainers.torch_ddp",
+        "--bucket_cap_mb=32",
     ]
 
 
@@ -178,7 +180,7 @@ def test_spot_container_and_tuning_fields() -> None:
     pool = body_for(**CASES["container"])["jobSpec"]["workerPoolSpecs"][0]
     assert pool["containerSpec"] == {
         "imageUri": "us-docker.pkg.dev/p/r/t:1",
-        "command": ["python", "-m", "trainers.torch_ddp"],
+        "command": ["python", "-m", "trainers.node", "trainers.torch_ddp"],
         "args": ["--steps=100"],
     }
     hp = body_for(**CASES["hp-tuning"])
@@ -206,6 +208,36 @@ def test_spot_container_and_tuning_fields() -> None:
     assert (hp["maxTrialCount"], hp["parallelTrialCount"], hp["maxFailedTrialCount"]) == (8, 2, 0)
     env = hp["trialJobSpec"]["workerPoolSpecs"][1]["pythonPackageSpec"]["env"]
     assert env == [{"name": "TRAINSTACK_HYPERTUNE_METRIC", "value": "loss"}]
+
+
+def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() -> None:
+    torch = body_for(replica_count=2)["jobSpec"]["workerPoolSpecs"]
+    tf = body_for(
+        replica_count=2,
+        python_module="trainers.tf_multiworker",
+        trainer_args=["--framework=tensorflow", "--strategy=multi_worker_mirrored"],
+    )["jobSpec"]["workerPoolSpecs"]
+    for pool in torch:
+        assert pool["pythonPackageSpec"] == {
+            "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
+            "packageUris": [PKG],
+            "pythonModule": "trainers.node",
+            "args": ["trainers.torch_ddp", "--steps=100"],
+        }
+    for pool in tf:
+        assert pool["pythonPackageSpec"] == {
+            "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
+            "packageUris": [PKG],
+            "pythonModule": "trainers.node",
+            "args": [
+                "trainers.tf_multiworker",
+                "--framework=tensorflow",
+                "--strategy=multi_worker_mirrored",
+            ],
+        }
+    given = body_for(executor_image_uri=catalog.PYTORCH_GPU_IMAGES["2.1"])
+    spec = given["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]
+    assert spec["executorImageUri"] == catalog.PYTORCH_GPU_IMAGES["2.1"]
 
 
 def test_invalid_bodies_give_exact_errors() -> None:

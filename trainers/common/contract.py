@@ -18,6 +18,9 @@ TRAINER_MODULES: Final[dict[Framework, str]] = {"torch": TORCH_MODULE, "tensorfl
 """The bundled trainer module of each framework."""
 TORCHRUN_MODULES: Final = frozenset({TORCH_MODULE})
 """Modules started by torchrun (one process per accelerator); others run once per node/task."""
+NODE_MODULE: Final = "trainers.node"
+"""`python -m` module of the node launcher, run once per machine: it starts torchrun with one
+process per accelerator for `TORCHRUN_MODULES`, the trainer once for the others."""
 
 # `event` values of the JSON log lines (trainers.common.metrics.MetricsLogger.log).
 EVENT_START: Final = "start"

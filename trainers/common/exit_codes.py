@@ -2,9 +2,10 @@
 
 0 done; 1 a crash (torchrun reports any failed worker as 1), or a TensorFlow peer task was
 lost (restart the job: it resumes from the newest checkpoint); 2 invalid config, cluster
-environment or checkpoint; 143 preempted after saving a checkpoint (128 + SIGTERM, what a
-shell and Kubernetes report for a SIGTERM death, so Job `podFailurePolicy` and restart
-wrappers can match it).
+environment or checkpoint; 3 (node launchers only) setup failed before training started
+(install, rendezvous, a missing framework): retryable; 143 preempted after saving a
+checkpoint (128 + SIGTERM, what a shell and Kubernetes report for a SIGTERM death, so Job
+`podFailurePolicy` and restart wrappers can match it).
 """
 
 from __future__ import annotations
@@ -14,4 +15,5 @@ from typing import Final
 DONE_EXIT_CODE: Final = 0
 PEER_LOST_EXIT_CODE: Final = 1
 CONFIG_ERROR_EXIT_CODE: Final = 2
+SETUP_FAILED_EXIT_CODE: Final = 3
 PREEMPTED_EXIT_CODE: Final = 143

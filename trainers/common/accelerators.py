@@ -1,0 +1,142 @@
+"""How many accelerators this machine has, for launchers that start one process per GPU.
+
+Standard library only: the node launcher (`trainers.node`) counts before any framework is
+imported. The first source that answers wins:
+
+1. `TRAINSTACK_SIMULATED_ACCELERATORS=N` (N >= 1): the machine acts as if it had N
+   accelerators, and the launcher runs N CPU processes on gloo (it hides real GPUs from
+   them). The one switch tests use to run a target's launch path on a CPU machine.
+2. `nvidia-smi -L` (one `GPU <i>: ...` line per GPU), capped by the entries of
+   `CUDA_VISIBLE_DEVICES` when that is set. GKE mounts the driver's tools under
+   `/usr/local/nvidia/bin`, which is searched after PATH.
+3. `torch.cuda.device_count()` in a child process, when torch is installed (an image
+   without nvidia-smi on its PATH); a child so the launcher never initializes CUDA itself.
+4. Otherwise 0: a CPU machine (launchers still start one process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+SIMULATED_ACCELERATORS_ENV: Final = "TRAINSTACK_SIMULATED_ACCELERATORS"
+NVIDIA_SMI_DIRS: Final = ("/usr/local/nvidia/bin", "/usr/bin")
+"""Searched after PATH: GKE's driver mount, then the usual system location."""
+PROBE_TIMEOUT_S: Final = 60.0
+
+Source = Literal["simulated", "nvidia-smi", "torch", "none"]
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+@dataclass(frozen=True)
+class Accelerators:
+    """The accelerators of this machine and where the count came from."""
+
+    count: int
+    source: Source
+
+    @property
+    def simulated(self) -> bool:
+        return self.source == "simulated"
+
+    @property
+    def processes(self) -> int:
+        """Processes a one-per-accelerator launcher starts: at least one."""
+        return max(self.count, 1)
+
+
+def simulated_count(env: Mapping[str, str]) -> int | None:
+    """The simulated accelerator count, None when unset; raises ValueError when malformed."""
+    raw = env.get(SIMULATED_ACCELERATORS_ENV)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{SIMULATED_ACCELERATORS_ENV}: {raw!r} is not an integer >= 1")
+    return count
+
+
+def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
+    )
+
+
+def _nvidia_smi(env: Mapping[str, str]) -> str | None:
+    path = env.get("PATH", os.defpath)
+    found = shutil.which("nvidia-smi", path=path)
+    if found:
+        return found
+    for directory in NVIDIA_SMI_DIRS:
+        candidate = os.path.join(directory, "nvidia-smi")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _visible_cap(env: Mapping[str, str]) -> int | None:
+    """How many devices CUDA_VISIBLE_DEVICES admits (CUDA stops at the first -1)."""
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    entries: list[str] = []
+    for entry in raw.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break
+        entries.append(entry)
+    return len(entries)
+
+
+def _smi_count(smi: str, run: Runner) -> int | None:
+    try:
+        result = run([smi, "-L"])
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
+
+
+def _torch_count(run: Runner) -> int | None:
+    if importlib.util.find_spec("torch") is None:
+        return None
+    script = "import torch; print(torch.cuda.device_count())"
+    try:
+        result = run([sys.executable, "-c", script])
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not lines[-1].isdigit():
+        return None
+    return int(lines[-1])
+
+
+def count_accelerators(env: Mapping[str, str] = os.environ, run: Runner = _run) -> Accelerators:
+    """This machine's accelerators (see the module docstring for the order).
+
+    Raises ValueError when `TRAINSTACK_SIMULATED_ACCELERATORS` is set but not an integer >= 1.
+    """
+    simulated = simulated_count(env)
+    if simulated is not None:
+        return Accelerators(simulated, "simulated")
+    cap = _visible_cap(env)
+    smi = _nvidia_smi(env)
+    if smi is not None:
+        count = _smi_count(smi, run)
+        if count is not None:
+            return Accelerators(count if cap is None else min(count, cap), "nvidia-smi")
+    # torch applies CUDA_VISIBLE_DEVICES itself.
+    count = _torch_count(run)
+    if count is not None:
+        return Accelerators(count, "torch")
+    return Accelerators(0, "none")

@@ -1,0 +1,329 @@
+"""The node launcher: run once per machine, it starts one process per accelerator.
+
+    python -m trainers.node [--launcher=auto|torchrun|node] [--procs-per-node=N] MODULE [ARGS...]
+    python -m trainers.node [--launcher=torchrun|node] [--procs-per-node=N] -- ARGV...
+
+Platforms start one command per machine (a Vertex replica runs `python -m <pythonModule>`
+once; a GKE pod, a GCE service, a TPU VM worker likewise), but a multi-GPU machine needs one
+training process per GPU. The launcher reads where the machine sits in the job from the
+platform's environment (`trainers.common.cluster`: Vertex `CLUSTER_SPEC`/`TF_CONFIG`, GKE
+`JOB_COMPLETION_INDEX`, TPU VM workers, `TRAINSTACK_NODE_RANK`...), counts this machine's
+accelerators (`trainers.common.accelerators`, `TRAINSTACK_SIMULATED_ACCELERATORS` included),
+then runs the target:
+
+- `torchrun` (the default for `trainers.torch_ddp`): `python -m torch.distributed.run
+  --nnodes=<nodes> --node-rank=<rank> --nproc-per-node=<accelerators>
+  --master-addr=<coordinator> --master-port=<port>` with the module (`-m MODULE ARGS`) or
+  the argv (`--no-python ARGV`), so the world size is nodes x accelerators per node and
+  torchrun owns every per-process variable (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_*`;
+  Vertex sets `RANK`/`WORLD_SIZE` per node, which torchrun overwrites). The coordinator is
+  node 0 (Vertex: `CLUSTER_SPEC` workerpool0's `host:port`, the port Google's own multi-node
+  torchrun sample reuses); a single machine outside any cluster uses `--standalone`.
+- `node` (the default for every other module, e.g. `trainers.tf_multiworker`): the target
+  once on this machine, with the platform's environment (`TF_CONFIG`...) passed through.
+
+Either way the target also gets `TRAINSTACK_NODE_RANK`, `TRAINSTACK_NUM_NODES`,
+`TRAINSTACK_ACCELERATORS_PER_NODE` and `TRAINSTACK_COORDINATOR` (`host:port`). With simulated
+accelerators it gets `CUDA_VISIBLE_DEVICES=` (so its processes run on CPU with gloo) and
+`TRAINSTACK_TF_CPU_REPLICAS=N` (TensorFlow's `mirrored` then has N CPU replicas).
+
+Bundled trainer modules have their arguments checked before anything starts (and, under
+torchrun, the global batch against the world size), so a bad flag exits 2 rather than as
+torchrun's generic worker failure. SIGTERM or SIGINT to the launcher is passed on to the
+target as SIGTERM (torchrun forwards it to its workers, which checkpoint and exit 143).
+
+Exit codes (those of `components/gpu_startup/launch.sh`):
+  0    training finished
+  1    the target failed after it started (torchrun reports any failed worker as 1)
+  2    invalid arguments, cluster environment or accelerator count
+  3    setup failed before training started (framework missing, rendezvous): retryable
+  143  preempted: SIGTERM reached this machine, or the trainer checkpointed and stopped
+
+Standard library only at import time, and Python 3.10 (the prebuilt images' version).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import IO, Final, Literal
+
+from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV, count_accelerators
+from trainers.common.cluster import ClusterInfo, resolve_cluster
+from trainers.common.contract import (
+    EVENT_PREEMPTED,
+    FIELD_EVENT,
+    TF_CPU_REPLICAS_ENV,
+    TORCHRUN_MODULES,
+    TRAINER_MODULES,
+)
+from trainers.common.exit_codes import (
+    CONFIG_ERROR_EXIT_CODE,
+    DONE_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+    SETUP_FAILED_EXIT_CODE,
+)
+
+Launcher = Literal["torchrun", "node"]
+LAUNCHERS: Final = ("auto", "torchrun", "node")
+USAGE: Final = (
+    "usage: python -m trainers.node [--launcher=auto|torchrun|node] [--procs-per-node=N] "
+    "MODULE [ARGS...]  |  ... -- ARGV..."
+)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the command line asks for."""
+
+    launcher: Literal["auto", "torchrun", "node"] = "auto"
+    procs_per_node: int | None = None
+    module: str | None = None
+    """`python -m` target; None when `argv` is given."""
+    argv: list[str] = field(default_factory=list)
+    """The module's arguments, or the whole command after `--`."""
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    """The process this machine runs and the environment it runs with."""
+
+    launcher: Launcher
+    argv: list[str]
+    env: dict[str, str]
+    cluster: ClusterInfo
+    accelerators: int
+    processes: int
+    """Processes on this machine: one per accelerator under torchrun, else 1."""
+
+
+def parse_args(args: Sequence[str]) -> Request:
+    """Parse the launcher's command line; raises ValueError with the usage problem."""
+    launcher, procs = "auto", None
+    rest = list(args)
+    while rest and rest[0].startswith("--") and rest[0] != "--":
+        option, sep, value = rest.pop(0).partition("=")
+        if option == "--launcher" and sep and value in LAUNCHERS:
+            launcher = value
+        elif option == "--procs-per-node" and sep and value.isdigit() and int(value) >= 1:
+            procs = int(value)
+        elif option in ("--launcher", "--procs-per-node"):
+            valid = ", ".join(LAUNCHERS) if option == "--launcher" else "an integer >= 1"
+            raise ValueError(f"{option}: {value!r} is not allowed; valid: {valid}")
+        else:
+            raise ValueError(f"unknown option {option!r}; {USAGE}")
+    if not rest:
+        raise ValueError(f"nothing to run; {USAGE}")
+    if rest[0] == "--":
+        if len(rest) == 1:
+            raise ValueError(f"nothing to run after '--'; {USAGE}")
+        if launcher == "auto":
+            raise ValueError("--launcher: 'auto' needs a MODULE; valid with '--': torchrun, node")
+        return Request(launcher, procs, None, rest[1:])  # type: ignore[arg-type]
+    return Request(launcher, procs, rest[0], rest[1:])  # type: ignore[arg-type]
+
+
+def _launcher(request: Request, cluster: ClusterInfo) -> Launcher:
+    if not cluster.trains:
+        # Parameter servers, reducers and evaluators run the target once (it idles or serves).
+        return "node"
+    if request.launcher != "auto":
+        return request.launcher
+    return "torchrun" if request.module in TORCHRUN_MODULES else "node"
+
+
+def _torchrun_argv(request: Request, cluster: ClusterInfo, procs: int) -> list[str]:
+    argv = [sys.executable, "-m", "torch.distributed.run"]
+    if cluster.platform == "local_single":
+        argv += ["--standalone", "--nnodes=1"]
+    else:
+        argv += [
+            f"--nnodes={cluster.num_nodes}",
+            f"--node-rank={cluster.node_rank}",
+            f"--master-addr={cluster.coordinator_address}",
+            f"--master-port={cluster.coordinator_port}",
+        ]
+    argv.append(f"--nproc-per-node={procs}")
+    if request.module is not None:
+        return [*argv, "-m", request.module, *request.argv]
+    return [*argv, "--no-python", *request.argv]
+
+
+def node_command(request: Request, env: Mapping[str, str]) -> NodeCommand:
+    """The command and environment for this machine (pure but for counting accelerators).
+
+    Raises ValueError for an inconsistent cluster environment or accelerator count.
+    """
+    cluster = resolve_cluster(env)
+    accelerators = count_accelerators(env)
+    launcher = _launcher(request, cluster)
+    procs = request.procs_per_node or accelerators.processes
+    child_env = dict(env)
+    child_env.update(
+        {
+            "TRAINSTACK_NODE_RANK": str(cluster.node_rank),
+            "TRAINSTACK_NUM_NODES": str(cluster.num_nodes),
+            "TRAINSTACK_ACCELERATORS_PER_NODE": str(accelerators.count),
+            "TRAINSTACK_COORDINATOR": (f"{cluster.coordinator_address}:{cluster.coordinator_port}"),
+        }
+    )
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    if accelerators.simulated:
+        # Simulated accelerators are CPU processes: real GPUs, if any, stay out of it.
+        child_env["CUDA_VISIBLE_DEVICES"] = ""
+        child_env.setdefault(TF_CPU_REPLICAS_ENV, str(accelerators.count))
+    if launcher == "torchrun":
+        argv = _torchrun_argv(request, cluster, procs)
+    elif request.module is not None:
+        argv = [sys.executable, "-m", request.module, *request.argv]
+        procs = 1
+    else:
+        argv = list(request.argv)
+        procs = 1
+    return NodeCommand(launcher, argv, child_env, cluster, accelerators.count, procs)
+
+
+def check_trainer_args(request: Request, command: NodeCommand) -> None:
+    """For a bundled trainer, parse its flags with its own parser and, under torchrun, check
+    the global batch against the world size; raises ValueError."""
+    if request.module not in TRAINER_MODULES.values():
+        return
+    from trainers.common.cli import load_config  # pydantic: only when it is needed
+
+    cfg = load_config(request.argv)
+    if command.launcher != "torchrun":
+        return
+    world = command.cluster.num_nodes * command.processes
+    if cfg.global_batch_size % (world * cfg.grad_accum_steps):
+        raise ValueError(
+            f"global_batch_size ({cfg.global_batch_size}) must be divisible by world size "
+            f"({world}) x grad_accum_steps ({cfg.grad_accum_steps})"
+        )
+
+
+class _Watch:
+    """Copies the target's stdout through and notes which trainer events went by."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.preempted = False
+
+    def pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
+        for line in source:
+            sink.write(line)
+            sink.flush()
+            if not line.startswith(b"{"):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and FIELD_EVENT in record:
+                self.started = True
+                self.preempted = self.preempted or record[FIELD_EVENT] == EVENT_PREEMPTED
+
+
+def _log(message: str) -> None:
+    print(f"trainstack-node: {message}", file=sys.stderr, flush=True)
+
+
+def exit_code(status: int, *, terminated: bool, started: bool, preempted: bool) -> int:
+    """The launcher's exit code for the target's `status` (negative: killed by a signal)."""
+    if status < 0:
+        status = 128 - status
+    if status == DONE_EXIT_CODE:
+        return DONE_EXIT_CODE
+    if terminated or preempted:
+        return PREEMPTED_EXIT_CODE
+    if status != CONFIG_ERROR_EXIT_CODE and not started:
+        return SETUP_FAILED_EXIT_CODE
+    return status
+
+
+def run(command: NodeCommand) -> int:
+    """Start the target, pass signals on, and map its exit status (see the module docstring)."""
+    if command.launcher == "torchrun" and importlib.util.find_spec("torch") is None:
+        _log(f"torch is not installed for {sys.executable}; torchrun cannot start")
+        return SETUP_FAILED_EXIT_CODE
+    terminated = threading.Event()
+    forwarded = threading.Event()
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward() -> None:
+        if child is not None and not forwarded.is_set() and child.poll() is None:
+            forwarded.set()
+            child.send_signal(signal.SIGTERM)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        terminated.set()
+        forward()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        cluster = command.cluster
+        _log(
+            f"node {cluster.node_rank} of {cluster.num_nodes}, {command.accelerators} "
+            f"accelerator(s), {command.processes} process(es): {' '.join(command.argv)}"
+        )
+        try:
+            # A session of its own: a terminal's Ctrl-C reaches the target once, through us.
+            child = subprocess.Popen(
+                command.argv, env=command.env, stdout=subprocess.PIPE, start_new_session=True
+            )
+        except OSError as exc:
+            _log(f"could not start {command.argv[0]}: {exc}")
+            return SETUP_FAILED_EXIT_CODE
+        if terminated.is_set():
+            forward()  # a signal that came while the target was starting
+        watch = _Watch()
+        assert child.stdout is not None
+        pump = threading.Thread(
+            target=watch.pump, args=(child.stdout, sys.stdout.buffer), daemon=True
+        )
+        pump.start()
+        status = child.wait()
+        pump.join()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    code = exit_code(
+        status, terminated=terminated.is_set(), started=watch.started, preempted=watch.preempted
+    )
+    if code != DONE_EXIT_CODE:
+        _log(f"exit {code} (target exit {status})")
+    return code
+
+
+def main(args: Sequence[str]) -> int:
+    try:
+        request = parse_args(args)
+        command = node_command(request, os.environ)
+        check_trainer_args(request, command)
+    except ValueError as exc:
+        _log(str(exc))
+        return CONFIG_ERROR_EXIT_CODE
+    return run(command)
+
+
+__all__ = [
+    "SIMULATED_ACCELERATORS_ENV",
+    "NodeCommand",
+    "Request",
+    "check_trainer_args",
+    "exit_code",
+    "main",
+    "node_command",
+    "parse_args",
+    "run",
+]
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
