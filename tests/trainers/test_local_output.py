@@ -29,12 +29,13 @@ SHA = "16d946bcc74cf1cb0337a9eac1ef2b5ce8407c8777cd9fa3c5312ced52880bcb"
 
 def _timed_lines(proc: subprocess.Popen[str]) -> tuple[list[tuple[float, str]], list[str]]:
     """stderr lines with their arrival times, and stdout lines, read while the run goes."""
-    assert proc.stderr is not None and proc.stdout is not None
+    stdout, stderr = proc.stdout, proc.stderr
+    assert stdout is not None and stderr is not None
     timed: list[tuple[float, str]] = []
     out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(proc.stdout.read().splitlines()))  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: out.extend(stdout.read().splitlines()))
     reader.start()
-    for line in proc.stderr:
+    for line in stderr:
         timed.append((time.monotonic(), line.rstrip("\n")))
     reader.join()
     proc.wait()
