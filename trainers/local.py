@@ -229,7 +229,7 @@ def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-class _Stopper:
+class RunStopper:
     """The launcher's SIGTERM/SIGINT handler: the first signal is forwarded once as SIGTERM
     to the processes that stop the run; a second one, or `grace_s` passing, kills them all."""
 
@@ -344,7 +344,7 @@ def _track(
 def _supervise(
     prepared: PreparedRun,
     result: LocalRunResult,
-    stopper: _Stopper,
+    stopper: RunStopper,
     view: LiveProgress | PlainProgress,
     workers: int,
 ) -> list[int]:
@@ -452,7 +452,7 @@ def run_local(
         if console.is_terminal
         else PlainProgress(console, cfg.steps, progress_every_s)
     )
-    stopper = _Stopper(cfg.preemption_grace_s + STOP_MARGIN_S)
+    stopper = RunStopper(cfg.preemption_grace_s + STOP_MARGIN_S)
     started = time.perf_counter()
     previous = _install(stopper.handle)
     try:

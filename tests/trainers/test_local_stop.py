@@ -33,6 +33,7 @@ from tests.trainers.local_cli import (
     wait_gone,
 )
 from trainers.common.contract import COLLECTIVE_TIMEOUT_ENV, EXIT_WITH_PARENT_ENV
+from trainers.local import RunStopper
 
 pytestmark = pytest.mark.trainer
 
@@ -241,3 +242,50 @@ def test_watch_parent_is_off_unless_asked() -> None:
         assert alive(pid)
     finally:
         kill_all([pid])
+
+
+def _sleeper() -> subprocess.Popen[str]:
+    return subprocess.Popen(["sleep", "600"], start_new_session=True, text=True)
+
+
+def test_the_first_signal_is_forwarded_as_sigterm_and_the_second_kills() -> None:
+    stopper = RunStopper(grace_s=600)
+    chief, server = _sleeper(), _sleeper()
+    try:
+        stopper.add(chief, True)
+        stopper.add(server, False)  # a parameter-server task: it ends when the chief has
+        stopper.handle(signal.SIGINT, None)
+        assert chief.wait(5) == -signal.SIGTERM
+        assert server.poll() is None
+        late = _sleeper()
+        stopper.add(late, True)  # started while stopping: told at once
+        assert late.wait(5) == -signal.SIGTERM
+        stopper.handle(signal.SIGINT, None)
+        assert server.wait(5) == -signal.SIGKILL
+        assert stopper.signum == signal.SIGINT
+    finally:
+        kill_all([chief.pid, server.pid])
+
+
+def test_processes_that_outlast_the_grace_period_are_killed() -> None:
+    stopper = RunStopper(grace_s=0.0)
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
+    )
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "\n"
+        stopper.add(stubborn, True)
+        stopper.handle(signal.SIGTERM, None)
+        time.sleep(0.5)
+        assert stubborn.poll() is None  # SIGTERM ignored
+        stopper.check_deadline()
+        assert stubborn.wait(5) == -signal.SIGKILL
+    finally:
+        kill_all([stubborn.pid])
