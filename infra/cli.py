@@ -476,8 +476,22 @@ def local_run(
         int | None, typer.Option(min=1, help="Worker processes (default: local.workers, or 2).")
     ] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="Override trainer.steps.")] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Delete the run's checkpoints and start at step 0.")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print rank 0's done record on stdout (summary: stderr)."),
+    ] = False,
+    progress_every: Annotated[float, typer.Option(hidden=True, min=0.0)] = 5.0,
 ) -> None:
-    """Run the stack's trainer here: CPU, gloo, one process per worker, local checkpoints."""
+    """Run the stack's trainer here: CPU, gloo, one process per worker, local checkpoints.
+
+    Resumes from the run's newest checkpoint; a run already at its last step is reported
+    and not started again (--fresh starts over). SIGTERM or Ctrl-C stop it like a
+    preemption: every worker saves a checkpoint, one line says which, and the exit code is
+    143 (SIGTERM) or 130 (Ctrl-C); run the same command to resume.
+    """
     from trainers.local import run_local  # torch is only needed for this command
 
     name, cfg = _validated(stack, config_file)
@@ -492,9 +506,19 @@ def local_run(
         root = REPO_ROOT / root
     n = workers or (cfg.local.workers if cfg.local else 2)
     try:
-        result = run_local(trainer, workers=n, root=root)
+        result = run_local(
+            trainer,
+            workers=n,
+            root=root,
+            console=err,
+            out=err if as_json else Console(),
+            fresh=fresh,
+            progress_every_s=progress_every,
+        )
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    if as_json and result.done is not None:
+        sys.stdout.write(json.dumps(result.done) + "\n")
     raise typer.Exit(result.exit_code)
 
 

@@ -13,7 +13,19 @@ each with its own `TF_CONFIG` naming every task on a free localhost port:
 processes detached from `prepare_run`'s plan. The run contract is the cloud one: the same
 trainer module, config and JSON log lines; checkpoints go to `cfg.checkpoint_dir` when set,
 else `root/checkpoints/<run_name>`, so starting the same run again resumes it. Every JSON line
-the workers print is kept in `root/logs/<run_name>.jsonl`.
+the workers print is kept in `root/logs/<run_name>.jsonl`, their stderr (and torchrun's) in
+`root/logs/<run_name>.stderr.log`.
+
+`run_local` runs in the foreground and behaves like a preemptible job. SIGTERM or SIGINT
+(Ctrl-C) to the launcher, or to its process group, is forwarded once as SIGTERM to the
+processes that checkpoint (torchrun, which forwards it to its workers; a TensorFlow chief or
+every worker): every rank saves and the run exits 143 (130 after SIGINT). A second signal, or
+the grace period running out, kills them without saving. The processes run in sessions of
+their own (a terminal's Ctrl-C reaches only the launcher), die with it
+(`trainers.common.signals.kill_with_parent`, `watch_parent`), and torch collectives time out
+after `LOCAL_COLLECTIVE_TIMEOUT_S`, so a killed launcher or a lost peer never leaves workers
+waiting. A run whose newest checkpoint has reached `steps` is not started again; `fresh`
+deletes its checkpoints first.
 """
 
 from __future__ import annotations
@@ -21,30 +33,32 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, Final
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from trainers.common.checkpoint import CheckpointStore, step_name
 from trainers.common.config import TrainConfig
 from trainers.common.contract import (
+    COLLECTIVE_TIMEOUT_ENV,
     EVENT_DONE,
     EVENT_PREEMPTED,
     EVENT_RESUME,
     EVENT_START,
     EVENT_TRAIN,
+    EXIT_WITH_PARENT_ENV,
     FIELD_EVENT,
     FIELD_LOSS,
-    FIELD_PARAMS_SHA256,
     FIELD_RANK,
     FIELD_SAMPLES_PER_S,
     FIELD_STEP,
@@ -53,21 +67,29 @@ from trainers.common.contract import (
     TORCH_MODULE,
 )
 from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
+from trainers.common.signals import kill_with_parent
+from trainers.local_report import (
+    LiveProgress,
+    LocalRunResult,
+    PlainProgress,
+    headline,
+    print_failure,
+    print_line,
+    print_summary,
+)
 
+__all__ = ["LocalRunResult", "local_processes", "prepare_run", "run_local", "torchrun_command"]
 
-@dataclass
-class LocalRunResult:
-    exit_code: int
-    """0 done; 143 preempted (checkpoint saved); 2 invalid config; other: crash."""
-    done: dict[str, Any] | None
-    """Rank 0's `done` record, None when the run did not finish."""
-    checkpoint_dir: str
-    log_path: Path
-    wall_s: float
-    last_train: dict[str, Any] | None = None
-    """The last `train` record from rank 0."""
-    events: list[dict[str, Any]] = field(default_factory=list)
-    """Every JSON record the workers printed, in order."""
+INTERRUPTED_EXIT_CODE: Final = 130
+"""Exit code after Ctrl-C (SIGINT), what a shell reports for it; SIGTERM gives 143."""
+LOCAL_COLLECTIVE_TIMEOUT_S: Final = 300
+"""A torch collective waiting this long for a peer fails the local run (torch's own default
+is 30 minutes); `COLLECTIVE_TIMEOUT_ENV` in the environment overrides it."""
+STOP_MARGIN_S: Final = 15.0
+"""After forwarding a signal, the launcher waits `preemption_grace_s` plus this for the
+processes to save and exit before it kills them."""
+PROGRESS_EVERY_S: Final = 5.0
+"""Seconds between plain progress lines when the output is not a terminal."""
 
 
 def torchrun_command(workers: int, *target: str) -> list[str]:
@@ -90,6 +112,9 @@ class LocalProcess:
     argv: list[str]
     env: dict[str, str]
     """Variables set on top of `PreparedRun.env` for this process only."""
+    stops_run: bool = True
+    """SIGTERM to this process makes the run checkpoint and stop. False for parameter-server
+    ps and worker tasks, which hold the variables the chief saves and end once it has."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +170,7 @@ def _tf_processes(cfg: TrainConfig, workers: int, config_path: Path) -> list[Loc
         LocalProcess(
             argv,
             {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": i}})},
+            stops_run=cfg.strategy != "parameter_server" or kind == "chief",
         )
         for kind, i in tasks
     ]
@@ -196,35 +222,189 @@ def prepare_run(
     return PreparedRun(run_cfg, checkpoint_dir, config_path, log_path, env, processes)
 
 
-def _summary(result: LocalRunResult, cfg: TrainConfig, workers: int) -> Table:
-    table = Table(title=f"trainstack local-run: {cfg.run_name}")
-    table.add_column("metric")
-    table.add_column("value")
-    done = result.done or {}
-    last = result.last_train or {}
-    rows: list[tuple[str, Any]] = [
-        ("exit code", result.exit_code),
-        ("workers", workers),
-        ("steps", done.get(FIELD_STEP, last.get(FIELD_STEP))),
-        ("final loss", done.get(FIELD_LOSS, last.get(FIELD_LOSS))),
-        ("test accuracy", done.get("test_accuracy")),
-        ("wall time (s)", round(result.wall_s, 2)),
-        ("samples/s", done.get(FIELD_SAMPLES_PER_S, last.get(FIELD_SAMPLES_PER_S))),
-        ("checkpoint dir", result.checkpoint_dir),
-        ("params_sha256", done.get(FIELD_PARAMS_SHA256)),
-    ]
-    for name, value in rows:
-        if isinstance(value, float):
-            value = f"{value:.4g}"
-        table.add_row(name, "-" if value is None else str(value))
-    return table
-
-
 def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.put(line)
     lines.put(None)
+
+
+class RunStopper:
+    """The launcher's SIGTERM/SIGINT handler: the first signal is forwarded once as SIGTERM
+    to the processes that stop the run; a second one, or `grace_s` passing, kills them all."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.procs: list[tuple[subprocess.Popen[str], bool]] = []
+        self.signum: int | None = None
+        self.deadline: float | None = None
+        self.killed = False
+
+    def add(self, proc: subprocess.Popen[str], stops_run: bool) -> None:
+        self.procs.append((proc, stops_run))
+        if self.signum is not None and stops_run:
+            _send(proc, signal.SIGTERM)
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            self.kill()
+            return
+        self.signum = signum
+        self.deadline = time.monotonic() + self.grace_s
+        for proc, stops_run in self.procs:
+            if stops_run:
+                _send(proc, signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL every process group of the run (torchrun's workers, in sessions of their
+        own, follow through `watch_parent`)."""
+        self.killed = True
+        for proc, _ in self.procs:
+            _send(proc, signal.SIGKILL, group=True)
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and not self.killed and time.monotonic() > self.deadline:
+            self.kill()
+
+
+def _send(proc: subprocess.Popen[str], sig: signal.Signals, *, group: bool = False) -> None:
+    if proc.returncode is not None:
+        return  # reaped: its pid may belong to someone else by now
+    try:
+        if group:
+            os.killpg(proc.pid, sig)  # a session leader: its group id is its pid
+        else:
+            os.kill(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _install(handler: Any) -> dict[int, Any]:
+    """Install `handler` for SIGINT and SIGTERM; returns the previous handlers (none outside
+    the main thread, where Python cannot install any)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore(previous: Mapping[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+def previous_done(log_path: Path, step: int, checkpoint_dir: str) -> dict[str, Any]:
+    """The `done` record a finished run left in its log at `step`, marked `already_complete`
+    (a minimal one naming the step and checkpoint dir when the log no longer has it)."""
+    found: dict[str, Any] = {FIELD_EVENT: EVENT_DONE, FIELD_STEP: step}
+    if log_path.exists():
+        for line in log_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if (
+                isinstance(record, dict)
+                and record.get(FIELD_EVENT) == EVENT_DONE
+                and record.get(FIELD_RANK) == 0
+                and record.get(FIELD_STEP) == step
+            ):
+                found = record
+    return {
+        **found,
+        "checkpoint_dir": found.get("checkpoint_dir", checkpoint_dir),
+        "already_complete": True,
+    }
+
+
+def _track(
+    result: LocalRunResult, record: dict[str, Any], view: LiveProgress | PlainProgress
+) -> None:
+    """Fold one of rank 0's records into `result` and the progress display."""
+    event = record.get(FIELD_EVENT)
+    step = record.get(FIELD_STEP)
+    if not isinstance(step, int):
+        return
+    result.step = step
+    if event == EVENT_TRAIN:
+        result.last_train = record
+        view.step(step, record.get(FIELD_LOSS), record.get(FIELD_SAMPLES_PER_S))
+    elif event == EVENT_RESUME:
+        result.resumed_from = step
+        view.note(f"resumed from step {step}")
+        view.step(step, None, None)
+    elif event == EVENT_START:
+        view.step(step, None, None)
+    elif event == EVENT_PREEMPTED:
+        result.stopped_at = step
+    elif event == EVENT_DONE:
+        result.done = record
+        view.step(step, record.get(FIELD_LOSS), record.get(FIELD_SAMPLES_PER_S))
+
+
+def _supervise(
+    prepared: PreparedRun,
+    result: LocalRunResult,
+    stopper: RunStopper,
+    view: LiveProgress | PlainProgress,
+    workers: int,
+) -> list[int]:
+    """Start the processes, follow their output until they exit; returns their exit codes."""
+    assert result.stderr_path is not None
+    env = {**prepared.env, EXIT_WITH_PARENT_ENV: "1"}
+    env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(LOCAL_COLLECTIVE_TIMEOUT_S))
+    lines: queue.Queue[str | None] = queue.Queue()
+    # Line-buffered: `tail -f` on the log follows the run as it trains.
+    with prepared.log_path.open("a", buffering=1) as log, result.stderr_path.open("ab") as err:
+        procs = []
+        # Started before this function starts any thread (progress display, pumps): the
+        # preexec_fn runs between fork and exec, and only calls prctl (resolved earlier).
+        for p in prepared.processes:
+            proc = subprocess.Popen(
+                p.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env={**env, **p.env},
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+                preexec_fn=kill_with_parent(),  # noqa: PLW1509
+            )
+            procs.append(proc)
+            stopper.add(proc, p.stops_run)
+        if isinstance(view, PlainProgress):
+            view.note(f"starting {workers} workers; log {prepared.log_path}")
+        with view:
+            for proc in procs:
+                threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+            open_pipes = len(procs)
+            while open_pipes:
+                if stopper.signum is not None and not view.quiet:
+                    view.stopping()
+                stopper.check_deadline()
+                try:
+                    line = lines.get(timeout=0.5)
+                except queue.Empty:
+                    view.tick()
+                    continue
+                if line is None:
+                    open_pipes -= 1
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    view.note(line.rstrip("\n"))
+                    continue
+                if not isinstance(record, dict):
+                    continue
+                log.write(line if line.endswith("\n") else line + "\n")
+                result.events.append(record)
+                if record.get(FIELD_RANK) == 0:
+                    _track(result, record, view)
+            while any(proc.poll() is None for proc in procs):
+                stopper.check_deadline()
+                time.sleep(0.1)
+    return [int(proc.returncode) for proc in procs]
 
 
 def run_local(
@@ -234,79 +414,71 @@ def run_local(
     root: Path,
     extra_env: Mapping[str, str] | None = None,
     console: Console | None = None,
+    out: Console | None = None,
+    fresh: bool = False,
+    progress_every_s: float = PROGRESS_EVERY_S,
 ) -> LocalRunResult:
     """Train `cfg` with `workers` local processes; blocks until they exit.
+
+    `console` (default stderr) gets the progress and the line of an interrupted or failed
+    run, `out` (default stdout) the summary of a finished one. `fresh` deletes the run's
+    checkpoints first; without it a run whose newest checkpoint has reached `cfg.steps` is
+    reported as already complete and nothing is started.
 
     Raises ValueError for a strategy that cannot run locally (tpu) or a non-positive worker
     count.
     """
     prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
     console = console or Console(stderr=True)
-    result = LocalRunResult(-1, None, prepared.checkpoint_dir, prepared.log_path, 0.0)
-    preempted = False
-    started = time.perf_counter()
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} steps"),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
+    out = out or Console()
+    stderr_path = prepared.log_path.with_suffix(".stderr.log")
+    result = LocalRunResult(
+        -1, None, prepared.checkpoint_dir, prepared.log_path, 0.0, stderr_path=stderr_path
     )
-    lines: queue.Queue[str | None] = queue.Queue()
-    with prepared.log_path.open("a") as log, progress:
-        task = progress.add_task(cfg.run_name, total=cfg.steps, stats="")
-        procs = [
-            subprocess.Popen(
-                p.argv,
-                stdout=subprocess.PIPE,
-                env={**prepared.env, **p.env},
-                text=True,
-                bufsize=1,
-            )
-            for p in prepared.processes
-        ]
-        for proc in procs:
-            threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
-        open_pipes = len(procs)
-        while open_pipes:
-            line = lines.get()
-            if line is None:
-                open_pipes -= 1
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                progress.console.print(line.rstrip("\n"), markup=False, highlight=False)
-                continue
-            if not isinstance(record, dict):
-                continue
-            log.write(line if line.endswith("\n") else line + "\n")
-            result.events.append(record)
-            if record.get(FIELD_RANK) != 0:
-                continue
-            event = record.get(FIELD_EVENT)
-            if event == EVENT_TRAIN:
-                result.last_train = record
-                progress.update(
-                    task,
-                    completed=record.get(FIELD_STEP, 0),
-                    stats=f"loss {record.get(FIELD_LOSS, float('nan')):.4f}  "
-                    f"{record.get(FIELD_SAMPLES_PER_S, 0):.0f} samples/s",
-                )
-            elif event in (EVENT_RESUME, EVENT_START):
-                progress.update(task, completed=record.get(FIELD_STEP, 0))
-            elif event == EVENT_PREEMPTED:
-                preempted = True
-            elif event == EVENT_DONE:
-                result.done = record
-                progress.update(task, completed=record.get(FIELD_STEP, cfg.steps))
-        codes = [proc.wait() for proc in procs]
+    store = CheckpointStore(prepared.checkpoint_dir, keep=cfg.keep_checkpoints)
+    if fresh:
+        store.clear()
+    latest = store.latest()
+    if latest is not None and latest >= cfg.steps:
+        result.exit_code, result.already_complete = 0, True
+        result.saved_step = result.step = latest
+        result.checkpoint_path = store.url_of(store.path(step_name(latest)))
+        result.done = previous_done(prepared.log_path, latest, prepared.checkpoint_dir)
+        print_line(out, headline(result))
+        return result
+    result.stderr_offset = stderr_path.stat().st_size if stderr_path.exists() else 0
+    view: LiveProgress | PlainProgress = (
+        LiveProgress(console, cfg.steps, cfg.run_name)
+        if console.is_terminal
+        else PlainProgress(console, cfg.steps, progress_every_s)
+    )
+    stopper = RunStopper(cfg.preemption_grace_s + STOP_MARGIN_S)
+    started = time.perf_counter()
+    previous = _install(stopper.handle)
+    try:
+        codes = _supervise(prepared, result, stopper, view, workers)
+    finally:
+        _restore(previous)
     result.wall_s = time.perf_counter() - started
+    result.saved_step = store.latest()
+    if stopper.signum is not None:
+        result.interrupted = signal.Signals(stopper.signum).name
     code = next((c for c in codes if c != 0), 0)
-    # torchrun reports any failed worker as 1; the trainer's own preemption code is the
-    # useful answer for whoever restarts the run.
-    result.exit_code = PREEMPTED_EXIT_CODE if preempted and result.done is None else code
-    console.print(_summary(result, prepared.config, workers))
+    if result.done is not None:
+        # A signal that came as the run finished changes nothing: it is complete and saved.
+        result.exit_code = 0 if result.interrupted else code
+    elif result.interrupted or result.stopped_at is not None:
+        # torchrun reports any failed worker as 1; the trainer's own preemption code is the
+        # useful answer for whoever restarts the run.
+        interrupted_by_ctrl_c = stopper.signum == signal.SIGINT
+        result.exit_code = INTERRUPTED_EXIT_CODE if interrupted_by_ctrl_c else PREEMPTED_EXIT_CODE
+        print_line(console, headline(result))
+        return result
+    else:
+        result.exit_code = code if code != 0 else 1
+    if result.exit_code == 0:
+        print_summary(result, workers, cfg.run_name, out)
+    else:
+        print_summary(result, workers, cfg.run_name, console)
+        print_failure(result, console)
     return result

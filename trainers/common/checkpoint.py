@@ -111,6 +111,16 @@ class CheckpointStore:
                 removed.append(name)
         return removed
 
+    def clear(self) -> list[str]:
+        """Delete every step directory, committed or not, and every temporary, so the next
+        run starts from step 0; other files in the directory stay. Returns the names."""
+        removed = []
+        for name in self._names():
+            if _STEP_RE.match(name) or _TMP_RE.match(name):
+                self.fs.rm(self.path(name), recursive=True)
+                removed.append(name)
+        return sorted(removed)
+
     def write_bytes(self, path: str, data: bytes) -> None:
         with self.fs.open(path, "wb") as f:
             f.write(data)

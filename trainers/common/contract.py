@@ -58,3 +58,10 @@ FIELD_GPU_UTIL: Final = "gpu_util_pct"
 TF_CPU_REPLICAS_ENV: Final = "TRAINSTACK_TF_CPU_REPLICAS"
 """Logical CPU devices for the TensorFlow trainer's `mirrored` on a machine without GPUs
 (set by local runs, read by `trainers.tf_multiworker.train.configure`)."""
+EXIT_WITH_PARENT_ENV: Final = "TRAINSTACK_EXIT_WITH_PARENT"
+"""Set to "1" by `trainstack local-run`: the trainer exits as soon as its launcher (torchrun
+or the CLI) is gone (`trainers.common.signals.watch_parent`)."""
+COLLECTIVE_TIMEOUT_ENV: Final = "TRAINSTACK_COLLECTIVE_TIMEOUT_S"
+"""Seconds a torch.distributed collective may wait for a peer before the run fails (the
+process group's `timeout`); unset: torch's default (30 minutes on gloo). `trainstack
+local-run` sets it, so a lost or hung peer ends a local run."""

@@ -1,7 +1,8 @@
 """Exit codes of both trainer processes, which launchers and restart policies match on.
 
 0 done; 1 a crash (torchrun reports any failed worker as 1), or a TensorFlow peer task was
-lost (restart the job: it resumes from the newest checkpoint); 2 invalid config, cluster
+lost (restart the job: it resumes from the newest checkpoint), or a local run's launcher
+was killed (`trainers.common.signals.watch_parent`); 2 invalid config, cluster
 environment or checkpoint; 3 (node launchers only) setup failed before training started
 (install, rendezvous, a missing framework): retryable; 143 preempted after saving a
 checkpoint (128 + SIGTERM, what a shell and Kubernetes report for a SIGTERM death, so Job
@@ -14,6 +15,7 @@ from typing import Final
 
 DONE_EXIT_CODE: Final = 0
 PEER_LOST_EXIT_CODE: Final = 1
+LAUNCHER_LOST_EXIT_CODE: Final = 1
 CONFIG_ERROR_EXIT_CODE: Final = 2
 SETUP_FAILED_EXIT_CODE: Final = 3
 PREEMPTED_EXIT_CODE: Final = 143

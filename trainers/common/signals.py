@@ -7,18 +7,32 @@ agrees with its peers on when to stop (`trainers.torch_ddp.preemption` for torch
 and exits with `PREEMPTED_EXIT_CODE` (143, `trainers.common.exit_codes`). The watchdog exits
 with the same code if saving takes longer than `grace_s`, so the process is never left to the
 platform's SIGKILL halfway through something else.
+
+A local run (`trainstack local-run`) also ties its processes' lives to the launcher's:
+`kill_with_parent` (Linux `PR_SET_PDEATHSIG`, for the processes the CLI starts) and
+`watch_parent` (a polling watchdog the trainers start when `EXIT_WITH_PARENT_ENV` is set,
+which also covers torchrun's workers, whose launcher is torchrun) make sure that no worker
+outlives a launcher killed with SIGKILL.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from types import FrameType
+from typing import Final
 
-from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
+from trainers.common.contract import EXIT_WITH_PARENT_ENV
+from trainers.common.exit_codes import LAUNCHER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE
+
+PARENT_POLL_S: Final = 0.5
+"""How often `watch_parent` checks that the launcher is still there."""
+_PR_SET_PDEATHSIG: Final = 1
 
 
 class SigtermWatcher:
@@ -66,3 +80,57 @@ class SigtermWatcher:
         """A peer was signalled: this process must also finish within the grace period."""
         self._flag.set()
         self._start_watchdog()
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved once, in the parent: the function `kill_with_parent` returns runs between fork and
+# exec, where loading a library is not safe.
+_PRCTL = _prctl()
+
+
+def kill_with_parent(sig: signal.Signals = signal.SIGKILL) -> Callable[[], None]:
+    """A `subprocess.Popen(preexec_fn=...)` that makes the child receive `sig` when the
+    process starting it dies (Linux; elsewhere it does nothing and `watch_parent` is the only
+    guard). A child whose parent died before the call exits at once."""
+    parent = os.getpid()
+    prctl = _PRCTL
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(LAUNCHER_LOST_EXIT_CODE)
+
+    return preexec
+
+
+def watch_parent(
+    environ: Mapping[str, str] | None = None, *, poll_s: float = PARENT_POLL_S
+) -> threading.Thread | None:
+    """When `EXIT_WITH_PARENT_ENV` is "1", start a daemon thread that ends this process with
+    `LAUNCHER_LOST_EXIT_CODE` as soon as its parent (the launcher: torchrun or the CLI) is
+    gone. Returns the thread, or None when not asked to."""
+    env = os.environ if environ is None else environ
+    if env.get(EXIT_WITH_PARENT_ENV) != "1":
+        return None
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        sys.stderr.write(f"trainstack trainer: the launcher (pid {parent}) is gone; exiting\n")
+        sys.stderr.flush()
+        os._exit(LAUNCHER_LOST_EXIT_CODE)
+
+    thread = threading.Thread(target=watch, name="trainstack-parent-watch", daemon=True)
+    thread.start()
+    return thread

@@ -7,12 +7,15 @@ import os
 import sys
 
 from trainers.common.cli import help_text
+from trainers.common.signals import watch_parent
 
 
 def _run() -> int:
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         print(help_text())
         return 0
+    # A local run's workers must not outlive its launcher (torchrun or the CLI).
+    watch_parent()
     # Imported late so `--help` answers without loading torch.
     from trainers.torch_ddp.train import main
 

@@ -12,6 +12,9 @@ from `trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
 Exit codes: 0 done; 2 invalid config or cluster environment; 143 preempted after saving a
 checkpoint (`trainers.common.exit_codes`); anything else is a crash.
 
+`TRAINSTACK_COLLECTIVE_TIMEOUT_S` (`contract.COLLECTIVE_TIMEOUT_ENV`) bounds how long a
+collective waits for a lost or hung peer; `trainstack local-run` sets it.
+
 Test hook: `TRAINSTACK_TEST_STEP_DELAY_S` sleeps that long each step, so tests can signal a
 run at a chosen step.
 """
@@ -24,8 +27,9 @@ import os
 import random
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -39,6 +43,7 @@ from trainers.common.cli import load_config
 from trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainers.common.config import TrainConfig
 from trainers.common.contract import (
+    COLLECTIVE_TIMEOUT_ENV,
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
     EVENT_DONE,
@@ -112,7 +117,26 @@ class Runtime:
     distributed: bool
 
 
-def _init_distributed(cfg: TrainConfig, cluster: ClusterInfo) -> Runtime:
+def collective_timeout(environ: Mapping[str, str]) -> timedelta | None:
+    """The process group's timeout from `COLLECTIVE_TIMEOUT_ENV`; None: torch's default.
+
+    Raises ValueError unless the value is a number of seconds > 0.
+    """
+    raw = environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"{COLLECTIVE_TIMEOUT_ENV}: expected seconds > 0, got {raw!r}")
+    return timedelta(seconds=seconds)
+
+
+def _init_distributed(
+    cfg: TrainConfig, cluster: ClusterInfo, timeout: timedelta | None = None
+) -> Runtime:
     if torch.cuda.is_available():
         device = torch.device("cuda", cluster.local_rank)
         torch.cuda.set_device(device)
@@ -134,6 +158,7 @@ def _init_distributed(cfg: TrainConfig, cluster: ClusterInfo) -> Runtime:
             rank=cluster.rank,
             world_size=cluster.world_size,
             device_id=device if backend == "nccl" else None,
+            timeout=timeout,  # None: torch's default for the backend
         )
     return Runtime(cfg, cluster, device, distributed)
 
@@ -485,6 +510,7 @@ def main(argv: Sequence[str]) -> int:
                 f"trainer.framework is {cfg.framework!r}; {TORCH_MODULE} runs 'torch' only"
             )
         cluster = resolve_cluster()
+        timeout = collective_timeout(os.environ)
     except ValueError as e:
         import sys
 
@@ -501,7 +527,7 @@ def main(argv: Sequence[str]) -> int:
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     _configure_determinism(cfg)
-    rt = _init_distributed(cfg, cluster)
+    rt = _init_distributed(cfg, cluster, timeout)
     try:
         return train(rt)
     finally:
