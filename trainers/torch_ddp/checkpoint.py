@@ -13,18 +13,18 @@ Payload:
 The data position is the global step (see `trainers.common.data`).
 
 Async saves (`async_checkpoint`) copy the state and write the copy on a background thread;
-at most one write is in flight, and the next save waits for it. The copy goes into staging
-buffers kept from one save to the next (`torch.distributed.checkpoint`'s `DefaultStager`;
-pinned memory and a side stream on CUDA), so only the first save pays for allocating them.
-The buffers cost host memory the size of the state (of this rank's shard under FSDP) for the
-rest of the run. With `overlap_copy` the copy itself runs on a thread too, while the caller
-computes the next gradients, and the caller calls `before_update()` before it next changes
-the parameters or the optimizer state; the training loop is then blocked only for what is
-left of the copy at that point. DDP: rank 0 writes `state.pt` from the copy. FSDP:
-`torch.distributed.checkpoint.async_save` writes every rank's shard on its own thread,
-coordinated over a gloo group of its own (collectives from two threads must not share one
-group); when all shards are written, rank 0 adds `trainer.pt` and commits. Preemption and
-final saves are always synchronous.
+at most one write is in flight, and the next save waits for it. The copy goes into host
+buffers kept from one save to the next (pinned memory, filled on a side stream, on CUDA), so
+only the first save pays for allocating them; they cost host memory the size of the state
+(of this rank's shard under FSDP) for the rest of the run. With `overlap_copy` the copy
+overlaps what the caller computes next (on CPU it runs on a thread), and the caller calls
+`before_update()` before it next changes the parameters or the optimizer state; the training
+loop is then blocked only for what is left of the copy at that point. DDP: rank 0 copies
+with `trainers.torch_ddp.staging` and writes `state.pt` from the copy. FSDP:
+`torch.distributed.checkpoint.async_save` copies with its `DefaultStager` and writes every
+rank's shard on its own thread, coordinated over a gloo group of its own (collectives from
+two threads must not share one group); when all shards are written, rank 0 adds
+`trainer.pt` and commits. Preemption and final saves are always synchronous.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from trainers.common.checkpoint import CheckpointStore, step_name, test_delay
+from trainers.torch_ddp.staging import Copy, HostCopy
 
 STATE_FILE = "state.pt"
 TRAINER_FILE = "trainer.pt"
@@ -91,12 +92,6 @@ def _deserialize(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
-def _done(value: Any) -> Future[Any]:
-    future: Future[Any] = Future()
-    future.set_result(value)
-    return future
-
-
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -134,7 +129,8 @@ class Checkpointer:
         # One worker: at most one write in flight, and its exception comes back via result().
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self._pending: Future[Any] | None = None
-        self._staged: Future[Any] | None = None
+        self._staged: Copy | None = None
+        self._host = HostCopy()
         self._stager: Any = None
         # Created by every rank at the same point (a collective), before any save.
         self._async_group = (
@@ -165,7 +161,7 @@ class Checkpointer:
             return 0.0
         started = time.perf_counter()
         try:
-            staged.result()
+            staged.before_update()
         except Exception as e:
             raise RuntimeError(f"checkpoint copy failed: {e}") from e
         return time.perf_counter() - started
@@ -181,7 +177,8 @@ class Checkpointer:
                 raise RuntimeError(f"background checkpoint write failed: {e}") from e
 
     def _staging(self) -> Any:
-        """The reusable staging copier (`DefaultStager`), created on the first async save."""
+        """The reusable staging copier of `dcp.async_save` (`DefaultStager`), created on the
+        first async FSDP save."""
         if self._stager is None:
             from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
@@ -199,8 +196,8 @@ class Checkpointer:
             torch.cuda.current_stream().synchronize()
         return self._stager
 
-    def _write_staged(self, step: int, staged: Future[Any], started: float) -> str:
-        return self._write_state(step, staged.result(), started)
+    def _write_copy(self, step: int, copy: Copy, started: float) -> str:
+        return self._write_state(step, copy.result(), started)
 
     def _write_state(self, step: int, state: dict[str, Any], started: float) -> str:
         tmp = self.store.new_tmp(step, uuid.uuid4().hex[:12])
@@ -237,11 +234,9 @@ class Checkpointer:
                 "world_size": self.world_size,
             }
             if asynchronous:
-                staged = self._staging().stage(state)
-                if not isinstance(staged, Future):
-                    staged = _done(staged)
-                self._staged = staged
-                self._pending = self._executor.submit(self._write_staged, step, staged, started)
+                copy = self._host.start(state, background=self.overlap_copy)
+                self._staged = copy
+                self._pending = self._executor.submit(self._write_copy, step, copy, started)
             else:
                 path = self._write_state(step, state, started)
         if _distributed() and not asynchronous:
@@ -279,7 +274,8 @@ class Checkpointer:
                 async_stager=self._staging(),
             )
             if isinstance(response, AsyncSaveResponse):
-                self._staged, written = response.staging_completion, response.upload_completion
+                self._staged = Copy(response.staging_completion)
+                written = response.upload_completion
             else:
                 written = response
             if not self.overlap_copy:
