@@ -101,3 +101,32 @@ def test_async_save_does_not_see_later_updates(tmp_path: Path) -> None:
 def test_keep_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="keep must be >= 1"):
         CheckpointStore(str(tmp_path), keep=0)
+
+
+def test_overlapped_copy_is_taken_before_the_next_update(tmp_path: Path) -> None:
+    # The trainer's protocol: save, compute the next gradients, before_update(), step.
+    ckpt = Checkpointer(
+        str(tmp_path),
+        keep=2,
+        rank=0,
+        world_size=1,
+        sharded=False,
+        async_save=True,
+        overlap_copy=True,
+    )
+    model, opt = _model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for step in (1, 2):
+        ckpt.save(model, opt, step=step)
+        assert ckpt.before_update() >= 0.0
+        assert ckpt.before_update() == 0.0
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+    ckpt.wait()
+    ckpt.load(1, model, opt)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k])
+    ckpt.load(2, model, opt)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k] + 1.0)

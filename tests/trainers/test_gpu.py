@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.trainers.conftest import run_to_end
+from tests.trainers.conftest import Run, run_to_end
+from trainers.common.checkpoint import CheckpointStore
 from trainers.common.metrics import gpu_peak_flops
 
 _SPEC = importlib.util.spec_from_file_location(
@@ -81,3 +83,47 @@ def test_nccl_ddp_single_rank_under_torchrun(tmp_path: Path) -> None:
         torchrun=True,
     )
     assert done["step"] == 40
+
+
+def test_async_checkpoint_on_cuda_resumes_to_the_synchronous_digest(tmp_path: Path) -> None:
+    # Pinned staging buffers filled on a side stream while the next step computes: the
+    # checkpoint must hold the state of its own step, not a later one.
+    args = [
+        "--model=gpt",
+        "--dataset=synthetic",
+        "--steps=30",
+        "--global_batch_size=16",
+        "--log_every=1",
+        "--checkpoint_every=5",
+        "--learning_rate=0.003",
+        "--seed=4",
+    ]
+    sync = run_to_end(
+        [*args, f"--checkpoint_dir={tmp_path / 'sync'}"],
+        workers=1,
+        out=tmp_path / "sync.log",
+        torchrun=True,
+    )
+    killed = tmp_path / "async"
+    run = Run(
+        [*args, f"--checkpoint_dir={killed}", "--async_checkpoint=true"],
+        workers=1,
+        out=tmp_path / "kill.log",
+        env={"TRAINSTACK_TEST_STEP_DELAY_S": "0.1"},
+        torchrun=True,
+    )
+    run.wait_for(lambda r: r.get("event") == "checkpoint_written" and r["step"] == 15)
+    run.kill(signal.SIGKILL)
+    run.wait()
+    saves = [r for r in run.records() if r.get("event") == "checkpoint"]
+    assert saves and all(r["async_write"] for r in saves)
+    latest = CheckpointStore(str(killed), keep=3).latest()
+    assert latest is not None and 15 <= latest < 30
+    done = run_to_end(
+        [*args, f"--checkpoint_dir={killed}", "--async_checkpoint=true"],
+        workers=1,
+        out=tmp_path / "resume.log",
+        torchrun=True,
+    )
+    assert done["resumed_from"] == latest
+    assert done["params_sha256"] == sync["params_sha256"]

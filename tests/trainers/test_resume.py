@@ -135,8 +135,11 @@ def test_resume_on_gcs_emulator(
     assert done["params_sha256"] == baseline
 
 
-def test_fsdp_sharded_checkpoint_resume(tmp_path: Path) -> None:
-    fsdp = [*ARGS, "--strategy=fsdp"]
+@pytest.mark.parametrize("async_save", [False, True])
+def test_fsdp_sharded_checkpoint_resume(tmp_path: Path, async_save: bool) -> None:
+    """A SIGKILLed FSDP run resumes to the digest of an uninterrupted one; with async saves
+    (`torch.distributed.checkpoint.async_save`) the kill may land mid-write as well."""
+    fsdp = [*ARGS, "--strategy=fsdp", f"--async_checkpoint={async_save}"]
     clean = run_to_end(
         [*fsdp, f"--checkpoint_dir={tmp_path / 'clean'}"], workers=2, out=tmp_path / "clean.log"
     )
@@ -147,6 +150,8 @@ def test_fsdp_sharded_checkpoint_resume(tmp_path: Path) -> None:
     run.wait_for(_train_step(random.Random(7).randint(8, 30)))
     run.kill(signal.SIGKILL)
     run.wait()
+    saves = [r for r in run.records() if r.get("event") == "checkpoint"]
+    assert saves and {r["async_write"] for r in saves} == {async_save}
     latest = CheckpointStore(ckpt, keep=2).latest()
     assert latest is not None and latest < STEPS
     done = _finish_args([*fsdp, f"--checkpoint_dir={ckpt}"], tmp_path / "finish.log", latest)

@@ -191,6 +191,41 @@ def test_worker_killed_and_preempted_resumes_on_gcs(
     assert not any(".tmp-" in name for name in store._names())
 
 
+def test_async_checkpoints_on_gcs_resume_bit_for_bit(
+    baseline: tuple[Record, Path],
+    tmp_path: Path,
+    gcs_emulator: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TensorFlow's async checkpoint writer with the staged upload to gs://: both workers
+    SIGKILLed after async saves, the restart resumes from one and ends bit for bit."""
+    gcs = {"STORAGE_EMULATOR_HOST": gcs_emulator, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    for key, value in gcs.items():
+        monkeypatch.setenv(key, value)
+    ckpt = "gs://trainstack-test/tf/async"
+    args = [*ARGS, f"--checkpoint_dir={ckpt}", "--run_name=tf-async", "--async_checkpoint=true"]
+    store = CheckpointStore(ckpt, keep=2)
+    run = TFRun(args, workers=2, root=tmp_path, env={**gcs, "TRAINSTACK_TEST_STEP_DELAY_S": "0.05"})
+    run.wait_for(lambda r: r.get("event") == "checkpoint_written" and r["step"] == 20)
+    run.signal("worker0", signal.SIGKILL)
+    run.signal("worker1", signal.SIGKILL)
+    run.wait(30)
+    saves = [r for r in run.records() if r["event"] == "checkpoint"]
+    assert saves and all(r["async_write"] and r["write_s"] is None for r in saves)
+    written = [r["step"] for r in run.records("worker0") if r["event"] == "checkpoint_written"]
+    assert written[:2] == [10, 20]
+    killed_at = store.latest()
+    assert killed_at is not None and 20 <= killed_at < STEPS
+
+    run = TFRun(args, workers=2, root=tmp_path, env=gcs, tag="finish")
+    assert run.wait() == {"worker0": 0, "worker1": 0}
+    done = run.done()
+    assert done is not None
+    assert (done["step"], done["resumed_from"]) == (STEPS, killed_at)
+    assert done["params_sha256"] == baseline[0]["params_sha256"]
+    assert not any(".tmp-" in name for name in store._names())
+
+
 def test_tpu_strategy_on_cpu() -> None:
     out = probe("tpu")
     assert out["exit_code"] == 2

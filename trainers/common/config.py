@@ -37,7 +37,9 @@ class TrainConfig(BaseModel):
     """Input data: generated on the fly, the small real dataset shipped with the package, or
     sharded files under `data_path` (local or gs://)."""
     data_path: str | None = None
-    """Directory (local or gs://) of sharded input files; required when dataset is `files`."""
+    """Directory (local or gs://) of sharded input files; required when dataset is `files`:
+    uint16 token shards `train*.bin` + `val*.bin` (nanoGPT's layout; torch GPT) or `.npz`
+    shards with arrays `x` and `y`."""
     steps: int = Field(default=1000, gt=0)
     """Optimizer steps to run in total (a resumed run continues to this number)."""
     global_batch_size: int = Field(default=256, gt=0)
@@ -73,8 +75,9 @@ class TrainConfig(BaseModel):
     run_name: str = Field(default="run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """Names the run in logs and, for `trainstack local-run`, its checkpoint folder."""
     async_checkpoint: bool = False
-    """Copy the state to CPU and write it on a background thread so training stalls only for
-    the copy (DDP; FSDP and TensorFlow checkpoints are always written synchronously)."""
+    """Copy the state to host memory and write it on a background thread, so training stalls
+    only for the copy (torch DDP and FSDP; TensorFlow mirrored and multi_worker_mirrored;
+    TPU and parameter-server checkpoints are written synchronously)."""
     torch_threads: int = Field(default=1, ge=0)
     """Intra-op CPU threads per process; 1 keeps several ranks on one machine from fighting
     over cores, 0 keeps torch's default (all cores)."""

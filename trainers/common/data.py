@@ -11,15 +11,19 @@ Three sources (`TrainConfig.dataset`):
   `images` (1797, 8, 8) in 0..16 and `labels`), exported once from the copy that
   scikit-learn ships (`sklearn/datasets/data/digits.csv.gz`). Fixed split: a permutation
   with seed 0, the first 1437 samples train, the last 360 test.
-- `files`: every `*.npz` under `data_path` (local or gs://), each holding `x` and `y` arrays
-  with the same first dimension. Shards are sorted by name and rank r reads shards
-  r, r + world, ...; the last shard is the test set when there are more shards than ranks.
+- `files`, token shards: `train*.bin` and `val*.bin` files of uint16 token ids under
+  `data_path` (nanoGPT's layout; GPT only), memory-mapped and read by sample
+  (`trainers.common.tokens`). They follow the global order below, like in-memory data.
+- `files`, array shards: every `*.npz` under `data_path` (local or gs://), each holding `x`
+  and `y` arrays with the same first dimension. Shards are sorted by name and rank r reads
+  shards r, r + world, ...; the last shard is the test set when there are more shards than
+  ranks.
 
 Order: for in-memory sources every step takes one *global* batch from a stream that walks a
 permutation of the training set (seeded by `seed` and the epoch), and rank r takes its slice
 of that global batch. The data position is therefore the global step alone: a resumed run
 sees exactly the batches it would have seen, and 2 ranks with batch B see the same global
-batch as 1 rank with batch 2B. For `files`, each rank walks its own shards the same way.
+batch as 1 rank with batch 2B. For `.npz` shards, each rank walks its own shards the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Literal
 import numpy as np
 
 from trainers.common.config import TrainConfig
+from trainers.common.tokens import TokenWindows, is_token_layout, load_token_windows
 
 DIGITS_PATH = Path(__file__).parent / "digits.npz"
 DIGITS_TRAIN = 1437
@@ -41,10 +46,14 @@ SYNTHETIC_FEATURES = 32
 Task = Literal["classification", "lm"]
 
 
+Samples = np.ndarray | TokenWindows
+"""Indexable by an array of sample indices or a slice; token shards are read lazily."""
+
+
 @dataclass(frozen=True)
 class Split:
-    x: np.ndarray
-    y: np.ndarray
+    x: Samples
+    y: Samples
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -59,6 +68,9 @@ class Dataset:
     """Classes for classification, vocabulary size for language modelling."""
     input_shape: tuple[int, ...]
     """Shape of one sample (without the batch dimension)."""
+    per_rank_shards: bool = False
+    """Each rank holds only its own shards (`.npz` files) and walks them with its own
+    sampler; otherwise every rank indexes the same samples in the global order."""
 
 
 def load_digits() -> tuple[Split, Split]:
@@ -128,7 +140,18 @@ def load_shards(data_path: str, *, rank: int, world_size: int) -> tuple[Split, S
 
 def load_dataset(cfg: TrainConfig, *, rank: int, world_size: int) -> Dataset:
     task: Task = "lm" if cfg.model == "gpt" else "classification"
-    if cfg.dataset == "digits":
+    per_rank_shards = False
+    if cfg.dataset == "files" and cfg.data_path and is_token_layout(cfg.data_path):
+        if task != "lm":
+            raise ValueError(
+                f"data_path: {cfg.data_path} holds token shards (.bin), which only the GPT "
+                f"reads; valid: model gpt, or .npz shards for model {cfg.model}"
+            )
+        (tx, ty), (vx, vy) = load_token_windows(
+            cfg.data_path, seq_len=cfg.seq_len, vocab_size=cfg.vocab_size
+        )
+        train, test = Split(tx, ty), Split(vx, vy)
+    elif cfg.dataset == "digits":
         train, test = load_digits()
     elif cfg.dataset == "synthetic" and task == "lm":
         train, test = synthetic_tokens(cfg.synthetic_samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
@@ -138,6 +161,7 @@ def load_dataset(cfg: TrainConfig, *, rank: int, world_size: int) -> Dataset:
         if cfg.data_path is None:
             raise ValueError("data_path is required when dataset is 'files'")
         train, test = load_shards(cfg.data_path, rank=rank, world_size=world_size)
+        per_rank_shards = True
     if task == "lm":
         if train.x.ndim != 2 or train.x.shape[1] != cfg.seq_len:
             raise ValueError(
@@ -145,8 +169,8 @@ def load_dataset(cfg: TrainConfig, *, rank: int, world_size: int) -> Dataset:
             )
         classes = cfg.vocab_size
     else:
-        classes = int(max(train.y.max(), test.y.max())) + 1
-    return Dataset(train, test, task, classes, tuple(train.x.shape[1:]))
+        classes = int(max(np.max(train.y), np.max(test.y))) + 1
+    return Dataset(train, test, task, classes, tuple(train.x.shape[1:]), per_rank_shards)
 
 
 class StepSampler:
@@ -196,8 +220,8 @@ class StepSampler:
 
 
 def shard_sampler(cfg: TrainConfig, ds: Dataset, *, rank: int, world_size: int) -> StepSampler:
-    """The sampler for this rank; for `files` every rank walks its own shards."""
-    if cfg.dataset == "files":
+    """The sampler for this rank; with `.npz` shards every rank walks its own shards."""
+    if ds.per_rank_shards:
         per_rank = cfg.global_batch_size // world_size
         return StepSampler(
             len(ds.train),

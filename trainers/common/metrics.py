@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol, TextIO
@@ -151,6 +152,8 @@ class MetricsLogger:
             FIELD_RUN: run_name,
         }
         self.stream = stream or sys.stdout
+        # Async checkpoint writers log from their own thread.
+        self._lock = threading.Lock()
         self._tb: ScalarWriter | None = None
         self._make_writer = scalar_writer
         self._tb_remote: str | None = None
@@ -185,16 +188,16 @@ class MetricsLogger:
             FIELD_SEVERITY: severity,
             FIELD_TIME: round(time.time(), 3),
         }
-        self.stream.write(json.dumps(record, default=float) + "\n")
-        self.stream.flush()
-        if self._tb is not None:
-            for key, value in fields.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    self._tb.add_scalar(f"{event}/{key}", value, step)
-        if self._progress is not None and event == EVENT_TRAIN:
-            self._progress.update(
-                self._task, completed=step, description=f"loss {fields.get(FIELD_LOSS, 0):.4f}"
-            )
+        with self._lock:
+            self.stream.write(json.dumps(record, default=float) + "\n")
+            self.stream.flush()
+            if self._tb is not None:
+                for key, value in fields.items():
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        self._tb.add_scalar(f"{event}/{key}", value, step)
+            if self._progress is not None and event == EVENT_TRAIN:
+                description = f"loss {fields.get(FIELD_LOSS, 0):.4f}"
+                self._progress.update(self._task, completed=step, description=description)
 
     def close(self) -> None:
         if self._progress is not None:

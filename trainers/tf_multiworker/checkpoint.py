@@ -16,6 +16,16 @@ temporary directory and copied with gcsfs, which honours the GCS emulator settin
 than through TensorFlow's own filesystem layer. `io_device` pins the file I/O to the
 coordinator when variables live on other tasks (parameter servers, remote TPU hosts), so
 every shard is written where the staging directory is.
+
+Async saves (`async_checkpoint`, mirrored and multi_worker_mirrored): TensorFlow's own async
+checkpoint (`CheckpointOptions(experimental_enable_async_checkpoint=True)`) copies the
+variables to host memory on the training thread and writes the files on its thread; the
+rest of the save (waiting for those files, the upload of a staged gs:// checkpoint, the meta
+record, the commit and pruning; on other workers, removing the scratch copy) runs on a
+thread of ours, so training goes on at once. At most one save is in flight; the next save,
+and every synchronous one (preemption, final), waits for it first. TensorFlow's async writer
+adds the `tf.train.Checkpoint`'s save counter to the files; a restore creates the counter
+when the checkpoint holds one, so every variable in the files still has to be matched.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +47,7 @@ from trainers.common.checkpoint import CheckpointStore, step_name, test_delay
 
 PREFIX = "ckpt"
 META_FILE = "meta.json"
+SAVE_COUNTER = "save_counter/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 @dataclass
@@ -56,6 +68,7 @@ class TFCheckpointer:
         checkpoint: tf.train.Checkpoint,
         meta: dict[str, Any],
         io_device: str | None = None,
+        async_save: bool = False,
         on_written: Callable[[int, float], None] | None = None,
     ) -> None:
         self.store = CheckpointStore(url, keep=keep)
@@ -63,34 +76,77 @@ class TFCheckpointer:
         self.checkpoint = checkpoint
         self.meta = {"framework": "tensorflow", **meta}
         self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+        self.async_options = tf.train.CheckpointOptions(
+            experimental_io_device=io_device, experimental_enable_async_checkpoint=True
+        )
+        self.async_save = async_save
         self.on_written = on_written
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending: Future[None] | None = None
 
     def latest_step(self) -> int | None:
         return self.store.latest()
 
-    def _write_local(self, directory: str) -> None:
-        self.checkpoint.write(os.path.join(directory, PREFIX), options=self.options)
+    def _write_local(self, directory: str, asynchronous: bool) -> None:
+        options = self.async_options if asynchronous else self.options
+        self.checkpoint.write(os.path.join(directory, PREFIX), options=options)
 
-    def save(self, step: int) -> SaveResult:
+    def wait(self) -> None:
+        """Block until an in-flight async save has committed; re-raise its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception as e:
+                raise RuntimeError(f"background checkpoint write failed: {e}") from e
+
+    def save(self, step: int, *, sync: bool = False) -> SaveResult:
+        """Save `step`; `sync` forces a blocking write (used at the end and on preemption)."""
         started = time.perf_counter()
+        self.wait()
+        asynchronous = self.async_save and not sync
         final = self.store.path(step_name(step))
         if not self.is_chief:
             scratch = tempfile.mkdtemp(prefix="trainstack-ckpt-")
             try:
-                self._write_local(scratch)
-            finally:
+                self._write_local(scratch, asynchronous)
+            except BaseException:
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise
+            if asynchronous:
+                self._pending = self._executor.submit(self._drop_scratch, scratch)
+            else:
                 shutil.rmtree(scratch, ignore_errors=True)
             return SaveResult(step, time.perf_counter() - started, self.store.url_of(final))
         tmp = self.store.new_tmp(step, uuid.uuid4().hex[:12])
-        if self.store.remote:
-            staging = tempfile.mkdtemp(prefix="trainstack-ckpt-")
-            try:
-                self._write_local(staging)
-                self.store.upload_dir(staging, tmp)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
+        local = tempfile.mkdtemp(prefix="trainstack-ckpt-") if self.store.remote else tmp
+        try:
+            self._write_local(local, asynchronous)
+        except BaseException:
+            if local != tmp:
+                shutil.rmtree(local, ignore_errors=True)
+            raise
+        if asynchronous:
+            self._pending = self._executor.submit(self._finish, step, tmp, local, started)
         else:
-            self._write_local(tmp)
+            self._finish(step, tmp, local, started)
+        return SaveResult(step, time.perf_counter() - started, self.store.url_of(final))
+
+    def _drop_scratch(self, scratch: str) -> None:
+        try:
+            self.checkpoint.sync()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _finish(self, step: int, tmp: str, local: str, started: float) -> None:
+        """Everything after `checkpoint.write`: on the writer thread for an async save."""
+        try:
+            self.checkpoint.sync()
+            if local != tmp:
+                self.store.upload_dir(local, tmp)
+        finally:
+            if local != tmp:
+                shutil.rmtree(local, ignore_errors=True)
         meta = {**self.meta, "step": step}
         self.store.write_bytes(f"{tmp}/{META_FILE}", json.dumps(meta).encode())
         test_delay()
@@ -98,7 +154,6 @@ class TFCheckpointer:
         self.store.prune()
         if self.on_written:
             self.on_written(step, time.perf_counter() - started)
-        return SaveResult(step, time.perf_counter() - started, self.store.url_of(final))
 
     def restore(self, step: int) -> dict[str, Any]:
         """Load `step` into the tracked objects; returns the checkpoint's meta record.
@@ -124,6 +179,9 @@ class TFCheckpointer:
         return dict(meta)
 
     def _read(self, prefix: str) -> None:
+        if any(name == SAVE_COUNTER for name, _ in tf.train.list_variables(prefix)):
+            # Written asynchronously: match the save counter the async writer added.
+            _ = self.checkpoint.save_counter
         status = self.checkpoint.read(prefix, options=self.options)
         # Every saved value must land in an existing variable and every variable must get
         # one (model, optimizer slots, iterations): a model or optimizer that changed

@@ -27,6 +27,7 @@ from trainers.common.config import TrainConfig
 from trainers.common.contract import (
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
+    EVENT_CHECKPOINT_WRITTEN,
     EVENT_DONE,
     EVENT_RESUME,
     EVENT_START,
@@ -193,7 +194,11 @@ class TrainerBase:
                 checkpoint=tf.train.Checkpoint(model=self.model, optimizer=self.optimizer),
                 meta={"strategy": cfg.strategy, "replicas": self.replicas, "model": cfg.model},
                 io_device=io_device,
-                on_written=lambda step, secs: self.written.append(secs),
+                # TensorFlow's async writer is exercised here with mirrored variables only;
+                # TPU and parameter-server variables keep the synchronous write.
+                async_save=cfg.async_checkpoint
+                and cfg.strategy in ("mirrored", "multi_worker_mirrored"),
+                on_written=self._written,
             )
             if self.ckpt_dir
             else None
@@ -221,20 +226,28 @@ class TrainerBase:
         self.logger.log(EVENT_RESUME, step, checkpoint_dir=self.ckpt_dir, saved_by=meta["strategy"])
         return step
 
+    def _written(self, step: int, secs: float) -> None:
+        """The chief's commit of `step`; from the writer thread for an async save."""
+        self.written.append(secs)
+        self.logger.log(EVENT_CHECKPOINT_WRITTEN, step, write_s=secs)
+
     def save(self, step: int, *, reason: str | None = None) -> None:
         if self.checkpointer is None:
             return
         self.logger.log(EVENT_CHECKPOINT_BEGIN, step)
-        saved = self.checkpointer.save(step)
+        saved = self.checkpointer.save(step, sync=reason is not None)
         if reason is None:
             self.stall_total += saved.stall_s
+        asynchronous = reason is None and self.checkpointer.async_save
         self.logger.log(
             EVENT_CHECKPOINT,
             step,
             stall_s=saved.stall_s,
             path=saved.path,
-            write_s=self.written[-1] if self.is_chief and self.written else None,
-            async_write=False,
+            write_s=None
+            if asynchronous or not (self.is_chief and self.written)
+            else self.written[-1],
+            async_write=asynchronous,
             reason=reason,
         )
 

@@ -40,6 +40,7 @@ from trainers.common.config import TrainConfig
 from trainers.common.contract import TF_CPU_REPLICAS_ENV
 from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PEER_LOST_EXIT_CODE
 from trainers.common.metrics import MetricsLogger
+from trainers.common.tokens import is_token_layout
 from trainers.tf_multiworker import parameter_server, tpu
 from trainers.tf_multiworker.cluster import TFCluster, tpu_target
 from trainers.tf_multiworker.data import load
@@ -87,6 +88,13 @@ def run(cfg: TrainConfig, info: ClusterInfo, tfc: TFCluster) -> int:
     configure(cfg)
     if cfg.strategy == "parameter_server" and tfc.task_type in ("ps", "worker"):
         return serve(cfg, tfc)
+    if cfg.dataset == "files" and cfg.data_path and is_token_layout(cfg.data_path):
+        print(
+            f"trainstack trainer: data_path: {cfg.data_path} holds token shards (.bin), which "
+            "the torch trainer reads; valid: framework torch, or .npz shards for tensorflow",
+            file=sys.stderr,
+        )
+        return CONFIG_ERROR_EXIT_CODE
     try:
         strategy = make_strategy(cfg)
     except TPUUnavailableError as e:

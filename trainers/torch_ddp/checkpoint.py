@@ -12,8 +12,19 @@ Payload:
 
 The data position is the global step (see `trainers.common.data`).
 
-Async saves (DDP only) copy the state to CPU on the training thread and write it on a
-background thread; at most one write is in flight, and the next save waits for it.
+Async saves (`async_checkpoint`) copy the state and write the copy on a background thread;
+at most one write is in flight, and the next save waits for it. The copy goes into host
+buffers kept from one save to the next (pinned memory, filled on a side stream, on CUDA), so
+only the first save pays for allocating them; they cost host memory the size of the state
+(of this rank's shard under FSDP) for the rest of the run. With `overlap_copy` the copy
+overlaps what the caller computes next (on CPU it runs on a thread), and the caller calls
+`before_update()` before it next changes the parameters or the optimizer state; the training
+loop is then blocked only for what is left of the copy at that point. DDP: rank 0 copies
+with `trainers.torch_ddp.staging` and writes `state.pt` from the copy. FSDP:
+`torch.distributed.checkpoint.async_save` copies with its `DefaultStager` and writes every
+rank's shard on its own thread, coordinated over a gloo group of its own (collectives from
+two threads must not share one group); when all shards are written, rank 0 adds
+`trainer.pt` and commits. Preemption and final saves are always synchronous.
 """
 
 from __future__ import annotations
@@ -30,8 +41,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from trainers.common.checkpoint import CheckpointStore, step_name, test_delay
+from trainers.torch_ddp.staging import Copy, HostCopy
 
 STATE_FILE = "state.pt"
 TRAINER_FILE = "trainer.pt"
@@ -65,15 +78,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def _to_cpu(obj: Any) -> Any:
-    """A deep copy with every tensor copied to CPU, safe to write while training goes on."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj
+def _cuda() -> bool:
+    return torch.cuda.is_available()
 
 
 def serialize(obj: Any) -> bytes:
@@ -110,17 +116,26 @@ class Checkpointer:
         world_size: int,
         sharded: bool,
         async_save: bool = False,
+        overlap_copy: bool = False,
         on_written: Callable[[int, float], None] | None = None,
     ) -> None:
         self.store = CheckpointStore(url, keep=keep)
         self.rank = rank
         self.world_size = world_size
         self.sharded = sharded
-        self.async_save = async_save and not sharded
+        self.async_save = async_save
+        self.overlap_copy = overlap_copy
         self.on_written = on_written
         # One worker: at most one write in flight, and its exception comes back via result().
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-        self._pending: Future[str] | None = None
+        self._pending: Future[Any] | None = None
+        self._staged: Copy | None = None
+        self._host = HostCopy()
+        self._stager: Any = None
+        # Created by every rank at the same point (a collective), before any save.
+        self._async_group = (
+            dist.new_group(backend="gloo") if async_save and sharded and _distributed() else None
+        )
 
     # -- saving -------------------------------------------------------------------------
 
@@ -138,8 +153,22 @@ class Checkpointer:
             dist.broadcast_object_list(token, src=0)
         return str(token[0])
 
+    def before_update(self) -> float:
+        """Block until the copy of an async save is taken; returns the seconds blocked. With
+        `overlap_copy`, call it before changing parameters or optimizer state."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return 0.0
+        started = time.perf_counter()
+        try:
+            staged.before_update()
+        except Exception as e:
+            raise RuntimeError(f"checkpoint copy failed: {e}") from e
+        return time.perf_counter() - started
+
     def wait(self) -> None:
         """Block until an in-flight async write has committed; re-raise its error."""
+        self.before_update()
         pending, self._pending = self._pending, None
         if pending is not None:
             try:
@@ -147,15 +176,37 @@ class Checkpointer:
             except Exception as e:
                 raise RuntimeError(f"background checkpoint write failed: {e}") from e
 
+    def _staging(self) -> Any:
+        """The reusable staging copier of `dcp.async_save` (`DefaultStager`), created on the
+        first async FSDP save."""
+        if self._stager is None:
+            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=_cuda(),
+                    use_shared_memory=False,
+                    use_async_staging=self.overlap_copy,
+                    use_non_blocking_copy=self.overlap_copy and _cuda(),
+                )
+            )
+        if _cuda():
+            # The stager's copies run on a stream of their own, which does not wait for the
+            # optimizer step still queued on this one.
+            torch.cuda.current_stream().synchronize()
+        return self._stager
+
+    def _write_copy(self, step: int, copy: Copy, started: float) -> str:
+        return self._write_state(step, copy.result(), started)
+
     def _write_state(self, step: int, state: dict[str, Any], started: float) -> str:
         tmp = self.store.new_tmp(step, uuid.uuid4().hex[:12])
-        self.store.write_bytes(f"{tmp}/{STATE_FILE}", serialize(state))
+        # Streamed into the file: no serialized copy of the whole state in memory.
+        with self.store.fs.open(f"{tmp}/{STATE_FILE}", "wb") as f:
+            torch.save(state, f)
         test_delay()
-        final = self.store.commit(tmp, step)
-        self.store.prune()
-        if self.on_written:
-            self.on_written(step, time.perf_counter() - started)
-        return final
+        self._commit(step, tmp, started)
+        return self.store.path(step_name(step))
 
     def save(
         self,
@@ -169,8 +220,9 @@ class Checkpointer:
         started = time.perf_counter()
         self.wait()
         rngs = self._gather_rng()
+        asynchronous = self.async_save and not sync
         if self.sharded:
-            path = self._save_sharded(step, model, optimizer, rngs, started)
+            path = self._save_sharded(step, model, optimizer, rngs, started, asynchronous)
             return SaveResult(step, time.perf_counter() - started, self.store.url_of(path))
         path = self.store.path(step_name(step))
         if self.rank == 0:
@@ -181,15 +233,17 @@ class Checkpointer:
                 "rng": rngs,
                 "world_size": self.world_size,
             }
-            if self.async_save and not sync:
-                self._pending = self._executor.submit(
-                    self._write_state, step, _to_cpu(state), started
-                )
+            if asynchronous:
+                copy = self._host.start(state, background=self.overlap_copy)
+                self._staged = copy
+                self._pending = self._executor.submit(self._write_copy, step, copy, started)
             else:
                 path = self._write_state(step, state, started)
-        if _distributed() and (sync or not self.async_save):
+        if _distributed() and not asynchronous:
             # Nobody moves on (or exits after a preemption save) before the commit.
             dist.barrier()
+        if not self.overlap_copy:
+            self.before_update()
         return SaveResult(step, time.perf_counter() - started, self.store.url_of(path))
 
     def _save_sharded(
@@ -199,6 +253,7 @@ class Checkpointer:
         optimizer: torch.optim.Optimizer,
         rngs: list[dict[str, Any]],
         started: float,
+        asynchronous: bool,
     ) -> str:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -208,20 +263,54 @@ class Checkpointer:
         if self.rank == 0:
             self.store.fs.makedirs(tmp, exist_ok=True)
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, storage_writer=self._writer(tmp))
+        state = {"model": model_sd, "optim": optim_sd}
+        trainer = {"step": step, "rng": rngs, "world_size": self.world_size}
+        final = self.store.path(step_name(step))
+        if asynchronous:
+            response = dcp.async_save(
+                state,
+                storage_writer=self._writer(tmp),
+                process_group=self._async_group,
+                async_stager=self._staging(),
+            )
+            if isinstance(response, AsyncSaveResponse):
+                self._staged = Copy(response.staging_completion)
+                written = response.upload_completion
+            else:
+                written = response
+            if not self.overlap_copy:
+                self.before_update()
+            # Every rank's future completes after the coordinator wrote the metadata, that
+            # is after all shards are written; rank 0 then commits on its own thread.
+            self._pending = (
+                self._executor.submit(self._commit_sharded, written, step, tmp, trainer, started)
+                if self.rank == 0
+                else written
+            )
+            return final
+        dcp.save(state, storage_writer=self._writer(tmp))
         if self.rank == 0:
-            trainer = {"step": step, "rng": rngs, "world_size": self.world_size}
             self.store.write_bytes(f"{tmp}/{TRAINER_FILE}", serialize(trainer))
             test_delay()
         dist.barrier()
-        final = self.store.path(step_name(step))
         if self.rank == 0:
-            self.store.commit(tmp, step)
-            self.store.prune()
-            if self.on_written:
-                self.on_written(step, time.perf_counter() - started)
+            self._commit(step, tmp, started)
         dist.barrier()
         return final
+
+    def _commit(self, step: int, tmp: str, started: float) -> None:
+        self.store.commit(tmp, step)
+        self.store.prune()
+        if self.on_written:
+            self.on_written(step, time.perf_counter() - started)
+
+    def _commit_sharded(
+        self, written: Future[Any], step: int, tmp: str, trainer: dict[str, Any], started: float
+    ) -> None:
+        written.result()
+        self.store.write_bytes(f"{tmp}/{TRAINER_FILE}", serialize(trainer))
+        test_delay()
+        self._commit(step, tmp, started)
 
     def _writer(self, path: str) -> Any:
         from torch.distributed.checkpoint import FileSystemWriter

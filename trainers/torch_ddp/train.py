@@ -46,6 +46,7 @@ from trainers.common.contract import (
     COLLECTIVE_TIMEOUT_ENV,
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
+    EVENT_CHECKPOINT_WRITTEN,
     EVENT_DONE,
     EVENT_IDLE,
     EVENT_PREEMPTED,
@@ -323,7 +324,8 @@ class _Trainer:
                 world_size=self.world,
                 sharded=cfg.strategy == "fsdp",
                 async_save=cfg.async_checkpoint,
-                on_written=lambda step, secs: self.written.append(secs),
+                overlap_copy=True,
+                on_written=self._written,
             )
             if self.ckpt_dir
             else None
@@ -334,6 +336,7 @@ class _Trainer:
         )
         self.tokens_per_sample = cfg.seq_len if self.ds.task == "lm" else 0
         self.stall_total = 0.0
+        self._copying: tuple[int, dict[str, Any]] | None = None
         self.window = LogWindow()
         self.loss_value: float | None = None
 
@@ -347,23 +350,43 @@ class _Trainer:
         self.logger.log(EVENT_RESUME, step, checkpoint_dir=self.ckpt_dir)
         return step
 
+    def _written(self, step: int, secs: float) -> None:
+        """Rank 0's commit of `step`; from the writer thread for an async save."""
+        self.written.append(secs)
+        self.logger.log(EVENT_CHECKPOINT_WRITTEN, step, write_s=secs)
+
     def _save(self, step: int, *, reason: str | None = None) -> None:
         if self.checkpointer is None:
             return
+        self._copied()
         self.logger.log(EVENT_CHECKPOINT_BEGIN, step)
         saved = self.checkpointer.save(self.raw, self.optimizer, step=step, sync=reason is not None)
-        if reason is None:
-            self.stall_total += saved.stall_s
         asynchronous = reason is None and self.checkpointer.async_save
-        self.logger.log(
-            EVENT_CHECKPOINT,
-            step,
-            stall_s=saved.stall_s,
-            path=saved.path,
-            write_s=None if asynchronous or not self.written else self.written[-1],
-            async_write=asynchronous,
-            reason=reason,
-        )
+        fields = {
+            "stall_s": saved.stall_s,
+            "path": saved.path,
+            "write_s": None if asynchronous or not self.written else self.written[-1],
+            "async_write": asynchronous,
+            "reason": reason,
+        }
+        if asynchronous:
+            # Logged once the copy is taken, with the wait for it counted in stall_s.
+            self._copying = (step, fields)
+        else:
+            self._log_save(step, fields)
+
+    def _copied(self) -> None:
+        """Finish an async save's copy (it overlaps the next step's forward and backward)."""
+        if self.checkpointer is None or self._copying is None:
+            return
+        (step, fields), self._copying = self._copying, None
+        fields["stall_s"] += self.checkpointer.before_update()
+        self._log_save(step, fields)
+
+    def _log_save(self, step: int, fields: dict[str, Any]) -> None:
+        if fields["reason"] is None:
+            self.stall_total += fields["stall_s"]
+        self.logger.log(EVENT_CHECKPOINT, step, **fields)
 
     def _step(self, step: int) -> torch.Tensor:
         cfg, device = self.cfg, self.device
@@ -381,6 +404,7 @@ class _Trainer:
                 loss = _loss(self.model, mx, my, self.ds) / cfg.grad_accum_steps
             loss.backward()
             step_loss += loss.detach()
+        self._copied()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.window.steps += 1
