@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -137,12 +141,21 @@ def test_gpu_benchmark_skips_without_cuda() -> None:
     }
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="needs the tensorflow extra"
+)
 def test_tensorflow_gpt_flops_match_the_torch_count() -> None:
-    pytest.importorskip("tensorflow")
-    from trainers.tf_multiworker.models import build_model
-    from trainers.tf_multiworker.models import flops_per_sample as tf_flops_per_sample
-
-    cfg = TrainConfig(model="gpt", gpt_layers=L, gpt_dim=D, gpt_heads=H, seq_len=T, vocab_size=V)
-    model = build_model(cfg, (T,), V)
-    assert model.count_params() == 120_576
-    assert tf_flops_per_sample(model, cfg) == 797_184.0 * 64
+    # In a child process: importing TensorFlow here would leave it in this pytest process,
+    # where other tests assert that their code paths never load it.
+    probe = f"""
+from trainers.common.config import TrainConfig
+from trainers.tf_multiworker.models import build_model, flops_per_sample
+cfg = TrainConfig(model="gpt", gpt_layers={L}, gpt_dim={D}, gpt_heads={H}, seq_len={T},
+                  vocab_size={V})
+model = build_model(cfg, ({T},), {V})
+print(model.count_params(), flops_per_sample(model, cfg))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert done.stdout.split()[-2:] == ["120576", str(797_184.0 * 64)]
