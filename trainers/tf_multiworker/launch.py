@@ -3,6 +3,8 @@
 `main` reads the config and the cluster, rejects a strategy the cluster cannot run, sends
 tasks with nothing to do home, and sets the environment TensorFlow reads at import or at
 strategy creation (`TF_CONFIG`, oneDNN, gRPC fail-fast); only then does it import
+TensorFlow, check that `tf.keras` is the Keras 2 the trainer needs (`keras_setup`: a missing
+or mismatched tf-keras on TF >= 2.16 exits 2 with the pin to install) and import
 `trainers.tf_multiworker.train`.
 
 Roles per strategy:
@@ -30,6 +32,7 @@ from trainers.common.config import TrainConfig
 from trainers.common.contract import EVENT_IDLE, FIELD_EVENT, FIELD_SEVERITY, TF_MODULE
 from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE
 from trainers.tf_multiworker.cluster import TFCluster, tf_cluster, tpu_target
+from trainers.tf_multiworker.keras_setup import KerasSetupError, load_keras
 
 
 def check_topology(cfg: TrainConfig, tfc: TFCluster, info: ClusterInfo) -> None:
@@ -112,6 +115,11 @@ def main(argv: Sequence[str]) -> int:
     if cfg.strategy == "tpu" and info.rank != 0:
         return _idle(tfc, "TPU worker 0 drives the slice")
     prepare_environment(cfg, tfc)
+    try:
+        load_keras()
+    except KerasSetupError as e:
+        print(f"trainstack trainer: {e}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT_CODE
     from trainers.tf_multiworker.train import run
 
     return run(cfg, info, tfc)
