@@ -42,6 +42,7 @@ class SlicePlan:
 
     slice: TpuSlice
     generation: TpuGeneration
+    runtime_version: str
     provisioning: str
     secure_boot: bool
     trainer_module: str
@@ -109,6 +110,7 @@ def _check(args: Mapping[str, Any], p: str) -> tuple[SlicePlan | None, list[str]
     plan = SlicePlan(
         slice=found,
         generation=TPU_GENERATIONS[found.generation],
+        runtime_version=str(args["runtime_version"]),
         provisioning=str(provisioning),
         secure_boot=secure_boot and found.generation in SECURE_BOOT_GENERATIONS,
         trainer_module=str(trainer_module),

@@ -9,7 +9,7 @@
             "zone": "us-central2-b",
             "deployment_name": "exp-42",
             "accelerator_type": "v4-32",  # or "generation": "v4", "topology": "2x2x4"
-            "runtime_version": "tpu-vm-tf-2.16.0-pod",
+            "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
             "provisioning": "spot",  # on-demand | spot | reserved | queued
             "network_self_link": net.network_self_link,
             "subnetwork_self_link": net.subnetwork_self_link,
@@ -77,6 +77,7 @@ from components._tpu_queued_provider import (
     with_spec_label,
 )
 from components.catalog.tpu import TPU_ZONES_SOURCE, QueuedTier, TpuProvisioning
+from components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
 from components.startup.tpu_worker import (
     effective_checkpoint_dir,
     render_tpu_worker_script,
@@ -148,7 +149,7 @@ class TpuPodSliceArgs(TypedDict):
     topology: NotRequired[str]
     """Chip topology with `generation`, e.g. `2x2x4`."""
     runtime_version: str
-    """TPU software version, e.g. `tpu-vm-tf-2.16.0-pod` (required: versions drift)."""
+    """TPU software version, e.g. `tpu-vm-tf-2.16.0-pod-pjrt` (required: versions drift)."""
     provisioning: NotRequired[TpuProvisioning]
     """How capacity is obtained (default on-demand)."""
     reservation: NotRequired[str]
@@ -323,6 +324,7 @@ class TpuPodSlice(pulumi.ComponentResource):
         found = plan.slice
         expected_hosts = found.hosts
         trainer_args = list(plan.trainer_args)
+        runtime_version = args["runtime_version"]
 
         def render(values: list[Any]) -> str:
             node_id, package_uri, checkpoint_dir = values
@@ -333,6 +335,7 @@ class TpuPodSlice(pulumi.ComponentResource):
                 trainer_args=trainer_args,
                 checkpoint_dir=checkpoint_dir,
                 expected_hosts=expected_hosts,
+                runtime_version=runtime_version,
             )
 
         self.startup_script = pulumi.Output.all(
@@ -386,6 +389,20 @@ class TpuPodSlice(pulumi.ComponentResource):
         if not found.verified:
             pulumi.log.warn(
                 f"{found.accelerator_type}: unverified catalog fact: {found.note}", resource=self
+            )
+        runtime = parse_tf_runtime(plan.runtime_version)
+        if runtime is not None and not runtime.verified:
+            pulumi.log.warn(
+                f"{plan.runtime_version}: unverified catalog fact: {HARDWARE_SUFFIX_SOURCE}",
+                resource=self,
+            )
+        if runtime is not None and runtime.pjrt and not found.multi_host:
+            pulumi.log.warn(
+                f"{plan.runtime_version}: unverified catalog fact: the startup script points "
+                "TF_PLUGGABLE_DEVICE_LIBRARY_PATH at the libtpu package's libtpu.so (else "
+                "/lib/libtpu.so), where Google's TensorFlow harness keeps it; where tpu-vm-tf "
+                "runtime images keep it is not documented",
+                resource=self,
             )
         if not plan.generation.zones.get(zone, True):
             pulumi.log.warn(

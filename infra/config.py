@@ -16,7 +16,7 @@ Example::
     cfg = load_stack_config({"gcp:project": "p", "gcp:region": "us-central2",
                              "trainstack:tpu": {"accelerator_type": "v4-32",
                                                 "zone": "us-central2-b",
-                                                "runtime_version": "tpu-vm-tf-2.16.0-pod",
+                                                "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
                                                 "provisioning": "spot"},
                              "trainstack:trainer": {"framework": "tensorflow",
                                                     "strategy": "tpu"}})

@@ -10,6 +10,7 @@ unverified carry `verified=False` or a `*_VERIFIED = False` marker and a note.
 |--------------|------------------------------------------------------------------------|
 | `tpu`        | TPU generations, slice shapes, zones, runtimes, provisioning, Secure Boot |
 | `tpu_rules`  | which slice a request names, its zone, runtime and capacity (problems)  |
+| `tpu_runtimes` | TensorFlow TPU runtime names, their TF's Keras rule, the TPU VM env   |
 | `machines`   | Compute Engine machine shapes (A2 GPU and CPU machines)                |
 | `gpus`       | GPU model names per API, A100 zones, compact placement limit            |
 | `vertex`     | Vertex machine/accelerator and Reduction Server rules, tuning enums    |
@@ -114,6 +115,19 @@ from components.catalog.tpu_rules import (
     tpu_capacity_problems,
     tpu_slice_problems,
 )
+from components.catalog.tpu_runtimes import (
+    HARDWARE_SUFFIX_SOURCE,
+    HARDWARE_SUFFIX_VERIFIED,
+    TF_KERAS_FROM,
+    TF_KERAS_SOURCE,
+    TF_KERAS_VERIFIED,
+    TF_RUNTIME_NAMES_SOURCE,
+    TPU_TF_ENVIRONMENT,
+    TfRuntime,
+    TpuEnvFact,
+    parse_tf_runtime,
+    tf_keras_requirement,
+)
 from components.catalog.vertex import (
     ALGORITHMS,
     DEFAULT_REDUCER_MACHINE,
@@ -163,6 +177,8 @@ __all__ = [
     "GOALS",
     "GPU_ACCELERATOR_NAMES",
     "GRID_SEARCH_TYPES",
+    "HARDWARE_SUFFIX_SOURCE",
+    "HARDWARE_SUFFIX_VERIFIED",
     "KUBERNETES_IMAGES",
     "KUBERNETES_IMAGES_SOURCE",
     "KUBERNETES_IMAGES_VERIFIED",
@@ -191,12 +207,17 @@ __all__ = [
     "SECURE_BOOT_SOURCE",
     "SECURE_BOOT_VERIFIED",
     "TF_GPU_IMAGES",
+    "TF_KERAS_FROM",
+    "TF_KERAS_SOURCE",
+    "TF_KERAS_VERIFIED",
+    "TF_RUNTIME_NAMES_SOURCE",
     "TPU_AS_OF",
     "TPU_GENERATIONS",
     "TPU_PROVISIONING",
     "TPU_RUNTIME_AS_OF",
     "TPU_RUNTIME_SOURCE",
     "TPU_SOURCE",
+    "TPU_TF_ENVIRONMENT",
     "TPU_ZONES_AS_OF",
     "TPU_ZONES_SOURCE",
     "VERTEX_GPU_ENUMS",
@@ -210,6 +231,8 @@ __all__ = [
     "QueuedTier",
     "RuntimeMatch",
     "ScaleType",
+    "TfRuntime",
+    "TpuEnvFact",
     "TpuGeneration",
     "TpuGenerationName",
     "TpuProvisioning",
@@ -217,6 +240,7 @@ __all__ = [
     "VertexAcceleratorType",
     "VertexTrainingImage",
     "label_problems",
+    "parse_tf_runtime",
     "reducer_count",
     "reducer_count_problem",
     "reducer_count_value",
@@ -226,6 +250,7 @@ __all__ = [
     "reduction_server_problems",
     "tensorflow_runtime_family",
     "tensorflow_runtime_problems",
+    "tf_keras_requirement",
     "tpu_capacity_problems",
     "tpu_generation_of",
     "tpu_runtime_match",

@@ -11,11 +11,18 @@ The rules over these facts are in `components.catalog.tpu_rules`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from components.catalog.sources import FACT_SHEET
+from components.catalog.tpu_runtimes import (
+    DEVICE_API_REQUIRED_FROM,
+    HARDWARE_SUFFIX_FROM,
+    HARDWARE_SUFFIX_GENERATIONS,
+    TF_RUNTIME_NAMES_SOURCE,
+    TfRuntime,
+    parse_tf_runtime,
+)
 
 TpuGenerationName = Literal["v4", "v5e", "v5p", "v6e"]
 
@@ -36,7 +43,8 @@ TPU_ZONES_AS_OF: Final = "2026-11-01"
 
 TPU_RUNTIME_SOURCE: Final = (
     "https://cloud.google.com/tpu/docs/runtimes, "
-    f"https://cloud.google.com/tpu/docs/supported-versions; {FACT_SHEET} section 1.4"
+    f"https://cloud.google.com/tpu/docs/supported-versions; {FACT_SHEET} section 1.4; "
+    f"{TF_RUNTIME_NAMES_SOURCE}"
 )
 TPU_RUNTIME_AS_OF: Final = "2026-11-01"
 
@@ -106,13 +114,23 @@ class TpuGeneration:
     @property
     def runtime_family(self) -> str:
         """Human description of the runtime versions valid for this generation."""
+        low, since = _v(self.tf_min_version), _v(HARDWARE_SUFFIX_FROM)
         if self.tf_requires_pjrt:
-            tf = "tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= {}.{}.{})".format(*self.tf_min_version)
-            return f"{self.base_runtime}, {tf}"
+            suffix = next(s for s, g in HARDWARE_SUFFIX_GENERATIONS.items() if self.name in g)
+            return (
+                f"{self.base_runtime}, tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= {low}), "
+                f"tpu-vm-tf-X.Y.Z[-pod]-pjrt-{suffix} (TF >= {since})"
+            )
         return (
-            f"{self.base_runtime}, tpu-vm-tf-X.Y.Z[-pod][-pjrt] (TF >= 2.10.1), "
+            f"{self.base_runtime}, tpu-vm-tf-X.Y.Z[-pod]-pjrt, tpu-vm-tf-X.Y.Z[-pod]-se "
+            f"(TF >= {_v(DEVICE_API_REQUIRED_FROM)}), tpu-vm-tf-X.Y.Z[-pod] (TF {low} to 2.14.x), "
+            f"tpu-vm-tf-X.Y.Z[-pod]-pjrt-v5p-and-below (TF >= {since}), "
             "tpu-vm-tf-X.Y.Z[-pod]-v4 (TF <= 2.10.0)"
         )
+
+
+def _v(version: tuple[int, int, int]) -> str:
+    return ".".join(str(n) for n in version)
 
 
 def _slice(
@@ -308,9 +326,6 @@ def tpu_slice(accelerator_type: str) -> TpuSlice | None:
     return gen.slice(accelerator_type) if gen else None
 
 
-_TF_RUNTIME = re.compile(r"^tpu-vm-tf-(\d+)\.(\d+)\.(\d+)(-pod)?(-pjrt)?(-v4)?$")
-
-
 @dataclass(frozen=True)
 class RuntimeMatch:
     """How a runtime version relates to a TPU generation."""
@@ -321,31 +336,46 @@ class RuntimeMatch:
     """The runtime is a `-pod` (multi-host) TensorFlow runtime."""
     tensorflow: bool
     """The runtime ships TensorFlow (`tpu-vm-tf-*`)."""
+    tf: TfRuntime | None = None
+    """What the TensorFlow runtime's name says (its TF version, device API, Keras rule)."""
 
 
 def tpu_runtime_match(generation: TpuGenerationName, runtime_version: str) -> RuntimeMatch:
     """Say whether `runtime_version` belongs to `generation` and whether it is a `-pod` one.
 
-    Rules (fact sheet 1.4): each generation has one base runtime; TensorFlow runtimes are
-    `tpu-vm-tf-X.Y.Z[-pod][-pjrt]`. v5e/v5p/v6e need TF >= 2.15.0 with `-pjrt`; v4 uses
-    the plain names from TF 2.10.1 on and a `-v4` suffix up to TF 2.10.0. Accepting `-pjrt`
-    on v4 is an assumption (unverified); the TPU API's runtime list is authoritative.
+    Rules (`components.catalog.tpu_runtimes.TF_RUNTIME_NAMES_SOURCE`): each generation has one
+    base runtime; TensorFlow runtimes are `tpu-vm-tf-X.Y.Z[-pod][-{pjrt,se}]`. v5e/v5p/v6e
+    need TF >= 2.15.0 with `-pjrt`. v4 follows the v2/v3 rules from TF 2.10.1 on: plain
+    names (stream executor) before TF 2.15.0, a device API (`-pjrt` or `-se`) from it; up to
+    TF 2.10.0 its names end in `-v4`. `-pjrt-v5e-and-v6` / `-pjrt-v5p-and-below` names
+    (TF >= 2.18.0) fit the generations they name (unverified). The TPU API's runtime list
+    is authoritative.
     """
     gen = TPU_GENERATIONS[generation]
     if runtime_version == gen.base_runtime:
         return RuntimeMatch(belongs=True, pod=False, tensorflow=False)
-    m = _TF_RUNTIME.match(runtime_version)
-    if not m:
+    rt = parse_tf_runtime(runtime_version)
+    if rt is None:
         return RuntimeMatch(belongs=False, pod=False, tensorflow=False)
-    version = (int(m[1]), int(m[2]), int(m[3]))
-    pod, pjrt, v4_suffix = bool(m[4]), bool(m[5]), bool(m[6])
+    return RuntimeMatch(belongs=_tf_runtime_fits(gen, rt), pod=rt.pod, tensorflow=True, tf=rt)
+
+
+def _tf_runtime_fits(gen: TpuGeneration, rt: TfRuntime) -> bool:
+    if rt.hardware == "v4":
+        return gen.name == "v4" and rt.device_api is None and rt.version <= (2, 10, 0)
+    if rt.hardware is not None and (
+        gen.name not in HARDWARE_SUFFIX_GENERATIONS[rt.hardware]
+        or not rt.pjrt
+        or rt.version < HARDWARE_SUFFIX_FROM
+    ):
+        return False
+    if rt.version < gen.tf_min_version:
+        return False
     if gen.tf_requires_pjrt:
-        ok = pjrt and not v4_suffix and version >= gen.tf_min_version
-    elif v4_suffix:
-        ok = not pjrt and version <= (2, 10, 0)
-    else:
-        ok = version >= gen.tf_min_version
-    return RuntimeMatch(belongs=ok, pod=pod, tensorflow=True)
+        return rt.pjrt
+    if rt.version >= DEVICE_API_REQUIRED_FROM:
+        return rt.device_api is not None
+    return rt.device_api is None
 
 
 # --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from components.catalog.tpu import (
     tpu_generation_of,
     tpu_runtime_match,
 )
+from components.catalog.tpu_runtimes import DEVICE_API_REQUIRED_FROM
 
 RESERVATION_NAME: Final = re.compile(
     r"^(-|[a-z]([-a-z0-9]{0,61}[a-z0-9])?|projects/[^/]+/locations/[^/]+/reservations/[^/]+)$"
@@ -121,6 +122,20 @@ def _find_slice(
 def _runtime_problems(runtime: str, found: TpuSlice, p: str) -> list[str]:
     gen = TPU_GENERATIONS[found.generation]
     match = tpu_runtime_match(gen.name, runtime)
+    rt = match.tf
+    if (
+        rt is not None
+        and not gen.tf_requires_pjrt
+        and rt.device_api is None
+        and rt.hardware is None
+        and rt.version >= DEVICE_API_REQUIRED_FROM
+    ):
+        return [
+            (
+                f"{p}runtime_version: {runtime!r} names no device API, which {gen.name} "
+                f"runtimes carry from TF 2.15.0 on; valid: {runtime}-pjrt, {runtime}-se"
+            )
+        ]
     if not match.belongs:
         return [
             (
@@ -151,9 +166,13 @@ def tensorflow_runtime_family(found: TpuSlice) -> str:
     """The TensorFlow runtime versions that fit `found` (pod or not, pjrt or not)."""
     gen = TPU_GENERATIONS[found.generation]
     pod = "-pod" if found.multi_host else ""
-    pjrt = "-pjrt" if gen.tf_requires_pjrt else ""
     low = ".".join(str(n) for n in gen.tf_min_version)
-    return f"tpu-vm-tf-X.Y.Z{pod}{pjrt} (TF >= {low})"
+    if gen.tf_requires_pjrt:
+        return f"tpu-vm-tf-X.Y.Z{pod}-pjrt (TF >= {low})"
+    return (
+        f"tpu-vm-tf-X.Y.Z{pod}-pjrt, tpu-vm-tf-X.Y.Z{pod}-se (TF >= 2.15.0), "
+        f"tpu-vm-tf-X.Y.Z{pod} (TF {low} to 2.14.x)"
+    )
 
 
 def tensorflow_runtime_problems(runtime: str, found: TpuSlice, prefix: str = "") -> list[str]:

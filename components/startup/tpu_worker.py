@@ -9,6 +9,7 @@
         trainer_args=["--framework=tensorflow", "--strategy=tpu", "--steps=1000"],
         checkpoint_dir="gs://p-exp-42-checkpoints/checkpoints",
         expected_hosts=4,
+        runtime_version="tpu-vm-tf-2.16.0-pod-pjrt",
     )
     # -> metadata {"startup-script": script} of a gcp.tpu.V2Vm or a queued resource's node
 
@@ -17,12 +18,21 @@ What the script does is documented at the top of `tpu_worker.sh`. Worker 0 launc
     python3 -m <trainer_module> --checkpoint_dir=<checkpoint_dir> <trainer_args...>
 
 (`trainer_command` gives exactly that argv) with `TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES`
-(worker IPs, worker 0 first), `PYTHONUNBUFFERED=1` and, on a multi-host slice,
-`TPU_LOAD_LIBRARY=0` (the `-pod` runtime's servers own the chips). `TPU_NAME` is left unset
-on purpose: TensorFlow's TPUClusterResolver would then resolve the slice through the Cloud
-TPU API, which needs an extra IAM role; the worker list (`grpc://<ip>:8470` each, see
-`trainers.tf_multiworker.cluster.tpu_target`) needs none. A `--checkpoint_dir=` among `trainer_args` replaces
-the default one.
+(worker IPs, worker 0 first), `PYTHONUNBUFFERED=1` and the variables Google's TensorFlow TPU
+harness sets for the slice's shape (`components.catalog.tpu_runtimes.TPU_TF_ENVIRONMENT`):
+on a multi-host slice `TPU_LOAD_LIBRARY=0` (the `-pod` runtime's servers own the chips); on
+a single host `TPU_NAME=local` and, on a `-pjrt` runtime, `NEXT_PLUGGABLE_DEVICE_USE_C_API=true`
+and `TF_PLUGGABLE_DEVICE_LIBRARY_PATH` (the runtime's libtpu.so). `TPU_NAME` stays unset on a
+multi-host slice: TensorFlow's TPUClusterResolver would then resolve the slice through the
+Cloud TPU API, which needs an extra IAM role; the worker list (`grpc://<ip>:8470` each, see
+`trainers.tf_multiworker.cluster.tpu_target`) needs none. A `--checkpoint_dir=` among
+`trainer_args` replaces the default one.
+
+Before the first launch worker 0 reads the TensorFlow version of the runtime's Python and,
+from TF 2.16 on, installs `tf-keras==<major>.<minor>.*` with `--no-deps` (the trainer's Keras
+2; `components.catalog.tpu_runtimes.TF_KERAS_SOURCE`). `runtime_version` (a TensorFlow
+runtime: the trainer needs TensorFlow) gives the TensorFlow minor the script expects, which
+it reports when the VM's differs, and the device API.
 
 Every value is shell-quoted into the template; nothing secret may go in (the script lands in
 instance metadata, readable by anyone who can read the node): flags whose names look like
@@ -36,6 +46,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
+
+from components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
 
 TEMPLATE_PATH: Final = Path(__file__).with_name("tpu_worker.sh")
 METADATA_URL_ENV: Final = "TRAINSTACK_METADATA_URL"
@@ -123,6 +135,7 @@ def render_tpu_worker_script(
     trainer_args: Sequence[str],
     checkpoint_dir: str,
     expected_hosts: int,
+    runtime_version: str,
     python: str = DEFAULT_PYTHON,
     trainer_attempts: int = DEFAULT_TRAINER_ATTEMPTS,
     retry_delay_s: int = DEFAULT_RETRY_DELAY_S,
@@ -141,6 +154,12 @@ def render_tpu_worker_script(
         raise ValueError(
             f"checkpoint_dir: {checkpoint_dir!r} is not a gs:// URL; a TPU VM's disk does not "
             "survive preemption, so checkpoints must go to Cloud Storage"
+        )
+    runtime = parse_tf_runtime(runtime_version) if isinstance(runtime_version, str) else None
+    if runtime is None:
+        raise ValueError(
+            f"runtime_version: {runtime_version!r} is not a TensorFlow TPU runtime, which the "
+            "trainer needs; valid: tpu-vm-tf-X.Y.Z[-pod][-pjrt|-se]"
         )
     validate_trainer_launch(trainer_module, trainer_args)
     effective = effective_checkpoint_dir(trainer_args, checkpoint_dir)
@@ -169,6 +188,10 @@ def render_tpu_worker_script(
         "TRAINER_ATTEMPTS": str(trainer_attempts),
         "RETRY_DELAY_S": str(retry_delay_s),
         "TRAINER_ARGS": " ".join(shlex.quote(a) for a in argv[3:]),
+        "RUNTIME_VERSION": shlex.quote(runtime_version),
+        "RUNTIME_TF_MINOR": runtime.tf_minor,
+        "DEVICE_API": runtime.device_api or "''",
+        "TF_KERAS_FROM": ".".join(str(n) for n in TF_KERAS_FROM),
     }
     template = TEMPLATE_PATH.read_text(encoding="utf-8")
     rendered = _PLACEHOLDER.sub(lambda m: values[m.group(0).strip("@")], template)

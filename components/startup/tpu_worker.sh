@@ -15,7 +15,13 @@
 #   3. worker 0 runs the trainer under a lock (a second copy of this script, e.g. a manual
 #      re-run, leaves a running trainer alone); the other workers of a multi-host slice
 #      only serve their TPU chips to worker 0 (TensorFlow `-pod` runtime) and exit here;
-#   4. a trainer that exits non-zero is relaunched a bounded number of times (it resumes
+#   4. before the first launch, worker 0 asks the runtime's Python which TensorFlow it has:
+#      from TF 2.16 on the trainer's Keras 2 is the tf-keras package at the same minor,
+#      installed once with --no-deps (pip must not put another TensorFlow over the TPU
+#      build); older TF has Keras 2 built in and gets nothing;
+#   5. the trainer starts with the TPU environment of its slice shape and device API (the
+#      variables Google's TensorFlow TPU harness sets, see export_tpu_environment);
+#   6. a trainer that exits non-zero is relaunched a bounded number of times (it resumes
 #      from its newest checkpoint); one that finishes leaves a marker, so a later boot does
 #      not train the same run again.
 # Every line (trainer output included) is prefixed with the slice and worker id and goes
@@ -31,6 +37,10 @@ readonly TS_PYTHON=@@PYTHON@@
 readonly TS_TRAINER_ATTEMPTS=@@TRAINER_ATTEMPTS@@
 readonly TS_RETRY_DELAY_S=@@RETRY_DELAY_S@@
 readonly TS_TRAINER_ARGS=(@@TRAINER_ARGS@@)
+readonly TS_RUNTIME_VERSION=@@RUNTIME_VERSION@@
+readonly TS_RUNTIME_TF_MINOR=@@RUNTIME_TF_MINOR@@
+readonly TS_DEVICE_API=@@DEVICE_API@@
+readonly TS_TF_KERAS_FROM=@@TF_KERAS_FROM@@
 
 # Only tests set these two: a local fake metadata server and a scratch state directory.
 readonly TS_METADATA_URL="${TRAINSTACK_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}"
@@ -144,6 +154,99 @@ install_package() {
   touch "$marker"
 }
 
+# at_least_minor VERSION MAJOR.MINOR: VERSION (x.y[.z...]) is at least MAJOR.MINOR.
+at_least_minor() {
+  local -a have want
+  IFS=. read -r -a have <<<"$1"
+  IFS=. read -r -a want <<<"$2"
+  ((have[0] > want[0] || (have[0] == want[0] && have[1] >= want[1])))
+}
+
+# The TensorFlow release of the runtime's Python. The runtime's name only promises the
+# minor (TF 2.16 runtimes named 2.16.0 ship 2.16.1). TPU_LOAD_LIBRARY=0 keeps this probe
+# off the chips, so the trainer started next finds libtpu free.
+tensorflow_version() {
+  TPU_LOAD_LIBRARY=0 TF_CPP_MIN_LOG_LEVEL=3 "$TS_PYTHON" -c \
+    'import tensorflow as tf; print(tf.__version__)' 2>/dev/null | tail -n 1
+}
+
+# The trainer's models are Keras 2 code. From TF 2.16 on `tf.keras` is Keras 3 unless the
+# tf-keras package (same minor as TF: tf-keras X.Y requires TensorFlow X.Y) is installed;
+# Google's TF TPU harness installs it with `pip install --upgrade --force-reinstall
+# --no-deps tf-keras==<version>` (ml-auto-solutions dags/solutions_team/configs/tensorflow/
+# common.py:106-108). --no-deps and the pin keep pip from replacing the TPU build of
+# TensorFlow with whatever a newer tf-keras requires. TF < 2.16 ships Keras 2 itself.
+install_keras() {
+  local version minor pin marker
+  version=$(tensorflow_version) || version=""
+  if [[ ! $version =~ ^([0-9]+)\.([0-9]+)\. ]]; then
+    die "cannot import TensorFlow with $TS_PYTHON; runtime $TS_RUNTIME_VERSION should ship TensorFlow $TS_RUNTIME_TF_MINOR, which the trainer needs"
+  fi
+  minor="${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
+  if [[ $minor != "$TS_RUNTIME_TF_MINOR" ]]; then
+    log "WARNING: runtime $TS_RUNTIME_VERSION names TensorFlow $TS_RUNTIME_TF_MINOR but $TS_PYTHON has TensorFlow $version; matching Keras to $version"
+  fi
+  if ! at_least_minor "$version" "$TS_TF_KERAS_FROM"; then
+    log "TensorFlow $version has Keras 2 built in; nothing to install"
+    return 0
+  fi
+  pin="tf-keras==$minor.*"
+  marker="$TS_STATE_DIR/installed-$(printf '%s' "$pin" | sha256sum | cut -c1-16)"
+  if [[ -f $marker ]]; then
+    log "TensorFlow $version: $pin already installed"
+    return 0
+  fi
+  log "TensorFlow $version runs Keras 2 as tf-keras: installing $pin without dependencies"
+  retry 3 env PIP_BREAK_SYSTEM_PACKAGES=1 "$TS_PYTHON" -m pip install --quiet \
+    --disable-pip-version-check --upgrade --force-reinstall --no-deps "$pin" ||
+    die "cannot install $pin"
+  touch "$marker"
+}
+
+# libtpu.so of the libtpu package the runtime's Python would import (where pip puts it
+# with TensorFlow's TPU build), else /lib/libtpu.so (where Google's harness copied it
+# before 2024-07); fails when neither exists.
+libtpu_path() {
+  local found
+  found=$("$TS_PYTHON" -c 'import importlib.util as u, os; s = u.find_spec("libtpu"); print(os.path.join(list(s.submodule_search_locations)[0], "libtpu.so") if s and s.submodule_search_locations else "")' 2>/dev/null) || found=""
+  if [[ -n $found && -f $found ]]; then
+    printf '%s' "$found"
+  elif [[ -f /lib/libtpu.so ]]; then
+    printf '%s' /lib/libtpu.so
+  else
+    return 1
+  fi
+}
+
+# What Google's TensorFlow TPU harness exports (ml-auto-solutions dags/solutions_team/
+# configs/tensorflow/common.py:120-148, export_env_variables; catalog:
+# components.catalog.tpu_runtimes.TPU_TF_ENVIRONMENT), except TPU_NAME on a multi-host
+# slice: with it TPUClusterResolver would look the slice up through the Cloud TPU API (an
+# extra IAM role); TPU_WORKER_HOSTNAMES reaches each worker's TPU runtime directly.
+export_tpu_environment() {
+  local libtpu
+  export TPU_WORKER_ID="$WORKER_ID"
+  export TPU_WORKER_HOSTNAMES="$WORKER_HOSTNAMES"
+  export PYTHONUNBUFFERED=1
+  if ((${#WORKER_IPS[@]} > 1)); then
+    # Multi-host `-pod` runtime: the TPU runtime of every worker serves the chips, so the
+    # TensorFlow client on worker 0 must not load libtpu itself (common.py:139-140).
+    export TPU_LOAD_LIBRARY=0
+    return 0
+  fi
+  # Single host: the chips of this VM (common.py:132; release config: 'local' unless a pod).
+  export TPU_NAME=local
+  if [[ $TS_DEVICE_API == pjrt ]]; then
+    # Single-host PJRT: TensorFlow drives libtpu as a pluggable device (common.py:142-146).
+    export NEXT_PLUGGABLE_DEVICE_USE_C_API=true
+    if libtpu=$(libtpu_path); then
+      export TF_PLUGGABLE_DEVICE_LIBRARY_PATH="$libtpu"
+    else
+      log "WARNING: no libtpu.so (no libtpu package for $TS_PYTHON, no /lib/libtpu.so); TF_PLUGGABLE_DEVICE_LIBRARY_PATH left unset"
+    fi
+  fi
+}
+
 run_trainer() {
   local -a cmd
   local digest done_marker attempt status shown
@@ -159,16 +262,8 @@ run_trainer() {
     log "a trainer is already running on this worker; leaving it alone"
     return 0
   fi
-  # No TPU_NAME: with it TPUClusterResolver would look the slice up through the Cloud TPU
-  # API (an extra IAM role); the worker list reaches each worker's TPU runtime directly.
-  export TPU_WORKER_ID="$WORKER_ID"
-  export TPU_WORKER_HOSTNAMES="$WORKER_HOSTNAMES"
-  export PYTHONUNBUFFERED=1
-  if ((${#WORKER_IPS[@]} > 1)); then
-    # Multi-host `-pod` runtime: the TPU runtime of every worker serves the chips, so the
-    # TensorFlow client on worker 0 must not load libtpu itself.
-    export TPU_LOAD_LIBRARY=0
-  fi
+  install_keras
+  export_tpu_environment
   shown=$(printf '%q ' "${cmd[@]}")
   for ((attempt = 1; attempt <= TS_TRAINER_ATTEMPTS; attempt++)); do
     log "launching trainer (attempt $attempt/$TS_TRAINER_ATTEMPTS): ${shown% }"

@@ -34,7 +34,7 @@ TPU_STACK: dict[str, Any] = {
     "trainstack:tpu": {
         "accelerator_type": "v4-32",
         "zone": "us-central2-b",
-        "runtime_version": "tpu-vm-tf-2.16.0-pod",
+        "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
     },
     "trainstack:trainer": {"framework": "tensorflow", "strategy": "tpu"},
 }

@@ -31,7 +31,7 @@ ARGS: dict[str, Any] = {
     "zone": "us-central2-b",
     "deployment_name": "exp-42",
     "accelerator_type": "v4-32",
-    "runtime_version": "tpu-vm-tf-2.16.0-pod",
+    "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
     "network_self_link": NETWORK,
     "subnetwork_self_link": SUBNET,
     "network_tags": ["exp-42-train-node"],
@@ -74,6 +74,7 @@ def _script(**overrides: Any) -> str:
         "trainer_args": FLAGS,
         "checkpoint_dir": CKPT,
         "expected_hosts": 4,
+        "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
         **overrides,
     }
     return render_tpu_worker_script(**kwargs)
@@ -85,7 +86,7 @@ def _vm_inputs(**changes: Any) -> dict[str, Any]:
         "project": "p",
         "zone": "us-central2-b",
         "description": "trainstack TPU slice v4-32",
-        "runtimeVersion": "tpu-vm-tf-2.16.0-pod",
+        "runtimeVersion": "tpu-vm-tf-2.16.0-pod-pjrt",
         "acceleratorConfig": {"type": "V4", "topology": "2x2x4"},
         "networkConfig": {
             "network": "projects/p/global/networks/exp-42-net",
@@ -173,7 +174,7 @@ def test_queued_registers_the_dynamic_resource_with_the_exact_body() -> None:
     }
     node = {
         "description": "trainstack TPU slice v4-32",
-        "runtimeVersion": "tpu-vm-tf-2.16.0-pod",
+        "runtimeVersion": "tpu-vm-tf-2.16.0-pod-pjrt",
         "acceleratorConfig": {"type": "V4", "topology": "2x2x4"},
         "networkConfig": {
             "network": "projects/p/global/networks/exp-42-net",
@@ -243,7 +244,7 @@ def test_single_host_data_disks_and_no_tags() -> None:
     run = _run(
         {
             "accelerator_type": "v4-8",
-            "runtime_version": "tpu-vm-tf-2.16.0",
+            "runtime_version": "tpu-vm-tf-2.16.0-pjrt",
             "network_tags": [],
             "data_disks": [{"source_disk": "projects/p/zones/us-central2-b/disks/data"}],
         }
@@ -254,7 +255,34 @@ def test_single_host_data_disks_and_no_tags() -> None:
     ]
     assert "tags" not in vm.inputs
     assert vm.inputs["acceleratorConfig"] == {"type": "V4", "topology": "2x2x1"}
-    assert vm.inputs["metadata"]["startup-script"] == _script(expected_hosts=1)
+    assert vm.inputs["metadata"]["startup-script"] == _script(
+        expected_hosts=1, runtime_version="tpu-vm-tf-2.16.0-pjrt"
+    )
+    # Where the runtime image keeps libtpu.so (single-host PJRT) is unverified: said so.
+    assert (
+        "WARNING",
+        "tpu-vm-tf-2.16.0-pjrt: unverified catalog fact: the startup script points "
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH at the libtpu package's libtpu.so (else "
+        "/lib/libtpu.so), where Google's TensorFlow harness keeps it; where tpu-vm-tf runtime "
+        "images keep it is not documented",
+    ) in run.logs
+
+
+def test_a_hardware_suffixed_runtime_is_accepted_and_reported_unverified() -> None:
+    runtime = "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6"
+    run = _run(
+        {"accelerator_type": "v5litepod-16", "zone": "us-west4-a", "runtime_version": runtime}
+    )
+    vm = run.named("exp-42-tpu-vm")
+    assert vm.inputs["runtimeVersion"] == runtime
+    assert "readonly TS_RUNTIME_TF_MINOR=2.18\n" in vm.inputs["metadata"]["startup-script"]
+    assert (
+        "WARNING",
+        f"{runtime}: unverified catalog fact: tpu-vm-tf-2.18.0-pjrt-v5e-and-v6, "
+        "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6 and tpu-vm-tf-2.18.0-pjrt-v5p-and-below, seen in "
+        "users' test notes and env files, not in Google's documentation (facts-13 section 3, "
+        "V-3p)",
+    ) in run.logs
 
 
 def test_generation_and_topology_form_and_a_checkpoint_flag_override() -> None:

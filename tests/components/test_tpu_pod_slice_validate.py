@@ -64,14 +64,14 @@ API_TYPES = {"v4": "V4", "v5e": "V5LITE_POD", "v5p": "V5P", "v6e": "V6E"}
 
 def _tf_runtime(generation: str, hosts: int) -> str:
     pod = "-pod" if hosts > 1 else ""
-    return f"tpu-vm-tf-2.16.0{pod}" + ("" if generation == "v4" else "-pjrt")
+    return f"tpu-vm-tf-2.16.0{pod}-pjrt"
 
 
 def _args(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "zone": "us-central2-b",
         "accelerator_type": "v4-32",
-        "runtime_version": "tpu-vm-tf-2.16.0-pod",
+        "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
     }
     return {k: v for k, v in {**base, **overrides}.items() if v is not None}
 
@@ -173,32 +173,49 @@ INVALID = [
     (
         {"accelerator_type": "v5litepod-16", "zone": "us-west4-a", "runtime_version": "tpu-ubuntu2204-base"},
         "runtime_version: 'tpu-ubuntu2204-base' is not a v5e runtime; valid: "
-        "v2-alpha-tpuv5-lite, tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= 2.15.0)",
+        "v2-alpha-tpuv5-lite, tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= 2.15.0), "
+        "tpu-vm-tf-X.Y.Z[-pod]-pjrt-v5e-and-v6 (TF >= 2.18.0)",
     ),
     (
         {"accelerator_type": "v5p-32", "zone": "us-east5-a", "runtime_version": "tpu-vm-tf-2.16.0-pod"},
         "runtime_version: 'tpu-vm-tf-2.16.0-pod' is not a v5p runtime; valid: "
-        "v2-alpha-tpuv5, tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= 2.15.0)",
+        "v2-alpha-tpuv5, tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= 2.15.0), "
+        "tpu-vm-tf-X.Y.Z[-pod]-pjrt-v5p-and-below (TF >= 2.18.0)",
     ),
     (
         {"accelerator_type": "v6e-16", "zone": "us-east5-b", "runtime_version": "v2-alpha-tpuv5"},
         "runtime_version: 'v2-alpha-tpuv5' is not a v6e runtime; valid: v2-alpha-tpuv6e, "
-        "tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= 2.15.0)",
+        "tpu-vm-tf-X.Y.Z[-pod]-pjrt (TF >= 2.15.0), tpu-vm-tf-X.Y.Z[-pod]-pjrt-v5e-and-v6 "
+        "(TF >= 2.18.0)",
     ),
     (
         {"accelerator_type": "v4-8"},
-        "runtime_version: 'tpu-vm-tf-2.16.0-pod' is a multi-host (-pod) runtime but v4-8 is "
-        "a single host; valid: tpu-vm-tf-2.16.0",
+        "runtime_version: 'tpu-vm-tf-2.16.0-pod-pjrt' is a multi-host (-pod) runtime but "
+        "v4-8 is a single host; valid: tpu-vm-tf-2.16.0-pjrt",
     ),
     (
-        {"runtime_version": "tpu-vm-tf-2.16.0"},
-        "runtime_version: 'tpu-vm-tf-2.16.0' is a single-host runtime but v4-32 has 4 hosts; "
-        "valid: tpu-vm-tf-2.16.0-pod",
+        {"runtime_version": "tpu-vm-tf-2.16.0-pjrt"},
+        "runtime_version: 'tpu-vm-tf-2.16.0-pjrt' is a single-host runtime but v4-32 has 4 "
+        "hosts; valid: tpu-vm-tf-2.16.0-pod-pjrt",
+    ),
+    (
+        {"runtime_version": "tpu-vm-tf-2.16.0-pod"},
+        "runtime_version: 'tpu-vm-tf-2.16.0-pod' names no device API, which v4 runtimes carry "
+        "from TF 2.15.0 on; valid: tpu-vm-tf-2.16.0-pod-pjrt, tpu-vm-tf-2.16.0-pod-se",
+    ),
+    (
+        {"runtime_version": "tpu-vm-tf-2.14.1-pod-pjrt"},
+        "runtime_version: 'tpu-vm-tf-2.14.1-pod-pjrt' is not a v4 runtime; valid: "
+        "tpu-ubuntu2204-base, tpu-vm-tf-X.Y.Z[-pod]-pjrt, tpu-vm-tf-X.Y.Z[-pod]-se "
+        "(TF >= 2.15.0), tpu-vm-tf-X.Y.Z[-pod] (TF 2.10.1 to 2.14.x), "
+        "tpu-vm-tf-X.Y.Z[-pod]-pjrt-v5p-and-below (TF >= 2.18.0), tpu-vm-tf-X.Y.Z[-pod]-v4 "
+        "(TF <= 2.10.0)",
     ),
     (
         {"runtime_version": "tpu-ubuntu2204-base"},
         "runtime_version: 'tpu-ubuntu2204-base' ships no TensorFlow, which the tensorflow "
-        "trainer needs on v4-32; valid: tpu-vm-tf-X.Y.Z-pod (TF >= 2.10.1)",
+        "trainer needs on v4-32; valid: tpu-vm-tf-X.Y.Z-pod-pjrt, tpu-vm-tf-X.Y.Z-pod-se "
+        "(TF >= 2.15.0), tpu-vm-tf-X.Y.Z-pod (TF 2.10.1 to 2.14.x)",
     ),
     (
         {"accelerator_type": "v6e-4", "zone": "us-central1-b", "runtime_version": "v2-alpha-tpuv6e"},
@@ -301,13 +318,14 @@ def test_every_problem_is_reported_at_once() -> None:
         {"topology": "4x4"},
         {"accelerator_type": "v4-32", "zone": "us-central1-a"},
         {"accelerator_type": "v5litepod-16", "runtime_version": "tpu-ubuntu2204-base"},
-        {"accelerator_type": "v4-8", "runtime_version": "tpu-vm-tf-2.16.0-pod"},
-        {"accelerator_type": "v4-32", "runtime_version": "tpu-vm-tf-2.16.0"},
+        {"accelerator_type": "v4-8", "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt"},
+        {"accelerator_type": "v4-32", "runtime_version": "tpu-vm-tf-2.16.0-pjrt"},
+        {"accelerator_type": "v4-32", "runtime_version": "tpu-vm-tf-2.16.0-pod"},
     ],
 )
 def test_slice_messages_match_the_stack_config(tpu: dict[str, Any]) -> None:
     """Users importing the component and stack files get the same words for the same fault."""
-    section = {"zone": "us-central2-b", "runtime_version": "tpu-vm-tf-2.16.0-pod", **tpu}
+    section = {"zone": "us-central2-b", "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt", **tpu}
     with pytest.raises(ConfigError) as info:
         load_stack_config(
             {

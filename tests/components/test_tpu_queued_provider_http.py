@@ -60,14 +60,14 @@ def _props(
         {
             "zone": "us-central2-b",
             "accelerator_type": "v4-32",
-            "runtime_version": "tpu-vm-tf-2.16.0-pod",
+            "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
             "provisioning": "queued",
             "queued": {"tier": tier},
         }
     )
     node = node_body(
         plan=plan,
-        runtime_version="tpu-vm-tf-2.16.0-pod",
+        runtime_version="tpu-vm-tf-2.16.0-pod-pjrt",
         description="trainstack TPU slice v4-32",
         network="https://www.googleapis.com/compute/v1/projects/p/global/networks/exp-42-net",
         subnetwork="projects/p/regions/us-central2/subnetworks/exp-42-subnet",

@@ -2,8 +2,11 @@
 
 The metadata server is a local HTTP server (the script's base URL comes from
 TRAINSTACK_METADATA_URL, which only tests set); gcloud, gsutil, python3 and sleep are fake
-executables first on PATH that record their argv and the TPU environment. The slice is a
-v4-32 (4 workers); the tests run worker 0 (the trainer) and worker 3 (serves only).
+executables first on PATH that record their argv and the TPU environment. `python3 -c CODE`
+(the script's TensorFlow and libtpu probes) runs CODE with this interpreter over stub
+`tensorflow` (version FAKE_TF_VERSION) and `libtpu` packages. The slice is a v4-32
+(4 workers) on tpu-vm-tf-2.16.0-pod-pjrt; the tests run worker 0 (the trainer) and worker 3
+(serves only). tests/fidelity/test_tpu.py runs the same script against real TensorFlow.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ SLICE = "exp-42-tpu"
 PACKAGE = "gs://p-exp-42-staging/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
 CKPT = "gs://p-exp-42-checkpoints/checkpoints"
 FLAGS = ["--framework=tensorflow", "--strategy=tpu", "--model=cnn", "--steps=2000"]
+RUNTIME = "tpu-vm-tf-2.16.0-pod-pjrt"
+TF_PROBE = ["-c", "import tensorflow as tf; print(tf.__version__)"]
+LIBTPU_PROBE = [
+    "-c",
+    'import importlib.util as u, os; s = u.find_spec("libtpu"); print(os.path.join(list('
+    's.submodule_search_locations)[0], "libtpu.so") if s and s.submodule_search_locations '
+    'else "")',
+]
 IPS = ["10.130.0.2", "10.130.0.3", "10.130.0.4", "10.130.0.5"]
 ENDPOINTS = ",".join(f"unknown:unknown:{ip}" for ip in IPS)
 TRAINER_ARGV = [
@@ -56,11 +67,16 @@ RECORDED_ENV = (
     "TPU_LOAD_LIBRARY",
     "PYTHONUNBUFFERED",
     "PIP_BREAK_SYSTEM_PACKAGES",
+    "NEXT_PLUGGABLE_DEVICE_USE_C_API",
+    "TF_PLUGGABLE_DEVICE_LIBRARY_PATH",
+    "TF_CPP_MIN_LOG_LEVEL",
 )
 
 # One recorder for every fake: argv and the TPU environment as one JSON line per call.
-# gcloud/gsutil `cp` write the destination; python3 `-m pip` succeeds; the trainer prints a
-# metrics line and exits with the next code of FAKE_TRAINER_EXITS (default 0).
+# gcloud/gsutil `cp` write the destination; python3 `-m pip` succeeds (FAKE_PIP_FAILS
+# names a requirement whose install fails); python3 `-c CODE` runs CODE over the stubs
+# (the libtpu stub is left out with FAKE_NO_LIBTPU); the trainer prints a metrics line and
+# exits with the next code of FAKE_TRAINER_EXITS (default 0).
 FAKE = """#!{python}
 import json, os, sys
 prog = os.path.basename(sys.argv[0])
@@ -68,12 +84,21 @@ argv = sys.argv[1:]
 env = {{k: os.environ[k] for k in {recorded!r} if k in os.environ}}
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write(json.dumps({{"prog": prog, "argv": argv, "env": env}}) + "\\n")
+stubs = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "..", "stubs")
+if prog == "python3" and argv[:1] == ["-c"]:
+    paths = [os.path.join(stubs, "tf")]
+    if not os.environ.get("FAKE_NO_LIBTPU"):
+        paths.append(os.path.join(stubs, "libtpu"))
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    os.execv(sys.executable, [sys.executable, *argv])
+if prog == "python3" and argv[:2] == ["-m", "pip"]:
+    sys.exit(1 if os.environ.get("FAKE_PIP_FAILS", "-") in argv else 0)
 if prog in ("gcloud", "gsutil"):
     if prog in os.environ.get("FAKE_FAILING", "").split(","):
         sys.exit(1)
     with open(argv[-1], "w") as out:
         out.write("sdist")
-elif prog == "python3" and argv[:2] != ["-m", "pip"]:
+elif prog == "python3":
     counter = os.environ["FAKE_LOG"] + ".trainer"
     n = int(open(counter).read()) if os.path.exists(counter) else 0
     open(counter, "w").write(str(n + 1))
@@ -144,6 +169,18 @@ class Worker:
             path = self.bin / prog
             path.write_text(fake)
             path.chmod(0o755)
+        tf = root / "stubs" / "tf" / "tensorflow"
+        tf.mkdir(parents=True)
+        (tf / "__init__.py").write_text(
+            "import os\n"
+            "__version__ = os.environ.get('FAKE_TF_VERSION', '2.16.1')\n"
+            "if not __version__:\n"
+            "    raise ImportError(\"No module named 'tensorflow'\")\n"
+        )
+        self.libtpu = root / "stubs" / "libtpu" / "libtpu"
+        self.libtpu.mkdir(parents=True)
+        (self.libtpu / "__init__.py").write_text("")
+        (self.libtpu / "libtpu.so").write_text("")
 
     def run(self, metadata: MetadataServer, **env: str) -> subprocess.CompletedProcess[str]:
         full_env = {
@@ -180,6 +217,7 @@ def _script(**overrides: Any) -> str:
         "trainer_args": FLAGS,
         "checkpoint_dir": CKPT,
         "expected_hosts": 4,
+        "runtime_version": RUNTIME,
         **overrides,
     }
     return render_tpu_worker_script(**kwargs)
@@ -214,18 +252,46 @@ def _install_calls(worker: Worker) -> list[list[str]]:
     ]
 
 
+def _keras_calls(pin: str | None = "tf-keras==2.16.*") -> list[list[str]]:
+    """The TensorFlow probe, then (from TF 2.16) the pinned tf-keras install without deps."""
+    install = [
+        "python3",
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--upgrade",
+        "--force-reinstall",
+        "--no-deps",
+        pin,
+    ]
+    return [["python3", *TF_PROBE], *([install] if pin else [])]
+
+
 def test_worker0_installs_then_launches_the_trainer(
     worker: Worker, worker0: MetadataServer
 ) -> None:
     result = worker.run(worker0)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert worker.argvs() == [*_install_calls(worker), ["python3", *TRAINER_ARGV]]
-    pip, trainer = worker.calls()[1:]
+    assert worker.argvs() == [
+        *_install_calls(worker),
+        *_keras_calls(),
+        ["python3", *TRAINER_ARGV],
+    ]
+    pip, probe, keras, trainer = worker.calls()[1:]
     assert pip["env"] == {"PIP_BREAK_SYSTEM_PACKAGES": "1"}
+    # The probe keeps off the chips; tf-keras goes in like the sdist (system Python).
+    assert probe["env"] == {"TPU_LOAD_LIBRARY": "0", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    assert keras["env"] == {"PIP_BREAK_SYSTEM_PACKAGES": "1"}
     assert trainer["env"] == TRAINER_ENV
     lines = result.stdout.splitlines()
     tag = f"[trainstack slice={SLICE} worker=0]"
     assert lines[0] == f"{tag} worker 0 of 4; coordinator (worker 0) is 10.130.0.2"
+    assert (
+        f"{tag} TensorFlow 2.16.1 runs Keras 2 as tf-keras: installing tf-keras==2.16.* "
+        "without dependencies"
+    ) in lines
     assert f"{tag} " + '{"event": "done", "step": 2000}' in lines
     launch = f"{tag} launching trainer (attempt 1/3): " + " ".join(
         shlex.quote(a) for a in ["python3", *TRAINER_ARGV]
@@ -257,7 +323,7 @@ def test_rerun_after_reboot_installs_nothing_and_does_not_retrain(
     first = len(worker.calls())
     again = worker.run(worker0)
     assert again.returncode == 0
-    assert len(worker.calls()) == first  # no download, no pip, no trainer
+    assert len(worker.calls()) == first  # no download, no pip, no probe, no trainer
     tag = f"[trainstack slice={SLICE} worker=0]"
     assert again.stdout.splitlines()[1:] == [
         f"{tag} trainer package already installed: {PACKAGE}",
@@ -275,9 +341,13 @@ def test_rerun_after_an_unfinished_run_relaunches_the_same_command(
     assert failed.stdout.splitlines()[-1].endswith("trainer exited with status 1")
     resumed = worker.run(worker0, FAKE_TRAINER_EXITS="1,1,1,0")
     assert resumed.returncode == 0
-    trainer_runs = [c for c in worker.calls() if c["prog"] == "python3" and c["argv"][1] != "pip"]
+    trainer_runs = [c for c in worker.calls() if c["argv"][:2] == TRAINER_ARGV[:2]]
     assert [c["argv"] for c in trainer_runs] == [TRAINER_ARGV] * 4
     assert [c["prog"] for c in worker.calls()].count("gcloud") == 1
+    # Each boot reads the VM's TensorFlow again; tf-keras went in once.
+    assert [c["argv"] for c in worker.calls() if c["argv"][:1] == ["-c"]] == [TF_PROBE] * 2
+    assert sum("tf-keras==2.16.*" in c["argv"] for c in worker.calls()) == 1
+    assert "tf-keras==2.16.* already installed" in resumed.stdout
 
 
 def test_a_running_trainer_is_left_alone(worker: Worker, worker0: MetadataServer) -> None:
@@ -351,15 +421,116 @@ def test_more_workers_than_the_catalog_says_are_used_and_reported(
 
 
 def test_single_host_uses_the_vm_ip_and_loads_libtpu(tmp_path: Path) -> None:
-    worker = Worker(tmp_path, _script(expected_hosts=1))
+    # A v4-8 on a stream-executor runtime: TPU_NAME=local (Google's harness), no PJRT env.
+    worker = Worker(tmp_path, _script(expected_hosts=1, runtime_version="tpu-vm-tf-2.16.0-se"))
     with MetadataServer({"instance/network-interfaces/0/ip": "10.130.0.9"}) as server:
         result = worker.run(server)
     assert result.returncode == 0, result.stdout + result.stderr
     assert worker.calls()[-1]["env"] == {
+        "TPU_NAME": "local",
         "TPU_WORKER_ID": "0",
         "TPU_WORKER_HOSTNAMES": "10.130.0.9",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def _single_host_pjrt(tmp_path: Path, **env: str) -> tuple[Worker, str]:
+    worker = Worker(tmp_path, _script(expected_hosts=1, runtime_version="tpu-vm-tf-2.18.0-pjrt"))
+    with MetadataServer({"instance/network-interfaces/0/ip": "10.130.0.9"}) as server:
+        result = worker.run(server, FAKE_TF_VERSION="2.18.0", **env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return worker, result.stdout
+
+
+def test_single_host_pjrt_gets_the_pluggable_device_environment(tmp_path: Path) -> None:
+    worker, _ = _single_host_pjrt(tmp_path)
+    assert worker.argvs()[-4:] == [
+        *_keras_calls("tf-keras==2.18.*"),
+        ["python3", *LIBTPU_PROBE],
+        ["python3", *TRAINER_ARGV],
+    ]
+    assert worker.calls()[-1]["env"] == {
+        "TPU_NAME": "local",
+        "NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": str(worker.libtpu / "libtpu.so"),
+        "TPU_WORKER_ID": "0",
+        "TPU_WORKER_HOSTNAMES": "10.130.0.9",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def test_single_host_pjrt_without_libtpu_warns_and_leaves_the_path_unset(
+    tmp_path: Path,
+) -> None:
+    # /lib/libtpu.so, the other place the script looks, is absent on this machine too.
+    assert not Path("/lib/libtpu.so").exists()
+    worker, stdout = _single_host_pjrt(tmp_path, FAKE_NO_LIBTPU="1")
+    assert "TF_PLUGGABLE_DEVICE_LIBRARY_PATH" not in worker.calls()[-1]["env"]
+    assert worker.calls()[-1]["env"]["NEXT_PLUGGABLE_DEVICE_USE_C_API"] == "true"
+    assert (
+        "[trainstack slice=exp-42-tpu worker=0] WARNING: no libtpu.so (no libtpu package for "
+        "python3, no /lib/libtpu.so); TF_PLUGGABLE_DEVICE_LIBRARY_PATH left unset"
+    ) in stdout.splitlines()
+
+
+# -- Keras per TensorFlow version ---------------------------------------------------------
+
+
+def test_tensorflow_before_2_16_installs_no_tf_keras(tmp_path: Path) -> None:
+    # The prod-tpu-v4-32 stack's runtime: TF 2.14 has Keras 2 built in.
+    worker = Worker(tmp_path, _script(runtime_version="tpu-vm-tf-2.14.1-pod"))
+    with MetadataServer(_metadata(0)) as server:
+        result = worker.run(server, FAKE_TF_VERSION="2.14.1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert worker.argvs() == [
+        *_install_calls(worker),
+        *_keras_calls(None),
+        ["python3", *TRAINER_ARGV],
+    ]
+    assert (
+        f"[trainstack slice={SLICE} worker=0] TensorFlow 2.14.1 has Keras 2 built in; nothing "
+        "to install"
+    ) in result.stdout.splitlines()
+
+
+def test_the_vms_tensorflow_decides_the_pin(worker: Worker, worker0: MetadataServer) -> None:
+    # The runtime's name says 2.16 but its Python has 2.17: tf-keras follows the Python.
+    result = worker.run(worker0, FAKE_TF_VERSION="2.17.1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert worker.argvs()[2:4] == _keras_calls("tf-keras==2.17.*")
+    assert (
+        f"[trainstack slice={SLICE} worker=0] WARNING: runtime {RUNTIME} names TensorFlow 2.16 "
+        "but python3 has TensorFlow 2.17.1; matching Keras to 2.17.1"
+    ) in result.stdout.splitlines()
+
+
+def test_no_tensorflow_stops_before_the_trainer(worker: Worker, worker0: MetadataServer) -> None:
+    result = worker.run(worker0, FAKE_TF_VERSION="")
+    assert result.returncode == 1
+    assert worker.argvs() == [*_install_calls(worker), ["python3", *TF_PROBE]]
+    assert result.stdout.splitlines()[-1] == (
+        f"[trainstack slice={SLICE} worker=0] ERROR: cannot import TensorFlow with python3; "
+        f"runtime {RUNTIME} should ship TensorFlow 2.16, which the trainer needs"
+    )
+
+
+def test_a_failed_tf_keras_install_is_retried_then_fatal(
+    worker: Worker, worker0: MetadataServer
+) -> None:
+    result = worker.run(worker0, FAKE_PIP_FAILS="tf-keras==2.16.*")
+    assert result.returncode == 1
+    install = _keras_calls()[1]
+    assert worker.argvs()[2:] == [
+        ["python3", *TF_PROBE],
+        install,
+        ["sleep", "10"],
+        install,
+        ["sleep", "20"],
+        install,
+    ]
+    assert result.stdout.splitlines()[-1] == (
+        f"[trainstack slice={SLICE} worker=0] ERROR: cannot install tf-keras==2.16.*"
+    )
 
 
 # -- rendering --------------------------------------------------------------------------
@@ -372,6 +543,13 @@ def test_rendered_values_are_quoted_and_the_script_parses() -> None:
         "readonly TS_TRAINER_ARGS=(--checkpoint_dir=gs://p-exp-42-checkpoints/checkpoints "
         "'--run_name=it'\"'\"'s a run' --steps=5)\n"
     ) in script
+    assert (
+        "readonly TS_RUNTIME_VERSION=tpu-vm-tf-2.16.0-pod-pjrt\n"
+        "readonly TS_RUNTIME_TF_MINOR=2.16\n"
+        "readonly TS_DEVICE_API=pjrt\n"
+        "readonly TS_TF_KERAS_FROM=2.16\n"
+    ) in script
+    assert "readonly TS_DEVICE_API=''\n" in _script(runtime_version="tpu-vm-tf-2.14.1-pod")
     assert "@@" not in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
@@ -427,6 +605,11 @@ def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
             "of a-z, 0-9 and '-', not ending with '-')",
         ),
         ({"expected_hosts": 0}, "expected_hosts: expected an integer >= 1, got 0"),
+        (
+            {"runtime_version": "tpu-ubuntu2204-base"},
+            "runtime_version: 'tpu-ubuntu2204-base' is not a TensorFlow TPU runtime, which the "
+            "trainer needs; valid: tpu-vm-tf-X.Y.Z[-pod][-pjrt|-se]",
+        ),
     ],
 )
 def test_render_refuses_bad_values(overrides: dict[str, Any], message: str) -> None:

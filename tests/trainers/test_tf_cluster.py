@@ -15,7 +15,12 @@ from trainers.common.cluster import resolve_cluster
 from trainers.common.config import TrainConfig
 from trainers.common.schedule import learning_rate
 from trainers.local import local_processes, tf_cluster_tasks
-from trainers.tf_multiworker.cluster import TFCluster, tf_cluster, tpu_target
+from trainers.tf_multiworker.cluster import (
+    TFCluster,
+    simulated_tpu_chips,
+    tf_cluster,
+    tpu_target,
+)
 from trainers.tf_multiworker.launch import main
 
 _VERTEX_CLUSTER = {
@@ -348,6 +353,33 @@ def test_launch_decides_before_loading_tensorflow(
         monkeypatch.setenv(name, value)
     assert main(args) == code
     assert capsys.readouterr() == (out, err)
+    assert "tensorflow" not in sys.modules
+
+
+def test_simulated_tpu_chips() -> None:
+    assert simulated_tpu_chips({}) is None
+    assert simulated_tpu_chips({"TRAINSTACK_SIMULATED_ACCELERATORS": " "}) is None
+    assert simulated_tpu_chips({"TRAINSTACK_SIMULATED_ACCELERATORS": "4"}) == 4
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(ValueError) as info:
+            simulated_tpu_chips({"TRAINSTACK_SIMULATED_ACCELERATORS": bad})
+        assert str(info.value) == (
+            f"TRAINSTACK_SIMULATED_ACCELERATORS: {bad!r} is not an integer >= 1"
+        )
+
+
+def test_a_malformed_simulated_chip_count_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("TF_CONFIG", "CLUSTER_SPEC", "TPU_WORKER_HOSTNAMES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TPU_WORKER_ID", "0")
+    monkeypatch.setenv("TRAINSTACK_SIMULATED_ACCELERATORS", "0")
+    assert main([*_TF, "--strategy=tpu"]) == 2
+    assert capsys.readouterr() == (
+        "",
+        "trainstack trainer: TRAINSTACK_SIMULATED_ACCELERATORS: '0' is not an integer >= 1\n",
+    )
     assert "tensorflow" not in sys.modules
 
 

@@ -9,8 +9,10 @@ import sys
 import pytest
 
 from components import catalog
+from components.catalog import tpu_runtimes
 from components.catalog.gpus import VERTEX_GPU_ENUMS
 from components.catalog.tpu import tpu_runtime_match, tpu_slice
+from components.catalog.tpu_runtimes import parse_tf_runtime
 from components.catalog.vertex import reducers_needed
 from infra import catalog as plan_catalog
 
@@ -96,16 +98,33 @@ def test_unverified_zone_marked() -> None:
         ("v4", "tpu-vm-tf-2.10.0-v4", True, False),
         ("v4", "tpu-vm-tf-2.10.0-pod-v4", True, True),
         ("v4", "tpu-vm-tf-2.10.0", False, False),
+        # From TF 2.15.0 a v4 runtime names its device API; before it, none (stream executor).
+        ("v4", "tpu-vm-tf-2.16.1-pjrt", True, False),
+        ("v4", "tpu-vm-tf-2.16.1-pod-se", True, True),
+        ("v4", "tpu-vm-tf-2.16.0-pod", False, True),
+        ("v4", "tpu-vm-tf-2.14.1-pjrt", False, False),
+        ("v4", "tpu-vm-tf-2.10.0-pjrt-v4", False, False),
+        ("v4", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", True, False),
         ("v4", "v2-alpha-tpuv5", False, False),
         ("v5e", "v2-alpha-tpuv5-lite", True, False),
         ("v5e", "tpu-vm-tf-2.16.0-pjrt", True, False),
         ("v5e", "tpu-vm-tf-2.16.0-pod-pjrt", True, True),
         ("v5e", "tpu-vm-tf-2.16.0-pod", False, True),
         ("v5e", "tpu-vm-tf-2.14.0-pjrt", False, False),
+        ("v5e", "tpu-vm-tf-2.16.1-se", False, False),
+        ("v5e", "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6", True, False),
+        ("v5e", "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6", True, True),
+        ("v5e", "tpu-vm-tf-2.17.0-pjrt-v5e-and-v6", False, False),
+        ("v5e", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", False, False),
+        ("v5e", "tpu-vm-tf-nightly-pjrt", False, False),
         ("v5p", "v2-alpha-tpuv5", True, False),
         ("v5p", "v2-alpha-tpuv5-lite", False, False),
+        ("v5p", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", True, False),
+        ("v5p", "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6", False, True),
         ("v6e", "v2-alpha-tpuv6e", True, False),
         ("v6e", "tpu-vm-tf-2.18.0-pod-pjrt", True, True),
+        ("v6e", "tpu-vm-tf-2.19.0-pod-pjrt", True, True),
+        ("v6e", "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6", True, True),
         ("v6e", "tpu-ubuntu2204-base", False, False),
     ],
 )
@@ -114,6 +133,85 @@ def test_runtime_versions(
 ) -> None:
     m = tpu_runtime_match(gen, runtime)
     assert (m.belongs, m.pod) == (belongs, pod)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "version", "pod", "device_api", "hardware", "pin"),
+    [
+        ("tpu-vm-tf-2.10.0-pod-v4", (2, 10, 0), True, None, "v4", None),
+        ("tpu-vm-tf-2.14.1-pod", (2, 14, 1), True, None, None, None),
+        ("tpu-vm-tf-2.15.1-se", (2, 15, 1), False, "se", None, None),
+        ("tpu-vm-tf-2.16.0-pod-pjrt", (2, 16, 0), True, "pjrt", None, "tf-keras==2.16.*"),
+        ("tpu-vm-tf-2.18.0-pjrt-v5e-and-v6", (2, 18, 0), False, "pjrt", "v5e-and-v6", "tf-keras==2.18.*"),
+        ("tpu-vm-tf-2.20.0-pod-pjrt", (2, 20, 0), True, "pjrt", None, "tf-keras==2.20.*"),
+    ],
+)  # fmt: skip
+def test_a_tf_runtime_name_gives_its_tensorflow_and_keras(
+    runtime: str,
+    version: tuple[int, int, int],
+    pod: bool,
+    device_api: str | None,
+    hardware: str | None,
+    pin: str | None,
+) -> None:
+    rt = parse_tf_runtime(runtime)
+    assert rt is not None
+    assert (rt.version, rt.pod, rt.device_api, rt.hardware) == (version, pod, device_api, hardware)
+    assert rt.tf_minor == f"{version[0]}.{version[1]}"
+    assert rt.tf_keras_requirement == pin
+    assert rt.verified is (hardware != "v5e-and-v6")
+
+
+def test_every_accepted_tf_runtime_has_a_tensorflow_version_and_keras_rule() -> None:
+    names = [
+        f"tpu-vm-tf-2.{minor}.{patch}{pod}{api}{hw}"
+        for minor in range(9, 22)
+        for patch in (0, 1)
+        for pod in ("", "-pod")
+        for api in ("", "-pjrt", "-se")
+        for hw in ("", "-v4", "-v5e-and-v6", "-v5p-and-below")
+    ]
+    accepted = 0
+    for gen in catalog.TPU_GENERATIONS:
+        for name in names:
+            m = tpu_runtime_match(gen, name)
+            if not m.belongs:
+                continue
+            accepted += 1
+            assert m.tensorflow and m.tf is not None and m.tf.name == name
+            minor = m.tf.version[:2]
+            expected = f"tf-keras=={minor[0]}.{minor[1]}.*" if minor >= (2, 16) else None
+            assert m.tf.tf_keras_requirement == expected
+    assert accepted == 228  # v4 96 (6 -v4, 18 plain, 56 pjrt|se, 16 suffixed), 44 each other
+    assert parse_tf_runtime("tpu-vm-tf-nightly-pod") is None
+    assert parse_tf_runtime("tpu-ubuntu2204-base") is None
+
+
+def test_the_trainer_and_the_catalog_agree_where_tf_keras_starts() -> None:
+    from trainers.tf_multiworker import keras_setup
+
+    assert keras_setup.TF_KERAS_FROM == tpu_runtimes.TF_KERAS_FROM == (2, 16)
+    assert keras_setup.tf_keras_pin("2.17.1") == tpu_runtimes.tf_keras_requirement(2, 17)
+
+
+def test_tpu_environment_facts_carry_google_sources() -> None:
+    env = {f.name: f for f in tpu_runtimes.TPU_TF_ENVIRONMENT}
+    assert {name: (f.value, f.applies, f.verified) for name, f in env.items()} == {
+        "TPU_NAME": ("local", "single-host", True),
+        "NEXT_PLUGGABLE_DEVICE_USE_C_API": ("true", "single-host-pjrt", True),
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": (
+            "libtpu.so of the libtpu package the runtime's Python imports, else /lib/libtpu.so",
+            "single-host-pjrt",
+            False,
+        ),
+        "TPU_LOAD_LIBRARY": ("0", "multi-host", True),
+    }
+    for fact in env.values():
+        assert fact.source.startswith("GoogleCloudPlatform/ml-auto-solutions@7eda193b ")
+    assert tpu_runtimes.TF_KERAS_VERIFIED and tpu_runtimes.TF_RUNTIME_NAMES_VERIFIED
+    assert not tpu_runtimes.HARDWARE_SUFFIX_VERIFIED
+    assert not tpu_runtimes.TF_KERAS_PREINSTALLED_VERIFIED
+    assert tpu_runtimes.TF_KERAS_PIP_FLAGS == ("--upgrade", "--force-reinstall", "--no-deps")
 
 
 @pytest.mark.parametrize(

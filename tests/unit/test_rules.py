@@ -32,7 +32,7 @@ BUCKET_ARGS = {"project": "p", "location": "US", "deployment_name": "d", "enviro
 TPU = {
     "accelerator_type": "v4-32",
     "zone": "us-central2-b",
-    "runtime_version": "tpu-vm-tf-2.16.0-pod",
+    "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
     "provisioning": "spot",
 }
 TPU_STACK = {

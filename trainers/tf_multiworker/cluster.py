@@ -17,6 +17,10 @@ the launch shapes `trainers.common.cluster` understands:
 A multi-node GCE launch carries only the coordinator's address, which is not enough for a
 TensorFlow cluster; its startup script must set TF_CONFIG.
 
+`simulated_tpu_chips` reads `TRAINSTACK_SIMULATED_ACCELERATORS`, the switch tests use to run
+a target's launch path on a CPU machine: with it, strategy 'tpu' runs the same loop over that
+many logical CPU devices (a MirroredStrategy) instead of TPU chips.
+
 `tpu_target` chooses what TPUClusterResolver connects to: `TPU_NAME` when set (resolved
 through the Cloud TPU API), the slice's workers as `grpc://<host>:8470` when
 `TPU_WORKER_HOSTNAMES` lists more than one host (a multi-host slice with a `-pod` runtime,
@@ -44,6 +48,21 @@ runtime, one process on worker 0 drives every host, with `TPU_LOAD_LIBRARY=0` so
 process leaves the local chips to the runtime's server. Inferred from Google's
 GoogleCloudPlatform/ml-auto-solutions TensorFlow configs (`all_workers=not is_pod`,
 `export TPU_LOAD_LIBRARY=0` for pods), not from a tutorial sentence."""
+
+SIMULATED_ACCELERATORS_ENV = "TRAINSTACK_SIMULATED_ACCELERATORS"
+"""Architecture's run contract: a node acts as if it had N accelerators."""
+
+
+def simulated_tpu_chips(env: Mapping[str, str]) -> int | None:
+    """The simulated chip count, None when unset; ValueError when malformed."""
+    raw = env.get(SIMULATED_ACCELERATORS_ENV, "").strip()
+    if not raw:
+        return None
+    count = int(raw) if raw.isdigit() else 0
+    if count < 1:
+        raise ValueError(f"{SIMULATED_ACCELERATORS_ENV}: {raw!r} is not an integer >= 1")
+    return count
+
 
 _VERTEX_POOLS = {
     "workerpool0": "chief",

@@ -3,6 +3,8 @@
 `main` reads the config and the cluster, rejects a strategy the cluster cannot run, sends
 tasks with nothing to do home, and sets the environment TensorFlow reads at import or at
 strategy creation (`TF_CONFIG`, oneDNN, gRPC fail-fast); only then does it import
+TensorFlow, check that `tf.keras` is the Keras 2 the trainer needs (`keras_setup`: a missing
+or mismatched tf-keras on TF >= 2.16 exits 2 with the pin to install) and import
 `trainers.tf_multiworker.train`.
 
 Roles per strategy:
@@ -14,7 +16,8 @@ Roles per strategy:
   TensorFlow server until the chief is gone, evaluators exit 0.
 - tpu: the process on TPU worker 0 (or the only host) drives the slice through
   TPUClusterResolver; the trainer on other TPU VM workers exits 0 (the `-pod` runtime serves
-  those hosts).
+  those hosts). With `TRAINSTACK_SIMULATED_ACCELERATORS=N` (tests on CPU) the same loop runs
+  over N logical CPU devices instead.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainers.common.config import TrainConfig
 from trainers.common.contract import EVENT_IDLE, FIELD_EVENT, FIELD_SEVERITY, TF_MODULE
 from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE
-from trainers.tf_multiworker.cluster import TFCluster, tf_cluster, tpu_target
+from trainers.tf_multiworker.cluster import (
+    TFCluster,
+    simulated_tpu_chips,
+    tf_cluster,
+    tpu_target,
+)
+from trainers.tf_multiworker.keras_setup import KerasSetupError, load_keras
 
 
 def check_topology(cfg: TrainConfig, tfc: TFCluster, info: ClusterInfo) -> None:
@@ -82,7 +91,11 @@ def prepare_environment(cfg: TrainConfig, tfc: TFCluster) -> None:
         # oneDNN's CPU kernels pick blockings by shape and thread count; the reference
         # kernels give the same bits on every run.
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    if cfg.strategy == "tpu" and tpu_target(os.environ) != "local":
+    if (
+        cfg.strategy == "tpu"
+        and simulated_tpu_chips(os.environ) is None
+        and tpu_target(os.environ) != "local"
+    ):
         # Multi-host slice: the runtime's servers own the chips, this process only drives
         # them (see cluster.TPU_POD_FROM_WORKER0_VERIFIED).
         os.environ.setdefault("TPU_LOAD_LIBRARY", "0")
@@ -102,6 +115,8 @@ def main(argv: Sequence[str]) -> int:
         info = resolve_cluster()
         tfc = tf_cluster(os.environ, info)
         check_topology(cfg, tfc, info)
+        if cfg.strategy == "tpu":
+            simulated_tpu_chips(os.environ)
     except ValueError as e:
         print(f"trainstack trainer: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
@@ -112,6 +127,11 @@ def main(argv: Sequence[str]) -> int:
     if cfg.strategy == "tpu" and info.rank != 0:
         return _idle(tfc, "TPU worker 0 drives the slice")
     prepare_environment(cfg, tfc)
+    try:
+        load_keras()
+    except KerasSetupError as e:
+        print(f"trainstack trainer: {e}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT_CODE
     from trainers.tf_multiworker.train import run
 
     return run(cfg, info, tfc)

@@ -41,16 +41,11 @@ from trainers.common.schedule import learning_rate
 from trainers.common.storage import url_to_fs
 from trainers.tf_multiworker.checkpoint import TFCheckpointer
 from trainers.tf_multiworker.cluster import TFCluster
+from trainers.tf_multiworker.keras_setup import check_keras
 from trainers.tf_multiworker.metrics import device_kind, gpu_memory, gpu_peak
 from trainers.tf_multiworker.models import build_model, flops_per_sample
 
-keras: Any = tf.keras
-if not keras.__name__.startswith("tf_keras"):
-    raise ImportError(
-        "tf.keras is Keras 3, which fails inside MultiWorkerMirroredStrategy: import "
-        "trainers.tf_multiworker before tensorflow (it sets TF_USE_LEGACY_KERAS=1) and "
-        "install tf-keras"
-    )
+keras: Any = check_keras(tf)
 
 SUM = tf.distribute.ReduceOp.SUM
 

@@ -1,6 +1,7 @@
-"""The bundled models in tf-keras, shaped like the torch trainer's: an MLP, a small
-ResNet-style CNN with GroupNorm (so results do not depend on the per-replica batch split) and
-a nanoGPT-shaped decoder with a tied embedding/head.
+"""The bundled models in Keras 2 (tf-keras on TF >= 2.16, the built-in Keras below; see
+`keras_setup`), shaped like the torch trainer's: an MLP, a small ResNet-style CNN with
+GroupNorm (so results do not depend on the per-replica batch split) and a nanoGPT-shaped
+decoder with a tied embedding/head.
 
 Layers carry fixed names, so variable names (and `params_sha256`) do not depend on how many
 models a process built before. Build under the strategy's scope: the variables are created
@@ -15,8 +16,9 @@ from typing import Any
 import tensorflow as tf
 
 from trainers.common.config import TrainConfig
+from trainers.tf_multiworker.keras_setup import check_keras
 
-keras: Any = tf.keras
+keras: Any = check_keras(tf)
 
 
 def _init(std: float = 0.02) -> Any:

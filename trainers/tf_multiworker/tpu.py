@@ -1,10 +1,14 @@
 """Strategy 'tpu': TPUStrategy over the TPU chips of this VM or of a multi-host slice.
 
 The training loop is the synchronous one (`trainers.tf_multiworker.sync`); what is TPU-only
-is reaching the TPU system, and saying what is missing when there is none.
+is reaching the TPU system, and saying what is missing when there is none. Tests on a CPU
+machine set `TRAINSTACK_SIMULATED_ACCELERATORS=N` (`cluster.simulated_tpu_chips`): the same
+loop then runs over N logical CPU devices (`simulated_tpu_strategy`).
 """
 
 from __future__ import annotations
+
+import sys
 
 import tensorflow as tf
 
@@ -36,3 +40,16 @@ def tpu_strategy(target: str) -> tf.distribute.Strategy:
             "'multi_worker_mirrored'."
         ) from None
     return tf.distribute.TPUStrategy(resolver)
+
+
+def simulated_tpu_strategy(chips: int) -> tf.distribute.Strategy:
+    """A MirroredStrategy over `chips` logical CPU devices (made by `train.configure`),
+    standing in for the slice's chips; says so on stderr."""
+    print(
+        f"trainstack trainer: strategy 'tpu' simulated on {chips} CPU device(s) "
+        "(TRAINSTACK_SIMULATED_ACCELERATORS)",
+        file=sys.stderr,
+        flush=True,
+    )
+    devices = tf.config.list_logical_devices("CPU")[:chips]
+    return tf.distribute.MirroredStrategy([d.name for d in devices])

@@ -42,7 +42,7 @@ from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PEER_LOST_EXIT_CO
 from trainers.common.metrics import MetricsLogger
 from trainers.common.tokens import is_token_layout
 from trainers.tf_multiworker import parameter_server, tpu
-from trainers.tf_multiworker.cluster import TFCluster, tpu_target
+from trainers.tf_multiworker.cluster import TFCluster, simulated_tpu_chips, tpu_target
 from trainers.tf_multiworker.data import load
 from trainers.tf_multiworker.loop import SetupError, keras
 from trainers.tf_multiworker.metrics import TFScalarWriter
@@ -52,7 +52,11 @@ from trainers.tf_multiworker.sync import (
     mirrored_strategy,
     multi_worker_mirrored_strategy,
 )
-from trainers.tf_multiworker.tpu import TPUUnavailableError, tpu_strategy
+from trainers.tf_multiworker.tpu import (
+    TPUUnavailableError,
+    simulated_tpu_strategy,
+    tpu_strategy,
+)
 
 
 def configure(cfg: TrainConfig) -> None:
@@ -60,8 +64,13 @@ def configure(cfg: TrainConfig) -> None:
     if cfg.tf_threads:
         tf.config.threading.set_intra_op_parallelism_threads(cfg.tf_threads)
         tf.config.threading.set_inter_op_parallelism_threads(cfg.tf_threads)
-    replicas = int(os.environ.get(TF_CPU_REPLICAS_ENV, "0") or 0)
-    if cfg.strategy == "mirrored" and replicas > 1 and not tf.config.list_physical_devices("GPU"):
+    if cfg.strategy == "tpu":
+        replicas = simulated_tpu_chips(os.environ) or 0  # simulated chips are CPU devices
+    elif cfg.strategy == "mirrored" and not tf.config.list_physical_devices("GPU"):
+        replicas = int(os.environ.get(TF_CPU_REPLICAS_ENV, "0") or 0)
+    else:
+        replicas = 0
+    if replicas > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
@@ -79,6 +88,9 @@ def make_strategy(cfg: TrainConfig) -> tf.distribute.Strategy:
     if cfg.strategy == "multi_worker_mirrored":
         return multi_worker_mirrored_strategy()
     if cfg.strategy == "tpu":
+        chips = simulated_tpu_chips(os.environ)
+        if chips is not None:
+            return simulated_tpu_strategy(chips)
         return tpu_strategy(tpu_target(os.environ))
     return ps_strategy()
 

@@ -1,0 +1,421 @@
+"""A Cloud TPU VM's side of a TPU stack, replayed on this machine: the startup script exactly
+as the plan renders it, run with bash the way Compute Engine runs it at boot, against real
+TensorFlow.
+
+- The plan: `infra.plan.build_plan` of the bundled `dev-tpu-v5e` stack (v5litepod-16, 4
+  workers, tpu-vm-tf-2.16.0-pod-pjrt), its trainer section cut to a few small steps so a
+  run fits in a test (the global batch still a multiple of the 16 chips); the script is
+  the V2Vm's `metadata.startup-script` input, the package the plan's BucketObject file. A single-host PJRT variant of the same stack
+  (v5litepod-4, tpu-vm-tf-2.20.0-pjrt) covers the single-host environment.
+- The metadata server is the fake of tests/components/test_tpu_startup.py over HTTP; gcloud
+  is a fake that copies the plan's sdist for its gs:// URI; gs:// checkpoints go to a GCS
+  emulator holding the plan's checkpoint bucket.
+- The runtime's Python is a fresh virtual environment whose image layer is the shared
+  venv's site-packages as a plain path (no .pth processing, so the shared venv's editable
+  trainstack stays invisible and `trainers` comes from the installed sdist only). Its
+  TensorFlow is this machine's: TF 2.20 with tf-keras 2.20.1. TF 2.20 is the one
+  catalog-accepted TensorFlow that can be tested for real here; the bundled stack's runtime
+  names TF 2.16, so the script meets a VM whose TensorFlow differs from the runtime's name,
+  reports it and pins tf-keras to the TensorFlow it finds. `python3` on PATH runs that
+  environment's python, except `python3 -m pip`, which is recorded: the sdist is installed
+  for real (offline, without build isolation: the TPU VM's pip would fetch setuptools), the
+  tf-keras pin only recorded (offline: the environment's tf-keras 2.20.1 must satisfy it).
+- TPU chips are simulated: `TRAINSTACK_SIMULATED_ACCELERATORS=2` makes strategy 'tpu' run
+  its loop over 2 CPU devices instead of TPUStrategy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.plan import build_plan, load_stack
+from tests.components.test_tpu_startup import MetadataServer
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = "dev-tpu-v5e"
+V2VM = "gcp:tpu/v2Vm:V2Vm"
+BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
+BUCKET = "gcp:storage/bucket:Bucket"
+IPS = ["10.164.0.2", "10.164.0.3", "10.164.0.4", "10.164.0.5"]
+CHIPS = 2
+TRAINER = {
+    "steps": 3,
+    "global_batch_size": 16,
+    "hidden_dim": 8,
+    "checkpoint_every": 2,
+    "log_every": 1,
+}
+"""The stack's trainer cut to a few small steps of a narrower CNN (model, dataset and
+strategy kept)."""
+RECORDED_ENV = (
+    "TPU_NAME",
+    "TPU_WORKER_ID",
+    "TPU_WORKER_HOSTNAMES",
+    "TPU_LOAD_LIBRARY",
+    "NEXT_PLUGGABLE_DEVICE_USE_C_API",
+    "TF_PLUGGABLE_DEVICE_LIBRARY_PATH",
+    "TF_USE_LEGACY_KERAS",
+    "PIP_BREAK_SYSTEM_PACKAGES",
+)
+
+# `python3` of the TPU VM: the image environment's python for everything but pip.
+PYTHON3 = """#!{python}
+import json, os, subprocess, sys
+argv = sys.argv[1:]
+env = {{k: os.environ[k] for k in {recorded!r} if k in os.environ}}
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(json.dumps({{"prog": "python3", "argv": argv, "env": env}}) + "\\n")
+image = {image!r}
+if argv[:2] != ["-m", "pip"]:
+    os.execv(image, [image, *argv])
+target = argv[-1]
+if target.endswith(".tar.gz"):
+    sys.exit(subprocess.run(
+        [image, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps",
+         "--quiet", "--disable-pip-version-check", target]
+    ).returncode)
+"""
+
+# `gcloud storage cp gs://... DEST` (and gsutil): the plan's sdist, for its URI only.
+GCLOUD = """#!{python}
+import json, os, shutil, sys
+argv = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(json.dumps({{"prog": os.path.basename(sys.argv[0]), "argv": argv, "env": {{}}}}) + "\\n")
+if argv[-2] != {uri!r}:
+    sys.exit(1)
+shutil.copyfile({sdist!r}, argv[-1])
+"""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What the TPU VM gets from a plan."""
+
+    script: str
+    runtime: str
+    package_uri: str
+    sdist: Path
+    checkpoint_bucket: str
+    trainer_args: list[str]
+
+
+def _plan(tpu: dict[str, Any] | None = None) -> Planned:
+    name, config = load_stack(STACK, None)
+    config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER}
+    config["trainstack:tpu"] = {**config["trainstack:tpu"], **(tpu or {})}
+    plan = build_plan(name, config)
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for resource in plan["resources"]:
+        by_type.setdefault(resource["type"], []).append(resource["inputs"])
+    [vm] = by_type[V2VM]
+    [sdist] = by_type[BUCKET_OBJECT]
+    [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
+    script = vm["metadata"]["startup-script"]
+    [args_line] = [
+        line for line in script.splitlines() if line.startswith("readonly TS_TRAINER_ARGS=(")
+    ]
+    return Planned(
+        script=script,
+        runtime=vm["runtimeVersion"],
+        package_uri=f"gs://{sdist['bucket']}/{sdist['name']}",
+        sdist=REPO / sdist["source"]["fileAsset"],
+        checkpoint_bucket=checkpoints["name"],
+        trainer_args=shlex.split(
+            args_line.removeprefix("readonly TS_TRAINER_ARGS=(").removesuffix(")")
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def pod_plan() -> Planned:
+    return _plan()
+
+
+def _image_environment(root: Path) -> Path:
+    """A fresh virtual environment with the shared venv's site-packages as its image layer."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(purelib) / "_image_layer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _gcs_emulator(bucket: str) -> Iterator[str]:
+    """A gcp-storage-emulator holding `bucket`; its URL (STORAGE_EMULATOR_HOST)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+            "--default-bucket",
+            bucket,
+            "-q",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+
+
+class TpuVm:
+    """One worker VM of the planned slice: its runtime Python, fakes and state."""
+
+    def __init__(self, root: Path, planned: Planned) -> None:
+        self.root = root
+        self.planned = planned
+        self.bin = root / "bin"
+        self.bin.mkdir(parents=True)
+        self.log = root / "calls.jsonl"
+        self.state = root / "state"
+        self.image = _image_environment(root / "image")
+        fakes = {
+            "python3": PYTHON3.format(
+                python=sys.executable, recorded=RECORDED_ENV, image=str(self.image)
+            ),
+            "gcloud": GCLOUD.format(
+                python=sys.executable, uri=planned.package_uri, sdist=str(planned.sdist)
+            ),
+        }
+        for prog, text in fakes.items():
+            (self.bin / prog).write_text(text)
+            (self.bin / prog).chmod(0o755)
+        self.script = root / "startup-script"
+        self.script.write_text(planned.script)
+
+    def boot(self, worker: int, hosts: int, gcs: str) -> subprocess.CompletedProcess[str]:
+        """Run the startup script as worker `worker` of `hosts` in a clean environment (none
+        of this test process's PYTHONPATH or TF_USE_LEGACY_KERAS)."""
+        values = {
+            "instance/attributes/agent-worker-number": str(worker),
+            "instance/network-interfaces/0/ip": IPS[worker],
+        }
+        if hosts > 1:
+            endpoints = ",".join(f"unknown:unknown:{ip}" for ip in IPS[:hosts])
+            values["instance/attributes/worker-network-endpoints"] = endpoints
+        env = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "HOME": str(self.root),
+            "LANG": "C.UTF-8",
+            "FAKE_LOG": str(self.log),
+            "TRAINSTACK_STATE_DIR": str(self.state),
+            "TRAINSTACK_SIMULATED_ACCELERATORS": str(CHIPS),
+            "TRAINSTACK_PROGRESS": "0",
+            "STORAGE_EMULATOR_HOST": gcs,
+            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+            "OMP_NUM_THREADS": "1",
+        }
+        with MetadataServer(values) as metadata:
+            env["TRAINSTACK_METADATA_URL"] = metadata.base_url + "/computeMetadata/v1"
+            return subprocess.run(
+                ["bash", str(self.script)],
+                env=env,
+                cwd=self.root,
+                capture_output=True,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+
+    def calls(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def run_python(self, code: str) -> str:
+        return subprocess.run(
+            [str(self.image), "-c", code],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(self.root)},
+            cwd=self.root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+
+def _records(stdout: str, tag: str) -> list[dict[str, Any]]:
+    """The trainer's JSON lines among the script's `[trainstack ...] ` prefixed output."""
+    out = []
+    for line in stdout.splitlines():
+        body = line.removeprefix(tag + " ")
+        if body.startswith("{"):
+            out.append(json.loads(body))
+    return out
+
+
+def _objects(gcs: str, bucket: str) -> list[str]:
+    with urllib.request.urlopen(f"{gcs}/storage/v1/b/{bucket}/o", timeout=10) as response:
+        return sorted(item["name"] for item in json.load(response).get("items", []))
+
+
+TF_PROBE = ["-c", "import tensorflow as tf; print(tf.__version__)"]
+KERAS_PIN = [
+    "-m",
+    "pip",
+    "install",
+    "--quiet",
+    "--disable-pip-version-check",
+    "--upgrade",
+    "--force-reinstall",
+    "--no-deps",
+    "tf-keras==2.20.*",
+]
+
+
+def _install_calls(vm: TpuVm, planned: Planned) -> list[dict[str, Any]]:
+    sdist = str(vm.state / "packages" / planned.package_uri.rsplit("/", 1)[1])
+    return [
+        {"prog": "gcloud", "argv": ["storage", "cp", planned.package_uri, sdist], "env": {}},
+        {
+            "prog": "python3",
+            "argv": ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", sdist],
+            "env": {"PIP_BREAK_SYSTEM_PACKAGES": "1"},
+        },
+    ]
+
+
+def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
+    tmp_path: Path, pod_plan: Planned
+) -> None:
+    assert pod_plan.runtime == "tpu-vm-tf-2.16.0-pod-pjrt"
+    vm = TpuVm(tmp_path, pod_plan)
+    # The image has TensorFlow and tf-keras but no trainer until the script installs it.
+    assert vm.run_python(
+        "import importlib.util as u, tensorflow as tf, tf_keras; "
+        "print(tf.__version__, tf_keras.__version__, u.find_spec('trainers'))"
+    ).split()[-3:] == ["2.20.0", "2.20.1", "None"]
+    with _gcs_emulator(pod_plan.checkpoint_bucket) as gcs:
+        result = vm.boot(0, 4, gcs)
+        objects = _objects(gcs, pod_plan.checkpoint_bucket)
+    tag = "[trainstack slice=dev-tpu-v5e-tpu worker=0]"
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert vm.calls() == [
+        *_install_calls(vm, pod_plan),
+        {
+            "prog": "python3",
+            "argv": TF_PROBE,
+            "env": {"TPU_LOAD_LIBRARY": "0"},
+        },
+        {"prog": "python3", "argv": KERAS_PIN, "env": {"PIP_BREAK_SYSTEM_PACKAGES": "1"}},
+        {
+            "prog": "python3",
+            "argv": ["-m", "trainers.tf_multiworker", *pod_plan.trainer_args],
+            "env": {
+                "TPU_WORKER_ID": "0",
+                "TPU_WORKER_HOSTNAMES": ",".join(IPS),
+                "TPU_LOAD_LIBRARY": "0",
+            },
+        },
+    ]
+    lines = result.stdout.splitlines()
+    assert (
+        f"{tag} WARNING: runtime tpu-vm-tf-2.16.0-pod-pjrt names TensorFlow 2.16 but python3 "
+        "has TensorFlow 2.20.0; matching Keras to 2.20.0"
+    ) in lines
+    # The pin the script installed admits the tf-keras this TensorFlow runs with.
+    assert (
+        vm.run_python(
+            "import importlib.metadata as m; from packaging.requirements import Requirement; "
+            "print(m.version('tf-keras') in Requirement('tf-keras==2.20.*').specifier)"
+        )
+        == "True"
+    )
+    # The trainer ran from the installed sdist and reached its done record on the slice's
+    # checkpoint bucket.
+    site = vm.run_python("import trainers; print(trainers.__file__)")
+    assert site.startswith(str(vm.root / "image" / "lib"))
+    records = _records(result.stdout, tag)
+    [done] = [r for r in records if r.get("event") == "done"]
+    assert (done["step"], done["world_size"], done["resumed_from"]) == (3, CHIPS, 0)
+    assert done["checkpoint_dir"] == f"gs://{pod_plan.checkpoint_bucket}/checkpoints"
+    assert lines[-1] == f"{tag} trainer finished"
+    steps = {name.split("/")[1] for name in objects if name.startswith("checkpoints/step-")}
+    assert steps == {"step-00000002", "step-00000003"}
+    assert (
+        f"{tag} trainstack trainer: strategy 'tpu' simulated on {CHIPS} CPU device(s) "
+        "(TRAINSTACK_SIMULATED_ACCELERATORS)"
+    ) in lines
+
+
+def test_pod_worker_3_installs_the_package_and_serves(tmp_path: Path, pod_plan: Planned) -> None:
+    vm = TpuVm(tmp_path, pod_plan)
+    with _gcs_emulator(pod_plan.checkpoint_bucket) as gcs:
+        result = vm.boot(3, 4, gcs)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert vm.calls() == _install_calls(vm, pod_plan)  # no TensorFlow probe, no trainer
+    assert result.stdout.splitlines()[-1] == (
+        "[trainstack slice=dev-tpu-v5e-tpu worker=3] serving TPU chips to the trainer on "
+        f"worker 0 ({IPS[0]}); nothing to launch here"
+    )
+    assert vm.run_python("import trainers; print('ok')") == "ok"
+
+
+def test_single_host_pjrt_trains_with_the_pluggable_device_environment(tmp_path: Path) -> None:
+    planned = _plan({"accelerator_type": "v5litepod-4", "runtime_version": "tpu-vm-tf-2.20.0-pjrt"})
+    vm = TpuVm(tmp_path, planned)
+    with _gcs_emulator(planned.checkpoint_bucket) as gcs:
+        result = vm.boot(0, 1, gcs)
+    tag = "[trainstack slice=dev-tpu-v5e-tpu worker=0]"
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    trainer = vm.calls()[-1]
+    assert trainer["argv"] == ["-m", "trainers.tf_multiworker", *planned.trainer_args]
+    # This image has no libtpu package and no /lib/libtpu.so: the path stays unset, said so.
+    assert trainer["env"] == {
+        "TPU_NAME": "local",
+        "TPU_WORKER_ID": "0",
+        "TPU_WORKER_HOSTNAMES": IPS[0],
+        "NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+    }
+    lines = result.stdout.splitlines()
+    assert (
+        f"{tag} WARNING: no libtpu.so (no libtpu package for python3, no /lib/libtpu.so); TF_PLUGGABLE_DEVICE_LIBRARY_PATH left unset"
+        in lines
+    )
+    assert not any("names TensorFlow" in line for line in lines)  # 2.20 as the runtime says
+    assert [c["argv"] for c in vm.calls() if c["argv"][:1] == ["-m"]][1] == KERAS_PIN
+    [done] = [r for r in _records(result.stdout, tag) if r.get("event") == "done"]
+    assert (done["step"], done["world_size"]) == (3, CHIPS)
