@@ -35,10 +35,8 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -201,49 +199,24 @@ def summarize(records: list[dict[str, Any]], saves: int) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def gcs_emulator() -> Any:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gcp_storage_emulator",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--in-memory",
-            "--default-bucket",
-            BUCKET,
-            "-q",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    host = f"http://127.0.0.1:{port}"
-    saved = {
-        k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
-    }
-    os.environ["STORAGE_EMULATOR_HOST"] = host
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
-    try:
-        yield {"STORAGE_EMULATOR_HOST": host, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
+    """The GCS emulator with BUCKET, as the environment the trainers' gcsfs reads."""
+    from tests.fakes.gcs_emulator import running_gcs_emulator
+
+    with running_gcs_emulator(BUCKET) as host:
+        saved = {
+            k: os.environ.get(k)
+            for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
+        }
+        os.environ["STORAGE_EMULATOR_HOST"] = host
+        os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+        try:
+            yield {"STORAGE_EMULATOR_HOST": host, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def model_state(args: argparse.Namespace) -> dict[str, Any]:

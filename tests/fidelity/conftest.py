@@ -3,50 +3,19 @@
 from __future__ import annotations
 
 import json
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.fidelity.vertex import free_ports
+from tests.fakes.gcs_emulator import running_gcs_emulator
 
 
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[str]:
     """A gcp-storage-emulator on a free local port; its URL (STORAGE_EMULATOR_HOST)."""
-    [port] = free_ports(1)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gcp_storage_emulator",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--in-memory",
-            "-q",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
+    with running_gcs_emulator() as host:
+        yield host
 
 
 @pytest.fixture

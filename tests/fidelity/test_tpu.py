@@ -26,17 +26,12 @@ TensorFlow.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +40,7 @@ import pytest
 
 from infra.plan import build_plan, load_stack
 from tests.components.test_tpu_startup import MetadataServer
+from tests.fakes.gcs_emulator import running_gcs_emulator
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = "dev-tpu-v5e"
@@ -159,47 +155,6 @@ def _image_environment(root: Path) -> Path:
     ).stdout.strip()
     (Path(purelib) / "_image_layer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return python
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _gcs_emulator(bucket: str) -> Iterator[str]:
-    """A gcp-storage-emulator holding `bucket`; its URL (STORAGE_EMULATOR_HOST)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gcp_storage_emulator",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--in-memory",
-            "--default-bucket",
-            bucket,
-            "-q",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
 
 
 class TpuVm:
@@ -328,7 +283,7 @@ def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
         "import importlib.util as u, tensorflow as tf, tf_keras; "
         "print(tf.__version__, tf_keras.__version__, u.find_spec('trainers'))"
     ).split()[-3:] == ["2.20.0", "2.20.1", "None"]
-    with _gcs_emulator(pod_plan.checkpoint_bucket) as gcs:
+    with running_gcs_emulator(pod_plan.checkpoint_bucket) as gcs:
         result = vm.boot(0, 4, gcs)
         objects = _objects(gcs, pod_plan.checkpoint_bucket)
     tag = "[trainstack slice=dev-tpu-v5e-tpu worker=0]"
@@ -383,7 +338,7 @@ def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
 
 def test_pod_worker_3_installs_the_package_and_serves(tmp_path: Path, pod_plan: Planned) -> None:
     vm = TpuVm(tmp_path, pod_plan)
-    with _gcs_emulator(pod_plan.checkpoint_bucket) as gcs:
+    with running_gcs_emulator(pod_plan.checkpoint_bucket) as gcs:
         result = vm.boot(3, 4, gcs)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert vm.calls() == _install_calls(vm, pod_plan)  # no TensorFlow probe, no trainer
@@ -397,7 +352,7 @@ def test_pod_worker_3_installs_the_package_and_serves(tmp_path: Path, pod_plan: 
 def test_single_host_pjrt_trains_with_the_pluggable_device_environment(tmp_path: Path) -> None:
     planned = _plan({"accelerator_type": "v5litepod-4", "runtime_version": "tpu-vm-tf-2.20.0-pjrt"})
     vm = TpuVm(tmp_path, planned)
-    with _gcs_emulator(planned.checkpoint_bucket) as gcs:
+    with running_gcs_emulator(planned.checkpoint_bucket) as gcs:
         result = vm.boot(0, 1, gcs)
     tag = "[trainstack slice=dev-tpu-v5e-tpu worker=0]"
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.gcs_emulator import running_gcs_emulator
 from trainers.local import torchrun_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,34 +139,5 @@ def run_to_end(
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[str]:
     """A gcp-storage-emulator on a free local port with bucket `trainstack-test`."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gcp_storage_emulator",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--in-memory",
-            "--default-bucket",
-            "trainstack-test",
-            "-q",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    host = f"http://127.0.0.1:{port}"
-    try:
+    with running_gcs_emulator("trainstack-test") as host:
         yield host
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
