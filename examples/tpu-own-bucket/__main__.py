@@ -59,7 +59,7 @@ def program() -> None:
             "zone": zone,
             "deployment_name": name,
             "accelerator_type": config.get("accelerator_type") or "v4-32",
-            "runtime_version": "tpu-vm-tf-2.16.0-pod",
+            "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
             "provisioning": "spot",
             "network_self_link": network.network_self_link,
             "subnetwork_self_link": network.subnetwork_self_link,
