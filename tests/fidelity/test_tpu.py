@@ -16,7 +16,9 @@ TensorFlow.
   TensorFlow is this machine's: TF 2.20 with tf-keras 2.20.1. TF 2.20 is the one
   catalog-accepted TensorFlow that can be tested for real here; the bundled stack's runtime
   names TF 2.16, so the script meets a VM whose TensorFlow differs from the runtime's name,
-  reports it and pins tf-keras to the TensorFlow it finds. `python3` on PATH runs that
+  reports it and pins tf-keras to the TensorFlow it finds. tests/fidelity/
+  test_tpu_released_tf.py (opt-in: it installs from PyPI) runs both bundled TPU stacks on the
+  TensorFlow releases their runtimes ship, 2.14.1 and 2.16.1. `python3` on PATH runs that
   environment's python, except `python3 -m pip`, which is recorded: the sdist is installed
   for real (offline, without build isolation: the TPU VM's pip would fetch setuptools), the
   tf-keras pin only recorded (offline: the environment's tf-keras 2.20.1 must satisfy it).
@@ -85,6 +87,8 @@ if target.endswith(".tar.gz"):
         [image, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps",
          "--quiet", "--disable-pip-version-check", target]
     ).returncode)
+if {online_pip!r}:
+    os.execv(image, [image, *argv])
 """
 
 # `gcloud storage cp gs://... DEST` (and gsutil): the plan's sdist, for its URI only.
@@ -111,9 +115,15 @@ class Planned:
     trainer_args: list[str]
 
 
-def _plan(tpu: dict[str, Any] | None = None) -> Planned:
-    name, config = load_stack(STACK, None)
-    config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER}
+def _plan(
+    tpu: dict[str, Any] | None = None,
+    stack: str = STACK,
+    trainer: dict[str, Any] | None = None,
+) -> Planned:
+    """The plan of bundled `stack` with `tpu` and `trainer` keys replaced (the trainer cut to
+    TRAINER by default)."""
+    name, config = load_stack(stack, None)
+    config["trainstack:trainer"] = {**config["trainstack:trainer"], **(trainer or TRAINER)}
     config["trainstack:tpu"] = {**config["trainstack:tpu"], **(tpu or {})}
     plan = build_plan(name, config)
     by_type: dict[str, list[dict[str, Any]]] = {}
@@ -160,17 +170,24 @@ def _image_environment(root: Path) -> Path:
 class TpuVm:
     """One worker VM of the planned slice: its runtime Python, fakes and state."""
 
-    def __init__(self, root: Path, planned: Planned) -> None:
+    def __init__(
+        self, root: Path, planned: Planned, image: Path | None = None, online_pip: bool = False
+    ) -> None:
+        """`image`: the runtime's python (default: a fresh environment over the shared
+        venv); `online_pip`: run pip for real for everything but the sdist (needs PyPI)."""
         self.root = root
         self.planned = planned
         self.bin = root / "bin"
         self.bin.mkdir(parents=True)
         self.log = root / "calls.jsonl"
         self.state = root / "state"
-        self.image = _image_environment(root / "image")
+        self.image = image or _image_environment(root / "image")
         fakes = {
             "python3": PYTHON3.format(
-                python=sys.executable, recorded=RECORDED_ENV, image=str(self.image)
+                python=sys.executable,
+                recorded=RECORDED_ENV,
+                image=str(self.image),
+                online_pip=online_pip,
             ),
             "gcloud": GCLOUD.format(
                 python=sys.executable, uri=planned.package_uri, sdist=str(planned.sdist)
