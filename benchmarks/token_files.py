@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainers.local import torchrun_command
+from torchrun_records import torchrun_records  # benchmarks/, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "tokens" / "make_shards.py"
@@ -108,22 +107,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"PYTHONUNBUFFERED": "1", "TRAINSTACK_PROGRESS": "0", "OMP_NUM_THREADS": "1"})
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return env
-
-
-def _torchrun(workers: int, target: list[str]) -> list[dict[str, Any]]:
-    cmd = torchrun_command(workers, *target)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=REPO, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-
-
 def make_shards(text: Path | None, out: Path) -> dict[str, Any]:
     if text is None:
         rng = random.Random(0)
@@ -141,7 +124,7 @@ def make_shards(text: Path | None, out: Path) -> dict[str, Any]:
 
 def bundled(workers: int, data: Path) -> tuple[float, float]:
     """Tokens/s, and the share of step time spent fetching batches (`data_wait_s`)."""
-    records = _torchrun(
+    records = torchrun_records(
         workers,
         [
             "-m",
@@ -166,7 +149,7 @@ def bundled(workers: int, data: Path) -> tuple[float, float]:
 
 
 def bare(workers: int, data: Path) -> float:
-    records = _torchrun(workers, [__file__, "--bare-worker", str(workers), str(data)])
+    records = torchrun_records(workers, [__file__, "--bare-worker", str(workers), str(data)])
     return float(records[0]["tokens_per_s"])
 
 

@@ -16,16 +16,13 @@ machine.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from trainers.local import torchrun_command
+from torchrun_records import torchrun_records  # benchmarks/, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 PER_WORKER_BATCH = 1024
@@ -35,22 +32,6 @@ WARMUP = 10
 REPEATS = 2
 CKPT_STEPS = 60
 CKPT_EVERY = 10
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"PYTHONUNBUFFERED": "1", "TRAINSTACK_PROGRESS": "0", "OMP_NUM_THREADS": "1"})
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return env
-
-
-def _torchrun(workers: int, target: list[str]) -> list[dict[str, Any]]:
-    cmd = torchrun_command(workers, *target)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=REPO, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
 def _trainer_args(workers: int, steps: int) -> list[str]:
@@ -67,13 +48,15 @@ def _trainer_args(workers: int, steps: int) -> list[str]:
 
 
 def bundled(workers: int) -> float:
-    records = _torchrun(workers, ["-m", "trainers.torch_ddp", *_trainer_args(workers, STEPS)])
+    records = torchrun_records(
+        workers, ["-m", "trainers.torch_ddp", *_trainer_args(workers, STEPS)]
+    )
     done = next(r for r in records if r["event"] == "done")
     return float(done["samples_per_s"])
 
 
 def bare(workers: int) -> float:
-    records = _torchrun(workers, [__file__, "--bare-worker", str(workers)])
+    records = torchrun_records(workers, [__file__, "--bare-worker", str(workers)])
     return float(records[0]["samples_per_s"])
 
 
@@ -84,7 +67,7 @@ def checkpoint_stall(async_save: bool, directory: str) -> dict[str, float]:
         f"--checkpoint_every={CKPT_EVERY}",
         f"--async_checkpoint={async_save}",
     ]
-    records = _torchrun(2, ["-m", "trainers.torch_ddp", *args])
+    records = torchrun_records(2, ["-m", "trainers.torch_ddp", *args])
     saves = [
         r
         for r in records
