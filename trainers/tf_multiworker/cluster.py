@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trainers.common.accelerators import simulated_count
 from trainers.common.cluster import ClusterInfo, uses_reduction_server
 
 TPU_GRPC_PORT = 8470
@@ -49,19 +50,9 @@ process leaves the local chips to the runtime's server. Inferred from Google's
 GoogleCloudPlatform/ml-auto-solutions TensorFlow configs (`all_workers=not is_pod`,
 `export TPU_LOAD_LIBRARY=0` for pods), not from a tutorial sentence."""
 
-SIMULATED_ACCELERATORS_ENV = "TRAINSTACK_SIMULATED_ACCELERATORS"
-"""Architecture's run contract: a node acts as if it had N accelerators."""
-
-
-def simulated_tpu_chips(env: Mapping[str, str]) -> int | None:
-    """The simulated chip count, None when unset; ValueError when malformed."""
-    raw = env.get(SIMULATED_ACCELERATORS_ENV, "").strip()
-    if not raw:
-        return None
-    count = int(raw) if raw.isdigit() else 0
-    if count < 1:
-        raise ValueError(f"{SIMULATED_ACCELERATORS_ENV}: {raw!r} is not an integer >= 1")
-    return count
+# The TPU trainer counts simulated chips with the node launcher's own reader, so one
+# variable means one thing on every target.
+simulated_tpu_chips = simulated_count
 
 
 _VERTEX_POOLS = {
