@@ -71,7 +71,7 @@ def create_gce(
 ) -> GceInstances:
     """Register the gce backend's resources as children of `parent` (the component `name`).
 
-    A zonal managed instance group (`catalog.sources` MIG_*) owns the nodes: its instance
+    A zonal managed instance group (`components.catalog.recovery`) owns the nodes: its instance
     lifecycle policy repairs a VM that stops running (a spot preemption with termination
     action STOP, a host error) by recreating it from the template, and one per-instance
     config per node keeps the node's name (node 0's host name is the rendezvous endpoint)
