@@ -140,10 +140,27 @@ def _launcher(request: Request, cluster: ClusterInfo) -> Launcher:
     return "torchrun" if request.module in TORCHRUN_MODULES else "node"
 
 
+ELASTIC_MAX_RESTARTS: Final = 3
+"""torchrun restarts every worker of every node this often per launch before it gives up
+(the platform then restarts the launcher: systemd on Compute Engine, the Job on GKE)."""
+
+
 def _torchrun_argv(request: Request, cluster: ClusterInfo, procs: int) -> list[str]:
     argv = [sys.executable, "-m", "torch.distributed.run"]
     if cluster.platform == "local_single":
         argv += ["--standalone", "--nnodes=1"]
+    elif cluster.num_nodes > 1:
+        # Elastic c10d rendezvous: a node that restarts rejoins and every worker restarts from
+        # the newest checkpoint. Node 0 hosts the store (named, not guessed from hostnames);
+        # ranks come from the rendezvous, so --node-rank and --master-* do not apply.
+        argv += [
+            f"--nnodes={cluster.num_nodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={cluster.coordinator_address}:{cluster.coordinator_port}",
+            "--rdzv-id=trainstack",
+            f"--rdzv-conf=is_host={int(cluster.node_rank == 0)}",
+            f"--max-restarts={ELASTIC_MAX_RESTARTS}",
+        ]
     else:
         argv += [
             f"--nnodes={cluster.num_nodes}",

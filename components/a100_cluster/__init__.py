@@ -42,18 +42,21 @@ endpoint and CA with the `gke-gcloud-auth-plugin` exec credential (install it wh
 runs; no kubectl needed). With `training`, a `KubernetesTrainingJob` runs the trainer
 across the GPU nodes.
 
-gce: `node_count` instances of the A2 machine type in one compact placement policy
-(`COLLOCATED`, when there are at least 2), TERMINATE on host maintenance, a Deep Learning VM
-image, gVNIC, no external IP, the network's node tag, spot or a specific reservation. With
-`training`, every instance gets the same startup script (`components.gpu_startup`), which
-installs the trainer package and runs torchrun with its node rank from the instance's
-`trainstack-node-rank` metadata (its index) and the rendezvous on instance 0. A new trainer
-package or new flags replace the instances, which starts the run again (resuming from the
-checkpoint bucket).
+gce: a zonal managed instance group of `node_count` A2 instances, made from one instance
+template (TERMINATE on host maintenance, a Deep Learning VM image, gVNIC, no external IP,
+the network's node tag, spot or a specific reservation, the compact placement policy
+`COLLOCATED` when there are at least 2). Its lifecycle policy REPAIRs a node that stops
+running (spot preemption with termination action STOP, host error) by recreating it, and
+one per-instance config per node keeps its name and its `trainstack-node-rank` metadata.
+With `training`, every instance gets the same startup script (`components.gpu_startup`),
+which installs the trainer package and runs the node launcher: torchrun with an elastic
+rendezvous on instance 0, so a recreated or restarted node rejoins and every worker
+resumes from the newest checkpoint. A new trainer package or new flags make a new template,
+which the group rolls out by recreating the nodes.
 
 Naming: the cluster is `<deployment>-a100` (at most 40 characters), its pools `system` and
-`a100`, the Job `<deployment>-train`; instances are `<deployment>-a100-<i>` and the
-placement policy `<deployment>-a100-placement` (see `components._naming`).
+`a100`, the Job `<deployment>-train`; the instance group is `<deployment>-a100`, its
+instances `<deployment>-a100-<i>` and the placement policy `<deployment>-a100-placement` (see `components._naming`).
 
 Modules: this one holds the component and its arguments; `validate.py` the rules, `gke.py`
 and `gce.py` the two backends' resources, `_common.py` the defaults and names they share.
@@ -233,6 +236,9 @@ class A100ClusterArgs(TypedDict):
     IAM authentication)."""
     boot_disk_size_gb: NotRequired[int]
     """Boot disk of each GPU node (default 200)."""
+    max_run_seconds: NotRequired[int]
+    """gke: the training Job's `activeDeadlineSeconds` (Kubernetes ends the Job and its pods
+    after this long)."""
 
 
 class A100Cluster(pulumi.ComponentResource):
@@ -265,7 +271,12 @@ class A100Cluster(pulumi.ComponentResource):
     training_job: KubernetesTrainingJob | None
     placement_policy: compute.ResourcePolicy | None
     """gce with compact placement and at least 2 nodes."""
-    instances: list[compute.Instance]
+    instance_template: compute.InstanceTemplate | None
+    """gce: what every node is made from."""
+    instance_group: compute.InstanceGroupManager | None
+    """gce: the zonal managed instance group that recreates a stopped or lost node."""
+    node_configs: list[compute.PerInstanceConfig]
+    """gce: per-instance configs by node rank (name and rank metadata)."""
 
     def __init__(
         self, name: str, args: A100ClusterArgs, opts: pulumi.ResourceOptions | None = None
@@ -284,7 +295,8 @@ class A100Cluster(pulumi.ComponentResource):
         self.k8s_provider = None
         self.training_job = None
         self.placement_policy = None
-        self.instances = []
+        self.instance_template = self.instance_group = None
+        self.node_configs = []
         if gpu.backend == "gke":
             gke = create_gke(name, args, gpu, labels, parent=self)
             self.cluster = gke.cluster
@@ -305,7 +317,9 @@ class A100Cluster(pulumi.ComponentResource):
         else:
             gce = create_gce(name, args, gpu, labels, parent=self)
             self.placement_policy = gce.placement_policy
-            self.instances = gce.instances
+            self.instance_template = gce.template
+            self.instance_group = gce.group
+            self.node_configs = gce.node_configs
             self.cluster_name = gce.cluster_name
             self.instance_names = gce.instance_names
             self.console_url = gce.console_url

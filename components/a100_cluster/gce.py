@@ -1,5 +1,6 @@
-"""The gce backend of `A100Cluster`: A2 instances in one compact placement policy, each
-running the trainer from its startup script (see the package docstring)."""
+"""The gce backend of `A100Cluster`: A2 instances of a zonal managed instance group in one
+compact placement policy, each running the trainer from its startup script (see the
+package docstring)."""
 
 from __future__ import annotations
 
@@ -43,8 +44,12 @@ class GceInstances:
 
     placement_policy: compute.ResourcePolicy | None
     """With compact placement and at least 2 nodes."""
-    instances: list[compute.Instance]
-    """By node rank."""
+    template: compute.InstanceTemplate
+    """What every node is made from (machine, disk, spot or reservation, startup script)."""
+    group: compute.InstanceGroupManager
+    """Zonal managed instance group: it recreates a preempted, stopped or lost node."""
+    node_configs: list[compute.PerInstanceConfig]
+    """By node rank: each pins the node's name and its rank metadata across recreation."""
     cluster_name: pulumi.Output[str]
     instance_names: pulumi.Output[list[str]]
     name_pattern: str
@@ -64,11 +69,19 @@ def create_gce(
     labels: pulumi.Input[Mapping[str, str]],
     parent: pulumi.Resource,
 ) -> GceInstances:
-    """Register the gce backend's resources as children of `parent` (the component `name`)."""
+    """Register the gce backend's resources as children of `parent` (the component `name`).
+
+    A zonal managed instance group (`components.catalog.recovery`) owns the nodes: its instance
+    lifecycle policy repairs a VM that stops running (a spot preemption with termination
+    action STOP, a host error) by recreating it from the template, and one per-instance
+    config per node keeps the node's name (node 0's host name is the rendezvous endpoint)
+    and its `trainstack-node-rank` metadata across every recreation.
+    """
     project = pulumi.Output.from_input(args["project"])
     zone = gpu.zone
     deployment = args["deployment_name"]
     names = instance_names(deployment, gpu.node_count)
+    child = pulumi.ResourceOptions(parent=parent)
     placement_policy = None
     if gpu.compact_placement and gpu.node_count >= 2:
         # A placement group holds 2 or more VMs; one VM has nothing to be close to.
@@ -81,7 +94,7 @@ def create_gce(
             group_placement_policy=compute.ResourcePolicyGroupPlacementPolicyArgs(
                 collocation="COLLOCATED", vm_count=gpu.node_count
             ),
-            opts=pulumi.ResourceOptions(parent=parent),
+            opts=child,
         )
 
     training = args.get("training")
@@ -91,9 +104,9 @@ def create_gce(
         image = training.get("image", DLVM_IMAGE)
         script = _startup_script(training, gpu, names)
     reservation = (
-        compute.InstanceReservationAffinityArgs(
+        compute.InstanceTemplateReservationAffinityArgs(
             type="SPECIFIC_RESERVATION",
-            specific_reservation=compute.InstanceReservationAffinitySpecificReservationArgs(
+            specific_reservation=compute.InstanceTemplateReservationAffinitySpecificReservationArgs(
                 key=RESERVATION_KEY, values=[gpu.reservation]
             ),
         )
@@ -101,62 +114,105 @@ def create_gce(
         else None
     )
     tags = pulumi.Output.from_input(args["node_tag"]).apply(lambda t: [t])
-    instances = [
-        compute.Instance(
+    group_name = gcp_name(deployment, "a100")
+    template = compute.InstanceTemplate(
+        f"{name}-template",
+        project=project,
+        # Templates are immutable: a new script or image is a new template (the prefix keeps
+        # the name unique), which the group rolls out by recreating the nodes.
+        name_prefix=f"{group_name}-",
+        description="trainstack: A100 training node",
+        machine_type=gpu.machine_type,
+        disks=[
+            compute.InstanceTemplateDiskArgs(
+                boot=True,
+                auto_delete=True,
+                source_image=image,
+                disk_size_gb=args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_GB),
+                disk_type=BOOT_DISK_TYPE,
+                labels=labels,
+            )
+        ],
+        # No access_configs: no external IP (egress through the network's NAT).
+        network_interfaces=[
+            compute.InstanceTemplateNetworkInterfaceArgs(
+                network=args["network_self_link"],
+                subnetwork=args["subnetwork_self_link"],
+                nic_type="GVNIC",
+            )
+        ],
+        network_performance_config=(
+            compute.InstanceTemplateNetworkPerformanceConfigArgs(
+                total_egress_bandwidth_tier="TIER_1"
+            )
+            if gpu.tier_1_networking
+            else None
+        ),
+        scheduling=_scheduling(gpu.spot),
+        reservation_affinity=reservation,
+        # One self link, not a list, in pulumi_gcp 10 (at most one policy).
+        resource_policies=placement_policy.self_link if placement_policy else None,
+        service_account=compute.InstanceTemplateServiceAccountArgs(
+            email=args["service_account_email"], scopes=[CLOUD_PLATFORM_SCOPE]
+        ),
+        metadata={"enable-oslogin": "TRUE"},
+        metadata_startup_script=script,
+        tags=tags,
+        labels=labels,
+        opts=child,
+    )
+    group = compute.InstanceGroupManager(
+        f"{name}-group",
+        project=project,
+        zone=zone,
+        name=group_name,
+        description="trainstack: A100 training nodes, recreated when one stops",
+        base_instance_name=group_name,
+        versions=[
+            compute.InstanceGroupManagerVersionArgs(
+                name="trainer", instance_template=template.self_link_unique
+            )
+        ],
+        target_size=gpu.node_count,
+        instance_lifecycle_policy=compute.InstanceGroupManagerInstanceLifecyclePolicyArgs(
+            default_action_on_failure="REPAIR", force_update_on_repair="YES"
+        ),
+        # A new template replaces every node at once, keeping the names (a training run
+        # cannot mix two trainer packages).
+        update_policy=compute.InstanceGroupManagerUpdatePolicyArgs(
+            type="PROACTIVE",
+            minimal_action="REPLACE",
+            replacement_method="RECREATE",
+            max_surge_fixed=0,
+            max_unavailable_fixed=gpu.node_count,
+        ),
+        wait_for_instances=False,
+        opts=child,
+    )
+    node_configs = [
+        compute.PerInstanceConfig(
             f"{name}-{i}",
             project=project,
             zone=zone,
+            instance_group_manager=group.name,
             name=physical,
-            machine_type=gpu.machine_type,
-            boot_disk=compute.InstanceBootDiskArgs(
-                auto_delete=True,
-                initialize_params=compute.InstanceBootDiskInitializeParamsArgs(
-                    image=image,
-                    size=args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_GB),
-                    type=BOOT_DISK_TYPE,
-                    labels=labels,
-                ),
+            preserved_state=compute.PerInstanceConfigPreservedStateArgs(
+                metadata={NODE_RANK_ATTRIBUTE: str(i)}
             ),
-            # No access_configs: no external IP (egress through the network's NAT).
-            network_interfaces=[
-                compute.InstanceNetworkInterfaceArgs(
-                    network=args["network_self_link"],
-                    subnetwork=args["subnetwork_self_link"],
-                    nic_type="GVNIC",
-                )
-            ],
-            network_performance_config=(
-                compute.InstanceNetworkPerformanceConfigArgs(total_egress_bandwidth_tier="TIER_1")
-                if gpu.tier_1_networking
-                else None
-            ),
-            scheduling=_scheduling(gpu.spot),
-            reservation_affinity=reservation,
-            # One self link, not a list, in pulumi_gcp 10 (at most one policy).
-            resource_policies=placement_policy.self_link if placement_policy else None,
-            service_account=compute.InstanceServiceAccountArgs(
-                email=args["service_account_email"], scopes=[CLOUD_PLATFORM_SCOPE]
-            ),
-            metadata={NODE_RANK_ATTRIBUTE: str(i), "enable-oslogin": "TRUE"},
-            # Changing the startup script replaces the instance, which is what runs a new
-            # trainer package or new flags.
-            metadata_startup_script=script,
-            tags=tags,
-            labels=labels,
-            allow_stopping_for_update=True,
-            opts=pulumi.ResourceOptions(
-                parent=parent,
-                # Fixed names, and a placement group sized for exactly node_count.
-                delete_before_replace=True,
-            ),
+            minimal_action="REPLACE",
+            most_disruptive_allowed_action="REPLACE",
+            remove_instance_on_destroy=True,
+            opts=child,
         )
         for i, physical in enumerate(names)
     ]
     return GceInstances(
         placement_policy=placement_policy,
-        instances=instances,
-        cluster_name=pulumi.Output.from_input(gcp_name(deployment, "a100")),
-        instance_names=pulumi.Output.all(*(inst.name for inst in instances)),
+        template=template,
+        group=group,
+        node_configs=node_configs,
+        cluster_name=pulumi.Output.from_input(group_name),
+        instance_names=pulumi.Output.all(*(c.name for c in node_configs)),
         name_pattern=instance_name_pattern(names),
         console_url=project.apply(gce_console_url),
     )
@@ -182,16 +238,17 @@ def _startup_script(
     )
 
 
-def _scheduling(spot: bool) -> compute.InstanceSchedulingArgs:
+def _scheduling(spot: bool) -> compute.InstanceTemplateSchedulingArgs:
     if spot:
-        return compute.InstanceSchedulingArgs(
+        # STOP leaves a TERMINATED VM, which the group's REPAIR action recreates.
+        return compute.InstanceTemplateSchedulingArgs(
             provisioning_model="SPOT",
             preemptible=True,
             automatic_restart=False,
             on_host_maintenance="TERMINATE",
             instance_termination_action="STOP",
         )
-    return compute.InstanceSchedulingArgs(
+    return compute.InstanceTemplateSchedulingArgs(
         provisioning_model="STANDARD",
         preemptible=False,
         automatic_restart=True,

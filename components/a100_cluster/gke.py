@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -352,6 +352,8 @@ def _training_job(
             job_args[key] = training[key]
     if "labels" in args:
         job_args["labels"] = args["labels"]
+    if "max_run_seconds" in args:
+        cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
     return KubernetesTrainingJob(
         f"{name}-training",
         job_args,

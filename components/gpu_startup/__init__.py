@@ -2,8 +2,10 @@
 
 One launcher (`launch.sh`) runs the trainer on a node: it downloads the `TrainerPackage`
 sdist with the node's service account (metadata-server token, Cloud Storage JSON API),
-pip-installs it, checks the trainer flags, and starts torchrun (one process per GPU) or, for
-trainers that are not torch, one process per node. The GKE Indexed Job runs it as its
+pip-installs it, checks the trainer flags, and starts the node launcher `python -m
+trainers.node` (`node_argv`), which counts the node's accelerators and runs torchrun (one
+process per accelerator; an elastic c10d rendezvous on node 0 when there are several nodes)
+or, for trainers that are not torch, one process per node. The GKE Indexed Job runs it as its
 container command; on Compute Engine the startup script (`gce_startup.sh`) writes it to disk
 and starts it as a transient systemd service.
 
@@ -68,6 +70,15 @@ FAIL_FAST_EXIT_CODES: Final = (EXIT_CRASH, EXIT_CONFIG)
 """Code errors: retrying cannot help."""
 RESTART_EXIT_CODES: Final = (EXIT_PREEMPTED,)
 """Preempted after a checkpoint: restart and resume, without counting a failure."""
+GCE_STOP_EXIT_CODES: Final = (EXIT_DONE, EXIT_CONFIG)
+"""The Compute Engine unit restarts the launcher on every other exit: 143 (preempted), 3
+(setup) and 1, which is also what a surviving node's torchrun reports when a peer is gone
+for good (its rendezvous store went with node 0, or the node did not rejoin in time), so a
+restart is what rejoins it. `GCE_START_LIMIT` bounds the retries of a real crash."""
+GCE_RESTART_SEC: Final = 30
+GCE_START_LIMIT: Final = (20, 3600)
+"""At most 20 starts of the unit in 3600 s, then systemd gives up (a code error that fails
+every attempt stops billing within the hour)."""
 
 """Trainer modules launched with torchrun (one process per GPU); any other module runs as
 one process per node and reads the node-level environment."""
@@ -97,6 +108,15 @@ _LAUNCHER_EOF = "TRAINSTACK_LAUNCHER_EOF"
 def uses_torchrun(module: str) -> bool:
     """Whether `module` is launched with torchrun (one process per GPU)."""
     return module in TORCHRUN_MODULES
+
+
+NODE_LAUNCHER_MODULE: Final = "trainers.node"
+
+
+def node_argv(module: str, trainer_args: Sequence[str]) -> list[str]:
+    """The Python arguments that run the trainer on one node through the node launcher
+    (`python <these>`): the one place that builds them, for every target."""
+    return ["-m", NODE_LAUNCHER_MODULE, module, *trainer_args]
 
 
 def with_checkpoint_dir(trainer_args: Sequence[str], checkpoint_url: str | None) -> list[str]:
@@ -183,7 +203,8 @@ def render_launcher(
     """The node launcher for plain values (see the module docstring and `launch.sh`).
 
     `coordinator` is node 0's host name: `<job>-0.<service>` on GKE, instance 0's name on
-    Compute Engine. `procs_per_node` is the GPUs per node (torchrun processes). `work_dir`
+    Compute Engine. `procs_per_node` is the GPUs per node the plan expects (it keys a run;
+    the node launcher counts the node's own accelerators). `work_dir`
     holds the download, the helper and the attempt log (empty: `$TMPDIR/trainstack`, the
     container's /tmp). `done_marker` is a file the launcher creates after a successful run
     (Compute Engine), `extra_path` directories appended to PATH to find torchrun.
@@ -217,11 +238,10 @@ def render_launcher(
         {
             "PLATFORM": q(platform),
             "PACKAGE_URI": q(package_uri),
-            "TRAINER_MODULE": q(module),
             "TRAINER_ARGS": " ".join(q(a) for a in trainer_args),
+            "NODE_ARGV": " ".join(q(a) for a in node_argv(module, trainer_args)),
             "USE_TORCHRUN": "1" if uses_torchrun(module) else "0",
             "NUM_NODES": str(num_nodes),
-            "PROCS_PER_NODE": str(procs_per_node),
             "COORDINATOR": q(coordinator),
             "COORDINATOR_PORT": str(coordinator_port),
             "WORK_DIR": q(work_dir),
@@ -296,6 +316,10 @@ def gce_startup_script(
             "UNIT": q(unit),
             "RUN_KEY": q(key),
             "STOP_TIMEOUT_S": str(GCE_STOP_TIMEOUT_S),
+            "RESTART_SEC": str(GCE_RESTART_SEC),
+            "RESTART_PREVENT": q(" ".join(str(c) for c in GCE_STOP_EXIT_CODES)),
+            "START_LIMIT_BURST": str(GCE_START_LIMIT[0]),
+            "START_LIMIT_INTERVAL_S": str(GCE_START_LIMIT[1]),
             "LAUNCHER": _embeddable(launcher, _LAUNCHER_EOF, "the launcher"),
         },
     )

@@ -13,6 +13,10 @@ STATE_DIR=@@STATE_DIR@@
 UNIT=@@UNIT@@
 RUN_KEY=@@RUN_KEY@@
 STOP_TIMEOUT_S=@@STOP_TIMEOUT_S@@
+RESTART_SEC=@@RESTART_SEC@@
+RESTART_PREVENT=@@RESTART_PREVENT@@
+START_LIMIT_BURST=@@START_LIMIT_BURST@@
+START_LIMIT_INTERVAL_S=@@START_LIMIT_INTERVAL_S@@
 
 log() { printf 'trainstack-startup: %s\n' "$*" >&2; }
 
@@ -39,12 +43,16 @@ mv -f "$launcher.tmp" "$launcher"
 # A failed unit left by an earlier attempt would block a new one of the same name.
 systemctl reset-failed "$UNIT" >/dev/null 2>&1 || true
 # KillMode=mixed: a stop signals only the launcher, which forwards SIGTERM to the trainer and
-# waits for its checkpoint. Exit 3 (setup failed) restarts the service; 1, 2 and 143 do not
-# (143: the machine is stopping, and the next boot runs this script again).
+# waits for its checkpoint. Every exit but 0 (done) and 2 (bad arguments) restarts the
+# service: 143 (preempted), 3 (setup) and 1, what a surviving node sees when a peer is gone;
+# the restarted launcher rejoins the elastic rendezvous and resumes from the newest
+# checkpoint. The start limit bounds the retries of a crash that every attempt repeats.
 systemd-run --unit="$UNIT" --description="trainstack trainer" --collect \
   --property=KillMode=mixed --property=TimeoutStopSec="$STOP_TIMEOUT_S" \
-  --property=Restart=on-failure --property=RestartSec=30 \
-  --property="RestartPreventExitStatus=1 2 143" \
+  --property=Restart=on-failure --property=RestartSec="$RESTART_SEC" \
+  --property="RestartPreventExitStatus=$RESTART_PREVENT" \
+  --property=StartLimitIntervalSec="$START_LIMIT_INTERVAL_S" \
+  --property=StartLimitBurst="$START_LIMIT_BURST" \
   --setenv=HOME=/root \
   /bin/bash "$launcher"
 log "started $UNIT with $launcher"

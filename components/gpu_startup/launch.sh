@@ -2,16 +2,18 @@
 # trainstack node launcher. Rendered by components.gpu_startup, which replaces each
 # at-sign-delimited NAME marker with a shell-quoted value before it reaches a node.
 #
-# Installs the trainer package from Cloud Storage, then runs the trainer on this node:
-# torchrun with one process per GPU for trainers.torch_ddp, one process per node for other
-# trainers (they read the node-level environment exported below). It is the container
+# Installs the trainer package from Cloud Storage, then runs the node launcher
+# (`python -m trainers.node`): torchrun with one process per accelerator for
+# trainers.torch_ddp, one process per node for other trainers (they read the node-level
+# environment exported below). It is the container
 # command of a GKE Indexed Job pod and, on Compute Engine, the service the startup script
 # starts. Node rank: JOB_COMPLETION_INDEX on GKE, the instance's node-rank metadata
-# attribute on Compute Engine. Node 0 hosts the rendezvous.
+# attribute on Compute Engine. Node 0 hosts the (elastic) rendezvous.
 #
 # Exit codes (the Job's podFailurePolicy and the Compute Engine unit's restart rule use them):
 #   0    training finished
-#   1    the trainer failed after it started (torchrun reports any failed worker as 1)
+#   1    the trainer failed after it started (torchrun reports any failed worker as 1, and
+#        so does a survivor whose torchrun lost a peer for good): retried on Compute Engine
 #   2    invalid trainer arguments or node environment
 #   3    setup failed before training started (download, install, rendezvous): retryable
 #   143  preempted: SIGTERM reached this node, or the trainer checkpointed and stopped
@@ -19,11 +21,10 @@ set -euo pipefail
 
 PLATFORM=@@PLATFORM@@
 PACKAGE_URI=@@PACKAGE_URI@@
-TRAINER_MODULE=@@TRAINER_MODULE@@
 TRAINER_ARGS=(@@TRAINER_ARGS@@)
+NODE_ARGV=(@@NODE_ARGV@@)
 USE_TORCHRUN=@@USE_TORCHRUN@@
 NUM_NODES=@@NUM_NODES@@
-PROCS_PER_NODE=@@PROCS_PER_NODE@@
 COORDINATOR=@@COORDINATOR@@
 COORDINATOR_PORT=@@COORDINATOR_PORT@@
 WORK_DIR=@@WORK_DIR@@
@@ -123,28 +124,12 @@ if [ "$PLATFORM" = gce ]; then
     export TF_CONFIG="{\"cluster\": {\"worker\": $TF_WORKERS}, \"task\": {\"type\": \"worker\", \"index\": $node_rank}}"
   fi
 fi
-if [ "$USE_TORCHRUN" = 1 ]; then
-  cmd=("$anchor_path" "--nnodes=$NUM_NODES" "--node-rank=$node_rank"
-    "--nproc-per-node=$PROCS_PER_NODE" "--master-addr=$COORDINATOR"
-    "--master-port=$COORDINATOR_PORT" -m "$TRAINER_MODULE" "${TRAINER_ARGS[@]}")
-else
-  cmd=("$python" -m "$TRAINER_MODULE" "${TRAINER_ARGS[@]}")
-fi
-
-# The trainer's stdout passes through tee so its events can be read after it exits. tee
-# ignores SIGTERM: a service stop signals every process, and a dead reader would kill the
-# trainer with SIGPIPE while it writes its preemption checkpoint.
-attempt_log="$WORK_DIR/attempt.log"
-fifo="$WORK_DIR/trainer-stdout"
-rm -f "$fifo"
-mkfifo "$fifo"
-(
-  trap '' TERM INT
-  exec tee "$attempt_log" <"$fifo"
-) &
-tee_pid=$!
+# One launcher on every target: trainers.node counts this machine's accelerators and runs
+# torchrun (elastic rendezvous on node 0 when there are several nodes) or the trainer once,
+# and maps the outcome to the exit codes above.
+cmd=("$python" "${NODE_ARGV[@]}")
 log "node $node_rank of $NUM_NODES: ${cmd[*]}"
-"${cmd[@]}" >"$fifo" &
+"${cmd[@]}" &
 child=$!
 status=0
 wait "$child" || status=$?
@@ -153,8 +138,6 @@ while kill -0 "$child" 2>/dev/null; do
   status=0
   wait "$child" || status=$?
 done
-wait "$tee_pid" || true
-rm -f "$fifo"
 
 if [ "$status" -eq 0 ]; then
   if [ -n "$DONE_MARKER" ]; then
@@ -163,10 +146,7 @@ if [ "$status" -eq 0 ]; then
   log "training finished"
   exit 0
 fi
-if [ "$terminated" = 1 ] || grep -q '"event": "preempted"' "$attempt_log"; then
-  fail 143 "preempted (trainer exit $status); a restart resumes from the newest checkpoint"
+if [ "$terminated" = 1 ]; then
+  fail 143 "preempted (launcher exit $status); a restart resumes from the newest checkpoint"
 fi
-if [ "$status" -ne 2 ] && ! grep -q '"event": ' "$attempt_log"; then
-  fail 3 "the trainer exited $status before it started (rendezvous or startup failure)"
-fi
-fail "$status" "the trainer failed with exit $status"
+fail "$status" "the node launcher exited $status"

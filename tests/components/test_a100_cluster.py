@@ -45,7 +45,9 @@ POLICY_LINK = (
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
-INSTANCE = "gcp:compute/instance:Instance"
+TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
+GROUP = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+NODE_CONFIG = "gcp:compute/perInstanceConfig:PerInstanceConfig"
 POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
 
 BASE: dict[str, Any] = {
@@ -341,21 +343,22 @@ def test_gke_wait_for_completion_reaches_the_job() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _instance(rank: int, **changes: Any) -> dict[str, Any]:
-    instance: dict[str, Any] = {
+def _template(**changes: Any) -> dict[str, Any]:
+    template: dict[str, Any] = {
         "project": PROJECT,
-        "zone": ZONE,
-        "name": f"exp-42-a100-{rank}",
+        "namePrefix": "exp-42-a100-",
+        "description": "trainstack: A100 training node",
         "machineType": "a2-highgpu-8g",
-        "bootDisk": {
-            "autoDelete": True,
-            "initializeParams": {
-                "image": DLVM_IMAGE,
-                "size": 200,
-                "type": "pd-ssd",
+        "disks": [
+            {
+                "boot": True,
+                "autoDelete": True,
+                "sourceImage": DLVM_IMAGE,
+                "diskSizeGb": 200,
+                "diskType": "pd-ssd",
                 "labels": LABELS,
-            },
-        },
+            }
+        ],
         "networkInterfaces": [{"network": NET, "subnetwork": SUBNET, "nicType": "GVNIC"}],
         "scheduling": {
             "provisioningModel": "SPOT",
@@ -366,14 +369,51 @@ def _instance(rank: int, **changes: Any) -> dict[str, Any]:
         },
         "resourcePolicies": POLICY_LINK,
         "serviceAccount": {"email": GSA, "scopes": [SCOPE]},
-        "metadata": {"trainstack-node-rank": str(rank), "enable-oslogin": "TRUE"},
+        "metadata": {"enable-oslogin": "TRUE"},
         "metadataStartupScript": _startup_script(),
         "tags": [TAG],
         "labels": LABELS,
-        "allowStoppingForUpdate": True,
     }
-    instance.update(changes)
-    return {k: v for k, v in instance.items() if v is not None}
+    template.update(changes)
+    return {k: v for k, v in template.items() if v is not None}
+
+
+def _group(node_count: int = 4) -> dict[str, Any]:
+    return {
+        "project": PROJECT,
+        "zone": ZONE,
+        "name": "exp-42-a100",
+        "description": "trainstack: A100 training nodes, recreated when one stops",
+        "baseInstanceName": "exp-42-a100",
+        # The template's self link is known only after deploy.
+        "versions": [{"name": "trainer", "instanceTemplate": "(known after deploy)"}],
+        "targetSize": node_count,
+        "instanceLifecyclePolicy": {
+            "defaultActionOnFailure": "REPAIR",
+            "forceUpdateOnRepair": "YES",
+        },
+        "updatePolicy": {
+            "type": "PROACTIVE",
+            "minimalAction": "REPLACE",
+            "replacementMethod": "RECREATE",
+            "maxSurgeFixed": 0,
+            "maxUnavailableFixed": node_count,
+        },
+        "waitForInstances": False,
+    }
+
+
+def _node_config(rank: int) -> dict[str, Any]:
+    return {
+        "project": PROJECT,
+        "zone": ZONE,
+        "instanceGroupManager": "exp-42-a100",
+        "name": f"exp-42-a100-{rank}",
+        "preservedState": {"metadata": {"trainstack-node-rank": str(rank)}},
+        "minimalAction": "REPLACE",
+        "mostDisruptiveAllowedAction": "REPLACE",
+        "removeInstanceOnDestroy": True,
+    }
 
 
 def _startup_script(**overrides: Any) -> str:
@@ -396,7 +436,9 @@ def test_gce_children_and_outputs() -> None:
         [
             (TOKEN, "gpu", "None"),
             (POLICY, "gpu-placement", "gpu"),
-            *((INSTANCE, f"gpu-{i}", "gpu") for i in range(4)),
+            (TEMPLATE, "gpu-template", "gpu"),
+            (GROUP, "gpu-group", "gpu"),
+            *((NODE_CONFIG, f"gpu-{i}", "gpu") for i in range(4)),
         ]
     )
     assert run.outputs == {
@@ -412,7 +454,7 @@ def test_gce_children_and_outputs() -> None:
     }
 
 
-def test_gce_placement_policy_and_instances() -> None:
+def test_gce_placement_policy_template_group_and_node_configs() -> None:
     run = _run(backend="gce")
     assert run.named("gpu-placement").inputs == {
         "project": PROJECT,
@@ -421,11 +463,11 @@ def test_gce_placement_policy_and_instances() -> None:
         "description": "trainstack: A100 nodes of one training cluster, collocated",
         "groupPlacementPolicy": {"collocation": "COLLOCATED", "vmCount": 4},
     }
+    assert _integers(run.named("gpu-template").inputs) == _template()
+    assert _integers(run.named("gpu-group").inputs) == _group()
     for rank in range(4):
-        instance = run.named(f"gpu-{rank}")
-        assert instance.inputs == _instance(rank)
-        assert instance.delete_before_replace
-        assert "accessConfigs" not in instance.inputs["networkInterfaces"][0]  # no public IP
+        assert run.named(f"gpu-{rank}").inputs == _node_config(rank)
+    assert "accessConfigs" not in run.named("gpu-template").inputs["networkInterfaces"][0]
 
 
 @pytest.mark.parametrize(
@@ -436,21 +478,23 @@ def test_gce_placement_policy_and_instances() -> None:
         ({"tier_1_networking": True}, {"networkPerformanceConfig": {"totalEgressBandwidthTier": "TIER_1"}}),
         ({"compact_placement": False}, {"resourcePolicies": None}),
         ({"training": None}, {"metadataStartupScript": None}),
-        ({"training": {**BASE["training"], "trainer_module": "trainers.tf_multiworker", "image": "projects/acme/global/images/tf-gpu"}}, {"metadataStartupScript": _startup_script(module="trainers.tf_multiworker", procs_per_node=1), "bootDisk": {"autoDelete": True, "initializeParams": {"image": "projects/acme/global/images/tf-gpu", "size": 200, "type": "pd-ssd", "labels": LABELS}}}),
+        ({"training": {**BASE["training"], "trainer_module": "trainers.tf_multiworker", "image": "projects/acme/global/images/tf-gpu"}}, {"metadataStartupScript": _startup_script(module="trainers.tf_multiworker", procs_per_node=1), "disks": [{"boot": True, "autoDelete": True, "sourceImage": "projects/acme/global/images/tf-gpu", "diskSizeGb": 200, "diskType": "pd-ssd", "labels": LABELS}]}),
     ],
 )  # fmt: skip
 def test_gce_options(overrides: dict[str, Any], changes: dict[str, Any]) -> None:
     run = _run(backend="gce", **overrides)
-    assert run.named("gpu-3").inputs == _instance(3, **changes)
+    assert _integers(run.named("gpu-template").inputs) == _template(**changes)
     assert (POLICY in {r.type for r in run.resources}) == (overrides.get("compact_placement", True))
 
 
 def test_gce_single_node_has_no_placement_policy() -> None:
     run = _run(backend="gce", node_count=1)
-    assert {r.type for r in run.resources} == {TOKEN, INSTANCE}
-    assert run.named("gpu-0").inputs == _instance(
-        0, resourcePolicies=None, metadataStartupScript=_startup_script(num_nodes=1)
+    assert {r.type for r in run.resources} == {TOKEN, TEMPLATE, GROUP, NODE_CONFIG}
+    assert _integers(run.named("gpu-template").inputs) == _template(
+        resourcePolicies=None, metadataStartupScript=_startup_script(num_nodes=1)
     )
+    assert _integers(run.named("gpu-group").inputs) == _group(node_count=1)
+    assert run.named("gpu-0").inputs == _node_config(0)
 
 
 # --------------------------------------------------------------------------------------

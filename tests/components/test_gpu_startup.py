@@ -261,17 +261,8 @@ def _launcher(**overrides: Any) -> str:
     return render_launcher(**values)
 
 
-def _torchrun_argv(rank: int, coordinator: str) -> list[str]:
-    return [
-        "--nnodes=4",
-        f"--node-rank={rank}",
-        "--nproc-per-node=8",
-        f"--master-addr={coordinator}",
-        "--master-port=29500",
-        "-m",
-        "trainers.torch_ddp",
-        *FLAGS,
-    ]
+NODE_ARGV = ["-m", "trainers.node", "trainers.torch_ddp", *FLAGS]
+"""Every target runs the node launcher, which counts the accelerators and starts torchrun."""
 
 
 def _assert_fetched(google: FakeGoogle, work: Path) -> None:
@@ -292,7 +283,7 @@ def _assert_fetched(google: FakeGoogle, work: Path) -> None:
 
 
 @pytest.mark.parametrize("rank", [0, 3])
-def test_gke_container_command_runs_torchrun_for_its_index(
+def test_gke_container_command_runs_the_node_launcher_for_its_index(
     rank: int, tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:
     command, pod_env = _gke_container()
@@ -304,9 +295,10 @@ def test_gke_container_command_runs_torchrun_for_its_index(
     assert [c["argv"] for c in _calls(tmp_path, "pip")] == [
         ["install", "--disable-pip-version-check", "--no-input", str(work / PACKAGE_FILE)]
     ]
-    (torchrun,) = _calls(tmp_path, "torchrun")
-    assert torchrun["argv"] == _torchrun_argv(rank, COORDINATOR_GKE)
-    assert torchrun["env"] == {
+    assert _calls(tmp_path, "torchrun") == []
+    (node,) = _calls(tmp_path, "python3")
+    assert node["argv"] == NODE_ARGV
+    assert node["env"] == {
         "HOME": str(tmp_path),
         "JOB_COMPLETION_INDEX": str(rank),
         "JOB_NAME": JOB,
@@ -332,7 +324,7 @@ def test_gke_non_torch_trainer_gets_the_indexed_job_environment(
     assert result.returncode == 0, result.stderr
     assert _calls(tmp_path, "torchrun") == []
     (trainer,) = _calls(tmp_path, "python3")
-    assert trainer["argv"] == ["-m", "trainers.tf_multiworker", *FLAGS]
+    assert trainer["argv"] == ["-m", "trainers.node", "trainers.tf_multiworker", *FLAGS]
     cluster = resolve_cluster(trainer["env"])
     assert (cluster.platform, cluster.node_rank, cluster.num_nodes) == ("gke", 3, 4)
     assert (cluster.coordinator_address, cluster.coordinator_port) == (COORDINATOR_GKE, 29500)
@@ -367,7 +359,9 @@ def test_gce_startup_script_starts_the_trainer_with_the_metadata_rank(
         "--property=TimeoutStopSec=90",
         "--property=Restart=on-failure",
         "--property=RestartSec=30",
-        "--property=RestartPreventExitStatus=1 2 143",
+        "--property=RestartPreventExitStatus=0 2",
+        "--property=StartLimitIntervalSec=3600",
+        "--property=StartLimitBurst=20",
         "--setenv=HOME=/root",
         "/bin/bash",
         str(launcher),
@@ -375,9 +369,9 @@ def test_gce_startup_script_starts_the_trainer_with_the_metadata_rank(
     assert [c["argv"] for c in _calls(tmp_path, "pip")] == [
         ["install", "--disable-pip-version-check", "--no-input", str(state / PACKAGE_FILE)]
     ]
-    (torchrun,) = _calls(tmp_path, "torchrun")
-    assert torchrun["argv"] == _torchrun_argv(rank, COORDINATOR_GCE)
-    assert torchrun["env"] == {
+    (node,) = _calls(tmp_path, "python3")
+    assert node["argv"] == NODE_ARGV
+    assert node["env"] == {
         "HOME": "/root",
         "PYTHONUNBUFFERED": "1",
         "TRAINSTACK_COORDINATOR": f"{COORDINATOR_GCE}:29500",
@@ -423,7 +417,7 @@ def test_gce_non_torch_trainer_gets_the_node_environment(
     script = _gce_script(tmp_path, "trainers.tf_multiworker")
     assert _run(["bash", "-c", script], _env(tmp_path, fakebin, google)).returncode == 0
     (trainer,) = _calls(tmp_path, "python3")
-    assert trainer["argv"] == ["-m", "trainers.tf_multiworker", *FLAGS]
+    assert trainer["argv"] == ["-m", "trainers.node", "trainers.tf_multiworker", *FLAGS]
     # TensorFlow needs every worker's address, which the node-level variables do not carry.
     assert json.loads(trainer["env"].pop("TF_CONFIG")) == {
         "cluster": {"worker": [f"{host}:29500" for host in GCE_HOSTS]},
@@ -442,11 +436,13 @@ def test_gce_non_torch_trainer_gets_the_node_environment(
 @pytest.mark.parametrize(
     ("stdout", "trainer_exit", "expected", "message"),
     [
-        ([STARTED, PREEMPTED], 1, 143, "preempted (trainer exit 1)"),
-        ([STARTED], 1, 1, "the trainer failed with exit 1"),
-        ([], 1, 3, "the trainer exited 1 before it started (rendezvous or startup failure)"),
-        ([], 2, 2, "the trainer failed with exit 2"),
-        ([STARTED], 137, 137, "the trainer failed with exit 137"),
+        # The node launcher maps the trainer's outcome (trainers.node.exit_code); the script
+        # passes its code on.
+        ([STARTED, PREEMPTED], 143, 143, "the node launcher exited 143"),
+        ([STARTED], 1, 1, "the node launcher exited 1"),
+        ([], 3, 3, "the node launcher exited 3"),
+        ([], 2, 2, "the node launcher exited 2"),
+        ([STARTED], 137, 137, "the node launcher exited 137"),
         ([STARTED, json.dumps({"event": "done", "step": 100})], 0, 0, "training finished"),
     ],
 )
@@ -494,8 +490,8 @@ def test_sigterm_is_forwarded_and_reported_as_preemption(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143, err
-    assert {"prog": "torchrun", "signal": "SIGTERM"} in _calls(tmp_path)
-    assert "trainstack-launch: preempted (trainer exit 1)" in err
+    assert {"prog": "python3", "signal": "SIGTERM"} in _calls(tmp_path)
+    assert "trainstack-launch: preempted (launcher exit 1)" in err
     assert out.splitlines() == [STARTED, PREEMPTED]
 
 
@@ -520,7 +516,7 @@ def test_launcher_setup_failures(
     result = _run(container_command(_launcher()), _env(tmp_path, fakebin, google, **env_extra))
     assert result.returncode == expected
     assert message in result.stderr
-    assert _calls(tmp_path, "torchrun") == []
+    assert _calls(tmp_path, "python3") == []
 
 
 def test_missing_package_is_a_retryable_setup_failure(
@@ -534,7 +530,7 @@ def test_missing_package_is_a_retryable_setup_failure(
     assert _calls(tmp_path, "pip") == []
 
 
-def test_invalid_trainer_flags_fail_before_torchrun(
+def test_invalid_trainer_flags_fail_before_the_node_launcher(
     tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:
     launcher = _launcher(trainer_args=["--steps=0"])
@@ -544,7 +540,7 @@ def test_invalid_trainer_flags_fail_before_torchrun(
     assert result.returncode == 2
     assert "trainstack-launch: invalid trainer arguments: --steps=0" in result.stderr
     assert "steps" in result.stderr  # the trainer parser's own message comes first
-    assert _calls(tmp_path, "torchrun") == []
+    assert _calls(tmp_path, "python3") == []
 
 
 def test_installed_package_is_not_fetched_again(
@@ -555,10 +551,10 @@ def test_installed_package_is_not_fetched_again(
         assert _run(container_command(_launcher()), env).returncode == 0
     assert len(_calls(tmp_path, "pip")) == 1
     assert len([p for p, _ in google.requests if p.startswith("/storage/")]) == 1
-    assert len(_calls(tmp_path, "torchrun")) == 2
+    assert len(_calls(tmp_path, "python3")) == 2
 
 
-def test_arguments_reach_torchrun_verbatim(
+def test_arguments_reach_the_node_launcher_verbatim(
     tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:
     # Free-form string flags: valid for the trainer, hostile for a shell.
@@ -566,5 +562,5 @@ def test_arguments_reach_torchrun_verbatim(
     env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
     result = _run(container_command(_launcher(trainer_args=tricky)), env)
     assert result.returncode == 0, result.stderr
-    (torchrun,) = _calls(tmp_path, "torchrun")
-    assert torchrun["argv"][-2:] == tricky
+    (node,) = _calls(tmp_path, "python3")
+    assert node["argv"] == ["-m", "trainers.node", "trainers.torch_ddp", *tricky]

@@ -48,9 +48,11 @@ def test_a_vertex_worker_runs_torchrun_with_one_process_per_gpu() -> None:
     assert command.argv == [
         *TORCHRUN,
         "--nnodes=3",
-        "--node-rank=2",
-        "--master-addr=cmle-training-workerpool0-ab-0",
-        "--master-port=2222",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=cmle-training-workerpool0-ab-0:2222",
+        "--rdzv-id=trainstack",
+        "--rdzv-conf=is_host=0",
+        "--max-restarts=3",
         "--nproc-per-node=8",
         "-m",
         "trainers.torch_ddp",
@@ -93,9 +95,11 @@ def test_users_argv_under_torchrun_and_node() -> None:
     assert torchrun.argv == [
         *TORCHRUN,
         "--nnodes=2",
-        "--node-rank=1",
-        "--master-addr=train-0.train-svc",
-        "--master-port=29500",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=train-0.train-svc:29500",
+        "--rdzv-id=trainstack",
+        "--rdzv-conf=is_host=0",
+        "--max-restarts=3",
         "--nproc-per-node=4",
         "--no-python",
         "python",
@@ -230,3 +234,41 @@ def test_the_launcher_imports_the_standard_library_only() -> None:
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout) == []
+
+
+def test_multi_node_torchrun_is_elastic_with_the_store_on_node_0() -> None:
+    env = {
+        "TRAINSTACK_NODE_RANK": "0",
+        "TRAINSTACK_NUM_NODES": "2",
+        "TRAINSTACK_COORDINATOR": "exp-42-a100-0:29500",
+        "TRAINSTACK_SIMULATED_ACCELERATORS": "2",
+    }
+    command = node_command(parse_args(["trainers.torch_ddp", "--steps=10"]), env)
+    assert command.argv == [
+        *TORCHRUN,
+        "--nnodes=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=exp-42-a100-0:29500",
+        "--rdzv-id=trainstack",
+        "--rdzv-conf=is_host=1",
+        "--max-restarts=3",
+        "--nproc-per-node=2",
+        "-m",
+        "trainers.torch_ddp",
+        "--steps=10",
+    ]
+
+
+def test_one_node_of_a_cluster_keeps_the_static_rendezvous() -> None:
+    env = {"TRAINSTACK_NODE_RANK": "0", "TRAINSTACK_NUM_NODES": "1"}
+    command = node_command(parse_args(["--procs-per-node=2", "trainers.torch_ddp"]), env)
+    assert command.argv == [
+        *TORCHRUN,
+        "--nnodes=1",
+        "--node-rank=0",
+        "--master-addr=127.0.0.1",
+        "--master-port=29500",
+        "--nproc-per-node=2",
+        "-m",
+        "trainers.torch_ddp",
+    ]

@@ -1,0 +1,59 @@
+"""How a multi-node GPU run comes back after a node stops: the Compute Engine and torchrun
+mechanisms the gce backend of `A100Cluster` relies on, each with its source.
+
+`*_VERIFIED` is True only where the cited source states the fact itself.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MIG_REPAIRS_STOPPED_VM: Final = True
+MIG_REPAIRS_STOPPED_VM_VERIFIED: Final = True
+MIG_REPAIRS_STOPPED_VM_SOURCE: Final = (
+    "https://cloud.google.com/compute/docs/instance-groups/preserved-state (How autohealing "
+    "handles preserved state: 'When a virtual machine (VM) instance stops running or becomes "
+    "unhealthy, autohealing recreates the VM and keeps the preserved state ... The MIG "
+    "preserves stateful metadata, configured in per-instance configurations, and sets it on "
+    "VM recreation.'); instanceLifecyclePolicy.defaultActionOnFailure REPAIR (default) / "
+    "DO_NOTHING: https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers"
+)
+"""A zonal MIG recreates a VM that stops running (a spot VM stopped on preemption with
+termination action STOP included) and sets the per-instance config's metadata again."""
+
+MIG_PER_INSTANCE_NAME: Final = True
+MIG_PER_INSTANCE_NAME_VERIFIED: Final = True
+MIG_PER_INSTANCE_NAME_SOURCE: Final = (
+    "https://cloud.google.com/compute/docs/samples/"
+    "compute-stateful-instance-group-manager-metadata-pic ('In a managed instance group "
+    "(MIG), create a managed instance with a custom name and set stateful metadata on that "
+    "VM': google_compute_per_instance_config with name and preserved_state.metadata)"
+)
+"""A per-instance config names its VM and carries its stateful metadata (the node rank)."""
+
+MIG_PLACEMENT_AND_RESERVATION_IN_TEMPLATE_VERIFIED: Final = False
+MIG_PLACEMENT_AND_RESERVATION_IN_TEMPLATE_SOURCE: Final = (
+    "instance template fields resourcePolicies and reservationAffinity (pulumi_gcp "
+    "compute.InstanceTemplate); that a MIG honours a compact placement policy set in its "
+    "template is inferred, not quoted from a Google page"
+)
+
+MIG_RECREATES_MAX_RUN_DURATION_VM: Final = True
+MIG_RECREATES_MAX_RUN_DURATION_VM_VERIFIED: Final = False
+MIG_RECREATES_MAX_RUN_DURATION_VM_SOURCE: Final = (
+    "inferred: scheduling.maxRunDuration stops or deletes the VM "
+    "(https://cloud.google.com/compute/docs/instances/limit-vm-runtime), and a MIG repairs "
+    "a VM that stops running (MIG_REPAIRS_STOPPED_VM_SOURCE), with a fresh run duration"
+)
+"""Why the gce backend does not end a run with maxRunDuration in its template."""
+
+TORCHRUN_ELASTIC_VERIFIED: Final = True
+TORCHRUN_ELASTIC_SOURCE: Final = (
+    "https://docs.pytorch.org/docs/stable/elastic/quickstart.html (fault-tolerant launch: "
+    "--nnodes, --max-restarts, --rdzv-id, --rdzv-backend=c10d, --rdzv-endpoint; failures "
+    "are membership changes and restart all workers); c10d is_host rendezvous option: "
+    "torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py _create_tcp_store "
+    "(torch 2.13)"
+)
+"""Elastic rendezvous: a node that restarts rejoins, and every worker restarts (from the
+newest checkpoint). Node 0 hosts the store (`is_host`), so its name must be stable."""
