@@ -24,15 +24,23 @@ account, which grants it `roles/iam.workloadIdentityUser`), a headless Service w
 the pods' subdomain (pod i is `<job>-<i>.<job>`, node 0 hosts the rendezvous), and an
 Indexed Job with completions = parallelism = nodes. Each pod takes all GPUs of one node
 (plus a required anti-affinity: one pod per node), tolerates the GPU taint, mounts a
-memory-backed /dev/shm for NCCL and data loaders, and runs the node launcher of
-`components.gpu_startup` as its command: it installs the trainer package and starts torchrun.
+memory-backed /dev/shm for NCCL and data loaders, and runs `kubernetes_pod.sh` as its
+command: it installs the trainer package (and, for TensorFlow >= 2.16, tf-keras at the
+image's TensorFlow minor with --no-deps), then execs the container's args, the node launcher
+`python3 -m trainers.node MODULE ARGS` (`node_argv`). The launcher reads the pod's index
+from JOB_COMPLETION_INDEX and starts torchrun with one process per GPU, rendezvousing on
+pod 0 (`<job>-0.<job>`, TRAINSTACK_COORDINATOR_PORT), or a non-torch trainer once per pod.
 
-Failures (podFailurePolicy, first match wins): a disruption (preemption, eviction, drain)
-and exit 143 (preempted after a checkpoint) restart the pod without counting a failure, so
-it resumes from the checkpoint; exit 1 or 2 (code or config error) fails the Job at once;
-anything else (3: setup or rendezvous failed, OOM kills) retries that index up to
-`backoff_limit_per_index` times. A replacement pod starts only after the old one is gone
-(podReplacementPolicy Failed), so two pods never share an index.
+Recovery (podFailurePolicy, first match wins; Kubernetes docs "Handling retriable and
+non-retriable pod failures with Pod failure policy"): a pod that gets the DisruptionTarget
+condition (its node was preempted, drained or lost: the pod garbage collector or the taint
+manager deletes it) and exit 143 (preempted after a checkpoint) are replaced without
+counting a failure; the surviving pods' torchrun keeps its workers in the elastic
+rendezvous until the replacement rejoins, and every worker resumes from the newest
+checkpoint. Exit 1 or 2 (code or config error) fails the Job at once; anything else (3:
+setup failed, 137: OOM kill) retries that index up to `backoff_limit_per_index` times.
+podFailurePolicy requires restartPolicy Never and podReplacementPolicy Failed: a
+replacement starts only after the old pod is gone, so two pods never share an index.
 
 `pulumi up` does not wait for training (`pulumi.com/skipAwait`) unless `wait_for_completion`
 is set with a `timeout_s`. `pulumi destroy` deletes the Job with foreground propagation, so
@@ -47,6 +55,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, NotRequired, TypedDict
 
 import pulumi
@@ -60,17 +69,21 @@ from components.gpu_startup import (
     FAIL_FAST_EXIT_CODES,
     RESTART_EXIT_CODES,
     check_trainer,
-    container_command,
-    render_launcher,
-    uses_torchrun,
     with_checkpoint_dir,
 )
-from trainers.common.contract import TORCH_MODULE
+from trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
 COMPONENT_LABEL: Final = "kubernetes-training-job"
 CONTAINER_NAME: Final = "trainer"
 DEFAULT_MODULE: Final = TORCH_MODULE
+POD_SCRIPT: Final = (Path(__file__).parent / "kubernetes_pod.sh").read_text()
+"""The container command's script (`bash -c POD_SCRIPT trainstack-pod ARGS...`)."""
+POD_PYTHON: Final = "python3"
+"""The images' interpreter: the pod script installs into it and it runs the launcher."""
+NODE_LAUNCHER: Final = "trainers.node"
+TF_KERAS_MODULES: Final = frozenset({TF_MODULE})
+"""Trainer modules that run tf.keras as Keras 2 (tf-keras on TensorFlow >= 2.16)."""
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_TOLERATION: Final[dict[str, str]] = {
@@ -99,7 +112,16 @@ _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _K8S_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_ENV: Final = frozenset(
-    {"JOB_COMPLETION_INDEX", "JOB_NAME", "TRAINSTACK_HEADLESS_SERVICE", "TRAINSTACK_NUM_NODES"}
+    {
+        "JOB_COMPLETION_INDEX",
+        "JOB_NAME",
+        "TRAINSTACK_COORDINATOR",
+        "TRAINSTACK_COORDINATOR_PORT",
+        "TRAINSTACK_HEADLESS_SERVICE",
+        "TRAINSTACK_NUM_NODES",
+        "TRAINSTACK_PACKAGE_URI",
+        "TRAINSTACK_TF_KERAS",
+    }
 )
 
 
@@ -117,8 +139,8 @@ class KubernetesTrainingJobArgs(TypedDict):
     package_uri: pulumi.Input[str]
     """gs:// URI of the trainer sdist (`TrainerPackage.uri`), installed when a pod starts."""
     trainer_module: NotRequired[str]
-    """Trainer to run (default `trainers.torch_ddp`, under torchrun; other modules run one
-    process per pod)."""
+    """Trainer to run (default `trainers.torch_ddp`, under torchrun with one process per
+    GPU; the node launcher runs other modules once per pod)."""
     trainer_args: NotRequired[list[str]]
     """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
@@ -140,8 +162,9 @@ class KubernetesTrainingJobArgs(TypedDict):
     """Pod tolerations (camelCase); default `[GPU_TOLERATION]`."""
     backoff_limit_per_index: NotRequired[int]
     """Counted failures (see the module docstring) each index may have (default 3)."""
-    active_deadline_s: NotRequired[int]
-    """Fail the Job after this many seconds (default: no limit)."""
+    active_deadline_seconds: NotRequired[int]
+    """Job `spec.activeDeadlineSeconds`: fail the Job (and stop its pods) once it has run
+    this many seconds, retries included (default: no limit)."""
     wait_for_completion: NotRequired[bool]
     """Make `pulumi up` wait until the Job completes (default False: return once created)."""
     timeout_s: NotRequired[int]
@@ -207,7 +230,7 @@ def validate_args(args: Mapping[str, Any]) -> None:
         default_image(module)
     elif not isinstance(args["image"], str) or not args["image"].strip():
         raise ValueError(f"image: {args['image']!r} is not an image reference")
-    for key in ("backoff_limit_per_index", "active_deadline_s", "shm_size_gib", "timeout_s"):
+    for key in ("backoff_limit_per_index", "active_deadline_seconds", "shm_size_gib", "timeout_s"):
         if key in args:
             _positive_int(args, key)
     if "termination_grace_period_s" in args:
@@ -260,20 +283,33 @@ def pod_failure_policy() -> dict[str, Any]:
     }
 
 
+def node_argv(module: str, trainer_args: Sequence[str]) -> list[str]:
+    """The container's args: the node launcher running `module` with its flags (the pod
+    script installs the package into `POD_PYTHON`'s environment first, then execs these)."""
+    return [POD_PYTHON, "-m", NODE_LAUNCHER, module, *trainer_args]
+
+
+def pod_command() -> list[str]:
+    """The container's command: `POD_SCRIPT` under bash, which execs the args."""
+    return ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
+
+
 def manifests(
     *,
     job_name: str,
     node_count: int,
     gpus_per_node: int,
     image: str,
-    launcher: str,
+    package_uri: str,
+    args: Sequence[str],
     labels: Mapping[str, str],
     namespace: str = DEFAULT_NAMESPACE,
     gcp_service_account_email: str | None = None,
     node_selector: Mapping[str, str] | None = None,
     tolerations: Sequence[Mapping[str, Any]] | None = None,
     backoff_limit_per_index: int = DEFAULT_BACKOFF_LIMIT_PER_INDEX,
-    active_deadline_s: int | None = None,
+    active_deadline_seconds: int | None = None,
+    tf_keras: bool = False,
     wait_for_completion: bool = False,
     shm_size_gib: int = DEFAULT_SHM_SIZE_GIB,
     termination_grace_period_s: int = DEFAULT_TERMINATION_GRACE_S,
@@ -281,7 +317,13 @@ def manifests(
     env: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The ServiceAccount, headless Service and Indexed Job (`service_account`, `service`,
-    `job`) as Kubernetes objects, camelCase, exactly as they are applied."""
+    `job`) as Kubernetes objects, camelCase, exactly as they are applied. `args` are the
+    container's (`node_argv`); `tf_keras` makes the pod install tf-keras for TensorFlow."""
+    bucket, _, obj = package_uri.removeprefix("gs://").partition("/")
+    if not package_uri.startswith("gs://") or not bucket or not obj or obj.endswith("/"):
+        raise ValueError(
+            f"package_uri: {package_uri!r} is not a gs://bucket/object URI of the trainer sdist"
+        )
     k8s_labels = kubernetes_labels(labels)
     selector = {INSTANCE_LABEL: job_name}
     pod_labels = {**k8s_labels, NAME_LABEL: APP_NAME, INSTANCE_LABEL: job_name}
@@ -318,11 +360,16 @@ def manifests(
         "JOB_NAME": job_name,
         "TRAINSTACK_HEADLESS_SERVICE": job_name,
         "TRAINSTACK_NUM_NODES": str(node_count),
+        "TRAINSTACK_COORDINATOR_PORT": str(port),
+        "TRAINSTACK_PACKAGE_URI": package_uri,
     }
+    if tf_keras:
+        pod_env["TRAINSTACK_TF_KERAS"] = "1"
     container = {
         "name": CONTAINER_NAME,
         "image": image,
-        "command": container_command(launcher),
+        "command": pod_command(),
+        "args": list(args),
         "env": [{"name": k, "value": v} for k, v in sorted(pod_env.items())],
         "ports": [{"name": "rendezvous", "containerPort": port, "protocol": "TCP"}],
         "resources": {"limits": {GPU_RESOURCE: str(gpus_per_node)}},
@@ -365,8 +412,8 @@ def manifests(
         "podFailurePolicy": pod_failure_policy(),
         "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
     }
-    if active_deadline_s is not None:
-        job_spec["activeDeadlineSeconds"] = active_deadline_s
+    if active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = active_deadline_seconds
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -429,22 +476,14 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
 
         def build(values: list[Any]) -> dict[str, Any]:
             merged, package_uri, checkpoint_url, email = values
-            launcher = render_launcher(
-                platform="gke",
-                package_uri=package_uri,
-                module=module,
-                trainer_args=with_checkpoint_dir(plain.get("trainer_args", []), checkpoint_url),
-                num_nodes=plain["node_count"],
-                procs_per_node=plain["gpus_per_node"] if uses_torchrun(module) else 1,
-                coordinator=f"{job_name}-0.{job_name}",
-                coordinator_port=port,
-            )
+            trainer_args = with_checkpoint_dir(plain.get("trainer_args", []), checkpoint_url)
             return manifests(
                 job_name=job_name,
                 node_count=plain["node_count"],
                 gpus_per_node=plain["gpus_per_node"],
                 image=plain.get("image") or default_image(module),
-                launcher=launcher,
+                package_uri=package_uri,
+                args=node_argv(module, trainer_args),
                 labels=merged,
                 namespace=namespace,
                 gcp_service_account_email=email,
@@ -453,7 +492,8 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
                 backoff_limit_per_index=plain.get(
                     "backoff_limit_per_index", DEFAULT_BACKOFF_LIMIT_PER_INDEX
                 ),
-                active_deadline_s=plain.get("active_deadline_s"),
+                active_deadline_seconds=plain.get("active_deadline_seconds"),
+                tf_keras=module in TF_KERAS_MODULES,
                 wait_for_completion=wait,
                 shm_size_gib=plain.get("shm_size_gib", DEFAULT_SHM_SIZE_GIB),
                 termination_grace_period_s=plain.get(

@@ -17,8 +17,9 @@ from components.a100_cluster import (
     TOKEN,
     A100Cluster,
 )
-from components.gpu_startup import gce_startup_script, render_launcher
+from components.gpu_startup import gce_startup_script
 from components.kubernetes_training_job import TOKEN as JOB_TOKEN
+from components.kubernetes_training_job import node_argv, pod_command
 from infra.mocks import SECRET, ProgramRun, run_program
 
 PROJECT = "acme-ml"
@@ -269,15 +270,10 @@ def test_gke_training_job() -> None:
     assert pod["serviceAccountName"] == "exp-42-train"
     container = pod["containers"][0]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
-    assert container["command"][2] == render_launcher(
-        platform="gke",
-        package_uri=PACKAGE_URI,
-        module="trainers.torch_ddp",
-        trainer_args=FLAGS,
-        num_nodes=4,
-        procs_per_node=8,
-        coordinator="exp-42-train-0.exp-42-train",
-    )
+    assert container["command"] == pod_command()
+    assert container["args"] == node_argv("trainers.torch_ddp", FLAGS)
+    assert {"name": "TRAINSTACK_PACKAGE_URI", "value": PACKAGE_URI} in container["env"]
+    assert {"name": "TRAINSTACK_NUM_NODES", "value": "4"} in container["env"]
     assert job.inputs["metadata"]["labels"] == {
         "component": "kubernetes-training-job",
         "managed-by": "trainstack",

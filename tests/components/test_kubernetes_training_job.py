@@ -5,6 +5,13 @@ A100 cluster runs (kubernetes-validate, strict schemas)."""
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -13,12 +20,15 @@ import pytest
 from pulumi_gcp import storage
 
 from components.a100_cluster import KUBERNETES_VERSION, MIN_KUBERNETES_VERSION
-from components.gpu_startup import container_command, render_launcher
+from components.catalog.tpu_runtimes import TF_KERAS_FROM
 from components.kubernetes_training_job import (
     DEFAULT_IMAGES,
+    POD_SCRIPT,
     TOKEN,
     KubernetesTrainingJob,
     manifests,
+    node_argv,
+    pod_command,
     validate_args,
 )
 from infra.mocks import SECRET, ProgramRun, run_program
@@ -67,20 +77,6 @@ def _run(opts: pulumi.ResourceOptions | None = None, **overrides: Any) -> Progra
         }
 
     return run_program(program)
-
-
-def _launcher(**overrides: Any) -> str:
-    values: dict[str, Any] = {
-        "platform": "gke",
-        "package_uri": PACKAGE_URI,
-        "module": "trainers.torch_ddp",
-        "trainer_args": ["--steps=100", f"--checkpoint_dir={CHECKPOINTS}/checkpoints"],
-        "num_nodes": 4,
-        "procs_per_node": 8,
-        "coordinator": f"{JOB}-0.{JOB}",
-        **overrides,
-    }
-    return render_launcher(**values)
 
 
 def _integers(value: Any) -> Any:
@@ -168,11 +164,21 @@ EXPECTED_JOB: dict[str, Any] = {
                     {
                         "name": "trainer",
                         "image": "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
-                        "command": ["bash", "-c", "<launcher>", "trainstack-launch"],
+                        "command": ["bash", "-c", "<pod script>", "trainstack-pod"],
+                        "args": [
+                            "python3",
+                            "-m",
+                            "trainers.node",
+                            "trainers.torch_ddp",
+                            "--steps=100",
+                            f"--checkpoint_dir={CHECKPOINTS}/checkpoints",
+                        ],
                         "env": [
                             {"name": "JOB_NAME", "value": JOB},
+                            {"name": "TRAINSTACK_COORDINATOR_PORT", "value": "29500"},
                             {"name": "TRAINSTACK_HEADLESS_SERVICE", "value": JOB},
                             {"name": "TRAINSTACK_NUM_NODES", "value": "4"},
+                            {"name": "TRAINSTACK_PACKAGE_URI", "value": PACKAGE_URI},
                         ],
                         "ports": [
                             {"name": "rendezvous", "containerPort": 29500, "protocol": "TCP"}
@@ -190,9 +196,8 @@ EXPECTED_JOB: dict[str, Any] = {
 def _job(run: ProgramRun) -> dict[str, Any]:
     job = _integers(run.named("train-job").inputs)
     container = job["spec"]["template"]["spec"]["containers"][0]
-    launcher = container["command"][2]
-    container["command"][2] = "<launcher>"
-    job["launcher"] = launcher
+    assert container["command"][2] == POD_SCRIPT
+    container["command"][2] = "<pod script>"
     return job
 
 
@@ -222,7 +227,6 @@ def test_children_outputs_and_dependencies() -> None:
 
 def test_job_manifest() -> None:
     job = _job(_run())
-    assert job.pop("launcher") == _launcher()
     assert job == EXPECTED_JOB
 
 
@@ -283,7 +287,7 @@ def test_options_shape_the_pod() -> None:
             trainer_module="trainers.tf_multiworker",
             image="us-docker.pkg.dev/acme/train/tf:1",
             backoff_limit_per_index=6,
-            active_deadline_s=86400,
+            active_deadline_seconds=86400,
             shm_size_gib=64,
             termination_grace_period_s=120,
             port=23456,
@@ -293,9 +297,14 @@ def test_options_shape_the_pod() -> None:
     )
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert job["launcher"] == _launcher(
-        module="trainers.tf_multiworker", procs_per_node=1, coordinator_port=23456
-    )
+    assert container["args"] == [
+        "python3",
+        "-m",
+        "trainers.node",
+        "trainers.tf_multiworker",
+        "--steps=100",
+        f"--checkpoint_dir={CHECKPOINTS}/checkpoints",
+    ]
     assert job["metadata"]["namespace"] == "training"
     assert (spec["backoffLimitPerIndex"], spec["activeDeadlineSeconds"]) == (6, 86400)
     assert pod["terminationGracePeriodSeconds"] == 120
@@ -306,8 +315,11 @@ def test_options_shape_the_pod() -> None:
     assert container["env"] == [
         {"name": "JOB_NAME", "value": JOB},
         {"name": "NCCL_DEBUG", "value": "INFO"},
+        {"name": "TRAINSTACK_COORDINATOR_PORT", "value": "23456"},
         {"name": "TRAINSTACK_HEADLESS_SERVICE", "value": JOB},
         {"name": "TRAINSTACK_NUM_NODES", "value": "4"},
+        {"name": "TRAINSTACK_PACKAGE_URI", "value": PACKAGE_URI},
+        {"name": "TRAINSTACK_TF_KERAS", "value": "1"},
     ]
 
 
@@ -336,7 +348,7 @@ def test_labels_that_kubernetes_rejects_stay_off() -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_manifests_validate_for_the_cluster_versions(version: str) -> None:
-    run = _run(active_deadline_s=3600)
+    run = _run(active_deadline_seconds=3600)
     for name in ("train-ksa", "train-service", "train-job"):
         kubernetes_validate.validate(_integers(run.named(name).inputs), version, strict=True)
     plain = manifests(
@@ -344,10 +356,12 @@ def test_manifests_validate_for_the_cluster_versions(version: str) -> None:
         node_count=2,
         gpus_per_node=16,
         image="img:1",
-        launcher="true",
+        package_uri=PACKAGE_URI,
+        args=node_argv("trainers.torch_ddp", ["--steps=1"]),
         labels={"team": "ml"},
         node_selector={"a": "b"},
-        active_deadline_s=60,
+        active_deadline_seconds=60,
+        tf_keras=True,
         env={"X": "1"},
     )
     for obj in plain.values():
@@ -363,7 +377,14 @@ def test_validation_catches_a_misspelled_field() -> None:
 
 
 def test_container_command_shape() -> None:
-    assert container_command("echo hi") == ["bash", "-c", "echo hi", "trainstack-launch"]
+    assert pod_command() == ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
+    assert node_argv("trainers.torch_ddp", ["--steps=1"]) == [
+        "python3",
+        "-m",
+        "trainers.node",
+        "trainers.torch_ddp",
+        "--steps=1",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -379,12 +400,16 @@ def test_container_command_shape() -> None:
         ({"trainer_args": "--steps=1"}, "trainer_args: '--steps=1' is not a list of strings"),
         ({"image": " "}, "image: ' ' is not an image reference"),
         ({"backoff_limit_per_index": 0}, "backoff_limit_per_index: 0 is not an integer >= 1"),
+        ({"active_deadline_seconds": 0}, "active_deadline_seconds: 0 is not an integer >= 1"),
+        ({"active_deadline_seconds": True}, "active_deadline_seconds: True is not an integer >= 1"),
+        ({"active_deadline_seconds": 3600.0}, "active_deadline_seconds: 3600.0 is not an integer >= 1"),
+        ({"env": {"TRAINSTACK_PACKAGE_URI": "x"}}, "env: 'TRAINSTACK_PACKAGE_URI' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
         ({"port": 0}, "port: 0 is not a TCP port (1-65535)"),
         ({"wait_for_completion": True}, "timeout_s: required when wait_for_completion is true"),
         ({"timeout_s": 60}, "timeout_s: only used with wait_for_completion: true"),
         ({"project": None}, "project: required with gcp_service_account_email (the cluster's Workload Identity pool is <project>.svc.id.goog)"),
-        ({"env": {"JOB_NAME": "x"}}, "env: 'JOB_NAME' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES"),
-        ({"env": {"1X": "x"}}, "env: '1X' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES"),
+        ({"env": {"JOB_NAME": "x"}}, "env: 'JOB_NAME' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"1X": "x"}}, "env: '1X' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
     ],
 )  # fmt: skip
 def test_invalid_arguments(overrides: dict[str, Any], message: str) -> None:
@@ -417,3 +442,137 @@ def test_secret_inputs_stay_secret() -> None:
 
     run = run_program(program)
     assert run.named("train-job").inputs["spec"] == SECRET
+
+
+# --------------------------------------------------------------------------------------
+# The pod script, run with bash against a fake metadata server and Cloud Storage
+# --------------------------------------------------------------------------------------
+
+SDIST = b"the trainer sdist"
+TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+OBJECT_PATH = (
+    "/storage/v1/b/acme-ml-exp-42-staging/o/"
+    "trainers%2Ftrainstack_trainers-0123456789abcdef.tar.gz?alt=media"
+)
+
+# `python3` of the image: pip is recorded, everything else runs this interpreter with a
+# `tensorflow` module of the given version on its path.
+FAKE_PYTHON = """#!{python}
+import json, os, sys
+argv = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(json.dumps({{"argv": argv, "break": os.environ.get("PIP_BREAK_SYSTEM_PACKAGES")}}) + "\\n")
+if argv[:2] == ["-m", "pip"]:
+    sys.exit(0)
+os.environ["PYTHONPATH"] = {modules!r}
+os.execv({python!r}, [{python!r}, *argv])
+"""
+
+
+class _Storage(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == TOKEN_PATH and self.headers.get("Metadata-Flavor") == "Google":
+            status, body = 200, json.dumps({"access_token": "t0k", "expires_in": 3600}).encode()
+        elif self.path == OBJECT_PATH and self.headers.get("Authorization") == "Bearer t0k":
+            status, body = 200, SDIST
+        else:
+            status, body = 404, b"not found"
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _pod(
+    tmp_path: Path, *, tf_version: str | None, package_uri: str = PACKAGE_URI
+) -> tuple[int, list[dict[str, Any]], str]:
+    """Run the pod script as the container runs it; returns its exit code, the fake
+    python's calls and the output."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    if tf_version is not None:
+        (modules / "tensorflow.py").write_text(f"__version__ = {tf_version!r}\n")
+    python = tmp_path / "python3"
+    python.write_text(FAKE_PYTHON.format(python=sys.executable, modules=str(modules)))
+    python.chmod(0o755)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Storage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    env = {
+        "PATH": os.environ["PATH"],
+        "TMPDIR": str(tmp_path),
+        "FAKE_LOG": str(tmp_path / "calls.jsonl"),
+        "GCE_METADATA_HOST": host,
+        "STORAGE_EMULATOR_HOST": f"http://{host}",
+        "TRAINSTACK_PACKAGE_URI": package_uri,
+    }
+    env.update(_env_of(tf_version))
+    argv = [str(python), "-c", "print('launcher ran')"]
+    try:
+        done = subprocess.run(
+            [*pod_command(), *argv],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    log = tmp_path / "calls.jsonl"
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return done.returncode, calls, done.stdout + done.stderr
+
+
+def _env_of(tf_version: str | None) -> dict[str, str]:
+    return {"TRAINSTACK_TF_KERAS": "1"} if tf_version is not None else {}
+
+
+PIP = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+
+
+def test_pod_installs_the_package_then_runs_the_launcher(tmp_path: Path) -> None:
+    code, calls, output = _pod(tmp_path, tf_version=None)
+    assert code == 0, output
+    package = tmp_path / "trainstack" / "trainstack_trainers-0123456789abcdef.tar.gz"
+    assert package.read_bytes() == SDIST
+    assert [c for c in calls if c["argv"][:2] == ["-m", "pip"]] == [
+        {"argv": [*PIP, str(package)], "break": "1"}
+    ]
+    assert calls[-1]["argv"] == ["-c", "print('launcher ran')"]
+    assert "launcher ran" in output
+
+
+@pytest.mark.parametrize(
+    ("tf_version", "keras"),
+    [("2.17.0", ["tf-keras==2.17.*"]), ("2.16.1", ["tf-keras==2.16.*"]), ("2.14.1", [])],
+)
+def test_pod_pins_tf_keras_to_the_images_tensorflow_without_dependencies(
+    tmp_path: Path, tf_version: str, keras: list[str]
+) -> None:
+    code, calls, output = _pod(tmp_path, tf_version=tf_version)
+    assert code == 0, output
+    package = tmp_path / "trainstack" / "trainstack_trainers-0123456789abcdef.tar.gz"
+    pips = [c["argv"] for c in calls if c["argv"][:2] == ["-m", "pip"]]
+    assert pips == [
+        [*PIP, str(package)],
+        *([[*PIP, "--no-deps", pin] for pin in keras]),
+    ]
+    assert "launcher ran" in output
+
+
+def test_tf_keras_threshold_is_the_catalogs() -> None:
+    assert TF_KERAS_FROM == (2, 16)
+    assert f"if v >= {TF_KERAS_FROM}" in POD_SCRIPT
+
+
+def test_pod_setup_failure_exits_3_before_the_launcher(tmp_path: Path) -> None:
+    missing = "gs://acme-ml-exp-42-staging/trainers/missing.tar.gz"
+    code, calls, output = _pod(tmp_path, tf_version=None, package_uri=missing)
+    assert code == 3, output
+    assert "launcher ran" not in output
+    assert not any(c["argv"][:2] == ["-m", "pip"] for c in calls)

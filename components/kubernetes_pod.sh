@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# trainstack GKE pod: the container command of every KubernetesTrainingJob pod, run as
+#   bash -c "<this script>" trainstack-pod PYTHON -m trainers.node MODULE [ARGS...]
+# (the container's args). It installs the trainer package into PYTHON's environment, then
+# execs the args: the node launcher, which reads the pod's place from JOB_COMPLETION_INDEX
+# and starts torchrun with one process per GPU, or the trainer once per pod.
+#
+# Environment (the Job's pod template):
+#   TRAINSTACK_PACKAGE_URI  gs:// URI of the trainer sdist, fetched as the pod's Google
+#                           service account (Workload Identity: the GKE metadata server)
+#   TRAINSTACK_TF_KERAS     1: the trainer runs tf.keras as Keras 2, so install tf-keras at
+#                           the image's TensorFlow minor (from TF 2.16 on), --no-deps
+#   GCE_METADATA_HOST, STORAGE_EMULATOR_HOST  point the download at local fakes (tests
+#                           only), as in Google's client libraries
+#
+# Exit codes: 3 when setup fails before the launcher starts (a retry may help: the Job
+# counts it against backoffLimitPerIndex); otherwise the node launcher's own.
+set -euo pipefail
+
+log() { printf 'trainstack-pod: %s\n' "$*" >&2; }
+trap 'log "setup failed at line $LINENO"; exit 3' ERR
+
+if [ "$#" -lt 1 ]; then
+  log "no command in the container args"
+  exit 3
+fi
+python="$1"
+work="${TMPDIR:-/tmp}/trainstack"
+mkdir -p "$work"
+package="$work/${TRAINSTACK_PACKAGE_URI##*/}"
+
+log "installing $TRAINSTACK_PACKAGE_URI"
+"$python" - "$TRAINSTACK_PACKAGE_URI" "$package" <<'TRAINSTACK_DOWNLOAD_EOF'
+import json, os, sys, time, urllib.error, urllib.parse, urllib.request
+
+uri, dest = sys.argv[1:3]
+bucket, _, name = uri.removeprefix("gs://").partition("/")
+metadata = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
+storage = (os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com").rstrip("/")
+
+
+def get(url, headers):
+    # Transient failures (connection errors, 429, 5xx) back off 1, 2, 4, 8 s.
+    for attempt in range(5):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
+                return r.read()
+        except urllib.error.HTTPError as exc:
+            if (exc.code != 429 and exc.code < 500) or attempt == 4:
+                raise
+        except OSError:
+            if attempt == 4:
+                raise
+        time.sleep(2**attempt)
+
+
+token = json.loads(
+    get(
+        f"http://{metadata}/computeMetadata/v1/instance/service-accounts/default/token",
+        {"Metadata-Flavor": "Google"},
+    )
+)["access_token"]
+quoted = urllib.parse.quote(name, safe="")
+data = get(
+    f"{storage}/storage/v1/b/{bucket}/o/{quoted}?alt=media",
+    {"Authorization": f"Bearer {token}"},
+)
+with open(dest + ".part", "wb") as out:
+    out.write(data)
+os.replace(dest + ".part", dest)
+TRAINSTACK_DOWNLOAD_EOF
+
+pip=("$python" -m pip install --disable-pip-version-check --no-input)
+# The image's Python is the container's own: pip may install into it.
+PIP_BREAK_SYSTEM_PACKAGES=1 "${pip[@]}" "$package"
+
+if [ "${TRAINSTACK_TF_KERAS:-0}" = 1 ]; then
+  # From TF 2.16 on tf.keras is Keras 3 unless tf-keras (same minor: tf-keras X.Y requires
+  # TensorFlow X.Y) is installed; --no-deps so pip never replaces the image's TensorFlow
+  # with the one a newer tf-keras requires. Older TensorFlow ships Keras 2 itself.
+  pin="$("$python" -c 'import tensorflow as tf
+v = tuple(int(p) for p in tf.__version__.split(".")[:2])
+print(f"tf-keras=={v[0]}.{v[1]}.*" if v >= (2, 16) else "")')"
+  if [ -n "$pin" ]; then
+    log "installing $pin without dependencies"
+    PIP_BREAK_SYSTEM_PACKAGES=1 "${pip[@]}" --no-deps "$pin"
+  else
+    log "TensorFlow has Keras 2 built in; no tf-keras"
+  fi
+fi
+
+trap - ERR
+exec "$@"
