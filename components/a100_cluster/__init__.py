@@ -233,6 +233,9 @@ class A100ClusterArgs(TypedDict):
     IAM authentication)."""
     boot_disk_size_gb: NotRequired[int]
     """Boot disk of each GPU node (default 200)."""
+    max_run_seconds: NotRequired[int]
+    """Training ends after this many seconds: the Job's `active_deadline_seconds` on gke, the
+    instances' run limit on gce (the stack's `limits.max_run_hours`)."""
 
 
 class A100Cluster(pulumi.ComponentResource):
