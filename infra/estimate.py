@@ -180,11 +180,12 @@ def limit_problems(cfg: StackConfig) -> list[str]:
     hourly = summarize(cfg)["hourly_usd"]
     if hourly <= limit:
         return []
-    return [
+    problem = (
         f"limits.max_hourly_usd: the stack's estimated ${hourly:,.2f}/hour is above the "
         f"limit of ${limit:g}/hour; valid: a stack estimated at or below "
         f"${limit:g}/hour, or limits.max_hourly_usd >= {hourly:.2f}"
-    ]
+    )
+    return [problem]
 
 
 def vertex_timeout_s(vx: VertexConfig, max_run_seconds: int | None) -> int | None:
