@@ -28,7 +28,7 @@ from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork
 from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
 from infra.config import StackConfig, load_stack_config
-from infra.estimate import quota_needs
+from infra.estimate import quota_needs, vertex_timeout_s
 from trainers.common.contract import NODE_MODULE, TRAINER_MODULES
 
 # APIs every cloud stack needs, plus the ones its compute target needs.
@@ -255,6 +255,9 @@ def _vertex(
             "trainer_args": trainer_args(cfg),
         },
     )
+    timeout_s = vertex_timeout_s(vx, cfg.limits.max_run_seconds)
+    if timeout_s is not None:
+        args["timeout_s"] = timeout_s
     if vx.image_uri:
         # The user's own image (with the trainers installed) runs the node launcher, which
         # starts one trainer process per GPU of the replica.
@@ -360,6 +363,8 @@ def _gpu_cluster(
     }
     if gpu.reservation is not None:
         args["reservation"] = gpu.reservation
+    if cfg.limits.max_run_seconds is not None:
+        args["max_run_seconds"] = cfg.limits.max_run_seconds
     cluster = A100Cluster(f"{deployment}-gpu", args, opts=after_apis)
     outputs: dict[str, Any] = {
         OUTPUT_CLUSTER_NAME: cluster.cluster_name,

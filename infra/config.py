@@ -57,7 +57,13 @@ from components.catalog.names import label_problems, zone_in_region_problems
 from components.catalog.problems import pydantic_problem
 from components.catalog.problems import quote as _q
 from components.catalog.torch_versions import fsdp_problem
-from components.catalog.tpu import TpuGenerationName, TpuProvisioning, TpuSlice, tpu_slice
+from components.catalog.tpu import (
+    TpuGenerationName,
+    TpuProvisioning,
+    TpuSlice,
+    default_tpu_runtime,
+    tpu_slice,
+)
 from components.catalog.vertex import (
     DEFAULT_REDUCER_MACHINE,
     Algorithm,
@@ -143,8 +149,9 @@ class TpuConfig(_Model):
     topology: str | None = None
     """Chip topology with `generation`, e.g. `2x2x4`."""
     zone: str
-    runtime_version: str
-    """Required: runtime versions drift, so there is no default."""
+    runtime_version: str | None = None
+    """Default: the newest runtime the catalog knows for the generation and the trainer's
+    framework (`components.catalog.tpu.default_tpu_runtime`); the plan names it."""
     provisioning: TpuProvisioning = "on-demand"
     reservation: str | None = None
     """Reservation name; only with provisioning `queued`."""
@@ -165,6 +172,18 @@ class TpuConfig(_Model):
     def spot(self) -> bool:
         """Spot capacity (preemptible quota and price)."""
         return self.provisioning == "spot"
+
+    def with_default_runtime(self, framework: str) -> TpuConfig:
+        """This section with `runtime_version` filled in when not given and the slice is
+        known (`components.catalog.tpu.default_tpu_runtime`); else unchanged."""
+        if self.runtime_version is not None:
+            return self
+        try:
+            found = self.slice
+        except ValueError:
+            return self  # the slice problem is reported; there is no runtime to pick
+        runtime = default_tpu_runtime(found.generation, framework, found.multi_host)
+        return self.model_copy(update={"runtime_version": runtime})
 
 
 GpuClusterConfig = A100Shape
@@ -258,6 +277,24 @@ class LocalConfig(_Model):
     """Holds the local stand-ins for the buckets."""
 
 
+class LimitsConfig(_Model):
+    """`trainstack:limits`: guardrails on what a stack may cost and how long it may run."""
+
+    max_hourly_usd: float | None = Field(default=None, gt=0)
+    """`trainstack plan` and `pulumi preview` fail when the stack's estimated $/hour
+    (`infra.estimate.summarize`) is above this."""
+    max_run_hours: float | None = Field(default=None, gt=0)
+    """Training ends after this long, by the platform's own means (Vertex `timeout`, the GKE
+    Job's `activeDeadlineSeconds`, the GCE run limit); the plan says how, per target."""
+
+    @property
+    def max_run_seconds(self) -> int | None:
+        """`max_run_hours` in whole seconds (at least 1), or None."""
+        if self.max_run_hours is None:
+            return None
+        return max(1, round(self.max_run_hours * 3600))
+
+
 class StackConfig(_Model):
     """The whole validated stack config. Build it with `load_stack_config`."""
 
@@ -271,6 +308,7 @@ class StackConfig(_Model):
     labels: dict[str, str] = {}
     buckets: BucketsConfig = BucketsConfig()
     quotas: QuotasConfig = QuotasConfig()
+    limits: LimitsConfig = LimitsConfig()
     tpu: TpuConfig | None = None
     gpu_cluster: GpuClusterConfig | None = None
     vertex: VertexConfig | None = None
@@ -382,11 +420,21 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
         except ValidationError as exc:
             failed.add(name)
             errors.extend(convert_error(name, e) for e in exc.errors())
+    if parts.get("tpu") is not None and "tpu" not in failed:
+        trainer = parts["trainer"] if "trainer" not in failed else TrainConfig()
+        parts["tpu"] = parts["tpu"].with_default_runtime(trainer.framework)
     given = [t for t in TARGETS if values.get(t) is not None]
     errors.extend(_semantic_errors({k: v for k, v in parts.items() if k not in failed}, given))
     if errors:
         raise ConfigError(errors)
-    return StackConfig.model_validate(parts)
+    cfg = StackConfig.model_validate(parts)
+    # The estimate needs a valid stack, so the cost limit is checked last.
+    from infra.estimate import limit_problems  # infra.estimate imports this module
+
+    problems = limit_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
 
 
 # ------------------------------------------------------------------------------------------
@@ -510,7 +558,13 @@ def _check_zone_in_region(section: str, zone: str, region: str | None) -> list[s
 
 def _check_tpu(tpu: TpuConfig, region: str | None) -> list[str]:
     errors = _check_zone_in_region("tpu", tpu.zone, region)
-    problems = tpu_pod_slice_problems(tpu.model_dump(exclude_none=True), "tpu.")
+    args = tpu.model_dump(exclude_none=True)
+    if tpu.runtime_version is None:
+        # Unset after `with_default_runtime` only when the slice is unknown; with no slice no
+        # runtime is checked, so a stand-in lets the slice's own problem be reported.
+        filled = tpu.with_default_runtime("tensorflow").runtime_version
+        args["runtime_version"] = filled or default_tpu_runtime("v4", "tensorflow", False)
+    problems = tpu_pod_slice_problems(args, "tpu.")
     # A zone outside the region is already reported; do not report the zone twice.
     return errors + [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
 

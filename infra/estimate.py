@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
+from components.catalog.tpu import TPU_RUN_LIMIT_SOURCE
 from infra import catalog
 from infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
 
-__all__ = ["quota_needs", "summarize"]
+__all__ = ["limit_problems", "limits_plan", "quota_needs", "summarize", "vertex_timeout_s"]
 
 
 def _round(usd: float) -> float:
@@ -165,3 +166,71 @@ def quota_needs(cfg: StackConfig) -> list[dict[str, Any]]:
         assert cfg.vertex is not None and cfg.region is not None
         return _vertex_quota(cfg.vertex, cfg.region)
     return []
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def limit_problems(cfg: StackConfig) -> list[str]:
+    """`limits.max_hourly_usd` against the stack's estimated $/hour: one problem when the
+    estimate is above the limit, in the project's `<key>: <what>; valid: <allowed>` shape."""
+    limit = cfg.limits.max_hourly_usd
+    if limit is None:
+        return []
+    hourly = summarize(cfg)["hourly_usd"]
+    if hourly <= limit:
+        return []
+    problem = (
+        f"limits.max_hourly_usd: the stack's estimated ${hourly:,.2f}/hour is above the "
+        f"limit of ${limit:g}/hour; valid: a stack estimated at or below "
+        f"${limit:g}/hour, or limits.max_hourly_usd >= {hourly:.2f}"
+    )
+    return [problem]
+
+
+def vertex_timeout_s(vx: VertexConfig, max_run_seconds: int | None) -> int | None:
+    """The Vertex job's `scheduling.timeout`: the smaller of `vertex.timeout_s` and
+    `limits.max_run_hours`, or whichever is given (None keeps Vertex's 7-day default)."""
+    given = [t for t in (vx.timeout_s, max_run_seconds) if t is not None]
+    return min(given) if given else None
+
+
+def _run_limit(cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+    target = cfg.target
+    if target == "vertex":
+        assert cfg.vertex is not None
+        timeout = vertex_timeout_s(cfg.vertex, seconds)
+        return True, (
+            f"Vertex job scheduling.timeout {timeout}s (the smaller of vertex.timeout_s and "
+            "limits.max_run_hours)"
+        )
+    if target == "gpu_cluster":
+        assert cfg.gpu_cluster is not None
+        if cfg.gpu_cluster.backend == "gke":
+            return True, f"GKE Job activeDeadlineSeconds {seconds}"
+        return True, f"Compute Engine run limit of {seconds}s (A100Cluster max_run_seconds)"
+    if target == "tpu":
+        return False, (
+            "not enforced: the Cloud TPU API trainstack uses (tpu.v2) has no run limit; "
+            f"stop the slice with `pulumi destroy` ({TPU_RUN_LIMIT_SOURCE})"
+        )
+    return False, "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"
+
+
+def limits_plan(cfg: StackConfig) -> dict[str, Any] | None:
+    """The plan's `limits` entry, or None when the stack sets no limits: the limits, the
+    estimate they were checked against, and how the run limit is enforced on this target."""
+    limits = cfg.limits
+    if limits.max_hourly_usd is None and limits.max_run_hours is None:
+        return None
+    out: dict[str, Any] = {
+        "max_hourly_usd": limits.max_hourly_usd,
+        "max_run_hours": limits.max_run_hours,
+    }
+    seconds = limits.max_run_seconds
+    if seconds is not None:
+        enforced, how = _run_limit(cfg, seconds)
+        out["max_run_seconds"] = seconds
+        out["run_limit_enforced"] = enforced
+        out["run_limit"] = how
+    return out

@@ -274,7 +274,11 @@ def run_program(
     result: dict[str, Any] = {}
 
     def body() -> None:
-        exported = program() or {}
+        returned = program()
+        # `pulumi.export` puts a value on the root Stack (set_mocks made one); a program's
+        # returned mapping is exported beside them, as `pulumi.run` does.
+        root = _settings.get_root_resource()
+        exported = {**getattr(root, "outputs", {}), **(returned or {})}
         # Outputs a provider computes at deploy time stay unknown in a preview; they keep
         # this marker instead of hiding the outputs that are known.
         result.update(dict.fromkeys(exported, UNKNOWN))

@@ -23,8 +23,8 @@ from rich.table import Table
 from rich.tree import Tree
 
 from infra.compose import main_program
-from infra.config import load_stack_config
-from infra.estimate import quota_needs, summarize
+from infra.config import StackConfig, load_stack_config
+from infra.estimate import limits_plan, quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
 from infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
     MAX_DIFF_CHARS,
@@ -192,6 +192,21 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
     note = unverified_quota_note(needs)
     if note:
         notes.append(note)
+    defaults = _defaults(cfg, config)
+    notes += [f"{key} defaults to {value}" for key, value in defaults.items()]
+    limits = limits_plan(cfg)
+    if limits is not None and limits["max_hourly_usd"] is not None:
+        notes.append(
+            f"limits.max_hourly_usd: the estimated ${summarize(cfg)['hourly_usd']:,.2f}/hour "
+            f"is within ${limits['max_hourly_usd']:g}/hour"
+        )
+    if limits is not None and "run_limit" in limits:
+        notes.append(f"limits.max_run_hours: {limits['run_limit']}")
+    extra: dict[str, Any] = {}
+    if defaults:
+        extra["defaults"] = defaults
+    if limits is not None:
+        extra["limits"] = limits
     return {
         "stack": stack,
         "target": cfg.target,
@@ -208,8 +223,21 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
             for q in needs
         ],
         "outputs": run.outputs,
+        **extra,
         "notes": notes,
     }
+
+
+def _defaults(cfg: StackConfig, config: Mapping[str, Any]) -> dict[str, Any]:
+    """Values the stack did not give that trainstack picked, by dotted key: today the TPU
+    runtime (`components.catalog.tpu.default_tpu_runtime`)."""
+    tpu = config.get("trainstack:tpu")
+    if cfg.tpu is None:
+        return {}
+    given = json.loads(tpu) if isinstance(tpu, str) else tpu
+    if isinstance(given, Mapping) and given.get("runtime_version") is None:
+        return {"tpu.runtime_version": cfg.tpu.runtime_version}
+    return {}
 
 
 # --------------------------------------------------------------------------- rendering

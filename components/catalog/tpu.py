@@ -21,6 +21,7 @@ from components.catalog.tpu_runtimes import (
     HARDWARE_SUFFIX_GENERATIONS,
     TF_RUNTIME_NAMES_SOURCE,
     TfRuntime,
+    newest_tf_runtime,
     parse_tf_runtime,
 )
 
@@ -376,6 +377,29 @@ def _tf_runtime_fits(gen: TpuGeneration, rt: TfRuntime) -> bool:
     if rt.version >= DEVICE_API_REQUIRED_FROM:
         return rt.device_api is not None
     return rt.device_api is None
+
+
+def default_tpu_runtime(generation: TpuGenerationName, framework: str, multi_host: bool) -> str:
+    """The runtime a slice gets when `tpu.runtime_version` is not given: for the tensorflow
+    trainer the newest TensorFlow runtime the catalog knows for `generation`
+    (`components.catalog.tpu_runtimes.KNOWN_TF_RUNTIMES`, `-pod` on a multi-host slice);
+    for any other framework the generation's base runtime, where Google's guide has the
+    framework installed by the user."""
+    if framework == "tensorflow":
+        return newest_tf_runtime(generation, multi_host)
+    return TPU_GENERATIONS[generation].base_runtime
+
+
+TPU_RUN_LIMIT_SOURCE: Final = (
+    "DISC:tpu.v2.json (revision 20261001): Node.schedulingConfig has only preemptible, "
+    "reserved and spot, QueuedResource no run duration; DISC:tpu.v2alpha1.json (revision "
+    "20261001): QueuedResource.runDuration{maxRunDuration, terminationTime} ('Defines the "
+    "maximum lifetime of the requested resource'), alpha only"
+)
+TPU_RUN_LIMIT_ENFORCED: Final = False
+"""The GA Cloud TPU API (tpu.v2, which TpuPodSlice uses for nodes and queued resources)
+offers no run limit; `limits.max_run_hours` is therefore reported, not enforced, on a tpu
+target (the plan says so)."""
 
 
 # --------------------------------------------------------------------------------------

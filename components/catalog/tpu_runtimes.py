@@ -193,3 +193,40 @@ def parse_tf_runtime(runtime_version: str) -> TfRuntime | None:
         device_api="pjrt" if api == "pjrt" else "se" if api == "se" else None,
         hardware=m[6],
     )
+
+
+# -- Defaults -----------------------------------------------------------------------------------
+
+KNOWN_TF_RUNTIMES_SOURCE: Final = (
+    "https://docs.cloud.google.com/tpu/docs/supported-tpu-versions (stored copy 'Last updated "
+    "2026-04-09': 'tpu-vm-tf-2.16.0-pod-pjrt' for multi-host and 'tpu-vm-tf-2.16.0-pjrt' for "
+    "single-host v5e/v5p/v6e slices; 'tpu-vm-tf-2.14.1' / 'tpu-vm-tf-2.14.1-pod' for v4). "
+    "facts-13 section 3 (V); reference/gcp-facts.md section 1.4"
+)
+KNOWN_TF_RUNTIMES: Final[dict[str, tuple[str, ...]]] = {
+    "v4": ("tpu-vm-tf-2.14.1", "tpu-vm-tf-2.16.0-pjrt"),
+    "v5e": ("tpu-vm-tf-2.16.0-pjrt",),
+    "v5p": ("tpu-vm-tf-2.16.0-pjrt",),
+    "v6e": ("tpu-vm-tf-2.16.0-pjrt",),
+}
+"""Single-host TensorFlow runtimes a Google page names, per generation, oldest first (the
+`-pod` twin of each is the multi-host one). The hardware-suffixed 2.18.0 names are left out:
+no Google page lists them (`HARDWARE_SUFFIX_VERIFIED`)."""
+
+
+def pod_runtime(runtime_version: str) -> str:
+    """The multi-host (`-pod`) twin of a single-host TensorFlow runtime name."""
+    return re.sub(r"^(tpu-vm-tf-\d+\.\d+\.\d+)", r"\1-pod", runtime_version, count=1)
+
+
+def newest_tf_runtime(generation: str, multi_host: bool) -> str:
+    """The newest TensorFlow runtime of `KNOWN_TF_RUNTIMES` for `generation`, the `-pod`
+    one for a multi-host slice."""
+    newest = max(KNOWN_TF_RUNTIMES[generation], key=lambda name: _parsed(name).version)
+    return pod_runtime(newest) if multi_host else newest
+
+
+def _parsed(name: str) -> TfRuntime:
+    runtime = parse_tf_runtime(name)
+    assert runtime is not None, name  # the table holds runtime names only
+    return runtime

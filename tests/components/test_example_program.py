@@ -3,23 +3,19 @@ trainstack components and composes TpuPodSlice with a bucket of its own, run und
 
 from __future__ import annotations
 
-import runpy
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-import yaml
-
-from infra.mocks import REPO_ROOT, ProgramRun, run_program
+from infra.mocks import REPO_ROOT
+from infra.testing import ProgramResult, run_program_dir
 
 EXAMPLE = REPO_ROOT / "examples" / "tpu-own-bucket"
 
 
-def _run() -> ProgramRun:
-    config = yaml.safe_load((EXAMPLE / "Pulumi.dev.yaml").read_text())["config"]
-
-    def program() -> None:
-        runpy.run_path(str(EXAMPLE / "__main__.py"), run_name="__main__")
-
-    return run_program(program, config=config, stack="dev", project="tpu-own-bucket")
+def _run() -> ProgramResult:
+    return run_program_dir(EXAMPLE, stack="dev")
 
 
 def test_the_example_composes_trainstack_components_with_its_own_bucket() -> None:
@@ -41,6 +37,66 @@ def test_the_example_composes_trainstack_components_with_its_own_bucket() -> Non
     script = slice_vm.inputs["metadata"]["startup-script"]
     assert "--checkpoint_dir=gs://my-ml-project-tpu-own-bucket-dev-ckpt/checkpoints" in script
     assert not [r for r in run.resources if r.type.startswith("trainstack:storage:Training")]
+    assert run.exports == {
+        "slice": "tpu-own-bucket-dev-tpu",
+        "chips": 16,
+        "console": (
+            "https://console.cloud.google.com/compute/tpus/details/us-central2-b/"
+            "tpu-own-bucket-dev-tpu?project=my-ml-project"
+        ),
+        "checkpoints": "gs://my-ml-project-tpu-own-bucket-dev-ckpt/checkpoints",
+    }
+
+
+def test_config_given_to_the_helper_overrides_the_stack_file() -> None:
+    run = run_program_dir(EXAMPLE, stack="dev", config={"accelerator_type": "v4-16"})
+    assert run.exports["chips"] == 8
+    assert run.named("tpu-own-bucket-dev-tpu-vm").inputs["acceleratorConfig"] == {
+        "type": "V4",
+        "topology": "2x2x2",
+    }
+
+
+RUN_EXAMPLE = (
+    "from infra.testing import run_program_dir\n"
+    "run = run_program_dir('examples/tpu-own-bucket', stack='dev')\n"
+    "print(len(run.resources), run.exports['chips'])\n"
+)
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("PYTHONASYNCIODEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", code],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_helper_leaves_no_event_loop_behind_for_interpreter_exit() -> None:
+    result = _python(RUN_EXAMPLE)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "14 16\n"
+    for symptom in ("Invalid file descriptor", "unclosed event loop", "Exception ignored"):
+        assert symptom not in result.stderr, result.stderr
+
+
+def test_without_the_helper_the_mock_monitor_leaves_loops_unclosed() -> None:
+    # The cause the helper removes: one asyncio loop per executor thread, never closed.
+    result = _python(
+        "import runpy\n"
+        "from infra.mocks import run_program\n"
+        "run_program(lambda: runpy.run_path('examples/tpu-own-bucket/__main__.py'), config="
+        "{'gcp:project': 'p', 'gcp:region': 'us-central2', 'tpu-own-bucket:zone': "
+        "'us-central2-b'}, stack='dev', project='tpu-own-bucket')\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ResourceWarning: unclosed event loop" in result.stderr
 
 
 def test_the_example_installs_trainstack_from_this_checkout() -> None:
@@ -51,3 +107,4 @@ def test_the_example_installs_trainstack_from_this_checkout() -> None:
     ]
     assert lines[0] == "../.."
     assert (EXAMPLE / lines[0]).resolve() == Path(REPO_ROOT).resolve()
+    assert lines[1:] == ["pulumi>=3.200,<4", "pulumi-gcp>=10,<11"]

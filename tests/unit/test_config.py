@@ -141,7 +141,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     # --- top level
     ("no target", {**PROJECT}, [f"trainstack: no compute target given; {TARGETS}"]),
     ("two targets", {**GPU, **LOCAL}, [f"trainstack: 2 compute targets given (gpu_cluster, local); {TARGETS}"]),
-    ("unknown key", {**LOCAL, "trainstack:foo": 1}, ["foo: unknown key; valid: environment, labels, buckets, quotas, tpu, gpu_cluster, vertex, local, trainer"]),
+    ("unknown key", {**LOCAL, "trainstack:foo": 1}, ["foo: unknown key; valid: environment, labels, buckets, quotas, limits, tpu, gpu_cluster, vertex, local, trainer"]),
     ("no namespace", {**LOCAL, "tpu": {}}, ["tpu: config key without a namespace; expected trainstack:tpu or gcp:tpu"]),
     ("environment", {**LOCAL, "trainstack:environment": "qa"}, ["environment: 'qa' is not allowed; valid: dev, staging, prod"]),
     ("project", {k: v for k, v in GPU.items() if k != "gcp:project"}, ["gcp:project: required for a gpu_cluster target"]),
@@ -178,7 +178,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("tpu runtime needs pod", with_(V4, "trainstack:tpu", runtime_version="tpu-vm-tf-2.16.0-pjrt"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pjrt' is a single-host runtime but v4-32 has 4 hosts; valid: tpu-vm-tf-2.16.0-pod-pjrt"]),
     ("tpu runtime no pod", with_(V4, "trainstack:tpu", accelerator_type="v4-8", runtime_version="tpu-vm-tf-2.16.0-pod-pjrt"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod-pjrt' is a multi-host (-pod) runtime but v4-8 is a single host; valid: tpu-vm-tf-2.16.0-pjrt"]),
     ("tpu runtime device api", with_(V4, "trainstack:tpu", runtime_version="tpu-vm-tf-2.16.0-pod"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod' names no device API, which v4 runtimes carry from TF 2.15.0 on; valid: tpu-vm-tf-2.16.0-pod-pjrt, tpu-vm-tf-2.16.0-pod-se"]),
-    ("tpu runtime missing", with_(V4, "trainstack:tpu", runtime_version=None), ["tpu.runtime_version: required"]),
+    ("tpu runtime empty", with_(V4, "trainstack:tpu", runtime_version=""), ["tpu.runtime_version: required"]),
     ("tpu provisioning", with_(V4, "trainstack:tpu", provisioning="cheap"), ["tpu.provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved"]),
     ("tpu spot reservation", with_(V4, "trainstack:tpu", reservation="r1"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('spot') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
     ("tpu reserved names reservation", with_(V4, "trainstack:tpu", reservation="r1", provisioning="reserved"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('reserved') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),

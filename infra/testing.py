@@ -1,0 +1,200 @@
+"""Run your own Pulumi program offline under trainstack's recording mocks.
+
+The public face of `infra.mocks`: the same engine `trainstack plan` and trainstack's own
+tests use, for a program that composes trainstack components with resources of its own.
+No credentials, no network, no Pulumi CLI. A test asserts on what the program registered
+(type, logical name, parent, inputs exactly as Pulumi would send them) and on what it
+exported with `pulumi.export`::
+
+    from infra.testing import run_pulumi_program, run_program_dir
+
+    run = run_program_dir("examples/tpu-own-bucket", stack="dev")  # its Pulumi.dev.yaml
+    run.exports["chips"]                                # 16
+    run.named("checkpoints").inputs["location"]        # "US-CENTRAL2"
+
+    def program() -> None:
+        TrainingNetwork("net", {...})
+
+    run = run_pulumi_program(program, config={"gcp:project": "p"})
+    [r.type for r in run.resources]
+
+Each run gets event loops of its own and closes them when it ends. Pulumi's mock monitor
+otherwise leaves one unclosed asyncio loop per executor thread it answered from; they were
+reclaimed at interpreter exit, where the garbage collector could finalize a loop's
+self-pipe socket before the loop (`ValueError: Invalid file descriptor: -1` from
+`BaseEventLoop.__del__`) and warned `unclosed event loop` for each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import runpy
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.mocks import (
+    SECRET,
+    UNKNOWN,
+    InvokeFailure,
+    InvokeFn,
+    OutputsFn,
+    ProgramRun,
+    RecordedResource,
+    run_program,
+)
+
+__all__ = [
+    "SECRET",
+    "UNKNOWN",
+    "InvokeFailure",
+    "ProgramResult",
+    "RecordedResource",
+    "run_program_dir",
+    "run_pulumi_program",
+]
+
+
+@dataclass
+class ProgramResult:
+    """What one offline run of a program registered and exported."""
+
+    run: ProgramRun
+    """Everything recorded (`resources`, `invokes`, `logs`; `outputs` = `exports`)."""
+
+    @property
+    def resources(self) -> list[RecordedResource]:
+        """Every registered resource (the root Stack aside), in registration order."""
+        return self.run.resources
+
+    @property
+    def exports(self) -> dict[str, Any]:
+        """`pulumi.export` values, resolved; a value a provider computes at deploy time is
+        `UNKNOWN` in a preview, a secret `SECRET` where it is nested in an input."""
+        return self.run.outputs
+
+    @property
+    def logs(self) -> list[tuple[str, str]]:
+        """(level, message) of what the program logged with `pulumi.log`."""
+        return self.run.logs
+
+    def named(self, name: str) -> RecordedResource:
+        """The one resource with logical name `name` (KeyError naming the others)."""
+        return self.run.named(name)
+
+    def of_type(self, type_token: str) -> list[RecordedResource]:
+        """The resources of type `type_token`, e.g. `gcp:storage/bucket:Bucket`."""
+        return self.run.of_type(type_token)
+
+
+@contextmanager
+def _own_event_loops() -> Iterator[None]:
+    """A fresh event loop for this thread and one per executor thread, all closed at the end
+    (the executor too), the thread's previous loop restored."""
+    try:
+        previous: asyncio.AbstractEventLoop | None = (
+            asyncio.get_event_loop_policy().get_event_loop()
+        )
+    except RuntimeError:
+        previous = None
+    loops: list[asyncio.AbstractEventLoop] = []
+    lock = threading.Lock()
+
+    def thread_loop() -> None:
+        # Pulumi's mock monitor asks each executor thread for its loop; give it one we close.
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        with lock:
+            loops.append(loop)
+
+    executor = ThreadPoolExecutor(thread_name_prefix="trainstack-mocks", initializer=thread_loop)
+    main = asyncio.new_event_loop()
+    main.set_default_executor(executor)
+    asyncio.set_event_loop(main)
+    try:
+        yield
+    finally:
+        executor.shutdown(wait=True)
+        for loop in [*loops, main]:
+            loop.close()
+        asyncio.set_event_loop(previous)
+
+
+def run_pulumi_program(
+    program: Callable[[], Mapping[str, Any] | None],
+    *,
+    config: Mapping[str, Any] | None = None,
+    stack: str = "test",
+    project: str = "test",
+    preview: bool = True,
+    outputs: Mapping[str, OutputsFn] | None = None,
+    invokes: Mapping[str, InvokeFn] | None = None,
+) -> ProgramResult:
+    """Run `program` (a function that declares resources) under recording mocks.
+
+    `config` is a stack file's `config:` mapping, keys with their namespace
+    (`{"gcp:project": "p", "tpu-own-bucket:zone": "us-central2-b"}`); `pulumi.Config()` in
+    the program reads them. `outputs` adds computed outputs per resource type token and
+    `invokes` answers data-source calls by token (raise `InvokeFailure` to fail one).
+    A mapping the program returns is exported beside its `pulumi.export` values. An
+    exception from the program propagates once the runtime has settled.
+    """
+    with _own_event_loops():
+        run = run_program(
+            program,
+            config=config,
+            stack=stack,
+            project=project,
+            preview=preview,
+            outputs=outputs,
+            invokes=invokes,
+        )
+    return ProgramResult(run)
+
+
+def run_program_dir(
+    directory: str | Path,
+    *,
+    stack: str,
+    config: Mapping[str, Any] | None = None,
+    preview: bool = True,
+    outputs: Mapping[str, OutputsFn] | None = None,
+    invokes: Mapping[str, InvokeFn] | None = None,
+) -> ProgramResult:
+    """Run the Pulumi project in `directory` (its `Pulumi.yaml` name and `__main__.py`) as
+    stack `stack`, with the config of its `Pulumi.<stack>.yaml` updated by `config`."""
+    root = Path(directory)
+    project = str((yaml.safe_load((root / "Pulumi.yaml").read_text()) or {})["name"])
+    stack_file = root / f"Pulumi.{stack}.yaml"
+    stack_config: dict[str, Any] = {}
+    if stack_file.is_file():
+        stack_config = dict((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
+    # Bare keys of a stack file belong to the project's namespace, as the Pulumi CLI reads them.
+    merged = {
+        (key if ":" in key else f"{project}:{key}"): value
+        for key, value in {**stack_config, **(config or {})}.items()
+    }
+
+    def program() -> None:
+        sys.path.insert(0, str(root))
+        try:
+            runpy.run_path(str(root / "__main__.py"), run_name="__main__")
+        finally:
+            sys.path.remove(str(root))
+
+    return run_pulumi_program(
+        program,
+        config=merged,
+        stack=stack,
+        project=project,
+        preview=preview,
+        outputs=outputs,
+        invokes=invokes,
+    )

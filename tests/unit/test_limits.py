@@ -1,0 +1,187 @@
+"""`trainstack:limits`: the cost cap fails plan and preview alike, and the run cap reaches
+each target's own stop (or the plan says it does not)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import infra.compose
+from infra.cli import app
+from infra.compose import main_program
+from infra.config import ConfigError, load_stack_config
+from infra.estimate import limit_problems, limits_plan, vertex_timeout_s
+from infra.mocks import run_program
+from infra.plan import STACKS_DIR, build_plan, read_stack_file
+
+VERTEX_OVER = (
+    "limits.max_hourly_usd: the stack's estimated $143.65/hour is above the limit of "
+    "$60/hour; valid: a stack estimated at or below $60/hour, or limits.max_hourly_usd >= 143.65"
+)
+TPU_NOT_ENFORCED = (
+    "not enforced: the Cloud TPU API trainstack uses (tpu.v2) has no run limit; stop the slice "
+    "with `pulumi destroy` (DISC:tpu.v2.json (revision 20261001): Node.schedulingConfig has "
+    "only preemptible, reserved and spot, QueuedResource no run duration; "
+    "DISC:tpu.v2alpha1.json (revision 20261001): QueuedResource.runDuration{maxRunDuration, "
+    "terminationTime} ('Defines the maximum lifetime of the requested resource'), alpha only)"
+)
+
+
+def _stack(name: str, **limits: Any) -> dict[str, Any]:
+    config = read_stack_file(STACKS_DIR / f"Pulumi.{name}.yaml")[1]
+    return {**config, "trainstack:limits": limits}
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"max_hourly_usd": -1}, "limits.max_hourly_usd: -1 is too small; expected > 0.0"),
+        ({"max_run_hours": 0}, "limits.max_run_hours: 0 is too small; expected > 0.0"),
+        ({"max_hourly_usd": "x"}, "limits.max_hourly_usd: 'x' is not a number"),
+        ({"cap": 1}, "limits.cap: unknown key; valid: max_hourly_usd, max_run_hours"),
+    ],
+)
+def test_bad_limits_name_their_key(limits: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(_stack("local", **limits))
+    assert info.value.errors == [expected]
+
+
+def test_a_stack_over_its_hourly_limit_fails_plan_with_both_numbers(tmp_path: Path) -> None:
+    config = _stack("prod-vertex-rs", max_hourly_usd=60)
+    with pytest.raises(ConfigError) as info:
+        build_plan("prod-vertex-rs", config)
+    assert info.value.errors == [VERTEX_OVER]
+    path = tmp_path / "Pulumi.capped.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
+    assert result.exit_code == 2
+    assert result.output == f"error: invalid stack config for 'capped':\n{VERTEX_OVER}\n"
+
+
+def test_the_pulumi_program_fails_preview_with_the_same_message() -> None:
+    with pytest.raises(ConfigError) as info:
+        run_program(main_program, config=_stack("prod-vertex-rs", max_hourly_usd=60))
+    assert info.value.errors == [VERTEX_OVER]
+
+
+def test_a_stack_within_its_limit_plans_and_says_so() -> None:
+    plan = build_plan("prod-vertex-rs", _stack("prod-vertex-rs", max_hourly_usd=143.65))
+    assert plan["limits"] == {"max_hourly_usd": 143.65, "max_run_hours": None}
+    assert plan["notes"][-1] == (
+        "limits.max_hourly_usd: the estimated $143.65/hour is within $143.65/hour"
+    )
+    assert limit_problems(load_stack_config(_stack("local", max_hourly_usd=0.01))) == []
+
+
+def _vertex_timeout(plan: dict[str, Any]) -> Any:
+    (job,) = [r for r in plan["resources"] if r["type"] == "pulumi-python:dynamic/vertex:CustomJob"]
+    return job["inputs"]["body"]["jobSpec"]["scheduling"].get("timeout")
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "hours", "seconds"), [(None, 72, 259200), (7200, 72, 7200), (86400, 1.5, 5400)]
+)
+def test_vertex_gets_the_smaller_of_its_timeout_and_the_run_limit(
+    timeout_s: int | None, hours: float, seconds: int
+) -> None:
+    config = _stack("prod-vertex-rs", max_run_hours=hours)
+    if timeout_s is not None:
+        config["trainstack:vertex"] = {**config["trainstack:vertex"], "timeout_s": timeout_s}
+    plan = build_plan("prod-vertex-rs", config)
+    assert _vertex_timeout(plan) == f"{seconds}s"
+    assert plan["limits"] == {
+        "max_hourly_usd": None,
+        "max_run_hours": hours,
+        "max_run_seconds": hours * 3600,
+        "run_limit_enforced": True,
+        "run_limit": (
+            f"Vertex job scheduling.timeout {seconds}s (the smaller of vertex.timeout_s and "
+            "limits.max_run_hours)"
+        ),
+    }
+    assert plan["notes"][-1] == f"limits.max_run_hours: {plan['limits']['run_limit']}"
+
+
+def test_vertex_timeout_alone_is_kept() -> None:
+    vx = load_stack_config(_stack("prod-vertex-rs")).vertex
+    assert vx is not None
+    assert vertex_timeout_s(vx, None) is None
+    assert vertex_timeout_s(vx.model_copy(update={"timeout_s": 600}), None) == 600
+    assert vertex_timeout_s(vx.model_copy(update={"timeout_s": 600}), 60) == 60
+
+
+@pytest.mark.parametrize(
+    ("stack", "run_limit"),
+    [
+        ("dev-a100-gke", "GKE Job activeDeadlineSeconds 259200"),
+        ("prod-a100-gce", "Compute Engine run limit of 259200s (A100Cluster max_run_seconds)"),
+    ],
+)
+def test_gpu_clusters_get_max_run_seconds(
+    stack: str, run_limit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Stop(Exception):
+        pass
+
+    def recorder(name: str, args: dict[str, Any], opts: Any = None) -> None:
+        seen.append(args)
+        raise Stop
+
+    monkeypatch.setattr(infra.compose, "A100Cluster", recorder)
+    config = _stack(stack, max_run_hours=72)
+    with pytest.raises(Stop):
+        run_program(main_program, config=config, stack=stack)
+    assert seen[0]["max_run_seconds"] == 259200
+    assert limits_plan(load_stack_config(config)) == {
+        "max_hourly_usd": None,
+        "max_run_hours": 72,
+        "max_run_seconds": 259200,
+        "run_limit_enforced": True,
+        "run_limit": run_limit,
+    }
+
+
+def test_without_limits_no_max_run_seconds_is_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Stop(Exception):
+        pass
+
+    def recorder(name: str, args: dict[str, Any], opts: Any = None) -> None:
+        seen.append(args)
+        raise Stop
+
+    monkeypatch.setattr(infra.compose, "A100Cluster", recorder)
+    with pytest.raises(Stop):
+        run_program(main_program, config=_stack("dev-a100-gke"), stack="dev-a100-gke")
+    assert "max_run_seconds" not in seen[0]
+
+
+@pytest.mark.parametrize(
+    ("stack", "run_limit"),
+    [
+        ("dev-tpu-v5e", TPU_NOT_ENFORCED),
+        ("local", "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"),
+    ],
+)
+def test_tpu_and_local_plans_say_the_run_limit_is_not_enforced(stack: str, run_limit: str) -> None:
+    plan = build_plan(stack, _stack(stack, max_run_hours=0.5))
+    assert plan["limits"] == {
+        "max_hourly_usd": None,
+        "max_run_hours": 0.5,
+        "max_run_seconds": 1800,
+        "run_limit_enforced": False,
+        "run_limit": run_limit,
+    }
+    assert plan["notes"][-1] == f"limits.max_run_hours: {run_limit}"
+
+
+def test_stacks_without_limits_plan_no_limits_entry() -> None:
+    assert "limits" not in build_plan("local", _stack("local") | {"trainstack:limits": {}})
