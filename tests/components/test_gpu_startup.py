@@ -28,8 +28,6 @@ from components.gpu_startup import (
     render_launcher,
     with_checkpoint_dir,
 )
-from components.kubernetes_training_job import KubernetesTrainingJob
-from infra.mocks import run_program
 from tests.fakes import LocalServer
 from trainers.common.cluster import resolve_cluster
 
@@ -212,28 +210,6 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     )
 
 
-def _gke_container(module: str = "trainers.torch_ddp") -> tuple[list[str], dict[str, str]]:
-    """The command and env of the Job's container, as KubernetesTrainingJob registers it."""
-
-    def program() -> None:
-        KubernetesTrainingJob(
-            "train",
-            {
-                "job_name": JOB,
-                "node_count": 4,
-                "gpus_per_node": 8,
-                "package_uri": PACKAGE_URI,
-                "trainer_module": module,
-                "trainer_args": TRAINER_ARGS,
-                "checkpoint_url": CHECKPOINTS,
-            },
-        )
-
-    run = run_program(program)
-    container = run.named("train-job").inputs["spec"]["template"]["spec"]["containers"][0]
-    return container["command"], {e["name"]: e["value"] for e in container["env"]}
-
-
 def _gce_script(tmp_path: Path, module: str = "trainers.torch_ddp") -> str:
     return gce_startup_script(
         package_uri=PACKAGE_URI,
@@ -275,59 +251,6 @@ def _assert_fetched(google: FakeGoogle, work: Path) -> None:
     assert all(
         h["Metadata-Flavor"] == "Google" for p, h in google.requests if p.startswith("/compute")
     )
-
-
-# --------------------------------------------------------------------------------------
-# GKE: the Job's container command
-# --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("rank", [0, 3])
-def test_gke_container_command_runs_the_node_launcher_for_its_index(
-    rank: int, tmp_path: Path, fakebin: Path, google: FakeGoogle
-) -> None:
-    command, pod_env = _gke_container()
-    assert command[:2] == ["bash", "-c"] and command[3] == "trainstack-launch"
-    env = _env(tmp_path, fakebin, google, **pod_env, JOB_COMPLETION_INDEX=str(rank))
-    result = _run(command, env)
-    assert result.returncode == 0, result.stderr
-    work = tmp_path / "tmp" / "trainstack"
-    assert [c["argv"] for c in _calls(tmp_path, "pip")] == [
-        ["install", "--disable-pip-version-check", "--no-input", str(work / PACKAGE_FILE)]
-    ]
-    assert _calls(tmp_path, "torchrun") == []
-    (node,) = _calls(tmp_path, "python3")
-    assert node["argv"] == NODE_ARGV
-    assert node["env"] == {
-        "HOME": str(tmp_path),
-        "JOB_COMPLETION_INDEX": str(rank),
-        "JOB_NAME": JOB,
-        "PYTHONUNBUFFERED": "1",
-        "TRAINSTACK_COORDINATOR_PORT": "29500",
-        "TRAINSTACK_HEADLESS_SERVICE": JOB,
-        "TRAINSTACK_NUM_NODES": "4",
-        "TRAINSTACK_PROGRESS": "0",
-    }
-    _assert_fetched(google, work)
-    # GKE reads no metadata itself: only the token for the download.
-    assert [p for p, _ in google.requests if p.startswith("/compute")] == [
-        "/computeMetadata/v1/instance/service-accounts/default/token"
-    ]
-
-
-def test_gke_non_torch_trainer_gets_the_indexed_job_environment(
-    tmp_path: Path, fakebin: Path, google: FakeGoogle
-) -> None:
-    command, pod_env = _gke_container("trainers.tf_multiworker")
-    env = _env(tmp_path, fakebin, google, **pod_env, JOB_COMPLETION_INDEX="3")
-    result = _run(command, env)
-    assert result.returncode == 0, result.stderr
-    assert _calls(tmp_path, "torchrun") == []
-    (trainer,) = _calls(tmp_path, "python3")
-    assert trainer["argv"] == ["-m", "trainers.node", "trainers.tf_multiworker", *FLAGS]
-    cluster = resolve_cluster(trainer["env"])
-    assert (cluster.platform, cluster.node_rank, cluster.num_nodes) == ("gke", 3, 4)
-    assert (cluster.coordinator_address, cluster.coordinator_port) == (COORDINATOR_GKE, 29500)
 
 
 # --------------------------------------------------------------------------------------
