@@ -51,11 +51,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Final, Literal
 
+from trainers.common import cloud_logging
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV, count_accelerators
 from trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainers.common.contract import (
@@ -226,17 +227,29 @@ def check_trainer_args(request: Request, command: NodeCommand) -> None:
         )
 
 
+SHIP_FLUSH_S: Final = 5.0
+"""With `TRAINSTACK_CLOUD_LOGGING=gce_instance|tpu_worker` (set by the GCE and TPU VM startup
+scripts) the target's stdout lines also go to the Cloud Logging API as structured entries
+(`trainers.common.cloud_logging`), batched in the background so training never waits on it;
+once the target exited (SIGTERM included) the launcher waits at most this many seconds for
+the last lines to be written."""
+
+
 class _Watch:
     """Copies the target's stdout through and notes which trainer events went by."""
 
-    def __init__(self) -> None:
+    def __init__(self, ship: Callable[[bytes], None] | None = None) -> None:
         self.started = False
         self.preempted = False
+        self.ship = ship
+        """Also hands each line to Cloud Logging (`trainers.common.cloud_logging`)."""
 
     def pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
         for line in source:
             sink.write(line)
             sink.flush()
+            if self.ship is not None:
+                self.ship(line)
             if not line.startswith(b"{"):
                 continue
             try:
@@ -300,7 +313,9 @@ def run(command: NodeCommand) -> int:
             return SETUP_FAILED_EXIT_CODE
         if terminated.is_set():
             forward()  # a signal that came while the target was starting
-        watch = _Watch()
+        # GCE and TPU VMs: nothing else turns stdout into structured Cloud Logging entries.
+        shipper = cloud_logging.from_env(command.env, _log)
+        watch = _Watch(shipper.add if shipper is not None else None)
         assert child.stdout is not None
         pump = threading.Thread(
             target=watch.pump, args=(child.stdout, sys.stdout.buffer), daemon=True
@@ -308,6 +323,8 @@ def run(command: NodeCommand) -> int:
         pump.start()
         status = child.wait()
         pump.join()
+        if shipper is not None:
+            shipper.close(SHIP_FLUSH_S)  # bounded: a dead Logging API cannot hold the exit
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -15,9 +15,14 @@
 
 What the script does is documented at the top of `tpu_worker.sh`. Worker 0 launches
 
-    python3 -m <trainer_module> --checkpoint_dir=<checkpoint_dir> <trainer_args...>
+    python3 -m trainers.node --launcher=node <trainer_module> \
+        --checkpoint_dir=<checkpoint_dir> <trainer_args...>
 
-(`trainer_command` gives exactly that argv) with `TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES`
+(`trainer_command` gives exactly that argv: the node launcher checks the trainer's flags,
+runs it once, maps its exit code and, with `TRAINSTACK_CLOUD_LOGGING=tpu_worker` and
+`TRAINSTACK_TPU_NODE_ID=<slice_name>`, which the script exports, writes each of its lines to
+the Cloud Logging API as a `tpu_worker` entry, JSON lines as `jsonPayload`:
+`trainers.common.cloud_logging`) with `TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES`
 (worker IPs, worker 0 first), `PYTHONUNBUFFERED=1` and the variables Google's TensorFlow TPU
 harness sets for the slice's shape (`components.catalog.tpu_runtimes.TPU_TF_ENVIRONMENT`):
 on a multi-host slice `TPU_LOAD_LIBRARY=0` (the `-pod` runtime's servers own the chips); on
@@ -48,6 +53,7 @@ from pathlib import Path
 from typing import Final
 
 from components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
+from trainers.common.contract import NODE_MODULE
 
 TEMPLATE_PATH: Final = Path(__file__).with_name("tpu_worker.sh")
 METADATA_URL_ENV: Final = "TRAINSTACK_METADATA_URL"
@@ -66,9 +72,10 @@ METADATA_ATTRIBUTES_SOURCE: Final = (
 )
 CLOUD_LOGGING_VERIFIED: Final = False
 CLOUD_LOGGING_SOURCE: Final = (
-    "Compute Engine guest agent: startup-script output goes to the serial console and Cloud "
-    "Logging (https://cloud.google.com/compute/docs/instances/startup-scripts/linux); not "
-    "confirmed for TPU VM images"
+    "The trainer's lines reach Cloud Logging through the node launcher's entries:write "
+    "(https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write), not through "
+    "the guest agent; the tpu_worker resource labels it writes are "
+    "trainers.common.cloud_logging.RESOURCE_LABELS_SOURCE['tpu_worker'] (TO VERIFY)"
 )
 
 _SLICE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -81,6 +88,8 @@ _SECRET_NAME = re.compile(
 )
 _PLACEHOLDER = re.compile(r"@@[A-Z_]+@@")
 CHECKPOINT_FLAG: Final = "--checkpoint_dir="
+LAUNCH_PREFIX: Final = 5
+"""`python3 -m trainers.node --launcher=node <module>`: the argv before the trainer's flags."""
 
 
 def validate_trainer_launch(trainer_module: str, trainer_args: Sequence[str]) -> None:
@@ -120,11 +129,11 @@ def trainer_command(
     checkpoint_dir: str,
     python: str = DEFAULT_PYTHON,
 ) -> list[str]:
-    """The exact argv worker 0 launches."""
+    """The exact argv worker 0 launches: the trainer under the node launcher."""
     args = list(trainer_args)
     if not any(a.startswith(CHECKPOINT_FLAG) for a in args):
         args.insert(0, f"{CHECKPOINT_FLAG}{checkpoint_dir}")
-    return [python, "-m", trainer_module, *args]
+    return [python, "-m", NODE_MODULE, "--launcher=node", trainer_module, *args]
 
 
 def render_tpu_worker_script(
@@ -187,7 +196,7 @@ def render_tpu_worker_script(
         "PYTHON": shlex.quote(python),
         "TRAINER_ATTEMPTS": str(trainer_attempts),
         "RETRY_DELAY_S": str(retry_delay_s),
-        "TRAINER_ARGS": " ".join(shlex.quote(a) for a in argv[3:]),
+        "TRAINER_ARGS": " ".join(shlex.quote(a) for a in argv[LAUNCH_PREFIX:]),
         "RUNTIME_VERSION": shlex.quote(runtime_version),
         "RUNTIME_TF_MINOR": runtime.tf_minor,
         "DEVICE_API": runtime.device_api or "''",

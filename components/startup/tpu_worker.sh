@@ -19,14 +19,17 @@
 #      from TF 2.16 on the trainer's Keras 2 is the tf-keras package at the same minor,
 #      installed once with --no-deps (pip must not put another TensorFlow over the TPU
 #      build); older TF has Keras 2 built in and gets nothing;
-#   5. the trainer starts with the TPU environment of its slice shape and device API (the
-#      variables Google's TensorFlow TPU harness sets, see export_tpu_environment);
+#   5. the trainer starts under the node launcher (`python3 -m trainers.node --launcher=node`,
+#      which reads the worker from TPU_WORKER_ID/TPU_WORKER_HOSTNAMES) with the TPU
+#      environment of its slice shape and device API (the variables Google's TensorFlow TPU
+#      harness sets, see export_tpu_environment); TRAINSTACK_CLOUD_LOGGING=tpu_worker makes
+#      the launcher write each trainer line to the Cloud Logging API as a structured entry
+#      of resource tpu_worker {node_id: the slice, worker_id} (see export_logging_environment);
 #   6. a trainer that exits non-zero is relaunched a bounded number of times (it resumes
 #      from its newest checkpoint); one that finishes leaves a marker, so a later boot does
 #      not train the same run again.
-# Every line (trainer output included) is prefixed with the slice and worker id and goes
-# to stdout, which the guest agent forwards to Cloud Logging, and to a log file under the
-# state directory.
+# Every line (trainer output included) is also prefixed with the slice and worker id and goes
+# to stdout (the serial console) and to a log file under the state directory.
 set -euo pipefail
 
 readonly TS_SLICE_NAME=@@SLICE_NAME@@
@@ -247,10 +250,18 @@ export_tpu_environment() {
   fi
 }
 
+# The node launcher (trainers.node) ships the trainer's lines to Cloud Logging itself: the
+# tpu_worker resource's node_id is this slice, its worker_id TPU_WORKER_ID; project and zone
+# come from the metadata server (trainers/common/cloud_logging.py).
+export_logging_environment() {
+  export TRAINSTACK_CLOUD_LOGGING=tpu_worker
+  export TRAINSTACK_TPU_NODE_ID="$TS_SLICE_NAME"
+}
+
 run_trainer() {
   local -a cmd
   local digest done_marker attempt status shown
-  cmd=("$TS_PYTHON" -m "$TS_TRAINER_MODULE" "${TS_TRAINER_ARGS[@]}")
+  cmd=("$TS_PYTHON" -m trainers.node --launcher=node "$TS_TRAINER_MODULE" "${TS_TRAINER_ARGS[@]}")
   digest=$(printf '%s\n' "$TS_PACKAGE_URI" "${cmd[@]}" | sha256sum | cut -c1-16)
   done_marker="$TS_STATE_DIR/done-$digest"
   if [[ -f $done_marker ]]; then
@@ -264,6 +275,7 @@ run_trainer() {
   fi
   install_keras
   export_tpu_environment
+  export_logging_environment
   shown=$(printf '%q ' "${cmd[@]}")
   for ((attempt = 1; attempt <= TS_TRAINER_ATTEMPTS; attempt++)); do
     log "launching trainer (attempt $attempt/$TS_TRAINER_ATTEMPTS): ${shown% }"

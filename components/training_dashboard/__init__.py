@@ -25,9 +25,9 @@ What it reads. Every trainer rank prints one JSON object per line (`trainers.com
 "tokens_per_s"?, "mfu"?, "gpu_util_pct"?, ..., "rank", "node", "worker", "run", "severity",
 "time"}` every `log_every` steps and `{"event": "checkpoint", "step", "stall_s", ...}` after
 each save. Where a logging agent parses the line (GKE, Vertex) the fields land in the entry's
-`jsonPayload` (`payload: json`); where the line is forwarded as text, e.g. prefixed by the TPU
-startup script, it stays in `textPayload` and the fields are read with regular expressions
-(`payload: text`). The component never guesses which entries are the deployment's: the caller
+`jsonPayload` (`payload: json`; on GCE and TPU VMs the node launcher writes them so itself,
+`trainers.common.cloud_logging`); where a line is forwarded as text, e.g. with a prefix, it
+stays in `textPayload` and the fields are read with regular expressions (`payload: text`). The component never guesses which entries are the deployment's: the caller
 passes `log_filter` (e.g. the Vertex job id or the TPU node name) and the entries' monitored
 resource type (`log_resource_type`, defaulted per target), and the component adds the event
 and field conditions.

@@ -28,9 +28,10 @@ PAYLOADS: Final[tuple[str, ...]] = ("json", "text")
 """How the trainer's lines reach Cloud Logging: parsed into `jsonPayload` by the platform's
 logging agent, or verbatim (possibly prefixed) in `textPayload`."""
 DEFAULT_PAYLOADS: Final[dict[str, str]] = {
-    # components/startup/tpu_worker.sh prefixes every trainer line with the slice and worker
-    # and leaves it to the guest agent, which forwards startup-script output as text.
-    "tpu": "text",
+    # TPU and GCE VMs: the node launcher writes each trainer line to the Cloud Logging API
+    # itself (trainers.common.cloud_logging, TRAINSTACK_CLOUD_LOGGING set by the startup
+    # scripts), a JSON line as jsonPayload.
+    "tpu": "json",
     "gke": "json",
     "gce": "json",
     "vertex": "json",
@@ -195,9 +196,11 @@ LOG_RESOURCE_TYPES: Final[dict[str, str]] = {
 LOG_RESOURCE_TYPES_VERIFIED: Final = False
 LOG_RESOURCE_TYPES_SOURCE: Final = (
     "k8s_container: GKE structured container logs; ml_job: public code reading Vertex CustomJob "
-    "logs (resource.labels.job_id); tpu_worker / gce_instance: what a log agent on TPU VMs / "
-    "Compute Engine VMs reports. TO VERIFY per target that the trainer's stdout arrives as "
-    "jsonPayload with this resource type (the TPU and GCE compute components must ship it)"
+    "logs (resource.labels.job_id); tpu_worker / gce_instance: the resource the node launcher "
+    "writes the trainer's lines as (trainers.common.cloud_logging, whose "
+    "RESOURCE_LABELS_SOURCE cites the labels; gce_instance's are from Google's reference, "
+    "tpu_worker's TO VERIFY). TO VERIFY for GKE and Vertex that the trainer's stdout arrives "
+    "as jsonPayload with this resource type"
 )
 
 

@@ -50,6 +50,8 @@ IPS = ["10.130.0.2", "10.130.0.3", "10.130.0.4", "10.130.0.5"]
 ENDPOINTS = ",".join(f"unknown:unknown:{ip}" for ip in IPS)
 TRAINER_ARGV = [
     "-m",
+    "trainers.node",
+    "--launcher=node",
     "trainers.tf_multiworker",
     f"--checkpoint_dir={CKPT}",
     *FLAGS,
@@ -59,6 +61,8 @@ TRAINER_ENV = {
     "TPU_WORKER_HOSTNAMES": ",".join(IPS),
     "TPU_LOAD_LIBRARY": "0",
     "PYTHONUNBUFFERED": "1",
+    "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
+    "TRAINSTACK_TPU_NODE_ID": SLICE,
 }
 RECORDED_ENV = (
     "TPU_NAME",
@@ -70,6 +74,8 @@ RECORDED_ENV = (
     "NEXT_PLUGGABLE_DEVICE_USE_C_API",
     "TF_PLUGGABLE_DEVICE_LIBRARY_PATH",
     "TF_CPP_MIN_LOG_LEVEL",
+    "TRAINSTACK_CLOUD_LOGGING",
+    "TRAINSTACK_TPU_NODE_ID",
 )
 
 # One recorder for every fake: argv and the TPU environment as one JSON line per call.
@@ -431,6 +437,8 @@ def test_single_host_uses_the_vm_ip_and_loads_libtpu(tmp_path: Path) -> None:
         "TPU_WORKER_ID": "0",
         "TPU_WORKER_HOSTNAMES": "10.130.0.9",
         "PYTHONUNBUFFERED": "1",
+        "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
+        "TRAINSTACK_TPU_NODE_ID": SLICE,
     }
 
 
@@ -456,6 +464,8 @@ def test_single_host_pjrt_gets_the_pluggable_device_environment(tmp_path: Path) 
         "TPU_WORKER_ID": "0",
         "TPU_WORKER_HOSTNAMES": "10.130.0.9",
         "PYTHONUNBUFFERED": "1",
+        "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
+        "TRAINSTACK_TPU_NODE_ID": SLICE,
     }
 
 
@@ -559,6 +569,8 @@ def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
     assert trainer_command("trainers.tf_multiworker", flags, CKPT) == [
         "python3",
         "-m",
+        "trainers.node",
+        "--launcher=node",
         "trainers.tf_multiworker",
         *flags,
     ]

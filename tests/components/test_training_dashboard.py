@@ -195,7 +195,7 @@ def test_json_payload_metrics_read_real_trainer_lines() -> None:
 
 
 def test_text_payload_metrics_read_real_prefixed_trainer_lines() -> None:
-    # As components/startup/tpu_worker.sh forwards them: prefixed, in textPayload.
+    # As an agent forwarding a startup script's prefixed output would: in textPayload.
     lines = [f"[trainstack slice=exp-42-tpu worker=0] {line}" for line in _trainer_lines()]
     run = run_dashboard(target="tpu", payload="text")
     for metric in run.of_type(METRIC):
@@ -217,22 +217,31 @@ def test_text_payload_metrics_read_real_prefixed_trainer_lines() -> None:
             assert _match(regex.group(1), matching[0]).group(1) == WORKER_LABELS[key]
 
 
-def test_tpu_defaults_to_text_payload() -> None:
+def test_tpu_defaults_to_json_payload_and_text_stays_available() -> None:
+    # The node launcher on the TPU VM writes the trainer's JSON lines as jsonPayload.
     inputs = run_dashboard(target="tpu").named("exp-step-time").inputs
     assert inputs["filter"] == (
+        'resource.type="tpu_worker" AND (resource.labels.job_id="123") AND '
+        'jsonPayload.event="train" AND jsonPayload.step_time_s:*'
+    )
+    assert inputs["valueExtractor"] == "EXTRACT(jsonPayload.step_time_s)"
+    assert inputs["labelExtractors"] == {
+        "node": 'REGEXP_EXTRACT(jsonPayload.node, "^([0-9]+)")',
+        "rank": 'REGEXP_EXTRACT(jsonPayload.rank, "^([0-9]+)")',
+    }
+    text_mode = run_dashboard(target="tpu", payload="text").named("exp-step-time").inputs
+    assert text_mode["filter"] == (
         'resource.type="tpu_worker" AND (resource.labels.job_id="123") AND '
         'textPayload=~"[^a-z_]event[^a-z_]: [^a-z_]train[^a-z_]" AND '
         'textPayload=~"[^a-z_]step_time_s[^a-z_]: "'
     )
-    assert inputs["valueExtractor"] == (
+    assert text_mode["valueExtractor"] == (
         'REGEXP_EXTRACT(textPayload, "[^a-z_]step_time_s[^a-z_]: ([-+.0-9eE]+)")'
     )
-    assert inputs["labelExtractors"] == {
+    assert text_mode["labelExtractors"] == {
         "node": 'REGEXP_EXTRACT(textPayload, "[^a-z_]node[^a-z_]: ([0-9]+)")',
         "rank": 'REGEXP_EXTRACT(textPayload, "[^a-z_]rank[^a-z_]: ([0-9]+)")',
     }
-    json_mode = run_dashboard(target="tpu", payload="json").named("exp-step-time").inputs
-    assert json_mode["valueExtractor"] == "EXTRACT(jsonPayload.step_time_s)"
 
 
 def test_metrics_are_valid_logging_v2_bodies() -> None:

@@ -245,7 +245,7 @@ def test_gce_filters_are_plain_strings() -> None:
             tpu_filters,
             "exp-42-tpu",
             'resource.type="tpu_worker" AND (resource.labels.node_id="exp-42-tpu") AND '
-            'textPayload=~"[^a-z_]event[^a-z_]: [^a-z_]train[^a-z_]"',
+            'jsonPayload.event="train"',
             'metric.type="tpu.googleapis.com/accelerator/duty_cycle" AND '
             'resource.type="tpu_worker" AND (resource.label.node_id="exp-42-tpu")',
         ),

@@ -7,7 +7,10 @@ TensorFlow.
   run fits in a test (the global batch still a multiple of the 16 chips); the script is
   the V2Vm's `metadata.startup-script` input, the package the plan's BucketObject file. A single-host PJRT variant of the same stack
   (v5litepod-4, tpu-vm-tf-2.20.0-pjrt) covers the single-host environment.
-- The metadata server is the fake of tests/components/test_tpu_startup.py over HTTP; gcloud
+- The metadata server is tests/fakes/metadata_fake.py over HTTP (the script reads it through
+  TRAINSTACK_METADATA_URL, the node launcher's log shipper through GCE_METADATA_HOST), Cloud
+  Logging the fake of tests/fakes/logging_server.py, which evaluates the plan's log-based
+  metric filters over the entries the launcher wrote; gcloud
   is a fake that copies the plan's sdist for its gs:// URI; gs:// checkpoints go to a GCS
   emulator holding the plan's checkpoint bucket.
 - The runtime's Python is a fresh virtual environment whose image layer is the shared
@@ -41,14 +44,16 @@ from typing import Any
 import pytest
 
 from infra.plan import build_plan, load_stack
-from tests.components.test_tpu_startup import MetadataServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.logging_server import LoggingFakeServer
+from tests.fakes.metadata_fake import MetadataFake, vm_values
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = "dev-tpu-v5e"
 V2VM = "gcp:tpu/v2Vm:V2Vm"
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
 BUCKET = "gcp:storage/bucket:Bucket"
+METRIC = "gcp:logging/metric:Metric"
 IPS = ["10.164.0.2", "10.164.0.3", "10.164.0.4", "10.164.0.5"]
 CHIPS = 2
 TRAINER = {
@@ -69,6 +74,8 @@ RECORDED_ENV = (
     "TF_PLUGGABLE_DEVICE_LIBRARY_PATH",
     "TF_USE_LEGACY_KERAS",
     "PIP_BREAK_SYSTEM_PACKAGES",
+    "TRAINSTACK_CLOUD_LOGGING",
+    "TRAINSTACK_TPU_NODE_ID",
 )
 
 # `python3` of the TPU VM: the image environment's python for everything but pip.
@@ -113,6 +120,8 @@ class Planned:
     sdist: Path
     checkpoint_bucket: str
     trainer_args: list[str]
+    metric_filters: dict[str, str]
+    """`<event>/<field or lines>` -> filter of each of the dashboard's log-based metrics."""
 
 
 def _plan(
@@ -145,6 +154,7 @@ def _plan(
         trainer_args=shlex.split(
             args_line.removeprefix("readonly TS_TRAINER_ARGS=(").removesuffix(")")
         ),
+        metric_filters={m["name"].split("/", 2)[2]: m["filter"] for m in by_type.get(METRIC, [])},
     )
 
 
@@ -198,6 +208,10 @@ class TpuVm:
             (self.bin / prog).chmod(0o755)
         self.script = root / "startup-script"
         self.script.write_text(planned.script)
+        self.entries: list[dict[str, Any]] = []
+        """What the node launcher wrote to Cloud Logging during the last boot."""
+        self.matching: dict[str, list[dict[str, Any]]] = {}
+        """The entries each of the dashboard's log-based metrics selects (`metric_filters`)."""
 
     def boot(self, worker: int, hosts: int, gcs: str) -> subprocess.CompletedProcess[str]:
         """Run the startup script as worker `worker` of `hosts` in a clean environment (none
@@ -221,9 +235,12 @@ class TpuVm:
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
             "OMP_NUM_THREADS": "1",
         }
-        with MetadataServer(values) as metadata:
+        values.update(vm_values(f"70{worker}", f"t1v-n-0a1b2c3d-w-{worker}"))
+        with MetadataFake(values) as metadata, LoggingFakeServer() as logging_api:
             env["TRAINSTACK_METADATA_URL"] = metadata.base_url + "/computeMetadata/v1"
-            return subprocess.run(
+            env["GCE_METADATA_HOST"] = metadata.host
+            env["TRAINSTACK_LOGGING_ENDPOINT"] = logging_api.endpoint
+            result = subprocess.run(
                 ["bash", str(self.script)],
                 env=env,
                 cwd=self.root,
@@ -232,6 +249,11 @@ class TpuVm:
                 timeout=240,
                 check=False,
             )
+            self.entries = list(logging_api.entries)
+            self.matching = {
+                role: logging_api.matching(flt) for role, flt in self.planned.metric_filters.items()
+            }
+            return result
 
     def calls(self) -> list[dict[str, Any]]:
         if not self.log.exists():
@@ -265,6 +287,7 @@ def _objects(gcs: str, bucket: str) -> list[str]:
 
 
 TF_PROBE = ["-c", "import tensorflow as tf; print(tf.__version__)"]
+NODE_LAUNCH = ["-m", "trainers.node", "--launcher=node"]
 KERAS_PIN = [
     "-m",
     "pip",
@@ -315,11 +338,13 @@ def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
         {"prog": "python3", "argv": KERAS_PIN, "env": {"PIP_BREAK_SYSTEM_PACKAGES": "1"}},
         {
             "prog": "python3",
-            "argv": ["-m", "trainers.tf_multiworker", *pod_plan.trainer_args],
+            "argv": [*NODE_LAUNCH, "trainers.tf_multiworker", *pod_plan.trainer_args],
             "env": {
                 "TPU_WORKER_ID": "0",
                 "TPU_WORKER_HOSTNAMES": ",".join(IPS),
                 "TPU_LOAD_LIBRARY": "0",
+                "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
+                "TRAINSTACK_TPU_NODE_ID": "dev-tpu-v5e-tpu",
             },
         },
     ]
@@ -351,6 +376,31 @@ def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
         f"{tag} trainstack trainer: strategy 'tpu' simulated on {CHIPS} CPU device(s) "
         "(TRAINSTACK_SIMULATED_ACCELERATORS)"
     ) in lines
+    # Every trainer record also reached Cloud Logging as a tpu_worker jsonPayload entry of
+    # this slice, and the dashboard's metrics select the train and checkpoint records.
+    shipped = [e["jsonPayload"] for e in vm.entries if "jsonPayload" in e]
+    assert shipped == records
+    assert {json.dumps(e["resource"], sort_keys=True) for e in vm.entries} == {
+        json.dumps(
+            {
+                "type": "tpu_worker",
+                "labels": {
+                    "project_id": "p-exp-42",
+                    "zone": "us-central2-b",
+                    "node_id": "dev-tpu-v5e-tpu",
+                    "worker_id": "0",
+                },
+            },
+            sort_keys=True,
+        )
+    }
+    trains = [r for r in records if r["event"] == "train"]
+    assert len(trains) == 3
+    assert [e["jsonPayload"] for e in vm.matching["train/lines"]] == trains
+    assert [e["jsonPayload"] for e in vm.matching["train/step_time_s"]] == trains
+    assert [e["jsonPayload"] for e in vm.matching["checkpoint/stall_s"]] == [
+        r for r in records if r["event"] == "checkpoint"
+    ]
 
 
 def test_pod_worker_3_installs_the_package_and_serves(tmp_path: Path, pod_plan: Planned) -> None:
@@ -374,13 +424,15 @@ def test_single_host_pjrt_trains_with_the_pluggable_device_environment(tmp_path:
     tag = "[trainstack slice=dev-tpu-v5e-tpu worker=0]"
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     trainer = vm.calls()[-1]
-    assert trainer["argv"] == ["-m", "trainers.tf_multiworker", *planned.trainer_args]
+    assert trainer["argv"] == [*NODE_LAUNCH, "trainers.tf_multiworker", *planned.trainer_args]
     # This image has no libtpu package and no /lib/libtpu.so: the path stays unset, said so.
     assert trainer["env"] == {
         "TPU_NAME": "local",
         "TPU_WORKER_ID": "0",
         "TPU_WORKER_HOSTNAMES": IPS[0],
         "NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+        "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
+        "TRAINSTACK_TPU_NODE_ID": "dev-tpu-v5e-tpu",
     }
     lines = result.stdout.splitlines()
     assert (

@@ -64,6 +64,22 @@ TF_CPU_REPLICAS_ENV: Final = "TRAINSTACK_TF_CPU_REPLICAS"
 EXIT_WITH_PARENT_ENV: Final = "TRAINSTACK_EXIT_WITH_PARENT"
 """Set to "1" by `trainstack local-run`: the trainer exits as soon as its launcher (torchrun
 or the CLI) is gone (`trainers.common.signals.watch_parent`)."""
+CLOUD_LOGGING_ENV: Final = "TRAINSTACK_CLOUD_LOGGING"
+"""Set by the GCE and TPU VM startup scripts to the monitored resource type the node launcher
+(`trainers.node`) writes its target's lines as, straight to the Cloud Logging API
+(`trainers.common.cloud_logging`): `gce_instance` or `tpu_worker`. Unset, empty or `0`: the
+lines only go to stdout (Vertex and GKE ship stdout themselves)."""
+CLOUD_LOGGING_RESOURCES: Final = ("gce_instance", "tpu_worker")
+"""The values `CLOUD_LOGGING_ENV` accepts."""
+LOGGING_ENDPOINT_ENV: Final = "TRAINSTACK_LOGGING_ENDPOINT"
+"""Base URL of the Cloud Logging API (default `https://logging.googleapis.com/`); tests point
+it at a local fake. The metadata server's host comes from `GCE_METADATA_HOST`, as in
+google-auth."""
+TPU_NODE_ID_ENV: Final = "TRAINSTACK_TPU_NODE_ID"
+"""The TPU node (slice) name, exported by the TPU worker startup script: the `node_id` label
+of the `tpu_worker` resource the launcher writes as (the dashboard's `tpu_filters` key)."""
+LOG_ID: Final = "trainstack"
+"""Log id of the entries the node launcher writes: `projects/<project>/logs/trainstack`."""
 COLLECTIVE_TIMEOUT_ENV: Final = "TRAINSTACK_COLLECTIVE_TIMEOUT_S"
 """Seconds a torch.distributed collective may wait for a peer before the run fails (the
 process group's `timeout`); unset: torch's default (30 minutes on gloo). `trainstack
