@@ -21,10 +21,12 @@ values onto more lines instead of cutting them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -466,6 +468,73 @@ def _stack_output(stack: str, key: str) -> str:
             f"`pulumi up --stack {stack}` or pass --job projects/P/locations/R/customJobs/ID"
         )
     return done.stdout.strip()
+
+
+OutputsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--outputs",
+        help="JSON of the stack's outputs (`pulumi stack output --json --show-secrets`); "
+        "default: $TRAINSTACK_OUTPUTS, else the Pulumi CLI.",
+    ),
+]
+EndpointOpt = Annotated[list[str] | None, typer.Option("--endpoint", hidden=True)]
+
+
+@app.command()
+def logs(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new entries (Ctrl-C stops).")
+    ] = False,
+    worker: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="One machine: Vertex replica, GKE pod index, TPU worker, "
+            "GCE instance (local: worker process).",
+        ),
+    ] = None,
+    outputs: OutputsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Raw records, one per line.")] = False,
+    poll_s: Annotated[float, typer.Option("--poll-s", hidden=True, min=0.0)] = 5.0,
+    endpoint: EndpointOpt = None,
+) -> None:
+    """Training logs of a deployed stack: Cloud Logging for cloud targets, the log file for
+    local. One readable line per trainer record (time, node, rank, event, step, loss,
+    throughput); other lines as they are. Ctrl-C ends --follow (exit 130).
+    """
+    from infra.logs import LogsError, log_source, parse_endpoints, read_lines
+    from infra.stack_outputs import OutputsError
+
+    name, cfg = _validated(stack, config_file)
+    try:
+        endpoints = parse_endpoints(endpoint or [])
+        source = log_source(cfg, name, outputs, worker)
+        lines = read_lines(source, endpoints, follow=follow, as_json=as_json, poll_s=poll_s)
+        with _google_errors("logs", f"Cloud Logging of stack {name!r}"):
+            for line in lines:
+                typer.echo(line)
+    except (LogsError, OutputsError) as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@contextlib.contextmanager
+def _google_errors(command: str, what: str) -> Iterator[None]:
+    """Missing or refused credentials as one `error:` line (exit 2), like `quota --live`."""
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+    try:
+        yield
+    except DefaultCredentialsError:
+        raise _fail(
+            f"{command} needs Application Default Credentials to read {what}: {_adc_hint()}"
+        ) from None
+    except GoogleAuthError as exc:
+        raise _fail(f"{command} {_auth_failure(exc)}") from None
 
 
 @app.command("local-run")
