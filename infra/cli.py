@@ -358,11 +358,15 @@ def status(
     ] = None,
     api_endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    outputs: OutputsOpt = None,
+    endpoint: EndpointOpt = None,
+    now: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
-    """Live state of the stack's Vertex AI job (dynamic resources cannot be refreshed).
+    """Where a deployed stack's training stands, on every target: state, step reached, last
+    checkpoint, hosts or pods up, cost so far at list price. `--job` reads one Vertex AI job.
 
-    Exit 0 while the job is queued or running and when it succeeded; 1 when it failed, was
-    cancelled or expired; 2 when it cannot be read (no credentials, no access, no such job).
+    Exit 0 while training is queued or running and when it succeeded; 1 when it failed, was
+    cancelled or expired; 2 when it cannot be read (no credentials, no access, no outputs).
     """
     from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
 
@@ -370,11 +374,12 @@ def status(
     from components._vertex_provider import job_status
 
     name, cfg = _validated(stack, config_file)
+    if job is None:
+        _stack_status(name, cfg, outputs, endpoint or [], now, as_json)
+        return
     if cfg.vertex is None:
         raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
     source = "--job"
-    if job is None:
-        job, source = _stack_output(name, "job_name"), f"stack {name!r} output job_name"
     match = JOB_NAME.fullmatch(job)
     if match is None:
         raise _fail(
@@ -441,33 +446,34 @@ def _auth_failure(exc: Exception) -> str:
     )
 
 
-def _stack_output(stack: str, key: str) -> str:
-    """A deployed stack's output, read with the Pulumi CLI."""
-    import shutil
-    import subprocess
+def _stack_status(
+    name: str,
+    cfg: StackConfig,
+    outputs: Path | None,
+    endpoint: list[str],
+    now: str | None,
+    as_json: bool,
+) -> None:
+    from datetime import UTC, datetime
 
-    if shutil.which("pulumi") is None:
-        raise _fail(
-            f"reading stack {stack!r}'s `{key}` output needs the Pulumi CLI; install it or "
-            f"pass --job projects/P/locations/R/customJobs/ID"
-        )
+    from infra.logs import LogsError, parse_endpoints, parse_time
+    from infra.stack_outputs import OutputsError
+    from infra.status import FAILED_STATES, render_status, stack_status
+
     try:
-        done = subprocess.run(
-            ["pulumi", "stack", "output", key, "--stack", stack, "--cwd", str(REPO_ROOT)],
-            capture_output=True,
-            text=True,
-            check=False,
-            stdin=subprocess.DEVNULL,  # never wait on a login or passphrase prompt
-        )
-    except OSError as exc:
-        raise _fail(f"reading stack {stack!r}'s `{key}` output: {exc}") from None
-    if done.returncode != 0 or not done.stdout.strip():
-        reason = " ".join(done.stderr.split()) or "it printed nothing"
-        raise _fail(
-            f"stack {stack!r} has no `{key}` output ({reason}); deploy it with "
-            f"`pulumi up --stack {stack}` or pass --job projects/P/locations/R/customJobs/ID"
-        )
-    return done.stdout.strip()
+        moment = parse_time(now) if now else datetime.now(UTC)
+        endpoints = parse_endpoints(endpoint)
+        with _google_errors("status", f"the state of stack {name!r}"):
+            info = stack_status(cfg, name, outputs, endpoints, moment)
+    except (LogsError, OutputsError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+    else:
+        for line in render_status(info):
+            typer.echo(line)
+    if info["state"] in FAILED_STATES:
+        raise typer.Exit(1)
 
 
 OutputsOpt = Annotated[
