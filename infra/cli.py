@@ -3,7 +3,8 @@
     trainstack plan --stack dev-tpu-v5e [--json]   offline plan: resources, totals, $/hour, quota
     trainstack plan-diff base.json head.json       Markdown diff for a pull-request comment
     trainstack local-run --stack local             run the stack's trainer on this machine
-    trainstack status --stack prod-vertex-rs       live state of the stack's Vertex AI job
+    trainstack status --stack prod-vertex-rs       state, step, checkpoint, hosts, cost so far
+    trainstack logs --stack dev-tpu-v5e [--follow] the deployed stack's training logs
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
     trainstack stacks                              list the bundled stacks
@@ -454,15 +455,12 @@ def _stack_status(
     now: str | None,
     as_json: bool,
 ) -> None:
-    from datetime import UTC, datetime
-
     from infra.logs import LogsError, parse_endpoints, parse_time
     from infra.stack_outputs import OutputsError
     from infra.status import FAILED_STATES, render_status, stack_status
 
     try:
-        moment = parse_time(now) if now else datetime.now(UTC)
-        endpoints = parse_endpoints(endpoint)
+        endpoints, moment = parse_endpoints(endpoint), parse_time(now) if now else None
         with _google_errors("status", f"the state of stack {name!r}"):
             info = stack_status(cfg, name, outputs, endpoints, moment)
     except (LogsError, OutputsError, ValueError) as exc:
@@ -495,22 +493,15 @@ def logs(
         bool, typer.Option("--follow", "-f", help="Keep printing new entries (Ctrl-C stops).")
     ] = False,
     worker: Annotated[
-        int | None,
-        typer.Option(
-            min=0,
-            help="One machine: Vertex replica, GKE pod index, TPU worker, "
-            "GCE instance (local: worker process).",
-        ),
+        int | None, typer.Option(min=0, help="Only machine N (local: worker N).")
     ] = None,
     outputs: OutputsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Raw records, one per line.")] = False,
     poll_s: Annotated[float, typer.Option("--poll-s", hidden=True, min=0.0)] = 5.0,
     endpoint: EndpointOpt = None,
 ) -> None:
-    """Training logs of a deployed stack: Cloud Logging for cloud targets, the log file for
-    local. One readable line per trainer record (time, node, rank, event, step, loss,
-    throughput); other lines as they are. Ctrl-C ends --follow (exit 130).
-    """
+    """A deployed stack's training logs (Cloud Logging; local: the log file), one readable
+    line per trainer record. Ctrl-C ends --follow (exit 130)."""
     from infra.logs import LogsError, log_source, parse_endpoints, read_lines
     from infra.stack_outputs import OutputsError
 

@@ -59,6 +59,14 @@ FAILED_STATES = frozenset(
 """States `status` exits 1 for."""
 _STEP_DIR = re.compile(r"step-(\d{8})$")
 _POLICY = RetryPolicy(max_attempts=3)
+_VERTEX_JOB = re.compile(
+    r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
+    r"(?:customJobs|hyperparameterTuningJobs)/[^/]+"
+)
+_VERTEX_FORMS = (
+    "projects/PROJECT/locations/REGION/customJobs/ID or "
+    "projects/PROJECT/locations/REGION/hyperparameterTuningJobs/ID"
+)
 K8S_NAMESPACE = "default"
 K8S_TIMEOUT_S = 30
 
@@ -82,9 +90,14 @@ def _vertex(cfg: StackConfig, stack: str, outputs: dict[str, Any], ep: Endpoints
 
     assert cfg.project is not None
     job = str(require(outputs, stack, "job_name"))
-    region = job.split("/")[3] if job.count("/") >= 5 else cfg.region
+    match = _VERTEX_JOB.fullmatch(job)
+    if match is None:
+        raise LogsError(
+            f"stack {stack!r} output job_name: {job!r} is not a Vertex AI job resource name; "
+            f"valid: {_VERTEX_FORMS}"
+        )
     try:
-        info = job_status(cfg.project, str(region), job, api_endpoint=ep.get("aiplatform"))
+        info = job_status(match["project"], match["region"], job, api_endpoint=ep.get("aiplatform"))
     except ApiError as exc:
         raise LogsError(f"cannot read {job}: {exc.message}") from None
     return {
