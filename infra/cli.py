@@ -3,7 +3,8 @@
     trainstack plan --stack dev-tpu-v5e [--json]   offline plan: resources, totals, $/hour, quota
     trainstack plan-diff base.json head.json       Markdown diff for a pull-request comment
     trainstack local-run --stack local             run the stack's trainer on this machine
-    trainstack status --stack prod-vertex-rs       live state of the stack's Vertex AI job
+    trainstack status --stack prod-vertex-rs       state, step, checkpoint, hosts, cost so far
+    trainstack logs --stack dev-tpu-v5e [--follow] the deployed stack's training logs
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
     trainstack stacks                              list the bundled stacks
@@ -21,10 +22,12 @@ values onto more lines instead of cutting them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -356,11 +359,15 @@ def status(
     ] = None,
     api_endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    outputs: OutputsOpt = None,
+    endpoint: EndpointOpt = None,
+    now: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
-    """Live state of the stack's Vertex AI job (dynamic resources cannot be refreshed).
+    """Where a deployed stack's training stands, on every target: state, step reached, last
+    checkpoint, hosts or pods up, cost so far at list price. `--job` reads one Vertex AI job.
 
-    Exit 0 while the job is queued or running and when it succeeded; 1 when it failed, was
-    cancelled or expired; 2 when it cannot be read (no credentials, no access, no such job).
+    Exit 0 while training is queued or running and when it succeeded; 1 when it failed, was
+    cancelled or expired; 2 when it cannot be read (no credentials, no access, no outputs).
     """
     from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
 
@@ -368,11 +375,12 @@ def status(
     from components._vertex_provider import job_status
 
     name, cfg = _validated(stack, config_file)
+    if job is None:
+        _stack_status(name, cfg, outputs, endpoint or [], now, as_json)
+        return
     if cfg.vertex is None:
         raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
     source = "--job"
-    if job is None:
-        job, source = _stack_output(name, "job_name"), f"stack {name!r} output job_name"
     match = JOB_NAME.fullmatch(job)
     if match is None:
         raise _fail(
@@ -439,33 +447,91 @@ def _auth_failure(exc: Exception) -> str:
     )
 
 
-def _stack_output(stack: str, key: str) -> str:
-    """A deployed stack's output, read with the Pulumi CLI."""
-    import shutil
-    import subprocess
+def _stack_status(
+    name: str,
+    cfg: StackConfig,
+    outputs: Path | None,
+    endpoint: list[str],
+    now: str | None,
+    as_json: bool,
+) -> None:
+    from infra.logs import LogsError, parse_endpoints, parse_time
+    from infra.stack_outputs import OutputsError
+    from infra.status import FAILED_STATES, render_status, stack_status
 
-    if shutil.which("pulumi") is None:
-        raise _fail(
-            f"reading stack {stack!r}'s `{key}` output needs the Pulumi CLI; install it or "
-            f"pass --job projects/P/locations/R/customJobs/ID"
-        )
     try:
-        done = subprocess.run(
-            ["pulumi", "stack", "output", key, "--stack", stack, "--cwd", str(REPO_ROOT)],
-            capture_output=True,
-            text=True,
-            check=False,
-            stdin=subprocess.DEVNULL,  # never wait on a login or passphrase prompt
-        )
-    except OSError as exc:
-        raise _fail(f"reading stack {stack!r}'s `{key}` output: {exc}") from None
-    if done.returncode != 0 or not done.stdout.strip():
-        reason = " ".join(done.stderr.split()) or "it printed nothing"
+        endpoints, moment = parse_endpoints(endpoint), parse_time(now) if now else None
+        with _google_errors("status", f"the state of stack {name!r}"):
+            info = stack_status(cfg, name, outputs, endpoints, moment)
+    except (LogsError, OutputsError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+    else:
+        for line in render_status(info):
+            typer.echo(line)
+    if info["state"] in FAILED_STATES:
+        raise typer.Exit(1)
+
+
+OutputsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--outputs",
+        help="JSON of the stack's outputs (`pulumi stack output --json --show-secrets`); "
+        "default: $TRAINSTACK_OUTPUTS, else the Pulumi CLI.",
+    ),
+]
+EndpointOpt = Annotated[list[str] | None, typer.Option("--endpoint", hidden=True)]
+
+
+@app.command()
+def logs(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new entries (Ctrl-C stops).")
+    ] = False,
+    worker: Annotated[
+        int | None, typer.Option(min=0, help="Only machine N (local: worker N).")
+    ] = None,
+    outputs: OutputsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Raw records, one per line.")] = False,
+    poll_s: Annotated[float, typer.Option("--poll-s", hidden=True, min=0.0)] = 5.0,
+    endpoint: EndpointOpt = None,
+) -> None:
+    """A deployed stack's training logs (Cloud Logging; local: the log file), one readable
+    line per trainer record. Ctrl-C ends --follow (exit 130)."""
+    from infra.logs import LogsError, log_source, parse_endpoints, read_lines
+    from infra.stack_outputs import OutputsError
+
+    name, cfg = _validated(stack, config_file)
+    try:
+        endpoints = parse_endpoints(endpoint or [])
+        source = log_source(cfg, name, outputs, worker)
+        lines = read_lines(source, endpoints, follow=follow, as_json=as_json, poll_s=poll_s)
+        with _google_errors("logs", f"Cloud Logging of stack {name!r}"):
+            for line in lines:
+                typer.echo(line)
+    except (LogsError, OutputsError) as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@contextlib.contextmanager
+def _google_errors(command: str, what: str) -> Iterator[None]:
+    """Missing or refused credentials as one `error:` line (exit 2), like `quota --live`."""
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+    try:
+        yield
+    except DefaultCredentialsError:
         raise _fail(
-            f"stack {stack!r} has no `{key}` output ({reason}); deploy it with "
-            f"`pulumi up --stack {stack}` or pass --job projects/P/locations/R/customJobs/ID"
-        )
-    return done.stdout.strip()
+            f"{command} needs Application Default Credentials to read {what}: {_adc_hint()}"
+        ) from None
+    except GoogleAuthError as exc:
+        raise _fail(f"{command} {_auth_failure(exc)}") from None
 
 
 @app.command("local-run")

@@ -446,8 +446,9 @@ def test_status_without_job_or_pulumi(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("PATH", str(tmp_path))
     _one_error(
         runner.invoke(app, ["status", "--stack", "prod-vertex-rs"]),
-        "error: reading stack 'prod-vertex-rs''s `job_name` output needs the Pulumi CLI; "
-        "install it or pass --job projects/P/locations/R/customJobs/ID",
+        "error: reading stack 'prod-vertex-rs''s outputs needs the Pulumi CLI, which is not "
+        "on PATH; install it, or pass --outputs FILE (or set TRAINSTACK_OUTPUTS=FILE) with the "
+        "output of `pulumi stack output --json --show-secrets --stack prod-vertex-rs > FILE`",
     )
 
 
@@ -458,16 +459,16 @@ def test_status_of_a_stack_that_is_not_deployed(
     monkeypatch.setenv("PATH", str(tmp_path))
     _one_error(
         runner.invoke(app, ["status", "--stack", "prod-vertex-rs"]),
-        "error: stack 'prod-vertex-rs' has no `job_name` output (error: no stack named "
-        "'prod-vertex-rs' found); deploy it with `pulumi up --stack prod-vertex-rs` or pass "
-        "--job projects/P/locations/R/customJobs/ID",
+        "error: stack 'prod-vertex-rs' has no outputs to read (error: no stack named "
+        "'prod-vertex-rs' found); deploy it with `pulumi up --stack prod-vertex-rs`, or pass "
+        "--outputs FILE",
     )
 
 
 def test_status_of_a_stack_output_that_is_not_a_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fake_pulumi(tmp_path, "echo '(known after deploy)'\n")
+    _fake_pulumi(tmp_path, """echo '{"job_name": "(known after deploy)"}'\n""")
     monkeypatch.setenv("PATH", str(tmp_path))
     _one_error(
         runner.invoke(app, ["status", "--stack", "prod-vertex-rs"]),

@@ -1,0 +1,411 @@
+"""`trainstack logs`: a deployed stack's training logs, from Cloud Logging or the local file.
+
+Which entries belong to a stack is what its dashboard charts (`components.training_dashboard.
+targets`): the monitored resource type of the target (`LOG_RESOURCE_TYPES`) and the
+dashboard's own filter of the deployment (`vertex_filters` on the Vertex job id,
+`gke_filters` on the cluster plus the Job's pod names, `tpu_filters` on the slice,
+`gce_filters` on the instance names). `--worker N` narrows that to one machine: Vertex
+replica N (`resource.labels.task_name`: `workerpool0-0` is replica 0, the chief;
+`workerpool1-<N-1>` the others), GKE pod of completion index N, TPU worker N
+(`resource.labels.worker_id`), GCE instance N (`instance_names[N]`); on `local`, worker
+process N (the records' `worker` field).
+
+Entries are read with `entries.list` (Cloud Logging v2). `--follow` polls it every few
+seconds (the API allows 60 reads a minute per project) from a timestamp cursor that starts
+`OVERLAP_S` before the newest entry seen, so an entry that arrives late is still shown, and
+skips the insert ids it has shown already, so nothing prints twice.
+
+    source = log_source(cfg, stack, outputs, worker=None)
+    for line in read_lines(source, endpoints, follow=False):
+        print(line)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from components.a100_cluster._common import instance_name_pattern
+from components.training_dashboard.targets import (
+    LOG_RESOURCE_TYPES,
+    gce_filters,
+    gke_filters,
+    tpu_filters,
+    vertex_filters,
+)
+from infra.config import StackConfig
+from infra.mocks import REPO_ROOT
+from infra.stack_outputs import OutputsError, read_outputs, require
+from trainers.common.contract import (
+    EVENT_CHECKPOINT,
+    EVENT_DONE,
+    EVENT_TRAIN,
+    FIELD_EVENT,
+    FIELD_LOSS,
+    FIELD_NODE,
+    FIELD_PARAMS_SHA256,
+    FIELD_RANK,
+    FIELD_SAMPLES_PER_S,
+    FIELD_STALL,
+    FIELD_STEP,
+    FIELD_TIME,
+    FIELD_TOKENS_PER_S,
+    FIELD_WORKER,
+)
+
+APIS = ("logging", "compute", "tpu", "aiplatform", "storage", "kubernetes")
+"""Names `--endpoint API=URL` accepts (tests point each at a local fake)."""
+OVERLAP_S = 60.0
+PAGE_SIZE = 1000
+LOG_API = "logging.v2"
+
+Endpoints = dict[str, str]
+
+
+class LogsError(Exception):
+    """Logs cannot be read; the message is the whole error line."""
+
+
+def parse_endpoints(values: list[str]) -> Endpoints:
+    """`["logging=http://127.0.0.1:8080/"]` -> {"logging": "http://127.0.0.1:8080/"}."""
+    out: Endpoints = {}
+    for value in values:
+        api, sep, url = value.partition("=")
+        if not sep or api not in APIS or not url:
+            raise LogsError(
+                f"--endpoint: {value!r} is not API=URL; valid: API one of {', '.join(APIS)}"
+            )
+        out[api] = url
+    return out
+
+
+@dataclass(frozen=True)
+class CloudLogs:
+    """Entries of one deployment in Cloud Logging."""
+
+    project: str
+    filter: str
+
+
+@dataclass(frozen=True)
+class FileLogs:
+    """The JSON-lines log a local run writes."""
+
+    path: Path
+    worker: int | None
+
+
+def _plain(build: Callable[[str], tuple[Any, Any]], value: str) -> str:
+    """The dashboard's log filter for `value`, as text: the builders return Pulumi Outputs,
+    which resolve on an event loop of their own outside a Pulumi program."""
+
+    async def resolve() -> str:
+        return str(await build(value)[0].future())
+
+    return asyncio.run(resolve())
+
+
+def _check_worker(worker: int | None, machines: int, stack: str) -> None:
+    if worker is not None and not 0 <= worker < machines:
+        raise LogsError(
+            f"--worker: {worker} is not a machine of stack {stack!r}; valid: 0..{machines - 1}"
+        )
+
+
+def local_log_path(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> Path:
+    """The local run's log: the `local_log_path` output when known, else where
+    `trainstack local-run --stack NAME` writes it (`<local.root>/logs/<NAME>.jsonl`)."""
+    if outputs and isinstance(outputs.get("local_log_path"), str):
+        return Path(outputs["local_log_path"])
+    assert cfg.local is not None
+    root = Path(cfg.local.root)
+    return (root if root.is_absolute() else REPO_ROOT / root) / "logs" / f"{stack}.jsonl"
+
+
+def cloud_filter(cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None) -> str:
+    """The Logging query of the stack's trainer entries (one machine's with `worker`)."""
+    if cfg.target == "vertex":
+        assert cfg.vertex is not None
+        _check_worker(worker, cfg.vertex.replica_count, stack)
+        job_id = str(require(outputs, stack, "job_name")).rsplit("/", 1)[-1]
+        key, scope = "vertex", _plain(vertex_filters, job_id)
+        if worker is not None:
+            task = "workerpool0-0" if worker == 0 else f"workerpool1-{worker - 1}"
+            scope += f' AND resource.labels.task_name="{task}"'
+    elif cfg.target == "tpu":
+        hosts = int(require(outputs, stack, "tpu_hosts"))
+        _check_worker(worker, hosts, stack)
+        key, scope = "tpu", _plain(tpu_filters, str(require(outputs, stack, "slice_name")))
+        if worker is not None:
+            scope += f' AND resource.labels.worker_id="{worker}"'
+    elif cfg.gpu_cluster is not None and cfg.gpu_cluster.backend == "gke":
+        _check_worker(worker, cfg.gpu_cluster.node_count, stack)
+        cluster = str(require(outputs, stack, "cluster_name"))
+        job = str(require(outputs, stack, "job_name"))
+        # Indexed Job pods are `<job>-<completion index>-<suffix>`.
+        pods = f"{job}-{worker}-" if worker is not None else f"{job}-"
+        key = "gke"
+        scope = f'{_plain(gke_filters, cluster)} AND resource.labels.pod_name=~"^{pods}"'
+    else:
+        names = [str(n) for n in require(outputs, stack, "instance_names")]
+        _check_worker(worker, len(names), stack)
+        key = "gce"
+        # The pattern the component gives its dashboard: exactly these instances' names.
+        scope = gce_filters(stack, instance_name_pattern(names))[0]
+        if worker is not None:
+            scope = f'labels."compute.googleapis.com/resource_name"="{names[worker]}"'
+    return f'resource.type="{LOG_RESOURCE_TYPES[key]}" AND {scope}'
+
+
+def log_source(
+    cfg: StackConfig,
+    stack: str,
+    outputs_file: Path | None,
+    worker: int | None,
+) -> CloudLogs | FileLogs:
+    """Where the stack's logs are; cloud targets read the stack's outputs."""
+    if cfg.target == "local":
+        assert cfg.local is not None
+        _check_worker(worker, cfg.local.workers, stack)
+        outputs = read_outputs(stack, outputs_file) if outputs_file else None
+        return FileLogs(local_log_path(cfg, stack, outputs), worker)
+    assert cfg.project is not None  # validated for cloud targets
+    outputs = read_outputs(stack, outputs_file)
+    return CloudLogs(cfg.project, cloud_filter(cfg, stack, outputs, worker))
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 timestamp (Cloud Logging writes up to nanoseconds) as an aware datetime."""
+    match = re.fullmatch(r"(.+T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text)
+    if match is None:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
+    fraction = (match[2] or "0")[:6].ljust(6, "0")
+    zone = "+00:00" if match[3] == "Z" else match[3]
+    return datetime.fromisoformat(f"{match[1]}.{fraction}{zone}").astimezone(UTC)
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def list_entries(
+    client: Any, project: str, query: str, *, order: str = "timestamp asc", limit: int = 0
+) -> Iterator[dict[str, Any]]:
+    """Every entry of `project` matching `query` (at most `limit` when > 0), page by page."""
+    from components._google_api import ApiError, RetryPolicy, execute
+
+    token: str | None = None
+    count = 0
+    while True:
+        body: dict[str, Any] = {
+            "resourceNames": [f"projects/{project}"],
+            "filter": query,
+            "orderBy": order,
+            "pageSize": min(limit, PAGE_SIZE) if limit else PAGE_SIZE,
+        }
+        if token:
+            body["pageToken"] = token
+        try:
+            page = execute(client.entries().list(body=body), RetryPolicy(max_attempts=4))
+        except ApiError as exc:
+            raise LogsError(f"cannot read Cloud Logging of project {project!r}: {exc}") from None
+        for entry in page.get("entries", []):
+            yield entry
+            count += 1
+            if limit and count >= limit:
+                return
+        token = page.get("nextPageToken")
+        if not token:
+            return
+
+
+def logging_client(endpoints: Endpoints) -> Any:
+    from components._google_api import build_client
+
+    return build_client(LOG_API, api_endpoint=endpoints.get("logging"))
+
+
+def _entry_key(entry: dict[str, Any]) -> str:
+    return str(entry.get("insertId") or json.dumps(entry, sort_keys=True))
+
+
+def cloud_entries(
+    source: CloudLogs,
+    endpoints: Endpoints,
+    *,
+    follow: bool,
+    poll_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[dict[str, Any]]:
+    """The source's entries, oldest first; with `follow`, then every new one as it comes."""
+    client = logging_client(endpoints)
+    seen: dict[str, datetime] = {}
+    newest: datetime | None = None
+    while True:
+        query = source.filter
+        if newest is not None:
+            query += f' AND timestamp>="{format_time(newest - timedelta(seconds=OVERLAP_S))}"'
+        for entry in list_entries(client, source.project, query):
+            key = _entry_key(entry)
+            if key in seen:
+                continue
+            stamp = parse_time(str(entry.get("timestamp") or entry.get("receiveTimestamp")))
+            seen[key] = stamp
+            newest = stamp if newest is None else max(newest, stamp)
+            yield entry
+        if not follow:
+            return
+        if newest is not None:
+            horizon = newest - timedelta(seconds=2 * OVERLAP_S)
+            seen = {k: t for k, t in seen.items() if t >= horizon}
+        sleep(poll_s)
+
+
+def file_lines(
+    source: FileLogs,
+    *,
+    follow: bool,
+    poll_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[str]:
+    """The local log's lines; with `follow`, then each line as it is completed."""
+    if not follow and not source.path.is_file():
+        raise LogsError(
+            f"no log file at {source.path}; valid: the log of a run started with "
+            "`trainstack local-run` or `pulumi up` on a local stack"
+        )
+    offset = 0
+    partial = b""
+    while True:
+        try:
+            with source.path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        offset += len(chunk)
+        *complete, partial = (partial + chunk).split(b"\n")
+        for raw in complete:
+            yield raw.decode("utf-8", "replace")
+        if not follow:
+            if partial:
+                yield partial.decode("utf-8", "replace")
+            return
+        sleep(poll_s)
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+def entry_record(entry: dict[str, Any]) -> dict[str, Any] | str:
+    """A Cloud Logging entry's trainer record (its jsonPayload, or a JSON text line), else
+    its text."""
+    payload = entry.get("jsonPayload")
+    if isinstance(payload, dict):
+        return payload
+    return line_record(str(entry.get("textPayload", "")))
+
+
+def line_record(line: str) -> dict[str, Any] | str:
+    """A JSON object line as a record; any other line as it is."""
+    text = line.strip()
+    if text.startswith("{"):
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            return line
+        if isinstance(record, dict):
+            return record
+    return line
+
+
+def _number(value: Any, digits: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return f"{value:.{digits}f}"
+
+
+def render(record: dict[str, Any] | str, timestamp: datetime | None = None) -> str:
+    """One readable line: time, node and rank, event, step, then the event's numbers
+    (train: loss, samples/s or tokens/s; checkpoint: stall; done: params digest). Text
+    lines come back as they are."""
+    if isinstance(record, str):
+        return record
+    if timestamp is None and isinstance(record.get(FIELD_TIME), int | float):
+        timestamp = datetime.fromtimestamp(float(record[FIELD_TIME]), UTC)
+    parts = [timestamp.strftime("%H:%M:%S")] if timestamp is not None else []
+    for field in (FIELD_NODE, FIELD_RANK):
+        if field in record:
+            parts.append(f"{field} {record[field]}")
+    event = record.get(FIELD_EVENT, "-")
+    parts.append(str(event))
+    if FIELD_STEP in record:
+        parts.append(f"step {record[FIELD_STEP]}")
+    if event == EVENT_TRAIN:
+        if FIELD_LOSS in record:
+            parts.append(f"loss {_number(record[FIELD_LOSS], 4)}")
+        for field, unit in ((FIELD_SAMPLES_PER_S, "samples/s"), (FIELD_TOKENS_PER_S, "tokens/s")):
+            if record.get(field) is not None:
+                parts.append(f"{_number(record[field], 1)} {unit}")
+    elif event == EVENT_CHECKPOINT and record.get(FIELD_STALL) is not None:
+        parts.append(f"stall {_number(record[FIELD_STALL], 2)}s")
+    elif event == EVENT_DONE and FIELD_PARAMS_SHA256 in record:
+        parts.append(f"params_sha256 {record[FIELD_PARAMS_SHA256]}")
+    return " ".join(parts)
+
+
+def read_lines(
+    source: CloudLogs | FileLogs,
+    endpoints: Endpoints,
+    *,
+    follow: bool,
+    as_json: bool,
+    poll_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[str]:
+    """The lines `trainstack logs` prints: rendered, or with `as_json` one JSON record per
+    line (a text line as `{"text": ...}`)."""
+    if isinstance(source, FileLogs):
+        for line in file_lines(source, follow=follow, poll_s=poll_s, sleep=sleep):
+            if not line.strip():
+                continue
+            record = line_record(line)
+            if source.worker is not None and (
+                isinstance(record, str) or record.get(FIELD_WORKER) != source.worker
+            ):
+                continue
+            yield _output(record, None, as_json)
+        return
+    for entry in cloud_entries(source, endpoints, follow=follow, poll_s=poll_s, sleep=sleep):
+        stamp = entry.get("timestamp")
+        yield _output(entry_record(entry), parse_time(stamp) if stamp else None, as_json)
+
+
+def _output(record: dict[str, Any] | str, stamp: datetime | None, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(record if isinstance(record, dict) else {"text": record})
+    return render(record, stamp)
+
+
+__all__ = [
+    "APIS",
+    "CloudLogs",
+    "FileLogs",
+    "LogsError",
+    "OutputsError",
+    "cloud_filter",
+    "log_source",
+    "parse_endpoints",
+    "read_lines",
+    "render",
+]

@@ -1,0 +1,328 @@
+"""`trainstack status --stack NAME` on every target, over real HTTP against local fakes of
+Cloud Logging, Vertex AI, Cloud TPU, Compute Engine, the Kubernetes API and GCS (the
+storage emulator). Cost is list price x hours since the start, at a fixed `--now`."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from infra.cli import app
+from tests.fakes.compute_server import ComputeFakeServer
+from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.kube_server import KubeFakeServer
+from tests.fakes.logging_server import LoggingFakeServer
+from tests.fakes.tpu_server import TpuFakeServer
+from tests.fakes.vertex_server import VertexFakeServer
+from tests.unit.test_logs import (
+    GCE_NAMES,
+    OUTPUTS,
+    VERTEX_JOB,
+    entry,
+    gce_entry,
+    gke_resource,
+    local_config,
+    tpu_resource,
+    train,
+    vertex_resource,
+)
+
+runner = CliRunner()
+NOW = "2026-11-23T12:00:00Z"
+P = "my-ml-project"
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[str]:
+    with running_gcs_emulator() as url:
+        yield url
+
+
+def put(gcs: str, bucket: str, *names: str) -> None:
+    """Create `bucket` (if new) and an object at each name, through the JSON API."""
+    request = urllib.request.Request(
+        f"{gcs}/storage/v1/b?project={P}",
+        data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        urllib.request.urlopen(request).close()
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 409  # already there
+    for name in names:
+        upload = urllib.request.Request(
+            f"{gcs}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
+            data=b"{}",
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        urllib.request.urlopen(upload).close()
+
+
+def checkpoints(gcs: str, stack: str, complete: list[int], partial: list[int]) -> str:
+    bucket = f"{P}-{stack}-checkpoints"
+    names = [f"checkpoints/step-{s:08d}/COMPLETE" for s in complete]
+    names += [f"checkpoints/step-{s:08d}/model.pt" for s in complete + partial]
+    put(gcs, bucket, *names)
+    return f"gs://{bucket}"
+
+
+def run_status(
+    stack: str, tmp_path: Path, outputs: dict[str, Any], *endpoints: str, as_json: bool = False
+) -> tuple[int, str, str]:
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps({**OUTPUTS[stack], **outputs}))
+    argv = ["status", "--stack", stack, "--outputs", str(path), "--now", NOW]
+    for endpoint in endpoints:
+        argv += ["--endpoint", endpoint]
+    result = runner.invoke(app, argv + (["--json"] if as_json else []))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_vertex_status(tmp_path: Path, gcs: str) -> None:
+    url = checkpoints(gcs, "prod-vertex-rs", [500, 1000], [1500])
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        vertex = stack.enter_context(VertexFakeServer())
+        vertex.jobs[VERTEX_JOB] = {
+            "name": VERTEX_JOB,
+            "displayName": "prod-vertex-rs",
+            "state": "JOB_STATE_RUNNING",
+            "createTime": "2026-11-23T09:55:00Z",
+            "startTime": "2026-11-23T10:00:00Z",
+        }
+        logs.add(
+            entry(1, vertex_resource("workerpool0-0"), train(1600, 0, 0)),
+            entry(2, vertex_resource("workerpool1-0"), train(1620, 1, 8)),
+            entry(3, vertex_resource("workerpool1-0"), {"event": "checkpoint", "step": 1700}),
+        )
+        result = run_status(
+            "prod-vertex-rs",
+            tmp_path,
+            {"checkpoint_url": url},
+            f"logging={logs.endpoint}",
+            f"aiplatform={vertex.endpoint}",
+            f"storage={gcs}/storage/v1/",
+        )
+    assert result == (
+        0,
+        "stack: prod-vertex-rs (vertex)\n"
+        "state: JOB_STATE_RUNNING\n"
+        "step: 1620\n"
+        f"checkpoint: step 1000 ({url}/checkpoints/step-00001000)\n"
+        "hosts: managed by Vertex AI\n"
+        "cost so far: $287.30 at list price ($143.65/hour x 2.00 h since 2026-11-23T10:00:00Z)\n",
+        "",
+    )
+
+
+def test_tpu_status_json(tmp_path: Path, gcs: str) -> None:
+    url = checkpoints(gcs, "dev-tpu-v5e", [100], [])
+    node = f"projects/{P}/locations/us-west4-a/nodes/dev-tpu-v5e-tpu"
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        tpu = stack.enter_context(TpuFakeServer())
+        tpu.nodes[node] = {
+            "name": node,
+            "state": "READY",
+            "createTime": "2026-11-23T11:30:00Z",
+            "networkEndpoints": [
+                {"ipAddress": f"10.130.0.{2 + i}", "port": 8470} for i in range(4)
+            ],
+        }
+        logs.add(entry(1, tpu_resource(2), train(120, 2, 2)))
+        code, out, err = run_status(
+            "dev-tpu-v5e",
+            tmp_path,
+            {"checkpoint_dir": f"{url}/checkpoints"},
+            f"logging={logs.endpoint}",
+            f"tpu={tpu.endpoint}",
+            f"storage={gcs}/storage/v1/",
+            as_json=True,
+        )
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {
+        "stack": "dev-tpu-v5e",
+        "target": "tpu",
+        "state": "READY",
+        "step": 120,
+        "checkpoint_step": 100,
+        "checkpoint_dir": f"{url}/checkpoints",
+        "hosts_up": 4,
+        "hosts": [
+            {"name": f"worker {i}", "state": "READY", "address": f"10.130.0.{2 + i}"}
+            for i in range(4)
+        ],
+        "started": "2026-11-23T11:30:00Z",
+        "ended": None,
+        "hourly_usd": 7.68,
+        "hours": 0.5,
+        "cost_usd": 3.84,
+        "as_of": "2026-11-23T12:00:00.000000Z",
+    }
+
+
+def _pod(index: int, phase: str, ip: str) -> dict[str, Any]:
+    labels = {
+        "job-name": "dev-a100-gke-train",
+        "batch.kubernetes.io/job-completion-index": str(index),
+    }
+    name = f"dev-a100-gke-train-{index}-x{index}k2p"
+    return {"metadata": {"name": name, "labels": labels}, "status": {"phase": phase, "podIP": ip}}
+
+
+def test_gke_status(tmp_path: Path, gcs: str) -> None:
+    url = checkpoints(gcs, "dev-a100-gke", [], [50])
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        kube = stack.enter_context(KubeFakeServer())
+        kube.jobs["default/dev-a100-gke-train"] = {
+            "metadata": {"name": "dev-a100-gke-train"},
+            "status": {"active": 1, "startTime": "2026-11-23T11:00:00Z"},
+        }
+        other = {"metadata": {"name": "web-1", "labels": {"job-name": "web"}}, "status": {}}
+        kube.pods["default"] = [_pod(1, "Pending", ""), _pod(0, "Running", "10.4.0.7"), other]
+        logs.add(entry(1, gke_resource("dev-a100-gke-train-0-x0k2p"), train(60, 0, 0)))
+        result = run_status(
+            "dev-a100-gke",
+            tmp_path,
+            {"checkpoint_url": url},
+            f"logging={logs.endpoint}",
+            f"kubernetes={kube.endpoint}",
+            f"storage={gcs}/storage/v1/",
+        )
+    assert result == (
+        0,
+        "stack: dev-a100-gke (gpu_cluster)\n"
+        "state: RUNNING\n"
+        "step: 60\n"
+        "checkpoint: none yet\n"
+        "hosts: 1/2 up\n"
+        "  dev-a100-gke-train-0-x0k2p: Running 10.4.0.7\n"
+        "  dev-a100-gke-train-1-x1k2p: Pending -\n"
+        "cost so far: $23.74 at list price ($23.74/hour x 1.00 h since 2026-11-23T11:00:00Z)\n",
+        "",
+    )
+
+
+def test_gke_failed_job_exits_1(tmp_path: Path, gcs: str) -> None:
+    url = checkpoints(gcs, "dev-a100-gke", [], [])
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        kube = stack.enter_context(KubeFakeServer())
+        kube.jobs["default/dev-a100-gke-train"] = {
+            "status": {
+                "failed": 2,
+                "startTime": "2026-11-23T11:00:00Z",
+                "conditions": [{"type": "Failed", "status": "True"}],
+            }
+        }
+        code, out, _ = run_status(
+            "dev-a100-gke",
+            tmp_path,
+            {"checkpoint_url": url},
+            f"logging={logs.endpoint}",
+            f"kubernetes={kube.endpoint}",
+            f"storage={gcs}/storage/v1/",
+            as_json=True,
+        )
+    assert (code, json.loads(out)["state"], json.loads(out)["hosts"]) == (1, "FAILED", [])
+
+
+def test_gce_status(tmp_path: Path, gcs: str) -> None:
+    url = checkpoints(gcs, "prod-a100-gce", [500, 20000], [])
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        compute = stack.enter_context(ComputeFakeServer())
+        for i, name in enumerate(GCE_NAMES[:3]):
+            compute.instances[f"{P}/us-central1-c/{name}"] = {
+                "status": "RUNNING",
+                "creationTimestamp": "2026-11-23T01:00:00.000-07:00",
+                "lastStartTimestamp": f"2026-11-23T0{3 + i}:00:00.000-07:00",
+                "networkInterfaces": [{"networkIP": f"10.0.0.{10 + i}"}],
+            }
+        logs.add(
+            gce_entry(1, GCE_NAMES[0], train(19990, 0, 0)),
+            gce_entry(2, GCE_NAMES[0], {"event": "done", "step": 20000, "rank": 0}),
+        )
+        result = run_status(
+            "prod-a100-gce",
+            tmp_path,
+            {"checkpoint_url": url},
+            f"logging={logs.endpoint}",
+            f"compute={compute.endpoint}",
+            f"storage={gcs}/storage/v1/",
+        )
+    assert result == (
+        0,
+        "stack: prod-a100-gce (gpu_cluster)\n"
+        "state: MIXED\n"
+        "step: 20000\n"
+        f"checkpoint: step 20000 ({url}/checkpoints/step-00020000)\n"
+        "hosts: 3/4 up\n"
+        "  prod-a100-gce-a100-0: RUNNING 10.0.0.10\n"
+        "  prod-a100-gce-a100-1: RUNNING 10.0.0.11\n"
+        "  prod-a100-gce-a100-2: RUNNING 10.0.0.12\n"
+        "  prod-a100-gce-a100-3: NOT_FOUND -\n"
+        "cost so far: $235.10 at list price ($117.55/hour x 2.00 h since "
+        "2026-11-23T03:00:00.000-07:00)\n",
+        "",
+    )
+
+
+def test_local_status_from_the_log_and_checkpoints(tmp_path: Path) -> None:
+    config = local_config(tmp_path)
+    root = tmp_path / "root"
+    (root / "logs").mkdir(parents=True)
+    lines = [train(20, 0, 0), train(40, 0, 0), {"event": "done", "step": 40, "rank": 0}]
+    (root / "logs" / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    for step, complete in ((20, True), (40, True), (60, False)):
+        directory = root / "checkpoints" / "mine" / f"step-{step:08d}"
+        directory.mkdir(parents=True)
+        if complete:
+            (directory / "COMPLETE").write_text("{}")
+    result = runner.invoke(app, ["status", "--config-file", str(config), "--now", NOW])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0,
+        "stack: mine (local)\n"
+        "state: SUCCEEDED\n"
+        "step: 40\n"
+        f"checkpoint: step 40 ({root}/checkpoints/mine/step-00000040)\n"
+        "hosts: 0/0 up\n"
+        "cost so far: - (not started; $0.00/hour at list price)\n",
+        "",
+    )
+
+
+def test_status_without_credentials_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    code, out, err = run_status("dev-tpu-v5e", tmp_path, {})
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: status needs Application Default Credentials to read the state of stack "
+        f"'dev-tpu-v5e': GOOGLE_APPLICATION_CREDENTIALS is '{tmp_path / 'missing.json'}', which "
+        "is not a readable credentials file; valid: a service-account or `gcloud auth "
+        "application-default login` JSON file, or unset it\n"
+    )
+
+
+def test_status_without_outputs_or_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("TRAINSTACK_OUTPUTS", raising=False)
+    result = runner.invoke(app, ["status", "--stack", "dev-tpu-v5e"])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        "error: reading stack 'dev-tpu-v5e''s outputs needs the Pulumi CLI, which is not on "
+        "PATH; install it, or pass --outputs FILE (or set TRAINSTACK_OUTPUTS=FILE) with the "
+        "output of `pulumi stack output --json --show-secrets --stack dev-tpu-v5e > FILE`\n",
+    )
