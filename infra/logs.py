@@ -2,8 +2,8 @@
 
 Which entries belong to a stack is what its dashboard charts (`components.training_dashboard.
 targets`): the monitored resource type of the target (`LOG_RESOURCE_TYPES`) and the
-dashboard's own filter of the deployment (`vertex_filters` on the Vertex job id,
-`gke_filters` on the cluster plus the Job's pod names, `tpu_filters` on the slice,
+dashboard's own filter of the deployment (`vertex_filter_text` on the Vertex job id,
+`gke_filter_text` on the cluster plus the Job's pod names, `tpu_filter_text` on the slice,
 `gce_filters` on the instance names). `--worker N` narrows that to one machine: Vertex
 replica N (`resource.labels.task_name`: `workerpool0-0` is replica 0, the chief;
 `workerpool1-<N-1>` the others), GKE pod of completion index N, TPU worker N
@@ -22,7 +22,6 @@ skips the insert ids it has shown already, so nothing prints twice.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -36,9 +35,9 @@ from components.a100_cluster._common import instance_name_pattern
 from components.training_dashboard.targets import (
     LOG_RESOURCE_TYPES,
     gce_filters,
-    gke_filters,
-    tpu_filters,
-    vertex_filters,
+    gke_filter_text,
+    tpu_filter_text,
+    vertex_filter_text,
 )
 from infra.config import StackConfig
 from infra.mocks import REPO_ROOT
@@ -102,16 +101,6 @@ class FileLogs:
     worker: int | None
 
 
-def _plain(build: Callable[[str], tuple[Any, Any]], value: str) -> str:
-    """The dashboard's log filter for `value`, as text: the builders return Pulumi Outputs,
-    which resolve on an event loop of their own outside a Pulumi program."""
-
-    async def resolve() -> str:
-        return str(await build(value)[0].future())
-
-    return asyncio.run(resolve())
-
-
 def _check_worker(worker: int | None, machines: int, stack: str) -> None:
     if worker is not None and not 0 <= worker < machines:
         raise LogsError(
@@ -135,14 +124,14 @@ def cloud_filter(cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: 
         assert cfg.vertex is not None
         _check_worker(worker, cfg.vertex.replica_count, stack)
         job_id = str(require(outputs, stack, "job_name")).rsplit("/", 1)[-1]
-        key, scope = "vertex", _plain(vertex_filters, job_id)
+        key, scope = "vertex", vertex_filter_text(job_id)[0]
         if worker is not None:
             task = "workerpool0-0" if worker == 0 else f"workerpool1-{worker - 1}"
             scope += f' AND resource.labels.task_name="{task}"'
     elif cfg.target == "tpu":
         hosts = int(require(outputs, stack, "tpu_hosts"))
         _check_worker(worker, hosts, stack)
-        key, scope = "tpu", _plain(tpu_filters, str(require(outputs, stack, "slice_name")))
+        key, scope = "tpu", tpu_filter_text(str(require(outputs, stack, "slice_name")))[0]
         if worker is not None:
             scope += f' AND resource.labels.worker_id="{worker}"'
     elif cfg.gpu_cluster is not None and cfg.gpu_cluster.backend == "gke":
@@ -152,7 +141,7 @@ def cloud_filter(cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: 
         # Indexed Job pods are `<job>-<completion index>-<suffix>`.
         pods = f"{job}-{worker}-" if worker is not None else f"{job}-"
         key = "gke"
-        scope = f'{_plain(gke_filters, cluster)} AND resource.labels.pod_name=~"^{pods}"'
+        scope = f'{gke_filter_text(cluster)[0]} AND resource.labels.pod_name=~"^{pods}"'
     else:
         names = [str(n) for n in require(outputs, stack, "instance_names")]
         _check_worker(worker, len(names), stack)

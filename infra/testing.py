@@ -124,7 +124,9 @@ def _own_event_loops() -> Iterator[None]:
         executor.shutdown(wait=True)
         for loop in [*loops, main]:
             loop.close()
-        asyncio.set_event_loop(previous)
+        # With no loop before (after an `asyncio.run`, say), leave one as the policy would
+        # have made: Pulumi code run later in this thread expects `get_event_loop` to answer.
+        asyncio.set_event_loop(previous if previous is not None else asyncio.new_event_loop())
 
 
 def run_pulumi_program(

@@ -119,6 +119,9 @@ export TRAINSTACK_NUM_NODES="$NUM_NODES" TRAINSTACK_COORDINATOR_PORT="$COORDINAT
 export PYTHONUNBUFFERED=1 TRAINSTACK_PROGRESS=0
 if [ "$PLATFORM" = gce ]; then
   export TRAINSTACK_NODE_RANK="$node_rank" TRAINSTACK_COORDINATOR="$COORDINATOR:$COORDINATOR_PORT"
+  # Nothing on a Compute Engine VM ships a unit's output to Cloud Logging: the node launcher
+  # writes the trainer's lines through the Logging API itself (trainers/common/cloud_logging).
+  export TRAINSTACK_CLOUD_LOGGING=gce_instance
   if [ "$USE_TORCHRUN" = 0 ] && [ -n "$TF_WORKERS" ]; then
     # TensorFlow needs every worker's address; the variables above name only node 0.
     export TF_CONFIG="{\"cluster\": {\"worker\": $TF_WORKERS}, \"task\": {\"type\": \"worker\", \"index\": $node_rank}}"

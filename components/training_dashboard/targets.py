@@ -16,6 +16,7 @@ The filter builders take the ids the compute components own and return
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, NotRequired, TypedDict
 
@@ -211,8 +212,29 @@ LOG_RESOURCE_TYPES_SOURCE: Final = (
 # ------------------------------------------------------------------------------------------
 
 
-def _quoted(key: str, value: pulumi.Input[str]) -> pulumi.Output[str]:
-    return pulumi.Output.from_input(value).apply(lambda v: f'{key}="{v}"')
+def vertex_filter_text(job_id: str) -> tuple[str, str]:
+    """`vertex_filters` for a known id, as plain text (for the CLI, outside a program)."""
+    return f'resource.labels.job_id="{job_id}"', f'resource.label.job_id="{job_id}"'
+
+
+def tpu_filter_text(node_id: str) -> tuple[str, str]:
+    """`tpu_filters` for a known node name, as plain text."""
+    return f'resource.labels.node_id="{node_id}"', f'resource.label.node_id="{node_id}"'
+
+
+def gke_filter_text(cluster_name: str) -> tuple[str, str]:
+    """`gke_filters` for a known cluster name, as plain text."""
+    return (
+        f'resource.labels.cluster_name="{cluster_name}"',
+        f'resource.label.cluster_name="{cluster_name}"',
+    )
+
+
+def _outputs(
+    text: Callable[[str], tuple[str, str]], value: pulumi.Input[str]
+) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    both = pulumi.Output.from_input(value).apply(text)
+    return both.apply(lambda pair: pair[0]), both.apply(lambda pair: pair[1])
 
 
 def vertex_job_id(job_name: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -224,13 +246,13 @@ def vertex_job_id(job_name: pulumi.Input[str]) -> pulumi.Output[str]:
 def vertex_filters(job_id: pulumi.Input[str]) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
     """(log_filter, resource_filter) of a Vertex CustomJob by its id (`vertex_job_id`):
     `ml_job` log entries and `cloudml_job` time series carry the label `job_id`."""
-    return _quoted("resource.labels.job_id", job_id), _quoted("resource.label.job_id", job_id)
+    return _outputs(vertex_filter_text, job_id)
 
 
 def tpu_filters(node_id: pulumi.Input[str]) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
     """(log_filter, resource_filter) of a TPU slice by its node name (`TpuPodSlice.slice_name`):
     `tpu_worker` log entries and time series carry the label `node_id`."""
-    return _quoted("resource.labels.node_id", node_id), _quoted("resource.label.node_id", node_id)
+    return _outputs(tpu_filter_text, node_id)
 
 
 def gke_filters(
@@ -238,10 +260,7 @@ def gke_filters(
 ) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
     """(log_filter, resource_filter) of a GKE cluster by its name (`A100Cluster.cluster_name`):
     `k8s_container` log entries and `k8s_node` time series carry the label `cluster_name`."""
-    return (
-        _quoted("resource.labels.cluster_name", cluster_name),
-        _quoted("resource.label.cluster_name", cluster_name),
-    )
+    return _outputs(gke_filter_text, cluster_name)
 
 
 def gce_filters(deployment: str, name_pattern: str | None = None) -> tuple[str, str]:

@@ -297,6 +297,7 @@ def test_gce_startup_script_starts_the_trainer_with_the_metadata_rank(
     assert node["env"] == {
         "HOME": "/root",
         "PYTHONUNBUFFERED": "1",
+        "TRAINSTACK_CLOUD_LOGGING": "gce_instance",
         "TRAINSTACK_COORDINATOR": f"{COORDINATOR_GCE}:29500",
         "TRAINSTACK_COORDINATOR_PORT": "29500",
         "TRAINSTACK_NODE_RANK": str(rank),
