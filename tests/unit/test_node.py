@@ -98,13 +98,21 @@ def test_users_argv_under_torchrun_and_node() -> None:
         "--master-port=29500",
         "--nproc-per-node=4",
         "--no-python",
+        *USER_CODE,
         "python",
         "train.py",
         "--lr=1",
     ]
     node = node_command(parse_args(["--launcher=node", "--", "python", "train.py"]), env)
-    assert (node.launcher, node.argv, node.processes) == ("node", ["python", "train.py"], 1)
+    assert (node.launcher, node.argv, node.processes) == (
+        "node",
+        [*USER_CODE, "python", "train.py"],
+        1,
+    )
     assert node.env["TRAINSTACK_COORDINATOR"] == "train-0.train-svc:29500"
+
+
+USER_CODE = [sys.executable, "-m", "trainers.user_code", "--"]
 
 
 def test_a_machine_outside_any_cluster_runs_torchrun_standalone() -> None:
