@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
@@ -74,11 +75,15 @@ from components.training_buckets import training_buckets_problems
 from components.vertex_training_job import vertex_job_spec_problems
 from trainers.common.config import TF_STRATEGIES, TrainConfig
 from trainers.common.contract import TORCH_MODULE
+from trainers.common.user_code import StackTrainer, user_code_problems
 
 NAMESPACE = "trainstack"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
 TARGETS: tuple[str, ...] = ("tpu", "gpu_cluster", "vertex", "local")
 Target = Literal["tpu", "gpu_cluster", "vertex", "local"]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+"""Beside Pulumi.yaml: relative `trainer.source` and `local.root` paths start here."""
 
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
@@ -275,7 +280,8 @@ class StackConfig(_Model):
     gpu_cluster: GpuClusterConfig | None = None
     vertex: VertexConfig | None = None
     local: LocalConfig | None = None
-    trainer: TrainConfig = TrainConfig()
+    trainer: StackTrainer = StackTrainer()
+    """The bundled trainer's keys, or your own code's (`trainer.entrypoint`)."""
 
     @property
     def target(self) -> Target:
@@ -437,7 +443,7 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         errors += label_problems(parts["labels"], "labels")
     errors += _check_buckets_quotas(parts)
 
-    trainer: TrainConfig | None = parts.get("trainer")
+    trainer: StackTrainer | None = parts.get("trainer")
     target_errors: list[str] = []
     if target == "tpu" and parts.get("tpu") is not None:
         target_errors = _check_tpu(parts["tpu"], region)
@@ -447,6 +453,8 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.")
     errors += target_errors
     if trainer is not None and target is not None:
+        errors += user_code_problems(trainer, target, PROJECT_ROOT)
+    if trainer is not None and target is not None and trainer.user_code is None:
         trainer_errors = _check_trainer(trainer, target, parts.get("gpu_cluster"))
         image = _torch_image(parts, target) if trainer.framework == "torch" else None
         if image is not None:

@@ -6,8 +6,10 @@
 The node launcher (`trainers.node`) runs `python -m trainers.user_code --source=DIR -- ARGV`
 as its target: under torchrun once per accelerator, with `launcher: node` once per machine.
 This module is that process: it enters the source folder (the `--source` folder, else the
-`trainstack_source` folder the uploaded package installed), runs ARGV with the environment
-it was given, and speaks the bundled trainers' event lines for it, so the node launcher and
+`trainstack_source` folder the uploaded package installed, else the working directory: an
+image's WORKDIR), runs ARGV with the environment
+it was given (a leading `python`/`python3` is this interpreter, the one the package and its
+requirements were installed for), and speaks the bundled trainers' event lines for it, so the node launcher and
 `trainstack local-run` treat both alike: a `start` line when the code starts, `preempted`
 when it exits 143 (saved after SIGTERM: restart it), and on any other failure a `failed`
 line with its last output lines. SIGTERM and SIGINT are passed to the code as they come.
@@ -26,6 +28,8 @@ contract the node launcher sets for every target:
   too, unless the platform set one (Vertex): workers from `TRAINSTACK_WORKER_HOSTS`
   (`host:port,...`), `TPU_WORKER_HOSTNAMES`, the GKE Indexed Job's pod names, or the one
   node itself, port `TRAINSTACK_TF_PORT` (default 2222) where a host has none.
+- On Vertex, `TRAINSTACK_CHECKPOINT_DIR` and `TRAINSTACK_OUTPUT_DIR` default to the job's
+  `AIP_CHECKPOINT_DIR` and `AIP_MODEL_DIR`.
 - `--env` values, and `--secret-env` values read from Secret Manager with the machine's
   identity (metadata server token; `versions/latest` when no version is named). Secret
   values are put in the environment only: never on a command line, never logged.
@@ -40,6 +44,7 @@ import collections
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -53,12 +58,18 @@ from types import FrameType
 from typing import IO, Final
 
 from trainers.common.cluster import ClusterInfo
-from trainers.common.contract import SOURCE_PACKAGE, USER_CODE_MODULE
+from trainers.common.contract import (
+    CHECKPOINT_DIR_ENV,
+    OUTPUT_DIR_ENV,
+    SOURCE_PACKAGE,
+    USER_CODE_MODULE,
+)
 from trainers.common.exit_codes import (
     CONFIG_ERROR_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
 )
+from trainers.common.signals import kill_with_parent, watch_parent
 
 TAIL_LINES: Final = 20
 """Output lines of failed code quoted in its `failed` event line."""
@@ -71,6 +82,7 @@ SECRETMANAGER_ENDPOINT: Final = "https://secretmanager.googleapis.com"
 METADATA_HOST_ENV: Final = "GCE_METADATA_HOST"
 """The metadata server's `host[:port]`, as Google's client libraries read it."""
 HTTP_TIMEOUT_S: Final = 30
+_PYTHON: Final = re.compile(r"python(3(\.\d+)?)?")
 OMPI_ENV: Final = (
     "OMPI_MCA_orte_hnp_uri",
     "OMPI_COMM_WORLD_SIZE",
@@ -127,6 +139,13 @@ def user_code_env(
     """The variables the node adds for your code (see the module docstring); `gpus` is the
     machine's real GPU count (0 on CPU, TPU or simulated accelerators)."""
     added = dict(plain_env)
+    for ours, vertex in (
+        (CHECKPOINT_DIR_ENV, "AIP_CHECKPOINT_DIR"),
+        (OUTPUT_DIR_ENV, "AIP_MODEL_DIR"),
+    ):
+        # Vertex names the job's folders itself; the contract's names point at them.
+        if not added.get(ours) and not env.get(ours) and env.get(vertex):
+            added[ours] = env[vertex]
     if launcher != "node" or cluster.platform == "tpu_vm":
         return added
     coordinator = f"{cluster.coordinator_address}:{cluster.coordinator_port}"
@@ -246,8 +265,13 @@ def run_code(argv: Sequence[str], source: Path) -> int:
     """Run ARGV in `source`; returns its exit code (143: preempted after saving)."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     try:
+        # Dies with this process: a launcher killed outright leaves no training code behind.
         child = subprocess.Popen(
-            list(argv), cwd=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            list(argv),
+            cwd=source,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=kill_with_parent(),  # noqa: PLW1509
         )
     except OSError as exc:
         _event("failed", exit_code=SETUP_FAILED_EXIT_CODE, last_lines=[str(exc)])
@@ -290,12 +314,17 @@ def main(args: Sequence[str]) -> int:
     if len(rest) < 2:
         print("usage: python -m trainers.user_code [--source=DIR] -- ARGV...", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
-    folder = source or installed_source()
-    if folder is None or not folder.is_dir():
-        where = source if source is not None else f"the installed {SOURCE_PACKAGE} package"
-        print(f"trainers.user_code: no source folder at {where}", file=sys.stderr)
+    # No folder given or installed: code baked into an image runs in the image's WORKDIR.
+    folder = source or installed_source() or Path.cwd()
+    if not folder.is_dir():
+        print(f"trainers.user_code: --source: {str(folder)!r} is not a folder", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
-    return run_code(rest[1:], folder.resolve())
+    watch_parent()  # local runs: exit once the launcher (torchrun, the CLI) is gone
+    argv = rest[1:]
+    if _PYTHON.fullmatch(argv[0]):
+        # `python` is the interpreter the package (and its requirements) went into: ours.
+        argv = [sys.executable, *argv[1:]]
+    return run_code(argv, folder.resolve())
 
 
 if __name__ == "__main__":

@@ -312,3 +312,20 @@ def user_code_problems(
         else:
             problems += parse_requirements(path.read_text(), f"{prefix}requirements")[1]
     return problems
+
+
+def node_args(
+    code: UserCode, target: str, *, contract: Mapping[str, str], source: str | None = None
+) -> list[str]:
+    """The arguments of `python -m trainers.node` that run `code` on `target`: the one
+    command line every target's launch starts once per machine (after installing the
+    package). `contract` holds the run-contract variables the target knows at deploy time
+    (`TRAINSTACK_CHECKPOINT_DIR`, `_DATA_DIR`, `_OUTPUT_DIR`, `_RUN_NAME`); `source` is the
+    folder to run in, None for the folder the package installs (or an image's WORKDIR)."""
+    args = [f"--launcher={code.launcher_for(target)}"]
+    if source is not None:
+        args.append(f"--source={source}")
+    args += [f"--env={name}={value}" for name, value in sorted(contract.items())]
+    args += [f"--env={name}={value}" for name, value in code.env.items()]
+    args += [f"--secret-env={name}={value}" for name, value in code.secret_env.items()]
+    return [*args, "--", *code.entrypoint]
