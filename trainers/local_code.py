@@ -57,7 +57,7 @@ from trainers.local import (
     RunStopper,
     free_ports,
 )
-from trainers.user_code import WORKER_HOSTS_ENV
+from trainers.user_code import LOCAL_RUN_PID_ENV, WORKER_HOSTS_ENV
 
 SIMULATED: Final = "TRAINSTACK_SIMULATED_ACCELERATORS"
 TAIL_LINES: Final = 20
@@ -150,11 +150,11 @@ def run_local_code(
     The processes' output goes to `out` (default stderr). Raises ValueError when the
     trainer section has no runnable code here (no entrypoint, no source).
     """
-    code = trainer.user_code
-    if code is None:
+    user_code = trainer.user_code
+    if user_code is None:
         raise ValueError("trainer.entrypoint: required to run your own code")
     root = root.resolve()
-    plan = plan_code_run(trainer, code, workers=workers, root=root, base_dir=base_dir)
+    plan = plan_code_run(trainer, user_code, workers=workers, root=root, base_dir=base_dir)
     checkpoint_dir = plan.contract[CHECKPOINT_DIR_ENV]
     if fresh:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
@@ -164,6 +164,7 @@ def run_local_code(
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"):
         env.pop(name, None)
     env.update({"PYTHONUNBUFFERED": "1", EXIT_WITH_PARENT_ENV: "1", **(extra_env or {})})
+    env[LOCAL_RUN_PID_ENV] = str(os.getpid())
     env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(LOCAL_COLLECTIVE_TIMEOUT_S))
     sink = out or sys.stderr
     stopper = RunStopper(trainer.preemption_grace_s + STOP_MARGIN_S)

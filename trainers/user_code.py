@@ -49,6 +49,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -66,11 +67,15 @@ from trainers.common.contract import (
 )
 from trainers.common.exit_codes import (
     CONFIG_ERROR_EXIT_CODE,
+    LAUNCHER_LOST_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
 )
 from trainers.common.signals import kill_with_parent, watch_parent
 
+LOCAL_RUN_PID_ENV: Final = "TRAINSTACK_LOCAL_RUN_PID"
+"""Set by `trainstack local-run`: its pid, which every process of your code watches."""
+WATCH_POLL_S: Final = 0.5
 TAIL_LINES: Final = 20
 """Output lines of failed code quoted in its `failed` event line."""
 TF_PORT_ENV: Final = "TRAINSTACK_TF_PORT"
@@ -302,6 +307,25 @@ def run_code(argv: Sequence[str], source: Path) -> int:
     return code
 
 
+def _watch_run(pid: str | None) -> None:
+    """Exit (the code follows, `kill_with_parent`) once `trainstack local-run` is gone: under
+    torchrun our parent is torchrun, which outlives a CLI killed outright."""
+    if not pid or not pid.isdigit():
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                os._exit(LAUNCHER_LOST_EXIT_CODE)
+            except PermissionError:
+                pass
+            time.sleep(WATCH_POLL_S)
+
+    threading.Thread(target=watch, name="trainstack-run-watch", daemon=True).start()
+
+
 def main(args: Sequence[str]) -> int:
     rest = list(args)
     source: Path | None = None
@@ -320,6 +344,7 @@ def main(args: Sequence[str]) -> int:
         print(f"trainers.user_code: --source: {str(folder)!r} is not a folder", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     watch_parent()  # local runs: exit once the launcher (torchrun, the CLI) is gone
+    _watch_run(os.environ.get(LOCAL_RUN_PID_ENV))
     argv = rest[1:]
     if _PYTHON.fullmatch(argv[0]):
         # `python` is the interpreter the package (and its requirements) went into: ours.
