@@ -532,7 +532,8 @@ def _local_run_code(
     """`local-run` of your own code (`trainer.entrypoint`): `trainers.local_code`."""
     from trainers.local_code import run_local_code
 
-    trainer = cfg.trainer.model_copy(update={"run_name": name})
+    named = "run_name" in cfg.trainer.model_fields_set  # as on the cloud: else the stack's name
+    trainer = cfg.trainer if named else cfg.trainer.model_copy(update={"run_name": name})
     root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / name
     root = root if root.is_absolute() else REPO_ROOT / root
     n = workers or (cfg.local.workers if cfg.local else 2)
