@@ -59,6 +59,7 @@ from components.catalog.problems import pydantic_problem
 from components.catalog.problems import quote as _q
 from components.catalog.torch_versions import fsdp_problem
 from components.catalog.tpu import TpuGenerationName, TpuProvisioning, TpuSlice, tpu_slice
+from components.catalog.tpu_rules import tensorflow_runtime_problems
 from components.catalog.vertex import (
     DEFAULT_REDUCER_MACHINE,
     Algorithm,
@@ -446,7 +447,8 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     trainer: StackTrainer | None = parts.get("trainer")
     target_errors: list[str] = []
     if target == "tpu" and parts.get("tpu") is not None:
-        target_errors = _check_tpu(parts["tpu"], region)
+        own_code = trainer is not None and trainer.user_code is not None
+        target_errors = _check_tpu(parts["tpu"], region, own_code)
     if target == "gpu_cluster" and parts.get("gpu_cluster") is not None:
         target_errors = check_gpu_cluster(parts["gpu_cluster"], region)
     if target == "vertex" and parts.get("vertex") is not None:
@@ -516,9 +518,19 @@ def _check_zone_in_region(section: str, zone: str, region: str | None) -> list[s
     return zone_in_region_problems(zone, region, f"{section}.zone")
 
 
-def _check_tpu(tpu: TpuConfig, region: str | None) -> list[str]:
+def _check_tpu(tpu: TpuConfig, region: str | None, own_code: bool = False) -> list[str]:
     errors = _check_zone_in_region("tpu", tpu.zone, region)
     problems = tpu_pod_slice_problems(tpu.model_dump(exclude_none=True), "tpu.")
+    found: TpuSlice | None = None
+    if own_code:
+        try:
+            found = tpu.slice
+        except ValueError:
+            found = None  # reported by the slice rules above
+    if found is not None:
+        # Your code brings its own framework (JAX on a base runtime): no TensorFlow needed.
+        needless = tensorflow_runtime_problems(tpu.runtime_version, found, "tpu.")
+        problems = [p for p in problems if p not in needless]
     # A zone outside the region is already reported; do not report the zone twice.
     return errors + [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
 

@@ -296,7 +296,7 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
     if plan.get("code"):
         table = value_table("Your code", ("field", "value"))
         for row in code_rows(plan["code"]):
-            table.add_row(*row)
+            table.add_row(*(escape(value) for value in row))
         console.print(table)
     console.print(quota_table(plan["quota"]))
     for note in plan.get("notes", []):

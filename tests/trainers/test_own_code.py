@@ -104,3 +104,26 @@ def test_sigterm_saves_and_exits_143_then_the_run_resumes(tmp_path: Path) -> Non
     code, out, err = finish(resumed)
     assert code == 0, err
     assert _done(out)["step"] == 60
+
+
+def test_jax_example_initializes_with_no_arguments_and_sees_a_world_of_2(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "jax",
+        reason="jax is not installed in this environment (it belongs in the test extras: "
+        "jax[cpu]); examples/own-jax needs it",
+    )
+    text = (REPO / "examples" / "own-jax" / "Pulumi.local.yaml").read_text()
+    text = text.replace("root: .trainstack/own-jax", f"root: {tmp_path / 'root'}")
+    text = text.replace("source: examples/own-jax", f"source: {REPO / 'examples' / 'own-jax'}")
+    config = tmp_path / "Pulumi.jax.yaml"
+    config.write_text(text)
+    code, out, err = finish(local_run(config, "--json"), timeout=180)
+    assert code == 0, err
+    assert _done(out) == {
+        "event": "done",
+        "rank": 0,
+        "world": 2,
+        "ranks": [0, 1],
+        "devices": 2,
+        "run": "jax",
+    }
