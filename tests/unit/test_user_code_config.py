@@ -271,3 +271,26 @@ def test_plan_shows_what_will_run_and_plan_diff_one_line_per_job(
     ]
     # The package's own object change is the code line: no second listing of it.
     assert "mine-trainer-sdist" not in diff
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("stack", "launcher", "world"),
+    [
+        ("own-trainer/Pulumi.local.yaml", "torchrun", 2),
+        ("own-trainer/Pulumi.gke.yaml", "torchrun", 16),
+        ("own-trainer/Pulumi.gce.yaml", "torchrun", 16),
+        ("own-trainer/Pulumi.vertex.yaml", "torchrun", 16),
+        ("own-jax/Pulumi.local.yaml", "node", 2),
+        ("own-jax/Pulumi.tpu.yaml", "node", 4),  # a v4-32 has 4 hosts
+    ],
+)
+def test_example_stacks_plan(stack: str, launcher: str, world: int) -> None:
+    path = REPO / "examples" / stack
+    result = runner.invoke(app, ["plan", "--config-file", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    code = json.loads(result.stdout)["code"]
+    assert (code["launcher"], code["world_size"]) == (launcher, world)
+    assert code["source"] == f"examples/{stack.split('/')[0]}"
