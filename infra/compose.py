@@ -16,7 +16,7 @@ import pulumi
 
 from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
 from components.catalog.images import vertex_training_image
-from components.local_training_job import LocalTrainingJob
+from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
@@ -102,24 +102,24 @@ GKE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
 def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     """Register the stack's resources and return its outputs."""
     labels = {**cfg.labels, "stack": deployment, "environment": cfg.environment}
-    if cfg.target == "local" and cfg.trainer.user_code is not None:
-        assert cfg.local is not None
-        pulumi.log.warn(USER_CODE_NOT_WIRED.format(target="local"))
-        return {OUTPUT_TARGET: "local", OUTPUT_LOCAL_ROOT: cfg.local.root}
     if cfg.target == "local":
         assert cfg.local is not None  # target == "local" guarantees it
         # The same trainer config as `trainstack local-run`, so either resumes the other's
         # run from the same checkpoint folder. Previews only check and diff: the provider
         # starts processes on `pulumi up` and stops them (keeping the data) on destroy.
-        job = LocalTrainingJob(
-            f"{deployment}-job",
-            {
-                "trainer": cfg.trainer,
-                "workers": cfg.local.workers,
-                "root": cfg.local.root,
-                "labels": labels,
-            },
-        )
+        trainer = cfg.trainer
+        if trainer.user_code is not None and "run_name" not in trainer.model_fields_set:
+            # Your code's run is named after the stack, as on the cloud and in local-run.
+            trainer = trainer.model_copy(update={"run_name": deployment})
+        local_args: LocalTrainingJobArgs = {
+            "trainer": trainer,
+            "workers": cfg.local.workers,
+            "root": cfg.local.root,
+            "labels": labels,
+        }
+        if trainer.user_code is not None:
+            local_args["base_dir"] = str(PROJECT_ROOT)  # where `trainer.source` was checked
+        job = LocalTrainingJob(f"{deployment}-job", local_args)
         return {
             OUTPUT_TARGET: "local",
             OUTPUT_LOCAL_ROOT: cfg.local.root,

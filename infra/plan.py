@@ -194,7 +194,7 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
     if note:
         notes.append(note)
     code = code_summary(cfg)
-    if code is not None:
+    if code is not None and cfg.target != "local":
         notes.append(USER_CODE_NOT_WIRED.format(target=cfg.target))
     return {
         "stack": stack,

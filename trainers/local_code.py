@@ -54,12 +54,17 @@ from trainers.local import (
     LOCAL_COLLECTIVE_TIMEOUT_S,
     STOP_MARGIN_S,
     LocalProcess,
+    PreparedRun,
     RunStopper,
     free_ports,
 )
 from trainers.user_code import LOCAL_RUN_PID_ENV, WORKER_HOSTS_ENV
 
 SIMULATED: Final = "TRAINSTACK_SIMULATED_ACCELERATORS"
+# Rendezvous variables must not leak in from an enclosing distributed launcher.
+_RENDEZVOUS: Final = frozenset(
+    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"}
+)
 TAIL_LINES: Final = 20
 
 
@@ -118,6 +123,36 @@ def plan_code_run(
     return CodePlan(processes, contract, logs / f"{run}.jsonl", logs / f"{run}.stderr.log")
 
 
+def prepare_code_run(
+    trainer: StackTrainer,
+    *,
+    workers: int,
+    root: Path,
+    base_dir: Path,
+    extra_env: Mapping[str, str] | None = None,
+) -> PreparedRun:
+    """`trainers.local.prepare_run` for your code: its processes, folders and environment
+    (for `components.local_training_job`, which starts them detached). The section is
+    written to `root/logs/<run>.config.json`."""
+    code = trainer.user_code
+    if code is None:
+        raise ValueError("trainer.entrypoint: required to run your own code")
+    plan = plan_code_run(trainer, code, workers=workers, root=root, base_dir=base_dir)
+    plan.log_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path = plan.log_path.with_suffix(".config.json")
+    config_path.write_text(trainer.model_dump_json(indent=2, exclude_none=True))
+    env = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
+    env.update({"PYTHONUNBUFFERED": "1", **(extra_env or {})})
+    return PreparedRun(
+        trainer.bundled(),
+        plan.contract[CHECKPOINT_DIR_ENV],
+        config_path,
+        plan.log_path,
+        env,
+        plan.processes,
+    )
+
+
 def _pump(
     stream: IO[str], log: IO[str], out: IO[str], done: list[dict[str, Any]], lock: threading.Lock
 ) -> None:
@@ -159,10 +194,7 @@ def run_local_code(
     if fresh:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
     plan.log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    # Rendezvous variables must not leak in from an enclosing distributed launcher.
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"):
-        env.pop(name, None)
+    env = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
     env.update({"PYTHONUNBUFFERED": "1", EXIT_WITH_PARENT_ENV: "1", **(extra_env or {})})
     env[LOCAL_RUN_PID_ENV] = str(os.getpid())
     env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(LOCAL_COLLECTIVE_TIMEOUT_S))
