@@ -45,6 +45,9 @@ Exit codes (those of `components/gpu_startup/launch.sh`):
   3    setup failed before training started (framework missing, rendezvous): retryable
   143  preempted: SIGTERM reached this machine, or the trainer checkpointed and stopped
 
+Your own code (`-- ARGV`) exits with its own status: its wrapper reports it started, so its
+failures are never read as 3, and its exit 143 (saved after SIGTERM) is 143.
+
 Standard library only at import time, and Python 3.10 (the prebuilt images' version).
 """
 
