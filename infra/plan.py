@@ -22,7 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from infra.compose import main_program
+from infra.code_plan import code_rows, code_summary
+from infra.compose import USER_CODE_NOT_WIRED, main_program
 from infra.config import StackConfig, load_stack_config
 from infra.estimate import limits_plan, quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
@@ -207,9 +208,13 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
         extra["defaults"] = defaults
     if limits is not None:
         extra["limits"] = limits
+    code = code_summary(cfg)
+    if code is not None and cfg.target != "local":
+        notes.append(USER_CODE_NOT_WIRED.format(target=cfg.target))
     return {
         "stack": stack,
         "target": cfg.target,
+        **({"code": code} if code is not None else {}),
         "resources": plan_resources(run.resources),
         "summary": summarize(cfg),
         "quota": [
@@ -316,6 +321,11 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
     )
     console.print(totals)
 
+    if plan.get("code"):
+        table = value_table("Your code", ("field", "value"))
+        for row in code_rows(plan["code"]):
+            table.add_row(*(escape(value) for value in row))
+        console.print(table)
     console.print(quota_table(plan["quota"]))
     for note in plan.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(note)}")
