@@ -374,12 +374,14 @@ def status(
     from components._google_api import ApiError
     from components._vertex_provider import job_status
 
-    name, cfg = _validated(stack, config_file)
     if job is None:
+        name, cfg = _validated(stack, config_file)
         _stack_status(name, cfg, outputs, endpoint or [], now, as_json)
         return
-    if cfg.vertex is None:
-        raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
+    if stack is not None or config_file is not None:  # a job alone needs no stack
+        name, cfg = _validated(stack, config_file)
+        if cfg.vertex is None:
+            raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
     source = "--job"
     match = JOB_NAME.fullmatch(job)
     if match is None:

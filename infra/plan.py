@@ -211,13 +211,12 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
     """Run the stack program offline and return the JSON plan (ARCHITECTURE.md shape).
 
     Raises `infra.config.ConfigError` before anything is registered when the config is
-    invalid, or when its Vertex image is past Google's end of availability on `today`
-    (`plan_date()` when None).
+    invalid. A Vertex image past Google's end of availability on `today` (`plan_date()` when
+    None) is a note, not an error: the date comes from a copy of Google's page that may be
+    stale, and the reviewer decides.
     """
     cfg = load_stack_config(config)
     expired = image_problems(cfg, plan_date() if today is None else today)
-    if expired:
-        raise ConfigError(expired)
     run = run_program(main_program, config=config, stack=stack)
     notes = [
         (
@@ -230,6 +229,7 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
             "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
             "and `pulumi up` and stops the deployment before anything is created on a shortfall."
         )
+    notes += [f"warning: {problem}" for problem in expired]
     needs = quota_needs(cfg)
     note = unverified_quota_note(needs)
     if note:

@@ -100,7 +100,7 @@ def image_end_of_availability(image: str) -> date | None:
 def image_availability_problem(
     image: str, today: date, key: str, default: bool = False
 ) -> str | None:
-    """The problem when `image` is past its end of availability on `today`, naming the
+    """The warning when `image` is past its end of availability on `today`, naming the
     images that are still available then; None otherwise (also for an image with no date).
     `key` is the setting that picks the image; `default` when the stack left it unset."""
     end = image_end_of_availability(image)
@@ -111,9 +111,10 @@ def image_availability_problem(
         f"none known to trainstack on {today.isoformat()}: pick a current image from "
         "https://cloud.google.com/vertex-ai/docs/training/pre-built-containers"
     )
+    which = "the default image" if default else "image"
     return (
-        f"{key}: {'the default image' if default else 'image'} {image!r} is past its end of availability ({end.isoformat()}, "
-        f"Google's prebuilt-containers page); Vertex no longer serves it; valid: {valid}"
+        f"{key}: {which} {image!r} is past its end of availability ({end.isoformat()}, "
+        f"Google's prebuilt-containers page), so Vertex may no longer serve it; valid: {valid}"
     )
 
 

@@ -18,7 +18,6 @@ from components.catalog.images import (
     image_end_of_availability,
 )
 from infra.cli import app
-from infra.config import ConfigError
 from infra.plan import build_plan, load_stack
 from trainers.common.contract import TF_MODULE, TORCH_MODULE
 
@@ -31,7 +30,8 @@ NONE_CURRENT = (
 )
 DEFAULT_TORCH_EXPIRED = (
     f"vertex.image_uri: the default image '{TORCH_24}' is past its end of availability "
-    "(2026-07-24, Google's prebuilt-containers page); Vertex no longer serves it; " + NONE_CURRENT
+    "(2026-07-24, Google's prebuilt-containers page), so Vertex may no longer serve it; "
+    + NONE_CURRENT
 )
 
 
@@ -61,40 +61,41 @@ def test_an_image_on_or_before_its_date_is_fine() -> None:
 def test_an_expired_image_names_its_date_and_the_images_still_available() -> None:
     assert image_availability_problem(TF_217, date(2026, 7, 20), "vertex.image_uri") == (
         f"vertex.image_uri: image '{TF_217}' is past its end of availability (2026-07-11, "
-        "Google's prebuilt-containers page); Vertex no longer serves it; valid: "
+        "Google's prebuilt-containers page), so Vertex may no longer serve it; valid: "
         f"{TORCH_24}"
     )
 
 
-def test_build_plan_refuses_the_default_vertex_image_on_the_audit_day() -> None:
+def test_build_plan_warns_of_the_default_vertex_image_on_the_audit_day() -> None:
     name, config = load_stack("prod-vertex-rs", None)
-    with pytest.raises(ConfigError) as info:
-        build_plan(name, config, today=AUDIT_DAY)
-    assert info.value.errors == [DEFAULT_TORCH_EXPIRED]
+    plan = build_plan(name, config, today=AUDIT_DAY)
+    assert [n for n in plan["notes"] if n.startswith("warning: ")] == [
+        f"warning: {DEFAULT_TORCH_EXPIRED}"
+    ]
+    assert not any(n.startswith("warning: ") for n in build_plan(name, config)["notes"])
 
 
-def test_build_plan_refuses_a_user_given_known_image() -> None:
+def test_build_plan_warns_of_a_user_given_known_image() -> None:
     name, config = load_stack("dev-vertex-hpt", None)
     given = TORCH_24.replace("pytorch-gpu.2-4", "pytorch-gpu.2-2")
     config["trainstack:vertex"] = {**config["trainstack:vertex"], "image_uri": given}
-    with pytest.raises(ConfigError) as info:
-        build_plan(name, config, today=date(2026, 2, 1))
-    assert info.value.errors == [
-        f"vertex.image_uri: image '{given}' is past its end of availability (2026-01-30, "
-        "Google's prebuilt-containers page); Vertex no longer serves it; valid: "
-        f"{TORCH_24.replace('pytorch-gpu.2-4', 'pytorch-gpu.2-3')}, {TORCH_24}, "
+    plan = build_plan(name, config, today=date(2026, 2, 1))
+    assert [n for n in plan["notes"] if n.startswith("warning: ")] == [
+        f"warning: vertex.image_uri: image '{given}' is past its end of availability "
+        "(2026-01-30, Google's prebuilt-containers page), so Vertex may no longer serve it; "
+        f"valid: {TORCH_24.replace('pytorch-gpu.2-4', 'pytorch-gpu.2-3')}, {TORCH_24}, "
         "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest, "
         f"{TF_217}"
     ]
 
 
-def test_trainstack_plan_exits_2_on_the_audit_day(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trainstack_plan_shows_the_warning_on_the_audit_day(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("TRAINSTACK_TODAY", AUDIT_DAY.isoformat())
     result = CliRunner().invoke(app, ["plan", "--stack", "prod-vertex-rs"])
-    assert result.exit_code == 2
-    assert result.stderr.replace("\n", "") == (
-        f"error: invalid stack config for 'prod-vertex-rs':{DEFAULT_TORCH_EXPIRED}"
-    )
+    assert result.exit_code == 0
+    assert "is past its end of availability" in " ".join(result.stdout.split())
 
 
 def test_a_bad_trainstack_today_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
