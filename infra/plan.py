@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from infra.code_plan import code_rows, code_summary
-from infra.compose import USER_CODE_NOT_WIRED, main_program
+from infra.compose import USER_CODE_NOT_WIRED, main_program, user_code_not_wired
 from infra.config import StackConfig, load_stack_config
 from infra.estimate import limits_plan, quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
@@ -209,7 +209,7 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
     if limits is not None:
         extra["limits"] = limits
     code = code_summary(cfg)
-    if code is not None and cfg.target != "local":
+    if user_code_not_wired(cfg):
         notes.append(USER_CODE_NOT_WIRED.format(target=cfg.target))
     return {
         "stack": stack,

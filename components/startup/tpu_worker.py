@@ -225,7 +225,7 @@ def render_tpu_worker_script(
     values = {
         "SLICE_NAME": shlex.quote(slice_name),
         "PACKAGE_URI": shlex.quote(package_uri),
-        "TRAINER_MODULE": shlex.quote(trainer_module),
+        "TRAINER_MODULE": shlex.quote(trainer_module) if node_args is None else "''",
         "EXPECTED_HOSTS": str(expected_hosts),
         "PYTHON": shlex.quote(python),
         "TRAINER_ATTEMPTS": str(trainer_attempts),

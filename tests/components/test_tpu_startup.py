@@ -651,14 +651,12 @@ def test_render_refuses_bad_values(overrides: dict[str, Any], message: str) -> N
 def test_the_package_installs_against_the_runtimes_frozen_packages(
     worker: Worker, worker3: MetadataServer
 ) -> None:
-    frozen = "\n".join(
-        [
-            "absl-py==2.1.0",
-            "-e git+https://example.com/x.git@abc#egg=x",
-            "numpy==1.26.4",
-            "libtpu @ file:///tmp/libtpu.whl",
-            "tensorflow==2.16.1",
-        ]
+    frozen = (
+        "absl-py==2.1.0\n"
+        "-e git+https://example.com/x.git@abc#egg=x\n"
+        "numpy==1.26.4\n"
+        "libtpu @ file:///tmp/libtpu.whl\n"
+        "tensorflow==2.16.1"
     )
     result = worker.run(worker3, FAKE_FREEZE=frozen)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -679,9 +677,7 @@ def test_the_constraints_are_frozen_once_before_anything_is_installed(
     (worker.state / "runtime-constraints.txt").write_text("numpy==1.26.4\n")
     result = worker.run(worker3, FAKE_FREEZE="numpy==2.1.0")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert ["python3", "-m", "pip", "freeze", "--disable-pip-version-check"] not in (
-        worker.argvs()
-    )
+    assert ["python3", "-m", "pip", "freeze", "--disable-pip-version-check"] not in (worker.argvs())
     assert (worker.state / "runtime-constraints.txt").read_text() == "numpy==1.26.4\n"
 
 
@@ -723,9 +719,7 @@ USER_CODE_ENV = {
 def test_user_code_runs_on_every_worker_without_the_tensorflow_setup(
     tmp_path: Path, worker3: MetadataServer
 ) -> None:
-    worker = Worker(
-        tmp_path, _script(runtime_version="tpu-ubuntu2204-base", node_args=NODE_ARGS)
-    )
+    worker = Worker(tmp_path, _script(runtime_version="tpu-ubuntu2204-base", node_args=NODE_ARGS))
     result = worker.run(worker3)
     assert result.returncode == 0, result.stdout + result.stderr
     # Worker 3 launches too; no TensorFlow probe, no tf-keras, no TPU_LOAD_LIBRARY.
