@@ -31,8 +31,8 @@ from trainers.common.contract import TF_MODULE
 
 DEFAULT_TRAINER_MODULE: Final = TF_MODULE
 TPU_FRAMEWORK: Final = "tensorflow"
-"""The one trainer framework a slice runs: the tensorflow trainer with TPUStrategy.
-PyTorch/XLA (PJRT, every worker runs the program) is not built."""
+"""The one bundled trainer framework a slice runs: the tensorflow trainer with TPUStrategy.
+Your own code (`node_args`) brings its own framework (JAX, PyTorch/XLA) and any runtime."""
 TPU_STRATEGY: Final = "tpu"
 
 
@@ -47,6 +47,8 @@ class SlicePlan:
     secure_boot: bool
     trainer_module: str
     trainer_args: tuple[str, ...]
+    user_code: bool
+    """`node_args` given: your own code runs on every worker, on any runtime."""
     disk_modes: tuple[str, ...]
     """Mode of each entry of `data_disks`, defaults resolved."""
     queued_tier: str
@@ -80,7 +82,11 @@ def _disk_modes(disks: Any, found: TpuSlice | None, p: str) -> tuple[tuple[str, 
     return tuple(modes), problems
 
 
-def _check(args: Mapping[str, Any], p: str) -> tuple[SlicePlan | None, list[str]]:
+def _check(
+    args: Mapping[str, Any], p: str, user_code: bool | None = None
+) -> tuple[SlicePlan | None, list[str]]:
+    if user_code is None:
+        user_code = args.get("node_args") is not None
     found, problems = tpu_slice_problems(
         accelerator_type=args.get("accelerator_type"),
         generation=args.get("generation"),
@@ -89,7 +95,7 @@ def _check(args: Mapping[str, Any], p: str) -> tuple[SlicePlan | None, list[str]
         runtime_version=args.get("runtime_version"),
         prefix=p,
     )
-    if found is not None and not problems:
+    if found is not None and not problems and not user_code:
         problems += tensorflow_runtime_problems(args["runtime_version"], found, p)
     provisioning = args.get("provisioning", "on-demand")
     problems += tpu_capacity_problems(provisioning, args.get("reservation"), args.get("queued"), p)
@@ -101,6 +107,11 @@ def _check(args: Mapping[str, Any], p: str) -> tuple[SlicePlan | None, list[str]
         validate_trainer_launch(trainer_module, trainer_args)
     except ValueError as exc:
         problems.append(f"{p}{exc}")
+    if user_code and ("trainer_module" in args or "trainer_args" in args):
+        problems.append(
+            f"{p}node_args: runs your own code, which takes no trainer_module or trainer_args; "
+            "valid: remove them"
+        )
     secure_boot = args.get("secure_boot", True)
     if not isinstance(secure_boot, bool):
         problems.append(f"{p}secure_boot: expected true or false, got {secure_boot!r}")
@@ -115,6 +126,7 @@ def _check(args: Mapping[str, Any], p: str) -> tuple[SlicePlan | None, list[str]
         secure_boot=secure_boot and found.generation in SECURE_BOOT_GENERATIONS,
         trainer_module=str(trainer_module),
         trainer_args=tuple(trainer_args),
+        user_code=user_code,
         disk_modes=modes,
         queued_tier=str(queued.get("tier", "on-demand")),
         wait_timeout_s=int(queued.get("wait_timeout_s", DEFAULT_WAIT_TIMEOUT_S)),
@@ -122,11 +134,15 @@ def _check(args: Mapping[str, Any], p: str) -> tuple[SlicePlan | None, list[str]
     return plan, []
 
 
-def tpu_pod_slice_problems(args: Mapping[str, Any], prefix: str = "") -> list[str]:
+def tpu_pod_slice_problems(
+    args: Mapping[str, Any], prefix: str = "", user_code: bool | None = None
+) -> list[str]:
     """Every problem with the plain `TpuPodSlice` arguments in `args`, keys prefixed with
-    `prefix`: the slice, zone and runtime (a TensorFlow runtime, which the trainer needs),
-    provisioning and reservation, data disks, the trainer launch and Secure Boot."""
-    return _check(args, prefix)[1]
+    `prefix`: the slice, zone and runtime (a TensorFlow runtime, which the bundled trainer
+    needs; any runtime for your own code: `user_code`, default whether `args` has
+    `node_args`), provisioning and reservation, data disks, the trainer launch and Secure
+    Boot."""
+    return _check(args, prefix, user_code)[1]
 
 
 def validate_args(args: Mapping[str, Any]) -> SlicePlan:

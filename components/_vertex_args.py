@@ -228,7 +228,8 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
         if not isinstance(args.get(key), str) or not args[key]
     ]
     has_package = args.get("package_uri") is not None
-    problems += vertex_job_spec_problems(args, p, bundled_trainer=has_package)
+    own_code = args.get("node_args") is not None
+    problems += vertex_job_spec_problems(args, p, bundled_trainer=has_package and not own_code)
     if isinstance(args.get("region"), str) and reduction_server_enabled(
         args.get("reduction_server")
     ):
@@ -247,6 +248,12 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
             f"{p}container_image_uri: executor_image_uri and python_module apply only to "
             "package_uri"
         )
+    if own_code:
+        problems += [
+            f"{p}node_args: runs your own code, which takes no {key}; valid: remove {key}"
+            for key in ("python_module", "trainer_args")
+            if args.get(key) is not None
+        ]
     return problems
 
 

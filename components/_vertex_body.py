@@ -15,6 +15,14 @@ path runs the node launcher (`pythonModule: trainers.node`, `args: [<trainer mod
 <trainer args>...]`), which starts one process per GPU of the replica
 (`trainers.node`). The executor image is the trainer framework's
 (`components.catalog.images.VERTEX_TRAINING_IMAGES`) unless one is given.
+
+Your own code (`node_args`, the `python -m trainers.node` arguments of
+`trainers.common.user_code.node_args`) runs the same launcher with those arguments instead
+of a trainer module: `pythonPackageSpec {pythonModule: trainers.node, args: node_args}` with
+the code package, or `containerSpec {command: [python, -m, trainers.node], args: node_args}`
+in an image that has trainstack's `trainers` package installed. Either way a tuning trial's
+`--<parameter_id>=<value>` args, which Vertex appends to `args`, land after the code's own
+argv (`-- ARGV`), so the code receives them as Vertex's own samples do.
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ HYPERTUNE_METRIC_ENV: Final = "TRAINSTACK_HYPERTUNE_METRIC"
 `cloudml-hypertune` (`hyperparameter_metric_tag`). An env var rather than a flag: the
 trainer's flags are exactly its config fields."""
 
+USER_CODE_COMMAND: Final = ("python", "-m", NODE_MODULE)
+"""containerSpec command for your own code in your image (trainstack's `trainers` package
+installed there): the node launcher, with `node_args` as the args."""
+
 DEFAULT_BOOT_DISK_TYPE: Final = "pd-ssd"
 DEFAULT_BOOT_DISK_SIZE_GB: Final = 100
 
@@ -68,22 +80,26 @@ def _task(
     container_image_uri: str | None,
     container_command: Sequence[str] | None,
     env: Mapping[str, str],
+    node_args: Sequence[str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(`containerSpec` | `pythonPackageSpec`, its body) for the chief and workers."""
+    module = python_module or DEFAULT_PYTHON_MODULE
+    launch = list(node_args) if node_args is not None else [module, *args]
     if container_image_uri is not None:
         task: dict[str, Any] = {"imageUri": container_image_uri}
         if container_command:
             task["command"] = list(container_command)
-        task["args"] = args
+        elif node_args is not None:
+            task["command"] = list(USER_CODE_COMMAND)
+        task["args"] = launch if node_args is not None else args
         key = "containerSpec"
     else:
-        module = python_module or DEFAULT_PYTHON_MODULE
         task = {
             "executorImageUri": executor_image_uri or vertex_training_image(module).uri,
             "packageUris": [package_uri],
             # One launcher per replica; it starts one trainer process per GPU.
             "pythonModule": NODE_MODULE,
-            "args": [module, *args],
+            "args": launch,
         }
         key = "pythonPackageSpec"
     if env:
@@ -116,8 +132,10 @@ def custom_job_spec(
     network: str | None = None,
     tensorboard: str | None = None,
     persistent_resource_id: str | None = None,
+    node_args: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The `CustomJobSpec` (also a tuning job's `trialJobSpec`) for plain values."""
+    """The `CustomJobSpec` (also a tuning job's `trialJobSpec`) for plain values;
+    `node_args` runs your own code instead of `python_module` and `trainer_args`."""
     machine_spec: dict[str, Any] = {"machineType": machine_type}
     if accelerator_type:
         machine_spec["acceleratorType"] = accelerator_type
@@ -130,6 +148,7 @@ def custom_job_spec(
         container_image_uri=container_image_uri,
         container_command=container_command,
         env={**(REDUCTION_SERVER_ENV if reducers else {}), **(env or {})},
+        node_args=node_args,
     )
     disk = {"bootDiskType": DEFAULT_BOOT_DISK_TYPE, "bootDiskSizeGb": boot_disk_size_gb}
 

@@ -26,9 +26,9 @@ Validation happens before anything is registered, against `components.catalog`, 
 `tpu_pod_slice_problems` (`components._tpu_args`), the function the stack config checks
 `trainstack:tpu` with: the slice exists for its generation, the zone offers the generation,
 the runtime version belongs to the generation, a TensorFlow `-pod` runtime goes with a
-multi-host slice and a plain one with a single host, and the trainer gets a TensorFlow
-runtime. The slice runs the tensorflow trainer (TPUStrategy) only: PyTorch/XLA (PJRT, every
-worker runs the program) is not built, so there is no framework to choose.
+multi-host slice and a plain one with a single host, and the bundled trainer gets a
+TensorFlow runtime. The bundled trainer is the tensorflow trainer (TPUStrategy) only; your
+own code (`node_args`) brings its framework (JAX, PyTorch/XLA) and runs on every worker.
 
 Provisioning:
 - on-demand, spot, reserved: one `gcp.tpu.V2Vm` (`scheduling_config` spot/reserved) with no
@@ -45,7 +45,10 @@ The startup script (`components/startup/tpu_worker.sh`) runs on every worker at 
 it installs the trainer package from the staging bucket, reads its worker id and worker 0's
 IP from the metadata server, and on worker 0 runs
 `python3 -m <trainer_module> --checkpoint_dir=<checkpoint_dir> <trainer_args>` (TensorFlow
-TPUStrategy; the other workers serve their chips). A change to the script (new package,
+TPUStrategy; the other workers serve their chips). With `node_args` (your own code,
+`trainers.common.user_code.node_args`) every worker runs `python3 -m trainers.node
+<node_args>` instead (JAX and PyTorch/XLA run one process per host), on any runtime
+version: no TensorFlow runtime is required. A change to the script (new package,
 other trainer flags) replaces the slice: the script only runs at boot, so an in-place
 metadata update would leave the old run going.
 
@@ -173,6 +176,10 @@ class TpuPodSliceArgs(TypedDict):
     """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
     trainer_module: NotRequired[str]
     """Module worker 0 runs (default `trainers.tf_multiworker`)."""
+    node_args: NotRequired[pulumi.Input[Sequence[str]]]
+    """Your own code instead of the trainer: `python -m trainers.node` arguments
+    (`infra.compose.user_code_node_args`), run on every worker; excludes trainer_module and
+    trainer_args, and allows any runtime_version."""
     data_disks: NotRequired[Sequence[DataDiskArgs]]
     """Persistent disks attached to every worker."""
     secure_boot: NotRequired[bool]
@@ -327,7 +334,7 @@ class TpuPodSlice(pulumi.ComponentResource):
         runtime_version = args["runtime_version"]
 
         def render(values: list[Any]) -> str:
-            node_id, package_uri, checkpoint_dir = values
+            node_id, package_uri, checkpoint_dir, node_args = values
             return render_tpu_worker_script(
                 slice_name=node_id,
                 package_uri=package_uri,
@@ -336,10 +343,11 @@ class TpuPodSlice(pulumi.ComponentResource):
                 checkpoint_dir=checkpoint_dir,
                 expected_hosts=expected_hosts,
                 runtime_version=runtime_version,
+                node_args=node_args,
             )
 
         self.startup_script = pulumi.Output.all(
-            slice_name, args["package_uri"], args["checkpoint_dir"]
+            slice_name, args["package_uri"], args["checkpoint_dir"], args.get("node_args")
         ).apply(render)
         self.vm = None
         self.queued_resource = None
@@ -364,7 +372,8 @@ class TpuPodSlice(pulumi.ComponentResource):
         self.dashboard_scope: DashboardScope = {
             "target": "tpu",
             # The TensorFlow TPU program runs on worker 0 only; the others serve the TPU.
-            "worker_count": 1,
+            # Your own code runs on every worker.
+            "worker_count": found.hosts if plan.user_code else 1,
             "log_filter": log_filter,
             "resource_filter": resource_filter,
         }
@@ -396,7 +405,7 @@ class TpuPodSlice(pulumi.ComponentResource):
                 f"{plan.runtime_version}: unverified catalog fact: {HARDWARE_SUFFIX_SOURCE}",
                 resource=self,
             )
-        if runtime is not None and runtime.pjrt and not found.multi_host:
+        if runtime is not None and runtime.pjrt and not found.multi_host and not plan.user_code:
             pulumi.log.warn(
                 f"{plan.runtime_version}: unverified catalog fact: the startup script points "
                 "TF_PLUGGABLE_DEVICE_LIBRARY_PATH at the libtpu package's libtpu.so (else "

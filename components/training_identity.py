@@ -20,7 +20,10 @@ write logs and metrics in the project. The staging bucket holds the trainer pack
 node installs and runs, so the account may only read it: a compromised or buggy worker
 cannot replace the code the other nodes (and the next run) execute. The default compute service account (project
 Editor) is never used. `extra_project_roles` adds project roles, but owner/editor and
-roles that let the account administer IAM or impersonate others are refused.
+roles that let the account administer IAM or impersonate others are refused. `secrets`
+grants `roles/secretmanager.secretAccessor` on exactly the listed Secret Manager secrets
+(your code's `trainer.secret_env`, read on the node), one binding per secret, never on the
+project.
 
 Naming: the account id is `<deployment_name>-train` (6-30 chars, see `components._naming`).
 """
@@ -32,7 +35,7 @@ from collections.abc import Sequence
 from typing import NotRequired, TypedDict
 
 import pulumi
-from pulumi_gcp import projects, serviceaccount, storage
+from pulumi_gcp import projects, secretmanager, serviceaccount, storage
 
 from components._naming import account_id, labels_input, name_input
 
@@ -67,6 +70,10 @@ DENIED_PROJECT_ROLES: frozenset[str] = frozenset(
 )
 """Project roles a training account must never hold."""
 
+SECRET_ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
+"""Read a secret's versions: the one grant `secrets` gives, per secret."""
+_SECRET = re.compile(r"^projects/([A-Za-z0-9][A-Za-z0-9._:-]*)/secrets/([A-Za-z0-9_-]{1,255})$")
+
 _ROLE = re.compile(
     r"^(roles/[A-Za-z0-9_.]+|(projects|organizations)/[A-Za-z0-9_.:-]+/roles/[A-Za-z0-9_.]+)$"
 )
@@ -89,6 +96,9 @@ class TrainingIdentityArgs(TypedDict):
     extra_project_roles: NotRequired[Sequence[str]]
     """Further project-level roles, e.g. `roles/aiplatform.user`. Plain strings: each is
     checked against a denylist and becomes its own binding."""
+    secrets: NotRequired[Sequence[str]]
+    """Secret Manager secrets (`projects/P/secrets/NAME`, no version) the account may read:
+    `roles/secretmanager.secretAccessor` on each of them, nothing project-wide."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Accepted for the shared vocabulary; service accounts and IAM bindings carry no labels."""
 
@@ -118,6 +128,29 @@ def _validate_extra_roles(roles: Sequence[str]) -> list[str]:
     return seen
 
 
+def _validate_secrets(secrets: Sequence[str]) -> list[tuple[str, str]]:
+    """(project, secret id) of each secret, in the order given."""
+    if isinstance(secrets, str):
+        secrets = [secrets]
+    seen: list[tuple[str, str]] = []
+    for secret in secrets:
+        match = _SECRET.match(secret) if isinstance(secret, str) else None
+        if match is None:
+            raise ValueError(
+                f"secrets: {secret!r} is not a Secret Manager secret name; valid: "
+                "projects/P/secrets/NAME"
+            )
+        if (match[1], match[2]) in seen:
+            raise ValueError(f"secrets: {secret!r} is listed twice")
+        seen.append((match[1], match[2]))
+    return seen
+
+
+def _secret_suffix(project: str, secret: str) -> str:
+    # Named after the secret, not its position, so reordering the list renames nothing.
+    return "secret-" + re.sub(r"[^a-z0-9]+", "-", f"{project}-{secret}".lower()).strip("-")
+
+
 def _role_suffix(role: str) -> str:
     # Derived from the role itself, not its position, so reordering the list renames nothing.
     role_id = role.rsplit("/", 1)[-1]
@@ -138,11 +171,14 @@ class TrainingIdentity(pulumi.ComponentResource):
     """Bucket-level grants: data and staging object viewer, checkpoint object admin."""
     project_members: list[projects.IAMMember]
     """Project-level grants: log writer, metric writer and any extra roles."""
+    secret_members: list[secretmanager.SecretIamMember]
+    """Secret accessor on each of `secrets`, in their order."""
 
     def __init__(
         self, name: str, args: TrainingIdentityArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         extra_roles = _validate_extra_roles(args.get("extra_project_roles", []))
+        secrets = _validate_secrets(args.get("secrets", []))
         labels_input(args.get("labels"), COMPONENT_LABEL)  # validation only
         account = name_input(account_id, args["deployment_name"], "train")
         super().__init__(TOKEN, name, None, opts)
@@ -177,6 +213,17 @@ class TrainingIdentity(pulumi.ComponentResource):
                 f"{name}-{suffix}", project=args["project"], role=role, member=member, opts=child
             )
             for suffix, role in project_grants
+        ]
+        self.secret_members = [
+            secretmanager.SecretIamMember(
+                f"{name}-{_secret_suffix(project, secret)}",
+                project=project,
+                secret_id=secret,
+                role=SECRET_ACCESSOR_ROLE,
+                member=member,
+                opts=child,
+            )
+            for project, secret in secrets
         ]
 
         self.service_account_email = self.service_account.email

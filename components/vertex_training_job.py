@@ -30,6 +30,11 @@ replaces the job: Vertex jobs are immutable. A replacement cancels and deletes t
 before it submits the new one (delete-before-replace): both at once would need twice the
 quota and would write to one checkpoint folder.
 
+With `node_args` (your own code, `trainers.common.user_code.node_args`) each replica runs
+`python -m trainers.node <node_args>` instead: from the code package on the prebuilt image
+given as `executor_image_uri`, or in your `container_image_uri`; tuning trials' values
+arrive after your code's argv as `--<parameter_id>=<value>`.
+
 Each chief/worker replica runs the node launcher (`python -m trainers.node <python_module>
 <trainer_args>`), which starts torchrun with one process per GPU for the torch trainer (world
 size = replicas x GPUs per machine) and the TensorFlow trainer once per replica. The
@@ -47,7 +52,7 @@ of the rest of the body; the provider finds a job it submitted by it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
@@ -196,6 +201,12 @@ class VertexTrainingJobArgs(TypedDict):
     the pythonModule itself is always `trainers.node`, from the package."""
     trainer_args: NotRequired[list[str]]
     """Command-line args for the trainer (`--steps=1000`, ...)."""
+    node_args: NotRequired[pulumi.Input[Sequence[str]]]
+    """Your own code instead of a trainer module: the `python -m trainers.node` arguments
+    (`infra.compose.user_code_node_args`), the replicas' args as they are; with
+    `container_image_uri` the command defaults to `python -m trainers.node` (the image must
+    have trainstack's `trainers` package installed). Excludes python_module and
+    trainer_args; tuning parameters may then be any flag of your code."""
     container_image_uri: NotRequired[str]
     """Users' own image instead of the package: selects containerSpec."""
     container_command: NotRequired[list[str]]
@@ -250,7 +261,14 @@ class VertexTrainingJob(pulumi.ComponentResource):
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)
 
-        names = ("package_uri", "service_account", "base_output_dir", "network", "tensorboard")
+        names = (
+            "package_uri",
+            "service_account",
+            "base_output_dir",
+            "network",
+            "tensorboard",
+            "node_args",
+        )
         present = [key for key in names if args.get(key) is not None]
         arg_map: dict[str, Any] = dict(args)
 

@@ -35,6 +35,8 @@ from trainers.common.contract import (
     NODE_MODULE,
     OUTPUT_DIR_ENV,
     RUN_NAME_ENV,
+    TF_MODULE,
+    TORCH_MODULE,
     TRAINER_MODULES,
 )
 from trainers.common.user_code import node_args, read_requirements, resolve_source
@@ -87,13 +89,34 @@ OUTPUT_GPUS = "gpus"
 OUTPUT_DASHBOARD_URL = "dashboard_url"
 OUTPUT_METRIC_TYPES = "metric_types"
 OUTPUT_NODE_ARGS = "node_args"
-"""Your code's `python -m trainers.node` arguments (until every target runs them itself)."""
+"""Your code's `python -m trainers.node` arguments: what each machine / TPU host runs."""
 
 USER_CODE_NOT_WIRED = (
     "trainer.entrypoint: this release packages and plans your own code but does not yet "
     "start it on the {target} target; run it here with `trainstack local-run`, and on the "
     "cloud with the `node_args` output after installing the `trainer_package_uri` package"
 )
+USER_CODE_NOT_WIRED_TARGETS: tuple[str, ...] = ("gpu_cluster",)
+"""Targets whose compute is not created for your own code yet (USER_CODE_NOT_WIRED)."""
+SECRET_SERVICE = "secretmanager.googleapis.com"
+"""Enabled when your code reads `trainer.secret_env` secrets on the node."""
+USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node": TF_MODULE}
+"""Launcher -> the bundled module whose prebuilt Vertex image runs your code from the code
+package: PyTorch's for torchrun, TensorFlow's (TF_CONFIG code) for node."""
+
+
+def user_code_not_wired(cfg: StackConfig) -> bool:
+    """Your own code on a target whose launch does not start it yet."""
+    return cfg.trainer.user_code is not None and cfg.target in USER_CODE_NOT_WIRED_TARGETS
+
+
+def secret_names(cfg: StackConfig) -> list[str]:
+    """The Secret Manager secrets `trainer.secret_env` reads (versions dropped: access is
+    granted per secret), sorted and unique."""
+    code = cfg.trainer.user_code
+    values = code.secret_env.values() if code is not None else ()
+    return sorted({value.split("/versions/", 1)[0] for value in values})
+
 
 GKE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
 """What a GKE node's own service account needs (logging, monitoring, image pulls)."""
@@ -151,9 +174,11 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
             resource=guard,
         )
 
+    secrets = secret_names(cfg)
+    service_names = [*BASE_SERVICES, *TARGET_SERVICES[cfg.target]]
     services = ProjectServices(
         f"{deployment}-apis",
-        {"project": project, "services": [*BASE_SERVICES, *TARGET_SERVICES[cfg.target]]},
+        {"project": project, "services": [*service_names, *([SECRET_SERVICE] if secrets else [])]},
     )
     after_apis = pulumi.ResourceOptions(depends_on=[services])
     bucket_args: TrainingBucketsArgs = {
@@ -178,6 +203,9 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     if cfg.gpu_cluster is not None and cfg.gpu_cluster.backend == "gke":
         # The training account is also the GPU nodes' account.
         identity_args["extra_project_roles"] = [GKE_NODE_ROLE]
+    if secrets:
+        # Your code's secret_env, read on the node with this account: those secrets only.
+        identity_args["secrets"] = secrets
     identity = TrainingIdentity(f"{deployment}-identity", identity_args, opts=after_apis)
     package = TrainerPackage(f"{deployment}-trainer", package_args(cfg, buckets, labels))
     outputs: dict[str, Any] = {
@@ -207,21 +235,24 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         outputs[OUTPUT_SUBNETWORK] = network.subnetwork_self_link
     if guard.blocked:
         return outputs
+    node_args: pulumi.Output[list[str]] | None = None
     if cfg.trainer.user_code is not None:
-        outputs[OUTPUT_NODE_ARGS] = pulumi.Output.all(
-            buckets.checkpoint_url, buckets.data_url
-        ).apply(lambda urls: user_code_node_args(cfg, deployment, urls[0], urls[1]))
+        node_args = pulumi.Output.all(buckets.checkpoint_url, buckets.data_url).apply(
+            lambda urls: user_code_node_args(cfg, deployment, urls[0], urls[1])
+        )
+        outputs[OUTPUT_NODE_ARGS] = node_args
+    if user_code_not_wired(cfg):
         pulumi.log.warn(USER_CODE_NOT_WIRED.format(target=cfg.target))
         return outputs
     target_outputs: dict[str, Any]
     if cfg.target == "vertex":
         target_outputs, scope = _vertex(
-            cfg, deployment, labels, package, buckets, identity, after_apis
+            cfg, deployment, labels, package, buckets, identity, after_apis, node_args
         )
     elif cfg.target == "tpu":
         assert network is not None
         target_outputs, scope = _tpu(
-            cfg, deployment, labels, package, buckets, identity, network, after_apis
+            cfg, deployment, labels, package, buckets, identity, network, after_apis, node_args
         )
     else:
         assert network is not None and cfg.target == "gpu_cluster"
@@ -270,6 +301,12 @@ def user_code_node_args(
         OUTPUT_DIR_ENV: f"{checkpoint_url}/outputs/{run}",
         RUN_NAME_ENV: run,
     }
+    if cfg.target == "vertex":
+        # Vertex names the job's folders (AIP_CHECKPOINT_DIR, AIP_MODEL_DIR; per trial when
+        # tuning), which the node gives your code unless the stack names a folder itself.
+        del contract[OUTPUT_DIR_ENV]
+        if not cfg.trainer.checkpoint_dir:
+            del contract[CHECKPOINT_DIR_ENV]
     return node_args(code, cfg.target, contract=contract)
 
 
@@ -289,6 +326,7 @@ def _vertex(
     buckets: TrainingBuckets,
     identity: TrainingIdentity,
     after_apis: pulumi.ResourceOptions,
+    node_args: pulumi.Output[list[str]] | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     vx = cfg.vertex
     assert vx is not None and cfg.project is not None and cfg.region is not None
@@ -304,13 +342,24 @@ def _vertex(
             "service_account": identity.service_account_email,
             "base_output_dir": buckets.checkpoint_url,
             "labels": labels,
-            "trainer_args": trainer_args(cfg),
         },
     )
     timeout_s = vertex_timeout_s(vx, cfg.limits.max_run_seconds)
     if timeout_s is not None:
         args["timeout_s"] = timeout_s
-    if vx.image_uri:
+    code = cfg.trainer.user_code
+    if code is not None and node_args is not None:
+        # Your code runs under the node launcher on every replica: from the code package on
+        # the launcher's prebuilt image, or in your image (trainstack's launcher installed).
+        args["node_args"] = node_args
+        image = code.image or vx.image_uri
+        if image:
+            args["container_image_uri"] = image
+        else:
+            module = USER_CODE_VERTEX_MODULES[code.launcher_for("vertex")]
+            args["package_uri"] = package.uri
+            args["executor_image_uri"] = vertex_training_image(module).uri
+    elif vx.image_uri:
         # The user's own image (with the trainers installed) runs the node launcher, which
         # starts one trainer process per GPU of the replica.
         args["container_image_uri"] = vx.image_uri
@@ -320,9 +369,11 @@ def _vertex(
             NODE_MODULE,
             TRAINER_MODULES[cfg.trainer.framework],
         ]
+        args["trainer_args"] = trainer_args(cfg)
     else:
         args["package_uri"] = package.uri
         args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
+        args["trainer_args"] = trainer_args(cfg)
     job = VertexTrainingJob(f"{deployment}-job", args, opts=after_apis)
     outputs = {
         OUTPUT_JOB_NAME: job.job_name,
@@ -342,6 +393,7 @@ def _tpu(
     identity: TrainingIdentity,
     network: TrainingNetwork,
     after_apis: pulumi.ResourceOptions,
+    node_args: pulumi.Output[list[str]] | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     tpu_cfg = cfg.tpu
     assert tpu_cfg is not None and cfg.project is not None
@@ -359,12 +411,20 @@ def _tpu(
             "service_account_email": identity.service_account_email,
             "package_uri": package.uri,
             # Where Vertex puts AIP_CHECKPOINT_DIR too: <checkpoint bucket>/checkpoints.
-            "checkpoint_dir": pulumi.Output.concat(buckets.checkpoint_url, "/checkpoints"),
-            "trainer_module": TRAINER_MODULES[cfg.trainer.framework],
-            "trainer_args": trainer_args(cfg),
+            "checkpoint_dir": (
+                cfg.trainer.checkpoint_dir
+                if node_args is not None and cfg.trainer.checkpoint_dir
+                else pulumi.Output.concat(buckets.checkpoint_url, "/checkpoints")
+            ),
             "labels": labels,
         },
     )
+    if node_args is not None:
+        # Your code, on every host (its checkpoint folder is in node_args' run contract).
+        args["node_args"] = node_args
+    else:
+        args["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
+        args["trainer_args"] = trainer_args(cfg)
     tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=after_apis)
     outputs = {
         OUTPUT_SLICE_NAME: tpu.slice_name,

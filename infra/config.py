@@ -65,7 +65,6 @@ from components.catalog.tpu import (
     default_tpu_runtime,
     tpu_slice,
 )
-from components.catalog.tpu_rules import tensorflow_runtime_problems
 from components.catalog.vertex import (
     DEFAULT_REDUCER_MACHINE,
     Algorithm,
@@ -502,7 +501,9 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     if target == "gpu_cluster" and parts.get("gpu_cluster") is not None:
         target_errors = check_gpu_cluster(parts["gpu_cluster"], region)
     if target == "vertex" and parts.get("vertex") is not None:
-        target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.")
+        # Tuning your own code may search any of its flags, not only the bundled trainer's.
+        bundled = trainer is None or trainer.user_code is None
+        target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.", bundled)
     errors += target_errors
     if trainer is not None and target is not None:
         errors += user_code_problems(trainer, target, PROJECT_ROOT)
@@ -576,17 +577,8 @@ def _check_tpu(tpu: TpuConfig, region: str | None, own_code: bool = False) -> li
         # runtime is checked, so a stand-in lets the slice's own problem be reported.
         filled = tpu.with_default_runtime("tensorflow").runtime_version
         args["runtime_version"] = filled or default_tpu_runtime("v4", "tensorflow", False)
-    problems = tpu_pod_slice_problems(args, "tpu.")
-    found: TpuSlice | None = None
-    if own_code:
-        try:
-            found = tpu.slice
-        except ValueError:
-            found = None  # reported by the slice rules above
-    if found is not None:
-        # Your code brings its own framework (JAX on a base runtime): no TensorFlow needed.
-        needless = tensorflow_runtime_problems(args["runtime_version"], found, "tpu.")
-        problems = [p for p in problems if p not in needless]
+    # Your code brings its own framework (JAX on a base runtime): no TensorFlow needed.
+    problems = tpu_pod_slice_problems(args, "tpu.", user_code=own_code)
     # A zone outside the region is already reported; do not report the zone twice.
     return errors + [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
 

@@ -39,6 +39,12 @@ from TF 2.16 on, installs `tf-keras==<major>.<minor>.*` with `--no-deps` (the tr
 runtime: the trainer needs TensorFlow) gives the TensorFlow minor the script expects, which
 it reports when the VM's differs, and the device API.
 
+Your own code (`node_args`, the `python -m trainers.node` arguments of
+`trainers.common.user_code.node_args`) runs on every worker instead, as
+`python3 -m trainers.node <node_args>` (`user_code_command`), with `TPU_WORKER_ID`,
+`TPU_WORKER_HOSTNAMES` and `PYTHONUNBUFFERED=1` but none of the TensorFlow setup; the
+runtime may then be any TPU software version (your requirements bring the framework).
+
 Every value is shell-quoted into the template; nothing secret may go in (the script lands in
 instance metadata, readable by anyone who can read the node): flags whose names look like
 credentials are refused.
@@ -136,6 +142,24 @@ def trainer_command(
     return [python, "-m", NODE_MODULE, "--launcher=node", trainer_module, *args]
 
 
+def user_code_command(node_args: Sequence[str], python: str = DEFAULT_PYTHON) -> list[str]:
+    """The exact argv every worker launches for your own code."""
+    return [python, "-m", NODE_MODULE, *node_args]
+
+
+def validate_node_args(node_args: Sequence[str]) -> None:
+    """Raise ValueError unless `node_args` are single-line strings ending in `-- ARGV`."""
+    if isinstance(node_args, str) or not isinstance(node_args, Sequence):
+        raise ValueError(  # noqa: TRY004 - a config mistake, reported like every other
+            f"node_args: expected a list of strings, got {node_args!r}"
+        )
+    for i, arg in enumerate(node_args):
+        if not isinstance(arg, str) or "\n" in arg or "\0" in arg:
+            raise ValueError(f"node_args[{i}]: {arg!r} is not a single-line string")
+    if "--" not in node_args or node_args[-1] == "--":
+        raise ValueError(f"node_args: {list(node_args)!r} has no '-- ARGV' (your entrypoint)")
+
+
 def render_tpu_worker_script(
     *,
     slice_name: str,
@@ -148,8 +172,10 @@ def render_tpu_worker_script(
     python: str = DEFAULT_PYTHON,
     trainer_attempts: int = DEFAULT_TRAINER_ATTEMPTS,
     retry_delay_s: int = DEFAULT_RETRY_DELAY_S,
+    node_args: Sequence[str] | None = None,
 ) -> str:
-    """The startup script for one slice, every value validated and shell-quoted."""
+    """The startup script for one slice, every value validated and shell-quoted;
+    `node_args` runs your own code on every worker instead of `trainer_module`."""
     if not isinstance(slice_name, str) or not _SLICE_NAME.match(slice_name):
         raise ValueError(
             f"slice_name: {slice_name!r} is not a TPU node name (a lowercase letter, then up "
@@ -165,7 +191,11 @@ def render_tpu_worker_script(
             "survive preemption, so checkpoints must go to Cloud Storage"
         )
     runtime = parse_tf_runtime(runtime_version) if isinstance(runtime_version, str) else None
-    if runtime is None:
+    if node_args is not None:
+        validate_node_args(node_args)
+        if not isinstance(runtime_version, str) or not runtime_version:
+            raise ValueError(f"runtime_version: {runtime_version!r} is not a TPU runtime")
+    elif runtime is None:
         raise ValueError(
             f"runtime_version: {runtime_version!r} is not a TensorFlow TPU runtime, which the "
             "trainer needs; valid: tpu-vm-tf-X.Y.Z[-pod][-pjrt|-se]"
@@ -187,20 +217,25 @@ def render_tpu_worker_script(
     if not isinstance(python, str) or not python or any(c.isspace() for c in python):
         raise ValueError(f"python: {python!r} is not an executable name")
 
-    argv = trainer_command(trainer_module, trainer_args, checkpoint_dir, python)
+    if node_args is not None:
+        launch = user_code_command(node_args, python)[3:]
+    else:
+        launch = trainer_command(trainer_module, trainer_args, checkpoint_dir, python)
+        launch = launch[LAUNCH_PREFIX:]
     values = {
         "SLICE_NAME": shlex.quote(slice_name),
         "PACKAGE_URI": shlex.quote(package_uri),
-        "TRAINER_MODULE": shlex.quote(trainer_module),
+        "TRAINER_MODULE": shlex.quote(trainer_module) if node_args is None else "''",
         "EXPECTED_HOSTS": str(expected_hosts),
         "PYTHON": shlex.quote(python),
         "TRAINER_ATTEMPTS": str(trainer_attempts),
         "RETRY_DELAY_S": str(retry_delay_s),
-        "TRAINER_ARGS": " ".join(shlex.quote(a) for a in argv[LAUNCH_PREFIX:]),
+        "TRAINER_ARGS": " ".join(shlex.quote(a) for a in launch),
         "RUNTIME_VERSION": shlex.quote(runtime_version),
-        "RUNTIME_TF_MINOR": runtime.tf_minor,
-        "DEVICE_API": runtime.device_api or "''",
+        "RUNTIME_TF_MINOR": runtime.tf_minor if runtime is not None else "''",
+        "DEVICE_API": (runtime.device_api if runtime is not None else None) or "''",
         "TF_KERAS_FROM": ".".join(str(n) for n in TF_KERAS_FROM),
+        "USER_CODE": "1" if node_args is not None else "0",
     }
     template = TEMPLATE_PATH.read_text(encoding="utf-8")
     rendered = _PLACEHOLDER.sub(lambda m: values[m.group(0).strip("@")], template)

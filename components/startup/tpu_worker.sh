@@ -11,10 +11,16 @@
 #   1. worker id (`agent-worker-number`) and the slice's worker IPs
 #      (`worker-network-endpoints`, worker 0 first) come from the metadata server;
 #   2. the trainer package is downloaded from the staging bucket and pip-installed once per
-#      package URI (a marker file records it; the URI changes whenever the code does);
+#      package URI (a marker file records it; the URI changes whenever the code does), with
+#      the runtime's own packages as constraints (`pip freeze`, taken once before trainstack
+#      installs anything): pip fails loudly rather than replace what the runtime ships (a
+#      numpy 2 under TensorFlow <= 2.16, which needs numpy < 2, breaks `import tensorflow`);
 #   3. worker 0 runs the trainer under a lock (a second copy of this script, e.g. a manual
 #      re-run, leaves a running trainer alone); the other workers of a multi-host slice
-#      only serve their TPU chips to worker 0 (TensorFlow `-pod` runtime) and exit here;
+#      only serve their TPU chips to worker 0 (TensorFlow `-pod` runtime) and exit here.
+#      Your own code (TS_USER_CODE=1) runs on EVERY worker instead: JAX, like PyTorch/XLA,
+#      runs one process per host, which finds the slice through the metadata server; steps
+#      4 and 5's TensorFlow setup (tf-keras, TPU_LOAD_LIBRARY, TPU_NAME...) are skipped;
 #   4. before the first launch, worker 0 asks the runtime's Python which TensorFlow it has:
 #      from TF 2.16 on the trainer's Keras 2 is the tf-keras package at the same minor,
 #      installed once with --no-deps (pip must not put another TensorFlow over the TPU
@@ -44,6 +50,7 @@ readonly TS_RUNTIME_VERSION=@@RUNTIME_VERSION@@
 readonly TS_RUNTIME_TF_MINOR=@@RUNTIME_TF_MINOR@@
 readonly TS_DEVICE_API=@@DEVICE_API@@
 readonly TS_TF_KERAS_FROM=@@TF_KERAS_FROM@@
+readonly TS_USER_CODE=@@USER_CODE@@
 
 # Only tests set these two: a local fake metadata server and a scratch state directory.
 readonly TS_METADATA_URL="${TRAINSTACK_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}"
@@ -150,11 +157,27 @@ install_package() {
   mkdir -p "$TS_STATE_DIR/packages"
   log "installing trainer package $TS_PACKAGE_URI"
   retry 5 download "$TS_PACKAGE_URI" "$sdist" || die "cannot download $TS_PACKAGE_URI"
+  freeze_runtime
   # The runtime image owns the system Python (TensorFlow lives there); PEP 668 images
   # refuse a system-wide pip install without this, older pips ignore it.
   retry 3 env PIP_BREAK_SYSTEM_PACKAGES=1 "$TS_PYTHON" -m pip install --quiet \
-    --disable-pip-version-check "$sdist" || die "cannot install $sdist"
+    --disable-pip-version-check --constraint "$CONSTRAINTS" "$sdist" ||
+    die "cannot install $sdist without changing a package the runtime ships (constraints: $CONSTRAINTS)"
   touch "$marker"
+}
+
+# The runtime's packages as pip constraints (name==version lines only: editable and
+# direct-URL entries cannot be constraints), frozen on the first boot before trainstack
+# installs anything, so later installs keep to what the image shipped.
+CONSTRAINTS="$TS_STATE_DIR/runtime-constraints.txt"
+freeze_runtime() {
+  local frozen
+  [[ -f $CONSTRAINTS ]] && return 0
+  frozen=$("$TS_PYTHON" -m pip freeze --disable-pip-version-check) ||
+    die "cannot list the runtime's packages with $TS_PYTHON -m pip freeze"
+  grep -E '^[A-Za-z0-9][A-Za-z0-9._-]*==[^ ;]+$' <<<"$frozen" >"$CONSTRAINTS.tmp" || true
+  mv "$CONSTRAINTS.tmp" "$CONSTRAINTS"
+  log "runtime packages frozen as install constraints: $(wc -l <"$CONSTRAINTS") pins in $CONSTRAINTS"
 }
 
 # at_least_minor VERSION MAJOR.MINOR: VERSION (x.y[.z...]) is at least MAJOR.MINOR.
@@ -231,6 +254,9 @@ export_tpu_environment() {
   export TPU_WORKER_ID="$WORKER_ID"
   export TPU_WORKER_HOSTNAMES="$WORKER_HOSTNAMES"
   export PYTHONUNBUFFERED=1
+  # Your code's framework drives the chips itself (JAX's TPU backend, PyTorch/XLA's PJRT):
+  # TensorFlow's variables would keep it off them (TPU_LOAD_LIBRARY=0).
+  ((TS_USER_CODE)) && return 0
   if ((${#WORKER_IPS[@]} > 1)); then
     # Multi-host `-pod` runtime: the TPU runtime of every worker serves the chips, so the
     # TensorFlow client on worker 0 must not load libtpu itself (common.py:139-140).
@@ -261,7 +287,11 @@ export_logging_environment() {
 run_trainer() {
   local -a cmd
   local digest done_marker attempt status shown
-  cmd=("$TS_PYTHON" -m trainers.node --launcher=node "$TS_TRAINER_MODULE" "${TS_TRAINER_ARGS[@]}")
+  if ((TS_USER_CODE)); then
+    cmd=("$TS_PYTHON" -m trainers.node "${TS_TRAINER_ARGS[@]}")
+  else
+    cmd=("$TS_PYTHON" -m trainers.node --launcher=node "$TS_TRAINER_MODULE" "${TS_TRAINER_ARGS[@]}")
+  fi
   digest=$(printf '%s\n' "$TS_PACKAGE_URI" "${cmd[@]}" | sha256sum | cut -c1-16)
   done_marker="$TS_STATE_DIR/done-$digest"
   if [[ -f $done_marker ]]; then
@@ -273,7 +303,7 @@ run_trainer() {
     log "a trainer is already running on this worker; leaving it alone"
     return 0
   fi
-  install_keras
+  ((TS_USER_CODE)) || install_keras
   export_tpu_environment
   export_logging_environment
   shown=$(printf '%q ' "${cmd[@]}")
@@ -303,7 +333,7 @@ main() {
   discover_workers
   log "worker $WORKER_ID of ${#WORKER_IPS[@]}; coordinator (worker 0) is $COORDINATOR"
   install_package
-  if ((WORKER_ID != 0)); then
+  if ((WORKER_ID != 0 && !TS_USER_CODE)); then
     log "serving TPU chips to the trainer on worker 0 ($COORDINATOR); nothing to launch here"
     return 0
   fi

@@ -31,6 +31,7 @@ from components.startup.tpu_worker import (
     effective_checkpoint_dir,
     render_tpu_worker_script,
     trainer_command,
+    user_code_command,
 )
 from tests.fakes import LocalServer
 
@@ -97,6 +98,9 @@ if prog == "python3" and argv[:1] == ["-c"]:
         paths.append(os.path.join(stubs, "libtpu"))
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     os.execv(sys.executable, [sys.executable, *argv])
+if prog == "python3" and argv[:3] == ["-m", "pip", "freeze"]:
+    print(os.environ.get("FAKE_FREEZE", "numpy==1.26.4\\ntensorflow==2.16.1"))
+    sys.exit(0)
 if prog == "python3" and argv[:2] == ["-m", "pip"]:
     sys.exit(1 if os.environ.get("FAKE_PIP_FAILS", "-") in argv else 0)
 if prog in ("gcloud", "gsutil"):
@@ -254,7 +258,18 @@ def _install_calls(worker: Worker) -> list[list[str]]:
     sdist = _downloaded(worker)
     return [
         ["gcloud", "storage", "cp", PACKAGE, sdist],
-        ["python3", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", sdist],
+        ["python3", "-m", "pip", "freeze", "--disable-pip-version-check"],
+        [
+            "python3",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--constraint",
+            str(worker.state / "runtime-constraints.txt"),
+            sdist,
+        ],
     ]
 
 
@@ -285,7 +300,7 @@ def test_worker0_installs_then_launches_the_trainer(
         *_keras_calls(),
         ["python3", *TRAINER_ARGV],
     ]
-    pip, probe, keras, trainer = worker.calls()[1:]
+    _freeze, pip, probe, keras, trainer = worker.calls()[1:]
     assert pip["env"] == {"PIP_BREAK_SYSTEM_PACKAGES": "1"}
     # The probe keeps off the chips; tf-keras goes in like the sdist (system Python).
     assert probe["env"] == {"TPU_LOAD_LIBRARY": "0", "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -507,7 +522,7 @@ def test_the_vms_tensorflow_decides_the_pin(worker: Worker, worker0: MetadataSer
     # The runtime's name says 2.16 but its Python has 2.17: tf-keras follows the Python.
     result = worker.run(worker0, FAKE_TF_VERSION="2.17.1")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert worker.argvs()[2:4] == _keras_calls("tf-keras==2.17.*")
+    assert worker.argvs()[3:5] == _keras_calls("tf-keras==2.17.*")
     assert (
         f"[trainstack slice={SLICE} worker=0] WARNING: runtime {RUNTIME} names TensorFlow 2.16 "
         "but python3 has TensorFlow 2.17.1; matching Keras to 2.17.1"
@@ -530,7 +545,7 @@ def test_a_failed_tf_keras_install_is_retried_then_fatal(
     result = worker.run(worker0, FAKE_PIP_FAILS="tf-keras==2.16.*")
     assert result.returncode == 1
     install = _keras_calls()[1]
-    assert worker.argvs()[2:] == [
+    assert worker.argvs()[3:] == [
         ["python3", *TF_PROBE],
         install,
         ["sleep", "10"],
@@ -627,4 +642,121 @@ def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
 def test_render_refuses_bad_values(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:
         _script(**overrides)
+    assert str(info.value) == message
+
+
+# -- the runtime's packages as constraints -----------------------------------------------
+
+
+def test_the_package_installs_against_the_runtimes_frozen_packages(
+    worker: Worker, worker3: MetadataServer
+) -> None:
+    frozen = (
+        "absl-py==2.1.0\n"
+        "-e git+https://example.com/x.git@abc#egg=x\n"
+        "numpy==1.26.4\n"
+        "libtpu @ file:///tmp/libtpu.whl\n"
+        "tensorflow==2.16.1"
+    )
+    result = worker.run(worker3, FAKE_FREEZE=frozen)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert worker.argvs() == _install_calls(worker)
+    # Only name==version lines can be constraints; editable and URL entries are left out.
+    constraints = worker.state / "runtime-constraints.txt"
+    assert constraints.read_text() == "absl-py==2.1.0\nnumpy==1.26.4\ntensorflow==2.16.1\n"
+    assert (
+        f"[trainstack slice={SLICE} worker=3] runtime packages frozen as install constraints: "
+        f"3 pins in {constraints}"
+    ) in result.stdout.splitlines()
+
+
+def test_the_constraints_are_frozen_once_before_anything_is_installed(
+    worker: Worker, worker3: MetadataServer
+) -> None:
+    (worker.state).mkdir()
+    (worker.state / "runtime-constraints.txt").write_text("numpy==1.26.4\n")
+    result = worker.run(worker3, FAKE_FREEZE="numpy==2.1.0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ["python3", "-m", "pip", "freeze", "--disable-pip-version-check"] not in (worker.argvs())
+    assert (worker.state / "runtime-constraints.txt").read_text() == "numpy==1.26.4\n"
+
+
+def test_an_install_that_would_replace_a_runtime_package_fails_loudly(
+    worker: Worker, worker3: MetadataServer
+) -> None:
+    # pip exits 1 when the sdist's floors (numpy>=2) conflict with a constraint.
+    result = worker.run(worker3, FAKE_PIP_FAILS=_downloaded(worker))
+    assert result.returncode == 1
+    install = _install_calls(worker)[2]
+    assert worker.argvs()[2:] == [install, ["sleep", "10"], install, ["sleep", "20"], install]
+    constraints = worker.state / "runtime-constraints.txt"
+    assert result.stdout.splitlines()[-1] == (
+        f"[trainstack slice={SLICE} worker=3] ERROR: cannot install {_downloaded(worker)} "
+        f"without changing a package the runtime ships (constraints: {constraints})"
+    )
+
+
+# -- your own code -----------------------------------------------------------------------
+
+NODE_ARGS = [
+    "--launcher=node",
+    f"--env=TRAINSTACK_CHECKPOINT_DIR={CKPT}",
+    "--secret-env=HF_TOKEN=projects/p/secrets/hf-token",
+    "--",
+    "python",
+    "train.py",
+    "--steps=10",
+]
+USER_CODE_ENV = {
+    "TPU_WORKER_ID": "3",
+    "TPU_WORKER_HOSTNAMES": ",".join(IPS),
+    "PYTHONUNBUFFERED": "1",
+    "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
+    "TRAINSTACK_TPU_NODE_ID": SLICE,
+}
+
+
+def test_user_code_runs_on_every_worker_without_the_tensorflow_setup(
+    tmp_path: Path, worker3: MetadataServer
+) -> None:
+    worker = Worker(tmp_path, _script(runtime_version="tpu-ubuntu2204-base", node_args=NODE_ARGS))
+    result = worker.run(worker3)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Worker 3 launches too; no TensorFlow probe, no tf-keras, no TPU_LOAD_LIBRARY.
+    assert worker.argvs() == [
+        *_install_calls(worker),
+        ["python3", "-m", "trainers.node", *NODE_ARGS],
+    ]
+    assert worker.calls()[-1]["env"] == USER_CODE_ENV
+    assert "serving TPU chips" not in result.stdout
+
+
+def test_user_code_command_and_rendering() -> None:
+    assert user_code_command(NODE_ARGS) == ["python3", "-m", "trainers.node", *NODE_ARGS]
+    script = _script(runtime_version="tpu-ubuntu2204-base", node_args=NODE_ARGS)
+    assert "readonly TS_USER_CODE=1\n" in script
+    assert "readonly TS_RUNTIME_TF_MINOR=''\nreadonly TS_DEVICE_API=''\n" in script
+    assert (
+        "readonly TS_TRAINER_ARGS=(--launcher=node "
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={CKPT} "
+        "--secret-env=HF_TOKEN=projects/p/secrets/hf-token -- python train.py --steps=10)\n"
+    ) in script
+    assert "readonly TS_USER_CODE=0\n" in _script()
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+@pytest.mark.parametrize(
+    ("node_args", "message"),
+    [
+        ("--launcher=node", "node_args: expected a list of strings, got '--launcher=node'"),
+        (["--", "python", "a\nb"], "node_args[2]: 'a\\nb' is not a single-line string"),
+        (
+            ["--launcher=node", "python"],
+            "node_args: ['--launcher=node', 'python'] has no '-- ARGV' (your entrypoint)",
+        ),
+    ],
+)
+def test_render_refuses_bad_node_args(node_args: Any, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        _script(node_args=node_args)
     assert str(info.value) == message

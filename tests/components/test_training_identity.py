@@ -146,3 +146,57 @@ def test_same_program_registers_identical_inputs() -> None:
     assert {r.name: (r.type, r.inputs) for r in first.resources} == {
         r.name: (r.type, r.inputs) for r in second.resources
     }
+
+
+SECRET_MEMBER = "gcp:secretmanager/secretIamMember:SecretIamMember"
+
+
+def test_secret_accessor_on_exactly_the_given_secrets() -> None:
+    run = _run(secrets=["projects/my-project/secrets/hf-token", "projects/other/secrets/WANDB_KEY"])
+    assert {(r.type, r.name, r.parent) for r in run.of_type(SECRET_MEMBER)} == {
+        (SECRET_MEMBER, "id-secret-my-project-hf-token", "id"),
+        (SECRET_MEMBER, "id-secret-other-wandb-key", "id"),
+    }
+    assert run.named("id-secret-my-project-hf-token").inputs == {
+        "project": "my-project",
+        "secretId": "hf-token",
+        "role": "roles/secretmanager.secretAccessor",
+        "member": MEMBER,
+    }
+    assert run.named("id-secret-other-wandb-key").inputs == {
+        "project": "other",
+        "secretId": "WANDB_KEY",
+        "role": "roles/secretmanager.secretAccessor",
+        "member": MEMBER,
+    }
+    # Never a project-wide secret grant.
+    assert len(run.of_type(PROJECT_MEMBER)) == 2
+    assert len(run.resources) == 9
+
+
+def test_no_secrets_no_secret_grants() -> None:
+    assert _run(secrets=[]).of_type(SECRET_MEMBER) == []
+
+
+@pytest.mark.parametrize(
+    ("secrets", "message"),
+    [
+        (
+            ["projects/p/secrets/s/versions/3"],
+            "secrets: 'projects/p/secrets/s/versions/3' is not a Secret Manager secret name; "
+            "valid: projects/P/secrets/NAME",
+        ),
+        (
+            ["hf-token"],
+            "secrets: 'hf-token' is not a Secret Manager secret name; valid: "
+            "projects/P/secrets/NAME",
+        ),
+        (
+            ["projects/p/secrets/s", "projects/p/secrets/s"],
+            "secrets: 'projects/p/secrets/s' is listed twice",
+        ),
+    ],
+)
+def test_secret_validation_errors(secrets: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _run(secrets=secrets)

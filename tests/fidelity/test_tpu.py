@@ -307,7 +307,21 @@ def _install_calls(vm: TpuVm, planned: Planned) -> list[dict[str, Any]]:
         {"prog": "gcloud", "argv": ["storage", "cp", planned.package_uri, sdist], "env": {}},
         {
             "prog": "python3",
-            "argv": ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", sdist],
+            "argv": ["-m", "pip", "freeze", "--disable-pip-version-check"],
+            "env": {},
+        },
+        {
+            "prog": "python3",
+            "argv": [
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--constraint",
+                str(vm.state / "runtime-constraints.txt"),
+                sdist,
+            ],
             "env": {"PIP_BREAK_SYSTEM_PACKAGES": "1"},
         },
     ]
@@ -440,6 +454,6 @@ def test_single_host_pjrt_trains_with_the_pluggable_device_environment(tmp_path:
         in lines
     )
     assert not any("names TensorFlow" in line for line in lines)  # 2.20 as the runtime says
-    assert [c["argv"] for c in vm.calls() if c["argv"][:1] == ["-m"]][1] == KERAS_PIN
+    assert [c["argv"] for c in vm.calls() if c["argv"][:1] == ["-m"]][2] == KERAS_PIN
     [done] = [r for r in _records(result.stdout, tag) if r.get("event") == "done"]
     assert (done["step"], done["world_size"]) == (3, CHIPS)

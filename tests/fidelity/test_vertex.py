@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.catalog.images import VERTEX_TRAINING_IMAGES
 from infra.plan import build_plan
@@ -40,6 +41,8 @@ from tests.fidelity.vertex import (
     run_replicas,
     stack_config,
 )
+from tests.trainers.conftest import REPO
+from tests.trainers.local_cli import finish, local_run
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
 from trainers.common.contract import TF_MODULE, TORCH_MODULE
 
@@ -239,3 +242,87 @@ def test_a_users_image_runs_the_node_launcher_too() -> None:
             "command": ["python", "-m", "trainers.node", TORCH_MODULE],
             "args": ["--dataset=digits", "--steps=4", "--global_batch_size=32"],
         }
+
+
+OWN_TRAINER = REPO / "examples" / "own-trainer"
+OWN_ARGS = ["--steps=12", "--checkpoint-every=6", "--global-batch=32"]
+
+
+def _own_trainer_config(tmp_path: Path) -> dict[str, Any]:
+    """examples/own-trainer's vertex stack, with 2 replicas of 2 GPUs and a short run."""
+    stack = yaml.safe_load((OWN_TRAINER / "Pulumi.vertex.yaml").read_text())["config"]
+    trainer = {**stack["trainstack:trainer"], "source": str(OWN_TRAINER)}
+    trainer["entrypoint"] = ["python", "train.py", *OWN_ARGS]
+    vertex = {**stack["trainstack:vertex"], "machine_type": "a2-highgpu-2g"}
+    return stack_config(vertex, trainer)
+
+
+def _local_run_digest(tmp_path: Path, workers: int) -> dict[str, Any]:
+    """The same code and steps through `trainstack local-run`, one machine of `workers`."""
+    stack = yaml.safe_load((OWN_TRAINER / "Pulumi.local.yaml").read_text())
+    config = stack["config"]
+    config["trainstack:local"] = {"workers": workers, "root": str(tmp_path / "local")}
+    config["trainstack:trainer"] = {
+        **config["trainstack:trainer"],
+        "source": str(OWN_TRAINER),
+        "entrypoint": ["python", "train.py", *OWN_ARGS],
+    }
+    path = tmp_path / "Pulumi.local.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    code, out, err = finish(local_run(path, "--json"))
+    assert code == 0, err
+    record: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return record
+
+
+@pytest.mark.trainer
+@pytest.mark.slow  # about 100 s here: install, 2 x 2 processes, then a 4-process local-run
+def test_own_trainer_on_two_replicas_of_two_gpus_is_a_world_of_four_like_local_run(
+    tmp_path: Path, gcs_emulator: str, make_bucket: Callable[[str], None]
+) -> None:
+    plan = build_plan("fidelity-own", _own_trainer_config(tmp_path))
+    job = planned_job(plan)
+    make_bucket(job.base_output.removeprefix("gs://"))
+    pools = job.job_spec["workerPoolSpecs"]
+    node_args = [
+        "--launcher=torchrun",
+        "--env=TRAINSTACK_DATA_DIR=gs://fidelity-project-fidelity-own-data",
+        "--env=TRAINSTACK_RUN_NAME=fidelity-own",
+        "--",
+        "python",
+        "train.py",
+        *OWN_ARGS,
+    ]
+    for pool in pools:
+        assert pool["pythonPackageSpec"] == {
+            "executorImageUri": VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri,
+            "packageUris": pool["pythonPackageSpec"]["packageUris"],
+            "pythonModule": "trainers.node",
+            "args": node_args,
+        }
+    image = VERTEX_TRAINING_IMAGES[TORCH_MODULE]
+    # numpy: the prebuilt PyTorch image has it (the catalog lists only its headline
+    # packages), and the script's digest needs it; the code package requires only torch.
+    layer = [*image.packages, *_requires(job), "numpy", "setuptools"]
+    python = image_environment(tmp_path / "image", layer)
+    pip_install(python, job.sdist)
+    work = tmp_path / "work"
+    work.mkdir()
+    # The script writes checkpoints with local file APIs; on Vertex that is the bucket's
+    # Cloud Storage FUSE path (/gcs/<bucket>/...), here a local folder stands in for it.
+    checkpoints = tmp_path / "checkpoints"
+    env = {
+        SIMULATED_ACCELERATORS_ENV: "2",
+        "TRAINSTACK_CHECKPOINT_DIR": str(checkpoints),
+        **_emulator_env(gcs_emulator),
+    }
+    runs = run_replicas(python, job, cwd=work, extra_env=env, timeout_s=300)
+    assert [(r.replica.pool, r.code) for r in runs] == [(0, 0), (1, 0)], _explain(runs)
+    for node, run in enumerate(runs):
+        assert f"trainstack-node: node {node} of 2, 2 accelerator(s), 2 process(es): " in run.output
+    worlds = [rec for run in runs for rec in run.records() if "world" in rec]
+    assert worlds == [{"event": "start", "rank": 0, "step": 0, "world": 4}], _explain(runs)
+    [done] = [rec for run in runs for rec in run.records() if "params_sha256" in rec]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-12", "step-6"]
+    # The same code, steps and world (4 processes) through local-run: the same weights.
+    assert _local_run_digest(tmp_path, workers=4) == done
