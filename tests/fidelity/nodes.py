@@ -41,8 +41,11 @@ from tests.fidelity.vertex import image_layer
 
 NODE_NAMESPACES = """set -e
 mount --bind "$TEST_HOSTS" /etc/hosts
+for bind in ${TEST_BINDS:-}; do
+  mount --bind "${bind%%=*}" "${bind#*=}"
+done
 hostname "$TEST_HOSTNAME"
-unset TEST_HOSTS TEST_HOSTNAME
+unset TEST_HOSTS TEST_HOSTNAME TEST_BINDS
 exec "$@"
 """
 """Runs inside the node's namespaces: its host name and DNS, then the node's command."""
@@ -114,9 +117,13 @@ def start_node(
     hostname: str,
     hosts: Path,
     log_path: Path,
+    binds: Mapping[Path, str] | None = None,
 ) -> Node:
-    """Run `argv` as a node named `hostname` (see the module docstring)."""
+    """Run `argv` as a node named `hostname` (see the module docstring). `binds` mounts
+    each directory of this machine over a path of the node (its own disk: /var/lib...)."""
     full_env = {**env, "TEST_HOSTS": str(hosts), "TEST_HOSTNAME": hostname}
+    if binds:
+        full_env["TEST_BINDS"] = " ".join(f"{src}={dst}" for src, dst in binds.items())
     command = [
         "unshare",
         "--user",
@@ -162,9 +169,12 @@ image = {image!r}
 if argv[:3] == ["-m", "pip", "install"]:
     sys.exit(subprocess.run(
         [{shared!r}, "-m", "pip", "--python", image, "install", "--no-index",
-         "--no-build-isolation", "--quiet", *argv[3:]]
+         "--no-build-isolation", "--no-cache-dir", "--quiet", *argv[3:]]
     ).returncode)
 os.execv(image, [image, *argv])
+"""
+TORCHRUN_SHIM = """#!/bin/sh
+exec "$(dirname "$0")/python3" -m torch.distributed.run "$@"
 """
 PIP_SHIM = """#!/bin/sh
 # pip of the image, offline: everything the package requires is in the image layer.
@@ -197,7 +207,8 @@ class Image:
 
     def container(self, root: Path) -> Path:
         """A fresh container under `root`; returns the directory for PATH that holds its
-        `python3` and `pip` (offline: everything the package requires is in the layer)."""
+        `python3`, `pip` (offline: everything the package requires is in the layer) and
+        `torchrun`, as an image's bin directory does."""
         venv = root / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
         python = venv / "bin" / "python"
@@ -215,6 +226,7 @@ class Image:
         for name, text in (
             ("python3", PYTHON3_SHIM.format(shared=sys.executable, image=str(python))),
             ("pip", PIP_SHIM),
+            ("torchrun", TORCHRUN_SHIM),
         ):
             (bin_dir / name).write_text(text)
             (bin_dir / name).chmod(0o755)
