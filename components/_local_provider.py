@@ -51,8 +51,9 @@ import pulumi.dynamic as dyn
 from pydantic import ValidationError
 
 from components._local_processes import ProcessRef, ProcessTable, stop_processes
-from trainers.common.config import TrainConfig
+from trainers.common.user_code import StackTrainer
 from trainers.local import PreparedRun, prepare_run
+from trainers.local_code import prepare_code_run
 
 REPLACE_KEYS: Final = ("trainer", "workers", "root", "env")
 UPDATE_KEYS: Final = ("stop_grace_s", "labels")
@@ -187,8 +188,9 @@ def _refs(props: Mapping[str, Any]) -> list[ProcessRef]:
     return [ProcessRef(pid, start) for pid, start in zip(pids, starts, strict=True) if start]
 
 
-def _trainer(value: Any) -> TrainConfig:
-    return TrainConfig.model_validate(value)
+def _trainer(value: Any) -> StackTrainer:
+    # The stack's trainer section: the bundled trainer's keys, or your code's.
+    return StackTrainer.model_validate(value)
 
 
 def _same_trainer(old: Any, new: Any) -> bool:
@@ -265,9 +267,13 @@ class LocalRunProvider(dyn.ResourceProvider):
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         cfg = _trainer(props["trainer"])
         root = self._root(props["root"])
-        prepared = prepare_run(
-            cfg, workers=int(props["workers"]), root=root, extra_env=props.get("env") or {}
-        )
+        workers, env = int(props["workers"]), props.get("env") or {}
+        if cfg.user_code is not None:
+            prepared = prepare_code_run(
+                cfg, workers=workers, root=root, base_dir=Path(self.base_dir), extra_env=env
+            )
+        else:
+            prepared = prepare_run(cfg.bundled(), workers=workers, root=root, extra_env=env)
         stderr_path = prepared.log_path.with_suffix(".stderr.log")
         log_offset, stderr_offset = _size(prepared.log_path), _size(stderr_path)
         refs = self._launch(prepared, stderr_path)
@@ -361,6 +367,8 @@ class LocalRunProvider(dyn.ResourceProvider):
             replaces.append("root")
         if (olds.get("env") or {}) != (news.get("env") or {}):
             replaces.append("env")
+        if olds.get("source_sha256") != news.get("source_sha256"):
+            replaces.append("source_sha256")  # your code changed: run the new code
         updates = [key for key in UPDATE_KEYS if olds.get(key) != news.get(key)]
         return dyn.DiffResult(
             changes=bool(replaces or updates),
@@ -423,9 +431,12 @@ class LocalRun(dyn.Resource, module="local", name="TrainingRun"):
         stop_grace_s: float,
         labels: pulumi.Input[Mapping[str, str]],
         provider: LocalRunProvider,
+        source_sha256: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props: dict[str, Any] = {
+            # Only for your code, so the bundled trainer's inputs stay as they were.
+            **({"source_sha256": source_sha256} if source_sha256 else {}),
             "trainer": dict(trainer),
             "workers": workers,
             "root": root,

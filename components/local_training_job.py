@@ -41,6 +41,13 @@ from pydantic import ValidationError
 from components._local_provider import LocalRun, LocalRunProvider
 from components._naming import labels_input
 from trainers.common.config import TrainConfig
+from trainers.common.user_code import (
+    StackTrainer,
+    resolve_source,
+    source_files,
+    source_sha256,
+    user_code_problems,
+)
 from trainers.local import local_processes
 
 TOKEN: Final = "trainstack:local:LocalTrainingJob"
@@ -54,7 +61,9 @@ class LocalTrainingJobArgs(TypedDict):
     """Arguments for `LocalTrainingJob`."""
 
     trainer: TrainConfig | Mapping[str, Any]
-    """The trainer config (`trainstack:trainer`), as a `TrainConfig` or its fields."""
+    """The trainer config (`trainstack:trainer`), as a `TrainConfig`/`StackTrainer` or its
+    fields; with `entrypoint`, your own code (`trainers.local_code`), rerun when the files of
+    its `source` change."""
     workers: int
     """Local worker processes (torch: `torchrun --nproc-per-node`), >= 1."""
     root: str
@@ -71,14 +80,21 @@ class LocalTrainingJobArgs(TypedDict):
     """User labels, merged with trainstack's and kept in the run's state."""
 
 
-def validate_args(args: Mapping[str, Any]) -> tuple[TrainConfig, float]:
-    """Check the args; return the trainer config and the stop grace period.
+def validate_args(
+    args: Mapping[str, Any], base_dir: Path | None = None
+) -> tuple[StackTrainer, float]:
+    """Check the args; return the trainer config and the stop grace period. Your code's
+    folder (`trainer.source`) is checked relative to `base_dir` (default: the cwd).
 
     Raises ValueError naming the bad argument.
     """
     trainer = args.get("trainer")
+    if isinstance(trainer, TrainConfig) and not isinstance(trainer, StackTrainer):
+        trainer = trainer.model_dump(exclude_unset=True)
     try:
-        cfg = TrainConfig.model_validate(dict(trainer) if isinstance(trainer, Mapping) else trainer)
+        cfg = StackTrainer.model_validate(
+            dict(trainer) if isinstance(trainer, Mapping) else trainer
+        )
     except ValidationError as exc:
         errors = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'trainer'}: {e['msg']}" for e in exc.errors()
@@ -109,8 +125,13 @@ def validate_args(args: Mapping[str, Any]) -> tuple[TrainConfig, float]:
             f"({cfg.preemption_grace_s}), the time the trainer may take to checkpoint after "
             f"SIGTERM; got {grace!r}"
         )
+    problems = user_code_problems(cfg, "local", base_dir or Path.cwd())
+    if problems:
+        raise ValueError("\n".join(problems))
+    if cfg.user_code is not None:
+        return cfg, float(grace)
     # Raises for a framework the local target cannot run, before anything is registered.
-    local_processes(cfg, workers, Path("config.json"))
+    local_processes(cfg.bundled(), workers, Path("config.json"))
     return cfg, float(grace)
 
 
@@ -139,20 +160,28 @@ class LocalTrainingJob(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: LocalTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        cfg, grace = validate_args(args)
+        base_dir = Path(args.get("base_dir") or pulumi.get_root_directory()).resolve()
+        cfg, grace = validate_args(args, base_dir)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
-        base_dir = args.get("base_dir") or pulumi.get_root_directory()
+        code = cfg.user_code
+        digest = None
+        if code is not None and code.source is not None:
+            digest = source_sha256(source_files(resolve_source(code.source, base_dir)))
         super().__init__(TOKEN, name, None, opts)
 
         self.run = LocalRun(
             f"{name}-run",
-            trainer=cfg.model_dump(mode="json", exclude_none=True),
+            # Your code's section as written: the bundled trainer's defaults do not apply to it.
+            trainer=cfg.model_dump(
+                mode="json", exclude_none=True, exclude_unset=cfg.user_code is not None
+            ),
             workers=args["workers"],
             root=args["root"],
             env=dict(args.get("env", {})),
             stop_grace_s=grace,
             labels=labels,
-            provider=LocalRunProvider(base_dir=str(Path(base_dir).resolve())),
+            provider=LocalRunProvider(base_dir=str(base_dir)),
+            source_sha256=digest,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.pids = self.run.pids

@@ -10,8 +10,11 @@ is verified (`QuotaNeed.verified`): a preference for a guessed id would ask for 
 quota, or fail.
 
 A quota id the Cloud Quotas API does not know is an error too (`UnknownQuotaIdError`), not
-a warning: the check could not run, and the deployment would find out minutes into
-provisioning. A read the caller may not make (HTTP 403, no `cloudquotas.quotas.get`) stays
+a warning, when the catalog marks the id verified: the check could not run, and the
+deployment would find out minutes into provisioning. An unverified id (a pattern guess) the
+API does not know only warns, naming the id: the guess is wrong, not the quota short. A
+shortfall on an unverified id warns as well, unless `request_increases` is set (it cannot be
+filed, so it stops the deployment, named). A read the caller may not make (HTTP 403, no `cloudquotas.quotas.get`) stays
 a warning: the id is fine, the deployer's role is not.
 
     from components.quota_guard import QuotaGuard
@@ -76,7 +79,7 @@ class QuotaGuardArgs(TypedDict):
     on a specific reservation, whose capacity is not counted against these quotas."""
     request_increases: NotRequired[bool]
     """File a quota preference for each shortfall instead of failing (default False); a
-    shortfall on an unverified id still fails, naming it."""
+    shortfall on an unverified id then fails, naming it (without this flag it only warns)."""
     contact_email: NotRequired[str]
     """Who Google contacts about the requests; required with `request_increases`."""
 
@@ -244,6 +247,26 @@ def unknown_ids_message(project: str, unknown: Sequence[QuotaCheck]) -> str:
     return "\n".join(lines)
 
 
+def unverified_unknown_warning(project: str, check: QuotaCheck) -> str:
+    """An unverified id the API does not know: not checked, and why."""
+    return (
+        f"quota {check.service} {check.quota_id} ({_where(check)}) is unknown to the Cloud "
+        f"Quotas API and the id is unverified (infra/catalog.py), so it was not checked; the "
+        f"stack needs {check.needed}. List the real ids with `gcloud beta quotas info list "
+        f"--service={check.service} --project={project}`"
+    )
+
+
+def unverified_shortfall_warning(project: str, check: QuotaCheck) -> str:
+    """A shortfall on an unverified id: reported, not enforced."""
+    return (
+        f"quota {check.service} {check.quota_id} ({_where(check)}): need {check.needed}, "
+        f"limit {check.limit}, but the id is unverified (infra/catalog.py), so the deployment "
+        f"goes on; if it is the quota this stack draws on, request more at "
+        f"{console_url(project, check)}"
+    )
+
+
 class QuotaGuard(pulumi.ComponentResource):
     """Checks a stack's quota before anything else is created; optionally requests more."""
 
@@ -268,15 +291,29 @@ class QuotaGuard(pulumi.ComponentResource):
         else:
             skipped = "preflight off (specific reservation)"
             self.checks = [_outcome(n, None, "skipped", skipped) for n in args["needs"]]
-        unknown = [c for c in self.checks if c.status == "not_found"]
+        # An unverified id is a guess (infra/catalog.py): the API not knowing it says the
+        # guess is wrong, not that the quota is missing, so it only warns.
+        unknown = [c for c in self.checks if c.status == "not_found" and c.verified]
         if unknown:
             # Raised before registering anything, so the deployment creates nothing.
             raise UnknownQuotaIdError(unknown_ids_message(project, unknown))
         self.shortfalls = [c for c in self.checks if c.status == "short"]
-        if self.shortfalls and (not request or not all(c.verified for c in self.shortfalls)):
-            raise QuotaShortfallError(shortfall_message(project, self.shortfalls, request))
+        # Without request_increases a shortfall on an unverified id warns: the id may not be
+        # the quota the resource draws on. With it, the user asked for every shortfall to be
+        # filed, and an unverified one cannot be, so it still stops the deployment.
+        if request:
+            unfiled = any(not c.verified for c in self.shortfalls)
+            blocking = self.shortfalls if unfiled else []
+        else:
+            blocking = [c for c in self.shortfalls if c.verified]
+        if blocking:
+            raise QuotaShortfallError(shortfall_message(project, blocking, request))
 
         super().__init__(TYPE_TOKEN, name, None, opts)
+        for c in (c for c in self.checks if c.status == "not_found"):
+            pulumi.log.warn(unverified_unknown_warning(project, c), resource=self)
+        for c in (c for c in self.shortfalls if not c.verified):
+            pulumi.log.warn(unverified_shortfall_warning(project, c), resource=self)
         for c in (c for c in self.checks if c.status == "unknown"):
             pulumi.log.warn(
                 f"quota {c.service} {c.quota_id} ({_where(c)}) could not be read: {c.detail}; "

@@ -18,7 +18,16 @@ the target's image lacks, pinned to the image's framework (a Vertex TensorFlow 2
 `tf-keras~=2.17.0`, `components.catalog.images.VERTEX_TRAINING_IMAGES`), so pip never
 installs a framework of another version beside the image's.
 
-Naming: the local file is `<source_root>/.trainstack/build/trainstack_trainers-<sha16>.tar.gz`.
+With `user_source` (your own code, `trainstack:trainer.source`) the sdist is
+`trainstack-code`: the `trainers` package (the node launcher, `trainers.node`, and
+`trainers.user_code`) plus your folder as `trainstack_source/`, depending on your
+requirements only; every target installs it the way it installs the bundled trainers (Vertex
+`pythonPackageSpec`, the GCE/TPU startup scripts' and GKE pods' `pip install <uri>`), and
+`python -m trainers.node --launcher=... -- ARGV` then runs ARGV in the installed folder.
+Unchanged code gives the same bytes, digest and `uri`, so nothing relaunches.
+
+Naming: the local file is `<source_root>/.trainstack/build/trainstack_trainers-<sha16>.tar.gz` (your code's:
+`trainstack_code-<sha16>.tar.gz`, uploaded as `code/trainstack_code-<sha16>.tar.gz`).
 """
 
 from __future__ import annotations
@@ -39,12 +48,16 @@ from pulumi_gcp import storage
 
 import trainers
 from components._naming import labels_input
+from trainers.common.contract import SOURCE_PACKAGE
+from trainers.common.user_code import source_files
 
 TOKEN = "trainstack:storage:TrainerPackage"
 COMPONENT_LABEL = "trainer-package"
 
 DIST_NAME = "trainstack-trainers"
 OBJECT_PREFIX = "trainers/"
+CODE_DIST_NAME = "trainstack-code"
+CODE_OBJECT_PREFIX = "code/"
 BUILD_DIR = Path(".trainstack") / "build"
 RUNTIME_DEPENDENCIES: tuple[str, ...] = (
     "pydantic>=2.7,<3",
@@ -68,10 +81,12 @@ _EXCLUDED_SUFFIXES = (".pyc", ".pyo")
 class _Sdist:
     path: Path
     sha256: str
+    dist: str = DIST_NAME
 
     @property
     def object_name(self) -> str:
-        return f"{OBJECT_PREFIX}trainstack_trainers-{self.sha256[:16]}.tar.gz"
+        prefix = CODE_OBJECT_PREFIX if self.dist == CODE_DIST_NAME else OBJECT_PREFIX
+        return f"{prefix}{self.dist.replace('-', '_')}-{self.sha256[:16]}.tar.gz"
 
 
 # Key: digest of the version plus every source path and its bytes.
@@ -92,7 +107,12 @@ class TrainerPackageArgs(TypedDict):
     labels)."""
     requirements: NotRequired[list[str]]
     """Install requirements added to `RUNTIME_DEPENDENCIES`: what the target's image lacks,
-    pinned to its framework version (`VertexTrainingImage.requirements`). Default none."""
+    pinned to its framework version (`VertexTrainingImage.requirements`). Default none. With
+    `user_source`: your code's requirements, the package's only dependencies."""
+    user_source: NotRequired[str]
+    """Your code's folder (`trainstack:trainer.source`, absolute): packaged beside the node
+    launcher as `trainstack_source/`, so installing the package gives a machine both; the
+    object is `code/trainstack_code-<sha16>.tar.gz`."""
 
 
 def _default_source_root() -> Path:
@@ -123,49 +143,70 @@ def _source_files(source_root: Path) -> list[tuple[str, bytes]]:
     return sorted(files)
 
 
-def _pyproject(version: str, requirements: tuple[str, ...]) -> str:
-    deps = "".join(f'  "{dep}",\n' for dep in (*RUNTIME_DEPENDENCIES, *requirements))
-    return (
+def _dependencies(requirements: tuple[str, ...], code: bool) -> tuple[str, ...]:
+    # Your code's package depends on your requirements only: the node launcher is standard
+    # library, and the bundled trainers' pins must not constrain your environment.
+    return requirements if code else (*RUNTIME_DEPENDENCIES, *requirements)
+
+
+def _pyproject(version: str, requirements: tuple[str, ...], code: bool = False) -> str:
+    deps = "".join(f'  "{dep}",\n' for dep in _dependencies(requirements, code))
+    text = (
         "[build-system]\n"
-        'requires = ["setuptools>=61"]\n'
+        f'requires = ["setuptools>={"62.3" if code else "61"}"]\n'
         'build-backend = "setuptools.build_meta"\n'
         "\n"
         "[project]\n"
-        f'name = "{DIST_NAME}"\n'
+        f'name = "{CODE_DIST_NAME if code else DIST_NAME}"\n'
         f'version = "{version}"\n'
-        'description = "trainstack bundled distributed trainers"\n'
+        f'description = "{_summary(code)}"\n'
         f'requires-python = "{REQUIRES_PYTHON}"\n'
         f"dependencies = [\n{deps}]\n"
         "\n"
         "[tool.setuptools.packages.find]\n"
-        'include = ["trainers*"]\n'
+        f"include = {_packages(code)}\n"
         "\n"
         "[tool.setuptools.package-data]\n"
         '"*" = ["*.json", "*.yaml", "*.npz", "*.sh", "py.typed"]\n'
     )
+    # Every file of your folder, at any depth (recursive globs: setuptools >= 62.3).
+    return text + (f'"{SOURCE_PACKAGE}" = ["**/*"]\n' if code else "")
 
 
-def _pkg_info(version: str, requirements: tuple[str, ...]) -> str:
+def _summary(code: bool) -> str:
+    if code:
+        return "your training code with the trainstack node launcher"
+    return "trainstack bundled distributed trainers"
+
+
+def _packages(code: bool) -> str:
+    return f'["trainers*", "{SOURCE_PACKAGE}*"]' if code else '["trainers*"]'
+
+
+def _pkg_info(version: str, requirements: tuple[str, ...], code: bool = False) -> str:
     lines = [
         "Metadata-Version: 2.1",
-        f"Name: {DIST_NAME}",
+        f"Name: {CODE_DIST_NAME if code else DIST_NAME}",
         f"Version: {version}",
-        "Summary: trainstack bundled distributed trainers",
+        f"Summary: {_summary(code)}",
         f"Requires-Python: {REQUIRES_PYTHON}",
-        *(f"Requires-Dist: {dep}" for dep in (*RUNTIME_DEPENDENCIES, *requirements)),
+        *(f"Requires-Dist: {dep}" for dep in _dependencies(requirements, code)),
     ]
     return "\n".join(lines) + "\n"
 
 
 def _tarball(
-    version: str, files: list[tuple[str, bytes]], requirements: tuple[str, ...] = ()
+    version: str,
+    files: list[tuple[str, bytes]],
+    requirements: tuple[str, ...] = (),
+    code: bool = False,
 ) -> bytes:
-    top = f"{DIST_NAME}-{version}"
+    top = f"{CODE_DIST_NAME if code else DIST_NAME}-{version}"
     members = sorted(
         [
             *files,
-            ("pyproject.toml", _pyproject(version, requirements).encode()),
-            ("PKG-INFO", _pkg_info(version, requirements).encode()),
+            ("pyproject.toml", _pyproject(version, requirements, code).encode()),
+            ("PKG-INFO", _pkg_info(version, requirements, code).encode()),
         ]
     )
     raw = io.BytesIO()
@@ -185,11 +226,18 @@ def _tarball(
     return packed.getvalue()
 
 
-def _build_sdist(source_root: Path, requirements: tuple[str, ...] = ()) -> _Sdist:
+def _build_sdist(
+    source_root: Path, requirements: tuple[str, ...] = (), user_source: Path | None = None
+) -> _Sdist:
     """Build (once per process per source content) and return the reproducible sdist."""
     version = _version()
     files = _source_files(source_root)
-    key_hash = hashlib.sha256(version.encode())
+    code = user_source is not None
+    if user_source is not None:
+        files += [(f"{SOURCE_PACKAGE}/{rel}", data) for rel, data in source_files(user_source)]
+        files.sort()
+    dist = CODE_DIST_NAME if code else DIST_NAME
+    key_hash = hashlib.sha256(f"{dist}\0{version}".encode() if code else version.encode())
     for requirement in requirements:
         key_hash.update(f"\0requires\0{requirement}".encode())
     for relpath, data in files:
@@ -200,18 +248,18 @@ def _build_sdist(source_root: Path, requirements: tuple[str, ...] = ()) -> _Sdis
     if cached is not None and cached.path.is_file():
         return cached
 
-    data = _tarball(version, files, requirements)
+    data = _tarball(version, files, requirements, code)
     digest = hashlib.sha256(data).hexdigest()
     build_dir = source_root / BUILD_DIR
     build_dir.mkdir(parents=True, exist_ok=True)
-    path = build_dir / f"trainstack_trainers-{digest[:16]}.tar.gz"
+    path = build_dir / f"{dist.replace('-', '_')}-{digest[:16]}.tar.gz"
     if not path.is_file() or path.read_bytes() != data:
         # Atomic replace: concurrent programs (plan, tests, up) may build at the same time.
         fd, tmp = tempfile.mkstemp(dir=build_dir, suffix=".tmp")
         with os.fdopen(fd, "wb") as out:
             out.write(data)
         os.replace(tmp, path)
-    sdist = _Sdist(path=path, sha256=digest)
+    sdist = _Sdist(path=path, sha256=digest, dist=dist)
     _BUILD_CACHE[key] = sdist
     return sdist
 
@@ -244,7 +292,12 @@ class TrainerPackage(pulumi.ComponentResource):
         ]
         if problems:
             raise ValueError("; ".join(problems))
-        sdist = _build_sdist(source_root, requirements)
+        user_source = args.get("user_source")
+        if user_source is not None and not Path(user_source).is_dir():
+            raise ValueError(f"user_source: {user_source!r} is not a folder; valid: a folder")
+        sdist = _build_sdist(
+            source_root, requirements, Path(user_source).resolve() if user_source else None
+        )
         super().__init__(TOKEN, name, None, opts)
 
         self.object = storage.BucketObject(

@@ -154,7 +154,13 @@ A2_CPUS_QUOTA: Final = QuotaSpec(
     "vCPUs",
     False,
     "terraform-provider-google acceptance test (fact sheet 6.3)",
-    "GCE docs quoted by a public tool say A2 VMs only need the A100 GPU quota",
+    # Kept as a need, not dropped: the sentence below was searched for on Google's own pages
+    # (2026-11-23: cloud.google.com/compute/resource-usage and the GPU VM pages in the docs
+    # and pages corpora) and found only quoted by third-party code. Unverified, so a
+    # shortfall or an unknown id only warns (components/quota_guard.py).
+    "advisory: third-party code quotes Google's resource-usage page as 'To create A2 VMs, "
+    "you only need to have the required NVIDIA A100 GPU quotas. You don't need to request "
+    "CPU quotas' (facts memo 13 section 1c, V-3p); not found on a Google page, so kept",
 )
 
 CPUS_QUOTA: Final = QuotaSpec(
@@ -261,7 +267,13 @@ def _tpu_quota(gen: TpuGenerationName, tier: TpuTier) -> QuotaSpec:
     quota_id, source = _TPU_IDS[(gen, tier)]
     note = (
         ("id guessed from the ids of the other tiers; " if source == _GUESS else "")
-        + ("v4/v5p quota may count TensorCores rather than chips; " if gen in ("v4", "v5p") else "")
+        + (
+            "Google: 'For TPU v4 and v5p, quota can be specified in terms of Cloud TPU chips "
+            "or TensorCores' (https://cloud.google.com/tpu/docs/quota): the project's unit is "
+            "not knowable here; needed counts chips, a TensorCore quota needs twice that; "
+            if gen in ("v4", "v5p")
+            else ""
+        )
         + (
             "v5litepod-1/-4/-8 may draw the v5e serving quota "
             "TPUV5sLitepodServingPerProjectPerZoneForTPUAPI instead; "

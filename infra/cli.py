@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from infra.config import ConfigError, StackConfig, load_stack_config
+from infra.config import PROJECT_ROOT, ConfigError, StackConfig, load_stack_config
 from infra.estimate import quota_needs
 from infra.mocks import REPO_ROOT
 from infra.plan import (
@@ -374,12 +374,14 @@ def status(
     from components._google_api import ApiError
     from components._vertex_provider import job_status
 
-    name, cfg = _validated(stack, config_file)
     if job is None:
+        name, cfg = _validated(stack, config_file)
         _stack_status(name, cfg, outputs, endpoint or [], now, as_json)
         return
-    if cfg.vertex is None:
-        raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
+    if stack is not None or config_file is not None:  # a job alone needs no stack
+        name, cfg = _validated(stack, config_file)
+        if cfg.vertex is None:
+            raise _fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
     source = "--job"
     match = JOB_NAME.fullmatch(job)
     if match is None:
@@ -561,6 +563,10 @@ def local_run(
     from trainers.local import run_local  # torch is only needed for this command
 
     name, cfg = _validated(stack, config_file)
+    if cfg.trainer.user_code is not None:
+        if steps is not None:
+            raise _fail("--steps: the bundled trainer's option; your code takes its own arguments")
+        raise typer.Exit(_local_run_code(name, cfg, workers, fresh, as_json))
     update: dict[str, Any] = {"run_name": name}
     if steps is not None:
         update["steps"] = steps
@@ -586,6 +592,26 @@ def local_run(
     if as_json and result.done is not None:
         sys.stdout.write(json.dumps(result.done) + "\n")
     raise typer.Exit(result.exit_code)
+
+
+def _local_run_code(
+    name: str, cfg: StackConfig, workers: int | None, fresh: bool, as_json: bool
+) -> int:
+    """`local-run` of your own code (`trainer.entrypoint`): `trainers.local_code`."""
+    from trainers.local_code import run_local_code
+
+    named = "run_name" in cfg.trainer.model_fields_set  # as on the cloud: else the stack's name
+    trainer = cfg.trainer if named else cfg.trainer.model_copy(update={"run_name": name})
+    root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / name
+    root = root if root.is_absolute() else REPO_ROOT / root
+    n = workers or (cfg.local.workers if cfg.local else 2)
+    try:
+        result = run_local_code(trainer, workers=n, root=root, base_dir=PROJECT_ROOT, fresh=fresh)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if as_json and result.done is not None:
+        sys.stdout.write(json.dumps(result.done) + "\n")
+    return result.exit_code
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -16,20 +16,28 @@ import pulumi
 
 from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
 from components.catalog.images import vertex_training_image
-from components.local_training_job import LocalTrainingJob
+from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-from components.trainer_package import TrainerPackage
+from components.trainer_package import TrainerPackage, TrainerPackageArgs
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
 from components.training_dashboard.targets import DashboardScope
 from components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from components.training_network import TrainingNetwork
 from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
-from infra.config import StackConfig, load_stack_config
+from infra.config import PROJECT_ROOT, StackConfig, load_stack_config
 from infra.estimate import quota_needs, vertex_timeout_s
-from trainers.common.contract import NODE_MODULE, TRAINER_MODULES
+from trainers.common.contract import (
+    CHECKPOINT_DIR_ENV,
+    DATA_DIR_ENV,
+    NODE_MODULE,
+    OUTPUT_DIR_ENV,
+    RUN_NAME_ENV,
+    TRAINER_MODULES,
+)
+from trainers.common.user_code import node_args, read_requirements, resolve_source
 
 # APIs every cloud stack needs, plus the ones its compute target needs.
 BASE_SERVICES: tuple[str, ...] = (
@@ -78,6 +86,14 @@ OUTPUT_INSTANCE_NAMES = "instance_names"
 OUTPUT_GPUS = "gpus"
 OUTPUT_DASHBOARD_URL = "dashboard_url"
 OUTPUT_METRIC_TYPES = "metric_types"
+OUTPUT_NODE_ARGS = "node_args"
+"""Your code's `python -m trainers.node` arguments (until every target runs them itself)."""
+
+USER_CODE_NOT_WIRED = (
+    "trainer.entrypoint: this release packages and plans your own code but does not yet "
+    "start it on the {target} target; run it here with `trainstack local-run`, and on the "
+    "cloud with the `node_args` output after installing the `trainer_package_uri` package"
+)
 
 GKE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
 """What a GKE node's own service account needs (logging, monitoring, image pulls)."""
@@ -91,15 +107,19 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         # The same trainer config as `trainstack local-run`, so either resumes the other's
         # run from the same checkpoint folder. Previews only check and diff: the provider
         # starts processes on `pulumi up` and stops them (keeping the data) on destroy.
-        job = LocalTrainingJob(
-            f"{deployment}-job",
-            {
-                "trainer": cfg.trainer,
-                "workers": cfg.local.workers,
-                "root": cfg.local.root,
-                "labels": labels,
-            },
-        )
+        trainer = cfg.trainer
+        if trainer.user_code is not None and "run_name" not in trainer.model_fields_set:
+            # Your code's run is named after the stack, as on the cloud and in local-run.
+            trainer = trainer.model_copy(update={"run_name": deployment})
+        local_args: LocalTrainingJobArgs = {
+            "trainer": trainer,
+            "workers": cfg.local.workers,
+            "root": cfg.local.root,
+            "labels": labels,
+        }
+        if trainer.user_code is not None:
+            local_args["base_dir"] = str(PROJECT_ROOT)  # where `trainer.source` was checked
+        job = LocalTrainingJob(f"{deployment}-job", local_args)
         return {
             OUTPUT_TARGET: "local",
             OUTPUT_LOCAL_ROOT: cfg.local.root,
@@ -159,14 +179,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         # The training account is also the GPU nodes' account.
         identity_args["extra_project_roles"] = [GKE_NODE_ROLE]
     identity = TrainingIdentity(f"{deployment}-identity", identity_args, opts=after_apis)
-    package = TrainerPackage(
-        f"{deployment}-trainer",
-        {
-            "staging_bucket": buckets.staging_bucket,
-            "labels": labels,
-            "requirements": package_requirements(cfg),
-        },
-    )
+    package = TrainerPackage(f"{deployment}-trainer", package_args(cfg, buckets, labels))
     outputs: dict[str, Any] = {
         OUTPUT_TARGET: cfg.target,
         OUTPUT_QUOTA_BLOCKED: guard.blocked,
@@ -194,6 +207,12 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         outputs[OUTPUT_SUBNETWORK] = network.subnetwork_self_link
     if guard.blocked:
         return outputs
+    if cfg.trainer.user_code is not None:
+        outputs[OUTPUT_NODE_ARGS] = pulumi.Output.all(
+            buckets.checkpoint_url, buckets.data_url
+        ).apply(lambda urls: user_code_node_args(cfg, deployment, urls[0], urls[1]))
+        pulumi.log.warn(USER_CODE_NOT_WIRED.format(target=cfg.target))
+        return outputs
     target_outputs: dict[str, Any]
     if cfg.target == "vertex":
         target_outputs, scope = _vertex(
@@ -219,6 +238,39 @@ def trainer_args(cfg: StackConfig) -> list[str]:
     in field order), so a job's command line shows exactly what the stack changed."""
     values = cfg.trainer.model_dump(exclude_defaults=True, mode="json")
     return [f"--{key}={value}" for key, value in values.items()]
+
+
+def package_args(
+    cfg: StackConfig, buckets: TrainingBuckets, labels: Mapping[str, str]
+) -> TrainerPackageArgs:
+    """The trainer package: the bundled trainers, or your code's folder beside the node
+    launcher with its requirements."""
+    args: TrainerPackageArgs = {"staging_bucket": buckets.staging_bucket, "labels": dict(labels)}
+    code = cfg.trainer.user_code
+    if code is not None and code.source is not None:
+        args["user_source"] = str(resolve_source(code.source, PROJECT_ROOT))
+        args["requirements"] = read_requirements(code, PROJECT_ROOT)
+    else:
+        args["requirements"] = package_requirements(cfg)
+    return args
+
+
+def user_code_node_args(
+    cfg: StackConfig, deployment: str, checkpoint_url: str, data_url: str
+) -> list[str]:
+    """`python -m trainers.node` arguments that run your code on the stack's target, with the
+    run contract's folders in the stack's buckets: the one command line each target's launch
+    runs once per machine after installing the package (`trainers.common.user_code`)."""
+    code = cfg.trainer.user_code
+    assert code is not None
+    run = cfg.trainer.run_name if "run_name" in cfg.trainer.model_fields_set else deployment
+    contract = {
+        CHECKPOINT_DIR_ENV: cfg.trainer.checkpoint_dir or f"{checkpoint_url}/checkpoints",
+        DATA_DIR_ENV: data_url,
+        OUTPUT_DIR_ENV: f"{checkpoint_url}/outputs/{run}",
+        RUN_NAME_ENV: run,
+    }
+    return node_args(code, cfg.target, contract=contract)
 
 
 def package_requirements(cfg: StackConfig) -> list[str]:

@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
@@ -64,6 +65,7 @@ from components.catalog.tpu import (
     default_tpu_runtime,
     tpu_slice,
 )
+from components.catalog.tpu_rules import tensorflow_runtime_problems
 from components.catalog.vertex import (
     DEFAULT_REDUCER_MACHINE,
     Algorithm,
@@ -80,11 +82,15 @@ from components.training_buckets import training_buckets_problems
 from components.vertex_training_job import vertex_job_spec_problems
 from trainers.common.config import TF_STRATEGIES, TrainConfig
 from trainers.common.contract import TORCH_MODULE
+from trainers.common.user_code import StackTrainer, user_code_problems
 
 NAMESPACE = "trainstack"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
 TARGETS: tuple[str, ...] = ("tpu", "gpu_cluster", "vertex", "local")
 Target = Literal["tpu", "gpu_cluster", "vertex", "local"]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+"""Beside Pulumi.yaml: relative `trainer.source` and `local.root` paths start here."""
 
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
@@ -313,7 +319,8 @@ class StackConfig(_Model):
     gpu_cluster: GpuClusterConfig | None = None
     vertex: VertexConfig | None = None
     local: LocalConfig | None = None
-    trainer: TrainConfig = TrainConfig()
+    trainer: StackTrainer = StackTrainer()
+    """The bundled trainer's keys, or your own code's (`trainer.entrypoint`)."""
 
     @property
     def target(self) -> Target:
@@ -422,7 +429,9 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
             errors.extend(convert_error(name, e) for e in exc.errors())
     if parts.get("tpu") is not None and "tpu" not in failed:
         trainer = parts["trainer"] if "trainer" not in failed else TrainConfig()
-        parts["tpu"] = parts["tpu"].with_default_runtime(trainer.framework)
+        # Your own code gets the generation's base runtime: it brings its own framework.
+        own = getattr(trainer, "user_code", None) is not None
+        parts["tpu"] = parts["tpu"].with_default_runtime("own" if own else trainer.framework)
     given = [t for t in TARGETS if values.get(t) is not None]
     errors.extend(_semantic_errors({k: v for k, v in parts.items() if k not in failed}, given))
     if errors:
@@ -485,16 +494,19 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         errors += label_problems(parts["labels"], "labels")
     errors += _check_buckets_quotas(parts)
 
-    trainer: TrainConfig | None = parts.get("trainer")
+    trainer: StackTrainer | None = parts.get("trainer")
     target_errors: list[str] = []
     if target == "tpu" and parts.get("tpu") is not None:
-        target_errors = _check_tpu(parts["tpu"], region)
+        own_code = trainer is not None and trainer.user_code is not None
+        target_errors = _check_tpu(parts["tpu"], region, own_code)
     if target == "gpu_cluster" and parts.get("gpu_cluster") is not None:
         target_errors = check_gpu_cluster(parts["gpu_cluster"], region)
     if target == "vertex" and parts.get("vertex") is not None:
         target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.")
     errors += target_errors
     if trainer is not None and target is not None:
+        errors += user_code_problems(trainer, target, PROJECT_ROOT)
+    if trainer is not None and target is not None and trainer.user_code is None:
         trainer_errors = _check_trainer(trainer, target, parts.get("gpu_cluster"))
         image = _torch_image(parts, target) if trainer.framework == "torch" else None
         if image is not None:
@@ -556,7 +568,7 @@ def _check_zone_in_region(section: str, zone: str, region: str | None) -> list[s
     return zone_in_region_problems(zone, region, f"{section}.zone")
 
 
-def _check_tpu(tpu: TpuConfig, region: str | None) -> list[str]:
+def _check_tpu(tpu: TpuConfig, region: str | None, own_code: bool = False) -> list[str]:
     errors = _check_zone_in_region("tpu", tpu.zone, region)
     args = tpu.model_dump(exclude_none=True)
     if tpu.runtime_version is None:
@@ -565,6 +577,16 @@ def _check_tpu(tpu: TpuConfig, region: str | None) -> list[str]:
         filled = tpu.with_default_runtime("tensorflow").runtime_version
         args["runtime_version"] = filled or default_tpu_runtime("v4", "tensorflow", False)
     problems = tpu_pod_slice_problems(args, "tpu.")
+    found: TpuSlice | None = None
+    if own_code:
+        try:
+            found = tpu.slice
+        except ValueError:
+            found = None  # reported by the slice rules above
+    if found is not None:
+        # Your code brings its own framework (JAX on a base runtime): no TensorFlow needed.
+        needless = tensorflow_runtime_problems(args["runtime_version"], found, "tpu.")
+        problems = [p for p in problems if p not in needless]
     # A zone outside the region is already reported; do not report the zone twice.
     return errors + [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
 

@@ -11,8 +11,10 @@ GitHub's comment limit.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from infra.compose import main_program
-from infra.config import StackConfig, load_stack_config
+from components.catalog.images import image_availability_problem, vertex_training_image
+from infra.code_plan import code_rows, code_summary
+from infra.compose import USER_CODE_NOT_WIRED, main_program
+from infra.config import ConfigError, StackConfig, load_stack_config
 from infra.estimate import limits_plan, quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
 from infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
@@ -33,6 +37,7 @@ from infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported besi
     plan_diff,
     plans_by_stack,
 )
+from trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 STACKS_DIR = REPO_ROOT / "stacks"
 # Pulumi's rule for a stack name (without an organization/project prefix).
@@ -169,13 +174,49 @@ def unverified_quota_note(needs: Iterable[Mapping[str, Any]]) -> str | None:
     )
 
 
-def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
+TODAY_ENV = "TRAINSTACK_TODAY"
+"""An ISO date that stands in for today in the image end-of-availability check (tests; a
+plan reviewed for a future deployment date)."""
+
+
+def plan_date() -> date:
+    """The date the plan is checked for: `TRAINSTACK_TODAY` when set, else today."""
+    given = os.environ.get(TODAY_ENV)
+    if not given:
+        return date.today()
+    try:
+        return date.fromisoformat(given)
+    except ValueError:
+        raise ConfigError(
+            [f"{TODAY_ENV}: {given!r} is not a date; valid: an ISO date such as 2026-11-23"]
+        ) from None
+
+
+def image_problems(cfg: StackConfig, today: date) -> list[str]:
+    """The Vertex executor image past its end of availability on `today`: the stack's
+    `vertex.image_uri`, or the prebuilt image its trainer defaults to
+    (`components.catalog.images.image_availability_problem`)."""
+    vx = cfg.vertex
+    if cfg.target != "vertex" or vx is None:
+        return []
+    image = vx.image_uri
+    if not image:
+        module = TF_MODULE if cfg.trainer.framework == "tensorflow" else TORCH_MODULE
+        image = vertex_training_image(module).uri
+    problem = image_availability_problem(image, today, "vertex.image_uri", not vx.image_uri)
+    return [problem] if problem else []
+
+
+def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None) -> dict[str, Any]:
     """Run the stack program offline and return the JSON plan (ARCHITECTURE.md shape).
 
     Raises `infra.config.ConfigError` before anything is registered when the config is
-    invalid.
+    invalid. A Vertex image past Google's end of availability on `today` (`plan_date()` when
+    None) is a note, not an error: the date comes from a copy of Google's page that may be
+    stale, and the reviewer decides.
     """
     cfg = load_stack_config(config)
+    expired = image_problems(cfg, plan_date() if today is None else today)
     run = run_program(main_program, config=config, stack=stack)
     notes = [
         (
@@ -188,6 +229,7 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
             "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
             "and `pulumi up` and stops the deployment before anything is created on a shortfall."
         )
+    notes += [f"warning: {problem}" for problem in expired]
     needs = quota_needs(cfg)
     note = unverified_quota_note(needs)
     if note:
@@ -207,9 +249,13 @@ def build_plan(stack: str, config: Mapping[str, Any]) -> dict[str, Any]:
         extra["defaults"] = defaults
     if limits is not None:
         extra["limits"] = limits
+    code = code_summary(cfg)
+    if code is not None and cfg.target != "local":
+        notes.append(USER_CODE_NOT_WIRED.format(target=cfg.target))
     return {
         "stack": stack,
         "target": cfg.target,
+        **({"code": code} if code is not None else {}),
         "resources": plan_resources(run.resources),
         "summary": summarize(cfg),
         "quota": [
@@ -316,6 +362,11 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
     )
     console.print(totals)
 
+    if plan.get("code"):
+        table = value_table("Your code", ("field", "value"))
+        for row in code_rows(plan["code"]):
+            table.add_row(*(escape(value) for value in row))
+        console.print(table)
     console.print(quota_table(plan["quota"]))
     for note in plan.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(note)}")

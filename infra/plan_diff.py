@@ -241,13 +241,16 @@ def _stack_sections(
         for k in sorted(set(qa) | set(qb))
         if qa.get(k, 0) != qb.get(k, 0)
     ]
-    if not (added or removed or changed or money or quota_rows):
+    code = _code_change(stack, base.get("code"), head.get("code"))
+    if not (added or removed or changed or money or quota_rows or code):
         yield f"### Stack `{stack}`: no changes\n"
         return
     yield (
         f"### Stack `{stack}`: {len(added)} to add, {len(changed)} to change, "
         f"{len(removed)} to delete\n"
     )
+    if code:
+        yield code
     if money:
         yield "| total | base | head | delta |\n|---|---|---|---|\n" + "\n".join(money) + "\n"
     if quota_rows:
@@ -260,7 +263,10 @@ def _stack_sections(
         yield f"- **add** `{r['name']}` ({r['type']})\n"
     for r in removed:
         yield f"- **delete** `{r['name']}` ({r['type']})\n"
+    packages = {r["name"] for r in new.values() if r["type"] == PACKAGE_TYPE}
     for a, b in changed:
+        if code and b.get("parent") in packages:
+            continue  # the uploaded package of the code: the code line above says it all
         fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
         lines = [
             _value_change(path, fa.get(path), fb.get(path), full, cuts)
@@ -276,6 +282,43 @@ def _stack_sections(
                     f"`{str(b.get(option, False)).lower()}`"
                 )
         yield f"- **change** `{b['name']}` ({b['type']})\n" + "\n".join(lines) + "\n"
+
+
+PACKAGE_TYPE = "trainstack:storage:TrainerPackage"
+CODE_FIELDS = ("source", "image", "entrypoint", "launcher", "world_size")
+
+
+def _short(field: str, value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "-" if value is None else str(value)
+
+
+def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> str:
+    """One line for the stack's job when what it runs changed (the plan's `code` entry):
+    your code's source hash and whatever else of it changed, or the trainer it switched to."""
+    if base == head:
+        return ""
+    if base is None or head is None:
+        return (
+            "- **code**: the bundled trainer -> your code\n"
+            if base is None
+            else ("- **code**: your code -> the bundled trainer\n")
+        )
+    parts = []
+    a, b = base.get("source_sha256"), head.get("source_sha256")
+    if a != b:
+        parts.append(f"source sha256 `{(a or '-')[:16]}` -> `{(b or '-')[:16]}`")
+    parts += [
+        f"{field} `{_short(field, base.get(field))}` -> `{_short(field, head.get(field))}`"
+        for field in CODE_FIELDS
+        if base.get(field) != head.get(field)
+    ]
+    rest = ("requirements", "env", "secret_env")
+    changed = [field for field in rest if base.get(field) != head.get(field)]
+    if changed:
+        parts.append(f"{', '.join(changed)} changed")
+    return f"- **code** `{stack}`: {'; '.join(parts)}\n"
 
 
 def plan_diff(base: Any, head: Any, limit: int = MAX_DIFF_CHARS, *, full: bool = False) -> str:

@@ -59,7 +59,7 @@ def read_outputs(stack: str, outputs_file: Path | None = None) -> dict[str, Any]
     hint = SAVE_HINT.format(stack=stack)
     if shutil.which("pulumi") is None:
         raise OutputsError(
-            f"reading stack {stack!r}'s outputs needs the Pulumi CLI, which is not on PATH; "
+            f"reading the outputs of stack {stack!r} needs the Pulumi CLI, which is not on PATH; "
             f"install it, or pass --outputs FILE (or set {OUTPUTS_ENV}=FILE) with the output "
             f"of {hint}"
         )
@@ -74,7 +74,7 @@ def read_outputs(stack: str, outputs_file: Path | None = None) -> dict[str, Any]
             timeout=PULUMI_TIMEOUT_S,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise OutputsError(f"reading stack {stack!r}'s outputs: {exc}") from None
+        raise OutputsError(f"reading the outputs of stack {stack!r}: {exc}") from None
     if done.returncode != 0:
         reason = " ".join(done.stderr.split()) or f"exit {done.returncode}"
         raise OutputsError(

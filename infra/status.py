@@ -51,7 +51,15 @@ from infra.logs import (
 from infra.mocks import REPO_ROOT
 from infra.stack_outputs import read_outputs, require
 from trainers.common.checkpoint import MARKER
-from trainers.common.contract import EVENT_DONE, EVENT_TRAIN, FIELD_EVENT, FIELD_STEP
+from trainers.common.contract import (
+    EVENT_DONE,
+    EVENT_RESUME,
+    EVENT_START,
+    EVENT_TRAIN,
+    FIELD_EVENT,
+    FIELD_STEP,
+)
+from trainers.local_report import running_pid_file
 
 FAILED_STATES = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "FAILED"}
@@ -297,11 +305,17 @@ def _local(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> dict
     log = local_log_path(cfg, stack, outputs)
     step, done = None, False
     if log.is_file():
+        # The log keeps every run of the stack: only the newest attempt's records count.
         for line in file_lines(FileLogs(log, None), follow=False, poll_s=0):
             record = line_record(line)
-            if isinstance(record, dict) and record.get(FIELD_EVENT) in (EVENT_TRAIN, EVENT_DONE):
+            if not isinstance(record, dict):
+                continue
+            event = record.get(FIELD_EVENT)
+            if event in (EVENT_START, EVENT_RESUME):
+                done = False
+            elif event in (EVENT_TRAIN, EVENT_DONE):
                 step = record.get(FIELD_STEP, step)
-                done = done or record.get(FIELD_EVENT) == EVENT_DONE
+                done = done or event == EVENT_DONE
     root = Path(cfg.local.root)
     root = root if root.is_absolute() else REPO_ROOT / root
     ckpt_dir = Path(
@@ -316,12 +330,17 @@ def _local(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> dict
         }
         for i, p in enumerate(pids)
     ]
+    pid_file = running_pid_file(log)
+    launcher = pid_file.read_text().strip() if pid_file.is_file() else ""
+    if launcher.isdigit() and _alive(int(launcher)):
+        # `trainstack local-run`: one launcher process supervising the workers.
+        hosts.append({"name": "local-run", "state": "running", "address": f"pid {launcher}"})
     running = any(h["state"] == "running" for h in hosts)
     state = (
-        "SUCCEEDED"
-        if done
-        else "RUNNING"
+        "RUNNING"
         if running
+        else "SUCCEEDED"
+        if done
         else "STOPPED"
         if log.is_file()
         else "NOT_STARTED"

@@ -18,3 +18,16 @@ def shared_bundled_runs(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(infra.plan, "run_program", shared_run_program)
     monkeypatch.setattr(infra.policy, "run_program", shared_run_program)
+
+
+PLAN_TODAY = "2026-07-01"
+"""The date `trainstack plan` checks image end-of-availability against in tests: fixed, so a
+test's outcome does not depend on the clock. Before the end of availability of the pinned
+Vertex images (2026-07-11 and 2026-07-24), so the bundled Vertex stacks plan; the tests of
+the check itself pass their own date."""
+
+
+@pytest.fixture(autouse=True)
+def fixed_plan_date(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`TRAINSTACK_TODAY` for every test, inherited by the CLI subprocesses tests start."""
+    monkeypatch.setenv("TRAINSTACK_TODAY", PLAN_TODAY)

@@ -76,6 +76,7 @@ from trainers.local_report import (
     print_failure,
     print_line,
     print_summary,
+    running_pid_file,
 )
 
 __all__ = ["LocalRunResult", "local_processes", "prepare_run", "run_local", "torchrun_command"]
@@ -455,10 +456,14 @@ def run_local(
     stopper = RunStopper(cfg.preemption_grace_s + STOP_MARGIN_S)
     started = time.perf_counter()
     previous = _install(stopper.handle)
+    # `trainstack status --stack` tells a live run from a stopped one by this file.
+    pid_file = running_pid_file(prepared.log_path)
+    pid_file.write_text(f"{os.getpid()}\n")
     try:
         codes = _supervise(prepared, result, stopper, view, workers)
     finally:
         _restore(previous)
+        pid_file.unlink(missing_ok=True)
     result.wall_s = time.perf_counter() - started
     result.saved_step = store.latest()
     if stopper.signum is not None:

@@ -68,6 +68,12 @@ class LocalRunResult:
     """For an already complete run, its final checkpoint."""
 
 
+def running_pid_file(log_path: Path) -> Path:
+    """Where a running `local-run` keeps its launcher's pid (beside the run's log), so
+    `trainstack status --stack` can tell a live run from a stopped one."""
+    return log_path.with_suffix(".pid")
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"

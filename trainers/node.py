@@ -1,7 +1,8 @@
 """The node launcher: run once per machine, it starts one process per accelerator.
 
     python -m trainers.node [--launcher=auto|torchrun|node] [--procs-per-node=N] MODULE [ARGS...]
-    python -m trainers.node [--launcher=torchrun|node] [--procs-per-node=N] -- ARGV...
+    python -m trainers.node [--launcher=torchrun|node] [--procs-per-node=N] [--source=DIR]
+        [--env=NAME=VALUE]... [--secret-env=NAME=projects/P/secrets/S]... -- ARGV...
 
 Platforms start one command per machine (a Vertex replica runs `python -m <pythonModule>`
 once; a GKE pod, a GCE service, a TPU VM worker likewise), but a multi-GPU machine needs one
@@ -23,6 +24,11 @@ then runs the target:
 - `node` (the default for every other module, e.g. `trainers.tf_multiworker`): the target
   once on this machine, with the platform's environment (`TF_CONFIG`...) passed through.
 
+ARGV after `--` is your own code (`trainstack:trainer.entrypoint`): each of its processes
+runs as `python -m trainers.user_code -- ARGV` in the source folder, with `--env` values,
+`--secret-env` values read from Secret Manager on this machine, and with `node` also
+`TF_CONFIG` and JAX's coordinator variables (`trainers.user_code`).
+
 Either way the target also gets `TRAINSTACK_NODE_RANK`, `TRAINSTACK_NUM_NODES`,
 `TRAINSTACK_ACCELERATORS_PER_NODE` and `TRAINSTACK_COORDINATOR` (`host:port`). With simulated
 accelerators it gets `CUDA_VISIBLE_DEVICES=` (so its processes run on CPU with gloo) and
@@ -41,6 +47,9 @@ Exit codes (those of `components/gpu_startup/launch.sh`):
        rendezvous was lost (node 0 and its store gone, no quorum in time): retryable
   143  preempted: SIGTERM reached this machine, or the trainer checkpointed and stopped
 
+Your own code (`-- ARGV`) exits with its own status: its wrapper reports it started, so its
+failures are never read as 3, and its exit 143 (saved after SIGTERM) is 143.
+
 Standard library only at import time, and Python 3.10 (the prebuilt images' version).
 """
 
@@ -54,9 +63,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
-from typing import IO, Final, Literal
+from typing import IO, Any, Final, Literal
 
 from trainers.common import cloud_logging
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV, count_accelerators
@@ -73,6 +82,13 @@ from trainers.common.exit_codes import (
     DONE_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
+)
+from trainers.user_code import (
+    SecretError,
+    read_secrets,
+    secrets_exit_code,
+    user_code_env,
+    worker_argv,
 )
 
 Launcher = Literal["torchrun", "node"]
@@ -93,6 +109,12 @@ class Request:
     """`python -m` target; None when `argv` is given."""
     argv: list[str] = field(default_factory=list)
     """The module's arguments, or the whole command after `--`."""
+    source: str | None = None
+    """Your code's folder (`--source`); None: the folder the package installed."""
+    env: dict[str, str] = field(default_factory=dict)
+    """`--env` values for your code."""
+    secret_env: dict[str, str] = field(default_factory=dict)
+    """`--secret-env` names -> Secret Manager resources, read when the node starts."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +130,25 @@ class NodeCommand:
     """Processes on this machine: one per accelerator under torchrun, else 1."""
 
 
+def _user_option(option: str, value: str, request: dict[str, Any]) -> bool:
+    """Fold a user-code option (`--source`, `--env`, `--secret-env`) into `request`."""
+    if option == "--source" and value:
+        request["source"] = value
+        return True
+    name, sep, item = value.partition("=")
+    if option in ("--env", "--secret-env") and sep and name:
+        request["env" if option == "--env" else "secret_env"][name] = item
+        return True
+    if option in ("--source", "--env", "--secret-env"):
+        valid = "a folder" if option == "--source" else "NAME=VALUE"
+        raise ValueError(f"{option}: {value!r} is not allowed; valid: {valid}")
+    return False
+
+
 def parse_args(args: Sequence[str]) -> Request:
     """Parse the launcher's command line; raises ValueError with the usage problem."""
     launcher, procs = "auto", None
+    user: dict[str, Any] = {"source": None, "env": {}, "secret_env": {}}
     rest = list(args)
     while rest and rest[0].startswith("--") and rest[0] != "--":
         option, sep, value = rest.pop(0).partition("=")
@@ -121,7 +159,7 @@ def parse_args(args: Sequence[str]) -> Request:
         elif option in ("--launcher", "--procs-per-node"):
             valid = ", ".join(LAUNCHERS) if option == "--launcher" else "an integer >= 1"
             raise ValueError(f"{option}: {value!r} is not allowed; valid: {valid}")
-        else:
+        elif not _user_option(option, value, user):
             raise ValueError(f"unknown option {option!r}; {USAGE}")
     if not rest:
         raise ValueError(f"nothing to run; {USAGE}")
@@ -130,7 +168,9 @@ def parse_args(args: Sequence[str]) -> Request:
             raise ValueError(f"nothing to run after '--'; {USAGE}")
         if launcher == "auto":
             raise ValueError("--launcher: 'auto' needs a MODULE; valid with '--': torchrun, node")
-        return Request(launcher, procs, None, rest[1:])  # type: ignore[arg-type]
+        return Request(launcher, procs, None, rest[1:], **user)  # type: ignore[arg-type]
+    if user["source"] or user["env"] or user["secret_env"]:
+        raise ValueError("--source, --env and --secret-env are for your own code after '--'")
     return Request(launcher, procs, rest[0], rest[1:])  # type: ignore[arg-type]
 
 
@@ -220,6 +260,13 @@ def node_command(request: Request, env: Mapping[str, str]) -> NodeCommand:
         # Simulated accelerators are CPU processes: real GPUs, if any, stay out of it.
         child_env["CUDA_VISIBLE_DEVICES"] = ""
         child_env.setdefault(TF_CPU_REPLICAS_ENV, str(accelerators.count))
+    if request.module is None:
+        # Your own code: each process runs through trainers.user_code (source folder, events).
+        request = replace(request, argv=worker_argv(request.argv, request.source))
+        gpus = 0 if accelerators.simulated else accelerators.count
+        child_env.update(
+            user_code_env(env, cluster, launcher=launcher, gpus=gpus, plain_env=request.env)
+        )
     if launcher == "torchrun":
         argv = _torchrun_argv(request, cluster, procs)
     elif request.module is not None:
@@ -366,6 +413,14 @@ def main(args: Sequence[str]) -> int:
     except ValueError as exc:
         _log(str(exc))
         return CONFIG_ERROR_EXIT_CODE
+    try:
+        # Values go into the environment only: the log line names the variables.
+        command.env.update(read_secrets(request.secret_env, os.environ))
+    except SecretError as exc:
+        _log(str(exc))
+        return secrets_exit_code(exc)
+    if request.secret_env:
+        _log(f"secret_env: read {', '.join(sorted(request.secret_env))}")
     return run(command)
 
 

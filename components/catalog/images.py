@@ -5,14 +5,19 @@ reviewed place, rather than defaulted silently inside the components that use th
 
 | pin                      | used by                                  | verified |
 |--------------------------|------------------------------------------|----------|
-| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (pythonPackageSpec image by trainer module), TrainerPackage (what the image lacks) | URIs and listed packages yes; tf-keras/tensorboard absent from the images: no |
+| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (pythonPackageSpec image by trainer module), TrainerPackage (what the image lacks) | no: past end of availability, no current image found |
 | `PYTORCH_GPU_IMAGES`     | VertexTrainingJob (pythonPackageSpec)    | 2.4 yes, older no |
 | `TF_GPU_IMAGES`          | VertexTrainingJob (pythonPackageSpec)    | yes      |
+| `VERTEX_IMAGE_END_OF_AVAILABILITY` | `trainstack plan` (refuses an image past its date) | yes (stored page) |
 | `REDUCTION_SERVER_IMAGES`| VertexTrainingJob (worker pool 2)        | fact sheet 4 |
 | `KUBERNETES_IMAGES`      | KubernetesTrainingJob (GKE pods)         | no       |
 | `DLVM_IMAGE`             | A100Cluster, backend gce (boot disk)     | no       |
 
-Vertex images: facts-13 section 2 (`PREBUILT_IMAGES_DOC`). The local fidelity test
+Vertex images: facts-13 section 2 (`PREBUILT_IMAGES_DOC`). On 2026-11-23 every PyTorch and
+TensorFlow GPU training image on Google's stored page is past its end of availability, and no
+Google source (the stored page, googleapis/python-aiplatform, vertex-ai-samples) names a newer
+one (`pytorch-gpu.2-5`/`2-6` appear only in third-party code): the pins stay, marked
+unverified, and `trainstack plan` refuses them after their date (`image_availability_problem`). The local fidelity test
 (tests/fidelity/test_vertex.py) does not run these images' framework versions: PyPI's Linux
 torch 2.4 wheels are the CUDA build (the CPU build is not on PyPI) and the test venv has
 torch 2.13 (CPU) and TensorFlow 2.20 with tf-keras 2.20, so it runs the launch path on those
@@ -22,6 +27,7 @@ and checks the tf-keras pin as text.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from typing import Final
 
 from components.catalog.sources import FACT_SHEET
@@ -40,8 +46,9 @@ PREBUILT_IMAGES_DOC: Final = (
 PREBUILT_IMAGES_VERIFIED: Final = False
 """False for the table as a whole: the 2.4 and 2.17 URIs are verified (`PREBUILT_IMAGES_DOC`),
 the older PyTorch ones are not. The stored page dates the end of availability of the 2.4 and
-2.17 images to July 2026, and no newer image was found on it (facts-13 section 2, U):
-re-check the live page."""
+2.17 images to July 2026, and no newer image was found on it or in any other Google source
+(searched 2026-11-23: the stored page, googleapis/python-aiplatform, vertex-ai-samples):
+re-check the live page and re-pin."""
 PREBUILT_IMAGES_SOURCE: Final = (
     f"{PREBUILT_IMAGES_DOC}; pytorch-gpu.2-2 and 2-1: reference/gcp-facts.md section 3.5 "
     "(URIs seen in use), TO VERIFY"
@@ -58,6 +65,58 @@ TF_GPU_IMAGES: Final[dict[str, str]] = {
 }
 """Prebuilt TensorFlow GPU training images, by version: 2.17 is the newest on the stored page
 (facts-13 section 2, V), CUDA 12.x."""
+
+VERTEX_IMAGE_END_OF_AVAILABILITY: Final[dict[str, date]] = {
+    PYTORCH_GPU_IMAGES["2.4"]: date(2026, 7, 24),
+    "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-3.py310:latest": date(2026, 4, 24),
+    "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-2.py310:latest": date(2026, 1, 30),
+    PYTORCH_GPU_IMAGES["2.1"]: date(2025, 10, 4),
+    TF_GPU_IMAGES["2.17"]: date(2026, 7, 11),
+    "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest": date(2026, 6, 28),
+    "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest": date(2025, 11, 14),
+}
+"""The "End of availability" column of `PREBUILT_IMAGES_DOC` for the us- URIs of the GPU
+training images trainstack knows (the europe- and asia- URIs of an image share its row);
+after the date Vertex no longer serves the image."""
+VERTEX_IMAGE_END_OF_AVAILABILITY_SOURCE: Final = (
+    f"{PREBUILT_IMAGES_DOC}: PyTorch table rows 2.4/2.3/2.2/2.1 GPU, TensorFlow table rows "
+    "2.17/2.16/2.15 GPU, column 'End of availability'"
+)
+
+
+def _availability_key(image: str) -> str:
+    # The same image from another multi-region has the us- URI's row.
+    for multi in ("europe", "asia"):
+        image = image.replace(f"{multi}-docker.pkg.dev/vertex-ai/", "us-docker.pkg.dev/vertex-ai/")
+    return image
+
+
+def image_end_of_availability(image: str) -> date | None:
+    """The date Google stops serving a prebuilt training image; None for an image trainstack
+    has no date for (a user's own, or one not on `PREBUILT_IMAGES_DOC`)."""
+    return VERTEX_IMAGE_END_OF_AVAILABILITY.get(_availability_key(image))
+
+
+def image_availability_problem(
+    image: str, today: date, key: str, default: bool = False
+) -> str | None:
+    """The warning when `image` is past its end of availability on `today`, naming the
+    images that are still available then; None otherwise (also for an image with no date).
+    `key` is the setting that picks the image; `default` when the stack left it unset."""
+    end = image_end_of_availability(image)
+    if end is None or end >= today:
+        return None
+    current = sorted(uri for uri, eoa in VERTEX_IMAGE_END_OF_AVAILABILITY.items() if eoa >= today)
+    valid = ", ".join(current) or (
+        f"none known to trainstack on {today.isoformat()}: pick a current image from "
+        "https://cloud.google.com/vertex-ai/docs/training/pre-built-containers"
+    )
+    which = "the default image" if default else "image"
+    return (
+        f"{key}: {which} {image!r} is past its end of availability ({end.isoformat()}, "
+        f"Google's prebuilt-containers page), so Vertex may no longer serve it; valid: {valid}"
+    )
+
 
 TF_KERAS_PIN_SOURCE: Final = (
     "TensorFlow >= 2.16 makes Keras 3 the default; 'To continue using Keras 2.0 ... install "
@@ -88,6 +147,9 @@ class VertexTrainingImage:
     import that the image lacks, pinned so pip never replaces the image's framework."""
     source: str
     verified: bool
+    """False while the pin is not a current image from a Google source."""
+    end_of_availability: date | None = None
+    """When Google stops serving the image (`VERTEX_IMAGE_END_OF_AVAILABILITY`)."""
 
 
 VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
@@ -112,7 +174,9 @@ VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
         # no-op where it is present, installed where it is not.
         requirements=("tensorboard>=1.15",),
         source=PREBUILT_IMAGES_DOC,
-        verified=True,
+        # Past its end of availability (2026-07-24) and no current image found: unverified.
+        verified=False,
+        end_of_availability=VERTEX_IMAGE_END_OF_AVAILABILITY[PYTORCH_GPU_IMAGES["2.4"]],
     ),
     TF_MODULE: VertexTrainingImage(
         uri=TF_GPU_IMAGES["2.17"],
@@ -136,7 +200,9 @@ VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
         # MultiWorkerMirroredStrategy); tf-keras 2.17.x requires TF 2.17.x, the image's.
         requirements=("tf-keras~=2.17.0",),
         source=f"{PREBUILT_IMAGES_DOC}; {TF_KERAS_PIN_SOURCE}",
-        verified=True,
+        # Past its end of availability (2026-07-11) and no current image found: unverified.
+        verified=False,
+        end_of_availability=VERTEX_IMAGE_END_OF_AVAILABILITY[TF_GPU_IMAGES["2.17"]],
     ),
 }
 """The prebuilt image a bundled trainer module runs on in a Vertex pythonPackageSpec job."""

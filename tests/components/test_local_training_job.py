@@ -107,7 +107,7 @@ def test_deterministic_across_runs() -> None:
         ),
         (
             {"trainer": "mlp"},
-            "trainer: trainer: Input should be a valid dictionary or instance of TrainConfig",
+            "trainer: trainer: Input should be a valid dictionary or instance of StackTrainer",
         ),
         (
             {"env": {"A=B": "1"}},

@@ -1,6 +1,7 @@
 """QuotaGuard against a Cloud Quotas fake over real HTTP, its invoke answered as the
-pulumi-gcp provider answers it (`tests.fakes.quota_server.provider_invoke`): an id the API
-does not know stops the stack, a refused read only warns, and no quota preference is filed
+pulumi-gcp provider answers it (`tests.fakes.quota_server.provider_invoke`): a verified id the
+API does not know stops the stack, an unverified one (and, without request_increases, a
+shortfall on one) only warns, a refused read only warns, and no quota preference is filed
 for an unverified id."""
 
 from __future__ import annotations
@@ -66,20 +67,72 @@ def _served(fake: QuotaFakeServer) -> list[str]:
     return [p.rsplit("/", 1)[-1] for p in fake.requests]
 
 
-def test_an_id_the_api_does_not_know_stops_the_stack_before_anything_exists() -> None:
+def test_a_verified_id_the_api_does_not_know_stops_the_stack_before_anything_exists() -> None:
     caught: list[str] = []
-    with QuotaFakeServer(limits={}, usage={}) as fake:
-        run = _deploy(TPU_STACK, fake, caught)
-    assert _served(fake) == [V4_ON_DEMAND]
+    config = {**VERTEX_STACK, "trainstack:quotas": {}}
+    with QuotaFakeServer(limits={VERTEX_CPUS: [({}, "1000")]}, usage={}) as fake:
+        run = _deploy(config, fake, caught)
+    assert sorted(_served(fake)) == [A100, VERTEX_CPUS]
     assert run.resources == []
     assert caught == [
         "UnknownQuotaIdError: quota preflight: 1 quota id(s) unknown to the Cloud Quotas API "
         "in project 'acme-ml':\n"
-        f"  - tpu.googleapis.com {V4_ON_DEMAND} (zone=us-central2-b): not found (an "
-        "unverified id; the stack needs 16); list the real ids with `gcloud beta quotas info "
-        "list --service=tpu.googleapis.com --project=acme-ml`\n"
+        f"  - aiplatform.googleapis.com {A100} (region=us-central1): not found (an id; the "
+        "stack needs 32); list the real ids with `gcloud beta quotas info list "
+        "--service=aiplatform.googleapis.com --project=acme-ml`\n"
         "Nothing was created. Correct the id (trainstack: infra/catalog.py), or set "
         "trainstack:quotas {skip_preflight: true} to deploy without the quota check."
+    ]
+
+
+def _warnings(run: ProgramRun) -> list[str]:
+    return [m for level, m in run.logs if level == "WARNING"]
+
+
+def test_an_unverified_id_the_api_does_not_know_only_warns() -> None:
+    caught: list[str] = []
+    with QuotaFakeServer(limits={}, usage={}) as fake:
+        run = _deploy(TPU_STACK, fake, caught)
+    assert (caught, _served(fake)) == ([], [V4_ON_DEMAND])
+    assert run.of_type("gcp:storage/bucket:Bucket")
+    assert _warnings(run) == [
+        f"quota tpu.googleapis.com {V4_ON_DEMAND} (zone=us-central2-b) is unknown to the "
+        "Cloud Quotas API and the id is unverified (infra/catalog.py), so it was not "
+        "checked; the stack needs 16. List the real ids with `gcloud beta quotas info list "
+        "--service=tpu.googleapis.com --project=acme-ml`"
+    ]
+
+
+def test_a_shortfall_on_an_unverified_id_only_warns_without_request_increases() -> None:
+    caught: list[str] = []
+    with QuotaFakeServer(limits={V4_ON_DEMAND: [({}, "8")]}, usage={}) as fake:
+        run = _deploy(TPU_STACK, fake, caught)
+    assert caught == []
+    assert run.of_type("gcp:storage/bucket:Bucket")
+    assert run.of_type(PREFERENCE) == []
+    assert _warnings(run) == [
+        f"quota tpu.googleapis.com {V4_ON_DEMAND} (zone=us-central2-b): need 16, limit 8, "
+        "but the id is unverified (infra/catalog.py), so the deployment goes on; if it is "
+        "the quota this stack draws on, request more at "
+        "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
+        f"&service=tpu.googleapis.com&metric={V4_ON_DEMAND}"
+    ]
+
+
+def test_a_verified_shortfall_still_fails_and_names_only_the_verified_id() -> None:
+    caught: list[str] = []
+    config = {**VERTEX_STACK, "trainstack:quotas": {}}
+    limits = {A100: [({}, "8")], VERTEX_CPUS: [({}, "4")]}
+    with QuotaFakeServer(limits, {}) as fake:
+        run = _deploy(config, fake, caught)
+    assert run.resources == []
+    assert caught == [
+        "QuotaShortfallError: quota preflight: 1 shortfall(s) in project 'acme-ml':\n"
+        f"  - aiplatform.googleapis.com {A100} (region=us-central1): need 32, limit 8; "
+        "request more at https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
+        f"&service=aiplatform.googleapis.com&metric={A100}\n"
+        "Nothing was created. Raise the quota, or set trainstack:quotas "
+        "{request_increases: true, contact_email: ...} to file the requests with pulumi up."
     ]
 
 
@@ -172,7 +225,7 @@ def test_an_empty_answer_is_an_unknown_id() -> None:
     ]
 
 
-def test_an_unknown_id_fails_even_with_request_increases() -> None:
+def test_an_unknown_verified_id_fails_even_with_request_increases() -> None:
     args: Any = {
         "project": PROJECT,
         "deployment_name": "exp",

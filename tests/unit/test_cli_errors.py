@@ -446,7 +446,7 @@ def test_status_without_job_or_pulumi(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("PATH", str(tmp_path))
     _one_error(
         runner.invoke(app, ["status", "--stack", "prod-vertex-rs"]),
-        "error: reading stack 'prod-vertex-rs''s outputs needs the Pulumi CLI, which is not "
+        "error: reading the outputs of stack 'prod-vertex-rs' needs the Pulumi CLI, which is not "
         "on PATH; install it, or pass --outputs FILE (or set TRAINSTACK_OUTPUTS=FILE) with the "
         "output of `pulumi stack output --json --show-secrets --stack prod-vertex-rs > FILE`",
     )

@@ -340,8 +340,14 @@ def test_the_node_launcher_ships_its_targets_lines(
     out, err = node.communicate(timeout=60)
     assert node.returncode == 0, err
     printed = out.splitlines()
-    assert printed[0] == "target: up" and len(printed) == 4  # stdout is still passed through
-    assert _payloads(logging_api.entries) == ["target: up", *[json.loads(x) for x in printed[1:]]]
+    # stdout is still passed through, after the user-code wrapper's start record
+    assert printed[:2] == ['{"event": "start", "rank": 0, "step": 0}', "target: up"]
+    assert len(printed) == 5
+    assert _payloads(logging_api.entries) == [
+        {"event": "start", "rank": 0, "step": 0},
+        "target: up",
+        *[json.loads(x) for x in printed[2:]],
+    ]
     step_time = _metric_filters("prod-a100-gce")["step-time"]
     assert [e["jsonPayload"]["step"] for e in logging_api.matching(step_time)] == [1, 2]
 
@@ -351,13 +357,14 @@ def test_sigterm_flushes_the_last_lines(
 ) -> None:
     node = _launch(tmp_path, _env(gce_metadata, logging_api, "gce_instance"), "wait")
     assert node.stdout is not None
-    seen = [node.stdout.readline() for _ in range(3)]
+    seen = [node.stdout.readline() for _ in range(4)]
     assert json.loads(seen[-1])["step"] == 2
     node.send_signal(signal.SIGTERM)
     _, err = node.communicate(timeout=60)
     assert node.returncode == 143, err
     events = [e["jsonPayload"]["event"] for e in logging_api.entries if "jsonPayload" in e]
-    assert events == ["train", "train", "preempted"]  # the last one sent while exiting
+    # The target's own preempted line, then the user-code wrapper's: both sent while exiting.
+    assert events == ["start", "train", "train", "preempted", "preempted"]
 
 
 def test_logging_down_does_not_hold_training(
@@ -369,9 +376,9 @@ def test_logging_down_does_not_hold_training(
     out, err = node.communicate(timeout=60)
     assert node.returncode == 0, err
     assert time.monotonic() - start < 10.0  # the 5 s flush deadline, not a retry loop
-    assert len(out.splitlines()) == 4
+    assert len(out.splitlines()) == 5
     assert logging_api.entries == []
     assert err.splitlines()[-1] == (
-        "trainstack-node: cloud logging: 0 line(s) written; 4 not written (4 still queued at "
+        "trainstack-node: cloud logging: 0 line(s) written; 5 not written (5 still queued at "
         "exit), 0 dropped from a full buffer"
     )

@@ -103,13 +103,21 @@ def test_users_argv_under_torchrun_and_node() -> None:
         "--max-restarts=3",
         "--nproc-per-node=4",
         "--no-python",
+        *USER_CODE,
         "python",
         "train.py",
         "--lr=1",
     ]
     node = node_command(parse_args(["--launcher=node", "--", "python", "train.py"]), env)
-    assert (node.launcher, node.argv, node.processes) == ("node", ["python", "train.py"], 1)
+    assert (node.launcher, node.argv, node.processes) == (
+        "node",
+        [*USER_CODE, "python", "train.py"],
+        1,
+    )
     assert node.env["TRAINSTACK_COORDINATOR"] == "train-0.train-svc:29500"
+
+
+USER_CODE = [sys.executable, "-m", "trainers.user_code", "--"]
 
 
 def test_a_machine_outside_any_cluster_runs_torchrun_standalone() -> None:
@@ -209,12 +217,21 @@ def test_the_launcher_maps_its_targets_exit_status() -> None:
     sim = {"TRAINSTACK_SIMULATED_ACCELERATORS": "1"}
     code = 'import sys; print(\'{"event": "train"}\'); sys.exit(5)'
     failed = _launch("--launcher=node", "--", sys.executable, "-c", code, env=sim)
-    assert (failed.returncode, failed.stdout) == (5, '{"event": "train"}\n')
+    assert failed.returncode == 5
+    # Your code's failure is its own exit code, with its last lines (never "setup failed").
+    assert [json.loads(line) for line in failed.stdout.splitlines()] == [
+        {"event": "start", "rank": 0, "step": 0},
+        {"event": "train"},
+        {"event": "failed", "rank": 0, "exit_code": 5, "last_lines": ['{"event": "train"}']},
+    ]
     early = _launch("--launcher=node", "--", sys.executable, "-c", "raise SystemExit(5)", env=sim)
-    assert early.returncode == 3
-    assert early.stderr.splitlines()[-1] == "trainstack-node: exit 3 (target exit 5)"
+    assert early.returncode == 5
+    assert early.stderr.splitlines()[-1] == "trainstack-node: exit 5 (target exit 5)"
     missing = _launch("--launcher=node", "--", "/nonexistent/python", env=sim)
     assert missing.returncode == 3
+    preempted = _launch("--launcher=node", "--", sys.executable, "-c", "exit(143)", env=sim)
+    assert preempted.returncode == 143
+    assert preempted.stdout.splitlines()[-1] == '{"event": "preempted", "rank": 0, "step": null}'
     bad = _launch("trainers.torch_ddp", "--steps=x", env=sim)
     assert bad.returncode == 2
     assert bad.stderr.startswith("trainstack-node: invalid trainer config: steps: ")

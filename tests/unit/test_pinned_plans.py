@@ -72,6 +72,12 @@ def _write(directory: Path, stacks: list[str]) -> None:
 if __name__ == "__main__":
     # `make pin-plans`: regenerate every pinned plan (the bundled stacks' and those of user
     # stacks pinned before); `make pin-plans STACKS="a b"` pins (or re-pins) just those.
+    import os
+
+    from tests.conftest import PLAN_TODAY
+
+    # The same date the tests plan for (tests/conftest.py), so a pin matches what they check.
+    os.environ.setdefault("TRAINSTACK_TODAY", PLAN_TODAY)
     PINNED.mkdir(exist_ok=True)
     chosen = sys.argv[1:]
     unknown = sorted(set(chosen) - set(stack_names()))

@@ -5,6 +5,7 @@ storage emulator). Cost is list price x hours since the start, at a fixed `--now
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -300,6 +301,32 @@ def test_local_status_from_the_log_and_checkpoints(tmp_path: Path) -> None:
     )
 
 
+def test_local_status_counts_only_the_newest_run_and_sees_a_live_local_run(
+    tmp_path: Path,
+) -> None:
+    """The log keeps every run: a finished run followed by a new (or resumed) one that has
+    not finished is not SUCCEEDED, and a live `local-run` (its pid file) is RUNNING."""
+    config = local_config(tmp_path)
+    logs = tmp_path / "root" / "logs"
+    logs.mkdir(parents=True)
+    lines = [
+        train(40, 0, 0),
+        {"event": "done", "step": 40, "rank": 0},
+        {"event": "start", "step": 0, "rank": 0},
+        train(10, 0, 0),
+    ]
+    (logs / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    args = ["status", "--config-file", str(config), "--now", NOW, "--json"]
+    stopped = json.loads(runner.invoke(app, args).stdout)
+    assert (stopped["state"], stopped["step"], stopped["hosts"]) == ("STOPPED", 10, [])
+    (logs / "mine.pid").write_text(f"{os.getpid()}\n")
+    running = json.loads(runner.invoke(app, args).stdout)
+    assert (running["state"], running["hosts"]) == (
+        "RUNNING",
+        [{"name": "local-run", "state": "running", "address": f"pid {os.getpid()}"}],
+    )
+
+
 def test_status_without_credentials_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -322,7 +349,7 @@ def test_status_without_outputs_or_pulumi(tmp_path: Path, monkeypatch: pytest.Mo
     assert (result.exit_code, result.stdout, result.stderr) == (
         2,
         "",
-        "error: reading stack 'dev-tpu-v5e''s outputs needs the Pulumi CLI, which is not on "
+        "error: reading the outputs of stack 'dev-tpu-v5e' needs the Pulumi CLI, which is not on "
         "PATH; install it, or pass --outputs FILE (or set TRAINSTACK_OUTPUTS=FILE) with the "
         "output of `pulumi stack output --json --show-secrets --stack dev-tpu-v5e > FILE`\n",
     )

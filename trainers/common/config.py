@@ -26,16 +26,18 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     framework: Framework = "torch"
-    """Which bundled trainer runs: `trainers.torch_ddp` or `trainers.tf_multiworker`."""
+    """Which bundled trainer runs: `torch` (`trainers.torch_ddp`) or `tensorflow`
+    (`trainers.tf_multiworker`)."""
     strategy: Strategy = "ddp"
     """Distribution strategy; torch: ddp | fsdp, tensorflow: mirrored | multi_worker_mirrored |
     tpu | parameter_server. Unset, it is ddp for torch and multi_worker_mirrored for
     tensorflow."""
     model: Literal["mlp", "cnn", "gpt"] = "mlp"
-    """Bundled model: a small MLP, a small ResNet-style CNN, or a GPT-style decoder."""
+    """Bundled model: `mlp` (a small MLP), `cnn` (a small ResNet-style CNN) or `gpt` (a
+    GPT-style decoder)."""
     dataset: Literal["synthetic", "digits", "files"] = "synthetic"
-    """Input data: generated on the fly, the small real dataset shipped with the package, or
-    sharded files under `data_path` (local or gs://)."""
+    """Input data: `synthetic` (generated on the fly), `digits` (the small real dataset
+    shipped with the package) or `files` (sharded files under `data_path`, local or gs://)."""
     data_path: str | None = None
     """Directory (local or gs://) of sharded input files; required when dataset is `files`:
     uint16 token shards `train*.bin` + `val*.bin` (nanoGPT's layout; torch GPT) or `.npz`

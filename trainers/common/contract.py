@@ -84,3 +84,45 @@ COLLECTIVE_TIMEOUT_ENV: Final = "TRAINSTACK_COLLECTIVE_TIMEOUT_S"
 """Seconds a torch.distributed collective may wait for a peer before the run fails (the
 process group's `timeout`); unset: torch's default (30 minutes on gloo). `trainstack
 local-run` sets it, so a lost or hung peer ends a local run."""
+
+# Your own code (`trainstack:trainer.entrypoint`): what every process of it receives.
+CHECKPOINT_DIR_ENV: Final = "TRAINSTACK_CHECKPOINT_DIR"
+DATA_DIR_ENV: Final = "TRAINSTACK_DATA_DIR"
+OUTPUT_DIR_ENV: Final = "TRAINSTACK_OUTPUT_DIR"
+RUN_NAME_ENV: Final = "TRAINSTACK_RUN_NAME"
+NODE_RANK_ENV: Final = "TRAINSTACK_NODE_RANK"
+NUM_NODES_ENV: Final = "TRAINSTACK_NUM_NODES"
+ACCELERATORS_PER_NODE_ENV: Final = "TRAINSTACK_ACCELERATORS_PER_NODE"
+COORDINATOR_ENV: Final = "TRAINSTACK_COORDINATOR"
+RUN_CONTRACT_ENV: Final = (
+    CHECKPOINT_DIR_ENV,
+    DATA_DIR_ENV,
+    OUTPUT_DIR_ENV,
+    RUN_NAME_ENV,
+    NODE_RANK_ENV,
+    NUM_NODES_ENV,
+    ACCELERATORS_PER_NODE_ENV,
+    COORDINATOR_ENV,
+)
+"""Set on every process of your own code, on every target."""
+RESERVED_ENV: Final = frozenset(
+    {
+        *RUN_CONTRACT_ENV,
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TF_CONFIG",
+        "JAX_COORDINATOR_ADDRESS",
+        "CUDA_VISIBLE_DEVICES",
+    }
+)
+"""Set by the launchers: `trainstack:trainer.env` may not override them."""
+USER_CODE_MODULE: Final = "trainers.user_code"
+"""Runs one process of your own code (`python -m trainers.user_code -- ARGV`): started by the
+node launcher for `python -m trainers.node --launcher=... -- ARGV`."""
+SOURCE_PACKAGE: Final = "trainstack_source"
+"""Import name under which the package carries your `source` folder."""

@@ -1,0 +1,129 @@
+"""Your own code through `trainstack local-run`, as a person runs it: examples/own-trainer (a
+plain PyTorch DDP script) with 2 processes, killed outright mid-way and run again, ends with
+the same weights as a run that was never interrupted; SIGTERM makes it save and exit 143."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.trainers.conftest import REPO
+from tests.trainers.local_cli import alive, finish, kill_all, local_run, tree, wait_gone
+
+pytestmark = pytest.mark.trainer
+
+EXAMPLE = REPO / "examples" / "own-trainer"
+
+
+def _stack(tmp_path: Path, name: str, step_sleep: float = 0.0) -> Path:
+    """The example's local stack with its root under `tmp_path` and the source absolute."""
+    text = (EXAMPLE / "Pulumi.local.yaml").read_text()
+    text = text.replace("root: .trainstack/own-trainer", f"root: {tmp_path / name}")
+    text = text.replace("source: examples/own-trainer", f"source: {EXAMPLE}")
+    if step_sleep:
+        text = text.replace("--global-batch=32]", f"--global-batch=32, --step-sleep={step_sleep}]")
+    path = tmp_path / f"Pulumi.{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def _checkpoints(tmp_path: Path, name: str) -> list[str]:
+    folder = tmp_path / name / "checkpoints" / name
+    return sorted(p.name for p in folder.glob("step-*")) if folder.exists() else []
+
+
+def _done(out: str) -> dict[str, object]:
+    record: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return record
+
+
+def _wait_for_checkpoint(tmp_path: Path, name: str, proc: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _checkpoints(tmp_path, name):
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        assert proc.poll() is None, "local-run ended before its first checkpoint"
+        time.sleep(0.2)
+
+
+def test_killed_outright_and_run_again_it_ends_with_the_same_weights(tmp_path: Path) -> None:
+    whole = local_run(_stack(tmp_path, "whole"), "--json")
+    code, out, err = finish(whole)
+    assert code == 0, err
+    expected = _done(out)
+    assert (expected["event"], expected["step"], expected["rank"]) == ("done", 60, 0)
+
+    config = _stack(tmp_path, "killed", step_sleep=0.2)
+    first = local_run(config, "--json")
+    pids: list[int] = []
+    try:
+        _wait_for_checkpoint(tmp_path, "killed", first, timeout=180)
+        pids = tree(first.pid)
+        # Node launcher, torchrun, and per rank our wrapper and the script.
+        assert len(pids) >= 6, pids
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+        assert wait_gone(pids, timeout=30) == []
+    finally:
+        kill_all([first.pid, *pids])
+    saved = _checkpoints(tmp_path, "killed")
+    assert saved and "step-60" not in saved
+
+    again = local_run(config, "--json")
+    code, out, err = finish(again)
+    assert code == 0, err
+    assert _done(out) == expected
+    log = (tmp_path / "killed" / "logs" / "killed.jsonl").read_text().splitlines()
+    starts = [json.loads(line) for line in log if '"world"' in line]
+    assert [s["step"] for s in starts] == [0, int(saved[-1][5:])]
+    assert starts[-1] == {"event": "start", "rank": 0, "step": int(saved[-1][5:]), "world": 2}
+
+
+def test_sigterm_saves_and_exits_143_then_the_run_resumes(tmp_path: Path) -> None:
+    config = _stack(tmp_path, "stopped", step_sleep=0.2)
+    run = local_run(config)
+    try:
+        _wait_for_checkpoint(tmp_path, "stopped", run, timeout=180)
+        run.send_signal(signal.SIGTERM)
+        code, _, err = finish(run, timeout=120)
+    finally:
+        kill_all([run.pid])
+    assert code == 143, err
+    assert not alive(run.pid)
+    log = (tmp_path / "stopped" / "logs" / "stopped.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in log]
+    # The script's own line names the step it saved; our wrapper's (step null) says it saved.
+    (saved,) = [r for r in records if r["event"] == "preempted" and r["step"] is not None]
+    assert f"step-{saved['step']}" in _checkpoints(tmp_path, "stopped")
+    assert {"event": "preempted", "rank": 0, "step": None} in records
+    resumed = local_run(config, "--json")
+    code, out, err = finish(resumed)
+    assert code == 0, err
+    assert _done(out)["step"] == 60
+
+
+def test_jax_example_initializes_with_no_arguments_and_sees_a_world_of_2(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "jax",
+        reason="jax is not installed in this environment (it belongs in the test extras: "
+        "jax[cpu]); examples/own-jax needs it",
+    )
+    text = (REPO / "examples" / "own-jax" / "Pulumi.local.yaml").read_text()
+    text = text.replace("root: .trainstack/own-jax", f"root: {tmp_path / 'root'}")
+    text = text.replace("source: examples/own-jax", f"source: {REPO / 'examples' / 'own-jax'}")
+    config = tmp_path / "Pulumi.jax.yaml"
+    config.write_text(text)
+    code, out, err = finish(local_run(config, "--json"), timeout=180)
+    assert code == 0, err
+    assert _done(out) == {
+        "event": "done",
+        "rank": 0,
+        "world": 2,
+        "ranks": [0, 1],
+        "devices": 2,
+        "run": "jax",
+    }

@@ -1,0 +1,331 @@
+"""Your own training code: the `trainstack:trainer` keys that run it, and their checks.
+
+    trainstack:trainer:
+      source: examples/own-trainer      # a folder, relative to the project root
+      requirements: requirements.txt    # optional, inside source
+      entrypoint: [python, train.py, --epochs=3]
+      launcher: torchrun                # torchrun: one process per accelerator; node: one
+      env: {WANDB_MODE: offline}        # per machine / TPU host
+      secret_env: {HF_TOKEN: projects/p/secrets/hf-token}
+
+`StackTrainer` is the stack's trainer section: the bundled trainer's `TrainConfig` plus these
+keys. With `entrypoint` unset it is exactly the bundled trainer's config (the default); with
+`entrypoint` set only `SHARED_KEYS` of the bundled keys may be given. `user_code_problems`
+checks the section against the compute target and the files on disk, in the stack config's
+one error shape (`trainer.<key>: <what is wrong>; valid: <allowed>`).
+
+This module must not import torch or tensorflow: the Pulumi program imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from pydantic import ConfigDict
+
+from trainers.common.config import TrainConfig
+from trainers.common.contract import RESERVED_ENV
+
+UserLauncher = Literal["torchrun", "node"]
+
+USER_CODE_KEYS: Final = (
+    "source",
+    "image",
+    "requirements",
+    "entrypoint",
+    "launcher",
+    "env",
+    "secret_env",
+)
+SHARED_KEYS: Final = frozenset({"run_name", "preemption_grace_s", "checkpoint_dir"})
+"""Bundled-trainer keys that also apply to your own code: the run's name (checkpoint folder,
+`TRAINSTACK_RUN_NAME`), the SIGTERM grace and where checkpoints go."""
+LAUNCHERS_BY_TARGET: Final[Mapping[str, tuple[str, ...]]] = {
+    "local": ("torchrun", "node"),
+    "gpu_cluster": ("torchrun", "node"),
+    "vertex": ("torchrun", "node"),
+    # A TPU host runs one process that drives all its chips (JAX, TensorFlow, PyTorch/XLA's
+    # PJRT runtime); torchrun's one-process-per-device model does not apply.
+    "tpu": ("node",),
+}
+IMAGE_TARGETS: Final = ("gpu_cluster", "vertex")
+"""Targets that run a container: a TPU VM and the local target run processes directly."""
+
+SECRET_RESOURCE: Final = re.compile(
+    r"projects/[A-Za-z0-9][A-Za-z0-9._:-]*/secrets/[A-Za-z0-9_-]{1,255}(/versions/[A-Za-z0-9_-]+)?"
+)
+"""A Secret Manager secret (`projects/P/secrets/NAME`) or version (`.../versions/V`)."""
+ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SECRET_WORDS: Final = frozenset(
+    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "CREDENTIALS"}
+)
+"""A word of an `env` name that says its value is a secret (`HF_TOKEN`, `WANDB_API_KEY`)."""
+_PYTHON: Final = re.compile(r"python(3(\.\d+)?)?")
+# Excluded from the package and the source hash: build leftovers and VCS folders.
+_EXCLUDED_DIRS: Final = frozenset({"__pycache__", ".git", ".venv", ".trainstack"})
+_EXCLUDED_SUFFIXES: Final = (".pyc", ".pyo")
+
+
+class StackTrainer(TrainConfig):
+    """`trainstack:trainer`: the bundled trainer's keys, or your own code's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    source: str | None = None
+    """Folder with your code, packaged and uploaded by content hash; relative paths are
+    relative to the project root (beside Pulumi.yaml)."""
+    image: str | None = None
+    """Container image to run your code in (gpu_cluster, vertex)."""
+    requirements: str | None = None
+    """Requirements file inside `source`, installed on each node with the package."""
+    entrypoint: list[str] | None = None
+    """Command run in `source`'s folder on every process, e.g. [python, train.py]."""
+    launcher: UserLauncher | None = None
+    """torchrun (one process per accelerator, torchrun's env) or node (one process per
+    machine / TPU host, TF_CONFIG and JAX's coordinator). Default torchrun, node on tpu."""
+    env: dict[str, str] | None = None
+    """Plain environment variables for every process; never secrets (see secret_env)."""
+    secret_env: dict[str, str] | None = None
+    """Environment variable -> Secret Manager secret, read on the node at start."""
+
+    @property
+    def user_code(self) -> UserCode | None:
+        """Your own code's settings, or None for the bundled trainer."""
+        if self.entrypoint is None:
+            return None
+        return UserCode(
+            source=self.source,
+            image=self.image,
+            requirements=self.requirements,
+            entrypoint=tuple(self.entrypoint),
+            launcher=self.launcher,
+            env=dict(sorted((self.env or {}).items())),
+            secret_env=dict(sorted((self.secret_env or {}).items())),
+        )
+
+    def bundled(self) -> TrainConfig:
+        """The bundled trainer's own config (what its command line accepts)."""
+        return TrainConfig.model_validate(
+            self.model_dump(exclude=set(USER_CODE_KEYS), exclude_unset=True)
+        )
+
+
+@dataclass(frozen=True)
+class UserCode:
+    """Your own code, as validated from `StackTrainer`."""
+
+    source: str | None
+    image: str | None
+    requirements: str | None
+    entrypoint: tuple[str, ...]
+    launcher: UserLauncher | None
+    env: dict[str, str]
+    secret_env: dict[str, str]
+
+    def launcher_for(self, target: str) -> UserLauncher:
+        """The launcher on `target`: the one given, else torchrun (node on a TPU slice)."""
+        if self.launcher is not None:
+            return self.launcher
+        return "node" if target == "tpu" else "torchrun"
+
+
+def resolve_source(source: str, base_dir: Path) -> Path:
+    """`source` as an absolute folder path (relative ones against `base_dir`)."""
+    path = Path(source).expanduser()
+    return (path if path.is_absolute() else base_dir / path).resolve()
+
+
+def source_files(folder: Path) -> list[tuple[str, bytes]]:
+    """Every file of `folder` that is packaged, as (posix relative path, bytes), sorted."""
+    files: list[tuple[str, bytes]] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if d not in _EXCLUDED_DIRS)
+        for filename in filenames:
+            if filename.endswith(_EXCLUDED_SUFFIXES):
+                continue
+            path = Path(dirpath) / filename
+            files.append((path.relative_to(folder).as_posix(), path.read_bytes()))
+    return sorted(files)
+
+
+def source_sha256(files: list[tuple[str, bytes]]) -> str:
+    """Digest of a folder's packaged files (paths and bytes): what `trainstack plan` shows."""
+    digest = hashlib.sha256()
+    for relpath, data in files:
+        digest.update(f"{relpath}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def parse_requirements(text: str, key: str) -> tuple[list[str], list[str]]:
+    """The PEP 508 lines of a requirements file and the problems with it. Options (`-r`,
+    `--index-url`, `-e`) are refused: the requirements become the package's dependencies,
+    which every target's pip installs."""
+    requirements: list[str] = []
+    problems: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("-") or any(c in line for c in "\"'\\"):
+            problems.append(
+                f"{key}: line {number} {line!r} is not a requirement; valid: PEP 508 "
+                "requirements, one per line (e.g. 'numpy>=1.26'), no pip options"
+            )
+            continue
+        requirements.append(line)
+    return requirements, problems
+
+
+def read_requirements(code: UserCode, base_dir: Path, prefix: str = "trainer.") -> list[str]:
+    """The requirements `code` installs on each node; raises ValueError with the problem."""
+    if code.requirements is None or code.source is None:
+        return []
+    path = resolve_source(code.source, base_dir) / code.requirements
+    requirements, problems = parse_requirements(path.read_text(), f"{prefix}requirements")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return requirements
+
+
+def entrypoint_file(entrypoint: tuple[str, ...] | list[str]) -> str | None:
+    """The script the entrypoint runs (`train.py` of `[python, train.py]`, `./run.sh`), or
+    None when it names no file (`[python, -m, pkg.train]`, a program on PATH)."""
+    if not entrypoint:
+        return None
+    first = entrypoint[0]
+    if _PYTHON.fullmatch(first):
+        second = entrypoint[1] if len(entrypoint) > 1 else ""
+        return second if second and not second.startswith("-") else None
+    if first.startswith("./") or first.endswith((".py", ".sh")):
+        return first
+    return None
+
+
+def _env_problems(trainer: StackTrainer, prefix: str) -> list[str]:
+    problems: list[str] = []
+    env, secrets = trainer.env or {}, trainer.secret_env or {}
+    for key, names in (("env", env), ("secret_env", secrets)):
+        for name in names:
+            where = f"{prefix}{key}.{name}"
+            if not ENV_NAME.fullmatch(name):
+                problems.append(
+                    f"{where}: not an environment variable name; valid: letters, digits and "
+                    "'_', not starting with a digit"
+                )
+            elif name in RESERVED_ENV or name.startswith("TRAINSTACK_"):
+                problems.append(
+                    f"{where}: set by the launcher (run contract); valid: any other name"
+                )
+    for name in env:
+        if name in secrets:
+            problems.append(
+                f"{prefix}env.{name}: also in {prefix}secret_env; valid: one of the two"
+            )
+        elif SECRET_WORDS & set(name.upper().split("_")):
+            problems.append(
+                f"{prefix}env.{name}: looks like a secret, and env values are stored in plain "
+                f"text; valid: {prefix}secret_env.{name}: projects/P/secrets/NAME"
+            )
+    for name, value in secrets.items():
+        if not SECRET_RESOURCE.fullmatch(value):
+            problems.append(
+                f"{prefix}secret_env.{name}: {value!r} is not a Secret Manager resource name; "
+                "valid: projects/P/secrets/NAME or projects/P/secrets/NAME/versions/V"
+            )
+    return problems
+
+
+def user_code_problems(
+    trainer: StackTrainer, target: str, base_dir: Path, prefix: str = "trainer."
+) -> list[str]:
+    """Problems with the user-code keys of `trainer` on `target`, files checked under
+    `base_dir` (the project root). Empty for a valid section, and for the bundled trainer."""
+    given = trainer.model_fields_set
+    if trainer.entrypoint is None:
+        stray = [k for k in USER_CODE_KEYS if k in given and getattr(trainer, k) is not None]
+        return [
+            f"{prefix}{key}: only with {prefix}entrypoint (your own code); valid: add "
+            f"{prefix}entrypoint, or remove {prefix}{key} to run the bundled trainer"
+            for key in stray
+        ]
+    bundled = [k for k in TrainConfig.model_fields if k in given and k not in SHARED_KEYS]
+    problems = [
+        f"{prefix}{key}: a bundled-trainer key, not allowed with {prefix}entrypoint; valid: "
+        f"remove {prefix}{key}, or remove {prefix}entrypoint to run the bundled trainer"
+        for key in bundled
+    ]
+    if not trainer.entrypoint:
+        problems.append(
+            f"{prefix}entrypoint: [] is empty; valid: a command as a list of strings, e.g. "
+            "[python, train.py]"
+        )
+    launchers = LAUNCHERS_BY_TARGET[target]
+    if trainer.launcher is not None and trainer.launcher not in launchers:
+        problems.append(
+            f"{prefix}launcher: {trainer.launcher!r} is not allowed on a {target} target; "
+            f"valid: {', '.join(launchers)}"
+        )
+    if trainer.image is not None and target not in IMAGE_TARGETS:
+        problems.append(
+            f"{prefix}image: not supported on a {target} target (it runs no container); "
+            f"valid: {prefix}source, or a target of {', '.join(IMAGE_TARGETS)}"
+        )
+    if trainer.source is None and trainer.image is None:
+        problems.append(
+            f"{prefix}source: required with {prefix}entrypoint; valid: a folder with your "
+            f"code, or {prefix}image on {', '.join(IMAGE_TARGETS)}"
+        )
+    problems += _env_problems(trainer, prefix)
+    if trainer.source is None:
+        if trainer.requirements is not None:
+            problems.append(f"{prefix}requirements: needs {prefix}source; valid: a file in it")
+        return problems
+    folder = resolve_source(trainer.source, base_dir)
+    if not folder.is_dir():
+        return [
+            *problems,
+            (
+                f"{prefix}source: {trainer.source!r} is not a folder ({folder}); valid: a "
+                "folder relative to the project root, or an absolute path"
+            ),
+        ]
+    script = entrypoint_file(trainer.entrypoint or [])
+    if script is not None and not (folder / script).is_file():
+        problems.append(
+            f"{prefix}entrypoint: {script!r} is not a file in {prefix}source ({folder}); "
+            "valid: a path relative to the source folder"
+        )
+    if trainer.requirements is not None:
+        path = (folder / trainer.requirements).resolve()
+        if not path.is_relative_to(folder) or not path.is_file():
+            problems.append(
+                f"{prefix}requirements: {trainer.requirements!r} is not a file in "
+                f"{prefix}source ({folder}); valid: a path relative to the source folder"
+            )
+        else:
+            problems += parse_requirements(path.read_text(), f"{prefix}requirements")[1]
+    return problems
+
+
+def node_args(
+    code: UserCode, target: str, *, contract: Mapping[str, str], source: str | None = None
+) -> list[str]:
+    """The arguments of `python -m trainers.node` that run `code` on `target`: the one
+    command line every target's launch starts once per machine (after installing the
+    package). `contract` holds the run-contract variables the target knows at deploy time
+    (`TRAINSTACK_CHECKPOINT_DIR`, `_DATA_DIR`, `_OUTPUT_DIR`, `_RUN_NAME`); `source` is the
+    folder to run in, None for the folder the package installs (or an image's WORKDIR)."""
+    args = [f"--launcher={code.launcher_for(target)}"]
+    if source is not None:
+        args.append(f"--source={source}")
+    args += [f"--env={name}={value}" for name, value in sorted(contract.items())]
+    args += [f"--env={name}={value}" for name, value in code.env.items()]
+    args += [f"--secret-env={name}={value}" for name, value in code.secret_env.items()]
+    return [*args, "--", *code.entrypoint]
