@@ -293,8 +293,11 @@ def test_two_vms_of_two_gpus_train_as_one_world_of_four(
 
 @pytest.mark.trainer
 @pytest.mark.slow
+# VM 0 hosts the rendezvous store: VM 1 loses it, exits 3 and its unit restarts it, to wait
+# for the recreated VM 0.
+@pytest.mark.parametrize("lost", [1, 0])
 def test_a_vm_that_is_preempted_is_recreated_and_the_run_ends_as_an_uninterrupted_one(
-    tmp_path: Path, fakes: tuple[str, LoggingFakeServer]
+    lost: int, tmp_path: Path, fakes: tuple[str, LoggingFakeServer]
 ) -> None:
     storage, logging_api = fakes
     planned = _plan({"steps": 24, "checkpoint_every": 4})
@@ -311,24 +314,28 @@ def test_a_vm_that_is_preempted_is_recreated_and_the_run_ends_as_an_uninterrupte
         vms = [group.boot(rank) for rank in range(NODES)]
         try:
             deadline = time.monotonic() + 240
-            # Preempt VM 1 once a checkpoint exists and training went on past it.
+            # Preempt a VM once a checkpoint exists and training went on past it.
             while not any(r.get("event") == "checkpoint" for r in vms[0].records()) or not any(
                 r.get("step", 0) >= 6 for r in vms[1].records()
             ):
                 assert time.monotonic() < deadline, explain(vms)
                 assert all(vm.proc.poll() is None for vm in vms), explain(vms)
                 time.sleep(0.2)
-            vms[1].kill()
-            recreated = group.boot(1)
-            codes = [vms[0].wait(300), recreated.wait(300)]
+            vms[lost].kill()
+            recreated = group.boot(lost)
+            survivor = vms[1 - lost]
+            codes = [survivor.wait(300), recreated.wait(300)]
         finally:
             for vm in vms:
                 if vm.proc.poll() is None:
                     vm.kill()
             group.close()
-        everything = [vms[0], vms[1], recreated]
+        everything = [*vms, recreated]
         assert codes == [0, 0], explain(everything)
-    [done] = events([vms[0], recreated], "done")
+    if lost == 0:
+        assert "trainstack-elastic: rendezvous lost (" in survivor.output()
+        assert "systemd-shim: trainstack-trainer exited 3" in survivor.output()
+    [done] = events([survivor, recreated], "done")
     assert done["step"] == reference["step"] == 24
     assert done["params_sha256"] == reference["params_sha256"]
-    assert events([vms[0], recreated], "resume"), explain(everything)
+    assert events([survivor, recreated], "resume"), explain(everything)
