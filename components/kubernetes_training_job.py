@@ -38,7 +38,9 @@ manager deletes it) and exit 143 (preempted after a checkpoint) are replaced wit
 counting a failure; the surviving pods' torchrun keeps its workers in the elastic
 rendezvous until the replacement rejoins, and every worker resumes from the newest
 checkpoint. Exit 1 or 2 (code or config error) fails the Job at once; anything else (3:
-setup failed, 137: OOM kill) retries that index up to `backoff_limit_per_index` times.
+setup failed, or a surviving pod lost the rendezvous because pod 0 and its store went away,
+`trainers.elastic`; 137: OOM kill) retries that index up to `backoff_limit_per_index`
+times, and the retried pod waits for pod 0's store as long as for a join (1800 s).
 podFailurePolicy requires restartPolicy Never and podReplacementPolicy Failed: a
 replacement starts only after the old pod is gone, so two pods never share an index.
 

@@ -15,8 +15,9 @@ then runs the target:
 - `torchrun` (the default for `trainers.torch_ddp`): `python -m torch.distributed.run
   --nnodes=<nodes> --node-rank=<rank> --nproc-per-node=<accelerators>
   --master-addr=<coordinator> --master-port=<port>` with the module (`-m MODULE ARGS`) or
-  the argv (`--no-python ARGV`), so the world size is nodes x accelerators per node and
-  torchrun owns every per-process variable (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_*`;
+  the argv (`--no-python ARGV`); several nodes get an elastic c10d rendezvous on node 0
+  through `python -m trainers.elastic` (torchrun that exits 3 when it loses the
+  rendezvous). The world size is nodes x accelerators per node and torchrun owns every per-process variable (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_*`;
   Vertex sets `RANK`/`WORLD_SIZE` per node, which torchrun overwrites). The coordinator is
   node 0 (Vertex: `CLUSTER_SPEC` workerpool0's `host:port`, the port Google's own multi-node
   torchrun sample reuses); a single machine outside any cluster uses `--standalone`.
@@ -42,7 +43,8 @@ Exit codes (those of `components/gpu_startup/launch.sh`):
   0    training finished
   1    the target failed after it started (torchrun reports any failed worker as 1)
   2    invalid arguments, cluster environment or accelerator count
-  3    setup failed before training started (framework missing, rendezvous): retryable
+  3    setup failed before training started (framework missing), or the elastic
+       rendezvous was lost (node 0 and its store gone, no quorum in time): retryable
   143  preempted: SIGTERM reached this machine, or the trainer checkpointed and stopped
 
 Your own code (`-- ARGV`) exits with its own status: its wrapper reports it started, so its
@@ -183,7 +185,26 @@ def _launcher(request: Request, cluster: ClusterInfo) -> Launcher:
 
 ELASTIC_MAX_RESTARTS: Final = 3
 """torchrun restarts every worker of every node this often per launch before it gives up
-(the platform then restarts the launcher: systemd on Compute Engine, the Job on GKE)."""
+with exit 1 (a worker that keeps failing is a trainer bug). A peer that dies costs one."""
+ELASTIC_JOIN_TIMEOUT_S: Final = 1800
+"""How long a node waits in the rendezvous for the others (torch's default is 600 s): a
+replacement node (a spot VM the managed instance group recreates, a pod GKE schedules on
+a new node) can take longer than that to boot and install the trainer. A node that joined
+waits as long for node 0's rendezvous store (`read_timeout`) when node 0 itself restarts."""
+ELASTIC_LAUNCHER_MODULE: Final = "trainers.elastic"
+"""torchrun, but a lost rendezvous exits 3 (retryable), not 1 (see `trainers.elastic`)."""
+
+
+def _rdzv_conf(cluster: ClusterInfo) -> str:
+    # Node 0 hosts the store, named rather than guessed from host names (fixed membership:
+    # --nnodes=N keeps the global batch arithmetic of the plan).
+    return ",".join(
+        (
+            f"is_host={int(cluster.node_rank == 0)}",
+            f"join_timeout={ELASTIC_JOIN_TIMEOUT_S}",
+            f"read_timeout={ELASTIC_JOIN_TIMEOUT_S}",
+        )
+    )
 
 
 def _torchrun_argv(request: Request, cluster: ClusterInfo, procs: int) -> list[str]:
@@ -192,14 +213,15 @@ def _torchrun_argv(request: Request, cluster: ClusterInfo, procs: int) -> list[s
         argv += ["--standalone", "--nnodes=1"]
     elif cluster.num_nodes > 1:
         # Elastic c10d rendezvous: a node that restarts rejoins and every worker restarts from
-        # the newest checkpoint. Node 0 hosts the store (named, not guessed from hostnames);
-        # ranks come from the rendezvous, so --node-rank and --master-* do not apply.
+        # the newest checkpoint. Ranks come from the rendezvous, so --node-rank and --master-*
+        # do not apply.
+        argv = [sys.executable, "-m", ELASTIC_LAUNCHER_MODULE]
         argv += [
             f"--nnodes={cluster.num_nodes}",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={cluster.coordinator_address}:{cluster.coordinator_port}",
             "--rdzv-id=trainstack",
-            f"--rdzv-conf=is_host={int(cluster.node_rank == 0)}",
+            f"--rdzv-conf={_rdzv_conf(cluster)}",
             f"--max-restarts={ELASTIC_MAX_RESTARTS}",
         ]
     else:

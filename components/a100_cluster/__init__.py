@@ -237,8 +237,13 @@ class A100ClusterArgs(TypedDict):
     boot_disk_size_gb: NotRequired[int]
     """Boot disk of each GPU node (default 200)."""
     max_run_seconds: NotRequired[int]
-    """gke: the training Job's `activeDeadlineSeconds` (Kubernetes ends the Job and its pods
-    after this long)."""
+    """Run limit (the stack's limits.max_run_hours). gke: the training Job's
+    `activeDeadlineSeconds` (Kubernetes ends the Job and its pods after this long). gce: the
+    node launcher records the run's first start in the checkpoint bucket and, this long
+    after it, stops the trainer with SIGTERM (it checkpoints), logs `max_run_hours reached`
+    and exits 0, which the unit does not restart; a VM started later exits at once. The
+    VMs keep running (and billing) until `pulumi destroy`: a VM maxRunDuration would only
+    make the managed instance group recreate them. Needs `training.checkpoint_url`."""
 
 
 class A100Cluster(pulumi.ComponentResource):

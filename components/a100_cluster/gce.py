@@ -102,7 +102,7 @@ def create_gce(
     image = DLVM_IMAGE
     if training is not None:
         image = training.get("image", DLVM_IMAGE)
-        script = _startup_script(training, gpu, names)
+        script = _startup_script(training, gpu, names, args.get("max_run_seconds"))
     reservation = (
         compute.InstanceTemplateReservationAffinityArgs(
             type="SPECIFIC_RESERVATION",
@@ -219,9 +219,11 @@ def create_gce(
 
 
 def _startup_script(
-    training: A100TrainingArgs, gpu: A100Shape, names: list[str]
+    training: A100TrainingArgs, gpu: A100Shape, names: list[str], max_run_seconds: int | None
 ) -> pulumi.Output[str]:
-    """The same script for every instance; each finds its rank in its own metadata."""
+    """The same script for every instance; each finds its rank in its own metadata. The run
+    limit is the launcher's (`components.gpu_startup`): a VM's maxRunDuration would only
+    make the group recreate the VM (`components.catalog.recovery`)."""
     module = training.get("trainer_module", DEFAULT_MODULE)
     flags = list(training.get("trainer_args", []))
     return pulumi.Output.all(training["package_uri"], training.get("checkpoint_url")).apply(
@@ -234,6 +236,8 @@ def _startup_script(
             coordinator=names[0],
             extra_path=DLVM_PYTHON_BIN,
             worker_hosts=names,
+            max_run_seconds=max_run_seconds,
+            checkpoint_url=v[1],
         )
     )
 

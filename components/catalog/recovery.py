@@ -45,7 +45,20 @@ MIG_RECREATES_MAX_RUN_DURATION_VM_SOURCE: Final = (
     "(https://cloud.google.com/compute/docs/instances/limit-vm-runtime), and a MIG repairs "
     "a VM that stops running (MIG_REPAIRS_STOPPED_VM_SOURCE), with a fresh run duration"
 )
-"""Why the gce backend does not end a run with maxRunDuration in its template."""
+"""Why the gce backend does not end a run with maxRunDuration in its template: the node
+launcher enforces max_run_seconds instead (`GCE_RUN_LIMIT_SOURCE`)."""
+
+GCE_RUN_LIMIT_VERIFIED: Final = True
+GCE_RUN_LIMIT_SOURCE: Final = (
+    "trainstack's own mechanism, tested in tests/components/test_gpu_startup.py: "
+    "components/gpu_startup/launch.sh records the run's first start once in the checkpoint "
+    "bucket (a Cloud Storage upload with ifGenerationMatch=0, created only if absent: "
+    "https://cloud.google.com/storage/docs/request-preconditions) and stops the trainer "
+    "with SIGTERM and exit 0 once max_run_seconds have passed; systemd does not restart a "
+    "unit that exits 0 with Restart=on-failure "
+    "(https://www.freedesktop.org/software/systemd/man/latest/systemd.service.html)"
+)
+"""The gce run limit: per run, not per VM, so a recreated VM does not restart the clock."""
 
 TORCHRUN_ELASTIC_VERIFIED: Final = True
 TORCHRUN_ELASTIC_SOURCE: Final = (

@@ -1,37 +1,43 @@
-"""Node launch scripts for the A100 targets, rendered from the templates beside this module.
+"""Compute Engine node scripts for the A100 gce backend, rendered from the templates beside
+this module.
 
-One launcher (`launch.sh`) runs the trainer on a node: it downloads the `TrainerPackage`
-sdist with the node's service account (metadata-server token, Cloud Storage JSON API),
-pip-installs it, checks the trainer flags, and starts the node launcher `python -m
-trainers.node` (`node_argv`), which counts the node's accelerators and runs torchrun (one
-process per accelerator; an elastic c10d rendezvous on node 0 when there are several nodes)
-or, for trainers that are not torch, one process per node. The GKE Indexed Job runs it as its
-container command; on Compute Engine the startup script (`gce_startup.sh`) writes it to disk
-and starts it as a transient systemd service.
+The launcher (`launch.sh`) runs the trainer on a node: it reads the node's rank from its
+`trainstack-node-rank` metadata attribute, downloads the `TrainerPackage` sdist with the
+node's service account (metadata-server token, Cloud Storage JSON API), pip-installs it,
+checks the trainer flags, and starts the node launcher `python -m trainers.node`
+(`node_argv`), which counts the node's accelerators and runs torchrun (one process per
+accelerator; an elastic c10d rendezvous on node 0 when there are several nodes) or, for
+trainers that are not torch, one process per node. The startup script (`gce_startup.sh`)
+writes it to disk and starts it as a transient systemd service. (GKE pods run
+`components/kubernetes_pod.sh` and the same `node_argv`.)
 
-    from components.gpu_startup import container_command, gce_startup_script, render_launcher
+    from components.gpu_startup import gce_startup_script
 
-    launcher = render_launcher(
-        platform="gke",
+    script = gce_startup_script(
         package_uri="gs://acme-exp-42-staging/trainers/trainstack_trainers-0123abcd.tar.gz",
         module="trainers.torch_ddp",
         trainer_args=["--steps=1000"],
         num_nodes=4,
         procs_per_node=8,
-        coordinator="exp-42-train-0.exp-42-train",  # pod 0 behind the headless Service
+        coordinator="exp-42-a100-0",  # instance 0's name
+        max_run_seconds=86400,  # limits.max_run_hours
+        checkpoint_url="gs://acme-exp-42-checkpoints",
     )
-    command = container_command(launcher)  # ["bash", "-c", launcher, "trainstack-launch"]
 
 Node environment the trainers read (`trainers.common.cluster`): torchrun's own variables for
-torch; otherwise GKE gives `JOB_COMPLETION_INDEX` (Kubernetes), `JOB_NAME`,
-`TRAINSTACK_HEADLESS_SERVICE` (the Job's pod env) and the launcher adds
-`TRAINSTACK_NUM_NODES` and `TRAINSTACK_COORDINATOR_PORT`; Compute Engine gets
-`TRAINSTACK_NODE_RANK`, `TRAINSTACK_NUM_NODES` and `TRAINSTACK_COORDINATOR` (`host:port`),
-plus `TF_CONFIG` listing every worker for trainers not launched with torchrun (TensorFlow
-cannot find its peers from node 0's address alone).
+torch; otherwise `TRAINSTACK_NODE_RANK`, `TRAINSTACK_NUM_NODES` and `TRAINSTACK_COORDINATOR`
+(`host:port`), plus `TF_CONFIG` listing every worker for trainers not launched with torchrun
+(TensorFlow cannot find its peers from node 0's address alone).
 
-Exit codes of the launcher (`EXIT_*` below) drive the Job's podFailurePolicy and the
-Compute Engine service's restart rule.
+Run limit: a VM-level `scheduling.maxRunDuration` does not end a run in a managed instance
+group, which recreates a VM that stops (`components.catalog.recovery`). With
+`max_run_seconds` the launcher enforces it: the run's first start is recorded once in the
+checkpoint bucket (`run_clock_uri`), and the launcher stops the trainer (SIGTERM: it
+checkpoints) when the limit has passed since then, logs `max_run_hours reached` and exits
+0, which the unit does not restart; a start after the deadline exits 0 at once.
+
+Exit codes of the launcher (`EXIT_*` below) drive the Compute Engine service's restart
+rule; the GKE pod's podFailurePolicy matches the node launcher's same codes.
 """
 
 from __future__ import annotations
@@ -42,13 +48,11 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from components.catalog.images import DLVM_PYTHON_BIN
 from trainers.common.cluster import DEFAULT_PORT
 from trainers.common.contract import TORCHRUN_MODULES
-
-Platform = Literal["gke", "gce"]
 
 TEMPLATE_DIR: Final = Path(__file__).parent
 LAUNCHER_TEMPLATE: Final = TEMPLATE_DIR / "launch.sh"
@@ -56,12 +60,14 @@ GCE_STARTUP_TEMPLATE: Final = TEMPLATE_DIR / "gce_startup.sh"
 NODE_HELPER: Final = TEMPLATE_DIR / "node_helper.py"
 
 EXIT_DONE: Final = 0
+"""Training finished, or (Compute Engine) the run limit was reached."""
 EXIT_CRASH: Final = 1
 """The trainer failed after it started (torchrun reports any failed worker as 1)."""
 EXIT_CONFIG: Final = 2
 """Invalid trainer arguments or node environment."""
 EXIT_SETUP: Final = 3
-"""Download, install or rendezvous failed before training started: worth a retry."""
+"""Download or install failed before training started, or the elastic rendezvous was lost
+(node 0 and its store gone, no quorum in time; `trainers.elastic`): worth a retry."""
 EXIT_PREEMPTED: Final = 143
 """SIGTERM reached the node, or the trainer saved a checkpoint and stopped (128 + SIGTERM,
 `trainers.common.exit_codes.PREEMPTED_EXIT_CODE`)."""
@@ -72,9 +78,9 @@ RESTART_EXIT_CODES: Final = (EXIT_PREEMPTED,)
 """Preempted after a checkpoint: restart and resume, without counting a failure."""
 GCE_STOP_EXIT_CODES: Final = (EXIT_DONE, EXIT_CONFIG)
 """The Compute Engine unit restarts the launcher on every other exit: 143 (preempted), 3
-(setup) and 1, which is also what a surviving node's torchrun reports when a peer is gone
-for good (its rendezvous store went with node 0, or the node did not rejoin in time), so a
-restart is what rejoins it. `GCE_START_LIMIT` bounds the retries of a real crash."""
+(setup, or a rendezvous lost with node 0) and 1 (torchrun's workers kept failing, which a
+peer lost several times in one launch also causes). `GCE_START_LIMIT` bounds the retries
+of a real crash."""
 GCE_RESTART_SEC: Final = 30
 GCE_START_LIMIT: Final = (20, 3600)
 """At most 20 starts of the unit in 3600 s, then systemd gives up (a code error that fails
@@ -90,6 +96,8 @@ METADATA_HOST_ENV: Final = "GCE_METADATA_HOST"
 STORAGE_HOST_ENV: Final = "STORAGE_EMULATOR_HOST"
 """Overrides the Cloud Storage endpoint (tests only), as in Google's client libraries."""
 
+RUN_CLOCK_PREFIX: Final = "trainstack-run-"
+"""Object name prefix, in the checkpoint bucket, of a run's recorded first start."""
 GCE_STATE_DIR: Final = "/var/lib/trainstack"
 GCE_UNIT: Final = "trainstack-trainer"
 GCE_STOP_TIMEOUT_S: Final = 90
@@ -185,34 +193,51 @@ def _embeddable(text: str, terminator: str, what: str) -> str:
     return text.rstrip("\n")
 
 
+def run_clock_uri(checkpoint_url: str, key: str) -> str:
+    """Where a run's first start is recorded: beside the checkpoints, one object per run."""
+    return f"{checkpoint_url.rstrip('/')}/{RUN_CLOCK_PREFIX}{key}.started"
+
+
 def render_launcher(
     *,
-    platform: Platform,
     package_uri: str,
     module: str,
     trainer_args: Sequence[str],
     num_nodes: int,
     procs_per_node: int,
     coordinator: str,
+    work_dir: str,
     coordinator_port: int = DEFAULT_PORT,
-    work_dir: str = "",
     done_marker: str = "",
     extra_path: str = "",
     worker_hosts: Sequence[str] = (),
+    max_run_seconds: int | None = None,
+    run_clock: str = "",
 ) -> str:
     """The node launcher for plain values (see the module docstring and `launch.sh`).
 
-    `coordinator` is node 0's host name: `<job>-0.<service>` on GKE, instance 0's name on
-    Compute Engine. `procs_per_node` is the GPUs per node the plan expects (it keys a run;
-    the node launcher counts the node's own accelerators). `work_dir`
-    holds the download, the helper and the attempt log (empty: `$TMPDIR/trainstack`, the
-    container's /tmp). `done_marker` is a file the launcher creates after a successful run
-    (Compute Engine), `extra_path` directories appended to PATH to find torchrun.
-    `worker_hosts` (Compute Engine, every node's host name by rank) gives trainers that are
-    not launched with torchrun a `TF_CONFIG` listing every worker on `coordinator_port`.
+    `coordinator` is instance 0's name. `procs_per_node` is the GPUs per node the plan
+    expects (it keys a run; the node launcher counts the node's own accelerators).
+    `work_dir` holds the download and the helper. `done_marker` is a file the launcher
+    creates after a successful run, `extra_path` directories appended to PATH to find
+    torchrun. `worker_hosts` (every node's host name by rank) gives trainers that are not
+    launched with torchrun a `TF_CONFIG` listing every worker on `coordinator_port`.
+    `max_run_seconds` stops the run that long after its first start, recorded at the
+    gs:// object `run_clock` (`run_clock_uri`).
     """
-    if platform not in ("gke", "gce"):
-        raise ValueError(f"platform: {platform!r} is not one of gke, gce")
+    if not work_dir:
+        raise ValueError("work_dir: empty; the launcher needs a directory on the node")
+    if max_run_seconds is not None and (
+        isinstance(max_run_seconds, bool)
+        or not isinstance(max_run_seconds, int)
+        or max_run_seconds < 1
+    ):
+        raise ValueError(f"max_run_seconds: {max_run_seconds!r} is not an integer >= 1")
+    if max_run_seconds is not None and not run_clock.startswith("gs://"):
+        raise ValueError(
+            f"run_clock: {run_clock!r} is not a gs:// object; max_run_seconds needs a "
+            "checkpoint bucket to record the run's start in"
+        )
     _check_launch(
         package_uri=package_uri,
         module=module,
@@ -236,7 +261,6 @@ def render_launcher(
     return _render(
         LAUNCHER_TEMPLATE,
         {
-            "PLATFORM": q(platform),
             "PACKAGE_URI": q(package_uri),
             "TRAINER_ARGS": " ".join(q(a) for a in trainer_args),
             "NODE_ARGV": " ".join(q(a) for a in node_argv(module, trainer_args)),
@@ -249,14 +273,11 @@ def render_launcher(
             "EXTRA_PATH": q(extra_path),
             "NODE_RANK_ATTRIBUTE": q(NODE_RANK_ATTRIBUTE),
             "TF_WORKERS": q(workers),
+            "MAX_RUN_SECONDS": q(str(max_run_seconds) if max_run_seconds is not None else ""),
+            "RUN_CLOCK_URI": q(run_clock if max_run_seconds is not None else ""),
             "NODE_HELPER": helper,
         },
     )
-
-
-def container_command(launcher: str) -> list[str]:
-    """The container `command` that runs `launcher` (bash is PID 1 and forwards SIGTERM)."""
-    return ["bash", "-c", launcher, "trainstack-launch"]
 
 
 def run_key(**launch: object) -> str:
@@ -279,10 +300,14 @@ def gce_startup_script(
     unit: str = GCE_UNIT,
     extra_path: str = DLVM_PYTHON_BIN,
     worker_hosts: Sequence[str] = (),
+    max_run_seconds: int | None = None,
+    checkpoint_url: str | None = None,
 ) -> str:
     """The Compute Engine startup script (see `gce_startup.sh`); identical on every node,
     which reads its rank from the `trainstack-node-rank` metadata attribute. `worker_hosts`
-    as for `render_launcher` (needed by trainers that are not launched with torchrun)."""
+    as for `render_launcher` (needed by trainers that are not launched with torchrun).
+    `max_run_seconds` (the stack's run limit) needs `checkpoint_url`, the bucket where the
+    run's first start is recorded (`run_clock_uri`)."""
     key = run_key(
         package_uri=package_uri,
         module=module,
@@ -294,8 +319,13 @@ def gce_startup_script(
         worker_hosts=list(worker_hosts),
     )
     state = state_dir.rstrip("/") or "/"
+    if max_run_seconds is not None and not checkpoint_url:
+        raise ValueError(
+            "max_run_seconds: needs a checkpoint bucket to record the run's start in; "
+            "valid: a stack with a checkpoint bucket, or no limits.max_run_hours"
+        )
+    clock = run_clock_uri(checkpoint_url, key) if checkpoint_url else ""
     launcher = render_launcher(
-        platform="gce",
         package_uri=package_uri,
         module=module,
         trainer_args=trainer_args,
@@ -307,6 +337,8 @@ def gce_startup_script(
         done_marker=f"{state}/done-{key}",
         extra_path=extra_path,
         worker_hosts=worker_hosts,
+        max_run_seconds=max_run_seconds,
+        run_clock=clock,
     )
     q = shlex.quote
     return _render(

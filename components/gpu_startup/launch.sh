@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# trainstack node launcher. Rendered by components.gpu_startup, which replaces each
-# at-sign-delimited NAME marker with a shell-quoted value before it reaches a node.
+# trainstack node launcher for Compute Engine. Rendered by components.gpu_startup, which
+# replaces each at-sign-delimited NAME marker with a shell-quoted value before it reaches a
+# node; the startup script (gce_startup.sh) writes it to disk and runs it as a systemd
+# service.
 #
 # Installs the trainer package from Cloud Storage, then runs the node launcher
 # (`python -m trainers.node`): torchrun with one process per accelerator for
 # trainers.torch_ddp, one process per node for other trainers (they read the node-level
-# environment exported below). It is the container
-# command of a GKE Indexed Job pod and, on Compute Engine, the service the startup script
-# starts. Node rank: JOB_COMPLETION_INDEX on GKE, the instance's node-rank metadata
-# attribute on Compute Engine. Node 0 hosts the (elastic) rendezvous.
+# environment exported below). Node rank: the instance's node-rank metadata attribute.
+# Node 0 hosts the (elastic) rendezvous.
 #
-# Exit codes (the Job's podFailurePolicy and the Compute Engine unit's restart rule use them):
-#   0    training finished
-#   1    the trainer failed after it started (torchrun reports any failed worker as 1, and
-#        so does a survivor whose torchrun lost a peer for good): retried on Compute Engine
+# Run limit (MAX_RUN_SECONDS, the stack's limits.max_run_hours): the first node to start
+# records the run's start time in the checkpoint bucket (RUN_CLOCK_URI, created only if
+# absent); once MAX_RUN_SECONDS have passed since then the launcher sends the node launcher
+# SIGTERM (the trainer checkpoints), logs `max_run_hours reached` and exits 0, which the
+# unit does not restart; a start after the deadline exits 0 at once. The managed instance
+# group keeps the VMs (stop them with `pulumi destroy`): a VM-level maxRunDuration would
+# only make the group recreate them.
+#
+# Exit codes (the Compute Engine unit's restart rule uses them):
+#   0    training finished, or the run limit was reached
+#   1    the trainer failed after it started (torchrun reports any failed worker as 1)
 #   2    invalid trainer arguments or node environment
-#   3    setup failed before training started (download, install, rendezvous): retryable
+#   3    setup failed before training started (download, install), or the elastic
+#        rendezvous was lost (node 0 gone, no quorum in time): retryable
 #   143  preempted: SIGTERM reached this node, or the trainer checkpointed and stopped
 set -euo pipefail
 
-PLATFORM=@@PLATFORM@@
 PACKAGE_URI=@@PACKAGE_URI@@
 TRAINER_ARGS=(@@TRAINER_ARGS@@)
 NODE_ARGV=(@@NODE_ARGV@@)
@@ -32,6 +39,8 @@ DONE_MARKER=@@DONE_MARKER@@
 EXTRA_PATH=@@EXTRA_PATH@@
 NODE_RANK_ATTRIBUTE=@@NODE_RANK_ATTRIBUTE@@
 TF_WORKERS=@@TF_WORKERS@@
+MAX_RUN_SECONDS=@@MAX_RUN_SECONDS@@
+RUN_CLOCK_URI=@@RUN_CLOCK_URI@@
 
 log() { printf 'trainstack-launch: %s\n' "$*" >&2; }
 fail() {
@@ -45,6 +54,7 @@ fail() {
 trap 'fail 3 "unexpected failure at line $LINENO"' ERR
 
 terminated=0
+deadline=0
 child=""
 # shellcheck disable=SC2329  # called by the trap below
 on_term() {
@@ -54,6 +64,14 @@ on_term() {
   fi
 }
 trap on_term TERM INT
+# shellcheck disable=SC2329  # called by the trap below: the run limit's timer
+on_deadline() {
+  deadline=1
+  if [ -n "$child" ]; then
+    kill -TERM "$child" 2>/dev/null || true
+  fi
+}
+trap on_deadline USR1
 
 # Deep Learning VM images keep their Python outside the PATH that system services get.
 if [ -n "$EXTRA_PATH" ]; then
@@ -69,29 +87,31 @@ python="$bin_dir/python3"
 pip=("$bin_dir/pip")
 [ -x "${pip[0]}" ] || pip=("$python" -m pip)
 
-# Empty on GKE: the container's temporary directory.
-if [ -z "$WORK_DIR" ]; then
-  WORK_DIR="${TMPDIR:-/tmp}/trainstack"
-fi
 mkdir -p "$WORK_DIR"
 helper="$WORK_DIR/trainstack_node_helper.py"
 cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
 @@NODE_HELPER@@
 TRAINSTACK_HELPER_EOF
 
-case "$PLATFORM" in
-  gke) node_rank="${JOB_COMPLETION_INDEX:-}" ;;
-  gce)
-    node_rank="$("$python" "$helper" metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
-      fail 3 "could not read the $NODE_RANK_ATTRIBUTE metadata attribute"
-    ;;
-  *) fail 2 "unknown platform $PLATFORM" ;;
-esac
+node_rank="$("$python" "$helper" metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
+  fail 3 "could not read the $NODE_RANK_ATTRIBUTE metadata attribute"
 case "$node_rank" in
   '' | *[!0-9]*) fail 2 "node rank '$node_rank' is not a non-negative integer" ;;
 esac
 if [ "$node_rank" -ge "$NUM_NODES" ]; then
   fail 2 "node rank $node_rank is not below the node count $NUM_NODES"
+fi
+
+remaining=""
+if [ -n "$MAX_RUN_SECONDS" ]; then
+  started="$("$python" "$helper" run-started "$RUN_CLOCK_URI")" ||
+    fail 3 "could not read or record the run's start time at $RUN_CLOCK_URI"
+  elapsed=$(($(date +%s) - started))
+  remaining=$((MAX_RUN_SECONDS - elapsed))
+  if [ "$remaining" -le 0 ]; then
+    log "max_run_hours reached: ${elapsed}s since the run started (limit ${MAX_RUN_SECONDS}s); not starting"
+    exit 0
+  fi
 fi
 
 # The object name carries the sdist's hash, so an installed marker is valid for this URI only.
@@ -117,15 +137,13 @@ esac
 
 export TRAINSTACK_NUM_NODES="$NUM_NODES" TRAINSTACK_COORDINATOR_PORT="$COORDINATOR_PORT"
 export PYTHONUNBUFFERED=1 TRAINSTACK_PROGRESS=0
-if [ "$PLATFORM" = gce ]; then
-  export TRAINSTACK_NODE_RANK="$node_rank" TRAINSTACK_COORDINATOR="$COORDINATOR:$COORDINATOR_PORT"
-  # Nothing on a Compute Engine VM ships a unit's output to Cloud Logging: the node launcher
-  # writes the trainer's lines through the Logging API itself (trainers/common/cloud_logging).
-  export TRAINSTACK_CLOUD_LOGGING=gce_instance
-  if [ "$USE_TORCHRUN" = 0 ] && [ -n "$TF_WORKERS" ]; then
-    # TensorFlow needs every worker's address; the variables above name only node 0.
-    export TF_CONFIG="{\"cluster\": {\"worker\": $TF_WORKERS}, \"task\": {\"type\": \"worker\", \"index\": $node_rank}}"
-  fi
+export TRAINSTACK_NODE_RANK="$node_rank" TRAINSTACK_COORDINATOR="$COORDINATOR:$COORDINATOR_PORT"
+# Nothing on a Compute Engine VM ships a unit's output to Cloud Logging: the node launcher
+# writes the trainer's lines through the Logging API itself (trainers/common/cloud_logging).
+export TRAINSTACK_CLOUD_LOGGING=gce_instance
+if [ "$USE_TORCHRUN" = 0 ] && [ -n "$TF_WORKERS" ]; then
+  # TensorFlow needs every worker's address; the variables above name only node 0.
+  export TF_CONFIG="{\"cluster\": {\"worker\": $TF_WORKERS}, \"task\": {\"type\": \"worker\", \"index\": $node_rank}}"
 fi
 # One launcher on every target: trainers.node counts this machine's accelerators and runs
 # torchrun (elastic rendezvous on node 0 when there are several nodes) or the trainer once,
@@ -134,6 +152,15 @@ cmd=("$python" "${NODE_ARGV[@]}")
 log "node $node_rank of $NUM_NODES: ${cmd[*]}"
 "${cmd[@]}" &
 child=$!
+timer=""
+if [ -n "$remaining" ]; then
+  # The run limit: SIGUSR1 to this script (on_deadline) once the time is up.
+  (
+    trap - TERM INT USR1 ERR
+    sleep "$remaining" && kill -USR1 "$$"
+  ) </dev/null >/dev/null 2>&1 &
+  timer=$!
+fi
 status=0
 wait "$child" || status=$?
 # A trapped SIGTERM interrupts `wait`: keep waiting while the trainer checkpoints and exits.
@@ -141,12 +168,19 @@ while kill -0 "$child" 2>/dev/null; do
   status=0
   wait "$child" || status=$?
 done
+if [ -n "$timer" ]; then
+  kill "$timer" 2>/dev/null || true
+fi
 
 if [ "$status" -eq 0 ]; then
   if [ -n "$DONE_MARKER" ]; then
     touch "$DONE_MARKER"
   fi
   log "training finished"
+  exit 0
+fi
+if [ "$deadline" = 1 ] && [ "$terminated" = 0 ]; then
+  log "max_run_hours reached: stopped the trainer after ${MAX_RUN_SECONDS}s of the run (launcher exit $status); the newest checkpoint holds its state"
   exit 0
 fi
 if [ "$terminated" = 1 ]; then

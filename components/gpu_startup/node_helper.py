@@ -6,6 +6,7 @@ every one of them has Python. The launcher writes this file next to its work and
     python3 node_helper.py metadata instance/attributes/trainstack-node-rank
     python3 node_helper.py download gs://bucket/trainers/pkg.tar.gz /var/lib/trainstack/pkg.tar.gz
     python3 node_helper.py check-args --steps=100 --global_batch_size=64
+    python3 node_helper.py run-started gs://bucket/trainstack-run-0123abcd.started
 
 `GCE_METADATA_HOST` and `STORAGE_EMULATOR_HOST`, the variables Google's client libraries
 honour, point it at local fakes; on Google Cloud both are unset.
@@ -87,6 +88,48 @@ def download(uri: str, dest: str) -> None:
     os.replace(partial, dest)
 
 
+def _send(url: str, data: bytes, headers: dict[str, str]) -> int:
+    """POST `data`; the HTTP status (412 included: a precondition that did not hold)."""
+    error: Exception | None = None
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(min(2 ** (attempt - 1), 30))
+        try:
+            request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 429 and exc.code < 500:
+                return int(exc.code)
+            error = exc
+        except OSError as exc:
+            error = exc
+    assert error is not None
+    raise error
+
+
+def run_started(uri: str) -> int:
+    """The run's first start (Unix seconds) recorded in the object `uri`; the first node
+    to ask records the current time there, created only if absent (ifGenerationMatch=0), so
+    every node and every restart reads the same clock."""
+    auth = {"Authorization": f"Bearer {access_token()}"}
+    for _ in range(ATTEMPTS):
+        try:
+            return int(_get(object_url(uri), auth).decode().strip())
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+        bucket, _, name = uri[len("gs://") :].partition("/")
+        url = (
+            f"{storage_base()}/upload/storage/v1/b/{bucket}/o?uploadType=media"
+            f"&name={urllib.parse.quote(name, safe='')}&ifGenerationMatch=0"
+        )
+        status = _send(url, str(int(time.time())).encode(), {**auth, "Content-Type": "text/plain"})
+        if status not in (200, 412):  # 412: another node recorded it first; read that
+            raise ValueError(f"recording the run start at {uri} failed with HTTP {status}")
+    raise ValueError(f"no run start recorded at {uri}")
+
+
 def check_args(args: list[str]) -> None:
     """Parse the trainer's flags with the trainer's own parser (raises ValueError)."""
     from trainers.common.cli import load_config
@@ -96,7 +139,10 @@ def check_args(args: list[str]) -> None:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: node_helper.py metadata PATH | download URI DEST | check-args ARGS...")
+        print(
+            "usage: node_helper.py metadata PATH | download URI DEST | run-started URI | "
+            "check-args ARGS..."
+        )
         return 3
     command, rest = argv[0], argv[1:]
     try:
@@ -104,6 +150,8 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(metadata(rest[0]))
         elif command == "download" and len(rest) == 2:
             download(rest[0], rest[1])
+        elif command == "run-started" and len(rest) == 1:
+            print(run_started(rest[0]))
         elif command == "check-args":
             check_args(rest)
         else:

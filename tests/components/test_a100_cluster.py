@@ -474,6 +474,8 @@ def test_gce_placement_policy_template_group_and_node_configs() -> None:
         ({"tier_1_networking": True}, {"networkPerformanceConfig": {"totalEgressBandwidthTier": "TIER_1"}}),
         ({"compact_placement": False}, {"resourcePolicies": None}),
         ({"training": None}, {"metadataStartupScript": None}),
+        # The run limit is the launcher's: no maxRunDuration, which the group would undo.
+        ({"max_run_seconds": 7200}, {"metadataStartupScript": _startup_script(max_run_seconds=7200, checkpoint_url=CHECKPOINTS)}),
         ({"training": {**BASE["training"], "trainer_module": "trainers.tf_multiworker", "image": "projects/acme/global/images/tf-gpu"}}, {"metadataStartupScript": _startup_script(module="trainers.tf_multiworker", procs_per_node=1), "disks": [{"boot": True, "autoDelete": True, "sourceImage": "projects/acme/global/images/tf-gpu", "diskSizeGb": 200, "diskType": "pd-ssd", "labels": LABELS}]}),
     ],
 )  # fmt: skip

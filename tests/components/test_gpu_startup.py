@@ -1,7 +1,7 @@
 """The node launch scripts, run for real with bash against a fake metadata server and Cloud
 Storage (one local HTTP server) and fake torchrun/pip/systemd executables that record their
-argv: the GKE Job's container command and the Compute Engine startup script, for node 0 and
-node 3 of 4, then exit-code mapping, signal forwarding and idempotency."""
+argv: the Compute Engine startup script and its launcher, for node 0 and node 3 of 4, then
+exit-code mapping, signal forwarding, idempotency and the run limit."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from components.gpu_startup import (
     METADATA_HOST_ENV,
     NODE_RANK_ATTRIBUTE,
     STORAGE_HOST_ENV,
-    container_command,
     gce_startup_script,
     render_launcher,
+    run_clock_uri,
     with_checkpoint_dir,
 )
 from tests.fakes import LocalServer
@@ -38,8 +38,6 @@ PACKAGE_FILE = "trainstack_trainers-0123456789abcdef.tar.gz"
 SDIST = b"\x1f\x8b fake sdist bytes"
 CHECKPOINTS = "gs://acme-ml-exp-42-checkpoints"
 TOKEN = "ya29.fake-token"
-JOB = "exp-42-train"
-COORDINATOR_GKE = f"{JOB}-0.{JOB}"
 COORDINATOR_GCE = "exp-42-a100-0"
 GCE_HOSTS = [f"exp-42-a100-{i}" for i in range(4)]
 TRAINER_ARGS = ["--steps=100", "--global_batch_size=256"]
@@ -96,6 +94,24 @@ class FakeGoogle(LocalServer):
                         return self._send(404, b"no such object")
                     return self._send(200, data, "application/octet-stream")
                 return self._send(404, b"unknown path")
+
+            def do_POST(self) -> None:
+                server.requests.append((self.path, dict(self.headers.items())))
+                path, _, query = self.path.partition("?")
+                params = urllib.parse.parse_qs(query)
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if not path.startswith("/upload/storage/v1/b/") or "name" not in params:
+                    return self._send(404, b"unknown path")
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._send(401, b"unauthenticated")
+                key = (
+                    path.removeprefix("/upload/storage/v1/b/").removesuffix("/o"),
+                    params["name"][0],
+                )
+                if params.get("ifGenerationMatch") == ["0"] and key in server.objects:
+                    return self._send(412, b"precondition failed")
+                server.objects[key] = body
+                return self._send(200, b"{}", "application/json")
 
         super().__init__(Handler)
 
@@ -223,18 +239,19 @@ def _gce_script(tmp_path: Path, module: str = "trainers.torch_ddp") -> str:
     )
 
 
-def _launcher(**overrides: Any) -> str:
+def _launcher(tmp_path: Path, **overrides: Any) -> list[str]:
+    """The rendered launcher as the unit runs it (`bash <file>`; here `bash -c`)."""
     values: dict[str, Any] = {
-        "platform": "gke",
         "package_uri": PACKAGE_URI,
         "module": "trainers.torch_ddp",
         "trainer_args": FLAGS,
         "num_nodes": 4,
         "procs_per_node": 8,
-        "coordinator": COORDINATOR_GKE,
+        "coordinator": COORDINATOR_GCE,
+        "work_dir": str(tmp_path / "work"),
         **overrides,
     }
-    return render_launcher(**values)
+    return ["bash", "-c", render_launcher(**values), "trainstack-launch"]
 
 
 NODE_ARGV = ["-m", "trainers.node", "trainers.torch_ddp", *FLAGS]
@@ -383,11 +400,10 @@ def test_launcher_exit_codes(
         tmp_path,
         fakebin,
         google,
-        JOB_COMPLETION_INDEX="0",
         FAKE_TRAINER_STDOUT=json.dumps(stdout),
         FAKE_TRAINER_EXIT=str(trainer_exit),
     )
-    result = _run(container_command(_launcher()), env)
+    result = _run(_launcher(tmp_path), env)
     assert result.returncode == expected, result.stderr
     assert f"trainstack-launch: {message}" in result.stderr
     # The trainer's stdout still reaches the container log.
@@ -397,9 +413,10 @@ def test_launcher_exit_codes(
 def test_sigterm_is_forwarded_and_reported_as_preemption(
     tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:
-    env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="1", FAKE_TRAINER_BLOCK="1")
+    google.node_rank = "1"
+    env = _env(tmp_path, fakebin, google, FAKE_TRAINER_BLOCK="1")
     proc = subprocess.Popen(
-        container_command(_launcher()), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        _launcher(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     try:
@@ -420,24 +437,28 @@ def test_sigterm_is_forwarded_and_reported_as_preemption(
 
 
 @pytest.mark.parametrize(
-    ("env_extra", "expected", "message"),
+    ("rank", "env_extra", "work_dir", "expected", "message"),
     [
-        ({"JOB_COMPLETION_INDEX": "4"}, 2, "node rank 4 is not below the node count 4"),
-        ({"JOB_COMPLETION_INDEX": ""}, 2, "node rank '' is not a non-negative integer"),
-        ({"JOB_COMPLETION_INDEX": "0", "FAKE_PIP_EXIT": "1"}, 3, "pip could not install"),
+        ("4", {}, "work", 2, "node rank 4 is not below the node count 4"),
+        ("", {}, "work", 2, "node rank '' is not a non-negative integer"),
+        ("0", {"FAKE_PIP_EXIT": "1"}, "work", 3, "pip could not install"),
         # Any other failure (here: no work directory) is a node problem: retryable.
-        ({"JOB_COMPLETION_INDEX": "0", "TMPDIR": "/dev/null"}, 3, "unexpected failure at line"),
+        ("0", {}, "/dev/null/work", 3, "unexpected failure at line"),
     ],
 )
 def test_launcher_setup_failures(
+    rank: str,
     env_extra: dict[str, str],
+    work_dir: str,
     expected: int,
     message: str,
     tmp_path: Path,
     fakebin: Path,
     google: FakeGoogle,
 ) -> None:
-    result = _run(container_command(_launcher()), _env(tmp_path, fakebin, google, **env_extra))
+    google.node_rank = rank
+    launcher = _launcher(tmp_path, work_dir=str(tmp_path / work_dir))
+    result = _run(launcher, _env(tmp_path, fakebin, google, **env_extra))
     assert result.returncode == expected
     assert message in result.stderr
     assert _calls(tmp_path, "python3") == []
@@ -447,8 +468,8 @@ def test_missing_package_is_a_retryable_setup_failure(
     tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:
     google.objects.clear()
-    env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
-    result = _run(container_command(_launcher()), env)
+    google.node_rank = "0"
+    result = _run(_launcher(tmp_path), _env(tmp_path, fakebin, google))
     assert result.returncode == 3
     assert f"trainstack-launch: could not download {PACKAGE_URI}" in result.stderr
     assert _calls(tmp_path, "pip") == []
@@ -457,10 +478,8 @@ def test_missing_package_is_a_retryable_setup_failure(
 def test_invalid_trainer_flags_fail_before_the_node_launcher(
     tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:
-    launcher = _launcher(trainer_args=["--steps=0"])
-    result = _run(
-        container_command(launcher), _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
-    )
+    launcher = _launcher(tmp_path, trainer_args=["--steps=0"])
+    result = _run(launcher, _env(tmp_path, fakebin, google))
     assert result.returncode == 2
     assert "trainstack-launch: invalid trainer arguments: --steps=0" in result.stderr
     assert "steps" in result.stderr  # the trainer parser's own message comes first
@@ -470,9 +489,9 @@ def test_invalid_trainer_flags_fail_before_the_node_launcher(
 def test_installed_package_is_not_fetched_again(
     tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:
-    env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
+    env = _env(tmp_path, fakebin, google)
     for _ in range(2):
-        assert _run(container_command(_launcher()), env).returncode == 0
+        assert _run(_launcher(tmp_path), env).returncode == 0
     assert len(_calls(tmp_path, "pip")) == 1
     assert len([p for p, _ in google.requests if p.startswith("/storage/")]) == 1
     assert len(_calls(tmp_path, "python3")) == 2
@@ -483,8 +502,109 @@ def test_arguments_reach_the_node_launcher_verbatim(
 ) -> None:
     # Free-form string flags: valid for the trainer, hostile for a shell.
     tricky = ["--data_path=a b;c'$(id)\"`x`", "--tensorboard_dir=$HOME/*"]
-    env = _env(tmp_path, fakebin, google, JOB_COMPLETION_INDEX="0")
-    result = _run(container_command(_launcher(trainer_args=tricky)), env)
+    env = _env(tmp_path, fakebin, google)
+    result = _run(_launcher(tmp_path, trainer_args=tricky), env)
     assert result.returncode == 0, result.stderr
     (node,) = _calls(tmp_path, "python3")
     assert node["argv"] == ["-m", "trainers.node", "trainers.torch_ddp", *tricky]
+
+
+# --------------------------------------------------------------------------------------
+# Run limit (max_run_seconds): a clock per run in the checkpoint bucket
+# --------------------------------------------------------------------------------------
+
+CLOCK_BUCKET = "acme-ml-exp-42-checkpoints"
+CLOCK_OBJECT = "trainstack-run-0123456789abcdef.started"
+CLOCK_URI = f"gs://{CLOCK_BUCKET}/{CLOCK_OBJECT}"
+
+
+def test_run_clock_lives_beside_the_checkpoints() -> None:
+    assert run_clock_uri(CHECKPOINTS + "/", "0123456789abcdef") == CLOCK_URI
+
+
+def test_the_run_limit_stops_the_trainer_and_exits_0(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    launcher = _launcher(tmp_path, max_run_seconds=2, run_clock=CLOCK_URI)
+    env = _env(tmp_path, fakebin, google, FAKE_TRAINER_BLOCK="1")
+    started = time.time()
+    result = _run(launcher, env)
+    assert result.returncode == 0, result.stderr
+    assert time.time() - started >= 2
+    assert {"prog": "python3", "signal": "SIGTERM"} in _calls(tmp_path)
+    assert (
+        "trainstack-launch: max_run_hours reached: stopped the trainer after 2s of the run "
+        "(launcher exit 1); the newest checkpoint holds its state\n"
+    ) in result.stderr
+    recorded = int(google.objects[(CLOCK_BUCKET, CLOCK_OBJECT)].decode())
+    assert started - 5 <= recorded <= started + 5
+    posts = [p for p, h in google.requests if p.startswith("/upload/")]
+    assert posts == [
+        f"/upload/storage/v1/b/{CLOCK_BUCKET}/o?uploadType=media"
+        f"&name={CLOCK_OBJECT}&ifGenerationMatch=0"
+    ]
+
+
+def test_a_start_after_the_deadline_exits_0_at_once(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    google.objects[(CLOCK_BUCKET, CLOCK_OBJECT)] = str(int(time.time()) - 100).encode()
+    launcher = _launcher(tmp_path, max_run_seconds=60, run_clock=CLOCK_URI)
+    result = _run(launcher, _env(tmp_path, fakebin, google))
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "max_run_hours" in line]
+    assert lines in (
+        [
+            f"trainstack-launch: max_run_hours reached: {s}s since the run started "
+            "(limit 60s); not starting"
+        ]
+        for s in (100, 101, 102)
+    )
+    assert _calls(tmp_path) == []  # nothing installed, nothing started
+    assert not [p for p, _ in google.requests if p.startswith("/upload/")]
+
+
+def test_every_node_and_restart_reads_the_first_recorded_start(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    first = str(int(time.time()) - 30).encode()
+    google.objects[(CLOCK_BUCKET, CLOCK_OBJECT)] = first
+    launcher = _launcher(tmp_path, max_run_seconds=3600, run_clock=CLOCK_URI)
+    for rank in ("0", "3"):
+        google.node_rank = rank
+        result = _run(launcher, _env(tmp_path, fakebin, google))
+        assert result.returncode == 0, result.stderr
+        assert "trainstack-launch: training finished" in result.stderr
+    assert google.objects[(CLOCK_BUCKET, CLOCK_OBJECT)] == first
+    assert not [p for p, _ in google.requests if p.startswith("/upload/")]
+
+
+def test_the_startup_script_carries_the_run_limit(tmp_path: Path) -> None:
+    script = gce_startup_script(
+        package_uri=PACKAGE_URI,
+        module="trainers.torch_ddp",
+        trainer_args=FLAGS,
+        num_nodes=4,
+        procs_per_node=8,
+        coordinator=COORDINATOR_GCE,
+        worker_hosts=GCE_HOSTS,
+        max_run_seconds=7200,
+        checkpoint_url=CHECKPOINTS,
+    )
+    [key] = {line.split("=", 1)[1] for line in script.splitlines() if line.startswith("RUN_KEY=")}
+    assert "\nMAX_RUN_SECONDS=7200\n" in script
+    assert f"\nRUN_CLOCK_URI={CHECKPOINTS}/trainstack-run-{key}.started\n" in script
+    with pytest.raises(ValueError) as error:
+        gce_startup_script(
+            package_uri=PACKAGE_URI,
+            module="trainers.torch_ddp",
+            trainer_args=FLAGS,
+            num_nodes=4,
+            procs_per_node=8,
+            coordinator=COORDINATOR_GCE,
+            max_run_seconds=7200,
+        )
+    assert str(error.value) == (
+        "max_run_seconds: needs a checkpoint bucket to record the run's start in; "
+        "valid: a stack with a checkpoint bucket, or no limits.max_run_hours"
+    )

@@ -9,16 +9,17 @@ name `<job>-<index>` and its headless-service name `<job>-<index>.<job>` in DNS.
 
 What differs from GKE, and why (nothing else changes behaviour):
 
-- Each pod runs in its own user, mount and UTS namespace (`unshare`): the host name is set
-  to `<job>-<index>` and /etc/hosts (bind-mounted) maps `<job>-<i>.<job>` and `<job>-<i>` to
-  127.0.0.<i+1>, one loopback address per pod, so every pod resolves the others as cluster
-  DNS would and only pod 0 matches the rendezvous host. The pods share this machine's
-  network namespace, so the manifest's rendezvous port must be free here.
-- The image is a fresh virtual environment whose image layer links torch and what the
-  sdist requires from the shared venv (`tests.fidelity.vertex.image_environment`), so
-  `trainers` comes from the sdist the pod installs. `python3` on PATH is that environment's
-  python, except that its `-m pip install` runs offline (`--no-index`, no build isolation:
-  everything the package requires is already in the layer, as the real pod would download).
+- Each pod is a node of `tests.fidelity.nodes`: its own user, mount, UTS and PID namespace,
+  the host name `<job>-<index>`, and a hosts file mapping `<job>-<i>.<job>` and `<job>-<i>`
+  to 127.0.0.<i+1>, so every pod resolves the others as cluster DNS would and only pod 0
+  matches the rendezvous host. The pods share this machine's network namespace, so the
+  manifest's rendezvous port must be free here.
+- The image is `tests.fidelity.nodes.Image`: a layer linking torch and what the sdist
+  requires from the shared venv, and each pod a fresh virtual environment over it (its own
+  container), so `trainers` comes from the sdist the pod installs. `python3` on PATH is
+  that environment's python, except that its `-m pip install` runs offline (`--no-index`,
+  no build isolation: everything the package requires is already in the layer, as the
+  real pod would download).
 - `gs://` is a GCS emulator holding the plan's staging bucket (with the plan's sdist at its
   object name) and checkpoint bucket; the GKE metadata server is a fake that hands out a
   token (`GCE_METADATA_HOST`, `STORAGE_EMULATOR_HOST`).
@@ -33,17 +34,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
@@ -52,9 +47,17 @@ from infra.mocks import REPO_ROOT
 from infra.plan import build_plan, load_stack
 from tests.components.test_tpu_startup import MetadataServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
-from tests.fidelity.vertex import image_environment
+from tests.fidelity.nodes import (
+    Image,
+    Node,
+    events,
+    explain,
+    require_unshare,
+    stage_buckets,
+    start_node,
+    write_hosts,
+)
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
-from trainers.node import node_command, parse_args
 
 STACK = "dev-a100-gke"
 JOB_TYPE = "kubernetes:batch/v1:Job"
@@ -69,27 +72,6 @@ TRAINER = {
 }
 IMAGE_PACKAGES = ["torch", "setuptools"]
 TOKEN = {"access_token": "fidelity-token", "expires_in": 3600, "token_type": "Bearer"}
-
-# `python3` of the image: its python, but `-m pip install` offline from the image layer.
-PYTHON3 = """#!{shared}
-import os, subprocess, sys
-argv = sys.argv[1:]
-image = {image!r}
-if argv[:3] == ["-m", "pip", "install"]:
-    sys.exit(subprocess.run(
-        [{shared!r}, "-m", "pip", "--python", image, "install", "--no-index",
-         "--no-build-isolation", "--quiet", *argv[3:]]
-    ).returncode)
-os.execv(image, [image, *argv])
-"""
-
-# Kubernetes' side of a pod: its host name and cluster DNS, then the container's command.
-POD_NAMESPACES = """set -e
-mount --bind "$TEST_HOSTS" /etc/hosts
-hostname "$TEST_HOSTNAME"
-unset TEST_HOSTS TEST_HOSTNAME
-exec "$@"
-"""
 
 
 @dataclass(frozen=True)
@@ -128,68 +110,42 @@ def _plan(trainer: dict[str, Any]) -> PlannedJob:
     )
 
 
-def _requires(sdist: Path) -> list[str]:
-    import tarfile
-
-    with tarfile.open(sdist, mode="r:gz") as tar:
-        name = next(n for n in tar.getnames() if n.endswith("/PKG-INFO"))
-        extracted = tar.extractfile(name)
-        assert extracted is not None
-        lines = extracted.read().decode().splitlines()
-    return [line.removeprefix("Requires-Dist: ") for line in lines if "Requires-Dist" in line]
-
-
-def _post(url: str, data: bytes, content_type: str) -> None:
-    request = urllib.request.Request(
-        url, data=data, headers={"Content-Type": content_type}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
-
-
 class Cluster:
     """The fakes and the image the pods of one planned Job share."""
 
-    def __init__(self, root: Path, planned: PlannedJob, storage: str, metadata: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        planned: PlannedJob,
+        storage: str,
+        metadata: str,
+        image: Image | None = None,
+    ) -> None:
+        """`image`: the image built for another cluster of the same plan, reused."""
         self.root, self.planned, self.storage, self.metadata = root, planned, storage, metadata
-        for bucket in (planned.staging_bucket, planned.checkpoint_bucket):
-            _post(
-                f"{storage}/storage/v1/b?project=p",
-                json.dumps({"name": bucket}).encode(),
-                "application/json",
-            )
-        obj = planned.package_uri.removeprefix(f"gs://{planned.staging_bucket}/")
-        _post(
-            f"{storage}/upload/storage/v1/b/{planned.staging_bucket}/o?uploadType=media"
-            f"&name={urllib.parse.quote(obj, safe='')}",
-            planned.sdist.read_bytes(),
-            "application/gzip",
-        )
-        image = image_environment(root / "image", [*IMAGE_PACKAGES, *_requires(planned.sdist)])
-        self.bin = root / "bin"
-        self.bin.mkdir()
-        shim = self.bin / POD_PYTHON
-        shim.write_text(PYTHON3.format(shared=sys.executable, image=str(image)))
-        shim.chmod(0o755)
-        nodes = int(planned.job["spec"]["completions"])
+        root.mkdir(parents=True, exist_ok=True)
+        buckets = [planned.staging_bucket, planned.checkpoint_bucket]
+        stage_buckets(storage, buckets, planned.package_uri, planned.sdist)
+        self.image = image or Image(root, planned.sdist, IMAGE_PACKAGES)
         job = planned.name
-        lines = [Path("/etc/hosts").read_text().rstrip("\n")]
-        lines += [f"127.0.0.{i + 1} {job}-{i}.{job} {job}-{i}" for i in range(nodes)]
-        self.hosts = root / "hosts"
-        self.hosts.write_text("\n".join(lines) + "\n")
+        nodes = int(planned.job["spec"]["completions"])
+        self.hosts = write_hosts(
+            root / "hosts", {f"{job}-{i}": [f"{job}-{i}.{job}"] for i in range(nodes)}
+        )
         self.attempts = 0
 
-    def start(self, index: int) -> Pod:
+    def start(self, index: int) -> Node:
         """Start the pod of `index` in a fresh container directory."""
         self.attempts += 1
         tmp = self.root / f"pod-{index}-attempt-{self.attempts}"
         tmp.mkdir()
+        bin_dir = self.image.container(tmp)
         container = self.planned.container
         env = {item["name"]: item["value"] for item in container["env"]}
         env.update(
             {
                 "JOB_COMPLETION_INDEX": str(index),
-                "PATH": f"{self.bin}:{os.environ.get('PATH', os.defpath)}",
+                "PATH": f"{bin_dir}:{os.environ.get('PATH', os.defpath)}",
                 "HOME": str(tmp),
                 "TMPDIR": str(tmp),
                 "LANG": "C.UTF-8",
@@ -198,84 +154,27 @@ class Cluster:
                 "STORAGE_EMULATOR_HOST": self.storage,
                 "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
                 "GCE_METADATA_HOST": self.metadata.removeprefix("http://"),
-                "TEST_HOSTS": str(self.hosts),
-                "TEST_HOSTNAME": f"{self.planned.name}-{index}",
             }
         )
-        argv = [
-            "unshare",
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "--uts",
-            "bash",
-            "-c",
-            POD_NAMESPACES,
-            "pod",
-            *container["command"],
-            *container["args"],
-        ]
-        log = (tmp / "output.log").open("w")
-        proc = subprocess.Popen(
-            argv, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        return start_node(
+            [*container["command"], *container["args"]],
+            env,
+            cwd=tmp,
+            hostname=f"{self.planned.name}-{index}",
+            hosts=self.hosts,
+            log_path=tmp / "output.log",
         )
-        return Pod(index, proc, tmp / "output.log", log)
-
-
-@dataclass
-class Pod:
-    index: int
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    log: IO[str]
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def records(self) -> list[dict[str, Any]]:
-        found = []
-        for line in self.output().splitlines():
-            if line.startswith("{"):
-                try:
-                    found.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return found
-
-    def kill(self) -> None:
-        """Every process of the pod at once, as when its node disappears."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        self.log.close()
-
-    def wait(self, timeout_s: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            self.log.close()
 
 
 @pytest.fixture
 def fakes() -> Iterator[tuple[str, str]]:
     """The GCS emulator and the metadata server: (STORAGE_EMULATOR_HOST, metadata URL)."""
-    if shutil.which("unshare") is None:
-        pytest.skip("unshare is not available")
+    require_unshare()
     with (
         running_gcs_emulator() as storage,
         MetadataServer({"instance/service-accounts/default/token": json.dumps(TOKEN)}) as metadata,
     ):
         yield storage, metadata.base_url
-
-
-def _explain(pods: list[Pod]) -> str:
-    return "\n".join(f"--- pod {p.index} ({p.log_path})\n{p.output()[-4000:]}" for p in pods)
-
-
-def _events(pods: list[Pod], event: str) -> list[dict[str, Any]]:
-    return [rec for pod in pods for rec in pod.records() if rec.get("event") == event]
 
 
 def test_pod_manifest_runs_the_node_launcher() -> None:
@@ -290,24 +189,10 @@ def test_pod_manifest_runs_the_node_launcher() -> None:
     assert "TRAINSTACK_TF_KERAS" not in env
 
 
-def _elastic() -> bool:
-    """Whether the node launcher starts torchrun with an elastic (c10d) rendezvous for a
-    multi-node GKE Job: without it a surviving pod's torchrun exits when a peer dies."""
-    env = {
-        "JOB_COMPLETION_INDEX": "1",
-        "JOB_NAME": "j",
-        "TRAINSTACK_HEADLESS_SERVICE": "j",
-        "TRAINSTACK_NUM_NODES": "2",
-        SIMULATED_ACCELERATORS_ENV: "2",
-    }
-    argv = node_command(parse_args(["trainers.torch_ddp"]), env).argv
-    return "--rdzv-backend=c10d" in argv or "--rdzv_backend=c10d" in argv
-
-
-def _run_pods(cluster: Cluster, timeout_s: float) -> list[Pod]:
+def _run_pods(cluster: Cluster, timeout_s: float) -> list[Node]:
     pods = [cluster.start(i) for i in range(2)]
     codes = [pod.wait(timeout_s) for pod in pods]
-    assert codes == [0, 0], _explain(pods)
+    assert codes == [0, 0], explain(pods)
     return pods
 
 
@@ -317,13 +202,12 @@ def test_two_pods_of_two_gpus_train_as_one_world_of_four(
 ) -> None:
     planned = _plan({"steps": 4, "checkpoint_every": 2})
     pods = _run_pods(Cluster(tmp_path, planned, *fakes), timeout_s=240)
-    for pod in pods:
+    for index, pod in enumerate(pods):
         assert (
-            f"trainstack-node: node {pod.index} of 2, 2 accelerator(s), 2 process(es): "
-            in pod.output()
+            f"trainstack-node: node {index} of 2, 2 accelerator(s), 2 process(es): " in pod.output()
         )
         assert "trainstack-pod: installing " + planned.package_uri in pod.output()
-    starts = _events(pods, "start")
+    starts = events(pods, "start")
     assert sorted((s["rank"], s["node"], s["worker"]) for s in starts) == [
         (0, 0, 0),
         (1, 0, 1),
@@ -331,29 +215,26 @@ def test_two_pods_of_two_gpus_train_as_one_world_of_four(
         (3, 1, 1),
     ]
     assert {(s["world_size"], s["per_rank_batch"], s["device"]) for s in starts} == {(4, 8, "cpu")}
-    [done] = _events(pods, "done")
+    [done] = events(pods, "done")
     assert (done["world_size"], done["step"], done["rank"]) == (4, 4, 0)
     assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints"
 
 
 @pytest.mark.trainer
-@pytest.mark.skipif(
-    not _elastic(),
-    reason="trainers.node starts torchrun with a static rendezvous: a surviving pod exits "
-    "when its peer dies (needs the elastic c10d rendezvous of issue #13 defect 6)",
-)
+@pytest.mark.slow
 def test_a_pod_whose_node_disappears_comes_back_and_the_run_ends_as_an_uninterrupted_one(
     tmp_path: Path, fakes: tuple[str, str]
 ) -> None:
     planned = _plan({"steps": 24, "checkpoint_every": 4})
-    pods = _run_pods(Cluster(tmp_path / "whole", planned, *fakes), timeout_s=300)
-    [reference] = _events(pods, "done")
+    whole = Cluster(tmp_path / "whole", planned, *fakes)
+    pods = _run_pods(whole, timeout_s=300)
+    [reference] = events(pods, "done")
 
     with (
         running_gcs_emulator() as storage,
         MetadataServer({"instance/service-accounts/default/token": json.dumps(TOKEN)}) as meta,
     ):
-        cluster = Cluster(tmp_path / "interrupted", planned, storage, meta.base_url)
+        cluster = Cluster(tmp_path / "interrupted", planned, storage, meta.base_url, whole.image)
         pods = [cluster.start(i) for i in range(2)]
         try:
             deadline = time.monotonic() + 240
@@ -361,8 +242,8 @@ def test_a_pod_whose_node_disappears_comes_back_and_the_run_ends_as_an_uninterru
             while not any(r.get("event") == "checkpoint" for r in pods[0].records()) or not any(
                 r.get("step", 0) >= 6 for r in pods[1].records()
             ):
-                assert time.monotonic() < deadline, _explain(pods)
-                assert all(p.proc.poll() is None for p in pods), _explain(pods)
+                assert time.monotonic() < deadline, explain(pods)
+                assert all(p.proc.poll() is None for p in pods), explain(pods)
                 time.sleep(0.2)
             pods[1].kill()
             replacement = cluster.start(1)
@@ -372,8 +253,8 @@ def test_a_pod_whose_node_disappears_comes_back_and_the_run_ends_as_an_uninterru
                 if pod.proc.poll() is None:
                     pod.kill()
         everything = [pods[0], pods[1], replacement]
-        assert codes == [0, 0], _explain(everything)
-    [done] = _events([pods[0], replacement], "done")
+        assert codes == [0, 0], explain(everything)
+    [done] = events([pods[0], replacement], "done")
     assert done["step"] == reference["step"] == 24
     assert done["params_sha256"] == reference["params_sha256"]
-    assert _events([pods[0], replacement], "resume"), _explain(everything)
+    assert events([pods[0], replacement], "resume"), explain(everything)

@@ -19,6 +19,7 @@ from trainers.node import (
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+ELASTIC = [sys.executable, "-m", "trainers.elastic"]
 # Vertex's documented CLUSTER_SPEC (gcp-facts 3.3): a chief and two workers on port 2222.
 CLUSTER = {
     "workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
@@ -46,12 +47,12 @@ def test_a_vertex_worker_runs_torchrun_with_one_process_per_gpu() -> None:
     command = node_command(parse_args(["trainers.torch_ddp", "--steps=10"]), env)
     assert command.launcher == "torchrun"
     assert command.argv == [
-        *TORCHRUN,
+        *ELASTIC,
         "--nnodes=3",
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=cmle-training-workerpool0-ab-0:2222",
         "--rdzv-id=trainstack",
-        "--rdzv-conf=is_host=0",
+        "--rdzv-conf=is_host=0,join_timeout=1800,read_timeout=1800",
         "--max-restarts=3",
         "--nproc-per-node=8",
         "-m",
@@ -93,12 +94,12 @@ def test_users_argv_under_torchrun_and_node() -> None:
         parse_args(["--launcher=torchrun", "--", "python", "train.py", "--lr=1"]), env
     )
     assert torchrun.argv == [
-        *TORCHRUN,
+        *ELASTIC,
         "--nnodes=2",
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=train-0.train-svc:29500",
         "--rdzv-id=trainstack",
-        "--rdzv-conf=is_host=0",
+        "--rdzv-conf=is_host=0,join_timeout=1800,read_timeout=1800",
         "--max-restarts=3",
         "--nproc-per-node=4",
         "--no-python",
@@ -262,12 +263,12 @@ def test_multi_node_torchrun_is_elastic_with_the_store_on_node_0() -> None:
     }
     command = node_command(parse_args(["trainers.torch_ddp", "--steps=10"]), env)
     assert command.argv == [
-        *TORCHRUN,
+        *ELASTIC,
         "--nnodes=2",
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=exp-42-a100-0:29500",
         "--rdzv-id=trainstack",
-        "--rdzv-conf=is_host=1",
+        "--rdzv-conf=is_host=1,join_timeout=1800,read_timeout=1800",
         "--max-restarts=3",
         "--nproc-per-node=2",
         "-m",

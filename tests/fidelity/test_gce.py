@@ -1,0 +1,341 @@
+"""Compute Engine fidelity: the planned managed instance group's nodes, each booting the
+startup script the plan renders and running its trainer unit the way systemd would.
+
+The plan is `infra.plan.build_plan` of the bundled `prod-a100-gce` stack cut to 2 nodes
+(a2-highgpu-8g) and a few small steps of the MLP on digits (DDP, fp32). Every node runs
+the instance template's `metadataStartupScript` as root, with what the VM provides: its
+per-instance config's name as host name, its `trainstack-node-rank` metadata attribute,
+the metadata server's token, Cloud Storage and the Cloud Logging API.
+
+What differs from Compute Engine, and why (nothing else changes behaviour):
+
+- Each VM is a node of `tests.fidelity.nodes`: its own user, mount, UTS and PID namespace,
+  the instance name as host name, a hosts file mapping every instance's name and its
+  internal DNS name (`<name>.<zone>.c.<project>.internal`) to 127.0.0.<i+1>, and its own
+  /var/lib, where the startup script keeps its state (its boot disk; a recreated VM gets a
+  fresh one). /root stays this machine's (the shared venv's interpreter lives under it).
+- systemd is `SYSTEMD_RUN`, a thin shim: `systemctl is-active` says `inactive`,
+  `systemd-run` runs the unit's command in the foreground (the VM's life is the node's
+  first process) and applies the unit's restart rule as systemd does for
+  `Restart=on-failure`: a non-zero exit restarts the command unless its code is in
+  `RestartPreventExitStatus`, at most `StartLimitBurst` starts in `StartLimitIntervalSec`.
+  It waits `SHIM_RESTART_SEC`, not the unit's `RestartSec` (30 s), between starts. The
+  unit's environment is the test's: PATH with the image's bin directory, and the hosts of
+  the fakes (`GCE_METADATA_HOST`, `STORAGE_EMULATOR_HOST`, `TRAINSTACK_LOGGING_ENDPOINT`),
+  where a VM reaches Google's.
+- The image is `tests.fidelity.nodes.Image`: torch and what the sdist requires, linked from
+  the shared venv; each boot gets a fresh virtual environment over it holding `python3`,
+  `pip` (offline) and `torchrun`, which the launcher finds on PATH as on the Deep Learning
+  VM image.
+- GPUs are simulated: `TRAINSTACK_SIMULATED_ACCELERATORS=2`, so each VM runs 2 CPU
+  processes on gloo and the world is 2 VMs x 2 = 4.
+- Recovery: one VM's processes are SIGKILLed mid-run (a spot preemption or a host error)
+  and the VM is booted again with a fresh disk under the same name and metadata, as the
+  managed instance group recreates it from its per-instance config.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.gpu_startup import NODE_RANK_ATTRIBUTE
+from infra.mocks import REPO_ROOT
+from infra.plan import build_plan, load_stack
+from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.logging_server import LoggingFakeServer
+from tests.fakes.metadata_fake import MetadataFake, vm_values
+from tests.fidelity.nodes import (
+    Image,
+    Node,
+    events,
+    explain,
+    require_unshare,
+    stage_buckets,
+    start_node,
+    write_hosts,
+)
+from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
+
+STACK = "prod-a100-gce"
+TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
+NODE_CONFIG_TYPE = "gcp:compute/perInstanceConfig:PerInstanceConfig"
+BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
+BUCKET = "gcp:storage/bucket:Bucket"
+NODES = 2
+TRAINER = {
+    "strategy": "ddp",
+    "model": "mlp",
+    "dataset": "digits",
+    "precision": "fp32",
+    "global_batch_size": 32,
+    "grad_accum_steps": 1,
+    "log_every": 1,
+}
+IMAGE_PACKAGES = ["torch", "setuptools"]
+SHIM_RESTART_SEC = 1
+
+SYSTEMCTL = """#!/bin/sh
+# systemctl of the shim: no unit is running before the startup script starts one.
+case "$1" in
+  is-active) echo inactive; exit 3 ;;
+  *) exit 0 ;;
+esac
+"""
+
+SYSTEMD_RUN = """#!{python}
+# systemd-run of the shim (see the test module's docstring).
+import signal, subprocess, sys, time
+
+args, props = sys.argv[1:], {{}}
+while args[0].startswith("--"):
+    option = args.pop(0)
+    if option.startswith("--property="):
+        key, _, value = option.removeprefix("--property=").partition("=")
+        props[key] = value
+    elif option.startswith("--unit="):
+        unit = option.removeprefix("--unit=")
+assert props["Restart"] == "on-failure", props
+prevent = {{int(code) for code in props["RestartPreventExitStatus"].split()}}
+burst, interval = int(props["StartLimitBurst"]), float(props["StartLimitIntervalSec"])
+starts = []
+while True:
+    now = time.monotonic()
+    starts = [t for t in starts if now - t < interval] + [now]
+    if len(starts) > burst:
+        print(f"systemd-shim: {{unit}}: start request repeated too quickly", flush=True)
+        sys.exit(1)
+    status = subprocess.call(args)
+    code = 128 - status if status < 0 else status
+    print(f"systemd-shim: {{unit}} exited {{code}}", flush=True)
+    if code == 0 or code in prevent:
+        sys.exit(0)
+    time.sleep({restart_sec})
+"""
+
+
+@dataclass(frozen=True)
+class PlannedGroup:
+    script: str
+    names: list[str]
+    zone: str
+    project: str
+    sdist: Path
+    package_uri: str
+    staging_bucket: str
+    checkpoint_bucket: str
+
+
+def _plan(trainer: dict[str, Any]) -> PlannedGroup:
+    name, config = load_stack(STACK, None)
+    config["trainstack:gpu_cluster"] = {**config["trainstack:gpu_cluster"], "node_count": NODES}
+    config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
+    plan = build_plan(name, config)
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for resource in plan["resources"]:
+        by_type.setdefault(resource["type"], []).append(resource["inputs"])
+    [template] = by_type[TEMPLATE_TYPE]
+    configs = sorted(
+        by_type[NODE_CONFIG_TYPE],
+        key=lambda c: int(c["preservedState"]["metadata"][NODE_RANK_ATTRIBUTE]),
+    )
+    [sdist] = by_type[BUCKET_OBJECT]
+    [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
+    return PlannedGroup(
+        script=template["metadataStartupScript"],
+        names=[c["name"] for c in configs],
+        zone=configs[0]["zone"],
+        project=configs[0]["project"],
+        sdist=REPO_ROOT / sdist["source"]["fileAsset"],
+        package_uri=f"gs://{sdist['bucket']}/{sdist['name']}",
+        staging_bucket=sdist["bucket"],
+        checkpoint_bucket=checkpoints["name"],
+    )
+
+
+class Group:
+    """The fakes and the image the VMs of one planned group share."""
+
+    def __init__(
+        self,
+        root: Path,
+        planned: PlannedGroup,
+        storage: str,
+        logging_endpoint: str,
+        image: Image | None = None,
+    ) -> None:
+        """`image`: the image built for another group of the same plan, reused."""
+        self.root, self.planned = root, planned
+        self.storage, self.logging_endpoint = storage, logging_endpoint
+        root.mkdir(parents=True, exist_ok=True)
+        buckets = [planned.staging_bucket, planned.checkpoint_bucket]
+        stage_buckets(storage, buckets, planned.package_uri, planned.sdist)
+        self.image = image or Image(root, planned.sdist, IMAGE_PACKAGES)
+        self.systemd = root / "systemd"
+        self.systemd.mkdir()
+        for prog, text in (
+            ("systemctl", SYSTEMCTL),
+            (
+                "systemd-run",
+                SYSTEMD_RUN.format(python=sys.executable, restart_sec=SHIM_RESTART_SEC),
+            ),
+        ):
+            (self.systemd / prog).write_text(text)
+            (self.systemd / prog).chmod(0o755)
+        dns = f"{planned.zone}.c.{planned.project}.internal"
+        self.hosts = write_hosts(root / "hosts", {n: [f"{n}.{dns}"] for n in planned.names})
+        self.metadata = [
+            MetadataFake(
+                {
+                    f"instance/attributes/{NODE_RANK_ATTRIBUTE}": str(rank),
+                    **vm_values(str(1000 + rank), name, planned.zone, planned.project),
+                }
+            ).__enter__()
+            for rank, name in enumerate(planned.names)
+        ]
+        self.boots = 0
+
+    def close(self) -> None:
+        for metadata in self.metadata:
+            metadata.__exit__(None, None, None)
+
+    def boot(self, rank: int) -> Node:
+        """Boot the VM of `rank` with a fresh disk: the startup script as root."""
+        self.boots += 1
+        disk = self.root / f"vm-{rank}-boot-{self.boots}"
+        for directory in ("var-lib", "tmp"):
+            (disk / directory).mkdir(parents=True)
+        bin_dir = self.image.container(disk)
+        env = {
+            "PATH": f"{bin_dir}:{self.systemd}:/usr/bin:/bin",
+            "HOME": "/root",
+            "TMPDIR": str(disk / "tmp"),
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            SIMULATED_ACCELERATORS_ENV: "2",
+            "GCE_METADATA_HOST": self.metadata[rank].host,
+            "STORAGE_EMULATOR_HOST": self.storage,
+            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+            "TRAINSTACK_LOGGING_ENDPOINT": self.logging_endpoint,
+        }
+        return start_node(
+            ["bash", "-c", self.planned.script],
+            env,
+            cwd=disk,
+            hostname=self.planned.names[rank],
+            hosts=self.hosts,
+            log_path=disk / "console.log",
+            binds={disk / "var-lib": "/var/lib"},
+        )
+
+
+@pytest.fixture
+def fakes() -> Iterator[tuple[str, LoggingFakeServer]]:
+    """The GCS emulator and the Cloud Logging API: (STORAGE_EMULATOR_HOST, logging fake)."""
+    require_unshare()
+    with running_gcs_emulator() as storage, LoggingFakeServer() as logging_api:
+        yield storage, logging_api
+
+
+def _boot_all(group: Group, timeout_s: float) -> list[Node]:
+    vms = [group.boot(rank) for rank in range(NODES)]
+    codes = [vm.wait(timeout_s) for vm in vms]
+    assert codes == [0] * NODES, explain(vms)
+    return vms
+
+
+def test_the_planned_startup_script_is_the_same_on_every_node() -> None:
+    planned = _plan({"steps": 4})
+    assert planned.names == ["prod-a100-gce-a100-0", "prod-a100-gce-a100-1"]
+    assert 'systemd-run --unit="$UNIT"' in planned.script
+    assert "\nRESTART_PREVENT='0 2'\n" in planned.script
+    assert f"\nCOORDINATOR={planned.names[0]}\n" in planned.script
+    assert f"\nPACKAGE_URI={planned.package_uri}\n" in planned.script
+
+
+@pytest.mark.trainer
+def test_two_vms_of_two_gpus_train_as_one_world_of_four(
+    tmp_path: Path, fakes: tuple[str, LoggingFakeServer]
+) -> None:
+    storage, logging_api = fakes
+    planned = _plan({"steps": 4, "checkpoint_every": 2})
+    group = Group(tmp_path, planned, storage, logging_api.endpoint)
+    try:
+        vms = _boot_all(group, timeout_s=240)
+    finally:
+        group.close()
+    for rank, vm in enumerate(vms):
+        output = vm.output()
+        assert "trainstack-launch: installing " + planned.package_uri in output
+        assert f"trainstack-node: node {rank} of 2, 2 accelerator(s), 2 process(es): " in output
+        assert "systemd-shim: trainstack-trainer exited 0" in output
+        assert "trainstack-startup: started trainstack-trainer with " in output
+    starts = events(vms, "start")
+    assert sorted((s["rank"], s["node"], s["worker"]) for s in starts) == [
+        (0, 0, 0),
+        (1, 0, 1),
+        (2, 1, 0),
+        (3, 1, 1),
+    ]
+    assert {(s["world_size"], s["per_rank_batch"], s["device"]) for s in starts} == {(4, 8, "cpu")}
+    [done] = events(vms, "done")
+    assert (done["world_size"], done["step"], done["rank"]) == (4, 4, 0)
+    assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints"
+    shipped = [e["jsonPayload"] for e in logging_api.entries if "jsonPayload" in e]
+    assert {"done"} <= {p.get("event") for p in shipped}
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+# VM 0 hosts the rendezvous store: VM 1 loses it, exits 3 and its unit restarts it, to wait
+# for the recreated VM 0.
+@pytest.mark.parametrize("lost", [1, 0])
+def test_a_vm_that_is_preempted_is_recreated_and_the_run_ends_as_an_uninterrupted_one(
+    lost: int, tmp_path: Path, fakes: tuple[str, LoggingFakeServer]
+) -> None:
+    storage, logging_api = fakes
+    planned = _plan({"steps": 24, "checkpoint_every": 4})
+    whole = Group(tmp_path / "whole", planned, storage, logging_api.endpoint)
+    try:
+        [reference] = events(_boot_all(whole, timeout_s=300), "done")
+    finally:
+        whole.close()
+
+    with running_gcs_emulator() as storage2:
+        group = Group(
+            tmp_path / "interrupted", planned, storage2, logging_api.endpoint, whole.image
+        )
+        vms = [group.boot(rank) for rank in range(NODES)]
+        try:
+            deadline = time.monotonic() + 240
+            # Preempt a VM once a checkpoint exists and training went on past it.
+            while not any(r.get("event") == "checkpoint" for r in vms[0].records()) or not any(
+                r.get("step", 0) >= 6 for r in vms[1].records()
+            ):
+                assert time.monotonic() < deadline, explain(vms)
+                assert all(vm.proc.poll() is None for vm in vms), explain(vms)
+                time.sleep(0.2)
+            vms[lost].kill()
+            recreated = group.boot(lost)
+            survivor = vms[1 - lost]
+            codes = [survivor.wait(300), recreated.wait(300)]
+        finally:
+            for vm in vms:
+                if vm.proc.poll() is None:
+                    vm.kill()
+            group.close()
+        everything = [*vms, recreated]
+        assert codes == [0, 0], explain(everything)
+    if lost == 0:
+        assert "trainstack-elastic: rendezvous lost (" in survivor.output()
+        assert "systemd-shim: trainstack-trainer exited 3" in survivor.output()
+    [done] = events([survivor, recreated], "done")
+    assert done["step"] == reference["step"] == 24
+    assert done["params_sha256"] == reference["params_sha256"]
+    assert events([survivor, recreated], "resume"), explain(everything)
