@@ -1,10 +1,11 @@
 """A plain PyTorch DDP training script that trainstack runs as your own code.
 
 It imports nothing from trainstack: it reads the run contract from the environment
-(torchrun's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_*, and TRAINSTACK_CHECKPOINT_DIR), saves a
-checkpoint every --checkpoint-every steps, resumes from the newest one, saves and exits 143 on
-SIGTERM (preemption), and ends with one JSON line naming the sha256 of the final weights, so
-two runs can be compared exactly.
+(torchrun's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_*, and TRAINSTACK_CHECKPOINT_DIR, a local
+folder or a gs:// URL on the cloud), saves a checkpoint every --checkpoint-every steps
+through fsspec (gcsfs for gs://), resumes from the newest complete one, saves and exits 143
+on SIGTERM (preemption), and ends with one JSON line naming the sha256 of the final weights,
+so two runs can be compared exactly.
 
     torchrun --standalone --nproc-per-node=2 train.py --steps=60
 """
@@ -13,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
-import shutil
 import signal
 import sys
 import time
-from pathlib import Path
 
+import fsspec
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -47,18 +48,27 @@ def batch(step: int, rank: int, per_rank: int, seed: int) -> tuple[torch.Tensor,
     return x, y
 
 
-def latest_checkpoint(root: Path) -> Path | None:
-    steps = [p for p in root.glob("step-*") if p.is_dir() and p.name[5:].isdigit()]
-    return max(steps, key=lambda p: int(p.name[5:]), default=None)
+def latest_checkpoint(fs: fsspec.AbstractFileSystem, root: str) -> str | None:
+    """The newest step folder whose COMPLETE marker was written (the marker comes last, so a
+    save cut short is never loaded; object stores have no atomic folder rename)."""
+    done = [p.rsplit("/", 2)[-2] for p in fs.glob(f"{root}/step-*/COMPLETE")]
+    steps = [int(name[5:]) for name in done if name[5:].isdigit()]
+    return f"{root}/step-{max(steps)}" if steps else None
 
 
-def save(root: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
-    """Rank 0 writes step-N atomically: a temporary folder renamed into place."""
-    tmp = root / f".step-{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, tmp / "s.pt")
-    os.replace(tmp, root / f"step-{step}")
+def save(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    step: int,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+) -> None:
+    """Rank 0 writes step-N: the state, then the COMPLETE marker."""
+    buffer = io.BytesIO()
+    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, buffer)
+    fs.makedirs(f"{root}/step-{step}", exist_ok=True)
+    fs.pipe_file(f"{root}/step-{step}/s.pt", buffer.getvalue())
+    fs.pipe_file(f"{root}/step-{step}/COMPLETE", b"{}")
 
 
 def digest(model: nn.Module) -> str:
@@ -78,12 +88,13 @@ def main() -> int:
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    root = Path(os.environ["TRAINSTACK_CHECKPOINT_DIR"])
-    root.mkdir(parents=True, exist_ok=True)
+    fs, root = fsspec.core.url_to_fs(os.environ["TRAINSTACK_CHECKPOINT_DIR"])
+    root = root.rstrip("/")
+    fs.makedirs(root, exist_ok=True)
     start = 0
-    found = latest_checkpoint(root)
+    found = latest_checkpoint(fs, root)
     if found is not None:
-        state = torch.load(found / "s.pt", weights_only=True)
+        state = torch.load(io.BytesIO(fs.cat_file(f"{found}/s.pt")), weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]
@@ -106,7 +117,7 @@ def main() -> int:
         dist.all_reduce(flag)
         if step % args.checkpoint_every == 0 or step == args.steps or flag.item():
             if rank == 0:
-                save(root, step, model, opt)
+                save(fs, root, step, model, opt)
             dist.barrier()
         if flag.item() and step < args.steps:
             if rank == 0:
