@@ -229,7 +229,7 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
             "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
             "and `pulumi up` and stops the deployment before anything is created on a shortfall."
         )
-    notes += [f"warning: {problem}" for problem in expired]
+    notes += expired
     needs = quota_needs(cfg)
     note = unverified_quota_note(needs)
     if note:

@@ -65,7 +65,7 @@ FAILED_STATES = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "FAILED"}
 )
 """States `status` exits 1 for."""
-_STEP_DIR = re.compile(r"step-(\d{8})$")
+_STEP_DIR = re.compile(r"step-(\d+)$")  # bundled trainers pad to 8 digits; your code may not
 _POLICY = RetryPolicy(max_attempts=3)
 _VERTEX_JOB = re.compile(
     r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"

@@ -13,7 +13,7 @@ environment as on every target:
 
 The run contract's folders live under `root`: checkpoints in `trainer.checkpoint_dir` or
 `root/checkpoints/<run_name>` (so running again resumes), data in `root/data`, outputs in
-`root/outputs/<run_name>`; JSON lines the code prints are kept in `root/logs/<run>.jsonl`,
+`root/outputs/<run_name>`; every line the code prints is kept in `root/logs/<run>.jsonl`,
 stderr in `root/logs/<run>.stderr.log`. Requirements are not installed here: the code runs
 in this environment. SIGTERM or Ctrl-C is forwarded once as SIGTERM (the code saves and exits
 143; 130 after Ctrl-C), a second one or the grace period running out kills every process.
@@ -160,14 +160,19 @@ def _pump(
         with lock:
             out.write(line)
             out.flush()
+            # Every line is kept, not only the JSON records: `trainstack logs` shows the others
+            # as they are, and your code's prints are often what a failure needs.
+            log.write(line if line.endswith("\n") else line + "\n")
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict):
-                log.write(line if line.endswith("\n") else line + "\n")
-                if record.get("event") == "done" and record.get("rank") == 0:
-                    done.append(record)
+            if (
+                isinstance(record, dict)
+                and record.get("event") == "done"
+                and record.get("rank") == 0
+            ):
+                done.append(record)
 
 
 def run_local_code(

@@ -69,10 +69,10 @@ def test_an_expired_image_names_its_date_and_the_images_still_available() -> Non
 def test_build_plan_warns_of_the_default_vertex_image_on_the_audit_day() -> None:
     name, config = load_stack("prod-vertex-rs", None)
     plan = build_plan(name, config, today=AUDIT_DAY)
-    assert [n for n in plan["notes"] if n.startswith("warning: ")] == [
-        f"warning: {DEFAULT_TORCH_EXPIRED}"
+    assert [n for n in plan["notes"] if n.startswith("vertex.image_uri: ")] == [
+        DEFAULT_TORCH_EXPIRED
     ]
-    assert not any(n.startswith("warning: ") for n in build_plan(name, config)["notes"])
+    assert not any(n.startswith("vertex.image_uri: ") for n in build_plan(name, config)["notes"])
 
 
 def test_build_plan_warns_of_a_user_given_known_image() -> None:
@@ -80,8 +80,8 @@ def test_build_plan_warns_of_a_user_given_known_image() -> None:
     given = TORCH_24.replace("pytorch-gpu.2-4", "pytorch-gpu.2-2")
     config["trainstack:vertex"] = {**config["trainstack:vertex"], "image_uri": given}
     plan = build_plan(name, config, today=date(2026, 2, 1))
-    assert [n for n in plan["notes"] if n.startswith("warning: ")] == [
-        f"warning: vertex.image_uri: image '{given}' is past its end of availability "
+    assert [n for n in plan["notes"] if n.startswith("vertex.image_uri: ")] == [
+        f"vertex.image_uri: image '{given}' is past its end of availability "
         "(2026-01-30, Google's prebuilt-containers page), so Vertex may no longer serve it; "
         f"valid: {TORCH_24.replace('pytorch-gpu.2-4', 'pytorch-gpu.2-3')}, {TORCH_24}, "
         "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest, "
