@@ -30,9 +30,8 @@ image's TensorFlow minor with --no-deps), then execs the container's args, the n
 `python3 -m trainers.node MODULE ARGS` (`node_argv`). The launcher reads the pod's index
 from JOB_COMPLETION_INDEX and starts torchrun with one process per GPU, rendezvousing on
 pod 0 (`<job>-0.<job>`, TRAINSTACK_COORDINATOR_PORT), or a non-torch trainer once per pod.
-Your own code (`node_args`, `trainers.common.user_code.node_args`) replaces the module and
-its flags: the pods run `python3 -m trainers.node <node_args>` in `image` (default the
-torch trainer's image), the run contract's folders already in `node_args`.
+Your own code (`node_args`) replaces the module and its flags: the pods run `python3 -m
+trainers.node <node_args>` in `image` (default: the torch trainer's image).
 
 Recovery (podFailurePolicy, first match wins; Kubernetes docs "Handling retriable and
 non-retriable pod failures with Pod failure policy"): a pod that gets the DisruptionTarget
@@ -308,8 +307,7 @@ def node_argv(
     module: str | None, trainer_args: Sequence[str], node_args: Sequence[str] | None = None
 ) -> list[str]:
     """The container's args: the node launcher running `module` with its flags, or your
-    code's `node_args` (the pod script installs the package into `POD_PYTHON`'s environment
-    first, then execs these)."""
+    code's `node_args` (the pod script installs the package first, then execs these)."""
     return [POD_PYTHON, *launcher_argv(module, trainer_args, node_args)]
 
 

@@ -1,6 +1,6 @@
-"""Your own code on the tpu and vertex targets, as `trainstack plan --json` records it: what
-each machine runs, the code package, the secret grants and services, and no "not wired"
-note (gpu_cluster keeps it until its launch starts your code)."""
+"""Your own code on the tpu, vertex and gpu_cluster targets, as `trainstack plan --json`
+records it: what each machine runs, the code package, the secret grants and services, and
+no "not wired" note (every target's launch starts your code)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import yaml
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.compose import USER_CODE_NOT_WIRED
 
 runner = CliRunner()
 
@@ -52,6 +51,8 @@ SECRET_ARGS = [
     "--secret-env=HF_TOKEN_2=projects/p/secrets/hf",
     "--secret-env=WANDB_API_KEY=projects/other/secrets/wandb",
 ]
+NOT_WIRED = "trainer.entrypoint: this release packages and plans your own code but does not"
+"""The note a plan carried while a target's launch did not start your code."""
 SECRET_MEMBER = "gcp:secretmanager/secretIamMember:SecretIamMember"
 SERVICE = "gcp:projects/service:Service"
 MEMBER = "serviceAccount:mine-train@p.iam.gserviceaccount.com"
@@ -114,7 +115,7 @@ def test_vertex_runs_your_code_from_the_package_on_the_pytorch_image(
             "pythonModule": "trainers.node",
             "args": node_args,
         }
-    assert not any(USER_CODE_NOT_WIRED.split(";")[0] in note for note in plan["notes"])
+    assert not any(NOT_WIRED in note for note in plan["notes"])
     assert _of_type(plan, SECRET_MEMBER) == []
     assert "mine-apis-secretmanager" not in {r["name"] for r in plan["resources"]}
 
@@ -187,7 +188,7 @@ def test_tpu_runs_your_code_on_every_host_of_a_base_runtime(tmp_path: Path, code
         "--env=TRAINSTACK_RUN_NAME=mine -- python train.py)\n"
     ) in script
     assert plan["outputs"]["checkpoint_dir"] == "gs://p-mine-checkpoints/checkpoints"
-    assert not any(USER_CODE_NOT_WIRED.split(";")[0] in note for note in plan["notes"])
+    assert not any(NOT_WIRED in note for note in plan["notes"])
 
 
 @pytest.mark.parametrize("target", [VERTEX, TPU])
