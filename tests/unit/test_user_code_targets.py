@@ -12,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components.catalog.images import KUBERNETES_IMAGES
 from infra.cli import app
 
 runner = CliRunner()
@@ -40,6 +41,10 @@ GKE = {
         "node_count": 2,
         "zone": "us-central1-a",
     },
+}
+GCE = {
+    **GKE,
+    "trainstack:gpu_cluster": {**GKE["trainstack:gpu_cluster"], "backend": "gce"},
 }
 SECRETS = {
     "HF_TOKEN": "projects/p/secrets/hf/versions/3",
@@ -191,7 +196,7 @@ def test_tpu_runs_your_code_on_every_host_of_a_base_runtime(tmp_path: Path, code
     assert not any(NOT_WIRED in note for note in plan["notes"])
 
 
-@pytest.mark.parametrize("target", [VERTEX, TPU])
+@pytest.mark.parametrize("target", [VERTEX, TPU, GKE, GCE])
 def test_secret_env_grants_accessor_on_exactly_those_secrets(
     tmp_path: Path, code: Path, target: dict[str, Any]
 ) -> None:
@@ -219,7 +224,74 @@ def test_secret_env_grants_accessor_on_exactly_those_secrets(
     )
 
 
-def test_gpu_cluster_keeps_the_not_wired_note(tmp_path: Path, code: Path) -> None:
-    trainer = {"source": str(code), "entrypoint": ["python", "train.py"]}
+GPU_NODE_ARGS = [
+    "--launcher=torchrun",
+    "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints",
+    "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data",
+    "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine",
+    "--env=TRAINSTACK_RUN_NAME=mine",
+    "--",
+    "python",
+    "train.py",
+]
+
+
+def test_gke_pods_run_your_code_in_your_image(tmp_path: Path, code: Path) -> None:
+    image = "us-docker.pkg.dev/p/r/mine:1"
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"], "image": image}
     plan = _plan(tmp_path, {**GKE, "trainstack:trainer": trainer})
-    assert USER_CODE_NOT_WIRED.format(target="gpu_cluster") in plan["notes"]
+    assert plan["outputs"]["node_args"] == GPU_NODE_ARGS
+    spec = _named(plan, "mine-gpu-training-job")["inputs"]["spec"]
+    [container] = spec["template"]["spec"]["containers"]
+    assert container["args"] == ["python3", "-m", "trainers.node", *GPU_NODE_ARGS]
+    assert container["image"] == image
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert "TRAINSTACK_TF_KERAS" not in env
+    assert env["TRAINSTACK_PACKAGE_URI"] == _package_uri(plan)
+    assert spec["completions"] == 2
+    assert not any(NOT_WIRED in note for note in plan["notes"])
+
+
+def test_gke_pods_default_to_the_torch_image(tmp_path: Path, code: Path) -> None:
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"], "launcher": "node"}
+    plan = _plan(tmp_path, {**GKE, "trainstack:trainer": trainer})
+    spec = _named(plan, "mine-gpu-training-job")["inputs"]["spec"]
+    [container] = spec["template"]["spec"]["containers"]
+    assert container["image"] == KUBERNETES_IMAGES["trainers.torch_ddp"]
+    assert container["args"] == [
+        "python3",
+        "-m",
+        "trainers.node",
+        "--launcher=node",
+        *GPU_NODE_ARGS[1:],
+    ]
+
+
+def test_gce_vms_run_your_code(tmp_path: Path, code: Path) -> None:
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"]}
+    plan = _plan(tmp_path, {**GCE, "trainstack:trainer": trainer})
+    assert plan["outputs"]["node_args"] == GPU_NODE_ARGS
+    script = _named(plan, "mine-gpu-template")["inputs"]["metadataStartupScript"]
+    assert (
+        "NODE_ARGV=(-m trainers.node --launcher=torchrun "
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints "
+        "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data "
+        "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine "
+        "--env=TRAINSTACK_RUN_NAME=mine -- python train.py)\n"
+    ) in script
+    assert "\nTRAINER_ARGS=()\nNODE_ARGV=" in script
+    assert "\nUSE_TORCHRUN=1\nUSER_CODE=1\n" in script
+    assert not any(NOT_WIRED in note for note in plan["notes"])
+
+
+def test_gce_refuses_a_container_image(tmp_path: Path, code: Path) -> None:
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"], "image": "img:1"}
+    path = tmp_path / "Pulumi.mine.yaml"
+    path.write_text(yaml.safe_dump({"config": {**GCE, "trainstack:trainer": trainer}}))
+    result = runner.invoke(app, ["plan", "--config-file", str(path), "--json"])
+    assert result.exit_code == 2
+    assert (
+        "trainer.image: not supported on gpu_cluster backend 'gce' (its VMs boot the Deep "
+        "Learning VM image and run no container); valid: trainer.source, or "
+        "gpu_cluster.backend gke"
+    ) in " ".join(result.output.split())
