@@ -30,6 +30,8 @@ image's TensorFlow minor with --no-deps), then execs the container's args, the n
 `python3 -m trainers.node MODULE ARGS` (`node_argv`). The launcher reads the pod's index
 from JOB_COMPLETION_INDEX and starts torchrun with one process per GPU, rendezvousing on
 pod 0 (`<job>-0.<job>`, TRAINSTACK_COORDINATOR_PORT), or a non-torch trainer once per pod.
+Your own code (`node_args`) replaces the module and its flags: the pods run `python3 -m
+trainers.node <node_args>` in `image` (default: the torch trainer's image).
 
 Recovery (podFailurePolicy, first match wins; Kubernetes docs "Handling retriable and
 non-retriable pod failures with Pod failure policy"): a pod that gets the DisruptionTarget
@@ -71,8 +73,10 @@ from components.gpu_startup import (
     FAIL_FAST_EXIT_CODES,
     RESTART_EXIT_CODES,
     check_trainer,
+    validate_node_args,
     with_checkpoint_dir,
 )
+from components.gpu_startup import node_argv as launcher_argv
 from trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
@@ -83,7 +87,6 @@ POD_SCRIPT: Final = (Path(__file__).parent / "kubernetes_pod.sh").read_text()
 """The container command's script (`bash -c POD_SCRIPT trainstack-pod ARGS...`)."""
 POD_PYTHON: Final = "python3"
 """The images' interpreter: the pod script installs into it and it runs the launcher."""
-NODE_LAUNCHER: Final = "trainers.node"
 TF_KERAS_MODULES: Final = frozenset({TF_MODULE})
 """Trainer modules that run tf.keras as Keras 2 (tf-keras on TensorFlow >= 2.16)."""
 
@@ -145,6 +148,9 @@ class KubernetesTrainingJobArgs(TypedDict):
     GPU; the node launcher runs other modules once per pod)."""
     trainer_args: NotRequired[list[str]]
     """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
+    node_args: NotRequired[pulumi.Input[Sequence[str]]]
+    """Your own code instead of the trainer: `python -m trainers.node` arguments
+    (`infra.compose.user_code_node_args`); excludes trainer_module and trainer_args."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
     """gs:// URL of the checkpoint bucket: adds `--checkpoint_dir=<url>/checkpoints` unless
     the flags choose one, so a restarted pod resumes."""
@@ -207,6 +213,18 @@ def default_image(module: str) -> str:
     return image
 
 
+def _check_launch(args: Mapping[str, Any], module: object) -> None:
+    if "node_args" not in args:
+        check_trainer(module, args.get("trainer_args", []))
+    elif "trainer_module" in args or "trainer_args" in args:
+        raise ValueError(
+            "node_args: runs your own code, which takes no trainer_module or trainer_args; "
+            "valid: remove them"
+        )
+    elif isinstance(args["node_args"], list | tuple):  # an Output is checked when known
+        validate_node_args(args["node_args"])
+
+
 def validate_args(args: Mapping[str, Any]) -> None:
     """Check the plain arguments; raises ValueError with the argument's name."""
     nodes = _positive_int(args, "node_count")
@@ -227,7 +245,7 @@ def validate_args(args: Mapping[str, Any]) -> None:
     if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
         raise ValueError(f"namespace: {namespace!r} is not a DNS label")
     module = args.get("trainer_module", DEFAULT_MODULE)
-    check_trainer(module, args.get("trainer_args", []))
+    _check_launch(args, module)
     if "image" not in args:
         default_image(module)
     elif not isinstance(args["image"], str) or not args["image"].strip():
@@ -285,10 +303,12 @@ def pod_failure_policy() -> dict[str, Any]:
     }
 
 
-def node_argv(module: str, trainer_args: Sequence[str]) -> list[str]:
-    """The container's args: the node launcher running `module` with its flags (the pod
-    script installs the package into `POD_PYTHON`'s environment first, then execs these)."""
-    return [POD_PYTHON, "-m", NODE_LAUNCHER, module, *trainer_args]
+def node_argv(
+    module: str | None, trainer_args: Sequence[str], node_args: Sequence[str] | None = None
+) -> list[str]:
+    """The container's args: the node launcher running `module` with its flags, or your
+    code's `node_args` (the pod script installs the package first, then execs these)."""
+    return [POD_PYTHON, *launcher_argv(module, trainer_args, node_args)]
 
 
 def pod_command() -> list[str]:
@@ -477,15 +497,20 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
         plain: dict[str, Any] = dict(args)
 
         def build(values: list[Any]) -> dict[str, Any]:
-            merged, package_uri, checkpoint_url, email = values
-            trainer_args = with_checkpoint_dir(plain.get("trainer_args", []), checkpoint_url)
+            merged, package_uri, checkpoint_url, email, node_args = values
+            if node_args is not None:
+                validate_node_args(node_args)
+                argv = node_argv(None, [], node_args)
+            else:
+                flags = with_checkpoint_dir(plain.get("trainer_args", []), checkpoint_url)
+                argv = node_argv(module, flags)
             return manifests(
                 job_name=job_name,
                 node_count=plain["node_count"],
                 gpus_per_node=plain["gpus_per_node"],
                 image=plain.get("image") or default_image(module),
                 package_uri=package_uri,
-                args=node_argv(module, trainer_args),
+                args=argv,
                 labels=merged,
                 namespace=namespace,
                 gcp_service_account_email=email,
@@ -495,7 +520,7 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
                     "backoff_limit_per_index", DEFAULT_BACKOFF_LIMIT_PER_INDEX
                 ),
                 active_deadline_seconds=plain.get("active_deadline_seconds"),
-                tf_keras=module in TF_KERAS_MODULES,
+                tf_keras=node_args is None and module in TF_KERAS_MODULES,
                 wait_for_completion=wait,
                 shm_size_gib=plain.get("shm_size_gib", DEFAULT_SHM_SIZE_GIB),
                 termination_grace_period_s=plain.get(
@@ -506,7 +531,7 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
             )
 
         objects = pulumi.Output.all(
-            labels, args["package_uri"], args.get("checkpoint_url"), gsa
+            labels, args["package_uri"], args.get("checkpoint_url"), gsa, args.get("node_args")
         ).apply(build)
 
         def part(kind: str, field: str) -> pulumi.Output[Any]:

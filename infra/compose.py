@@ -91,23 +91,11 @@ OUTPUT_METRIC_TYPES = "metric_types"
 OUTPUT_NODE_ARGS = "node_args"
 """Your code's `python -m trainers.node` arguments: what each machine / TPU host runs."""
 
-USER_CODE_NOT_WIRED = (
-    "trainer.entrypoint: this release packages and plans your own code but does not yet "
-    "start it on the {target} target; run it here with `trainstack local-run`, and on the "
-    "cloud with the `node_args` output after installing the `trainer_package_uri` package"
-)
-USER_CODE_NOT_WIRED_TARGETS: tuple[str, ...] = ("gpu_cluster",)
-"""Targets whose compute is not created for your own code yet (USER_CODE_NOT_WIRED)."""
 SECRET_SERVICE = "secretmanager.googleapis.com"
 """Enabled when your code reads `trainer.secret_env` secrets on the node."""
 USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node": TF_MODULE}
 """Launcher -> the bundled module whose prebuilt Vertex image runs your code from the code
 package: PyTorch's for torchrun, TensorFlow's (TF_CONFIG code) for node."""
-
-
-def user_code_not_wired(cfg: StackConfig) -> bool:
-    """Your own code on a target whose launch does not start it yet."""
-    return cfg.trainer.user_code is not None and cfg.target in USER_CODE_NOT_WIRED_TARGETS
 
 
 def secret_names(cfg: StackConfig) -> list[str]:
@@ -241,9 +229,6 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
             lambda urls: user_code_node_args(cfg, deployment, urls[0], urls[1])
         )
         outputs[OUTPUT_NODE_ARGS] = node_args
-    if user_code_not_wired(cfg):
-        pulumi.log.warn(USER_CODE_NOT_WIRED.format(target=cfg.target))
-        return outputs
     target_outputs: dict[str, Any]
     if cfg.target == "vertex":
         target_outputs, scope = _vertex(
@@ -257,7 +242,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     else:
         assert network is not None and cfg.target == "gpu_cluster"
         target_outputs, scope = _gpu_cluster(
-            cfg, deployment, labels, package, buckets, identity, network, after_apis
+            cfg, deployment, labels, package, buckets, identity, network, after_apis, node_args
         )
     outputs.update(target_outputs)
     outputs.update(_monitoring(cfg, deployment, labels, scope, after_apis))
@@ -446,15 +431,25 @@ def _gpu_cluster(
     identity: TrainingIdentity,
     network: TrainingNetwork,
     after_apis: pulumi.ResourceOptions,
+    node_args: pulumi.Output[list[str]] | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     gpu = cfg.gpu_cluster
     assert gpu is not None and cfg.project is not None
     training: A100TrainingArgs = {
         "package_uri": package.uri,
-        "trainer_module": TRAINER_MODULES[cfg.trainer.framework],
-        "trainer_args": trainer_args(cfg),
-        "checkpoint_url": buckets.checkpoint_url,  # -> --checkpoint_dir=<url>/checkpoints
+        # Bundled: --checkpoint_dir=<url>/checkpoints; gce: where a run limit's start goes.
+        "checkpoint_url": buckets.checkpoint_url,
     }
+    code = cfg.trainer.user_code
+    if node_args is not None:
+        # Your code, on every node (gke: every pod, in your image if given; the config
+        # refuses an image on gce, whose VMs run no container).
+        training["node_args"] = node_args
+        if code is not None and code.image:
+            training["image"] = code.image
+    else:
+        training["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
+        training["trainer_args"] = trainer_args(cfg)
     args: A100ClusterArgs = {
         "project": cfg.project,
         "zone": gpu.zone,

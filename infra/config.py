@@ -507,6 +507,7 @@ def _semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     errors += target_errors
     if trainer is not None and target is not None:
         errors += user_code_problems(trainer, target, PROJECT_ROOT)
+        errors += _gce_image_problems(trainer, target, parts.get("gpu_cluster"))
     if trainer is not None and target is not None and trainer.user_code is None:
         trainer_errors = _check_trainer(trainer, target, parts.get("gpu_cluster"))
         image = _torch_image(parts, target) if trainer.framework == "torch" else None
@@ -599,6 +600,20 @@ def _torch_image(parts: Mapping[str, Any], target: str) -> tuple[str, str | None
     if target == "gpu_cluster" and gpu is not None:
         return (DLVM_IMAGE if gpu.backend == "gce" else KUBERNETES_IMAGES[TORCH_MODULE]), None
     return None
+
+
+def _gce_image_problems(
+    trainer: StackTrainer, target: str, gpu: GpuClusterConfig | None
+) -> list[str]:
+    if trainer.image is None or target != "gpu_cluster" or gpu is None or gpu.backend != "gce":
+        return []
+    return [
+        (
+            "trainer.image: not supported on gpu_cluster backend 'gce' (its VMs boot the Deep "
+            "Learning VM image and run no container); valid: trainer.source, or "
+            "gpu_cluster.backend gke"
+        )
+    ]
 
 
 def _check_trainer(

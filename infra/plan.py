@@ -26,7 +26,7 @@ from rich.tree import Tree
 
 from components.catalog.images import image_availability_problem, vertex_training_image
 from infra.code_plan import code_rows, code_summary
-from infra.compose import USER_CODE_NOT_WIRED, main_program, user_code_not_wired
+from infra.compose import main_program
 from infra.config import ConfigError, StackConfig, load_stack_config
 from infra.estimate import limits_plan, quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
@@ -250,8 +250,6 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
     if limits is not None:
         extra["limits"] = limits
     code = code_summary(cfg)
-    if user_code_not_wired(cfg):
-        notes.append(USER_CODE_NOT_WIRED.format(target=cfg.target))
     return {
         "stack": stack,
         "target": cfg.target,

@@ -51,7 +51,8 @@ one per-instance config per node keeps its name and its `trainstack-node-rank` m
 With `training`, every instance gets the same startup script (`components.gpu_startup`),
 which installs the trainer package and runs the node launcher: torchrun with an elastic
 rendezvous on instance 0, so a recreated or restarted node rejoins and every worker
-resumes from the newest checkpoint. A new trainer package or new flags make a new template,
+resumes from the newest checkpoint. With `training.node_args` your own code runs instead
+of the trainer, on both backends, through the same node launcher. A new trainer package or new flags make a new template,
 which the group rolls out by recreating the nodes.
 
 Naming: the cluster is `<deployment>-a100` (at most 40 characters), its pools `system` and
@@ -174,12 +175,17 @@ class A100TrainingArgs(TypedDict):
     """Default `trainers.torch_ddp` (torchrun, one process per GPU)."""
     trainer_args: NotRequired[list[str]]
     """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
+    node_args: NotRequired[pulumi.Input[list[str]]]
+    """Your own code instead of the trainer: `python -m trainers.node` arguments
+    (`infra.compose.user_code_node_args`, the run contract's folders included), run on
+    every node (gke: in every pod); excludes trainer_module and trainer_args."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
     """gs:// URL of the checkpoint bucket; `--checkpoint_dir=<url>/checkpoints` unless the
-    flags choose one."""
+    flags choose one (the bundled trainer), and where gce records a run limit's start."""
     image: NotRequired[str]
     """gke: container image (default: `KubernetesTrainingJob`'s pinned image for the
-    module); gce: boot image (default `DLVM_IMAGE`, required for modules other than torch)."""
+    module, the torch one for your code); gce: boot image (default `DLVM_IMAGE`, required
+    for modules other than torch)."""
     wait_for_completion: NotRequired[bool]
     """gke: make `pulumi up` wait for the Job (with `timeout_s`)."""
     timeout_s: NotRequired[int]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 from pulumi_gcp import compute
@@ -27,6 +27,7 @@ from components.gpu_startup import (
     DLVM_PYTHON_BIN,
     NODE_RANK_ATTRIBUTE,
     gce_startup_script,
+    node_args_use_torchrun,
     uses_torchrun,
     with_checkpoint_dir,
 )
@@ -226,20 +227,31 @@ def _startup_script(
     make the group recreate the VM (`components.catalog.recovery`)."""
     module = training.get("trainer_module", DEFAULT_MODULE)
     flags = list(training.get("trainer_args", []))
-    return pulumi.Output.all(training["package_uri"], training.get("checkpoint_url")).apply(
-        lambda v: gce_startup_script(
-            package_uri=v[0],
-            module=module,
-            trainer_args=with_checkpoint_dir(flags, v[1]),
+
+    def render(values: list[Any]) -> str:
+        package_uri, checkpoint_url, node_args = values
+        if node_args is not None:
+            # Your own code: the run contract's folders are in node_args already.
+            launch: dict[str, Any] = {"module": None, "trainer_args": [], "node_args": node_args}
+            torchrun = node_args_use_torchrun(node_args)
+        else:
+            launch = {"module": module, "trainer_args": with_checkpoint_dir(flags, checkpoint_url)}
+            torchrun = uses_torchrun(module)
+        return gce_startup_script(
+            package_uri=package_uri,
+            **launch,
             num_nodes=gpu.node_count,
-            procs_per_node=gpu.machine.gpus if uses_torchrun(module) else 1,
+            procs_per_node=gpu.machine.gpus if torchrun else 1,
             coordinator=names[0],
             extra_path=DLVM_PYTHON_BIN,
             worker_hosts=names,
             max_run_seconds=max_run_seconds,
-            checkpoint_url=v[1],
+            checkpoint_url=checkpoint_url,
         )
-    )
+
+    return pulumi.Output.all(
+        training["package_uri"], training.get("checkpoint_url"), training.get("node_args")
+    ).apply(render)
 
 
 def _scheduling(spot: bool) -> compute.InstanceTemplateSchedulingArgs:

@@ -338,8 +338,6 @@ def _training_job(
         "node_count": gpu.node_count,
         "gpus_per_node": gpu.machine.gpus,
         "package_uri": training["package_uri"],
-        "trainer_module": training.get("trainer_module", DEFAULT_MODULE),
-        "trainer_args": list(training.get("trainer_args", [])),
         "project": args["project"],
         "gcp_service_account_email": args["service_account_email"],
         "node_selector": {
@@ -347,6 +345,11 @@ def _training_job(
             GKE_NODEPOOL_LABEL: GPU_POOL_NAME,
         },
     }
+    if "node_args" in training:
+        job_args["node_args"] = training["node_args"]
+    else:
+        job_args["trainer_module"] = training.get("trainer_module", DEFAULT_MODULE)
+        job_args["trainer_args"] = list(training.get("trainer_args", []))
     for key in ("checkpoint_url", "image", "wait_for_completion", "timeout_s"):
         if key in training:
             job_args[key] = training[key]

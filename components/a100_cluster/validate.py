@@ -37,6 +37,7 @@ from components.a100_cluster._common import (
 from components.catalog.problems import pydantic_problem
 from components.gpu_startup import check_trainer, uses_torchrun
 from components.kubernetes_training_job import DEFAULT_MODULE
+from components.startup.tpu_worker import validate_node_args
 
 SHAPE_KEYS: Final = (
     "backend",
@@ -240,13 +241,22 @@ def _training_problems(training: Any, backend: str, p: str) -> list[str]:
     if training.get("package_uri") is None:
         problems.append(f"{p}training.package_uri: required (TrainerPackage.uri)")
     module = training.get("trainer_module", DEFAULT_MODULE)
+    user_code = "node_args" in training
     try:
-        check_trainer(module, training.get("trainer_args", []))
+        if not user_code:
+            check_trainer(module, training.get("trainer_args", []))
+        elif "trainer_module" in training or "trainer_args" in training:
+            raise ValueError(
+                "node_args: runs your own code, which takes no trainer_module or "
+                "trainer_args; valid: remove them"
+            )
+        elif isinstance(training["node_args"], list | tuple):  # an Output: checked when known
+            validate_node_args(training["node_args"])
     except ValueError as exc:
         problems.append(f"{p}training.{exc}")
         return problems
     if backend == "gce":
-        if "image" not in training and not uses_torchrun(module):
+        if "image" not in training and not user_code and not uses_torchrun(module):
             problems.append(
                 f"{p}training.image: required on gce for trainer_module {module!r}; the "
                 "default Deep Learning VM image has PyTorch only"

@@ -11,6 +11,11 @@ trainers that are not torch, one process per node. The startup script (`gce_star
 writes it to disk and starts it as a transient systemd service. (GKE pods run
 `components/kubernetes_pod.sh` and the same `node_argv`.)
 
+Your own code (`node_args`, the `python -m trainers.node` arguments of
+`trainers.common.user_code.node_args`) replaces the module and its flags: every node runs
+`python -m trainers.node <node_args>`, torchrun when they say `--launcher=torchrun`, and the
+bundled trainer's flag check (`check-args`) is skipped.
+
     from components.gpu_startup import gce_startup_script
 
     script = gce_startup_script(
@@ -51,6 +56,7 @@ from pathlib import Path
 from typing import Final
 
 from components.catalog.images import DLVM_PYTHON_BIN
+from components.startup.tpu_worker import validate_node_args
 from trainers.common.cluster import DEFAULT_PORT
 from trainers.common.contract import TORCHRUN_MODULES
 
@@ -121,10 +127,21 @@ def uses_torchrun(module: str) -> bool:
 NODE_LAUNCHER_MODULE: Final = "trainers.node"
 
 
-def node_argv(module: str, trainer_args: Sequence[str]) -> list[str]:
+def node_argv(
+    module: str | None, trainer_args: Sequence[str], node_args: Sequence[str] | None = None
+) -> list[str]:
     """The Python arguments that run the trainer on one node through the node launcher
-    (`python <these>`): the one place that builds them, for every target."""
-    return ["-m", NODE_LAUNCHER_MODULE, module, *trainer_args]
+    (`python <these>`): the one place that builds them, for every target. With `node_args`
+    (your own code) they are the launcher's whole command line; `module` is then unused."""
+    if node_args is not None:
+        return ["-m", NODE_LAUNCHER_MODULE, *node_args]
+    return ["-m", NODE_LAUNCHER_MODULE, str(module), *trainer_args]
+
+
+def node_args_use_torchrun(node_args: Sequence[str]) -> bool:
+    """Whether your code's `node_args` run torchrun (one process per GPU)."""
+    options = list(node_args)[: list(node_args).index("--")]
+    return "--launcher=torchrun" in options
 
 
 def with_checkpoint_dir(trainer_args: Sequence[str], checkpoint_url: str | None) -> list[str]:
@@ -152,19 +169,28 @@ def check_trainer(module: object, trainer_args: object) -> None:
 def _check_launch(
     *,
     package_uri: str,
-    module: str,
+    module: str | None,
     trainer_args: Sequence[str],
     num_nodes: int,
     procs_per_node: int,
     coordinator: str,
     coordinator_port: int,
+    node_args: Sequence[str] | None,
 ) -> None:
     bucket, _, obj = package_uri.removeprefix("gs://").partition("/")
     if not package_uri.startswith("gs://") or not bucket or not obj or obj.endswith("/"):
         raise ValueError(
             f"package_uri: {package_uri!r} is not a gs://bucket/object URI of the trainer sdist"
         )
-    check_trainer(module, trainer_args)
+    if node_args is None:
+        check_trainer(module, trainer_args)
+    else:
+        validate_node_args(node_args)
+        if module is not None or trainer_args:
+            raise ValueError(
+                "node_args: runs your own code, which takes no module or trainer_args; "
+                "valid: remove them"
+            )
     for key, value in (("node_count", num_nodes), ("procs_per_node", procs_per_node)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{key}: {value!r} is not an integer >= 1")
@@ -201,7 +227,7 @@ def run_clock_uri(checkpoint_url: str, key: str) -> str:
 def render_launcher(
     *,
     package_uri: str,
-    module: str,
+    module: str | None,
     trainer_args: Sequence[str],
     num_nodes: int,
     procs_per_node: int,
@@ -213,6 +239,7 @@ def render_launcher(
     worker_hosts: Sequence[str] = (),
     max_run_seconds: int | None = None,
     run_clock: str = "",
+    node_args: Sequence[str] | None = None,
 ) -> str:
     """The node launcher for plain values (see the module docstring and `launch.sh`).
 
@@ -223,7 +250,8 @@ def render_launcher(
     torchrun. `worker_hosts` (every node's host name by rank) gives trainers that are not
     launched with torchrun a `TF_CONFIG` listing every worker on `coordinator_port`.
     `max_run_seconds` stops the run that long after its first start, recorded at the
-    gs:// object `run_clock` (`run_clock_uri`).
+    gs:// object `run_clock` (`run_clock_uri`). `node_args` runs your own code instead of
+    `module` (which is then None, with no `trainer_args`).
     """
     if not work_dir:
         raise ValueError("work_dir: empty; the launcher needs a directory on the node")
@@ -246,6 +274,7 @@ def render_launcher(
         procs_per_node=procs_per_node,
         coordinator=coordinator,
         coordinator_port=coordinator_port,
+        node_args=node_args,
     )
     if worker_hosts and len(worker_hosts) != num_nodes:
         raise ValueError(
@@ -256,6 +285,9 @@ def render_launcher(
         if not _HOST.fullmatch(host):
             raise ValueError(f"worker_hosts: {host!r} is not a host name")
     workers = json.dumps([f"{h}:{coordinator_port}" for h in worker_hosts]) if worker_hosts else ""
+    torchrun = (
+        node_args_use_torchrun(node_args) if node_args is not None else uses_torchrun(str(module))
+    )
     q = shlex.quote
     helper = _embeddable(NODE_HELPER.read_text(), _HELPER_EOF, NODE_HELPER.name)
     return _render(
@@ -263,8 +295,9 @@ def render_launcher(
         {
             "PACKAGE_URI": q(package_uri),
             "TRAINER_ARGS": " ".join(q(a) for a in trainer_args),
-            "NODE_ARGV": " ".join(q(a) for a in node_argv(module, trainer_args)),
-            "USE_TORCHRUN": "1" if uses_torchrun(module) else "0",
+            "NODE_ARGV": " ".join(q(a) for a in node_argv(module, trainer_args, node_args)),
+            "USE_TORCHRUN": "1" if torchrun else "0",
+            "USER_CODE": "1" if node_args is not None else "0",
             "NUM_NODES": str(num_nodes),
             "COORDINATOR": q(coordinator),
             "COORDINATOR_PORT": str(coordinator_port),
@@ -290,7 +323,7 @@ def run_key(**launch: object) -> str:
 def gce_startup_script(
     *,
     package_uri: str,
-    module: str,
+    module: str | None,
     trainer_args: Sequence[str],
     num_nodes: int,
     procs_per_node: int,
@@ -302,22 +335,27 @@ def gce_startup_script(
     worker_hosts: Sequence[str] = (),
     max_run_seconds: int | None = None,
     checkpoint_url: str | None = None,
+    node_args: Sequence[str] | None = None,
 ) -> str:
     """The Compute Engine startup script (see `gce_startup.sh`); identical on every node,
     which reads its rank from the `trainstack-node-rank` metadata attribute. `worker_hosts`
     as for `render_launcher` (needed by trainers that are not launched with torchrun).
     `max_run_seconds` (the stack's run limit) needs `checkpoint_url`, the bucket where the
-    run's first start is recorded (`run_clock_uri`)."""
-    key = run_key(
-        package_uri=package_uri,
-        module=module,
-        trainer_args=list(trainer_args),
-        num_nodes=num_nodes,
-        procs_per_node=procs_per_node,
-        coordinator=coordinator,
-        coordinator_port=coordinator_port,
-        worker_hosts=list(worker_hosts),
-    )
+    run's first start is recorded (`run_clock_uri`). `node_args` as for `render_launcher`."""
+    launch: dict[str, object] = {
+        "package_uri": package_uri,
+        "module": module,
+        "trainer_args": list(trainer_args),
+        "num_nodes": num_nodes,
+        "procs_per_node": procs_per_node,
+        "coordinator": coordinator,
+        "coordinator_port": coordinator_port,
+        "worker_hosts": list(worker_hosts),
+    }
+    if node_args is not None:
+        # Only when given, so the bundled trainer's run keys stay what they were.
+        launch["node_args"] = list(node_args)
+    key = run_key(**launch)
     state = state_dir.rstrip("/") or "/"
     if max_run_seconds is not None and not checkpoint_url:
         raise ValueError(
@@ -339,6 +377,7 @@ def gce_startup_script(
         worker_hosts=worker_hosts,
         max_run_seconds=max_run_seconds,
         run_clock=clock,
+        node_args=node_args,
     )
     q = shlex.quote
     return _render(

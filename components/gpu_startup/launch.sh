@@ -8,7 +8,8 @@
 # (`python -m trainers.node`): torchrun with one process per accelerator for
 # trainers.torch_ddp, one process per node for other trainers (they read the node-level
 # environment exported below). Node rank: the instance's node-rank metadata attribute.
-# Node 0 hosts the (elastic) rendezvous.
+# Node 0 hosts the (elastic) rendezvous. Your own code (USER_CODE=1): NODE_ARGV is the node
+# launcher's `--launcher=... -- ENTRYPOINT` command line; no bundled-trainer flag check.
 #
 # Run limit (MAX_RUN_SECONDS, the stack's limits.max_run_hours): the first node to start
 # records the run's start time in the checkpoint bucket (RUN_CLOCK_URI, created only if
@@ -31,6 +32,7 @@ PACKAGE_URI=@@PACKAGE_URI@@
 TRAINER_ARGS=(@@TRAINER_ARGS@@)
 NODE_ARGV=(@@NODE_ARGV@@)
 USE_TORCHRUN=@@USE_TORCHRUN@@
+USER_CODE=@@USER_CODE@@
 NUM_NODES=@@NUM_NODES@@
 COORDINATOR=@@COORDINATOR@@
 COORDINATOR_PORT=@@COORDINATOR_PORT@@
@@ -128,7 +130,9 @@ if [ "$terminated" = 1 ]; then
   fail 143 "terminated before training started"
 fi
 rc=0
-"$python" "$helper" check-args "${TRAINER_ARGS[@]}" || rc=$?
+if [ "$USER_CODE" = 0 ]; then
+  "$python" "$helper" check-args "${TRAINER_ARGS[@]}" || rc=$?
+fi
 case "$rc" in
   0) ;;
   2) fail 2 "invalid trainer arguments: ${TRAINER_ARGS[*]}" ;;

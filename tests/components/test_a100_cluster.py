@@ -485,6 +485,70 @@ def test_gce_options(overrides: dict[str, Any], changes: dict[str, Any]) -> None
     assert (POLICY in {r.type for r in run.resources}) == (overrides.get("compact_placement", True))
 
 
+USER_NODE_ARGS = [
+    "--launcher=torchrun",
+    f"--env=TRAINSTACK_CHECKPOINT_DIR={CHECKPOINTS}/checkpoints",
+    "--",
+    "python",
+    "train.py",
+]
+USER_TRAINING: dict[str, Any] = {
+    "package_uri": PACKAGE_URI,
+    "checkpoint_url": CHECKPOINTS,
+    "node_args": USER_NODE_ARGS,
+}
+
+
+def test_gke_pods_run_your_code() -> None:
+    run = _run(training={**USER_TRAINING, "image": "us-docker.pkg.dev/acme/r/mine:1"})
+    [container] = run.named("gpu-training-job").inputs["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [
+        "python3",
+        "-m",
+        "trainers.node",
+        "--launcher=torchrun",
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={CHECKPOINTS}/checkpoints",
+        "--",
+        "python",
+        "train.py",
+    ]
+    assert container["image"] == "us-docker.pkg.dev/acme/r/mine:1"
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+
+
+def test_gce_nodes_run_your_code() -> None:
+    run = _run(backend="gce", training=USER_TRAINING)
+    script = gce_startup_script(
+        package_uri=PACKAGE_URI,
+        module=None,
+        trainer_args=[],
+        num_nodes=4,
+        procs_per_node=8,
+        coordinator="exp-42-a100-0",
+        worker_hosts=[f"exp-42-a100-{i}" for i in range(4)],
+        checkpoint_url=CHECKPOINTS,
+        node_args=USER_NODE_ARGS,
+    )
+    assert _integers(run.named("gpu-template").inputs) == _template(metadataStartupScript=script)
+    assert (
+        "\nNODE_ARGV=(-m trainers.node --launcher=torchrun "
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={CHECKPOINTS}/checkpoints -- python train.py)\n"
+    ) in script
+
+
+def test_gce_node_launcher_for_your_code_runs_once_per_node() -> None:
+    node_args = ["--launcher=node", "--", "python", "train.py"]
+    run = _run(backend="gce", training={**USER_TRAINING, "node_args": node_args})
+    script = run.named("gpu-template").inputs["metadataStartupScript"]
+    assert script == _startup_script(
+        module=None,
+        trainer_args=[],
+        procs_per_node=1,
+        checkpoint_url=CHECKPOINTS,
+        node_args=node_args,
+    )
+
+
 def test_gce_single_node_has_no_placement_policy() -> None:
     run = _run(backend="gce", node_count=1)
     assert {r.type for r in run.resources} == {TOKEN, TEMPLATE, GROUP, NODE_CONFIG}

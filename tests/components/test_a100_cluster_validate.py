@@ -91,8 +91,16 @@ COMPONENT_CASES = [
     ({"training": {"package_uri": PACKAGE_URI, "wait_for_completion": True}}, "training.timeout_s: required when wait_for_completion is true"),
     ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "trainer_module": "trainers.tf_multiworker"}}, "training.image: required on gce for trainer_module 'trainers.tf_multiworker'; the default Deep Learning VM image has PyTorch only"),
     ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "wait_for_completion": True, "timeout_s": 5}}, "training.wait_for_completion: only used with backend gke\ntraining.timeout_s: only used with backend gke"),
+    ({"training": {"package_uri": PACKAGE_URI, "node_args": ["--launcher=torchrun", "--", "python", "t.py"], "trainer_args": ["--steps=1"]}}, "training.node_args: runs your own code, which takes no trainer_module or trainer_args; valid: remove them"),
+    ({"training": {"package_uri": PACKAGE_URI, "node_args": ["--launcher=torchrun"]}}, "training.node_args: ['--launcher=torchrun'] has no '-- ARGV' (your entrypoint)"),
     ({"environment": "qa", "release_channel": "X", "node_count": 2}, "environment: 'qa' is not allowed; valid: dev, staging, prod\nrelease_channel: 'X' is not allowed; valid: RAPID, REGULAR, STABLE"),
 ]  # fmt: skip
+
+
+def test_your_code_on_gce_needs_no_torch_module_image() -> None:
+    node_args = ["--launcher=node", "--", "python", "t.py"]
+    training = {"package_uri": PACKAGE_URI, "node_args": node_args}
+    validate_args(_args(backend="gce", training=training))
 
 
 @pytest.mark.parametrize(("overrides", "message"), CONFIG_CASES + COMPONENT_CASES)

@@ -608,3 +608,120 @@ def test_the_startup_script_carries_the_run_limit(tmp_path: Path) -> None:
         "max_run_seconds: needs a checkpoint bucket to record the run's start in; "
         "valid: a stack with a checkpoint bucket, or no limits.max_run_hours"
     )
+
+
+# --------------------------------------------------------------------------------------
+# Your own code (node_args): the node launcher's whole command line, no flag check
+# --------------------------------------------------------------------------------------
+
+USER_NODE_ARGS = [
+    "--launcher=torchrun",
+    f"--env=TRAINSTACK_CHECKPOINT_DIR={CHECKPOINTS}/checkpoints",
+    "--",
+    "python",
+    "train.py",
+    "--steps=0",
+]
+"""`--steps=0` is invalid for the bundled trainer: your code's flags are its own."""
+
+
+def _user_gce_script(tmp_path: Path, node_args: list[str]) -> str:
+    return gce_startup_script(
+        package_uri=PACKAGE_URI,
+        module=None,
+        trainer_args=[],
+        num_nodes=4,
+        procs_per_node=8,
+        coordinator=COORDINATOR_GCE,
+        state_dir=str(tmp_path / "state"),
+        worker_hosts=GCE_HOSTS,
+        node_args=node_args,
+    )
+
+
+def test_gce_runs_your_code_with_its_node_args(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    script = _user_gce_script(tmp_path, USER_NODE_ARGS)
+    assert "\nTRAINER_ARGS=()\n" in script
+    assert "\nUSE_TORCHRUN=1\nUSER_CODE=1\n" in script
+    result = _run(["bash", "-c", script], _env(tmp_path, fakebin, google))
+    assert result.returncode == 0, result.stderr
+    (node,) = _calls(tmp_path, "python3")
+    assert node["argv"] == [
+        "-m",
+        "trainers.node",
+        "--launcher=torchrun",
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={CHECKPOINTS}/checkpoints",
+        "--",
+        "python",
+        "train.py",
+        "--steps=0",
+    ]
+    assert node["env"] == {
+        "HOME": "/root",
+        "PYTHONUNBUFFERED": "1",
+        "TRAINSTACK_CLOUD_LOGGING": "gce_instance",
+        "TRAINSTACK_COORDINATOR": f"{COORDINATOR_GCE}:29500",
+        "TRAINSTACK_COORDINATOR_PORT": "29500",
+        "TRAINSTACK_NODE_RANK": "3",
+        "TRAINSTACK_NUM_NODES": "4",
+        "TRAINSTACK_PROGRESS": "0",
+    }
+    assert "invalid trainer arguments" not in result.stderr
+
+
+def test_gce_node_launcher_for_your_code_gets_tf_config(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    node_args = ["--launcher=node", "--", "python", "train.py"]
+    script = _user_gce_script(tmp_path, node_args)
+    assert "\nUSE_TORCHRUN=0\nUSER_CODE=1\n" in script
+    assert _run(["bash", "-c", script], _env(tmp_path, fakebin, google)).returncode == 0
+    (node,) = _calls(tmp_path, "python3")
+    assert node["argv"] == ["-m", "trainers.node", *node_args]
+    assert json.loads(node["env"]["TF_CONFIG"]) == {
+        "cluster": {"worker": [f"{host}:29500" for host in GCE_HOSTS]},
+        "task": {"type": "worker", "index": 3},
+    }
+
+
+def test_bundled_launcher_says_it_is_not_your_code(tmp_path: Path) -> None:
+    assert "\nUSE_TORCHRUN=1\nUSER_CODE=0\n" in _gce_script(tmp_path)
+
+
+def test_your_code_gets_its_own_run_key(tmp_path: Path) -> None:
+    def key(script: str) -> str:
+        [found] = [line for line in script.splitlines() if line.startswith("RUN_KEY=")]
+        return found
+
+    user = key(_user_gce_script(tmp_path, USER_NODE_ARGS))
+    other = key(_user_gce_script(tmp_path, [*USER_NODE_ARGS[:-1], "--steps=1"]))
+    assert user != other
+    assert user != key(_gce_script(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"module": "trainers.torch_ddp"}, "node_args: runs your own code, which takes no module or trainer_args; valid: remove them"),
+        ({"trainer_args": ["--steps=1"]}, "node_args: runs your own code, which takes no module or trainer_args; valid: remove them"),
+        ({"node_args": ["--launcher=torchrun", "--"]}, "node_args: ['--launcher=torchrun', '--'] has no '-- ARGV' (your entrypoint)"),
+        ({"node_args": "--launcher=torchrun -- python"}, "node_args: expected a list of strings, got '--launcher=torchrun -- python'"),
+    ],
+)  # fmt: skip
+def test_invalid_node_args_are_refused(overrides: dict[str, Any], message: str) -> None:
+    values: dict[str, Any] = {
+        "package_uri": PACKAGE_URI,
+        "module": None,
+        "trainer_args": [],
+        "num_nodes": 4,
+        "procs_per_node": 8,
+        "coordinator": COORDINATOR_GCE,
+        "work_dir": "/var/lib/trainstack",
+        "node_args": USER_NODE_ARGS,
+        **overrides,
+    }
+    with pytest.raises(ValueError) as error:
+        render_launcher(**values)
+    assert str(error.value) == message

@@ -387,6 +387,69 @@ def test_container_command_shape() -> None:
     ]
 
 
+NODE_ARGS = [
+    "--launcher=torchrun",
+    "--env=TRAINSTACK_CHECKPOINT_DIR=gs://acme-ckpt/checkpoints",
+    "--",
+    "python",
+    "train.py",
+]
+
+
+def test_your_code_runs_its_node_args_in_the_torch_image() -> None:
+    job = _job(_run(trainer_args=None, node_args=NODE_ARGS))
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [
+        "python3",
+        "-m",
+        "trainers.node",
+        "--launcher=torchrun",
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://acme-ckpt/checkpoints",
+        "--",
+        "python",
+        "train.py",
+    ]
+    assert container["image"] == DEFAULT_IMAGES["trainers.torch_ddp"]
+    assert "TRAINSTACK_TF_KERAS" not in {e["name"] for e in container["env"]}
+
+
+def test_your_code_runs_in_your_image() -> None:
+    job = _job(_run(trainer_args=None, node_args=NODE_ARGS, image="us-docker.pkg.dev/p/r/i:1"))
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "us-docker.pkg.dev/p/r/i:1"
+    assert container["args"] == ["python3", "-m", "trainers.node", *NODE_ARGS]
+
+
+def test_node_argv_with_node_args_is_the_launchers_whole_command_line() -> None:
+    assert node_argv(None, [], ["--launcher=node", "--", "python", "t.py"]) == [
+        "python3",
+        "-m",
+        "trainers.node",
+        "--launcher=node",
+        "--",
+        "python",
+        "t.py",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"node_args": NODE_ARGS}, "node_args: runs your own code, which takes no trainer_module or trainer_args; valid: remove them"),
+        ({"node_args": NODE_ARGS, "trainer_args": None, "trainer_module": "trainers.torch_ddp"}, "node_args: runs your own code, which takes no trainer_module or trainer_args; valid: remove them"),
+        ({"node_args": ["--launcher=torchrun"], "trainer_args": None}, "node_args: ['--launcher=torchrun'] has no '-- ARGV' (your entrypoint)"),
+        ({"node_args": ["--", "a\nb"], "trainer_args": None}, "node_args[1]: 'a\\nb' is not a single-line string"),
+    ],
+)  # fmt: skip
+def test_invalid_node_args(overrides: dict[str, Any], message: str) -> None:
+    args = {**BASE, **overrides}
+    for key in [k for k, v in args.items() if v is None]:
+        del args[key]
+    with pytest.raises(ValueError) as err:
+        validate_args(args)
+    assert str(err.value) == message
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -7,6 +7,9 @@ completion index the test runs the Job's container `command` + `args` with the c
 `env` from the manifest, plus what Kubernetes adds: `JOB_COMPLETION_INDEX`, the pod's host
 name `<job>-<index>` and its headless-service name `<job>-<index>.<job>` in DNS.
 
+`examples/own-trainer`'s gke stack runs the same way (slow): its pods run your code through
+`python3 -m trainers.node <node_args>` as a world of 4 and end with local-run's weights.
+
 What differs from GKE, and why (nothing else changes behaviour):
 
 - Each pod is a node of `tests.fidelity.nodes`: its own user, mount, UTS and PID namespace,
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.kubernetes_training_job import POD_PYTHON
 from infra.mocks import REPO_ROOT
@@ -57,6 +61,8 @@ from tests.fidelity.nodes import (
     start_node,
     write_hosts,
 )
+from tests.fidelity.test_vertex import OWN_ARGS
+from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
 
 STACK = "dev-a100-gke"
@@ -94,7 +100,10 @@ class PlannedJob:
 def _plan(trainer: dict[str, Any]) -> PlannedJob:
     name, config = load_stack(STACK, None)
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
-    plan = build_plan(name, config)
+    return _planned(build_plan(name, config))
+
+
+def _planned(plan: dict[str, Any]) -> PlannedJob:
     by_type: dict[str, list[dict[str, Any]]] = {}
     for resource in plan["resources"]:
         by_type.setdefault(resource["type"], []).append(resource["inputs"])
@@ -258,3 +267,63 @@ def test_a_pod_whose_node_disappears_comes_back_and_the_run_ends_as_an_uninterru
     assert done["step"] == reference["step"] == 24
     assert done["params_sha256"] == reference["params_sha256"]
     assert events([pods[0], replacement], "resume"), explain(everything)
+
+
+OWN_TRAINER = REPO_ROOT / "examples" / "own-trainer"
+
+
+def _plan_own_trainer() -> PlannedJob:
+    """examples/own-trainer's gke stack (2 nodes), its entrypoint cut to a short run."""
+    stack = yaml.safe_load((OWN_TRAINER / "Pulumi.gke.yaml").read_text())["config"]
+    stack["trainstack:trainer"] = {
+        **stack["trainstack:trainer"],
+        "source": str(OWN_TRAINER),
+        "entrypoint": ["python", "train.py", *OWN_ARGS],
+    }
+    return _planned(build_plan("fidelity-own", stack))
+
+
+@pytest.mark.trainer
+@pytest.mark.slow  # about 155 s here: 2 pods install the code and train, then a local-run
+def test_own_trainer_on_two_pods_of_two_gpus_is_a_world_of_four(
+    tmp_path: Path, fakes: tuple[str, str]
+) -> None:
+    planned = _plan_own_trainer()
+    checkpoints = f"gs://{planned.checkpoint_bucket}"
+    assert planned.container["args"] == [
+        POD_PYTHON,
+        "-m",
+        "trainers.node",
+        "--launcher=torchrun",
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints",
+        "--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-fidelity-own-data",
+        f"--env=TRAINSTACK_OUTPUT_DIR={checkpoints}/outputs/fidelity-own",
+        "--env=TRAINSTACK_RUN_NAME=fidelity-own",
+        "--",
+        "python",
+        "train.py",
+        *OWN_ARGS,
+    ]
+    # numpy: the script's weights digest needs it (the bundled PyTorch image has it).
+    image = Image(tmp_path / "image", planned.sdist, [*IMAGE_PACKAGES, "numpy"])
+    pods = _run_pods(Cluster(tmp_path, planned, *fakes, image=image), timeout_s=300)
+    for index, pod in enumerate(pods):
+        assert (
+            f"trainstack-node: node {index} of 2, 2 accelerator(s), 2 process(es): " in pod.output()
+        )
+        assert "trainstack-pod: installing " + planned.package_uri in pod.output()
+    records = [
+        json.loads(line)
+        for pod in pods
+        for line in pod.output().splitlines()
+        if line.startswith("{") and '"world"' in line
+    ]
+    assert records == [{"event": "start", "rank": 0, "step": 0, "world": 4}], explain(pods)
+    [done] = [
+        json.loads(line)
+        for pod in pods
+        for line in pod.output().splitlines()
+        if line.startswith("{") and '"params_sha256"' in line
+    ]
+    # The same code, steps and world (4 processes) through local-run: the same weights.
+    assert local_run_digest(tmp_path, workers=4) == done

@@ -1,6 +1,6 @@
-"""Your own code on the tpu and vertex targets, as `trainstack plan --json` records it: what
-each machine runs, the code package, the secret grants and services, and no "not wired"
-note (gpu_cluster keeps it until its launch starts your code)."""
+"""Your own code on the tpu, vertex and gpu_cluster targets, as `trainstack plan --json`
+records it: what each machine runs, the code package, the secret grants and services, and
+no "not wired" note (every target's launch starts your code)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components.catalog.images import KUBERNETES_IMAGES
 from infra.cli import app
-from infra.compose import USER_CODE_NOT_WIRED
 
 runner = CliRunner()
 
@@ -42,6 +42,10 @@ GKE = {
         "zone": "us-central1-a",
     },
 }
+GCE = {
+    **GKE,
+    "trainstack:gpu_cluster": {**GKE["trainstack:gpu_cluster"], "backend": "gce"},
+}
 SECRETS = {
     "HF_TOKEN": "projects/p/secrets/hf/versions/3",
     "WANDB_API_KEY": "projects/other/secrets/wandb",
@@ -52,6 +56,8 @@ SECRET_ARGS = [
     "--secret-env=HF_TOKEN_2=projects/p/secrets/hf",
     "--secret-env=WANDB_API_KEY=projects/other/secrets/wandb",
 ]
+NOT_WIRED = "trainer.entrypoint: this release packages and plans your own code but does not"
+"""The note a plan carried while a target's launch did not start your code."""
 SECRET_MEMBER = "gcp:secretmanager/secretIamMember:SecretIamMember"
 SERVICE = "gcp:projects/service:Service"
 MEMBER = "serviceAccount:mine-train@p.iam.gserviceaccount.com"
@@ -114,7 +120,7 @@ def test_vertex_runs_your_code_from_the_package_on_the_pytorch_image(
             "pythonModule": "trainers.node",
             "args": node_args,
         }
-    assert not any(USER_CODE_NOT_WIRED.split(";")[0] in note for note in plan["notes"])
+    assert not any(NOT_WIRED in note for note in plan["notes"])
     assert _of_type(plan, SECRET_MEMBER) == []
     assert "mine-apis-secretmanager" not in {r["name"] for r in plan["resources"]}
 
@@ -187,10 +193,10 @@ def test_tpu_runs_your_code_on_every_host_of_a_base_runtime(tmp_path: Path, code
         "--env=TRAINSTACK_RUN_NAME=mine -- python train.py)\n"
     ) in script
     assert plan["outputs"]["checkpoint_dir"] == "gs://p-mine-checkpoints/checkpoints"
-    assert not any(USER_CODE_NOT_WIRED.split(";")[0] in note for note in plan["notes"])
+    assert not any(NOT_WIRED in note for note in plan["notes"])
 
 
-@pytest.mark.parametrize("target", [VERTEX, TPU])
+@pytest.mark.parametrize("target", [VERTEX, TPU, GKE, GCE])
 def test_secret_env_grants_accessor_on_exactly_those_secrets(
     tmp_path: Path, code: Path, target: dict[str, Any]
 ) -> None:
@@ -218,7 +224,74 @@ def test_secret_env_grants_accessor_on_exactly_those_secrets(
     )
 
 
-def test_gpu_cluster_keeps_the_not_wired_note(tmp_path: Path, code: Path) -> None:
-    trainer = {"source": str(code), "entrypoint": ["python", "train.py"]}
+GPU_NODE_ARGS = [
+    "--launcher=torchrun",
+    "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints",
+    "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data",
+    "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine",
+    "--env=TRAINSTACK_RUN_NAME=mine",
+    "--",
+    "python",
+    "train.py",
+]
+
+
+def test_gke_pods_run_your_code_in_your_image(tmp_path: Path, code: Path) -> None:
+    image = "us-docker.pkg.dev/p/r/mine:1"
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"], "image": image}
     plan = _plan(tmp_path, {**GKE, "trainstack:trainer": trainer})
-    assert USER_CODE_NOT_WIRED.format(target="gpu_cluster") in plan["notes"]
+    assert plan["outputs"]["node_args"] == GPU_NODE_ARGS
+    spec = _named(plan, "mine-gpu-training-job")["inputs"]["spec"]
+    [container] = spec["template"]["spec"]["containers"]
+    assert container["args"] == ["python3", "-m", "trainers.node", *GPU_NODE_ARGS]
+    assert container["image"] == image
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert "TRAINSTACK_TF_KERAS" not in env
+    assert env["TRAINSTACK_PACKAGE_URI"] == _package_uri(plan)
+    assert spec["completions"] == 2
+    assert not any(NOT_WIRED in note for note in plan["notes"])
+
+
+def test_gke_pods_default_to_the_torch_image(tmp_path: Path, code: Path) -> None:
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"], "launcher": "node"}
+    plan = _plan(tmp_path, {**GKE, "trainstack:trainer": trainer})
+    spec = _named(plan, "mine-gpu-training-job")["inputs"]["spec"]
+    [container] = spec["template"]["spec"]["containers"]
+    assert container["image"] == KUBERNETES_IMAGES["trainers.torch_ddp"]
+    assert container["args"] == [
+        "python3",
+        "-m",
+        "trainers.node",
+        "--launcher=node",
+        *GPU_NODE_ARGS[1:],
+    ]
+
+
+def test_gce_vms_run_your_code(tmp_path: Path, code: Path) -> None:
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"]}
+    plan = _plan(tmp_path, {**GCE, "trainstack:trainer": trainer})
+    assert plan["outputs"]["node_args"] == GPU_NODE_ARGS
+    script = _named(plan, "mine-gpu-template")["inputs"]["metadataStartupScript"]
+    assert (
+        "NODE_ARGV=(-m trainers.node --launcher=torchrun "
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints "
+        "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data "
+        "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine "
+        "--env=TRAINSTACK_RUN_NAME=mine -- python train.py)\n"
+    ) in script
+    assert "\nTRAINER_ARGS=()\nNODE_ARGV=" in script
+    assert "\nUSE_TORCHRUN=1\nUSER_CODE=1\n" in script
+    assert not any(NOT_WIRED in note for note in plan["notes"])
+
+
+def test_gce_refuses_a_container_image(tmp_path: Path, code: Path) -> None:
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"], "image": "img:1"}
+    path = tmp_path / "Pulumi.mine.yaml"
+    path.write_text(yaml.safe_dump({"config": {**GCE, "trainstack:trainer": trainer}}))
+    result = runner.invoke(app, ["plan", "--config-file", str(path), "--json"])
+    assert result.exit_code == 2
+    assert (
+        "trainer.image: not supported on gpu_cluster backend 'gce' (its VMs boot the Deep "
+        "Learning VM image and run no container); valid: trainer.source, or "
+        "gpu_cluster.backend gke"
+    ) in " ".join(result.output.split())
