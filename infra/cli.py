@@ -571,7 +571,8 @@ def local_run(
     if steps is not None:
         update["steps"] = steps
     # model_copy skips validation; re-validating keeps the trainer's own checks in force.
-    trainer = type(cfg.trainer).model_validate({**cfg.trainer.model_dump(), **update})
+    bundled = cfg.trainer.bundled()  # the trainer's own keys: its --config takes nothing else
+    trainer = type(bundled).model_validate({**bundled.model_dump(), **update})
     root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / name
     if not root.is_absolute():
         # Relative roots live beside Pulumi.yaml, as they do under `pulumi up -s local`.

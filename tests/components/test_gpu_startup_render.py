@@ -18,8 +18,23 @@ from tests.components.test_gpu_startup import (
     GCE_HOSTS,
     PACKAGE_URI,
     _gce_script,
-    _launcher,
 )
+
+
+def _launcher(**overrides: Any) -> str:
+    """The launcher script as `render_launcher` renders it for Compute Engine."""
+    values: dict[str, Any] = {
+        "package_uri": PACKAGE_URI,
+        "module": "trainers.torch_ddp",
+        "trainer_args": FLAGS,
+        "num_nodes": 4,
+        "procs_per_node": 8,
+        "coordinator": COORDINATOR_GCE,
+        "work_dir": "/var/lib/trainstack",
+        **overrides,
+    }
+    return gpu_startup.render_launcher(**values)
+
 
 # --------------------------------------------------------------------------------------
 # Rendering
@@ -27,7 +42,7 @@ from tests.components.test_gpu_startup import (
 
 
 def test_rendered_scripts_are_valid_bash(tmp_path: Path) -> None:
-    for script in (_launcher(), _launcher(platform="gce"), _gce_script(tmp_path)):
+    for script in (_launcher(), _gce_script(tmp_path)):
         assert "@@" not in script
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
@@ -45,7 +60,6 @@ def test_gce_script_embeds_the_gce_launcher(tmp_path: Path) -> None:
         worker_hosts=GCE_HOSTS,
     )
     launcher = _launcher(
-        platform="gce",
         coordinator=COORDINATOR_GCE,
         work_dir=str(tmp_path / "state"),
         done_marker=f"{tmp_path / 'state'}/done-{key}",
@@ -67,7 +81,6 @@ def test_gce_script_embeds_the_gce_launcher(tmp_path: Path) -> None:
         ({"procs_per_node": True}, "procs_per_node: True is not an integer >= 1"),
         ({"coordinator": "bad host"}, "coordinator: 'bad host' is not a host name"),
         ({"coordinator_port": 70000}, "coordinator_port: 70000 is not a TCP port (1-65535)"),
-        ({"platform": "eks"}, "platform: 'eks' is not one of gke, gce"),
         ({"worker_hosts": ["a", "b"]}, "worker_hosts: 2 host(s) for 4 node(s); expected one per node"),
         ({"worker_hosts": ["a", "b", "c", "d_"]}, "worker_hosts: 'd_' is not a host name"),
     ],
