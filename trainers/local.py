@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from rich.console import Console
 
@@ -342,6 +342,24 @@ def _track(
         view.step(step, record.get(FIELD_LOSS), record.get(FIELD_SAMPLES_PER_S))
 
 
+def start_worker(argv: list[str], env: Mapping[str, str], err: IO[bytes]) -> subprocess.Popen[str]:
+    """One local worker: its own session (a signal reaches it through the run's stopper
+    only), line-buffered text stdout for the pumps, stderr to `err`, and it dies with this
+    process (parent-death signal). Start workers before any thread: the preexec_fn runs
+    between fork and exec."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        env=dict(env),
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+        preexec_fn=kill_with_parent(),  # noqa: PLW1509
+    )
+
+
 def _supervise(
     prepared: PreparedRun,
     result: LocalRunResult,
@@ -360,17 +378,7 @@ def _supervise(
         # Started before this function starts any thread (progress display, pumps): the
         # preexec_fn runs between fork and exec, and only calls prctl (resolved earlier).
         for p in prepared.processes:
-            proc = subprocess.Popen(
-                p.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env={**env, **p.env},
-                text=True,
-                bufsize=1,
-                start_new_session=True,
-                preexec_fn=kill_with_parent(),  # noqa: PLW1509
-            )
+            proc = start_worker(p.argv, {**env, **p.env}, err)
             procs.append(proc)
             stopper.add(proc, p.stops_run)
         if isinstance(view, PlainProgress):

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -47,7 +46,6 @@ from trainers.common.contract import (
     RUN_NAME_ENV,
 )
 from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
-from trainers.common.signals import kill_with_parent
 from trainers.common.user_code import StackTrainer, UserCode, node_args, resolve_source
 from trainers.local import (
     INTERRUPTED_EXIT_CODE,
@@ -57,6 +55,7 @@ from trainers.local import (
     PreparedRun,
     RunStopper,
     free_ports,
+    start_worker,
 )
 from trainers.user_code import LOCAL_RUN_PID_ENV, WORKER_HOSTS_ENV
 
@@ -218,17 +217,7 @@ def run_local_code(
         with plan.log_path.open("a", buffering=1) as log, plan.stderr_path.open("ab") as err:
             procs = []
             for p in plan.processes:
-                proc = subprocess.Popen(
-                    p.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    env={**env, **p.env},
-                    text=True,
-                    bufsize=1,
-                    start_new_session=True,
-                    preexec_fn=kill_with_parent(),  # noqa: PLW1509
-                )
+                proc = start_worker(p.argv, {**env, **p.env}, err)
                 procs.append(proc)
                 stopper.add(proc, True)
             pumps = [
