@@ -159,7 +159,9 @@ def user_code_command(node_args: Sequence[str], python: str = DEFAULT_PYTHON) ->
     return [python, "-m", NODE_MODULE, *node_args]
 
 
-def run_clock(slice_name: str, package_uri: str, command: Sequence[str], checkpoint_dir: str) -> str:
+def run_clock(
+    slice_name: str, package_uri: str, command: Sequence[str], checkpoint_dir: str
+) -> str:
     """Where a slice's run records its first start: `trainstack-run-<key>.started` at the
     root of the checkpoint bucket (beside `checkpoints/`, as on Compute Engine), `<key>` a
     digest of the slice, the package and the launched argv, so a new package or new flags
