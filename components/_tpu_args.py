@@ -53,6 +53,8 @@ class SlicePlan:
     """Mode of each entry of `data_disks`, defaults resolved."""
     queued_tier: str
     wait_timeout_s: int
+    max_run_seconds: int | None = None
+    """The run limit the startup script enforces (`limits.max_run_hours`), if any."""
 
 
 def _disk_modes(disks: Any, found: TpuSlice | None, p: str) -> tuple[tuple[str, ...], list[str]]:
@@ -115,6 +117,11 @@ def _check(
     secure_boot = args.get("secure_boot", True)
     if not isinstance(secure_boot, bool):
         problems.append(f"{p}secure_boot: expected true or false, got {secure_boot!r}")
+    max_run = args.get("max_run_seconds")
+    if max_run is not None and (
+        isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1
+    ):
+        problems.append(f"{p}max_run_seconds: expected an integer >= 1, got {max_run!r}")
     if problems or found is None:
         return None, problems
     queued = args.get("queued") or {}
@@ -130,6 +137,7 @@ def _check(
         disk_modes=modes,
         queued_tier=str(queued.get("tier", "on-demand")),
         wait_timeout_s=int(queued.get("wait_timeout_s", DEFAULT_WAIT_TIMEOUT_S)),
+        max_run_seconds=max_run,
     )
     return plan, []
 
@@ -140,8 +148,8 @@ def tpu_pod_slice_problems(
     """Every problem with the plain `TpuPodSlice` arguments in `args`, keys prefixed with
     `prefix`: the slice, zone and runtime (a TensorFlow runtime, which the bundled trainer
     needs; any runtime for your own code: `user_code`, default whether `args` has
-    `node_args`), provisioning and reservation, data disks, the trainer launch and Secure
-    Boot."""
+    `node_args`), provisioning and reservation, data disks, the trainer launch, Secure
+    Boot and the run limit."""
     return _check(args, prefix, user_code)[1]
 
 

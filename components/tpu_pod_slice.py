@@ -48,7 +48,11 @@ IP from the metadata server, and on worker 0 runs
 TPUStrategy; the other workers serve their chips). With `node_args` (your own code,
 `trainers.common.user_code.node_args`) every worker runs `python3 -m trainers.node
 <node_args>` instead (JAX and PyTorch/XLA run one process per host), on any runtime
-version: no TensorFlow runtime is required. A change to the script (new package,
+version: no TensorFlow runtime is required. `max_run_seconds` (the stack's run limit) is
+enforced by the same script, since the GA Cloud TPU API has no run limit: the run's first
+start is recorded once in the checkpoint bucket, and once the limit has passed since then
+the trainer gets SIGTERM (it checkpoints) and is not relaunched; a later boot exits at once
+(`components.startup.tpu_worker`). A change to the script (new package,
 other trainer flags) replaces the slice: the script only runs at boot, so an in-place
 metadata update would leave the old run going.
 
@@ -184,6 +188,10 @@ class TpuPodSliceArgs(TypedDict):
     """Persistent disks attached to every worker."""
     secure_boot: NotRequired[bool]
     """Shielded VM Secure Boot (default True on every supported generation)."""
+    max_run_seconds: NotRequired[int]
+    """Run limit (the stack's `limits.max_run_hours`), enforced by the startup script: the
+    trainer gets SIGTERM this long after the run's first start, recorded once in the
+    checkpoint bucket, and is not relaunched (the Cloud TPU API has no run limit)."""
     labels: NotRequired[pulumi.Input[Mapping[str, str]]]
     """User labels, merged with trainstack's, on the node."""
     api_endpoint: NotRequired[str]
@@ -344,6 +352,7 @@ class TpuPodSlice(pulumi.ComponentResource):
                 expected_hosts=expected_hosts,
                 runtime_version=runtime_version,
                 node_args=node_args,
+                max_run_seconds=plan.max_run_seconds,
             )
 
         self.startup_script = pulumi.Output.all(

@@ -404,6 +404,8 @@ def _tpu(
             "labels": labels,
         },
     )
+    if cfg.limits.max_run_seconds is not None:
+        args["max_run_seconds"] = cfg.limits.max_run_seconds  # the startup script enforces it
     if node_args is not None:
         # Your code, on every host (its checkpoint folder is in node_args' run contract).
         args["node_args"] = node_args

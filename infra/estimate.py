@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
-from components.catalog.tpu import TPU_RUN_LIMIT_SOURCE
+from components.catalog.tpu import TPU_RUN_LIMIT_ENFORCED
 from infra import catalog
 from infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
 
@@ -210,9 +210,10 @@ def _run_limit(cfg: StackConfig, seconds: int) -> tuple[bool, str]:
             return True, f"GKE Job activeDeadlineSeconds {seconds}"
         return True, f"Compute Engine run limit of {seconds}s (A100Cluster max_run_seconds)"
     if target == "tpu":
-        return False, (
-            "not enforced: the Cloud TPU API trainstack uses (tpu.v2) has no run limit; "
-            f"stop the slice with `pulumi destroy` ({TPU_RUN_LIMIT_SOURCE})"
+        return TPU_RUN_LIMIT_ENFORCED, (
+            f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
+            "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
+            "limit, so the slice keeps running until `pulumi destroy`"
         )
     return False, "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"
 

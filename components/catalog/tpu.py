@@ -396,10 +396,16 @@ TPU_RUN_LIMIT_SOURCE: Final = (
     "20261001): QueuedResource.runDuration{maxRunDuration, terminationTime} ('Defines the "
     "maximum lifetime of the requested resource'), alpha only"
 )
-TPU_RUN_LIMIT_ENFORCED: Final = False
+TPU_RUN_LIMIT_ENFORCED: Final = True
 """The GA Cloud TPU API (tpu.v2, which TpuPodSlice uses for nodes and queued resources)
-offers no run limit; `limits.max_run_hours` is therefore reported, not enforced, on a tpu
-target (the plan says so)."""
+offers no run limit (`TPU_RUN_LIMIT_SOURCE`), so `limits.max_run_hours` is enforced by an
+equivalent, not a platform field: the slice's startup script (components/startup/
+tpu_worker.sh, TpuPodSlice `max_run_seconds`) records the run's first start once in the
+checkpoint bucket with the Compute Engine node helper (`run-started`, ifGenerationMatch=0;
+`components.catalog.recovery.GCE_RUN_LIMIT_SOURCE`), sends the trainer SIGTERM once the
+limit has passed since then, logs `max_run_hours reached` and exits 0 without relaunching
+it; a boot after the deadline exits at once. The slice itself keeps running (and billing)
+until `pulumi destroy`: only the training stops."""
 
 
 # --------------------------------------------------------------------------------------

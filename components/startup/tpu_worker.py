@@ -45,6 +45,16 @@ Your own code (`node_args`, the `python -m trainers.node` arguments of
 `TPU_WORKER_HOSTNAMES` and `PYTHONUNBUFFERED=1` but none of the TensorFlow setup; the
 runtime may then be any TPU software version (your requirements bring the framework).
 
+`max_run_seconds` (the stack's `limits.max_run_hours`) is enforced by the script itself, as
+the Compute Engine node launcher does (`components/gpu_startup/launch.sh`): the GA Cloud TPU
+API has no run limit (`components.catalog.tpu.TPU_RUN_LIMIT_SOURCE`). Every launching worker
+asks the node helper (`components/gpu_startup/node_helper.py run-started`, embedded in the
+script only when a limit is set) for the run's first start, recorded once in the checkpoint
+bucket (`run_clock`: `trainstack-run-<key>.started`, the GCE name scheme); once the limit has
+passed since then the trainer gets SIGTERM (it checkpoints), the script logs
+`max_run_hours reached: ...` and exits 0 without relaunching; a boot after the deadline exits
+0 at once.
+
 Every value is shell-quoted into the template; nothing secret may go in (the script lands in
 instance metadata, readable by anyone who can read the node): flags whose names look like
 credentials are refused.
@@ -59,6 +69,7 @@ from pathlib import Path
 from typing import Final
 
 from components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
+from components.gpu_startup import NODE_HELPER, run_clock_uri, run_key
 from trainers.common.contract import NODE_MODULE
 
 TEMPLATE_PATH: Final = Path(__file__).with_name("tpu_worker.sh")
@@ -93,6 +104,7 @@ _SECRET_NAME = re.compile(
     r"password|passwd|secret|token|credential|api_?key|private_?key|access_?key", re.IGNORECASE
 )
 _PLACEHOLDER = re.compile(r"@@[A-Z_]+@@")
+_HELPER_EOF: Final = "TRAINSTACK_HELPER_EOF"
 CHECKPOINT_FLAG: Final = "--checkpoint_dir="
 LAUNCH_PREFIX: Final = 5
 """`python3 -m trainers.node --launcher=node <module>`: the argv before the trainer's flags."""
@@ -147,6 +159,25 @@ def user_code_command(node_args: Sequence[str], python: str = DEFAULT_PYTHON) ->
     return [python, "-m", NODE_MODULE, *node_args]
 
 
+def run_clock(
+    slice_name: str, package_uri: str, command: Sequence[str], checkpoint_dir: str
+) -> str:
+    """Where a slice's run records its first start: `trainstack-run-<key>.started` at the
+    root of the checkpoint bucket (beside `checkpoints/`, as on Compute Engine), `<key>` a
+    digest of the slice, the package and the launched argv, so a new package or new flags
+    start a new clock, like the done marker."""
+    bucket = checkpoint_dir[len("gs://") :].split("/", 1)[0]
+    key = run_key(slice_name=slice_name, package_uri=package_uri, command=list(command))
+    return run_clock_uri(f"gs://{bucket}", key)
+
+
+def _node_helper() -> str:
+    text = NODE_HELPER.read_text(encoding="utf-8")
+    if _HELPER_EOF in text.splitlines():
+        raise ValueError(f"{NODE_HELPER.name} cannot go into the script's heredoc unchanged")
+    return text.rstrip("\n")
+
+
 def validate_node_args(node_args: Sequence[str]) -> None:
     """Raise ValueError unless `node_args` are single-line strings ending in `-- ARGV`."""
     if isinstance(node_args, str) or not isinstance(node_args, Sequence):
@@ -173,9 +204,11 @@ def render_tpu_worker_script(
     trainer_attempts: int = DEFAULT_TRAINER_ATTEMPTS,
     retry_delay_s: int = DEFAULT_RETRY_DELAY_S,
     node_args: Sequence[str] | None = None,
+    max_run_seconds: int | None = None,
 ) -> str:
     """The startup script for one slice, every value validated and shell-quoted;
-    `node_args` runs your own code on every worker instead of `trainer_module`."""
+    `node_args` runs your own code on every worker instead of `trainer_module`;
+    `max_run_seconds` stops the run that long after its first start (`run_clock`)."""
     if not isinstance(slice_name, str) or not _SLICE_NAME.match(slice_name):
         raise ValueError(
             f"slice_name: {slice_name!r} is not a TPU node name (a lowercase letter, then up "
@@ -214,14 +247,22 @@ def render_tpu_worker_script(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{key}: expected an integer >= {low}, got {value!r}")
+    if max_run_seconds is not None and (
+        isinstance(max_run_seconds, bool)
+        or not isinstance(max_run_seconds, int)
+        or max_run_seconds < 1
+    ):
+        raise ValueError(f"max_run_seconds: expected an integer >= 1, got {max_run_seconds!r}")
     if not isinstance(python, str) or not python or any(c.isspace() for c in python):
         raise ValueError(f"python: {python!r} is not an executable name")
 
     if node_args is not None:
-        launch = user_code_command(node_args, python)[3:]
+        command = user_code_command(node_args, python)
+        launch = command[3:]
     else:
-        launch = trainer_command(trainer_module, trainer_args, checkpoint_dir, python)
-        launch = launch[LAUNCH_PREFIX:]
+        command = trainer_command(trainer_module, trainer_args, checkpoint_dir, python)
+        launch = command[LAUNCH_PREFIX:]
+    limited = max_run_seconds is not None
     values = {
         "SLICE_NAME": shlex.quote(slice_name),
         "PACKAGE_URI": shlex.quote(package_uri),
@@ -236,6 +277,11 @@ def render_tpu_worker_script(
         "DEVICE_API": (runtime.device_api if runtime is not None else None) or "''",
         "TF_KERAS_FROM": ".".join(str(n) for n in TF_KERAS_FROM),
         "USER_CODE": "1" if node_args is not None else "0",
+        "MAX_RUN_SECONDS": str(max_run_seconds) if limited else "''",
+        "RUN_CLOCK_URI": (
+            shlex.quote(run_clock(slice_name, package_uri, command, effective)) if limited else "''"
+        ),
+        "NODE_HELPER": _node_helper() if limited else "",
     }
     template = TEMPLATE_PATH.read_text(encoding="utf-8")
     rendered = _PLACEHOLDER.sub(lambda m: values[m.group(0).strip("@")], template)

@@ -33,7 +33,14 @@
 #      of resource tpu_worker {node_id: the slice, worker_id} (see export_logging_environment);
 #   6. a trainer that exits non-zero is relaunched a bounded number of times (it resumes
 #      from its newest checkpoint); one that finishes leaves a marker, so a later boot does
-#      not train the same run again.
+#      not train the same run again;
+#   7. with a run limit (TS_MAX_RUN_SECONDS, the stack's limits.max_run_hours; the GA Cloud
+#      TPU API has none) every launching worker reads the run's first start with the node
+#      helper that the Compute Engine launcher uses (`run-started`: recorded once in the
+#      checkpoint bucket at TS_RUN_CLOCK_URI, created only if absent) before it installs
+#      anything; once the limit has passed since then the trainer gets SIGTERM (it
+#      checkpoints), the script logs `max_run_hours reached` and exits 0 without relaunching;
+#      a boot after the deadline exits 0 at once.
 # Every line (trainer output included) is also prefixed with the slice and worker id and goes
 # to stdout (the serial console) and to a log file under the state directory.
 set -euo pipefail
@@ -51,6 +58,8 @@ readonly TS_RUNTIME_TF_MINOR=@@RUNTIME_TF_MINOR@@
 readonly TS_DEVICE_API=@@DEVICE_API@@
 readonly TS_TF_KERAS_FROM=@@TF_KERAS_FROM@@
 readonly TS_USER_CODE=@@USER_CODE@@
+readonly TS_MAX_RUN_SECONDS=@@MAX_RUN_SECONDS@@
+readonly TS_RUN_CLOCK_URI=@@RUN_CLOCK_URI@@
 
 # Only tests set these two: a local fake metadata server and a scratch state directory.
 readonly TS_METADATA_URL="${TRAINSTACK_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}"
@@ -284,9 +293,90 @@ export_logging_environment() {
   export TRAINSTACK_TPU_NODE_ID="$TS_SLICE_NAME"
 }
 
+# The run limit. The node helper (components/gpu_startup/node_helper.py, standard library
+# only) reads the clock, or records it with ifGenerationMatch=0 when this is the run's
+# first start; GCE_METADATA_HOST and STORAGE_EMULATOR_HOST (tests only) point it at fakes.
+RUN_DEADLINE=""
+DEADLINE_HIT=0
+TRAINER_PID=""
+check_run_limit() {
+  local helper started now
+  [[ -n $TS_MAX_RUN_SECONDS ]] || return 0
+  helper="$TS_STATE_DIR/trainstack_node_helper.py"
+  cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
+@@NODE_HELPER@@
+TRAINSTACK_HELPER_EOF
+  started=$("$TS_PYTHON" "$helper" run-started "$TS_RUN_CLOCK_URI") ||
+    die "cannot read or record the run's start time at $TS_RUN_CLOCK_URI"
+  [[ $started =~ ^[0-9]+$ ]] || die "the run's start time at $TS_RUN_CLOCK_URI is '$started', not Unix seconds"
+  now=$(date +%s)
+  RUN_DEADLINE=$((started + TS_MAX_RUN_SECONDS))
+  if ((now >= RUN_DEADLINE)); then
+    log "max_run_hours reached: $((now - started))s since the run started (limit ${TS_MAX_RUN_SECONDS}s); not starting"
+    exit 0
+  fi
+  log "run limit: $((RUN_DEADLINE - now))s of ${TS_MAX_RUN_SECONDS}s left (the run started at $started, recorded at $TS_RUN_CLOCK_URI)"
+}
+
+# shellcheck disable=SC2329  # called by the trap in start_deadline_timer
+on_deadline() {
+  DEADLINE_HIT=1
+  if [[ -n $TRAINER_PID ]]; then
+    kill -TERM "$TRAINER_PID" 2>/dev/null || true
+  fi
+}
+
+# SIGUSR1 to this script (on_deadline) at the run's deadline, from a timer (TIMER_PID) that
+# keeps neither the trainer lock (fd 9) nor the console open and takes its sleep with it
+# when stopped.
+TIMER_PID=""
+start_deadline_timer() {
+  local remaining
+  remaining=$((RUN_DEADLINE - $(date +%s)))
+  ((remaining > 0)) || remaining=0
+  trap on_deadline USR1
+  (
+    trap - USR1
+    nap=""
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    sleep "$remaining" &
+    nap=$!
+    wait "$nap" && kill -USR1 "$$"
+  ) 9>&- </dev/null >/dev/null 2>&1 &
+  TIMER_PID=$!
+}
+
+# Run the trainer once in the background (so the deadline's trap runs at once), its lines
+# prefixed; sets STATUS to its exit status once it and its output are done.
+run_attempt() {
+  local fifo printer
+  fifo="$TS_STATE_DIR/trainer.out"
+  rm -f "$fifo"
+  mkfifo "$fifo"
+  prefix_lines <"$fifo" &
+  printer=$!
+  # The trainer inherits the lock: if this script dies, a re-run still sees it held.
+  "$@" >"$fifo" 2>&1 &
+  TRAINER_PID=$!
+  # A deadline that fell between the launch and the line above found no trainer to stop.
+  if ((DEADLINE_HIT)); then
+    kill -TERM "$TRAINER_PID" 2>/dev/null || true
+  fi
+  STATUS=0
+  wait "$TRAINER_PID" || STATUS=$?
+  # The deadline's trap interrupts `wait`: keep waiting while the trainer checkpoints.
+  while kill -0 "$TRAINER_PID" 2>/dev/null; do
+    STATUS=0
+    wait "$TRAINER_PID" || STATUS=$?
+  done
+  TRAINER_PID=""
+  wait "$printer" || true
+  rm -f "$fifo"
+}
+
 run_trainer() {
   local -a cmd
-  local digest done_marker attempt status shown
+  local digest done_marker attempt shown
   if ((TS_USER_CODE)); then
     cmd=("$TS_PYTHON" -m trainers.node "${TS_TRAINER_ARGS[@]}")
   else
@@ -307,24 +397,35 @@ run_trainer() {
   export_tpu_environment
   export_logging_environment
   shown=$(printf '%q ' "${cmd[@]}")
+  [[ -z $RUN_DEADLINE ]] || start_deadline_timer
+  STATUS=0
   for ((attempt = 1; attempt <= TS_TRAINER_ATTEMPTS; attempt++)); do
+    if ((DEADLINE_HIT)); then
+      log "max_run_hours reached: ${TS_MAX_RUN_SECONDS}s since the run started; not launching the trainer"
+      STATUS=0
+      break
+    fi
     log "launching trainer (attempt $attempt/$TS_TRAINER_ATTEMPTS): ${shown% }"
-    set +e
-    # The trainer inherits the lock: if this script dies, a re-run still sees it held.
-    "${cmd[@]}" 2>&1 | prefix_lines
-    status=${PIPESTATUS[0]}
-    set -e
-    if ((status == 0)); then
+    run_attempt "${cmd[@]}"
+    if ((STATUS == 0)); then
       touch "$done_marker"
       log "trainer finished"
-      return 0
+      break
     fi
-    log "trainer exited with status $status"
+    if ((DEADLINE_HIT)); then
+      log "max_run_hours reached: stopped the trainer after ${TS_MAX_RUN_SECONDS}s of the run (trainer exit $STATUS); the newest checkpoint holds its state"
+      STATUS=0
+      break
+    fi
+    log "trainer exited with status $STATUS"
     if ((attempt < TS_TRAINER_ATTEMPTS)); then
       sleep $((attempt * TS_RETRY_DELAY_S))
     fi
   done
-  return "$status"
+  if [[ -n $TIMER_PID ]]; then
+    kill "$TIMER_PID" 2>/dev/null || true
+  fi
+  return "$STATUS"
 }
 
 main() {
@@ -332,6 +433,9 @@ main() {
   cd "$TS_STATE_DIR"
   discover_workers
   log "worker $WORKER_ID of ${#WORKER_IPS[@]}; coordinator (worker 0) is $COORDINATOR"
+  if ((WORKER_ID == 0 || TS_USER_CODE)); then
+    check_run_limit
+  fi
   install_package
   if ((WORKER_ID != 0 && !TS_USER_CODE)); then
     log "serving TPU chips to the trainer on worker 0 ($COORDINATOR); nothing to launch here"

@@ -149,6 +149,12 @@ def test_startup_script_launches_the_tensorflow_trainer_with_the_run_contract() 
     assert "readonly TS_EXPECTED_HOSTS=4\n" in script
 
 
+def test_max_run_seconds_reaches_the_startup_script() -> None:
+    script = _run({"max_run_seconds": 7200}).named("exp-42-tpu-vm").inputs["metadata"]
+    assert script["startup-script"] == _script(max_run_seconds=7200)
+    assert "\nreadonly TS_MAX_RUN_SECONDS=7200\n" in script["startup-script"]
+
+
 def test_queued_registers_the_dynamic_resource_with_the_exact_body() -> None:
     run = _run(
         {

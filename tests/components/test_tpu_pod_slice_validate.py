@@ -288,6 +288,8 @@ INVALID = [
         {"secure_boot": "yes"},
         "secure_boot: expected true or false, got 'yes'",
     ),
+    ({"max_run_seconds": 0}, "max_run_seconds: expected an integer >= 1, got 0"),
+    ({"max_run_seconds": "3600"}, "max_run_seconds: expected an integer >= 1, got '3600'"),
 ]  # fmt: skip
 
 

@@ -7,6 +7,9 @@ executables first on PATH that record their argv and the TPU environment. `pytho
 `tensorflow` (version FAKE_TF_VERSION) and `libtpu` packages. The slice is a v4-32
 (4 workers) on tpu-vm-tf-2.16.0-pod-pjrt; the tests run worker 0 (the trainer) and worker 3
 (serves only). tests/fidelity/test_tpu.py runs the same script against real TensorFlow.
+The run limit's clock goes through the real node helper (the fake python3 runs it) against
+the same local server, which also serves the access token and Cloud Storage; `date` is fake
+too (FAKE_NOW), so the limit's arithmetic is exact.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -30,6 +35,7 @@ from components.startup.tpu_worker import (
     STATE_DIR_ENV,
     effective_checkpoint_dir,
     render_tpu_worker_script,
+    run_clock,
     trainer_command,
     user_code_command,
 )
@@ -84,13 +90,29 @@ RECORDED_ENV = (
 # names a requirement whose install fails); python3 `-c CODE` runs CODE over the stubs
 # (the libtpu stub is left out with FAKE_NO_LIBTPU); the trainer prints a metrics line and
 # exits with the next code of FAKE_TRAINER_EXITS (default 0).
+# The run limit: python3 runs the embedded node helper for real; `date` prints FAKE_NOW;
+# `sleep` returns at once, or once the file FAKE_SLEEP_UNTIL exists; with FAKE_TRAINER_BLOCK
+# the trainer creates that file and waits for SIGTERM, which it records (FAKE_LOG.signals)
+# before it exits 143 as the node launcher does after its checkpoint.
 FAKE = """#!{python}
-import json, os, sys
+import json, os, signal, sys, time
 prog = os.path.basename(sys.argv[0])
 argv = sys.argv[1:]
 env = {{k: os.environ[k] for k in {recorded!r} if k in os.environ}}
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write(json.dumps({{"prog": prog, "argv": argv, "env": env}}) + "\\n")
+if prog == "python3" and argv[:1] and argv[0].endswith("trainstack_node_helper.py"):
+    os.execv(sys.executable, [sys.executable, *argv])
+if prog == "date":
+    print(os.environ.get("FAKE_NOW") or int(time.time()))
+    sys.exit(0)
+if prog == "sleep":
+    until = os.environ.get("FAKE_SLEEP_UNTIL")
+    for _ in range(3000):
+        if not until or os.path.exists(until):
+            break
+        time.sleep(0.01)
+    sys.exit(0)
 stubs = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "..", "stubs")
 if prog == "python3" and argv[:1] == ["-c"]:
     paths = [os.path.join(stubs, "tf")]
@@ -113,17 +135,38 @@ elif prog == "python3":
     n = int(open(counter).read()) if os.path.exists(counter) else 0
     open(counter, "w").write(str(n + 1))
     codes = [int(c) for c in os.environ.get("FAKE_TRAINER_EXITS", "0").split(",")]
+    if os.environ.get("FAKE_TRAINER_BLOCK"):
+        def stop(*_):
+            open(os.environ["FAKE_LOG"] + ".signals", "a").write("SIGTERM\\n")
+            print(json.dumps({{"event": "preempted", "step": 40}}), flush=True)
+            sys.exit(143)
+        signal.signal(signal.SIGTERM, stop)
+        print(json.dumps({{"event": "start", "step": 0}}), flush=True)
+        open(os.environ["FAKE_SLEEP_UNTIL"], "w").close()
+        time.sleep(30)
     print(json.dumps({{"event": "done", "step": 2000}}))
     sys.exit(codes[min(n, len(codes) - 1)])
 """
 
 
+TOKEN = "ya29.fake-token"
+
+
 class MetadataServer(LocalServer):
-    """The GCE metadata server's `computeMetadata/v1/` paths this script reads."""
+    """The GCE metadata server's `computeMetadata/v1/` paths this script reads, and the
+    Cloud Storage object read and create-if-absent upload of the run clock (`objects`,
+    requests in `storage`)."""
 
     def __init__(self, values: dict[str, str]) -> None:
-        self.values = values
+        self.values = {
+            **values,
+            "instance/service-accounts/default/token": json.dumps(
+                {"access_token": TOKEN, "expires_in": 3599, "token_type": "Bearer"}
+            ),
+        }
         self.requests: list[tuple[str, str | None]] = []
+        self.objects: dict[tuple[str, str], bytes] = {}
+        self.storage: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         fake = self
 
@@ -131,7 +174,44 @@ class MetadataServer(LocalServer):
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def _reply(self, status: int, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _object(self, path: str, prefix: str) -> tuple[str, str] | None:
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return None
+                bucket, _, rest = path.removeprefix(prefix).partition("/o")
+                return bucket, urllib.parse.unquote(rest.removeprefix("/"))
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                path, _, query = self.path.partition("?")
+                params = urllib.parse.parse_qs(query)
+                with fake._lock:
+                    fake.storage.append(("POST", self.path))
+                    key = self._object(path, "/upload/storage/v1/b/")
+                    if key is None or "name" not in params:
+                        return self._reply(401, b"unauthenticated")
+                    key = (key[0], params["name"][0])
+                    if params.get("ifGenerationMatch") == ["0"] and key in fake.objects:
+                        return self._reply(412, b"precondition failed")
+                    fake.objects[key] = body
+                return self._reply(200, b"{}")
+
             def do_GET(self) -> None:
+                if self.path.startswith("/storage/v1/b/"):
+                    with fake._lock:
+                        fake.storage.append(("GET", self.path))
+                    key = self._object(self.path.partition("?")[0], "/storage/v1/b/")
+                    if key is None:
+                        return self._reply(401, b"unauthenticated")
+                    data = fake.objects.get(key)
+                    if data is None:
+                        return self._reply(404, b"no such object")
+                    return self._reply(200, data)
                 flavor = self.headers.get("Metadata-Flavor")
                 with fake._lock:
                     fake.requests.append((self.path, flavor))
@@ -175,7 +255,7 @@ class Worker:
         self.bin.mkdir()
         self.script.write_text(script)
         fake = FAKE.format(python=sys.executable, recorded=RECORDED_ENV)
-        for prog in ("gcloud", "gsutil", "python3", "sleep"):
+        for prog in ("gcloud", "gsutil", "python3", "sleep", "date"):
             path = self.bin / prog
             path.write_text(fake)
             path.chmod(0o755)
@@ -384,6 +464,131 @@ def test_a_running_trainer_is_left_alone(worker: Worker, worker0: MetadataServer
     )
 
 
+# -- the run limit (max_run_seconds) ----------------------------------------------------
+
+CLOCK_BUCKET = "p-exp-42-checkpoints"
+CLOCK_OBJECT = "trainstack-run-97048f6021bdf22d.started"
+CLOCK = f"gs://{CLOCK_BUCKET}/{CLOCK_OBJECT}"
+NOW = 1_800_000_000
+TAG0 = f"[trainstack slice={SLICE} worker=0]"
+
+
+def _limited(tmp_path: Path, max_run_seconds: int = 3600) -> Worker:
+    return Worker(tmp_path, _script(max_run_seconds=max_run_seconds))
+
+
+def _google(server: MetadataServer) -> dict[str, str]:
+    """The node helper's endpoints: this server for the metadata and Cloud Storage."""
+    return {
+        "GCE_METADATA_HOST": server.base_url.removeprefix("http://"),
+        "STORAGE_EMULATOR_HOST": server.base_url,
+    }
+
+
+def _helper_call(worker: Worker) -> list[str]:
+    return ["python3", str(worker.state / "trainstack_node_helper.py"), "run-started", CLOCK]
+
+
+def test_the_run_clock_is_named_per_run_beside_the_checkpoints() -> None:
+    assert run_clock(SLICE, PACKAGE, ["python3", *TRAINER_ARGV], CKPT) == CLOCK
+    other = run_clock(SLICE, PACKAGE, ["python3", *TRAINER_ARGV], "gs://other-bucket/run-7")
+    assert other == f"gs://other-bucket/{CLOCK_OBJECT}"
+    again = run_clock(SLICE, PACKAGE.replace("0123", "4567"), ["python3", *TRAINER_ARGV], CKPT)
+    assert again == f"gs://{CLOCK_BUCKET}/trainstack-run-b5c94773ae1c0701.started"
+
+
+def test_the_deadline_stops_the_trainer_and_exits_0_without_a_retry(
+    tmp_path: Path, worker0: MetadataServer
+) -> None:
+    worker = _limited(tmp_path)
+    worker0.objects[(CLOCK_BUCKET, CLOCK_OBJECT)] = str(NOW - 600).encode()
+    ready = tmp_path / "trainer-ready"
+    result = worker.run(
+        worker0,
+        **_google(worker0),
+        FAKE_NOW=str(NOW),
+        FAKE_TRAINER_BLOCK="1",
+        FAKE_SLEEP_UNTIL=str(ready),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [a for a in worker.argvs() if a[0] != "sleep"] == [
+        _helper_call(worker),
+        ["date", "+%s"],
+        *_install_calls(worker),
+        *_keras_calls(),
+        ["date", "+%s"],
+        ["python3", *TRAINER_ARGV],
+    ]
+    assert [a for a in worker.argvs() if a[0] == "sleep"] == [["sleep", "3000"]]
+    assert (tmp_path / "calls.jsonl.signals").read_text() == "SIGTERM\n"
+    lines = result.stdout.splitlines()
+    assert lines[1] == (
+        f"{TAG0} run limit: 3000s of 3600s left (the run started at {NOW - 600}, "
+        f"recorded at {CLOCK})"
+    )
+    launch = f"{TAG0} launching trainer (attempt 1/3): " + " ".join(
+        shlex.quote(a) for a in ["python3", *TRAINER_ARGV]
+    )
+    assert lines[-4:] == [
+        launch,
+        f"{TAG0} " + '{"event": "start", "step": 0}',
+        f"{TAG0} " + '{"event": "preempted", "step": 40}',
+        f"{TAG0} max_run_hours reached: stopped the trainer after 3600s of the run "
+        "(trainer exit 143); the newest checkpoint holds its state",
+    ]
+    assert not list(worker.state.glob("done-*"))  # not finished: status shows the checkpoint
+    assert worker0.storage == [("GET", f"/storage/v1/b/{CLOCK_BUCKET}/o/{CLOCK_OBJECT}?alt=media")]
+
+
+def test_a_start_after_the_deadline_exits_0_at_once(
+    tmp_path: Path, worker0: MetadataServer
+) -> None:
+    worker = _limited(tmp_path)
+    worker0.objects[(CLOCK_BUCKET, CLOCK_OBJECT)] = str(NOW - 3600).encode()
+    result = worker.run(worker0, **_google(worker0), FAKE_NOW=str(NOW))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert worker.argvs() == [_helper_call(worker), ["date", "+%s"]]  # nothing installed
+    assert result.stdout.splitlines()[1:] == [
+        f"{TAG0} max_run_hours reached: 3600s since the run started (limit 3600s); not starting"
+    ]
+    assert worker0.objects[(CLOCK_BUCKET, CLOCK_OBJECT)] == str(NOW - 3600).encode()
+    assert [method for method, _ in worker0.storage] == ["GET"]
+
+
+def test_the_first_start_records_the_clock_once(
+    tmp_path: Path, worker0: MetadataServer, worker3: MetadataServer
+) -> None:
+    worker = _limited(tmp_path)
+    # The timer's sleep lasts until the script stops it after the trainer finished.
+    far = {**_google(worker0), "FAKE_SLEEP_UNTIL": str(tmp_path / "never")}
+    before = int(time.time())
+    first = worker.run(worker0, **far)
+    after = int(time.time())
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.splitlines()[-1] == f"{TAG0} trainer finished"
+    recorded = worker0.objects[(CLOCK_BUCKET, CLOCK_OBJECT)]
+    assert before <= int(recorded.decode()) <= after
+    get = ("GET", f"/storage/v1/b/{CLOCK_BUCKET}/o/{CLOCK_OBJECT}?alt=media")
+    post = (
+        "POST",
+        f"/upload/storage/v1/b/{CLOCK_BUCKET}/o?uploadType=media&name={CLOCK_OBJECT}"
+        "&ifGenerationMatch=0",
+    )
+    assert worker0.storage == [get, post, get]
+    # A reboot reads the same clock and writes nothing; a serving worker never reads it.
+    again = worker.run(worker0, **far)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.splitlines()[-1] == (
+        f"{TAG0} this run already finished on an earlier boot; not training again"
+    )
+    assert worker0.storage == [get, post, get, get]
+    assert worker0.objects[(CLOCK_BUCKET, CLOCK_OBJECT)] == recorded
+    (tmp_path / "w3").mkdir()
+    serving = Worker(tmp_path / "w3", _script(max_run_seconds=3600))
+    assert serving.run(worker3, **_google(worker3)).returncode == 0
+    assert worker3.storage == []
+
+
 def test_download_falls_back_to_gsutil(worker: Worker, worker3: MetadataServer) -> None:
     result = worker.run(worker3, FAKE_FAILING="gcloud")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -579,6 +784,18 @@ def test_rendered_values_are_quoted_and_the_script_parses() -> None:
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
+def test_the_run_limit_and_the_node_helper_go_into_the_script_only_when_set() -> None:
+    helper = Path("components/gpu_startup/node_helper.py").read_text().rstrip("\n")
+    limited = _script(max_run_seconds=3600)
+    assert "readonly TS_MAX_RUN_SECONDS=3600\n" in limited
+    assert f"readonly TS_RUN_CLOCK_URI={CLOCK}\n" in limited
+    assert f"<<'TRAINSTACK_HELPER_EOF'\n{helper}\nTRAINSTACK_HELPER_EOF\n" in limited
+    subprocess.run(["bash", "-n"], input=limited, text=True, check=True)
+    plain = _script()
+    assert "readonly TS_MAX_RUN_SECONDS=''\nreadonly TS_RUN_CLOCK_URI=''\n" in plain
+    assert "<<'TRAINSTACK_HELPER_EOF'\n\nTRAINSTACK_HELPER_EOF\n" in plain
+
+
 def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
     flags = ["--checkpoint_dir=gs://other-bucket/run-7", "--steps=5"]
     assert trainer_command("trainers.tf_multiworker", flags, CKPT) == [
@@ -632,6 +849,9 @@ def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
             "of a-z, 0-9 and '-', not ending with '-')",
         ),
         ({"expected_hosts": 0}, "expected_hosts: expected an integer >= 1, got 0"),
+        ({"max_run_seconds": 0}, "max_run_seconds: expected an integer >= 1, got 0"),
+        ({"max_run_seconds": True}, "max_run_seconds: expected an integer >= 1, got True"),
+        ({"max_run_seconds": 1.5}, "max_run_seconds: expected an integer >= 1, got 1.5"),
         (
             {"runtime_version": "tpu-ubuntu2204-base"},
             "runtime_version: 'tpu-ubuntu2204-base' is not a TensorFlow TPU runtime, which the "

@@ -22,12 +22,10 @@ VERTEX_OVER = (
     "limits.max_hourly_usd: the stack's estimated $143.65/hour is above the limit of "
     "$60/hour; valid: a stack estimated at or below $60/hour, or limits.max_hourly_usd >= 143.65"
 )
-TPU_NOT_ENFORCED = (
-    "not enforced: the Cloud TPU API trainstack uses (tpu.v2) has no run limit; stop the slice "
-    "with `pulumi destroy` (DISC:tpu.v2.json (revision 20261001): Node.schedulingConfig has "
-    "only preemptible, reserved and spot, QueuedResource no run duration; "
-    "DISC:tpu.v2alpha1.json (revision 20261001): QueuedResource.runDuration{maxRunDuration, "
-    "terminationTime} ('Defines the maximum lifetime of the requested resource'), alpha only)"
+TPU_ENFORCED = (
+    "enforced by the TPU startup script: it stops the trainer 1800s after the run's first "
+    "start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run limit, so the slice "
+    "keeps running until `pulumi destroy`"
 )
 
 
@@ -164,15 +162,53 @@ def test_without_limits_no_max_run_seconds_is_passed(monkeypatch: pytest.MonkeyP
     assert "max_run_seconds" not in seen[0]
 
 
-@pytest.mark.parametrize(
-    ("stack", "run_limit"),
-    [
-        ("dev-tpu-v5e", TPU_NOT_ENFORCED),
-        ("local", "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"),
-    ],
-)
-def test_tpu_and_local_plans_say_the_run_limit_is_not_enforced(stack: str, run_limit: str) -> None:
-    plan = build_plan(stack, _stack(stack, max_run_hours=0.5))
+def _tpu_slice_args(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> dict[str, Any]:
+    seen: list[dict[str, Any]] = []
+
+    class Stop(Exception):
+        pass
+
+    def recorder(name: str, args: dict[str, Any], opts: Any = None) -> None:
+        seen.append(args)
+        raise Stop
+
+    monkeypatch.setattr(infra.compose, "TpuPodSlice", recorder)
+    with pytest.raises(Stop):
+        run_program(main_program, config=config, stack="dev-tpu-v5e")
+    return seen[0]
+
+
+def test_tpu_slices_get_max_run_seconds_and_the_plan_says_the_script_enforces_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = _stack("dev-tpu-v5e", max_run_hours=0.5)
+    plan = build_plan("dev-tpu-v5e", config)
+    [script] = [
+        r["inputs"]["metadata"]["startup-script"]
+        for r in plan["resources"]
+        if r["type"] == "gcp:tpu/v2Vm:V2Vm"
+    ]
+    assert "\nreadonly TS_MAX_RUN_SECONDS=1800\n" in script
+    assert _tpu_slice_args(monkeypatch, config)["max_run_seconds"] == 1800
+    assert plan["limits"] == {
+        "max_hourly_usd": None,
+        "max_run_hours": 0.5,
+        "max_run_seconds": 1800,
+        "run_limit_enforced": True,
+        "run_limit": TPU_ENFORCED,
+    }
+    assert plan["notes"][-1] == f"limits.max_run_hours: {TPU_ENFORCED}"
+
+
+def test_tpu_slices_without_limits_get_no_max_run_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert "max_run_seconds" not in _tpu_slice_args(monkeypatch, _stack("dev-tpu-v5e"))
+
+
+def test_local_plans_say_the_run_limit_is_not_enforced() -> None:
+    run_limit = "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"
+    plan = build_plan("local", _stack("local", max_run_hours=0.5))
     assert plan["limits"] == {
         "max_hourly_usd": None,
         "max_run_hours": 0.5,
