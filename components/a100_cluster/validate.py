@@ -37,7 +37,7 @@ from components.a100_cluster._common import (
 from components.catalog.problems import pydantic_problem
 from components.gpu_startup import check_trainer, uses_torchrun
 from components.kubernetes_training_job import DEFAULT_MODULE
-from components.startup.tpu_worker import validate_node_args
+from components._node_args import validate_node_args
 
 SHAPE_KEYS: Final = (
     "backend",

@@ -55,8 +55,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from components._node_args import validate_node_args
 from components.catalog.images import DLVM_PYTHON_BIN
-from components.startup.tpu_worker import validate_node_args
 from trainers.common.cluster import DEFAULT_PORT
 from trainers.common.contract import TORCHRUN_MODULES
 

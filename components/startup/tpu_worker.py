@@ -68,6 +68,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from components._node_args import validate_node_args
 from components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
 from components.gpu_startup import NODE_HELPER, run_clock_uri, run_key
 from trainers.common.contract import NODE_MODULE
@@ -176,19 +177,6 @@ def _node_helper() -> str:
     if _HELPER_EOF in text.splitlines():
         raise ValueError(f"{NODE_HELPER.name} cannot go into the script's heredoc unchanged")
     return text.rstrip("\n")
-
-
-def validate_node_args(node_args: Sequence[str]) -> None:
-    """Raise ValueError unless `node_args` are single-line strings ending in `-- ARGV`."""
-    if isinstance(node_args, str) or not isinstance(node_args, Sequence):
-        raise ValueError(  # noqa: TRY004 - a config mistake, reported like every other
-            f"node_args: expected a list of strings, got {node_args!r}"
-        )
-    for i, arg in enumerate(node_args):
-        if not isinstance(arg, str) or "\n" in arg or "\0" in arg:
-            raise ValueError(f"node_args[{i}]: {arg!r} is not a single-line string")
-    if "--" not in node_args or node_args[-1] == "--":
-        raise ValueError(f"node_args: {list(node_args)!r} has no '-- ARGV' (your entrypoint)")
 
 
 def render_tpu_worker_script(
