@@ -21,6 +21,7 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components import catalog
+from components._node_args import validate_node_args
 from components.a100_cluster._common import (
     DEFAULT_BOOT_DISK_GB,
     DEFAULT_ENVIRONMENT,
@@ -37,7 +38,6 @@ from components.a100_cluster._common import (
 from components.catalog.problems import pydantic_problem
 from components.gpu_startup import check_trainer, uses_torchrun
 from components.kubernetes_training_job import DEFAULT_MODULE
-from components._node_args import validate_node_args
 
 SHAPE_KEYS: Final = (
     "backend",
