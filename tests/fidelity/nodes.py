@@ -37,7 +37,8 @@ from typing import IO, Any
 
 import pytest
 
-from tests.fidelity.vertex import image_layer
+from infra.mocks import REPO_ROOT
+from tests.fidelity.vertex import image_layer, venv_over
 
 NODE_NAMESPACES = """set -e
 mount --bind "$TEST_HOSTS" /etc/hosts
@@ -209,18 +210,9 @@ class Image:
         """A fresh container under `root`; returns the directory for PATH that holds its
         `python3`, `pip` (offline: everything the package requires is in the layer) and
         `torchrun`, as an image's bin directory does."""
-        venv = root / "venv"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-        python = venv / "bin" / "python"
-        purelib = subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
         # A plain path, no .pth processing: the shared venv's editable trainstack install
         # stays invisible, so `trainers` comes from the installed sdist only.
-        (Path(purelib) / "_image_layer.pth").write_text(f"{self.layer}\n")
+        python = venv_over(root / "venv", self.layer)
         bin_dir = root / "bin"
         bin_dir.mkdir()
         for name, text in (
@@ -239,6 +231,31 @@ def _post(url: str, data: bytes, content_type: str) -> None:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200
+
+
+BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
+BUCKET = "gcp:storage/bucket:Bucket"
+
+
+def inputs_by_type(plan: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """A plan's resource inputs grouped by resource type, in plan order."""
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for resource in plan["resources"]:
+        by_type.setdefault(resource["type"], []).append(resource["inputs"])
+    return by_type
+
+
+def planned_package(by_type: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """What a node needs of the plan's trainer package and buckets: the local `sdist` file,
+    its `package_uri`, the `staging_bucket` and the `checkpoint_bucket`."""
+    [sdist] = by_type[BUCKET_OBJECT]
+    [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
+    return {
+        "sdist": REPO_ROOT / sdist["source"]["fileAsset"],
+        "package_uri": f"gs://{sdist['bucket']}/{sdist['name']}",
+        "staging_bucket": sdist["bucket"],
+        "checkpoint_bucket": checkpoints["name"],
+    }
 
 
 def stage_buckets(storage: str, buckets: Sequence[str], package_uri: str, sdist: Path) -> None:

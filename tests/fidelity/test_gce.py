@@ -46,7 +46,6 @@ from typing import Any
 import pytest
 
 from components.gpu_startup import NODE_RANK_ATTRIBUTE
-from infra.mocks import REPO_ROOT
 from infra.plan import build_plan, load_stack
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer
@@ -56,6 +55,8 @@ from tests.fidelity.nodes import (
     Node,
     events,
     explain,
+    inputs_by_type,
+    planned_package,
     require_unshare,
     stage_buckets,
     start_node,
@@ -66,8 +67,6 @@ from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
 STACK = "prod-a100-gce"
 TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
 NODE_CONFIG_TYPE = "gcp:compute/perInstanceConfig:PerInstanceConfig"
-BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
-BUCKET = "gcp:storage/bucket:Bucket"
 NODES = 2
 TRAINER = {
     "strategy": "ddp",
@@ -137,25 +136,18 @@ def _plan(trainer: dict[str, Any]) -> PlannedGroup:
     config["trainstack:gpu_cluster"] = {**config["trainstack:gpu_cluster"], "node_count": NODES}
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
     plan = build_plan(name, config)
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for resource in plan["resources"]:
-        by_type.setdefault(resource["type"], []).append(resource["inputs"])
+    by_type = inputs_by_type(plan)
     [template] = by_type[TEMPLATE_TYPE]
     configs = sorted(
         by_type[NODE_CONFIG_TYPE],
         key=lambda c: int(c["preservedState"]["metadata"][NODE_RANK_ATTRIBUTE]),
     )
-    [sdist] = by_type[BUCKET_OBJECT]
-    [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
     return PlannedGroup(
         script=template["metadataStartupScript"],
         names=[c["name"] for c in configs],
         zone=configs[0]["zone"],
         project=configs[0]["project"],
-        sdist=REPO_ROOT / sdist["source"]["fileAsset"],
-        package_uri=f"gs://{sdist['bucket']}/{sdist['name']}",
-        staging_bucket=sdist["bucket"],
-        checkpoint_bucket=checkpoints["name"],
+        **planned_package(by_type),
     )
 
 

@@ -56,6 +56,8 @@ from tests.fidelity.nodes import (
     Node,
     events,
     explain,
+    inputs_by_type,
+    planned_package,
     require_unshare,
     stage_buckets,
     start_node,
@@ -67,8 +69,6 @@ from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
 
 STACK = "dev-a100-gke"
 JOB_TYPE = "kubernetes:batch/v1:Job"
-BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
-BUCKET = "gcp:storage/bucket:Bucket"
 TRAINER = {
     "model": "mlp",
     "dataset": "digits",
@@ -104,19 +104,9 @@ def _plan(trainer: dict[str, Any]) -> PlannedJob:
 
 
 def _planned(plan: dict[str, Any]) -> PlannedJob:
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for resource in plan["resources"]:
-        by_type.setdefault(resource["type"], []).append(resource["inputs"])
+    by_type = inputs_by_type(plan)
     [job] = by_type[JOB_TYPE]
-    [sdist] = by_type[BUCKET_OBJECT]
-    [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
-    return PlannedJob(
-        job=job,
-        sdist=REPO_ROOT / sdist["source"]["fileAsset"],
-        package_uri=f"gs://{sdist['bucket']}/{sdist['name']}",
-        staging_bucket=sdist["bucket"],
-        checkpoint_bucket=checkpoints["name"],
-    )
+    return PlannedJob(job=job, **planned_package(by_type))
 
 
 class Cluster:

@@ -47,6 +47,7 @@ from infra.plan import build_plan, load_stack
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.metadata_fake import MetadataFake, vm_values
+from tests.fidelity.vertex import venv_over
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = "dev-tpu-v5e"
@@ -165,16 +166,7 @@ def pod_plan() -> Planned:
 
 def _image_environment(root: Path) -> Path:
     """A fresh virtual environment with the shared venv's site-packages as its image layer."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    python = root / "bin" / "python"
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(purelib) / "_image_layer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return python
+    return venv_over(root, sysconfig.get_paths()["purelib"])
 
 
 class TpuVm:

@@ -268,6 +268,14 @@ def image_environment(root: Path, packages: list[str]) -> Path:
     The layer is a plain path (no .pth processing), so the shared venv's editable trainstack
     install stays invisible: `trainers` comes from the installed sdist only.
     """
+    layer = root / "image-layer"
+    image_layer(layer, packages)
+    return venv_over(root, layer)
+
+
+def venv_over(root: Path, layer: Path | str) -> Path:
+    """A fresh virtual environment at `root` (no pip) that sees `layer`, a plain directory
+    of packages, through a path file; returns its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
     purelib = subprocess.run(
@@ -276,8 +284,6 @@ def image_environment(root: Path, packages: list[str]) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    layer = root / "image-layer"
-    image_layer(layer, packages)
     (Path(purelib) / "_image_layer.pth").write_text(f"{layer}\n")
     return python
 
