@@ -43,7 +43,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from infra.mocks import REPO_ROOT
+from trainers.local import free_ports
 
 CUSTOM_JOB = "pulumi-python:dynamic/vertex:CustomJob"
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
@@ -128,17 +128,6 @@ def replicas(job_spec: Mapping[str, Any]) -> list[Replica]:
         for pool, spec in enumerate(job_spec["workerPoolSpecs"])
         for index in range(int(spec.get("replicaCount") or 0))
     ]
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _snake(value: Any) -> Any:
