@@ -51,6 +51,7 @@ import pulumi.dynamic as dyn
 from pydantic import ValidationError
 
 from components._local_processes import ProcessRef, ProcessTable, stop_processes
+from trainers.common.contract import EVENT_LAUNCH, EVENT_START
 from trainers.common.user_code import StackTrainer
 from trainers.local import PreparedRun, prepare_run
 from trainers.local_code import prepare_code_run
@@ -322,11 +323,12 @@ class LocalRunProvider(dyn.ResourceProvider):
         return [ProcessRef(pid, table.start_time(pid) or "") for pid in json.loads(launched.stdout)]
 
     def _await_start(self, outs: Mapping[str, Any]) -> dict[str, Any]:
-        """Wait for rank 0's `start` record; raise if the processes die before it."""
+        """Wait for rank 0's `start` record (the bundled trainers), or the `launch` record of
+        the wrapper around your own code; raise if the processes die before it."""
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             status = self._status(outs)
-            if status["resumed_from"] is not None or status["state"] == STATE_FINISHED:
+            if status.pop("started") or status["state"] == STATE_FINISHED:
                 return status
             if status["state"] == STATE_EXITED:
                 raise LocalRunStartError(
@@ -347,15 +349,17 @@ class LocalRunProvider(dyn.ResourceProvider):
         alive = any(table.alive(ref) for ref in _refs(props))
         records = read_records(props["log_path"], int(props.get("log_offset") or 0))
         done = _rank0(records, "done")
-        start = _rank0(records, "start")
+        start = _rank0(records, EVENT_START)
         if alive:
             state = STATE_RUNNING
         elif done is not None:
             state = STATE_FINISHED
         else:
             state = STATE_EXITED
-        resumed_from = None if start is None else int(start["step"])
-        return {"state": state, "done": done, "resumed_from": resumed_from}
+        # Your own code need not print a `start` line with its step: then this stays None.
+        resumed_from = None if start is None else int(start.get("step") or 0)
+        started = start is not None or _rank0(records, EVENT_LAUNCH) is not None
+        return {"state": state, "done": done, "resumed_from": resumed_from, "started": started}
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         replaces: list[str] = []
@@ -403,7 +407,9 @@ class LocalRunProvider(dyn.ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
         if not props.get("log_path"):
             return dyn.ReadResult(None, {})
-        return dyn.ReadResult(id_, {**props, **self._status(props)})
+        status = self._status(props)
+        del status["started"]
+        return dyn.ReadResult(id_, {**props, **status})
 
 
 class LocalRun(dyn.Resource, module="local", name="TrainingRun"):

@@ -153,7 +153,8 @@ class LocalTrainingJob(pulumi.ComponentResource):
     done: pulumi.Output[dict[str, Any] | None]
     """Rank 0's `done` record once the run finished (after a refresh)."""
     resumed_from: pulumi.Output[int | None]
-    """The step this run started from (0 for a fresh run)."""
+    """The step this run started from (0 for a fresh run; None while your own code has not
+    printed its `start` line, or never does)."""
     run_name: str
     """`trainer.run_name`: names the checkpoint folder and the log."""
 

@@ -39,7 +39,7 @@ from rich.table import Table
 
 from infra.config import PROJECT_ROOT, ConfigError, StackConfig, load_stack_config
 from infra.estimate import quota_needs
-from infra.mocks import REPO_ROOT
+from infra.local_paths import local_root, run_name
 from infra.plan import (
     PlanDocumentError,
     StackFileError,
@@ -566,23 +566,19 @@ def local_run(
     if cfg.trainer.user_code is not None:
         if steps is not None:
             raise _fail("--steps: the bundled trainer's option; your code takes its own arguments")
-        raise typer.Exit(_local_run_code(name, cfg, workers, fresh, as_json))
-    update: dict[str, Any] = {"run_name": name}
+        raise typer.Exit(_local_run_code(name, cfg, workers, fresh, as_json, progress_every))
+    update: dict[str, Any] = {"run_name": run_name(cfg, name)}
     if steps is not None:
         update["steps"] = steps
     # model_copy skips validation; re-validating keeps the trainer's own checks in force.
     bundled = cfg.trainer.bundled()  # the trainer's own keys: its --config takes nothing else
     trainer = type(bundled).model_validate({**bundled.model_dump(), **update})
-    root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / name
-    if not root.is_absolute():
-        # Relative roots live beside Pulumi.yaml, as they do under `pulumi up -s local`.
-        root = REPO_ROOT / root
     n = workers or (cfg.local.workers if cfg.local else 2)
     try:
         result = run_local(
             trainer,
             workers=n,
-            root=root,
+            root=local_root(cfg, name),
             console=err,
             out=err if as_json else Console(),
             fresh=fresh,
@@ -596,18 +592,28 @@ def local_run(
 
 
 def _local_run_code(
-    name: str, cfg: StackConfig, workers: int | None, fresh: bool, as_json: bool
+    name: str,
+    cfg: StackConfig,
+    workers: int | None,
+    fresh: bool,
+    as_json: bool,
+    progress_every: float,
 ) -> int:
     """`local-run` of your own code (`trainer.entrypoint`): `trainers.local_code`."""
     from trainers.local_code import run_local_code
 
-    named = "run_name" in cfg.trainer.model_fields_set  # as on the cloud: else the stack's name
-    trainer = cfg.trainer if named else cfg.trainer.model_copy(update={"run_name": name})
-    root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / name
-    root = root if root.is_absolute() else REPO_ROOT / root
-    n = workers or (cfg.local.workers if cfg.local else 2)
+    trainer = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
     try:
-        result = run_local_code(trainer, workers=n, root=root, base_dir=PROJECT_ROOT, fresh=fresh)
+        result = run_local_code(
+            trainer,
+            workers=workers or (cfg.local.workers if cfg.local else 2),
+            root=local_root(cfg, name),
+            base_dir=PROJECT_ROOT,
+            console=err,
+            out=err if as_json else Console(),
+            fresh=fresh,
+            progress_every_s=progress_every,
+        )
     except ValueError as exc:
         raise _fail(str(exc)) from None
     if as_json and result.done is not None:

@@ -29,6 +29,7 @@ from components.training_network import TrainingNetwork
 from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
 from infra.config import PROJECT_ROOT, StackConfig, load_stack_config
 from infra.estimate import quota_needs, vertex_timeout_s
+from infra.local_paths import run_name
 from trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     DATA_DIR_ENV,
@@ -118,10 +119,8 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         # The same trainer config as `trainstack local-run`, so either resumes the other's
         # run from the same checkpoint folder. Previews only check and diff: the provider
         # starts processes on `pulumi up` and stops them (keeping the data) on destroy.
-        trainer = cfg.trainer
-        if trainer.user_code is not None and "run_name" not in trainer.model_fields_set:
-            # Your code's run is named after the stack, as on the cloud and in local-run.
-            trainer = trainer.model_copy(update={"run_name": deployment})
+        # Named as in `local-run` (`infra.local_paths`), so either resumes the other's run.
+        trainer = cfg.trainer.model_copy(update={"run_name": run_name(cfg, deployment)})
         local_args: LocalTrainingJobArgs = {
             "trainer": trainer,
             "workers": cfg.local.workers,
@@ -279,7 +278,7 @@ def user_code_node_args(
     runs once per machine after installing the package (`trainers.common.user_code`)."""
     code = cfg.trainer.user_code
     assert code is not None
-    run = cfg.trainer.run_name if "run_name" in cfg.trainer.model_fields_set else deployment
+    run = run_name(cfg, deployment)
     contract = {
         CHECKPOINT_DIR_ENV: cfg.trainer.checkpoint_dir or f"{checkpoint_url}/checkpoints",
         DATA_DIR_ENV: data_url,

@@ -40,7 +40,7 @@ from components.training_dashboard.targets import (
     vertex_filter_text,
 )
 from infra.config import StackConfig
-from infra.mocks import REPO_ROOT
+from infra.local_paths import local_log_path
 from infra.stack_outputs import OutputsError, read_outputs, require
 from trainers.common.contract import (
     EVENT_CHECKPOINT,
@@ -106,16 +106,6 @@ def _check_worker(worker: int | None, machines: int, stack: str) -> None:
         raise LogsError(
             f"--worker: {worker} is not a machine of stack {stack!r}; valid: 0..{machines - 1}"
         )
-
-
-def local_log_path(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> Path:
-    """The local run's log: the `local_log_path` output when known, else where
-    `trainstack local-run --stack NAME` writes it (`<local.root>/logs/<NAME>.jsonl`)."""
-    if outputs and isinstance(outputs.get("local_log_path"), str):
-        return Path(outputs["local_log_path"])
-    assert cfg.local is not None
-    root = Path(cfg.local.root)
-    return (root if root.is_absolute() else REPO_ROOT / root) / "logs" / f"{stack}.jsonl"
 
 
 def cloud_filter(cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None) -> str:

@@ -35,6 +35,7 @@ from components._google_api import ApiError, NotFoundError, RetryPolicy, build_c
 from components._naming import gcp_name
 from infra.config import StackConfig
 from infra.estimate import summarize
+from infra.local_paths import local_checkpoint_dir, local_log_path
 from infra.logs import (
     Endpoints,
     FileLogs,
@@ -44,13 +45,11 @@ from infra.logs import (
     format_time,
     line_record,
     list_entries,
-    local_log_path,
     logging_client,
     parse_time,
 )
-from infra.mocks import REPO_ROOT
 from infra.stack_outputs import read_outputs, require
-from trainers.common.checkpoint import MARKER
+from trainers.common.checkpoint import MARKED_STEP_RE, MARKER, newest_marked_step
 from trainers.common.contract import (
     EVENT_DONE,
     EVENT_RESUME,
@@ -65,7 +64,6 @@ FAILED_STATES = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "FAILED"}
 )
 """States `status` exits 1 for."""
-_STEP_DIR = re.compile(r"step-(\d+)$")  # bundled trainers pad to 8 digits; your code may not
 _POLICY = RetryPolicy(max_attempts=3)
 _VERTEX_JOB = re.compile(
     r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
@@ -271,21 +269,12 @@ def _gcs_checkpoint(url: str, ep: Endpoints) -> int | None:
         page = _get(objects.list(**kwargs)) or {}
         for item in page.get("items", []):
             directory, _, leaf = str(item["name"]).rpartition("/")
-            match = _STEP_DIR.search(directory)
+            match = MARKED_STEP_RE.fullmatch(directory.rsplit("/", 1)[-1])
             if leaf == MARKER and match:
                 steps.append(int(match[1]))
         token = page.get("nextPageToken")
         if not token:
             return max(steps) if steps else None
-
-
-def _local_checkpoint(path: Path) -> int | None:
-    steps = [
-        int(m[1])
-        for d in (path.iterdir() if path.is_dir() else [])
-        if (m := _STEP_DIR.fullmatch(d.name)) and (d / MARKER).is_file()
-    ]
-    return max(steps) if steps else None
 
 
 def _alive(pid: int) -> bool:
@@ -316,11 +305,7 @@ def _local(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> dict
             elif event in (EVENT_TRAIN, EVENT_DONE):
                 step = record.get(FIELD_STEP, step)
                 done = done or event == EVENT_DONE
-    root = Path(cfg.local.root)
-    root = root if root.is_absolute() else REPO_ROOT / root
-    ckpt_dir = Path(
-        str((outputs or {}).get("local_checkpoint_dir") or root / "checkpoints" / stack)
-    )
+    ckpt_dir = local_checkpoint_dir(cfg, stack, outputs)
     pids = [int(p) for p in (outputs or {}).get("local_pids") or [] if str(p).isdigit()]
     hosts = [
         {
@@ -351,8 +336,8 @@ def _local(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> dict
         "started": None,
         "ended": None,
         "step": step,
-        "checkpoint_step": _local_checkpoint(ckpt_dir),
-        "checkpoint_dir": str(ckpt_dir),
+        "checkpoint_step": newest_marked_step(ckpt_dir),
+        "checkpoint_dir": ckpt_dir,
     }
 
 

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -79,7 +79,14 @@ from trainers.local_report import (
     running_pid_file,
 )
 
-__all__ = ["LocalRunResult", "local_processes", "prepare_run", "run_local", "torchrun_command"]
+__all__ = [
+    "LocalRunResult",
+    "local_processes",
+    "prepare_run",
+    "run_local",
+    "supervise_run",
+    "torchrun_command",
+]
 
 INTERRUPTED_EXIT_CODE: Final = 130
 """Exit code after Ctrl-C (SIGINT), what a shell reports for it; SIGTERM gives 143."""
@@ -334,6 +341,10 @@ def _track(
         view.note(f"resumed from step {step}")
         view.step(step, None, None)
     elif event == EVENT_START:
+        if step > 0 and result.resumed_from is None:
+            # Your own code may say only `start` at the step it resumed from.
+            result.resumed_from = step
+            view.note(f"resumed from step {step}")
         view.step(step, None, None)
     elif event == EVENT_PREEMPTED:
         result.stopped_at = step
@@ -399,6 +410,9 @@ def _supervise(
                 if line is None:
                     open_pipes -= 1
                     continue
+                # Every line is kept, not only the JSON records: `trainstack logs` shows the
+                # others as they are, and your own code's prints are often what a failure needs.
+                log.write(line if line.endswith("\n") else line + "\n")
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:
@@ -406,7 +420,6 @@ def _supervise(
                     continue
                 if not isinstance(record, dict):
                     continue
-                log.write(line if line.endswith("\n") else line + "\n")
                 result.events.append(record)
                 if record.get(FIELD_RANK) == 0:
                     _track(result, record, view)
@@ -455,13 +468,46 @@ def run_local(
         result.done = previous_done(prepared.log_path, latest, prepared.checkpoint_dir)
         print_line(out, headline(result))
         return result
+    return supervise_run(
+        prepared,
+        result,
+        workers=workers,
+        run_name=cfg.run_name,
+        total_steps=cfg.steps,
+        grace_s=cfg.preemption_grace_s,
+        saved=lambda: None if (n := store.latest()) is None else (n, step_name(n)),
+        console=console,
+        out=out,
+        progress_every_s=progress_every_s,
+    )
+
+
+def supervise_run(
+    prepared: PreparedRun,
+    result: LocalRunResult,
+    *,
+    workers: int,
+    run_name: str,
+    total_steps: int | None,
+    grace_s: float,
+    saved: Callable[[], tuple[int, str] | None],
+    console: Console,
+    out: Console,
+    progress_every_s: float,
+) -> LocalRunResult:
+    """Run `prepared` in the foreground, show its progress and say how it ended: the part of
+    `run_local` that the bundled trainers and your own code (`trainers.local_code`) share.
+    `total_steps` is None when the code does not say how far it goes; `saved` gives
+    the newest complete checkpoint (step, folder name) once the processes are gone."""
+    stderr_path = result.stderr_path
+    assert stderr_path is not None
     result.stderr_offset = stderr_path.stat().st_size if stderr_path.exists() else 0
     view: LiveProgress | PlainProgress = (
-        LiveProgress(console, cfg.steps, cfg.run_name)
+        LiveProgress(console, total_steps, run_name)
         if console.is_terminal
-        else PlainProgress(console, cfg.steps, progress_every_s)
+        else PlainProgress(console, total_steps, progress_every_s)
     )
-    stopper = RunStopper(cfg.preemption_grace_s + STOP_MARGIN_S)
+    stopper = RunStopper(grace_s + STOP_MARGIN_S)
     started = time.perf_counter()
     previous = _install(stopper.handle)
     # `trainstack status --stack` tells a live run from a stopped one by this file.
@@ -473,14 +519,15 @@ def run_local(
         _restore(previous)
         pid_file.unlink(missing_ok=True)
     result.wall_s = time.perf_counter() - started
-    result.saved_step = store.latest()
+    newest = saved()
+    result.saved_step, result.saved_name = (None, None) if newest is None else newest
     if stopper.signum is not None:
         result.interrupted = signal.Signals(stopper.signum).name
     code = next((c for c in codes if c != 0), 0)
     if result.done is not None:
         # A signal that came as the run finished changes nothing: it is complete and saved.
         result.exit_code = 0 if result.interrupted else code
-    elif result.interrupted or result.stopped_at is not None:
+    elif result.interrupted or result.stopped_at is not None or PREEMPTED_EXIT_CODE in codes:
         # torchrun reports any failed worker as 1; the trainer's own preemption code is the
         # useful answer for whoever restarts the run.
         interrupted_by_ctrl_c = stopper.signum == signal.SIGINT
@@ -490,8 +537,8 @@ def run_local(
     else:
         result.exit_code = code if code != 0 else 1
     if result.exit_code == 0:
-        print_summary(result, workers, cfg.run_name, out)
+        print_summary(result, workers, run_name, out)
     else:
-        print_summary(result, workers, cfg.run_name, console)
+        print_summary(result, workers, run_name, console)
         print_failure(result, console)
     return result

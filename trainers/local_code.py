@@ -21,42 +21,37 @@ in this environment. SIGTERM or Ctrl-C is forwarded once as SIGTERM (the code sa
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import signal
 import sys
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Final
 
+import fsspec
+from rich.console import Console
+
+from trainers.common.checkpoint import newest_marked
 from trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
-    COLLECTIVE_TIMEOUT_ENV,
     COORDINATOR_ENV,
     DATA_DIR_ENV,
-    EXIT_WITH_PARENT_ENV,
     NODE_MODULE,
     NODE_RANK_ENV,
     NUM_NODES_ENV,
     OUTPUT_DIR_ENV,
     RUN_NAME_ENV,
 )
-from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
+from trainers.common.storage import storage_options
 from trainers.common.user_code import StackTrainer, UserCode, node_args, resolve_source
 from trainers.local import (
-    INTERRUPTED_EXIT_CODE,
-    LOCAL_COLLECTIVE_TIMEOUT_S,
-    STOP_MARGIN_S,
+    PROGRESS_EVERY_S,
     LocalProcess,
     PreparedRun,
-    RunStopper,
     free_ports,
-    start_worker,
+    supervise_run,
 )
+from trainers.local_report import LocalRunResult
 from trainers.user_code import LOCAL_RUN_PID_ENV, WORKER_HOSTS_ENV
 
 SIMULATED: Final = "TRAINSTACK_SIMULATED_ACCELERATORS"
@@ -64,7 +59,6 @@ SIMULATED: Final = "TRAINSTACK_SIMULATED_ACCELERATORS"
 _RENDEZVOUS: Final = frozenset(
     {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"}
 )
-TAIL_LINES: Final = 20
 
 
 @dataclass(frozen=True)
@@ -74,18 +68,6 @@ class CodePlan:
     processes: list[LocalProcess]
     contract: dict[str, str]
     """The run contract's folder and name variables."""
-    log_path: Path
-    stderr_path: Path
-
-
-@dataclass
-class CodeResult:
-    """How a local run of your code ended."""
-
-    exit_code: int
-    done: dict[str, Any] | None
-    """The `{"event": "done", ...}` line rank 0 printed, if any."""
-    checkpoint_dir: str
     log_path: Path
     stderr_path: Path
 
@@ -152,102 +134,49 @@ def prepare_code_run(
     )
 
 
-def _pump(
-    stream: IO[str], log: IO[str], out: IO[str], done: list[dict[str, Any]], lock: threading.Lock
-) -> None:
-    for line in stream:
-        with lock:
-            out.write(line)
-            out.flush()
-            # Every line is kept, not only the JSON records: `trainstack logs` shows the others
-            # as they are, and your code's prints are often what a failure needs.
-            log.write(line if line.endswith("\n") else line + "\n")
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if (
-                isinstance(record, dict)
-                and record.get("event") == "done"
-                and record.get("rank") == 0
-            ):
-                done.append(record)
-
-
 def run_local_code(
     trainer: StackTrainer,
     *,
     workers: int,
     root: Path,
     base_dir: Path,
-    out: IO[str] | None = None,
+    console: Console | None = None,
+    out: Console | None = None,
     fresh: bool = False,
     extra_env: Mapping[str, str] | None = None,
-) -> CodeResult:
+    progress_every_s: float = PROGRESS_EVERY_S,
+) -> LocalRunResult:
     """Run your code (`trainer.entrypoint`) with `workers` processes; blocks until it ends.
 
-    The processes' output goes to `out` (default stderr). Raises ValueError when the
-    trainer section has no runnable code here (no entrypoint, no source).
+    Shown as a bundled run is (`trainers.local.supervise_run`): what your code prints that
+    is not a JSON record goes to `console` (default stderr) as it comes, its rank-0
+    `start`/`resume`/`train`/`preempted`/`done` records drive the progress line, and a
+    stopped run ends with one line naming the step and the newest `step-<N>` checkpoint
+    folder holding a `COMPLETE` marker. `fresh` deletes the checkpoint folder first. Raises
+    ValueError when the trainer section has no runnable code here (no entrypoint, no source).
     """
-    user_code = trainer.user_code
-    if user_code is None:
-        raise ValueError("trainer.entrypoint: required to run your own code")
-    root = root.resolve()
-    plan = plan_code_run(trainer, user_code, workers=workers, root=root, base_dir=base_dir)
-    checkpoint_dir = plan.contract[CHECKPOINT_DIR_ENV]
-    if fresh:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
-    plan.log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
-    env.update({"PYTHONUNBUFFERED": "1", EXIT_WITH_PARENT_ENV: "1", **(extra_env or {})})
-    env[LOCAL_RUN_PID_ENV] = str(os.getpid())
-    env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(LOCAL_COLLECTIVE_TIMEOUT_S))
-    sink = out or sys.stderr
-    stopper = RunStopper(trainer.preemption_grace_s + STOP_MARGIN_S)
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = (
-        {s: signal.signal(s, stopper.handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        if in_main
-        else {}
+    prepared = prepare_code_run(
+        trainer, workers=workers, root=root.resolve(), base_dir=base_dir, extra_env=extra_env
     )
-    done: list[dict[str, Any]] = []
-    lock = threading.Lock()
-    stderr_offset = plan.stderr_path.stat().st_size if plan.stderr_path.exists() else 0
-    try:
-        with plan.log_path.open("a", buffering=1) as log, plan.stderr_path.open("ab") as err:
-            procs = []
-            for p in plan.processes:
-                proc = start_worker(p.argv, {**env, **p.env}, err)
-                procs.append(proc)
-                stopper.add(proc, True)
-            pumps = [
-                threading.Thread(target=_pump, args=(proc.stdout, log, sink, done, lock))
-                for proc in procs
-            ]
-            for pump in pumps:
-                pump.start()
-            while any(proc.poll() is None for proc in procs):
-                stopper.check_deadline()
-                time.sleep(0.1)
-            for pump in pumps:
-                pump.join()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    codes = [int(proc.returncode) for proc in procs]
-    if stopper.signum is not None:
-        code = INTERRUPTED_EXIT_CODE if stopper.signum == signal.SIGINT else PREEMPTED_EXIT_CODE
-        code = 0 if done and not any(codes) else code
-    elif PREEMPTED_EXIT_CODE in codes:
-        code = PREEMPTED_EXIT_CODE
-    else:
-        code = next((c for c in codes if c != 0), 0)
-    if code not in (0, PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE):
-        with plan.stderr_path.open("rb") as f:
-            f.seek(stderr_offset)
-            tail = f.read().decode(errors="replace").splitlines()[-TAIL_LINES:]
-        sink.write(f"local-run: exit {code}; last stderr lines ({plan.stderr_path}):\n")
-        sink.write("".join(f"  {line}\n" for line in tail))
-    return CodeResult(
-        code, done[-1] if done else None, checkpoint_dir, plan.log_path, plan.stderr_path
+    checkpoint_dir = prepared.checkpoint_dir
+    if fresh:
+        fs, path = fsspec.core.url_to_fs(checkpoint_dir, **storage_options(checkpoint_dir))
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    prepared.env[LOCAL_RUN_PID_ENV] = str(os.getpid())
+    stderr_path = prepared.log_path.with_suffix(".stderr.log")
+    result = LocalRunResult(
+        -1, None, checkpoint_dir, prepared.log_path, 0.0, stderr_path=stderr_path
+    )
+    return supervise_run(
+        prepared,
+        result,
+        workers=workers,
+        run_name=trainer.run_name,
+        total_steps=None,
+        grace_s=trainer.preemption_grace_s,
+        saved=lambda: newest_marked(checkpoint_dir),
+        console=console or Console(stderr=True),
+        out=out or Console(),
+        progress_every_s=progress_every_s,
     )

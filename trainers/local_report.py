@@ -60,6 +60,9 @@ class LocalRunResult:
     """The step at which rank 0 stopped for a signal (its `preempted` record)."""
     saved_step: int | None = None
     """The newest complete checkpoint after the run."""
+    saved_name: str | None = None
+    """That checkpoint's folder name (`step-00000030` for the bundled trainers; your code
+    may not pad the step)."""
     interrupted: str | None = None
     """The signal that stopped the launcher ("SIGTERM", "SIGINT"), if any."""
     already_complete: bool = False
@@ -91,13 +94,14 @@ def headline(result: LocalRunResult) -> str:
         )
     if result.done is None and (result.interrupted or result.stopped_at is not None):
         step = result.stopped_at if result.stopped_at is not None else result.step
+        newest = result.saved_name or step_name(result.saved_step or 0)
         if result.stopped_at is not None and result.saved_step == result.stopped_at:
-            saved = f"checkpoint {step_name(step)} saved"
+            saved = f"checkpoint {newest} saved"
             return f"interrupted at step {step}; {saved}; run the same command to resume"
         if result.saved_step is not None:
             return (
                 f"interrupted at step {step} before a checkpoint was saved; the newest is "
-                f"{step_name(result.saved_step)}; run the same command to resume from it"
+                f"{newest}; run the same command to resume from it"
             )
         return (
             f"interrupted at step {step} before any checkpoint was saved; run the same "
@@ -174,7 +178,7 @@ class PlainProgress:
     """Progress without a terminal: a line when the run starts or resumes and one every
     `every_s` seconds while rank 0 reports new steps."""
 
-    def __init__(self, console: Console, total: int, every_s: float) -> None:
+    def __init__(self, console: Console, total: int | None, every_s: float) -> None:
         self.console, self.total, self.every_s = console, total, every_s
         self.started = time.monotonic()
         self._last_line = self.started
@@ -192,7 +196,7 @@ class PlainProgress:
             print_line(self.console, text)
 
     def step(self, step: int, loss: float | None, samples_per_s: float | None) -> None:
-        parts = [f"step {step}/{self.total}"]
+        parts = [f"step {step}" if self.total is None else f"step {step}/{self.total}"]
         if loss is not None:
             parts.append(f"loss {loss:.4f}")
         if samples_per_s is not None:
@@ -215,11 +219,14 @@ class PlainProgress:
 class LiveProgress:
     """A progress bar on a terminal (cleared when the run ends)."""
 
-    def __init__(self, console: Console, total: int, run_name: str) -> None:
+    def __init__(self, console: Console, total: int | None, run_name: str) -> None:
+        # Your own code need not say how many steps it runs: then the bar pulses and the
+        # count has no total.
+        steps = "step {task.completed}" if total is None else "{task.completed}/{task.total} steps"
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total} steps"),
+            TextColumn(steps),
             TextColumn("{task.fields[stats]}"),
             TimeElapsedColumn(),
             console=console,

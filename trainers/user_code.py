@@ -10,9 +10,11 @@ This module is that process: it enters the source folder (the `--source` folder,
 image's WORKDIR), runs ARGV with the environment
 it was given (a leading `python`/`python3` is this interpreter, the one the package and its
 requirements were installed for), and speaks the bundled trainers' event lines for it, so the node launcher and
-`trainstack local-run` treat both alike: a `start` line when the code starts, `preempted`
-when it exits 143 (saved after SIGTERM: restart it), and on any other failure a `failed`
-line with its last output lines. SIGTERM and SIGINT are passed to the code as they come.
+`trainstack local-run` treat both alike: a `launch` line when the code starts, `preempted`
+when it exits 143 (saved after SIGTERM: restart it) unless the code printed its own
+`preempted` record, and on any other failure a `failed` line with its last output lines.
+The step lines (`start`, `resume`, `train`, `done`) are your code's to print, if it wants
+progress shown. SIGTERM and SIGINT are passed to the code as they come.
 
 What the node adds to the environment (`user_code_env`), on top of the `TRAINSTACK_*` run
 contract the node launcher sets for every target:
@@ -61,6 +63,9 @@ from typing import IO, Final
 from trainers.common.cluster import ClusterInfo
 from trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
+    EVENT_FAILED,
+    EVENT_LAUNCH,
+    EVENT_PREEMPTED,
     OUTPUT_DIR_ENV,
     SOURCE_PACKAGE,
     USER_CODE_MODULE,
@@ -259,16 +264,33 @@ def _event(event: str, **fields: object) -> None:
     sys.stdout.flush()
 
 
-def _copy(source: IO[bytes], sink: IO[bytes], tail: collections.deque[str]) -> None:
-    for line in source:
-        sink.write(line)
-        sink.flush()
-        tail.append(line.decode(errors="replace").rstrip("\n"))
+class _Output:
+    """Copies one stream of your code through, keeping its last lines and noting whether it
+    printed its own `preempted` record."""
+
+    def __init__(self) -> None:
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.preempted = False
+
+    def copy(self, source: IO[bytes], sink: IO[bytes]) -> None:
+        for line in source:
+            sink.write(line)
+            sink.flush()
+            text = line.decode(errors="replace").rstrip("\n")
+            self.tail.append(text)
+            if text.startswith("{") and f'"{EVENT_PREEMPTED}"' in text:
+                try:
+                    record = json.loads(text)
+                except ValueError:
+                    continue
+                self.preempted |= (
+                    isinstance(record, dict) and record.get("event") == EVENT_PREEMPTED
+                )
 
 
 def run_code(argv: Sequence[str], source: Path) -> int:
     """Run ARGV in `source`; returns its exit code (143: preempted after saving)."""
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    output = _Output()
     try:
         # Dies with this process: a launcher killed outright leaves no training code behind.
         child = subprocess.Popen(
@@ -279,9 +301,9 @@ def run_code(argv: Sequence[str], source: Path) -> int:
             preexec_fn=kill_with_parent(),  # noqa: PLW1509
         )
     except OSError as exc:
-        _event("failed", exit_code=SETUP_FAILED_EXIT_CODE, last_lines=[str(exc)])
+        _event(EVENT_FAILED, exit_code=SETUP_FAILED_EXIT_CODE, last_lines=[str(exc)])
         return SETUP_FAILED_EXIT_CODE
-    _event("start", step=0)
+    _event(EVENT_LAUNCH, argv=[Path(argv[0]).name, *argv[1:]])
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if child.poll() is None:
@@ -291,8 +313,8 @@ def run_code(argv: Sequence[str], source: Path) -> int:
         signal.signal(signum, forward)
     assert child.stdout is not None and child.stderr is not None
     pumps = [
-        threading.Thread(target=_copy, args=(child.stdout, sys.stdout.buffer, tail)),
-        threading.Thread(target=_copy, args=(child.stderr, sys.stderr.buffer, tail)),
+        threading.Thread(target=output.copy, args=(child.stdout, sys.stdout.buffer)),
+        threading.Thread(target=output.copy, args=(child.stderr, sys.stderr.buffer)),
     ]
     for pump in pumps:
         pump.start()
@@ -300,10 +322,12 @@ def run_code(argv: Sequence[str], source: Path) -> int:
     for pump in pumps:
         pump.join()
     code = 128 - status if status < 0 else status
-    if code == PREEMPTED_EXIT_CODE:
-        _event("preempted", step=None)
-    elif code != 0:
-        _event("failed", exit_code=code, last_lines=list(tail))
+    if code == PREEMPTED_EXIT_CODE and not output.preempted:
+        # The node launcher restarts on this line or the exit code; a line of its own keeps
+        # the log saying why the code stopped when your code does not say it.
+        _event(EVENT_PREEMPTED, step=None)
+    elif code not in (0, PREEMPTED_EXIT_CODE):
+        _event(EVENT_FAILED, exit_code=code, last_lines=list(output.tail))
     return code
 
 

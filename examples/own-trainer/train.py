@@ -5,7 +5,9 @@ It imports nothing from trainstack: it reads the run contract from the environme
 folder or a gs:// URL on the cloud), saves a checkpoint every --checkpoint-every steps
 through fsspec (gcsfs for gs://), resumes from the newest complete one, saves and exits 143
 on SIGTERM (preemption), and ends with one JSON line naming the sha256 of the final weights,
-so two runs can be compared exactly.
+so two runs can be compared exactly. Every --log-every steps rank 0 prints a `train` JSON
+line (step, loss), which `trainstack local-run` shows as progress and Cloud Logging keeps.
+On GPUs each process trains on its own device (`LOCAL_RANK`) over NCCL; on CPU over gloo.
 
     torchrun --standalone --nproc-per-node=2 train.py --steps=60
 """
@@ -36,6 +38,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--global-batch", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--step-sleep", type=float, default=0.0, help="slow down (tests)")
     return parser.parse_args()
 
@@ -82,11 +85,19 @@ def digest(model: nn.Module) -> str:
 def main() -> int:
     args = parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if torch.cuda.is_available():
+        # Deterministic cuBLAS needs this before its first call (torch's reproducibility notes).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl")
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     fs, root = fsspec.core.url_to_fs(os.environ["TRAINSTACK_CHECKPOINT_DIR"])
     root = root.rstrip("/")
@@ -94,22 +105,27 @@ def main() -> int:
     start = 0
     found = latest_checkpoint(fs, root)
     if found is not None:
-        state = torch.load(io.BytesIO(fs.cat_file(f"{found}/s.pt")), weights_only=True)
+        state = torch.load(
+            io.BytesIO(fs.cat_file(f"{found}/s.pt")), map_location=device, weights_only=True
+        )
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]
     ddp = DistributedDataParallel(model)
-    stop = torch.zeros(1)
+    stop = torch.zeros(1, device=device)
     signal.signal(signal.SIGTERM, lambda *_: stop.fill_(1))
     loss_fn = nn.BCEWithLogitsLoss()
     if rank == 0:
         print(json.dumps({"event": "start", "rank": 0, "step": start, "world": world}), flush=True)
     for step in range(start + 1, args.steps + 1):
-        x, y = batch(step, rank, args.global_batch // world, args.seed)
+        x, y = (t.to(device) for t in batch(step, rank, args.global_batch // world, args.seed))
         opt.zero_grad()
         loss = loss_fn(ddp(x), y)
         loss.backward()
         opt.step()
+        if rank == 0 and step % args.log_every == 0:
+            record = {"event": "train", "rank": 0, "step": step, "loss": round(loss.item(), 6)}
+            print(json.dumps(record), flush=True)
         if args.step_sleep:
             time.sleep(args.step_sleep)
         # Every rank agrees on stopping, so all save the same step.

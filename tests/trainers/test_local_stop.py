@@ -162,7 +162,9 @@ def test_a_hung_peer_times_out_the_torch_collectives(tmp_path: Path) -> None:
     # "Timed out waiting 3000ms for recv operation to complete".
     # With the float64 comm hook the error surfaces through a future, so torch may print the
     # hook's frames after the RuntimeError line: look for it among rank 0's lines.
-    timed_out = r"^\[rank0\]: (RuntimeError|torch\.distributed\.DistBackendError): .*(timeout|Timed out)"
+    timed_out = (
+        r"^\[rank0\]: (RuntimeError|torch\.distributed\.DistBackendError): .*(timeout|Timed out)"
+    )
     assert any(re.search(timed_out, line) for line in errors), errors
 
 

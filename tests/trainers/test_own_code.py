@@ -81,6 +81,14 @@ def test_killed_outright_and_run_again_it_ends_with_the_same_weights(tmp_path: P
     starts = [json.loads(line) for line in log if '"world"' in line]
     assert [s["step"] for s in starts] == [0, int(saved[-1][5:])]
     assert starts[-1] == {"event": "start", "rank": 0, "step": int(saved[-1][5:]), "world": 2}
+    # Shown as a bundled run is: progress from the script's own lines, then the summary.
+    lines = err.splitlines()
+    assert lines[0] == f"starting 2 workers; log {tmp_path / 'killed' / 'logs' / 'killed.jsonl'}"
+    assert lines[1] == f"resumed from step {saved[-1][5:]}"
+    assert (
+        f"trainstack local-run killed: done at step 60; resumed from step {saved[-1][5:]}" in lines
+    )
+    assert f"params_sha256: {expected['params_sha256']}" in lines
 
 
 def test_sigterm_saves_and_exits_143_then_the_run_resumes(tmp_path: Path) -> None:
@@ -96,10 +104,13 @@ def test_sigterm_saves_and_exits_143_then_the_run_resumes(tmp_path: Path) -> Non
     assert not alive(run.pid)
     log = (tmp_path / "stopped" / "logs" / "stopped.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in log]
-    # The script's own line names the step it saved; our wrapper's (step null) says it saved.
-    (saved,) = [r for r in records if r["event"] == "preempted" and r["step"] is not None]
+    # The script's own line names the step it saved; the wrapper adds no second, step-less one.
+    (saved,) = [r for r in records if r["event"] == "preempted" and r["rank"] == 0]
     assert f"step-{saved['step']}" in _checkpoints(tmp_path, "stopped")
-    assert {"event": "preempted", "rank": 0, "step": None} in records
+    assert err.splitlines()[-1] == (
+        f"interrupted at step {saved['step']}; checkpoint step-{saved['step']} saved; "
+        "run the same command to resume"
+    )
     resumed = local_run(config, "--json")
     code, out, err = finish(resumed)
     assert code == 0, err

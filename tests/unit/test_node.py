@@ -220,7 +220,7 @@ def test_the_launcher_maps_its_targets_exit_status() -> None:
     assert failed.returncode == 5
     # Your code's failure is its own exit code, with its last lines (never "setup failed").
     assert [json.loads(line) for line in failed.stdout.splitlines()] == [
-        {"event": "start", "rank": 0, "step": 0},
+        {"event": "launch", "rank": 0, "argv": [Path(sys.executable).name, "-c", code]},
         {"event": "train"},
         {"event": "failed", "rank": 0, "exit_code": 5, "last_lines": ['{"event": "train"}']},
     ]
@@ -232,6 +232,11 @@ def test_the_launcher_maps_its_targets_exit_status() -> None:
     preempted = _launch("--launcher=node", "--", sys.executable, "-c", "exit(143)", env=sim)
     assert preempted.returncode == 143
     assert preempted.stdout.splitlines()[-1] == '{"event": "preempted", "rank": 0, "step": null}'
+    # Code that says itself where it stopped gets no second, step-less line from us.
+    saved = 'print(\'{"event": "preempted", "rank": 0, "step": 7}\'); exit(143)'
+    said = _launch("--launcher=node", "--", sys.executable, "-c", saved, env=sim)
+    assert said.returncode == 143
+    assert said.stdout.splitlines()[1:] == ['{"event": "preempted", "rank": 0, "step": 7}']
     bad = _launch("trainers.torch_ddp", "--steps=x", env=sim)
     assert bad.returncode == 2
     assert bad.stderr.startswith("trainstack-node: invalid trainer config: steps: ")

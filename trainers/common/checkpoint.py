@@ -27,8 +27,39 @@ _STEP_RE = re.compile(r"^step-(\d{8})$")
 _TMP_RE = re.compile(r"^step-\d{8}\.tmp-[0-9a-f]+$")
 
 
+MARKED_STEP_RE = re.compile(r"step-(\d+)")
+"""A checkpoint folder's name in the run contract: the bundled trainers pad the step to 8
+digits, your own code may not."""
+
+
 def step_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+def newest_marked(url: str) -> tuple[int, str] | None:
+    """The newest `step-<N>` folder under `url` (a local path or `gs://`) that holds the
+    `COMPLETE` marker, as (N, folder name): what `trainstack status` and `local-run` report
+    as saved, for the bundled trainers and for your own code alike."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url.rstrip("/"), **storage_options(url))
+    root = root.rstrip("/")
+    try:
+        names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
+    except FileNotFoundError:
+        return None
+    marked = [
+        (int(m[1]), name)
+        for name in names
+        if (m := MARKED_STEP_RE.fullmatch(name)) and fs.exists(f"{root}/{name}/{MARKER}")
+    ]
+    return max(marked) if marked else None
+
+
+def newest_marked_step(url: str) -> int | None:
+    """The step of `newest_marked(url)`."""
+    found = newest_marked(url)
+    return None if found is None else found[0]
 
 
 class CheckpointStore:

@@ -24,6 +24,11 @@ process per accelerator for `TORCHRUN_MODULES`, the trainer once for the others.
 
 # `event` values of the JSON log lines (trainers.common.metrics.MetricsLogger.log).
 EVENT_START: Final = "start"
+EVENT_LAUNCH: Final = "launch"
+"""The wrapper around your own code (`trainers.user_code`) started it; your code's own
+`start`/`resume` line, if it prints one, says from which step."""
+EVENT_FAILED: Final = "failed"
+"""Your own code exited non-zero (not 143): the wrapper's line with its last output lines."""
 EVENT_RESUME: Final = "resume"
 EVENT_TRAIN: Final = "train"
 EVENT_CHECKPOINT_BEGIN: Final = "checkpoint_begin"
