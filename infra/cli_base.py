@@ -1,0 +1,134 @@
+"""What every `trainstack` command shares: the typer app, the stack options, and errors as
+one `error:` line (exit 2) instead of a traceback. The commands live in `infra.cli` (plan,
+plan-diff, quota, policy, stacks) and `infra.cli_run` (status, logs, local-run: operating a
+run)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from infra.config import ConfigError, StackConfig, load_stack_config
+from infra.plan import StackFileError, load_stack
+
+app = typer.Typer(
+    help="Google Cloud training infrastructure as code, with a bundled distributed trainer.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+_JSON_PLAN = "the output of `trainstack plan --json`"
+
+StackOpt = Annotated[
+    str | None, typer.Option("--stack", "-s", help="A bundled stack (stacks/Pulumi.<NAME>.yaml).")
+]
+ConfigFileOpt = Annotated[
+    Path | None,
+    typer.Option("--config-file", "-c", help="A Pulumi.<stack>.yaml-shaped file to use instead."),
+]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document at `path`; exit 2 naming `what` when it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        reason = str(exc.strerror)
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text at byte {exc.start}"
+    except json.JSONDecodeError as exc:
+        reason = str(exc)
+    raise fail(f"{what}: {path} is not a readable JSON plan ({reason}); valid: {_JSON_PLAN}")
+
+
+def load(stack: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
+    try:
+        return load_stack(stack, config_file)
+    except StackFileError as exc:
+        raise fail(str(exc)) from None
+
+
+def validated(stack: str | None, config_file: Path | None) -> tuple[str, StackConfig]:
+    """The stack's name and validated config; exit 2 naming the key when it is invalid."""
+    name, config = load(stack, config_file)
+    try:
+        return name, load_stack_config(config)
+    except ConfigError as exc:
+        raise fail(f"invalid stack config for {name!r}:\n{exc}") from None
+
+
+def rejected_by_program(stack: str, exc: BaseException) -> str:
+    """A component's own check that the config passed but the program refused.
+
+    The engine wraps the component's error once per resource and input it flowed through;
+    the innermost one says what is wrong (`<key>: <what>; valid: ...`).
+    """
+    while (inner := exc.__cause__ or exc.__context__) is not None:
+        exc = inner
+    return f"invalid stack config for {stack!r}: {exc}"
+
+
+OutputsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--outputs",
+        help="JSON of the stack's outputs (`pulumi stack output --json --show-secrets`); "
+        "default: $TRAINSTACK_OUTPUTS, else the Pulumi CLI.",
+    ),
+]
+EndpointOpt = Annotated[list[str] | None, typer.Option("--endpoint", hidden=True)]
+
+
+def adc_hint() -> str:
+    """What to do when Application Default Credentials cannot be loaded."""
+    path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if path:
+        return (
+            f"GOOGLE_APPLICATION_CREDENTIALS is {path!r}, which is not a readable credentials "
+            "file; valid: a service-account or `gcloud auth application-default login` JSON "
+            "file, or unset it"
+        )
+    return (
+        "run `gcloud auth application-default login` "
+        "(or set GOOGLE_APPLICATION_CREDENTIALS to a credentials file)"
+    )
+
+
+def auth_failure(exc: Exception) -> str:
+    """`could not authenticate ...` for credentials that exist but are refused."""
+    detail = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    detail = " ".join(detail.split())
+    return (
+        f"could not authenticate with Application Default Credentials ({detail}); renew them "
+        "with `gcloud auth application-default login`, or point GOOGLE_APPLICATION_CREDENTIALS "
+        "at a current key"
+    )
+
+
+@contextlib.contextmanager
+def google_errors(command: str, what: str) -> Iterator[None]:
+    """Missing or refused credentials as one `error:` line (exit 2), like `quota --live`."""
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+    try:
+        yield
+    except DefaultCredentialsError:
+        raise fail(
+            f"{command} needs Application Default Credentials to read {what}: {adc_hint()}"
+        ) from None
+    except GoogleAuthError as exc:
+        raise fail(f"{command} {auth_failure(exc)}") from None

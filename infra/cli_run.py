@@ -1,0 +1,259 @@
+"""`trainstack status`, `logs` and `local-run`: operating a run (`infra.cli` registers them
+after its own commands and documents the command line as a whole and its exit codes)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from infra.cli_base import (
+    ConfigFileOpt,
+    EndpointOpt,
+    OutputsOpt,
+    StackOpt,
+    adc_hint,
+    auth_failure,
+    err,
+    fail,
+    google_errors,
+    validated,
+)
+from infra.config import PROJECT_ROOT, StackConfig
+from infra.local_paths import local_root, run_name
+
+JOB_NAME = re.compile(
+    r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
+    r"(?P<kind>customJobs|hyperparameterTuningJobs)/(?P<id>[^/]+)"
+)
+JOB_NAME_FORMS = (
+    "projects/PROJECT/locations/REGION/customJobs/ID or "
+    "projects/PROJECT/locations/REGION/hyperparameterTuningJobs/ID"
+)
+UNSUCCESSFUL_STATES = frozenset({"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
+"""Terminal job states `status` exits 1 for."""
+
+
+def status(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    job: Annotated[
+        str | None,
+        typer.Option(
+            help="Job resource name; default: the stack's `job_name` output (needs the Pulumi CLI)."
+        ),
+    ] = None,
+    api_endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    outputs: OutputsOpt = None,
+    endpoint: EndpointOpt = None,
+    now: Annotated[str | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Where a deployed stack's training stands, on every target: state, step reached, last
+    checkpoint, hosts or pods up, cost so far at list price. `--job` reads one Vertex AI job.
+
+    Exit 0 while training is queued or running and when it succeeded; 1 when it failed, was
+    cancelled or expired; 2 when it cannot be read (no credentials, no access, no outputs).
+    """
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
+
+    from components._google_api import ApiError
+    from components._vertex_provider import job_status
+
+    if job is None:
+        name, cfg = validated(stack, config_file)
+        _stack_status(name, cfg, outputs, endpoint or [], now, as_json)
+        return
+    if stack is not None or config_file is not None:  # a job alone needs no stack
+        name, cfg = validated(stack, config_file)
+        if cfg.vertex is None:
+            raise fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
+    source = "--job"
+    match = JOB_NAME.fullmatch(job)
+    if match is None:
+        raise fail(
+            f"{source}: {job!r} is not a Vertex AI job resource name; valid: {JOB_NAME_FORMS}"
+        )
+    project = match["project"]
+    try:
+        # The job's own location picks the regional endpoint that serves it.
+        info = job_status(project, match["region"], job, api_endpoint=api_endpoint)
+    except DefaultCredentialsError:
+        raise fail(
+            f"status needs Application Default Credentials to read {job}: {adc_hint()}"
+        ) from None
+    except GoogleAuthError as exc:
+        raise fail(f"status {auth_failure(exc)}") from None
+    except ApiError as exc:
+        hint = (
+            f"; valid: credentials allowed aiplatform.{match['kind']}.get in project "
+            f"{project!r} (roles/aiplatform.viewer)"
+            if exc.status in (401, 403)
+            else ""
+        )
+        raise fail(f"{source}: cannot read {job}: {exc.message}{hint}") from None
+    if info["state"] == "NOT_FOUND":
+        raise fail(
+            f"{source}: {job} does not exist (HTTP 404); valid: a job that Vertex AI still "
+            f"lists in project {project!r}, location {match['region']!r}"
+        )
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+    else:
+        console = Console()
+        for key, value in info.items():
+            if key == "error" and isinstance(value, dict):
+                value = f"{value.get('message', '')} (code {value.get('code', '?')})"
+            console.print(f"[bold]{key}[/]: {escape(str(value))}", highlight=False, soft_wrap=True)
+    if info["state"] in UNSUCCESSFUL_STATES:
+        raise typer.Exit(1)
+
+
+def _stack_status(
+    name: str,
+    cfg: StackConfig,
+    outputs: Path | None,
+    endpoint: list[str],
+    now: str | None,
+    as_json: bool,
+) -> None:
+    from infra.logs import LogsError, parse_endpoints, parse_time
+    from infra.stack_outputs import OutputsError
+    from infra.status import FAILED_STATES, render_status, stack_status
+
+    try:
+        endpoints, moment = parse_endpoints(endpoint), parse_time(now) if now else None
+        with google_errors("status", f"the state of stack {name!r}"):
+            info = stack_status(cfg, name, outputs, endpoints, moment)
+    except (LogsError, OutputsError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+    else:
+        for line in render_status(info):
+            typer.echo(line)
+    if info["state"] in FAILED_STATES:
+        raise typer.Exit(1)
+
+
+def logs(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new entries (Ctrl-C stops).")
+    ] = False,
+    worker: Annotated[
+        int | None, typer.Option(min=0, help="Only machine N (local: worker N).")
+    ] = None,
+    outputs: OutputsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Raw records, one per line.")] = False,
+    poll_s: Annotated[float, typer.Option("--poll-s", hidden=True, min=0.0)] = 5.0,
+    endpoint: EndpointOpt = None,
+) -> None:
+    """A deployed stack's training logs (Cloud Logging; local: the log file), one readable
+    line per trainer record. Ctrl-C ends --follow (exit 130)."""
+    from infra.logs import LogsError, log_source, parse_endpoints, read_lines
+    from infra.stack_outputs import OutputsError
+
+    name, cfg = validated(stack, config_file)
+    try:
+        endpoints = parse_endpoints(endpoint or [])
+        source = log_source(cfg, name, outputs, worker)
+        lines = read_lines(source, endpoints, follow=follow, as_json=as_json, poll_s=poll_s)
+        with google_errors("logs", f"Cloud Logging of stack {name!r}"):
+            for line in lines:
+                typer.echo(line)
+    except (LogsError, OutputsError) as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def local_run(
+    stack: StackOpt = None,
+    config_file: ConfigFileOpt = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes (default: local.workers, or 2).")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="Override trainer.steps.")] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Delete the run's checkpoints and start at step 0.")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print rank 0's done record on stdout (summary: stderr)."),
+    ] = False,
+    progress_every: Annotated[float, typer.Option(hidden=True, min=0.0)] = 5.0,
+) -> None:
+    """Run the stack's trainer here: CPU, gloo, one process per worker, local checkpoints.
+
+    Resumes from the run's newest checkpoint; a run already at its last step is reported
+    and not started again (--fresh starts over). SIGTERM or Ctrl-C stop it like a
+    preemption: every worker saves a checkpoint, one line says which, and the exit code is
+    143 (SIGTERM) or 130 (Ctrl-C); run the same command to resume.
+    """
+    from trainers.local import run_local  # torch is only needed for this command
+
+    name, cfg = validated(stack, config_file)
+    if cfg.trainer.user_code is not None:
+        if steps is not None:
+            raise fail("--steps: the bundled trainer's option; your code takes its own arguments")
+        raise typer.Exit(_local_run_code(name, cfg, workers, fresh, as_json, progress_every))
+    update: dict[str, Any] = {"run_name": run_name(cfg, name)}
+    if steps is not None:
+        update["steps"] = steps
+    # model_copy skips validation; re-validating keeps the trainer's own checks in force.
+    bundled = cfg.trainer.bundled()  # the trainer's own keys: its --config takes nothing else
+    trainer = type(bundled).model_validate({**bundled.model_dump(), **update})
+    n = workers or (cfg.local.workers if cfg.local else 2)
+    try:
+        result = run_local(
+            trainer,
+            workers=n,
+            root=local_root(cfg, name),
+            console=err,
+            out=err if as_json else Console(),
+            fresh=fresh,
+            progress_every_s=progress_every,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if as_json and result.done is not None:
+        sys.stdout.write(json.dumps(result.done) + "\n")
+    raise typer.Exit(result.exit_code)
+
+
+def _local_run_code(
+    name: str,
+    cfg: StackConfig,
+    workers: int | None,
+    fresh: bool,
+    as_json: bool,
+    progress_every: float,
+) -> int:
+    """`local-run` of your own code (`trainer.entrypoint`): `trainers.local_code`."""
+    from trainers.local_code import run_local_code
+
+    trainer = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
+    try:
+        result = run_local_code(
+            trainer,
+            workers=workers or (cfg.local.workers if cfg.local else 2),
+            root=local_root(cfg, name),
+            base_dir=PROJECT_ROOT,
+            console=err,
+            out=err if as_json else Console(),
+            fresh=fresh,
+            progress_every_s=progress_every,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if as_json and result.done is not None:
+        sys.stdout.write(json.dumps(result.done) + "\n")
+    return result.exit_code
