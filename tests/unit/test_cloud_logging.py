@@ -337,14 +337,17 @@ def test_the_node_launcher_ships_its_targets_lines(
     tmp_path: Path, logging_api: LoggingFakeServer, gce_metadata: MetadataFake
 ) -> None:
     node = _launch(tmp_path, _env(gce_metadata, logging_api, "gce_instance"), "finish")
+    target = tmp_path / "target.py"
     out, err = node.communicate(timeout=60)
     assert node.returncode == 0, err
     printed = out.splitlines()
-    # stdout is still passed through, after the user-code wrapper's start record
-    assert printed[:2] == ['{"event": "start", "rank": 0, "step": 0}', "target: up"]
+    # stdout is still passed through, after the user-code wrapper's launch record
+    argv = [Path(sys.executable).name, str(target), "finish"]
+    launch = {"event": "launch", "rank": 0, "argv": argv}
+    assert [json.loads(printed[0]), printed[1]] == [launch, "target: up"]
     assert len(printed) == 5
     assert _payloads(logging_api.entries) == [
-        {"event": "start", "rank": 0, "step": 0},
+        launch,
         "target: up",
         *[json.loads(x) for x in printed[2:]],
     ]
@@ -363,8 +366,9 @@ def test_sigterm_flushes_the_last_lines(
     _, err = node.communicate(timeout=60)
     assert node.returncode == 143, err
     events = [e["jsonPayload"]["event"] for e in logging_api.entries if "jsonPayload" in e]
-    # The target's own preempted line, then the user-code wrapper's: both sent while exiting.
-    assert events == ["start", "train", "train", "preempted", "preempted"]
+    # The target's own preempted line, sent while exiting; the user-code wrapper adds none,
+    # since the code said where it stopped.
+    assert events == ["launch", "train", "train", "preempted"]
 
 
 def test_logging_down_does_not_hold_training(
@@ -373,6 +377,7 @@ def test_logging_down_does_not_hold_training(
     logging_api.fail_next(10_000, 503)
     start = time.monotonic()
     node = _launch(tmp_path, _env(gce_metadata, logging_api, "gce_instance"), "finish")
+    target = tmp_path / "target.py"
     out, err = node.communicate(timeout=60)
     assert node.returncode == 0, err
     assert time.monotonic() - start < 10.0  # the 5 s flush deadline, not a retry loop
