@@ -32,20 +32,29 @@ What differs from Compute Engine, and why (nothing else changes behaviour):
 - Recovery: one VM's processes are SIGKILLed mid-run (a spot preemption or a host error)
   and the VM is booted again with a fresh disk under the same name and metadata, as the
   managed instance group recreates it from its per-instance config.
+
+`examples/own-trainer`'s gce stack runs the same way (slow): its VMs run your code through
+`python3 -m trainers.node <node_args>` as a world of 4, ship its lines to Cloud Logging and
+end with local-run's weights.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.gpu_startup import NODE_RANK_ATTRIBUTE
+from infra.mocks import REPO_ROOT
 from infra.plan import build_plan, load_stack
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer
@@ -62,7 +71,10 @@ from tests.fidelity.nodes import (
     start_node,
     write_hosts,
 )
+from tests.fidelity.test_vertex import OWN_ARGS
+from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
+from trainers.common.cloud_logging import GCE_NAME_LABEL
 
 STACK = "prod-a100-gce"
 TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"
@@ -135,7 +147,10 @@ def _plan(trainer: dict[str, Any]) -> PlannedGroup:
     name, config = load_stack(STACK, None)
     config["trainstack:gpu_cluster"] = {**config["trainstack:gpu_cluster"], "node_count": NODES}
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
-    plan = build_plan(name, config)
+    return _planned(build_plan(name, config))
+
+
+def _planned(plan: dict[str, Any]) -> PlannedGroup:
     by_type = inputs_by_type(plan)
     [template] = by_type[TEMPLATE_TYPE]
     configs = sorted(
@@ -331,3 +346,117 @@ def test_a_vm_that_is_preempted_is_recreated_and_the_run_ends_as_an_uninterrupte
     assert done["step"] == reference["step"] == 24
     assert done["params_sha256"] == reference["params_sha256"]
     assert events([survivor, recreated], "resume"), explain(everything)
+
+
+OWN_TRAINER = REPO_ROOT / "examples" / "own-trainer"
+SHIPPED_EVENTS = ("train", "done")
+
+
+def _plan_own_trainer() -> PlannedGroup:
+    """examples/own-trainer's gce stack (2 nodes), its entrypoint cut to a short run."""
+    stack = yaml.safe_load((OWN_TRAINER / "Pulumi.gce.yaml").read_text())["config"]
+    stack["trainstack:trainer"] = {
+        **stack["trainstack:trainer"],
+        "source": str(OWN_TRAINER),
+        "entrypoint": ["python", "train.py", *OWN_ARGS],
+    }
+    return _planned(build_plan("fidelity-own", stack))
+
+
+def _script_value(script: str, name: str) -> list[str]:
+    """The words a `NAME=...` line of the planned launcher assigns, as bash reads them."""
+    [line] = [line for line in script.splitlines() if line.startswith(f"{name}=")]
+    value = line.removeprefix(f"{name}=")
+    return shlex.split(value.removeprefix("(").removesuffix(")"))
+
+
+def _objects(storage: str, bucket: str, prefix: str) -> list[str]:
+    query = f"{storage}/storage/v1/b/{bucket}/o?prefix={prefix}"
+    with urllib.request.urlopen(query, timeout=10) as response:
+        return sorted(item["name"] for item in json.load(response).get("items", []))
+
+
+@pytest.mark.trainer
+@pytest.mark.slow  # about 130 s here: 2 VMs install the code and train, then a local-run
+def test_own_trainer_on_two_vms_of_two_gpus_is_a_world_of_four_like_local_run(
+    tmp_path: Path, fakes: tuple[str, LoggingFakeServer]
+) -> None:
+    storage, logging_api = fakes
+    planned = _plan_own_trainer()
+    assert planned.names == ["fidelity-own-a100-0", "fidelity-own-a100-1"]
+    checkpoints = f"gs://{planned.checkpoint_bucket}"
+    assert _script_value(planned.script, "NODE_ARGV") == [
+        "-m",
+        "trainers.node",
+        "--launcher=torchrun",
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints",
+        "--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-fidelity-own-data",
+        f"--env=TRAINSTACK_OUTPUT_DIR={checkpoints}/outputs/fidelity-own",
+        "--env=TRAINSTACK_RUN_NAME=fidelity-own",
+        "--",
+        "python",
+        "train.py",
+        *OWN_ARGS,
+    ]
+    assert [_script_value(planned.script, n) for n in ("USE_TORCHRUN", "USER_CODE")] == [
+        ["1"],
+        ["1"],
+    ]
+    # numpy: the script's weights digest needs it (the Deep Learning VM image has it).
+    image = Image(tmp_path / "image", planned.sdist, [*IMAGE_PACKAGES, "numpy"])
+    group = Group(tmp_path / "vms", planned, storage, logging_api.endpoint, image)
+    try:
+        vms = _boot_all(group, timeout_s=300)
+    finally:
+        group.close()
+    for rank, vm in enumerate(vms):
+        output = vm.output()
+        assert "trainstack-launch: installing " + planned.package_uri in output
+        assert f"trainstack-node: node {rank} of 2, 2 accelerator(s), 2 process(es): " in output
+        assert "systemd-shim: trainstack-trainer exited 0" in output
+    worlds = [rec for vm in vms for rec in vm.records() if "world" in rec]
+    assert worlds == [{"event": "start", "rank": 0, "step": 0, "world": 4}], explain(vms)
+    [done] = [rec for vm in vms for rec in vm.records() if "params_sha256" in rec]
+    assert _objects(storage, planned.checkpoint_bucket, "checkpoints/") == [
+        "checkpoints/step-12/COMPLETE",
+        "checkpoints/step-12/s.pt",
+        "checkpoints/step-6/COMPLETE",
+        "checkpoints/step-6/s.pt",
+    ]
+    # What each VM printed of the script's train and done lines reached Cloud Logging as
+    # structured entries of that VM.
+    printed = [
+        (vm.name, rec) for vm in vms for rec in vm.records() if rec.get("event") in SHIPPED_EVENTS
+    ]
+    assert [(rec["event"], rec["step"]) for _, rec in printed] == [("train", 10), ("done", 12)]
+    shipped = [
+        (e["labels"][GCE_NAME_LABEL], e["jsonPayload"])
+        for e in logging_api.entries
+        if e.get("jsonPayload", {}).get("event") in SHIPPED_EVENTS
+    ]
+    assert shipped == printed
+    [name] = {name for name, _ in printed}
+    rank = planned.names.index(name)
+    resources = {
+        (e["logName"], json.dumps(e["resource"], sort_keys=True))
+        for e in logging_api.entries
+        if e.get("labels", {}).get(GCE_NAME_LABEL) == name
+    }
+    assert resources == {
+        (
+            "projects/my-ml-project/logs/trainstack",
+            json.dumps(
+                {
+                    "type": "gce_instance",
+                    "labels": {
+                        "project_id": "my-ml-project",
+                        "instance_id": str(1000 + rank),
+                        "zone": "us-central1-c",
+                    },
+                },
+                sort_keys=True,
+            ),
+        )
+    }
+    # The same code, steps and world (4 processes) through local-run: the same weights.
+    assert local_run_digest(tmp_path, workers=4) == done
