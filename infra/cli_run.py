@@ -191,69 +191,45 @@ def local_run(
     ] = False,
     progress_every: Annotated[float, typer.Option(hidden=True, min=0.0)] = 5.0,
 ) -> None:
-    """Run the stack's trainer here: CPU, gloo, one process per worker, local checkpoints.
+    """Run the stack's trainer (or your own code) here: CPU, gloo, local checkpoints.
 
     Resumes from the run's newest checkpoint; a run already at its last step is reported
     and not started again (--fresh starts over). SIGTERM or Ctrl-C stop it like a
     preemption: every worker saves a checkpoint, one line says which, and the exit code is
     143 (SIGTERM) or 130 (Ctrl-C); run the same command to resume.
     """
-    from trainers.local import run_local  # torch is only needed for this command
-
     name, cfg = validated(stack, config_file)
-    if cfg.trainer.user_code is not None:
-        if steps is not None:
-            raise fail("--steps: the bundled trainer's option; your code takes its own arguments")
-        raise typer.Exit(_local_run_code(name, cfg, workers, fresh, as_json, progress_every))
-    update: dict[str, Any] = {"run_name": run_name(cfg, name)}
-    if steps is not None:
-        update["steps"] = steps
-    # model_copy skips validation; re-validating keeps the trainer's own checks in force.
-    bundled = cfg.trainer.bundled()  # the trainer's own keys: its --config takes nothing else
-    trainer = type(bundled).model_validate({**bundled.model_dump(), **update})
-    n = workers or (cfg.local.workers if cfg.local else 2)
+    # Each runner imports torch or your code's needs only when this command runs.
+    options: dict[str, Any] = {
+        "workers": workers or (cfg.local.workers if cfg.local else 2),
+        "root": local_root(cfg, name),
+        "console": err,
+        "out": err if as_json else Console(),
+        "fresh": fresh,
+        "progress_every_s": progress_every,
+    }
     try:
-        result = run_local(
-            trainer,
-            workers=n,
-            root=local_root(cfg, name),
-            console=err,
-            out=err if as_json else Console(),
-            fresh=fresh,
-            progress_every_s=progress_every,
-        )
+        if cfg.trainer.user_code is not None:
+            from trainers.local_code import run_local_code
+
+            if steps is not None:
+                raise fail(
+                    "--steps: the bundled trainer's option; your code takes its own arguments"
+                )
+            named = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
+            result = run_local_code(named, base_dir=PROJECT_ROOT, **options)
+        else:
+            from trainers.local import run_local
+
+            update: dict[str, Any] = {"run_name": run_name(cfg, name)}
+            if steps is not None:
+                update["steps"] = steps
+            # model_copy skips validation; re-validating keeps the trainer's own checks.
+            bundled = cfg.trainer.bundled()  # the trainer's own keys: nothing else in --config
+            trainer = type(bundled).model_validate({**bundled.model_dump(), **update})
+            result = run_local(trainer, **options)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if as_json and result.done is not None:
         sys.stdout.write(json.dumps(result.done) + "\n")
     raise typer.Exit(result.exit_code)
-
-
-def _local_run_code(
-    name: str,
-    cfg: StackConfig,
-    workers: int | None,
-    fresh: bool,
-    as_json: bool,
-    progress_every: float,
-) -> int:
-    """`local-run` of your own code (`trainer.entrypoint`): `trainers.local_code`."""
-    from trainers.local_code import run_local_code
-
-    trainer = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
-    try:
-        result = run_local_code(
-            trainer,
-            workers=workers or (cfg.local.workers if cfg.local else 2),
-            root=local_root(cfg, name),
-            base_dir=PROJECT_ROOT,
-            console=err,
-            out=err if as_json else Console(),
-            fresh=fresh,
-            progress_every_s=progress_every,
-        )
-    except ValueError as exc:
-        raise fail(str(exc)) from None
-    if as_json and result.done is not None:
-        sys.stdout.write(json.dumps(result.done) + "\n")
-    return result.exit_code

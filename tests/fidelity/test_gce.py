@@ -71,7 +71,7 @@ from tests.fidelity.nodes import (
     start_node,
     write_hosts,
 )
-from tests.fidelity.test_vertex import OWN_ARGS
+from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
 from trainers.common.cloud_logging import GCE_NAME_LABEL
@@ -257,6 +257,22 @@ def _boot_all(group: Group, timeout_s: float) -> list[Node]:
     return vms
 
 
+def _train_once(group: Group, timeout_s: float) -> list[Node]:
+    """Boot every VM of `group` and wait until each trained once to the end: its startup
+    installed the planned package, its node launcher started 2 processes and the unit ended
+    with exit 0 (so the shim did not restart it)."""
+    try:
+        vms = _boot_all(group, timeout_s)
+    finally:
+        group.close()
+    for rank, vm in enumerate(vms):
+        output = vm.output()
+        assert "trainstack-launch: installing " + group.planned.package_uri in output
+        assert f"trainstack-node: node {rank} of 2, 2 accelerator(s), 2 process(es): " in output
+        assert "systemd-shim: trainstack-trainer exited 0" in output
+    return vms
+
+
 def test_the_planned_startup_script_is_the_same_on_every_node() -> None:
     planned = _plan({"steps": 4})
     assert planned.names == ["prod-a100-gce-a100-0", "prod-a100-gce-a100-1"]
@@ -272,17 +288,9 @@ def test_two_vms_of_two_gpus_train_as_one_world_of_four(
 ) -> None:
     storage, logging_api = fakes
     planned = _plan({"steps": 4, "checkpoint_every": 2})
-    group = Group(tmp_path, planned, storage, logging_api.endpoint)
-    try:
-        vms = _boot_all(group, timeout_s=240)
-    finally:
-        group.close()
-    for rank, vm in enumerate(vms):
-        output = vm.output()
-        assert "trainstack-launch: installing " + planned.package_uri in output
-        assert f"trainstack-node: node {rank} of 2, 2 accelerator(s), 2 process(es): " in output
-        assert "systemd-shim: trainstack-trainer exited 0" in output
-        assert "trainstack-startup: started trainstack-trainer with " in output
+    vms = _train_once(Group(tmp_path, planned, storage, logging_api.endpoint), timeout_s=240)
+    for vm in vms:
+        assert "trainstack-startup: started trainstack-trainer with " in vm.output()
     starts = events(vms, "start")
     assert sorted((s["rank"], s["node"], s["worker"]) for s in starts) == [
         (0, 0, 0),
@@ -385,19 +393,7 @@ def test_own_trainer_on_two_vms_of_two_gpus_is_a_world_of_four_like_local_run(
     planned = _plan_own_trainer()
     assert planned.names == ["fidelity-own-a100-0", "fidelity-own-a100-1"]
     checkpoints = f"gs://{planned.checkpoint_bucket}"
-    assert _script_value(planned.script, "NODE_ARGV") == [
-        "-m",
-        "trainers.node",
-        "--launcher=torchrun",
-        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints",
-        "--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-fidelity-own-data",
-        f"--env=TRAINSTACK_OUTPUT_DIR={checkpoints}/outputs/fidelity-own",
-        "--env=TRAINSTACK_RUN_NAME=fidelity-own",
-        "--",
-        "python",
-        "train.py",
-        *OWN_ARGS,
-    ]
+    assert _script_value(planned.script, "NODE_ARGV") == own_node_args(checkpoints)
     assert [_script_value(planned.script, n) for n in ("USE_TORCHRUN", "USER_CODE")] == [
         ["1"],
         ["1"],
@@ -405,15 +401,7 @@ def test_own_trainer_on_two_vms_of_two_gpus_is_a_world_of_four_like_local_run(
     # numpy: the script's weights digest needs it (the Deep Learning VM image has it).
     image = Image(tmp_path / "image", planned.sdist, [*IMAGE_PACKAGES, "numpy"])
     group = Group(tmp_path / "vms", planned, storage, logging_api.endpoint, image)
-    try:
-        vms = _boot_all(group, timeout_s=300)
-    finally:
-        group.close()
-    for rank, vm in enumerate(vms):
-        output = vm.output()
-        assert "trainstack-launch: installing " + planned.package_uri in output
-        assert f"trainstack-node: node {rank} of 2, 2 accelerator(s), 2 process(es): " in output
-        assert "systemd-shim: trainstack-trainer exited 0" in output
+    vms = _train_once(group, timeout_s=300)
     worlds = [rec for vm in vms for rec in vm.records() if "world" in rec]
     assert worlds == [{"event": "start", "rank": 0, "step": 0, "world": 4}], explain(vms)
     [done] = [rec for vm in vms for rec in vm.records() if "params_sha256" in rec]

@@ -63,7 +63,7 @@ from tests.fidelity.nodes import (
     start_node,
     write_hosts,
 )
-from tests.fidelity.test_vertex import OWN_ARGS
+from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
 
@@ -280,20 +280,7 @@ def test_own_trainer_on_two_pods_of_two_gpus_is_a_world_of_four(
 ) -> None:
     planned = _plan_own_trainer()
     checkpoints = f"gs://{planned.checkpoint_bucket}"
-    assert planned.container["args"] == [
-        POD_PYTHON,
-        "-m",
-        "trainers.node",
-        "--launcher=torchrun",
-        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints",
-        "--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-fidelity-own-data",
-        f"--env=TRAINSTACK_OUTPUT_DIR={checkpoints}/outputs/fidelity-own",
-        "--env=TRAINSTACK_RUN_NAME=fidelity-own",
-        "--",
-        "python",
-        "train.py",
-        *OWN_ARGS,
-    ]
+    assert planned.container["args"] == [POD_PYTHON, *own_node_args(checkpoints)]
     # numpy: the script's weights digest needs it (the bundled PyTorch image has it).
     image = Image(tmp_path / "image", planned.sdist, [*IMAGE_PACKAGES, "numpy"])
     pods = _run_pods(Cluster(tmp_path, planned, *fakes, image=image), timeout_s=300)

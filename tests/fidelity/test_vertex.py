@@ -248,6 +248,24 @@ OWN_TRAINER = REPO / "examples" / "own-trainer"
 OWN_ARGS = ["--steps=12", "--checkpoint-every=6", "--global-batch=32"]
 
 
+def own_node_args(checkpoints: str, stack: str = "fidelity-own") -> list[str]:
+    """The node launcher's arguments that GKE and GCE plan for examples/own-trainer cut to
+    `OWN_ARGS`, with the run contract's folders in the stack's buckets."""
+    return [
+        "-m",
+        "trainers.node",
+        "--launcher=torchrun",
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints",
+        f"--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-{stack}-data",
+        f"--env=TRAINSTACK_OUTPUT_DIR={checkpoints}/outputs/{stack}",
+        f"--env=TRAINSTACK_RUN_NAME={stack}",
+        "--",
+        "python",
+        "train.py",
+        *OWN_ARGS,
+    ]
+
+
 def _own_trainer_config(tmp_path: Path) -> dict[str, Any]:
     """examples/own-trainer's vertex stack, with 2 replicas of 2 GPUs and a short run."""
     stack = yaml.safe_load((OWN_TRAINER / "Pulumi.vertex.yaml").read_text())["config"]

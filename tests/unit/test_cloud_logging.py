@@ -377,7 +377,6 @@ def test_logging_down_does_not_hold_training(
     logging_api.fail_next(10_000, 503)
     start = time.monotonic()
     node = _launch(tmp_path, _env(gce_metadata, logging_api, "gce_instance"), "finish")
-    target = tmp_path / "target.py"
     out, err = node.communicate(timeout=60)
     assert node.returncode == 0, err
     assert time.monotonic() - start < 10.0  # the 5 s flush deadline, not a retry loop
