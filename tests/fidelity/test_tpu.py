@@ -27,6 +27,11 @@ TensorFlow.
   tf-keras pin only recorded (offline: the environment's tf-keras 2.20.1 must satisfy it).
 - TPU chips are simulated: `TRAINSTACK_SIMULATED_ACCELERATORS=2` makes strategy 'tpu' run
   its loop over 2 CPU devices instead of TPUStrategy.
+- Your own code: examples/own-jax's TPU stack (on a 2-host v4-16) boots both hosts at once;
+  `python train.py` runs on each through `trainers.node --launcher=node` and
+  `trainers.user_code`, and `jax.distributed.initialize()` finds the slice with JAX's own
+  TPU cluster detection (SIMULATED_TPU_VM stands in for the chips and libtpu; the metadata
+  fake serves `tpu-env`, the hosts are loopback addresses).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ import subprocess
 import sys
 import sysconfig
 import urllib.request
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +142,11 @@ def _plan(
     name, config = load_stack(stack, None)
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **(trainer or TRAINER)}
     config["trainstack:tpu"] = {**config["trainstack:tpu"], **(tpu or {})}
+    return _planned(name, config)
+
+
+def _planned(name: str, config: dict[str, Any]) -> Planned:
+    """What the TPU VM gets from the plan of stack `name` with `config`."""
     plan = build_plan(name, config)
     by_type: dict[str, list[dict[str, Any]]] = {}
     for resource in plan["resources"]:
@@ -204,17 +216,29 @@ class TpuVm:
         """What the node launcher wrote to Cloud Logging during the last boot."""
         self.matching: dict[str, list[dict[str, Any]]] = {}
         """The entries each of the dashboard's log-based metrics selects (`metric_filters`)."""
+        self.metadata_paths: list[str] = []
+        """The metadata paths read during the last boot, in order."""
 
-    def boot(self, worker: int, hosts: int, gcs: str) -> subprocess.CompletedProcess[str]:
-        """Run the startup script as worker `worker` of `hosts` in a clean environment (none
-        of this test process's PYTHONPATH or TF_USE_LEGACY_KERAS)."""
+    def boot(
+        self,
+        worker: int,
+        hosts: int,
+        gcs: str | None,
+        ips: Sequence[str] = IPS,
+        attributes: Mapping[str, str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the startup script as worker `worker` of `hosts` (`ips`) in a clean environment
+        (none of this test process's PYTHONPATH or TF_USE_LEGACY_KERAS); `attributes`: more
+        `instance/attributes/` metadata, `extra_env`: what stands in for hardware."""
         values = {
             "instance/attributes/agent-worker-number": str(worker),
-            "instance/network-interfaces/0/ip": IPS[worker],
+            "instance/network-interfaces/0/ip": ips[worker],
         }
         if hosts > 1:
-            endpoints = ",".join(f"unknown:unknown:{ip}" for ip in IPS[:hosts])
+            endpoints = ",".join(f"unknown:unknown:{ip}" for ip in ips[:hosts])
             values["instance/attributes/worker-network-endpoints"] = endpoints
+        values.update({f"instance/attributes/{k}": v for k, v in (attributes or {}).items()})
         env = {
             "PATH": f"{self.bin}:/usr/bin:/bin",
             "HOME": str(self.root),
@@ -223,14 +247,17 @@ class TpuVm:
             "TRAINSTACK_STATE_DIR": str(self.state),
             "TRAINSTACK_SIMULATED_ACCELERATORS": str(CHIPS),
             "TRAINSTACK_PROGRESS": "0",
-            "STORAGE_EMULATOR_HOST": gcs,
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
             "OMP_NUM_THREADS": "1",
+            **(extra_env or {}),
         }
+        if gcs is not None:
+            env["STORAGE_EMULATOR_HOST"] = gcs
         values.update(vm_values(f"70{worker}", f"t1v-n-0a1b2c3d-w-{worker}"))
         with MetadataFake(values) as metadata, LoggingFakeServer() as logging_api:
             env["TRAINSTACK_METADATA_URL"] = metadata.base_url + "/computeMetadata/v1"
             env["GCE_METADATA_HOST"] = metadata.host
+            env["GCE_METADATA_IP"] = metadata.host  # where JAX's cloud_tpu_cluster reads it
             env["TRAINSTACK_LOGGING_ENDPOINT"] = logging_api.endpoint
             result = subprocess.run(
                 ["bash", str(self.script)],
@@ -242,6 +269,7 @@ class TpuVm:
                 check=False,
             )
             self.entries = list(logging_api.entries)
+            self.metadata_paths = [path for path, _ in metadata.requests]
             self.matching = {
                 role: logging_api.matching(flt) for role, flt in self.planned.metric_filters.items()
             }
@@ -449,3 +477,110 @@ def test_single_host_pjrt_trains_with_the_pluggable_device_environment(tmp_path:
     assert [c["argv"] for c in vm.calls() if c["argv"][:1] == ["-m"]][2] == KERAS_PIN
     [done] = [r for r in _records(result.stdout, tag) if r.get("event") == "done"]
     assert (done["step"], done["world_size"]) == (3, CHIPS)
+
+
+OWN_JAX = REPO / "examples" / "own-jax"
+LOOPBACK = ["127.0.0.1", "127.0.0.2"]
+"""The 2 simulated hosts share this machine: worker 0, JAX's coordinator, must be reachable
+at the first address of `worker-network-endpoints`."""
+SIMULATED_TPU_VM = {"JAX_FORCE_TPU_INIT": "1", "JAX_PLATFORMS": "cpu"}
+"""What stands in for the TPU chips (JAX finds none on the PCI bus here) and libtpu:
+JAX's own switch for "this is a Cloud TPU VM", which turns on its TPU cluster detection, and
+its CPU backend where a TPU VM's JAX would load libtpu (`tpu,cpu`). Finding no chips, JAX sets
+TPU_SKIP_MDS_QUERY, which only GceTpuCluster reads; GkeTpuCluster, before it, answers here as
+on a real VM, where the script's TPU_WORKER_HOSTNAMES is set as well."""
+SOURCE_PROBE = "from trainers.user_code import installed_source; print(installed_source())"
+TPU_ENV = (
+    "ACCELERATOR_TYPE: 'v4-16'\nCHIPS_PER_HOST_BOUNDS: '2,2,1'\nHOST_BOUNDS: '1,1,2'\n"
+    "NODE_ID: 'tpu-tpu'\nTOPOLOGY: '2x2x2'\nTYPE: 'V4'\nWORKER_ID: '{}'\nZONE: 'us-central2-b'\n"
+)
+"""A v4-16 worker's `tpu-env` metadata attribute in the format of a real v4 VM's (a subset
+of its `KEY: 'value'` lines; a single slice has no MEGASCALE_* keys)."""
+
+
+@pytest.mark.trainer
+@pytest.mark.slow  # 26.5 s here (45 s with the 2 cores busy): 2 installs, 2 JAX processes
+def test_own_jax_runs_on_every_host_and_finds_the_slice_through_jax_tpu_detection(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("jax", reason="examples/own-jax needs jax (test extras: jax[cpu])")
+    name, config = load_stack(None, OWN_JAX / "Pulumi.tpu.yaml")
+    config["trainstack:trainer"]["source"] = str(OWN_JAX)
+    # v4-16 (2x2x2, 8 chips): the catalog's v4 slice of 2 hosts; the example's v4-32 has 4.
+    config["trainstack:tpu"]["accelerator_type"] = "v4-16"
+    planned = _planned(name, config)
+    assert planned.runtime == "tpu-ubuntu2204-base"
+    assert planned.trainer_args == [
+        "--launcher=node",
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://my-ml-project-tpu-checkpoints/checkpoints",
+        "--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-tpu-data",
+        "--env=TRAINSTACK_OUTPUT_DIR=gs://my-ml-project-tpu-checkpoints/outputs/tpu",
+        "--env=TRAINSTACK_RUN_NAME=tpu",
+        "--",
+        "python",
+        "train.py",
+    ]
+    vms = [TpuVm(tmp_path / f"worker-{w}", planned) for w in range(2)]
+
+    def boot(worker: int) -> subprocess.CompletedProcess[str]:
+        attributes = {"tpu-env": TPU_ENV.format(worker)}
+        return vms[worker].boot(worker, 2, None, LOOPBACK, attributes, SIMULATED_TPU_VM)
+
+    # Both hosts boot at once, as a slice's workers do: each process waits for the other.
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(boot, range(2)))
+    for worker, (vm, result) in enumerate(zip(vms, results, strict=True)):
+        tag = f"[trainstack slice=tpu-tpu worker={worker}]"
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+        # Every host runs your code (no TensorFlow probe, no tf-keras, no TPU_LOAD_LIBRARY).
+        assert vm.calls() == [
+            *_install_calls(vm, planned),
+            {
+                "prog": "python3",
+                "argv": ["-m", "trainers.node", *planned.trainer_args],
+                "env": {
+                    "TPU_WORKER_ID": str(worker),
+                    "TPU_WORKER_HOSTNAMES": ",".join(LOOPBACK),
+                    "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
+                    "TRAINSTACK_TPU_NODE_ID": "tpu-tpu",
+                },
+            },
+        ]
+        lines = result.stdout.splitlines()
+        assert (
+            f"{tag} trainstack-node: node {worker} of 2, {CHIPS} accelerator(s), 1 process(es): "
+            f"{vm.image} -m trainers.user_code -- python train.py"
+        ) in lines
+        assert lines[-1] == f"{tag} trainer finished"
+        # The code ran from the uploaded package's source folder in the runtime's Python.
+        source = vm.run_python(SOURCE_PROBE)
+        assert source.startswith(str(vm.root / "image" / "lib"))
+        assert source.endswith("/trainstack_source")
+        # The script read its worker and the slice, the log shipper project, zone and token,
+        # and JAX's TPU cluster detection `tpu-env` 3 times (MEGASCALE_COORDINATOR_ADDRESS,
+        # _NUM_SLICES, _SLICE_ID; none: one slice), taking the process id and hosts from
+        # the script's TPU_WORKER_* (GkeTpuCluster, first in JAX's list). Had the node added
+        # JAX's or Open MPI's variables, Open MPI's cluster would have answered instead.
+        assert sorted(vm.metadata_paths) == [
+            "instance/attributes/agent-worker-number",
+            *["instance/attributes/tpu-env"] * 3,
+            "instance/attributes/worker-network-endpoints",
+            "instance/service-accounts/default/token",
+            "instance/zone",
+            "project/project-id",
+        ]
+        records = _records(result.stdout, tag)
+        launch = {"event": "launch", "rank": worker, "argv": ["python", "train.py"]}
+        if worker == 0:
+            # Process 0 prints the one result line: a world of 2 that both hosts joined.
+            done = {"event": "done", "rank": 0, "world": 2, "ranks": [0, 1], "devices": 2}
+            assert records == [launch, {**done, "run": "tpu"}]
+        else:
+            assert records == [launch]
+        # Every record also reached Cloud Logging as this worker's tpu_worker entry.
+        assert [e["jsonPayload"] for e in vm.entries if "jsonPayload" in e] == records
+        labels = {"project_id": "p-exp-42", "zone": "us-central2-b", "node_id": "tpu-tpu"}
+        resource = {"type": "tpu_worker", "labels": {**labels, "worker_id": str(worker)}}
+        assert {json.dumps(e["resource"], sort_keys=True) for e in vm.entries} == {
+            json.dumps(resource, sort_keys=True)
+        }
