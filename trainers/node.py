@@ -263,7 +263,7 @@ def node_command(request: Request, env: Mapping[str, str]) -> NodeCommand:
     if request.module is None:
         # Your own code: each process runs through trainers.user_code (source folder, events).
         request = replace(request, argv=worker_argv(request.argv, request.source))
-        gpus = 0 if accelerators.simulated else accelerators.count
+        gpus = accelerators.count if accelerators.source in ("nvidia-smi", "torch") else 0
         child_env.update(
             user_code_env(env, cluster, launcher=launcher, gpus=gpus, plain_env=request.env)
         )

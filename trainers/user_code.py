@@ -25,11 +25,13 @@ contract the node launcher sets for every target:
   `OMPI_COMM_WORLD_LOCAL_RANK`; jax/_src/clusters/ompi_cluster.py reads exactly these and
   jax/_src/distributed.py prefers `JAX_COORDINATOR_ADDRESS`), so `jax.distributed.initialize()`
   with no arguments works; `JAX_LOCAL_DEVICE_IDS` lists every GPU of the machine (JAX would
-  otherwise give the one process only GPU `local rank`). On a TPU VM nothing is added: JAX's
-  own TPU detection (metadata server) comes before and must not be shadowed. `TF_CONFIG`
-  too, unless the platform set one (Vertex): workers from `TRAINSTACK_WORKER_HOSTS`
-  (`host:port,...`), `TPU_WORKER_HOSTNAMES`, the GKE Indexed Job's pod names, or the one
-  node itself, port `TRAINSTACK_TF_PORT` (default 2222) where a host has none.
+  otherwise give the one process only GPU `local rank`). `TF_CONFIG` too, unless the
+  platform set one (Vertex): workers from `TRAINSTACK_WORKER_HOSTS` (`host:port,...`), the
+  GKE Indexed Job's pod names, or the one node itself, port `TRAINSTACK_TF_PORT` (default
+  2222) where a host has none. On a TPU VM nothing is added: JAX's own TPU detection
+  (`TPU_WORKER_ID`/`TPU_WORKER_HOSTNAMES` from the startup script, the `tpu-env` metadata)
+  must not be shadowed by the Open MPI shape, and TensorFlow finds the slice through its
+  TPU cluster resolver, not `TF_CONFIG`.
 - On Vertex, `TRAINSTACK_CHECKPOINT_DIR` and `TRAINSTACK_OUTPUT_DIR` default to the job's
   `AIP_CHECKPOINT_DIR` and `AIP_MODEL_DIR`.
 - `--env` values, and `--secret-env` values read from Secret Manager with the machine's
@@ -124,8 +126,6 @@ def _tf_hosts(env: Mapping[str, str], cluster: ClusterInfo) -> list[str] | None:
     port = env.get(TF_PORT_ENV) or str(DEFAULT_TF_PORT)
     if env.get(WORKER_HOSTS_ENV):
         hosts = [h.strip() for h in env[WORKER_HOSTS_ENV].split(",") if h.strip()]
-    elif env.get("TPU_WORKER_HOSTNAMES"):
-        hosts = [h.strip() for h in env["TPU_WORKER_HOSTNAMES"].split(",") if h.strip()]
     elif env.get("JOB_NAME") and env.get("TRAINSTACK_HEADLESS_SERVICE"):
         job, service = env["JOB_NAME"], env["TRAINSTACK_HEADLESS_SERVICE"]
         hosts = [f"{job}-{i}.{service}" for i in range(cluster.num_nodes)]

@@ -1,4 +1,4 @@
-"""Counting a machine's accelerators: simulated, nvidia-smi, torch, none."""
+"""Counting a machine's accelerators: simulated, TPU chips on PCI, nvidia-smi, torch, none."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from trainers.common.accelerators import NVIDIA_SMI_DIRS, Accelerators, count_accelerators
+from trainers.common.accelerators import (
+    NVIDIA_SMI_DIRS,
+    SIMULATED_ACCELERATORS_ENV,
+    Accelerators,
+    count_accelerators,
+)
 
 SMI_LINES = "".join(f"GPU {i}: NVIDIA A100-SXM4-40GB (UUID: GPU-{i:04d})\n" for i in range(8))
 
@@ -83,3 +88,31 @@ def test_a_failing_nvidia_smi_falls_back_to_torch_then_to_none(tmp_path: Path) -
 def test_this_cpu_machine_counts_no_gpus_through_torch() -> None:
     # No nvidia-smi here; the real torch probe runs (torch is the CPU build).
     assert count_accelerators({"PATH": "/nonexistent"}) == Accelerators(0, "torch")
+
+
+def _pci(root: Path, devices: dict[str, tuple[str, str]]) -> str:
+    """A `/sys/bus/pci/devices`-shaped folder: address -> (vendor, device)."""
+    for address, (vendor, device) in devices.items():
+        folder = root / address
+        folder.mkdir(parents=True)
+        (folder / "vendor").write_text(f"{vendor}\n")
+        (folder / "device").write_text(f"{device}\n")
+    return str(root)
+
+
+def test_a_tpu_host_counts_its_chips_on_the_pci_bus_before_any_gpu_probe(tmp_path: Path) -> None:
+    # A v4 host: 4 chips (0x005e); Google's virtio NIC (0x1ae0 with another id) and an Intel
+    # bridge are not TPU chips.
+    chips = {f"0000:00:0{i}.0": ("0x1ae0", "0x005e") for i in range(4, 8)}
+    others = {"0000:00:03.0": ("0x1ae0", "0x0042"), "0000:00:00.0": ("0x8086", "0x1237")}
+    pci = _pci(tmp_path / "pci", {**chips, **others})
+
+    def no_probe(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        raise AssertionError(f"probed {argv} on a TPU host")
+
+    found = count_accelerators({"PATH": ""}, run=no_probe, pci_devices=pci)
+    assert (found, found.processes) == (Accelerators(4, "tpu-pci"), 4)
+    simulated = count_accelerators({SIMULATED_ACCELERATORS_ENV: "2"}, pci_devices=pci)
+    assert simulated == Accelerators(2, "simulated")
+    none = count_accelerators({"PATH": ""}, run=_no_torch, pci_devices=str(tmp_path / "absent"))
+    assert none == Accelerators(0, "none")

@@ -6,12 +6,16 @@ imported. The first source that answers wins:
 1. `TRAINSTACK_SIMULATED_ACCELERATORS=N` (N >= 1): the machine acts as if it had N
    accelerators, and the launcher runs N CPU processes on gloo (it hides real GPUs from
    them). The one switch tests use to run a target's launch path on a CPU machine.
-2. `nvidia-smi -L` (one `GPU <i>: ...` line per GPU), capped by the entries of
+2. TPU chips on the PCI bus: devices of Google's vendor id (0x1ae0) whose device id is a TPU
+   chip's (v3 0x0027, v4 0x005e, v5p 0x0062, v5e 0x0063, v6e 0x006f, TPU7x 0x0076), the count
+   JAX itself takes on a TPU VM (jax/_src/hardware_utils.py,
+   `num_available_tpu_chips_and_device_id`).
+3. `nvidia-smi -L` (one `GPU <i>: ...` line per GPU), capped by the entries of
    `CUDA_VISIBLE_DEVICES` when that is set. GKE mounts the driver's tools under
    `/usr/local/nvidia/bin`, which is searched after PATH.
-3. `torch.cuda.device_count()` in a child process, when torch is installed (an image
+4. `torch.cuda.device_count()` in a child process, when torch is installed (an image
    without nvidia-smi on its PATH); a child so the launcher never initializes CUDA itself.
-4. Otherwise 0: a CPU machine (launchers still start one process).
+5. Otherwise 0: a CPU machine (launchers still start one process).
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ NVIDIA_SMI_DIRS: Final = ("/usr/local/nvidia/bin", "/usr/bin")
 """Searched after PATH: GKE's driver mount, then the usual system location."""
 PROBE_TIMEOUT_S: Final = 60.0
 
-Source = Literal["simulated", "nvidia-smi", "torch", "none"]
+PCI_DEVICES: Final = "/sys/bus/pci/devices"
+GOOGLE_PCI_VENDOR: Final = "0x1ae0"
+TPU_PCI_DEVICE_IDS: Final = frozenset({"0x0027", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076"})
+"""PCI device ids of TPU chips, as JAX lists them (jax/_src/hardware_utils.py)."""
+
+Source = Literal["simulated", "tpu-pci", "nvidia-smi", "torch", "none"]
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
@@ -121,7 +130,28 @@ def _torch_count(run: Runner) -> int | None:
     return int(lines[-1])
 
 
-def count_accelerators(env: Mapping[str, str] = os.environ, run: Runner = _run) -> Accelerators:
+def tpu_chip_count(pci_devices: str = PCI_DEVICES) -> int:
+    """TPU chips attached through PCI (0 on any other machine)."""
+    count = 0
+    try:
+        devices = os.listdir(pci_devices)
+    except OSError:
+        return 0
+    for device in devices:
+        try:
+            with open(os.path.join(pci_devices, device, "vendor")) as vendor:
+                if vendor.read().strip() != GOOGLE_PCI_VENDOR:
+                    continue
+            with open(os.path.join(pci_devices, device, "device")) as ident:
+                count += ident.read().strip() in TPU_PCI_DEVICE_IDS
+        except OSError:
+            continue
+    return count
+
+
+def count_accelerators(
+    env: Mapping[str, str] = os.environ, run: Runner = _run, pci_devices: str = PCI_DEVICES
+) -> Accelerators:
     """This machine's accelerators (see the module docstring for the order).
 
     Raises ValueError when `TRAINSTACK_SIMULATED_ACCELERATORS` is set but not an integer >= 1.
@@ -129,6 +159,9 @@ def count_accelerators(env: Mapping[str, str] = os.environ, run: Runner = _run) 
     simulated = simulated_count(env)
     if simulated is not None:
         return Accelerators(simulated, "simulated")
+    chips = tpu_chip_count(pci_devices)
+    if chips:
+        return Accelerators(chips, "tpu-pci")
     cap = _visible_cap(env)
     smi = _nvidia_smi(env)
     if smi is not None:
