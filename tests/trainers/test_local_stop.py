@@ -103,12 +103,17 @@ def test_ctrl_c_to_the_process_group_checkpoints_and_exits_130(tmp_path: Path) -
     _interrupt(tmp_path, "local", signal.SIGINT, group=True, code=130)
 
 
+@pytest.mark.slow  # about 40 s here; the torch case runs by default
 def test_tensorflow_sigterm_to_the_process_group_checkpoints_and_resumes(tmp_path: Path) -> None:
     config, step = _interrupt(tmp_path, "local-tf", signal.SIGTERM, group=True, code=143)
     _resume(config, "local-tf", step)
 
 
-@pytest.mark.parametrize("stack", ["local", "local-tf"])
+@pytest.mark.parametrize(
+    "stack",
+    # local-tf is slow (about 25 s here): the same supervision, TensorFlow workers.
+    ["local", pytest.param("local-tf", marks=pytest.mark.slow)],
+)
 def test_workers_die_with_a_sigkilled_launcher(tmp_path: Path, stack: str) -> None:
     config = stack_file(tmp_path, stack)
     proc = local_run(config, "--steps", "400", env=SLOW)

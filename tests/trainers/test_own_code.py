@@ -91,6 +91,7 @@ def test_killed_outright_and_run_again_it_ends_with_the_same_weights(tmp_path: P
     assert f"params_sha256: {expected['params_sha256']}" in lines
 
 
+@pytest.mark.slow  # about 45 s here; the bundled trainer SIGTERM case runs by default
 def test_sigterm_saves_and_exits_143_then_the_run_resumes(tmp_path: Path) -> None:
     config = _stack(tmp_path, "stopped", step_sleep=0.2)
     run = local_run(config)

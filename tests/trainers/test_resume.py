@@ -125,6 +125,7 @@ def test_resume_local_after_kills_and_sigterm(tmp_path: Path, baseline: str) -> 
     assert done["params_sha256"] == baseline
 
 
+@pytest.mark.slow  # about 55 s here; the same resume on a gs:// path (emulator)
 def test_resume_on_gcs_emulator(
     tmp_path: Path, baseline: str, gcs_emulator: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -135,6 +136,7 @@ def test_resume_on_gcs_emulator(
     assert done["params_sha256"] == baseline
 
 
+@pytest.mark.slow  # about 70-80 s per case here; FSDP sharded resume (parity covers FSDP = DDP by default)
 @pytest.mark.parametrize("async_save", [False, True])
 def test_fsdp_sharded_checkpoint_resume(tmp_path: Path, async_save: bool) -> None:
     """A SIGKILLed FSDP run resumes to the digest of an uninterrupted one; with async saves

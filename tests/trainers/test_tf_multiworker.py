@@ -85,6 +85,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Record, Path]:
     return finals[0], ckpt / f"step-{STEPS:08d}"
 
 
+@pytest.mark.slow  # about 90 s here; TF multi-worker runs by default in the Vertex and TPU fidelity tests
 def test_local_run_two_workers_equal_one_worker_with_double_batch(
     baseline: tuple[Record, Path], tmp_path: Path
 ) -> None:
@@ -133,6 +134,7 @@ def test_local_run_two_workers_equal_one_worker_with_double_batch(
     assert mirrored.done["params_sha256"] == done["params_sha256"]
 
 
+@pytest.mark.slow  # about 70 s here; TF recovery on gs://
 def test_worker_killed_and_preempted_resumes_on_gcs(
     baseline: tuple[Record, Path],
     tmp_path: Path,
@@ -191,6 +193,7 @@ def test_worker_killed_and_preempted_resumes_on_gcs(
     assert not any(".tmp-" in name for name in store._names())
 
 
+@pytest.mark.slow  # about 40 s here; TF async checkpoints on gs://
 def test_async_checkpoints_on_gcs_resume_bit_for_bit(
     baseline: tuple[Record, Path],
     tmp_path: Path,

@@ -31,6 +31,7 @@ TEST_LOSS_THRESHOLD = 0.3
 TEST_ACCURACY_THRESHOLD = 0.9
 
 
+@pytest.mark.slow  # about 45 s here; parameter-server recovery
 def test_parameter_server_preempted_resumes_and_reaches_loss(tmp_path: Path) -> None:
     run = TFRun(
         ARGS, workers=2, root=tmp_path, env={"TRAINSTACK_TEST_STEP_DELAY_S": "0.03"}, tag="term"

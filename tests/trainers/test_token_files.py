@@ -199,6 +199,7 @@ def _train_args(data: Path, ckpt: Path) -> list[str]:
     )
 
 
+@pytest.mark.slow  # about 36 s here; SIGKILL resume of the gpt model on token shards
 def test_sigkilled_gpt_resumes_to_the_uninterrupted_digest(tmp_path: Path) -> None:
     data, _ = make_shards(tmp_path, "--shards", "3")
     clean = run_to_end(_train_args(data, tmp_path / "clean"), workers=2, out=tmp_path / "a.log")
