@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainers.common.signals import descendants
 from trainers.local import torchrun_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,18 +72,6 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
         env.pop(name, None)
     env.update(extra)
     return env
-
-
-def _descendants(pid: int) -> list[int]:
-    found, stack = [], [pid]
-    while stack:
-        parent = stack.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            with contextlib.suppress(OSError):
-                children = [int(c) for c in (task / "children").read_text().split()]
-                found.extend(children)
-                stack.extend(children)
-    return found
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -150,7 +139,7 @@ def run_trainer(
                     )
                 time.sleep(0.2)
         finally:
-            for pid in [*_descendants(proc.pid), proc.pid]:
+            for pid in [*descendants(proc.pid), proc.pid]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.wait()

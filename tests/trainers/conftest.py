@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.gcs_emulator import running_gcs_emulator
+from trainers.common.signals import descendants
 from trainers.local import torchrun_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,19 +42,6 @@ def command(args: Sequence[str], workers: int, torchrun: bool = False) -> list[s
     if workers == 1 and not torchrun:
         return [sys.executable, "-m", "trainers.torch_ddp", *args]
     return torchrun_command(workers, "-m", "trainers.torch_ddp", *args)
-
-
-def _descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        parent = stack.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            with contextlib.suppress(OSError):
-                children = [int(c) for c in (task / "children").read_text().split()]
-                found.extend(children)
-                stack.extend(children)
-    return found
 
 
 class Run:
@@ -107,7 +95,7 @@ class Run:
             os.kill(self.proc.pid, sig)
             return
         # torchrun starts each worker in a session of its own, so killpg would miss them.
-        for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+        for pid in [*descendants(self.proc.pid), self.proc.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.trainers.conftest import REPO, Record, _descendants
+from tests.trainers.conftest import REPO, Record
+from trainers.common.signals import descendants
 
 PROGRESS_LINE = re.compile(
     r"^(starting \d+ workers; log \S+"
@@ -100,7 +101,7 @@ def alive(pid: int) -> bool:
 
 def tree(pid: int) -> list[int]:
     """`pid`'s descendants (torchrun, its workers, TensorFlow tasks)."""
-    return _descendants(pid)
+    return descendants(pid)
 
 
 def wait_gone(pids: Sequence[int], timeout: float) -> list[int]:

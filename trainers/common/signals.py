@@ -134,3 +134,26 @@ def watch_parent(
     thread = threading.Thread(target=watch, name="trainstack-parent-watch", daemon=True)
     thread.start()
     return thread
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (children first), from /proc's per-task `children`
+    lists; used to signal or wait for a whole launch tree (torchrun, its workers, their
+    children) that left its process group."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            found.extend(children)
+            stack.extend(children)
+    return found
