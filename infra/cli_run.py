@@ -18,8 +18,6 @@ from infra.cli_base import (
     EndpointOpt,
     OutputsOpt,
     StackOpt,
-    adc_hint,
-    auth_failure,
     err,
     fail,
     google_errors,
@@ -61,7 +59,6 @@ def status(
     Exit 0 while training is queued or running and when it succeeded; 1 when it failed, was
     cancelled or expired; 2 when it cannot be read (no credentials, no access, no outputs).
     """
-    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError
 
     from components._google_api import ApiError
     from components._vertex_provider import job_status
@@ -82,14 +79,9 @@ def status(
         )
     project = match["project"]
     try:
-        # The job's own location picks the regional endpoint that serves it.
-        info = job_status(project, match["region"], job, api_endpoint=api_endpoint)
-    except DefaultCredentialsError:
-        raise fail(
-            f"status needs Application Default Credentials to read {job}: {adc_hint()}"
-        ) from None
-    except GoogleAuthError as exc:
-        raise fail(f"status {auth_failure(exc)}") from None
+        with google_errors("status", job):
+            # The job's own location picks the regional endpoint that serves it.
+            info = job_status(project, match["region"], job, api_endpoint=api_endpoint)
     except ApiError as exc:
         hint = (
             f"; valid: credentials allowed aiplatform.{match['kind']}.get in project "
