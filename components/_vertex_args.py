@@ -238,7 +238,14 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
         except ValueError as exc:
             problems.append(f"{p}{exc}")
     has_container = args.get("container_image_uri") is not None
-    if has_package == has_container:
+    if own_code and not has_package:
+        # Your code always comes in the code package: on the prebuilt executor, or installed
+        # into your image (container_image_uri) when the replica starts.
+        problems.append(
+            f"{p}package_uri: required with node_args (your code's package); valid: the "
+            "TrainerPackage's uri"
+        )
+    elif not own_code and has_package == has_container:
         problems.append(
             f"{p}package_uri: give exactly one of package_uri (with executor_image_uri) or "
             "container_image_uri"

@@ -19,10 +19,13 @@ path runs the node launcher (`pythonModule: trainers.node`, `args: [<trainer mod
 Your own code (`node_args`, the `python -m trainers.node` arguments of
 `trainers.common.user_code.node_args`) runs the same launcher with those arguments instead
 of a trainer module: `pythonPackageSpec {pythonModule: trainers.node, args: node_args}` with
-the code package, or `containerSpec {command: [python, -m, trainers.node], args: node_args}`
-in an image that has trainstack's `trainers` package installed. Either way a tuning trial's
-`--<parameter_id>=<value>` args, which Vertex appends to `args`, land after the code's own
-argv (`-- ARGV`), so the code receives them as Vertex's own samples do.
+the code package, or in your image `containerSpec {command: <the pod setup script>, args:
+[python3, -m, trainers.node, node_args...], env: TRAINSTACK_PACKAGE_URI}`: the script that
+every GKE pod runs (`components._pod_setup`) downloads the code package with the replica's
+service account and installs it into the image's Python before it execs the args, so the
+image needs nothing from trainstack and a new `trainer.source` is a new job. Either way a
+tuning trial's `--<parameter_id>=<value>` args, which Vertex appends to `args`, land after
+the code's own argv (`-- ARGV`), so the code receives them as Vertex's own samples do.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from components.catalog.images import reduction_server_image, vertex_training_image
 from components.catalog.vertex import DEFAULT_REDUCER_MACHINE, vertex_accelerators
 from trainers.common.contract import NODE_MODULE, TORCH_MODULE
@@ -50,9 +54,6 @@ HYPERTUNE_METRIC_ENV: Final = "TRAINSTACK_HYPERTUNE_METRIC"
 `cloudml-hypertune` (`hyperparameter_metric_tag`). An env var rather than a flag: the
 trainer's flags are exactly its config fields."""
 
-USER_CODE_COMMAND: Final = ("python", "-m", NODE_MODULE)
-"""containerSpec command for your own code in your image (trainstack's `trainers` package
-installed there): the node launcher, with `node_args` as the args."""
 
 DEFAULT_BOOT_DISK_TYPE: Final = "pd-ssd"
 DEFAULT_BOOT_DISK_SIZE_GB: Final = 100
@@ -85,13 +86,20 @@ def _task(
     """(`containerSpec` | `pythonPackageSpec`, its body) for the chief and workers."""
     module = python_module or DEFAULT_PYTHON_MODULE
     launch = list(node_args) if node_args is not None else [module, *args]
+    env = dict(env)
     if container_image_uri is not None:
         task: dict[str, Any] = {"imageUri": container_image_uri}
-        if container_command:
-            task["command"] = list(container_command)
-        elif node_args is not None:
-            task["command"] = list(USER_CODE_COMMAND)
-        task["args"] = launch if node_args is not None else args
+        if node_args is not None:
+            # Your code in your image: install the code package first, as a GKE pod does.
+            task["command"] = pod_command()
+            task["args"] = [POD_PYTHON, "-m", NODE_MODULE, *launch]
+            if package_uri is None:
+                raise ValueError("package_uri: required to run your own code in an image")
+            env[PACKAGE_URI_ENV] = package_uri
+        else:
+            if container_command:
+                task["command"] = list(container_command)
+            task["args"] = args
         key = "containerSpec"
     else:
         task = {

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Final, NotRequired, TypedDict
 
 import pulumi
@@ -67,6 +66,7 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import serviceaccount
 
 from components._naming import labels_input
+from components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
 from components.gpu_startup import (
     DEFAULT_PORT,
@@ -83,9 +83,6 @@ TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
 COMPONENT_LABEL: Final = "kubernetes-training-job"
 CONTAINER_NAME: Final = "trainer"
 DEFAULT_MODULE: Final = TORCH_MODULE
-POD_SCRIPT: Final = (Path(__file__).parent / "kubernetes_pod.sh").read_text()
-"""The container command's script (`bash -c POD_SCRIPT trainstack-pod ARGS...`)."""
-POD_PYTHON: Final = "python3"
 """The images' interpreter: the pod script installs into it and it runs the launcher."""
 TF_KERAS_MODULES: Final = frozenset({TF_MODULE})
 """Trainer modules that run tf.keras as Keras 2 (tf-keras on TensorFlow >= 2.16)."""
@@ -124,7 +121,7 @@ _RESERVED_ENV: Final = frozenset(
         "TRAINSTACK_COORDINATOR_PORT",
         "TRAINSTACK_HEADLESS_SERVICE",
         "TRAINSTACK_NUM_NODES",
-        "TRAINSTACK_PACKAGE_URI",
+        PACKAGE_URI_ENV,
         "TRAINSTACK_TF_KERAS",
     }
 )
@@ -311,11 +308,6 @@ def node_argv(
     return [POD_PYTHON, *launcher_argv(module, trainer_args, node_args)]
 
 
-def pod_command() -> list[str]:
-    """The container's command: `POD_SCRIPT` under bash, which execs the args."""
-    return ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
-
-
 def manifests(
     *,
     job_name: str,
@@ -383,7 +375,7 @@ def manifests(
         "TRAINSTACK_HEADLESS_SERVICE": job_name,
         "TRAINSTACK_NUM_NODES": str(node_count),
         "TRAINSTACK_COORDINATOR_PORT": str(port),
-        "TRAINSTACK_PACKAGE_URI": package_uri,
+        PACKAGE_URI_ENV: package_uri,
     }
     if tf_keras:
         pod_env["TRAINSTACK_TF_KERAS"] = "1"

@@ -192,7 +192,8 @@ class VertexTrainingJobArgs(TypedDict):
     reduction_server: NotRequired[ReductionServerArgs]
     """Add a Reduction Server pool (GPU jobs only)."""
     package_uri: NotRequired[pulumi.Input[str]]
-    """gs:// URI of the trainer sdist (`TrainerPackage.uri`); selects pythonPackageSpec."""
+    """gs:// URI of the trainer sdist (`TrainerPackage.uri`); selects pythonPackageSpec, or
+    with `node_args` and `container_image_uri`, the package installed into that image."""
     executor_image_uri: NotRequired[str]
     """Prebuilt training image for pythonPackageSpec (default: the python_module's framework
     image, `components.catalog.images.vertex_training_image`)."""
@@ -203,10 +204,11 @@ class VertexTrainingJobArgs(TypedDict):
     """Command-line args for the trainer (`--steps=1000`, ...)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your own code instead of a trainer module: the `python -m trainers.node` arguments
-    (`infra.compose.user_code_node_args`), the replicas' args as they are; with
-    `container_image_uri` the command defaults to `python -m trainers.node` (the image must
-    have trainstack's `trainers` package installed). Excludes python_module and
-    trainer_args; tuning parameters may then be any flag of your code."""
+    (`infra.compose.user_code_node_args`), the replicas' args as they are; needs
+    `package_uri`. With `container_image_uri` the replica runs the pod setup script
+    (`components._pod_setup`): it installs the package into the image's `python3`, then
+    runs `python3 -m trainers.node <node_args>`. Excludes python_module and trainer_args;
+    tuning parameters may then be any flag of your code."""
     container_image_uri: NotRequired[str]
     """Users' own image instead of the package: selects containerSpec."""
     container_command: NotRequired[list[str]]

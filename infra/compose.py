@@ -333,15 +333,15 @@ def _vertex(
         args["timeout_s"] = timeout_s
     code = cfg.trainer.user_code
     if code is not None and node_args is not None:
-        # Your code runs under the node launcher on every replica: from the code package on
-        # the launcher's prebuilt image, or in your image (trainstack's launcher installed).
+        # Your code runs under the node launcher on every replica, from the code package: on
+        # the launcher's prebuilt image, or installed into your image at the replica's start.
         args["node_args"] = node_args
+        args["package_uri"] = package.uri
         image = code.image or vx.image_uri
         if image:
             args["container_image_uri"] = image
         else:
             module = USER_CODE_VERTEX_MODULES[code.launcher_for("vertex")]
-            args["package_uri"] = package.uri
             args["executor_image_uri"] = vertex_training_image(module).uri
     elif vx.image_uri:
         # The user's own image (with the trainers installed) runs the node launcher, which

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from components import a100_cluster
+from components._pod_setup import pod_command
 from components.a100_cluster import (
     DLVM_IMAGE,
     KUBERNETES_VERSION,
@@ -19,7 +20,7 @@ from components.a100_cluster import (
 )
 from components.gpu_startup import gce_startup_script
 from components.kubernetes_training_job import TOKEN as JOB_TOKEN
-from components.kubernetes_training_job import node_argv, pod_command
+from components.kubernetes_training_job import node_argv
 from infra.mocks import SECRET, ProgramRun, run_program
 
 PROJECT = "acme-ml"

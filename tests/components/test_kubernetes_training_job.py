@@ -19,16 +19,15 @@ import pulumi
 import pytest
 from pulumi_gcp import storage
 
+from components._pod_setup import POD_SCRIPT, pod_command
 from components.a100_cluster import KUBERNETES_VERSION, MIN_KUBERNETES_VERSION
 from components.catalog.tpu_runtimes import TF_KERAS_FROM
 from components.kubernetes_training_job import (
     DEFAULT_IMAGES,
-    POD_SCRIPT,
     TOKEN,
     KubernetesTrainingJob,
     manifests,
     node_argv,
-    pod_command,
     validate_args,
 )
 from infra.mocks import SECRET, ProgramRun, run_program

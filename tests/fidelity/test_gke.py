@@ -46,7 +46,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.kubernetes_training_job import POD_PYTHON
+from components._pod_setup import POD_PYTHON
 from infra.mocks import REPO_ROOT
 from infra.plan import build_plan, load_stack
 from tests.components.test_tpu_startup import MetadataServer

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components._pod_setup import pod_command
 from components.catalog.images import KUBERNETES_IMAGES
 from infra.cli import app
 
@@ -136,16 +137,22 @@ def test_vertex_node_launcher_gets_the_tensorflow_image(tmp_path: Path, code: Pa
     assert spec["args"][0] == "--launcher=node"
 
 
-def test_vertex_image_runs_the_launcher_in_your_container(tmp_path: Path) -> None:
+def test_vertex_image_runs_the_launcher_in_your_container(tmp_path: Path, code: Path) -> None:
+    # Like a GKE pod: the pod setup script installs the code package (trainstack's launcher
+    # and your source) into the image's python3, so the image needs nothing from trainstack
+    # and a change to the source changes the job.
     image = "us-docker.pkg.dev/p/r/train:1"
-    trainer = {"image": image, "entrypoint": ["python", "train.py"]}
+    trainer = {"image": image, "source": str(code), "entrypoint": ["python", "train.py"]}
     plan = _plan(tmp_path, {**VERTEX, "trainstack:trainer": trainer})
     pool = _named(plan, "mine-job-job")["inputs"]["body"]["jobSpec"]["workerPoolSpecs"][0]
     assert "pythonPackageSpec" not in pool
     assert pool["containerSpec"] == {
         "imageUri": image,
-        "command": ["python", "-m", "trainers.node"],
+        "command": pod_command(),
         "args": [
+            "python3",
+            "-m",
+            "trainers.node",
             "--launcher=torchrun",
             "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data",
             "--env=TRAINSTACK_RUN_NAME=mine",
@@ -153,7 +160,15 @@ def test_vertex_image_runs_the_launcher_in_your_container(tmp_path: Path) -> Non
             "python",
             "train.py",
         ],
+        "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(plan)}],
     }
+    (code / "train.py").write_text("print('changed')\n")
+    changed = _plan(tmp_path, {**VERTEX, "trainstack:trainer": trainer})
+    assert _package_uri(changed) != _package_uri(plan)
+    job = _named(changed, "mine-job-job")["inputs"]["body"]["jobSpec"]["workerPoolSpecs"][0]
+    assert job["containerSpec"]["env"] == [
+        {"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(changed)}
+    ]
 
 
 def test_vertex_tuning_searches_your_codes_flags(tmp_path: Path, code: Path) -> None:
