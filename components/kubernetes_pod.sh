@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# trainstack GKE pod: the container command of every KubernetesTrainingJob pod, run as
+# trainstack pod setup: the container command of every KubernetesTrainingJob pod (and of
+# every Vertex replica that runs your code in your image: components/_pod_setup.py), run as
 #   bash -c "<this script>" trainstack-pod PYTHON -m trainers.node MODULE [ARGS...]
 # (the container's args). It installs the trainer package into PYTHON's environment, then
 # execs the args: the node launcher, which reads the pod's place from JOB_COMPLETION_INDEX
@@ -12,6 +13,7 @@
 #                           the image's TensorFlow minor (from TF 2.16 on), --no-deps
 #   GCE_METADATA_HOST, STORAGE_EMULATOR_HOST  point the download at local fakes (tests
 #                           only), as in Google's client libraries
+#   TRAINSTACK_NVIDIA_DIR   where the GPU driver is mounted (tests only; /usr/local/nvidia)
 #
 # Exit codes: 3 when setup fails before the launcher starts (a retry may help: the Job
 # counts it against backoffLimitPerIndex); otherwise the node launcher's own.
@@ -87,6 +89,25 @@ print(f"tf-keras=={v[0]}.{v[1]}.*" if v >= (2, 16) else "")')"
   else
     log "TensorFlow has Keras 2 built in; no tf-keras"
   fi
+fi
+
+# GKE's GPU device plugin mounts the node's NVIDIA driver libraries at
+# /usr/local/nvidia/lib64 and its tools at /usr/local/nvidia/bin
+# (GoogleCloudPlatform/container-engine-accelerators, cmd/nvidia_gpu: -container-path).
+# NVIDIA's CUDA images put that folder on LD_LIBRARY_PATH; an image built another way would
+# not find libcuda there and torch would quietly train on the CPU.
+nvidia="${TRAINSTACK_NVIDIA_DIR:-/usr/local/nvidia}"
+if [ -d "$nvidia/lib64" ]; then
+  case ":${LD_LIBRARY_PATH:-}:" in
+    *":$nvidia/lib64:"*) ;;
+    *) export LD_LIBRARY_PATH="$nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+  esac
+fi
+if [ -d "$nvidia/bin" ]; then
+  case ":$PATH:" in
+    *":$nvidia/bin:"*) ;;
+    *) export PATH="$PATH:$nvidia/bin" ;;
+  esac
 fi
 
 trap - ERR

@@ -220,7 +220,11 @@ def read_secret(resource: str, token: str, env: Mapping[str, str]) -> str:
     data = payload.get("data") if isinstance(payload, dict) else None
     if not isinstance(data, str):
         raise SecretError("the answer has no payload.data", permanent=False)
-    return base64.b64decode(data).decode()
+    try:
+        return base64.b64decode(data).decode()
+    except ValueError:  # binascii.Error and UnicodeDecodeError both are
+        # An environment variable holds text: a binary secret cannot be passed this way.
+        raise SecretError("the secret's value is not UTF-8 text", permanent=True) from None
 
 
 def read_secrets(secret_env: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:

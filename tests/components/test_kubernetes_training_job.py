@@ -549,7 +549,12 @@ class _Storage(http.server.BaseHTTPRequestHandler):
 
 
 def _pod(
-    tmp_path: Path, *, tf_version: str | None, package_uri: str = PACKAGE_URI
+    tmp_path: Path,
+    *,
+    tf_version: str | None,
+    package_uri: str = PACKAGE_URI,
+    extra_env: dict[str, str] | None = None,
+    argv: list[str] | None = None,
 ) -> tuple[int, list[dict[str, Any]], str]:
     """Run the pod script as the container runs it; returns its exit code, the fake
     python's calls and the output."""
@@ -572,7 +577,8 @@ def _pod(
         "TRAINSTACK_PACKAGE_URI": package_uri,
     }
     env.update(_env_of(tf_version))
-    argv = [str(python), "-c", "print('launcher ran')"]
+    env.update(extra_env or {})
+    argv = [str(python), *(argv or ["-c", "print('launcher ran')"])]
     try:
         done = subprocess.run(
             [*pod_command(), *argv],
@@ -625,6 +631,24 @@ def test_pod_pins_tf_keras_to_the_images_tensorflow_without_dependencies(
         *([[*PIP, "--no-deps", pin] for pin in keras]),
     ]
     assert "launcher ran" in output
+
+
+def test_the_mounted_gpu_driver_is_on_the_library_path_once(tmp_path: Path) -> None:
+    nvidia = tmp_path / "nvidia"
+    (nvidia / "lib64").mkdir(parents=True)
+    (nvidia / "bin").mkdir()
+    show = ["-c", "import os; print('LD=' + os.environ['LD_LIBRARY_PATH'])"]
+    env = {"TRAINSTACK_NVIDIA_DIR": str(nvidia), "LD_LIBRARY_PATH": "/opt/lib"}
+    code, _, output = _pod(tmp_path, tf_version=None, extra_env=env, argv=show)
+    assert code == 0, output
+    assert f"LD={nvidia}/lib64:/opt/lib" in output.splitlines()
+    # An image that already points there (NVIDIA's CUDA images) keeps its own order.
+    again = tmp_path / "again"
+    again.mkdir()
+    env["LD_LIBRARY_PATH"] = f"/opt/lib:{nvidia}/lib64"
+    code, _, output = _pod(again, tf_version=None, extra_env=env, argv=show)
+    assert code == 0, output
+    assert f"LD=/opt/lib:{nvidia}/lib64" in output.splitlines()
 
 
 def test_tf_keras_threshold_is_the_catalogs() -> None:

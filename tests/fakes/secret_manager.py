@@ -22,7 +22,9 @@ TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 class SecretManagerFake(LocalServer):
     """`secrets`: version resource name -> value; `forbidden`: names answered 403."""
 
-    def __init__(self, secrets: dict[str, str], forbidden: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, secrets: dict[str, str | bytes], forbidden: frozenset[str] = frozenset()
+    ) -> None:
         self.secrets = secrets
         self.forbidden = forbidden
         self.requests: list[tuple[str, dict[str, str]]] = []
@@ -64,5 +66,6 @@ class SecretManagerFake(LocalServer):
             return 403, google_error(403, f"Permission denied on {name}")
         if name not in self.secrets:
             return 404, google_error(404, f"Secret Version [{name}] not found.")
-        data = base64.b64encode(self.secrets[name].encode()).decode()
+        value = self.secrets[name]
+        data = base64.b64encode(value if isinstance(value, bytes) else value.encode()).decode()
         return 200, {"name": name, "payload": {"data": data}}

@@ -153,3 +153,21 @@ def test_a_secret_the_identity_cannot_read_stops_the_node_with_exit_2() -> None:
         "trainstack-node: secret_env.HF_TOKEN: could not read "
         "projects/p/secrets/hf/versions/3: HTTP 403\n"
     )
+
+
+def test_a_binary_secret_stops_the_node_with_exit_2_naming_it() -> None:
+    name = "projects/p/secrets/key/versions/1"
+    with SecretManagerFake({name: b"\xff\xfe\x00binary"}) as fake:
+        env = {
+            "TRAINSTACK_SIMULATED_ACCELERATORS": "1",
+            "GCE_METADATA_HOST": fake.host,
+            "TRAINSTACK_SECRETMANAGER_ENDPOINT": fake.base_url,
+        }
+        result = _node(
+            "--launcher=node", f"--secret-env=KEY={name}", "--", "python", "-c", "1", env=env
+        )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "trainstack-node: secret_env.KEY: could not read projects/p/secrets/key/versions/1: "
+        "the secret's value is not UTF-8 text\n"
+    )
