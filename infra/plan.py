@@ -64,6 +64,14 @@ BUNDLED_STACKS: tuple[str, ...] = (
 `stacks/` is theirs: listed and planned like these, pinned only on request."""
 
 
+GKE_SPOT_GRACE_NOTE = (
+    "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest of "
+    "the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds says; "
+    "the trainer's checkpoint after SIGTERM must finish within 15 s "
+    "(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms)"
+)
+
+
 def stack_names() -> list[str]:
     """Every stack in `stacks/`: the bundled ones and any the user added."""
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
@@ -230,6 +238,9 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
             "and `pulumi up` and stops the deployment before anything is created on a shortfall."
         )
     notes += expired
+    gpu = cfg.gpu_cluster
+    if cfg.target == "gpu_cluster" and gpu is not None and gpu.backend == "gke" and gpu.spot:
+        notes.append(GKE_SPOT_GRACE_NOTE)
     needs = quota_needs(cfg)
     note = unverified_quota_note(needs)
     if note:

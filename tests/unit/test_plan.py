@@ -12,6 +12,7 @@ from infra.compose import main_program
 from infra.config import ConfigError
 from infra.mocks import run_program
 from infra.plan import (
+    GKE_SPOT_GRACE_NOTE,
     MAX_DIFF_CHARS,
     PlanDocumentError,
     build_plan,
@@ -317,3 +318,9 @@ def test_tree_labels_name_the_size_of_documents() -> None:
         "script=<3 lines>, count=2"
     )
     assert _inline({"filter": "y" * INLINE_MAX_CHARS}) == f'filter="{"y" * INLINE_MAX_CHARS}"'
+
+
+def test_a_spot_gke_cluster_says_its_pods_get_15_seconds_to_save() -> None:
+    # GKE's Spot docs: 15 s for non-system pods, whatever terminationGracePeriodSeconds says.
+    assert GKE_SPOT_GRACE_NOTE in bundled_plan("dev-a100-gke")["notes"]
+    assert GKE_SPOT_GRACE_NOTE not in bundled_plan("prod-a100-gce")["notes"]  # on-demand GCE
