@@ -52,12 +52,16 @@ from infra.stack_outputs import read_outputs, require
 from trainers.common.checkpoint import MARKED_STEP_RE, MARKER, newest_marked_step
 from trainers.common.contract import (
     EVENT_DONE,
+    EVENT_EXIT,
+    EVENT_FAILED,
+    EVENT_LAUNCH,
     EVENT_RESUME,
     EVENT_START,
     EVENT_TRAIN,
     FIELD_EVENT,
     FIELD_STEP,
 )
+from trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainers.local_report import running_pid_file
 
 FAILED_STATES = frozenset(
@@ -292,7 +296,7 @@ def _alive(pid: int) -> bool:
 def _local(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> dict[str, Any]:
     assert cfg.local is not None
     log = local_log_path(cfg, stack, outputs)
-    step, done = None, False
+    step, done, failed, exit_code = None, False, False, None
     if log.is_file():
         # The log keeps every run of the stack: only the newest attempt's records count.
         for line in file_lines(FileLogs(log, None), follow=False, poll_s=0):
@@ -300,11 +304,15 @@ def _local(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> dict
             if not isinstance(record, dict):
                 continue
             event = record.get(FIELD_EVENT)
-            if event in (EVENT_START, EVENT_RESUME):
-                done = False
+            if event in (EVENT_START, EVENT_RESUME, EVENT_LAUNCH):
+                done, failed, exit_code = False, False, None
             elif event in (EVENT_TRAIN, EVENT_DONE):
                 step = record.get(FIELD_STEP, step)
                 done = done or event == EVENT_DONE
+            elif event == EVENT_FAILED:
+                failed = True
+            elif event == EVENT_EXIT and isinstance(record.get("exit_code"), int):
+                exit_code = record["exit_code"]
     ckpt_dir = local_checkpoint_dir(cfg, stack, outputs)
     pids = [int(p) for p in (outputs or {}).get("local_pids") or [] if str(p).isdigit()]
     hosts = [
@@ -321,15 +329,16 @@ def _local(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> dict
         # `trainstack local-run`: one launcher process supervising the workers.
         hosts.append({"name": "local-run", "state": "running", "address": f"pid {launcher}"})
     running = any(h["state"] == "running" for h in hosts)
-    state = (
-        "RUNNING"
-        if running
-        else "SUCCEEDED"
-        if done
-        else "STOPPED"
-        if log.is_file()
-        else "NOT_STARTED"
-    )
+    if running:
+        state = "RUNNING"
+    elif exit_code is not None:
+        # `local-run` said how the attempt ended: 143/130 stopped (resumable), others failed.
+        stopped = exit_code in (PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE)
+        state = "SUCCEEDED" if exit_code == 0 else "STOPPED" if stopped else "FAILED"
+    elif failed:
+        state = "FAILED"
+    else:
+        state = "SUCCEEDED" if done else "STOPPED" if log.is_file() else "NOT_STARTED"
     return {
         "state": state,
         "hosts": hosts,

@@ -52,6 +52,7 @@ from trainers.common.config import TrainConfig
 from trainers.common.contract import (
     COLLECTIVE_TIMEOUT_ENV,
     EVENT_DONE,
+    EVENT_EXIT,
     EVENT_PREEMPTED,
     EVENT_RESUME,
     EVENT_START,
@@ -66,7 +67,7 @@ from trainers.common.contract import (
     TF_MODULE,
     TORCH_MODULE,
 )
-from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
+from trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainers.common.signals import kill_with_parent
 from trainers.local_report import (
     LiveProgress,
@@ -88,8 +89,6 @@ __all__ = [
     "torchrun_command",
 ]
 
-INTERRUPTED_EXIT_CODE: Final = 130
-"""Exit code after Ctrl-C (SIGINT), what a shell reports for it; SIGTERM gives 143."""
 LOCAL_COLLECTIVE_TIMEOUT_S: Final = 300
 """A torch collective waiting this long for a peer fails the local run (torch's own default
 is 30 minutes); `COLLECTIVE_TIMEOUT_ENV` in the environment overrides it."""
@@ -330,6 +329,8 @@ def _track(
     """Fold one of rank 0's records into `result` and the progress display."""
     event = record.get(FIELD_EVENT)
     step = record.get(FIELD_STEP)
+    if event == EVENT_DONE:
+        result.done = record  # your own code's `done` line need not name a step
     if not isinstance(step, int):
         return
     result.step = step
@@ -349,7 +350,6 @@ def _track(
     elif event == EVENT_PREEMPTED:
         result.stopped_at = step
     elif event == EVENT_DONE:
-        result.done = record
         view.step(step, record.get(FIELD_LOSS), record.get(FIELD_SAMPLES_PER_S))
 
 
@@ -476,10 +476,16 @@ def run_local(
         total_steps=cfg.steps,
         grace_s=cfg.preemption_grace_s,
         saved=lambda: None if (n := store.latest()) is None else (n, step_name(n)),
+        done_required=True,
         console=console,
         out=out,
         progress_every_s=progress_every_s,
     )
+
+
+def _log_exit(log_path: Path, code: int) -> None:
+    with log_path.open("a") as log:
+        log.write(json.dumps({FIELD_EVENT: EVENT_EXIT, "exit_code": code}) + "\n")
 
 
 def supervise_run(
@@ -491,6 +497,7 @@ def supervise_run(
     total_steps: int | None,
     grace_s: float,
     saved: Callable[[], tuple[int, str] | None],
+    done_required: bool,
     console: Console,
     out: Console,
     progress_every_s: float,
@@ -498,7 +505,9 @@ def supervise_run(
     """Run `prepared` in the foreground, show its progress and say how it ended: the part of
     `run_local` that the bundled trainers and your own code (`trainers.local_code`) share.
     `total_steps` is None when the code does not say how far it goes; `saved` gives
-    the newest complete checkpoint (step, folder name) once the processes are gone."""
+    the newest complete checkpoint (step, folder name) once the processes are gone;
+    `done_required`: a run that ends without rank 0's `done` line failed (the bundled
+    trainers), or is judged by its exit codes alone (your own code)."""
     stderr_path = result.stderr_path
     assert stderr_path is not None
     result.stderr_offset = stderr_path.stat().st_size if stderr_path.exists() else 0
@@ -524,18 +533,29 @@ def supervise_run(
     if stopper.signum is not None:
         result.interrupted = signal.Signals(stopper.signum).name
     code = next((c for c in codes if c != 0), 0)
+    # torchrun stops the other ranks with SIGTERM when one fails, and they may save and say
+    # `preempted`: without a signal to this launcher, any other exit code is a failure.
+    failed = next((c for c in codes if c not in (0, PREEMPTED_EXIT_CODE)), None)
     if result.done is not None:
         # A signal that came as the run finished changes nothing: it is complete and saved.
         result.exit_code = 0 if result.interrupted else code
-    elif result.interrupted or result.stopped_at is not None or PREEMPTED_EXIT_CODE in codes:
+    elif result.interrupted or (
+        failed is None and (result.stopped_at is not None or PREEMPTED_EXIT_CODE in codes)
+    ):
         # torchrun reports any failed worker as 1; the trainer's own preemption code is the
         # useful answer for whoever restarts the run.
         interrupted_by_ctrl_c = stopper.signum == signal.SIGINT
         result.exit_code = INTERRUPTED_EXIT_CODE if interrupted_by_ctrl_c else PREEMPTED_EXIT_CODE
+        _log_exit(prepared.log_path, result.exit_code)
         print_line(console, headline(result))
         return result
+    elif failed is not None:
+        result.exit_code = failed
     else:
-        result.exit_code = code if code != 0 else 1
+        # Every process exited 0: your own code need not print a `done` line; the bundled
+        # trainers always do, so without one something ended them early.
+        result.exit_code = 0 if not done_required else 1
+    _log_exit(prepared.log_path, result.exit_code)
     if result.exit_code == 0:
         print_summary(result, workers, run_name, out)
     else:

@@ -176,6 +176,7 @@ def run_local_code(
         total_steps=None,
         grace_s=trainer.preemption_grace_s,
         saved=lambda: newest_marked(checkpoint_dir),
+        done_required=False,
         console=console or Console(stderr=True),
         out=out or Console(),
         progress_every_s=progress_every_s,

@@ -23,11 +23,15 @@ from rich.table import Table
 
 from trainers.common.checkpoint import step_name
 from trainers.common.contract import (
+    EVENT_FAILED,
+    FIELD_EVENT,
     FIELD_LOSS,
     FIELD_PARAMS_SHA256,
+    FIELD_RANK,
     FIELD_SAMPLES_PER_S,
     FIELD_STEP,
 )
+from trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 STDERR_TAIL_LINES = 20
 """Lines of the workers' stderr shown when a run fails (the whole of it is in the file)."""
@@ -92,7 +96,8 @@ def headline(result: LocalRunResult) -> str:
             f"already complete at step {result.saved_step} (checkpoint "
             f"{result.checkpoint_path}); --fresh starts over"
         )
-    if result.done is None and (result.interrupted or result.stopped_at is not None):
+    stopped = result.exit_code in (PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE)
+    if result.done is None and stopped and (result.interrupted or result.stopped_at is not None):
         step = result.stopped_at if result.stopped_at is not None else result.step
         newest = result.saved_name or step_name(result.saved_step or 0)
         if result.stopped_at is not None and result.saved_step == result.stopped_at:
@@ -112,6 +117,9 @@ def headline(result: LocalRunResult) -> str:
         if result.resumed_from:
             line += f"; resumed from step {result.resumed_from}"
         return line
+    if result.exit_code == 0:
+        # Your own code that printed no `done` line: its exit codes say it finished.
+        return f"finished at step {result.step}" if result.step else "finished"
     return f"failed with exit code {result.exit_code} at step {result.step}"
 
 
@@ -166,7 +174,15 @@ def stderr_tail(result: LocalRunResult, lines: int = STDERR_TAIL_LINES) -> list[
 
 
 def print_failure(result: LocalRunResult, console: Console) -> None:
-    """The workers' last stderr lines and where the rest is."""
+    """What each failed process of your code printed last (its wrapper's `failed` lines),
+    then the workers' last stderr lines and where the rest is."""
+    for record in result.events:
+        if record.get(FIELD_EVENT) != EVENT_FAILED or not record.get("last_lines"):
+            continue
+        rank, code = record.get(FIELD_RANK), record.get("exit_code")
+        print_line(console, f"rank {rank} exited {code}; its last output lines:")
+        for line in record["last_lines"]:
+            print_line(console, f"  {line}")
     tail = stderr_tail(result)
     if tail:
         print_line(console, f"last {len(tail)} lines of {result.stderr_path}:")

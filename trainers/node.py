@@ -45,7 +45,9 @@ Exit codes (those of `components/gpu_startup/launch.sh`):
   2    invalid arguments, cluster environment or accelerator count
   3    setup failed before training started (framework missing), or the elastic
        rendezvous was lost (node 0 and its store gone, no quorum in time): retryable
-  143  preempted: SIGTERM reached this machine, or the trainer checkpointed and stopped
+  143  preempted: SIGTERM reached this machine, or the target itself exited 143 (saved and
+       stopped). Ranks that torchrun stops after another rank failed may print `preempted`
+       too; with torchrun's 1 that is still a failure (1), never a preemption.
 
 Your own code (`-- ARGV`) exits with its own status: its wrapper reports it started, so its
 failures are never read as 3, and its exit 143 (saved after SIGTERM) is 143.
@@ -340,8 +342,12 @@ def exit_code(status: int, *, terminated: bool, started: bool, preempted: bool) 
         status = 128 - status
     if status == DONE_EXIT_CODE:
         return DONE_EXIT_CODE
-    if terminated or preempted:
+    if terminated:
         return PREEMPTED_EXIT_CODE
+    if preempted and status != PREEMPTED_EXIT_CODE:
+        # A SIGTERM this launcher never got: torchrun stopping the other ranks after one
+        # failed. Their `preempted` lines are the teardown, not a preemption: a failure.
+        return status
     if status != CONFIG_ERROR_EXIT_CODE and not started:
         return SETUP_FAILED_EXIT_CODE
     return status

@@ -119,20 +119,29 @@ def test_headlines() -> None:
     assert headline(_result(done=done, resumed_from=100)) == (
         "done at step 300; resumed from step 100"
     )
-    assert headline(_result(interrupted="SIGTERM", stopped_at=42, saved_step=42, step=42)) == (
+    stop = {"exit_code": 143, "interrupted": "SIGTERM"}
+    assert headline(_result(**stop, stopped_at=42, saved_step=42, step=42)) == (
         "interrupted at step 42; checkpoint step-00000042 saved; run the same command to resume"
     )
-    assert headline(_result(interrupted="SIGINT", step=42, saved_step=20)) == (
+    ctrl_c = {"exit_code": 130, "interrupted": "SIGINT"}
+    assert headline(_result(**ctrl_c, step=42, saved_step=20)) == (
         "interrupted at step 42 before a checkpoint was saved; the newest is step-00000020; "
         "run the same command to resume from it"
     )
-    assert headline(_result(interrupted="SIGINT", step=3)) == (
+    assert headline(_result(**ctrl_c, step=3)) == (
         "interrupted at step 3 before any checkpoint was saved; run the same command to start again"
     )
     assert headline(
         _result(already_complete=True, saved_step=300, checkpoint_path="/c/step-00000300")
     ) == ("already complete at step 300 (checkpoint /c/step-00000300); --fresh starts over")
     assert headline(_result(exit_code=2, step=0)) == "failed with exit code 2 at step 0"
+    # Your own code's torchrun teardown: a `preempted` line, but exit 1, is a failure.
+    assert headline(_result(exit_code=1, stopped_at=3, step=3)) == (
+        "failed with exit code 1 at step 3"
+    )
+    # Your own code that printed no `done` line and exited 0 finished.
+    assert headline(_result(exit_code=0, step=0)) == "finished"
+    assert headline(_result(exit_code=0, step=12)) == "finished at step 12"
 
 
 def test_summary_rows() -> None:

@@ -7,13 +7,23 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.trainers.conftest import REPO
-from tests.trainers.local_cli import alive, finish, kill_all, local_run, tree, wait_gone
+from tests.trainers.local_cli import (
+    alive,
+    cli_env,
+    finish,
+    kill_all,
+    local_run,
+    tree,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.trainer
 
@@ -139,3 +149,68 @@ def test_jax_example_initializes_with_no_arguments_and_sees_a_world_of_2(tmp_pat
         "devices": 2,
         "run": "jax",
     }
+
+
+CRASHING = """\
+import json, os, signal, sys, time
+rank = int(os.environ["RANK"])
+if rank == 1:
+    time.sleep(1)
+    {}["missing"]  # a KeyError: a bug, not a preemption
+def stop(signum, frame):
+    # torchrun stops the surviving rank with SIGTERM once rank 1 failed: it saves and says so.
+    print(json.dumps({"event": "preempted", "rank": 0, "step": 3}), flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+print(json.dumps({"event": "train", "rank": 0, "step": 3, "loss": 0.5}), flush=True)
+time.sleep(60)
+"""
+
+
+def _code_stack(tmp_path: Path, script: str) -> Path:
+    source = tmp_path / "code"
+    source.mkdir()
+    (source / "train.py").write_text(script)
+    config = tmp_path / "Pulumi.mine.yaml"
+    config.write_text(
+        "config:\n"
+        f"  trainstack:local: {{workers: 2, root: {tmp_path / 'root'}}}\n"
+        f"  trainstack:trainer: {{source: {source}, entrypoint: [python, train.py]}}\n"
+    )
+    return config
+
+
+def test_a_crash_in_one_rank_is_a_failure_with_its_traceback_not_a_preemption(
+    tmp_path: Path,
+) -> None:
+    config = _code_stack(tmp_path, CRASHING)
+    code, _, err = finish(local_run(config), timeout=120)
+    # Before: rank 0's `preempted` line (torchrun's teardown) made it "exit 143".
+    assert code == 1, err
+    lines = err.splitlines()
+    assert "trainstack local-run mine: failed with exit code 1 at step 3" in lines
+    # The failing rank's own last lines come first, not only torchrun's summary.
+    assert "rank 1 exited 1; its last output lines:" in lines
+    assert "  KeyError: 'missing'" in lines
+    status = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "status", "--config-file", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=cli_env(),
+        check=False,
+    )
+    assert status.returncode == 1, status
+    assert status.stdout.splitlines()[:2] == ["stack: mine (local)", "state: FAILED"]
+
+
+def test_code_that_prints_no_records_and_exits_0_finished(tmp_path: Path) -> None:
+    config = _code_stack(tmp_path, "print('hello from', __import__('os').environ['RANK'])\n")
+    code, out, err = finish(local_run(config, "--json"), timeout=120)
+    assert (code, out) == (0, ""), err
+    lines = err.splitlines()
+    assert sorted(line for line in lines if line.startswith("hello from")) == [
+        "hello from 0",
+        "hello from 1",
+    ]
+    assert "trainstack local-run mine: finished" in lines

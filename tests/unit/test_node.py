@@ -188,7 +188,8 @@ def test_trainer_args_are_checked_against_the_world_before_anything_starts() -> 
         (1, False, True, False, 1),  # torchrun: a worker failed after training started
         (1, False, False, False, 3),  # nothing started: rendezvous or startup, retryable
         (2, False, False, False, 2),  # invalid config
-        (1, False, True, True, 143),  # a worker checkpointed after a preemption notice
+        (1, False, True, True, 1),  # torchrun tore the others down after one rank failed
+        (143, False, True, True, 143),  # the target itself saved and stopped after SIGTERM
         (-15, True, True, False, 143),  # SIGTERM reached this machine
         (-9, False, True, False, 137),
     ],

@@ -27,6 +27,9 @@ EVENT_START: Final = "start"
 EVENT_LAUNCH: Final = "launch"
 """The wrapper around your own code (`trainers.user_code`) started it; your code's own
 `start`/`resume` line, if it prints one, says from which step."""
+EVENT_EXIT: Final = "exit"
+"""`trainstack local-run` ended the run with this `exit_code` (the last line of an attempt
+in the run's log), so `trainstack status` tells finished, stopped and failed runs apart."""
 EVENT_FAILED: Final = "failed"
 """Your own code exited non-zero (not 143): the wrapper's line with its last output lines."""
 EVENT_RESUME: Final = "resume"

@@ -19,3 +19,5 @@ LAUNCHER_LOST_EXIT_CODE: Final = 1
 CONFIG_ERROR_EXIT_CODE: Final = 2
 SETUP_FAILED_EXIT_CODE: Final = 3
 PREEMPTED_EXIT_CODE: Final = 143
+INTERRUPTED_EXIT_CODE: Final = 130
+"""`trainstack local-run` after Ctrl-C (SIGINT), what a shell reports for it; SIGTERM gives 143."""
