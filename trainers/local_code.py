@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -72,6 +72,20 @@ class CodePlan:
     stderr_path: Path
 
 
+def local_secrets(secret_env: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """The values of `secret_env`'s names from `env`; ValueError naming the first missing
+    one (never a value)."""
+    missing = sorted(name for name in secret_env if name not in env)
+    if missing:
+        name = missing[0]
+        raise ValueError(
+            f"trainer.secret_env.{name}: local-run reads secrets from this environment (no "
+            f"metadata server here to reach {secret_env[name]}); valid: export {name} before "
+            "local-run"
+        )
+    return {name: env[name] for name in secret_env}
+
+
 def plan_code_run(
     trainer: StackTrainer, code: UserCode, *, workers: int, root: Path, base_dir: Path
 ) -> CodePlan:
@@ -90,10 +104,15 @@ def plan_code_run(
     }
     launcher = code.launcher_for("local")
     argv = [sys.executable, "-m", NODE_MODULE]
-    argv += node_args(code, "local", contract=contract, source=str(source))
+    # No metadata server here to read Secret Manager with: `secret_env` names come from this
+    # environment, and stay in the environment only, as on the cloud.
+    secrets = local_secrets(code.secret_env, os.environ)
+    local = replace(code, secret_env={})
+    argv += node_args(local, "local", contract=contract, source=str(source))
     nodes = 1 if launcher == "torchrun" else workers
     ports = free_ports(1 + nodes)
     base = {
+        **secrets,
         NUM_NODES_ENV: str(nodes),
         COORDINATOR_ENV: f"127.0.0.1:{ports[0]}",
         SIMULATED: str(workers if launcher == "torchrun" else 1),

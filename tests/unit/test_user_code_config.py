@@ -257,6 +257,12 @@ def test_plan_shows_what_will_run_and_plan_diff_one_line_per_job(
     ]
     same = _plan(tmp_path, {**GKE, "trainstack:trainer": trainer})
     assert same["resources"] == base["resources"]  # unchanged code relaunches nothing
+    # A stack file kept beside the code is configuration: editing it is no code change.
+    (code / "Pulumi.gke.yaml").write_text("config: {}\n")
+    (code / "Pulumi.yaml").write_text("name: mine\n")
+    beside = _plan(tmp_path, {**GKE, "trainstack:trainer": trainer})
+    assert beside["code"]["source_sha256"] == digest
+    assert beside["resources"] == base["resources"]
 
     (code / "train.py").write_text("print('changed')\n")
     node = {**trainer, "launcher": "node"}

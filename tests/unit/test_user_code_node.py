@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.secret_manager import TOKEN, TOKEN_PATH, SecretManagerFake
 from trainers.common.cluster import resolve_cluster
 from trainers.node import node_command, parse_args
@@ -171,3 +173,34 @@ def test_a_binary_secret_stops_the_node_with_exit_2_naming_it() -> None:
         "trainstack-node: secret_env.KEY: could not read projects/p/secrets/key/versions/1: "
         "the secret's value is not UTF-8 text\n"
     )
+
+
+def test_local_run_takes_secret_env_from_this_environment(tmp_path: Path) -> None:
+    from trainers.common.user_code import StackTrainer
+    from trainers.local_code import plan_code_run
+
+    trainer = StackTrainer.model_validate(
+        {
+            "source": str(tmp_path),
+            "entrypoint": ["python", "train.py"],
+            "secret_env": {"HF_TOKEN": "projects/p/secrets/hf"},
+            "run_name": "mine",
+        }
+    )
+    assert trainer.user_code is not None
+    with pytest.raises(ValueError) as missing:
+        plan_code_run(trainer, trainer.user_code, workers=2, root=tmp_path, base_dir=tmp_path)
+    assert str(missing.value) == (
+        "trainer.secret_env.HF_TOKEN: local-run reads secrets from this environment (no "
+        "metadata server here to reach projects/p/secrets/hf); valid: export HF_TOKEN before "
+        "local-run"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_TOKEN", "hf_local")
+        plan = plan_code_run(
+            trainer, trainer.user_code, workers=2, root=tmp_path, base_dir=tmp_path
+        )
+    (process,) = plan.processes
+    assert process.env["HF_TOKEN"] == "hf_local"
+    # In the environment only: never on the command line.
+    assert not any("HF_TOKEN" in arg or "hf_local" in arg for arg in process.argv)

@@ -67,9 +67,12 @@ SECRET_WORDS: Final = frozenset(
 )
 """A word of an `env` name that says its value is a secret (`HF_TOKEN`, `WANDB_API_KEY`)."""
 _PYTHON: Final = re.compile(r"python(3(\.\d+)?)?")
-# Excluded from the package and the source hash: build leftovers and VCS folders.
+# Excluded from the package and the source hash: build leftovers, VCS folders, and Pulumi
+# stack files (`Pulumi.yaml`, `Pulumi.<stack>.yaml`): a stack file kept beside the code is
+# configuration, and editing one target's stack must not relaunch every target's job.
 _EXCLUDED_DIRS: Final = frozenset({"__pycache__", ".git", ".venv", ".trainstack"})
 _EXCLUDED_SUFFIXES: Final = (".pyc", ".pyo")
+_STACK_FILE: Final = re.compile(r"Pulumi(\.[^/]+)?\.ya?ml")
 
 
 class StackTrainer(TrainConfig):
@@ -147,7 +150,7 @@ def source_files(folder: Path) -> list[tuple[str, bytes]]:
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if d not in _EXCLUDED_DIRS)
         for filename in filenames:
-            if filename.endswith(_EXCLUDED_SUFFIXES):
+            if filename.endswith(_EXCLUDED_SUFFIXES) or _STACK_FILE.fullmatch(filename):
                 continue
             path = Path(dirpath) / filename
             files.append((path.relative_to(folder).as_posix(), path.read_bytes()))
