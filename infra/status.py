@@ -49,7 +49,7 @@ from infra.logs import (
     parse_time,
 )
 from infra.stack_outputs import read_outputs, require
-from trainers.common.checkpoint import MARKED_STEP_RE, MARKER, newest_marked_step
+from trainers.common.checkpoint import MARKED_STEP_RE, MARKER, newest_marked
 from trainers.common.contract import (
     EVENT_DONE,
     EVENT_EXIT,
@@ -257,11 +257,12 @@ def _cloud_step(cfg: StackConfig, stack: str, outputs: dict[str, Any], ep: Endpo
     return None
 
 
-def _gcs_checkpoint(url: str, ep: Endpoints) -> int | None:
+def _gcs_checkpoint(url: str, ep: Endpoints) -> tuple[int, str] | None:
+    """The newest `step-<N>` folder under `url` with its `COMPLETE` marker, as (N, name)."""
     bucket, _, prefix = url.removeprefix("gs://").partition("/")
     prefix = prefix.strip("/")
     objects = build_client("storage.v1", api_endpoint=ep.get("storage")).objects()
-    steps: list[int] = []
+    steps: list[tuple[int, str]] = []
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {
@@ -273,9 +274,10 @@ def _gcs_checkpoint(url: str, ep: Endpoints) -> int | None:
         page = _get(objects.list(**kwargs)) or {}
         for item in page.get("items", []):
             directory, _, leaf = str(item["name"]).rpartition("/")
-            match = MARKED_STEP_RE.fullmatch(directory.rsplit("/", 1)[-1])
+            name = directory.rsplit("/", 1)[-1]
+            match = MARKED_STEP_RE.fullmatch(name)
             if leaf == MARKER and match:
-                steps.append(int(match[1]))
+                steps.append((int(match[1]), name))
         token = page.get("nextPageToken")
         if not token:
             return max(steps) if steps else None
@@ -345,7 +347,7 @@ def _local(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> dict
         "started": None,
         "ended": None,
         "step": step,
-        "checkpoint_step": newest_marked_step(ckpt_dir),
+        "checkpoint": newest_marked(ckpt_dir),
         "checkpoint_dir": ckpt_dir,
     }
 
@@ -378,20 +380,23 @@ def stack_status(
             or f"{require(outputs, stack, 'checkpoint_url')}/checkpoints"
         )
         part["step"] = _cloud_step(cfg, stack, outputs, endpoints)
-        part["checkpoint_step"] = _gcs_checkpoint(ckpt_dir, endpoints)
+        part["checkpoint"] = _gcs_checkpoint(ckpt_dir, endpoints)
         part["checkpoint_dir"] = ckpt_dir
     hours = None
     if part["started"]:
         end = parse_time(part["ended"]) if part["ended"] else now
         hours = max(0.0, (end - parse_time(part["started"])).total_seconds() / 3600)
     hosts = part["hosts"]
+    newest = part["checkpoint"]
     return {
         "stack": stack,
         "target": cfg.target,
         "state": part["state"],
         "step": part["step"],
-        "checkpoint_step": part["checkpoint_step"],
+        "checkpoint_step": None if newest is None else newest[0],
         "checkpoint_dir": part["checkpoint_dir"],
+        # The folder's own name: the bundled trainers pad the step, your code may not.
+        "checkpoint_path": None if newest is None else f"{part['checkpoint_dir']}/{newest[1]}",
         "hosts_up": sum(1 for h in hosts if h["state"] in UP_STATES or h["state"] == "running"),
         "hosts": hosts,
         "started": part["started"],
@@ -408,7 +413,7 @@ def render_status(info: dict[str, Any]) -> list[str]:
     checkpoint = (
         "none yet"
         if info["checkpoint_step"] is None
-        else f"step {info['checkpoint_step']} ({info['checkpoint_dir']}/step-{info['checkpoint_step']:08d})"
+        else f"step {info['checkpoint_step']} ({info['checkpoint_path']})"
     )
     lines = [
         f"stack: {info['stack']} ({info['target']})",

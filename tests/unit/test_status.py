@@ -155,6 +155,7 @@ def test_tpu_status_json(tmp_path: Path, gcs: str) -> None:
         "step": 120,
         "checkpoint_step": 100,
         "checkpoint_dir": f"{url}/checkpoints",
+        "checkpoint_path": f"{url}/checkpoints/step-00000100",
         "hosts_up": 4,
         "hosts": [
             {"name": f"worker {i}", "state": "READY", "address": f"10.130.0.{2 + i}"}
@@ -298,6 +299,28 @@ def test_local_status_from_the_log_and_checkpoints(tmp_path: Path) -> None:
         "hosts: 0/0 up\n"
         "cost so far: - (not started; $0.00/hour at list price)\n",
         "",
+    )
+
+
+def test_local_status_of_your_code_names_its_own_folder_and_its_failure(tmp_path: Path) -> None:
+    # Your code's folders need not pad the step; local-run's exit record says it failed.
+    config = local_config(tmp_path)
+    root = tmp_path / "root"
+    (root / "logs").mkdir(parents=True)
+    lines = [
+        {"event": "launch", "rank": 0, "argv": ["python", "train.py"]},
+        train(7, 0, 0),
+        {"event": "failed", "rank": 1, "exit_code": 1, "last_lines": ["KeyError: 'x'"]},
+        {"event": "exit", "exit_code": 1},
+    ]
+    (root / "logs" / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    for step in (5, 7):
+        (root / "checkpoints" / "mine" / f"step-{step}").mkdir(parents=True)
+        (root / "checkpoints" / "mine" / f"step-{step}" / "COMPLETE").write_text("{}")
+    result = runner.invoke(app, ["status", "--config-file", str(config), "--now", NOW])
+    assert (result.exit_code, result.stdout.splitlines()[1:4]) == (
+        1,
+        ["state: FAILED", "step: 7", f"checkpoint: step 7 ({root}/checkpoints/mine/step-7)"],
     )
 
 
