@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES, vertex_training_image
 from infra.config import PROJECT_ROOT, StackConfig
+from trainers.common.contract import TF_MODULE, TORCH_MODULE
 from trainers.common.user_code import (
     UserCode,
     read_requirements,
@@ -38,6 +40,21 @@ def world_size(cfg: StackConfig, code: UserCode) -> int:
     return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
 
 
+def runs_on(cfg: StackConfig, code: UserCode) -> str:
+    """Where the code will run: the image (yours or the target's default) or the machine."""
+    launcher = code.launcher_for(cfg.target)
+    if cfg.target == "tpu" and cfg.tpu is not None:
+        return f"TPU VM runtime {cfg.tpu.runtime_version or '(the default for the slice)'}"
+    if cfg.target == "gpu_cluster" and cfg.gpu_cluster is not None:
+        if cfg.gpu_cluster.backend == "gce":
+            return f"Deep Learning VM image {DLVM_IMAGE}"
+        return code.image or KUBERNETES_IMAGES[TORCH_MODULE]
+    if cfg.target == "vertex" and cfg.vertex is not None:
+        module = TORCH_MODULE if launcher == "torchrun" else TF_MODULE
+        return code.image or cfg.vertex.image_uri or vertex_training_image(module).uri
+    return "this machine (local-run's Python)"
+
+
 def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
     """The plan's `code` entry, or None for the bundled trainer."""
     code = cfg.trainer.user_code
@@ -54,6 +71,7 @@ def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
         "source": code.source,
         "source_sha256": digest,
         "image": code.image,
+        "runs_on": runs_on(cfg, code),
         "entrypoint": list(code.entrypoint),
         "launcher": code.launcher_for(cfg.target),
         "world_size": world_size(cfg, code),
@@ -69,6 +87,7 @@ def code_rows(code: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("source", f"{code['source']} (sha256 {digest[:16]})" if digest else "-"),
         ("image", code["image"] or "-"),
+        ("runs on", code["runs_on"]),
         ("entrypoint", " ".join(code["entrypoint"])),
         ("launcher", code["launcher"]),
         ("world size", str(code["world_size"])),

@@ -236,6 +236,8 @@ def test_plan_shows_what_will_run_and_plan_diff_one_line_per_job(
     assert code_entry == {
         "source": str(code),
         "image": None,
+        # No image given: GKE runs the bundled PyTorch image.
+        "runs_on": "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
         "entrypoint": ["python", "train.py"],
         "launcher": "torchrun",
         "world_size": 16,  # 2 machines x 8 GPUs
