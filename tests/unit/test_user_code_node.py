@@ -139,9 +139,19 @@ def test_secret_env_is_read_on_the_node_and_never_logged() -> None:
     assert access[1]["Authorization"] == f"Bearer {TOKEN}"
 
 
-def test_a_secret_the_identity_cannot_read_stops_the_node_with_exit_2() -> None:
+@pytest.mark.parametrize(
+    ("value", "forbidden", "why"),
+    [
+        ("x", True, "HTTP 403"),  # the identity has no accessor role on it
+        (b"\xff\xfe\x00binary", False, "the secret's value is not UTF-8 text"),
+    ],
+)
+def test_a_secret_the_node_cannot_use_stops_it_with_exit_2_naming_it(
+    value: str | bytes, forbidden: bool, why: str
+) -> None:
     name = "projects/p/secrets/hf/versions/3"
-    with SecretManagerFake({name: "x"}, forbidden=frozenset({name})) as fake:
+    blocked = frozenset({name}) if forbidden else frozenset()
+    with SecretManagerFake({name: value}, forbidden=blocked) as fake:
         env = {
             "TRAINSTACK_SIMULATED_ACCELERATORS": "1",
             "GCE_METADATA_HOST": fake.host,
@@ -152,26 +162,7 @@ def test_a_secret_the_identity_cannot_read_stops_the_node_with_exit_2() -> None:
         )
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
-        "trainstack-node: secret_env.HF_TOKEN: could not read "
-        "projects/p/secrets/hf/versions/3: HTTP 403\n"
-    )
-
-
-def test_a_binary_secret_stops_the_node_with_exit_2_naming_it() -> None:
-    name = "projects/p/secrets/key/versions/1"
-    with SecretManagerFake({name: b"\xff\xfe\x00binary"}) as fake:
-        env = {
-            "TRAINSTACK_SIMULATED_ACCELERATORS": "1",
-            "GCE_METADATA_HOST": fake.host,
-            "TRAINSTACK_SECRETMANAGER_ENDPOINT": fake.base_url,
-        }
-        result = _node(
-            "--launcher=node", f"--secret-env=KEY={name}", "--", "python", "-c", "1", env=env
-        )
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == (
-        "trainstack-node: secret_env.KEY: could not read projects/p/secrets/key/versions/1: "
-        "the secret's value is not UTF-8 text\n"
+        f"trainstack-node: secret_env.HF_TOKEN: could not read {name}: {why}\n"
     )
 
 
