@@ -275,7 +275,7 @@ class LocalRunProvider(dyn.ResourceProvider):
             )
         else:
             prepared = prepare_run(cfg.bundled(), workers=workers, root=root, extra_env=env)
-        stderr_path = prepared.log_path.with_suffix(".stderr.log")
+        stderr_path = prepared.stderr_path
         log_offset, stderr_offset = _size(prepared.log_path), _size(stderr_path)
         refs = self._launch(prepared, stderr_path)
         outs = {

@@ -138,6 +138,17 @@ class PreparedRun:
     """The environment every process starts from."""
     processes: list[LocalProcess]
 
+    @property
+    def stderr_path(self) -> Path:
+        """The processes' stderr (torchrun's too), beside the log, appended run after run."""
+        return self.log_path.with_suffix(".stderr.log")
+
+    def new_result(self) -> LocalRunResult:
+        """The result of a run of these processes before it starts."""
+        return LocalRunResult(
+            -1, None, self.checkpoint_dir, self.log_path, 0.0, stderr_path=self.stderr_path
+        )
+
 
 def free_ports(count: int) -> list[int]:
     """`count` distinct localhost ports that were free a moment ago (all held open together
@@ -453,10 +464,7 @@ def run_local(
     prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
     console = console or Console(stderr=True)
     out = out or Console()
-    stderr_path = prepared.log_path.with_suffix(".stderr.log")
-    result = LocalRunResult(
-        -1, None, prepared.checkpoint_dir, prepared.log_path, 0.0, stderr_path=stderr_path
-    )
+    result = prepared.new_result()
     store = CheckpointStore(prepared.checkpoint_dir, keep=cfg.keep_checkpoints)
     if fresh:
         store.clear()
@@ -536,6 +544,7 @@ def supervise_run(
     # torchrun stops the other ranks with SIGTERM when one fails, and they may save and say
     # `preempted`: without a signal to this launcher, any other exit code is a failure.
     failed = next((c for c in codes if c not in (0, PREEMPTED_EXIT_CODE)), None)
+    stopped = False
     if result.done is not None:
         # A signal that came as the run finished changes nothing: it is complete and saved.
         result.exit_code = 0 if result.interrupted else code
@@ -544,11 +553,9 @@ def supervise_run(
     ):
         # torchrun reports any failed worker as 1; the trainer's own preemption code is the
         # useful answer for whoever restarts the run.
+        stopped = True
         interrupted_by_ctrl_c = stopper.signum == signal.SIGINT
         result.exit_code = INTERRUPTED_EXIT_CODE if interrupted_by_ctrl_c else PREEMPTED_EXIT_CODE
-        _log_exit(prepared.log_path, result.exit_code)
-        print_line(console, headline(result))
-        return result
     elif failed is not None:
         result.exit_code = failed
     else:
@@ -556,7 +563,9 @@ def supervise_run(
         # trainers always do, so without one something ended them early.
         result.exit_code = 0 if not done_required else 1
     _log_exit(prepared.log_path, result.exit_code)
-    if result.exit_code == 0:
+    if stopped:
+        print_line(console, headline(result))
+    elif result.exit_code == 0:
         print_summary(result, workers, run_name, out)
     else:
         print_summary(result, workers, run_name, console)

@@ -69,7 +69,6 @@ class CodePlan:
     contract: dict[str, str]
     """The run contract's folder and name variables."""
     log_path: Path
-    stderr_path: Path
 
 
 def local_secrets(secret_env: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
@@ -120,7 +119,7 @@ def plan_code_run(
     }
     processes = [LocalProcess(argv, {**base, NODE_RANK_ENV: str(i)}) for i in range(nodes)]
     logs = root / "logs"
-    return CodePlan(processes, contract, logs / f"{run}.jsonl", logs / f"{run}.stderr.log")
+    return CodePlan(processes, contract, logs / f"{run}.jsonl")
 
 
 def prepare_code_run(
@@ -183,13 +182,9 @@ def run_local_code(
         if fs.exists(path):
             fs.rm(path, recursive=True)
     prepared.env[LOCAL_RUN_PID_ENV] = str(os.getpid())
-    stderr_path = prepared.log_path.with_suffix(".stderr.log")
-    result = LocalRunResult(
-        -1, None, checkpoint_dir, prepared.log_path, 0.0, stderr_path=stderr_path
-    )
     return supervise_run(
         prepared,
-        result,
+        prepared.new_result(),
         workers=workers,
         run_name=trainer.run_name,
         total_steps=None,

@@ -56,12 +56,6 @@ def newest_marked(url: str) -> tuple[int, str] | None:
     return max(marked) if marked else None
 
 
-def newest_marked_step(url: str) -> int | None:
-    """The step of `newest_marked(url)`."""
-    found = newest_marked(url)
-    return None if found is None else found[0]
-
-
 class CheckpointStore:
     """Directory bookkeeping: listing, committing and pruning step directories."""
 
