@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES, vertex_training_image
+from components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES
+from infra.compose import vertex_image
 from infra.config import PROJECT_ROOT, StackConfig
-from trainers.common.contract import TF_MODULE, TORCH_MODULE
+from trainers.common.contract import TORCH_MODULE
 from trainers.common.user_code import (
     UserCode,
     read_requirements,
@@ -42,7 +43,6 @@ def world_size(cfg: StackConfig, code: UserCode) -> int:
 
 def runs_on(cfg: StackConfig, code: UserCode) -> str:
     """Where the code will run: the image (yours or the target's default) or the machine."""
-    launcher = code.launcher_for(cfg.target)
     if cfg.target == "tpu" and cfg.tpu is not None:
         return f"TPU VM runtime {cfg.tpu.runtime_version or '(the default for the slice)'}"
     if cfg.target == "gpu_cluster" and cfg.gpu_cluster is not None:
@@ -50,8 +50,7 @@ def runs_on(cfg: StackConfig, code: UserCode) -> str:
             return f"Deep Learning VM image {DLVM_IMAGE}"
         return code.image or KUBERNETES_IMAGES[TORCH_MODULE]
     if cfg.target == "vertex" and cfg.vertex is not None:
-        module = TORCH_MODULE if launcher == "torchrun" else TF_MODULE
-        return code.image or cfg.vertex.image_uri or vertex_training_image(module).uri
+        return vertex_image(cfg)[0]
     return "this machine (local-run's Python)"
 
 

@@ -99,6 +99,24 @@ USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node":
 package: PyTorch's for torchrun, TensorFlow's (TF_CONFIG code) for node."""
 
 
+def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
+    """The image every Vertex replica runs, the key that picks it, and whether that is the
+    prebuilt default: your `trainer.image`, else `vertex.image_uri`, else the prebuilt image
+    of the trainer's framework (for your code: of its launcher, `USER_CODE_VERTEX_MODULES`).
+    One answer for the job, the plan's "runs on" row and the end-of-availability note."""
+    assert cfg.vertex is not None
+    code = cfg.trainer.user_code
+    if code is not None and code.image:
+        return code.image, "trainer.image", False
+    if cfg.vertex.image_uri:
+        return cfg.vertex.image_uri, "vertex.image_uri", False
+    if code is not None:
+        module = USER_CODE_VERTEX_MODULES[code.launcher_for("vertex")]
+    else:
+        module = TRAINER_MODULES[cfg.trainer.framework]
+    return vertex_training_image(module).uri, "vertex.image_uri", True
+
+
 def secret_names(cfg: StackConfig) -> list[str]:
     """The Secret Manager secrets `trainer.secret_env` reads (versions dropped: access is
     granted per secret), sorted and unique."""
@@ -337,12 +355,8 @@ def _vertex(
         # the launcher's prebuilt image, or installed into your image at the replica's start.
         args["node_args"] = node_args
         args["package_uri"] = package.uri
-        image = code.image or vx.image_uri
-        if image:
-            args["container_image_uri"] = image
-        else:
-            module = USER_CODE_VERTEX_MODULES[code.launcher_for("vertex")]
-            args["executor_image_uri"] = vertex_training_image(module).uri
+        image, _, prebuilt = vertex_image(cfg)
+        args["executor_image_uri" if prebuilt else "container_image_uri"] = image
     elif vx.image_uri:
         # The user's own image (with the trainers installed) runs the node launcher, which
         # starts one trainer process per GPU of the replica.

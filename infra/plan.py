@@ -24,9 +24,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from components.catalog.images import image_availability_problem, vertex_training_image
+from components.catalog.images import image_availability_problem
 from infra.code_plan import code_rows, code_summary
-from infra.compose import main_program
+from infra.compose import main_program, vertex_image
 from infra.config import ConfigError, StackConfig, load_stack_config
 from infra.estimate import limits_plan, quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
@@ -37,7 +37,6 @@ from infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported besi
     plan_diff,
     plans_by_stack,
 )
-from trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 STACKS_DIR = REPO_ROOT / "stacks"
 # Pulumi's rule for a stack name (without an organization/project prefix).
@@ -201,17 +200,12 @@ def plan_date() -> date:
 
 
 def image_problems(cfg: StackConfig, today: date) -> list[str]:
-    """The Vertex executor image past its end of availability on `today`: the stack's
-    `vertex.image_uri`, or the prebuilt image its trainer defaults to
-    (`components.catalog.images.image_availability_problem`)."""
-    vx = cfg.vertex
-    if cfg.target != "vertex" or vx is None:
+    """The image the Vertex replicas run (`infra.compose.vertex_image`) when it is past its
+    end of availability on `today` (`components.catalog.images.image_availability_problem`)."""
+    if cfg.target != "vertex" or cfg.vertex is None:
         return []
-    image = vx.image_uri
-    if not image:
-        module = TF_MODULE if cfg.trainer.framework == "tensorflow" else TORCH_MODULE
-        image = vertex_training_image(module).uri
-    problem = image_availability_problem(image, today, "vertex.image_uri", not vx.image_uri)
+    image, key, default = vertex_image(cfg)
+    problem = image_availability_problem(image, today, key, default)
     return [problem] if problem else []
 
 
