@@ -7,6 +7,7 @@ clock, so these tests say the same thing on every day.
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -24,6 +25,7 @@ from trainers.common.contract import TF_MODULE, TORCH_MODULE
 TORCH_24 = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"
 TF_217 = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
 AUDIT_DAY = date(2026, 11, 23)
+REPO = Path(__file__).resolve().parents[2]
 NONE_CURRENT = (
     "valid: none known to trainstack on 2026-11-23: pick a current image from "
     "https://cloud.google.com/vertex-ai/docs/training/pre-built-containers"
@@ -86,6 +88,24 @@ def test_build_plan_warns_of_a_user_given_known_image() -> None:
         f"valid: {TORCH_24.replace('pytorch-gpu.2-4', 'pytorch-gpu.2-3')}, {TORCH_24}, "
         "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest, "
         f"{TF_217}"
+    ]
+
+
+def test_your_codes_note_names_the_image_its_launcher_runs_on() -> None:
+    # launcher node runs on the prebuilt TensorFlow image: between the two dates only that
+    # image is past its end, whatever the (bundled) trainer.framework default says.
+    name, config = load_stack(None, REPO / "examples" / "own-trainer" / "Pulumi.vertex.yaml")
+    config["trainstack:trainer"] = {**config["trainstack:trainer"], "launcher": "node"}
+    notes = build_plan(name, config, today=date(2026, 7, 15))["notes"]
+    [note] = [n for n in notes if n.startswith("vertex.image_uri: ")]
+    assert note.startswith(f"vertex.image_uri: the default image '{TF_217}' is past its end ")
+    # An image you give in trainer.image is named by that key.
+    config["trainstack:trainer"] = {**config["trainstack:trainer"], "image": TF_217}
+    notes = build_plan(name, config, today=date(2026, 7, 15))["notes"]
+    assert [n for n in notes if "past its end" in n] == [
+        f"trainer.image: image '{TF_217}' is past its end of availability (2026-07-11, "
+        "Google's prebuilt-containers page), so Vertex may no longer serve it; valid: "
+        f"{TORCH_24}"
     ]
 
 
