@@ -421,9 +421,6 @@ def _supervise(
                 if line is None:
                     open_pipes -= 1
                     continue
-                # Every line is kept, not only the JSON records: `trainstack logs` shows the
-                # others as they are, and your own code's prints are often what a failure needs.
-                log.write(line if line.endswith("\n") else line + "\n")
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:
@@ -431,6 +428,8 @@ def _supervise(
                     continue
                 if not isinstance(record, dict):
                     continue
+                # The log holds JSON records only (the run contract); other lines are shown.
+                log.write(line if line.endswith("\n") else line + "\n")
                 result.events.append(record)
                 if record.get(FIELD_RANK) == 0:
                     _track(result, record, view)

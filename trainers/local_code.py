@@ -13,7 +13,8 @@ environment as on every target:
 
 The run contract's folders live under `root`: checkpoints in `trainer.checkpoint_dir` or
 `root/checkpoints/<run_name>` (so running again resumes), data in `root/data`, outputs in
-`root/outputs/<run_name>`; every line the code prints is kept in `root/logs/<run>.jsonl`,
+`root/outputs/<run_name>`; the JSON records the code prints are kept in `root/logs/<run>.jsonl` (its
+other lines are shown as they come),
 stderr in `root/logs/<run>.stderr.log`. Requirements are not installed here: the code runs
 in this environment. SIGTERM or Ctrl-C is forwarded once as SIGTERM (the code saves and exits
 143; 130 after Ctrl-C), a second one or the grace period running out kills every process.
