@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from infra.plan_replace import Verdict, classify, relaunch_note
+
 # GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
 # a workflow may add around the diff.
 MAX_DIFF_CHARS = 65_000
@@ -67,8 +69,12 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
         return out
     if isinstance(value, list) and value:
         out = {}
+        names = [item.get("name") if isinstance(item, Mapping) else None for item in value]
+        # Entries with a unique `name` (environment variables, containers, ports) are named
+        # by it: adding one then shows as one added entry, not every later one shifted.
+        by_name = all(isinstance(n, str) for n in names) and len(set(names)) == len(names)
         for i, item in enumerate(value):
-            out.update(_flatten(item, f"{prefix}[{i}]"))
+            out.update(_flatten(item, f"{prefix}[{names[i] if by_name else i}]"))
         return out
     return {prefix: value}
 
@@ -200,11 +206,75 @@ def _quota_key(quota: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 def _usd(value: float) -> str:
-    return f"${value:,.2f}"
+    return f"-${-value:,.2f}" if round(value, 2) < 0 else f"${abs(value):,.2f}"
 
 
 def _count(value: float) -> str:
     return str(integral_numbers(value))
+
+
+def _signed(value: float, fmt: Any) -> str:
+    return ("+" if value > 0 else "") + fmt(value)
+
+
+def _dimensions(dimensions: Mapping[str, Any]) -> str:
+    """`region=us-central1`; a quota with no dimensions is project-wide."""
+    if not dimensions:
+        return "global"
+    return ", ".join(f"{k}={dimensions[k]}" for k in sorted(dimensions))
+
+
+def _totals_and_quota(base: Mapping[str, Any], head: Mapping[str, Any]) -> tuple[str, str]:
+    """The totals table and the quota table of what changed between two plans (a missing
+    stack is an empty plan), each "" when nothing in it changed."""
+    money = []
+    for field in SUMMARY_FIELDS:
+        a, b = base.get("summary", {}).get(field, 0), head.get("summary", {}).get(field, 0)
+        if a != b:
+            fmt = _usd if field == "hourly_usd" else _count
+            money.append(f"| {field} | {fmt(a)} | {fmt(b)} | {_signed(b - a, fmt)} |")
+    qa = {_quota_key(q): q for q in base.get("quota", [])}
+    qb = {_quota_key(q): q for q in head.get("quota", [])}
+    quota_rows = []
+    for k in sorted(set(qa) | set(qb)):
+        a, b = (qa[k]["needed"] if k in qa else 0), (qb[k]["needed"] if k in qb else 0)
+        if a != b:
+            dims = _dimensions((qb.get(k) or qa[k])["dimensions"])
+            quota_rows.append(
+                f"| {k[1]} | {dims} | {_count(a)} | {_count(b)} | {_signed(b - a, _count)} |"
+            )
+    totals = (
+        "| total | base | head | delta |\n|---|---|---|---|\n" + "\n".join(money) + "\n"
+        if money
+        else ""
+    )
+    quota = (
+        "| quota | dimensions | base | head | delta |\n|---|---|---|---|---|\n"
+        + "\n".join(quota_rows)
+        + "\n"
+        if quota_rows
+        else ""
+    )
+    return totals, quota
+
+
+def _whole_stack(
+    stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None
+) -> Iterator[str]:
+    """A stack only one side has: its resources in one line, then the $/hour and quota it
+    frees (removed) or takes (added)."""
+    plan = head or base
+    assert plan is not None
+    verb = "added" if base is None else "removed"
+    hourly = plan.get("summary", {}).get("hourly_usd", 0)
+    what = "frees" if base is not None else "costs"
+    text = f"### Stack `{stack}` ({verb})\n\n{len(plan['resources'])} resources {verb}"
+    text += f"; {what} {_usd(hourly)}/hour" if hourly else ""
+    text += " and the quota below.\n" if plan.get("quota") else ".\n"
+    yield text
+    for table in _totals_and_quota(base or {}, head or {}):
+        if table:
+            yield table
 
 
 def _stack_sections(
@@ -216,63 +286,47 @@ def _stack_sections(
 ) -> Iterator[str]:
     """Markdown blocks for one stack: header first, then one block per change."""
     if base is None or head is None:
-        plan = head or base
-        assert plan is not None
-        verb = "added" if base is None else "removed"
-        yield f"### Stack `{stack}` ({verb})\n\n{len(plan['resources'])} resources {verb}.\n"
+        yield from _whole_stack(stack, base, head)
         return
     old = {_resource_key(r): r for r in base["resources"]}
     new = {_resource_key(r): r for r in head["resources"]}
     added = [new[k] for k in new if k not in old]
     removed = [old[k] for k in old if k not in new]
-    changed = [(old[k], new[k]) for k in new if k in old and old[k] != new[k]]
-
-    money = []
-    for field in SUMMARY_FIELDS:
-        a, b = base.get("summary", {}).get(field, 0), head.get("summary", {}).get(field, 0)
-        if a != b:
-            fmt = _usd if field == "hourly_usd" else _count
-            sign = "+" if b > a else ""
-            money.append(f"| {field} | {fmt(a)} | {fmt(b)} | {sign}{fmt(b - a)} |")
-    qa = {_quota_key(q): q["needed"] for q in base.get("quota", [])}
-    qb = {_quota_key(q): q["needed"] for q in head.get("quota", [])}
-    quota_rows = [
-        f"| {k[1]} | {k[2]} | {_count(qa.get(k, 0))} | {_count(qb.get(k, 0))} |"
-        for k in sorted(set(qa) | set(qb))
-        if qa.get(k, 0) != qb.get(k, 0)
-    ]
+    packages = {r["name"] for r in new.values() if r["type"] == PACKAGE_TYPE}
     code = _code_change(stack, base.get("code"), head.get("code"))
-    if not (added or removed or changed or money or quota_rows or code):
+    changed = []
+    for k, b in new.items():
+        if k in old and old[k] != b:
+            a = old[k]
+            fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
+            paths = [p for p in sorted(set(fa) | set(fb)) if fa.get(p) != fb.get(p)]
+            verdict = classify(b["type"], a["inputs"], b["inputs"], paths)
+            changed.append((a, b, fa, fb, paths, verdict))
+    replaced = sum(1 for *_, v in changed if v.action == "replace")
+    updated = sum(1 for *_, v in changed if v.action in ("change", "change (may replace)"))
+    totals, quota = _totals_and_quota(base, head)
+    if not (added or removed or changed or totals or quota or code):
         yield f"### Stack `{stack}`: no changes\n"
         return
     yield (
-        f"### Stack `{stack}`: {len(added)} to add, {len(changed)} to change, "
-        f"{len(removed)} to delete\n"
+        f"### Stack `{stack}`: {len(added)} to add, {updated} to change, "
+        f"{replaced} to replace, {len(removed)} to delete\n"
     )
     if code:
         yield code
-    if money:
-        yield "| total | base | head | delta |\n|---|---|---|---|\n" + "\n".join(money) + "\n"
-    if quota_rows:
-        yield (
-            "| quota | dimensions | base | head |\n|---|---|---|---|\n"
-            + "\n".join(quota_rows)
-            + "\n"
-        )
+    if totals:
+        yield totals
+    if quota:
+        yield quota
     for r in added:
         yield f"- **add** `{r['name']}` ({r['type']})\n"
     for r in removed:
         yield f"- **delete** `{r['name']}` ({r['type']})\n"
-    packages = {r["name"] for r in new.values() if r["type"] == PACKAGE_TYPE}
-    for a, b in changed:
-        if code and b.get("parent") in packages:
+    for a, b, fa, fb, paths, verdict in changed:
+        if code and b.get("parent") in packages and verdict.action != "replace":
             continue  # the uploaded package of the code: the code line above says it all
-        fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
-        lines = [
-            _value_change(path, fa.get(path), fb.get(path), full, cuts)
-            for path in sorted(set(fa) | set(fb))
-            if fa.get(path) != fb.get(path)
-        ]
+        lines = [_verdict_line(a, b, verdict)]
+        lines += [_value_change(path, fa.get(path), fb.get(path), full, cuts) for path in paths]
         if a.get("parent") != b.get("parent"):
             lines.append(f"  - parent: `{a.get('parent')}` -> `{b.get('parent')}`")
         for option in ("protect", "retainOnDelete"):
@@ -281,7 +335,31 @@ def _stack_sections(
                     f"  - {option}: `{str(a.get(option, False)).lower()}` -> "
                     f"`{str(b.get(option, False)).lower()}`"
                 )
-        yield f"- **change** `{b['name']}` ({b['type']})\n" + "\n".join(lines) + "\n"
+        yield "\n".join(lines) + "\n"
+
+
+def _names(paths: Iterable[str], most: int = 3) -> str:
+    paths = list(paths)
+    shown = ", ".join(f"`{p}`" for p in paths[:most])
+    return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
+def _verdict_line(a: Mapping[str, Any], b: Mapping[str, Any], verdict: Verdict) -> str:
+    """The resource's headline: what the engine does with it and why."""
+    head = f"- **{verdict.action}** `{b['name']}` ({b['type']})"
+    if verdict.action == "replace":
+        order = "deletes the old one first" if verdict.delete_first else "creates the new one first"
+        text = (
+            f"{head}: {_names(verdict.replaces)} changed, which forces a new resource "
+            f"({verdict.source}); {order}"
+        )
+        note = relaunch_note(a, b)
+        return text + (f"\n  - **{note}**" if note else "")
+    if verdict.action == "change (may replace)":
+        return f"{head}: no replace-on-change table covers {_names(verdict.unknown)}"
+    if verdict.action == "none":
+        return f"{head}: its inputs differ only where {verdict.source} sees no change"
+    return f"{head}: updated in place ({verdict.source})" if verdict.source else head
 
 
 PACKAGE_TYPE = "trainstack:storage:TrainerPackage"

@@ -95,7 +95,10 @@ def test_plan_diff_node_count_change_shows_cost_and_quota() -> None:
     assert "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region" in text
     assert len(text) <= MAX_DIFF_CHARS
     # The engine sends every number as a double; the diff prints integers as integers.
-    assert "- **change** `dev-gpu-gpu-gpu-pool` (gcp:container/nodePool:NodePool)\n" in text
+    assert (
+        "- **change (may replace)** `dev-gpu-gpu-gpu-pool` (gcp:container/nodePool:NodePool): "
+        "no replace-on-change table covers `nodeCount`\n"
+    ) in text
     assert "  - `nodeCount`: `2` -> `4`\n" in text
     assert "  - `conditions[1].conditionThreshold.thresholdValue`: `2` -> `4`\n" in text
     assert ".0`" not in text
@@ -112,7 +115,11 @@ def test_plan_diff_input_change_is_listed() -> None:
     bucket = next(r for r in head["resources"] if r["type"] == "gcp:storage/bucket:Bucket")
     bucket["inputs"]["location"] = "EUROPE-WEST4"
     text = plan_diff(base, head)
-    assert f"- **change** `{bucket['name']}` (gcp:storage/bucket:Bucket)" in text
+    # No table covers a Bucket's location, so the diff cannot say it updates in place.
+    assert (
+        f"- **change (may replace)** `{bucket['name']}` (gcp:storage/bucket:Bucket): "
+        "no replace-on-change table covers `location`\n"
+    ) in text
     assert "  - `location`: `US-CENTRAL1` -> `EUROPE-WEST4`" in text
 
 
@@ -199,8 +206,8 @@ def test_plan_diff_shows_a_long_value_where_it_changed() -> None:
     context = "a" * 40 + "{}" + "b" * 40
     assert plan_diff(base, head) == (
         "## trainstack plan diff\n\n"
-        "### Stack `s`: 0 to add, 1 to change, 0 to delete\n\n"
-        "- **change** `r` (t:m:R)\n"
+        "### Stack `s`: 0 to add, 1 to change, 0 to replace, 0 to delete\n\n"
+        "- **change (may replace)** `r` (t:m:R): no replace-on-change table covers `filter`\n"
         f"  - `filter`: `...{context.format('OLD')}...` -> `...{context.format('NEW')}...`\n\n"
         "> 1 long value(s) are shown only around their changes; "
         "`trainstack plan-diff --full BASE.json HEAD.json` shows them whole.\n"
@@ -222,7 +229,8 @@ def test_plan_diff_shows_the_changed_lines_of_a_script() -> None:
     changed[50] = "echo step 50 --with-a-flag"
     base, head = _one_change("metadataStartupScript", "\n".join(script), "\n".join(changed))
     assert plan_diff(base, head).split("\n\n")[2] == (
-        "- **change** `r` (t:m:R)\n"
+        "- **change (may replace)** `r` (t:m:R): no replace-on-change table covers "
+        "`metadataStartupScript`\n"
         "  - `metadataStartupScript` (100 -> 100 lines):\n"
         "    ```diff\n"
         "    @@ -49,5 +49,5 @@\n"
@@ -268,7 +276,8 @@ def test_plan_diff_prints_integral_totals_as_integers() -> None:
     head["quota"] = [{"service": "s", "quota_id": "Q", "dimensions": {}, "needed": 16.0}]
     text = plan_diff(base, head)
     assert "| machines | 2 | 4 | +2 |\n| hourly_usd | $1.50 | $3.00 | +$1.50 |\n" in text
-    assert "| Q | {} | 8 | 16 |\n" in text
+    assert "| quota | dimensions | base | head | delta |\n|---|---|---|---|---|\n" in text
+    assert "| Q | global | 8 | 16 | +8 |\n" in text
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,247 @@
+"""Which input changes make the Pulumi engine replace a pulumi-gcp or Kubernetes resource
+that trainstack registers, per resource type, each with its source.
+
+`trainstack plan-diff` reads these tables; a changed input found in none of them is shown as
+"change (may replace)", never as a plain change.
+
+Three sources, kept apart because they differ in how much they cover:
+
+- GCP_DOCSTRING_REPLACES: the properties whose docs in the installed pulumi_gcp package say
+  that changing them forces a new resource (DOCSTRING_PATTERN). Generated once with
+  `derive_docstring_replaces(GCP_TYPES)`; tests/unit/test_replace_on_change.py re-derives it
+  from the installed package and asserts equality. The docs carry that sentence for few
+  properties (most ForceNew fields say nothing), so this table alone is far from complete.
+- GCP_SCHEMA_REPLACES / GCP_SCHEMA_IN_PLACE: top-level fields read from the Terraform
+  provider schema pulumi-gcp bridges (`ForceNew: true`; pulumi-terraform-bridge replaces on
+  exactly those), for the two types whose replacement matters most to a run: the TPU VM and
+  the GCE instance template. Only these two types were read whole.
+- KUBERNETES_REPLACES: pulumi-kubernetes' own force-new table, the one its Diff uses.
+
+Paths are dotted Pulumi input names (camelCase); a path replaces when it or any path under
+it changes (`spec.template` covers `spec.template.spec.containers[0].image`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final
+
+PULUMI_GCP_VERSION: Final = "10.2.0"
+"""The pulumi_gcp release GCP_DOCSTRING_REPLACES was derived from."""
+
+DOCSTRING_PATTERN: Final = re.compile(
+    r"forces? (?:a )?new|forces? recreation|must be recreated|cause the instance to recreate"
+    r"|deleting/ recreating",
+    re.IGNORECASE,
+)
+"""The phrasings pulumi_gcp's property docs use for "changing this forces a new resource"
+(also "... forces a new service account to be created", "The resource must be recreated to
+modify this field", "Changing this will force recreation of the resource")."""
+
+GCP_TYPES: Final = (
+    "gcp:compute/firewall:Firewall",
+    "gcp:compute/instanceGroupManager:InstanceGroupManager",
+    "gcp:compute/instanceTemplate:InstanceTemplate",
+    "gcp:compute/network:Network",
+    "gcp:compute/perInstanceConfig:PerInstanceConfig",
+    "gcp:compute/resourcePolicy:ResourcePolicy",
+    "gcp:compute/router:Router",
+    "gcp:compute/routerNat:RouterNat",
+    "gcp:compute/subnetwork:Subnetwork",
+    "gcp:container/cluster:Cluster",
+    "gcp:container/nodePool:NodePool",
+    "gcp:logging/metric:Metric",
+    "gcp:monitoring/alertPolicy:AlertPolicy",
+    "gcp:monitoring/dashboard:Dashboard",
+    "gcp:projects/iAMMember:IAMMember",
+    "gcp:projects/service:Service",
+    "gcp:serviceaccount/account:Account",
+    "gcp:serviceaccount/iAMMember:IAMMember",
+    "gcp:storage/bucket:Bucket",
+    "gcp:storage/bucketIAMMember:BucketIAMMember",
+    "gcp:storage/bucketObject:BucketObject",
+    "gcp:tpu/v2Vm:V2Vm",
+)
+"""Every pulumi-gcp type in the pinned plans (tests/plans/*.json)."""
+
+DOCSTRING_SOURCE: Final = (
+    f"pulumi_gcp {PULUMI_GCP_VERSION} property docstrings (<Type>Args getters and the nested "
+    "input types they name, in pulumi_gcp/<module>/*.py and _inputs.py)"
+)
+
+GCP_DOCSTRING_REPLACES: Final[dict[str, tuple[str, ...]]] = {
+    "gcp:compute/instanceTemplate:InstanceTemplate": ("resourcePolicies",),
+    "gcp:compute/network:Network": ("description",),
+    "gcp:compute/subnetwork:Subnetwork": ("externalIpv6Prefix", "ipCollection", "ipv6AccessType"),
+    "gcp:container/nodePool:NodePool": ("initialNodeCount",),
+    "gcp:serviceaccount/account:Account": ("accountId",),
+}
+"""derive_docstring_replaces(GCP_TYPES); types with no such property are left out."""
+
+_TF_BETA: Final = "github.com/hashicorp/terraform-provider-google-beta@93c65b2d60fe"
+
+GCP_SCHEMA_SOURCE: Final[dict[str, str]] = {
+    "gcp:tpu/v2Vm:V2Vm": (
+        f"{_TF_BETA} google-beta/services/tpuv2/resource_tpu_v2_vm.go lines 191-607 "
+        "(ResourceTpuV2Vm Schema: ForceNew per top-level field)"
+    ),
+    "gcp:compute/instanceTemplate:InstanceTemplate": (
+        f"{_TF_BETA} google-beta/services/compute/resource_compute_instance_template.go "
+        "lines 97-1366 (ResourceComputeInstanceTemplate Schema: every field ForceNew but "
+        "labels and partner_metadata)"
+    ),
+}
+"""Read at the provider's newest commit (2026-08-21), not at the exact upstream version
+pulumi_gcp 10.2.0 pins; Terraform names mapped to Pulumi's (disk -> disks,
+network_interface -> networkInterfaces)."""
+
+GCP_SCHEMA_REPLACES: Final[dict[str, tuple[str, ...]]] = {
+    "gcp:tpu/v2Vm:V2Vm": (
+        "acceleratorConfig",
+        "acceleratorType",
+        "cidrBlock",
+        "name",
+        "networkConfig",
+        "networkConfigs",
+        "project",
+        "runtimeVersion",
+        "schedulingConfig",
+        "serviceAccount",
+        "shieldedInstanceConfig",
+        "zone",
+    ),
+    "gcp:compute/instanceTemplate:InstanceTemplate": (
+        "advancedMachineFeatures",
+        "canIpForward",
+        "confidentialInstanceConfig",
+        "description",
+        "disks",
+        "enableDisplay",
+        "guestAccelerators",
+        "instanceDescription",
+        "machineType",
+        "metadata",
+        "metadataStartupScript",
+        "minCpuPlatform",
+        "name",
+        "namePrefix",
+        "networkInterfaces",
+        "networkPerformanceConfig",
+        "project",
+        "region",
+        "reservationAffinity",
+        "resourceManagerTags",
+        "resourcePolicies",
+        "scheduling",
+        "serviceAccount",
+        "shieldedInstanceConfig",
+        "tags",
+    ),
+}
+
+GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
+    "gcp:tpu/v2Vm:V2Vm": (
+        "dataDisks",
+        "deletionPolicy",
+        "description",
+        "labels",
+        "metadata",
+        "tags",
+    ),
+    "gcp:compute/instanceTemplate:InstanceTemplate": ("labels", "partnerMetadata"),
+}
+"""The fields of the same schemas without ForceNew: updated in place."""
+
+KUBERNETES_SOURCE: Final = (
+    "github.com/pulumi/pulumi-kubernetes@94977969d641 provider/pkg/provider/diff.go lines "
+    "158-160 (Service), 178-186 (Job), 207-212 (metadata); the Job's pod template is "
+    "immutable in the Kubernetes API: "
+    "https://kubernetes.io/docs/concepts/workloads/controllers/job/#mutable-scheduling-directives"
+)
+
+_METADATA: Final = ("metadata.name", "metadata.namespace")
+KUBERNETES_REPLACES: Final[dict[str, tuple[str, ...]]] = {
+    "kubernetes:batch/v1:Job": (
+        *_METADATA,
+        "spec.completions",
+        "spec.parallelism",
+        "spec.selector",
+        "spec.template",
+    ),
+    "kubernetes:core/v1:Service": (*_METADATA, "spec.clusterIP"),
+    "kubernetes:core/v1:ServiceAccount": _METADATA,
+}
+
+DELETE_FIRST_SOURCE: Final[dict[str, str]] = {
+    "gcp": (
+        "github.com/pulumi/pulumi-terraform-bridge pkg/tfbridge/provider.go Diff: "
+        "deleteBeforeReplace when an autonamed property (`name`) is set explicitly "
+        "(nameRequiresDeleteBeforeReplace)"
+    ),
+    "kubernetes": (
+        "github.com/pulumi/pulumi-kubernetes@94977969d641 provider/pkg/provider/provider.go "
+        "lines 1645-1660: delete first when metadata.name is set and unchanged"
+    ),
+}
+
+
+def replace_paths(type_: str) -> tuple[tuple[str, ...], str] | None:
+    """(the input paths whose change replaces a `type_` resource, a short name of their
+    source for the diff), or None when no table covers the type."""
+    if type_ in KUBERNETES_REPLACES:
+        return KUBERNETES_REPLACES[type_], "pulumi-kubernetes' force-new table"
+    if type_ in GCP_SCHEMA_REPLACES:
+        paths = GCP_SCHEMA_REPLACES[type_] + GCP_DOCSTRING_REPLACES.get(type_, ())
+        return tuple(sorted(set(paths))), "the Terraform provider schema"
+    if type_ in GCP_DOCSTRING_REPLACES:
+        return GCP_DOCSTRING_REPLACES[type_], "pulumi_gcp's docs"
+    return None
+
+
+def in_place_paths(type_: str) -> tuple[str, ...]:
+    """Input paths a schema read whole marks as updated in place (empty when unknown)."""
+    return GCP_SCHEMA_IN_PLACE.get(type_, ())
+
+
+def _walk(args: type, inputs: Any, prefix: str, seen: frozenset[str], out: list[str]) -> None:
+    from pulumi._types import _py_properties  # the SDK's own list of a type's properties
+
+    for _, name, prop in _py_properties(args):
+        path = prefix + name
+        if DOCSTRING_PATTERN.search(" ".join((prop.fget.__doc__ or "").split())):
+            out.append(path)
+        # Nested input types are named in the getter's annotation: ForwardRef('XArgs').
+        annotation = str(prop.fget.__annotations__.get("return", ""))
+        for nested in re.findall(r"'(\w+Args)'", annotation):
+            cls = getattr(inputs, nested, None)
+            if cls is not None and nested not in seen:
+                _walk(cls, inputs, path + ".", seen | {nested}, out)
+
+
+def derive_docstring_replaces(types: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """{type: input paths whose pulumi_gcp docs match DOCSTRING_PATTERN}, from the installed
+    pulumi_gcp, leaving out types with none."""
+    table: dict[str, tuple[str, ...]] = {}
+    for type_ in types:
+        _, module, name = type_.split(":")
+        package = importlib.import_module(f"pulumi_gcp.{module.split('/')[0]}")
+        resource = getattr(package, name)
+        module_ = sys.modules[resource.__module__]
+        if f"'{type_}'" not in Path(str(module_.__file__)).read_text():
+            raise ValueError(f"{type_}: pulumi_gcp's {name} registers another type token")
+        args = getattr(module_, f"{name}Args")
+        inputs = importlib.import_module(f"{package.__name__}._inputs")
+        found: list[str] = []
+        _walk(args, inputs, "", frozenset(), found)
+        if found:
+            table[type_] = tuple(sorted(found))
+    return table
+
+
+if __name__ == "__main__":
+    for key, paths in derive_docstring_replaces(GCP_TYPES).items():
+        print(f"{key!r}: {paths!r},")

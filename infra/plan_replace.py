@@ -1,0 +1,202 @@
+"""What the Pulumi engine would do with a changed resource of a plan: update it in place or
+replace it (and whether it deletes the old one first), and, for a resource that runs the
+trainer, what the relaunched run starts from. `infra.plan_diff` prints the answers.
+
+- trainstack's dynamic resources: the provider's own `diff` answers, called with the two
+  plans' inputs, exactly as the engine calls it on `pulumi preview`.
+- pulumi-gcp and Kubernetes resources: the tables of components/catalog/replace_on_change.py.
+  A change no table covers is "change (may replace)": the diff cannot rule a replace out.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from components.catalog.replace_on_change import in_place_paths, replace_paths
+
+Action = Literal["replace", "change", "change (may replace)", "none"]
+
+LOCAL_RUN: Final = "pulumi-python:dynamic/local:TrainingRun"
+CUSTOM_JOB: Final = "pulumi-python:dynamic/vertex:CustomJob"
+TUNING_JOB: Final = "pulumi-python:dynamic/vertex:HyperparameterTuningJob"
+QUEUED_TPU: Final = "pulumi-python:dynamic/tpu:QueuedResource"
+
+DYNAMIC_PROVIDERS: Final[dict[str, tuple[str, str, dict[str, Any]]]] = {
+    # base_dir only resolves a relative root when processes start; diff never reads it.
+    LOCAL_RUN: ("components._local_provider", "LocalRunProvider", {"base_dir": "."}),
+    CUSTOM_JOB: ("components._vertex_provider", "VertexJobProvider", {}),
+    TUNING_JOB: ("components._vertex_provider", "VertexJobProvider", {}),
+    QUEUED_TPU: ("components._tpu_queued_provider", "QueuedResourceProvider", {}),
+}
+"""Dynamic resource type -> (module, provider class, constructor arguments)."""
+
+TRAINING_TYPES: Final = frozenset(
+    {LOCAL_RUN, CUSTOM_JOB, TUNING_JOB, QUEUED_TPU, "gcp:tpu/v2Vm:V2Vm", "kubernetes:batch/v1:Job"}
+)
+"""Types whose creation starts the trainer, so that replacing one relaunches training. (A GCE
+instance template is not one: its VMs take a new template by the group's update policy.)"""
+
+_CHECKPOINT_FLAG = re.compile(r"--checkpoint_dir=([^\s\"'\\)]+)")
+_CHECKPOINT_ENV = re.compile(r"TRAINSTACK_CHECKPOINT_DIR=([^\s\"'\\)]+)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the engine would do with one changed resource."""
+
+    action: Action
+    replaces: tuple[str, ...] = ()
+    """The changed inputs that force the replacement."""
+    delete_first: bool = False
+    source: str = ""
+    """Where the answer comes from, for the reader."""
+    unknown: tuple[str, ...] = ()
+    """Changed inputs no table covers (why a change may replace)."""
+
+
+def _strip_indices(path: str) -> str:
+    return re.sub(r"\[[^\]]*\]", "", path)
+
+
+def _covered(path: str, table: Iterable[str]) -> bool:
+    """True when `path` is a table path, lies under one, or holds one (a whole object that
+    changed includes the table path inside it)."""
+    plain = _strip_indices(path)
+    return any(plain == t or plain.startswith(t + ".") or t.startswith(plain + ".") for t in table)
+
+
+def _dynamic(type_: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
+    module, cls, kwargs = DYNAMIC_PROVIDERS[type_]
+    provider = getattr(importlib.import_module(module), cls)(**kwargs)
+    olds = {k: v for k, v in old.items() if k != "__provider"}
+    news = {k: v for k, v in new.items() if k != "__provider"}
+    result = provider.diff("", olds, news)
+    source = f"its provider's diff, {module.replace('.', '/')}.py"
+    if result.replaces:
+        return Verdict(
+            "replace", tuple(result.replaces), bool(result.delete_before_replace), source
+        )
+    return Verdict("change" if result.changes else "none", source=source)
+
+
+def _top_level_name(old: Mapping[str, Any], new: Mapping[str, Any], key: str) -> bool:
+    return key in new and old.get(key) == new.get(key)
+
+
+def classify(
+    type_: str, old: Mapping[str, Any], new: Mapping[str, Any], changed: Iterable[str]
+) -> Verdict:
+    """The engine's answer for a `type_` resource whose inputs go from `old` to `new`;
+    `changed` are the flattened input paths that differ."""
+    changed = list(changed)
+    if not changed:
+        return Verdict("change")  # only options (protect, parent) differ: no input to replace on
+    if type_ in DYNAMIC_PROVIDERS:
+        return _dynamic(type_, old, new)
+    found = replace_paths(type_)
+    if found is None:
+        return Verdict("change (may replace)", unknown=tuple(changed))
+    table, source = found
+    replaces = tuple(p for p in changed if _covered(p, table))
+    if replaces:
+        if type_.startswith("kubernetes:"):
+            meta_old, meta_new = old.get("metadata") or {}, new.get("metadata") or {}
+            first = _top_level_name(meta_old, meta_new, "name") and meta_old.get(
+                "namespace"
+            ) == meta_new.get("namespace")
+        else:
+            first = _top_level_name(old, new, "name")
+        return Verdict("replace", replaces, first, source)
+    unknown = tuple(p for p in changed if not _covered(p, in_place_paths(type_)))
+    if unknown:
+        return Verdict("change (may replace)", source=source, unknown=unknown)
+    return Verdict("change", source=source)
+
+
+# -- what a relaunched run starts from ---------------------------------------------------
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _env_value(value: Any, name: str) -> str | None:
+    """The last `{"name": name, "value": ...}` entry anywhere in `value` (a container's or a
+    Vertex worker pool's env)."""
+    found = None
+    if isinstance(value, Mapping):
+        if value.get("name") == name and isinstance(value.get("value"), str):
+            found = value["value"]
+        for item in value.values():
+            found = _env_value(item, name) or found
+    elif isinstance(value, list):
+        for item in value:
+            found = _env_value(item, name) or found
+    return found
+
+
+def checkpoint_dir(resource: Mapping[str, Any]) -> str | None:
+    """Where a training resource's run keeps the checkpoints it resumes from, read from its
+    inputs the way the launch resolves it; None when the inputs do not say."""
+    inputs = resource["inputs"]
+    if resource["type"] == LOCAL_RUN:
+        # trainers/local.py prepare_run and trainers/local_code.py: the trainer's own
+        # checkpoint_dir, else <root>/checkpoints/<run_name>.
+        trainer = inputs.get("trainer") or {}
+        if trainer.get("checkpoint_dir"):
+            return str(trainer["checkpoint_dir"])
+        if inputs.get("root") and trainer.get("run_name"):
+            return f"{inputs['root']}/checkpoints/{trainer['run_name']}"
+        return None
+    # A --checkpoint_dir flag (the bundled trainers) or your code's TRAINSTACK_CHECKPOINT_DIR
+    # wins over Vertex's AIP_CHECKPOINT_DIR (trainers/torch_ddp/train.py, trainers/user_code.py).
+    flags = [m for s in _strings(inputs) for m in _CHECKPOINT_FLAG.findall(s)]
+    flags += [m for s in _strings(inputs) for m in _CHECKPOINT_ENV.findall(s)]
+    env = _env_value(inputs, "TRAINSTACK_CHECKPOINT_DIR")
+    if env or flags:
+        return env or flags[-1]
+    if resource["type"] in (CUSTOM_JOB, TUNING_JOB):
+        body = inputs.get("body") or {}
+        spec = body.get("jobSpec") or body.get("trialJobSpec") or {}
+        prefix = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix")
+        if not prefix:
+            return None
+        # Vertex's AIP_CHECKPOINT_DIR: <baseOutputDirectory>/checkpoints/, per trial
+        # <baseOutputDirectory>/<trial id>/checkpoints/ (aiplatform v1 discovery document,
+        # CustomJobSpec.baseOutputDirectory).
+        trial = "/<trial id>" if resource["type"] == TUNING_JOB else ""
+        return f"{prefix.rstrip('/')}{trial}/checkpoints"
+    return None
+
+
+def relaunch_note(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """For a replaced resource that runs the trainer: that it relaunches training and what
+    the new run starts from; None for any other resource."""
+    if new["type"] not in TRAINING_TYPES:
+        return None
+    before, after = checkpoint_dir(old), checkpoint_dir(new)
+    what = "tuning" if new["type"] == TUNING_JOB else "training"
+    if after is None:
+        return f"relaunches {what}; the plan does not say where its checkpoints are"
+    if before == after:
+        if new["type"] == TUNING_JOB:
+            return (
+                f"relaunches tuning; each trial resumes from the newest checkpoint in "
+                f"`{after}` that the old job's trial of the same id left, if any"
+            )
+        return f"relaunches training; resumes from the newest checkpoint in `{after}`"
+    return (
+        f"relaunches {what}; starts at step 0 unless `{after}` already holds a checkpoint "
+        f"(the old run's are in `{before or 'an unknown folder'}`)"
+    )

@@ -1,0 +1,226 @@
+"""`trainstack plan-diff` says which changes replace a resource, deleting first or not, and
+what a relaunched run starts from; and the smaller output rules (money signs, named list
+entries, the quota delta column, a removed stack's totals)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.catalog.replace_on_change import (
+    GCP_DOCSTRING_REPLACES,
+    GCP_TYPES,
+    KUBERNETES_REPLACES,
+    derive_docstring_replaces,
+)
+from infra.plan_diff import plan_diff
+from infra.plan_replace import classify
+
+PLANS = Path(__file__).resolve().parents[1] / "plans"
+
+
+def _pinned(stack: str) -> dict[str, Any]:
+    return dict(json.loads((PLANS / f"{stack}.json").read_text()))
+
+
+def _resource(plan: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(r for r in plan["resources"] if r["type"] == type_)
+
+
+def _types(prefix: str) -> set[str]:
+    return {
+        r["type"]
+        for path in PLANS.glob("*.json")
+        for r in json.loads(path.read_text())["resources"]
+        if r["type"].startswith(prefix)
+    }
+
+
+def test_replace_table_is_what_the_installed_pulumi_gcp_docs_say() -> None:
+    assert derive_docstring_replaces(GCP_TYPES) == GCP_DOCSTRING_REPLACES
+
+
+def test_every_pinned_pulumi_gcp_and_kubernetes_type_is_listed() -> None:
+    # A new type must be added to GCP_TYPES (and the table re-derived) or to the Kubernetes
+    # table, else its changes all read "change (may replace)".
+    assert _types("gcp:") == set(GCP_TYPES)
+    assert _types("kubernetes:") == set(KUBERNETES_REPLACES)
+
+
+def test_vertex_job_change_is_a_replace_that_resumes_from_the_job_checkpoints() -> None:
+    base = _pinned("prod-vertex-rs")
+    head = copy.deepcopy(base)
+    spec = _resource(head, "pulumi-python:dynamic/vertex:CustomJob")["inputs"]["body"]["jobSpec"]
+    env = spec["workerPoolSpecs"][0]["pythonPackageSpec"]["env"]
+    env.insert(0, {"name": "A", "value": "1"})
+    env[1]["value"] = "WARN"
+    head["summary"]["hourly_usd"] = base["summary"]["hourly_usd"] - 71.5
+    assert plan_diff(base, head) == (
+        "## trainstack plan diff\n\n"
+        "### Stack `prod-vertex-rs`: 0 to add, 0 to change, 1 to replace, 0 to delete\n\n"
+        "| total | base | head | delta |\n|---|---|---|---|\n"
+        "| hourly_usd | $143.65 | $72.15 | -$71.50 |\n\n"
+        "- **replace** `prod-vertex-rs-job-job` (pulumi-python:dynamic/vertex:CustomJob): "
+        "`body` changed, which forces a new resource (its provider's diff, "
+        "components/_vertex_provider.py); deletes the old one first\n"
+        "  - **relaunches training; resumes from the newest checkpoint in "
+        "`gs://my-ml-project-prod-vertex-rs-checkpoints/checkpoints`**\n"
+        # Entries named by `name`: the inserted variable does not shift NCCL_DEBUG.
+        "  - `body.jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[A].name`: `null` -> `A`\n"
+        "  - `body.jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[A].value`: `null` -> `1`\n"
+        "  - `body.jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[NCCL_DEBUG].value`: "
+        "`INFO` -> `WARN`\n"
+    )
+
+
+def test_tuning_job_replace_names_the_per_trial_checkpoint_folder() -> None:
+    base = _pinned("dev-vertex-hpt")
+    head = copy.deepcopy(base)
+    job = _resource(head, "pulumi-python:dynamic/vertex:HyperparameterTuningJob")
+    job["inputs"]["body"]["maxTrialCount"] = 16.0
+    assert plan_diff(base, head).splitlines()[4:] == [
+        "- **replace** `dev-vertex-hpt-job-job` "
+        "(pulumi-python:dynamic/vertex:HyperparameterTuningJob): `body` changed, which forces "
+        "a new resource (its provider's diff, components/_vertex_provider.py); deletes the old "
+        "one first",
+        "  - **relaunches tuning; each trial resumes from the newest checkpoint in "
+        "`gs://my-ml-project-dev-vertex-hpt-checkpoints/<trial id>/checkpoints` that the old "
+        "job's trial of the same id left, if any**",
+        "  - `body.maxTrialCount`: `8` -> `16`",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "lines"),
+    [
+        (
+            {"trainer": {"learning_rate": 0.001}},
+            [
+                "### Stack `local`: 0 to add, 0 to change, 1 to replace, 0 to delete",
+                "- **replace** `local-job-run` (pulumi-python:dynamic/local:TrainingRun): "
+                "`trainer` changed, which forces a new resource (its provider's diff, "
+                "components/_local_provider.py); deletes the old one first",
+                "  - **relaunches training; resumes from the newest checkpoint in "
+                "`.trainstack/local/checkpoints/local`**",
+                "  - `trainer.learning_rate`: `0.003` -> `0.001`",
+            ],
+        ),
+        (
+            {"root": "/tmp/other", "stop_grace_s": 60.0},
+            [
+                "### Stack `local`: 0 to add, 0 to change, 1 to replace, 0 to delete",
+                "- **replace** `local-job-run` (pulumi-python:dynamic/local:TrainingRun): "
+                "`root` changed, which forces a new resource (its provider's diff, "
+                "components/_local_provider.py); deletes the old one first",
+                "  - **relaunches training; starts at step 0 unless "
+                "`/tmp/other/checkpoints/local` already holds a checkpoint (the old run's are "
+                "in `.trainstack/local/checkpoints/local`)**",
+                "  - `root`: `.trainstack/local` -> `/tmp/other`",
+                "  - `stop_grace_s`: `45` -> `60`",
+            ],
+        ),
+        (
+            {"stop_grace_s": 60.0},
+            [
+                "### Stack `local`: 0 to add, 1 to change, 0 to replace, 0 to delete",
+                "- **change** `local-job-run` (pulumi-python:dynamic/local:TrainingRun): "
+                "updated in place (its provider's diff, components/_local_provider.py)",
+                "  - `stop_grace_s`: `45` -> `60`",
+            ],
+        ),
+    ],
+)
+def test_local_run_verdict_comes_from_its_provider(
+    change: dict[str, Any], lines: list[str]
+) -> None:
+    base = _pinned("local")
+    head = copy.deepcopy(base)
+    inputs = _resource(head, "pulumi-python:dynamic/local:TrainingRun")["inputs"]
+    for key, value in change.items():
+        if isinstance(value, dict):
+            inputs[key].update(value)
+        else:
+            inputs[key] = value
+    assert [line for line in plan_diff(base, head).splitlines() if line][1:] == lines
+
+
+def test_tpu_vm_runtime_change_replaces_and_a_label_change_does_not() -> None:
+    base = _pinned("dev-tpu-v5e")
+    head = copy.deepcopy(base)
+    _resource(head, "gcp:tpu/v2Vm:V2Vm")["inputs"]["runtimeVersion"] = "v2-alpha-tpuv5-lite"
+    assert plan_diff(base, head).splitlines()[2:] == [
+        "### Stack `dev-tpu-v5e`: 0 to add, 0 to change, 1 to replace, 0 to delete",
+        "",
+        "- **replace** `dev-tpu-v5e-tpu-vm` (gcp:tpu/v2Vm:V2Vm): `runtimeVersion` changed, "
+        "which forces a new resource (the Terraform provider schema); deletes the old one first",
+        "  - **relaunches training; resumes from the newest checkpoint in "
+        "`gs://my-ml-project-dev-tpu-v5e-checkpoints/checkpoints`**",
+        "  - `runtimeVersion`: `tpu-vm-tf-2.16.0-pod-pjrt` -> `v2-alpha-tpuv5-lite`",
+    ]
+    head = copy.deepcopy(base)
+    _resource(head, "gcp:tpu/v2Vm:V2Vm")["inputs"]["labels"]["team"] = "x"
+    assert plan_diff(base, head).splitlines()[4:] == [
+        "- **change** `dev-tpu-v5e-tpu-vm` (gcp:tpu/v2Vm:V2Vm): updated in place (the "
+        "Terraform provider schema)",
+        "  - `labels.team`: `ml` -> `x`",
+    ]
+
+
+def test_gke_job_template_change_replaces_and_a_service_label_may_replace() -> None:
+    base = _pinned("dev-a100-gke")
+    head = copy.deepcopy(base)
+    job = _resource(head, "kubernetes:batch/v1:Job")["inputs"]
+    job["spec"]["template"]["spec"]["containers"][0]["image"] = "pytorch/pytorch:other"
+    _resource(head, "kubernetes:core/v1:Service")["inputs"]["metadata"]["labels"]["team"] = "x"
+    assert plan_diff(base, head).splitlines()[2:] == [
+        "### Stack `dev-a100-gke`: 0 to add, 1 to change, 1 to replace, 0 to delete",
+        "",
+        "- **replace** `dev-a100-gke-gpu-training-job` (kubernetes:batch/v1:Job): "
+        "`spec.template.spec.containers[trainer].image` changed, which forces a new resource "
+        "(pulumi-kubernetes' force-new table); deletes the old one first",
+        "  - **relaunches training; resumes from the newest checkpoint in "
+        "`gs://my-ml-project-dev-a100-gke-checkpoints/checkpoints`**",
+        "  - `spec.template.spec.containers[trainer].image`: "
+        "`pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime` -> `pytorch/pytorch:other`",
+        "",
+        "- **change (may replace)** `dev-a100-gke-gpu-training-service` "
+        "(kubernetes:core/v1:Service): no replace-on-change table covers `metadata.labels.team`",
+        "  - `metadata.labels.team`: `ml` -> `x`",
+    ]
+
+
+def test_queued_tpu_verdict_comes_from_its_provider() -> None:
+    old = {
+        "project": "p",
+        "zone": "us-central2-b",
+        "queued_resource_id": "q",
+        "node_id": "n",
+        "body": {"tpu": {}},
+        "wait_timeout_s": 3600.0,
+        "__provider": "[secret]",
+    }
+    type_ = "pulumi-python:dynamic/tpu:QueuedResource"
+    new = {**old, "body": {"tpu": {"nodeSpec": []}}}
+    replace = classify(type_, old, new, ["body.tpu.nodeSpec"])
+    assert (replace.action, replace.replaces, replace.delete_first) == ("replace", ("body",), True)
+    update = classify(type_, old, {**old, "wait_timeout_s": 60.0}, ["wait_timeout_s"])
+    assert (update.action, update.replaces) == ("change", ())
+
+
+def test_a_removed_stack_shows_the_cost_and_quota_it_frees() -> None:
+    assert plan_diff(_pinned("prod-a100-gce"), []) == (
+        "## trainstack plan diff\n\n"
+        "### Stack `prod-a100-gce` (removed)\n\n"
+        "48 resources removed; frees $117.55/hour and the quota below.\n\n"
+        "| total | base | head | delta |\n|---|---|---|---|\n"
+        "| gpus | 32 | 0 | -32 |\n| machines | 4 | 0 | -4 |\n"
+        "| hourly_usd | $117.55 | $0.00 | -$117.55 |\n\n"
+        "| quota | dimensions | base | head | delta |\n|---|---|---|---|---|\n"
+        "| A2-CPUS-per-project-region | region=us-central1 | 384 | 0 | -384 |\n"
+        "| GPUS-ALL-REGIONS-per-project | global | 32 | 0 | -32 |\n"
+        "| NVIDIA-A100-GPUS-per-project-region | region=us-central1 | 32 | 0 | -32 |\n"
+    )
