@@ -90,7 +90,60 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         if world is not None:
             problem = batch_problem(trainer.global_batch_size, trainer.grad_accum_steps, world)
             errors += [problem] if problem else []
+            if target == "vertex" and parts["vertex"].hyperparameter_tuning is not None:
+                errors += _tuned_batch_problems(parts["vertex"], trainer, world)
     return errors
+
+
+_BATCH_KEYS = ("global_batch_size", "grad_accum_steps")
+
+
+def _tuned_batch_problems(vx: VertexConfig, trainer: TrainConfig, world: WorldSize) -> list[str]:
+    """Every tuned global_batch_size / grad_accum_steps value checked as the fixed one is
+    (`batch_problem`), since each trial runs with it; a range is refused because its values
+    cannot be listed and most would not split."""
+    assert vx.hyperparameter_tuning is not None
+    at = "vertex.hyperparameter_tuning.parameters"
+    tried: dict[str, list[tuple[int, str]]] = {}
+    errors: list[str] = []
+    for i, param in enumerate(vx.hyperparameter_tuning.parameters):
+        if param.parameter_id not in _BATCH_KEYS:
+            continue
+        if param.type in ("integer", "double"):
+            errors.append(
+                f"{at}[{i}].type: {_q(param.type)} searches a range of trainer."
+                f"{param.parameter_id}, whose every value must split over the world size "
+                f"{world.size} ({world.how}); valid: discrete or categorical, listing the values"
+            )
+            continue
+        for value in param.values or []:
+            number = float(value) if _is_number_text(value) else None
+            if number is None or not number.is_integer() or number < 1:
+                shown = int(value) if isinstance(value, float) and value.is_integer() else value
+                errors.append(
+                    f"{at}[{i}].values: {_q(shown)} is not a whole number >= 1; valid: whole "
+                    f"numbers for trainer.{param.parameter_id}"
+                )
+            else:
+                tried.setdefault(param.parameter_id, []).append((int(number), f"{at}[{i}].values"))
+    if not tried:
+        return errors  # no listed value: the fixed ones are checked already
+    sizes = tried.get("global_batch_size") or [(trainer.global_batch_size, "")]
+    steps = tried.get("grad_accum_steps") or [(trainer.grad_accum_steps, "")]
+    for size, size_key in sizes:
+        for accum, accum_key in steps:
+            problem = batch_problem(size, accum, world)
+            if problem:
+                errors.append(f"{size_key or accum_key}: a trial would fail: {problem}")
+    return errors
+
+
+def _is_number_text(value: float | str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return not isinstance(value, bool)
 
 
 def _world_size(parts: Mapping[str, Any], target: str, trainer: TrainConfig) -> WorldSize | None:
