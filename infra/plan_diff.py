@@ -1,9 +1,15 @@
 """`trainstack plan-diff`: two JSON plans as one Markdown pull-request comment.
 
-The comment lists, per stack, the totals and quota that change and every resource added,
-deleted or changed with the inputs that changed. It is written for review on GitHub:
+The comment lists, per stack, the totals and quota that change (with their deltas; a stack
+only one side has shows what it costs or frees) and every resource added, deleted, changed
+or replaced with the inputs that changed. Whether a change replaces comes from
+`infra.plan_replace`: the dynamic resources' own provider diff, else the replace-on-change
+tables of components/catalog/replace_on_change.py; what no table covers reads "change (may
+replace)", and a replaced training resource says what the relaunched run starts from. It is
+written for review on GitHub:
 
 - numbers print as the engine means them (`2 -> 4`, not the doubles it sends, `2.0 -> 4.0`);
+- list entries with a unique `name` (environment variables, containers) are named by it;
 - a long one-line value shows the part around where it changed, not only its start;
 - a multi-line value (a startup script, a dashboard) shows a line diff of what changed;
 - the whole comment stays under MAX_DIFF_CHARS, dropping whole change blocks with a note.
