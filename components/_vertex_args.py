@@ -17,8 +17,10 @@ from components.catalog.images import reduction_server_image
 from components.catalog.problems import int_problems, is_int, not_allowed, quote, unknown_keys
 from components.catalog.vertex import (
     ALGORITHMS,
+    DEFAULT_MEASUREMENT_SELECTION,
     GOALS,
     GRID_SEARCH_TYPES,
+    MEASUREMENT_SELECTION_TYPES,
     PARAMETER_TYPES,
     SCALE_TYPES,
     reducer_count,
@@ -35,6 +37,7 @@ TUNING_KEYS: Final = (
     "max_trial_count",
     "parallel_trial_count",
     "max_failed_trial_count",
+    "measurement_selection_type",
 )
 PARAMETER_KEYS: Final = ("parameter_id", "type", "min_value", "max_value", "values", "scale_type")
 
@@ -73,6 +76,11 @@ def hyperparameter_tuning_problems(
     algorithm = tuning.get("algorithm", "ALGORITHM_UNSPECIFIED")
     if algorithm not in ALGORITHMS:
         problems.append(not_allowed(f"{p}algorithm", algorithm, ALGORITHMS))
+    selection = tuning.get("measurement_selection_type", DEFAULT_MEASUREMENT_SELECTION)
+    if selection not in MEASUREMENT_SELECTION_TYPES:
+        problems.append(
+            not_allowed(f"{p}measurement_selection_type", selection, MEASUREMENT_SELECTION_TYPES)
+        )
     counts = {k: tuning.get(k) for k in ("max_trial_count", "parallel_trial_count")}
     for key, value in counts.items():
         problems += int_problems(f"{p}{key}", value, 1) if value is not None else []

@@ -37,7 +37,11 @@ from typing import Any, Final
 
 from components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from components.catalog.images import reduction_server_image, vertex_training_image
-from components.catalog.vertex import DEFAULT_REDUCER_MACHINE, vertex_accelerators
+from components.catalog.vertex import (
+    DEFAULT_MEASUREMENT_SELECTION,
+    DEFAULT_REDUCER_MACHINE,
+    vertex_accelerators,
+)
 from trainers.common.contract import NODE_MODULE, TORCH_MODULE
 
 REQUEST_ID_LABEL: Final = "trainstack_request_id"
@@ -270,6 +274,10 @@ def hyperparameter_tuning_job_body(
             "metrics": [{"metricId": tuning["metric_id"], "goal": tuning["goal"]}],
             "parameters": [_parameter_spec(p) for p in tuning["parameters"]],
             "algorithm": tuning.get("algorithm", "ALGORITHM_UNSPECIFIED"),
+            # Explicit: unset, Vertex judges each trial by its last measurement.
+            "measurementSelectionType": tuning.get(
+                "measurement_selection_type", DEFAULT_MEASUREMENT_SELECTION
+            ),
         },
         "maxTrialCount": tuning["max_trial_count"],
         "parallelTrialCount": tuning["parallel_trial_count"],

@@ -91,7 +91,13 @@ from components.catalog.images import (
     REDUCTION_SERVER_IMAGES,
     reduction_server_image,
 )
-from components.catalog.vertex import Algorithm, Goal, ParameterType, ScaleType
+from components.catalog.vertex import (
+    Algorithm,
+    Goal,
+    MeasurementSelectionType,
+    ParameterType,
+    ScaleType,
+)
 from components.training_dashboard.targets import DashboardScope, vertex_filters, vertex_job_id
 
 __all__ = [
@@ -169,6 +175,9 @@ class HyperparameterTuningArgs(TypedDict):
     """Default ALGORITHM_UNSPECIFIED (Vertex's Bayesian optimization)."""
     max_failed_trial_count: NotRequired[int]
     """0 (default) lets Vertex decide."""
+    measurement_selection_type: NotRequired[MeasurementSelectionType]
+    """Which of a trial's measurements is its result: BEST_MEASUREMENT (default, what
+    Google's SDK sends) or LAST_MEASUREMENT (what Vertex uses when the field is unset)."""
 
 
 class VertexTrainingJobArgs(TypedDict):

@@ -55,9 +55,11 @@ from components.catalog.tpu import (
     tpu_slice,
 )
 from components.catalog.vertex import (
+    DEFAULT_MEASUREMENT_SELECTION,
     DEFAULT_REDUCER_MACHINE,
     Algorithm,
     Goal,
+    MeasurementSelectionType,
     ParameterType,
     ScaleType,
     reducer_count,
@@ -214,6 +216,9 @@ class HyperparameterTuningConfig(_Model):
     parallel_trial_count: int = Field(ge=1)
     max_failed_trial_count: int = Field(default=0, ge=0)
     """0 lets Vertex decide."""
+    measurement_selection_type: MeasurementSelectionType = DEFAULT_MEASUREMENT_SELECTION
+    """Which measurement of a trial counts: the best (default, as Google's SDK sends) or
+    the last (Vertex's choice when unset); your code may report every epoch."""
 
 
 class VertexConfig(_Model):

@@ -204,10 +204,19 @@ def test_spot_container_and_tuning_fields() -> None:
             },
         ],
         "algorithm": "ALGORITHM_UNSPECIFIED",
+        # Google's SDK sends BEST_MEASUREMENT; unset, Vertex would use the last measurement.
+        "measurementSelectionType": "BEST_MEASUREMENT",
     }
     assert (hp["maxTrialCount"], hp["parallelTrialCount"], hp["maxFailedTrialCount"]) == (8, 2, 0)
     env = hp["trialJobSpec"]["workerPoolSpecs"][1]["pythonPackageSpec"]["env"]
     assert env == [{"name": "TRAINSTACK_HYPERTUNE_METRIC", "value": "loss"}]
+
+
+def test_tuning_takes_the_last_measurement_only_when_asked() -> None:
+    tuning = {**TUNING, "measurement_selection_type": "LAST_MEASUREMENT"}
+    body = body_for(hyperparameter_tuning=tuning, replica_count=2)
+    assert body["studySpec"]["measurementSelectionType"] == "LAST_MEASUREMENT"
+    assert validate_body("aiplatform.v1", "HyperparameterTuningJob", body) == []
 
 
 def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() -> None:
