@@ -55,7 +55,10 @@ def test_registers_package_and_job_with_exact_inputs() -> None:
     assert validate_body("aiplatform.v1", "CustomJob", body) == []
     pools = body["jobSpec"]["workerPoolSpecs"]
     obj = run.named("exp-42-trainer-sdist").inputs["name"]
-    assert pools[0]["pythonPackageSpec"]["packageUris"] == [f"gs://p-exp-42-staging/{obj}"]
+    # The setup script installs this package into the image's python3 on every replica.
+    assert {"name": "TRAINSTACK_PACKAGE_URI", "value": f"gs://p-exp-42-staging/{obj}"} in pools[0][
+        "containerSpec"
+    ]["env"]
     assert [p["replicaCount"] for p in pools] == ["1", "3", "13"]
     assert pools[2]["containerSpec"]["imageUri"].startswith("europe-docker.pkg.dev/")
     assert body["jobSpec"]["serviceAccount"] == "sa@p.iam.gserviceaccount.com"
