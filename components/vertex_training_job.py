@@ -12,8 +12,10 @@ job) that runs the bundled trainer and lives and dies with the stack.
             "machine_type": "a2-highgpu-8g",  # 8 x NVIDIA_TESLA_A100, from the machine
             "replica_count": 4,  # machines, chief included
             "reduction_server": {"replica_count": "auto"},  # 13 x n1-highcpu-16
-            "package_uri": package.uri,  # TrainerPackage
-            "python_module": "trainers.torch_ddp",  # image: the catalog's pytorch/pytorch
+            # Reduction Server needs google-reduction-server in the image: build your own.
+            "container_image_uri": "us-docker.pkg.dev/my-project/training/torch-rs:1",
+            "package_uri": package.uri,  # TrainerPackage, installed into the image at start
+            "python_module": "trainers.torch_ddp",
             "trainer_args": ["--steps=1000", "--global_batch_size=256"],
             "service_account": identity.service_account_email,
             "base_output_dir": buckets.checkpoint_url,
@@ -40,7 +42,10 @@ installs `package_uri` into the image's `python3`, then execs the launcher. The 
 tensorflow/tensorflow CUDA image, since Google's prebuilt training images are past their end
 of availability). A default image past its end of availability fails the deployment; an
 image you name that is past it gets a warning. `executor_image_uri` (a prebuilt image)
-selects pythonPackageSpec instead.
+selects pythonPackageSpec instead. Reduction Server needs NCCL >= 2.7 and Google's
+google-reduction-server package in a custom container, which the default images lack: with
+reducers a default image is an error, and an image you name gets Google's requirement as a
+warning.
 
 With `node_args` (your own code, `trainers.common.user_code.node_args`) each replica runs
 `python3 -m trainers.node <node_args>` the same way, from the code package; tuning trials'
@@ -98,6 +103,7 @@ from components.catalog.images import (
     availability_date,
     image_availability_problem,
     reduction_server_image,
+    reduction_server_image_problem,
 )
 from components.catalog.vertex import (
     Algorithm,
@@ -261,14 +267,20 @@ class VertexTrainingJobArgs(TypedDict):
     """Override the Vertex endpoint (tests point it at a local server)."""
 
 
-def _check_availability(args: Mapping[str, Any]) -> None:
-    """A default image past its end of availability is an error; one you named, a warning
-    (`TRAINSTACK_TODAY` stands in for today)."""
+def _check_image(args: Mapping[str, Any], reducers: int) -> None:
+    """A default image past its end of availability, or without what Reduction Server needs,
+    is an error; an image you named gets the same facts as a warning (`TRAINSTACK_TODAY`
+    stands in for today)."""
     image, key, default = replica_image(args)
-    problem = image_availability_problem(image, availability_date(), key, default)
-    if problem is not None and default:
-        raise ValueError(problem)
-    if problem is not None:
+    problems = [image_availability_problem(image, availability_date(), key, default)]
+    if reducers and "executor_image_uri" not in args:
+        # A default image is replaced by naming one in container_image_uri.
+        where = "container_image_uri" if default else key
+        problems.append(reduction_server_image_problem(image, where, default))
+    found = [p for p in problems if p is not None]
+    if found and default:
+        raise ValueError("\n".join(found))
+    for problem in found:
         pulumi.log.warn(problem)
 
 
@@ -290,7 +302,7 @@ class VertexTrainingJob(pulumi.ComponentResource):
         self, name: str, args: VertexTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         reducers = validate_args(args)
-        _check_availability(args)
+        _check_image(args, reducers)
         # Validates plain labels now (Outputs when they resolve) and merges trainstack's.
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)

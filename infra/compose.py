@@ -19,6 +19,7 @@ from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingAr
 from components.catalog.images import (
     availability_date,
     image_availability_problem,
+    reduction_server_image_problem,
     vertex_training_image,
 )
 from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
@@ -123,14 +124,16 @@ def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
 
 def vertex_image_problems(cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
     """(errors, warnings) about the image the Vertex replicas run on `today`: a default past
-    its end of availability is an error, an image you named past it a warning."""
+    its end of availability, or without what Reduction Server needs, is an error; an image
+    you named gets the same facts as warnings."""
     if cfg.target != "vertex" or cfg.vertex is None:
         return [], []
     image, key, default = vertex_image(cfg)
-    problem = image_availability_problem(image, today, key, default)
-    if problem is None:
-        return [], []
-    return ([problem], []) if default else ([], [problem])
+    problems = [image_availability_problem(image, today, key, default)]
+    if cfg.vertex.reducer_count():
+        problems.append(reduction_server_image_problem(image, key, default, "vertex."))
+    found = [p for p in problems if p is not None]
+    return (found, []) if default else ([], found)
 
 
 def secret_names(cfg: StackConfig) -> list[str]:

@@ -151,6 +151,9 @@ class VertexTrainingImage:
     end_of_availability: date | None
     """When the image stops being served; None where the registry publishes no date."""
     end_of_availability_source: str
+    reduction_server: bool = False
+    """Whether the image has what Reduction Server needs in a custom container
+    (`REDUCTION_SERVER_CONTAINER_NEEDS`)."""
 
 
 VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
@@ -257,6 +260,41 @@ def image_availability_problem(
 
 
 REDUCTION_SERVER_IMAGES_SOURCE: Final = f"{FACT_SHEET} section 4"
+REDUCTION_SERVER_CONTAINER_NEEDS: Final = (
+    "NCCL >= 2.7 and Google's google-reduction-server package (apt repository "
+    "'deb https://packages.cloud.google.com/apt google-fast-socket main')"
+)
+REDUCTION_SERVER_CONTAINER_SOURCE: Final = (
+    "https://cloud.google.com/vertex-ai/docs/training/distributed-training#reduction-server "
+    "(prerequisites: the chief and worker containers must be a prebuilt TensorFlow >= 2.3 or "
+    "PyTorch >= 1.4 training container, or a custom container with NCCL 2.7 or later and "
+    "the google-reduction-server package; fact sheet section 4). Neither official Docker "
+    "Hub image installs the package (pytorch/pytorch Dockerfile, stage official: apt "
+    "ca-certificates, libjpeg-dev, libpng-dev; tensorflow/build gpu.Dockerfile: CUDA "
+    "packages), and Google's prebuilt images are past their end of availability"
+)
+
+
+def reduction_server_image_problem(image: str, key: str, default: bool, prefix: str = "") -> str:
+    """What Reduction Server needs of the image the workers run: an error line for a
+    default image (trainstack's images lack it), a note for an image you name (trainstack
+    cannot look inside it). `key` picks the image; `prefix` is the job's key prefix."""
+    if default:
+        return (
+            f"{prefix}reduction_server.enabled: true needs, in a custom container, "
+            f"{REDUCTION_SERVER_CONTAINER_NEEDS}, which the default image {image!r} does not "
+            f"have (Google: {REDUCTION_SERVER_CONTAINER_SOURCE.split(' (')[0]}); valid: false, "
+            f"or {key} naming an image built with them"
+        )
+    return (
+        f"{prefix}reduction_server: Google requires the workers' custom container to have "
+        f"{REDUCTION_SERVER_CONTAINER_NEEDS} "
+        f"({REDUCTION_SERVER_CONTAINER_SOURCE.split(' (')[0]}); trainstack cannot check "
+        f"{key} {image!r}: without them NCCL all-reduces among the workers and the reducers "
+        "are billed unused"
+    )
+
+
 REDUCTION_SERVER_IMAGES: Final[dict[str, str]] = {
     "us": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest",
     "europe": "europe-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest",

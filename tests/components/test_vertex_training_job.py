@@ -20,6 +20,8 @@ ARGS: dict[str, Any] = {
     "accelerator_count": 8,
     "replica_count": 4,
     "reduction_server": {"replica_count": "auto"},
+    # Reduction Server needs google-reduction-server in the image: yours, not the default.
+    "container_image_uri": "europe-docker.pkg.dev/p/training/torch-rs:1",
     "trainer_args": ["--steps=1000"],
     "service_account": "sa@p.iam.gserviceaccount.com",
     "base_output_dir": "gs://p-exp-42-checkpoints",
