@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from components import catalog
-from components._pod_setup import POD_SCRIPT
 from components._discovery import validate_body
+from components._pod_setup import POD_SCRIPT
 from components.vertex_training_job import (
     DEFAULT_EXECUTOR_IMAGE,
     REQUEST_ID_LABEL,
