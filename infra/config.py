@@ -237,7 +237,8 @@ class VertexConfig(_Model):
     """Vertex location; defaults to gcp:region."""
     service_account: str | None = None
     image_uri: str | None = None
-    """Training container; None lets the job component pick its prebuilt image."""
+    """The image the bundled trainer runs in (the trainer package is installed into its
+    python3 at start); None: the framework's image (`components.catalog.images`)."""
     timeout_s: int | None = Field(default=None, gt=0)
     """Job timeout; None keeps Vertex's default (7 days)."""
     hyperparameter_tuning: HyperparameterTuningConfig | None = None

@@ -195,9 +195,10 @@ def plan_date() -> date:
 
 
 def image_problems(cfg: StackConfig, today: date) -> list[str]:
-    """The image the Vertex replicas run (`infra.compose.vertex_image`) when you named it
-    and it is past its end of availability on `today`: a note. A default image past it is
-    an error (`infra.compose.vertex_image_problems`), raised by `build_plan`."""
+    """Notes about the image the Vertex replicas run (`infra.compose.vertex_image`) when you
+    named it: past its end of availability on `today`, or what Reduction Server needs in it.
+    For a default image the same facts are errors (`infra.compose.vertex_image_problems`),
+    raised here as the invalid config they are."""
     errors, warnings = vertex_image_problems(cfg, today)
     if errors:
         raise ConfigError(errors)
