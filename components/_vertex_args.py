@@ -17,8 +17,10 @@ from components.catalog.images import reduction_server_image
 from components.catalog.problems import int_problems, is_int, not_allowed, quote, unknown_keys
 from components.catalog.vertex import (
     ALGORITHMS,
+    DEFAULT_MEASUREMENT_SELECTION,
     GOALS,
     GRID_SEARCH_TYPES,
+    MEASUREMENT_SELECTION_TYPES,
     PARAMETER_TYPES,
     SCALE_TYPES,
     reducer_count,
@@ -35,6 +37,7 @@ TUNING_KEYS: Final = (
     "max_trial_count",
     "parallel_trial_count",
     "max_failed_trial_count",
+    "measurement_selection_type",
 )
 PARAMETER_KEYS: Final = ("parameter_id", "type", "min_value", "max_value", "values", "scale_type")
 
@@ -73,6 +76,11 @@ def hyperparameter_tuning_problems(
     algorithm = tuning.get("algorithm", "ALGORITHM_UNSPECIFIED")
     if algorithm not in ALGORITHMS:
         problems.append(not_allowed(f"{p}algorithm", algorithm, ALGORITHMS))
+    selection = tuning.get("measurement_selection_type", DEFAULT_MEASUREMENT_SELECTION)
+    if selection not in MEASUREMENT_SELECTION_TYPES:
+        problems.append(
+            not_allowed(f"{p}measurement_selection_type", selection, MEASUREMENT_SELECTION_TYPES)
+        )
     counts = {k: tuning.get(k) for k in ("max_trial_count", "parallel_trial_count")}
     for key, value in counts.items():
         problems += int_problems(f"{p}{key}", value, 1) if value is not None else []
@@ -238,22 +246,34 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
         except ValueError as exc:
             problems.append(f"{p}{exc}")
     has_container = args.get("container_image_uri") is not None
+    has_executor = args.get("executor_image_uri") is not None
     if own_code and not has_package:
-        # Your code always comes in the code package: on the prebuilt executor, or installed
-        # into your image (container_image_uri) when the replica starts.
+        # Your code always comes in the code package: installed into the image when the
+        # replica starts (or on a prebuilt executor_image_uri).
         problems.append(
             f"{p}package_uri: required with node_args (your code's package); valid: the "
             "TrainerPackage's uri"
         )
-    elif not own_code and has_package == has_container:
+    elif not own_code and not has_package and not has_container:
         problems.append(
-            f"{p}package_uri: give exactly one of package_uri (with executor_image_uri) or "
-            "container_image_uri"
+            f"{p}package_uri: required (the trainer package, installed into the image at "
+            "start); valid: the TrainerPackage's uri, or container_image_uri with the "
+            "trainers installed"
         )
-    if has_container and (args.get("executor_image_uri") or args.get("python_module")):
+    if has_container and has_executor:
         problems.append(
-            f"{p}container_image_uri: executor_image_uri and python_module apply only to "
-            "package_uri"
+            f"{p}container_image_uri: executor_image_uri names a prebuilt image for "
+            "pythonPackageSpec; valid: one of container_image_uri or executor_image_uri"
+        )
+    if has_executor and not has_package:
+        problems.append(
+            f"{p}executor_image_uri: runs package_uri, which is missing; valid: the "
+            "TrainerPackage's uri as package_uri"
+        )
+    if has_container and not has_package and args.get("python_module"):
+        problems.append(
+            f"{p}python_module: applies to package_uri, which is missing; valid: "
+            "container_command to start the trainers in your image"
         )
     if own_code:
         problems += [

@@ -10,22 +10,24 @@ Worker pools follow Vertex's fixed order: 0 chief (1 replica), 1 workers
 (`replica_count - 1`, `{}` when there are none but a later pool is used), 2 reduction
 servers, 3 evaluators (unused).
 
-A prebuilt image runs `python -m <pythonModule> <args>` once per replica, so the package
-path runs the node launcher (`pythonModule: trainers.node`, `args: [<trainer module>,
-<trainer args>...]`), which starts one process per GPU of the replica
-(`trainers.node`). The executor image is the trainer framework's
-(`components.catalog.images.VERTEX_TRAINING_IMAGES`) unless one is given.
+Every chief and worker runs the node launcher (`python3 -m trainers.node <trainer module>
+<trainer args>...`), which starts one process per GPU of the replica. With a `package_uri`
+it runs as a custom container: `containerSpec {imageUri, command: <the pod setup script>,
+args: [python3, -m, trainers.node, ...], env: TRAINSTACK_PACKAGE_URI}`, the script every GKE
+pod runs (`components._pod_setup`), which downloads the package with the replica's service
+account and installs it into the image's Python before it execs the args. The image is
+`container_image_uri`, else the trainer framework's
+(`components.catalog.images.VERTEX_TRAINING_IMAGES`: Google's prebuilt training images are
+all past their end of availability). A prebuilt image given as `executor_image_uri` runs the
+same launcher through `pythonPackageSpec {pythonModule: trainers.node, args}`; a
+`container_image_uri` without a package must hold the trainers itself.
 
 Your own code (`node_args`, the `python -m trainers.node` arguments of
 `trainers.common.user_code.node_args`) runs the same launcher with those arguments instead
-of a trainer module: `pythonPackageSpec {pythonModule: trainers.node, args: node_args}` with
-the code package, or in your image `containerSpec {command: <the pod setup script>, args:
-[python3, -m, trainers.node, node_args...], env: TRAINSTACK_PACKAGE_URI}`: the script that
-every GKE pod runs (`components._pod_setup`) downloads the code package with the replica's
-service account and installs it into the image's Python before it execs the args, so the
-image needs nothing from trainstack and a new `trainer.source` is a new job. Either way a
-tuning trial's `--<parameter_id>=<value>` args, which Vertex appends to `args`, land after
-the code's own argv (`-- ARGV`), so the code receives them as Vertex's own samples do.
+of a trainer module, from the code package, so the image needs nothing from trainstack and a
+new `trainer.source` is a new job. A tuning trial's `--<parameter_id>=<value>` args, which
+Vertex appends to `args`, land after the code's own argv (`-- ARGV`), so the code receives
+them as Vertex's own samples do.
 """
 
 from __future__ import annotations
@@ -37,8 +39,12 @@ from typing import Any, Final
 
 from components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from components.catalog.images import reduction_server_image, vertex_training_image
-from components.catalog.vertex import DEFAULT_REDUCER_MACHINE, vertex_accelerators
-from trainers.common.contract import NODE_MODULE, TORCH_MODULE
+from components.catalog.vertex import (
+    DEFAULT_MEASUREMENT_SELECTION,
+    DEFAULT_REDUCER_MACHINE,
+    vertex_accelerators,
+)
+from trainers.common.contract import NODE_MODULE, TF_MODULE, TORCH_MODULE
 
 REQUEST_ID_LABEL: Final = "trainstack_request_id"
 """Label whose value is a hash of the rest of the body (see `_vertex_provider`)."""
@@ -49,6 +55,9 @@ REDUCTION_SERVER_BUCKET_CAP_MB: Final = 64
 REDUCTION_SERVER_ENV: Final[dict[str, str]] = {"NCCL_DEBUG": "INFO"}
 """The one NCCL variable Google's Reduction Server sample sets: its log shows whether the
 reduction-server NCCL plugin loaded, the only way to tell Reduction Server is in use."""
+TF_KERAS_ENV: Final = "TRAINSTACK_TF_KERAS"
+"""1: the setup script (`components/kubernetes_pod.sh`) installs tf-keras at the image's
+TensorFlow minor, --no-deps, so the TF trainer's tf.keras is Keras 2 on any TF image."""
 HYPERTUNE_METRIC_ENV: Final = "TRAINSTACK_HYPERTUNE_METRIC"
 """Env var carrying the study's metric id to the trainer, which reports it with
 `cloudml-hypertune` (`hyperparameter_metric_tag`). An env var rather than a flag: the
@@ -87,32 +96,48 @@ def _task(
     module = python_module or DEFAULT_PYTHON_MODULE
     launch = list(node_args) if node_args is not None else [module, *args]
     env = dict(env)
-    if container_image_uri is not None:
-        task: dict[str, Any] = {"imageUri": container_image_uri}
-        if node_args is not None:
-            # Your code in your image: install the code package first, as a GKE pod does.
-            task["command"] = pod_command()
-            task["args"] = [POD_PYTHON, "-m", NODE_MODULE, *launch]
-            if package_uri is None:
-                raise ValueError("package_uri: required to run your own code in an image")
-            env[PACKAGE_URI_ENV] = package_uri
-        else:
-            if container_command:
-                task["command"] = list(container_command)
-            task["args"] = args
-        key = "containerSpec"
-    else:
-        task = {
-            "executorImageUri": executor_image_uri or vertex_training_image(module).uri,
+    if executor_image_uri is not None:
+        # A prebuilt training image runs `python -m <pythonModule>` from the package.
+        task: dict[str, Any] = {
+            "executorImageUri": executor_image_uri,
             "packageUris": [package_uri],
             # One launcher per replica; it starts one trainer process per GPU.
             "pythonModule": NODE_MODULE,
             "args": launch,
         }
         key = "pythonPackageSpec"
+    elif package_uri is not None:
+        # The package goes into the image's python3 at start, as in a GKE pod: the bundled
+        # trainers on their framework's image (or yours), your code on yours.
+        task = {
+            "imageUri": container_image_uri or vertex_training_image(module).uri,
+            "command": pod_command(),
+            "args": [POD_PYTHON, "-m", NODE_MODULE, *launch],
+        }
+        env[PACKAGE_URI_ENV] = package_uri
+        if node_args is None and module == TF_MODULE:
+            env[TF_KERAS_ENV] = "1"
+        key = "containerSpec"
+    else:
+        # Your image with the trainers already installed.
+        task = {"imageUri": container_image_uri}
+        if container_command:
+            task["command"] = list(container_command)
+        task["args"] = args
+        key = "containerSpec"
     if env:
         task["env"] = _env(env)
     return key, task
+
+
+def replica_image(args: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """The image the chief and workers of validated component args run, the argument that
+    picks it, and whether it is the trainer module's default (no image given)."""
+    for key in ("executor_image_uri", "container_image_uri"):
+        if args.get(key):
+            return str(args[key]), key, False
+    module = args.get("python_module") or DEFAULT_PYTHON_MODULE
+    return vertex_training_image(module).uri, "python_module", True
 
 
 def custom_job_spec(
@@ -270,6 +295,10 @@ def hyperparameter_tuning_job_body(
             "metrics": [{"metricId": tuning["metric_id"], "goal": tuning["goal"]}],
             "parameters": [_parameter_spec(p) for p in tuning["parameters"]],
             "algorithm": tuning.get("algorithm", "ALGORITHM_UNSPECIFIED"),
+            # Explicit: unset, Vertex judges each trial by its last measurement.
+            "measurementSelectionType": tuning.get(
+                "measurement_selection_type", DEFAULT_MEASUREMENT_SELECTION
+            ),
         },
         "maxTrialCount": tuning["max_trial_count"],
         "parallelTrialCount": tuning["parallel_trial_count"],

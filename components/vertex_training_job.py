@@ -12,8 +12,10 @@ job) that runs the bundled trainer and lives and dies with the stack.
             "machine_type": "a2-highgpu-8g",  # 8 x NVIDIA_TESLA_A100, from the machine
             "replica_count": 4,  # machines, chief included
             "reduction_server": {"replica_count": "auto"},  # 13 x n1-highcpu-16
-            "package_uri": package.uri,  # TrainerPackage
-            "python_module": "trainers.torch_ddp",  # image: pytorch-gpu.2-4 (the catalog's)
+            # Reduction Server needs google-reduction-server in the image: build your own.
+            "container_image_uri": "us-docker.pkg.dev/my-project/training/torch-rs:1",
+            "package_uri": package.uri,  # TrainerPackage, installed into the image at start
+            "python_module": "trainers.torch_ddp",
             "trainer_args": ["--steps=1000", "--global_batch_size=256"],
             "service_account": identity.service_account_email,
             "base_output_dir": buckets.checkpoint_url,
@@ -30,16 +32,24 @@ replaces the job: Vertex jobs are immutable. A replacement cancels and deletes t
 before it submits the new one (delete-before-replace): both at once would need twice the
 quota and would write to one checkpoint folder.
 
-With `node_args` (your own code, `trainers.common.user_code.node_args`) each replica runs
-`python -m trainers.node <node_args>` instead: from the code package on the prebuilt image
-given as `executor_image_uri`, or in your `container_image_uri`; tuning trials' values
-arrive after your code's argv as `--<parameter_id>=<value>`.
-
-Each chief/worker replica runs the node launcher (`python -m trainers.node <python_module>
+Each chief/worker replica runs the node launcher (`python3 -m trainers.node <python_module>
 <trainer_args>`), which starts torchrun with one process per GPU for the torch trainer (world
-size = replicas x GPUs per machine) and the TensorFlow trainer once per replica. The
-executor image is the trainer framework's prebuilt image
-(`components.catalog.images.VERTEX_TRAINING_IMAGES`: pytorch-gpu.2-4 or tf-gpu.2-17).
+size = replicas x GPUs per machine) and the TensorFlow trainer once per replica. It runs as
+a custom container whose command is the pod setup script (`components._pod_setup`): it
+installs `package_uri` into the image's `python3`, then execs the launcher. The image is
+`container_image_uri`, else the trainer framework's
+(`components.catalog.images.VERTEX_TRAINING_IMAGES`: the official pytorch/pytorch or
+tensorflow/tensorflow CUDA image, since Google's prebuilt training images are past their end
+of availability). A default image past its end of availability fails the deployment; an
+image you name that is past it gets a warning. `executor_image_uri` (a prebuilt image)
+selects pythonPackageSpec instead. Reduction Server needs NCCL >= 2.7 and Google's
+google-reduction-server package in a custom container, which the default images lack: with
+reducers a default image is an error, and an image you name gets Google's requirement as a
+warning.
+
+With `node_args` (your own code, `trainers.common.user_code.node_args`) each replica runs
+`python3 -m trainers.node <node_args>` the same way, from the code package; tuning trials'
+values arrive after your code's argv as `--<parameter_id>=<value>`.
 
 Worker pools follow Vertex's fixed order: 0 chief (1 replica), 1 workers
 (`replica_count - 1`, `{}` when there are none but a later pool is used), 2 reduction
@@ -76,6 +86,7 @@ from components._vertex_body import (
     custom_job_spec,
     hyperparameter_tuning_job_body,
     job_body,
+    replica_image,
     request_id,
     trainer_args_for,
 )
@@ -89,9 +100,18 @@ from components.catalog.images import (
     DEFAULT_EXECUTOR_IMAGE,
     PYTORCH_GPU_IMAGES,
     REDUCTION_SERVER_IMAGES,
+    availability_date,
+    image_availability_problem,
     reduction_server_image,
+    reduction_server_image_problem,
 )
-from components.catalog.vertex import Algorithm, Goal, ParameterType, ScaleType
+from components.catalog.vertex import (
+    Algorithm,
+    Goal,
+    MeasurementSelectionType,
+    ParameterType,
+    ScaleType,
+)
 from components.training_dashboard.targets import DashboardScope, vertex_filters, vertex_job_id
 
 __all__ = [
@@ -169,6 +189,9 @@ class HyperparameterTuningArgs(TypedDict):
     """Default ALGORITHM_UNSPECIFIED (Vertex's Bayesian optimization)."""
     max_failed_trial_count: NotRequired[int]
     """0 (default) lets Vertex decide."""
+    measurement_selection_type: NotRequired[MeasurementSelectionType]
+    """Which of a trial's measurements is its result: BEST_MEASUREMENT (default, what
+    Google's SDK sends) or LAST_MEASUREMENT (what Vertex uses when the field is unset)."""
 
 
 class VertexTrainingJobArgs(TypedDict):
@@ -195,8 +218,8 @@ class VertexTrainingJobArgs(TypedDict):
     """gs:// URI of the trainer sdist (`TrainerPackage.uri`); selects pythonPackageSpec, or
     with `node_args` and `container_image_uri`, the package installed into that image."""
     executor_image_uri: NotRequired[str]
-    """Prebuilt training image for pythonPackageSpec (default: the python_module's framework
-    image, `components.catalog.images.vertex_training_image`)."""
+    """A Vertex prebuilt training image: runs package_uri through pythonPackageSpec instead
+    of the container path (Google's are all past their end of availability today)."""
     python_module: NotRequired[str]
     """Trainer module the node launcher runs on each replica (default `trainers.torch_ddp`);
     the pythonModule itself is always `trainers.node`, from the package."""
@@ -210,7 +233,10 @@ class VertexTrainingJobArgs(TypedDict):
     runs `python3 -m trainers.node <node_args>`. Excludes python_module and trainer_args;
     tuning parameters may then be any flag of your code."""
     container_image_uri: NotRequired[str]
-    """Users' own image instead of the package: selects containerSpec."""
+    """The image the replicas run (containerSpec); default: the python_module's framework
+    image (`components.catalog.images.vertex_training_image`). With package_uri the pod
+    setup script installs the package into its `python3` first; without, the image must
+    hold the trainers and `container_command` starts them."""
     container_command: NotRequired[list[str]]
     """containerSpec command (default: the image's entrypoint). For one process per GPU with
     trainstack's trainers installed in the image: `["python", "-m", "trainers.node",
@@ -241,6 +267,23 @@ class VertexTrainingJobArgs(TypedDict):
     """Override the Vertex endpoint (tests point it at a local server)."""
 
 
+def _check_image(args: Mapping[str, Any], reducers: int) -> None:
+    """A default image past its end of availability, or without what Reduction Server needs,
+    is an error; an image you named gets the same facts as a warning (`TRAINSTACK_TODAY`
+    stands in for today)."""
+    image, key, default = replica_image(args)
+    problems = [image_availability_problem(image, availability_date(), key, default)]
+    if reducers and "executor_image_uri" not in args:
+        # A default image is replaced by naming one in container_image_uri.
+        where = "container_image_uri" if default else key
+        problems.append(reduction_server_image_problem(image, where, default))
+    found = [p for p in problems if p is not None]
+    if found and default:
+        raise ValueError("\n".join(found))
+    for problem in found:
+        pulumi.log.warn(problem)
+
+
 class VertexTrainingJob(pulumi.ComponentResource):
     """A Vertex AI customJob or hyperparameterTuningJob running the trainer."""
 
@@ -259,6 +302,7 @@ class VertexTrainingJob(pulumi.ComponentResource):
         self, name: str, args: VertexTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         reducers = validate_args(args)
+        _check_image(args, reducers)
         # Validates plain labels now (Outputs when they resolve) and merges trainstack's.
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)

@@ -25,6 +25,12 @@ from components.catalog.gpus import (
     ACCELERATOR_NAMES_SOURCE,
     GpuModel,
 )
+from components.catalog.images import (
+    PREBUILT_IMAGES_VERIFIED,
+    TF_IMAGE_SOURCE,
+    TORCH_IMAGE_SOURCE,
+    VERTEX_IMAGE_END_OF_AVAILABILITY_SOURCE,
+)
 from components.catalog.machines import (
     MACHINES_AS_OF,
     MACHINES_SOURCE,
@@ -69,6 +75,9 @@ __all__ = [
 ]
 
 TpuTier = Literal["on-demand", "spot", "reserved"]
+
+VERTEX_IMAGES_AS_OF: Final = "2026-11-26"
+"""When the Vertex image tables (`components.catalog.images`) were last checked."""
 
 # --------------------------------------------------------------------------------------
 # Quotas
@@ -396,6 +405,14 @@ TABLES: Final = (
                  True),
     CatalogTable("A100_ZONES", A100_ZONES_SOURCE, A100_ZONES_AS_OF, A100_ZONES_VERIFIED,
                  ("volatile",)),
+    CatalogTable("VERTEX_TRAINING_IMAGES", f"{TORCH_IMAGE_SOURCE}; {TF_IMAGE_SOURCE}",
+                 VERTEX_IMAGES_AS_OF, False,
+                 ("Docker Hub tags seen in public Dockerfiles",
+                  "Python and CUDA from the frameworks' Dockerfiles, not the tags",
+                  "Docker Hub publishes no end of availability")),
+    CatalogTable("VERTEX_IMAGE_END_OF_AVAILABILITY", VERTEX_IMAGE_END_OF_AVAILABILITY_SOURCE,
+                 VERTEX_IMAGES_AS_OF, PREBUILT_IMAGES_VERIFIED,
+                 ("every Google prebuilt GPU training image is past its date",)),
     CatalogTable("quotas", QUOTAS_SOURCE, QUOTAS_AS_OF, False,
                  ("compute A100 and Vertex on-demand A100 ids verified",
                   "Vertex Spot and CPU, TPU and A2 CPU ids unverified")),

@@ -10,12 +10,18 @@ inputs, so a no-op `pulumi up` stays a no-op.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import date
 from typing import Any, cast
 
 import pulumi
 
 from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
-from components.catalog.images import vertex_training_image
+from components.catalog.images import (
+    availability_date,
+    image_availability_problem,
+    reduction_server_image_problem,
+    vertex_training_image,
+)
 from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
@@ -33,7 +39,6 @@ from infra.local_paths import run_name
 from trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     DATA_DIR_ENV,
-    NODE_MODULE,
     OUTPUT_DIR_ENV,
     RUN_NAME_ENV,
     TF_MODULE,
@@ -95,15 +100,15 @@ OUTPUT_NODE_ARGS = "node_args"
 SECRET_SERVICE = "secretmanager.googleapis.com"
 """Enabled when your code reads `trainer.secret_env` secrets on the node."""
 USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node": TF_MODULE}
-"""Launcher -> the bundled module whose prebuilt Vertex image runs your code from the code
-package: PyTorch's for torchrun, TensorFlow's (TF_CONFIG code) for node."""
+"""Launcher -> the bundled module whose Vertex image runs your code when you name none:
+PyTorch's for torchrun, TensorFlow's (TF_CONFIG code) for node."""
 
 
 def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
     """The image every Vertex replica runs, the key that picks it, and whether that is the
-    prebuilt default: your `trainer.image`, else `vertex.image_uri`, else the prebuilt image
-    of the trainer's framework (for your code: of its launcher, `USER_CODE_VERTEX_MODULES`).
-    One answer for the job, the plan's "runs on" row and the end-of-availability note."""
+    default: your `trainer.image`, else `vertex.image_uri`, else the image of the trainer's
+    framework (for your code: of its launcher, `USER_CODE_VERTEX_MODULES`). One answer for
+    the job, the plan's "runs on" row and the end-of-availability check."""
     assert cfg.vertex is not None
     code = cfg.trainer.user_code
     if code is not None and code.image:
@@ -115,6 +120,20 @@ def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
     else:
         module = TRAINER_MODULES[cfg.trainer.framework]
     return vertex_training_image(module).uri, "vertex.image_uri", True
+
+
+def vertex_image_problems(cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about the image the Vertex replicas run on `today`: a default past
+    its end of availability, or without what Reduction Server needs, is an error; an image
+    you named gets the same facts as warnings."""
+    if cfg.target != "vertex" or cfg.vertex is None:
+        return [], []
+    image, key, default = vertex_image(cfg)
+    problems = [image_availability_problem(image, today, key, default)]
+    if cfg.vertex.reducer_count():
+        problems.append(reduction_server_image_problem(image, key, default, "vertex."))
+    found = [p for p in problems if p is not None]
+    return (found, []) if default else ([], found)
 
 
 def secret_names(cfg: StackConfig) -> list[str]:
@@ -313,9 +332,10 @@ def user_code_node_args(
 
 
 def package_requirements(cfg: StackConfig) -> list[str]:
-    """What the trainer package must add to the image it is installed on: on Vertex's
-    prebuilt image, what that image lacks (tf-keras at the image's TensorFlow minor)."""
-    if cfg.target == "vertex" and cfg.vertex is not None and not cfg.vertex.image_uri:
+    """What the trainer package must add to the image it is installed on: on Vertex, what
+    the torch trainer imports there that a CUDA image lacks (tensorboard, for
+    AIP_TENSORBOARD_LOG_DIR); the TF trainer's tf-keras comes from the setup script."""
+    if cfg.target == "vertex" and cfg.vertex is not None:
         return list(vertex_training_image(TRAINER_MODULES[cfg.trainer.framework]).requirements)
     return []
 
@@ -349,29 +369,23 @@ def _vertex(
     timeout_s = vertex_timeout_s(vx, cfg.limits.max_run_seconds)
     if timeout_s is not None:
         args["timeout_s"] = timeout_s
+    errors, _ = vertex_image_problems(cfg, availability_date())
+    if errors:
+        # The program refuses what the plan refuses: `pulumi preview` fails here.
+        raise ValueError("\n".join(errors))
+    image, _, default = vertex_image(cfg)
+    # Every replica runs the pod setup script, which installs the package into the image's
+    # python3 and then runs the node launcher (components._vertex_body).
+    args["package_uri"] = package.uri
     code = cfg.trainer.user_code
     if code is not None and node_args is not None:
-        # Your code runs under the node launcher on every replica, from the code package: on
-        # the launcher's prebuilt image, or installed into your image at the replica's start.
         args["node_args"] = node_args
-        args["package_uri"] = package.uri
-        image, _, prebuilt = vertex_image(cfg)
-        args["executor_image_uri" if prebuilt else "container_image_uri"] = image
-    elif vx.image_uri:
-        # The user's own image (with the trainers installed) runs the node launcher, which
-        # starts one trainer process per GPU of the replica.
-        args["container_image_uri"] = vx.image_uri
-        args["container_command"] = [
-            "python",
-            "-m",
-            NODE_MODULE,
-            TRAINER_MODULES[cfg.trainer.framework],
-        ]
-        args["trainer_args"] = trainer_args(cfg)
+        args["container_image_uri"] = image
     else:
-        args["package_uri"] = package.uri
         args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
         args["trainer_args"] = trainer_args(cfg)
+        if not default:
+            args["container_image_uri"] = image
     job = VertexTrainingJob(f"{deployment}-job", args, opts=after_apis)
     outputs = {
         OUTPUT_JOB_NAME: job.job_name,

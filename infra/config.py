@@ -55,9 +55,11 @@ from components.catalog.tpu import (
     tpu_slice,
 )
 from components.catalog.vertex import (
+    DEFAULT_MEASUREMENT_SELECTION,
     DEFAULT_REDUCER_MACHINE,
     Algorithm,
     Goal,
+    MeasurementSelectionType,
     ParameterType,
     ScaleType,
     reducer_count,
@@ -214,6 +216,9 @@ class HyperparameterTuningConfig(_Model):
     parallel_trial_count: int = Field(ge=1)
     max_failed_trial_count: int = Field(default=0, ge=0)
     """0 lets Vertex decide."""
+    measurement_selection_type: MeasurementSelectionType = DEFAULT_MEASUREMENT_SELECTION
+    """Which measurement of a trial counts: the best (default, as Google's SDK sends) or
+    the last (Vertex's choice when unset); your code may report every epoch."""
 
 
 class VertexConfig(_Model):
@@ -232,7 +237,8 @@ class VertexConfig(_Model):
     """Vertex location; defaults to gcp:region."""
     service_account: str | None = None
     image_uri: str | None = None
-    """Training container; None lets the job component pick its prebuilt image."""
+    """The image the bundled trainer runs in (the trainer package is installed into its
+    python3 at start); None: the framework's image (`components.catalog.images`)."""
     timeout_s: int | None = Field(default=None, gt=0)
     """Job timeout; None keeps Vertex's default (7 days)."""
     hyperparameter_tuning: HyperparameterTuningConfig | None = None

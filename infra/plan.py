@@ -24,9 +24,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from components.catalog.images import image_availability_problem
+from components.catalog.images import TODAY_ENV
 from infra.code_plan import code_rows, code_summary
-from infra.compose import main_program, vertex_image
+from infra.compose import main_program, vertex_image_problems
 from infra.config import ConfigError, StackConfig, load_stack_config
 from infra.estimate import limits_plan, quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
@@ -181,11 +181,6 @@ def unverified_quota_note(needs: Iterable[Mapping[str, Any]]) -> str | None:
     )
 
 
-TODAY_ENV = "TRAINSTACK_TODAY"
-"""An ISO date that stands in for today in the image end-of-availability check (tests; a
-plan reviewed for a future deployment date)."""
-
-
 def plan_date() -> date:
     """The date the plan is checked for: `TRAINSTACK_TODAY` when set, else today."""
     given = os.environ.get(TODAY_ENV)
@@ -200,22 +195,22 @@ def plan_date() -> date:
 
 
 def image_problems(cfg: StackConfig, today: date) -> list[str]:
-    """The image the Vertex replicas run (`infra.compose.vertex_image`) when it is past its
-    end of availability on `today` (`components.catalog.images.image_availability_problem`)."""
-    if cfg.target != "vertex" or cfg.vertex is None:
-        return []
-    image, key, default = vertex_image(cfg)
-    problem = image_availability_problem(image, today, key, default)
-    return [problem] if problem else []
+    """Notes about the image the Vertex replicas run (`infra.compose.vertex_image`) when you
+    named it: past its end of availability on `today`, or what Reduction Server needs in it.
+    For a default image the same facts are errors (`infra.compose.vertex_image_problems`),
+    raised here as the invalid config they are."""
+    errors, warnings = vertex_image_problems(cfg, today)
+    if errors:
+        raise ConfigError(errors)
+    return warnings
 
 
 def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None) -> dict[str, Any]:
     """Run the stack program offline and return the JSON plan (ARCHITECTURE.md shape).
 
     Raises `infra.config.ConfigError` before anything is registered when the config is
-    invalid. A Vertex image past Google's end of availability on `today` (`plan_date()` when
-    None) is a note, not an error: the date comes from a copy of Google's page that may be
-    stale, and the reviewer decides.
+    invalid, also when a Vertex stack's default image is past its end of availability on
+    `today` (`plan_date()` when None); an image the stack names that is past it is a note.
     """
     cfg = load_stack_config(config)
     expired = image_problems(cfg, plan_date() if today is None else today)

@@ -5,27 +5,32 @@ reviewed place, rather than defaulted silently inside the components that use th
 
 | pin                      | used by                                  | verified |
 |--------------------------|------------------------------------------|----------|
-| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (pythonPackageSpec image by trainer module), TrainerPackage (what the image lacks) | no: past end of availability, no current image found |
-| `PYTORCH_GPU_IMAGES`     | VertexTrainingJob (pythonPackageSpec)    | 2.4 yes, older no |
-| `TF_GPU_IMAGES`          | VertexTrainingJob (pythonPackageSpec)    | yes      |
-| `VERTEX_IMAGE_END_OF_AVAILABILITY` | `trainstack plan` (refuses an image past its date) | yes (stored page) |
+| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (containerSpec image by trainer module: the framework's own CUDA image from Docker Hub, the package installed at start) | tags: public code; Python/CUDA: the frameworks' Dockerfiles |
+| `PYTORCH_GPU_IMAGES`     | checks of images you name (Google's prebuilt PyTorch training images) | yes (stored page) |
+| `TF_GPU_IMAGES`          | checks of images you name (Google's prebuilt TensorFlow training images) | yes (stored page) |
+| `VERTEX_IMAGE_END_OF_AVAILABILITY` | `trainstack plan`, VertexTrainingJob (a default past its date fails, a named one warns) | yes (stored page) |
 | `REDUCTION_SERVER_IMAGES`| VertexTrainingJob (worker pool 2)        | fact sheet 4 |
 | `KUBERNETES_IMAGES`      | KubernetesTrainingJob (GKE pods)         | no       |
 | `DLVM_IMAGE`             | A100Cluster, backend gce (boot disk)     | no       |
 
-Vertex images: facts-13 section 2 (`PREBUILT_IMAGES_DOC`). On 2026-11-23 every PyTorch and
-TensorFlow GPU training image on Google's stored page is past its end of availability, and no
-Google source (the stored page, googleapis/python-aiplatform, vertex-ai-samples) names a newer
-one (`pytorch-gpu.2-5`/`2-6` appear only in third-party code): the pins stay, marked
-unverified, and `trainstack plan` refuses them after their date (`image_availability_problem`). The local fidelity test
-(tests/fidelity/test_vertex.py) does not run these images' framework versions: PyPI's Linux
-torch 2.4 wheels are the CUDA build (the CPU build is not on PyPI) and the test venv has
-torch 2.13 (CPU) and TensorFlow 2.20 with tf-keras 2.20, so it runs the launch path on those
-and checks the tf-keras pin as text.
+Vertex images. Google's prebuilt GPU training images all reached their end of availability
+in 2026 (pytorch-gpu.2-4 on 2026-07-24, tf-gpu.2-17 on 2026-07-11: `PREBUILT_IMAGES_DOC`),
+and no Google source found lists a newer GPU training image (searched 2026-11-26: the
+prebuilt-containers page, the supported-frameworks list, the Deep Learning Containers
+support-policy page, which only points to a "Choose a container image" list that is not in
+the stored corpora, and Google's sample repositories). So the bundled trainers run on Vertex
+the way your own code in your own image does: a custom container (`containerSpec`) whose
+command is the pod setup script (`components._pod_setup`), which installs the trainer
+package into the image's `python3` at start. The images are the frameworks' own official
+CUDA images on Docker Hub, which Vertex pulls (`DOCKER_HUB_SOURCE`); Docker Hub publishes no
+end of availability for them. The local fidelity test (tests/fidelity/test_vertex.py) runs
+this path with Python 3.11 and torch 2.13 (the torch image's Python and torch) and with
+TensorFlow 2.20 instead of the TF image's 2.17 (what this machine has).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import date
 from typing import Final
@@ -34,7 +39,7 @@ from components.catalog.sources import FACT_SHEET
 from trainers.common.contract import TF_MODULE, TORCH_MODULE, Framework
 
 # --------------------------------------------------------------------------------------
-# Vertex AI prebuilt training images
+# Vertex AI prebuilt training images (all past their end of availability)
 # --------------------------------------------------------------------------------------
 
 PREBUILT_IMAGES_DOC: Final = (
@@ -43,37 +48,36 @@ PREBUILT_IMAGES_DOC: Final = (
     "... cloudml-hypertune', 'tensorflow 2.17.x ... cloudml-hypertune', and 'Using image "
     "names without the latest tag isn't supported')"
 )
-PREBUILT_IMAGES_VERIFIED: Final = False
-"""False for the table as a whole: the 2.4 and 2.17 URIs are verified (`PREBUILT_IMAGES_DOC`),
-the older PyTorch ones are not. The stored page dates the end of availability of the 2.4 and
-2.17 images to July 2026, and no newer image was found on it or in any other Google source
-(searched 2026-11-23: the stored page, googleapis/python-aiplatform, vertex-ai-samples):
-re-check the live page and re-pin."""
+PREBUILT_IMAGES_VERIFIED: Final = True
+"""The URIs and dates below are the stored page's. Every GPU row there is past its end of
+availability by 2026-07-24, so none of these is a default any more."""
 PREBUILT_IMAGES_SOURCE: Final = (
-    f"{PREBUILT_IMAGES_DOC}; pytorch-gpu.2-2 and 2-1: reference/gcp-facts.md section 3.5 "
-    "(URIs seen in use), TO VERIFY"
+    f"{PREBUILT_IMAGES_DOC}: PyTorch table rows 2.4/2.3/2.2/2.1 GPU (Python 3.10 only), "
+    "TensorFlow table rows 2.17/2.16/2.15 GPU"
 )
 PYTORCH_GPU_IMAGES: Final[dict[str, str]] = {
     "2.4": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-    "2.2": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-2.py311:latest",
+    "2.3": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-3.py310:latest",
+    "2.2": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-2.py310:latest",
     "2.1": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-1.py310:latest",
 }
-"""Prebuilt PyTorch GPU training images (`pythonPackageSpec.executorImageUri`), by version.
-Reduction Server needs a prebuilt PyTorch image >= 1.4 (all of these)."""
+"""Google's prebuilt PyTorch GPU training images, by version: the page lists each only
+with Python 3.10 (`.py310`), so a `.py311` URI names no image Google serves."""
 TF_GPU_IMAGES: Final[dict[str, str]] = {
     "2.17": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
+    "2.16": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest",
+    "2.15": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest",
 }
-"""Prebuilt TensorFlow GPU training images, by version: 2.17 is the newest on the stored page
-(facts-13 section 2, V), CUDA 12.x."""
+"""Google's prebuilt TensorFlow GPU training images, by version (`PREBUILT_IMAGES_DOC`)."""
 
 VERTEX_IMAGE_END_OF_AVAILABILITY: Final[dict[str, date]] = {
     PYTORCH_GPU_IMAGES["2.4"]: date(2026, 7, 24),
-    "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-3.py310:latest": date(2026, 4, 24),
-    "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-2.py310:latest": date(2026, 1, 30),
+    PYTORCH_GPU_IMAGES["2.3"]: date(2026, 4, 24),
+    PYTORCH_GPU_IMAGES["2.2"]: date(2026, 1, 30),
     PYTORCH_GPU_IMAGES["2.1"]: date(2025, 10, 4),
     TF_GPU_IMAGES["2.17"]: date(2026, 7, 11),
-    "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest": date(2026, 6, 28),
-    "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest": date(2025, 11, 14),
+    TF_GPU_IMAGES["2.16"]: date(2026, 6, 28),
+    TF_GPU_IMAGES["2.15"]: date(2025, 11, 14),
 }
 """The "End of availability" column of `PREBUILT_IMAGES_DOC` for the us- URIs of the GPU
 training images trainstack knows (the europe- and asia- URIs of an image share its row);
@@ -82,6 +86,118 @@ VERTEX_IMAGE_END_OF_AVAILABILITY_SOURCE: Final = (
     f"{PREBUILT_IMAGES_DOC}: PyTorch table rows 2.4/2.3/2.2/2.1 GPU, TensorFlow table rows "
     "2.17/2.16/2.15 GPU, column 'End of availability'"
 )
+
+# --------------------------------------------------------------------------------------
+# The images the bundled trainers run on Vertex
+# --------------------------------------------------------------------------------------
+
+DOCKER_HUB_SOURCE: Final = (
+    "https://docs.cloud.google.com/vertex-ai/docs/training/containers-overview: 'you must "
+    "build your Docker image and push it to Artifact Registry or Docker Hub, making sure "
+    "that Vertex AI can access your registry' (public Docker Hub images need no access "
+    "grant); the URI form without a registry host (`pytorch/pytorch:TAG`) is Docker's "
+    "default-registry name, not shown on Google's page (U)"
+)
+CUDA_DRIVER_SOURCE: Final = (
+    "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html "
+    "Table 1: CUDA 12.x needs driver >= 525, CUDA 13.x >= 580. Which driver Vertex installs "
+    "on A100 training VMs is not documented (U): CUDA 12.x is the build that the oldest "
+    "driver still supported for A100s runs"
+)
+TORCH_IMAGE_SOURCE: Final = (
+    "Docker Hub pytorch/pytorch, tag 2.13.0-cuda12.6-cudnn9-runtime (the tag naming of "
+    "pytorch/pytorch .github/workflows/docker-release.yml: "
+    "'${PYTORCH_VERSION}-cuda${CUDA_VERSION_SHORT}-cudnn${CUDNN_VERSION}-runtime'; the tag "
+    "is used, with its sha256 digest, in public Dockerfiles of 2026, read 2026-11-26); "
+    "Python 3.11 from conda under /opt/conda, on PATH, with torch, torchvision, torchaudio, "
+    "numpy, pyyaml and torchelastic (pytorch/pytorch Dockerfile: 'ARG PYTHON_VERSION=3.11', "
+    "stages conda/conda-installs/official, stored version; not checked against the 2.13.0 "
+    f"tag itself); {CUDA_DRIVER_SOURCE}"
+)
+TF_IMAGE_SOURCE: Final = (
+    "Docker Hub tensorflow/tensorflow, tag 2.17.0-gpu: the newest official TensorFlow GPU "
+    "image reported to see its GPUs as shipped; the 2.18+ -gpu images ship cuDNN 8.9 where "
+    "their TensorFlow loads cuDNN 9 and fall back to the CPU "
+    "(https://github.com/tensorflow/build/issues/221, open; "
+    "https://github.com/tensorflow/tensorflow/issues/62412, "
+    "https://github.com/tensorflow/tensorflow/issues/94593). Built by tensorflow/build "
+    "tensorflow_runtime_dockerfiles/gpu.Dockerfile: nvidia/cuda 12.3 base on Ubuntu 22.04, "
+    "'ARG PYTHON_VERSION=python3.11', TensorFlow from pip (stored version; not checked "
+    f"against the 2.17.0 tag itself); {CUDA_DRIVER_SOURCE}"
+)
+TODAY_ENV: Final = "TRAINSTACK_TODAY"
+"""An ISO date that stands in for today in the end-of-availability checks (tests; a plan
+reviewed for a future deployment date)."""
+
+
+@dataclass(frozen=True)
+class VertexTrainingImage:
+    """An image a bundled trainer runs on Vertex, and what the trainers need on top of it."""
+
+    uri: str
+    framework: Framework
+    framework_version: str
+    """Major.minor.patch of the framework the image ships."""
+    python_version: str
+    cuda_version: str
+    packages: tuple[str, ...]
+    """The Python distributions the image ships that the trainers use."""
+    requirements: tuple[str, ...]
+    """Install requirements the trainer package adds for this image: what the trainers
+    import that the image lacks, never the framework itself."""
+    source: str
+    verified: bool
+    """False while a fact above is not from the image's own build."""
+    end_of_availability: date | None
+    """When the image stops being served; None where the registry publishes no date."""
+    end_of_availability_source: str
+    reduction_server: bool = False
+    """Whether the image has what Reduction Server needs in a custom container
+    (`REDUCTION_SERVER_CONTAINER_NEEDS`)."""
+
+
+VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
+    TORCH_MODULE: VertexTrainingImage(
+        uri="pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
+        framework="torch",
+        framework_version="2.13.0",
+        python_version="3.11",
+        cuda_version="12.6",
+        packages=("torch", "numpy", "pyyaml"),
+        # AIP_TENSORBOARD_LOG_DIR is set whenever the job has a baseOutputDirectory, and the
+        # trainer then writes through torch.utils.tensorboard, which imports tensorboard
+        # (>= 1.15, torch's own check); the PyTorch image does not ship it.
+        requirements=("tensorboard>=1.15",),
+        source=TORCH_IMAGE_SOURCE,
+        verified=False,
+        end_of_availability=None,
+        end_of_availability_source="Docker Hub publishes no end of availability for tags",
+    ),
+    TF_MODULE: VertexTrainingImage(
+        uri="tensorflow/tensorflow:2.17.0-gpu",
+        framework="tensorflow",
+        framework_version="2.17.0",
+        python_version="3.11",
+        cuda_version="12.3",
+        packages=("tensorflow",),
+        # tf-keras (Keras 2 for tf.keras from TF 2.16 on) is installed by the setup script at
+        # the image's TensorFlow minor (TRAINSTACK_TF_KERAS), so any TF image works.
+        requirements=(),
+        source=TF_IMAGE_SOURCE,
+        verified=False,
+        end_of_availability=None,
+        end_of_availability_source="Docker Hub publishes no end of availability for tags",
+    ),
+}
+"""The image a bundled trainer module runs on in a Vertex job (containerSpec, the pod setup
+script installing the trainer package into its python3)."""
+DEFAULT_EXECUTOR_IMAGE: Final = VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri
+"""The image the torch trainer runs on Vertex unless `vertex.image_uri` names one."""
+
+
+def vertex_training_image(module: str) -> VertexTrainingImage:
+    """The image for a bundled trainer module; the torch one for any other module."""
+    return VERTEX_TRAINING_IMAGES.get(module, VERTEX_TRAINING_IMAGES[TORCH_MODULE])
 
 
 def _availability_key(image: str) -> str:
@@ -92,129 +208,93 @@ def _availability_key(image: str) -> str:
 
 
 def image_end_of_availability(image: str) -> date | None:
-    """The date Google stops serving a prebuilt training image; None for an image trainstack
-    has no date for (a user's own, or one not on `PREBUILT_IMAGES_DOC`)."""
+    """The date an image stops being served; None for an image with no known date (a
+    user's own, or a Docker Hub image)."""
+    for known in VERTEX_TRAINING_IMAGES.values():
+        if known.uri == image:
+            return known.end_of_availability
     return VERTEX_IMAGE_END_OF_AVAILABILITY.get(_availability_key(image))
+
+
+def current_images(today: date) -> list[str]:
+    """The images trainstack knows that are still served on `today`: the bundled
+    trainers' (while they have no date or a later one), then Google's prebuilt ones."""
+    defaults = [
+        image.uri
+        for image in VERTEX_TRAINING_IMAGES.values()
+        if image.end_of_availability is None or image.end_of_availability >= today
+    ]
+    prebuilt = sorted(u for u, eoa in VERTEX_IMAGE_END_OF_AVAILABILITY.items() if eoa >= today)
+    return [*defaults, *prebuilt]
+
+
+def availability_date() -> date:
+    """The date images are checked for: `TRAINSTACK_TODAY` when set, else today."""
+    given = os.environ.get(TODAY_ENV)
+    if not given:
+        return date.today()
+    try:
+        return date.fromisoformat(given)
+    except ValueError:
+        raise ValueError(
+            f"{TODAY_ENV}: {given!r} is not a date; valid: an ISO date such as 2026-11-23"
+        ) from None
 
 
 def image_availability_problem(
     image: str, today: date, key: str, default: bool = False
 ) -> str | None:
-    """The warning when `image` is past its end of availability on `today`, naming the
-    images that are still available then; None otherwise (also for an image with no date).
-    `key` is the setting that picks the image; `default` when the stack left it unset."""
+    """What is wrong with `image` on `today` when it is past its end of availability,
+    naming the images still served then; None otherwise (also for an image with no date).
+    `key` is the setting that picks the image; `default` when the stack left it unset (the
+    caller makes that an error, and a named image a warning)."""
     end = image_end_of_availability(image)
     if end is None or end >= today:
         return None
-    current = sorted(uri for uri, eoa in VERTEX_IMAGE_END_OF_AVAILABILITY.items() if eoa >= today)
-    valid = ", ".join(current) or (
-        f"none known to trainstack on {today.isoformat()}: pick a current image from "
-        "https://cloud.google.com/vertex-ai/docs/training/pre-built-containers"
-    )
+    valid = ", ".join(current_images(today))
     which = "the default image" if default else "image"
     return (
         f"{key}: {which} {image!r} is past its end of availability ({end.isoformat()}, "
-        f"Google's prebuilt-containers page), so Vertex may no longer serve it; valid: {valid}"
+        f"Google's prebuilt-containers page), so Vertex no longer serves it; valid: {valid}"
     )
 
 
-TF_KERAS_PIN_SOURCE: Final = (
-    "TensorFlow >= 2.16 makes Keras 3 the default; 'To continue using Keras 2.0 ... install "
-    "tf-keras' (https://github.com/tensorflow/tensorflow/releases/tag/v2.16.1, V). Google's "
-    "own TF release tests pin tf-keras to the TF minor "
-    "(GoogleCloudPlatform/ml-auto-solutions dags/solutions_team/configs/tensorflow/common.py, "
-    "facts-13 section 3, V). PyPI: tf-keras 2.17.0 exists and requires "
-    "'tensorflow <2.18,>=2.17' (its wheel METADATA, read 2026). Whether the tf-gpu.2-17 image "
-    "already ships tf-keras: not documented (the page's list is elided), U; the pin is "
-    "satisfied by the image's copy if it has one."
+REDUCTION_SERVER_IMAGES_SOURCE: Final = f"{FACT_SHEET} section 4"
+REDUCTION_SERVER_CONTAINER_NEEDS: Final = (
+    "NCCL >= 2.7 and Google's google-reduction-server package (apt repository "
+    "'deb https://packages.cloud.google.com/apt google-fast-socket main')"
+)
+REDUCTION_SERVER_CONTAINER_SOURCE: Final = (
+    "https://cloud.google.com/vertex-ai/docs/training/distributed-training#reduction-server "
+    "(prerequisites: the chief and worker containers must be a prebuilt TensorFlow >= 2.3 or "
+    "PyTorch >= 1.4 training container, or a custom container with NCCL 2.7 or later and "
+    "the google-reduction-server package; fact sheet section 4). Neither official Docker "
+    "Hub image installs the package (pytorch/pytorch Dockerfile, stage official: apt "
+    "ca-certificates, libjpeg-dev, libpng-dev; tensorflow/build gpu.Dockerfile: CUDA "
+    "packages), and Google's prebuilt images are past their end of availability"
 )
 
 
-@dataclass(frozen=True)
-class VertexTrainingImage:
-    """A prebuilt training image and what the bundled trainers need on top of it."""
-
-    uri: str
-    framework: Framework
-    framework_version: str
-    """Major.minor of the framework the image ships."""
-    python_version: str
-    packages: tuple[str, ...]
-    """The PyPI packages the prebuilt-containers page lists for the image (beside "Other Deep
-    Learning Containers dependencies", which it does not enumerate)."""
-    requirements: tuple[str, ...]
-    """Install requirements the trainer package adds for this image: what the trainers
-    import that the image lacks, pinned so pip never replaces the image's framework."""
-    source: str
-    verified: bool
-    """False while the pin is not a current image from a Google source."""
-    end_of_availability: date | None = None
-    """When Google stops serving the image (`VERTEX_IMAGE_END_OF_AVAILABILITY`)."""
+def reduction_server_image_problem(image: str, key: str, default: bool, prefix: str = "") -> str:
+    """What Reduction Server needs of the image the workers run: an error line for a
+    default image (trainstack's images lack it), a note for an image you name (trainstack
+    cannot look inside it). `key` picks the image; `prefix` is the job's key prefix."""
+    if default:
+        return (
+            f"{prefix}reduction_server.enabled: true needs, in a custom container, "
+            f"{REDUCTION_SERVER_CONTAINER_NEEDS}, which the default image {image!r} does not "
+            f"have (Google: {REDUCTION_SERVER_CONTAINER_SOURCE.split(' (')[0]}); valid: false, "
+            f"or {key} naming an image built with them"
+        )
+    return (
+        f"{prefix}reduction_server: Google requires the workers' custom container to have "
+        f"{REDUCTION_SERVER_CONTAINER_NEEDS} "
+        f"({REDUCTION_SERVER_CONTAINER_SOURCE.split(' (')[0]}); trainstack cannot check "
+        f"{key} {image!r}: without them NCCL all-reduces among the workers and the reducers "
+        "are billed unused"
+    )
 
 
-VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
-    TORCH_MODULE: VertexTrainingImage(
-        uri=PYTORCH_GPU_IMAGES["2.4"],
-        framework="torch",
-        framework_version="2.4",
-        python_version="3.10",
-        packages=(
-            "torch",
-            "pandas",
-            "absl-py",
-            "cloud-tpu-client",
-            "python-json-logger",
-            "scikit-learn",
-            "cloudml-hypertune",
-        ),
-        # AIP_TENSORBOARD_LOG_DIR is set whenever the job has a baseOutputDirectory, and the
-        # trainer then writes through torch.utils.tensorboard, which imports tensorboard
-        # (>= 1.15, torch's own check). The page does not list tensorboard for the image
-        # (U whether its unlisted Deep Learning Containers dependencies include it): a
-        # no-op where it is present, installed where it is not.
-        requirements=("tensorboard>=1.15",),
-        source=PREBUILT_IMAGES_DOC,
-        # Past its end of availability (2026-07-24) and no current image found: unverified.
-        verified=False,
-        end_of_availability=VERTEX_IMAGE_END_OF_AVAILABILITY[PYTORCH_GPU_IMAGES["2.4"]],
-    ),
-    TF_MODULE: VertexTrainingImage(
-        uri=TF_GPU_IMAGES["2.17"],
-        framework="tensorflow",
-        framework_version="2.17",
-        python_version="3.10",
-        packages=(
-            "tensorflow",
-            "sympy",
-            "pandas",
-            "xgboost",
-            "python-json-logger",
-            "WebOb",
-            "Paste",
-            "webapp2",
-            "mock",
-            "google-cloud-resource-manager",
-            "cloudml-hypertune",
-        ),
-        # The TF trainer runs tf.keras as tf-keras (Keras 3 fails inside
-        # MultiWorkerMirroredStrategy); tf-keras 2.17.x requires TF 2.17.x, the image's.
-        requirements=("tf-keras~=2.17.0",),
-        source=f"{PREBUILT_IMAGES_DOC}; {TF_KERAS_PIN_SOURCE}",
-        # Past its end of availability (2026-07-11) and no current image found: unverified.
-        verified=False,
-        end_of_availability=VERTEX_IMAGE_END_OF_AVAILABILITY[TF_GPU_IMAGES["2.17"]],
-    ),
-}
-"""The prebuilt image a bundled trainer module runs on in a Vertex pythonPackageSpec job."""
-DEFAULT_EXECUTOR_IMAGE: Final = VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri
-
-
-def vertex_training_image(module: str) -> VertexTrainingImage:
-    """The prebuilt image for a bundled trainer module; the torch one for any other module."""
-    return VERTEX_TRAINING_IMAGES.get(module, VERTEX_TRAINING_IMAGES[TORCH_MODULE])
-
-
-REDUCTION_SERVER_IMAGES_SOURCE: Final = f"{FACT_SHEET} section 4"
 REDUCTION_SERVER_IMAGES: Final[dict[str, str]] = {
     "us": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest",
     "europe": "europe-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest",

@@ -6,7 +6,7 @@ which is public from torch 2.6 (before, FSDP2 lived in the private
 its first step, so the stack config refuses `fsdp` on such an image before anything is
 created:
 
-    fsdp_problem(DEFAULT_EXECUTOR_IMAGE, "fsdp", "trainer.", image_key="vertex.image_uri")
+    fsdp_problem(PYTORCH_GPU_IMAGES["2.4"], "fsdp", "trainer.", image_key="vertex.image_uri")
     # "trainer.strategy: 'fsdp' needs torch >= 2.6 (torch.distributed.fsdp.fully_shard), but
     #  image 'us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest' has torch
     #  2.4; valid: ddp, or vertex.image_uri with torch >= 2.6"

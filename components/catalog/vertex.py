@@ -219,3 +219,19 @@ ScaleType = Literal["UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCA
 SCALE_TYPES: Final[tuple[str, ...]] = get_args(ScaleType)
 GRID_SEARCH_TYPES: Final = ("integer", "categorical", "discrete")
 """GRID_SEARCH enumerates values, so it cannot search a double range."""
+MeasurementSelectionType = Literal["BEST_MEASUREMENT", "LAST_MEASUREMENT"]
+"""`StudySpec.measurementSelectionType`: which of a trial's reported measurements counts as
+its final one."""
+MEASUREMENT_SELECTION_TYPES: Final[tuple[str, ...]] = get_args(MeasurementSelectionType)
+DEFAULT_MEASUREMENT_SELECTION: Final = "BEST_MEASUREMENT"
+"""What trainstack sends unless told otherwise: the value Google's Vertex AI SDK sends. Left
+unset, Vertex uses the trial's last measurement, so code that reports every epoch would be
+judged by its last epoch, not its best."""
+MEASUREMENT_SELECTION_SOURCE: Final = (
+    "aiplatform.v1 discovery document (google-api-python-client, revision 20261106) "
+    "GoogleCloudAiplatformV1StudySpec.measurementSelectionType: enum "
+    "MEASUREMENT_SELECTION_TYPE_UNSPECIFIED ('Will be treated as LAST_MEASUREMENT.'), "
+    "LAST_MEASUREMENT, BEST_MEASUREMENT; Google's SDK default: "
+    "googleapis/python-aiplatform google/cloud/aiplatform/jobs.py "
+    "HyperparameterTuningJob.__init__(measurement_selection: Optional[str] = 'best')"
+)

@@ -20,6 +20,8 @@ ARGS: dict[str, Any] = {
     "accelerator_count": 8,
     "replica_count": 4,
     "reduction_server": {"replica_count": "auto"},
+    # Reduction Server needs google-reduction-server in the image: yours, not the default.
+    "container_image_uri": "europe-docker.pkg.dev/p/training/torch-rs:1",
     "trainer_args": ["--steps=1000"],
     "service_account": "sa@p.iam.gserviceaccount.com",
     "base_output_dir": "gs://p-exp-42-checkpoints",
@@ -55,7 +57,10 @@ def test_registers_package_and_job_with_exact_inputs() -> None:
     assert validate_body("aiplatform.v1", "CustomJob", body) == []
     pools = body["jobSpec"]["workerPoolSpecs"]
     obj = run.named("exp-42-trainer-sdist").inputs["name"]
-    assert pools[0]["pythonPackageSpec"]["packageUris"] == [f"gs://p-exp-42-staging/{obj}"]
+    # The setup script installs this package into the image's python3 on every replica.
+    assert {"name": "TRAINSTACK_PACKAGE_URI", "value": f"gs://p-exp-42-staging/{obj}"} in pools[0][
+        "containerSpec"
+    ]["env"]
     assert [p["replicaCount"] for p in pools] == ["1", "3", "13"]
     assert pools[2]["containerSpec"]["imageUri"].startswith("europe-docker.pkg.dev/")
     assert body["jobSpec"]["serviceAccount"] == "sa@p.iam.gserviceaccount.com"

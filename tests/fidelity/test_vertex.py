@@ -2,43 +2,45 @@
 
 Each test builds the plan of a Vertex stack with `infra.plan.build_plan`, takes the
 CustomJob body's workerPoolSpecs and, for every replica, sets the environment Vertex
-documents, installs the sdist the plan uploads into a fresh environment and runs the pool's
-`python -m <pythonModule> <args>` (`tests.fidelity.vertex`, whose docstring lists what
-differs from Vertex). GPUs are simulated with `TRAINSTACK_SIMULATED_ACCELERATORS`, as many
-per replica as the pool's `machineSpec.acceleratorCount`.
+documents and runs the pool's container `command` + `args` in a fresh container of the
+image: the pod setup script downloads the package the plan uploads (from a GCS emulator,
+with a fake metadata server's token), installs it into the image's `python3` and execs
+`python3 -m trainers.node ...` (`tests.fidelity.vertex`, whose docstring lists what differs
+from Vertex). GPUs are simulated with `TRAINSTACK_SIMULATED_ACCELERATORS`, as many per
+replica as the pool's `machineSpec.acceleratorCount`.
 
-The image is only what Google's prebuilt-containers page lists for it plus what the package
-requires (with their dependencies): the torch run caught that the PyTorch image lists no
-tensorboard, which the trainer imports on Vertex (AIP_TENSORBOARD_LOG_DIR is always set).
+The image is only what the catalog lists for it plus what the package requires (with their
+dependencies): the torch run caught that the PyTorch image has no tensorboard, which the
+trainer imports on Vertex (AIP_TENSORBOARD_LOG_DIR is always set).
 
-Limitation: the frameworks here are torch 2.13 (CPU) and TensorFlow 2.20 with tf-keras
-2.20.1, not the prebuilt images' torch 2.4 and TensorFlow 2.17 (PyPI's Linux torch 2.4
-wheels are the CUDA build, and this machine is offline). The image's TensorFlow pin
-(tf-keras~=2.17.0) is therefore checked as text, and the TensorFlow package is installed with
-`--no-deps` after every other requirement is shown to be met.
+Versions: Python 3.11 and torch 2.13 here are the torch image's
+(pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime; its torch is the CUDA build). TensorFlow is
+2.20 here with tf-keras 2.20.1, not the TF image's 2.17.0 (not installable on this offline
+machine): the setup script picks tf-keras at the image's TensorFlow minor, so here it asks
+for tf-keras 2.20.*, which the layer has.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from components._pod_setup import POD_SCRIPT
 from components.catalog.images import VERTEX_TRAINING_IMAGES
 from infra.plan import build_plan
+from tests.components.test_tpu_startup import MetadataServer
+from tests.fidelity.nodes import Image, sdist_requires, stage_buckets
 from tests.fidelity.vertex import (
     PlannedJob,
     ReplicaRun,
-    image_environment,
-    pip_install,
     planned_job,
-    run_replicas,
+    run_container_replicas,
     stack_config,
 )
 from tests.trainers.conftest import REPO
@@ -62,19 +64,14 @@ RUNTIME_REQUIRES = [
 ]
 
 
-def _requires(job: PlannedJob) -> list[str]:
-    import tarfile
-
-    with tarfile.open(job.sdist, mode="r:gz") as tar:
-        name = next(n for n in tar.getnames() if n.endswith("/PKG-INFO"))
-        extracted = tar.extractfile(name)
-        assert extracted is not None
-        lines = extracted.read().decode().splitlines()
-    return [line.removeprefix("Requires-Dist: ") for line in lines if "Requires-Dist" in line]
+COMMAND = ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
 
 
-def _emulator_env(gcs_emulator: str) -> dict[str, str]:
-    return {"STORAGE_EMULATOR_HOST": gcs_emulator, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+@pytest.fixture
+def metadata() -> Iterator[str]:
+    """A fake metadata server handing out the replica's token (`GCE_METADATA_HOST`)."""
+    with MetadataServer({}) as server:
+        yield server.base_url.removeprefix("http://")
 
 
 def _objects(gcs_emulator: str, url: str) -> list[str]:
@@ -94,60 +91,51 @@ def _explain(runs: list[ReplicaRun]) -> str:
     )
 
 
-def _prepare(
-    tmp_path: Path,
-    stack: str,
-    config: dict[str, Any],
-    make_bucket: Callable[[str], None],
-    *,
-    no_deps: bool,
-) -> tuple[PlannedJob, Path]:
-    """The plan's job, and a fresh image environment (the image's documented packages,
-    what the package requires, and setuptools for pip's build) with the sdist installed."""
-    job = planned_job(build_plan(stack, config))
-    make_bucket(job.base_output.removeprefix("gs://"))
-    module = job.job_spec["workerPoolSpecs"][0]["pythonPackageSpec"]["args"][0]
-    image = VERTEX_TRAINING_IMAGES[module]
-    python = image_environment(tmp_path / "image", [*image.packages, *_requires(job), "setuptools"])
-    pip_install(python, job.sdist, no_deps=no_deps)
-    # `trainers` is the installed sdist's, nothing else's.
-    where = subprocess.run(
-        [str(python), "-c", "import trainers; print(trainers.__file__)"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PATH": str(python.parent)},
-    ).stdout.strip()
-    assert Path(where).is_relative_to(tmp_path / "image")
-    return job, python
+def _stage(job: PlannedJob, storage: str) -> None:
+    """The plan's staging bucket with the package at its object name, and the checkpoint
+    bucket, in the emulator."""
+    staging = job.package_uri.removeprefix("gs://").split("/", 1)[0]
+    checkpoints = job.base_output.removeprefix("gs://")
+    stage_buckets(storage, [staging, checkpoints], job.package_uri, job.sdist)
+
+
+def _env(storage: str, metadata: str, gpus: int = 2) -> dict[str, str]:
+    return {
+        SIMULATED_ACCELERATORS_ENV: str(gpus),
+        "STORAGE_EMULATOR_HOST": storage,
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        "GCE_METADATA_HOST": metadata,
+    }
 
 
 @pytest.mark.trainer
 def test_two_replicas_of_two_gpus_train_as_one_world_of_four(
-    tmp_path: Path, gcs_emulator: str, make_bucket: Callable[[str], None]
+    tmp_path: Path, gcs_emulator: str, metadata: str
 ) -> None:
     config = stack_config(TWO_BY_TWO, {"framework": "torch", **TRAINER, "checkpoint_every": 2})
-    job, python = _prepare(tmp_path, "fidelity-torch", config, make_bucket, no_deps=False)
+    job = planned_job(build_plan("fidelity-torch", config))
     pools = job.job_spec["workerPoolSpecs"]
     assert [(p["replicaCount"], p["machineSpec"]["acceleratorCount"]) for p in pools] == [
         ("1", 2),
         ("1", 2),
     ]
+    image = VERTEX_TRAINING_IMAGES[TORCH_MODULE]
     for pool in pools:
-        spec = pool["pythonPackageSpec"]
-        assert spec["executorImageUri"] == VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri
-        assert (spec["pythonModule"], spec["args"][0]) == ("trainers.node", TORCH_MODULE)
-    # The torch image lists no tensorboard, which torch.utils.tensorboard imports when
+        spec = pool["containerSpec"]
+        assert (spec["imageUri"], spec["command"]) == (image.uri, COMMAND)
+        assert spec["args"][:4] == ["python3", "-m", "trainers.node", TORCH_MODULE]
+        assert spec["env"] == [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}]
+    # The torch image has no tensorboard, which torch.utils.tensorboard imports when
     # AIP_TENSORBOARD_LOG_DIR is set: the package requires it (any version torch accepts).
-    assert _requires(job) == [*RUNTIME_REQUIRES, "tensorboard>=1.15"]
-
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {SIMULATED_ACCELERATORS_ENV: "2", **_emulator_env(gcs_emulator)}
-    runs = run_replicas(python, job, cwd=work, extra_env=env, timeout_s=300)
+    assert sdist_requires(job.sdist) == [*RUNTIME_REQUIRES, "tensorboard>=1.15"]
+    _stage(job, gcs_emulator)
+    container = Image(tmp_path / "image", job.sdist, [*image.packages, "setuptools"])
+    runs = run_container_replicas(
+        job, container, tmp_path, extra_env=_env(gcs_emulator, metadata), timeout_s=300
+    )
     assert [(r.replica.pool, r.code) for r in runs] == [(0, 0), (1, 0)], _explain(runs)
     for node, run in enumerate(runs):
+        assert f"trainstack-pod: installing {job.package_uri}" in run.output
         assert f"trainstack-node: node {node} of 2, 2 accelerator(s), 2 process(es): " in run.output
     starts = _events(runs, "start")
     assert sorted((s["rank"], s["node"], s["worker"]) for s in starts) == [
@@ -174,56 +162,35 @@ def test_two_replicas_of_two_gpus_train_as_one_world_of_four(
 
 @pytest.mark.trainer
 def test_tensorflow_runs_on_the_tensorflow_image_with_tf_keras_at_its_minor(
-    tmp_path: Path, gcs_emulator: str, make_bucket: Callable[[str], None]
+    tmp_path: Path, gcs_emulator: str, metadata: str
 ) -> None:
     trainer = {"framework": "tensorflow", "strategy": "multi_worker_mirrored", **TRAINER}
-    config = stack_config(TWO_BY_TWO, trainer)
-    job, python = _prepare(tmp_path, "fidelity-tf", config, make_bucket, no_deps=True)
+    job = planned_job(build_plan("fidelity-tf", stack_config(TWO_BY_TWO, trainer)))
     image = VERTEX_TRAINING_IMAGES[TF_MODULE]
-    assert (image.framework, image.framework_version) == ("tensorflow", "2.17")
+    assert (image.uri, image.python_version) == ("tensorflow/tensorflow:2.17.0-gpu", "3.11")
     for pool in job.job_spec["workerPoolSpecs"]:
-        spec = pool["pythonPackageSpec"]
-        assert spec["executorImageUri"] == (
-            "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
-        )
-        assert (spec["pythonModule"], spec["args"][0]) == ("trainers.node", TF_MODULE)
-    assert _requires(job) == [*RUNTIME_REQUIRES, "tf-keras~=2.17.0"]
-    # Every requirement but the image's tf-keras pin is met by the image layer here; the pin
-    # admits exactly the image's TensorFlow minor (tf-keras 2.17.x requires TF 2.17.x).
-    check = (
-        "import importlib.metadata as m, json, sys\n"
-        "from packaging.requirements import Requirement\n"
-        "out = {}\n"
-        "for text in json.loads(sys.argv[1]):\n"
-        "    r = Requirement(text)\n"
-        "    out[r.name] = r.specifier.contains(m.version(r.name), prereleases=True)\n"
-        "pin = Requirement('tf-keras~=2.17.0').specifier\n"
-        "out['pin'] = [pin.contains(v) for v in ('2.17.0', '2.17.3', '2.16.0', '2.18.0')]\n"
-        "print(json.dumps(out))\n"
+        spec = pool["containerSpec"]
+        assert (spec["imageUri"], spec["command"]) == (image.uri, COMMAND)
+        assert spec["args"][:4] == ["python3", "-m", "trainers.node", TF_MODULE]
+        assert spec["env"] == [
+            {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri},
+            {"name": "TRAINSTACK_TF_KERAS", "value": "1"},
+        ]
+    # tf-keras is not a package requirement: the setup script installs it at the image's
+    # TensorFlow minor, so a TF image of any version gets its matching Keras 2.
+    assert sdist_requires(job.sdist) == RUNTIME_REQUIRES
+    _stage(job, gcs_emulator)
+    layer = [*image.packages, "tf-keras", "setuptools"]
+    runs = run_container_replicas(
+        job,
+        Image(tmp_path / "image", job.sdist, layer),
+        tmp_path,
+        extra_env=_env(gcs_emulator, metadata),
+        timeout_s=300,
     )
-    met = subprocess.run(
-        [str(python), "-c", check, json.dumps(RUNTIME_REQUIRES)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PATH": str(python.parent)},
-    )
-    assert json.loads(met.stdout) == {
-        "pydantic": True,
-        "numpy": True,
-        "pyyaml": True,
-        "fsspec": True,
-        "gcsfs": True,
-        "cloudml-hypertune": True,
-        "pin": [True, True, False, False],
-    }
-
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {SIMULATED_ACCELERATORS_ENV: "2", **_emulator_env(gcs_emulator)}
-    runs = run_replicas(python, job, cwd=work, extra_env=env, timeout_s=300)
     assert [(r.replica.pool, r.code) for r in runs] == [(0, 0), (1, 0)], _explain(runs)
     for node, run in enumerate(runs):
+        assert "trainstack-pod: installing tf-keras==2.20.* without dependencies" in run.output
         # TensorFlow runs once per replica; MultiWorkerMirrored uses the replica's GPUs itself
         # (on CPU, one device per worker: TensorFlow cannot split a CPU into collective
         # devices, so the simulated world is 2 workers).
@@ -233,14 +200,23 @@ def test_tensorflow_runs_on_the_tensorflow_image_with_tf_keras_at_its_minor(
     assert done["checkpoint_dir"] == f"{job.base_output}/checkpoints/"
 
 
-def test_a_users_image_runs_the_node_launcher_too() -> None:
+def test_a_users_image_runs_the_bundled_trainer_through_the_same_setup_script() -> None:
     config = stack_config({**TWO_BY_TWO, "image_uri": "us-docker.pkg.dev/p/r/t:1"}, TRAINER)
-    pools = planned_job(build_plan("fidelity", config)).job_spec["workerPoolSpecs"]
-    for pool in pools:
+    job = planned_job(build_plan("fidelity", config))
+    for pool in job.job_spec["workerPoolSpecs"]:
         assert pool["containerSpec"] == {
             "imageUri": "us-docker.pkg.dev/p/r/t:1",
-            "command": ["python", "-m", "trainers.node", TORCH_MODULE],
-            "args": ["--dataset=digits", "--steps=4", "--global_batch_size=32"],
+            "command": COMMAND,
+            "args": [
+                "python3",
+                "-m",
+                "trainers.node",
+                TORCH_MODULE,
+                "--dataset=digits",
+                "--steps=4",
+                "--global_batch_size=32",
+            ],
+            "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],
         }
 
 
@@ -296,11 +272,10 @@ def _local_run_digest(tmp_path: Path, workers: int) -> dict[str, Any]:
 @pytest.mark.trainer
 @pytest.mark.slow  # about 100 s here: install, 2 x 2 processes, then a 4-process local-run
 def test_own_trainer_on_two_replicas_of_two_gpus_is_a_world_of_four_like_local_run(
-    tmp_path: Path, gcs_emulator: str, make_bucket: Callable[[str], None]
+    tmp_path: Path, gcs_emulator: str, metadata: str
 ) -> None:
     plan = build_plan("fidelity-own", _own_trainer_config(tmp_path))
     job = planned_job(plan)
-    make_bucket(job.base_output.removeprefix("gs://"))
     pools = job.job_spec["workerPoolSpecs"]
     node_args = [
         "--launcher=torchrun",
@@ -311,30 +286,23 @@ def test_own_trainer_on_two_replicas_of_two_gpus_is_a_world_of_four_like_local_r
         "train.py",
         *OWN_ARGS,
     ]
-    for pool in pools:
-        assert pool["pythonPackageSpec"] == {
-            "executorImageUri": VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri,
-            "packageUris": pool["pythonPackageSpec"]["packageUris"],
-            "pythonModule": "trainers.node",
-            "args": node_args,
-        }
     image = VERTEX_TRAINING_IMAGES[TORCH_MODULE]
-    # numpy: the prebuilt PyTorch image has it (the catalog lists only its headline
-    # packages), and the script's digest needs it; the code package requires only torch.
-    layer = [*image.packages, *_requires(job), "numpy", "setuptools"]
-    python = image_environment(tmp_path / "image", layer)
-    pip_install(python, job.sdist)
-    work = tmp_path / "work"
-    work.mkdir()
+    for pool in pools:
+        assert pool["containerSpec"] == {
+            "imageUri": image.uri,
+            "command": COMMAND,
+            "args": ["python3", "-m", "trainers.node", *node_args],
+            "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],
+        }
+    _stage(job, gcs_emulator)
+    # The code package requires only torch; the script's digest needs numpy, which the
+    # torch image has (`VertexTrainingImage.packages`).
+    container = Image(tmp_path / "image", job.sdist, [*image.packages, "setuptools"])
     # The script writes checkpoints with local file APIs; on Vertex that is the bucket's
     # Cloud Storage FUSE path (/gcs/<bucket>/...), here a local folder stands in for it.
     checkpoints = tmp_path / "checkpoints"
-    env = {
-        SIMULATED_ACCELERATORS_ENV: "2",
-        "TRAINSTACK_CHECKPOINT_DIR": str(checkpoints),
-        **_emulator_env(gcs_emulator),
-    }
-    runs = run_replicas(python, job, cwd=work, extra_env=env, timeout_s=300)
+    env = {**_env(gcs_emulator, metadata), "TRAINSTACK_CHECKPOINT_DIR": str(checkpoints)}
+    runs = run_container_replicas(job, container, tmp_path / "run", extra_env=env, timeout_s=300)
     assert [(r.replica.pool, r.code) for r in runs] == [(0, 0), (1, 0)], _explain(runs)
     for node, run in enumerate(runs):
         assert f"trainstack-node: node {node} of 2, 2 accelerator(s), 2 process(es): " in run.output

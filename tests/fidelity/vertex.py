@@ -1,4 +1,4 @@
-"""Vertex AI's side of a pythonPackageSpec CustomJob, replayed on this machine.
+"""Vertex AI's side of a CustomJob, replayed on this machine.
 
 For the CustomJob body of a plan, this does what Vertex does on each worker-pool replica:
 
@@ -10,29 +10,28 @@ For the CustomJob body of a plan, this does what Vertex does on each worker-pool
   `/checkpoints/`, `/logs/`), the pool's `env`, and the per-node `MASTER_ADDR`,
   `MASTER_PORT`, `WORLD_SIZE` (= replicas) and `RANK` (= replica) that Vertex is reported to
   set (facts-13 section 2, V-3p), which torchrun must override per process;
-- the package the plan uploads (the BucketObject's file under `.trainstack/build/`, checked
-  to be the job's `packageUris`) pip-installed into a fresh environment;
-- `python -m <pythonModule> <args>` in that environment, every replica at once.
+- a custom container (`containerSpec`, `run_container_replicas`): the pool's `command` +
+  `args` in a fresh container of the image (`tests.fidelity.nodes.Image`), every replica at
+  once: the pod setup script downloads the package named by `TRAINSTACK_PACKAGE_URI` from
+  the plan's staging bucket with the metadata server's token and pip-installs it into the
+  image's `python3`, then execs the node launcher;
 
 What differs from Vertex, and why:
 
 - Hosts are 127.0.0.1 with a free port per replica (Vertex: one VM each, port 2222).
 - The "image" is a fresh virtual environment whose image layer links, from the shared
-  venv, exactly the packages the prebuilt-containers page lists for the image
-  (`VertexTrainingImage.packages`), the package's requirements (what pip would download)
-  and setuptools (pip's build), each with its dependencies: nothing else is importable, so a
-  module the trainers need but nobody declares fails here as it would on Vertex. The layer is
-  a plain path (no `.pth` processing), so the shared venv's editable trainstack install stays
-  invisible: `trainers` comes from the installed sdist only. Its frameworks are torch 2.13
-  (CPU) and TensorFlow 2.20 with tf-keras 2.20.1, not the images' torch 2.4 / TensorFlow
-  2.17: PyPI's Linux torch 2.4 wheels are the CUDA build and this machine is offline. Pins on
-  the image's framework (tf-keras~=2.17.0) therefore cannot be met here and are checked as
-  text; the local tf-keras stands in for the pinned one. Packages the page lists that are
-  not installed here (pandas, scikit-learn, ...) are simply absent; the Deep Learning
-  Containers dependencies the page does not enumerate are assumed absent.
+  venv, exactly the packages the catalog lists for the image (`VertexTrainingImage.packages`),
+  the package's requirements (what pip would download) and setuptools (pip's build), each
+  with its dependencies: nothing else is importable, so a module the trainers need but
+  nobody declares fails here as it would on Vertex. The layer is a plain path (no `.pth`
+  processing), so the shared venv's editable trainstack install stays invisible: `trainers`
+  comes from the installed sdist only. Python is 3.11 here as in both default images; torch
+  is 2.13 (CPU) as in the torch image (its CUDA build there); TensorFlow is 2.20 with
+  tf-keras 2.20.1 here, the TF image's 2.17.0 is not installable on this offline machine.
 - pip runs offline (`--no-index`: every requirement must already be present, as on an image
-  that has it) and builds the sdist without isolation (Vertex's pip downloads setuptools).
-- `gs://` is a local GCS emulator holding the plan's checkpoint bucket.
+  that has it, or as pip would download it) and builds the sdist without isolation.
+- `gs://` is a local GCS emulator holding the plan's buckets; the metadata server is a fake
+  that hands out a token (`GCE_METADATA_HOST`, `STORAGE_EMULATOR_HOST`).
 - GPUs are simulated: `TRAINSTACK_SIMULATED_ACCELERATORS=<machineSpec.acceleratorCount>`.
 """
 
@@ -50,12 +49,16 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from infra.mocks import REPO_ROOT
 from trainers.local import free_ports
 
+if TYPE_CHECKING:  # nodes imports this module
+    from tests.fidelity.nodes import Image
+
 CUSTOM_JOB = "pulumi-python:dynamic/vertex:CustomJob"
+TUNING_JOB = "pulumi-python:dynamic/vertex:HyperparameterTuningJob"
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
 TF_ROLES = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps"}
 
@@ -68,6 +71,8 @@ class PlannedJob:
     sdist: Path
     """The file the plan uploads, on this machine."""
     base_output: str
+    package_uri: str
+    """Where the plan uploads it (`gs://staging/object`)."""
 
 
 @dataclass(frozen=True)
@@ -108,16 +113,21 @@ def stack_config(vertex: Mapping[str, Any], trainer: Mapping[str, Any]) -> dict[
 def planned_job(plan: Mapping[str, Any]) -> PlannedJob:
     """The CustomJob spec and the sdist of a plan; the job must install that very sdist."""
     by_type = {r["type"]: r for r in plan["resources"]}
-    body = by_type[CUSTOM_JOB]["inputs"]["body"]
+    body = (by_type.get(CUSTOM_JOB) or by_type[TUNING_JOB])["inputs"]["body"]
     obj = by_type[BUCKET_OBJECT]["inputs"]
     uri = f"gs://{obj['bucket']}/{obj['name']}"
-    for pool in body["jobSpec"]["workerPoolSpecs"]:
+    spec = body.get("jobSpec") or body["trialJobSpec"]
+    for pool in spec["workerPoolSpecs"]:
         if "pythonPackageSpec" in pool:
             assert pool["pythonPackageSpec"]["packageUris"] == [uri]
+        if "containerSpec" in pool and pool["containerSpec"].get("command"):
+            env = {e["name"]: e["value"] for e in pool["containerSpec"].get("env", [])}
+            assert env["TRAINSTACK_PACKAGE_URI"] == uri
     return PlannedJob(
-        job_spec=body["jobSpec"],
+        job_spec=spec,
         sdist=REPO_ROOT / obj["source"]["fileAsset"],
-        base_output=body["jobSpec"]["baseOutputDirectory"]["outputUriPrefix"],
+        base_output=spec["baseOutputDirectory"]["outputUriPrefix"],
+        package_uri=uri,
     )
 
 
@@ -250,18 +260,6 @@ def image_layer(root: Path, names: list[str]) -> set[str]:
     return allowed
 
 
-def image_environment(root: Path, packages: list[str]) -> Path:
-    """A fresh virtual environment whose image layer holds `packages` (and what they
-    depend on) from the shared venv, nothing else; returns its python.
-
-    The layer is a plain path (no .pth processing), so the shared venv's editable trainstack
-    install stays invisible: `trainers` comes from the installed sdist only.
-    """
-    layer = root / "image-layer"
-    image_layer(layer, packages)
-    return venv_over(root, layer)
-
-
 def venv_over(root: Path, layer: Path | str) -> Path:
     """A fresh virtual environment at `root` (no pip) that sees `layer`, a plain directory
     of packages, through a path file; returns its python."""
@@ -277,65 +275,41 @@ def venv_over(root: Path, layer: Path | str) -> Path:
     return python
 
 
-def pip_install(python: Path, sdist: Path, *, no_deps: bool = False) -> None:
-    """Install the sdist the way the image's pip does, offline."""
-    argv = [
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        str(python),
-        "install",
-        "--no-index",
-        "--no-build-isolation",
-        "--no-cache-dir",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--quiet",
-        *(["--no-deps"] if no_deps else []),
-        str(sdist),
-    ]
-    result = subprocess.run(argv, check=False, capture_output=True, text=True, env=base_env(python))
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def base_env(python: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A replica's starting environment: no PYTHONPATH, the image's python first on PATH."""
-    env = {
-        "PATH": f"{python.parent}:{os.environ.get('PATH', os.defpath)}",
-        "HOME": str(python.parent.parent),
-        "LANG": "C.UTF-8",
-        "OMP_NUM_THREADS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
-    env.update(extra or {})
-    return env
-
-
-def run_replicas(
-    python: Path,
+def run_container_replicas(
     job: PlannedJob,
+    image: Image,
+    root: Path,
     *,
-    cwd: Path,
     extra_env: Mapping[str, str],
     timeout_s: float,
 ) -> list[ReplicaRun]:
-    """Start every chief/worker replica's `python -m <pythonModule> <args>` at once, like
-    Vertex, and wait for all of them."""
-    started = [r for r in replicas(job.job_spec) if "pythonPackageSpec" in r.spec]
+    """Start every chief/worker replica's container command + args at once, each in a fresh
+    container of `image` under `root`, with the env Vertex sets, and wait for all of them."""
+    started = [r for r in replicas(job.job_spec) if "command" in r.spec.get("containerSpec", {})]
     ports = iter(free_ports(len(replicas(job.job_spec))))
     hosts: dict[int, list[str]] = {}
     for r in replicas(job.job_spec):
         hosts.setdefault(r.pool, []).append(f"127.0.0.1:{next(ports)}")
     procs = []
     for r in started:
-        spec = r.spec["pythonPackageSpec"]
-        env = base_env(python, {**vertex_env(job, r, hosts), **extra_env})
-        argv = [str(python), "-m", spec["pythonModule"], *spec["args"]]
+        tmp = root / f"replica-{r.pool}-{r.index}"
+        tmp.mkdir(parents=True)
+        bin_dir = image.container(tmp)
+        spec = r.spec["containerSpec"]
+        env = {
+            **vertex_env(job, r, hosts),
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', os.defpath)}",
+            "HOME": str(tmp),
+            "TMPDIR": str(tmp),
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            **extra_env,
+        }
         procs.append(
             subprocess.Popen(
-                argv,
-                cwd=cwd,
+                [*spec["command"], *spec["args"]],
+                cwd=tmp,
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -343,6 +317,12 @@ def run_replicas(
                 start_new_session=True,
             )
         )
+    return _wait(started, procs, timeout_s)
+
+
+def _wait(
+    started: list[Replica], procs: list[subprocess.Popen[str]], timeout_s: float
+) -> list[ReplicaRun]:
     outputs: list[list[str]] = [[] for _ in procs]
     readers = [
         threading.Thread(target=_collect, args=(p.stdout, o), daemon=True)

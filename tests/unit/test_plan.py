@@ -159,8 +159,10 @@ def test_bundled_vertex_stacks_send_schema_valid_bodies(stack: str) -> None:
         r for r in plan["resources"] if r["type"] == "gcp:storage/bucketObject:BucketObject"
     )
     spec = body.get("jobSpec") or body["trialJobSpec"]
-    uris = spec["workerPoolSpecs"][0]["pythonPackageSpec"]["packageUris"]
-    assert uris == [f"gs://{package['inputs']['bucket']}/{package['inputs']['name']}"]
+    # The pod setup script installs this package into the image's python3.
+    env = spec["workerPoolSpecs"][0]["containerSpec"]["env"]
+    uri = f"gs://{package['inputs']['bucket']}/{package['inputs']['name']}"
+    assert {"name": "TRAINSTACK_PACKAGE_URI", "value": uri} in env
 
 
 def test_reduction_server_stack_sizes_reducers_by_bandwidth() -> None:
@@ -172,7 +174,7 @@ def test_reduction_server_stack_sizes_reducers_by_bandwidth() -> None:
     assert pools[2]["containerSpec"]["imageUri"] == (
         "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
     )
-    assert "--bucket_cap_mb=64" in pools[0]["pythonPackageSpec"]["args"]
+    assert "--bucket_cap_mb=64" in pools[0]["containerSpec"]["args"]
     assert plan["summary"]["machines"] == 17
 
 

@@ -76,7 +76,12 @@ def test_image_torch_version_from_the_name(image: str, version: tuple[int, int] 
 
 
 def test_every_pinned_torch_image_says_its_version() -> None:
-    pinned = [*PYTORCH_GPU_IMAGES.values(), KUBERNETES_IMAGES[TORCH_MODULE], DLVM_IMAGE]
+    pinned = [
+        *PYTORCH_GPU_IMAGES.values(),
+        DEFAULT_EXECUTOR_IMAGE,
+        KUBERNETES_IMAGES[TORCH_MODULE],
+        DLVM_IMAGE,
+    ]
     assert [image for image in pinned if image_torch_version(image) is None] == []
 
 
@@ -91,16 +96,18 @@ def test_fsdp_problem_directly() -> None:
     )
 
 
-def test_vertex_default_image_refuses_fsdp() -> None:
-    assert DEFAULT_EXECUTOR_IMAGE == VERTEX_24
+def test_vertex_default_image_has_fully_shard_and_a_named_torch_24_refuses_fsdp() -> None:
+    # The default is pytorch/pytorch's torch 2.13 image (Google's prebuilt 2.4 is gone).
+    assert DEFAULT_EXECUTOR_IMAGE == "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime"
+    assert load_stack_config(_vertex()).trainer.strategy == "fsdp"
     with pytest.raises(ConfigError) as info:
-        load_stack_config(_vertex())
+        load_stack_config(_vertex(image_uri=VERTEX_24))
     assert info.value.errors == [VERTEX_FSDP_ERROR]
 
 
 def test_plan_exits_2_with_the_exact_message(tmp_path: Path) -> None:
     path = tmp_path / "Pulumi.fsdp.yaml"
-    path.write_text(yaml.safe_dump({"config": _vertex()}))
+    path.write_text(yaml.safe_dump({"config": _vertex(image_uri=VERTEX_24)}))
     result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
     assert result.exit_code == 2, result.output
     assert VERTEX_FSDP_ERROR in result.stderr.splitlines()

@@ -115,11 +115,13 @@ def test_vertex_runs_your_code_from_the_package_on_the_pytorch_image(
     pools = _named(plan, "mine-job-job")["inputs"]["body"]["jobSpec"]["workerPoolSpecs"]
     assert [pool["replicaCount"] for pool in pools] == ["1", "1"]
     for pool in pools:
-        assert pool["pythonPackageSpec"] == {
-            "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-            "packageUris": [_package_uri(plan)],
-            "pythonModule": "trainers.node",
-            "args": node_args,
+        # pytorch/pytorch's image (Google's prebuilt ones are past their end); the setup
+        # script installs the code package into its python3, as for trainer.image.
+        assert pool["containerSpec"] == {
+            "imageUri": "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
+            "command": pod_command(),
+            "args": ["python3", "-m", "trainers.node", *node_args],
+            "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(plan)}],
         }
     assert not any(NOT_WIRED in note for note in plan["notes"])
     assert _of_type(plan, SECRET_MEMBER) == []
@@ -130,11 +132,9 @@ def test_vertex_node_launcher_gets_the_tensorflow_image(tmp_path: Path, code: Pa
     trainer = {"source": str(code), "entrypoint": ["python", "train.py"], "launcher": "node"}
     plan = _plan(tmp_path, {**VERTEX, "trainstack:trainer": trainer})
     pool = _named(plan, "mine-job-job")["inputs"]["body"]["jobSpec"]["workerPoolSpecs"][0]
-    spec = pool["pythonPackageSpec"]
-    assert spec["executorImageUri"] == (
-        "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
-    )
-    assert spec["args"][0] == "--launcher=node"
+    spec = pool["containerSpec"]
+    assert spec["imageUri"] == "tensorflow/tensorflow:2.17.0-gpu"
+    assert spec["args"][3] == "--launcher=node"
 
 
 def test_vertex_image_runs_the_launcher_in_your_container(tmp_path: Path, code: Path) -> None:
@@ -188,7 +188,7 @@ def test_vertex_tuning_searches_your_codes_flags(tmp_path: Path, code: Path) -> 
     assert body["studySpec"]["parameters"] == [
         {"parameterId": "lr", "doubleValueSpec": {"minValue": 0.001, "maxValue": 0.1}}
     ]
-    spec = body["trialJobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]
+    spec = body["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]
     # Vertex appends `--lr=<value>` to these args: after `--`, so your code receives it.
     assert spec["args"][-3:] == ["--", "python", "train.py"]
 

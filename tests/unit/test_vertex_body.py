@@ -8,6 +8,7 @@ import pytest
 
 from components import catalog
 from components._discovery import validate_body
+from components._pod_setup import POD_SCRIPT
 from components.vertex_training_job import (
     DEFAULT_EXECUTOR_IMAGE,
     REQUEST_ID_LABEL,
@@ -122,12 +123,19 @@ def test_chief_only_body_is_exact() -> None:
                     },
                     "replicaCount": "1",
                     "diskSpec": {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100},
-                    "pythonPackageSpec": {
-                        "executorImageUri": DEFAULT_EXECUTOR_IMAGE,
-                        "packageUris": [PKG],
-                        # One node launcher per replica; it runs torchrun, one process per GPU.
-                        "pythonModule": "trainers.node",
-                        "args": ["trainers.torch_ddp", "--steps=100"],
+                    # The torch image from Docker Hub; the setup script installs the package
+                    # into its python3, then one node launcher per replica runs torchrun.
+                    "containerSpec": {
+                        "imageUri": DEFAULT_EXECUTOR_IMAGE,
+                        "command": ["bash", "-c", POD_SCRIPT, "trainstack-pod"],
+                        "args": [
+                            "python3",
+                            "-m",
+                            "trainers.node",
+                            "trainers.torch_ddp",
+                            "--steps=100",
+                        ],
+                        "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": PKG}],
                     },
                 }
             ],
@@ -149,9 +157,12 @@ def test_reduction_server_pools() -> None:
         },
     }
     for pool in pools[:2]:
-        spec = pool["pythonPackageSpec"]
-        assert spec["args"] == ["trainers.torch_ddp", "--steps=100", "--bucket_cap_mb=64"]
-        assert spec["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
+        spec = pool["containerSpec"]
+        assert spec["args"][3:] == ["trainers.torch_ddp", "--steps=100", "--bucket_cap_mb=64"]
+        assert spec["env"] == [
+            {"name": "NCCL_DEBUG", "value": "INFO"},
+            {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG},
+        ]
     one = body_for(**CASES["rs-one-reducer"])["jobSpec"]["workerPoolSpecs"]
     assert one[2]["replicaCount"] == "1"
     # Reduction Server needs 2 or more machines, but the builder keeps Vertex's pool order
@@ -168,7 +179,7 @@ def test_reduction_server_pools() -> None:
     explicit = body_for(
         replica_count=2, trainer_args=["--bucket_cap_mb=32"], reduction_server={"replica_count": 1}
     )
-    assert explicit["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]["args"] == [
+    assert explicit["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"][3:] == [
         "trainers.torch_ddp",
         "--bucket_cap_mb=32",
     ]
@@ -204,10 +215,22 @@ def test_spot_container_and_tuning_fields() -> None:
             },
         ],
         "algorithm": "ALGORITHM_UNSPECIFIED",
+        # Google's SDK sends BEST_MEASUREMENT; unset, Vertex would use the last measurement.
+        "measurementSelectionType": "BEST_MEASUREMENT",
     }
     assert (hp["maxTrialCount"], hp["parallelTrialCount"], hp["maxFailedTrialCount"]) == (8, 2, 0)
-    env = hp["trialJobSpec"]["workerPoolSpecs"][1]["pythonPackageSpec"]["env"]
-    assert env == [{"name": "TRAINSTACK_HYPERTUNE_METRIC", "value": "loss"}]
+    env = hp["trialJobSpec"]["workerPoolSpecs"][1]["containerSpec"]["env"]
+    assert env == [
+        {"name": "TRAINSTACK_HYPERTUNE_METRIC", "value": "loss"},
+        {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG},
+    ]
+
+
+def test_tuning_takes_the_last_measurement_only_when_asked() -> None:
+    tuning = {**TUNING, "measurement_selection_type": "LAST_MEASUREMENT"}
+    body = body_for(hyperparameter_tuning=tuning, replica_count=2)
+    assert body["studySpec"]["measurementSelectionType"] == "LAST_MEASUREMENT"
+    assert validate_body("aiplatform.v1", "HyperparameterTuningJob", body) == []
 
 
 def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() -> None:
@@ -217,24 +240,38 @@ def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() ->
         python_module="trainers.tf_multiworker",
         trainer_args=["--framework=tensorflow", "--strategy=multi_worker_mirrored"],
     )["jobSpec"]["workerPoolSpecs"]
+    command = ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
     for pool in torch:
-        assert pool["pythonPackageSpec"] == {
-            "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-            "packageUris": [PKG],
-            "pythonModule": "trainers.node",
-            "args": ["trainers.torch_ddp", "--steps=100"],
+        assert pool["containerSpec"] == {
+            "imageUri": "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
+            "command": command,
+            "args": ["python3", "-m", "trainers.node", "trainers.torch_ddp", "--steps=100"],
+            "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": PKG}],
         }
     for pool in tf:
-        assert pool["pythonPackageSpec"] == {
-            "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
-            "packageUris": [PKG],
-            "pythonModule": "trainers.node",
+        assert pool["containerSpec"] == {
+            "imageUri": "tensorflow/tensorflow:2.17.0-gpu",
+            "command": command,
             "args": [
+                "python3",
+                "-m",
+                "trainers.node",
                 "trainers.tf_multiworker",
                 "--framework=tensorflow",
                 "--strategy=multi_worker_mirrored",
             ],
+            # The setup script installs tf-keras at the image's TensorFlow minor.
+            "env": [
+                {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG},
+                {"name": "TRAINSTACK_TF_KERAS", "value": "1"},
+            ],
         }
+    # Any image you name runs the bundled trainer through the same setup script.
+    named = body_for(container_image_uri="us-docker.pkg.dev/p/r/torch:1")
+    spec = named["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
+    assert (spec["imageUri"], spec["command"]) == ("us-docker.pkg.dev/p/r/torch:1", command)
+    assert spec["args"] == ["python3", "-m", "trainers.node", "trainers.torch_ddp", "--steps=100"]
+    # A prebuilt image named as executor_image_uri still runs from pythonPackageSpec.
     given = body_for(executor_image_uri=catalog.PYTORCH_GPU_IMAGES["2.1"])
     spec = given["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]
     assert spec["executorImageUri"] == catalog.PYTORCH_GPU_IMAGES["2.1"]
@@ -395,9 +432,9 @@ MACHINES = (
             "accelerator_count",
         ),
         (
-            {"container_image_uri": "x"},
-            "package_uri: give exactly one of package_uri (with executor_image_uri) or "
-            "container_image_uri",
+            {"container_image_uri": "x", "executor_image_uri": "y"},
+            "container_image_uri: executor_image_uri names a prebuilt image for "
+            "pythonPackageSpec; valid: one of container_image_uri or executor_image_uri",
         ),
         (
             {
