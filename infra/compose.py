@@ -489,6 +489,8 @@ def _gpu_cluster(
     }
     if gpu.reservation is not None:
         args["reservation"] = gpu.reservation
+    if gpu.master_authorized_cidrs is not None:
+        args["master_authorized_cidrs"] = list(gpu.master_authorized_cidrs)
     if cfg.limits.max_run_seconds is not None:
         args["max_run_seconds"] = cfg.limits.max_run_seconds
     cluster = A100Cluster(f"{deployment}-gpu", args, opts=after_grants)
