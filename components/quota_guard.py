@@ -62,6 +62,7 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi_gcp import cloudquota
 
 from components._naming import gcp_name
+from components._tpu_quota_match import TPU_SERVICE, candidates
 
 TYPE_TOKEN = "trainstack:quota:QuotaGuard"
 # A limit of -1 means unlimited in the Cloud Quotas API.
@@ -297,17 +298,40 @@ def _usage_reader(project: str) -> Callable[[Sequence[QuotaNeed]], UsageTable]:
 NOT_FOUND_DETAIL = "the Cloud Quotas API does not know this quota id"
 
 
-def _compare(need: QuotaNeed, limit: int, usage: int | None) -> QuotaCheck:
+def _tpu_by_metric(project: str, need: QuotaNeed) -> tuple[Any, str]:
+    """For a TPU id the API does not know: the one quota of the same family among the Cloud
+    TPU API's own quotas (`components._tpu_quota_match`) and a note naming it, or None and
+    the not-found detail (listing the candidates when there are several)."""
+    if need["service"] != TPU_SERVICE:
+        return None, NOT_FOUND_DETAIL
+    try:
+        infos = cloudquota.get_s_quota_infos(parent=f"projects/{project}", service=TPU_SERVICE)
+    except Exception:  # noqa: BLE001 - the list is a best effort after a not-found id
+        return None, NOT_FOUND_DETAIL
+    found = candidates(need["quota_id"], getattr(infos, "quota_infos", None) or [])
+    if len(found) == 1:
+        match = found[0]
+        return match.info, (
+            f"the catalog's id is unknown; read {match.quota_id} (metric {match.metric}), the "
+            "one Cloud TPU API quota of the same generation and tier"
+        )
+    if found:
+        listed = ", ".join(f"{m.quota_id} ({m.metric})" for m in found)
+        return None, f"{NOT_FOUND_DETAIL}; quotas of the same TPU family: {listed}"
+    return None, NOT_FOUND_DETAIL
+
+
+def _compare(need: QuotaNeed, limit: int, usage: int | None, note: str) -> QuotaCheck:
     needed = need["needed"]
     if limit == UNLIMITED:
-        return _outcome(need, limit, "ok", "unlimited", usage)
+        return _outcome(need, limit, "ok", "unlimited" + (f" [{note}]" if note else ""), usage)
     if usage is None:
         status: Status = "short" if needed > limit else "ok"
         detail = f"need {needed}, limit {limit} (current usage not readable for this quota)"
     else:
         status = "short" if needed > limit - usage else "ok"
         detail = f"need {needed}, limit {limit}, in use {usage}: {limit - usage} left"
-    return _outcome(need, limit, status, detail, usage)
+    return _outcome(need, limit, status, detail + (f" [{note}]" if note else ""), usage)
 
 
 def check_needs(
@@ -320,8 +344,9 @@ def check_needs(
     the API does not know comes back `not_found`; any other unreadable quota (no permission,
     API off) `unknown`."""
     checks: list[QuotaCheck | None] = []
-    limits: list[tuple[int, QuotaNeed, int]] = []
+    limits: list[tuple[int, QuotaNeed, int, str]] = []
     for need in needs:
+        note = ""
         try:
             info = cloudquota.get_s_quota_info(
                 parent=f"projects/{project}", service=need["service"], quota_id=need["quota_id"]
@@ -331,20 +356,22 @@ def check_needs(
             checks.append(_outcome(need, None, status, str(exc)))
             continue
         if not getattr(info, "name", None) and not getattr(info, "dimensions_infos", None):
-            checks.append(_outcome(need, None, "not_found", NOT_FOUND_DETAIL))
-            continue
+            info, note = _tpu_by_metric(project, need)
+            if info is None:
+                checks.append(_outcome(need, None, "not_found", note))
+                continue
         limit = _limit_for(info, need["dimensions"])
         if limit is None:
             checks.append(
                 _outcome(need, None, "unknown", "no limit is reported for these dimensions")
             )
             continue
-        limits.append((len(checks), need, limit))
+        limits.append((len(checks), need, limit, note))
         checks.append(None)
     # Usage only matters where a limit was read (never offline, where none is).
-    table = read_usage([n for _, n, _ in limits]) if read_usage and limits else {}
-    for index, need, limit in limits:
-        checks[index] = _compare(need, limit, usage_of(need, table))
+    table = read_usage([n for _, n, _, _ in limits]) if read_usage and limits else {}
+    for index, need, limit, note in limits:
+        checks[index] = _compare(need, limit, usage_of(need, table), note)
     return [c for c in checks if c is not None]
 
 
@@ -385,11 +412,15 @@ def unknown_ids_message(project: str, unknown: Sequence[QuotaCheck]) -> str:
 
 
 def unverified_unknown_warning(project: str, check: QuotaCheck) -> str:
-    """An unverified id the API does not know: not checked, and why."""
+    """An unverified id the API does not know: not checked, and why (with the Cloud TPU
+    API's quotas of the same family when there are several)."""
+    family = check.detail.removeprefix(NOT_FOUND_DETAIL).removeprefix("; ")
     return (
         f"quota {check.service} {check.quota_id} ({_where(check)}) is unknown to the Cloud "
         f"Quotas API and the id is unverified (infra/catalog.py), so it was not checked; the "
-        f"stack needs {check.needed}. List the real ids with `gcloud beta quotas info list "
+        f"stack needs {check.needed}. "
+        + (f"The service has {family}. " if family and family != check.detail else "")
+        + f"List the real ids with `gcloud beta quotas info list "
         f"--service={check.service} --project={project}`"
     )
 
