@@ -13,9 +13,9 @@ A quota id the Cloud Quotas API does not know is an error too (`UnknownQuotaIdEr
 a warning, when the catalog marks the id verified: the check could not run, and the
 deployment would find out minutes into provisioning. An unverified id (a pattern guess) the
 API does not know only warns, naming the id: the guess is wrong, not the quota short. A
-shortfall on an unverified id warns as well, unless `request_increases` is set (it cannot be
-filed, so it stops the deployment, named). A read the caller may not make (HTTP 403, no `cloudquotas.quotas.get`) stays
-a warning: the id is fine, the deployer's role is not.
+shortfall on an unverified id warns as well, and is never filed. A read the caller may not
+make (HTTP 403, no `cloudquotas.quotas.get`) stays a warning: the id is fine, the
+deployer's role is not.
 
     from components.quota_guard import QuotaGuard
 
@@ -27,26 +27,52 @@ a warning: the id is fine, the deployer's role is not.
                    "dimensions": {"region": "us-central1"}, "needed": 16}],
     })
 
+Usage counts: a need fits when it is at most the limit minus what the project already uses.
+Cloud Quotas reports limits only; current usage is read where Google publishes it, from
+Compute Engine's `regions.get` / `projects.get` (`quotas[] {metric, limit, usage}`,
+https://cloud.google.com/compute/docs/reference/rest/v1/regions/get), for compute.googleapis.com
+quotas (`compute_usage`); TPU API and Vertex usage is not readable there and counts as
+unknown (the limit alone is compared, and the detail says so). A filed preference asks for
+`max(limit, usage + needed)`: `quotaConfig.preferredValue` is the new total limit, not an
+increment ("The preferred value. Must be greater than or equal to -1. If set to -1, it means
+the value is 'unlimited'.",
+https://cloud.google.com/docs/quotas/reference/rest/v1/projects.locations.quotaPreferences).
+
+Every TPU quota id is unverified (`infra/catalog.py` TPU_QUOTAS), and a shortfall or an
+unknown id on an unverified id only ever warns: a guessed id is not evidence enough to stop a
+deployment or to file a request.
+
 Quota preferences cannot be deleted (the Cloud Quotas API has no delete), so they are
 retained on `pulumi destroy`: Pulumi forgets them, the granted quota stays.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 from urllib.parse import quote
 
 import pulumi
+import requests
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
 from pulumi_gcp import cloudquota
 
 from components._naming import gcp_name
+from components._tpu_quota_match import TPU_SERVICE, candidates
 
 TYPE_TOKEN = "trainstack:quota:QuotaGuard"
 # A limit of -1 means unlimited in the Cloud Quotas API.
 UNLIMITED = -1
+COMPUTE_ENDPOINT = "https://compute.googleapis.com"
+COMPUTE_ENDPOINT_ENV = "TRAINSTACK_COMPUTE_ENDPOINT"
+"""Replaces the Compute Engine endpoint usage is read from, without credentials: tests point
+it at a local fake (under Pulumi mocks nothing else is read)."""
+SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+TIMEOUT_S = 30
 
 
 class QuotaNeed(TypedDict):
@@ -100,6 +126,14 @@ class QuotaCheck:
     detail: str
     verified: bool = True
     """Whether the quota id comes from a verified source (no preference is filed otherwise)."""
+    usage: int | None = None
+    """What the project uses now, where Compute Engine publishes it; None when unreadable."""
+
+    @property
+    def preferred_value(self) -> int:
+        """The total limit to ask for: `max(limit, usage + needed)` (a preference's
+        `preferredValue` replaces the limit; it is not added to it)."""
+        return max(self.limit or 0, (self.usage or 0) + self.needed)
 
 
 class QuotaShortfallError(RuntimeError):
@@ -157,7 +191,9 @@ def _limit_for(info: Any, dimensions: Mapping[str, str]) -> int | None:
     return match_limit(entries, dimensions)
 
 
-def _outcome(need: QuotaNeed, limit: int | None, status: Status, detail: str) -> QuotaCheck:
+def _outcome(
+    need: QuotaNeed, limit: int | None, status: Status, detail: str, usage: int | None = None
+) -> QuotaCheck:
     return QuotaCheck(
         service=need["service"],
         quota_id=need["quota_id"],
@@ -167,17 +203,150 @@ def _outcome(need: QuotaNeed, limit: int | None, status: Status, detail: str) ->
         status=status,
         detail=detail,
         verified=need.get("verified", True),
+        usage=usage,
     )
+
+
+def compute_metric(quota_id: str) -> str | None:
+    """The Compute Engine usage metric behind a Cloud Quotas id
+    (`NVIDIA-A100-GPUS-per-project-region` -> `NVIDIA_A100_GPUS`)."""
+    for suffix in ("-per-project-region", "-per-project"):
+        if quota_id.endswith(suffix):
+            return quota_id[: -len(suffix)].replace("-", "_")
+    return None
+
+
+Get = Callable[[str], "dict[str, Any] | str"]
+"""GET a URL: its JSON object, or a string naming the failure."""
+UsageTable = dict[tuple[str, str], int]
+"""{(region or "global", Compute metric): usage}."""
+
+
+def compute_usage(get: Get, endpoint: str, project: str, needs: Iterable[QuotaNeed]) -> UsageTable:
+    """Current usage of the Compute Engine quotas `needs` touch, from `regions.get` (regional
+    quotas) and `projects.get` (global ones); a scope that cannot be read is left out."""
+    scopes = {
+        need["dimensions"].get("region", "global")
+        for need in needs
+        if need["service"] == "compute.googleapis.com"
+    }
+    table: UsageTable = {}
+    for scope in sorted(scopes):
+        path = f"/regions/{scope}" if scope != "global" else ""
+        body = get(f"{endpoint}/compute/v1/projects/{project}{path}")
+        if isinstance(body, str):
+            continue
+        for q in body.get("quotas", []):
+            table[scope, str(q["metric"])] = int(q["usage"])
+    return table
+
+
+def usage_of(need: QuotaNeed, table: Mapping[tuple[str, str], int]) -> int | None:
+    """The need's current usage in `table`, None when Compute Engine does not publish it."""
+    metric = compute_metric(need["quota_id"])
+    if need["service"] != "compute.googleapis.com" or metric is None:
+        return None
+    return table.get((need["dimensions"].get("region", "global"), metric))
+
+
+def http_get(session: requests.Session) -> Get:
+    """`Get` over `session`: the JSON object, or "HTTP <code>: <Google's error message>"."""
+
+    def get(url: str) -> dict[str, Any] | str:
+        try:
+            response = session.get(url, timeout=TIMEOUT_S)
+        except requests.RequestException as exc:
+            return f"request failed: {exc}"
+        if response.status_code != 200:
+            try:
+                message = response.json().get("error", {}).get("message", response.text)
+            except ValueError:
+                message = response.text
+            return f"HTTP {response.status_code}: {message.strip()[:200]}"
+        body = response.json()
+        return body if isinstance(body, dict) else f"unexpected response: {body!r}"[:200]
+
+    return get
+
+
+def _usage_reader(project: str) -> Callable[[Sequence[QuotaNeed]], UsageTable]:
+    """Reads usage as the deployer (Application Default Credentials, as the provider does);
+    `COMPUTE_ENDPOINT_ENV` reads a local fake instead. Under Pulumi mocks (`trainstack plan`,
+    tests) only that fake is read: offline there is no usage to read."""
+    endpoint = os.environ.get(COMPUTE_ENDPOINT_ENV)
+
+    def read(needs: Sequence[QuotaNeed]) -> UsageTable:
+        if endpoint:
+            return compute_usage(http_get(requests.Session()), endpoint, project, needs)
+        if isinstance(pulumi_settings.get_monitor(), pulumi_mocks.MockMonitor):
+            return {}
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+        from google.auth.transport.requests import AuthorizedSession
+
+        try:
+            credentials, _ = google.auth.default(scopes=[SCOPE])
+        except DefaultCredentialsError:
+            return {}
+        return compute_usage(
+            http_get(AuthorizedSession(credentials)), COMPUTE_ENDPOINT, project, needs
+        )
+
+    return read
 
 
 NOT_FOUND_DETAIL = "the Cloud Quotas API does not know this quota id"
 
 
-def check_needs(project: str, needs: Sequence[QuotaNeed]) -> list[QuotaCheck]:
-    """Read each need's limit and compare. An id the API does not know comes back
-    `not_found`; any other unreadable quota (no permission, API off) `unknown`."""
-    checks = []
+def _tpu_by_metric(project: str, need: QuotaNeed) -> tuple[Any, str]:
+    """For a TPU id the API does not know: the one quota of the same family among the Cloud
+    TPU API's own quotas (`components._tpu_quota_match`) and a note naming it, or None and
+    the not-found detail (listing the candidates when there are several)."""
+    if need["service"] != TPU_SERVICE:
+        return None, NOT_FOUND_DETAIL
+    try:
+        infos = cloudquota.get_s_quota_infos(parent=f"projects/{project}", service=TPU_SERVICE)
+    except Exception:  # noqa: BLE001 - the list is a best effort after a not-found id
+        return None, NOT_FOUND_DETAIL
+    found = candidates(need["quota_id"], getattr(infos, "quota_infos", None) or [])
+    if len(found) == 1:
+        match = found[0]
+        return match.info, (
+            f"the catalog's id is unknown; read {match.quota_id} (metric {match.metric}), the "
+            "one Cloud TPU API quota of the same generation and tier"
+        )
+    if found:
+        listed = ", ".join(f"{m.quota_id} ({m.metric})" for m in found)
+        return None, f"{NOT_FOUND_DETAIL}; quotas of the same TPU family: {listed}"
+    return None, NOT_FOUND_DETAIL
+
+
+def _compare(need: QuotaNeed, limit: int, usage: int | None, note: str) -> QuotaCheck:
+    needed = need["needed"]
+    if limit == UNLIMITED:
+        return _outcome(need, limit, "ok", "unlimited" + (f" [{note}]" if note else ""), usage)
+    if usage is None:
+        status: Status = "short" if needed > limit else "ok"
+        detail = f"need {needed}, limit {limit} (current usage not readable for this quota)"
+    else:
+        status = "short" if needed > limit - usage else "ok"
+        detail = f"need {needed}, limit {limit}, in use {usage}: {limit - usage} left"
+    return _outcome(need, limit, status, detail + (f" [{note}]" if note else ""), usage)
+
+
+def check_needs(
+    project: str,
+    needs: Sequence[QuotaNeed],
+    read_usage: Callable[[Sequence[QuotaNeed]], UsageTable] | None = None,
+) -> list[QuotaCheck]:
+    """Read each need's limit and compare the need with the limit minus current usage
+    (`read_usage`, for the needs whose limit was read; without it usage is unknown). An id
+    the API does not know comes back `not_found`; any other unreadable quota (no permission,
+    API off) `unknown`."""
+    checks: list[QuotaCheck | None] = []
+    limits: list[tuple[int, QuotaNeed, int, str]] = []
     for need in needs:
+        note = ""
         try:
             info = cloudquota.get_s_quota_info(
                 parent=f"projects/{project}", service=need["service"], quota_id=need["quota_id"]
@@ -187,44 +356,39 @@ def check_needs(project: str, needs: Sequence[QuotaNeed]) -> list[QuotaCheck]:
             checks.append(_outcome(need, None, status, str(exc)))
             continue
         if not getattr(info, "name", None) and not getattr(info, "dimensions_infos", None):
-            checks.append(_outcome(need, None, "not_found", NOT_FOUND_DETAIL))
-            continue
+            info, note = _tpu_by_metric(project, need)
+            if info is None:
+                checks.append(_outcome(need, None, "not_found", note))
+                continue
         limit = _limit_for(info, need["dimensions"])
         if limit is None:
             checks.append(
                 _outcome(need, None, "unknown", "no limit is reported for these dimensions")
             )
-        elif limit != UNLIMITED and need["needed"] > limit:
-            checks.append(_outcome(need, limit, "short", f"need {need['needed']}, limit {limit}"))
-        else:
-            checks.append(_outcome(need, limit, "ok", "within limit"))
-    return checks
+            continue
+        limits.append((len(checks), need, limit, note))
+        checks.append(None)
+    # Usage only matters where a limit was read (never offline, where none is).
+    table = read_usage([n for _, n, _, _ in limits]) if read_usage and limits else {}
+    for index, need, limit, note in limits:
+        checks[index] = _compare(need, limit, usage_of(need, table), note)
+    return [c for c in checks if c is not None]
 
 
 def _where(check: QuotaCheck) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(check.dimensions.items())) or "global"
 
 
-def shortfall_message(
-    project: str, shortfalls: Sequence[QuotaCheck], request_increases: bool = False
-) -> str:
+def shortfall_message(project: str, shortfalls: Sequence[QuotaCheck]) -> str:
     lines = [f"quota preflight: {len(shortfalls)} shortfall(s) in project {project!r}:"]
     for c in shortfalls:
-        unfiled = (
-            " (not requested automatically: the quota id is unverified)"
-            if request_increases and not c.verified
-            else ""
-        )
         lines.append(
-            f"  - {c.service} {c.quota_id} ({_where(c)}): need {c.needed}, limit {c.limit}; "
-            f"request more at {console_url(project, c)}{unfiled}"
+            f"  - {c.service} {c.quota_id} ({_where(c)}): {c.detail}; raise the limit to "
+            f"{c.preferred_value} at {console_url(project, c)}"
         )
     lines.append(
         "Nothing was created. Raise the quota, or set trainstack:quotas "
         "{request_increases: true, contact_email: ...} to file the requests with pulumi up."
-        if not request_increases
-        else "Nothing was created. Raise the quotas marked unverified in the console, then "
-        "run pulumi up again; the verified ones are requested then."
     )
     return "\n".join(lines)
 
@@ -248,21 +412,26 @@ def unknown_ids_message(project: str, unknown: Sequence[QuotaCheck]) -> str:
 
 
 def unverified_unknown_warning(project: str, check: QuotaCheck) -> str:
-    """An unverified id the API does not know: not checked, and why."""
+    """An unverified id the API does not know: not checked, and why (with the Cloud TPU
+    API's quotas of the same family when there are several)."""
+    family = check.detail.removeprefix(NOT_FOUND_DETAIL).removeprefix("; ")
     return (
         f"quota {check.service} {check.quota_id} ({_where(check)}) is unknown to the Cloud "
         f"Quotas API and the id is unverified (infra/catalog.py), so it was not checked; the "
-        f"stack needs {check.needed}. List the real ids with `gcloud beta quotas info list "
+        f"stack needs {check.needed}. "
+        + (f"The service has {family}. " if family and family != check.detail else "")
+        + f"List the real ids with `gcloud beta quotas info list "
         f"--service={check.service} --project={project}`"
     )
 
 
-def unverified_shortfall_warning(project: str, check: QuotaCheck) -> str:
-    """A shortfall on an unverified id: reported, not enforced."""
+def unverified_shortfall_warning(project: str, check: QuotaCheck, requested: bool) -> str:
+    """A shortfall on an unverified id: reported, never enforced or filed."""
+    filed = " and no quota preference was filed for it" if requested else ""
     return (
-        f"quota {check.service} {check.quota_id} ({_where(check)}): need {check.needed}, "
-        f"limit {check.limit}, but the id is unverified (infra/catalog.py), so the deployment "
-        f"goes on; if it is the quota this stack draws on, request more at "
+        f"quota {check.service} {check.quota_id} ({_where(check)}): {check.detail}, but the "
+        f"id is unverified (infra/catalog.py), so the deployment goes on{filed}; if it is the "
+        f"quota this stack draws on, raise the limit to {check.preferred_value} at "
         f"{console_url(project, check)}"
     )
 
@@ -287,7 +456,7 @@ class QuotaGuard(pulumi.ComponentResource):
         if request and not args.get("contact_email"):
             raise ValueError("contact_email: required when request_increases is true")
         if args.get("preflight", True):
-            self.checks = check_needs(project, args["needs"])
+            self.checks = check_needs(project, args["needs"], _usage_reader(project))
         else:
             skipped = "preflight off (specific reservation)"
             self.checks = [_outcome(n, None, "skipped", skipped) for n in args["needs"]]
@@ -298,29 +467,25 @@ class QuotaGuard(pulumi.ComponentResource):
             # Raised before registering anything, so the deployment creates nothing.
             raise UnknownQuotaIdError(unknown_ids_message(project, unknown))
         self.shortfalls = [c for c in self.checks if c.status == "short"]
-        # Without request_increases a shortfall on an unverified id warns: the id may not be
-        # the quota the resource draws on. With it, the user asked for every shortfall to be
-        # filed, and an unverified one cannot be, so it still stops the deployment.
-        if request:
-            unfiled = any(not c.verified for c in self.shortfalls)
-            blocking = self.shortfalls if unfiled else []
-        else:
-            blocking = [c for c in self.shortfalls if c.verified]
+        # A shortfall on an unverified id (every TPU id) warns: the id may not be the quota
+        # the resource draws on, so it neither stops the deployment nor is filed.
+        blocking = [] if request else [c for c in self.shortfalls if c.verified]
         if blocking:
-            raise QuotaShortfallError(shortfall_message(project, blocking, request))
+            raise QuotaShortfallError(shortfall_message(project, blocking))
 
         super().__init__(TYPE_TOKEN, name, None, opts)
         for c in (c for c in self.checks if c.status == "not_found"):
             pulumi.log.warn(unverified_unknown_warning(project, c), resource=self)
         for c in (c for c in self.shortfalls if not c.verified):
-            pulumi.log.warn(unverified_shortfall_warning(project, c), resource=self)
+            pulumi.log.warn(unverified_shortfall_warning(project, c, request), resource=self)
         for c in (c for c in self.checks if c.status == "unknown"):
             pulumi.log.warn(
                 f"quota {c.service} {c.quota_id} ({_where(c)}) could not be read: {c.detail}; "
                 f"the stack needs {c.needed}. Check it at {console_url(project, c)}",
                 resource=self,
             )
-        self.preferences = [self._request(name, args, c) for c in self.shortfalls if request]
+        filed = [c for c in self.shortfalls if c.verified] if request else []
+        self.preferences = [self._request(name, args, c) for c in filed]
         self.blocked = bool(self.preferences)
         self.register_outputs(
             {
@@ -347,12 +512,14 @@ class QuotaGuard(pulumi.ComponentResource):
             service=check.service,
             quota_id=check.quota_id,
             dimensions=check.dimensions,
-            quota_config={"preferred_value": str(check.needed)},
+            # The new total limit, not an increment (see the module docstring).
+            quota_config={"preferred_value": str(check.preferred_value)},
             contact_email=args.get("contact_email"),
             justification=(
                 f"trainstack stack {args['deployment_name']!r} needs {check.needed} of "
                 f"{check.quota_id} ({_where(check)}) for distributed training; current "
-                f"limit {check.limit}."
+                f"limit {check.limit}"
+                + ("." if check.usage is None else f", {check.usage} in use.")
             ),
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )

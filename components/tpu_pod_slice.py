@@ -70,6 +70,7 @@ from pulumi_gcp import tpu
 
 from components._discovery import validate_body
 from components._naming import gcp_name, labels_input, name_input
+from components._options import inherited_depends_on
 from components._tpu_args import (
     DEFAULT_TRAINER_MODULE,
     SlicePlan,
@@ -334,6 +335,8 @@ class TpuPodSlice(pulumi.ComponentResource):
         deployment = args["deployment_name"]
         slice_name = name_input(gcp_name, deployment, "tpu")
         super().__init__(TOKEN, name, None, opts)
+        # The slice's VMs read the staging and checkpoint buckets from their first boot.
+        self._deps = inherited_depends_on(opts)
         self._warn_unverified(plan, args["zone"])
 
         found = plan.slice
@@ -480,7 +483,10 @@ class TpuPodSlice(pulumi.ComponentResource):
             # The script only runs at boot: a new one must replace the node, and the new
             # node reuses the name and the quota, so the old one goes first.
             opts=pulumi.ResourceOptions(
-                parent=self, replace_on_changes=["metadata"], delete_before_replace=True
+                parent=self,
+                replace_on_changes=["metadata"],
+                delete_before_replace=True,
+                depends_on=self._deps,
             ),
         )
         return self.vm.network_endpoints.apply(
@@ -551,6 +557,8 @@ class TpuPodSlice(pulumi.ComponentResource):
             wait_timeout_s=plan.wait_timeout_s,
             api_endpoint=args.get("api_endpoint"),
             provider=QueuedResourceProvider(),
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(
+                parent=self, delete_before_replace=True, depends_on=self._deps
+            ),
         )
         return self.queued_resource.worker_ips

@@ -12,7 +12,8 @@
             "staging_bucket": buckets.staging_bucket,
         },
     )
-    # compute components take identity.service_account_email
+    # compute components take identity.service_account_email, and
+    # opts=pulumi.ResourceOptions(depends_on=identity.grants)
 
 Grants, and nothing more unless asked for: read objects in the data and staging buckets,
 read/write objects in the checkpoint bucket (bucket-level bindings, not project-wide), and
@@ -173,6 +174,10 @@ class TrainingIdentity(pulumi.ComponentResource):
     """Project-level grants: log writer, metric writer and any extra roles."""
     secret_members: list[secretmanager.SecretIamMember]
     """Secret accessor on each of `secrets`, in their order."""
+    grants: list[pulumi.Resource]
+    """Every binding above: compute that runs as this account passes them as its
+    `depends_on`, so it starts only once its permissions exist (IAM changes then still take
+    up to about 7 minutes to reach every check: https://cloud.google.com/iam/docs/access-change-propagation)."""
 
     def __init__(
         self, name: str, args: TrainingIdentityArgs, opts: pulumi.ResourceOptions | None = None
@@ -226,6 +231,7 @@ class TrainingIdentity(pulumi.ComponentResource):
             for project, secret in secrets
         ]
 
+        self.grants = [*self.bucket_members, *self.project_members, *self.secret_members]
         self.service_account_email = self.service_account.email
         self.service_account_member = member
         self.register_outputs(

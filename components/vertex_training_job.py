@@ -69,6 +69,7 @@ import pulumi
 
 from components._discovery import validate_body
 from components._naming import labels_input
+from components._options import inherited_depends_on
 from components._vertex_args import (
     hyperparameter_tuning_problems,
     validate_args,
@@ -341,7 +342,11 @@ class VertexTrainingJob(pulumi.ComponentResource):
             provider=VertexJobProvider(),
             # Cancel the old job before submitting its replacement (the provider's diff says
             # so too): never two jobs holding quota and writing one checkpoint folder.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            # It runs as the training account from the start: wait for that account's
+            # bindings (passed as this component's depends_on, see _options).
+            opts=pulumi.ResourceOptions(
+                parent=self, delete_before_replace=True, depends_on=inherited_depends_on(opts)
+            ),
         )
         self.job_name = self.job.job_name
         self.state = self.job.state

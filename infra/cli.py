@@ -190,7 +190,9 @@ def live_quota_table(rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         dims = ", ".join(f"{k}={v}" for k, v in sorted(r["dimensions"].items())) or "global"
         cells = [r["limit"], r["usage"], r["headroom"]]
-        status = escape(r["status"] + (f" ({r['detail']})" if r["detail"] else ""))
+        raise_to = f"; raise the limit to {r['request']}" if r.get("request") is not None else ""
+        detail = r["detail"] + raise_to if r["detail"] else raise_to.removeprefix("; ")
+        status = escape(r["status"] + (f" ({detail})" if detail else ""))
         table.add_row(
             r["quota_id"],
             dims,

@@ -265,20 +265,24 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
             lambda urls: user_code_node_args(cfg, deployment, urls[0], urls[1])
         )
         outputs[OUTPUT_NODE_ARGS] = node_args
+    # The job, slice or nodes read the staging and checkpoint buckets as the training account
+    # from their first minute: they wait for every grant of that account (and `pulumi
+    # destroy` stops them before the grants go).
+    after_grants = pulumi.ResourceOptions(depends_on=[services, *identity.grants])
     target_outputs: dict[str, Any]
     if cfg.target == "vertex":
         target_outputs, scope = _vertex(
-            cfg, deployment, labels, package, buckets, identity, after_apis, node_args
+            cfg, deployment, labels, package, buckets, identity, after_grants, node_args
         )
     elif cfg.target == "tpu":
         assert network is not None
         target_outputs, scope = _tpu(
-            cfg, deployment, labels, package, buckets, identity, network, after_apis, node_args
+            cfg, deployment, labels, package, buckets, identity, network, after_grants, node_args
         )
     else:
         assert network is not None and cfg.target == "gpu_cluster"
         target_outputs, scope = _gpu_cluster(
-            cfg, deployment, labels, package, buckets, identity, network, after_apis, node_args
+            cfg, deployment, labels, package, buckets, identity, network, after_grants, node_args
         )
     outputs.update(target_outputs)
     outputs.update(_monitoring(cfg, deployment, labels, scope, after_apis))
@@ -347,7 +351,7 @@ def _vertex(
     package: TrainerPackage,
     buckets: TrainingBuckets,
     identity: TrainingIdentity,
-    after_apis: pulumi.ResourceOptions,
+    after_grants: pulumi.ResourceOptions,
     node_args: pulumi.Output[list[str]] | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     vx = cfg.vertex
@@ -386,7 +390,7 @@ def _vertex(
         args["trainer_args"] = trainer_args(cfg)
         if not default:
             args["container_image_uri"] = image
-    job = VertexTrainingJob(f"{deployment}-job", args, opts=after_apis)
+    job = VertexTrainingJob(f"{deployment}-job", args, opts=after_grants)
     outputs = {
         OUTPUT_JOB_NAME: job.job_name,
         OUTPUT_JOB_STATE: job.state,
@@ -404,7 +408,7 @@ def _tpu(
     buckets: TrainingBuckets,
     identity: TrainingIdentity,
     network: TrainingNetwork,
-    after_apis: pulumi.ResourceOptions,
+    after_grants: pulumi.ResourceOptions,
     node_args: pulumi.Output[list[str]] | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     tpu_cfg = cfg.tpu
@@ -439,7 +443,7 @@ def _tpu(
     else:
         args["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
         args["trainer_args"] = trainer_args(cfg)
-    tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=after_apis)
+    tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=after_grants)
     outputs = {
         OUTPUT_SLICE_NAME: tpu.slice_name,
         OUTPUT_WORKER_IPS: tpu.worker_ips,
@@ -459,7 +463,7 @@ def _gpu_cluster(
     buckets: TrainingBuckets,
     identity: TrainingIdentity,
     network: TrainingNetwork,
-    after_apis: pulumi.ResourceOptions,
+    after_grants: pulumi.ResourceOptions,
     node_args: pulumi.Output[list[str]] | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     gpu = cfg.gpu_cluster
@@ -499,9 +503,11 @@ def _gpu_cluster(
     }
     if gpu.reservation is not None:
         args["reservation"] = gpu.reservation
+    if gpu.master_authorized_cidrs is not None:
+        args["master_authorized_cidrs"] = list(gpu.master_authorized_cidrs)
     if cfg.limits.max_run_seconds is not None:
         args["max_run_seconds"] = cfg.limits.max_run_seconds
-    cluster = A100Cluster(f"{deployment}-gpu", args, opts=after_apis)
+    cluster = A100Cluster(f"{deployment}-gpu", args, opts=after_grants)
     outputs: dict[str, Any] = {
         OUTPUT_CLUSTER_NAME: cluster.cluster_name,
         OUTPUT_CONSOLE_URL: cluster.console_url,

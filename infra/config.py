@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -39,6 +40,8 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -178,9 +181,52 @@ class TpuConfig(_Model):
         return self.model_copy(update={"runtime_version": runtime})
 
 
-GpuClusterConfig = A100Shape
-"""`trainstack:gpu_cluster`: A100 machines on GKE or plain Compute Engine; the section is the
-A100Cluster component's own shape, so the stack config and the component parse it alike."""
+def _cidr(value: Any) -> str:
+    """One CIDR block as the component takes it (`components/a100_cluster/validate.py`
+    checks it with the same `ipaddress.ip_network(..., strict=True)`)."""
+    try:
+        if not isinstance(value, str):
+            raise TypeError(value)
+        ipaddress.ip_network(value, strict=True)
+    except (TypeError, ValueError):
+        raise PydanticCustomError(
+            "trainstack",
+            "{value} is not a CIDR block; valid: an address/prefix with the host bits zero, "
+            "e.g. 203.0.113.0/24 or 198.51.100.7/32",
+            {"value": repr(value)},
+        ) from None
+    return value
+
+
+class GpuClusterConfig(A100Shape):
+    """`trainstack:gpu_cluster`: A100 machines on GKE or plain Compute Engine; the section is
+    the A100Cluster component's own shape (so the stack config and the component parse the
+    machines alike) plus `master_authorized_cidrs`."""
+
+    master_authorized_cidrs: list[Annotated[str, BeforeValidator(_cidr)]] | None = None
+    """gke: the only networks that may reach the cluster's public control-plane endpoint
+    (GKE authorized networks,
+    https://cloud.google.com/kubernetes-engine/docs/how-to/authorized-networks); unset, any
+    address may try, and only IAM authentication stands in the way."""
+
+    @field_validator("master_authorized_cidrs")
+    @classmethod
+    def _gke_only(cls, cidrs: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if cidrs == []:
+            raise PydanticCustomError(
+                "trainstack",
+                "[] names no network (the cluster would stay open to any address); list at "
+                "least one CIDR block or remove the key",
+            )
+        backend = info.data.get("backend")
+        if cidrs is not None and backend != "gke":
+            raise PydanticCustomError(
+                "trainstack",
+                "applies to backend 'gke' only (the GKE control plane); backend {backend} has "
+                "none: remove the key",
+                {"backend": repr(backend)},
+            )
+        return cidrs
 
 
 class ReductionServerConfig(_Model):

@@ -3,8 +3,10 @@
 Limits come from the Cloud Quotas API (`quotaInfos.get`), the same data the QuotaGuard
 invoke reads during `pulumi up`. An id the API answers 404 for is `NOT_FOUND` (a failure,
 like a shortfall); a refused read (403) is `unknown`. Current usage is only published for Compute Engine quotas
-(`regions.get` / `projects.get` list `{metric, limit, usage}`); for TPU API and Vertex
-quotas usage is reported as unknown rather than guessed.
+(`regions.get` / `projects.get` list `{metric, limit, usage}`, read by
+`components.quota_guard.compute_usage`, which QuotaGuard uses too); for TPU API and Vertex
+quotas usage is reported as unknown rather than guessed. A SHORT row carries `request`, the
+total limit a quota preference would ask for.
 
 Credentials are Application Default Credentials (`gcloud auth application-default login`).
 """
@@ -17,10 +19,16 @@ from typing import Any
 
 import requests
 
-from components.quota_guard import match_limit
+from components.quota_guard import (
+    COMPUTE_ENDPOINT,
+    compute_metric,
+    compute_usage,
+    http_get,
+    match_limit,
+    usage_of,
+)
 
 CLOUDQUOTAS_ENDPOINT = "https://cloudquotas.googleapis.com"
-COMPUTE_ENDPOINT = "https://compute.googleapis.com"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TIMEOUT_S = 30
 
@@ -48,6 +56,9 @@ class LiveQuota:
     """`ok`, `SHORT` (need exceeds what is left), `NOT_FOUND` (the API does not know the
     quota id: HTTP 404), or `unknown` (limit unreadable, e.g. HTTP 403)."""
     detail: str
+    request: int | None = None
+    """For SHORT: the total limit to ask for, `max(limit, usage + needed)` (a quota
+    preference's `preferredValue` is the new limit, not an increment)."""
 
 
 def _session(endpoint_override: str | None) -> requests.Session:
@@ -68,51 +79,6 @@ def _session(endpoint_override: str | None) -> requests.Session:
     return AuthorizedSession(credentials)
 
 
-def compute_metric(quota_id: str) -> str | None:
-    """The Compute Engine usage metric behind a Cloud Quotas id
-    (`NVIDIA-A100-GPUS-per-project-region` -> `NVIDIA_A100_GPUS`)."""
-    for suffix in ("-per-project-region", "-per-project"):
-        if quota_id.endswith(suffix):
-            return quota_id[: -len(suffix)].replace("-", "_")
-    return None
-
-
-def _get(session: requests.Session, url: str) -> dict[str, Any] | str:
-    """JSON body, or an error string naming the status."""
-    try:
-        response = session.get(url, timeout=TIMEOUT_S)
-    except requests.RequestException as exc:
-        return f"request failed: {exc}"
-    if response.status_code != 200:
-        try:
-            message = response.json().get("error", {}).get("message", response.text)
-        except ValueError:
-            message = response.text
-        return f"HTTP {response.status_code}: {message.strip()[:200]}"
-    body = response.json()
-    return body if isinstance(body, dict) else f"unexpected response: {body!r}"[:200]
-
-
-def _usage_table(
-    session: requests.Session, compute: str, project: str, needs: Sequence[Mapping[str, Any]]
-) -> dict[tuple[str, str], tuple[int, int]]:
-    """{(scope, metric): (limit, usage)} for the Compute scopes the needs touch."""
-    scopes = {
-        need["dimensions"].get("region", "global")
-        for need in needs
-        if need["service"] == "compute.googleapis.com"
-    }
-    table: dict[tuple[str, str], tuple[int, int]] = {}
-    for scope in sorted(scopes):
-        path = f"regions/{scope}" if scope != "global" else ""
-        body = _get(session, f"{compute}/compute/v1/projects/{project}/{path}".rstrip("/"))
-        if isinstance(body, str):
-            continue  # usage stays unknown; the limit still comes from Cloud Quotas
-        for q in body.get("quotas", []):
-            table[scope, q["metric"]] = (int(q["limit"]), int(q["usage"]))
-    return table
-
-
 def read_live_quota(
     project: str, needs: Sequence[Mapping[str, Any]], *, endpoint: str | None = None
 ) -> list[LiveQuota]:
@@ -120,7 +86,8 @@ def read_live_quota(
     (tests point it at a local server)."""
     session = _session(endpoint)
     quotas = endpoint or CLOUDQUOTAS_ENDPOINT
-    usage = _usage_table(session, endpoint or COMPUTE_ENDPOINT, project, needs)
+    get = http_get(session)
+    usage = compute_usage(get, endpoint or COMPUTE_ENDPOINT, project, needs)  # type: ignore[arg-type]
     results = []
     for need in needs:
         dims = dict(need["dimensions"])
@@ -128,8 +95,8 @@ def read_live_quota(
             f"{quotas}/v1/projects/{project}/locations/global/services/{need['service']}"
             f"/quotaInfos/{need['quota_id']}"
         )
-        body = _get(session, url)
-        limit = used = headroom = None
+        body = get(url)
+        limit = used = headroom = request = None
         if isinstance(body, str):
             # 404: the id is wrong, which no permission fixes; anything else (403) may pass
             # for another caller.
@@ -141,10 +108,8 @@ def read_live_quota(
                 for e in body.get("dimensionsInfos", [])
             ]
             limit = match_limit(entries, dims)
-            metric = compute_metric(need["quota_id"])
-            scope = dims.get("region", "global")
-            if need["service"] == "compute.googleapis.com" and metric is not None:
-                used = usage.get((scope, metric), (0, None))[1]
+            if compute_metric(need["quota_id"]) is not None:
+                used = usage_of(need, usage)  # type: ignore[arg-type]
             if limit is None:
                 status, detail = "unknown", "no limit is reported for these dimensions"
             elif limit == -1:
@@ -153,6 +118,8 @@ def read_live_quota(
                 headroom = limit - (used or 0) - need["needed"]
                 status = "ok" if headroom >= 0 else "SHORT"
                 detail = "usage unknown for this service" if used is None else ""
+                if status == "SHORT":
+                    request = max(limit, (used or 0) + need["needed"])
         results.append(
             LiveQuota(
                 service=need["service"],
@@ -164,6 +131,7 @@ def read_live_quota(
                 headroom=headroom,
                 status=status,
                 detail=detail,
+                request=request,
             )
         )
     return results

@@ -73,6 +73,7 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import compute, container
 
 from components._naming import labels_input
+from components._options import inherited_depends_on
 from components.a100_cluster._common import (
     BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
@@ -295,6 +296,8 @@ class A100Cluster(pulumi.ComponentResource):
         gpu = validate_args(args)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)
+        # The nodes read the staging and checkpoint buckets from their first boot.
+        deps = inherited_depends_on(opts)
 
         self.backend = gpu.backend
         self.node_count = gpu.node_count
@@ -309,7 +312,7 @@ class A100Cluster(pulumi.ComponentResource):
         self.instance_template = self.instance_group = None
         self.node_configs = []
         if gpu.backend == "gke":
-            gke = create_gke(name, args, gpu, labels, parent=self)
+            gke = create_gke(name, args, gpu, labels, parent=self, depends_on=deps)
             self.cluster = gke.cluster
             self.system_pool = gke.system_pool
             self.gpu_pool = gke.gpu_pool
@@ -326,7 +329,7 @@ class A100Cluster(pulumi.ComponentResource):
             resource_filter: pulumi.Input[str]
             log_filter, resource_filter = gke_filters(self.cluster_name)
         else:
-            gce = create_gce(name, args, gpu, labels, parent=self)
+            gce = create_gce(name, args, gpu, labels, parent=self, depends_on=deps)
             self.placement_policy = gce.placement_policy
             self.instance_template = gce.template
             self.instance_group = gce.group

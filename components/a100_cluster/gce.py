@@ -4,7 +4,7 @@ package docstring)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,7 @@ def create_gce(
     gpu: A100Shape,
     labels: pulumi.Input[Mapping[str, str]],
     parent: pulumi.Resource,
+    depends_on: Sequence[Any] = (),
 ) -> GceInstances:
     """Register the gce backend's resources as children of `parent` (the component `name`).
 
@@ -188,7 +189,8 @@ def create_gce(
             max_unavailable_fixed=gpu.node_count,
         ),
         wait_for_instances=False,
-        opts=child,
+        # The group creates the nodes, which read the buckets at boot: after the grants.
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
     )
     node_configs = [
         compute.PerInstanceConfig(

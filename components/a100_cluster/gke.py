@@ -3,9 +3,9 @@ provider and, with `training`, the `KubernetesTrainingJob` (see the package docs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -118,6 +118,7 @@ def create_gke(
     gpu: A100Shape,
     labels: pulumi.Input[Mapping[str, str]],
     parent: pulumi.Resource,
+    depends_on: Sequence[Any] = (),
 ) -> GkeCluster:
     """Register the gke backend's resources as children of `parent` (the component `name`)."""
     project = pulumi.Output.from_input(args["project"])
@@ -243,7 +244,15 @@ def create_gke(
     training_job = None
     if training is not None:
         training_job = _training_job(
-            name, args, training, gpu, accelerator, parent, provider, [system_pool, gpu_pool]
+            name,
+            args,
+            training,
+            gpu,
+            accelerator,
+            parent,
+            provider,
+            # Its pods read the buckets as the training account: after the grants too.
+            [system_pool, gpu_pool, *depends_on],
         )
     return GkeCluster(
         cluster=cluster,
@@ -331,7 +340,7 @@ def _training_job(
     accelerator: str,
     parent: pulumi.Resource,
     provider: k8s.Provider,
-    pools: list[container.NodePool],
+    pools: list[Any],
 ) -> KubernetesTrainingJob:
     job_args: KubernetesTrainingJobArgs = {
         "job_name": job_name_for(args["deployment_name"], gpu.node_count),

@@ -44,11 +44,25 @@ TF_WORKERS=@@TF_WORKERS@@
 MAX_RUN_SECONDS=@@MAX_RUN_SECONDS@@
 RUN_CLOCK_URI=@@RUN_CLOCK_URI@@
 
-log() { printf 'trainstack-launch: %s\n' "$*" >&2; }
+# Each of the launcher's own lines goes to the unit's journal and, once the helper is on disk,
+# to Cloud Logging as this VM's entry (node_helper.py log), where `trainstack logs` and the
+# dashboard's filter find download, install and rendezvous failures; shipping a line never
+# fails the launcher.
+helper=""
+python=""
+say() {
+  local severity=$1
+  shift
+  printf 'trainstack-launch: %s\n' "$*" >&2
+  if [ -n "$helper" ] && [ -n "$python" ]; then
+    "$python" "$helper" log "$severity" "trainstack-launch: $*" >/dev/null 2>&1 || true
+  fi
+}
+log() { say INFO "$@"; }
 fail() {
   local code=$1
   shift
-  log "$*"
+  say ERROR "$*"
   exit "$code"
 }
 # Anything else that fails is a node problem, not a code error: a bounded retry (exit 3)
@@ -120,10 +134,15 @@ fi
 package_file="$WORK_DIR/${PACKAGE_URI##*/}"
 if [ ! -e "$package_file.installed" ]; then
   log "installing $PACKAGE_URI"
-  "$python" "$helper" download "$PACKAGE_URI" "$package_file" ||
-    fail 3 "could not download $PACKAGE_URI"
-  "${pip[@]}" install --disable-pip-version-check --no-input "$package_file" ||
-    fail 3 "pip could not install $package_file"
+  # The helper's and pip's own words go into the shipped line: the journal is not shipped.
+  if ! out="$("$python" "$helper" download "$PACKAGE_URI" "$package_file" 2>&1)"; then
+    fail 3 "could not download $PACKAGE_URI: $out"
+  fi
+  if ! out="$("${pip[@]}" install --disable-pip-version-check --no-input "$package_file" 2>&1)"; then
+    printf '%s\n' "$out" >&2
+    fail 3 "pip could not install $package_file: $(printf '%s\n' "$out" | tail -n 5)"
+  fi
+  printf '%s\n' "$out" >&2
   touch "$package_file.installed"
 fi
 if [ "$terminated" = 1 ]; then
@@ -189,5 +208,8 @@ if [ "$deadline" = 1 ] && [ "$terminated" = 0 ]; then
 fi
 if [ "$terminated" = 1 ]; then
   fail 143 "preempted (launcher exit $status); a restart resumes from the newest checkpoint"
+fi
+if [ "$status" -eq 3 ]; then
+  fail 3 "the node launcher exited 3: the elastic rendezvous was lost (node 0 gone, or no quorum in time) or the trainer's setup failed; the unit restarts it"
 fi
 fail "$status" "the node launcher exited $status"

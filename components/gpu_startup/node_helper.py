@@ -7,9 +7,22 @@ every one of them has Python. The launcher writes this file next to its work and
     python3 node_helper.py download gs://bucket/trainers/pkg.tar.gz /var/lib/trainstack/pkg.tar.gz
     python3 node_helper.py check-args --steps=100 --global_batch_size=64
     python3 node_helper.py run-started gs://bucket/trainstack-run-0123abcd.started
+    python3 node_helper.py log ERROR "pip could not install ..."
+
+`log` writes one line of the launcher's own to Cloud Logging (`entries:write`,
+https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write) as the entry the
+node launcher's shipper writes for a trainer line (`trainers.common.cloud_logging`): log
+`projects/<project>/logs/trainstack`, resource `gce_instance` {project_id, instance_id,
+zone}, entry label `compute.googleapis.com/resource_name` = the instance name, so
+`trainstack logs` and the dashboard's filter find the launcher's download, install and
+rendezvous failures beside the trainer's lines. The launcher runs before the trainer package
+(and its shipper) is installed, hence this copy; tests/unit/test_launcher_logging.py holds
+the two to the same entry. One attempt, short timeouts: a Logging outage must not hold the
+node up.
 
 `GCE_METADATA_HOST` and `STORAGE_EMULATOR_HOST`, the variables Google's client libraries
-honour, point it at local fakes; on Google Cloud both are unset.
+honour, and `TRAINSTACK_LOGGING_ENDPOINT` (as for the trainer's shipper) point it at local
+fakes; on Google Cloud all are unset.
 
 Exit codes: 0 ok; 1 a request failed; 2 the trainer arguments are invalid; 3 usage error.
 It must run on the oldest Python of the images (3.10): no newer syntax or modules.
@@ -24,7 +37,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
+LOG_ID = "trainstack"
+"""The log the trainer's lines go to (`trainers.common.contract.LOG_ID`)."""
+GCE_NAME_LABEL = "compute.googleapis.com/resource_name"
+SEVERITIES = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL")
+LOG_TIMEOUT_S = 5
 ATTEMPTS = 5
 """Tries per request; transient failures (connection errors, 429, 5xx) back off 1, 2, 4, 8 s."""
 TIMEOUT_S = 60
@@ -130,6 +149,46 @@ def run_started(uri: str) -> int:
     raise ValueError(f"no run start recorded at {uri}")
 
 
+def _metadata_once(path: str) -> str:
+    request = urllib.request.Request(metadata_base() + path, headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=LOG_TIMEOUT_S) as response:
+        return bytes(response.read()).decode()
+
+
+def log_entry_request(severity: str, message: str, now: float) -> dict[str, Any]:
+    """The entries:write body of one launcher line on this Compute Engine VM."""
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity {severity!r} is not one of {', '.join(SEVERITIES)}")
+    project = _metadata_once("project/project-id")
+    zone = _metadata_once("instance/zone").rsplit("/", 1)[-1]
+    labels = {"project_id": project, "instance_id": _metadata_once("instance/id"), "zone": zone}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+    return {
+        "logName": f"projects/{project}/logs/{LOG_ID}",
+        "resource": {"type": "gce_instance", "labels": labels},
+        "labels": {GCE_NAME_LABEL: _metadata_once("instance/name")},
+        "entries": [{"timestamp": stamp, "severity": severity, "textPayload": message}],
+    }
+
+
+def ship_log(severity: str, message: str) -> None:
+    """Write one launcher line to Cloud Logging as this VM's service account."""
+    body = json.dumps(log_entry_request(severity, message, time.time())).encode()
+    token = json.loads(_metadata_once("instance/service-accounts/default/token"))
+    endpoint = os.environ.get("TRAINSTACK_LOGGING_ENDPOINT") or "https://logging.googleapis.com/"
+    request = urllib.request.Request(
+        endpoint.rstrip("/") + "/v2/entries:write",
+        data=body,
+        headers={
+            "Authorization": f"Bearer {token['access_token']}",
+            "Content-Type": "application/json",
+        },
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=LOG_TIMEOUT_S) as response:
+        response.read()
+
+
 def check_args(args: list[str]) -> None:
     """Parse the trainer's flags with the trainer's own parser (raises ValueError)."""
     from trainers.common.cli import load_config
@@ -141,7 +200,7 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(
             "usage: node_helper.py metadata PATH | download URI DEST | run-started URI | "
-            "check-args ARGS..."
+            "check-args ARGS... | log SEVERITY MESSAGE"
         )
         return 3
     command, rest = argv[0], argv[1:]
@@ -154,6 +213,8 @@ def main(argv: list[str]) -> int:
             print(run_started(rest[0]))
         elif command == "check-args":
             check_args(rest)
+        elif command == "log" and len(rest) == 2:
+            ship_log(rest[0], rest[1])
         else:
             print(f"trainstack-helper: bad usage: {' '.join(argv)}", file=sys.stderr)
             return 3

@@ -81,6 +81,10 @@ STATE_DIR_ENV: Final = "TRAINSTACK_STATE_DIR"
 DEFAULT_PYTHON: Final = "python3"
 DEFAULT_TRAINER_ATTEMPTS: Final = 3
 DEFAULT_RETRY_DELAY_S: Final = 10
+DEFAULT_DOWNLOAD_WINDOW_S: Final = 900
+"""How long the package download keeps retrying after its first failure: twice the up to
+about 7 minutes a new IAM grant takes to propagate
+(https://cloud.google.com/iam/docs/access-change-propagation), plus one minute."""
 
 METADATA_ATTRIBUTES_VERIFIED: Final = False
 METADATA_ATTRIBUTES_SOURCE: Final = (
@@ -191,6 +195,7 @@ def render_tpu_worker_script(
     python: str = DEFAULT_PYTHON,
     trainer_attempts: int = DEFAULT_TRAINER_ATTEMPTS,
     retry_delay_s: int = DEFAULT_RETRY_DELAY_S,
+    download_window_s: int = DEFAULT_DOWNLOAD_WINDOW_S,
     node_args: Sequence[str] | None = None,
     max_run_seconds: int | None = None,
 ) -> str:
@@ -232,6 +237,7 @@ def render_tpu_worker_script(
         ("expected_hosts", expected_hosts, 1),
         ("trainer_attempts", trainer_attempts, 1),
         ("retry_delay_s", retry_delay_s, 0),
+        ("download_window_s", download_window_s, 0),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{key}: expected an integer >= {low}, got {value!r}")
@@ -259,6 +265,7 @@ def render_tpu_worker_script(
         "PYTHON": shlex.quote(python),
         "TRAINER_ATTEMPTS": str(trainer_attempts),
         "RETRY_DELAY_S": str(retry_delay_s),
+        "DOWNLOAD_WINDOW_S": str(download_window_s),
         "TRAINER_ARGS": " ".join(shlex.quote(a) for a in launch),
         "RUNTIME_VERSION": shlex.quote(runtime_version),
         "RUNTIME_TF_MINOR": runtime.tf_minor if runtime is not None else "''",

@@ -10,7 +10,8 @@
 # step is idempotent and safe to re-run after a reboot or maintenance event:
 #   1. worker id (`agent-worker-number`) and the slice's worker IPs
 #      (`worker-network-endpoints`, worker 0 first) come from the metadata server;
-#   2. the trainer package is downloaded from the staging bucket and pip-installed once per
+#   2. the trainer package is downloaded from the staging bucket (retried for up to
+#      TS_DOWNLOAD_WINDOW_S while the account's new bucket grant propagates) and pip-installed once per
 #      package URI (a marker file records it; the URI changes whenever the code does), with
 #      the runtime's own packages as constraints (`pip freeze`, taken once before trainstack
 #      installs anything): pip fails loudly rather than replace what the runtime ships (a
@@ -52,6 +53,7 @@ readonly TS_EXPECTED_HOSTS=@@EXPECTED_HOSTS@@
 readonly TS_PYTHON=@@PYTHON@@
 readonly TS_TRAINER_ATTEMPTS=@@TRAINER_ATTEMPTS@@
 readonly TS_RETRY_DELAY_S=@@RETRY_DELAY_S@@
+readonly TS_DOWNLOAD_WINDOW_S=@@DOWNLOAD_WINDOW_S@@
 readonly TS_TRAINER_ARGS=(@@TRAINER_ARGS@@)
 readonly TS_RUNTIME_VERSION=@@RUNTIME_VERSION@@
 readonly TS_RUNTIME_TF_MINOR=@@RUNTIME_TF_MINOR@@
@@ -154,6 +156,28 @@ download() {
   gcloud storage cp "$1" "$2" || gsutil cp "$1" "$2"
 }
 
+# download_package DEST: the trainer package, retried with doubling waits (from
+# TS_RETRY_DELAY_S up to 60 s) for TS_DOWNLOAD_WINDOW_S after the first failure. The slice
+# is created after its account's bucket grants, but a new grant can take up to about 7
+# minutes to reach every check (https://cloud.google.com/iam/docs/access-change-propagation):
+# until then Cloud Storage answers 403, and giving up would leave the slice idle and billing.
+download_package() {
+  local attempt=1 delay=$((TS_RETRY_DELAY_S > 0 ? TS_RETRY_DELAY_S : 1)) first="" waited
+  until download "$TS_PACKAGE_URI" "$1"; do
+    [[ -n $first ]] || first=$(date +%s)
+    waited=$(($(date +%s) - first))
+    if ((waited >= TS_DOWNLOAD_WINDOW_S)); then
+      log "giving up on the package download after $attempt attempts over ${waited}s"
+      return 1
+    fi
+    log "package download attempt $attempt failed (${waited}s of ${TS_DOWNLOAD_WINDOW_S}s); retrying in ${delay}s: a new grant of the training account can take up to 7 minutes to reach Cloud Storage"
+    sleep "$delay"
+    attempt=$((attempt + 1))
+    delay=$((delay * 2 > 60 ? 60 : delay * 2))
+  done
+  ((attempt == 1)) || log "package downloaded on attempt $attempt"
+}
+
 install_package() {
   local digest marker sdist
   digest=$(printf '%s' "$TS_PACKAGE_URI" | sha256sum | cut -c1-16)
@@ -165,7 +189,7 @@ install_package() {
   sdist="$TS_STATE_DIR/packages/${TS_PACKAGE_URI##*/}"
   mkdir -p "$TS_STATE_DIR/packages"
   log "installing trainer package $TS_PACKAGE_URI"
-  retry 5 download "$TS_PACKAGE_URI" "$sdist" || die "cannot download $TS_PACKAGE_URI"
+  download_package "$sdist" || die "cannot download $TS_PACKAGE_URI"
   freeze_runtime
   # The runtime image owns the system Python (TensorFlow lives there); PEP 668 images
   # refuse a system-wide pip install without this, older pips ignore it.

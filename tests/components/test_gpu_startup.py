@@ -323,10 +323,14 @@ def test_gce_startup_script_starts_the_trainer_with_the_metadata_rank(
     }
     assert (state / f"done-{key}").exists()
     _assert_fetched(google, state)
-    assert [p for p, _ in google.requests if p.startswith("/compute")] == [
+    # Each launcher line also tries Cloud Logging; this fake serves no project id, so each
+    # try stops there (tests/unit/test_launcher_logging.py ships them).
+    project = "/computeMetadata/v1/project/project-id"
+    assert [p for p, _ in google.requests if p.startswith("/compute") and p != project] == [
         f"/computeMetadata/v1/instance/attributes/{NODE_RANK_ATTRIBUTE}",
         "/computeMetadata/v1/instance/service-accounts/default/token",
     ]
+    assert [p for p, _ in google.requests].count(project) == 3  # installing, node, finished
 
 
 def test_gce_startup_script_is_idempotent(

@@ -89,7 +89,8 @@ def test_shortfall_fails_the_stack_before_anything_is_registered() -> None:
         # shortfall warns and is not part of the error.
         "quota preflight: 1 shortfall(s) in project 'acme-ml':\n"
         "  - compute.googleapis.com PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region "
-        "(region=us-central1): need 16, limit 8; request more at "
+        "(region=us-central1): need 16, limit 8 (current usage not readable for this quota); "
+        "raise the limit to 16 at "
         "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
         "&service=compute.googleapis.com&metric=PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region\n"
         "Nothing was created. Raise the quota, or set trainstack:quotas "

@@ -1,6 +1,6 @@
 """QuotaGuard against a Cloud Quotas fake over real HTTP, its invoke answered as the
 pulumi-gcp provider answers it (`tests.fakes.quota_server.provider_invoke`): a verified id the
-API does not know stops the stack, an unverified one (and, without request_increases, a
+API does not know stops the stack, an unverified one (and a
 shortfall on one) only warns, a refused read only warns, and no quota preference is filed
 for an unverified id."""
 
@@ -111,9 +111,10 @@ def test_a_shortfall_on_an_unverified_id_only_warns_without_request_increases() 
     assert run.of_type("gcp:storage/bucket:Bucket")
     assert run.of_type(PREFERENCE) == []
     assert _warnings(run) == [
-        f"quota tpu.googleapis.com {V4_ON_DEMAND} (zone=us-central2-b): need 16, limit 8, "
-        "but the id is unverified (infra/catalog.py), so the deployment goes on; if it is "
-        "the quota this stack draws on, request more at "
+        f"quota tpu.googleapis.com {V4_ON_DEMAND} (zone=us-central2-b): need 16, limit 8 "
+        "(current usage not readable for this quota), but the id is unverified "
+        "(infra/catalog.py), so the deployment goes on; if it is the quota this stack draws "
+        "on, raise the limit to 16 at "
         "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
         f"&service=tpu.googleapis.com&metric={V4_ON_DEMAND}"
     ]
@@ -128,8 +129,9 @@ def test_a_verified_shortfall_still_fails_and_names_only_the_verified_id() -> No
     assert run.resources == []
     assert caught == [
         "QuotaShortfallError: quota preflight: 1 shortfall(s) in project 'acme-ml':\n"
-        f"  - aiplatform.googleapis.com {A100} (region=us-central1): need 32, limit 8; "
-        "request more at https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
+        f"  - aiplatform.googleapis.com {A100} (region=us-central1): need 32, limit 8 "
+        "(current usage not readable for this quota); raise the limit to 32 at "
+        "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
         f"&service=aiplatform.googleapis.com&metric={A100}\n"
         "Nothing was created. Raise the quota, or set trainstack:quotas "
         "{request_increases: true, contact_email: ...} to file the requests with pulumi up."
@@ -179,20 +181,23 @@ def test_a_refused_read_warns_and_the_verified_shortfall_is_requested() -> None:
 
 
 def test_no_preference_is_filed_for_an_unverified_id() -> None:
+    """Even with request_increases, a shortfall on a guessed id only warns: it is neither
+    filed nor allowed to stop the deployment."""
     caught: list[str] = []
     vertex = {**VERTEX_STACK["trainstack:vertex"], "spot": True}
     limits = {SPOT_A100: [({}, "8")], VERTEX_CPUS: [({}, "1000")]}
     with QuotaFakeServer(limits, {}) as fake:
         run = _deploy({**VERTEX_STACK, "trainstack:vertex": vertex}, fake, caught)
-    assert run.resources == []
-    assert caught == [
-        "QuotaShortfallError: quota preflight: 1 shortfall(s) in project 'acme-ml':\n"
-        f"  - aiplatform.googleapis.com {SPOT_A100} (region=us-central1): need 32, limit 8; "
-        "request more at https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
-        f"&service=aiplatform.googleapis.com&metric={SPOT_A100} (not requested "
-        "automatically: the quota id is unverified)\n"
-        "Nothing was created. Raise the quotas marked unverified in the console, then run "
-        "pulumi up again; the verified ones are requested then."
+    assert caught == []
+    assert run.of_type(PREFERENCE) == []
+    assert run.outputs["quota_blocked"] is False
+    assert _warnings(run) == [
+        f"quota aiplatform.googleapis.com {SPOT_A100} (region=us-central1): need 32, limit 8 "
+        "(current usage not readable for this quota), but the id is unverified "
+        "(infra/catalog.py), so the deployment goes on and no quota preference was filed for "
+        "it; if it is the quota this stack draws on, raise the limit to 32 at "
+        "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
+        f"&service=aiplatform.googleapis.com&metric={SPOT_A100}"
     ]
 
 

@@ -103,8 +103,14 @@ with open(os.environ["FAKE_LOG"], "a") as log:
     log.write(json.dumps({{"prog": prog, "argv": argv, "env": env}}) + "\\n")
 if prog == "python3" and argv[:1] and argv[0].endswith("trainstack_node_helper.py"):
     os.execv(sys.executable, [sys.executable, *argv])
+clock = os.environ["FAKE_LOG"] + ".clock"
 if prog == "date":
-    print(os.environ.get("FAKE_NOW") or int(time.time()))
+    slept = int(open(clock).read()) if os.path.exists(clock) else 0
+    print(int(os.environ.get("FAKE_NOW") or time.time()) + slept)
+    sys.exit(0)
+if prog == "sleep" and os.environ.get("FAKE_CLOCK_SLEEPS"):
+    slept = int(open(clock).read()) if os.path.exists(clock) else 0
+    open(clock, "w").write(str(slept + int(argv[0])))
     sys.exit(0)
 if prog == "sleep":
     until = os.environ.get("FAKE_SLEEP_UNTIL")
@@ -128,6 +134,22 @@ if prog == "python3" and argv[:2] == ["-m", "pip"]:
 if prog in ("gcloud", "gsutil"):
     if prog in os.environ.get("FAKE_FAILING", "").split(","):
         sys.exit(1)
+    if os.environ.get("FAKE_GCS_URL"):
+        import urllib.error, urllib.parse, urllib.request
+        bucket, _, name = argv[-2].removeprefix("gs://").partition("/")
+        request = urllib.request.Request(
+            os.environ["FAKE_GCS_URL"] + "/storage/v1/b/" + bucket + "/o/"
+            + urllib.parse.quote(name, safe="") + "?alt=media",
+            headers={{"Authorization": "Bearer " + os.environ["FAKE_GCS_TOKEN"]}},
+        )
+        try:
+            data = urllib.request.urlopen(request, timeout=10).read()
+        except urllib.error.HTTPError as e:
+            print(f"ERROR: ({{prog}}) HTTPError {{e.code}}: {{e.read().decode()}}", file=sys.stderr)
+            sys.exit(1)
+        with open(argv[-1], "wb") as out:
+            out.write(data)
+        sys.exit(0)
     with open(argv[-1], "w") as out:
         out.write("sdist")
 elif prog == "python3":
@@ -167,6 +189,9 @@ class MetadataServer(LocalServer):
         self.requests: list[tuple[str, str | None]] = []
         self.objects: dict[tuple[str, str], bytes] = {}
         self.storage: list[tuple[str, str]] = []
+        self.denied_while: Any = None
+        """With a callable, object reads answer 403 while it returns True (IAM not yet
+        propagated to Cloud Storage)."""
         self._lock = threading.Lock()
         fake = self
 
@@ -208,6 +233,10 @@ class MetadataServer(LocalServer):
                     key = self._object(self.path.partition("?")[0], "/storage/v1/b/")
                     if key is None:
                         return self._reply(401, b"unauthenticated")
+                    if fake.denied_while is not None and fake.denied_while():
+                        return self._reply(
+                            403, b"does not have storage.objects.get access to the object"
+                        )
                     data = fake.objects.get(key)
                     if data is None:
                         return self._reply(404, b"no such object")
@@ -599,16 +628,70 @@ def test_download_falls_back_to_gsutil(worker: Worker, worker3: MetadataServer) 
     ]
 
 
-def test_download_failures_are_retried_then_fatal(worker: Worker, worker3: MetadataServer) -> None:
-    result = worker.run(worker3, FAKE_FAILING="gcloud,gsutil")
-    assert result.returncode == 1
-    assert [a[0] for a in worker.argvs()] == ["gcloud", "gsutil", "sleep"] * 4 + [
-        "gcloud",
-        "gsutil",
-    ]
-    assert result.stdout.splitlines()[-1] == (
-        f"[trainstack slice={SLICE} worker=3] ERROR: cannot download {PACKAGE}"
+# The waits of the package download: doubling from retry_delay_s (10) up to 60 s, until
+# 900 s have passed since the first failure (a grant takes up to ~7 minutes to propagate).
+DOWNLOAD_WAITS = [10, 20, 40, *[60] * 14]
+"""Attempt n fails at sum(DOWNLOAD_WAITS[:n-1]) s: 0, 10, 30, 70, 130, ..., 850, 910."""
+
+
+def _slept(worker: Worker) -> list[int]:
+    return [int(a[1]) for a in worker.argvs() if a[0] == "sleep"]
+
+
+def test_download_failures_are_retried_for_15_minutes_then_fatal(
+    worker: Worker, worker3: MetadataServer
+) -> None:
+    result = worker.run(
+        worker3, FAKE_FAILING="gcloud,gsutil", FAKE_CLOCK_SLEEPS="1", FAKE_NOW="1700000000"
     )
+    assert result.returncode == 1
+    assert _slept(worker) == DOWNLOAD_WAITS
+    assert sum(DOWNLOAD_WAITS) == 910
+    lines = result.stdout.splitlines()
+    prefix = f"[trainstack slice={SLICE} worker=3]"
+    assert lines[-2:] == [
+        f"{prefix} giving up on the package download after 18 attempts over 910s",
+        f"{prefix} ERROR: cannot download {PACKAGE}",
+    ]
+    assert lines[-3] == (
+        f"{prefix} package download attempt 17 failed (850s of 900s); retrying in 60s: a new "
+        "grant of the training account can take up to 7 minutes to reach Cloud Storage"
+    )
+
+
+def test_a_403_while_the_grant_propagates_is_waited_out(
+    worker: Worker, worker3: MetadataServer
+) -> None:
+    """Cloud Storage refuses the new account for 7 minutes of the fake clock (the sleeps the
+    script took); the download then succeeds and the worker installs as usual."""
+    clock = Path(str(worker.log) + ".clock")
+    worker3.denied_while = lambda: int(clock.read_text() if clock.exists() else 0) < 7 * 60
+    bucket, _, name = PACKAGE.removeprefix("gs://").partition("/")
+    worker3.objects[(bucket, name)] = b"the sdist"
+    result = worker.run(
+        worker3,
+        FAKE_CLOCK_SLEEPS="1",
+        FAKE_NOW="1700000000",
+        FAKE_GCS_URL=worker3.base_url,
+        FAKE_GCS_TOKEN=TOKEN,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Failures at 0, 10, 30, 70, 130, 190, 250, 310, 370 s; the 10th attempt, at 430 s, works.
+    assert _slept(worker) == DOWNLOAD_WAITS[:9]
+    object_get = f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}?alt=media"
+    assert worker3.storage == [("GET", object_get)] * (9 * 2 + 1)
+    assert Path(_downloaded(worker)).read_bytes() == b"the sdist"
+    prefix = f"[trainstack slice={SLICE} worker=3]"
+    progress = [line for line in result.stdout.splitlines() if "package download" in line]
+    assert progress[0] == (
+        f"{prefix} package download attempt 1 failed (0s of 900s); retrying in 10s: a new "
+        "grant of the training account can take up to 7 minutes to reach Cloud Storage"
+    )
+    assert [p.split("(")[1].split(")")[0] for p in progress[:-1]] == [
+        f"{t}s of 900s" for t in (0, 10, 30, 70, 130, 190, 250, 310, 370)
+    ]
+    assert progress[-1] == f"{prefix} package downloaded on attempt 10"
+    assert "HTTPError 403" in result.stderr
 
 
 def test_missing_endpoints_on_a_multi_host_slice_is_an_error(worker: Worker) -> None:

@@ -35,10 +35,15 @@ class QuotaFakeServer(LocalServer):
         limits: dict[str, list[tuple[dict[str, str], str]]],
         usage: dict[str, list[tuple[str, float, float]]],
         forbidden: frozenset[str] = frozenset(),
+        metrics: dict[str, str] | None = None,
     ) -> None:
         self.limits = limits
         self.usage = usage
         self.forbidden = forbidden
+        self.metrics = metrics or {}
+        """quota_id -> its `metric` (`<service>/<name>`): the quotas `quotaInfos.list` of
+        a service answers (https://cloud.google.com/docs/quotas/reference/rest/v1/
+        projects.locations.services.quotaInfos/list)."""
         self.requests: list[str] = []
         super().__init__(self._handler())
 
@@ -49,20 +54,22 @@ class QuotaFakeServer(LocalServer):
     def answer(self, path: str) -> tuple[int, Any]:
         self.requests.append(path)
         parts = path.strip("/").split("/")
+        if parts[:1] == ["v1"] and parts[-1] == "quotaInfos":
+            service = parts[-2]
+            return 200, {
+                "quotaInfos": [
+                    self._info("/".join(parts[1:]) + "/" + quota_id, quota_id)
+                    for quota_id, metric in sorted(self.metrics.items())
+                    if metric.startswith(f"{service}/") and quota_id in self.limits
+                ]
+            }
         if parts[:1] == ["v1"] and "quotaInfos" in parts:
             quota_id = parts[-1]
             if quota_id in self.forbidden:
                 return 403, _error(403, f"Permission 'cloudquotas.quotas.get' denied on {quota_id}")
             if quota_id not in self.limits:
                 return 404, _error(404, f"quota {quota_id} not found")
-            return 200, {
-                "name": "/".join(parts[1:]),
-                "quotaId": quota_id,
-                "dimensionsInfos": [
-                    {"dimensions": dims, "details": {"value": value}}
-                    for dims, value in self.limits[quota_id]
-                ],
-            }
+            return 200, self._info("/".join(parts[1:]), quota_id)
         if parts[:2] == ["compute", "v1"]:
             scope = parts[5] if len(parts) > 5 and parts[4] == "regions" else "global"
             quotas = [
@@ -71,6 +78,19 @@ class QuotaFakeServer(LocalServer):
             ]
             return 200, {"name": scope, "quotas": quotas}
         return 404, {"error": {"code": 404, "message": "no such path"}}
+
+    def _info(self, name: str, quota_id: str) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "name": name,
+            "quotaId": quota_id,
+            "dimensionsInfos": [
+                {"dimensions": dims, "details": {"value": value}}
+                for dims, value in self.limits[quota_id]
+            ],
+        }
+        if quota_id in self.metrics:
+            info["metric"] = self.metrics[quota_id]
+        return info
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -131,6 +151,43 @@ def provider_invoke(fake: QuotaFakeServer, project: str) -> InvokeFn:
                     "applicableLocations": [],
                 }
                 for info in body.get("dimensionsInfos", [])
+            ],
+        }
+
+    return answer
+
+
+def provider_list_invoke(fake: QuotaFakeServer, project: str) -> InvokeFn:
+    """`gcp:cloudquota/getSQuotaInfos` as the provider answers it (Terraform's
+    `google_cloud_quotas_quota_infos` data source): a GET of
+    `{parent}/locations/global/services/{service}/quotaInfos`, each entry flattened as
+    `provider_invoke` flattens one."""
+
+    def answer(args: dict[str, Any]) -> dict[str, Any]:
+        assert args["parent"] == f"projects/{project}"
+        url = f"{fake.endpoint}/v1/{args['parent']}/locations/global/services/{args['service']}/quotaInfos"
+        response = requests.get(url, timeout=10)
+        if response.status_code != 200:
+            raise InvokeFailure(f"googleapi: Error {response.status_code}")
+        return {
+            "parent": args["parent"],
+            "service": args["service"],
+            "quotaInfos": [
+                {
+                    "name": info["name"],
+                    "quotaId": info["quotaId"],
+                    "metric": info.get("metric", ""),
+                    "service": args["service"],
+                    "dimensionsInfos": [
+                        {
+                            "dimensions": d.get("dimensions") or {},
+                            "details": [d["details"]] if d.get("details") else [],
+                            "applicableLocations": [],
+                        }
+                        for d in info.get("dimensionsInfos", [])
+                    ],
+                }
+                for info in response.json().get("quotaInfos", [])
             ],
         }
 

@@ -220,6 +220,50 @@ def test_a_users_image_runs_the_bundled_trainer_through_the_same_setup_script() 
         }
 
 
+@pytest.mark.trainer
+def test_tensorflow_with_reducers_trains_as_two_workers_with_the_reducers_outside(
+    tmp_path: Path, gcs_emulator: str, metadata: str
+) -> None:
+    """Vertex lists the reducer pool (workerpool2) as `ps` in every replica's TF_CONFIG
+    (gcp-facts 3.2); the reducers run Google's image, not the trainer, so the chief and the
+    worker must train as one world of two with the reducers outside the TensorFlow cluster.
+    Reduction Server supports TensorFlow multi-host data-parallel training with NCCL
+    all-reduce (https://cloud.google.com/vertex-ai/docs/training/distributed-training
+    #reduction-server); it needs a custom image with google-reduction-server, so the stack
+    names one (`vertex.image_uri`), run here with the TF image's packages. The NCCL choice
+    itself cannot show on CPU: tests/trainers/test_tf_reduction_server.py covers it."""
+    vertex = {
+        **TWO_BY_TWO,
+        "image_uri": "us-central1-docker.pkg.dev/p/training/tf-reduction-server:2.17",
+        "reduction_server": {"enabled": True, "replica_count": 2},
+    }
+    trainer = {"framework": "tensorflow", "strategy": "multi_worker_mirrored", **TRAINER}
+    job = planned_job(build_plan("fidelity-tf-rs", stack_config(vertex, trainer)))
+    pools = job.job_spec["workerPoolSpecs"]
+    assert [p["replicaCount"] for p in pools] == ["1", "1", "2"]
+    assert pools[2]["containerSpec"] == {
+        "imageUri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+    }
+    _stage(job, gcs_emulator)
+    layer = [*VERTEX_TRAINING_IMAGES[TF_MODULE].packages, "tf-keras", "setuptools"]
+    runs = run_container_replicas(
+        job,
+        Image(tmp_path / "image", job.sdist, layer),
+        tmp_path,
+        extra_env=_env(gcs_emulator, metadata),
+        timeout_s=300,
+    )
+    # Only the chief and the worker start here: the reducer pool has no command of ours.
+    assert [(r.replica.pool, r.code) for r in runs] == [(0, 0), (1, 0)], _explain(runs)
+    starts = _events(runs, "start")
+    assert sorted((s["workers"], s["strategy"]) for s in starts) == [
+        (2, "multi_worker_mirrored"),
+        (2, "multi_worker_mirrored"),
+    ]
+    [done] = _events(runs, "done")
+    assert (done["world_size"], done["workers"], done["step"]) == (2, 2, 4)
+
+
 OWN_TRAINER = REPO / "examples" / "own-trainer"
 OWN_ARGS = ["--steps=12", "--checkpoint-every=6", "--global-batch=32"]
 

@@ -42,6 +42,8 @@ def test_headroom_subtracts_usage_and_flags_a_shortfall() -> None:
         "headroom": -8,
         "status": "SHORT",
         "detail": "",
+        # The total to ask for: 24 in use + 16 needed (more than the limit of 32).
+        "request": 40,
     }
     assert (
         rows["GPUS-ALL-REGIONS-per-project"]["usage"],

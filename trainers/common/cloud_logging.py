@@ -25,6 +25,10 @@ API had already stored is not duplicated), and gives up on other errors for that
 `close` flushes what is left within a deadline (the launcher calls it when its target exits,
 SIGTERM included).
 
+On Compute Engine the launcher's own lines (download, pip, the node launcher's exit) come
+before this package is installed: `components/gpu_startup/node_helper.py log` writes them as
+the same entries (tests/unit/test_launcher_logging.py holds the two together).
+
 `TRAINSTACK_LOGGING_ENDPOINT` (`contract.LOGGING_ENDPOINT_ENV`) replaces
 `https://logging.googleapis.com/`, `GCE_METADATA_HOST` (as in google-auth) the metadata
 server's host: tests point both at local fakes. Standard library only (the launcher imports

@@ -5,10 +5,16 @@ ParameterServer through `TFConfigClusterResolver`) or from the TPU runtime
 (`TPUClusterResolver`). `tf_cluster` derives the `TF_CONFIG` this process must run with from
 the launch shapes `trainers.common.cluster` understands:
 
-- `TF_CONFIG` (Vertex distributed jobs, `trainstack local-run`, any TF launcher): used as is.
+- `TF_CONFIG` (Vertex distributed jobs, `trainstack local-run`, any TF launcher): used as
+  given, except on a Vertex job with Reduction Server (below).
 - Vertex `CLUSTER_SPEC` alone: workerpool0 -> chief, workerpool1 -> worker, workerpool2 ->
-  ps (unless it runs the Reduction Server image, which TensorFlow does not talk to),
-  workerpool3 -> evaluator.
+  ps, workerpool3 -> evaluator (never listed in the cluster).
+- Either way, when `CLUSTER_SPEC`'s job runs the Reduction Server image in workerpool2, that
+  pool is not a TensorFlow task: Vertex still lists it as `ps` in `TF_CONFIG` (gcp-facts
+  3.2: "Third (workerPoolSpecs[2]): Parameter servers, Reduction Server", TF_CONFIG type
+  `ps`), but the reducers run Google's image and serve NCCL all-reduce, so they leave the
+  cluster and a task in that pool is a `reducer`. MultiWorkerMirrored then asks for NCCL
+  all-reduce (`all_reduce_implementation`), which is what Reduction Server serves.
 - GKE Indexed Job with more than one pod: workers `<JOB_NAME>-<i>.<TRAINSTACK_HEADLESS_SERVICE>`
   on the coordinator port.
 - TPU VM workers (`TPU_WORKER_HOSTNAMES`) for the non-TPU strategies: one worker per host.
@@ -62,6 +68,16 @@ _VERTEX_POOLS = {
     "workerpool3": "evaluator",
 }
 
+REDUCTION_SERVER_ALL_REDUCE = "NCCL"
+"""The all-reduce Reduction Server serves: Google's distributed-training page lists "Your
+training code uses TensorFlow or PyTorch and ... multi-host data-parallel training with GPUs
+using NCCL all-reduce" among its prerequisites (gcp-facts section 4,
+https://cloud.google.com/vertex-ai/docs/training/distributed-training#reduction-server).
+TensorFlow's collectives use NCCL on GPUs only when asked: `use_nccl = (nccl_ ||
+communication_hint == "nccl") && device_type == DEVICE_GPU` (tensorflow/tensorflow
+tensorflow/core/common_runtime/collective_param_resolver_local.cc, AssignCollectiveType);
+AUTO picks the gRPC ring, which never reaches the reducers."""
+
 
 @dataclass(frozen=True)
 class TFCluster:
@@ -76,6 +92,8 @@ class TFCluster:
     """Training tasks: chief plus workers."""
     ps: int
     """Parameter server tasks."""
+    reduction_server: bool = False
+    """Vertex runs Reduction Server replicas beside this cluster (not TensorFlow tasks)."""
 
     @property
     def is_chief(self) -> bool:
@@ -97,44 +115,57 @@ class TFCluster:
         return str(hosts[0]) if hosts else None
 
 
+def all_reduce_implementation(reduction_server: bool, gpus: int) -> str:
+    """The `tf.distribute.experimental.CommunicationImplementation` name MultiWorkerMirrored
+    uses: NCCL when Reduction Server is to carry the all-reduce of GPU workers (see
+    `REDUCTION_SERVER_ALL_REDUCE`), else AUTO. NCCL does not run on CPU devices."""
+    return REDUCTION_SERVER_ALL_REDUCE if reduction_server and gpus > 0 else "AUTO"
+
+
 def _single() -> TFCluster:
     return TFCluster(None, "worker", 0, 1, 0)
 
 
-def _from_tf_config(spec: dict[str, Any]) -> TFCluster:
-    cluster = spec["cluster"]
+def _vertex_tf_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """The TF_CONFIG Vertex documents for a CLUSTER_SPEC (gcp-facts 3.2): pools by role,
+    evaluators outside the cluster."""
+    cluster = {
+        role: list(spec["cluster"][pool])
+        for pool, role in _VERTEX_POOLS.items()
+        if spec["cluster"].get(pool) and role != "evaluator"
+    }
+    task = spec["task"]
+    tf_task: dict[str, Any] = {
+        "type": _VERTEX_POOLS[str(task["type"])],
+        "index": int(task.get("index", 0)),
+    }
+    if task.get("trial"):
+        tf_task["trial"] = task["trial"]
+    return {"cluster": cluster, "task": tf_task}
+
+
+def _from_tf_config(spec: dict[str, Any], reducers: bool) -> TFCluster:
+    """The task of a TF_CONFIG; with `reducers`, its `ps` pool is Vertex's Reduction Server
+    and leaves the cluster."""
     task = spec["task"]
     task_type = str(task["type"])
     if task_type == "master":
         task_type = "chief"
+    if reducers:
+        spec = {**spec, "cluster": {k: v for k, v in spec["cluster"].items() if k != "ps"}}
+        if task_type == "ps":
+            task_type = "reducer"
+    cluster = spec["cluster"]
     workers = len(cluster.get("chief") or cluster.get("master") or []) + len(
         cluster.get("worker") or []
     )
     return TFCluster(
-        spec, task_type, int(task.get("index", 0)), workers, len(cluster.get("ps") or [])
-    )
-
-
-def _from_cluster_spec(spec: dict[str, Any], reduction_server: bool) -> TFCluster:
-    cluster: dict[str, list[str]] = {}
-    for pool, role in _VERTEX_POOLS.items():
-        hosts = spec["cluster"].get(pool) or []
-        if hosts and not (role == "ps" and reduction_server) and role != "evaluator":
-            cluster[role] = list(hosts)
-    task = spec["task"]
-    role = _VERTEX_POOLS[str(task["type"])]
-    if role == "ps" and reduction_server:
-        role = "reducer"
-    index = int(task.get("index", 0))
-    tf_config: dict[str, Any] = {"cluster": cluster, "task": {"type": role, "index": index}}
-    if task.get("trial"):
-        tf_config["task"]["trial"] = task["trial"]
-    return TFCluster(
-        tf_config,
-        role,
-        index,
-        len(cluster.get("chief", [])) + len(cluster.get("worker", [])),
-        len(cluster.get("ps", [])),
+        spec,
+        task_type,
+        int(task.get("index", 0)),
+        workers,
+        len(cluster.get("ps") or []),
+        reducers,
     )
 
 
@@ -147,11 +178,13 @@ def tf_cluster(env: Mapping[str, str], info: ClusterInfo) -> TFCluster:
     """The TensorFlow task of this process; `info` is `resolve_cluster(env)`, which has
     already checked the shapes. Raises ValueError when a multi-node shape lacks the host
     list a TensorFlow cluster needs."""
+    vertex = json.loads(env["CLUSTER_SPEC"]) if env.get("CLUSTER_SPEC") else None
+    # Only CLUSTER_SPEC carries the job's pools, so only it tells reducers from ps tasks.
+    reducers = vertex is not None and uses_reduction_server(vertex)
     if env.get("TF_CONFIG"):
-        return _from_tf_config(json.loads(env["TF_CONFIG"]))
-    if info.platform == "vertex" and env.get("CLUSTER_SPEC"):
-        spec = json.loads(env["CLUSTER_SPEC"])
-        return _from_cluster_spec(spec, uses_reduction_server(spec))
+        return _from_tf_config(json.loads(env["TF_CONFIG"]), reducers)
+    if info.platform == "vertex" and vertex is not None:
+        return _from_tf_config(_vertex_tf_config(vertex), reducers)
     if info.num_nodes <= 1:
         return _single()
     port = info.coordinator_port

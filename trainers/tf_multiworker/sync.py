@@ -19,6 +19,7 @@ from trainers.common.data import Dataset
 from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
 from trainers.common.records import LogWindow
 from trainers.common.signals import SigtermWatcher
+from trainers.tf_multiworker.cluster import all_reduce_implementation
 from trainers.tf_multiworker.data import load, sync_dataset_fn
 from trainers.tf_multiworker.loop import (
     SUM,
@@ -36,9 +37,16 @@ def mirrored_strategy() -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy([d.name for d in devices])
 
 
-def multi_worker_mirrored_strategy() -> tf.distribute.Strategy:
-    """The workers of TF_CONFIG (already in the environment, see launch.py)."""
-    return tf.distribute.MultiWorkerMirroredStrategy()
+def multi_worker_mirrored_strategy(reduction_server: bool = False) -> tf.distribute.Strategy:
+    """The workers of TF_CONFIG (already in the environment, see launch.py); NCCL all-reduce
+    on GPUs when Vertex's Reduction Server is to carry it (`all_reduce_implementation`)."""
+    name = all_reduce_implementation(reduction_server, len(tf.config.list_physical_devices("GPU")))
+    implementation = tf.distribute.experimental.CommunicationImplementation[name]
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation
+        )
+    )
 
 
 class SyncTrainer(TrainerBase):

@@ -81,12 +81,12 @@ def configure(cfg: TrainConfig) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-def make_strategy(cfg: TrainConfig) -> tf.distribute.Strategy:
+def make_strategy(cfg: TrainConfig, reduction_server: bool = False) -> tf.distribute.Strategy:
     """The configured strategy; TF_CONFIG is already in the environment (launch.py)."""
     if cfg.strategy == "mirrored":
         return mirrored_strategy()
     if cfg.strategy == "multi_worker_mirrored":
-        return multi_worker_mirrored_strategy()
+        return multi_worker_mirrored_strategy(reduction_server)
     if cfg.strategy == "tpu":
         chips = simulated_tpu_chips(os.environ)
         if chips is not None:
@@ -108,7 +108,7 @@ def run(cfg: TrainConfig, info: ClusterInfo, tfc: TFCluster) -> int:
         )
         return CONFIG_ERROR_EXIT_CODE
     try:
-        strategy = make_strategy(cfg)
+        strategy = make_strategy(cfg, tfc.reduction_server)
     except TPUUnavailableError as e:
         print(f"trainstack trainer: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
