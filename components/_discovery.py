@@ -35,6 +35,8 @@ from typing import Any
 
 import googleapiclient
 
+from components._unknown import is_unknown
+
 DOCUMENTS_DIR = Path(googleapiclient.__file__).resolve().parent / "discovery_cache" / "documents"
 
 _API_NAME = re.compile(r"^[a-z][a-z0-9]*\.v[0-9][a-z0-9]*$")
@@ -83,23 +85,24 @@ def schema_name(api: str, schema: str) -> str:
     return matches[0]
 
 
-def validate_body(api: str, schema: str, body: Any, *, unknown_value: object = None) -> list[str]:
+def validate_body(api: str, schema: str, body: Any, *, allow_unknowns: bool = False) -> list[str]:
     """Every problem with `body` as the request schema `schema` of `api`, as exact strings.
 
     Each error is `<path>: <problem>` where `<path>` is dotted field names with `[i]` for
     list items and `[key]` for map entries (`jobSpec.workerPoolSpecs[0].replicaCount`).
-    Values equal to `unknown_value` (when given) are accepted anywhere: Pulumi hands
-    providers a sentinel for values not known during preview.
+    With `allow_unknowns`, a value Pulumi does not know yet (`components._unknown.is_unknown`:
+    the dynamic host's `Unknown` object or the engine's sentinel string) is accepted
+    anywhere, the whole body included: a provider's `check` sees them in a preview.
     """
     full = schema_name(api, schema)
     errors: list[str] = []
-    _Validator(load_document(api)["schemas"], unknown_value, errors).ref(full, body, "")
+    _Validator(load_document(api)["schemas"], allow_unknowns, errors).ref(full, body, "")
     return errors
 
 
-def assert_valid(api: str, schema: str, body: Any, *, unknown_value: object = None) -> None:
+def assert_valid(api: str, schema: str, body: Any, *, allow_unknowns: bool = False) -> None:
     """Raise ValueError listing every error `validate_body` finds."""
-    errors = validate_body(api, schema, body, unknown_value=unknown_value)
+    errors = validate_body(api, schema, body, allow_unknowns=allow_unknowns)
     if errors:
         listed = "\n".join(f"  - {error}" for error in errors)
         raise ValueError(f"{api} {schema} body is invalid ({len(errors)} errors):\n{listed}")
@@ -128,9 +131,9 @@ def _join(path: str, key: str) -> str:
 
 
 class _Validator:
-    def __init__(self, schemas: dict[str, Any], unknown: object, errors: list[str]) -> None:
+    def __init__(self, schemas: dict[str, Any], allow_unknowns: bool, errors: list[str]) -> None:
         self.schemas = schemas
-        self.unknown = unknown
+        self.allow_unknowns = allow_unknowns
         self.errors = errors
 
     def error(self, path: str, problem: str) -> None:
@@ -140,7 +143,7 @@ class _Validator:
         self.value(self.schemas[name], value, path, name)
 
     def value(self, spec: dict[str, Any], value: Any, path: str, name: str | None = None) -> None:
-        if self.unknown is not None and (value is self.unknown or value == self.unknown):
+        if self.allow_unknowns and is_unknown(value):
             return
         if "$ref" in spec:
             self.ref(spec["$ref"], value, path)

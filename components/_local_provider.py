@@ -51,6 +51,7 @@ import pulumi.dynamic as dyn
 from pydantic import ValidationError
 
 from components._local_processes import ProcessRef, ProcessTable, stop_processes
+from components._unknown import contains_unknown, is_unknown
 from trainers.common.contract import EVENT_LAUNCH, EVENT_START
 from trainers.common.user_code import StackTrainer
 from trainers.local import PreparedRun, prepare_run
@@ -77,8 +78,6 @@ STATE_FINISHED: Final = "finished"
 STATE_EXITED: Final = "exited"
 # "FileNotFoundError: ..." or torchrun's "[rank0]: FileNotFoundError: ...".
 _EXCEPTION_LINE: Final = re.compile(r"^(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception)\b.*:")
-# The engine's placeholder for values unknown during preview (pulumi.runtime.rpc.UNKNOWN).
-_UNKNOWN: Final = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 
 # Started with `python -I -c`: reads {"cwd", "stdout", "stderr", "processes": [{"argv",
 # "env"}]} on stdin, starts each process in a new session and prints their pids as JSON. It
@@ -223,9 +222,10 @@ class LocalRunProvider(dyn.ResourceProvider):
     # -- provider methods ------------------------------------------------------------------
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        # In a preview any input may be unknown (components._unknown): what is known is checked.
         failures: list[dyn.CheckFailure] = []
         trainer = news.get("trainer")
-        if trainer != _UNKNOWN:
+        if not contains_unknown(trainer):
             try:
                 _trainer(trainer)
             except ValidationError as exc:
@@ -233,7 +233,7 @@ class LocalRunProvider(dyn.ResourceProvider):
                     where = ".".join(str(p) for p in error["loc"]) or "trainer"
                     failures.append(dyn.CheckFailure("trainer", f"{where}: {error['msg']}"))
         workers = news.get("workers")
-        if workers != _UNKNOWN and (
+        if not is_unknown(workers) and (
             isinstance(workers, bool)
             or not isinstance(workers, int | float)
             or not float(workers).is_integer()
@@ -243,13 +243,13 @@ class LocalRunProvider(dyn.ResourceProvider):
                 dyn.CheckFailure("workers", f"expected an integer >= 1, got {workers!r}")
             )
         root = news.get("root")
-        if root != _UNKNOWN and (not isinstance(root, str) or not root):
+        if not is_unknown(root) and (not isinstance(root, str) or not root):
             failures.append(dyn.CheckFailure("root", f"expected a non-empty path, got {root!r}"))
         env = news.get("env") or {}
-        if env != _UNKNOWN and (
+        if not is_unknown(env) and (
             not isinstance(env, dict)
             or not all(
-                isinstance(k, str) and k and "=" not in k and isinstance(v, str)
+                isinstance(k, str) and k and "=" not in k and (isinstance(v, str) or is_unknown(v))
                 for k, v in env.items()
             )
         ):
@@ -257,7 +257,7 @@ class LocalRunProvider(dyn.ResourceProvider):
                 dyn.CheckFailure("env", "expected names (no '=') mapped to string values")
             )
         grace = news.get("stop_grace_s")
-        if grace != _UNKNOWN and (
+        if not is_unknown(grace) and (
             isinstance(grace, bool) or not isinstance(grace, int | float) or grace <= 0
         ):
             failures.append(

@@ -53,6 +53,7 @@ import pulumi.dynamic as dyn
 
 from components._discovery import normalize_numbers, validate_body
 from components._google_api import ApiError, NotFoundError, RetryPolicy, build_client, execute
+from components._unknown import contains_unknown, is_unknown
 
 API: Final = "tpu.v2"
 SCHEMA: Final = "QueuedResource"
@@ -69,8 +70,6 @@ DEFAULT_WAIT_TIMEOUT_S: Final = 3600.0
 CONSOLE_URL_VERIFIED: Final = False
 """The console page pattern comes from public code, not a Google doc page."""
 _ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-# The engine's placeholder for values unknown during preview (pulumi.runtime.rpc.UNKNOWN).
-_UNKNOWN: Final = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 
 
 class QueuedResourceFailedError(Exception):
@@ -187,13 +186,15 @@ class QueuedResourceProvider(dyn.ResourceProvider):
     # -- provider methods ------------------------------------------------------------------
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        # In a preview any input may be unknown (components._unknown): what is known is checked.
         failures: list[dyn.CheckFailure] = []
         for key in ("project", "zone"):
-            if not isinstance(news.get(key), str) or not news[key]:
+            value = news.get(key)
+            if not is_unknown(value) and (not isinstance(value, str) or not value):
                 failures.append(dyn.CheckFailure(key, "expected a non-empty string"))
         for key in ("queued_resource_id", "node_id"):
             value = news.get(key)
-            if value != _UNKNOWN and (not isinstance(value, str) or not _ID.match(value)):
+            if not is_unknown(value) and (not isinstance(value, str) or not _ID.match(value)):
                 failures.append(
                     dyn.CheckFailure(
                         key,
@@ -202,36 +203,43 @@ class QueuedResourceProvider(dyn.ResourceProvider):
                     )
                 )
         timeout = news.get("wait_timeout_s")
-        if timeout is not None and (
+        if timeout is not None and not is_unknown(timeout) and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
         ):
             failures.append(dyn.CheckFailure("wait_timeout_s", f"expected > 0, got {timeout!r}"))
         body = news.get("body")
-        if body != _UNKNOWN:
+        if not is_unknown(body):
             body = news["body"] = normalize_numbers(API, SCHEMA, body)
             failures += [
                 dyn.CheckFailure("body", error)
-                for error in validate_body(API, SCHEMA, body, unknown_value=_UNKNOWN)
+                for error in validate_body(API, SCHEMA, body, allow_unknowns=True)
             ]
             if not failures:
                 failures += self._check_node_spec(news)
         return dyn.CheckResult(news, failures)
 
     def _check_node_spec(self, news: Mapping[str, Any]) -> list[dyn.CheckFailure]:
-        specs = news["body"].get("tpu", {}).get("nodeSpec") or []
+        tpu = news["body"].get("tpu", {})
+        specs = tpu if is_unknown(tpu) else tpu.get("nodeSpec") or []
+        if is_unknown(specs):
+            return []
         if len(specs) != 1:
             return [dyn.CheckFailure("body", f"tpu.nodeSpec: expected 1 node, got {len(specs)}")]
         spec = specs[0]
+        if is_unknown(spec):
+            return []
         failures: list[dyn.CheckFailure] = []
         parent = f"projects/{news['project']}/locations/{news['zone']}"
-        if _UNKNOWN not in parent and spec.get("parent") not in (parent, _UNKNOWN):
+        known_parent = not contains_unknown([news["project"], news["zone"]])
+        if known_parent and not is_unknown(spec.get("parent")) and spec.get("parent") != parent:
             failures.append(
                 dyn.CheckFailure(
                     "body",
                     f"tpu.nodeSpec[0].parent: expected {parent!r}, got {spec.get('parent')!r}",
                 )
             )
-        if spec.get("nodeId") != news.get("node_id"):
+        node_ids = [spec.get("nodeId"), news.get("node_id")]
+        if not contains_unknown(node_ids) and node_ids[0] != node_ids[1]:
             failures.append(
                 dyn.CheckFailure(
                     "body",
@@ -239,8 +247,9 @@ class QueuedResourceProvider(dyn.ResourceProvider):
                     f"got {spec.get('nodeId')!r}",
                 )
             )
-        labels = spec.get("node", {}).get("labels")
-        if labels != _UNKNOWN and (not isinstance(labels, dict) or SPEC_LABEL not in labels):
+        node = spec.get("node", {})
+        labels = node if is_unknown(node) else node.get("labels")
+        if not is_unknown(labels) and (not isinstance(labels, dict) or SPEC_LABEL not in labels):
             failures.append(
                 dyn.CheckFailure("body", f"tpu.nodeSpec[0].node.labels.{SPEC_LABEL} is required")
             )

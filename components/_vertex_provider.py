@@ -46,6 +46,7 @@ from components._google_api import (
     build_client,
     execute,
 )
+from components._unknown import is_unknown
 
 API: Final = "aiplatform.v1"
 REQUEST_ID_LABEL: Final = "trainstack_request_id"
@@ -68,8 +69,6 @@ ADOPTABLE_STATES: Final = frozenset(
 )
 """States of a job a create may adopt: alive and not on its way out."""
 REPLACE_KEYS: Final = ("body", "project", "region", "kind")
-# The engine's placeholder for values unknown during preview (pulumi.runtime.rpc.UNKNOWN).
-_UNKNOWN: Final = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 
 
 class JobDeleteTimeoutError(Exception):
@@ -145,20 +144,23 @@ class VertexJobProvider(dyn.ResourceProvider):
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         failures: list[dyn.CheckFailure] = []
+        # In a preview any input may be unknown (components._unknown): what is known is checked.
         kind = news.get("kind")
-        if kind not in KINDS:
+        if not is_unknown(kind) and kind not in KINDS:
             failures.append(
                 dyn.CheckFailure("kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
             )
         for key in ("project", "region"):
-            if not isinstance(news.get(key), str) or not news[key]:
+            value = news.get(key)
+            if not is_unknown(value) and (not isinstance(value, str) or not value):
                 failures.append(dyn.CheckFailure(key, "expected a non-empty string"))
         body = news.get("body")
-        if kind in KINDS and body != _UNKNOWN:
+        if kind in KINDS and not is_unknown(body):
             body = news["body"] = normalize_numbers(API, KINDS[kind], body)
-            for error in validate_body(API, KINDS[kind], body, unknown_value=_UNKNOWN):
+            for error in validate_body(API, KINDS[kind], body, allow_unknowns=True):
                 failures.append(dyn.CheckFailure("body", error))
-            if isinstance(body, dict) and REQUEST_ID_LABEL not in body.get("labels", {}):
+            labels = body.get("labels", {}) if isinstance(body, dict) else {}
+            if not is_unknown(labels) and REQUEST_ID_LABEL not in labels:
                 failures.append(dyn.CheckFailure("body", f"labels.{REQUEST_ID_LABEL} is required"))
         return dyn.CheckResult(news, failures)
 

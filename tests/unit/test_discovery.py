@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pulumi.output import Unknown
 
 from components._discovery import assert_valid, load_document, schema_name, validate_body
 
@@ -105,13 +106,13 @@ def test_required_inside_nested_ref_and_unknown_sentinel() -> None:
         "jobSpec.baseOutputDirectory.outputUriPrefix: required field missing "
         "(GoogleCloudAiplatformV1GcsDestination)"
     ]
-    unknown = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
-    assert (
-        validate_body(
-            API, "CustomJob", _job(scheduling={"timeout": unknown}), unknown_value=unknown
-        )
-        == []
-    )
+    sentinel = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+    for unknown in (sentinel, Unknown()):
+        job = _job(scheduling={"timeout": unknown})
+        assert validate_body(API, "CustomJob", job, allow_unknowns=True) == []
+    assert validate_body(API, "CustomJob", Unknown(), allow_unknowns=True) == []
+    # Without allow_unknowns an unknown is an ordinary wrong value.
+    assert validate_body(API, "CustomJob", Unknown()) == ["<body>: expected object, got Unknown"]
 
 
 def test_assert_valid_lists_every_error() -> None:
