@@ -83,11 +83,11 @@ from trainers.local_report import (
 
 __all__ = [
     "LocalRunResult",
+    "check_world",
     "local_processes",
     "prepare_run",
     "run_local",
     "supervise_run",
-    "check_world",
     "torchrun_command",
 ]
 

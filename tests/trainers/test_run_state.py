@@ -41,6 +41,7 @@ def _trainer(module: str, args: list[str], env: dict[str, str] | None = None) ->
         cwd=REPO,
         env=trainer_env({"PYTHONPATH": str(REPO), **(env or {})}),
         timeout=300,
+        check=False,
     )
     return proc.returncode, proc.stderr
 
@@ -85,6 +86,7 @@ def test_torch_trainer_refuses_changed_learning_rate_and_resumes_changed_steps(
             cwd=REPO,
             env=trainer_env({"PYTHONPATH": str(REPO)}),
             timeout=300,
+            check=False,
         )
     assert resumed.returncode == 0, resumed.stderr
     records = [json.loads(line) for line in out.read_text().splitlines() if line.startswith("{")]
@@ -142,6 +144,7 @@ def _local_run(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
         cwd=config.parent,
         env=cli_env(),
         timeout=300,
+        check=False,
     )
 
 
@@ -188,11 +191,10 @@ def test_local_run_checks_before_it_starts_or_deletes(tmp_path: Path) -> None:
     assert saved[FINGERPRINT_FIELD]["settings"]["learning_rate"] == 0.01
 
 
-@pytest.mark.slow
 def test_tensorflow_trainer_refuses_changed_learning_rate_and_resumes_changed_steps(
     tmp_path: Path,
 ) -> None:
-    """About 40-60 s: three single-process TensorFlow (mirrored, 1 CPU replica) runs."""
+    """About 30 s: three single-process TensorFlow (mirrored, 1 CPU replica) runs."""
     ckpt = tmp_path / "ckpt"
     args = [
         "--framework=tensorflow",

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from trainers.common.fingerprint import FINGERPRINT_FIELD, check
+from trainers.common.fingerprint import FINGERPRINT_FIELD, StateMismatch, check, trainer_fingerprint
 from trainers.common.storage import storage_options
 
 MARKER = "COMPLETE"
@@ -54,6 +54,23 @@ def run_checkpoint_dir(
         return checkpoint_dir
     platform = env.get(AIP_CHECKPOINT_DIR_ENV, "").rstrip("/")
     return f"{platform}/{run_name}" if platform else None
+
+
+def check_resume(cfg: Any, env: Mapping[str, str]) -> None:
+    """Before a launcher starts the bundled trainer (`TrainConfig` `cfg`): raise
+    `StateMismatch` when the run's newest checkpoint was written under other settings, so
+    the refusal is an exit 2 of the launcher rather than a worker failure that torchrun
+    restarts and reports as 1. A folder that cannot be read here is left to the trainer,
+    which checks again before it resumes."""
+    url = run_checkpoint_dir(cfg.checkpoint_dir, cfg.run_name, env)
+    if not url:
+        return
+    try:
+        CheckpointStore(url, keep=1, fingerprint=trainer_fingerprint(cfg)).resumable()
+    except StateMismatch:
+        raise
+    except Exception:  # noqa: BLE001, S110 - storage or credentials: the trainer decides
+        pass
 
 
 def newest_marked(url: str) -> tuple[int, str] | None:

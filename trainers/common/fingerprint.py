@@ -56,6 +56,28 @@ STATE_KEYS: Final = (
 )
 """`TrainConfig` keys whose change makes a saved state another run's (see the module doc)."""
 
+OTHER_KEYS: Final = (
+    "steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "log_every",
+    "tensorboard_dir",
+    "preemption_grace_s",
+    "grad_accum_steps",
+    "precision",
+    "compile",
+    "deterministic",
+    "bucket_cap_mb",
+    "async_checkpoint",
+    "torch_threads",
+    "tf_threads",
+    "run_name",
+    "checkpoint_dir",
+)
+"""The other `TrainConfig` keys: a resume may change them (see the module doc). Every key is
+in exactly one of the two lists (a test holds them to `TrainConfig`), so a new setting needs
+a decision."""
+
 
 class StateMismatch(ValueError):
     """A run's saved state was written under other settings; resuming it is refused."""
