@@ -161,14 +161,15 @@ def test_two_replicas_of_two_gpus_train_as_one_world_of_four(
     }
     [done] = _events(runs, "done")
     assert (done["world_size"], done["step"], done["rank"]) == (4, 4, 0)
-    checkpoints = f"{job.base_output}/checkpoints/"
+    # The run's own folder below AIP_CHECKPOINT_DIR, named by the plan's --run_name.
+    checkpoints = f"{job.base_output}/checkpoints/fidelity-torch"
     assert done["checkpoint_dir"] == checkpoints
     # Rank 0 wrote them to the plan's checkpoint bucket, where AIP_CHECKPOINT_DIR points.
     assert _objects(gcs_emulator, checkpoints) == [
-        "checkpoints/step-00000002/COMPLETE",
-        "checkpoints/step-00000002/state.pt",
-        "checkpoints/step-00000004/COMPLETE",
-        "checkpoints/step-00000004/state.pt",
+        "checkpoints/fidelity-torch/step-00000002/COMPLETE",
+        "checkpoints/fidelity-torch/step-00000002/state.pt",
+        "checkpoints/fidelity-torch/step-00000004/COMPLETE",
+        "checkpoints/fidelity-torch/step-00000004/state.pt",
     ]
 
 
@@ -230,7 +231,7 @@ def test_tensorflow_runs_on_the_tensorflow_image_with_tf_keras_at_its_minor(
         assert f"trainstack-node: node {node} of 2, 2 accelerator(s), 1 process(es): " in run.output
     [done] = _events(runs, "done")
     assert (done["world_size"], done["workers"], done["step"]) == (2, 2, 4)
-    assert done["checkpoint_dir"] == f"{job.base_output}/checkpoints/"
+    assert done["checkpoint_dir"] == f"{job.base_output}/checkpoints/fidelity-tf"
 
 
 def test_a_users_image_runs_the_node_launcher_too() -> None:
@@ -240,7 +241,12 @@ def test_a_users_image_runs_the_node_launcher_too() -> None:
         assert pool["containerSpec"] == {
             "imageUri": "us-docker.pkg.dev/p/r/t:1",
             "command": ["python", "-m", "trainers.node", TORCH_MODULE],
-            "args": ["--dataset=digits", "--steps=4", "--global_batch_size=32"],
+            "args": [
+                "--dataset=digits",
+                "--steps=4",
+                "--global_batch_size=32",
+                "--run_name=fidelity",
+            ],
         }
 
 
@@ -255,7 +261,7 @@ def own_node_args(checkpoints: str, stack: str = "fidelity-own") -> list[str]:
         "-m",
         "trainers.node",
         "--launcher=torchrun",
-        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints",
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints/{stack}",
         f"--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-{stack}-data",
         f"--env=TRAINSTACK_OUTPUT_DIR={checkpoints}/outputs/{stack}",
         f"--env=TRAINSTACK_RUN_NAME={stack}",

@@ -94,6 +94,24 @@ def test_torch_trainer_refuses_changed_learning_rate_and_resumes_changed_steps(
     assert _done(records)["step"] == 15
 
 
+def test_node_launcher_refuses_before_torchrun_starts(tmp_path: Path) -> None:
+    """torchrun would restart a worker that exits 2 and report 1: the node launcher (every
+    cloud target's) checks the newest checkpoint first and exits 2 itself."""
+    ckpt = tmp_path / "ckpt"
+    args = [*TORCH_ARGS, f"--checkpoint_dir={ckpt}", "--steps=5"]
+    assert _trainer("trainers.torch_ddp", args)[0] == 0
+    code, stderr = _trainer(
+        "trainers.node",
+        ["trainers.torch_ddp", *args, "--learning_rate=0.01"],
+        {"TRAINSTACK_SIMULATED_ACCELERATORS": "2"},
+    )
+    assert code == 2
+    line = _refusal(stderr)
+    assert line.startswith(f"trainstack-node: checkpoint step 5 in {ckpt} was written with")
+    assert "(learning_rate: 0.001 -> 0.01)" in line
+    assert "torch.distributed.run" not in stderr  # torchrun never started
+
+
 def test_torch_trainer_refuses_a_checkpoint_without_fingerprint(tmp_path: Path) -> None:
     """A checkpoint committed before fingerprints were recorded is not resumed blindly."""
     ckpt = tmp_path / "ckpt"

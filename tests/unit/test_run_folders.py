@@ -4,6 +4,7 @@ settings that wrote it (`trainers.common.fingerprint`)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from trainers.common.fingerprint import (
     code_fingerprint,
     trainer_fingerprint,
 )
+from trainers.local_code import RUN_MARKER, claim_folder
 from trainers.user_code import user_code_env
 
 BUCKET = "gs://my-ml-project-{stack}-checkpoints"
@@ -118,3 +120,23 @@ def test_your_code_fingerprint_covers_entrypoint_and_env() -> None:
     assert changes(one, code_fingerprint(["python", "train.py", "--lr=0.1"], None)) == [
         'env: {"A": "1"} -> {}'
     ]
+
+
+def test_your_code_folder_is_claimed_by_its_entrypoint_and_env(tmp_path: Path) -> None:
+    """`trainstack local-run` for your code: the folder records the entrypoint and env that
+    started it; a marked checkpoint under other ones is refused, before anything starts."""
+    folder = str(tmp_path / "ckpt")
+    entry = ["python", "train.py", "--lr=0.1"]
+    claim_folder(folder, entry, {"A": "1"})
+    (tmp_path / "ckpt" / "step-6").mkdir()
+    (tmp_path / "ckpt" / "step-6" / "COMPLETE").write_text("{}")
+    claim_folder(folder, entry, {"A": "1"})  # the same settings resume
+    with pytest.raises(StateMismatch) as info:
+        claim_folder(folder, ["python", "train.py", "--lr=0.2"], {"A": "1"})
+    assert str(info.value).startswith(
+        f"step-6 in {folder} was written with other settings (entrypoint: "
+        '["python", "train.py", "--lr=0.1"] -> ["python", "train.py", "--lr=0.2"]); '
+    )
+    (tmp_path / "ckpt" / RUN_MARKER).unlink()
+    with pytest.raises(StateMismatch, match=r"^step-6 in .* records no settings fingerprint"):
+        claim_folder(folder, entry, {"A": "1"})
