@@ -19,8 +19,16 @@ Each bucket is tuned for what it holds:
 | bucket      | versioning | soft delete | lifecycle                      | on destroy            |
 |-------------|------------|-------------|--------------------------------|-----------------------|
 | data        | on         | 7 days      | old versions deleted at 30 d   | kept (retain/protect) |
-| checkpoints | off        | off         | deleted at retention days      | kept (retain/protect) |
+| checkpoints | off        | off         | `checkpoints/` at retention d  | kept (retain/protect) |
 | staging     | off        | off         | deleted at 365 days            | deleted with content  |
+
+The checkpoint bucket's age rule deletes only objects under `CHECKPOINT_PREFIX`
+(`checkpoints/<run_name>/step-N/...`, where every target's runs keep their step folders).
+The rest of that bucket is kept: Vertex's `AIP_MODEL_DIR` (`model/`) and TensorBoard logs
+(`logs/`), an HP-tuning trial's folders (`<trial id>/...`, its checkpoints included), your
+code's `TRAINSTACK_OUTPUT_DIR` (`outputs/<run_name>/`) and the run-limit clocks
+(`trainstack-run-<key>.started`); with soft delete off and versioning off, a deleted object
+is gone for good.
 
 All three enforce uniform bucket-level access and public access prevention. Data and
 checkpoints are never force-destroyed: unless `delete_data_on_destroy` is set, `pulumi
@@ -47,6 +55,14 @@ COMPONENT_LABEL = "training-buckets"
 
 ENVIRONMENTS: tuple[str, ...] = ("dev", "staging", "prod")
 DEFAULT_CHECKPOINT_RETENTION_DAYS = 30
+CHECKPOINT_PREFIX = "checkpoints/"
+"""The object-name prefix the checkpoint bucket's age rule is limited to: the lifecycle
+condition `matchesPrefix` holds when one of its prefixes "exactly matches the beginning of
+the object name", and a rule acts only when all its conditions hold
+(https://cloud.google.com/storage/docs/lifecycle, "Lifecycle conditions";
+https://cloud.google.com/java/docs/reference/google-cloud-storage/latest/com.google.storage.v2.Bucket.Lifecycle.Rule.Condition.Builder
+`addAllMatchesPrefix`). Vertex's `AIP_CHECKPOINT_DIR` is `<baseOutputDirectory>/checkpoints/`
+(gcp-facts section on baseOutputDirectory, from Vertex's CustomJobSpec discovery text)."""
 MAX_CHECKPOINT_RETENTION_DAYS = 3650
 
 # Google's default, set explicitly so the plan shows it and drift back to it is visible.
@@ -201,10 +217,16 @@ class TrainingBuckets(pulumi.ComponentResource):
             # Checkpoints are rewritten every few minutes; soft delete would bill every
             # replaced checkpoint for another week (gcp-facts 7), so it is off.
             soft_delete_policy={"retention_duration_seconds": 0},
+            # Only the step folders expire: final models, logs, outputs and run clocks share
+            # this bucket and must outlive the retention (nothing can restore them).
             lifecycle_rules=[
                 {
                     "action": {"type": "Delete"},
-                    "condition": {"age": retention_days, "send_age_if_zero": False},
+                    "condition": {
+                        "age": retention_days,
+                        "matches_prefixes": [CHECKPOINT_PREFIX],
+                        "send_age_if_zero": False,
+                    },
                 }
             ],
             force_destroy=False,

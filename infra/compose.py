@@ -289,11 +289,22 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     return outputs
 
 
-def trainer_args(cfg: StackConfig) -> list[str]:
+def trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
     """The stack's trainer settings as the trainer's `--key=value` flags (non-defaults only,
-    in field order), so a job's command line shows exactly what the stack changed."""
-    values = cfg.trainer.model_dump(exclude_defaults=True, mode="json")
+    in field order), so a job's command line shows exactly what the stack changed; the run's
+    name is always among them (`infra.local_paths.run_name`: the stack's name unless the stack
+    sets one), since it names the run's checkpoint folder on every target."""
+    named = cfg.trainer.model_copy(update={"run_name": run_name(cfg, deployment)})
+    values = named.model_dump(exclude_defaults=True, mode="json")
     return [f"--{key}={value}" for key, value in values.items()]
+
+
+def checkpoint_dir(cfg: StackConfig, deployment: str, checkpoint_url: str) -> str:
+    """The run's checkpoint folder in the stack's checkpoint bucket: `trainer.checkpoint_dir`
+    when set, else `<bucket>/checkpoints/<run name>`, one folder per run, under the prefix
+    the bucket's age rule covers (`components.training_buckets.CHECKPOINT_PREFIX`)."""
+    chosen = cfg.trainer.checkpoint_dir
+    return chosen or f"{checkpoint_url.rstrip('/')}/checkpoints/{run_name(cfg, deployment)}"
 
 
 def package_args(
@@ -321,14 +332,15 @@ def user_code_node_args(
     assert code is not None
     run = run_name(cfg, deployment)
     contract = {
-        CHECKPOINT_DIR_ENV: cfg.trainer.checkpoint_dir or f"{checkpoint_url}/checkpoints",
+        CHECKPOINT_DIR_ENV: checkpoint_dir(cfg, deployment, checkpoint_url),
         DATA_DIR_ENV: data_url,
         OUTPUT_DIR_ENV: f"{checkpoint_url}/outputs/{run}",
         RUN_NAME_ENV: run,
     }
     if cfg.target == "vertex":
         # Vertex names the job's folders (AIP_CHECKPOINT_DIR, AIP_MODEL_DIR; per trial when
-        # tuning), which the node gives your code unless the stack names a folder itself.
+        # tuning), which the node gives your code unless the stack names a folder itself
+        # (the checkpoint folder with the run's name below it, `trainers.user_code`).
         del contract[OUTPUT_DIR_ENV]
         if not cfg.trainer.checkpoint_dir:
             del contract[CHECKPOINT_DIR_ENV]
@@ -387,7 +399,7 @@ def _vertex(
         args["container_image_uri"] = image
     else:
         args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
-        args["trainer_args"] = trainer_args(cfg)
+        args["trainer_args"] = trainer_args(cfg, deployment)
         if not default:
             args["container_image_uri"] = image
     job = VertexTrainingJob(f"{deployment}-job", args, opts=after_grants)
@@ -426,11 +438,10 @@ def _tpu(
             "network_tags": [network.node_tag],
             "service_account_email": identity.service_account_email,
             "package_uri": package.uri,
-            # Where Vertex puts AIP_CHECKPOINT_DIR too: <checkpoint bucket>/checkpoints.
-            "checkpoint_dir": (
-                cfg.trainer.checkpoint_dir
-                if node_args is not None and cfg.trainer.checkpoint_dir
-                else pulumi.Output.concat(buckets.checkpoint_url, "/checkpoints")
+            # The run's own folder, `<checkpoint bucket>/checkpoints/<run name>`: bundled
+            # trainer flags that name a folder (`trainer.checkpoint_dir`) win on the host.
+            "checkpoint_dir": buckets.checkpoint_url.apply(
+                lambda url: checkpoint_dir(cfg, deployment, url)
             ),
             "labels": labels,
         },
@@ -442,7 +453,7 @@ def _tpu(
         args["node_args"] = node_args
     else:
         args["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
-        args["trainer_args"] = trainer_args(cfg)
+        args["trainer_args"] = trainer_args(cfg, deployment)
     tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=after_grants)
     outputs = {
         OUTPUT_SLICE_NAME: tpu.slice_name,
@@ -470,7 +481,8 @@ def _gpu_cluster(
     assert gpu is not None and cfg.project is not None
     training: A100TrainingArgs = {
         "package_uri": package.uri,
-        # Bundled: --checkpoint_dir=<url>/checkpoints; gce: where a run limit's start goes.
+        # Bundled: --checkpoint_dir=<url>/checkpoints/<run_name of the flags>; gce: where a
+        # run limit's start goes.
         "checkpoint_url": buckets.checkpoint_url,
     }
     code = cfg.trainer.user_code
@@ -482,7 +494,7 @@ def _gpu_cluster(
             training["image"] = code.image
     else:
         training["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
-        training["trainer_args"] = trainer_args(cfg)
+        training["trainer_args"] = trainer_args(cfg, deployment)
     args: A100ClusterArgs = {
         "project": cfg.project,
         "zone": gpu.zone,

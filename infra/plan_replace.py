@@ -41,6 +41,7 @@ TRAINING_TYPES: Final = frozenset(
 instance template is not one: its VMs take a new template by the group's update policy.)"""
 
 _CHECKPOINT_FLAG = re.compile(r"--checkpoint_dir=([^\s\"'\\)]+)")
+_RUN_NAME_FLAG = re.compile(r"--run_name=([^\s\"'\\)]+)")
 _CHECKPOINT_ENV = re.compile(r"TRAINSTACK_CHECKPOINT_DIR=([^\s\"'\\)]+)")
 
 
@@ -176,7 +177,10 @@ def checkpoint_dir(resource: Mapping[str, Any]) -> str | None:
         # <baseOutputDirectory>/<trial id>/checkpoints/ (aiplatform v1 discovery document,
         # CustomJobSpec.baseOutputDirectory).
         trial = "/<trial id>" if resource["type"] == TUNING_JOB else ""
-        return f"{prefix.rstrip('/')}{trial}/checkpoints"
+        # The bundled trainers keep each run in its own folder below it (--run_name).
+        runs = [m for s in _strings(inputs) for m in _RUN_NAME_FLAG.findall(s)]
+        run = f"/{runs[-1]}" if runs else ""
+        return f"{prefix.rstrip('/')}{trial}/checkpoints{run}"
     return None
 
 

@@ -35,7 +35,7 @@ from components._google_api import ApiError, NotFoundError, RetryPolicy, build_c
 from components._naming import gcp_name
 from infra.config import StackConfig
 from infra.estimate import summarize
-from infra.local_paths import local_checkpoint_dir, local_log_path
+from infra.local_paths import local_checkpoint_dir, local_log_path, run_name
 from infra.logs import (
     Endpoints,
     FileLogs,
@@ -377,7 +377,8 @@ def stack_status(
             part = _gce(cfg, stack, outputs, endpoints)
         ckpt_dir = str(
             outputs.get("checkpoint_dir")
-            or f"{require(outputs, stack, 'checkpoint_url')}/checkpoints"
+            or cfg.trainer.checkpoint_dir
+            or f"{require(outputs, stack, 'checkpoint_url')}/checkpoints/{run_name(cfg, stack)}"
         )
         part["step"] = _cloud_step(cfg, stack, outputs, endpoints)
         part["checkpoint"] = _gcs_checkpoint(ckpt_dir, endpoints)

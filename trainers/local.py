@@ -68,6 +68,7 @@ from trainers.common.contract import (
     TORCH_MODULE,
 )
 from trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainers.common.fingerprint import trainer_fingerprint
 from trainers.common.signals import kill_with_parent
 from trainers.local_report import (
     LiveProgress,
@@ -82,6 +83,7 @@ from trainers.local_report import (
 
 __all__ = [
     "LocalRunResult",
+    "check_world",
     "local_processes",
     "prepare_run",
     "run_local",
@@ -205,6 +207,21 @@ def local_processes(cfg: TrainConfig, workers: int, config_path: Path) -> list[L
     return [LocalProcess(argv, {})]
 
 
+def check_world(cfg: TrainConfig, workers: int) -> None:
+    """Raise ValueError unless the global batch splits over `workers` local replicas (torch
+    ranks; TensorFlow workers or mirrored CPU replicas) and `grad_accum_steps`, as the
+    trainer itself would once started: said before anything starts or is deleted."""
+    if cfg.framework == "tensorflow" and cfg.strategy == "parameter_server":
+        return  # the coordinator batches per worker; the trainer checks that itself
+    if cfg.global_batch_size % (workers * cfg.grad_accum_steps):
+        raise ValueError(
+            f"trainer.global_batch_size ({cfg.global_batch_size}) must be divisible by the "
+            f"{workers} local workers x trainer.grad_accum_steps ({cfg.grad_accum_steps}); "
+            "valid: a worker count (--workers, local.workers) that divides "
+            f"{cfg.global_batch_size // cfg.grad_accum_steps}"
+        )
+
+
 def prepare_run(
     cfg: TrainConfig,
     *,
@@ -219,6 +236,7 @@ def prepare_run(
     """
     if workers < 1:
         raise ValueError(f"local.workers must be >= 1, got {workers}")
+    check_world(cfg, workers)
     root = Path(root)
     checkpoint_dir = cfg.checkpoint_dir or str((root / "checkpoints" / cfg.run_name).resolve())
     run_cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
@@ -457,17 +475,21 @@ def run_local(
     checkpoints first; without it a run whose newest checkpoint has reached `cfg.steps` is
     reported as already complete and nothing is started.
 
-    Raises ValueError for a strategy that cannot run locally (tpu) or a non-positive worker
-    count.
+    Everything is checked before `fresh` deletes anything or a process starts: raises
+    ValueError for a strategy that cannot run locally (tpu), a worker count the global batch
+    does not split over, and (without `fresh`) a newest checkpoint written under other
+    settings (`trainers.common.fingerprint.StateMismatch`).
     """
     prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
     console = console or Console(stderr=True)
     out = out or Console()
     result = prepared.new_result()
-    store = CheckpointStore(prepared.checkpoint_dir, keep=cfg.keep_checkpoints)
+    store = CheckpointStore(
+        prepared.checkpoint_dir, keep=cfg.keep_checkpoints, fingerprint=trainer_fingerprint(cfg)
+    )
     if fresh:
         store.clear()
-    latest = store.latest()
+    latest = store.resumable()
     if latest is not None and latest >= cfg.steps:
         result.exit_code, result.already_complete = 0, True
         result.saved_step = result.step = latest

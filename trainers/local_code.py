@@ -22,6 +22,7 @@ in this environment. SIGTERM or Ctrl-C is forwarded once as SIGTERM (the code sa
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from trainers.common.contract import (
     OUTPUT_DIR_ENV,
     RUN_NAME_ENV,
 )
+from trainers.common.fingerprint import FINGERPRINT_FIELD, check, code_fingerprint
 from trainers.common.storage import storage_options
 from trainers.common.user_code import StackTrainer, UserCode, node_args, resolve_source
 from trainers.local import (
@@ -153,6 +155,31 @@ def prepare_code_run(
     )
 
 
+RUN_MARKER: Final = "trainstack-run.json"
+"""Your code's run folder's record of the settings that started it (`code_fingerprint`)."""
+
+
+def claim_folder(checkpoint_dir: str, entrypoint: list[str], env: Mapping[str, str] | None) -> None:
+    """Check your code's checkpoint folder against `entrypoint` and `env` before the run
+    starts, then record them there (`RUN_MARKER`). Raises `StateMismatch` when the folder
+    holds a marked checkpoint written under another entrypoint or env, or one with no record:
+    trainstack cannot tell which of your arguments shape your state, so any change counts."""
+    current = code_fingerprint(entrypoint, env)
+    fs, path = fsspec.core.url_to_fs(checkpoint_dir, **storage_options(checkpoint_dir))
+    marker = f"{path.rstrip('/')}/{RUN_MARKER}"
+    saved = None
+    if fs.exists(marker):
+        with fs.open(marker, "r") as f:
+            saved = json.loads(f.read()).get(FINGERPRINT_FIELD)
+    newest = newest_marked(checkpoint_dir)
+    if newest is not None or saved is not None:
+        where = "your code's newest checkpoint" if newest is None else f"{newest[1]}"
+        check(saved, current, what=f"{where} in {checkpoint_dir}", where=checkpoint_dir)
+    fs.makedirs(path, exist_ok=True)
+    with fs.open(marker, "w") as f:
+        f.write(json.dumps({FINGERPRINT_FIELD: current}))
+
+
 def run_local_code(
     trainer: StackTrainer,
     *,
@@ -172,7 +199,9 @@ def run_local_code(
     `start`/`resume`/`train`/`preempted`/`done` records drive the progress line, and a
     stopped run ends with one line naming the step and the newest `step-<N>` checkpoint
     folder holding a `COMPLETE` marker. `fresh` deletes the checkpoint folder first. Raises
-    ValueError when the trainer section has no runnable code here (no entrypoint, no source).
+    ValueError when the trainer section has no runnable code here (no entrypoint, no source),
+    and `StateMismatch` (a ValueError) when the folder holds checkpoints of another
+    entrypoint or env (`claim_folder`).
     """
     prepared = prepare_code_run(
         trainer, workers=workers, root=root.resolve(), base_dir=base_dir, extra_env=extra_env
@@ -182,6 +211,9 @@ def run_local_code(
         fs, path = fsspec.core.url_to_fs(checkpoint_dir, **storage_options(checkpoint_dir))
         if fs.exists(path):
             fs.rm(path, recursive=True)
+    code = trainer.user_code
+    assert code is not None  # prepare_code_run refuses a section without your code
+    claim_folder(checkpoint_dir, list(code.entrypoint), code.env)
     prepared.env[LOCAL_RUN_PID_ENV] = str(os.getpid())
     return supervise_run(
         prepared,

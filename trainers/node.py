@@ -282,7 +282,8 @@ def node_command(request: Request, env: Mapping[str, str]) -> NodeCommand:
 
 def check_trainer_args(request: Request, command: NodeCommand) -> None:
     """For a bundled trainer, parse its flags with its own parser and, under torchrun, check
-    the global batch against the world size; raises ValueError."""
+    the global batch against the world size and the newest checkpoint's settings; raises
+    ValueError."""
     if request.module not in TRAINER_MODULES.values():
         return
     from trainers.common.cli import load_config  # pydantic: only when it is needed
@@ -296,6 +297,11 @@ def check_trainer_args(request: Request, command: NodeCommand) -> None:
             f"global_batch_size ({cfg.global_batch_size}) must be divisible by world size "
             f"({world}) x grad_accum_steps ({cfg.grad_accum_steps})"
         )
+    # torchrun restarts a worker that exits 2 and then reports 1: a resume under other
+    # settings (`trainers.common.fingerprint`) is refused here instead, as an exit 2.
+    from trainers.common.checkpoint import check_resume
+
+    check_resume(cfg, command.env)
 
 
 SHIP_FLUSH_S: Final = 5.0

@@ -33,7 +33,7 @@ contract the node launcher sets for every target:
   must not be shadowed by the Open MPI shape, and TensorFlow finds the slice through its
   TPU cluster resolver, not `TF_CONFIG`.
 - On Vertex, `TRAINSTACK_CHECKPOINT_DIR` and `TRAINSTACK_OUTPUT_DIR` default to the job's
-  `AIP_CHECKPOINT_DIR` and `AIP_MODEL_DIR`.
+  `AIP_CHECKPOINT_DIR/<TRAINSTACK_RUN_NAME>` and `AIP_MODEL_DIR`.
 - `--env` values, and `--secret-env` values read from Secret Manager with the machine's
   identity (metadata server token; `versions/latest` when no version is named). Secret
   values are put in the environment only: never on a command line, never logged.
@@ -69,6 +69,7 @@ from trainers.common.contract import (
     EVENT_LAUNCH,
     EVENT_PREEMPTED,
     OUTPUT_DIR_ENV,
+    RUN_NAME_ENV,
     SOURCE_PACKAGE,
     USER_CODE_MODULE,
 )
@@ -149,6 +150,7 @@ def user_code_env(
     """The variables the node adds for your code (see the module docstring); `gpus` is the
     machine's real GPU count (0 on CPU, TPU or simulated accelerators)."""
     added = dict(plain_env)
+    run = added.get(RUN_NAME_ENV) or env.get(RUN_NAME_ENV)
     for ours, vertex in (
         (CHECKPOINT_DIR_ENV, "AIP_CHECKPOINT_DIR"),
         (OUTPUT_DIR_ENV, "AIP_MODEL_DIR"),
@@ -156,6 +158,10 @@ def user_code_env(
         # Vertex names the job's folders itself; the contract's names point at them.
         if not added.get(ours) and not env.get(ours) and env.get(vertex):
             added[ours] = env[vertex]
+            if ours == CHECKPOINT_DIR_ENV and run:
+                # Vertex's checkpoint folder is the same for every run of a stack: each run
+                # keeps its state in a folder of its own below it, as the bundled trainers do.
+                added[ours] = f"{env[vertex].rstrip('/')}/{run}"
     if launcher != "node" or cluster.platform == "tpu_vm":
         return added
     coordinator = f"{cluster.coordinator_address}:{cluster.coordinator_port}"

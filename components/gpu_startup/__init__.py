@@ -109,8 +109,12 @@ GCE_UNIT: Final = "trainstack-trainer"
 GCE_STOP_TIMEOUT_S: Final = 90
 """systemd stop timeout: the trainer's default preemption grace (30 s) plus the upload."""
 CHECKPOINT_SUBDIR: Final = "checkpoints"
-"""`--checkpoint_dir` defaults to `<checkpoint_url>/checkpoints`, the path Vertex uses for
-AIP_CHECKPOINT_DIR under the same bucket, so every target resumes from the same place."""
+"""`--checkpoint_dir` defaults to `<checkpoint_url>/checkpoints/<run_name>`: Vertex's
+AIP_CHECKPOINT_DIR is `<bucket>/checkpoints` and the trainer adds the run's name there too,
+so every target keeps one folder per run under the prefix the bucket's age rule covers."""
+DEFAULT_RUN_NAME: Final = "run"
+"""The trainer's own `run_name` default (`trainers.common.config.TrainConfig`), for flags
+that name none."""
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
@@ -145,12 +149,18 @@ def node_args_use_torchrun(node_args: Sequence[str]) -> bool:
 
 
 def with_checkpoint_dir(trainer_args: Sequence[str], checkpoint_url: str | None) -> list[str]:
-    """The trainer flags plus `--checkpoint_dir=<checkpoint_url>/checkpoints`, unless the
-    flags already choose a checkpoint directory or there is no checkpoint bucket."""
+    """The trainer flags plus `--checkpoint_dir=<checkpoint_url>/checkpoints/<run_name>` (the
+    flags' `--run_name`, else the trainer's default), unless the flags already choose a
+    checkpoint directory or there is no checkpoint bucket."""
     args = list(trainer_args)
     chosen = any(a == "--checkpoint_dir" or a.startswith("--checkpoint_dir=") for a in args)
     if checkpoint_url and not chosen:
-        args.append(f"--checkpoint_dir={checkpoint_url.rstrip('/')}/{CHECKPOINT_SUBDIR}")
+        run = next(
+            (a.split("=", 1)[1] for a in reversed(args) if a.startswith("--run_name=")),
+            DEFAULT_RUN_NAME,
+        )
+        base = checkpoint_url.rstrip("/")
+        args.append(f"--checkpoint_dir={base}/{CHECKPOINT_SUBDIR}/{run}")
     return args
 
 

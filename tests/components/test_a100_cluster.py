@@ -34,7 +34,7 @@ SUBNET = (
 TAG = "exp-42-train-node"
 PACKAGE_URI = "gs://acme-ml-exp-42-staging/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
 CHECKPOINTS = "gs://acme-ml-exp-42-checkpoints"
-FLAGS = ["--steps=100", f"--checkpoint_dir={CHECKPOINTS}/checkpoints"]
+FLAGS = ["--steps=100", f"--checkpoint_dir={CHECKPOINTS}/checkpoints/run"]
 ENDPOINT = "34.123.45.67"
 CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"
 LABELS = {"component": "a100-cluster", "managed-by": "trainstack", "team": "ml"}

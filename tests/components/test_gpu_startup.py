@@ -41,7 +41,8 @@ TOKEN = "ya29.fake-token"
 COORDINATOR_GCE = "exp-42-a100-0"
 GCE_HOSTS = [f"exp-42-a100-{i}" for i in range(4)]
 TRAINER_ARGS = ["--steps=100", "--global_batch_size=256"]
-FLAGS = [*TRAINER_ARGS, f"--checkpoint_dir={CHECKPOINTS}/checkpoints"]
+# No --run_name among the flags: the trainer's default run name names the folder.
+FLAGS = [*TRAINER_ARGS, f"--checkpoint_dir={CHECKPOINTS}/checkpoints/run"]
 STARTED = json.dumps({"event": "start", "step": 0, "rank": 0})
 PREEMPTED = json.dumps({"event": "preempted", "step": 40, "rank": 0})
 RUN_TIMEOUT_S = 60

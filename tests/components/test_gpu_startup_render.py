@@ -94,8 +94,13 @@ def test_render_rejects_bad_values(overrides: dict[str, Any], message: str) -> N
 @pytest.mark.parametrize(
     ("args", "url", "expected"),
     [
-        (["--steps=1"], "gs://ckpt", ["--steps=1", "--checkpoint_dir=gs://ckpt/checkpoints"]),
-        (["--steps=1"], "gs://ckpt/", ["--steps=1", "--checkpoint_dir=gs://ckpt/checkpoints"]),
+        (["--steps=1"], "gs://ckpt", ["--steps=1", "--checkpoint_dir=gs://ckpt/checkpoints/run"]),
+        (["--steps=1"], "gs://ckpt/", ["--steps=1", "--checkpoint_dir=gs://ckpt/checkpoints/run"]),
+        (
+            ["--run_name=exp-7", "--steps=1"],
+            "gs://ckpt",
+            ["--run_name=exp-7", "--steps=1", "--checkpoint_dir=gs://ckpt/checkpoints/exp-7"],
+        ),
         (["--checkpoint_dir=gs://mine"], "gs://ckpt", ["--checkpoint_dir=gs://mine"]),
         (["--checkpoint_dir", "gs://mine"], "gs://ckpt", ["--checkpoint_dir", "gs://mine"]),
         (["--steps=1"], None, ["--steps=1"]),

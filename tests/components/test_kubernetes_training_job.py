@@ -170,7 +170,7 @@ EXPECTED_JOB: dict[str, Any] = {
                             "trainers.node",
                             "trainers.torch_ddp",
                             "--steps=100",
-                            f"--checkpoint_dir={CHECKPOINTS}/checkpoints",
+                            f"--checkpoint_dir={CHECKPOINTS}/checkpoints/run",
                         ],
                         "env": [
                             {"name": "JOB_NAME", "value": JOB},
@@ -302,7 +302,7 @@ def test_options_shape_the_pod() -> None:
         "trainers.node",
         "trainers.tf_multiworker",
         "--steps=100",
-        f"--checkpoint_dir={CHECKPOINTS}/checkpoints",
+        f"--checkpoint_dir={CHECKPOINTS}/checkpoints/run",
     ]
     assert job["metadata"]["namespace"] == "training"
     assert (spec["backoffLimitPerIndex"], spec["activeDeadlineSeconds"]) == (6, 86400)

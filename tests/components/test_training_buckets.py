@@ -85,9 +85,46 @@ def test_checkpoint_bucket() -> None:
     assert ckpt["versioning"] == {"enabled": False}
     assert ckpt["softDeletePolicy"] == {"retentionDurationSeconds": 0}
     assert ckpt["lifecycleRules"] == [
-        {"action": {"type": "Delete"}, "condition": {"age": 14, "sendAgeIfZero": False}}
+        {
+            "action": {"type": "Delete"},
+            "condition": {"age": 14, "matchesPrefixes": ["checkpoints/"], "sendAgeIfZero": False},
+        }
     ]
     assert ckpt["forceDestroy"] is False
+
+
+def _expires(rules: list[dict[str, Any]], name: str, age_days: int) -> bool:
+    """Whether a Delete rule acts on object `name` at `age_days`: every condition of a rule
+    must hold, `age` from creation, `matchesPrefixes` on the start of the name
+    (https://cloud.google.com/storage/docs/lifecycle)."""
+    for rule in rules:
+        condition = rule["condition"]
+        assert set(condition) <= {"age", "matchesPrefixes", "sendAgeIfZero"}, condition
+        prefixes = condition.get("matchesPrefixes")
+        if age_days >= condition["age"] and (
+            prefixes is None or any(name.startswith(p) for p in prefixes)
+        ):
+            return True
+    return False
+
+
+def test_checkpoint_bucket_expires_step_folders_only() -> None:
+    """What each target writes into the checkpoint bucket, a year after it was written."""
+    rules = _run().named("exp-checkpoints").inputs["lifecycleRules"]
+    kept = [
+        "model/model.pt",  # Vertex AIP_MODEL_DIR
+        "model/saved_model.pb",
+        "logs/events.out.tfevents.1",  # Vertex AIP_TENSORBOARD_LOG_DIR
+        "3/model/model.pt",  # an HP-tuning trial's AIP_MODEL_DIR
+        "outputs/exp-42/result.json",  # your code's TRAINSTACK_OUTPUT_DIR
+        "trainstack-run-0123abcd.started",  # the run-limit clock
+    ]
+    expired = [
+        "checkpoints/exp-42/step-00000100/state.pt",
+        "checkpoints/exp-42/step-00000100/COMPLETE",
+    ]
+    assert [name for name in kept + expired if _expires(rules, name, 365)] == expired
+    assert [name for name in expired if _expires(rules, name, 13)] == []
 
 
 def test_staging_bucket() -> None:

@@ -301,7 +301,7 @@ def test_two_vms_of_two_gpus_train_as_one_world_of_four(
     assert {(s["world_size"], s["per_rank_batch"], s["device"]) for s in starts} == {(4, 8, "cpu")}
     [done] = events(vms, "done")
     assert (done["world_size"], done["step"], done["rank"]) == (4, 4, 0)
-    assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints"
+    assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints/{STACK}"
     shipped = [e["jsonPayload"] for e in logging_api.entries if "jsonPayload" in e]
     assert {"done"} <= {p.get("event") for p in shipped}
 
@@ -406,10 +406,10 @@ def test_own_trainer_on_two_vms_of_two_gpus_is_a_world_of_four_like_local_run(
     assert worlds == [{"event": "start", "rank": 0, "step": 0, "world": 4}], explain(vms)
     [done] = [rec for vm in vms for rec in vm.records() if "params_sha256" in rec]
     assert _objects(storage, planned.checkpoint_bucket, "checkpoints/") == [
-        "checkpoints/step-12/COMPLETE",
-        "checkpoints/step-12/s.pt",
-        "checkpoints/step-6/COMPLETE",
-        "checkpoints/step-6/s.pt",
+        "checkpoints/fidelity-own/step-12/COMPLETE",
+        "checkpoints/fidelity-own/step-12/s.pt",
+        "checkpoints/fidelity-own/step-6/COMPLETE",
+        "checkpoints/fidelity-own/step-6/s.pt",
     ]
     # What each VM printed of the script's train and done lines reached Cloud Logging as
     # structured entries of that VM.

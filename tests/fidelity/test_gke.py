@@ -216,7 +216,7 @@ def test_two_pods_of_two_gpus_train_as_one_world_of_four(
     assert {(s["world_size"], s["per_rank_batch"], s["device"]) for s in starts} == {(4, 8, "cpu")}
     [done] = events(pods, "done")
     assert (done["world_size"], done["step"], done["rank"]) == (4, 4, 0)
-    assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints"
+    assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints/{STACK}"
 
 
 @pytest.mark.trainer

@@ -402,9 +402,10 @@ def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
     records = _records(result.stdout, tag)
     [done] = [r for r in records if r.get("event") == "done"]
     assert (done["step"], done["world_size"], done["resumed_from"]) == (3, CHIPS, 0)
-    assert done["checkpoint_dir"] == f"gs://{pod_plan.checkpoint_bucket}/checkpoints"
+    assert done["checkpoint_dir"] == f"gs://{pod_plan.checkpoint_bucket}/checkpoints/{STACK}"
     assert lines[-1] == f"{tag} trainer finished"
-    steps = {name.split("/")[1] for name in objects if name.startswith("checkpoints/step-")}
+    prefix = f"checkpoints/{STACK}/step-"
+    steps = {name.split("/")[2] for name in objects if name.startswith(prefix)}
     assert steps == {"step-00000002", "step-00000003"}
     assert (
         f"{tag} trainstack trainer: strategy 'tpu' simulated on {CHIPS} CPU device(s) "
@@ -512,7 +513,7 @@ def test_own_jax_runs_on_every_host_and_finds_the_slice_through_jax_tpu_detectio
     assert planned.runtime == "tpu-ubuntu2204-base"
     assert planned.trainer_args == [
         "--launcher=node",
-        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://my-ml-project-tpu-checkpoints/checkpoints",
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://my-ml-project-tpu-checkpoints/checkpoints/tpu",
         "--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-tpu-data",
         "--env=TRAINSTACK_OUTPUT_DIR=gs://my-ml-project-tpu-checkpoints/outputs/tpu",
         "--env=TRAINSTACK_RUN_NAME=tpu",

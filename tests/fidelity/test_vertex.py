@@ -149,14 +149,15 @@ def test_two_replicas_of_two_gpus_train_as_one_world_of_four(
     }
     [done] = _events(runs, "done")
     assert (done["world_size"], done["step"], done["rank"]) == (4, 4, 0)
-    checkpoints = f"{job.base_output}/checkpoints/"
+    # The run's own folder below AIP_CHECKPOINT_DIR, named by the plan's --run_name.
+    checkpoints = f"{job.base_output}/checkpoints/fidelity-torch"
     assert done["checkpoint_dir"] == checkpoints
     # Rank 0 wrote them to the plan's checkpoint bucket, where AIP_CHECKPOINT_DIR points.
     assert _objects(gcs_emulator, checkpoints) == [
-        "checkpoints/step-00000002/COMPLETE",
-        "checkpoints/step-00000002/state.pt",
-        "checkpoints/step-00000004/COMPLETE",
-        "checkpoints/step-00000004/state.pt",
+        "checkpoints/fidelity-torch/step-00000002/COMPLETE",
+        "checkpoints/fidelity-torch/step-00000002/state.pt",
+        "checkpoints/fidelity-torch/step-00000004/COMPLETE",
+        "checkpoints/fidelity-torch/step-00000004/state.pt",
     ]
 
 
@@ -197,7 +198,7 @@ def test_tensorflow_runs_on_the_tensorflow_image_with_tf_keras_at_its_minor(
         assert f"trainstack-node: node {node} of 2, 2 accelerator(s), 1 process(es): " in run.output
     [done] = _events(runs, "done")
     assert (done["world_size"], done["workers"], done["step"]) == (2, 2, 4)
-    assert done["checkpoint_dir"] == f"{job.base_output}/checkpoints/"
+    assert done["checkpoint_dir"] == f"{job.base_output}/checkpoints/fidelity-tf"
 
 
 def test_a_users_image_runs_the_bundled_trainer_through_the_same_setup_script() -> None:
@@ -215,6 +216,7 @@ def test_a_users_image_runs_the_bundled_trainer_through_the_same_setup_script() 
                 "--dataset=digits",
                 "--steps=4",
                 "--global_batch_size=32",
+                "--run_name=fidelity",
             ],
             "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],
         }
@@ -275,7 +277,7 @@ def own_node_args(checkpoints: str, stack: str = "fidelity-own") -> list[str]:
         "-m",
         "trainers.node",
         "--launcher=torchrun",
-        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints",
+        f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints/{stack}",
         f"--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-{stack}-data",
         f"--env=TRAINSTACK_OUTPUT_DIR={checkpoints}/outputs/{stack}",
         f"--env=TRAINSTACK_RUN_NAME={stack}",

@@ -32,7 +32,13 @@ def test_tensorflow_plan_is_one_process_per_task(
 ) -> None:
     # A TF_CONFIG inherited from an enclosing launcher must not reach the tasks.
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {}}')
-    cfg = TrainConfig(framework="tensorflow", strategy="multi_worker_mirrored", run_name="tf")
+    # 48 splits over the 3 workers (`prepare_run` refuses a batch that does not).
+    cfg = TrainConfig(
+        framework="tensorflow",
+        strategy="multi_worker_mirrored",
+        run_name="tf",
+        global_batch_size=48,
+    )
     prepared = prepare_run(cfg, workers=3, root=tmp_path)
     assert "TF_CONFIG" not in prepared.env
     config_path = (tmp_path / "logs" / "tf.config.json").resolve()

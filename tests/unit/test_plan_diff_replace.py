@@ -55,7 +55,7 @@ def test_vertex_job_change_is_a_replace_that_resumes_from_the_job_checkpoints() 
     base = _pinned("prod-vertex-rs")
     head = copy.deepcopy(base)
     spec = _resource(head, "pulumi-python:dynamic/vertex:CustomJob")["inputs"]["body"]["jobSpec"]
-    env = spec["workerPoolSpecs"][0]["pythonPackageSpec"]["env"]
+    env = spec["workerPoolSpecs"][0]["containerSpec"]["env"]
     env.insert(0, {"name": "A", "value": "1"})
     env[1]["value"] = "WARN"
     head["summary"]["hourly_usd"] = base["summary"]["hourly_usd"] - 71.5
@@ -68,11 +68,11 @@ def test_vertex_job_change_is_a_replace_that_resumes_from_the_job_checkpoints() 
         "`body` changed, which forces a new resource (its provider's diff, "
         "components/_vertex_provider.py); deletes the old one first\n"
         "  - **relaunches training; resumes from the newest checkpoint in "
-        "`gs://my-ml-project-prod-vertex-rs-checkpoints/checkpoints`**\n"
+        "`gs://my-ml-project-prod-vertex-rs-checkpoints/checkpoints/prod-vertex-rs`**\n"
         # Entries named by `name`: the inserted variable does not shift NCCL_DEBUG.
-        "  - `body.jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[A].name`: `null` -> `A`\n"
-        "  - `body.jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[A].value`: `null` -> `1`\n"
-        "  - `body.jobSpec.workerPoolSpecs[0].pythonPackageSpec.env[NCCL_DEBUG].value`: "
+        "  - `body.jobSpec.workerPoolSpecs[0].containerSpec.env[A].name`: `null` -> `A`\n"
+        "  - `body.jobSpec.workerPoolSpecs[0].containerSpec.env[A].value`: `null` -> `1`\n"
+        "  - `body.jobSpec.workerPoolSpecs[0].containerSpec.env[NCCL_DEBUG].value`: "
         "`INFO` -> `WARN`\n"
     )
 
@@ -88,7 +88,7 @@ def test_tuning_job_replace_names_the_per_trial_checkpoint_folder() -> None:
         "a new resource (its provider's diff, components/_vertex_provider.py); deletes the old "
         "one first",
         "  - **relaunches tuning; each trial resumes from the newest checkpoint in "
-        "`gs://my-ml-project-dev-vertex-hpt-checkpoints/<trial id>/checkpoints` that the old "
+        "`gs://my-ml-project-dev-vertex-hpt-checkpoints/<trial id>/checkpoints/dev-vertex-hpt` that the old "
         "job's trial of the same id left, if any**",
         "  - `body.maxTrialCount`: `8` -> `16`",
     ]
@@ -158,7 +158,7 @@ def test_tpu_vm_runtime_change_replaces_and_a_label_change_does_not() -> None:
         "- **replace** `dev-tpu-v5e-tpu-vm` (gcp:tpu/v2Vm:V2Vm): `runtimeVersion` changed, "
         "which forces a new resource (the Terraform provider schema); deletes the old one first",
         "  - **relaunches training; resumes from the newest checkpoint in "
-        "`gs://my-ml-project-dev-tpu-v5e-checkpoints/checkpoints`**",
+        "`gs://my-ml-project-dev-tpu-v5e-checkpoints/checkpoints/dev-tpu-v5e`**",
         "  - `runtimeVersion`: `tpu-vm-tf-2.16.0-pod-pjrt` -> `v2-alpha-tpuv5-lite`",
     ]
     head = copy.deepcopy(base)
@@ -183,7 +183,7 @@ def test_gke_job_template_change_replaces_and_a_service_label_may_replace() -> N
         "`spec.template.spec.containers[trainer].image` changed, which forces a new resource "
         "(pulumi-kubernetes' force-new table); deletes the old one first",
         "  - **relaunches training; resumes from the newest checkpoint in "
-        "`gs://my-ml-project-dev-a100-gke-checkpoints/checkpoints`**",
+        "`gs://my-ml-project-dev-a100-gke-checkpoints/checkpoints/dev-a100-gke`**",
         "  - `spec.template.spec.containers[trainer].image`: "
         "`pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime` -> `pytorch/pytorch:other`",
         "",

@@ -68,8 +68,9 @@ def put(gcs: str, bucket: str, *names: str) -> None:
 
 def checkpoints(gcs: str, stack: str, complete: list[int], partial: list[int]) -> str:
     bucket = f"{P}-{stack}-checkpoints"
-    names = [f"checkpoints/step-{s:08d}/COMPLETE" for s in complete]
-    names += [f"checkpoints/step-{s:08d}/model.pt" for s in complete + partial]
+    # Each run's folder: the stack's name (the bundled stacks set no run_name).
+    names = [f"checkpoints/{stack}/step-{s:08d}/COMPLETE" for s in complete]
+    names += [f"checkpoints/{stack}/step-{s:08d}/model.pt" for s in complete + partial]
     put(gcs, bucket, *names)
     return f"gs://{bucket}"
 
@@ -116,7 +117,7 @@ def test_vertex_status(tmp_path: Path, gcs: str) -> None:
         "stack: prod-vertex-rs (vertex)\n"
         "state: JOB_STATE_RUNNING\n"
         "step: 1620\n"
-        f"checkpoint: step 1000 ({url}/checkpoints/step-00001000)\n"
+        f"checkpoint: step 1000 ({url}/checkpoints/prod-vertex-rs/step-00001000)\n"
         "hosts: managed by Vertex AI\n"
         "cost so far: $287.30 at list price ($143.65/hour x 2.00 h since 2026-11-23T10:00:00Z)\n",
         "",
@@ -141,7 +142,7 @@ def test_tpu_status_json(tmp_path: Path, gcs: str) -> None:
         code, out, err = run_status(
             "dev-tpu-v5e",
             tmp_path,
-            {"checkpoint_dir": f"{url}/checkpoints"},
+            {"checkpoint_dir": f"{url}/checkpoints/dev-tpu-v5e"},
             f"logging={logs.endpoint}",
             f"tpu={tpu.endpoint}",
             f"storage={gcs}/storage/v1/",
@@ -154,8 +155,8 @@ def test_tpu_status_json(tmp_path: Path, gcs: str) -> None:
         "state": "READY",
         "step": 120,
         "checkpoint_step": 100,
-        "checkpoint_dir": f"{url}/checkpoints",
-        "checkpoint_path": f"{url}/checkpoints/step-00000100",
+        "checkpoint_dir": f"{url}/checkpoints/dev-tpu-v5e",
+        "checkpoint_path": f"{url}/checkpoints/dev-tpu-v5e/step-00000100",
         "hosts_up": 4,
         "hosts": [
             {"name": f"worker {i}", "state": "READY", "address": f"10.130.0.{2 + i}"}
@@ -266,7 +267,7 @@ def test_gce_status(tmp_path: Path, gcs: str) -> None:
         "stack: prod-a100-gce (gpu_cluster)\n"
         "state: MIXED\n"
         "step: 20000\n"
-        f"checkpoint: step 20000 ({url}/checkpoints/step-00020000)\n"
+        f"checkpoint: step 20000 ({url}/checkpoints/prod-a100-gce/step-00020000)\n"
         "hosts: 3/4 up\n"
         "  prod-a100-gce-a100-0: RUNNING 10.0.0.10\n"
         "  prod-a100-gce-a100-1: RUNNING 10.0.0.11\n"

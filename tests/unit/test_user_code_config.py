@@ -247,7 +247,7 @@ def test_plan_shows_what_will_run_and_plan_diff_one_line_per_job(
     }
     assert base["outputs"]["node_args"] == [
         "--launcher=torchrun",
-        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints",
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints/mine",
         "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data",
         "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine",
         "--env=TRAINSTACK_RUN_NAME=mine",

@@ -202,12 +202,12 @@ def test_tpu_runs_your_code_on_every_host_of_a_base_runtime(tmp_path: Path, code
     assert "readonly TS_RUNTIME_VERSION=tpu-ubuntu2204-base\n" in script
     assert (
         "readonly TS_TRAINER_ARGS=(--launcher=node "
-        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints "
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints/mine "
         "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data "
         "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine "
         "--env=TRAINSTACK_RUN_NAME=mine -- python train.py)\n"
     ) in script
-    assert plan["outputs"]["checkpoint_dir"] == "gs://p-mine-checkpoints/checkpoints"
+    assert plan["outputs"]["checkpoint_dir"] == "gs://p-mine-checkpoints/checkpoints/mine"
     assert not any(NOT_WIRED in note for note in plan["notes"])
 
 
@@ -241,7 +241,7 @@ def test_secret_env_grants_accessor_on_exactly_those_secrets(
 
 GPU_NODE_ARGS = [
     "--launcher=torchrun",
-    "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints",
+    "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints/mine",
     "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data",
     "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine",
     "--env=TRAINSTACK_RUN_NAME=mine",
@@ -289,7 +289,7 @@ def test_gce_vms_run_your_code(tmp_path: Path, code: Path) -> None:
     script = _named(plan, "mine-gpu-template")["inputs"]["metadataStartupScript"]
     assert (
         "NODE_ARGV=(-m trainers.node --launcher=torchrun "
-        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints "
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints/mine "
         "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data "
         "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine "
         "--env=TRAINSTACK_RUN_NAME=mine -- python train.py)\n"

@@ -2,7 +2,8 @@
 
 Layout: `{dir}/step-{N:08d}/` per step. A save writes into `{dir}/step-N.tmp-<token>/`, moves
 it to `step-N/` (a rename locally; a copy on object stores, which have no atomic directory
-rename) and writes the `COMPLETE` marker last. Only directories with the marker are loaded,
+rename) and writes the `COMPLETE` marker last, with the settings fingerprint of the run that
+wrote it (`trainers.common.fingerprint`). Only directories with the marker are loaded,
 so a save killed at any point leaves nothing that a restart would trust; the next save
 deletes the leftovers and all but the newest `keep` complete checkpoints. What goes inside a
 step directory is the trainer's business (`trainers.torch_ddp.checkpoint` for torch,
@@ -19,7 +20,10 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
+from typing import Any
 
+from trainers.common.fingerprint import FINGERPRINT_FIELD, StateMismatch, check, trainer_fingerprint
 from trainers.common.storage import storage_options
 
 MARKER = "COMPLETE"
@@ -34,6 +38,39 @@ digits, your own code may not."""
 
 def step_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+AIP_CHECKPOINT_DIR_ENV = "AIP_CHECKPOINT_DIR"
+
+
+def run_checkpoint_dir(
+    checkpoint_dir: str | None, run_name: str, env: Mapping[str, str]
+) -> str | None:
+    """A bundled trainer's checkpoint folder: `checkpoint_dir` when given (every target but
+    Vertex gets `<bucket>/checkpoints/<run_name>` from `infra.compose`), else on Vertex
+    `AIP_CHECKPOINT_DIR/<run_name>` (Vertex's folder is one per job spec, and one per trial
+    when tuning, but the same for every run of a stack), else None (no checkpoints)."""
+    if checkpoint_dir:
+        return checkpoint_dir
+    platform = env.get(AIP_CHECKPOINT_DIR_ENV, "").rstrip("/")
+    return f"{platform}/{run_name}" if platform else None
+
+
+def check_resume(cfg: Any, env: Mapping[str, str]) -> None:
+    """Before a launcher starts the bundled trainer (`TrainConfig` `cfg`): raise
+    `StateMismatch` when the run's newest checkpoint was written under other settings, so
+    the refusal is an exit 2 of the launcher rather than a worker failure that torchrun
+    restarts and reports as 1. A folder that cannot be read here is left to the trainer,
+    which checks again before it resumes."""
+    url = run_checkpoint_dir(cfg.checkpoint_dir, cfg.run_name, env)
+    if not url:
+        return
+    try:
+        CheckpointStore(url, keep=1, fingerprint=trainer_fingerprint(cfg)).resumable()
+    except StateMismatch:
+        raise
+    except Exception:  # noqa: BLE001, S110 - storage or credentials: the trainer decides
+        pass
 
 
 def newest_marked(url: str) -> tuple[int, str] | None:
@@ -59,7 +96,9 @@ def newest_marked(url: str) -> tuple[int, str] | None:
 class CheckpointStore:
     """Directory bookkeeping: listing, committing and pruning step directories."""
 
-    def __init__(self, url: str, *, keep: int) -> None:
+    def __init__(
+        self, url: str, *, keep: int, fingerprint: Mapping[str, Any] | None = None
+    ) -> None:
         import fsspec
 
         if keep < 1:
@@ -69,6 +108,8 @@ class CheckpointStore:
         self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.options)
         self.remote = "://" in self.url and not self.url.startswith("file://")
         self.keep = keep
+        self.fingerprint = dict(fingerprint) if fingerprint is not None else None
+        """Recorded in every marker this store commits; what `verify` compares with."""
 
     def path(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
@@ -119,9 +160,43 @@ class CheckpointStore:
             self.fs.rm(tmp, recursive=True)
         else:
             self.fs.mv(tmp, final, recursive=True)
+        marker: dict[str, Any] = {"step": step, "committed_at": time.time()}
+        if self.fingerprint is not None:
+            marker[FINGERPRINT_FIELD] = self.fingerprint
         with self.fs.open(f"{final}/{MARKER}", "w") as f:
-            f.write(json.dumps({"step": step, "committed_at": time.time()}))
+            f.write(json.dumps(marker))
         return final
+
+    def saved_fingerprint(self, step: int) -> dict[str, Any] | None:
+        """The fingerprint recorded in `step`'s marker; None when it records none."""
+        with self.fs.open(self.path(f"{step_name(step)}/{MARKER}"), "r") as f:
+            text = f.read()
+        try:
+            marker = json.loads(text)
+        except ValueError:
+            return None
+        found = marker.get(FINGERPRINT_FIELD) if isinstance(marker, dict) else None
+        return found if isinstance(found, dict) else None
+
+    def verify(self, step: int) -> None:
+        """Raise `StateMismatch` unless `step` was committed with this store's fingerprint
+        (no fingerprint given: nothing to compare, nothing raised)."""
+        if self.fingerprint is None:
+            return
+        check(
+            self.saved_fingerprint(step),
+            self.fingerprint,
+            what=f"checkpoint step {step} in {self.url}",
+            where=self.url,
+        )
+
+    def resumable(self) -> int | None:
+        """The newest complete step, verified against this store's fingerprint (raises
+        `StateMismatch`); None when there is none."""
+        latest = self.latest()
+        if latest is not None:
+            self.verify(latest)
+        return latest
 
     def prune(self) -> list[str]:
         """Delete stale temporaries, uncommitted step dirs and all but the newest `keep`."""

@@ -55,7 +55,8 @@ class TrainConfig(BaseModel):
     """Seed for parameters, data order and dropout; the same seed gives the same run."""
     checkpoint_dir: str | None = None
     """Where step directories go (local path or gs://); None keeps no checkpoints. On Vertex
-    the platform's AIP_CHECKPOINT_DIR wins when this is unset."""
+    AIP_CHECKPOINT_DIR/<run_name> is used when this is unset; stacks default to
+    <checkpoint bucket>/checkpoints/<run_name> (locally <local.root>/checkpoints/<run_name>)."""
     checkpoint_every: int = Field(default=100, gt=0)
     """Save a checkpoint every this many steps (and at the end, and on SIGTERM)."""
     keep_checkpoints: int = Field(default=3, gt=0)
@@ -75,7 +76,8 @@ class TrainConfig(BaseModel):
     preemption_grace_s: float = Field(default=30.0, gt=0)
     """After SIGTERM, every rank saves a checkpoint within this many seconds and exits."""
     run_name: str = Field(default="run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    """Names the run in logs and, for `trainstack local-run`, its checkpoint folder."""
+    """Names the run in logs and its checkpoint folder (`checkpoints/<run_name>/`); a
+    checkpoint written under other model, data or optimizer settings is not resumed."""
     async_checkpoint: bool = False
     """Copy the state to host memory and write it on a background thread, so training stalls
     only for the copy (torch DDP and FSDP; TensorFlow mirrored and multi_worker_mirrored;

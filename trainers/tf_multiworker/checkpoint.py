@@ -2,8 +2,8 @@
 
 A step directory holds `ckpt.index` + `ckpt.data-*` (`tf.train.Checkpoint.write` of the model,
 the optimizer and its slots; the step is the optimizer's `iterations`) and `meta.json`; the
-`COMPLETE` marker is written last by the commit, so a save killed at any point is never
-loaded. This is the contract BackupAndRestore and CheckpointManager implement for Keras,
+`COMPLETE` marker is written last by the commit, with the run's settings fingerprint, so a
+save killed at any point is never loaded and a checkpoint of other settings is refused. This is the contract BackupAndRestore and CheckpointManager implement for Keras,
 kept in the layout the torch trainer and the rest of trainstack use.
 
 Chief-writes rule (TensorFlow's multi-worker guide): every worker of a synchronous strategy
@@ -70,8 +70,9 @@ class TFCheckpointer:
         io_device: str | None = None,
         async_save: bool = False,
         on_written: Callable[[int, float], None] | None = None,
+        fingerprint: dict[str, Any] | None = None,
     ) -> None:
-        self.store = CheckpointStore(url, keep=keep)
+        self.store = CheckpointStore(url, keep=keep, fingerprint=fingerprint)
         self.is_chief = is_chief
         self.checkpoint = checkpoint
         self.meta = {"framework": "tensorflow", **meta}
@@ -85,7 +86,9 @@ class TFCheckpointer:
         self._pending: Future[None] | None = None
 
     def latest_step(self) -> int | None:
-        return self.store.latest()
+        """The newest complete step; raises `StateMismatch` (every worker reads the same
+        marker) when it was written under other settings."""
+        return self.store.resumable()
 
     def _write_local(self, directory: str, asynchronous: bool) -> None:
         options = self.async_options if asynchronous else self.options

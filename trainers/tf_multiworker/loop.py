@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from trainers.common.checkpoint import run_checkpoint_dir
 from trainers.common.cluster import ClusterInfo
 from trainers.common.config import TrainConfig
 from trainers.common.contract import (
@@ -35,6 +36,7 @@ from trainers.common.contract import (
 )
 from trainers.common.data import Dataset
 from trainers.common.digest import params_sha256 as digest_arrays
+from trainers.common.fingerprint import StateMismatch, trainer_fingerprint
 from trainers.common.metrics import MetricsLogger, report_hypertune
 from trainers.common.records import LogWindow, done_record
 from trainers.common.schedule import learning_rate
@@ -179,7 +181,7 @@ class TrainerBase:
         self.is_chief = tfc.is_chief
         self.replicas = int(strategy.num_replicas_in_sync)
         self.model, self.optimizer = build_in_scope(strategy, cfg, ds)
-        self.ckpt_dir = cfg.checkpoint_dir or os.environ.get("AIP_CHECKPOINT_DIR") or None
+        self.ckpt_dir = run_checkpoint_dir(cfg.checkpoint_dir, cfg.run_name, os.environ)
         self.written: list[float] = []
         self.checkpointer = (
             TFCheckpointer(
@@ -194,6 +196,7 @@ class TrainerBase:
                 async_save=cfg.async_checkpoint
                 and cfg.strategy in ("mirrored", "multi_worker_mirrored"),
                 on_written=self._written,
+                fingerprint=trainer_fingerprint(cfg),
             )
             if self.ckpt_dir
             else None
@@ -207,7 +210,10 @@ class TrainerBase:
         self.step_delay = float(os.environ.get("TRAINSTACK_TEST_STEP_DELAY_S", "0") or 0)
 
     def newest_checkpoint(self) -> int | None:
-        return self.checkpointer.latest_step() if self.checkpointer else None
+        try:
+            return self.checkpointer.latest_step() if self.checkpointer else None
+        except StateMismatch as e:
+            raise SetupError(str(e)) from None
 
     def restore(self, step: int | None) -> int:
         if self.checkpointer is None or step is None:

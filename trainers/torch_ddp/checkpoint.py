@@ -44,6 +44,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from trainers.common.checkpoint import CheckpointStore, step_name, test_delay
+from trainers.common.fingerprint import StateMismatch
 from trainers.torch_ddp.staging import Copy, HostCopy
 
 STATE_FILE = "state.pt"
@@ -118,8 +119,9 @@ class Checkpointer:
         async_save: bool = False,
         overlap_copy: bool = False,
         on_written: Callable[[int, float], None] | None = None,
+        fingerprint: dict[str, Any] | None = None,
     ) -> None:
-        self.store = CheckpointStore(url, keep=keep)
+        self.store = CheckpointStore(url, keep=keep, fingerprint=fingerprint)
         self.rank = rank
         self.world_size = world_size
         self.sharded = sharded
@@ -331,11 +333,19 @@ class Checkpointer:
     # -- loading ------------------------------------------------------------------------
 
     def latest_step(self) -> int | None:
-        """Newest complete step, agreed by all ranks (rank 0 decides)."""
-        step = [self.store.latest() if self.rank == 0 else None]
+        """Newest complete step, agreed by all ranks (rank 0 decides); raises
+        `StateMismatch` on every rank when it was written under other settings."""
+        answer: list[Any] = [None, None]
+        if self.rank == 0:
+            try:
+                answer[0] = self.store.resumable()
+            except StateMismatch as e:
+                answer[1] = str(e)
         if _distributed():
-            dist.broadcast_object_list(step, src=0)
-        return step[0]
+            dist.broadcast_object_list(answer, src=0)
+        if answer[1] is not None:
+            raise StateMismatch(answer[1])
+        return answer[0] if answer[0] is None else int(answer[0])
 
     def load(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
         """Restore model, optimizer and this rank's RNG from `step`; returns the step."""

@@ -9,7 +9,8 @@ Launch shapes:
 One process per node (Vertex, GKE Indexed Job, TPU VM, GCE) works too: rank and world come
 from `trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
 
-Exit codes: 0 done; 2 invalid config or cluster environment; 143 preempted after saving a
+Exit codes: 0 done; 2 invalid config or cluster environment, or a newest checkpoint written
+under other settings (`trainers.common.fingerprint`); 143 preempted after saving a
 checkpoint (`trainers.common.exit_codes`); anything else is a crash.
 
 `TRAINSTACK_COLLECTIVE_TIMEOUT_S` (`contract.COLLECTIVE_TIMEOUT_ENV`) bounds how long a
@@ -38,7 +39,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainers.common.checkpoint import CheckpointStore
+from trainers.common.checkpoint import CheckpointStore, run_checkpoint_dir
 from trainers.common.cli import load_config
 from trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainers.common.config import TrainConfig
@@ -60,6 +61,7 @@ from trainers.common.contract import (
 from trainers.common.data import Dataset, load_dataset, shard_sampler
 from trainers.common.digest import params_sha256 as digest_arrays
 from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainers.common.fingerprint import StateMismatch, trainer_fingerprint
 from trainers.common.metrics import MetricsLogger, gpu_peak_flops, report_hypertune
 from trainers.common.records import LogWindow, done_record
 from trainers.common.schedule import learning_rate
@@ -275,7 +277,7 @@ def evaluate(model: nn.Module, ds: Dataset, rt: Runtime, batch: int = 512) -> di
 
 
 def _checkpoint_dir(cfg: TrainConfig) -> str | None:
-    return cfg.checkpoint_dir or os.environ.get("AIP_CHECKPOINT_DIR") or None
+    return run_checkpoint_dir(cfg.checkpoint_dir, cfg.run_name, os.environ)
 
 
 def _global_mean(value: float, rt: Runtime) -> float:
@@ -345,6 +347,7 @@ class _Trainer:
                 async_save=cfg.async_checkpoint,
                 overlap_copy=True,
                 on_written=self._written,
+                fingerprint=trainer_fingerprint(cfg),
             )
             if self.ckpt_dir
             else None
@@ -573,6 +576,11 @@ def main(argv: Sequence[str]) -> int:
     rt = _init_distributed(cfg, cluster, timeout)
     try:
         return train(rt)
+    except StateMismatch as e:
+        import sys
+
+        print(f"trainstack trainer: {e}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT_CODE
     finally:
         if rt.distributed and dist.is_initialized():
             dist.destroy_process_group()
