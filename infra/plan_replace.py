@@ -177,7 +177,9 @@ def checkpoint_dir(resource: Mapping[str, Any]) -> str | None:
         # <baseOutputDirectory>/<trial id>/checkpoints/ (aiplatform v1 discovery document,
         # CustomJobSpec.baseOutputDirectory).
         trial = "/<trial id>" if resource["type"] == TUNING_JOB else ""
-        # The bundled trainers keep each run in its own folder below it (--run_name).
+        # The bundled trainers keep each run in its own folder below it (--run_name); a
+        # tuning trial's also carries its settings' fingerprint
+        # (trainers.common.checkpoint.run_checkpoint_dir).
         runs = [m for s in _strings(inputs) for m in _RUN_NAME_FLAG.findall(s)]
         run = f"/{runs[-1]}" if runs else ""
         return f"{prefix.rstrip('/')}{trial}/checkpoints{run}"
@@ -196,8 +198,8 @@ def relaunch_note(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
     if before == after:
         if new["type"] == TUNING_JOB:
             return (
-                f"relaunches tuning; each trial resumes from the newest checkpoint in "
-                f"`{after}` that the old job's trial of the same id left, if any"
+                f"relaunches tuning; each trial resumes from `{after}-<settings>` only "
+                f"what the old job's trial of the same id wrote under the same settings"
             )
         return f"relaunches training; resumes from the newest checkpoint in `{after}`"
     return (

@@ -87,9 +87,10 @@ def test_tuning_job_replace_names_the_per_trial_checkpoint_folder() -> None:
         "(pulumi-python:dynamic/vertex:HyperparameterTuningJob): `body` changed, which forces "
         "a new resource (its provider's diff, components/_vertex_provider.py); deletes the old "
         "one first",
-        "  - **relaunches tuning; each trial resumes from the newest checkpoint in "
-        "`gs://my-ml-project-dev-vertex-hpt-checkpoints/<trial id>/checkpoints/dev-vertex-hpt` that the old "
-        "job's trial of the same id left, if any**",
+        "  - **relaunches tuning; each trial resumes from "
+        "`gs://my-ml-project-dev-vertex-hpt-checkpoints/<trial id>/checkpoints/dev-vertex-hpt"
+        "-<settings>` only what the old job's trial of the same id wrote under the same "
+        "settings**",
         "  - `body.maxTrialCount`: `8` -> `16`",
     ]
 

@@ -58,15 +58,31 @@ def test_vertex_runs_checkpoint_under_their_run_name(stack: str) -> None:
     assert f"--run_name={stack}" in sent
     assert "--checkpoint_dir=" not in sent
     vertex = {"AIP_CHECKPOINT_DIR": f"{BUCKET.format(stack=stack)}/checkpoints/"}
-    assert run_checkpoint_dir(None, stack, vertex) == (
-        f"{BUCKET.format(stack=stack)}/checkpoints/{stack}"
+    cfg = TrainConfig(run_name=stack)
+    assert run_checkpoint_dir(cfg, vertex) == f"{BUCKET.format(stack=stack)}/checkpoints/{stack}"
+    assert run_checkpoint_dir(cfg.model_copy(update={"checkpoint_dir": "gs://mine/x"}), vertex) == (
+        "gs://mine/x"
     )
-    trial = {"AIP_CHECKPOINT_DIR": f"{BUCKET.format(stack=stack)}/7/checkpoints/"}
-    assert run_checkpoint_dir(None, stack, trial) == (
-        f"{BUCKET.format(stack=stack)}/7/checkpoints/{stack}"
+    assert run_checkpoint_dir(cfg, {}) is None
+
+
+def test_a_tuning_trial_resumes_only_state_written_under_its_own_settings() -> None:
+    """Trial 7 of a new tuning job is not trial 7 of the old one: its folder carries the
+    settings' fingerprint, so other hyperparameters get a folder of their own (no refusal,
+    no resume of another trial's weights) and the same ones resume."""
+    trial = {
+        "AIP_CHECKPOINT_DIR": "gs://b/7/checkpoints/",
+        "CLUSTER_SPEC": json.dumps({"task": {"type": "workerpool0", "index": 0, "trial": "7"}}),
+    }
+    cfg = TrainConfig(run_name="hpt", learning_rate=0.01)
+    digest = trainer_fingerprint(cfg)["sha256"][:12]
+    assert run_checkpoint_dir(cfg, trial) == f"gs://b/7/checkpoints/hpt-{digest}"
+    other = cfg.model_copy(update={"learning_rate": 0.02})
+    assert run_checkpoint_dir(other, trial) != run_checkpoint_dir(cfg, trial)
+    # A setting that may change mid-run keeps the folder.
+    assert run_checkpoint_dir(cfg.model_copy(update={"steps": 9}), trial) == (
+        f"gs://b/7/checkpoints/hpt-{digest}"
     )
-    assert run_checkpoint_dir("gs://mine/x", stack, vertex) == "gs://mine/x"
-    assert run_checkpoint_dir(None, stack, {}) is None
 
 
 def test_your_code_on_vertex_gets_the_run_folder_below_vertex_checkpoint_dir() -> None:

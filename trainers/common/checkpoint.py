@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from trainers.common.cluster import trial_id
 from trainers.common.fingerprint import FINGERPRINT_FIELD, StateMismatch, check, trainer_fingerprint
 from trainers.common.storage import storage_options
 
@@ -43,17 +44,25 @@ def step_name(step: int) -> str:
 AIP_CHECKPOINT_DIR_ENV = "AIP_CHECKPOINT_DIR"
 
 
-def run_checkpoint_dir(
-    checkpoint_dir: str | None, run_name: str, env: Mapping[str, str]
-) -> str | None:
-    """A bundled trainer's checkpoint folder: `checkpoint_dir` when given (every target but
-    Vertex gets `<bucket>/checkpoints/<run_name>` from `infra.compose`), else on Vertex
-    `AIP_CHECKPOINT_DIR/<run_name>` (Vertex's folder is one per job spec, and one per trial
-    when tuning, but the same for every run of a stack), else None (no checkpoints)."""
-    if checkpoint_dir:
-        return checkpoint_dir
+def run_checkpoint_dir(cfg: Any, env: Mapping[str, str]) -> str | None:
+    """A bundled trainer's checkpoint folder (`TrainConfig` `cfg`): `cfg.checkpoint_dir`
+    when given (every target but Vertex gets `<bucket>/checkpoints/<run_name>` from
+    `infra.compose`), else on Vertex `AIP_CHECKPOINT_DIR/<run_name>` (Vertex's folder is one
+    per job spec, the same for every run of a stack), else None (no checkpoints).
+
+    A tuning trial's folder (`<base>/<trial id>/checkpoints/`) is named by the trial id
+    alone, and a new tuning job numbers its trials from 1 again with other hyperparameters:
+    there the run's folder also carries the settings' fingerprint
+    (`<run_name>-<sha256[:12]>`), so a trial resumes only state written under its own
+    settings and never refuses (or, before fingerprints, silently resumed) another job's."""
+    if cfg.checkpoint_dir:
+        return str(cfg.checkpoint_dir)
     platform = env.get(AIP_CHECKPOINT_DIR_ENV, "").rstrip("/")
-    return f"{platform}/{run_name}" if platform else None
+    if not platform:
+        return None
+    if trial_id(env) is not None:
+        return f"{platform}/{cfg.run_name}-{trainer_fingerprint(cfg)['sha256'][:12]}"
+    return f"{platform}/{cfg.run_name}"
 
 
 def check_resume(cfg: Any, env: Mapping[str, str]) -> None:
@@ -62,7 +71,7 @@ def check_resume(cfg: Any, env: Mapping[str, str]) -> None:
     the refusal is an exit 2 of the launcher rather than a worker failure that torchrun
     restarts and reports as 1. A folder that cannot be read here is left to the trainer,
     which checks again before it resumes."""
-    url = run_checkpoint_dir(cfg.checkpoint_dir, cfg.run_name, env)
+    url = run_checkpoint_dir(cfg, env)
     if not url:
         return
     try:

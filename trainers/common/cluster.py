@@ -108,7 +108,9 @@ def _json(env: Mapping[str, str], name: str) -> dict[str, Any]:
     return value
 
 
-def _trial(env: Mapping[str, str]) -> str | None:
+def trial_id(env: Mapping[str, str]) -> str | None:
+    """The Vertex tuning trial this replica runs (`task.trial` of CLUSTER_SPEC or TF_CONFIG),
+    else None."""
     for name in ("CLUSTER_SPEC", "TF_CONFIG"):
         if env.get(name):
             try:
@@ -166,7 +168,7 @@ def _from_torchrun(env: Mapping[str, str]) -> ClusterInfo:
         coordinator_port=_int(env, "MASTER_PORT", default=DEFAULT_PORT),
         role="chief" if rank == 0 else "worker",
         platform="torchrun",
-        trial_id=_trial(env),
+        trial_id=trial_id(env),
     )
 
 

@@ -181,7 +181,7 @@ class TrainerBase:
         self.is_chief = tfc.is_chief
         self.replicas = int(strategy.num_replicas_in_sync)
         self.model, self.optimizer = build_in_scope(strategy, cfg, ds)
-        self.ckpt_dir = run_checkpoint_dir(cfg.checkpoint_dir, cfg.run_name, os.environ)
+        self.ckpt_dir = run_checkpoint_dir(cfg, os.environ)
         self.written: list[float] = []
         self.checkpointer = (
             TFCheckpointer(

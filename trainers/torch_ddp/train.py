@@ -277,7 +277,7 @@ def evaluate(model: nn.Module, ds: Dataset, rt: Runtime, batch: int = 512) -> di
 
 
 def _checkpoint_dir(cfg: TrainConfig) -> str | None:
-    return run_checkpoint_dir(cfg.checkpoint_dir, cfg.run_name, os.environ)
+    return run_checkpoint_dir(cfg, os.environ)
 
 
 def _global_mean(value: float, rt: Runtime) -> float:
