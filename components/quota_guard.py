@@ -42,6 +42,7 @@ from urllib.parse import quote
 import pulumi
 from pulumi_gcp import cloudquota
 
+from components._args import check_args
 from components._naming import gcp_name
 
 TYPE_TOKEN = "trainstack:quota:QuotaGuard"
@@ -282,6 +283,7 @@ class QuotaGuard(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: QuotaGuardArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("QuotaGuard", QuotaGuardArgs, args)
         project = args["project"]
         request = args.get("request_increases", False)
         if request and not args.get("contact_email"):

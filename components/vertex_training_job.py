@@ -57,6 +57,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
 
+from components._args import check_args
 from components._discovery import validate_body
 from components._naming import labels_input
 from components._vertex_args import (
@@ -258,6 +259,7 @@ class VertexTrainingJob(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: VertexTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("VertexTrainingJob", VertexTrainingJobArgs, args)
         reducers = validate_args(args)
         # Validates plain labels now (Outputs when they resolve) and merges trainstack's.
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
