@@ -15,15 +15,17 @@ What it checks is the annotation and no more: keys, required keys, and value typ
 (`str`, `int`, `float`, `bool`, the type of a `Literal`'s values, lists, mappings, nested
 TypedDicts, unions, classes). Allowed values, ranges and cross-key rules stay with each
 component's own validators, which the stack config shares, so a value of the right type
-gets the same words from a component as from a stack file. Wherever an annotation allows `pulumi.Input[T]` (or `Output[T]`), a
-pulumi Output or other awaitable is accepted as is: its value is known only at deploy time.
+gets the same words from a component as from a stack file. Wherever an annotation allows
+`pulumi.Input[T]` (or `Output[T]`), a pulumi Output or other awaitable is accepted as is:
+its value is known only at deploy time.
 
-Why not pydantic's `TypeAdapter` on the TypedDict, as the stack config uses models: on
-Python < 3.12 pydantic refuses `typing.TypedDict` ("Please use `typing_extensions.TypedDict`
-instead of `typing.TypedDict` on Python < 3.12", https://errors.pydantic.dev/2.14/u/typed-dict-version),
-a TypedDict's `extra="forbid"` cannot be set from outside (`TypeAdapter(config=...)` is
-refused for TypedDicts, https://docs.pydantic.dev/2.14/api/type_adapter/), and its lax mode
-would accept `"2"` for an int, which the component would then use as a string.
+Why not pydantic's `TypeAdapter` on the TypedDict, as the stack config uses models (pydantic
+2.14): on Python < 3.12 it refuses `typing.TypedDict` ("Please use
+`typing_extensions.TypedDict` instead", pydantic/_internal/_generate_schema.py, error code
+`typed-dict-version`); a TypedDict's `extra="forbid"` cannot be set from outside
+(`TypeAdapter(config=...)`: "Cannot use `config` when the type is a BaseModel, dataclass or
+TypedDict", pydantic/type_adapter.py:170); and its lax mode would take `"2"` for an int,
+which the component would then use as a string.
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ from typing import (
     get_args,
     get_origin,
     get_type_hints,
+    is_typeddict,
 )
 
 import pulumi
-from typing_extensions import is_typeddict
 
 from components.catalog.problems import is_int, not_allowed, quote, unknown_key
 
@@ -105,9 +107,10 @@ def arg_problems(component: str, args_type: type, args: object) -> list[str]:
 def _fields(td: type) -> tuple[dict[str, Any], frozenset[str]]:
     """A TypedDict's resolved field annotations and its required keys.
 
-    Computed from the annotations rather than `__required_keys__`, which Python 3.11 gets
-    wrong when the module uses `from __future__ import annotations` (every key counts as
-    required). `pulumi.Input[T]` is `Union[T, Awaitable[T], "Output[T]"]`
+    Computed from the annotations rather than `__required_keys__`, which is wrong under
+    `from __future__ import annotations` (every key counts as required here on 3.11), a
+    limit Python documents: https://docs.python.org/3.11/library/typing.html
+    (`TypedDict.__optional_keys__`). `pulumi.Input[T]` is `Union[T, Awaitable[T], "Output[T]"]`
     (pulumi/output.py), whose forward reference resolves only with `Output` and `T` given.
     """
     module = vars(sys.modules[td.__module__])

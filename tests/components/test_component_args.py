@@ -7,11 +7,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, NotRequired, TypedDict, Union, get_args, get_origin, is_typeddict
 
 import pulumi
 import pytest
-from typing_extensions import is_typeddict
 
 import components
 from components._args import ArgsError, _fields, arg_problems
@@ -443,3 +442,12 @@ def test_no_suggestion_when_nothing_is_close() -> None:
     with pytest.raises(ConfigError) as info:
         load_stack_config({"trainstack:local": {"procs": 2}})
     assert info.value.errors == ["local.procs: unknown key; valid: workers, root"]
+
+
+class _TupleArgs(TypedDict):
+    pair: NotRequired[tuple[int, int]]
+
+
+def test_an_annotation_the_checker_cannot_check_is_an_error_not_a_pass() -> None:
+    with pytest.raises(TypeError, match=r"_TupleArgs\.pair: annotation tuple\[int, int\] is not"):
+        arg_problems("X", _TupleArgs, {})
