@@ -108,9 +108,9 @@ def _fields(td: type) -> tuple[dict[str, Any], frozenset[str]]:
     """A TypedDict's resolved field annotations and its required keys.
 
     Computed from the annotations rather than `__required_keys__`, which is wrong under
-    `from __future__ import annotations` (every key counts as required here on 3.11), a
-    limit Python documents: https://docs.python.org/3.11/library/typing.html
-    (`TypedDict.__optional_keys__`). `pulumi.Input[T]` is `Union[T, Awaitable[T], "Output[T]"]`
+    `from __future__ import annotations` (every key counts as required here on 3.11;
+    https://github.com/python/cpython/issues/97727, and the note under
+    `__optional_keys__` in https://docs.python.org/3/library/typing.html). `pulumi.Input[T]` is `Union[T, Awaitable[T], "Output[T]"]`
     (pulumi/output.py), whose forward reference resolves only with `Output` and `T` given.
     """
     module = vars(sys.modules[td.__module__])
