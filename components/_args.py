@@ -293,8 +293,7 @@ def _mapping_problems(args: tuple[Any, ...], value: Any, where: str) -> list[str
     key_type, item_type = args if len(args) == 2 else (Any, Any)
     problems: list[str] = []
     for key, item in value.items():
-        problems += [
-            f"{where}: key {p.partition(': ')[2]}" for p in _problems(key_type, key, where)
-        ]
+        if _problems(key_type, key, where):
+            problems.append(f"{where}: key {quote(key)} is not {_noun(key_type)}")
         problems += _problems(item_type, item, f"{where}.{key}")
     return problems

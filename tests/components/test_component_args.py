@@ -344,6 +344,14 @@ def test_unions_name_every_member() -> None:
     ]
 
 
+def test_mapping_keys_and_values() -> None:
+    args = {**COMPONENTS["TrainingNetwork"][2], "labels": {5: "x", "team": ["ml"]}}
+    assert arg_problems("TrainingNetwork", TrainingNetworkArgs, args) == [
+        "TrainingNetwork.labels: key 5 is not a string",
+        'TrainingNetwork.labels.team: ["ml"] is not a string',
+    ]
+
+
 def test_an_int_is_a_number_and_a_bool_is_neither() -> None:
     local = COMPONENTS["LocalTrainingJob"][2]
     assert (
