@@ -65,6 +65,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_gcp import serviceaccount
 
+from components._args import check_args
 from components._naming import labels_input
 from components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
@@ -476,6 +477,7 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
         args: KubernetesTrainingJobArgs,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        check_args("KubernetesTrainingJob", KubernetesTrainingJobArgs, args)
         validate_args(args)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)

@@ -38,6 +38,7 @@ from typing import Any, Final, NotRequired, TypedDict
 import pulumi
 from pydantic import ValidationError
 
+from components._args import check_args
 from components._local_provider import LocalRun, LocalRunProvider
 from components._naming import labels_input
 from trainers.common.config import TrainConfig
@@ -161,6 +162,7 @@ class LocalTrainingJob(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: LocalTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("LocalTrainingJob", LocalTrainingJobArgs, args)
         base_dir = Path(args.get("base_dir") or pulumi.get_root_directory()).resolve()
         cfg, grace = validate_args(args, base_dir)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)

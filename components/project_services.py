@@ -22,6 +22,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import projects
 
+from components._args import check_args
 from components._naming import labels_input
 
 TOKEN = "trainstack:project:ProjectServices"
@@ -73,6 +74,7 @@ class ProjectServices(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: ProjectServicesArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("ProjectServices", ProjectServicesArgs, args)
         services = _validate_services(args["services"])
         labels_input(args.get("labels"), "project-services")  # validation only
         super().__init__(TOKEN, name, None, opts)

@@ -61,6 +61,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 from pulumi_gcp import cloudquota
 
+from components._args import check_args
 from components._naming import gcp_name
 from components._tpu_quota_match import TPU_SERVICE, candidates
 
@@ -451,6 +452,7 @@ class QuotaGuard(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: QuotaGuardArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("QuotaGuard", QuotaGuardArgs, args)
         project = args["project"]
         request = args.get("request_increases", False)
         if request and not args.get("contact_email"):

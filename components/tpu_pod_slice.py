@@ -68,6 +68,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import tpu
 
+from components._args import check_args
 from components._discovery import validate_body
 from components._naming import gcp_name, labels_input, name_input
 from components._options import inherited_depends_on
@@ -330,6 +331,7 @@ class TpuPodSlice(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TpuPodSliceArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("TpuPodSlice", TpuPodSliceArgs, args)
         plan = validate_args(args)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         deployment = args["deployment_name"]

@@ -47,6 +47,7 @@ import pulumi
 from pulumi_gcp import storage
 
 import trainers
+from components._args import check_args
 from components._naming import labels_input
 from trainers.common.contract import SOURCE_PACKAGE
 from trainers.common.user_code import source_files
@@ -281,6 +282,7 @@ class TrainerPackage(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainerPackageArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("TrainerPackage", TrainerPackageArgs, args)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         source_root = Path(args.get("source_root") or _default_source_root()).resolve()
         requirements = tuple(args.get("requirements") or ())

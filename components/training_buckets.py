@@ -46,6 +46,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import storage
 
+from components._args import check_args
 from components._naming import bucket_name, labels_input, name_input
 from components.catalog.names import label_problems
 from components.catalog.problems import int_problems, not_allowed, quote
@@ -161,6 +162,7 @@ class TrainingBuckets(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingBucketsArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("TrainingBuckets", TrainingBucketsArgs, args)
         problems = training_buckets_problems(args)
         if problems:
             raise ValueError("\n".join(problems))

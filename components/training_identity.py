@@ -38,6 +38,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import projects, secretmanager, serviceaccount, storage
 
+from components._args import check_args
 from components._naming import account_id, labels_input, name_input
 
 TOKEN = "trainstack:iam:TrainingIdentity"
@@ -182,6 +183,7 @@ class TrainingIdentity(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingIdentityArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("TrainingIdentity", TrainingIdentityArgs, args)
         extra_roles = _validate_extra_roles(args.get("extra_project_roles", []))
         secrets = _validate_secrets(args.get("secrets", []))
         labels_input(args.get("labels"), COMPONENT_LABEL)  # validation only

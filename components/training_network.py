@@ -25,6 +25,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import compute
 
+from components._args import check_args
 from components._naming import gcp_name, labels_input, name_input
 
 TOKEN = "trainstack:network:TrainingNetwork"
@@ -111,6 +112,7 @@ class TrainingNetwork(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingNetworkArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("TrainingNetwork", TrainingNetworkArgs, args)
         cidr = _validate_cidr(args.get("subnet_cidr", DEFAULT_SUBNET_CIDR))
         labels_input(args.get("labels"), COMPONENT_LABEL)  # validation only
         deployment = args["deployment_name"]

@@ -67,6 +67,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
 
+from components._args import check_args
 from components._discovery import validate_body
 from components._naming import labels_input
 from components._options import inherited_depends_on
@@ -302,6 +303,7 @@ class VertexTrainingJob(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: VertexTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("VertexTrainingJob", VertexTrainingJobArgs, args)
         reducers = validate_args(args)
         _check_image(args, reducers)
         # Validates plain labels now (Outputs when they resolve) and merges trainstack's.

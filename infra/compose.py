@@ -183,7 +183,11 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     guard_args: QuotaGuardArgs = {
         "project": project,
         "deployment_name": deployment,
-        "needs": [cast(QuotaNeed, need) for need in quota_needs(cfg)],
+        # `source` (where each quota id is documented) is for the plan, not an argument.
+        "needs": [
+            cast(QuotaNeed, {k: v for k, v in need.items() if k != "source"})
+            for need in quota_needs(cfg)
+        ],
         "preflight": not cfg.quotas.skip_preflight,
         "request_increases": cfg.quotas.request_increases,
     }

@@ -49,7 +49,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from components import catalog
 from components.a100_cluster.validate import A100Shape
 from components.catalog.gpus import VertexAcceleratorType
-from components.catalog.problems import pydantic_problem
+from components.catalog.problems import pydantic_problem, unknown_key
 from components.catalog.tpu import (
     TpuGenerationName,
     TpuProvisioning,
@@ -452,7 +452,7 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
             if name in section_names:
                 values[name] = _decode(value)
             else:
-                errors.append(f"{name}: unknown key; valid: {', '.join(section_names)}")
+                errors.append(unknown_key(name, name, section_names))
 
     parts: dict[str, Any] = {}
     failed: set[str] = set()

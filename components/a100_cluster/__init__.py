@@ -72,6 +72,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_gcp import compute, container
 
+from components._args import check_args
 from components._naming import labels_input
 from components._options import inherited_depends_on
 from components.a100_cluster._common import (
@@ -293,6 +294,7 @@ class A100Cluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: A100ClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("A100Cluster", A100ClusterArgs, args)
         gpu = validate_args(args)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)

@@ -9,6 +9,7 @@ structural errors (the stack config's models) into the same shape.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import types
@@ -51,14 +52,26 @@ def int_problems(key: str, value: Any, minimum: int, maximum: int | None = None)
     return []
 
 
-def unknown_keys(prefix: str, given: Iterable[str], valid: Iterable[str]) -> list[str]:
-    """`<prefix><key>: unknown key; valid: ...` for each key of `given` not in `valid`."""
+def nearest_key(key: object, valid: Iterable[str]) -> str | None:
+    """The valid key closest to a misspelled `key` (`node_cont` -> `node_count`), or None
+    when none is close (difflib's similarity ratio at its default cutoff, 0.6)."""
+    found = difflib.get_close_matches(str(key), list(valid), n=1)
+    return found[0] if found else None
+
+
+def unknown_key(where: str, key: object, valid: Iterable[str]) -> str:
+    """`<where>: unknown key; did you mean `x`? valid: a, b, c` for the key `key` found at
+    dotted path `where`; without a close valid key, `<where>: unknown key; valid: a, b, c`."""
     known = list(valid)
-    return [
-        f"{prefix}{key}: unknown key; valid: {', '.join(known)}"
-        for key in given
-        if key not in known
-    ]
+    nearest = nearest_key(key, known)
+    hint = f"; did you mean `{nearest}`?" if nearest is not None else ";"
+    return f"{where}: unknown key{hint} valid: {', '.join(known) or '(none)'}"
+
+
+def unknown_keys(prefix: str, given: Iterable[str], valid: Iterable[str]) -> list[str]:
+    """`unknown_key` for each key of `given` not in `valid`, at `<prefix><key>`."""
+    known = list(valid)
+    return [unknown_key(f"{prefix}{key}", key, known) for key in given if key not in known]
 
 
 # --------------------------------------------------------------------------------------
@@ -127,8 +140,7 @@ def pydantic_problem(err: ErrorDetails, path: str, root: Any) -> str:
         return f"{where}: required"
     if kind == "extra_forbidden":
         parent = _model_at(root, loc[:-1])
-        valid = ", ".join(parent.model_fields) if parent else "(none)"
-        return f"{where}: unknown key; valid: {valid}"
+        return unknown_key(where, loc[-1], parent.model_fields if parent else ())
     if kind == "literal_error":
         return not_allowed(where, value, re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
     if kind in _SIMPLE:

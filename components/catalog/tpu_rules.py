@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from components.catalog.problems import not_allowed, quote
+from components.catalog.problems import not_allowed, quote, unknown_keys
 from components.catalog.tpu import (
     QUEUED_TIERS,
     TPU_GENERATIONS,
@@ -221,11 +221,7 @@ def _queued_problems(queued: Any, provisioning: Any, reservation: Any, p: str) -
         return [f"{p}queued: only used with provisioning 'queued', not {quote(provisioning)}"]
     if not isinstance(queued, Mapping):
         return [f"{p}queued: expected a mapping with keys {', '.join(QUEUED_KEYS)}"]
-    problems = [
-        f"{p}queued.{key}: unknown key; valid: {', '.join(QUEUED_KEYS)}"
-        for key in queued
-        if key not in QUEUED_KEYS
-    ]
+    problems = unknown_keys(f"{p}queued.", queued, QUEUED_KEYS)
     tier = queued.get("tier", "on-demand")
     if tier not in QUEUED_TIERS:
         problems.append(not_allowed(f"{p}queued.tier", tier, QUEUED_TIERS))

@@ -92,6 +92,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 import pulumi
 from pulumi_gcp import logging, monitoring
 
+from components._args import check_args
 from components._naming import labels_input
 from components.training_dashboard.alert import (
     ALERT_AUTO_CLOSE,
@@ -357,6 +358,7 @@ class TrainingDashboard(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingDashboardArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        check_args("TrainingDashboard", TrainingDashboardArgs, args)
         settings = _validate(args)
         labels = labels_input(args.get("labels"), COMPONENT_LABEL)
         log_scope, resource_scope = args["log_filter"], args["resource_filter"]

@@ -51,7 +51,7 @@ def test_enables_each_service_and_keeps_it_on_destroy() -> None:
         ([], "services must be a non-empty list of service names, e.g. [compute.googleapis.com]"),
         (
             "compute.googleapis.com",
-            "services must be a non-empty list of service names, e.g. [compute.googleapis.com]",
+            "ProjectServices.services: 'compute.googleapis.com' is not a list",
         ),
         (["compute"], "services: 'compute' is not a service name like compute.googleapis.com"),
         (

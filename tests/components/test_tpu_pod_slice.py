@@ -52,8 +52,11 @@ def _vm_outputs(_name: str, _inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run(extra: Mapping[str, Any] | None = None, *, preview: bool = True) -> Any:
+    # A key of `extra` set to None leaves that argument out (the component refuses None).
+    args = {k: v for k, v in {**ARGS, **(extra or {})}.items() if v is not None}
+
     def program() -> dict[str, Any]:
-        tpu = TpuPodSlice("exp-42-tpu", {**ARGS, **(extra or {})})  # type: ignore[typeddict-item]
+        tpu = TpuPodSlice("exp-42-tpu", args)  # type: ignore[arg-type]
         return {
             "slice_name": tpu.slice_name,
             "worker_ips": tpu.worker_ips,

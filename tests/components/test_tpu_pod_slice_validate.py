@@ -261,8 +261,8 @@ INVALID = [
     ),
     (
         {"provisioning": "queued", "queued": {"valid_until": "1h"}},
-        "queued.valid_until: unknown key; valid: tier, min_duration_s, valid_until_s, "
-        "wait_timeout_s",
+        "queued.valid_until: unknown key; did you mean `valid_until_s`? valid: tier, "
+        "min_duration_s, valid_until_s, wait_timeout_s",
     ),
     (
         {"provisioning": "queued", "reservation": "-", "queued": {"tier": "spot"}},

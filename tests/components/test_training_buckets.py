@@ -196,7 +196,7 @@ def test_name_suffix_and_defaults() -> None:
         ),
         (
             {"delete_data_on_destroy": "yes"},
-            "delete_data_on_destroy: 'yes' is not a boolean; valid: true, false",
+            "TrainingBuckets.delete_data_on_destroy: 'yes' is not a boolean; valid: true, false",
         ),
         (
             {"checkpoint_retention_days": 0},
@@ -204,7 +204,7 @@ def test_name_suffix_and_defaults() -> None:
         ),
         (
             {"checkpoint_retention_days": 7.5},
-            "checkpoint_retention_days: 7.5 is not an integer",
+            "TrainingBuckets.checkpoint_retention_days: 7.5 is not an integer",
         ),
         (
             {"checkpoint_retention_days": 3651},
