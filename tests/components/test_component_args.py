@@ -79,6 +79,8 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
             "accelerator_type": "NVIDIA_TESLA_A100",
             "replica_count": 2,
             "reduction_server": {"replica_count": "auto"},
+            # Reduction Server needs an image with Google's package (a named one).
+            "container_image_uri": "us-docker.pkg.dev/p/r/rs:1",
             "package_uri": "gs://p-staging/trainer.tar.gz",
             "trainer_args": ["--steps=1000"],
         },
@@ -436,7 +438,7 @@ def test_unknown_stack_keys_name_the_nearest_key() -> None:
     assert info.value.errors == [
         "gpu_cluster.node_cont: unknown key; did you mean `node_count`? valid: backend, "
         "machine_type, node_count, zone, spot, reservation, compact_placement, "
-        "tier_1_networking"
+        "tier_1_networking, master_authorized_cidrs"
     ]
     sections = [f for f in StackConfig.model_fields if f not in ("project", "region", "zone")]
     with pytest.raises(ConfigError) as info:
