@@ -153,7 +153,7 @@ def main(args: Sequence[str]) -> int:
     except ChildFailedError as exc:
         codes = {rank: failure.exitcode for rank, failure in exc.failures.items()}
         code = exit_code_for(codes.values())
-        _log(f"workers failed (local rank: exit code) {codes}; exit {code}")
+        _log(f"workers failed (rank: exit code) {codes}; exit {code}")
         return code
     return 0
 

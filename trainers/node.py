@@ -95,7 +95,9 @@ from trainers.common.contract import (
 from trainers.common.exit_codes import (
     ACCELERATORS_MISSING_EXIT_CODE,
     CONFIG_ERROR_EXIT_CODE,
+    CRASH_EXIT_CODE,
     DONE_EXIT_CODE,
+    PEER_LOST_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
 )
@@ -358,8 +360,12 @@ def _log(message: str) -> None:
     print(f"trainstack-node: {message}", file=sys.stderr, flush=True)
 
 
-def exit_code(status: int, *, terminated: bool, started: bool, preempted: bool) -> int:
-    """The launcher's exit code for the target's `status` (negative: killed by a signal)."""
+def exit_code(
+    status: int, *, terminated: bool, started: bool, preempted: bool, classified: bool = False
+) -> int:
+    """The launcher's exit code for the target's `status` (negative: killed by a signal).
+    `classified`: the target (`trainers.elastic`) already told a code error (1) from a lost
+    peer (4), so a 1 before training started is still a code error."""
     if status < 0:
         status = 128 - status
     if status == DONE_EXIT_CODE:
@@ -370,7 +376,9 @@ def exit_code(status: int, *, terminated: bool, started: bool, preempted: bool) 
         # A SIGTERM this launcher never got: torchrun stopping the other ranks after one
         # failed. Their `preempted` lines are the teardown, not a preemption: a failure.
         return status
-    if status != CONFIG_ERROR_EXIT_CODE and not started:
+    if status in (CONFIG_ERROR_EXIT_CODE, PEER_LOST_EXIT_CODE, ACCELERATORS_MISSING_EXIT_CODE):
+        return status
+    if not started and not (classified and status == CRASH_EXIT_CODE):
         return SETUP_FAILED_EXIT_CODE
     return status
 
@@ -426,7 +434,11 @@ def run(command: NodeCommand) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     code = exit_code(
-        status, terminated=terminated.is_set(), started=watch.started, preempted=watch.preempted
+        status,
+        terminated=terminated.is_set(),
+        started=watch.started,
+        preempted=watch.preempted,
+        classified=command.argv[1:3] == ["-m", ELASTIC_LAUNCHER_MODULE],
     )
     if code != DONE_EXIT_CODE:
         _log(f"exit {code} (target exit {status})")

@@ -194,6 +194,9 @@ def test_trainer_args_are_checked_against_the_world_before_anything_starts() -> 
         (143, False, True, True, 143),  # the target itself saved and stopped after SIGTERM
         (-15, True, True, False, 143),  # SIGTERM reached this machine
         (-9, False, True, False, 137),
+        (4, False, False, False, 4),  # a peer or pod 0's store lost before training started
+        (4, False, True, True, 4),  # ... or after a peer was preempted and this one saved
+        (5, False, False, False, 5),  # fewer usable accelerators than the plan bought
     ],
 )
 def test_exit_codes(
@@ -202,6 +205,12 @@ def test_exit_codes(
     assert exit_code(status, terminated=terminated, started=started, preempted=preempted) == (
         expected
     )
+
+
+def test_the_elastic_agents_code_error_before_training_stays_a_code_error() -> None:
+    # trainers.elastic already told a worker that raised (1) from a lost peer (4).
+    assert exit_code(1, terminated=False, started=False, preempted=False, classified=True) == 1
+    assert exit_code(3, terminated=False, started=False, preempted=False, classified=True) == 3
 
 
 def _launch(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
