@@ -131,8 +131,7 @@ EXPECTED_CLUSTER: dict[str, Any] = {
     "workloadIdentityConfig": {"workloadPool": "acme-ml.svc.id.goog"},
     "releaseChannel": {"channel": "REGULAR"},
     "minMasterVersion": KUBERNETES_VERSION,
-    # No node upgrade takes a GPU node down during a run.
-    "maintenancePolicy": {
+    "maintenancePolicy": {  # no node upgrade takes a GPU node down during a run
         "dailyMaintenanceWindow": {"startTime": "03:00"},
         "maintenanceExclusions": [
             {

@@ -133,6 +133,4 @@ def test_a_worker_that_fails_exits_1() -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == CRASH_EXIT_CODE, done.stderr[-2000:]
     assert "No module named trainers_no_such_module" in done.stderr
-    assert "trainstack-elastic: workers failed (rank: exit code) {0: 1}; exit 1" in (
-        done.stderr
-    )
+    assert "trainstack-elastic: workers failed (rank: exit code) {0: 1}; exit 1" in done.stderr
