@@ -33,18 +33,20 @@ pod 0 (`<job>-0.<job>`, TRAINSTACK_COORDINATOR_PORT), or a non-torch trainer onc
 Your own code (`node_args`) replaces the module and its flags: the pods run `python3 -m
 trainers.node <node_args>` in `image` (default: the torch trainer's image).
 
-Recovery (podFailurePolicy, first match wins; Kubernetes docs "Handling retriable and
-non-retriable pod failures with Pod failure policy"): a pod that gets the DisruptionTarget
-condition (its node was preempted, drained or lost: the pod garbage collector or the taint
-manager deletes it) and exit 143 (preempted after a checkpoint) are replaced without
-counting a failure; the surviving pods' torchrun keeps its workers in the elastic
-rendezvous until the replacement rejoins, and every worker resumes from the newest
-checkpoint. Exit 1 or 2 (code or config error) fails the Job at once; anything else (3:
-setup failed, or a surviving pod lost the rendezvous because pod 0 and its store went away,
-`trainers.elastic`; 137: OOM kill) retries that index up to `backoff_limit_per_index`
-times, and the retried pod waits for pod 0's store as long as for a join (1800 s).
-podFailurePolicy requires restartPolicy Never and podReplacementPolicy Failed: a
-replacement starts only after the old pod is gone, so two pods never share an index.
+Recovery (podFailurePolicy, first match wins; https://kubernetes.io/docs/concepts/workloads/
+controllers/job/#pod-failure-policy): the DisruptionTarget condition (node preempted,
+drained or lost), exit 143 (preempted after a checkpoint) and exit 4 (a peer pod or pod 0's
+store went away, `trainers.elastic`) are `Ignore`d: "the counter towards the .backoffLimit
+is not incremented and a replacement Pod is created" (the per-index limit likewise). torchrun
+never restarts in place, so a lost peer replaces every pod; each resumes from the newest
+checkpoint. Exit 1 (a code error: a worker raised), 2 (config) and 5 (fewer usable GPUs
+than the plan bought, `TRAINSTACK_EXPECTED_ACCELERATORS`) are `FailJob`: the Job stops.
+Anything else (3: setup failed; 137: killed) counts against `backoff_limit_per_index`, and
+`maxFailedIndexes: 0` fails the Job once one index has used up its retries, not leaving the
+others in the rendezvous (https://kubernetes.io/docs/concepts/workloads/controllers/job/
+#backoff-limit-per-index). podFailurePolicy requires restartPolicy
+Never; podReplacementPolicy Failed starts a replacement only once the old pod is gone
+(`tests.fidelity.job_controller` imitates these rules).
 
 `pulumi up` does not wait for training (`pulumi.com/skipAwait`) unless `wait_for_completion`
 is set with a `timeout_s`. `pulumi destroy` deletes the Job with foreground propagation, so
@@ -78,6 +80,7 @@ from components.gpu_startup import (
     with_checkpoint_dir,
 )
 from components.gpu_startup import node_argv as launcher_argv
+from trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
 from trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
@@ -106,6 +109,8 @@ PROPAGATION_ANNOTATION: Final = "pulumi.com/deletionPropagationPolicy"
 """pulumi-kubernetes >= 4.12: `foreground` deletes the pods before the Job is gone."""
 
 DEFAULT_BACKOFF_LIMIT_PER_INDEX: Final = 3
+MAX_FAILED_INDEXES: Final = 0
+"""One index out of retries fails the Job: the others cannot train without it."""
 DEFAULT_SHM_SIZE_GIB: Final = 32
 DEFAULT_TERMINATION_GRACE_S: Final = 60
 """Above the trainer's default preemption grace (30 s): time to write the last checkpoint."""
@@ -120,6 +125,7 @@ _RESERVED_ENV: Final = frozenset(
         "JOB_NAME",
         "TRAINSTACK_COORDINATOR",
         "TRAINSTACK_COORDINATOR_PORT",
+        EXPECTED_ACCELERATORS_ENV,
         "TRAINSTACK_HEADLESS_SERVICE",
         "TRAINSTACK_NUM_NODES",
         PACKAGE_URI_ENV,
@@ -167,7 +173,8 @@ class KubernetesTrainingJobArgs(TypedDict):
     tolerations: NotRequired[list[dict[str, Any]]]
     """Pod tolerations (camelCase); default `[GPU_TOLERATION]`."""
     backoff_limit_per_index: NotRequired[int]
-    """Counted failures (see the module docstring) each index may have (default 3)."""
+    """Counted failures (see the module docstring) each index may have (default 3); the
+    first index past it fails the Job (`maxFailedIndexes: 0`)."""
     active_deadline_seconds: NotRequired[int]
     """Job `spec.activeDeadlineSeconds`: fail the Job (and stop its pods) once it has run
     this many seconds, retries included (default: no limit)."""
@@ -284,7 +291,7 @@ def kubernetes_labels(labels: Mapping[str, str]) -> dict[str, str]:
 
 
 def pod_failure_policy() -> dict[str, Any]:
-    """Restart on disruption or preemption, fail fast on code errors, count the rest."""
+    """Ignore disruptions, preemptions, lost peers; FailJob on code, config, GPU errors."""
     on_codes = {"containerName": CONTAINER_NAME, "operator": "In"}
     return {
         "rules": [
@@ -376,6 +383,7 @@ def manifests(
         "TRAINSTACK_HEADLESS_SERVICE": job_name,
         "TRAINSTACK_NUM_NODES": str(node_count),
         "TRAINSTACK_COORDINATOR_PORT": str(port),
+        EXPECTED_ACCELERATORS_ENV: str(gpus_per_node),
         PACKAGE_URI_ENV: package_uri,
     }
     if tf_keras:
@@ -423,6 +431,7 @@ def manifests(
         "completions": node_count,
         "parallelism": node_count,
         "backoffLimitPerIndex": backoff_limit_per_index,
+        "maxFailedIndexes": MAX_FAILED_INDEXES,
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": pod_failure_policy(),
         "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},

@@ -24,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from components.a100_cluster._common import gke_spot_grace_note
 from components.catalog.images import TODAY_ENV
 from infra.code_plan import code_rows, code_summary
 from infra.compose import main_program, vertex_image_problems
@@ -61,14 +62,6 @@ BUNDLED_STACKS: tuple[str, ...] = (
 )
 """The stacks trainstack ships (each pinned in tests/plans). A stack file a user adds to
 `stacks/` is theirs: listed and planned like these, pinned only on request."""
-
-
-GKE_SPOT_GRACE_NOTE = (
-    "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest of "
-    "the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds says; "
-    "the trainer's checkpoint after SIGTERM must finish within 15 s "
-    "(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms)"
-)
 
 
 def stack_names() -> list[str]:
@@ -229,7 +222,7 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
     notes += expired
     gpu = cfg.gpu_cluster
     if cfg.target == "gpu_cluster" and gpu is not None and gpu.backend == "gke" and gpu.spot:
-        notes.append(GKE_SPOT_GRACE_NOTE)
+        notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))
     needs = quota_needs(cfg)
     note = unverified_quota_note(needs)
     if note:

@@ -16,8 +16,8 @@ then runs the target:
   --nnodes=<nodes> --node-rank=<rank> --nproc-per-node=<accelerators>
   --master-addr=<coordinator> --master-port=<port>` with the module (`-m MODULE ARGS`) or
   the argv (`--no-python ARGV`); several nodes get an elastic c10d rendezvous on node 0
-  through `python -m trainers.elastic` (torchrun that exits 3 when it loses the
-  rendezvous). The world size is nodes x accelerators per node and torchrun owns every per-process variable (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_*`;
+  through `python -m trainers.elastic` (torchrun that never restarts in place and exits 4
+  when a peer or the rendezvous is lost, 1 for a code error). The world size is nodes x accelerators per node and torchrun owns every per-process variable (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_*`;
   Vertex sets `RANK`/`WORLD_SIZE` per node, which torchrun overwrites). The coordinator is
   node 0 (Vertex: `CLUSTER_SPEC` workerpool0's `host:port`, the port Google's own multi-node
   torchrun sample reuses); a single machine outside any cluster uses `--standalone`.
@@ -39,12 +39,19 @@ torchrun, the global batch against the world size), so a bad flag exits 2 rather
 torchrun's generic worker failure. SIGTERM or SIGINT to the launcher is passed on to the
 target as SIGTERM (torchrun forwards it to its workers, which checkpoint and exit 143).
 
-Exit codes (those of `components/gpu_startup/launch.sh`):
+Before anything starts, a machine with fewer usable accelerators than the plan bought
+(`TRAINSTACK_EXPECTED_ACCELERATORS`, set by every cloud target's launch;
+`trainers.common.accelerators.check_expected`) stops with exit 5.
+
+Exit codes (those of `components/gpu_startup/launch.sh`; `trainers.common.exit_codes`):
   0    training finished
-  1    the target failed after it started (torchrun reports any failed worker as 1)
+  1    the target failed after it started: a code error (retrying cannot help)
   2    invalid arguments, cluster environment or accelerator count
-  3    setup failed before training started (framework missing), or the elastic
-       rendezvous was lost (node 0 and its store gone, no quorum in time): retryable
+  3    setup failed before training started (framework missing): retryable
+  4    a peer node or the elastic rendezvous was lost (node 0 and its store gone, no
+       quorum in time; `trainers.elastic`), or a TensorFlow peer task: restart the node,
+       never counted as a failure
+  5    fewer usable accelerators than TRAINSTACK_EXPECTED_ACCELERATORS: do not restart
   143  preempted: SIGTERM reached this machine, or the target itself exited 143 (saved and
        stopped). Ranks that torchrun stops after another rank failed may print `preempted`
        too; with torchrun's 1 that is still a failure (1), never a preemption.
@@ -70,7 +77,13 @@ from types import FrameType
 from typing import IO, Any, Final, Literal
 
 from trainers.common import cloud_logging
-from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV, count_accelerators
+from trainers.common.accelerators import (
+    EXPECTED_ACCELERATORS_ENV,
+    SIMULATED_ACCELERATORS_ENV,
+    AcceleratorsMissing,
+    check_expected,
+    count_accelerators,
+)
 from trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainers.common.contract import (
     EVENT_PREEMPTED,
@@ -80,11 +93,15 @@ from trainers.common.contract import (
     TRAINER_MODULES,
 )
 from trainers.common.exit_codes import (
+    ACCELERATORS_MISSING_EXIT_CODE,
     CONFIG_ERROR_EXIT_CODE,
+    CRASH_EXIT_CODE,
     DONE_EXIT_CODE,
+    PEER_LOST_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
 )
+from trainers.elastic import WORKER_FLAG
 from trainers.user_code import (
     SecretError,
     read_secrets,
@@ -185,16 +202,18 @@ def _launcher(request: Request, cluster: ClusterInfo) -> Launcher:
     return "torchrun" if request.module in TORCHRUN_MODULES else "node"
 
 
-ELASTIC_MAX_RESTARTS: Final = 3
-"""torchrun restarts every worker of every node this often per launch before it gives up
-with exit 1 (a worker that keeps failing is a trainer bug). A peer that dies costs one."""
+ELASTIC_MAX_RESTARTS: Final = 0
+"""torchrun never restarts the workers itself: its counter cannot tell a lost peer from a
+code error, and each lost peer would spend a restart. The agent (`trainers.elastic`) exits
+at once with 4 (a peer or the rendezvous lost: the platform starts the node again without
+counting a failure) or 1 (a code error: the run stops)."""
 ELASTIC_JOIN_TIMEOUT_S: Final = 1800
 """How long a node waits in the rendezvous for the others (torch's default is 600 s): a
 replacement node (a spot VM the managed instance group recreates, a pod GKE schedules on
 a new node) can take longer than that to boot and install the trainer. A node that joined
 waits as long for node 0's rendezvous store (`read_timeout`) when node 0 itself restarts."""
 ELASTIC_LAUNCHER_MODULE: Final = "trainers.elastic"
-"""torchrun, but a lost rendezvous exits 3 (retryable), not 1 (see `trainers.elastic`)."""
+"""torchrun whose exit tells a lost peer (4) from a code error (1) (see `trainers.elastic`)."""
 
 
 def _rdzv_conf(cluster: ClusterInfo) -> str:
@@ -234,6 +253,10 @@ def _torchrun_argv(request: Request, cluster: ClusterInfo, procs: int) -> list[s
             f"--master-port={cluster.coordinator_port}",
         ]
     argv.append(f"--nproc-per-node={procs}")
+    if request.module is not None and argv[2] == ELASTIC_LAUNCHER_MODULE:
+        # Each worker reports a lost peer as 4 and a code error as 1 (`trainers.elastic`).
+        wrapped = [ELASTIC_LAUNCHER_MODULE, WORKER_FLAG, request.module]
+        return [*argv, "-m", *wrapped, *request.argv]
     if request.module is not None:
         return [*argv, "-m", request.module, *request.argv]
     return [*argv, "--no-python", *request.argv]
@@ -246,6 +269,7 @@ def node_command(request: Request, env: Mapping[str, str]) -> NodeCommand:
     """
     cluster = resolve_cluster(env)
     accelerators = count_accelerators(env)
+    check_expected(env, accelerators)
     launcher = _launcher(request, cluster)
     procs = request.procs_per_node or accelerators.processes
     child_env = dict(env)
@@ -342,8 +366,12 @@ def _log(message: str) -> None:
     print(f"trainstack-node: {message}", file=sys.stderr, flush=True)
 
 
-def exit_code(status: int, *, terminated: bool, started: bool, preempted: bool) -> int:
-    """The launcher's exit code for the target's `status` (negative: killed by a signal)."""
+def exit_code(
+    status: int, *, terminated: bool, started: bool, preempted: bool, classified: bool = False
+) -> int:
+    """The launcher's exit code for the target's `status` (negative: killed by a signal).
+    `classified`: the target (`trainers.elastic`) already told a code error (1) from a lost
+    peer (4), so a 1 before training started is still a code error."""
     if status < 0:
         status = 128 - status
     if status == DONE_EXIT_CODE:
@@ -354,7 +382,9 @@ def exit_code(status: int, *, terminated: bool, started: bool, preempted: bool) 
         # A SIGTERM this launcher never got: torchrun stopping the other ranks after one
         # failed. Their `preempted` lines are the teardown, not a preemption: a failure.
         return status
-    if status != CONFIG_ERROR_EXIT_CODE and not started:
+    if status in (CONFIG_ERROR_EXIT_CODE, PEER_LOST_EXIT_CODE, ACCELERATORS_MISSING_EXIT_CODE):
+        return status
+    if not started and not (classified and status == CRASH_EXIT_CODE):
         return SETUP_FAILED_EXIT_CODE
     return status
 
@@ -410,7 +440,11 @@ def run(command: NodeCommand) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     code = exit_code(
-        status, terminated=terminated.is_set(), started=watch.started, preempted=watch.preempted
+        status,
+        terminated=terminated.is_set(),
+        started=watch.started,
+        preempted=watch.preempted,
+        classified=command.argv[1:3] == ["-m", ELASTIC_LAUNCHER_MODULE],
     )
     if code != DONE_EXIT_CODE:
         _log(f"exit {code} (target exit {status})")
@@ -422,6 +456,9 @@ def main(args: Sequence[str]) -> int:
         request = parse_args(args)
         command = node_command(request, os.environ)
         check_trainer_args(request, command)
+    except AcceleratorsMissing as exc:
+        _log(str(exc))
+        return ACCELERATORS_MISSING_EXIT_CODE
     except ValueError as exc:
         _log(str(exc))
         return CONFIG_ERROR_EXIT_CODE
@@ -437,6 +474,7 @@ def main(args: Sequence[str]) -> int:
 
 
 __all__ = [
+    "EXPECTED_ACCELERATORS_ENV",
     "SIMULATED_ACCELERATORS_ENV",
     "NodeCommand",
     "Request",

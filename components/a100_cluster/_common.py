@@ -59,3 +59,37 @@ def instance_name_pattern(names: list[str]) -> str:
     if all(name[len(prefix) :].isdigit() for name in names):
         return f"^{prefix}"
     return "^(" + "|".join(names) + ")$"
+
+
+GKE_SPOT_POD_GRACE_S: Final = 15
+"""Seconds the pods of a preempted GKE Spot node get after SIGTERM, whatever their
+terminationGracePeriodSeconds says: the VM stops 30 s after the notice, and on a best-effort
+basis the kubelet's graceful node shutdown gives non-system Pods 15 s of it, then system
+Pods the other 15 s (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms,
+https://cloud.google.com/kubernetes-engine/docs/how-to/preemptible-vms)."""
+SPOT_GRACE_MARGIN_S: Final = 3
+"""Of those 15 s, what the launcher and torchrun need after the trainer's save to exit."""
+
+
+def gke_spot_grace_note(preemption_grace_s: float) -> str:
+    """The plan's note on a spot GKE cluster: whether the trainer's save after SIGTERM
+    (`trainer.preemption_grace_s`) fits the time GKE gives a preempted node's pods."""
+    budget = GKE_SPOT_POD_GRACE_S - SPOT_GRACE_MARGIN_S
+    head = (
+        f"gpu_cluster.spot: GKE gives the pods of a preempted Spot node {GKE_SPOT_POD_GRACE_S} s "
+        "to stop (the rest of the 30 s notice is for system pods), whatever their "
+        "terminationGracePeriodSeconds says "
+        "(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
+    )
+    grace = f"{preemption_grace_s:g}"
+    if preemption_grace_s <= budget:
+        return head + (
+            f"trainer.preemption_grace_s ({grace} s) fits: the trainer saves within {grace} s "
+            f"and exits before then, if its checkpoint writes in time (see write_s of its "
+            "checkpoint_written records)"
+        )
+    return head + (
+        f"trainer.preemption_grace_s ({grace} s) does NOT fit: a save after a preemption "
+        f"that takes longer than {budget} s is cut off and the run resumes from the "
+        f"checkpoint before; set trainer.preemption_grace_s to at most {budget}"
+    )

@@ -244,6 +244,7 @@ def _startup_script(
             **launch,
             num_nodes=gpu.node_count,
             procs_per_node=gpu.machine.gpus if torchrun else 1,
+            accelerators_per_node=gpu.machine.gpus,
             coordinator=names[0],
             extra_path=DLVM_PYTHON_BIN,
             worker_hosts=names,

@@ -47,6 +47,28 @@ POD_RANGE: Final = "/14"
 SERVICE_RANGE: Final = "/20"
 """Netmasks of the pod and Service ranges GKE allocates (secondary ranges of the subnet)."""
 CLUSTER_NAME_MAX: Final = 40
+NODE_UPGRADE_EXCLUSION: Final = "trainstack-no-node-upgrades"
+NODE_UPGRADE_EXCLUSION_SCOPE: Final = "NO_MINOR_OR_NODE_UPGRADES"
+"""A node upgrade (`maxSurge 0`) takes GPU nodes down one by one, each a lost peer for the
+run. This maintenance exclusion scope "excludes all minor upgrades for the cluster, and also
+exclude[s] all node pool upgrades. Only control plane patches are allowed" (GKE API
+MaintenanceExclusionOptions.Scope, https://cloud.google.com/dotnet/docs/reference/
+Google.Cloud.Container.V1/latest/Google.Cloud.Container.V1.MaintenanceExclusionOptions.Types
+.Scope); node auto-upgrade itself cannot be turned off in a release channel ("Node
+auto-upgrade is enabled (and cannot be disabled)", CIS GKE benchmark 5.5.x quoting
+https://cloud.google.com/kubernetes-engine/docs/concepts/release-channels), and GKE still
+upgrades past the version's end of support and for critical security fixes
+(https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions)."""
+NODE_UPGRADE_EXCLUSION_END: Final = "UNTIL_END_OF_SUPPORT"
+"""The exclusion lasts as long as the cluster's minor version is supported, so a run of any
+length is covered (pulumi_gcp `exclusion_options.end_time_behavior`)."""
+NODE_UPGRADE_EXCLUSION_START: Final = "2026-01-01T00:00:00Z"
+"""A fixed start, so the plan (and `pulumi up`) do not change with the day; the exclusion is
+in force from then. UNVERIFIED: that GKE accepts a start in the past (gcloud's
+`--add-maintenance-exclusion-start` defaults to now)."""
+MAINTENANCE_WINDOW_START: Final = "03:00"
+"""Daily window (UTC) for what the exclusion still allows (control-plane patches); the
+provider documents a window as required next to exclusions in beta."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +195,8 @@ def create_gke(
         name=GPU_POOL_NAME,
         node_count=gpu.node_count,
         management=container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
-        # Upgrade one node at a time without a surge node: no GPUs beyond the quota.
+        # Upgrades wait for the cluster's maintenance exclusion (`_maintenance_policy`); one
+        # that GKE forces goes one node at a time without a surge node: no GPUs beyond quota.
         upgrade_settings=container.NodePoolUpgradeSettingsArgs(
             strategy="SURGE", max_surge=0, max_unavailable=1
         ),
@@ -313,6 +336,7 @@ def _cluster(
             channel=args.get("release_channel", DEFAULT_RELEASE_CHANNEL)
         ),
         min_master_version=args.get("kubernetes_version", KUBERNETES_VERSION),
+        maintenance_policy=_maintenance_policy(),
         deletion_protection=args.get("environment", DEFAULT_ENVIRONMENT) == "prod",
         remove_default_node_pool=True,
         initial_node_count=1,
@@ -329,6 +353,25 @@ def _cluster(
         # The removed default pool's node_config would otherwise diff (and replace the
         # cluster) on every refresh.
         opts=pulumi.ResourceOptions(parent=parent, ignore_changes=["node_config"]),
+    )
+
+
+def _maintenance_policy() -> container.ClusterMaintenancePolicyArgs:
+    """No node upgrades while the run lives (see NODE_UPGRADE_EXCLUSION_SCOPE)."""
+    options = container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+        scope=NODE_UPGRADE_EXCLUSION_SCOPE, end_time_behavior=NODE_UPGRADE_EXCLUSION_END
+    )
+    return container.ClusterMaintenancePolicyArgs(
+        daily_maintenance_window=container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+            start_time=MAINTENANCE_WINDOW_START
+        ),
+        maintenance_exclusions=[
+            container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+                exclusion_name=NODE_UPGRADE_EXCLUSION,
+                start_time=NODE_UPGRADE_EXCLUSION_START,
+                exclusion_options=options,
+            )
+        ],
     )
 
 

@@ -68,29 +68,36 @@ NODE_HELPER: Final = TEMPLATE_DIR / "node_helper.py"
 EXIT_DONE: Final = 0
 """Training finished, or (Compute Engine) the run limit was reached."""
 EXIT_CRASH: Final = 1
-"""The trainer failed after it started (torchrun reports any failed worker as 1)."""
+"""A code error after the trainer started: a worker raised (`trainers.elastic`)."""
 EXIT_CONFIG: Final = 2
 """Invalid trainer arguments or node environment."""
 EXIT_SETUP: Final = 3
-"""Download or install failed before training started, or the elastic rendezvous was lost
-(node 0 and its store gone, no quorum in time; `trainers.elastic`): worth a retry."""
+"""Download or install failed before training started: worth a bounded retry."""
+EXIT_PEER_LOST: Final = 4
+"""A peer node or the elastic rendezvous was lost (node 0 and its store gone, no quorum in
+time; `trainers.elastic`), or a TensorFlow peer task: restart, never a counted failure
+(`trainers.common.exit_codes.PEER_LOST_EXIT_CODE`)."""
+EXIT_ACCELERATORS_MISSING: Final = 5
+"""Fewer usable accelerators than the plan bought (`TRAINSTACK_EXPECTED_ACCELERATORS`):
+the same machine cannot do better on a retry
+(`trainers.common.exit_codes.ACCELERATORS_MISSING_EXIT_CODE`)."""
 EXIT_PREEMPTED: Final = 143
 """SIGTERM reached the node, or the trainer saved a checkpoint and stopped (128 + SIGTERM,
 `trainers.common.exit_codes.PREEMPTED_EXIT_CODE`)."""
 
-FAIL_FAST_EXIT_CODES: Final = (EXIT_CRASH, EXIT_CONFIG)
-"""Code errors: retrying cannot help."""
-RESTART_EXIT_CODES: Final = (EXIT_PREEMPTED,)
-"""Preempted after a checkpoint: restart and resume, without counting a failure."""
-GCE_STOP_EXIT_CODES: Final = (EXIT_DONE, EXIT_CONFIG)
-"""The Compute Engine unit restarts the launcher on every other exit: 143 (preempted), 3
-(setup, or a rendezvous lost with node 0) and 1 (torchrun's workers kept failing, which a
-peer lost several times in one launch also causes). `GCE_START_LIMIT` bounds the retries
-of a real crash."""
+FAIL_FAST_EXIT_CODES: Final = (EXIT_CRASH, EXIT_CONFIG, EXIT_ACCELERATORS_MISSING)
+"""Code errors and machines without their accelerators: retrying cannot help."""
+RESTART_EXIT_CODES: Final = (EXIT_PEER_LOST, EXIT_PREEMPTED)
+"""A lost peer or a preemption after a checkpoint: restart and resume, without counting a
+failure."""
+GCE_STOP_EXIT_CODES: Final = (EXIT_DONE, *FAIL_FAST_EXIT_CODES)
+"""The Compute Engine unit restarts the launcher on every other exit: 143 (preempted), 4 (a
+peer or node 0 lost) and 3 (setup). `GCE_START_LIMIT` bounds the retries of a setup that
+keeps failing."""
 GCE_RESTART_SEC: Final = 30
 GCE_START_LIMIT: Final = (20, 3600)
-"""At most 20 starts of the unit in 3600 s, then systemd gives up (a code error that fails
-every attempt stops billing within the hour)."""
+"""At most 20 starts of the unit in 3600 s, then systemd gives up (a setup that fails every
+attempt stops billing within the hour; a code error stops at once)."""
 
 """Trainer modules launched with torchrun (one process per GPU); any other module runs as
 one process per node and reads the node-level environment."""
@@ -250,6 +257,7 @@ def render_launcher(
     max_run_seconds: int | None = None,
     run_clock: str = "",
     node_args: Sequence[str] | None = None,
+    accelerators_per_node: int | None = None,
 ) -> str:
     """The node launcher for plain values (see the module docstring and `launch.sh`).
 
@@ -261,10 +269,18 @@ def render_launcher(
     launched with torchrun a `TF_CONFIG` listing every worker on `coordinator_port`.
     `max_run_seconds` stops the run that long after its first start, recorded at the
     gs:// object `run_clock` (`run_clock_uri`). `node_args` runs your own code instead of
-    `module` (which is then None, with no `trainer_args`).
+    `module` (which is then None, with no `trainer_args`). `accelerators_per_node` (default
+    `procs_per_node`) is what the plan bought per node: the node launcher stops with exit 5
+    on a node with fewer usable ones (`TRAINSTACK_EXPECTED_ACCELERATORS`).
     """
     if not work_dir:
         raise ValueError("work_dir: empty; the launcher needs a directory on the node")
+    if accelerators_per_node is not None and (
+        isinstance(accelerators_per_node, bool)
+        or not isinstance(accelerators_per_node, int)
+        or accelerators_per_node < 1
+    ):
+        raise ValueError(f"accelerators_per_node: {accelerators_per_node!r} is not an integer >= 1")
     if max_run_seconds is not None and (
         isinstance(max_run_seconds, bool)
         or not isinstance(max_run_seconds, int)
@@ -309,6 +325,9 @@ def render_launcher(
             "USE_TORCHRUN": "1" if torchrun else "0",
             "USER_CODE": "1" if node_args is not None else "0",
             "NUM_NODES": str(num_nodes),
+            "EXPECTED_ACCELERATORS": str(
+                procs_per_node if accelerators_per_node is None else accelerators_per_node
+            ),
             "COORDINATOR": q(coordinator),
             "COORDINATOR_PORT": str(coordinator_port),
             "WORK_DIR": q(work_dir),
@@ -346,12 +365,14 @@ def gce_startup_script(
     max_run_seconds: int | None = None,
     checkpoint_url: str | None = None,
     node_args: Sequence[str] | None = None,
+    accelerators_per_node: int | None = None,
 ) -> str:
     """The Compute Engine startup script (see `gce_startup.sh`); identical on every node,
     which reads its rank from the `trainstack-node-rank` metadata attribute. `worker_hosts`
     as for `render_launcher` (needed by trainers that are not launched with torchrun).
     `max_run_seconds` (the stack's run limit) needs `checkpoint_url`, the bucket where the
-    run's first start is recorded (`run_clock_uri`). `node_args` as for `render_launcher`."""
+    run's first start is recorded (`run_clock_uri`). `node_args` and
+    `accelerators_per_node` as for `render_launcher`."""
     launch: dict[str, object] = {
         "package_uri": package_uri,
         "module": module,
@@ -388,6 +409,7 @@ def gce_startup_script(
         max_run_seconds=max_run_seconds,
         run_clock=clock,
         node_args=node_args,
+        accelerators_per_node=accelerators_per_node,
     )
     q = shlex.quote
     return _render(

@@ -43,10 +43,11 @@ mv -f "$launcher.tmp" "$launcher"
 # A failed unit left by an earlier attempt would block a new one of the same name.
 systemctl reset-failed "$UNIT" >/dev/null 2>&1 || true
 # KillMode=mixed: a stop signals only the launcher, which forwards SIGTERM to the trainer and
-# waits for its checkpoint. Every exit but 0 (done) and 2 (bad arguments) restarts the
-# service: 143 (preempted), 3 (setup) and 1, what a surviving node sees when a peer is gone;
-# the restarted launcher rejoins the elastic rendezvous and resumes from the newest
-# checkpoint. The start limit bounds the retries of a crash that every attempt repeats.
+# waits for its checkpoint. RESTART_PREVENT lists the exits that end the service: 0 (done),
+# 1 (a code error), 2 (bad arguments) and 5 (fewer usable GPUs than planned). Every other
+# exit restarts it: 143 (preempted), 4 (a peer or node 0 lost) and 3 (setup); the restarted
+# launcher rejoins the elastic rendezvous and resumes from the newest checkpoint. The start
+# limit bounds the retries of a setup that every attempt repeats.
 systemd-run --unit="$UNIT" --description="trainstack trainer" --collect \
   --property=KillMode=mixed --property=TimeoutStopSec="$STOP_TIMEOUT_S" \
   --property=Restart=on-failure --property=RestartSec="$RESTART_SEC" \

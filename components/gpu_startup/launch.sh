@@ -21,10 +21,11 @@
 #
 # Exit codes (the Compute Engine unit's restart rule uses them):
 #   0    training finished, or the run limit was reached
-#   1    the trainer failed after it started (torchrun reports any failed worker as 1)
+#   1    the trainer failed after it started: a code error
 #   2    invalid trainer arguments or node environment
-#   3    setup failed before training started (download, install), or the elastic
-#        rendezvous was lost (node 0 gone, no quorum in time): retryable
+#   3    setup failed before training started (download, install): retryable
+#   4    a peer node or the elastic rendezvous was lost (node 0 gone, no quorum in time)
+#   5    fewer usable accelerators than EXPECTED_ACCELERATORS (the plan's GPUs per node)
 #   143  preempted: SIGTERM reached this node, or the trainer checkpointed and stopped
 set -euo pipefail
 
@@ -34,6 +35,7 @@ NODE_ARGV=(@@NODE_ARGV@@)
 USE_TORCHRUN=@@USE_TORCHRUN@@
 USER_CODE=@@USER_CODE@@
 NUM_NODES=@@NUM_NODES@@
+EXPECTED_ACCELERATORS=@@EXPECTED_ACCELERATORS@@
 COORDINATOR=@@COORDINATOR@@
 COORDINATOR_PORT=@@COORDINATOR_PORT@@
 WORK_DIR=@@WORK_DIR@@
@@ -159,6 +161,8 @@ case "$rc" in
 esac
 
 export TRAINSTACK_NUM_NODES="$NUM_NODES" TRAINSTACK_COORDINATOR_PORT="$COORDINATOR_PORT"
+# The node launcher stops (exit 5) on a node with fewer usable GPUs than the plan bought.
+export TRAINSTACK_EXPECTED_ACCELERATORS="$EXPECTED_ACCELERATORS"
 export PYTHONUNBUFFERED=1 TRAINSTACK_PROGRESS=0
 export TRAINSTACK_NODE_RANK="$node_rank" TRAINSTACK_COORDINATOR="$COORDINATOR:$COORDINATOR_PORT"
 # Nothing on a Compute Engine VM ships a unit's output to Cloud Logging: the node launcher

@@ -131,6 +131,19 @@ EXPECTED_CLUSTER: dict[str, Any] = {
     "workloadIdentityConfig": {"workloadPool": "acme-ml.svc.id.goog"},
     "releaseChannel": {"channel": "REGULAR"},
     "minMasterVersion": KUBERNETES_VERSION,
+    "maintenancePolicy": {  # no node upgrade takes a GPU node down during a run
+        "dailyMaintenanceWindow": {"startTime": "03:00"},
+        "maintenanceExclusions": [
+            {
+                "exclusionName": "trainstack-no-node-upgrades",
+                "startTime": "2026-01-01T00:00:00Z",
+                "exclusionOptions": {
+                    "scope": "NO_MINOR_OR_NODE_UPGRADES",
+                    "endTimeBehavior": "UNTIL_END_OF_SUPPORT",
+                },
+            }
+        ],
+    },
     "deletionProtection": False,
     "removeDefaultNodePool": True,
     "initialNodeCount": 1,
@@ -420,6 +433,7 @@ def _startup_script(**overrides: Any) -> str:
         "trainer_args": FLAGS,
         "num_nodes": 4,
         "procs_per_node": 8,
+        "accelerators_per_node": 8,
         "coordinator": "exp-42-a100-0",
         **overrides,
     }

@@ -106,6 +106,7 @@ EXPECTED_JOB: dict[str, Any] = {
         "completions": 4,
         "parallelism": 4,
         "backoffLimitPerIndex": 3,
+        "maxFailedIndexes": 0,
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": {
             "rules": [
@@ -115,14 +116,18 @@ EXPECTED_JOB: dict[str, Any] = {
                 },
                 {
                     "action": "Ignore",
-                    "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]},
+                    "onExitCodes": {
+                        "containerName": "trainer",
+                        "operator": "In",
+                        "values": [4, 143],
+                    },
                 },
                 {
                     "action": "FailJob",
                     "onExitCodes": {
                         "containerName": "trainer",
                         "operator": "In",
-                        "values": [1, 2],
+                        "values": [1, 2, 5],
                     },
                 },
             ]
@@ -175,6 +180,7 @@ EXPECTED_JOB: dict[str, Any] = {
                         "env": [
                             {"name": "JOB_NAME", "value": JOB},
                             {"name": "TRAINSTACK_COORDINATOR_PORT", "value": "29500"},
+                            {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "8"},
                             {"name": "TRAINSTACK_HEADLESS_SERVICE", "value": JOB},
                             {"name": "TRAINSTACK_NUM_NODES", "value": "4"},
                             {"name": "TRAINSTACK_PACKAGE_URI", "value": PACKAGE_URI},
@@ -315,6 +321,7 @@ def test_options_shape_the_pod() -> None:
         {"name": "JOB_NAME", "value": JOB},
         {"name": "NCCL_DEBUG", "value": "INFO"},
         {"name": "TRAINSTACK_COORDINATOR_PORT", "value": "23456"},
+        {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "8"},
         {"name": "TRAINSTACK_HEADLESS_SERVICE", "value": JOB},
         {"name": "TRAINSTACK_NUM_NODES", "value": "4"},
         {"name": "TRAINSTACK_PACKAGE_URI", "value": PACKAGE_URI},
@@ -465,13 +472,13 @@ def test_invalid_node_args(overrides: dict[str, Any], message: str) -> None:
         ({"active_deadline_seconds": 0}, "active_deadline_seconds: 0 is not an integer >= 1"),
         ({"active_deadline_seconds": True}, "active_deadline_seconds: True is not an integer >= 1"),
         ({"active_deadline_seconds": 3600.0}, "active_deadline_seconds: 3600.0 is not an integer >= 1"),
-        ({"env": {"TRAINSTACK_PACKAGE_URI": "x"}}, "env: 'TRAINSTACK_PACKAGE_URI' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"TRAINSTACK_PACKAGE_URI": "x"}}, "env: 'TRAINSTACK_PACKAGE_URI' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
         ({"port": 0}, "port: 0 is not a TCP port (1-65535)"),
         ({"wait_for_completion": True}, "timeout_s: required when wait_for_completion is true"),
         ({"timeout_s": 60}, "timeout_s: only used with wait_for_completion: true"),
         ({"project": None}, "project: required with gcp_service_account_email (the cluster's Workload Identity pool is <project>.svc.id.goog)"),
-        ({"env": {"JOB_NAME": "x"}}, "env: 'JOB_NAME' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
-        ({"env": {"1X": "x"}}, "env: '1X' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"JOB_NAME": "x"}}, "env: 'JOB_NAME' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"1X": "x"}}, "env: '1X' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
     ],
 )  # fmt: skip
 def test_invalid_arguments(overrides: dict[str, Any], message: str) -> None:

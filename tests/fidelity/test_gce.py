@@ -308,8 +308,8 @@ def test_two_vms_of_two_gpus_train_as_one_world_of_four(
 
 @pytest.mark.trainer
 @pytest.mark.slow
-# VM 0 hosts the rendezvous store: VM 1 loses it, exits 3 and its unit restarts it, to wait
-# for the recreated VM 0.
+# A lost peer makes the survivor exit 4 and its unit restarts it (never counted as a code
+# error); VM 0 hosts the rendezvous store, which the restarted VM 1 waits for.
 @pytest.mark.parametrize("lost", [1, 0])
 def test_a_vm_that_is_preempted_is_recreated_and_the_run_ends_as_an_uninterrupted_one(
     lost: int, tmp_path: Path, fakes: tuple[str, LoggingFakeServer]
@@ -347,9 +347,7 @@ def test_a_vm_that_is_preempted_is_recreated_and_the_run_ends_as_an_uninterrupte
             group.close()
         everything = [*vms, recreated]
         assert codes == [0, 0], explain(everything)
-    if lost == 0:
-        assert "trainstack-elastic: rendezvous lost (" in survivor.output()
-        assert "systemd-shim: trainstack-trainer exited 3" in survivor.output()
+    assert "systemd-shim: trainstack-trainer exited 4" in survivor.output(), explain(everything)
     [done] = events([survivor, recreated], "done")
     assert done["step"] == reference["step"] == 24
     assert done["params_sha256"] == reference["params_sha256"]

@@ -30,7 +30,9 @@ What differs from GKE, and why (nothing else changes behaviour):
   processes on gloo and the world is 2 pods x 2 = 4.
 - Recovery: one pod's processes are SIGKILLed mid-run (its node disappeared) and the same
   index is started again in a fresh container directory, as the Job controller does for a
-  pod with the DisruptionTarget condition (podFailurePolicy `Ignore`).
+  pod with the DisruptionTarget condition (podFailurePolicy `Ignore`). The longer runs go
+  through `tests.fidelity.job_controller`, which applies the planned Job's podFailurePolicy,
+  backoffLimitPerIndex and maxFailedIndexes to every pod exit as Kubernetes does.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from infra.mocks import REPO_ROOT
 from infra.plan import build_plan, load_stack
 from tests.components.test_tpu_startup import MetadataServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fidelity.job_controller import DISRUPTION_TARGET, IndexedJobController, policy_action
 from tests.fidelity.nodes import (
     Image,
     Node,
@@ -66,6 +69,7 @@ from tests.fidelity.nodes import (
 from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
+from trainers.common.contract import EVENT_CHECKPOINT_WRITTEN
 
 STACK = "dev-a100-gke"
 JOB_TYPE = "kubernetes:batch/v1:Job"
@@ -133,8 +137,9 @@ class Cluster:
         )
         self.attempts = 0
 
-    def start(self, index: int) -> Node:
-        """Start the pod of `index` in a fresh container directory."""
+    def start(self, index: int, extra_env: dict[str, str] | None = None) -> Node:
+        """Start the pod of `index` in a fresh container directory (`extra_env`: what a
+        test plants in it)."""
         self.attempts += 1
         tmp = self.root / f"pod-{index}-attempt-{self.attempts}"
         tmp.mkdir()
@@ -153,6 +158,7 @@ class Cluster:
                 "STORAGE_EMULATOR_HOST": self.storage,
                 "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
                 "GCE_METADATA_HOST": self.metadata.removeprefix("http://"),
+                **(extra_env or {}),
             }
         )
         return start_node(
@@ -257,6 +263,166 @@ def test_a_pod_whose_node_disappears_comes_back_and_the_run_ends_as_an_uninterru
     assert done["step"] == reference["step"] == 24
     assert done["params_sha256"] == reference["params_sha256"]
     assert events([pods[0], replacement], "resume"), explain(everything)
+
+
+def test_the_planned_job_maps_each_pod_exit_as_the_recovery_rules_say() -> None:
+    # What the Job controller does with each way a pod of the planned Job can end.
+    spec = _plan({"steps": 4}).job["spec"]
+    assert (spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == (3, 0)
+    policy = spec["podFailurePolicy"]
+    lost = frozenset({DISRUPTION_TARGET})
+    assert {
+        "node lost (SIGKILL, DisruptionTarget)": policy_action(policy, 137, lost),
+        "preempted after a checkpoint": policy_action(policy, 143, frozenset()),
+        "a peer or pod 0's store lost": policy_action(policy, 4, frozenset()),
+        "a worker raised": policy_action(policy, 1, frozenset()),
+        "bad config": policy_action(policy, 2, frozenset()),
+        "fewer usable GPUs than planned": policy_action(policy, 5, frozenset()),
+        "setup failed": policy_action(policy, 3, frozenset()),
+        "OOM-killed": policy_action(policy, 137, frozenset()),
+    } == {
+        "node lost (SIGKILL, DisruptionTarget)": "Ignore",
+        "preempted after a checkpoint": "Ignore",
+        "a peer or pod 0's store lost": "Ignore",
+        "a worker raised": "FailJob",
+        "bad config": "FailJob",
+        "fewer usable GPUs than planned": "FailJob",
+        "setup failed": "Count",
+        "OOM-killed": "Count",
+    }
+
+
+def test_one_index_out_of_retries_fails_the_job_and_stops_the_others(tmp_path: Path) -> None:
+    # Pods that exit at once: index 0 fails setup (3) every time, index 1 would run on.
+    require_unshare()
+    job = _plan({"steps": 4}).job
+    hosts = write_hosts(tmp_path / "hosts", {"p-0": [], "p-1": []})
+    script = 'if [ "$INDEX" = 0 ]; then exit 3; fi; exec sleep 600'
+
+    def start(index: int) -> Node:
+        attempt = tmp_path / f"pod-{index}-{len(list(tmp_path.glob(f'pod-{index}-*')))}"
+        attempt.mkdir()
+        env = {"PATH": os.environ["PATH"], "INDEX": str(index)}
+        log = attempt / "output.log"
+        return start_node(
+            ["bash", "-c", script], env, cwd=attempt, hostname=f"p-{index}", hosts=hosts,
+            log_path=log,
+        )  # fmt: skip
+
+    outcome = IndexedJobController(job, start).run(timeout_s=60)
+    assert (outcome.state, outcome.reason) == ("Failed", "MaxFailedIndexesExceeded")
+    # backoffLimitPerIndex 3: the fourth counted failure fails the index.
+    assert [(e.index, e.exit_code, e.action) for e in outcome.exits] == [(0, 3, "Count")] * 4
+    assert outcome.failed_indexes == {0}
+    assert len(outcome.pods) == 5  # 4 attempts of index 0, 1 of index 1 (stopped)
+
+
+LOSSES = (0, 1, 0, 1, 1, 0)
+"""Which pod's node disappears, in order: pod 0 (the rendezvous store) three times."""
+
+
+class NodeLosses:
+    """Loses the node of the next pod in `LOSSES` each time the run has written a
+    checkpoint past the one it had at the previous loss, with both pods running."""
+
+    def __init__(self) -> None:
+        self.lost: list[tuple[int, int]] = []
+        """(index, newest checkpoint step) of each loss."""
+
+    def __call__(self, controller: IndexedJobController) -> None:
+        if len(self.lost) == len(LOSSES) or len(controller.running) < 2:
+            return
+        steps = [
+            int(r["step"])
+            for pod in controller.running.values()
+            for r in pod.records()
+            if r.get("event") == EVENT_CHECKPOINT_WRITTEN
+        ]
+        newest = max(steps, default=0)
+        if newest > (self.lost[-1][1] if self.lost else 0):
+            index = LOSSES[len(self.lost)]
+            controller.lose_node(index)
+            self.lost.append((index, newest))
+
+
+@pytest.mark.trainer
+@pytest.mark.slow  # about 220 s here: the uninterrupted run, then 6 node losses
+def test_six_node_losses_pod_0_among_them_end_as_the_uninterrupted_run(
+    tmp_path: Path, fakes: tuple[str, str]
+) -> None:
+    planned = _plan({"steps": 24, "checkpoint_every": 2})
+    whole = Cluster(tmp_path / "whole", planned, *fakes)
+    reference = IndexedJobController(planned.job, whole.start).run(timeout_s=300)
+    assert reference.state == "Complete", explain(reference.pods)
+    [expected] = events(reference.pods, "done")
+
+    with (
+        running_gcs_emulator() as storage,
+        MetadataServer({"instance/service-accounts/default/token": json.dumps(TOKEN)}) as meta,
+    ):
+        cluster = Cluster(tmp_path / "lossy", planned, storage, meta.base_url, whole.image)
+        losses = NodeLosses()
+        outcome = IndexedJobController(planned.job, cluster.start).run(900, tick=losses)
+    assert outcome.state == "Complete", explain(outcome.pods[-4:])
+    assert [index for index, _ in losses.lost] == list(LOSSES)
+    disrupted = [e for e in outcome.exits if DISRUPTION_TARGET in e.conditions]
+    assert [(e.index, e.action) for e in disrupted] == [(i, "Ignore") for i in LOSSES]
+    # The survivors of each loss exit 4 (a peer or pod 0's store gone): never counted.
+    others = [e for e in outcome.exits if e not in disrupted and e.action != "Succeeded"]
+    assert {(e.exit_code, e.action) for e in others} == {(4, "Ignore")}, explain(outcome.pods)
+    assert (outcome.counted_failures, outcome.failed_indexes) == ({}, set())
+    [done] = events(outcome.pods, "done")
+    assert done["step"] == expected["step"] == 24
+    assert done["params_sha256"] == expected["params_sha256"]
+    assert len(events(outcome.pods, "resume")) >= len(LOSSES), explain(outcome.pods[-4:])
+
+
+PLANTED_BUG = """import os
+if os.environ.get("RANK") == "3":
+    import torch
+    calls = []
+    backward = torch.Tensor.backward
+    def buggy(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("planted bug: rank 3 cannot go on")
+        return backward(self, *args, **kwargs)
+    torch.Tensor.backward = buggy
+"""
+"""A `sitecustomize` for one pod: its rank 3 raises in its third backward pass."""
+
+
+@pytest.mark.trainer
+@pytest.mark.slow  # about 55 s here: two pods install and start, a step, the failure
+def test_a_rank_that_raises_fails_the_job_within_one_attempt(
+    tmp_path: Path, fakes: tuple[str, str]
+) -> None:
+    planned = _plan({"steps": 16, "checkpoint_every": 2})
+    cluster = Cluster(tmp_path, planned, *fakes)
+    bug = tmp_path / "planted-bug"
+    bug.mkdir()
+    (bug / "sitecustomize.py").write_text(PLANTED_BUG)
+
+    def start(index: int) -> Node:
+        return cluster.start(index, {"PYTHONPATH": str(bug)} if index == 1 else None)
+
+    began = time.monotonic()
+    outcome = IndexedJobController(planned.job, start).run(timeout_s=300)
+    elapsed = time.monotonic() - began
+    assert (outcome.state, outcome.reason) == ("Failed", "PodFailurePolicy"), explain(outcome.pods)
+    [failed] = outcome.by_action("FailJob")
+    assert (failed.index, failed.exit_code) == (1, 1)
+    # Index 1 ran once; index 0 lost its peer (4) at most once before the Job failed.
+    assert [p.name for p in outcome.pods].count(f"{planned.name}-1") == 1
+    assert all((e.exit_code, e.action) == (4, "Ignore") for e in outcome.exits if e.index == 0)
+    assert outcome.counted_failures == {}
+    output = outcome.pods[1].output()
+    assert "ValueError: planted bug: rank 3 cannot go on" in output
+    # Rank 3 raised (1); rank 2 on the same pod lost its peer (4): a code error, exit 1.
+    [failed_line] = [line for line in output.splitlines() if "workers failed" in line]
+    assert "3: 1" in failed_line and failed_line.endswith("; exit 1"), failed_line
+    assert not events(outcome.pods, "done")
+    assert elapsed < 300
 
 
 OWN_TRAINER = REPO_ROOT / "examples" / "own-trainer"

@@ -53,9 +53,11 @@ def test_a_vertex_worker_runs_torchrun_with_one_process_per_gpu() -> None:
         "--rdzv-endpoint=cmle-training-workerpool0-ab-0:2222",
         "--rdzv-id=trainstack",
         "--rdzv-conf=is_host=0,join_timeout=1800,read_timeout=1800",
-        "--max-restarts=3",
+        "--max-restarts=0",
         "--nproc-per-node=8",
         "-m",
+        "trainers.elastic",
+        "--worker",
         "trainers.torch_ddp",
         "--steps=10",
     ]
@@ -100,7 +102,7 @@ def test_users_argv_under_torchrun_and_node() -> None:
         "--rdzv-endpoint=train-0.train-svc:29500",
         "--rdzv-id=trainstack",
         "--rdzv-conf=is_host=0,join_timeout=1800,read_timeout=1800",
-        "--max-restarts=3",
+        "--max-restarts=0",
         "--nproc-per-node=4",
         "--no-python",
         *USER_CODE,
@@ -192,6 +194,9 @@ def test_trainer_args_are_checked_against_the_world_before_anything_starts() -> 
         (143, False, True, True, 143),  # the target itself saved and stopped after SIGTERM
         (-15, True, True, False, 143),  # SIGTERM reached this machine
         (-9, False, True, False, 137),
+        (4, False, False, False, 4),  # a peer or pod 0's store lost before training started
+        (4, False, True, True, 4),  # ... or after a peer was preempted and this one saved
+        (5, False, False, False, 5),  # fewer usable accelerators than the plan bought
     ],
 )
 def test_exit_codes(
@@ -200,6 +205,12 @@ def test_exit_codes(
     assert exit_code(status, terminated=terminated, started=started, preempted=preempted) == (
         expected
     )
+
+
+def test_the_elastic_agents_code_error_before_training_stays_a_code_error() -> None:
+    # trainers.elastic already told a worker that raised (1) from a lost peer (4).
+    assert exit_code(1, terminated=False, started=False, preempted=False, classified=True) == 1
+    assert exit_code(3, terminated=False, started=False, preempted=False, classified=True) == 3
 
 
 def _launch(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -275,9 +286,11 @@ def test_multi_node_torchrun_is_elastic_with_the_store_on_node_0() -> None:
         "--rdzv-endpoint=exp-42-a100-0:29500",
         "--rdzv-id=trainstack",
         "--rdzv-conf=is_host=1,join_timeout=1800,read_timeout=1800",
-        "--max-restarts=3",
+        "--max-restarts=0",
         "--nproc-per-node=2",
         "-m",
+        "trainers.elastic",
+        "--worker",
         "trainers.torch_ddp",
         "--steps=10",
     ]

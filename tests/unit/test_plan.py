@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from components.a100_cluster._common import gke_spot_grace_note
 from infra.compose import main_program
 from infra.config import ConfigError
 from infra.mocks import run_program
 from infra.plan import (
-    GKE_SPOT_GRACE_NOTE,
     MAX_DIFF_CHARS,
     PlanDocumentError,
     build_plan,
@@ -331,7 +331,22 @@ def test_tree_labels_name_the_size_of_documents() -> None:
     assert _inline({"filter": "y" * INLINE_MAX_CHARS}) == f'filter="{"y" * INLINE_MAX_CHARS}"'
 
 
-def test_a_spot_gke_cluster_says_its_pods_get_15_seconds_to_save() -> None:
+def test_a_spot_gke_cluster_says_whether_its_checkpoint_fits_the_15_seconds() -> None:
     # GKE's Spot docs: 15 s for non-system pods, whatever terminationGracePeriodSeconds says.
-    assert GKE_SPOT_GRACE_NOTE in bundled_plan("dev-a100-gke")["notes"]
-    assert GKE_SPOT_GRACE_NOTE not in bundled_plan("prod-a100-gce")["notes"]  # on-demand GCE
+    head = (
+        "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
+    )
+    fits = head + (
+        "trainer.preemption_grace_s (12 s) fits: the trainer saves within 12 s and exits "
+        "before then, if its checkpoint writes in time (see write_s of its checkpoint_written "
+        "records)"
+    )
+    assert fits in bundled_plan("dev-a100-gke")["notes"]
+    assert gke_spot_grace_note(30) == head + (
+        "trainer.preemption_grace_s (30 s) does NOT fit: a save after a preemption that takes "
+        "longer than 12 s is cut off and the run resumes from the checkpoint before; set "
+        "trainer.preemption_grace_s to at most 12"
+    )
+    assert not [n for n in bundled_plan("prod-a100-gce")["notes"] if "gpu_cluster.spot" in n]

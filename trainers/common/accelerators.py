@@ -16,6 +16,13 @@ imported. The first source that answers wins:
 4. `torch.cuda.device_count()` in a child process, when torch is installed (an image
    without nvidia-smi on its PATH); a child so the launcher never initializes CUDA itself.
 5. Otherwise 0: a CPU machine (launchers still start one process).
+
+`TRAINSTACK_EXPECTED_ACCELERATORS=N`, set by every cloud target's launch to the
+accelerators per machine the plan bought, makes `check_expected` refuse a machine with
+fewer usable ones: GPUs count only where the framework can use them (`torch.cuda` is
+available, or TensorFlow lists them), since `nvidia-smi` lists GPUs whose CUDA is unusable
+(a driver too old for the image's CUDA), and training would then go on on CPU at the GPU
+machine's price. Simulated accelerators stand in for the hardware and are not checked.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 SIMULATED_ACCELERATORS_ENV: Final = "TRAINSTACK_SIMULATED_ACCELERATORS"
+EXPECTED_ACCELERATORS_ENV: Final = "TRAINSTACK_EXPECTED_ACCELERATORS"
+"""Accelerators per machine the plan bought (set by each target's launch)."""
 NVIDIA_SMI_DIRS: Final = ("/usr/local/nvidia/bin", "/usr/bin")
 """Searched after PATH: GKE's driver mount, then the usual system location."""
 PROBE_TIMEOUT_S: Final = 60.0
@@ -173,3 +182,75 @@ def count_accelerators(
     if count is not None:
         return Accelerators(count, "torch")
     return Accelerators(0, "none")
+
+
+class AcceleratorsMissing(ValueError):
+    """This machine has fewer usable accelerators than the plan bought."""
+
+
+TORCH_USABLE = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+TF_USABLE = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
+
+
+def expected_count(env: Mapping[str, str]) -> int | None:
+    """`TRAINSTACK_EXPECTED_ACCELERATORS`, None when unset; ValueError when malformed."""
+    raw = env.get(EXPECTED_ACCELERATORS_ENV)
+    if raw is None or raw.strip() == "":
+        return None
+    if not raw.strip().isdigit():
+        raise ValueError(f"{EXPECTED_ACCELERATORS_ENV}: {raw!r} is not an integer >= 0")
+    return int(raw)
+
+
+def _probe(run: Runner, module: str, script: str) -> int | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    try:
+        result = run([sys.executable, "-c", script])
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not lines[-1].isdigit():
+        return 0
+    return int(lines[-1])
+
+
+def usable_count(accelerators: Accelerators, run: Runner = _run) -> tuple[int, str]:
+    """How many of this machine's accelerators the framework can use, and who said so.
+
+    TPU chips and simulated accelerators are taken as counted; GPUs are asked of torch
+    (`torch.cuda.is_available()`), else TensorFlow, in a child process, else the count
+    stands (nvidia-smi) when neither framework is installed.
+    """
+    if accelerators.source in ("simulated", "tpu-pci", "none"):
+        return accelerators.count, accelerators.source
+    for module, script, probe in (
+        ("torch", TORCH_USABLE, "torch.cuda.is_available()"),
+        ("tensorflow", TF_USABLE, "tf.config.list_physical_devices('GPU')"),
+    ):
+        usable = _probe(run, module, script)
+        if usable is not None:
+            return usable, probe
+    return accelerators.count, accelerators.source
+
+
+def check_expected(env: Mapping[str, str], accelerators: Accelerators, run: Runner = _run) -> None:
+    """Raise `AcceleratorsMissing` when this machine has fewer usable accelerators than
+    `TRAINSTACK_EXPECTED_ACCELERATORS` (unset, or simulated accelerators: nothing checked)."""
+    expected = expected_count(env)
+    if expected is None or expected == 0 or accelerators.simulated:
+        return
+    usable, source = usable_count(accelerators, run)
+    if usable >= expected:
+        return
+    seen = (
+        f"{accelerators.count} found ({accelerators.source}), {usable} usable ({source})"
+        if source != accelerators.source
+        else f"{usable} found ({source})"
+    )
+    raise AcceleratorsMissing(
+        f"{EXPECTED_ACCELERATORS_ENV}: the plan bought {expected} accelerator(s) for this "
+        f"machine but it has {seen}; stopping rather than training on CPU at the "
+        "accelerator machine's price (check the GPU driver against the image's CUDA, or "
+        "the node's accelerator type)"
+    )
