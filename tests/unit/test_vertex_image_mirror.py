@@ -17,6 +17,7 @@ from components.catalog.images import (
     mirrored_image_uri,
 )
 from components.image_mirror import ImageMirror, repository_id
+from components.training_identity import TrainingIdentity
 from infra.compose import main_program
 from infra.mocks import run_program
 from infra.plan import build_plan, load_stack
@@ -197,3 +198,29 @@ def test_integer_and_discrete_parameters_default_to_a_linear_scale(
     param: dict[str, Any], scale: str | None
 ) -> None:
     assert _parameter_spec({"parameter_id": "x", **param}).get("scaleType") == scale
+
+
+def test_the_identity_grants_reader_on_the_one_repository_it_is_given() -> None:
+    def program() -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "project": "p",
+            "deployment_name": "exp-42",
+            "data_bucket": "d",
+            "checkpoint_bucket": "c",
+            "staging_bucket": "s",
+            "image_repository": {"location": "us-east1", "repository_id": "exp-42-dockerhub"},
+        }
+        identity = TrainingIdentity("id", args)  # type: ignore[arg-type]
+        return {"grants": len(identity.grants), "images": len(identity.image_members)}
+
+    run = run_program(program)
+    [reader] = [r for r in run.resources if r.type == REPO_READER]
+    assert (reader.name, reader.parent) == ("id-image-reader", "id")
+    assert reader.inputs == {
+        "project": "p",
+        "location": "us-east1",
+        "repository": "exp-42-dockerhub",
+        "role": "roles/artifactregistry.reader",
+        "member": "serviceAccount:exp-42-train@p.iam.gserviceaccount.com",
+    }
+    assert run.outputs == {"grants": 6, "images": 1}
