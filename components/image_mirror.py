@@ -21,7 +21,8 @@ credential), and Docker Hub allows anonymous clients 10 pulls per hour per IPv4 
 study's trials can exceed that. A remote repository fetches an image from Docker Hub once
 and serves the cached copy after that (`DOCKER_HUB_MIRROR_SOURCE`). Its storage is billed
 like any Artifact Registry storage (`REGISTRY_STORAGE_PRICE_SOURCE`: $0.10 per GB per
-month above 0.5 GB free), a few dollars a month at most for the framework images.
+month above 0.5 GB free), negligible next to the job's hourly cost (the images' sizes were
+not read here).
 
 Naming: the repository id is `<deployment_name>-dockerhub` (`components._naming.gcp_name`:
 lowercase letters, digits and hyphens, starting with a letter, at most 63 characters, which
