@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from components.a100_cluster import A100Cluster, A100ClusterArgs
+    from components.image_mirror import ImageMirror, ImageMirrorArgs
     from components.kubernetes_training_job import (
         KubernetesTrainingJob,
         KubernetesTrainingJobArgs,
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 _MODULES: dict[str, str] = {
     "A100Cluster": "a100_cluster",
     "A100ClusterArgs": "a100_cluster",
+    "ImageMirror": "image_mirror",
+    "ImageMirrorArgs": "image_mirror",
     "KubernetesTrainingJob": "kubernetes_training_job",
     "KubernetesTrainingJobArgs": "kubernetes_training_job",
     "LocalTrainingJob": "local_training_job",
@@ -62,6 +65,8 @@ _MODULES: dict[str, str] = {
 __all__ = [
     "A100Cluster",
     "A100ClusterArgs",
+    "ImageMirror",
+    "ImageMirrorArgs",
     "KubernetesTrainingJob",
     "KubernetesTrainingJobArgs",
     "LocalTrainingJob",

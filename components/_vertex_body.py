@@ -18,7 +18,9 @@ pod runs (`components._pod_setup`), which downloads the package with the replica
 account and installs it into the image's Python before it execs the args. The image is
 `container_image_uri`, else the trainer framework's
 (`components.catalog.images.VERTEX_TRAINING_IMAGES`: Google's prebuilt training images are
-all past their end of availability). A prebuilt image given as `executor_image_uri` runs the
+all past their end of availability), pulled through `image_mirror` when given (the stack's
+Artifact Registry remote repository of Docker Hub: `<registry>/pytorch/pytorch@sha256:...`,
+`components.catalog.images.mirrored_image_uri`). A prebuilt image given as `executor_image_uri` runs the
 same launcher through `pythonPackageSpec {pythonModule: trainers.node, args}`; a
 `container_image_uri` without a package must hold the trainers itself.
 
@@ -38,7 +40,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
-from components.catalog.images import reduction_server_image, vertex_training_image
+from components.catalog.images import (
+    mirrored_image_uri,
+    reduction_server_image,
+    vertex_training_image,
+)
 from components.catalog.vertex import (
     DEFAULT_MEASUREMENT_SELECTION,
     DEFAULT_REDUCER_MACHINE,
@@ -63,6 +69,16 @@ HYPERTUNE_METRIC_ENV: Final = "TRAINSTACK_HYPERTUNE_METRIC"
 `cloudml-hypertune` (`hyperparameter_metric_tag`). An env var rather than a flag: the
 trainer's flags are exactly its config fields."""
 
+
+DEFAULT_SCALE_TYPE: Final = "UNIT_LINEAR_SCALE"
+LINEAR_BY_DEFAULT: Final = ("integer", "discrete")
+"""Parameter types sent with `DEFAULT_SCALE_TYPE` when no scale_type is given. The REST API
+allows none ("Leave unset for CATEGORICAL parameters"), but Google's SDK requires a scale for
+integer and discrete parameters (googleapis/python-aiplatform
+google/cloud/aiplatform/hyperparameter_tuning.py L262-300 IntegerParameterSpec and
+L345-385 DiscreteParameterSpec, `scale: Required`; L42-47 `"linear": UNIT_LINEAR_SCALE`,
+commit 91cc8ce4), so the body matches what that client sends for linear ones. A double
+range keeps no default: its scale is a modelling choice (log for learning rates)."""
 
 DEFAULT_BOOT_DISK_TYPE: Final = "pd-ssd"
 DEFAULT_BOOT_DISK_SIZE_GB: Final = 100
@@ -91,6 +107,7 @@ def _task(
     container_command: Sequence[str] | None,
     env: Mapping[str, str],
     node_args: Sequence[str] | None = None,
+    image_mirror: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(`containerSpec` | `pythonPackageSpec`, its body) for the chief and workers."""
     module = python_module or DEFAULT_PYTHON_MODULE
@@ -110,7 +127,7 @@ def _task(
         # The package goes into the image's python3 at start, as in a GKE pod: the bundled
         # trainers on their framework's image (or yours), your code on yours.
         task = {
-            "imageUri": container_image_uri or vertex_training_image(module).uri,
+            "imageUri": container_image_uri or default_image_uri(module, image_mirror),
             "command": pod_command(),
             "args": [POD_PYTHON, "-m", NODE_MODULE, *launch],
         }
@@ -128,6 +145,13 @@ def _task(
     if env:
         task["env"] = _env(env)
     return key, task
+
+
+def default_image_uri(module: str, image_mirror: str | None = None) -> str:
+    """The trainer module's default image: through the Docker Hub mirror at `image_mirror`
+    (by digest where the catalog has one), else from Docker Hub as the catalog names it."""
+    image = vertex_training_image(module)
+    return mirrored_image_uri(image, image_mirror) if image_mirror else image.uri
 
 
 def replica_image(args: Mapping[str, Any]) -> tuple[str, str, bool]:
@@ -166,9 +190,11 @@ def custom_job_spec(
     tensorboard: str | None = None,
     persistent_resource_id: str | None = None,
     node_args: Sequence[str] | None = None,
+    image_mirror: str | None = None,
 ) -> dict[str, Any]:
     """The `CustomJobSpec` (also a tuning job's `trialJobSpec`) for plain values;
-    `node_args` runs your own code instead of `python_module` and `trainer_args`."""
+    `node_args` runs your own code instead of `python_module` and `trainer_args`;
+    `image_mirror` is the registry the default image is pulled through."""
     machine_spec: dict[str, Any] = {"machineType": machine_type}
     if accelerator_type:
         machine_spec["acceleratorType"] = accelerator_type
@@ -182,6 +208,7 @@ def custom_job_spec(
         container_command=container_command,
         env={**(REDUCTION_SERVER_ENV if reducers else {}), **(env or {})},
         node_args=node_args,
+        image_mirror=image_mirror,
     )
     disk = {"bootDiskType": DEFAULT_BOOT_DISK_TYPE, "bootDiskSizeGb": boot_disk_size_gb}
 
@@ -271,8 +298,11 @@ def _parameter_spec(param: Mapping[str, Any]) -> dict[str, Any]:
         spec["categoricalValueSpec"] = {"values": [str(v) for v in param["values"]]}
     else:
         spec["discreteValueSpec"] = {"values": [float(v) for v in param["values"]]}
-    if param.get("scale_type") is not None:
-        spec["scaleType"] = param["scale_type"]
+    scale = param.get("scale_type")
+    if scale is None and kind in LINEAR_BY_DEFAULT:
+        scale = DEFAULT_SCALE_TYPE
+    if scale is not None:
+        spec["scaleType"] = scale
     return spec
 
 
@@ -337,6 +367,7 @@ def job_body(args: Mapping[str, Any], reducers: int, **resolved: Any) -> dict[st
         "restart_job_on_worker_restart": args.get("restart_job_on_worker_restart", False),
         "boot_disk_size_gb": args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_SIZE_GB),
         "persistent_resource_id": args.get("persistent_resource_id"),
+        "image_mirror": args.get("image_mirror"),
     }
     labels = resolved.pop("labels")
     spec.update(resolved)

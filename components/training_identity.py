@@ -24,6 +24,8 @@ Editor) is never used. `extra_project_roles` adds project roles, but owner/edito
 roles that let the account administer IAM or impersonate others are refused. `secrets`
 grants `roles/secretmanager.secretAccessor` on exactly the listed Secret Manager secrets
 (your code's `trainer.secret_env`, read on the node), one binding per secret, never on the
+project. `image_repository` grants `roles/artifactregistry.reader` on that one Artifact
+Registry repository (the stack's Docker Hub mirror, `components.image_mirror`), never on the
 project.
 
 Naming: the account id is `<deployment_name>-train` (6-30 chars, see `components._naming`).
@@ -36,7 +38,7 @@ from collections.abc import Sequence
 from typing import NotRequired, TypedDict
 
 import pulumi
-from pulumi_gcp import projects, secretmanager, serviceaccount, storage
+from pulumi_gcp import artifactregistry, projects, secretmanager, serviceaccount, storage
 
 from components._args import check_args
 from components._naming import account_id, labels_input, name_input
@@ -72,6 +74,8 @@ DENIED_PROJECT_ROLES: frozenset[str] = frozenset(
 )
 """Project roles a training account must never hold."""
 
+IMAGE_READER_ROLE = "roles/artifactregistry.reader"
+"""Read (pull) images of one repository: the one grant `image_repository` gives."""
 SECRET_ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
 """Read a secret's versions: the one grant `secrets` gives, per secret."""
 _SECRET = re.compile(r"^projects/([A-Za-z0-9][A-Za-z0-9._:-]*)/secrets/([A-Za-z0-9_-]{1,255})$")
@@ -79,6 +83,15 @@ _SECRET = re.compile(r"^projects/([A-Za-z0-9][A-Za-z0-9._:-]*)/secrets/([A-Za-z0
 _ROLE = re.compile(
     r"^(roles/[A-Za-z0-9_.]+|(projects|organizations)/[A-Za-z0-9_.:-]+/roles/[A-Za-z0-9_.]+)$"
 )
+
+
+class RepositoryRef(TypedDict):
+    """An Artifact Registry repository in the account's project."""
+
+    location: pulumi.Input[str]
+    """Its region, e.g. `us-central1`."""
+    repository_id: pulumi.Input[str]
+    """Its id, e.g. `exp-42-dockerhub`."""
 
 
 class TrainingIdentityArgs(TypedDict):
@@ -101,6 +114,9 @@ class TrainingIdentityArgs(TypedDict):
     secrets: NotRequired[Sequence[str]]
     """Secret Manager secrets (`projects/P/secrets/NAME`, no version) the account may read:
     `roles/secretmanager.secretAccessor` on each of them, nothing project-wide."""
+    image_repository: NotRequired[RepositoryRef]
+    """The repository the training images are pulled through: `roles/artifactregistry.reader`
+    on it alone."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Accepted for the shared vocabulary; service accounts and IAM bindings carry no labels."""
 
@@ -175,6 +191,8 @@ class TrainingIdentity(pulumi.ComponentResource):
     """Project-level grants: log writer, metric writer and any extra roles."""
     secret_members: list[secretmanager.SecretIamMember]
     """Secret accessor on each of `secrets`, in their order."""
+    image_members: list[artifactregistry.RepositoryIamMember]
+    """Reader on `image_repository` (none without it)."""
     grants: list[pulumi.Resource]
     """Every binding above: compute that runs as this account passes them as its
     `depends_on`, so it starts only once its permissions exist (IAM changes then still take
@@ -233,7 +251,32 @@ class TrainingIdentity(pulumi.ComponentResource):
             for project, secret in secrets
         ]
 
-        self.grants = [*self.bucket_members, *self.project_members, *self.secret_members]
+        repo = args.get("image_repository")
+        # Vertex pulls the image as its own service agent, not as this account
+        # (components.catalog.images.IMAGE_PULL_ACCOUNT_SOURCE); the grant covers what runs
+        # as the account and reads the repository, on that repository alone. Being in
+        # `grants`, it makes the job wait for the repository too.
+        self.image_members = (
+            []
+            if repo is None
+            else [
+                artifactregistry.RepositoryIamMember(
+                    f"{name}-image-reader",
+                    project=args["project"],
+                    location=repo["location"],
+                    repository=repo["repository_id"],
+                    role=IMAGE_READER_ROLE,
+                    member=member,
+                    opts=child,
+                )
+            ]
+        )
+        self.grants = [
+            *self.bucket_members,
+            *self.project_members,
+            *self.secret_members,
+            *self.image_members,
+        ]
         self.service_account_email = self.service_account.email
         self.service_account_member = member
         self.register_outputs(

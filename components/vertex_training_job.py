@@ -40,9 +40,10 @@ installs `package_uri` into the image's `python3`, then execs the launcher. The 
 `container_image_uri`, else the trainer framework's
 (`components.catalog.images.VERTEX_TRAINING_IMAGES`: the official pytorch/pytorch or
 tensorflow/tensorflow CUDA image, since Google's prebuilt training images are past their end
-of availability). A default image past its end of availability fails the deployment; an
-image you name that is past it gets a warning. `executor_image_uri` (a prebuilt image)
-selects pythonPackageSpec instead. Reduction Server needs NCCL >= 2.7 and Google's
+of availability), pulled through `image_mirror` when given (the stack's Artifact Registry
+remote repository of Docker Hub, `components.image_mirror`). A default image past its end
+of availability fails the deployment; an image you name that is past it gets a warning.
+`executor_image_uri` (a prebuilt image) selects pythonPackageSpec instead. Reduction Server needs NCCL >= 2.7 and Google's
 google-reduction-server package in a custom container, which the default images lack: with
 reducers a default image is an error, and an image you name gets Google's requirement as a
 warning.
@@ -175,7 +176,8 @@ class HyperparameterSpec(TypedDict):
     values: NotRequired[list[Any]]
     """categorical: strings; discrete: increasing numbers."""
     scale_type: NotRequired[ScaleType]
-    """double/integer/discrete only."""
+    """double/integer/discrete only; integer and discrete default to UNIT_LINEAR_SCALE (what
+    Google's SDK sends, `components._vertex_body.LINEAR_BY_DEFAULT`)."""
 
 
 class HyperparameterTuningArgs(TypedDict):
@@ -239,6 +241,12 @@ class VertexTrainingJobArgs(TypedDict):
     image (`components.catalog.images.vertex_training_image`). With package_uri the pod
     setup script installs the package into its `python3` first; without, the image must
     hold the trainers and `container_command` starts them."""
+    image_mirror: NotRequired[str]
+    """`REGION-docker.pkg.dev/PROJECT/REPOSITORY` of an Artifact Registry remote repository
+    with Docker Hub upstream (`components.image_mirror.ImageMirror.registry`): the default
+    image is pulled through it, by digest where the catalog has one
+    (`components.catalog.images.mirrored_image_uri`), instead of anonymously from Docker Hub.
+    Unused when an image is named."""
     container_command: NotRequired[list[str]]
     """containerSpec command (default: the image's entrypoint). For one process per GPU with
     trainstack's trainers installed in the image: `["python", "-m", "trainers.node",

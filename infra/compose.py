@@ -10,7 +10,6 @@ inputs, so a no-op `pulumi up` stays a no-op.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import date
 from typing import Any, cast
 
 import pulumi
@@ -18,10 +17,10 @@ import pulumi
 from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
 from components.catalog.images import (
     availability_date,
-    image_availability_problem,
-    reduction_server_image_problem,
+    mirrored_image_uri,
     vertex_training_image,
 )
+from components.image_mirror import ImageMirror
 from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
@@ -36,13 +35,17 @@ from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobA
 from infra.config import PROJECT_ROOT, StackConfig, load_stack_config
 from infra.estimate import quota_needs, vertex_timeout_s
 from infra.local_paths import run_name
+from infra.vertex_image import (
+    uses_image_mirror,
+    vertex_image,
+    vertex_image_problems,
+    vertex_module,
+)
 from trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     DATA_DIR_ENV,
     OUTPUT_DIR_ENV,
     RUN_NAME_ENV,
-    TF_MODULE,
-    TORCH_MODULE,
     TRAINER_MODULES,
 )
 from trainers.common.user_code import node_args, read_requirements, resolve_source
@@ -99,41 +102,8 @@ OUTPUT_NODE_ARGS = "node_args"
 
 SECRET_SERVICE = "secretmanager.googleapis.com"
 """Enabled when your code reads `trainer.secret_env` secrets on the node."""
-USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node": TF_MODULE}
-"""Launcher -> the bundled module whose Vertex image runs your code when you name none:
-PyTorch's for torchrun, TensorFlow's (TF_CONFIG code) for node."""
-
-
-def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
-    """The image every Vertex replica runs, the key that picks it, and whether that is the
-    default: your `trainer.image`, else `vertex.image_uri`, else the image of the trainer's
-    framework (for your code: of its launcher, `USER_CODE_VERTEX_MODULES`). One answer for
-    the job, the plan's "runs on" row and the end-of-availability check."""
-    assert cfg.vertex is not None
-    code = cfg.trainer.user_code
-    if code is not None and code.image:
-        return code.image, "trainer.image", False
-    if cfg.vertex.image_uri:
-        return cfg.vertex.image_uri, "vertex.image_uri", False
-    if code is not None:
-        module = USER_CODE_VERTEX_MODULES[code.launcher_for("vertex")]
-    else:
-        module = TRAINER_MODULES[cfg.trainer.framework]
-    return vertex_training_image(module).uri, "vertex.image_uri", True
-
-
-def vertex_image_problems(cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
-    """(errors, warnings) about the image the Vertex replicas run on `today`: a default past
-    its end of availability, or without what Reduction Server needs, is an error; an image
-    you named gets the same facts as warnings."""
-    if cfg.target != "vertex" or cfg.vertex is None:
-        return [], []
-    image, key, default = vertex_image(cfg)
-    problems = [image_availability_problem(image, today, key, default)]
-    if cfg.vertex.reducer_count():
-        problems.append(reduction_server_image_problem(image, key, default, "vertex."))
-    found = [p for p in problems if p is not None]
-    return (found, []) if default else ([], found)
+MIRROR_SERVICE = "artifactregistry.googleapis.com"
+"""Enabled when a Vertex stack's default image is pulled through its Docker Hub mirror."""
 
 
 def secret_names(cfg: StackConfig) -> list[str]:
@@ -204,9 +174,10 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
 
     secrets = secret_names(cfg)
     service_names = [*BASE_SERVICES, *TARGET_SERVICES[cfg.target]]
+    service_names += [SECRET_SERVICE] if secrets else []
+    service_names += [MIRROR_SERVICE] if uses_image_mirror(cfg) else []
     services = ProjectServices(
-        f"{deployment}-apis",
-        {"project": project, "services": [*service_names, *([SECRET_SERVICE] if secrets else [])]},
+        f"{deployment}-apis", {"project": project, "services": service_names}
     )
     after_apis = pulumi.ResourceOptions(depends_on=[services])
     bucket_args: TrainingBucketsArgs = {
@@ -234,6 +205,24 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     if secrets:
         # Your code's secret_env, read on the node with this account: those secrets only.
         identity_args["secrets"] = secrets
+    mirror: ImageMirror | None = None
+    if uses_image_mirror(cfg):
+        assert cfg.vertex is not None
+        mirror = ImageMirror(
+            f"{deployment}-images",
+            {
+                "project": project,
+                "location": cfg.vertex.region or region,
+                "deployment_name": deployment,
+                "labels": labels,
+            },
+            opts=after_apis,
+        )
+        # The repository's own Output, so the grant (and the job after it) waits for it.
+        identity_args["image_repository"] = {
+            "location": mirror.location,
+            "repository_id": mirror.repository.repository_id,
+        }
     identity = TrainingIdentity(f"{deployment}-identity", identity_args, opts=after_apis)
     package = TrainerPackage(f"{deployment}-trainer", package_args(cfg, buckets, labels))
     outputs: dict[str, Any] = {
@@ -276,7 +265,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     target_outputs: dict[str, Any]
     if cfg.target == "vertex":
         target_outputs, scope = _vertex(
-            cfg, deployment, labels, package, buckets, identity, after_grants, node_args
+            cfg, deployment, labels, package, buckets, identity, after_grants, node_args, mirror
         )
     elif cfg.target == "tpu":
         assert network is not None
@@ -369,6 +358,7 @@ def _vertex(
     identity: TrainingIdentity,
     after_grants: pulumi.ResourceOptions,
     node_args: pulumi.Output[list[str]] | None = None,
+    mirror: ImageMirror | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     vx = cfg.vertex
     assert vx is not None and cfg.project is not None and cfg.region is not None
@@ -400,12 +390,18 @@ def _vertex(
     code = cfg.trainer.user_code
     if code is not None and node_args is not None:
         args["node_args"] = node_args
-        args["container_image_uri"] = image
+        args["container_image_uri"] = (
+            mirrored_image_uri(vertex_training_image(vertex_module(cfg)), mirror.registry)
+            if default and mirror is not None
+            else image
+        )
     else:
         args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
         args["trainer_args"] = trainer_args(cfg, deployment)
         if not default:
             args["container_image_uri"] = image
+        elif mirror is not None:
+            args["image_mirror"] = mirror.registry
     job = VertexTrainingJob(f"{deployment}-job", args, opts=after_grants)
     outputs = {
         OUTPUT_JOB_NAME: job.job_name,

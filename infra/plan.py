@@ -27,7 +27,7 @@ from rich.tree import Tree
 from components.a100_cluster._common import gke_spot_grace_note
 from components.catalog.images import TODAY_ENV
 from infra.code_plan import code_rows, code_summary
-from infra.compose import main_program, vertex_image_problems
+from infra.compose import main_program
 from infra.config import ConfigError, StackConfig, load_stack_config
 from infra.estimate import limits_plan, quota_needs, summarize
 from infra.mocks import REPO_ROOT, RecordedResource, run_program
@@ -38,6 +38,7 @@ from infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported besi
     plan_diff,
     plans_by_stack,
 )
+from infra.vertex_image import vertex_image_problems, vertex_plan_notes
 
 STACKS_DIR = REPO_ROOT / "stacks"
 # Pulumi's rule for a stack name (without an organization/project prefix).
@@ -220,6 +221,7 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
             "and `pulumi up` and stops the deployment before anything is created on a shortfall."
         )
     notes += expired
+    notes += vertex_plan_notes(cfg, stack)
     gpu = cfg.gpu_cluster
     if cfg.target == "gpu_cluster" and gpu is not None and gpu.backend == "gke" and gpu.spot:
         notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))

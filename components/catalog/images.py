@@ -5,7 +5,8 @@ reviewed place, rather than defaulted silently inside the components that use th
 
 | pin                      | used by                                  | verified |
 |--------------------------|------------------------------------------|----------|
-| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (containerSpec image by trainer module: the framework's own CUDA image from Docker Hub, the package installed at start) | tags: public code; Python/CUDA: the frameworks' Dockerfiles |
+| `VERTEX_TRAINING_IMAGES` | VertexTrainingJob (containerSpec image by trainer module: the framework's own CUDA image from Docker Hub, pulled through the stack's Artifact Registry mirror, the package installed at start) | torch tag and digest: public code; TF: tag only (digest unverified); Python/CUDA: public Dockerfiles and READMEs |
+| `DOCKER_HUB_MIRROR`      | ImageMirror (the Artifact Registry remote repository that fronts Docker Hub) | yes (stored page) |
 | `PYTORCH_GPU_IMAGES`     | checks of images you name (Google's prebuilt PyTorch training images) | yes (stored page) |
 | `TF_GPU_IMAGES`          | checks of images you name (Google's prebuilt TensorFlow training images) | yes (stored page) |
 | `VERTEX_IMAGE_END_OF_AVAILABILITY` | `trainstack plan`, VertexTrainingJob (a default past its date fails, a named one warns) | yes (stored page) |
@@ -22,10 +23,16 @@ the stored corpora, and Google's sample repositories). So the bundled trainers r
 the way your own code in your own image does: a custom container (`containerSpec`) whose
 command is the pod setup script (`components._pod_setup`), which installs the trainer
 package into the image's `python3` at start. The images are the frameworks' own official
-CUDA images on Docker Hub, which Vertex pulls (`DOCKER_HUB_SOURCE`); Docker Hub publishes no
-end of availability for them. The local fidelity test (tests/fidelity/test_vertex.py) runs
-this path with Python 3.11 and torch 2.13 (the torch image's Python and torch) and with
-TensorFlow 2.20 instead of the TF image's 2.17 (what this machine has).
+CUDA images on Docker Hub (`DOCKER_HUB_SOURCE`); Docker Hub publishes no end of
+availability for them. Vertex does not pull them from Docker Hub itself: Docker Hub allows an
+anonymous client 10 pulls per hour per IPv4 address and Vertex's containerSpec has no
+registry credential, so the stack creates an Artifact Registry remote repository with Docker
+Hub upstream (`DOCKER_HUB_MIRROR`, `components.image_mirror`) and the job pulls the image
+through it, by digest where the digest is known (`VertexTrainingImage.digest`), so a moved
+tag cannot change what runs. The local fidelity test (tests/fidelity/test_vertex.py) runs
+this path with Python 3.11 (the shared venv's; the torch image ships Python 3.12, the TF
+image 3.11), torch 2.13 (the torch image's) and TensorFlow 2.20 instead of the TF image's
+2.17 (what this machine has).
 """
 
 from __future__ import annotations
@@ -104,15 +111,33 @@ CUDA_DRIVER_SOURCE: Final = (
     "on A100 training VMs is not documented (U): CUDA 12.x is the build that the oldest "
     "driver still supported for A100s runs"
 )
+TORCH_IMAGE_DIGEST: Final = (
+    "sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
+)
+TORCH_IMAGE_DIGEST_SOURCE: Final = (
+    "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime@sha256:6acf597e...f64b4 pinned in several "
+    "unrelated public repositories of 2026 (find_string ids 59678380490: a Dockerfile FROM "
+    "line; 67157191866: a Dockerfile ARG GPU_BASE_IMAGE; 69211616234: a test's BASE_IMAGE; "
+    "70909386499: a job script's CONTAINER; read 2026-11-26). Not read from Docker Hub "
+    "itself (no registry access here)"
+)
+TORCH_IMAGE_PYTHON_SOURCE: Final = (
+    "Python 3.12: a public README 'The image uses Python 3.12 and pins "
+    "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime by digest' (find_string id 67330557494) "
+    "and a Dockerfile on the sibling tag 2.13.0-cuda13.0 'Python 3.12, PyTorch 2.13.0+cu130' "
+    "(id 57413016591, as the Vertex audit quotes it; not re-read), read 2026-11-26; the "
+    "older pytorch/pytorch Dockerfile's 'ARG PYTHON_VERSION=3.11' (stored version) predates "
+    "the tag. Not checked with "
+    "`python3 -V` in the image itself"
+)
 TORCH_IMAGE_SOURCE: Final = (
     "Docker Hub pytorch/pytorch, tag 2.13.0-cuda12.6-cudnn9-runtime (the tag naming of "
     "pytorch/pytorch .github/workflows/docker-release.yml: "
-    "'${PYTORCH_VERSION}-cuda${CUDA_VERSION_SHORT}-cudnn${CUDNN_VERSION}-runtime'; the tag "
-    "is used, with its sha256 digest, in public Dockerfiles of 2026, read 2026-11-26); "
-    "Python 3.11 from conda under /opt/conda, on PATH, with torch, torchvision, torchaudio, "
-    "numpy, pyyaml and torchelastic (pytorch/pytorch Dockerfile: 'ARG PYTHON_VERSION=3.11', "
-    "stages conda/conda-installs/official, stored version; not checked against the 2.13.0 "
-    f"tag itself); {CUDA_DRIVER_SOURCE}"
+    "'${PYTORCH_VERSION}-cuda${CUDA_VERSION_SHORT}-cudnn${CUDNN_VERSION}-runtime'); digest: "
+    f"{TORCH_IMAGE_DIGEST_SOURCE}; {TORCH_IMAGE_PYTHON_SOURCE}; conda Python under "
+    "/opt/conda, on PATH, with torch, torchvision, torchaudio, numpy, pyyaml and torchelastic "
+    "(pytorch/pytorch Dockerfile stages conda/conda-installs/official, stored version); "
+    f"{CUDA_DRIVER_SOURCE}"
 )
 TF_IMAGE_SOURCE: Final = (
     "Docker Hub tensorflow/tensorflow, tag 2.17.0-gpu: the newest official TensorFlow GPU "
@@ -123,7 +148,34 @@ TF_IMAGE_SOURCE: Final = (
     "https://github.com/tensorflow/tensorflow/issues/94593). Built by tensorflow/build "
     "tensorflow_runtime_dockerfiles/gpu.Dockerfile: nvidia/cuda 12.3 base on Ubuntu 22.04, "
     "'ARG PYTHON_VERSION=python3.11', TensorFlow from pip (stored version; not checked "
-    f"against the 2.17.0 tag itself); {CUDA_DRIVER_SOURCE}"
+    "against the 2.17.0 tag itself). Digest: none found in two independent public sources "
+    f"(searched 2026-11-26), so the tag is pulled, unverified; {CUDA_DRIVER_SOURCE}"
+)
+DOCKER_HUB_MIRROR_SOURCE: Final = (
+    "https://docs.cloud.google.com/artifact-registry/docs/repositories/remote-repo: remote "
+    "repositories store artifacts from upstream sources such as Docker Hub; 'The first time "
+    "that you request a version of a package, Artifact Registry downloads and caches the "
+    "package in the remote repository. The next time you request the same package version, "
+    "Artifact Registry serves the cached copy.' pulumi_gcp 10.2.0 "
+    "artifactregistry.Repository: mode REMOTE_REPOSITORY, "
+    "remote_repository_config.docker_repository.public_repository 'Possible values are: "
+    "DOCKER_HUB' (its repository.py example 'Artifact Registry Repository Remote')"
+)
+DOCKER_HUB_LIMIT_SOURCE: Final = (
+    "Docker Hub usage page (docker/docs content/manuals/docker-hub/usage/_index.md, "
+    "docker/docs#22134): 'Unauthenticated users | 10 per IPv4 address or IPv6 /64 subnet' "
+    "pulls per hour; Vertex's ContainerSpec has no registry credential (aiplatform.v1 "
+    "discovery: GoogleCloudAiplatformV1ContainerSpec)"
+)
+IMAGE_PULL_ACCOUNT_SOURCE: Final = (
+    "https://docs.cloud.google.com/vertex-ai/docs/general/custom-service-account (stored "
+    "zh-CN copy): a custom service account cannot be configured to pull images from "
+    "Artifact Registry; Vertex AI pulls them with its default service agent"
+)
+REGISTRY_STORAGE_PRICE_SOURCE: Final = (
+    "https://cloud.google.com/artifact-registry/pricing: storage up to 0.5 GB free, then "
+    "$0.10 per GB per month, the same for remote repositories; egress within one location "
+    "free"
 )
 TODAY_ENV: Final = "TRAINSTACK_TODAY"
 """An ISO date that stands in for today in the end-of-availability checks (tests; a plan
@@ -151,6 +203,9 @@ class VertexTrainingImage:
     end_of_availability: date | None
     """When the image stops being served; None where the registry publishes no date."""
     end_of_availability_source: str
+    digest: str | None = None
+    """`sha256:<hex>` of the tag's manifest where two independent sources agree on it; None
+    when the tag is pulled as it is (unverified: the tag can move)."""
     reduction_server: bool = False
     """Whether the image has what Reduction Server needs in a custom container
     (`REDUCTION_SERVER_CONTAINER_NEEDS`)."""
@@ -161,7 +216,7 @@ VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
         uri="pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
         framework="torch",
         framework_version="2.13.0",
-        python_version="3.11",
+        python_version="3.12",
         cuda_version="12.6",
         packages=("torch", "numpy", "pyyaml"),
         # AIP_TENSORBOARD_LOG_DIR is set whenever the job has a baseOutputDirectory, and the
@@ -172,6 +227,7 @@ VERTEX_TRAINING_IMAGES: Final[dict[str, VertexTrainingImage]] = {
         verified=False,
         end_of_availability=None,
         end_of_availability_source="Docker Hub publishes no end of availability for tags",
+        digest=TORCH_IMAGE_DIGEST,
     ),
     TF_MODULE: VertexTrainingImage(
         uri="tensorflow/tensorflow:2.17.0-gpu",
@@ -198,6 +254,25 @@ DEFAULT_EXECUTOR_IMAGE: Final = VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri
 def vertex_training_image(module: str) -> VertexTrainingImage:
     """The image for a bundled trainer module; the torch one for any other module."""
     return VERTEX_TRAINING_IMAGES.get(module, VERTEX_TRAINING_IMAGES[TORCH_MODULE])
+
+
+DOCKER_HUB_MIRROR: Final = "DOCKER_HUB"
+"""`public_repository` of the remote repository the default images are pulled through
+(`DOCKER_HUB_MIRROR_SOURCE`)."""
+
+
+def mirror_registry(region: str, project: str, repository_id: str) -> str:
+    """The Docker host and path of an Artifact Registry repository:
+    `REGION-docker.pkg.dev/PROJECT/REPOSITORY` (remote-repo doc, "pull" examples)."""
+    return f"{region}-docker.pkg.dev/{project}/{repository_id}"
+
+
+def mirrored_image_uri(image: VertexTrainingImage, registry: str) -> str:
+    """`image` as pulled through the Docker Hub remote repository at `registry`
+    (`mirror_registry`): `<registry>/<namespace>/<name>@<digest>` where the digest is known,
+    else `<registry>/<namespace>/<name>:<tag>`."""
+    name, tag = image.uri.rsplit(":", 1)
+    return f"{registry}/{name}@{image.digest}" if image.digest else f"{registry}/{name}:{tag}"
 
 
 def _availability_key(image: str) -> str:

@@ -43,6 +43,8 @@ DOCSTRING_PATTERN: Final = re.compile(
 modify this field", "Changing this will force recreation of the resource")."""
 
 GCP_TYPES: Final = (
+    "gcp:artifactregistry/repository:Repository",
+    "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember",
     "gcp:compute/firewall:Firewall",
     "gcp:compute/instanceGroupManager:InstanceGroupManager",
     "gcp:compute/instanceTemplate:InstanceTemplate",

@@ -15,6 +15,7 @@ import pytest
 import components
 from components._args import ArgsError, _fields, arg_problems
 from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
+from components.image_mirror import ImageMirror, ImageMirrorArgs
 from components.kubernetes_training_job import KubernetesTrainingJob, KubernetesTrainingJobArgs
 from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices, ProjectServicesArgs
@@ -84,6 +85,11 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
             "package_uri": "gs://p-staging/trainer.tar.gz",
             "trainer_args": ["--steps=1000"],
         },
+    ),
+    "ImageMirror": (
+        ImageMirror,
+        ImageMirrorArgs,
+        {"project": "p", "location": "us-central1", "deployment_name": "exp-42"},
     ),
     "TrainingBuckets": (
         TrainingBuckets,
@@ -165,10 +171,12 @@ TYPOS = [
     ("KubernetesTrainingJob", "namespce", "namespace"),
     ("LocalTrainingJob", "worker", "workers"),
     ("TrainingDashboard", "stall_minute", "stall_minutes"),
+    ("ImageMirror", "deployment", "deployment_name"),
 ]
 
 # A value of the wrong type per component and the exact problem it gets.
 WRONG_TYPES = [
+    ("ImageMirror", {"location": 5}, "ImageMirror.location: 5 is not a string"),
     ("A100Cluster", {"node_count": "2"}, "A100Cluster.node_count: '2' is not an integer"),
     ("TpuPodSlice", {"network_tags": "tag"}, "TpuPodSlice.network_tags: 'tag' is not a list"),
     (

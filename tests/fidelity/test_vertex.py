@@ -13,8 +13,10 @@ The image is only what the catalog lists for it plus what the package requires (
 dependencies): the torch run caught that the PyTorch image has no tensorboard, which the
 trainer imports on Vertex (AIP_TENSORBOARD_LOG_DIR is always set).
 
-Versions: Python 3.11 and torch 2.13 here are the torch image's
-(pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime; its torch is the CUDA build). TensorFlow is
+Versions: torch 2.13 here is the torch image's (pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime;
+its torch is the CUDA build); Python is 3.11 here (the shared venv's), while that image ships
+Python 3.12 (`components.catalog.images.TORCH_IMAGE_PYTHON_SOURCE`), so this run does not
+prove the torch path on 3.12. TensorFlow is
 2.20 here with tf-keras 2.20.1, not the TF image's 2.17.0 (not installable on this offline
 machine): the setup script picks tf-keras at the image's TensorFlow minor, so here it asks
 for tf-keras 2.20.*, which the layer has.
@@ -32,7 +34,12 @@ import pytest
 import yaml
 
 from components._pod_setup import POD_SCRIPT
-from components.catalog.images import VERTEX_TRAINING_IMAGES
+from components.catalog.images import (
+    VERTEX_TRAINING_IMAGES,
+    VertexTrainingImage,
+    mirror_registry,
+    mirrored_image_uri,
+)
 from infra.plan import build_plan
 from tests.components.test_tpu_startup import MetadataServer
 from tests.fidelity.nodes import Image, sdist_requires, stage_buckets
@@ -99,6 +106,13 @@ def _stage(job: PlannedJob, storage: str) -> None:
     stage_buckets(storage, [staging, checkpoints], job.package_uri, job.sdist)
 
 
+def _pulled(image: VertexTrainingImage, stack: str) -> str:
+    """The default image as the plan's job pulls it: through the stack's Docker Hub mirror."""
+    return mirrored_image_uri(
+        image, mirror_registry("us-central1", "fidelity-project", f"{stack}-dockerhub")
+    )
+
+
 def _env(storage: str, metadata: str, gpus: int = 2) -> dict[str, str]:
     return {
         SIMULATED_ACCELERATORS_ENV: str(gpus),
@@ -122,7 +136,7 @@ def test_two_replicas_of_two_gpus_train_as_one_world_of_four(
     image = VERTEX_TRAINING_IMAGES[TORCH_MODULE]
     for pool in pools:
         spec = pool["containerSpec"]
-        assert (spec["imageUri"], spec["command"]) == (image.uri, COMMAND)
+        assert (spec["imageUri"], spec["command"]) == (_pulled(image, "fidelity-torch"), COMMAND)
         assert spec["args"][:4] == ["python3", "-m", "trainers.node", TORCH_MODULE]
         assert spec["env"] == [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}]
     # The torch image has no tensorboard, which torch.utils.tensorboard imports when
@@ -171,7 +185,7 @@ def test_tensorflow_runs_on_the_tensorflow_image_with_tf_keras_at_its_minor(
     assert (image.uri, image.python_version) == ("tensorflow/tensorflow:2.17.0-gpu", "3.11")
     for pool in job.job_spec["workerPoolSpecs"]:
         spec = pool["containerSpec"]
-        assert (spec["imageUri"], spec["command"]) == (image.uri, COMMAND)
+        assert (spec["imageUri"], spec["command"]) == (_pulled(image, "fidelity-tf"), COMMAND)
         assert spec["args"][:4] == ["python3", "-m", "trainers.node", TF_MODULE]
         assert spec["env"] == [
             {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri},
@@ -335,7 +349,7 @@ def test_own_trainer_on_two_replicas_of_two_gpus_is_a_world_of_four_like_local_r
     image = VERTEX_TRAINING_IMAGES[TORCH_MODULE]
     for pool in pools:
         assert pool["containerSpec"] == {
-            "imageUri": image.uri,
+            "imageUri": _pulled(image, "fidelity-own"),
             "command": COMMAND,
             "args": ["python3", "-m", "trainers.node", *node_args],
             "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],

@@ -25,9 +25,12 @@ What differs from Vertex, and why:
   with its dependencies: nothing else is importable, so a module the trainers need but
   nobody declares fails here as it would on Vertex. The layer is a plain path (no `.pth`
   processing), so the shared venv's editable trainstack install stays invisible: `trainers`
-  comes from the installed sdist only. Python is 3.11 here as in both default images; torch
-  is 2.13 (CPU) as in the torch image (its CUDA build there); TensorFlow is 2.20 with
-  tf-keras 2.20.1 here, the TF image's 2.17.0 is not installable on this offline machine.
+  comes from the installed sdist only. Python is 3.11 here (the shared venv's): the TF
+  image's, but not the torch image's, which ships 3.12 (`components.catalog.images.
+  TORCH_IMAGE_PYTHON_SOURCE`), so the torch path is not run on 3.12 here; torch is 2.13 (CPU)
+  as in the torch image (its CUDA build there); TensorFlow is 2.20 with tf-keras 2.20.1
+  here, the TF image's 2.17.0 is not installable on this offline machine. The image is the
+  catalog's whatever URI the plan pulls it by (the stack's Docker Hub mirror, by digest).
 - pip runs offline (`--no-index`: every requirement must already be present, as on an image
   that has it, or as pip would download it) and builds the sdist without isolation.
 - `gs://` is a local GCS emulator holding the plan's buckets; the metadata server is a fake

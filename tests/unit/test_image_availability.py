@@ -55,7 +55,7 @@ def test_the_default_images_are_the_frameworks_own_and_carry_their_facts() -> No
         for i in (torch, tf)
     ]
     assert facts == [
-        (TORCH_IMAGE, "2.13.0", "3.11", "12.6", None),
+        (TORCH_IMAGE, "2.13.0", "3.12", "12.6", None),
         (TF_IMAGE, "2.17.0", "3.11", "12.3", None),
     ]
     assert torch.requirements == ("tensorboard>=1.15",) and tf.requirements == ()
@@ -101,8 +101,10 @@ def test_the_bundled_vertex_stack_runs_a_served_image_today() -> None:
     [job] = [r for r in plan["resources"] if r["type"].endswith(("CustomJob", "TuningJob"))]
     body = job["inputs"]["body"]
     spec = body.get("jobSpec") or body["trialJobSpec"]
+    # The default image, through the stack's Docker Hub mirror by the catalog's digest.
+    mirror = "us-central1-docker.pkg.dev/my-ml-project/dev-vertex-hpt-dockerhub"
     assert {p["containerSpec"]["imageUri"] for p in spec["workerPoolSpecs"][:2] if p} == {
-        TORCH_IMAGE
+        f"{mirror}/pytorch/pytorch@{VERTEX_TRAINING_IMAGES[TORCH_MODULE].digest}"
     }
 
 

@@ -118,7 +118,9 @@ def test_vertex_runs_your_code_from_the_package_on_the_pytorch_image(
         # pytorch/pytorch's image (Google's prebuilt ones are past their end); the setup
         # script installs the code package into its python3, as for trainer.image.
         assert pool["containerSpec"] == {
-            "imageUri": "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
+            # Through the stack's Docker Hub mirror, by the catalog's digest.
+            "imageUri": "us-central1-docker.pkg.dev/p/mine-dockerhub/pytorch/pytorch@"
+            "sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4",
             "command": pod_command(),
             "args": ["python3", "-m", "trainers.node", *node_args],
             "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(plan)}],
@@ -133,7 +135,9 @@ def test_vertex_node_launcher_gets_the_tensorflow_image(tmp_path: Path, code: Pa
     plan = _plan(tmp_path, {**VERTEX, "trainstack:trainer": trainer})
     pool = _named(plan, "mine-job-job")["inputs"]["body"]["jobSpec"]["workerPoolSpecs"][0]
     spec = pool["containerSpec"]
-    assert spec["imageUri"] == "tensorflow/tensorflow:2.17.0-gpu"
+    assert spec["imageUri"] == (
+        "us-central1-docker.pkg.dev/p/mine-dockerhub/tensorflow/tensorflow:2.17.0-gpu"
+    )
     assert spec["args"][3] == "--launcher=node"
 
 

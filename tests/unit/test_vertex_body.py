@@ -206,6 +206,8 @@ def test_spot_container_and_tuning_fields() -> None:
             {
                 "parameterId": "grad_accum_steps",
                 "integerValueSpec": {"minValue": "1", "maxValue": "4"},
+                # Unset: linear, as Google's SDK requires and sends (LINEAR_BY_DEFAULT).
+                "scaleType": "UNIT_LINEAR_SCALE",
             },
             {"parameterId": "model", "categoricalValueSpec": {"values": ["mlp", "cnn"]}},
             {

@@ -1,0 +1,93 @@
+"""The image a Vertex stack's replicas run, what is wrong with it, and the plan's notes.
+
+`vertex_image` is the one answer for the job (`infra.compose`), the plan's "runs on" row
+(`infra.code_plan`) and the end-of-availability check (`infra.plan`). A default image (the
+framework's own on Docker Hub) is pulled through the stack's Artifact Registry remote
+repository of Docker Hub (`components.image_mirror`), never anonymously from Docker Hub.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date
+
+from components.catalog.images import (
+    REGISTRY_STORAGE_PRICE_SOURCE,
+    image_availability_problem,
+    reduction_server_image_problem,
+    vertex_training_image,
+)
+from components.image_mirror import repository_id
+from infra.config import StackConfig
+from infra.estimate import vertex_timeout_s
+from trainers.common.contract import TF_MODULE, TORCH_MODULE, TRAINER_MODULES
+
+USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node": TF_MODULE}
+"""Launcher -> the bundled module whose Vertex image runs your code when you name none:
+PyTorch's for torchrun, TensorFlow's (TF_CONFIG code) for node."""
+
+
+def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
+    """The image every Vertex replica runs, the key that picks it, and whether that is the
+    default: your `trainer.image`, else `vertex.image_uri`, else the image of the trainer's
+    framework (for your code: of its launcher, `USER_CODE_VERTEX_MODULES`). One answer for
+    the job, the plan's "runs on" row and the end-of-availability check."""
+    assert cfg.vertex is not None
+    code = cfg.trainer.user_code
+    if code is not None and code.image:
+        return code.image, "trainer.image", False
+    if cfg.vertex.image_uri:
+        return cfg.vertex.image_uri, "vertex.image_uri", False
+    return vertex_training_image(vertex_module(cfg)).uri, "vertex.image_uri", True
+
+
+def vertex_module(cfg: StackConfig) -> str:
+    """The bundled module whose image the Vertex replicas run by default."""
+    code = cfg.trainer.user_code
+    if code is not None:
+        return USER_CODE_VERTEX_MODULES[code.launcher_for("vertex")]
+    return TRAINER_MODULES[cfg.trainer.framework]
+
+
+def uses_image_mirror(cfg: StackConfig) -> bool:
+    """Whether the stack pulls a default (Docker Hub) image, through its Docker Hub mirror."""
+    return cfg.target == "vertex" and vertex_image(cfg)[2]
+
+
+def vertex_plan_notes(cfg: StackConfig, deployment: str) -> list[str]:
+    """Plan notes for a Vertex stack: the Docker Hub mirror the default image comes through,
+    and a GPU job left without a run limit (Vertex's 7-day default)."""
+    vx = cfg.vertex
+    if cfg.target != "vertex" or vx is None:
+        return []
+    notes = []
+    if uses_image_mirror(cfg):
+        region = vx.region or cfg.region
+        image = vertex_training_image(vertex_module(cfg))
+        pinned = f"by digest {image.digest}" if image.digest else "by tag (digest unverified)"
+        notes.append(
+            f"vertex: the default image {image.uri} is pulled {pinned} through the Artifact "
+            f"Registry remote repository {repository_id(deployment)} in {region} (Docker Hub "
+            "upstream), not anonymously from Docker Hub; its cached storage is not in "
+            f"hourly_usd and is negligible ({REGISTRY_STORAGE_PRICE_SOURCE})"
+        )
+    if vx.gpus_per_replica and vertex_timeout_s(vx, cfg.limits.max_run_seconds) is None:
+        notes.append(
+            "vertex: this GPU job has no scheduling.timeout, so Vertex's default of 7 days "
+            "caps a hung or stalled run; set limits.max_run_hours or vertex.timeout_s"
+        )
+    return notes
+
+
+def vertex_image_problems(cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about the image the Vertex replicas run on `today`: a default past
+    its end of availability, or without what Reduction Server needs, is an error; an image
+    you named gets the same facts as warnings."""
+    if cfg.target != "vertex" or cfg.vertex is None:
+        return [], []
+    image, key, default = vertex_image(cfg)
+    problems = [image_availability_problem(image, today, key, default)]
+    if cfg.vertex.reducer_count():
+        problems.append(reduction_server_image_problem(image, key, default, "vertex."))
+    found = [p for p in problems if p is not None]
+    return (found, []) if default else ([], found)
