@@ -50,6 +50,7 @@ from components.catalog.vertex import (
     DEFAULT_REDUCER_MACHINE,
     vertex_accelerators,
 )
+from trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
 from trainers.common.contract import NODE_MODULE, TF_MODULE, TORCH_MODULE
 
 REQUEST_ID_LABEL: Final = "trainstack_request_id"
@@ -206,7 +207,13 @@ def custom_job_spec(
         args=trainer_args_for(trainer_args, reducers > 0),
         container_image_uri=container_image_uri,
         container_command=container_command,
-        env={**(REDUCTION_SERVER_ENV if reducers else {}), **(env or {})},
+        env={
+            **(REDUCTION_SERVER_ENV if reducers else {}),
+            # The node launcher stops (exit 5) when fewer GPUs are usable than were bought,
+            # rather than training on CPU at GPU prices.
+            **({EXPECTED_ACCELERATORS_ENV: str(accelerator_count)} if accelerator_type else {}),
+            **(env or {}),
+        },
         node_args=node_args,
         image_mirror=image_mirror,
     )

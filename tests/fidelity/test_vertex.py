@@ -61,6 +61,8 @@ TWO_BY_TWO = {
     "reduction_server": {"enabled": False},
 }
 TRAINER = {"model": "mlp", "dataset": "digits", "steps": 4, "global_batch_size": 32}
+# Every GPU replica is told how many GPUs it must find (the simulated ones count here).
+GPUS_2 = {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "2"}
 RUNTIME_REQUIRES = [
     "pydantic>=2.7,<3",
     "numpy>=1.26",
@@ -138,7 +140,7 @@ def test_two_replicas_of_two_gpus_train_as_one_world_of_four(
         spec = pool["containerSpec"]
         assert (spec["imageUri"], spec["command"]) == (_pulled(image, "fidelity-torch"), COMMAND)
         assert spec["args"][:4] == ["python3", "-m", "trainers.node", TORCH_MODULE]
-        assert spec["env"] == [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}]
+        assert spec["env"] == [GPUS_2, {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}]
     # The torch image has no tensorboard, which torch.utils.tensorboard imports when
     # AIP_TENSORBOARD_LOG_DIR is set: the package requires it (any version torch accepts).
     assert sdist_requires(job.sdist) == [*RUNTIME_REQUIRES, "tensorboard>=1.15"]
@@ -188,6 +190,7 @@ def test_tensorflow_runs_on_the_tensorflow_image_with_tf_keras_at_its_minor(
         assert (spec["imageUri"], spec["command"]) == (_pulled(image, "fidelity-tf"), COMMAND)
         assert spec["args"][:4] == ["python3", "-m", "trainers.node", TF_MODULE]
         assert spec["env"] == [
+            GPUS_2,
             {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri},
             {"name": "TRAINSTACK_TF_KERAS", "value": "1"},
         ]
@@ -232,7 +235,7 @@ def test_a_users_image_runs_the_bundled_trainer_through_the_same_setup_script() 
                 "--global_batch_size=32",
                 "--run_name=fidelity",
             ],
-            "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],
+            "env": [GPUS_2, {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],
         }
 
 
@@ -352,7 +355,7 @@ def test_own_trainer_on_two_replicas_of_two_gpus_is_a_world_of_four_like_local_r
             "imageUri": _pulled(image, "fidelity-own"),
             "command": COMMAND,
             "args": ["python3", "-m", "trainers.node", *node_args],
-            "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],
+            "env": [GPUS_2, {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],
         }
     _stage(job, gcs_emulator)
     # The code package requires only torch; the script's digest needs numpy, which the

@@ -62,6 +62,8 @@ NOT_WIRED = "trainer.entrypoint: this release packages and plans your own code b
 SECRET_MEMBER = "gcp:secretmanager/secretIamMember:SecretIamMember"
 SERVICE = "gcp:projects/service:Service"
 MEMBER = "serviceAccount:mine-train@p.iam.gserviceaccount.com"
+# Every GPU replica is told how many GPUs it must find (trainers.node exits 5 on fewer).
+GPUS_8 = {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "8"}
 
 
 @pytest.fixture
@@ -123,7 +125,7 @@ def test_vertex_runs_your_code_from_the_package_on_the_pytorch_image(
             "sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4",
             "command": pod_command(),
             "args": ["python3", "-m", "trainers.node", *node_args],
-            "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(plan)}],
+            "env": [GPUS_8, {"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(plan)}],
         }
     assert not any(NOT_WIRED in note for note in plan["notes"])
     assert _of_type(plan, SECRET_MEMBER) == []
@@ -164,14 +166,15 @@ def test_vertex_image_runs_the_launcher_in_your_container(tmp_path: Path, code: 
             "python",
             "train.py",
         ],
-        "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(plan)}],
+        "env": [GPUS_8, {"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(plan)}],
     }
     (code / "train.py").write_text("print('changed')\n")
     changed = _plan(tmp_path, {**VERTEX, "trainstack:trainer": trainer})
     assert _package_uri(changed) != _package_uri(plan)
     job = _named(changed, "mine-job-job")["inputs"]["body"]["jobSpec"]["workerPoolSpecs"][0]
     assert job["containerSpec"]["env"] == [
-        {"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(changed)}
+        GPUS_8,
+        {"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(changed)},
     ]
 
 

@@ -19,6 +19,8 @@ from components.vertex_training_job import (
 from trainers.common.config import TrainConfig
 
 PKG = "gs://stage/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
+# Every GPU replica is told how many GPUs it must find (trainers.node exits 5 on fewer).
+GPUS_8 = {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "8"}
 BASE: dict[str, Any] = {
     "project": "p",
     "region": "us-central1",
@@ -135,7 +137,7 @@ def test_chief_only_body_is_exact() -> None:
                             "trainers.torch_ddp",
                             "--steps=100",
                         ],
-                        "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": PKG}],
+                        "env": [GPUS_8, {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG}],
                     },
                 }
             ],
@@ -161,6 +163,7 @@ def test_reduction_server_pools() -> None:
         assert spec["args"][3:] == ["trainers.torch_ddp", "--steps=100", "--bucket_cap_mb=64"]
         assert spec["env"] == [
             {"name": "NCCL_DEBUG", "value": "INFO"},
+            GPUS_8,
             {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG},
         ]
     one = body_for(**CASES["rs-one-reducer"])["jobSpec"]["workerPoolSpecs"]
@@ -193,6 +196,7 @@ def test_spot_container_and_tuning_fields() -> None:
         "imageUri": "us-docker.pkg.dev/p/r/t:1",
         "command": ["python", "-m", "trainers.node", "trainers.torch_ddp"],
         "args": ["--steps=100"],
+        "env": [GPUS_8],
     }
     hp = body_for(**CASES["hp-tuning"])
     assert hp["studySpec"] == {
@@ -223,6 +227,7 @@ def test_spot_container_and_tuning_fields() -> None:
     assert (hp["maxTrialCount"], hp["parallelTrialCount"], hp["maxFailedTrialCount"]) == (8, 2, 0)
     env = hp["trialJobSpec"]["workerPoolSpecs"][1]["containerSpec"]["env"]
     assert env == [
+        GPUS_8,
         {"name": "TRAINSTACK_HYPERTUNE_METRIC", "value": "loss"},
         {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG},
     ]
@@ -248,7 +253,7 @@ def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() ->
             "imageUri": "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
             "command": command,
             "args": ["python3", "-m", "trainers.node", "trainers.torch_ddp", "--steps=100"],
-            "env": [{"name": "TRAINSTACK_PACKAGE_URI", "value": PKG}],
+            "env": [GPUS_8, {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG}],
         }
     for pool in tf:
         assert pool["containerSpec"] == {
@@ -264,6 +269,7 @@ def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() ->
             ],
             # The setup script installs tf-keras at the image's TensorFlow minor.
             "env": [
+                GPUS_8,
                 {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG},
                 {"name": "TRAINSTACK_TF_KERAS", "value": "1"},
             ],
