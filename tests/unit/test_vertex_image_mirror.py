@@ -165,14 +165,21 @@ def test_the_mirror_component_names_its_child_and_registry() -> None:
 
 
 def test_a_gpu_job_without_a_run_limit_gets_a_note_and_the_prod_stack_has_one() -> None:
-    assert NO_TIMEOUT in build_plan("dev-vertex-hpt", _config("dev-vertex-hpt"))["notes"]
+    untimed = _config("dev-vertex-hpt")
+    untimed["trainstack:vertex"] = {
+        k: v for k, v in untimed["trainstack:vertex"].items() if k != "timeout_s"
+    }
+    assert NO_TIMEOUT in build_plan("dev-vertex-hpt", untimed)["notes"]
     prod = build_plan("prod-vertex-rs", _config("prod-vertex-rs"))
     assert NO_TIMEOUT not in prod["notes"]
     assert prod["limits"]["max_run_hours"] == 4
     [job] = _of_type(prod, "pulumi-python:dynamic/vertex:CustomJob")
     assert job["inputs"]["body"]["jobSpec"]["scheduling"]["timeout"] == "14400s"
-    timed = build_plan("dev-vertex-hpt", _config("dev-vertex-hpt", timeout_s=3600))
+    # The bundled tuning stack caps each trial.
+    timed = build_plan("dev-vertex-hpt", _config("dev-vertex-hpt"))
     assert NO_TIMEOUT not in timed["notes"]
+    [tuning] = _of_type(timed, "pulumi-python:dynamic/vertex:HyperparameterTuningJob")
+    assert tuning["inputs"]["body"]["trialJobSpec"]["scheduling"]["timeout"] == "3600s"
 
 
 def test_a_cpu_job_without_a_run_limit_gets_no_note() -> None:
