@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import gc
 import json
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from infra.compose import main_program
 from infra.config import ConfigError
-from infra.mocks import run_program
+from infra.mocks import REPO_ROOT, run_program
 from infra.plan import (
     GKE_SPOT_GRACE_NOTE,
     MAX_DIFF_CHARS,
@@ -324,3 +331,62 @@ def test_a_spot_gke_cluster_says_its_pods_get_15_seconds_to_save() -> None:
     # GKE's Spot docs: 15 s for non-system pods, whatever terminationGracePeriodSeconds says.
     assert GKE_SPOT_GRACE_NOTE in bundled_plan("dev-a100-gke")["notes"]
     assert GKE_SPOT_GRACE_NOTE not in bundled_plan("prod-a100-gce")["notes"]  # on-demand GCE
+
+
+def _open_loops() -> set[int]:
+    return {
+        id(o)
+        for o in gc.get_objects()
+        if isinstance(o, asyncio.BaseEventLoop) and not o.is_closed()
+    }
+
+
+def test_a_run_closes_every_event_loop_it_made() -> None:
+    # The mock monitor's executor threads each get a loop (infra/mocks.py); left open, they
+    # were finalized at interpreter exit and could print `Invalid file descriptor: -1`.
+    # In a thread of its own, with a loop of its own and no executor before the run.
+    before = _open_loops()
+    threads_before = set(threading.enumerate())
+
+    def plan() -> None:
+        own = asyncio.new_event_loop()
+        asyncio.set_event_loop(own)
+        run_program(main_program, config=GPU_STACK, stack="dev-gpu")
+        assert asyncio.get_event_loop() is own  # the thread's loop is given back
+        own.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(plan).result()
+    assert _open_loops() == before
+    assert set(threading.enumerate()) == threads_before
+
+
+PLAN_LINE = "stack prod-a100-gce (target: gpu_cluster)"
+
+
+@pytest.mark.parametrize(
+    "count", [pytest.param(4), pytest.param(50, marks=pytest.mark.slow)], ids=["4", "50"]
+)
+def test_plans_end_without_event_loop_noise_at_exit(count: int) -> None:
+    # Each plan in a process of its own that exits as the console script does
+    # (tests/unit/plan_at_exit.py). With ResourceWarning shown, a loop left open prints
+    # `unclosed event loop` in every process, where the `Invalid file descriptor: -1` it
+    # caused came in a few; nothing at all on stderr is the bar. 4 plans take about 10 s on
+    # 2 busy cores; 50 took 72 s there (about 30 s on 2 idle ones), hence `slow`.
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("PYTHONASYNCIODEBUG", None)
+    result = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-m", "tests.unit.plan_at_exit"]
+        + ["prod-a100-gce", str(count)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    expected = {"exit": 0, "stdout_first_line": PLAN_LINE, "stderr": ""}
+    assert len(records) == count
+    assert [r for r in records if r != expected] == []
