@@ -129,10 +129,12 @@ def run_program_dir(
     invokes: Mapping[str, InvokeFn] | None = None,
 ) -> ProgramResult:
     """Run the Pulumi project in `directory` (its `Pulumi.yaml` name and `__main__.py`) as
-    stack `stack`, with the config of its `Pulumi.<stack>.yaml` updated by `config`."""
+    stack `stack`, with the config of its `Pulumi.<stack>.yaml` (in the project's
+    `stackConfigDir`, if it names one) updated by `config`."""
     root = Path(directory)
-    project = str((yaml.safe_load((root / "Pulumi.yaml").read_text()) or {})["name"])
-    stack_file = root / f"Pulumi.{stack}.yaml"
+    project_file = yaml.safe_load((root / "Pulumi.yaml").read_text()) or {}
+    project = str(project_file["name"])
+    stack_file = root / project_file.get("stackConfigDir", ".") / f"Pulumi.{stack}.yaml"
     stack_config: dict[str, Any] = {}
     if stack_file.is_file():
         stack_config = dict((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
