@@ -377,8 +377,8 @@ def test_plans_end_without_event_loop_noise_at_exit(count: int) -> None:
     # Each plan in a process of its own that exits as the console script does
     # (tests/unit/plan_at_exit.py). With ResourceWarning shown, a loop left open prints
     # `unclosed event loop` in every process, where the `Invalid file descriptor: -1` it
-    # caused came in a few; nothing at all on stderr is the bar. 4 plans take about 10 s on
-    # 2 busy cores; 50 took 72 s there (about 30 s on 2 idle ones), hence `slow`.
+    # caused came in a few; nothing at all on stderr is the bar. On 2 shared cores 4 plans
+    # take about 10 s; 50 took 40 s at load 2.6 and 72 s at load 7, hence `slow`.
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     env.pop("PYTHONASYNCIODEBUG", None)
     result = subprocess.run(
