@@ -5,13 +5,29 @@ the same program code that `pulumi up` runs registers its resources here against
 monitor that records every registration (type, logical name, parent, inputs exactly as
 serialized, and the protect / retain-on-delete options), and answers invokes from a table.
 No credentials, no network, no Pulumi CLI.
+
+Each run owns the asyncio event loops it runs on and closes them before it returns. Pulumi's
+mock monitor answers from the default executor's worker threads and gives each thread a
+loop of its own that nobody closes (`_ensure_event_loop` in pulumi/runtime/mocks.py and
+pulumi/runtime/sync_await.py). Left open, those loops were reclaimed at interpreter exit,
+when `threading._shutdown` joins the workers: each loop is garbage in a cycle with its
+self-pipe reader, and when the collector finalized the self-pipe socket first (the socket's
+finalizer sets its fd to -1), the loop's `__del__` closed itself, unregistered fd -1 and
+printed `Exception ignored in: <function BaseEventLoop.__del__ ...> ValueError: Invalid file
+descriptor: -1` (CPython Lib/asyncio/base_events.py `__del__`, selector_events.py
+`_close_self_pipe`), after a plan that had succeeded. Whether the socket came first depends
+on the collector's generation lists, hence a few plans in thirty.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,6 +260,45 @@ def config_to_engine(config: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+@contextmanager
+def owned_event_loops() -> Iterator[None]:
+    """A fresh event loop for this thread and one per executor thread, all closed at the end
+    (the executor too), the thread's previous loop restored: a run leaves no loop open that
+    was not open before it."""
+    try:
+        previous: asyncio.AbstractEventLoop | None = (
+            asyncio.get_event_loop_policy().get_event_loop()
+        )
+    except RuntimeError:
+        previous = None
+    loops: list[asyncio.AbstractEventLoop] = []
+    lock = threading.Lock()
+
+    def thread_loop() -> None:
+        # The mock monitor asks each executor thread for its current loop (creating one
+        # when there is none); give it one this run closes.
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        with lock:
+            loops.append(loop)
+
+    executor = ThreadPoolExecutor(thread_name_prefix="trainstack-mocks", initializer=thread_loop)
+    main = asyncio.new_event_loop()
+    # The runtime sends every monitor call through the loop's default executor
+    # (`run_in_executor(None, ...)` in pulumi/runtime/resource.py), so these are its threads.
+    main.set_default_executor(executor)
+    asyncio.set_event_loop(main)
+    try:
+        yield
+    finally:
+        executor.shutdown(wait=True)
+        for loop in [*loops, main]:
+            loop.close()
+        # The thread's loop as it was: the one it had (in a main thread that had none,
+        # the one `get_event_loop` made above, as it would have for any caller), else none.
+        asyncio.set_event_loop(previous)
+
+
 def run_program(
     program: Callable[[], Mapping[str, Any] | None],
     *,
@@ -258,8 +313,33 @@ def run_program(
 
     `config` is the stack file's `config:` mapping (e.g. `{"gcp:project": "p",
     "trainstack:tpu": {...}}`). Exceptions raised by the program propagate after the
-    runtime has settled, so a validation error registers nothing further.
+    runtime has settled, so a validation error registers nothing further. The run's event
+    loops are closed when it returns (module docstring).
     """
+    # The root Stack that set_mocks registers binds its futures to the current loop, so the
+    # loops are in place before anything of the run exists.
+    with owned_event_loops():
+        return _record(
+            program,
+            config=config,
+            stack=stack,
+            project=project,
+            preview=preview,
+            outputs=outputs,
+            invokes=invokes,
+        )
+
+
+def _record(
+    program: Callable[[], Mapping[str, Any] | None],
+    *,
+    config: Mapping[str, Any] | None,
+    stack: str,
+    project: str,
+    preview: bool,
+    outputs: Mapping[str, OutputsFn] | None,
+    invokes: Mapping[str, InvokeFn] | None,
+) -> ProgramRun:
     mocks = RecordingMocks(outputs=outputs, invokes=invokes)
     monitor = RecordingMonitor(mocks)
     logs: list[tuple[str, str]] = []

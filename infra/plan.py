@@ -38,6 +38,7 @@ from infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported besi
     plan_diff,
     plans_by_stack,
 )
+from infra.plan_runs import PROVIDER_INPUT, runs_lines
 from infra.vertex_image import vertex_image_problems, vertex_plan_notes
 
 STACKS_DIR = REPO_ROOT / "stacks"
@@ -289,9 +290,13 @@ the tree names its size and `--json` has it whole."""
 
 def _inline(inputs: Mapping[str, Any], limit: int = 4) -> str:
     """The first `limit` scalar inputs as `key=value`; a multi-line string (a startup
-    script) or a long one-line document as its size, since it cannot sit on a tree line."""
+    script) or a long one-line document as its size, since it cannot sit on a tree line.
+    A dynamic resource's provider (always `[secret]`) is left out: `runs_lines` says what
+    the resource runs instead."""
     shown = []
     for key, value in inputs.items():
+        if key == PROVIDER_INPUT:
+            continue
         if isinstance(value, str) and "\n" in value:
             shown.append(f"{key}=<{len(value.splitlines())} lines>")
         elif isinstance(value, str) and len(value) > INLINE_MAX_CHARS:
@@ -337,7 +342,10 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
         for res in children.get(parent, []):
             detail = escape(_inline(res["inputs"]))
             label = f"[cyan]{escape(res['name'])}[/] [dim]{escape(res['type'])}[/]"
-            add(node.add(label + (f"  [dim]{detail}[/]" if detail else "")), res["name"])
+            branch = node.add(label + (f"  [dim]{detail}[/]" if detail else ""))
+            for line in runs_lines(res["type"], res["inputs"]):
+                branch.add(f"[green]{escape(line)}[/]")
+            add(branch, res["name"])
 
     add(tree, None)
     console.print(tree)

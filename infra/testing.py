@@ -18,22 +18,16 @@ exported with `pulumi.export`::
     run = run_pulumi_program(program, config={"gcp:project": "p"})
     [r.type for r in run.resources]
 
-Each run gets event loops of its own and closes them when it ends. Pulumi's mock monitor
-otherwise leaves one unclosed asyncio loop per executor thread it answered from; they were
-reclaimed at interpreter exit, where the garbage collector could finalize a loop's
-self-pipe socket before the loop (`ValueError: Invalid file descriptor: -1` from
-`BaseEventLoop.__del__`) and warned `unclosed event loop` for each.
+Each run gets event loops of its own and closes them when it ends (`infra.mocks`
+explains why: otherwise interpreter exit can print `ValueError: Invalid file descriptor: -1`
+from `BaseEventLoop.__del__`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import runpy
 import sys
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,41 +88,6 @@ class ProgramResult:
         return self.run.of_type(type_token)
 
 
-@contextmanager
-def _own_event_loops() -> Iterator[None]:
-    """A fresh event loop for this thread and one per executor thread, all closed at the end
-    (the executor too), the thread's previous loop restored."""
-    try:
-        previous: asyncio.AbstractEventLoop | None = (
-            asyncio.get_event_loop_policy().get_event_loop()
-        )
-    except RuntimeError:
-        previous = None
-    loops: list[asyncio.AbstractEventLoop] = []
-    lock = threading.Lock()
-
-    def thread_loop() -> None:
-        # Pulumi's mock monitor asks each executor thread for its loop; give it one we close.
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        with lock:
-            loops.append(loop)
-
-    executor = ThreadPoolExecutor(thread_name_prefix="trainstack-mocks", initializer=thread_loop)
-    main = asyncio.new_event_loop()
-    main.set_default_executor(executor)
-    asyncio.set_event_loop(main)
-    try:
-        yield
-    finally:
-        executor.shutdown(wait=True)
-        for loop in [*loops, main]:
-            loop.close()
-        # With no loop before (after an `asyncio.run`, say), leave one as the policy would
-        # have made: Pulumi code run later in this thread expects `get_event_loop` to answer.
-        asyncio.set_event_loop(previous if previous is not None else asyncio.new_event_loop())
-
-
 def run_pulumi_program(
     program: Callable[[], Mapping[str, Any] | None],
     *,
@@ -148,16 +107,15 @@ def run_pulumi_program(
     A mapping the program returns is exported beside its `pulumi.export` values. An
     exception from the program propagates once the runtime has settled.
     """
-    with _own_event_loops():
-        run = run_program(
-            program,
-            config=config,
-            stack=stack,
-            project=project,
-            preview=preview,
-            outputs=outputs,
-            invokes=invokes,
-        )
+    run = run_program(
+        program,
+        config=config,
+        stack=stack,
+        project=project,
+        preview=preview,
+        outputs=outputs,
+        invokes=invokes,
+    )
     return ProgramResult(run)
 
 
@@ -171,10 +129,12 @@ def run_program_dir(
     invokes: Mapping[str, InvokeFn] | None = None,
 ) -> ProgramResult:
     """Run the Pulumi project in `directory` (its `Pulumi.yaml` name and `__main__.py`) as
-    stack `stack`, with the config of its `Pulumi.<stack>.yaml` updated by `config`."""
+    stack `stack`, with the config of its `Pulumi.<stack>.yaml` (in the project's
+    `stackConfigDir`, if it names one) updated by `config`."""
     root = Path(directory)
-    project = str((yaml.safe_load((root / "Pulumi.yaml").read_text()) or {})["name"])
-    stack_file = root / f"Pulumi.{stack}.yaml"
+    project_file = yaml.safe_load((root / "Pulumi.yaml").read_text()) or {}
+    project = str(project_file["name"])
+    stack_file = root / project_file.get("stackConfigDir", ".") / f"Pulumi.{stack}.yaml"
     stack_config: dict[str, Any] = {}
     if stack_file.is_file():
         stack_config = dict((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})

@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import gc
+import io
 import json
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from components.a100_cluster._common import gke_spot_grace_note
 from infra.compose import main_program
 from infra.config import ConfigError
-from infra.mocks import run_program
+from infra.mocks import REPO_ROOT, SECRET, UNKNOWN, run_program
 from infra.plan import (
     MAX_DIFF_CHARS,
+    UNWRAPPED_WIDTH,
     PlanDocumentError,
     build_plan,
     bundled_stacks,
     load_stack,
     plan_diff,
+    read_stack_file,
+    render_plan,
 )
+from infra.plan_runs import PROVIDER_INPUT, TPU_QUEUED, VERTEX_JOBS, runs_lines
 from tests.bundled import bundled_plan
 from tests.stacks import GPU_STACK
 
@@ -350,3 +363,173 @@ def test_a_spot_gke_cluster_says_whether_its_checkpoint_fits_the_15_seconds() ->
         "trainer.preemption_grace_s to at most 12"
     )
     assert not [n for n in bundled_plan("prod-a100-gce")["notes"] if "gpu_cluster.spot" in n]
+
+
+def _open_loops() -> set[int]:
+    return {
+        id(o)
+        for o in gc.get_objects()
+        if isinstance(o, asyncio.BaseEventLoop) and not o.is_closed()
+    }
+
+
+def test_a_run_closes_every_event_loop_it_made() -> None:
+    # The mock monitor's executor threads each get a loop (infra/mocks.py); left open, they
+    # were finalized at interpreter exit and could print `Invalid file descriptor: -1`.
+    # In a thread of its own, with a loop of its own and no executor before the run.
+    before = _open_loops()
+    threads_before = set(threading.enumerate())
+
+    def plan() -> None:
+        own = asyncio.new_event_loop()
+        asyncio.set_event_loop(own)
+        run_program(main_program, config=GPU_STACK, stack="dev-gpu")
+        assert asyncio.get_event_loop() is own  # the thread's loop is given back
+        own.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(plan).result()
+    assert _open_loops() == before
+    assert set(threading.enumerate()) == threads_before
+
+
+PLAN_LINE = "stack prod-a100-gce (target: gpu_cluster)"
+
+
+@pytest.mark.parametrize(
+    "count", [pytest.param(4), pytest.param(50, marks=pytest.mark.slow)], ids=["4", "50"]
+)
+def test_plans_end_without_event_loop_noise_at_exit(count: int) -> None:
+    # Each plan in a process of its own that exits as the console script does
+    # (tests/unit/plan_at_exit.py). With ResourceWarning shown, a loop left open prints
+    # `unclosed event loop` in every process, where the `Invalid file descriptor: -1` it
+    # caused came in a few; nothing at all on stderr is the bar. On 2 shared cores 4 plans
+    # take about 10 s; 50 took 40 s at load 2.6 and 72 s at load 7, hence `slow`.
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("PYTHONASYNCIODEBUG", None)
+    result = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-m", "tests.unit.plan_at_exit"]
+        + ["prod-a100-gce", str(count)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    expected = {"exit": 0, "stdout_first_line": PLAN_LINE, "stderr": ""}
+    assert len(records) == count
+    assert [r for r in records if r != expected] == []
+
+
+RS_IMAGE = "us-central1-docker.pkg.dev/my-ml-project/training/pytorch-reduction-server:2.13"
+# The bundled trainers run on pytorch/pytorch through the stack's Docker Hub mirror.
+HPT_IMAGE = (
+    "us-central1-docker.pkg.dev/my-ml-project/dev-vertex-hpt-dockerhub/pytorch/pytorch@sha256:"
+    "6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
+)
+SETUP = "runs the pod setup script (installs the trainer package), then "
+RS_COMMAND = (
+    "python3 -m trainers.node trainers.torch_ddp --model=gpt --steps=20000 "
+    "--global_batch_size=1024 --checkpoint_every=500 --bucket_cap_mb=64 --precision=bf16 "
+    "--run_name=prod-vertex-rs"
+)
+RUNS: dict[str, list[str]] = {
+    "local": [
+        "2 workers on this machine run the bundled torch trainer: strategy ddp, model cnn on "
+        "digits, 300 steps, global batch 64"
+    ],
+    "local-tf": [
+        "2 workers on this machine run the bundled tensorflow trainer: strategy "
+        "multi_worker_mirrored, model mlp on digits, 300 steps, global batch 64"
+    ],
+    "prod-vertex-rs": [
+        f"chief: 1 x a2-highgpu-8g with 8 x NVIDIA_TESLA_A100, image {RS_IMAGE}, "
+        + SETUP
+        + RS_COMMAND,
+        f"workers: 3 x a2-highgpu-8g with 8 x NVIDIA_TESLA_A100, image {RS_IMAGE}, "
+        + SETUP
+        + RS_COMMAND,
+        "reduction server: 13 x n1-highcpu-16, image "
+        "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest",
+        "scheduling STANDARD",
+    ],
+    "dev-vertex-hpt": [
+        "8 trials, 2 at a time, RANDOM_SEARCH, MAXIMIZE accuracy",
+        f"chief: 1 x a2-highgpu-1g with 1 x NVIDIA_TESLA_A100, image {HPT_IMAGE}, "
+        + SETUP
+        + "python3 -m trainers.node trainers.torch_ddp --model=cnn --dataset=digits "
+        "--steps=2000 --run_name=dev-vertex-hpt",
+        "scheduling SPOT",
+    ],
+}
+
+
+def _dynamic_runs(plan: dict[str, Any]) -> list[list[str]]:
+    return [
+        runs_lines(r["type"], r["inputs"])
+        for r in plan["resources"]
+        if r["type"].startswith("pulumi-python:dynamic/")
+    ]
+
+
+@pytest.mark.parametrize("stack", sorted(RUNS))
+def test_the_plan_says_what_each_dynamic_resource_runs(stack: str) -> None:
+    assert _dynamic_runs(bundled_plan(stack)) == [RUNS[stack]]
+
+
+def test_your_codes_local_run_shows_its_entrypoint() -> None:
+    stack, config = read_stack_file(REPO_ROOT / "examples/own-trainer/Pulumi.local.yaml")
+    assert _dynamic_runs(build_plan(stack, config)) == [
+        [
+            "2 workers on this machine run your code examples/own-trainer: python train.py "
+            "--steps=60 --checkpoint-every=10 --global-batch=32 (launcher torchrun)"
+        ]
+    ]
+
+
+def test_a_queued_tpu_shows_accelerator_runtime_nodes_and_tier() -> None:
+    name, config = load_stack("prod-tpu-v4-32", None)
+    config["trainstack:tpu"] = {**config["trainstack:tpu"], "provisioning": "queued"}
+    [queued] = [r for r in build_plan(name, config)["resources"] if r["type"] == TPU_QUEUED]
+    where = "runtime tpu-vm-tf-2.14.1-pod, {}, in projects/my-ml-project/locations/us-central2-b"
+    assert runs_lines(TPU_QUEUED, queued["inputs"]) == [
+        "1 x TPU V4 topology 2x2x4, " + where.format("on-demand")
+    ]
+    # The tiers the component offers (TpuPodSlice `queued.tier`) and a multislice node count.
+    body = copy.deepcopy(queued["inputs"]["body"])
+    body["spot"] = {}
+    body["tpu"]["nodeSpec"][0]["multisliceParams"] = {"nodeCount": 2.0}
+    assert runs_lines(TPU_QUEUED, {"body": body}) == [
+        "2 x TPU V4 topology 2x2x4, " + where.format("spot")
+    ]
+    del body["spot"]
+    body["guaranteed"] = {}
+    assert runs_lines(TPU_QUEUED, {"body": body}) == [
+        "2 x TPU V4 topology 2x2x4, " + where.format("guaranteed")
+    ]
+
+
+def test_a_body_unknown_in_a_preview_is_said_so() -> None:
+    unknown = {"body": UNKNOWN, PROVIDER_INPUT: SECRET}
+    assert runs_lines(VERTEX_JOBS[0], unknown) == [f"job body {UNKNOWN}"]
+    assert runs_lines(TPU_QUEUED, unknown) == [f"queued resource body {UNKNOWN}"]
+    assert runs_lines("gcp:storage/bucket:Bucket", {"name": "b"}) == []
+
+
+def test_the_text_plan_shows_runs_not_the_provider() -> None:
+    console = Console(width=UNWRAPPED_WIDTH, record=True, file=io.StringIO())
+    render_plan(bundled_plan("local"), console)
+    lines = console.export_text().splitlines()
+    assert lines[1:4] == [
+        "└── local-job trainstack:local:LocalTrainingJob",
+        "    └── local-job-run pulumi-python:dynamic/local:TrainingRun  workers=2, "
+        'stop_grace_s=45, root=".trainstack/local"',
+        "        └── " + RUNS["local"][0],
+    ]
+    for stack in bundled_stacks():
+        console = Console(width=UNWRAPPED_WIDTH, record=True, file=io.StringIO())
+        render_plan(bundled_plan(stack), console)
+        assert PROVIDER_INPUT not in console.export_text(), stack
