@@ -203,8 +203,10 @@ class QueuedResourceProvider(dyn.ResourceProvider):
                     )
                 )
         timeout = news.get("wait_timeout_s")
-        if timeout is not None and not is_unknown(timeout) and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        if (
+            timeout is not None
+            and not is_unknown(timeout)
+            and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0)
         ):
             failures.append(dyn.CheckFailure("wait_timeout_s", f"expected > 0, got {timeout!r}"))
         body = news.get("body")
