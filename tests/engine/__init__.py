@@ -72,6 +72,8 @@ What it does NOT imitate
   output after the port shown as diagnostics.
 - The HTTP endpoints: the tier sets the Vertex / TPU resources' `api_endpoint` input to
   the local fakes in tests/fakes (the program registers none).
+- Close's 5 s grace: the double waits 30 s before its SIGKILL (a loaded test machine can
+  be slower than 5 s to handle SIGINT); a host that needs the SIGKILL fails the tier.
 - SIGINT is not ignored in the host even when the test run is a background job (a shell
   would make it ignored; the real CLI is run from a terminal).
 """

@@ -34,6 +34,10 @@ PROVIDER_PACKAGE = "pulumi-python"
 """The dynamic-provider plugin: `pulumi-resource-pulumi-python` (sdk/python/dist)."""
 CLOSE_GRACE_S = 5.0
 """Plugin.Close: SIGINT to the process group, SIGKILL after 5 s (pkg/resource/plugin/plugin.go)."""
+LOADED_MACHINE_GRACE_S = 25.0
+"""Extra time before the double's SIGKILL: on 2 shared cores a host can take over 5 s to
+handle SIGINT, which the engine would end with SIGKILL, not an error; a host that ignores
+SIGINT still fails the tier."""
 EXITED_ON_SIGINT = (0, -signal.SIGINT)
 """The host's exit on Close's SIGINT: 0 from its KeyboardInterrupt handler, or death by
 SIGINT when it comes before the host reached that handler (Python re-raises it)."""
@@ -223,7 +227,7 @@ class ProviderHost:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGINT)
             try:
-                self.process.wait(CLOSE_GRACE_S)
+                self.process.wait(CLOSE_GRACE_S + LOADED_MACHINE_GRACE_S)
             except subprocess.TimeoutExpired:
                 self.killed = True
                 os.killpg(self.process.pid, signal.SIGKILL)

@@ -96,14 +96,9 @@ def engine(launch: PluginLaunch) -> Iterator[EngineStack]:
 
 
 @pytest.mark.trainer
-@pytest.mark.parametrize(
-    "label",
-    [
-        # TensorFlow's start-up alone takes most of a minute on a busy 2-core machine.
-        pytest.param(label, marks=pytest.mark.slow) if label == "stacks/local-tf" else label
-        for label in LOCAL_CASES
-    ],
-)
+# Every bundled local stack and example in the default run, TensorFlow's too (its start-up
+# takes most of a minute on a busy 2-core machine).
+@pytest.mark.parametrize("label", LOCAL_CASES)
 def test_up_update_replace_resumes_destroy_keeps_checkpoints(
     engine: EngineStack, label: str, tmp_path: Path
 ) -> None:

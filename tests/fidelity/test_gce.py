@@ -277,7 +277,7 @@ def test_the_planned_startup_script_is_the_same_on_every_node() -> None:
     planned = _plan({"steps": 4})
     assert planned.names == ["prod-a100-gce-a100-0", "prod-a100-gce-a100-1"]
     assert 'systemd-run --unit="$UNIT"' in planned.script
-    assert "\nRESTART_PREVENT='0 2'\n" in planned.script
+    assert "\nRESTART_PREVENT='0 1 2 5'\n" in planned.script
     assert f"\nCOORDINATOR={planned.names[0]}\n" in planned.script
     assert f"\nPACKAGE_URI={planned.package_uri}\n" in planned.script
 
