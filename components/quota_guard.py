@@ -4,10 +4,23 @@ Every rival tool's most common complaint is finding out about quota minutes into
 provisioning. QuotaGuard reads the current limit of each quota a stack needs with the
 `gcp.cloudquota.get_s_quota_info` invoke (which runs at preview too) and raises before the
 stack registers anything when a need exceeds its limit, naming every shortfall. With
-`request_increases` it files a `gcp.cloudquota.SQuotaPreference` per shortfall instead and
-reports the deployment as blocked until Google grants them; only for quota ids whose source
+`request_increases` it files a `gcp.cloudquota.SQuotaPreference` per shortfall, then raises
+as well (on `pulumi up`; a preview only warns, see below); only for quota ids whose source
 is verified (`QuotaNeed.verified`): a preference for a guessed id would ask for the wrong
 quota, or fail.
+
+A shortfall always raises; it never skips the compute. `pulumi.log.error` would not stop
+the program ("Consider raising an exception after calling error to stop the Pulumi
+program", pulumi/pulumi sdk/python/lib/pulumi/log.py:111), and a program that completes
+without registering the cluster, MIG, slice or job makes the engine delete them. A program
+that raises makes the engine bail before it generates any delete: deletes are generated only
+after the program's last event (pkg/resource/deploy/deployment_executor.go:262-269, 293-303,
+328-332 `performPostSteps`; source_eval.go:337-347 hands the program's error to the
+executor). The Python SDK awaits every outstanding registration before it reports the error
+(sdk/python/lib/pulumi/runtime/stack.py:133-159, `run_pulumi_func`), so preferences
+registered before the raise are filed. A `pulumi up` runs the program as a preview first and
+stops if that preview fails, so with `request_increases` the preview warns instead of
+raising (showing the preferences it will file), and only the update raises, after filing.
 
 A quota id the Cloud Quotas API does not know is an error too (`UnknownQuotaIdError`), not
 a warning, when the catalog marks the id verified: the check could not run, and the
@@ -27,16 +40,26 @@ deployer's role is not.
                    "dimensions": {"region": "us-central1"}, "needed": 16}],
     })
 
-Usage counts: a need fits when it is at most the limit minus what the project already uses.
-Cloud Quotas reports limits only; current usage is read where Google publishes it, from
-Compute Engine's `regions.get` / `projects.get` (`quotas[] {metric, limit, usage}`,
-https://cloud.google.com/compute/docs/reference/rest/v1/regions/get), for compute.googleapis.com
-quotas (`compute_usage`); TPU API and Vertex usage is not readable there and counts as
-unknown (the limit alone is compared, and the detail says so). A filed preference asks for
-`max(limit, usage + needed)`: `quotaConfig.preferredValue` is the new total limit, not an
-increment ("The preferred value. Must be greater than or equal to -1. If set to -1, it means
-the value is 'unlimited'.",
-https://cloud.google.com/docs/quotas/reference/rest/v1/projects.locations.quotaPreferences).
+Usage warns, never blocks. Cloud Quotas reports limits only; current usage is read where
+Google publishes it, from Compute Engine's `regions.get` / `projects.get` (`quotas[] {metric,
+limit, usage}`, https://cloud.google.com/compute/docs/reference/rest/v1/regions/get), for
+compute.googleapis.com quotas (`compute_usage`); TPU API and Vertex usage is not readable
+there. That usage is the whole project's and cannot tell whose machines they are: once this
+stack is deployed, it includes the stack's own GPUs, so on every later `pulumi up` of a
+stack that fills its quota, "need > limit - usage" holds although nothing is missing
+(audit-21 B1: need 16, limit 16, 16 in use). Hence:
+
+- `need > limit` is a shortfall (`short`): the stack cannot run whoever the usage belongs
+  to; it raises (verified ids), as it did before usage was read.
+- `limit - usage < need <= limit` is `tight`: a warning naming the figures and saying the
+  usage may be this stack's own machines; never a block and never a filed preference.
+- A filed preference asks for `need` (`QuotaCheck.preferred_value`), the one total limit the
+  stack certainly needs whoever's the usage is. `usage + need` would ask an already-running
+  stack for twice what it uses (its own usage counted once more); if other workloads share
+  the quota, the `tight` warning after the grant names what is left. `preferredValue` is the
+  new total limit, not an increment ("The preferred value. Must be greater than or equal to
+  -1. If set to -1, it means the value is 'unlimited'.",
+  https://cloud.google.com/docs/quotas/reference/rest/v1/projects.locations.quotaPreferences).
 
 Every TPU quota id is unverified (`infra/catalog.py` TPU_QUOTAS), and a shortfall or an
 unknown id on an unverified id only ever warns: a guessed id is not evidence enough to stop a
@@ -105,13 +128,15 @@ class QuotaGuardArgs(TypedDict):
     """Read the limits and fail on a shortfall (default True). Turn off for stacks that run
     on a specific reservation, whose capacity is not counted against these quotas."""
     request_increases: NotRequired[bool]
-    """File a quota preference for each shortfall instead of failing (default False); a
-    shortfall on an unverified id then fails, naming it (without this flag it only warns)."""
+    """File a quota preference for each shortfall on a verified id before failing (default
+    False); a shortfall on an unverified id is never filed and only warns."""
     contact_email: NotRequired[str]
     """Who Google contacts about the requests; required with `request_increases`."""
 
 
-Status = Literal["ok", "short", "unknown", "not_found", "skipped"]
+Status = Literal["ok", "tight", "short", "unknown", "not_found", "skipped"]
+"""`short`: need > limit. `tight`: need <= limit but more than the limit minus the project's
+usage, which may be this stack's own machines (module docstring): a warning only."""
 
 
 @dataclass(frozen=True)
@@ -132,13 +157,16 @@ class QuotaCheck:
 
     @property
     def preferred_value(self) -> int:
-        """The total limit to ask for: `max(limit, usage + needed)` (a preference's
-        `preferredValue` replaces the limit; it is not added to it)."""
-        return max(self.limit or 0, (self.usage or 0) + self.needed)
+        """The total limit to ask for on a shortfall (need > limit): the need itself, never
+        `usage + needed`, since the usage may be this stack's own running machines and
+        would be asked for twice (module docstring). A preference's `preferredValue`
+        replaces the limit; it is not added to it."""
+        return self.needed
 
 
 class QuotaShortfallError(RuntimeError):
-    """A need exceeds its quota limit; raised before any resource is registered."""
+    """A need exceeds its quota limit; raised before any resource but the filed quota
+    preferences is registered, so the engine changes nothing else (module docstring)."""
 
 
 class UnknownQuotaIdError(RuntimeError):
@@ -326,11 +354,12 @@ def _compare(need: QuotaNeed, limit: int, usage: int | None, note: str) -> Quota
     needed = need["needed"]
     if limit == UNLIMITED:
         return _outcome(need, limit, "ok", "unlimited" + (f" [{note}]" if note else ""), usage)
+    # Only need > limit is short: the usage may be this stack's own machines (docstring).
+    status: Status = "short" if needed > limit else "ok"
     if usage is None:
-        status: Status = "short" if needed > limit else "ok"
         detail = f"need {needed}, limit {limit} (current usage not readable for this quota)"
     else:
-        status = "short" if needed > limit - usage else "ok"
+        status = "tight" if status == "ok" and needed > limit - usage else status
         detail = f"need {needed}, limit {limit}, in use {usage}: {limit - usage} left"
     return _outcome(need, limit, status, detail + (f" [{note}]" if note else ""), usage)
 
@@ -341,7 +370,8 @@ def check_needs(
     read_usage: Callable[[Sequence[QuotaNeed]], UsageTable] | None = None,
 ) -> list[QuotaCheck]:
     """Read each need's limit and compare the need with the limit minus current usage
-    (`read_usage`, for the needs whose limit was read; without it usage is unknown). An id
+    (`read_usage`, for the needs whose limit was read; without it usage is unknown): above the
+    limit is `short`, above what is left `tight` (module docstring). An id
     the API does not know comes back `not_found`; any other unreadable quota (no permission,
     API off) `unknown`."""
     checks: list[QuotaCheck | None] = []
@@ -384,14 +414,46 @@ def shortfall_message(project: str, shortfalls: Sequence[QuotaCheck]) -> str:
     lines = [f"quota preflight: {len(shortfalls)} shortfall(s) in project {project!r}:"]
     for c in shortfalls:
         lines.append(
-            f"  - {c.service} {c.quota_id} ({_where(c)}): {c.detail}; raise the limit to "
-            f"{c.preferred_value} at {console_url(project, c)}"
+            f"  - {c.service} {c.quota_id} ({_where(c)}): {c.detail}; raise the limit to at "
+            f"least {c.preferred_value} at {console_url(project, c)}"
         )
     lines.append(
-        "Nothing was created. Raise the quota, or set trainstack:quotas "
+        "Nothing was created or changed. Raise the quota, or set trainstack:quotas "
         "{request_increases: true, contact_email: ...} to file the requests with pulumi up."
     )
     return "\n".join(lines)
+
+
+def filed_message(project: str, filed: Sequence[QuotaCheck], preview: bool = False) -> str:
+    """With `request_increases`: what `pulumi up` filed (the error), or will file (a
+    preview's warning), and that nothing else changes."""
+    head = f"quota preflight: {len(filed)} shortfall(s) in project {project!r}"
+    lines = [f"{head}; quota preference(s) {'to file' if preview else 'filed'}:"]
+    for c in filed:
+        lines.append(
+            f"  - {c.service} {c.quota_id} ({_where(c)}): {c.detail}; asked for a limit of "
+            f"{c.preferred_value} (track it at {console_url(project, c)})"
+        )
+    lines.append(
+        "pulumi up files them, then stops with an error before creating or changing anything "
+        "else; run it again once Google grants them."
+        if preview
+        else "Nothing else was created or changed. Run pulumi up again once Google grants them."
+    )
+    return "\n".join(lines)
+
+
+def tight_warning(project: str, check: QuotaCheck) -> str:
+    """A need within the limit but above what the project leaves: the usage may be this
+    stack's own machines, so it warns and files nothing (module docstring)."""
+    return (
+        f"quota {check.service} {check.quota_id} ({_where(check)}): {check.detail}. The "
+        f"usage is the whole project's and may include this stack's own machines from an "
+        f"earlier pulumi up, so the deployment goes on and nothing is requested; if it is "
+        f"other workloads', the stack's machines start only once {check.needed} are free or "
+        f"the limit is raised to {(check.usage or 0) + check.needed} at "
+        f"{console_url(project, check)}"
+    )
 
 
 def unknown_ids_message(project: str, unknown: Sequence[QuotaCheck]) -> str:
@@ -444,10 +506,9 @@ class QuotaGuard(pulumi.ComponentResource):
     """The outcome per need (plain data: the check ran when the program did)."""
     shortfalls: list[QuotaCheck]
     """Needs above their limit."""
-    blocked: bool
-    """True when shortfalls were filed as requests: compute must wait for the grants."""
     preferences: list[cloudquota.SQuotaPreference]
-    """The quota preferences filed (empty unless `request_increases` and a shortfall)."""
+    """The quota preferences a preview shows (empty unless `request_increases` and a
+    shortfall; `pulumi up` files them and raises)."""
 
     def __init__(
         self, name: str, args: QuotaGuardArgs, opts: pulumi.ResourceOptions | None = None
@@ -471,8 +532,8 @@ class QuotaGuard(pulumi.ComponentResource):
         self.shortfalls = [c for c in self.checks if c.status == "short"]
         # A shortfall on an unverified id (every TPU id) warns: the id may not be the quota
         # the resource draws on, so it neither stops the deployment nor is filed.
-        blocking = [] if request else [c for c in self.shortfalls if c.verified]
-        if blocking:
+        blocking = [c for c in self.shortfalls if c.verified]
+        if blocking and not request:
             raise QuotaShortfallError(shortfall_message(project, blocking))
 
         super().__init__(TYPE_TOKEN, name, None, opts)
@@ -480,20 +541,26 @@ class QuotaGuard(pulumi.ComponentResource):
             pulumi.log.warn(unverified_unknown_warning(project, c), resource=self)
         for c in (c for c in self.shortfalls if not c.verified):
             pulumi.log.warn(unverified_shortfall_warning(project, c, request), resource=self)
+        for c in (c for c in self.checks if c.status == "tight"):
+            pulumi.log.warn(tight_warning(project, c), resource=self)
         for c in (c for c in self.checks if c.status == "unknown"):
             pulumi.log.warn(
                 f"quota {c.service} {c.quota_id} ({_where(c)}) could not be read: {c.detail}; "
                 f"the stack needs {c.needed}. Check it at {console_url(project, c)}",
                 resource=self,
             )
-        filed = [c for c in self.shortfalls if c.verified] if request else []
-        self.preferences = [self._request(name, args, c) for c in filed]
-        self.blocked = bool(self.preferences)
+        self.preferences = [self._request(name, args, c) for c in blocking]
+        if blocking and not pulumi.runtime.is_dry_run():
+            # Raised after registering the preferences: the SDK files them before it reports
+            # the error, and the engine then stops without deleting anything (docstring).
+            raise QuotaShortfallError(filed_message(project, blocking))
+        if blocking:
+            # A preview that failed would stop `pulumi up` before the preferences are filed.
+            pulumi.log.warn(filed_message(project, blocking, preview=True), resource=self)
         self.register_outputs(
             {
                 "checks": [asdict(c) for c in self.checks],
                 "shortfalls": [asdict(c) for c in self.shortfalls],
-                "blocked": self.blocked,
                 "preferences": [p.name for p in self.preferences],
             }
         )

@@ -79,7 +79,6 @@ OUTPUT_LOCAL_ROOT = "local_root"
 OUTPUT_LOCAL_PIDS = "local_pids"
 OUTPUT_LOCAL_LOG = "local_log_path"
 OUTPUT_LOCAL_CHECKPOINT_DIR = "local_checkpoint_dir"
-OUTPUT_QUOTA_BLOCKED = "quota_blocked"
 OUTPUT_JOB_NAME = "job_name"
 OUTPUT_JOB_STATE = "job_state"
 OUTPUT_CONSOLE_URL = "console_url"
@@ -149,7 +148,10 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     project, region = cfg.project, cfg.region
     assert project is not None and region is not None  # validated for cloud targets
 
-    # First, so a shortfall stops the deployment before anything at all is registered.
+    # First, so a shortfall stops the deployment before anything else is registered. A
+    # shortfall raises (after filing preferences, with request_increases) and never lets the
+    # program finish without the compute: a finished program that left the cluster, MIG,
+    # slice or job unregistered would have the engine delete them (components.quota_guard).
     guard_args: QuotaGuardArgs = {
         "project": project,
         "deployment_name": deployment,
@@ -163,14 +165,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     }
     if cfg.quotas.contact_email:
         guard_args["contact_email"] = cfg.quotas.contact_email
-    guard = QuotaGuard(f"{deployment}-quota", guard_args)
-    if guard.blocked:
-        pulumi.log.error(
-            f"quota increases were requested for {len(guard.shortfalls)} quota(s); the "
-            "compute target is not created until Google grants them. Run `pulumi up` again "
-            "once granted.",
-            resource=guard,
-        )
+    QuotaGuard(f"{deployment}-quota", guard_args)
 
     secrets = secret_names(cfg)
     service_names = [*BASE_SERVICES, *TARGET_SERVICES[cfg.target]]
@@ -227,7 +222,6 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     package = TrainerPackage(f"{deployment}-trainer", package_args(cfg, buckets, labels))
     outputs: dict[str, Any] = {
         OUTPUT_TARGET: cfg.target,
-        OUTPUT_QUOTA_BLOCKED: guard.blocked,
         OUTPUT_DATA_URL: buckets.data_url,
         OUTPUT_CHECKPOINT_URL: buckets.checkpoint_url,
         OUTPUT_STAGING_URL: buckets.staging_url,
@@ -250,8 +244,6 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         )
         outputs[OUTPUT_NETWORK] = network.network_self_link
         outputs[OUTPUT_SUBNETWORK] = network.subnetwork_self_link
-    if guard.blocked:
-        return outputs
     node_args: pulumi.Output[list[str]] | None = None
     if cfg.trainer.user_code is not None:
         node_args = pulumi.Output.all(buckets.checkpoint_url, buckets.data_url).apply(

@@ -5,8 +5,13 @@ invoke reads during `pulumi up`. An id the API answers 404 for is `NOT_FOUND` (a
 like a shortfall); a refused read (403) is `unknown`. Current usage is only published for Compute Engine quotas
 (`regions.get` / `projects.get` list `{metric, limit, usage}`, read by
 `components.quota_guard.compute_usage`, which QuotaGuard uses too); for TPU API and Vertex
-quotas usage is reported as unknown rather than guessed. A SHORT row carries `request`, the
-total limit a quota preference would ask for.
+quotas usage is reported as unknown rather than guessed.
+
+The statuses follow QuotaGuard's rule (`components.quota_guard`, module docstring): usage is
+the whole project's and includes a deployed stack's own machines, so only a need above the
+limit is `SHORT` (exit 1, with `request`: the need, the total limit a quota preference
+asks for); a need above what is left but within the limit is `TIGHT`, which says the usage
+may be the stack's own and does not fail.
 
 Credentials are Application Default Credentials (`gcloud auth application-default login`).
 """
@@ -34,7 +39,8 @@ TIMEOUT_S = 30
 
 
 FAILED_STATUSES = ("SHORT", "NOT_FOUND")
-"""Statuses that make `trainstack quota --live` exit 1."""
+"""Statuses that make `trainstack quota --live` exit 1 (`TIGHT` does not: QuotaGuard deploys
+it, with a warning)."""
 
 
 class LiveQuotaError(RuntimeError):
@@ -53,11 +59,12 @@ class LiveQuota:
     usage: int | None
     headroom: int | None
     status: str
-    """`ok`, `SHORT` (need exceeds what is left), `NOT_FOUND` (the API does not know the
-    quota id: HTTP 404), or `unknown` (limit unreadable, e.g. HTTP 403)."""
+    """`ok`, `SHORT` (need exceeds the limit), `TIGHT` (need within the limit but above what
+    the project's usage leaves, which may be this stack's own machines), `NOT_FOUND` (the
+    API does not know the quota id: HTTP 404), or `unknown` (limit unreadable, e.g. 403)."""
     detail: str
     request: int | None = None
-    """For SHORT: the total limit to ask for, `max(limit, usage + needed)` (a quota
+    """For SHORT: the total limit to ask for, the need (`QuotaCheck.preferred_value`; a quota
     preference's `preferredValue` is the new limit, not an increment)."""
 
 
@@ -115,11 +122,18 @@ def read_live_quota(
             elif limit == -1:
                 status, detail = "ok", "unlimited"
             else:
-                headroom = limit - (used or 0) - need["needed"]
-                status = "ok" if headroom >= 0 else "SHORT"
+                needed = need["needed"]
+                headroom = limit - (used or 0) - needed
+                # The same rule as QuotaGuard's `_compare`: usage may be the stack's own.
+                status = "SHORT" if needed > limit else "ok" if headroom >= 0 else "TIGHT"
                 detail = "usage unknown for this service" if used is None else ""
+                if status == "TIGHT":
+                    detail = (
+                        f"{limit - (used or 0)} left; the usage may include this stack's own "
+                        f"machines; if not, the limit must be {(used or 0) + needed}"
+                    )
                 if status == "SHORT":
-                    request = max(limit, (used or 0) + need["needed"])
+                    request = needed
         results.append(
             LiveQuota(
                 service=need["service"],

@@ -41,7 +41,7 @@ def guarded(args: QuotaGuardArgs, caught: list[str]):
         except QuotaShortfallError as exc:
             caught.append(str(exc))
             return {}
-        return {"blocked": guard.blocked, "checks": [c.status for c in guard.checks]}
+        return {"preferences": len(guard.preferences), "checks": [c.status for c in guard.checks]}
 
     return program
 
@@ -90,10 +90,10 @@ def test_shortfall_fails_the_stack_before_anything_is_registered() -> None:
         "quota preflight: 1 shortfall(s) in project 'acme-ml':\n"
         "  - compute.googleapis.com PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region "
         "(region=us-central1): need 16, limit 8 (current usage not readable for this quota); "
-        "raise the limit to 16 at "
+        "raise the limit to at least 16 at "
         "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
         "&service=compute.googleapis.com&metric=PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region\n"
-        "Nothing was created. Raise the quota, or set trainstack:quotas "
+        "Nothing was created or changed. Raise the quota, or set trainstack:quotas "
         "{request_increases: true, contact_email: ...} to file the requests with pulumi up."
     ]
 
@@ -101,7 +101,7 @@ def test_shortfall_fails_the_stack_before_anything_is_registered() -> None:
 def test_enough_quota_passes_and_the_stack_is_built() -> None:
     invokes = limits({PREEMPTIBLE_A100: [({"region": "us-central1"}, "64")]})
     run = run_program(main_program, config=GPU_STACK, stack="dev-gpu", invokes=invokes)
-    assert run.outputs["quota_blocked"] is False
+    assert "quota_blocked" not in run.outputs
     guard = run.named("dev-gpu-quota")
     assert guard.type == "trainstack:quota:QuotaGuard"
     assert len(run.of_type("gcp:storage/bucket:Bucket")) == 3
@@ -124,7 +124,7 @@ def test_most_specific_dimensions_win_and_minus_one_is_unlimited() -> None:
     caught: list[str] = []
     run = run_program(guarded(NEEDS, caught), invokes=invokes)
     assert caught == []
-    assert run.outputs == {"blocked": False, "checks": ["ok", "ok"]}
+    assert run.outputs == {"preferences": 0, "checks": ["ok", "ok"]}
 
 
 def test_request_increases_files_exact_preferences_retained_on_destroy() -> None:
@@ -136,9 +136,18 @@ def test_request_increases_files_exact_preferences_retained_on_destroy() -> None
         }
     )
     caught: list[str] = []
-    run = run_program(guarded(args, caught), invokes=invokes)
-    assert caught == []
-    assert run.outputs == {"blocked": True, "checks": ["short", "ok"]}
+    # As `pulumi up` runs it: the preference is registered, then the guard raises.
+    run = run_program(guarded(args, caught), invokes=invokes, preview=False)
+    assert caught == [
+        "quota preflight: 1 shortfall(s) in project 'acme-ml'; quota preference(s) filed:\n"
+        "  - compute.googleapis.com PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region "
+        "(region=us-central1): need 16, limit 8 (current usage not readable for this quota); "
+        "asked for a limit of 16 (track it at "
+        "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
+        "&service=compute.googleapis.com&metric=PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region)\n"
+        "Nothing else was created or changed. Run pulumi up again once Google grants them."
+    ]
+    assert run.outputs == {}
     [pref] = run.of_type("gcp:cloudquota/sQuotaPreference:SQuotaPreference")
     assert pref.parent == "g"
     assert pref.retain_on_delete is True
@@ -164,7 +173,7 @@ def test_unreadable_quota_is_a_warning_not_a_pass() -> None:
     caught: list[str] = []
     run = run_program(guarded(NEEDS, caught), invokes={INVOKE: broken})
     assert caught == []
-    assert run.outputs == {"blocked": False, "checks": ["unknown", "unknown"]}
+    assert run.outputs == {"preferences": 0, "checks": ["unknown", "unknown"]}
     warnings = [m for level, m in run.logs if level == "WARNING"]
     assert len(warnings) == 2
     assert warnings[0].startswith(
@@ -177,7 +186,7 @@ def test_unreadable_quota_is_a_warning_not_a_pass() -> None:
 def test_preflight_off_reads_nothing() -> None:
     caught: list[str] = []
     run = run_program(guarded({**NEEDS, "preflight": False}, caught))
-    assert run.outputs == {"blocked": False, "checks": ["skipped", "skipped"]}
+    assert run.outputs == {"preferences": 0, "checks": ["skipped", "skipped"]}
     assert run.invokes == []
 
 

@@ -47,6 +47,8 @@ VERTEX_STACK: dict[str, Any] = {
         "machine_type": "a2-highgpu-8g",
         "replica_count": 4,
         "reduction_server": {"enabled": True, "replica_count": 2},
+        # A reduction server needs an image with Google's reduction-server package.
+        "image_uri": "us-docker.pkg.dev/acme-ml/train/rs:1",
     },
 }
 
@@ -86,7 +88,9 @@ def test_a_verified_id_the_api_does_not_know_stops_the_stack_before_anything_exi
 
 
 def _warnings(run: ProgramRun) -> list[str]:
-    return [m for level, m in run.logs if level == "WARNING"]
+    """The guard's warnings (each starts "quota"), in order; the Vertex stack's reduction
+    server adds a note on its image of its own."""
+    return [m for level, m in run.logs if level == "WARNING" and m.startswith("quota")]
 
 
 def test_an_unverified_id_the_api_does_not_know_only_warns() -> None:
@@ -130,10 +134,10 @@ def test_a_verified_shortfall_still_fails_and_names_only_the_verified_id() -> No
     assert caught == [
         "QuotaShortfallError: quota preflight: 1 shortfall(s) in project 'acme-ml':\n"
         f"  - aiplatform.googleapis.com {A100} (region=us-central1): need 32, limit 8 "
-        "(current usage not readable for this quota); raise the limit to 32 at "
+        "(current usage not readable for this quota); raise the limit to at least 32 at "
         "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
         f"&service=aiplatform.googleapis.com&metric={A100}\n"
-        "Nothing was created. Raise the quota, or set trainstack:quotas "
+        "Nothing was created or changed. Raise the quota, or set trainstack:quotas "
         "{request_increases: true, contact_email: ...} to file the requests with pulumi up."
     ]
 
@@ -154,14 +158,21 @@ def test_a_refused_read_warns_and_the_verified_shortfall_is_requested() -> None:
         run = _deploy(VERTEX_STACK, fake, caught)
     assert caught == []
     assert sorted(_served(fake)) == [A100, VERTEX_CPUS]
-    warnings = [m for level, m in run.logs if level == "WARNING"]
-    assert warnings == [
+    assert _warnings(run) == [
         f"quota aiplatform.googleapis.com {VERTEX_CPUS} (region=us-central1) could not be "
         "read: invoke of gcp:cloudquota/getSQuotaInfo:getSQuotaInfo failed: Error when reading "
         'or editing CloudQuotasQuotaInfo "": googleapi: Error 403: Permission '
         f"'cloudquotas.quotas.get' denied on {VERTEX_CPUS} (); the stack needs 32. Check it at "
         "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
-        f"&service=aiplatform.googleapis.com&metric={VERTEX_CPUS}"
+        f"&service=aiplatform.googleapis.com&metric={VERTEX_CPUS}",
+        # A preview only warns: `pulumi up` files the preference, then raises.
+        "quota preflight: 1 shortfall(s) in project 'acme-ml'; quota preference(s) to file:\n"
+        f"  - aiplatform.googleapis.com {A100} (region=us-central1): need 32, limit 8 (current "
+        "usage not readable for this quota); asked for a limit of 32 (track it at "
+        "https://console.cloud.google.com/iam-admin/quotas?project=acme-ml"
+        f"&service=aiplatform.googleapis.com&metric={A100})\n"
+        "pulumi up files them, then stops with an error before creating or changing anything "
+        "else; run it again once Google grants them.",
     ]
     [pref] = run.of_type(PREFERENCE)
     assert pref.inputs == {
@@ -177,7 +188,8 @@ def test_a_refused_read_warns_and_the_verified_shortfall_is_requested() -> None:
             "training; current limit 8."
         ),
     }
-    assert run.outputs["quota_blocked"] is True
+    # The preview registers the compute as `pulumi up` will once the quota is granted.
+    assert len(run.of_type("trainstack:vertex:VertexTrainingJob")) == 1
 
 
 def test_no_preference_is_filed_for_an_unverified_id() -> None:
@@ -190,7 +202,6 @@ def test_no_preference_is_filed_for_an_unverified_id() -> None:
         run = _deploy({**VERTEX_STACK, "trainstack:vertex": vertex}, fake, caught)
     assert caught == []
     assert run.of_type(PREFERENCE) == []
-    assert run.outputs["quota_blocked"] is False
     assert _warnings(run) == [
         f"quota aiplatform.googleapis.com {SPOT_A100} (region=us-central1): need 32, limit 8 "
         "(current usage not readable for this quota), but the id is unverified "

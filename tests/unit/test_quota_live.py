@@ -16,13 +16,16 @@ runner = CliRunner()
 PREEMPTIBLE = "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region"
 
 
-def test_headroom_subtracts_usage_and_flags_a_shortfall() -> None:
+def _live(limit: str, used: float) -> tuple[int, dict[str, dict[str, object]], list[str]]:
+    """`quota --live --json` for dev-a100-gke (16 spot A100s) with `used` of them in use."""
     limits = {
-        PREEMPTIBLE: [({}, "0"), ({"region": "us-central1"}, "32")],
+        PREEMPTIBLE: [({}, "0"), ({"region": "us-central1"}, limit)],
         "GPUS-ALL-REGIONS-per-project": [({}, "64")],
+        "A2-CPUS-per-project-region": [({}, "1000")],
+        "CPUS-per-project-region": [({}, "1000")],
     }
     usage = {
-        "us-central1": [("PREEMPTIBLE_NVIDIA_A100_GPUS", 32.0, 24.0), ("A2_CPUS", 400.0, 0.0)],
+        "us-central1": [("PREEMPTIBLE_NVIDIA_A100_GPUS", float(limit), used)],
         "global": [("GPUS_ALL_REGIONS", 64.0, 10.0)],
     }
     with QuotaFakeServer(limits, usage) as fake:
@@ -30,29 +33,61 @@ def test_headroom_subtracts_usage_and_flags_a_shortfall() -> None:
             app,
             ["quota", "--stack", "dev-a100-gke", "--live", "--json", "--endpoint", fake.endpoint],
         )
-    assert result.exit_code == 1, result.output
     rows = {r["quota_id"]: r for r in json.loads(result.stdout)}
+    return result.exit_code, rows, fake.requests
+
+
+def test_a_deployed_stack_filling_its_quota_is_tight_not_short() -> None:
+    """Need 16, limit 16, 16 in use (maybe the stack's own GPUs): a note, exit 0."""
+    code, rows, requests = _live("16", 16.0)
+    assert code == 0
     assert rows[PREEMPTIBLE] == {
         "service": "compute.googleapis.com",
         "quota_id": PREEMPTIBLE,
         "dimensions": {"region": "us-central1"},
         "needed": 16,
-        "limit": 32,
-        "usage": 24,
-        "headroom": -8,
-        "status": "SHORT",
-        "detail": "",
-        # The total to ask for: 24 in use + 16 needed (more than the limit of 32).
-        "request": 40,
+        "limit": 16,
+        "usage": 16,
+        "headroom": -16,
+        "status": "TIGHT",
+        "detail": "0 left; the usage may include this stack's own machines; if not, the "
+        "limit must be 32",
+        "request": None,
     }
     assert (
         rows["GPUS-ALL-REGIONS-per-project"]["usage"],
         rows["GPUS-ALL-REGIONS-per-project"]["headroom"],
     ) == (10, 38)
-    unknown = rows["A2-CPUS-per-project-region"]
+    assert "/compute/v1/projects/my-ml-project/regions/us-central1" in requests
+
+
+def test_a_need_above_the_limit_is_short_and_asks_for_the_need() -> None:
+    code, rows, _ = _live("8", 4.0)
+    assert code == 1
+    row = rows[PREEMPTIBLE]
+    assert (row["status"], row["headroom"], row["detail"], row["request"]) == (
+        "SHORT",
+        -12,
+        "",
+        # The need: the 4 in use may be this stack's own (QuotaCheck.preferred_value).
+        16,
+    )
+
+
+def test_an_unknown_id_is_not_found() -> None:
+    limits = {
+        PREEMPTIBLE: [({}, "0"), ({"region": "us-central1"}, "32")],
+        "GPUS-ALL-REGIONS-per-project": [({}, "64")],
+    }
+    with QuotaFakeServer(limits, {}) as fake:
+        result = runner.invoke(
+            app,
+            ["quota", "--stack", "dev-a100-gke", "--live", "--json", "--endpoint", fake.endpoint],
+        )
+    assert result.exit_code == 1, result.output
+    unknown = {r["quota_id"]: r for r in json.loads(result.stdout)}["A2-CPUS-per-project-region"]
     assert unknown["status"] == "NOT_FOUND"
     assert unknown["detail"] == "HTTP 404: quota A2-CPUS-per-project-region not found"
-    assert "/compute/v1/projects/my-ml-project/regions/us-central1" in fake.requests
 
 
 def test_an_unknown_id_fails_and_a_refused_read_does_not() -> None:
