@@ -37,11 +37,12 @@ accelerators it gets `CUDA_VISIBLE_DEVICES=` (so its processes run on CPU with g
 Bundled trainer modules have their arguments checked before anything starts (and, under
 torchrun, the global batch against the world size), so a bad flag exits 2 rather than as
 torchrun's generic worker failure. SIGTERM or SIGINT to the launcher is passed on to the
-target as SIGTERM (torchrun forwards it to its workers, which checkpoint and exit 143). Under torchrun the
-target gets `TORCH_NCCL_ASYNC_ERROR_HANDLING=2` unless you set it (`trainers.elastic`).
+target as SIGTERM (torchrun forwards it to its workers, which checkpoint and exit 143).
+Under torchrun the target gets `TORCH_NCCL_ASYNC_ERROR_HANDLING=2` unless you set it
+(`trainers.elastic`).
 
 Before anything starts, a machine with fewer usable accelerators than the plan bought
-(`TRAINSTACK_EXPECTED_ACCELERATORS`, set by every cloud target's launch;
+(`TRAINSTACK_EXPECTED_ACCELERATORS`, set by the GPU targets' launches, not on TPU VMs;
 `trainers.common.accelerators.check_expected`) stops with exit 5.
 
 Exit codes (those of `components/gpu_startup/launch.sh`; `trainers.common.exit_codes`):
