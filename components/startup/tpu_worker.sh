@@ -39,7 +39,7 @@
 #      TPU API has none) every launching worker reads the run's first start with the node
 #      helper that the Compute Engine launcher uses (`run-started`: recorded once in the
 #      checkpoint bucket at TS_RUN_CLOCK_URI, created only if absent) before it installs
-#      anything; once the limit has passed since then the trainer gets SIGTERM (it
+#      anything, retried like the package download while the bucket grant propagates; once the limit has passed since then the trainer gets SIGTERM (it
 #      checkpoints), the script logs `max_run_hours reached` and exits 0 without relaunching;
 #      a boot after the deadline exits 0 at once.
 # Every line (trainer output included) is also prefixed with the slice and worker id and goes
