@@ -12,11 +12,13 @@
 #   TRAINSTACK_TF_KERAS     1: the trainer runs tf.keras as Keras 2, so install tf-keras at
 #                           the image's TensorFlow minor (from TF 2.16 on), --no-deps
 #   GCE_METADATA_HOST, STORAGE_EMULATOR_HOST  point the download at local fakes (tests
-#                           only), as in Google's client libraries
+#                           only), as in Google's client libraries (the tests also put a
+#                           fake `date` and `sleep` first on PATH: the retry's clock)
 #   TRAINSTACK_NVIDIA_DIR   where the GPU driver is mounted (tests only; /usr/local/nvidia)
 #
-# Exit codes: 3 when setup fails before the launcher starts (a retry may help: the Job
-# counts it against backoffLimitPerIndex); otherwise the node launcher's own.
+# Exit codes: 3 when setup fails before the launcher starts, after the download's own
+# 15-minute retry (a retry may help: the Job counts it against backoffLimitPerIndex);
+# otherwise the node launcher's own.
 set -euo pipefail
 
 log() { printf 'trainstack-pod: %s\n' "$*" >&2; }
@@ -31,46 +33,91 @@ work="${TMPDIR:-/tmp}/trainstack"
 mkdir -p "$work"
 package="$work/${TRAINSTACK_PACKAGE_URI##*/}"
 
-log "installing $TRAINSTACK_PACKAGE_URI"
-"$python" - "$TRAINSTACK_PACKAGE_URI" "$package" <<'TRAINSTACK_DOWNLOAD_EOF'
-import json, os, sys, time, urllib.error, urllib.parse, urllib.request
+# download: one attempt at the package; exit 75 when a retry may help (no connection, HTTP
+# 401/403/408/429/5xx, or 404 from the token endpoint), 1 when it cannot (a missing object).
+download() {
+  "$python" - "$TRAINSTACK_PACKAGE_URI" "$package" <<'TRAINSTACK_DOWNLOAD_EOF'
+import json, os, sys, urllib.error, urllib.parse, urllib.request
 
+RETRY = 75
 uri, dest = sys.argv[1:3]
 bucket, _, name = uri.removeprefix("gs://").partition("/")
 metadata = os.environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
 storage = (os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com").rstrip("/")
 
 
-def get(url, headers):
-    # Transient failures (connection errors, 429, 5xx) back off 1, 2, 4, 8 s.
-    for attempt in range(5):
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
-                return r.read()
-        except urllib.error.HTTPError as exc:
-            if (exc.code != 429 and exc.code < 500) or attempt == 4:
-                raise
-        except OSError:
-            if attempt == 4:
-                raise
-        time.sleep(2**attempt)
+def get(url, headers, what, retry_404=False):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
+            return r.read()
+    except urllib.error.HTTPError as exc:
+        print(f"trainstack-pod: {what}: HTTP {exc.code} {exc.reason}", file=sys.stderr)
+        retry = exc.code in (401, 403, 408, 429) or exc.code >= 500 or (retry_404 and exc.code == 404)
+        sys.exit(RETRY if retry else 1)
+    except OSError as exc:  # connection refused or reset, a timeout (URLError is an OSError)
+        print(f"trainstack-pod: {what}: {exc}", file=sys.stderr)
+        sys.exit(RETRY)
 
 
+# GKE's metadata server answers for the pod's Kubernetes service account only once its
+# Workload Identity binding has propagated.
 token = json.loads(
     get(
         f"http://{metadata}/computeMetadata/v1/instance/service-accounts/default/token",
         {"Metadata-Flavor": "Google"},
+        "access token",
+        retry_404=True,
     )
 )["access_token"]
 quoted = urllib.parse.quote(name, safe="")
 data = get(
     f"{storage}/storage/v1/b/{bucket}/o/{quoted}?alt=media",
     {"Authorization": f"Bearer {token}"},
+    uri,
 )
 with open(dest + ".part", "wb") as out:
     out.write(data)
 os.replace(dest + ".part", dest)
 TRAINSTACK_DOWNLOAD_EOF
+}
+
+# The pod starts seconds after its account's Workload Identity binding and minutes after its
+# bucket grants, and a new grant can take up to about 7 minutes to reach every check
+# (https://cloud.google.com/iam/docs/access-change-propagation): until then the token or the
+# object read is refused. Retried as the TPU startup script does (components/startup/
+# tpu_worker.sh, retry_grant): doubling waits from RETRY_DELAY_S up to 60 s, for
+# DOWNLOAD_WINDOW_S after the first failure, one line per failed attempt; a GKE pod that gave
+# up at once would spend one of its index's retries on each refusal.
+RETRY_DELAY_S=10
+DOWNLOAD_WINDOW_S=900
+log "installing $TRAINSTACK_PACKAGE_URI"
+attempt=1
+delay=$RETRY_DELAY_S
+first=""
+while :; do
+  status=0
+  download || status=$?
+  if [ "$status" -eq 0 ]; then
+    break
+  fi
+  if [ "$status" -ne 75 ]; then
+    log "cannot download $TRAINSTACK_PACKAGE_URI"
+    exit 3
+  fi
+  [ -n "$first" ] || first=$(date +%s)
+  waited=$(($(date +%s) - first))
+  if [ "$waited" -ge "$DOWNLOAD_WINDOW_S" ]; then
+    log "giving up on the package download after $attempt attempts over ${waited}s"
+    exit 3
+  fi
+  log "package download attempt $attempt failed (${waited}s of ${DOWNLOAD_WINDOW_S}s); retrying in ${delay}s: a new grant of the training account can take up to 7 minutes to reach Cloud Storage"
+  sleep "$delay"
+  attempt=$((attempt + 1))
+  delay=$((delay * 2 > 60 ? 60 : delay * 2))
+done
+if [ "$attempt" -gt 1 ]; then
+  log "package downloaded on attempt $attempt"
+fi
 
 pip=("$python" -m pip install --disable-pip-version-check --no-input)
 # The image's Python is the container's own: pip may install into it.

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import pulumi
 
+from components._naming import bucket_name
 from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
 from components.catalog.images import (
     availability_date,
@@ -284,6 +285,23 @@ def trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
     return [f"--{key}={value}" for key, value in values.items()]
 
 
+def cloud_trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
+    """`trainer_args` for the bundled trainer on GKE, Compute Engine and TPU, plus
+    `--model_dir=gs://<checkpoint bucket>/model/<run name>` unless the stack sets
+    `trainer.model_dir`: the final model goes beside Vertex's AIP_MODEL_DIR export
+    (`<base_output_dir>/model/`, the same bucket), outside the `checkpoints/` prefix the
+    bucket's age rule deletes (`components.training_buckets.CHECKPOINT_PREFIX`); without
+    it the last checkpoint would be the only copy of the trained weights."""
+    args = trainer_args(cfg, deployment)
+    if cfg.trainer.model_dir:
+        return args
+    assert cfg.project is not None
+    # The bucket TrainingBuckets names (same project, deployment and suffix): a plain
+    # string, since the components take the trainer's flags as a list.
+    bucket = bucket_name(cfg.project, deployment, "checkpoints", cfg.buckets.name_suffix or None)
+    return [*args, f"--model_dir=gs://{bucket}/model/{run_name(cfg, deployment)}"]
+
+
 def checkpoint_dir(cfg: StackConfig, deployment: str, checkpoint_url: str) -> str:
     """The run's checkpoint folder in the stack's checkpoint bucket: `trainer.checkpoint_dir`
     when set, else `<bucket>/checkpoints/<run name>`, one folder per run, under the prefix
@@ -445,7 +463,7 @@ def _tpu(
         args["node_args"] = node_args
     else:
         args["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
-        args["trainer_args"] = trainer_args(cfg, deployment)
+        args["trainer_args"] = cloud_trainer_args(cfg, deployment)
     tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=after_grants)
     outputs = {
         OUTPUT_SLICE_NAME: tpu.slice_name,
@@ -486,7 +504,7 @@ def _gpu_cluster(
             training["image"] = code.image
     else:
         training["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
-        training["trainer_args"] = trainer_args(cfg, deployment)
+        training["trainer_args"] = cloud_trainer_args(cfg, deployment)
     args: A100ClusterArgs = {
         "project": cfg.project,
         "zone": gpu.zone,

@@ -182,12 +182,16 @@ class TpuConfig(_Model):
 
 
 def _cidr(value: Any) -> str:
-    """One CIDR block as the component takes it (`components/a100_cluster/validate.py`
-    checks it with the same `ipaddress.ip_network(..., strict=True)`)."""
+    """One IPv4 CIDR block as the component takes it (`components/a100_cluster/validate.py`
+    checks it with the same `ipaddress.ip_network(..., strict=True)`). IPv6 is refused: the
+    provider validates `cidr_block` with `validation.IsCIDRNetwork(0, 32)`
+    (hashicorp/terraform-provider-google, google/services/container/
+    resource_container_cluster.go, `cidrBlockConfig`), so an IPv6 block would pass the plan
+    and fail at `pulumi preview`."""
     try:
         if not isinstance(value, str):
             raise TypeError(value)
-        ipaddress.ip_network(value, strict=True)
+        network = ipaddress.ip_network(value, strict=True)
     except (TypeError, ValueError):
         raise PydanticCustomError(
             "trainstack",
@@ -195,6 +199,13 @@ def _cidr(value: Any) -> str:
             "e.g. 203.0.113.0/24 or 198.51.100.7/32",
             {"value": repr(value)},
         ) from None
+    if network.version != 4:
+        raise PydanticCustomError(
+            "trainstack",
+            "{value} is IPv6; valid: an IPv4 block (the GKE provider takes IPv4 only), "
+            "e.g. 203.0.113.0/24",
+            {"value": repr(value)},
+        )
     return value
 
 

@@ -32,6 +32,18 @@ only in its own first rendezvous round, so a replacement node that joins a later
 waits on `store.get(MASTER_ADDR)` for ever (`DynamicRendezvousHandler.next_rendezvous`,
 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, torch 2.13). Without sharing,
 rank 0 publishes a fresh master address and port in every round.
+
+And it sets `TORCH_NCCL_ASYNC_ERROR_HANDLING=2` (`nccl_error_handling`) unless either of its
+names is set: torchrun gives its workers 1 when it is unset
+(`LocalElasticAgent._start_workers`, torch/distributed/elastic/agent/server/
+local_elastic_agent.py, torch 2.13), and 1 (TearDown) and torch's own default 3 (SkipCleanUp)
+make ProcessGroupNCCL's watchdog thread rethrow a remote rank's failure, which aborts the
+process (SIGABRT, read as a code error) before Python sees it. 2 (CleanUpOnly) aborts the
+communicators without tearing the process down (`ErrorHandlingMode`,
+torch/include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp), so the next use of the
+communicator raises `DistBackendError: NCCL communicator was aborted on rank N. Original
+reason for failure was: ...` (`NCCLComm::getNcclComm`, torch/csrc/distributed/c10d/
+NCCLUtils.cpp) in the worker, which `peer_lost` reads as a lost peer (exit 4).
 """
 
 from __future__ import annotations
@@ -42,7 +54,7 @@ import runpy
 import signal
 import sys
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from trainers.common.exit_codes import (
@@ -53,19 +65,35 @@ from trainers.common.exit_codes import (
 )
 
 SHARE_STORE_ENV: Final = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+NCCL_ERROR_HANDLING_ENV: Final = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+NCCL_ERROR_HANDLING_NAMES: Final = (NCCL_ERROR_HANDLING_ENV, "NCCL_ASYNC_ERROR_HANDLING")
+"""The variable's names, newest first (`TORCH_NCCL_ASYNC_ERROR_HANDLING` in
+ProcessGroupNCCL.hpp): a user who set either one chose the mode."""
+NCCL_CLEAN_UP_ONLY: Final = "2"
+"""`ErrorHandlingMode::CleanUpOnly`: abort the communicators, keep the process, so a lost
+peer surfaces as a Python exception the worker can classify."""
 WORKER_FLAG: Final = "--worker"
 PEER_LOST_MESSAGE: Final = re.compile(
     # gloo (torch/third_party/gloo/gloo/transport/tcp/pair.cc): a peer process or its node
     # went away in the middle of a collective.
     r"Connection reset by peer|Connection closed by peer|Broken pipe|Connection refused"
-    # NCCL (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp): the communicator was aborted
-    # after a remote rank failed.
+    # NCCL (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, NCCLUtils.cpp): the
+    # communicator was aborted after a remote rank failed, or a collective waited out its
+    # timeout on a peer whose machine vanished without closing its connections.
     r"|remote process exited or there was a network error|NCCL communicator was aborted"
-    r"|ncclRemoteError"
+    r"|ncclRemoteError|Watchdog caught collective operation timeout"
 )
 PEER_EXIT_CODES: Final = frozenset({PEER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE, -signal.SIGTERM})
 """Worker outcomes that say nothing is wrong with the code: a lost peer, a checkpoint saved
 because a peer was preempted, and torchrun stopping the rest of the group."""
+
+
+def nccl_error_handling(env: Mapping[str, str]) -> dict[str, str]:
+    """What to add to `env` so NCCL errors raise in the workers instead of aborting them:
+    `TORCH_NCCL_ASYNC_ERROR_HANDLING=2`, or nothing when the user set either name."""
+    if any(name in env for name in NCCL_ERROR_HANDLING_NAMES):
+        return {}
+    return {NCCL_ERROR_HANDLING_ENV: NCCL_CLEAN_UP_ONLY}
 
 
 def _chain(exc: BaseException) -> Iterable[BaseException]:
@@ -137,6 +165,7 @@ def main(args: Sequence[str]) -> int:
     if args and args[0] == WORKER_FLAG:
         return worker(args[1:])
     os.environ.setdefault(SHARE_STORE_ENV, "1")
+    os.environ.update(nccl_error_handling(os.environ))
     from torch.distributed import DistNetworkError, DistStoreError
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError

@@ -38,9 +38,11 @@ Bundled trainer modules have their arguments checked before anything starts (and
 torchrun, the global batch against the world size), so a bad flag exits 2 rather than as
 torchrun's generic worker failure. SIGTERM or SIGINT to the launcher is passed on to the
 target as SIGTERM (torchrun forwards it to its workers, which checkpoint and exit 143).
+Under torchrun the target gets `TORCH_NCCL_ASYNC_ERROR_HANDLING=2` unless you set it
+(`trainers.elastic`).
 
 Before anything starts, a machine with fewer usable accelerators than the plan bought
-(`TRAINSTACK_EXPECTED_ACCELERATORS`, set by every cloud target's launch;
+(`TRAINSTACK_EXPECTED_ACCELERATORS`, set by the GPU targets' launches, not on TPU VMs;
 `trainers.common.accelerators.check_expected`) stops with exit 5.
 
 Exit codes (those of `components/gpu_startup/launch.sh`; `trainers.common.exit_codes`):
@@ -101,7 +103,7 @@ from trainers.common.exit_codes import (
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
 )
-from trainers.elastic import WORKER_FLAG
+from trainers.elastic import WORKER_FLAG, nccl_error_handling
 from trainers.user_code import (
     SecretError,
     read_secrets,
@@ -294,6 +296,9 @@ def node_command(request: Request, env: Mapping[str, str]) -> NodeCommand:
             user_code_env(env, cluster, launcher=launcher, gpus=gpus, plain_env=request.env)
         )
     if launcher == "torchrun":
+        # NCCL errors raise in the workers rather than abort them (`trainers.elastic`), so a
+        # lost peer is told from a code error; a value of yours (environment, `--env`) stays.
+        child_env.update(nccl_error_handling(child_env))
         argv = _torchrun_argv(request, cluster, procs)
     elif request.module is not None:
         argv = [sys.executable, "-m", request.module, *request.argv]

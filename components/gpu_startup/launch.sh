@@ -177,7 +177,17 @@ fi
 # and maps the outcome to the exit codes above.
 cmd=("$python" "${NODE_ARGV[@]}")
 log "node $node_rank of $NUM_NODES: ${cmd[*]}"
-"${cmd[@]}" &
+# The node launcher's stderr (why it stopped: a lost rendezvous, fewer GPUs than planned, a
+# worker's traceback) goes to the journal as before and to a file whose last lines travel
+# with the shipped failure line; only its stdout reaches Cloud Logging otherwise.
+node_log="$WORK_DIR/node-launcher.stderr"
+node_fifo="$WORK_DIR/node-launcher.fifo"
+rm -f "$node_fifo"
+mkfifo "$node_fifo"
+: >"$node_log"
+tee -a "$node_log" <"$node_fifo" >&2 &
+tee_pid=$!
+"${cmd[@]}" 2>"$node_fifo" &
 child=$!
 timer=""
 if [ -n "$remaining" ]; then
@@ -198,6 +208,20 @@ done
 if [ -n "$timer" ]; then
   kill "$timer" 2>/dev/null || true
 fi
+wait "$tee_pid" 2>/dev/null || true
+rm -f "$node_fifo"
+# why CODE TEXT: the failure line for the node launcher's exit CODE, with its last stderr
+# lines (at most NODE_LOG_LINES) when it wrote any.
+NODE_LOG_LINES=20
+why() {
+  local tail_lines
+  tail_lines="$(tail -n "$NODE_LOG_LINES" "$node_log" 2>/dev/null || true)"
+  if [ -n "$tail_lines" ]; then
+    printf '%s; its last lines:\n%s' "$2" "$tail_lines"
+  else
+    printf '%s' "$2"
+  fi
+}
 
 if [ "$status" -eq 0 ]; then
   if [ -n "$DONE_MARKER" ]; then
@@ -213,7 +237,14 @@ fi
 if [ "$terminated" = 1 ]; then
   fail 143 "preempted (launcher exit $status); a restart resumes from the newest checkpoint"
 fi
-if [ "$status" -eq 3 ]; then
-  fail 3 "the node launcher exited 3: the elastic rendezvous was lost (node 0 gone, or no quorum in time) or the trainer's setup failed; the unit restarts it"
-fi
-fail "$status" "the node launcher exited $status"
+# The node launcher's codes (trainers/common/exit_codes.py) and what the unit does with them.
+case "$status" in
+  1) reason="a code error in the trainer; the unit does not restart it" ;;
+  2) reason="the trainer's arguments, the cluster environment or a checkpoint's settings do not match; the unit does not restart it" ;;
+  3) reason="the trainer's setup failed before training started; the unit restarts it" ;;
+  4) reason="a peer node or the elastic rendezvous was lost (node 0 gone, or no quorum in time); the unit restarts it and the node rejoins from the newest checkpoint" ;;
+  5) reason="fewer usable GPUs than the plan bought ($EXPECTED_ACCELERATORS); the unit does not restart it" ;;
+  143) reason="the trainer saved a checkpoint and stopped (a peer was preempted); the unit restarts it" ;;
+  *) reason="killed or failed outside the trainer's own codes" ;;
+esac
+fail "$status" "$(why "$status" "the node launcher exited $status: $reason")"

@@ -39,7 +39,7 @@
 #      TPU API has none) every launching worker reads the run's first start with the node
 #      helper that the Compute Engine launcher uses (`run-started`: recorded once in the
 #      checkpoint bucket at TS_RUN_CLOCK_URI, created only if absent) before it installs
-#      anything; once the limit has passed since then the trainer gets SIGTERM (it
+#      anything, retried like the package download while the bucket grant propagates; once the limit has passed since then the trainer gets SIGTERM (it
 #      checkpoints), the script logs `max_run_hours reached` and exits 0 without relaunching;
 #      a boot after the deadline exits 0 at once.
 # Every line (trainer output included) is also prefixed with the slice and worker id and goes
@@ -156,26 +156,33 @@ download() {
   gcloud storage cp "$1" "$2" || gsutil cp "$1" "$2"
 }
 
-# download_package DEST: the trainer package, retried with doubling waits (from
+# retry_grant WHAT DONE CMD...: run CMD until it succeeds, with doubling waits (from
 # TS_RETRY_DELAY_S up to 60 s) for TS_DOWNLOAD_WINDOW_S after the first failure. The slice
 # is created after its account's bucket grants, but a new grant can take up to about 7
 # minutes to reach every check (https://cloud.google.com/iam/docs/access-change-propagation):
 # until then Cloud Storage answers 403, and giving up would leave the slice idle and billing.
-download_package() {
-  local attempt=1 delay=$((TS_RETRY_DELAY_S > 0 ? TS_RETRY_DELAY_S : 1)) first="" waited
-  until download "$TS_PACKAGE_URI" "$1"; do
+# Each failed attempt logs one line naming WHAT; a late success logs DONE.
+retry_grant() {
+  local what=$1 done=$2 attempt=1 delay=$((TS_RETRY_DELAY_S > 0 ? TS_RETRY_DELAY_S : 1)) first="" waited
+  shift 2
+  until "$@"; do
     [[ -n $first ]] || first=$(date +%s)
     waited=$(($(date +%s) - first))
     if ((waited >= TS_DOWNLOAD_WINDOW_S)); then
-      log "giving up on the package download after $attempt attempts over ${waited}s"
+      log "giving up on the $what after $attempt attempts over ${waited}s"
       return 1
     fi
-    log "package download attempt $attempt failed (${waited}s of ${TS_DOWNLOAD_WINDOW_S}s); retrying in ${delay}s: a new grant of the training account can take up to 7 minutes to reach Cloud Storage"
+    log "$what attempt $attempt failed (${waited}s of ${TS_DOWNLOAD_WINDOW_S}s); retrying in ${delay}s: a new grant of the training account can take up to 7 minutes to reach Cloud Storage"
     sleep "$delay"
     attempt=$((attempt + 1))
     delay=$((delay * 2 > 60 ? 60 : delay * 2))
   done
-  ((attempt == 1)) || log "package downloaded on attempt $attempt"
+  ((attempt == 1)) || log "$done on attempt $attempt"
+}
+
+# download_package DEST: the trainer package, retried while a new grant propagates.
+download_package() {
+  retry_grant "package download" "package downloaded" download "$TS_PACKAGE_URI" "$1"
 }
 
 install_package() {
@@ -323,6 +330,12 @@ export_logging_environment() {
 RUN_DEADLINE=""
 DEADLINE_HIT=0
 TRAINER_PID=""
+# read_run_clock HELPER: the run's start (recorded now if this is the first start) into
+# $TS_STATE_DIR/run-started; a file, so the retry's progress lines stay out of the value.
+read_run_clock() {
+  "$TS_PYTHON" "$1" run-started "$TS_RUN_CLOCK_URI" >"$TS_STATE_DIR/run-started"
+}
+
 check_run_limit() {
   local helper started now
   [[ -n $TS_MAX_RUN_SECONDS ]] || return 0
@@ -330,8 +343,11 @@ check_run_limit() {
   cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
 @@NODE_HELPER@@
 TRAINSTACK_HELPER_EOF
-  started=$("$TS_PYTHON" "$helper" run-started "$TS_RUN_CLOCK_URI") ||
+  # The clock lives in the checkpoint bucket, whose grant is as new as the staging one's:
+  # the same wait as the package download (a 403 here would otherwise leave the slice idle).
+  retry_grant "run clock read" "run clock read" read_run_clock "$helper" ||
     die "cannot read or record the run's start time at $TS_RUN_CLOCK_URI"
+  started=$(<"$TS_STATE_DIR/run-started")
   [[ $started =~ ^[0-9]+$ ]] || die "the run's start time at $TS_RUN_CLOCK_URI is '$started', not Unix seconds"
   now=$(date +%s)
   RUN_DEADLINE=$((started + TS_MAX_RUN_SECONDS))

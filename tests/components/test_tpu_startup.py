@@ -1063,3 +1063,30 @@ def test_render_refuses_bad_node_args(node_args: Any, message: str) -> None:
     with pytest.raises(ValueError) as info:
         _script(node_args=node_args)
     assert str(info.value) == message
+
+
+def test_a_403_on_the_run_clock_is_waited_out_like_the_download(
+    tmp_path: Path, worker0: MetadataServer
+) -> None:
+    """The run limit's clock sits in the checkpoint bucket, whose grant is as new as the
+    staging bucket's: Cloud Storage refuses it for the first 60 s of the fake clock, and the
+    script waits as it does for the package instead of leaving the slice idle."""
+    worker = _limited(tmp_path)
+    clock = Path(str(worker.log) + ".clock")
+    worker0.denied_while = lambda: int(clock.read_text() if clock.exists() else 0) < 60
+    worker0.objects[(CLOCK_BUCKET, CLOCK_OBJECT)] = str(NOW - 3570).encode()
+    result = worker.run(worker0, **_google(worker0), FAKE_NOW=str(NOW), FAKE_CLOCK_SLEEPS="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Failures at 0, 10 and 30 s; the 4th read, at 70 s, finds the clock: 3640 s gone.
+    assert _slept(worker) == DOWNLOAD_WAITS[:3]
+    get = ("GET", f"/storage/v1/b/{CLOCK_BUCKET}/o/{CLOCK_OBJECT}?alt=media")
+    assert worker0.storage == [get] * 4
+    hint = "a new grant of the training account can take up to 7 minutes to reach Cloud Storage"
+    assert result.stdout.splitlines()[1:] == [
+        f"{TAG0} run clock read attempt 1 failed (0s of 900s); retrying in 10s: {hint}",
+        f"{TAG0} run clock read attempt 2 failed (10s of 900s); retrying in 20s: {hint}",
+        f"{TAG0} run clock read attempt 3 failed (30s of 900s); retrying in 40s: {hint}",
+        f"{TAG0} run clock read on attempt 4",
+        f"{TAG0} max_run_hours reached: 3640s since the run started (limit 3600s); not starting",
+    ]
+    assert "HTTP Error 403" in result.stderr

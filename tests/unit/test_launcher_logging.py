@@ -5,9 +5,9 @@ The rendered launcher runs for real with bash against the metadata fake, a Cloud
 (tests/fakes/metadata_fake.py, a small handler here) and the Cloud Logging fake
 (tests/fakes/logging_server.py, which evaluates filters); pip and the node launcher
 (`python3 -m trainers.node`) are fake executables. A download refused with 403, a failed pip
-install and a lost rendezvous each end with an ERROR entry that `trainstack logs`' query
-(`infra.logs.cloud_filter`) and the dashboard's log filter (`gce_filters`) select, carrying
-the cause. The entry is the one the trainer's shipper writes (`trainers.common.cloud_logging`).
+install and a node launcher that stopped (with its last stderr lines) each end with an
+ERROR entry that `trainstack logs`' query (`infra.logs.cloud_filter`) and the dashboard's log
+filter (`gce_filters`) select, carrying the cause. The entry is the one the trainer's shipper writes (`trainers.common.cloud_logging`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ if prog == "pip":
     print(os.environ.get("FAKE_PIP_SAYS", ""))
     sys.exit(int(os.environ.get("FAKE_PIP_EXIT", "0")))
 if prog == "python3":  # the node launcher
+    sys.stderr.write(os.environ.get("FAKE_NODE_STDERR", ""))
     sys.exit(int(os.environ.get("FAKE_NODE_EXIT", "0")))
 sys.exit(f"fake: unknown program {prog}")
 """
@@ -198,22 +199,78 @@ def test_setup_failures_reach_trainstack_logs_and_the_dashboard(
     }
 
 
-def test_a_lost_rendezvous_reaches_the_logs(
-    tmp_path: Path, metadata: MetadataFake, storage: Storage, logging_api: LoggingFakeServer
+LOST = (
+    "trainstack-node: node 1 of 2, 8 accelerator(s), 8 process(es): python3 -m trainers.elastic\n"
+    "trainstack-elastic: rendezvous lost (RendezvousConnectionError: The connection to the "
+    "C10d store has failed.); exit 4 so the platform starts this node again\n"
+    "trainstack-node: exit 4 (target exit 4)\n"
+)
+FEWER = (
+    "trainstack-node: TRAINSTACK_EXPECTED_ACCELERATORS: the plan bought 8 accelerator(s) for "
+    "this machine but it has 0 found (nvidia-smi)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "stderr", "shipped"),
+    [
+        (
+            "4",
+            LOST,
+            "trainstack-launch: the node launcher exited 4: a peer node or the elastic "
+            "rendezvous was lost (node 0 gone, or no quorum in time); the unit restarts it and "
+            "the node rejoins from the newest checkpoint; its last lines:\n" + LOST.rstrip("\n"),
+        ),
+        (
+            "5",
+            FEWER,
+            "trainstack-launch: the node launcher exited 5: fewer usable GPUs than the plan "
+            "bought (1); the unit does not restart it; its last lines:\n" + FEWER.rstrip("\n"),
+        ),
+        (
+            "3",
+            "",
+            "trainstack-launch: the node launcher exited 3: the trainer's setup failed before "
+            "training started; the unit restarts it",
+        ),
+    ],
+)
+def test_why_the_node_launcher_stopped_reaches_the_logs(
+    code: str,
+    stderr: str,
+    shipped: str,
+    tmp_path: Path,
+    metadata: MetadataFake,
+    storage: Storage,
+    logging_api: LoggingFakeServer,
 ) -> None:
-    result = _run(tmp_path, metadata, storage, logging_api, FAKE_NODE_EXIT="3")
-    assert result.returncode == 3, result.stderr
+    result = _run(
+        tmp_path, metadata, storage, logging_api, FAKE_NODE_EXIT=code, FAKE_NODE_STDERR=stderr
+    )
+    assert result.returncode == int(code), result.stderr
+    assert stderr in result.stderr  # the journal still gets the lines as they come
     shown = _shown(logging_api)["trainstack logs"]
     assert shown[0] == INSTALLING
     assert shown[1][0] == "INFO"
     assert shown[1][1].startswith("trainstack-launch: node 1 of 2: ")
-    assert shown[2:] == [
-        (
-            "ERROR",
-            "trainstack-launch: the node launcher exited 3: the elastic rendezvous was lost "
-            "(node 0 gone, or no quorum in time) or the trainer's setup failed; the unit "
-            "restarts it",
-        )
+    assert shown[2:] == [("ERROR", shipped)]
+
+
+def test_only_the_last_20_lines_of_the_node_launcher_travel(
+    tmp_path: Path, metadata: MetadataFake, storage: Storage, logging_api: LoggingFakeServer
+) -> None:
+    lines = [f"Traceback line {i}" for i in range(30)]
+    stderr = "\n".join(lines) + "\n"
+    result = _run(
+        tmp_path, metadata, storage, logging_api, FAKE_NODE_EXIT="1", FAKE_NODE_STDERR=stderr
+    )
+    assert result.returncode == 1, result.stderr
+    [(severity, text)] = _shown(logging_api)["trainstack logs"][2:]
+    assert severity == "ERROR"
+    assert text.splitlines() == [
+        "trainstack-launch: the node launcher exited 1: a code error in the trainer; the unit "
+        "does not restart it; its last lines:",
+        *lines[10:],
     ]
 
 

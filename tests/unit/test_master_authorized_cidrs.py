@@ -23,12 +23,14 @@ def _config(stack: str, cidrs: Any) -> dict[str, Any]:
 
 
 def test_the_gke_cluster_admits_only_the_listed_networks() -> None:
-    plan = build_plan("dev-a100-gke", _config("dev-a100-gke", ["203.0.113.0/24", "2001:db8::/32"]))
+    plan = build_plan(
+        "dev-a100-gke", _config("dev-a100-gke", ["203.0.113.0/24", "198.51.100.7/32"])
+    )
     [cluster] = [r for r in plan["resources"] if r["type"] == "gcp:container/cluster:Cluster"]
     assert cluster["inputs"]["masterAuthorizedNetworksConfig"] == {
         "cidrBlocks": [
             {"cidrBlock": "203.0.113.0/24", "displayName": "authorized-0"},
-            {"cidrBlock": "2001:db8::/32", "displayName": "authorized-1"},
+            {"cidrBlock": "198.51.100.7/32", "displayName": "authorized-1"},
         ]
     }
 
@@ -43,6 +45,14 @@ def test_the_gke_cluster_admits_only_the_listed_networks() -> None:
                 f"gpu_cluster.master_authorized_cidrs[1]: '10.0.0.1/8' {HINT}",
                 f"gpu_cluster.master_authorized_cidrs[2]: 'nope' {HINT}",
                 f"gpu_cluster.master_authorized_cidrs[3]: 5 {HINT}",
+            ],
+        ),
+        (
+            "dev-a100-gke",
+            ["203.0.113.0/24", "2001:db8::/48"],
+            [
+                "gpu_cluster.master_authorized_cidrs[1]: '2001:db8::/48' is IPv6; valid: an "
+                "IPv4 block (the GKE provider takes IPv4 only), e.g. 203.0.113.0/24"
             ],
         ),
         (

@@ -71,6 +71,7 @@ def test_a_vertex_worker_runs_torchrun_with_one_process_per_gpu() -> None:
         "PYTHONUNBUFFERED": "1",
         "CUDA_VISIBLE_DEVICES": "",
         "TRAINSTACK_TF_CPU_REPLICAS": "8",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
     }
 
 

@@ -17,12 +17,13 @@ imported. The first source that answers wins:
    without nvidia-smi on its PATH); a child so the launcher never initializes CUDA itself.
 5. Otherwise 0: a CPU machine (launchers still start one process).
 
-`TRAINSTACK_EXPECTED_ACCELERATORS=N`, set by every cloud target's launch to the
-accelerators per machine the plan bought, makes `check_expected` refuse a machine with
+`TRAINSTACK_EXPECTED_ACCELERATORS=N`, set by the GPU targets' launches (a GKE pod, a Compute
+Engine VM, a Vertex pool with accelerators) to the GPUs per machine the plan bought, makes `check_expected` refuse a machine with
 fewer usable ones: GPUs count only where the framework can use them (`torch.cuda` is
 available, or TensorFlow lists them), since `nvidia-smi` lists GPUs whose CUDA is unusable
 (a driver too old for the image's CUDA), and training would then go on on CPU at the GPU
-machine's price. Simulated accelerators stand in for the hardware and are not checked.
+machine's price. TPU VMs do not set it: the check counts CUDA GPUs only, so a TPU host's
+chips are not checked. Simulated accelerators stand in for the hardware and are not checked.
 """
 
 from __future__ import annotations

@@ -57,6 +57,11 @@ class TrainConfig(BaseModel):
     """Where step directories go (local path or gs://); None keeps no checkpoints. On Vertex
     AIP_CHECKPOINT_DIR/<run_name> is used when this is unset; stacks default to
     <checkpoint bucket>/checkpoints/<run_name> (locally <local.root>/checkpoints/<run_name>)."""
+    model_dir: str | None = None
+    """Where the final model goes once training finishes (local path or gs://): rank 0
+    writes it there (torch: `model.pt`; tensorflow: a SavedModel). None: Vertex's
+    AIP_MODEL_DIR, else no export. Cloud stacks default to <checkpoint bucket>/model/<run_name>
+    (Vertex: AIP_MODEL_DIR), outside the `checkpoints/` prefix the bucket's age rule deletes."""
     checkpoint_every: int = Field(default=100, gt=0)
     """Save a checkpoint every this many steps (and at the end, and on SIGTERM)."""
     keep_checkpoints: int = Field(default=3, gt=0)

@@ -17,7 +17,7 @@ init and data order). What does not count: settings a run may change mid-way (`s
 `checkpoint_every`, `keep_checkpoints`, `log_every`, `tensorboard_dir`), how the same math
 is computed (`grad_accum_steps`, `precision`, `compile`, `deterministic`, `bucket_cap_mb`,
 `async_checkpoint`, thread counts), the world size (a resume may change it), and where
-things go (`run_name`, `checkpoint_dir`).
+things go (`run_name`, `checkpoint_dir`, `model_dir`).
 
 Your own code (`code_fingerprint`): trainstack cannot tell which of your arguments shape
 your state, so the whole `entrypoint` and the plain `env` count; secrets, the source and the
@@ -73,6 +73,7 @@ OTHER_KEYS: Final = (
     "tf_threads",
     "run_name",
     "checkpoint_dir",
+    "model_dir",
 )
 """The other `TrainConfig` keys: a resume may change them (see the module doc). Every key is
 in exactly one of the two lists (a test holds them to `TrainConfig`), so a new setting needs

@@ -287,9 +287,11 @@ class TrainerBase:
         self.window = LogWindow(start=now)
 
     def export_model(self) -> str | None:
-        """A SavedModel of the final model in AIP_MODEL_DIR, where Vertex expects the
-        artifact; every worker writes (chief-writes rule), only the chief's copy is kept."""
-        model_dir = os.environ.get("AIP_MODEL_DIR")
+        """A SavedModel of the final model in `model_dir` (cloud stacks pass `<checkpoint
+        bucket>/model/<run>`), else AIP_MODEL_DIR, where Vertex expects the artifact: outside
+        `checkpoints/`, which the bucket's age rule deletes. Every worker writes (chief-writes
+        rule), only the chief's copy is kept."""
+        model_dir = self.cfg.model_dir or os.environ.get("AIP_MODEL_DIR")
         if not model_dir:
             return None
         scratch = tempfile.mkdtemp(prefix="trainstack-model-")

@@ -506,9 +506,11 @@ class _Trainer:
                     self.checkpointer.wait()
 
     def _export_model(self) -> str | None:
-        """Write the full (unsharded) final weights to AIP_MODEL_DIR, where Vertex expects
-        the model artifact; a collective under FSDP, so every rank calls it."""
-        model_dir = os.environ.get("AIP_MODEL_DIR")
+        """Write the full (unsharded) final weights to `model_dir` (cloud stacks pass
+        `<checkpoint bucket>/model/<run>`), else AIP_MODEL_DIR, where Vertex expects the
+        model artifact: outside `checkpoints/`, which the bucket's age rule deletes. A
+        collective under FSDP, so every rank calls it."""
+        model_dir = self.cfg.model_dir or os.environ.get("AIP_MODEL_DIR")
         if not model_dir:
             return None
         from torch.distributed.checkpoint.state_dict import (
