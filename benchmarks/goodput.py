@@ -1,7 +1,8 @@
 """Goodput of a local run preempted K times at random steps, per checkpoint interval (CPU).
 
     python benchmarks/goodput.py [--preemptions 3] [--steps 200] [--workers 2]
-        [--checkpoint-every 10,50] [--seed 0] [--provisioning-delay-s 0]   # prints one JSON object
+        [--checkpoint-every 10,50] [--seed 0] [--provisioning-delay-s 0] [--signals TERM,KILL]
+                                                                    # prints one JSON object
 
 For each checkpoint interval, the `local` stack (the bundled torch trainer: the CNN on the
 digits, `--workers` torchrun processes on gloo, `log_every` 1) runs twice through the real CLI,
@@ -22,7 +23,9 @@ counts in `wall_s` but not in `recovery_s`, and is reported as `provisioning_del
 `lost_steps` is the step rank 0 had trained to when the run stopped minus the step the next
 start resumed from: the steps trained twice. The trainer saves at the step it stops at on
 SIGTERM (`trainers/torch_ddp/train.py`, `_Trainer.run`), so the expected value is 0 at any
-interval; the periodic interval only matters when the save at the signal fails.
+interval. `--signals KILL` preempts with SIGKILL instead (one preempted run per signal, per
+interval): nothing is saved, as when a node is lost, so the run resumes from the newest
+periodic save and the interval decides the lost work (about half of it at random steps).
 
 `recovery_overhead_s` is the median of `recovery_s` and `lost_steps_per_preemption` the mean
 of `lost_steps`; the goals (issue 24) are at most 30 s and at most half the checkpoint
