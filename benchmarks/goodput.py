@@ -5,8 +5,9 @@
                                                                     # prints one JSON object
 
 For each checkpoint interval, the `local` stack (the bundled torch trainer: the CNN on the
-digits, `--workers` torchrun processes on gloo, `log_every` 1) runs twice through the real CLI,
-`trainstack local-run --config-file F --steps N --workers W`:
+digits, `--workers` torchrun processes on gloo, `log_every` 1) runs through the real CLI,
+`trainstack local-run --config-file F --steps N --workers W`, once uninterrupted and once
+preempted per signal:
 
 - uninterrupted (`ideal_s`: the CLI's wall time, start to exit);
 - preempted K times: once rank 0 has logged a step at or past each of K seeded random steps,
@@ -189,6 +190,21 @@ def summarize(
     }
 
 
+def goals(intervals: list[dict[str, Any]]) -> dict[str, dict[str, bool]]:
+    """Issue 24's aims, per signal over every interval: median recovery at most 30 s, and at
+    most half a checkpoint interval of steps lost per preemption on average."""
+    out: dict[str, dict[str, bool]] = {}
+    for i in intervals:
+        met = out.setdefault(
+            i["signal"], {"recovery_overhead_le_30s": True, "lost_steps_le_half_interval": True}
+        )
+        met["recovery_overhead_le_30s"] &= i["recovery_overhead_s"] <= 30
+        met["lost_steps_le_half_interval"] &= (
+            i["lost_steps_per_preemption"] <= i["checkpoint_every"] / 2
+        )
+    return out
+
+
 def write_stack(tmp: Path, run: str, every: int) -> Path:
     """The `local` stack as `Pulumi.<run>.yaml` (the run name), logging every step, saving
     every `every` steps, with `local.root` under `tmp`."""
@@ -328,12 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         json.dumps(
             {
                 "intervals": intervals,
-                "goal_recovery_overhead_le_30s": all(
-                    i["recovery_overhead_s"] <= 30 for i in intervals
-                ),
-                "goal_lost_steps_le_half_interval": all(
-                    i["lost_steps_per_preemption"] <= i["checkpoint_every"] / 2 for i in intervals
-                ),
+                "goals": goals(intervals),
                 "config": {
                     "stack": "local (cnn on digits, torch DDP, gloo)",
                     "steps": args.steps,

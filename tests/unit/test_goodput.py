@@ -182,3 +182,25 @@ def test_bad_arguments_name_the_flag(
         goodput.parse(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_goals_per_signal_over_every_interval() -> None:
+    def interval(signal: str, every: int, recovery: float, lost: float) -> dict[str, Any]:
+        return {
+            "signal": signal,
+            "checkpoint_every": every,
+            "recovery_overhead_s": recovery,
+            "lost_steps_per_preemption": lost,
+        }
+
+    assert goodput.goals(
+        [
+            interval("SIGTERM", 10, 30.0, 0),
+            interval("SIGKILL", 10, 12.5, 6),
+            interval("SIGTERM", 50, 9.0, 0),
+            interval("SIGKILL", 50, 30.5, 25),
+        ]
+    ) == {
+        "SIGTERM": {"recovery_overhead_le_30s": True, "lost_steps_le_half_interval": True},
+        "SIGKILL": {"recovery_overhead_le_30s": False, "lost_steps_le_half_interval": False},
+    }
