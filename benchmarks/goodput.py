@@ -31,7 +31,8 @@ periodic save and the interval decides the lost work (about half of it at random
 `recovery_overhead_s` is the median of `recovery_s` and `lost_steps_per_preemption` the mean
 of `lost_steps`; the goals (issue 24) are at most 30 s and at most half the checkpoint
 interval. `params_match` compares the final `params_sha256` of both runs: a resumed run must
-end with the uninterrupted run's parameters bit for bit. About 4 minutes on a 2-core machine.
+end with the uninterrupted run's parameters bit for bit. The defaults take 4 to 7 minutes on a
+2-core machine, depending on other load; `--signals TERM,KILL` half as long again.
 """
 
 from __future__ import annotations
