@@ -218,6 +218,8 @@ class TpuSupervisor(pulumi.ComponentResource):
     ) -> None:
         check_args("TpuSupervisor", TpuSupervisorArgs, args)
         kind, deployment = args["kind"], args["deployment_name"]
+        if kind not in PERMISSIONS:
+            raise ValueError(f"kind: {kind!r} is not allowed; valid: node, queued")
         schedule = args.get("schedule", DEFAULT_SCHEDULE)
         if len(schedule.split()) != 5:
             raise ValueError(

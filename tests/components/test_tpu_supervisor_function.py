@@ -1,9 +1,11 @@
 """The TPU supervisor as Cloud Functions runs it: Google's `functions-framework` serving the
 exact source zip the dev-tpu-v5e plan uploads, against the TPU fake, the metadata server
-fake and the GCS emulator (about 15 s: one emulator, one framework process per test)."""
+fake and the GCS emulator (about 25 s: one emulator, one framework process per test)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import socket
@@ -24,6 +26,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import fsspec
 
 from infra.mocks import REPO_ROOT
+from infra.plan import build_plan, load_stack
 from tests.bundled import bundled_plan
 from tests.fakes.gcs_emulator import free_port, running_gcs_emulator
 from tests.fakes.metadata_fake import MetadataFake
@@ -34,15 +37,18 @@ BUCKET = "my-ml-project-dev-tpu-v5e-checkpoints"
 NODE = "projects/my-ml-project/locations/us-west4-a/nodes/dev-tpu-v5e-tpu"
 SA = "dev-tpu-v5e-sup@my-ml-project.iam.gserviceaccount.com"
 EVENTS = f"{BUCKET}/supervisor/{STACK}/events.jsonl"
+QUEUED_STACK = "dev-tpu-v5e-queued"
+QUEUED_BUCKET = f"my-ml-project-{QUEUED_STACK}-checkpoints"
+QUEUED = f"projects/my-ml-project/locations/us-west4-a/queuedResources/{QUEUED_STACK}-tpu-qr"
+QUEUED_NODE = f"projects/my-ml-project/locations/us-west4-a/nodes/{QUEUED_STACK}-tpu"
 
 
-def _planned_source(tmp: Path) -> tuple[Path, dict[str, Any]]:
+def _planned_source(tmp: Path, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     """The zip the plan's BucketObject uploads, extracted; and its config.json."""
-    plan = bundled_plan(STACK)
     (source,) = [
         r["inputs"]["source"]["fileAsset"]
         for r in plan["resources"]
-        if r["name"] == f"{STACK}-supervisor-source"
+        if r["name"] == f"{plan['stack']}-supervisor-source"
     ]
     folder = tmp / "source"
     with zipfile.ZipFile(REPO_ROOT / source) as bundle:
@@ -53,7 +59,17 @@ def _planned_source(tmp: Path) -> tuple[Path, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    return _planned_source(tmp_path_factory.mktemp("supervisor"))
+    return _planned_source(tmp_path_factory.mktemp("supervisor"), bundled_plan(STACK))
+
+
+@pytest.fixture(scope="module")
+def queued_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The bundle of dev-tpu-v5e planned with `tpu.provisioning: queued`."""
+    _, config = load_stack(STACK, None)
+    config = copy.deepcopy(config)
+    config["trainstack:tpu"]["provisioning"] = "queued"
+    plan = build_plan(QUEUED_STACK, config)
+    return _planned_source(tmp_path_factory.mktemp("queued"), plan)
 
 
 @pytest.fixture(scope="module")
@@ -101,13 +117,28 @@ class Function:
         self.proc.wait(10)
 
 
+World = tuple[Function, TpuFakeServer, dict[str, Any], Any]
+
+
 @pytest.fixture
-def world(
-    source: tuple[Path, dict[str, Any]], gcs: str
-) -> Iterator[tuple[Function, TpuFakeServer, dict[str, Any], Any]]:
+def world(source: tuple[Path, dict[str, Any]], gcs: str) -> Iterator[World]:
+    with _world(source, gcs, BUCKET) as running:
+        yield running
+
+
+@pytest.fixture
+def queued_world(queued_source: tuple[Path, dict[str, Any]], gcs: str) -> Iterator[World]:
+    with _world(queued_source, gcs, QUEUED_BUCKET) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _world(source: tuple[Path, dict[str, Any]], gcs: str, bucket: str) -> Iterator[World]:
     folder, config = source
     fs = fsspec.filesystem("gcs", endpoint_url=gcs, token="anon")
-    for leftover in fs.find(f"{BUCKET}/supervisor"):
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    for leftover in fs.find(f"{bucket}/supervisor"):
         fs.rm(leftover)
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with TpuFakeServer() as tpu, MetadataFake(values) as metadata:
@@ -124,11 +155,11 @@ def world(
             function.stop()
 
 
-def _events(fs: Any) -> list[dict[str, Any]]:
+def _events(fs: Any, path: str = EVENTS) -> list[dict[str, Any]]:
     fs.invalidate_cache()
-    if not fs.exists(EVENTS):
+    if not fs.exists(path):
         return []
-    return [json.loads(line) for line in fs.cat_file(EVENTS).decode().splitlines()]
+    return [json.loads(line) for line in fs.cat_file(path).decode().splitlines()]
 
 
 def _ready_node(tpu: TpuFakeServer, config: dict[str, Any]) -> None:
@@ -217,4 +248,51 @@ def test_a_node_deleted_by_someone_else_is_reported_once_and_not_recreated(world
     assert tpu.calls("POST") == []
     assert [(e["seen"], e["result"]) for e in _events(fs)] == [
         ("NOT_FOUND", "missing, and not deleted by this supervisor: left alone")
+    ]
+
+
+def _post(url: str, body: dict[str, Any]) -> None:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def test_a_suspended_queued_resource_is_deleted_and_requeued_with_the_same_id_and_body(
+    queued_world: World,
+) -> None:
+    function, tpu, config, fs = queued_world
+    assert (config["kind"], config["name"]) == ("queued", QUEUED)
+    parent = QUEUED.split("/queuedResources/")[0]
+    # As `pulumi up` left it: created by the provider with this body, then ACTIVE.
+    _post(
+        f"{tpu.base_url}/v2/{parent}/queuedResources?queuedResourceId={QUEUED_STACK}-tpu-qr",
+        config["body"],
+    )
+    for _ in range(4):  # CREATING -> ACCEPTED -> ... -> ACTIVE, which makes the node
+        urllib.request.urlopen(f"{tpu.base_url}/v2/{QUEUED}", timeout=10).close()
+    assert tpu.queued[QUEUED]["state"]["state"] == "ACTIVE"
+    tpu.preempt(QUEUED_NODE)
+    tpu.requests.clear()
+    seen = [function.call() for _ in range(6)]
+    assert [(e["seen"], e["action"], e["result"]) for e in seen] == [
+        ("SUSPENDED", "delete", "ok"),
+        ("NOT_FOUND", "create", "ok"),
+        ("ACCEPTED", "none", "ok"),
+        ("WAITING_FOR_RESOURCES", "none", "ok"),
+        ("PROVISIONING", "none", "ok"),
+        ("ACTIVE", "none", "recovered"),
+    ]
+    (create,) = tpu.calls("POST", "/queuedResources")
+    assert create[2]["queuedResourceId"] == [f"{QUEUED_STACK}-tpu-qr"]
+    assert create[3] == config["body"]
+    assert tpu.nodes[QUEUED_NODE]["state"] == "READY"
+    events = _events(fs, f"{QUEUED_BUCKET}/supervisor/{QUEUED_STACK}/events.jsonl")
+    assert [(e["seen"], e["action"], e["result"]) for e in events] == [
+        ("SUSPENDED", "delete", "ok"),
+        ("NOT_FOUND", "create", "ok"),
+        ("ACTIVE", "none", "recovered"),
     ]
