@@ -10,7 +10,7 @@
             "deployment_name": "exp-42",
             "kind": "node",  # a Spot gcp.tpu.V2Vm; "queued" for a queued resource
             "resource_name": "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu",
-            "body": spot_node_body(node),  # or tpu.queued_resource.body
+            "body": body,  # kind, resource_name, body = slice_target(tpu_slice, its args)
             "staging_bucket": buckets.staging_bucket,
             "checkpoint_bucket": buckets.checkpoint_bucket,
             "node_service_account": identity.service_account.name,
@@ -68,7 +68,9 @@ from pulumi_gcp import (
 
 from components._args import check_args
 from components._discovery import validate_body
-from components._naming import account_id, gcp_name, labels_input
+from components._naming import account_id, gcp_name, labels_input, name_input
+from components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
+from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs, node_body, validate_args
 
 TOKEN: Final = "trainstack:tpu:TpuSupervisor"
 COMPONENT_LABEL: Final = "tpu-supervisor"
@@ -81,6 +83,19 @@ RUNTIME: Final = "python312"
 python312 is supported, deprecated 2028-10-02."""
 ENTRY_POINT: Final = "supervise"
 DEFAULT_SCHEDULE: Final = "*/2 * * * *"
+SUPERVISED_PROVISIONING: Final = frozenset({"spot", "queued"})
+"""TPU provisioning Google preempts: stacks with it get a supervisor."""
+SERVICES: Final = (
+    # Cloud Functions gen2 builds with Cloud Build into Artifact Registry and runs on Cloud
+    # Run (https://cloud.google.com/functions/docs/deploy: "enable the Cloud Functions,
+    # Cloud Build, Artifact Registry, Cloud Run ... APIs"); Cloud Scheduler calls it.
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "run.googleapis.com",
+)
+"""APIs the supervisor needs besides the TPU API."""
 PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
     "queued": (
@@ -196,6 +211,48 @@ def spot_node_body(node: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise ValueError("Node body is invalid: " + "; ".join(errors))
     return body
+
+
+def slice_target(
+    tpu: TpuPodSlice, args: TpuPodSliceArgs
+) -> tuple[Literal["node", "queued"], pulumi.Output[str], pulumi.Output[dict[str, Any]]]:
+    """(kind, full resource name, REST body) of a `TpuPodSlice` built from `args`: its queued
+    resource, or its Spot node exactly as the `gcp.tpu.V2Vm` creates it."""
+    deployment = args["deployment_name"]
+    location = pulumi.Output.concat("projects/", args["project"], "/locations/", args["zone"])
+    if tpu.queued_resource is not None:
+        # The queued resource's id, as TpuPodSlice names it (components._naming).
+        qr_id = name_input(gcp_name, deployment, "tpu-qr")
+        name = pulumi.Output.concat(location, "/queuedResources/", qr_id)
+        return "queued", name, tpu.queued_resource.body
+    plan = validate_args(args)
+    labels = labels_input(args.get("labels"), TPU_COMPONENT_LABEL)
+    body = pulumi.Output.all(
+        args["network_self_link"],
+        args["subnetwork_self_link"],
+        args["service_account_email"],
+        tpu.startup_script,
+        labels,
+        args.get("network_tags", []),
+        [d["source_disk"] for d in args.get("data_disks", ())],
+    ).apply(
+        lambda v: spot_node_body(
+            node_body(
+                plan=plan,
+                runtime_version=args["runtime_version"],
+                description=f"trainstack TPU slice {plan.slice.accelerator_type}",
+                network=v[0],
+                subnetwork=v[1],
+                service_account_email=v[2],
+                startup_script=v[3],
+                labels=v[4],
+                network_tags=v[5],
+                data_disks=v[6],
+            )
+        )
+    )
+    node_id = name_input(gcp_name, deployment, "tpu")
+    return "node", pulumi.Output.concat(location, "/nodes/", node_id), body
 
 
 class TpuSupervisor(pulumi.ComponentResource):

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import pulumi
 
-from components._naming import gcp_name, labels_input
 from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
 from components.catalog.images import (
     availability_date,
@@ -26,9 +25,16 @@ from components.catalog.images import (
 from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
-from components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
-from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs, node_body, validate_args
-from components.tpu_supervisor import TpuSupervisor, spot_node_body
+from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+from components.tpu_supervisor import (
+    SERVICES as SUPERVISOR_SERVICES,
+)
+from components.tpu_supervisor import (
+    SUPERVISED_PROVISIONING,
+    TpuSupervisor,
+    TpuSupervisorArgs,
+    slice_target,
+)
 from components.trainer_package import TrainerPackage, TrainerPackageArgs
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -64,18 +70,6 @@ TARGET_SERVICES: Mapping[str, tuple[str, ...]] = {
     "gpu_cluster": ("container.googleapis.com",),
     "vertex": ("aiplatform.googleapis.com",),
 }
-SUPERVISED_TPU_PROVISIONING: frozenset[str] = frozenset({"spot", "queued"})
-"""TPU provisioning that Google preempts, so a `TpuSupervisor` recreates the slice."""
-SUPERVISOR_SERVICES: tuple[str, ...] = (
-    # Cloud Functions gen2 builds with Cloud Build into Artifact Registry and runs on Cloud
-    # Run (https://cloud.google.com/functions/docs/deploy: "enable the Cloud Functions,
-    # Cloud Build, Artifact Registry, Cloud Run ... APIs"); Cloud Scheduler calls it.
-    "artifactregistry.googleapis.com",
-    "cloudbuild.googleapis.com",
-    "cloudfunctions.googleapis.com",
-    "cloudscheduler.googleapis.com",
-    "run.googleapis.com",
-)
 OUTPUT_SUPERVISOR_EVENTS = "supervisor_events_uri"
 
 
@@ -436,7 +430,7 @@ def _vertex(
 
 def supervised(cfg: StackConfig) -> bool:
     """Whether the stack gets a `TpuSupervisor` (a TPU slice Google may preempt)."""
-    return cfg.tpu is not None and cfg.tpu.provisioning in SUPERVISED_TPU_PROVISIONING
+    return cfg.tpu is not None and cfg.tpu.provisioning in SUPERVISED_PROVISIONING
 
 
 def _tpu(
@@ -451,7 +445,7 @@ def _tpu(
     node_args: pulumi.Output[list[str]] | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     tpu_cfg = cfg.tpu
-    assert tpu_cfg is not None and cfg.project is not None
+    assert tpu_cfg is not None and cfg.project is not None and cfg.region is not None
     # The section's keys are the component's (slice, zone, runtime, provisioning,
     # reservation): passed on as they are.
     args = cast(
@@ -491,77 +485,22 @@ def _tpu(
         OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
     }
     if supervised(cfg):
-        outputs[OUTPUT_SUPERVISOR_EVENTS] = _supervisor(
-            cfg, deployment, labels, tpu, args, buckets, identity, after_grants
-        ).events_uri
-    return outputs, tpu.dashboard_scope
-
-
-def _supervisor(
-    cfg: StackConfig,
-    deployment: str,
-    labels: Mapping[str, str],
-    tpu: TpuPodSlice,
-    args: TpuPodSliceArgs,
-    buckets: TrainingBuckets,
-    identity: TrainingIdentity,
-    after_grants: pulumi.ResourceOptions,
-) -> TpuSupervisor:
-    assert cfg.tpu is not None and cfg.project is not None and cfg.region is not None
-    zone = cfg.tpu.zone
-    body: pulumi.Output[dict[str, Any]]
-    if tpu.queued_resource is not None:
-        kind: Literal["node", "queued"] = "queued"
-        body = tpu.queued_resource.body
-        # The queued resource's id, as TpuPodSlice names it (components._naming).
-        collection, physical = "queuedResources", gcp_name(deployment, "tpu-qr")
-    else:
-        plan = validate_args(args)
-        tpu_labels = labels_input(args.get("labels"), TPU_COMPONENT_LABEL)
-        # The node exactly as TpuPodSlice's V2Vm creates it, in REST field names.
-        kind = "node"
-        body = pulumi.Output.all(
-            args["network_self_link"],
-            args["subnetwork_self_link"],
-            args["service_account_email"],
-            tpu.startup_script,
-            tpu_labels,
-            args.get("network_tags", []),
-        ).apply(
-            lambda v: spot_node_body(
-                node_body(
-                    plan=plan,
-                    runtime_version=args["runtime_version"],
-                    description=f"trainstack TPU slice {plan.slice.accelerator_type}",
-                    network=v[0],
-                    subnetwork=v[1],
-                    service_account_email=v[2],
-                    startup_script=v[3],
-                    labels=v[4],
-                    network_tags=v[5],
-                    data_disks=[d["source_disk"] for d in args.get("data_disks", ())],
-                )
-            )
-        )
-        collection, physical = "nodes", gcp_name(deployment, "tpu")
-    return TpuSupervisor(
-        f"{deployment}-supervisor",
-        {
+        kind, resource_name, body = slice_target(tpu, args)
+        supervisor_args: TpuSupervisorArgs = {
             "project": cfg.project,
             "region": cfg.region,
             "deployment_name": deployment,
             "kind": kind,
-            "resource_name": pulumi.Output.concat(
-                "projects/", cfg.project, "/locations/", zone, f"/{collection}/", physical
-            ),
+            "resource_name": resource_name,
             "body": body,
             "staging_bucket": buckets.staging_bucket,
             "checkpoint_bucket": buckets.checkpoint_bucket,
             "node_service_account": identity.service_account.name,
             "labels": dict(labels),
-        },
-        opts=after_grants,
-    )
+        }
+        supervisor = TpuSupervisor(f"{deployment}-supervisor", supervisor_args, opts=after_grants)
+        outputs[OUTPUT_SUPERVISOR_EVENTS] = supervisor.events_uri
+    return outputs, tpu.dashboard_scope
 
 
 def _gpu_cluster(

@@ -12,6 +12,7 @@ from typing import Any
 
 from components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from components.catalog.tpu import TPU_RUN_LIMIT_ENFORCED
+from components.tpu_supervisor import SUPERVISED_PROVISIONING
 from infra import catalog
 from infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
 
@@ -50,7 +51,6 @@ SUPERVISOR_CALL_S = 2.0
 SUPERVISOR_VCPU = 0.167
 SUPERVISOR_GIB = 0.25
 """256 MiB functions get 0.167 vCPU (https://cloud.google.com/functions/docs/configuring/memory)."""
-SUPERVISED_PROVISIONING = frozenset({"spot", "queued"})
 
 
 def supervisor_hourly_usd(tpu: TpuConfig) -> float:

@@ -178,7 +178,14 @@ def test_the_bundle_recreates_the_planned_spot_node(source: tuple[Path, dict[str
     assert config["body"]["labels"] == vm["labels"]
     assert config["body"]["runtimeVersion"] == vm["runtimeVersion"]
     assert config["body"]["acceleratorConfig"] == vm["acceleratorConfig"]
-    assert config["body"]["serviceAccount"]["email"] == vm["serviceAccount"]["email"]
+    assert config["body"]["serviceAccount"] == {
+        "email": vm["serviceAccount"]["email"],
+        "scope": vm["serviceAccount"]["scopes"],
+    }
+    assert config["body"]["networkConfig"] == vm["networkConfig"]
+    assert config["body"]["tags"] == vm["tags"]
+    assert config["body"]["shieldedInstanceConfig"] == vm["shieldedInstanceConfig"]
+    assert config["body"]["description"] == vm["description"]
 
 
 def test_a_ready_node_is_left_alone(world: Any) -> None:
