@@ -69,6 +69,7 @@ from pulumi_gcp import (
 from components._args import check_args
 from components._discovery import validate_body
 from components._naming import account_id, gcp_name, labels_input, name_input
+from components._options import inherited_depends_on
 from components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs, node_body, validate_args
 
@@ -287,6 +288,9 @@ class TpuSupervisor(pulumi.ComponentResource):
         project, region = args["project"], args["region"]
         super().__init__(TOKEN, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        # Given the slice (compose does): the function and its schedule come after it and,
+        # on `pulumi destroy`, go before it, so no check can recreate a slice being destroyed.
+        deps = inherited_depends_on(opts)
 
         self.account = serviceaccount.Account(
             f"{name}-sa",
@@ -372,7 +376,7 @@ class TpuSupervisor(pulumi.ComponentResource):
                 timeout_seconds=120,
                 all_traffic_on_latest_revision=True,
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=self.grants),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*self.grants, *deps]),
         )
         invoker = cloudrunv2.ServiceIamMember(
             f"{name}-invoker",
@@ -401,7 +405,7 @@ class TpuSupervisor(pulumi.ComponentResource):
                     service_account_email=self.account.email, audience=self.function.url
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[invoker]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[invoker, *deps]),
         )
         self.service_account_email = self.account.email
         self.function_name = self.function.name

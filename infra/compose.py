@@ -26,9 +26,7 @@ from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-from components.tpu_supervisor import (
-    SERVICES as SUPERVISOR_SERVICES,
-)
+from components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
 from components.tpu_supervisor import (
     SUPERVISED_PROVISIONING,
     TpuSupervisor,
@@ -498,7 +496,10 @@ def _tpu(
             "node_service_account": identity.service_account.name,
             "labels": dict(labels),
         }
-        supervisor = TpuSupervisor(f"{deployment}-supervisor", supervisor_args, opts=after_grants)
+        slice_resource = tpu.queued_resource or tpu.vm
+        assert slice_resource is not None  # one of the two, by provisioning
+        after_slice = after_grants.merge(pulumi.ResourceOptions(depends_on=[slice_resource]))
+        supervisor = TpuSupervisor(f"{deployment}-supervisor", supervisor_args, opts=after_slice)
         outputs[OUTPUT_SUPERVISOR_EVENTS] = supervisor.events_uri
     return outputs, tpu.dashboard_scope
 

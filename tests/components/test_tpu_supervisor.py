@@ -21,7 +21,9 @@ from components.tpu_supervisor import (
     spot_node_body,
     supervisor_config,
 )
+from infra.compose import main_program
 from infra.mocks import REPO_ROOT, ProgramRun, run_program
+from infra.plan import load_stack
 
 NODE = "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu"
 QUEUED = "projects/my-project/locations/us-west4-a/queuedResources/exp-42-tpu-qr"
@@ -214,3 +216,23 @@ def test_spot_node_body_is_checked_against_the_discovery_document() -> None:
 def test_role_id_fits_iam() -> None:
     assert role_id("exp-42") == "trainstackSupervisor_exp_42"
     assert len(role_id("x" * 80)) == 64
+
+
+@pytest.mark.parametrize("provisioning", ["spot", "queued"])
+def test_the_schedule_waits_for_the_slice_and_goes_first_on_destroy(provisioning: str) -> None:
+    name, config = load_stack("dev-tpu-v5e", None)
+    config = {
+        **config,
+        "trainstack:tpu": {**config["trainstack:tpu"], "provisioning": provisioning},
+    }
+    run = run_program(main_program, config=config, stack=name)
+    slice_type = {
+        "spot": "gcp:tpu/v2Vm:V2Vm",
+        "queued": "pulumi-python:dynamic/tpu:QueuedResource",
+    }[provisioning]
+    [tpu] = [r for r in run.resources if r.type == slice_type]
+    services = {r.urn for r in run.resources if r.type == "gcp:projects/service:Service"}
+    for child in ("dev-tpu-v5e-supervisor-function", "dev-tpu-v5e-supervisor-schedule"):
+        resource = run.named(child)
+        assert tpu.urn in resource.dependencies
+        assert services <= set(resource.dependencies)
