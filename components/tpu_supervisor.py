@@ -76,7 +76,17 @@ from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs, node_body, va
 TOKEN: Final = "trainstack:tpu:TpuSupervisor"
 COMPONENT_LABEL: Final = "tpu-supervisor"
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
-SOURCE_FILES: Final = ("main.py", "requirements.txt")
+SOURCE_FILES: Final = ("main.py",)
+REQUIREMENTS: Final = (
+    "functions-framework>=3.5,<4",
+    "google-api-python-client>=2.100,<3",
+    "google-auth>=2.30,<3",
+    "google-auth-httplib2>=0.2,<1",
+    "gcsfs>=2024.6",
+)
+"""The bundle's requirements.txt (what main.py imports; the runtime installs it at build).
+Kept here, not as a file, so an installed trainstack (whose package data has no .txt) ships
+it too."""
 OBJECT_PREFIX: Final = "supervisor/"
 BUILD_DIR: Final = SOURCE_DIR.parent.parent / ".trainstack" / "build"
 RUNTIME: Final = "python312"
@@ -158,6 +168,7 @@ def source_zip(config: dict[str, Any]) -> bytes:
     the same for the same config (sorted members, fixed times and modes)."""
     members = {name: (SOURCE_DIR / name).read_bytes() for name in SOURCE_FILES}
     members["config.json"] = (json.dumps(config, sort_keys=True, indent=1) + "\n").encode()
+    members["requirements.txt"] = "".join(f"{r}\n" for r in REQUIREMENTS).encode()
     raw = io.BytesIO()
     with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
         for name in sorted(members):

@@ -236,3 +236,16 @@ def test_the_schedule_waits_for_the_slice_and_goes_first_on_destroy(provisioning
         resource = run.named(child)
         assert tpu.urn in resource.dependencies
         assert services <= set(resource.dependencies)
+
+
+def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
+    bundle = build_source(supervisor_config("node", NODE, BODY, "b-ckpt", "exp-42"), tmp_path)
+    with zipfile.ZipFile(bundle.path) as archive:
+        assert archive.read("requirements.txt").decode().splitlines() == [
+            "functions-framework>=3.5,<4",
+            "google-api-python-client>=2.100,<3",
+            "google-auth>=2.30,<3",
+            "google-auth-httplib2>=0.2,<1",
+            "gcsfs>=2024.6",
+        ]
+        assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in archive.infolist())
