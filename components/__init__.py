@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from components.project_services import ProjectServices, ProjectServicesArgs
     from components.quota_guard import QuotaGuard, QuotaGuardArgs
     from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+    from components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
     from components.trainer_package import TrainerPackage, TrainerPackageArgs
     from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
     from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -48,6 +49,8 @@ _MODULES: dict[str, str] = {
     "QuotaGuardArgs": "quota_guard",
     "TpuPodSlice": "tpu_pod_slice",
     "TpuPodSliceArgs": "tpu_pod_slice",
+    "TpuSupervisor": "tpu_supervisor",
+    "TpuSupervisorArgs": "tpu_supervisor",
     "TrainerPackage": "trainer_package",
     "TrainerPackageArgs": "trainer_package",
     "TrainingBuckets": "training_buckets",
@@ -77,6 +80,8 @@ __all__ = [
     "QuotaGuardArgs",
     "TpuPodSlice",
     "TpuPodSliceArgs",
+    "TpuSupervisor",
+    "TpuSupervisorArgs",
     "TrainerPackage",
     "TrainerPackageArgs",
     "TrainingBuckets",

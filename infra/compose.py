@@ -26,6 +26,8 @@ from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices
 from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+from components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
+from components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs, slice_target, supervised
 from components.trainer_package import TrainerPackage, TrainerPackageArgs
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -65,6 +67,7 @@ TARGET_SERVICES: Mapping[str, tuple[str, ...]] = {
     "gpu_cluster": ("container.googleapis.com",),
     "vertex": ("aiplatform.googleapis.com",),
 }
+OUTPUT_SUPERVISOR_EVENTS = "supervisor_events_uri"
 
 
 # Stack output keys, shared with tests and `trainstack status`.
@@ -172,6 +175,8 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     service_names = [*BASE_SERVICES, *TARGET_SERVICES[cfg.target]]
     service_names += [SECRET_SERVICE] if secrets else []
     service_names += [MIRROR_SERVICE] if uses_image_mirror(cfg) else []
+    if supervised(cfg.tpu.provisioning if cfg.tpu else None):
+        service_names += SUPERVISOR_SERVICES
     services = ProjectServices(
         f"{deployment}-apis", {"project": project, "services": service_names}
     )
@@ -434,7 +439,7 @@ def _tpu(
     node_args: pulumi.Output[list[str]] | None = None,
 ) -> tuple[dict[str, Any], DashboardScope]:
     tpu_cfg = cfg.tpu
-    assert tpu_cfg is not None and cfg.project is not None
+    assert tpu_cfg is not None and cfg.project is not None and cfg.region is not None
     # The section's keys are the component's (slice, zone, runtime, provisioning,
     # reservation): passed on as they are.
     args = cast(
@@ -473,6 +478,25 @@ def _tpu(
         OUTPUT_CONSOLE_URL: tpu.console_url,
         OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
     }
+    if supervised(cfg.tpu.provisioning if cfg.tpu else None):
+        kind, resource_name, body = slice_target(tpu, args)
+        supervisor_args: TpuSupervisorArgs = {
+            "project": cfg.project,
+            "region": cfg.region,
+            "deployment_name": deployment,
+            "kind": kind,
+            "resource_name": resource_name,
+            "body": body,
+            "staging_bucket": buckets.staging_bucket,
+            "checkpoint_bucket": buckets.checkpoint_bucket,
+            "node_service_account": identity.service_account.name,
+            "labels": dict(labels),
+        }
+        # After the slice, so `pulumi destroy` removes the supervisor before the slice.
+        slices = [r for r in (tpu.queued_resource, tpu.vm) if r is not None]
+        after_slice = after_grants.merge(pulumi.ResourceOptions(depends_on=slices))
+        supervisor = TpuSupervisor(f"{deployment}-supervisor", supervisor_args, opts=after_slice)
+        outputs[OUTPUT_SUPERVISOR_EVENTS] = supervisor.events_uri
     return outputs, tpu.dashboard_scope
 
 

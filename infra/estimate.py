@@ -12,20 +12,68 @@ from typing import Any
 
 from components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from components.catalog.tpu import TPU_RUN_LIMIT_ENFORCED
+from components.tpu_supervisor import SUPERVISED_PROVISIONING
 from infra import catalog
 from infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
 
-__all__ = ["limit_problems", "limits_plan", "quota_needs", "summarize", "vertex_timeout_s"]
+__all__ = [
+    "limit_problems",
+    "limits_plan",
+    "quota_needs",
+    "summarize",
+    "supervisor_hourly_usd",
+    "vertex_timeout_s",
+]
 
 
 def _round(usd: float) -> float:
     return round(usd, 2)
 
 
+# The TPU supervisor (components.tpu_supervisor) of a spot or queued slice: one Cloud
+# Scheduler job and one Cloud Run functions call every 2 minutes.
+SCHEDULER_JOB_USD_PER_31_DAYS = 0.10
+"""https://cloud.google.com/scheduler/pricing: "A job is billed $0.10/job/31 days"; "Each
+Google billing account gets 3 jobs per month free" (not subtracted here: shared by the
+billing account)."""
+RUN_VCPU_SECOND_USD = 0.000024
+RUN_GIB_SECOND_USD = 0.0000025
+RUN_REQUEST_USD = 0.40 / 1_000_000
+"""Cloud Run request-based billing, Tier 1 (https://cloud.google.com/run/pricing; Cloud Run
+functions, formerly Cloud Functions 2nd gen, are billed as Cloud Run, per
+https://cloud.google.com/functions/pricing-1stgen). The monthly free tier (2 million
+requests, 180,000 vCPU-seconds, 360,000 GiB-seconds per billing account) covers a
+supervisor; not subtracted. Per-second figures: verified: False (the table was not in the
+page text read)."""
+SUPERVISOR_CALLS_PER_HOUR = 30
+SUPERVISOR_CALL_S = 2.0
+"""Assumed billed time per check (three TPU and GCS round trips, rounded up to 100 ms)."""
+SUPERVISOR_VCPU = 0.167
+SUPERVISOR_GIB = 0.25
+"""256 MiB functions get 0.167 vCPU (https://cloud.google.com/functions/docs/configuring/memory)."""
+
+
+def supervisor_hourly_usd(tpu: TpuConfig) -> float:
+    """$/hour of the TPU supervisor at list price (0 for a slice that is never preempted)."""
+    if tpu.provisioning not in SUPERVISED_PROVISIONING:
+        return 0.0
+    per_call = SUPERVISOR_CALL_S * (
+        SUPERVISOR_VCPU * RUN_VCPU_SECOND_USD + SUPERVISOR_GIB * RUN_GIB_SECOND_USD
+    )
+    function = SUPERVISOR_CALLS_PER_HOUR * (per_call + RUN_REQUEST_USD)
+    return function + SCHEDULER_JOB_USD_PER_31_DAYS / (31 * 24)
+
+
 def _tpu_summary(tpu: TpuConfig) -> dict[str, Any]:
     s = tpu.slice
     price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.spot)
-    return {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
+    out = {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
+    supervisor = supervisor_hourly_usd(tpu)
+    if supervisor:
+        out["hourly_usd"] += supervisor
+        # Too small to show in $/hour: the plan shows it per month as well.
+        out["supervisor_usd_per_month"] = round(supervisor * 730, 2)
+    return out
 
 
 def _gpu_summary(gpu: GpuClusterConfig) -> dict[str, Any]:

@@ -90,7 +90,16 @@ def _quota_offline(args: dict[str, Any]) -> dict[str, Any]:
     raise InvokeFailure("offline: quota limits are read by pulumi preview/up, not under mocks")
 
 
+def _function_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    # The cloudfunctions.net address every function has besides its run.app one
+    # (https://cloud.google.com/functions/docs/calling/http).
+    project = inputs.get("project", "mock-project")
+    physical = inputs.get("name", name)
+    return {"url": f"https://{inputs.get('location')}-{project}.cloudfunctions.net/{physical}"}
+
+
 DEFAULT_OUTPUTS: dict[str, OutputsFn] = {
+    "gcp:cloudfunctionsv2/function:Function": _function_outputs,
     "gcp:storage/bucket:Bucket": _bucket_outputs,
     "gcp:serviceaccount/account:Account": _account_outputs,
     "gcp:compute/network:Network": _self_link_outputs("networks"),

@@ -11,6 +11,8 @@
 - hosts: TPU workers (network endpoints), GKE pods (Kubernetes API with the `kubeconfig`
   output), GCE instances (Compute `instances.get`), local worker processes; Vertex AI manages
   its machines itself.
+- recoveries (spot and queued TPU stacks): the TPU supervisor's actions, the JSON lines of
+  its `supervisor_events_uri` output (GCS JSON API `objects.get`, media), newest last.
 - cost so far: the plan's list-price $/hour (`infra.estimate.summarize`: every machine,
   spot price when spot) times the hours since the start (Vertex job start, node or instance
   creation, GKE Job start) until its end or now.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import re
 import tempfile
 from datetime import UTC, datetime
@@ -283,6 +286,24 @@ def _gcs_checkpoint(url: str, ep: Endpoints) -> tuple[int, str] | None:
             return max(steps) if steps else None
 
 
+RECOVERIES_SHOWN = 5
+"""How many of the supervisor's newest actions the text output lists."""
+
+
+def _supervisor_events(uri: str, ep: Endpoints) -> list[dict[str, Any]]:
+    """The TPU supervisor's events (components/supervisor/main.py), oldest first."""
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    objects = build_client("storage.v1", api_endpoint=ep.get("storage")).objects()
+    try:
+        raw = execute(objects.get_media(bucket=bucket, object=name), _POLICY)
+    except NotFoundError:
+        return []  # no action recorded yet
+    except ApiError as exc:
+        raise LogsError(f"cannot read {uri}: {exc.message}") from None
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def _alive(pid: int) -> bool:
     import os
 
@@ -383,12 +404,16 @@ def stack_status(
         part["step"] = _cloud_step(cfg, stack, outputs, endpoints)
         part["checkpoint"] = _gcs_checkpoint(ckpt_dir, endpoints)
         part["checkpoint_dir"] = ckpt_dir
+        if outputs.get("supervisor_events_uri"):
+            uri = str(outputs["supervisor_events_uri"])
+            part["recoveries"] = _supervisor_events(uri, endpoints)
     hours = None
     if part["started"]:
         end = parse_time(part["ended"]) if part["ended"] else now
         hours = max(0.0, (end - parse_time(part["started"])).total_seconds() / 3600)
     hosts = part["hosts"]
     newest = part["checkpoint"]
+    recoveries = {"recoveries": part["recoveries"]} if "recoveries" in part else {}
     return {
         "stack": stack,
         "target": cfg.target,
@@ -406,6 +431,7 @@ def stack_status(
         "hours": None if hours is None else round(hours, 4),
         "cost_usd": None if hours is None else round(hourly * hours, 2),
         "as_of": format_time(now),
+        **recoveries,
     }
 
 
@@ -427,6 +453,13 @@ def render_status(info: dict[str, Any]) -> list[str]:
     else:
         lines.append(f"hosts: {info['hosts_up']}/{len(info['hosts'])} up")
         lines += [f"  {h['name']}: {h['state']} {h['address'] or '-'}" for h in info["hosts"]]
+    if "recoveries" in info:
+        events = info["recoveries"]
+        lines.append(f"recoveries: {len(events)} supervisor action(s) recorded")
+        lines += [
+            f"  {e['time']} {e['seen']}: {e['action']} ({e['result']})"
+            for e in events[-RECOVERIES_SHOWN:]
+        ]
     if info["cost_usd"] is None:
         lines.append(f"cost so far: - (not started; ${info['hourly_usd']:.2f}/hour at list price)")
     else:

@@ -45,6 +45,9 @@ modify this field", "Changing this will force recreation of the resource")."""
 GCP_TYPES: Final = (
     "gcp:artifactregistry/repository:Repository",
     "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember",
+    "gcp:cloudfunctionsv2/function:Function",
+    "gcp:cloudrunv2/serviceIamMember:ServiceIamMember",
+    "gcp:cloudscheduler/job:Job",
     "gcp:compute/firewall:Firewall",
     "gcp:compute/instanceGroupManager:InstanceGroupManager",
     "gcp:compute/instanceTemplate:InstanceTemplate",
@@ -59,6 +62,7 @@ GCP_TYPES: Final = (
     "gcp:logging/metric:Metric",
     "gcp:monitoring/alertPolicy:AlertPolicy",
     "gcp:monitoring/dashboard:Dashboard",
+    "gcp:projects/iAMCustomRole:IAMCustomRole",
     "gcp:projects/iAMMember:IAMMember",
     "gcp:projects/service:Service",
     "gcp:serviceaccount/account:Account",

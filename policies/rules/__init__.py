@@ -27,6 +27,7 @@ The rules (all mandatory):
 | accelerators-labelled | every GPU/TPU machine, node pool, Vertex job and Kubernetes Job | labels |
 | prod-data-protected | prod buckets except the rebuildable staging bucket (stack scope) | storage |
 | secrets-as-secrets | every string input of every resource | plaintext |
+| supervisor-least-privilege | every grant to the TPU supervisor's account (stack scope) | supervisor |
 
 `model` holds the vocabulary (`Resource`, `Context`, `Violation`, `Rule`, type tokens,
 `SECRET`, `UNKNOWN`) and `_inputs` the readers of nested inputs the checks share; every
@@ -72,6 +73,7 @@ from .model import (
 from .network import check_public_ips
 from .plaintext import check_plaintext_secrets, secret_like
 from .storage import check_bucket_access, check_prod_data, stack_environment
+from .supervisor import check_supervisor_scope
 
 __all__ = [
     "BUCKET",
@@ -110,6 +112,7 @@ __all__ = [
     "check_project_roles",
     "check_public_ips",
     "check_service_accounts",
+    "check_supervisor_scope",
     "context_from_config",
     "evaluate",
     "secret_like",
@@ -163,6 +166,12 @@ RULES: tuple[Rule, ...] = (
         "Credentials in metadata, startup scripts, environment variables and arguments are "
         "Pulumi secrets, never plaintext.",
         resource_check=check_plaintext_secrets,
+    ),
+    Rule(
+        "supervisor-least-privilege",
+        "The TPU supervisor's service account reaches only its own stack's TPU slice, "
+        "buckets, service accounts and function.",
+        stack_check=check_supervisor_scope,
     ),
 )
 """Every rule, in report order."""

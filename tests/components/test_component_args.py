@@ -21,6 +21,7 @@ from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from components.project_services import ProjectServices, ProjectServicesArgs
 from components.quota_guard import QuotaGuard, QuotaGuardArgs
 from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+from components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
 from components.trainer_package import TrainerPackage, TrainerPackageArgs
 from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -143,6 +144,21 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
         LocalTrainingJobArgs,
         {"trainer": TrainConfig(steps=10), "workers": 2, "root": ".trainstack/local"},
     ),
+    "TpuSupervisor": (
+        TpuSupervisor,
+        TpuSupervisorArgs,
+        {
+            "project": "p",
+            "region": "us-central1",
+            "deployment_name": "exp-42",
+            "kind": "node",
+            "resource_name": "projects/p/locations/us-central2-b/nodes/exp-42-tpu",
+            "body": {"runtimeVersion": "tpu-ubuntu2204-base"},
+            "staging_bucket": "p-staging",
+            "checkpoint_bucket": "p-checkpoints",
+            "node_service_account": f"projects/p/serviceAccounts/{SA}",
+        },
+    ),
     "TrainingDashboard": (
         TrainingDashboard,
         TrainingDashboardArgs,
@@ -172,6 +188,7 @@ TYPOS = [
     ("LocalTrainingJob", "worker", "workers"),
     ("TrainingDashboard", "stall_minute", "stall_minutes"),
     ("ImageMirror", "deployment", "deployment_name"),
+    ("TpuSupervisor", "schedul", "schedule"),
 ]
 
 # A value of the wrong type per component and the exact problem it gets.
@@ -217,6 +234,7 @@ WRONG_TYPES = [
         {"labels": {"team": 1}},
         "TrainingDashboard.labels.team: 1 is not a string",
     ),
+    ("TpuSupervisor", {"schedule": 5}, "TpuSupervisor.schedule: 5 is not a string"),
 ]
 
 

@@ -81,7 +81,12 @@ class MetadataFake(LocalServer):
                 data = text.encode()
                 self.send_response(status)
                 self.send_header("Metadata-Flavor", "Google")
-                self.send_header("Content-Type", "application/text")
+                # Like the real server: JSON answers (a token, `?recursive=true` listings)
+                # as application/json, which google-auth needs to parse them.
+                is_json = status == 200 and text.startswith("{")
+                self.send_header(
+                    "Content-Type", "application/json" if is_json else "application/text"
+                )
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

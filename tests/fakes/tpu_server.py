@@ -22,7 +22,13 @@ https://cloud.google.com/tpu/docs/queued-resources describe them:
 - `DELETE .../queuedResources/ID[?force=true]`: without `force` only ACCEPTED, FAILED and
   SUSPENDED resources may be deleted (400 FAILED_PRECONDITION otherwise); with it the
   nodes go too. The resource stays DELETING until the next GET.
-- `GET .../nodes/ID`: a node created by an ACTIVE queued resource.
+- `GET .../nodes/ID`: a node (created by an ACTIVE queued resource, or directly). A node
+  created directly is CREATING until the next GET, then READY; a DELETING one is gone (404)
+  at the next GET.
+- `POST .../nodes?nodeId=ID` (`projects.locations.nodes.create`) answers an Operation; 409
+  if the node exists. `DELETE .../nodes/ID` answers an Operation and marks it DELETING.
+- `preempt(name)` puts a node in PREEMPTED (and its queued resource, if any, in SUSPENDED
+  with the node gone), as Google does to a Spot slice.
 
 Hosts per node: chips / 4 (one host up to 4 chips), chips being the product of
 `acceleratorConfig.topology`; `hosts_override` replaces that. Errors use Google's shape.
@@ -45,6 +51,7 @@ _LOCATION = r"projects/[^/]+/locations/[^/]+"
 _COLLECTION = re.compile(rf"^/v2/({_LOCATION})/queuedResources$")
 _QUEUED = re.compile(rf"^/v2/({_LOCATION}/queuedResources/[^/:]+)$")
 _NODE = re.compile(rf"^/v2/({_LOCATION}/nodes/[^/:]+)$")
+_NODES = re.compile(rf"^/v2/({_LOCATION})/nodes$")
 _ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 Request = tuple[str, str, dict[str, list[str]], Any]
@@ -86,6 +93,19 @@ class TpuFakeServer(LocalServer):
             self.queued[name]["state"] = {"state": state}
             self._plans[name] = []
 
+    def preempt(self, name: str) -> None:
+        """Node `name` is preempted: PREEMPTED, or for a queued resource's node, gone with
+        its queued resource SUSPENDED."""
+        with self._lock:
+            node = self.nodes[name]
+            queued = node.get("queuedResource")
+            if queued:
+                del self.nodes[name]
+                self.queued[queued]["state"] = {"state": "SUSPENDED"}
+                self._plans[queued] = []
+            else:
+                node["state"] = "PREEMPTED"
+
     def fail_next(self, count: int, status: int = 503, method: str | None = None) -> None:
         """The next `count` requests (of `method`, or any) answer `status`."""
         with self._lock:
@@ -118,13 +138,45 @@ class TpuFakeServer(LocalServer):
                 return self._get(queued.group(1))
             if queued and method == "DELETE":
                 return self._delete(queued.group(1), query)
+            nodes = _NODES.match(path)
+            if nodes and method == "POST":
+                return self._create_direct_node(nodes.group(1), query, body)
             node = _NODE.match(path)
             if node and method == "GET":
-                found = self.nodes.get(node.group(1))
-                if found is None:
+                return self._get_node(node.group(1))
+            if node and method == "DELETE":
+                if node.group(1) not in self.nodes:
                     return 404, google_error(404, f"{node.group(1)} not found")
-                return 200, found
+                self.nodes[node.group(1)]["state"] = "DELETING"
+                parent = node.group(1).split("/nodes/")[0]
+                return 200, self._operation(parent, node.group(1), "delete")
             return 404, google_error(404, f"no route {method} {path}")
+
+    def _get_node(self, name: str) -> tuple[int, Any]:
+        found = self.nodes.get(name)
+        if found is None:
+            return 404, google_error(404, f"{name} not found")
+        answer = dict(found)
+        if found["state"] == "DELETING":
+            del self.nodes[name]
+        elif found["state"] == "CREATING":
+            found["state"] = "READY"
+        return 200, answer
+
+    def _create_direct_node(
+        self, parent: str, query: dict[str, list[str]], body: Any
+    ) -> tuple[int, Any]:
+        node_id = (query.get("nodeId") or [""])[0]
+        if not _ID.match(node_id):
+            return 400, google_error(400, f"invalid nodeId {node_id!r}")
+        if not isinstance(body, dict) or not body.get("runtimeVersion"):
+            return 400, google_error(400, "runtimeVersion is required")
+        name = f"{parent}/nodes/{node_id}"
+        if name in self.nodes:
+            return 409, google_error(409, f"{name} already exists")
+        self._create_node("", {"parent": parent, "nodeId": node_id, "node": body})
+        self.nodes[name]["state"] = "CREATING"
+        return 200, self._operation(parent, name, "create")
 
     def _operation(self, parent: str, target: str, verb: str) -> dict[str, Any]:
         name = f"{parent}/operations/operation-{next(self._ids)}"
@@ -210,7 +262,7 @@ class TpuFakeServer(LocalServer):
             "name": node_name,
             "state": "READY",
             "health": "HEALTHY",
-            "queuedResource": queued_name,
+            **({"queuedResource": queued_name} if queued_name else {}),
             "networkEndpoints": [
                 {"ipAddress": f"10.130.0.{2 + i}", "port": 8470} for i in range(hosts)
             ],

@@ -53,6 +53,9 @@ CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 K8S_JOB = "kubernetes:batch/v1:Job"
 VERTEX = "pulumi-python:dynamic/vertex:CustomJob"
+PROJECT_MEMBER = "gcp:projects/iAMMember:IAMMember"
+BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
+ACCOUNT_MEMBER = "gcp:serviceaccount/iAMMember:IAMMember"
 
 # (rule, resource type, resource name) of every violation each fixture holds, in order.
 EXPECTED: dict[str, list[tuple[str, str, str]]] = {
@@ -109,6 +112,12 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
         ("secrets-as-secrets", K8S_JOB, "exp-train-job"),
         ("secrets-as-secrets", VERTEX, "exp-job-job"),
     ],
+    "supervisor-least-privilege": [
+        ("supervisor-least-privilege", PROJECT_MEMBER, "exp-supervisor-tpu"),
+        ("supervisor-least-privilege", PROJECT_MEMBER, "exp-supervisor-admin"),
+        ("supervisor-least-privilege", BUCKET_MEMBER, "exp-supervisor-other"),
+        ("supervisor-least-privilege", ACCOUNT_MEMBER, "exp-supervisor-act-as-ci"),
+    ],
 }
 
 # One exact output line per fixture: the rule, the resource and what to fix.
@@ -152,6 +161,12 @@ EXAMPLE_LINES = {
         "as a Pulumi secret (pulumi.Output.secret / `pulumi config set --secret`) or read it "
         "from Secret Manager at run time"
     ),
+    "supervisor-least-privilege": (
+        "  [mandatory] [supervisor-least-privilege] exp-supervisor-admin "
+        "(gcp:projects/iAMMember:IAMMember): grants roles/tpu.admin on the project to the TPU "
+        "supervisor: only a custom role of this stack limited to tpu.nodes.*, "
+        "tpu.queuedResources.* and tpu.operations.get is allowed"
+    ),
 }
 
 
@@ -191,7 +206,7 @@ def test_clean_fixture_covers_every_target_type_and_passes() -> None:
     assert {TPU_VM, TPU_QR, INSTANCE, TEMPLATE, CLUSTER, NODE_POOL, K8S_JOB, BUCKET} <= types
     result = runner.invoke(app, ["policy", "--plan", str(FIXTURES / "clean.json")])
     assert result.exit_code == 0, result.output
-    assert result.stdout == "stack fixture-clean: clean (13 resources, 7 rules)\n"
+    assert result.stdout == "stack fixture-clean: clean (13 resources, 8 rules)\n"
 
 
 def test_all_bundled_stacks_pass() -> None:
@@ -200,7 +215,7 @@ def test_all_bundled_stacks_pass() -> None:
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [f"stack {s}" for s in bundled_stacks()]
     for line in lines:
-        assert re.fullmatch(r"stack [\w-]+: clean \(\d+ resources, 7 rules\)", line), line
+        assert re.fullmatch(r"stack [\w-]+: clean \(\d+ resources, 8 rules\)", line), line
 
 
 def test_stack_and_config_file_modes(tmp_path: Path) -> None:

@@ -1,0 +1,443 @@
+"""A per-stack serverless supervisor that recreates a preempted Spot or queued TPU slice.
+
+    from components.tpu_supervisor import TpuSupervisor, node_body_from_vm
+
+    supervisor = TpuSupervisor(
+        "exp-42-supervisor",
+        {
+            "project": "my-project",
+            "region": "us-central1",
+            "deployment_name": "exp-42",
+            "kind": "node",  # a Spot gcp.tpu.V2Vm; "queued" for a queued resource
+            "resource_name": "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu",
+            "body": body,  # kind, resource_name, body = slice_target(tpu_slice, its args)
+            "staging_bucket": buckets.staging_bucket,
+            "checkpoint_bucket": buckets.checkpoint_bucket,
+            "node_service_account": identity.service_account.name,
+        },
+    )
+    # supervisor.events_uri: gs://<checkpoint bucket>/supervisor/exp-42/events.jsonl
+
+What runs: `components/supervisor/main.py`, an HTTP Cloud Functions (gen2, `python312`)
+function, shipped like the trainer package: a reproducible zip (`main.py`,
+`requirements.txt`, `config.json` with the slice's name and the exact REST body to recreate
+it with) named by its sha256 in the staging bucket. Cloud Scheduler calls it every
+`schedule` (default every 2 minutes) with an OIDC token of the supervisor's account; nothing
+bills while idle beyond the scheduler job and the calls (`infra.estimate`). The body rides in
+the source bundle rather than in a bucket object, so nothing the training nodes can write
+(the checkpoint bucket) changes what the supervisor creates; a new body (new startup
+script) makes a new bundle and redeploys the function.
+
+Permissions of its own account (`<deployment>-sup`):
+- a custom project role holding only the TPU calls it makes (get, create and delete of the
+  node or the queued resource, and its operations). Not narrowed to the one slice's name:
+  IAM conditions on `resource.name` only work for the services listed in
+  https://cloud.google.com/iam/docs/conditions-resource-attributes ("Other services and
+  resource types do not recognize resource attributes"), and the part of that list read for
+  this (apigee ... container ...) does not show tpu.googleapis.com; a condition the service
+  ignores would deny every call. The permission names follow the API's
+  `tpu.<collection>.<verb>` pattern and were not checked on a live project.
+- `roles/iam.serviceAccountUser` on the training account only (a TPU VM is created to run as
+  it), `roles/storage.objectAdmin` on the checkpoint bucket only (its state and events), and
+  `roles/run.invoker` on its own function's Cloud Run service only (the scheduler's calls).
+
+Naming: the function and the scheduler job are `<deployment>-supervisor`, the role
+`trainstackSupervisor_<deployment>` (dashes as underscores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, NotRequired, TypedDict
+
+import pulumi
+from pulumi_gcp import (
+    cloudfunctionsv2,
+    cloudrunv2,
+    cloudscheduler,
+    projects,
+    serviceaccount,
+    storage,
+)
+
+from components._args import check_args
+from components._discovery import validate_body
+from components._naming import account_id, gcp_name, labels_input, name_input
+from components._options import inherited_depends_on
+from components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
+from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs, node_body, validate_args
+
+TOKEN: Final = "trainstack:tpu:TpuSupervisor"
+COMPONENT_LABEL: Final = "tpu-supervisor"
+SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
+SOURCE_FILES: Final = ("main.py",)
+REQUIREMENTS: Final = (
+    "functions-framework>=3.5,<4",
+    "google-api-python-client>=2.100,<3",
+    "google-auth>=2.30,<3",
+    "google-auth-httplib2>=0.2,<1",
+    "gcsfs>=2024.6",
+)
+"""The bundle's requirements.txt (what main.py imports; the runtime installs it at build).
+Kept here, not as a file, so an installed trainstack (whose package data has no .txt) ships
+it too."""
+OBJECT_PREFIX: Final = "supervisor/"
+BUILD_DIR: Final = SOURCE_DIR.parent.parent / ".trainstack" / "build"
+RUNTIME: Final = "python312"
+"""Cloud Run functions Python runtime ids (https://cloud.google.com/run/docs/runtimes/python):
+python312 is supported, deprecated 2028-10-02."""
+ENTRY_POINT: Final = "supervise"
+DEFAULT_SCHEDULE: Final = "*/2 * * * *"
+SUPERVISED_PROVISIONING: Final = frozenset({"spot", "queued"})
+
+
+def supervised(provisioning: str | None) -> bool:
+    """Whether a slice of this `tpu.provisioning` gets a supervisor (Google may preempt it)."""
+    return provisioning in SUPERVISED_PROVISIONING
+
+
+"""TPU provisioning Google preempts: stacks with it get a supervisor."""
+SERVICES: Final = (
+    # Cloud Functions gen2 builds with Cloud Build into Artifact Registry and runs on Cloud
+    # Run (https://cloud.google.com/functions/docs/deploy: "enable the Cloud Functions,
+    # Cloud Build, Artifact Registry, Cloud Run ... APIs"); Cloud Scheduler calls it.
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "run.googleapis.com",
+)
+"""APIs the supervisor needs besides the TPU API."""
+PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
+    "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    "queued": (
+        "tpu.nodes.create",
+        "tpu.nodes.delete",
+        "tpu.nodes.get",
+        "tpu.operations.get",
+        "tpu.queuedResources.create",
+        "tpu.queuedResources.delete",
+        "tpu.queuedResources.get",
+    ),
+}
+"""The custom role's permissions: the calls `supervisor/main.py` makes (a queued resource
+creates and deletes its nodes as the caller)."""
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+_NAME = re.compile(r"^projects/[^/]+/locations/[^/]+/(nodes|queuedResources)/[a-z][-a-z0-9]*$")
+
+
+class TpuSupervisorArgs(TypedDict):
+    """Arguments for `TpuSupervisor`."""
+
+    project: str
+    """Project of the slice, the function and the scheduler job."""
+    region: str
+    """Region of the function and the scheduler job (the stack's `gcp:region`)."""
+    deployment_name: str
+    """Names the account, role, function, job and the state folder."""
+    kind: Literal["node", "queued"]
+    """`node`: a Spot `gcp.tpu.V2Vm`; `queued`: a queued resource."""
+    resource_name: pulumi.Input[str]
+    """The slice's full name, `projects/P/locations/Z/nodes/N` or `.../queuedResources/Q`."""
+    body: pulumi.Input[dict[str, Any]]
+    """The REST body it is created again with (Node, or QueuedResource), exactly as created."""
+    staging_bucket: pulumi.Input[str]
+    """Bucket the function's source zip is uploaded to."""
+    checkpoint_bucket: pulumi.Input[str]
+    """Bucket of the supervisor's state and events (`supervisor/<deployment>/`)."""
+    node_service_account: pulumi.Input[str]
+    """The slice's service account, `projects/P/serviceAccounts/EMAIL`: the supervisor may
+    create a node that runs as it, and as no other."""
+    schedule: NotRequired[str]
+    """Cron schedule of the checks (UTC). Default every 2 minutes."""
+    labels: NotRequired[pulumi.Input[dict[str, str]]]
+    """Extra labels for the function (and the source object's metadata)."""
+
+
+@dataclass(frozen=True)
+class SourceBundle:
+    path: Path
+    sha256: str
+
+    @property
+    def object_name(self) -> str:
+        return f"{OBJECT_PREFIX}trainstack_supervisor-{self.sha256[:16]}.zip"
+
+
+def source_zip(config: dict[str, Any]) -> bytes:
+    """The function's source: `main.py`, `requirements.txt`, `config.json`; byte for byte
+    the same for the same config (sorted members, fixed times and modes)."""
+    members = {name: (SOURCE_DIR / name).read_bytes() for name in SOURCE_FILES}
+    members["config.json"] = (json.dumps(config, sort_keys=True, indent=1) + "\n").encode()
+    members["requirements.txt"] = "".join(f"{r}\n" for r in REQUIREMENTS).encode()
+    raw = io.BytesIO()
+    with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            bundle.writestr(info, members[name])
+    return raw.getvalue()
+
+
+def build_source(config: dict[str, Any], build_dir: Path = BUILD_DIR) -> SourceBundle:
+    """Write the bundle under `build_dir` (named by its digest) and return it."""
+    data = source_zip(config)
+    digest = hashlib.sha256(data).hexdigest()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    path = build_dir / f"trainstack_supervisor-{digest[:16]}.zip"
+    if not path.is_file() or path.read_bytes() != data:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return SourceBundle(path=path, sha256=digest)
+
+
+def supervisor_config(
+    kind: str, resource_name: str, body: dict[str, Any], checkpoint_bucket: str, deployment: str
+) -> dict[str, Any]:
+    """`config.json` of the bundle."""
+    if not _NAME.match(resource_name) or (kind == "node") != ("/nodes/" in resource_name):
+        raise ValueError(
+            f"resource_name: {resource_name!r} is not a TPU {kind} name; valid: "
+            f"projects/P/locations/Z/{'nodes' if kind == 'node' else 'queuedResources'}/NAME"
+        )
+    return {
+        "kind": kind,
+        "name": resource_name,
+        "body": body,
+        "state_uri": f"gs://{checkpoint_bucket}/supervisor/{deployment}",
+    }
+
+
+def role_id(deployment: str) -> str:
+    """A custom role id (`[a-zA-Z0-9_.]{3,64}`) for the deployment."""
+    return ("trainstackSupervisor_" + re.sub(r"[^a-zA-Z0-9_]", "_", deployment))[:64]
+
+
+def spot_node_body(node: dict[str, Any]) -> dict[str, Any]:
+    """A Spot `Node` REST body (what `gcp.tpu.V2Vm` with `scheduling_config.spot` creates)
+    from `components.tpu_pod_slice.node_body`, checked against the tpu.v2 discovery
+    document."""
+    body = {**node, "schedulingConfig": {"spot": True}}
+    errors = validate_body("tpu.v2", "Node", body)
+    if errors:
+        raise ValueError("Node body is invalid: " + "; ".join(errors))
+    return body
+
+
+def slice_target(
+    tpu: TpuPodSlice, args: TpuPodSliceArgs
+) -> tuple[Literal["node", "queued"], pulumi.Output[str], pulumi.Output[dict[str, Any]]]:
+    """(kind, full resource name, REST body) of a `TpuPodSlice` built from `args`: its queued
+    resource, or its Spot node exactly as the `gcp.tpu.V2Vm` creates it."""
+    deployment = args["deployment_name"]
+    location = pulumi.Output.concat("projects/", args["project"], "/locations/", args["zone"])
+    if tpu.queued_resource is not None:
+        # The queued resource's id, as TpuPodSlice names it (components._naming).
+        qr_id = name_input(gcp_name, deployment, "tpu-qr")
+        name = pulumi.Output.concat(location, "/queuedResources/", qr_id)
+        return "queued", name, tpu.queued_resource.body
+    plan = validate_args(args)
+    labels = labels_input(args.get("labels"), TPU_COMPONENT_LABEL)
+    body = pulumi.Output.all(
+        args["network_self_link"],
+        args["subnetwork_self_link"],
+        args["service_account_email"],
+        tpu.startup_script,
+        labels,
+        args.get("network_tags", []),
+        [d["source_disk"] for d in args.get("data_disks", ())],
+    ).apply(
+        lambda v: spot_node_body(
+            node_body(
+                plan=plan,
+                runtime_version=args["runtime_version"],
+                description=f"trainstack TPU slice {plan.slice.accelerator_type}",
+                network=v[0],
+                subnetwork=v[1],
+                service_account_email=v[2],
+                startup_script=v[3],
+                labels=v[4],
+                network_tags=v[5],
+                data_disks=v[6],
+            )
+        )
+    )
+    node_id = name_input(gcp_name, deployment, "tpu")
+    return "node", pulumi.Output.concat(location, "/nodes/", node_id), body
+
+
+class TpuSupervisor(pulumi.ComponentResource):
+    """Recreates this stack's preempted TPU slice; see the module docstring."""
+
+    service_account_email: pulumi.Output[str]
+    """The supervisor's own account."""
+    function_name: pulumi.Output[str]
+    """The Cloud Functions function (and its Cloud Run service)."""
+    function_url: pulumi.Output[str]
+    """Where the scheduler calls it."""
+    source_object: pulumi.Output[str]
+    """The source zip's object name in the staging bucket."""
+    events_uri: pulumi.Output[str]
+    """`gs://<checkpoint bucket>/supervisor/<deployment>/events.jsonl`: one JSON line per
+    action (time, resource, seen, action, result, attempt, next_allowed)."""
+
+    def __init__(
+        self, name: str, args: TpuSupervisorArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        check_args("TpuSupervisor", TpuSupervisorArgs, args)
+        kind, deployment = args["kind"], args["deployment_name"]
+        if kind not in PERMISSIONS:
+            raise ValueError(f"kind: {kind!r} is not allowed; valid: node, queued")
+        schedule = args.get("schedule", DEFAULT_SCHEDULE)
+        if len(schedule.split()) != 5:
+            raise ValueError(
+                f"schedule: {schedule!r} is not a cron schedule; valid: five fields, e.g. "
+                f"{DEFAULT_SCHEDULE!r}"
+            )
+        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        project, region = args["project"], args["region"]
+        super().__init__(TOKEN, name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        # Given the slice (compose does): the function and its schedule come after it and,
+        # on `pulumi destroy`, go before it, so no check can recreate a slice being destroyed.
+        deps = inherited_depends_on(opts)
+
+        self.account = serviceaccount.Account(
+            f"{name}-sa",
+            project=project,
+            account_id=account_id(deployment, "sup"),
+            display_name=f"trainstack TPU supervisor ({deployment})",
+            description="Recreates this stack's preempted TPU slice; managed by trainstack.",
+            opts=child,
+        )
+        member = self.account.member
+        self.role = projects.IAMCustomRole(
+            f"{name}-role",
+            project=project,
+            role_id=role_id(deployment),
+            title=f"trainstack TPU supervisor ({deployment})"[:100],
+            description="Get, delete and create one stack's TPU slice.",
+            permissions=list(PERMISSIONS[kind]),
+            opts=child,
+        )
+        self.grants: list[pulumi.Resource] = [
+            projects.IAMMember(
+                f"{name}-tpu",
+                project=project,
+                # The custom role's name, known before it exists (`projects/P/roles/ID`).
+                role=f"projects/{project}/roles/{role_id(deployment)}",
+                member=member,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role]),
+            ),
+            serviceaccount.IAMMember(
+                f"{name}-act-as",
+                service_account_id=args["node_service_account"],
+                role="roles/iam.serviceAccountUser",
+                member=member,
+                opts=child,
+            ),
+            storage.BucketIAMMember(
+                f"{name}-state",
+                bucket=args["checkpoint_bucket"],
+                role="roles/storage.objectAdmin",
+                member=member,
+                opts=child,
+            ),
+        ]
+
+        config = pulumi.Output.all(
+            args["resource_name"], args["body"], args["checkpoint_bucket"]
+        ).apply(lambda v: supervisor_config(kind, v[0], v[1], v[2], deployment))
+        bundle = config.apply(build_source)
+        self.source = storage.BucketObject(
+            f"{name}-source",
+            bucket=args["staging_bucket"],
+            name=bundle.apply(lambda b: b.object_name),
+            source=bundle.apply(lambda b: pulumi.FileAsset(str(b.path))),
+            content_type="application/zip",
+            metadata=pulumi.Output.all(labels, bundle).apply(
+                lambda v: {**v[0], "sha256": v[1].sha256}
+            ),
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+        physical = gcp_name(deployment, "supervisor")
+        self.function = cloudfunctionsv2.Function(
+            f"{name}-function",
+            project=project,
+            location=region,
+            name=physical,
+            description=f"trainstack TPU supervisor of {deployment}",
+            labels=labels,
+            build_config=cloudfunctionsv2.FunctionBuildConfigArgs(
+                runtime=RUNTIME,
+                entry_point=ENTRY_POINT,
+                source=cloudfunctionsv2.FunctionBuildConfigSourceArgs(
+                    storage_source=cloudfunctionsv2.FunctionBuildConfigSourceStorageSourceArgs(
+                        bucket=self.source.bucket, object=self.source.name
+                    )
+                ),
+            ),
+            service_config=cloudfunctionsv2.FunctionServiceConfigArgs(
+                service_account_email=self.account.email,
+                # One check at a time: the events file is read, extended and written back.
+                max_instance_count=1,
+                max_instance_request_concurrency=1,
+                available_memory="256M",
+                timeout_seconds=120,
+                all_traffic_on_latest_revision=True,
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*self.grants, *deps]),
+        )
+        invoker = cloudrunv2.ServiceIamMember(
+            f"{name}-invoker",
+            project=project,
+            location=region,
+            name=self.function.name,
+            role="roles/run.invoker",
+            member=member,
+            opts=child,
+        )
+        self.job = cloudscheduler.Job(
+            f"{name}-schedule",
+            project=project,
+            region=region,
+            name=physical,
+            description=f"checks {deployment}'s TPU slice and recreates it when preempted",
+            schedule=schedule,
+            time_zone="Etc/UTC",
+            attempt_deadline="180s",
+            # The function answers 200 whenever it ran; its own backoff paces retries.
+            retry_config=cloudscheduler.JobRetryConfigArgs(retry_count=0),
+            http_target=cloudscheduler.JobHttpTargetArgs(
+                uri=self.function.url,
+                http_method="POST",
+                oidc_token=cloudscheduler.JobHttpTargetOidcTokenArgs(
+                    service_account_email=self.account.email, audience=self.function.url
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[invoker, *deps]),
+        )
+        self.service_account_email = self.account.email
+        self.function_name = self.function.name
+        self.function_url = self.function.url
+        self.source_object = self.source.name
+        self.events_uri = pulumi.Output.from_input(args["checkpoint_bucket"]).apply(
+            lambda bucket: f"gs://{bucket}/supervisor/{deployment}/events.jsonl"
+        )
+        self.register_outputs(
+            {
+                "service_account_email": self.service_account_email,
+                "function_name": self.function_name,
+                "function_url": self.function_url,
+                "source_object": self.source_object,
+                "events_uri": self.events_uri,
+            }
+        )

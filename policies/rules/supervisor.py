@@ -1,0 +1,117 @@
+"""`supervisor-least-privilege`: the TPU supervisor's service account reaches only its own
+stack's resources.
+
+The supervisor (components/tpu_supervisor.py) is the Cloud Functions function's
+`serviceConfig.serviceAccountEmail`. Each grant to that account must be one of:
+
+- a project grant of a custom role of this stack whose permissions are all `tpu.nodes.*`,
+  `tpu.queuedResources.*` or `tpu.operations.get`;
+- a bucket grant on a bucket this stack creates;
+- a service-account grant on an account this stack creates (the training account it
+  creates TPU VMs as);
+- a Cloud Run service grant on a function of this stack (its own invoker binding).
+
+Anything else (a predefined project role, a bucket or account of another stack, a custom
+role with other permissions) is a violation. Values not known until deploy are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from ._inputs import _get, _hidden
+from .model import Context, Resource
+
+FUNCTION = "gcp:cloudfunctionsv2/function:Function"
+CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
+ACCOUNT = "gcp:serviceaccount/account:Account"
+PROJECT_MEMBER = "gcp:projects/iAMMember:IAMMember"
+BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
+ACCOUNT_MEMBER = "gcp:serviceaccount/iAMMember:IAMMember"
+RUN_MEMBER = "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"
+BUCKET = "gcp:storage/bucket:Bucket"
+ALLOWED_PERMISSION_PREFIXES = ("tpu.nodes.", "tpu.queuedResources.", "tpu.operations.get")
+
+
+def _supervisors(resources: Sequence[Resource]) -> set[str]:
+    members = set()
+    for resource in resources:
+        if resource.type == FUNCTION:
+            email = _get(resource.inputs, "serviceConfig", "serviceAccountEmail")
+            if isinstance(email, str) and not _hidden(email):
+                members.add(f"serviceAccount:{email}")
+    return members
+
+
+def _of_type(resources: Sequence[Resource], kind: str, key: str) -> set[str]:
+    return {str(r.inputs.get(key)) for r in resources if r.type == kind}
+
+
+def _custom_roles(resources: Sequence[Resource]) -> dict[str, list[str]]:
+    roles = {}
+    for r in resources:
+        if r.type == CUSTOM_ROLE:
+            name = f"projects/{r.inputs.get('project')}/roles/{r.inputs.get('roleId')}"
+            roles[name] = [str(p) for p in r.inputs.get("permissions") or []]
+    return roles
+
+
+def check_supervisor_scope(
+    resources: Sequence[Resource], _: Context
+) -> Iterator[tuple[Resource, str]]:
+    """The supervisor's grants reach only this stack's TPU, buckets, accounts and function."""
+    supervisors = _supervisors(resources)
+    if not supervisors:
+        return
+    roles = _custom_roles(resources)
+    buckets = _of_type(resources, BUCKET, "name")
+    accounts = {
+        f"projects/{r.inputs.get('project')}/serviceAccounts/{r.inputs.get('accountId')}@"
+        f"{r.inputs.get('project')}.iam.gserviceaccount.com"
+        for r in resources
+        if r.type == ACCOUNT
+    }
+    functions = _of_type(resources, FUNCTION, "name")
+    for r in resources:
+        member = r.inputs.get("member")
+        if member not in supervisors:
+            continue
+        yield from ((r, why) for why in _grant_problems(r, roles, buckets, accounts, functions))
+
+
+def _grant_problems(
+    r: Resource,
+    roles: dict[str, list[str]],
+    buckets: set[str],
+    accounts: set[str],
+    functions: set[str],
+) -> Iterator[str]:
+    inputs = r.inputs
+    if r.type == PROJECT_MEMBER:
+        role = inputs.get("role")
+        if _hidden(role):
+            return
+        if role not in roles:
+            yield (
+                f"grants {role} on the project to the TPU supervisor: only a custom role of "
+                "this stack limited to tpu.nodes.*, tpu.queuedResources.* and "
+                "tpu.operations.get is allowed"
+            )
+            return
+        extra = [p for p in roles[str(role)] if not p.startswith(ALLOWED_PERMISSION_PREFIXES)]
+        if extra:
+            yield f"custom role {role} of the TPU supervisor holds {', '.join(extra)}"
+    elif r.type == BUCKET_MEMBER:
+        bucket = inputs.get("bucket")
+        if not _hidden(bucket) and bucket not in buckets:
+            yield f"grants the TPU supervisor access to bucket {bucket}, not one of this stack"
+    elif r.type == ACCOUNT_MEMBER:
+        account = inputs.get("serviceAccountId")
+        if not _hidden(account) and account not in accounts:
+            yield f"lets the TPU supervisor act on {account}, not an account of this stack"
+    elif r.type == RUN_MEMBER:
+        service = inputs.get("name")
+        if not _hidden(service) and service not in functions:
+            yield f"grants the TPU supervisor a role on Cloud Run service {service}, not its own"
+    else:
+        yield f"grants the TPU supervisor access through {r.type}, which it never needs"

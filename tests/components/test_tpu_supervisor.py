@@ -1,0 +1,251 @@
+"""TpuSupervisor under Pulumi mocks: its account, narrow grants, source zip, function and
+schedule, with exact inputs; and the bundle's reproducibility."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components._args import ArgsError
+from components.tpu_supervisor import (
+    PERMISSIONS,
+    TOKEN,
+    TpuSupervisor,
+    build_source,
+    role_id,
+    source_zip,
+    spot_node_body,
+    supervisor_config,
+)
+from infra.compose import main_program
+from infra.mocks import REPO_ROOT, ProgramRun, run_program
+from infra.plan import load_stack
+
+NODE = "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu"
+QUEUED = "projects/my-project/locations/us-west4-a/queuedResources/exp-42-tpu-qr"
+EMAIL = "exp-42-sup@my-project.iam.gserviceaccount.com"
+MEMBER = f"serviceAccount:{EMAIL}"
+TRAIN_SA = "projects/my-project/serviceAccounts/exp-42-train@my-project.iam.gserviceaccount.com"
+URL = "https://us-west4-my-project.cloudfunctions.net/exp-42-supervisor"
+BODY = {
+    "runtimeVersion": "v2-alpha-tpuv5-lite",
+    "acceleratorConfig": {"type": "V5LITE_POD", "topology": "2x2"},
+    "metadata": {"startup-script": "#!/bin/bash\necho hi\n"},
+}
+
+
+def _args(**overrides: Any) -> dict[str, Any]:
+    return {
+        "project": "my-project",
+        "region": "us-west4",
+        "deployment_name": "exp-42",
+        "kind": "node",
+        "resource_name": NODE,
+        "body": BODY,
+        "staging_bucket": "b-staging",
+        "checkpoint_bucket": "b-ckpt",
+        "node_service_account": TRAIN_SA,
+        **overrides,
+    }
+
+
+def _run(**overrides: Any) -> ProgramRun:
+    def program() -> dict[str, Any]:
+        sup = TpuSupervisor("sup", _args(**overrides))  # type: ignore[arg-type]
+        return {
+            "events": sup.events_uri,
+            "url": sup.function_url,
+            "email": sup.service_account_email,
+        }
+
+    return run_program(program)
+
+
+def test_children_named_from_the_component_and_parented() -> None:
+    run = _run()
+    assert sorted((r.type, r.name, r.parent) for r in run.resources) == sorted(
+        [
+            (TOKEN, "sup", None),
+            ("gcp:serviceaccount/account:Account", "sup-sa", "sup"),
+            ("gcp:projects/iAMCustomRole:IAMCustomRole", "sup-role", "sup"),
+            ("gcp:projects/iAMMember:IAMMember", "sup-tpu", "sup"),
+            ("gcp:serviceaccount/iAMMember:IAMMember", "sup-act-as", "sup"),
+            ("gcp:storage/bucketIAMMember:BucketIAMMember", "sup-state", "sup"),
+            ("gcp:storage/bucketObject:BucketObject", "sup-source", "sup"),
+            ("gcp:cloudfunctionsv2/function:Function", "sup-function", "sup"),
+            ("gcp:cloudrunv2/serviceIamMember:ServiceIamMember", "sup-invoker", "sup"),
+            ("gcp:cloudscheduler/job:Job", "sup-schedule", "sup"),
+        ]
+    )
+    assert run.outputs == {
+        "events": "gs://b-ckpt/supervisor/exp-42/events.jsonl",
+        "url": URL,
+        "email": EMAIL,
+    }
+
+
+def test_grants_are_narrow_and_exact() -> None:
+    run = _run()
+    assert run.named("sup-role").inputs == {
+        "project": "my-project",
+        "roleId": "trainstackSupervisor_exp_42",
+        "title": "trainstack TPU supervisor (exp-42)",
+        "description": "Get, delete and create one stack's TPU slice.",
+        "permissions": [
+            "tpu.nodes.create",
+            "tpu.nodes.delete",
+            "tpu.nodes.get",
+            "tpu.operations.get",
+        ],
+    }
+    assert run.named("sup-tpu").inputs == {
+        "project": "my-project",
+        "role": "projects/my-project/roles/trainstackSupervisor_exp_42",
+        "member": MEMBER,
+    }
+    assert run.named("sup-act-as").inputs == {
+        "serviceAccountId": TRAIN_SA,
+        "role": "roles/iam.serviceAccountUser",
+        "member": MEMBER,
+    }
+    assert run.named("sup-state").inputs == {
+        "bucket": "b-ckpt",
+        "role": "roles/storage.objectAdmin",
+        "member": MEMBER,
+    }
+    assert run.named("sup-invoker").inputs == {
+        "project": "my-project",
+        "location": "us-west4",
+        "name": "exp-42-supervisor",
+        "role": "roles/run.invoker",
+        "member": MEMBER,
+    }
+
+
+def test_queued_kind_may_also_manage_queued_resources() -> None:
+    role = _run(kind="queued", resource_name=QUEUED).named("sup-role").inputs
+    assert role["permissions"] == list(PERMISSIONS["queued"])
+    assert "tpu.queuedResources.delete" in role["permissions"]
+
+
+def test_function_and_schedule() -> None:
+    run = _run()
+    source = run.named("sup-source").inputs
+    sha = source["metadata"]["sha256"]
+    assert source["name"] == f"supervisor/trainstack_supervisor-{sha[:16]}.zip"
+    assert source["bucket"] == "b-staging"
+    assert source["contentType"] == "application/zip"
+    function = run.named("sup-function").inputs
+    assert function["name"] == "exp-42-supervisor"
+    assert function["location"] == "us-west4"
+    assert function["buildConfig"] == {
+        "runtime": "python312",
+        "entryPoint": "supervise",
+        "source": {"storageSource": {"bucket": "b-staging", "object": source["name"]}},
+    }
+    assert function["serviceConfig"] == {
+        "serviceAccountEmail": EMAIL,
+        "maxInstanceCount": 1,
+        "maxInstanceRequestConcurrency": 1,
+        "availableMemory": "256M",
+        "timeoutSeconds": 120,
+        "allTrafficOnLatestRevision": True,
+    }
+    assert function["labels"]["component"] == "tpu-supervisor"
+    job = run.named("sup-schedule").inputs
+    assert job["schedule"] == "*/2 * * * *"
+    assert job["timeZone"] == "Etc/UTC"
+    assert job["retryConfig"] == {"retryCount": 0}
+    assert job["httpTarget"] == {
+        "uri": URL,
+        "httpMethod": "POST",
+        "oidcToken": {"serviceAccountEmail": EMAIL, "audience": URL},
+    }
+
+
+def test_the_uploaded_zip_carries_the_body_and_state_folder() -> None:
+    source = _run().named("sup-source").inputs
+    with zipfile.ZipFile(REPO_ROOT / source["source"]["fileAsset"]) as bundle:
+        config = json.loads(bundle.read("config.json"))
+        assert (
+            bundle.read("main.py")
+            == (REPO_ROOT / "components" / "supervisor" / "main.py").read_bytes()
+        )
+    assert config == {
+        "kind": "node",
+        "name": NODE,
+        "body": BODY,
+        "state_uri": "gs://b-ckpt/supervisor/exp-42",
+    }
+
+
+def test_the_bundle_is_reproducible_and_named_by_its_digest(tmp_path: Path) -> None:
+    config = supervisor_config("node", NODE, BODY, "b-ckpt", "exp-42")
+    assert source_zip(config) == source_zip(json.loads(json.dumps(config)))
+    first = build_source(config, tmp_path)
+    again = build_source(config, tmp_path)
+    assert first == again
+    assert first.path.name == f"trainstack_supervisor-{first.sha256[:16]}.zip"
+    other = build_source({**config, "body": {**BODY, "description": "x"}}, tmp_path)
+    assert other.sha256 != first.sha256
+
+
+def test_bad_input_names_the_key() -> None:
+    with pytest.raises(ValueError, match=r"^resource_name: 'projects/p/nodes/x' is not a TPU"):
+        supervisor_config("node", "projects/p/nodes/x", BODY, "b", "d")
+    with pytest.raises(ValueError, match="is not a TPU queued name"):
+        supervisor_config("queued", NODE, BODY, "b", "d")
+    with pytest.raises(ValueError, match=r"^schedule: 'hourly' is not a cron schedule"):
+        _run(schedule="hourly")
+    with pytest.raises(ValueError, match=r"^kind: 'gke' is not allowed; valid: node, queued$"):
+        _run(kind="gke")
+    with pytest.raises(ArgsError, match=r"TpuSupervisor.schedul: unknown key"):
+        _run(schedul="*/5 * * * *")
+
+
+def test_spot_node_body_is_checked_against_the_discovery_document() -> None:
+    assert spot_node_body(BODY)["schedulingConfig"] == {"spot": True}
+    with pytest.raises(ValueError, match="Node body is invalid"):
+        spot_node_body({**BODY, "acceleratorConfig": {"kind": "v5"}})
+
+
+def test_role_id_fits_iam() -> None:
+    assert role_id("exp-42") == "trainstackSupervisor_exp_42"
+    assert len(role_id("x" * 80)) == 64
+
+
+@pytest.mark.parametrize("provisioning", ["spot", "queued"])
+def test_the_schedule_waits_for_the_slice_and_goes_first_on_destroy(provisioning: str) -> None:
+    name, config = load_stack("dev-tpu-v5e", None)
+    config = {
+        **config,
+        "trainstack:tpu": {**config["trainstack:tpu"], "provisioning": provisioning},
+    }
+    run = run_program(main_program, config=config, stack=name)
+    slice_type = {
+        "spot": "gcp:tpu/v2Vm:V2Vm",
+        "queued": "pulumi-python:dynamic/tpu:QueuedResource",
+    }[provisioning]
+    [tpu] = [r for r in run.resources if r.type == slice_type]
+    services = {r.urn for r in run.resources if r.type == "gcp:projects/service:Service"}
+    for child in ("dev-tpu-v5e-supervisor-function", "dev-tpu-v5e-supervisor-schedule"):
+        resource = run.named(child)
+        assert tpu.urn in resource.dependencies
+        assert services <= set(resource.dependencies)
+
+
+def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
+    bundle = build_source(supervisor_config("node", NODE, BODY, "b-ckpt", "exp-42"), tmp_path)
+    with zipfile.ZipFile(bundle.path) as archive:
+        assert archive.read("requirements.txt").decode().splitlines() == [
+            "functions-framework>=3.5,<4",
+            "google-api-python-client>=2.100,<3",
+            "google-auth>=2.30,<3",
+            "google-auth-httplib2>=0.2,<1",
+            "gcsfs>=2024.6",
+        ]
+        assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in archive.infolist())

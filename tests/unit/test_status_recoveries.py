@@ -1,0 +1,103 @@
+"""`trainstack status` of a spot TPU stack lists its supervisor's recovery actions, read from
+the events file the supervisor writes (tests/components/test_tpu_supervisor_function.py
+shows the function writing it), over the storage emulator's JSON API."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.logging_server import LoggingFakeServer
+from tests.fakes.tpu_server import TpuFakeServer
+from tests.unit.test_status import P, checkpoints, run_status
+
+STACK = "dev-tpu-v5e"
+NODE = f"projects/{P}/locations/us-west4-a/nodes/{STACK}-tpu"
+EVENTS = [
+    {
+        "time": "2026-11-23T11:40:00Z",
+        "resource": NODE,
+        "seen": "PREEMPTED",
+        "action": "delete",
+        "result": "ok",
+        "attempt": 0,
+        "next_allowed": None,
+    },
+    {
+        "time": "2026-11-23T11:44:00Z",
+        "resource": NODE,
+        "seen": "NOT_FOUND",
+        "action": "create",
+        "result": "ok",
+        "attempt": 1,
+        "next_allowed": "2026-11-23T11:46:00Z",
+    },
+    {
+        "time": "2026-11-23T11:50:00Z",
+        "resource": NODE,
+        "seen": "READY",
+        "action": "none",
+        "result": "recovered",
+        "attempt": 1,
+        "next_allowed": "2026-11-23T11:46:00Z",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[str]:
+    with running_gcs_emulator() as url:
+        yield url
+
+
+def _upload(gcs: str, bucket: str, name: str, data: bytes) -> None:
+    request = urllib.request.Request(
+        f"{gcs}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
+        data=data,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    urllib.request.urlopen(request).close()
+
+
+def _status(tmp_path: Path, gcs: str, events_uri: str) -> tuple[int, str, str]:
+    url = checkpoints(gcs, STACK, [100], [])
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        tpu = stack.enter_context(TpuFakeServer())
+        tpu.nodes[NODE] = {"name": NODE, "state": "READY", "createTime": "2026-11-23T11:50:00Z"}
+        return run_status(
+            STACK,
+            tmp_path,
+            {"checkpoint_dir": f"{url}/checkpoints/{STACK}", "supervisor_events_uri": events_uri},
+            f"logging={logs.endpoint}",
+            f"tpu={tpu.endpoint}",
+            f"storage={gcs}/storage/v1/",
+        )
+
+
+def test_status_lists_the_supervisor_actions(tmp_path: Path, gcs: str) -> None:
+    bucket = f"{P}-{STACK}-checkpoints"
+    checkpoints(gcs, STACK, [100], [])  # makes the bucket
+    lines = b"".join(json.dumps(e).encode() + b"\n" for e in EVENTS)
+    _upload(gcs, bucket, f"supervisor/{STACK}/events.jsonl", lines)
+    code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/events.jsonl")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-5:-1] == [
+        "recoveries: 3 supervisor action(s) recorded",
+        "  2026-11-23T11:40:00Z PREEMPTED: delete (ok)",
+        "  2026-11-23T11:44:00Z NOT_FOUND: create (ok)",
+        "  2026-11-23T11:50:00Z READY: none (recovered)",
+    ]
+
+
+def test_no_events_yet_reads_as_none_recorded(tmp_path: Path, gcs: str) -> None:
+    bucket = f"{P}-{STACK}-checkpoints"
+    code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/none.jsonl")
+    assert (code, err) == (0, "")
+    assert "recoveries: 0 supervisor action(s) recorded" in out.splitlines()
