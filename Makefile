@@ -42,6 +42,7 @@ test: lint typecheck unit
 bench: install
 	$(PY) benchmarks/plan_scaling.py
 	$(PY) benchmarks/trainer_overhead.py
+	$(PY) benchmarks/goodput.py
 
 plan-all: install
 	for s in $$($(VENV)/bin/trainstack stacks); do $(VENV)/bin/trainstack plan --stack $$s || exit 1; done
