@@ -25,7 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -47,7 +46,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from components import catalog
-from components.a100_cluster.validate import A100Shape
+from components.a100_cluster.validate import A100Shape, cidr_problem
 from components.catalog.gpus import VertexAcceleratorType
 from components.catalog.problems import pydantic_problem, unknown_key
 from components.catalog.tpu import (
@@ -182,31 +181,11 @@ class TpuConfig(_Model):
 
 
 def _cidr(value: Any) -> str:
-    """One IPv4 CIDR block as the component takes it (`components/a100_cluster/validate.py`
-    checks it with the same `ipaddress.ip_network(..., strict=True)`). IPv6 is refused: the
-    provider validates `cidr_block` with `validation.IsCIDRNetwork(0, 32)`
-    (hashicorp/terraform-provider-google, google/services/container/
-    resource_container_cluster.go, `cidrBlockConfig`), so an IPv6 block would pass the plan
-    and fail at `pulumi preview`."""
-    try:
-        if not isinstance(value, str):
-            raise TypeError(value)
-        network = ipaddress.ip_network(value, strict=True)
-    except (TypeError, ValueError):
-        raise PydanticCustomError(
-            "trainstack",
-            "{value} is not a CIDR block; valid: an address/prefix with the host bits zero, "
-            "e.g. 203.0.113.0/24 or 198.51.100.7/32",
-            {"value": repr(value)},
-        ) from None
-    if network.version != 4:
-        raise PydanticCustomError(
-            "trainstack",
-            "{value} is IPv6; valid: an IPv4 block (the GKE provider takes IPv4 only), "
-            "e.g. 203.0.113.0/24",
-            {"value": repr(value)},
-        )
-    return value
+    """One authorized-network block, by the component's own rule (`cidr_problem`)."""
+    problem = cidr_problem(value)
+    if problem:
+        raise PydanticCustomError("trainstack", problem.replace("{", "{{").replace("}", "}}"))
+    return str(value)
 
 
 class GpuClusterConfig(A100Shape):

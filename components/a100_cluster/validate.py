@@ -227,11 +227,34 @@ def _gke_problems(args: Mapping[str, Any], p: str) -> list[str]:
             f"valid: {', '.join(catalog.CPU_MACHINES)}"
         )
     for cidr in args.get("master_authorized_cidrs") or []:
-        try:
-            ipaddress.ip_network(cidr, strict=True)
-        except (TypeError, ValueError):
-            problems.append(f"{p}master_authorized_cidrs: {cidr!r} is not a CIDR block")
+        problem = cidr_problem(cidr)
+        if problem:
+            problems.append(f"{p}master_authorized_cidrs: {problem}")
     return problems
+
+
+def cidr_problem(value: Any) -> str | None:
+    """What is wrong with one authorized-network block, None when it is an IPv4 CIDR block
+    with the host bits zero (the stack key and the component share this rule). IPv6 is
+    refused: the provider validates `cidr_block` with `validation.IsCIDRNetwork(0, 32)`
+    (hashicorp/terraform-provider-google, google/services/container/
+    resource_container_cluster.go, `cidrBlockConfig`), so an IPv6 block would pass the plan
+    and fail at `pulumi preview`."""
+    try:
+        if not isinstance(value, str):
+            raise TypeError(value)
+        network = ipaddress.ip_network(value, strict=True)
+    except (TypeError, ValueError):
+        return (
+            f"{value!r} is not a CIDR block; valid: an address/prefix with the host bits zero, "
+            "e.g. 203.0.113.0/24 or 198.51.100.7/32"
+        )
+    if network.version != 4:
+        return (
+            f"{value!r} is IPv6; valid: an IPv4 block (the GKE provider takes IPv4 only), "
+            "e.g. 203.0.113.0/24"
+        )
+    return None
 
 
 def _training_problems(training: Any, backend: str, p: str) -> list[str]:

@@ -81,7 +81,7 @@ COMPONENT_CASES = [
     ({"release_channel": "EXTENDED"}, "release_channel: 'EXTENDED' is not allowed; valid: RAPID, REGULAR, STABLE"),
     ({"gpu_driver_version": "INSTALLATION_DISABLED"}, "gpu_driver_version: 'INSTALLATION_DISABLED' is not allowed; valid: DEFAULT, LATEST"),
     ({"system_machine_type": "a2-highgpu-1g"}, "system_machine_type: 'a2-highgpu-1g' is not a known CPU machine type; valid: n1-highcpu-16, n2-highcpu-16, n1-standard-4, n1-standard-8, e2-standard-4"),
-    ({"master_authorized_cidrs": ["10.0.0.0/33"]}, "master_authorized_cidrs: '10.0.0.0/33' is not a CIDR block"),
+    ({"master_authorized_cidrs": ["10.0.0.0/33"]}, "master_authorized_cidrs: '10.0.0.0/33' is not a CIDR block; valid: an address/prefix with the host bits zero, e.g. 203.0.113.0/24 or 198.51.100.7/32"),
     ({"backend": "gce", "release_channel": "RAPID"}, "release_channel: only used with backend gke"),
     ({"boot_disk_size_gb": 10}, "boot_disk_size_gb: 10 is too small; expected an integer >= 50"),
     ({"deployment_name": ""}, "deployment_name: '' is not a non-empty string"),

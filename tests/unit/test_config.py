@@ -252,7 +252,7 @@ SUMMARIES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
     (
         "v4-32 spot",
         V4,
-        {"tpu_chips": 16, "gpus": 0, "machines": 4, "hourly_usd": 20.61},
+        {"tpu_chips": 16, "gpus": 0, "machines": 4, "hourly_usd": 20.61, "supervisor_usd_per_month": 0.31},
         [{"service": "tpu.googleapis.com", "quota_id": "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI", "dimensions": {"zone": "us-central2-b"}, "needed": 16, "verified": False}],
     ),
     (
