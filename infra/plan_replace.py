@@ -44,11 +44,13 @@ TRAINING_TYPES: Final = frozenset(
 INSTANCE_TEMPLATE: Final = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP_MANAGER: Final = "gcp:compute/instanceGroupManager:InstanceGroupManager"
 RECREATING_ACTIONS: Final = frozenset({"REPLACE", "RESTART"})
-"""A PROACTIVE group rolls a new template out to every VM at once it may, at least with its
-`minimalAction`: REPLACE deletes and recreates each VM, RESTART stops and starts it, so
-either restarts the trainer (https://cloud.google.com/compute/docs/instance-groups/updating-migs;
-InstanceGroupManagerUpdatePolicy.minimalAction,
-https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers)."""
+"""A PROACTIVE group rolls a new template out to its running VMs by itself, doing at least
+its `minimalAction` to each: REPLACE deletes and recreates the VM, RESTART stops and starts
+it, and either restarts the trainer. ("Automated rolling update",
+https://cloud.google.com/compute/docs/instance-groups/updating-migs; updatePolicy.type and
+.minimalAction in https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers.)
+With REFRESH or NONE the group still does what a change needs, but which changes need a
+restart is not modelled here, so only these two minimal actions get the note."""
 
 _CHECKPOINT_FLAG = re.compile(r"--checkpoint_dir=([^\s\"'\\)]+)")
 _RUN_NAME_FLAG = re.compile(r"--run_name=([^\s\"'\\)]+)")
