@@ -78,6 +78,10 @@ STATE_FINISHED: Final = "finished"
 STATE_EXITED: Final = "exited"
 # "FileNotFoundError: ..." or torchrun's "[rank0]: FileNotFoundError: ...".
 _EXCEPTION_LINE: Final = re.compile(r"^(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception)\b.*:")
+# The line a trainstack trainer or launcher prints when it refuses to run or stops (a resume
+# under other settings, a bad setting): the cause, where torchrun's own error that follows
+# (ChildFailedError) only says that a worker exited.
+_TRAINER_ERROR_LINE: Final = re.compile(r"^(\[rank\d+\]:\s*)?(trainstack trainer|error): ")
 
 # Started with `python -I -c`: reads {"cwd", "stdout", "stderr", "processes": [{"argv",
 # "env"}]} on stdin, starts each process in a new session and prints their pids as JSON. It
@@ -155,8 +159,9 @@ def _rank0(records: Iterable[Mapping[str, Any]], event: str) -> dict[str, Any] |
 
 
 def _tail(path: str | Path, offset: int, lines: int = 20) -> str:
-    """The first exception line (a worker's root cause, before the launcher's own traceback
-    about the failed child) and the last `lines` lines written from `offset` on."""
+    """The cause, and the last `lines` lines written from `offset` on. The cause is the
+    trainer's own last error line, else the first exception line (a worker's root cause,
+    before the launcher's own traceback about the failed child)."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -164,8 +169,11 @@ def _tail(path: str | Path, offset: int, lines: int = 20) -> str:
     except FileNotFoundError:
         return ""
     all_lines = text.splitlines()
-    first = next((line for line in all_lines if _EXCEPTION_LINE.match(line)), None)
     tail = "\n".join(all_lines[-lines:])
+    own = [line for line in all_lines if _TRAINER_ERROR_LINE.match(line)]
+    if own:
+        return f"the trainer's error: {own[-1]}\n...\n{tail}"
+    first = next((line for line in all_lines if _EXCEPTION_LINE.match(line)), None)
     return tail if first is None else f"first error: {first}\n...\n{tail}"
 
 

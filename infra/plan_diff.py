@@ -9,7 +9,8 @@ replace)", and a replaced training resource says what the relaunched run starts 
 written for review on GitHub:
 
 - numbers print as the engine means them (`2 -> 4`, not the doubles it sends, `2.0 -> 4.0`);
-- list entries with a unique `name` (environment variables, containers) are named by it;
+- list entries with a unique `name` (environment variables, containers) are named by it,
+  and so are `--env=NAME=value` arguments (`args[--env=NAME]`); indexes sort as numbers;
 - a long one-line value shows the part around where it changed, not only its start;
 - a multi-line value (a startup script, a dashboard) shows a line diff of what changed;
 - the whole comment stays under MAX_DIFF_CHARS, dropping whole change blocks with a note.
@@ -67,6 +68,14 @@ def _code(text: str) -> str:
     return "`" + text.replace("`", "'") + "`"
 
 
+_ENV_ARG = re.compile(r"--env=([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def _path_order(path: str) -> list[tuple[int, int, str]]:
+    """Sorts list indexes as numbers: `args[6]` before `args[10]`."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", path)]
+
+
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, Mapping) and value:
         out: dict[str, Any] = {}
@@ -79,8 +88,16 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
         # Entries with a unique `name` (environment variables, containers, ports) are named
         # by it: adding one then shows as one added entry, not every later one shifted.
         by_name = all(isinstance(n, str) for n in names) and len(set(names)) == len(names)
+        if not by_name:
+            # An environment variable passed as a `--env=NAME=value` argument (Vertex and GKE
+            # args) is named the same way, by `--env=NAME`, when that name is unique.
+            envs = [
+                m.group(1) if isinstance(i, str) and (m := _ENV_ARG.match(i)) else None
+                for i in value
+            ]
+            names = [f"--env={e}" if e and envs.count(e) == 1 else i for i, e in enumerate(envs)]
         for i, item in enumerate(value):
-            out.update(_flatten(item, f"{prefix}[{names[i] if by_name else i}]"))
+            out.update(_flatten(item, f"{prefix}[{names[i]}]"))
         return out
     return {prefix: value}
 
@@ -305,7 +322,9 @@ def _stack_sections(
         if k in old and old[k] != b:
             a = old[k]
             fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
-            paths = [p for p in sorted(set(fa) | set(fb)) if fa.get(p) != fb.get(p)]
+            paths = [
+                p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
+            ]
             verdict = classify(b["type"], a["inputs"], b["inputs"], paths)
             changed.append((a, b, fa, fb, paths, verdict))
     replaced = sum(1 for *_, v in changed if v.action == "replace")
@@ -331,7 +350,7 @@ def _stack_sections(
     for a, b, fa, fb, paths, verdict in changed:
         if code and b.get("parent") in packages and verdict.action != "replace":
             continue  # the uploaded package of the code: the code line above says it all
-        lines = [_verdict_line(a, b, verdict)]
+        lines = [_verdict_line(a, b, verdict, head["resources"])]
         lines += [_value_change(path, fa.get(path), fb.get(path), full, cuts) for path in paths]
         if a.get("parent") != b.get("parent"):
             lines.append(f"  - parent: `{a.get('parent')}` -> `{b.get('parent')}`")
@@ -350,8 +369,11 @@ def _names(paths: Iterable[str], most: int = 3) -> str:
     return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
-def _verdict_line(a: Mapping[str, Any], b: Mapping[str, Any], verdict: Verdict) -> str:
-    """The resource's headline: what the engine does with it and why."""
+def _verdict_line(
+    a: Mapping[str, Any], b: Mapping[str, Any], verdict: Verdict, plan: list[Mapping[str, Any]]
+) -> str:
+    """The resource's headline: what the engine does with it and why (`plan`: the new
+    plan's resources)."""
     head = f"- **{verdict.action}** `{b['name']}` ({b['type']})"
     if verdict.action == "replace":
         order = "deletes the old one first" if verdict.delete_first else "creates the new one first"
@@ -359,7 +381,7 @@ def _verdict_line(a: Mapping[str, Any], b: Mapping[str, Any], verdict: Verdict) 
             f"{head}: {_names(verdict.replaces)} changed, which forces a new resource "
             f"({verdict.source}); {order}"
         )
-        note = relaunch_note(a, b)
+        note = relaunch_note(a, b, plan)
         return text + (f"\n  - **{note}**" if note else "")
     if verdict.action == "change (may replace)":
         return f"{head}: no replace-on-change table covers {_names(verdict.unknown)}"

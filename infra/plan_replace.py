@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from components.catalog.replace_on_change import in_place_paths, replace_paths
+from trainers.common.config import TrainConfig
+from trainers.common.fingerprint import STATE_KEYS
 
 Action = Literal["replace", "change", "change (may replace)", "none"]
 
@@ -37,8 +39,18 @@ DYNAMIC_PROVIDERS: Final[dict[str, tuple[str, str, dict[str, Any]]]] = {
 TRAINING_TYPES: Final = frozenset(
     {LOCAL_RUN, CUSTOM_JOB, TUNING_JOB, QUEUED_TPU, "gcp:tpu/v2Vm:V2Vm", "kubernetes:batch/v1:Job"}
 )
-"""Types whose creation starts the trainer, so that replacing one relaunches training. (A GCE
-instance template is not one: its VMs take a new template by the group's update policy.)"""
+"""Types whose creation starts the trainer, so that replacing one relaunches training."""
+
+INSTANCE_TEMPLATE: Final = "gcp:compute/instanceTemplate:InstanceTemplate"
+GROUP_MANAGER: Final = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+RECREATING_ACTIONS: Final = frozenset({"REPLACE", "RESTART"})
+"""A PROACTIVE group rolls a new template out to its running VMs by itself, doing at least
+its `minimalAction` to each: REPLACE deletes and recreates the VM, RESTART stops and starts
+it, and either restarts the trainer. ("Automated rolling update",
+https://cloud.google.com/compute/docs/instance-groups/updating-migs; updatePolicy.type and
+.minimalAction in https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers.)
+With REFRESH or NONE the group still does what a change needs, but which changes need a
+restart is not modelled here, so only these two minimal actions get the note."""
 
 _CHECKPOINT_FLAG = re.compile(r"--checkpoint_dir=([^\s\"'\\)]+)")
 _RUN_NAME_FLAG = re.compile(r"--run_name=([^\s\"'\\)]+)")
@@ -186,23 +198,104 @@ def checkpoint_dir(resource: Mapping[str, Any]) -> str | None:
     return None
 
 
-def relaunch_note(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
-    """For a replaced resource that runs the trainer: that it relaunches training and what
-    the new run starts from; None for any other resource."""
-    if new["type"] not in TRAINING_TYPES:
+def _flag_value(text: str, key: str) -> str | None:
+    match = re.search(rf"(?<![\w-])--{key}=([^\s\"'\\)]+)", text)
+    return match.group(1) if match else None
+
+
+def state_settings(resource: Mapping[str, Any]) -> dict[str, str]:
+    """The run's fingerprinted settings (trainers.common.fingerprint.STATE_KEYS) as text: the
+    local TrainingRun's `trainer` mapping, else the bundled trainer's `--<key>=<value>`
+    flags in the inputs (the first), a key with neither at TrainConfig's default. A tuning
+    job's tuned keys are left out: each trial sets its own."""
+    inputs = resource["inputs"]
+    trainer = inputs.get("trainer") if resource["type"] == LOCAL_RUN else None
+    # A script's flags are read from its lines that also pass --run_name (the trainer's
+    # command line), not from the examples in its comments and docstrings.
+    texts = [
+        line
+        for text in _strings(inputs)
+        for line in text.splitlines() or [text]
+        if "\n" not in text or "--run_name=" in line
+    ]
+    tuned = set()
+    if resource["type"] == TUNING_JOB:
+        params = ((inputs.get("body") or {}).get("studySpec") or {}).get("parameters") or []
+        tuned = {p.get("parameterId") for p in params if isinstance(p, Mapping)}
+    found: dict[str, str] = {}
+    for key in STATE_KEYS:
+        if key in tuned:
+            continue
+        if isinstance(trainer, Mapping) and key in trainer:
+            value: Any = trainer[key]
+        else:
+            value = next((v for t in texts if (v := _flag_value(t, key)) is not None), None)
+            if value is None:
+                value = TrainConfig.model_fields[key].default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        found[key] = str(value)
+    return found
+
+
+def _state_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    a, b = state_settings(old), state_settings(new)
+    return [f"{key} {a[key]} -> {b[key]}" for key in STATE_KEYS if a.get(key) != b.get(key)]
+
+
+def _group_recreates_vms(plan: Iterable[Mapping[str, Any]]) -> str | None:
+    """The name of a group in `plan` whose update policy recreates or restarts every VM on
+    a new template, or None."""
+    for r in plan:
+        if r["type"] == GROUP_MANAGER:
+            policy = r["inputs"].get("updatePolicy") or {}
+            if policy.get("type") == "PROACTIVE" and policy.get("minimalAction") in (
+                RECREATING_ACTIONS
+            ):
+                return str(r["name"])
+    return None
+
+
+def relaunch_note(
+    old: Mapping[str, Any], new: Mapping[str, Any], plan: Iterable[Mapping[str, Any]] = ()
+) -> str | None:
+    """For a replaced resource that runs the trainer (or a GCE instance template whose
+    group in `plan`, the new plan's resources, recreates its VMs on a new template): that it
+    relaunches training and what the new run starts from; None for any other resource."""
+    lead = "relaunches"
+    if new["type"] == INSTANCE_TEMPLATE:
+        group = _group_recreates_vms(plan)
+        if group is None:
+            return None
+        lead = f"group `{group}` (PROACTIVE update policy) recreates every VM, which relaunches"
+    elif new["type"] not in TRAINING_TYPES:
         return None
     before, after = checkpoint_dir(old), checkpoint_dir(new)
     what = "tuning" if new["type"] == TUNING_JOB else "training"
     if after is None:
-        return f"relaunches {what}; the plan does not say where its checkpoints are"
+        return f"{lead} {what}; the plan does not say where its checkpoints are"
+    changed = _state_changes(old, new)
     if before == after:
         if new["type"] == TUNING_JOB:
+            if changed:
+                # The trial's folder carries its settings' fingerprint
+                # (trainers.common.checkpoint.run_checkpoint_dir): new settings, new folders.
+                return (
+                    f"{lead} tuning; {', '.join(changed)} changed, so every trial starts at "
+                    f"step 0 in a new `{after}-<settings>` folder"
+                )
             return (
-                f"relaunches tuning; each trial resumes from `{after}-<settings>` only "
+                f"{lead} tuning; each trial resumes from `{after}-<settings>` only "
                 f"what the old job's trial of the same id wrote under the same settings"
             )
-        return f"relaunches training; resumes from the newest checkpoint in `{after}`"
+        if changed:
+            return (
+                f"{lead} training, but the new run refuses the checkpoints in `{after}` "
+                f"(exit 2): {', '.join(changed)} changed; set a new `trainer.run_name` (a new "
+                f"folder) or delete `{after}` to start fresh"
+            )
+        return f"{lead} training; resumes from the newest checkpoint in `{after}`"
     return (
-        f"relaunches {what}; starts at step 0 unless `{after}` already holds a checkpoint "
+        f"{lead} {what}; starts at step 0 unless `{after}` already holds a checkpoint "
         f"(the old run's are in `{before or 'an unknown folder'}`)"
     )

@@ -13,8 +13,9 @@ Three sources, kept apart because they differ in how much they cover:
   properties (most ForceNew fields say nothing), so this table alone is far from complete.
 - GCP_SCHEMA_REPLACES / GCP_SCHEMA_IN_PLACE: top-level fields read from the Terraform
   provider schema pulumi-gcp bridges (`ForceNew: true`; pulumi-terraform-bridge replaces on
-  exactly those), for the two types whose replacement matters most to a run: the TPU VM and
-  the GCE instance template. Only these two types were read whole.
+  exactly those), for the types read whole (GCP_SCHEMA_SOURCE): the TPU VM, the GCE instance
+  template and group, the buckets and their objects, the placement policy, the dashboard and
+  the alert policies. Other types' fields stay "change (may replace)".
 - KUBERNETES_REPLACES: pulumi-kubernetes' own force-new table, the one its Diff uses.
 
 Paths are dotted Pulumi input names (camelCase); a path replaces when it or any path under
@@ -100,6 +101,35 @@ GCP_SCHEMA_SOURCE: Final[dict[str, str]] = {
         "lines 97-1366 (ResourceComputeInstanceTemplate Schema: every field ForceNew but "
         "labels and partner_metadata)"
     ),
+    "gcp:storage/bucket:Bucket": (
+        f"{_TF_BETA} google-beta/services/storage/resource_storage_bucket.go lines 131-743 "
+        "(ResourceStorageBucket Schema: ForceNew name, location, project, "
+        "enable_object_retention, hierarchical_namespace, custom_placement_config's "
+        "data_locations)"
+    ),
+    "gcp:compute/resourcePolicy:ResourcePolicy": (
+        f"{_TF_BETA} google-beta/services/compute/resource_compute_resource_policy.go lines "
+        "150-529 (Schema: ForceNew region, project, group_placement_policy's gpu_topology "
+        "and tpu_topology, disk_consistency_group_policy, workload_policy) and 784-915 "
+        "(Update PATCHes group_placement_policy, so vm_count changes in place, since "
+        "hashicorp/terraform-provider-google-beta#7692, 2024-07)"
+    ),
+    "gcp:compute/instanceGroupManager:InstanceGroupManager": (
+        f"{_TF_BETA} google-beta/services/compute/resource_compute_instance_group_manager.go "
+        "lines 60-648 (Schema: ForceNew base_instance_name, name, zone, project, params)"
+    ),
+    "gcp:monitoring/dashboard:Dashboard": (
+        f"{_TF_BETA} google-beta/services/monitoring/resource_monitoring_dashboard.go lines "
+        "98-120 (Schema: ForceNew project only)"
+    ),
+    "gcp:monitoring/alertPolicy:AlertPolicy": (
+        f"{_TF_BETA} google-beta/services/monitoring/resource_monitoring_alert_policy.go "
+        "lines 144-1327 (Schema: ForceNew project only)"
+    ),
+    "gcp:storage/bucketObject:BucketObject": (
+        f"{_TF_BETA} google-beta/services/storage/resource_storage_bucket_object.go lines "
+        "63-374 (Schema: ForceNew on every content field, metadata included)"
+    ),
 }
 """Read at the provider's newest commit (2026-08-21), not at the exact upstream version
 pulumi_gcp 10.2.0 pins; Terraform names mapped to Pulumi's (disk -> disks,
@@ -147,6 +177,46 @@ GCP_SCHEMA_REPLACES: Final[dict[str, tuple[str, ...]]] = {
         "shieldedInstanceConfig",
         "tags",
     ),
+    "gcp:storage/bucket:Bucket": (
+        "customPlacementConfig",
+        "enableObjectRetention",
+        "hierarchicalNamespace",
+        "location",
+        "name",
+        "project",
+    ),
+    "gcp:compute/resourcePolicy:ResourcePolicy": (
+        "diskConsistencyGroupPolicy",
+        "groupPlacementPolicy.gpuTopology",
+        "groupPlacementPolicy.tpuTopology",
+        "project",
+        "region",
+        "workloadPolicy",
+    ),
+    "gcp:compute/instanceGroupManager:InstanceGroupManager": (
+        "baseInstanceName",
+        "name",
+        "params",
+        "project",
+        "zone",
+    ),
+    "gcp:monitoring/dashboard:Dashboard": ("project",),
+    "gcp:monitoring/alertPolicy:AlertPolicy": ("project",),
+    "gcp:storage/bucketObject:BucketObject": (
+        "bucket",
+        "cacheControl",
+        "contentDisposition",
+        "contentEncoding",
+        "contentLanguage",
+        "contentType",
+        "customerEncryption",
+        "forceEmptyContentType",
+        "kmsKeyName",
+        "metadata",
+        "name",
+        "source",
+        "storageClass",
+    ),
 }
 
 GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
@@ -159,8 +229,68 @@ GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
         "tags",
     ),
     "gcp:compute/instanceTemplate:InstanceTemplate": ("labels", "partnerMetadata"),
+    "gcp:storage/bucket:Bucket": (
+        "autoclass",
+        "cors",
+        "defaultEventBasedHold",
+        "encryption",
+        "forceDestroy",
+        "ipFilter",
+        "labels",
+        "lifecycleRules",
+        "logging",
+        "publicAccessPrevention",
+        "requesterPays",
+        "rpo",
+        "softDeletePolicy",
+        "storageClass",
+        "uniformBucketLevelAccess",
+        "versioning",
+        "website",
+    ),
+    "gcp:compute/resourcePolicy:ResourcePolicy": (
+        "description",
+        "groupPlacementPolicy",
+        "instanceSchedulePolicy",
+        "snapshotSchedulePolicy",
+    ),
+    "gcp:compute/instanceGroupManager:InstanceGroupManager": (
+        "allInstancesConfig",
+        "autoHealingPolicies",
+        "description",
+        "instanceLifecyclePolicy",
+        "namedPorts",
+        "targetPools",
+        "targetSize",
+        "updatePolicy",
+        "versions",
+        "waitForInstances",
+        "waitForInstancesStatus",
+    ),
+    "gcp:monitoring/dashboard:Dashboard": ("dashboardJson",),
+    "gcp:monitoring/alertPolicy:AlertPolicy": (
+        "alertStrategy",
+        "combiner",
+        "conditions",
+        "displayName",
+        "documentation",
+        "enabled",
+        "notificationChannels",
+        "severity",
+        "userLabels",
+    ),
+    "gcp:storage/bucketObject:BucketObject": (
+        "contexts",
+        "detectMd5hash",
+        "eventBasedHold",
+        "retention",
+        "sourceMd5hash",
+        "temporaryHold",
+    ),
 }
-"""The fields of the same schemas without ForceNew: updated in place."""
+"""The fields of the same schemas without ForceNew: updated in place (a bucket's
+`retentionPolicy` is left out: it replaces only once locked, ForceNewIfChange at line 80;
+a resource policy's `name` too: the schema PATCHes it, the API's rename is unverified)."""
 
 KUBERNETES_SOURCE: Final = (
     "github.com/pulumi/pulumi-kubernetes@94977969d641 provider/pkg/provider/diff.go lines "

@@ -17,9 +17,15 @@ from typing import Any
 import pytest
 
 from components._local_processes import ProcessRef, ProcessTable, _ps_entries, stop_processes
-from components._local_provider import LocalRunProvider, LocalRunStartError, read_records
+from components._local_provider import (
+    LocalRunProvider,
+    LocalRunStartError,
+    _tail,
+    read_records,
+)
 from trainers.common.checkpoint import CheckpointStore
 from trainers.common.config import TrainConfig
+from trainers.common.fingerprint import StateMismatch, check, trainer_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 40
@@ -224,6 +230,35 @@ def test_create_fails_with_the_trainers_error_when_it_dies_on_startup(tmp_path: 
         f"the trainer exited before it started training; last lines of {stderr_path}:\n"
         f"first error: [rank0]: FileNotFoundError: [Errno 2] No such file or directory: "
         f"'{tmp_path / 'missing'}'\n...\n"
+    )
+
+
+def test_a_start_failure_names_the_trainers_refusal_not_torchruns_child_error(
+    tmp_path: Path,
+) -> None:
+    # What torchrun leaves in the stderr log when the trainer refuses to resume (a
+    # fingerprinted setting changed): the trainer's line, then torchrun's ChildFailedError.
+    old = TrainConfig(learning_rate=0.003, run_name="local")
+    new = TrainConfig(learning_rate=0.005, run_name="local")
+    with pytest.raises(StateMismatch) as refused:
+        check(trainer_fingerprint(old), trainer_fingerprint(new), what="step 10", where="ck")
+    refusal = f"trainstack trainer: {refused.value}"
+    log = tmp_path / "local.stderr.log"
+    lines = [
+        "old run's line",
+        refusal,
+        "Traceback (most recent call last):",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "trainers.torch_ddp FAILED",
+        "  exitcode  : 2 (pid: 7)",
+    ]
+    log.write_text("".join(f"{line}\n" for line in lines))
+    assert _tail(log, len("old run's line\n"), lines=2) == (
+        "the trainer's error: trainstack trainer: step 10 was written with other settings "
+        "(learning_rate: 0.003 -> 0.005); resuming it would continue another run's state under "
+        "learning_rate. Refused: set a new trainer.run_name (a new run, in a folder of its "
+        "own), or start this run fresh by deleting ck (`trainstack local-run --fresh` does "
+        "that for a local run)\n...\ntrainers.torch_ddp FAILED\n  exitcode  : 2 (pid: 7)"
     )
 
 

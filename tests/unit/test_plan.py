@@ -128,10 +128,11 @@ def test_plan_diff_input_change_is_listed() -> None:
     bucket = next(r for r in head["resources"] if r["type"] == "gcp:storage/bucket:Bucket")
     bucket["inputs"]["location"] = "EUROPE-WEST4"
     text = plan_diff(base, head)
-    # No table covers a Bucket's location, so the diff cannot say it updates in place.
+    # A bucket's location is ForceNew in the provider schema (replace_on_change.py).
     assert (
-        f"- **change (may replace)** `{bucket['name']}` (gcp:storage/bucket:Bucket): "
-        "no replace-on-change table covers `location`\n"
+        f"- **replace** `{bucket['name']}` (gcp:storage/bucket:Bucket): `location` changed, "
+        "which forces a new resource (the Terraform provider schema); deletes the old one "
+        "first\n"
     ) in text
     assert "  - `location`: `US-CENTRAL1` -> `EUROPE-WEST4`" in text
 

@@ -18,7 +18,7 @@ from components.catalog.replace_on_change import (
     derive_docstring_replaces,
 )
 from infra.plan_diff import plan_diff
-from infra.plan_replace import classify
+from infra.plan_replace import Verdict, classify
 
 PLANS = Path(__file__).resolve().parents[1] / "plans"
 
@@ -105,9 +105,24 @@ def test_tuning_job_replace_names_the_per_trial_checkpoint_folder() -> None:
                 "- **replace** `local-job-run` (pulumi-python:dynamic/local:TrainingRun): "
                 "`trainer` changed, which forces a new resource (its provider's diff, "
                 "components/_local_provider.py); deletes the old one first",
+                # A fingerprinted setting: the trainer refuses the folder's checkpoints.
+                "  - **relaunches training, but the new run refuses the checkpoints in "
+                "`.trainstack/local/checkpoints/local` (exit 2): learning_rate 0.003 -> 0.001 "
+                "changed; set a new `trainer.run_name` (a new folder) or delete "
+                "`.trainstack/local/checkpoints/local` to start fresh**",
+                "  - `trainer.learning_rate`: `0.003` -> `0.001`",
+            ],
+        ),
+        (
+            {"trainer": {"steps": 400.0}},
+            [
+                "### Stack `local`: 0 to add, 0 to change, 1 to replace, 0 to delete",
+                "- **replace** `local-job-run` (pulumi-python:dynamic/local:TrainingRun): "
+                "`trainer` changed, which forces a new resource (its provider's diff, "
+                "components/_local_provider.py); deletes the old one first",
                 "  - **relaunches training; resumes from the newest checkpoint in "
                 "`.trainstack/local/checkpoints/local`**",
-                "  - `trainer.learning_rate`: `0.003` -> `0.001`",
+                "  - `trainer.steps`: `300` -> `400`",
             ],
         ),
         (
@@ -225,3 +240,138 @@ def test_a_removed_stack_shows_the_cost_and_quota_it_frees() -> None:
         "| GPUS-ALL-REGIONS-per-project | global | 32 | 0 | -32 |\n"
         "| NVIDIA-A100-GPUS-per-project-region | region=us-central1 | 32 | 0 | -32 |\n"
     )
+
+
+def _job_args(plan: dict[str, Any], pool: int) -> list[str]:
+    body = _resource(plan, "pulumi-python:dynamic/vertex:CustomJob")["inputs"]["body"]
+    args: list[str] = body["jobSpec"]["workerPoolSpecs"][pool]["containerSpec"]["args"]
+    return args
+
+
+def test_a_changed_learning_rate_flag_says_the_vertex_run_refuses_its_checkpoints() -> None:
+    base = _pinned("prod-vertex-rs")
+    head = copy.deepcopy(base)
+    for pool in (0, 1):
+        _job_args(head, pool).insert(-1, "--learning_rate=0.002")
+    folder = "gs://my-ml-project-prod-vertex-rs-checkpoints/checkpoints/prod-vertex-rs"
+    # 0.001 is TrainConfig's default: the base job passes no --learning_rate.
+    assert plan_diff(base, head).splitlines()[5] == (
+        f"  - **relaunches training, but the new run refuses the checkpoints in `{folder}` "
+        "(exit 2): learning_rate 0.001 -> 0.002 changed; set a new `trainer.run_name` (a new "
+        f"folder) or delete `{folder}` to start fresh**"
+    )
+
+
+def test_a_tuning_job_with_other_fixed_settings_starts_every_trial_afresh() -> None:
+    base = _pinned("dev-vertex-hpt")
+    head = copy.deepcopy(base)
+    job = _resource(head, "pulumi-python:dynamic/vertex:HyperparameterTuningJob")
+    args = job["inputs"]["body"]["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"]
+    args[args.index("--model=cnn")] = "--model=mlp"
+    assert plan_diff(base, head).splitlines()[5:7] == [
+        "  - **relaunches tuning; model cnn -> mlp changed, so every trial starts at step 0 in "
+        "a new `gs://my-ml-project-dev-vertex-hpt-checkpoints/<trial id>/checkpoints/"
+        "dev-vertex-hpt-<settings>` folder**",
+        "  - `body.trialJobSpec.workerPoolSpecs[0].containerSpec.args[4]`: `--model=cnn` -> "
+        "`--model=mlp`",
+    ]
+
+
+GCE_TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
+GCE_GROUP = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+GCE_FOLDER = "gs://my-ml-project-prod-a100-gce-checkpoints/checkpoints/prod-a100-gce"
+
+
+def test_a_new_gce_template_relaunches_training_through_the_proactive_group() -> None:
+    base = _pinned("prod-a100-gce")
+    head = copy.deepcopy(base)
+    _resource(head, GCE_TEMPLATE)["inputs"]["machineType"] = "a2-highgpu-4g"
+    assert plan_diff(base, head).splitlines()[4:] == [
+        "- **replace** `prod-a100-gce-gpu-template` (gcp:compute/instanceTemplate:"
+        "InstanceTemplate): `machineType` changed, which forces a new resource (the Terraform "
+        "provider schema); creates the new one first",
+        "  - **group `prod-a100-gce-gpu-group` (PROACTIVE update policy) recreates every VM, "
+        f"which relaunches training; resumes from the newest checkpoint in `{GCE_FOLDER}`**",
+        "  - `machineType`: `a2-highgpu-8g` -> `a2-highgpu-4g`",
+    ]
+    # Another global batch in the trainer's command line: the new VMs refuse the folder.
+    script = _resource(head, GCE_TEMPLATE)["inputs"]["metadataStartupScript"]
+    _resource(head, GCE_TEMPLATE)["inputs"]["metadataStartupScript"] = script.replace(
+        "--global_batch_size=1024", "--global_batch_size=512"
+    )
+    assert plan_diff(base, head).splitlines()[5] == (
+        "  - **group `prod-a100-gce-gpu-group` (PROACTIVE update policy) recreates every VM, "
+        f"which relaunches training, but the new run refuses the checkpoints in `{GCE_FOLDER}` "
+        "(exit 2): global_batch_size 1024 -> 512 changed; set a new `trainer.run_name` (a new "
+        f"folder) or delete `{GCE_FOLDER}` to start fresh**"
+    )
+    # An OPPORTUNISTIC group leaves running VMs alone; its own changes are in place.
+    group = _resource(head, GCE_GROUP)["inputs"]
+    group["updatePolicy"]["type"] = "OPPORTUNISTIC"
+    group["targetSize"] = 2.0
+    assert plan_diff(base, head).splitlines()[4:8] == [
+        "- **change** `prod-a100-gce-gpu-group` (gcp:compute/instanceGroupManager:"
+        "InstanceGroupManager): updated in place (the Terraform provider schema)",
+        "  - `targetSize`: `4` -> `2`",
+        "  - `updatePolicy.type`: `PROACTIVE` -> `OPPORTUNISTIC`",
+        "",
+    ]
+    assert "relaunches" not in plan_diff(base, head)
+
+
+def test_a_bucket_location_replaces_and_its_labels_and_placement_size_do_not() -> None:
+    base = _pinned("dev-tpu-v5e")
+    head = copy.deepcopy(base)
+    buckets = [r for r in head["resources"] if r["type"] == "gcp:storage/bucket:Bucket"]
+    buckets[0]["inputs"]["location"] = "US"
+    buckets[1]["inputs"]["labels"]["team"] = "x"
+    assert plan_diff(base, head).splitlines()[2:] == [
+        "### Stack `dev-tpu-v5e`: 0 to add, 1 to change, 1 to replace, 0 to delete",
+        "",
+        "- **replace** `dev-tpu-v5e-buckets-checkpoints` (gcp:storage/bucket:Bucket): "
+        "`location` changed, which forces a new resource (the Terraform provider schema); "
+        "deletes the old one first",
+        "  - `location`: `US-WEST4` -> `US`",
+        "",
+        "- **change** `dev-tpu-v5e-buckets-data` (gcp:storage/bucket:Bucket): updated in "
+        "place (the Terraform provider schema)",
+        "  - `labels.team`: `ml` -> `x`",
+    ]
+    policy = "gcp:compute/resourcePolicy:ResourcePolicy"
+    old = _resource(_pinned("prod-a100-gce"), policy)["inputs"]
+    new = copy.deepcopy(old)
+    new["groupPlacementPolicy"]["vmCount"] = 2.0
+    assert classify(policy, old, new, ["groupPlacementPolicy.vmCount"]).action == "change"
+    assert classify(policy, old, {**old, "region": "us-east1"}, ["region"]) == Verdict(
+        "replace", ("region",), True, "the Terraform provider schema"
+    )
+
+
+@pytest.mark.parametrize(
+    ("type_", "path", "action"),
+    [
+        ("gcp:monitoring/dashboard:Dashboard", "dashboardJson", "change"),
+        ("gcp:monitoring/alertPolicy:AlertPolicy", "userLabels.team", "change"),
+        ("gcp:storage/bucketObject:BucketObject", "metadata.sha", "replace"),
+        ("gcp:storage/bucket:Bucket", "retentionPolicy.isLocked", "change (may replace)"),
+        ("gcp:compute/router:Router", "description", "change (may replace)"),
+    ],
+)
+def test_schema_tables_mark_read_fields_and_leave_the_rest_may_replace(
+    type_: str, path: str, action: str
+) -> None:
+    assert classify(type_, {"name": "a"}, {"name": "a"}, [path]).action == action
+
+
+def test_env_arguments_are_named_and_list_indexes_sort_as_numbers() -> None:
+    base = _pinned("prod-vertex-rs")
+    _job_args(base, 0)[4:4] = ["--env=FOO=1", "--env=ZED=z"]
+    head = copy.deepcopy(base)
+    args = _job_args(head, 0)
+    args[4], args[7], args[11] = "--env=FOO=2", "--steps=100", "--precision=fp32"
+    prefix = "  - `body.jobSpec.workerPoolSpecs[0].containerSpec.args"
+    assert plan_diff(base, head).splitlines()[6:] == [
+        f"{prefix}[7]`: `--steps=20000` -> `--steps=100`",
+        f"{prefix}[11]`: `--precision=bf16` -> `--precision=fp32`",
+        f"{prefix}[--env=FOO]`: `--env=FOO=1` -> `--env=FOO=2`",
+    ]
