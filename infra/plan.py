@@ -11,7 +11,6 @@ GitHub's comment limit.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from datetime import date
@@ -25,7 +24,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from components.a100_cluster._common import gke_spot_grace_note
-from components.catalog.images import TODAY_ENV
+from components.catalog.images import availability_date
 from infra.code_plan import code_rows, code_summary
 from infra.compose import main_program
 from infra.config import ConfigError, StackConfig, load_stack_config
@@ -177,16 +176,12 @@ def unverified_quota_note(needs: Iterable[Mapping[str, Any]]) -> str | None:
 
 
 def plan_date() -> date:
-    """The date the plan is checked for: `TRAINSTACK_TODAY` when set, else today."""
-    given = os.environ.get(TODAY_ENV)
-    if not given:
-        return date.today()
+    """The date the plan is checked for (`availability_date`); a malformed `TRAINSTACK_TODAY`
+    is a config error (exit 2)."""
     try:
-        return date.fromisoformat(given)
-    except ValueError:
-        raise ConfigError(
-            [f"{TODAY_ENV}: {given!r} is not a date; valid: an ISO date such as 2026-11-23"]
-        ) from None
+        return availability_date()
+    except ValueError as e:
+        raise ConfigError([str(e)]) from None
 
 
 def image_problems(cfg: StackConfig, today: date) -> list[str]:
