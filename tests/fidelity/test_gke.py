@@ -225,46 +225,6 @@ def test_two_pods_of_two_gpus_train_as_one_world_of_four(
     assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints/{STACK}"
 
 
-@pytest.mark.trainer
-@pytest.mark.slow
-def test_a_pod_whose_node_disappears_comes_back_and_the_run_ends_as_an_uninterrupted_one(
-    tmp_path: Path, fakes: tuple[str, str]
-) -> None:
-    planned = _plan({"steps": 24, "checkpoint_every": 4})
-    whole = Cluster(tmp_path / "whole", planned, *fakes)
-    pods = _run_pods(whole, timeout_s=300)
-    [reference] = events(pods, "done")
-
-    with (
-        running_gcs_emulator() as storage,
-        MetadataServer({"instance/service-accounts/default/token": json.dumps(TOKEN)}) as meta,
-    ):
-        cluster = Cluster(tmp_path / "interrupted", planned, storage, meta.base_url, whole.image)
-        pods = [cluster.start(i) for i in range(2)]
-        try:
-            deadline = time.monotonic() + 240
-            # Kill pod 1 once a checkpoint exists and training went on past it.
-            while not any(r.get("event") == "checkpoint" for r in pods[0].records()) or not any(
-                r.get("step", 0) >= 6 for r in pods[1].records()
-            ):
-                assert time.monotonic() < deadline, explain(pods)
-                assert all(p.proc.poll() is None for p in pods), explain(pods)
-                time.sleep(0.2)
-            pods[1].kill()
-            replacement = cluster.start(1)
-            codes = [pods[0].wait(300), replacement.wait(300)]
-        finally:
-            for pod in pods:
-                if pod.proc.poll() is None:
-                    pod.kill()
-        everything = [pods[0], pods[1], replacement]
-        assert codes == [0, 0], explain(everything)
-    [done] = events([pods[0], replacement], "done")
-    assert done["step"] == reference["step"] == 24
-    assert done["params_sha256"] == reference["params_sha256"]
-    assert events([pods[0], replacement], "resume"), explain(everything)
-
-
 def test_the_planned_job_maps_each_pod_exit_as_the_recovery_rules_say() -> None:
     # What the Job controller does with each way a pod of the planned Job can end.
     spec = _plan({"steps": 4}).job["spec"]
