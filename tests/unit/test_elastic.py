@@ -116,8 +116,10 @@ def test_worker_runs_the_module_as_main_and_classifies_what_it_raised(
         assert done.stdout == "ran __main__\n"
 
 
-def test_a_worker_that_fails_exits_1() -> None:
-    argv = [
+def one_worker_argv(module: str) -> list[str]:
+    """A standalone one-process torchrun of `module` under the worker wrapper, as the node
+    launcher starts the bundled trainers."""
+    return [
         sys.executable,
         "-m",
         "trainers.elastic",
@@ -128,8 +130,12 @@ def test_a_worker_that_fails_exits_1() -> None:
         "-m",
         "trainers.elastic",
         "--worker",
-        "trainers_no_such_module",
+        module,
     ]
+
+
+def test_a_worker_that_fails_exits_1() -> None:
+    argv = one_worker_argv("trainers_no_such_module")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == CRASH_EXIT_CODE, done.stderr[-2000:]
     assert "No module named trainers_no_such_module" in done.stderr

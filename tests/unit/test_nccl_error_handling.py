@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_elastic import one_worker_argv
 from trainers.common.exit_codes import CRASH_EXIT_CODE, PEER_LOST_EXIT_CODE
 from trainers.elastic import nccl_error_handling
 from trainers.node import node_command, parse_args
@@ -73,19 +74,7 @@ def test_a_real_torchrun_agent_hands_its_workers_2_not_its_own_1(tmp_path: Path)
     (tmp_path / "show_mode.py").write_text(
         "import os\nprint('mode', os.environ.get('TORCH_NCCL_ASYNC_ERROR_HANDLING'))\n"
     )
-    argv = [
-        sys.executable,
-        "-m",
-        "trainers.elastic",
-        "--standalone",
-        "--nnodes=1",
-        "--nproc-per-node=1",
-        "--max-restarts=0",
-        "-m",
-        "trainers.elastic",
-        "--worker",
-        "show_mode",
-    ]
+    argv = one_worker_argv("show_mode")
     env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=120, check=False, env=env, cwd=tmp_path
