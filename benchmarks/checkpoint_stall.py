@@ -3,7 +3,7 @@
     python benchmarks/checkpoint_stall.py [--targets local,gcs] [--strategies ddp,fsdp]
         [--dim 1024 --layers 4]                         # prints one JSON object
 
-The bundled torch trainer (`trainers.torch_ddp`, torchrun, 2 ranks, gloo, one thread each)
+The bundled torch trainer (`trainstack.trainers.torch_ddp`, torchrun, 2 ranks, gloo, one thread each)
 trains the bundled GPT at a width whose model state is over 500 MB: with `--dim 1024
 --layers 4` (byte vocabulary, context 16) it has 50.7M fp32 parameters, and the state a
 resume needs, parameters plus AdamW's two moments, is 608 MB. That state is what every save
@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainers.common.signals import descendants
-from trainers.local import torchrun_command
+from trainstack.trainers.common.signals import descendants
+from trainstack.trainers.local import torchrun_command
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "trainstack-bench"
@@ -104,7 +104,7 @@ def run_trainer(
     cmd = torchrun_command(
         2,
         "-m",
-        "trainers.torch_ddp",
+        "trainstack.trainers.torch_ddp",
         "--model=gpt",
         "--dataset=synthetic",
         "--synthetic_samples=64",
@@ -147,7 +147,7 @@ def run_trainer(
 
 
 def _bytes_written(url: str) -> int:
-    from trainers.common.checkpoint import CheckpointStore, step_name
+    from trainstack.trainers.common.checkpoint import CheckpointStore, step_name
 
     store = CheckpointStore(url, keep=1)
     latest = store.latest()
@@ -209,7 +209,7 @@ def gcs_emulator() -> Any:
 
 
 def model_state(args: argparse.Namespace) -> dict[str, Any]:
-    from trainers.torch_ddp.models import GPT
+    from trainstack.trainers.torch_ddp.models import GPT
 
     model = GPT(args.vocab, args.seq, args.dim, args.layers, args.heads)
     params = sum(p.numel() for p in model.parameters())

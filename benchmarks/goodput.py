@@ -54,7 +54,7 @@ import yaml
 from checkpoint_stall import _records  # benchmarks/, beside this script
 from torchrun_records import benchmark_env
 
-from trainers.common.signals import descendants
+from trainstack.trainers.common.signals import descendants
 
 REPO = Path(__file__).resolve().parents[1]
 STACK = REPO / "stacks" / "Pulumi.local.yaml"
@@ -242,7 +242,7 @@ class Runner:
         cmd = [
             sys.executable,
             "-m",
-            "infra.cli",
+            "trainstack.infra.cli",
             "local-run",
             "--config-file",
             str(self.config),

@@ -6,14 +6,14 @@
 
 Prints one JSON object; `{"skipped": true, "reason": ...}` where no CUDA GPU exists. One step
 is the trainer's step on the same model: bf16 autocast forward, cross-entropy, backward, a
-fused AdamW update. What differs from `trainers.torch_ddp` is only where the compiled region
+fused AdamW update. What differs from `trainstack.trainers.torch_ddp` is only where the compiled region
 ends: here the loss is inside it, so Inductor fuses the float32 upcast of the logits into
 the cross-entropy instead of writing them out. Attention goes through
 scaled_dot_product_attention with every backend but the one named in `--sdpa` switched off,
 so a run with `--sdpa flash` proves flash attention ran (it fails otherwise).
 
 MFU = `GPT.flops_per_token()` x tokens/s over the dense bf16 peak of the device from
-`trainers.common.metrics.gpu_peak` (null for a GPU the table lacks). `matmul_tflops` is an
+`trainstack.trainers.common.metrics.gpu_peak` (null for a GPU the table lacks). `matmul_tflops` is an
 8192^3 bf16 product on random data measured in the same process: the practical ceiling that
 MFU should be read against (about 80% of the datasheet peak on an H200). Measured figures and
 their commands: benchmarks/results/gpu_throughput-h200.json.
@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     if not torch.cuda.is_available():
         return {"skipped": True, "reason": "no CUDA GPU (torch.cuda.is_available() is False)"}
-    from trainers.common.metrics import gpu_peak
-    from trainers.torch_ddp.models import GPT
+    from trainstack.trainers.common.metrics import gpu_peak
+    from trainstack.trainers.torch_ddp.models import GPT
 
     preset = PRESETS[args.preset]
     layers = args.layers or preset[0]

@@ -17,7 +17,7 @@ import statistics
 import time
 from typing import Any
 
-from infra.plan import build_plan
+from trainstack.infra.plan import build_plan
 
 REPEATS = 3
 TPU_SIZES = ["v4-8", "v4-32", "v4-128", "v4-512"]  # 1, 4, 16, 64 hosts

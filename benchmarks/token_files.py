@@ -4,7 +4,7 @@
 
 Shards: `examples/tokens/make_shards.py` turns `--text` (default: generated words, about
 2 MB, so nothing is downloaded) into byte-level uint16 shards (3 training shards and a
-validation file). Bundled: `trainers.torch_ddp --dataset=files` over them (memory-mapped
+validation file). Bundled: `trainstack.trainers.torch_ddp --dataset=files` over them (memory-mapped
 windows in the global sample order, each rank reading only its slice). Bare: the loop
 nanoGPT's `train.py` runs, by hand: each rank memory-maps the training shards and draws
 random windows of `seq_len + 1` tokens, then the same GPT, DDP, AdamW step. Both run under
@@ -128,7 +128,7 @@ def bundled(workers: int, data: Path) -> tuple[float, float]:
         workers,
         [
             "-m",
-            "trainers.torch_ddp",
+            "trainstack.trainers.torch_ddp",
             "--model=gpt",
             "--dataset=files",
             f"--data_path={data}",
@@ -160,7 +160,7 @@ def bare_worker(workers: int, data: Path) -> None:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from trainers.torch_ddp.models import GPT
+    from trainstack.trainers.torch_ddp.models import GPT
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from trainers.local import torchrun_command
+from trainstack.trainers.local import torchrun_command
 
 REPO = Path(__file__).resolve().parents[1]
 

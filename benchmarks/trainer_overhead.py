@@ -49,7 +49,7 @@ def _trainer_args(workers: int, steps: int) -> list[str]:
 
 def bundled(workers: int) -> float:
     records = torchrun_records(
-        workers, ["-m", "trainers.torch_ddp", *_trainer_args(workers, STEPS)]
+        workers, ["-m", "trainstack.trainers.torch_ddp", *_trainer_args(workers, STEPS)]
     )
     done = next(r for r in records if r["event"] == "done")
     return float(done["samples_per_s"])
@@ -67,7 +67,7 @@ def checkpoint_stall(async_save: bool, directory: str) -> dict[str, float]:
         f"--checkpoint_every={CKPT_EVERY}",
         f"--async_checkpoint={async_save}",
     ]
-    records = torchrun_records(2, ["-m", "trainers.torch_ddp", *args])
+    records = torchrun_records(2, ["-m", "trainstack.trainers.torch_ddp", *args])
     saves = [
         r
         for r in records
@@ -89,8 +89,8 @@ def bare_worker(workers: int) -> None:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from trainers.common.data import synthetic_classification
-    from trainers.torch_ddp.models import MLP
+    from trainstack.trainers.common.data import synthetic_classification
+    from trainstack.trainers.torch_ddp.models import MLP
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

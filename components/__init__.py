@@ -2,11 +2,11 @@
 
 Import the classes from here or from their modules; both are public:
 
-    from components import TrainingBuckets, TrainingIdentity
-    from components.training_network import TrainingNetwork
+    from trainstack.components import TrainingBuckets, TrainingIdentity
+    from trainstack.components.training_network import TrainingNetwork
 
 The names below load their module on first use, so importing one module of the package
-(`components.catalog`, say) does not import every component and its provider SDK. Each
+(`trainstack.components.catalog`, say) does not import every component and its provider SDK. Each
 entry is added by hand when a component module lands.
 """
 
@@ -16,23 +16,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from components.a100_cluster import A100Cluster, A100ClusterArgs
-    from components.image_mirror import ImageMirror, ImageMirrorArgs
-    from components.kubernetes_training_job import (
+    from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs
+    from trainstack.components.image_mirror import ImageMirror, ImageMirrorArgs
+    from trainstack.components.kubernetes_training_job import (
         KubernetesTrainingJob,
         KubernetesTrainingJobArgs,
     )
-    from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
-    from components.project_services import ProjectServices, ProjectServicesArgs
-    from components.quota_guard import QuotaGuard, QuotaGuardArgs
-    from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-    from components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
-    from components.trainer_package import TrainerPackage, TrainerPackageArgs
-    from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
-    from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
-    from components.training_identity import TrainingIdentity, TrainingIdentityArgs
-    from components.training_network import TrainingNetwork, TrainingNetworkArgs
-    from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
+    from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
+    from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
+    from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
+    from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+    from trainstack.components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
+    from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
+    from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
+    from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
+    from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
+    from trainstack.components.training_network import TrainingNetwork, TrainingNetworkArgs
+    from trainstack.components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
 
 _MODULES: dict[str, str] = {
     "A100Cluster": "a100_cluster",
@@ -105,3 +105,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(f"components.{module}"), name)
     globals()[name] = value
     return value
+
+
+if __name__ != "trainstack.components":  # one import name per module: two would copy every class
+    raise ImportError(f"import trainstack.components, not {__name__}")

@@ -4,7 +4,7 @@ Python does not check a dict against a TypedDict when a program runs, so without
 misspelled key (`{"node_cont": 2}`) was silently ignored and a default used instead. Every
 public component calls `check_args` first thing in its constructor, before anything is
 registered. It reports every problem in one `ArgsError`, one line each, worded as the stack
-config's errors are (`components.catalog.problems`), under `<Component>.<key path>`::
+config's errors are (`trainstack.components.catalog.problems`), under `<Component>.<key path>`::
 
     A100Cluster.node_cont: unknown key; did you mean `node_count`? valid: project, zone, ...
     A100Cluster.node_count: '2' is not an integer
@@ -50,7 +50,7 @@ from typing import (
 
 import pulumi
 
-from components.catalog.problems import is_int, not_allowed, quote, unknown_key
+from trainstack.components.catalog.problems import is_int, not_allowed, quote, unknown_key
 
 __all__ = ["ArgsError", "arg_problems", "check_args"]
 
@@ -152,7 +152,9 @@ def _supported(tp: Any, where: str) -> None:
         for arg in args:
             _supported(arg, where)
     elif not (origin is None and isinstance(tp, type)):
-        raise TypeError(f"{where}: annotation {tp!r} is not supported by components._args")
+        raise TypeError(
+            f"{where}: annotation {tp!r} is not supported by trainstack.components._args"
+        )
 
 
 def _noun(tp: Any) -> str:

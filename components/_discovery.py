@@ -7,7 +7,7 @@ before anything is registered, so a typo in a field name, an int64 sent as a JSO
 an enum value Google never defined fails in `pulumi preview` and in the test suite instead
 of at `pulumi up`.
 
-    from components._discovery import assert_valid, validate_body
+    from trainstack.components._discovery import assert_valid, validate_body
 
     errors = validate_body("aiplatform.v1", "CustomJob", {"displayName": "x"})
     # ['jobSpec: required field missing (GoogleCloudAiplatformV1CustomJob)']
@@ -35,7 +35,7 @@ from typing import Any
 
 import googleapiclient
 
-from components._unknown import is_unknown
+from trainstack.components._unknown import is_unknown
 
 DOCUMENTS_DIR = Path(googleapiclient.__file__).resolve().parent / "discovery_cache" / "documents"
 
@@ -90,7 +90,7 @@ def validate_body(api: str, schema: str, body: Any, *, allow_unknowns: bool = Fa
 
     Each error is `<path>: <problem>` where `<path>` is dotted field names with `[i]` for
     list items and `[key]` for map entries (`jobSpec.workerPoolSpecs[0].replicaCount`).
-    With `allow_unknowns`, a value Pulumi does not know yet (`components._unknown.is_unknown`:
+    With `allow_unknowns`, a value Pulumi does not know yet (`trainstack.components._unknown.is_unknown`:
     the dynamic host's `Unknown` object or the engine's sentinel string) is accepted
     anywhere, the whole body included: a provider's `check` sees them in a preview.
     """

@@ -3,7 +3,7 @@
 Dynamic providers are pickled (dill) into the Pulumi state and run in another process,
 so nothing here is cached across calls: build a client inside each provider method.
 
-    from components._google_api import RetryPolicy, build_client, execute
+    from trainstack.components._google_api import RetryPolicy, build_client, execute
 
     jobs = build_client("aiplatform.v1", location="us-central1").projects().locations()
     job = execute(jobs.customJobs().get(name=name), RetryPolicy())
@@ -39,7 +39,7 @@ import httplib2
 from google.auth.credentials import AnonymousCredentials, Credentials
 from googleapiclient import discovery, errors
 
-from components._discovery import document_text, load_document
+from trainstack.components._discovery import document_text, load_document
 
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 RETRY_STATUSES: frozenset[int] = frozenset({429, 500, 502, 503, 504})

@@ -3,7 +3,7 @@
 The `local` compute target: `pulumi up -s local` starts the trainer, `pulumi destroy -s local`
 stops it, and the checkpoints and logs under the local "bucket" directory stay.
 
-    from components._local_provider import LocalRun, LocalRunProvider
+    from trainstack.components._local_provider import LocalRun, LocalRunProvider
 
     run = LocalRun("exp-local-run", trainer=cfg.model_dump(mode="json", exclude_none=True),
                    workers=2, root=".trainstack/local", env={}, stop_grace_s=45.0,
@@ -13,7 +13,7 @@ stops it, and the checkpoints and logs under the local "bucket" directory stay.
 Behaviour:
 - check: the trainer config is validated by `TrainConfig`; workers, root, env and the stop
   grace period are checked; every error is a CheckFailure naming the property.
-- create: `trainers.local.prepare_run` writes the run's config and plans its processes (one
+- create: `trainstack.trainers.local.prepare_run` writes the run's config and plans its processes (one
   torchrun launcher for torch); each starts in a session of its own, with stdin from
   /dev/null and stdout/stderr appended to files, through a short-lived launcher process, so
   the processes are orphaned at once: they survive the engine and this provider exiting or
@@ -30,7 +30,7 @@ Behaviour:
 - read: liveness refreshed: `running`, `finished` (rank 0's `done` record is in the log) or
   `exited` (stopped, preempted or crashed; see the logs).
 
-Processes are identified by pid and start time (`components._local_processes`, which also
+Processes are identified by pid and start time (`trainstack.components._local_processes`, which also
 stops them), so a pid the OS has recycled since is never signalled. POSIX only (Linux,
 macOS): sessions and process groups are how the run is detached and stopped.
 """
@@ -50,12 +50,12 @@ import pulumi
 import pulumi.dynamic as dyn
 from pydantic import ValidationError
 
-from components._local_processes import ProcessRef, ProcessTable, stop_processes
-from components._unknown import contains_unknown, is_unknown
-from trainers.common.contract import EVENT_LAUNCH, EVENT_START
-from trainers.common.user_code import StackTrainer
-from trainers.local import PreparedRun, prepare_run
-from trainers.local_code import prepare_code_run
+from trainstack.components._local_processes import ProcessRef, ProcessTable, stop_processes
+from trainstack.components._unknown import contains_unknown, is_unknown
+from trainstack.trainers.common.contract import EVENT_LAUNCH, EVENT_START
+from trainstack.trainers.common.user_code import StackTrainer
+from trainstack.trainers.local import PreparedRun, prepare_run
+from trainstack.trainers.local_code import prepare_code_run
 
 REPLACE_KEYS: Final = ("trainer", "workers", "root", "env")
 UPDATE_KEYS: Final = ("stop_grace_s", "labels")
@@ -230,7 +230,7 @@ class LocalRunProvider(dyn.ResourceProvider):
     # -- provider methods ------------------------------------------------------------------
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
-        # In a preview any input may be unknown (components._unknown): what is known is checked.
+        # In a preview any input may be unknown (trainstack.components._unknown): what is known is checked.
         failures: list[dyn.CheckFailure] = []
         trainer = news.get("trainer")
         if not contains_unknown(trainer):

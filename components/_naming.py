@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import pulumi
 
-from components.catalog.names import MANAGED_BY, label_problems
+from trainstack.components.catalog.names import MANAGED_BY, label_problems
 
 _HASH_LEN = 8
 _INVALID = re.compile(r"[^a-z0-9-]+")
@@ -93,7 +93,7 @@ def account_id(deployment: str, role: str) -> str:
 
 
 def validate_labels(labels: Mapping[str, str]) -> None:
-    """Raise ValueError listing every problem (`components.catalog.names.label_problems`)
+    """Raise ValueError listing every problem (`trainstack.components.catalog.names.label_problems`)
     unless `labels` are valid GCP labels that leave trainstack's own keys alone."""
     problems = label_problems(labels)
     if problems:

@@ -1,4 +1,4 @@
-"""The node launcher's arguments for your own code (`python -m trainers.node <node_args>`),
+"""The node launcher's arguments for your own code (`python -m trainstack.trainers.node <node_args>`),
 checked the same way by every startup script that runs them (TPU workers, Compute Engine
 VMs, GKE pods)."""
 

@@ -13,7 +13,7 @@ def inherited_depends_on(opts: pulumi.ResourceOptions | None) -> list[Any]:
     A component's `depends_on` is not recorded on its children: the engine would neither
     create them after those resources (beyond waiting for the component's own registration)
     nor delete them before. Compute that reads the training account's buckets passes the
-    account's IAM bindings here (`infra.compose`), so a VM, slice or job starts only once
+    account's IAM bindings here (`trainstack.infra.compose`), so a VM, slice or job starts only once
     its permissions exist, and `pulumi destroy` stops it before they go."""
     deps = opts.depends_on if opts is not None else None
     if deps is None:

@@ -3,7 +3,7 @@
 `tpu_pod_slice_problems` returns every problem with a `TpuPodSlice` argument mapping as
 `<prefix><key>: <problem>; valid: <values>`: the component raises on them (no prefix) and
 the stack config reports them for `trainstack:tpu` (prefix `tpu.`). The TPU facts and the
-rules over them come from `components.catalog`.
+rules over them come from `trainstack.components.catalog`.
 """
 
 from __future__ import annotations
@@ -12,22 +12,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from components._tpu_queued_provider import DEFAULT_WAIT_TIMEOUT_S
-from components.catalog.problems import quote
-from components.catalog.tpu import (
+from trainstack.components._tpu_queued_provider import DEFAULT_WAIT_TIMEOUT_S
+from trainstack.components.catalog.problems import quote
+from trainstack.components.catalog.tpu import (
     DISK_MODES,
     SECURE_BOOT_GENERATIONS,
     TPU_GENERATIONS,
     TpuGeneration,
     TpuSlice,
 )
-from components.catalog.tpu_rules import (
+from trainstack.components.catalog.tpu_rules import (
     tensorflow_runtime_problems,
     tpu_capacity_problems,
     tpu_slice_problems,
 )
-from components.startup.tpu_worker import validate_trainer_launch
-from trainers.common.contract import TF_MODULE
+from trainstack.components.startup.tpu_worker import validate_trainer_launch
+from trainstack.trainers.common.contract import TF_MODULE
 
 DEFAULT_TRAINER_MODULE: Final = TF_MODULE
 TPU_FRAMEWORK: Final = "tensorflow"

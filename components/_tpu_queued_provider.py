@@ -5,7 +5,7 @@ deadlines, or the node's metadata (startup script), service account, labels, tag
 disks, so trainstack drives `projects.locations.queuedResources` itself with the bundled
 `tpu.v2` discovery document.
 
-    from components._tpu_queued_provider import QueuedResource, QueuedResourceProvider
+    from trainstack.components._tpu_queued_provider import QueuedResource, QueuedResourceProvider
 
     qr = QueuedResource("exp-42-tpu-qr", project="p", zone="us-central2-b",
                         queued_resource_id="exp-42-tpu-qr", node_id="exp-42-tpu",
@@ -51,9 +51,15 @@ from typing import Any, Final
 import pulumi
 import pulumi.dynamic as dyn
 
-from components._discovery import normalize_numbers, validate_body
-from components._google_api import ApiError, NotFoundError, RetryPolicy, build_client, execute
-from components._unknown import contains_unknown, is_unknown
+from trainstack.components._discovery import normalize_numbers, validate_body
+from trainstack.components._google_api import (
+    ApiError,
+    NotFoundError,
+    RetryPolicy,
+    build_client,
+    execute,
+)
+from trainstack.components._unknown import contains_unknown, is_unknown
 
 API: Final = "tpu.v2"
 SCHEMA: Final = "QueuedResource"
@@ -186,7 +192,7 @@ class QueuedResourceProvider(dyn.ResourceProvider):
     # -- provider methods ------------------------------------------------------------------
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
-        # In a preview any input may be unknown (components._unknown): what is known is checked.
+        # In a preview any input may be unknown (trainstack.components._unknown): what is known is checked.
         failures: list[dyn.CheckFailure] = []
         for key in ("project", "zone"):
             value = news.get(key)

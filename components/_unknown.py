@@ -12,7 +12,7 @@ wire (pulumi/pulumi pkg/resource/plugin/provider_plugin.go, `Check` marshals its
 `deserialize_property`, SDK 3.272.0). Code that calls a provider directly may still hand
 it the string, so both count as unknown.
 
-    from components._unknown import is_unknown
+    from trainstack.components._unknown import is_unknown
 
     if not is_unknown(news.get("body")):
         ...  # validate what is known

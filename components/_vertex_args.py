@@ -13,9 +13,15 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
-from components.catalog.images import reduction_server_image
-from components.catalog.problems import int_problems, is_int, not_allowed, quote, unknown_keys
-from components.catalog.vertex import (
+from trainstack.components.catalog.images import reduction_server_image
+from trainstack.components.catalog.problems import (
+    int_problems,
+    is_int,
+    not_allowed,
+    quote,
+    unknown_keys,
+)
+from trainstack.components.catalog.vertex import (
     ALGORITHMS,
     DEFAULT_MEASUREMENT_SELECTION,
     GOALS,
@@ -43,7 +49,7 @@ PARAMETER_KEYS: Final = ("parameter_id", "type", "min_value", "max_value", "valu
 
 
 def _trainer_fields() -> tuple[str, ...]:
-    from trainers.common.config import TrainConfig
+    from trainstack.trainers.common.config import TrainConfig
 
     return tuple(TrainConfig.model_fields)
 

@@ -10,22 +10,22 @@ Worker pools follow Vertex's fixed order: 0 chief (1 replica), 1 workers
 (`replica_count - 1`, `{}` when there are none but a later pool is used), 2 reduction
 servers, 3 evaluators (unused).
 
-Every chief and worker runs the node launcher (`python3 -m trainers.node <trainer module>
+Every chief and worker runs the node launcher (`python3 -m trainstack.trainers.node <trainer module>
 <trainer args>...`), which starts one process per GPU of the replica. With a `package_uri`
 it runs as a custom container: `containerSpec {imageUri, command: <the pod setup script>,
-args: [python3, -m, trainers.node, ...], env: TRAINSTACK_PACKAGE_URI}`, the script every GKE
-pod runs (`components._pod_setup`), which downloads the package with the replica's service
+args: [python3, -m, trainstack.trainers.node, ...], env: TRAINSTACK_PACKAGE_URI}`, the script every GKE
+pod runs (`trainstack.components._pod_setup`), which downloads the package with the replica's service
 account and installs it into the image's Python before it execs the args. The image is
 `container_image_uri`, else the trainer framework's
-(`components.catalog.images.VERTEX_TRAINING_IMAGES`: Google's prebuilt training images are
+(`trainstack.components.catalog.images.VERTEX_TRAINING_IMAGES`: Google's prebuilt training images are
 all past their end of availability), pulled through `image_mirror` when given (the stack's
 Artifact Registry remote repository of Docker Hub: `<registry>/pytorch/pytorch@sha256:...`,
-`components.catalog.images.mirrored_image_uri`). A prebuilt image given as `executor_image_uri` runs the
-same launcher through `pythonPackageSpec {pythonModule: trainers.node, args}`; a
+`trainstack.components.catalog.images.mirrored_image_uri`). A prebuilt image given as `executor_image_uri` runs the
+same launcher through `pythonPackageSpec {pythonModule: trainstack.trainers.node, args}`; a
 `container_image_uri` without a package must hold the trainers itself.
 
-Your own code (`node_args`, the `python -m trainers.node` arguments of
-`trainers.common.user_code.node_args`) runs the same launcher with those arguments instead
+Your own code (`node_args`, the `python -m trainstack.trainers.node` arguments of
+`trainstack.trainers.common.user_code.node_args`) runs the same launcher with those arguments instead
 of a trainer module, from the code package, so the image needs nothing from trainstack and a
 new `trainer.source` is a new job. A tuning trial's `--<parameter_id>=<value>` args, which
 Vertex appends to `args`, land after the code's own argv (`-- ARGV`), so the code receives
@@ -39,19 +39,19 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
-from components.catalog.images import (
+from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
+from trainstack.components.catalog.images import (
     mirrored_image_uri,
     reduction_server_image,
     vertex_training_image,
 )
-from components.catalog.vertex import (
+from trainstack.components.catalog.vertex import (
     DEFAULT_MEASUREMENT_SELECTION,
     DEFAULT_REDUCER_MACHINE,
     vertex_accelerators,
 )
-from trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
-from trainers.common.contract import NODE_MODULE, TF_MODULE, TORCH_MODULE
+from trainstack.trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
+from trainstack.trainers.common.contract import NODE_MODULE, TF_MODULE, TORCH_MODULE
 
 REQUEST_ID_LABEL: Final = "trainstack_request_id"
 """Label whose value is a hash of the rest of the body (see `_vertex_provider`)."""

@@ -3,7 +3,7 @@
 pulumi-gcp has no resource for either, so trainstack drives the REST API itself with the
 bundled `aiplatform.v1` discovery document.
 
-    from components._vertex_provider import CustomJob, VertexJobProvider
+    from trainstack.components._vertex_provider import CustomJob, VertexJobProvider
 
     job = CustomJob("exp-42-job", project="p", region="us-central1", body=body,
                     provider=VertexJobProvider())
@@ -38,15 +38,15 @@ from typing import Any, Final
 import pulumi
 import pulumi.dynamic as dyn
 
-from components._discovery import normalize_numbers, validate_body
-from components._google_api import (
+from trainstack.components._discovery import normalize_numbers, validate_body
+from trainstack.components._google_api import (
     ApiError,
     NotFoundError,
     RetryPolicy,
     build_client,
     execute,
 )
-from components._unknown import is_unknown
+from trainstack.components._unknown import is_unknown
 
 API: Final = "aiplatform.v1"
 REQUEST_ID_LABEL: Final = "trainstack_request_id"
@@ -144,7 +144,7 @@ class VertexJobProvider(dyn.ResourceProvider):
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
         failures: list[dyn.CheckFailure] = []
-        # In a preview any input may be unknown (components._unknown): what is known is checked.
+        # In a preview any input may be unknown (trainstack.components._unknown): what is known is checked.
         kind = news.get("kind")
         if not is_unknown(kind) and kind not in KINDS:
             failures.append(

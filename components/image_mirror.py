@@ -1,6 +1,6 @@
 """An Artifact Registry remote repository that mirrors Docker Hub for a stack's images.
 
-    from components.image_mirror import ImageMirror
+    from trainstack.components.image_mirror import ImageMirror
 
     mirror = ImageMirror(
         "exp-42-images",
@@ -13,18 +13,18 @@
         opts=pulumi.ResourceOptions(depends_on=[apis]),  # artifactregistry.googleapis.com
     )
     # mirror.registry == "us-central1-docker.pkg.dev/my-project/exp-42-dockerhub"
-    # image: mirrored_image_uri(VERTEX_TRAINING_IMAGES["trainers.torch_ddp"], mirror.registry)
+    # image: mirrored_image_uri(VERTEX_TRAINING_IMAGES["trainstack.trainers.torch_ddp"], mirror.registry)
 
 Why: Vertex pulls a Docker Hub image anonymously (its containerSpec has no registry
 credential), and Docker Hub allows anonymous clients 10 pulls per hour per IPv4 address
-(`components.catalog.images.DOCKER_HUB_LIMIT_SOURCE`); a multi-replica job or a tuning
+(`trainstack.components.catalog.images.DOCKER_HUB_LIMIT_SOURCE`); a multi-replica job or a tuning
 study's trials can exceed that. A remote repository fetches an image from Docker Hub once
 and serves the cached copy after that (`DOCKER_HUB_MIRROR_SOURCE`). Its storage is billed
 like any Artifact Registry storage (`REGISTRY_STORAGE_PRICE_SOURCE`: $0.10 per GB per
 month above 0.5 GB free), negligible next to the job's hourly cost (the images' sizes were
 not read here).
 
-Naming: the repository id is `<deployment_name>-dockerhub` (`components._naming.gcp_name`:
+Naming: the repository id is `<deployment_name>-dockerhub` (`trainstack.components._naming.gcp_name`:
 lowercase letters, digits and hyphens, starting with a letter, at most 63 characters, which
 Artifact Registry's repository ids accept), so `registry` is known while the program runs
 and a job's image URI is a plain string.
@@ -38,9 +38,9 @@ from typing import Final, NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import artifactregistry
 
-from components._args import check_args
-from components._naming import gcp_name, labels_input
-from components.catalog.images import DOCKER_HUB_MIRROR, mirror_registry
+from trainstack.components._args import check_args
+from trainstack.components._naming import gcp_name, labels_input
+from trainstack.components.catalog.images import DOCKER_HUB_MIRROR, mirror_registry
 
 TOKEN: Final = "trainstack:registry:ImageMirror"
 COMPONENT_LABEL: Final = "image-mirror"

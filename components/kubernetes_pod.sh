@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # trainstack pod setup: the container command of every KubernetesTrainingJob pod (and of
 # every Vertex replica that runs your code in your image: components/_pod_setup.py), run as
-#   bash -c "<this script>" trainstack-pod PYTHON -m trainers.node MODULE [ARGS...]
+#   bash -c "<this script>" trainstack-pod PYTHON -m trainstack.trainers.node MODULE [ARGS...]
 # (the container's args). It installs the trainer package into PYTHON's environment, then
 # execs the args: the node launcher, which reads the pod's place from JOB_COMPLETION_INDEX
 # and starts torchrun with one process per GPU, or the trainer once per pod.

@@ -1,6 +1,6 @@
 """The bundled trainer as a Kubernetes Indexed Job on GPU nodes, tied to the stack's life.
 
-    from components.kubernetes_training_job import KubernetesTrainingJob
+    from trainstack.components.kubernetes_training_job import KubernetesTrainingJob
 
     job = KubernetesTrainingJob(
         "exp-42-training",
@@ -27,16 +27,16 @@ Indexed Job with completions = parallelism = nodes. Each pod takes all GPUs of o
 memory-backed /dev/shm for NCCL and data loaders, and runs `kubernetes_pod.sh` as its
 command: it installs the trainer package (and, for TensorFlow >= 2.16, tf-keras at the
 image's TensorFlow minor with --no-deps), then execs the container's args, the node launcher
-`python3 -m trainers.node MODULE ARGS` (`node_argv`). The launcher reads the pod's index
+`python3 -m trainstack.trainers.node MODULE ARGS` (`node_argv`). The launcher reads the pod's index
 from JOB_COMPLETION_INDEX and starts torchrun with one process per GPU, rendezvousing on
 pod 0 (`<job>-0.<job>`, TRAINSTACK_COORDINATOR_PORT), or a non-torch trainer once per pod.
 Your own code (`node_args`) replaces the module and its flags: the pods run `python3 -m
-trainers.node <node_args>` in `image` (default: the torch trainer's image).
+trainstack.trainers.node <node_args>` in `image` (default: the torch trainer's image).
 
 Recovery (podFailurePolicy, first match wins; https://kubernetes.io/docs/concepts/workloads/
 controllers/job/#pod-failure-policy): the DisruptionTarget condition (node preempted,
 drained or lost), exit 143 (preempted after a checkpoint) and exit 4 (a peer pod or pod 0's
-store went away, `trainers.elastic`) are `Ignore`d: "the counter towards the .backoffLimit
+store went away, `trainstack.trainers.elastic`) are `Ignore`d: "the counter towards the .backoffLimit
 is not incremented and a replacement Pod is created" (the per-index limit likewise). torchrun
 never restarts in place, so a lost peer replaces every pod; each resumes from the newest
 checkpoint. Exit 1 (a code error: a worker raised), 2 (config) and 5 (fewer usable GPUs
@@ -67,11 +67,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_gcp import serviceaccount
 
-from components._args import check_args
-from components._naming import labels_input
-from components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
-from components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
-from components.gpu_startup import (
+from trainstack.components._args import check_args
+from trainstack.components._naming import labels_input
+from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
+from trainstack.components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
+from trainstack.components.gpu_startup import (
     DEFAULT_PORT,
     FAIL_FAST_EXIT_CODES,
     RESTART_EXIT_CODES,
@@ -79,9 +79,9 @@ from components.gpu_startup import (
     validate_node_args,
     with_checkpoint_dir,
 )
-from components.gpu_startup import node_argv as launcher_argv
-from trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
-from trainers.common.contract import TF_MODULE, TORCH_MODULE
+from trainstack.components.gpu_startup import node_argv as launcher_argv
+from trainstack.trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
+from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
 COMPONENT_LABEL: Final = "kubernetes-training-job"
@@ -148,19 +148,19 @@ class KubernetesTrainingJobArgs(TypedDict):
     package_uri: pulumi.Input[str]
     """gs:// URI of the trainer sdist (`TrainerPackage.uri`), installed when a pod starts."""
     trainer_module: NotRequired[str]
-    """Trainer to run (default `trainers.torch_ddp`, under torchrun with one process per
+    """Trainer to run (default `trainstack.trainers.torch_ddp`, under torchrun with one process per
     GPU; the node launcher runs other modules once per pod)."""
     trainer_args: NotRequired[list[str]]
-    """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
+    """The trainer's `--key=value` flags (`trainstack.infra.compose.trainer_args`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
-    """Your own code instead of the trainer: `python -m trainers.node` arguments
-    (`infra.compose.user_code_node_args`); excludes trainer_module and trainer_args."""
+    """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
+    (`trainstack.infra.compose.user_code_node_args`); excludes trainer_module and trainer_args."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
     """gs:// URL of the checkpoint bucket: adds `--checkpoint_dir=<url>/checkpoints` unless
     the flags choose one, so a restarted pod resumes."""
     image: NotRequired[str]
     """Container image with CUDA and the framework (default: the pinned image for the module,
-    `components.catalog.images.KUBERNETES_IMAGES`)."""
+    `trainstack.components.catalog.images.KUBERNETES_IMAGES`)."""
     namespace: NotRequired[str]
     """Namespace of every object (default `default`); it must exist."""
     project: NotRequired[pulumi.Input[str]]

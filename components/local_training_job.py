@@ -1,12 +1,12 @@
 """The `local` compute target: the bundled trainer as processes on this machine, with its
 life tied to the stack like a cloud job's.
 
-    from components.local_training_job import LocalTrainingJob
+    from trainstack.components.local_training_job import LocalTrainingJob
 
     job = LocalTrainingJob(
         "local-job",
         {
-            "trainer": cfg.trainer,  # trainers.common.config.TrainConfig (or its fields)
+            "trainer": cfg.trainer,  # trainstack.trainers.common.config.TrainConfig (or its fields)
             "workers": 2,  # torchrun --nproc-per-node for torch
             "root": ".trainstack/local",  # the local "buckets": checkpoints/ and logs/
             "labels": {"team": "ml"},
@@ -38,18 +38,18 @@ from typing import Any, Final, NotRequired, TypedDict
 import pulumi
 from pydantic import ValidationError
 
-from components._args import check_args
-from components._local_provider import LocalRun, LocalRunProvider
-from components._naming import labels_input
-from trainers.common.config import TrainConfig
-from trainers.common.user_code import (
+from trainstack.components._args import check_args
+from trainstack.components._local_provider import LocalRun, LocalRunProvider
+from trainstack.components._naming import labels_input
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.user_code import (
     StackTrainer,
     resolve_source,
     source_files,
     source_sha256,
     user_code_problems,
 )
-from trainers.local import local_processes
+from trainstack.trainers.local import local_processes
 
 TOKEN: Final = "trainstack:local:LocalTrainingJob"
 COMPONENT_LABEL: Final = "local-training-job"
@@ -63,7 +63,7 @@ class LocalTrainingJobArgs(TypedDict):
 
     trainer: TrainConfig | Mapping[str, Any]
     """The trainer config (`trainstack:trainer`), as a `TrainConfig`/`StackTrainer` or its
-    fields; with `entrypoint`, your own code (`trainers.local_code`), rerun when the files of
+    fields; with `entrypoint`, your own code (`trainstack.trainers.local_code`), rerun when the files of
     its `source` change."""
     workers: int
     """Local worker processes (torch: `torchrun --nproc-per-node`), >= 1."""

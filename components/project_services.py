@@ -1,6 +1,6 @@
 """Enable the Google Cloud APIs a training deployment needs.
 
-    from components.project_services import ProjectServices
+    from trainstack.components.project_services import ProjectServices
 
     apis = ProjectServices(
         "exp-42-apis",
@@ -22,8 +22,8 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import projects
 
-from components._args import check_args
-from components._naming import labels_input
+from trainstack.components._args import check_args
+from trainstack.components._naming import labels_input
 
 TOKEN = "trainstack:project:ProjectServices"
 

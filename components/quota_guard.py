@@ -30,7 +30,7 @@ shortfall on an unverified id warns as well, and is never filed. A read the call
 make (HTTP 403, no `cloudquotas.quotas.get`) stays a warning: the id is fine, the
 deployer's role is not.
 
-    from components.quota_guard import QuotaGuard
+    from trainstack.components.quota_guard import QuotaGuard
 
     guard = QuotaGuard("exp-quota", {
         "project": "my-project",
@@ -84,9 +84,9 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 from pulumi_gcp import cloudquota
 
-from components._args import check_args
-from components._naming import gcp_name
-from components._tpu_quota_match import TPU_SERVICE, candidates
+from trainstack.components._args import check_args
+from trainstack.components._naming import gcp_name
+from trainstack.components._tpu_quota_match import TPU_SERVICE, candidates
 
 TYPE_TOKEN = "trainstack:quota:QuotaGuard"
 # A limit of -1 means unlimited in the Cloud Quotas API.
@@ -100,7 +100,7 @@ TIMEOUT_S = 30
 
 
 class QuotaNeed(TypedDict):
-    """One quota a stack needs (the shape `infra.estimate.quota_needs` returns)."""
+    """One quota a stack needs (the shape `trainstack.infra.estimate.quota_needs` returns)."""
 
     service: str
     """The API that owns the quota, e.g. `compute.googleapis.com`."""
@@ -329,7 +329,7 @@ NOT_FOUND_DETAIL = "the Cloud Quotas API does not know this quota id"
 
 def _tpu_by_metric(project: str, need: QuotaNeed) -> tuple[Any, str]:
     """For a TPU id the API does not know: the one quota of the same family among the Cloud
-    TPU API's own quotas (`components._tpu_quota_match`) and a note naming it, or None and
+    TPU API's own quotas (`trainstack.components._tpu_quota_match`) and a note naming it, or None and
     the not-found detail (listing the candidates when there are several)."""
     if need["service"] != TPU_SERVICE:
         return None, NOT_FOUND_DETAIL

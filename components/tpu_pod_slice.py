@@ -1,6 +1,6 @@
 """A Cloud TPU VM slice (v4, v5e, v5p, v6e) that boots, installs the trainer and trains.
 
-    from components.tpu_pod_slice import TpuPodSlice
+    from trainstack.components.tpu_pod_slice import TpuPodSlice
 
     tpu = TpuPodSlice(
         "exp-42-tpu",
@@ -22,8 +22,8 @@
     )
     # tpu.slice_name, tpu.worker_ips, tpu.chips, tpu.hosts, tpu.console_url, tpu.checkpoint_dir
 
-Validation happens before anything is registered, against `components.catalog`, with
-`tpu_pod_slice_problems` (`components._tpu_args`), the function the stack config checks
+Validation happens before anything is registered, against `trainstack.components.catalog`, with
+`tpu_pod_slice_problems` (`trainstack.components._tpu_args`), the function the stack config checks
 `trainstack:tpu` with: the slice exists for its generation, the zone offers the generation,
 the runtime version belongs to the generation, a TensorFlow `-pod` runtime goes with a
 multi-host slice and a plain one with a single host, and the bundled trainer gets a
@@ -35,7 +35,7 @@ Provisioning:
   external IPs (the network gives Private Google Access and Cloud NAT), the given service
   account (cloud-platform scope; IAM limits it), Secure Boot, labels, network tags, data
   disks, and the startup script in metadata.
-- queued: a Cloud TPU queued resource through the REST API (`components._tpu_queued_provider`;
+- queued: a Cloud TPU queued resource through the REST API (`trainstack.components._tpu_queued_provider`;
   pulumi-gcp's `V2QueuedResource` lacks the tiers and the node's metadata), with the same
   node plus a tier (`spot` or `guaranteed`), an optional queueing deadline and reservation.
   `pulumi up` waits until it is ACTIVE (`queued.wait_timeout_s`). Its exact REST body is the
@@ -46,18 +46,18 @@ it installs the trainer package from the staging bucket, reads its worker id and
 IP from the metadata server, and on worker 0 runs
 `python3 -m <trainer_module> --checkpoint_dir=<checkpoint_dir> <trainer_args>` (TensorFlow
 TPUStrategy; the other workers serve their chips). With `node_args` (your own code,
-`trainers.common.user_code.node_args`) every worker runs `python3 -m trainers.node
+`trainstack.trainers.common.user_code.node_args`) every worker runs `python3 -m trainstack.trainers.node
 <node_args>` instead (JAX and PyTorch/XLA run one process per host), on any runtime
 version: no TensorFlow runtime is required. `max_run_seconds` (the stack's run limit) is
 enforced by the same script, since the GA Cloud TPU API has no run limit: the run's first
 start is recorded once in the checkpoint bucket, and once the limit has passed since then
 the trainer gets SIGTERM (it checkpoints) and is not relaunched; a later boot exits at once
-(`components.startup.tpu_worker`). A change to the script (new package,
+(`trainstack.components.startup.tpu_worker`). A change to the script (new package,
 other trainer flags) replaces the slice: the script only runs at boot, so an in-place
 metadata update would leave the old run going.
 
 Naming: the TPU node is `<deployment_name>-tpu` and the queued resource
-`<deployment_name>-tpu-qr` (see `components._naming`).
+`<deployment_name>-tpu-qr` (see `trainstack.components._naming`).
 """
 
 from __future__ import annotations
@@ -68,30 +68,30 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import tpu
 
-from components._args import check_args
-from components._discovery import validate_body
-from components._naming import gcp_name, labels_input, name_input
-from components._options import inherited_depends_on
-from components._tpu_args import (
+from trainstack.components._args import check_args
+from trainstack.components._discovery import validate_body
+from trainstack.components._naming import gcp_name, labels_input, name_input
+from trainstack.components._options import inherited_depends_on
+from trainstack.components._tpu_args import (
     DEFAULT_TRAINER_MODULE,
     SlicePlan,
     tpu_pod_slice_problems,
     tpu_trainer_problems,
     validate_args,
 )
-from components._tpu_queued_provider import (
+from trainstack.components._tpu_queued_provider import (
     QueuedResource,
     QueuedResourceProvider,
     console_url,
     with_spec_label,
 )
-from components.catalog.tpu import TPU_ZONES_SOURCE, QueuedTier, TpuProvisioning
-from components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
-from components.startup.tpu_worker import (
+from trainstack.components.catalog.tpu import TPU_ZONES_SOURCE, QueuedTier, TpuProvisioning
+from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
+from trainstack.components.startup.tpu_worker import (
     effective_checkpoint_dir,
     render_tpu_worker_script,
 )
-from components.training_dashboard.targets import DashboardScope, tpu_filters
+from trainstack.components.training_dashboard.targets import DashboardScope, tpu_filters
 
 __all__ = [
     "DEFAULT_TRAINER_MODULE",
@@ -179,12 +179,12 @@ class TpuPodSliceArgs(TypedDict):
     checkpoint_dir: pulumi.Input[str]
     """gs:// URL given to the trainer as `--checkpoint_dir` (unless `trainer_args` has one)."""
     trainer_args: NotRequired[Sequence[str]]
-    """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
+    """The trainer's `--key=value` flags (`trainstack.infra.compose.trainer_args`)."""
     trainer_module: NotRequired[str]
-    """Module worker 0 runs (default `trainers.tf_multiworker`)."""
+    """Module worker 0 runs (default `trainstack.trainers.tf_multiworker`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
-    """Your own code instead of the trainer: `python -m trainers.node` arguments
-    (`infra.compose.user_code_node_args`), run on every worker; excludes trainer_module and
+    """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
+    (`trainstack.infra.compose.user_code_node_args`), run on every worker; excludes trainer_module and
     trainer_args, and allows any runtime_version."""
     data_disks: NotRequired[Sequence[DataDiskArgs]]
     """Persistent disks attached to every worker."""

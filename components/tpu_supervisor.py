@@ -1,6 +1,6 @@
 """A per-stack serverless supervisor that recreates a preempted Spot or queued TPU slice.
 
-    from components.tpu_supervisor import TpuSupervisor, node_body_from_vm
+    from trainstack.components.tpu_supervisor import TpuSupervisor, node_body_from_vm
 
     supervisor = TpuSupervisor(
         "exp-42-supervisor",
@@ -23,7 +23,7 @@ function, shipped like the trainer package: a reproducible zip (`main.py`,
 `requirements.txt`, `config.json` with the slice's name and the exact REST body to recreate
 it with) named by its sha256 in the staging bucket. Cloud Scheduler calls it every
 `schedule` (default every 2 minutes) with an OIDC token of the supervisor's account; nothing
-bills while idle beyond the scheduler job and the calls (`infra.estimate`). The body rides in
+bills while idle beyond the scheduler job and the calls (`trainstack.infra.estimate`). The body rides in
 the source bundle rather than in a bucket object, so nothing the training nodes can write
 (the checkpoint bucket) changes what the supervisor creates; a new body (new startup
 script) makes a new bundle and redeploys the function.
@@ -66,12 +66,17 @@ from pulumi_gcp import (
     storage,
 )
 
-from components._args import check_args
-from components._discovery import validate_body
-from components._naming import account_id, gcp_name, labels_input, name_input
-from components._options import inherited_depends_on
-from components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
-from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs, node_body, validate_args
+from trainstack.components._args import check_args
+from trainstack.components._discovery import validate_body
+from trainstack.components._naming import account_id, gcp_name, labels_input, name_input
+from trainstack.components._options import inherited_depends_on
+from trainstack.components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
+from trainstack.components.tpu_pod_slice import (
+    TpuPodSlice,
+    TpuPodSliceArgs,
+    node_body,
+    validate_args,
+)
 
 TOKEN: Final = "trainstack:tpu:TpuSupervisor"
 COMPONENT_LABEL: Final = "tpu-supervisor"
@@ -223,7 +228,7 @@ def role_id(deployment: str) -> str:
 
 def spot_node_body(node: dict[str, Any]) -> dict[str, Any]:
     """A Spot `Node` REST body (what `gcp.tpu.V2Vm` with `scheduling_config.spot` creates)
-    from `components.tpu_pod_slice.node_body`, checked against the tpu.v2 discovery
+    from `trainstack.components.tpu_pod_slice.node_body`, checked against the tpu.v2 discovery
     document."""
     body = {**node, "schedulingConfig": {"spot": True}}
     errors = validate_body("tpu.v2", "Node", body)
@@ -240,7 +245,7 @@ def slice_target(
     deployment = args["deployment_name"]
     location = pulumi.Output.concat("projects/", args["project"], "/locations/", args["zone"])
     if tpu.queued_resource is not None:
-        # The queued resource's id, as TpuPodSlice names it (components._naming).
+        # The queued resource's id, as TpuPodSlice names it (trainstack.components._naming).
         qr_id = name_input(gcp_name, deployment, "tpu-qr")
         name = pulumi.Output.concat(location, "/queuedResources/", qr_id)
         return "queued", name, tpu.queued_resource.body

@@ -1,9 +1,9 @@
 """Build the bundled `trainers` package as an sdist and upload it to the staging bucket.
 
-    from components.trainer_package import TrainerPackage
+    from trainstack.components.trainer_package import TrainerPackage
 
     package = TrainerPackage("exp-42-trainer", {"staging_bucket": buckets.staging_bucket})
-    # launch with: pip install <package.uri, copied locally>; python -m trainers.torch_ddp
+    # launch with: pip install <package.uri, copied locally>; python -m trainstack.trainers.torch_ddp
 
 The sdist is byte-for-byte reproducible: members sorted, fixed mtime, uid/gid 0, gzip
 header mtime 0, no `__pycache__` or `*.pyc`. Its sha256 names the uploaded object
@@ -15,15 +15,15 @@ The sdist declares the trainers' light runtime dependencies but not torch or ten
 those come from the platform image (Deep Learning VM/Containers, Vertex prebuilt images,
 TPU VM runtimes) in the build that matches its accelerator drivers. `requirements` adds what
 the target's image lacks, pinned to the image's framework (a Vertex TensorFlow 2.17 image:
-`tf-keras~=2.17.0`, `components.catalog.images.VERTEX_TRAINING_IMAGES`), so pip never
+`tf-keras~=2.17.0`, `trainstack.components.catalog.images.VERTEX_TRAINING_IMAGES`), so pip never
 installs a framework of another version beside the image's.
 
 With `user_source` (your own code, `trainstack:trainer.source`) the sdist is
-`trainstack-code`: the `trainers` package (the node launcher, `trainers.node`, and
-`trainers.user_code`) plus your folder as `trainstack_source/`, depending on your
+`trainstack-code`: the `trainers` package (the node launcher, `trainstack.trainers.node`, and
+`trainstack.trainers.user_code`) plus your folder as `trainstack/user_source/`, depending on your
 requirements only; every target installs it the way it installs the bundled trainers (Vertex
 `pythonPackageSpec`, the GCE/TPU startup scripts' and GKE pods' `pip install <uri>`), and
-`python -m trainers.node --launcher=... -- ARGV` then runs ARGV in the installed folder.
+`python -m trainstack.trainers.node --launcher=... -- ARGV` then runs ARGV in the installed folder.
 Unchanged code gives the same bytes, digest and `uri`, so nothing relaunches.
 
 Naming: the local file is `<source_root>/.trainstack/build/trainstack_trainers-<sha16>.tar.gz` (your code's:
@@ -46,11 +46,11 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import storage
 
-import trainers
-from components._args import check_args
-from components._naming import labels_input
-from trainers.common.contract import SOURCE_PACKAGE
-from trainers.common.user_code import source_files
+from trainstack import trainers
+from trainstack.components._args import check_args
+from trainstack.components._naming import labels_input
+from trainstack.trainers.common.contract import SOURCE_PACKAGE
+from trainstack.trainers.common.user_code import source_files
 
 TOKEN = "trainstack:storage:TrainerPackage"
 COMPONENT_LABEL = "trainer-package"
@@ -131,6 +131,8 @@ def _source_files(source_root: Path) -> list[tuple[str, bytes]]:
     package = source_root / "trainers"
     if not (package / "__init__.py").is_file():
         raise ValueError(f"source_root {str(source_root)!r} has no trainers/__init__.py")
+    # Members go under `trainstack/trainers/`: machines import `trainstack.trainers` (a
+    # namespace package, so nothing but `trainstack` is installed at top level).
     files: list[tuple[str, bytes]] = []
     for dirpath, dirnames, filenames in os.walk(package):
         dirnames[:] = sorted(
@@ -140,7 +142,9 @@ def _source_files(source_root: Path) -> list[tuple[str, bytes]]:
             if filename.startswith(".") or filename.endswith(_EXCLUDED_SUFFIXES):
                 continue
             path = Path(dirpath) / filename
-            files.append((path.relative_to(source_root).as_posix(), path.read_bytes()))
+            files.append(
+                (f"trainstack/{path.relative_to(source_root).as_posix()}", path.read_bytes())
+            )
     return sorted(files)
 
 
@@ -166,6 +170,7 @@ def _pyproject(version: str, requirements: tuple[str, ...], code: bool = False) 
         "\n"
         "[tool.setuptools.packages.find]\n"
         f"include = {_packages(code)}\n"
+        "namespaces = true\n"
         "\n"
         "[tool.setuptools.package-data]\n"
         '"*" = ["*.json", "*.yaml", "*.npz", "*.sh", "py.typed"]\n'
@@ -181,7 +186,7 @@ def _summary(code: bool) -> str:
 
 
 def _packages(code: bool) -> str:
-    return f'["trainers*", "{SOURCE_PACKAGE}*"]' if code else '["trainers*"]'
+    return f'["trainstack.trainers*", "{SOURCE_PACKAGE}*"]' if code else '["trainstack.trainers*"]'
 
 
 def _pkg_info(version: str, requirements: tuple[str, ...], code: bool = False) -> str:
@@ -235,7 +240,10 @@ def _build_sdist(
     files = _source_files(source_root)
     code = user_source is not None
     if user_source is not None:
-        files += [(f"{SOURCE_PACKAGE}/{rel}", data) for rel, data in source_files(user_source)]
+        files += [
+            (f"{SOURCE_PACKAGE.replace('.', '/')}/{rel}", data)
+            for rel, data in source_files(user_source)
+        ]
         files.sort()
     dist = CODE_DIST_NAME if code else DIST_NAME
     key_hash = hashlib.sha256(f"{dist}\0{version}".encode() if code else version.encode())

@@ -1,6 +1,6 @@
 """The three GCS buckets of a training deployment: data, checkpoints and staging.
 
-    from components.training_buckets import TrainingBuckets
+    from trainstack.components.training_buckets import TrainingBuckets
 
     buckets = TrainingBuckets(
         "exp-42-buckets",
@@ -34,7 +34,7 @@ All three enforce uniform bucket-level access and public access prevention. Data
 checkpoints are never force-destroyed: unless `delete_data_on_destroy` is set, `pulumi
 destroy` leaves them in place (retain_on_delete), and in prod they are also protected.
 
-Naming: `<project>-<deployment_name>-<role>[-<name_suffix>]` (see `components._naming`).
+Naming: `<project>-<deployment_name>-<role>[-<name_suffix>]` (see `trainstack.components._naming`).
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from typing import Any, Literal, NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import storage
 
-from components._args import check_args
-from components._naming import bucket_name, labels_input, name_input
-from components.catalog.names import label_problems
-from components.catalog.problems import int_problems, not_allowed, quote
+from trainstack.components._args import check_args
+from trainstack.components._naming import bucket_name, labels_input, name_input
+from trainstack.components.catalog.names import label_problems
+from trainstack.components.catalog.problems import int_problems, not_allowed, quote
 
 TOKEN = "trainstack:storage:TrainingBuckets"
 COMPONENT_LABEL = "training-buckets"

@@ -1,6 +1,6 @@
 """A dedicated, least-privilege service account for training workloads.
 
-    from components.training_identity import TrainingIdentity
+    from trainstack.components.training_identity import TrainingIdentity
 
     identity = TrainingIdentity(
         "exp-42-identity",
@@ -25,10 +25,10 @@ roles that let the account administer IAM or impersonate others are refused. `se
 grants `roles/secretmanager.secretAccessor` on exactly the listed Secret Manager secrets
 (your code's `trainer.secret_env`, read on the node), one binding per secret, never on the
 project. `image_repository` grants `roles/artifactregistry.reader` on that one Artifact
-Registry repository (the stack's Docker Hub mirror, `components.image_mirror`), never on the
+Registry repository (the stack's Docker Hub mirror, `trainstack.components.image_mirror`), never on the
 project.
 
-Naming: the account id is `<deployment_name>-train` (6-30 chars, see `components._naming`).
+Naming: the account id is `<deployment_name>-train` (6-30 chars, see `trainstack.components._naming`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import artifactregistry, projects, secretmanager, serviceaccount, storage
 
-from components._args import check_args
-from components._naming import account_id, labels_input, name_input
+from trainstack.components._args import check_args
+from trainstack.components._naming import account_id, labels_input, name_input
 
 TOKEN = "trainstack:iam:TrainingIdentity"
 COMPONENT_LABEL = "training-identity"
@@ -253,7 +253,7 @@ class TrainingIdentity(pulumi.ComponentResource):
 
         repo = args.get("image_repository")
         # Vertex pulls the image as its own service agent, not as this account
-        # (components.catalog.images.IMAGE_PULL_ACCOUNT_SOURCE); the grant covers what runs
+        # (trainstack.components.catalog.images.IMAGE_PULL_ACCOUNT_SOURCE); the grant covers what runs
         # as the account and reads the repository, on that repository alone. Being in
         # `grants`, it makes the job wait for the repository too.
         self.image_members = (

@@ -1,6 +1,6 @@
 """A private VPC for training nodes: one subnet, Cloud NAT egress, closed firewall.
 
-    from components.training_network import TrainingNetwork
+    from trainstack.components.training_network import TrainingNetwork
 
     net = TrainingNetwork(
         "exp-42-net",
@@ -14,7 +14,7 @@ nodes carrying `node_tag` inside the subnet (all of TCP, UDP and ICMP: NCCL, glo
 gRPC pick ports at random), plus SSH from Google's IAP TCP-forwarding range. The network
 MTU is 8896 (jumbo frames), which multi-node GPU and TPU collectives benefit from.
 
-Naming: every physical name is `<deployment_name>-<role>` (see `components._naming`).
+Naming: every physical name is `<deployment_name>-<role>` (see `trainstack.components._naming`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import compute
 
-from components._args import check_args
-from components._naming import gcp_name, labels_input, name_input
+from trainstack.components._args import check_args
+from trainstack.components._naming import gcp_name, labels_input, name_input
 
 TOKEN = "trainstack:network:TrainingNetwork"
 COMPONENT_LABEL = "training-network"

@@ -1,7 +1,7 @@
 """A Vertex AI custom job (optionally with Reduction Server, or as a hyperparameter-tuning
 job) that runs the bundled trainer and lives and dies with the stack.
 
-    from components.vertex_training_job import VertexTrainingJob
+    from trainstack.components.vertex_training_job import VertexTrainingJob
 
     job = VertexTrainingJob(
         "exp-42-vertex",
@@ -15,7 +15,7 @@ job) that runs the bundled trainer and lives and dies with the stack.
             # Reduction Server needs google-reduction-server in the image: build your own.
             "container_image_uri": "us-docker.pkg.dev/my-project/training/torch-rs:1",
             "package_uri": package.uri,  # TrainerPackage, installed into the image at start
-            "python_module": "trainers.torch_ddp",
+            "python_module": "trainstack.trainers.torch_ddp",
             "trainer_args": ["--steps=1000", "--global_batch_size=256"],
             "service_account": identity.service_account_email,
             "base_output_dir": buckets.checkpoint_url,
@@ -23,33 +23,33 @@ job) that runs the bundled trainer and lives and dies with the stack.
     )
     # job.job_name, job.state, job.console_url; `pulumi destroy` cancels and deletes it
 
-Arguments are checked with `vertex_training_job_problems` (`components._vertex_args`), the
+Arguments are checked with `vertex_training_job_problems` (`trainstack.components._vertex_args`), the
 stack config's `trainstack:vertex` with the same rules (`vertex_job_spec_problems`). The REST
 body is built by the pure functions `custom_job_body` and `hyperparameter_tuning_job_body`
-(`components._vertex_body`), validated against the bundled `aiplatform.v1` discovery schema, and registered as the `body` input of a dynamic resource
-(`components._vertex_provider`), so previews and plan diffs show every change. Any change
+(`trainstack.components._vertex_body`), validated against the bundled `aiplatform.v1` discovery schema, and registered as the `body` input of a dynamic resource
+(`trainstack.components._vertex_provider`), so previews and plan diffs show every change. Any change
 replaces the job: Vertex jobs are immutable. A replacement cancels and deletes the old job
 before it submits the new one (delete-before-replace): both at once would need twice the
 quota and would write to one checkpoint folder.
 
-Each chief/worker replica runs the node launcher (`python3 -m trainers.node <python_module>
+Each chief/worker replica runs the node launcher (`python3 -m trainstack.trainers.node <python_module>
 <trainer_args>`), which starts torchrun with one process per GPU for the torch trainer (world
 size = replicas x GPUs per machine) and the TensorFlow trainer once per replica. It runs as
-a custom container whose command is the pod setup script (`components._pod_setup`): it
+a custom container whose command is the pod setup script (`trainstack.components._pod_setup`): it
 installs `package_uri` into the image's `python3`, then execs the launcher. The image is
 `container_image_uri`, else the trainer framework's
-(`components.catalog.images.VERTEX_TRAINING_IMAGES`: the official pytorch/pytorch or
+(`trainstack.components.catalog.images.VERTEX_TRAINING_IMAGES`: the official pytorch/pytorch or
 tensorflow/tensorflow CUDA image, since Google's prebuilt training images are past their end
 of availability), pulled through `image_mirror` when given (the stack's Artifact Registry
-remote repository of Docker Hub, `components.image_mirror`). A default image past its end
+remote repository of Docker Hub, `trainstack.components.image_mirror`). A default image past its end
 of availability fails the deployment; an image you name that is past it gets a warning.
 `executor_image_uri` (a prebuilt image) selects pythonPackageSpec instead. Reduction Server needs NCCL >= 2.7 and Google's
 google-reduction-server package in a custom container, which the default images lack: with
 reducers a default image is an error, and an image you name gets Google's requirement as a
 warning.
 
-With `node_args` (your own code, `trainers.common.user_code.node_args`) each replica runs
-`python3 -m trainers.node <node_args>` the same way, from the code package; tuning trials'
+With `node_args` (your own code, `trainstack.trainers.common.user_code.node_args`) each replica runs
+`python3 -m trainstack.trainers.node <node_args>` the same way, from the code package; tuning trials'
 values arrive after your code's argv as `--<parameter_id>=<value>`.
 
 Worker pools follow Vertex's fixed order: 0 chief (1 replica), 1 workers
@@ -68,17 +68,17 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
 
-from components._args import check_args
-from components._discovery import validate_body
-from components._naming import labels_input
-from components._options import inherited_depends_on
-from components._vertex_args import (
+from trainstack.components._args import check_args
+from trainstack.components._discovery import validate_body
+from trainstack.components._naming import labels_input
+from trainstack.components._options import inherited_depends_on
+from trainstack.components._vertex_args import (
     hyperparameter_tuning_problems,
     validate_args,
     vertex_job_spec_problems,
     vertex_training_job_problems,
 )
-from components._vertex_body import (
+from trainstack.components._vertex_body import (
     DEFAULT_BOOT_DISK_SIZE_GB,
     DEFAULT_PYTHON_MODULE,
     HYPERTUNE_METRIC_ENV,
@@ -93,13 +93,13 @@ from components._vertex_body import (
     request_id,
     trainer_args_for,
 )
-from components._vertex_provider import (
+from trainstack.components._vertex_provider import (
     CustomJob,
     HyperparameterTuningJob,
     VertexJobProvider,
 )
-from components.catalog.gpus import VertexAcceleratorType
-from components.catalog.images import (
+from trainstack.components.catalog.gpus import VertexAcceleratorType
+from trainstack.components.catalog.images import (
     DEFAULT_EXECUTOR_IMAGE,
     PYTORCH_GPU_IMAGES,
     REDUCTION_SERVER_IMAGES,
@@ -108,14 +108,18 @@ from components.catalog.images import (
     reduction_server_image,
     reduction_server_image_problem,
 )
-from components.catalog.vertex import (
+from trainstack.components.catalog.vertex import (
     Algorithm,
     Goal,
     MeasurementSelectionType,
     ParameterType,
     ScaleType,
 )
-from components.training_dashboard.targets import DashboardScope, vertex_filters, vertex_job_id
+from trainstack.components.training_dashboard.targets import (
+    DashboardScope,
+    vertex_filters,
+    vertex_job_id,
+)
 
 __all__ = [
     "DEFAULT_BOOT_DISK_SIZE_GB",
@@ -157,7 +161,7 @@ class ReductionServerArgs(TypedDict):
     """Default true; false leaves the job without reducers (the stack file's switch)."""
     replica_count: NotRequired[int | Literal["auto"]]
     """Reducers; `auto` (default) sizes them so their total egress covers the workers'
-    (`components.catalog.vertex.reducers_needed`). One reducer is allowed."""
+    (`trainstack.components.catalog.vertex.reducers_needed`). One reducer is allowed."""
     machine_type: NotRequired[str]
     """Reducer machine type; default `n1-highcpu-16` (Google's recommendation)."""
 
@@ -177,7 +181,7 @@ class HyperparameterSpec(TypedDict):
     """categorical: strings; discrete: increasing numbers."""
     scale_type: NotRequired[ScaleType]
     """double/integer/discrete only; integer and discrete default to UNIT_LINEAR_SCALE (what
-    Google's SDK sends, `components._vertex_body.LINEAR_BY_DEFAULT`)."""
+    Google's SDK sends, `trainstack.components._vertex_body.LINEAR_BY_DEFAULT`)."""
 
 
 class HyperparameterTuningArgs(TypedDict):
@@ -225,31 +229,31 @@ class VertexTrainingJobArgs(TypedDict):
     """A Vertex prebuilt training image: runs package_uri through pythonPackageSpec instead
     of the container path (Google's are all past their end of availability today)."""
     python_module: NotRequired[str]
-    """Trainer module the node launcher runs on each replica (default `trainers.torch_ddp`);
-    the pythonModule itself is always `trainers.node`, from the package."""
+    """Trainer module the node launcher runs on each replica (default `trainstack.trainers.torch_ddp`);
+    the pythonModule itself is always `trainstack.trainers.node`, from the package."""
     trainer_args: NotRequired[list[str]]
     """Command-line args for the trainer (`--steps=1000`, ...)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
-    """Your own code instead of a trainer module: the `python -m trainers.node` arguments
-    (`infra.compose.user_code_node_args`), the replicas' args as they are; needs
+    """Your own code instead of a trainer module: the `python -m trainstack.trainers.node` arguments
+    (`trainstack.infra.compose.user_code_node_args`), the replicas' args as they are; needs
     `package_uri`. With `container_image_uri` the replica runs the pod setup script
-    (`components._pod_setup`): it installs the package into the image's `python3`, then
-    runs `python3 -m trainers.node <node_args>`. Excludes python_module and trainer_args;
+    (`trainstack.components._pod_setup`): it installs the package into the image's `python3`, then
+    runs `python3 -m trainstack.trainers.node <node_args>`. Excludes python_module and trainer_args;
     tuning parameters may then be any flag of your code."""
     container_image_uri: NotRequired[str]
     """The image the replicas run (containerSpec); default: the python_module's framework
-    image (`components.catalog.images.vertex_training_image`). With package_uri the pod
+    image (`trainstack.components.catalog.images.vertex_training_image`). With package_uri the pod
     setup script installs the package into its `python3` first; without, the image must
     hold the trainers and `container_command` starts them."""
     image_mirror: NotRequired[str]
     """`REGION-docker.pkg.dev/PROJECT/REPOSITORY` of an Artifact Registry remote repository
-    with Docker Hub upstream (`components.image_mirror.ImageMirror.registry`): the default
+    with Docker Hub upstream (`trainstack.components.image_mirror.ImageMirror.registry`): the default
     image is pulled through it, by digest where the catalog has one
-    (`components.catalog.images.mirrored_image_uri`), instead of anonymously from Docker Hub.
+    (`trainstack.components.catalog.images.mirrored_image_uri`), instead of anonymously from Docker Hub.
     Unused when an image is named."""
     container_command: NotRequired[list[str]]
     """containerSpec command (default: the image's entrypoint). For one process per GPU with
-    trainstack's trainers installed in the image: `["python", "-m", "trainers.node",
+    trainstack's trainers installed in the image: `["python", "-m", "trainstack.trainers.node",
     "<trainer module>"]`."""
     service_account: NotRequired[pulumi.Input[str]]
     """Email of the account the job runs as (caller needs iam.serviceAccounts.actAs)."""

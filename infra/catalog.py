@@ -1,7 +1,7 @@
 """What the offline plan needs beyond the components' facts: quota ids and prices.
 
 The Google Cloud facts the components need (TPU slices, machine shapes, accelerator names,
-zones, images) live in `components.catalog`; this module adds the tables only the plan and
+zones, images) live in `trainstack.components.catalog`; this module adds the tables only the plan and
 the quota preflight use, each with its source (`*_SOURCE`) and date (`*_AS_OF`), and
 `TABLES`, the index of every table for `trainstack plan` footnotes. Facts that the team's
 fact sheet (`reference/gcp-facts.md`) marks as unverified carry `verified=False` and a note.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from components.catalog.gpus import (
+from trainstack.components.catalog.gpus import (
     A100_ZONES_AS_OF,
     A100_ZONES_SOURCE,
     A100_ZONES_VERIFIED,
@@ -25,18 +25,18 @@ from components.catalog.gpus import (
     ACCELERATOR_NAMES_SOURCE,
     GpuModel,
 )
-from components.catalog.images import (
+from trainstack.components.catalog.images import (
     PREBUILT_IMAGES_VERIFIED,
     TF_IMAGE_SOURCE,
     TORCH_IMAGE_SOURCE,
     VERTEX_IMAGE_END_OF_AVAILABILITY_SOURCE,
 )
-from components.catalog.machines import (
+from trainstack.components.catalog.machines import (
     MACHINES_AS_OF,
     MACHINES_SOURCE,
 )
-from components.catalog.sources import FACT_SHEET
-from components.catalog.tpu import (
+from trainstack.components.catalog.sources import FACT_SHEET
+from trainstack.components.catalog.tpu import (
     TPU_AS_OF,
     TPU_GENERATIONS,
     TPU_RUNTIME_AS_OF,
@@ -77,7 +77,7 @@ __all__ = [
 TpuTier = Literal["on-demand", "spot", "reserved"]
 
 VERTEX_IMAGES_AS_OF: Final = "2026-11-26"
-"""When the Vertex image tables (`components.catalog.images`) were last checked."""
+"""When the Vertex image tables (`trainstack.components.catalog.images`) were last checked."""
 
 # --------------------------------------------------------------------------------------
 # Quotas

@@ -32,8 +32,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from infra import cli_run
-from infra.cli_base import (
+from trainstack.infra import cli_run
+from trainstack.infra.cli_base import (
     ConfigFileOpt,
     StackOpt,
     app,
@@ -44,9 +44,9 @@ from infra.cli_base import (
     rejected_by_program,
     validated,
 )
-from infra.config import ConfigError
-from infra.estimate import quota_needs
-from infra.plan import (
+from trainstack.infra.config import ConfigError
+from trainstack.infra.estimate import quota_needs
+from trainstack.infra.plan import (
     PlanDocumentError,
     StackFileError,
     build_plan,
@@ -62,7 +62,7 @@ from infra.plan import (
 )
 
 if TYPE_CHECKING:
-    from infra.policy import StackReport
+    from trainstack.infra.policy import StackReport
 
 
 @app.command()
@@ -155,7 +155,7 @@ def quota(
     if live:
         from google.auth.exceptions import GoogleAuthError
 
-        from infra.quota_live import FAILED_STATUSES, LiveQuotaError, read_live_quota
+        from trainstack.infra.quota_live import FAILED_STATUSES, LiveQuotaError, read_live_quota
 
         assert cfg.project is not None
         try:
@@ -221,7 +221,7 @@ def policy(
     The same rules run in `pulumi preview --policy-pack policies/`. Exit 0 clean, 1 when any
     rule is broken (each violation names the rule and the resource), 2 invalid config.
     """
-    from infra.policy import PlanFileError, check_plan, check_stack
+    from trainstack.infra.policy import PlanFileError, check_plan, check_stack
 
     chosen = [stack is not None, config_file is not None, plan_file is not None, all_stacks]
     if sum(chosen) != 1:
@@ -254,8 +254,8 @@ def policy(
 
 
 def _print_policy_reports(reports: list[StackReport]) -> None:
-    from infra.policy import ENFORCEMENT
-    from policies.rules import RULES
+    from trainstack.infra.policy import ENFORCEMENT
+    from trainstack.policies.rules import RULES
 
     for report in reports:
         if report.clean:

@@ -1,6 +1,6 @@
 """What every `trainstack` command shares: the typer app, the stack options, and errors as
-one `error:` line (exit 2) instead of a traceback. The commands live in `infra.cli` (plan,
-plan-diff, quota, policy, stacks) and `infra.cli_run` (status, logs, local-run: operating a
+one `error:` line (exit 2) instead of a traceback. The commands live in `trainstack.infra.cli` (plan,
+plan-diff, quota, policy, stacks) and `trainstack.infra.cli_run` (status, logs, local-run: operating a
 run)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from infra.config import ConfigError, StackConfig, load_stack_config
-from infra.plan import StackFileError, load_stack
+from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
+from trainstack.infra.plan import StackFileError, load_stack
 
 app = typer.Typer(
     help="Google Cloud training infrastructure as code, with a bundled distributed trainer.",

@@ -1,4 +1,4 @@
-"""`trainstack status`, `logs` and `local-run`: operating a run (`infra.cli` registers them
+"""`trainstack status`, `logs` and `local-run`: operating a run (`trainstack.infra.cli` registers them
 after its own commands and documents the command line as a whole and its exit codes)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from infra.cli_base import (
+from trainstack.infra.cli_base import (
     ConfigFileOpt,
     EndpointOpt,
     OutputsOpt,
@@ -23,8 +23,8 @@ from infra.cli_base import (
     google_errors,
     validated,
 )
-from infra.config import PROJECT_ROOT, StackConfig
-from infra.local_paths import local_root, run_name
+from trainstack.infra.config import PROJECT_ROOT, StackConfig
+from trainstack.infra.local_paths import local_root, run_name
 
 JOB_NAME = re.compile(
     r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
@@ -60,8 +60,8 @@ def status(
     cancelled or expired; 2 when it cannot be read (no credentials, no access, no outputs).
     """
 
-    from components._google_api import ApiError
-    from components._vertex_provider import job_status
+    from trainstack.components._google_api import ApiError
+    from trainstack.components._vertex_provider import job_status
 
     if job is None:
         name, cfg = validated(stack, config_file)
@@ -115,9 +115,9 @@ def _stack_status(
     now: str | None,
     as_json: bool,
 ) -> None:
-    from infra.logs import LogsError, parse_endpoints, parse_time
-    from infra.stack_outputs import OutputsError
-    from infra.status import FAILED_STATES, render_status, stack_status
+    from trainstack.infra.logs import LogsError, parse_endpoints, parse_time
+    from trainstack.infra.stack_outputs import OutputsError
+    from trainstack.infra.status import FAILED_STATES, render_status, stack_status
 
     try:
         endpoints, moment = parse_endpoints(endpoint), parse_time(now) if now else None
@@ -150,8 +150,8 @@ def logs(
 ) -> None:
     """A deployed stack's training logs (Cloud Logging; local: the log file), one readable
     line per trainer record. Ctrl-C ends --follow (exit 130)."""
-    from infra.logs import LogsError, log_source, parse_endpoints, read_lines
-    from infra.stack_outputs import OutputsError
+    from trainstack.infra.logs import LogsError, log_source, parse_endpoints, read_lines
+    from trainstack.infra.stack_outputs import OutputsError
 
     name, cfg = validated(stack, config_file)
     try:
@@ -202,7 +202,7 @@ def local_run(
     }
     try:
         if cfg.trainer.user_code is not None:
-            from trainers.local_code import run_local_code
+            from trainstack.trainers.local_code import run_local_code
 
             if steps is not None:
                 raise fail(
@@ -211,7 +211,7 @@ def local_run(
             named = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
             result = run_local_code(named, base_dir=PROJECT_ROOT, **options)
         else:
-            from trainers.local import run_local
+            from trainstack.trainers.local import run_local
 
             update: dict[str, Any] = {"run_name": run_name(cfg, name)}
             if steps is not None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES
-from infra.compose import vertex_image
-from infra.config import PROJECT_ROOT, StackConfig
-from trainers.common.contract import TORCH_MODULE
-from trainers.common.user_code import (
+from trainstack.components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES
+from trainstack.infra.compose import vertex_image
+from trainstack.infra.config import PROJECT_ROOT, StackConfig
+from trainstack.trainers.common.contract import TORCH_MODULE
+from trainstack.trainers.common.user_code import (
     UserCode,
     read_requirements,
     resolve_source,

@@ -14,44 +14,49 @@ from typing import Any, cast
 
 import pulumi
 
-from components._naming import bucket_name
-from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
-from components.catalog.images import (
+from trainstack.components._naming import bucket_name
+from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
+from trainstack.components.catalog.images import (
     availability_date,
     mirrored_image_uri,
     vertex_training_image,
 )
-from components.image_mirror import ImageMirror
-from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
-from components.project_services import ProjectServices
-from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
-from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-from components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
-from components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs, slice_target, supervised
-from components.trainer_package import TrainerPackage, TrainerPackageArgs
-from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
-from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
-from components.training_dashboard.targets import DashboardScope
-from components.training_identity import TrainingIdentity, TrainingIdentityArgs
-from components.training_network import TrainingNetwork
-from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
-from infra.config import PROJECT_ROOT, StackConfig, load_stack_config
-from infra.estimate import quota_needs, vertex_timeout_s
-from infra.local_paths import run_name
-from infra.vertex_image import (
+from trainstack.components.image_mirror import ImageMirror
+from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
+from trainstack.components.project_services import ProjectServices
+from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
+from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
+from trainstack.components.tpu_supervisor import (
+    TpuSupervisor,
+    TpuSupervisorArgs,
+    slice_target,
+    supervised,
+)
+from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
+from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
+from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
+from trainstack.components.training_dashboard.targets import DashboardScope
+from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
+from trainstack.components.training_network import TrainingNetwork
+from trainstack.components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
+from trainstack.infra.config import PROJECT_ROOT, StackConfig, load_stack_config
+from trainstack.infra.estimate import quota_needs, vertex_timeout_s
+from trainstack.infra.local_paths import run_name
+from trainstack.infra.vertex_image import (
     uses_image_mirror,
     vertex_image,
     vertex_image_problems,
     vertex_module,
 )
-from trainers.common.contract import (
+from trainstack.trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     DATA_DIR_ENV,
     OUTPUT_DIR_ENV,
     RUN_NAME_ENV,
     TRAINER_MODULES,
 )
-from trainers.common.user_code import node_args, read_requirements, resolve_source
+from trainstack.trainers.common.user_code import node_args, read_requirements, resolve_source
 
 # APIs every cloud stack needs, plus the ones its compute target needs.
 BASE_SERVICES: tuple[str, ...] = (
@@ -101,7 +106,7 @@ OUTPUT_GPUS = "gpus"
 OUTPUT_DASHBOARD_URL = "dashboard_url"
 OUTPUT_METRIC_TYPES = "metric_types"
 OUTPUT_NODE_ARGS = "node_args"
-"""Your code's `python -m trainers.node` arguments: what each machine / TPU host runs."""
+"""Your code's `python -m trainstack.trainers.node` arguments: what each machine / TPU host runs."""
 
 SECRET_SERVICE = "secretmanager.googleapis.com"
 """Enabled when your code reads `trainer.secret_env` secrets on the node."""
@@ -129,7 +134,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         # The same trainer config as `trainstack local-run`, so either resumes the other's
         # run from the same checkpoint folder. Previews only check and diff: the provider
         # starts processes on `pulumi up` and stops them (keeping the data) on destroy.
-        # Named as in `local-run` (`infra.local_paths`), so either resumes the other's run.
+        # Named as in `local-run` (`trainstack.infra.local_paths`), so either resumes the other's run.
         trainer = cfg.trainer.model_copy(update={"run_name": run_name(cfg, deployment)})
         local_args: LocalTrainingJobArgs = {
             "trainer": trainer,
@@ -155,7 +160,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     # First, so a shortfall stops the deployment before anything else is registered. A
     # shortfall raises (after filing preferences, with request_increases) and never lets the
     # program finish without the compute: a finished program that left the cluster, MIG,
-    # slice or job unregistered would have the engine delete them (components.quota_guard).
+    # slice or job unregistered would have the engine delete them (trainstack.components.quota_guard).
     guard_args: QuotaGuardArgs = {
         "project": project,
         "deployment_name": deployment,
@@ -283,7 +288,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
 def trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
     """The stack's trainer settings as the trainer's `--key=value` flags (non-defaults only,
     in field order), so a job's command line shows exactly what the stack changed; the run's
-    name is always among them (`infra.local_paths.run_name`: the stack's name unless the stack
+    name is always among them (`trainstack.infra.local_paths.run_name`: the stack's name unless the stack
     sets one), since it names the run's checkpoint folder on every target."""
     named = cfg.trainer.model_copy(update={"run_name": run_name(cfg, deployment)})
     values = named.model_dump(exclude_defaults=True, mode="json")
@@ -295,7 +300,7 @@ def cloud_trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
     `--model_dir=gs://<checkpoint bucket>/model/<run name>` unless the stack sets
     `trainer.model_dir`: the final model goes beside Vertex's AIP_MODEL_DIR export
     (`<base_output_dir>/model/`, the same bucket), outside the `checkpoints/` prefix the
-    bucket's age rule deletes (`components.training_buckets.CHECKPOINT_PREFIX`); without
+    bucket's age rule deletes (`trainstack.components.training_buckets.CHECKPOINT_PREFIX`); without
     it the last checkpoint would be the only copy of the trained weights."""
     args = trainer_args(cfg, deployment)
     if cfg.trainer.model_dir:
@@ -310,7 +315,7 @@ def cloud_trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
 def checkpoint_dir(cfg: StackConfig, deployment: str, checkpoint_url: str) -> str:
     """The run's checkpoint folder in the stack's checkpoint bucket: `trainer.checkpoint_dir`
     when set, else `<bucket>/checkpoints/<run name>`, one folder per run, under the prefix
-    the bucket's age rule covers (`components.training_buckets.CHECKPOINT_PREFIX`)."""
+    the bucket's age rule covers (`trainstack.components.training_buckets.CHECKPOINT_PREFIX`)."""
     chosen = cfg.trainer.checkpoint_dir
     return chosen or f"{checkpoint_url.rstrip('/')}/checkpoints/{run_name(cfg, deployment)}"
 
@@ -333,9 +338,9 @@ def package_args(
 def user_code_node_args(
     cfg: StackConfig, deployment: str, checkpoint_url: str, data_url: str
 ) -> list[str]:
-    """`python -m trainers.node` arguments that run your code on the stack's target, with the
+    """`python -m trainstack.trainers.node` arguments that run your code on the stack's target, with the
     run contract's folders in the stack's buckets: the one command line each target's launch
-    runs once per machine after installing the package (`trainers.common.user_code`)."""
+    runs once per machine after installing the package (`trainstack.trainers.common.user_code`)."""
     code = cfg.trainer.user_code
     assert code is not None
     run = run_name(cfg, deployment)
@@ -348,7 +353,7 @@ def user_code_node_args(
     if cfg.target == "vertex":
         # Vertex names the job's folders (AIP_CHECKPOINT_DIR, AIP_MODEL_DIR; per trial when
         # tuning), which the node gives your code unless the stack names a folder itself
-        # (the checkpoint folder with the run's name below it, `trainers.user_code`).
+        # (the checkpoint folder with the run's name below it, `trainstack.trainers.user_code`).
         del contract[OUTPUT_DIR_ENV]
         if not cfg.trainer.checkpoint_dir:
             del contract[CHECKPOINT_DIR_ENV]
@@ -400,7 +405,7 @@ def _vertex(
         raise ValueError("\n".join(errors))
     image, _, default = vertex_image(cfg)
     # Every replica runs the pod setup script, which installs the package into the image's
-    # python3 and then runs the node launcher (components._vertex_body).
+    # python3 and then runs the node launcher (trainstack.components._vertex_body).
     args["package_uri"] = package.uri
     code = cfg.trainer.user_code
     if code is not None and node_args is not None:

@@ -4,7 +4,7 @@
 `trainstack:tpu`, ...), checks structure with pydantic and everything else with the rules
 the components check their own arguments with (`tpu_pod_slice_problems`,
 `vertex_job_spec_problems`, `training_buckets_problems`, `label_problems`, over the facts in
-`components.catalog`), called with the section's key prefix (`tpu.`, `vertex.`,
+`trainstack.components.catalog`), called with the section's key prefix (`tpu.`, `vertex.`,
 `buckets.`). It raises one `ConfigError` listing every problem, one per line, each as
 `<dotted.key.path>: <what is wrong>; valid: <allowed values>`. Nothing is registered with
 Pulumi before this returns, so a bad stack fails in `trainstack plan` and in
@@ -45,18 +45,18 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from components import catalog
-from components.a100_cluster.validate import A100Shape, cidr_problem
-from components.catalog.gpus import VertexAcceleratorType
-from components.catalog.problems import pydantic_problem, unknown_key
-from components.catalog.tpu import (
+from trainstack.components import catalog
+from trainstack.components.a100_cluster.validate import A100Shape, cidr_problem
+from trainstack.components.catalog.gpus import VertexAcceleratorType
+from trainstack.components.catalog.problems import pydantic_problem, unknown_key
+from trainstack.components.catalog.tpu import (
     TpuGenerationName,
     TpuProvisioning,
     TpuSlice,
     default_tpu_runtime,
     tpu_slice,
 )
-from components.catalog.vertex import (
+from trainstack.components.catalog.vertex import (
     DEFAULT_MEASUREMENT_SELECTION,
     DEFAULT_REDUCER_MACHINE,
     Algorithm,
@@ -69,8 +69,8 @@ from components.catalog.vertex import (
     reducer_count_value,
     vertex_accelerators,
 )
-from trainers.common.config import TrainConfig
-from trainers.common.user_code import StackTrainer
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.user_code import StackTrainer
 
 NAMESPACE = "trainstack"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
@@ -145,7 +145,7 @@ class TpuConfig(_Model):
     zone: str
     runtime_version: str | None = None
     """Default: the newest runtime the catalog knows for the generation and the trainer's
-    framework (`components.catalog.tpu.default_tpu_runtime`); the plan names it."""
+    framework (`trainstack.components.catalog.tpu.default_tpu_runtime`); the plan names it."""
     provisioning: TpuProvisioning = "on-demand"
     reservation: str | None = None
     """Reservation name; only with provisioning `queued`."""
@@ -169,7 +169,7 @@ class TpuConfig(_Model):
 
     def with_default_runtime(self, framework: str) -> TpuConfig:
         """This section with `runtime_version` filled in when not given and the slice is
-        known (`components.catalog.tpu.default_tpu_runtime`); else unchanged."""
+        known (`trainstack.components.catalog.tpu.default_tpu_runtime`); else unchanged."""
         if self.runtime_version is not None:
             return self
         try:
@@ -225,7 +225,7 @@ class ReductionServerConfig(_Model):
     enabled: bool = False
     replica_count: Annotated[int | Literal["auto"], BeforeValidator(_auto_or_count)] = "auto"
     """`auto` sizes reducers so their egress covers the workers'
-    (`components.catalog.vertex.reducers_needed`)."""
+    (`trainstack.components.catalog.vertex.reducers_needed`)."""
     machine_type: str = DEFAULT_REDUCER_MACHINE
 
 
@@ -274,7 +274,7 @@ class VertexConfig(_Model):
     service_account: str | None = None
     image_uri: str | None = None
     """The image the bundled trainer runs in (the trainer package is installed into its
-    python3 at start); None: the framework's image (`components.catalog.images`)."""
+    python3 at start); None: the framework's image (`trainstack.components.catalog.images`)."""
     timeout_s: int | None = Field(default=None, gt=0)
     """Job timeout; None keeps Vertex's default (7 days)."""
     hyperparameter_tuning: HyperparameterTuningConfig | None = None
@@ -314,7 +314,7 @@ class LimitsConfig(_Model):
 
     max_hourly_usd: float | None = Field(default=None, gt=0)
     """`trainstack plan` and `pulumi preview` fail when the stack's estimated $/hour
-    (`infra.estimate.summarize`) is above this."""
+    (`trainstack.infra.estimate.summarize`) is above this."""
     max_run_hours: float | None = Field(default=None, gt=0)
     """Training ends after this long, by the platform's own means (Vertex `timeout`, the GKE
     Job's `activeDeadlineSeconds`, the GCE run limit); the plan says how, per target."""
@@ -375,7 +375,9 @@ class StackConfig(_Model):
     def _semantics(self) -> StackConfig:
         parts = {name: getattr(self, name) for name in type(self).model_fields}
         given = [t for t in TARGETS if parts[t] is not None]
-        from infra.config_checks import semantic_errors  # it imports this module's models
+        from trainstack.infra.config_checks import (
+            semantic_errors,  # it imports this module's models
+        )
 
         errors = semantic_errors(parts, given)
         if errors:
@@ -461,14 +463,16 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
         own = getattr(trainer, "user_code", None) is not None
         parts["tpu"] = parts["tpu"].with_default_runtime("own" if own else trainer.framework)
     given = [t for t in TARGETS if values.get(t) is not None]
-    from infra.config_checks import semantic_errors  # it imports this module's models
+    from trainstack.infra.config_checks import semantic_errors  # it imports this module's models
 
     errors.extend(semantic_errors({k: v for k, v in parts.items() if k not in failed}, given))
     if errors:
         raise ConfigError(errors)
     cfg = StackConfig.model_validate(parts)
     # The estimate needs a valid stack, so the cost limit is checked last.
-    from infra.estimate import limit_problems  # infra.estimate imports this module
+    from trainstack.infra.estimate import (
+        limit_problems,  # trainstack.infra.estimate imports this module
+    )
 
     problems = limit_problems(cfg)
     if problems:

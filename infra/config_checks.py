@@ -1,4 +1,4 @@
-"""The stack config's cross-key and catalog checks (`infra.config.load_stack_config` runs them
+"""The stack config's cross-key and catalog checks (`trainstack.infra.config.load_stack_config` runs them
 once each section parsed): one compute target, project and region for a cloud target,
 labels, buckets and quotas, the target section against the catalog, your own code's keys, the
 trainer against its target and image, and the global batch against the world size."""
@@ -8,23 +8,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.a100_cluster.validate import a100_cluster_problems
-from components.catalog.batch import (
+from trainstack.components.a100_cluster.validate import a100_cluster_problems
+from trainstack.components.catalog.batch import (
     WorldSize,
     batch_problem,
     gpu_world_size,
     local_world_size,
     tpu_world_size,
 )
-from components.catalog.images import DEFAULT_EXECUTOR_IMAGE, DLVM_IMAGE, KUBERNETES_IMAGES
-from components.catalog.names import label_problems, zone_in_region_problems
-from components.catalog.problems import quote as _q
-from components.catalog.torch_versions import fsdp_problem
-from components.catalog.tpu import default_tpu_runtime
-from components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problems
-from components.training_buckets import training_buckets_problems
-from components.vertex_training_job import vertex_job_spec_problems
-from infra.config import (
+from trainstack.components.catalog.images import (
+    DEFAULT_EXECUTOR_IMAGE,
+    DLVM_IMAGE,
+    KUBERNETES_IMAGES,
+)
+from trainstack.components.catalog.names import label_problems, zone_in_region_problems
+from trainstack.components.catalog.problems import quote as _q
+from trainstack.components.catalog.torch_versions import fsdp_problem
+from trainstack.components.catalog.tpu import default_tpu_runtime
+from trainstack.components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problems
+from trainstack.components.training_buckets import training_buckets_problems
+from trainstack.components.vertex_training_job import vertex_job_spec_problems
+from trainstack.infra.config import (
     _EMAIL,
     NAMESPACE,
     PROJECT_ROOT,
@@ -35,9 +39,9 @@ from infra.config import (
     TpuConfig,
     VertexConfig,
 )
-from trainers.common.config import TF_STRATEGIES, TrainConfig
-from trainers.common.contract import TORCH_MODULE
-from trainers.common.user_code import StackTrainer, user_code_problems
+from trainstack.trainers.common.config import TF_STRATEGIES, TrainConfig
+from trainstack.trainers.common.contract import TORCH_MODULE
+from trainstack.trainers.common.user_code import StackTrainer, user_code_problems
 
 
 def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
@@ -148,7 +152,7 @@ def _is_number_text(value: float | str) -> bool:
 
 def _world_size(parts: Mapping[str, Any], target: str, trainer: TrainConfig) -> WorldSize | None:
     """The replicas the target's trainer splits the global batch over
-    (`components.catalog.batch`)."""
+    (`trainstack.components.catalog.batch`)."""
     framework, strategy = trainer.framework, trainer.strategy
     if target == "tpu" and parts.get("tpu") is not None:
         tpu: TpuConfig = parts["tpu"]

@@ -1,6 +1,6 @@
 """Offline sizing of a validated stack: accelerator totals, $/hour and quota needed.
 
-Pure functions over `StackConfig`, `components.catalog` (machine shapes) and `infra.catalog`
+Pure functions over `StackConfig`, `trainstack.components.catalog` (machine shapes) and `trainstack.infra.catalog`
 (prices and quota ids); `trainstack plan` prints their results. Prices are catalog ESTIMATES (us-central1 list prices, spot at the upper end of
 Google's documented discount range), not quotes. Quota ids marked `verified: False` must
 be confirmed with `gcp.cloudquota.get_s_quota_infos` before requesting increases.
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
-from components.catalog.tpu import TPU_RUN_LIMIT_ENFORCED
-from components.tpu_supervisor import SUPERVISED_PROVISIONING
-from infra import catalog
-from infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
+from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
+from trainstack.components.catalog.tpu import TPU_RUN_LIMIT_ENFORCED
+from trainstack.components.tpu_supervisor import SUPERVISED_PROVISIONING
+from trainstack.infra import catalog
+from trainstack.infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
 
 __all__ = [
     "limit_problems",
@@ -30,7 +30,7 @@ def _round(usd: float) -> float:
     return round(usd, 2)
 
 
-# The TPU supervisor (components.tpu_supervisor) of a spot or queued slice: one Cloud
+# The TPU supervisor (trainstack.components.tpu_supervisor) of a spot or queued slice: one Cloud
 # Scheduler job and one Cloud Run functions call every 2 minutes.
 SCHEDULER_JOB_USD_PER_31_DAYS = 0.10
 """https://cloud.google.com/scheduler/pricing: "A job is billed $0.10/job/31 days"; "Each

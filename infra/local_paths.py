@@ -1,5 +1,5 @@
 """Where a stack's run lives on this machine: one rule for `trainstack local-run`,
-`pulumi up -s local` (`components.local_training_job`), `trainstack status` and
+`pulumi up -s local` (`trainstack.components.local_training_job`), `trainstack status` and
 `trainstack logs`, so each finds and resumes what the others wrote.
 
 - run name: `trainer.run_name` when the stack sets it, else the stack's name (as on the
@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from infra.config import StackConfig
-from infra.mocks import REPO_ROOT
+from trainstack.infra.config import StackConfig
+from trainstack.infra.mocks import REPO_ROOT
 
 
 def run_name(cfg: StackConfig, stack: str) -> str:

@@ -1,6 +1,6 @@
 """`trainstack logs`: a deployed stack's training logs, from Cloud Logging or the local file.
 
-Which entries belong to a stack is what its dashboard charts (`components.training_dashboard.
+Which entries belong to a stack is what its dashboard charts (`trainstack.components.training_dashboard.
 targets`): the monitored resource type of the target (`LOG_RESOURCE_TYPES`) and the
 dashboard's own filter of the deployment (`vertex_filter_text` on the Vertex job id,
 `gke_filter_text` on the cluster plus the Job's pod names, `tpu_filter_text` on the slice,
@@ -31,18 +31,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from components.a100_cluster._common import instance_name_pattern
-from components.training_dashboard.targets import (
+from trainstack.components.a100_cluster._common import instance_name_pattern
+from trainstack.components.training_dashboard.targets import (
     LOG_RESOURCE_TYPES,
     gce_filters,
     gke_filter_text,
     tpu_filter_text,
     vertex_filter_text,
 )
-from infra.config import StackConfig
-from infra.local_paths import local_log_path
-from infra.stack_outputs import OutputsError, read_outputs, require
-from trainers.common.contract import (
+from trainstack.infra.config import StackConfig
+from trainstack.infra.local_paths import local_log_path
+from trainstack.infra.stack_outputs import OutputsError, read_outputs, require
+from trainstack.trainers.common.contract import (
     EVENT_CHECKPOINT,
     EVENT_DONE,
     EVENT_TRAIN,
@@ -181,7 +181,7 @@ def list_entries(
     client: Any, project: str, query: str, *, order: str = "timestamp asc", limit: int = 0
 ) -> Iterator[dict[str, Any]]:
     """Every entry of `project` matching `query` (at most `limit` when > 0), page by page."""
-    from components._google_api import ApiError, RetryPolicy, execute
+    from trainstack.components._google_api import ApiError, RetryPolicy, execute
 
     token: str | None = None
     count = 0
@@ -209,7 +209,7 @@ def list_entries(
 
 
 def logging_client(endpoints: Endpoints) -> Any:
-    from components._google_api import build_client
+    from trainstack.components._google_api import build_client
 
     return build_client(LOG_API, api_endpoint=endpoints.get("logging"))
 

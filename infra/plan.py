@@ -1,6 +1,6 @@
 """Offline plans: the stack program run under recording mocks, rendered for people and CI.
 
-`build_plan` runs exactly the program `pulumi up` runs (`infra.compose.main_program`)
+`build_plan` runs exactly the program `pulumi up` runs (`trainstack.infra.compose.main_program`)
 with the stack file's config, records every registration, and adds what the config alone
 tells: accelerator totals, an hourly cost estimate from the catalog, and the quota the
 stack needs. `render_plan` prints it as a tree; `plan_diff` (infra/plan_diff.py, re-exported
@@ -23,22 +23,22 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from components.a100_cluster._common import gke_spot_grace_note
-from components.catalog.images import availability_date
-from infra.code_plan import code_rows, code_summary
-from infra.compose import main_program
-from infra.config import ConfigError, StackConfig, load_stack_config
-from infra.estimate import limits_plan, quota_needs, summarize
-from infra.mocks import REPO_ROOT, RecordedResource, run_program
-from infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
+from trainstack.components.a100_cluster._common import gke_spot_grace_note
+from trainstack.components.catalog.images import availability_date
+from trainstack.infra.code_plan import code_rows, code_summary
+from trainstack.infra.compose import main_program
+from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
+from trainstack.infra.estimate import limits_plan, quota_needs, summarize
+from trainstack.infra.mocks import REPO_ROOT, RecordedResource, run_program
+from trainstack.infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
     MAX_DIFF_CHARS,
     PlanDocumentError,
     integral_numbers,
     plan_diff,
     plans_by_stack,
 )
-from infra.plan_runs import PROVIDER_INPUT, runs_lines
-from infra.vertex_image import vertex_image_problems, vertex_plan_notes
+from trainstack.infra.plan_runs import PROVIDER_INPUT, runs_lines
+from trainstack.infra.vertex_image import vertex_image_problems, vertex_plan_notes
 
 STACKS_DIR = REPO_ROOT / "stacks"
 # Pulumi's rule for a stack name (without an organization/project prefix).
@@ -185,9 +185,9 @@ def plan_date() -> date:
 
 
 def image_problems(cfg: StackConfig, today: date) -> list[str]:
-    """Notes about the image the Vertex replicas run (`infra.compose.vertex_image`) when you
+    """Notes about the image the Vertex replicas run (`trainstack.infra.compose.vertex_image`) when you
     named it: past its end of availability on `today`, or what Reduction Server needs in it.
-    For a default image the same facts are errors (`infra.compose.vertex_image_problems`),
+    For a default image the same facts are errors (`trainstack.infra.compose.vertex_image_problems`),
     raised here as the invalid config they are."""
     errors, warnings = vertex_image_problems(cfg, today)
     if errors:
@@ -198,7 +198,7 @@ def image_problems(cfg: StackConfig, today: date) -> list[str]:
 def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None) -> dict[str, Any]:
     """Run the stack program offline and return the JSON plan (ARCHITECTURE.md shape).
 
-    Raises `infra.config.ConfigError` before anything is registered when the config is
+    Raises `trainstack.infra.config.ConfigError` before anything is registered when the config is
     invalid, also when a Vertex stack's default image is past its end of availability on
     `today` (`plan_date()` when None); an image the stack names that is past it is a note.
     """
@@ -265,7 +265,7 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
 
 def _defaults(cfg: StackConfig, config: Mapping[str, Any]) -> dict[str, Any]:
     """Values the stack did not give that trainstack picked, by dotted key: today the TPU
-    runtime (`components.catalog.tpu.default_tpu_runtime`)."""
+    runtime (`trainstack.components.catalog.tpu.default_tpu_runtime`)."""
     tpu = config.get("trainstack:tpu")
     if cfg.tpu is None:
         return {}

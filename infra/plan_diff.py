@@ -3,7 +3,7 @@
 The comment lists, per stack, the totals and quota that change (with their deltas; a stack
 only one side has shows what it costs or frees) and every resource added, deleted, changed
 or replaced with the inputs that changed. Whether a change replaces comes from
-`infra.plan_replace`: the dynamic resources' own provider diff, else the replace-on-change
+`trainstack.infra.plan_replace`: the dynamic resources' own provider diff, else the replace-on-change
 tables of components/catalog/replace_on_change.py; what no table covers reads "change (may
 replace)", and a replaced training resource says what the relaunched run starts from. It is
 written for review on GitHub:
@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from infra.plan_replace import Verdict, classify, relaunch_note
+from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
 
 # GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
 # a workflow may add around the diff.

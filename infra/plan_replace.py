@@ -1,6 +1,6 @@
 """What the Pulumi engine would do with a changed resource of a plan: update it in place or
 replace it (and whether it deletes the old one first), and, for a resource that runs the
-trainer, what the relaunched run starts from. `infra.plan_diff` prints the answers.
+trainer, what the relaunched run starts from. `trainstack.infra.plan_diff` prints the answers.
 
 - trainstack's dynamic resources: the provider's own `diff` answers, called with the two
   plans' inputs, exactly as the engine calls it on `pulumi preview`.
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from components.catalog.replace_on_change import in_place_paths, replace_paths
-from trainers.common.config import TrainConfig
-from trainers.common.fingerprint import STATE_KEYS
+from trainstack.components.catalog.replace_on_change import in_place_paths, replace_paths
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.fingerprint import STATE_KEYS
 
 Action = Literal["replace", "change", "change (may replace)", "none"]
 
@@ -29,10 +29,10 @@ QUEUED_TPU: Final = "pulumi-python:dynamic/tpu:QueuedResource"
 
 DYNAMIC_PROVIDERS: Final[dict[str, tuple[str, str, dict[str, Any]]]] = {
     # base_dir only resolves a relative root when processes start; diff never reads it.
-    LOCAL_RUN: ("components._local_provider", "LocalRunProvider", {"base_dir": "."}),
-    CUSTOM_JOB: ("components._vertex_provider", "VertexJobProvider", {}),
-    TUNING_JOB: ("components._vertex_provider", "VertexJobProvider", {}),
-    QUEUED_TPU: ("components._tpu_queued_provider", "QueuedResourceProvider", {}),
+    LOCAL_RUN: ("trainstack.components._local_provider", "LocalRunProvider", {"base_dir": "."}),
+    CUSTOM_JOB: ("trainstack.components._vertex_provider", "VertexJobProvider", {}),
+    TUNING_JOB: ("trainstack.components._vertex_provider", "VertexJobProvider", {}),
+    QUEUED_TPU: ("trainstack.components._tpu_queued_provider", "QueuedResourceProvider", {}),
 }
 """Dynamic resource type -> (module, provider class, constructor arguments)."""
 
@@ -191,7 +191,7 @@ def checkpoint_dir(resource: Mapping[str, Any]) -> str | None:
         trial = "/<trial id>" if resource["type"] == TUNING_JOB else ""
         # The bundled trainers keep each run in its own folder below it (--run_name); a
         # tuning trial's also carries its settings' fingerprint
-        # (trainers.common.checkpoint.run_checkpoint_dir).
+        # (trainstack.trainers.common.checkpoint.run_checkpoint_dir).
         runs = [m for s in _strings(inputs) for m in _RUN_NAME_FLAG.findall(s)]
         run = f"/{runs[-1]}" if runs else ""
         return f"{prefix.rstrip('/')}{trial}/checkpoints{run}"
@@ -204,7 +204,7 @@ def _flag_value(text: str, key: str) -> str | None:
 
 
 def state_settings(resource: Mapping[str, Any]) -> dict[str, str]:
-    """The run's fingerprinted settings (trainers.common.fingerprint.STATE_KEYS) as text: the
+    """The run's fingerprinted settings (trainstack.trainers.common.fingerprint.STATE_KEYS) as text: the
     local TrainingRun's `trainer` mapping, else the bundled trainer's `--<key>=<value>`
     flags in the inputs (the first), a key with neither at TrainConfig's default. A tuning
     job's tuned keys are left out: each trial sets its own."""
@@ -279,7 +279,7 @@ def relaunch_note(
         if new["type"] == TUNING_JOB:
             if changed:
                 # The trial's folder carries its settings' fingerprint
-                # (trainers.common.checkpoint.run_checkpoint_dir): new settings, new folders.
+                # (trainstack.trainers.common.checkpoint.run_checkpoint_dir): new settings, new folders.
                 return (
                     f"{lead} tuning; {', '.join(changed)} changed, so every trial starts at "
                     f"step 0 in a new `{after}-<settings>` folder"

@@ -1,4 +1,4 @@
-"""What each dynamic resource runs, for the text plan (`infra.plan.render_plan`).
+"""What each dynamic resource runs, for the text plan (`trainstack.infra.plan.render_plan`).
 
 A dynamic resource's first inputs say little: `__provider` is the pickled provider (a secret
 in every plan) and the work itself sits in a nested request body. The text plan shows
@@ -19,8 +19,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from components._pod_setup import pod_command
-from infra.plan_diff import integral_numbers
+from trainstack.components._pod_setup import pod_command
+from trainstack.infra.plan_diff import integral_numbers
 
 PROVIDER_INPUT = "__provider"
 """The input a dynamic resource carries its serialized provider in (pulumi/dynamic)."""

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.compose import main_program
-from infra.config import load_stack_config
-from infra.mocks import run_program
-from infra.plan import plan_resources
-from policies.rules import RULES, Context, Resource, Violation, evaluate
+from trainstack.infra.compose import main_program
+from trainstack.infra.config import load_stack_config
+from trainstack.infra.mocks import run_program
+from trainstack.infra.plan import plan_resources
+from trainstack.policies.rules import RULES, Context, Resource, Violation, evaluate
 
 ENFORCEMENT = "mandatory"
 """Every rule blocks a deployment (the pack registers them all as mandatory)."""
@@ -64,7 +64,7 @@ class StackReport:
 def check_stack(stack: str, config: Mapping[str, Any]) -> StackReport:
     """Run the stack program offline and check what it registers.
 
-    Raises `infra.config.ConfigError` before anything is registered when the config is
+    Raises `trainstack.infra.config.ConfigError` before anything is registered when the config is
     invalid. The rules see exactly the plan's resource entries (inputs and `protect`), in
     the plan's order, so reports read like `trainstack plan` and agree with `check_plan`.
     """

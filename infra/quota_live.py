@@ -4,10 +4,10 @@ Limits come from the Cloud Quotas API (`quotaInfos.get`), the same data the Quot
 invoke reads during `pulumi up`. An id the API answers 404 for is `NOT_FOUND` (a failure,
 like a shortfall); a refused read (403) is `unknown`. Current usage is only published for Compute Engine quotas
 (`regions.get` / `projects.get` list `{metric, limit, usage}`, read by
-`components.quota_guard.compute_usage`, which QuotaGuard uses too); for TPU API and Vertex
+`trainstack.components.quota_guard.compute_usage`, which QuotaGuard uses too); for TPU API and Vertex
 quotas usage is reported as unknown rather than guessed.
 
-The statuses follow QuotaGuard's rule (`components.quota_guard`, module docstring): usage is
+The statuses follow QuotaGuard's rule (`trainstack.components.quota_guard`, module docstring): usage is
 the whole project's and includes a deployed stack's own machines, so only a need above the
 limit is `SHORT` (exit 1, with `request`: the need, the total limit a quota preference
 asks for); a need above what is left but within the limit is `TIGHT`, which says the usage
@@ -24,7 +24,7 @@ from typing import Any
 
 import requests
 
-from components.quota_guard import (
+from trainstack.components.quota_guard import (
     COMPUTE_ENDPOINT,
     compute_metric,
     compute_usage,

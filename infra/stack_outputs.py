@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from infra.mocks import REPO_ROOT
+from trainstack.infra.mocks import REPO_ROOT
 
 OUTPUTS_ENV = "TRAINSTACK_OUTPUTS"
 """Names a JSON file of a stack's outputs; `--outputs FILE` wins over it."""

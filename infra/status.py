@@ -13,7 +13,7 @@
   its machines itself.
 - recoveries (spot and queued TPU stacks): the TPU supervisor's actions, the JSON lines of
   its `supervisor_events_uri` output (GCS JSON API `objects.get`, media), newest last.
-- cost so far: the plan's list-price $/hour (`infra.estimate.summarize`: every machine,
+- cost so far: the plan's list-price $/hour (`trainstack.infra.estimate.summarize`: every machine,
   spot price when spot) times the hours since the start (Vertex job start, node or instance
   creation, GKE Job start) until its end or now.
 
@@ -34,12 +34,18 @@ from typing import Any
 
 import yaml
 
-from components._google_api import ApiError, NotFoundError, RetryPolicy, build_client, execute
-from components._naming import gcp_name
-from infra.config import StackConfig
-from infra.estimate import summarize
-from infra.local_paths import local_checkpoint_dir, local_log_path, run_name
-from infra.logs import (
+from trainstack.components._google_api import (
+    ApiError,
+    NotFoundError,
+    RetryPolicy,
+    build_client,
+    execute,
+)
+from trainstack.components._naming import gcp_name
+from trainstack.infra.config import StackConfig
+from trainstack.infra.estimate import summarize
+from trainstack.infra.local_paths import local_checkpoint_dir, local_log_path, run_name
+from trainstack.infra.logs import (
     Endpoints,
     FileLogs,
     LogsError,
@@ -51,9 +57,9 @@ from infra.logs import (
     logging_client,
     parse_time,
 )
-from infra.stack_outputs import read_outputs, require
-from trainers.common.checkpoint import MARKED_STEP_RE, MARKER, newest_marked
-from trainers.common.contract import (
+from trainstack.infra.stack_outputs import read_outputs, require
+from trainstack.trainers.common.checkpoint import MARKED_STEP_RE, MARKER, newest_marked
+from trainstack.trainers.common.contract import (
     EVENT_DONE,
     EVENT_EXIT,
     EVENT_FAILED,
@@ -64,8 +70,8 @@ from trainers.common.contract import (
     FIELD_EVENT,
     FIELD_STEP,
 )
-from trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
-from trainers.local_report import running_pid_file
+from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.local_report import running_pid_file
 
 FAILED_STATES = frozenset(
     {"JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED", "FAILED"}
@@ -99,7 +105,7 @@ def _get(request: Any) -> dict[str, Any] | None:
 
 
 def _vertex(cfg: StackConfig, stack: str, outputs: dict[str, Any], ep: Endpoints) -> dict[str, Any]:
-    from components._vertex_provider import job_status
+    from trainstack.components._vertex_provider import job_status
 
     assert cfg.project is not None
     job = str(require(outputs, stack, "job_name"))

@@ -1,12 +1,12 @@
 """Run your own Pulumi program offline under trainstack's recording mocks.
 
-The public face of `infra.mocks`: the same engine `trainstack plan` and trainstack's own
+The public face of `trainstack.infra.mocks`: the same engine `trainstack plan` and trainstack's own
 tests use, for a program that composes trainstack components with resources of its own.
 No credentials, no network, no Pulumi CLI. A test asserts on what the program registered
 (type, logical name, parent, inputs exactly as Pulumi would send them) and on what it
 exported with `pulumi.export`::
 
-    from infra.testing import run_pulumi_program, run_program_dir
+    from trainstack.infra.testing import run_pulumi_program, run_program_dir
 
     run = run_program_dir("examples/tpu-own-bucket", stack="dev")  # its Pulumi.dev.yaml
     run.exports["chips"]                                # 16
@@ -18,7 +18,7 @@ exported with `pulumi.export`::
     run = run_pulumi_program(program, config={"gcp:project": "p"})
     [r.type for r in run.resources]
 
-Each run gets event loops of its own and closes them when it ends (`infra.mocks`
+Each run gets event loops of its own and closes them when it ends (`trainstack.infra.mocks`
 explains why: otherwise interpreter exit can print `ValueError: Invalid file descriptor: -1`
 from `BaseEventLoop.__del__`).
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from infra.mocks import (
+from trainstack.infra.mocks import (
     SECRET,
     UNKNOWN,
     InvokeFailure,

@@ -1,9 +1,9 @@
 """The image a Vertex stack's replicas run, what is wrong with it, and the plan's notes.
 
-`vertex_image` is the one answer for the job (`infra.compose`), the plan's "runs on" row
-(`infra.code_plan`) and the end-of-availability check (`infra.plan`). A default image (the
+`vertex_image` is the one answer for the job (`trainstack.infra.compose`), the plan's "runs on" row
+(`trainstack.infra.code_plan`) and the end-of-availability check (`trainstack.infra.plan`). A default image (the
 framework's own on Docker Hub) is pulled through the stack's Artifact Registry remote
-repository of Docker Hub (`components.image_mirror`), never anonymously from Docker Hub.
+repository of Docker Hub (`trainstack.components.image_mirror`), never anonymously from Docker Hub.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import date
 
-from components.catalog.images import (
+from trainstack.components.catalog.images import (
     REGISTRY_STORAGE_PRICE_SOURCE,
     image_availability_problem,
     reduction_server_image_problem,
     vertex_training_image,
 )
-from components.image_mirror import repository_id
-from infra.config import StackConfig
-from infra.estimate import vertex_timeout_s
-from trainers.common.contract import TF_MODULE, TORCH_MODULE, TRAINER_MODULES
+from trainstack.components.image_mirror import repository_id
+from trainstack.infra.config import StackConfig
+from trainstack.infra.estimate import vertex_timeout_s
+from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE, TRAINER_MODULES
 
 USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node": TF_MODULE}
 """Launcher -> the bundled module whose Vertex image runs your code when you name none:

@@ -38,7 +38,7 @@ from pulumi_policy.deserialize import deserialize_properties as _deserialize_pro
 from pulumi_policy.proxy import UnknownValueError
 
 if TYPE_CHECKING:
-    from policies import rules
+    from trainstack.policies import rules
 else:
     # Pulumi runs the pack as a directory (`rules` is a top-level package beside this file);
     # the repository imports it as the package `policies`.

@@ -5,11 +5,11 @@ tests slow, and a bundled stack's file does not change during a session. So each
 stack is run once, the first time a test asks for it, and every test that only reads that
 stack's plan shares the run:
 
-    plan = bundled_plan("prod-vertex-rs")     # infra.plan.build_plan over the shared run
-    run = bundled_run("prod-vertex-rs")       # the infra.mocks.ProgramRun itself
+    plan = bundled_plan("prod-vertex-rs")     # trainstack.infra.plan.build_plan over the shared run
+    run = bundled_run("prod-vertex-rs")       # the trainstack.infra.mocks.ProgramRun itself
 
 and, through the `shared_bundled_runs` fixture (tests/conftest.py), so do `build_plan`,
-`infra.policy.check_stack` and the CLI commands built on them. Callers get deep copies, so
+`trainstack.infra.policy.check_stack` and the CLI commands built on them. Callers get deep copies, so
 no test can change what the next one reads. A test that changes a config, renames a stack
 or checks that two runs agree calls `build_plan` / `run_program` itself and builds afresh.
 """
@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-import infra.plan
-from infra.compose import main_program
-from infra.mocks import ProgramRun, run_program
-from infra.plan import build_plan, bundled_stacks, load_stack
+import trainstack.infra.plan
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import ProgramRun, run_program
+from trainstack.infra.plan import build_plan, bundled_stacks, load_stack
 
 
 @functools.cache
@@ -44,7 +44,7 @@ def _run(stack: str) -> ProgramRun:
 def _plan(stack: str) -> dict[str, Any]:
     name, config = _stack_file(stack)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(infra.plan, "run_program", shared_run_program)
+        patch.setattr(trainstack.infra.plan, "run_program", shared_run_program)
         return build_plan(name, copy.deepcopy(config))
 
 
@@ -65,7 +65,7 @@ def shared_run_program(
     stack: str = "plan",
     **options: Any,
 ) -> ProgramRun:
-    """`infra.mocks.run_program`, answered from the session's run when it is the stack
+    """`trainstack.infra.mocks.run_program`, answered from the session's run when it is the stack
     program of a bundled stack with that stack file's exact config and default options."""
     if (
         program is main_program

@@ -1,9 +1,9 @@
 """torchrun for a multi-node run, whose exit code tells a lost peer from a code error.
 
-    python -m trainers.elastic TORCHRUN_ARGS...          # the node's agent (torchrun)
-    python -m trainers.elastic --worker MODULE ARGS...    # one worker, under that agent
+    python -m trainstack.trainers.elastic TORCHRUN_ARGS...          # the node's agent (torchrun)
+    python -m trainstack.trainers.elastic --worker MODULE ARGS...    # one worker, under that agent
 
-The node launcher (`trainers.node`) starts the agent instead of `python -m
+The node launcher (`trainstack.trainers.node`) starts the agent instead of `python -m
 torch.distributed.run` when the run spans several nodes, with `--max-restarts=0` and each
 bundled trainer worker wrapped by `--worker`. Platforms restart a node on a retryable exit
 and count only real failures against their budget (a GKE Job's podFailurePolicy and
@@ -57,7 +57,7 @@ import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from trainers.common.exit_codes import (
+from trainstack.trainers.common.exit_codes import (
     CONFIG_ERROR_EXIT_CODE,
     CRASH_EXIT_CODE,
     PEER_LOST_EXIT_CODE,

@@ -9,7 +9,7 @@ each with its own `TF_CONFIG` naming every task on a free localhost port:
   (MirroredStrategy is single-machine: its replicas are devices, not processes);
 - tpu: refused (it needs a Cloud TPU VM).
 
-`trainstack local-run` calls `run_local`; `components.local_training_job` starts the same
+`trainstack local-run` calls `run_local`; `trainstack.components.local_training_job` starts the same
 processes detached from `prepare_run`'s plan. The run contract is the cloud one: the same
 trainer module, config and JSON log lines; checkpoints go to `cfg.checkpoint_dir` when set,
 else `root/checkpoints/<run_name>`, so starting the same run again resumes it. Every JSON line
@@ -22,7 +22,7 @@ processes that checkpoint (torchrun, which forwards it to its workers; a TensorF
 every worker): every rank saves and the run exits 143 (130 after SIGINT). A second signal, or
 the grace period running out, kills them without saving. The processes run in sessions of
 their own (a terminal's Ctrl-C reaches only the launcher), die with it
-(`trainers.common.signals.kill_with_parent`, `watch_parent`), and torch collectives time out
+(`trainstack.trainers.common.signals.kill_with_parent`, `watch_parent`), and torch collectives time out
 after `LOCAL_COLLECTIVE_TIMEOUT_S`, so a killed launcher or a lost peer never leaves workers
 waiting. A run whose newest checkpoint has reached `steps` is not started again; `fresh`
 deletes its checkpoints first.
@@ -47,9 +47,9 @@ from typing import IO, Any, Final
 
 from rich.console import Console
 
-from trainers.common.checkpoint import CheckpointStore, step_name
-from trainers.common.config import TrainConfig
-from trainers.common.contract import (
+from trainstack.trainers.common.checkpoint import CheckpointStore, step_name
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import (
     COLLECTIVE_TIMEOUT_ENV,
     EVENT_DONE,
     EVENT_EXIT,
@@ -67,10 +67,10 @@ from trainers.common.contract import (
     TF_MODULE,
     TORCH_MODULE,
 )
-from trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
-from trainers.common.fingerprint import trainer_fingerprint
-from trainers.common.signals import kill_with_parent
-from trainers.local_report import (
+from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.fingerprint import trainer_fingerprint
+from trainstack.trainers.common.signals import kill_with_parent
+from trainstack.trainers.local_report import (
     LiveProgress,
     LocalRunResult,
     PlainProgress,
@@ -478,7 +478,7 @@ def run_local(
     Everything is checked before `fresh` deletes anything or a process starts: raises
     ValueError for a strategy that cannot run locally (tpu), a worker count the global batch
     does not split over, and (without `fresh`) a newest checkpoint written under other
-    settings (`trainers.common.fingerprint.StateMismatch`).
+    settings (`trainstack.trainers.common.fingerprint.StateMismatch`).
     """
     prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
     console = console or Console(stderr=True)
@@ -532,7 +532,7 @@ def supervise_run(
     progress_every_s: float,
 ) -> LocalRunResult:
     """Run `prepared` in the foreground, show its progress and say how it ended: the part of
-    `run_local` that the bundled trainers and your own code (`trainers.local_code`) share.
+    `run_local` that the bundled trainers and your own code (`trainstack.trainers.local_code`) share.
     `total_steps` is None when the code does not say how far it goes; `saved` gives
     the newest complete checkpoint (step, folder name) once the processes are gone;
     `done_required`: a run that ends without rank 0's `done` line failed (the bundled

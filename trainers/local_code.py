@@ -1,6 +1,6 @@
 """`trainstack local-run` for your own code: the cloud's node launch, on this machine.
 
-Each "machine" is a node launcher process (`python -m trainers.node <node_args>`), started
+Each "machine" is a node launcher process (`python -m trainstack.trainers.node <node_args>`), started
 with the variables a GCE VM's startup script gives it (`TRAINSTACK_NODE_RANK`,
 `TRAINSTACK_NUM_NODES`, `TRAINSTACK_COORDINATOR` on a free localhost port) and
 `TRAINSTACK_SIMULATED_ACCELERATORS`, so the code runs through the same launcher, wrapper and
@@ -33,8 +33,8 @@ from typing import Final
 import fsspec
 from rich.console import Console
 
-from trainers.common.checkpoint import newest_marked
-from trainers.common.contract import (
+from trainstack.trainers.common.checkpoint import newest_marked
+from trainstack.trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     COORDINATOR_ENV,
     DATA_DIR_ENV,
@@ -44,18 +44,18 @@ from trainers.common.contract import (
     OUTPUT_DIR_ENV,
     RUN_NAME_ENV,
 )
-from trainers.common.fingerprint import FINGERPRINT_FIELD, check, code_fingerprint
-from trainers.common.storage import storage_options
-from trainers.common.user_code import StackTrainer, UserCode, node_args, resolve_source
-from trainers.local import (
+from trainstack.trainers.common.fingerprint import FINGERPRINT_FIELD, check, code_fingerprint
+from trainstack.trainers.common.storage import storage_options
+from trainstack.trainers.common.user_code import StackTrainer, UserCode, node_args, resolve_source
+from trainstack.trainers.local import (
     PROGRESS_EVERY_S,
     LocalProcess,
     PreparedRun,
     free_ports,
     supervise_run,
 )
-from trainers.local_report import LocalRunResult
-from trainers.user_code import LOCAL_RUN_PID_ENV, WORKER_HOSTS_ENV
+from trainstack.trainers.local_report import LocalRunResult
+from trainstack.trainers.user_code import LOCAL_RUN_PID_ENV, WORKER_HOSTS_ENV
 
 SIMULATED: Final = "TRAINSTACK_SIMULATED_ACCELERATORS"
 # Rendezvous variables must not leak in from an enclosing distributed launcher.
@@ -133,8 +133,8 @@ def prepare_code_run(
     base_dir: Path,
     extra_env: Mapping[str, str] | None = None,
 ) -> PreparedRun:
-    """`trainers.local.prepare_run` for your code: its processes, folders and environment
-    (for `components.local_training_job`, which starts them detached). The section is
+    """`trainstack.trainers.local.prepare_run` for your code: its processes, folders and environment
+    (for `trainstack.components.local_training_job`, which starts them detached). The section is
     written to `root/logs/<run>.config.json`."""
     code = trainer.user_code
     if code is None:
@@ -194,7 +194,7 @@ def run_local_code(
 ) -> LocalRunResult:
     """Run your code (`trainer.entrypoint`) with `workers` processes; blocks until it ends.
 
-    Shown as a bundled run is (`trainers.local.supervise_run`): what your code prints that
+    Shown as a bundled run is (`trainstack.trainers.local.supervise_run`): what your code prints that
     is not a JSON record goes to `console` (default stderr) as it comes, its rank-0
     `start`/`resume`/`train`/`preempted`/`done` records drive the progress line, and a
     stopped run ends with one line naming the step and the newest `step-<N>` checkpoint

@@ -7,7 +7,7 @@ file or a script sees the same values a person does.
 
 The outcome is one line for everything but a finished or failed run: an interrupted run
 says where it stopped and which checkpoint it saved, a run found complete says so and how to
-start over. Framework-free: `trainers.local` uses it before any trainer is imported.
+start over. Framework-free: `trainstack.trainers.local` uses it before any trainer is imported.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trainers.common.checkpoint import step_name
-from trainers.common.contract import (
+from trainstack.trainers.common.checkpoint import step_name
+from trainstack.trainers.common.contract import (
     EVENT_FAILED,
     FIELD_EVENT,
     FIELD_LOSS,
@@ -31,7 +31,7 @@ from trainers.common.contract import (
     FIELD_SAMPLES_PER_S,
     FIELD_STEP,
 )
-from trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 STDERR_TAIL_LINES = 20
 """Lines of the workers' stderr shown when a run fails (the whole of it is in the file)."""

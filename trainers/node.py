@@ -1,33 +1,33 @@
 """The node launcher: run once per machine, it starts one process per accelerator.
 
-    python -m trainers.node [--launcher=auto|torchrun|node] [--procs-per-node=N] MODULE [ARGS...]
-    python -m trainers.node [--launcher=torchrun|node] [--procs-per-node=N] [--source=DIR]
+    python -m trainstack.trainers.node [--launcher=auto|torchrun|node] [--procs-per-node=N] MODULE [ARGS...]
+    python -m trainstack.trainers.node [--launcher=torchrun|node] [--procs-per-node=N] [--source=DIR]
         [--env=NAME=VALUE]... [--secret-env=NAME=projects/P/secrets/S]... -- ARGV...
 
 Platforms start one command per machine (a Vertex replica runs `python -m <pythonModule>`
 once; a GKE pod, a GCE service, a TPU VM worker likewise), but a multi-GPU machine needs one
 training process per GPU. The launcher reads where the machine sits in the job from the
-platform's environment (`trainers.common.cluster`: Vertex `CLUSTER_SPEC`/`TF_CONFIG`, GKE
+platform's environment (`trainstack.trainers.common.cluster`: Vertex `CLUSTER_SPEC`/`TF_CONFIG`, GKE
 `JOB_COMPLETION_INDEX`, TPU VM workers, `TRAINSTACK_NODE_RANK`...), counts this machine's
-accelerators (`trainers.common.accelerators`, `TRAINSTACK_SIMULATED_ACCELERATORS` included),
+accelerators (`trainstack.trainers.common.accelerators`, `TRAINSTACK_SIMULATED_ACCELERATORS` included),
 then runs the target:
 
-- `torchrun` (the default for `trainers.torch_ddp`): `python -m torch.distributed.run
+- `torchrun` (the default for `trainstack.trainers.torch_ddp`): `python -m torch.distributed.run
   --nnodes=<nodes> --node-rank=<rank> --nproc-per-node=<accelerators>
   --master-addr=<coordinator> --master-port=<port>` with the module (`-m MODULE ARGS`) or
   the argv (`--no-python ARGV`); several nodes get an elastic c10d rendezvous on node 0
-  through `python -m trainers.elastic` (torchrun that never restarts in place and exits 4
+  through `python -m trainstack.trainers.elastic` (torchrun that never restarts in place and exits 4
   when a peer or the rendezvous is lost, 1 for a code error). The world size is nodes x accelerators per node and torchrun owns every per-process variable (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_*`;
   Vertex sets `RANK`/`WORLD_SIZE` per node, which torchrun overwrites). The coordinator is
   node 0 (Vertex: `CLUSTER_SPEC` workerpool0's `host:port`, the port Google's own multi-node
   torchrun sample reuses); a single machine outside any cluster uses `--standalone`.
-- `node` (the default for every other module, e.g. `trainers.tf_multiworker`): the target
+- `node` (the default for every other module, e.g. `trainstack.trainers.tf_multiworker`): the target
   once on this machine, with the platform's environment (`TF_CONFIG`...) passed through.
 
 ARGV after `--` is your own code (`trainstack:trainer.entrypoint`): each of its processes
-runs as `python -m trainers.user_code -- ARGV` in the source folder, with `--env` values,
+runs as `python -m trainstack.trainers.user_code -- ARGV` in the source folder, with `--env` values,
 `--secret-env` values read from Secret Manager on this machine, and with `node` also
-`TF_CONFIG` and JAX's coordinator variables (`trainers.user_code`).
+`TF_CONFIG` and JAX's coordinator variables (`trainstack.trainers.user_code`).
 
 Either way the target also gets `TRAINSTACK_NODE_RANK`, `TRAINSTACK_NUM_NODES`,
 `TRAINSTACK_ACCELERATORS_PER_NODE` and `TRAINSTACK_COORDINATOR` (`host:port`). With simulated
@@ -39,19 +39,19 @@ torchrun, the global batch against the world size), so a bad flag exits 2 rather
 torchrun's generic worker failure. SIGTERM or SIGINT to the launcher is passed on to the
 target as SIGTERM (torchrun forwards it to its workers, which checkpoint and exit 143).
 Under torchrun the target gets `TORCH_NCCL_ASYNC_ERROR_HANDLING=2` unless you set it
-(`trainers.elastic`).
+(`trainstack.trainers.elastic`).
 
 Before anything starts, a machine with fewer usable accelerators than the plan bought
 (`TRAINSTACK_EXPECTED_ACCELERATORS`, set by the GPU targets' launches, not on TPU VMs;
-`trainers.common.accelerators.check_expected`) stops with exit 5.
+`trainstack.trainers.common.accelerators.check_expected`) stops with exit 5.
 
-Exit codes (those of `components/gpu_startup/launch.sh`; `trainers.common.exit_codes`):
+Exit codes (those of `components/gpu_startup/launch.sh`; `trainstack.trainers.common.exit_codes`):
   0    training finished
   1    the target failed after it started: a code error (retrying cannot help)
   2    invalid arguments, cluster environment or accelerator count
   3    setup failed before training started (framework missing): retryable
   4    a peer node or the elastic rendezvous was lost (node 0 and its store gone, no
-       quorum in time; `trainers.elastic`), or a TensorFlow peer task: restart the node,
+       quorum in time; `trainstack.trainers.elastic`), or a TensorFlow peer task: restart the node,
        never counted as a failure
   5    fewer usable accelerators than TRAINSTACK_EXPECTED_ACCELERATORS: do not restart
   143  preempted: SIGTERM reached this machine, or the target itself exited 143 (saved and
@@ -78,23 +78,23 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import IO, Any, Final, Literal
 
-from trainers.common import cloud_logging
-from trainers.common.accelerators import (
+from trainstack.trainers.common import cloud_logging
+from trainstack.trainers.common.accelerators import (
     EXPECTED_ACCELERATORS_ENV,
     SIMULATED_ACCELERATORS_ENV,
     AcceleratorsMissing,
     check_expected,
     count_accelerators,
 )
-from trainers.common.cluster import ClusterInfo, resolve_cluster
-from trainers.common.contract import (
+from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
+from trainstack.trainers.common.contract import (
     EVENT_PREEMPTED,
     FIELD_EVENT,
     TF_CPU_REPLICAS_ENV,
     TORCHRUN_MODULES,
     TRAINER_MODULES,
 )
-from trainers.common.exit_codes import (
+from trainstack.trainers.common.exit_codes import (
     ACCELERATORS_MISSING_EXIT_CODE,
     CONFIG_ERROR_EXIT_CODE,
     CRASH_EXIT_CODE,
@@ -103,8 +103,8 @@ from trainers.common.exit_codes import (
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
 )
-from trainers.elastic import WORKER_FLAG, nccl_error_handling
-from trainers.user_code import (
+from trainstack.trainers.elastic import WORKER_FLAG, nccl_error_handling
+from trainstack.trainers.user_code import (
     SecretError,
     read_secrets,
     secrets_exit_code,
@@ -115,7 +115,7 @@ from trainers.user_code import (
 Launcher = Literal["torchrun", "node"]
 LAUNCHERS: Final = ("auto", "torchrun", "node")
 USAGE: Final = (
-    "usage: python -m trainers.node [--launcher=auto|torchrun|node] [--procs-per-node=N] "
+    "usage: python -m trainstack.trainers.node [--launcher=auto|torchrun|node] [--procs-per-node=N] "
     "MODULE [ARGS...]  |  ... -- ARGV..."
 )
 
@@ -206,7 +206,7 @@ def _launcher(request: Request, cluster: ClusterInfo) -> Launcher:
 
 ELASTIC_MAX_RESTARTS: Final = 0
 """torchrun never restarts the workers itself: its counter cannot tell a lost peer from a
-code error, and each lost peer would spend a restart. The agent (`trainers.elastic`) exits
+code error, and each lost peer would spend a restart. The agent (`trainstack.trainers.elastic`) exits
 at once with 4 (a peer or the rendezvous lost: the platform starts the node again without
 counting a failure) or 1 (a code error: the run stops)."""
 ELASTIC_JOIN_TIMEOUT_S: Final = 1800
@@ -214,8 +214,8 @@ ELASTIC_JOIN_TIMEOUT_S: Final = 1800
 replacement node (a spot VM the managed instance group recreates, a pod GKE schedules on
 a new node) can take longer than that to boot and install the trainer. A node that joined
 waits as long for node 0's rendezvous store (`read_timeout`) when node 0 itself restarts."""
-ELASTIC_LAUNCHER_MODULE: Final = "trainers.elastic"
-"""torchrun whose exit tells a lost peer (4) from a code error (1) (see `trainers.elastic`)."""
+ELASTIC_LAUNCHER_MODULE: Final = "trainstack.trainers.elastic"
+"""torchrun whose exit tells a lost peer (4) from a code error (1) (see `trainstack.trainers.elastic`)."""
 
 
 def _rdzv_conf(cluster: ClusterInfo) -> str:
@@ -256,7 +256,7 @@ def _torchrun_argv(request: Request, cluster: ClusterInfo, procs: int) -> list[s
         ]
     argv.append(f"--nproc-per-node={procs}")
     if request.module is not None and argv[2] == ELASTIC_LAUNCHER_MODULE:
-        # Each worker reports a lost peer as 4 and a code error as 1 (`trainers.elastic`).
+        # Each worker reports a lost peer as 4 and a code error as 1 (`trainstack.trainers.elastic`).
         wrapped = [ELASTIC_LAUNCHER_MODULE, WORKER_FLAG, request.module]
         return [*argv, "-m", *wrapped, *request.argv]
     if request.module is not None:
@@ -289,14 +289,14 @@ def node_command(request: Request, env: Mapping[str, str]) -> NodeCommand:
         child_env["CUDA_VISIBLE_DEVICES"] = ""
         child_env.setdefault(TF_CPU_REPLICAS_ENV, str(accelerators.count))
     if request.module is None:
-        # Your own code: each process runs through trainers.user_code (source folder, events).
+        # Your own code: each process runs through trainstack.trainers.user_code (source folder, events).
         request = replace(request, argv=worker_argv(request.argv, request.source))
         gpus = accelerators.count if accelerators.source in ("nvidia-smi", "torch") else 0
         child_env.update(
             user_code_env(env, cluster, launcher=launcher, gpus=gpus, plain_env=request.env)
         )
     if launcher == "torchrun":
-        # NCCL errors raise in the workers rather than abort them (`trainers.elastic`), so a
+        # NCCL errors raise in the workers rather than abort them (`trainstack.trainers.elastic`), so a
         # lost peer is told from a code error; a value of yours (environment, `--env`) stays.
         child_env.update(nccl_error_handling(child_env))
         argv = _torchrun_argv(request, cluster, procs)
@@ -315,7 +315,7 @@ def check_trainer_args(request: Request, command: NodeCommand) -> None:
     ValueError."""
     if request.module not in TRAINER_MODULES.values():
         return
-    from trainers.common.cli import load_config  # pydantic: only when it is needed
+    from trainstack.trainers.common.cli import load_config  # pydantic: only when it is needed
 
     cfg = load_config(request.argv)
     if command.launcher != "torchrun":
@@ -327,8 +327,8 @@ def check_trainer_args(request: Request, command: NodeCommand) -> None:
             f"({world}) x grad_accum_steps ({cfg.grad_accum_steps})"
         )
     # torchrun restarts a worker that exits 2 and then reports 1: a resume under other
-    # settings (`trainers.common.fingerprint`) is refused here instead, as an exit 2.
-    from trainers.common.checkpoint import check_resume
+    # settings (`trainstack.trainers.common.fingerprint`) is refused here instead, as an exit 2.
+    from trainstack.trainers.common.checkpoint import check_resume
 
     check_resume(cfg, command.env)
 
@@ -336,7 +336,7 @@ def check_trainer_args(request: Request, command: NodeCommand) -> None:
 SHIP_FLUSH_S: Final = 5.0
 """With `TRAINSTACK_CLOUD_LOGGING=gce_instance|tpu_worker` (set by the GCE and TPU VM startup
 scripts) the target's stdout lines also go to the Cloud Logging API as structured entries
-(`trainers.common.cloud_logging`), batched in the background so training never waits on it;
+(`trainstack.trainers.common.cloud_logging`), batched in the background so training never waits on it;
 once the target exited (SIGTERM included) the launcher waits at most this many seconds for
 the last lines to be written."""
 
@@ -348,7 +348,7 @@ class _Watch:
         self.started = False
         self.preempted = False
         self.ship = ship
-        """Also hands each line to Cloud Logging (`trainers.common.cloud_logging`)."""
+        """Also hands each line to Cloud Logging (`trainstack.trainers.common.cloud_logging`)."""
 
     def pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
         for line in source:
@@ -375,7 +375,7 @@ def exit_code(
     status: int, *, terminated: bool, started: bool, preempted: bool, classified: bool = False
 ) -> int:
     """The launcher's exit code for the target's `status` (negative: killed by a signal).
-    `classified`: the target (`trainers.elastic`) already told a code error (1) from a lost
+    `classified`: the target (`trainstack.trainers.elastic`) already told a code error (1) from a lost
     peer (4), so a 1 before training started is still a code error."""
     if status < 0:
         status = 128 - status

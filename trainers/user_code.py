@@ -1,12 +1,12 @@
 """Your own code on a node: the run contract it gets and one process of it.
 
-    python -m trainers.node --launcher=torchrun|node [--source=DIR] [--env=NAME=VALUE]...
+    python -m trainstack.trainers.node --launcher=torchrun|node [--source=DIR] [--env=NAME=VALUE]...
         [--secret-env=NAME=projects/P/secrets/S]... -- ARGV...
 
-The node launcher (`trainers.node`) runs `python -m trainers.user_code --source=DIR -- ARGV`
+The node launcher (`trainstack.trainers.node`) runs `python -m trainstack.trainers.user_code --source=DIR -- ARGV`
 as its target: under torchrun once per accelerator, with `launcher: node` once per machine.
 This module is that process: it enters the source folder (the `--source` folder, else the
-`trainstack_source` folder the uploaded package installed, else the working directory: an
+`trainstack/user_source` folder the uploaded package installed, else the working directory: an
 image's WORKDIR), runs ARGV with the environment
 it was given (a leading `python`/`python3` is this interpreter, the one the package and its
 requirements were installed for), and speaks the bundled trainers' event lines for it, so the node launcher and
@@ -62,8 +62,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Final
 
-from trainers.common.cluster import ClusterInfo
-from trainers.common.contract import (
+from trainstack.trainers.common.cluster import ClusterInfo
+from trainstack.trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     EVENT_FAILED,
     EVENT_LAUNCH,
@@ -73,13 +73,13 @@ from trainers.common.contract import (
     SOURCE_PACKAGE,
     USER_CODE_MODULE,
 )
-from trainers.common.exit_codes import (
+from trainstack.trainers.common.exit_codes import (
     CONFIG_ERROR_EXIT_CODE,
     LAUNCHER_LOST_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
 )
-from trainers.common.signals import kill_with_parent, watch_parent
+from trainstack.trainers.common.signals import kill_with_parent, watch_parent
 
 LOCAL_RUN_PID_ENV: Final = "TRAINSTACK_LOCAL_RUN_PID"
 """Set by `trainstack local-run`: its pid, which every process of your code watches."""
@@ -366,16 +366,22 @@ def main(args: Sequence[str]) -> int:
     while rest and rest[0] != "--":
         option, _, value = rest.pop(0).partition("=")
         if option != "--source" or not value:
-            print(f"trainers.user_code: unknown option {option!r}", file=sys.stderr)
+            print(f"trainstack.trainers.user_code: unknown option {option!r}", file=sys.stderr)
             return CONFIG_ERROR_EXIT_CODE
         source = Path(value)
     if len(rest) < 2:
-        print("usage: python -m trainers.user_code [--source=DIR] -- ARGV...", file=sys.stderr)
+        print(
+            "usage: python -m trainstack.trainers.user_code [--source=DIR] -- ARGV...",
+            file=sys.stderr,
+        )
         return CONFIG_ERROR_EXIT_CODE
     # No folder given or installed: code baked into an image runs in the image's WORKDIR.
     folder = source or installed_source() or Path.cwd()
     if not folder.is_dir():
-        print(f"trainers.user_code: --source: {str(folder)!r} is not a folder", file=sys.stderr)
+        print(
+            f"trainstack.trainers.user_code: --source: {str(folder)!r} is not a folder",
+            file=sys.stderr,
+        )
         return CONFIG_ERROR_EXIT_CODE
     watch_parent()  # local runs: exit once the launcher (torchrun, the CLI) is gone
     _watch_run(os.environ.get(LOCAL_RUN_PID_ENV))

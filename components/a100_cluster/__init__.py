@@ -1,6 +1,6 @@
 """A100 machines for multi-node training: a GKE cluster or plain Compute Engine VMs.
 
-    from components.a100_cluster import A100Cluster
+    from trainstack.components.a100_cluster import A100Cluster
 
     cluster = A100Cluster(
         "exp-42-gpu",
@@ -25,10 +25,10 @@
     )
     # cluster.cluster_name, cluster.endpoint, cluster.kubeconfig (secret), cluster.job_name
 
-The machine type fixes the GPUs: model and count come from `components.catalog`, never set
+The machine type fixes the GPUs: model and count come from `trainstack.components.catalog`, never set
 separately. Arguments are validated before anything is registered by
 `a100_cluster_problems` (`validate.py`), the one home of every A100 cluster rule:
-`infra.config` checks a stack's `trainstack:gpu_cluster` section with it too (prefix
+`trainstack.infra.config` checks a stack's `trainstack:gpu_cluster` section with it too (prefix
 `gpu_cluster.`), so both report a problem in the same words.
 
 gke: a zonal, VPC-native cluster with private nodes (no external IPs; egress through the
@@ -48,7 +48,7 @@ the network's node tag, spot or a specific reservation, the compact placement po
 `COLLOCATED` when there are at least 2). Its lifecycle policy REPAIRs a node that stops
 running (spot preemption with termination action STOP, host error) by recreating it, and
 one per-instance config per node keeps its name and its `trainstack-node-rank` metadata.
-With `training`, every instance gets the same startup script (`components.gpu_startup`),
+With `training`, every instance gets the same startup script (`trainstack.components.gpu_startup`),
 which installs the trainer package and runs the node launcher: torchrun with an elastic
 rendezvous on instance 0, so a recreated or restarted node rejoins and every worker
 resumes from the newest checkpoint. With `training.node_args` your own code runs instead
@@ -57,7 +57,7 @@ which the group rolls out by recreating the nodes.
 
 Naming: the cluster is `<deployment>-a100` (at most 40 characters), its pools `system` and
 `a100`, the Job `<deployment>-train`; the instance group is `<deployment>-a100`, its
-instances `<deployment>-a100-<i>` and the placement policy `<deployment>-a100-placement` (see `components._naming`).
+instances `<deployment>-a100-<i>` and the placement policy `<deployment>-a100-placement` (see `trainstack.components._naming`).
 
 Modules: this one holds the component and its arguments; `validate.py` the rules, `gke.py`
 and `gce.py` the two backends' resources, `_common.py` the defaults and names they share.
@@ -72,10 +72,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_gcp import compute, container
 
-from components._args import check_args
-from components._naming import labels_input
-from components._options import inherited_depends_on
-from components.a100_cluster._common import (
+from trainstack.components._args import check_args
+from trainstack.components._naming import labels_input
+from trainstack.components._options import inherited_depends_on
+from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
     DEFAULT_BOOT_DISK_GB,
@@ -92,8 +92,8 @@ from components.a100_cluster._common import (
     job_name_for,
     region_of,
 )
-from components.a100_cluster.gce import create_gce, gce_console_url
-from components.a100_cluster.gke import (
+from trainstack.components.a100_cluster.gce import create_gce, gce_console_url
+from trainstack.components.a100_cluster.gke import (
     CLUSTER_NAME_MAX,
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
@@ -107,16 +107,20 @@ from components.a100_cluster.gke import (
     gke_console_url,
     kubeconfig,
 )
-from components.a100_cluster.validate import (
+from trainstack.components.a100_cluster.validate import (
     SHAPE_KEYS,
     A100Shape,
     a100_cluster_problems,
     parse_version,
     validate_args,
 )
-from components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
-from components.kubernetes_training_job import KubernetesTrainingJob
-from components.training_dashboard.targets import DashboardScope, gce_filters, gke_filters
+from trainstack.components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
+from trainstack.components.kubernetes_training_job import KubernetesTrainingJob
+from trainstack.components.training_dashboard.targets import (
+    DashboardScope,
+    gce_filters,
+    gke_filters,
+)
 
 __all__ = [
     "BOOT_DISK_TYPE",
@@ -165,7 +169,7 @@ __all__ = [
 TOKEN: Final = "trainstack:gpu:A100Cluster"
 COMPONENT_LABEL: Final = "a100-cluster"
 CONFIG_SECTION: Final = "gpu_cluster"
-"""The stack config section that holds this component's `SHAPE_KEYS` (`infra.config`)."""
+"""The stack config section that holds this component's `SHAPE_KEYS` (`trainstack.infra.config`)."""
 
 
 class A100TrainingArgs(TypedDict):
@@ -174,12 +178,12 @@ class A100TrainingArgs(TypedDict):
     package_uri: pulumi.Input[str]
     """gs:// URI of the trainer sdist (`TrainerPackage.uri`)."""
     trainer_module: NotRequired[str]
-    """Default `trainers.torch_ddp` (torchrun, one process per GPU)."""
+    """Default `trainstack.trainers.torch_ddp` (torchrun, one process per GPU)."""
     trainer_args: NotRequired[list[str]]
-    """The trainer's `--key=value` flags (`infra.compose.trainer_args`)."""
+    """The trainer's `--key=value` flags (`trainstack.infra.compose.trainer_args`)."""
     node_args: NotRequired[pulumi.Input[list[str]]]
-    """Your own code instead of the trainer: `python -m trainers.node` arguments
-    (`infra.compose.user_code_node_args`, the run contract's folders included), run on
+    """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
+    (`trainstack.infra.compose.user_code_node_args`, the run contract's folders included), run on
     every node (gke: in every pod); excludes trainer_module and trainer_args."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
     """gs:// URL of the checkpoint bucket; `--checkpoint_dir=<url>/checkpoints` unless the

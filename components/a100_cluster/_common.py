@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from components import catalog
-from components._naming import gcp_name
+from trainstack.components import catalog
+from trainstack.components._naming import gcp_name
 
 KUBERNETES_VERSION: Final = "1.35"
 KUBERNETES_VERSION_VERIFIED: Final = False

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 from pulumi_gcp import compute
 
-from components._naming import gcp_name
-from components.a100_cluster._common import (
+from trainstack.components._naming import gcp_name
+from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
     DEFAULT_BOOT_DISK_GB,
@@ -21,9 +21,9 @@ from components.a100_cluster._common import (
     instance_names,
     region_of,
 )
-from components.a100_cluster.validate import A100Shape
-from components.catalog.images import DLVM_IMAGE
-from components.gpu_startup import (
+from trainstack.components.a100_cluster.validate import A100Shape
+from trainstack.components.catalog.images import DLVM_IMAGE
+from trainstack.components.gpu_startup import (
     DLVM_PYTHON_BIN,
     NODE_RANK_ATTRIBUTE,
     gce_startup_script,
@@ -31,10 +31,10 @@ from components.gpu_startup import (
     uses_torchrun,
     with_checkpoint_dir,
 )
-from components.kubernetes_training_job import DEFAULT_MODULE
+from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
 
 if TYPE_CHECKING:
-    from components.a100_cluster import A100ClusterArgs, A100TrainingArgs
+    from trainstack.components.a100_cluster import A100ClusterArgs, A100TrainingArgs
 
 """PyTorch + CUDA + NVIDIA driver image for the gce backend (the torch trainer only)."""
 
@@ -73,7 +73,7 @@ def create_gce(
 ) -> GceInstances:
     """Register the gce backend's resources as children of `parent` (the component `name`).
 
-    A zonal managed instance group (`components.catalog.recovery`) owns the nodes: its instance
+    A zonal managed instance group (`trainstack.components.catalog.recovery`) owns the nodes: its instance
     lifecycle policy repairs a VM that stops running (a spot preemption with termination
     action STOP, a host error) by recreating it from the template, and one per-instance
     config per node keeps the node's name (node 0's host name is the rendezvous endpoint)
@@ -225,8 +225,8 @@ def _startup_script(
     training: A100TrainingArgs, gpu: A100Shape, names: list[str], max_run_seconds: int | None
 ) -> pulumi.Output[str]:
     """The same script for every instance; each finds its rank in its own metadata. The run
-    limit is the launcher's (`components.gpu_startup`): a VM's maxRunDuration would only
-    make the group recreate the VM (`components.catalog.recovery`)."""
+    limit is the launcher's (`trainstack.components.gpu_startup`): a VM's maxRunDuration would only
+    make the group recreate the VM (`trainstack.components.catalog.recovery`)."""
     module = training.get("trainer_module", DEFAULT_MODULE)
     flags = list(training.get("trainer_args", []))
 

@@ -12,9 +12,9 @@ import pulumi_kubernetes as k8s
 import yaml
 from pulumi_gcp import container
 
-from components import catalog
-from components._naming import gcp_name
-from components.a100_cluster._common import (
+from trainstack.components import catalog
+from trainstack.components._naming import gcp_name
+from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
     DEFAULT_BOOT_DISK_GB,
@@ -26,15 +26,15 @@ from components.a100_cluster._common import (
     RESERVATION_KEY,
     job_name_for,
 )
-from components.a100_cluster.validate import A100Shape
-from components.kubernetes_training_job import (
+from trainstack.components.a100_cluster.validate import A100Shape
+from trainstack.components.kubernetes_training_job import (
     DEFAULT_MODULE,
     KubernetesTrainingJob,
     KubernetesTrainingJobArgs,
 )
 
 if TYPE_CHECKING:
-    from components.a100_cluster import A100ClusterArgs, A100TrainingArgs
+    from trainstack.components.a100_cluster import A100ClusterArgs, A100TrainingArgs
 
 NODE_IMAGE_TYPE: Final = "COS_CONTAINERD"
 SYSTEM_POOL_NAME: Final = "system"

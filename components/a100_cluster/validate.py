@@ -1,6 +1,6 @@
 """Every rule for an A100 cluster, in one function: `a100_cluster_problems`.
 
-The component checks its arguments with it (no prefix) and `infra.config` checks a stack's
+The component checks its arguments with it (no prefix) and `trainstack.infra.config` checks a stack's
 `trainstack:gpu_cluster` section with it (prefix `gpu_cluster.`, `shape_only=True`), so
 both report a problem in the same words, `<prefix><key>: <what is wrong>; valid: <values>`,
 without the component needing the stack config.
@@ -20,9 +20,9 @@ from typing import Any, Final, Literal
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from components import catalog
-from components._node_args import validate_node_args
-from components.a100_cluster._common import (
+from trainstack.components import catalog
+from trainstack.components._node_args import validate_node_args
+from trainstack.components.a100_cluster._common import (
     DEFAULT_BOOT_DISK_GB,
     DEFAULT_ENVIRONMENT,
     DEFAULT_GPU_DRIVER_VERSION,
@@ -35,9 +35,9 @@ from components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
 )
-from components.catalog.problems import pydantic_problem
-from components.gpu_startup import check_trainer, uses_torchrun
-from components.kubernetes_training_job import DEFAULT_MODULE
+from trainstack.components.catalog.problems import pydantic_problem
+from trainstack.components.gpu_startup import check_trainer, uses_torchrun
+from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
 
 SHAPE_KEYS: Final = (
     "backend",

@@ -21,14 +21,14 @@ unverified carry `verified=False` or a `*_VERIFIED = False` marker and a note.
 | `recovery`   | how a node comes back: instance-group repair, per-instance names, torchrun elastic |
 | `problems`   | the one wording of a problem line, and pydantic errors in that wording  |
 
-Import a module (`from components.catalog.tpu import TPU_GENERATIONS`) or the package
+Import a module (`from trainstack.components.catalog.tpu import TPU_GENERATIONS`) or the package
 (`from components import catalog`; `catalog.TPU_GENERATIONS`): the facts and rules of
 the modules above `batch` in the table are re-exported here; import `batch`,
 `torch_versions` and `recovery` by module. Prices and quota ids are not facts a component needs; they stay with
-the offline plan in `infra.catalog`.
+the offline plan in `trainstack.infra.catalog`.
 """
 
-from components.catalog.gpus import (
+from trainstack.components.catalog.gpus import (
     A100_ZONES,
     A100_ZONES_AS_OF,
     A100_ZONES_SOURCE,
@@ -43,7 +43,7 @@ from components.catalog.gpus import (
     GpuModel,
     VertexAcceleratorType,
 )
-from components.catalog.images import (
+from trainstack.components.catalog.images import (
     DEFAULT_EXECUTOR_IMAGE,
     DLVM_IMAGE,
     DLVM_IMAGE_SOURCE,
@@ -64,7 +64,7 @@ from components.catalog.images import (
     reduction_server_image,
     vertex_training_image,
 )
-from components.catalog.machines import (
+from trainstack.components.catalog.machines import (
     A2_MACHINES,
     CPU_MACHINES,
     GKE_SYSTEM_NODE_MACHINE,
@@ -73,7 +73,7 @@ from components.catalog.machines import (
     MACHINES_SOURCE,
     MachineType,
 )
-from components.catalog.names import (
+from trainstack.components.catalog.names import (
     LABEL_KEY,
     LABEL_VALUE,
     MANAGED_BY,
@@ -81,10 +81,10 @@ from components.catalog.names import (
     label_problems,
     zone_in_region_problems,
 )
-from components.catalog.sources import (
+from trainstack.components.catalog.sources import (
     FACT_SHEET,
 )
-from components.catalog.tpu import (
+from trainstack.components.catalog.tpu import (
     DISK_MODES,
     QUEUED_TIERS,
     READ_ONLY_MULTI_HOST_SOURCE,
@@ -109,7 +109,7 @@ from components.catalog.tpu import (
     tpu_runtime_match,
     tpu_slice,
 )
-from components.catalog.tpu_rules import (
+from trainstack.components.catalog.tpu_rules import (
     QUEUED_KEYS,
     RESERVATION_NAME,
     tensorflow_runtime_family,
@@ -117,7 +117,7 @@ from components.catalog.tpu_rules import (
     tpu_capacity_problems,
     tpu_slice_problems,
 )
-from components.catalog.tpu_runtimes import (
+from trainstack.components.catalog.tpu_runtimes import (
     HARDWARE_SUFFIX_SOURCE,
     HARDWARE_SUFFIX_VERIFIED,
     TF_KERAS_FROM,
@@ -130,7 +130,7 @@ from components.catalog.tpu_runtimes import (
     parse_tf_runtime,
     tf_keras_requirement,
 )
-from components.catalog.vertex import (
+from trainstack.components.catalog.vertex import (
     ALGORITHMS,
     DEFAULT_REDUCER_MACHINE,
     GOALS,

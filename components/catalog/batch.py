@@ -1,9 +1,9 @@
 """How a global batch splits over a target's replicas, and the one rule that checks it.
 
 The bundled trainers refuse a global batch that does not split evenly, but only once they
-run on the machines: `trainers.torch_ddp.train` requires `global_batch_size` to be a
+run on the machines: `trainstack.trainers.torch_ddp.train` requires `global_batch_size` to be a
 multiple of world size x `grad_accum_steps` (per-rank batch = global / world size, each
-micro-batch = per-rank batch / grad_accum_steps), and `trainers.tf_multiworker.sync` the
+micro-batch = per-rank batch / grad_accum_steps), and `trainstack.trainers.tf_multiworker.sync` the
 same with the strategy's `num_replicas_in_sync` as the world size. Every target knows its
 world size before anything is created, so the stack config (and any component that takes
 a trainer's batch) checks it here, with the same words everywhere:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from components.catalog.sources import FACT_SHEET
+from trainstack.components.catalog.sources import FACT_SHEET
 
 GpuModel = Literal["A100 40GB", "A100 80GB"]
 

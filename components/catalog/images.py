@@ -21,13 +21,13 @@ prebuilt-containers page, the supported-frameworks list, the Deep Learning Conta
 support-policy page, which only points to a "Choose a container image" list that is not in
 the stored corpora, and Google's sample repositories). So the bundled trainers run on Vertex
 the way your own code in your own image does: a custom container (`containerSpec`) whose
-command is the pod setup script (`components._pod_setup`), which installs the trainer
+command is the pod setup script (`trainstack.components._pod_setup`), which installs the trainer
 package into the image's `python3` at start. The images are the frameworks' own official
 CUDA images on Docker Hub (`DOCKER_HUB_SOURCE`); Docker Hub publishes no end of
 availability for them. Vertex does not pull them from Docker Hub itself: Docker Hub allows an
 anonymous client 10 pulls per hour per IPv4 address and Vertex's containerSpec has no
 registry credential, so the stack creates an Artifact Registry remote repository with Docker
-Hub upstream (`DOCKER_HUB_MIRROR`, `components.image_mirror`) and the job pulls the image
+Hub upstream (`DOCKER_HUB_MIRROR`, `trainstack.components.image_mirror`) and the job pulls the image
 through it, by digest where the digest is known (`VertexTrainingImage.digest`), so a moved
 tag cannot change what runs. The local fidelity test (tests/fidelity/test_vertex.py) runs
 this path with Python 3.11 (the shared venv's; the torch image ships Python 3.12, the TF
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Final
 
-from components.catalog.sources import FACT_SHEET
-from trainers.common.contract import TF_MODULE, TORCH_MODULE, Framework
+from trainstack.components.catalog.sources import FACT_SHEET
+from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE, Framework
 
 # --------------------------------------------------------------------------------------
 # Vertex AI prebuilt training images (all past their end of availability)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from components.catalog.gpus import GpuModel
-from components.catalog.sources import FACT_SHEET
+from trainstack.components.catalog.gpus import GpuModel
+from trainstack.components.catalog.sources import FACT_SHEET
 
 MACHINES_SOURCE: Final = (
     "https://docs.cloud.google.com/compute/docs/gpus (A2 table), "
@@ -78,4 +78,4 @@ MACHINES: Final[dict[str, MachineType]] = {**A2_MACHINES, **CPU_MACHINES}
 
 GKE_SYSTEM_NODE_MACHINE: Final = "e2-standard-4"
 """Machine of the one-node system pool a GKE GPU cluster gets, because kube-dns and the other
-add-ons do not tolerate the GPU taint (components.a100_cluster)."""
+add-ons do not tolerate the GPU taint (trainstack.components.a100_cluster)."""

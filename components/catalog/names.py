@@ -1,7 +1,7 @@
 """GCP naming rules (labels, zones) and the label keys trainstack sets itself.
 
 `label_problems` is the one check of a labels mapping: components run it on their `labels`
-argument (`components._naming.labels_input`) and the stack config on `trainstack:labels`.
+argument (`trainstack.components._naming.labels_input`) and the stack config on `trainstack:labels`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from components.catalog.problems import quote
+from trainstack.components.catalog.problems import quote
 
 LABEL_KEY: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 """A label key: a lowercase letter, then up to 62 of a-z, 0-9, '_', '-'."""

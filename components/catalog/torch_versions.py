@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from components.catalog.problems import quote
+from trainstack.components.catalog.problems import quote
 
 __all__ = [
     "FSDP_MIN_TORCH",
@@ -32,7 +32,7 @@ __all__ = [
 
 FSDP_MIN_TORCH: Final = (2, 6)
 """First torch with a public `torch.distributed.fsdp.fully_shard` (and `MixedPrecisionPolicy`),
-what `trainers.torch_ddp.train` imports for strategy fsdp."""
+what `trainstack.trainers.torch_ddp.train` imports for strategy fsdp."""
 FSDP_MIN_TORCH_SOURCE: Final = (
     "https://github.com/pytorch/pytorch/pull/141868 ('[FSDP2] Move to public "
     "torch.distributed.fsdp' ... 'This is targeting 2.6 release'); "

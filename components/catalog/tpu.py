@@ -6,7 +6,7 @@ unverified carry `verified=False` and a note, so callers can say so instead of p
 guess as a fact. Nothing here calls a cloud API: these tables let `trainstack plan` and
 `TpuPodSlice` reject a bad slice offline, before any resource is registered. At deploy time,
 prefer the live answers (`gcp.tpu.get_v2_accelerator_types`) where they disagree.
-The rules over these facts are in `components.catalog.tpu_rules`.
+The rules over these facts are in `trainstack.components.catalog.tpu_rules`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from components.catalog.sources import FACT_SHEET
-from components.catalog.tpu_runtimes import (
+from trainstack.components.catalog.sources import FACT_SHEET
+from trainstack.components.catalog.tpu_runtimes import (
     DEVICE_API_REQUIRED_FROM,
     HARDWARE_SUFFIX_FROM,
     HARDWARE_SUFFIX_GENERATIONS,
@@ -344,7 +344,7 @@ class RuntimeMatch:
 def tpu_runtime_match(generation: TpuGenerationName, runtime_version: str) -> RuntimeMatch:
     """Say whether `runtime_version` belongs to `generation` and whether it is a `-pod` one.
 
-    Rules (`components.catalog.tpu_runtimes.TF_RUNTIME_NAMES_SOURCE`): each generation has one
+    Rules (`trainstack.components.catalog.tpu_runtimes.TF_RUNTIME_NAMES_SOURCE`): each generation has one
     base runtime; TensorFlow runtimes are `tpu-vm-tf-X.Y.Z[-pod][-{pjrt,se}]`. v5e/v5p/v6e
     need TF >= 2.15.0 with `-pjrt`. v4 follows the v2/v3 rules from TF 2.10.1 on: plain
     names (stream executor) before TF 2.15.0, a device API (`-pjrt` or `-se`) from it; up to
@@ -382,7 +382,7 @@ def _tf_runtime_fits(gen: TpuGeneration, rt: TfRuntime) -> bool:
 def default_tpu_runtime(generation: TpuGenerationName, framework: str, multi_host: bool) -> str:
     """The runtime a slice gets when `tpu.runtime_version` is not given: for the tensorflow
     trainer the newest TensorFlow runtime the catalog knows for `generation`
-    (`components.catalog.tpu_runtimes.KNOWN_TF_RUNTIMES`, `-pod` on a multi-host slice);
+    (`trainstack.components.catalog.tpu_runtimes.KNOWN_TF_RUNTIMES`, `-pod` on a multi-host slice);
     for any other framework the generation's base runtime, where Google's guide has the
     framework installed by the user."""
     if framework == "tensorflow":
@@ -402,7 +402,7 @@ offers no run limit (`TPU_RUN_LIMIT_SOURCE`), so `limits.max_run_hours` is enfor
 equivalent, not a platform field: the slice's startup script (components/startup/
 tpu_worker.sh, TpuPodSlice `max_run_seconds`) records the run's first start once in the
 checkpoint bucket with the Compute Engine node helper (`run-started`, ifGenerationMatch=0;
-`components.catalog.recovery.GCE_RUN_LIMIT_SOURCE`), sends the trainer SIGTERM once the
+`trainstack.components.catalog.recovery.GCE_RUN_LIMIT_SOURCE`), sends the trainer SIGTERM once the
 limit has passed since then, logs `max_run_hours reached` and exits 0 without relaunching
 it; a boot after the deadline exits at once. The slice itself keeps running (and billing)
 until `pulumi destroy`: only the training stops."""

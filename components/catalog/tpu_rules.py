@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from components.catalog.problems import not_allowed, quote, unknown_keys
-from components.catalog.tpu import (
+from trainstack.components.catalog.problems import not_allowed, quote, unknown_keys
+from trainstack.components.catalog.tpu import (
     QUEUED_TIERS,
     TPU_GENERATIONS,
     TPU_PROVISIONING,
@@ -21,7 +21,7 @@ from components.catalog.tpu import (
     tpu_generation_of,
     tpu_runtime_match,
 )
-from components.catalog.tpu_runtimes import DEVICE_API_REQUIRED_FROM
+from trainstack.components.catalog.tpu_runtimes import DEVICE_API_REQUIRED_FROM
 
 RESERVATION_NAME: Final = re.compile(
     r"^(-|[a-z]([-a-z0-9]{0,61}[a-z0-9])?|projects/[^/]+/locations/[^/]+/reservations/[^/]+)$"

@@ -5,7 +5,7 @@ and the environment a TensorFlow process on a TPU VM is started with.
     rt.version, rt.pod, rt.device_api, rt.tf_minor     # (2, 16, 0), True, 'pjrt', '2.16'
     rt.tf_keras_requirement                            # 'tf-keras==2.16.*'
 
-Which generation a runtime fits is `components.catalog.tpu.tpu_runtime_match`; the startup
+Which generation a runtime fits is `trainstack.components.catalog.tpu.tpu_runtime_match`; the startup
 script every worker runs (`components/startup/tpu_worker.sh`) applies the Keras rule and the
 environment below. Facts carry their source; `verified` is True only where a Google source
 (documentation or Google's own test harness) states the fact.
@@ -142,7 +142,7 @@ TPU_TF_ENVIRONMENT: Final[tuple[TpuEnvFact, ...]] = (
 """What the startup script exports for the trainer, by slice shape and device API. Google's
 harness also exports WRAPT_DISABLE_EXTENSIONS, TF_XLA_FLAGS and PYTHONPATH for its model
 garden runs; the bundled trainer needs none of them, and it sets TF_USE_LEGACY_KERAS itself
-(only on TensorFlow >= 2.16, see `trainers.tf_multiworker.keras_setup`)."""
+(only on TensorFlow >= 2.16, see `trainstack.trainers.tf_multiworker.keras_setup`)."""
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final, Literal, get_args
 
-from components.catalog.gpus import GPU_ACCELERATOR_NAMES, VERTEX_GPU_ENUMS
-from components.catalog.machines import MACHINES
-from components.catalog.problems import int_problems, is_int, not_allowed, quote
+from trainstack.components.catalog.gpus import GPU_ACCELERATOR_NAMES, VERTEX_GPU_ENUMS
+from trainstack.components.catalog.machines import MACHINES
+from trainstack.components.catalog.problems import int_problems, is_int, not_allowed, quote
 
 # --------------------------------------------------------------------------------------
 # Machines and accelerators

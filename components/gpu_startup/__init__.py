@@ -4,23 +4,23 @@ this module.
 The launcher (`launch.sh`) runs the trainer on a node: it reads the node's rank from its
 `trainstack-node-rank` metadata attribute, downloads the `TrainerPackage` sdist with the
 node's service account (metadata-server token, Cloud Storage JSON API), pip-installs it,
-checks the trainer flags, and starts the node launcher `python -m trainers.node`
+checks the trainer flags, and starts the node launcher `python -m trainstack.trainers.node`
 (`node_argv`), which counts the node's accelerators and runs torchrun (one process per
 accelerator; an elastic c10d rendezvous on node 0 when there are several nodes) or, for
 trainers that are not torch, one process per node. The startup script (`gce_startup.sh`)
 writes it to disk and starts it as a transient systemd service. (GKE pods run
 `components/kubernetes_pod.sh` and the same `node_argv`.)
 
-Your own code (`node_args`, the `python -m trainers.node` arguments of
-`trainers.common.user_code.node_args`) replaces the module and its flags: every node runs
-`python -m trainers.node <node_args>`, torchrun when they say `--launcher=torchrun`, and the
+Your own code (`node_args`, the `python -m trainstack.trainers.node` arguments of
+`trainstack.trainers.common.user_code.node_args`) replaces the module and its flags: every node runs
+`python -m trainstack.trainers.node <node_args>`, torchrun when they say `--launcher=torchrun`, and the
 bundled trainer's flag check (`check-args`) is skipped.
 
-    from components.gpu_startup import gce_startup_script
+    from trainstack.components.gpu_startup import gce_startup_script
 
     script = gce_startup_script(
         package_uri="gs://acme-exp-42-staging/trainers/trainstack_trainers-0123abcd.tar.gz",
-        module="trainers.torch_ddp",
+        module="trainstack.trainers.torch_ddp",
         trainer_args=["--steps=1000"],
         num_nodes=4,
         procs_per_node=8,
@@ -29,13 +29,13 @@ bundled trainer's flag check (`check-args`) is skipped.
         checkpoint_url="gs://acme-exp-42-checkpoints",
     )
 
-Node environment the trainers read (`trainers.common.cluster`): torchrun's own variables for
+Node environment the trainers read (`trainstack.trainers.common.cluster`): torchrun's own variables for
 torch; otherwise `TRAINSTACK_NODE_RANK`, `TRAINSTACK_NUM_NODES` and `TRAINSTACK_COORDINATOR`
 (`host:port`), plus `TF_CONFIG` listing every worker for trainers not launched with torchrun
 (TensorFlow cannot find its peers from node 0's address alone).
 
 Run limit: a VM-level `scheduling.maxRunDuration` does not end a run in a managed instance
-group, which recreates a VM that stops (`components.catalog.recovery`). With
+group, which recreates a VM that stops (`trainstack.components.catalog.recovery`). With
 `max_run_seconds` the launcher enforces it: the run's first start is recorded once in the
 checkpoint bucket (`run_clock_uri`), and the launcher stops the trainer (SIGTERM: it
 checkpoints) when the limit has passed since then, logs `max_run_hours reached` and exits
@@ -55,10 +55,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from components._node_args import validate_node_args
-from components.catalog.images import DLVM_PYTHON_BIN
-from trainers.common.cluster import DEFAULT_PORT
-from trainers.common.contract import TORCHRUN_MODULES
+from trainstack.components._node_args import validate_node_args
+from trainstack.components.catalog.images import DLVM_PYTHON_BIN
+from trainstack.trainers.common.cluster import DEFAULT_PORT
+from trainstack.trainers.common.contract import TORCHRUN_MODULES
 
 TEMPLATE_DIR: Final = Path(__file__).parent
 LAUNCHER_TEMPLATE: Final = TEMPLATE_DIR / "launch.sh"
@@ -68,22 +68,22 @@ NODE_HELPER: Final = TEMPLATE_DIR / "node_helper.py"
 EXIT_DONE: Final = 0
 """Training finished, or (Compute Engine) the run limit was reached."""
 EXIT_CRASH: Final = 1
-"""A code error after the trainer started: a worker raised (`trainers.elastic`)."""
+"""A code error after the trainer started: a worker raised (`trainstack.trainers.elastic`)."""
 EXIT_CONFIG: Final = 2
 """Invalid trainer arguments or node environment."""
 EXIT_SETUP: Final = 3
 """Download or install failed before training started: worth a bounded retry."""
 EXIT_PEER_LOST: Final = 4
 """A peer node or the elastic rendezvous was lost (node 0 and its store gone, no quorum in
-time; `trainers.elastic`), or a TensorFlow peer task: restart, never a counted failure
-(`trainers.common.exit_codes.PEER_LOST_EXIT_CODE`)."""
+time; `trainstack.trainers.elastic`), or a TensorFlow peer task: restart, never a counted failure
+(`trainstack.trainers.common.exit_codes.PEER_LOST_EXIT_CODE`)."""
 EXIT_ACCELERATORS_MISSING: Final = 5
 """Fewer usable accelerators than the plan bought (`TRAINSTACK_EXPECTED_ACCELERATORS`):
 the same machine cannot do better on a retry
-(`trainers.common.exit_codes.ACCELERATORS_MISSING_EXIT_CODE`)."""
+(`trainstack.trainers.common.exit_codes.ACCELERATORS_MISSING_EXIT_CODE`)."""
 EXIT_PREEMPTED: Final = 143
 """SIGTERM reached the node, or the trainer saved a checkpoint and stopped (128 + SIGTERM,
-`trainers.common.exit_codes.PREEMPTED_EXIT_CODE`)."""
+`trainstack.trainers.common.exit_codes.PREEMPTED_EXIT_CODE`)."""
 
 FAIL_FAST_EXIT_CODES: Final = (EXIT_CRASH, EXIT_CONFIG, EXIT_ACCELERATORS_MISSING)
 """Code errors and machines without their accelerators: retrying cannot help."""
@@ -120,7 +120,7 @@ CHECKPOINT_SUBDIR: Final = "checkpoints"
 AIP_CHECKPOINT_DIR is `<bucket>/checkpoints` and the trainer adds the run's name there too,
 so every target keeps one folder per run under the prefix the bucket's age rule covers."""
 DEFAULT_RUN_NAME: Final = "run"
-"""The trainer's own `run_name` default (`trainers.common.config.TrainConfig`), for flags
+"""The trainer's own `run_name` default (`trainstack.trainers.common.config.TrainConfig`), for flags
 that name none."""
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -135,7 +135,7 @@ def uses_torchrun(module: str) -> bool:
     return module in TORCHRUN_MODULES
 
 
-NODE_LAUNCHER_MODULE: Final = "trainers.node"
+NODE_LAUNCHER_MODULE: Final = "trainstack.trainers.node"
 
 
 def node_argv(

@@ -1,5 +1,5 @@
 #!/bin/bash
-# trainstack Compute Engine startup script. Rendered by components.gpu_startup, which
+# trainstack Compute Engine startup script. Rendered by trainstack.components.gpu_startup, which
 # replaces each at-sign-delimited NAME marker with a shell-quoted value (LAUNCHER with the
 # node launcher's text).
 #

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# trainstack node launcher for Compute Engine. Rendered by components.gpu_startup, which
+# trainstack node launcher for Compute Engine. Rendered by trainstack.components.gpu_startup, which
 # replaces each at-sign-delimited NAME marker with a shell-quoted value before it reaches a
 # node; the startup script (gce_startup.sh) writes it to disk and runs it as a systemd
 # service.
 #
 # Installs the trainer package from Cloud Storage, then runs the node launcher
-# (`python -m trainers.node`): torchrun with one process per accelerator for
-# trainers.torch_ddp, one process per node for other trainers (they read the node-level
+# (`python -m trainstack.trainers.node`): torchrun with one process per accelerator for
+# trainstack.trainers.torch_ddp, one process per node for other trainers (they read the node-level
 # environment exported below). Node rank: the instance's node-rank metadata attribute.
 # Node 0 hosts the (elastic) rendezvous. Your own code (USER_CODE=1): NODE_ARGV is the node
 # launcher's `--launcher=... -- ENTRYPOINT` command line; no bundled-trainer flag check.
@@ -172,7 +172,7 @@ if [ "$USE_TORCHRUN" = 0 ] && [ -n "$TF_WORKERS" ]; then
   # TensorFlow needs every worker's address; the variables above name only node 0.
   export TF_CONFIG="{\"cluster\": {\"worker\": $TF_WORKERS}, \"task\": {\"type\": \"worker\", \"index\": $node_rank}}"
 fi
-# One launcher on every target: trainers.node counts this machine's accelerators and runs
+# One launcher on every target: trainstack.trainers.node counts this machine's accelerators and runs
 # torchrun (elastic rendezvous on node 0 when there are several nodes) or the trainer once,
 # and maps the outcome to the exit codes above.
 cmd=("$python" "${NODE_ARGV[@]}")

@@ -11,7 +11,7 @@ every one of them has Python. The launcher writes this file next to its work and
 
 `log` writes one line of the launcher's own to Cloud Logging (`entries:write`,
 https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write) as the entry the
-node launcher's shipper writes for a trainer line (`trainers.common.cloud_logging`): log
+node launcher's shipper writes for a trainer line (`trainstack.trainers.common.cloud_logging`): log
 `projects/<project>/logs/trainstack`, resource `gce_instance` {project_id, instance_id,
 zone}, entry label `compute.googleapis.com/resource_name` = the instance name, so
 `trainstack logs` and the dashboard's filter find the launcher's download, install and
@@ -40,7 +40,7 @@ import urllib.request
 from typing import Any
 
 LOG_ID = "trainstack"
-"""The log the trainer's lines go to (`trainers.common.contract.LOG_ID`)."""
+"""The log the trainer's lines go to (`trainstack.trainers.common.contract.LOG_ID`)."""
 GCE_NAME_LABEL = "compute.googleapis.com/resource_name"
 SEVERITIES = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL")
 LOG_TIMEOUT_S = 5
@@ -191,7 +191,7 @@ def ship_log(severity: str, message: str) -> None:
 
 def check_args(args: list[str]) -> None:
     """Parse the trainer's flags with the trainer's own parser (raises ValueError)."""
-    from trainers.common.cli import load_config
+    from trainstack.trainers.common.cli import load_config
 
     load_config(args)
 

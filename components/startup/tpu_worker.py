@@ -1,11 +1,11 @@
 """Render the startup script every worker VM of a Cloud TPU slice runs at boot.
 
-    from components.startup.tpu_worker import render_tpu_worker_script
+    from trainstack.components.startup.tpu_worker import render_tpu_worker_script
 
     script = render_tpu_worker_script(
         slice_name="exp-42-tpu",
         package_uri="gs://p-exp-42-staging/trainers/trainstack_trainers-0123abcd.tar.gz",
-        trainer_module="trainers.tf_multiworker",
+        trainer_module="trainstack.trainers.tf_multiworker",
         trainer_args=["--framework=tensorflow", "--strategy=tpu", "--steps=1000"],
         checkpoint_dir="gs://p-exp-42-checkpoints/checkpoints",
         expected_hosts=4,
@@ -15,39 +15,39 @@
 
 What the script does is documented at the top of `tpu_worker.sh`. Worker 0 launches
 
-    python3 -m trainers.node --launcher=node <trainer_module> \
+    python3 -m trainstack.trainers.node --launcher=node <trainer_module> \
         --checkpoint_dir=<checkpoint_dir> <trainer_args...>
 
 (`trainer_command` gives exactly that argv: the node launcher checks the trainer's flags,
 runs it once, maps its exit code and, with `TRAINSTACK_CLOUD_LOGGING=tpu_worker` and
 `TRAINSTACK_TPU_NODE_ID=<slice_name>`, which the script exports, writes each of its lines to
 the Cloud Logging API as a `tpu_worker` entry, JSON lines as `jsonPayload`:
-`trainers.common.cloud_logging`) with `TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES`
+`trainstack.trainers.common.cloud_logging`) with `TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES`
 (worker IPs, worker 0 first), `PYTHONUNBUFFERED=1` and the variables Google's TensorFlow TPU
-harness sets for the slice's shape (`components.catalog.tpu_runtimes.TPU_TF_ENVIRONMENT`):
+harness sets for the slice's shape (`trainstack.components.catalog.tpu_runtimes.TPU_TF_ENVIRONMENT`):
 on a multi-host slice `TPU_LOAD_LIBRARY=0` (the `-pod` runtime's servers own the chips); on
 a single host `TPU_NAME=local` and, on a `-pjrt` runtime, `NEXT_PLUGGABLE_DEVICE_USE_C_API=true`
 and `TF_PLUGGABLE_DEVICE_LIBRARY_PATH` (the runtime's libtpu.so). `TPU_NAME` stays unset on a
 multi-host slice: TensorFlow's TPUClusterResolver would then resolve the slice through the
 Cloud TPU API, which needs an extra IAM role; the worker list (`grpc://<ip>:8470` each, see
-`trainers.tf_multiworker.cluster.tpu_target`) needs none. A `--checkpoint_dir=` among
+`trainstack.trainers.tf_multiworker.cluster.tpu_target`) needs none. A `--checkpoint_dir=` among
 `trainer_args` replaces the default one.
 
 Before the first launch worker 0 reads the TensorFlow version of the runtime's Python and,
 from TF 2.16 on, installs `tf-keras==<major>.<minor>.*` with `--no-deps` (the trainer's Keras
-2; `components.catalog.tpu_runtimes.TF_KERAS_SOURCE`). `runtime_version` (a TensorFlow
+2; `trainstack.components.catalog.tpu_runtimes.TF_KERAS_SOURCE`). `runtime_version` (a TensorFlow
 runtime: the trainer needs TensorFlow) gives the TensorFlow minor the script expects, which
 it reports when the VM's differs, and the device API.
 
-Your own code (`node_args`, the `python -m trainers.node` arguments of
-`trainers.common.user_code.node_args`) runs on every worker instead, as
-`python3 -m trainers.node <node_args>` (`user_code_command`), with `TPU_WORKER_ID`,
+Your own code (`node_args`, the `python -m trainstack.trainers.node` arguments of
+`trainstack.trainers.common.user_code.node_args`) runs on every worker instead, as
+`python3 -m trainstack.trainers.node <node_args>` (`user_code_command`), with `TPU_WORKER_ID`,
 `TPU_WORKER_HOSTNAMES` and `PYTHONUNBUFFERED=1` but none of the TensorFlow setup; the
 runtime may then be any TPU software version (your requirements bring the framework).
 
 `max_run_seconds` (the stack's `limits.max_run_hours`) is enforced by the script itself, as
 the Compute Engine node launcher does (`components/gpu_startup/launch.sh`): the GA Cloud TPU
-API has no run limit (`components.catalog.tpu.TPU_RUN_LIMIT_SOURCE`). Every launching worker
+API has no run limit (`trainstack.components.catalog.tpu.TPU_RUN_LIMIT_SOURCE`). Every launching worker
 asks the node helper (`components/gpu_startup/node_helper.py run-started`, embedded in the
 script only when a limit is set) for the run's first start, recorded once in the checkpoint
 bucket (`run_clock`: `trainstack-run-<key>.started`, the GCE name scheme); once the limit has
@@ -68,10 +68,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from components._node_args import validate_node_args
-from components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
-from components.gpu_startup import NODE_HELPER, run_clock_uri, run_key
-from trainers.common.contract import NODE_MODULE
+from trainstack.components._node_args import validate_node_args
+from trainstack.components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
+from trainstack.components.gpu_startup import NODE_HELPER, run_clock_uri, run_key
+from trainstack.trainers.common.contract import NODE_MODULE
 
 TEMPLATE_PATH: Final = Path(__file__).with_name("tpu_worker.sh")
 METADATA_URL_ENV: Final = "TRAINSTACK_METADATA_URL"
@@ -97,7 +97,7 @@ CLOUD_LOGGING_SOURCE: Final = (
     "The trainer's lines reach Cloud Logging through the node launcher's entries:write "
     "(https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write), not through "
     "the guest agent; the tpu_worker resource labels it writes are "
-    "trainers.common.cloud_logging.RESOURCE_LABELS_SOURCE['tpu_worker'] (TO VERIFY)"
+    "trainstack.trainers.common.cloud_logging.RESOURCE_LABELS_SOURCE['tpu_worker'] (TO VERIFY)"
 )
 
 _SLICE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -112,7 +112,7 @@ _PLACEHOLDER = re.compile(r"@@[A-Z_]+@@")
 _HELPER_EOF: Final = "TRAINSTACK_HELPER_EOF"
 CHECKPOINT_FLAG: Final = "--checkpoint_dir="
 LAUNCH_PREFIX: Final = 5
-"""`python3 -m trainers.node --launcher=node <module>`: the argv before the trainer's flags."""
+"""`python3 -m trainstack.trainers.node --launcher=node <module>`: the argv before the trainer's flags."""
 
 
 def validate_trainer_launch(trainer_module: str, trainer_args: Sequence[str]) -> None:
@@ -120,7 +120,7 @@ def validate_trainer_launch(trainer_module: str, trainer_args: Sequence[str]) ->
     if not isinstance(trainer_module, str) or not _MODULE.match(trainer_module):
         raise ValueError(
             f"trainer_module: {trainer_module!r} is not a Python module name such as "
-            "'trainers.tf_multiworker'"
+            "'trainstack.trainers.tf_multiworker'"
         )
     if isinstance(trainer_args, str):
         raise ValueError(  # noqa: TRY004 - a config mistake, reported like every other

@@ -26,7 +26,7 @@
 #      from TF 2.16 on the trainer's Keras 2 is the tf-keras package at the same minor,
 #      installed once with --no-deps (pip must not put another TensorFlow over the TPU
 #      build); older TF has Keras 2 built in and gets nothing;
-#   5. the trainer starts under the node launcher (`python3 -m trainers.node --launcher=node`,
+#   5. the trainer starts under the node launcher (`python3 -m trainstack.trainers.node --launcher=node`,
 #      which reads the worker from TPU_WORKER_ID/TPU_WORKER_HOSTNAMES) with the TPU
 #      environment of its slice shape and device API (the variables Google's TensorFlow TPU
 #      harness sets, see export_tpu_environment); TRAINSTACK_CLOUD_LOGGING=tpu_worker makes
@@ -286,7 +286,7 @@ libtpu_path() {
 
 # What Google's TensorFlow TPU harness exports (ml-auto-solutions dags/solutions_team/
 # configs/tensorflow/common.py:120-148, export_env_variables; catalog:
-# components.catalog.tpu_runtimes.TPU_TF_ENVIRONMENT), except TPU_NAME on a multi-host
+# trainstack.components.catalog.tpu_runtimes.TPU_TF_ENVIRONMENT), except TPU_NAME on a multi-host
 # slice: with it TPUClusterResolver would look the slice up through the Cloud TPU API (an
 # extra IAM role); TPU_WORKER_HOSTNAMES reaches each worker's TPU runtime directly.
 export_tpu_environment() {
@@ -316,7 +316,7 @@ export_tpu_environment() {
   fi
 }
 
-# The node launcher (trainers.node) ships the trainer's lines to Cloud Logging itself: the
+# The node launcher (trainstack.trainers.node) ships the trainer's lines to Cloud Logging itself: the
 # tpu_worker resource's node_id is this slice, its worker_id TPU_WORKER_ID; project and zone
 # come from the metadata server (trainers/common/cloud_logging.py).
 export_logging_environment() {
@@ -418,9 +418,9 @@ run_trainer() {
   local -a cmd
   local digest done_marker attempt shown
   if ((TS_USER_CODE)); then
-    cmd=("$TS_PYTHON" -m trainers.node "${TS_TRAINER_ARGS[@]}")
+    cmd=("$TS_PYTHON" -m trainstack.trainers.node "${TS_TRAINER_ARGS[@]}")
   else
-    cmd=("$TS_PYTHON" -m trainers.node --launcher=node "$TS_TRAINER_MODULE" "${TS_TRAINER_ARGS[@]}")
+    cmd=("$TS_PYTHON" -m trainstack.trainers.node --launcher=node "$TS_TRAINER_MODULE" "${TS_TRAINER_ARGS[@]}")
   fi
   digest=$(printf '%s\n' "$TS_PACKAGE_URI" "${cmd[@]}" | sha256sum | cut -c1-16)
   done_marker="$TS_STATE_DIR/done-$digest"

@@ -1,7 +1,7 @@
 """trainstack TPU supervisor: brings a preempted Spot or queued TPU slice back.
 
 An HTTP Cloud Functions (gen2) function that Cloud Scheduler calls every few minutes
-(`components.tpu_supervisor` ships this file as the function's source, with `config.json`
+(`trainstack.components.tpu_supervisor` ships this file as the function's source, with `config.json`
 beside it). Each call checks the slice once and waits for nothing; the next call sees the
 progress:
 

@@ -1,7 +1,7 @@
 """Training telemetry in Cloud Monitoring: logs-based metrics from the bundled trainers' JSON
 lines, one dashboard with a series per worker, and an alert when training stalls.
 
-    from components.training_dashboard import TrainingDashboard, vertex_filters, vertex_job_id
+    from trainstack.components.training_dashboard import TrainingDashboard, vertex_filters, vertex_job_id
 
     log_filter, resource_filter = vertex_filters(vertex_job_id(job.job_name))  # a VertexTrainingJob
     monitoring = TrainingDashboard(
@@ -20,13 +20,13 @@ lines, one dashboard with a series per worker, and an alert when training stalls
     )
     pulumi.export("dashboard_url", monitoring.dashboard_url)
 
-What it reads. Every trainer rank prints one JSON object per line (`trainers.common.metrics`):
+What it reads. Every trainer rank prints one JSON object per line (`trainstack.trainers.common.metrics`):
 `{"event": "train", "step", "loss", "lr", "step_time_s", "samples_per_s", "data_wait_s",
 "tokens_per_s"?, "mfu"?, "gpu_util_pct"?, ..., "rank", "node", "worker", "run", "severity",
 "time"}` every `log_every` steps and `{"event": "checkpoint", "step", "stall_s", ...}` after
 each save. Where a logging agent parses the line (GKE, Vertex) the fields land in the entry's
 `jsonPayload` (`payload: json`; on GCE and TPU VMs the node launcher writes them so itself,
-`trainers.common.cloud_logging`); where a line is forwarded as text, e.g. with a prefix, it
+`trainstack.trainers.common.cloud_logging`); where a line is forwarded as text, e.g. with a prefix, it
 stays in `textPayload` and the fields are read with regular expressions (`payload: text`). The component never guesses which entries are the deployment's: the caller
 passes `log_filter` (e.g. the Vertex job id or the TPU node name) and the entries' monitored
 resource type (`log_resource_type`, defaulted per target), and the component adds the event
@@ -61,10 +61,10 @@ filter builders `vertex_filters`, `tpu_filters`, `gke_filters`, `gce_filters` th
 target's `(log_filter, resource_filter)` from the ids its compute component owns), `metrics`
 (the logs-based metrics), `layout` (the dashboard body), `alert` (the stall alert policy) and
 `settings` (the validated plain settings they all read). Event and field names come from
-`trainers.common.contract`, which the trainers write with.
+`trainstack.trainers.common.contract`, which the trainers write with.
 
 The dashboard body is built from a plain dict, serialized with sorted keys and checked against
-the bundled `monitoring.v1` discovery schema (`components._discovery`) before anything is
+the bundled `monitoring.v1` discovery schema (`trainstack.components._discovery`) before anything is
 registered.
 
 Naming: metric ids are `trainstack/<deployment_name>/<event>/<field>` (the Monitoring type is
@@ -92,17 +92,21 @@ from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 import pulumi
 from pulumi_gcp import logging, monitoring
 
-from components._args import check_args
-from components._naming import labels_input
-from components.training_dashboard.alert import (
+from trainstack.components._args import check_args
+from trainstack.components._naming import labels_input
+from trainstack.components.training_dashboard.alert import (
     ALERT_AUTO_CLOSE,
     ALERT_SEVERITY,
     alert_conditions,
     alert_documentation,
     alert_name,
 )
-from components.training_dashboard.layout import DASHBOARD_API, dashboard_json, dashboard_url
-from components.training_dashboard.metrics import (
+from trainstack.components.training_dashboard.layout import (
+    DASHBOARD_API,
+    dashboard_json,
+    dashboard_url,
+)
+from trainstack.components.training_dashboard.metrics import (
     LABEL_DESCRIPTORS,
     LOG_METRICS,
     METRIC_PREFIX,
@@ -115,8 +119,8 @@ from components.training_dashboard.metrics import (
     metric_type,
     value_extractor,
 )
-from components.training_dashboard.settings import ALIGNMENT, DashboardSettings
-from components.training_dashboard.targets import (
+from trainstack.components.training_dashboard.settings import ALIGNMENT, DashboardSettings
+from trainstack.components.training_dashboard.targets import (
     DEFAULT_PAYLOADS,
     GPU_BACKENDS,
     LOG_RESOURCE_TYPES,
@@ -133,7 +137,7 @@ from components.training_dashboard.targets import (
     vertex_filters,
     vertex_job_id,
 )
-from trainers.common.contract import FIELD_EVENT
+from trainstack.trainers.common.contract import FIELD_EVENT
 
 __all__ = [
     "ALERT_AUTO_CLOSE",

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from components.training_dashboard.metrics import (
+from trainstack.components.training_dashboard.metrics import (
     HEARTBEAT,
     METRIC_PREFIX,
     WORKER_LABEL,
     metric_type,
     monitoring_filter,
 )
-from components.training_dashboard.settings import ALIGNMENT, DashboardSettings
-from trainers.common.contract import EVENT_PREEMPTED, EVENT_TRAIN, FIELD_EVENT
+from trainstack.components.training_dashboard.settings import ALIGNMENT, DashboardSettings
+from trainstack.trainers.common.contract import EVENT_PREEMPTED, EVENT_TRAIN, FIELD_EVENT
 
 ALERT_AUTO_CLOSE: Final = "86400s"
 """Open incidents close after a day without data, so a finished run's incidents go away

@@ -1,6 +1,6 @@
 """The `monitoring.v1` Dashboard body: a header, a workers-reporting scorecard, and one chart per
 logs-based metric and built-in metric, two per row. Built as a plain dict, checked against the
-bundled discovery schema (`components._discovery`) and serialized with sorted keys."""
+bundled discovery schema (`trainstack.components._discovery`) and serialized with sorted keys."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from components._discovery import validate_body
-from components.training_dashboard.metrics import (
+from trainstack.components._discovery import validate_body
+from trainstack.components.training_dashboard.metrics import (
     HEARTBEAT,
     METRIC_PREFIX,
     WORKER_LABEL,
     metric_type,
     monitoring_filter,
 )
-from components.training_dashboard.settings import ALIGNMENT, DashboardSettings
-from components.training_dashboard.targets import TARGET_METRICS
-from trainers.common.contract import EVENT_TRAIN, FIELD_NODE
+from trainstack.components.training_dashboard.settings import ALIGNMENT, DashboardSettings
+from trainstack.components.training_dashboard.targets import TARGET_METRICS
+from trainstack.trainers.common.contract import EVENT_TRAIN, FIELD_NODE
 
 DASHBOARD_API: Final = "monitoring.v1"
 

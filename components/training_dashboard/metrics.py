@@ -1,7 +1,7 @@
 """The logs-based metrics read from the trainers' JSON lines: which `event`/field each one
 records, its buckets and chart, and the log filter, value and label extractors that pull it out
 of a `jsonPayload` or a `textPayload`. Event and field names come from
-`trainers.common.contract`, which the trainers write with."""
+`trainstack.trainers.common.contract`, which the trainers write with."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from trainers.common.contract import (
+from trainstack.trainers.common.contract import (
     EVENT_CHECKPOINT,
     EVENT_TRAIN,
     FIELD_DATA_WAIT,
@@ -181,7 +181,7 @@ def monitoring_filter(metric: str, resource_type: str | None, scope: str | None 
 
 def _text_key(key: str) -> str:
     """RE2 for `"key": ` in a trainer line (`json.dumps` with its default separators, see
-    trainers.common.metrics.MetricsLogger.log). `[^a-z_]` stands for the quotes, so the
+    trainstack.trainers.common.metrics.MetricsLogger.log). `[^a-z_]` stands for the quotes, so the
     pattern needs no escaping inside a filter string and `"rank"` does not match
     `"local_rank"`."""
     return f"[^a-z_]{key}[^a-z_]: "

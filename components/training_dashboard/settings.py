@@ -1,12 +1,12 @@
 """The validated plain settings one `TrainingDashboard` builds its metrics, dashboard and alert
-from (`components.training_dashboard` validates the args into them)."""
+from (`trainstack.components.training_dashboard` validates the args into them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
 
-from components.training_dashboard.metrics import LOG_METRICS, LogMetric
+from trainstack.components.training_dashboard.metrics import LOG_METRICS, LogMetric
 
 ALIGNMENT: Final = "60s"
 """Chart and absence-condition alignment: Monitoring's minimum alignment period."""

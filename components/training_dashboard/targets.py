@@ -9,7 +9,7 @@ Platform keys: `tpu`, `gke`, `gce`, `vertex` (target `gpu_cluster` is `gke` or `
 The filter builders take the ids the compute components own and return
 `(log_filter, resource_filter)` for `TrainingDashboardArgs`:
 
-    from components.training_dashboard.targets import tpu_filters
+    from trainstack.components.training_dashboard.targets import tpu_filters
 
     log_filter, resource_filter = tpu_filters(tpu.slice_name)
 """
@@ -30,7 +30,7 @@ PAYLOADS: Final[tuple[str, ...]] = ("json", "text")
 logging agent, or verbatim (possibly prefixed) in `textPayload`."""
 DEFAULT_PAYLOADS: Final[dict[str, str]] = {
     # TPU and GCE VMs: the node launcher writes each trainer line to the Cloud Logging API
-    # itself (trainers.common.cloud_logging, TRAINSTACK_CLOUD_LOGGING set by the startup
+    # itself (trainstack.trainers.common.cloud_logging, TRAINSTACK_CLOUD_LOGGING set by the startup
     # scripts), a JSON line as jsonPayload.
     "tpu": "json",
     "gke": "json",
@@ -198,7 +198,7 @@ LOG_RESOURCE_TYPES_VERIFIED: Final = False
 LOG_RESOURCE_TYPES_SOURCE: Final = (
     "k8s_container: GKE structured container logs; ml_job: public code reading Vertex CustomJob "
     "logs (resource.labels.job_id); tpu_worker / gce_instance: the resource the node launcher "
-    "writes the trainer's lines as (trainers.common.cloud_logging, whose "
+    "writes the trainer's lines as (trainstack.trainers.common.cloud_logging, whose "
     "RESOURCE_LABELS_SOURCE cites the labels; gce_instance's are from Google's reference, "
     "tpu_worker's TO VERIFY). TO VERIFY for GKE and Vertex that the trainer's stdout arrives "
     "as jsonPayload with this resource type"

@@ -10,7 +10,7 @@ the validation split, as nanoGPT's `shakespeare_char/prepare.py` splits. Written
 (or `train-00000.bin` ... with `--shards N`), `val.bin`, and `meta.json` with the vocabulary
 size and token counts. Then train on them:
 
-    python -m trainers.torch_ddp --model=gpt --dataset=files --data_path=data/tokens
+    python -m trainstack.trainers.torch_ddp --model=gpt --dataset=files --data_path=data/tokens
 """
 
 from __future__ import annotations

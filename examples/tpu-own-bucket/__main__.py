@@ -13,7 +13,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from components import TpuPodSlice, TrainerPackage, TrainingNetwork
+from trainstack.components import TpuPodSlice, TrainerPackage, TrainingNetwork
 
 
 def program() -> None:

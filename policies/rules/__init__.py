@@ -1,10 +1,10 @@
 """trainstack's security rules over planned resources, in plain Python.
 
 One package, two users: the CrossGuard pack in `policies/__main__.py` (run by `pulumi preview
---policy-pack policies/`) and `trainstack policy` (`infra.policy`, offline over the plan
+--policy-pack policies/`) and `trainstack policy` (`trainstack.infra.policy`, offline over the plan
 that Pulumi mocks record). It imports nothing but the standard library, so the pack's own
 virtualenv (`policies/requirements.txt`) runs it unchanged, and its modules import each
-other relatively, so it loads both as `policies.rules` and as the top-level `rules` the
+other relatively, so it loads both as `trainstack.policies.rules` and as the top-level `rules` the
 pack's directory provides.
 
 Every rule reads a resource's inputs exactly as Pulumi sends them (camelCase, e.g.
@@ -31,7 +31,7 @@ The rules (all mandatory):
 
 `model` holds the vocabulary (`Resource`, `Context`, `Violation`, `Rule`, type tokens,
 `SECRET`, `UNKNOWN`) and `_inputs` the readers of nested inputs the checks share; every
-public name of those modules is importable from `policies.rules` itself.
+public name of those modules is importable from `trainstack.policies.rules` itself.
 """
 
 from __future__ import annotations

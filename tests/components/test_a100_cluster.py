@@ -10,18 +10,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components import a100_cluster
-from components._pod_setup import pod_command
-from components.a100_cluster import (
+from trainstack.components import a100_cluster
+from trainstack.components._pod_setup import pod_command
+from trainstack.components.a100_cluster import (
     DLVM_IMAGE,
     KUBERNETES_VERSION,
     TOKEN,
     A100Cluster,
 )
-from components.gpu_startup import gce_startup_script
-from components.kubernetes_training_job import TOKEN as JOB_TOKEN
-from components.kubernetes_training_job import node_argv
-from infra.mocks import SECRET, ProgramRun, run_program
+from trainstack.components.gpu_startup import gce_startup_script
+from trainstack.components.kubernetes_training_job import TOKEN as JOB_TOKEN
+from trainstack.components.kubernetes_training_job import node_argv
+from trainstack.infra.mocks import SECRET, ProgramRun, run_program
 
 PROJECT = "acme-ml"
 ZONE = "us-central1-a"
@@ -285,7 +285,7 @@ def test_gke_training_job() -> None:
     container = pod["containers"][0]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
     assert container["command"] == pod_command()
-    assert container["args"] == node_argv("trainers.torch_ddp", FLAGS)
+    assert container["args"] == node_argv("trainstack.trainers.torch_ddp", FLAGS)
     assert {"name": "TRAINSTACK_PACKAGE_URI", "value": PACKAGE_URI} in container["env"]
     assert {"name": "TRAINSTACK_NUM_NODES", "value": "4"} in container["env"]
     assert job.inputs["metadata"]["labels"] == {
@@ -429,7 +429,7 @@ def _node_config(rank: int) -> dict[str, Any]:
 def _startup_script(**overrides: Any) -> str:
     values: dict[str, Any] = {
         "package_uri": PACKAGE_URI,
-        "module": "trainers.torch_ddp",
+        "module": "trainstack.trainers.torch_ddp",
         "trainer_args": FLAGS,
         "num_nodes": 4,
         "procs_per_node": 8,
@@ -491,7 +491,7 @@ def test_gce_placement_policy_template_group_and_node_configs() -> None:
         ({"training": None}, {"metadataStartupScript": None}),
         # The run limit is the launcher's: no maxRunDuration, which the group would undo.
         ({"max_run_seconds": 7200}, {"metadataStartupScript": _startup_script(max_run_seconds=7200, checkpoint_url=CHECKPOINTS)}),
-        ({"training": {**BASE["training"], "trainer_module": "trainers.tf_multiworker", "image": "projects/acme/global/images/tf-gpu"}}, {"metadataStartupScript": _startup_script(module="trainers.tf_multiworker", procs_per_node=1), "disks": [{"boot": True, "autoDelete": True, "sourceImage": "projects/acme/global/images/tf-gpu", "diskSizeGb": 200, "diskType": "pd-ssd", "labels": LABELS}]}),
+        ({"training": {**BASE["training"], "trainer_module": "trainstack.trainers.tf_multiworker", "image": "projects/acme/global/images/tf-gpu"}}, {"metadataStartupScript": _startup_script(module="trainstack.trainers.tf_multiworker", procs_per_node=1), "disks": [{"boot": True, "autoDelete": True, "sourceImage": "projects/acme/global/images/tf-gpu", "diskSizeGb": 200, "diskType": "pd-ssd", "labels": LABELS}]}),
     ],
 )  # fmt: skip
 def test_gce_options(overrides: dict[str, Any], changes: dict[str, Any]) -> None:
@@ -520,7 +520,7 @@ def test_gke_pods_run_your_code() -> None:
     assert container["args"] == [
         "python3",
         "-m",
-        "trainers.node",
+        "trainstack.trainers.node",
         "--launcher=torchrun",
         f"--env=TRAINSTACK_CHECKPOINT_DIR={CHECKPOINTS}/checkpoints",
         "--",
@@ -546,7 +546,7 @@ def test_gce_nodes_run_your_code() -> None:
     )
     assert _integers(run.named("gpu-template").inputs) == _template(metadataStartupScript=script)
     assert (
-        "\nNODE_ARGV=(-m trainers.node --launcher=torchrun "
+        "\nNODE_ARGV=(-m trainstack.trainers.node --launcher=torchrun "
         f"--env=TRAINSTACK_CHECKPOINT_DIR={CHECKPOINTS}/checkpoints -- python train.py)\n"
     ) in script
 

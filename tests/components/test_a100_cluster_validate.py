@@ -1,4 +1,4 @@
-"""Every A100 cluster rule (`components.a100_cluster.validate.a100_cluster_problems`) with
+"""Every A100 cluster rule (`trainstack.components.a100_cluster.validate.a100_cluster_problems`) with
 its exact message: through the component, the validator called with a prefix, a stack's
 gpu_cluster section (`load_stack_config`) and `trainstack plan --config-file`."""
 
@@ -13,11 +13,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components import catalog
-from components.a100_cluster import SHAPE_KEYS, A100Cluster, a100_cluster_problems, validate_args
-from infra.cli import app
-from infra.config import ConfigError, load_stack_config
-from infra.mocks import run_program
+from trainstack.components import catalog
+from trainstack.components.a100_cluster import (
+    SHAPE_KEYS,
+    A100Cluster,
+    a100_cluster_problems,
+    validate_args,
+)
+from trainstack.infra.cli import app
+from trainstack.infra.config import ConfigError, load_stack_config
+from trainstack.infra.mocks import run_program
 
 PROJECT = "acme-ml"
 ZONE = "us-central1-a"
@@ -89,7 +94,7 @@ COMPONENT_CASES = [
     ({"training": {"trainer_args": []}}, "training.package_uri: required (TrainerPackage.uri)"),
     ({"training": {"package_uri": PACKAGE_URI, "trainer_module": "a b"}}, "training.trainer_module: 'a b' is not a Python module name"),
     ({"training": {"package_uri": PACKAGE_URI, "wait_for_completion": True}}, "training.timeout_s: required when wait_for_completion is true"),
-    ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "trainer_module": "trainers.tf_multiworker"}}, "training.image: required on gce for trainer_module 'trainers.tf_multiworker'; the default Deep Learning VM image has PyTorch only"),
+    ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "trainer_module": "trainstack.trainers.tf_multiworker"}}, "training.image: required on gce for trainer_module 'trainstack.trainers.tf_multiworker'; the default Deep Learning VM image has PyTorch only"),
     ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "wait_for_completion": True, "timeout_s": 5}}, "training.wait_for_completion: only used with backend gke\ntraining.timeout_s: only used with backend gke"),
     ({"training": {"package_uri": PACKAGE_URI, "node_args": ["--launcher=torchrun", "--", "python", "t.py"], "trainer_args": ["--steps=1"]}}, "training.node_args: runs your own code, which takes no trainer_module or trainer_args; valid: remove them"),
     ({"training": {"package_uri": PACKAGE_URI, "node_args": ["--launcher=torchrun"]}}, "training.node_args: ['--launcher=torchrun'] has no '-- ARGV' (your entrypoint)"),

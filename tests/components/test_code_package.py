@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import trainers
-from components import trainer_package
-from components.trainer_package import TrainerPackage
-from infra.mocks import ProgramRun, run_program
+from trainstack import trainers
+from trainstack.components import trainer_package
+from trainstack.components.trainer_package import TrainerPackage
+from trainstack.infra.mocks import ProgramRun, run_program
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_installed_package_runs_your_code_in_its_folder(
         [
             sys.executable,
             "-m",
-            "trainers.node",
+            "trainstack.trainers.node",
             "--launcher=node",
             "--env=TRAINSTACK_RUN_NAME=r1",
             "--",

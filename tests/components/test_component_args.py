@@ -12,25 +12,28 @@ from typing import Any, Literal, NotRequired, TypedDict, Union, get_args, get_or
 import pulumi
 import pytest
 
-import components
-from components._args import ArgsError, _fields, arg_problems
-from components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
-from components.image_mirror import ImageMirror, ImageMirrorArgs
-from components.kubernetes_training_job import KubernetesTrainingJob, KubernetesTrainingJobArgs
-from components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
-from components.project_services import ProjectServices, ProjectServicesArgs
-from components.quota_guard import QuotaGuard, QuotaGuardArgs
-from components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-from components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
-from components.trainer_package import TrainerPackage, TrainerPackageArgs
-from components.training_buckets import TrainingBuckets, TrainingBucketsArgs
-from components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
-from components.training_identity import TrainingIdentity, TrainingIdentityArgs
-from components.training_network import TrainingNetwork, TrainingNetworkArgs
-from components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
-from infra.config import ConfigError, StackConfig, load_stack_config
-from infra.mocks import run_program
-from trainers.common.config import TrainConfig
+from trainstack import components
+from trainstack.components._args import ArgsError, _fields, arg_problems
+from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
+from trainstack.components.image_mirror import ImageMirror, ImageMirrorArgs
+from trainstack.components.kubernetes_training_job import (
+    KubernetesTrainingJob,
+    KubernetesTrainingJobArgs,
+)
+from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
+from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
+from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
+from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+from trainstack.components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
+from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
+from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
+from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
+from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
+from trainstack.components.training_network import TrainingNetwork, TrainingNetworkArgs
+from trainstack.components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
+from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
+from trainstack.infra.mocks import run_program
+from trainstack.trainers.common.config import TrainConfig
 
 SA = "train@p.iam.gserviceaccount.com"
 NET = "https://www.googleapis.com/compute/v1/projects/p/global/networks/n"
@@ -66,7 +69,7 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
             "service_account_email": SA,
             "package_uri": "gs://p-staging/trainer.tar.gz",
             "checkpoint_dir": "gs://p-checkpoints/run",
-            "trainer_module": "trainers.tf_multiworker",
+            "trainer_module": "trainstack.trainers.tf_multiworker",
             "trainer_args": ["--framework=tensorflow", "--strategy=tpu"],
         },
     ),
@@ -312,7 +315,7 @@ def test_the_issue_cases_word_for_word() -> None:
 def test_nested_keys_missing_keys_and_every_problem_at_once() -> None:
     args = {
         **COMPONENTS["A100Cluster"][2],
-        "training": {"trainr_module": "trainers.torch_ddp"},
+        "training": {"trainr_module": "trainstack.trainers.torch_ddp"},
         "spot": 1,
     }
     del args["zone"]

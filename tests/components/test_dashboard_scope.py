@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from components.a100_cluster import A100Cluster
-from components.a100_cluster._common import instance_name_pattern, instance_names
-from components.tpu_pod_slice import TpuPodSlice
-from components.vertex_training_job import VertexTrainingJob
-from infra.mocks import run_program
 from tests.components import test_a100_cluster as a100
 from tests.components import test_tpu_pod_slice as tpu
 from tests.components import test_vertex_training_job as vertex
+from trainstack.components.a100_cluster import A100Cluster
+from trainstack.components.a100_cluster._common import instance_name_pattern, instance_names
+from trainstack.components.tpu_pod_slice import TpuPodSlice
+from trainstack.components.vertex_training_job import VertexTrainingJob
+from trainstack.infra.mocks import run_program
 
 
 def _scope(build: Any, preview: bool = True, **mock_outputs: Any) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.mocks import REPO_ROOT
-from infra.testing import ProgramResult, run_program_dir
+from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.testing import ProgramResult, run_program_dir
 
 EXAMPLE = REPO_ROOT / "examples" / "tpu-own-bucket"
 
@@ -58,7 +58,7 @@ def test_config_given_to_the_helper_overrides_the_stack_file() -> None:
 
 
 RUN_EXAMPLE = (
-    "from infra.testing import run_program_dir\n"
+    "from trainstack.infra.testing import run_program_dir\n"
     "run = run_program_dir('examples/tpu-own-bucket', stack='dev')\n"
     "print(len(run.resources), run.exports['chips'])\n"
 )
@@ -87,7 +87,7 @@ def test_the_helper_leaves_no_event_loop_behind_for_interpreter_exit() -> None:
 
 
 def test_pulumi_mocks_alone_leave_a_loop_unclosed() -> None:
-    # The cause infra.mocks.run_program removes (infra/mocks.py docstring): Pulumi's mock
+    # The cause trainstack.infra.mocks.run_program removes (infra/mocks.py docstring): Pulumi's mock
     # monitor gives each executor thread it answers from a loop that nobody closes.
     result = _python(
         "import pulumi\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pulumi
 
-import components
+from trainstack import components
 
 ROOT = Path(components.__file__).parent
 

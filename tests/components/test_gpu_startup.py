@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from components.gpu_startup import (
+from tests.fakes import LocalServer
+from trainstack.components.gpu_startup import (
     METADATA_HOST_ENV,
     NODE_RANK_ATTRIBUTE,
     STORAGE_HOST_ENV,
@@ -28,8 +29,7 @@ from components.gpu_startup import (
     run_clock_uri,
     with_checkpoint_dir,
 )
-from tests.fakes import LocalServer
-from trainers.common.cluster import resolve_cluster
+from trainstack.trainers.common.cluster import resolve_cluster
 
 BUCKET = "acme-ml-exp-42-staging"
 OBJECT = "trainers/trainstack_trainers-0123456789abcdef.tar.gz"
@@ -227,13 +227,13 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     )
 
 
-def _gce_script(tmp_path: Path, module: str = "trainers.torch_ddp") -> str:
+def _gce_script(tmp_path: Path, module: str = "trainstack.trainers.torch_ddp") -> str:
     return gce_startup_script(
         package_uri=PACKAGE_URI,
         module=module,
         trainer_args=with_checkpoint_dir(TRAINER_ARGS, CHECKPOINTS),
         num_nodes=4,
-        procs_per_node=8 if module == "trainers.torch_ddp" else 1,
+        procs_per_node=8 if module == "trainstack.trainers.torch_ddp" else 1,
         coordinator=COORDINATOR_GCE,
         state_dir=str(tmp_path / "state"),
         worker_hosts=GCE_HOSTS,
@@ -244,7 +244,7 @@ def _launcher(tmp_path: Path, **overrides: Any) -> list[str]:
     """The rendered launcher as the unit runs it (`bash <file>`; here `bash -c`)."""
     values: dict[str, Any] = {
         "package_uri": PACKAGE_URI,
-        "module": "trainers.torch_ddp",
+        "module": "trainstack.trainers.torch_ddp",
         "trainer_args": FLAGS,
         "num_nodes": 4,
         "procs_per_node": 8,
@@ -255,7 +255,7 @@ def _launcher(tmp_path: Path, **overrides: Any) -> list[str]:
     return ["bash", "-c", render_launcher(**values), "trainstack-launch"]
 
 
-NODE_ARGV = ["-m", "trainers.node", "trainers.torch_ddp", *FLAGS]
+NODE_ARGV = ["-m", "trainstack.trainers.node", "trainstack.trainers.torch_ddp", *FLAGS]
 """Every target runs the node launcher, which counts the accelerators and starts torchrun."""
 
 
@@ -361,10 +361,15 @@ def test_gce_startup_script_is_idempotent(
 def test_gce_non_torch_trainer_gets_the_node_environment(
     tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:
-    script = _gce_script(tmp_path, "trainers.tf_multiworker")
+    script = _gce_script(tmp_path, "trainstack.trainers.tf_multiworker")
     assert _run(["bash", "-c", script], _env(tmp_path, fakebin, google)).returncode == 0
     (trainer,) = _calls(tmp_path, "python3")
-    assert trainer["argv"] == ["-m", "trainers.node", "trainers.tf_multiworker", *FLAGS]
+    assert trainer["argv"] == [
+        "-m",
+        "trainstack.trainers.node",
+        "trainstack.trainers.tf_multiworker",
+        *FLAGS,
+    ]
     # TensorFlow needs every worker's address, which the node-level variables do not carry.
     assert json.loads(trainer["env"].pop("TF_CONFIG")) == {
         "cluster": {"worker": [f"{host}:29500" for host in GCE_HOSTS]},
@@ -383,7 +388,7 @@ def test_gce_non_torch_trainer_gets_the_node_environment(
 @pytest.mark.parametrize(
     ("stdout", "trainer_exit", "expected", "message"),
     [
-        # The node launcher maps the trainer's outcome (trainers.node.exit_code); the script
+        # The node launcher maps the trainer's outcome (trainstack.trainers.node.exit_code); the script
         # passes its code on.
         ([STARTED, PREEMPTED], 143, 143, "the node launcher exited 143"),
         ([STARTED], 1, 1, "the node launcher exited 1"),
@@ -512,7 +517,12 @@ def test_arguments_reach_the_node_launcher_verbatim(
     result = _run(_launcher(tmp_path, trainer_args=tricky), env)
     assert result.returncode == 0, result.stderr
     (node,) = _calls(tmp_path, "python3")
-    assert node["argv"] == ["-m", "trainers.node", "trainers.torch_ddp", *tricky]
+    assert node["argv"] == [
+        "-m",
+        "trainstack.trainers.node",
+        "trainstack.trainers.torch_ddp",
+        *tricky,
+    ]
 
 
 # --------------------------------------------------------------------------------------
@@ -588,7 +598,7 @@ def test_every_node_and_restart_reads_the_first_recorded_start(
 def test_the_startup_script_carries_the_run_limit(tmp_path: Path) -> None:
     script = gce_startup_script(
         package_uri=PACKAGE_URI,
-        module="trainers.torch_ddp",
+        module="trainstack.trainers.torch_ddp",
         trainer_args=FLAGS,
         num_nodes=4,
         procs_per_node=8,
@@ -603,7 +613,7 @@ def test_the_startup_script_carries_the_run_limit(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as error:
         gce_startup_script(
             package_uri=PACKAGE_URI,
-            module="trainers.torch_ddp",
+            module="trainstack.trainers.torch_ddp",
             trainer_args=FLAGS,
             num_nodes=4,
             procs_per_node=8,
@@ -656,7 +666,7 @@ def test_gce_runs_your_code_with_its_node_args(
     (node,) = _calls(tmp_path, "python3")
     assert node["argv"] == [
         "-m",
-        "trainers.node",
+        "trainstack.trainers.node",
         "--launcher=torchrun",
         f"--env=TRAINSTACK_CHECKPOINT_DIR={CHECKPOINTS}/checkpoints",
         "--",
@@ -686,7 +696,7 @@ def test_gce_node_launcher_for_your_code_gets_tf_config(
     assert "\nUSE_TORCHRUN=0\nUSER_CODE=1\n" in script
     assert _run(["bash", "-c", script], _env(tmp_path, fakebin, google)).returncode == 0
     (node,) = _calls(tmp_path, "python3")
-    assert node["argv"] == ["-m", "trainers.node", *node_args]
+    assert node["argv"] == ["-m", "trainstack.trainers.node", *node_args]
     assert json.loads(node["env"]["TF_CONFIG"]) == {
         "cluster": {"worker": [f"{host}:29500" for host in GCE_HOSTS]},
         "task": {"type": "worker", "index": 3},
@@ -711,7 +721,7 @@ def test_your_code_gets_its_own_run_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"module": "trainers.torch_ddp"}, "node_args: runs your own code, which takes no module or trainer_args; valid: remove them"),
+        ({"module": "trainstack.trainers.torch_ddp"}, "node_args: runs your own code, which takes no module or trainer_args; valid: remove them"),
         ({"trainer_args": ["--steps=1"]}, "node_args: runs your own code, which takes no module or trainer_args; valid: remove them"),
         ({"node_args": ["--launcher=torchrun", "--"]}, "node_args: ['--launcher=torchrun', '--'] has no '-- ARGV' (your entrypoint)"),
         ({"node_args": "--launcher=torchrun -- python"}, "node_args: expected a list of strings, got '--launcher=torchrun -- python'"),

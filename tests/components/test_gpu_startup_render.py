@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from components import gpu_startup
-from components.gpu_startup import node_helper, with_checkpoint_dir
 from tests.components.test_gpu_startup import (
     COORDINATOR_GCE,
     FLAGS,
@@ -19,13 +17,15 @@ from tests.components.test_gpu_startup import (
     PACKAGE_URI,
     _gce_script,
 )
+from trainstack.components import gpu_startup
+from trainstack.components.gpu_startup import node_helper, with_checkpoint_dir
 
 
 def _launcher(**overrides: Any) -> str:
     """The launcher script as `render_launcher` renders it for Compute Engine."""
     values: dict[str, Any] = {
         "package_uri": PACKAGE_URI,
-        "module": "trainers.torch_ddp",
+        "module": "trainstack.trainers.torch_ddp",
         "trainer_args": FLAGS,
         "num_nodes": 4,
         "procs_per_node": 8,
@@ -51,7 +51,7 @@ def test_gce_script_embeds_the_gce_launcher(tmp_path: Path) -> None:
     script = _gce_script(tmp_path)
     key = gpu_startup.run_key(
         package_uri=PACKAGE_URI,
-        module="trainers.torch_ddp",
+        module="trainstack.trainers.torch_ddp",
         trainer_args=FLAGS,
         num_nodes=4,
         procs_per_node=8,

@@ -19,10 +19,10 @@ import pulumi
 import pytest
 from pulumi_gcp import storage
 
-from components._pod_setup import POD_SCRIPT, pod_command
-from components.a100_cluster import KUBERNETES_VERSION, MIN_KUBERNETES_VERSION
-from components.catalog.tpu_runtimes import TF_KERAS_FROM
-from components.kubernetes_training_job import (
+from trainstack.components._pod_setup import POD_SCRIPT, pod_command
+from trainstack.components.a100_cluster import KUBERNETES_VERSION, MIN_KUBERNETES_VERSION
+from trainstack.components.catalog.tpu_runtimes import TF_KERAS_FROM
+from trainstack.components.kubernetes_training_job import (
     DEFAULT_IMAGES,
     TOKEN,
     KubernetesTrainingJob,
@@ -30,7 +30,7 @@ from components.kubernetes_training_job import (
     node_argv,
     validate_args,
 )
-from infra.mocks import SECRET, ProgramRun, run_program
+from trainstack.infra.mocks import SECRET, ProgramRun, run_program
 
 PACKAGE_URI = "gs://acme-ml-exp-42-staging/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
 CHECKPOINTS = "gs://acme-ml-exp-42-checkpoints"
@@ -172,8 +172,8 @@ EXPECTED_JOB: dict[str, Any] = {
                         "args": [
                             "python3",
                             "-m",
-                            "trainers.node",
-                            "trainers.torch_ddp",
+                            "trainstack.trainers.node",
+                            "trainstack.trainers.torch_ddp",
                             "--steps=100",
                             f"--checkpoint_dir={CHECKPOINTS}/checkpoints/run",
                         ],
@@ -289,7 +289,7 @@ def test_options_shape_the_pod() -> None:
     job = _job(
         _run(
             namespace="training",
-            trainer_module="trainers.tf_multiworker",
+            trainer_module="trainstack.trainers.tf_multiworker",
             image="us-docker.pkg.dev/acme/train/tf:1",
             backoff_limit_per_index=6,
             active_deadline_seconds=86400,
@@ -305,8 +305,8 @@ def test_options_shape_the_pod() -> None:
     assert container["args"] == [
         "python3",
         "-m",
-        "trainers.node",
-        "trainers.tf_multiworker",
+        "trainstack.trainers.node",
+        "trainstack.trainers.tf_multiworker",
         "--steps=100",
         f"--checkpoint_dir={CHECKPOINTS}/checkpoints/run",
     ]
@@ -330,9 +330,13 @@ def test_options_shape_the_pod() -> None:
 
 
 def test_default_image_follows_the_trainer_module() -> None:
-    job = _job(_run(trainer_module="trainers.tf_multiworker"))
+    job = _job(_run(trainer_module="trainstack.trainers.tf_multiworker"))
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == DEFAULT_IMAGES["trainers.tf_multiworker"] == "tensorflow/tensorflow:2.17.0-gpu"
+    assert (
+        image
+        == DEFAULT_IMAGES["trainstack.trainers.tf_multiworker"]
+        == "tensorflow/tensorflow:2.17.0-gpu"
+    )
 
 
 def test_children_inherit_the_components_depends_on() -> None:
@@ -363,7 +367,7 @@ def test_manifests_validate_for_the_cluster_versions(version: str) -> None:
         gpus_per_node=16,
         image="img:1",
         package_uri=PACKAGE_URI,
-        args=node_argv("trainers.torch_ddp", ["--steps=1"]),
+        args=node_argv("trainstack.trainers.torch_ddp", ["--steps=1"]),
         labels={"team": "ml"},
         node_selector={"a": "b"},
         active_deadline_seconds=60,
@@ -384,11 +388,11 @@ def test_validation_catches_a_misspelled_field() -> None:
 
 def test_container_command_shape() -> None:
     assert pod_command() == ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
-    assert node_argv("trainers.torch_ddp", ["--steps=1"]) == [
+    assert node_argv("trainstack.trainers.torch_ddp", ["--steps=1"]) == [
         "python3",
         "-m",
-        "trainers.node",
-        "trainers.torch_ddp",
+        "trainstack.trainers.node",
+        "trainstack.trainers.torch_ddp",
         "--steps=1",
     ]
 
@@ -408,14 +412,14 @@ def test_your_code_runs_its_node_args_in_the_torch_image() -> None:
     assert container["args"] == [
         "python3",
         "-m",
-        "trainers.node",
+        "trainstack.trainers.node",
         "--launcher=torchrun",
         "--env=TRAINSTACK_CHECKPOINT_DIR=gs://acme-ckpt/checkpoints",
         "--",
         "python",
         "train.py",
     ]
-    assert container["image"] == DEFAULT_IMAGES["trainers.torch_ddp"]
+    assert container["image"] == DEFAULT_IMAGES["trainstack.trainers.torch_ddp"]
     assert "TRAINSTACK_TF_KERAS" not in {e["name"] for e in container["env"]}
 
 
@@ -423,14 +427,14 @@ def test_your_code_runs_in_your_image() -> None:
     job = _job(_run(trainer_args=None, node_args=NODE_ARGS, image="us-docker.pkg.dev/p/r/i:1"))
     [container] = job["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "us-docker.pkg.dev/p/r/i:1"
-    assert container["args"] == ["python3", "-m", "trainers.node", *NODE_ARGS]
+    assert container["args"] == ["python3", "-m", "trainstack.trainers.node", *NODE_ARGS]
 
 
 def test_node_argv_with_node_args_is_the_launchers_whole_command_line() -> None:
     assert node_argv(None, [], ["--launcher=node", "--", "python", "t.py"]) == [
         "python3",
         "-m",
-        "trainers.node",
+        "trainstack.trainers.node",
         "--launcher=node",
         "--",
         "python",
@@ -442,7 +446,7 @@ def test_node_argv_with_node_args_is_the_launchers_whole_command_line() -> None:
     ("overrides", "message"),
     [
         ({"node_args": NODE_ARGS}, "node_args: runs your own code, which takes no trainer_module or trainer_args; valid: remove them"),
-        ({"node_args": NODE_ARGS, "trainer_args": None, "trainer_module": "trainers.torch_ddp"}, "node_args: runs your own code, which takes no trainer_module or trainer_args; valid: remove them"),
+        ({"node_args": NODE_ARGS, "trainer_args": None, "trainer_module": "trainstack.trainers.torch_ddp"}, "node_args: runs your own code, which takes no trainer_module or trainer_args; valid: remove them"),
         ({"node_args": ["--launcher=torchrun"], "trainer_args": None}, "node_args: ['--launcher=torchrun'] has no '-- ARGV' (your entrypoint)"),
         ({"node_args": ["--", "a\nb"], "trainer_args": None}, "node_args[1]: 'a\\nb' is not a single-line string"),
     ],
@@ -464,7 +468,7 @@ def test_invalid_node_args(overrides: dict[str, Any], message: str) -> None:
         ({"node_count": 0}, "node_count: 0 is not an integer >= 1"),
         ({"gpus_per_node": "8"}, "gpus_per_node: '8' is not an integer >= 1"),
         ({"namespace": "Team"}, "namespace: 'Team' is not a DNS label"),
-        ({"trainer_module": "my.trainer"}, "image: required for trainer_module 'my.trainer'; default images exist for trainers.torch_ddp, trainers.tf_multiworker"),
+        ({"trainer_module": "my.trainer"}, "image: required for trainer_module 'my.trainer'; default images exist for trainstack.trainers.torch_ddp, trainstack.trainers.tf_multiworker"),
         ({"trainer_module": "not a module"}, "trainer_module: 'not a module' is not a Python module name"),
         ({"trainer_args": "--steps=1"}, "trainer_args: '--steps=1' is not a list of strings"),
         ({"image": " "}, "image: ' ' is not an image reference"),

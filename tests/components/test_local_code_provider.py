@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from components._local_processes import ProcessRef, ProcessTable, stop_processes
-from components._local_provider import LocalRunProvider, read_records
+from trainstack.components._local_processes import ProcessRef, ProcessTable, stop_processes
+from trainstack.components._local_provider import LocalRunProvider, read_records
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINER = {

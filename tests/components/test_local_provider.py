@@ -16,16 +16,21 @@ from typing import Any
 
 import pytest
 
-from components._local_processes import ProcessRef, ProcessTable, _ps_entries, stop_processes
-from components._local_provider import (
+from trainstack.components._local_processes import (
+    ProcessRef,
+    ProcessTable,
+    _ps_entries,
+    stop_processes,
+)
+from trainstack.components._local_provider import (
     LocalRunProvider,
     LocalRunStartError,
     _tail,
     read_records,
 )
-from trainers.common.checkpoint import CheckpointStore
-from trainers.common.config import TrainConfig
-from trainers.common.fingerprint import StateMismatch, check, trainer_fingerprint
+from trainstack.trainers.common.checkpoint import CheckpointStore
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.fingerprint import StateMismatch, check, trainer_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 40
@@ -87,7 +92,7 @@ def _rank0(records: list[Record], event: str) -> list[Record]:
 # it is done; the trainer must outlive it.
 _ENGINE = """
 import json, sys, time
-from components._local_provider import LocalRunProvider
+from trainstack.components._local_provider import LocalRunProvider
 result = LocalRunProvider(base_dir=sys.argv[2]).create(json.loads(sys.argv[1]))
 print(json.dumps({"id": result.id, "outs": result.outs}), flush=True)
 time.sleep(600)
@@ -249,7 +254,7 @@ def test_a_start_failure_names_the_trainers_refusal_not_torchruns_child_error(
         refusal,
         "Traceback (most recent call last):",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
-        "trainers.torch_ddp FAILED",
+        "trainstack.trainers.torch_ddp FAILED",
         "  exitcode  : 2 (pid: 7)",
     ]
     log.write_text("".join(f"{line}\n" for line in lines))

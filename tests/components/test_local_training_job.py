@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from components.local_training_job import TOKEN, LocalTrainingJob
-from infra.mocks import UNKNOWN, run_program
-from trainers.common.config import TrainConfig
+from trainstack.components.local_training_job import TOKEN, LocalTrainingJob
+from trainstack.infra.mocks import UNKNOWN, run_program
+from trainstack.trainers.common.config import TrainConfig
 
 RUN = "pulumi-python:dynamic/local:TrainingRun"
 TRAINER = TrainConfig(model="cnn", dataset="digits", steps=300, global_batch_size=64)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from components._pod_setup import pod_command
+from trainstack.components._pod_setup import pod_command
 
 PACKAGE_URI = "gs://acme-ml-exp-42-staging/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
 SDIST = b"the trainer sdist"

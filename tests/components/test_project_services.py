@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components.project_services import TOKEN, ProjectServices
-from infra.mocks import ProgramRun, run_program
+from trainstack.components.project_services import TOKEN, ProjectServices
+from trainstack.infra.mocks import ProgramRun, run_program
 
 SERVICE = "gcp:projects/service:Service"
 

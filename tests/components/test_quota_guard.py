@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaShortfallError
-from infra.compose import main_program
-from infra.mocks import InvokeFailure, run_program
 from tests.stacks import GPU_STACK
+from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaShortfallError
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import InvokeFailure, run_program
 
 INVOKE = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
 PREEMPTIBLE_A100 = "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region"

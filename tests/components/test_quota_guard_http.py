@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from components.quota_guard import (
+from tests.fakes.quota_server import QuotaFakeServer, provider_invoke
+from trainstack.components.quota_guard import (
     QuotaGuard,
     QuotaShortfallError,
     UnknownQuotaIdError,
     check_needs,
 )
-from infra.compose import main_program
-from infra.mocks import InvokeFailure, ProgramRun, run_program
-from tests.fakes.quota_server import QuotaFakeServer, provider_invoke
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import InvokeFailure, ProgramRun, run_program
 
 INVOKE = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
 PREFERENCE = "gcp:cloudquota/sQuotaPreference:SQuotaPreference"

@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from components.quota_guard import (
+from tests.fakes.quota_server import QuotaFakeServer, provider_invoke
+from tests.stacks import GPU_STACK
+from trainstack.components.quota_guard import (
     COMPUTE_ENDPOINT_ENV,
     QuotaGuard,
     QuotaGuardArgs,
     QuotaShortfallError,
 )
-from infra.compose import main_program
-from infra.mocks import ProgramRun, run_program
-from tests.fakes.quota_server import QuotaFakeServer, provider_invoke
-from tests.stacks import GPU_STACK
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import ProgramRun, run_program
 
 INVOKE = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
 PREFERENCE = "gcp:cloudquota/sQuotaPreference:SQuotaPreference"
@@ -228,7 +228,7 @@ def test_the_stack_program_raises_rather_than_finishing_without_compute(
     monkeypatch: pytest.MonkeyPatch, quotas: dict[str, Any]
 ) -> None:
     """Uncaught, as `__main__.py` runs it: the error reaches the engine, which then bails
-    without deleting (components.quota_guard docstring cites the engine)."""
+    without deleting (trainstack.components.quota_guard docstring cites the engine)."""
     config = {**GPU_STACK, "trainstack:quotas": quotas}
     with QuotaFakeServer(_limits("8"), _usage(8.0, 0.0)) as fake:
         monkeypatch.setenv(COMPUTE_ENDPOINT_ENV, fake.endpoint)

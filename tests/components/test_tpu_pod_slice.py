@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from components._discovery import normalize_numbers, validate_body
-from components._tpu_queued_provider import spec_hash
-from components.startup.tpu_worker import render_tpu_worker_script
-from components.tpu_pod_slice import (
+from trainstack.components._discovery import normalize_numbers, validate_body
+from trainstack.components._tpu_queued_provider import spec_hash
+from trainstack.components.startup.tpu_worker import render_tpu_worker_script
+from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
     reservation_name,
     resource_path,
 )
-from components.trainer_package import TrainerPackage
-from infra.mocks import run_program
+from trainstack.components.trainer_package import TrainerPackage
+from trainstack.infra.mocks import run_program
 
 PACKAGE = "gs://p-exp-42-staging/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
 CKPT = "gs://p-exp-42-checkpoints/checkpoints"
@@ -73,7 +73,7 @@ def _script(**overrides: Any) -> str:
     kwargs: dict[str, Any] = {
         "slice_name": "exp-42-tpu",
         "package_uri": PACKAGE,
-        "trainer_module": "trainers.tf_multiworker",
+        "trainer_module": "trainstack.trainers.tf_multiworker",
         "trainer_args": FLAGS,
         "checkpoint_dir": CKPT,
         "expected_hosts": 4,
@@ -143,7 +143,7 @@ def test_vm_modes_register_one_v2vm_with_exact_inputs(
 
 def test_startup_script_launches_the_tensorflow_trainer_with_the_run_contract() -> None:
     script = _run().named("exp-42-tpu-vm").inputs["metadata"]["startup-script"]
-    assert "readonly TS_TRAINER_MODULE=trainers.tf_multiworker\n" in script
+    assert "readonly TS_TRAINER_MODULE=trainstack.trainers.tf_multiworker\n" in script
     assert (
         "readonly TS_TRAINER_ARGS=(--checkpoint_dir=gs://p-exp-42-checkpoints/checkpoints "
         "--framework=tensorflow --strategy=tpu --model=cnn --steps=2000)\n"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from components.catalog.tpu_rules import tpu_slice_problems
-from components.tpu_pod_slice import validate_args
-from infra.config import ConfigError, load_stack_config
+from trainstack.components.catalog.tpu_rules import tpu_slice_problems
+from trainstack.components.tpu_pod_slice import validate_args
+from trainstack.infra.config import ConfigError, load_stack_config
 
 # --------------------------------------------------------------------------------------
 # Validation tables

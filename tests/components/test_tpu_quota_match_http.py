@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from components._tpu_quota_match import Family, family
-from infra.compose import main_program
-from infra.mocks import ProgramRun, run_program
 from tests.fakes.quota_server import QuotaFakeServer, provider_invoke, provider_list_invoke
+from trainstack.components._tpu_quota_match import Family, family
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import ProgramRun, run_program
 
 INVOKE = "gcp:cloudquota/getSQuotaInfo:getSQuotaInfo"
 LIST_INVOKE = "gcp:cloudquota/getSQuotaInfos:getSQuotaInfos"

@@ -30,7 +30,8 @@ from typing import Any
 
 import pytest
 
-from components.startup.tpu_worker import (
+from tests.fakes import LocalServer
+from trainstack.components.startup.tpu_worker import (
     METADATA_URL_ENV,
     STATE_DIR_ENV,
     effective_checkpoint_dir,
@@ -39,7 +40,6 @@ from components.startup.tpu_worker import (
     trainer_command,
     user_code_command,
 )
-from tests.fakes import LocalServer
 
 SLICE = "exp-42-tpu"
 PACKAGE = "gs://p-exp-42-staging/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
@@ -57,9 +57,9 @@ IPS = ["10.130.0.2", "10.130.0.3", "10.130.0.4", "10.130.0.5"]
 ENDPOINTS = ",".join(f"unknown:unknown:{ip}" for ip in IPS)
 TRAINER_ARGV = [
     "-m",
-    "trainers.node",
+    "trainstack.trainers.node",
     "--launcher=node",
-    "trainers.tf_multiworker",
+    "trainstack.trainers.tf_multiworker",
     f"--checkpoint_dir={CKPT}",
     *FLAGS,
 ]
@@ -332,7 +332,7 @@ def _script(**overrides: Any) -> str:
     kwargs: dict[str, Any] = {
         "slice_name": SLICE,
         "package_uri": PACKAGE,
-        "trainer_module": "trainers.tf_multiworker",
+        "trainer_module": "trainstack.trainers.tf_multiworker",
         "trainer_args": FLAGS,
         "checkpoint_dir": CKPT,
         "expected_hosts": 4,
@@ -881,12 +881,12 @@ def test_the_run_limit_and_the_node_helper_go_into_the_script_only_when_set() ->
 
 def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
     flags = ["--checkpoint_dir=gs://other-bucket/run-7", "--steps=5"]
-    assert trainer_command("trainers.tf_multiworker", flags, CKPT) == [
+    assert trainer_command("trainstack.trainers.tf_multiworker", flags, CKPT) == [
         "python3",
         "-m",
-        "trainers.node",
+        "trainstack.trainers.node",
         "--launcher=node",
-        "trainers.tf_multiworker",
+        "trainstack.trainers.tf_multiworker",
         *flags,
     ]
     assert effective_checkpoint_dir(flags, CKPT) == "gs://other-bucket/run-7"
@@ -924,7 +924,7 @@ def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
         (
             {"trainer_module": "trainers/tf"},
             "trainer_module: 'trainers/tf' is not a Python module name such as "
-            "'trainers.tf_multiworker'",
+            "'trainstack.trainers.tf_multiworker'",
         ),
         (
             {"slice_name": "Exp_42"},
@@ -1028,14 +1028,14 @@ def test_user_code_runs_on_every_worker_without_the_tensorflow_setup(
     # Worker 3 launches too; no TensorFlow probe, no tf-keras, no TPU_LOAD_LIBRARY.
     assert worker.argvs() == [
         *_install_calls(worker),
-        ["python3", "-m", "trainers.node", *NODE_ARGS],
+        ["python3", "-m", "trainstack.trainers.node", *NODE_ARGS],
     ]
     assert worker.calls()[-1]["env"] == USER_CODE_ENV
     assert "serving TPU chips" not in result.stdout
 
 
 def test_user_code_command_and_rendering() -> None:
-    assert user_code_command(NODE_ARGS) == ["python3", "-m", "trainers.node", *NODE_ARGS]
+    assert user_code_command(NODE_ARGS) == ["python3", "-m", "trainstack.trainers.node", *NODE_ARGS]
     script = _script(runtime_version="tpu-ubuntu2204-base", node_args=NODE_ARGS)
     assert "readonly TS_USER_CODE=1\n" in script
     assert "readonly TS_RUNTIME_TF_MINOR=''\nreadonly TS_DEVICE_API=''\n" in script

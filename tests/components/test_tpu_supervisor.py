@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from components._args import ArgsError
-from components.tpu_supervisor import (
+from trainstack.components._args import ArgsError
+from trainstack.components.tpu_supervisor import (
     PERMISSIONS,
     TOKEN,
     TpuSupervisor,
@@ -21,9 +21,9 @@ from components.tpu_supervisor import (
     spot_node_body,
     supervisor_config,
 )
-from infra.compose import main_program
-from infra.mocks import REPO_ROOT, ProgramRun, run_program
-from infra.plan import load_stack
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import REPO_ROOT, ProgramRun, run_program
+from trainstack.infra.plan import load_stack
 
 NODE = "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu"
 QUEUED = "projects/my-project/locations/us-west4-a/queuedResources/exp-42-tpu-qr"

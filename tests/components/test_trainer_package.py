@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-import trainers
-from components import trainer_package
-from components.trainer_package import TOKEN, TrainerPackage
-from infra.mocks import ProgramRun, run_program
+from trainstack import trainers
+from trainstack.components import trainer_package
+from trainstack.components.trainer_package import TOKEN, TrainerPackage
+from trainstack.infra.mocks import ProgramRun, run_program
 
 OBJECT = "gcp:storage/bucketObject:BucketObject"
 
@@ -188,7 +188,7 @@ def test_sdist_installs_and_imports(source_root: Path, tmp_path: Path) -> None:
             sys.executable,
             "-c",
             (
-                "import sys; sys.path.insert(0, sys.argv[1]); import trainers.common.config as c; "
+                "import sys; sys.path.insert(0, sys.argv[1]); import trainstack.trainers.common.config as c; "
                 "print(c.__file__)"
             ),
             str(target),

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from components.training_buckets import TOKEN, TrainingBuckets, TrainingBucketsArgs
-from infra.mocks import ProgramRun, run_program
+from trainstack.components.training_buckets import TOKEN, TrainingBuckets, TrainingBucketsArgs
+from trainstack.infra.mocks import ProgramRun, run_program
 
 BUCKET = "gcp:storage/bucket:Bucket"
 LABELS = {"component": "training-buckets", "managed-by": "trainstack", "team": "ml"}

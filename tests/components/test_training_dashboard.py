@@ -10,12 +10,6 @@ from typing import Any
 import pulumi
 import pytest
 
-from components._discovery import normalize_numbers, validate_body
-from components.training_dashboard import (
-    TOKEN,
-    TrainingDashboard,
-)
-from infra.mocks import ProgramRun, run_program
 from tests.components.training_dashboard_helpers import (
     ARGS,
     CHANNEL,
@@ -29,7 +23,13 @@ from tests.components.training_dashboard_helpers import (
     dashboard_widget,
     run_dashboard,
 )
-from trainers.common.metrics import MetricsLogger
+from trainstack.components._discovery import normalize_numbers, validate_body
+from trainstack.components.training_dashboard import (
+    TOKEN,
+    TrainingDashboard,
+)
+from trainstack.infra.mocks import ProgramRun, run_program
+from trainstack.trainers.common.metrics import MetricsLogger
 
 
 def test_children_types_names_parents() -> None:
@@ -572,5 +572,5 @@ def test_bad_args_raise_before_anything_is_registered(
     ],
 )
 def test_wrong_types_name_the_expected_type(overrides: dict[str, Any], message: str) -> None:
-    # components._args checks the annotation first, so these are ValueErrors (ArgsError).
+    # trainstack.components._args checks the annotation first, so these are ValueErrors (ArgsError).
     assert _rejected(overrides, ValueError) == [message]

@@ -1,4 +1,4 @@
-"""components.training_dashboard.targets: the per-target facts as the dashboard shows them, and
+"""trainstack.components.training_dashboard.targets: the per-target facts as the dashboard shows them, and
 the filters that scope it to one deployment from the ids its compute component owns."""
 
 from __future__ import annotations
@@ -9,8 +9,14 @@ from typing import Any
 import pulumi
 import pytest
 
-from components._discovery import validate_body
-from components.training_dashboard import (
+from tests.components.training_dashboard_helpers import (
+    ARGS,
+    dashboard_body,
+    dashboard_widget,
+    run_dashboard,
+)
+from trainstack.components._discovery import validate_body
+from trainstack.components.training_dashboard import (
     LOG_RESOURCE_TYPES,
     TARGET_METRICS,
     TrainingDashboard,
@@ -20,13 +26,7 @@ from components.training_dashboard import (
     vertex_filters,
     vertex_job_id,
 )
-from infra.mocks import run_program
-from tests.components.training_dashboard_helpers import (
-    ARGS,
-    dashboard_body,
-    dashboard_widget,
-    run_dashboard,
-)
+from trainstack.infra.mocks import run_program
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components.training_identity import TOKEN, TrainingIdentity
-from infra.mocks import ProgramRun, run_program
+from trainstack.components.training_identity import TOKEN, TrainingIdentity
+from trainstack.infra.mocks import ProgramRun, run_program
 
 ACCOUNT = "gcp:serviceaccount/account:Account"
 BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components.training_network import TOKEN, TrainingNetwork
-from infra.mocks import ProgramRun, run_program
+from trainstack.components.training_network import TOKEN, TrainingNetwork
+from trainstack.infra.mocks import ProgramRun, run_program
 
 NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"

@@ -7,10 +7,14 @@ from typing import Any
 
 import pytest
 
-from components._google_api import RetryPolicy
-from components._vertex_provider import JobDeleteTimeoutError, VertexJobProvider, job_status
-from components.vertex_training_job import custom_job_body
 from tests.fakes.vertex_server import VertexFakeServer
+from trainstack.components._google_api import RetryPolicy
+from trainstack.components._vertex_provider import (
+    JobDeleteTimeoutError,
+    VertexJobProvider,
+    job_status,
+)
+from trainstack.components.vertex_training_job import custom_job_body
 
 FAST = RetryPolicy(max_attempts=4, initial_delay_s=0.01, max_delay_s=0.02, deadline_s=5)
 PARENT = "/v1/projects/p/locations/us-central1/customJobs"

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from components._discovery import normalize_numbers, validate_body
-from components.trainer_package import TrainerPackage
-from components.vertex_training_job import VertexTrainingJob
-from infra.mocks import run_program
+from trainstack.components._discovery import normalize_numbers, validate_body
+from trainstack.components.trainer_package import TrainerPackage
+from trainstack.components.vertex_training_job import VertexTrainingJob
+from trainstack.infra.mocks import run_program
 
 ARGS: dict[str, Any] = {
     "project": "p",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from components.training_dashboard import TrainingDashboard
-from infra.mocks import ProgramRun, run_program
+from trainstack.components.training_dashboard import TrainingDashboard
+from trainstack.infra.mocks import ProgramRun, run_program
 
 METRIC = "gcp:logging/metric:Metric"
 DASHBOARD = "gcp:monitoring/dashboard:Dashboard"

@@ -59,7 +59,7 @@ Calls and properties
 
 What it does NOT imitate
 - The language host: programs run under Pulumi's mocks in the test process, pulumi-gcp and
-  Kubernetes resources are only recorded, their outputs come from infra.mocks' tables
+  Kubernetes resources are only recorded, their outputs come from trainstack.infra.mocks' tables
   (none in a first preview), and the project root the program sees is set to the
   repository (the mocks answer "root_directory").
 - The dependency graph, parallel steps, targets, aliases, protect / retainOnDelete,

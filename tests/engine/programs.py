@@ -1,8 +1,8 @@
 """The stack programs whose dynamic resources the engine tier drives, run under mocks.
 
-A program run here is trainstack's own (`infra.compose.main_program`) with a stack's config,
-under `infra.testing.run_pulumi_program` (Pulumi's mock monitor). Besides what
-`infra.mocks.RecordingMonitor` records, each dynamic resource's RegisterResource `object`
+A program run here is trainstack's own (`trainstack.infra.compose.main_program`) with a stack's config,
+under `trainstack.infra.testing.run_pulumi_program` (Pulumi's mock monitor). Besides what
+`trainstack.infra.mocks.RecordingMonitor` records, each dynamic resource's RegisterResource `object`
 is kept exactly as the SDK sent it (the `__provider` secret and unknown sentinels
 included): that is what the engine hands on to the provider.
 
@@ -23,12 +23,12 @@ import pulumi
 import pytest
 from google.protobuf import struct_pb2
 
-import infra.mocks
-from infra.compose import main_program
-from infra.mocks import DEFAULT_OUTPUTS, RecordingMocks, RecordingMonitor
-from infra.plan import bundled_stacks, load_stack
-from infra.testing import run_pulumi_program
+import trainstack.infra.mocks
 from tests.engine.double import Goal
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import DEFAULT_OUTPUTS, RecordingMocks, RecordingMonitor
+from trainstack.infra.plan import bundled_stacks, load_stack
+from trainstack.infra.testing import run_pulumi_program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DYNAMIC_PREFIX = "pulumi-python:dynamic"
@@ -66,7 +66,7 @@ def _keeping() -> Iterator[list[_KeepingMonitor]]:
         return monitors[-1]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(infra.mocks, "RecordingMonitor", make)
+        patch.setattr(trainstack.infra.mocks, "RecordingMonitor", make)
         # Under `pulumi up` the language host gives the program the project's root (the
         # Pulumi.yaml folder); Pulumi's mocks answer the placeholder "root_directory".
         patch.setattr(pulumi, "get_root_directory", lambda: str(REPO_ROOT))

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from pulumi.runtime.proto import provider_pb2
 
-from components._local_processes import ProcessRef, ProcessTable, stop_processes
-from components._local_provider import read_records
 from tests.engine.cases import DYNAMIC_RESOURCES, LOCAL_CASES, relabelled, replaced
 from tests.engine.double import EngineStack, PluginLaunch, plain
 from tests.engine.programs import capture, sources
+from trainstack.components._local_processes import ProcessRef, ProcessTable, stop_processes
+from trainstack.components._local_provider import read_records
 
 DIFF_NONE = provider_pb2.DiffResponse.DIFF_NONE
 STEP_DELAY_S = "0.05"

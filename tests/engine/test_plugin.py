@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from infra.testing import run_program_dir
 from tests.engine.cases import DYNAMIC_RESOURCES
 from tests.engine.double import (
     EXITED_ON_SIGINT,
@@ -19,6 +18,7 @@ from tests.engine.double import (
     plugin_launch,
 )
 from tests.engine.programs import DYNAMIC_PREFIX, REPO_ROOT, capture, example_projects, sources
+from trainstack.infra.testing import run_program_dir
 
 
 def test_the_plugin_starts_from_the_repository_pulumi_yaml(launch: PluginLaunch) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import requests
 
-from infra.mocks import InvokeFailure, InvokeFn
 from tests.fakes import LocalServer
+from trainstack.infra.mocks import InvokeFailure, InvokeFn
 
 _STATUS = {403: "PERMISSION_DENIED", 404: "NOT_FOUND"}
 

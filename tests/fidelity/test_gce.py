@@ -1,7 +1,7 @@
 """Compute Engine fidelity: the planned managed instance group's nodes, each booting the
 startup script the plan renders and running its trainer unit the way systemd would.
 
-The plan is `infra.plan.build_plan` of the bundled `prod-a100-gce` stack cut to 2 nodes
+The plan is `trainstack.infra.plan.build_plan` of the bundled `prod-a100-gce` stack cut to 2 nodes
 (a2-highgpu-8g) and a few small steps of the MLP on digits (DDP, fp32). Every node runs
 the instance template's `metadataStartupScript` as root, with what the VM provides: its
 per-instance config's name as host name, its `trainstack-node-rank` metadata attribute,
@@ -34,7 +34,7 @@ What differs from Compute Engine, and why (nothing else changes behaviour):
   managed instance group recreates it from its per-instance config.
 
 `examples/own-trainer`'s gce stack runs the same way (slow): its VMs run your code through
-`python3 -m trainers.node <node_args>` as a world of 4, ship its lines to Cloud Logging and
+`python3 -m trainstack.trainers.node <node_args>` as a world of 4, ship its lines to Cloud Logging and
 end with local-run's weights.
 """
 
@@ -53,9 +53,6 @@ from typing import Any
 import pytest
 import yaml
 
-from components.gpu_startup import NODE_RANK_ATTRIBUTE
-from infra.mocks import REPO_ROOT
-from infra.plan import build_plan, load_stack
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.metadata_fake import MetadataFake, vm_values
@@ -73,8 +70,11 @@ from tests.fidelity.nodes import (
 )
 from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
-from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
-from trainers.common.cloud_logging import GCE_NAME_LABEL
+from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE
+from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.plan import build_plan, load_stack
+from trainstack.trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
+from trainstack.trainers.common.cloud_logging import GCE_NAME_LABEL
 
 STACK = "prod-a100-gce"
 TEMPLATE_TYPE = "gcp:compute/instanceTemplate:InstanceTemplate"

@@ -1,14 +1,14 @@
 """GKE fidelity: the planned Indexed Job's pods, run here the way the Job controller and the
 kubelet run them.
 
-The plan is `infra.plan.build_plan` of the bundled `dev-a100-gke` stack (2 nodes of
+The plan is `trainstack.infra.plan.build_plan` of the bundled `dev-a100-gke` stack (2 nodes of
 a2-highgpu-8g), its trainer cut to a few small steps of the MLP on digits. For each
 completion index the test runs the Job's container `command` + `args` with the container's
 `env` from the manifest, plus what Kubernetes adds: `JOB_COMPLETION_INDEX`, the pod's host
 name `<job>-<index>` and its headless-service name `<job>-<index>.<job>` in DNS.
 
 `examples/own-trainer`'s gke stack runs the same way (slow): its pods run your code through
-`python3 -m trainers.node <node_args>` as a world of 4 and end with local-run's weights.
+`python3 -m trainstack.trainers.node <node_args>` as a world of 4 and end with local-run's weights.
 
 What differs from GKE, and why (nothing else changes behaviour):
 
@@ -48,9 +48,6 @@ from typing import Any
 import pytest
 import yaml
 
-from components._pod_setup import POD_PYTHON
-from infra.mocks import REPO_ROOT
-from infra.plan import build_plan, load_stack
 from tests.components.test_tpu_startup import MetadataServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fidelity.job_controller import DISRUPTION_TARGET, IndexedJobController, policy_action
@@ -68,8 +65,11 @@ from tests.fidelity.nodes import (
 )
 from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
-from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
-from trainers.common.contract import EVENT_CHECKPOINT_WRITTEN
+from trainstack.components._pod_setup import POD_PYTHON
+from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.plan import build_plan, load_stack
+from trainstack.trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
+from trainstack.trainers.common.contract import EVENT_CHECKPOINT_WRITTEN
 
 STACK = "dev-a100-gke"
 JOB_TYPE = "kubernetes:batch/v1:Job"
@@ -186,7 +186,12 @@ def test_pod_manifest_runs_the_node_launcher() -> None:
     planned = _plan({"steps": 4})
     container = planned.container
     assert container["command"][:2] == ["bash", "-c"]
-    assert container["args"][:4] == [POD_PYTHON, "-m", "trainers.node", "trainers.torch_ddp"]
+    assert container["args"][:4] == [
+        POD_PYTHON,
+        "-m",
+        "trainstack.trainers.node",
+        "trainstack.trainers.torch_ddp",
+    ]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert env["TRAINSTACK_PACKAGE_URI"] == planned.package_uri
     assert (env["JOB_NAME"], env["TRAINSTACK_HEADLESS_SERVICE"]) == (planned.name,) * 2

@@ -2,7 +2,7 @@
 as the plan renders it, run with bash the way Compute Engine runs it at boot, against real
 TensorFlow.
 
-- The plan: `infra.plan.build_plan` of the bundled `dev-tpu-v5e` stack (v5litepod-16, 4
+- The plan: `trainstack.infra.plan.build_plan` of the bundled `dev-tpu-v5e` stack (v5litepod-16, 4
   workers, tpu-vm-tf-2.16.0-pod-pjrt), its trainer section cut to a few small steps so a
   run fits in a test (the global batch still a multiple of the 16 chips); the script is
   the V2Vm's `metadata.startup-script` input, the package the plan's BucketObject file. A single-host PJRT variant of the same stack
@@ -28,8 +28,8 @@ TensorFlow.
 - TPU chips are simulated: `TRAINSTACK_SIMULATED_ACCELERATORS=2` makes strategy 'tpu' run
   its loop over 2 CPU devices instead of TPUStrategy.
 - Your own code: examples/own-jax's TPU stack (on a 2-host v4-16) boots both hosts at once;
-  `python train.py` runs on each through `trainers.node --launcher=node` and
-  `trainers.user_code`, and `jax.distributed.initialize()` finds the slice with JAX's own
+  `python train.py` runs on each through `trainstack.trainers.node --launcher=node` and
+  `trainstack.trainers.user_code`, and `jax.distributed.initialize()` finds the slice with JAX's own
   TPU cluster detection (SIMULATED_TPU_VM stands in for the chips and libtpu; the metadata
   fake serves `tpu-env`, the hosts are loopback addresses).
 """
@@ -50,11 +50,11 @@ from typing import Any
 
 import pytest
 
-from infra.plan import build_plan, load_stack
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.metadata_fake import MetadataFake, vm_values
 from tests.fidelity.vertex import venv_over
+from trainstack.infra.plan import build_plan, load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = "dev-tpu-v5e"
@@ -308,7 +308,7 @@ def _objects(gcs: str, bucket: str) -> list[str]:
 
 
 TF_PROBE = ["-c", "import tensorflow as tf; print(tf.__version__)"]
-NODE_LAUNCH = ["-m", "trainers.node", "--launcher=node"]
+NODE_LAUNCH = ["-m", "trainstack.trainers.node", "--launcher=node"]
 KERAS_PIN = [
     "-m",
     "pip",
@@ -373,7 +373,7 @@ def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
         {"prog": "python3", "argv": KERAS_PIN, "env": {"PIP_BREAK_SYSTEM_PACKAGES": "1"}},
         {
             "prog": "python3",
-            "argv": [*NODE_LAUNCH, "trainers.tf_multiworker", *pod_plan.trainer_args],
+            "argv": [*NODE_LAUNCH, "trainstack.trainers.tf_multiworker", *pod_plan.trainer_args],
             "env": {
                 "TPU_WORKER_ID": "0",
                 "TPU_WORKER_HOSTNAMES": ",".join(IPS),
@@ -460,7 +460,11 @@ def test_single_host_pjrt_trains_with_the_pluggable_device_environment(tmp_path:
     tag = "[trainstack slice=dev-tpu-v5e-tpu worker=0]"
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     trainer = vm.calls()[-1]
-    assert trainer["argv"] == [*NODE_LAUNCH, "trainers.tf_multiworker", *planned.trainer_args]
+    assert trainer["argv"] == [
+        *NODE_LAUNCH,
+        "trainstack.trainers.tf_multiworker",
+        *planned.trainer_args,
+    ]
     # This image has no libtpu package and no /lib/libtpu.so: the path stays unset, said so.
     assert trainer["env"] == {
         "TPU_NAME": "local",
@@ -491,7 +495,9 @@ JAX's own switch for "this is a Cloud TPU VM", which turns on its TPU cluster de
 its CPU backend where a TPU VM's JAX would load libtpu (`tpu,cpu`). Finding no chips, JAX sets
 TPU_SKIP_MDS_QUERY, which only GceTpuCluster reads; GkeTpuCluster, before it, answers here as
 on a real VM, where the script's TPU_WORKER_HOSTNAMES is set as well."""
-SOURCE_PROBE = "from trainers.user_code import installed_source; print(installed_source())"
+SOURCE_PROBE = (
+    "from trainstack.trainers.user_code import installed_source; print(installed_source())"
+)
 TPU_ENV = (
     "ACCELERATOR_TYPE: 'v4-16'\nCHIPS_PER_HOST_BOUNDS: '2,2,1'\nHOST_BOUNDS: '1,1,2'\n"
     "NODE_ID: 'tpu-tpu'\nTOPOLOGY: '2x2x2'\nTYPE: 'V4'\nWORKER_ID: '{}'\nZONE: 'us-central2-b'\n"
@@ -539,7 +545,7 @@ def test_own_jax_runs_on_every_host_and_finds_the_slice_through_jax_tpu_detectio
             *_install_calls(vm, planned),
             {
                 "prog": "python3",
-                "argv": ["-m", "trainers.node", *planned.trainer_args],
+                "argv": ["-m", "trainstack.trainers.node", *planned.trainer_args],
                 "env": {
                     "TPU_WORKER_ID": str(worker),
                     "TPU_WORKER_HOSTNAMES": ",".join(LOOPBACK),
@@ -551,7 +557,7 @@ def test_own_jax_runs_on_every_host_and_finds_the_slice_through_jax_tpu_detectio
         lines = result.stdout.splitlines()
         assert (
             f"{tag} trainstack-node: node {worker} of 2, {CHIPS} accelerator(s), 1 process(es): "
-            f"{vm.image} -m trainers.user_code -- python train.py"
+            f"{vm.image} -m trainstack.trainers.user_code -- python train.py"
         ) in lines
         assert lines[-1] == f"{tag} trainer finished"
         # The code ran from the uploaded package's source folder in the runtime's Python.

@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from components.trainer_package import RUNTIME_DEPENDENCIES
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fidelity.test_tpu import CHIPS, REPO, TpuVm, _plan, _records
+from trainstack.components.trainer_package import RUNTIME_DEPENDENCIES
 
 pytestmark = [
     pytest.mark.slow,

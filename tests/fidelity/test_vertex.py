@@ -1,11 +1,11 @@
 """Vertex AI fidelity: a planned CustomJob, run here the way Vertex runs it.
 
-Each test builds the plan of a Vertex stack with `infra.plan.build_plan`, takes the
+Each test builds the plan of a Vertex stack with `trainstack.infra.plan.build_plan`, takes the
 CustomJob body's workerPoolSpecs and, for every replica, sets the environment Vertex
 documents and runs the pool's container `command` + `args` in a fresh container of the
 image: the pod setup script downloads the package the plan uploads (from a GCS emulator,
 with a fake metadata server's token), installs it into the image's `python3` and execs
-`python3 -m trainers.node ...` (`tests.fidelity.vertex`, whose docstring lists what differs
+`python3 -m trainstack.trainers.node ...` (`tests.fidelity.vertex`, whose docstring lists what differs
 from Vertex). GPUs are simulated with `TRAINSTACK_SIMULATED_ACCELERATORS`, as many per
 replica as the pool's `machineSpec.acceleratorCount`.
 
@@ -15,7 +15,7 @@ trainer imports on Vertex (AIP_TENSORBOARD_LOG_DIR is always set).
 
 Versions: torch 2.13 here is the torch image's (pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime;
 its torch is the CUDA build); Python is 3.11 here (the shared venv's), while that image ships
-Python 3.12 (`components.catalog.images.TORCH_IMAGE_PYTHON_SOURCE`), so this run does not
+Python 3.12 (`trainstack.components.catalog.images.TORCH_IMAGE_PYTHON_SOURCE`), so this run does not
 prove the torch path on 3.12. TensorFlow is
 2.20 here with tf-keras 2.20.1, not the TF image's 2.17.0 (not installable on this offline
 machine): the setup script picks tf-keras at the image's TensorFlow minor, so here it asks
@@ -33,14 +33,6 @@ from typing import Any
 import pytest
 import yaml
 
-from components._pod_setup import POD_SCRIPT
-from components.catalog.images import (
-    VERTEX_TRAINING_IMAGES,
-    VertexTrainingImage,
-    mirror_registry,
-    mirrored_image_uri,
-)
-from infra.plan import build_plan
 from tests.components.test_tpu_startup import MetadataServer
 from tests.fidelity.nodes import Image, sdist_requires, stage_buckets
 from tests.fidelity.vertex import (
@@ -52,8 +44,16 @@ from tests.fidelity.vertex import (
 )
 from tests.trainers.conftest import REPO
 from tests.trainers.local_cli import finish, local_run
-from trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
-from trainers.common.contract import TF_MODULE, TORCH_MODULE
+from trainstack.components._pod_setup import POD_SCRIPT
+from trainstack.components.catalog.images import (
+    VERTEX_TRAINING_IMAGES,
+    VertexTrainingImage,
+    mirror_registry,
+    mirrored_image_uri,
+)
+from trainstack.infra.plan import build_plan
+from trainstack.trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
+from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 TWO_BY_TWO = {
     "machine_type": "a2-highgpu-2g",  # 2 x A100 per replica
@@ -139,7 +139,7 @@ def test_two_replicas_of_two_gpus_train_as_one_world_of_four(
     for pool in pools:
         spec = pool["containerSpec"]
         assert (spec["imageUri"], spec["command"]) == (_pulled(image, "fidelity-torch"), COMMAND)
-        assert spec["args"][:4] == ["python3", "-m", "trainers.node", TORCH_MODULE]
+        assert spec["args"][:4] == ["python3", "-m", "trainstack.trainers.node", TORCH_MODULE]
         assert spec["env"] == [GPUS_2, {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}]
     # The torch image has no tensorboard, which torch.utils.tensorboard imports when
     # AIP_TENSORBOARD_LOG_DIR is set: the package requires it (any version torch accepts).
@@ -188,7 +188,7 @@ def test_tensorflow_runs_on_the_tensorflow_image_with_tf_keras_at_its_minor(
     for pool in job.job_spec["workerPoolSpecs"]:
         spec = pool["containerSpec"]
         assert (spec["imageUri"], spec["command"]) == (_pulled(image, "fidelity-tf"), COMMAND)
-        assert spec["args"][:4] == ["python3", "-m", "trainers.node", TF_MODULE]
+        assert spec["args"][:4] == ["python3", "-m", "trainstack.trainers.node", TF_MODULE]
         assert spec["env"] == [
             GPUS_2,
             {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri},
@@ -228,7 +228,7 @@ def test_a_users_image_runs_the_bundled_trainer_through_the_same_setup_script() 
             "args": [
                 "python3",
                 "-m",
-                "trainers.node",
+                "trainstack.trainers.node",
                 TORCH_MODULE,
                 "--dataset=digits",
                 "--steps=4",
@@ -292,7 +292,7 @@ def own_node_args(checkpoints: str, stack: str = "fidelity-own") -> list[str]:
     `OWN_ARGS`, with the run contract's folders in the stack's buckets."""
     return [
         "-m",
-        "trainers.node",
+        "trainstack.trainers.node",
         "--launcher=torchrun",
         f"--env=TRAINSTACK_CHECKPOINT_DIR={checkpoints}/checkpoints/{stack}",
         f"--env=TRAINSTACK_DATA_DIR=gs://my-ml-project-{stack}-data",
@@ -354,7 +354,7 @@ def test_own_trainer_on_two_replicas_of_two_gpus_is_a_world_of_four_like_local_r
         assert pool["containerSpec"] == {
             "imageUri": _pulled(image, "fidelity-own"),
             "command": COMMAND,
-            "args": ["python3", "-m", "trainers.node", *node_args],
+            "args": ["python3", "-m", "trainstack.trainers.node", *node_args],
             "env": [GPUS_2, {"name": "TRAINSTACK_PACKAGE_URI", "value": job.package_uri}],
         }
     _stage(job, gcs_emulator)

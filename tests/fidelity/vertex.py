@@ -26,7 +26,7 @@ What differs from Vertex, and why:
   nobody declares fails here as it would on Vertex. The layer is a plain path (no `.pth`
   processing), so the shared venv's editable trainstack install stays invisible: `trainers`
   comes from the installed sdist only. Python is 3.11 here (the shared venv's): the TF
-  image's, but not the torch image's, which ships 3.12 (`components.catalog.images.
+  image's, but not the torch image's, which ships 3.12 (`trainstack.components.catalog.images.
   TORCH_IMAGE_PYTHON_SOURCE`), so the torch path is not run on 3.12 here; torch is 2.13 (CPU)
   as in the torch image (its CUDA build there); TensorFlow is 2.20 with tf-keras 2.20.1
   here, the TF image's 2.17.0 is not installable on this offline machine. The image is the
@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from infra.mocks import REPO_ROOT
-from trainers.local import free_ports
+from trainstack.infra.mocks import REPO_ROOT
+from trainstack.trainers.local import free_ports
 
 if TYPE_CHECKING:  # nodes imports this module
     from tests.fidelity.nodes import Image

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from tests.fakes.gcs_emulator import running_gcs_emulator
-from trainers.common.signals import descendants
-from trainers.local import torchrun_command
+from trainstack.trainers.common.signals import descendants
+from trainstack.trainers.local import torchrun_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,8 +40,8 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def command(args: Sequence[str], workers: int, torchrun: bool = False) -> list[str]:
     if workers == 1 and not torchrun:
-        return [sys.executable, "-m", "trainers.torch_ddp", *args]
-    return torchrun_command(workers, "-m", "trainers.torch_ddp", *args)
+        return [sys.executable, "-m", "trainstack.trainers.torch_ddp", *args]
+    return torchrun_command(workers, "-m", "trainstack.trainers.torch_ddp", *args)
 
 
 class Run:

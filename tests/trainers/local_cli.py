@@ -1,5 +1,5 @@
 """Helpers for `trainstack local-run` as a person runs it: the real CLI in a subprocess
-(`python -m infra.cli`), a bundled stack file copied with a private `local.root`, real
+(`python -m trainstack.infra.cli`), a bundled stack file copied with a private `local.root`, real
 signals, and process checks through /proc."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.trainers.conftest import REPO, Record
-from trainers.common.signals import descendants
+from trainstack.trainers.common.signals import descendants
 
 PROGRESS_LINE = re.compile(
     r"^(starting \d+ workers; log \S+"
@@ -49,7 +49,15 @@ def local_run(
     """`trainstack local-run --config-file CONFIG ARGS` with stdout and stderr piped, in a
     session of its own (so a test can signal its process group, as a terminal would)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "infra.cli", "local-run", "--config-file", str(config), *args],
+        [
+            sys.executable,
+            "-m",
+            "trainstack.infra.cli",
+            "local-run",
+            "--config-file",
+            str(config),
+            *args,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

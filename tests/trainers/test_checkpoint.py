@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainers.common.checkpoint import MARKER, CheckpointStore, step_name
-from trainers.torch_ddp.checkpoint import Checkpointer
+from trainstack.trainers.common.checkpoint import MARKER, CheckpointStore, step_name
+from trainstack.trainers.torch_ddp.checkpoint import Checkpointer
 
 pytestmark = pytest.mark.trainer
 

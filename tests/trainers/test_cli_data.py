@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainers.common.cli import load_config
-from trainers.common.data import StepSampler, load_dataset, load_digits
+from trainstack.trainers.common.cli import load_config
+from trainstack.trainers.common.data import StepSampler, load_dataset, load_digits
 
 pytestmark = pytest.mark.trainer
 

@@ -9,9 +9,14 @@ import sys
 import pytest
 import torch
 
-from trainers.common.config import TrainConfig
-from trainers.common.metrics import GPU_PEAK_BF16_FLOPS, gpu_peak, gpu_peak_flops, mfu_fields
-from trainers.torch_ddp.models import GPT, flops_per_sample
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.metrics import (
+    GPU_PEAK_BF16_FLOPS,
+    gpu_peak,
+    gpu_peak_flops,
+    mfu_fields,
+)
+from trainstack.trainers.torch_ddp.models import GPT, flops_per_sample
 
 # The trainer's default GPT: vocab 256, seq_len 64, dim 64, 2 layers, 4 heads.
 V, T, D, L, H = 256, 64, 64, 2, 4
@@ -148,8 +153,8 @@ def test_tensorflow_gpt_flops_match_the_torch_count() -> None:
     # In a child process: importing TensorFlow here would leave it in this pytest process,
     # where other tests assert that their code paths never load it.
     probe = f"""
-from trainers.common.config import TrainConfig
-from trainers.tf_multiworker.models import build_model, flops_per_sample
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.tf_multiworker.models import build_model, flops_per_sample
 cfg = TrainConfig(model="gpt", gpt_layers={L}, gpt_dim={D}, gpt_heads={H}, seq_len={T},
                   vocab_size={V})
 model = build_model(cfg, ({T},), {V})

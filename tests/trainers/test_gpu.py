@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tests.trainers.conftest import Run, run_to_end
-from trainers.common.checkpoint import CheckpointStore
-from trainers.common.metrics import gpu_peak_flops
+from trainstack.trainers.common.checkpoint import CheckpointStore
+from trainstack.trainers.common.metrics import gpu_peak_flops
 
 _SPEC = importlib.util.spec_from_file_location(
     "gpu_throughput", Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_throughput.py"

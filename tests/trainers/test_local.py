@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers.common.config import TrainConfig
-from trainers.local import prepare_run, run_local
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.local import prepare_run, run_local
 
 pytestmark = pytest.mark.trainer
 
@@ -46,7 +46,13 @@ def test_tensorflow_plan_is_one_process_per_task(
     assert json.loads(config_path.read_text())["checkpoint_dir"] == str(
         (tmp_path / "checkpoints" / "tf").resolve()
     )
-    argv = [sys.executable, "-m", "trainers.tf_multiworker", "--config", str(config_path)]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainstack.trainers.tf_multiworker",
+        "--config",
+        str(config_path),
+    ]
     assert [p.argv for p in prepared.processes] == [argv] * 3
     tasks = [json.loads(p.env["TF_CONFIG"])["task"] for p in prepared.processes]
     assert tasks == [{"type": "worker", "index": i} for i in range(3)]

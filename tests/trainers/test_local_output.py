@@ -1,6 +1,6 @@
 """What `trainstack local-run` prints for a person and for a script: progress lines while a
 piped run trains, a summary whose values are never cut, `--json`, a finished run reported
-instead of silently reused, `--fresh`; and the formatting itself (`trainers.local_report`)."""
+instead of silently reused, `--fresh`; and the formatting itself (`trainstack.trainers.local_report`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 
 from tests.trainers.local_cli import PROGRESS_LINE, finish, local_run, log_records, stack_file
-from trainers.local import previous_done
-from trainers.local_report import (
+from trainstack.trainers.local import previous_done
+from trainstack.trainers.local_report import (
     LocalRunResult,
     PlainProgress,
     headline,

@@ -32,8 +32,8 @@ from tests.trainers.local_cli import (
     wait_for_record,
     wait_gone,
 )
-from trainers.common.contract import COLLECTIVE_TIMEOUT_ENV, EXIT_WITH_PARENT_ENV
-from trainers.local import RunStopper
+from trainstack.trainers.common.contract import COLLECTIVE_TIMEOUT_ENV, EXIT_WITH_PARENT_ENV
+from trainstack.trainers.local import RunStopper
 
 pytestmark = pytest.mark.trainer
 
@@ -201,14 +201,12 @@ def test_an_invalid_collective_timeout_is_a_config_error() -> None:
 
 _MIDDLE = """
 import subprocess, sys, time
-from trainers.common.signals import kill_with_parent
+from trainstack.trainers.common.signals import kill_with_parent
 child = subprocess.Popen(sys.argv[2:], preexec_fn=kill_with_parent() if sys.argv[1] == "1" else None)
 print(child.pid, flush=True)
 time.sleep(600)
 """
-_WATCHING = (
-    "from trainers.common.signals import watch_parent; watch_parent(); import time; time.sleep(600)"
-)
+_WATCHING = "from trainstack.trainers.common.signals import watch_parent; watch_parent(); import time; time.sleep(600)"
 
 
 def _orphan(pdeathsig: bool, child: list[str], env: dict[str, str]) -> int:

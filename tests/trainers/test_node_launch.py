@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from trainers.common.checkpoint import CheckpointStore
+from trainstack.trainers.common.checkpoint import CheckpointStore
 
 pytestmark = pytest.mark.trainer
 
@@ -43,8 +43,8 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_143(tmp_path: Path) -> No
         [
             sys.executable,
             "-m",
-            "trainers.node",
-            "trainers.torch_ddp",
+            "trainstack.trainers.node",
+            "trainstack.trainers.torch_ddp",
             *ARGS,
             f"--checkpoint_dir={ckpt}",
         ],

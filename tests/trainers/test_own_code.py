@@ -193,7 +193,7 @@ def test_a_crash_in_one_rank_is_a_failure_with_its_traceback_not_a_preemption(
     assert "rank 1 exited 1; its last output lines:" in lines
     assert "  KeyError: 'missing'" in lines
     status = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "status", "--config-file", str(config)],
+        [sys.executable, "-m", "trainstack.infra.cli", "status", "--config-file", str(config)],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.trainers.conftest import Record, Run, run_to_end
-from trainers.common.checkpoint import CheckpointStore
-from trainers.common.cli import load_config
-from trainers.local import run_local
+from trainstack.trainers.common.checkpoint import CheckpointStore
+from trainstack.trainers.common.cli import load_config
+from trainstack.trainers.local import run_local
 
 pytestmark = pytest.mark.trainer
 

@@ -17,8 +17,8 @@ import yaml
 
 from tests.trainers.conftest import REPO, trainer_env
 from tests.trainers.local_cli import cli_env
-from trainers.common.checkpoint import MARKER, CheckpointStore
-from trainers.common.fingerprint import FINGERPRINT_FIELD, STATE_KEYS
+from trainstack.trainers.common.checkpoint import MARKER, CheckpointStore
+from trainstack.trainers.common.fingerprint import FINGERPRINT_FIELD, STATE_KEYS
 
 pytestmark = pytest.mark.trainer
 
@@ -62,13 +62,15 @@ def test_torch_trainer_refuses_changed_learning_rate_and_resumes_changed_steps(
     """About 10 s: three single-process runs of the torch trainer on one folder."""
     ckpt = tmp_path / "ckpt"
     args = [*TORCH_ARGS, f"--checkpoint_dir={ckpt}"]
-    code, stderr = _trainer("trainers.torch_ddp", [*args, "--steps=10"])
+    code, stderr = _trainer("trainstack.trainers.torch_ddp", [*args, "--steps=10"])
     assert code == 0, stderr
     marker = json.loads((ckpt / "step-00000010" / MARKER).read_text())
     assert sorted(marker[FINGERPRINT_FIELD]["settings"]) == sorted(STATE_KEYS)
     assert marker[FINGERPRINT_FIELD]["settings"]["learning_rate"] == 0.001
 
-    code, stderr = _trainer("trainers.torch_ddp", [*args, "--steps=10", "--learning_rate=0.01"])
+    code, stderr = _trainer(
+        "trainstack.trainers.torch_ddp", [*args, "--steps=10", "--learning_rate=0.01"]
+    )
     assert code == 2
     line = _refusal(stderr)
     assert f"checkpoint step 10 in {ckpt} was written with other settings " in line
@@ -79,7 +81,7 @@ def test_torch_trainer_refuses_changed_learning_rate_and_resumes_changed_steps(
     out = tmp_path / "resume.jsonl"
     with out.open("w") as sink:
         resumed = subprocess.run(
-            [sys.executable, "-m", "trainers.torch_ddp", *args, "--steps=15"],
+            [sys.executable, "-m", "trainstack.trainers.torch_ddp", *args, "--steps=15"],
             stdout=sink,
             stderr=subprocess.PIPE,
             text=True,
@@ -99,10 +101,10 @@ def test_node_launcher_refuses_before_torchrun_starts(tmp_path: Path) -> None:
     cloud target's) checks the newest checkpoint first and exits 2 itself."""
     ckpt = tmp_path / "ckpt"
     args = [*TORCH_ARGS, f"--checkpoint_dir={ckpt}", "--steps=5"]
-    assert _trainer("trainers.torch_ddp", args)[0] == 0
+    assert _trainer("trainstack.trainers.torch_ddp", args)[0] == 0
     code, stderr = _trainer(
-        "trainers.node",
-        ["trainers.torch_ddp", *args, "--learning_rate=0.01"],
+        "trainstack.trainers.node",
+        ["trainstack.trainers.torch_ddp", *args, "--learning_rate=0.01"],
         {"TRAINSTACK_SIMULATED_ACCELERATORS": "2"},
     )
     assert code == 2
@@ -116,10 +118,10 @@ def test_torch_trainer_refuses_a_checkpoint_without_fingerprint(tmp_path: Path) 
     """A checkpoint committed before fingerprints were recorded is not resumed blindly."""
     ckpt = tmp_path / "ckpt"
     args = [*TORCH_ARGS, f"--checkpoint_dir={ckpt}", "--steps=5"]
-    assert _trainer("trainers.torch_ddp", args)[0] == 0
+    assert _trainer("trainstack.trainers.torch_ddp", args)[0] == 0
     marker = ckpt / "step-00000005" / MARKER
     marker.write_text(json.dumps({"step": 5, "committed_at": 1.0}))
-    code, stderr = _trainer("trainers.torch_ddp", [*args[:-1], "--steps=10"])
+    code, stderr = _trainer("trainstack.trainers.torch_ddp", [*args[:-1], "--steps=10"])
     assert code == 2
     assert (
         f"checkpoint step 5 in {ckpt} records no settings fingerprint (written before "
@@ -156,7 +158,15 @@ def _stack(tmp_path: Path, folder: str, **trainer: object) -> Path:
 
 def _local_run(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "local-run", "--config-file", str(config), *args],
+        [
+            sys.executable,
+            "-m",
+            "trainstack.infra.cli",
+            "local-run",
+            "--config-file",
+            str(config),
+            *args,
+        ],
         capture_output=True,
         text=True,
         cwd=config.parent,
@@ -221,15 +231,15 @@ def test_tensorflow_trainer_refuses_changed_learning_rate_and_resumes_changed_st
         f"--checkpoint_dir={ckpt}",
     ]
     env = {"TRAINSTACK_TF_CPU_REPLICAS": "1"}
-    code, stderr = _trainer("trainers.tf_multiworker", [*args, "--steps=5"], env)
+    code, stderr = _trainer("trainstack.trainers.tf_multiworker", [*args, "--steps=5"], env)
     assert code == 0, stderr[-2000:]
     code, stderr = _trainer(
-        "trainers.tf_multiworker", [*args, "--steps=5", "--learning_rate=0.01"], env
+        "trainstack.trainers.tf_multiworker", [*args, "--steps=5", "--learning_rate=0.01"], env
     )
     assert code == 2
     line = _refusal(stderr)
     assert f"checkpoint step 5 in {ckpt} was written with other settings " in line
     assert "(learning_rate: 0.001 -> 0.01)" in line
-    code, stderr = _trainer("trainers.tf_multiworker", [*args, "--steps=10"], env)
+    code, stderr = _trainer("trainstack.trainers.tf_multiworker", [*args, "--steps=10"], env)
     assert code == 0, stderr[-2000:]
     assert CheckpointStore(str(ckpt), keep=1).complete_steps()[-1] == 10

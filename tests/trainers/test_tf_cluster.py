@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from trainers.common.cluster import resolve_cluster
-from trainers.common.config import TrainConfig
-from trainers.common.schedule import learning_rate
-from trainers.local import local_processes, tf_cluster_tasks
-from trainers.tf_multiworker.cluster import (
+from trainstack.trainers.common.cluster import resolve_cluster
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.schedule import learning_rate
+from trainstack.trainers.local import local_processes, tf_cluster_tasks
+from trainstack.trainers.tf_multiworker.cluster import (
     TFCluster,
     simulated_tpu_chips,
     tf_cluster,
     tpu_target,
 )
-from trainers.tf_multiworker.launch import main
+from trainstack.trainers.tf_multiworker.launch import main
 
 _VERTEX_CLUSTER = {
     "workerpool0": ["cmle-training-workerpool0-ab12-0:2222"],
@@ -185,7 +185,7 @@ def _configs(processes: list[Any]) -> list[dict[str, Any]]:
 def test_local_multi_worker_processes(tmp_path: Path) -> None:
     config = tmp_path / "run.json"
     procs = local_processes(_tf("multi_worker_mirrored"), 2, config)
-    argv = [sys.executable, "-m", "trainers.tf_multiworker", "--config", str(config)]
+    argv = [sys.executable, "-m", "trainstack.trainers.tf_multiworker", "--config", str(config)]
     assert [p.argv for p in procs] == [argv, argv]
     specs = _configs(procs)
     assert [s["task"] for s in specs] == [
@@ -238,7 +238,7 @@ _TF = ["--framework=tensorflow"]
             ["--strategy=ddp"],
             2,
             "",
-            "trainstack trainer: trainer.framework is 'torch'; trainers.tf_multiworker runs "
+            "trainstack trainer: trainer.framework is 'torch'; trainstack.trainers.tf_multiworker runs "
             "'tensorflow' only\n",
         ),
         (
@@ -384,7 +384,7 @@ def test_a_malformed_simulated_chip_count_is_a_config_error(
 
 
 def test_both_trainers_use_the_one_schedule() -> None:
-    from trainers.torch_ddp import train as torch_train
+    from trainstack.trainers.torch_ddp import train as torch_train
 
     assert torch_train.learning_rate is learning_rate
     cfg = TrainConfig(steps=50, warmup_steps=10, learning_rate=0.02)

@@ -1,5 +1,5 @@
 """The TensorFlow trainer's Keras check with real TensorFlow (2.20 here, with tf-keras 2.20):
-the trainer started the way every platform starts it, `python -m trainers.tf_multiworker`,
+the trainer started the way every platform starts it, `python -m trainstack.trainers.tf_multiworker`,
 with tf-keras present, missing or at another minor (a stand-in package first on
 PYTHONPATH), and with metadata that claims an older TensorFlow. Each run stops at the check,
 before any training; the versions this machine lacks are covered by
@@ -25,7 +25,13 @@ def _trainer(tmp_path: Path, shadow: Path | None = None) -> subprocess.Completed
         "TF_USE_LEGACY_KERAS": "1",  # inherited from a launcher; the trainer decides
     }
     return subprocess.run(
-        [sys.executable, "-m", "trainers.tf_multiworker", *ARGS, f"--checkpoint_dir={tmp_path}"],
+        [
+            sys.executable,
+            "-m",
+            "trainstack.trainers.tf_multiworker",
+            *ARGS,
+            f"--checkpoint_dir={tmp_path}",
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -45,8 +51,8 @@ def _only_error(result: subprocess.CompletedProcess[str]) -> str:
 
 def test_real_tensorflow_and_tf_keras_give_the_trainer_keras_2() -> None:
     code = (
-        "import os, trainers.tf_multiworker\n"
-        "from trainers.tf_multiworker.keras_setup import load_keras\n"
+        "import os, trainstack.trainers.tf_multiworker\n"
+        "from trainstack.trainers.tf_multiworker.keras_setup import load_keras\n"
         "import tensorflow as tf, tf_keras\n"
         "keras = load_keras()\n"
         "print(os.environ['TF_USE_LEGACY_KERAS'], tf.__version__, tf_keras.__version__,"
@@ -97,5 +103,5 @@ def test_metadata_claiming_tensorflow_2_15_is_caught_after_import(tmp_path: Path
     assert _only_error(_trainer(tmp_path, shadow)) == (
         "trainstack trainer: TF_USE_LEGACY_KERAS: TensorFlow 2.20.0 was imported without it, so "
         "tf.keras is Keras 3, which fails inside MultiWorkerMirroredStrategy; valid: import "
-        "trainers.tf_multiworker before tensorflow (it sets TF_USE_LEGACY_KERAS=1)"
+        "trainstack.trainers.tf_multiworker before tensorflow (it sets TF_USE_LEGACY_KERAS=1)"
     )

@@ -19,9 +19,9 @@ import yaml
 
 from tests.trainers.conftest import REPO, Record
 from tests.trainers.tf_helpers import TF_BASE, TFRun, probe, train_step_at_least
-from trainers.common.checkpoint import CheckpointStore
-from trainers.common.cli import load_config
-from trainers.local import run_local
+from trainstack.trainers.common.checkpoint import CheckpointStore
+from trainstack.trainers.common.cli import load_config
+from trainstack.trainers.local import run_local
 
 pytestmark = pytest.mark.trainer
 
@@ -70,7 +70,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Record, Path]:
     }
     stack.write_text(yaml.safe_dump({"config": config}))
     done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "local-run", "--config-file", str(stack)],
+        [sys.executable, "-m", "trainstack.infra.cli", "local-run", "--config-file", str(stack)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -269,8 +269,8 @@ def test_tpu_strategy_on_cpu() -> None:
             "logits": [2, 16, 32],
         },
     }
-    from trainers.common.config import TrainConfig
-    from trainers.common.schedule import learning_rate
+    from trainstack.trainers.common.config import TrainConfig
+    from trainstack.trainers.common.schedule import learning_rate
 
     cfg = TrainConfig(framework="tensorflow", steps=50, warmup_steps=10, learning_rate=0.02)
     for step, value in out["schedule"].items():

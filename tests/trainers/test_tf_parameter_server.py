@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.trainers.tf_helpers import TF_BASE, TFRun, train_step_at_least
-from trainers.common.checkpoint import CheckpointStore
-from trainers.common.cli import load_config
-from trainers.local import run_local
+from trainstack.trainers.common.checkpoint import CheckpointStore
+from trainstack.trainers.common.cli import load_config
+from trainstack.trainers.local import run_local
 
 pytestmark = pytest.mark.trainer
 

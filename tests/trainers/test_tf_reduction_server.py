@@ -8,10 +8,14 @@ import json
 
 import pytest
 
-from trainers.common.cluster import resolve_cluster
-from trainers.common.config import TrainConfig
-from trainers.tf_multiworker.cluster import TFCluster, all_reduce_implementation, tf_cluster
-from trainers.tf_multiworker.launch import check_topology, main
+from trainstack.trainers.common.cluster import resolve_cluster
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.tf_multiworker.cluster import (
+    TFCluster,
+    all_reduce_implementation,
+    tf_cluster,
+)
+from trainstack.trainers.tf_multiworker.launch import check_topology, main
 
 HOSTS = {
     "workerpool0": ["cmle-training-workerpool0-ab12-0:2222"],
@@ -23,8 +27,8 @@ HOSTS = {
 }
 JOB = {
     "worker_pool_specs": [
-        {"python_package_spec": {"python_module": "trainers.node"}},
-        {"python_package_spec": {"python_module": "trainers.node"}},
+        {"python_package_spec": {"python_module": "trainstack.trainers.node"}},
+        {"python_package_spec": {"python_module": "trainstack.trainers.node"}},
         {
             "container_spec": {
                 "image_uri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from tests.trainers.conftest import REPO, Record, Run, run_to_end, trainer_env
-from trainers.common.checkpoint import CheckpointStore
-from trainers.common.cli import load_config
-from trainers.common.data import load_dataset, shard_sampler
-from trainers.common.tokens import CACHE_ENV
+from trainstack.trainers.common.checkpoint import CheckpointStore
+from trainstack.trainers.common.cli import load_config
+from trainstack.trainers.common.data import load_dataset, shard_sampler
+from trainstack.trainers.common.tokens import CACHE_ENV
 
 pytestmark = pytest.mark.trainer
 
@@ -164,7 +164,7 @@ def test_tensorflow_refuses_token_shards(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "trainers.tf_multiworker",
+            "trainstack.trainers.tf_multiworker",
             "--framework=tensorflow",
             *_cfg(str(out)),
             "--steps=1",

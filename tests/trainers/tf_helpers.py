@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.trainers.conftest import REPO, Record
-from trainers.common.cli import load_config
-from trainers.local import prepare_run
+from trainstack.trainers.common.cli import load_config
+from trainstack.trainers.local import prepare_run
 
 # Flags every TensorFlow test run shares: 2 workers x 32 (or 1 x 64) on the digits set.
 TF_BASE = [

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-import trainers.tf_multiworker  # noqa: F401  (selects tf-keras before TensorFlow loads)
+import trainstack.trainers.tf_multiworker  # noqa: F401  (selects tf-keras before TensorFlow loads)
 
 
 def compare(a: str, b: str) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def tpu() -> dict[str, Any]:
     # 1. The trainer itself on this CPU machine, as the TPU VM startup script starts it.
     os.environ.update({"TPU_WORKER_ID": "0"})
     os.environ.pop("TPU_WORKER_HOSTNAMES", None)
-    from trainers.tf_multiworker.launch import main
+    from trainstack.trainers.tf_multiworker.launch import main
 
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
@@ -61,10 +61,10 @@ def tpu() -> dict[str, Any]:
 
     import tensorflow as tf
 
-    from trainers.common.config import TrainConfig
-    from trainers.tf_multiworker import loop, train
-    from trainers.tf_multiworker.cluster import tpu_target
-    from trainers.tf_multiworker.data import load
+    from trainstack.trainers.common.config import TrainConfig
+    from trainstack.trainers.tf_multiworker import loop, train
+    from trainstack.trainers.tf_multiworker.cluster import tpu_target
+    from trainstack.trainers.tf_multiworker.data import load
 
     # 2. Resolver over a fake 4-host slice (a v4-32 has 4 TPU VM workers).
     hosts = "t1-w-0,t1-w-1,t1-w-2,t1-w-3"
@@ -119,7 +119,7 @@ def tpu() -> dict[str, Any]:
         }
     out["built"] = built
 
-    # 5. The optimizer's schedule follows trainers.common.schedule step by step.
+    # 5. The optimizer's schedule follows trainstack.trainers.common.schedule step by step.
     cfg = TrainConfig(framework="tensorflow", steps=50, warmup_steps=10, learning_rate=0.02)
     schedule = loop.WarmupCosine(cfg.learning_rate, cfg.warmup_steps, cfg.steps)
     out["schedule"] = {step: float(schedule(step)) for step in (0, 5, 9, 10, 30, 49, 60)}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pulumi_gcp
 
-from infra.cli import app
+from trainstack.infra.cli import app
 
 # The pulumi_gcp modules a GPU stack's plan uses, loaded once here (speed only: a module not
 # listed is loaded by each child, as a fresh process would load it). pulumi_gcp loads a

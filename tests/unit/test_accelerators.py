@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.common.accelerators import (
+from trainstack.trainers.common.accelerators import (
     NVIDIA_SMI_DIRS,
     SIMULATED_ACCELERATORS_ENV,
     Accelerators,

@@ -10,15 +10,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.catalog.batch import (
+from trainstack.components.catalog.batch import (
     WorldSize,
     batch_problem,
     gpu_world_size,
     local_world_size,
     tpu_world_size,
 )
-from infra.cli import app
-from infra.config import ConfigError, load_stack_config
+from trainstack.infra.cli import app
+from trainstack.infra.config import ConfigError, load_stack_config
 
 PROJECT = {"gcp:project": "p", "gcp:region": "us-central1"}
 GCE = {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import load_stack_config
+from trainstack.infra.config import load_stack_config
 
 SPEC = importlib.util.spec_from_file_location(
     "plan_scaling", Path(__file__).resolve().parents[2] / "benchmarks" / "plan_scaling.py"

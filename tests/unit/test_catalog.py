@@ -1,5 +1,5 @@
 """The catalogs against their sources (reference/gcp-facts.md) and the reducer sizing rule:
-`components.catalog` (facts the components need) and `infra.catalog` (quotas and prices)."""
+`trainstack.components.catalog` (facts the components need) and `trainstack.infra.catalog` (quotas and prices)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from components import catalog
-from components.catalog import tpu_runtimes
-from components.catalog.gpus import VERTEX_GPU_ENUMS
-from components.catalog.tpu import tpu_runtime_match, tpu_slice
-from components.catalog.tpu_runtimes import parse_tf_runtime
-from components.catalog.vertex import reducers_needed
-from infra import catalog as plan_catalog
+from trainstack.components import catalog
+from trainstack.components.catalog import tpu_runtimes
+from trainstack.components.catalog.gpus import VERTEX_GPU_ENUMS
+from trainstack.components.catalog.tpu import tpu_runtime_match, tpu_slice
+from trainstack.components.catalog.tpu_runtimes import parse_tf_runtime
+from trainstack.components.catalog.vertex import reducers_needed
+from trainstack.infra import catalog as plan_catalog
 
 
 @pytest.mark.parametrize(
@@ -188,7 +188,7 @@ def test_every_accepted_tf_runtime_has_a_tensorflow_version_and_keras_rule() -> 
 
 
 def test_the_trainer_and_the_catalog_agree_where_tf_keras_starts() -> None:
-    from trainers.tf_multiworker import keras_setup
+    from trainstack.trainers.tf_multiworker import keras_setup
 
     assert keras_setup.TF_KERAS_FROM == tpu_runtimes.TF_KERAS_FROM == (2, 16)
     assert keras_setup.tf_keras_pin("2.17.1") == tpu_runtimes.tf_keras_requirement(2, 17)
@@ -337,11 +337,11 @@ def test_prices_are_marked_estimates() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "components.catalog",
-        "components.tpu_pod_slice",
-        "components.vertex_training_job",
-        "components.training_buckets",
-        "components.kubernetes_training_job",
+        "trainstack.components.catalog",
+        "trainstack.components.tpu_pod_slice",
+        "trainstack.components.vertex_training_job",
+        "trainstack.components.training_buckets",
+        "trainstack.components.kubernetes_training_job",
     ],
 )
 def test_components_load_no_stack_config_layer(module: str) -> None:

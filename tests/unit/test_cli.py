@@ -11,10 +11,10 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.mocks import REPO_ROOT
-from infra.plan import bundled_stacks, quota_table
 from tests.bundled import bundled_plan
+from trainstack.infra.cli import app
+from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.plan import bundled_stacks, quota_table
 
 runner = CliRunner()
 # `plan --stack NAME` of a bundled stack reads the session's run of it (tests/bundled.py).

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from infra.cli import app
-from infra.mocks import REPO_ROOT
 from tests.fakes import LocalServer
 from tests.fakes.vertex_server import VertexFakeServer
+from trainstack.infra.cli import app
+from trainstack.infra.mocks import REPO_ROOT
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("shared_bundled_runs")
@@ -133,7 +133,7 @@ def test_status_without_any_credentials_is_one_line_not_a_traceback(tmp_path: Pa
     )
     env.pop("FORCE_COLOR", None)
     done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "status", "--config-file"]
+        [sys.executable, "-m", "trainstack.infra.cli", "status", "--config-file"]
         + ["stacks/Pulumi.prod-vertex-rs.yaml", "--job", JOB],
         cwd=REPO_ROOT,
         env=env,
@@ -409,8 +409,8 @@ def test_stack_name_only_with_a_config_file() -> None:
 def test_a_components_own_check_is_one_line(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A component refuses a value the config loader let through; the engine wraps that
     # error once per resource and input it reached. Only the component's words are shown.
-    import infra.plan
-    import infra.policy
+    import trainstack.infra.plan
+    import trainstack.infra.policy
 
     def refuse(*_args: Any, **_kwargs: Any) -> None:
         try:
@@ -422,8 +422,8 @@ def test_a_components_own_check_is_one_line(command: str, monkeypatch: pytest.Mo
                 "multi-region"
             ) from inner
 
-    monkeypatch.setattr(infra.plan, "run_program", refuse)
-    monkeypatch.setattr(infra.policy, "run_program", refuse)
+    monkeypatch.setattr(trainstack.infra.plan, "run_program", refuse)
+    monkeypatch.setattr(trainstack.infra.policy, "run_program", refuse)
     result = runner.invoke(app, [command, "--stack", "prod-vertex-rs"])
     _one_error(
         result,

@@ -23,7 +23,7 @@ import pytest
 
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.metadata_fake import PROJECT, ZONE, MetadataFake, vm_values
-from trainers.common.cloud_logging import LogShipper, from_env, make_entry
+from trainstack.trainers.common.cloud_logging import LogShipper, from_env, make_entry
 
 REPO = Path(__file__).resolve().parents[2]
 METRIC = "gcp:logging/metric:Metric"
@@ -313,7 +313,7 @@ def _launch(tmp_path: Path, env: dict[str, str], mode: str) -> subprocess.Popen[
         [
             sys.executable,
             "-m",
-            "trainers.node",
+            "trainstack.trainers.node",
             "--launcher=node",
             "--",
             sys.executable,

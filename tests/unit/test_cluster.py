@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainers.common.cluster import ClusterInfo, resolve_cluster
+from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
 
 # Shapes as Vertex documents them (gcp-facts 3.3): chief in workerpool0, 2 workers in
 # workerpool1, a Reduction Server in workerpool2, an evaluator in workerpool3.

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.compose import main_program
-from infra.mocks import run_program
-from infra.plan import load_stack
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import run_program
+from trainstack.infra.plan import load_stack
 
 IDENTITY_GRANT_TYPES = {
     "gcp:storage/bucketIAMMember:BucketIAMMember",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError, StackConfig, load_stack_config
-from infra.estimate import quota_needs, summarize
+from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
+from trainstack.infra.estimate import quota_needs, summarize
 
 PROJECT = {"gcp:project": "p", "gcp:region": "us-central1"}
 TF_TPU = {"trainstack:trainer": {"framework": "tensorflow", "strategy": "tpu"}}
@@ -228,7 +228,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("trainer framework", {**LOCAL, "trainstack:trainer": {"framework": "jax"}}, ["trainer.framework: 'jax' is not allowed; valid: torch, tensorflow"]),
     ("trainer strategy", {**LOCAL, "trainstack:trainer": {"strategy": "mirrored"}}, ["trainer.strategy: 'mirrored' is not a torch strategy; valid: ddp, fsdp"]),
     ("trainer data_path", {**LOCAL, "trainstack:trainer": {"dataset": "files"}}, ["trainer.data_path: required when dataset is 'files'"]),
-    ("trainer unknown", {**LOCAL, "trainstack:trainer": {"epochs": 3}}, ["trainer.epochs: unknown key; valid: " + ", ".join([*__import__("trainers.common.config", fromlist=["TrainConfig"]).TrainConfig.model_fields, "source", "image", "requirements", "entrypoint", "launcher", "env", "secret_env"])]),
+    ("trainer unknown", {**LOCAL, "trainstack:trainer": {"epochs": 3}}, ["trainer.epochs: unknown key; valid: " + ", ".join([*__import__("trainstack.trainers.common.config", fromlist=["TrainConfig"]).TrainConfig.model_fields, "source", "image", "requirements", "entrypoint", "launcher", "env", "secret_env"])]),
     # --- several at once
     ("collects all", {**PROJECT, "trainstack:environment": "qa", "trainstack:local": {"workers": 0}, "trainstack:quotas": {"request_increases": True}}, [
         "environment: 'qa' is not allowed; valid: dev, staging, prod",

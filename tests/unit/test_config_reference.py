@@ -1,6 +1,6 @@
 """README's stack config reference names every key of the stack config models.
 
-The keys come from the pydantic models `infra.config.StackConfig` embeds (sections, nested
+The keys come from the pydantic models `trainstack.infra.config.StackConfig` embeds (sections, nested
 sections, entries of lists of models), so a key added to any model fails here until README
 documents it as its dotted path in backticks (`vertex.reduction_server.enabled`,
 `vertex.hyperparameter_tuning.parameters[].type`)."""
@@ -14,9 +14,9 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from infra.config import StackConfig
-from infra.mocks import REPO_ROOT
-from trainers.common.config import TF_STRATEGIES
+from trainstack.infra.config import StackConfig
+from trainstack.infra.mocks import REPO_ROOT
+from trainstack.trainers.common.config import TF_STRATEGIES
 
 GCP_FIELDS = {"project": "gcp:project", "region": "gcp:region", "zone": "gcp:zone"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pulumi.output import Unknown
 
-from components._discovery import assert_valid, load_document, schema_name, validate_body
+from trainstack.components._discovery import assert_valid, load_document, schema_name, validate_body
 
 API = "aiplatform.v1"
 MS = "GoogleCloudAiplatformV1MachineSpec"

@@ -1,4 +1,4 @@
-"""`python -m trainers.elastic`: torchrun whose exit tells a lost peer (4) from a code
+"""`python -m trainstack.trainers.elastic`: torchrun whose exit tells a lost peer (4) from a code
 error (1), and its `--worker` wrapper that classifies what a worker raised."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers.common.exit_codes import CRASH_EXIT_CODE, PEER_LOST_EXIT_CODE
-from trainers.elastic import exit_code_for, peer_lost
+from trainstack.trainers.common.exit_codes import CRASH_EXIT_CODE, PEER_LOST_EXIT_CODE
+from trainstack.trainers.elastic import exit_code_for, peer_lost
 
 pytest.importorskip("torch")
 
@@ -35,7 +35,7 @@ def test_a_store_that_is_gone_exits_4_not_1() -> None:
     argv = [
         sys.executable,
         "-m",
-        "trainers.elastic",
+        "trainstack.trainers.elastic",
         "--nnodes=2",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint=127.0.0.1:{_closed_port()}",
@@ -103,7 +103,7 @@ def test_worker_runs_the_module_as_main_and_classifies_what_it_raised(
 ) -> None:
     (tmp_path / "fake_trainer.py").write_text(body + "\n")
     done = subprocess.run(
-        [sys.executable, "-m", "trainers.elastic", "--worker", "fake_trainer", "--x=1"],
+        [sys.executable, "-m", "trainstack.trainers.elastic", "--worker", "fake_trainer", "--x=1"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -122,13 +122,13 @@ def one_worker_argv(module: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "trainers.elastic",
+        "trainstack.trainers.elastic",
         "--standalone",
         "--nnodes=1",
         "--nproc-per-node=1",
         "--max-restarts=0",
         "-m",
-        "trainers.elastic",
+        "trainstack.trainers.elastic",
         "--worker",
         module,
     ]

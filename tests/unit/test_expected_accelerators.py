@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from components.gpu_startup import GCE_STOP_EXIT_CODES, render_launcher
-from components.kubernetes_training_job import pod_failure_policy
-from trainers.common.accelerators import (
+from trainstack.components.gpu_startup import GCE_STOP_EXIT_CODES, render_launcher
+from trainstack.components.kubernetes_training_job import pod_failure_policy
+from trainstack.trainers.common.accelerators import (
     Accelerators,
     AcceleratorsMissing,
     check_expected,
     expected_count,
     usable_count,
 )
-from trainers.common.exit_codes import ACCELERATORS_MISSING_EXIT_CODE
+from trainstack.trainers.common.exit_codes import ACCELERATORS_MISSING_EXIT_CODE
 
 
 def _answers(torch_says: str) -> object:
@@ -75,7 +75,13 @@ def test_the_node_launcher_on_a_machine_without_gpus_exits_5(tmp_path: Path) -> 
         "TRAINSTACK_EXPECTED_ACCELERATORS": "8",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "trainers.node", "trainers.torch_ddp", "--steps=1"],
+        [
+            sys.executable,
+            "-m",
+            "trainstack.trainers.node",
+            "trainstack.trainers.torch_ddp",
+            "--steps=1",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -97,7 +103,7 @@ def test_every_launch_treats_exit_5_as_final() -> None:
     assert fail_job["onExitCodes"]["values"] == [1, 2, 5]
     launcher = render_launcher(
         package_uri="gs://b/t.tar.gz",
-        module="trainers.tf_multiworker",
+        module="trainstack.trainers.tf_multiworker",
         trainer_args=[],
         num_nodes=2,
         procs_per_node=1,

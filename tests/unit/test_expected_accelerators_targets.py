@@ -1,11 +1,11 @@
 """Which targets set TRAINSTACK_EXPECTED_ACCELERATORS, as the pinned plans send it, is what
-`trainers.common.accelerators` says: the GPU targets do, TPU VMs do not."""
+`trainstack.trainers.common.accelerators` says: the GPU targets do, TPU VMs do not."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.common import accelerators
+from trainstack.trainers.common import accelerators
 
 PLANS = Path(__file__).resolve().parents[1] / "plans"
 

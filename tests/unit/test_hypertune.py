@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.common.metrics import HYPERTUNE_METRIC_ENV, report_hypertune
+from trainstack.trainers.common.metrics import HYPERTUNE_METRIC_ENV, report_hypertune
 
 DONE = {"params_sha256": "ab", "loss": 0.2, "test_loss": 0.25, "test_accuracy": 0.97}
 

@@ -17,8 +17,8 @@ import pulumi
 import pytest
 from typer.testing import CliRunner
 
-from components.catalog import images
-from components.catalog.images import (
+from trainstack.components.catalog import images
+from trainstack.components.catalog.images import (
     PYTORCH_GPU_IMAGES,
     VERTEX_IMAGE_END_OF_AVAILABILITY,
     VERTEX_TRAINING_IMAGES,
@@ -26,11 +26,11 @@ from components.catalog.images import (
     image_availability_problem,
     image_end_of_availability,
 )
-from components.vertex_training_job import VertexTrainingJob
-from infra.cli import app
-from infra.config import ConfigError
-from infra.plan import build_plan, load_stack
-from trainers.common.contract import TF_MODULE, TORCH_MODULE
+from trainstack.components.vertex_training_job import VertexTrainingJob
+from trainstack.infra.cli import app
+from trainstack.infra.config import ConfigError
+from trainstack.infra.plan import build_plan, load_stack
+from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 TORCH_24 = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest"
 TF_217 = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from trainers.tf_multiworker import keras_setup
-from trainers.tf_multiworker.keras_setup import (
+from trainstack.trainers.tf_multiworker import keras_setup
+from trainstack.trainers.tf_multiworker.keras_setup import (
     KerasSetupError,
     check_keras,
     keras_problem,
@@ -156,5 +156,5 @@ def test_keras_3_behind_tf_keras_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
     assert str(info.value) == (
         "TF_USE_LEGACY_KERAS: TensorFlow 2.20.0 was imported without it, so tf.keras is Keras "
         "3, which fails inside MultiWorkerMirroredStrategy; valid: import "
-        "trainers.tf_multiworker before tensorflow (it sets TF_USE_LEGACY_KERAS=1)"
+        "trainstack.trainers.tf_multiworker before tensorflow (it sets TF_USE_LEGACY_KERAS=1)"
     )

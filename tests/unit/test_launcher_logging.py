@@ -4,10 +4,10 @@ dashboard look.
 The rendered launcher runs for real with bash against the metadata fake, a Cloud Storage fake
 (tests/fakes/metadata_fake.py, a small handler here) and the Cloud Logging fake
 (tests/fakes/logging_server.py, which evaluates filters); pip and the node launcher
-(`python3 -m trainers.node`) are fake executables. A download refused with 403, a failed pip
+(`python3 -m trainstack.trainers.node`) are fake executables. A download refused with 403, a failed pip
 install and a node launcher that stopped (with its last stderr lines) each end with an
-ERROR entry that `trainstack logs`' query (`infra.logs.cloud_filter`) and the dashboard's log
-filter (`gce_filters`) select, carrying the cause. The entry is the one the trainer's shipper writes (`trainers.common.cloud_logging`).
+ERROR entry that `trainstack logs`' query (`trainstack.infra.logs.cloud_filter`) and the dashboard's log
+filter (`gce_filters`) select, carrying the cause. The entry is the one the trainer's shipper writes (`trainstack.trainers.common.cloud_logging`).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import Any
 
 import pytest
 
-from components.gpu_startup import NODE_RANK_ATTRIBUTE, node_helper, render_launcher
-from components.training_dashboard.targets import gce_filters
-from infra.config import load_stack_config
-from infra.logs import cloud_filter
-from infra.plan import load_stack
 from tests.fakes import LocalServer
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.metadata_fake import PROJECT, ZONE, MetadataFake, vm_values
-from trainers.common.cloud_logging import LogShipper
-from trainers.common.contract import LOG_ID
+from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE, node_helper, render_launcher
+from trainstack.components.training_dashboard.targets import gce_filters
+from trainstack.infra.config import load_stack_config
+from trainstack.infra.logs import cloud_filter
+from trainstack.infra.plan import load_stack
+from trainstack.trainers.common.cloud_logging import LogShipper
+from trainstack.trainers.common.contract import LOG_ID
 
 STACK = "prod-a100-gce"
 NAMES = [f"{STACK}-a100-0", f"{STACK}-a100-1"]
@@ -118,7 +118,7 @@ def _run(
         (bin_dir / prog).chmod(0o755)
     launcher = render_launcher(
         package_uri=PACKAGE,
-        module="trainers.tf_multiworker",
+        module="trainstack.trainers.tf_multiworker",
         trainer_args=["--framework=tensorflow", "--steps=10"],
         num_nodes=2,
         procs_per_node=1,
@@ -200,7 +200,7 @@ def test_setup_failures_reach_trainstack_logs_and_the_dashboard(
 
 
 LOST = (
-    "trainstack-node: node 1 of 2, 8 accelerator(s), 8 process(es): python3 -m trainers.elastic\n"
+    "trainstack-node: node 1 of 2, 8 accelerator(s), 8 process(es): python3 -m trainstack.trainers.elastic\n"
     "trainstack-elastic: rendezvous lost (RendezvousConnectionError: The connection to the "
     "C10d store has failed.); exit 4 so the platform starts this node again\n"
     "trainstack-node: exit 4 (target exit 4)\n"

@@ -10,13 +10,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import infra.compose
-from infra.cli import app
-from infra.compose import main_program
-from infra.config import ConfigError, load_stack_config
-from infra.estimate import limit_problems, limits_plan, vertex_timeout_s
-from infra.mocks import run_program
-from infra.plan import STACKS_DIR, build_plan, read_stack_file
+import trainstack.infra.compose
+from trainstack.infra.cli import app
+from trainstack.infra.compose import main_program
+from trainstack.infra.config import ConfigError, load_stack_config
+from trainstack.infra.estimate import limit_problems, limits_plan, vertex_timeout_s
+from trainstack.infra.mocks import run_program
+from trainstack.infra.plan import STACKS_DIR, build_plan, read_stack_file
 
 VERTEX_OVER = (
     "limits.max_hourly_usd: the stack's estimated $143.65/hour is above the limit of "
@@ -132,7 +132,7 @@ def test_gpu_clusters_get_max_run_seconds(
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(infra.compose, "A100Cluster", recorder)
+    monkeypatch.setattr(trainstack.infra.compose, "A100Cluster", recorder)
     config = _stack(stack, max_run_hours=72)
     with pytest.raises(Stop):
         run_program(main_program, config=config, stack=stack)
@@ -156,7 +156,7 @@ def test_without_limits_no_max_run_seconds_is_passed(monkeypatch: pytest.MonkeyP
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(infra.compose, "A100Cluster", recorder)
+    monkeypatch.setattr(trainstack.infra.compose, "A100Cluster", recorder)
     with pytest.raises(Stop):
         run_program(main_program, config=_stack("dev-a100-gke"), stack="dev-a100-gke")
     assert "max_run_seconds" not in seen[0]
@@ -172,7 +172,7 @@ def _tpu_slice_args(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> 
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(infra.compose, "TpuPodSlice", recorder)
+    monkeypatch.setattr(trainstack.infra.compose, "TpuPodSlice", recorder)
     with pytest.raises(Stop):
         run_program(main_program, config=config, stack="dev-tpu-v5e")
     return seen[0]

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.mocks import REPO_ROOT
 from tests.fakes.logging_server import LoggingFakeServer
+from trainstack.infra.cli import app
+from trainstack.infra.mocks import REPO_ROOT
 
 runner = CliRunner()
 _IDS = itertools.count(1)
@@ -291,7 +291,15 @@ def test_follow_prints_new_entries_once_and_stops_on_ctrl_c(outputs_file: Path) 
     outputs_file.write_text(json.dumps(OUTPUTS["dev-tpu-v5e"]))
     with LoggingFakeServer() as server:
         server.add(entry(1, tpu_resource(0), train(10, 0, 0)))
-        argv = [sys.executable, "-m", "infra.cli", "logs", "--stack", "dev-tpu-v5e", "--follow"]
+        argv = [
+            sys.executable,
+            "-m",
+            "trainstack.infra.cli",
+            "logs",
+            "--stack",
+            "dev-tpu-v5e",
+            "--follow",
+        ]
         argv += ["--outputs", str(outputs_file), "--poll-s", "0.2"]
         argv += ["--endpoint", f"logging={server.endpoint}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -327,7 +335,7 @@ def test_follow_prints_new_entries_once_and_stops_on_ctrl_c(outputs_file: Path) 
 
 
 def test_follow_local_file(tmp_path: Path) -> None:
-    from infra.logs import FileLogs, read_lines
+    from trainstack.infra.logs import FileLogs, read_lines
 
     log = tmp_path / "run.jsonl"
     log.write_text(json.dumps(train(1, 0, 0)) + "\n" + '{"event": "train", "st')

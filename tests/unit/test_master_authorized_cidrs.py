@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError, load_stack_config
-from infra.plan import build_plan, load_stack
+from trainstack.infra.config import ConfigError, load_stack_config
+from trainstack.infra.plan import build_plan, load_stack
 
 HINT = (
     "is not a CIDR block; valid: an address/prefix with the host bits zero, e.g. "

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from infra.plan import build_plan, load_stack
+from trainstack.infra.plan import build_plan, load_stack
 
 MODEL_FLAG = re.compile(r"--model_dir=([^\s\"'\\)]+)")
 RUN_FLAG = re.compile(r"--run_name=([A-Za-z0-9._-]+)")

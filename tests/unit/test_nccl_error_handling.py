@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_elastic import one_worker_argv
-from trainers.common.exit_codes import CRASH_EXIT_CODE, PEER_LOST_EXIT_CODE
-from trainers.elastic import nccl_error_handling
-from trainers.node import node_command, parse_args
+from trainstack.trainers.common.exit_codes import CRASH_EXIT_CODE, PEER_LOST_EXIT_CODE
+from trainstack.trainers.elastic import nccl_error_handling
+from trainstack.trainers.node import node_command, parse_args
 
 pytest.importorskip("torch")
 
@@ -52,7 +52,7 @@ def test_the_mode_is_clean_up_only_unless_either_name_is_set() -> None:
 
 
 def test_torchrun_targets_get_it_and_a_users_value_stays() -> None:
-    bundled = node_command(parse_args(["trainers.torch_ddp", "--steps=10"]), GKE_NODE)
+    bundled = node_command(parse_args(["trainstack.trainers.torch_ddp", "--steps=10"]), GKE_NODE)
     assert bundled.launcher == "torchrun"
     assert bundled.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"
     yours = node_command(parse_args(["--launcher=torchrun", "--", "train.py"]), GKE_NODE)
@@ -62,10 +62,11 @@ def test_torchrun_targets_get_it_and_a_users_value_stays() -> None:
     )
     assert node_command(own, GKE_NODE).env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
     legacy = node_command(
-        parse_args(["trainers.torch_ddp"]), {**GKE_NODE, "NCCL_ASYNC_ERROR_HANDLING": "1"}
+        parse_args(["trainstack.trainers.torch_ddp"]),
+        {**GKE_NODE, "NCCL_ASYNC_ERROR_HANDLING": "1"},
     )
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in legacy.env
-    tf = node_command(parse_args(["trainers.tf_multiworker"]), GKE_NODE)
+    tf = node_command(parse_args(["trainstack.trainers.tf_multiworker"]), GKE_NODE)
     assert tf.launcher == "node"
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in tf.env
 
@@ -96,7 +97,7 @@ def test_the_worker_reads_nccls_errors(tmp_path: Path, message: str, code: int) 
         f"import torch.distributed as dist\nraise dist.DistBackendError({message!r})\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "trainers.elastic", "--worker", "nccl_trainer"],
+        [sys.executable, "-m", "trainstack.trainers.elastic", "--worker", "nccl_trainer"],
         capture_output=True,
         text=True,
         timeout=60,

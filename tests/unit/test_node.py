@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.node import (
+from trainstack.trainers.node import (
     Request,
     check_trainer_args,
     exit_code,
@@ -19,7 +19,7 @@ from trainers.node import (
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-ELASTIC = [sys.executable, "-m", "trainers.elastic"]
+ELASTIC = [sys.executable, "-m", "trainstack.trainers.elastic"]
 # Vertex's documented CLUSTER_SPEC (gcp-facts 3.3): a chief and two workers on port 2222.
 CLUSTER = {
     "workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
@@ -44,7 +44,7 @@ def _vertex(pool: str, index: int, **extra: str) -> dict[str, str]:
 
 def test_a_vertex_worker_runs_torchrun_with_one_process_per_gpu() -> None:
     env = _vertex("workerpool1", 1, TRAINSTACK_SIMULATED_ACCELERATORS="8")
-    command = node_command(parse_args(["trainers.torch_ddp", "--steps=10"]), env)
+    command = node_command(parse_args(["trainstack.trainers.torch_ddp", "--steps=10"]), env)
     assert command.launcher == "torchrun"
     assert command.argv == [
         *ELASTIC,
@@ -56,9 +56,9 @@ def test_a_vertex_worker_runs_torchrun_with_one_process_per_gpu() -> None:
         "--max-restarts=0",
         "--nproc-per-node=8",
         "-m",
-        "trainers.elastic",
+        "trainstack.trainers.elastic",
         "--worker",
-        "trainers.torch_ddp",
+        "trainstack.trainers.torch_ddp",
         "--steps=10",
     ]
     assert (command.accelerators, command.processes) == (8, 8)
@@ -77,9 +77,9 @@ def test_a_vertex_worker_runs_torchrun_with_one_process_per_gpu() -> None:
 
 def test_tensorflow_runs_once_per_machine_with_the_platform_env() -> None:
     env = _vertex("workerpool0", 0, TRAINSTACK_SIMULATED_ACCELERATORS="2", TF_CONFIG="{}")
-    command = node_command(parse_args(["trainers.tf_multiworker", "--steps=3"]), env)
+    command = node_command(parse_args(["trainstack.trainers.tf_multiworker", "--steps=3"]), env)
     assert command.launcher == "node"
-    assert command.argv == [sys.executable, "-m", "trainers.tf_multiworker", "--steps=3"]
+    assert command.argv == [sys.executable, "-m", "trainstack.trainers.tf_multiworker", "--steps=3"]
     assert (command.accelerators, command.processes) == (2, 1)
     assert command.env["TF_CONFIG"] == "{}"
     assert command.env["TRAINSTACK_NODE_RANK"] == "0"
@@ -120,11 +120,11 @@ def test_users_argv_under_torchrun_and_node() -> None:
     assert node.env["TRAINSTACK_COORDINATOR"] == "train-0.train-svc:29500"
 
 
-USER_CODE = [sys.executable, "-m", "trainers.user_code", "--"]
+USER_CODE = [sys.executable, "-m", "trainstack.trainers.user_code", "--"]
 
 
 def test_a_machine_outside_any_cluster_runs_torchrun_standalone() -> None:
-    request = parse_args(["--procs-per-node=3", "trainers.torch_ddp"])
+    request = parse_args(["--procs-per-node=3", "trainstack.trainers.torch_ddp"])
     command = node_command(request, {"TRAINSTACK_SIMULATED_ACCELERATORS": "2"})
     assert command.argv == [
         *TORCHRUN,
@@ -132,7 +132,7 @@ def test_a_machine_outside_any_cluster_runs_torchrun_standalone() -> None:
         "--nnodes=1",
         "--nproc-per-node=3",
         "-m",
-        "trainers.torch_ddp",
+        "trainstack.trainers.torch_ddp",
     ]
     assert command.env["TRAINSTACK_COORDINATOR"] == "127.0.0.1:29500"
 
@@ -143,20 +143,20 @@ def test_servers_outside_the_training_group_run_the_target_once() -> None:
         "task": {"type": "workerpool2", "index": 0},
     }
     env = {"CLUSTER_SPEC": json.dumps(spec), "TRAINSTACK_SIMULATED_ACCELERATORS": "1"}
-    command = node_command(parse_args(["trainers.torch_ddp"]), env)
+    command = node_command(parse_args(["trainstack.trainers.torch_ddp"]), env)
     assert (command.launcher, command.argv) == (
         "node",
-        [sys.executable, "-m", "trainers.torch_ddp"],
+        [sys.executable, "-m", "trainstack.trainers.torch_ddp"],
     )
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "nothing to run; usage: python -m trainers.node"),
+        ([], "nothing to run; usage: python -m trainstack.trainers.node"),
         (["--launcher=mpi", "m"], "--launcher: 'mpi' is not allowed; valid: auto, torchrun, node"),
         (["--procs-per-node=0", "m"], "--procs-per-node: '0' is not allowed; valid: an integer"),
-        (["--gpus=2", "m"], "unknown option '--gpus'; usage: python -m trainers.node"),
+        (["--gpus=2", "m"], "unknown option '--gpus'; usage: python -m trainstack.trainers.node"),
         (["--"], "nothing to run after '--'; usage:"),
         (["--", "python"], "--launcher: 'auto' needs a MODULE; valid with '--': torchrun, node"),
     ],
@@ -169,13 +169,13 @@ def test_usage_errors(argv: list[str], message: str) -> None:
 
 def test_trainer_args_are_checked_against_the_world_before_anything_starts() -> None:
     env = _vertex("workerpool0", 0, TRAINSTACK_SIMULATED_ACCELERATORS="2")
-    request = parse_args(["trainers.torch_ddp", "--global_batch_size=32"])
+    request = parse_args(["trainstack.trainers.torch_ddp", "--global_batch_size=32"])
     with pytest.raises(ValueError) as error:
         check_trainer_args(request, node_command(request, env))
     assert str(error.value) == (
         "global_batch_size (32) must be divisible by world size (6) x grad_accum_steps (1)"
     )
-    bad = parse_args(["trainers.tf_multiworker", "--stepz=3"])
+    bad = parse_args(["trainstack.trainers.tf_multiworker", "--stepz=3"])
     with pytest.raises(ValueError, match=r"^unknown trainer key 'stepz'; valid keys: "):
         check_trainer_args(bad, node_command(bad, env))
     # Users' code has its own flags: nothing is checked.
@@ -209,14 +209,14 @@ def test_exit_codes(
 
 
 def test_the_elastic_agents_code_error_before_training_stays_a_code_error() -> None:
-    # trainers.elastic already told a worker that raised (1) from a lost peer (4).
+    # trainstack.trainers.elastic already told a worker that raised (1) from a lost peer (4).
     assert exit_code(1, terminated=False, started=False, preempted=False, classified=True) == 1
     assert exit_code(3, terminated=False, started=False, preempted=False, classified=True) == 3
 
 
 def _launch(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "trainers.node", *argv],
+        [sys.executable, "-m", "trainstack.trainers.node", *argv],
         check=False,
         cwd=REPO,
         capture_output=True,
@@ -250,10 +250,12 @@ def test_the_launcher_maps_its_targets_exit_status() -> None:
     said = _launch("--launcher=node", "--", sys.executable, "-c", saved, env=sim)
     assert said.returncode == 143
     assert said.stdout.splitlines()[1:] == ['{"event": "preempted", "rank": 0, "step": 7}']
-    bad = _launch("trainers.torch_ddp", "--steps=x", env=sim)
+    bad = _launch("trainstack.trainers.torch_ddp", "--steps=x", env=sim)
     assert bad.returncode == 2
     assert bad.stderr.startswith("trainstack-node: invalid trainer config: steps: ")
-    unset = _launch("trainers.torch_ddp", env={"TRAINSTACK_SIMULATED_ACCELERATORS": "zero"})
+    unset = _launch(
+        "trainstack.trainers.torch_ddp", env={"TRAINSTACK_SIMULATED_ACCELERATORS": "zero"}
+    )
     assert (unset.returncode, unset.stderr) == (
         2,
         "trainstack-node: TRAINSTACK_SIMULATED_ACCELERATORS: 'zero' is not an integer >= 1\n",
@@ -262,7 +264,7 @@ def test_the_launcher_maps_its_targets_exit_status() -> None:
 
 def test_the_launcher_imports_the_standard_library_only() -> None:
     script = (
-        "import json, sys, trainers.node\n"
+        "import json, sys, trainstack.trainers.node\n"
         "heavy = ('pydantic', 'yaml', 'numpy', 'fsspec', 'torch', 'tensorflow')\n"
         "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))\n"
     )
@@ -279,7 +281,7 @@ def test_multi_node_torchrun_is_elastic_with_the_store_on_node_0() -> None:
         "TRAINSTACK_COORDINATOR": "exp-42-a100-0:29500",
         "TRAINSTACK_SIMULATED_ACCELERATORS": "2",
     }
-    command = node_command(parse_args(["trainers.torch_ddp", "--steps=10"]), env)
+    command = node_command(parse_args(["trainstack.trainers.torch_ddp", "--steps=10"]), env)
     assert command.argv == [
         *ELASTIC,
         "--nnodes=2",
@@ -290,16 +292,16 @@ def test_multi_node_torchrun_is_elastic_with_the_store_on_node_0() -> None:
         "--max-restarts=0",
         "--nproc-per-node=2",
         "-m",
-        "trainers.elastic",
+        "trainstack.trainers.elastic",
         "--worker",
-        "trainers.torch_ddp",
+        "trainstack.trainers.torch_ddp",
         "--steps=10",
     ]
 
 
 def test_one_node_of_a_cluster_keeps_the_static_rendezvous() -> None:
     env = {"TRAINSTACK_NODE_RANK": "0", "TRAINSTACK_NUM_NODES": "1"}
-    command = node_command(parse_args(["--procs-per-node=2", "trainers.torch_ddp"]), env)
+    command = node_command(parse_args(["--procs-per-node=2", "trainstack.trainers.torch_ddp"]), env)
     assert command.argv == [
         *TORCHRUN,
         "--nnodes=1",
@@ -308,5 +310,5 @@ def test_one_node_of_a_cluster_keeps_the_static_rendezvous() -> None:
         "--master-port=29500",
         "--nproc-per-node=2",
         "-m",
-        "trainers.torch_ddp",
+        "trainstack.trainers.torch_ddp",
     ]

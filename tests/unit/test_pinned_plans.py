@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.mocks import REPO_ROOT
-from infra.plan import build_plan, bundled_stacks, load_stack, plan_diff, stack_names
 from tests.bundled import bundled_plan
+from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.plan import build_plan, bundled_stacks, load_stack, plan_diff, stack_names
 
 PINNED = REPO_ROOT / "tests" / "plans"
 
@@ -96,12 +96,12 @@ def test_a_user_stack_is_listed_but_pinned_only_on_request(
 ) -> None:
     import shutil
 
-    import infra.plan
+    import trainstack.infra.plan
 
     stacks = tmp_path / "stacks"
-    shutil.copytree(infra.plan.STACKS_DIR, stacks)
+    shutil.copytree(trainstack.infra.plan.STACKS_DIR, stacks)
     (stacks / "Pulumi.mine.yaml").write_text((stacks / "Pulumi.local.yaml").read_text())
-    monkeypatch.setattr(infra.plan, "STACKS_DIR", stacks)
+    monkeypatch.setattr(trainstack.infra.plan, "STACKS_DIR", stacks)
     assert "mine" in stack_names()
     assert "mine" not in bundled_stacks()
     assert "mine" not in _pinned_stacks()

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from components.a100_cluster._common import gke_spot_grace_note
-from infra.compose import main_program
-from infra.config import ConfigError
-from infra.mocks import REPO_ROOT, SECRET, UNKNOWN, run_program
-from infra.plan import (
+from tests.bundled import bundled_plan
+from tests.stacks import GPU_STACK
+from trainstack.components.a100_cluster._common import gke_spot_grace_note
+from trainstack.infra.compose import main_program
+from trainstack.infra.config import ConfigError
+from trainstack.infra.mocks import REPO_ROOT, SECRET, UNKNOWN, run_program
+from trainstack.infra.plan import (
     MAX_DIFF_CHARS,
     UNWRAPPED_WIDTH,
     PlanDocumentError,
@@ -32,9 +34,7 @@ from infra.plan import (
     read_stack_file,
     render_plan,
 )
-from infra.plan_runs import PROVIDER_INPUT, TPU_QUEUED, VERTEX_JOBS, runs_lines
-from tests.bundled import bundled_plan
-from tests.stacks import GPU_STACK
+from trainstack.infra.plan_runs import PROVIDER_INPUT, TPU_QUEUED, VERTEX_JOBS, runs_lines
 
 
 @pytest.mark.parametrize("stack", bundled_stacks())
@@ -161,7 +161,7 @@ def test_plan_diff_is_trimmed_to_the_comment_limit() -> None:
 
 @pytest.mark.parametrize("stack", ["prod-vertex-rs", "dev-vertex-hpt"])
 def test_bundled_vertex_stacks_send_schema_valid_bodies(stack: str) -> None:
-    from components._discovery import normalize_numbers, validate_body
+    from trainstack.components._discovery import normalize_numbers, validate_body
 
     plan = bundled_plan(stack)
     [job] = [r for r in plan["resources"] if r["type"].startswith("pulumi-python:dynamic/vertex:")]
@@ -334,7 +334,7 @@ def test_plan_diff_rejects_what_is_not_a_plan(document: Any, message: str | None
 
 
 def test_tree_labels_name_the_size_of_documents() -> None:
-    from infra.plan import INLINE_MAX_CHARS, _inline
+    from trainstack.infra.plan import INLINE_MAX_CHARS, _inline
 
     long = "x" * (INLINE_MAX_CHARS + 1)
     inputs = {"name": "exp-42", "dashboardJson": long, "script": "a\nb\nc", "count": 2.0}
@@ -433,7 +433,7 @@ HPT_IMAGE = (
 )
 SETUP = "runs the pod setup script (installs the trainer package), then "
 RS_COMMAND = (
-    "python3 -m trainers.node trainers.torch_ddp --model=gpt --steps=20000 "
+    "python3 -m trainstack.trainers.node trainstack.trainers.torch_ddp --model=gpt --steps=20000 "
     "--global_batch_size=1024 --checkpoint_every=500 --bucket_cap_mb=64 --precision=bf16 "
     "--run_name=prod-vertex-rs"
 )
@@ -461,7 +461,7 @@ RUNS: dict[str, list[str]] = {
         "8 trials, 2 at a time, RANDOM_SEARCH, MAXIMIZE accuracy",
         f"chief: 1 x a2-highgpu-1g with 1 x NVIDIA_TESLA_A100, image {HPT_IMAGE}, "
         + SETUP
-        + "python3 -m trainers.node trainers.torch_ddp --model=cnn --dataset=digits "
+        + "python3 -m trainstack.trainers.node trainstack.trainers.torch_ddp --model=cnn --dataset=digits "
         "--steps=2000 --run_name=dev-vertex-hpt",
         "scheduling SPOT",
     ],

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from components.catalog.replace_on_change import (
+from trainstack.components.catalog.replace_on_change import (
     GCP_DOCSTRING_REPLACES,
     GCP_TYPES,
     KUBERNETES_REPLACES,
     derive_docstring_replaces,
 )
-from infra.plan_diff import plan_diff
-from infra.plan_replace import Verdict, classify
+from trainstack.infra.plan_diff import plan_diff
+from trainstack.infra.plan_replace import Verdict, classify
 
 PLANS = Path(__file__).resolve().parents[1] / "plans"
 

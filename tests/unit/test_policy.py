@@ -30,12 +30,12 @@ from pulumi_policy import (
 from pulumi_policy.proxy import UNKNOWN_BOOLEAN_VALUE, unknown_checking_proxy
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.plan import bundled_stacks, load_stack
-from infra.policy import check_plan, check_stack
-from policies import rules
-from policies.rules import RULES, Context, Resource, evaluate, secret_like
 from tests.bundled import bundled_run
+from trainstack.infra.cli import app
+from trainstack.infra.plan import bundled_stacks, load_stack
+from trainstack.infra.policy import check_plan, check_stack
+from trainstack.policies import rules
+from trainstack.policies.rules import RULES, Context, Resource, evaluate, secret_like
 
 runner = CliRunner()
 # `check_stack` of a bundled stack reads the session's run of it (tests/bundled.py).
@@ -374,7 +374,7 @@ def test_required_labels_come_from_the_context() -> None:
 
 @pytest.fixture(scope="module")
 def pack() -> Any:
-    import policies.__main__ as pack_main
+    import trainstack.policies.__main__ as pack_main
 
     return pack_main
 

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.mocks import REPO_ROOT
-from infra.plan import build_plan, load_stack
-from infra.testing import run_program_dir
+from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.plan import build_plan, load_stack
+from trainstack.infra.testing import run_program_dir
 
 
 def _project_files() -> list[str]:

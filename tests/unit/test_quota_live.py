@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.quota_live import compute_metric
 from tests.fakes.quota_server import QuotaFakeServer
+from trainstack.infra.cli import app
+from trainstack.infra.quota_live import compute_metric
 
 runner = CliRunner()
 PREEMPTIBLE = "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region"

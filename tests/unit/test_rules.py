@@ -16,12 +16,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problems
-from components.training_buckets import training_buckets_problems
-from components.vertex_training_job import validate_args, vertex_training_job_problems
-from infra.cli import app
-from infra.config import load_stack_config
-from trainers.common.config import TrainConfig
+from trainstack.components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problems
+from trainstack.components.training_buckets import training_buckets_problems
+from trainstack.components.vertex_training_job import validate_args, vertex_training_job_problems
+from trainstack.infra.cli import app
+from trainstack.infra.config import load_stack_config
+from trainstack.trainers.common.config import TrainConfig
 
 runner = CliRunner()
 

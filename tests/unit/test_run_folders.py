@@ -1,5 +1,5 @@
 """Each run keeps its state in a folder of its own on every target, and a folder records the
-settings that wrote it (`trainers.common.fingerprint`)."""
+settings that wrote it (`trainstack.trainers.common.fingerprint`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.bundled import bundled_plan
-from trainers.common.checkpoint import run_checkpoint_dir
-from trainers.common.cluster import ClusterInfo
-from trainers.common.config import TrainConfig
-from trainers.common.fingerprint import (
+from trainstack.trainers.common.checkpoint import run_checkpoint_dir
+from trainstack.trainers.common.cluster import ClusterInfo
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.fingerprint import (
     OTHER_KEYS,
     STATE_KEYS,
     StateMismatch,
@@ -21,8 +21,8 @@ from trainers.common.fingerprint import (
     code_fingerprint,
     trainer_fingerprint,
 )
-from trainers.local_code import RUN_MARKER, claim_folder
-from trainers.user_code import user_code_env
+from trainstack.trainers.local_code import RUN_MARKER, claim_folder
+from trainstack.trainers.user_code import user_code_env
 
 BUCKET = "gs://my-ml-project-{stack}-checkpoints"
 

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from infra.cli import app
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.kube_server import KubeFakeServer
@@ -34,6 +33,7 @@ from tests.unit.test_logs import (
     train,
     vertex_resource,
 )
+from trainstack.infra.cli import app
 
 runner = CliRunner()
 NOW = "2026-11-23T12:00:00Z"

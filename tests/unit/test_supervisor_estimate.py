@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from infra.config import load_stack_config
-from infra.estimate import summarize, supervisor_hourly_usd
-from infra.plan import load_stack
+from trainstack.infra.config import load_stack_config
+from trainstack.infra.estimate import summarize, supervisor_hourly_usd
+from trainstack.infra.plan import load_stack
 
 
 def _config(provisioning: str) -> dict[str, object]:

@@ -9,21 +9,21 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.catalog.images import (
+from trainstack.components.catalog.images import (
     DEFAULT_EXECUTOR_IMAGE,
     DLVM_IMAGE,
     KUBERNETES_IMAGES,
     PYTORCH_GPU_IMAGES,
 )
-from components.catalog.torch_versions import (
+from trainstack.components.catalog.torch_versions import (
     FSDP_MIN_TORCH,
     fsdp_problem,
     image_torch_version,
 )
-from infra.cli import app
-from infra.config import ConfigError, load_stack_config
-from infra.plan import load_stack
-from trainers.common.contract import TORCH_MODULE
+from trainstack.infra.cli import app
+from trainstack.infra.config import ConfigError, load_stack_config
+from trainstack.infra.plan import load_stack
+from trainstack.trainers.common.contract import TORCH_MODULE
 
 PROJECT = {"gcp:project": "p", "gcp:region": "us-central1"}
 FSDP = {"trainstack:trainer": {"framework": "torch", "strategy": "fsdp", "global_batch_size": 256}}

@@ -7,10 +7,14 @@ from typing import Any
 
 import pytest
 
-from components.catalog.tpu import TPU_GENERATIONS, default_tpu_runtime
-from components.catalog.tpu_runtimes import KNOWN_TF_RUNTIMES, newest_tf_runtime, pod_runtime
-from infra.config import load_stack_config
-from infra.plan import build_plan
+from trainstack.components.catalog.tpu import TPU_GENERATIONS, default_tpu_runtime
+from trainstack.components.catalog.tpu_runtimes import (
+    KNOWN_TF_RUNTIMES,
+    newest_tf_runtime,
+    pod_runtime,
+)
+from trainstack.infra.config import load_stack_config
+from trainstack.infra.plan import build_plan
 
 TF = {"framework": "tensorflow", "strategy": "tpu"}
 

@@ -20,9 +20,9 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-COMMON = sorted(name for name in MODULES if name.startswith("trainers.common."))
+COMMON = sorted(name for name in MODULES if name.startswith("trainstack.trainers.common."))
 # Modules the components, the CLI and the TensorFlow launcher import before any framework.
-FRAMEWORK_FREE = [*COMMON, "trainers.local", "trainers.tf_multiworker.launch"]
+FRAMEWORK_FREE = [*COMMON, "trainstack.trainers.local", "trainstack.trainers.tf_multiworker.launch"]
 
 
 def _imports(name: str) -> set[str]:
@@ -50,15 +50,15 @@ GRAPH = {name: _imports(name) for name in MODULES}
 def test_common_modules_exist() -> None:
     # Guards the discovery itself: an empty list would make the next test pass vacuously.
     assert {
-        "trainers.common.checkpoint",
-        "trainers.common.cluster",
-        "trainers.common.contract",
-        "trainers.common.digest",
-        "trainers.common.exit_codes",
-        "trainers.common.metrics",
-        "trainers.common.records",
-        "trainers.common.signals",
-        "trainers.common.storage",
+        "trainstack.trainers.common.checkpoint",
+        "trainstack.trainers.common.cluster",
+        "trainstack.trainers.common.contract",
+        "trainstack.trainers.common.digest",
+        "trainstack.trainers.common.exit_codes",
+        "trainstack.trainers.common.metrics",
+        "trainstack.trainers.common.records",
+        "trainstack.trainers.common.signals",
+        "trainstack.trainers.common.storage",
     } <= set(COMMON)
 
 
@@ -78,7 +78,7 @@ def test_common_imports_neither_torch_nor_tensorflow() -> None:
 
 def test_common_depends_on_common_only() -> None:
     outside = {
-        name: sorted(m for m in GRAPH[name] if not m.startswith("trainers.common."))
+        name: sorted(m for m in GRAPH[name] if not m.startswith("trainstack.trainers.common."))
         for name in COMMON
     }
     assert {name: deps for name, deps in outside.items() if deps} == {}
@@ -109,7 +109,10 @@ def _cycle() -> list[str] | None:
 def test_trainer_imports_have_no_cycle() -> None:
     # Function-level imports count: a late import still ties the two modules together.
     assert _cycle() is None
-    assert "trainers.tf_multiworker.train" in GRAPH["trainers.tf_multiworker.launch"]
+    assert (
+        "trainstack.trainers.tf_multiworker.train"
+        in GRAPH["trainstack.trainers.tf_multiworker.launch"]
+    )
 
 
 def test_trainer_modules_stay_under_600_lines() -> None:

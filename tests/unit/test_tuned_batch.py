@@ -10,8 +10,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.config import ConfigError, load_stack_config
+from trainstack.infra.cli import app
+from trainstack.infra.config import ConfigError, load_stack_config
 
 AT = "vertex.hyperparameter_tuning.parameters"
 WORLD = "the world size 8 (1 machine x 8 GPUs)"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.plan_diff import plan_diff
+from trainstack.infra.cli import app
+from trainstack.infra.plan_diff import plan_diff
 
 runner = CliRunner()
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.secret_manager import TOKEN, TOKEN_PATH, SecretManagerFake
-from trainers.common.cluster import resolve_cluster
-from trainers.node import node_command, parse_args
-from trainers.user_code import user_code_env
+from trainstack.trainers.common.cluster import resolve_cluster
+from trainstack.trainers.node import node_command, parse_args
+from trainstack.trainers.user_code import user_code_env
 
 REPO = Path(__file__).resolve().parents[2]
 GCE = {
@@ -92,14 +92,14 @@ def test_every_process_runs_through_the_wrapper_with_the_contract() -> None:
     )
     command = node_command(request, {**GCE, "TRAINSTACK_SIMULATED_ACCELERATORS": "1"})
     assert command.argv == [
-        sys.executable, "-m", "trainers.user_code", "--source=/src", "--", "python", "train.py",
+        sys.executable, "-m", "trainstack.trainers.user_code", "--source=/src", "--", "python", "train.py",
     ]  # fmt: skip
     assert (command.env["A"], command.env["TRAINSTACK_NODE_RANK"]) == ("1", "1")
 
 
 def _node(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "trainers.node", *argv],
+        [sys.executable, "-m", "trainstack.trainers.node", *argv],
         check=False,
         cwd=REPO,
         capture_output=True,
@@ -167,8 +167,8 @@ def test_a_secret_the_node_cannot_use_stops_it_with_exit_2_naming_it(
 
 
 def test_local_run_takes_secret_env_from_this_environment(tmp_path: Path) -> None:
-    from trainers.common.user_code import StackTrainer
-    from trainers.local_code import plan_code_run
+    from trainstack.trainers.common.user_code import StackTrainer
+    from trainstack.trainers.local_code import plan_code_run
 
     trainer = StackTrainer.model_validate(
         {

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components._pod_setup import pod_command
-from components.catalog.images import KUBERNETES_IMAGES
-from infra.cli import app
+from trainstack.components._pod_setup import pod_command
+from trainstack.components.catalog.images import KUBERNETES_IMAGES
+from trainstack.infra.cli import app
 
 runner = CliRunner()
 
@@ -62,7 +62,7 @@ NOT_WIRED = "trainer.entrypoint: this release packages and plans your own code b
 SECRET_MEMBER = "gcp:secretmanager/secretIamMember:SecretIamMember"
 SERVICE = "gcp:projects/service:Service"
 MEMBER = "serviceAccount:mine-train@p.iam.gserviceaccount.com"
-# Every GPU replica is told how many GPUs it must find (trainers.node exits 5 on fewer).
+# Every GPU replica is told how many GPUs it must find (trainstack.trainers.node exits 5 on fewer).
 GPUS_8 = {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "8"}
 
 
@@ -124,7 +124,7 @@ def test_vertex_runs_your_code_from_the_package_on_the_pytorch_image(
             "imageUri": "us-central1-docker.pkg.dev/p/mine-dockerhub/pytorch/pytorch@"
             "sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4",
             "command": pod_command(),
-            "args": ["python3", "-m", "trainers.node", *node_args],
+            "args": ["python3", "-m", "trainstack.trainers.node", *node_args],
             "env": [GPUS_8, {"name": "TRAINSTACK_PACKAGE_URI", "value": _package_uri(plan)}],
         }
     assert not any(NOT_WIRED in note for note in plan["notes"])
@@ -158,7 +158,7 @@ def test_vertex_image_runs_the_launcher_in_your_container(tmp_path: Path, code: 
         "args": [
             "python3",
             "-m",
-            "trainers.node",
+            "trainstack.trainers.node",
             "--launcher=torchrun",
             "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data",
             "--env=TRAINSTACK_RUN_NAME=mine",
@@ -265,7 +265,7 @@ def test_gke_pods_run_your_code_in_your_image(tmp_path: Path, code: Path) -> Non
     assert plan["outputs"]["node_args"] == GPU_NODE_ARGS
     spec = _named(plan, "mine-gpu-training-job")["inputs"]["spec"]
     [container] = spec["template"]["spec"]["containers"]
-    assert container["args"] == ["python3", "-m", "trainers.node", *GPU_NODE_ARGS]
+    assert container["args"] == ["python3", "-m", "trainstack.trainers.node", *GPU_NODE_ARGS]
     assert container["image"] == image
     env = {e["name"]: e["value"] for e in container["env"]}
     assert "TRAINSTACK_TF_KERAS" not in env
@@ -279,11 +279,11 @@ def test_gke_pods_default_to_the_torch_image(tmp_path: Path, code: Path) -> None
     plan = _plan(tmp_path, {**GKE, "trainstack:trainer": trainer})
     spec = _named(plan, "mine-gpu-training-job")["inputs"]["spec"]
     [container] = spec["template"]["spec"]["containers"]
-    assert container["image"] == KUBERNETES_IMAGES["trainers.torch_ddp"]
+    assert container["image"] == KUBERNETES_IMAGES["trainstack.trainers.torch_ddp"]
     assert container["args"] == [
         "python3",
         "-m",
-        "trainers.node",
+        "trainstack.trainers.node",
         "--launcher=node",
         *GPU_NODE_ARGS[1:],
     ]
@@ -295,7 +295,7 @@ def test_gce_vms_run_your_code(tmp_path: Path, code: Path) -> None:
     assert plan["outputs"]["node_args"] == GPU_NODE_ARGS
     script = _named(plan, "mine-gpu-template")["inputs"]["metadataStartupScript"]
     assert (
-        "NODE_ARGV=(-m trainers.node --launcher=torchrun "
+        "NODE_ARGV=(-m trainstack.trainers.node --launcher=torchrun "
         "--env=TRAINSTACK_CHECKPOINT_DIR=gs://p-mine-checkpoints/checkpoints/mine "
         "--env=TRAINSTACK_DATA_DIR=gs://p-mine-data "
         "--env=TRAINSTACK_OUTPUT_DIR=gs://p-mine-checkpoints/outputs/mine "

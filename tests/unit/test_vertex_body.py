@@ -6,20 +6,20 @@ from typing import Any
 
 import pytest
 
-from components import catalog
-from components._discovery import validate_body
-from components._pod_setup import POD_SCRIPT
-from components.vertex_training_job import (
+from trainstack.components import catalog
+from trainstack.components._discovery import validate_body
+from trainstack.components._pod_setup import POD_SCRIPT
+from trainstack.components.vertex_training_job import (
     DEFAULT_EXECUTOR_IMAGE,
     REQUEST_ID_LABEL,
     job_body,
     reduction_server_image,
     validate_args,
 )
-from trainers.common.config import TrainConfig
+from trainstack.trainers.common.config import TrainConfig
 
 PKG = "gs://stage/trainers/trainstack_trainers-0123456789abcdef.tar.gz"
-# Every GPU replica is told how many GPUs it must find (trainers.node exits 5 on fewer).
+# Every GPU replica is told how many GPUs it must find (trainstack.trainers.node exits 5 on fewer).
 GPUS_8 = {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "8"}
 BASE: dict[str, Any] = {
     "project": "p",
@@ -78,7 +78,12 @@ CASES: dict[str, dict[str, Any]] = {
     "container": {
         "package_uri": None,
         "container_image_uri": "us-docker.pkg.dev/p/r/t:1",
-        "container_command": ["python", "-m", "trainers.node", "trainers.torch_ddp"],
+        "container_command": [
+            "python",
+            "-m",
+            "trainstack.trainers.node",
+            "trainstack.trainers.torch_ddp",
+        ],
     },
     "ultragpu": {
         "machine_type": "a2-ultragpu-4g",
@@ -133,8 +138,8 @@ def test_chief_only_body_is_exact() -> None:
                         "args": [
                             "python3",
                             "-m",
-                            "trainers.node",
-                            "trainers.torch_ddp",
+                            "trainstack.trainers.node",
+                            "trainstack.trainers.torch_ddp",
                             "--steps=100",
                         ],
                         "env": [GPUS_8, {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG}],
@@ -160,7 +165,11 @@ def test_reduction_server_pools() -> None:
     }
     for pool in pools[:2]:
         spec = pool["containerSpec"]
-        assert spec["args"][3:] == ["trainers.torch_ddp", "--steps=100", "--bucket_cap_mb=64"]
+        assert spec["args"][3:] == [
+            "trainstack.trainers.torch_ddp",
+            "--steps=100",
+            "--bucket_cap_mb=64",
+        ]
         assert spec["env"] == [
             {"name": "NCCL_DEBUG", "value": "INFO"},
             GPUS_8,
@@ -183,7 +192,7 @@ def test_reduction_server_pools() -> None:
         replica_count=2, trainer_args=["--bucket_cap_mb=32"], reduction_server={"replica_count": 1}
     )
     assert explicit["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"][3:] == [
-        "trainers.torch_ddp",
+        "trainstack.trainers.torch_ddp",
         "--bucket_cap_mb=32",
     ]
 
@@ -194,7 +203,7 @@ def test_spot_container_and_tuning_fields() -> None:
     pool = body_for(**CASES["container"])["jobSpec"]["workerPoolSpecs"][0]
     assert pool["containerSpec"] == {
         "imageUri": "us-docker.pkg.dev/p/r/t:1",
-        "command": ["python", "-m", "trainers.node", "trainers.torch_ddp"],
+        "command": ["python", "-m", "trainstack.trainers.node", "trainstack.trainers.torch_ddp"],
         "args": ["--steps=100"],
         "env": [GPUS_8],
     }
@@ -244,7 +253,7 @@ def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() ->
     torch = body_for(replica_count=2)["jobSpec"]["workerPoolSpecs"]
     tf = body_for(
         replica_count=2,
-        python_module="trainers.tf_multiworker",
+        python_module="trainstack.trainers.tf_multiworker",
         trainer_args=["--framework=tensorflow", "--strategy=multi_worker_mirrored"],
     )["jobSpec"]["workerPoolSpecs"]
     command = ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
@@ -252,7 +261,13 @@ def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() ->
         assert pool["containerSpec"] == {
             "imageUri": "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime",
             "command": command,
-            "args": ["python3", "-m", "trainers.node", "trainers.torch_ddp", "--steps=100"],
+            "args": [
+                "python3",
+                "-m",
+                "trainstack.trainers.node",
+                "trainstack.trainers.torch_ddp",
+                "--steps=100",
+            ],
             "env": [GPUS_8, {"name": "TRAINSTACK_PACKAGE_URI", "value": PKG}],
         }
     for pool in tf:
@@ -262,8 +277,8 @@ def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() ->
             "args": [
                 "python3",
                 "-m",
-                "trainers.node",
-                "trainers.tf_multiworker",
+                "trainstack.trainers.node",
+                "trainstack.trainers.tf_multiworker",
                 "--framework=tensorflow",
                 "--strategy=multi_worker_mirrored",
             ],
@@ -278,7 +293,13 @@ def test_each_trainer_runs_on_its_framework_image_through_the_node_launcher() ->
     named = body_for(container_image_uri="us-docker.pkg.dev/p/r/torch:1")
     spec = named["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]
     assert (spec["imageUri"], spec["command"]) == ("us-docker.pkg.dev/p/r/torch:1", command)
-    assert spec["args"] == ["python3", "-m", "trainers.node", "trainers.torch_ddp", "--steps=100"]
+    assert spec["args"] == [
+        "python3",
+        "-m",
+        "trainstack.trainers.node",
+        "trainstack.trainers.torch_ddp",
+        "--steps=100",
+    ]
     # A prebuilt image named as executor_image_uri still runs from pythonPackageSpec.
     given = body_for(executor_image_uri=catalog.PYTORCH_GPU_IMAGES["2.1"])
     spec = given["jobSpec"]["workerPoolSpecs"][0]["pythonPackageSpec"]

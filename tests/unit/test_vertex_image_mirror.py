@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
-from components._vertex_body import _parameter_spec
-from components.catalog.images import (
+from trainstack.components._vertex_body import _parameter_spec
+from trainstack.components.catalog.images import (
     TORCH_IMAGE_DIGEST,
     VERTEX_TRAINING_IMAGES,
     mirror_registry,
     mirrored_image_uri,
 )
-from components.image_mirror import ImageMirror, repository_id
-from components.training_identity import TrainingIdentity
-from infra.compose import main_program
-from infra.mocks import run_program
-from infra.plan import build_plan, load_stack
-from trainers.common.contract import TF_MODULE, TORCH_MODULE
+from trainstack.components.image_mirror import ImageMirror, repository_id
+from trainstack.components.training_identity import TrainingIdentity
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import run_program
+from trainstack.infra.plan import build_plan, load_stack
+from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE
 
 REPO = "gcp:artifactregistry/repository:Repository"
 REPO_READER = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"

@@ -14,12 +14,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.catalog.images import VERTEX_TRAINING_IMAGES
-from components.vertex_training_job import VertexTrainingJob
-from infra.cli import app
-from infra.config import ConfigError
-from infra.plan import build_plan, load_stack
-from trainers.common.contract import TORCH_MODULE
+from trainstack.components.catalog.images import VERTEX_TRAINING_IMAGES
+from trainstack.components.vertex_training_job import VertexTrainingJob
+from trainstack.infra.cli import app
+from trainstack.infra.config import ConfigError
+from trainstack.infra.plan import build_plan, load_stack
+from trainstack.trainers.common.contract import TORCH_MODULE
 
 NEEDS = (
     "NCCL >= 2.7 and Google's google-reduction-server package (apt repository "

@@ -1,6 +1,6 @@
 """How many accelerators this machine has, for launchers that start one process per GPU.
 
-Standard library only: the node launcher (`trainers.node`) counts before any framework is
+Standard library only: the node launcher (`trainstack.trainers.node`) counts before any framework is
 imported. The first source that answers wins:
 
 1. `TRAINSTACK_SIMULATED_ACCELERATORS=N` (N >= 1): the machine acts as if it had N

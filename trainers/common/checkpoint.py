@@ -3,12 +3,12 @@
 Layout: `{dir}/step-{N:08d}/` per step. A save writes into `{dir}/step-N.tmp-<token>/`, moves
 it to `step-N/` (a rename locally; a copy on object stores, which have no atomic directory
 rename) and writes the `COMPLETE` marker last, with the settings fingerprint of the run that
-wrote it (`trainers.common.fingerprint`). Only directories with the marker are loaded,
+wrote it (`trainstack.trainers.common.fingerprint`). Only directories with the marker are loaded,
 so a save killed at any point leaves nothing that a restart would trust; the next save
 deletes the leftovers and all but the newest `keep` complete checkpoints. What goes inside a
-step directory is the trainer's business (`trainers.torch_ddp.checkpoint` for torch,
-`trainers.tf_multiworker.checkpoint` for TensorFlow); this module imports neither framework.
-GCS and emulator options come from `trainers.common.storage`.
+step directory is the trainer's business (`trainstack.trainers.torch_ddp.checkpoint` for torch,
+`trainstack.trainers.tf_multiworker.checkpoint` for TensorFlow); this module imports neither framework.
+GCS and emulator options come from `trainstack.trainers.common.storage`.
 
 Test hook: `TRAINSTACK_TEST_SLOW_CKPT=<seconds>` (`test_delay`) sleeps between writing the
 payload and committing it, so a test can kill a run in the middle of a save.
@@ -23,9 +23,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from trainers.common.cluster import trial_id
-from trainers.common.fingerprint import FINGERPRINT_FIELD, StateMismatch, check, trainer_fingerprint
-from trainers.common.storage import storage_options
+from trainstack.trainers.common.cluster import trial_id
+from trainstack.trainers.common.fingerprint import (
+    FINGERPRINT_FIELD,
+    StateMismatch,
+    check,
+    trainer_fingerprint,
+)
+from trainstack.trainers.common.storage import storage_options
 
 MARKER = "COMPLETE"
 _STEP_RE = re.compile(r"^step-(\d{8})$")
@@ -47,7 +52,7 @@ AIP_CHECKPOINT_DIR_ENV = "AIP_CHECKPOINT_DIR"
 def run_checkpoint_dir(cfg: Any, env: Mapping[str, str]) -> str | None:
     """A bundled trainer's checkpoint folder (`TrainConfig` `cfg`): `cfg.checkpoint_dir`
     when given (every target but Vertex gets `<bucket>/checkpoints/<run_name>` from
-    `infra.compose`), else on Vertex `AIP_CHECKPOINT_DIR/<run_name>` (Vertex's folder is one
+    `trainstack.infra.compose`), else on Vertex `AIP_CHECKPOINT_DIR/<run_name>` (Vertex's folder is one
     per job spec, the same for every run of a stack), else None (no checkpoints).
 
     A tuning trial's folder (`<base>/<trial id>/checkpoints/`) is named by the trial id

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from trainers.common.config import TrainConfig
-from trainers.common.contract import TORCH_MODULE
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import TORCH_MODULE
 
 _NONE = ("none", "null")
 

@@ -3,7 +3,7 @@
 On Compute Engine and TPU VMs the trainer's stdout lands in a systemd journal or a startup
 script's output, which no agent turns into the structured entries the dashboard's log-based
 metrics read. With `TRAINSTACK_CLOUD_LOGGING=<resource type>` (`contract.CLOUD_LOGGING_ENV`,
-set by those startup scripts) `trainers.node` hands every line to a `LogShipper`, which
+set by those startup scripts) `trainstack.trainers.node` hands every line to a `LogShipper`, which
 writes them with `entries:write`
 (https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write):
 
@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from trainers.common.contract import (
+from trainstack.trainers.common.contract import (
     CLOUD_LOGGING_ENV,
     CLOUD_LOGGING_RESOURCES,
     FIELD_SEVERITY,

@@ -2,7 +2,7 @@
 
 `trainstack:trainer` in a stack file is validated by this model, so the keys a user writes
 in a stack are exactly the keys the trainer accepts on its command line
-(`python -m trainers.torch_ddp --steps=100 --global_batch_size=64`).
+(`python -m trainstack.trainers.torch_ddp --steps=100 --global_batch_size=64`).
 This module must not import torch or tensorflow: the Pulumi program imports it.
 """
 
@@ -26,8 +26,8 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     framework: Framework = "torch"
-    """Which bundled trainer runs: `torch` (`trainers.torch_ddp`) or `tensorflow`
-    (`trainers.tf_multiworker`)."""
+    """Which bundled trainer runs: `torch` (`trainstack.trainers.torch_ddp`) or `tensorflow`
+    (`trainstack.trainers.tf_multiworker`)."""
     strategy: Strategy = "ddp"
     """Distribution strategy; torch: ddp | fsdp, tensorflow: mirrored | multi_worker_mirrored |
     tpu | parameter_server. Unset, it is ddp for torch and multi_worker_mirrored for

@@ -10,22 +10,22 @@ from typing import Final, Literal
 
 Framework = Literal["torch", "tensorflow"]
 
-TORCH_MODULE: Final = "trainers.torch_ddp"
+TORCH_MODULE: Final = "trainstack.trainers.torch_ddp"
 """`python -m` module of the PyTorch trainer (DDP/FSDP, run under torchrun)."""
-TF_MODULE: Final = "trainers.tf_multiworker"
+TF_MODULE: Final = "trainstack.trainers.tf_multiworker"
 """`python -m` module of the TensorFlow trainer (one process per TF task)."""
 TRAINER_MODULES: Final[dict[Framework, str]] = {"torch": TORCH_MODULE, "tensorflow": TF_MODULE}
 """The bundled trainer module of each framework."""
 TORCHRUN_MODULES: Final = frozenset({TORCH_MODULE})
 """Modules started by torchrun (one process per accelerator); others run once per node/task."""
-NODE_MODULE: Final = "trainers.node"
+NODE_MODULE: Final = "trainstack.trainers.node"
 """`python -m` module of the node launcher, run once per machine: it starts torchrun with one
 process per accelerator for `TORCHRUN_MODULES`, the trainer once for the others."""
 
-# `event` values of the JSON log lines (trainers.common.metrics.MetricsLogger.log).
+# `event` values of the JSON log lines (trainstack.trainers.common.metrics.MetricsLogger.log).
 EVENT_START: Final = "start"
 EVENT_LAUNCH: Final = "launch"
-"""The wrapper around your own code (`trainers.user_code`) started it; your code's own
+"""The wrapper around your own code (`trainstack.trainers.user_code`) started it; your code's own
 `start`/`resume` line, if it prints one, says from which step."""
 EVENT_EXIT: Final = "exit"
 """`trainstack local-run` ended the run with this `exit_code` (the last line of an attempt
@@ -68,14 +68,14 @@ FIELD_GPU_UTIL: Final = "gpu_util_pct"
 
 TF_CPU_REPLICAS_ENV: Final = "TRAINSTACK_TF_CPU_REPLICAS"
 """Logical CPU devices for the TensorFlow trainer's `mirrored` on a machine without GPUs
-(set by local runs, read by `trainers.tf_multiworker.train.configure`)."""
+(set by local runs, read by `trainstack.trainers.tf_multiworker.train.configure`)."""
 EXIT_WITH_PARENT_ENV: Final = "TRAINSTACK_EXIT_WITH_PARENT"
 """Set to "1" by `trainstack local-run`: the trainer exits as soon as its launcher (torchrun
-or the CLI) is gone (`trainers.common.signals.watch_parent`)."""
+or the CLI) is gone (`trainstack.trainers.common.signals.watch_parent`)."""
 CLOUD_LOGGING_ENV: Final = "TRAINSTACK_CLOUD_LOGGING"
 """Set by the GCE and TPU VM startup scripts to the monitored resource type the node launcher
-(`trainers.node`) writes its target's lines as, straight to the Cloud Logging API
-(`trainers.common.cloud_logging`): `gce_instance` or `tpu_worker`. Unset, empty or `0`: the
+(`trainstack.trainers.node`) writes its target's lines as, straight to the Cloud Logging API
+(`trainstack.trainers.common.cloud_logging`): `gce_instance` or `tpu_worker`. Unset, empty or `0`: the
 lines only go to stdout (Vertex and GKE ship stdout themselves)."""
 CLOUD_LOGGING_RESOURCES: Final = ("gce_instance", "tpu_worker")
 """The values `CLOUD_LOGGING_ENV` accepts."""
@@ -129,8 +129,9 @@ RESERVED_ENV: Final = frozenset(
     }
 )
 """Set by the launchers: `trainstack:trainer.env` may not override them."""
-USER_CODE_MODULE: Final = "trainers.user_code"
-"""Runs one process of your own code (`python -m trainers.user_code -- ARGV`): started by the
-node launcher for `python -m trainers.node --launcher=... -- ARGV`."""
-SOURCE_PACKAGE: Final = "trainstack_source"
-"""Import name under which the package carries your `source` folder."""
+USER_CODE_MODULE: Final = "trainstack.trainers.user_code"
+"""Runs one process of your own code (`python -m trainstack.trainers.user_code -- ARGV`): started by the
+node launcher for `python -m trainstack.trainers.node --launcher=... -- ARGV`."""
+SOURCE_PACKAGE: Final = "trainstack.user_source"
+"""Import name under which the package carries your `source` folder (inside the `trainstack`
+namespace: the package installs nothing else at top level)."""

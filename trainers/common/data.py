@@ -13,7 +13,7 @@ Three sources (`TrainConfig.dataset`):
   with seed 0, the first 1437 samples train, the last 360 test.
 - `files`, token shards: `train*.bin` and `val*.bin` files of uint16 token ids under
   `data_path` (nanoGPT's layout; GPT only), memory-mapped and read by sample
-  (`trainers.common.tokens`). They follow the global order below, like in-memory data.
+  (`trainstack.trainers.common.tokens`). They follow the global order below, like in-memory data.
 - `files`, array shards: every `*.npz` under `data_path` (local or gs://), each holding `x`
   and `y` arrays with the same first dimension. Shards are sorted by name and rank r reads
   shards r, r + world, ...; the last shard is the test set when there are more shards than
@@ -35,8 +35,8 @@ from typing import Literal
 
 import numpy as np
 
-from trainers.common.config import TrainConfig
-from trainers.common.tokens import TokenWindows, is_token_layout, load_token_windows
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.tokens import TokenWindows, is_token_layout, load_token_windows
 
 DIGITS_PATH = Path(__file__).parent / "digits.npz"
 DIGITS_TRAIN = 1437
@@ -116,7 +116,7 @@ def _read_npz(fs: object, path: str) -> Split:
 
 def load_shards(data_path: str, *, rank: int, world_size: int) -> tuple[Split, Split]:
     """This rank's training shards and the test shard from a directory of `.npz` files."""
-    from trainers.common.storage import url_to_fs
+    from trainstack.trainers.common.storage import url_to_fs
 
     fs, root = url_to_fs(data_path)
     shards = sorted(p for p in fs.ls(root, detail=False) if str(p).endswith(".npz"))

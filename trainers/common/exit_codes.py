@@ -1,7 +1,7 @@
 """Exit codes of both trainer processes, which launchers and restart policies match on.
 
 0 done; 1 a crash (a code error: retrying cannot help), or a local run's launcher was
-killed (`trainers.common.signals.watch_parent`); 2 invalid config, cluster environment or
+killed (`trainstack.trainers.common.signals.watch_parent`); 2 invalid config, cluster environment or
 checkpoint; 3 (node launchers only) setup failed before training started (install, a
 missing framework): retryable a bounded number of times; 4 a peer node, task or the
 rendezvous was lost (a node disappeared, pod 0 and its store went away): restart and

@@ -1,7 +1,7 @@
 """Which settings wrote a run's state, and the refusal to resume it under other settings.
 
 Every checkpoint the bundled trainers commit records `trainer_fingerprint(cfg)` in its
-`COMPLETE` marker (`trainers.common.checkpoint.CheckpointStore`). Before a run resumes, the
+`COMPLETE` marker (`trainstack.trainers.common.checkpoint.CheckpointStore`). Before a run resumes, the
 newest complete checkpoint's record is compared with the run's own: a difference raises
 `StateMismatch` (a ValueError, so every entry point exits 2), naming each changed key with
 its old and new value and the two ways on: a new `run_name` (a new folder), or starting

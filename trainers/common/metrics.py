@@ -4,14 +4,14 @@ Every line on stdout is one JSON object with `event`, `step`, `rank`, `node` and
 labels and a `severity` that Cloud Logging reads from structured container logs. Events:
 `start`, `resume`, `train` (step time, samples/s, tokens/s, MFU, data-loader wait),
 `checkpoint` (stall and write time), `preempted`, `eval`, `done` (rank 0, exactly once on
-success); names in `trainers.common.contract`, the `train` and `done` fields in
-`trainers.common.records`. TensorBoard scalars go to `AIP_TENSORBOARD_LOG_DIR` (Vertex) or the
+success); names in `trainstack.trainers.common.contract`, the `train` and `done` fields in
+`trainstack.trainers.common.records`. TensorBoard scalars go to `AIP_TENSORBOARD_LOG_DIR` (Vertex) or the
 configured directory from rank 0 only, through the `ScalarWriter` each trainer passes in:
-torch's SummaryWriter (`trainers.torch_ddp.metrics`) or a `tf.summary` writer
-(`trainers.tf_multiworker.metrics`), so this module imports neither framework. A gs://
+torch's SummaryWriter (`trainstack.trainers.torch_ddp.metrics`) or a `tf.summary` writer
+(`trainstack.trainers.tf_multiworker.metrics`), so this module imports neither framework. A gs://
 directory is written locally and uploaded on close, because torch's SummaryWriter writes
 local files only and gcsfs (not TensorFlow's own GCS client) is what honours the emulator
-settings in `trainers.common.storage`.
+settings in `trainstack.trainers.common.storage`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol, TextIO
 
-from trainers.common.contract import (
+from trainstack.trainers.common.contract import (
     EVENT_TRAIN,
     FIELD_EVENT,
     FIELD_LOSS,
@@ -206,7 +206,7 @@ class MetricsLogger:
         if self._tb is not None:
             self._tb.close()
             if self._tb_remote and self._tb_local:
-                from trainers.common.storage import url_to_fs
+                from trainstack.trainers.common.storage import url_to_fs
 
                 fs, root = url_to_fs(self._tb_remote)
                 fs.put(self._tb_local + "/", root, recursive=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers.common.contract import (
+from trainstack.trainers.common.contract import (
     FIELD_DATA_WAIT,
     FIELD_LOSS,
     FIELD_LR,
@@ -22,7 +22,7 @@ from trainers.common.contract import (
     FIELD_STEP_TIME,
     FIELD_TOKENS_PER_S,
 )
-from trainers.common.metrics import mfu_fields, throughput
+from trainstack.trainers.common.metrics import mfu_fields, throughput
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Linear warmup over `warmup_steps`, then cosine decay to a tenth of the peak at `steps`. A
 function of the step only, so a resumed run needs no scheduler state. The TensorFlow trainer
-evaluates the same formula with TensorFlow ops (`trainers.tf_multiworker.loop.WarmupCosine`)
+evaluates the same formula with TensorFlow ops (`trainstack.trainers.tf_multiworker.loop.WarmupCosine`)
 and logs this one.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from trainers.common.config import TrainConfig
+from trainstack.trainers.common.config import TrainConfig
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:

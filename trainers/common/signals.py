@@ -2,9 +2,9 @@
 
 Spot/preemptible VMs, GKE pod eviction and Vertex all send SIGTERM and then SIGKILL after a
 grace period. The handler only sets a flag; the trainer's loop reads it once per step and
-agrees with its peers on when to stop (`trainers.torch_ddp.preemption` for torch,
-`trainers.tf_multiworker.sync` and `.parameter_server` for TensorFlow), saves a checkpoint
-and exits with `PREEMPTED_EXIT_CODE` (143, `trainers.common.exit_codes`). The watchdog exits
+agrees with its peers on when to stop (`trainstack.trainers.torch_ddp.preemption` for torch,
+`trainstack.trainers.tf_multiworker.sync` and `.parameter_server` for TensorFlow), saves a checkpoint
+and exits with `PREEMPTED_EXIT_CODE` (143, `trainstack.trainers.common.exit_codes`). The watchdog exits
 with the same code if saving takes longer than `grace_s`, so the process is never left to the
 platform's SIGKILL halfway through something else.
 
@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Final
 
-from trainers.common.contract import EXIT_WITH_PARENT_ENV
-from trainers.common.exit_codes import LAUNCHER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.contract import EXIT_WITH_PARENT_ENV
+from trainstack.trainers.common.exit_codes import LAUNCHER_LOST_EXIT_CODE, PREEMPTED_EXIT_CODE
 
 PARENT_POLL_S: Final = 0.5
 """How often `watch_parent` checks that the launcher is still there."""

@@ -105,7 +105,7 @@ def _split_files(names: Sequence[str], split: str) -> list[str]:
 
 def is_token_layout(data_path: str) -> bool:
     """Whether `data_path` holds token shards (a `train*.bin` file)."""
-    from trainers.common.storage import url_to_fs
+    from trainstack.trainers.common.storage import url_to_fs
 
     fs, root = url_to_fs(data_path)
     try:
@@ -165,7 +165,7 @@ def load_token_windows(
     data_path: str, *, seq_len: int, vocab_size: int
 ) -> tuple[tuple[TokenWindows, TokenWindows], tuple[TokenWindows, TokenWindows]]:
     """((train inputs, train targets), (val inputs, val targets)) over the token shards."""
-    from trainers.common.storage import url_to_fs
+    from trainstack.trainers.common.storage import url_to_fs
 
     fs, root = url_to_fs(data_path)
     root = root.rstrip("/")

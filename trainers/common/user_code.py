@@ -29,8 +29,8 @@ from typing import Final, Literal
 
 from pydantic import ConfigDict
 
-from trainers.common.config import TrainConfig
-from trainers.common.contract import RESERVED_ENV
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import RESERVED_ENV
 
 UserLauncher = Literal["torchrun", "node"]
 
@@ -320,7 +320,7 @@ def user_code_problems(
 def node_args(
     code: UserCode, target: str, *, contract: Mapping[str, str], source: str | None = None
 ) -> list[str]:
-    """The arguments of `python -m trainers.node` that run `code` on `target`: the one
+    """The arguments of `python -m trainstack.trainers.node` that run `code` on `target`: the one
     command line every target's launch starts once per machine (after installing the
     package). `contract` holds the run-contract variables the target knows at deploy time
     (`TRAINSTACK_CHECKPOINT_DIR`, `_DATA_DIR`, `_OUTPUT_DIR`, `_RUN_NAME`); `source` is the

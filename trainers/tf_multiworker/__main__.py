@@ -1,4 +1,4 @@
-"""`python -m trainers.tf_multiworker [--config FILE] [--key=value ...]`."""
+"""`python -m trainstack.trainers.tf_multiworker [--config FILE] [--key=value ...]`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import logging
 import os
 import sys
 
-from trainers.common.cli import help_text
-from trainers.common.contract import TF_MODULE
-from trainers.common.signals import watch_parent
+from trainstack.trainers.common.cli import help_text
+from trainstack.trainers.common.contract import TF_MODULE
+from trainstack.trainers.common.signals import watch_parent
 
 
 def _run() -> int:
@@ -18,7 +18,7 @@ def _run() -> int:
     # A local run's workers must not outlive its launcher (torchrun or the CLI).
     watch_parent()
     # Imported late so `--help` answers without loading anything heavy.
-    from trainers.tf_multiworker.launch import main
+    from trainstack.trainers.tf_multiworker.launch import main
 
     return main(sys.argv[1:])
 

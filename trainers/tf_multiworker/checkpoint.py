@@ -1,4 +1,4 @@
-"""TensorFlow checkpoints in the shared step-directory layout (`trainers.common.checkpoint`).
+"""TensorFlow checkpoints in the shared step-directory layout (`trainstack.trainers.common.checkpoint`).
 
 A step directory holds `ckpt.index` + `ckpt.data-*` (`tf.train.Checkpoint.write` of the model,
 the optimizer and its slots; the step is the optimizer's `iterations`) and `meta.json`; the
@@ -43,7 +43,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainers.common.checkpoint import CheckpointStore, step_name, test_delay
+from trainstack.trainers.common.checkpoint import CheckpointStore, step_name, test_delay
 
 PREFIX = "ckpt"
 META_FILE = "meta.json"

@@ -3,7 +3,7 @@
 TensorFlow's strategies read the cluster from `TF_CONFIG` (MultiWorkerMirrored and
 ParameterServer through `TFConfigClusterResolver`) or from the TPU runtime
 (`TPUClusterResolver`). `tf_cluster` derives the `TF_CONFIG` this process must run with from
-the launch shapes `trainers.common.cluster` understands:
+the launch shapes `trainstack.trainers.common.cluster` understands:
 
 - `TF_CONFIG` (Vertex distributed jobs, `trainstack local-run`, any TF launcher): used as
   given, except on a Vertex job with Reduction Server (below).
@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainers.common.accelerators import simulated_count
-from trainers.common.cluster import ClusterInfo, uses_reduction_server
+from trainstack.trainers.common.accelerators import simulated_count
+from trainstack.trainers.common.cluster import ClusterInfo, uses_reduction_server
 
 TPU_GRPC_PORT = 8470
 """Port of the TPU runtime's TensorFlow server on each TPU VM worker: the default endpoint

@@ -1,6 +1,6 @@
-"""tf.data input pipelines over the shared datasets of `trainers.common.data`.
+"""tf.data input pipelines over the shared datasets of `trainstack.trainers.common.data`.
 
-The arrays come from `trainers.common.data.load_dataset` (synthetic, the bundled digits set,
+The arrays come from `trainstack.trainers.common.data.load_dataset` (synthetic, the bundled digits set,
 or `.npz` shards); images are turned channels-last because TensorFlow's CPU convolutions
 support only NHWC.
 
@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from trainers.common.config import TrainConfig
-from trainers.common.data import Dataset, Split, load_dataset
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.data import Dataset, Split, load_dataset
 
 SEED_STRIDE = 1_000_003
 

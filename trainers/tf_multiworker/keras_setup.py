@@ -16,7 +16,7 @@ TensorFlow:
   `pip install --no-deps 'tf-keras==X.Y.*'`, as Google's TensorFlow TPU harness does
   (GoogleCloudPlatform/ml-auto-solutions dags/solutions_team/configs/tensorflow/common.py).
 
-Importing `trainers.tf_multiworker` calls `select_keras_environment`, which reads the
+Importing `trainstack.trainers.tf_multiworker` calls `select_keras_environment`, which reads the
 TensorFlow version from the installed distribution's metadata (TensorFlow is not imported
 yet) and sets or removes TF_USE_LEGACY_KERAS. `load_keras` imports TensorFlow and returns
 `tf.keras`, or raises KerasSetupError, one line naming both versions and the pin to install,
@@ -37,7 +37,7 @@ from typing import Any, Final
 LEGACY_KERAS_ENV: Final = "TF_USE_LEGACY_KERAS"
 TF_KERAS_FROM: Final = (2, 16)
 """From this TensorFlow minor on, Keras 2 is the separate tf-keras package (the catalog's
-`components.catalog.tpu_runtimes.TF_KERAS_FROM`)."""
+`trainstack.components.catalog.tpu_runtimes.TF_KERAS_FROM`)."""
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)")
 
@@ -141,7 +141,7 @@ def check_keras(tf: Any) -> Any:
         raise KerasSetupError(
             f"{LEGACY_KERAS_ENV}: TensorFlow {version} was imported without it, so tf.keras is "
             "Keras 3, which fails inside MultiWorkerMirroredStrategy; valid: import "
-            "trainers.tf_multiworker before tensorflow (it sets TF_USE_LEGACY_KERAS=1)"
+            "trainstack.trainers.tf_multiworker before tensorflow (it sets TF_USE_LEGACY_KERAS=1)"
         )
     return keras
 

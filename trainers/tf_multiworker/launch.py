@@ -5,7 +5,7 @@ tasks with nothing to do home, and sets the environment TensorFlow reads at impo
 strategy creation (`TF_CONFIG`, oneDNN, gRPC fail-fast); only then does it import
 TensorFlow, check that `tf.keras` is the Keras 2 the trainer needs (`keras_setup`: a missing
 or mismatched tf-keras on TF >= 2.16 exits 2 with the pin to install) and import
-`trainers.tf_multiworker.train`.
+`trainstack.trainers.tf_multiworker.train`.
 
 Roles per strategy:
 - mirrored: one process on one machine, every local GPU (or `TRAINSTACK_TF_CPU_REPLICAS`
@@ -27,18 +27,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from trainers.common.cli import load_config
-from trainers.common.cluster import ClusterInfo, resolve_cluster
-from trainers.common.config import TrainConfig
-from trainers.common.contract import EVENT_IDLE, FIELD_EVENT, FIELD_SEVERITY, TF_MODULE
-from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE
-from trainers.tf_multiworker.cluster import (
+from trainstack.trainers.common.cli import load_config
+from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import EVENT_IDLE, FIELD_EVENT, FIELD_SEVERITY, TF_MODULE
+from trainstack.trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE
+from trainstack.trainers.tf_multiworker.cluster import (
     TFCluster,
     simulated_tpu_chips,
     tf_cluster,
     tpu_target,
 )
-from trainers.tf_multiworker.keras_setup import KerasSetupError, load_keras
+from trainstack.trainers.tf_multiworker.keras_setup import KerasSetupError, load_keras
 
 
 def check_topology(cfg: TrainConfig, tfc: TFCluster, info: ClusterInfo) -> None:
@@ -132,6 +132,6 @@ def main(argv: Sequence[str]) -> int:
     except KerasSetupError as e:
         print(f"trainstack trainer: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
-    from trainers.tf_multiworker.train import run
+    from trainstack.trainers.tf_multiworker.train import run
 
     return run(cfg, info, tfc)

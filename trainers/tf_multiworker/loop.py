@@ -1,12 +1,12 @@
 """The Keras training loop shared by every TensorFlow strategy.
 
 The model and the optimizer are built under the strategy's scope (`build_in_scope`, with the
-learning-rate schedule of `trainers.common.schedule` in TensorFlow ops); `replica_fn` is one
+learning-rate schedule of `trainstack.trainers.common.schedule` in TensorFlow ops); `replica_fn` is one
 optimizer step on one replica (gradient accumulation inside it); `TrainerBase` holds what
-both loops share: resume, checkpoints (`trainers.tf_multiworker.checkpoint`), the `start`,
+both loops share: resume, checkpoints (`trainstack.trainers.tf_multiworker.checkpoint`), the `start`,
 `train` and `checkpoint` log lines, the SavedModel export and the `done` record. The loops
-themselves are `trainers.tf_multiworker.sync` (mirrored, multi_worker_mirrored, tpu) and
-`trainers.tf_multiworker.parameter_server`.
+themselves are `trainstack.trainers.tf_multiworker.sync` (mirrored, multi_worker_mirrored, tpu) and
+`trainstack.trainers.tf_multiworker.parameter_server`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from trainers.common.checkpoint import run_checkpoint_dir
-from trainers.common.cluster import ClusterInfo
-from trainers.common.config import TrainConfig
-from trainers.common.contract import (
+from trainstack.trainers.common.checkpoint import run_checkpoint_dir
+from trainstack.trainers.common.cluster import ClusterInfo
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import (
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
     EVENT_CHECKPOINT_WRITTEN,
@@ -34,18 +34,18 @@ from trainers.common.contract import (
     EVENT_START,
     EVENT_TRAIN,
 )
-from trainers.common.data import Dataset
-from trainers.common.digest import params_sha256 as digest_arrays
-from trainers.common.fingerprint import StateMismatch, trainer_fingerprint
-from trainers.common.metrics import MetricsLogger, report_hypertune
-from trainers.common.records import LogWindow, done_record
-from trainers.common.schedule import learning_rate
-from trainers.common.storage import url_to_fs
-from trainers.tf_multiworker.checkpoint import TFCheckpointer
-from trainers.tf_multiworker.cluster import TFCluster
-from trainers.tf_multiworker.keras_setup import check_keras
-from trainers.tf_multiworker.metrics import device_kind, gpu_memory, gpu_peak
-from trainers.tf_multiworker.models import build_model, flops_per_sample
+from trainstack.trainers.common.data import Dataset
+from trainstack.trainers.common.digest import params_sha256 as digest_arrays
+from trainstack.trainers.common.fingerprint import StateMismatch, trainer_fingerprint
+from trainstack.trainers.common.metrics import MetricsLogger, report_hypertune
+from trainstack.trainers.common.records import LogWindow, done_record
+from trainstack.trainers.common.schedule import learning_rate
+from trainstack.trainers.common.storage import url_to_fs
+from trainstack.trainers.tf_multiworker.checkpoint import TFCheckpointer
+from trainstack.trainers.tf_multiworker.cluster import TFCluster
+from trainstack.trainers.tf_multiworker.keras_setup import check_keras
+from trainstack.trainers.tf_multiworker.metrics import device_kind, gpu_memory, gpu_peak
+from trainstack.trainers.tf_multiworker.models import build_model, flops_per_sample
 
 keras: Any = check_keras(tf)
 
@@ -60,7 +60,7 @@ class SetupError(ValueError):
 
 
 class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
-    """`trainers.common.schedule.learning_rate` in TensorFlow ops, of the optimizer's step."""
+    """`trainstack.trainers.common.schedule.learning_rate` in TensorFlow ops, of the optimizer's step."""
 
     def __init__(self, peak: float, warmup: int, total: int) -> None:
         super().__init__()
@@ -99,7 +99,7 @@ def build_in_scope(
 
 
 def params_sha256(model: Any) -> str:
-    """Digest of the model's variables (`trainers.common.digest`, the torch trainer's rule)
+    """Digest of the model's variables (`trainstack.trainers.common.digest`, the torch trainer's rule)
     under their TensorFlow names."""
     return digest_arrays(
         [(var.name, var) for var in model.weights],

@@ -1,12 +1,12 @@
-"""The TensorFlow side of the trainer telemetry (`trainers.common.metrics`): tf.summary
+"""The TensorFlow side of the trainer telemetry (`trainstack.trainers.common.metrics`): tf.summary
 scalars for TensorBoard, the device kind of the `start` line and the GPU fields of `train`."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from trainers.common.config import TrainConfig
-from trainers.common.metrics import gpu_peak_flops
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.metrics import gpu_peak_flops
 
 
 class TFScalarWriter:

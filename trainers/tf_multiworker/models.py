@@ -15,8 +15,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainers.common.config import TrainConfig
-from trainers.tf_multiworker.keras_setup import check_keras
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.tf_multiworker.keras_setup import check_keras
 
 keras: Any = check_keras(tf)
 

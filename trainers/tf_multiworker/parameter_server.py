@@ -17,20 +17,20 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainers.common.config import TrainConfig
-from trainers.common.contract import (
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import (
     EVENT_IDLE,
     EVENT_PREEMPTED,
     EVENT_SERVER,
     FIELD_EVENT,
     FIELD_SEVERITY,
 )
-from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
-from trainers.common.records import LogWindow
-from trainers.common.signals import SigtermWatcher
-from trainers.tf_multiworker.cluster import TFCluster
-from trainers.tf_multiworker.data import ps_dataset_fn
-from trainers.tf_multiworker.loop import SUM, TrainerBase, params_sha256, replica_fn
+from trainstack.trainers.common.exit_codes import PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.records import LogWindow
+from trainstack.trainers.common.signals import SigtermWatcher
+from trainstack.trainers.tf_multiworker.cluster import TFCluster
+from trainstack.trainers.tf_multiworker.data import ps_dataset_fn
+from trainstack.trainers.tf_multiworker.loop import SUM, TrainerBase, params_sha256, replica_fn
 
 CHIEF_GONE_CHECKS = 3
 """Failed connection attempts, `CHIEF_POLL_S` apart, after which a parameter-server task

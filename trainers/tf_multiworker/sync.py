@@ -1,4 +1,4 @@
-"""Synchronous strategies: mirrored, multi_worker_mirrored and tpu (`trainers.tf_multiworker.tpu`
+"""Synchronous strategies: mirrored, multi_worker_mirrored and tpu (`trainstack.trainers.tf_multiworker.tpu`
 makes the TPU strategy).
 
 A custom loop: one `tf.function` step per optimizer step (gradient accumulation inside it),
@@ -14,14 +14,14 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainers.common.contract import EVENT_PREEMPTED
-from trainers.common.data import Dataset
-from trainers.common.exit_codes import PREEMPTED_EXIT_CODE
-from trainers.common.records import LogWindow
-from trainers.common.signals import SigtermWatcher
-from trainers.tf_multiworker.cluster import all_reduce_implementation
-from trainers.tf_multiworker.data import load, sync_dataset_fn
-from trainers.tf_multiworker.loop import (
+from trainstack.trainers.common.contract import EVENT_PREEMPTED
+from trainstack.trainers.common.data import Dataset
+from trainstack.trainers.common.exit_codes import PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.records import LogWindow
+from trainstack.trainers.common.signals import SigtermWatcher
+from trainstack.trainers.tf_multiworker.cluster import all_reduce_implementation
+from trainstack.trainers.tf_multiworker.data import load, sync_dataset_fn
+from trainstack.trainers.tf_multiworker.loop import (
     SUM,
     SetupError,
     TrainerBase,

@@ -1,6 +1,6 @@
 """Strategy 'tpu': TPUStrategy over the TPU chips of this VM or of a multi-host slice.
 
-The training loop is the synchronous one (`trainers.tf_multiworker.sync`); what is TPU-only
+The training loop is the synchronous one (`trainstack.trainers.tf_multiworker.sync`); what is TPU-only
 is reaching the TPU system, and saying what is missing when there is none. Tests on a CPU
 machine set `TRAINSTACK_SIMULATED_ACCELERATORS=N` (`cluster.simulated_tpu_chips`): the same
 loop then runs over N logical CPU devices (`simulated_tpu_strategy`).

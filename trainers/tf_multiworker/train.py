@@ -1,25 +1,25 @@
 """The bundled TensorFlow trainer: Mirrored, MultiWorkerMirrored, TPU and ParameterServer.
 
-Launch shapes (the cluster comes from the environment, see `trainers.tf_multiworker.cluster`):
+Launch shapes (the cluster comes from the environment, see `trainstack.trainers.tf_multiworker.cluster`):
 
-    python -m trainers.tf_multiworker --strategy=mirrored --model=cnn --dataset=digits
+    python -m trainstack.trainers.tf_multiworker --strategy=mirrored --model=cnn --dataset=digits
     TF_CONFIG='{"cluster": {"worker": [...]}, "task": {...}}' \\
-        python -m trainers.tf_multiworker --framework=tensorflow --strategy=multi_worker_mirrored
-    python -m trainers.tf_multiworker --config run.yaml    # on TPU VM worker 0, strategy tpu
+        python -m trainstack.trainers.tf_multiworker --framework=tensorflow --strategy=multi_worker_mirrored
+    python -m trainstack.trainers.tf_multiworker --config run.yaml    # on TPU VM worker 0, strategy tpu
 
-`trainers.tf_multiworker.launch` decides everything that needs no TensorFlow, sets the
+`trainstack.trainers.tf_multiworker.launch` decides everything that needs no TensorFlow, sets the
 environment and only then imports this module, whose `run` configures TensorFlow, makes the
 strategy and hands over to the strategy's loop: synchronous strategies (mirrored,
-multi_worker_mirrored, tpu) in `trainers.tf_multiworker.sync` (TPU system setup in
-`.tpu`), parameter_server in `trainers.tf_multiworker.parameter_server`, both on the
-shared Keras loop of `trainers.tf_multiworker.loop`.
+multi_worker_mirrored, tpu) in `trainstack.trainers.tf_multiworker.sync` (TPU system setup in
+`.tpu`), parameter_server in `trainstack.trainers.tf_multiworker.parameter_server`, both on the
+shared Keras loop of `trainstack.trainers.tf_multiworker.loop`.
 
-Contract shared with the torch trainer: JSON log lines (`trainers.common.metrics`),
+Contract shared with the torch trainer: JSON log lines (`trainstack.trainers.common.metrics`),
 TensorBoard scalars from the chief, checkpoints in step directories on a local path or gs://
-(`trainers.tf_multiworker.checkpoint`), SIGTERM -> checkpoint -> exit 143, and a final
+(`trainstack.trainers.tf_multiworker.checkpoint`), SIGTERM -> checkpoint -> exit 143, and a final
 `{"event": "done", "step": N, "params_sha256": ...}` from the chief.
 
-Exit codes (`trainers.common.exit_codes`): 0 done; 1 a peer task was lost (restart the job:
+Exit codes (`trainstack.trainers.common.exit_codes`): 0 done; 1 a peer task was lost (restart the job:
 it resumes from the newest checkpoint); 2 invalid config, cluster environment or checkpoint
 (including strategy 'tpu' without a TPU); 143 preempted after saving a checkpoint; anything
 else is a crash.
@@ -35,24 +35,24 @@ import sys
 
 import tensorflow as tf
 
-from trainers.common.cluster import ClusterInfo
-from trainers.common.config import TrainConfig
-from trainers.common.contract import TF_CPU_REPLICAS_ENV
-from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PEER_LOST_EXIT_CODE
-from trainers.common.metrics import MetricsLogger
-from trainers.common.tokens import is_token_layout
-from trainers.tf_multiworker import parameter_server, tpu
-from trainers.tf_multiworker.cluster import TFCluster, simulated_tpu_chips, tpu_target
-from trainers.tf_multiworker.data import load
-from trainers.tf_multiworker.loop import SetupError, keras
-from trainers.tf_multiworker.metrics import TFScalarWriter
-from trainers.tf_multiworker.parameter_server import PSTrainer, ps_strategy, serve
-from trainers.tf_multiworker.sync import (
+from trainstack.trainers.common.cluster import ClusterInfo
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import TF_CPU_REPLICAS_ENV
+from trainstack.trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PEER_LOST_EXIT_CODE
+from trainstack.trainers.common.metrics import MetricsLogger
+from trainstack.trainers.common.tokens import is_token_layout
+from trainstack.trainers.tf_multiworker import parameter_server, tpu
+from trainstack.trainers.tf_multiworker.cluster import TFCluster, simulated_tpu_chips, tpu_target
+from trainstack.trainers.tf_multiworker.data import load
+from trainstack.trainers.tf_multiworker.loop import SetupError, keras
+from trainstack.trainers.tf_multiworker.metrics import TFScalarWriter
+from trainstack.trainers.tf_multiworker.parameter_server import PSTrainer, ps_strategy, serve
+from trainstack.trainers.tf_multiworker.sync import (
     SyncTrainer,
     mirrored_strategy,
     multi_worker_mirrored_strategy,
 )
-from trainers.tf_multiworker.tpu import (
+from trainstack.trainers.tf_multiworker.tpu import (
     TPUUnavailableError,
     simulated_tpu_strategy,
     tpu_strategy,

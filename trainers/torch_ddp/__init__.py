@@ -1,1 +1,1 @@
-"""Bundled PyTorch trainer (DDP / FSDP2); run as `python -m trainers.torch_ddp`."""
+"""Bundled PyTorch trainer (DDP / FSDP2); run as `python -m trainstack.trainers.torch_ddp`."""

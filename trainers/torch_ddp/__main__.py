@@ -1,4 +1,4 @@
-"""`python -m trainers.torch_ddp [--config FILE] [--key=value ...]`."""
+"""`python -m trainstack.trainers.torch_ddp [--config FILE] [--key=value ...]`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 import os
 import sys
 
-from trainers.common.cli import help_text
-from trainers.common.signals import watch_parent
+from trainstack.trainers.common.cli import help_text
+from trainstack.trainers.common.signals import watch_parent
 
 
 def _run() -> int:
@@ -17,7 +17,7 @@ def _run() -> int:
     # A local run's workers must not outlive its launcher (torchrun or the CLI).
     watch_parent()
     # Imported late so `--help` answers without loading torch.
-    from trainers.torch_ddp.train import main
+    from trainstack.trainers.torch_ddp.train import main
 
     return main(sys.argv[1:])
 

@@ -1,7 +1,7 @@
 """Atomic, resumable torch checkpoints on a local path or `gs://` (through fsspec/gcsfs).
 
 The step-directory layout, the commit protocol and pruning live in
-`trainers.common.checkpoint` (framework-free, shared with the TensorFlow trainer).
+`trainstack.trainers.common.checkpoint` (framework-free, shared with the TensorFlow trainer).
 
 Payload:
 - DDP (and single process): rank 0 writes `state.pt` with the model, the optimizer, the step
@@ -10,7 +10,7 @@ Payload:
   own shard (FileSystemWriter locally, FsspecWriter for gs://), and rank 0 writes
   `trainer.pt` with the step and the RNG states.
 
-The data position is the global step (see `trainers.common.data`).
+The data position is the global step (see `trainstack.trainers.common.data`).
 
 Async saves (`async_checkpoint`) copy the state and write the copy on a background thread;
 at most one write is in flight, and the next save waits for it. The copy goes into host
@@ -20,7 +20,7 @@ only the first save pays for allocating them; they cost host memory the size of 
 overlaps what the caller computes next (on CPU it runs on a thread), and the caller calls
 `before_update()` before it next changes the parameters or the optimizer state; the training
 loop is then blocked only for what is left of the copy at that point. DDP: rank 0 copies
-with `trainers.torch_ddp.staging` and writes `state.pt` from the copy. FSDP:
+with `trainstack.trainers.torch_ddp.staging` and writes `state.pt` from the copy. FSDP:
 `torch.distributed.checkpoint.async_save` copies with its `DefaultStager` and writes every
 rank's shard on its own thread, coordinated over a gloo group of its own (collectives from
 two threads must not share one group); when all shards are written, rank 0 adds
@@ -43,9 +43,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
-from trainers.common.checkpoint import CheckpointStore, step_name, test_delay
-from trainers.common.fingerprint import StateMismatch
-from trainers.torch_ddp.staging import Copy, HostCopy
+from trainstack.trainers.common.checkpoint import CheckpointStore, step_name, test_delay
+from trainstack.trainers.common.fingerprint import StateMismatch
+from trainstack.trainers.torch_ddp.staging import Copy, HostCopy
 
 STATE_FILE = "state.pt"
 TRAINER_FILE = "trainer.pt"

@@ -1,4 +1,4 @@
-"""The torch side of the trainer telemetry (`trainers.common.metrics`): GPU memory and
+"""The torch side of the trainer telemetry (`trainstack.trainers.common.metrics`): GPU memory and
 utilization fields of the `train` line, and torch's TensorBoard writer."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import contextlib
 
 import torch
 
-from trainers.common.metrics import ScalarWriter
+from trainstack.trainers.common.metrics import ScalarWriter
 
 
 def gpu_stats(device_index: int) -> dict[str, float]:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainers.common.config import TrainConfig
+from trainstack.trainers.common.config import TrainConfig
 
 
 class MLP(nn.Module):

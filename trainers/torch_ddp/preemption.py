@@ -1,10 +1,10 @@
 """Preemption for the torch trainer: SIGTERM becomes a checkpoint and a distinct exit code.
 
 The signal handling itself (flag, grace-period watchdog, exit code 143) is framework-free in
-`trainers.common.signals`. This module adds the torch.distributed agreement: `should_stop()`
+`trainstack.trainers.common.signals`. This module adds the torch.distributed agreement: `should_stop()`
 all-reduces the flag (MAX) once per step so every rank stops at the same step even when only
 one of them was signalled. Every rank then takes part in the checkpoint and the process exits
-with `trainers.common.exit_codes.PREEMPTED_EXIT_CODE`.
+with `trainstack.trainers.common.exit_codes.PREEMPTED_EXIT_CODE`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainers.common.signals import SigtermWatcher
+from trainstack.trainers.common.signals import SigtermWatcher
 
 
 class PreemptionWatcher(SigtermWatcher):

@@ -2,16 +2,16 @@
 
 Launch shapes:
 
-    python -m trainers.torch_ddp --model=mlp --dataset=digits --steps=300      # one process
-    torchrun --standalone --nproc-per-node 2 -m trainers.torch_ddp --config run.yaml
-    torchrun --nnodes $N --node-rank $R --master-addr $A --nproc-per-node 8 -m trainers.torch_ddp
+    python -m trainstack.trainers.torch_ddp --model=mlp --dataset=digits --steps=300      # one process
+    torchrun --standalone --nproc-per-node 2 -m trainstack.trainers.torch_ddp --config run.yaml
+    torchrun --nnodes $N --node-rank $R --master-addr $A --nproc-per-node 8 -m trainstack.trainers.torch_ddp
 
 One process per node (Vertex, GKE Indexed Job, TPU VM, GCE) works too: rank and world come
-from `trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
+from `trainstack.trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
 
 Exit codes: 0 done; 2 invalid config or cluster environment, or a newest checkpoint written
-under other settings (`trainers.common.fingerprint`); 143 preempted after saving a
-checkpoint (`trainers.common.exit_codes`); anything else is a crash.
+under other settings (`trainstack.trainers.common.fingerprint`); 143 preempted after saving a
+checkpoint (`trainstack.trainers.common.exit_codes`); anything else is a crash.
 
 `TRAINSTACK_COLLECTIVE_TIMEOUT_S` (`contract.COLLECTIVE_TIMEOUT_ENV`) bounds how long a
 collective waits for a lost or hung peer; `trainstack local-run` sets it.
@@ -39,11 +39,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainers.common.checkpoint import CheckpointStore, run_checkpoint_dir
-from trainers.common.cli import load_config
-from trainers.common.cluster import ClusterInfo, resolve_cluster
-from trainers.common.config import TrainConfig
-from trainers.common.contract import (
+from trainstack.trainers.common.checkpoint import CheckpointStore, run_checkpoint_dir
+from trainstack.trainers.common.cli import load_config
+from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import (
     COLLECTIVE_TIMEOUT_ENV,
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
@@ -58,17 +58,17 @@ from trainers.common.contract import (
     FIELD_SEVERITY,
     TORCH_MODULE,
 )
-from trainers.common.data import Dataset, load_dataset, shard_sampler
-from trainers.common.digest import params_sha256 as digest_arrays
-from trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PREEMPTED_EXIT_CODE
-from trainers.common.fingerprint import StateMismatch, trainer_fingerprint
-from trainers.common.metrics import MetricsLogger, gpu_peak_flops, report_hypertune
-from trainers.common.records import LogWindow, done_record
-from trainers.common.schedule import learning_rate
-from trainers.torch_ddp.checkpoint import Checkpointer, serialize
-from trainers.torch_ddp.metrics import gpu_stats, torch_scalar_writer
-from trainers.torch_ddp.models import build_model, flops_per_sample
-from trainers.torch_ddp.preemption import PreemptionWatcher
+from trainstack.trainers.common.data import Dataset, load_dataset, shard_sampler
+from trainstack.trainers.common.digest import params_sha256 as digest_arrays
+from trainstack.trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.fingerprint import StateMismatch, trainer_fingerprint
+from trainstack.trainers.common.metrics import MetricsLogger, gpu_peak_flops, report_hypertune
+from trainstack.trainers.common.records import LogWindow, done_record
+from trainstack.trainers.common.schedule import learning_rate
+from trainstack.trainers.torch_ddp.checkpoint import Checkpointer, serialize
+from trainstack.trainers.torch_ddp.metrics import gpu_stats, torch_scalar_writer
+from trainstack.trainers.torch_ddp.models import build_model, flops_per_sample
+from trainstack.trainers.torch_ddp.preemption import PreemptionWatcher
 
 
 def _param_array(param: nn.Parameter) -> Any:
@@ -79,7 +79,7 @@ def _param_array(param: nn.Parameter) -> Any:
 
 
 def params_sha256(model: nn.Module) -> str:
-    """Digest of the full parameters (`trainers.common.digest`) under their module names.
+    """Digest of the full parameters (`trainstack.trainers.common.digest`) under their module names.
     FSDP shards are gathered first (a collective, so every rank must call this)."""
     return digest_arrays(unwrap(model).named_parameters(), _param_array)
 
