@@ -15,7 +15,7 @@ quotes and are not verified.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from trainstack.components.catalog.gpus import (
     A100_ZONES_AS_OF,
@@ -419,3 +419,15 @@ TABLES: Final = (
     CatalogTable("prices", PRICES_SOURCE, PRICES_AS_OF, PRICES_VERIFIED, ("estimates",)),
 )  # fmt: skip
 """Every table with its source and date, for `trainstack plan` footnotes."""
+
+
+def quota_need(spec: QuotaSpec, dimensions: dict[str, str], needed: int) -> dict[str, Any]:
+    """One entry of a stack's quota needs (`trainstack.infra.estimate.quota_needs`)."""
+    return {
+        "service": spec.service,
+        "quota_id": spec.quota_id,
+        "dimensions": dimensions,
+        "needed": needed,
+        "verified": spec.verified,
+        "source": spec.source,
+    }

@@ -150,7 +150,8 @@ def logs(
 ) -> None:
     """A deployed stack's training logs (Cloud Logging; local: the log file), one readable
     line per trainer record. Ctrl-C ends --follow (exit 130)."""
-    from trainstack.infra.logs import LogsError, log_source, parse_endpoints, read_lines
+    from trainstack.infra.log_source import log_source
+    from trainstack.infra.logs import LogsError, parse_endpoints, read_lines
     from trainstack.infra.stack_outputs import OutputsError
 
     name, cfg = validated(stack, config_file)

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainstack.components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES
-from trainstack.infra.compose import vertex_image
 from trainstack.infra.config import PROJECT_ROOT, StackConfig
-from trainstack.trainers.common.contract import TORCH_MODULE
+from trainstack.infra.targets import target_of
 from trainstack.trainers.common.user_code import (
     UserCode,
     read_requirements,
@@ -27,31 +25,13 @@ from trainstack.trainers.common.user_code import (
 
 
 def world_size(cfg: StackConfig, code: UserCode) -> int:
-    """Processes that run `code` on the stack's target."""
-    launcher = code.launcher_for(cfg.target)
-    if cfg.local is not None:
-        return cfg.local.workers
-    if cfg.tpu is not None:
-        return cfg.tpu.slice.hosts
-    if cfg.gpu_cluster is not None:
-        gpu = cfg.gpu_cluster
-        return gpu.node_count * (gpu.machine.gpus if launcher == "torchrun" else 1)
-    assert cfg.vertex is not None
-    vx = cfg.vertex
-    return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
+    """Processes that run `code` on the stack's target (`Target.code_world_size`)."""
+    return target_of(cfg).code_world_size(cfg, code)
 
 
 def runs_on(cfg: StackConfig, code: UserCode) -> str:
     """Where the code will run: the image (yours or the target's default) or the machine."""
-    if cfg.target == "tpu" and cfg.tpu is not None:
-        return f"TPU VM runtime {cfg.tpu.runtime_version or '(the default for the slice)'}"
-    if cfg.target == "gpu_cluster" and cfg.gpu_cluster is not None:
-        if cfg.gpu_cluster.backend == "gce":
-            return f"Deep Learning VM image {DLVM_IMAGE}"
-        return code.image or KUBERNETES_IMAGES[TORCH_MODULE]
-    if cfg.target == "vertex" and cfg.vertex is not None:
-        return vertex_image(cfg)[0]
-    return "this machine (local-run's Python)"
+    return target_of(cfg).runs_on(cfg, code)
 
 
 def code_summary(cfg: StackConfig) -> dict[str, Any] | None:

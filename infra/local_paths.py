@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainstack.infra.config import StackConfig
 from trainstack.infra.mocks import REPO_ROOT
+
+if TYPE_CHECKING:
+    from trainstack.infra.config import StackConfig
 
 
 def run_name(cfg: StackConfig, stack: str) -> str:

@@ -23,7 +23,6 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from trainstack.components.a100_cluster._common import gke_spot_grace_note
 from trainstack.components.catalog.images import availability_date
 from trainstack.infra.code_plan import code_rows, code_summary
 from trainstack.infra.compose import main_program
@@ -38,7 +37,7 @@ from trainstack.infra.plan_diff import (  # noqa: F401 - the diff's API is re-ex
     plans_by_stack,
 )
 from trainstack.infra.plan_runs import PROVIDER_INPUT, runs_lines
-from trainstack.infra.vertex_image import vertex_image_problems, vertex_plan_notes
+from trainstack.infra.targets import CloudTarget, target_of
 
 STACKS_DIR = REPO_ROOT / "stacks"
 # Pulumi's rule for a stack name (without an organization/project prefix).
@@ -185,11 +184,11 @@ def plan_date() -> date:
 
 
 def image_problems(cfg: StackConfig, today: date) -> list[str]:
-    """Notes about the image the Vertex replicas run (`trainstack.infra.compose.vertex_image`) when you
-    named it: past its end of availability on `today`, or what Reduction Server needs in it.
-    For a default image the same facts are errors (`trainstack.infra.compose.vertex_image_problems`),
-    raised here as the invalid config they are."""
-    errors, warnings = vertex_image_problems(cfg, today)
+    """Notes about the image the target runs (`Target.image_problems`; the Vertex replicas'
+    image) when you named it: past its end of availability on `today`, or what Reduction
+    Server needs in it. For a default image the same facts are errors, raised here as the
+    invalid config they are."""
+    errors, warnings = target_of(cfg).image_problems(cfg, today)
     if errors:
         raise ConfigError(errors)
     return warnings
@@ -211,16 +210,13 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
             "(see its sources and dates); it excludes storage, network egress and discounts."
         )
     ]
-    if cfg.target != "local":
+    if isinstance(target_of(cfg), CloudTarget):
         notes.append(
             "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
             "and `pulumi up` and stops the deployment before anything is created on a shortfall."
         )
     notes += expired
-    notes += vertex_plan_notes(cfg, stack)
-    gpu = cfg.gpu_cluster
-    if cfg.target == "gpu_cluster" and gpu is not None and gpu.backend == "gke" and gpu.spot:
-        notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))
+    notes += target_of(cfg).plan_notes(cfg, stack)
     needs = quota_needs(cfg)
     note = unverified_quota_note(needs)
     if note:
@@ -264,15 +260,11 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
 
 
 def _defaults(cfg: StackConfig, config: Mapping[str, Any]) -> dict[str, Any]:
-    """Values the stack did not give that trainstack picked, by dotted key: today the TPU
-    runtime (`trainstack.components.catalog.tpu.default_tpu_runtime`)."""
-    tpu = config.get("trainstack:tpu")
-    if cfg.tpu is None:
-        return {}
-    given = json.loads(tpu) if isinstance(tpu, str) else tpu
-    if isinstance(given, Mapping) and given.get("runtime_version") is None:
-        return {"tpu.runtime_version": cfg.tpu.runtime_version}
-    return {}
+    """Values the stack did not give that trainstack picked, by dotted key
+    (`Target.plan_defaults`: today the TPU runtime)."""
+    raw = config.get(f"trainstack:{cfg.target}")
+    given = json.loads(raw) if isinstance(raw, str) else raw
+    return target_of(cfg).plan_defaults(cfg, given)
 
 
 # --------------------------------------------------------------------------- rendering

@@ -29,7 +29,7 @@ from tests.fakes.metadata_fake import PROJECT, ZONE, MetadataFake, vm_values
 from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE, node_helper, render_launcher
 from trainstack.components.training_dashboard.targets import gce_filters
 from trainstack.infra.config import load_stack_config
-from trainstack.infra.logs import cloud_filter
+from trainstack.infra.log_source import cloud_filter
 from trainstack.infra.plan import load_stack
 from trainstack.trainers.common.cloud_logging import LogShipper
 from trainstack.trainers.common.contract import LOG_ID

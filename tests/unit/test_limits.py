@@ -10,13 +10,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import trainstack.infra.compose
+import trainstack.infra.targets.gpu_cluster
+import trainstack.infra.targets.tpu
 from trainstack.infra.cli import app
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, load_stack_config
-from trainstack.infra.estimate import limit_problems, limits_plan, vertex_timeout_s
+from trainstack.infra.estimate import limit_problems, limits_plan
 from trainstack.infra.mocks import run_program
 from trainstack.infra.plan import STACKS_DIR, build_plan, read_stack_file
+from trainstack.infra.targets.vertex_config import vertex_timeout_s
 
 VERTEX_OVER = (
     "limits.max_hourly_usd: the stack's estimated $143.65/hour is above the limit of "
@@ -132,7 +134,7 @@ def test_gpu_clusters_get_max_run_seconds(
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(trainstack.infra.compose, "A100Cluster", recorder)
+    monkeypatch.setattr(trainstack.infra.targets.gpu_cluster, "A100Cluster", recorder)
     config = _stack(stack, max_run_hours=72)
     with pytest.raises(Stop):
         run_program(main_program, config=config, stack=stack)
@@ -156,7 +158,7 @@ def test_without_limits_no_max_run_seconds_is_passed(monkeypatch: pytest.MonkeyP
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(trainstack.infra.compose, "A100Cluster", recorder)
+    monkeypatch.setattr(trainstack.infra.targets.gpu_cluster, "A100Cluster", recorder)
     with pytest.raises(Stop):
         run_program(main_program, config=_stack("dev-a100-gke"), stack="dev-a100-gke")
     assert "max_run_seconds" not in seen[0]
@@ -172,7 +174,7 @@ def _tpu_slice_args(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> 
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(trainstack.infra.compose, "TpuPodSlice", recorder)
+    monkeypatch.setattr(trainstack.infra.targets.tpu, "TpuPodSlice", recorder)
     with pytest.raises(Stop):
         run_program(main_program, config=config, stack="dev-tpu-v5e")
     return seen[0]

@@ -7,8 +7,9 @@ import copy
 import pytest
 
 from trainstack.infra.config import load_stack_config
-from trainstack.infra.estimate import summarize, supervisor_hourly_usd
+from trainstack.infra.estimate import summarize
 from trainstack.infra.plan import load_stack
+from trainstack.infra.targets.tpu import supervisor_hourly_usd
 
 
 def _config(provisioning: str) -> dict[str, object]:
