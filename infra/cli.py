@@ -8,6 +8,7 @@
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
     trainstack stacks                              list the bundled stacks
+    trainstack plan --program DIR --stack dev      (also policy, plan-diff) your own program
 
 Exit codes: 0 ok; 2 invalid config or arguments, unreadable files, no credentials or an
 API that refuses (one `error:` line naming what is wrong and what is allowed, never a

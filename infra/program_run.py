@@ -27,7 +27,7 @@ import runpy
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -59,6 +59,13 @@ class Program:
     """The program's working directory and first `sys.path` entry: `main`'s folder."""
     entry: Path
     """What `runpy.run_path` runs: `main` (a file or a folder with __main__.py), else root."""
+    project_config: Mapping[str, Any] = field(default_factory=dict)
+    """Pulumi.yaml's `config:` block, as written (`project_defaults` reads it)."""
+
+    def key(self, key: str) -> str:
+        """A config key with its namespace: a bare key is the project's (`prefix` is
+        `<project>:prefix`), as the Pulumi CLI reads stack files and Pulumi.yaml."""
+        return key if ":" in key else f"{self.name}:{key}"
 
     def stacks(self) -> list[str]:
         return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in self.stacks_glob())
@@ -112,7 +119,13 @@ def read_program(directory: str | Path, what: str = "--program") -> Program:
             f"{what}: no __main__.py in {str(entry)!r}; valid: a program in __main__.py, "
             f"or `main: <file.py>` in {project_file}"
         )
-    return Program(root, name, stacks_dir, workdir, entry)
+    project_config = document.get("config") or {}
+    if not isinstance(project_config, Mapping):
+        raise ProgramError(
+            f"{what}: `config:` in {project_file} is not a mapping; valid: `key: value` or "
+            "`key: {default: value}` lines"
+        )
+    return Program(root, name, stacks_dir, workdir, entry, dict(project_config))
 
 
 def _yaml_mapping(path: Path, what: str) -> dict[str, Any]:
@@ -134,8 +147,12 @@ def stack_config(
     """The config of `program`'s stack file `Pulumi.<stack>.yaml`, updated by `overrides`.
 
     Bare keys belong to the project's namespace (`prefix` is `<project>:prefix`), as the
-    Pulumi CLI reads them. A missing stack file is a ProgramError when `required`, else an
-    empty config.
+    Pulumi CLI reads them. A key of Pulumi.yaml's `config:` block that the stack does not
+    set takes its `default` or `value` (a plain value there is one of those); a project key
+    declared with neither is an error, as `pulumi preview` makes it (`mergeConfig` in
+    pkg/workspace/config.go:295-345 and the shorthand at
+    sdk/go/common/workspace/project.go:490-515, pulumi/pulumi at 1b59498). A missing stack
+    file is a ProgramError when `required`, else an empty config.
     """
     path = program.stacks_dir / f"Pulumi.{stack}.yaml"
     config: dict[str, Any] = {}
@@ -151,10 +168,21 @@ def stack_config(
             f"(where project {program.name!r} keeps its stack files); valid: "
             f"{', '.join(program.stacks()) or '(no stack files there)'}"
         )
-    return {
-        (key if ":" in key else f"{program.name}:{key}"): value
-        for key, value in {**config, **(overrides or {})}.items()
-    }
+    merged = {program.key(key): value for key, value in {**config, **(overrides or {})}.items()}
+    for key, entry in program.project_config.items():
+        full = program.key(str(key))
+        if full in merged:
+            continue
+        if not isinstance(entry, Mapping):
+            merged[full] = entry
+        elif entry.get("value") is not None or entry.get("default") is not None:
+            merged[full] = entry["default"] if entry.get("default") is not None else entry["value"]
+        elif full.startswith(f"{program.name}:"):
+            raise ProgramError(
+                f"--stack: stack {stack!r} has no value for {full!r}, which Pulumi.yaml's "
+                f"`config:` requires; valid: `{key}: <value>` under `config:` in {path}"
+            )
+    return merged
 
 
 def run_program_folder(

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from trainstack.infra.cli import app
 from trainstack.infra.program_plan import PROGRAM_NOTE, build_program_plan
-from trainstack.infra.program_run import ProgramError
+from trainstack.infra.program_run import ProgramError, read_program, stack_config
 
 runner = CliRunner()
 
@@ -310,3 +310,28 @@ def test_main_names_a_program_in_a_subfolder(project: Path) -> None:
     plan = build_program_plan(project, "dev")
     assert [(r["type"], r["name"], r["parent"]) for r in plan["resources"]] == expected("exp1")
     assert plan["outputs"]["cwd"] == str((project / "src").resolve())
+
+
+def test_pulumi_yaml_config_fills_what_the_stack_does_not_set(project: Path) -> None:
+    (project / "Pulumi.yaml").write_text(
+        "name: acme\nstackConfigDir: stacks\nruntime: python\nconfig:\n"
+        "  retention_days: {default: 99}\n  owner: {type: string, default: ml}\n"
+        "  gcp:region: us-central1\n  gcp:zone: {value: us-central1-a}\n"
+    )
+    program = read_program(project)
+    assert stack_config(program, "dev", required=True) == {
+        "gcp:project": "acme-ml",
+        "acme:prefix": "exp1",
+        "acme:retention_days": 14,  # the stack file's value wins
+        "acme:owner": "ml",
+        "gcp:region": "us-central1",
+        "gcp:zone": "us-central1-a",
+    }
+    (project / "Pulumi.yaml").write_text(
+        "name: acme\nstackConfigDir: stacks\nruntime: python\nconfig:\n  owner: {type: string}\n"
+    )
+    assert error_line(["plan", "--program", str(project), "--stack", "dev"]) == (
+        "error: --stack: stack 'dev' has no value for 'acme:owner', which Pulumi.yaml's "
+        f"`config:` requires; valid: `owner: <value>` under `config:` in "
+        f"{project / 'stacks' / 'Pulumi.dev.yaml'}"
+    )
