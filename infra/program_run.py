@@ -201,18 +201,20 @@ def run_program_folder(
     """
 
     def body() -> None:
-        with program_imports(program.workdir):
-            runpy.run_path(str(program.entry), run_name="__main__")
+        runpy.run_path(str(program.entry), run_name="__main__")
 
-    return run_program(
-        body,
-        config=config,
-        stack=stack,
-        project=program.name,
-        preview=preview,
-        outputs=outputs,
-        invokes=invokes,
-    )
+    # The whole run, not only the program's top level: its `apply` callbacks run after
+    # that, and they may import its modules or read files relative to its folder.
+    with program_imports(program.workdir):
+        return run_program(
+            body,
+            config=config,
+            stack=stack,
+            project=program.name,
+            preview=preview,
+            outputs=outputs,
+            invokes=invokes,
+        )
 
 
 def provided_names(folder: Path) -> set[str]:

@@ -61,6 +61,16 @@ if config.get_bool("open_bucket"):
 pulumi.export("checkpoints", buckets.checkpoint_url)
 pulumi.export("account", identity.service_account_email)
 pulumi.export("cwd", os.getcwd())
+
+
+def late(url):
+    # Imported when the URL resolves, after the program's top level has run.
+    from infra.late import tag
+
+    return tag(url, os.getcwd())
+
+
+pulumi.export("tagged", buckets.checkpoint_url.apply(late))
 """
 
 INFRA = '''\
@@ -123,6 +133,9 @@ def write_project(root: Path, prefix: str = "exp1", team: str = "acme") -> Path:
     )
     (root / "__main__.py").write_text(MAIN)
     (root / "infra" / "__init__.py").write_text(INFRA)
+    (root / "infra" / "late.py").write_text(
+        "import os\n\ndef tag(url, cwd):\n    return f'{url} {os.path.basename(cwd)}'\n"
+    )
     (root / "components" / "__init__.py").write_text(
         f"def labels():\n    return {{'team': {team!r}, 'environment': 'dev'}}\n"
     )
@@ -157,6 +170,7 @@ def test_plan_json_lists_what_the_program_registers(project: Path) -> None:
         "account": "exp1-train@acme-ml.iam.gserviceaccount.com",
         # The program runs in its own folder, as under `pulumi up`.
         "cwd": str(project.resolve()),
+        "tagged": "gs://acme-ml-exp1-checkpoints acme",
     }
     assert plan["notes"] == [PROGRAM_NOTE]
 
