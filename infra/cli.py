@@ -106,8 +106,7 @@ def plan(
 ) -> None:
     """Run the stack's program offline under Pulumi mocks (no credentials, no network).
 
-    With --program DIR, run your own Pulumi program in DIR with its stack file
-    Pulumi.<--stack>.yaml instead.
+    With --program DIR: your own Pulumi program in DIR, with its Pulumi.<--stack>.yaml.
     """
     if program is not None and (config_file is not None or stack_name is not None):
         raise fail(
@@ -176,8 +175,7 @@ def plan_diff_cmd(
 ) -> None:
     """Markdown diff of two JSON plans, within 65,000 characters unless --full.
 
-    With --program DIR --stack NAME, HEAD is that program's plan now: give only BASE (a plan
-    from `trainstack plan --program DIR --stack NAME --json`).
+    With --program DIR --stack NAME, give BASE only: HEAD is that program's plan now.
     """
     if program is None and (head is None or stack is not None):
         raise fail(
@@ -289,6 +287,8 @@ def policy(
 
     The same rules run in `pulumi preview --policy-pack policies/`. Exit 0 clean, 1 when any
     rule is broken (each violation names the rule and the resource), 2 invalid config.
+
+    With --program DIR --stack NAME: the resources your own Pulumi program in DIR registers.
     """
     from trainstack.infra.policy import PlanFileError, check_plan, check_resources, check_stack
 
