@@ -208,11 +208,16 @@ def test_two_programs_in_one_process_each_import_their_own(tmp_path: Path) -> No
     assert second["resources"][1]["inputs"]["labels"]["team"] == "blue"
 
 
-def test_policy_clean_then_a_violation_exits_1(project: Path) -> None:
+def test_policy_clean_then_a_violation_exits_1(project: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["policy", "--program", str(project), "--stack", "dev", "--json"])
     assert result.exit_code == 0, result.output
     (report,) = json.loads(result.stdout)
     assert (report["stack"], report["resources"], report["violations"]) == ("dev", 11, [])
+    # A saved plan of the program is checked the same way.
+    saved = tmp_path / "plan.json"
+    plan_json(project, "--out", str(saved))
+    result = runner.invoke(app, ["policy", "--plan", str(saved), "--json"])
+    assert (result.exit_code, json.loads(result.stdout)) == (0, [report])
     stack_file = project / "stacks" / "Pulumi.dev.yaml"
     stack_file.write_text(stack_file.read_text() + "  open_bucket: true\n")
     result = runner.invoke(app, ["policy", "--program", str(project), "--stack", "dev"])
