@@ -60,7 +60,7 @@ class Program:
     entry: Path
     """What `runpy.run_path` runs: `main` (a file or a folder with __main__.py), else root."""
     project_config: Mapping[str, Any] = field(default_factory=dict)
-    """Pulumi.yaml's `config:` block, as written (`project_defaults` reads it)."""
+    """Pulumi.yaml's `config:` block, as written (`stack_config` applies it)."""
 
     def key(self, key: str) -> str:
         """A config key with its namespace: a bare key is the project's (`prefix` is
@@ -68,10 +68,9 @@ class Program:
         return key if ":" in key else f"{self.name}:{key}"
 
     def stacks(self) -> list[str]:
-        return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in self.stacks_glob())
-
-    def stacks_glob(self) -> list[Path]:
-        return [p for p in self.stacks_dir.glob("Pulumi.*.yaml") if p.is_file()]
+        """The stacks that have a stack file in `stacks_dir`."""
+        files = [p for p in self.stacks_dir.glob("Pulumi.*.yaml") if p.is_file()]
+        return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in files)
 
 
 def read_program(directory: str | Path, what: str = "--program") -> Program:
