@@ -101,8 +101,8 @@ def __getattr__(name: str) -> Any:
     module = _MODULES.get(name)
     if module is None:
         # Not a component name: let `from components import <submodule>` import it.
-        raise AttributeError(f"module 'components' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"components.{module}"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 

@@ -8,6 +8,7 @@
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
     trainstack stacks                              list the bundled stacks
+    trainstack plan --program DIR --stack dev      (also policy, plan-diff) your own program
 
 Exit codes: 0 ok; 2 invalid config or arguments, unreadable files, no credentials or an
 API that refuses (one `error:` line naming what is wrong and what is allowed, never a
@@ -64,11 +65,35 @@ from trainstack.infra.plan import (
 if TYPE_CHECKING:
     from trainstack.infra.policy import StackReport
 
+ProgramOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--program",
+        help="A Pulumi project folder of your own (its Pulumi.yaml and program); --stack "
+        "then names one of its stack files.",
+    ),
+]
+
+
+def _program_plan(program: Path, stack: str | None) -> dict[str, Any]:
+    """The JSON plan of your own program's stack; exit 2 with one line when it cannot be
+    made (trainstack.infra.program_plan)."""
+    from trainstack.infra.program_plan import build_program_plan, program_stack_required
+    from trainstack.infra.program_run import ProgramError
+
+    try:
+        if stack is None:
+            raise ProgramError(program_stack_required(program))
+        return build_program_plan(program, stack)
+    except ProgramError as exc:
+        raise fail(str(exc)) from None
+
 
 @app.command()
 def plan(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
+    program: ProgramOpt = None,
     stack_name: Annotated[
         str | None,
         typer.Option(
@@ -79,24 +104,19 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON plan.")] = False,
     out: Annotated[Path | None, typer.Option(help="Also write the JSON plan here.")] = None,
 ) -> None:
-    """Run the stack's program offline under Pulumi mocks (no credentials, no network)."""
-    if stack_name is not None and config_file is None:
+    """Run the stack's program offline under Pulumi mocks (no credentials, no network).
+
+    With --program DIR: your own Pulumi program in DIR, with its Pulumi.<--stack>.yaml.
+    """
+    if program is not None and (config_file is not None or stack_name is not None):
         raise fail(
-            "--stack-name: names the stack of a --config-file; a bundled stack's name is "
-            "its --stack NAME"
+            "--program: plans a stack file of the program's own; valid: --program DIR "
+            "--stack NAME, without --config-file or --stack-name"
         )
-    name, config = load(stack, config_file)
-    if stack_name is not None:
-        try:
-            name = check_stack_name(stack_name)
-        except StackFileError as exc:
-            raise fail(str(exc)) from None
-    try:
-        result = build_plan(name, config)
-    except ConfigError as exc:
-        raise fail(f"invalid stack config for {name!r}:\n{exc}") from None
-    except ValueError as exc:
-        raise fail(rejected_by_program(name, exc)) from None
+    if program is not None:
+        result = _program_plan(program, stack)
+    else:
+        result = _stack_plan(stack, config_file, stack_name)
     text = json.dumps(result, indent=2, sort_keys=False)
     if out is not None:
         try:
@@ -112,10 +132,39 @@ def plan(
         render_plan(result, output_console())
 
 
+def _stack_plan(
+    stack: str | None, config_file: Path | None, stack_name: str | None
+) -> dict[str, Any]:
+    if stack_name is not None and config_file is None:
+        raise fail(
+            "--stack-name: names the stack of a --config-file; a bundled stack's name is "
+            "its --stack NAME"
+        )
+    name, config = load(stack, config_file)
+    if stack_name is not None:
+        try:
+            name = check_stack_name(stack_name)
+        except StackFileError as exc:
+            raise fail(str(exc)) from None
+    try:
+        return build_plan(name, config)
+    except ConfigError as exc:
+        raise fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    except ValueError as exc:
+        raise fail(rejected_by_program(name, exc)) from None
+
+
 @app.command("plan-diff")
 def plan_diff_cmd(
     base: Annotated[Path, typer.Argument(help="JSON plan of the base commit.")],
-    head: Annotated[Path, typer.Argument(help="JSON plan of the head commit.")],
+    head: Annotated[
+        Path | None,
+        typer.Argument(help="JSON plan of the head commit (with --program: the program now)."),
+    ] = None,
+    program: ProgramOpt = None,
+    stack: Annotated[
+        str | None, typer.Option("--stack", "-s", help="With --program: the program's stack.")
+    ] = None,
     full: Annotated[
         bool,
         typer.Option(
@@ -124,10 +173,27 @@ def plan_diff_cmd(
         ),
     ] = False,
 ) -> None:
-    """Markdown diff of two JSON plans, within 65,000 characters unless --full."""
+    """Markdown diff of two JSON plans, within 65,000 characters unless --full.
+
+    With --program DIR --stack NAME, give BASE only: HEAD is that program's plan now.
+    """
+    if program is None and (head is None or stack is not None):
+        raise fail(
+            "plan-diff: give BASE.json HEAD.json, or --program DIR --stack NAME BASE.json "
+            "(HEAD is then the program's plan now)"
+        )
+    if program is not None and head is not None:
+        raise fail(
+            f"plan-diff --program: HEAD is the program's plan now, so give BASE.json only "
+            f"(got {str(base)!r} and {str(head)!r})"
+        )
     documents = []
     for label, path in (("BASE", base), ("HEAD", head)):
-        document = read_json(path, label)
+        if path is None:
+            assert program is not None
+            document: Any = _program_plan(program, stack)
+        else:
+            document = read_json(path, label)
         try:
             plans_by_stack(document)
         except PlanDocumentError as exc:
@@ -207,6 +273,7 @@ def live_quota_table(rows: list[dict[str, Any]]) -> Table:
 def policy(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
+    program: ProgramOpt = None,
     plan_file: Annotated[
         Path | None,
         typer.Option("--plan", help="A JSON plan from `trainstack plan --json` (or a list)."),
@@ -220,14 +287,27 @@ def policy(
 
     The same rules run in `pulumi preview --policy-pack policies/`. Exit 0 clean, 1 when any
     rule is broken (each violation names the rule and the resource), 2 invalid config.
-    """
-    from trainstack.infra.policy import PlanFileError, check_plan, check_stack
 
-    chosen = [stack is not None, config_file is not None, plan_file is not None, all_stacks]
+    With --program DIR --stack NAME: the resources your own Pulumi program in DIR registers.
+    """
+    from trainstack.infra.policy import PlanFileError, check_plan, check_resources, check_stack
+
+    chosen = [
+        stack is not None or program is not None,
+        config_file is not None,
+        plan_file is not None,
+        all_stacks,
+    ]
     if sum(chosen) != 1:
-        raise fail("give exactly one of --stack NAME, --config-file PATH, --plan PATH or --all")
+        raise fail(
+            "give exactly one of --stack NAME, --config-file PATH, --plan PATH or --all "
+            "(--program DIR takes --stack NAME, the program's stack)"
+        )
     reports: list[StackReport] = []
-    if plan_file is not None:
+    if program is not None:
+        plan = _program_plan(program, stack)
+        reports = [check_resources(plan["stack"], plan["resources"])]
+    elif plan_file is not None:
         document = read_json(plan_file, "--plan")
         try:
             reports = check_plan(document)

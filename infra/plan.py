@@ -318,7 +318,11 @@ def value_table(title: str, columns: Iterable[str], *, justify: JustifyMethod = 
 def render_plan(plan: Mapping[str, Any], console: Console) -> None:
     """Print the resource tree, totals, cost and quota of a plan."""
     resources = plan["resources"]
-    tree = Tree(f"[bold]stack {escape(plan['stack'])}[/] (target: {plan['target']})")
+    # A program's plan (trainstack.infra.program_plan) names its project and has no target.
+    title = f"[bold]stack {escape(plan['stack'])}[/]"
+    if "project" in plan:
+        title = f"[bold]project {escape(plan['project'])}, stack {escape(plan['stack'])}[/]"
+    tree = Tree(title + (f" (target: {plan['target']})" if "target" in plan else ""))
     children: dict[str | None, list[Mapping[str, Any]]] = {}
     names = {res["name"] for res in resources}
     for res in resources:
@@ -337,25 +341,29 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
     add(tree, None)
     console.print(tree)
 
-    summary = plan["summary"]
-    totals = value_table(
-        "Totals", ("resources", "TPU chips", "GPUs", "machines", "est. $/hour"), justify="right"
-    )
-    totals.add_row(
-        str(len(resources)),
-        str(summary["tpu_chips"]),
-        str(summary["gpus"]),
-        str(summary["machines"]),
-        f"{summary['hourly_usd']:,.2f}",
-    )
-    console.print(totals)
+    summary = plan.get("summary")
+    if summary is None:
+        console.print(f"{len(resources)} resources")
+    else:
+        totals = value_table(
+            "Totals", ("resources", "TPU chips", "GPUs", "machines", "est. $/hour"), justify="right"
+        )
+        totals.add_row(
+            str(len(resources)),
+            str(summary["tpu_chips"]),
+            str(summary["gpus"]),
+            str(summary["machines"]),
+            f"{summary['hourly_usd']:,.2f}",
+        )
+        console.print(totals)
 
     if plan.get("code"):
         table = value_table("Your code", ("field", "value"))
         for row in code_rows(plan["code"]):
             table.add_row(*(escape(value) for value in row))
         console.print(table)
-    console.print(quota_table(plan["quota"]))
+    if "quota" in plan:
+        console.print(quota_table(plan["quota"]))
     for note in plan.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(note)}")
 

@@ -70,9 +70,16 @@ def check_stack(stack: str, config: Mapping[str, Any]) -> StackReport:
     """
     cfg = load_stack_config(config)
     run = run_program(main_program, config=config, stack=stack)
-    entries = plan_resources(run.resources)
+    return check_resources(stack, plan_resources(run.resources), cfg.environment)
+
+
+def check_resources(
+    stack: str, entries: Sequence[Any], environment: str | None = None
+) -> StackReport:
+    """Check plan resource entries (`plan_resources` output, or a plan file's); without an
+    `environment`, the rules read the resources' `environment` labels."""
     resources = [_plan_resource(stack, i, e) for i, e in enumerate(entries)]
-    violations = evaluate(resources, Context(environment=cfg.environment))
+    violations = evaluate(resources, Context(environment=environment))
     return StackReport(stack, len(resources), violations)
 
 
@@ -113,7 +120,5 @@ def check_plan(document: Any) -> list[StackReport]:
                 f"plan {i}: expected a JSON plan with a `stack` name and a `resources` list "
                 "(as `trainstack plan --json` writes)"
             )
-        stack = plan["stack"]
-        resources = [_plan_resource(stack, j, e) for j, e in enumerate(plan["resources"])]
-        reports.append(StackReport(stack, len(resources), evaluate(resources, Context())))
+        reports.append(check_resources(plan["stack"], plan["resources"]))
     return reports

@@ -25,14 +25,10 @@ from `BaseEventLoop.__del__`).
 
 from __future__ import annotations
 
-import runpy
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from trainstack.infra.mocks import (
     SECRET,
@@ -44,6 +40,7 @@ from trainstack.infra.mocks import (
     RecordedResource,
     run_program,
 )
+from trainstack.infra.program_run import read_program, run_program_folder, stack_config
 
 __all__ = [
     "SECRET",
@@ -128,35 +125,19 @@ def run_program_dir(
     outputs: Mapping[str, OutputsFn] | None = None,
     invokes: Mapping[str, InvokeFn] | None = None,
 ) -> ProgramResult:
-    """Run the Pulumi project in `directory` (its `Pulumi.yaml` name and `__main__.py`) as
-    stack `stack`, with the config of its `Pulumi.<stack>.yaml` (in the project's
-    `stackConfigDir`, if it names one) updated by `config`."""
-    root = Path(directory)
-    project_file = yaml.safe_load((root / "Pulumi.yaml").read_text()) or {}
-    project = str(project_file["name"])
-    stack_file = root / project_file.get("stackConfigDir", ".") / f"Pulumi.{stack}.yaml"
-    stack_config: dict[str, Any] = {}
-    if stack_file.is_file():
-        stack_config = dict((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
-    # Bare keys of a stack file belong to the project's namespace, as the Pulumi CLI reads them.
-    merged = {
-        (key if ":" in key else f"{project}:{key}"): value
-        for key, value in {**stack_config, **(config or {})}.items()
-    }
-
-    def program() -> None:
-        sys.path.insert(0, str(root))
-        try:
-            runpy.run_path(str(root / "__main__.py"), run_name="__main__")
-        finally:
-            sys.path.remove(str(root))
-
-    return run_pulumi_program(
+    """Run the Pulumi project in `directory` as stack `stack`, as `pulumi preview` would:
+    its Pulumi.yaml `name` and `main` (else `__main__.py`), in `main`'s folder, with the
+    config of its `Pulumi.<stack>.yaml` (in the project's `stackConfigDir`, if it names
+    one; none when there is no such file) updated by `config`. The program's own top-level
+    packages come first on `sys.path` and are unloaded after the run
+    (`trainstack.infra.program_run`)."""
+    program = read_program(directory, "run_program_dir")
+    run = run_program_folder(
         program,
-        config=merged,
         stack=stack,
-        project=project,
+        config=stack_config(program, stack, config, required=False),
         preview=preview,
         outputs=outputs,
         invokes=invokes,
     )
+    return ProgramResult(run)

@@ -77,8 +77,8 @@ def test_code_package_is_content_addressed(source_root: Path, code: Path) -> Non
         assert pyproject is not None
         text = pyproject.read().decode()
 
-    assert {f"{top}/trainstack_source/train.py", f"{top}/trainers/node.py"} <= set(names)
-    assert f"{top}/trainstack_source/data-files/a.txt" in names
+    assert {f"{top}/trainstack/user_source/train.py", f"{top}/trainstack/trainers/node.py"} <= set(names)
+    assert f"{top}/trainstack/user_source/data-files/a.txt" in names
     assert not [n for n in names if "__pycache__" in n]
     assert 'dependencies = [\n  "numpy>=1.26",\n]' in text
     (code / "lib" / "util.py").write_text("MSG = 'changed'\n")
@@ -133,7 +133,7 @@ def test_installed_package_runs_your_code_in_its_folder(
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert lines[1] == {
-        "cwd": str(site / "trainstack_source"),
+        "cwd": str(site / "trainstack" / "user_source"),
         "msg": "hello",
         "data": "payload",
         "run": "r1",

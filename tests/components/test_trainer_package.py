@@ -107,7 +107,7 @@ def test_sdist_layout_is_reproducible(source_root: Path) -> None:
     assert top.startswith("trainstack-trainers-")
     assert f"{top}/pyproject.toml" in names
     assert f"{top}/PKG-INFO" in names
-    assert f"{top}/trainers/common/config.py" in names
+    assert f"{top}/trainstack/trainers/common/config.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert {(m.uid, m.gid, m.mtime, m.uname, m.gname) for m in members} == {
         (0, 0, trainer_package._FIXED_MTIME, "", "")

@@ -563,7 +563,7 @@ def test_own_jax_runs_on_every_host_and_finds_the_slice_through_jax_tpu_detectio
         # The code ran from the uploaded package's source folder in the runtime's Python.
         source = vm.run_python(SOURCE_PROBE)
         assert source.startswith(str(vm.root / "image" / "lib"))
-        assert source.endswith("/trainstack_source")
+        assert source.endswith("/trainstack/user_source")
         # The script read its worker and the slice, the log shipper project, zone and token,
         # and JAX's TPU cluster detection `tpu-env` 3 times (MEGASCALE_COORDINATOR_ADDRESS,
         # _NUM_SLICES, _SLICE_ID; none: one slice), taking the process id and hosts from
