@@ -25,6 +25,7 @@ from trainstack.infra.cli_base import (
 )
 from trainstack.infra.config import PROJECT_ROOT, StackConfig
 from trainstack.infra.local_paths import local_root, run_name
+from trainstack.infra.targets import target_of
 
 JOB_NAME = re.compile(
     r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
@@ -192,10 +193,11 @@ def local_run(
     143 (SIGTERM) or 130 (Ctrl-C); run the same command to resume.
     """
     name, cfg = validated(stack, config_file)
+    target = target_of(cfg)
     # Each runner imports torch or your code's needs only when this command runs.
     options: dict[str, Any] = {
-        "workers": workers or (cfg.local.workers if cfg.local else 2),
-        "root": local_root(cfg, name),
+        "workers": workers or target.local_run_workers(cfg) or 2,
+        "root": local_root(cfg, name, target.local_run_root(cfg)),
         "console": err,
         "out": err if as_json else Console(),
         "fresh": fresh,

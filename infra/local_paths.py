@@ -4,8 +4,8 @@
 
 - run name: `trainer.run_name` when the stack sets it, else the stack's name (as on the
   cloud, where it names the run's output folder);
-- root: `local.root` (relative to the project, beside Pulumi.yaml), else
-  `.trainstack/local/<stack>`;
+- root: the one the stack's target names (`Target.local_run_root`: `local.root`), relative to
+  the project (beside Pulumi.yaml), else `.trainstack/local/<stack>`;
 - checkpoints: `trainer.checkpoint_dir` when set, else `<root>/checkpoints/<run name>`;
 - log: `<root>/logs/<run name>.jsonl` (stderr beside it, `.stderr.log`).
 """
@@ -26,24 +26,29 @@ def run_name(cfg: StackConfig, stack: str) -> str:
     return cfg.trainer.run_name if "run_name" in cfg.trainer.model_fields_set else stack
 
 
-def local_root(cfg: StackConfig, stack: str) -> Path:
-    """The folder that holds the run's checkpoints, data, outputs and logs."""
-    root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / stack
+def local_root(cfg: StackConfig, stack: str, given: str | None) -> Path:
+    """The folder that holds the run's checkpoints, data, outputs and logs: `given` (the
+    target's `local_run_root`), else `.trainstack/local/<stack>`."""
+    root = Path(given) if given is not None else Path(".trainstack/local") / stack
     return root if root.is_absolute() else REPO_ROOT / root
 
 
-def local_checkpoint_dir(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> str:
+def local_checkpoint_dir(
+    cfg: StackConfig, stack: str, outputs: dict[str, Any] | None, given: str | None
+) -> str:
     """The run's checkpoint folder: the deployed stack's `local_checkpoint_dir` output when
     known, else where `local-run` puts it."""
     if outputs and isinstance(outputs.get("local_checkpoint_dir"), str):
         return str(outputs["local_checkpoint_dir"])
     chosen = cfg.trainer.checkpoint_dir
-    return chosen or str(local_root(cfg, stack) / "checkpoints" / run_name(cfg, stack))
+    return chosen or str(local_root(cfg, stack, given) / "checkpoints" / run_name(cfg, stack))
 
 
-def local_log_path(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> Path:
+def local_log_path(
+    cfg: StackConfig, stack: str, outputs: dict[str, Any] | None, given: str | None
+) -> Path:
     """The run's log: the deployed stack's `local_log_path` output when known, else where
     `local-run` writes it."""
     if outputs and isinstance(outputs.get("local_log_path"), str):
         return Path(outputs["local_log_path"])
-    return local_root(cfg, stack) / "logs" / f"{run_name(cfg, stack)}.jsonl"
+    return local_root(cfg, stack, given) / "logs" / f"{run_name(cfg, stack)}.jsonl"

@@ -168,6 +168,15 @@ class Target(ABC):
         """What the trainer package adds to the image the bundled trainer runs in."""
         return []
 
+    def local_run_root(self, cfg: StackConfig) -> str | None:
+        """The folder `trainstack local-run` keeps this stack's run in (None: the default,
+        `.trainstack/local/<stack>`)."""
+        return None
+
+    def local_run_workers(self, cfg: StackConfig) -> int | None:
+        """The processes `trainstack local-run` starts without `--workers` (None: 2)."""
+        return None
+
 
 class CloudTarget(Target):
     """A target in a Google Cloud project (needs `gcp:project` and `gcp:region`)."""

@@ -90,6 +90,12 @@ class Local(StandaloneTarget):
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
         return "this machine (local-run's Python)"
 
+    def local_run_root(self, cfg: StackConfig) -> str | None:
+        return _local(cfg).root
+
+    def local_run_workers(self, cfg: StackConfig) -> int | None:
+        return _local(cfg).workers
+
     def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
         return _local(cfg).workers
 
@@ -124,7 +130,7 @@ class Local(StandaloneTarget):
     def status_alone(
         self, cfg: StackConfig, stack: str, outputs: dict[str, Any] | None
     ) -> dict[str, Any]:
-        log = local_log_path(cfg, stack, outputs)
+        log = local_log_path(cfg, stack, outputs, _local(cfg).root)
         step, done, failed, exit_code = None, False, False, None
         if log.is_file():
             # The log keeps every run of the stack: only the newest attempt's records count.
@@ -142,7 +148,7 @@ class Local(StandaloneTarget):
                     failed = True
                 elif event == EVENT_EXIT and isinstance(record.get("exit_code"), int):
                     exit_code = record["exit_code"]
-        ckpt_dir = local_checkpoint_dir(cfg, stack, outputs)
+        ckpt_dir = local_checkpoint_dir(cfg, stack, outputs, _local(cfg).root)
         pids = [int(p) for p in (outputs or {}).get("local_pids") or [] if str(p).isdigit()]
         hosts = [
             {
@@ -183,7 +189,7 @@ class Local(StandaloneTarget):
     ) -> Path:
         check_worker(worker, _local(cfg).workers, stack)
         outputs = read_outputs(stack, outputs_file) if outputs_file else None
-        return local_log_path(cfg, stack, outputs)
+        return local_log_path(cfg, stack, outputs, _local(cfg).root)
 
 
 TARGET = Local()
