@@ -151,7 +151,7 @@ class KubernetesTrainingJobArgs(TypedDict):
     """Trainer to run (default `trainstack.trainers.torch_ddp`, under torchrun with one process per
     GPU; the node launcher runs other modules once per pod)."""
     trainer_args: NotRequired[list[str]]
-    """The trainer's `--key=value` flags (`trainstack.infra.compose.trainer_args`)."""
+    """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
     (`trainstack.infra.compose.user_code_node_args`); excludes trainer_module and trainer_args."""

@@ -2,7 +2,9 @@
 
 The one place that wires the reusable components together for a stack, in the order of
 the data flow in ARCHITECTURE.md: project APIs, buckets, identity (which grants itself
-access to those buckets), network, the trainer package, then exactly one compute target.
+access to those buckets), network, the trainer package, then exactly one compute target:
+its target module (`trainstack.infra.targets`) registers the compute and names the APIs,
+grants and network it needs; a standalone target (local) composes itself.
 Everything here is deterministic in the config: running it twice registers identical
 inputs, so a no-op `pulumi up` stays a no-op.
 """

@@ -1,5 +1,8 @@
 """`trainstack status --stack NAME`: where a deployed stack's training stands, on every target.
 
+Each target's module reads its own part (`CloudTarget.status`, `StandaloneTarget.status_alone`
+in `trainstack.infra.targets`); this module adds the step, checkpoint, recoveries and cost.
+
 - state: the Vertex job state; the TPU node state (or its queued resource's while no node
   exists); the GKE Job's (`SUCCEEDED`, `FAILED`, `RUNNING` with active pods, else
   `PENDING`); the GCE instances' status when they agree, else `MIXED`; local: `SUCCEEDED`
