@@ -7,7 +7,7 @@
     trainstack logs --stack dev-tpu-v5e [--follow] the deployed stack's training logs
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
-    trainstack stacks                              list the bundled stacks
+    trainstack stacks [--examples]                 your project's stacks; --examples: bundled
 
 Exit codes: 0 ok; 2 invalid config or arguments, unreadable files, no credentials or an
 API that refuses (one `error:` line naming what is wrong and what is allowed, never a
@@ -42,6 +42,7 @@ from trainstack.infra.cli_base import (
     load,
     read_json,
     rejected_by_program,
+    scoped,
     validated,
 )
 from trainstack.infra.config import ConfigError
@@ -51,6 +52,7 @@ from trainstack.infra.plan import (
     StackFileError,
     build_plan,
     check_stack_name,
+    example_names,
     output_console,
     plan_diff,
     plans_by_stack,
@@ -60,12 +62,14 @@ from trainstack.infra.plan import (
     unverified_quota_note,
     value_table,
 )
+from trainstack.infra.project import EXAMPLE_PREFIX
 
 if TYPE_CHECKING:
     from trainstack.infra.policy import StackReport
 
 
 @app.command()
+@scoped
 def plan(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
@@ -138,6 +142,7 @@ def plan_diff_cmd(
 
 
 @app.command()
+@scoped
 def quota(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
@@ -204,6 +209,7 @@ def live_quota_table(rows: list[dict[str, Any]]) -> Table:
 
 
 @app.command()
+@scoped
 def policy(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
@@ -211,9 +217,7 @@ def policy(
         Path | None,
         typer.Option("--plan", help="A JSON plan from `trainstack plan --json` (or a list)."),
     ] = None,
-    all_stacks: Annotated[
-        bool, typer.Option("--all", help="Every stack in stacks/ (bundled and your own).")
-    ] = False,
+    all_stacks: Annotated[bool, typer.Option("--all", help="Every stack of your project.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check the stack's planned resources against the security policies (policies/rules/).
@@ -276,15 +280,21 @@ def _print_policy_reports(reports: list[StackReport]) -> None:
 
 
 @app.command()
-def stacks() -> None:
-    """List the stacks in stacks/: the bundled ones and any you added."""
-    for name in stack_names():
+def stacks(
+    examples: Annotated[
+        bool,
+        typer.Option("--examples", help="List the bundled stacks instead, as --stack takes them."),
+    ] = False,
+) -> None:
+    """List your project's stacks (those in the stackConfigDir of the nearest Pulumi.yaml)."""
+    names = [EXAMPLE_PREFIX + name for name in example_names()] if examples else stack_names()
+    for name in names:
         typer.echo(name)
 
 
-app.command()(cli_run.status)
-app.command()(cli_run.logs)
-app.command("local-run")(cli_run.local_run)
+app.command()(scoped(cli_run.status))
+app.command()(scoped(cli_run.logs))
+app.command("local-run")(scoped(cli_run.local_run))
 
 
 def main() -> None:  # pragma: no cover - console entry point
