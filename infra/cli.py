@@ -62,7 +62,7 @@ from trainstack.infra.plan import (
     unverified_quota_note,
     value_table,
 )
-from trainstack.infra.project import EXAMPLE_PREFIX
+from trainstack.infra.project import EXAMPLE_PREFIX, ProjectFileError
 
 if TYPE_CHECKING:
     from trainstack.infra.policy import StackReport
@@ -239,7 +239,7 @@ def policy(
             raise fail(f"--plan: {plan_file}: {exc}") from None
     else:
         targets: list[tuple[str | None, Path | None]] = (
-            [(name, None) for name in stack_names()] if all_stacks else [(stack, config_file)]
+            [(name, None) for name in project_stacks()] if all_stacks else [(stack, config_file)]
         )
         for target_stack, target_file in targets:
             name, config = load(target_stack, target_file)
@@ -279,6 +279,14 @@ def _print_policy_reports(reports: list[StackReport]) -> None:
         )
 
 
+def project_stacks() -> list[str]:
+    """`stack_names()`, with an unreadable Pulumi.yaml as one `error:` line."""
+    try:
+        return stack_names()
+    except ProjectFileError as exc:
+        raise fail(str(exc)) from None
+
+
 @app.command()
 def stacks(
     examples: Annotated[
@@ -287,7 +295,7 @@ def stacks(
     ] = False,
 ) -> None:
     """List your project's stacks (those in the stackConfigDir of the nearest Pulumi.yaml)."""
-    names = [EXAMPLE_PREFIX + name for name in example_names()] if examples else stack_names()
+    names = [EXAMPLE_PREFIX + name for name in example_names()] if examples else project_stacks()
     for name in names:
         typer.echo(name)
 

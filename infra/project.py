@@ -78,7 +78,13 @@ def _stack_config_dir(path: Path) -> str:
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProjectFileError(f"{path}: not a readable Pulumi project file ({exc})") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        reason = getattr(exc, "problem", None) or getattr(exc, "strerror", None) or str(exc)
+        raise ProjectFileError(
+            f"{path}: not a readable Pulumi project file ({' '.join(str(reason).split())}"
+            f"{where}); valid: a YAML mapping with `name` and `runtime`"
+        ) from None
     value = document.get("stackConfigDir", ".") if isinstance(document, dict) else "."
     if not isinstance(value, str) or not value:
         raise ProjectFileError(

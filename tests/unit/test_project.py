@@ -265,3 +265,18 @@ def test_the_wheel_ships_the_bundled_stacks_and_examples(tmp_path: Path) -> None
         "trainstack",
         wheel.name.split("-py3")[0] + ".dist-info",
     }
+
+
+def test_an_unreadable_pulumi_yaml_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: [x\n")
+    monkeypatch.chdir(tmp_path)
+    for args in (["stacks"], ["plan", "--stack", "x"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2
+        assert result.stderr.replace("\n", "") == (
+            f"error: {tmp_path / 'Pulumi.yaml'}: not a readable Pulumi project file (expected "
+            "',' or ']', but got '<stream end>' at line 2, column 1); valid: a YAML mapping "
+            "with `name` and `runtime`"
+        )
