@@ -68,14 +68,14 @@ def read_json(path: Path, what: str) -> Any:
 
 
 def load(stack: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
-    """The stack's name and config; for the rest of the command, its relative paths resolve
-    and its runs write where `trainstack.infra.project` says (`placed`)."""
+    """The stack's name and config. Until the command ends (`scoped`), its relative paths
+    resolve and its runs write where `stack_place` says (`trainstack.infra.project`)."""
     try:
         place = stack_place(stack, config_file)
         loaded = load_stack(stack, config_file)
     except (StackFileError, ProjectFileError) as exc:
         raise fail(str(exc)) from None
-    set_place(place)  # until the command ends (`scoped`)
+    set_place(place)
     return loaded
 
 

@@ -9,9 +9,11 @@
   stack is named `example:NAME` and only ever read from there.
 - `StackPlace`: for one stack, the folder its relative paths (`trainer.source`,
   `trainer.requirements`, `local.root`) resolve against and the project its runs write into.
-  The CLI sets it for a command (`placed`); the Pulumi program and a component built in your
-  own program see the default, the project of the current folder, which under `pulumi up` is
-  the Pulumi project folder (the engine runs the program there).
+  The CLI sets it for one command (`set_place` in a `place_scope`; `placed` for code); the
+  Pulumi program and a component built in your own program see the default, the project of
+  the current folder, which under `pulumi up` is the Pulumi project folder: the engine runs
+  the program in its `main` folder, the project folder when `main` is unset (pulumi/pulumi
+  at 1b59498, pkg/engine/project.go:45-70, as Pulumi.yaml's comment cites).
 
     project = find_project()            # Project(root=..., stacks_dir=..., state_dir=...)
     project.local_dir("local")          # <root>/.trainstack/local/local
@@ -65,7 +67,13 @@ class ProjectFileError(ValueError):
 
 
 def find_project(start: Path | None = None) -> Project:
-    """The nearest project at or above `start` (default: the current folder)."""
+    """The nearest project at or above `start` (default: the current folder).
+
+    As the Pulumi CLI finds it: the closest folder upward holding the project file, stack
+    files in `<that folder>/<stackConfigDir>` (pulumi/pulumi at 1b59498,
+    sdk/go/common/workspace/paths.go:87-92 `ProjectStackPath`, :103-128
+    `DetectProjectPathFrom`). Pulumi also takes Pulumi.yml and Pulumi.json (:212-221,
+    sdk/go/common/encoding/marshal.go:38-43); trainstack reads Pulumi.yaml projects only."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         path = folder / PROJECT_FILE
