@@ -6,18 +6,23 @@ run)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
-from trainstack.infra.plan import StackFileError, load_stack
+from trainstack.infra.plan import StackFileError, load_stack, stack_place
+from trainstack.infra.project import ProjectFileError, place_scope, set_place
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 app = typer.Typer(
     help="Google Cloud training infrastructure as code, with a bundled distributed trainer.",
@@ -29,7 +34,14 @@ err = Console(stderr=True)
 _JSON_PLAN = "the output of `trainstack plan --json`"
 
 StackOpt = Annotated[
-    str | None, typer.Option("--stack", "-s", help="A bundled stack (stacks/Pulumi.<NAME>.yaml).")
+    str | None,
+    typer.Option(
+        "--stack",
+        "-s",
+        help="A stack of your project (Pulumi.<NAME>.yaml in the stackConfigDir of the "
+        "nearest Pulumi.yaml), or example:NAME for a bundled one (`trainstack stacks "
+        "--examples`).",
+    ),
 ]
 ConfigFileOpt = Annotated[
     Path | None,
@@ -56,10 +68,27 @@ def read_json(path: Path, what: str) -> Any:
 
 
 def load(stack: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
+    """The stack's name and config. Until the command ends (`scoped`), its relative paths
+    resolve and its runs write where `stack_place` says (`trainstack.infra.project`)."""
     try:
-        return load_stack(stack, config_file)
-    except StackFileError as exc:
+        place = stack_place(stack, config_file)
+        loaded = load_stack(stack, config_file)
+    except (StackFileError, ProjectFileError) as exc:
         raise fail(str(exc)) from None
+    set_place(place)
+    return loaded
+
+
+def scoped(command: Callable[P, R]) -> Callable[P, R]:
+    """`command` with the stack place its `load` sets undone when it returns or fails, so
+    commands run in one process (tests, CliRunner) never see another's."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with place_scope():
+            return command(*args, **kwargs)
+
+    return run
 
 
 def validated(stack: str | None, config_file: Path | None) -> tuple[str, StackConfig]:

@@ -23,8 +23,9 @@ from trainstack.infra.cli_base import (
     google_errors,
     validated,
 )
-from trainstack.infra.config import PROJECT_ROOT, StackConfig
+from trainstack.infra.config import StackConfig
 from trainstack.infra.local_paths import local_root, run_name
+from trainstack.infra.project import current_place
 
 JOB_NAME = re.compile(
     r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
@@ -209,7 +210,7 @@ def local_run(
                     "--steps: the bundled trainer's option; your code takes its own arguments"
                 )
             named = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
-            result = run_local_code(named, base_dir=PROJECT_ROOT, **options)
+            result = run_local_code(named, base_dir=current_place().base_dir, **options)
         else:
             from trainstack.trainers.local import run_local
 

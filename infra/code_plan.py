@@ -15,7 +15,8 @@ from typing import Any
 
 from trainstack.components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES
 from trainstack.infra.compose import vertex_image
-from trainstack.infra.config import PROJECT_ROOT, StackConfig
+from trainstack.infra.config import StackConfig
+from trainstack.infra.project import current_place
 from trainstack.trainers.common.contract import TORCH_MODULE
 from trainstack.trainers.common.user_code import (
     UserCode,
@@ -62,10 +63,11 @@ def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
     digest = None
     requirements: list[str] = []
     if code.source is not None:
-        folder = resolve_source(code.source, PROJECT_ROOT)
+        base_dir = current_place().base_dir
+        folder = resolve_source(code.source, base_dir)
         digest = source_sha256(source_files(folder))
         if code.requirements is not None:
-            requirements = read_requirements(code, PROJECT_ROOT)
+            requirements = read_requirements(code, base_dir)
     return {
         "source": code.source,
         "source_sha256": digest,

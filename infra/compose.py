@@ -40,9 +40,10 @@ from trainstack.components.training_dashboard.targets import DashboardScope
 from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from trainstack.components.training_network import TrainingNetwork
 from trainstack.components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
-from trainstack.infra.config import PROJECT_ROOT, StackConfig, load_stack_config
+from trainstack.infra.config import StackConfig, load_stack_config
 from trainstack.infra.estimate import quota_needs, vertex_timeout_s
-from trainstack.infra.local_paths import run_name
+from trainstack.infra.local_paths import local_root_arg, run_name
+from trainstack.infra.project import current_place
 from trainstack.infra.vertex_image import (
     uses_image_mirror,
     vertex_image,
@@ -131,23 +132,21 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     labels = {**cfg.labels, "stack": deployment, "environment": cfg.environment}
     if cfg.target == "local":
         assert cfg.local is not None  # target == "local" guarantees it
-        # The same trainer config as `trainstack local-run`, so either resumes the other's
-        # run from the same checkpoint folder. Previews only check and diff: the provider
-        # starts processes on `pulumi up` and stops them (keeping the data) on destroy.
-        # Named as in `local-run` (`trainstack.infra.local_paths`), so either resumes the other's run.
+        # The trainer config, run name and folder of `trainstack local-run` (local_paths), so
+        # either resumes the other's; processes start on `pulumi up`, stop on destroy.
         trainer = cfg.trainer.model_copy(update={"run_name": run_name(cfg, deployment)})
+        root = local_root_arg(cfg, deployment)
         local_args: LocalTrainingJobArgs = {
             "trainer": trainer,
             "workers": cfg.local.workers,
-            "root": cfg.local.root,
+            "root": root,
+            "base_dir": str(current_place().base_dir),  # where `trainer.source` was checked
             "labels": labels,
         }
-        if trainer.user_code is not None:
-            local_args["base_dir"] = str(PROJECT_ROOT)  # where `trainer.source` was checked
         job = LocalTrainingJob(f"{deployment}-job", local_args)
         return {
             OUTPUT_TARGET: "local",
-            OUTPUT_LOCAL_ROOT: cfg.local.root,
+            OUTPUT_LOCAL_ROOT: root,
             OUTPUT_LOCAL_PIDS: job.pids,
             OUTPUT_LOCAL_LOG: job.log_path,
             OUTPUT_LOCAL_CHECKPOINT_DIR: job.checkpoint_dir,
@@ -328,8 +327,9 @@ def package_args(
     args: TrainerPackageArgs = {"staging_bucket": buckets.staging_bucket, "labels": dict(labels)}
     code = cfg.trainer.user_code
     if code is not None and code.source is not None:
-        args["user_source"] = str(resolve_source(code.source, PROJECT_ROOT))
-        args["requirements"] = read_requirements(code, PROJECT_ROOT)
+        base_dir = current_place().base_dir
+        args["user_source"] = str(resolve_source(code.source, base_dir))
+        args["requirements"] = read_requirements(code, base_dir)
     else:
         args["requirements"] = package_requirements(cfg)
     return args

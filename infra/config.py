@@ -29,7 +29,6 @@ import json
 import re
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
@@ -76,9 +75,6 @@ NAMESPACE = "trainstack"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
 TARGETS: tuple[str, ...] = ("tpu", "gpu_cluster", "vertex", "local")
 Target = Literal["tpu", "gpu_cluster", "vertex", "local"]
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-"""Beside Pulumi.yaml: relative `trainer.source` and `local.root` paths start here."""
 
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
@@ -305,8 +301,9 @@ class LocalConfig(_Model):
     """`trainstack:local`: run the trainer as processes on this machine."""
 
     workers: int = Field(default=2, ge=1)
-    root: str = ".trainstack/local"
-    """Holds the local stand-ins for the buckets."""
+    root: str | None = None
+    """Holds the local stand-ins for the buckets; relative to the stack's base folder
+    (`trainstack.infra.project`). Default: the run's own `<project>/.trainstack/local/<key>`."""
 
 
 class LimitsConfig(_Model):

@@ -31,7 +31,6 @@ from trainstack.components.vertex_training_job import vertex_job_spec_problems
 from trainstack.infra.config import (
     _EMAIL,
     NAMESPACE,
-    PROJECT_ROOT,
     TARGETS,
     BucketsConfig,
     GpuClusterConfig,
@@ -39,6 +38,7 @@ from trainstack.infra.config import (
     TpuConfig,
     VertexConfig,
 )
+from trainstack.infra.project import current_place
 from trainstack.trainers.common.config import TF_STRATEGIES, TrainConfig
 from trainstack.trainers.common.contract import TORCH_MODULE
 from trainstack.trainers.common.user_code import StackTrainer, user_code_problems
@@ -80,7 +80,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.", bundled)
     errors += target_errors
     if trainer is not None and target is not None:
-        errors += user_code_problems(trainer, target, PROJECT_ROOT)
+        errors += user_code_problems(trainer, target, current_place().base_dir)
         errors += _gce_image_problems(trainer, target, parts.get("gpu_cluster"))
     if trainer is not None and target is not None and trainer.user_code is None:
         trainer_errors = _check_trainer(trainer, target, parts.get("gpu_cluster"))

@@ -4,8 +4,10 @@
 
 - run name: `trainer.run_name` when the stack sets it, else the stack's name (as on the
   cloud, where it names the run's output folder);
-- root: `local.root` (relative to the project, beside Pulumi.yaml), else
-  `.trainstack/local/<stack>`;
+- root: `local.root` (a relative one resolved against the stack's base folder), else the
+  run's own folder `<project>/.trainstack/local/<key>`, key the stack's name or
+  `example-NAME` for a bundled one (`trainstack.infra.project`), so two projects, or your
+  stack and a bundled one of the same name, never share checkpoints or a log;
 - checkpoints: `trainer.checkpoint_dir` when set, else `<root>/checkpoints/<run name>`;
 - log: `<root>/logs/<run name>.jsonl` (stderr beside it, `.stderr.log`).
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.infra.config import StackConfig
-from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.project import StackPlace, current_place
 
 
 def run_name(cfg: StackConfig, stack: str) -> str:
@@ -24,10 +26,21 @@ def run_name(cfg: StackConfig, stack: str) -> str:
     return cfg.trainer.run_name if "run_name" in cfg.trainer.model_fields_set else stack
 
 
-def local_root(cfg: StackConfig, stack: str) -> Path:
-    """The folder that holds the run's checkpoints, data, outputs and logs."""
-    root = Path(cfg.local.root) if cfg.local else Path(".trainstack/local") / stack
-    return root if root.is_absolute() else REPO_ROOT / root
+def local_root(cfg: StackConfig, stack: str, place: StackPlace | None = None) -> Path:
+    """The folder that holds the run's checkpoints, data, outputs and logs (absolute)."""
+    place = place or current_place()
+    if cfg.local is not None and cfg.local.root is not None:
+        return place.resolve(cfg.local.root).resolve()
+    return place.local_dir(stack)
+
+
+def local_root_arg(cfg: StackConfig, stack: str, place: StackPlace | None = None) -> str:
+    """`local_root` as the stack program passes it: relative to the base folder when inside
+    it, so plans of two checkouts of one project compare equal."""
+    place = place or current_place()
+    root = local_root(cfg, stack, place)
+    base = place.base_dir.resolve()
+    return root.relative_to(base).as_posix() if root.is_relative_to(base) else str(root)
 
 
 def local_checkpoint_dir(cfg: StackConfig, stack: str, outputs: dict[str, Any] | None) -> str:

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from tests import REPO_ROOT
 from tests.fakes import LocalServer
 from tests.fakes.vertex_server import VertexFakeServer
 from trainstack.infra.cli import app
-from trainstack.infra.mocks import REPO_ROOT
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("shared_bundled_runs")

@@ -79,7 +79,7 @@ def test_defaults() -> None:
     assert cfg.gpu_cluster.tier_1_networking is False
     local = load_stack_config({"trainstack:local": {}})
     assert local.local is not None
-    assert (local.local.workers, local.local.root) == (2, ".trainstack/local")
+    assert (local.local.workers, local.local.root) == (2, None)  # the run's own folder
     assert local.buckets.location is None
 
 

@@ -14,8 +14,8 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from tests import REPO_ROOT
 from trainstack.infra.config import StackConfig
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.trainers.common.config import TF_STRATEGIES
 
 GCP_FIELDS = {"project": "gcp:project", "region": "gcp:region", "zone": "gcp:zone"}

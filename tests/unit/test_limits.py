@@ -16,7 +16,7 @@ from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, load_stack_config
 from trainstack.infra.estimate import limit_problems, limits_plan, vertex_timeout_s
 from trainstack.infra.mocks import run_program
-from trainstack.infra.plan import STACKS_DIR, build_plan, read_stack_file
+from trainstack.infra.plan import build_plan, read_stack_file, stack_file
 
 VERTEX_OVER = (
     "limits.max_hourly_usd: the stack's estimated $143.65/hour is above the limit of "
@@ -30,7 +30,7 @@ TPU_ENFORCED = (
 
 
 def _stack(name: str, **limits: Any) -> dict[str, Any]:
-    config = read_stack_file(STACKS_DIR / f"Pulumi.{name}.yaml")[1]
+    config = read_stack_file(stack_file(name))[1]
     return {**config, "trainstack:limits": limits}
 
 
