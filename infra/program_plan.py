@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainstack.infra.mocks import REPO_ROOT, ProgramRun
+from trainstack.infra.mocks import ProgramRun
 from trainstack.infra.plan import STACK_NAME, plan_resources
 from trainstack.infra.program_run import (
     Program,
@@ -27,6 +27,7 @@ from trainstack.infra.program_run import (
     run_program_folder,
     stack_config,
 )
+from trainstack.infra.project import find_project
 
 PROGRAM_NOTE = (
     "a program's plan lists what it registers; totals, $/hour and quota come from a trainstack "
@@ -96,11 +97,11 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
 
 def _program_assets(value: Any, root: Path) -> Any:
     """File assets named relative to the program's folder, so two checkouts' plans compare
-    (the mocks name them relative to trainstack's folder, or absolute)."""
+    (the mocks name them relative to the program's Pulumi project, or absolute)."""
     if isinstance(value, dict):
         path = value.get("fileAsset")
         if len(value) == 1 and isinstance(path, str):
-            where = Path(path) if Path(path).is_absolute() else REPO_ROOT / path
+            where = Path(path) if Path(path).is_absolute() else find_project(root).root / path
             if where.resolve().is_relative_to(root):
                 return {"fileAsset": where.resolve().relative_to(root).as_posix()}
         return {key: _program_assets(item, root) for key, item in value.items()}
