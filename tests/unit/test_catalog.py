@@ -1,4 +1,4 @@
-"""The catalogs against their sources (reference/gcp-facts.md) and the reducer sizing rule:
+"""The catalogs against their sources (the team's fact sheet, `FACT_SHEET`) and the reducer sizing rule:
 `trainstack.components.catalog` (facts the components need) and `trainstack.infra.catalog` (quotas and prices)."""
 
 from __future__ import annotations
