@@ -28,6 +28,7 @@ from trainstack.components.catalog.tpu import default_tpu_runtime
 from trainstack.components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problems
 from trainstack.components.training_buckets import training_buckets_problems
 from trainstack.components.vertex_training_job import vertex_job_spec_problems
+from trainstack.infra.code_frameworks import tpu_framework_problems
 from trainstack.infra.config import (
     _EMAIL,
     NAMESPACE,
@@ -80,7 +81,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.", bundled)
     errors += target_errors
     if trainer is not None and target is not None:
-        errors += user_code_problems(trainer, target, PROJECT_ROOT)
+        errors += _own_code_problems(trainer, target, parts.get("tpu"))
         errors += _gce_image_problems(trainer, target, parts.get("gpu_cluster"))
     if trainer is not None and target is not None and trainer.user_code is None:
         trainer_errors = _check_trainer(trainer, target, parts.get("gpu_cluster"))
@@ -97,6 +98,14 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
             if target == "vertex" and parts["vertex"].hyperparameter_tuning is not None:
                 errors += _tuned_batch_problems(parts["vertex"], trainer, world)
     return errors
+
+
+def _own_code_problems(trainer: StackTrainer, target: str, tpu: TpuConfig | None) -> list[str]:
+    problems = user_code_problems(trainer, target, PROJECT_ROOT)
+    if target == "tpu" and tpu is not None and tpu.runtime_version and not problems:
+        # Read once the source and requirements are known good.
+        problems = tpu_framework_problems(trainer, tpu.runtime_version, PROJECT_ROOT)
+    return problems
 
 
 _BATCH_KEYS = ("global_batch_size", "grad_accum_steps")
