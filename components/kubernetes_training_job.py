@@ -237,14 +237,14 @@ def validate_args(args: Mapping[str, Any]) -> None:
     job = args.get("job_name")
     if not isinstance(job, str) or not _DNS_LABEL.fullmatch(job):
         raise ValueError(
-            f"job_name: {job!r} is not a DNS label; expected a lowercase letter, then a-z, "
+            f"job_name: {job!r} is not a DNS label; valid: a lowercase letter, then a-z, "
             "0-9 or '-', ending with a letter or digit"
         )
     longest = f"{job}-{nodes - 1}"
     if len(longest) > 63:
         raise ValueError(
             f"job_name: {job!r} is too long for {nodes} nodes: pod host name {longest!r} has "
-            f"{len(longest)} characters; expected at most 63"
+            f"{len(longest)} characters; valid: at most 63"
         )
     namespace = args.get("namespace", DEFAULT_NAMESPACE)
     if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
@@ -275,7 +275,7 @@ def validate_args(args: Mapping[str, Any]) -> None:
     for name in args.get("env") or {}:
         if not _ENV_NAME.fullmatch(name) or name in _RESERVED_ENV:
             raise ValueError(
-                f"env: {name!r} is not allowed; expected a variable name other than "
+                f"env: {name!r} is not allowed; valid: a variable name other than "
                 f"{', '.join(sorted(_RESERVED_ENV))}"
             )
 

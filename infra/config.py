@@ -438,7 +438,7 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
         namespace, sep, name = key.partition(":")
         if not sep:
             errors.append(
-                f"{key}: config key without a namespace; expected {NAMESPACE}:{key} or gcp:{key}"
+                f"{key}: config key without a namespace; valid: {NAMESPACE}:{key} or gcp:{key}"
             )
         elif namespace == NAMESPACE:
             if name in section_names:

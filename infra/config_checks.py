@@ -44,6 +44,11 @@ from trainstack.trainers.common.config import TF_STRATEGIES, TrainConfig
 from trainstack.trainers.common.contract import TORCH_MODULE
 from trainstack.trainers.common.user_code import StackTrainer, user_code_problems
 
+_GCP_VALID = {
+    "project": "a Google Cloud project id, e.g. my-ml-project",
+    "region": "a Google Cloud region, e.g. us-central1",
+}
+
 
 def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     """Cross-key and catalog checks. `parts` holds only sections that parsed cleanly."""
@@ -62,7 +67,9 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     if target is not None and target != "local":
         for key in ("project", "region"):
             if not parts.get(key) and key in parts:
-                errors.append(f"gcp:{key}: required for a {target} target")
+                errors.append(
+                    f"gcp:{key}: required for a {target} target; valid: {_GCP_VALID[key]}"
+                )
 
     if parts.get("labels") is not None:
         errors += label_problems(parts["labels"], "labels")
@@ -193,11 +200,14 @@ def _check_buckets_quotas(parts: Mapping[str, Any]) -> list[str]:
     quotas: QuotasConfig | None = parts.get("quotas")
     if quotas is not None:
         if quotas.request_increases and not quotas.contact_email:
-            errors.append("quotas.contact_email: required when quotas.request_increases is true")
+            errors.append(
+                "quotas.contact_email: required when quotas.request_increases is true; valid: "
+                "an email address (name@domain)"
+            )
         if quotas.contact_email and not _EMAIL.fullmatch(quotas.contact_email):
             errors.append(
                 f"quotas.contact_email: {_q(quotas.contact_email)} is not an email address; "
-                "expected name@domain"
+                "valid: name@domain"
             )
     return errors
 

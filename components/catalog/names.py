@@ -32,7 +32,9 @@ RESERVED_LABEL_KEYS: Final[tuple[str, ...]] = ("component", "managed-by")
 def label_problems(labels: Any, key: str = "labels") -> list[str]:
     """Every problem with a user labels mapping found at dotted key `key`."""
     if not isinstance(labels, Mapping):
-        return [f"{key}: {quote(labels)} is not a mapping"]
+        return [
+            f"{key}: {quote(labels)} is not a mapping; valid: a mapping of label keys to values"
+        ]
     problems: list[str] = []
     for name, value in labels.items():
         if name in RESERVED_LABEL_KEYS:
@@ -42,14 +44,17 @@ def label_problems(labels: Any, key: str = "labels") -> list[str]:
             )
         elif not isinstance(name, str) or not LABEL_KEY.fullmatch(name):
             problems.append(
-                f"{key}: {quote(name)} is not a valid label key; expected a lowercase letter "
+                f"{key}: {quote(name)} is not a valid label key; valid: a lowercase letter "
                 "then up to 62 of a-z, 0-9, '_', '-'"
             )
         if not isinstance(value, str):
-            problems.append(f"{key}.{name}: {quote(value)} is not a string")
+            problems.append(
+                f"{key}.{name}: {quote(value)} is not a string; valid: up to 63 of a-z, 0-9, "
+                "'_', '-'"
+            )
         elif not LABEL_VALUE.fullmatch(value):
             problems.append(
-                f"{key}.{name}: {quote(value)} is not a valid label value; expected up to 63 "
+                f"{key}.{name}: {quote(value)} is not a valid label value; valid: up to 63 "
                 "of a-z, 0-9, '_', '-'"
             )
     return problems

@@ -463,8 +463,8 @@ def test_invalid_node_args(overrides: dict[str, Any], message: str) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"job_name": "Exp_42"}, "job_name: 'Exp_42' is not a DNS label; expected a lowercase letter, then a-z, 0-9 or '-', ending with a letter or digit"),
-        ({"job_name": "j" * 62, "node_count": 10}, f"job_name: '{'j' * 62}' is too long for 10 nodes: pod host name '{'j' * 62}-9' has 64 characters; expected at most 63"),
+        ({"job_name": "Exp_42"}, "job_name: 'Exp_42' is not a DNS label; valid: a lowercase letter, then a-z, 0-9 or '-', ending with a letter or digit"),
+        ({"job_name": "j" * 62, "node_count": 10}, f"job_name: '{'j' * 62}' is too long for 10 nodes: pod host name '{'j' * 62}-9' has 64 characters; valid: at most 63"),
         ({"node_count": 0}, "node_count: 0 is not an integer >= 1"),
         ({"gpus_per_node": "8"}, "gpus_per_node: '8' is not an integer >= 1"),
         ({"namespace": "Team"}, "namespace: 'Team' is not a DNS label"),
@@ -476,13 +476,13 @@ def test_invalid_node_args(overrides: dict[str, Any], message: str) -> None:
         ({"active_deadline_seconds": 0}, "active_deadline_seconds: 0 is not an integer >= 1"),
         ({"active_deadline_seconds": True}, "active_deadline_seconds: True is not an integer >= 1"),
         ({"active_deadline_seconds": 3600.0}, "active_deadline_seconds: 3600.0 is not an integer >= 1"),
-        ({"env": {"TRAINSTACK_PACKAGE_URI": "x"}}, "env: 'TRAINSTACK_PACKAGE_URI' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"TRAINSTACK_PACKAGE_URI": "x"}}, "env: 'TRAINSTACK_PACKAGE_URI' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
         ({"port": 0}, "port: 0 is not a TCP port (1-65535)"),
         ({"wait_for_completion": True}, "timeout_s: required when wait_for_completion is true"),
         ({"timeout_s": 60}, "timeout_s: only used with wait_for_completion: true"),
         ({"project": None}, "project: required with gcp_service_account_email (the cluster's Workload Identity pool is <project>.svc.id.goog)"),
-        ({"env": {"JOB_NAME": "x"}}, "env: 'JOB_NAME' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
-        ({"env": {"1X": "x"}}, "env: '1X' is not allowed; expected a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"JOB_NAME": "x"}}, "env: 'JOB_NAME' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"1X": "x"}}, "env: '1X' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
     ],
 )  # fmt: skip
 def test_invalid_arguments(overrides: dict[str, Any], message: str) -> None:

@@ -422,7 +422,7 @@ def test_stack_name_only_with_a_config_file() -> None:
     _one_error(
         result,
         "error: --stack-name: names the stack of a --config-file; a bundled stack's name is "
-        "its --stack NAME",
+        "its --stack NAME; valid: --stack-name with --config-file",
     )
 
 

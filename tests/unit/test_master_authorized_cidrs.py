@@ -66,7 +66,7 @@ def test_the_gke_cluster_admits_only_the_listed_networks() -> None:
         (
             "dev-a100-gke",
             "10.0.0.0/8",
-            ["gpu_cluster.master_authorized_cidrs: '10.0.0.0/8' is not a list"],
+            ["gpu_cluster.master_authorized_cidrs: '10.0.0.0/8' is not a list; valid: a list"],
         ),
         (
             "prod-a100-gce",

@@ -86,13 +86,13 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
         "entrypoint-a-string",
         LOCAL,
         {"source": "{code}", "entrypoint": "python train.py"},
-        ["trainer.entrypoint: 'python train.py' is not a list"],
+        ["trainer.entrypoint: 'python train.py' is not a list; valid: a list"],
     ),
     (
         "entrypoint-not-strings",
         LOCAL,
         {"source": "{code}", "entrypoint": ["python", 3]},
-        ["trainer.entrypoint[1]: 3 is not a string"],
+        ["trainer.entrypoint[1]: 3 is not a string; valid: a string"],
     ),
     (
         "entrypoint-empty",
@@ -148,7 +148,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
         "env-not-a-string",
         LOCAL,
         {"source": "{code}", "entrypoint": RUN, "env": {"EPOCHS": 3}},
-        ["trainer.env.EPOCHS: 3 is not a string"],
+        ["trainer.env.EPOCHS: 3 is not a string; valid: a string"],
     ),
     (
         "env-looks-like-a-secret",
