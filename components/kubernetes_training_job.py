@@ -203,7 +203,7 @@ class KubernetesTrainingJobArgs(TypedDict):
 def _positive_int(args: Mapping[str, Any], key: str, default: int | None = None) -> int:
     value = args.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{key}: {value!r} is not an integer >= 1")
+        raise ValueError(f"{key}: {value!r} is not an integer >= 1; valid: an integer >= 1")
     return value
 
 
@@ -213,7 +213,7 @@ def default_image(module: str) -> str:
     if image is None:
         raise ValueError(
             f"image: required for trainer_module {module!r}; default images exist for "
-            f"{', '.join(DEFAULT_IMAGES)}"
+            f"{', '.join(DEFAULT_IMAGES)}; valid: an image with the trainer's framework"
         )
     return image
 
@@ -248,13 +248,19 @@ def validate_args(args: Mapping[str, Any]) -> None:
         )
     namespace = args.get("namespace", DEFAULT_NAMESPACE)
     if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
-        raise ValueError(f"namespace: {namespace!r} is not a DNS label")
+        raise ValueError(
+            f"namespace: {namespace!r} is not a DNS label; valid: a lowercase letter, then "
+            "a-z, 0-9 or '-', ending with a letter or digit"
+        )
     module = args.get("trainer_module", DEFAULT_MODULE)
     _check_launch(args, module)
     if "image" not in args:
         default_image(module)
     elif not isinstance(args["image"], str) or not args["image"].strip():
-        raise ValueError(f"image: {args['image']!r} is not an image reference")
+        raise ValueError(
+            f"image: {args['image']!r} is not an image reference; valid: e.g. "
+            "us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG"
+        )
     for key in ("backoff_limit_per_index", "active_deadline_seconds", "shm_size_gib", "timeout_s"):
         if key in args:
             _positive_int(args, key)
@@ -262,15 +268,20 @@ def validate_args(args: Mapping[str, Any]) -> None:
         _positive_int(args, "termination_grace_period_s")
     port = args.get("port", DEFAULT_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise ValueError(f"port: {port!r} is not a TCP port (1-65535)")
+        raise ValueError(f"port: {port!r} is not a TCP port; valid: 1-65535")
     if args.get("wait_for_completion") and "timeout_s" not in args:
-        raise ValueError("timeout_s: required when wait_for_completion is true")
+        raise ValueError(
+            "timeout_s: required when wait_for_completion is true; valid: seconds >= 1"
+        )
     if "timeout_s" in args and not args.get("wait_for_completion"):
-        raise ValueError("timeout_s: only used with wait_for_completion: true")
+        raise ValueError(
+            "timeout_s: only used with wait_for_completion: true; valid: remove it, or set "
+            "wait_for_completion: true"
+        )
     if args.get("gcp_service_account_email") is not None and args.get("project") is None:
         raise ValueError(
             "project: required with gcp_service_account_email (the cluster's Workload "
-            "Identity pool is <project>.svc.id.goog)"
+            "Identity pool is <project>.svc.id.goog); valid: the cluster's project id"
         )
     for name in args.get("env") or {}:
         if not _ENV_NAME.fullmatch(name) or name in _RESERVED_ENV:

@@ -122,8 +122,8 @@ def test_denied_roles(role: str) -> None:
         (
             ["owner"],
             (
-                "extra_project_roles: 'owner' is not a role name (expected roles/<id>, "
-                "projects/<project>/roles/<id> or organizations/<org>/roles/<id>)"
+                "extra_project_roles: 'owner' is not a role name; valid: roles/<id>, "
+                "projects/<project>/roles/<id> or organizations/<org>/roles/<id>"
             ),
         ),
         (
