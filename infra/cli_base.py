@@ -68,7 +68,7 @@ class HelpGroup(TyperGroup):
 class _Typer(typer.Typer):
     """Every command is a `HelpCommand` unless it names another class."""
 
-    def command(  # type: ignore[override]
+    def command(
         self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **kwargs: Any
     ) -> Callable[[CommandFunctionType], CommandFunctionType]:
         return super().command(name, cls=cls or HelpCommand, **kwargs)

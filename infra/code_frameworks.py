@@ -142,7 +142,7 @@ def _local_files(base: Path, parts: Sequence[str]) -> list[Path]:
 
 
 def _entry_files(folder: Path, entrypoint: Sequence[str]) -> list[Path]:
-    script = entrypoint_file(entrypoint)
+    script = entrypoint_file(list(entrypoint))
     if script is not None:
         path = (folder / script).resolve()
         return [path] if path.suffix == ".py" and path.is_file() else []
