@@ -364,7 +364,7 @@ class _Watch:
             except ValueError:
                 continue
             if isinstance(record, dict) and FIELD_EVENT in record:
-                # A bundled trainer's `failed` record (`trainstack.trainers.common.crash`) can
+                # A bundled trainer's `failed` record (`trainstack.trainers.crash`) can
                 # come before training started: the exit is still a setup failure (3).
                 self.started = self.started or record[FIELD_EVENT] != EVENT_FAILED
                 self.preempted = self.preempted or record[FIELD_EVENT] == EVENT_PREEMPTED

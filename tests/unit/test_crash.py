@@ -1,4 +1,4 @@
-"""A bundled trainer's crash: the `failed` record it prints (`trainstack.trainers.common.crash`)
+"""A bundled trainer's crash: the `failed` record it prints (`trainstack.trainers.crash`)
 and what the node launcher makes of it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from trainstack.trainers.common.crash import failed_record, reported_crash
+from trainstack.trainers.crash import failed_record, reported_crash
 from trainstack.trainers.node import _Watch
 
 

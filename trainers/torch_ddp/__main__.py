@@ -7,8 +7,8 @@ import os
 import sys
 
 from trainstack.trainers.common.cli import help_text
-from trainstack.trainers.common.crash import reported_crash
 from trainstack.trainers.common.signals import watch_parent
+from trainstack.trainers.crash import reported_crash
 
 
 def _run() -> int:
