@@ -205,15 +205,15 @@ class GpuClusterConfig(A100Shape):
         if cidrs == []:
             raise PydanticCustomError(
                 "trainstack",
-                "[] names no network (the cluster would stay open to any address); list at "
-                "least one CIDR block or remove the key",
+                "[] names no network (the cluster would stay open to any address); valid: at "
+                "least one CIDR block, or remove the key",
             )
         backend = info.data.get("backend")
         if cidrs is not None and backend != "gke":
             raise PydanticCustomError(
                 "trainstack",
                 "applies to backend 'gke' only (the GKE control plane); backend {backend} has "
-                "none: remove the key",
+                "none; valid: remove the key",
                 {"backend": repr(backend)},
             )
         return cidrs
