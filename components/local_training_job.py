@@ -122,9 +122,9 @@ def validate_args(
         or grace <= cfg.preemption_grace_s
     ):
         raise ValueError(
-            f"stop_grace_s: expected seconds > trainer.preemption_grace_s "
+            f"stop_grace_s: got {grace!r}; valid: seconds > trainer.preemption_grace_s "
             f"({cfg.preemption_grace_s}), the time the trainer may take to checkpoint after "
-            f"SIGTERM; got {grace!r}"
+            "SIGTERM"
         )
     problems = user_code_problems(cfg, "local", base_dir or Path.cwd())
     if problems:

@@ -236,7 +236,8 @@ def _queued_problems(queued: Any, provisioning: Any, reservation: Any, p: str) -
             problems.append(f"{p}queued.{key}: got {value!r}; valid: an integer >= 1")
     if queued.get("min_duration_s") is not None and tier != "guaranteed":
         problems.append(
-            f"{p}queued.min_duration_s: only used with queued.tier 'guaranteed', not {tier!r}"
+            f"{p}queued.min_duration_s: only used with queued.tier 'guaranteed', not {tier!r}; "
+            "valid: remove it, or queued.tier: guaranteed"
         )
     if reservation is not None and tier == "spot":
         problems.append(

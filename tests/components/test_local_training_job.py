@@ -116,8 +116,8 @@ def test_deterministic_across_runs() -> None:
         ({"env": {"N": 1}}, "LocalTrainingJob.env.N: 1 is not a string"),
         (
             {"stop_grace_s": 30},
-            "stop_grace_s: expected seconds > trainer.preemption_grace_s (30.0), the time the "
-            "trainer may take to checkpoint after SIGTERM; got 30",
+            "stop_grace_s: got 30; valid: seconds > trainer.preemption_grace_s (30.0), the "
+            "time the trainer may take to checkpoint after SIGTERM",
         ),
         ({"stop_grace_s": "60"}, "LocalTrainingJob.stop_grace_s: '60' is not a number"),
         (

@@ -253,7 +253,8 @@ INVALID = [
     ),
     (
         {"provisioning": "queued", "queued": {"tier": "spot", "min_duration_s": 3600}},
-        "queued.min_duration_s: only used with queued.tier 'guaranteed', not 'spot'",
+        "queued.min_duration_s: only used with queued.tier 'guaranteed', not 'spot'; valid: "
+        "remove it, or queued.tier: guaranteed",
     ),
     (
         {"provisioning": "queued", "queued": {"wait_timeout_s": 0}},
