@@ -117,6 +117,7 @@ DEFAULT_TERMINATION_GRACE_S: Final = 60
 DEFAULT_NAMESPACE: Final = "default"
 
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS_VALID = "a lowercase letter, then a-z, 0-9 or '-', ending with a letter or digit"
 _K8S_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_ENV: Final = frozenset(
@@ -236,10 +237,7 @@ def validate_args(args: Mapping[str, Any]) -> None:
     _positive_int(args, "gpus_per_node")
     job = args.get("job_name")
     if not isinstance(job, str) or not _DNS_LABEL.fullmatch(job):
-        raise ValueError(
-            f"job_name: {job!r} is not a DNS label; valid: a lowercase letter, then a-z, "
-            "0-9 or '-', ending with a letter or digit"
-        )
+        raise ValueError(f"job_name: {job!r} is not a DNS label; valid: {_DNS_VALID}")
     longest = f"{job}-{nodes - 1}"
     if len(longest) > 63:
         raise ValueError(
@@ -248,18 +246,14 @@ def validate_args(args: Mapping[str, Any]) -> None:
         )
     namespace = args.get("namespace", DEFAULT_NAMESPACE)
     if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
-        raise ValueError(
-            f"namespace: {namespace!r} is not a DNS label; valid: a lowercase letter, then "
-            "a-z, 0-9 or '-', ending with a letter or digit"
-        )
+        raise ValueError(f"namespace: {namespace!r} is not a DNS label; valid: {_DNS_VALID}")
     module = args.get("trainer_module", DEFAULT_MODULE)
     _check_launch(args, module)
     if "image" not in args:
         default_image(module)
     elif not isinstance(args["image"], str) or not args["image"].strip():
         raise ValueError(
-            f"image: {args['image']!r} is not an image reference; valid: e.g. "
-            "us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG"
+            f"image: {args['image']!r} is not an image reference; valid: REPO/IMAGE:TAG"
         )
     for key in ("backoff_limit_per_index", "active_deadline_seconds", "shm_size_gib", "timeout_s"):
         if key in args:
@@ -270,14 +264,9 @@ def validate_args(args: Mapping[str, Any]) -> None:
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValueError(f"port: {port!r} is not a TCP port; valid: 1-65535")
     if args.get("wait_for_completion") and "timeout_s" not in args:
-        raise ValueError(
-            "timeout_s: required when wait_for_completion is true; valid: seconds >= 1"
-        )
+        raise ValueError("timeout_s: required when wait_for_completion is true; valid: >= 1")
     if "timeout_s" in args and not args.get("wait_for_completion"):
-        raise ValueError(
-            "timeout_s: only used with wait_for_completion: true; valid: remove it, or set "
-            "wait_for_completion: true"
-        )
+        raise ValueError("timeout_s: only used with wait_for_completion: true; valid: remove it")
     if args.get("gcp_service_account_email") is not None and args.get("project") is None:
         raise ValueError(
             "project: required with gcp_service_account_email (the cluster's Workload "

@@ -484,8 +484,7 @@ MACHINES = (
         ),
         (
             {"hyperparameter_tuning": {**TUNING, "parallel_trial_count": 9}},
-            "hyperparameter_tuning.parallel_trial_count: 9 exceeds max_trial_count 8; "
-            "valid: <= 8",
+            "hyperparameter_tuning.parallel_trial_count: 9 exceeds max_trial_count 8; valid: <= 8",
         ),
     ],
 )
