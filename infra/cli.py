@@ -142,7 +142,7 @@ def _stack_plan(
     if stack_name is not None and config_file is None:
         raise fail(
             "--stack-name: names the stack of a --config-file; a bundled stack's name is "
-            "its --stack NAME"
+            "its --stack NAME; valid: --stack-name with --config-file"
         )
     name, config = load(stack, config_file)
     if stack_name is not None:
@@ -222,7 +222,10 @@ def quota(
     _, cfg = validated(stack, config_file)
     needs = quota_needs(cfg)
     if live and cfg.project is None:
-        raise fail("--live reads a Google Cloud project's quota; this stack has no gcp:project")
+        raise fail(
+            "--live reads a Google Cloud project's quota; this stack has no gcp:project; "
+            "valid: --live on a stack with gcp:project"
+        )
     if live:
         from google.auth.exceptions import GoogleAuthError
 

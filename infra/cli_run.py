@@ -71,7 +71,10 @@ def status(
     if stack is not None or config_file is not None:  # a job alone needs no stack
         name, cfg = validated(stack, config_file)
         if cfg.vertex is None:
-            raise fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
+            raise fail(
+                f"--job: status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}; "
+                "valid: --job with a vertex stack, or --job alone"
+            )
     source = "--job"
     match = JOB_NAME.fullmatch(job)
     if match is None:
@@ -207,7 +210,8 @@ def local_run(
 
             if steps is not None:
                 raise fail(
-                    "--steps: the bundled trainer's option; your code takes its own arguments"
+                    "--steps: the bundled trainer's option; your code takes its own arguments; "
+                    "valid: your code's own flags in trainer.entrypoint"
                 )
             named = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
             result = run_local_code(named, base_dir=current_place().base_dir, **options)

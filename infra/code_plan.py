@@ -2,7 +2,9 @@
 
 `code_summary` is the plan's `code` entry: the source folder and the sha256 of its packaged
 files (what decides whether a deployment relaunches), the image, the entrypoint, the
-launcher the target runs it with, the world size (processes that run it: machines x
+launcher the target runs it with and whether `trainer.launcher` chose it or the target's
+default did (`launcher_from`), the variables that launcher gives every process
+(`launcher_env`), the world size (processes that run it: machines x
 accelerators per machine under torchrun, machines / TPU hosts with launcher node, local
 workers either way), the requirements, the plain env and the secret_env names with the
 secrets they read (resource names only: values never reach a plan). `code_rows` is the
@@ -11,13 +13,13 @@ same for the plan's table.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from trainstack.components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES
 from trainstack.infra.compose import vertex_image
 from trainstack.infra.config import StackConfig
 from trainstack.infra.project import current_place
-from trainstack.trainers.common.contract import TORCH_MODULE
+from trainstack.trainers.common.contract import RUN_CONTRACT_ENV, TORCH_MODULE
 from trainstack.trainers.common.user_code import (
     UserCode,
     read_requirements,
@@ -25,6 +27,24 @@ from trainstack.trainers.common.user_code import (
     source_files,
     source_sha256,
 )
+from trainstack.trainers.user_code import OMPI_ENV
+
+TORCHRUN_ENV: Final = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+"""What torchrun sets on each process it starts
+(https://pytorch.org/docs/stable/elastic/run.html, "Environment Variables")."""
+TPU_WORKER_ENV: Final = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
+"""Exported by the TPU worker startup script before your code starts
+(`components/startup/tpu_worker.sh`, `export TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`)."""
+NODE_ENV: Final = ("JAX_COORDINATOR_ADDRESS", *OMPI_ENV, "TF_CONFIG")
+"""What `launcher: node` adds off a TPU VM (`trainstack.trainers.user_code.user_code_env`):
+JAX's coordinator and Open MPI shape, and TF_CONFIG (Vertex sets its own)."""
 
 
 def world_size(cfg: StackConfig, code: UserCode) -> int:
@@ -40,6 +60,22 @@ def world_size(cfg: StackConfig, code: UserCode) -> int:
     assert cfg.vertex is not None
     vx = cfg.vertex
     return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
+
+
+def launcher_env(cfg: StackConfig, code: UserCode) -> list[str]:
+    """The variables every process of `code` gets from its launcher on the stack's target:
+    the run contract, then the launcher's own (your `env` and `secret_env` come on top)."""
+    launcher = code.launcher_for(cfg.target)
+    if launcher == "torchrun":
+        return [*RUN_CONTRACT_ENV, *TORCHRUN_ENV]
+    if cfg.target == "tpu":
+        # The node launcher adds nothing on a TPU VM: JAX and PyTorch/XLA find the slice
+        # from these (`trainstack.trainers.user_code`).
+        return [*RUN_CONTRACT_ENV, *TPU_WORKER_ENV]
+    gpus = (cfg.gpu_cluster is not None) or (
+        cfg.vertex is not None and cfg.vertex.gpus_per_replica > 0
+    )
+    return [*RUN_CONTRACT_ENV, *NODE_ENV, *(["JAX_LOCAL_DEVICE_IDS"] if gpus else [])]
 
 
 def runs_on(cfg: StackConfig, code: UserCode) -> str:
@@ -75,6 +111,10 @@ def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
         "runs_on": runs_on(cfg, code),
         "entrypoint": list(code.entrypoint),
         "launcher": code.launcher_for(cfg.target),
+        "launcher_from": (
+            "trainer.launcher" if code.launcher is not None else f"the default on {cfg.target}"
+        ),
+        "launcher_env": launcher_env(cfg, code),
         "world_size": world_size(cfg, code),
         "requirements": requirements,
         "env": code.env,
@@ -90,7 +130,8 @@ def code_rows(code: dict[str, Any]) -> list[tuple[str, str]]:
         ("image", code["image"] or "-"),
         ("runs on", code["runs_on"]),
         ("entrypoint", " ".join(code["entrypoint"])),
-        ("launcher", code["launcher"]),
+        ("launcher", f"{code['launcher']} ({code['launcher_from']})"),
+        ("launcher env", ", ".join(code["launcher_env"])),
         ("world size", str(code["world_size"])),
     ]
     if code["requirements"]:

@@ -21,6 +21,7 @@ from trainstack.components.catalog.images import (
     mirrored_image_uri,
     vertex_training_image,
 )
+from trainstack.components.catalog.names import stack_name_problem
 from trainstack.components.image_mirror import ImageMirror
 from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from trainstack.components.project_services import ProjectServices
@@ -40,7 +41,7 @@ from trainstack.components.training_dashboard.targets import DashboardScope
 from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from trainstack.components.training_network import TrainingNetwork
 from trainstack.components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
-from trainstack.infra.config import StackConfig, load_stack_config
+from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
 from trainstack.infra.estimate import quota_needs, vertex_timeout_s
 from trainstack.infra.local_paths import local_root_arg, run_name
 from trainstack.infra.project import current_place
@@ -597,4 +598,9 @@ def _monitoring(
 def main_program() -> dict[str, Any]:
     """The Pulumi program: validate the stack config once, then compose it."""
     cfg = load_stack_config()
-    return compose(cfg, pulumi.get_stack())
+    deployment = pulumi.get_stack()
+    # The name labels every resource: refused here as itself, not as a `labels.stack` value.
+    problem = stack_name_problem(deployment, "stack name")
+    if problem is not None:
+        raise ConfigError([problem])
+    return compose(cfg, deployment)

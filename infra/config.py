@@ -201,15 +201,15 @@ class GpuClusterConfig(A100Shape):
         if cidrs == []:
             raise PydanticCustomError(
                 "trainstack",
-                "[] names no network (the cluster would stay open to any address); list at "
-                "least one CIDR block or remove the key",
+                "[] names no network (the cluster would stay open to any address); valid: at "
+                "least one CIDR block, or remove the key",
             )
         backend = info.data.get("backend")
         if cidrs is not None and backend != "gke":
             raise PydanticCustomError(
                 "trainstack",
                 "applies to backend 'gke' only (the GKE control plane); backend {backend} has "
-                "none: remove the key",
+                "none; valid: remove the key",
                 {"backend": repr(backend)},
             )
         return cidrs
@@ -435,7 +435,7 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
         namespace, sep, name = key.partition(":")
         if not sep:
             errors.append(
-                f"{key}: config key without a namespace; expected {NAMESPACE}:{key} or gcp:{key}"
+                f"{key}: config key without a namespace; valid: {NAMESPACE}:{key} or gcp:{key}"
             )
         elif namespace == NAMESPACE:
             if name in section_names:

@@ -28,6 +28,7 @@ from trainstack.components.catalog.tpu import default_tpu_runtime
 from trainstack.components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problems
 from trainstack.components.training_buckets import training_buckets_problems
 from trainstack.components.vertex_training_job import vertex_job_spec_problems
+from trainstack.infra.code_frameworks import tpu_framework_problems
 from trainstack.infra.config import (
     _EMAIL,
     NAMESPACE,
@@ -42,6 +43,11 @@ from trainstack.infra.project import current_place
 from trainstack.trainers.common.config import TF_STRATEGIES, TrainConfig
 from trainstack.trainers.common.contract import TORCH_MODULE
 from trainstack.trainers.common.user_code import StackTrainer, user_code_problems
+
+_GCP_VALID = {
+    "project": "a Google Cloud project id, e.g. my-ml-project",
+    "region": "a Google Cloud region, e.g. us-central1",
+}
 
 
 def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
@@ -61,7 +67,9 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     if target is not None and target != "local":
         for key in ("project", "region"):
             if not parts.get(key) and key in parts:
-                errors.append(f"gcp:{key}: required for a {target} target")
+                errors.append(
+                    f"gcp:{key}: required for a {target} target; valid: {_GCP_VALID[key]}"
+                )
 
     if parts.get("labels") is not None:
         errors += label_problems(parts["labels"], "labels")
@@ -80,7 +88,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.", bundled)
     errors += target_errors
     if trainer is not None and target is not None:
-        errors += user_code_problems(trainer, target, current_place().base_dir)
+        errors += _own_code_problems(trainer, target, parts.get("tpu"))
         errors += _gce_image_problems(trainer, target, parts.get("gpu_cluster"))
     if trainer is not None and target is not None and trainer.user_code is None:
         trainer_errors = _check_trainer(trainer, target, parts.get("gpu_cluster"))
@@ -97,6 +105,15 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
             if target == "vertex" and parts["vertex"].hyperparameter_tuning is not None:
                 errors += _tuned_batch_problems(parts["vertex"], trainer, world)
     return errors
+
+
+def _own_code_problems(trainer: StackTrainer, target: str, tpu: TpuConfig | None) -> list[str]:
+    base = current_place().base_dir
+    problems = user_code_problems(trainer, target, base)
+    if target == "tpu" and tpu is not None and tpu.runtime_version and not problems:
+        # Read once the source and requirements are known good.
+        problems = tpu_framework_problems(trainer, tpu.runtime_version, base)
+    return problems
 
 
 _BATCH_KEYS = ("global_batch_size", "grad_accum_steps")
@@ -184,11 +201,14 @@ def _check_buckets_quotas(parts: Mapping[str, Any]) -> list[str]:
     quotas: QuotasConfig | None = parts.get("quotas")
     if quotas is not None:
         if quotas.request_increases and not quotas.contact_email:
-            errors.append("quotas.contact_email: required when quotas.request_increases is true")
+            errors.append(
+                "quotas.contact_email: required when quotas.request_increases is true; valid: "
+                "an email address (name@domain)"
+            )
         if quotas.contact_email and not _EMAIL.fullmatch(quotas.contact_email):
             errors.append(
                 f"quotas.contact_email: {_q(quotas.contact_email)} is not an email address; "
-                "expected name@domain"
+                "valid: name@domain"
             )
     return errors
 

@@ -11,7 +11,6 @@ GitHub's comment limit.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from datetime import date
 from pathlib import Path
@@ -25,6 +24,7 @@ from rich.tree import Tree
 
 from trainstack.components.a100_cluster._common import gke_spot_grace_note
 from trainstack.components.catalog.images import availability_date
+from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.code_plan import code_rows, code_summary
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
@@ -49,8 +49,6 @@ from trainstack.infra.project import (
 )
 from trainstack.infra.vertex_image import vertex_image_problems, vertex_plan_notes
 
-# Pulumi's rule for a stack name (without an organization/project prefix).
-STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 # Console width when stdout is not a terminal: wide enough that rich never wraps or cuts.
 UNWRAPPED_WIDTH = 100_000
 
@@ -176,12 +174,11 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def check_stack_name(name: str) -> str:
-    """`name` when Pulumi accepts it as a stack name, else StackFileError naming the rule."""
-    if not STACK_NAME.fullmatch(name):
-        raise StackFileError(
-            f"--stack-name: {name!r} is not a stack name; valid: 1-100 letters, digits, "
-            "'-', '_' or '.'"
-        )
+    """`name` when it is a stack name (`stack_name_problem`), else StackFileError naming
+    the rule."""
+    problem = stack_name_problem(name, "--stack-name")
+    if problem is not None:
+        raise StackFileError(problem)
     return name
 
 

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.mocks import ProgramRun
-from trainstack.infra.plan import STACK_NAME, plan_resources
+from trainstack.infra.plan import plan_resources
 from trainstack.infra.program_run import (
     Program,
     ProgramError,
@@ -38,10 +39,9 @@ PROGRAM_NOTE = (
 def load_program(directory: str | Path, stack: str) -> tuple[Program, dict[str, Any]]:
     """The project in `directory` and the config of its stack `stack` (ProgramError, one
     line, when the folder, its Pulumi.yaml or the stack file is not usable)."""
-    if not STACK_NAME.fullmatch(stack):
-        raise ProgramError(
-            f"--stack: {stack!r} is not a stack name; valid: 1-100 letters, digits, '-', '_' or '.'"
-        )
+    problem = stack_name_problem(stack, "--stack")
+    if problem is not None:
+        raise ProgramError(problem)
     program = read_program(directory)
     return program, stack_config(program, stack, required=True)
 

@@ -37,9 +37,9 @@ def _stack(name: str, **limits: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("limits", "expected"),
     [
-        ({"max_hourly_usd": -1}, "limits.max_hourly_usd: -1 is too small; expected > 0.0"),
-        ({"max_run_hours": 0}, "limits.max_run_hours: 0 is too small; expected > 0.0"),
-        ({"max_hourly_usd": "x"}, "limits.max_hourly_usd: 'x' is not a number"),
+        ({"max_hourly_usd": -1}, "limits.max_hourly_usd: -1 is too small; valid: > 0.0"),
+        ({"max_run_hours": 0}, "limits.max_run_hours: 0 is too small; valid: > 0.0"),
+        ({"max_hourly_usd": "x"}, "limits.max_hourly_usd: 'x' is not a number; valid: a number"),
         ({"cap": 1}, "limits.cap: unknown key; valid: max_hourly_usd, max_run_hours"),
     ],
 )
