@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests import REPO_ROOT
 from trainstack.infra.cli import app
-from trainstack.infra.mocks import REPO_ROOT
 
 runner = CliRunner()
 
