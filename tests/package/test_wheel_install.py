@@ -15,7 +15,7 @@ We run as root, which writes through `chmod a-w`: every path under the fresh sit
 is recorded (size, mtime) after the install and compared after each command.
 PYTHONDONTWRITEBYTECODE keeps Python's own `__pycache__` writes out of that comparison.
 
-Runs in about 40 s on 2 shared cores (wheel build ~5 s, three offline plans, one local run).
+Runs in about 40 s on 2 shared cores (wheel build ~5 s, three program runs, one local run).
 """
 
 from __future__ import annotations
@@ -293,14 +293,19 @@ def test_trainstack_imports_from_the_wheel_beside_your_own_packages(
     assert_install_untouched(installed)
 
 
+def test_stacks_lists_your_stacks(installed: Installed, project: Path) -> None:
+    stacks = run([installed.trainstack, "stacks"], project, user_env(installed))
+    assert ok(stacks) == "dev\nlocal\n"
+    assert_install_untouched(installed)
+
+
 def test_your_program_plans_policies_and_plan_diffs(
     installed: Installed, project: Path, tmp_path: Path
 ) -> None:
     env = user_env(installed)
     before = snapshot(project)
-    assert ok(run([installed.trainstack, "stacks"], project, env)) == "dev\nlocal\n"
-    plan = [installed.trainstack, "plan", "--program", ".", "--stack", "dev", "--json"]
-    base = json.loads(ok(run(plan, project, env)))
+    program = ["--program", ".", "--stack", "dev"]
+    base = json.loads(ok(run([installed.trainstack, "plan", *program, "--json"], project, env)))
     assert base["stack"] == "dev"
     types = sorted({r["type"] for r in base["resources"]})
     assert types == [
@@ -309,34 +314,28 @@ def test_your_program_plans_policies_and_plan_diffs(
         "trainstack:storage:TrainerPackage",
         "trainstack:storage:TrainingBuckets",
     ]
-    by_name = {r["name"]: r for r in base["resources"]}
-    checkpoints = by_name["acme-dev-buckets-checkpoints"]["inputs"]["lifecycleRules"]
-    assert checkpoints[0]["condition"]["age"] == 30
-    assert by_name["acme-dev-buckets-checkpoints"]["inputs"]["labels"]["team"] == "acme"
+    checkpoints = {r["name"]: r for r in base["resources"]}["acme-dev-buckets-checkpoints"]
+    assert checkpoints["inputs"]["lifecycleRules"][0]["condition"]["age"] == 30
+    assert checkpoints["inputs"]["labels"]["team"] == "acme"
 
-    policy = [installed.trainstack, "policy", "--program", ".", "--stack", "dev", "--json"]
-    [report] = json.loads(ok(run(policy, project, env)))
-    assert (report["stack"], report["resources"], report["violations"]) == (
-        "dev",
-        len(base["resources"]),
-        [],
-    )
+    policy = run([installed.trainstack, "policy", *program, "--json"], project, env)
+    [report] = json.loads(ok(policy))
+    assert (report["stack"], report["resources"], report["violations"]) == ("dev", 6, [])
 
+    (tmp_path / "base.json").write_text(json.dumps(base))
     stack_file = project / "stacks" / "Pulumi.dev.yaml"
     stack_file.write_text(stack_file.read_text().replace("retention_days: 30", "retention_days: 3"))
-    head = json.loads(ok(run(plan, project, env)))
-    (tmp_path / "base.json").write_text(json.dumps(base))
-    (tmp_path / "head.json").write_text(json.dumps(head))
-    diff = [installed.trainstack, "plan-diff", tmp_path / "base.json", tmp_path / "head.json"]
-    assert ok(run(diff, project, env)).splitlines()[2:] == [
-        "### Stack `dev`: 0 to add, 1 to change, 0 to replace, 0 to delete",
-        "",
+    # HEAD is the program's plan now.
+    diff = [installed.trainstack, "plan-diff", *program, tmp_path / "base.json"]
+    assert ok(run(diff, project, env)) == (
+        "## trainstack plan diff\n\n"
+        "### Stack `dev`: 0 to add, 1 to change, 0 to replace, 0 to delete\n\n"
         "- **change** `acme-dev-buckets-checkpoints` (gcp:storage/bucket:Bucket): updated in "
-        "place (the Terraform provider schema)",
-        "  - `lifecycleRules[0].condition.age`: `30` -> `3`",
-    ]
+        "place (the Terraform provider schema)\n"
+        "  - `lifecycleRules[0].condition.age`: `30` -> `3`\n\n"
+    )
 
-    # The trainer package is built in the project (contract item 4), once: same bytes twice.
+    # The trainer package is built in the project, once: the same bytes each run.
     [sdist] = [f for f in written(project, before) if f != "stacks/Pulumi.dev.yaml"]
     assert re.fullmatch(r"\.trainstack/build/trainstack_trainers-[0-9a-f]{16}\.tar\.gz", sdist)
     assert_install_untouched(installed)
