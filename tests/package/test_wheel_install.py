@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from textwrap import dedent
@@ -34,6 +35,7 @@ from textwrap import dedent
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 TIMEOUT_S = 240
 Snapshot = dict[str, tuple[int, int]]
 
@@ -44,7 +46,6 @@ class Installed:
 
     root: Path
     site_packages: Path
-    wheel: Path
     snapshot: Snapshot
 
     @property
@@ -128,24 +129,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     ok(run([*build, "--no-index", "--wheel-dir", dist, source], base, dict(os.environ)))
     wheels = sorted(dist.iterdir())
-    assert [w.name for w in wheels] == ["trainstack-0.1.0-py3-none-any.whl"]
+    assert [w.name for w in wheels] == [f"trainstack-{VERSION}-py3-none-any.whl"]
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     site_packages = site / "site-packages"
     assert site_packages.is_dir()
     runner = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     (site_packages / "_runner_packages.pth").write_text("".join(f"{p}\n" for p in runner))
-    fresh = Installed(venv, site_packages, wheels[0], {})
+    fresh = Installed(venv, site_packages, {})
     # --ignore-installed: the runner's editable trainstack is visible to pip through the path
     # line; pip must neither count it as installed nor try to uninstall it.
     pip = [fresh.python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed"]
     ok(run([*pip, wheels[0]], base, user_env(fresh)))
-    for folder, dirs, files in os.walk(site_packages):
-        for name in [*dirs, *files, "."]:
-            path = Path(folder) / name
-            if not path.is_symlink():
-                path.chmod(path.stat().st_mode & ~0o222)
-    return Installed(venv, site_packages, wheels[0], snapshot(site_packages))
+    for folder, _, files in os.walk(site_packages):
+        for path in [Path(folder), *(Path(folder) / name for name in files)]:
+            path.chmod(path.stat().st_mode & ~0o222)
+    return Installed(venv, site_packages, snapshot(site_packages))
 
 
 def assert_install_untouched(installed: Installed) -> None:
@@ -253,10 +252,10 @@ def written(project: Path, before: Snapshot) -> list[str]:
 
 
 def test_the_wheel_installs_only_the_trainstack_namespace(installed: Installed) -> None:
-    record = installed.site_packages / "trainstack-0.1.0.dist-info" / "RECORD"
+    record = installed.site_packages / f"trainstack-{VERSION}.dist-info" / "RECORD"
     paths = [line.split(",")[0] for line in record.read_text().splitlines()]
     tops = {p.split("/")[0] for p in paths}
-    assert tops == {"trainstack", "trainstack-0.1.0.dist-info", ".."}
+    assert tops == {"trainstack", f"trainstack-{VERSION}.dist-info", ".."}
     assert [p for p in paths if p.startswith("..")] == ["../../../bin/trainstack"]
     assert_install_untouched(installed)
 
