@@ -15,7 +15,8 @@ We run as root, which writes through `chmod a-w`: every path under the fresh sit
 is recorded (size, mtime) after the install and compared after each command.
 PYTHONDONTWRITEBYTECODE keeps Python's own `__pycache__` writes out of that comparison.
 
-Runs in about 40 s on 2 shared cores (wheel build ~5 s, three program runs, one local run).
+Takes 11 to 50 s on 2 cores shared with other jobs (wheel build and install about 4 s, three
+program runs about 12 s, the local run about 2 s when the machine is quiet).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from textwrap import dedent
@@ -38,6 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 TIMEOUT_S = 240
 Snapshot = dict[str, tuple[int, int]]
+Argv = Sequence[str | os.PathLike[str]]
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def user_env(installed: Installed) -> dict[str, str]:
     return env
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run(argv: Argv, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(a) for a in argv],
         cwd=cwd,
@@ -126,7 +129,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     base = tmp_path_factory.mktemp("wheel")
     source, dist, venv = base / "source", base / "dist", base / "venv"
     copy_tracked(REPO, source)
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    build: Argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     ok(run([*build, "--no-index", "--wheel-dir", dist, source], base, dict(os.environ)))
     wheels = sorted(dist.iterdir())
     assert [w.name for w in wheels] == [f"trainstack-{VERSION}-py3-none-any.whl"]
@@ -139,7 +142,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     fresh = Installed(venv, site_packages, {})
     # --ignore-installed: the runner's editable trainstack is visible to pip through the path
     # line; pip must neither count it as installed nor try to uninstall it.
-    pip = [fresh.python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed"]
+    pip: Argv = [
+        fresh.python,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--ignore-installed",
+    ]
     ok(run([*pip, wheels[0]], base, user_env(fresh)))
     for folder, _, files in os.walk(site_packages):
         for path in [Path(folder), *(Path(folder) / name for name in files)]:
@@ -325,7 +336,7 @@ def test_your_program_plans_policies_and_plan_diffs(
     stack_file = project / "stacks" / "Pulumi.dev.yaml"
     stack_file.write_text(stack_file.read_text().replace("retention_days: 30", "retention_days: 3"))
     # HEAD is the program's plan now.
-    diff = [installed.trainstack, "plan-diff", *program, tmp_path / "base.json"]
+    diff: Argv = [installed.trainstack, "plan-diff", *program, tmp_path / "base.json"]
     assert ok(run(diff, project, env)) == (
         "## trainstack plan diff\n\n"
         "### Stack `dev`: 0 to add, 1 to change, 0 to replace, 0 to delete\n\n"
