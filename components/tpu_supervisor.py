@@ -77,6 +77,7 @@ from trainstack.components.tpu_pod_slice import (
     node_body,
     validate_args,
 )
+from trainstack.infra.project import find_project
 
 TOKEN: Final = "trainstack:tpu:TpuSupervisor"
 COMPONENT_LABEL: Final = "tpu-supervisor"
@@ -93,7 +94,6 @@ REQUIREMENTS: Final = (
 Kept here, not as a file, so an installed trainstack (whose package data has no .txt) ships
 it too."""
 OBJECT_PREFIX: Final = "supervisor/"
-BUILD_DIR: Final = SOURCE_DIR.parent.parent / ".trainstack" / "build"
 RUNTIME: Final = "python312"
 """Cloud Run functions Python runtime ids (https://cloud.google.com/run/docs/runtimes/python):
 python312 is supported, deprecated 2028-10-02."""
@@ -163,6 +163,9 @@ class TpuSupervisorArgs(TypedDict):
     """Cron schedule of the checks (UTC). Default every 2 minutes."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Extra labels for the function (and the source object's metadata)."""
+    build_dir: NotRequired[str]
+    """Folder the source zip is written to. Default: `.trainstack/build/` of the project of
+    the current folder (`trainstack.infra.project.find_project`), never the install."""
 
 
 @dataclass(frozen=True)
@@ -191,8 +194,10 @@ def source_zip(config: dict[str, Any]) -> bytes:
     return raw.getvalue()
 
 
-def build_source(config: dict[str, Any], build_dir: Path = BUILD_DIR) -> SourceBundle:
-    """Write the bundle under `build_dir` (named by its digest) and return it."""
+def build_source(config: dict[str, Any], build_dir: Path | None = None) -> SourceBundle:
+    """Write the bundle under `build_dir` (default: the current project's
+    `find_project().build_dir`), named by its digest, and return it."""
+    build_dir = build_dir or find_project().build_dir
     data = source_zip(config)
     digest = hashlib.sha256(data).hexdigest()
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -361,7 +366,9 @@ class TpuSupervisor(pulumi.ComponentResource):
         config = pulumi.Output.all(
             args["resource_name"], args["body"], args["checkpoint_bucket"]
         ).apply(lambda v: supervisor_config(kind, v[0], v[1], v[2], deployment))
-        bundle = config.apply(build_source)
+        # Chosen now: the cwd when the component is built is the program's project.
+        build_dir = Path(args.get("build_dir") or find_project().build_dir).resolve()
+        bundle = config.apply(lambda c: build_source(c, build_dir))
         self.source = storage.BucketObject(
             f"{name}-source",
             bucket=args["staging_bucket"],

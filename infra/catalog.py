@@ -4,7 +4,7 @@ The Google Cloud facts the components need (TPU slices, machine shapes, accelera
 zones, images) live in `trainstack.components.catalog`; this module adds the tables only the plan and
 the quota preflight use, each with its source (`*_SOURCE`) and date (`*_AS_OF`), and
 `TABLES`, the index of every table for `trainstack plan` footnotes. Facts that the team's
-fact sheet (`reference/gcp-facts.md`) marks as unverified carry `verified=False` and a note.
+fact sheet (`trainstack.components.catalog.sources.FACT_SHEET`) marks as unverified carry `verified=False` and a note.
 Nothing here calls a cloud API; at deploy time, prefer the live answers
 (`gcp.cloudquota.get_s_quota_infos`) where they disagree.
 
@@ -84,8 +84,7 @@ VERTEX_IMAGES_AS_OF: Final = "2026-11-26"
 # --------------------------------------------------------------------------------------
 
 QUOTAS_SOURCE: Final = (
-    f"{FACT_SHEET} section 6.3; facts memo 13 (tools/facts-13.md) section 1; "
-    "https://cloud.google.com/tpu/docs/quota"
+    f"{FACT_SHEET} section 6.3; facts memo 13 section 1; https://cloud.google.com/tpu/docs/quota"
 )
 QUOTAS_AS_OF: Final = "2026-11-01"
 
@@ -183,7 +182,7 @@ CPUS_QUOTA: Final = QuotaSpec(
 """General-purpose vCPUs in a region (the GKE system node's E2 vCPUs count here)."""
 
 
-_MEMO: Final = "facts memo 13 (tools/facts-13.md) section 1"
+_MEMO: Final = "facts memo 13 section 1"
 _VERTEX_SAMPLE: Final = (
     "GoogleCloudPlatform/vertex-ai-samples:notebooks/community/model_garden/docker_source_codes/"
     "notebook_util/common_util.py get_quota_id (Google sample code; read with `gcloud beta "

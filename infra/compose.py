@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import pulumi
 
+from trainstack.components.catalog.names import stack_name_problem
 from trainstack.components.project_services import ProjectServices
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
@@ -24,7 +25,7 @@ from trainstack.components.training_dashboard import TrainingDashboard, Training
 from trainstack.components.training_dashboard.targets import DashboardScope
 from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from trainstack.components.training_network import TrainingNetwork
-from trainstack.infra.config import PROJECT_ROOT, StackConfig, load_stack_config
+from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
 from trainstack.infra.estimate import quota_needs
 from trainstack.infra.local_paths import run_name
 from trainstack.infra.outputs import (
@@ -40,6 +41,7 @@ from trainstack.infra.outputs import (
     OUTPUT_TARGET,
     OUTPUT_TRAINER_PACKAGE,
 )
+from trainstack.infra.project import current_place
 from trainstack.infra.run_args import checkpoint_dir
 from trainstack.infra.targets import CloudTarget, ComposeContext, StandaloneTarget, target_of
 from trainstack.trainers.common.contract import (
@@ -194,8 +196,9 @@ def package_args(
     args: TrainerPackageArgs = {"staging_bucket": buckets.staging_bucket, "labels": dict(labels)}
     code = cfg.trainer.user_code
     if code is not None and code.source is not None:
-        args["user_source"] = str(resolve_source(code.source, PROJECT_ROOT))
-        args["requirements"] = read_requirements(code, PROJECT_ROOT)
+        base_dir = current_place().base_dir
+        args["user_source"] = str(resolve_source(code.source, base_dir))
+        args["requirements"] = read_requirements(code, base_dir)
     else:
         args["requirements"] = package_requirements(cfg)
     return args
@@ -248,4 +251,9 @@ def _monitoring(
 def main_program() -> dict[str, Any]:
     """The Pulumi program: validate the stack config once, then compose it."""
     cfg = load_stack_config()
-    return compose(cfg, pulumi.get_stack())
+    deployment = pulumi.get_stack()
+    # The name labels every resource: refused here as itself, not as a `labels.stack` value.
+    problem = stack_name_problem(deployment, "stack name")
+    if problem is not None:
+        raise ConfigError([problem])
+    return compose(cfg, deployment)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any, Literal, cast
 
 from pydantic import (
@@ -51,9 +50,6 @@ from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import StackTrainer
 
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-"""Beside Pulumi.yaml: relative `trainer.source` and `local.root` paths start here."""
 
 
 class ConfigError(ValueError):
@@ -280,7 +276,7 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
         namespace, sep, name = key.partition(":")
         if not sep:
             errors.append(
-                f"{key}: config key without a namespace; expected {NAMESPACE}:{key} or gcp:{key}"
+                f"{key}: config key without a namespace; valid: {NAMESPACE}:{key} or gcp:{key}"
             )
         elif namespace == NAMESPACE:
             if name in names:

@@ -14,7 +14,7 @@ from trainstack.components.catalog.names import label_problems
 from trainstack.components.catalog.problems import quote as _q
 from trainstack.components.catalog.torch_versions import fsdp_problem
 from trainstack.components.training_buckets import training_buckets_problems
-from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.project import current_place
 from trainstack.infra.targets import CloudTarget, Target, by_section, claimant, sections
 from trainstack.trainers.common.user_code import user_code_problems
 
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from trainstack.trainers.common.user_code import StackTrainer
 
 NAMESPACE = "trainstack"
+_GCP_VALID = {
+    "project": "a Google Cloud project id, e.g. my-ml-project",
+    "region": "a Google Cloud region, e.g. us-central1",
+}
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
 
@@ -49,7 +53,9 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     if any(isinstance(t, CloudTarget) for t in candidates):
         for gcp_key in ("project", "region"):
             if not parts.get(gcp_key) and gcp_key in parts:
-                errors.append(f"gcp:{gcp_key}: required for a {key} target")
+                errors.append(
+                    f"gcp:{gcp_key}: required for a {key} target; valid: {_GCP_VALID[gcp_key]}"
+                )
 
     if parts.get("labels") is not None:
         errors += label_problems(parts["labels"], "labels")
@@ -61,7 +67,12 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         target_errors = target.section_problems(section, region, trainer)
     errors += target_errors
     if trainer is not None and key is not None:
-        errors += user_code_problems(trainer, key, REPO_ROOT)
+        base = current_place().base_dir
+        own = user_code_problems(trainer, key, base)
+        if target is not None and not own:
+            # Read once the source and requirements are known good.
+            own = target.code_source_problems(section, trainer, base)
+        errors += own
         errors += target.code_problems(section, trainer) if target is not None else []
     if trainer is not None and candidates and trainer.user_code is None:
         trainer_errors = candidates[0].trainer_problems(section, trainer)
@@ -93,10 +104,13 @@ def _check_buckets_quotas(parts: Mapping[str, Any]) -> list[str]:
     quotas: QuotasConfig | None = parts.get("quotas")
     if quotas is not None:
         if quotas.request_increases and not quotas.contact_email:
-            errors.append("quotas.contact_email: required when quotas.request_increases is true")
+            errors.append(
+                "quotas.contact_email: required when quotas.request_increases is true; valid: "
+                "an email address (name@domain)"
+            )
         if quotas.contact_email and not _EMAIL.fullmatch(quotas.contact_email):
             errors.append(
                 f"quotas.contact_email: {_q(quotas.contact_email)} is not an email address; "
-                "expected name@domain"
+                "valid: name@domain"
             )
     return errors

@@ -88,7 +88,8 @@ def _dynamic(type_: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> Verd
     olds = {k: v for k, v in old.items() if k != "__provider"}
     news = {k: v for k, v in new.items() if k != "__provider"}
     result = provider.diff("", olds, news)
-    source = f"its provider's diff, {module.replace('.', '/')}.py"
+    # The repository path (`components/...`): the import name's `trainstack/` is only a link.
+    source = f"its provider's diff, {module.removeprefix('trainstack.').replace('.', '/')}.py"
     if result.replaces:
         return Verdict(
             "replace", tuple(result.replaces), bool(result.delete_before_replace), source

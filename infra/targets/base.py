@@ -31,13 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import pulumi
 from pydantic import BaseModel, ConfigDict
 
 from trainstack.components.catalog.batch import WorldSize
 from trainstack.trainers.common.config import TF_STRATEGIES, TrainConfig
+from trainstack.trainers.user_code import OMPI_ENV
 
 if TYPE_CHECKING:
     from trainstack.components.trainer_package import TrainerPackage
@@ -47,6 +48,13 @@ if TYPE_CHECKING:
     from trainstack.components.training_network import TrainingNetwork
     from trainstack.infra.config import StackConfig
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
+
+
+NODE_ENV: Final = ("JAX_COORDINATOR_ADDRESS", *OMPI_ENV, "TF_CONFIG")
+"""What `launcher: node` adds off a TPU VM (`trainstack.trainers.user_code.user_code_env`):
+JAX's coordinator and Open MPI shape, and TF_CONFIG (Vertex sets its own)."""
+GPU_NODE_ENV: Final = (*NODE_ENV, "JAX_LOCAL_DEVICE_IDS")
+"""`NODE_ENV` on machines with GPUs (JAX gets its local devices)."""
 
 
 class Section(BaseModel):
@@ -109,6 +117,11 @@ class Target(ABC):
         """Your code's keys that this target cannot run."""
         return []
 
+    def code_source_problems(self, section: Any, trainer: StackTrainer, base: Path) -> list[str]:
+        """What your code's source (under `base`, known good) needs that the target's
+        machines do not have."""
+        return []
+
     def trainer_problems(self, section: Any, trainer: TrainConfig) -> list[str]:
         """The bundled trainer's framework and strategy on this target."""
         if trainer.strategy == "tpu":
@@ -146,6 +159,11 @@ class Target(ABC):
     @abstractmethod
     def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
         """Processes that run your code."""
+
+    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+        """The variables `launcher: node` gives every process of your code here, beyond the
+        run contract (the plan's `launcher_env`)."""
+        return list(NODE_ENV)
 
     def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
         """Notes the plan adds for this target."""

@@ -30,7 +30,7 @@ from trainstack.infra.outputs import (
     OUTPUT_NODE_POOL,
 )
 from trainstack.infra.run_args import cloud_trainer_args
-from trainstack.infra.targets.base import CloudTarget, ComposeContext
+from trainstack.infra.targets.base import GPU_NODE_ENV, CloudTarget, ComposeContext
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
 
@@ -65,15 +65,15 @@ class GpuClusterConfig(A100Shape):
         if cidrs == []:
             raise PydanticCustomError(
                 "trainstack",
-                "[] names no network (the cluster would stay open to any address); list at "
-                "least one CIDR block or remove the key",
+                "[] names no network (the cluster would stay open to any address); valid: at "
+                "least one CIDR block, or remove the key",
             )
         backend = info.data.get("backend")
         if cidrs is not None and backend != "gke":
             raise PydanticCustomError(
                 "trainstack",
                 "applies to backend 'gke' only (the GKE control plane); backend {backend} has "
-                "none: remove the key",
+                "none; valid: remove the key",
                 {"backend": repr(backend)},
             )
         return cidrs
@@ -145,6 +145,9 @@ class GpuCluster(CloudTarget):
         gpu = gpu_section(cfg)
         launcher = code.launcher_for(cfg.target)
         return gpu.node_count * (gpu.machine.gpus if launcher == "torchrun" else 1)
+
+    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+        return list(GPU_NODE_ENV)
 
     def services(self, cfg: StackConfig) -> list[str]:
         return ["container.googleapis.com"]

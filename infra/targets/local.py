@@ -12,9 +12,13 @@ from pydantic import Field
 
 from trainstack.components.catalog.batch import WorldSize, local_world_size
 from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
-from trainstack.infra.local_paths import local_checkpoint_dir, local_log_path, run_name
+from trainstack.infra.local_paths import (
+    local_checkpoint_dir,
+    local_log_path,
+    local_root_arg,
+    run_name,
+)
 from trainstack.infra.logs import FileLogs, check_worker, file_lines, line_record
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.infra.outputs import (
     OUTPUT_JOB_STATE,
     OUTPUT_LOCAL_CHECKPOINT_DIR,
@@ -23,6 +27,7 @@ from trainstack.infra.outputs import (
     OUTPUT_LOCAL_ROOT,
     OUTPUT_TARGET,
 )
+from trainstack.infra.project import current_place
 from trainstack.infra.stack_outputs import read_outputs
 from trainstack.infra.targets.base import Section, StandaloneTarget
 from trainstack.trainers.common.checkpoint import newest_marked
@@ -50,8 +55,9 @@ class LocalConfig(Section):
     """`trainstack:local`: run the trainer as processes on this machine."""
 
     workers: int = Field(default=2, ge=1)
-    root: str = ".trainstack/local"
-    """Holds the local stand-ins for the buckets."""
+    root: str | None = None
+    """Holds the local stand-ins for the buckets; relative to the stack's base folder
+    (`trainstack.infra.project`). Default: the run's own `<project>/.trainstack/local/<key>`."""
 
 
 def _local(cfg: StackConfig) -> LocalConfig:
@@ -103,24 +109,21 @@ class Local(StandaloneTarget):
         self, cfg: StackConfig, deployment: str, labels: Mapping[str, str]
     ) -> dict[str, Any]:
         local = _local(cfg)
-        # The same trainer config as `trainstack local-run`, so either resumes the other's
-        # run from the same checkpoint folder. Previews only check and diff: the provider
-        # starts processes on `pulumi up` and stops them (keeping the data) on destroy.
-        # Named as in `local-run` (`trainstack.infra.local_paths`), so either resumes the
-        # other's run.
+        # The trainer config, run name and folder of `trainstack local-run` (local_paths), so
+        # either resumes the other's; processes start on `pulumi up`, stop on destroy.
         trainer = cfg.trainer.model_copy(update={"run_name": run_name(cfg, deployment)})
+        root = local_root_arg(deployment, local.root)
         local_args: LocalTrainingJobArgs = {
             "trainer": trainer,
             "workers": local.workers,
-            "root": local.root,
+            "root": root,
+            "base_dir": str(current_place().base_dir),  # where `trainer.source` was checked
             "labels": labels,
         }
-        if trainer.user_code is not None:
-            local_args["base_dir"] = str(REPO_ROOT)  # where `trainer.source` was checked
         job = LocalTrainingJob(f"{deployment}-job", local_args)
         return {
             OUTPUT_TARGET: "local",
-            OUTPUT_LOCAL_ROOT: local.root,
+            OUTPUT_LOCAL_ROOT: root,
             OUTPUT_LOCAL_PIDS: job.pids,
             OUTPUT_LOCAL_LOG: job.log_path,
             OUTPUT_LOCAL_CHECKPOINT_DIR: job.checkpoint_dir,

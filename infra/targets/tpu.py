@@ -4,7 +4,8 @@ queued slices (`TpuSupervisor`). Stack section `trainstack:tpu`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import pulumi
 
@@ -37,6 +38,7 @@ from trainstack.components.tpu_supervisor import (
 )
 from trainstack.components.training_dashboard.targets import tpu_filter_text
 from trainstack.infra import catalog
+from trainstack.infra.code_frameworks import tpu_framework_problems
 from trainstack.infra.google_reads import get_or_none
 from trainstack.infra.logs import check_worker, log_query
 from trainstack.infra.outputs import (
@@ -141,6 +143,11 @@ def supervisor_hourly_usd(tpu: TpuConfig) -> float:
     return function + SCHEDULER_JOB_USD_PER_31_DAYS / (31 * 24)
 
 
+TPU_WORKER_ENV: Final = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
+"""Exported by the TPU worker startup script before your code starts
+(`components/startup/tpu_worker.sh`, `export TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`)."""
+
+
 def _tpu(cfg: StackConfig) -> TpuConfig:
     return cast(TpuConfig, cfg.compute)
 
@@ -173,6 +180,13 @@ class Tpu(CloudTarget):
         problems = tpu_pod_slice_problems(args, "tpu.", user_code=own_code)
         # A zone outside the region is already reported; do not report the zone twice.
         return errors + [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
+
+    def code_source_problems(
+        self, section: TpuConfig, trainer: StackTrainer, base: Path
+    ) -> list[str]:
+        if not section.runtime_version:
+            return []
+        return tpu_framework_problems(trainer, section.runtime_version, base)
 
     def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
         return tpu_trainer_problems(trainer.framework, trainer.strategy, "trainer.")
@@ -216,6 +230,11 @@ class Tpu(CloudTarget):
 
     def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
         return _tpu(cfg).slice.hosts
+
+    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+        # The node launcher adds nothing on a TPU VM: JAX and PyTorch/XLA find the slice
+        # from these (`trainstack.trainers.user_code`).
+        return list(TPU_WORKER_ENV)
 
     def plan_defaults(self, cfg: StackConfig, given: Any) -> dict[str, Any]:
         if isinstance(given, Mapping) and given.get("runtime_version") is None:

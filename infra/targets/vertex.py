@@ -38,7 +38,7 @@ from trainstack.infra.outputs import (
 )
 from trainstack.infra.run_args import trainer_args
 from trainstack.infra.stack_outputs import require
-from trainstack.infra.targets.base import CloudTarget, ComposeContext
+from trainstack.infra.targets.base import GPU_NODE_ENV, NODE_ENV, CloudTarget, ComposeContext
 from trainstack.infra.targets.vertex_config import (
     VertexConfig,
     tuned_batch_problems,
@@ -174,6 +174,9 @@ class Vertex(CloudTarget):
         vx = _vx(cfg)
         launcher = code.launcher_for(cfg.target)
         return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
+
+    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+        return list(GPU_NODE_ENV if _vx(cfg).gpus_per_replica > 0 else NODE_ENV)
 
     def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
         return vertex_plan_notes(cfg, deployment)

@@ -77,7 +77,8 @@ def test_code_package_is_content_addressed(source_root: Path, code: Path) -> Non
         assert pyproject is not None
         text = pyproject.read().decode()
 
-    assert {f"{top}/trainstack/user_source/train.py", f"{top}/trainstack/trainers/node.py"} <= set(names)
+    expected = {f"{top}/trainstack/user_source/train.py", f"{top}/trainstack/trainers/node.py"}
+    assert expected <= set(names)
     assert f"{top}/trainstack/user_source/data-files/a.txt" in names
     assert not [n for n in names if "__pycache__" in n]
     assert 'dependencies = [\n  "numpy>=1.26",\n]' in text

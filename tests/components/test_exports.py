@@ -38,7 +38,7 @@ def test_every_component_and_its_args_are_exported() -> None:
 
 
 def test_readme_lists_every_component() -> None:
-    readme = (ROOT.parent / "README.md").read_text()
+    readme = (ROOT.resolve().parent / "README.md").read_text()
     for name in sorted(_defined_components()):
         module = getattr(components, name).__module__
         assert f"| `{name}` | `{module}` |" in readme, name

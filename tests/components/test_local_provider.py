@@ -263,7 +263,7 @@ def test_a_start_failure_names_the_trainers_refusal_not_torchruns_child_error(
         "(learning_rate: 0.003 -> 0.005); resuming it would continue another run's state under "
         "learning_rate. Refused: set a new trainer.run_name (a new run, in a folder of its "
         "own), or start this run fresh by deleting ck (`trainstack local-run --fresh` does "
-        "that for a local run)\n...\ntrainers.torch_ddp FAILED\n  exitcode  : 2 (pid: 7)"
+        "that for a local run)\n...\ntrainstack.trainers.torch_ddp FAILED\n  exitcode  : 2 (pid: 7)"
     )
 
 

@@ -496,7 +496,7 @@ def test_a_running_trainer_is_left_alone(worker: Worker, worker0: MetadataServer
 # -- the run limit (max_run_seconds) ----------------------------------------------------
 
 CLOCK_BUCKET = "p-exp-42-checkpoints"
-CLOCK_OBJECT = "trainstack-run-97048f6021bdf22d.started"
+CLOCK_OBJECT = "trainstack-run-0160ba026744d3f7.started"
 CLOCK = f"gs://{CLOCK_BUCKET}/{CLOCK_OBJECT}"
 NOW = 1_800_000_000
 TAG0 = f"[trainstack slice={SLICE} worker=0]"
@@ -523,7 +523,7 @@ def test_the_run_clock_is_named_per_run_beside_the_checkpoints() -> None:
     other = run_clock(SLICE, PACKAGE, ["python3", *TRAINER_ARGV], "gs://other-bucket/run-7")
     assert other == f"gs://other-bucket/{CLOCK_OBJECT}"
     again = run_clock(SLICE, PACKAGE.replace("0123", "4567"), ["python3", *TRAINER_ARGV], CKPT)
-    assert again == f"gs://{CLOCK_BUCKET}/trainstack-run-b5c94773ae1c0701.started"
+    assert again == f"gs://{CLOCK_BUCKET}/trainstack-run-31b85be757048dd9.started"
 
 
 def test_the_deadline_stops_the_trainer_and_exits_0_without_a_retry(
@@ -931,10 +931,10 @@ def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
             "slice_name: 'Exp_42' is not a TPU node name (a lowercase letter, then up to 62 "
             "of a-z, 0-9 and '-', not ending with '-')",
         ),
-        ({"expected_hosts": 0}, "expected_hosts: expected an integer >= 1, got 0"),
-        ({"max_run_seconds": 0}, "max_run_seconds: expected an integer >= 1, got 0"),
-        ({"max_run_seconds": True}, "max_run_seconds: expected an integer >= 1, got True"),
-        ({"max_run_seconds": 1.5}, "max_run_seconds: expected an integer >= 1, got 1.5"),
+        ({"expected_hosts": 0}, "expected_hosts: got 0; valid: an integer >= 1"),
+        ({"max_run_seconds": 0}, "max_run_seconds: got 0; valid: an integer >= 1"),
+        ({"max_run_seconds": True}, "max_run_seconds: got True; valid: an integer >= 1"),
+        ({"max_run_seconds": 1.5}, "max_run_seconds: got 1.5; valid: an integer >= 1"),
         (
             {"runtime_version": "tpu-ubuntu2204-base"},
             "runtime_version: 'tpu-ubuntu2204-base' is not a TensorFlow TPU runtime, which the "
@@ -1051,7 +1051,7 @@ def test_user_code_command_and_rendering() -> None:
 @pytest.mark.parametrize(
     ("node_args", "message"),
     [
-        ("--launcher=node", "node_args: expected a list of strings, got '--launcher=node'"),
+        ("--launcher=node", "node_args: got '--launcher=node'; valid: a list of strings"),
         (["--", "python", "a\nb"], "node_args[2]: 'a\\nb' is not a single-line string"),
         (
             ["--launcher=node", "python"],

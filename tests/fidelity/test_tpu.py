@@ -398,7 +398,7 @@ def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
     )
     # The trainer ran from the installed sdist and reached its done record on the slice's
     # checkpoint bucket.
-    site = vm.run_python("import trainers; print(trainers.__file__)")
+    site = vm.run_python("import trainstack.trainers as t; print(t.__file__)")
     assert site.startswith(str(vm.root / "image" / "lib"))
     records = _records(result.stdout, tag)
     [done] = [r for r in records if r.get("event") == "done"]
@@ -449,7 +449,7 @@ def test_pod_worker_3_installs_the_package_and_serves(tmp_path: Path, pod_plan: 
         "[trainstack slice=dev-tpu-v5e-tpu worker=3] serving TPU chips to the trainer on "
         f"worker 0 ({IPS[0]}); nothing to launch here"
     )
-    assert vm.run_python("import trainers; print('ok')") == "ok"
+    assert vm.run_python("import trainstack.trainers; print('ok')") == "ok"
 
 
 def test_single_host_pjrt_trains_with_the_pluggable_device_environment(tmp_path: Path) -> None:

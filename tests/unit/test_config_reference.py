@@ -15,8 +15,8 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from tests import REPO_ROOT
 from trainstack.infra.config import stack_schema
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.trainers.common.config import TF_STRATEGIES
 
 GCP_FIELDS = {"project": "gcp:project", "region": "gcp:region", "zone": "gcp:zone"}

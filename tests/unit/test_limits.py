@@ -17,7 +17,7 @@ from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, load_stack_config
 from trainstack.infra.estimate import limit_problems, limits_plan
 from trainstack.infra.mocks import run_program
-from trainstack.infra.plan import STACKS_DIR, build_plan, read_stack_file
+from trainstack.infra.plan import build_plan, read_stack_file, stack_file
 from trainstack.infra.targets.vertex_config import vertex_timeout_s
 
 VERTEX_OVER = (
@@ -32,16 +32,16 @@ TPU_ENFORCED = (
 
 
 def _stack(name: str, **limits: Any) -> dict[str, Any]:
-    config = read_stack_file(STACKS_DIR / f"Pulumi.{name}.yaml")[1]
+    config = read_stack_file(stack_file(name))[1]
     return {**config, "trainstack:limits": limits}
 
 
 @pytest.mark.parametrize(
     ("limits", "expected"),
     [
-        ({"max_hourly_usd": -1}, "limits.max_hourly_usd: -1 is too small; expected > 0.0"),
-        ({"max_run_hours": 0}, "limits.max_run_hours: 0 is too small; expected > 0.0"),
-        ({"max_hourly_usd": "x"}, "limits.max_hourly_usd: 'x' is not a number"),
+        ({"max_hourly_usd": -1}, "limits.max_hourly_usd: -1 is too small; valid: > 0.0"),
+        ({"max_run_hours": 0}, "limits.max_run_hours: 0 is too small; valid: > 0.0"),
+        ({"max_hourly_usd": "x"}, "limits.max_hourly_usd: 'x' is not a number; valid: a number"),
         ({"cap": 1}, "limits.cap: unknown key; valid: max_hourly_usd, max_run_hours"),
     ],
 )
