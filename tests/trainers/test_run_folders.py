@@ -71,7 +71,8 @@ def test_fresh_deletes_nothing_when_a_check_fails(tmp_path: Path) -> None:
     refused = _local_run(root, "--stack", "a", "--fresh", "--steps", "5")
     assert refused.returncode == 2
     assert refused.stderr.strip() == (
-        "error: --steps: the bundled trainer's option; your code takes its own arguments"
+        "error: --steps: the bundled trainer's option; your code takes its own arguments; "
+        "valid: your code's own flags in trainer.entrypoint"
     )
     (root / "stacks" / "Pulumi.a.yaml").write_text(
         "config:\n  trainstack:local: {workers: 2}\n"
