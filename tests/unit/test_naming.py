@@ -133,10 +133,7 @@ def test_merge_labels_adds_identity() -> None:
         ),
         (
             {"team": "ML"},
-            (
-                "labels.team: 'ML' is not a valid label value; valid: up to 63 of a-z, 0-9, "
-                "'_', '-'"
-            ),
+            ("labels.team: 'ML' is not a valid label value; valid: up to 63 of a-z, 0-9, '_', '-'"),
         ),
     ],
 )
