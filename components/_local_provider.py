@@ -274,7 +274,9 @@ class LocalRunProvider(dyn.ResourceProvider):
         return dyn.CheckResult(news, failures)
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        cfg = _trainer(props["trainer"])
+        # The trainer's relative folders are the stack's, as `trainstack local-run` reads
+        # them (trainstack.infra.local_paths.localized); your code runs in its source folder.
+        cfg = _trainer(props["trainer"]).with_paths_from(Path(self.base_dir))
         root = self._root(props["root"])
         workers, env = int(props["workers"]), props.get("env") or {}
         if cfg.user_code is not None:

@@ -9,6 +9,8 @@
   `example-NAME` for a bundled one (`trainstack.infra.project`), so two projects, or your
   stack and a bundled one of the same name, never share checkpoints or a log;
 - checkpoints: `trainer.checkpoint_dir` when set, else `<root>/checkpoints/<run name>`;
+  a relative `checkpoint_dir`, `data_path`, `model_dir` or `tensorboard_dir` is the stack's
+  too (`localized`): against its base folder, never the folder a command or process runs in;
 - log: `<root>/logs/<run name>.jsonl` (stderr beside it, `.stderr.log`).
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 
 from trainstack.infra.config import StackConfig
 from trainstack.infra.project import StackPlace, current_place
+from trainstack.trainers.common.config import LOCAL_PATH_KEYS
 
 
 def run_name(cfg: StackConfig, stack: str) -> str:
@@ -32,6 +35,23 @@ def local_root(cfg: StackConfig, stack: str, place: StackPlace | None = None) ->
     if cfg.local is not None and cfg.local.root is not None:
         return place.resolve(cfg.local.root).resolve()
     return place.local_dir(stack)
+
+
+def localized(cfg: StackConfig, stack: str, place: StackPlace | None = None) -> StackConfig:
+    """`cfg` of a local stack as its run uses it: `local.root` and the trainer's relative
+    folders (`LOCAL_PATH_KEYS`) absolute against the place's base folder; InstallWriteError
+    naming the key when the run would write inside the installed trainstack."""
+    place = place or current_place()
+    if cfg.local is None:
+        return cfg
+    trainer = cfg.trainer.with_paths_from(place.base_dir)
+    for key in LOCAL_PATH_KEYS:
+        value = getattr(trainer, key)
+        if key != "data_path" and value and Path(value).is_absolute():
+            place.writable(Path(value), f"trainer.{key}")
+    root = place.writable(local_root(cfg, stack, place), "local.root")
+    local = cfg.local.model_copy(update={"root": str(root)}) if cfg.local.root else cfg.local
+    return cfg.model_copy(update={"trainer": trainer, "local": local})
 
 
 def local_root_arg(cfg: StackConfig, stack: str, place: StackPlace | None = None) -> str:
@@ -48,7 +68,7 @@ def local_checkpoint_dir(cfg: StackConfig, stack: str, outputs: dict[str, Any] |
     known, else where `local-run` puts it."""
     if outputs and isinstance(outputs.get("local_checkpoint_dir"), str):
         return str(outputs["local_checkpoint_dir"])
-    chosen = cfg.trainer.checkpoint_dir
+    chosen = cfg.trainer.with_paths_from(current_place().base_dir).checkpoint_dir
     return chosen or str(local_root(cfg, stack) / "checkpoints" / run_name(cfg, stack))
 
 
