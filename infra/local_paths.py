@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.infra.config import StackConfig
-from trainstack.infra.project import StackPlace, current_place
-from trainstack.trainers.common.config import LOCAL_PATH_KEYS
+from trainstack.infra.project import LOCAL_PATH_KEYS, StackPlace, current_place, with_local_paths
 
 
 def run_name(cfg: StackConfig, stack: str) -> str:
@@ -44,7 +43,7 @@ def localized(cfg: StackConfig, stack: str, place: StackPlace | None = None) -> 
     place = place or current_place()
     if cfg.local is None:
         return cfg
-    trainer = cfg.trainer.with_paths_from(place.base_dir)
+    trainer = with_local_paths(cfg.trainer, place.base_dir)
     for key in LOCAL_PATH_KEYS:
         value = getattr(trainer, key)
         if key != "data_path" and value and Path(value).is_absolute():
@@ -68,7 +67,7 @@ def local_checkpoint_dir(cfg: StackConfig, stack: str, outputs: dict[str, Any] |
     known, else where `local-run` puts it."""
     if outputs and isinstance(outputs.get("local_checkpoint_dir"), str):
         return str(outputs["local_checkpoint_dir"])
-    chosen = cfg.trainer.with_paths_from(current_place().base_dir).checkpoint_dir
+    chosen = with_local_paths(cfg.trainer, current_place().base_dir).checkpoint_dir
     return chosen or str(local_root(cfg, stack) / "checkpoints" / run_name(cfg, stack))
 
 

@@ -28,13 +28,15 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import yaml
+from pydantic import BaseModel
 
 PROJECT_FILE: Final = "Pulumi.yaml"
 STATE_DIR_NAME: Final = ".trainstack"
@@ -243,6 +245,30 @@ def current_build_dir() -> Path:
     """Where packages are built now: `<project>/.trainstack/build` of `current_place()`;
     InstallWriteError when that is inside the installed trainstack."""
     return current_place().writable(current_place().project.build_dir, "build_dir")
+
+
+LOCAL_PATH_KEYS: Final = ("checkpoint_dir", "data_path", "model_dir", "tensorboard_dir")
+"""The trainer keys (`trainstack.trainers.common.config.TrainConfig`) that name a folder on
+this machine or a URL (`gs://...`)."""
+_URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+Trainer = TypeVar("Trainer", bound=BaseModel)
+
+
+def with_local_paths(trainer: Trainer, base_dir: Path) -> Trainer:
+    """`trainer` with each relative folder of `LOCAL_PATH_KEYS` (`~` expanded) made absolute
+    against `base_dir`, the stack's base folder: processes run elsewhere (your code in its
+    source folder), so a relative one would follow whichever folder opened it first. URLs
+    (`gs://...`) and absolute paths stay as written."""
+    update: dict[str, object] = {}
+    for key in LOCAL_PATH_KEYS:
+        value = getattr(trainer, key, None)
+        if not isinstance(value, str) or not value or _URL.match(value):
+            continue
+        if not Path(value).is_absolute():
+            update[key] = str((base_dir / Path(value).expanduser()).resolve())
+    return trainer.model_copy(update=update) if update else trainer
 
 
 _active: StackPlace | None = None

@@ -30,6 +30,7 @@ from trainstack.infra.project import (
     current_build_dir,
     find_project,
     placed,
+    with_local_paths,
 )
 from trainstack.trainers.common.user_code import StackTrainer
 
@@ -142,7 +143,7 @@ def test_relative_trainer_folders_are_the_stacks_urls_and_absolute_ones_stay(
             "tensorboard_dir": "/abs/tb",
         }
     )
-    moved = trainer.with_paths_from(base)
+    moved = with_local_paths(trainer, base)
     assert (moved.checkpoint_dir, moved.data_path, moved.model_dir, moved.tensorboard_dir) == (
         str(base / "ckpts" / "rel"),
         str(tmp_path / "data"),

@@ -8,9 +8,7 @@ This module must not import torch or tensorflow: the Pulumi program imports it.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,10 +18,6 @@ Strategy = Literal["ddp", "fsdp", "mirrored", "multi_worker_mirrored", "tpu", "p
 TORCH_STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
 TF_STRATEGIES: tuple[str, ...] = ("mirrored", "multi_worker_mirrored", "tpu", "parameter_server")
 TF_DEFAULT_STRATEGY = "multi_worker_mirrored"
-
-LOCAL_PATH_KEYS: tuple[str, ...] = ("checkpoint_dir", "data_path", "model_dir", "tensorboard_dir")
-"""The keys that name a folder on this machine or a URL (`gs://...`)."""
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class TrainConfig(BaseModel):
@@ -118,21 +112,6 @@ class TrainConfig(BaseModel):
     tensorboard_dir: str | None = None
     """TensorBoard event folder (local or gs://); on Vertex AIP_TENSORBOARD_LOG_DIR wins when
     this is unset."""
-
-    def with_paths_from(self, base_dir: Path) -> Self:
-        """This config with each relative folder of `LOCAL_PATH_KEYS` (`~` expanded) made
-        absolute against `base_dir`, the stack's base folder: processes run elsewhere (your
-        code in its source folder), so a relative one would follow whichever folder opened it
-        first. URLs (`gs://...`) and absolute paths stay as written."""
-        update = {
-            key: str((base_dir / Path(value).expanduser()).resolve())
-            for key in LOCAL_PATH_KEYS
-            if isinstance(value := getattr(self, key), str)
-            and value
-            and not _URL.match(value)
-            and not Path(value).is_absolute()
-        }
-        return self.model_copy(update=update) if update else self
 
     @model_validator(mode="before")
     @classmethod
