@@ -52,6 +52,7 @@ from pydantic import ValidationError
 
 from trainstack.components._local_processes import ProcessRef, ProcessTable, stop_processes
 from trainstack.components._unknown import contains_unknown, is_unknown
+from trainstack.infra.project import with_local_paths
 from trainstack.trainers.common.contract import EVENT_LAUNCH, EVENT_START
 from trainstack.trainers.common.user_code import StackTrainer
 from trainstack.trainers.local import PreparedRun, prepare_run
@@ -274,7 +275,9 @@ class LocalRunProvider(dyn.ResourceProvider):
         return dyn.CheckResult(news, failures)
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        cfg = _trainer(props["trainer"])
+        # The trainer's relative folders are the stack's, as `trainstack local-run` reads
+        # them (trainstack.infra.local_paths.localized); your code runs in its source folder.
+        cfg = with_local_paths(_trainer(props["trainer"]), Path(self.base_dir))
         root = self._root(props["root"])
         workers, env = int(props["workers"]), props.get("env") or {}
         if cfg.user_code is not None:

@@ -77,7 +77,7 @@ from trainstack.components.tpu_pod_slice import (
     node_body,
     validate_args,
 )
-from trainstack.infra.project import find_project
+from trainstack.infra.project import current_build_dir
 
 TOKEN: Final = "trainstack:tpu:TpuSupervisor"
 COMPONENT_LABEL: Final = "tpu-supervisor"
@@ -164,8 +164,8 @@ class TpuSupervisorArgs(TypedDict):
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Extra labels for the function (and the source object's metadata)."""
     build_dir: NotRequired[str]
-    """Folder the source zip is written to. Default: `.trainstack/build/` of the project of
-    the current folder (`trainstack.infra.project.find_project`), never the install."""
+    """Folder the source zip is written to. Default: `.trainstack/build/` of the current
+    project (`trainstack.infra.project.current_build_dir`), never the install."""
 
 
 @dataclass(frozen=True)
@@ -196,8 +196,8 @@ def source_zip(config: dict[str, Any]) -> bytes:
 
 def build_source(config: dict[str, Any], build_dir: Path | None = None) -> SourceBundle:
     """Write the bundle under `build_dir` (default: the current project's
-    `find_project().build_dir`), named by its digest, and return it."""
-    build_dir = build_dir or find_project().build_dir
+    `current_build_dir()`), named by its digest, and return it."""
+    build_dir = build_dir or current_build_dir()
     data = source_zip(config)
     digest = hashlib.sha256(data).hexdigest()
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -367,7 +367,7 @@ class TpuSupervisor(pulumi.ComponentResource):
             args["resource_name"], args["body"], args["checkpoint_bucket"]
         ).apply(lambda v: supervisor_config(kind, v[0], v[1], v[2], deployment))
         # Chosen now: the cwd when the component is built is the program's project.
-        build_dir = Path(args.get("build_dir") or find_project().build_dir).resolve()
+        build_dir = Path(args.get("build_dir") or current_build_dir()).resolve()
         bundle = config.apply(lambda c: build_source(c, build_dir))
         self.source = storage.BucketObject(
             f"{name}-source",

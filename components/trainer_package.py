@@ -51,7 +51,7 @@ from pulumi_gcp import storage
 from trainstack import trainers
 from trainstack.components._args import check_args
 from trainstack.components._naming import labels_input
-from trainstack.infra.project import find_project
+from trainstack.infra.project import current_build_dir
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 from trainstack.trainers.common.user_code import source_files
 
@@ -105,9 +105,9 @@ class TrainerPackageArgs(TypedDict):
     """Directory that contains the `trainers/` package. Default: the folder of the installed
     `trainstack.trainers` (read only)."""
     build_dir: NotRequired[str]
-    """Folder the sdist is written to. Default: `.trainstack/build/` of the project of the
-    current folder (`trainstack.infra.project.find_project`; under `pulumi up`, the Pulumi
-    project)."""
+    """Folder the sdist is written to. Default: `.trainstack/build/` of the current project
+    (`trainstack.infra.project.current_build_dir`: the project of the current folder, under
+    `pulumi up` the Pulumi project; never the install)."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Extra labels, written as custom metadata on the uploaded object (objects have no
     labels)."""
@@ -244,9 +244,9 @@ def _build_sdist(
     build_dir: Path | None = None,
 ) -> _Sdist:
     """Build (once per process per source content and build folder) into `build_dir`
-    (default: the current project's, `find_project().build_dir`) and return the
+    (default: the current project's, `current_build_dir()`) and return the
     reproducible sdist."""
-    build_dir = (build_dir or find_project().build_dir).resolve()
+    build_dir = (build_dir or current_build_dir()).resolve()
     version = _version()
     files = _source_files(source_root)
     code = user_source is not None

@@ -21,8 +21,15 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 from typer.models import CommandFunctionType
 
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
+from trainstack.infra.local_paths import localized
 from trainstack.infra.plan import StackFileError, load_stack, stack_place
-from trainstack.infra.project import ProjectFileError, place_scope, set_place
+from trainstack.infra.project import (
+    InstallWriteError,
+    ProjectFileError,
+    place_scope,
+    set_place,
+)
+from trainstack.infra.targets import StandaloneTarget, target_of
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -148,12 +155,19 @@ def scoped(command: Callable[P, R]) -> Callable[P, R]:
 
 
 def validated(stack: str | None, config_file: Path | None) -> tuple[str, StackConfig]:
-    """The stack's name and validated config; exit 2 naming the key when it is invalid."""
+    """The stack's name and validated config, a local stack's folders absolute against its
+    base folder (`localized`); exit 2 naming the key when it is invalid."""
     name, config = load(stack, config_file)
     try:
-        return name, load_stack_config(config)
+        cfg = load_stack_config(config)
+        target = target_of(cfg)
+        if isinstance(target, StandaloneTarget):
+            cfg = localized(cfg, name, target.local_run_root(cfg))
+        return name, cfg
     except ConfigError as exc:
         raise fail(f"invalid stack config for {name!r}:\n{exc}") from None
+    except InstallWriteError as exc:
+        raise fail(f"invalid stack config for {name!r}: {exc}") from None
 
 
 def rejected_by_program(stack: str, exc: BaseException) -> str:

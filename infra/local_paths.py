@@ -10,6 +10,8 @@
   one (`trainstack.infra.project`), so two projects, or your stack and a bundled one of the
   same name, never share checkpoints or a log;
 - checkpoints: `trainer.checkpoint_dir` when set, else `<root>/checkpoints/<run name>`;
+  a relative `checkpoint_dir`, `data_path`, `model_dir` or `tensorboard_dir` is the stack's
+  too (`localized`): against its base folder, never the folder a command or process runs in;
 - log: `<root>/logs/<run name>.jsonl` (stderr beside it, `.stderr.log`).
 """
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainstack.infra.project import StackPlace, current_place
+from trainstack.infra.project import LOCAL_PATH_KEYS, StackPlace, current_place, with_local_paths
 
 if TYPE_CHECKING:
     from trainstack.infra.config import StackConfig
@@ -39,6 +41,23 @@ def local_root(stack: str, given: str | None, place: StackPlace | None = None) -
     return place.local_dir(stack)
 
 
+def localized(
+    cfg: StackConfig, stack: str, given: str | None, place: StackPlace | None = None
+) -> StackConfig:
+    """`cfg` of a stack that runs on this machine as its run uses it: the trainer's relative
+    folders (`LOCAL_PATH_KEYS`) absolute against the place's base folder; InstallWriteError
+    naming the key when the run (its root: `given`, the target's `local_run_root`, else its
+    own folder) would write inside the installed trainstack."""
+    place = place or current_place()
+    trainer = with_local_paths(cfg.trainer, place.base_dir)
+    for key in LOCAL_PATH_KEYS:
+        value = getattr(trainer, key)
+        if key != "data_path" and value and Path(value).is_absolute():
+            place.writable(Path(value), f"trainer.{key}")
+    place.writable(local_root(stack, given, place), "local.root")
+    return cfg.model_copy(update={"trainer": trainer})
+
+
 def local_root_arg(stack: str, given: str | None, place: StackPlace | None = None) -> str:
     """`local_root` as the stack program passes it: relative to the base folder when inside
     it, so plans of two checkouts of one project compare equal."""
@@ -55,7 +74,7 @@ def local_checkpoint_dir(
     known, else where `local-run` puts it."""
     if outputs and isinstance(outputs.get("local_checkpoint_dir"), str):
         return str(outputs["local_checkpoint_dir"])
-    chosen = cfg.trainer.checkpoint_dir
+    chosen = with_local_paths(cfg.trainer, current_place().base_dir).checkpoint_dir
     return chosen or str(local_root(stack, given) / "checkpoints" / run_name(cfg, stack))
 
 

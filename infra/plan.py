@@ -40,7 +40,7 @@ from trainstack.infra.plan_runs import PROVIDER_INPUT, runs_lines
 from trainstack.infra.project import (
     EXAMPLE_PREFIX,
     StackPlace,
-    bundled_stacks_dir,
+    example_files,
     example_place,
     file_place,
     find_project,
@@ -81,8 +81,8 @@ def stack_names() -> list[str]:
 
 
 def example_names() -> list[str]:
-    """The bundled stacks, each usable as `--stack example:NAME`."""
-    return _names(bundled_stacks_dir())
+    """The bundled stacks, each usable as `--stack example:NAME` (`example_files`)."""
+    return list(example_files())
 
 
 def bundled_stacks() -> list[str]:
@@ -95,8 +95,8 @@ def stack_file(name: str) -> Path:
     `example:NAME`."""
     if name.startswith(EXAMPLE_PREFIX):
         example = name[len(EXAMPLE_PREFIX) :]
-        path = bundled_stacks_dir() / f"Pulumi.{example}.yaml"
-        if not path.is_file():
+        path = example_files().get(example)
+        if path is None:
             valid = ", ".join(EXAMPLE_PREFIX + n for n in example_names()) or "(none)"
             raise StackFileError(f"--stack: no bundled stack named {example!r}; valid: {valid}")
         return path
@@ -119,7 +119,7 @@ def stack_place(stack: str | None, config_file: str | Path | None) -> StackPlace
     """Where the paths of `--stack NAME` / `--config-file PATH` resolve and its runs write
     (`trainstack.infra.project`)."""
     if stack is not None and stack.startswith(EXAMPLE_PREFIX):
-        return example_place()
+        return example_place(stack[len(EXAMPLE_PREFIX) :])
     if stack is None and config_file is not None:
         return file_place(Path(str(config_file)))
     return project_place()
@@ -183,7 +183,7 @@ def check_stack_name(name: str) -> str:
 
 def load_stack(stack: str | None, config_file: str | Path | None) -> tuple[str, dict[str, Any]]:
     """Resolve `--stack NAME` or `--config-file PATH` (exactly one) to (name, config); the
-    name of `example:NAME` is NAME."""
+    name of `example:NAME` is NAME (of `example:DIR/NAME`, NAME too: its file's)."""
     if (stack is None) == (config_file is None):
         raise StackFileError("give exactly one of --stack NAME or --config-file PATH")
     path = stack_file(stack) if stack is not None else Path(str(config_file))

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from trainstack.infra.mocks import InvokeFn, OutputsFn, ProgramRun, run_program
+from trainstack.infra.project import placed, program_place
 
 PROTECTED = frozenset({"trainstack", "__main__"})
 """Top-level module names a program folder never hides or drops: trainstack's own, and the
@@ -203,8 +204,10 @@ def run_program_folder(
         runpy.run_path(str(program.entry), run_name="__main__")
 
     # The whole run, not only the program's top level: its `apply` callbacks run after
-    # that, and they may import its modules or read files relative to its folder.
-    with program_imports(program.workdir):
+    # that, and they may import its modules or read files relative to its folder. Placed
+    # before the folder becomes the cwd: a program inside the install builds into the
+    # project trainstack was run from.
+    with placed(program_place(program.root)), program_imports(program.workdir):
         return run_program(
             body,
             config=config,

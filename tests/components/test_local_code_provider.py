@@ -85,3 +85,30 @@ def test_a_changed_source_replaces_the_run(tmp_path: Path) -> None:
     olds, news = _props(tmp_path), _props(tmp_path, source_sha256="b" * 64)
     assert provider.diff("id", olds, news).replaces == ["source_sha256"]
     assert provider.diff("id", olds, _props(tmp_path)).changes is False
+
+
+@pytest.mark.trainer
+def test_a_relative_checkpoint_dir_is_the_projects_not_the_source_folders(
+    tmp_path: Path, started: list[ProcessRef]
+) -> None:
+    """About 2 s: `pulumi up` runs your code in its source folder; `checkpoint_dir:
+    ckpts/rel` is still `<project>/ckpts/rel`, as `trainstack local-run` reads it."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(
+        "import os, pathlib\n"
+        "folder = pathlib.Path(os.environ['TRAINSTACK_CHECKPOINT_DIR'])\n"
+        "folder.mkdir(parents=True, exist_ok=True)\n"
+        "(folder / 'step-1').write_text('saved')\n"
+    )
+    trainer = {"source": "code", "entrypoint": ["python", "train.py"], "launcher": "node"}
+    props = _props(tmp_path / "root", trainer={**trainer, "checkpoint_dir": "ckpts/rel"}, workers=1)
+    provider = LocalRunProvider(base_dir=str(tmp_path))
+    outs = provider.create(props).outs
+    assert outs is not None
+    started.extend(ProcessRef(p, s) for p, s in zip(outs["pids"], outs["start_times"], strict=True))
+    assert outs["checkpoint_dir"] == str(tmp_path / "ckpts" / "rel")
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ckpts" / "rel" / "step-1").is_file():
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.2)
+    assert sorted(p.name for p in (tmp_path / "code").iterdir()) == ["train.py"]

@@ -33,7 +33,7 @@ EXAMPLE = REPO / "examples" / "own-trainer"
 def _stack(tmp_path: Path, name: str, step_sleep: float = 0.0) -> Path:
     """The example's local stack with its root under `tmp_path` and the source absolute."""
     text = (EXAMPLE / "Pulumi.local.yaml").read_text()
-    text = text.replace("root: .trainstack/own-trainer", f"root: {tmp_path / name}")
+    text = text.replace("    workers: 2\n", f"    workers: 2\n    root: {tmp_path / name}\n")
     text = text.replace("source: examples/own-trainer", f"source: {EXAMPLE}")
     if step_sleep:
         text = text.replace("--global-batch=32]", f"--global-batch=32, --step-sleep={step_sleep}]")
@@ -135,7 +135,7 @@ def test_jax_example_initializes_with_no_arguments_and_sees_a_world_of_2(tmp_pat
         "jax[cpu]); examples/own-jax needs it",
     )
     text = (REPO / "examples" / "own-jax" / "Pulumi.local.yaml").read_text()
-    text = text.replace("root: .trainstack/own-jax", f"root: {tmp_path / 'root'}")
+    text = text.replace("    workers: 2\n", f"    workers: 2\n    root: {tmp_path / 'root'}\n")
     text = text.replace("source: examples/own-jax", f"source: {REPO / 'examples' / 'own-jax'}")
     config = tmp_path / "Pulumi.jax.yaml"
     config.write_text(text)

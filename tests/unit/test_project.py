@@ -25,6 +25,7 @@ from trainstack.infra.project import (
     BUNDLED_ROOT,
     Project,
     current_place,
+    example_files,
     find_project,
     placed,
 )
@@ -84,10 +85,23 @@ def test_without_a_pulumi_yaml_the_current_folder_is_the_project(
 def test_this_repository_is_a_project_with_its_stacks_in_stacks() -> None:
     assert find_project(REPO_ROOT / "infra") == Project(REPO_ROOT, REPO_ROOT / "stacks")
     assert BUNDLED_ROOT == REPO_ROOT
-    assert example_names() == sorted(
-        p.name.removeprefix("Pulumi.").removesuffix(".yaml")
-        for p in (REPO_ROOT / "stacks").glob("Pulumi.*.yaml")
-    )
+    # The bundled stacks, then the your-own-code examples (tpu-own-bucket is a program).
+    assert example_names() == [
+        "dev-a100-gke",
+        "dev-tpu-v5e",
+        "dev-vertex-hpt",
+        "local",
+        "local-tf",
+        "own-jax/local",
+        "own-jax/tpu",
+        "own-trainer/gce",
+        "own-trainer/gke",
+        "own-trainer/local",
+        "own-trainer/vertex",
+        "prod-a100-gce",
+        "prod-tpu-v4-32",
+        "prod-vertex-rs",
+    ]
 
 
 def test_stacks_lists_the_project_and_examples_lists_the_bundled_ones(
@@ -255,7 +269,10 @@ def test_the_wheel_ships_the_bundled_stacks_and_examples(tmp_path: Path) -> None
     )
     (wheel,) = (tmp_path / "dist").glob("trainstack-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    stacks = {f"trainstack/stacks/Pulumi.{name}.yaml" for name in example_names()}
+    stacks = {
+        f"trainstack/{path.relative_to(REPO_ROOT).as_posix()}" for path in example_files().values()
+    }
+    assert "trainstack/examples/own-trainer/Pulumi.local.yaml" in stacks
     assert stacks <= names
     examples = {
         f"trainstack/{p.relative_to(REPO_ROOT).as_posix()}"
