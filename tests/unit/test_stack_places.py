@@ -21,7 +21,7 @@ from tests import REPO_ROOT
 from trainstack.infra import project as project_module
 from trainstack.infra.cli import app
 from trainstack.infra.config import load_stack_config
-from trainstack.infra.local_paths import local_checkpoint_dir, local_log_path, localized
+from trainstack.infra.local_paths import local_checkpoint_dir, local_log_path, local_root, localized
 from trainstack.infra.plan import stack_place
 from trainstack.infra.project import (
     BUNDLED_ROOT,
@@ -154,14 +154,14 @@ def test_relative_trainer_folders_are_the_stacks_urls_and_absolute_ones_stay(
     config = yaml.safe_load(_stack(checkpoint_dir="ckpts/rel"))["config"]
     config["trainstack:local"]["root"] = "runs"
     with placed(place):
-        cfg = localized(load_stack_config(config), "rel")
-        assert (cfg.local and cfg.local.root, cfg.trainer.checkpoint_dir) == (
-            str(base / "runs"),
+        cfg = localized(load_stack_config(config), "rel", "runs")
+        assert (local_root("rel", "runs"), cfg.trainer.checkpoint_dir) == (
+            base / "runs",
             str(base / "ckpts" / "rel"),
         )
         raw = load_stack_config(config)  # status reads the same folder from the raw config
-        assert local_checkpoint_dir(raw, "rel", None) == str(base / "ckpts" / "rel")
-        assert local_log_path(raw, "rel", None) == base / "runs" / "logs" / "rel.jsonl"
+        assert local_checkpoint_dir(raw, "rel", None, "runs") == str(base / "ckpts" / "rel")
+        assert local_log_path(raw, "rel", None, "runs") == base / "runs" / "logs" / "rel.jsonl"
 
 
 @pytest.mark.trainer
