@@ -53,7 +53,15 @@ from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.metadata_fake import MetadataFake
 from tests.fakes.tpu_server import TpuFakeServer
 from tests.fidelity.nodes import Node, explain, require_unshare, start_node, write_hosts
-from tests.fidelity.tpu_vm import CHIPS, TRAINER, Planned, TpuVm, planned_from, script_records
+from tests.fidelity.tpu_vm import (
+    CHIPS,
+    TRAINER,
+    V2VM,
+    Planned,
+    TpuVm,
+    planned_from,
+    script_records,
+)
 from trainstack.infra.cli import app
 from trainstack.infra.compose import (
     OUTPUT_CHECKPOINT_DIR,
@@ -147,7 +155,9 @@ def _wait_for(node: Node, worker: int, want: Any, nodes: Sequence[Node]) -> dict
         if node.proc.poll() is not None:
             break
         time.sleep(0.2)
-    raise AssertionError("worker 0 never logged what the test waits for:\n" + explain(nodes))
+    raise AssertionError(
+        f"worker {worker} never logged what the test waits for:\n" + explain(nodes)
+    )
 
 
 def _uninterrupted(planned: Planned, tmp: Path) -> subprocess.Popen[str]:
@@ -171,7 +181,8 @@ def _uninterrupted(planned: Planned, tmp: Path) -> subprocess.Popen[str]:
 def _done(proc: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = proc.communicate(timeout=BOOT_TIMEOUT_S)
     assert proc.returncode == 0, err[-3000:]
-    [done] = [r for r in map(json.loads, out.splitlines()) if r.get("event") == "done"]
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    [done] = [r for r in records if r.get("event") == "done"]
     return done
 
 
@@ -196,13 +207,20 @@ def test_a_preempted_spot_v4_16_is_recreated_and_finishes_with_the_uninterrupted
     source, bundle = _planned_source(tmp_path, plan)
     assert (bundle["kind"], bundle["name"]) == ("node", NODE)
     assert bundle["state_uri"] == f"gs://{BUCKET}/supervisor/{STACK}"
+    # The body the supervisor recreates with is the planned V2Vm's, startup script included.
+    [vm] = [r["inputs"] for r in plan["resources"] if r["type"] == V2VM]
+    assert bundle["body"]["metadata"] == vm["metadata"]
     assert bundle["body"]["metadata"]["startup-script"] == planned.script
+    for key in ("runtimeVersion", "labels", "networkConfig", "tags", "description"):
+        assert bundle["body"][key] == vm[key], key
     assert bundle["body"]["acceleratorConfig"] == {"type": "V4", "topology": "2x2x2"}
     assert bundle["body"]["schedulingConfig"] == {"spot": True}
-    baseline = _uninterrupted(planned, tmp_path / "uninterrupted")
     store = CheckpointStore(CHECKPOINTS, keep=5)
 
     with ExitStack() as stack:
+        # Started first, it runs alongside the slice (its start overlaps the hosts' installs).
+        baseline = _uninterrupted(planned, tmp_path / "uninterrupted")
+        stack.callback(baseline.kill)
         tpu = stack.enter_context(TpuFakeServer())
         # 1. As `pulumi up` left it: created with the planned body, then READY.
         _api(f"{tpu.base_url}/v2/{PARENT}/nodes?nodeId={STACK}-tpu", bundle["body"])
