@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.gcs_emulator import running_gcs_emulator
-from tests.fidelity.test_tpu import CHIPS, REPO, TpuVm, _plan, _records
+from tests.fidelity.tpu_vm import CHIPS, REPO, TpuVm, cut_plan, script_records
 from trainstack.components.trainer_package import RUNTIME_DEPENDENCIES
 
 pytestmark = [
@@ -79,7 +79,7 @@ def _boot(vm: TpuVm, stack: str) -> tuple[subprocess.CompletedProcess[str], dict
         result = vm.boot(0, 4, gcs)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     tag = f"[trainstack slice={stack}-tpu worker=0]"
-    [done] = [r for r in _records(result.stdout, tag) if r.get("event") == "done"]
+    [done] = [r for r in script_records(result.stdout, tag) if r.get("event") == "done"]
     return result, done
 
 
@@ -92,7 +92,7 @@ def _versions(vm: TpuVm) -> list[str]:
 
 def test_prod_tpu_v4_32_on_tensorflow_2_14_needs_no_tf_keras(tmp_path: Path) -> None:
     trainer = {**SMALL, "gpt_dim": 32, "seq_len": 16, "vocab_size": 64, "synthetic_samples": 64}
-    planned = _plan(stack="prod-tpu-v4-32", trainer=trainer)
+    planned = cut_plan(stack="prod-tpu-v4-32", trainer=trainer)
     assert planned.runtime == "tpu-vm-tf-2.14.1-pod"
     vm = TpuVm(tmp_path, planned, image=_released_tensorflow("2.14.1"))
     assert _versions(vm) == ["2.14.1", "None"]
@@ -109,7 +109,7 @@ def test_prod_tpu_v4_32_on_tensorflow_2_14_needs_no_tf_keras(tmp_path: Path) -> 
 
 
 def test_dev_tpu_v5e_on_tensorflow_2_16_installs_the_pinned_tf_keras(tmp_path: Path) -> None:
-    planned = _plan()
+    planned = cut_plan()
     assert planned.runtime == "tpu-vm-tf-2.16.0-pod-pjrt"
     vm = TpuVm(tmp_path, planned, image=_released_tensorflow("2.16.1"), online_pip=True)
     assert _versions(vm) == ["2.16.1", "None"]
