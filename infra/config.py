@@ -47,7 +47,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from trainstack.components import catalog
 from trainstack.components.a100_cluster.validate import A100Shape, cidr_problem
 from trainstack.components.catalog.gpus import VertexAcceleratorType
-from trainstack.components.catalog.problems import pydantic_problem, unknown_key
+from trainstack.components.catalog.problems import nearest_key, pydantic_problem, unknown_key
 from trainstack.components.catalog.tpu import (
     TpuGenerationName,
     TpuProvisioning,
@@ -89,6 +89,33 @@ class ConfigError(ValueError):
 
     def __str__(self) -> str:
         return "\n".join(self.errors)
+
+
+class NotATrainstackStack(ConfigError):
+    """A stack config with no `trainstack:*` key at all: most likely a stack of the user's
+    own Pulumi program, which `trainstack plan --program DIR --stack NAME` plans."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            [
+                f"the stack file has no `{NAMESPACE}:` keys, so it is not a trainstack stack; "
+                f"valid: a `{NAMESPACE}:<target>` key (one of {', '.join(TARGETS)}), or, for a "
+                "stack of your own Pulumi program, `trainstack plan --program DIR --stack NAME`"
+            ]
+        )
+
+
+def namespace_typo(key: str) -> str | None:
+    """`trainstak:local: unknown namespace; did you mean `trainstack:`? ...` for a key whose
+    namespace is a near miss of `trainstack` (which would otherwise be ignored as another
+    program's key), else None."""
+    namespace, sep, name = key.partition(":")
+    if not sep or namespace in (NAMESPACE, "gcp") or nearest_key(namespace, [NAMESPACE]) is None:
+        return None
+    return (
+        f"{key}: unknown namespace `{namespace}:`; did you mean `{NAMESPACE}:`? "
+        f"valid: {NAMESPACE}:{name}"
+    )
 
 
 def _auto_or_count(value: Any) -> Any:
@@ -420,14 +447,20 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
     `raw` is the stack file's `config:` mapping (`{"gcp:project": "p", "trainstack:tpu":
     {...}}`); values may be parsed objects or JSON strings. With None, every key is read
     from the Pulumi runtime. Keys of other namespaces are ignored except `gcp:project`,
-    `gcp:region` and `gcp:zone`; unknown `trainstack:*` keys are errors. Raises
-    `ConfigError` listing every problem found.
+    `gcp:region` and `gcp:zone`; unknown `trainstack:*` keys are errors, and so is a
+    namespace one typo away from `trainstack` (`trainstak:local`). Raises `ConfigError`
+    listing every problem found; `NotATrainstackStack` when no key is a `trainstack:*` one.
     """
     if raw is None:
         raw = _runtime_config()
     errors: list[str] = []
     values: dict[str, Any] = {}
     section_names = [f for f in StackConfig.model_fields if f not in ("project", "region", "zone")]
+    typos = [line for line in map(namespace_typo, raw) if line is not None]
+    if not any(key.partition(":")[0] == NAMESPACE for key in raw):
+        # Only the misspelt keys are worth a line: "no compute target" would follow from them.
+        raise ConfigError(typos) if typos else NotATrainstackStack()
+    errors.extend(typos)
     for key, value in raw.items():
         if key in GCP_KEYS:
             values[_section_field(key)] = value

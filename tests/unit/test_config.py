@@ -139,7 +139,11 @@ TARGETS = "valid: exactly one of tpu, gpu_cluster, vertex, local"
 
 CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     # --- top level
-    ("no target", {**PROJECT}, [f"trainstack: no compute target given; {TARGETS}"]),
+    (
+        "no target",
+        {**PROJECT, "trainstack:environment": "dev"},
+        [f"trainstack: no compute target given; {TARGETS}"],
+    ),
     ("two targets", {**GPU, **LOCAL}, [f"trainstack: 2 compute targets given (gpu_cluster, local); {TARGETS}"]),
     ("unknown key", {**LOCAL, "trainstack:foo": 1}, ["foo: unknown key; valid: environment, labels, buckets, quotas, limits, tpu, gpu_cluster, vertex, local, trainer"]),
     ("no namespace", {**LOCAL, "tpu": {}}, ["tpu: config key without a namespace; valid: trainstack:tpu or gcp:tpu"]),
