@@ -96,13 +96,12 @@ class NotATrainstackStack(ConfigError):
     own Pulumi program, which `trainstack plan --program DIR --stack NAME` plans."""
 
     def __init__(self) -> None:
-        super().__init__(
-            [
-                f"the stack file has no `{NAMESPACE}:` keys, so it is not a trainstack stack; "
-                f"valid: a `{NAMESPACE}:<target>` key (one of {', '.join(TARGETS)}), or, for a "
-                "stack of your own Pulumi program, `trainstack plan --program DIR --stack NAME`"
-            ]
+        line = (
+            f"the stack file has no `{NAMESPACE}:` keys, so it is not a trainstack stack; "
+            f"valid: a `{NAMESPACE}:<target>` key (one of {', '.join(TARGETS)}), or, for a "
+            "stack of your own Pulumi program, `trainstack plan --program DIR --stack NAME`"
         )
+        super().__init__([line])
 
 
 def namespace_typo(key: str) -> str | None:
