@@ -433,8 +433,8 @@ def stacks(
 ) -> None:
     """List your project's stacks (those in the stackConfigDir of the nearest Pulumi.yaml).
 
-    A stack of your own program (its file has no `trainstack:` keys) is listed as
-    `NAME  program`: plan and check it with --program DIR --stack NAME.
+    A stack of your own program (its file has no `trainstack:` keys) has a second column,
+    `program`: plan and check it with --program DIR --stack NAME.
     """
     if examples:
         for name in example_names():
