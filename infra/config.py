@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -47,7 +48,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from trainstack.components import catalog
 from trainstack.components.a100_cluster.validate import A100Shape, cidr_problem
 from trainstack.components.catalog.gpus import VertexAcceleratorType
-from trainstack.components.catalog.problems import nearest_key, pydantic_problem, unknown_key
+from trainstack.components.catalog.problems import pydantic_problem, unknown_key
 from trainstack.components.catalog.tpu import (
     TpuGenerationName,
     TpuProvisioning,
@@ -104,12 +105,20 @@ class NotATrainstackStack(ConfigError):
         super().__init__([line])
 
 
+_TYPO_RATIO = 0.85
+"""How near a namespace must be to `trainstack` to be called a misspelling (difflib's
+ratio): one letter dropped, added, changed or swapped (`trainstak` 0.95, `trainstcak` 0.9);
+another program's namespace is rarely this near."""
+
+
 def namespace_typo(key: str) -> str | None:
     """`trainstak:local: unknown namespace; did you mean `trainstack:`? ...` for a key whose
     namespace is a near miss of `trainstack` (which would otherwise be ignored as another
     program's key), else None."""
     namespace, sep, name = key.partition(":")
-    if not sep or namespace in (NAMESPACE, "gcp") or nearest_key(namespace, [NAMESPACE]) is None:
+    if not sep or namespace in (NAMESPACE, "gcp") or NAMESPACE in namespace:
+        return None  # `mytrainstack:` is a project's own namespace, not a misspelling
+    if difflib.SequenceMatcher(None, namespace, NAMESPACE).ratio() < _TYPO_RATIO:
         return None
     return (
         f"{key}: unknown namespace `{namespace}:`; did you mean `{NAMESPACE}:`? "

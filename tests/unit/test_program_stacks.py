@@ -112,3 +112,8 @@ def test_a_misspelt_namespace_beside_trainstack_keys_is_not_ignored() -> None:
         "trainstck:limits: unknown namespace `trainstck:`; did you mean `trainstack:`? "
         "valid: trainstack:limits"
     )
+
+
+def test_a_namespace_that_contains_trainstack_is_a_programs_own() -> None:
+    with pytest.raises(NotATrainstackStack):
+        load_stack_config({"mytrainstack:prefix": "x", "trainstacks:region": "y"})
