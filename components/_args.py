@@ -7,9 +7,13 @@ registered. It reports every problem in one `ArgsError`, one line each, worded a
 config's errors are (`trainstack.components.catalog.problems`), under `<Component>.<key path>`::
 
     A100Cluster.node_cont: unknown key; did you mean `node_count`? valid: project, zone, ...
-    A100Cluster.node_count: '2' is not an integer
+    A100Cluster.node_count: '2' is not an integer; valid: an integer
     A100Cluster.training.package_uri: required
     A100Cluster.backend: 5 is not allowed; valid: gke, gce
+    A100Cluster.machine_type: 'a2-higpu-1g' is not a known A2 machine type; did you mean ...
+
+The components' own value checks (`component_check`) raise the same ArgsError under the
+same `<Component>.` prefix.
 
 What it checks is the annotation and no more: keys, required keys, and value types
 (`str`, `int`, `float`, `bool`, the type of a `Literal`'s values, lists, mappings, nested
@@ -33,14 +37,24 @@ from __future__ import annotations
 import inspect
 import sys
 import types
-from collections.abc import Awaitable, Mapping, MutableMapping, MutableSequence, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Mapping,
+    MutableMapping,
+    MutableSequence,
+    Sequence,
+)
+from dataclasses import dataclass
 from functools import cache
 from typing import (
     Annotated,
     Any,
     Literal,
     NotRequired,
+    ParamSpec,
     Required,
+    TypeVar,
     Union,
     get_args,
     get_origin,
@@ -52,7 +66,10 @@ import pulumi
 
 from trainstack.components.catalog.problems import is_int, not_allowed, quote, unknown_key
 
-__all__ = ["ArgsError", "arg_problems", "check_args"]
+__all__ = ["ArgsError", "Bounds", "arg_problems", "check_args", "component_check"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _LISTS: tuple[Any, ...] = (list, Sequence, MutableSequence)
 _MAPPINGS: tuple[Any, ...] = (dict, Mapping, MutableMapping)
@@ -69,6 +86,15 @@ _NOUNS: dict[Any, str] = {
     bool: "a boolean",
     type(None): "null",
 }
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """`Annotated[int, Bounds(ge=1, le=3650)]`: an args field's range, named in the `valid:`
+    part of its type problem (the value itself is checked by the component's validator)."""
+
+    ge: int | None = None
+    le: int | None = None
 
 
 class ArgsError(ValueError):
@@ -89,6 +115,21 @@ def check_args(component: str, args_type: type, args: object) -> None:
     problems = arg_problems(component, args_type, args)
     if problems:
         raise ArgsError(problems)
+
+
+def component_check(component: str, check: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """`check(*args, **kwargs)`, a shared validator of the component's values (the stack
+    config's rules, which raise ValueError with lines `<key>: ...`), with its ValueError
+    raised as `check_args`'s ArgsError, each line under `<component>.`."""
+    try:
+        return check(*args, **kwargs)
+    except ArgsError:
+        raise
+    except ValueError as exc:
+        problems = str(exc).splitlines()
+    # Raised outside the handler, so the validator's ValueError is not its context: the
+    # program-plan error line shows the innermost exception of the chain.
+    raise ArgsError([f"{component}.{line}" for line in problems])
 
 
 def arg_problems(component: str, args_type: type, args: object) -> list[str]:
@@ -180,7 +221,25 @@ def _noun(tp: Any) -> str:
 # --------------------------------------------------------------------------------------
 
 
+def _bounds(tp: Any) -> str:
+    """` 1-3650` or ` >= 1` from an `Annotated[int, Bounds(...)]` annotation, for the
+    `valid:` part of a type problem; else ``."""
+    low = high = None
+    while get_origin(tp) in (Annotated, Required, NotRequired):
+        if get_origin(tp) is Annotated:
+            for meta in tp.__metadata__:
+                if isinstance(meta, Bounds):
+                    low, high = meta.ge, meta.le
+        tp = get_args(tp)[0]
+    if low is not None and high is not None:
+        return f" {low}-{high}"
+    if low is not None:
+        return f" >= {low}"
+    return "" if high is None else f" <= {high}"
+
+
 def _problems(tp: Any, value: Any, where: str) -> list[str]:
+    bounds = _bounds(tp)
     tp = _strip(tp)
     origin, args = get_origin(tp), get_args(tp)
     if tp is Any or tp is object:
@@ -200,7 +259,7 @@ def _problems(tp: Any, value: Any, where: str) -> list[str]:
         return _list_problems(tp, args, value, where)
     if origin in _MAPPINGS or tp in _MAPPINGS:
         return _mapping_problems(args, value, where)
-    return [] if _instance(tp, value) else [_type_problem(tp, value, where)]
+    return [] if _instance(tp, value) else [_type_problem(tp, value, where, bounds)]
 
 
 def _deferred(value: Any) -> bool:
@@ -229,10 +288,29 @@ def _instance(tp: type, value: Any) -> bool:
     return isinstance(value, tp)
 
 
-def _type_problem(tp: Any, value: Any, where: str) -> str:
+def _type_problem(tp: Any, value: Any, where: str, bounds: str = "") -> str:
     if tp is bool:  # the stack config's wording for a bad boolean
         return f"{where}: {quote(value)} is not a boolean; valid: true, false"
-    return f"{where}: {quote(value)} is not {_noun(tp)}"
+    noun = _noun(tp)
+    return f"{where}: {quote(value)} is not {noun}; valid: {noun}{bounds}"
+
+
+def _fixed_values(tp: Any) -> tuple[Any, ...]:
+    """The values a `Literal` field (or `Input[Literal[...]]`) allows; () for any other."""
+    tp = _strip(tp)
+    if get_origin(tp) is Literal:
+        return get_args(tp)
+    if get_origin(tp) in _UNIONS:
+        for member in get_args(tp):
+            if get_origin(_strip(member)) is Literal:
+                return get_args(_strip(member))
+    return ()
+
+
+def _required(td: type, key: str, where: str) -> str:
+    fixed = _fixed_values(_fields(td)[0][key])
+    valid = f"; valid: {', '.join(str(v) for v in fixed)}" if fixed else ""
+    return f"{where}.{key}: required{valid}"
 
 
 def _typeddict_problems(td: type, value: Any, where: str) -> list[str]:
@@ -242,7 +320,7 @@ def _typeddict_problems(td: type, value: Any, where: str) -> list[str]:
         return [f"{where}: {quote(value)} is not a mapping; expected a mapping with keys: {keys}"]
     problems = [unknown_key(f"{where}.{key}", key, fields) for key in value if key not in fields]
     problems += [
-        f"{where}.{key}: required" for key in fields if key in required and key not in value
+        _required(td, key, where) for key in fields if key in required and key not in value
     ]
     for key, item in value.items():
         if key in fields:
@@ -262,7 +340,8 @@ def _union_problems(members: tuple[Any, ...], value: Any, where: str) -> list[st
     for member, problems in zip(plain, found, strict=True):
         if len(plain) == 1 or _same_kind(member, value):
             return problems
-    return [f"{where}: {quote(value)} is not {' or '.join(_noun(m) for m in plain)}"]
+    nouns = " or ".join(_noun(m) for m in plain)
+    return [f"{where}: {quote(value)} is not {nouns}; valid: {nouns}"]
 
 
 def _same_kind(tp: Any, value: Any) -> bool:
@@ -279,9 +358,9 @@ def _list_problems(tp: Any, args: tuple[Any, ...], value: Any, where: str) -> li
     # `list[T]` asks for a list; `Sequence[T]` also takes a tuple, never a string.
     strict_list = tp is list or get_origin(tp) is list
     if strict_list and isinstance(value, tuple):  # quote() would print it as a list
-        return [f"{where}: {value!r} is a tuple, not a list"]
+        return [f"{where}: {value!r} is a tuple, not a list; valid: a list"]
     if isinstance(value, str | bytes) or not isinstance(value, list if strict_list else Sequence):
-        return [f"{where}: {quote(value)} is not a list"]
+        return [f"{where}: {quote(value)} is not a list; valid: a list"]
     item = args[0] if args else Any
     problems: list[str] = []
     for i, entry in enumerate(value):
@@ -291,11 +370,12 @@ def _list_problems(tp: Any, args: tuple[Any, ...], value: Any, where: str) -> li
 
 def _mapping_problems(args: tuple[Any, ...], value: Any, where: str) -> list[str]:
     if not isinstance(value, Mapping):
-        return [f"{where}: {quote(value)} is not a mapping"]
+        return [f"{where}: {quote(value)} is not a mapping; valid: a mapping"]
     key_type, item_type = args if len(args) == 2 else (Any, Any)
     problems: list[str] = []
     for key, item in value.items():
         if _problems(key_type, key, where):
-            problems.append(f"{where}: key {quote(key)} is not {_noun(key_type)}")
+            noun = _noun(key_type)
+            problems.append(f"{where}: key {quote(key)} is not {noun}; valid: keys that are {noun}")
         problems += _problems(item_type, item, f"{where}.{key}")
     return problems

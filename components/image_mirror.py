@@ -38,7 +38,7 @@ from typing import Final, NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import artifactregistry
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import gcp_name, labels_input
 from trainstack.components.catalog.images import DOCKER_HUB_MIRROR, mirror_registry
 
@@ -88,7 +88,7 @@ class ImageMirror(pulumi.ComponentResource):
         self, name: str, args: ImageMirrorArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("ImageMirror", ImageMirrorArgs, args)
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        labels = component_check("ImageMirror", labels_input, args.get("labels"), COMPONENT_LABEL)
         repo_id = repository_id(args["deployment_name"])
         super().__init__(TOKEN, name, None, opts)
 

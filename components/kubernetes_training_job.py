@@ -67,7 +67,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_gcp import serviceaccount
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import labels_input
 from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from trainstack.components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
@@ -487,8 +487,10 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         check_args("KubernetesTrainingJob", KubernetesTrainingJobArgs, args)
-        validate_args(args)
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        component_check("KubernetesTrainingJob", validate_args, args)
+        labels = component_check(
+            "KubernetesTrainingJob", labels_input, args.get("labels"), COMPONENT_LABEL
+        )
         super().__init__(TOKEN, name, None, opts)
 
         job_name = args["job_name"]

@@ -38,7 +38,7 @@ from typing import Any, Final, NotRequired, TypedDict
 import pulumi
 from pydantic import ValidationError
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._local_provider import LocalRun, LocalRunProvider
 from trainstack.components._naming import labels_input
 from trainstack.trainers.common.config import TrainConfig
@@ -164,8 +164,10 @@ class LocalTrainingJob(pulumi.ComponentResource):
     ) -> None:
         check_args("LocalTrainingJob", LocalTrainingJobArgs, args)
         base_dir = Path(args.get("base_dir") or pulumi.get_root_directory()).resolve()
-        cfg, grace = validate_args(args, base_dir)
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        cfg, grace = component_check("LocalTrainingJob", validate_args, args, base_dir)
+        labels = component_check(
+            "LocalTrainingJob", labels_input, args.get("labels"), COMPONENT_LABEL
+        )
         code = cfg.user_code
         digest = None
         if code is not None and code.source is not None:

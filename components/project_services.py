@@ -22,7 +22,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import projects
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import labels_input
 
 TOKEN = "trainstack:project:ProjectServices"
@@ -77,8 +77,10 @@ class ProjectServices(pulumi.ComponentResource):
         self, name: str, args: ProjectServicesArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("ProjectServices", ProjectServicesArgs, args)
-        services = _validate_services(args["services"])
-        labels_input(args.get("labels"), "project-services")  # validation only
+        services = component_check("ProjectServices", _validate_services, args["services"])
+        component_check(
+            "ProjectServices", labels_input, args.get("labels"), "project-services"
+        )  # validation only
         super().__init__(TOKEN, name, None, opts)
 
         self.enabled = {

@@ -84,7 +84,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 from pulumi_gcp import cloudquota
 
-from trainstack.components._args import check_args
+from trainstack.components._args import ArgsError, check_args
 from trainstack.components._naming import gcp_name
 from trainstack.components._tpu_quota_match import TPU_SERVICE, candidates
 
@@ -517,7 +517,8 @@ class QuotaGuard(pulumi.ComponentResource):
         project = args["project"]
         request = args.get("request_increases", False)
         if request and not args.get("contact_email"):
-            raise ValueError("contact_email: required when request_increases is true")
+            missing = "QuotaGuard.contact_email: required when request_increases is true"
+            raise ArgsError([f"{missing}; valid: an email address"])
         if args.get("preflight", True):
             self.checks = check_needs(project, args["needs"], _usage_reader(project))
         else:

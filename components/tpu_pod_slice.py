@@ -68,7 +68,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import tpu
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._discovery import validate_body
 from trainstack.components._naming import gcp_name, labels_input, name_input
 from trainstack.components._options import inherited_depends_on
@@ -332,8 +332,8 @@ class TpuPodSlice(pulumi.ComponentResource):
         self, name: str, args: TpuPodSliceArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TpuPodSlice", TpuPodSliceArgs, args)
-        plan = validate_args(args)
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        plan = component_check("TpuPodSlice", validate_args, args)
+        labels = component_check("TpuPodSlice", labels_input, args.get("labels"), COMPONENT_LABEL)
         deployment = args["deployment_name"]
         slice_name = name_input(gcp_name, deployment, "tpu")
         super().__init__(TOKEN, name, None, opts)

@@ -66,7 +66,7 @@ from pulumi_gcp import (
     storage,
 )
 
-from trainstack.components._args import check_args
+from trainstack.components._args import ArgsError, check_args, component_check
 from trainstack.components._discovery import validate_body
 from trainstack.components._naming import account_id, gcp_name, labels_input, name_input
 from trainstack.components._options import inherited_depends_on
@@ -304,15 +304,18 @@ class TpuSupervisor(pulumi.ComponentResource):
     ) -> None:
         check_args("TpuSupervisor", TpuSupervisorArgs, args)
         kind, deployment = args["kind"], args["deployment_name"]
+        problems = []
         if kind not in PERMISSIONS:
-            raise ValueError(f"kind: {kind!r} is not allowed; valid: node, queued")
+            problems.append(f"TpuSupervisor.kind: {kind!r} is not allowed; valid: node, queued")
         schedule = args.get("schedule", DEFAULT_SCHEDULE)
         if len(schedule.split()) != 5:
-            raise ValueError(
-                f"schedule: {schedule!r} is not a cron schedule; valid: five fields, e.g. "
-                f"{DEFAULT_SCHEDULE!r}"
+            problems.append(
+                f"TpuSupervisor.schedule: {schedule!r} is not a cron schedule; valid: five "
+                f"fields, e.g. {DEFAULT_SCHEDULE!r}"
             )
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        if problems:
+            raise ArgsError(problems)
+        labels = component_check("TpuSupervisor", labels_input, args.get("labels"), COMPONENT_LABEL)
         project, region = args["project"], args["region"]
         super().__init__(TOKEN, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)

@@ -49,7 +49,7 @@ import pulumi
 from pulumi_gcp import storage
 
 from trainstack import trainers
-from trainstack.components._args import check_args
+from trainstack.components._args import ArgsError, check_args, component_check
 from trainstack.components._naming import labels_input
 from trainstack.infra.project import current_build_dir
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
@@ -301,20 +301,25 @@ class TrainerPackage(pulumi.ComponentResource):
         self, name: str, args: TrainerPackageArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TrainerPackage", TrainerPackageArgs, args)
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        labels = component_check(
+            "TrainerPackage", labels_input, args.get("labels"), COMPONENT_LABEL
+        )
         source_root = Path(args.get("source_root") or _default_source_root()).resolve()
         requirements = tuple(args.get("requirements") or ())
         problems = [
-            f"requirements[{i}]: {r!r} is not a requirement; valid: a PEP 508 string without "
+            f"TrainerPackage.requirements[{i}]: {r!r} is not a requirement; valid: a PEP 508 "
+            "string without "
             "quotes or newlines, e.g. 'tf-keras~=2.17.0'"
             for i, r in enumerate(requirements)
             if not isinstance(r, str) or not r.strip() or any(c in r for c in "\"'\n")
         ]
-        if problems:
-            raise ValueError("; ".join(problems))
         user_source = args.get("user_source")
         if user_source is not None and not Path(user_source).is_dir():
-            raise ValueError(f"user_source: {user_source!r} is not a folder; valid: a folder")
+            problems.append(
+                f"TrainerPackage.user_source: {user_source!r} is not a folder; valid: a folder"
+            )
+        if problems:
+            raise ArgsError(problems)
         build_dir = args.get("build_dir")
         sdist = _build_sdist(
             source_root,

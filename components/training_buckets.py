@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp import storage
 
-from trainstack.components._args import check_args
+from trainstack.components._args import ArgsError, Bounds, check_args, component_check
 from trainstack.components._naming import bucket_name, labels_input, name_input
 from trainstack.components.catalog.names import label_problems
 from trainstack.components.catalog.problems import int_problems, not_allowed, quote
@@ -89,7 +89,9 @@ class TrainingBucketsArgs(TypedDict):
     """Deployment prefix of every bucket name."""
     environment: Literal["dev", "staging", "prod"]
     """dev | staging | prod. Plain value: it selects resource options (prod protects data)."""
-    checkpoint_retention_days: NotRequired[pulumi.Input[int]]
+    checkpoint_retention_days: NotRequired[
+        pulumi.Input[Annotated[int, Bounds(ge=1, le=MAX_CHECKPOINT_RETENTION_DAYS)]]
+    ]
     """Days after which a checkpoint object is deleted (default 30, at most 3650)."""
     delete_data_on_destroy: NotRequired[bool]
     """Let `pulumi destroy` delete the data and checkpoint buckets (default False: they are
@@ -163,13 +165,15 @@ class TrainingBuckets(pulumi.ComponentResource):
         self, name: str, args: TrainingBucketsArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TrainingBuckets", TrainingBucketsArgs, args)
-        problems = training_buckets_problems(args)
+        problems = training_buckets_problems(args, "TrainingBuckets.")
         if problems:
-            raise ValueError("\n".join(problems))
+            raise ArgsError(problems)
         environment = args["environment"]
         delete_data = args.get("delete_data_on_destroy", False)
         retention_days = args.get("checkpoint_retention_days", DEFAULT_CHECKPOINT_RETENTION_DAYS)
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        labels = component_check(
+            "TrainingBuckets", labels_input, args.get("labels"), COMPONENT_LABEL
+        )
         suffix = args.get("name_suffix")
         names = {
             role: name_input(bucket_name, args["project"], args["deployment_name"], role, suffix)

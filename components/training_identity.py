@@ -40,7 +40,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import artifactregistry, projects, secretmanager, serviceaccount, storage
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import account_id, labels_input, name_input
 
 TOKEN = "trainstack:iam:TrainingIdentity"
@@ -205,9 +205,13 @@ class TrainingIdentity(pulumi.ComponentResource):
         self, name: str, args: TrainingIdentityArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TrainingIdentity", TrainingIdentityArgs, args)
-        extra_roles = _validate_extra_roles(args.get("extra_project_roles", []))
-        secrets = _validate_secrets(args.get("secrets", []))
-        labels_input(args.get("labels"), COMPONENT_LABEL)  # validation only
+        extra_roles = component_check(
+            "TrainingIdentity", _validate_extra_roles, args.get("extra_project_roles", [])
+        )
+        secrets = component_check("TrainingIdentity", _validate_secrets, args.get("secrets", []))
+        component_check(
+            "TrainingIdentity", labels_input, args.get("labels"), COMPONENT_LABEL
+        )  # validation only
         account = name_input(account_id, args["deployment_name"], "train")
         super().__init__(TOKEN, name, None, opts)
 

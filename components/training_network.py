@@ -25,7 +25,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 from pulumi_gcp import compute
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import gcp_name, labels_input, name_input
 
 TOKEN = "trainstack:network:TrainingNetwork"
@@ -114,8 +114,12 @@ class TrainingNetwork(pulumi.ComponentResource):
         self, name: str, args: TrainingNetworkArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TrainingNetwork", TrainingNetworkArgs, args)
-        cidr = _validate_cidr(args.get("subnet_cidr", DEFAULT_SUBNET_CIDR))
-        labels_input(args.get("labels"), COMPONENT_LABEL)  # validation only
+        cidr = component_check(
+            "TrainingNetwork", _validate_cidr, args.get("subnet_cidr", DEFAULT_SUBNET_CIDR)
+        )
+        component_check(
+            "TrainingNetwork", labels_input, args.get("labels"), COMPONENT_LABEL
+        )  # validation only
         deployment = args["deployment_name"]
         physical = {
             role: name_input(gcp_name, deployment, role)

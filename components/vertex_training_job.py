@@ -68,7 +68,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._discovery import validate_body
 from trainstack.components._naming import labels_input
 from trainstack.components._options import inherited_depends_on
@@ -316,10 +316,12 @@ class VertexTrainingJob(pulumi.ComponentResource):
         self, name: str, args: VertexTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("VertexTrainingJob", VertexTrainingJobArgs, args)
-        reducers = validate_args(args)
-        _check_image(args, reducers)
+        reducers = component_check("VertexTrainingJob", validate_args, args)
+        component_check("VertexTrainingJob", _check_image, args, reducers)
         # Validates plain labels now (Outputs when they resolve) and merges trainstack's.
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        labels = component_check(
+            "VertexTrainingJob", labels_input, args.get("labels"), COMPONENT_LABEL
+        )
         super().__init__(TOKEN, name, None, opts)
 
         names = (

@@ -7,14 +7,18 @@
     trainstack logs --stack dev-tpu-v5e [--follow] the deployed stack's training logs
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
-    trainstack stacks [--examples]                 your project's stacks; --examples: bundled
+    trainstack stacks [--examples]                 your project's stacks (`NAME  program` for
+                                                   your program's); --examples: bundled
     trainstack plan --program DIR --stack dev      (also policy, plan-diff) your own program
 
 Exit codes: 0 ok; 2 invalid config or arguments, unreadable files, no credentials or an
 API that refuses (one `error:` line naming what is wrong and what is allowed, never a
 traceback); `local-run` exits with the trainer's code; `quota --live` exits 1 when a need
 exceeds what is left; `policy` exits 1 when a rule is broken; `status` exits 1 when the
-job ended without succeeding (failed, cancelled or expired).
+job ended without succeeding (failed, cancelled or expired). `policy --all` checks every
+stack of the project, a stack of your own program (its file has no `trainstack:` keys) as
+`policy --program <project folder> --stack NAME` does, then exits 2 when any stack could not
+be checked (one `error:` line each, after the reports), else 1 when a rule is broken.
 
 Output that is not a terminal is never wrapped or cut, so values (quota ids, resource
 names, digests) stay whole in pipes, files and CI logs; a terminal's tables fold long
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,13 +44,20 @@ from trainstack.infra.cli_base import (
     app,
     auth_failure,
     fail,
+    invalid_config,
     load,
+    program_folder,
     read_json,
     rejected_by_program,
     scoped,
     validated,
 )
-from trainstack.infra.config import ConfigError
+from trainstack.infra.config import (
+    NAMESPACE,
+    ConfigError,
+    NotATrainstackStack,
+    namespace_typo,
+)
 from trainstack.infra.estimate import quota_needs
 from trainstack.infra.plan import (
     PlanDocumentError,
@@ -54,6 +65,7 @@ from trainstack.infra.plan import (
     build_plan,
     check_stack_name,
     example_names,
+    load_stack,
     output_console,
     plan_diff,
     plans_by_stack,
@@ -153,7 +165,7 @@ def _stack_plan(
     try:
         return build_plan(name, config)
     except ConfigError as exc:
-        raise fail(f"invalid stack config for {name!r}:\n{exc}") from None
+        raise fail(invalid_config(name, exc, stack, config_file)) from None
     except ValueError as exc:
         raise fail(rejected_by_program(name, exc)) from None
 
@@ -311,6 +323,7 @@ def policy(
             "(--program DIR takes --stack NAME, the program's stack)"
         )
     reports: list[StackReport] = []
+    problems: list[str] = []
     if program is not None:
         plan = _program_plan(program, stack)
         reports = [check_resources(plan["stack"], plan["resources"])]
@@ -320,24 +333,62 @@ def policy(
             reports = check_plan(document)
         except PlanFileError as exc:
             raise fail(f"--plan: {plan_file}: {exc}") from None
+    elif all_stacks:
+        reports, problems = _check_all_stacks()
     else:
-        targets: list[tuple[str | None, Path | None]] = (
-            [(name, None) for name in project_stacks()] if all_stacks else [(stack, config_file)]
-        )
-        for target_stack, target_file in targets:
-            name, config = load(target_stack, target_file)
-            try:
-                reports.append(check_stack(name, config))
-            except ConfigError as exc:
-                raise fail(f"invalid stack config for {name!r}:\n{exc}") from None
-            except ValueError as exc:
-                raise fail(rejected_by_program(name, exc)) from None
+        name, config = load(stack, config_file)
+        try:
+            reports.append(check_stack(name, config))
+        except ConfigError as exc:
+            raise fail(invalid_config(name, exc, stack, config_file, "policy")) from None
+        except ValueError as exc:
+            raise fail(rejected_by_program(name, exc)) from None
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
     else:
         _print_policy_reports(reports)
+    if problems:
+        # Each stack that could not be checked is one `error:` line, after the reports.
+        for problem in problems[:-1]:
+            fail(problem)
+        raise fail(problems[-1])
     if any(not r.clean for r in reports):
         raise typer.Exit(1)
+
+
+def _check_all_stacks() -> tuple[list[StackReport], list[str]]:
+    """`policy --all`: a report for every stack of the project that could be checked, and
+    one line for each that could not. A stack file without `trainstack:` keys is a stack of
+    the project's own program: it is checked as `policy --program <project> --stack NAME`
+    would (`trainstack.infra.program_plan`)."""
+    from trainstack.infra.policy import check_resources, check_stack
+    from trainstack.infra.program_plan import build_program_plan
+    from trainstack.infra.program_run import ProgramError
+
+    reports: list[StackReport] = []
+    problems: list[str] = []
+    for target in project_stacks():
+        name, config = load(target, None)
+        try:
+            reports.append(check_stack(name, config))
+            continue
+        except NotATrainstackStack:
+            pass  # run below, outside this handler: the program's own errors are not its
+        except ConfigError as exc:
+            problems.append(f"invalid stack config for {name!r}:\n{exc}")
+            continue
+        except ValueError as exc:
+            problems.append(rejected_by_program(name, exc))
+            continue
+        folder = program_folder(target, None)
+        try:
+            plan = build_program_plan(folder, name)
+        except ProgramError as exc:
+            problems.append(f"stack {name!r} not checked: {exc}")
+            continue
+        report = check_resources(name, plan["resources"])
+        reports.append(replace(report, program=str(folder)))
+    return reports, problems
 
 
 def _print_policy_reports(reports: list[StackReport]) -> None:
@@ -345,12 +396,15 @@ def _print_policy_reports(reports: list[StackReport]) -> None:
     from trainstack.policies.rules import RULES
 
     for report in reports:
+        program = "" if report.program is None else f"; your program, --program {report.program}"
         if report.clean:
             typer.echo(
-                f"stack {report.stack}: clean ({report.resources} resources, {len(RULES)} rules)"
+                f"stack {report.stack}: clean ({report.resources} resources, {len(RULES)} rules"
+                f"{program})"
             )
             continue
-        typer.echo(f"stack {report.stack}: {len(report.violations)} violation(s)")
+        where = "" if report.program is None else f" (--program {report.program})"
+        typer.echo(f"stack {report.stack}: {len(report.violations)} violation(s){where}")
         for v in report.violations:
             typer.echo(f"  [{ENFORCEMENT}] {v}")
     broken = [r for r in reports if not r.clean]
@@ -377,10 +431,29 @@ def stacks(
         typer.Option("--examples", help="List the bundled stacks instead, as --stack takes them."),
     ] = False,
 ) -> None:
-    """List your project's stacks (those in the stackConfigDir of the nearest Pulumi.yaml)."""
-    names = [EXAMPLE_PREFIX + name for name in example_names()] if examples else project_stacks()
-    for name in names:
-        typer.echo(name)
+    """List your project's stacks (those in the stackConfigDir of the nearest Pulumi.yaml).
+
+    A stack of your own program (its file has no `trainstack:` keys) has a second column,
+    `program`: plan and check it with --program DIR --stack NAME.
+    """
+    if examples:
+        for name in example_names():
+            typer.echo(EXAMPLE_PREFIX + name)
+        return
+    for name in project_stacks():
+        typer.echo(f"{name}  program" if _is_program_stack(name) else name)
+
+
+def _is_program_stack(name: str) -> bool:
+    """True for a stack file that holds no `trainstack:*` key (an unreadable one is not
+    judged here: the commands that read it say what is wrong)."""
+    try:
+        _, config = load_stack(name, None)
+    except (StackFileError, ProjectFileError):
+        return False
+    return not any(
+        key.partition(":")[0] == NAMESPACE or namespace_typo(key) is not None for key in config
+    )
 
 
 app.command()(scoped(cli_run.status))

@@ -20,12 +20,18 @@ from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup, TyperOption
 from typer.models import CommandFunctionType
 
-from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
+from trainstack.infra.config import (
+    ConfigError,
+    NotATrainstackStack,
+    StackConfig,
+    load_stack_config,
+)
 from trainstack.infra.local_paths import localized
-from trainstack.infra.plan import StackFileError, load_stack, stack_place
+from trainstack.infra.plan import StackFileError, load_stack, stack_file, stack_place
 from trainstack.infra.project import (
     InstallWriteError,
     ProjectFileError,
+    find_project,
     place_scope,
     set_place,
 )
@@ -165,9 +171,35 @@ def validated(stack: str | None, config_file: Path | None) -> tuple[str, StackCo
             cfg = localized(cfg, name, target.local_run_root(cfg))
         return name, cfg
     except ConfigError as exc:
-        raise fail(f"invalid stack config for {name!r}:\n{exc}") from None
+        raise fail(invalid_config(name, exc, stack, config_file)) from None
     except InstallWriteError as exc:
         raise fail(f"invalid stack config for {name!r}: {exc}") from None
+
+
+def program_folder(stack: str | None, config_file: Path | None) -> Path:
+    """The Pulumi project folder (`--program DIR`) that the stack file belongs to."""
+    path = config_file if config_file is not None else stack_file(str(stack))
+    return find_project(path.resolve().parent).root
+
+
+def invalid_config(
+    name: str,
+    exc: ConfigError,
+    stack: str | None,
+    config_file: Path | None,
+    command: str = "plan",
+) -> str:
+    """`invalid stack config for 'NAME':` and the problems; for a stack file without any
+    `trainstack:` key (a stack of the user's own program), the `trainstack COMMAND --program`
+    line that plans or checks it instead (`plan` and `policy` take --program)."""
+    if not isinstance(exc, NotATrainstackStack):
+        return f"invalid stack config for {name!r}:\n{exc}"
+    folder = program_folder(stack, config_file)
+    return (
+        f"stack {name!r} has no `trainstack:` keys, so it is not a trainstack stack; if it is "
+        f"a stack of your own Pulumi program, valid: trainstack {command} --program {folder} "
+        f"--stack {name}"
+    )
 
 
 def rejected_by_program(stack: str, exc: BaseException) -> str:

@@ -3,6 +3,7 @@ after its own commands and documents the command line as a whole and its exit co
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
@@ -197,6 +198,9 @@ def local_run(
     143 (SIGTERM) or 130 (Ctrl-C); run the same command to resume.
     """
     name, cfg = validated(stack, config_file)
+    missing = missing_framework(cfg)
+    if missing is not None:
+        raise fail(missing)
     target = target_of(cfg)
     # Each runner imports torch or your code's needs only when this command runs.
     options: dict[str, Any] = {
@@ -233,3 +237,35 @@ def local_run(
     if as_json and result.done is not None:
         sys.stdout.write(json.dumps(result.done) + "\n")
     raise typer.Exit(result.exit_code)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package that cannot be imported, or an import hook's refusal
+        return False
+
+
+def missing_framework(cfg: StackConfig) -> str | None:
+    """The framework a local run needs and this Python lacks, as one line, said before any
+    process starts (the workers run with this interpreter): torch for the bundled torch
+    trainer and for your code under `launcher: torchrun` (torchrun is torch's), TensorFlow
+    and tf-keras for the bundled TensorFlow trainer. None when nothing is missing."""
+    code = cfg.trainer.user_code
+    if code is not None:
+        if code.launcher_for("local") != "torchrun" or _installed("torch"):
+            return None
+        return (
+            "local-run: trainer.launcher: torchrun needs torch, which is not installed in "
+            f"{sys.executable}; valid: pip install 'trainstack[torch]', or trainer.launcher: node"
+        )
+    framework = cfg.trainer.bundled().framework
+    modules = {"torch": ("torch",), "tensorflow": ("tensorflow", "tf_keras")}[framework]
+    absent = [m for m in modules if not _installed(m)]
+    if not absent:
+        return None
+    return (
+        f"local-run: the bundled {framework} trainer needs {' and '.join(absent)}, which "
+        f"{'is' if len(absent) == 1 else 'are'} not installed in {sys.executable}; "
+        f"valid: pip install 'trainstack[{framework}]'"
+    )

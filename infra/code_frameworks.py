@@ -65,7 +65,8 @@ FRAMEWORKS: Final[tuple[Framework, ...]] = (
     Framework(
         "torch_xla",
         ("torch-xla",),
-        "torch_xla[tpu] and torch at the same version (e.g. torch~=2.5.0, torch_xla[tpu]~=2.5.0)",
+        # Worded as torch's, so code importing both gets the advice once.
+        "torch and torch_xla[tpu] at the same version (e.g. torch~=2.5.0, torch_xla[tpu]~=2.5.0)",
         # torch-xla does not depend on torch: both must be named.
         "https://pypi.org/pypi/torch-xla/json (2.9.0 requires_dist: absl-py, numpy, pyyaml, "
         "requests, libtpu and tpu-info with [tpu]; no torch)",
@@ -221,13 +222,13 @@ def tpu_framework_problems(
         return []
     what = ", ".join(f"{f.module} ({imported[f.module]})" for f in missing)
     unnamed = (
-        f"{code.requirements} does not name it"
+        f"{code.requirements} does not name {'it' if len(missing) == 1 else 'them'}"
         if code.requirements is not None
         else f"there is no {prefix}requirements"
     )
     problem = (
         f"{prefix}requirements: your code imports {what}, which TPU runtime "
         f"{runtime_version!r} does not ship and {unnamed}, so it cannot start; valid: "
-        f"{prefix}requirements naming {'; '.join(f.needs for f in missing)}"
+        f"{prefix}requirements naming {'; '.join(dict.fromkeys(f.needs for f in missing))}"
     )
     return [problem]

@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from functools import cache
@@ -62,6 +63,40 @@ class ConfigError(ValueError):
 
     def __str__(self) -> str:
         return "\n".join(self.errors)
+
+
+class NotATrainstackStack(ConfigError):
+    """A stack config with no `trainstack:*` key at all: most likely a stack of the user's
+    own Pulumi program, which `trainstack plan --program DIR --stack NAME` plans."""
+
+    def __init__(self) -> None:
+        line = (
+            f"the stack file has no `{NAMESPACE}:` keys, so it is not a trainstack stack; "
+            f"valid: a `{NAMESPACE}:<target>` key (one of {', '.join(section_names())}), or, for a "
+            "stack of your own Pulumi program, `trainstack plan --program DIR --stack NAME`"
+        )
+        super().__init__([line])
+
+
+_TYPO_RATIO = 0.85
+"""How near a namespace must be to `trainstack` to be called a misspelling (difflib's
+ratio): one letter dropped, added, changed or swapped (`trainstak` 0.95, `trainstcak` 0.9);
+another program's namespace is rarely this near."""
+
+
+def namespace_typo(key: str) -> str | None:
+    """`trainstak:local: unknown namespace; did you mean `trainstack:`? ...` for a key whose
+    namespace is a near miss of `trainstack` (which would otherwise be ignored as another
+    program's key), else None."""
+    namespace, sep, name = key.partition(":")
+    if not sep or namespace in (NAMESPACE, "gcp") or NAMESPACE in namespace:
+        return None  # `mytrainstack:` is a project's own namespace, not a misspelling
+    if difflib.SequenceMatcher(None, namespace, NAMESPACE).ratio() < _TYPO_RATIO:
+        return None
+    return (
+        f"{key}: unknown namespace `{namespace}:`; did you mean `{NAMESPACE}:`? "
+        f"valid: {NAMESPACE}:{name}"
+    )
 
 
 class _Model(BaseModel):
@@ -261,14 +296,20 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
     `raw` is the stack file's `config:` mapping (`{"gcp:project": "p", "trainstack:tpu":
     {...}}`); values may be parsed objects or JSON strings. With None, every key is read
     from the Pulumi runtime. Keys of other namespaces are ignored except `gcp:project`,
-    `gcp:region` and `gcp:zone`; unknown `trainstack:*` keys are errors. Raises
-    `ConfigError` listing every problem found.
+    `gcp:region` and `gcp:zone`; unknown `trainstack:*` keys are errors, and so is a
+    namespace one typo away from `trainstack` (`trainstak:local`). Raises `ConfigError`
+    listing every problem found; `NotATrainstackStack` when no key is a `trainstack:*` one.
     """
     if raw is None:
         raw = _runtime_config()
     errors: list[str] = []
     values: dict[str, Any] = {}
     names = section_names()
+    typos = [line for line in map(namespace_typo, raw) if line is not None]
+    if not any(key.partition(":")[0] == NAMESPACE for key in raw):
+        # Only the misspelt keys are worth a line: "no compute target" would follow from them.
+        raise ConfigError(typos) if typos else NotATrainstackStack()
+    errors.extend(typos)
     for key, value in raw.items():
         if key in GCP_KEYS:
             values[_section_field(key)] = value

@@ -38,6 +38,9 @@ class StackReport:
     stack: str
     resources: int
     violations: list[Violation]
+    program: str | None = None
+    """For a stack of the user's own program (`policy --all`): the `--program DIR` it was
+    run as; None for a trainstack stack or a plan file."""
 
     @property
     def clean(self) -> bool:
@@ -58,6 +61,7 @@ class StackReport:
                 }
                 for v in self.violations
             ],
+            **({"program": self.program} if self.program is not None else {}),
         }
 
 

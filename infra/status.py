@@ -202,7 +202,10 @@ def render_status(info: dict[str, Any]) -> list[str]:
             f"  {e['time']} {e['seen']}: {e['action']} ({e['result']})"
             for e in events[-RECOVERIES_SHOWN:]
         ]
-    if info["cost_usd"] is None:
+    if info["target"] == "local":
+        # A local run's processes have no start time in the outputs and cost nothing billed.
+        lines.append("cost so far: $0.00 (a local run: this machine, no Google Cloud resources)")
+    elif info["cost_usd"] is None:
         lines.append(f"cost so far: - (not started; ${info['hourly_usd']:.2f}/hour at list price)")
     else:
         lines.append(

@@ -100,7 +100,9 @@ def headline(result: LocalRunResult) -> str:
     if result.done is None and stopped and (result.interrupted or result.stopped_at is not None):
         step = result.stopped_at if result.stopped_at is not None else result.step
         newest = result.saved_name or step_name(result.saved_step or 0)
-        if result.stopped_at is not None and result.saved_step == result.stopped_at:
+        # Compared with the step it stopped at however that was learnt (a stop record, else
+        # the last step logged): a checkpoint at that step was saved on the way out.
+        if result.saved_step == step:
             saved = f"checkpoint {newest} saved"
             return f"interrupted at step {step}; {saved}; run the same command to resume"
         if result.saved_step is not None:

@@ -72,7 +72,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_gcp import compute, container
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import labels_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components.a100_cluster._common import (
@@ -299,8 +299,8 @@ class A100Cluster(pulumi.ComponentResource):
         self, name: str, args: A100ClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("A100Cluster", A100ClusterArgs, args)
-        gpu = validate_args(args)
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        gpu = component_check("A100Cluster", validate_args, args)
+        labels = component_check("A100Cluster", labels_input, args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)
         # The nodes read the staging and checkpoint buckets from their first boot.
         deps = inherited_depends_on(opts)

@@ -35,7 +35,7 @@ from trainstack.components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
 )
-from trainstack.components.catalog.problems import pydantic_problem
+from trainstack.components.catalog.problems import did_you_mean, pydantic_problem
 from trainstack.components.gpu_startup import check_trainer, uses_torchrun
 from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
 
@@ -153,7 +153,8 @@ def _shape_problems(shape: A100Shape, p: str) -> list[str]:
     machine = catalog.A2_MACHINES.get(shape.machine_type)
     if machine is None:
         problems.append(
-            f"{p}machine_type: {shape.machine_type!r} is not a known A2 machine type; "
+            f"{p}machine_type: {shape.machine_type!r} is not a known A2 machine type"
+            f"{did_you_mean(shape.machine_type, catalog.A2_MACHINES)} "
             f"valid: {', '.join(catalog.A2_MACHINES)}"
         )
     elif machine.gpu_model is not None:

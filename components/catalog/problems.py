@@ -30,9 +30,28 @@ def quote(value: Any) -> str:
         return repr(value)
 
 
+def did_you_mean(value: Any, valid: Iterable[Any]) -> str:
+    """`; did you mean `x`?` naming the valid string nearest a misspelt string `value`
+    (`a2-higpu-1g` -> `a2-highgpu-1g`), else `;`: the separator before `valid:`."""
+    if not isinstance(value, str):
+        return ";"
+    scores = sorted(
+        ((difflib.SequenceMatcher(None, value, str(v)).ratio(), str(v)) for v in valid),
+        reverse=True,
+    )
+    # Only a clear winner at difflib's default cutoff (0.6): `a2-highgpu-3g` is as near
+    # `-1g` as `-8g`, and naming one of them would be a guess.
+    if not scores or scores[0][0] < 0.6 or (len(scores) > 1 and scores[1][0] == scores[0][0]):
+        return ";"
+    return f"; did you mean `{scores[0][1]}`?"
+
+
 def not_allowed(key: str, value: Any, valid: Iterable[Any]) -> str:
-    """`<key>: <value> is not allowed; valid: a, b, c` for a value outside a fixed set."""
-    return f"{key}: {quote(value)} is not allowed; valid: {', '.join(str(v) for v in valid)}"
+    """`<key>: <value> is not allowed; valid: a, b, c` for a value outside a fixed set, with
+    `did you mean `x`?` before `valid:` when a valid value is near."""
+    known = list(valid)
+    hint = did_you_mean(value, known)
+    return f"{key}: {quote(value)} is not allowed{hint} valid: {', '.join(str(v) for v in known)}"
 
 
 def is_int(value: Any) -> TypeGuard[int]:

@@ -92,7 +92,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 import pulumi
 from pulumi_gcp import logging, monitoring
 
-from trainstack.components._args import check_args
+from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import labels_input
 from trainstack.components.training_dashboard.alert import (
     ALERT_AUTO_CLOSE,
@@ -367,8 +367,10 @@ class TrainingDashboard(pulumi.ComponentResource):
         self, name: str, args: TrainingDashboardArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TrainingDashboard", TrainingDashboardArgs, args)
-        settings = _validate(args)
-        labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+        settings = component_check("TrainingDashboard", _validate, args)
+        labels = component_check(
+            "TrainingDashboard", labels_input, args.get("labels"), COMPONENT_LABEL
+        )
         log_scope, resource_scope = args["log_filter"], args["resource_filter"]
         plain = all(isinstance(v, str | Mapping) for v in (log_scope, resource_scope, labels))
         if plain:

@@ -57,7 +57,7 @@ ZONES_80 = ", ".join(catalog.A100_ZONES["A100 80GB"])
 # validator and the stack config.
 CONFIG_CASES = [
     ({"machine_type": "a2-highgpu-3g"}, f"machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: {A2}"),
-    ({"machine_type": "a2-ultragpu-16g"}, f"machine_type: 'a2-ultragpu-16g' is not a known A2 machine type; valid: {A2}"),
+    ({"machine_type": "a2-ultragpu-16g"}, f"machine_type: 'a2-ultragpu-16g' is not a known A2 machine type; did you mean `a2-ultragpu-1g`? valid: {A2}"),
     ({"machine_type": "n1-standard-8"}, f"machine_type: 'n1-standard-8' is not a known A2 machine type; valid: {A2}"),
     ({"machine_type": "a2-ultragpu-8g", "zone": "us-central1-b"}, f"zone: 'us-central1-b' does not offer A100 80GB (a2-ultragpu-8g); valid: {ZONES_80}"),
     ({"zone": "us-east4-c"}, f"zone: 'us-east4-c' does not offer A100 40GB (a2-highgpu-8g); valid: {ZONES_40}"),

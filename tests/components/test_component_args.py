@@ -196,9 +196,17 @@ TYPOS = [
 
 # A value of the wrong type per component and the exact problem it gets.
 WRONG_TYPES = [
-    ("ImageMirror", {"location": 5}, "ImageMirror.location: 5 is not a string"),
-    ("A100Cluster", {"node_count": "2"}, "A100Cluster.node_count: '2' is not an integer"),
-    ("TpuPodSlice", {"network_tags": "tag"}, "TpuPodSlice.network_tags: 'tag' is not a list"),
+    ("ImageMirror", {"location": 5}, "ImageMirror.location: 5 is not a string; valid: a string"),
+    (
+        "A100Cluster",
+        {"node_count": "2"},
+        "A100Cluster.node_count: '2' is not an integer; valid: an integer",
+    ),
+    (
+        "TpuPodSlice",
+        {"network_tags": "tag"},
+        "TpuPodSlice.network_tags: 'tag' is not a list; valid: a list",
+    ),
     (
         "VertexTrainingJob",
         {"spot": "yes"},
@@ -207,37 +215,53 @@ WRONG_TYPES = [
     (
         "TrainingBuckets",
         {"checkpoint_retention_days": "3"},
-        "TrainingBuckets.checkpoint_retention_days: '3' is not an integer",
+        "TrainingBuckets.checkpoint_retention_days: '3' is not an integer; valid: an integer 1-3650",
     ),
-    ("TrainingIdentity", {"secrets": "s"}, "TrainingIdentity.secrets: 's' is not a list"),
-    ("TrainingNetwork", {"subnet_cidr": 10}, "TrainingNetwork.subnet_cidr: 10 is not a string"),
+    (
+        "TrainingIdentity",
+        {"secrets": "s"},
+        "TrainingIdentity.secrets: 's' is not a list; valid: a list",
+    ),
+    (
+        "TrainingNetwork",
+        {"subnet_cidr": 10},
+        "TrainingNetwork.subnet_cidr: 10 is not a string; valid: a string",
+    ),
     (
         "TrainerPackage",
         {"requirements": ("torch",)},
-        "TrainerPackage.requirements: ('torch',) is a tuple, not a list",
+        "TrainerPackage.requirements: ('torch',) is a tuple, not a list; valid: a list",
     ),
     (
         "QuotaGuard",
         {"needs": [{"service": "s", "quota_id": "q", "dimensions": {}, "needed": "16"}]},
-        "QuotaGuard.needs[0].needed: '16' is not an integer",
+        "QuotaGuard.needs[0].needed: '16' is not an integer; valid: an integer",
     ),
     (
         "ProjectServices",
         {"services": ["compute.googleapis.com", 3]},
-        "ProjectServices.services[1]: 3 is not a string",
+        "ProjectServices.services[1]: 3 is not a string; valid: a string",
     ),
     (
         "KubernetesTrainingJob",
         {"gpus_per_node": 8.0},
-        "KubernetesTrainingJob.gpus_per_node: 8.0 is not an integer",
+        "KubernetesTrainingJob.gpus_per_node: 8.0 is not an integer; valid: an integer",
     ),
-    ("LocalTrainingJob", {"workers": "2"}, "LocalTrainingJob.workers: '2' is not an integer"),
+    (
+        "LocalTrainingJob",
+        {"workers": "2"},
+        "LocalTrainingJob.workers: '2' is not an integer; valid: an integer",
+    ),
     (
         "TrainingDashboard",
         {"labels": {"team": 1}},
-        "TrainingDashboard.labels.team: 1 is not a string",
+        "TrainingDashboard.labels.team: 1 is not a string; valid: a string",
     ),
-    ("TpuSupervisor", {"schedule": 5}, "TpuSupervisor.schedule: 5 is not a string"),
+    (
+        "TpuSupervisor",
+        {"schedule": 5},
+        "TpuSupervisor.schedule: 5 is not a string; valid: a string",
+    ),
 ]
 
 
@@ -367,19 +391,21 @@ def test_unions_name_every_member() -> None:
     base = COMPONENTS["VertexTrainingJob"][2]
     args = {**base, "reduction_server": {"replica_count": 1.5}}
     assert arg_problems("VertexTrainingJob", VertexTrainingJobArgs, args) == [
-        "VertexTrainingJob.reduction_server.replica_count: 1.5 is not an integer or 'auto'"
+        "VertexTrainingJob.reduction_server.replica_count: 1.5 is not an integer or 'auto'; "
+        "valid: an integer or 'auto'"
     ]
     local = {**COMPONENTS["LocalTrainingJob"][2], "trainer": "mlp"}
     assert arg_problems("LocalTrainingJob", LocalTrainingJobArgs, local) == [
-        "LocalTrainingJob.trainer: 'mlp' is not a TrainConfig or a mapping"
+        "LocalTrainingJob.trainer: 'mlp' is not a TrainConfig or a mapping; valid: a TrainConfig "
+        "or a mapping"
     ]
 
 
 def test_mapping_keys_and_values() -> None:
     args = {**COMPONENTS["TrainingNetwork"][2], "labels": {5: "x", "team": ["ml"]}}
     assert arg_problems("TrainingNetwork", TrainingNetworkArgs, args) == [
-        "TrainingNetwork.labels: key 5 is not a string",
-        'TrainingNetwork.labels.team: ["ml"] is not a string',
+        "TrainingNetwork.labels: key 5 is not a string; valid: keys that are a string",
+        'TrainingNetwork.labels.team: ["ml"] is not a string; valid: a string',
     ]
 
 
@@ -390,8 +416,8 @@ def test_an_int_is_a_number_and_a_bool_is_neither() -> None:
     )
     bools = {**local, "stop_grace_s": True, "workers": False}
     assert arg_problems("LocalTrainingJob", LocalTrainingJobArgs, bools) == [
-        "LocalTrainingJob.workers: false is not an integer",
-        "LocalTrainingJob.stop_grace_s: true is not a number",
+        "LocalTrainingJob.workers: false is not an integer; valid: an integer",
+        "LocalTrainingJob.stop_grace_s: true is not a number; valid: a number",
     ]
 
 

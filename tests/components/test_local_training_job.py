@@ -95,7 +95,7 @@ def test_deterministic_across_runs() -> None:
     ("override", "message"),
     [
         ({"workers": 0}, "workers: got 0; valid: an integer >= 1"),
-        ({"workers": True}, "LocalTrainingJob.workers: true is not an integer"),
+        ({"workers": True}, "LocalTrainingJob.workers: true is not an integer; valid: an integer"),
         ({"root": ""}, "root: got ''; valid: a non-empty path"),
         (
             {"trainer": {"steps": 0}},
@@ -107,19 +107,23 @@ def test_deterministic_across_runs() -> None:
         ),
         (
             {"trainer": "mlp"},
-            "LocalTrainingJob.trainer: 'mlp' is not a TrainConfig or a mapping",
+            "LocalTrainingJob.trainer: 'mlp' is not a TrainConfig or a mapping; valid: a TrainConfig or "
+            "a mapping",
         ),
         (
             {"env": {"A=B": "1"}},
             "env: got {'A=B': '1'}; valid: variable names (non-empty, no '=') mapped to strings",
         ),
-        ({"env": {"N": 1}}, "LocalTrainingJob.env.N: 1 is not a string"),
+        ({"env": {"N": 1}}, "LocalTrainingJob.env.N: 1 is not a string; valid: a string"),
         (
             {"stop_grace_s": 30},
             "stop_grace_s: got 30; valid: seconds > trainer.preemption_grace_s (30.0), the "
             "time the trainer may take to checkpoint after SIGTERM",
         ),
-        ({"stop_grace_s": "60"}, "LocalTrainingJob.stop_grace_s: '60' is not a number"),
+        (
+            {"stop_grace_s": "60"},
+            "LocalTrainingJob.stop_grace_s: '60' is not a number; valid: a number",
+        ),
         (
             {"labels": {"component": "x"}},
             "labels: 'component' is reserved by trainstack; valid: a key other than component, "
@@ -138,5 +142,6 @@ def test_invalid_args_raise_before_registering(override: dict[str, Any], message
         return {}
 
     run = run_program(program)
-    assert errors == [message]
+    prefixed = message if message.startswith("LocalTrainingJob.") else f"LocalTrainingJob.{message}"
+    assert errors == [prefixed]
     assert run.resources == []

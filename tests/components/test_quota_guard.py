@@ -191,5 +191,8 @@ def test_preflight_off_reads_nothing() -> None:
 
 
 def test_request_increases_needs_a_contact() -> None:
-    with pytest.raises(ValueError, match="^contact_email: required when request_increases"):
+    with pytest.raises(
+        ValueError,
+        match="^QuotaGuard.contact_email: required when request_increases is true; valid: an email address$",
+    ):
         run_program(lambda: {"g": QuotaGuard("g", {**NEEDS, "request_increases": True})})

@@ -341,4 +341,5 @@ def test_invalid_args_raise_before_anything_is_registered(
     with pytest.raises(ValueError) as info:
         _run(extra)
     if message is not None:
-        assert str(info.value) == message
+        prefixed = message if message.startswith("TpuPodSlice.") else f"TpuPodSlice.{message}"
+        assert str(info.value) == prefixed

@@ -200,9 +200,13 @@ def test_bad_input_names_the_key() -> None:
         supervisor_config("node", "projects/p/nodes/x", BODY, "b", "d")
     with pytest.raises(ValueError, match="is not a TPU queued name"):
         supervisor_config("queued", NODE, BODY, "b", "d")
-    with pytest.raises(ValueError, match=r"^schedule: 'hourly' is not a cron schedule"):
+    with pytest.raises(
+        ValueError, match=r"^TpuSupervisor.schedule: 'hourly' is not a cron schedule"
+    ):
         _run(schedule="hourly")
-    with pytest.raises(ValueError, match=r"^kind: 'gke' is not allowed; valid: node, queued$"):
+    with pytest.raises(
+        ValueError, match=r"^TpuSupervisor.kind: 'gke' is not allowed; valid: node, queued$"
+    ):
         _run(kind="gke")
     with pytest.raises(ArgsError, match=r"TpuSupervisor.schedul: unknown key"):
         _run(schedul="*/5 * * * *")

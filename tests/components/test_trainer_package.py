@@ -254,8 +254,8 @@ def test_malformed_requirements_are_value_errors(source_root: Path) -> None:
     with pytest.raises(ValueError) as error:
         _run(source_root, requirements=["", 'tf-keras"'])
     assert str(error.value) == (
-        "requirements[0]: '' is not a requirement; valid: a PEP 508 string without quotes or "
-        "newlines, e.g. 'tf-keras~=2.17.0'; requirements[1]: 'tf-keras\"' is not a "
-        "requirement; valid: a PEP 508 string without quotes or newlines, e.g. "
-        "'tf-keras~=2.17.0'"
+        "TrainerPackage.requirements[0]: '' is not a requirement; valid: a PEP 508 string "
+        "without quotes or newlines, e.g. 'tf-keras~=2.17.0'\n"
+        "TrainerPackage.requirements[1]: 'tf-keras\"' is not a requirement; valid: a PEP 508 "
+        "string without quotes or newlines, e.g. 'tf-keras~=2.17.0'"
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from trainstack.components._args import ArgsError
 from trainstack.components.training_buckets import TOKEN, TrainingBuckets, TrainingBucketsArgs
 from trainstack.infra.mocks import ProgramRun, run_program
 
@@ -204,7 +205,7 @@ def test_name_suffix_and_defaults() -> None:
         ),
         (
             {"checkpoint_retention_days": 7.5},
-            "TrainingBuckets.checkpoint_retention_days: 7.5 is not an integer",
+            "TrainingBuckets.checkpoint_retention_days: 7.5 is not an integer; valid: an integer 1-3650",
         ),
         (
             {"checkpoint_retention_days": 3651},
@@ -223,9 +224,11 @@ def test_name_suffix_and_defaults() -> None:
     ],
 )
 def test_validation_errors(overrides: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ArgsError) as info:
         _run(**overrides)
-    assert str(info.value) == message
+    # The shared validator's lines (the stack config's words) under the component's name.
+    prefixed = message if message.startswith("TrainingBuckets.") else f"TrainingBuckets.{message}"
+    assert str(info.value) == prefixed
 
 
 def test_same_program_registers_identical_inputs() -> None:

@@ -496,7 +496,10 @@ BAD_ARGS = [
         "gpu_backend applies only to target 'gpu_cluster', got 'gke' with target 'vertex'",
     ),
     ({"worker_count": 0}, "worker_count must be an integer >= 1, got 0"),
-    ({"worker_count": True}, "TrainingDashboard.worker_count: true is not an integer"),
+    (
+        {"worker_count": True},
+        "TrainingDashboard.worker_count: true is not an integer; valid: an integer",
+    ),
     ({"payload": "proto"}, "payload must be one of json, text, got 'proto'"),
     ({"stall_minutes": 1}, "stall_minutes must be an integer between 2 and 720, got 1"),
     ({"stall_minutes": 721}, "stall_minutes must be an integer between 2 and 720, got 721"),
@@ -555,7 +558,10 @@ def _rejected(overrides: dict[str, Any], error: type[Exception]) -> list[str]:
 def test_bad_args_raise_before_anything_is_registered(
     overrides: dict[str, Any], message: str
 ) -> None:
-    assert _rejected(overrides, ValueError) == [message]
+    prefixed = (
+        message if message.startswith("TrainingDashboard.") else f"TrainingDashboard.{message}"
+    )
+    assert _rejected(overrides, ValueError) == [prefixed]
 
 
 @pytest.mark.parametrize(
@@ -563,7 +569,7 @@ def test_bad_args_raise_before_anything_is_registered(
     [
         (
             {"notification_channels": CHANNEL},
-            f"TrainingDashboard.notification_channels: {CHANNEL!r} is not a list",
+            f"TrainingDashboard.notification_channels: {CHANNEL!r} is not a list; valid: a list",
         ),
         (
             {"alert_enabled": "yes"},

@@ -128,6 +128,10 @@ def test_headlines() -> None:
         "interrupted at step 42 before a checkpoint was saved; the newest is step-00000020; "
         "run the same command to resume from it"
     )
+    # SIGTERM with no stop record, at the step of the newest checkpoint: it was saved.
+    assert headline(_result(**stop, step=125, saved_step=125)) == (
+        "interrupted at step 125; checkpoint step-00000125 saved; run the same command to resume"
+    )
     assert headline(_result(**ctrl_c, step=3)) == (
         "interrupted at step 3 before any checkpoint was saved; run the same command to start again"
     )

@@ -99,6 +99,15 @@ def test_torch_xla_needs_torch_named_too(tmp_path: Path) -> None:
     ]
 
 
+def test_two_missing_frameworks_are_named_as_them_and_advised_once(tmp_path: Path) -> None:
+    code = _code(tmp_path, {"train.py": "import torch_xla\nimport torch\n", "req.txt": "fsspec\n"})
+    assert _errors(_config(code, requirements="req.txt")) == [
+        "trainer.requirements: your code imports torch (train.py:2), torch_xla (train.py:1), "
+        "which TPU runtime 'tpu-ubuntu2204-base' does not ship and req.txt does not name them, "
+        f"so it cannot start; {TORCH_VALID}"
+    ]
+
+
 @pytest.mark.parametrize(
     "requirements", ["torch~=2.5.0\nTorch_XLA[tpu]~=2.5.0\n", "torch >= 2.1  # a comment\n"]
 )

@@ -139,7 +139,11 @@ TARGETS = "valid: exactly one of tpu, gpu_cluster, vertex, local"
 
 CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     # --- top level
-    ("no target", {**PROJECT}, [f"trainstack: no compute target given; {TARGETS}"]),
+    (
+        "no target",
+        {**PROJECT, "trainstack:environment": "dev"},
+        [f"trainstack: no compute target given; {TARGETS}"],
+    ),
     ("two targets", {**GPU, **LOCAL}, [f"trainstack: 2 compute targets given (gpu_cluster, local); {TARGETS}"]),
     ("unknown key", {**LOCAL, "trainstack:foo": 1}, ["foo: unknown key; valid: environment, labels, buckets, quotas, limits, tpu, gpu_cluster, vertex, local, trainer"]),
     ("no namespace", {**LOCAL, "tpu": {}}, ["tpu: config key without a namespace; valid: trainstack:tpu or gcp:tpu"]),
@@ -187,7 +191,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("tpu torch", {**V4, "trainstack:trainer": {"framework": "torch"}}, ["trainer.framework: 'torch' is not supported on a tpu target (TPU runs the tensorflow trainer with TPUStrategy); valid: tensorflow"]),
     ("tpu strategy", {**V4, "trainstack:trainer": {"framework": "tensorflow", "strategy": "mirrored"}}, ["trainer.strategy: 'mirrored' is not supported on a tpu target; valid: tpu"]),
     # --- gpu_cluster
-    ("gpu machine", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-16g"), [f"gpu_cluster.machine_type: 'a2-ultragpu-16g' is not a known A2 machine type; valid: {A2}"]),
+    ("gpu machine", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-16g"), [f"gpu_cluster.machine_type: 'a2-ultragpu-16g' is not a known A2 machine type; did you mean `a2-ultragpu-1g`? valid: {A2}"]),
     ("gpu zone region", with_(GPU, "trainstack:gpu_cluster", zone="us-east1-b"), ["gpu_cluster.zone: 'us-east1-b' is not in gcp:region 'us-central1'; valid: a zone named us-central1-<zone>"]),
     ("gpu zone offer", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-8g", zone="us-central1-b"), ["gpu_cluster.zone: 'us-central1-b' does not offer A100 80GB (a2-ultragpu-8g); valid: asia-southeast1-c, europe-west4-a, us-central1-a, us-central1-c, us-east4-c, us-east5-b"]),
     ("gpu backend", with_(GPU, "trainstack:gpu_cluster", backend="slurm"), ["gpu_cluster.backend: 'slurm' is not allowed; valid: gke, gce"]),

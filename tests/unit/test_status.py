@@ -298,7 +298,7 @@ def test_local_status_from_the_log_and_checkpoints(tmp_path: Path) -> None:
         "step: 40\n"
         f"checkpoint: step 40 ({root}/checkpoints/mine/step-00000040)\n"
         "hosts: 0/0 up\n"
-        "cost so far: - (not started; $0.00/hour at list price)\n",
+        "cost so far: $0.00 (a local run: this machine, no Google Cloud resources)\n",
         "",
     )
 

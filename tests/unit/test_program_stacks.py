@@ -1,0 +1,119 @@
+"""Stacks of your own program beside trainstack stacks in one project: what `plan`,
+`policy --all` and `stacks` say about a stack file without `trainstack:` keys, and about a
+misspelt `trainstack` namespace.
+
+The project is test_program_plan's (its stacks `dev`, a clean program stack, and `broken`,
+whose program raises), plus a trainstack stack `loc` and a stack `typo` whose only key is
+`trainstak:local`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.unit.test_program_plan import write_project
+from trainstack.infra.cli import app
+from trainstack.infra.config import ConfigError, NotATrainstackStack, load_stack_config
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = write_project(tmp_path / "acme").resolve()
+    (root / "stacks" / "Pulumi.loc.yaml").write_text(
+        "config:\n  trainstack:local:\n    workers: 1\n"
+    )
+    (root / "stacks" / "Pulumi.typo.yaml").write_text(
+        "config:\n  trainstak:local:\n    workers: 1\n"
+    )
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.mark.parametrize("command", ["plan", "policy", "quota"])
+def test_a_program_stack_points_to_program(project: Path, command: str) -> None:
+    result = runner.invoke(app, [command, "--stack", "dev"])
+    # quota has no --program: the hint names plan, which has.
+    shown = "policy" if command == "policy" else "plan"
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        "error: stack 'dev' has no `trainstack:` keys, so it is not a trainstack stack; if it "
+        f"is a stack of your own Pulumi program, valid: trainstack {shown} --program {project} "
+        "--stack dev\n",
+    )
+
+
+def test_a_misspelt_namespace_gets_did_you_mean(project: Path) -> None:
+    result = runner.invoke(app, ["plan", "--stack", "typo"])
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "error: invalid stack config for 'typo':\n"
+        "trainstak:local: unknown namespace `trainstak:`; did you mean `trainstack:`? "
+        "valid: trainstack:local\n",
+    )
+
+
+def test_policy_all_checks_every_stack_then_exits_2_for_those_it_could_not(
+    project: Path,
+) -> None:
+    result = runner.invoke(app, ["policy", "--all"])
+    assert result.exit_code == 2
+    assert result.stdout.splitlines() == [
+        f"stack dev: clean (11 resources, 8 rules; your program, --program {project})",
+        "stack loc: clean (2 resources, 8 rules)",
+    ]
+    assert result.stderr == (
+        f"error: stack 'broken' not checked: --program {project}: stack 'broken': the program "
+        "raised ValueError at infra/__init__.py:13: acme:fail is 'yes'; valid: unset\n"
+        "error: invalid stack config for 'typo':\n"
+        "trainstak:local: unknown namespace `trainstak:`; did you mean `trainstack:`? "
+        "valid: trainstack:local\n"
+    )
+
+
+def test_policy_all_clean_with_a_program_stack_exits_0(project: Path) -> None:
+    (project / "stacks" / "Pulumi.broken.yaml").unlink()
+    (project / "stacks" / "Pulumi.typo.yaml").unlink()
+    result = runner.invoke(app, ["policy", "--all", "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    reports = json.loads(result.stdout)
+    assert [(r["stack"], r["resources"], r.get("program")) for r in reports] == [
+        ("dev", 11, str(project)),
+        ("loc", 2, None),
+    ]
+
+
+def test_stacks_marks_program_stacks(project: Path) -> None:
+    result = runner.invoke(app, ["stacks"])
+    assert (result.exit_code, result.stdout) == (0, "broken  program\ndev  program\nloc\ntypo\n")
+
+
+def test_load_stack_config_without_trainstack_keys() -> None:
+    with pytest.raises(NotATrainstackStack) as info:
+        load_stack_config({"gcp:project": "p", "acme:prefix": "x"})
+    assert str(info.value) == (
+        "the stack file has no `trainstack:` keys, so it is not a trainstack stack; valid: a "
+        "`trainstack:<target>` key (one of tpu, gpu_cluster, vertex, local), or, for a stack of "
+        "your own Pulumi program, `trainstack plan --program DIR --stack NAME`"
+    )
+
+
+def test_a_misspelt_namespace_beside_trainstack_keys_is_not_ignored() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_stack_config({"trainstack:local": {"workers": 1}, "trainstck:limits": {}})
+    assert str(info.value) == (
+        "trainstck:limits: unknown namespace `trainstck:`; did you mean `trainstack:`? "
+        "valid: trainstack:limits"
+    )
+
+
+def test_a_namespace_that_contains_trainstack_is_a_programs_own() -> None:
+    with pytest.raises(NotATrainstackStack):
+        load_stack_config({"mytrainstack:prefix": "x", "trainstacks:region": "y"})
