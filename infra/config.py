@@ -72,7 +72,7 @@ class NotATrainstackStack(ConfigError):
     def __init__(self) -> None:
         line = (
             f"the stack file has no `{NAMESPACE}:` keys, so it is not a trainstack stack; "
-            f"valid: a `{NAMESPACE}:<target>` key (one of {', '.join(section_names())}), or, for a "
+            f"valid: a `{NAMESPACE}:<target>` key (one of {', '.join(targets.sections())}), or, for a "
             "stack of your own Pulumi program, `trainstack plan --program DIR --stack NAME`"
         )
         super().__init__([line])

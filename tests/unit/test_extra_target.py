@@ -197,7 +197,7 @@ def test_the_stack_config_takes_and_checks_the_new_section(cpu_vms: CpuVms) -> N
         "named us-central1-<zone>"
     ]
     with pytest.raises(ConfigError) as info:
-        load_stack_config({"gcp:project": P})
+        load_stack_config({"gcp:project": P, "trainstack:environment": "dev"})
     assert info.value.errors == [
         "trainstack: no compute target given; valid: exactly one of tpu, gpu_cluster, "
         "vertex, local, cpu_vms"

@@ -144,7 +144,9 @@ def test_a_default_image_past_its_date_fails_the_component(
     monkeypatch.setenv("TRAINSTACK_TODAY", TODAY.isoformat())
     with pytest.raises(ValueError) as info:
         VertexTrainingJob("job", {**JOB_ARGS, "python_module": TORCH_MODULE})  # type: ignore[typeddict-item]
-    assert str(info.value) == DEFAULT_EXPIRED.replace("vertex.image_uri:", "python_module:")
+    assert str(info.value) == DEFAULT_EXPIRED.replace(
+        "vertex.image_uri:", "VertexTrainingJob.python_module:"
+    )
 
 
 def test_a_named_image_past_its_date_is_a_note_with_the_same_facts() -> None:

@@ -87,4 +87,6 @@ def test_the_component_refuses_it_on_its_default_image() -> None:
     }
     with pytest.raises(ValueError) as info:
         VertexTrainingJob("job", args)  # type: ignore[arg-type]
-    assert str(info.value) == _default_image_message("", "container_image_uri")
+    assert str(info.value) == "VertexTrainingJob." + _default_image_message(
+        "", "container_image_uri"
+    )
