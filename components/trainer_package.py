@@ -51,7 +51,7 @@ from pulumi_gcp import storage
 from trainstack import trainers
 from trainstack.components._args import check_args
 from trainstack.components._naming import labels_input
-from trainstack.infra.project import find_project
+from trainstack.components._project import find_project
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 from trainstack.trainers.common.user_code import source_files
 
@@ -106,7 +106,7 @@ class TrainerPackageArgs(TypedDict):
     `trainstack.trainers` (read only)."""
     build_dir: NotRequired[str]
     """Folder the sdist is written to. Default: `.trainstack/build/` of the project of the
-    current folder (`trainstack.infra.project.find_project`; under `pulumi up`, the Pulumi
+    current folder (`trainstack.components._project.find_project`; under `pulumi up`, the Pulumi
     project)."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Extra labels, written as custom metadata on the uploaded object (objects have no

@@ -1,9 +1,10 @@
 """Where a stack's files are read from and where its runs write: your project, never the install.
 
-- `find_project()`: the nearest folder upward from the current one holding `Pulumi.yaml` is
-  the project; its stacks are in its `stackConfigDir` (else beside Pulumi.yaml) and its run
-  state in `<root>/.trainstack/` (`local/<key>/` per local run, `build/` for packages).
-  Without a Pulumi.yaml anywhere up, the current folder is all three.
+- `find_project()` (in `trainstack.components._project`, which the components share): the
+  nearest folder upward from the current one holding `Pulumi.yaml` is the project; its
+  stacks are in its `stackConfigDir` (else beside Pulumi.yaml) and its run state in
+  `<root>/.trainstack/` (`local/<key>/` per local run, `build/` for packages). Without
+  a Pulumi.yaml anywhere up, the current folder is all three.
 - `BUNDLED_ROOT`: the folder holding the bundled `stacks/` and `examples/` (the repository,
   or `trainstack/` in site-packages, where the wheel ships them as package data). A bundled
   stack is named `example:NAME` and only ever read from there.
@@ -27,79 +28,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import yaml
+from trainstack.components._project import (
+    PROJECT_FILE,
+    STATE_DIR_NAME,
+    Project,
+    ProjectFileError,
+    find_project,
+)
 
-PROJECT_FILE: Final = "Pulumi.yaml"
-STATE_DIR_NAME: Final = ".trainstack"
+__all__ = [
+    "BUNDLED_ROOT",
+    "EXAMPLE_PREFIX",
+    "PROJECT_FILE",
+    "STATE_DIR_NAME",
+    "Project",
+    "ProjectFileError",
+    "StackPlace",
+    "bundled_stacks_dir",
+    "current_place",
+    "example_place",
+    "file_place",
+    "find_project",
+    "place_scope",
+    "placed",
+    "project_place",
+    "set_place",
+]
+
 EXAMPLE_PREFIX: Final = "example:"
 BUNDLED_ROOT: Final = Path(__file__).resolve().parents[1]
 """Holds the bundled `stacks/` and `examples/`: the repository root in a checkout (this file
 is `infra/project.py`, reached through the `trainstack/infra` link), `site-packages/trainstack`
 in an installed wheel (which ships them there as package data)."""
-
-
-@dataclass(frozen=True)
-class Project:
-    """A Pulumi project folder: its stacks and the state trainstack keeps for it."""
-
-    root: Path
-    """The folder holding Pulumi.yaml (or the current folder when none is found)."""
-    stacks_dir: Path
-    """`root / stackConfigDir` when Pulumi.yaml sets it, else `root`."""
-
-    @property
-    def state_dir(self) -> Path:
-        """`<root>/.trainstack`: local runs and build folders."""
-        return self.root / STATE_DIR_NAME
-
-    @property
-    def build_dir(self) -> Path:
-        """Where packages (trainer sdist, supervisor zip) are built."""
-        return self.state_dir / "build"
-
-    def local_dir(self, key: str) -> Path:
-        """The folder of local run `key` (`StackPlace.key`)."""
-        return self.state_dir / "local" / key
-
-
-class ProjectFileError(ValueError):
-    """A Pulumi.yaml that cannot be read as a project file."""
-
-
-def find_project(start: Path | None = None) -> Project:
-    """The nearest project at or above `start` (default: the current folder).
-
-    As the Pulumi CLI finds it: the closest folder upward holding the project file, stack
-    files in `<that folder>/<stackConfigDir>` (pulumi/pulumi at 1b59498,
-    sdk/go/common/workspace/paths.go:87-92 `ProjectStackPath`, :103-128
-    `DetectProjectPathFrom`). Pulumi also takes Pulumi.yml and Pulumi.json (:212-221,
-    sdk/go/common/encoding/marshal.go:38-43); trainstack reads Pulumi.yaml projects only."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        path = folder / PROJECT_FILE
-        if path.is_file():
-            return Project(root=folder, stacks_dir=folder / _stack_config_dir(path))
-    return Project(root=here, stacks_dir=here)
-
-
-def _stack_config_dir(path: Path) -> str:
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(exc, "problem", None) or getattr(exc, "strerror", None) or str(exc)
-        raise ProjectFileError(
-            f"{path}: not a readable Pulumi project file ({' '.join(str(reason).split())}"
-            f"{where}); valid: a YAML mapping with `name` and `runtime`"
-        ) from None
-    value = document.get("stackConfigDir", ".") if isinstance(document, dict) else "."
-    if not isinstance(value, str) or not value:
-        raise ProjectFileError(
-            f"{path}: stackConfigDir: {value!r} is not a folder; valid: a path relative to "
-            "Pulumi.yaml"
-        )
-    return value
 
 
 def bundled_stacks_dir() -> Path:

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trainstack.components.catalog.batch import WorldSize
 from trainstack.trainers.common.config import TF_STRATEGIES, TrainConfig
+from trainstack.trainers.common.user_code import DEFAULT_LAUNCHER, CodeRules, UserLauncher
 from trainstack.trainers.user_code import OMPI_ENV
 
 if TYPE_CHECKING:
@@ -96,6 +97,12 @@ class Target(ABC):
     """The pydantic model of that section."""
     managed_hosts: ClassVar[str | None] = None
     """`trainstack status` says this instead of listing hosts (the platform manages them)."""
+    launchers: ClassVar[tuple[UserLauncher, ...]] = ("torchrun", "node")
+    """The launchers your code may use here (`trainer.launcher`)."""
+    default_launcher: ClassVar[UserLauncher] = DEFAULT_LAUNCHER
+    """Your code's launcher when `trainer.launcher` is unset."""
+    runs_image: ClassVar[bool] = False
+    """Its machines run a container, so your code may come as `trainer.image`."""
 
     def claims(self, section: Any) -> bool:
         """Whether a parsed section of `self.section` is this target's (several targets may
@@ -112,6 +119,13 @@ class Target(ABC):
     @abstractmethod
     def section_problems(self, section: Any, region: str | None, trainer: Any) -> list[str]:
         """The section's cross-key and catalog problems (`trainer` may be None)."""
+
+    def code_rules(self) -> CodeRules:
+        """What your code may use here, as the trainers' checks take it
+        (`trainstack.trainers.common.user_code.user_code_problems`)."""
+        return CodeRules(
+            self.section, self.launchers, self.default_launcher, self.runs_image, image_sections()
+        )
 
     def code_problems(self, section: Any, trainer: StackTrainer) -> list[str]:
         """Your code's keys that this target cannot run."""
@@ -294,6 +308,11 @@ def sections() -> dict[str, type[BaseModel]]:
     for target in _REGISTRY.values():
         out.setdefault(target.section, target.model)
     return out
+
+
+def image_sections() -> tuple[str, ...]:
+    """The stack sections whose targets run a container, in registration order."""
+    return tuple(dict.fromkeys(t.section for t in _REGISTRY.values() if t.runs_image))
 
 
 def by_section(section: str) -> list[Target]:

@@ -157,6 +157,10 @@ class Tpu(CloudTarget):
     section = "tpu"
     model = TpuConfig
     own_network = True
+    # A TPU host runs one process that drives all its chips (JAX, TensorFlow, PyTorch/XLA's
+    # PJRT runtime); torchrun's one-process-per-device model does not apply.
+    launchers = ("node",)
+    default_launcher = "node"
 
     # ------------------------------------------------------------------ config
 

@@ -85,6 +85,7 @@ class Vertex(CloudTarget):
     section = "vertex"
     model = VertexConfig
     managed_hosts = "managed by Vertex AI"
+    runs_image = True
 
     # ------------------------------------------------------------------ config
 
@@ -172,7 +173,7 @@ class Vertex(CloudTarget):
 
     def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
         vx = _vx(cfg)
-        launcher = code.launcher_for(cfg.target)
+        launcher = code.launcher_for(self.default_launcher)
         return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
 
     def node_launcher_env(self, cfg: StackConfig) -> list[str]:

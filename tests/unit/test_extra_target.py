@@ -72,6 +72,9 @@ class CpuVms(CloudTarget):
     section = "cpu_vms"
     model = CpuVmsConfig
     own_network = True
+    # One process per VM: what your code may use here reaches the config checks as data.
+    launchers = ("node",)
+    default_launcher = "node"
 
     def section_problems(
         self, section: CpuVmsConfig, region: str | None, trainer: StackTrainer | None
@@ -122,6 +125,9 @@ class CpuVms(CloudTarget):
                     "scopes": ["cloud-platform"],
                 },
                 labels=dict(ctx.labels),
+                metadata=None
+                if ctx.node_args is None
+                else {"node-args": ctx.node_args.apply(json.dumps)},
                 opts=ctx.after_grants,
             )
         log_filter, resource_filter = gce_filters(ctx.deployment, f"^{ctx.deployment}-cpu-")
@@ -259,6 +265,34 @@ def test_it_plans_and_estimates(cpu_vms: CpuVms) -> None:
         "storage.googleapis.com",
     ]
     assert plan["outputs"]["instance_names"] == [f"{STACK}-cpu-0", f"{STACK}-cpu-1"]
+
+
+def test_it_runs_your_own_code(cpu_vms: CpuVms, tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"]}
+    config = {**CONFIG, "trainstack:trainer": trainer}
+    plan = build_plan(STACK, config)
+    entry = plan["code"]
+    assert (entry["launcher"], entry["launcher_from"], entry["world_size"], entry["runs_on"]) == (
+        "node",
+        "the default on cpu_vms",
+        2,
+        "Debian 12",
+    )
+    vm = next(r for r in plan["resources"] if r["name"] == f"{STACK}-cpu-0")
+    args = json.loads(vm["inputs"]["metadata"]["node-args"])
+    assert (args[0], args[-3:]) == ("--launcher=node", ["--", "python", "train.py"])
+    # The target's own rules, with the messages' list of targets that run a container.
+    bad = {**trainer, "launcher": "torchrun", "image": "img:1"}
+    with pytest.raises(ConfigError) as info:
+        load_stack_config({**config, "trainstack:trainer": bad})
+    assert info.value.errors == [
+        "trainer.launcher: 'torchrun' is not allowed on a cpu_vms target; valid: node",
+        "trainer.image: not supported on a cpu_vms target (it runs no container); valid: "
+        "trainer.source, or a target of gpu_cluster, vertex",
+    ]
 
 
 def test_status_reads_it(cpu_vms: CpuVms, tmp_path: Path) -> None:
