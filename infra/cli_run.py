@@ -71,7 +71,7 @@ def status(
         return
     if stack is not None or config_file is not None:  # a job alone needs no stack
         name, cfg = validated(stack, config_file)
-        if cfg.vertex is None:
+        if not target_of(cfg).reads_jobs:
             raise fail(
                 f"--job: status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}; "
                 "valid: --job with a vertex stack, or --job alone"

@@ -14,32 +14,24 @@ import importlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from trainstack.components.catalog.replace_on_change import in_place_paths, replace_paths
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.fingerprint import STATE_KEYS
 
+if TYPE_CHECKING:
+    from trainstack.infra.targets.base import RunResource
+
 Action = Literal["replace", "change", "change (may replace)", "none"]
 
+# The trainer's resources whose inputs the checkpoint and settings readers below know; what
+# each target registers that runs the trainer, and its dynamic provider, it declares itself
+# (`trainstack.infra.targets.base.RunResource`).
 LOCAL_RUN: Final = "pulumi-python:dynamic/local:TrainingRun"
 CUSTOM_JOB: Final = "pulumi-python:dynamic/vertex:CustomJob"
 TUNING_JOB: Final = "pulumi-python:dynamic/vertex:HyperparameterTuningJob"
 QUEUED_TPU: Final = "pulumi-python:dynamic/tpu:QueuedResource"
-
-DYNAMIC_PROVIDERS: Final[dict[str, tuple[str, str, dict[str, Any]]]] = {
-    # base_dir only resolves a relative root when processes start; diff never reads it.
-    LOCAL_RUN: ("trainstack.components._local_provider", "LocalRunProvider", {"base_dir": "."}),
-    CUSTOM_JOB: ("trainstack.components._vertex_provider", "VertexJobProvider", {}),
-    TUNING_JOB: ("trainstack.components._vertex_provider", "VertexJobProvider", {}),
-    QUEUED_TPU: ("trainstack.components._tpu_queued_provider", "QueuedResourceProvider", {}),
-}
-"""Dynamic resource type -> (module, provider class, constructor arguments)."""
-
-TRAINING_TYPES: Final = frozenset(
-    {LOCAL_RUN, CUSTOM_JOB, TUNING_JOB, QUEUED_TPU, "gcp:tpu/v2Vm:V2Vm", "kubernetes:batch/v1:Job"}
-)
-"""Types whose creation starts the trainer, so that replacing one relaunches training."""
 
 INSTANCE_TEMPLATE: Final = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP_MANAGER: Final = "gcp:compute/instanceGroupManager:InstanceGroupManager"
@@ -82,8 +74,17 @@ def _covered(path: str, table: Iterable[str]) -> bool:
     return any(plain == t or plain.startswith(t + ".") or t.startswith(plain + ".") for t in table)
 
 
-def _dynamic(type_: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
-    module, cls, kwargs = DYNAMIC_PROVIDERS[type_]
+def _run_resource(type_: str) -> RunResource | None:
+    # Imported here: the target modules import this module's type names.
+    from trainstack.infra.targets import run_resource
+
+    return run_resource(type_)
+
+
+def _dynamic(
+    provided: tuple[str, str, Mapping[str, Any]], old: Mapping[str, Any], new: Mapping[str, Any]
+) -> Verdict:
+    module, cls, kwargs = provided
     provider = getattr(importlib.import_module(module), cls)(**kwargs)
     olds = {k: v for k, v in old.items() if k != "__provider"}
     news = {k: v for k, v in new.items() if k != "__provider"}
@@ -109,8 +110,9 @@ def classify(
     changed = list(changed)
     if not changed:
         return Verdict("change")  # only options (protect, parent) differ: no input to replace on
-    if type_ in DYNAMIC_PROVIDERS:
-        return _dynamic(type_, old, new)
+    resource = _run_resource(type_)
+    if resource is not None and resource.provider is not None:
+        return _dynamic(resource.provider, old, new)
     found = replace_paths(type_)
     if found is None:
         return Verdict("change (may replace)", unknown=tuple(changed))
@@ -269,7 +271,7 @@ def relaunch_note(
         if group is None:
             return None
         lead = f"group `{group}` (PROACTIVE update policy) recreates every VM, which relaunches"
-    elif new["type"] not in TRAINING_TYPES:
+    elif _run_resource(new["type"]) is None:
         return None
     before, after = checkpoint_dir(old), checkpoint_dir(new)
     what = "tuning" if new["type"] == TUNING_JOB else "training"

@@ -27,7 +27,7 @@ target").
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -62,6 +62,20 @@ class Section(BaseModel):
     """Base of every stack section model: unknown keys are errors, values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class RunResource:
+    """A resource type a target registers whose creation starts its trainer: `trainstack
+    plan` says what it runs and `plan-diff` that replacing it relaunches training."""
+
+    type: str
+    """The Pulumi type token, e.g. `pulumi-python:dynamic/vertex:CustomJob`."""
+    provider: tuple[str, str, Mapping[str, Any]] | None = None
+    """A dynamic resource's provider (module, class, constructor arguments): plan-diff asks
+    its own `diff`, as the engine does."""
+    describe: Callable[[Mapping[str, Any]], list[str]] | None = None
+    """The text plan's lines saying what it runs, read from its inputs."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,10 @@ class Target(ABC):
     """The launchers your code may use here (`trainer.launcher`)."""
     default_launcher: ClassVar[UserLauncher] = DEFAULT_LAUNCHER
     """Your code's launcher when `trainer.launcher` is unset."""
+    run_resources: ClassVar[tuple[RunResource, ...]] = ()
+    """The resource types it registers whose creation starts the trainer."""
+    reads_jobs: ClassVar[bool] = False
+    """`trainstack status --job` reads this target's jobs by resource name (Vertex AI)."""
     runs_image: ClassVar[bool] = False
     """Its machines run a container, so your code may come as `trainer.image`."""
 
@@ -313,6 +331,16 @@ def sections() -> dict[str, type[BaseModel]]:
 def image_sections() -> tuple[str, ...]:
     """The stack sections whose targets run a container, in registration order."""
     return tuple(dict.fromkeys(t.section for t in _REGISTRY.values() if t.runs_image))
+
+
+def run_resource(type_: str) -> RunResource | None:
+    """What a registered target declares about resource type `type_` (None: not a resource
+    that runs the trainer)."""
+    for target in _REGISTRY.values():
+        for resource in target.run_resources:
+            if resource.type == type_:
+                return resource
+    return None
 
 
 def by_section(section: str) -> list[Target]:

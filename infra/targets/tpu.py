@@ -50,9 +50,11 @@ from trainstack.infra.outputs import (
     OUTPUT_TPU_HOSTS,
     OUTPUT_WORKER_IPS,
 )
+from trainstack.infra.plan_replace import QUEUED_TPU
+from trainstack.infra.plan_runs import number
 from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
 from trainstack.infra.stack_outputs import require
-from trainstack.infra.targets.base import CloudTarget, ComposeContext, Section
+from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, Section
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
 
@@ -152,6 +154,28 @@ def _tpu(cfg: StackConfig) -> TpuConfig:
     return cast(TpuConfig, cfg.compute)
 
 
+def tpu_lines(body: Any) -> list[str]:
+    if not isinstance(body, Mapping):
+        return [f"queued resource body {body}"]
+    specs = body.get("tpu", {}).get("nodeSpec", [])
+    tier = "spot" if "spot" in body else "guaranteed" if "guaranteed" in body else "on-demand"
+    lines = []
+    for spec in specs:
+        node = spec.get("node", {})
+        config = node.get("acceleratorConfig") or {}
+        accelerator = node.get("acceleratorType") or (
+            f"{config.get('type')} topology {config.get('topology')}"
+        )
+        count = (spec.get("multisliceParams") or {}).get("nodeCount", 1)
+        lines.append(
+            f"{number(count)} x TPU {accelerator}, runtime {node.get('runtimeVersion')}, "
+            f"{tier}, in {spec.get('parent')}"
+        )
+    if "reservationName" in body:
+        lines.append(f"reservation {body['reservationName']}")
+    return lines
+
+
 class Tpu(CloudTarget):
     name = "tpu"
     section = "tpu"
@@ -161,6 +185,14 @@ class Tpu(CloudTarget):
     # PJRT runtime); torchrun's one-process-per-device model does not apply.
     launchers = ("node",)
     default_launcher = "node"
+    run_resources = (
+        RunResource(
+            QUEUED_TPU,
+            ("trainstack.components._tpu_queued_provider", "QueuedResourceProvider", {}),
+            lambda inputs: tpu_lines(inputs.get("body")),
+        ),
+        RunResource("gcp:tpu/v2Vm:V2Vm"),
+    )
 
     # ------------------------------------------------------------------ config
 

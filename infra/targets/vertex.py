@@ -51,6 +51,7 @@ from trainstack.infra.targets.vertex_image import (
     vertex_module,
     vertex_plan_notes,
 )
+from trainstack.infra.targets.vertex_runs import RUN_RESOURCES
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
@@ -86,6 +87,8 @@ class Vertex(CloudTarget):
     model = VertexConfig
     managed_hosts = "managed by Vertex AI"
     runs_image = True
+    reads_jobs = True
+    run_resources = RUN_RESOURCES
 
     # ------------------------------------------------------------------ config
 
