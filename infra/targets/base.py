@@ -268,6 +268,13 @@ class CloudTarget(Target):
     ) -> dict[str, Any]:
         """`state`, `hosts`, `started`, `ended` of the deployed compute."""
 
+    def recoveries(
+        self, cfg: StackConfig, outputs: dict[str, Any], endpoints: Mapping[str, str]
+    ) -> list[dict[str, Any]] | None:
+        """What the platform did to keep the run going, oldest first, for `trainstack status`
+        (None: the stack records none)."""
+        return None
+
     @abstractmethod
     def log_filter(
         self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None

@@ -3,6 +3,7 @@ queued slices (`TpuSupervisor`). Stack section `trainstack:tpu`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import pulumi
 
 from trainstack.components import catalog as facts
-from trainstack.components._google_api import build_client
+from trainstack.components._google_api import ApiError, NotFoundError, build_client, execute
 from trainstack.components._naming import gcp_name
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
@@ -39,8 +40,8 @@ from trainstack.components.tpu_supervisor import (
 from trainstack.components.training_dashboard.targets import tpu_filter_text
 from trainstack.infra import catalog
 from trainstack.infra.code_frameworks import tpu_framework_problems
-from trainstack.infra.google_reads import get_or_none
-from trainstack.infra.logs import check_worker, log_query
+from trainstack.infra.google_reads import POLICY, get_or_none
+from trainstack.infra.logs import LogsError, check_worker, log_query
 from trainstack.infra.outputs import (
     OUTPUT_CHECKPOINT_DIR,
     OUTPUT_CONSOLE_URL,
@@ -174,6 +175,20 @@ def tpu_lines(body: Any) -> list[str]:
     if "reservationName" in body:
         lines.append(f"reservation {body['reservationName']}")
     return lines
+
+
+def _supervisor_events(uri: str, ep: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The TPU supervisor's events (components/supervisor/main.py), oldest first."""
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    objects = build_client("storage.v1", api_endpoint=ep.get("storage")).objects()
+    try:
+        raw = execute(objects.get_media(bucket=bucket, object=name), POLICY)
+    except NotFoundError:
+        return []  # no action recorded yet
+    except ApiError as exc:
+        raise LogsError(f"cannot read {uri}: {exc.message}") from None
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 class Tpu(CloudTarget):
@@ -377,6 +392,14 @@ class Tpu(CloudTarget):
             for i, point in enumerate(node.get("networkEndpoints", []))
         ]
         return {"state": state, "hosts": hosts, "started": node.get("createTime"), "ended": None}
+
+    def recoveries(
+        self, cfg: StackConfig, outputs: dict[str, Any], endpoints: Mapping[str, str]
+    ) -> list[dict[str, Any]] | None:
+        # Spot and queued slices: the supervisor's actions, the JSON lines of its events
+        # object (GCS JSON API `objects.get`, media).
+        uri = outputs.get(OUTPUT_SUPERVISOR_EVENTS)
+        return _supervisor_events(str(uri), endpoints) if uri else None
 
     def log_filter(
         self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
