@@ -129,9 +129,9 @@ def stack_status(
         part["step"] = _cloud_step(cfg, stack, outputs, endpoints)
         part["checkpoint"] = _gcs_checkpoint(ckpt_dir, endpoints)
         part["checkpoint_dir"] = ckpt_dir
-        recoveries = target.recoveries(cfg, outputs, endpoints)
-        if recoveries is not None:
-            part["recoveries"] = recoveries
+        actions = target.recoveries(cfg, outputs, endpoints)
+        if actions is not None:
+            part["recoveries"] = actions
     hours = None
     if part["started"]:
         end = parse_time(part["ended"]) if part["ended"] else now

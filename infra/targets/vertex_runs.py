@@ -19,7 +19,11 @@ from trainstack.infra.targets.base import RunResource
 # `_SPEC_ORDERS`); pool 2 is a Reduction Server when it runs Google's reductionserver image.
 POOL_ROLES: Final = ("chief", "workers", "parameter servers", "evaluators")
 REDUCTION_SERVER_IMAGE: Final = "/vertex-ai-restricted/training/reductionserver:"
-_PROVIDER: Final = ("trainstack.components._vertex_provider", "VertexJobProvider", {})
+_PROVIDER: Final[tuple[str, str, dict[str, Any]]] = (
+    "trainstack.components._vertex_provider",
+    "VertexJobProvider",
+    {},
+)
 
 
 def _pool_line(index: int, pool: Mapping[str, Any]) -> str:
