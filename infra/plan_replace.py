@@ -25,13 +25,6 @@ if TYPE_CHECKING:
 
 Action = Literal["replace", "change", "change (may replace)", "none"]
 
-# The trainer's resources whose inputs the checkpoint and settings readers below know; what
-# each target registers that runs the trainer, and its dynamic provider, it declares itself
-# (`trainstack.infra.targets.base.RunResource`).
-LOCAL_RUN: Final = "pulumi-python:dynamic/local:TrainingRun"
-CUSTOM_JOB: Final = "pulumi-python:dynamic/vertex:CustomJob"
-TUNING_JOB: Final = "pulumi-python:dynamic/vertex:HyperparameterTuningJob"
-QUEUED_TPU: Final = "pulumi-python:dynamic/tpu:QueuedResource"
 
 INSTANCE_TEMPLATE: Final = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP_MANAGER: Final = "gcp:compute/instanceGroupManager:InstanceGroupManager"
@@ -45,7 +38,7 @@ With REFRESH or NONE the group still does what a change needs, but which changes
 restart is not modelled here, so only these two minimal actions get the note."""
 
 _CHECKPOINT_FLAG = re.compile(r"--checkpoint_dir=([^\s\"'\\)]+)")
-_RUN_NAME_FLAG = re.compile(r"--run_name=([^\s\"'\\)]+)")
+RUN_NAME_FLAG = re.compile(r"--run_name=([^\s\"'\\)]+)")
 _CHECKPOINT_ENV = re.compile(r"TRAINSTACK_CHECKPOINT_DIR=([^\s\"'\\)]+)")
 
 
@@ -75,7 +68,7 @@ def _covered(path: str, table: Iterable[str]) -> bool:
 
 
 def _run_resource(type_: str) -> RunResource | None:
-    # Imported here: the target modules import this module's type names.
+    # Imported here: the target modules import this module (vertex_runs: its input readers).
     from trainstack.infra.targets import run_resource
 
     return run_resource(type_)
@@ -136,15 +129,15 @@ def classify(
 # -- what a relaunched run starts from ---------------------------------------------------
 
 
-def _strings(value: Any) -> Iterable[str]:
+def input_strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _strings(item)
+            yield from input_strings(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from input_strings(item)
 
 
 def _env_value(value: Any, name: str) -> str | None:
@@ -166,39 +159,19 @@ def checkpoint_dir(resource: Mapping[str, Any]) -> str | None:
     """Where a training resource's run keeps the checkpoints it resumes from, read from its
     inputs the way the launch resolves it; None when the inputs do not say."""
     inputs = resource["inputs"]
-    if resource["type"] == LOCAL_RUN:
-        # trainers/local.py prepare_run and trainers/local_code.py: the trainer's own
-        # checkpoint_dir, else <root>/checkpoints/<run_name>.
-        trainer = inputs.get("trainer") or {}
-        if trainer.get("checkpoint_dir"):
-            return str(trainer["checkpoint_dir"])
-        if inputs.get("root") and trainer.get("run_name"):
-            return f"{inputs['root']}/checkpoints/{trainer['run_name']}"
-        return None
+    run = _run_resource(resource["type"])
+    own = run.checkpoint_dir if run is not None else None
+    if own is not None and run is not None and run.checkpoint_first:
+        return own(inputs)
     # A --checkpoint_dir flag (the bundled trainers) or your code's TRAINSTACK_CHECKPOINT_DIR
-    # wins over Vertex's AIP_CHECKPOINT_DIR (trainers/torch_ddp/train.py, trainers/user_code.py).
-    flags = [m for s in _strings(inputs) for m in _CHECKPOINT_FLAG.findall(s)]
-    flags += [m for s in _strings(inputs) for m in _CHECKPOINT_ENV.findall(s)]
+    # wins over the platform's own folder (e.g. Vertex's AIP_CHECKPOINT_DIR;
+    # trainers/torch_ddp/train.py, trainers/user_code.py).
+    flags = [m for s in input_strings(inputs) for m in _CHECKPOINT_FLAG.findall(s)]
+    flags += [m for s in input_strings(inputs) for m in _CHECKPOINT_ENV.findall(s)]
     env = _env_value(inputs, "TRAINSTACK_CHECKPOINT_DIR")
     if env or flags:
         return env or flags[-1]
-    if resource["type"] in (CUSTOM_JOB, TUNING_JOB):
-        body = inputs.get("body") or {}
-        spec = body.get("jobSpec") or body.get("trialJobSpec") or {}
-        prefix = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix")
-        if not prefix:
-            return None
-        # Vertex's AIP_CHECKPOINT_DIR: <baseOutputDirectory>/checkpoints/, per trial
-        # <baseOutputDirectory>/<trial id>/checkpoints/ (aiplatform v1 discovery document,
-        # CustomJobSpec.baseOutputDirectory).
-        trial = "/<trial id>" if resource["type"] == TUNING_JOB else ""
-        # The bundled trainers keep each run in its own folder below it (--run_name); a
-        # tuning trial's also carries its settings' fingerprint
-        # (trainstack.trainers.common.checkpoint.run_checkpoint_dir).
-        runs = [m for s in _strings(inputs) for m in _RUN_NAME_FLAG.findall(s)]
-        run = f"/{runs[-1]}" if runs else ""
-        return f"{prefix.rstrip('/')}{trial}/checkpoints{run}"
-    return None
+    return own(inputs) if own is not None else None
 
 
 def _flag_value(text: str, key: str) -> str | None:
@@ -212,19 +185,17 @@ def state_settings(resource: Mapping[str, Any]) -> dict[str, str]:
     flags in the inputs (the first), a key with neither at TrainConfig's default. A tuning
     job's tuned keys are left out: each trial sets its own."""
     inputs = resource["inputs"]
-    trainer = inputs.get("trainer") if resource["type"] == LOCAL_RUN else None
+    run = _run_resource(resource["type"])
+    trainer = run.settings(inputs) if run is not None and run.settings is not None else None
     # A script's flags are read from its lines that also pass --run_name (the trainer's
     # command line), not from the examples in its comments and docstrings.
     texts = [
         line
-        for text in _strings(inputs)
+        for text in input_strings(inputs)
         for line in text.splitlines() or [text]
         if "\n" not in text or "--run_name=" in line
     ]
-    tuned = set()
-    if resource["type"] == TUNING_JOB:
-        params = ((inputs.get("body") or {}).get("studySpec") or {}).get("parameters") or []
-        tuned = {p.get("parameterId") for p in params if isinstance(p, Mapping)}
+    tuned = run.tuned(inputs) if run is not None and run.tuned is not None else set()
     found: dict[str, str] = {}
     for key in STATE_KEYS:
         if key in tuned:
@@ -274,12 +245,14 @@ def relaunch_note(
     elif _run_resource(new["type"]) is None:
         return None
     before, after = checkpoint_dir(old), checkpoint_dir(new)
-    what = "tuning" if new["type"] == TUNING_JOB else "training"
+    run = _run_resource(new["type"])
+    tuning = run is not None and run.tuned is not None
+    what = "tuning" if tuning else "training"
     if after is None:
         return f"{lead} {what}; the plan does not say where its checkpoints are"
     changed = _state_changes(old, new)
     if before == after:
-        if new["type"] == TUNING_JOB:
+        if tuning:
             if changed:
                 # The trial's folder carries its settings' fingerprint
                 # (trainstack.trainers.common.checkpoint.run_checkpoint_dir): new settings, new folders.

@@ -76,6 +76,18 @@ class RunResource:
     its own `diff`, as the engine does."""
     describe: Callable[[Mapping[str, Any]], list[str]] | None = None
     """The text plan's lines saying what it runs, read from its inputs."""
+    checkpoint_dir: Callable[[Mapping[str, Any]], str | None] | None = None
+    """Where its run keeps the checkpoints it resumes from, read from its inputs: used when
+    no `--checkpoint_dir` flag or `TRAINSTACK_CHECKPOINT_DIR` in them says (alone with
+    `checkpoint_first`)."""
+    checkpoint_first: bool = False
+    """`checkpoint_dir` alone answers (its inputs hold the whole trainer config)."""
+    settings: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
+    """The run's trainer config as a mapping, where its inputs carry one (plan-diff compares
+    the fingerprinted settings from it)."""
+    tuned: Callable[[Mapping[str, Any]], set[str]] | None = None
+    """A tuning job: the keys each trial sets itself (left out of the compared settings;
+    plan-diff's note speaks of trials)."""
 
 
 @dataclass(frozen=True)

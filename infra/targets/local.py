@@ -7,7 +7,7 @@ import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from pydantic import Field
 
@@ -28,7 +28,6 @@ from trainstack.infra.outputs import (
     OUTPUT_LOCAL_ROOT,
     OUTPUT_TARGET,
 )
-from trainstack.infra.plan_replace import LOCAL_RUN
 from trainstack.infra.plan_runs import number
 from trainstack.infra.project import current_place
 from trainstack.infra.stack_outputs import read_outputs
@@ -78,6 +77,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+LOCAL_RUN: Final = "pulumi-python:dynamic/local:TrainingRun"
+
+
+def planned_checkpoint_dir(inputs: Mapping[str, Any]) -> str | None:
+    """The local run's checkpoint folder: trainers/local.py prepare_run and
+    trainers/local_code.py take the trainer's own checkpoint_dir, else
+    <root>/checkpoints/<run_name>."""
+    trainer = inputs.get("trainer") or {}
+    if trainer.get("checkpoint_dir"):
+        return str(trainer["checkpoint_dir"])
+    if inputs.get("root") and trainer.get("run_name"):
+        return f"{inputs['root']}/checkpoints/{trainer['run_name']}"
+    return None
+
+
 def local_lines(inputs: Mapping[str, Any]) -> list[str]:
     trainer = inputs.get("trainer")
     trainer = trainer if isinstance(trainer, Mapping) else {}
@@ -109,6 +123,9 @@ class Local(StandaloneTarget):
             LOCAL_RUN,
             ("trainstack.components._local_provider", "LocalRunProvider", {"base_dir": "."}),
             local_lines,
+            checkpoint_dir=planned_checkpoint_dir,
+            checkpoint_first=True,
+            settings=lambda inputs: inputs.get("trainer"),
         ),
     )
     model = LocalConfig

@@ -51,7 +51,6 @@ from trainstack.infra.outputs import (
     OUTPUT_TPU_HOSTS,
     OUTPUT_WORKER_IPS,
 )
-from trainstack.infra.plan_replace import QUEUED_TPU
 from trainstack.infra.plan_runs import number
 from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
 from trainstack.infra.stack_outputs import require
@@ -153,6 +152,9 @@ TPU_WORKER_ENV: Final = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
 
 def _tpu(cfg: StackConfig) -> TpuConfig:
     return cast(TpuConfig, cfg.compute)
+
+
+QUEUED_TPU: Final = "pulumi-python:dynamic/tpu:QueuedResource"
 
 
 def tpu_lines(body: Any) -> list[str]:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from trainstack.components._pod_setup import pod_command
-from trainstack.infra.plan_replace import CUSTOM_JOB, TUNING_JOB
+from trainstack.infra.plan_replace import RUN_NAME_FLAG, input_strings
 from trainstack.infra.plan_runs import number
 from trainstack.infra.targets.base import RunResource
 
@@ -17,6 +17,8 @@ from trainstack.infra.targets.base import RunResource
 # https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/training/distributed-training
 # and googleapis/python-aiplatform google/cloud/aiplatform/utils/worker_spec_utils.py
 # `_SPEC_ORDERS`); pool 2 is a Reduction Server when it runs Google's reductionserver image.
+CUSTOM_JOB: Final = "pulumi-python:dynamic/vertex:CustomJob"
+TUNING_JOB: Final = "pulumi-python:dynamic/vertex:HyperparameterTuningJob"
 POOL_ROLES: Final = ("chief", "workers", "parameter servers", "evaluators")
 REDUCTION_SERVER_IMAGE: Final = "/vertex-ai-restricted/training/reductionserver:"
 _PROVIDER: Final[tuple[str, str, dict[str, Any]]] = (
@@ -82,7 +84,46 @@ def vertex_lines(body: Any) -> list[str]:
     return lines
 
 
-RUN_RESOURCES: Final = tuple(
-    RunResource(kind, _PROVIDER, lambda inputs: vertex_lines(inputs.get("body")))
-    for kind in (CUSTOM_JOB, TUNING_JOB)
+def job_checkpoint_dir(inputs: Mapping[str, Any], trials: bool) -> str | None:
+    """Vertex's AIP_CHECKPOINT_DIR: <baseOutputDirectory>/checkpoints/, per trial
+    <baseOutputDirectory>/<trial id>/checkpoints/ (aiplatform v1 discovery document,
+    CustomJobSpec.baseOutputDirectory)."""
+    body = inputs.get("body") or {}
+    spec = body.get("jobSpec") or body.get("trialJobSpec") or {}
+    prefix = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix")
+    if not prefix:
+        return None
+    trial = "/<trial id>" if trials else ""
+    # The bundled trainers keep each run in its own folder below it (--run_name); a
+    # tuning trial's also carries its settings' fingerprint
+    # (trainstack.trainers.common.checkpoint.run_checkpoint_dir).
+    runs = [m for s in input_strings(inputs) for m in RUN_NAME_FLAG.findall(s)]
+    run = f"/{runs[-1]}" if runs else ""
+    return f"{prefix.rstrip('/')}{trial}/checkpoints{run}"
+
+
+def tuned_keys(inputs: Mapping[str, Any]) -> set[str]:
+    """The keys a tuning job's trials set themselves (its study's parameters)."""
+    params = ((inputs.get("body") or {}).get("studySpec") or {}).get("parameters") or []
+    return {
+        p["parameterId"]
+        for p in params
+        if isinstance(p, Mapping) and isinstance(p.get("parameterId"), str)
+    }
+
+
+RUN_RESOURCES: Final = (
+    RunResource(
+        CUSTOM_JOB,
+        _PROVIDER,
+        lambda inputs: vertex_lines(inputs.get("body")),
+        checkpoint_dir=lambda inputs: job_checkpoint_dir(inputs, trials=False),
+    ),
+    RunResource(
+        TUNING_JOB,
+        _PROVIDER,
+        lambda inputs: vertex_lines(inputs.get("body")),
+        checkpoint_dir=lambda inputs: job_checkpoint_dir(inputs, trials=True),
+        tuned=tuned_keys,
+    ),
 )

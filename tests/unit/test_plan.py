@@ -35,9 +35,9 @@ from trainstack.infra.plan import (
     read_stack_file,
     render_plan,
 )
-from trainstack.infra.plan_replace import CUSTOM_JOB
-from trainstack.infra.plan_replace import QUEUED_TPU as TPU_QUEUED
 from trainstack.infra.plan_runs import PROVIDER_INPUT, runs_lines
+from trainstack.infra.targets.tpu import QUEUED_TPU as TPU_QUEUED
+from trainstack.infra.targets.vertex_runs import CUSTOM_JOB
 
 
 @pytest.mark.parametrize("stack", bundled_stacks())
