@@ -51,8 +51,8 @@ import pulumi.dynamic as dyn
 from pydantic import ValidationError
 
 from trainstack.components._local_processes import ProcessRef, ProcessTable, stop_processes
+from trainstack.components._project import with_local_paths
 from trainstack.components._unknown import contains_unknown, is_unknown
-from trainstack.infra.project import with_local_paths
 from trainstack.trainers.common.contract import EVENT_LAUNCH, EVENT_START
 from trainstack.trainers.common.user_code import StackTrainer
 from trainstack.trainers.local import PreparedRun, prepare_run

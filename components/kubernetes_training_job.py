@@ -69,6 +69,7 @@ from pulumi_gcp import serviceaccount
 
 from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import labels_input
+from trainstack.components._options import inherited_depends_on
 from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from trainstack.components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
 from trainstack.components.gpu_startup import (
@@ -447,15 +448,6 @@ def manifests(
     return {"service_account": account, "service": service, "job": job}
 
 
-def _inherited_depends_on(opts: pulumi.ResourceOptions | None) -> list[Any]:
-    # A component's depends_on does not reach its children; the Job must still be deleted
-    # before, say, the node pool its pods run on.
-    deps = opts.depends_on if opts is not None else None
-    if deps is None:
-        return []
-    return list(deps) if isinstance(deps, list | tuple) else [deps]
-
-
 # --------------------------------------------------------------------------------------
 # Component
 # --------------------------------------------------------------------------------------
@@ -542,7 +534,9 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
         def part(kind: str, field: str) -> pulumi.Output[Any]:
             return objects.apply(lambda m: m[kind][field])
 
-        deps = _inherited_depends_on(opts)
+        # A component's depends_on does not reach its children; the Job must still be deleted
+        # before, say, the node pool its pods run on.
+        deps = inherited_depends_on(opts)
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa",
             metadata=part("service_account", "metadata"),

@@ -43,6 +43,7 @@ from trainstack.components._local_provider import LocalRun, LocalRunProvider
 from trainstack.components._naming import labels_input
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import (
+    CodeRules,
     StackTrainer,
     resolve_source,
     source_files,
@@ -53,6 +54,9 @@ from trainstack.trainers.local import local_processes
 
 TOKEN: Final = "trainstack:local:LocalTrainingJob"
 COMPONENT_LABEL: Final = "local-training-job"
+LOCAL_CODE: Final = CodeRules("local")
+"""What your code may use here: either launcher, no container (the `local` target's own
+rules, `trainstack.infra.targets.local`, add the targets that run one to the messages)."""
 STOP_GRACE_MARGIN_S: Final = 15.0
 """Default `stop_grace_s` is the trainer's `preemption_grace_s` plus this: time for torchrun
 to notice its workers exited and for the processes to start saving."""
@@ -126,7 +130,7 @@ def validate_args(
             f"({cfg.preemption_grace_s}), the time the trainer may take to checkpoint after "
             "SIGTERM"
         )
-    problems = user_code_problems(cfg, "local", base_dir or Path.cwd())
+    problems = user_code_problems(cfg, LOCAL_CODE, base_dir or Path.cwd())
     if problems:
         raise ValueError("\n".join(problems))
     if cfg.user_code is not None:

@@ -70,6 +70,7 @@ from trainstack.components._args import ArgsError, check_args, component_check
 from trainstack.components._discovery import validate_body
 from trainstack.components._naming import account_id, gcp_name, labels_input, name_input
 from trainstack.components._options import inherited_depends_on
+from trainstack.components._project import current_build_dir
 from trainstack.components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
@@ -77,7 +78,6 @@ from trainstack.components.tpu_pod_slice import (
     node_body,
     validate_args,
 )
-from trainstack.infra.project import current_build_dir
 
 TOKEN: Final = "trainstack:tpu:TpuSupervisor"
 COMPONENT_LABEL: Final = "tpu-supervisor"
@@ -165,7 +165,7 @@ class TpuSupervisorArgs(TypedDict):
     """Extra labels for the function (and the source object's metadata)."""
     build_dir: NotRequired[str]
     """Folder the source zip is written to. Default: `.trainstack/build/` of the current
-    project (`trainstack.infra.project.current_build_dir`), never the install."""
+    project (`trainstack.components._project.current_build_dir`), never the install."""
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from pulumi_gcp import storage
 from trainstack import trainers
 from trainstack.components._args import ArgsError, check_args, component_check
 from trainstack.components._naming import labels_input
-from trainstack.infra.project import current_build_dir
+from trainstack.components._project import current_build_dir
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 from trainstack.trainers.common.user_code import source_files
 
@@ -106,7 +106,7 @@ class TrainerPackageArgs(TypedDict):
     `trainstack.trainers` (read only)."""
     build_dir: NotRequired[str]
     """Folder the sdist is written to. Default: `.trainstack/build/` of the current project
-    (`trainstack.infra.project.current_build_dir`: the project of the current folder, under
+    (`trainstack.components._project.current_build_dir`: the project of the current folder, under
     `pulumi up` the Pulumi project; never the install)."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Extra labels, written as custom metadata on the uploaded object (objects have no

@@ -72,7 +72,7 @@ def status(
         return
     if stack is not None or config_file is not None:  # a job alone needs no stack
         name, cfg = validated(stack, config_file)
-        if cfg.vertex is None:
+        if not target_of(cfg).reads_jobs:
             raise fail(
                 f"--job: status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}; "
                 "valid: --job with a vertex stack, or --job alone"
@@ -253,7 +253,7 @@ def missing_framework(cfg: StackConfig) -> str | None:
     and tf-keras for the bundled TensorFlow trainer. None when nothing is missing."""
     code = cfg.trainer.user_code
     if code is not None:
-        if code.launcher_for("local") != "torchrun" or _installed("torch"):
+        if code.launcher_for(target_of(cfg).default_launcher) != "torchrun" or _installed("torch"):
             return None
         return (
             "local-run: trainer.launcher: torchrun needs torch, which is not installed in "

@@ -47,7 +47,7 @@ def world_size(cfg: StackConfig, code: UserCode) -> int:
 def launcher_env(cfg: StackConfig, code: UserCode) -> list[str]:
     """The variables every process of `code` gets from its launcher on the stack's target:
     the run contract, then the launcher's own (your `env` and `secret_env` come on top)."""
-    if code.launcher_for(cfg.target) == "torchrun":
+    if code.launcher_for(target_of(cfg).default_launcher) == "torchrun":
         return [*RUN_CONTRACT_ENV, *TORCHRUN_ENV]
     return [*RUN_CONTRACT_ENV, *target_of(cfg).node_launcher_env(cfg)]
 
@@ -76,7 +76,7 @@ def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
         "image": code.image,
         "runs_on": runs_on(cfg, code),
         "entrypoint": list(code.entrypoint),
-        "launcher": code.launcher_for(cfg.target),
+        "launcher": code.launcher_for(target_of(cfg).default_launcher),
         "launcher_from": (
             "trainer.launcher" if code.launcher is not None else f"the default on {cfg.target}"
         ),

@@ -219,7 +219,8 @@ def user_code_node_args(
         OUTPUT_DIR_ENV: f"{checkpoint_url}/outputs/{run}",
         RUN_NAME_ENV: run,
     }
-    return node_args(code, cfg.target, contract=target_of(cfg).run_contract(cfg, contract))
+    target = target_of(cfg)
+    return node_args(code, target.default_launcher, contract=target.run_contract(cfg, contract))
 
 
 def package_requirements(cfg: StackConfig) -> list[str]:

@@ -68,7 +68,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     errors += target_errors
     if trainer is not None and key is not None:
         base = current_place().base_dir
-        own = user_code_problems(trainer, key, base)
+        own = user_code_problems(trainer, candidates[0].code_rules(), base)
         if target is not None and not own:
             # Read once the source and requirements are known good.
             own = target.code_source_problems(section, trainer, base)

@@ -56,21 +56,6 @@ class StackFileError(ValueError):
     """A stack name or stack file that cannot be read."""
 
 
-BUNDLED_STACKS: tuple[str, ...] = (
-    "dev-a100-gke",
-    "dev-tpu-v5e",
-    "dev-vertex-hpt",
-    "local",
-    "local-tf",
-    "prod-a100-gce",
-    "prod-tpu-v4-32",
-    "prod-vertex-rs",
-)
-"""The stacks trainstack ships (each pinned in tests/plans), `example:NAME` anywhere. In this
-repository they are also its project's stacks; a stack file a user adds to `stacks/` is
-theirs: listed and planned like these, pinned only on request."""
-
-
 def _names(folder: Path) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in folder.glob("Pulumi.*.yaml"))
 
@@ -86,8 +71,11 @@ def example_names() -> list[str]:
 
 
 def bundled_stacks() -> list[str]:
-    """The bundled stacks (`BUNDLED_STACKS`) among the project's stacks."""
-    return [name for name in stack_names() if name in BUNDLED_STACKS]
+    """The bundled stacks (the `stacks/` files trainstack ships, each pinned in tests/plans)
+    among the project's stacks. In this repository they are also its project's stacks, so a
+    stack file added to `stacks/` here ships, and is pinned, with the others."""
+    bundled = set(example_names())
+    return [name for name in stack_names() if name in bundled]
 
 
 def stack_file(name: str) -> Path:

@@ -14,32 +14,17 @@ import importlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from trainstack.components.catalog.replace_on_change import in_place_paths, replace_paths
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.fingerprint import STATE_KEYS
 
+if TYPE_CHECKING:
+    from trainstack.infra.targets.base import RunResource
+
 Action = Literal["replace", "change", "change (may replace)", "none"]
 
-LOCAL_RUN: Final = "pulumi-python:dynamic/local:TrainingRun"
-CUSTOM_JOB: Final = "pulumi-python:dynamic/vertex:CustomJob"
-TUNING_JOB: Final = "pulumi-python:dynamic/vertex:HyperparameterTuningJob"
-QUEUED_TPU: Final = "pulumi-python:dynamic/tpu:QueuedResource"
-
-DYNAMIC_PROVIDERS: Final[dict[str, tuple[str, str, dict[str, Any]]]] = {
-    # base_dir only resolves a relative root when processes start; diff never reads it.
-    LOCAL_RUN: ("trainstack.components._local_provider", "LocalRunProvider", {"base_dir": "."}),
-    CUSTOM_JOB: ("trainstack.components._vertex_provider", "VertexJobProvider", {}),
-    TUNING_JOB: ("trainstack.components._vertex_provider", "VertexJobProvider", {}),
-    QUEUED_TPU: ("trainstack.components._tpu_queued_provider", "QueuedResourceProvider", {}),
-}
-"""Dynamic resource type -> (module, provider class, constructor arguments)."""
-
-TRAINING_TYPES: Final = frozenset(
-    {LOCAL_RUN, CUSTOM_JOB, TUNING_JOB, QUEUED_TPU, "gcp:tpu/v2Vm:V2Vm", "kubernetes:batch/v1:Job"}
-)
-"""Types whose creation starts the trainer, so that replacing one relaunches training."""
 
 INSTANCE_TEMPLATE: Final = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP_MANAGER: Final = "gcp:compute/instanceGroupManager:InstanceGroupManager"
@@ -53,7 +38,7 @@ With REFRESH or NONE the group still does what a change needs, but which changes
 restart is not modelled here, so only these two minimal actions get the note."""
 
 _CHECKPOINT_FLAG = re.compile(r"--checkpoint_dir=([^\s\"'\\)]+)")
-_RUN_NAME_FLAG = re.compile(r"--run_name=([^\s\"'\\)]+)")
+RUN_NAME_FLAG = re.compile(r"--run_name=([^\s\"'\\)]+)")
 _CHECKPOINT_ENV = re.compile(r"TRAINSTACK_CHECKPOINT_DIR=([^\s\"'\\)]+)")
 
 
@@ -82,8 +67,17 @@ def _covered(path: str, table: Iterable[str]) -> bool:
     return any(plain == t or plain.startswith(t + ".") or t.startswith(plain + ".") for t in table)
 
 
-def _dynamic(type_: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> Verdict:
-    module, cls, kwargs = DYNAMIC_PROVIDERS[type_]
+def _run_resource(type_: str) -> RunResource | None:
+    # Imported here: the target modules import this module (vertex_runs: its input readers).
+    from trainstack.infra.targets import run_resource
+
+    return run_resource(type_)
+
+
+def _dynamic(
+    provided: tuple[str, str, Mapping[str, Any]], old: Mapping[str, Any], new: Mapping[str, Any]
+) -> Verdict:
+    module, cls, kwargs = provided
     provider = getattr(importlib.import_module(module), cls)(**kwargs)
     olds = {k: v for k, v in old.items() if k != "__provider"}
     news = {k: v for k, v in new.items() if k != "__provider"}
@@ -109,8 +103,9 @@ def classify(
     changed = list(changed)
     if not changed:
         return Verdict("change")  # only options (protect, parent) differ: no input to replace on
-    if type_ in DYNAMIC_PROVIDERS:
-        return _dynamic(type_, old, new)
+    resource = _run_resource(type_)
+    if resource is not None and resource.provider is not None:
+        return _dynamic(resource.provider, old, new)
     found = replace_paths(type_)
     if found is None:
         return Verdict("change (may replace)", unknown=tuple(changed))
@@ -134,15 +129,15 @@ def classify(
 # -- what a relaunched run starts from ---------------------------------------------------
 
 
-def _strings(value: Any) -> Iterable[str]:
+def input_strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _strings(item)
+            yield from input_strings(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from input_strings(item)
 
 
 def _env_value(value: Any, name: str) -> str | None:
@@ -164,39 +159,19 @@ def checkpoint_dir(resource: Mapping[str, Any]) -> str | None:
     """Where a training resource's run keeps the checkpoints it resumes from, read from its
     inputs the way the launch resolves it; None when the inputs do not say."""
     inputs = resource["inputs"]
-    if resource["type"] == LOCAL_RUN:
-        # trainers/local.py prepare_run and trainers/local_code.py: the trainer's own
-        # checkpoint_dir, else <root>/checkpoints/<run_name>.
-        trainer = inputs.get("trainer") or {}
-        if trainer.get("checkpoint_dir"):
-            return str(trainer["checkpoint_dir"])
-        if inputs.get("root") and trainer.get("run_name"):
-            return f"{inputs['root']}/checkpoints/{trainer['run_name']}"
-        return None
+    run = _run_resource(resource["type"])
+    own = run.checkpoint_dir if run is not None else None
+    if own is not None and run is not None and run.checkpoint_first:
+        return own(inputs)
     # A --checkpoint_dir flag (the bundled trainers) or your code's TRAINSTACK_CHECKPOINT_DIR
-    # wins over Vertex's AIP_CHECKPOINT_DIR (trainers/torch_ddp/train.py, trainers/user_code.py).
-    flags = [m for s in _strings(inputs) for m in _CHECKPOINT_FLAG.findall(s)]
-    flags += [m for s in _strings(inputs) for m in _CHECKPOINT_ENV.findall(s)]
+    # wins over the platform's own folder (e.g. Vertex's AIP_CHECKPOINT_DIR;
+    # trainers/torch_ddp/train.py, trainers/user_code.py).
+    flags = [m for s in input_strings(inputs) for m in _CHECKPOINT_FLAG.findall(s)]
+    flags += [m for s in input_strings(inputs) for m in _CHECKPOINT_ENV.findall(s)]
     env = _env_value(inputs, "TRAINSTACK_CHECKPOINT_DIR")
     if env or flags:
         return env or flags[-1]
-    if resource["type"] in (CUSTOM_JOB, TUNING_JOB):
-        body = inputs.get("body") or {}
-        spec = body.get("jobSpec") or body.get("trialJobSpec") or {}
-        prefix = (spec.get("baseOutputDirectory") or {}).get("outputUriPrefix")
-        if not prefix:
-            return None
-        # Vertex's AIP_CHECKPOINT_DIR: <baseOutputDirectory>/checkpoints/, per trial
-        # <baseOutputDirectory>/<trial id>/checkpoints/ (aiplatform v1 discovery document,
-        # CustomJobSpec.baseOutputDirectory).
-        trial = "/<trial id>" if resource["type"] == TUNING_JOB else ""
-        # The bundled trainers keep each run in its own folder below it (--run_name); a
-        # tuning trial's also carries its settings' fingerprint
-        # (trainstack.trainers.common.checkpoint.run_checkpoint_dir).
-        runs = [m for s in _strings(inputs) for m in _RUN_NAME_FLAG.findall(s)]
-        run = f"/{runs[-1]}" if runs else ""
-        return f"{prefix.rstrip('/')}{trial}/checkpoints{run}"
-    return None
+    return own(inputs) if own is not None else None
 
 
 def _flag_value(text: str, key: str) -> str | None:
@@ -210,19 +185,17 @@ def state_settings(resource: Mapping[str, Any]) -> dict[str, str]:
     flags in the inputs (the first), a key with neither at TrainConfig's default. A tuning
     job's tuned keys are left out: each trial sets its own."""
     inputs = resource["inputs"]
-    trainer = inputs.get("trainer") if resource["type"] == LOCAL_RUN else None
+    run = _run_resource(resource["type"])
+    trainer = run.settings(inputs) if run is not None and run.settings is not None else None
     # A script's flags are read from its lines that also pass --run_name (the trainer's
     # command line), not from the examples in its comments and docstrings.
     texts = [
         line
-        for text in _strings(inputs)
+        for text in input_strings(inputs)
         for line in text.splitlines() or [text]
         if "\n" not in text or "--run_name=" in line
     ]
-    tuned = set()
-    if resource["type"] == TUNING_JOB:
-        params = ((inputs.get("body") or {}).get("studySpec") or {}).get("parameters") or []
-        tuned = {p.get("parameterId") for p in params if isinstance(p, Mapping)}
+    tuned = run.tuned(inputs) if run is not None and run.tuned is not None else set()
     found: dict[str, str] = {}
     for key in STATE_KEYS:
         if key in tuned:
@@ -269,15 +242,17 @@ def relaunch_note(
         if group is None:
             return None
         lead = f"group `{group}` (PROACTIVE update policy) recreates every VM, which relaunches"
-    elif new["type"] not in TRAINING_TYPES:
+    elif _run_resource(new["type"]) is None:
         return None
     before, after = checkpoint_dir(old), checkpoint_dir(new)
-    what = "tuning" if new["type"] == TUNING_JOB else "training"
+    run = _run_resource(new["type"])
+    tuning = run is not None and run.tuned is not None
+    what = "tuning" if tuning else "training"
     if after is None:
         return f"{lead} {what}; the plan does not say where its checkpoints are"
     changed = _state_changes(old, new)
     if before == after:
-        if new["type"] == TUNING_JOB:
+        if tuning:
             if changed:
                 # The trial's folder carries its settings' fingerprint
                 # (trainstack.trainers.common.checkpoint.run_checkpoint_dir): new settings, new folders.

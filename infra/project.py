@@ -1,9 +1,10 @@
 """Where a stack's files are read from and where its runs write: your project, never the install.
 
-- `find_project()`: the nearest folder upward from the current one holding `Pulumi.yaml` is
-  the project; its stacks are in its `stackConfigDir` (else beside Pulumi.yaml) and its run
-  state in `<root>/.trainstack/` (`local/<key>/` per local run, `build/` for packages).
-  Without a Pulumi.yaml anywhere up, the current folder is all three.
+- `find_project()` (in `trainstack.components._project`, which the components share): the
+  nearest folder upward from the current one holding `Pulumi.yaml` is the project; its
+  stacks are in its `stackConfigDir` (else beside Pulumi.yaml) and its run state in
+  `<root>/.trainstack/` (`local/<key>/` per local run, `build/` for packages). Without
+  a Pulumi.yaml anywhere up, the current folder is all three.
 - `BUNDLED_ROOT`: the folder holding the bundled `stacks/` and `examples/` (the repository,
   or `trainstack/` in site-packages, where the wheel ships them as package data). A bundled
   stack is named `example:NAME` (`example:DIR/NAME` for `examples/DIR/Pulumi.NAME.yaml`)
@@ -28,103 +29,55 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
-import yaml
-from pydantic import BaseModel
+from trainstack.components._project import (
+    BUNDLED_ROOT,
+    LOCAL_PATH_KEYS,
+    PROJECT_FILE,
+    STATE_DIR_NAME,
+    InstallWriteError,
+    Project,
+    ProjectFileError,
+    activate,
+    current_build_dir,
+    find_project,
+    in_install,
+    installed,
+    with_local_paths,
+    writable,
+)
 
-PROJECT_FILE: Final = "Pulumi.yaml"
-STATE_DIR_NAME: Final = ".trainstack"
+__all__ = [
+    "BUNDLED_ROOT",
+    "EXAMPLE_PREFIX",
+    "LOCAL_PATH_KEYS",
+    "PROJECT_FILE",
+    "STATE_DIR_NAME",
+    "InstallWriteError",
+    "Project",
+    "ProjectFileError",
+    "StackPlace",
+    "bundled_stacks_dir",
+    "current_build_dir",
+    "current_place",
+    "example_place",
+    "file_place",
+    "find_project",
+    "in_install",
+    "installed",
+    "place_scope",
+    "placed",
+    "project_place",
+    "set_place",
+    "with_local_paths",
+]
+
 EXAMPLE_PREFIX: Final = "example:"
-BUNDLED_ROOT: Final = Path(__file__).resolve().parents[1]
-"""Holds the bundled `stacks/` and `examples/`: the repository root in a checkout (this file
-is `infra/project.py`, reached through the `trainstack/infra` link), `site-packages/trainstack`
-in an installed wheel (which ships them there as package data)."""
-
-
-@dataclass(frozen=True)
-class Project:
-    """A Pulumi project folder: its stacks and the state trainstack keeps for it."""
-
-    root: Path
-    """The folder holding Pulumi.yaml (or the current folder when none is found)."""
-    stacks_dir: Path
-    """`root / stackConfigDir` when Pulumi.yaml sets it, else `root`."""
-
-    @property
-    def state_dir(self) -> Path:
-        """`<root>/.trainstack`: local runs and build folders."""
-        return self.root / STATE_DIR_NAME
-
-    @property
-    def build_dir(self) -> Path:
-        """Where packages (trainer sdist, supervisor zip) are built."""
-        return self.state_dir / "build"
-
-    def local_dir(self, key: str) -> Path:
-        """The folder of local run `key` (`StackPlace.key`)."""
-        return self.state_dir / "local" / key
-
-
-class ProjectFileError(ValueError):
-    """A Pulumi.yaml that cannot be read as a project file."""
-
-
-def find_project(start: Path | None = None) -> Project:
-    """The nearest project at or above `start` (default: the current folder).
-
-    As the Pulumi CLI finds it: the closest folder upward holding the project file, stack
-    files in `<that folder>/<stackConfigDir>` (pulumi/pulumi at 1b59498,
-    sdk/go/common/workspace/paths.go:87-92 `ProjectStackPath`, :103-128
-    `DetectProjectPathFrom`). Pulumi also takes Pulumi.yml and Pulumi.json (:212-221,
-    sdk/go/common/encoding/marshal.go:38-43); trainstack reads Pulumi.yaml projects only."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        path = folder / PROJECT_FILE
-        if path.is_file():
-            return Project(root=folder, stacks_dir=folder / _stack_config_dir(path))
-    return Project(root=here, stacks_dir=here)
-
-
-def _stack_config_dir(path: Path) -> str:
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(exc, "problem", None) or getattr(exc, "strerror", None) or str(exc)
-        raise ProjectFileError(
-            f"{path}: not a readable Pulumi project file ({' '.join(str(reason).split())}"
-            f"{where}); valid: a YAML mapping with `name` and `runtime`"
-        ) from None
-    value = document.get("stackConfigDir", ".") if isinstance(document, dict) else "."
-    if not isinstance(value, str) or not value:
-        raise ProjectFileError(
-            f"{path}: stackConfigDir: {value!r} is not a folder; valid: a path relative to "
-            "Pulumi.yaml"
-        )
-    return value
-
-
-def installed() -> bool:
-    """Whether `BUNDLED_ROOT` is an install (site-packages) rather than a checkout: the
-    repository root holds Pulumi.yaml (the project whose stacks the bundled ones are), the
-    wheel ships none at `trainstack/` (only inside the example program's own folder)."""
-    return not (BUNDLED_ROOT / PROJECT_FILE).is_file()
-
-
-def in_install(path: Path) -> bool:
-    """Whether `path` lies inside the installed trainstack, where nothing is ever written."""
-    return installed() and path.resolve().is_relative_to(BUNDLED_ROOT)
-
-
-class InstallWriteError(ValueError):
-    """A write that would land inside the installed trainstack."""
 
 
 def bundled_stacks_dir() -> Path:
@@ -179,15 +132,8 @@ class StackPlace:
         return self.base_dir / Path(path).expanduser()
 
     def writable(self, path: Path, key: str) -> Path:
-        """`path`, which the run writes to; InstallWriteError naming `key` when it lies in
-        the installed trainstack (a relative folder in a bundled stack file)."""
-        if in_install(path):
-            raise InstallWriteError(
-                f"{key}: {path} is inside the installed trainstack ({BUNDLED_ROOT}), which is "
-                "never written to; valid: an absolute folder, or run a copy of the stack file "
-                "from your project"
-            )
-        return path
+        """`path`, which the run writes to (`trainstack.components._project.writable`)."""
+        return writable(path, key)
 
 
 def project_place(start: Path | None = None) -> StackPlace:
@@ -241,36 +187,6 @@ def program_place(root: Path) -> StackPlace:
     return place
 
 
-def current_build_dir() -> Path:
-    """Where packages are built now: `<project>/.trainstack/build` of `current_place()`;
-    InstallWriteError when that is inside the installed trainstack."""
-    return current_place().writable(current_place().project.build_dir, "build_dir")
-
-
-LOCAL_PATH_KEYS: Final = ("checkpoint_dir", "data_path", "model_dir", "tensorboard_dir")
-"""The trainer keys (`trainstack.trainers.common.config.TrainConfig`) that name a folder on
-this machine or a URL (`gs://...`)."""
-_URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-Trainer = TypeVar("Trainer", bound=BaseModel)
-
-
-def with_local_paths(trainer: Trainer, base_dir: Path) -> Trainer:
-    """`trainer` with each relative folder of `LOCAL_PATH_KEYS` (`~` expanded) made absolute
-    against `base_dir`, the stack's base folder: processes run elsewhere (your code in its
-    source folder), so a relative one would follow whichever folder opened it first. URLs
-    (`gs://...`) and absolute paths stay as written."""
-    update: dict[str, object] = {}
-    for key in LOCAL_PATH_KEYS:
-        value = getattr(trainer, key, None)
-        if not isinstance(value, str) or not value or _URL.match(value):
-            continue
-        if not Path(value).is_absolute():
-            update[key] = str((base_dir / Path(value).expanduser()).resolve())
-    return trainer.model_copy(update=update) if update else trainer
-
-
 _active: StackPlace | None = None
 
 
@@ -294,6 +210,7 @@ def set_place(place: StackPlace) -> None:
     """Make `place` the `current_place()` until the enclosing `place_scope` ends."""
     global _active
     _active = place
+    activate(place.project)
 
 
 @contextmanager
@@ -306,3 +223,4 @@ def place_scope() -> Iterator[None]:
         yield
     finally:
         _active = previous
+        activate(previous.project if previous is not None else None)

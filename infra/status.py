@@ -14,8 +14,8 @@ in `trainstack.infra.targets`); this module adds the step, checkpoint, recoverie
 - hosts: TPU workers (network endpoints), GKE pods (Kubernetes API with the `kubeconfig`
   output), GCE instances (Compute `instances.get`), local worker processes; Vertex AI manages
   its machines itself.
-- recoveries (spot and queued TPU stacks): the TPU supervisor's actions, the JSON lines of
-  its `supervisor_events_uri` output (GCS JSON API `objects.get`, media), newest last.
+- recoveries: what the platform did to keep the run going (`CloudTarget.recoveries`; spot
+  and queued TPU stacks: the TPU supervisor's actions), newest last.
 - cost so far: the plan's list-price $/hour (`trainstack.infra.estimate.summarize`: every machine,
   spot price when spot) times the hours since the start (Vertex job start, node or instance
   creation, GKE Job start) until its end or now.
@@ -26,19 +26,17 @@ called without credentials), so tests run against local fakes.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainstack.components._google_api import ApiError, NotFoundError, build_client, execute
+from trainstack.components._google_api import build_client
 from trainstack.infra.estimate import summarize
-from trainstack.infra.google_reads import POLICY, get_or_none
+from trainstack.infra.google_reads import get_or_none
 from trainstack.infra.local_paths import run_name
 from trainstack.infra.log_source import cloud_filter
 from trainstack.infra.logs import (
     Endpoints,
-    LogsError,
     format_time,
     list_entries,
     logging_client,
@@ -105,20 +103,6 @@ RECOVERIES_SHOWN = 5
 """How many of the supervisor's newest actions the text output lists."""
 
 
-def _supervisor_events(uri: str, ep: Endpoints) -> list[dict[str, Any]]:
-    """The TPU supervisor's events (components/supervisor/main.py), oldest first."""
-    bucket, _, name = uri.removeprefix("gs://").partition("/")
-    objects = build_client("storage.v1", api_endpoint=ep.get("storage")).objects()
-    try:
-        raw = execute(objects.get_media(bucket=bucket, object=name), POLICY)
-    except NotFoundError:
-        return []  # no action recorded yet
-    except ApiError as exc:
-        raise LogsError(f"cannot read {uri}: {exc.message}") from None
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def stack_status(
     cfg: StackConfig,
     stack: str,
@@ -145,9 +129,9 @@ def stack_status(
         part["step"] = _cloud_step(cfg, stack, outputs, endpoints)
         part["checkpoint"] = _gcs_checkpoint(ckpt_dir, endpoints)
         part["checkpoint_dir"] = ckpt_dir
-        if outputs.get("supervisor_events_uri"):
-            uri = str(outputs["supervisor_events_uri"])
-            part["recoveries"] = _supervisor_events(uri, endpoints)
+        actions = target.recoveries(cfg, outputs, endpoints)
+        if actions is not None:
+            part["recoveries"] = actions
     hours = None
     if part["started"]:
         end = parse_time(part["ended"]) if part["ended"] else now

@@ -46,7 +46,13 @@ from trainstack.trainers.common.contract import (
 )
 from trainstack.trainers.common.fingerprint import FINGERPRINT_FIELD, check, code_fingerprint
 from trainstack.trainers.common.storage import storage_options
-from trainstack.trainers.common.user_code import StackTrainer, UserCode, node_args, resolve_source
+from trainstack.trainers.common.user_code import (
+    DEFAULT_LAUNCHER,
+    StackTrainer,
+    UserCode,
+    node_args,
+    resolve_source,
+)
 from trainstack.trainers.local import (
     PROGRESS_EVERY_S,
     LocalProcess,
@@ -104,13 +110,13 @@ def plan_code_run(
         OUTPUT_DIR_ENV: str(root / "outputs" / run),
         RUN_NAME_ENV: run,
     }
-    launcher = code.launcher_for("local")
+    launcher = code.launcher_for(DEFAULT_LAUNCHER)
     argv = [sys.executable, "-m", NODE_MODULE]
     # No metadata server here to read Secret Manager with: `secret_env` names come from this
     # environment, and stay in the environment only, as on the cloud.
     secrets = local_secrets(code.secret_env, os.environ)
     local = replace(code, secret_env={})
-    argv += node_args(local, "local", contract=contract, source=str(source))
+    argv += node_args(local, DEFAULT_LAUNCHER, contract=contract, source=str(source))
     nodes = 1 if launcher == "torchrun" else workers
     ports = free_ports(1 + nodes)
     base = {

@@ -121,21 +121,24 @@ from trainstack.components.training_dashboard.metrics import (
 )
 from trainstack.components.training_dashboard.settings import ALIGNMENT, DashboardSettings
 from trainstack.components.training_dashboard.targets import (
-    BACKENDS,
     DEFAULT_PAYLOADS,
-    GPU_BACKENDS,
     LOG_RESOURCE_TYPES,
     LOG_RESOURCE_TYPES_SOURCE,
     LOG_RESOURCE_TYPES_VERIFIED,
     NO_DASHBOARD,
     PAYLOADS,
+    PLATFORMS,
     TARGET_METRICS,
-    TARGETS,
     BuiltinMetric,
+    Platform,
     TargetMetrics,
+    backends,
     gce_filters,
     gke_filters,
+    register_platform,
+    targets,
     tpu_filters,
+    unregister_platform,
     vertex_filters,
     vertex_job_id,
 )
@@ -149,7 +152,6 @@ __all__ = [
     "DASHBOARD_API",
     "DEFAULT_PAYLOADS",
     "DEFAULT_STALL_MINUTES",
-    "GPU_BACKENDS",
     "LABEL_DESCRIPTORS",
     "LOG_METRICS",
     "LOG_RESOURCE_TYPES",
@@ -159,7 +161,7 @@ __all__ = [
     "METRIC_PREFIX",
     "MIN_STALL_MINUTES",
     "PAYLOADS",
-    "TARGETS",
+    "PLATFORMS",
     "TARGET_METRICS",
     "TOKEN",
     "USER_METRIC_DOMAIN",
@@ -167,13 +169,18 @@ __all__ = [
     "BuiltinMetric",
     "DashboardSettings",
     "LogMetric",
+    "Platform",
     "TargetMetrics",
     "TrainingDashboard",
     "TrainingDashboardArgs",
+    "backends",
     "gce_filters",
     "gke_filters",
     "metric_type",
+    "register_platform",
+    "targets",
     "tpu_filters",
+    "unregister_platform",
     "vertex_filters",
     "vertex_job_id",
 ]
@@ -203,8 +210,8 @@ class TrainingDashboardArgs(TypedDict):
     """Names the metrics (`trainstack/<deployment_name>/...`), the dashboard and the policy:
     1-64 of A-Z, a-z, 0-9, `_`, `.`, `-` (every Pulumi stack name fits). Plain value: it is
     part of every metric id and validated before anything is registered."""
-    target: Literal["tpu", "gpu_cluster", "vertex"]
-    """The stack's compute target; selects the built-in accelerator and network metrics and
+    target: str
+    """The stack's compute target, one of `targets()` (a `PLATFORMS` entry's); selects the built-in accelerator and network metrics and
     the default `log_resource_type`. Plain value."""
     worker_count: int
     """Workers that run the trainer and write `train` lines, counted by trainer `node` rank:
@@ -224,7 +231,7 @@ class TrainingDashboardArgs(TypedDict):
     `resource.label.cluster_name="exp-42"` (GKE, `k8s_node`) or
     `metadata.user_labels.stack="exp-42"` (GCE, `gce_instance`). The component sets
     `metric.type` and `resource.type`."""
-    gpu_backend: NotRequired[Literal["gke", "gce"]]
+    gpu_backend: NotRequired[str]
     """Required with target `gpu_cluster` (and only then): where the GPUs run. Plain value."""
     log_resource_type: NotRequired[str]
     """Monitored resource type of the trainer's log entries, and so of the logs-based metrics
@@ -282,31 +289,32 @@ def _validate(args: TrainingDashboardArgs) -> DashboardSettings:
 
 
 def _platform(args: TrainingDashboardArgs) -> tuple[str, str]:
-    """(target, platform key of `TARGET_METRICS`)."""
+    """(target, platform key of `PLATFORMS`)."""
     target = args["target"]
+    valid = ", ".join(targets())
     reason = NO_DASHBOARD.get(target)
     if reason is not None:
         raise ValueError(
-            f"target {target!r} needs no TrainingDashboard: {reason}; supported targets: "
-            f"{', '.join(TARGETS)}"
+            f"target {target!r} needs no TrainingDashboard: {reason}; supported targets: {valid}"
         )
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    if target not in targets():
+        raise ValueError(f"target must be one of {valid}, got {target!r}")
     backend = args.get("gpu_backend")
-    backends = BACKENDS.get(target)
-    if backends is None:
+    keys = backends(target)
+    if keys is None:
         if backend is not None:
+            several = " or ".join(repr(t) for t in targets() if backends(t) is not None)
             raise ValueError(
-                f"gpu_backend applies only to target {' or '.join(map(repr, BACKENDS))}, got "
+                f"gpu_backend applies only to target {several}, got "
                 f"{backend!r} with target {target!r}"
             )
         return target, target
     if backend is None:
         raise ValueError(
-            f"gpu_backend is required with target {target!r} (one of {', '.join(backends)})"
+            f"gpu_backend is required with target {target!r} (one of {', '.join(keys)})"
         )
-    if backend not in backends:
-        raise ValueError(f"gpu_backend must be one of {', '.join(backends)}, got {backend!r}")
+    if backend not in keys:
+        raise ValueError(f"gpu_backend must be one of {', '.join(keys)}, got {backend!r}")
     return target, backend
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from trainstack.components.training_dashboard.metrics import LOG_METRICS, LogMetric
+from trainstack.components.training_dashboard.targets import PLATFORMS
 
 ALIGNMENT: Final = "60s"
 """Chart and absence-condition alignment: Monitoring's minimum alignment period."""
@@ -19,7 +20,7 @@ class DashboardSettings:
     deployment: str
     target: str
     platform: str
-    """Key of `TARGET_METRICS` / `LOG_RESOURCE_TYPES`: tpu | gke | gce | vertex."""
+    """Key of `PLATFORMS`: tpu | gke | gce | vertex, or one registered."""
     worker_count: int
     stall_minutes: int
     log_resource_type: str
@@ -27,7 +28,7 @@ class DashboardSettings:
 
     @property
     def gpu(self) -> bool:
-        return self.platform != "tpu"
+        return PLATFORMS[self.platform].gpu
 
     @property
     def log_metrics(self) -> tuple[LogMetric, ...]:

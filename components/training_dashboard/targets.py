@@ -4,7 +4,7 @@ and network bytes (with where each name comes from and whether it was seen on a 
 project), and the filters that select one deployment's entries and machines.
 
 Platform keys: `tpu`, `gke`, `gce`, `vertex` (target `gpu_cluster` is `gke` or `gce` by
-`gpu_backend`).
+`gpu_backend`), one `PLATFORMS` entry each; `register_platform` adds one.
 
 The filter builders take the ids the compute components own and return
 `(log_filter, resource_filter)` for `TrainingDashboardArgs`:
@@ -18,14 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal, NotRequired, TypedDict
+from typing import Final, NotRequired, TypedDict
 
 import pulumi
 
-TARGETS: Final[tuple[str, ...]] = ("tpu", "gpu_cluster", "vertex")
-GPU_BACKENDS: Final[tuple[str, ...]] = ("gke", "gce")
-BACKENDS: Final[dict[str, tuple[str, ...]]] = {"gpu_cluster": GPU_BACKENDS}
-"""Targets that run on several platforms (picked by `gpu_backend`): their platform keys."""
 NO_DASHBOARD: Final[dict[str, str]] = {
     "local": (
         "local runs print their JSON lines to the terminal and write nothing to Cloud Logging"
@@ -36,15 +32,6 @@ NO_DASHBOARD: Final[dict[str, str]] = {
 PAYLOADS: Final[tuple[str, ...]] = ("json", "text")
 """How the trainer's lines reach Cloud Logging: parsed into `jsonPayload` by the platform's
 logging agent, or verbatim (possibly prefixed) in `textPayload`."""
-DEFAULT_PAYLOADS: Final[dict[str, str]] = {
-    # TPU and GCE VMs: the node launcher writes each trainer line to the Cloud Logging API
-    # itself (trainstack.trainers.common.cloud_logging, TRAINSTACK_CLOUD_LOGGING set by the startup
-    # scripts), a JSON line as jsonPayload.
-    "tpu": "json",
-    "gke": "json",
-    "gce": "json",
-    "vertex": "json",
-}
 
 
 @dataclass(frozen=True)
@@ -95,7 +82,7 @@ _VERTEX_SOURCE = (
     "tables; the task_name label is TO VERIFY"
 )
 
-TARGET_METRICS: Final[dict[str, TargetMetrics]] = {
+_METRICS: Final[dict[str, TargetMetrics]] = {
     "tpu": TargetMetrics(
         accelerator=BuiltinMetric(
             "tpu.googleapis.com/accelerator/duty_cycle",
@@ -195,13 +182,6 @@ TARGET_METRICS: Final[dict[str, TargetMetrics]] = {
 }
 """Built-in metrics by platform key (`tpu`, `gke`, `gce`, `vertex`); see `verified`/`source`."""
 
-LOG_RESOURCE_TYPES: Final[dict[str, str]] = {
-    "tpu": "tpu_worker",
-    "gke": "k8s_container",
-    "gce": "gce_instance",
-    "vertex": "ml_job",
-}
-"""Default monitored resource type of the trainer's log entries, by platform key."""
 LOG_RESOURCE_TYPES_VERIFIED: Final = False
 LOG_RESOURCE_TYPES_SOURCE: Final = (
     "k8s_container: GKE structured container logs; ml_job: public code reading Vertex CustomJob "
@@ -211,6 +191,72 @@ LOG_RESOURCE_TYPES_SOURCE: Final = (
     "tpu_worker's TO VERIFY). TO VERIFY for GKE and Vertex that the trainer's stdout arrives "
     "as jsonPayload with this resource type"
 )
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One monitoring platform: everything the dashboard knows about where a target's
+    trainer runs. A new platform is one `register_platform` call (its target's module makes
+    it)."""
+
+    target: str
+    """The `TrainingDashboardArgs.target` that selects it; a target with several platforms
+    (gpu_cluster: gke, gce) picks one by `gpu_backend`, which is then the platform key."""
+    metrics: TargetMetrics
+    """Its built-in accelerator and network metrics."""
+    log_resource_type: str
+    """Default monitored resource type of the trainer's log entries."""
+    payload: str = "json"
+    """How the trainer's lines arrive (one of `PAYLOADS`)."""
+    gpu: bool = True
+    """Its accelerators are GPUs: the GPU-only log metrics apply."""
+
+
+PLATFORMS: Final[dict[str, Platform]] = {
+    # TPU and GCE VMs: the node launcher writes each trainer line to the Cloud Logging API
+    # itself (trainstack.trainers.common.cloud_logging, TRAINSTACK_CLOUD_LOGGING set by the startup
+    # scripts), a JSON line as jsonPayload.
+    "tpu": Platform("tpu", _METRICS["tpu"], "tpu_worker", gpu=False),
+    "gke": Platform("gpu_cluster", _METRICS["gke"], "k8s_container"),
+    "gce": Platform("gpu_cluster", _METRICS["gce"], "gce_instance"),
+    "vertex": Platform("vertex", _METRICS["vertex"], "ml_job"),
+}
+"""Every platform by key, in the order messages list their targets."""
+TARGET_METRICS: Final[dict[str, TargetMetrics]] = {k: p.metrics for k, p in PLATFORMS.items()}
+"""`Platform.metrics` by platform key (kept in step by `register_platform`)."""
+LOG_RESOURCE_TYPES: Final[dict[str, str]] = {k: p.log_resource_type for k, p in PLATFORMS.items()}
+"""`Platform.log_resource_type` by platform key (kept in step by `register_platform`)."""
+DEFAULT_PAYLOADS: Final[dict[str, str]] = {k: p.payload for k, p in PLATFORMS.items()}
+"""`Platform.payload` by platform key (kept in step by `register_platform`)."""
+
+
+def register_platform(key: str, platform: Platform) -> None:
+    """Add (or replace) platform `key`: a target of your own gets its dashboard and log
+    facts here without a change to this module."""
+    PLATFORMS[key] = platform
+    TARGET_METRICS[key] = platform.metrics
+    LOG_RESOURCE_TYPES[key] = platform.log_resource_type
+    DEFAULT_PAYLOADS[key] = platform.payload
+
+
+def unregister_platform(key: str) -> None:
+    """Remove platform `key` (tests that register their own)."""
+    PLATFORMS.pop(key, None)
+    TARGET_METRICS.pop(key, None)
+    LOG_RESOURCE_TYPES.pop(key, None)
+    DEFAULT_PAYLOADS.pop(key, None)
+
+
+def targets() -> tuple[str, ...]:
+    """The dashboard targets, in platform order (`tpu, gpu_cluster, vertex`)."""
+    return tuple(dict.fromkeys(p.target for p in PLATFORMS.values()))
+
+
+def backends(target: str) -> tuple[str, ...] | None:
+    """The platform keys `gpu_backend` picks from for `target`; None for a target that is
+    its own one platform."""
+    keys = tuple(k for k, p in PLATFORMS.items() if p.target == target)
+    return None if keys == (target,) else keys
 
 
 # ------------------------------------------------------------------------------------------
@@ -288,10 +334,10 @@ class DashboardScope(TypedDict):
     `TrainingDashboardArgs` that only the component knows (`VertexTrainingJob`, `TpuPodSlice`
     and `A100Cluster` expose it as `dashboard_scope`)."""
 
-    target: Literal["tpu", "gpu_cluster", "vertex"]
-    """One of `TARGETS`."""
-    gpu_backend: NotRequired[Literal["gke", "gce"]]
-    """target gpu_cluster: one of `GPU_BACKENDS`."""
+    target: str
+    """One of `targets()`."""
+    gpu_backend: NotRequired[str]
+    """A target with several platforms (gpu_cluster): one of `backends(target)`."""
     worker_count: int
     """Machines whose trainer lines the per-worker charts show."""
     log_filter: pulumi.Input[str]

@@ -27,7 +27,7 @@ target").
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trainstack.components.catalog.batch import WorldSize
 from trainstack.trainers.common.config import TF_STRATEGIES, TrainConfig
+from trainstack.trainers.common.user_code import DEFAULT_LAUNCHER, CodeRules, UserLauncher
 from trainstack.trainers.user_code import OMPI_ENV
 
 if TYPE_CHECKING:
@@ -61,6 +62,32 @@ class Section(BaseModel):
     """Base of every stack section model: unknown keys are errors, values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class RunResource:
+    """A resource type a target registers whose creation starts its trainer: `trainstack
+    plan` says what it runs and `plan-diff` that replacing it relaunches training."""
+
+    type: str
+    """The Pulumi type token, e.g. `pulumi-python:dynamic/vertex:CustomJob`."""
+    provider: tuple[str, str, Mapping[str, Any]] | None = None
+    """A dynamic resource's provider (module, class, constructor arguments): plan-diff asks
+    its own `diff`, as the engine does."""
+    describe: Callable[[Mapping[str, Any]], list[str]] | None = None
+    """The text plan's lines saying what it runs, read from its inputs."""
+    checkpoint_dir: Callable[[Mapping[str, Any]], str | None] | None = None
+    """Where its run keeps the checkpoints it resumes from, read from its inputs: used when
+    no `--checkpoint_dir` flag or `TRAINSTACK_CHECKPOINT_DIR` in them says (alone with
+    `checkpoint_first`)."""
+    checkpoint_first: bool = False
+    """`checkpoint_dir` alone answers (its inputs hold the whole trainer config)."""
+    settings: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
+    """The run's trainer config as a mapping, where its inputs carry one (plan-diff compares
+    the fingerprinted settings from it)."""
+    tuned: Callable[[Mapping[str, Any]], set[str]] | None = None
+    """A tuning job: the keys each trial sets itself (left out of the compared settings;
+    plan-diff's note speaks of trials)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +123,16 @@ class Target(ABC):
     """The pydantic model of that section."""
     managed_hosts: ClassVar[str | None] = None
     """`trainstack status` says this instead of listing hosts (the platform manages them)."""
+    launchers: ClassVar[tuple[UserLauncher, ...]] = ("torchrun", "node")
+    """The launchers your code may use here (`trainer.launcher`)."""
+    default_launcher: ClassVar[UserLauncher] = DEFAULT_LAUNCHER
+    """Your code's launcher when `trainer.launcher` is unset."""
+    run_resources: ClassVar[tuple[RunResource, ...]] = ()
+    """The resource types it registers whose creation starts the trainer."""
+    reads_jobs: ClassVar[bool] = False
+    """`trainstack status --job` reads this target's jobs by resource name (Vertex AI)."""
+    runs_image: ClassVar[bool] = False
+    """Its machines run a container, so your code may come as `trainer.image`."""
 
     def claims(self, section: Any) -> bool:
         """Whether a parsed section of `self.section` is this target's (several targets may
@@ -112,6 +149,13 @@ class Target(ABC):
     @abstractmethod
     def section_problems(self, section: Any, region: str | None, trainer: Any) -> list[str]:
         """The section's cross-key and catalog problems (`trainer` may be None)."""
+
+    def code_rules(self) -> CodeRules:
+        """What your code may use here, as the trainers' checks take it
+        (`trainstack.trainers.common.user_code.user_code_problems`)."""
+        return CodeRules(
+            self.section, self.launchers, self.default_launcher, self.runs_image, image_sections()
+        )
 
     def code_problems(self, section: Any, trainer: StackTrainer) -> list[str]:
         """Your code's keys that this target cannot run."""
@@ -236,6 +280,13 @@ class CloudTarget(Target):
     ) -> dict[str, Any]:
         """`state`, `hosts`, `started`, `ended` of the deployed compute."""
 
+    def recoveries(
+        self, cfg: StackConfig, outputs: dict[str, Any], endpoints: Mapping[str, str]
+    ) -> list[dict[str, Any]] | None:
+        """What the platform did to keep the run going, oldest first, for `trainstack status`
+        (None: the stack records none)."""
+        return None
+
     @abstractmethod
     def log_filter(
         self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
@@ -294,6 +345,21 @@ def sections() -> dict[str, type[BaseModel]]:
     for target in _REGISTRY.values():
         out.setdefault(target.section, target.model)
     return out
+
+
+def image_sections() -> tuple[str, ...]:
+    """The stack sections whose targets run a container, in registration order."""
+    return tuple(dict.fromkeys(t.section for t in _REGISTRY.values() if t.runs_image))
+
+
+def run_resource(type_: str) -> RunResource | None:
+    """What a registered target declares about resource type `type_` (None: not a resource
+    that runs the trainer)."""
+    for target in _REGISTRY.values():
+        for resource in target.run_resources:
+            if resource.type == type_:
+                return resource
+    return None
 
 
 def by_section(section: str) -> list[Target]:

@@ -20,6 +20,7 @@ from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra import catalog
 from trainstack.infra.logs import LogsError, check_worker, log_query
 from trainstack.infra.stack_outputs import require
+from trainstack.infra.targets.base import RunResource
 from trainstack.infra.targets.gpu_cluster import GpuCluster, GpuClusterConfig, gpu_section
 from trainstack.trainers.common.contract import TORCH_MODULE
 
@@ -81,6 +82,7 @@ def kube_get(
 class Gke(GpuCluster):
     name = "gke"
     extra_nodes = 1
+    run_resources = (RunResource("kubernetes:batch/v1:Job"),)
 
     def torch_image(self, section: GpuClusterConfig) -> tuple[str, str | None]:
         return KUBERNETES_IMAGES[TORCH_MODULE], None

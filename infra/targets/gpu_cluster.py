@@ -89,6 +89,7 @@ class GpuCluster(CloudTarget):
     section = "gpu_cluster"
     model = GpuClusterConfig
     own_network = True
+    runs_image = True
     extra_nodes: ClassVar[int] = 0
     """Machines beside the GPU nodes (GKE's system node)."""
 
@@ -143,7 +144,7 @@ class GpuCluster(CloudTarget):
 
     def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
         gpu = gpu_section(cfg)
-        launcher = code.launcher_for(cfg.target)
+        launcher = code.launcher_for(self.default_launcher)
         return gpu.node_count * (gpu.machine.gpus if launcher == "torchrun" else 1)
 
     def node_launcher_env(self, cfg: StackConfig) -> list[str]:

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from pydantic import Field
 
@@ -27,9 +28,10 @@ from trainstack.infra.outputs import (
     OUTPUT_LOCAL_ROOT,
     OUTPUT_TARGET,
 )
+from trainstack.infra.plan_runs import number
 from trainstack.infra.project import current_place
 from trainstack.infra.stack_outputs import read_outputs
-from trainstack.infra.targets.base import Section, StandaloneTarget
+from trainstack.infra.targets.base import RunResource, Section, StandaloneTarget
 from trainstack.trainers.common.checkpoint import newest_marked
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import (
@@ -44,6 +46,7 @@ from trainstack.trainers.common.contract import (
     FIELD_STEP,
 )
 from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.user_code import DEFAULT_LAUNCHER
 from trainstack.trainers.local_report import running_pid_file
 
 if TYPE_CHECKING:
@@ -74,9 +77,57 @@ def _alive(pid: int) -> bool:
     return True
 
 
+LOCAL_RUN: Final = "pulumi-python:dynamic/local:TrainingRun"
+
+
+def planned_checkpoint_dir(inputs: Mapping[str, Any]) -> str | None:
+    """The local run's checkpoint folder: trainers/local.py prepare_run and
+    trainers/local_code.py take the trainer's own checkpoint_dir, else
+    <root>/checkpoints/<run_name>."""
+    trainer = inputs.get("trainer") or {}
+    if trainer.get("checkpoint_dir"):
+        return str(trainer["checkpoint_dir"])
+    if inputs.get("root") and trainer.get("run_name"):
+        return f"{inputs['root']}/checkpoints/{trainer['run_name']}"
+    return None
+
+
+def local_lines(inputs: Mapping[str, Any]) -> list[str]:
+    trainer = inputs.get("trainer")
+    trainer = trainer if isinstance(trainer, Mapping) else {}
+    workers = f"{number(inputs.get('workers'))} workers on this machine run"
+    if "entrypoint" in trainer:
+        entrypoint = trainer["entrypoint"]
+        command = (
+            shlex.join(str(a) for a in entrypoint) if isinstance(entrypoint, list) else entrypoint
+        )
+        source = f" {trainer['source']}" if trainer.get("source") else ""
+        # No launcher given: the local target's default (`Local.default_launcher`).
+        launcher = trainer.get("launcher", DEFAULT_LAUNCHER)
+        return [f"{workers} your code{source}: {command} (launcher {launcher})"]
+    bundled = (
+        f"{workers} the bundled {trainer.get('framework')} trainer: strategy "
+        f"{trainer.get('strategy')}, model {trainer.get('model')} on {trainer.get('dataset')}, "
+        f"{number(trainer.get('steps'))} steps, global batch "
+        f"{number(trainer.get('global_batch_size'))}"
+    )
+    return [bundled]
+
+
 class Local(StandaloneTarget):
     name = "local"
     section = "local"
+    run_resources = (
+        # base_dir only resolves a relative root when processes start; diff never reads it.
+        RunResource(
+            LOCAL_RUN,
+            ("trainstack.components._local_provider", "LocalRunProvider", {"base_dir": "."}),
+            local_lines,
+            checkpoint_dir=planned_checkpoint_dir,
+            checkpoint_first=True,
+            settings=lambda inputs: inputs.get("trainer"),
+        ),
+    )
     model = LocalConfig
 
     def section_problems(

@@ -3,6 +3,7 @@ queued slices (`TpuSupervisor`). Stack section `trainstack:tpu`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import pulumi
 
 from trainstack.components import catalog as facts
-from trainstack.components._google_api import build_client
+from trainstack.components._google_api import ApiError, NotFoundError, build_client, execute
 from trainstack.components._naming import gcp_name
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
@@ -39,8 +40,8 @@ from trainstack.components.tpu_supervisor import (
 from trainstack.components.training_dashboard.targets import tpu_filter_text
 from trainstack.infra import catalog
 from trainstack.infra.code_frameworks import tpu_framework_problems
-from trainstack.infra.google_reads import get_or_none
-from trainstack.infra.logs import check_worker, log_query
+from trainstack.infra.google_reads import POLICY, get_or_none
+from trainstack.infra.logs import LogsError, check_worker, log_query
 from trainstack.infra.outputs import (
     OUTPUT_CHECKPOINT_DIR,
     OUTPUT_CONSOLE_URL,
@@ -50,9 +51,10 @@ from trainstack.infra.outputs import (
     OUTPUT_TPU_HOSTS,
     OUTPUT_WORKER_IPS,
 )
+from trainstack.infra.plan_runs import number
 from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
 from trainstack.infra.stack_outputs import require
-from trainstack.infra.targets.base import CloudTarget, ComposeContext, Section
+from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, Section
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
 
@@ -152,11 +154,62 @@ def _tpu(cfg: StackConfig) -> TpuConfig:
     return cast(TpuConfig, cfg.compute)
 
 
+QUEUED_TPU: Final = "pulumi-python:dynamic/tpu:QueuedResource"
+
+
+def tpu_lines(body: Any) -> list[str]:
+    if not isinstance(body, Mapping):
+        return [f"queued resource body {body}"]
+    specs = body.get("tpu", {}).get("nodeSpec", [])
+    tier = "spot" if "spot" in body else "guaranteed" if "guaranteed" in body else "on-demand"
+    lines = []
+    for spec in specs:
+        node = spec.get("node", {})
+        config = node.get("acceleratorConfig") or {}
+        accelerator = node.get("acceleratorType") or (
+            f"{config.get('type')} topology {config.get('topology')}"
+        )
+        count = (spec.get("multisliceParams") or {}).get("nodeCount", 1)
+        lines.append(
+            f"{number(count)} x TPU {accelerator}, runtime {node.get('runtimeVersion')}, "
+            f"{tier}, in {spec.get('parent')}"
+        )
+    if "reservationName" in body:
+        lines.append(f"reservation {body['reservationName']}")
+    return lines
+
+
+def _supervisor_events(uri: str, ep: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The TPU supervisor's events (components/supervisor/main.py), oldest first."""
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    objects = build_client("storage.v1", api_endpoint=ep.get("storage")).objects()
+    try:
+        raw = execute(objects.get_media(bucket=bucket, object=name), POLICY)
+    except NotFoundError:
+        return []  # no action recorded yet
+    except ApiError as exc:
+        raise LogsError(f"cannot read {uri}: {exc.message}") from None
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 class Tpu(CloudTarget):
     name = "tpu"
     section = "tpu"
     model = TpuConfig
     own_network = True
+    # A TPU host runs one process that drives all its chips (JAX, TensorFlow, PyTorch/XLA's
+    # PJRT runtime); torchrun's one-process-per-device model does not apply.
+    launchers = ("node",)
+    default_launcher = "node"
+    run_resources = (
+        RunResource(
+            QUEUED_TPU,
+            ("trainstack.components._tpu_queued_provider", "QueuedResourceProvider", {}),
+            lambda inputs: tpu_lines(inputs.get("body")),
+        ),
+        RunResource("gcp:tpu/v2Vm:V2Vm"),
+    )
 
     # ------------------------------------------------------------------ config
 
@@ -341,6 +394,14 @@ class Tpu(CloudTarget):
             for i, point in enumerate(node.get("networkEndpoints", []))
         ]
         return {"state": state, "hosts": hosts, "started": node.get("createTime"), "ended": None}
+
+    def recoveries(
+        self, cfg: StackConfig, outputs: dict[str, Any], endpoints: Mapping[str, str]
+    ) -> list[dict[str, Any]] | None:
+        # Spot and queued slices: the supervisor's actions, the JSON lines of its events
+        # object (GCS JSON API `objects.get`, media).
+        uri = outputs.get(OUTPUT_SUPERVISOR_EVENTS)
+        return _supervisor_events(str(uri), endpoints) if uri else None
 
     def log_filter(
         self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None

@@ -51,6 +51,7 @@ from trainstack.infra.targets.vertex_image import (
     vertex_module,
     vertex_plan_notes,
 )
+from trainstack.infra.targets.vertex_runs import RUN_RESOURCES
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
@@ -85,6 +86,9 @@ class Vertex(CloudTarget):
     section = "vertex"
     model = VertexConfig
     managed_hosts = "managed by Vertex AI"
+    runs_image = True
+    reads_jobs = True
+    run_resources = RUN_RESOURCES
 
     # ------------------------------------------------------------------ config
 
@@ -172,7 +176,7 @@ class Vertex(CloudTarget):
 
     def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
         vx = _vx(cfg)
-        launcher = code.launcher_for(cfg.target)
+        launcher = code.launcher_for(self.default_launcher)
         return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
 
     def node_launcher_env(self, cfg: StackConfig) -> list[str]:

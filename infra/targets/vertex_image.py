@@ -19,6 +19,7 @@ from trainstack.components.catalog.images import (
     vertex_training_image,
 )
 from trainstack.components.image_mirror import repository_id
+from trainstack.infra.targets.base import target_of
 from trainstack.infra.targets.vertex_config import VertexConfig, vertex_timeout_s
 from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE, TRAINER_MODULES
 
@@ -48,7 +49,7 @@ def vertex_module(cfg: StackConfig) -> str:
     """The bundled module whose image the Vertex replicas run by default."""
     code = cfg.trainer.user_code
     if code is not None:
-        return USER_CODE_VERTEX_MODULES[code.launcher_for("vertex")]
+        return USER_CODE_VERTEX_MODULES[code.launcher_for(target_of(cfg).default_launcher)]
     return TRAINER_MODULES[cfg.trainer.framework]
 
 

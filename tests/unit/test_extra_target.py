@@ -26,7 +26,15 @@ from trainstack.components._google_api import build_client
 from trainstack.components.catalog.batch import WorldSize
 from trainstack.components.catalog.machines import MACHINES
 from trainstack.components.catalog.names import zone_in_region_problems
-from trainstack.components.training_dashboard.targets import gce_filters
+from trainstack.components.training_dashboard.targets import (
+    PLATFORMS,
+    BuiltinMetric,
+    Platform,
+    TargetMetrics,
+    gce_filters,
+    register_platform,
+    unregister_platform,
+)
 from trainstack.infra import catalog
 from trainstack.infra.cli import app
 from trainstack.infra.config import ConfigError, load_stack_config
@@ -55,6 +63,28 @@ STACK = "demo-cpu"
 MACHINE = "n1-highcpu-16"
 
 
+# Its monitoring platform: plain VMs log and report as Compute Engine instances; the chart
+# that GPU platforms give GPU utilization shows CPU utilization (Compute Engine metrics list,
+# https://cloud.google.com/monitoring/api/metrics_gcp_c, compute instance/cpu/utilization).
+CPU_PLATFORM = Platform(
+    "cpu_vms",
+    TargetMetrics(
+        accelerator=BuiltinMetric(
+            "compute.googleapis.com/instance/cpu/utilization",
+            "gce_instance",
+            "resource.label.instance_id",
+            verified=False,
+            source="https://cloud.google.com/monitoring/api/metrics_gcp_c",
+        ),
+        accelerator_unit="CPU utilization",
+        received_bytes=PLATFORMS["gce"].metrics.received_bytes,
+        sent_bytes=PLATFORMS["gce"].metrics.sent_bytes,
+    ),
+    "gce_instance",
+    gpu=False,
+)
+
+
 class CpuVmsConfig(Section):
     """`trainstack:cpu_vms`: CPU VMs that each run one trainer process."""
 
@@ -72,6 +102,9 @@ class CpuVms(CloudTarget):
     section = "cpu_vms"
     model = CpuVmsConfig
     own_network = True
+    # One process per VM: what your code may use here reaches the config checks as data.
+    launchers = ("node",)
+    default_launcher = "node"
 
     def section_problems(
         self, section: CpuVmsConfig, region: str | None, trainer: StackTrainer | None
@@ -122,13 +155,14 @@ class CpuVms(CloudTarget):
                     "scopes": ["cloud-platform"],
                 },
                 labels=dict(ctx.labels),
+                metadata=None
+                if ctx.node_args is None
+                else {"node-args": ctx.node_args.apply(json.dumps)},
                 opts=ctx.after_grants,
             )
         log_filter, resource_filter = gce_filters(ctx.deployment, f"^{ctx.deployment}-cpu-")
         scope: DashboardScope = {
-            # The Compute Engine platform's monitoring facts fit plain VMs as they are.
-            "target": "gpu_cluster",
-            "gpu_backend": "gce",
+            "target": "cpu_vms",  # its own platform, `CPU_PLATFORM`
             "worker_count": vms.node_count,
             "log_filter": log_filter,
             "resource_filter": resource_filter,
@@ -158,7 +192,7 @@ class CpuVms(CloudTarget):
     ) -> str:
         names = [str(n) for n in require(outputs, stack, "instance_names")]
         check_worker(worker, len(names), stack)
-        return log_query("gce", gce_filters(stack, f"^{stack}-cpu-")[0])
+        return log_query("cpu_vms", gce_filters(stack, f"^{stack}-cpu-")[0])
 
 
 CONFIG: dict[str, Any] = {
@@ -171,10 +205,13 @@ CONFIG: dict[str, Any] = {
 
 @pytest.fixture
 def cpu_vms() -> Iterator[CpuVms]:
+    register_platform("cpu_vms", CPU_PLATFORM)
     target = register(CpuVms())
     yield target
     unregister(target.name)
+    unregister_platform("cpu_vms")
     assert [t.name for t in registered()] == ["tpu", "gke", "gce", "vertex", "local"]
+    assert list(PLATFORMS) == ["tpu", "gke", "gce", "vertex"]
 
 
 def test_the_stack_config_takes_and_checks_the_new_section(cpu_vms: CpuVms) -> None:
@@ -259,6 +296,39 @@ def test_it_plans_and_estimates(cpu_vms: CpuVms) -> None:
         "storage.googleapis.com",
     ]
     assert plan["outputs"]["instance_names"] == [f"{STACK}-cpu-0", f"{STACK}-cpu-1"]
+    # The dashboard charts its own platform's metrics, and no GPU-only log metric.
+    charted = json.dumps([r["inputs"] for r in plan["resources"]])
+    assert "compute.googleapis.com/instance/cpu/utilization" in charted
+    assert "agent.googleapis.com/gpu/utilization" not in charted
+    assert "GPU utilization reported by the trainer" not in charted
+
+
+def test_it_runs_your_own_code(cpu_vms: CpuVms, tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    trainer = {"source": str(code), "entrypoint": ["python", "train.py"]}
+    config = {**CONFIG, "trainstack:trainer": trainer}
+    plan = build_plan(STACK, config)
+    entry = plan["code"]
+    assert (entry["launcher"], entry["launcher_from"], entry["world_size"], entry["runs_on"]) == (
+        "node",
+        "the default on cpu_vms",
+        2,
+        "Debian 12",
+    )
+    vm = next(r for r in plan["resources"] if r["name"] == f"{STACK}-cpu-0")
+    args = json.loads(vm["inputs"]["metadata"]["node-args"])
+    assert (args[0], args[-3:]) == ("--launcher=node", ["--", "python", "train.py"])
+    # The target's own rules, with the messages' list of targets that run a container.
+    bad = {**trainer, "launcher": "torchrun", "image": "img:1"}
+    with pytest.raises(ConfigError) as info:
+        load_stack_config({**config, "trainstack:trainer": bad})
+    assert info.value.errors == [
+        "trainer.launcher: 'torchrun' is not allowed on a cpu_vms target; valid: node",
+        "trainer.image: not supported on a cpu_vms target (it runs no container); valid: "
+        "trainer.source, or a target of gpu_cluster, vertex",
+    ]
 
 
 def test_status_reads_it(cpu_vms: CpuVms, tmp_path: Path) -> None:

@@ -35,7 +35,9 @@ from trainstack.infra.plan import (
     read_stack_file,
     render_plan,
 )
-from trainstack.infra.plan_runs import PROVIDER_INPUT, TPU_QUEUED, VERTEX_JOBS, runs_lines
+from trainstack.infra.plan_runs import PROVIDER_INPUT, runs_lines
+from trainstack.infra.targets.tpu import QUEUED_TPU as TPU_QUEUED
+from trainstack.infra.targets.vertex_runs import CUSTOM_JOB
 
 
 @pytest.mark.parametrize("stack", bundled_stacks())
@@ -516,7 +518,7 @@ def test_a_queued_tpu_shows_accelerator_runtime_nodes_and_tier() -> None:
 
 def test_a_body_unknown_in_a_preview_is_said_so() -> None:
     unknown = {"body": UNKNOWN, PROVIDER_INPUT: SECRET}
-    assert runs_lines(VERTEX_JOBS[0], unknown) == [f"job body {UNKNOWN}"]
+    assert runs_lines(CUSTOM_JOB, unknown) == [f"job body {UNKNOWN}"]
     assert runs_lines(TPU_QUEUED, unknown) == [f"queued resource body {UNKNOWN}"]
     assert runs_lines("gcp:storage/bucket:Bucket", {"name": "b"}) == []
 

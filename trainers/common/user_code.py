@@ -46,16 +46,28 @@ USER_CODE_KEYS: Final = (
 SHARED_KEYS: Final = frozenset({"run_name", "preemption_grace_s", "checkpoint_dir"})
 """Bundled-trainer keys that also apply to your own code: the run's name (checkpoint folder,
 `TRAINSTACK_RUN_NAME`), the SIGTERM grace and where checkpoints go."""
-LAUNCHERS_BY_TARGET: Final[Mapping[str, tuple[str, ...]]] = {
-    "local": ("torchrun", "node"),
-    "gpu_cluster": ("torchrun", "node"),
-    "vertex": ("torchrun", "node"),
-    # A TPU host runs one process that drives all its chips (JAX, TensorFlow, PyTorch/XLA's
-    # PJRT runtime); torchrun's one-process-per-device model does not apply.
-    "tpu": ("node",),
-}
-IMAGE_TARGETS: Final = ("gpu_cluster", "vertex")
-"""Targets that run a container: a TPU VM and the local target run processes directly."""
+DEFAULT_LAUNCHER: Final[UserLauncher] = "torchrun"
+"""The launcher your code gets unless its target or `trainer.launcher` says otherwise."""
+
+
+@dataclass(frozen=True)
+class CodeRules:
+    """What one compute target allows your code. Each target declares its own
+    (`trainstack.infra.targets.base.Target.code_rules`) and the config checks pass it here
+    as data: the trainers name no target."""
+
+    target: str
+    """The target's stack section, as the messages name it."""
+    launchers: tuple[UserLauncher, ...] = ("torchrun", "node")
+    """The launchers it runs (a TPU host: node only)."""
+    default_launcher: UserLauncher = DEFAULT_LAUNCHER
+    """The launcher when `trainer.launcher` is unset."""
+    runs_image: bool = False
+    """It runs a container, so `trainer.image` may stand in for `trainer.source`."""
+    image_targets: tuple[str, ...] = ()
+    """Every registered target section that runs a container (for the messages); empty
+    where the caller does not know them."""
+
 
 SECRET_RESOURCE: Final = re.compile(
     r"projects/[A-Za-z0-9][A-Za-z0-9._:-]*/secrets/[A-Za-z0-9_-]{1,255}(/versions/[A-Za-z0-9_-]+)?"
@@ -131,11 +143,9 @@ class UserCode:
     env: dict[str, str]
     secret_env: dict[str, str]
 
-    def launcher_for(self, target: str) -> UserLauncher:
-        """The launcher on `target`: the one given, else torchrun (node on a TPU slice)."""
-        if self.launcher is not None:
-            return self.launcher
-        return "node" if target == "tpu" else "torchrun"
+    def launcher_for(self, default: UserLauncher) -> UserLauncher:
+        """The launcher given, else `default` (the target's `CodeRules.default_launcher`)."""
+        return self.launcher if self.launcher is not None else default
 
 
 def resolve_source(source: str, base_dir: Path) -> Path:
@@ -246,10 +256,11 @@ def _env_problems(trainer: StackTrainer, prefix: str) -> list[str]:
 
 
 def user_code_problems(
-    trainer: StackTrainer, target: str, base_dir: Path, prefix: str = "trainer."
+    trainer: StackTrainer, rules: CodeRules, base_dir: Path, prefix: str = "trainer."
 ) -> list[str]:
-    """Problems with the user-code keys of `trainer` on `target`, files checked under
-    `base_dir` (the project root). Empty for a valid section, and for the bundled trainer."""
+    """Problems with the user-code keys of `trainer` on the target whose `rules` are given,
+    files checked under `base_dir` (the project root). Empty for a valid section, and for
+    the bundled trainer."""
     given = trainer.model_fields_set
     if trainer.entrypoint is None:
         stray = [k for k in USER_CODE_KEYS if k in given and getattr(trainer, k) is not None]
@@ -269,21 +280,21 @@ def user_code_problems(
             f"{prefix}entrypoint: [] is empty; valid: a command as a list of strings, e.g. "
             "[python, train.py]"
         )
-    launchers = LAUNCHERS_BY_TARGET[target]
+    target, launchers, images = rules.target, rules.launchers, ", ".join(rules.image_targets)
     if trainer.launcher is not None and trainer.launcher not in launchers:
         problems.append(
             f"{prefix}launcher: {trainer.launcher!r} is not allowed on a {target} target; "
             f"valid: {', '.join(launchers)}"
         )
-    if trainer.image is not None and target not in IMAGE_TARGETS:
+    if trainer.image is not None and not rules.runs_image:
         problems.append(
             f"{prefix}image: not supported on a {target} target (it runs no container); "
-            f"valid: {prefix}source, or a target of {', '.join(IMAGE_TARGETS)}"
+            f"valid: {prefix}source" + (f", or a target of {images}" if images else "")
         )
     if trainer.source is None and trainer.image is None:
         problems.append(
             f"{prefix}source: required with {prefix}entrypoint; valid: a folder with your "
-            f"code, or {prefix}image on {', '.join(IMAGE_TARGETS)}"
+            "code" + (f", or {prefix}image on {images}" if images else "")
         )
     problems += _env_problems(trainer, prefix)
     if trainer.source is None:
@@ -318,14 +329,19 @@ def user_code_problems(
 
 
 def node_args(
-    code: UserCode, target: str, *, contract: Mapping[str, str], source: str | None = None
+    code: UserCode,
+    default_launcher: UserLauncher,
+    *,
+    contract: Mapping[str, str],
+    source: str | None = None,
 ) -> list[str]:
-    """The arguments of `python -m trainstack.trainers.node` that run `code` on `target`: the one
+    """The arguments of `python -m trainstack.trainers.node` that run `code` on a target whose
+    launcher is `default_launcher` unless `trainer.launcher` is set: the one
     command line every target's launch starts once per machine (after installing the
     package). `contract` holds the run-contract variables the target knows at deploy time
     (`TRAINSTACK_CHECKPOINT_DIR`, `_DATA_DIR`, `_OUTPUT_DIR`, `_RUN_NAME`); `source` is the
     folder to run in, None for the folder the package installs (or an image's WORKDIR)."""
-    args = [f"--launcher={code.launcher_for(target)}"]
+    args = [f"--launcher={code.launcher_for(default_launcher)}"]
     if source is not None:
         args.append(f"--source={source}")
     args += [f"--env={name}={value}" for name, value in sorted(contract.items())]
