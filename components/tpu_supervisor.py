@@ -121,6 +121,20 @@ SERVICES: Final = (
 """APIs the supervisor needs besides the TPU API."""
 PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    # instanceGroupManagers.get and .resize (the Compute Engine method's permission is
+    # compute.instanceGroupManagers.update, https://cloud.google.com/compute/docs/reference/
+    # rest/v1/instanceGroupManagers/resize: "Authorization requires ... the following IAM
+    # permission ... compute.instanceGroupManagers.update"; not checked on a live project).
+    "mig": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"),
+    # nodePools.get and .setSize (container.clusters.get / .update, the GKE permissions the
+    # node pool methods require per https://cloud.google.com/kubernetes-engine/docs/
+    # reference/api-permissions; not checked on a live project), and the pool's own instance
+    # groups' sizes (the pool reports none).
+    "node_pool": (
+        "compute.instanceGroupManagers.get",
+        "container.clusters.get",
+        "container.clusters.update",
+    ),
     "queued": (
         "tpu.nodes.create",
         "tpu.nodes.delete",
@@ -132,9 +146,38 @@ PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     ),
 }
 """The custom role's permissions: the calls `supervisor/main.py` makes (a queued resource
-creates and deletes its nodes as the caller)."""
+creates and deletes its nodes as the caller). A TPU slice that is not recovered (on-demand,
+reserved) only needs `STOP_ONLY_PERMISSIONS`."""
+STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
+    "node": ("tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    "queued": (
+        "tpu.nodes.delete",
+        "tpu.nodes.get",
+        "tpu.operations.get",
+        "tpu.queuedResources.delete",
+        "tpu.queuedResources.get",
+    ),
+}
+TPU_KINDS: Final = frozenset({"node", "queued"})
+RUN_KEYS: Final = frozenset(
+    {"end_uri", "clock_uri", "stop_uri", "max_run_seconds", "hourly_usd", "max_total_usd"}
+)
+"""What `run` may hold (`supervisor/main.py` reads each; all optional)."""
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-_NAME = re.compile(r"^projects/[^/]+/locations/[^/]+/(nodes|queuedResources)/[a-z][-a-z0-9]*$")
+_NAMES: Final = {
+    "node": re.compile(r"^projects/[^/]+/locations/[^/]+/nodes/[a-z][-a-z0-9]*$"),
+    "queued": re.compile(r"^projects/[^/]+/locations/[^/]+/queuedResources/[a-z][-a-z0-9]*$"),
+    "mig": re.compile(r"^projects/[^/]+/zones/[^/]+/instanceGroupManagers/[a-z][-a-z0-9]*$"),
+    "node_pool": re.compile(
+        r"^projects/[^/]+/locations/[^/]+/clusters/[a-z][-a-z0-9]*/nodePools/[a-z][-a-z0-9]*$"
+    ),
+}
+_NAME_FORMS: Final = {
+    "node": "projects/P/locations/Z/nodes/NAME",
+    "queued": "projects/P/locations/Z/queuedResources/NAME",
+    "mig": "projects/P/zones/Z/instanceGroupManagers/NAME",
+    "node_pool": "projects/P/locations/L/clusters/C/nodePools/NAME",
+}
 
 
 class TpuSupervisorArgs(TypedDict):
@@ -146,17 +189,25 @@ class TpuSupervisorArgs(TypedDict):
     """Region of the function and the scheduler job (the stack's `gcp:region`)."""
     deployment_name: str
     """Names the account, role, function, job and the state folder."""
-    kind: Literal["node", "queued"]
-    """`node`: a Spot `gcp.tpu.V2Vm`; `queued`: a queued resource."""
+    kind: Literal["node", "queued", "mig", "node_pool"]
+    """`node`: a `gcp.tpu.V2Vm`; `queued`: a queued resource; `mig`: a Compute Engine managed
+    instance group; `node_pool`: a GKE node pool."""
     resource_name: pulumi.Input[str]
-    """The slice's full name, `projects/P/locations/Z/nodes/N` or `.../queuedResources/Q`."""
-    body: pulumi.Input[dict[str, Any]]
-    """The REST body it is created again with (Node, or QueuedResource), exactly as created."""
+    """The compute's full name (`_NAME_FORMS`)."""
+    body: NotRequired[pulumi.Input[dict[str, Any]]]
+    """TPU kinds with `recover`: the REST body it is created again with (Node, or
+    QueuedResource), exactly as created."""
+    recover: NotRequired[bool]
+    """Recreate a preempted slice (TPU kinds; default True for them, False otherwise)."""
+    run: NotRequired[pulumi.Input[dict[str, Any]]]
+    """When the run ends (`RUN_KEYS`, see `supervisor/main.py`): the end record, run clock
+    and stop request objects, `max_run_seconds`, the compute's `hourly_usd` at list price
+    and `max_total_usd`."""
     staging_bucket: pulumi.Input[str]
     """Bucket the function's source zip is uploaded to."""
     checkpoint_bucket: pulumi.Input[str]
     """Bucket of the supervisor's state and events (`supervisor/<deployment>/`)."""
-    node_service_account: pulumi.Input[str]
+    node_service_account: NotRequired[pulumi.Input[str]]
     """The slice's service account, `projects/P/serviceAccounts/EMAIL`: the supervisor may
     create a node that runs as it, and as no other."""
     schedule: NotRequired[str]
@@ -205,18 +256,38 @@ def build_source(config: dict[str, Any], build_dir: Path = BUILD_DIR) -> SourceB
 
 
 def supervisor_config(
-    kind: str, resource_name: str, body: dict[str, Any], checkpoint_bucket: str, deployment: str
+    kind: str,
+    resource_name: str,
+    body: dict[str, Any] | None,
+    checkpoint_bucket: str,
+    deployment: str,
+    *,
+    recover: bool | None = None,
+    run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`config.json` of the bundle."""
-    if not _NAME.match(resource_name) or (kind == "node") != ("/nodes/" in resource_name):
+    if kind not in _NAMES:
+        raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(_NAMES)}")
+    if not _NAMES[kind].match(resource_name):
+        what = "a TPU " + kind if kind in TPU_KINDS else "a " + kind
         raise ValueError(
-            f"resource_name: {resource_name!r} is not a TPU {kind} name; valid: "
-            f"projects/P/locations/Z/{'nodes' if kind == 'node' else 'queuedResources'}/NAME"
+            f"resource_name: {resource_name!r} is not {what} name; valid: {_NAME_FORMS[kind]}"
         )
+    recover = kind in TPU_KINDS if recover is None else recover
+    if recover and (kind not in TPU_KINDS or not body):
+        raise ValueError(
+            f"recover: only a TPU slice with its body is recreated; kind {kind!r}"
+            + ("" if kind not in TPU_KINDS else " has no body")
+        )
+    unknown = sorted(set(run or {}) - RUN_KEYS)
+    if unknown:
+        raise ValueError(f"run.{unknown[0]}: unknown key; valid: {', '.join(sorted(RUN_KEYS))}")
     return {
         "kind": kind,
         "name": resource_name,
-        "body": body,
+        "body": body or {},
+        "recover": recover,
+        "run": dict(run or {}),
         "state_uri": f"gs://{checkpoint_bucket}/supervisor/{deployment}",
     }
 
@@ -300,7 +371,13 @@ class TpuSupervisor(pulumi.ComponentResource):
         check_args("TpuSupervisor", TpuSupervisorArgs, args)
         kind, deployment = args["kind"], args["deployment_name"]
         if kind not in PERMISSIONS:
-            raise ValueError(f"kind: {kind!r} is not allowed; valid: node, queued")
+            raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(_NAMES)}")
+        recover = args.get("recover", kind in TPU_KINDS)
+        if recover and "node_service_account" not in args:
+            raise ValueError(
+                "node_service_account: missing; a supervisor that recreates a TPU slice "
+                "needs the slice's service account"
+            )
         schedule = args.get("schedule", DEFAULT_SCHEDULE)
         if len(schedule.split()) != 5:
             raise ValueError(
@@ -320,7 +397,12 @@ class TpuSupervisor(pulumi.ComponentResource):
             project=project,
             account_id=account_id(deployment, "sup"),
             display_name=f"trainstack TPU supervisor ({deployment})",
-            description="Recreates this stack's preempted TPU slice; managed by trainstack.",
+            description=(
+                "Recreates this stack's preempted TPU slice and stops its compute at the "
+                "run's end; managed by trainstack."
+                if recover
+                else "Stops this stack's compute at the run's end; managed by trainstack."
+            ),
             opts=child,
         )
         member = self.account.member
@@ -329,8 +411,16 @@ class TpuSupervisor(pulumi.ComponentResource):
             project=project,
             role_id=role_id(deployment),
             title=f"trainstack TPU supervisor ({deployment})"[:100],
-            description="Get, delete and create one stack's TPU slice.",
-            permissions=list(PERMISSIONS[kind]),
+            description=(
+                "Get, delete and create one stack's TPU slice."
+                if recover
+                else "Get and stop one stack's compute."
+            ),
+            permissions=list(
+                PERMISSIONS[kind]
+                if recover or kind not in TPU_KINDS
+                else STOP_ONLY_PERMISSIONS[kind]
+            ),
             opts=child,
         )
         self.grants: list[pulumi.Resource] = [
@@ -342,13 +432,6 @@ class TpuSupervisor(pulumi.ComponentResource):
                 member=member,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role]),
             ),
-            serviceaccount.IAMMember(
-                f"{name}-act-as",
-                service_account_id=args["node_service_account"],
-                role="roles/iam.serviceAccountUser",
-                member=member,
-                opts=child,
-            ),
             storage.BucketIAMMember(
                 f"{name}-state",
                 bucket=args["checkpoint_bucket"],
@@ -358,9 +441,27 @@ class TpuSupervisor(pulumi.ComponentResource):
             ),
         ]
 
+        if recover:
+            # It creates a node that runs as the training account, and as no other.
+            self.grants.append(
+                serviceaccount.IAMMember(
+                    f"{name}-act-as",
+                    service_account_id=args["node_service_account"],
+                    role="roles/iam.serviceAccountUser",
+                    member=member,
+                    opts=child,
+                )
+            )
         config = pulumi.Output.all(
-            args["resource_name"], args["body"], args["checkpoint_bucket"]
-        ).apply(lambda v: supervisor_config(kind, v[0], v[1], v[2], deployment))
+            args["resource_name"],
+            args.get("body", {}),
+            args["checkpoint_bucket"],
+            args.get("run", {}),
+        ).apply(
+            lambda v: supervisor_config(
+                kind, v[0], v[1], v[2], deployment, recover=recover, run=v[3]
+            )
+        )
         bundle = config.apply(build_source)
         self.source = storage.BucketObject(
             f"{name}-source",
@@ -379,7 +480,7 @@ class TpuSupervisor(pulumi.ComponentResource):
             project=project,
             location=region,
             name=physical,
-            description=f"trainstack TPU supervisor of {deployment}",
+            description=f"trainstack {'TPU' if kind in TPU_KINDS else 'run'} supervisor of {deployment}",
             labels=labels,
             build_config=cloudfunctionsv2.FunctionBuildConfigArgs(
                 runtime=RUNTIME,
@@ -415,7 +516,11 @@ class TpuSupervisor(pulumi.ComponentResource):
             project=project,
             region=region,
             name=physical,
-            description=f"checks {deployment}'s TPU slice and recreates it when preempted",
+            description=(
+                f"checks {deployment}'s TPU slice and recreates it when preempted"
+                if recover
+                else f"checks {deployment}'s run and stops its compute at the end"
+            ),
             schedule=schedule,
             time_zone="Etc/UTC",
             attempt_deadline="180s",
