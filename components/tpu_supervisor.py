@@ -103,11 +103,34 @@ SUPERVISED_PROVISIONING: Final = frozenset({"spot", "queued"})
 
 
 def supervised(provisioning: str | None) -> bool:
-    """Whether a slice of this `tpu.provisioning` gets a supervisor (Google may preempt it)."""
+    """Whether the supervisor recreates a slice of this `tpu.provisioning` (Google may
+    preempt it)."""
     return provisioning in SUPERVISED_PROVISIONING
 
 
-"""TPU provisioning Google preempts: stacks with it get a supervisor."""
+SUPERVISED_TARGETS: Final = ("tpu", "gpu_cluster")
+"""Stack targets with a supervisor (it stops their compute at the run's end; Vertex and
+local runs end their own compute)."""
+MAX_TOTAL_USD_ABOVE: Final = 0.0
+"""`limits.max_total_usd` (and the component's `run.max_total_usd`) must be above this."""
+
+
+def max_total_usd_problem(value: object, key: str, target: str | None = None) -> str | None:
+    """The one rule of a run's spend cap, for the stack key and the component argument."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (MAX_TOTAL_USD_ABOVE < value < float("inf"))
+    ):
+        return f"{key}: {value!r} is not allowed; valid: a number of US dollars above 0"
+    if target is not None and target not in SUPERVISED_TARGETS:
+        return (
+            f"{key}: not enforced on a {target} target (no supervisor stops its compute); "
+            f"valid: a {' or '.join(SUPERVISED_TARGETS)} target, or no {key}"
+        )
+    return None
+
+
 SERVICES: Final = (
     # Cloud Functions gen2 builds with Cloud Build into Artifact Registry and runs on Cloud
     # Run (https://cloud.google.com/functions/docs/deploy: "enable the Cloud Functions,
@@ -282,6 +305,10 @@ def supervisor_config(
     unknown = sorted(set(run or {}) - RUN_KEYS)
     if unknown:
         raise ValueError(f"run.{unknown[0]}: unknown key; valid: {', '.join(sorted(RUN_KEYS))}")
+    cap = (run or {}).get("max_total_usd")
+    problem = None if cap is None else max_total_usd_problem(cap, "run.max_total_usd")
+    if problem:
+        raise ValueError(problem)
     return {
         "kind": kind,
         "name": resource_name,
@@ -373,6 +400,7 @@ class TpuSupervisor(pulumi.ComponentResource):
         if kind not in PERMISSIONS:
             raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(_NAMES)}")
         recover = args.get("recover", kind in TPU_KINDS)
+        what = "TPU" if kind in TPU_KINDS else "run"
         if recover and "node_service_account" not in args:
             raise ValueError(
                 "node_service_account: missing; a supervisor that recreates a TPU slice "
@@ -396,7 +424,7 @@ class TpuSupervisor(pulumi.ComponentResource):
             f"{name}-sa",
             project=project,
             account_id=account_id(deployment, "sup"),
-            display_name=f"trainstack TPU supervisor ({deployment})",
+            display_name=f"trainstack {what} supervisor ({deployment})",
             description=(
                 "Recreates this stack's preempted TPU slice and stops its compute at the "
                 "run's end; managed by trainstack."
@@ -410,7 +438,7 @@ class TpuSupervisor(pulumi.ComponentResource):
             f"{name}-role",
             project=project,
             role_id=role_id(deployment),
-            title=f"trainstack TPU supervisor ({deployment})"[:100],
+            title=f"trainstack {what} supervisor ({deployment})"[:100],
             description=(
                 "Get, delete and create one stack's TPU slice."
                 if recover
@@ -480,7 +508,7 @@ class TpuSupervisor(pulumi.ComponentResource):
             project=project,
             location=region,
             name=physical,
-            description=f"trainstack {'TPU' if kind in TPU_KINDS else 'run'} supervisor of {deployment}",
+            description=f"trainstack {what} supervisor of {deployment}",
             labels=labels,
             build_config=cloudfunctionsv2.FunctionBuildConfigArgs(
                 runtime=RUNTIME,

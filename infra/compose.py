@@ -27,12 +27,7 @@ from trainstack.components.project_services import ProjectServices
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
-from trainstack.components.tpu_supervisor import (
-    TpuSupervisor,
-    TpuSupervisorArgs,
-    slice_target,
-    supervised,
-)
+from trainstack.components.tpu_supervisor import SUPERVISED_TARGETS
 from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
 from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -43,6 +38,7 @@ from trainstack.components.vertex_training_job import VertexTrainingJob, VertexT
 from trainstack.infra.config import PROJECT_ROOT, StackConfig, load_stack_config
 from trainstack.infra.estimate import quota_needs, vertex_timeout_s
 from trainstack.infra.local_paths import run_name
+from trainstack.infra.supervision import supervise_cluster, supervise_tpu
 from trainstack.infra.vertex_image import (
     uses_image_mirror,
     vertex_image,
@@ -72,7 +68,6 @@ TARGET_SERVICES: Mapping[str, tuple[str, ...]] = {
     "gpu_cluster": ("container.googleapis.com",),
     "vertex": ("aiplatform.googleapis.com",),
 }
-OUTPUT_SUPERVISOR_EVENTS = "supervisor_events_uri"
 
 
 # Stack output keys, shared with tests and `trainstack status`.
@@ -180,7 +175,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     service_names = [*BASE_SERVICES, *TARGET_SERVICES[cfg.target]]
     service_names += [SECRET_SERVICE] if secrets else []
     service_names += [MIRROR_SERVICE] if uses_image_mirror(cfg) else []
-    if supervised(cfg.tpu.provisioning if cfg.tpu else None):
+    if cfg.target in SUPERVISED_TARGETS:
         service_names += SUPERVISOR_SERVICES
     services = ProjectServices(
         f"{deployment}-apis", {"project": project, "services": service_names}
@@ -483,25 +478,7 @@ def _tpu(
         OUTPUT_CONSOLE_URL: tpu.console_url,
         OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
     }
-    if supervised(cfg.tpu.provisioning if cfg.tpu else None):
-        kind, resource_name, body = slice_target(tpu, args)
-        supervisor_args: TpuSupervisorArgs = {
-            "project": cfg.project,
-            "region": cfg.region,
-            "deployment_name": deployment,
-            "kind": kind,
-            "resource_name": resource_name,
-            "body": body,
-            "staging_bucket": buckets.staging_bucket,
-            "checkpoint_bucket": buckets.checkpoint_bucket,
-            "node_service_account": identity.service_account.name,
-            "labels": dict(labels),
-        }
-        # After the slice, so `pulumi destroy` removes the supervisor before the slice.
-        slices = [r for r in (tpu.queued_resource, tpu.vm) if r is not None]
-        after_slice = after_grants.merge(pulumi.ResourceOptions(depends_on=slices))
-        supervisor = TpuSupervisor(f"{deployment}-supervisor", supervisor_args, opts=after_slice)
-        outputs[OUTPUT_SUPERVISOR_EVENTS] = supervisor.events_uri
+    outputs |= supervise_tpu(cfg, deployment, tpu, args, buckets, identity, labels, after_grants)
     return outputs, tpu.dashboard_scope
 
 
@@ -572,6 +549,7 @@ def _gpu_cluster(
         outputs[OUTPUT_JOB_NAME] = cluster.job_name
     if cluster.instance_names is not None:  # gce
         outputs[OUTPUT_INSTANCE_NAMES] = cluster.instance_names
+    outputs |= supervise_cluster(cfg, deployment, cluster, buckets, labels, after_grants)
     return outputs, cluster.dashboard_scope
 
 

@@ -26,6 +26,7 @@ from trainstack.components.catalog.problems import quote as _q
 from trainstack.components.catalog.torch_versions import fsdp_problem
 from trainstack.components.catalog.tpu import default_tpu_runtime
 from trainstack.components.tpu_pod_slice import tpu_pod_slice_problems, tpu_trainer_problems
+from trainstack.components.tpu_supervisor import max_total_usd_problem
 from trainstack.components.training_buckets import training_buckets_problems
 from trainstack.components.vertex_training_job import vertex_job_spec_problems
 from trainstack.infra.config import (
@@ -79,6 +80,9 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         bundled = trainer is None or trainer.user_code is None
         target_errors = vertex_job_spec_problems(parts["vertex"].job_args(), "vertex.", bundled)
     errors += target_errors
+    cap = getattr(parts.get("limits"), "max_total_usd", None)
+    problem = max_total_usd_problem(cap, "limits.max_total_usd", target) if cap else None
+    errors += [problem] if problem and target else []
     if trainer is not None and target is not None:
         errors += user_code_problems(trainer, target, PROJECT_ROOT)
         errors += _gce_image_problems(trainer, target, parts.get("gpu_cluster"))

@@ -12,7 +12,6 @@ from typing import Any
 
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.catalog.tpu import TPU_RUN_LIMIT_ENFORCED
-from trainstack.components.tpu_supervisor import SUPERVISED_PROVISIONING
 from trainstack.infra import catalog
 from trainstack.infra.config import GpuClusterConfig, StackConfig, TpuConfig, VertexConfig
 
@@ -20,6 +19,7 @@ __all__ = [
     "limit_problems",
     "limits_plan",
     "quota_needs",
+    "stoppable_hourly_usd",
     "summarize",
     "supervisor_hourly_usd",
     "vertex_timeout_s",
@@ -30,8 +30,8 @@ def _round(usd: float) -> float:
     return round(usd, 2)
 
 
-# The TPU supervisor (trainstack.components.tpu_supervisor) of a spot or queued slice: one Cloud
-# Scheduler job and one Cloud Run functions call every 2 minutes.
+# The run supervisor (trainstack.components.tpu_supervisor) of a TPU or GPU-cluster stack: one
+# Cloud Scheduler job and one Cloud Run functions call every 2 minutes.
 SCHEDULER_JOB_USD_PER_31_DAYS = 0.10
 """https://cloud.google.com/scheduler/pricing: "A job is billed $0.10/job/31 days"; "Each
 Google billing account gets 3 jobs per month free" (not subtracted here: shared by the
@@ -53,10 +53,8 @@ SUPERVISOR_GIB = 0.25
 """256 MiB functions get 0.167 vCPU (https://cloud.google.com/functions/docs/configuring/memory)."""
 
 
-def supervisor_hourly_usd(tpu: TpuConfig) -> float:
-    """$/hour of the TPU supervisor at list price (0 for a slice that is never preempted)."""
-    if tpu.provisioning not in SUPERVISED_PROVISIONING:
-        return 0.0
+def supervisor_hourly_usd() -> float:
+    """$/hour of a stack's run supervisor at list price."""
     per_call = SUPERVISOR_CALL_S * (
         SUPERVISOR_VCPU * RUN_VCPU_SECOND_USD + SUPERVISOR_GIB * RUN_GIB_SECOND_USD
     )
@@ -67,13 +65,19 @@ def supervisor_hourly_usd(tpu: TpuConfig) -> float:
 def _tpu_summary(tpu: TpuConfig) -> dict[str, Any]:
     s = tpu.slice
     price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.spot)
-    out = {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
-    supervisor = supervisor_hourly_usd(tpu)
-    if supervisor:
-        out["hourly_usd"] += supervisor
-        # Too small to show in $/hour: the plan shows it per month as well.
-        out["supervisor_usd_per_month"] = round(supervisor * 730, 2)
-    return out
+    return {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
+
+
+def stoppable_hourly_usd(cfg: StackConfig) -> float:
+    """$/hour at list price of the compute the supervisor stops at the run's end (the TPU
+    slice; the GCE group or GKE GPU pool, without GKE's cluster fee and system node): what
+    its spend count for `limits.max_total_usd` adds per hour of billing."""
+    if cfg.tpu is not None:
+        s = cfg.tpu.slice
+        return _round(s.chips * catalog.TPU_CHIP_PRICES[s.generation].hourly(cfg.tpu.spot))
+    assert cfg.gpu_cluster is not None, "only tpu and gpu_cluster stacks have a supervisor"
+    gpu = cfg.gpu_cluster
+    return _round(gpu.node_count * catalog.MACHINE_PRICES[gpu.machine_type].hourly(gpu.spot))
 
 
 def _gpu_summary(gpu: GpuClusterConfig) -> dict[str, Any]:
@@ -131,6 +135,11 @@ def summarize(cfg: StackConfig) -> dict[str, Any]:
     else:
         assert cfg.local is not None
         out = {"tpu_chips": 0, "gpus": 0, "machines": cfg.local.workers, "hourly_usd": 0.0}
+    if target in ("tpu", "gpu_cluster"):
+        supervisor = supervisor_hourly_usd()
+        out["hourly_usd"] += supervisor
+        # Too small to show in $/hour: the plan shows it per month as well.
+        out["supervisor_usd_per_month"] = round(supervisor * 730, 2)
     out["hourly_usd"] = _round(out["hourly_usd"])
     return out
 
@@ -255,13 +264,19 @@ def _run_limit(cfg: StackConfig, seconds: int) -> tuple[bool, str]:
     if target == "gpu_cluster":
         assert cfg.gpu_cluster is not None
         if cfg.gpu_cluster.backend == "gke":
-            return True, f"GKE Job activeDeadlineSeconds {seconds}"
-        return True, f"Compute Engine run limit of {seconds}s (A100Cluster max_run_seconds)"
+            return True, (
+                f"GKE Job activeDeadlineSeconds {seconds}; then the supervisor sets the GPU "
+                "node pool to 0 nodes"
+            )
+        return True, (
+            f"Compute Engine run limit of {seconds}s (A100Cluster max_run_seconds); then the "
+            "supervisor resizes the instance group to 0"
+        )
     if target == "tpu":
         return TPU_RUN_LIMIT_ENFORCED, (
             f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
             "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
-            "limit, so the slice keeps running until `pulumi destroy`"
+            "limit, so the supervisor then deletes the slice"
         )
     return False, "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"
 
@@ -270,12 +285,20 @@ def limits_plan(cfg: StackConfig) -> dict[str, Any] | None:
     """The plan's `limits` entry, or None when the stack sets no limits: the limits, the
     estimate they were checked against, and how the run limit is enforced on this target."""
     limits = cfg.limits
-    if limits.max_hourly_usd is None and limits.max_run_hours is None:
+    if limits.max_hourly_usd is None and limits.max_run_hours is None and not limits.max_total_usd:
         return None
     out: dict[str, Any] = {
         "max_hourly_usd": limits.max_hourly_usd,
         "max_run_hours": limits.max_run_hours,
     }
+    if limits.max_total_usd is not None:
+        # Only where set, so the plans of stacks without one keep their shape.
+        out["max_total_usd"] = limits.max_total_usd
+        out["spend_cap"] = (
+            f"the supervisor counts the compute's spend at ${stoppable_hourly_usd(cfg):,.2f}/hour "
+            f"list price; at ${limits.max_total_usd:,.2f} it asks the trainer to save and stop, "
+            "then stops the compute"
+        )
     seconds = limits.max_run_seconds
     if seconds is not None:
         enforced, how = _run_limit(cfg, seconds)

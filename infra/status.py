@@ -11,8 +11,11 @@
 - hosts: TPU workers (network endpoints), GKE pods (Kubernetes API with the `kubeconfig`
   output), GCE instances (Compute `instances.get`), local worker processes; Vertex AI manages
   its machines itself.
-- recoveries (spot and queued TPU stacks): the TPU supervisor's actions, the JSON lines of
-  its `supervisor_events_uri` output (GCS JSON API `objects.get`, media), newest last.
+- recoveries (tpu and gpu_cluster stacks): the supervisor's actions, the JSON lines of its
+  `supervisor_events_uri` output (GCS JSON API `objects.get`, media), newest last; with its
+  `state.json`, whether the run finished and its compute was stopped (or what still bills
+  and the command that stops it) and the spend it counted against `limits.max_total_usd`
+  (`trainstack.infra.supervision.supervisor_status`).
 - cost so far: the plan's list-price $/hour (`trainstack.infra.estimate.summarize`: every machine,
   spot price when spot) times the hours since the start (Vertex job start, node or instance
   creation, GKE Job start) until its end or now.
@@ -58,6 +61,7 @@ from trainstack.infra.logs import (
     parse_time,
 )
 from trainstack.infra.stack_outputs import read_outputs, require
+from trainstack.infra.supervision import supervisor_lines, supervisor_status
 from trainstack.trainers.common.checkpoint import MARKED_STEP_RE, MARKER, newest_marked
 from trainstack.trainers.common.contract import (
     EVENT_DONE,
@@ -413,13 +417,16 @@ def stack_status(
         if outputs.get("supervisor_events_uri"):
             uri = str(outputs["supervisor_events_uri"])
             part["recoveries"] = _supervisor_events(uri, endpoints)
+            # state.json beside the events: one JSON line, read the same way.
+            state = _supervisor_events(uri.rsplit("/", 1)[0] + "/state.json", endpoints)
+            part["supervisor"] = supervisor_status(part["recoveries"], (state or [{}])[0], cfg)
     hours = None
     if part["started"]:
         end = parse_time(part["ended"]) if part["ended"] else now
         hours = max(0.0, (end - parse_time(part["started"])).total_seconds() / 3600)
     hosts = part["hosts"]
     newest = part["checkpoint"]
-    recoveries = {"recoveries": part["recoveries"]} if "recoveries" in part else {}
+    recoveries = {k: part[k] for k in ("recoveries", "supervisor") if k in part}
     return {
         "stack": stack,
         "target": cfg.target,
@@ -466,6 +473,7 @@ def render_status(info: dict[str, Any]) -> list[str]:
             f"  {e['time']} {e['seen']}: {e['action']} ({e['result']})"
             for e in events[-RECOVERIES_SHOWN:]
         ]
+    lines += supervisor_lines(info["supervisor"]) if "supervisor" in info else []
     if info["cost_usd"] is None:
         lines.append(f"cost so far: - (not started; ${info['hourly_usd']:.2f}/hour at list price)")
     else:

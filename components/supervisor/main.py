@@ -30,7 +30,8 @@ The end of the run (`run`: every key optional) stops the compute:
   (`trainstack.trainers.common.run_records`: rank 0's `done`, or a failure the target does
   not retry), JSON `{"outcome": "done" | "failed" | "stopped", ...}`;
 - `clock_uri` + `max_run_seconds`: the run's first start (Unix seconds, written by the
-  startup scripts) and `limits.max_run_hours`;
+  GCE and TPU startup scripts, or by this function at the first call that sees the compute
+  billing without one) and `limits.max_run_hours`;
 - `hourly_usd` + `max_total_usd`: the compute's list price, and `limits.max_total_usd`. The
   spend is this supervisor's own count: each call adds the time since the previous call at
   `hourly_usd` while the compute bills (trapezoid over the two calls' views), kept in
@@ -97,7 +98,7 @@ BILLING = {
 }
 BACKOFF_BASE_S = 120
 BACKOFF_MAX_S = 3600
-STOP_GRACE_S = 600
+STOP_GRACE_S = 300
 """How long a stop request waits for the trainer's checkpoint before the compute stops."""
 FRESH_RUN: dict[str, Any] = {
     "spend_usd": 0.0,
@@ -343,7 +344,9 @@ def _count_spend(state: dict[str, Any], billing: bool, hourly_usd: float, now: f
     state["last_tick"], state["billing"] = now, billing
 
 
-def end_reason(run: dict[str, Any], store: Store, state: dict[str, Any], now: float) -> str | None:
+def end_reason(
+    run: dict[str, Any], store: Store, state: dict[str, Any], now: float, billing: bool
+) -> str | None:
     """Why the run is over (`done`, `failed`, `stopped`, `max_run_hours`, `max_total_usd`),
     or None while it goes on."""
     ended = _json(store.read(run.get("end_uri")))
@@ -351,6 +354,11 @@ def end_reason(run: dict[str, Any], store: Store, state: dict[str, Any], now: fl
         return str(ended.get("outcome", "unreadable"))
     limit = run.get("max_run_seconds")
     started = store.read(run.get("clock_uri")) if limit else None
+    if limit and started is None and billing:
+        # No node has recorded the run's start (a GKE pod keeps no clock; a VM still
+        # booting): the compute bills from now, so the run's time counts from now.
+        started = b"%d" % now
+        store.write(run["clock_uri"], started)
     if started is not None and started.strip().isdigit() and now >= int(started) + limit:
         return "max_run_hours"
     cap = run.get("max_total_usd")
@@ -422,7 +430,7 @@ def supervise_once(
     if run["stopped"] is not None:
         store.write_state(state)
         return {**event, "result": "stopped"}
-    reason = end_reason(run_config, store, run, now)
+    reason = end_reason(run_config, store, run, now, billing)
     if reason is not None and (billing or seen not in (NOT_FOUND, STOPPED, "DELETING")):
         acted = _stop(target, store, run, run_config, event, reason, now)
         if acted is not None:

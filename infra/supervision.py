@@ -1,0 +1,215 @@
+"""The run supervisor of a TPU or GPU-cluster stack (`trainstack.components.tpu_supervisor`):
+what `trainstack.infra.compose` registers after the compute, one call per target.
+
+Every `tpu` and `gpu_cluster` stack gets one: it stops the compute at the run's end (rank 0's
+`done`, a failure the target never retries, `limits.max_run_hours`, `limits.max_total_usd`);
+on a Spot or queued slice it also recreates a preempted slice. Its spend count is at the
+list price of the compute it can stop (`trainstack.infra.estimate.stoppable_hourly_usd`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+
+from trainstack.components.a100_cluster import A100Cluster
+from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
+from trainstack.components.tpu_supervisor import (
+    TpuSupervisor,
+    TpuSupervisorArgs,
+    slice_target,
+    supervised,
+)
+from trainstack.components.training_buckets import TrainingBuckets
+from trainstack.components.training_identity import TrainingIdentity
+from trainstack.infra.config import StackConfig
+from trainstack.infra.estimate import stoppable_hourly_usd
+
+OUTPUT_SUPERVISOR_EVENTS = "supervisor_events_uri"
+
+
+def run_settings(cfg: StackConfig, run_record: pulumi.Input[str]) -> pulumi.Output[dict[str, Any]]:
+    """The supervisor's `run`: the run's objects (prefix `run_record`), the limits and the
+    compute's list price."""
+    limit = cfg.limits.max_run_seconds
+
+    def settings(prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"hourly_usd": stoppable_hourly_usd(cfg)}
+        if prefix:
+            out |= {"end_uri": f"{prefix}.ended", "stop_uri": f"{prefix}.stop"}
+        if prefix and limit is not None:
+            out |= {"clock_uri": f"{prefix}.started", "max_run_seconds": limit}
+        if cfg.limits.max_total_usd is not None:
+            out["max_total_usd"] = cfg.limits.max_total_usd
+        return out
+
+    return pulumi.Output.from_input(run_record).apply(settings)
+
+
+def _supervisor(
+    cfg: StackConfig,
+    deployment: str,
+    args: dict[str, Any],
+    compute: list[pulumi.Resource],
+    after_grants: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    # After the compute, so `pulumi destroy` removes the supervisor before it: no check can
+    # recreate or resize what is being destroyed.
+    after = after_grants.merge(pulumi.ResourceOptions(depends_on=compute))
+    supervisor = TpuSupervisor(f"{deployment}-supervisor", TpuSupervisorArgs(**args), opts=after)
+    return {OUTPUT_SUPERVISOR_EVENTS: supervisor.events_uri}
+
+
+def supervise_tpu(
+    cfg: StackConfig,
+    deployment: str,
+    tpu: TpuPodSlice,
+    args: TpuPodSliceArgs,
+    buckets: TrainingBuckets,
+    identity: TrainingIdentity,
+    labels: Mapping[str, str],
+    after_grants: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    """The supervisor of a slice: recreates a Spot or queued one, stops any at the end."""
+    assert cfg.tpu is not None and cfg.project is not None and cfg.region is not None
+    kind, resource_name, body = slice_target(tpu, args)
+    recover = supervised(cfg.tpu.provisioning)
+    values: dict[str, Any] = {
+        "project": cfg.project,
+        "region": cfg.region,
+        "deployment_name": deployment,
+        "kind": kind,
+        "resource_name": resource_name,
+        "recover": recover,
+        "run": run_settings(cfg, tpu.run_record),
+        "staging_bucket": buckets.staging_bucket,
+        "checkpoint_bucket": buckets.checkpoint_bucket,
+        "labels": dict(labels),
+    }
+    if recover:
+        values |= {"body": body, "node_service_account": identity.service_account.name}
+    slices = [r for r in (tpu.queued_resource, tpu.vm) if r is not None]
+    return _supervisor(cfg, deployment, values, slices, after_grants)
+
+
+def supervise_cluster(
+    cfg: StackConfig,
+    deployment: str,
+    cluster: A100Cluster,
+    buckets: TrainingBuckets,
+    labels: Mapping[str, str],
+    after_grants: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    """The supervisor of a GPU cluster: resizes its instance group (gce) or GPU node pool
+    (gke) to 0 at the run's end."""
+    gpu = cfg.gpu_cluster
+    assert gpu is not None and cfg.project is not None and cfg.region is not None
+    if cluster.instance_group is not None:
+        kind = "mig"
+        name = pulumi.Output.concat(
+            f"projects/{cfg.project}/zones/{gpu.zone}/instanceGroupManagers/",
+            cluster.instance_group.name,
+        )
+        compute: list[pulumi.Resource] = [cluster.instance_group]
+    else:
+        assert cluster.gpu_pool is not None
+        kind = "node_pool"
+        name = pulumi.Output.concat(
+            f"projects/{cfg.project}/locations/{gpu.zone}/clusters/",
+            cluster.cluster_name,
+            "/nodePools/",
+            cluster.gpu_pool.name,
+        )
+        compute = [cluster.gpu_pool]
+    values: dict[str, Any] = {
+        "project": cfg.project,
+        "region": cfg.region,
+        "deployment_name": deployment,
+        "kind": kind,
+        "resource_name": name,
+        "run": run_settings(cfg, cluster.run_record or ""),
+        "staging_bucket": buckets.staging_bucket,
+        "checkpoint_bucket": buckets.checkpoint_bucket,
+        "labels": dict(labels),
+    }
+    return _supervisor(cfg, deployment, values, compute, after_grants)
+
+
+def stop_command(resource: str) -> str:
+    """The gcloud command that stops what the supervisor could not (its resource name)."""
+    parts = resource.split("/")
+    if "/instanceGroupManagers/" in resource:
+        return (
+            f"gcloud compute instance-groups managed resize {parts[-1]} --size=0 "
+            f"--zone={parts[3]} --project={parts[1]}"
+        )
+    if "/nodePools/" in resource:
+        return (
+            f"gcloud container clusters resize {parts[5]} --node-pool={parts[7]} "
+            f"--num-nodes=0 --zone={parts[3]} --project={parts[1]}"
+        )
+    if "/queuedResources/" in resource:
+        return (
+            f"gcloud compute tpus queued-resources delete {parts[-1]} --force "
+            f"--zone={parts[3]} --project={parts[1]}"
+        )
+    return f"gcloud compute tpus tpu-vm delete {parts[-1]} --zone={parts[3]} --project={parts[1]}"
+
+
+def supervisor_status(
+    events: list[dict[str, Any]],
+    state: dict[str, Any],
+    cfg: StackConfig,
+) -> dict[str, Any]:
+    """What `trainstack status` says of the run's end from the supervisor's events and
+    state (components/supervisor/main.py): whether its compute was stopped and when, or
+    what still bills and the command that stops it; and the spend against the cap."""
+    ended = [e for e in events if e.get("reason") or e.get("result") == "compute back after a stop"]
+    last = ended[-1] if ended else None
+    out: dict[str, Any] = {
+        "spend_usd": round(float((state.get("run") or {}).get("spend_usd") or 0.0), 2),
+        "max_total_usd": cfg.limits.max_total_usd,
+        "finished": False,
+        "stopped_at": None,
+        "still_billing_usd_per_hour": None,
+        "stop_command": None,
+    }
+    if last is None or last.get("result") == "compute back after a stop":
+        return out
+    out["finished"] = True
+    out["reason"] = last["reason"]
+    if last["action"] in ("stop", "none") and last["result"] in (
+        "ok",
+        "run ended; compute already stopped",
+    ):
+        out["stopped_at"] = last["time"]
+    elif last["action"] == "request_stop":
+        out["stopping"] = True  # waiting for the trainer's checkpoint
+    else:
+        out["still_billing_usd_per_hour"] = stoppable_hourly_usd(cfg)
+        out["stop_command"] = stop_command(str(last["resource"]))
+    return out
+
+
+def supervisor_lines(status: dict[str, Any]) -> list[str]:
+    """`trainstack status`'s lines for `supervisor_status`."""
+    lines = []
+    if status["stopped_at"]:
+        lines.append(f"finished ({status['reason']}); compute stopped at {status['stopped_at']}")
+    elif status.get("stopping"):
+        lines.append(
+            f"finishing ({status['reason']}): the trainer was asked to save and stop; the "
+            "compute stops once it has"
+        )
+    elif status["still_billing_usd_per_hour"] is not None:
+        lines.append(
+            f"finished ({status['reason']}) but still billing "
+            f"${status['still_billing_usd_per_hour']:,.2f}/hour: the supervisor could not "
+            f"stop it; run: {status['stop_command']}"
+        )
+    cap = status["max_total_usd"]
+    against = f" of the ${cap:,.2f} cap (limits.max_total_usd)" if cap is not None else ""
+    lines.append(f"spend counted by the supervisor: ${status['spend_usd']:,.2f}{against}")
+    return lines
