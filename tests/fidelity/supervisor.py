@@ -4,8 +4,12 @@ wrote to) and fakes of the Compute Engine and GKE APIs holding the planned group
 
 from __future__ import annotations
 
+import contextlib
 import json
+import urllib.parse
+import urllib.request
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,17 +37,19 @@ def planned_supervisor(plan: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 @dataclass
-class Checked:
-    answers: list[dict[str, Any]]
+class Served:
+    function: Function
     compute: ComputeFakeServer
     container: ContainerFakeServer
+    config: dict[str, Any]
 
 
-def check_with_planned_supervisor(
-    plan: dict[str, Any], folder: Path, storage: str, size: int, calls: int = 1
-) -> Checked:
-    """Serve the plan's supervisor with its group (or pool) at `size` nodes, as `pulumi up`
-    left it, and call it `calls` times."""
+@contextlib.contextmanager
+def serve_planned_supervisor(
+    plan: dict[str, Any], folder: Path, storage: str, size: int
+) -> Iterator[Served]:
+    """The plan's supervisor served as Cloud Functions runs it, its group (or pool) at
+    `size` nodes as `pulumi up` left it."""
     config = planned_supervisor(plan, folder)
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with (
@@ -51,17 +57,15 @@ def check_with_planned_supervisor(
         ContainerFakeServer() as container,
         MetadataFake(values) as metadata,
     ):
+        parts = config["name"].split("/")
         if config["kind"] == "mig":
-            parts = config["name"].split("/")
             compute.groups[f"{parts[1]}/{parts[3]}/{parts[5]}"] = {"targetSize": size}
         else:
-            parts = config["name"].split("/")
             group = f"{parts[1]}/{parts[3]}/gke-{parts[5]}-{parts[7]}-grp"
             compute.groups[group] = {"targetSize": size}
-            url = (
-                "https://www.googleapis.com/compute/v1/projects/{}/zones/{}/"
-                "instanceGroupManagers/{}".format(*group.split("/"))
-            )
+            project, zone, name = group.split("/")
+            url = "https://www.googleapis.com/compute/v1/projects/"
+            url += f"{project}/zones/{zone}/instanceGroupManagers/{name}"
             container.pools[config["name"]] = {"instanceGroupUrls": [url]}
 
             def set_size(_: str, count: int) -> None:
@@ -79,17 +83,29 @@ def check_with_planned_supervisor(
             },
         )
         try:
-            answers = [function.call() for _ in range(calls)]
+            yield Served(function, compute, container, config)
         finally:
             function.stop()
-    return Checked(answers, compute, container)
+
+
+@dataclass
+class Checked:
+    answers: list[dict[str, Any]]
+    compute: ComputeFakeServer
+    container: ContainerFakeServer
+
+
+def check_with_planned_supervisor(
+    plan: dict[str, Any], folder: Path, storage: str, size: int, calls: int = 1
+) -> Checked:
+    """`serve_planned_supervisor`, called `calls` times in a row."""
+    with serve_planned_supervisor(plan, folder, storage, size) as served:
+        answers = [served.function.call() for _ in range(calls)]
+    return Checked(answers, served.compute, served.container)
 
 
 def read_object(storage: str, uri: str) -> Any:
     """A JSON object of the emulator, by gs:// URI."""
-    import urllib.parse
-    import urllib.request
-
     bucket, _, name = uri.removeprefix("gs://").partition("/")
     url = f"{storage}/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}?alt=media"
     with urllib.request.urlopen(url, timeout=10) as answer:

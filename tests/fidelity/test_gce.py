@@ -152,8 +152,10 @@ def _plan(trainer: dict[str, Any]) -> PlannedGroup:
     return _planned(_plan_document(trainer))
 
 
-def _plan_document(trainer: dict[str, Any]) -> dict[str, Any]:
+def _plan_document(trainer: dict[str, Any], limits: dict[str, Any] | None = None) -> dict[str, Any]:
     name, config = load_stack(STACK, None)
+    if limits:
+        config["trainstack:limits"] = limits
     config["trainstack:gpu_cluster"] = {**config["trainstack:gpu_cluster"], "node_count": NODES}
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
     return build_plan(name, config)
@@ -221,8 +223,9 @@ class Group:
         for metadata in self.metadata:
             metadata.__exit__(None, None, None)
 
-    def boot(self, rank: int) -> Node:
-        """Boot the VM of `rank` with a fresh disk: the startup script as root."""
+    def boot(self, rank: int, extra_env: dict[str, str] | None = None) -> Node:
+        """Boot the VM of `rank` with a fresh disk: the startup script as root
+        (`extra_env`: test hooks in the unit's environment)."""
         self.boots += 1
         disk = self.root / f"vm-{rank}-boot-{self.boots}"
         for directory in ("var-lib", "tmp"):
@@ -239,6 +242,7 @@ class Group:
             "STORAGE_EMULATOR_HOST": self.storage,
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
             "TRAINSTACK_LOGGING_ENDPOINT": self.logging_endpoint,
+            **(extra_env or {}),
         }
         return start_node(
             ["bash", "-c", self.planned.script],
