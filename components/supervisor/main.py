@@ -165,6 +165,10 @@ class Store:
     def write(self, uri: str, data: bytes) -> None:
         self.fs.pipe_file(_path(uri), data)
 
+    def remove(self, uri: str | None) -> None:
+        if uri and self.fs.exists(_path(uri)):
+            self.fs.rm_file(_path(uri))
+
 
 def _endpoint(env: str) -> dict[str, str] | None:
     return {"api_endpoint": os.environ[env]} if os.environ.get(env) else None
@@ -352,6 +356,13 @@ def end_reason(
     ended = _json(store.read(run.get("end_uri")))
     if ended is not None:
         return str(ended.get("outcome", "unreadable"))
+    return _limit_reason(run, store, state, now, billing)
+
+
+def _limit_reason(
+    run: dict[str, Any], store: Store, state: dict[str, Any], now: float, billing: bool
+) -> str | None:
+    """`max_run_hours` or `max_total_usd` when that limit is reached, else None."""
     limit = run.get("max_run_seconds")
     started = store.read(run.get("clock_uri")) if limit else None
     if limit and started is None and billing:
@@ -426,7 +437,17 @@ def supervise_once(
         # Compute back after a stop (`pulumi up`): looked after again, and stopped again
         # while the run's end still holds.
         run["stopped"] = None
-        store.append_event({**event, "result": "compute back after a stop"})
+        back = {**event, "result": "compute back after a stop"}
+        ended = _json(store.read(run_config.get("end_uri")))
+        if (ended or {}).get("outcome") == "stopped" and _limit_reason(
+            run_config, store, run, now, billing
+        ) is None:
+            # Stopped by a limit that no longer holds (raised in the stack): the run goes on.
+            store.remove(run_config.get("stop_uri"))
+            store.remove(run_config.get("end_uri"))
+            run["stop_requested"] = None
+            back["result"] += "; the limits no longer hold: stop request withdrawn"
+        store.append_event(back)
     if run["stopped"] is not None:
         store.write_state(state)
         return {**event, "result": "stopped"}

@@ -76,13 +76,13 @@ class World:
 
 
 @contextlib.contextmanager
-def _world(tmp: Path, gcs: str, config: dict[str, Any]) -> Iterator[World]:
+def _world(tmp: Path, gcs: str, config: dict[str, Any], *, clean: bool = True) -> Iterator[World]:
     bundle = build_source(config, tmp / "build")
-    folder = tmp / "source"
+    folder = tmp / f"source-{bundle.sha256[:8]}"
     with zipfile.ZipFile(bundle.path) as archive:
         archive.extractall(folder)
     fs = fsspec.filesystem("gcs", endpoint_url=gcs, token="anon")
-    for leftover in fs.find(BUCKET):
+    for leftover in fs.find(BUCKET) if clean else ():
         fs.rm(leftover)
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with (
@@ -214,3 +214,50 @@ def test_a_done_run_whose_slice_is_preempted_is_not_recreated(tmp_path: Path, gc
         )
         assert world.function.call()["result"] == "stopped"
         assert world.tpu.calls("POST") == []
+
+
+def test_a_run_stopped_by_its_cap_goes_on_once_pulumi_up_raises_it(
+    tmp_path: Path, gcs: str
+) -> None:
+    run = {**RUN, "hourly_usd": 360000.0, "max_total_usd": 50.0}
+    capped = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, capped) as world:
+        world.compute.groups[group] = {"targetSize": 2}
+        world.function.call()
+        time.sleep(1.0)
+        assert world.function.call()["action"] == "request_stop"
+        world.put(RUN["end_uri"], {"outcome": "stopped", "reason": "max_total_usd"})
+        assert world.function.call()["action"] == "stop"
+        assert world.compute.resizes == [(group, 0)]
+    # `pulumi up` with a higher cap: a new bundle, the same run, the group at 2 again.
+    raised = supervisor_config(
+        "mig", MIG, None, BUCKET, "exp-42", run={**run, "max_total_usd": 10_000_000.0}
+    )
+    with _world(tmp_path, gcs, raised, clean=False) as world:
+        world.compute.groups[group] = {"targetSize": 2}
+        back = world.function.call()
+        assert back["action"] == "none"
+        world.fs.invalidate_cache()
+        assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))
+        assert not world.fs.exists(RUN["end_uri"].removeprefix("gs://"))
+        assert world.compute.resizes == []
+        assert _summary(world.events())[-1] == (
+            "SIZE_2",
+            "none",
+            None,
+            "compute back after a stop; the limits no longer hold: stop request withdrawn",
+        )
+
+
+def test_a_done_run_whose_compute_comes_back_is_stopped_again(tmp_path: Path, gcs: str) -> None:
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[group] = {"targetSize": 2}
+        world.put(RUN["end_uri"], {"outcome": "done"})
+        assert world.function.call()["action"] == "stop"
+        world.compute.groups[group]["targetSize"] = 2  # `pulumi up` with nothing changed
+        again = world.function.call()
+        assert (again["action"], again["reason"]) == ("stop", "done")
+        assert world.compute.resizes == [(group, 0), (group, 0)]
