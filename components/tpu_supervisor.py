@@ -1,4 +1,7 @@
-"""A per-stack serverless supervisor that recreates a preempted Spot or queued TPU slice.
+"""A per-stack serverless run supervisor: it recreates a preempted Spot or queued TPU slice
+and stops a run's compute (TPU slice, GCE instance group, GKE GPU node pool) at the run's
+end, at `limits.max_run_hours` and at `limits.max_total_usd` (`components/supervisor/main.py`
+says how; `trainstack.infra.supervision` wires it into every tpu and gpu_cluster stack).
 
     from trainstack.components.tpu_supervisor import TpuSupervisor, node_body_from_vm
 
@@ -29,17 +32,24 @@ the source bundle rather than in a bucket object, so nothing the training nodes 
 script) makes a new bundle and redeploys the function.
 
 Permissions of its own account (`<deployment>-sup`):
-- a custom project role holding only the TPU calls it makes (get, create and delete of the
-  node or the queued resource, and its operations). Not narrowed to the one slice's name:
+- a custom project role holding only the calls it makes (`PERMISSIONS`: get, create and
+  delete of the TPU node or queued resource and its operations, only get and delete where
+  it never recreates; get and resize of the instance group; get and setSize of the node
+  pool, and get of the pool's groups). Not narrowed to the one slice's name:
   IAM conditions on `resource.name` only work for the services listed in
   https://cloud.google.com/iam/docs/conditions-resource-attributes ("Other services and
   resource types do not recognize resource attributes"), and the part of that list read for
   this (apigee ... container ...) does not show tpu.googleapis.com; a condition the service
   ignores would deny every call. The permission names follow the API's
   `tpu.<collection>.<verb>` pattern and were not checked on a live project.
-- `roles/iam.serviceAccountUser` on the training account only (a TPU VM is created to run as
-  it), `roles/storage.objectAdmin` on the checkpoint bucket only (its state and events), and
+- `roles/iam.serviceAccountUser` on the training account only, where it recreates a slice
+  (a TPU VM is created to run as it), `roles/storage.objectAdmin` on the checkpoint bucket only (its state and events), and
   `roles/run.invoker` on its own function's Cloud Run service only (the scheduler's calls).
+
+Stopping the compute (the slice deleted, the group or the GKE GPU pool at 0) ends its
+accelerator billing: `trainstack.components.catalog.billing` holds those facts with their
+sources. The permissions of the `mig` and `node_pool` kinds are not verified on a live
+project (`billing.SUPERVISOR_PERMISSIONS_SOURCE`).
 
 Naming: the function and the scheduler job are `<deployment>-supervisor`, the role
 `trainstackSupervisor_<deployment>` (dashes as underscores).

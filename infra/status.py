@@ -426,7 +426,7 @@ def stack_status(
         hours = max(0.0, (end - parse_time(part["started"])).total_seconds() / 3600)
     hosts = part["hosts"]
     newest = part["checkpoint"]
-    recoveries = {k: part[k] for k in ("recoveries", "supervisor") if k in part}
+    recoveries: dict[str, Any] = {k: part[k] for k in ("recoveries", "supervisor") if k in part}
     return {
         "stack": stack,
         "target": cfg.target,

@@ -9,8 +9,8 @@ list price of the compute it can stop (`trainstack.infra.estimate.stoppable_hour
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import pulumi
 
@@ -52,13 +52,15 @@ def _supervisor(
     cfg: StackConfig,
     deployment: str,
     args: dict[str, Any],
-    compute: list[pulumi.Resource],
+    compute: Sequence[pulumi.Resource],
     after_grants: pulumi.ResourceOptions,
 ) -> dict[str, Any]:
     # After the compute, so `pulumi destroy` removes the supervisor before it: no check can
     # recreate or resize what is being destroyed.
-    after = after_grants.merge(pulumi.ResourceOptions(depends_on=compute))
-    supervisor = TpuSupervisor(f"{deployment}-supervisor", TpuSupervisorArgs(**args), opts=after)
+    after = after_grants.merge(pulumi.ResourceOptions(depends_on=list(compute)))
+    supervisor = TpuSupervisor(
+        f"{deployment}-supervisor", cast(TpuSupervisorArgs, args), opts=after
+    )
     return {OUTPUT_SUPERVISOR_EVENTS: supervisor.events_uri}
 
 

@@ -315,7 +315,12 @@ class NodePool:
         self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
 
 
-TARGETS = {"node": Tpu, "queued": Tpu, "mig": Group, "node_pool": NodePool}
+TARGETS: dict[str, type[Tpu | Group | NodePool]] = {
+    "node": Tpu,
+    "queued": Tpu,
+    "mig": Group,
+    "node_pool": NodePool,
+}
 
 
 def target_of(config: dict[str, Any], credentials: Any) -> Tpu | Group | NodePool:
@@ -370,7 +375,7 @@ def _limit_reason(
         # booting): the compute bills from now, so the run's time counts from now.
         started = b"%d" % now
         store.write(run["clock_uri"], started)
-    if started is not None and started.strip().isdigit() and now >= int(started) + limit:
+    if limit and started and started.strip().isdigit() and now >= int(started) + limit:
         return "max_run_hours"
     cap = run.get("max_total_usd")
     if cap is not None and state["spend_usd"] >= cap:

@@ -152,7 +152,7 @@ def _planned(name: str, config: dict[str, Any]) -> Planned:
     for resource in plan["resources"]:
         by_type.setdefault(resource["type"], []).append(resource["inputs"])
     [vm] = by_type[V2VM]
-    # The trainer package; a spot or queued slice's supervisor zip is the other object.
+    # The trainer package; the supervisor zip is the other object.
     [sdist] = [o for o in by_type[BUCKET_OBJECT] if not o["name"].startswith("supervisor/")]
     [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
     script = vm["metadata"]["startup-script"]
