@@ -448,6 +448,11 @@ run_trainer() {
       STATUS=0
       break
     fi
+    if ((attempt == TS_TRAINER_ATTEMPTS)); then
+      # The last attempt: no retry follows a failure now, so it ends the run (the node
+      # launcher records it for the supervisor); a preemption (143) does not.
+      export TRAINSTACK_RUN_FINAL_CODES="1 2 3 4 5"
+    fi
     log "launching trainer (attempt $attempt/$TS_TRAINER_ATTEMPTS): ${shown% }"
     run_attempt "${cmd[@]}"
     if ((STATUS == 0)); then
