@@ -443,10 +443,13 @@ def supervise_once(
         # while the run's end still holds.
         run["stopped"] = None
         back = {**event, "result": "compute back after a stop"}
-        ended = _json(store.read(run_config.get("end_uri")))
-        if (ended or {}).get("outcome") == "stopped" and _limit_reason(
-            run_config, store, run, now, billing
-        ) is None:
+        outcome = (_json(store.read(run_config.get("end_uri"))) or {}).get("outcome")
+        requested = store.read(run_config.get("stop_uri")) is not None
+        if (
+            outcome in (None, "stopped")
+            and (requested or outcome)
+            and _limit_reason(run_config, store, run, now, billing) is None
+        ):
             # Stopped by a limit that no longer holds (raised in the stack): the run goes on.
             store.remove(run_config.get("stop_uri"))
             store.remove(run_config.get("end_uri"))

@@ -261,3 +261,26 @@ def test_a_done_run_whose_compute_comes_back_is_stopped_again(tmp_path: Path, gc
         again = world.function.call()
         assert (again["action"], again["reason"]) == ("stop", "done")
         assert world.compute.resizes == [(group, 0), (group, 0)]
+
+
+def test_a_stop_request_left_without_the_trainers_record_is_withdrawn_too(
+    tmp_path: Path, gcs: str
+) -> None:
+    # Stopped after the grace (no `stopped` record came), then `pulumi up` raised the cap.
+    run = {**RUN, "hourly_usd": 10.0, "max_total_usd": 1000.0}
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, config) as world:
+        stopped = {"spend_usd": 60.0, "last_tick": None, "billing": False}
+        stopped |= {"stop_requested": 1.0, "stopped": 400.0, "id": RUN["end_uri"]}
+        state = {"attempts": 0, "next_allowed": None, "recreate": False, "run": stopped}
+        world.fs.pipe_file(f"{STATE}/state.json", json.dumps(state).encode())
+        world.put(RUN["stop_uri"], {"reason": "max_total_usd"})
+        world.compute.groups[group] = {"targetSize": 2}
+        assert world.function.call()["action"] == "none"
+        world.fs.invalidate_cache()
+        assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))
+        assert world.events()[-1]["result"] == (
+            "compute back after a stop; the limits no longer hold: stop request withdrawn"
+        )
+        assert world.compute.resizes == []
