@@ -9,37 +9,50 @@ TORCH_SPEC ?= torch==2.13.0
 # wheel locally). Elsewhere plain PyPI serves the CUDA build, so point pip at PyTorch's CPU
 # index: `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu`.
 TORCH_INDEX ?=
-EXTRAS ?= torch,tensorflow,dev
+# `make run` installs what the main job needs (the core and the torch extra; `pulumi up` needs
+# no more); `make test` adds the rest (TensorFlow, JAX, the dev tools). One stamp file per set,
+# so `make test` upgrades a venv that `make run` made, and `make run` finds a venv that
+# `make test` made complete.
+RUN_EXTRAS ?= torch
+TEST_EXTRAS ?= torch,tensorflow,dev
 
-.PHONY: install run test lint typecheck unit bench plan-all pin-plans clean
+.PHONY: install install-dev run test lint typecheck unit bench plan-all pin-plans clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed-run: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools
 	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet -e ".[$(RUN_EXTRAS)]"
 	touch $@
 
-install: $(VENV)/.installed
+$(VENV)/.installed: $(VENV)/.installed-run
+	$(PY) -m pip install --quiet -e ".[$(TEST_EXTRAS)]"
+	touch $@
+
+## The core and torch: what `make run`, `trainstack plan` and `pulumi up` need.
+install: $(VENV)/.installed-run
+
+## Everything the tests, lint, type check and benchmarks need.
+install-dev: $(VENV)/.installed
 
 ## The main job on the embedded default: a real 2-process distributed run, no cloud.
 run: install
 	$(VENV)/bin/trainstack local-run --stack local
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-typecheck: install
+typecheck: install-dev
 	$(VENV)/bin/mypy
 
-unit: install
+unit: install-dev
 	$(VENV)/bin/pytest -q
 
 ## The tests: lint, type check, then the whole default pytest run.
 test: lint typecheck unit
 
-bench: install
+bench: install-dev
 	$(PY) benchmarks/plan_scaling.py
 	$(PY) benchmarks/trainer_overhead.py
 	$(PY) benchmarks/goodput.py
@@ -49,7 +62,7 @@ plan-all: install
 
 ## Regenerate tests/plans/<stack>.json after an intended change to what a stack creates;
 ## STACKS="mine" pins (or re-pins) only those stacks, e.g. one you added to stacks/.
-pin-plans: install
+pin-plans: install-dev
 	$(PY) -m tests.unit.test_pinned_plans $(STACKS)
 
 clean:

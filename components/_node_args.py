@@ -11,7 +11,7 @@ def validate_node_args(node_args: Sequence[str]) -> None:
     """Raise ValueError unless `node_args` are single-line strings ending in `-- ARGV`."""
     if isinstance(node_args, str) or not isinstance(node_args, Sequence):
         raise ValueError(  # noqa: TRY004 - a config mistake, reported like every other
-            f"node_args: expected a list of strings, got {node_args!r}"
+            f"node_args: got {node_args!r}; valid: a list of strings"
         )
     for i, arg in enumerate(node_args):
         if not isinstance(arg, str) or "\n" in arg or "\0" in arg:

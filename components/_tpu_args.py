@@ -61,14 +61,16 @@ def _disk_modes(disks: Any, found: TpuSlice | None, p: str) -> tuple[tuple[str, 
     if disks is None:
         return (), []
     if isinstance(disks, str | Mapping) or not isinstance(disks, Sequence):
-        return (), [f"{p}data_disks: expected a list of {{source_disk, mode}}, got {disks!r}"]
+        return (), [f"{p}data_disks: got {disks!r}; valid: a list of {{source_disk, mode}}"]
     multi = found is not None and found.multi_host
     modes: list[str] = []
     problems: list[str] = []
     for i, disk in enumerate(disks):
         at = f"{p}data_disks[{i}]"
         if not isinstance(disk, Mapping) or disk.get("source_disk") is None:
-            problems.append(f"{at}.source_disk: required")
+            problems.append(
+                f"{at}.source_disk: required; valid: a disk, projects/P/zones/Z/disks/NAME"
+            )
             continue
         mode = disk.get("mode", "READ_ONLY" if multi else "READ_WRITE")
         if mode not in DISK_MODES:
@@ -116,12 +118,12 @@ def _check(
         )
     secure_boot = args.get("secure_boot", True)
     if not isinstance(secure_boot, bool):
-        problems.append(f"{p}secure_boot: expected true or false, got {secure_boot!r}")
+        problems.append(f"{p}secure_boot: got {secure_boot!r}; valid: true or false")
     max_run = args.get("max_run_seconds")
     if max_run is not None and (
         isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1
     ):
-        problems.append(f"{p}max_run_seconds: expected an integer >= 1, got {max_run!r}")
+        problems.append(f"{p}max_run_seconds: got {max_run!r}; valid: an integer >= 1")
     if problems or found is None:
         return None, problems
     queued = args.get("queued") or {}

@@ -46,6 +46,14 @@ TUNING_KEYS: Final = (
     "measurement_selection_type",
 )
 PARAMETER_KEYS: Final = ("parameter_id", "type", "min_value", "max_value", "values", "scale_type")
+_TUNING_VALID: Final = {
+    "metric_id": "the name of a metric the trainer reports, e.g. accuracy",
+    "goal": f"one of {', '.join(GOALS)}",
+    "max_trial_count": "an integer >= 1",
+    "parallel_trial_count": "an integer >= 1, at most max_trial_count",
+    "parameters": "a list of parameters, each {parameter_id, type, ...}",
+}
+_PARAMETER_ID_VALID: Final = "the name of a trainer flag, e.g. learning_rate"
 
 
 def _trainer_fields() -> tuple[str, ...]:
@@ -69,14 +77,22 @@ def hyperparameter_tuning_problems(
     """
     p = prefix
     if not isinstance(tuning, Mapping):
-        return [f"{p.removesuffix('.')}: {quote(tuning)} is not a mapping"]
+        return [
+            (
+                f"{p.removesuffix('.')}: {quote(tuning)} is not a mapping; valid: a mapping with "
+                f"keys {', '.join(TUNING_KEYS)}"
+            )
+        ]
     problems = unknown_keys(p, tuning, TUNING_KEYS)
     for key in ("metric_id", "goal", "max_trial_count", "parallel_trial_count", "parameters"):
         if tuning.get(key) is None:
-            problems.append(f"{p}{key}: required")
+            problems.append(f"{p}{key}: required; valid: {_TUNING_VALID[key]}")
     metric = tuning.get("metric_id")
     if metric is not None and (not isinstance(metric, str) or not metric):
-        problems.append(f"{p}metric_id: {quote(metric)} is not a non-empty string")
+        problems.append(
+            f"{p}metric_id: {quote(metric)} is not a non-empty string; valid: "
+            f"{_TUNING_VALID['metric_id']}"
+        )
     if tuning.get("goal") is not None and tuning["goal"] not in GOALS:
         problems.append(not_allowed(f"{p}goal", tuning["goal"], GOALS))
     algorithm = tuning.get("algorithm", "ALGORITHM_UNSPECIFIED")
@@ -95,8 +111,7 @@ def hyperparameter_tuning_problems(
     most, parallel = counts["max_trial_count"], counts["parallel_trial_count"]
     if is_int(most) and is_int(parallel) and parallel > most:
         problems.append(
-            f"{p}parallel_trial_count: {parallel} exceeds max_trial_count {most}; "
-            f"expected <= {most}"
+            f"{p}parallel_trial_count: {parallel} exceeds max_trial_count {most}; valid: <= {most}"
         )
     parameters = tuning.get("parameters")
     if parameters is None:
@@ -104,7 +119,7 @@ def hyperparameter_tuning_problems(
     if isinstance(parameters, str) or not isinstance(parameters, list):
         return [*problems, f"{p}parameters: {quote(parameters)} is not a list"]
     if not parameters:
-        return [*problems, f"{p}parameters: [] is too short; expected at least 1 item(s)"]
+        return [*problems, f"{p}parameters: [] is too short; valid: at least 1 item(s)"]
     fields = _trainer_fields() if bundled_trainer else None
     for i, param in enumerate(parameters):
         problems += _parameter_problems(f"{p}parameters[{i}]", param, fields)
@@ -126,13 +141,21 @@ def _grid_problems(p: str, algorithm: Any, param: Any) -> list[str]:
 
 def _parameter_problems(at: str, param: Any, fields: tuple[str, ...] | None) -> list[str]:
     if not isinstance(param, Mapping):
-        return [f"{at}: {quote(param)} is not a mapping"]
+        return [
+            (
+                f"{at}: {quote(param)} is not a mapping; valid: a mapping with keys "
+                f"{', '.join(PARAMETER_KEYS)}"
+            )
+        ]
     problems = unknown_keys(f"{at}.", param, PARAMETER_KEYS)
     pid = param.get("parameter_id")
     if pid is None:
-        problems.append(f"{at}.parameter_id: required")
+        problems.append(f"{at}.parameter_id: required; valid: {_PARAMETER_ID_VALID}")
     elif not isinstance(pid, str) or not pid:
-        problems.append(f"{at}.parameter_id: {quote(pid)} is not a non-empty string")
+        problems.append(
+            f"{at}.parameter_id: {quote(pid)} is not a non-empty string; valid: "
+            f"{_PARAMETER_ID_VALID}"
+        )
     elif fields is not None and pid not in fields:
         problems.append(
             f"{at}.parameter_id: {quote(pid)} is not a trainer key; valid: {', '.join(fields)}"
@@ -149,7 +172,9 @@ def _parameter_problems(at: str, param: Any, fields: tuple[str, ...] | None) -> 
         if scale not in SCALE_TYPES:
             problems.append(not_allowed(f"{at}.scale_type", scale, SCALE_TYPES))
         elif kind == "categorical":
-            problems.append(f"{at}.scale_type: not used by a categorical parameter; expected none")
+            problems.append(
+                f"{at}.scale_type: not used by a categorical parameter; valid: leave it out"
+            )
     return problems
 
 
@@ -159,20 +184,18 @@ def _range_problems(at: str, param: Mapping[str, Any]) -> list[str]:
     low, high = param.get("min_value"), param.get("max_value")
     for key, value in (("min_value", low), ("max_value", high)):
         if value is None:
-            problems.append(f"{at}.{key}: required for a {kind} parameter")
+            problems.append(f"{at}.{key}: required for a {kind} parameter; valid: a number")
         elif not _is_number(value):
-            problems.append(f"{at}.{key}: {quote(value)} is not a number")
+            problems.append(f"{at}.{key}: {quote(value)} is not a number; valid: a number")
         elif kind == "integer" and not float(value).is_integer():
-            problems.append(
-                f"{at}.{key}: {quote(value)} is not a whole number; expected an integer"
-            )
+            problems.append(f"{at}.{key}: {quote(value)} is not a whole number; valid: an integer")
     if _is_number(low) and _is_number(high) and low >= high:
         problems.append(
             f"{at}.min_value: {quote(low)} is not below max_value {quote(high)}; "
-            "expected min_value < max_value"
+            "valid: min_value < max_value"
         )
     if param.get("values") is not None:
-        problems.append(f"{at}.values: not used by a {kind} parameter; expected none")
+        problems.append(f"{at}.values: not used by a {kind} parameter; valid: leave it out")
     return problems
 
 
@@ -180,21 +203,26 @@ def _values_problems(at: str, param: Mapping[str, Any]) -> list[str]:
     kind = param["type"]
     problems: list[str] = []
     values = param.get("values")
+    values_valid = "a list of strings" if kind == "categorical" else "a list of increasing numbers"
     if not values:
-        problems.append(f"{at}.values: required for a {kind} parameter")
+        problems.append(f"{at}.values: required for a {kind} parameter; valid: {values_valid}")
     elif isinstance(values, str) or not isinstance(values, list):
-        problems.append(f"{at}.values: {quote(values)} is not a list")
+        problems.append(f"{at}.values: {quote(values)} is not a list; valid: {values_valid}")
     elif kind == "categorical" and not all(isinstance(v, str) for v in values):
-        problems.append(f"{at}.values: {quote(values)} is not a list of strings")
+        problems.append(
+            f"{at}.values: {quote(values)} is not a list of strings; valid: {values_valid}"
+        )
     elif kind == "discrete" and (
         not all(_is_number(v) for v in values) or any(b <= a for a, b in itertools.pairwise(values))
     ):
         problems.append(
-            f"{at}.values: {quote(values)} is not increasing numbers; expected numbers in "
+            f"{at}.values: {quote(values)} is not increasing numbers; valid: numbers in "
             "increasing order"
         )
     if param.get("min_value") is not None or param.get("max_value") is not None:
-        problems.append(f"{at}.min_value: not used by a {kind} parameter; expected values instead")
+        problems.append(
+            f"{at}.min_value: not used by a {kind} parameter; valid: values, without min_value"
+        )
     return problems
 
 
@@ -223,9 +251,9 @@ def vertex_job_spec_problems(
     timeout_s = args.get("timeout_s")
     if timeout_s is not None:
         if not is_int(timeout_s):
-            problems.append(f"{p}timeout_s: {quote(timeout_s)} is not an integer")
+            problems.append(f"{p}timeout_s: {quote(timeout_s)} is not an integer; valid: > 0")
         elif timeout_s <= 0:
-            problems.append(f"{p}timeout_s: {timeout_s} is too small; expected > 0")
+            problems.append(f"{p}timeout_s: {timeout_s} is too small; valid: > 0")
     if args.get("hyperparameter_tuning") is not None:
         problems += hyperparameter_tuning_problems(
             args["hyperparameter_tuning"], f"{p}hyperparameter_tuning.", bundled_trainer
@@ -237,7 +265,7 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
     """Every problem with the plain `VertexTrainingJob` arguments in `args`."""
     p = prefix
     problems = [
-        f"{p}{key}: expected a non-empty string, got {args.get(key)!r}"
+        f"{p}{key}: got {args.get(key)!r}; valid: a non-empty string"
         for key in ("region", "display_name")
         if not isinstance(args.get(key), str) or not args[key]
     ]

@@ -118,6 +118,7 @@ DEFAULT_TERMINATION_GRACE_S: Final = 60
 DEFAULT_NAMESPACE: Final = "default"
 
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS_VALID = "a lowercase letter, then a-z, 0-9 or '-', ending with a letter or digit"
 _K8S_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_ENV: Final = frozenset(
@@ -152,7 +153,7 @@ class KubernetesTrainingJobArgs(TypedDict):
     """Trainer to run (default `trainstack.trainers.torch_ddp`, under torchrun with one process per
     GPU; the node launcher runs other modules once per pod)."""
     trainer_args: NotRequired[list[str]]
-    """The trainer's `--key=value` flags (`trainstack.infra.compose.trainer_args`)."""
+    """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
     (`trainstack.infra.compose.user_code_node_args`); excludes trainer_module and trainer_args."""
@@ -204,7 +205,7 @@ class KubernetesTrainingJobArgs(TypedDict):
 def _positive_int(args: Mapping[str, Any], key: str, default: int | None = None) -> int:
     value = args.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{key}: {value!r} is not an integer >= 1")
+        raise ValueError(f"{key}: {value!r} is not an integer >= 1; valid: an integer >= 1")
     return value
 
 
@@ -214,7 +215,7 @@ def default_image(module: str) -> str:
     if image is None:
         raise ValueError(
             f"image: required for trainer_module {module!r}; default images exist for "
-            f"{', '.join(DEFAULT_IMAGES)}"
+            f"{', '.join(DEFAULT_IMAGES)}; valid: an image with the trainer's framework"
         )
     return image
 
@@ -237,25 +238,24 @@ def validate_args(args: Mapping[str, Any]) -> None:
     _positive_int(args, "gpus_per_node")
     job = args.get("job_name")
     if not isinstance(job, str) or not _DNS_LABEL.fullmatch(job):
-        raise ValueError(
-            f"job_name: {job!r} is not a DNS label; expected a lowercase letter, then a-z, "
-            "0-9 or '-', ending with a letter or digit"
-        )
+        raise ValueError(f"job_name: {job!r} is not a DNS label; valid: {_DNS_VALID}")
     longest = f"{job}-{nodes - 1}"
     if len(longest) > 63:
         raise ValueError(
             f"job_name: {job!r} is too long for {nodes} nodes: pod host name {longest!r} has "
-            f"{len(longest)} characters; expected at most 63"
+            f"{len(longest)} characters; valid: at most 63"
         )
     namespace = args.get("namespace", DEFAULT_NAMESPACE)
     if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
-        raise ValueError(f"namespace: {namespace!r} is not a DNS label")
+        raise ValueError(f"namespace: {namespace!r} is not a DNS label; valid: {_DNS_VALID}")
     module = args.get("trainer_module", DEFAULT_MODULE)
     _check_launch(args, module)
     if "image" not in args:
         default_image(module)
     elif not isinstance(args["image"], str) or not args["image"].strip():
-        raise ValueError(f"image: {args['image']!r} is not an image reference")
+        raise ValueError(
+            f"image: {args['image']!r} is not an image reference; valid: REPO/IMAGE:TAG"
+        )
     for key in ("backoff_limit_per_index", "active_deadline_seconds", "shm_size_gib", "timeout_s"):
         if key in args:
             _positive_int(args, key)
@@ -263,20 +263,20 @@ def validate_args(args: Mapping[str, Any]) -> None:
         _positive_int(args, "termination_grace_period_s")
     port = args.get("port", DEFAULT_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise ValueError(f"port: {port!r} is not a TCP port (1-65535)")
+        raise ValueError(f"port: {port!r} is not a TCP port; valid: 1-65535")
     if args.get("wait_for_completion") and "timeout_s" not in args:
-        raise ValueError("timeout_s: required when wait_for_completion is true")
+        raise ValueError("timeout_s: required when wait_for_completion is true; valid: >= 1")
     if "timeout_s" in args and not args.get("wait_for_completion"):
-        raise ValueError("timeout_s: only used with wait_for_completion: true")
+        raise ValueError("timeout_s: only used with wait_for_completion: true; valid: remove it")
     if args.get("gcp_service_account_email") is not None and args.get("project") is None:
         raise ValueError(
             "project: required with gcp_service_account_email (the cluster's Workload "
-            "Identity pool is <project>.svc.id.goog)"
+            "Identity pool is <project>.svc.id.goog); valid: the cluster's project id"
         )
     for name in args.get("env") or {}:
         if not _ENV_NAME.fullmatch(name) or name in _RESERVED_ENV:
             raise ValueError(
-                f"env: {name!r} is not allowed; expected a variable name other than "
+                f"env: {name!r} is not allowed; valid: a variable name other than "
                 f"{', '.join(sorted(_RESERVED_ENV))}"
             )
 

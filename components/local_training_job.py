@@ -103,17 +103,17 @@ def validate_args(
         raise ValueError(f"trainer: {errors}") from None
     workers = args.get("workers")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
+        raise ValueError(f"workers: got {workers!r}; valid: an integer >= 1")
     root = args.get("root")
     if not isinstance(root, str) or not root:
-        raise ValueError(f"root: expected a non-empty path, got {root!r}")
+        raise ValueError(f"root: got {root!r}; valid: a non-empty path")
     env = args.get("env", {})
     if not isinstance(env, Mapping) or not all(
         isinstance(key, str) and key and "=" not in key and isinstance(value, str)
         for key, value in env.items()
     ):
         raise ValueError(
-            f"env: expected variable names (non-empty, no '=') mapped to strings, got {env!r}"
+            f"env: got {env!r}; valid: variable names (non-empty, no '=') mapped to strings"
         )
     grace = args.get("stop_grace_s", cfg.preemption_grace_s + STOP_GRACE_MARGIN_S)
     if (
@@ -122,9 +122,9 @@ def validate_args(
         or grace <= cfg.preemption_grace_s
     ):
         raise ValueError(
-            f"stop_grace_s: expected seconds > trainer.preemption_grace_s "
+            f"stop_grace_s: got {grace!r}; valid: seconds > trainer.preemption_grace_s "
             f"({cfg.preemption_grace_s}), the time the trainer may take to checkpoint after "
-            f"SIGTERM; got {grace!r}"
+            "SIGTERM"
         )
     problems = user_code_problems(cfg, "local", base_dir or Path.cwd())
     if problems:

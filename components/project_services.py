@@ -45,16 +45,18 @@ class ProjectServicesArgs(TypedDict):
 def _validate_services(services: Sequence[str]) -> list[str]:
     if isinstance(services, str) or not services:
         raise ValueError(
-            "services must be a non-empty list of service names, e.g. [compute.googleapis.com]"
+            f"services: {services!r} is not a non-empty list; valid: a non-empty list of "
+            "service names, e.g. [compute.googleapis.com]"
         )
     seen: set[str] = set()
     for service in services:
         if not isinstance(service, str) or not _SERVICE.match(service):
             raise ValueError(
-                f"services: {service!r} is not a service name like compute.googleapis.com"
+                f"services: {service!r} is not a service name; valid: a name like "
+                "compute.googleapis.com"
             )
         if service in seen:
-            raise ValueError(f"services: {service!r} is listed twice")
+            raise ValueError(f"services: {service!r} is listed twice; valid: once")
         seen.add(service)
     return sorted(seen)
 

@@ -180,7 +180,7 @@ class TpuPodSliceArgs(TypedDict):
     checkpoint_dir: pulumi.Input[str]
     """gs:// URL given to the trainer as `--checkpoint_dir` (unless `trainer_args` has one)."""
     trainer_args: NotRequired[Sequence[str]]
-    """The trainer's `--key=value` flags (`trainstack.infra.compose.trainer_args`)."""
+    """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
     trainer_module: NotRequired[str]
     """Module worker 0 runs (default `trainstack.trainers.tf_multiworker`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]

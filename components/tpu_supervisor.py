@@ -1,7 +1,8 @@
 """A per-stack serverless run supervisor: it recreates a preempted Spot or queued TPU slice
 and stops a run's compute (TPU slice, GCE instance group, GKE GPU node pool) at the run's
 end, at `limits.max_run_hours` and at `limits.max_total_usd` (`components/supervisor/main.py`
-says how; `trainstack.infra.supervision` wires it into every tpu and gpu_cluster stack).
+says how; every `supervised` target (`trainstack.infra.targets`: tpu, gke, gce) registers
+one through `trainstack.infra.supervision`).
 
     from trainstack.components.tpu_supervisor import TpuSupervisor, node_body_from_vm
 
@@ -87,6 +88,7 @@ from trainstack.components.tpu_pod_slice import (
     node_body,
     validate_args,
 )
+from trainstack.infra.project import find_project
 
 TOKEN: Final = "trainstack:tpu:TpuSupervisor"
 COMPONENT_LABEL: Final = "tpu-supervisor"
@@ -103,7 +105,6 @@ REQUIREMENTS: Final = (
 Kept here, not as a file, so an installed trainstack (whose package data has no .txt) ships
 it too."""
 OBJECT_PREFIX: Final = "supervisor/"
-BUILD_DIR: Final = SOURCE_DIR.parent.parent / ".trainstack" / "build"
 RUNTIME: Final = "python312"
 """Cloud Run functions Python runtime ids (https://cloud.google.com/run/docs/runtimes/python):
 python312 is supported, deprecated 2028-10-02."""
@@ -118,26 +119,19 @@ def supervised(provisioning: str | None) -> bool:
     return provisioning in SUPERVISED_PROVISIONING
 
 
-SUPERVISED_TARGETS: Final = ("tpu", "gpu_cluster")
-"""Stack targets with a supervisor (it stops their compute at the run's end; Vertex and
-local runs end their own compute)."""
 MAX_TOTAL_USD_ABOVE: Final = 0.0
 """`limits.max_total_usd` (and the component's `run.max_total_usd`) must be above this."""
 
 
-def max_total_usd_problem(value: object, key: str, target: str | None = None) -> str | None:
-    """The one rule of a run's spend cap, for the stack key and the component argument."""
+def max_total_usd_problem(value: object, key: str) -> str | None:
+    """The one rule of a run's spend cap, for the stack key and the component argument
+    (which targets enforce it is the target's `supervised`, `trainstack.infra.targets`)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not (MAX_TOTAL_USD_ABOVE < value < float("inf"))
     ):
         return f"{key}: {value!r} is not allowed; valid: a number of US dollars above 0"
-    if target is not None and target not in SUPERVISED_TARGETS:
-        return (
-            f"{key}: not enforced on a {target} target (no supervisor stops its compute); "
-            f"valid: a {' or '.join(SUPERVISED_TARGETS)} target, or no {key}"
-        )
     return None
 
 
@@ -247,6 +241,9 @@ class TpuSupervisorArgs(TypedDict):
     """Cron schedule of the checks (UTC). Default every 2 minutes."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Extra labels for the function (and the source object's metadata)."""
+    build_dir: NotRequired[str]
+    """Folder the source zip is written to. Default: `.trainstack/build/` of the project of
+    the current folder (`trainstack.infra.project.find_project`), never the install."""
 
 
 @dataclass(frozen=True)
@@ -275,8 +272,10 @@ def source_zip(config: dict[str, Any]) -> bytes:
     return raw.getvalue()
 
 
-def build_source(config: dict[str, Any], build_dir: Path = BUILD_DIR) -> SourceBundle:
-    """Write the bundle under `build_dir` (named by its digest) and return it."""
+def build_source(config: dict[str, Any], build_dir: Path | None = None) -> SourceBundle:
+    """Write the bundle under `build_dir` (default: the current project's
+    `find_project().build_dir`), named by its digest, and return it."""
+    build_dir = build_dir or find_project().build_dir
     data = source_zip(config)
     digest = hashlib.sha256(data).hexdigest()
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -500,7 +499,9 @@ class TpuSupervisor(pulumi.ComponentResource):
                 kind, v[0], v[1], v[2], deployment, recover=recover, run=v[3]
             )
         )
-        bundle = config.apply(build_source)
+        # Chosen now: the cwd when the component is built is the program's project.
+        build_dir = Path(args.get("build_dir") or find_project().build_dir).resolve()
+        bundle = config.apply(lambda c: build_source(c, build_dir))
         self.source = storage.BucketObject(
             f"{name}-source",
             bucket=args["staging_bucket"],

@@ -26,8 +26,10 @@ requirements only; every target installs it the way it installs the bundled trai
 `python -m trainstack.trainers.node --launcher=... -- ARGV` then runs ARGV in the installed folder.
 Unchanged code gives the same bytes, digest and `uri`, so nothing relaunches.
 
-Naming: the local file is `<source_root>/.trainstack/build/trainstack_trainers-<sha16>.tar.gz` (your code's:
-`trainstack_code-<sha16>.tar.gz`, uploaded as `code/trainstack_code-<sha16>.tar.gz`).
+Naming: the local file is `<build_dir>/trainstack_trainers-<sha16>.tar.gz` (your code's:
+`trainstack_code-<sha16>.tar.gz`, uploaded as `code/trainstack_code-<sha16>.tar.gz`), by
+default in your project's `.trainstack/build/` (`trainstack.infra.project`), never in the
+installed package.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from pulumi_gcp import storage
 from trainstack import trainers
 from trainstack.components._args import check_args
 from trainstack.components._naming import labels_input
+from trainstack.infra.project import find_project
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 from trainstack.trainers.common.user_code import source_files
 
@@ -59,7 +62,6 @@ DIST_NAME = "trainstack-trainers"
 OBJECT_PREFIX = "trainers/"
 CODE_DIST_NAME = "trainstack-code"
 CODE_OBJECT_PREFIX = "code/"
-BUILD_DIR = Path(".trainstack") / "build"
 RUNTIME_DEPENDENCIES: tuple[str, ...] = (
     "pydantic>=2.7,<3",
     "numpy>=1.26",
@@ -100,9 +102,12 @@ class TrainerPackageArgs(TypedDict):
     staging_bucket: pulumi.Input[str]
     """Name of the bucket the sdist is uploaded to (`TrainingBuckets.staging_bucket`)."""
     source_root: NotRequired[str]
-    """Directory that contains the `trainers/` package; the build goes under its
-    `.trainstack/build/`. Default: the parent of the installed `trainers` package (the repo
-    root in an editable install)."""
+    """Directory that contains the `trainers/` package. Default: the folder of the installed
+    `trainstack.trainers` (read only)."""
+    build_dir: NotRequired[str]
+    """Folder the sdist is written to. Default: `.trainstack/build/` of the project of the
+    current folder (`trainstack.infra.project.find_project`; under `pulumi up`, the Pulumi
+    project)."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Extra labels, written as custom metadata on the uploaded object (objects have no
     labels)."""
@@ -233,9 +238,15 @@ def _tarball(
 
 
 def _build_sdist(
-    source_root: Path, requirements: tuple[str, ...] = (), user_source: Path | None = None
+    source_root: Path,
+    requirements: tuple[str, ...] = (),
+    user_source: Path | None = None,
+    build_dir: Path | None = None,
 ) -> _Sdist:
-    """Build (once per process per source content) and return the reproducible sdist."""
+    """Build (once per process per source content and build folder) into `build_dir`
+    (default: the current project's, `find_project().build_dir`) and return the
+    reproducible sdist."""
+    build_dir = (build_dir or find_project().build_dir).resolve()
     version = _version()
     files = _source_files(source_root)
     code = user_source is not None
@@ -252,14 +263,13 @@ def _build_sdist(
     for relpath, data in files:
         key_hash.update(f"\0{relpath}\0{len(data)}\0".encode())
         key_hash.update(data)
-    key = f"{source_root}\0{key_hash.hexdigest()}"
+    key = f"{source_root}\0{build_dir}\0{key_hash.hexdigest()}"
     cached = _BUILD_CACHE.get(key)
     if cached is not None and cached.path.is_file():
         return cached
 
     data = _tarball(version, files, requirements, code)
     digest = hashlib.sha256(data).hexdigest()
-    build_dir = source_root / BUILD_DIR
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir / f"{dist.replace('-', '_')}-{digest[:16]}.tar.gz"
     if not path.is_file() or path.read_bytes() != data:
@@ -305,8 +315,12 @@ class TrainerPackage(pulumi.ComponentResource):
         user_source = args.get("user_source")
         if user_source is not None and not Path(user_source).is_dir():
             raise ValueError(f"user_source: {user_source!r} is not a folder; valid: a folder")
+        build_dir = args.get("build_dir")
         sdist = _build_sdist(
-            source_root, requirements, Path(user_source).resolve() if user_source else None
+            source_root,
+            requirements,
+            Path(user_source).resolve() if user_source else None,
+            Path(build_dir) if build_dir else None,
         )
         super().__init__(TOKEN, name, None, opts)
 

@@ -128,7 +128,7 @@ def training_buckets_problems(args: Mapping[str, Any], prefix: str = "") -> list
     suffix = args.get("name_suffix")
     if isinstance(suffix, str) and not NAME_SUFFIX.fullmatch(suffix):
         problems.append(
-            f"{p}name_suffix: {quote(suffix)} is not a valid bucket name suffix; expected 1-16 "
+            f"{p}name_suffix: {quote(suffix)} is not a valid bucket name suffix; valid: 1-16 "
             "of a-z, 0-9 and '-', not starting or ending with '-'"
         )
     labels = args.get("labels")

@@ -129,19 +129,22 @@ def _validate_extra_roles(roles: Sequence[str]) -> list[str]:
     for role in roles:
         if not isinstance(role, str) or not _ROLE.match(role):
             raise ValueError(
-                f"extra_project_roles: {role!r} is not a role name (expected roles/<id>, "
-                "projects/<project>/roles/<id> or organizations/<org>/roles/<id>)"
+                f"extra_project_roles: {role!r} is not a role name; valid: roles/<id>, "
+                "projects/<project>/roles/<id> or organizations/<org>/roles/<id>"
             )
         if role in DENIED_PROJECT_ROLES:
             raise ValueError(
                 f"extra_project_roles: {role!r} is not allowed for the training service "
                 "account (basic, IAM-admin, impersonation and project-wide storage-admin "
-                "roles are denied)"
+                "roles are denied); valid: a narrower predefined or custom role"
             )
         if role in base:
-            raise ValueError(f"extra_project_roles: {role!r} is already granted by default")
+            raise ValueError(
+                f"extra_project_roles: {role!r} is already granted by default; valid: a role "
+                "not granted by default"
+            )
         if role in seen:
-            raise ValueError(f"extra_project_roles: {role!r} is listed twice")
+            raise ValueError(f"extra_project_roles: {role!r} is listed twice; valid: once")
         seen.append(role)
     return seen
 
@@ -159,7 +162,7 @@ def _validate_secrets(secrets: Sequence[str]) -> list[tuple[str, str]]:
                 "projects/P/secrets/NAME"
             )
         if (match[1], match[2]) in seen:
-            raise ValueError(f"secrets: {secret!r} is listed twice")
+            raise ValueError(f"secrets: {secret!r} is listed twice; valid: once")
         seen.append((match[1], match[2]))
     return seen
 

@@ -66,19 +66,20 @@ def _validate_cidr(cidr: str) -> str:
         network = ipaddress.ip_network(cidr, strict=True)
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"subnet_cidr {cidr!r} is not a valid IPv4 network such as {DEFAULT_SUBNET_CIDR}: {exc}"
+            f"subnet_cidr: {cidr!r} is not a valid IPv4 network ({exc}); valid: a private "
+            f"IPv4 range such as {DEFAULT_SUBNET_CIDR}"
         ) from None
     if not isinstance(network, ipaddress.IPv4Network) or not any(
         network.subnet_of(private) for private in _PRIVATE_RANGES
     ):
         raise ValueError(
-            f"subnet_cidr {cidr!r} must be inside a private RFC 1918 range "
-            "(10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16)"
+            f"subnet_cidr: {cidr!r} is outside the private RFC 1918 ranges; valid: a range "
+            "inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
         )
     if not _MIN_PREFIX <= network.prefixlen <= _MAX_PREFIX:
         raise ValueError(
-            f"subnet_cidr {cidr!r} must have a prefix length between /{_MIN_PREFIX} and "
-            f"/{_MAX_PREFIX}, got /{network.prefixlen}"
+            f"subnet_cidr: {cidr!r} has prefix length /{network.prefixlen}; valid: "
+            f"/{_MIN_PREFIX} to /{_MAX_PREFIX}"
         )
     return str(network)
 

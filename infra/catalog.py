@@ -4,7 +4,7 @@ The Google Cloud facts the components need (TPU slices, machine shapes, accelera
 zones, images) live in `trainstack.components.catalog`; this module adds the tables only the plan and
 the quota preflight use, each with its source (`*_SOURCE`) and date (`*_AS_OF`), and
 `TABLES`, the index of every table for `trainstack plan` footnotes. Facts that the team's
-fact sheet (`reference/gcp-facts.md`) marks as unverified carry `verified=False` and a note.
+fact sheet (`trainstack.components.catalog.sources.FACT_SHEET`) marks as unverified carry `verified=False` and a note.
 Nothing here calls a cloud API; at deploy time, prefer the live answers
 (`gcp.cloudquota.get_s_quota_infos`) where they disagree.
 
@@ -15,7 +15,7 @@ quotes and are not verified.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from trainstack.components.catalog.gpus import (
     A100_ZONES_AS_OF,
@@ -84,8 +84,7 @@ VERTEX_IMAGES_AS_OF: Final = "2026-11-26"
 # --------------------------------------------------------------------------------------
 
 QUOTAS_SOURCE: Final = (
-    f"{FACT_SHEET} section 6.3; facts memo 13 (tools/facts-13.md) section 1; "
-    "https://cloud.google.com/tpu/docs/quota"
+    f"{FACT_SHEET} section 6.3; facts memo 13 section 1; https://cloud.google.com/tpu/docs/quota"
 )
 QUOTAS_AS_OF: Final = "2026-11-01"
 
@@ -183,7 +182,7 @@ CPUS_QUOTA: Final = QuotaSpec(
 """General-purpose vCPUs in a region (the GKE system node's E2 vCPUs count here)."""
 
 
-_MEMO: Final = "facts memo 13 (tools/facts-13.md) section 1"
+_MEMO: Final = "facts memo 13 section 1"
 _VERTEX_SAMPLE: Final = (
     "GoogleCloudPlatform/vertex-ai-samples:notebooks/community/model_garden/docker_source_codes/"
     "notebook_util/common_util.py get_quota_id (Google sample code; read with `gcloud beta "
@@ -419,3 +418,15 @@ TABLES: Final = (
     CatalogTable("prices", PRICES_SOURCE, PRICES_AS_OF, PRICES_VERIFIED, ("estimates",)),
 )  # fmt: skip
 """Every table with its source and date, for `trainstack plan` footnotes."""
+
+
+def quota_need(spec: QuotaSpec, dimensions: dict[str, str], needed: int) -> dict[str, Any]:
+    """One entry of a stack's quota needs (`trainstack.infra.estimate.quota_needs`)."""
+    return {
+        "service": spec.service,
+        "quota_id": spec.quota_id,
+        "dimensions": dimensions,
+        "needed": needed,
+        "verified": spec.verified,
+        "source": spec.source,
+    }

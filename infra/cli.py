@@ -7,7 +7,7 @@
     trainstack logs --stack dev-tpu-v5e [--follow] the deployed stack's training logs
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
-    trainstack stacks                              list the bundled stacks
+    trainstack stacks [--examples]                 your project's stacks; --examples: bundled
     trainstack plan --program DIR --stack dev      (also policy, plan-diff) your own program
 
 Exit codes: 0 ok; 2 invalid config or arguments, unreadable files, no credentials or an
@@ -43,6 +43,7 @@ from trainstack.infra.cli_base import (
     load,
     read_json,
     rejected_by_program,
+    scoped,
     validated,
 )
 from trainstack.infra.config import ConfigError
@@ -52,6 +53,7 @@ from trainstack.infra.plan import (
     StackFileError,
     build_plan,
     check_stack_name,
+    example_names,
     output_console,
     plan_diff,
     plans_by_stack,
@@ -61,6 +63,7 @@ from trainstack.infra.plan import (
     unverified_quota_note,
     value_table,
 )
+from trainstack.infra.project import EXAMPLE_PREFIX, ProjectFileError
 
 if TYPE_CHECKING:
     from trainstack.infra.policy import StackReport
@@ -90,6 +93,7 @@ def _program_plan(program: Path, stack: str | None) -> dict[str, Any]:
 
 
 @app.command()
+@scoped
 def plan(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
@@ -138,7 +142,7 @@ def _stack_plan(
     if stack_name is not None and config_file is None:
         raise fail(
             "--stack-name: names the stack of a --config-file; a bundled stack's name is "
-            "its --stack NAME"
+            "its --stack NAME; valid: --stack-name with --config-file"
         )
     name, config = load(stack, config_file)
     if stack_name is not None:
@@ -204,6 +208,7 @@ def plan_diff_cmd(
 
 
 @app.command()
+@scoped
 def quota(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
@@ -217,7 +222,10 @@ def quota(
     _, cfg = validated(stack, config_file)
     needs = quota_needs(cfg)
     if live and cfg.project is None:
-        raise fail("--live reads a Google Cloud project's quota; this stack has no gcp:project")
+        raise fail(
+            "--live reads a Google Cloud project's quota; this stack has no gcp:project; "
+            "valid: --live on a stack with gcp:project"
+        )
     if live:
         from google.auth.exceptions import GoogleAuthError
 
@@ -270,6 +278,7 @@ def live_quota_table(rows: list[dict[str, Any]]) -> Table:
 
 
 @app.command()
+@scoped
 def policy(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
@@ -278,9 +287,7 @@ def policy(
         Path | None,
         typer.Option("--plan", help="A JSON plan from `trainstack plan --json` (or a list)."),
     ] = None,
-    all_stacks: Annotated[
-        bool, typer.Option("--all", help="Every stack in stacks/ (bundled and your own).")
-    ] = False,
+    all_stacks: Annotated[bool, typer.Option("--all", help="Every stack of your project.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check the stack's planned resources against the security policies (policies/rules/).
@@ -315,7 +322,7 @@ def policy(
             raise fail(f"--plan: {plan_file}: {exc}") from None
     else:
         targets: list[tuple[str | None, Path | None]] = (
-            [(name, None) for name in stack_names()] if all_stacks else [(stack, config_file)]
+            [(name, None) for name in project_stacks()] if all_stacks else [(stack, config_file)]
         )
         for target_stack, target_file in targets:
             name, config = load(target_stack, target_file)
@@ -355,16 +362,30 @@ def _print_policy_reports(reports: list[StackReport]) -> None:
         )
 
 
+def project_stacks() -> list[str]:
+    """`stack_names()`, with an unreadable Pulumi.yaml as one `error:` line."""
+    try:
+        return stack_names()
+    except ProjectFileError as exc:
+        raise fail(str(exc)) from None
+
+
 @app.command()
-def stacks() -> None:
-    """List the stacks in stacks/: the bundled ones and any you added."""
-    for name in stack_names():
+def stacks(
+    examples: Annotated[
+        bool,
+        typer.Option("--examples", help="List the bundled stacks instead, as --stack takes them."),
+    ] = False,
+) -> None:
+    """List your project's stacks (those in the stackConfigDir of the nearest Pulumi.yaml)."""
+    names = [EXAMPLE_PREFIX + name for name in example_names()] if examples else project_stacks()
+    for name in names:
         typer.echo(name)
 
 
-app.command()(cli_run.status)
-app.command()(cli_run.logs)
-app.command("local-run")(cli_run.local_run)
+app.command()(scoped(cli_run.status))
+app.command()(scoped(cli_run.logs))
+app.command("local-run")(scoped(cli_run.local_run))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -6,20 +6,81 @@ run)."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.models import CommandFunctionType
 
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
-from trainstack.infra.plan import StackFileError, load_stack
+from trainstack.infra.plan import StackFileError, load_stack, stack_place
+from trainstack.infra.project import ProjectFileError, place_scope, set_place
 
-app = typer.Typer(
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def prose(text: str | None) -> str | None:
+    """Help text as sentences: each paragraph's hard-wrapped lines joined into one (rich
+    prints a docstring's line breaks as they are, so a wrapped docstring reads broken)."""
+    if text is None:
+        return None
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def _without_flag_metavars(params: Iterable[Any]) -> None:
+    # typer shows a flag's type as `<bool>`, as if it took a value: a flag takes none.
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
+class HelpCommand(TyperCommand):
+    """A command whose help reads as sentences and whose flags show no value type."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = prose(self.help)
+        _without_flag_metavars(self.params)
+        for param in self.params:
+            if isinstance(param, TyperOption) and param.help:
+                param.help = prose(param.help)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        _without_flag_metavars(params)  # the --help option click adds
+        return params
+
+
+class HelpGroup(TyperGroup):
+    """The `trainstack` group: its own --help shows no value type either."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        _without_flag_metavars(params)
+        return params
+
+
+class _Typer(typer.Typer):
+    """Every command is a `HelpCommand` unless it names another class."""
+
+    def command(
+        self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        return super().command(name, cls=cls or HelpCommand, **kwargs)
+
+
+app = _Typer(
+    cls=HelpGroup,
     help="Google Cloud training infrastructure as code, with a bundled distributed trainer.",
     no_args_is_help=True,
     add_completion=False,
@@ -29,7 +90,14 @@ err = Console(stderr=True)
 _JSON_PLAN = "the output of `trainstack plan --json`"
 
 StackOpt = Annotated[
-    str | None, typer.Option("--stack", "-s", help="A bundled stack (stacks/Pulumi.<NAME>.yaml).")
+    str | None,
+    typer.Option(
+        "--stack",
+        "-s",
+        help="A stack of your project (Pulumi.<NAME>.yaml in the stackConfigDir of the "
+        "nearest Pulumi.yaml), or example:NAME for a bundled one (`trainstack stacks "
+        "--examples`).",
+    ),
 ]
 ConfigFileOpt = Annotated[
     Path | None,
@@ -56,10 +124,27 @@ def read_json(path: Path, what: str) -> Any:
 
 
 def load(stack: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
+    """The stack's name and config. Until the command ends (`scoped`), its relative paths
+    resolve and its runs write where `stack_place` says (`trainstack.infra.project`)."""
     try:
-        return load_stack(stack, config_file)
-    except StackFileError as exc:
+        place = stack_place(stack, config_file)
+        loaded = load_stack(stack, config_file)
+    except (StackFileError, ProjectFileError) as exc:
         raise fail(str(exc)) from None
+    set_place(place)
+    return loaded
+
+
+def scoped(command: Callable[P, R]) -> Callable[P, R]:
+    """`command` with the stack place its `load` sets undone when it returns or fails, so
+    commands run in one process (tests, CliRunner) never see another's."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with place_scope():
+            return command(*args, **kwargs)
+
+    return run
 
 
 def validated(stack: str | None, config_file: Path | None) -> tuple[str, StackConfig]:

@@ -23,8 +23,10 @@ from trainstack.infra.cli_base import (
     google_errors,
     validated,
 )
-from trainstack.infra.config import PROJECT_ROOT, StackConfig
+from trainstack.infra.config import StackConfig
 from trainstack.infra.local_paths import local_root, run_name
+from trainstack.infra.project import current_place
+from trainstack.infra.targets import target_of
 
 JOB_NAME = re.compile(
     r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
@@ -70,7 +72,10 @@ def status(
     if stack is not None or config_file is not None:  # a job alone needs no stack
         name, cfg = validated(stack, config_file)
         if cfg.vertex is None:
-            raise fail(f"status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}")
+            raise fail(
+                f"--job: status reads Vertex AI jobs; stack {name!r} has target {cfg.target!r}; "
+                "valid: --job with a vertex stack, or --job alone"
+            )
     source = "--job"
     match = JOB_NAME.fullmatch(job)
     if match is None:
@@ -150,7 +155,8 @@ def logs(
 ) -> None:
     """A deployed stack's training logs (Cloud Logging; local: the log file), one readable
     line per trainer record. Ctrl-C ends --follow (exit 130)."""
-    from trainstack.infra.logs import LogsError, log_source, parse_endpoints, read_lines
+    from trainstack.infra.log_source import log_source
+    from trainstack.infra.logs import LogsError, parse_endpoints, read_lines
     from trainstack.infra.stack_outputs import OutputsError
 
     name, cfg = validated(stack, config_file)
@@ -191,10 +197,11 @@ def local_run(
     143 (SIGTERM) or 130 (Ctrl-C); run the same command to resume.
     """
     name, cfg = validated(stack, config_file)
+    target = target_of(cfg)
     # Each runner imports torch or your code's needs only when this command runs.
     options: dict[str, Any] = {
-        "workers": workers or (cfg.local.workers if cfg.local else 2),
-        "root": local_root(cfg, name),
+        "workers": workers or target.local_run_workers(cfg) or 2,
+        "root": local_root(name, target.local_run_root(cfg)),
         "console": err,
         "out": err if as_json else Console(),
         "fresh": fresh,
@@ -206,10 +213,11 @@ def local_run(
 
             if steps is not None:
                 raise fail(
-                    "--steps: the bundled trainer's option; your code takes its own arguments"
+                    "--steps: the bundled trainer's option; your code takes its own arguments; "
+                    "valid: your code's own flags in trainer.entrypoint"
                 )
             named = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
-            result = run_local_code(named, base_dir=PROJECT_ROOT, **options)
+            result = run_local_code(named, base_dir=current_place().base_dir, **options)
         else:
             from trainstack.trainers.local import run_local
 

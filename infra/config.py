@@ -5,7 +5,8 @@
 the components check their own arguments with (`tpu_pod_slice_problems`,
 `vertex_job_spec_problems`, `training_buckets_problems`, `label_problems`, over the facts in
 `trainstack.components.catalog`), called with the section's key prefix (`tpu.`, `vertex.`,
-`buckets.`). It raises one `ConfigError` listing every problem, one per line, each as
+`buckets.`); each compute target's section is parsed with its target module's model and
+checked by it (`trainstack.infra.targets`). It raises one `ConfigError` listing every problem, one per line, each as
 `<dotted.key.path>: <what is wrong>; valid: <allowed values>`. Nothing is registered with
 Pulumi before this returns, so a bad stack fails in `trainstack plan` and in
 `pulumi preview` with the same message, and a component built directly with the same
@@ -26,62 +27,31 @@ Example::
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
     ValidationError,
-    ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from trainstack.components import catalog
-from trainstack.components.a100_cluster.validate import A100Shape, cidr_problem
-from trainstack.components.catalog.gpus import VertexAcceleratorType
 from trainstack.components.catalog.problems import pydantic_problem, unknown_key
-from trainstack.components.catalog.tpu import (
-    TpuGenerationName,
-    TpuProvisioning,
-    TpuSlice,
-    default_tpu_runtime,
-    tpu_slice,
-)
-from trainstack.components.catalog.vertex import (
-    DEFAULT_MEASUREMENT_SELECTION,
-    DEFAULT_REDUCER_MACHINE,
-    Algorithm,
-    Goal,
-    MeasurementSelectionType,
-    ParameterType,
-    ScaleType,
-    reducer_count,
-    reducer_count_problem,
-    reducer_count_value,
-    vertex_accelerators,
-)
 from trainstack.components.tpu_supervisor import max_total_usd_problem
+from trainstack.infra import targets
+from trainstack.infra.config_checks import NAMESPACE, semantic_errors
+from trainstack.infra.estimate import limit_problems
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import StackTrainer
 
-NAMESPACE = "trainstack"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
-TARGETS: tuple[str, ...] = ("tpu", "gpu_cluster", "vertex", "local")
-Target = Literal["tpu", "gpu_cluster", "vertex", "local"]
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-"""Beside Pulumi.yaml: relative `trainer.source` and `local.root` paths start here."""
-
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 
 
 class ConfigError(ValueError):
@@ -94,16 +64,6 @@ class ConfigError(ValueError):
 
     def __str__(self) -> str:
         return "\n".join(self.errors)
-
-
-def _auto_or_count(value: Any) -> Any:
-    # A plain `int | Literal["auto"]` makes pydantic report one error per union member.
-    count = reducer_count_value(value)
-    if count is None:
-        raise PydanticCustomError(
-            "trainstack", "{problem}", {"problem": reducer_count_problem(value)}
-        )
-    return count
 
 
 class _Model(BaseModel):
@@ -132,182 +92,6 @@ class QuotasConfig(_Model):
     """Required by Cloud Quotas for increase requests."""
     skip_preflight: bool = False
     """Skip the quota check (capacity comes from a specific reservation)."""
-
-
-class TpuConfig(_Model):
-    """`trainstack:tpu`: a Cloud TPU slice (`TpuPodSlice` arguments). Give
-    `accelerator_type` or generation+topology."""
-
-    accelerator_type: str | None = None
-    """e.g. `v4-32`, `v5litepod-16`, `v5p-8`, `v6e-4`."""
-    generation: TpuGenerationName | None = None
-    topology: str | None = None
-    """Chip topology with `generation`, e.g. `2x2x4`."""
-    zone: str
-    runtime_version: str | None = None
-    """Default: the newest runtime the catalog knows for the generation and the trainer's
-    framework (`trainstack.components.catalog.tpu.default_tpu_runtime`); the plan names it."""
-    provisioning: TpuProvisioning = "on-demand"
-    reservation: str | None = None
-    """Reservation name; only with provisioning `queued`."""
-
-    @property
-    def slice(self) -> TpuSlice:
-        """The catalog slice this config names (valid after `load_stack_config`)."""
-        found: TpuSlice | None = None
-        if self.accelerator_type:
-            found = tpu_slice(self.accelerator_type)
-        elif self.generation and self.topology:
-            found = catalog.TPU_GENERATIONS[self.generation].slice_for_topology(self.topology)
-        if found is None:
-            raise ValueError("tpu: no valid slice; validate with load_stack_config first")
-        return found
-
-    @property
-    def spot(self) -> bool:
-        """Spot capacity (preemptible quota and price)."""
-        return self.provisioning == "spot"
-
-    def with_default_runtime(self, framework: str) -> TpuConfig:
-        """This section with `runtime_version` filled in when not given and the slice is
-        known (`trainstack.components.catalog.tpu.default_tpu_runtime`); else unchanged."""
-        if self.runtime_version is not None:
-            return self
-        try:
-            found = self.slice
-        except ValueError:
-            return self  # the slice problem is reported; there is no runtime to pick
-        runtime = default_tpu_runtime(found.generation, framework, found.multi_host)
-        return self.model_copy(update={"runtime_version": runtime})
-
-
-def _cidr(value: Any) -> str:
-    """One authorized-network block, by the component's own rule (`cidr_problem`)."""
-    problem = cidr_problem(value)
-    if problem:
-        raise PydanticCustomError("trainstack", problem.replace("{", "{{").replace("}", "}}"))
-    return str(value)
-
-
-class GpuClusterConfig(A100Shape):
-    """`trainstack:gpu_cluster`: A100 machines on GKE or plain Compute Engine; the section is
-    the A100Cluster component's own shape (so the stack config and the component parse the
-    machines alike) plus `master_authorized_cidrs`."""
-
-    master_authorized_cidrs: list[Annotated[str, BeforeValidator(_cidr)]] | None = None
-    """gke: the only networks that may reach the cluster's public control-plane endpoint
-    (GKE authorized networks,
-    https://cloud.google.com/kubernetes-engine/docs/how-to/authorized-networks); unset, any
-    address may try, and only IAM authentication stands in the way."""
-
-    @field_validator("master_authorized_cidrs")
-    @classmethod
-    def _gke_only(cls, cidrs: list[str] | None, info: ValidationInfo) -> list[str] | None:
-        if cidrs == []:
-            raise PydanticCustomError(
-                "trainstack",
-                "[] names no network (the cluster would stay open to any address); list at "
-                "least one CIDR block or remove the key",
-            )
-        backend = info.data.get("backend")
-        if cidrs is not None and backend != "gke":
-            raise PydanticCustomError(
-                "trainstack",
-                "applies to backend 'gke' only (the GKE control plane); backend {backend} has "
-                "none: remove the key",
-                {"backend": repr(backend)},
-            )
-        return cidrs
-
-
-class ReductionServerConfig(_Model):
-    """`trainstack:vertex.reduction_server`: Vertex Reduction Server (worker pool 2)."""
-
-    enabled: bool = False
-    replica_count: Annotated[int | Literal["auto"], BeforeValidator(_auto_or_count)] = "auto"
-    """`auto` sizes reducers so their egress covers the workers'
-    (`trainstack.components.catalog.vertex.reducers_needed`)."""
-    machine_type: str = DEFAULT_REDUCER_MACHINE
-
-
-class HyperparameterConfig(_Model):
-    """One searched trainer key, in the REST `ParameterSpec` vocabulary that
-    `VertexTrainingJob` takes; values arrive as `--<parameter_id>=<value>` flags."""
-
-    parameter_id: str
-    type: ParameterType
-    min_value: float | None = None
-    max_value: float | None = None
-    values: list[float | str] | None = None
-    scale_type: ScaleType | None = None
-
-
-class HyperparameterTuningConfig(_Model):
-    """`trainstack:vertex.hyperparameter_tuning`: run a HyperparameterTuningJob instead."""
-
-    metric_id: str
-    goal: Goal
-    parameters: list[HyperparameterConfig] = Field(min_length=1)
-    algorithm: Algorithm = "ALGORITHM_UNSPECIFIED"
-    max_trial_count: int = Field(ge=1)
-    parallel_trial_count: int = Field(ge=1)
-    max_failed_trial_count: int = Field(default=0, ge=0)
-    """0 lets Vertex decide."""
-    measurement_selection_type: MeasurementSelectionType = DEFAULT_MEASUREMENT_SELECTION
-    """Which measurement of a trial counts: the best (default, as Google's SDK sends) or
-    the last (Vertex's choice when unset); your code may report every epoch."""
-
-
-class VertexConfig(_Model):
-    """`trainstack:vertex`: a Vertex AI CustomJob (optionally with Reduction Server)."""
-
-    machine_type: str
-    accelerator_type: VertexAcceleratorType | None = None
-    """Vertex enum; optional where the machine type fixes it (A2), checked when given."""
-    accelerator_count: int | None = Field(default=None, ge=1)
-    """Optional where the machine type fixes it (A2), checked when given."""
-    replica_count: int = Field(default=1, ge=1)
-    """Machines including the chief (pool 0 has 1, pool 1 the rest)."""
-    reduction_server: ReductionServerConfig = ReductionServerConfig()
-    spot: bool = False
-    region: str | None = None
-    """Vertex location; defaults to gcp:region."""
-    service_account: str | None = None
-    image_uri: str | None = None
-    """The image the bundled trainer runs in (the trainer package is installed into its
-    python3 at start); None: the framework's image (`trainstack.components.catalog.images`)."""
-    timeout_s: int | None = Field(default=None, gt=0)
-    """Job timeout; None keeps Vertex's default (7 days)."""
-    hyperparameter_tuning: HyperparameterTuningConfig | None = None
-
-    @property
-    def machine(self) -> catalog.MachineType:
-        """Catalog entry of `machine_type`."""
-        return catalog.MACHINES[self.machine_type]
-
-    @property
-    def gpus_per_replica(self) -> int:
-        """GPUs on each replica (0 for CPU machines)."""
-        return vertex_accelerators(self.machine_type)[1]
-
-    def reducer_count(self) -> int:
-        """Reduction Server replicas: 0 when disabled, `auto` resolved from the catalog."""
-        rs = self.reduction_server.model_dump()
-        return reducer_count(rs, self.machine_type, self.replica_count)
-
-    def job_args(self) -> dict[str, Any]:
-        """The `VertexTrainingJob` arguments this section gives, under their own names."""
-        return self.model_dump(
-            exclude_none=True, exclude={"region", "service_account", "image_uri"}
-        )
-
-
-class LocalConfig(_Model):
-    """`trainstack:local`: run the trainer as processes on this machine."""
-
-    workers: int = Field(default=2, ge=1)
-    root: str = ".trainstack/local"
-    """Holds the local stand-ins for the buckets."""
 
 
 class LimitsConfig(_Model):
@@ -341,8 +125,18 @@ class LimitsConfig(_Model):
         return max(1, round(self.max_run_hours * 3600))
 
 
+GENERIC_SECTIONS = ("environment", "labels", "buckets", "quotas", "limits")
+"""Stack sections before the compute target's; `trainer` comes after it."""
+
+
 class StackConfig(_Model):
-    """The whole validated stack config. Build it with `load_stack_config`."""
+    """The whole validated stack config. Build it with `load_stack_config`.
+
+    The compute target's section is in `sections` under its stack key, exactly one after
+    validation; `compute` is it and `target` its key, `trainstack.infra.targets.target_of`
+    the target it selects. `cfg.<key>` reads a registered section's key (None when the stack
+    runs on another target), so `cfg.tpu.zone` works for scripts and tests.
+    """
 
     project: str | None = None
     """`gcp:project`."""
@@ -355,20 +149,41 @@ class StackConfig(_Model):
     buckets: BucketsConfig = BucketsConfig()
     quotas: QuotasConfig = QuotasConfig()
     limits: LimitsConfig = LimitsConfig()
-    tpu: TpuConfig | None = None
-    gpu_cluster: GpuClusterConfig | None = None
-    vertex: VertexConfig | None = None
-    local: LocalConfig | None = None
     trainer: StackTrainer = StackTrainer()
     """The bundled trainer's keys, or your own code's (`trainer.entrypoint`)."""
+    sections: dict[str, Any] = {}
+    """Stack key -> the compute target's parsed section (its target module's model)."""
 
     @property
-    def target(self) -> Target:
-        """The one compute target this stack runs on."""
-        for name in TARGETS:
-            if getattr(self, name) is not None:
-                return name  # type: ignore[return-value]
+    def target(self) -> str:
+        """The stack key of the one compute target this stack runs on (`tpu`,
+        `gpu_cluster`, `vertex`, `local`, or a registered target's)."""
+        for name in self.sections:
+            return name
         raise ValueError("no compute target; build StackConfig with load_stack_config")
+
+    @property
+    def compute(self) -> Any:
+        """The compute target's section (the model of its target module)."""
+        return self.sections[self.target]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in targets.sections():
+            return self.__dict__.get("sections", {}).get(name)
+        return BaseModel.__getattr__(self, name)  # type: ignore[attr-defined]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_sections(cls, data: Any) -> Any:
+        # A section given by its stack key (`StackConfig(tpu=...)`, the loader's parts).
+        if not isinstance(data, dict):
+            return data
+        keys = targets.sections()
+        given = {k: v for k, v in data.items() if k in keys and v is not None}
+        rest = {k: v for k, v in data.items() if k not in keys}
+        if given:
+            rest["sections"] = {**rest.get("sections", {}), **given}
+        return rest
 
     @model_validator(mode="before")
     @classmethod
@@ -388,15 +203,30 @@ class StackConfig(_Model):
     @model_validator(mode="after")
     def _semantics(self) -> StackConfig:
         parts = {name: getattr(self, name) for name in type(self).model_fields}
-        given = [t for t in TARGETS if parts[t] is not None]
-        from trainstack.infra.config_checks import (
-            semantic_errors,  # it imports this module's models
-        )
-
-        errors = semantic_errors(parts, given)
+        parts.update({key: self.sections.get(key) for key in targets.sections()})
+        errors = semantic_errors(parts, list(self.sections))
         if errors:
             raise ValueError("\n".join(errors))
         return self
+
+
+def section_names() -> list[str]:
+    """The `trainstack:*` keys a stack may set, in the order messages list them."""
+    return [*GENERIC_SECTIONS, *targets.sections(), "trainer"]
+
+
+def stack_schema() -> type[BaseModel]:
+    """A model with every stack key as a field (`gcp:` keys as project, region, zone), in
+    message order: what the README's reference and the error messages walk."""
+    fields: dict[str, Any] = {
+        name: (info.annotation, info) for name, info in StackConfig.model_fields.items()
+    }
+    fields.pop("sections")
+    trainer = fields.pop("trainer")
+    for key, model in targets.sections().items():
+        fields[key] = (model | None, None)
+    fields["trainer"] = trainer
+    return cast(type[BaseModel], create_model("StackSchema", __base__=_Model, **fields))
 
 
 # ------------------------------------------------------------------------------------------
@@ -425,10 +255,19 @@ def _runtime_config() -> dict[str, Any]:
     return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
 
 
+def _annotation(name: str) -> Any:
+    """The type of stack section `name`: a generic field's, or a target's section model."""
+    found = targets.sections().get(name)
+    return found | None if found is not None else StackConfig.model_fields[name].annotation
+
+
 @cache
-def _adapter(field: str) -> TypeAdapter[Any]:
-    info = StackConfig.model_fields[field]
-    return TypeAdapter(cast(Any, info.annotation))
+def _cached_adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+def _adapter(name: str) -> TypeAdapter[Any]:
+    return _cached_adapter(_annotation(name))
 
 
 def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
@@ -444,7 +283,7 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
         raw = _runtime_config()
     errors: list[str] = []
     values: dict[str, Any] = {}
-    section_names = [f for f in StackConfig.model_fields if f not in ("project", "region", "zone")]
+    names = section_names()
     for key, value in raw.items():
         if key in GCP_KEYS:
             values[_section_field(key)] = value
@@ -452,42 +291,37 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
         namespace, sep, name = key.partition(":")
         if not sep:
             errors.append(
-                f"{key}: config key without a namespace; expected {NAMESPACE}:{key} or gcp:{key}"
+                f"{key}: config key without a namespace; valid: {NAMESPACE}:{key} or gcp:{key}"
             )
         elif namespace == NAMESPACE:
-            if name in section_names:
+            if name in names:
                 values[name] = _decode(value)
             else:
-                errors.append(unknown_key(name, name, section_names))
+                errors.append(unknown_key(name, name, names))
 
     parts: dict[str, Any] = {}
     failed: set[str] = set()
-    for name in StackConfig.model_fields:
+    compute = targets.sections()
+    for name in ["project", "region", "zone", *names]:
         if name not in values:
-            parts[name] = StackConfig.model_fields[name].get_default(call_default_factory=True)
+            field = None if name in compute else StackConfig.model_fields[name]
+            parts[name] = None if field is None else field.get_default(call_default_factory=True)
             continue
         try:
             parts[name] = _adapter(name).validate_python(values[name])
         except ValidationError as exc:
             failed.add(name)
             errors.extend(convert_error(name, e) for e in exc.errors())
-    if parts.get("tpu") is not None and "tpu" not in failed:
-        trainer = parts["trainer"] if "trainer" not in failed else TrainConfig()
-        # Your own code gets the generation's base runtime: it brings its own framework.
-        own = getattr(trainer, "user_code", None) is not None
-        parts["tpu"] = parts["tpu"].with_default_runtime("own" if own else trainer.framework)
-    given = [t for t in TARGETS if values.get(t) is not None]
-    from trainstack.infra.config_checks import semantic_errors  # it imports this module's models
-
+    trainer = parts["trainer"] if "trainer" not in failed else TrainConfig()
+    for key in compute:
+        if parts.get(key) is not None and key not in failed:
+            parts[key] = targets.claimant(key, parts[key]).prepare(parts[key], trainer)
+    given = [t for t in compute if values.get(t) is not None]
     errors.extend(semantic_errors({k: v for k, v in parts.items() if k not in failed}, given))
     if errors:
         raise ConfigError(errors)
     cfg = StackConfig.model_validate(parts)
     # The estimate needs a valid stack, so the cost limit is checked last.
-    from trainstack.infra.estimate import (
-        limit_problems,  # trainstack.infra.estimate imports this module
-    )
-
     problems = limit_problems(cfg)
     if problems:
         raise ConfigError(problems)
@@ -503,7 +337,7 @@ def convert_error(section: str, err: ErrorDetails) -> str:
     """One pydantic error of stack section `section` as a problem line."""
     if err["type"] == "value_error" and section == "trainer" and not err["loc"]:
         return _trainer_model_error(str((err.get("ctx") or {}).get("error", err["msg"])))
-    return pydantic_problem(err, section, StackConfig.model_fields[section].annotation)
+    return pydantic_problem(err, section, _annotation(section))
 
 
 def _trainer_model_error(message: str) -> str:
@@ -512,8 +346,3 @@ def _trainer_model_error(message: str) -> str:
     if head in TrainConfig.model_fields and rest:
         return f"trainer.{head}: {rest.removeprefix('is ')}"
     return f"trainer: {message}"
-
-
-# ------------------------------------------------------------------------------------------
-# Checks against the catalog, with the components' rules
-# ------------------------------------------------------------------------------------------

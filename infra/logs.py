@@ -1,6 +1,7 @@
 """`trainstack logs`: a deployed stack's training logs, from Cloud Logging or the local file.
 
-Which entries belong to a stack is what its dashboard charts (`trainstack.components.training_dashboard.
+Which entries belong to a stack (`trainstack.infra.log_source`, each target's `log_filter`)
+is what its dashboard charts (`trainstack.components.training_dashboard.
 targets`): the monitored resource type of the target (`LOG_RESOURCE_TYPES`) and the
 dashboard's own filter of the deployment (`vertex_filter_text` on the Vertex job id,
 `gke_filter_text` on the cluster plus the Job's pod names, `tpu_filter_text` on the slice,
@@ -15,7 +16,7 @@ seconds (the API allows 60 reads a minute per project) from a timestamp cursor t
 `OVERLAP_S` before the newest entry seen, so an entry that arrives late is still shown, and
 skips the insert ids it has shown already, so nothing prints twice.
 
-    source = log_source(cfg, stack, outputs, worker=None)
+    source = log_source(cfg, stack, outputs, worker=None)  # trainstack.infra.log_source
     for line in read_lines(source, endpoints, follow=False):
         print(line)
 """
@@ -31,17 +32,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from trainstack.components.a100_cluster._common import instance_name_pattern
-from trainstack.components.training_dashboard.targets import (
-    LOG_RESOURCE_TYPES,
-    gce_filters,
-    gke_filter_text,
-    tpu_filter_text,
-    vertex_filter_text,
-)
-from trainstack.infra.config import StackConfig
-from trainstack.infra.local_paths import local_log_path
-from trainstack.infra.stack_outputs import OutputsError, read_outputs, require
+from trainstack.components.training_dashboard.targets import LOG_RESOURCE_TYPES
+from trainstack.infra.stack_outputs import OutputsError
 from trainstack.trainers.common.contract import (
     EVENT_CHECKPOINT,
     EVENT_DONE,
@@ -101,63 +93,18 @@ class FileLogs:
     worker: int | None
 
 
-def _check_worker(worker: int | None, machines: int, stack: str) -> None:
+def check_worker(worker: int | None, machines: int, stack: str) -> None:
+    """`--worker N` must name one of the stack's `machines`."""
     if worker is not None and not 0 <= worker < machines:
         raise LogsError(
             f"--worker: {worker} is not a machine of stack {stack!r}; valid: 0..{machines - 1}"
         )
 
 
-def cloud_filter(cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None) -> str:
-    """The Logging query of the stack's trainer entries (one machine's with `worker`)."""
-    if cfg.target == "vertex":
-        assert cfg.vertex is not None
-        _check_worker(worker, cfg.vertex.replica_count, stack)
-        job_id = str(require(outputs, stack, "job_name")).rsplit("/", 1)[-1]
-        key, scope = "vertex", vertex_filter_text(job_id)[0]
-        if worker is not None:
-            task = "workerpool0-0" if worker == 0 else f"workerpool1-{worker - 1}"
-            scope += f' AND resource.labels.task_name="{task}"'
-    elif cfg.target == "tpu":
-        hosts = int(require(outputs, stack, "tpu_hosts"))
-        _check_worker(worker, hosts, stack)
-        key, scope = "tpu", tpu_filter_text(str(require(outputs, stack, "slice_name")))[0]
-        if worker is not None:
-            scope += f' AND resource.labels.worker_id="{worker}"'
-    elif cfg.gpu_cluster is not None and cfg.gpu_cluster.backend == "gke":
-        _check_worker(worker, cfg.gpu_cluster.node_count, stack)
-        cluster = str(require(outputs, stack, "cluster_name"))
-        job = str(require(outputs, stack, "job_name"))
-        # Indexed Job pods are `<job>-<completion index>-<suffix>`.
-        pods = f"{job}-{worker}-" if worker is not None else f"{job}-"
-        key = "gke"
-        scope = f'{gke_filter_text(cluster)[0]} AND resource.labels.pod_name=~"^{pods}"'
-    else:
-        names = [str(n) for n in require(outputs, stack, "instance_names")]
-        _check_worker(worker, len(names), stack)
-        key = "gce"
-        # The pattern the component gives its dashboard: exactly these instances' names.
-        scope = gce_filters(stack, instance_name_pattern(names))[0]
-        if worker is not None:
-            scope = f'labels."compute.googleapis.com/resource_name"="{names[worker]}"'
-    return f'resource.type="{LOG_RESOURCE_TYPES[key]}" AND {scope}'
-
-
-def log_source(
-    cfg: StackConfig,
-    stack: str,
-    outputs_file: Path | None,
-    worker: int | None,
-) -> CloudLogs | FileLogs:
-    """Where the stack's logs are; cloud targets read the stack's outputs."""
-    if cfg.target == "local":
-        assert cfg.local is not None
-        _check_worker(worker, cfg.local.workers, stack)
-        outputs = read_outputs(stack, outputs_file) if outputs_file else None
-        return FileLogs(local_log_path(cfg, stack, outputs), worker)
-    assert cfg.project is not None  # validated for cloud targets
-    outputs = read_outputs(stack, outputs_file)
-    return CloudLogs(cfg.project, cloud_filter(cfg, stack, outputs, worker))
+def log_query(platform: str, scope: str) -> str:
+    """The Logging query of `scope` within the monitored resource type of `platform` (a
+    platform key of `LOG_RESOURCE_TYPES`: tpu, gke, gce, vertex)."""
+    return f'resource.type="{LOG_RESOURCE_TYPES[platform]}" AND {scope}'
 
 
 # ------------------------------------------------------------------------------ reading
@@ -382,8 +329,8 @@ __all__ = [
     "FileLogs",
     "LogsError",
     "OutputsError",
-    "cloud_filter",
-    "log_source",
+    "check_worker",
+    "log_query",
     "parse_endpoints",
     "read_lines",
     "render",

@@ -39,8 +39,9 @@ from pulumi.runtime import settings as _settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from trainstack.infra.project import find_project
+
 PROJECT = "trainstack"
-REPO_ROOT = Path(__file__).resolve().parents[1]
 UNKNOWN = "(known after deploy)"
 SECRET = "[secret]"
 
@@ -237,10 +238,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     if isinstance(value, pulumi.FileAsset):
-        # Relative to the repo so plans from two checkouts (PR base and head) compare.
+        # Relative to the project so plans from two checkouts (PR base and head) compare.
         path = Path(str(value.path))
-        if path.is_absolute() and path.is_relative_to(REPO_ROOT):
-            path = path.relative_to(REPO_ROOT)
+        root = find_project().root
+        if path.is_absolute() and path.is_relative_to(root):
+            path = path.relative_to(root)
         return {"fileAsset": path.as_posix()}
     if isinstance(value, pulumi.StringAsset):
         return {"stringAsset": value.text}

@@ -11,7 +11,6 @@ GitHub's comment limit.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from datetime import date
 from pathlib import Path
@@ -23,13 +22,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from trainstack.components.a100_cluster._common import gke_spot_grace_note
 from trainstack.components.catalog.images import availability_date
+from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.code_plan import code_rows, code_summary
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
 from trainstack.infra.estimate import limits_plan, quota_needs, summarize
-from trainstack.infra.mocks import REPO_ROOT, RecordedResource, run_program
+from trainstack.infra.mocks import RecordedResource, run_program
 from trainstack.infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
     MAX_DIFF_CHARS,
     PlanDocumentError,
@@ -38,11 +37,17 @@ from trainstack.infra.plan_diff import (  # noqa: F401 - the diff's API is re-ex
     plans_by_stack,
 )
 from trainstack.infra.plan_runs import PROVIDER_INPUT, runs_lines
-from trainstack.infra.vertex_image import vertex_image_problems, vertex_plan_notes
+from trainstack.infra.project import (
+    EXAMPLE_PREFIX,
+    StackPlace,
+    bundled_stacks_dir,
+    example_place,
+    file_place,
+    find_project,
+    project_place,
+)
+from trainstack.infra.targets import CloudTarget, target_of
 
-STACKS_DIR = REPO_ROOT / "stacks"
-# Pulumi's rule for a stack name (without an organization/project prefix).
-STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 # Console width when stdout is not a terminal: wide enough that rich never wraps or cuts.
 UNWRAPPED_WIDTH = 100_000
 
@@ -61,28 +66,63 @@ BUNDLED_STACKS: tuple[str, ...] = (
     "prod-tpu-v4-32",
     "prod-vertex-rs",
 )
-"""The stacks trainstack ships (each pinned in tests/plans). A stack file a user adds to
-`stacks/` is theirs: listed and planned like these, pinned only on request."""
+"""The stacks trainstack ships (each pinned in tests/plans), `example:NAME` anywhere. In this
+repository they are also its project's stacks; a stack file a user adds to `stacks/` is
+theirs: listed and planned like these, pinned only on request."""
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in folder.glob("Pulumi.*.yaml"))
 
 
 def stack_names() -> list[str]:
-    """Every stack in `stacks/`: the bundled ones and any the user added."""
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+    """The stacks of the current folder's project (`Pulumi.*.yaml` in its stackConfigDir)."""
+    return _names(find_project().stacks_dir)
+
+
+def example_names() -> list[str]:
+    """The bundled stacks, each usable as `--stack example:NAME`."""
+    return _names(bundled_stacks_dir())
 
 
 def bundled_stacks() -> list[str]:
-    """The bundled stacks (`BUNDLED_STACKS`) present in `stacks/`."""
+    """The bundled stacks (`BUNDLED_STACKS`) among the project's stacks."""
     return [name for name in stack_names() if name in BUNDLED_STACKS]
 
 
 def stack_file(name: str) -> Path:
-    path = STACKS_DIR / f"Pulumi.{name}.yaml"
+    """The file of `--stack NAME`: the project's `Pulumi.NAME.yaml`, or the bundled one for
+    `example:NAME`."""
+    if name.startswith(EXAMPLE_PREFIX):
+        example = name[len(EXAMPLE_PREFIX) :]
+        path = bundled_stacks_dir() / f"Pulumi.{example}.yaml"
+        if not path.is_file():
+            valid = ", ".join(EXAMPLE_PREFIX + n for n in example_names()) or "(none)"
+            raise StackFileError(f"--stack: no bundled stack named {example!r}; valid: {valid}")
+        return path
+    stacks_dir = find_project().stacks_dir
+    path = stacks_dir / f"Pulumi.{name}.yaml"
     if not path.is_file():
+        hint = (
+            f"; the bundled example is --stack {EXAMPLE_PREFIX}{name}"
+            if name in example_names()
+            else ""
+        )
         raise StackFileError(
-            f"--stack: no stack named {name!r} in {STACKS_DIR}; "
+            f"--stack: no stack named {name!r} in {stacks_dir}{hint}; "
             f"valid: {', '.join(stack_names()) or '(none)'}"
         )
     return path
+
+
+def stack_place(stack: str | None, config_file: str | Path | None) -> StackPlace:
+    """Where the paths of `--stack NAME` / `--config-file PATH` resolve and its runs write
+    (`trainstack.infra.project`)."""
+    if stack is not None and stack.startswith(EXAMPLE_PREFIX):
+        return example_place()
+    if stack is None and config_file is not None:
+        return file_place(Path(str(config_file)))
+    return project_place()
 
 
 def read_stack_file(path: Path) -> tuple[str, dict[str, Any]]:
@@ -108,6 +148,15 @@ def read_stack_file(path: Path) -> tuple[str, dict[str, Any]]:
         ) from exc
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise StackFileError(f"{path}: expected a mapping with a `config:` mapping inside")
+    # Pulumi reads a stack's config only under `config:`; namespaced keys (`gcp:project`,
+    # `trainstack:tpu`) at the top level are that wrapper forgotten, not an empty stack.
+    unwrapped = [str(key) for key in document if ":" in str(key)]
+    if unwrapped:
+        raise StackFileError(
+            f"{path}: missing the top-level `config:` key ({', '.join(unwrapped[:3])} "
+            "are at the top level); valid: the stack's keys indented under `config:`, as "
+            "Pulumi reads a stack file"
+        )
     name = path.name
     if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
         stack = name.split(".", 1)[1].rsplit(".", 1)[0]
@@ -124,17 +173,17 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def check_stack_name(name: str) -> str:
-    """`name` when Pulumi accepts it as a stack name, else StackFileError naming the rule."""
-    if not STACK_NAME.fullmatch(name):
-        raise StackFileError(
-            f"--stack-name: {name!r} is not a stack name; valid: 1-100 letters, digits, "
-            "'-', '_' or '.'"
-        )
+    """`name` when it is a stack name (`stack_name_problem`), else StackFileError naming
+    the rule."""
+    problem = stack_name_problem(name, "--stack-name")
+    if problem is not None:
+        raise StackFileError(problem)
     return name
 
 
 def load_stack(stack: str | None, config_file: str | Path | None) -> tuple[str, dict[str, Any]]:
-    """Resolve `--stack NAME` or `--config-file PATH` (exactly one) to (name, config)."""
+    """Resolve `--stack NAME` or `--config-file PATH` (exactly one) to (name, config); the
+    name of `example:NAME` is NAME."""
     if (stack is None) == (config_file is None):
         raise StackFileError("give exactly one of --stack NAME or --config-file PATH")
     path = stack_file(stack) if stack is not None else Path(str(config_file))
@@ -185,11 +234,11 @@ def plan_date() -> date:
 
 
 def image_problems(cfg: StackConfig, today: date) -> list[str]:
-    """Notes about the image the Vertex replicas run (`trainstack.infra.compose.vertex_image`) when you
-    named it: past its end of availability on `today`, or what Reduction Server needs in it.
-    For a default image the same facts are errors (`trainstack.infra.compose.vertex_image_problems`),
-    raised here as the invalid config they are."""
-    errors, warnings = vertex_image_problems(cfg, today)
+    """Notes about the image the target runs (`Target.image_problems`; the Vertex replicas'
+    image) when you named it: past its end of availability on `today`, or what Reduction
+    Server needs in it. For a default image the same facts are errors, raised here as the
+    invalid config they are."""
+    errors, warnings = target_of(cfg).image_problems(cfg, today)
     if errors:
         raise ConfigError(errors)
     return warnings
@@ -211,16 +260,13 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
             "(see its sources and dates); it excludes storage, network egress and discounts."
         )
     ]
-    if cfg.target != "local":
+    if isinstance(target_of(cfg), CloudTarget):
         notes.append(
             "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
             "and `pulumi up` and stops the deployment before anything is created on a shortfall."
         )
     notes += expired
-    notes += vertex_plan_notes(cfg, stack)
-    gpu = cfg.gpu_cluster
-    if cfg.target == "gpu_cluster" and gpu is not None and gpu.backend == "gke" and gpu.spot:
-        notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))
+    notes += target_of(cfg).plan_notes(cfg, stack)
     needs = quota_needs(cfg)
     note = unverified_quota_note(needs)
     if note:
@@ -266,15 +312,11 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
 
 
 def _defaults(cfg: StackConfig, config: Mapping[str, Any]) -> dict[str, Any]:
-    """Values the stack did not give that trainstack picked, by dotted key: today the TPU
-    runtime (`trainstack.components.catalog.tpu.default_tpu_runtime`)."""
-    tpu = config.get("trainstack:tpu")
-    if cfg.tpu is None:
-        return {}
-    given = json.loads(tpu) if isinstance(tpu, str) else tpu
-    if isinstance(given, Mapping) and given.get("runtime_version") is None:
-        return {"tpu.runtime_version": cfg.tpu.runtime_version}
-    return {}
+    """Values the stack did not give that trainstack picked, by dotted key
+    (`Target.plan_defaults`: today the TPU runtime)."""
+    raw = config.get(f"trainstack:{cfg.target}")
+    given = json.loads(raw) if isinstance(raw, str) else raw
+    return target_of(cfg).plan_defaults(cfg, given)
 
 
 # --------------------------------------------------------------------------- rendering

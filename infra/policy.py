@@ -91,13 +91,14 @@ def _plan_resource(stack: str, index: int, entry: Any) -> Resource:
         and isinstance(entry.get("inputs"), Mapping)
     ):
         raise PlanFileError(
-            f"plan {stack!r}: resources[{index}] is not a plan resource "
-            '(expected {"type": str, "name": str, "inputs": {...}})'
+            f"plan {stack!r}: resources[{index}] is not a plan resource; "
+            'valid: {"type": str, "name": str, "inputs": {...}}'
         )
     protect = entry.get("protect", False)
     if not isinstance(protect, bool):
         raise PlanFileError(
-            f"plan {stack!r}: resources[{index}].protect must be true or false, got {protect!r}"
+            f"plan {stack!r}: resources[{index}].protect must be true or false, got {protect!r}; "
+            "valid: true, false"
         )
     return Resource(entry["type"], entry["name"], entry["inputs"], protect=protect)
 
@@ -117,8 +118,8 @@ def check_plan(document: Any) -> list[StackReport]:
             and isinstance(plan.get("resources"), list)
         ):
             raise PlanFileError(
-                f"plan {i}: expected a JSON plan with a `stack` name and a `resources` list "
-                "(as `trainstack plan --json` writes)"
+                f"plan {i}: expected a JSON plan with a `stack` name and a `resources` list; "
+                "valid: what `trainstack plan --json` writes, or a list of those"
             )
         reports.append(check_resources(plan["stack"], plan["resources"]))
     return reports

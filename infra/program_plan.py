@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainstack.infra.mocks import REPO_ROOT, ProgramRun
-from trainstack.infra.plan import STACK_NAME, plan_resources
+from trainstack.components.catalog.names import stack_name_problem
+from trainstack.infra.mocks import ProgramRun
+from trainstack.infra.plan import plan_resources
 from trainstack.infra.program_run import (
     Program,
     ProgramError,
@@ -27,6 +28,7 @@ from trainstack.infra.program_run import (
     run_program_folder,
     stack_config,
 )
+from trainstack.infra.project import find_project
 
 PROGRAM_NOTE = (
     "a program's plan lists what it registers; totals, $/hour and quota come from a trainstack "
@@ -37,10 +39,9 @@ PROGRAM_NOTE = (
 def load_program(directory: str | Path, stack: str) -> tuple[Program, dict[str, Any]]:
     """The project in `directory` and the config of its stack `stack` (ProgramError, one
     line, when the folder, its Pulumi.yaml or the stack file is not usable)."""
-    if not STACK_NAME.fullmatch(stack):
-        raise ProgramError(
-            f"--stack: {stack!r} is not a stack name; valid: 1-100 letters, digits, '-', '_' or '.'"
-        )
+    problem = stack_name_problem(stack, "--stack")
+    if problem is not None:
+        raise ProgramError(problem)
     program = read_program(directory)
     return program, stack_config(program, stack, required=True)
 
@@ -96,11 +97,11 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
 
 def _program_assets(value: Any, root: Path) -> Any:
     """File assets named relative to the program's folder, so two checkouts' plans compare
-    (the mocks name them relative to trainstack's folder, or absolute)."""
+    (the mocks name them relative to the program's Pulumi project, or absolute)."""
     if isinstance(value, dict):
         path = value.get("fileAsset")
         if len(value) == 1 and isinstance(path, str):
-            where = Path(path) if Path(path).is_absolute() else REPO_ROOT / path
+            where = Path(path) if Path(path).is_absolute() else find_project(root).root / path
             if where.resolve().is_relative_to(root):
                 return {"fileAsset": where.resolve().relative_to(root).as_posix()}
         return {key: _program_assets(item, root) for key, item in value.items()}

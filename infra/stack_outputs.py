@@ -5,8 +5,8 @@ Where they come from, first match wins:
 1. `--outputs FILE`: a JSON object of outputs, as `pulumi stack output --json --show-secrets
    --stack NAME` prints it (save that once on a machine with the Pulumi CLI, or in CI);
 2. the environment variable `TRAINSTACK_OUTPUTS` naming such a file;
-3. the Pulumi CLI: `pulumi stack output --json --show-secrets --stack NAME`, run beside
-   Pulumi.yaml (secrets included because the GKE kubeconfig output is one).
+3. the Pulumi CLI: `pulumi stack output --json --show-secrets --stack NAME`, run in the
+   current folder's project (`trainstack.infra.project.find_project`) (secrets included because the GKE kubeconfig output is one).
 
 Each failure is one `OutputsError` line: no Pulumi CLI, no such stack, an unreadable file.
 """
@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from trainstack.infra.mocks import REPO_ROOT
+from trainstack.infra.project import find_project
 
 OUTPUTS_ENV = "TRAINSTACK_OUTPUTS"
 """Names a JSON file of a stack's outputs; `--outputs FILE` wins over it."""
@@ -66,7 +66,7 @@ def read_outputs(stack: str, outputs_file: Path | None = None) -> dict[str, Any]
     argv = ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack]
     try:
         done = subprocess.run(
-            [*argv, "--cwd", str(REPO_ROOT)],
+            [*argv, "--cwd", str(find_project().root)],
             capture_output=True,
             text=True,
             check=False,

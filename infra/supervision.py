@@ -1,42 +1,38 @@
-"""The run supervisor of a TPU or GPU-cluster stack (`trainstack.components.tpu_supervisor`):
-what `trainstack.infra.compose` registers after the compute, one call per target.
+"""The run supervisor (`trainstack.components.tpu_supervisor`) as a `supervised` target
+(`trainstack.infra.targets.base.Target.supervised`) registers it after its compute, and what
+`trainstack status` says of it.
 
-Every `tpu` and `gpu_cluster` stack gets one: it stops the compute at the run's end (rank 0's
+Every `tpu`, `gke` and `gce` stack gets one: it stops the compute at the run's end (rank 0's
 `done`, a failure the target never retries, `limits.max_run_hours`, `limits.max_total_usd`);
 on a Spot or queued slice it also recreates a preempted slice. Its spend count is at the
-list price of the compute it can stop (`trainstack.infra.estimate.stoppable_hourly_usd`).
+list price of the compute it can stop (`Target.stoppable_hourly_usd`). The target modules
+build its arguments (`trainstack.infra.targets.tpu`, `.gpu_cluster`); nothing here names a
+target.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import pulumi
 
-from trainstack.components.a100_cluster import A100Cluster
-from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-from trainstack.components.tpu_supervisor import (
-    TpuSupervisor,
-    TpuSupervisorArgs,
-    slice_target,
-    supervised,
-)
-from trainstack.components.training_buckets import TrainingBuckets
-from trainstack.components.training_identity import TrainingIdentity
-from trainstack.infra.config import StackConfig
-from trainstack.infra.estimate import stoppable_hourly_usd
+from trainstack.components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
+from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS
 
-OUTPUT_SUPERVISOR_EVENTS = "supervisor_events_uri"
+if TYPE_CHECKING:
+    from trainstack.infra.config import StackConfig
 
 
-def run_settings(cfg: StackConfig, run_record: pulumi.Input[str]) -> pulumi.Output[dict[str, Any]]:
+def run_settings(
+    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str]
+) -> pulumi.Output[dict[str, Any]]:
     """The supervisor's `run`: the run's objects (prefix `run_record`), the limits and the
-    compute's list price."""
+    compute's list price (`hourly_usd`, the target's `stoppable_hourly_usd`)."""
     limit = cfg.limits.max_run_seconds
 
     def settings(prefix: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"hourly_usd": stoppable_hourly_usd(cfg)}
+        out: dict[str, Any] = {"hourly_usd": hourly_usd}
         if prefix:
             out |= {"end_uri": f"{prefix}.ended", "stop_uri": f"{prefix}.stop"}
         if prefix and limit is not None:
@@ -48,13 +44,14 @@ def run_settings(cfg: StackConfig, run_record: pulumi.Input[str]) -> pulumi.Outp
     return pulumi.Output.from_input(run_record).apply(settings)
 
 
-def _supervisor(
-    cfg: StackConfig,
+def register_supervisor(
     deployment: str,
     args: dict[str, Any],
     compute: Sequence[pulumi.Resource],
     after_grants: pulumi.ResourceOptions,
 ) -> dict[str, Any]:
+    """Register the stack's supervisor (`TpuSupervisorArgs` in `args`) after `compute`; its
+    stack outputs."""
     # After the compute, so `pulumi destroy` removes the supervisor before it: no check can
     # recreate or resize what is being destroyed.
     after = after_grants.merge(pulumi.ResourceOptions(depends_on=list(compute)))
@@ -62,81 +59,6 @@ def _supervisor(
         f"{deployment}-supervisor", cast(TpuSupervisorArgs, args), opts=after
     )
     return {OUTPUT_SUPERVISOR_EVENTS: supervisor.events_uri}
-
-
-def supervise_tpu(
-    cfg: StackConfig,
-    deployment: str,
-    tpu: TpuPodSlice,
-    args: TpuPodSliceArgs,
-    buckets: TrainingBuckets,
-    identity: TrainingIdentity,
-    labels: Mapping[str, str],
-    after_grants: pulumi.ResourceOptions,
-) -> dict[str, Any]:
-    """The supervisor of a slice: recreates a Spot or queued one, stops any at the end."""
-    assert cfg.tpu is not None and cfg.project is not None and cfg.region is not None
-    kind, resource_name, body = slice_target(tpu, args)
-    recover = supervised(cfg.tpu.provisioning)
-    values: dict[str, Any] = {
-        "project": cfg.project,
-        "region": cfg.region,
-        "deployment_name": deployment,
-        "kind": kind,
-        "resource_name": resource_name,
-        "recover": recover,
-        "run": run_settings(cfg, tpu.run_record),
-        "staging_bucket": buckets.staging_bucket,
-        "checkpoint_bucket": buckets.checkpoint_bucket,
-        "labels": dict(labels),
-    }
-    if recover:
-        values |= {"body": body, "node_service_account": identity.service_account.name}
-    slices = [r for r in (tpu.queued_resource, tpu.vm) if r is not None]
-    return _supervisor(cfg, deployment, values, slices, after_grants)
-
-
-def supervise_cluster(
-    cfg: StackConfig,
-    deployment: str,
-    cluster: A100Cluster,
-    buckets: TrainingBuckets,
-    labels: Mapping[str, str],
-    after_grants: pulumi.ResourceOptions,
-) -> dict[str, Any]:
-    """The supervisor of a GPU cluster: resizes its instance group (gce) or GPU node pool
-    (gke) to 0 at the run's end."""
-    gpu = cfg.gpu_cluster
-    assert gpu is not None and cfg.project is not None and cfg.region is not None
-    if cluster.instance_group is not None:
-        kind = "mig"
-        name = pulumi.Output.concat(
-            f"projects/{cfg.project}/zones/{gpu.zone}/instanceGroupManagers/",
-            cluster.instance_group.name,
-        )
-        compute: list[pulumi.Resource] = [cluster.instance_group]
-    else:
-        assert cluster.gpu_pool is not None
-        kind = "node_pool"
-        name = pulumi.Output.concat(
-            f"projects/{cfg.project}/locations/{gpu.zone}/clusters/",
-            cluster.cluster_name,
-            "/nodePools/",
-            cluster.gpu_pool.name,
-        )
-        compute = [cluster.gpu_pool]
-    values: dict[str, Any] = {
-        "project": cfg.project,
-        "region": cfg.region,
-        "deployment_name": deployment,
-        "kind": kind,
-        "resource_name": name,
-        "run": run_settings(cfg, cluster.run_record or ""),
-        "staging_bucket": buckets.staging_bucket,
-        "checkpoint_bucket": buckets.checkpoint_bucket,
-        "labels": dict(labels),
-    }
-    return _supervisor(cfg, deployment, values, compute, after_grants)
 
 
 def stop_command(resource: str) -> str:
@@ -164,10 +86,12 @@ def supervisor_status(
     events: list[dict[str, Any]],
     state: dict[str, Any],
     cfg: StackConfig,
+    hourly_usd: float,
 ) -> dict[str, Any]:
     """What `trainstack status` says of the run's end from the supervisor's events and
     state (components/supervisor/main.py): whether its compute was stopped and when, or
-    what still bills and the command that stops it; and the spend against the cap."""
+    what still bills (`hourly_usd`, the target's `stoppable_hourly_usd`) and the command
+    that stops it; and the spend against the cap."""
     ended = [e for e in events if e.get("reason") or e.get("result") == "compute back after a stop"]
     last = ended[-1] if ended else None
     out: dict[str, Any] = {
@@ -190,7 +114,7 @@ def supervisor_status(
     elif last["action"] == "request_stop":
         out["stopping"] = True  # waiting for the trainer's checkpoint
     else:
-        out["still_billing_usd_per_hour"] = stoppable_hourly_usd(cfg)
+        out["still_billing_usd_per_hour"] = hourly_usd
         out["stop_command"] = stop_command(str(last["resource"]))
     return out
 

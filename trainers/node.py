@@ -88,6 +88,7 @@ from trainstack.trainers.common.accelerators import (
 )
 from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainstack.trainers.common.contract import (
+    EVENT_FAILED,
     EVENT_PREEMPTED,
     FIELD_EVENT,
     TF_CPU_REPLICAS_ENV,
@@ -364,7 +365,9 @@ class _Watch:
             except ValueError:
                 continue
             if isinstance(record, dict) and FIELD_EVENT in record:
-                self.started = True
+                # A bundled trainer's `failed` record (`trainstack.trainers.crash`) can
+                # come before training started: the exit is still a setup failure (3).
+                self.started = self.started or record[FIELD_EVENT] != EVENT_FAILED
                 self.preempted = self.preempted or record[FIELD_EVENT] == EVENT_PREEMPTED
 
 

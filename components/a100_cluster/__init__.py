@@ -181,7 +181,7 @@ class A100TrainingArgs(TypedDict):
     trainer_module: NotRequired[str]
     """Default `trainstack.trainers.torch_ddp` (torchrun, one process per GPU)."""
     trainer_args: NotRequired[list[str]]
-    """The trainer's `--key=value` flags (`trainstack.infra.compose.trainer_args`)."""
+    """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
     node_args: NotRequired[pulumi.Input[list[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
     (`trainstack.infra.compose.user_code_node_args`, the run contract's folders included), run on

@@ -182,7 +182,10 @@ def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:
     problems: list[str] = []
     deployment = args.get("deployment_name")
     if not isinstance(deployment, str) or not deployment:
-        problems.append(f"{p}deployment_name: {deployment!r} is not a non-empty string")
+        problems.append(
+            f"{p}deployment_name: {deployment!r} is not a non-empty string; valid: the stack's "
+            "name, e.g. pulumi.get_stack()"
+        )
     environment = args.get("environment", DEFAULT_ENVIRONMENT)
     if environment not in ENVIRONMENTS:
         problems.append(
@@ -191,8 +194,7 @@ def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:
     disk = args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_GB)
     if isinstance(disk, bool) or not isinstance(disk, int) or disk < MIN_BOOT_DISK_GB:
         problems.append(
-            f"{p}boot_disk_size_gb: {disk!r} is too small; expected an integer >= "
-            f"{MIN_BOOT_DISK_GB}"
+            f"{p}boot_disk_size_gb: {disk!r} is too small; valid: an integer >= {MIN_BOOT_DISK_GB}"
         )
     return problems
 
@@ -203,11 +205,10 @@ def _gke_problems(args: Mapping[str, Any], p: str) -> list[str]:
     parsed = parse_version(version)
     floor = ".".join(map(str, MIN_KUBERNETES_VERSION))
     if parsed is None:
-        problems.append(f"{p}kubernetes_version: {version!r} is not a version; expected 1.N")
+        problems.append(f"{p}kubernetes_version: {version!r} is not a version; valid: 1.N")
     elif parsed < MIN_KUBERNETES_VERSION:
         problems.append(
-            f"{p}kubernetes_version: {version!r} is too old for the training Job; "
-            f"expected >= {floor}"
+            f"{p}kubernetes_version: {version!r} is too old for the training Job; valid: >= {floor}"
         )
     channel = args.get("release_channel", DEFAULT_RELEASE_CHANNEL)
     if channel not in RELEASE_CHANNELS:
@@ -259,10 +260,15 @@ def cidr_problem(value: Any) -> str | None:
 
 def _training_problems(training: Any, backend: str, p: str) -> list[str]:
     if not isinstance(training, Mapping):
-        return [f"{p}training: {training!r} is not a mapping with package_uri"]
+        return [
+            (
+                f"{p}training: {training!r} is not a mapping with package_uri; valid: "
+                "{package_uri: TrainerPackage.uri, ...}"
+            )
+        ]
     problems: list[str] = []
     if training.get("package_uri") is None:
-        problems.append(f"{p}training.package_uri: required (TrainerPackage.uri)")
+        problems.append(f"{p}training.package_uri: required; valid: TrainerPackage.uri")
     module = training.get("trainer_module", DEFAULT_MODULE)
     user_code = "node_args" in training
     try:
@@ -282,13 +288,16 @@ def _training_problems(training: Any, backend: str, p: str) -> list[str]:
         if "image" not in training and not user_code and not uses_torchrun(module):
             problems.append(
                 f"{p}training.image: required on gce for trainer_module {module!r}; the "
-                "default Deep Learning VM image has PyTorch only"
+                "default Deep Learning VM image has PyTorch only; valid: an image with the "
+                "trainer's framework"
             )
         problems += [
-            f"{p}training.{key}: only used with backend gke"
+            f"{p}training.{key}: only used with backend gke; valid: remove it"
             for key in ("wait_for_completion", "timeout_s")
             if key in training
         ]
     elif training.get("wait_for_completion") and "timeout_s" not in training:
-        problems.append(f"{p}training.timeout_s: required when wait_for_completion is true")
+        problems.append(
+            f"{p}training.timeout_s: required when wait_for_completion is true; valid: seconds > 0"
+        )
     return problems

@@ -3,7 +3,7 @@
 Nothing here calls a cloud API or imports Pulumi: these tables let a component (and
 `trainstack plan`, through the stack config) reject a bad request offline, before any
 resource is registered. Every table carries its source (`*_SOURCE`) and the date it was
-compiled (`*_AS_OF`); facts the team's fact sheet (`reference/gcp-facts.md`) marks as
+compiled (`*_AS_OF`); facts the team's fact sheet (`sources.FACT_SHEET`) marks as
 unverified carry `verified=False` or a `*_VERIFIED = False` marker and a note.
 
 | module       | holds                                                                  |

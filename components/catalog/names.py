@@ -1,6 +1,6 @@
 """GCP naming rules (labels, zones) and the label keys trainstack sets itself.
 
-`label_problems` is the one check of a labels mapping: components run it on their `labels`
+`label_problems` is the one check of a labels mapping, `stack_name_problem` of a stack's name: components run it on their `labels`
 argument (`trainstack.components._naming.labels_input`) and the stack config on `trainstack:labels`.
 """
 
@@ -17,6 +17,12 @@ LABEL_KEY: Final = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE: Final = re.compile(r"[a-z0-9_-]{0,63}")
 """A label value: up to 63 of a-z, 0-9, '_', '-'."""
 
+STACK_NAME: Final = re.compile(r"[a-z0-9_-]{1,63}")
+"""A trainstack stack name: Pulumi allows more (`[A-Za-z0-9_.-]{1,100}`), but the name is the
+`stack` label of every resource, so it must also be a non-empty label value
+(https://cloud.google.com/compute/docs/labeling-resources#requirements)."""
+STACK_NAME_VALID: Final = "1-63 of a-z, 0-9, '_', '-' (it is the `stack` label of every resource)"
+
 MANAGED_BY: Final = "trainstack"
 """Value of the `managed-by` label on every resource trainstack creates."""
 RESERVED_LABEL_KEYS: Final[tuple[str, ...]] = ("component", "managed-by")
@@ -26,7 +32,9 @@ RESERVED_LABEL_KEYS: Final[tuple[str, ...]] = ("component", "managed-by")
 def label_problems(labels: Any, key: str = "labels") -> list[str]:
     """Every problem with a user labels mapping found at dotted key `key`."""
     if not isinstance(labels, Mapping):
-        return [f"{key}: {quote(labels)} is not a mapping"]
+        return [
+            f"{key}: {quote(labels)} is not a mapping; valid: a mapping of label keys to values"
+        ]
     problems: list[str] = []
     for name, value in labels.items():
         if name in RESERVED_LABEL_KEYS:
@@ -36,17 +44,28 @@ def label_problems(labels: Any, key: str = "labels") -> list[str]:
             )
         elif not isinstance(name, str) or not LABEL_KEY.fullmatch(name):
             problems.append(
-                f"{key}: {quote(name)} is not a valid label key; expected a lowercase letter "
+                f"{key}: {quote(name)} is not a valid label key; valid: a lowercase letter "
                 "then up to 62 of a-z, 0-9, '_', '-'"
             )
         if not isinstance(value, str):
-            problems.append(f"{key}.{name}: {quote(value)} is not a string")
+            problems.append(
+                f"{key}.{name}: {quote(value)} is not a string; valid: up to 63 of a-z, 0-9, "
+                "'_', '-'"
+            )
         elif not LABEL_VALUE.fullmatch(value):
             problems.append(
-                f"{key}.{name}: {quote(value)} is not a valid label value; expected up to 63 "
+                f"{key}.{name}: {quote(value)} is not a valid label value; valid: up to 63 "
                 "of a-z, 0-9, '_', '-'"
             )
     return problems
+
+
+def stack_name_problem(name: str, key: str) -> str | None:
+    """The one check of a stack's name, wherever it comes from (`--stack-name`, a stack file's
+    name, `pulumi stack`): None when it is valid, else the problem at `key`."""
+    if STACK_NAME.fullmatch(name):
+        return None
+    return f"{key}: {quote(name)} is not a stack name; valid: {STACK_NAME_VALID}"
 
 
 def zone_in_region_problems(zone: str, region: str | None, key: str) -> list[str]:

@@ -44,11 +44,12 @@ def int_problems(key: str, value: Any, minimum: int, maximum: int | None = None)
     """Problems with an integer setting bounded by `minimum` (and `maximum`), worded as the
     stack config's pydantic bounds are."""
     if not is_int(value):
-        return [f"{key}: {quote(value)} is not an integer"]
+        bounds = f">= {minimum}" if maximum is None else f"{minimum}-{maximum}"
+        return [f"{key}: {quote(value)} is not an integer; valid: an integer {bounds}"]
     if value < minimum:
-        return [f"{key}: {quote(value)} is too small; expected >= {minimum}"]
+        return [f"{key}: {quote(value)} is too small; valid: >= {minimum}"]
     if maximum is not None and value > maximum:
-        return [f"{key}: {quote(value)} is too large; expected <= {maximum}"]
+        return [f"{key}: {quote(value)} is too large; valid: <= {maximum}"]
     return []
 
 
@@ -79,13 +80,13 @@ def unknown_keys(prefix: str, given: Iterable[str], valid: Iterable[str]) -> lis
 # --------------------------------------------------------------------------------------
 
 _SIMPLE: dict[str, str] = {
-    "int_type": "is not an integer",
-    "int_parsing": "is not an integer",
-    "int_from_float": "is not an integer",
-    "float_type": "is not a number",
-    "float_parsing": "is not a number",
-    "string_type": "is not a string",
-    "list_type": "is not a list",
+    "int_type": "is not an integer; valid: a whole number",
+    "int_parsing": "is not an integer; valid: a whole number",
+    "int_from_float": "is not an integer; valid: a whole number",
+    "float_type": "is not a number; valid: a number",
+    "float_parsing": "is not a number; valid: a number",
+    "string_type": "is not a string; valid: a string",
+    "list_type": "is not a list; valid: a list",
 }
 _BOUNDS: dict[str, tuple[str, str, str]] = {
     "greater_than_equal": ("ge", "is too small", ">="),
@@ -149,15 +150,14 @@ def pydantic_problem(err: ErrorDetails, path: str, root: Any) -> str:
         return f"{where}: {quote(value)} is not a boolean; valid: true, false"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         model = _model_at(root, loc)
-        keys = f"; expected a mapping with keys: {', '.join(model.model_fields)}" if model else ""
-        return f"{where}: {quote(value)} is not a mapping{keys}"
+        keys = f" with keys: {', '.join(model.model_fields)}" if model else ""
+        return f"{where}: {quote(value)} is not a mapping; valid: a mapping{keys}"
     if kind in _BOUNDS:
         key, what, op = _BOUNDS[kind]
-        return f"{where}: {quote(value)} {what}; expected {op} {ctx.get(key)}"
+        return f"{where}: {quote(value)} {what}; valid: {op} {ctx.get(key)}"
     if kind == "too_short":
         return (
-            f"{where}: {quote(value)} is too short; expected at least "
-            f"{ctx.get('min_length')} item(s)"
+            f"{where}: {quote(value)} is too short; valid: at least {ctx.get('min_length')} item(s)"
         )
     if kind == "trainstack":
         return f"{where}: {err['msg']}"

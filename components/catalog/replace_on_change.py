@@ -8,7 +8,7 @@ Three sources, kept apart because they differ in how much they cover:
 
 - GCP_DOCSTRING_REPLACES: the properties whose docs in the installed pulumi_gcp package say
   that changing them forces a new resource (DOCSTRING_PATTERN). Generated once with
-  `derive_docstring_replaces(GCP_TYPES)`; tests/unit/test_replace_on_change.py re-derives it
+  `derive_docstring_replaces(GCP_TYPES)`; tests/unit/test_plan_diff_replace.py re-derives it
   from the installed package and asserts equality. The docs carry that sentence for few
   properties (most ForceNew fields say nothing), so this table alone is far from complete.
 - GCP_SCHEMA_REPLACES / GCP_SCHEMA_IN_PLACE: top-level fields read from the Terraform

@@ -1,7 +1,7 @@
 """Cloud TPU facts: generations, slice shapes, zones, runtimes, provisioning and Secure Boot.
 
 Every table carries its source (`*_SOURCE`) and the date it was compiled (`*_AS_OF`).
-Facts that the team's fact sheet (`reference/gcp-facts.md`, "checked facts") marks as
+Facts that the team's fact sheet (`sources.FACT_SHEET`, "checked facts") marks as
 unverified carry `verified=False` and a note, so callers can say so instead of presenting a
 guess as a fact. Nothing here calls a cloud API: these tables let `trainstack plan` and
 `TpuPodSlice` reject a bad slice offline, before any resource is registered. At deploy time,

@@ -54,12 +54,15 @@ def tpu_slice_problems(
         ("topology", topology),
     ):
         if value is not None and not isinstance(value, str):
-            problems.append(f"{p}{key}: {quote(value)} is not a string")
-    for key, value in (("zone", zone), ("runtime_version", runtime_version)):
+            problems.append(f"{p}{key}: {quote(value)} is not a string; valid: a string")
+    for key, value, valid in (
+        ("zone", zone, "a zone with TPUs, e.g. us-central2-b"),
+        ("runtime_version", runtime_version, "a TPU software version, e.g. tpu-ubuntu2204-base"),
+    ):
         if value is None or value == "":
-            problems.append(f"{p}{key}: required")
+            problems.append(f"{p}{key}: required; valid: {valid}")
         elif not isinstance(value, str):
-            problems.append(f"{p}{key}: {quote(value)} is not a string")
+            problems.append(f"{p}{key}: {quote(value)} is not a string; valid: {valid}")
     if problems:
         return None, problems
 
@@ -80,7 +83,7 @@ def _find_slice(
     if accelerator_type and (generation or topology):
         message = (
             f"{p}accelerator_type: {accelerator_type!r} given together with "
-            f"{p}generation/{p}topology; expected one of the two forms"
+            f"{p}generation/{p}topology; valid: one of the two forms"
         )
         return None, [message]
     if accelerator_type:
@@ -230,10 +233,11 @@ def _queued_problems(queued: Any, provisioning: Any, reservation: Any, p: str) -
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
-            problems.append(f"{p}queued.{key}: expected an integer >= 1, got {value!r}")
+            problems.append(f"{p}queued.{key}: got {value!r}; valid: an integer >= 1")
     if queued.get("min_duration_s") is not None and tier != "guaranteed":
         problems.append(
-            f"{p}queued.min_duration_s: only used with queued.tier 'guaranteed', not {tier!r}"
+            f"{p}queued.min_duration_s: only used with queued.tier 'guaranteed', not {tier!r}; "
+            "valid: remove it, or queued.tier: guaranteed"
         )
     if reservation is not None and tier == "spot":
         problems.append(

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from trainstack.components.catalog.sources import FACT_SHEET
+
 TF_RUNTIME_NAMES_SOURCE: Final = (
     "https://docs.cloud.google.com/tpu/docs/supported-tpu-versions (stored copy 'Last "
     "updated 2026-04-09'): runtime names tpu-vm-tf-x.y.z[-{pod}][-{device_api}]; 'Beginning "
@@ -201,7 +203,7 @@ KNOWN_TF_RUNTIMES_SOURCE: Final = (
     "https://docs.cloud.google.com/tpu/docs/supported-tpu-versions (stored copy 'Last updated "
     "2026-04-09': 'tpu-vm-tf-2.16.0-pod-pjrt' for multi-host and 'tpu-vm-tf-2.16.0-pjrt' for "
     "single-host v5e/v5p/v6e slices; 'tpu-vm-tf-2.14.1' / 'tpu-vm-tf-2.14.1-pod' for v4). "
-    "facts-13 section 3 (V); reference/gcp-facts.md section 1.4"
+    f"facts-13 section 3 (V); {FACT_SHEET} section 1.4"
 )
 KNOWN_TF_RUNTIMES: Final[dict[str, tuple[str, ...]]] = {
     "v4": ("tpu-vm-tf-2.14.1", "tpu-vm-tf-2.16.0-pjrt"),

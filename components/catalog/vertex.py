@@ -62,13 +62,13 @@ def vertex_machine_problems(
     if accelerator_type is not None:
         problems.append(
             f"{p}accelerator_type: {quote(accelerator_type)} cannot attach to CPU "
-            f"machine type {quote(machine_type)}; expected no accelerator_type (A100s come "
+            f"machine type {quote(machine_type)}; valid: no accelerator_type (A100s come "
             "with a2-* machine types)"
         )
     if accelerator_count is not None:
         problems.append(
             f"{p}accelerator_count: {accelerator_count} cannot attach to CPU "
-            f"machine type {quote(machine_type)}; expected no accelerator_count"
+            f"machine type {quote(machine_type)}; valid: no accelerator_count"
         )
     return problems
 
@@ -104,13 +104,19 @@ def reducers_needed(
     8 x a2-megagpu-16g -> 25. `replica_count` counts every worker machine incl. the chief.
     """
     if replica_count < 1:
-        raise ValueError(f"replica_count: {replica_count} is below 1; expected >= 1")
+        raise ValueError(f"replica_count: {replica_count} is below 1; valid: >= 1")
     worker = MACHINES.get(worker_machine_type)
     reducer = MACHINES.get(reducer_machine_type)
     if worker is None:
-        raise ValueError(f"worker_machine_type: {worker_machine_type!r} is not in the catalog")
+        raise ValueError(
+            f"worker_machine_type: {worker_machine_type!r} is not in the catalog; valid: "
+            f"{', '.join(MACHINES)}"
+        )
     if reducer is None:
-        raise ValueError(f"reducer_machine_type: {reducer_machine_type!r} is not in the catalog")
+        raise ValueError(
+            f"reducer_machine_type: {reducer_machine_type!r} is not in the catalog; valid: "
+            f"{', '.join(MACHINES)}"
+        )
     return math.ceil(replica_count * worker.egress_gbps / reducer.egress_gbps)
 
 

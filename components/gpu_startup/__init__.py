@@ -313,7 +313,7 @@ def render_launcher(
     )
     if worker_hosts and len(worker_hosts) != num_nodes:
         raise ValueError(
-            f"worker_hosts: {len(worker_hosts)} host(s) for {num_nodes} node(s); expected one "
+            f"worker_hosts: {len(worker_hosts)} host(s) for {num_nodes} node(s); valid: one "
             "per node"
         )
     for host in worker_hosts:

@@ -124,7 +124,7 @@ def validate_trainer_launch(trainer_module: str, trainer_args: Sequence[str]) ->
         )
     if isinstance(trainer_args, str):
         raise ValueError(  # noqa: TRY004 - a config mistake, reported like every other
-            f"trainer_args: expected a list of '--key=value' flags, got {trainer_args!r}"
+            f"trainer_args: got {trainer_args!r}; valid: a list of '--key=value' flags"
         )
     for i, arg in enumerate(trainer_args):
         if not isinstance(arg, str) or not _FLAG.match(arg) or "\n" in arg:
@@ -279,13 +279,13 @@ def render_tpu_worker_script(
         ("download_window_s", download_window_s, 0),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{key}: expected an integer >= {low}, got {value!r}")
+            raise ValueError(f"{key}: got {value!r}; valid: an integer >= {low}")
     if max_run_seconds is not None and (
         isinstance(max_run_seconds, bool)
         or not isinstance(max_run_seconds, int)
         or max_run_seconds < 1
     ):
-        raise ValueError(f"max_run_seconds: expected an integer >= 1, got {max_run_seconds!r}")
+        raise ValueError(f"max_run_seconds: got {max_run_seconds!r}; valid: an integer >= 1")
     if not isinstance(python, str) or not python or any(c.isspace() for c in python):
         raise ValueError(f"python: {python!r} is not an executable name")
 

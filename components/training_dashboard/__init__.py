@@ -121,11 +121,13 @@ from trainstack.components.training_dashboard.metrics import (
 )
 from trainstack.components.training_dashboard.settings import ALIGNMENT, DashboardSettings
 from trainstack.components.training_dashboard.targets import (
+    BACKENDS,
     DEFAULT_PAYLOADS,
     GPU_BACKENDS,
     LOG_RESOURCE_TYPES,
     LOG_RESOURCE_TYPES_SOURCE,
     LOG_RESOURCE_TYPES_VERIFIED,
+    NO_DASHBOARD,
     PAYLOADS,
     TARGET_METRICS,
     TARGETS,
@@ -282,27 +284,29 @@ def _validate(args: TrainingDashboardArgs) -> DashboardSettings:
 def _platform(args: TrainingDashboardArgs) -> tuple[str, str]:
     """(target, platform key of `TARGET_METRICS`)."""
     target = args["target"]
-    if target == "local":
+    reason = NO_DASHBOARD.get(target)
+    if reason is not None:
         raise ValueError(
-            "target 'local' needs no TrainingDashboard: local runs print their JSON lines to the "
-            f"terminal and write nothing to Cloud Logging; supported targets: {', '.join(TARGETS)}"
+            f"target {target!r} needs no TrainingDashboard: {reason}; supported targets: "
+            f"{', '.join(TARGETS)}"
         )
     if target not in TARGETS:
         raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
     backend = args.get("gpu_backend")
-    if target != "gpu_cluster":
+    backends = BACKENDS.get(target)
+    if backends is None:
         if backend is not None:
             raise ValueError(
-                f"gpu_backend applies only to target 'gpu_cluster', got {backend!r} with target "
-                f"{target!r}"
+                f"gpu_backend applies only to target {' or '.join(map(repr, BACKENDS))}, got "
+                f"{backend!r} with target {target!r}"
             )
         return target, target
     if backend is None:
         raise ValueError(
-            f"gpu_backend is required with target 'gpu_cluster' (one of {', '.join(GPU_BACKENDS)})"
+            f"gpu_backend is required with target {target!r} (one of {', '.join(backends)})"
         )
-    if backend not in GPU_BACKENDS:
-        raise ValueError(f"gpu_backend must be one of {', '.join(GPU_BACKENDS)}, got {backend!r}")
+    if backend not in backends:
+        raise ValueError(f"gpu_backend must be one of {', '.join(backends)}, got {backend!r}")
     return target, backend
 
 

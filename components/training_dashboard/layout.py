@@ -66,7 +66,8 @@ def _text(settings: DashboardSettings, log_scope: str) -> str:
     )
     lines = [
         f"**{settings.deployment}** on `{settings.target}`"
-        + (f" ({settings.platform})" if settings.target == "gpu_cluster" else "")
+        # A target with several platforms (gpu_cluster: gke | gce) names the one in use.
+        + (f" ({settings.platform})" if settings.platform != settings.target else "")
         + f": {settings.worker_count} workers; one series per worker (trainer "
         f"`{FIELD_NODE}` rank).",
         "",

@@ -24,6 +24,14 @@ import pulumi
 
 TARGETS: Final[tuple[str, ...]] = ("tpu", "gpu_cluster", "vertex")
 GPU_BACKENDS: Final[tuple[str, ...]] = ("gke", "gce")
+BACKENDS: Final[dict[str, tuple[str, ...]]] = {"gpu_cluster": GPU_BACKENDS}
+"""Targets that run on several platforms (picked by `gpu_backend`): their platform keys."""
+NO_DASHBOARD: Final[dict[str, str]] = {
+    "local": (
+        "local runs print their JSON lines to the terminal and write nothing to Cloud Logging"
+    ),
+}
+"""Targets with nothing to chart, and why."""
 
 PAYLOADS: Final[tuple[str, ...]] = ("json", "text")
 """How the trainer's lines reach Cloud Logging: parsed into `jsonPayload` by the platform's

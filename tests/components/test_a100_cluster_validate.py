@@ -62,17 +62,17 @@ CONFIG_CASES = [
     ({"machine_type": "a2-ultragpu-8g", "zone": "us-central1-b"}, f"zone: 'us-central1-b' does not offer A100 80GB (a2-ultragpu-8g); valid: {ZONES_80}"),
     ({"zone": "us-east4-c"}, f"zone: 'us-east4-c' does not offer A100 40GB (a2-highgpu-8g); valid: {ZONES_40}"),
     ({"spot": True, "reservation": "r1"}, "reservation: 'r1' cannot be used with spot: true; valid: spot: false, or no reservation"),
-    ({"node_count": 0}, "node_count: 0 is too small; expected >= 1"),
-    ({"node_count": "two"}, "node_count: 'two' is not an integer"),
+    ({"node_count": 0}, "node_count: 0 is too small; valid: >= 1"),
+    ({"node_count": "two"}, "node_count: 'two' is not an integer; valid: a whole number"),
     ({"node_count": 1501}, "node_count: 1501 exceeds the compact placement limit of 1500 nodes; valid: 1 to 1500, or compact_placement: false"),
     ({"backend": "eks"}, "backend: 'eks' is not allowed; valid: gke, gce"),
     ({"machine_type": None}, "machine_type: required"),
     ({"machine_type": "a2-highgpu-3g", "spot": True, "reservation": "r"}, f"machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: {A2}\nreservation: 'r' cannot be used with spot: true; valid: spot: false, or no reservation"),
     ({"zone": None}, "zone: required"),
-    ({"zone": 5}, "zone: 5 is not a string"),
-    ({"node_count": 2.5}, "node_count: 2.5 is not an integer"),
+    ({"zone": 5}, "zone: 5 is not a string; valid: a string"),
+    ({"node_count": 2.5}, "node_count: 2.5 is not an integer; valid: a whole number"),
     ({"spot": "maybe"}, "spot: 'maybe' is not a boolean; valid: true, false"),
-    ({"spot": False, "reservation": 7}, "reservation: 7 is not a string"),
+    ({"spot": False, "reservation": 7}, "reservation: 7 is not a string; valid: a string"),
     ({"compact_placement": 3}, "compact_placement: 3 is not a boolean; valid: true, false"),
     ({"tier_1_networking": "fast"}, "tier_1_networking: 'fast' is not a boolean; valid: true, false"),
     ({"backend": "gce", "machine_type": "a2-ultragpu-1g", "zone": "us-central1-f", "node_count": 1600}, "zone: 'us-central1-f' does not offer A100 80GB (a2-ultragpu-1g); valid: " + ZONES_80 + "\nnode_count: 1600 exceeds the compact placement limit of 1500 nodes; valid: 1 to 1500, or compact_placement: false"),
@@ -81,21 +81,21 @@ CONFIG_CASES = [
 # Rules of the component's other arguments.
 COMPONENT_CASES = [
     ({"environment": "qa"}, "environment: 'qa' is not allowed; valid: dev, staging, prod"),
-    ({"kubernetes_version": "1.28"}, "kubernetes_version: '1.28' is too old for the training Job; expected >= 1.29"),
-    ({"kubernetes_version": "v1.30"}, "kubernetes_version: 'v1.30' is not a version; expected 1.N"),
+    ({"kubernetes_version": "1.28"}, "kubernetes_version: '1.28' is too old for the training Job; valid: >= 1.29"),
+    ({"kubernetes_version": "v1.30"}, "kubernetes_version: 'v1.30' is not a version; valid: 1.N"),
     ({"release_channel": "EXTENDED"}, "release_channel: 'EXTENDED' is not allowed; valid: RAPID, REGULAR, STABLE"),
     ({"gpu_driver_version": "INSTALLATION_DISABLED"}, "gpu_driver_version: 'INSTALLATION_DISABLED' is not allowed; valid: DEFAULT, LATEST"),
     ({"system_machine_type": "a2-highgpu-1g"}, "system_machine_type: 'a2-highgpu-1g' is not a known CPU machine type; valid: n1-highcpu-16, n2-highcpu-16, n1-standard-4, n1-standard-8, e2-standard-4"),
     ({"master_authorized_cidrs": ["10.0.0.0/33"]}, "master_authorized_cidrs: '10.0.0.0/33' is not a CIDR block; valid: an address/prefix with the host bits zero, e.g. 203.0.113.0/24 or 198.51.100.7/32"),
     ({"backend": "gce", "release_channel": "RAPID"}, "release_channel: only used with backend gke"),
-    ({"boot_disk_size_gb": 10}, "boot_disk_size_gb: 10 is too small; expected an integer >= 50"),
-    ({"deployment_name": ""}, "deployment_name: '' is not a non-empty string"),
+    ({"boot_disk_size_gb": 10}, "boot_disk_size_gb: 10 is too small; valid: an integer >= 50"),
+    ({"deployment_name": ""}, "deployment_name: '' is not a non-empty string; valid: the stack's name, e.g. pulumi.get_stack()"),
     ({"zone": pulumi.Output.from_input(ZONE)}, "zone: must be a plain value, not a pulumi Output (it shapes the resources and is checked before any is registered)"),
-    ({"training": {"trainer_args": []}}, "training.package_uri: required (TrainerPackage.uri)"),
+    ({"training": {"trainer_args": []}}, "training.package_uri: required; valid: TrainerPackage.uri"),
     ({"training": {"package_uri": PACKAGE_URI, "trainer_module": "a b"}}, "training.trainer_module: 'a b' is not a Python module name"),
-    ({"training": {"package_uri": PACKAGE_URI, "wait_for_completion": True}}, "training.timeout_s: required when wait_for_completion is true"),
-    ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "trainer_module": "trainstack.trainers.tf_multiworker"}}, "training.image: required on gce for trainer_module 'trainstack.trainers.tf_multiworker'; the default Deep Learning VM image has PyTorch only"),
-    ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "wait_for_completion": True, "timeout_s": 5}}, "training.wait_for_completion: only used with backend gke\ntraining.timeout_s: only used with backend gke"),
+    ({"training": {"package_uri": PACKAGE_URI, "wait_for_completion": True}}, "training.timeout_s: required when wait_for_completion is true; valid: seconds > 0"),
+    ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "trainer_module": "trainstack.trainers.tf_multiworker"}}, "training.image: required on gce for trainer_module 'trainstack.trainers.tf_multiworker'; the default Deep Learning VM image has PyTorch only; valid: an image with the trainer's framework"),
+    ({"backend": "gce", "training": {"package_uri": PACKAGE_URI, "wait_for_completion": True, "timeout_s": 5}}, "training.wait_for_completion: only used with backend gke; valid: remove it\ntraining.timeout_s: only used with backend gke; valid: remove it"),
     ({"training": {"package_uri": PACKAGE_URI, "node_args": ["--launcher=torchrun", "--", "python", "t.py"], "trainer_args": ["--steps=1"]}}, "training.node_args: runs your own code, which takes no trainer_module or trainer_args; valid: remove them"),
     ({"training": {"package_uri": PACKAGE_URI, "node_args": ["--launcher=torchrun"]}}, "training.node_args: ['--launcher=torchrun'] has no '-- ARGV' (your entrypoint)"),
     ({"environment": "qa", "release_channel": "X", "node_count": 2}, "environment: 'qa' is not allowed; valid: dev, staging, prod\nrelease_channel: 'X' is not allowed; valid: RAPID, REGULAR, STABLE"),
@@ -184,7 +184,7 @@ def test_validator_exact_messages() -> None:
     ]
     args = {**_args(), "backend": "gce", "node_count": 0, "release_channel": "RAPID"}
     assert a100_cluster_problems(args, prefix="cluster.") == [
-        "cluster.node_count: 0 is too small; expected >= 1"
+        "cluster.node_count: 0 is too small; valid: >= 1"
     ]
     args = {**_args(), "backend": "gce", "environment": "qa", "release_channel": "RAPID"}
     assert a100_cluster_problems(args, prefix="cluster.") == [
@@ -198,7 +198,7 @@ def test_shape_only_checks_the_shape_alone() -> None:
     assert a100_cluster_problems(section, prefix="gpu_cluster.", shape_only=True) == []
     # The component needs its deployment_name; a stack's section never has one.
     assert a100_cluster_problems(section, prefix="") == [
-        "deployment_name: None is not a non-empty string"
+        "deployment_name: None is not a non-empty string; valid: the stack's name, e.g. pulumi.get_stack()"
     ]
     component_only = {**section, "release_channel": "X", "environment": "qa"}
     assert a100_cluster_problems(component_only, prefix="gpu_cluster.", shape_only=True) == []

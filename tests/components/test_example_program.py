@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainstack.infra.mocks import REPO_ROOT
+from tests import REPO_ROOT
 from trainstack.infra.testing import ProgramResult, run_program_dir
 
 EXAMPLE = REPO_ROOT / "examples" / "tpu-own-bucket"

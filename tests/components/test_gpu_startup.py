@@ -724,7 +724,7 @@ def test_your_code_gets_its_own_run_key(tmp_path: Path) -> None:
         ({"module": "trainstack.trainers.torch_ddp"}, "node_args: runs your own code, which takes no module or trainer_args; valid: remove them"),
         ({"trainer_args": ["--steps=1"]}, "node_args: runs your own code, which takes no module or trainer_args; valid: remove them"),
         ({"node_args": ["--launcher=torchrun", "--"]}, "node_args: ['--launcher=torchrun', '--'] has no '-- ARGV' (your entrypoint)"),
-        ({"node_args": "--launcher=torchrun -- python"}, "node_args: expected a list of strings, got '--launcher=torchrun -- python'"),
+        ({"node_args": "--launcher=torchrun -- python"}, "node_args: got '--launcher=torchrun -- python'; valid: a list of strings"),
     ],
 )  # fmt: skip
 def test_invalid_node_args_are_refused(overrides: dict[str, Any], message: str) -> None:

@@ -81,7 +81,7 @@ def test_gce_script_embeds_the_gce_launcher(tmp_path: Path) -> None:
         ({"procs_per_node": True}, "procs_per_node: True is not an integer >= 1"),
         ({"coordinator": "bad host"}, "coordinator: 'bad host' is not a host name"),
         ({"coordinator_port": 70000}, "coordinator_port: 70000 is not a TCP port (1-65535)"),
-        ({"worker_hosts": ["a", "b"]}, "worker_hosts: 2 host(s) for 4 node(s); expected one per node"),
+        ({"worker_hosts": ["a", "b"]}, "worker_hosts: 2 host(s) for 4 node(s); valid: one per node"),
         ({"worker_hosts": ["a", "b", "c", "d_"]}, "worker_hosts: 'd_' is not a host name"),
     ],
 )  # fmt: skip

@@ -94,9 +94,9 @@ def test_deterministic_across_runs() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"workers": 0}, "workers: expected an integer >= 1, got 0"),
+        ({"workers": 0}, "workers: got 0; valid: an integer >= 1"),
         ({"workers": True}, "LocalTrainingJob.workers: true is not an integer"),
-        ({"root": ""}, "root: expected a non-empty path, got ''"),
+        ({"root": ""}, "root: got ''; valid: a non-empty path"),
         (
             {"trainer": {"steps": 0}},
             "trainer: steps: Input should be greater than 0",
@@ -111,13 +111,13 @@ def test_deterministic_across_runs() -> None:
         ),
         (
             {"env": {"A=B": "1"}},
-            "env: expected variable names (non-empty, no '=') mapped to strings, got {'A=B': '1'}",
+            "env: got {'A=B': '1'}; valid: variable names (non-empty, no '=') mapped to strings",
         ),
         ({"env": {"N": 1}}, "LocalTrainingJob.env.N: 1 is not a string"),
         (
             {"stop_grace_s": 30},
-            "stop_grace_s: expected seconds > trainer.preemption_grace_s (30.0), the time the "
-            "trainer may take to checkpoint after SIGTERM; got 30",
+            "stop_grace_s: got 30; valid: seconds > trainer.preemption_grace_s (30.0), the "
+            "time the trainer may take to checkpoint after SIGTERM",
         ),
         ({"stop_grace_s": "60"}, "LocalTrainingJob.stop_grace_s: '60' is not a number"),
         (

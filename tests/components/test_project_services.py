@@ -48,15 +48,22 @@ def test_enables_each_service_and_keeps_it_on_destroy() -> None:
 @pytest.mark.parametrize(
     ("services", "message"),
     [
-        ([], "services must be a non-empty list of service names, e.g. [compute.googleapis.com]"),
+        (
+            [],
+            "services: [] is not a non-empty list; valid: a non-empty list of service names, "
+            "e.g. [compute.googleapis.com]",
+        ),
         (
             "compute.googleapis.com",
             "ProjectServices.services: 'compute.googleapis.com' is not a list",
         ),
-        (["compute"], "services: 'compute' is not a service name like compute.googleapis.com"),
+        (
+            ["compute"],
+            "services: 'compute' is not a service name; valid: a name like compute.googleapis.com",
+        ),
         (
             ["tpu.googleapis.com", "tpu.googleapis.com"],
-            "services: 'tpu.googleapis.com' is listed twice",
+            "services: 'tpu.googleapis.com' is listed twice; valid: once",
         ),
     ],
 )

@@ -141,7 +141,7 @@ INVALID = [
     ),
     (
         {"generation": "v4", "topology": "2x2x4"},
-        "accelerator_type: 'v4-32' given together with generation/topology; expected one "
+        "accelerator_type: 'v4-32' given together with generation/topology; valid: one "
         "of the two forms",
     ),
     (
@@ -253,11 +253,12 @@ INVALID = [
     ),
     (
         {"provisioning": "queued", "queued": {"tier": "spot", "min_duration_s": 3600}},
-        "queued.min_duration_s: only used with queued.tier 'guaranteed', not 'spot'",
+        "queued.min_duration_s: only used with queued.tier 'guaranteed', not 'spot'; valid: "
+        "remove it, or queued.tier: guaranteed",
     ),
     (
         {"provisioning": "queued", "queued": {"wait_timeout_s": 0}},
-        "queued.wait_timeout_s: expected an integer >= 1, got 0",
+        "queued.wait_timeout_s: got 0; valid: an integer >= 1",
     ),
     (
         {"provisioning": "queued", "queued": {"valid_until": "1h"}},
@@ -276,7 +277,7 @@ INVALID = [
     ),
     (
         {"data_disks": [{"mode": "READ_ONLY"}]},
-        "data_disks[0].source_disk: required",
+        "data_disks[0].source_disk: required; valid: a disk, projects/P/zones/Z/disks/NAME",
     ),
     (
         {"trainer_args": ["--db_password=hunter2"]},
@@ -286,10 +287,10 @@ INVALID = [
     ),
     (
         {"secure_boot": "yes"},
-        "secure_boot: expected true or false, got 'yes'",
+        "secure_boot: got 'yes'; valid: true or false",
     ),
-    ({"max_run_seconds": 0}, "max_run_seconds: expected an integer >= 1, got 0"),
-    ({"max_run_seconds": "3600"}, "max_run_seconds: expected an integer >= 1, got '3600'"),
+    ({"max_run_seconds": 0}, "max_run_seconds: got 0; valid: an integer >= 1"),
+    ({"max_run_seconds": "3600"}, "max_run_seconds: got '3600'; valid: an integer >= 1"),
 ]  # fmt: skip
 
 
@@ -306,7 +307,7 @@ def test_every_problem_is_reported_at_once() -> None:
     assert str(info.value).splitlines() == [
         f"accelerator_type: 'v4-12' is not a v4 slice; valid: {V4_SIZES}",
         "provisioning: 'x' is not allowed; valid: on-demand, spot, queued, reserved",
-        "secure_boot: expected true or false, got 'yes'",
+        "secure_boot: got 'yes'; valid: true or false",
     ]
 
 

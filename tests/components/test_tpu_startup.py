@@ -959,10 +959,10 @@ def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
             "slice_name: 'Exp_42' is not a TPU node name (a lowercase letter, then up to 62 "
             "of a-z, 0-9 and '-', not ending with '-')",
         ),
-        ({"expected_hosts": 0}, "expected_hosts: expected an integer >= 1, got 0"),
-        ({"max_run_seconds": 0}, "max_run_seconds: expected an integer >= 1, got 0"),
-        ({"max_run_seconds": True}, "max_run_seconds: expected an integer >= 1, got True"),
-        ({"max_run_seconds": 1.5}, "max_run_seconds: expected an integer >= 1, got 1.5"),
+        ({"expected_hosts": 0}, "expected_hosts: got 0; valid: an integer >= 1"),
+        ({"max_run_seconds": 0}, "max_run_seconds: got 0; valid: an integer >= 1"),
+        ({"max_run_seconds": True}, "max_run_seconds: got True; valid: an integer >= 1"),
+        ({"max_run_seconds": 1.5}, "max_run_seconds: got 1.5; valid: an integer >= 1"),
         (
             {"runtime_version": "tpu-ubuntu2204-base"},
             "runtime_version: 'tpu-ubuntu2204-base' is not a TensorFlow TPU runtime, which the "
@@ -1088,7 +1088,7 @@ def test_user_code_command_and_rendering() -> None:
 @pytest.mark.parametrize(
     ("node_args", "message"),
     [
-        ("--launcher=node", "node_args: expected a list of strings, got '--launcher=node'"),
+        ("--launcher=node", "node_args: got '--launcher=node'; valid: a list of strings"),
         (["--", "python", "a\nb"], "node_args[2]: 'a\\nb' is not a single-line string"),
         (
             ["--launcher=node", "python"],

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests import REPO_ROOT
 from trainstack.components._args import ArgsError
 from trainstack.components.tpu_supervisor import (
     PERMISSIONS,
@@ -22,7 +23,7 @@ from trainstack.components.tpu_supervisor import (
     supervisor_config,
 )
 from trainstack.infra.compose import main_program
-from trainstack.infra.mocks import REPO_ROOT, ProgramRun, run_program
+from trainstack.infra.mocks import ProgramRun, run_program
 from trainstack.infra.plan import load_stack
 
 NODE = "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu"

@@ -25,11 +25,11 @@ import pytest
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import fsspec
 
+from tests import REPO_ROOT
 from tests.bundled import bundled_plan
 from tests.fakes.gcs_emulator import free_port, running_gcs_emulator
 from tests.fakes.metadata_fake import MetadataFake
 from tests.fakes.tpu_server import TpuFakeServer
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.infra.plan import build_plan, load_stack
 
 STACK = "dev-tpu-v5e"

@@ -23,8 +23,13 @@ OBJECT = "gcp:storage/bucketObject:BucketObject"
 
 
 @pytest.fixture
-def source_root(tmp_path: Path) -> Path:
-    """A private copy of the trainers tree, so builds and edits stay inside tmp_path."""
+def source_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the trainers tree, used from a project of its own (the current
+    folder), so builds and edits stay inside tmp_path."""
+    project = tmp_path / "project"
+    (project / "sub").mkdir(parents=True)
+    (project / "Pulumi.yaml").write_text("name: mine\nruntime: python\n")
+    monkeypatch.chdir(project / "sub")
     root = tmp_path / "repo"
     shutil.copytree(
         Path(trainers.__file__).parent,
@@ -34,10 +39,10 @@ def source_root(tmp_path: Path) -> Path:
     return root
 
 
-def _run(source_root: Path, **overrides: Any) -> ProgramRun:
+def _run(source_root: Path | None, **overrides: Any) -> ProgramRun:
     args: dict[str, Any] = {
         "staging_bucket": "my-staging",
-        "source_root": str(source_root),
+        **({"source_root": str(source_root)} if source_root else {}),
         **overrides,
     }
 
@@ -62,9 +67,9 @@ def test_uploads_content_addressed_object(source_root: Path) -> None:
     local = Path(run.outputs["local_path"])
     digest = hashlib.sha256(local.read_bytes()).hexdigest()
     object_name = f"trainers/trainstack_trainers-{digest[:16]}.tar.gz"
-    assert (
-        local == source_root / ".trainstack" / "build" / f"trainstack_trainers-{digest[:16]}.tar.gz"
-    )
+    # In the project of the current folder, not beside the trainers' source.
+    build = source_root.parent / "project" / ".trainstack" / "build"
+    assert local == build / f"trainstack_trainers-{digest[:16]}.tar.gz"
     assert run.outputs == {
         "uri": f"gs://my-staging/{object_name}",
         "object_name": object_name,
@@ -75,7 +80,7 @@ def test_uploads_content_addressed_object(source_root: Path) -> None:
     assert run.named("pkg-sdist").inputs == {
         "bucket": "my-staging",
         "name": object_name,
-        "source": {"fileAsset": str(local)},
+        "source": {"fileAsset": f".trainstack/build/trainstack_trainers-{digest[:16]}.tar.gz"},
         "contentType": "application/gzip",
         "metadata": {
             "component": "trainer-package",
@@ -156,6 +161,19 @@ def test_build_is_fast_and_cached(source_root: Path) -> None:
     assert trainer_package._build_sdist(source_root) is built
     assert built.path.stat().st_mtime_ns == mtime
     assert cold < 1.0
+
+
+def test_default_source_is_the_installed_trainers_and_build_dir_is_an_argument(
+    source_root: Path, tmp_path: Path
+) -> None:
+    # No source_root: the installed `trainstack.trainers`, which is only read.
+    installed = _run(None)
+    assert Path(installed.outputs["local_path"]).parent == (
+        tmp_path / "project" / ".trainstack" / "build"
+    )
+    chosen = _run(source_root, build_dir=str(tmp_path / "out"))
+    assert Path(chosen.outputs["local_path"]).parent == tmp_path / "out"
+    assert not any(Path(trainers.__file__).resolve().parent.rglob("*.tar.gz"))
 
 
 def test_missing_package_is_a_value_error(tmp_path: Path) -> None:

@@ -200,7 +200,7 @@ def test_name_suffix_and_defaults() -> None:
         ),
         (
             {"checkpoint_retention_days": 0},
-            "checkpoint_retention_days: 0 is too small; expected >= 1",
+            "checkpoint_retention_days: 0 is too small; valid: >= 1",
         ),
         (
             {"checkpoint_retention_days": 7.5},
@@ -208,11 +208,11 @@ def test_name_suffix_and_defaults() -> None:
         ),
         (
             {"checkpoint_retention_days": 3651},
-            "checkpoint_retention_days: 3651 is too large; expected <= 3650",
+            "checkpoint_retention_days: 3651 is too large; valid: <= 3650",
         ),
         (
             {"name_suffix": "B7"},
-            "name_suffix: 'B7' is not a valid bucket name suffix; expected 1-16 of a-z, 0-9 and "
+            "name_suffix: 'B7' is not a valid bucket name suffix; valid: 1-16 of a-z, 0-9 and "
             "'-', not starting or ending with '-'",
         ),
         (

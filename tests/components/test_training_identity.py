@@ -122,8 +122,8 @@ def test_denied_roles(role: str) -> None:
         (
             ["owner"],
             (
-                "extra_project_roles: 'owner' is not a role name (expected roles/<id>, "
-                "projects/<project>/roles/<id> or organizations/<org>/roles/<id>)"
+                "extra_project_roles: 'owner' is not a role name; valid: roles/<id>, "
+                "projects/<project>/roles/<id> or organizations/<org>/roles/<id>"
             ),
         ),
         (
@@ -132,7 +132,7 @@ def test_denied_roles(role: str) -> None:
         ),
         (
             ["roles/aiplatform.user", "roles/aiplatform.user"],
-            "extra_project_roles: 'roles/aiplatform.user' is listed twice",
+            "extra_project_roles: 'roles/aiplatform.user' is listed twice; valid: once",
         ),
     ],
 )
@@ -193,7 +193,7 @@ def test_no_secrets_no_secret_grants() -> None:
         ),
         (
             ["projects/p/secrets/s", "projects/p/secrets/s"],
-            "secrets: 'projects/p/secrets/s' is listed twice",
+            "secrets: 'projects/p/secrets/s' is listed twice; valid: once",
         ),
     ],
 )

@@ -123,23 +123,23 @@ def test_firewall_rules_are_scoped() -> None:
 @pytest.mark.parametrize(
     ("cidr", "message"),
     [
-        ("10.128.0.0/33", "subnet_cidr '10.128.0.0/33' is not a valid IPv4 network such as"),
-        ("10.128.0.1/20", "subnet_cidr '10.128.0.1/20' is not a valid IPv4 network such as"),
+        ("10.128.0.0/33", "subnet_cidr: '10.128.0.0/33' is not a valid IPv4 network ("),
+        ("10.128.0.1/20", "subnet_cidr: '10.128.0.1/20' is not a valid IPv4 network ("),
         (
             "8.8.0.0/16",
             (
-                "subnet_cidr '8.8.0.0/16' must be inside a private RFC 1918 range "
-                "(10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16)"
+                "subnet_cidr: '8.8.0.0/16' is outside the private RFC 1918 ranges; valid: a "
+                "range inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
             ),
         ),
         (
             "0.0.0.0/0",
-            "subnet_cidr '0.0.0.0/0' must be inside a private RFC 1918 range",
+            "subnet_cidr: '0.0.0.0/0' is outside the private RFC 1918 ranges; valid: ",
         ),
-        ("fd00::/64", "subnet_cidr 'fd00::/64' must be inside a private RFC 1918 range"),
+        ("fd00::/64", "subnet_cidr: 'fd00::/64' is outside the private RFC 1918 ranges; valid: "),
         (
             "10.0.0.0/30",
-            "subnet_cidr '10.0.0.0/30' must have a prefix length between /8 and /29, got /30",
+            "subnet_cidr: '10.0.0.0/30' has prefix length /30; valid: /8 to /29",
         ),
     ],
 )

@@ -119,5 +119,5 @@ def test_hyperparameter_tuning_registers_tuning_job() -> None:
 
 
 def test_invalid_args_register_nothing_of_the_job() -> None:
-    with pytest.raises(ValueError, match="^replica_count: 0 is too small; expected >= 1$"):
+    with pytest.raises(ValueError, match="^replica_count: 0 is too small; valid: >= 1$"):
         run_program(lambda: _program({"replica_count": 0}))

@@ -37,8 +37,8 @@ from typing import IO, Any
 
 import pytest
 
+from tests import REPO_ROOT
 from tests.fidelity.vertex import image_layer, venv_over
-from trainstack.infra.mocks import REPO_ROOT
 
 NODE_NAMESPACES = """set -e
 mount --bind "$TEST_HOSTS" /etc/hosts

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests import REPO_ROOT
 from tests.components.test_tpu_supervisor_function import Function
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
 from tests.fakes.metadata_fake import MetadataFake
-from trainstack.infra.mocks import REPO_ROOT
 
 SA = "supervisor@p.iam.gserviceaccount.com"
 

@@ -53,6 +53,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import REPO_ROOT
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.metadata_fake import MetadataFake, vm_values
@@ -76,7 +77,6 @@ from tests.fidelity.supervisor import (
 from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.infra.plan import build_plan, load_stack
 from trainstack.trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
 from trainstack.trainers.common.cloud_logging import GCE_NAME_LABEL

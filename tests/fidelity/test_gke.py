@@ -48,6 +48,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import REPO_ROOT
 from tests.components.test_tpu_startup import MetadataServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fidelity.job_controller import DISRUPTION_TARGET, IndexedJobController, policy_action
@@ -71,7 +72,6 @@ from tests.fidelity.supervisor import (
 from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainstack.components._pod_setup import POD_PYTHON
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.infra.plan import build_plan, load_stack
 from trainstack.trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
 from trainstack.trainers.common.contract import EVENT_CHECKPOINT_WRITTEN

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from trainstack.infra.mocks import REPO_ROOT
+from tests import REPO_ROOT
 from trainstack.trainers.local import free_ports
 
 if TYPE_CHECKING:  # nodes imports this module

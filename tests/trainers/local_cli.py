@@ -30,9 +30,14 @@ PROGRESS_LINE = re.compile(
 def stack_file(tmp_path: Path, stack: str) -> Path:
     """`stacks/Pulumi.<stack>.yaml` with `local.root` moved to `tmp_path/root`."""
     text = (REPO / "stacks" / f"Pulumi.{stack}.yaml").read_text()
-    assert "root: .trainstack/local" in text
+    assert "  trainstack:local:\n    workers: 2\n" in text
     path = tmp_path / f"Pulumi.{stack}.yaml"
-    path.write_text(text.replace("root: .trainstack/local", f"root: {tmp_path / 'root'}"))
+    path.write_text(
+        text.replace(
+            "  trainstack:local:\n    workers: 2\n",
+            f"  trainstack:local:\n    workers: 2\n    root: {tmp_path / 'root'}\n",
+        )
+    )
     return path
 
 

@@ -113,7 +113,7 @@ def test_an_invalid_target_is_reported_alone_not_with_a_guessed_world_size() -> 
         {**GCE, "trainstack:gpu_cluster": {**GCE["trainstack:gpu_cluster"], "node_count": 0}},
         global_batch_size=250,
     )
-    assert _errors(raw) == ["gpu_cluster.node_count: 0 is too small; expected >= 1"]
+    assert _errors(raw) == ["gpu_cluster.node_count: 0 is too small; valid: >= 1"]
 
 
 def test_plan_exits_2_with_the_exact_message(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests import REPO_ROOT
 from tests.bundled import bundled_plan
 from trainstack.infra.cli import app
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.infra.plan import bundled_stacks, quota_table
 
 runner = CliRunner()

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from tests import REPO_ROOT
 from tests.fakes import LocalServer
 from tests.fakes.vertex_server import VertexFakeServer
 from trainstack.infra.cli import app
-from trainstack.infra.mocks import REPO_ROOT
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("shared_bundled_runs")
@@ -383,14 +383,38 @@ def test_policy_plan_file_that_is_missing_or_not_text(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- --stack-name
 
 
-def test_stack_name_must_be_a_pulumi_stack_name(tmp_path: Path) -> None:
+STACK_NAME_VALID = "1-63 of a-z, 0-9, '_', '-' (it is the `stack` label of every resource)"
+
+
+@pytest.mark.parametrize("name", ["my stack", "Acme_Vertex.1", "a" * 64])
+def test_stack_name_is_checked_by_the_cli_with_the_labels_rule(name: str) -> None:
+    # Pulumi would take `Acme_Vertex.1`, but it becomes the `stack` label, which refused it
+    # as `labels.stack`, a key the user never wrote.
     config = REPO_ROOT / "stacks" / "Pulumi.local.yaml"
-    result = runner.invoke(app, ["plan", "--config-file", str(config), "--stack-name", "my stack"])
+    result = runner.invoke(app, ["plan", "--config-file", str(config), "--stack-name", name])
+    _one_error(
+        result, f"error: --stack-name: {name!r} is not a stack name; valid: {STACK_NAME_VALID}"
+    )
+
+
+def test_a_stack_file_name_that_is_no_stack_name_is_named_as_such(tmp_path: Path) -> None:
+    config = tmp_path / "Pulumi.Acme_Vertex.1.yaml"
+    config.write_text((REPO_ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    result = runner.invoke(app, ["plan", "--config-file", str(config)])
     _one_error(
         result,
-        "error: --stack-name: 'my stack' is not a stack name; valid: 1-100 letters, digits, "
-        "'-', '_' or '.'",
+        "error: invalid stack config for 'Acme_Vertex.1':\n"
+        f"stack name: 'Acme_Vertex.1' is not a stack name; valid: {STACK_NAME_VALID}",
     )
+
+
+def test_a_stack_name_with_underscores_plans() -> None:
+    config = REPO_ROOT / "stacks" / "Pulumi.local.yaml"
+    result = runner.invoke(
+        app, ["plan", "--config-file", str(config), "--stack-name", "acme_vertex-1", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stack"] == "acme_vertex-1"
 
 
 def test_stack_name_only_with_a_config_file() -> None:
@@ -398,7 +422,7 @@ def test_stack_name_only_with_a_config_file() -> None:
     _one_error(
         result,
         "error: --stack-name: names the stack of a --config-file; a bundled stack's name is "
-        "its --stack NAME",
+        "its --stack NAME; valid: --stack-name with --config-file",
     )
 
 

@@ -79,7 +79,7 @@ def test_defaults() -> None:
     assert cfg.gpu_cluster.tier_1_networking is False
     local = load_stack_config({"trainstack:local": {}})
     assert local.local is not None
-    assert (local.local.workers, local.local.root) == (2, ".trainstack/local")
+    assert (local.local.workers, local.local.root) == (2, None)  # the run's own folder
     assert local.buckets.location is None
 
 
@@ -142,29 +142,29 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("no target", {**PROJECT}, [f"trainstack: no compute target given; {TARGETS}"]),
     ("two targets", {**GPU, **LOCAL}, [f"trainstack: 2 compute targets given (gpu_cluster, local); {TARGETS}"]),
     ("unknown key", {**LOCAL, "trainstack:foo": 1}, ["foo: unknown key; valid: environment, labels, buckets, quotas, limits, tpu, gpu_cluster, vertex, local, trainer"]),
-    ("no namespace", {**LOCAL, "tpu": {}}, ["tpu: config key without a namespace; expected trainstack:tpu or gcp:tpu"]),
+    ("no namespace", {**LOCAL, "tpu": {}}, ["tpu: config key without a namespace; valid: trainstack:tpu or gcp:tpu"]),
     ("environment", {**LOCAL, "trainstack:environment": "qa"}, ["environment: 'qa' is not allowed; valid: dev, staging, prod"]),
-    ("project", {k: v for k, v in GPU.items() if k != "gcp:project"}, ["gcp:project: required for a gpu_cluster target"]),
-    ("region", {k: v for k, v in VERTEX.items() if k != "gcp:region"}, ["gcp:region: required for a vertex target"]),
-    ("labels key", {**LOCAL, "trainstack:labels": {"Team": "ml"}}, ["labels: 'Team' is not a valid label key; expected a lowercase letter then up to 62 of a-z, 0-9, '_', '-'"]),
-    ("labels value", {**LOCAL, "trainstack:labels": {"team": "ML"}}, ["labels.team: 'ML' is not a valid label value; expected up to 63 of a-z, 0-9, '_', '-'"]),
-    ("labels long key", {**LOCAL, "trainstack:labels": {"a" * 64: "x"}}, [f"labels: '{'a' * 64}' is not a valid label key; expected a lowercase letter then up to 62 of a-z, 0-9, '_', '-'"]),
-    ("labels type", {**LOCAL, "trainstack:labels": {"team": 3}}, ["labels.team: 3 is not a string"]),
+    ("project", {k: v for k, v in GPU.items() if k != "gcp:project"}, ["gcp:project: required for a gpu_cluster target; valid: a Google Cloud project id, e.g. my-ml-project"]),
+    ("region", {k: v for k, v in VERTEX.items() if k != "gcp:region"}, ["gcp:region: required for a vertex target; valid: a Google Cloud region, e.g. us-central1"]),
+    ("labels key", {**LOCAL, "trainstack:labels": {"Team": "ml"}}, ["labels: 'Team' is not a valid label key; valid: a lowercase letter then up to 62 of a-z, 0-9, '_', '-'"]),
+    ("labels value", {**LOCAL, "trainstack:labels": {"team": "ML"}}, ["labels.team: 'ML' is not a valid label value; valid: up to 63 of a-z, 0-9, '_', '-'"]),
+    ("labels long key", {**LOCAL, "trainstack:labels": {"a" * 64: "x"}}, [f"labels: '{'a' * 64}' is not a valid label key; valid: a lowercase letter then up to 62 of a-z, 0-9, '_', '-'"]),
+    ("labels type", {**LOCAL, "trainstack:labels": {"team": 3}}, ["labels.team: 3 is not a string; valid: a string"]),
     # --- buckets
-    ("retention", {**LOCAL, "trainstack:buckets": {"checkpoint_retention_days": 0}}, ["buckets.checkpoint_retention_days: 0 is too small; expected >= 1"]),
-    ("retention type", {**LOCAL, "trainstack:buckets": {"checkpoint_retention_days": "x"}}, ["buckets.checkpoint_retention_days: 'x' is not an integer"]),
+    ("retention", {**LOCAL, "trainstack:buckets": {"checkpoint_retention_days": 0}}, ["buckets.checkpoint_retention_days: 0 is too small; valid: >= 1"]),
+    ("retention type", {**LOCAL, "trainstack:buckets": {"checkpoint_retention_days": "x"}}, ["buckets.checkpoint_retention_days: 'x' is not an integer; valid: a whole number"]),
     ("prod delete", {**LOCAL, "trainstack:environment": "prod", "trainstack:buckets": {"delete_data_on_destroy": True}}, ["buckets.delete_data_on_destroy: true is not allowed in prod; valid: false"]),
     ("bool", {**LOCAL, "trainstack:buckets": {"delete_data_on_destroy": "maybe"}}, ["buckets.delete_data_on_destroy: 'maybe' is not a boolean; valid: true, false"]),
-    ("suffix", {**LOCAL, "trainstack:buckets": {"name_suffix": "-X"}}, ["buckets.name_suffix: '-X' is not a valid bucket name suffix; expected 1-16 of a-z, 0-9 and '-', not starting or ending with '-'"]),
+    ("suffix", {**LOCAL, "trainstack:buckets": {"name_suffix": "-X"}}, ["buckets.name_suffix: '-X' is not a valid bucket name suffix; valid: 1-16 of a-z, 0-9 and '-', not starting or ending with '-'"]),
     ("buckets unknown", {**LOCAL, "trainstack:buckets": {"class": "x"}}, ["buckets.class: unknown key; valid: location, checkpoint_retention_days, delete_data_on_destroy, name_suffix"]),
-    ("buckets type", {**LOCAL, "trainstack:buckets": 5}, ["buckets: 5 is not a mapping; expected a mapping with keys: location, checkpoint_retention_days, delete_data_on_destroy, name_suffix"]),
+    ("buckets type", {**LOCAL, "trainstack:buckets": 5}, ["buckets: 5 is not a mapping; valid: a mapping with keys: location, checkpoint_retention_days, delete_data_on_destroy, name_suffix"]),
     # --- quotas
-    ("contact required", {**LOCAL, "trainstack:quotas": {"request_increases": True}}, ["quotas.contact_email: required when quotas.request_increases is true"]),
-    ("contact format", {**LOCAL, "trainstack:quotas": {"contact_email": "ops"}}, ["quotas.contact_email: 'ops' is not an email address; expected name@domain"]),
+    ("contact required", {**LOCAL, "trainstack:quotas": {"request_increases": True}}, ["quotas.contact_email: required when quotas.request_increases is true; valid: an email address (name@domain)"]),
+    ("contact format", {**LOCAL, "trainstack:quotas": {"contact_email": "ops"}}, ["quotas.contact_email: 'ops' is not an email address; valid: name@domain"]),
     # --- tpu
     ("tpu size", with_(V4, "trainstack:tpu", accelerator_type="v4-12"), [f"tpu.accelerator_type: 'v4-12' is not a v4 slice; valid: {V4_SIZES}"]),
     ("tpu type", with_(V4, "trainstack:tpu", accelerator_type="v3-8"), ["tpu.accelerator_type: 'v3-8' is not a TPU type; valid: v4-N, v5litepod-N, v5p-N, v6e-N"]),
-    ("tpu both forms", with_(V4, "trainstack:tpu", generation="v4"), ["tpu.accelerator_type: 'v4-32' given together with tpu.generation/tpu.topology; expected one of the two forms"]),
+    ("tpu both forms", with_(V4, "trainstack:tpu", generation="v4"), ["tpu.accelerator_type: 'v4-32' given together with tpu.generation/tpu.topology; valid: one of the two forms"]),
     ("tpu no form", with_(V4, "trainstack:tpu", accelerator_type=None), ["tpu.accelerator_type: required (or tpu.generation with tpu.topology)"]),
     ("tpu topology", with_(V4, "trainstack:tpu", accelerator_type=None, generation="v4", topology="3x3x3"), ["tpu.topology: '3x3x3' is not a v4 topology; valid: 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x12, 8x8x16, 8x16x16"]),
     ("tpu topology missing", with_(V4, "trainstack:tpu", accelerator_type=None, generation="v6e"), ["tpu.topology: required with tpu.generation; valid: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, 8x16, 16x16"]),
@@ -178,7 +178,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("tpu runtime needs pod", with_(V4, "trainstack:tpu", runtime_version="tpu-vm-tf-2.16.0-pjrt"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pjrt' is a single-host runtime but v4-32 has 4 hosts; valid: tpu-vm-tf-2.16.0-pod-pjrt"]),
     ("tpu runtime no pod", with_(V4, "trainstack:tpu", accelerator_type="v4-8", runtime_version="tpu-vm-tf-2.16.0-pod-pjrt"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod-pjrt' is a multi-host (-pod) runtime but v4-8 is a single host; valid: tpu-vm-tf-2.16.0-pjrt"]),
     ("tpu runtime device api", with_(V4, "trainstack:tpu", runtime_version="tpu-vm-tf-2.16.0-pod"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod' names no device API, which v4 runtimes carry from TF 2.15.0 on; valid: tpu-vm-tf-2.16.0-pod-pjrt, tpu-vm-tf-2.16.0-pod-se"]),
-    ("tpu runtime empty", with_(V4, "trainstack:tpu", runtime_version=""), ["tpu.runtime_version: required"]),
+    ("tpu runtime empty", with_(V4, "trainstack:tpu", runtime_version=""), ["tpu.runtime_version: required; valid: a TPU software version, e.g. tpu-ubuntu2204-base"]),
     ("tpu provisioning", with_(V4, "trainstack:tpu", provisioning="cheap"), ["tpu.provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved"]),
     ("tpu spot reservation", with_(V4, "trainstack:tpu", reservation="r1"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('spot') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
     ("tpu reserved names reservation", with_(V4, "trainstack:tpu", reservation="r1", provisioning="reserved"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('reserved') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
@@ -191,7 +191,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("gpu zone region", with_(GPU, "trainstack:gpu_cluster", zone="us-east1-b"), ["gpu_cluster.zone: 'us-east1-b' is not in gcp:region 'us-central1'; valid: a zone named us-central1-<zone>"]),
     ("gpu zone offer", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-8g", zone="us-central1-b"), ["gpu_cluster.zone: 'us-central1-b' does not offer A100 80GB (a2-ultragpu-8g); valid: asia-southeast1-c, europe-west4-a, us-central1-a, us-central1-c, us-east4-c, us-east5-b"]),
     ("gpu backend", with_(GPU, "trainstack:gpu_cluster", backend="slurm"), ["gpu_cluster.backend: 'slurm' is not allowed; valid: gke, gce"]),
-    ("gpu nodes", with_(GPU, "trainstack:gpu_cluster", node_count=0), ["gpu_cluster.node_count: 0 is too small; expected >= 1"]),
+    ("gpu nodes", with_(GPU, "trainstack:gpu_cluster", node_count=0), ["gpu_cluster.node_count: 0 is too small; valid: >= 1"]),
     ("gpu spot reservation", with_(GPU, "trainstack:gpu_cluster", reservation="r1"), ["gpu_cluster.reservation: 'r1' cannot be used with spot: true; valid: spot: false, or no reservation"]),
     ("gpu compact limit", with_(GPU, "trainstack:gpu_cluster", node_count=1501), ["gpu_cluster.node_count: 1501 exceeds the compact placement limit of 1500 nodes; valid: 1 to 1500, or compact_placement: false"]),
     ("gpu missing", {**PROJECT, "trainstack:gpu_cluster": {}}, ["gpu_cluster.machine_type: required", "gpu_cluster.zone: required"]),
@@ -201,30 +201,30 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("vx accel type", with_(VERTEX, "trainstack:vertex", accelerator_type="NVIDIA_A100_80GB"), ["vertex.accelerator_type: 'NVIDIA_A100_80GB' does not match a2-highgpu-8g (A100 40GB); valid: NVIDIA_TESLA_A100"]),
     ("vx accel enum", with_(VERTEX, "trainstack:vertex", accelerator_type="nvidia-tesla-a100"), ["vertex.accelerator_type: 'nvidia-tesla-a100' is not allowed; valid: NVIDIA_TESLA_A100, NVIDIA_A100_80GB"]),
     ("vx accel count", with_(VERTEX, "trainstack:vertex", accelerator_count=4), ["vertex.accelerator_count: 4 does not match a2-highgpu-8g; valid: 8"]),
-    ("vx cpu accel", with_(VERTEX, "trainstack:vertex", machine_type="n1-standard-8", accelerator_count=None, reduction_server=None), ["vertex.accelerator_type: 'NVIDIA_TESLA_A100' cannot attach to CPU machine type 'n1-standard-8'; expected no accelerator_type (A100s come with a2-* machine types)"]),
+    ("vx cpu accel", with_(VERTEX, "trainstack:vertex", machine_type="n1-standard-8", accelerator_count=None, reduction_server=None), ["vertex.accelerator_type: 'NVIDIA_TESLA_A100' cannot attach to CPU machine type 'n1-standard-8'; valid: no accelerator_type (A100s come with a2-* machine types)"]),
     ("vx rs cpu", with_(VERTEX, "trainstack:vertex", machine_type="n1-standard-8", accelerator_type=None, accelerator_count=None), ["vertex.reduction_server.enabled: true needs GPU workers but 'n1-standard-8' has no GPUs; valid: false"]),
     ("vx rs single", with_(VERTEX, "trainstack:vertex", replica_count=1), ["vertex.reduction_server.enabled: true needs at least 2 worker machines (vertex.replica_count is 1); valid: false"]),
     ("vx rs machine", with_(VERTEX, "trainstack:vertex", reduction_server={"enabled": True, "machine_type": "a2-highgpu-1g"}), ["vertex.reduction_server.machine_type: 'a2-highgpu-1g' is not a Reduction Server machine type; valid: n1-highcpu-16, n2-highcpu-16"]),
     ("vx rs count", with_(VERTEX, "trainstack:vertex", reduction_server={"enabled": True, "replica_count": 0}), ["vertex.reduction_server.replica_count: 0 is not allowed; valid: 'auto' or an integer >= 1"]),
-    ("vx replicas", with_(VERTEX, "trainstack:vertex", replica_count=0), ["vertex.replica_count: 0 is too small; expected >= 1"]),
-    ("vx timeout", with_(VERTEX, "trainstack:vertex", timeout_s=0), ["vertex.timeout_s: 0 is too small; expected > 0"]),
+    ("vx replicas", with_(VERTEX, "trainstack:vertex", replica_count=0), ["vertex.replica_count: 0 is too small; valid: >= 1"]),
+    ("vx timeout", with_(VERTEX, "trainstack:vertex", timeout_s=0), ["vertex.timeout_s: 0 is too small; valid: > 0"]),
     ("vx hp parallel", with_(VERTEX, "trainstack:vertex", hyperparameter_tuning={"metric_id": "loss", "goal": "MINIMIZE", "max_trial_count": 2, "parallel_trial_count": 4, "parameters": [{"parameter_id": "learning_rate", "type": "double", "min_value": 0.1, "max_value": 0.01}]}), [
-        "vertex.hyperparameter_tuning.parallel_trial_count: 4 exceeds max_trial_count 2; expected <= 2",
-        "vertex.hyperparameter_tuning.parameters[0].min_value: 0.1 is not below max_value 0.01; expected min_value < max_value",
+        "vertex.hyperparameter_tuning.parallel_trial_count: 4 exceeds max_trial_count 2; valid: <= 2",
+        "vertex.hyperparameter_tuning.parameters[0].min_value: 0.1 is not below max_value 0.01; valid: min_value < max_value",
     ]),
     ("vx hp param", with_(VERTEX, "trainstack:vertex", hyperparameter_tuning={"metric_id": "loss", "goal": "LOWER", "max_trial_count": 2, "parallel_trial_count": 1, "parameters": [{"parameter_id": "lr", "type": "double", "bogus": 1}]}), [
         "vertex.hyperparameter_tuning.goal: 'LOWER' is not allowed; valid: MAXIMIZE, MINIMIZE",
         "vertex.hyperparameter_tuning.parameters[0].bogus: unknown key; valid: parameter_id, type, min_value, max_value, values, scale_type",
     ]),
     ("vx hp grid", with_(VERTEX, "trainstack:vertex", hyperparameter_tuning={"metric_id": "loss", "goal": "MINIMIZE", "algorithm": "GRID_SEARCH", "max_trial_count": 2, "parallel_trial_count": 1, "parameters": [{"parameter_id": "steps", "type": "categorical"}, {"parameter_id": "learning_rate", "type": "double", "min_value": 0.001, "max_value": 0.1}]}), [
-        "vertex.hyperparameter_tuning.parameters[0].values: required for a categorical parameter",
+        "vertex.hyperparameter_tuning.parameters[0].values: required for a categorical parameter; valid: a list of strings",
         "vertex.hyperparameter_tuning.algorithm: 'GRID_SEARCH' cannot search double parameter 'learning_rate'; valid: ALGORITHM_UNSPECIFIED, RANDOM_SEARCH",
     ]),
-    ("vx hp empty", with_(VERTEX, "trainstack:vertex", hyperparameter_tuning={"metric_id": "loss", "goal": "MINIMIZE", "max_trial_count": 2, "parallel_trial_count": 1, "parameters": []}), ["vertex.hyperparameter_tuning.parameters: [] is too short; expected at least 1 item(s)"]),
+    ("vx hp empty", with_(VERTEX, "trainstack:vertex", hyperparameter_tuning={"metric_id": "loss", "goal": "MINIMIZE", "max_trial_count": 2, "parallel_trial_count": 1, "parameters": []}), ["vertex.hyperparameter_tuning.parameters: [] is too short; valid: at least 1 item(s)"]),
     # --- local and trainer
-    ("local workers", {"trainstack:local": {"workers": 0}}, ["local.workers: 0 is too small; expected >= 1"]),
+    ("local workers", {"trainstack:local": {"workers": 0}}, ["local.workers: 0 is too small; valid: >= 1"]),
     ("local unknown", {"trainstack:local": {"procs": 2}}, ["local.procs: unknown key; valid: workers, root"]),
-    ("trainer steps", {**LOCAL, "trainstack:trainer": {"steps": 0}}, ["trainer.steps: 0 is too small; expected > 0"]),
+    ("trainer steps", {**LOCAL, "trainstack:trainer": {"steps": 0}}, ["trainer.steps: 0 is too small; valid: > 0"]),
     ("trainer framework", {**LOCAL, "trainstack:trainer": {"framework": "jax"}}, ["trainer.framework: 'jax' is not allowed; valid: torch, tensorflow"]),
     ("trainer strategy", {**LOCAL, "trainstack:trainer": {"strategy": "mirrored"}}, ["trainer.strategy: 'mirrored' is not a torch strategy; valid: ddp, fsdp"]),
     ("trainer data_path", {**LOCAL, "trainstack:trainer": {"dataset": "files"}}, ["trainer.data_path: required when dataset is 'files'"]),
@@ -232,8 +232,8 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     # --- several at once
     ("collects all", {**PROJECT, "trainstack:environment": "qa", "trainstack:local": {"workers": 0}, "trainstack:quotas": {"request_increases": True}}, [
         "environment: 'qa' is not allowed; valid: dev, staging, prod",
-        "local.workers: 0 is too small; expected >= 1",
-        "quotas.contact_email: required when quotas.request_increases is true",
+        "local.workers: 0 is too small; valid: >= 1",
+        "quotas.contact_email: required when quotas.request_increases is true; valid: an email address (name@domain)",
     ]),
 ]  # fmt: skip
 

@@ -1,7 +1,8 @@
 """README's stack config reference names every key of the stack config models.
 
-The keys come from the pydantic models `trainstack.infra.config.StackConfig` embeds (sections, nested
-sections, entries of lists of models), so a key added to any model fails here until README
+The keys come from the pydantic models of every stack key (`trainstack.infra.config.stack_schema`:
+the generic sections and each registered target's section; nested sections, entries of lists
+of models), so a key added to any model fails here until README
 documents it as its dotted path in backticks (`vertex.reduction_server.enabled`,
 `vertex.hyperparameter_tuning.parameters[].type`)."""
 
@@ -14,8 +15,8 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from trainstack.infra.config import StackConfig
-from trainstack.infra.mocks import REPO_ROOT
+from tests import REPO_ROOT
+from trainstack.infra.config import stack_schema
 from trainstack.trainers.common.config import TF_STRATEGIES
 
 GCP_FIELDS = {"project": "gcp:project", "region": "gcp:region", "zone": "gcp:zone"}
@@ -34,9 +35,10 @@ def _models(annotation: Any) -> Iterator[tuple[type[BaseModel], bool]]:
             yield from _models(arg)
 
 
-def config_keys(model: type[BaseModel] = StackConfig, prefix: str = "") -> Iterator[str]:
-    """Every key of `model` as its dotted path, nested models included."""
-    for name, field in model.model_fields.items():
+def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> Iterator[str]:
+    """Every key of `model` (the whole stack config when None) as its dotted path, nested
+    models included."""
+    for name, field in (model or stack_schema()).model_fields.items():
         path = GCP_FIELDS.get(name, name) if not prefix else f"{prefix}{name}"
         yield path
         for nested, listed in _models(field.annotation):

@@ -6,7 +6,7 @@ The rendered launcher runs for real with bash against the metadata fake, a Cloud
 (tests/fakes/logging_server.py, which evaluates filters); pip and the node launcher
 (`python3 -m trainstack.trainers.node`) are fake executables. A download refused with 403, a failed pip
 install and a node launcher that stopped (with its last stderr lines) each end with an
-ERROR entry that `trainstack logs`' query (`trainstack.infra.logs.cloud_filter`) and the dashboard's log
+ERROR entry that `trainstack logs`' query (`trainstack.infra.log_source.cloud_filter`) and the dashboard's log
 filter (`gce_filters`) select, carrying the cause. The entry is the one the trainer's shipper writes (`trainstack.trainers.common.cloud_logging`).
 """
 
@@ -29,7 +29,7 @@ from tests.fakes.metadata_fake import PROJECT, ZONE, MetadataFake, vm_values
 from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE, node_helper, render_launcher
 from trainstack.components.training_dashboard.targets import gce_filters
 from trainstack.infra.config import load_stack_config
-from trainstack.infra.logs import cloud_filter
+from trainstack.infra.log_source import cloud_filter
 from trainstack.infra.plan import load_stack
 from trainstack.trainers.common.cloud_logging import LogShipper
 from trainstack.trainers.common.contract import LOG_ID

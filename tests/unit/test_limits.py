@@ -10,13 +10,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import trainstack.infra.compose
+import trainstack.infra.targets.gpu_cluster
+import trainstack.infra.targets.tpu
 from trainstack.infra.cli import app
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, load_stack_config
-from trainstack.infra.estimate import limit_problems, limits_plan, vertex_timeout_s
+from trainstack.infra.estimate import limit_problems, limits_plan
 from trainstack.infra.mocks import run_program
-from trainstack.infra.plan import STACKS_DIR, build_plan, read_stack_file
+from trainstack.infra.plan import build_plan, read_stack_file, stack_file
+from trainstack.infra.targets.vertex_config import vertex_timeout_s
 
 VERTEX_OVER = (
     "limits.max_hourly_usd: the stack's estimated $143.65/hour is above the limit of "
@@ -30,16 +32,16 @@ TPU_ENFORCED = (
 
 
 def _stack(name: str, **limits: Any) -> dict[str, Any]:
-    config = read_stack_file(STACKS_DIR / f"Pulumi.{name}.yaml")[1]
+    config = read_stack_file(stack_file(name))[1]
     return {**config, "trainstack:limits": limits}
 
 
 @pytest.mark.parametrize(
     ("limits", "expected"),
     [
-        ({"max_hourly_usd": -1}, "limits.max_hourly_usd: -1 is too small; expected > 0.0"),
-        ({"max_run_hours": 0}, "limits.max_run_hours: 0 is too small; expected > 0.0"),
-        ({"max_hourly_usd": "x"}, "limits.max_hourly_usd: 'x' is not a number"),
+        ({"max_hourly_usd": -1}, "limits.max_hourly_usd: -1 is too small; valid: > 0.0"),
+        ({"max_run_hours": 0}, "limits.max_run_hours: 0 is too small; valid: > 0.0"),
+        ({"max_hourly_usd": "x"}, "limits.max_hourly_usd: 'x' is not a number; valid: a number"),
         (
             {"cap": 1},
             "limits.cap: unknown key; valid: max_hourly_usd, max_run_hours, max_total_usd",
@@ -180,7 +182,7 @@ def test_gpu_clusters_get_max_run_seconds(
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(trainstack.infra.compose, "A100Cluster", recorder)
+    monkeypatch.setattr(trainstack.infra.targets.gpu_cluster, "A100Cluster", recorder)
     config = _stack(stack, max_run_hours=72)
     with pytest.raises(Stop):
         run_program(main_program, config=config, stack=stack)
@@ -204,7 +206,7 @@ def test_without_limits_no_max_run_seconds_is_passed(monkeypatch: pytest.MonkeyP
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(trainstack.infra.compose, "A100Cluster", recorder)
+    monkeypatch.setattr(trainstack.infra.targets.gpu_cluster, "A100Cluster", recorder)
     with pytest.raises(Stop):
         run_program(main_program, config=_stack("dev-a100-gke"), stack="dev-a100-gke")
     assert "max_run_seconds" not in seen[0]
@@ -220,7 +222,7 @@ def _tpu_slice_args(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> 
         seen.append(args)
         raise Stop
 
-    monkeypatch.setattr(trainstack.infra.compose, "TpuPodSlice", recorder)
+    monkeypatch.setattr(trainstack.infra.targets.tpu, "TpuPodSlice", recorder)
     with pytest.raises(Stop):
         run_program(main_program, config=config, stack="dev-tpu-v5e")
     return seen[0]

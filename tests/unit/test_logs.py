@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests import REPO_ROOT
 from tests.fakes.logging_server import LoggingFakeServer
 from trainstack.infra.cli import app
-from trainstack.infra.mocks import REPO_ROOT
 
 runner = CliRunner()
 _IDS = itertools.count(1)

@@ -60,20 +60,20 @@ def test_the_gke_cluster_admits_only_the_listed_networks() -> None:
             [],
             [
                 "gpu_cluster.master_authorized_cidrs: [] names no network (the cluster would "
-                "stay open to any address); list at least one CIDR block or remove the key"
+                "stay open to any address); valid: at least one CIDR block, or remove the key"
             ],
         ),
         (
             "dev-a100-gke",
             "10.0.0.0/8",
-            ["gpu_cluster.master_authorized_cidrs: '10.0.0.0/8' is not a list"],
+            ["gpu_cluster.master_authorized_cidrs: '10.0.0.0/8' is not a list; valid: a list"],
         ),
         (
             "prod-a100-gce",
             ["10.0.0.0/8"],
             [
                 "gpu_cluster.master_authorized_cidrs: applies to backend 'gke' only (the GKE "
-                "control plane); backend 'gce' has none: remove the key"
+                "control plane); backend 'gce' has none; valid: remove the key"
             ],
         ),
     ],

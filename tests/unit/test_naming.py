@@ -127,16 +127,13 @@ def test_merge_labels_adds_identity() -> None:
         (
             {"Team": "ml"},
             (
-                "labels: 'Team' is not a valid label key; expected a lowercase letter then up to "
+                "labels: 'Team' is not a valid label key; valid: a lowercase letter then up to "
                 "62 of a-z, 0-9, '_', '-'"
             ),
         ),
         (
             {"team": "ML"},
-            (
-                "labels.team: 'ML' is not a valid label value; expected up to 63 of a-z, 0-9, "
-                "'_', '-'"
-            ),
+            ("labels.team: 'ML' is not a valid label value; valid: up to 63 of a-z, 0-9, '_', '-'"),
         ),
     ],
 )

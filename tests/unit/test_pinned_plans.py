@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import REPO_ROOT
 from tests.bundled import bundled_plan
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.infra.plan import build_plan, bundled_stacks, load_stack, plan_diff, stack_names
 
 PINNED = REPO_ROOT / "tests" / "plans"
@@ -96,12 +96,12 @@ def test_a_user_stack_is_listed_but_pinned_only_on_request(
 ) -> None:
     import shutil
 
-    import trainstack.infra.plan
-
+    # A copy of this project, with one stack more.
+    shutil.copy(REPO_ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     stacks = tmp_path / "stacks"
-    shutil.copytree(trainstack.infra.plan.STACKS_DIR, stacks)
+    shutil.copytree(REPO_ROOT / "stacks", stacks)
     (stacks / "Pulumi.mine.yaml").write_text((stacks / "Pulumi.local.yaml").read_text())
-    monkeypatch.setattr(trainstack.infra.plan, "STACKS_DIR", stacks)
+    monkeypatch.chdir(tmp_path)
     assert "mine" in stack_names()
     assert "mine" not in bundled_stacks()
     assert "mine" not in _pinned_stacks()

@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from tests import REPO_ROOT
 from tests.bundled import bundled_plan
 from tests.stacks import GPU_STACK
 from trainstack.components.a100_cluster._common import gke_spot_grace_note
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError
-from trainstack.infra.mocks import REPO_ROOT, SECRET, UNKNOWN, run_program
+from trainstack.infra.mocks import SECRET, UNKNOWN, run_program
 from trainstack.infra.plan import (
     MAX_DIFF_CHARS,
     UNWRAPPED_WIDTH,
@@ -528,7 +529,7 @@ def test_the_text_plan_shows_runs_not_the_provider() -> None:
     assert lines[1:4] == [
         "└── local-job trainstack:local:LocalTrainingJob",
         "    └── local-job-run pulumi-python:dynamic/local:TrainingRun  workers=2, "
-        'stop_grace_s=45, root=".trainstack/local"',
+        'stop_grace_s=45, root=".trainstack/local/local"',
         "        └── " + RUNS["local"][0],
     ]
     for stack in bundled_stacks():

@@ -107,9 +107,9 @@ def test_tuning_job_replace_names_the_per_trial_checkpoint_folder() -> None:
                 "components/_local_provider.py); deletes the old one first",
                 # A fingerprinted setting: the trainer refuses the folder's checkpoints.
                 "  - **relaunches training, but the new run refuses the checkpoints in "
-                "`.trainstack/local/checkpoints/local` (exit 2): learning_rate 0.003 -> 0.001 "
+                "`.trainstack/local/local/checkpoints/local` (exit 2): learning_rate 0.003 -> 0.001 "
                 "changed; set a new `trainer.run_name` (a new folder) or delete "
-                "`.trainstack/local/checkpoints/local` to start fresh**",
+                "`.trainstack/local/local/checkpoints/local` to start fresh**",
                 "  - `trainer.learning_rate`: `0.003` -> `0.001`",
             ],
         ),
@@ -121,7 +121,7 @@ def test_tuning_job_replace_names_the_per_trial_checkpoint_folder() -> None:
                 "`trainer` changed, which forces a new resource (its provider's diff, "
                 "components/_local_provider.py); deletes the old one first",
                 "  - **relaunches training; resumes from the newest checkpoint in "
-                "`.trainstack/local/checkpoints/local`**",
+                "`.trainstack/local/local/checkpoints/local`**",
                 "  - `trainer.steps`: `300` -> `400`",
             ],
         ),
@@ -134,8 +134,8 @@ def test_tuning_job_replace_names_the_per_trial_checkpoint_folder() -> None:
                 "components/_local_provider.py); deletes the old one first",
                 "  - **relaunches training; starts at step 0 unless "
                 "`/tmp/other/checkpoints/local` already holds a checkpoint (the old run's are "
-                "in `.trainstack/local/checkpoints/local`)**",
-                "  - `root`: `.trainstack/local` -> `/tmp/other`",
+                "in `.trainstack/local/local/checkpoints/local`)**",
+                "  - `root`: `.trainstack/local/local` -> `/tmp/other`",
                 "  - `stop_grace_s`: `45` -> `60`",
             ],
         ),

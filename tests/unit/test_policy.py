@@ -299,7 +299,10 @@ def test_unreadable_plans_exit_2(tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["policy", "--plan", str(bad)])
     assert result.exit_code == 2
-    assert "plan 's': resources[0].protect must be true or false, got 1" in result.stderr
+    assert (
+        "plan 's': resources[0].protect must be true or false, got 1; valid: true, false"
+        in result.stderr
+    )
 
 
 def test_a_list_of_plans_reports_each_stack() -> None:

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainstack.infra.mocks import REPO_ROOT
+from tests import REPO_ROOT
 from trainstack.infra.plan import build_plan, load_stack
 from trainstack.infra.testing import run_program_dir
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests import REPO_ROOT
 from tests.bundled import bundled_plan
-from trainstack.infra.mocks import REPO_ROOT
 from trainstack.infra.plan import build_plan, load_stack
 from trainstack.infra.plan_diff import plan_diff
 from trainstack.infra.policy import check_resources

@@ -433,7 +433,7 @@ MACHINES = (
             "reduction_server.enabled: true needs at least 2 worker machines (replica_count is "
             "1); valid: false",
         ),
-        ({"replica_count": 0}, "replica_count: 0 is too small; expected >= 1"),
+        ({"replica_count": 0}, "replica_count: 0 is too small; valid: >= 1"),
         (
             {"region": "mars-1", "replica_count": 2, "reduction_server": {"replica_count": 1}},
             "region: 'mars-1' has no known nearest Artifact Registry multi-region; valid: "
@@ -456,8 +456,8 @@ MACHINES = (
         (
             {"machine_type": "n1-standard-8"},
             "accelerator_type: 'NVIDIA_TESLA_A100' cannot attach to CPU machine type "
-            "'n1-standard-8'; expected no accelerator_type (A100s come with a2-* machine types)\n"
-            "accelerator_count: 8 cannot attach to CPU machine type 'n1-standard-8'; expected no "
+            "'n1-standard-8'; valid: no accelerator_type (A100s come with a2-* machine types)\n"
+            "accelerator_count: 8 cannot attach to CPU machine type 'n1-standard-8'; valid: no "
             "accelerator_count",
         ),
         (
@@ -484,8 +484,7 @@ MACHINES = (
         ),
         (
             {"hyperparameter_tuning": {**TUNING, "parallel_trial_count": 9}},
-            "hyperparameter_tuning.parallel_trial_count: 9 exceeds max_trial_count 8; "
-            "expected <= 8",
+            "hyperparameter_tuning.parallel_trial_count: 9 exceeds max_trial_count 8; valid: <= 8",
         ),
     ],
 )

@@ -9,6 +9,7 @@ import sys
 from trainstack.trainers.common.cli import help_text
 from trainstack.trainers.common.contract import TF_MODULE
 from trainstack.trainers.common.signals import watch_parent
+from trainstack.trainers.crash import reported_crash
 
 
 def _run() -> int:
@@ -17,10 +18,11 @@ def _run() -> int:
         return 0
     # A local run's workers must not outlive its launcher (torchrun or the CLI).
     watch_parent()
-    # Imported late so `--help` answers without loading anything heavy.
-    from trainstack.trainers.tf_multiworker.launch import main
+    with reported_crash():
+        # Imported late so `--help` answers without loading anything heavy.
+        from trainstack.trainers.tf_multiworker.launch import main
 
-    return main(sys.argv[1:])
+        return main(sys.argv[1:])
 
 
 def _exit(code: int) -> None:

@@ -1,7 +1,7 @@
 """The image a Vertex stack's replicas run, what is wrong with it, and the plan's notes.
 
-`vertex_image` is the one answer for the job (`trainstack.infra.compose`), the plan's "runs on" row
-(`trainstack.infra.code_plan`) and the end-of-availability check (`trainstack.infra.plan`). A default image (the
+`vertex_image` is the one answer for the job, the plan's "runs on" row and the
+end-of-availability check (all in `trainstack.infra.targets.vertex`). A default image (the
 framework's own on Docker Hub) is pulled through the stack's Artifact Registry remote
 repository of Docker Hub (`trainstack.components.image_mirror`), never anonymously from Docker Hub.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date
+from typing import TYPE_CHECKING, cast
 
 from trainstack.components.catalog.images import (
     REGISTRY_STORAGE_PRICE_SOURCE,
@@ -18,9 +19,11 @@ from trainstack.components.catalog.images import (
     vertex_training_image,
 )
 from trainstack.components.image_mirror import repository_id
-from trainstack.infra.config import StackConfig
-from trainstack.infra.estimate import vertex_timeout_s
+from trainstack.infra.targets.vertex_config import VertexConfig, vertex_timeout_s
 from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE, TRAINER_MODULES
+
+if TYPE_CHECKING:
+    from trainstack.infra.config import StackConfig
 
 USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node": TF_MODULE}
 """Launcher -> the bundled module whose Vertex image runs your code when you name none:
@@ -32,12 +35,12 @@ def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
     default: your `trainer.image`, else `vertex.image_uri`, else the image of the trainer's
     framework (for your code: of its launcher, `USER_CODE_VERTEX_MODULES`). One answer for
     the job, the plan's "runs on" row and the end-of-availability check."""
-    assert cfg.vertex is not None
+    vx = cast(VertexConfig, cfg.compute)
     code = cfg.trainer.user_code
     if code is not None and code.image:
         return code.image, "trainer.image", False
-    if cfg.vertex.image_uri:
-        return cfg.vertex.image_uri, "vertex.image_uri", False
+    if vx.image_uri:
+        return vx.image_uri, "vertex.image_uri", False
     return vertex_training_image(vertex_module(cfg)).uri, "vertex.image_uri", True
 
 
@@ -51,15 +54,13 @@ def vertex_module(cfg: StackConfig) -> str:
 
 def uses_image_mirror(cfg: StackConfig) -> bool:
     """Whether the stack pulls a default (Docker Hub) image, through its Docker Hub mirror."""
-    return cfg.target == "vertex" and vertex_image(cfg)[2]
+    return vertex_image(cfg)[2]
 
 
 def vertex_plan_notes(cfg: StackConfig, deployment: str) -> list[str]:
     """Plan notes for a Vertex stack: the Docker Hub mirror the default image comes through,
     and a GPU job left without a run limit (Vertex's 7-day default)."""
-    vx = cfg.vertex
-    if cfg.target != "vertex" or vx is None:
-        return []
+    vx = cast(VertexConfig, cfg.compute)
     notes = []
     if uses_image_mirror(cfg):
         region = vx.region or cfg.region
@@ -83,11 +84,10 @@ def vertex_image_problems(cfg: StackConfig, today: date) -> tuple[list[str], lis
     """(errors, warnings) about the image the Vertex replicas run on `today`: a default past
     its end of availability, or without what Reduction Server needs, is an error; an image
     you named gets the same facts as warnings."""
-    if cfg.target != "vertex" or cfg.vertex is None:
-        return [], []
+    vx = cast(VertexConfig, cfg.compute)
     image, key, default = vertex_image(cfg)
     problems = [image_availability_problem(image, today, key, default)]
-    if cfg.vertex.reducer_count():
+    if vx.reducer_count():
         problems.append(reduction_server_image_problem(image, key, default, "vertex."))
     found = [p for p in problems if p is not None]
     return (found, []) if default else ([], found)

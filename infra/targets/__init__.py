@@ -1,0 +1,44 @@
+"""The compute targets, one module each, behind one interface (`base.Target`).
+
+Importing this package registers the built-in targets, in the order their stack sections
+are listed in messages: `tpu`, `gke` and `gce` (section `gpu_cluster`), `vertex`, `local`.
+"""
+
+from __future__ import annotations
+
+from trainstack.infra.targets import gce, gke, local, tpu, vertex
+from trainstack.infra.targets.base import (
+    CloudTarget,
+    ComposeContext,
+    Section,
+    StandaloneTarget,
+    Target,
+    by_section,
+    claimant,
+    register,
+    registered,
+    sections,
+    target_of,
+    unregister,
+)
+
+BUILT_IN: tuple[Target, ...] = (tpu.TARGET, gke.TARGET, gce.TARGET, vertex.TARGET, local.TARGET)
+"""In the order their sections are listed (`valid: exactly one of tpu, gpu_cluster, ...`)."""
+for _target in BUILT_IN:
+    register(_target)
+
+__all__ = [
+    "BUILT_IN",
+    "CloudTarget",
+    "ComposeContext",
+    "Section",
+    "StandaloneTarget",
+    "Target",
+    "by_section",
+    "claimant",
+    "register",
+    "registered",
+    "sections",
+    "target_of",
+    "unregister",
+]

@@ -1,0 +1,97 @@
+"""Target `gce`: A100 Compute Engine VMs booting the Deep Learning VM image, the trainer
+started by their startup script (`A100Cluster` with backend `gce`). Stack section
+`trainstack:gpu_cluster`, `backend: gce`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from trainstack.components._google_api import build_client
+from trainstack.components.a100_cluster._common import instance_name_pattern
+from trainstack.components.catalog.images import DLVM_IMAGE
+from trainstack.components.training_dashboard.targets import gce_filters
+from trainstack.infra.google_reads import get_or_none
+from trainstack.infra.logs import check_worker, log_query, parse_time
+from trainstack.infra.stack_outputs import require
+from trainstack.infra.targets.gpu_cluster import GpuCluster, GpuClusterConfig, gpu_section
+from trainstack.trainers.common.config import TrainConfig
+
+if TYPE_CHECKING:
+    from trainstack.infra.config import StackConfig
+    from trainstack.trainers.common.user_code import StackTrainer, UserCode
+
+
+class Gce(GpuCluster):
+    name = "gce"
+
+    def code_problems(self, section: GpuClusterConfig, trainer: StackTrainer) -> list[str]:
+        if trainer.image is None:
+            return []
+        return [
+            (
+                "trainer.image: not supported on gpu_cluster backend 'gce' (its VMs boot the Deep "
+                "Learning VM image and run no container); valid: trainer.source, or "
+                "gpu_cluster.backend gke"
+            )
+        ]
+
+    def trainer_problems(self, section: GpuClusterConfig, trainer: TrainConfig) -> list[str]:
+        if trainer.framework == "tensorflow":
+            return [
+                (
+                    "trainer.framework: 'tensorflow' is not supported on gpu_cluster backend 'gce' "
+                    "(its Deep Learning VM image carries PyTorch only); valid: torch, or "
+                    "gpu_cluster.backend gke"
+                )
+            ]
+        return super().trainer_problems(section, trainer)
+
+    def torch_image(self, section: GpuClusterConfig) -> tuple[str, str | None]:
+        return DLVM_IMAGE, None
+
+    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+        return True, (
+            f"Compute Engine run limit of {seconds}s (A100Cluster max_run_seconds); then the "
+            "supervisor resizes the instance group to 0"
+        )
+
+    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+        return f"Deep Learning VM image {DLVM_IMAGE}"
+
+    def status(
+        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
+    ) -> dict[str, Any]:
+        assert cfg.project is not None
+        zone = gpu_section(cfg).zone
+        instances = build_client("compute.v1", api_endpoint=endpoints.get("compute")).instances()
+        hosts, starts = [], []
+        for name in require(outputs, stack, "instance_names"):
+            found = get_or_none(instances.get(project=cfg.project, zone=zone, instance=name))
+            if found is None:
+                hosts.append({"name": name, "state": "NOT_FOUND", "address": None})
+                continue
+            interfaces = found.get("networkInterfaces") or [{}]
+            address = interfaces[0].get("networkIP")
+            hosts.append({"name": name, "state": found.get("status"), "address": address})
+            start = found.get("lastStartTimestamp") or found.get("creationTimestamp")
+            if start:
+                starts.append(start)
+        states = {h["state"] for h in hosts}
+        state = states.pop() if len(states) == 1 else "MIXED"
+        started = min(starts, key=parse_time) if starts else None
+        return {"state": state, "hosts": hosts, "started": started, "ended": None}
+
+    def log_filter(
+        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
+    ) -> str:
+        names = [str(n) for n in require(outputs, stack, "instance_names")]
+        check_worker(worker, len(names), stack)
+        # The pattern the component gives its dashboard: exactly these instances' names.
+        scope = gce_filters(stack, instance_name_pattern(names))[0]
+        if worker is not None:
+            scope = f'labels."compute.googleapis.com/resource_name"="{names[worker]}"'
+        return log_query("gce", scope)
+
+
+TARGET = Gce()

@@ -1,0 +1,264 @@
+"""What targets `gke` and `gce` share: stack section `trainstack:gpu_cluster` (the
+`A100Cluster` component's machines, `backend` picking the target) and the parts of their
+checks, cost, quota and composition that do not depend on the backend, and the run
+supervisor that sets the GPU nodes to 0 at the run's end. Each backend's own parts are in
+`trainstack.infra.targets.gke` / `.gce`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, cast
+
+import pulumi
+from pydantic import BeforeValidator, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
+from trainstack.components.a100_cluster.validate import (
+    A100Shape,
+    a100_cluster_problems,
+    cidr_problem,
+)
+from trainstack.components.catalog.batch import WorldSize, gpu_world_size
+from trainstack.components.catalog.names import zone_in_region_problems
+from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
+from trainstack.infra import catalog
+from trainstack.infra.outputs import (
+    OUTPUT_CLUSTER_ENDPOINT,
+    OUTPUT_CLUSTER_NAME,
+    OUTPUT_CONSOLE_URL,
+    OUTPUT_GPUS,
+    OUTPUT_INSTANCE_NAMES,
+    OUTPUT_JOB_NAME,
+    OUTPUT_KUBECONFIG,
+    OUTPUT_NODE_POOL,
+)
+from trainstack.infra.run_args import cloud_trainer_args
+from trainstack.infra.supervision import register_supervisor, run_settings
+from trainstack.infra.targets.base import GPU_NODE_ENV, CloudTarget, ComposeContext
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import TRAINER_MODULES
+
+if TYPE_CHECKING:
+    from trainstack.components.training_dashboard.targets import DashboardScope
+    from trainstack.infra.config import StackConfig
+    from trainstack.trainers.common.user_code import StackTrainer, UserCode
+
+
+def _cidr(value: Any) -> str:
+    """One authorized-network block, by the component's own rule (`cidr_problem`)."""
+    problem = cidr_problem(value)
+    if problem:
+        raise PydanticCustomError("trainstack", problem.replace("{", "{{").replace("}", "}}"))
+    return str(value)
+
+
+class GpuClusterConfig(A100Shape):
+    """`trainstack:gpu_cluster`: A100 machines on GKE or plain Compute Engine; the section is
+    the A100Cluster component's own shape (so the stack config and the component parse the
+    machines alike) plus `master_authorized_cidrs`."""
+
+    master_authorized_cidrs: list[Annotated[str, BeforeValidator(_cidr)]] | None = None
+    """gke: the only networks that may reach the cluster's public control-plane endpoint
+    (GKE authorized networks,
+    https://cloud.google.com/kubernetes-engine/docs/how-to/authorized-networks); unset, any
+    address may try, and only IAM authentication stands in the way."""
+
+    @field_validator("master_authorized_cidrs")
+    @classmethod
+    def _gke_only(cls, cidrs: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if cidrs == []:
+            raise PydanticCustomError(
+                "trainstack",
+                "[] names no network (the cluster would stay open to any address); valid: at "
+                "least one CIDR block, or remove the key",
+            )
+        backend = info.data.get("backend")
+        if cidrs is not None and backend != "gke":
+            raise PydanticCustomError(
+                "trainstack",
+                "applies to backend 'gke' only (the GKE control plane); backend {backend} has "
+                "none; valid: remove the key",
+                {"backend": repr(backend)},
+            )
+        return cidrs
+
+
+def gpu_section(cfg: StackConfig) -> GpuClusterConfig:
+    return cast(GpuClusterConfig, cfg.compute)
+
+
+class GpuCluster(CloudTarget):
+    """An A100 cluster of `gpu_cluster.backend` == `name`."""
+
+    section = "gpu_cluster"
+    model = GpuClusterConfig
+    own_network = True
+    supervised = True
+    extra_nodes: ClassVar[int] = 0
+    """Machines beside the GPU nodes (GKE's system node)."""
+
+    def claims(self, section: GpuClusterConfig) -> bool:
+        return section.backend == self.name
+
+    def section_problems(
+        self, section: GpuClusterConfig, region: str | None, trainer: StackTrainer | None
+    ) -> list[str]:
+        errors = zone_in_region_problems(section.zone, region, "gpu_cluster.zone")
+        args = section.model_dump()
+        problems = a100_cluster_problems(args, prefix="gpu_cluster.", shape_only=True)
+        # A zone outside the region is already reported; do not report the zone twice.
+        return errors + [p for p in problems if not (errors and p.startswith("gpu_cluster.zone: "))]
+
+    def world_size(self, section: GpuClusterConfig, trainer: TrainConfig) -> WorldSize:
+        return gpu_world_size(
+            trainer.framework,
+            trainer.strategy,
+            machines=section.node_count,
+            gpus_per_machine=section.machine.gpus,
+        )
+
+    def extra_hourly_usd(self) -> float:
+        """$/hour of what the backend runs beside the GPU nodes."""
+        return 0.0
+
+    def _nodes_hourly_usd(self, cfg: StackConfig) -> float:
+        gpu = gpu_section(cfg)
+        return gpu.node_count * catalog.MACHINE_PRICES[gpu.machine_type].hourly(gpu.spot)
+
+    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+        gpu = gpu_section(cfg)
+        return {
+            "tpu_chips": 0,
+            "gpus": gpu.total_gpus,
+            "machines": gpu.node_count + self.extra_nodes,
+            "hourly_usd": self._nodes_hourly_usd(cfg) + self.extra_hourly_usd(),
+        }
+
+    def stoppable_hourly_usd(self, cfg: StackConfig) -> float:
+        # The GPU nodes only: the supervisor leaves GKE's cluster and system node running.
+        return round(self._nodes_hourly_usd(cfg), 2)
+
+    def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
+        gpu = gpu_section(cfg)
+        region = cfg.region
+        assert region is not None
+        m = gpu.machine
+        assert m.gpu_model is not None
+        gpus = gpu.total_gpus
+        return [
+            catalog.quota_need(
+                catalog.COMPUTE_QUOTAS[(m.gpu_model, gpu.spot)], {"region": region}, gpus
+            ),
+            catalog.quota_need(catalog.GPUS_ALL_REGIONS_QUOTA, {}, gpus),
+            catalog.quota_need(catalog.A2_CPUS_QUOTA, {"region": region}, m.vcpus * gpu.node_count),
+        ]
+
+    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+        gpu = gpu_section(cfg)
+        launcher = code.launcher_for(cfg.target)
+        return gpu.node_count * (gpu.machine.gpus if launcher == "torchrun" else 1)
+
+    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+        return list(GPU_NODE_ENV)
+
+    def services(self, cfg: StackConfig) -> list[str]:
+        return ["container.googleapis.com"]
+
+    def extra_services(self, cfg: StackConfig) -> list[str]:
+        return list(SUPERVISOR_SERVICES)
+
+    def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
+        cfg, deployment, network = ctx.cfg, ctx.deployment, ctx.network
+        gpu = gpu_section(cfg)
+        assert network is not None and cfg.project is not None
+        training: A100TrainingArgs = {
+            "package_uri": ctx.package.uri,
+            # Bundled: --checkpoint_dir=<url>/checkpoints/<run_name of the flags>; gce: where a
+            # run limit's start goes.
+            "checkpoint_url": ctx.buckets.checkpoint_url,
+        }
+        code = cfg.trainer.user_code
+        if ctx.node_args is not None:
+            # Your code, on every node (gke: every pod, in your image if given; the config
+            # refuses an image on gce, whose VMs run no container).
+            training["node_args"] = ctx.node_args
+            if code is not None and code.image:
+                training["image"] = code.image
+        else:
+            training["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
+            training["trainer_args"] = cloud_trainer_args(cfg, deployment)
+        args: A100ClusterArgs = {
+            "project": cfg.project,
+            "zone": gpu.zone,
+            "deployment_name": deployment,
+            "backend": gpu.backend,
+            "machine_type": gpu.machine_type,
+            "node_count": gpu.node_count,
+            "spot": gpu.spot,
+            "compact_placement": gpu.compact_placement,
+            "tier_1_networking": gpu.tier_1_networking,
+            "network_self_link": network.network_self_link,
+            "subnetwork_self_link": network.subnetwork_self_link,
+            "node_tag": network.node_tag,
+            "service_account_email": ctx.identity.service_account_email,
+            "environment": cfg.environment,
+            "labels": ctx.labels,
+            "training": training,
+        }
+        if gpu.reservation is not None:
+            args["reservation"] = gpu.reservation
+        if gpu.master_authorized_cidrs is not None:
+            args["master_authorized_cidrs"] = list(gpu.master_authorized_cidrs)
+        if cfg.limits.max_run_seconds is not None:
+            args["max_run_seconds"] = cfg.limits.max_run_seconds
+        cluster = A100Cluster(f"{deployment}-gpu", args, opts=ctx.after_grants)
+        outputs: dict[str, Any] = {
+            OUTPUT_CLUSTER_NAME: cluster.cluster_name,
+            OUTPUT_CONSOLE_URL: cluster.console_url,
+            OUTPUT_GPUS: cluster.total_gpus,
+        }
+        if cluster.endpoint is not None:  # gke
+            outputs[OUTPUT_CLUSTER_ENDPOINT] = cluster.endpoint
+            outputs[OUTPUT_NODE_POOL] = cluster.node_pool_name
+            outputs[OUTPUT_KUBECONFIG] = cluster.kubeconfig  # a secret
+        if cluster.job_name is not None:
+            outputs[OUTPUT_JOB_NAME] = cluster.job_name
+        if cluster.instance_names is not None:  # gce
+            outputs[OUTPUT_INSTANCE_NAMES] = cluster.instance_names
+        outputs |= self._supervisor(ctx, cluster)
+        return outputs, cluster.dashboard_scope
+
+    def _supervisor(self, ctx: ComposeContext, cluster: A100Cluster) -> dict[str, Any]:
+        """The cluster's supervisor: it resizes the instance group (gce) or the GPU node
+        pool (gke) to 0 at the run's end; its stack outputs."""
+        cfg = ctx.cfg
+        gpu = gpu_section(cfg)
+        if cluster.instance_group is not None:
+            kind = "mig"
+            name = pulumi.Output.concat(
+                f"projects/{cfg.project}/zones/{gpu.zone}/instanceGroupManagers/",
+                cluster.instance_group.name,
+            )
+            compute: list[pulumi.Resource] = [cluster.instance_group]
+        else:
+            assert cluster.gpu_pool is not None
+            kind = "node_pool"
+            name = pulumi.Output.concat(
+                f"projects/{cfg.project}/locations/{gpu.zone}/clusters/",
+                cluster.cluster_name,
+                "/nodePools/",
+                cluster.gpu_pool.name,
+            )
+            compute = [cluster.gpu_pool]
+        values: dict[str, Any] = {
+            "project": cfg.project,
+            "region": cfg.region,
+            "deployment_name": ctx.deployment,
+            "kind": kind,
+            "resource_name": name,
+            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), cluster.run_record or ""),
+            "staging_bucket": ctx.buckets.staging_bucket,
+            "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
+            "labels": dict(ctx.labels),
+        }
+        return register_supervisor(ctx.deployment, values, compute, ctx.after_grants)

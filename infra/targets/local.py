@@ -1,0 +1,198 @@
+"""Target `local`: the trainer as processes on this machine (`LocalTrainingJob`, and
+`trainstack local-run`), its "buckets" under `local.root`. Stack section `trainstack:local`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from pydantic import Field
+
+from trainstack.components.catalog.batch import WorldSize, local_world_size
+from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
+from trainstack.infra.local_paths import (
+    local_checkpoint_dir,
+    local_log_path,
+    local_root_arg,
+    run_name,
+)
+from trainstack.infra.logs import FileLogs, check_worker, file_lines, line_record
+from trainstack.infra.outputs import (
+    OUTPUT_JOB_STATE,
+    OUTPUT_LOCAL_CHECKPOINT_DIR,
+    OUTPUT_LOCAL_LOG,
+    OUTPUT_LOCAL_PIDS,
+    OUTPUT_LOCAL_ROOT,
+    OUTPUT_TARGET,
+)
+from trainstack.infra.project import current_place
+from trainstack.infra.stack_outputs import read_outputs
+from trainstack.infra.targets.base import Section, StandaloneTarget
+from trainstack.trainers.common.checkpoint import newest_marked
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import (
+    EVENT_DONE,
+    EVENT_EXIT,
+    EVENT_FAILED,
+    EVENT_LAUNCH,
+    EVENT_RESUME,
+    EVENT_START,
+    EVENT_TRAIN,
+    FIELD_EVENT,
+    FIELD_STEP,
+)
+from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.local_report import running_pid_file
+
+if TYPE_CHECKING:
+    from trainstack.infra.config import StackConfig
+    from trainstack.trainers.common.user_code import StackTrainer, UserCode
+
+
+class LocalConfig(Section):
+    """`trainstack:local`: run the trainer as processes on this machine."""
+
+    workers: int = Field(default=2, ge=1)
+    root: str | None = None
+    """Holds the local stand-ins for the buckets; relative to the stack's base folder
+    (`trainstack.infra.project`). Default: the run's own `<project>/.trainstack/local/<key>`."""
+
+
+def _local(cfg: StackConfig) -> LocalConfig:
+    return cast(LocalConfig, cfg.compute)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Local(StandaloneTarget):
+    name = "local"
+    section = "local"
+    model = LocalConfig
+
+    def section_problems(
+        self, section: LocalConfig, region: str | None, trainer: StackTrainer | None
+    ) -> list[str]:
+        return []  # pydantic checks every key; nothing here depends on the catalog
+
+    def world_size(self, section: LocalConfig, trainer: TrainConfig) -> WorldSize:
+        return local_world_size(trainer.framework, trainer.strategy, section.workers)
+
+    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+        return {"tpu_chips": 0, "gpus": 0, "machines": _local(cfg).workers, "hourly_usd": 0.0}
+
+    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+        return False, "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"
+
+    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+        return "this machine (local-run's Python)"
+
+    def local_run_root(self, cfg: StackConfig) -> str | None:
+        return _local(cfg).root
+
+    def local_run_workers(self, cfg: StackConfig) -> int | None:
+        return _local(cfg).workers
+
+    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+        return _local(cfg).workers
+
+    def compose_alone(
+        self, cfg: StackConfig, deployment: str, labels: Mapping[str, str]
+    ) -> dict[str, Any]:
+        local = _local(cfg)
+        # The trainer config, run name and folder of `trainstack local-run` (local_paths), so
+        # either resumes the other's; processes start on `pulumi up`, stop on destroy.
+        trainer = cfg.trainer.model_copy(update={"run_name": run_name(cfg, deployment)})
+        root = local_root_arg(deployment, local.root)
+        local_args: LocalTrainingJobArgs = {
+            "trainer": trainer,
+            "workers": local.workers,
+            "root": root,
+            "base_dir": str(current_place().base_dir),  # where `trainer.source` was checked
+            "labels": labels,
+        }
+        job = LocalTrainingJob(f"{deployment}-job", local_args)
+        return {
+            OUTPUT_TARGET: "local",
+            OUTPUT_LOCAL_ROOT: root,
+            OUTPUT_LOCAL_PIDS: job.pids,
+            OUTPUT_LOCAL_LOG: job.log_path,
+            OUTPUT_LOCAL_CHECKPOINT_DIR: job.checkpoint_dir,
+            OUTPUT_JOB_STATE: job.state,
+        }
+
+    def status_alone(
+        self, cfg: StackConfig, stack: str, outputs: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        log = local_log_path(cfg, stack, outputs, _local(cfg).root)
+        step, done, failed, exit_code = None, False, False, None
+        if log.is_file():
+            # The log keeps every run of the stack: only the newest attempt's records count.
+            for line in file_lines(FileLogs(log, None), follow=False, poll_s=0):
+                record = line_record(line)
+                if not isinstance(record, dict):
+                    continue
+                event = record.get(FIELD_EVENT)
+                if event in (EVENT_START, EVENT_RESUME, EVENT_LAUNCH):
+                    done, failed, exit_code = False, False, None
+                elif event in (EVENT_TRAIN, EVENT_DONE):
+                    step = record.get(FIELD_STEP, step)
+                    done = done or event == EVENT_DONE
+                elif event == EVENT_FAILED:
+                    failed = True
+                elif event == EVENT_EXIT and isinstance(record.get("exit_code"), int):
+                    exit_code = record["exit_code"]
+        ckpt_dir = local_checkpoint_dir(cfg, stack, outputs, _local(cfg).root)
+        pids = [int(p) for p in (outputs or {}).get("local_pids") or [] if str(p).isdigit()]
+        hosts = [
+            {
+                "name": f"worker {i}",
+                "state": "running" if _alive(p) else "exited",
+                "address": f"pid {p}",
+            }
+            for i, p in enumerate(pids)
+        ]
+        pid_file = running_pid_file(log)
+        launcher = pid_file.read_text().strip() if pid_file.is_file() else ""
+        if launcher.isdigit() and _alive(int(launcher)):
+            # `trainstack local-run`: one launcher process supervising the workers.
+            hosts.append({"name": "local-run", "state": "running", "address": f"pid {launcher}"})
+        running = any(h["state"] == "running" for h in hosts)
+        if running:
+            state = "RUNNING"
+        elif exit_code is not None:
+            # `local-run` said how the attempt ended: 143/130 stopped (resumable), others failed.
+            stopped = exit_code in (PREEMPTED_EXIT_CODE, INTERRUPTED_EXIT_CODE)
+            state = "SUCCEEDED" if exit_code == 0 else "STOPPED" if stopped else "FAILED"
+        elif failed:
+            state = "FAILED"
+        else:
+            state = "SUCCEEDED" if done else "STOPPED" if log.is_file() else "NOT_STARTED"
+        return {
+            "state": state,
+            "hosts": hosts,
+            "started": None,
+            "ended": None,
+            "step": step,
+            "checkpoint": newest_marked(ckpt_dir),
+            "checkpoint_dir": ckpt_dir,
+        }
+
+    def log_file(
+        self, cfg: StackConfig, stack: str, outputs_file: Path | None, worker: int | None
+    ) -> Path:
+        check_worker(worker, _local(cfg).workers, stack)
+        outputs = read_outputs(stack, outputs_file) if outputs_file else None
+        return local_log_path(cfg, stack, outputs, _local(cfg).root)
+
+
+TARGET = Local()

@@ -1,0 +1,316 @@
+"""Target `tpu`: a Cloud TPU slice (`TpuPodSlice`), with its run supervisor (`TpuSupervisor`:
+it deletes the slice at the run's end and recreates a preempted spot or queued one). Stack
+section `trainstack:tpu`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from trainstack.components import catalog as facts
+from trainstack.components._google_api import build_client
+from trainstack.components._naming import gcp_name
+from trainstack.components.catalog.batch import WorldSize, tpu_world_size
+from trainstack.components.catalog.names import zone_in_region_problems
+from trainstack.components.catalog.tpu import (
+    TPU_RUN_LIMIT_ENFORCED,
+    TpuGenerationName,
+    TpuProvisioning,
+    TpuSlice,
+    default_tpu_runtime,
+    tpu_slice,
+)
+from trainstack.components.tpu_pod_slice import (
+    TpuPodSlice,
+    TpuPodSliceArgs,
+    tpu_pod_slice_problems,
+    tpu_trainer_problems,
+)
+from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
+from trainstack.components.tpu_supervisor import slice_target, supervised
+from trainstack.components.training_dashboard.targets import tpu_filter_text
+from trainstack.infra import catalog
+from trainstack.infra.code_frameworks import tpu_framework_problems
+from trainstack.infra.google_reads import get_or_none
+from trainstack.infra.logs import check_worker, log_query
+from trainstack.infra.outputs import (
+    OUTPUT_CHECKPOINT_DIR,
+    OUTPUT_CONSOLE_URL,
+    OUTPUT_SLICE_NAME,
+    OUTPUT_TPU_CHIPS,
+    OUTPUT_TPU_HOSTS,
+    OUTPUT_WORKER_IPS,
+)
+from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
+from trainstack.infra.stack_outputs import require
+from trainstack.infra.supervision import register_supervisor, run_settings
+from trainstack.infra.targets.base import CloudTarget, ComposeContext, Section
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import TRAINER_MODULES
+
+if TYPE_CHECKING:
+    from trainstack.components.training_dashboard.targets import DashboardScope
+    from trainstack.infra.config import StackConfig
+    from trainstack.trainers.common.user_code import StackTrainer, UserCode
+
+
+class TpuConfig(Section):
+    """`trainstack:tpu`: a Cloud TPU slice (`TpuPodSlice` arguments). Give
+    `accelerator_type` or generation+topology."""
+
+    accelerator_type: str | None = None
+    """e.g. `v4-32`, `v5litepod-16`, `v5p-8`, `v6e-4`."""
+    generation: TpuGenerationName | None = None
+    topology: str | None = None
+    """Chip topology with `generation`, e.g. `2x2x4`."""
+    zone: str
+    runtime_version: str | None = None
+    """Default: the newest runtime the catalog knows for the generation and the trainer's
+    framework (`trainstack.components.catalog.tpu.default_tpu_runtime`); the plan names it."""
+    provisioning: TpuProvisioning = "on-demand"
+    reservation: str | None = None
+    """Reservation name; only with provisioning `queued`."""
+
+    @property
+    def slice(self) -> TpuSlice:
+        """The catalog slice this config names (valid after `load_stack_config`)."""
+        found: TpuSlice | None = None
+        if self.accelerator_type:
+            found = tpu_slice(self.accelerator_type)
+        elif self.generation and self.topology:
+            found = facts.TPU_GENERATIONS[self.generation].slice_for_topology(self.topology)
+        if found is None:
+            raise ValueError("tpu: no valid slice; validate with load_stack_config first")
+        return found
+
+    @property
+    def spot(self) -> bool:
+        """Spot capacity (preemptible quota and price)."""
+        return self.provisioning == "spot"
+
+    def with_default_runtime(self, framework: str) -> TpuConfig:
+        """This section with `runtime_version` filled in when not given and the slice is
+        known (`trainstack.components.catalog.tpu.default_tpu_runtime`); else unchanged."""
+        if self.runtime_version is not None:
+            return self
+        try:
+            found = self.slice
+        except ValueError:
+            return self  # the slice problem is reported; there is no runtime to pick
+        runtime = default_tpu_runtime(found.generation, framework, found.multi_host)
+        return self.model_copy(update={"runtime_version": runtime})
+
+
+TPU_WORKER_ENV: Final = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
+"""Exported by the TPU worker startup script before your code starts
+(`components/startup/tpu_worker.sh`, `export TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`)."""
+
+
+def _tpu(cfg: StackConfig) -> TpuConfig:
+    return cast(TpuConfig, cfg.compute)
+
+
+class Tpu(CloudTarget):
+    name = "tpu"
+    section = "tpu"
+    model = TpuConfig
+    own_network = True
+    supervised = True
+
+    # ------------------------------------------------------------------ config
+
+    def prepare(self, section: TpuConfig, trainer: Any) -> TpuConfig:
+        # Your own code gets the generation's base runtime: it brings its own framework.
+        own = getattr(trainer, "user_code", None) is not None
+        return section.with_default_runtime("own" if own else trainer.framework)
+
+    def section_problems(
+        self, section: TpuConfig, region: str | None, trainer: StackTrainer | None
+    ) -> list[str]:
+        errors = zone_in_region_problems(section.zone, region, "tpu.zone")
+        args = section.model_dump(exclude_none=True)
+        if section.runtime_version is None:
+            # Unset after `with_default_runtime` only when the slice is unknown; with no slice
+            # no runtime is checked, so a stand-in lets the slice's own problem be reported.
+            filled = section.with_default_runtime("tensorflow").runtime_version
+            args["runtime_version"] = filled or default_tpu_runtime("v4", "tensorflow", False)
+        # Your code brings its own framework (JAX on a base runtime): no TensorFlow needed.
+        own_code = trainer is not None and trainer.user_code is not None
+        problems = tpu_pod_slice_problems(args, "tpu.", user_code=own_code)
+        # A zone outside the region is already reported; do not report the zone twice.
+        return errors + [p for p in problems if not (errors and p.startswith("tpu.zone: "))]
+
+    def code_source_problems(
+        self, section: TpuConfig, trainer: StackTrainer, base: Path
+    ) -> list[str]:
+        if not section.runtime_version:
+            return []
+        return tpu_framework_problems(trainer, section.runtime_version, base)
+
+    def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
+        return tpu_trainer_problems(trainer.framework, trainer.strategy, "trainer.")
+
+    def world_size(self, section: TpuConfig, trainer: TrainConfig) -> WorldSize:
+        return tpu_world_size(section.slice.accelerator_type, section.slice.chips)
+
+    # ------------------------------------------------------------------ estimate and plan
+
+    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+        tpu = _tpu(cfg)
+        s = tpu.slice
+        price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.spot)
+        return {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
+
+    def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
+        tpu = _tpu(cfg)
+        s = tpu.slice
+        # Queued resources draw from on-demand quota unless they are spot.
+        tier: catalog.TpuTier = {"spot": "spot", "reserved": "reserved"}.get(  # type: ignore[assignment]
+            tpu.provisioning, "on-demand"
+        )
+        spec = catalog.TPU_QUOTAS[(s.generation, tier)]
+        return [catalog.quota_need(spec, {"zone": tpu.zone}, s.chips)]
+
+    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+        return TPU_RUN_LIMIT_ENFORCED, (
+            f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
+            "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
+            "limit, so the supervisor then deletes the slice"
+        )
+
+    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+        return f"TPU VM runtime {_tpu(cfg).runtime_version or '(the default for the slice)'}"
+
+    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+        return _tpu(cfg).slice.hosts
+
+    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+        # The node launcher adds nothing on a TPU VM: JAX and PyTorch/XLA find the slice
+        # from these (`trainstack.trainers.user_code`).
+        return list(TPU_WORKER_ENV)
+
+    def plan_defaults(self, cfg: StackConfig, given: Any) -> dict[str, Any]:
+        if isinstance(given, Mapping) and given.get("runtime_version") is None:
+            return {"tpu.runtime_version": _tpu(cfg).runtime_version}
+        return {}
+
+    # ------------------------------------------------------------------ compose
+
+    def services(self, cfg: StackConfig) -> list[str]:
+        return ["tpu.googleapis.com"]
+
+    def extra_services(self, cfg: StackConfig) -> list[str]:
+        return list(SUPERVISOR_SERVICES)
+
+    def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
+        cfg, deployment, network = ctx.cfg, ctx.deployment, ctx.network
+        tpu_cfg = _tpu(cfg)
+        assert network is not None and cfg.project is not None and cfg.region is not None
+        # The section's keys are the component's (slice, zone, runtime, provisioning,
+        # reservation): passed on as they are.
+        args = cast(
+            TpuPodSliceArgs,
+            {
+                **tpu_cfg.model_dump(exclude_none=True),
+                "project": cfg.project,
+                "deployment_name": deployment,
+                "network_self_link": network.network_self_link,
+                "subnetwork_self_link": network.subnetwork_self_link,
+                "network_tags": [network.node_tag],
+                "service_account_email": ctx.identity.service_account_email,
+                "package_uri": ctx.package.uri,
+                # The run's own folder, `<checkpoint bucket>/checkpoints/<run name>`: bundled
+                # trainer flags that name a folder (`trainer.checkpoint_dir`) win on the host.
+                "checkpoint_dir": ctx.buckets.checkpoint_url.apply(
+                    lambda url: checkpoint_dir(cfg, deployment, url)
+                ),
+                "labels": ctx.labels,
+            },
+        )
+        if cfg.limits.max_run_seconds is not None:
+            args["max_run_seconds"] = cfg.limits.max_run_seconds  # the startup script enforces it
+        if ctx.node_args is not None:
+            # Your code, on every host (its checkpoint folder is in node_args' run contract).
+            args["node_args"] = ctx.node_args
+        else:
+            args["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
+            args["trainer_args"] = cloud_trainer_args(cfg, deployment)
+        tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=ctx.after_grants)
+        outputs = {
+            OUTPUT_SLICE_NAME: tpu.slice_name,
+            OUTPUT_WORKER_IPS: tpu.worker_ips,
+            OUTPUT_TPU_CHIPS: tpu.chips,
+            OUTPUT_TPU_HOSTS: tpu.hosts,
+            OUTPUT_CONSOLE_URL: tpu.console_url,
+            OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
+        }
+        outputs |= self._supervisor(ctx, tpu, args)
+        return outputs, tpu.dashboard_scope
+
+    def _supervisor(
+        self, ctx: ComposeContext, tpu: TpuPodSlice, args: TpuPodSliceArgs
+    ) -> dict[str, Any]:
+        """The slice's supervisor: it recreates a Spot or queued slice, deletes any at the
+        run's end; its stack outputs."""
+        cfg = ctx.cfg
+        tpu_cfg = _tpu(cfg)
+        kind, resource_name, body = slice_target(tpu, args)
+        recover = supervised(tpu_cfg.provisioning)
+        values: dict[str, Any] = {
+            "project": cfg.project,
+            "region": cfg.region,
+            "deployment_name": ctx.deployment,
+            "kind": kind,
+            "resource_name": resource_name,
+            "recover": recover,
+            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), tpu.run_record),
+            "staging_bucket": ctx.buckets.staging_bucket,
+            "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
+            "labels": dict(ctx.labels),
+        }
+        if recover:
+            values |= {"body": body, "node_service_account": ctx.identity.service_account.name}
+        slices = [r for r in (tpu.queued_resource, tpu.vm) if r is not None]
+        return register_supervisor(ctx.deployment, values, slices, ctx.after_grants)
+
+    # ------------------------------------------------------------------ status and logs
+
+    def status(
+        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
+    ) -> dict[str, Any]:
+        tpu = _tpu(cfg)
+        assert cfg.project is not None
+        parent = f"projects/{cfg.project}/locations/{tpu.zone}"
+        api = build_client("tpu.v2", api_endpoint=endpoints.get("tpu"))
+        locations = api.projects().locations()
+        node = get_or_none(
+            locations.nodes().get(name=f"{parent}/nodes/{require(outputs, stack, 'slice_name')}")
+        )
+        if node is None:
+            state = "NOT_FOUND"
+            if tpu.provisioning == "queued":
+                qr_name = f"{parent}/queuedResources/{gcp_name(stack, 'tpu-qr')}"
+                queued = get_or_none(locations.queuedResources().get(name=qr_name))
+                if queued is not None:
+                    state = f"QUEUED {queued.get('state', {}).get('state', 'UNKNOWN')}"
+            return {"state": state, "hosts": [], "started": None, "ended": None}
+        state = str(node.get("state", "UNKNOWN"))
+        hosts = [
+            {"name": f"worker {i}", "state": state, "address": point.get("ipAddress")}
+            for i, point in enumerate(node.get("networkEndpoints", []))
+        ]
+        return {"state": state, "hosts": hosts, "started": node.get("createTime"), "ended": None}
+
+    def log_filter(
+        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
+    ) -> str:
+        hosts = int(require(outputs, stack, "tpu_hosts"))
+        check_worker(worker, hosts, stack)
+        scope = tpu_filter_text(str(require(outputs, stack, "slice_name")))[0]
+        if worker is not None:
+            scope += f' AND resource.labels.worker_id="{worker}"'
+        return log_query("tpu", scope)
+
+
+TARGET = Tpu()

@@ -1,0 +1,330 @@
+"""Target `vertex`: a Vertex AI CustomJob (or HyperparameterTuningJob), optionally with
+Reduction Server (`VertexTrainingJob`). Stack section `trainstack:vertex`
+(`trainstack.infra.targets.vertex_config`); the image its replicas run is
+`trainstack.infra.targets.vertex_image`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import date
+from typing import TYPE_CHECKING, Any, cast
+
+import pulumi
+
+from trainstack.components._google_api import ApiError
+from trainstack.components.catalog.batch import WorldSize, gpu_world_size
+from trainstack.components.catalog.images import (
+    DEFAULT_EXECUTOR_IMAGE,
+    availability_date,
+    mirrored_image_uri,
+    vertex_training_image,
+)
+from trainstack.components.catalog.machines import MACHINES
+from trainstack.components.image_mirror import ImageMirror
+from trainstack.components.training_dashboard.targets import vertex_filter_text
+from trainstack.components.vertex_training_job import (
+    VertexTrainingJob,
+    VertexTrainingJobArgs,
+    vertex_job_spec_problems,
+)
+from trainstack.infra import catalog
+from trainstack.infra.logs import LogsError, check_worker, log_query
+from trainstack.infra.outputs import (
+    OUTPUT_CONSOLE_URL,
+    OUTPUT_JOB_NAME,
+    OUTPUT_JOB_STATE,
+    OUTPUT_REDUCERS,
+)
+from trainstack.infra.run_args import trainer_args
+from trainstack.infra.stack_outputs import require
+from trainstack.infra.targets.base import GPU_NODE_ENV, NODE_ENV, CloudTarget, ComposeContext
+from trainstack.infra.targets.vertex_config import (
+    VertexConfig,
+    tuned_batch_problems,
+    vertex_timeout_s,
+)
+from trainstack.infra.targets.vertex_image import (
+    uses_image_mirror,
+    vertex_image,
+    vertex_image_problems,
+    vertex_module,
+    vertex_plan_notes,
+)
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import (
+    CHECKPOINT_DIR_ENV,
+    OUTPUT_DIR_ENV,
+    TRAINER_MODULES,
+)
+
+if TYPE_CHECKING:
+    from trainstack.components.training_dashboard.targets import DashboardScope
+    from trainstack.components.training_identity import TrainingIdentityArgs
+    from trainstack.infra.config import StackConfig
+    from trainstack.trainers.common.user_code import StackTrainer, UserCode
+
+MIRROR_SERVICE = "artifactregistry.googleapis.com"
+"""Enabled when a Vertex stack's default image is pulled through its Docker Hub mirror."""
+_VERTEX_JOB = re.compile(
+    r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
+    r"(?:customJobs|hyperparameterTuningJobs)/[^/]+"
+)
+_VERTEX_FORMS = (
+    "projects/PROJECT/locations/REGION/customJobs/ID or "
+    "projects/PROJECT/locations/REGION/hyperparameterTuningJobs/ID"
+)
+
+
+def _vx(cfg: StackConfig) -> VertexConfig:
+    return cast(VertexConfig, cfg.compute)
+
+
+class Vertex(CloudTarget):
+    name = "vertex"
+    section = "vertex"
+    model = VertexConfig
+    managed_hosts = "managed by Vertex AI"
+
+    # ------------------------------------------------------------------ config
+
+    def section_problems(
+        self, section: VertexConfig, region: str | None, trainer: StackTrainer | None
+    ) -> list[str]:
+        # Tuning your own code may search any of its flags, not only the bundled trainer's.
+        bundled = trainer is None or trainer.user_code is None
+        return vertex_job_spec_problems(section.job_args(), "vertex.", bundled)
+
+    def torch_image(self, section: VertexConfig) -> tuple[str, str | None]:
+        return section.image_uri or DEFAULT_EXECUTOR_IMAGE, "vertex.image_uri"
+
+    def world_size(self, section: VertexConfig, trainer: TrainConfig) -> WorldSize:
+        return gpu_world_size(
+            trainer.framework,
+            trainer.strategy,
+            machines=section.replica_count,
+            gpus_per_machine=section.gpus_per_replica,
+        )
+
+    def batch_problems(
+        self, section: VertexConfig, trainer: TrainConfig, world: WorldSize
+    ) -> list[str]:
+        if section.hyperparameter_tuning is None:
+            return []
+        return tuned_batch_problems(section, trainer, world)
+
+    # ------------------------------------------------------------------ estimate and plan
+
+    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+        vx = _vx(cfg)
+        reducers = vx.reducer_count()
+        hourly = vx.replica_count * catalog.MACHINE_PRICES[vx.machine_type].hourly(vx.spot)
+        if reducers:
+            reducer_price = catalog.MACHINE_PRICES[vx.reduction_server.machine_type]
+            hourly += reducers * reducer_price.hourly(vx.spot)
+        out: dict[str, Any] = {
+            "tpu_chips": 0,
+            "gpus": vx.replica_count * vx.gpus_per_replica,
+            "machines": vx.replica_count + reducers,
+            "hourly_usd": hourly * catalog.VERTEX_TRAINING_MARKUP,
+        }
+        hp = vx.hyperparameter_tuning
+        if hp is not None:
+            # Each parallel trial is a full copy of the job's worker pools.
+            out = {k: v * hp.parallel_trial_count for k, v in out.items()}
+        return out
+
+    def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
+        vx = _vx(cfg)
+        assert cfg.region is not None
+        dims = {"region": vx.region or cfg.region}
+        out: list[dict[str, Any]] = []
+        cpu_vcpus: dict[str, int] = {}
+        m = vx.machine
+        if m.gpu_model is not None:
+            spec = catalog.VERTEX_GPU_QUOTAS[(m.gpu_model, vx.spot)]
+            out.append(catalog.quota_need(spec, dims, vx.replica_count * m.gpus))
+        else:
+            family = vx.machine_type.split("-", 1)[0]
+            cpu_vcpus[family] = vx.replica_count * m.vcpus
+        reducers = vx.reducer_count()
+        if reducers:
+            rm = MACHINES[vx.reduction_server.machine_type]
+            family = rm.name.split("-", 1)[0]
+            cpu_vcpus[family] = cpu_vcpus.get(family, 0) + reducers * rm.vcpus
+        for family, vcpus in cpu_vcpus.items():
+            out.append(catalog.quota_need(catalog.VERTEX_CPU_QUOTAS[family], dims, vcpus))
+        hp = vx.hyperparameter_tuning
+        if hp is not None:
+            for item in out:
+                item["needed"] *= hp.parallel_trial_count
+        return out
+
+    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+        timeout = vertex_timeout_s(_vx(cfg), seconds)
+        return True, (
+            f"Vertex job scheduling.timeout {timeout}s (the smaller of vertex.timeout_s and "
+            "limits.max_run_hours)"
+        )
+
+    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+        return vertex_image(cfg)[0]
+
+    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+        vx = _vx(cfg)
+        launcher = code.launcher_for(cfg.target)
+        return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
+
+    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+        return list(GPU_NODE_ENV if _vx(cfg).gpus_per_replica > 0 else NODE_ENV)
+
+    def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+        return vertex_plan_notes(cfg, deployment)
+
+    def image_problems(self, cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
+        return vertex_image_problems(cfg, today)
+
+    def run_contract(self, cfg: StackConfig, contract: dict[str, str]) -> dict[str, str]:
+        # Vertex names the job's folders (AIP_CHECKPOINT_DIR, AIP_MODEL_DIR; per trial when
+        # tuning), which the node gives your code unless the stack names a folder itself
+        # (the checkpoint folder with the run's name below it, `trainstack.trainers.user_code`).
+        out = {k: v for k, v in contract.items() if k != OUTPUT_DIR_ENV}
+        if not cfg.trainer.checkpoint_dir:
+            del out[CHECKPOINT_DIR_ENV]
+        return out
+
+    def package_requirements(self, cfg: StackConfig) -> list[str]:
+        """What the torch trainer imports on Vertex that a CUDA image lacks (tensorboard, for
+        AIP_TENSORBOARD_LOG_DIR); the TF trainer's tf-keras comes from the setup script."""
+        return list(vertex_training_image(TRAINER_MODULES[cfg.trainer.framework]).requirements)
+
+    # ------------------------------------------------------------------ compose
+
+    def services(self, cfg: StackConfig) -> list[str]:
+        return ["aiplatform.googleapis.com"]
+
+    def extra_services(self, cfg: StackConfig) -> list[str]:
+        return [MIRROR_SERVICE] if uses_image_mirror(cfg) else []
+
+    def before_identity(
+        self,
+        cfg: StackConfig,
+        deployment: str,
+        labels: Mapping[str, str],
+        after_apis: pulumi.ResourceOptions,
+        identity_args: TrainingIdentityArgs,
+    ) -> dict[str, Any]:
+        if not uses_image_mirror(cfg):
+            return {}
+        assert cfg.project is not None and cfg.region is not None
+        mirror = ImageMirror(
+            f"{deployment}-images",
+            {
+                "project": cfg.project,
+                "location": _vx(cfg).region or cfg.region,
+                "deployment_name": deployment,
+                "labels": labels,
+            },
+            opts=after_apis,
+        )
+        # The repository's own Output, so the grant (and the job after it) waits for it.
+        identity_args["image_repository"] = {
+            "location": mirror.location,
+            "repository_id": mirror.repository.repository_id,
+        }
+        return {"mirror": mirror}
+
+    def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
+        cfg, deployment = ctx.cfg, ctx.deployment
+        vx = _vx(cfg)
+        mirror: ImageMirror | None = ctx.extras.get("mirror")
+        assert cfg.project is not None and cfg.region is not None
+        # The section's job keys are the component's (machine, accelerators, replicas,
+        # reduction_server, spot, timeout_s, hyperparameter_tuning): passed on as they are.
+        args = cast(
+            VertexTrainingJobArgs,
+            {
+                **vx.job_args(),
+                "project": cfg.project,
+                "region": vx.region or cfg.region,
+                "display_name": deployment,
+                "service_account": ctx.identity.service_account_email,
+                "base_output_dir": ctx.buckets.checkpoint_url,
+                "labels": ctx.labels,
+            },
+        )
+        timeout_s = vertex_timeout_s(vx, cfg.limits.max_run_seconds)
+        if timeout_s is not None:
+            args["timeout_s"] = timeout_s
+        errors, _ = vertex_image_problems(cfg, availability_date())
+        if errors:
+            # The program refuses what the plan refuses: `pulumi preview` fails here.
+            raise ValueError("\n".join(errors))
+        image, _, default = vertex_image(cfg)
+        # Every replica runs the pod setup script, which installs the package into the image's
+        # python3 and then runs the node launcher (trainstack.components._vertex_body).
+        args["package_uri"] = ctx.package.uri
+        code = cfg.trainer.user_code
+        if code is not None and ctx.node_args is not None:
+            args["node_args"] = ctx.node_args
+            args["container_image_uri"] = (
+                mirrored_image_uri(vertex_training_image(vertex_module(cfg)), mirror.registry)
+                if default and mirror is not None
+                else image
+            )
+        else:
+            args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
+            args["trainer_args"] = trainer_args(cfg, deployment)
+            if not default:
+                args["container_image_uri"] = image
+            elif mirror is not None:
+                args["image_mirror"] = mirror.registry
+        job = VertexTrainingJob(f"{deployment}-job", args, opts=ctx.after_grants)
+        outputs = {
+            OUTPUT_JOB_NAME: job.job_name,
+            OUTPUT_JOB_STATE: job.state,
+            OUTPUT_CONSOLE_URL: job.console_url,
+            OUTPUT_REDUCERS: job.reducer_count,
+        }
+        return outputs, job.dashboard_scope
+
+    # ------------------------------------------------------------------ status and logs
+
+    def status(
+        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
+    ) -> dict[str, Any]:
+        from trainstack.components._vertex_provider import job_status
+
+        job = str(require(outputs, stack, "job_name"))
+        match = _VERTEX_JOB.fullmatch(job)
+        if match is None:
+            raise LogsError(
+                f"stack {stack!r} output job_name: {job!r} is not a Vertex AI job resource "
+                f"name; valid: {_VERTEX_FORMS}"
+            )
+        try:
+            info = job_status(
+                match["project"], match["region"], job, api_endpoint=endpoints.get("aiplatform")
+            )
+        except ApiError as exc:
+            raise LogsError(f"cannot read {job}: {exc.message}") from None
+        return {
+            "state": info["state"],
+            "hosts": [],
+            "started": info.get("start_time"),
+            "ended": info.get("end_time"),
+        }
+
+    def log_filter(
+        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
+    ) -> str:
+        check_worker(worker, _vx(cfg).replica_count, stack)
+        job_id = str(require(outputs, stack, "job_name")).rsplit("/", 1)[-1]
+        scope = vertex_filter_text(job_id)[0]
+        if worker is not None:
+            task = "workerpool0-0" if worker == 0 else f"workerpool1-{worker - 1}"
+            scope += f' AND resource.labels.task_name="{task}"'
+        return log_query("vertex", scope)
+
+
+TARGET = Vertex()

@@ -1,0 +1,368 @@
+"""trainstack as a user gets it: the wheel, installed (not editable) into a fresh virtual
+environment whose site-packages is read-only, used from a Pulumi project of one's own that has
+its own `infra/` and `components/` packages, its own `Pulumi.yaml` and stack files (issue 22,
+"Done when").
+
+To stay short the fresh environment gets the wheel only (`pip install --no-deps`); its
+dependencies come from this test runner's site-packages through a path file in the fresh
+site-packages. That line is a plain path: Python processes `.pth` files only in site
+directories, not in a directory a path line adds (https://docs.python.org/3/library/site.html,
+"site-specific configuration hook"), so the runner's editable trainstack (a finder that a
+`.pth` file there installs) stays out, and `trainstack` imports from the wheel only, which
+`test_trainstack_imports_from_the_wheel_beside_your_own_packages` checks.
+
+We run as root, which writes through `chmod a-w`: every path under the fresh site-packages
+is recorded (size, mtime) after the install and compared after each command.
+PYTHONDONTWRITEBYTECODE keeps Python's own `__pycache__` writes out of that comparison.
+
+Takes 11 to 50 s on 2 cores shared with other jobs (wheel build and install about 4 s, three
+program runs about 12 s, the local run about 2 s when the machine is quiet).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+TIMEOUT_S = 240
+Snapshot = dict[str, tuple[int, int]]
+Argv = Sequence[str | os.PathLike[str]]
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The fresh virtual environment with the wheel in it."""
+
+    root: Path
+    site_packages: Path
+    snapshot: Snapshot
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def trainstack(self) -> Path:
+        return self.root / "bin" / "trainstack"
+
+
+def snapshot(root: Path) -> Snapshot:
+    """Every path under `root` (folders too: adding a file changes its folder's mtime) with
+    its size and mtime in ns."""
+    found: Snapshot = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            info = path.lstat()
+            found[str(path.relative_to(root))] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def user_env(installed: Installed) -> dict[str, str]:
+    """A user's shell with the fresh environment first on PATH: nothing of this checkout on
+    the import path (PYTHONPATH would put its `trainstack/` folder beside the wheel's)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+    }
+    env["PATH"] = f"{installed.root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(installed.root)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run(argv: Argv, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    """stdout of a command that must succeed; its whole output when it did not."""
+    assert result.returncode == 0, (
+        f"{result.args} exited {result.returncode}\nstdout:\n{result.stdout}\n"
+        f"stderr:\n{result.stderr}"
+    )
+    return result.stdout
+
+
+def copy_tracked(source: Path, dest: Path) -> None:
+    """The checkout's tracked files as they are in the working tree, links kept as links
+    (`trainstack/` holds links to the top-level folders)."""
+    listed = subprocess.run(
+        ["git", "-C", str(source), "ls-files", "-z"], capture_output=True, check=True
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        src, dst = source / rel, dest / rel
+        if not src.is_symlink() and not src.exists():
+            continue  # deleted in the working tree, not yet committed
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        else:
+            shutil.copy2(src, dst)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    base = tmp_path_factory.mktemp("wheel")
+    source, dist, venv = base / "source", base / "dist", base / "venv"
+    copy_tracked(REPO, source)
+    build: Argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    ok(run([*build, "--no-index", "--wheel-dir", dist, source], base, dict(os.environ)))
+    wheels = sorted(dist.iterdir())
+    assert [w.name for w in wheels] == [f"trainstack-{VERSION}-py3-none-any.whl"]
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site_packages = site / "site-packages"
+    assert site_packages.is_dir()
+    runner = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    (site_packages / "_runner_packages.pth").write_text("".join(f"{p}\n" for p in runner))
+    fresh = Installed(venv, site_packages, {})
+    # --ignore-installed: the runner's editable trainstack is visible to pip through the path
+    # line; pip must neither count it as installed nor try to uninstall it.
+    pip: Argv = [
+        fresh.python,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--ignore-installed",
+    ]
+    ok(run([*pip, wheels[0]], base, user_env(fresh)))
+    for folder, _, files in os.walk(site_packages):
+        for path in [Path(folder), *(Path(folder) / name for name in files)]:
+            path.chmod(path.stat().st_mode & ~0o222)
+    return Installed(venv, site_packages, snapshot(site_packages))
+
+
+def assert_install_untouched(installed: Installed) -> None:
+    now = snapshot(installed.site_packages)
+    added = sorted(set(now) - set(installed.snapshot))
+    changed = sorted(
+        p for p in set(now) & set(installed.snapshot) if now[p] != installed.snapshot[p]
+    )
+    assert (added, changed) == ([], []), "written inside the install (site-packages)"
+
+
+# ------------------------------------------------------------------------------------------
+# A project of one's own
+# ------------------------------------------------------------------------------------------
+
+PROJECT_FILES = {
+    "Pulumi.yaml": """
+        name: acme-train
+        runtime:
+          name: python
+        stackConfigDir: stacks
+    """,
+    "__main__.py": '''
+        """Acme's training infrastructure: its own naming and labels, trainstack's buckets."""
+        import pulumi
+
+        from components.labels import team_labels  # this project's own `components`
+        from infra.naming import deployment_name  # this project's own `infra`
+        from trainstack.components import TrainerPackage, TrainingBuckets
+
+        name = deployment_name(pulumi.get_stack())
+        buckets = TrainingBuckets(
+            f"{name}-buckets",
+            {
+                "project": pulumi.Config("gcp").require("project"),
+                "location": "US-CENTRAL1",
+                "deployment_name": name,
+                "environment": "dev",
+                "checkpoint_retention_days": pulumi.Config().require_int("retention_days"),
+                "labels": team_labels(),
+            },
+        )
+        package = TrainerPackage(
+            f"{name}-trainer", {"staging_bucket": buckets.staging_bucket, "labels": team_labels()}
+        )
+        pulumi.export("package_uri", package.uri)
+    ''',
+    "infra/__init__.py": '"""Acme\'s own infra helpers (a name trainstack used to install)."""\n',
+    "infra/naming.py": """
+        def deployment_name(stack: str) -> str:
+            return f"acme-{stack}"
+    """,
+    "components/__init__.py": '"""Acme\'s own components (a name trainstack used to install)."""\n',
+    "components/labels.py": """
+        def team_labels() -> dict[str, str]:
+            return {"team": "acme"}
+    """,
+    "stacks/Pulumi.dev.yaml": """
+        config:
+          gcp:project: acme-ml
+          acme-train:retention_days: 30
+    """,
+    # `local` is also a bundled stack's name: this one is the project's own.
+    "stacks/Pulumi.local.yaml": """
+        config:
+          trainstack:local:
+            workers: 2
+          trainstack:trainer:
+            source: .
+            entrypoint: [python, write_rank.py]
+            launcher: node
+    """,
+    # Needs no torch: each process writes the rank it was given under its checkpoint folder.
+    "write_rank.py": """
+        import os
+        from pathlib import Path
+
+        checkpoints = Path(os.environ["TRAINSTACK_CHECKPOINT_DIR"])
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        rank, nodes = os.environ["TRAINSTACK_NODE_RANK"], os.environ["TRAINSTACK_NUM_NODES"]
+        (checkpoints / f"rank-{rank}.txt").write_text(f"{rank}/{nodes}\\n")
+    """,
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "acme-train"
+    for rel, text in PROJECT_FILES.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dedent(text).lstrip("\n"))
+    return root
+
+
+def written(project: Path, before: Snapshot) -> list[str]:
+    """Files under `project` that are new or changed since `before`."""
+    now = snapshot(project)
+    return sorted(p for p in now if now[p] != before.get(p) and (project / p).is_file())
+
+
+# ------------------------------------------------------------------------------------------
+# The tests
+# ------------------------------------------------------------------------------------------
+
+
+def test_the_wheel_installs_only_the_trainstack_namespace(installed: Installed) -> None:
+    record = installed.site_packages / f"trainstack-{VERSION}.dist-info" / "RECORD"
+    paths = [line.split(",")[0] for line in record.read_text().splitlines()]
+    tops = {p.split("/")[0] for p in paths}
+    assert tops == {"trainstack", f"trainstack-{VERSION}.dist-info", ".."}
+    assert [p for p in paths if p.startswith("..")] == ["../../../bin/trainstack"]
+    assert_install_untouched(installed)
+
+
+def test_trainstack_imports_from_the_wheel_beside_your_own_packages(
+    installed: Installed, project: Path
+) -> None:
+    probe = dedent(
+        """
+        import json
+        import components, infra
+        import trainstack, trainstack.components.training_buckets, trainstack.infra.testing
+        from trainstack.components import TrainingBuckets
+        print(json.dumps({
+            "infra": infra.__file__,
+            "components": components.__file__,
+            "trainstack": list(trainstack.__path__),
+            "buckets_module": trainstack.components.training_buckets.__file__,
+            "testing": trainstack.infra.testing.__file__,
+            "class": TrainingBuckets.__module__,
+        }))
+        """
+    )
+    found = json.loads(ok(run([installed.python, "-c", probe], project, user_env(installed))))
+    wheel = installed.site_packages / "trainstack"
+    assert found == {
+        "infra": str(project / "infra" / "__init__.py"),
+        "components": str(project / "components" / "__init__.py"),
+        "trainstack": [str(wheel)],
+        "buckets_module": str(wheel / "components" / "training_buckets.py"),
+        "testing": str(wheel / "infra" / "testing.py"),
+        "class": "trainstack.components.training_buckets",
+    }
+    assert_install_untouched(installed)
+
+
+def test_stacks_lists_your_stacks(installed: Installed, project: Path) -> None:
+    stacks = run([installed.trainstack, "stacks"], project, user_env(installed))
+    assert ok(stacks) == "dev\nlocal\n"
+    assert_install_untouched(installed)
+
+
+def test_your_program_plans_policies_and_plan_diffs(
+    installed: Installed, project: Path, tmp_path: Path
+) -> None:
+    env = user_env(installed)
+    before = snapshot(project)
+    program = ["--program", ".", "--stack", "dev"]
+    base = json.loads(ok(run([installed.trainstack, "plan", *program, "--json"], project, env)))
+    assert base["stack"] == "dev"
+    types = sorted({r["type"] for r in base["resources"]})
+    assert types == [
+        "gcp:storage/bucket:Bucket",
+        "gcp:storage/bucketObject:BucketObject",
+        "trainstack:storage:TrainerPackage",
+        "trainstack:storage:TrainingBuckets",
+    ]
+    checkpoints = {r["name"]: r for r in base["resources"]}["acme-dev-buckets-checkpoints"]
+    assert checkpoints["inputs"]["lifecycleRules"][0]["condition"]["age"] == 30
+    assert checkpoints["inputs"]["labels"]["team"] == "acme"
+
+    policy = run([installed.trainstack, "policy", *program, "--json"], project, env)
+    [report] = json.loads(ok(policy))
+    assert (report["stack"], report["resources"], report["violations"]) == ("dev", 6, [])
+
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    stack_file = project / "stacks" / "Pulumi.dev.yaml"
+    stack_file.write_text(stack_file.read_text().replace("retention_days: 30", "retention_days: 3"))
+    # HEAD is the program's plan now.
+    diff: Argv = [installed.trainstack, "plan-diff", *program, tmp_path / "base.json"]
+    assert ok(run(diff, project, env)) == (
+        "## trainstack plan diff\n\n"
+        "### Stack `dev`: 0 to add, 1 to change, 0 to replace, 0 to delete\n\n"
+        "- **change** `acme-dev-buckets-checkpoints` (gcp:storage/bucket:Bucket): updated in "
+        "place (the Terraform provider schema)\n"
+        "  - `lifecycleRules[0].condition.age`: `30` -> `3`\n\n"
+    )
+
+    # The trainer package is built in the project, once: the same bytes each run.
+    [sdist] = [f for f in written(project, before) if f != "stacks/Pulumi.dev.yaml"]
+    assert re.fullmatch(r"\.trainstack/build/trainstack_trainers-[0-9a-f]{16}\.tar\.gz", sdist)
+    assert_install_untouched(installed)
+
+
+def test_your_local_stack_runs_your_code_and_keeps_its_state_in_the_project(
+    installed: Installed, project: Path
+) -> None:
+    env = user_env(installed)
+    before = snapshot(project)
+    ok(run([installed.trainstack, "local-run", "--stack", "local"], project, env))
+    files = written(project, before)
+    run_root = ".trainstack/local/local/"
+    assert [f for f in files if not f.startswith(run_root)] == []
+    ranks = sorted(f for f in files if Path(f).name.startswith("rank-"))
+    assert [Path(f).name for f in ranks] == ["rank-0.txt", "rank-1.txt"]
+    assert Path(ranks[0]).parent == Path(ranks[1]).parent
+    assert [(project / f).read_text() for f in ranks] == ["0/2\n", "1/2\n"]
+    assert f"{run_root}logs/local.jsonl" in files
+    assert_install_untouched(installed)
