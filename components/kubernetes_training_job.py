@@ -77,6 +77,7 @@ from trainstack.components.gpu_startup import (
     FAIL_FAST_EXIT_CODES,
     RESTART_EXIT_CODES,
     check_trainer,
+    pod_run_env,
     validate_node_args,
     with_checkpoint_dir,
 )
@@ -192,14 +193,14 @@ class KubernetesTrainingJobArgs(TypedDict):
     """Rendezvous port on node 0 (default 29500)."""
     env: NotRequired[Mapping[str, str]]
     """Extra container environment (e.g. NCCL_DEBUG)."""
+    run_records: NotRequired[bool]
+    """With `checkpoint_url`: the run's end record and stop request (`pod_run_env`)."""
     labels: NotRequired[pulumi.Input[Mapping[str, str]]]
     """Labels merged with trainstack's; those that are valid Kubernetes labels go on every
     object (all GCP labels are, except values starting or ending in '-' or '_')."""
 
 
-# --------------------------------------------------------------------------------------
-# Validation (pure; raises ValueError naming the argument)
-# --------------------------------------------------------------------------------------
+# -- Validation (pure; raises ValueError naming the argument) --
 
 
 def _positive_int(args: Mapping[str, Any], key: str, default: int | None = None) -> int:
@@ -281,9 +282,7 @@ def validate_args(args: Mapping[str, Any]) -> None:
             )
 
 
-# --------------------------------------------------------------------------------------
-# Manifests (pure)
-# --------------------------------------------------------------------------------------
+# -- Manifests (pure) --
 
 
 def kubernetes_labels(labels: Mapping[str, str]) -> dict[str, str]:
@@ -501,6 +500,9 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
             else:
                 flags = with_checkpoint_dir(plain.get("trainer_args", []), checkpoint_url)
                 argv = node_argv(module, flags)
+            env = dict(plain.get("env") or {})
+            if plain.get("run_records") and checkpoint_url:
+                env.update(pod_run_env(checkpoint_url, package_uri, argv, plain))
             return manifests(
                 job_name=job_name,
                 node_count=plain["node_count"],
@@ -524,7 +526,7 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
                     "termination_grace_period_s", DEFAULT_TERMINATION_GRACE_S
                 ),
                 port=port,
-                env=plain.get("env"),
+                env=env,
             )
 
         objects = pulumi.Output.all(

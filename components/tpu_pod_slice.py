@@ -90,6 +90,7 @@ from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, p
 from trainstack.components.startup.tpu_worker import (
     effective_checkpoint_dir,
     render_tpu_worker_script,
+    slice_run_record,
 )
 from trainstack.components.training_dashboard.targets import DashboardScope, tpu_filters
 
@@ -323,6 +324,9 @@ class TpuPodSlice(pulumi.ComponentResource):
     """Where the trainer writes its checkpoints."""
     startup_script: pulumi.Output[str]
     """The exact startup script every worker runs."""
+    run_record: pulumi.Output[str]
+    """The run's record prefix, `gs://<bucket>/trainstack-run-<key>` (its run clock, end
+    record and stop request; `trainstack.trainers.common.run_records`)."""
     vm: tpu.V2Vm | None
     """The node, for provisioning on-demand, spot and reserved (else None)."""
     queued_resource: QueuedResource | None
@@ -360,9 +364,20 @@ class TpuPodSlice(pulumi.ComponentResource):
                 max_run_seconds=plan.max_run_seconds,
             )
 
-        self.startup_script = pulumi.Output.all(
+        launch = pulumi.Output.all(
             slice_name, args["package_uri"], args["checkpoint_dir"], args.get("node_args")
-        ).apply(render)
+        )
+        self.startup_script = launch.apply(render)
+        self.run_record = launch.apply(
+            lambda v: slice_run_record(
+                slice_name=v[0],
+                package_uri=v[1],
+                trainer_module=plan.trainer_module,
+                trainer_args=trainer_args,
+                checkpoint_dir=v[2],
+                node_args=v[3],
+            )
+        )
         self.vm = None
         self.queued_resource = None
         if plan.provisioning == "queued":
@@ -402,6 +417,7 @@ class TpuPodSlice(pulumi.ComponentResource):
                 "console_url": self.console_url,
                 "checkpoint_dir": self.checkpoint_dir,
                 "startup_script": self.startup_script,
+                "run_record": self.run_record,
                 "vm": self.vm,
                 "queued_resource": self.queued_resource,
             }

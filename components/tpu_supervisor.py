@@ -1,4 +1,8 @@
-"""A per-stack serverless supervisor that recreates a preempted Spot or queued TPU slice.
+"""A per-stack serverless run supervisor: it recreates a preempted Spot or queued TPU slice
+and stops a run's compute (TPU slice, GCE instance group, GKE GPU node pool) at the run's
+end, at `limits.max_run_hours` and at `limits.max_total_usd` (`components/supervisor/main.py`
+says how; every `supervised` target (`trainstack.infra.targets`: tpu, gke, gce) registers
+one through `trainstack.infra.supervision`).
 
     from trainstack.components.tpu_supervisor import TpuSupervisor, node_body_from_vm
 
@@ -29,17 +33,24 @@ the source bundle rather than in a bucket object, so nothing the training nodes 
 script) makes a new bundle and redeploys the function.
 
 Permissions of its own account (`<deployment>-sup`):
-- a custom project role holding only the TPU calls it makes (get, create and delete of the
-  node or the queued resource, and its operations). Not narrowed to the one slice's name:
+- a custom project role holding only the calls it makes (`PERMISSIONS`: get, create and
+  delete of the TPU node or queued resource and its operations, only get and delete where
+  it never recreates; get and resize of the instance group; get and setSize of the node
+  pool, and get of the pool's groups). Not narrowed to the one slice's name:
   IAM conditions on `resource.name` only work for the services listed in
   https://cloud.google.com/iam/docs/conditions-resource-attributes ("Other services and
   resource types do not recognize resource attributes"), and the part of that list read for
   this (apigee ... container ...) does not show tpu.googleapis.com; a condition the service
   ignores would deny every call. The permission names follow the API's
   `tpu.<collection>.<verb>` pattern and were not checked on a live project.
-- `roles/iam.serviceAccountUser` on the training account only (a TPU VM is created to run as
-  it), `roles/storage.objectAdmin` on the checkpoint bucket only (its state and events), and
+- `roles/iam.serviceAccountUser` on the training account only, where it recreates a slice
+  (a TPU VM is created to run as it), `roles/storage.objectAdmin` on the checkpoint bucket only (its state and events), and
   `roles/run.invoker` on its own function's Cloud Run service only (the scheduler's calls).
+
+Stopping the compute (the slice deleted, the group or the GKE GPU pool at 0) ends its
+accelerator billing: `trainstack.components.catalog.billing` holds those facts with their
+sources. The permissions of the `mig` and `node_pool` kinds are not verified on a live
+project (`billing.SUPERVISOR_PERMISSIONS_SOURCE`).
 
 Naming: the function and the scheduler job are `<deployment>-supervisor`, the role
 `trainstackSupervisor_<deployment>` (dashes as underscores).
@@ -103,11 +114,27 @@ SUPERVISED_PROVISIONING: Final = frozenset({"spot", "queued"})
 
 
 def supervised(provisioning: str | None) -> bool:
-    """Whether a slice of this `tpu.provisioning` gets a supervisor (Google may preempt it)."""
+    """Whether the supervisor recreates a slice of this `tpu.provisioning` (Google may
+    preempt it)."""
     return provisioning in SUPERVISED_PROVISIONING
 
 
-"""TPU provisioning Google preempts: stacks with it get a supervisor."""
+MAX_TOTAL_USD_ABOVE: Final = 0.0
+"""`limits.max_total_usd` (and the component's `run.max_total_usd`) must be above this."""
+
+
+def max_total_usd_problem(value: object, key: str) -> str | None:
+    """The one rule of a run's spend cap, for the stack key and the component argument
+    (which targets enforce it is the target's `supervised`, `trainstack.infra.targets`)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (MAX_TOTAL_USD_ABOVE < value < float("inf"))
+    ):
+        return f"{key}: {value!r} is not allowed; valid: a number of US dollars above 0"
+    return None
+
+
 SERVICES: Final = (
     # Cloud Functions gen2 builds with Cloud Build into Artifact Registry and runs on Cloud
     # Run (https://cloud.google.com/functions/docs/deploy: "enable the Cloud Functions,
@@ -121,6 +148,20 @@ SERVICES: Final = (
 """APIs the supervisor needs besides the TPU API."""
 PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    # instanceGroupManagers.get and .resize (the Compute Engine method's permission is
+    # compute.instanceGroupManagers.update, https://cloud.google.com/compute/docs/reference/
+    # rest/v1/instanceGroupManagers/resize: "Authorization requires ... the following IAM
+    # permission ... compute.instanceGroupManagers.update"; not checked on a live project).
+    "mig": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"),
+    # nodePools.get and .setSize (container.clusters.get / .update, the GKE permissions the
+    # node pool methods require per https://cloud.google.com/kubernetes-engine/docs/
+    # reference/api-permissions; not checked on a live project), and the pool's own instance
+    # groups' sizes (the pool reports none).
+    "node_pool": (
+        "compute.instanceGroupManagers.get",
+        "container.clusters.get",
+        "container.clusters.update",
+    ),
     "queued": (
         "tpu.nodes.create",
         "tpu.nodes.delete",
@@ -132,9 +173,38 @@ PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     ),
 }
 """The custom role's permissions: the calls `supervisor/main.py` makes (a queued resource
-creates and deletes its nodes as the caller)."""
+creates and deletes its nodes as the caller). A TPU slice that is not recovered (on-demand,
+reserved) only needs `STOP_ONLY_PERMISSIONS`."""
+STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
+    "node": ("tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    "queued": (
+        "tpu.nodes.delete",
+        "tpu.nodes.get",
+        "tpu.operations.get",
+        "tpu.queuedResources.delete",
+        "tpu.queuedResources.get",
+    ),
+}
+TPU_KINDS: Final = frozenset({"node", "queued"})
+RUN_KEYS: Final = frozenset(
+    {"end_uri", "clock_uri", "stop_uri", "max_run_seconds", "hourly_usd", "max_total_usd"}
+)
+"""What `run` may hold (`supervisor/main.py` reads each; all optional)."""
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-_NAME = re.compile(r"^projects/[^/]+/locations/[^/]+/(nodes|queuedResources)/[a-z][-a-z0-9]*$")
+_NAMES: Final = {
+    "node": re.compile(r"^projects/[^/]+/locations/[^/]+/nodes/[a-z][-a-z0-9]*$"),
+    "queued": re.compile(r"^projects/[^/]+/locations/[^/]+/queuedResources/[a-z][-a-z0-9]*$"),
+    "mig": re.compile(r"^projects/[^/]+/zones/[^/]+/instanceGroupManagers/[a-z][-a-z0-9]*$"),
+    "node_pool": re.compile(
+        r"^projects/[^/]+/locations/[^/]+/clusters/[a-z][-a-z0-9]*/nodePools/[a-z][-a-z0-9]*$"
+    ),
+}
+_NAME_FORMS: Final = {
+    "node": "projects/P/locations/Z/nodes/NAME",
+    "queued": "projects/P/locations/Z/queuedResources/NAME",
+    "mig": "projects/P/zones/Z/instanceGroupManagers/NAME",
+    "node_pool": "projects/P/locations/L/clusters/C/nodePools/NAME",
+}
 
 
 class TpuSupervisorArgs(TypedDict):
@@ -146,17 +216,25 @@ class TpuSupervisorArgs(TypedDict):
     """Region of the function and the scheduler job (the stack's `gcp:region`)."""
     deployment_name: str
     """Names the account, role, function, job and the state folder."""
-    kind: Literal["node", "queued"]
-    """`node`: a Spot `gcp.tpu.V2Vm`; `queued`: a queued resource."""
+    kind: Literal["node", "queued", "mig", "node_pool"]
+    """`node`: a `gcp.tpu.V2Vm`; `queued`: a queued resource; `mig`: a Compute Engine managed
+    instance group; `node_pool`: a GKE node pool."""
     resource_name: pulumi.Input[str]
-    """The slice's full name, `projects/P/locations/Z/nodes/N` or `.../queuedResources/Q`."""
-    body: pulumi.Input[dict[str, Any]]
-    """The REST body it is created again with (Node, or QueuedResource), exactly as created."""
+    """The compute's full name (`_NAME_FORMS`)."""
+    body: NotRequired[pulumi.Input[dict[str, Any]]]
+    """TPU kinds with `recover`: the REST body it is created again with (Node, or
+    QueuedResource), exactly as created."""
+    recover: NotRequired[bool]
+    """Recreate a preempted slice (TPU kinds; default True for them, False otherwise)."""
+    run: NotRequired[pulumi.Input[dict[str, Any]]]
+    """When the run ends (`RUN_KEYS`, see `supervisor/main.py`): the end record, run clock
+    and stop request objects, `max_run_seconds`, the compute's `hourly_usd` at list price
+    and `max_total_usd`."""
     staging_bucket: pulumi.Input[str]
     """Bucket the function's source zip is uploaded to."""
     checkpoint_bucket: pulumi.Input[str]
     """Bucket of the supervisor's state and events (`supervisor/<deployment>/`)."""
-    node_service_account: pulumi.Input[str]
+    node_service_account: NotRequired[pulumi.Input[str]]
     """The slice's service account, `projects/P/serviceAccounts/EMAIL`: the supervisor may
     create a node that runs as it, and as no other."""
     schedule: NotRequired[str]
@@ -210,18 +288,42 @@ def build_source(config: dict[str, Any], build_dir: Path | None = None) -> Sourc
 
 
 def supervisor_config(
-    kind: str, resource_name: str, body: dict[str, Any], checkpoint_bucket: str, deployment: str
+    kind: str,
+    resource_name: str,
+    body: dict[str, Any] | None,
+    checkpoint_bucket: str,
+    deployment: str,
+    *,
+    recover: bool | None = None,
+    run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`config.json` of the bundle."""
-    if not _NAME.match(resource_name) or (kind == "node") != ("/nodes/" in resource_name):
+    if kind not in _NAMES:
+        raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(_NAMES)}")
+    if not _NAMES[kind].match(resource_name):
+        what = "a TPU " + kind if kind in TPU_KINDS else "a " + kind
         raise ValueError(
-            f"resource_name: {resource_name!r} is not a TPU {kind} name; valid: "
-            f"projects/P/locations/Z/{'nodes' if kind == 'node' else 'queuedResources'}/NAME"
+            f"resource_name: {resource_name!r} is not {what} name; valid: {_NAME_FORMS[kind]}"
         )
+    recover = kind in TPU_KINDS if recover is None else recover
+    if recover and (kind not in TPU_KINDS or not body):
+        raise ValueError(
+            f"recover: only a TPU slice with its body is recreated; kind {kind!r}"
+            + ("" if kind not in TPU_KINDS else " has no body")
+        )
+    unknown = sorted(set(run or {}) - RUN_KEYS)
+    if unknown:
+        raise ValueError(f"run.{unknown[0]}: unknown key; valid: {', '.join(sorted(RUN_KEYS))}")
+    cap = (run or {}).get("max_total_usd")
+    problem = None if cap is None else max_total_usd_problem(cap, "run.max_total_usd")
+    if problem:
+        raise ValueError(problem)
     return {
         "kind": kind,
         "name": resource_name,
-        "body": body,
+        "body": body or {},
+        "recover": recover,
+        "run": dict(run or {}),
         "state_uri": f"gs://{checkpoint_bucket}/supervisor/{deployment}",
     }
 
@@ -306,7 +408,17 @@ class TpuSupervisor(pulumi.ComponentResource):
         kind, deployment = args["kind"], args["deployment_name"]
         problems = []
         if kind not in PERMISSIONS:
-            problems.append(f"TpuSupervisor.kind: {kind!r} is not allowed; valid: node, queued")
+            problems.append(
+                f"TpuSupervisor.kind: {kind!r} is not allowed; valid: {', '.join(_NAMES)}"
+            )
+        recover = args.get("recover", kind in TPU_KINDS)
+        what = "TPU" if kind in TPU_KINDS else "run"
+        if recover and "node_service_account" not in args:
+            problems.append(
+                "TpuSupervisor.node_service_account: missing; a supervisor that recreates a "
+                "TPU slice needs the slice's service account; valid: the slice's service "
+                "account email"
+            )
         schedule = args.get("schedule", DEFAULT_SCHEDULE)
         if len(schedule.split()) != 5:
             problems.append(
@@ -327,8 +439,13 @@ class TpuSupervisor(pulumi.ComponentResource):
             f"{name}-sa",
             project=project,
             account_id=account_id(deployment, "sup"),
-            display_name=f"trainstack TPU supervisor ({deployment})",
-            description="Recreates this stack's preempted TPU slice; managed by trainstack.",
+            display_name=f"trainstack {what} supervisor ({deployment})",
+            description=(
+                "Recreates this stack's preempted TPU slice and stops its compute at the "
+                "run's end; managed by trainstack."
+                if recover
+                else "Stops this stack's compute at the run's end; managed by trainstack."
+            ),
             opts=child,
         )
         member = self.account.member
@@ -336,9 +453,17 @@ class TpuSupervisor(pulumi.ComponentResource):
             f"{name}-role",
             project=project,
             role_id=role_id(deployment),
-            title=f"trainstack TPU supervisor ({deployment})"[:100],
-            description="Get, delete and create one stack's TPU slice.",
-            permissions=list(PERMISSIONS[kind]),
+            title=f"trainstack {what} supervisor ({deployment})"[:100],
+            description=(
+                "Get, delete and create one stack's TPU slice."
+                if recover
+                else "Get and stop one stack's compute."
+            ),
+            permissions=list(
+                PERMISSIONS[kind]
+                if recover or kind not in TPU_KINDS
+                else STOP_ONLY_PERMISSIONS[kind]
+            ),
             opts=child,
         )
         self.grants: list[pulumi.Resource] = [
@@ -350,13 +475,6 @@ class TpuSupervisor(pulumi.ComponentResource):
                 member=member,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role]),
             ),
-            serviceaccount.IAMMember(
-                f"{name}-act-as",
-                service_account_id=args["node_service_account"],
-                role="roles/iam.serviceAccountUser",
-                member=member,
-                opts=child,
-            ),
             storage.BucketIAMMember(
                 f"{name}-state",
                 bucket=args["checkpoint_bucket"],
@@ -366,9 +484,27 @@ class TpuSupervisor(pulumi.ComponentResource):
             ),
         ]
 
+        if recover:
+            # It creates a node that runs as the training account, and as no other.
+            self.grants.append(
+                serviceaccount.IAMMember(
+                    f"{name}-act-as",
+                    service_account_id=args["node_service_account"],
+                    role="roles/iam.serviceAccountUser",
+                    member=member,
+                    opts=child,
+                )
+            )
         config = pulumi.Output.all(
-            args["resource_name"], args["body"], args["checkpoint_bucket"]
-        ).apply(lambda v: supervisor_config(kind, v[0], v[1], v[2], deployment))
+            args["resource_name"],
+            args.get("body", {}),
+            args["checkpoint_bucket"],
+            args.get("run", {}),
+        ).apply(
+            lambda v: supervisor_config(
+                kind, v[0], v[1], v[2], deployment, recover=recover, run=v[3]
+            )
+        )
         # Chosen now: the cwd when the component is built is the program's project.
         build_dir = Path(args.get("build_dir") or current_build_dir()).resolve()
         bundle = config.apply(lambda c: build_source(c, build_dir))
@@ -389,7 +525,7 @@ class TpuSupervisor(pulumi.ComponentResource):
             project=project,
             location=region,
             name=physical,
-            description=f"trainstack TPU supervisor of {deployment}",
+            description=f"trainstack {what} supervisor of {deployment}",
             labels=labels,
             build_config=cloudfunctionsv2.FunctionBuildConfigArgs(
                 runtime=RUNTIME,
@@ -425,7 +561,11 @@ class TpuSupervisor(pulumi.ComponentResource):
             project=project,
             region=region,
             name=physical,
-            description=f"checks {deployment}'s TPU slice and recreates it when preempted",
+            description=(
+                f"checks {deployment}'s TPU slice and recreates it when preempted"
+                if recover
+                else f"checks {deployment}'s run and stops its compute at the end"
+            ),
             schedule=schedule,
             time_zone="Etc/UTC",
             attempt_deadline="180s",

@@ -39,11 +39,13 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     create_model,
+    field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from trainstack.components.catalog.problems import pydantic_problem, unknown_key
+from trainstack.components.tpu_supervisor import max_total_usd_problem
 from trainstack.infra import targets
 from trainstack.infra.config_checks import NAMESPACE, semantic_errors
 from trainstack.infra.estimate import limit_problems
@@ -135,7 +137,20 @@ class LimitsConfig(_Model):
     (`trainstack.infra.estimate.summarize`) is above this."""
     max_run_hours: float | None = Field(default=None, gt=0)
     """Training ends after this long, by the platform's own means (Vertex `timeout`, the GKE
-    Job's `activeDeadlineSeconds`, the GCE run limit); the plan says how, per target."""
+    Job's `activeDeadlineSeconds`, the GCE and TPU run limit), and on tpu and gpu_cluster
+    stacks the supervisor then stops the compute; the plan says how, per target."""
+    max_total_usd: float | None = None
+    """The run's spend cap at list price (tpu and gpu_cluster stacks): the supervisor counts
+    the compute's spend across restarts and recoveries, asks the trainer to save and stop
+    once it is reached, then stops the compute (`trainstack.components.tpu_supervisor`)."""
+
+    @field_validator("max_total_usd", mode="before")
+    @classmethod
+    def _spend_cap(cls, value: Any) -> Any:
+        problem = None if value is None else max_total_usd_problem(value, "max_total_usd")
+        if problem:
+            raise PydanticCustomError("trainstack", problem.split(": ", 1)[1])
+        return value
 
     @property
     def max_run_seconds(self) -> int | None:

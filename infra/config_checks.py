@@ -15,7 +15,14 @@ from trainstack.components.catalog.problems import quote as _q
 from trainstack.components.catalog.torch_versions import fsdp_problem
 from trainstack.components.training_buckets import training_buckets_problems
 from trainstack.infra.project import current_place
-from trainstack.infra.targets import CloudTarget, Target, by_section, claimant, sections
+from trainstack.infra.targets import (
+    CloudTarget,
+    Target,
+    by_section,
+    claimant,
+    registered,
+    sections,
+)
 from trainstack.trainers.common.user_code import user_code_problems
 
 if TYPE_CHECKING:
@@ -66,6 +73,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     if target is not None:
         target_errors = target.section_problems(section, region, trainer)
     errors += target_errors
+    errors += _spend_cap_problems(parts, key, candidates)
     if trainer is not None and key is not None:
         base = current_place().base_dir
         own = user_code_problems(trainer, candidates[0].code_rules(), base)
@@ -90,6 +98,22 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
             errors += [problem] if problem else []
             errors += target.batch_problems(section, trainer, world)
     return errors
+
+
+def _spend_cap_problems(
+    parts: Mapping[str, Any], key: str | None, candidates: list[Target]
+) -> list[str]:
+    """`limits.max_total_usd` on a target whose compute no run supervisor stops
+    (`Target.supervised`): refused, since nothing would enforce it."""
+    cap = getattr(parts.get("limits"), "max_total_usd", None)
+    if cap is None or key is None or not candidates or any(t.supervised for t in candidates):
+        return []
+    enforced = list(dict.fromkeys(t.section for t in registered() if t.supervised))
+    problem = (
+        f"limits.max_total_usd: not enforced on a {key} target (no supervisor stops its "
+        f"compute); valid: a {' or '.join(enforced)} target, or no limits.max_total_usd"
+    )
+    return [problem]
 
 
 def _check_buckets_quotas(parts: Mapping[str, Any]) -> list[str]:

@@ -22,12 +22,56 @@ __all__ = [
     "limit_problems",
     "limits_plan",
     "quota_needs",
+    "stoppable_hourly_usd",
     "summarize",
+    "supervisor_hourly_usd",
 ]
 
 
 def _round(usd: float) -> float:
     return round(usd, 2)
+
+
+# The run supervisor (trainstack.components.tpu_supervisor) of a TPU or GPU-cluster stack: one
+# Cloud Scheduler job and one Cloud Run functions call every 2 minutes.
+SCHEDULER_JOB_USD_PER_31_DAYS = 0.10
+"""https://cloud.google.com/scheduler/pricing: "A job is billed $0.10/job/31 days"; "Each
+Google billing account gets 3 jobs per month free" (not subtracted here: shared by the
+billing account)."""
+RUN_VCPU_SECOND_USD = 0.000024
+RUN_GIB_SECOND_USD = 0.0000025
+RUN_REQUEST_USD = 0.40 / 1_000_000
+"""Cloud Run request-based billing, Tier 1 (https://cloud.google.com/run/pricing; Cloud Run
+functions, formerly Cloud Functions 2nd gen, are billed as Cloud Run, per
+https://cloud.google.com/functions/pricing-1stgen). The monthly free tier (2 million
+requests, 180,000 vCPU-seconds, 360,000 GiB-seconds per billing account) covers a
+supervisor; not subtracted. Per-second figures: verified: False (the table was not in the
+page text read)."""
+SUPERVISOR_CALLS_PER_HOUR = 30
+SUPERVISOR_CALL_S = 2.0
+"""Assumed billed time per check (three TPU and GCS round trips, rounded up to 100 ms)."""
+SUPERVISOR_VCPU = 0.167
+SUPERVISOR_GIB = 0.25
+"""256 MiB functions get 0.167 vCPU (https://cloud.google.com/functions/docs/configuring/memory)."""
+
+
+def supervisor_hourly_usd() -> float:
+    """$/hour of a stack's run supervisor at list price."""
+    per_call = SUPERVISOR_CALL_S * (
+        SUPERVISOR_VCPU * RUN_VCPU_SECOND_USD + SUPERVISOR_GIB * RUN_GIB_SECOND_USD
+    )
+    function = SUPERVISOR_CALLS_PER_HOUR * (per_call + RUN_REQUEST_USD)
+    return function + SCHEDULER_JOB_USD_PER_31_DAYS / (31 * 24)
+
+
+def stoppable_hourly_usd(cfg: StackConfig) -> float:
+    """$/hour at list price, rounded to cents, of the compute the supervisor stops at the
+    run's end (`Target.stoppable_hourly_usd`: the TPU slice; the GCE group or GKE GPU pool,
+    without GKE's cluster fee and system node): what its spend count for
+    `limits.max_total_usd` adds per hour of billing."""
+    target = target_of(cfg)
+    assert target.supervised, f"target {target.name} has no supervisor"
+    return target.stoppable_hourly_usd(cfg)
 
 
 def summarize(cfg: StackConfig) -> dict[str, Any]:
@@ -36,9 +80,16 @@ def summarize(cfg: StackConfig) -> dict[str, Any]:
     `machines` counts TPU hosts, GPU nodes, Vertex replicas plus reducers, or local
     workers. `hourly_usd` is an estimate from catalog list prices (spot price when spot),
     rounded to cents; a local run costs 0. Hyperparameter tuning multiplies Vertex cost by
-    the parallel trials.
+    the parallel trials. A `supervised` target adds its run supervisor's cost (and
+    `supervisor_usd_per_month`).
     """
-    out = target_of(cfg).summary(cfg)
+    target = target_of(cfg)
+    out = target.summary(cfg)
+    if target.supervised:
+        supervisor = supervisor_hourly_usd()
+        out["hourly_usd"] += supervisor
+        # Too small to show in $/hour: the plan shows it per month as well.
+        out["supervisor_usd_per_month"] = round(supervisor * 730, 2)
     out["hourly_usd"] = _round(out["hourly_usd"])
     return out
 
@@ -79,12 +130,20 @@ def limits_plan(cfg: StackConfig) -> dict[str, Any] | None:
     """The plan's `limits` entry, or None when the stack sets no limits: the limits, the
     estimate they were checked against, and how the run limit is enforced on this target."""
     limits = cfg.limits
-    if limits.max_hourly_usd is None and limits.max_run_hours is None:
+    if limits.max_hourly_usd is None and limits.max_run_hours is None and not limits.max_total_usd:
         return None
     out: dict[str, Any] = {
         "max_hourly_usd": limits.max_hourly_usd,
         "max_run_hours": limits.max_run_hours,
     }
+    if limits.max_total_usd is not None:
+        # Only where set, so the plans of stacks without one keep their shape.
+        out["max_total_usd"] = limits.max_total_usd
+        out["spend_cap"] = (
+            f"the supervisor counts the compute's spend at ${stoppable_hourly_usd(cfg):,.2f}/hour "
+            f"list price; at ${limits.max_total_usd:,.2f} it asks the trainer to save and stop, "
+            "then stops the compute"
+        )
     seconds = limits.max_run_seconds
     if seconds is not None:
         enforced, how = target_of(cfg).run_limit(cfg, seconds)

@@ -269,6 +269,8 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
         )
     if limits is not None and "run_limit" in limits:
         notes.append(f"limits.max_run_hours: {limits['run_limit']}")
+    if limits is not None and "spend_cap" in limits:
+        notes.append(f"limits.max_total_usd: {limits['spend_cap']}")
     extra: dict[str, Any] = {}
     if defaults:
         extra["defaults"] = defaults

@@ -33,6 +33,16 @@ from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
 MAX_DIFF_CHARS = 65_000
 
 SUMMARY_FIELDS = ("tpu_chips", "gpus", "machines", "hourly_usd")
+LIMIT_FIELDS = ("max_hourly_usd", "max_total_usd", "max_run_hours")
+
+
+def _cap(field: str, value: Any) -> str:
+    """A cap as the plan-diff shows it; "none" when the stack sets none."""
+    if value is None:
+        return "none"
+    return f"{value:g} h" if field == "max_run_hours" else f"${value:,.2f}"
+
+
 VALUE_CHARS = 160
 """A changed one-line value longer than this shows only the part around the change."""
 CONTEXT_CHARS = 40
@@ -256,6 +266,12 @@ def _totals_and_quota(base: Mapping[str, Any], head: Mapping[str, Any]) -> tuple
         if a != b:
             fmt = _usd if field == "hourly_usd" else _count
             money.append(f"| {field} | {fmt(a)} | {fmt(b)} | {_signed(b - a, fmt)} |")
+    # The caps (`limits`): a cap set, changed or removed is a line of its own.
+    for field in LIMIT_FIELDS:
+        la, lb = (p.get("limits") or {} for p in (base, head))
+        if la.get(field) != lb.get(field):
+            shown = [_cap(field, v.get(field)) for v in (la, lb)]
+            money.append(f"| limits.{field} | {shown[0]} | {shown[1]} | |")
     qa = {_quota_key(q): q for q in base.get("quota", [])}
     qb = {_quota_key(q): q for q in head.get("quota", [])}
     quota_rows = []

@@ -14,8 +14,12 @@ in `trainstack.infra.targets`); this module adds the step, checkpoint, recoverie
 - hosts: TPU workers (network endpoints), GKE pods (Kubernetes API with the `kubeconfig`
   output), GCE instances (Compute `instances.get`), local worker processes; Vertex AI manages
   its machines itself.
-- recoveries: what the platform did to keep the run going (`CloudTarget.recoveries`; spot
-  and queued TPU stacks: the TPU supervisor's actions), newest last.
+- recoveries (a stack with a `supervisor_events_uri` output: every `supervised` target's):
+  the supervisor's actions, the JSON lines of that object (GCS JSON API `objects.get`,
+  media), newest last; with its `state.json`, whether the run finished and its compute was
+  stopped (or what still bills, at the target's `stoppable_hourly_usd`, and the command that
+  stops it) and the spend it counted against `limits.max_total_usd`
+  (`trainstack.infra.supervision.supervisor_status`).
 - cost so far: the plan's list-price $/hour (`trainstack.infra.estimate.summarize`: every machine,
   spot price when spot) times the hours since the start (Vertex job start, node or instance
   creation, GKE Job start) until its end or now.
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainstack.components._google_api import build_client
 from trainstack.infra.estimate import summarize
-from trainstack.infra.google_reads import get_or_none
+from trainstack.infra.google_reads import gcs_json_lines, get_or_none
 from trainstack.infra.local_paths import run_name
 from trainstack.infra.log_source import cloud_filter
 from trainstack.infra.logs import (
@@ -43,6 +47,7 @@ from trainstack.infra.logs import (
     parse_time,
 )
 from trainstack.infra.stack_outputs import read_outputs, require
+from trainstack.infra.supervision import supervisor_lines, supervisor_status
 from trainstack.infra.targets import CloudTarget, StandaloneTarget, by_section, target_of
 from trainstack.trainers.common.checkpoint import MARKED_STEP_RE, MARKER
 from trainstack.trainers.common.contract import EVENT_DONE, EVENT_TRAIN, FIELD_EVENT, FIELD_STEP
@@ -132,13 +137,20 @@ def stack_status(
         actions = target.recoveries(cfg, outputs, endpoints)
         if actions is not None:
             part["recoveries"] = actions
+        if outputs.get("supervisor_events_uri"):
+            # state.json beside the events: one JSON line, read as the events are.
+            uri = str(outputs["supervisor_events_uri"]).rsplit("/", 1)[0] + "/state.json"
+            state = gcs_json_lines(uri, endpoints)
+            part["supervisor"] = supervisor_status(
+                actions or [], (state or [{}])[0], cfg, target.stoppable_hourly_usd(cfg)
+            )
     hours = None
     if part["started"]:
         end = parse_time(part["ended"]) if part["ended"] else now
         hours = max(0.0, (end - parse_time(part["started"])).total_seconds() / 3600)
     hosts = part["hosts"]
     newest = part["checkpoint"]
-    recoveries = {"recoveries": part["recoveries"]} if "recoveries" in part else {}
+    recoveries: dict[str, Any] = {k: part[k] for k in ("recoveries", "supervisor") if k in part}
     return {
         "stack": stack,
         "target": cfg.target,
@@ -186,6 +198,7 @@ def render_status(info: dict[str, Any]) -> list[str]:
             f"  {e['time']} {e['seen']}: {e['action']} ({e['result']})"
             for e in events[-RECOVERIES_SHOWN:]
         ]
+    lines += supervisor_lines(info["supervisor"]) if "supervisor" in info else []
     if info["target"] == "local":
         # A local run's processes have no start time in the outputs and cost nothing billed.
         lines.append("cost so far: $0.00 (a local run: this machine, no Google Cloud resources)")

@@ -104,6 +104,7 @@ from trainstack.trainers.common.exit_codes import (
     PREEMPTED_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
 )
+from trainstack.trainers.common.run_records import RunRecords
 from trainstack.trainers.elastic import WORKER_FLAG, nccl_error_handling
 from trainstack.trainers.user_code import (
     SecretError,
@@ -397,6 +398,20 @@ def exit_code(
     return status
 
 
+def _record_end(
+    records: RunRecords | None, code: int, node_rank: int, stop_request: list[dict[str, Any]]
+) -> int:
+    """Write the run's end record where this exit ends the run (`RunRecords.end_record`);
+    the exit code, 143 after a stop on request (saved and stopped, as on a preemption)."""
+    if stop_request and code != DONE_EXIT_CODE:
+        code = PREEMPTED_EXIT_CODE
+    if records is not None:
+        record = records.end_record(code, node_rank, stop_request[0] if stop_request else None)
+        if record is not None:
+            records.record_end(record, _log)
+    return code
+
+
 def run(command: NodeCommand) -> int:
     """Start the target, pass signals on, and map its exit status (see the module docstring)."""
     if command.launcher == "torchrun" and importlib.util.find_spec("torch") is None:
@@ -416,8 +431,20 @@ def run(command: NodeCommand) -> int:
         forward()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    records = RunRecords.from_env(command.env)
+    stop_request: list[dict[str, Any]] = []
+
+    def on_stop_request(request: dict[str, Any]) -> None:
+        _log(
+            f"the supervisor asked this run to stop ({request.get('reason')}); stopping the target"
+        )
+        stop_request.append(request)
+        forward()
+
     try:
         cluster = command.cluster
+        if records is not None and not records.hold_while_stopped(_log, terminated):
+            return PREEMPTED_EXIT_CODE
         _log(
             f"node {cluster.node_rank} of {cluster.num_nodes}, {command.accelerators} "
             f"accelerator(s), {command.processes} process(es): {' '.join(command.argv)}"
@@ -440,7 +467,10 @@ def run(command: NodeCommand) -> int:
             target=watch.pump, args=(child.stdout, sys.stdout.buffer), daemon=True
         )
         pump.start()
+        watching = records.watch(on_stop_request, _log) if records is not None else None
         status = child.wait()
+        if watching is not None:
+            watching.set()
         pump.join()
         if shipper is not None:
             shipper.close(SHIP_FLUSH_S)  # bounded: a dead Logging API cannot hold the exit
@@ -454,6 +484,7 @@ def run(command: NodeCommand) -> int:
         preempted=watch.preempted,
         classified=command.argv[1:3] == ["-m", ELASTIC_LAUNCHER_MODULE],
     )
+    code = _record_end(records, code, command.cluster.node_rank, stop_request)
     if code != DONE_EXIT_CODE:
         _log(f"exit {code} (target exit {status})")
     return code

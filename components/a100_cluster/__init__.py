@@ -66,7 +66,7 @@ and `gce.py` the two backends' resources, `_common.py` the defaults and names th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -121,6 +121,7 @@ from trainstack.components.training_dashboard.targets import (
     gce_filters,
     gke_filters,
 )
+from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 __all__ = [
     "BOOT_DISK_TYPE",
@@ -294,6 +295,9 @@ class A100Cluster(pulumi.ComponentResource):
     """gce: the zonal managed instance group that recreates a stopped or lost node."""
     node_configs: list[compute.PerInstanceConfig]
     """gce: per-instance configs by node rank (name and rank metadata)."""
+    run_record: pulumi.Output[str] | None
+    """With training and a checkpoint bucket: the run's record prefix,
+    `gs://<bucket>/trainstack-run-<key>` (`trainstack.trainers.common.run_records`)."""
 
     def __init__(
         self, name: str, args: A100ClusterArgs, opts: pulumi.ResourceOptions | None = None
@@ -317,6 +321,7 @@ class A100Cluster(pulumi.ComponentResource):
         self.placement_policy = None
         self.instance_template = self.instance_group = None
         self.node_configs = []
+        self.run_record = None
         if gpu.backend == "gke":
             gke = create_gke(name, args, gpu, labels, parent=self, depends_on=deps)
             self.cluster = gke.cluster
@@ -331,6 +336,7 @@ class A100Cluster(pulumi.ComponentResource):
             self.training_job = gke.training_job
             if gke.training_job is not None:
                 self.job_name = gke.training_job.job_name
+                self.run_record = gke.training_job.manifests.apply(_pod_run_record)
             log_filter: pulumi.Input[str]
             resource_filter: pulumi.Input[str]
             log_filter, resource_filter = gke_filters(self.cluster_name)
@@ -343,6 +349,7 @@ class A100Cluster(pulumi.ComponentResource):
             self.cluster_name = gce.cluster_name
             self.instance_names = gce.instance_names
             self.console_url = gce.console_url
+            self.run_record = gce.run_record
             log_filter, resource_filter = gce_filters(args["deployment_name"], gce.name_pattern)
         self.dashboard_scope: DashboardScope = {
             "target": "gpu_cluster",
@@ -365,5 +372,13 @@ class A100Cluster(pulumi.ComponentResource):
                 "job_name": self.job_name,
                 "instance_names": self.instance_names,
                 "console_url": self.console_url,
+                "run_record": self.run_record,
             }
         )
+
+
+def _pod_run_record(manifests: dict[str, Any]) -> str:
+    """The run record prefix the Job's pods get (`run_records`), or "" without one."""
+    [container] = manifests["job"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value", "") for e in container["env"]}
+    return str(env.get(RUN_RECORD_ENV, ""))

@@ -26,8 +26,10 @@ from trainstack.components.catalog.images import DLVM_IMAGE
 from trainstack.components.gpu_startup import (
     DLVM_PYTHON_BIN,
     NODE_RANK_ATTRIBUTE,
+    gce_run_key,
     gce_startup_script,
     node_args_use_torchrun,
+    run_record_uri,
     uses_torchrun,
     with_checkpoint_dir,
 )
@@ -56,6 +58,8 @@ class GceInstances:
     name_pattern: str
     """Regular expression matching exactly these instances' names (`instance_name_pattern`)."""
     console_url: pulumi.Output[str]
+    run_record: pulumi.Output[str] | None
+    """The run's record prefix (`run_record_uri`), with training and a checkpoint bucket."""
 
 
 def gce_console_url(project: str) -> str:
@@ -101,10 +105,14 @@ def create_gce(
 
     training = args.get("training")
     script: pulumi.Output[str] | None = None
+    run_record: pulumi.Output[str] | None = None
     image = DLVM_IMAGE
     if training is not None:
         image = training.get("image", DLVM_IMAGE)
-        script = _startup_script(training, gpu, names, args.get("max_run_seconds"))
+        launch = _startup_script(training, gpu, names, args.get("max_run_seconds"))
+        script = launch.apply(lambda v: v[0])
+        if training.get("checkpoint_url") is not None:
+            run_record = launch.apply(lambda v: v[1])
     reservation = (
         compute.InstanceTemplateReservationAffinityArgs(
             type="SPECIFIC_RESERVATION",
@@ -218,19 +226,20 @@ def create_gce(
         instance_names=pulumi.Output.all(*(c.name for c in node_configs)),
         name_pattern=instance_name_pattern(names),
         console_url=project.apply(gce_console_url),
+        run_record=run_record,
     )
 
 
 def _startup_script(
     training: A100TrainingArgs, gpu: A100Shape, names: list[str], max_run_seconds: int | None
-) -> pulumi.Output[str]:
-    """The same script for every instance; each finds its rank in its own metadata. The run
-    limit is the launcher's (`trainstack.components.gpu_startup`): a VM's maxRunDuration would only
+) -> pulumi.Output[tuple[str, str]]:
+    """(The same script for every instance, the run's record prefix `run_record_uri`); each
+    instance finds its rank in its own metadata. The run limit is the launcher's (`trainstack.components.gpu_startup`): a VM's maxRunDuration would only
     make the group recreate the VM (`trainstack.components.catalog.recovery`)."""
     module = training.get("trainer_module", DEFAULT_MODULE)
     flags = list(training.get("trainer_args", []))
 
-    def render(values: list[Any]) -> str:
+    def render(values: list[Any]) -> tuple[str, str]:
         package_uri, checkpoint_url, node_args = values
         if node_args is not None:
             # Your own code: the run contract's folders are in node_args already.
@@ -239,18 +248,23 @@ def _startup_script(
         else:
             launch = {"module": module, "trainer_args": with_checkpoint_dir(flags, checkpoint_url)}
             torchrun = uses_torchrun(module)
-        return gce_startup_script(
-            package_uri=package_uri,
+        keyed = {
+            "package_uri": package_uri,
             **launch,
-            num_nodes=gpu.node_count,
-            procs_per_node=gpu.machine.gpus if torchrun else 1,
+            "num_nodes": gpu.node_count,
+            "procs_per_node": gpu.machine.gpus if torchrun else 1,
+            "coordinator": names[0],
+            "worker_hosts": names,
+        }
+        script = gce_startup_script(
+            **keyed,
             accelerators_per_node=gpu.machine.gpus,
-            coordinator=names[0],
             extra_path=DLVM_PYTHON_BIN,
-            worker_hosts=names,
             max_run_seconds=max_run_seconds,
             checkpoint_url=checkpoint_url,
         )
+        record = run_record_uri(checkpoint_url, gce_run_key(**keyed)) if checkpoint_url else ""
+        return script, record
 
     return pulumi.Output.all(
         training["package_uri"], training.get("checkpoint_url"), training.get("node_args")

@@ -405,6 +405,9 @@ def _training_job(
     for key in ("checkpoint_url", "image", "wait_for_completion", "timeout_s"):
         if key in training:
             job_args[key] = training[key]
+    if "checkpoint_url" in training:
+        # The run's end record and the supervisor's stop request, beside the checkpoints.
+        job_args["run_records"] = True
     if "labels" in args:
         job_args["labels"] = args["labels"]
     if "max_run_seconds" in args:

@@ -19,12 +19,13 @@ unverified carry `verified=False` or a `*_VERIFIED = False` marker and a note.
 | `batch`      | each target's world size, and the global-batch divisibility rule        |
 | `torch_versions` | the torch an image carries (from its name); fsdp needs torch >= 2.6 |
 | `recovery`   | how a node comes back: instance-group repair, per-instance names, torchrun elastic |
+| `billing`    | what stops accelerator billing: a deleted TPU slice, a group or GKE pool at 0 |
 | `problems`   | the one wording of a problem line, and pydantic errors in that wording  |
 
 Import a module (`from trainstack.components.catalog.tpu import TPU_GENERATIONS`) or the package
 (`from components import catalog`; `catalog.TPU_GENERATIONS`): the facts and rules of
 the modules above `batch` in the table are re-exported here; import `batch`,
-`torch_versions` and `recovery` by module. Prices and quota ids are not facts a component needs; they stay with
+`torch_versions`, `recovery` and `billing` by module. Prices and quota ids are not facts a component needs; they stay with
 the offline plan in `trainstack.infra.catalog`.
 """
 

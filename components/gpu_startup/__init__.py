@@ -53,7 +53,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from trainstack.components._node_args import validate_node_args
 from trainstack.components.catalog.images import DLVM_PYTHON_BIN
@@ -236,9 +236,15 @@ def _embeddable(text: str, terminator: str, what: str) -> str:
     return text.rstrip("\n")
 
 
+def run_record_uri(checkpoint_url: str, key: str) -> str:
+    """The prefix of a run's records beside the checkpoints (`.started`, the run clock;
+    `.ended` and `.stop`, `trainstack.trainers.common.run_records`), one set per run."""
+    return f"{checkpoint_url.rstrip('/')}/{RUN_CLOCK_PREFIX}{key}"
+
+
 def run_clock_uri(checkpoint_url: str, key: str) -> str:
     """Where a run's first start is recorded: beside the checkpoints, one object per run."""
-    return f"{checkpoint_url.rstrip('/')}/{RUN_CLOCK_PREFIX}{key}.started"
+    return run_record_uri(checkpoint_url, key) + ".started"
 
 
 def render_launcher(
@@ -258,6 +264,7 @@ def render_launcher(
     run_clock: str = "",
     node_args: Sequence[str] | None = None,
     accelerators_per_node: int | None = None,
+    run_record: str = "",
 ) -> str:
     """The node launcher for plain values (see the module docstring and `launch.sh`).
 
@@ -271,7 +278,9 @@ def render_launcher(
     gs:// object `run_clock` (`run_clock_uri`). `node_args` runs your own code instead of
     `module` (which is then None, with no `trainer_args`). `accelerators_per_node` (default
     `procs_per_node`) is what the plan bought per node: the node launcher stops with exit 5
-    on a node with fewer usable ones (`TRAINSTACK_EXPECTED_ACCELERATORS`).
+    on a node with fewer usable ones (`TRAINSTACK_EXPECTED_ACCELERATORS`). `run_record`
+    (`run_record_uri`) is where the node launcher records the run's end and looks for the
+    supervisor's stop request (`TRAINSTACK_RUN_RECORD`).
     """
     if not work_dir:
         raise ValueError("work_dir: empty; the launcher needs a directory on the node")
@@ -337,6 +346,8 @@ def render_launcher(
             "TF_WORKERS": q(workers),
             "MAX_RUN_SECONDS": q(str(max_run_seconds) if max_run_seconds is not None else ""),
             "RUN_CLOCK_URI": q(run_clock if max_run_seconds is not None else ""),
+            "RUN_RECORD": q(run_record),
+            "RUN_FINAL_CODES": q(" ".join(str(c) for c in FAIL_FAST_EXIT_CODES)),
             "NODE_HELPER": helper,
         },
     )
@@ -347,6 +358,53 @@ def run_key(**launch: object) -> str:
     and the done marker, so a new package or new flags start a new run on the same disk."""
     canonical = json.dumps(launch, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def pod_run_env(
+    checkpoint_url: str, package_uri: str, argv: Sequence[str], shape: Mapping[str, Any]
+) -> dict[str, str]:
+    """A GKE pod's run records (`trainstack.trainers.common.run_records`): the prefix, keyed
+    by the package, the node launcher's argv and the shape (`node_count`, `gpus_per_node`),
+    and the exits the Job's podFailurePolicy fails for good (FailJob)."""
+    key = run_key(
+        package_uri=package_uri,
+        args=list(argv),
+        node_count=shape["node_count"],
+        gpus=shape["gpus_per_node"],
+    )
+    return {
+        "TRAINSTACK_RUN_RECORD": run_record_uri(checkpoint_url, key),
+        "TRAINSTACK_RUN_FINAL_CODES": " ".join(str(c) for c in FAIL_FAST_EXIT_CODES),
+    }
+
+
+def gce_run_key(
+    *,
+    package_uri: str,
+    module: str | None,
+    trainer_args: Sequence[str],
+    num_nodes: int,
+    procs_per_node: int,
+    coordinator: str,
+    coordinator_port: int = DEFAULT_PORT,
+    worker_hosts: Sequence[str] = (),
+    node_args: Sequence[str] | None = None,
+) -> str:
+    """The run key of a Compute Engine launch (`gce_startup_script`'s values)."""
+    launch: dict[str, object] = {
+        "package_uri": package_uri,
+        "module": module,
+        "trainer_args": list(trainer_args),
+        "num_nodes": num_nodes,
+        "procs_per_node": procs_per_node,
+        "coordinator": coordinator,
+        "coordinator_port": coordinator_port,
+        "worker_hosts": list(worker_hosts),
+    }
+    if node_args is not None:
+        # Only when given, so the bundled trainer's run keys stay what they were.
+        launch["node_args"] = list(node_args)
+    return run_key(**launch)
 
 
 def gce_startup_script(
@@ -373,20 +431,17 @@ def gce_startup_script(
     `max_run_seconds` (the stack's run limit) needs `checkpoint_url`, the bucket where the
     run's first start is recorded (`run_clock_uri`). `node_args` and
     `accelerators_per_node` as for `render_launcher`."""
-    launch: dict[str, object] = {
-        "package_uri": package_uri,
-        "module": module,
-        "trainer_args": list(trainer_args),
-        "num_nodes": num_nodes,
-        "procs_per_node": procs_per_node,
-        "coordinator": coordinator,
-        "coordinator_port": coordinator_port,
-        "worker_hosts": list(worker_hosts),
-    }
-    if node_args is not None:
-        # Only when given, so the bundled trainer's run keys stay what they were.
-        launch["node_args"] = list(node_args)
-    key = run_key(**launch)
+    key = gce_run_key(
+        package_uri=package_uri,
+        module=module,
+        trainer_args=trainer_args,
+        num_nodes=num_nodes,
+        procs_per_node=procs_per_node,
+        coordinator=coordinator,
+        coordinator_port=coordinator_port,
+        worker_hosts=worker_hosts,
+        node_args=node_args,
+    )
     state = state_dir.rstrip("/") or "/"
     if max_run_seconds is not None and not checkpoint_url:
         raise ValueError(
@@ -410,6 +465,7 @@ def gce_startup_script(
         run_clock=clock,
         node_args=node_args,
         accelerators_per_node=accelerators_per_node,
+        run_record=run_record_uri(checkpoint_url, key) if checkpoint_url else "",
     )
     q = shlex.quote
     return _render(

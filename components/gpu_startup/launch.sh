@@ -45,6 +45,8 @@ NODE_RANK_ATTRIBUTE=@@NODE_RANK_ATTRIBUTE@@
 TF_WORKERS=@@TF_WORKERS@@
 MAX_RUN_SECONDS=@@MAX_RUN_SECONDS@@
 RUN_CLOCK_URI=@@RUN_CLOCK_URI@@
+RUN_RECORD=@@RUN_RECORD@@
+RUN_FINAL_CODES=@@RUN_FINAL_CODES@@
 
 # Each of the launcher's own lines goes to the unit's journal and, once the helper is on disk,
 # to Cloud Logging as this VM's entry (node_helper.py log), where `trainstack logs` and the
@@ -168,6 +170,11 @@ export TRAINSTACK_NODE_RANK="$node_rank" TRAINSTACK_COORDINATOR="$COORDINATOR:$C
 # Nothing on a Compute Engine VM ships a unit's output to Cloud Logging: the node launcher
 # writes the trainer's lines through the Logging API itself (trainers/common/cloud_logging).
 export TRAINSTACK_CLOUD_LOGGING=gce_instance
+# The run's end record and the supervisor's stop request (trainers/common/run_records.py):
+# the exits the unit never restarts end the run for good.
+if [ -n "$RUN_RECORD" ]; then
+  export TRAINSTACK_RUN_RECORD="$RUN_RECORD" TRAINSTACK_RUN_FINAL_CODES="$RUN_FINAL_CODES"
+fi
 if [ "$USE_TORCHRUN" = 0 ] && [ -n "$TF_WORKERS" ]; then
   # TensorFlow needs every worker's address; the variables above name only node 0.
   export TF_CONFIG="{\"cluster\": {\"worker\": $TF_WORKERS}, \"task\": {\"type\": \"worker\", \"index\": $node_rank}}"

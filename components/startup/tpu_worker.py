@@ -70,7 +70,7 @@ from typing import Final
 
 from trainstack.components._node_args import validate_node_args
 from trainstack.components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
-from trainstack.components.gpu_startup import NODE_HELPER, run_clock_uri, run_key
+from trainstack.components.gpu_startup import NODE_HELPER, run_key, run_record_uri
 from trainstack.trainers.common.contract import NODE_MODULE
 
 TEMPLATE_PATH: Final = Path(__file__).with_name("tpu_worker.sh")
@@ -171,9 +171,48 @@ def run_clock(
     root of the checkpoint bucket (beside `checkpoints/`, as on Compute Engine), `<key>` a
     digest of the slice, the package and the launched argv, so a new package or new flags
     start a new clock, like the done marker."""
+    return run_record(slice_name, package_uri, command, checkpoint_dir) + ".started"
+
+
+def run_record(
+    slice_name: str, package_uri: str, command: Sequence[str], checkpoint_dir: str
+) -> str:
+    """The prefix of the slice's run records (`run_clock` is its `.started`; the node
+    launcher's end record and the supervisor's stop request, trainers/common/run_records)."""
     bucket = checkpoint_dir[len("gs://") :].split("/", 1)[0]
     key = run_key(slice_name=slice_name, package_uri=package_uri, command=list(command))
-    return run_clock_uri(f"gs://{bucket}", key)
+    return run_record_uri(f"gs://{bucket}", key)
+
+
+def slice_run_record(
+    *,
+    slice_name: str,
+    package_uri: str,
+    trainer_module: str,
+    trainer_args: Sequence[str],
+    checkpoint_dir: str,
+    node_args: Sequence[str] | None = None,
+    python: str = DEFAULT_PYTHON,
+) -> str:
+    """`run_record` of the script `render_tpu_worker_script` renders from these values."""
+    command, _ = _command(trainer_module, trainer_args, checkpoint_dir, node_args, python)
+    effective = effective_checkpoint_dir(trainer_args, checkpoint_dir)
+    return run_record(slice_name, package_uri, command, effective)
+
+
+def _command(
+    trainer_module: str,
+    trainer_args: Sequence[str],
+    checkpoint_dir: str,
+    node_args: Sequence[str] | None,
+    python: str,
+) -> tuple[list[str], list[str]]:
+    """(The argv every worker launches, the part of it the script's TRAINER_ARGS holds)."""
+    if node_args is not None:
+        command = user_code_command(node_args, python)
+        return command, command[3:]
+    command = trainer_command(trainer_module, trainer_args, checkpoint_dir, python)
+    return command, command[LAUNCH_PREFIX:]
 
 
 def _node_helper() -> str:
@@ -250,12 +289,7 @@ def render_tpu_worker_script(
     if not isinstance(python, str) or not python or any(c.isspace() for c in python):
         raise ValueError(f"python: {python!r} is not an executable name")
 
-    if node_args is not None:
-        command = user_code_command(node_args, python)
-        launch = command[3:]
-    else:
-        command = trainer_command(trainer_module, trainer_args, checkpoint_dir, python)
-        launch = command[LAUNCH_PREFIX:]
+    command, launch = _command(trainer_module, trainer_args, checkpoint_dir, node_args, python)
     limited = max_run_seconds is not None
     values = {
         "SLICE_NAME": shlex.quote(slice_name),
@@ -276,6 +310,7 @@ def render_tpu_worker_script(
         "RUN_CLOCK_URI": (
             shlex.quote(run_clock(slice_name, package_uri, command, effective)) if limited else "''"
         ),
+        "RUN_RECORD": shlex.quote(run_record(slice_name, package_uri, command, effective)),
         "NODE_HELPER": _node_helper() if limited else "",
     }
     template = TEMPLATE_PATH.read_text(encoding="utf-8")

@@ -62,6 +62,8 @@ readonly TS_TF_KERAS_FROM=@@TF_KERAS_FROM@@
 readonly TS_USER_CODE=@@USER_CODE@@
 readonly TS_MAX_RUN_SECONDS=@@MAX_RUN_SECONDS@@
 readonly TS_RUN_CLOCK_URI=@@RUN_CLOCK_URI@@
+# The run's end record and the supervisor's stop request (trainers/common/run_records.py).
+readonly TS_RUN_RECORD=@@RUN_RECORD@@
 
 # Only tests set these two: a local fake metadata server and a scratch state directory.
 readonly TS_METADATA_URL="${TRAINSTACK_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}"
@@ -322,6 +324,7 @@ export_tpu_environment() {
 export_logging_environment() {
   export TRAINSTACK_CLOUD_LOGGING=tpu_worker
   export TRAINSTACK_TPU_NODE_ID="$TS_SLICE_NAME"
+  export TRAINSTACK_RUN_RECORD="$TS_RUN_RECORD"
 }
 
 # The run limit. The node helper (components/gpu_startup/node_helper.py, standard library
@@ -444,6 +447,11 @@ run_trainer() {
       log "max_run_hours reached: ${TS_MAX_RUN_SECONDS}s since the run started; not launching the trainer"
       STATUS=0
       break
+    fi
+    if ((attempt == TS_TRAINER_ATTEMPTS)); then
+      # The last attempt: no retry follows a failure now, so it ends the run (the node
+      # launcher records it for the supervisor); a preemption (143) does not.
+      export TRAINSTACK_RUN_FINAL_CODES="1 2 3 4 5"
     fi
     log "launching trainer (attempt $attempt/$TS_TRAINER_ATTEMPTS): ${shown% }"
     run_attempt "${cmd[@]}"

@@ -133,6 +133,10 @@ class Target(ABC):
     """`trainstack status --job` reads this target's jobs by resource name (Vertex AI)."""
     runs_image: ClassVar[bool] = False
     """Its machines run a container, so your code may come as `trainer.image`."""
+    supervised: ClassVar[bool] = False
+    """A run supervisor (`trainstack.infra.supervision`) stops this target's compute at the
+    run's end, `limits.max_run_hours` and `limits.max_total_usd`: its `compose` registers
+    one, the plan adds its cost, and only such a target accepts `limits.max_total_usd`."""
 
     def claims(self, section: Any) -> bool:
         """Whether a parsed section of `self.section` is this target's (several targets may
@@ -195,6 +199,12 @@ class Target(ABC):
     @abstractmethod
     def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
         """Whether `limits.max_run_hours` is enforced here, and how (the plan's words)."""
+
+    def stoppable_hourly_usd(self, cfg: StackConfig) -> float:
+        """$/hour at list price of what a `supervised` target's supervisor stops at the
+        run's end, rounded to cents: what its spend count for `limits.max_total_usd` adds per
+        hour of billing (by default all of `summary`'s)."""
+        return round(float(self.summary(cfg)["hourly_usd"]), 2)
 
     @abstractmethod
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
@@ -284,8 +294,13 @@ class CloudTarget(Target):
         self, cfg: StackConfig, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> list[dict[str, Any]] | None:
         """What the platform did to keep the run going, oldest first, for `trainstack status`
-        (None: the stack records none)."""
-        return None
+        (None: the stack records none): by default the run supervisor's events, for a stack
+        that has one (`supervisor_events_uri`)."""
+        from trainstack.infra.google_reads import gcs_json_lines
+        from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS
+
+        uri = outputs.get(OUTPUT_SUPERVISOR_EVENTS)
+        return gcs_json_lines(str(uri), endpoints) if uri else None
 
     @abstractmethod
     def log_filter(

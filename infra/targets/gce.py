@@ -51,7 +51,10 @@ class Gce(GpuCluster):
         return DLVM_IMAGE, None
 
     def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
-        return True, f"Compute Engine run limit of {seconds}s (A100Cluster max_run_seconds)"
+        return True, (
+            f"Compute Engine run limit of {seconds}s (A100Cluster max_run_seconds); then the "
+            "supervisor resizes the instance group to 0"
+        )
 
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
         return f"Deep Learning VM image {DLVM_IMAGE}"

@@ -99,7 +99,10 @@ class Gke(GpuCluster):
         return [*super().quota(cfg), cpus]
 
     def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
-        return True, f"GKE Job activeDeadlineSeconds {seconds}"
+        return True, (
+            f"GKE Job activeDeadlineSeconds {seconds}; then the supervisor sets the GPU "
+            "node pool to 0 nodes"
+        )
 
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
         return code.image or KUBERNETES_IMAGES[TORCH_MODULE]

@@ -1,12 +1,14 @@
 """What targets `gke` and `gce` share: stack section `trainstack:gpu_cluster` (the
 `A100Cluster` component's machines, `backend` picking the target) and the parts of their
-checks, cost, quota and composition that do not depend on the backend. Each backend's own
-parts are in `trainstack.infra.targets.gke` / `.gce`."""
+checks, cost, quota and composition that do not depend on the backend, and the run
+supervisor that sets the GPU nodes to 0 at the run's end. Each backend's own parts are in
+`trainstack.infra.targets.gke` / `.gce`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, cast
 
+import pulumi
 from pydantic import BeforeValidator, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
@@ -18,6 +20,7 @@ from trainstack.components.a100_cluster.validate import (
 )
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
+from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
 from trainstack.infra import catalog
 from trainstack.infra.outputs import (
     OUTPUT_CLUSTER_ENDPOINT,
@@ -30,6 +33,7 @@ from trainstack.infra.outputs import (
     OUTPUT_NODE_POOL,
 )
 from trainstack.infra.run_args import cloud_trainer_args
+from trainstack.infra.supervision import register_supervisor, run_settings
 from trainstack.infra.targets.base import GPU_NODE_ENV, CloudTarget, ComposeContext
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
@@ -90,6 +94,7 @@ class GpuCluster(CloudTarget):
     model = GpuClusterConfig
     own_network = True
     runs_image = True
+    supervised = True
     extra_nodes: ClassVar[int] = 0
     """Machines beside the GPU nodes (GKE's system node)."""
 
@@ -117,15 +122,22 @@ class GpuCluster(CloudTarget):
         """$/hour of what the backend runs beside the GPU nodes."""
         return 0.0
 
+    def _nodes_hourly_usd(self, cfg: StackConfig) -> float:
+        gpu = gpu_section(cfg)
+        return gpu.node_count * catalog.MACHINE_PRICES[gpu.machine_type].hourly(gpu.spot)
+
     def summary(self, cfg: StackConfig) -> dict[str, Any]:
         gpu = gpu_section(cfg)
-        hourly = gpu.node_count * catalog.MACHINE_PRICES[gpu.machine_type].hourly(gpu.spot)
         return {
             "tpu_chips": 0,
             "gpus": gpu.total_gpus,
             "machines": gpu.node_count + self.extra_nodes,
-            "hourly_usd": hourly + self.extra_hourly_usd(),
+            "hourly_usd": self._nodes_hourly_usd(cfg) + self.extra_hourly_usd(),
         }
+
+    def stoppable_hourly_usd(self, cfg: StackConfig) -> float:
+        # The GPU nodes only: the supervisor leaves GKE's cluster and system node running.
+        return round(self._nodes_hourly_usd(cfg), 2)
 
     def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
         gpu = gpu_section(cfg)
@@ -152,6 +164,9 @@ class GpuCluster(CloudTarget):
 
     def services(self, cfg: StackConfig) -> list[str]:
         return ["container.googleapis.com"]
+
+    def extra_services(self, cfg: StackConfig) -> list[str]:
+        return list(SUPERVISOR_SERVICES)
 
     def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
         cfg, deployment, network = ctx.cfg, ctx.deployment, ctx.network
@@ -211,4 +226,40 @@ class GpuCluster(CloudTarget):
             outputs[OUTPUT_JOB_NAME] = cluster.job_name
         if cluster.instance_names is not None:  # gce
             outputs[OUTPUT_INSTANCE_NAMES] = cluster.instance_names
+        outputs |= self._supervisor(ctx, cluster)
         return outputs, cluster.dashboard_scope
+
+    def _supervisor(self, ctx: ComposeContext, cluster: A100Cluster) -> dict[str, Any]:
+        """The cluster's supervisor: it resizes the instance group (gce) or the GPU node
+        pool (gke) to 0 at the run's end; its stack outputs."""
+        cfg = ctx.cfg
+        gpu = gpu_section(cfg)
+        if cluster.instance_group is not None:
+            kind = "mig"
+            name = pulumi.Output.concat(
+                f"projects/{cfg.project}/zones/{gpu.zone}/instanceGroupManagers/",
+                cluster.instance_group.name,
+            )
+            compute: list[pulumi.Resource] = [cluster.instance_group]
+        else:
+            assert cluster.gpu_pool is not None
+            kind = "node_pool"
+            name = pulumi.Output.concat(
+                f"projects/{cfg.project}/locations/{gpu.zone}/clusters/",
+                cluster.cluster_name,
+                "/nodePools/",
+                cluster.gpu_pool.name,
+            )
+            compute = [cluster.gpu_pool]
+        values: dict[str, Any] = {
+            "project": cfg.project,
+            "region": cfg.region,
+            "deployment_name": ctx.deployment,
+            "kind": kind,
+            "resource_name": name,
+            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), cluster.run_record or ""),
+            "staging_bucket": ctx.buckets.staging_bucket,
+            "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
+            "labels": dict(ctx.labels),
+        }
+        return register_supervisor(ctx.deployment, values, compute, ctx.after_grants)

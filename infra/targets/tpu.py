@@ -1,17 +1,15 @@
-"""Target `tpu`: a Cloud TPU slice (`TpuPodSlice`), with the TPU supervisor for spot and
-queued slices (`TpuSupervisor`). Stack section `trainstack:tpu`."""
+"""Target `tpu`: a Cloud TPU slice (`TpuPodSlice`), with its run supervisor (`TpuSupervisor`:
+it deletes the slice at the run's end and recreates a preempted spot or queued one). Stack
+section `trainstack:tpu`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
-import pulumi
-
 from trainstack.components import catalog as facts
-from trainstack.components._google_api import ApiError, NotFoundError, build_client, execute
+from trainstack.components._google_api import build_client
 from trainstack.components._naming import gcp_name
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
@@ -30,23 +28,16 @@ from trainstack.components.tpu_pod_slice import (
     tpu_trainer_problems,
 )
 from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
-from trainstack.components.tpu_supervisor import (
-    SUPERVISED_PROVISIONING,
-    TpuSupervisor,
-    TpuSupervisorArgs,
-    slice_target,
-    supervised,
-)
+from trainstack.components.tpu_supervisor import slice_target, supervised
 from trainstack.components.training_dashboard.targets import tpu_filter_text
 from trainstack.infra import catalog
 from trainstack.infra.code_frameworks import tpu_framework_problems
-from trainstack.infra.google_reads import POLICY, get_or_none
-from trainstack.infra.logs import LogsError, check_worker, log_query
+from trainstack.infra.google_reads import get_or_none
+from trainstack.infra.logs import check_worker, log_query
 from trainstack.infra.outputs import (
     OUTPUT_CHECKPOINT_DIR,
     OUTPUT_CONSOLE_URL,
     OUTPUT_SLICE_NAME,
-    OUTPUT_SUPERVISOR_EVENTS,
     OUTPUT_TPU_CHIPS,
     OUTPUT_TPU_HOSTS,
     OUTPUT_WORKER_IPS,
@@ -54,6 +45,7 @@ from trainstack.infra.outputs import (
 from trainstack.infra.plan_runs import number
 from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
 from trainstack.infra.stack_outputs import require
+from trainstack.infra.supervision import register_supervisor, run_settings
 from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, Section
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
@@ -111,40 +103,6 @@ class TpuConfig(Section):
         return self.model_copy(update={"runtime_version": runtime})
 
 
-# The TPU supervisor (trainstack.components.tpu_supervisor) of a spot or queued slice: one
-# Cloud Scheduler job and one Cloud Run functions call every 2 minutes.
-SCHEDULER_JOB_USD_PER_31_DAYS = 0.10
-"""https://cloud.google.com/scheduler/pricing: "A job is billed $0.10/job/31 days"; "Each
-Google billing account gets 3 jobs per month free" (not subtracted here: shared by the
-billing account)."""
-RUN_VCPU_SECOND_USD = 0.000024
-RUN_GIB_SECOND_USD = 0.0000025
-RUN_REQUEST_USD = 0.40 / 1_000_000
-"""Cloud Run request-based billing, Tier 1 (https://cloud.google.com/run/pricing; Cloud Run
-functions, formerly Cloud Functions 2nd gen, are billed as Cloud Run, per
-https://cloud.google.com/functions/pricing-1stgen). The monthly free tier (2 million
-requests, 180,000 vCPU-seconds, 360,000 GiB-seconds per billing account) covers a
-supervisor; not subtracted. Per-second figures: verified: False (the table was not in the
-page text read)."""
-SUPERVISOR_CALLS_PER_HOUR = 30
-SUPERVISOR_CALL_S = 2.0
-"""Assumed billed time per check (three TPU and GCS round trips, rounded up to 100 ms)."""
-SUPERVISOR_VCPU = 0.167
-SUPERVISOR_GIB = 0.25
-"""256 MiB functions get 0.167 vCPU (https://cloud.google.com/functions/docs/configuring/memory)."""
-
-
-def supervisor_hourly_usd(tpu: TpuConfig) -> float:
-    """$/hour of the TPU supervisor at list price (0 for a slice that is never preempted)."""
-    if tpu.provisioning not in SUPERVISED_PROVISIONING:
-        return 0.0
-    per_call = SUPERVISOR_CALL_S * (
-        SUPERVISOR_VCPU * RUN_VCPU_SECOND_USD + SUPERVISOR_GIB * RUN_GIB_SECOND_USD
-    )
-    function = SUPERVISOR_CALLS_PER_HOUR * (per_call + RUN_REQUEST_USD)
-    return function + SCHEDULER_JOB_USD_PER_31_DAYS / (31 * 24)
-
-
 TPU_WORKER_ENV: Final = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
 """Exported by the TPU worker startup script before your code starts
 (`components/startup/tpu_worker.sh`, `export TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`)."""
@@ -179,20 +137,6 @@ def tpu_lines(body: Any) -> list[str]:
     return lines
 
 
-def _supervisor_events(uri: str, ep: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The TPU supervisor's events (components/supervisor/main.py), oldest first."""
-    bucket, _, name = uri.removeprefix("gs://").partition("/")
-    objects = build_client("storage.v1", api_endpoint=ep.get("storage")).objects()
-    try:
-        raw = execute(objects.get_media(bucket=bucket, object=name), POLICY)
-    except NotFoundError:
-        return []  # no action recorded yet
-    except ApiError as exc:
-        raise LogsError(f"cannot read {uri}: {exc.message}") from None
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 class Tpu(CloudTarget):
     name = "tpu"
     section = "tpu"
@@ -210,6 +154,7 @@ class Tpu(CloudTarget):
         ),
         RunResource("gcp:tpu/v2Vm:V2Vm"),
     )
+    supervised = True
 
     # ------------------------------------------------------------------ config
 
@@ -253,13 +198,7 @@ class Tpu(CloudTarget):
         tpu = _tpu(cfg)
         s = tpu.slice
         price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.spot)
-        out = {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
-        supervisor = supervisor_hourly_usd(tpu)
-        if supervisor:
-            out["hourly_usd"] += supervisor
-            # Too small to show in $/hour: the plan shows it per month as well.
-            out["supervisor_usd_per_month"] = round(supervisor * 730, 2)
-        return out
+        return {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
 
     def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
         tpu = _tpu(cfg)
@@ -275,7 +214,7 @@ class Tpu(CloudTarget):
         return TPU_RUN_LIMIT_ENFORCED, (
             f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
             "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
-            "limit, so the slice keeps running until `pulumi destroy`"
+            "limit, so the supervisor then deletes the slice"
         )
 
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
@@ -300,7 +239,7 @@ class Tpu(CloudTarget):
         return ["tpu.googleapis.com"]
 
     def extra_services(self, cfg: StackConfig) -> list[str]:
-        return list(SUPERVISOR_SERVICES) if supervised(_tpu(cfg).provisioning) else []
+        return list(SUPERVISOR_SERVICES)
 
     def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
         cfg, deployment, network = ctx.cfg, ctx.deployment, ctx.network
@@ -344,28 +283,34 @@ class Tpu(CloudTarget):
             OUTPUT_CONSOLE_URL: tpu.console_url,
             OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
         }
-        if supervised(tpu_cfg.provisioning):
-            kind, resource_name, body = slice_target(tpu, args)
-            supervisor_args: TpuSupervisorArgs = {
-                "project": cfg.project,
-                "region": cfg.region,
-                "deployment_name": deployment,
-                "kind": kind,
-                "resource_name": resource_name,
-                "body": body,
-                "staging_bucket": ctx.buckets.staging_bucket,
-                "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
-                "node_service_account": ctx.identity.service_account.name,
-                "labels": dict(ctx.labels),
-            }
-            # After the slice, so `pulumi destroy` removes the supervisor before the slice.
-            slices = [r for r in (tpu.queued_resource, tpu.vm) if r is not None]
-            after_slice = ctx.after_grants.merge(pulumi.ResourceOptions(depends_on=slices))
-            supervisor = TpuSupervisor(
-                f"{deployment}-supervisor", supervisor_args, opts=after_slice
-            )
-            outputs[OUTPUT_SUPERVISOR_EVENTS] = supervisor.events_uri
+        outputs |= self._supervisor(ctx, tpu, args)
         return outputs, tpu.dashboard_scope
+
+    def _supervisor(
+        self, ctx: ComposeContext, tpu: TpuPodSlice, args: TpuPodSliceArgs
+    ) -> dict[str, Any]:
+        """The slice's supervisor: it recreates a Spot or queued slice, deletes any at the
+        run's end; its stack outputs."""
+        cfg = ctx.cfg
+        tpu_cfg = _tpu(cfg)
+        kind, resource_name, body = slice_target(tpu, args)
+        recover = supervised(tpu_cfg.provisioning)
+        values: dict[str, Any] = {
+            "project": cfg.project,
+            "region": cfg.region,
+            "deployment_name": ctx.deployment,
+            "kind": kind,
+            "resource_name": resource_name,
+            "recover": recover,
+            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), tpu.run_record),
+            "staging_bucket": ctx.buckets.staging_bucket,
+            "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
+            "labels": dict(ctx.labels),
+        }
+        if recover:
+            values |= {"body": body, "node_service_account": ctx.identity.service_account.name}
+        slices = [r for r in (tpu.queued_resource, tpu.vm) if r is not None]
+        return register_supervisor(ctx.deployment, values, slices, ctx.after_grants)
 
     # ------------------------------------------------------------------ status and logs
 
@@ -394,14 +339,6 @@ class Tpu(CloudTarget):
             for i, point in enumerate(node.get("networkEndpoints", []))
         ]
         return {"state": state, "hosts": hosts, "started": node.get("createTime"), "ended": None}
-
-    def recoveries(
-        self, cfg: StackConfig, outputs: dict[str, Any], endpoints: Mapping[str, str]
-    ) -> list[dict[str, Any]] | None:
-        # Spot and queued slices: the supervisor's actions, the JSON lines of its events
-        # object (GCS JSON API `objects.get`, media).
-        uri = outputs.get(OUTPUT_SUPERVISOR_EVENTS)
-        return _supervisor_events(str(uri), endpoints) if uri else None
 
     def log_filter(
         self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None

@@ -27,7 +27,7 @@ The rules (all mandatory):
 | accelerators-labelled | every GPU/TPU machine, node pool, Vertex job and Kubernetes Job | labels |
 | prod-data-protected | prod buckets except the rebuildable staging bucket (stack scope) | storage |
 | secrets-as-secrets | every string input of every resource | plaintext |
-| supervisor-least-privilege | every grant to the TPU supervisor's account (stack scope) | supervisor |
+| supervisor-least-privilege | every grant to the run supervisor's account (stack scope) | supervisor |
 
 `model` holds the vocabulary (`Resource`, `Context`, `Violation`, `Rule`, type tokens,
 `SECRET`, `UNKNOWN`) and `_inputs` the readers of nested inputs the checks share; every
@@ -169,8 +169,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "supervisor-least-privilege",
-        "The TPU supervisor's service account reaches only its own stack's TPU slice, "
-        "buckets, service accounts and function.",
+        "The run supervisor's service account reaches only its own stack's kind of compute "
+        "(TPU slice, instance group or GKE node pool), buckets, service accounts and function.",
         stack_check=check_supervisor_scope,
     ),
 )

@@ -1,11 +1,17 @@
-"""`supervisor-least-privilege`: the TPU supervisor's service account reaches only its own
+"""`supervisor-least-privilege`: the run supervisor's service account reaches only its own
 stack's resources.
 
 The supervisor (components/tpu_supervisor.py) is the Cloud Functions function's
 `serviceConfig.serviceAccountEmail`. Each grant to that account must be one of:
 
-- a project grant of a custom role of this stack whose permissions are all `tpu.nodes.*`,
-  `tpu.queuedResources.*` or `tpu.operations.get`;
+- a project grant of a custom role of this stack whose permissions all serve the stack's
+  own compute: on a TPU stack `tpu.nodes.*`, `tpu.queuedResources.*` or
+  `tpu.operations.get`; on a stack with a managed instance group (gce) only reading and
+  resizing it (`compute.instanceGroupManagers.get`, `.update`); on a stack with a GKE node
+  pool only reading and resizing it (`container.clusters.get`, `.update`, and reading the
+  pool's instance groups, `compute.instanceGroupManagers.get`). A role cannot name the one
+  resource (IAM conditions on resource names are not honoured by every service), so a
+  permission of another kind of compute is a violation even where it looks harmless;
 - a bucket grant on a bucket this stack creates;
 - a service-account grant on an account this stack creates (the training account it
   creates TPU VMs as);
@@ -30,7 +36,26 @@ BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
 ACCOUNT_MEMBER = "gcp:serviceaccount/iAMMember:IAMMember"
 RUN_MEMBER = "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"
 BUCKET = "gcp:storage/bucket:Bucket"
-ALLOWED_PERMISSION_PREFIXES = ("tpu.nodes.", "tpu.queuedResources.", "tpu.operations.get")
+GROUP = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+TPU_PREFIXES = ("tpu.nodes.", "tpu.queuedResources.", "tpu.operations.get")
+GROUP_PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update")
+NODE_POOL_PERMISSIONS = (
+    "compute.instanceGroupManagers.get",
+    "container.clusters.get",
+    "container.clusters.update",
+)
+
+
+def _allowed(resources: Sequence[Resource]) -> tuple[tuple[str, ...], str]:
+    """(Permission prefixes the stack's supervisor may hold, the same in words)."""
+    types = {r.type for r in resources}
+    if NODE_POOL in types:
+        return NODE_POOL_PERMISSIONS, ", ".join(NODE_POOL_PERMISSIONS)
+    if GROUP in types:
+        return GROUP_PERMISSIONS, ", ".join(GROUP_PERMISSIONS)
+    # A TPU stack (its slice a V2Vm, or a queued resource, which is a dynamic resource).
+    return TPU_PREFIXES, "tpu.nodes.*, tpu.queuedResources.* and tpu.operations.get"
 
 
 def _supervisors(resources: Sequence[Resource]) -> set[str]:
@@ -59,7 +84,8 @@ def _custom_roles(resources: Sequence[Resource]) -> dict[str, list[str]]:
 def check_supervisor_scope(
     resources: Sequence[Resource], _: Context
 ) -> Iterator[tuple[Resource, str]]:
-    """The supervisor's grants reach only this stack's TPU, buckets, accounts and function."""
+    """The supervisor's grants reach only this stack's compute, buckets, accounts and
+    function."""
     supervisors = _supervisors(resources)
     if not supervisors:
         return
@@ -72,11 +98,13 @@ def check_supervisor_scope(
         if r.type == ACCOUNT
     }
     functions = _of_type(resources, FUNCTION, "name")
+    allowed = _allowed(resources)
     for r in resources:
         member = r.inputs.get("member")
         if member not in supervisors:
             continue
-        yield from ((r, why) for why in _grant_problems(r, roles, buckets, accounts, functions))
+        problems = _grant_problems(r, roles, buckets, accounts, functions, allowed)
+        yield from ((r, why) for why in problems)
 
 
 def _grant_problems(
@@ -85,6 +113,7 @@ def _grant_problems(
     buckets: set[str],
     accounts: set[str],
     functions: set[str],
+    allowed: tuple[tuple[str, ...], str],
 ) -> Iterator[str]:
     inputs = r.inputs
     if r.type == PROJECT_MEMBER:
@@ -93,25 +122,27 @@ def _grant_problems(
             return
         if role not in roles:
             yield (
-                f"grants {role} on the project to the TPU supervisor: only a custom role of "
-                "this stack limited to tpu.nodes.*, tpu.queuedResources.* and "
-                "tpu.operations.get is allowed"
+                f"grants {role} on the project to the supervisor: only a custom role of "
+                f"this stack limited to {allowed[1]} is allowed"
             )
             return
-        extra = [p for p in roles[str(role)] if not p.startswith(ALLOWED_PERMISSION_PREFIXES)]
+        extra = [p for p in roles[str(role)] if not p.startswith(allowed[0])]
         if extra:
-            yield f"custom role {role} of the TPU supervisor holds {', '.join(extra)}"
+            yield (
+                f"custom role {role} of the supervisor holds {', '.join(extra)}; valid: "
+                f"{allowed[1]}"
+            )
     elif r.type == BUCKET_MEMBER:
         bucket = inputs.get("bucket")
         if not _hidden(bucket) and bucket not in buckets:
-            yield f"grants the TPU supervisor access to bucket {bucket}, not one of this stack"
+            yield f"grants the supervisor access to bucket {bucket}, not one of this stack"
     elif r.type == ACCOUNT_MEMBER:
         account = inputs.get("serviceAccountId")
         if not _hidden(account) and account not in accounts:
-            yield f"lets the TPU supervisor act on {account}, not an account of this stack"
+            yield f"lets the supervisor act on {account}, not an account of this stack"
     elif r.type == RUN_MEMBER:
         service = inputs.get("name")
         if not _hidden(service) and service not in functions:
-            yield f"grants the TPU supervisor a role on Cloud Run service {service}, not its own"
+            yield f"grants the supervisor a role on Cloud Run service {service}, not its own"
     else:
-        yield f"grants the TPU supervisor access through {r.type}, which it never needs"
+        yield f"grants the supervisor access through {r.type}, which it never needs"

@@ -435,6 +435,8 @@ def _startup_script(**overrides: Any) -> str:
         "procs_per_node": 8,
         "accelerators_per_node": 8,
         "coordinator": "exp-42-a100-0",
+        # The run's records go beside the checkpoints (`run_record_uri`).
+        "checkpoint_url": CHECKPOINTS,
         **overrides,
     }
     values["worker_hosts"] = [f"exp-42-a100-{i}" for i in range(values["num_nodes"])]

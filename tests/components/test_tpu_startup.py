@@ -37,6 +37,7 @@ from trainstack.components.startup.tpu_worker import (
     effective_checkpoint_dir,
     render_tpu_worker_script,
     run_clock,
+    slice_run_record,
     trainer_command,
     user_code_command,
 )
@@ -63,6 +64,14 @@ TRAINER_ARGV = [
     f"--checkpoint_dir={CKPT}",
     *FLAGS,
 ]
+RECORD = slice_run_record(
+    slice_name=SLICE,
+    package_uri=PACKAGE,
+    trainer_module="trainstack.trainers.tf_multiworker",
+    trainer_args=FLAGS,
+    checkpoint_dir=CKPT,
+)
+"""The run's record prefix the script exports to the node launcher."""
 TRAINER_ENV = {
     "TPU_WORKER_ID": "0",
     "TPU_WORKER_HOSTNAMES": ",".join(IPS),
@@ -70,6 +79,7 @@ TRAINER_ENV = {
     "PYTHONUNBUFFERED": "1",
     "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
     "TRAINSTACK_TPU_NODE_ID": SLICE,
+    "TRAINSTACK_RUN_RECORD": RECORD,
 }
 RECORDED_ENV = (
     "TPU_NAME",
@@ -83,6 +93,8 @@ RECORDED_ENV = (
     "TF_CPP_MIN_LOG_LEVEL",
     "TRAINSTACK_CLOUD_LOGGING",
     "TRAINSTACK_TPU_NODE_ID",
+    "TRAINSTACK_RUN_RECORD",
+    "TRAINSTACK_RUN_FINAL_CODES",
 )
 
 # One recorder for every fake: argv and the TPU environment as one JSON line per call.
@@ -480,6 +492,20 @@ def test_rerun_after_an_unfinished_run_relaunches_the_same_command(
     assert "tf-keras==2.16.* already installed" in resumed.stdout
 
 
+def test_only_the_last_attempt_ends_the_run_on_a_failure(
+    worker: Worker, worker0: MetadataServer
+) -> None:
+    failed = worker.run(worker0, FAKE_TRAINER_EXITS="1,1,1")
+    assert failed.returncode == 1
+    trainer_runs = [c for c in worker.calls() if c["argv"][:2] == TRAINER_ARGV[:2]]
+    assert [c["env"].get("TRAINSTACK_RUN_FINAL_CODES") for c in trainer_runs] == [
+        None,
+        None,
+        "1 2 3 4 5",
+    ]
+    assert f"gs://p-exp-42-checkpoints/{CLOCK_OBJECT.removesuffix('.started')}" == RECORD
+
+
 def test_a_running_trainer_is_left_alone(worker: Worker, worker0: MetadataServer) -> None:
     worker.state.mkdir()
     with open(worker.state / "trainer.lock", "w") as lock:
@@ -742,6 +768,7 @@ def test_single_host_uses_the_vm_ip_and_loads_libtpu(tmp_path: Path) -> None:
         "PYTHONUNBUFFERED": "1",
         "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
         "TRAINSTACK_TPU_NODE_ID": SLICE,
+        "TRAINSTACK_RUN_RECORD": RECORD,
     }
 
 
@@ -769,6 +796,7 @@ def test_single_host_pjrt_gets_the_pluggable_device_environment(tmp_path: Path) 
         "PYTHONUNBUFFERED": "1",
         "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
         "TRAINSTACK_TPU_NODE_ID": SLICE,
+        "TRAINSTACK_RUN_RECORD": RECORD,
     }
 
 
@@ -1016,6 +1044,15 @@ USER_CODE_ENV = {
     "PYTHONUNBUFFERED": "1",
     "TRAINSTACK_CLOUD_LOGGING": "tpu_worker",
     "TRAINSTACK_TPU_NODE_ID": SLICE,
+    # Your code's run is keyed by its own command.
+    "TRAINSTACK_RUN_RECORD": slice_run_record(
+        slice_name=SLICE,
+        package_uri=PACKAGE,
+        trainer_module="",
+        trainer_args=[],
+        checkpoint_dir=CKPT,
+        node_args=NODE_ARGS,
+    ),
 }
 
 

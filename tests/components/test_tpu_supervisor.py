@@ -28,6 +28,16 @@ from trainstack.infra.plan import load_stack
 
 NODE = "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu"
 QUEUED = "projects/my-project/locations/us-west4-a/queuedResources/exp-42-tpu-qr"
+MIG = "projects/my-project/zones/us-central1-a/instanceGroupManagers/exp-42-a100"
+POOL = "projects/my-project/locations/us-central1-a/clusters/exp-42-gke/nodePools/gpu-pool"
+RUN = {
+    "end_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.ended",
+    "clock_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.started",
+    "stop_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.stop",
+    "max_run_seconds": 7200,
+    "hourly_usd": 29.39,
+    "max_total_usd": 50.0,
+}
 EMAIL = "exp-42-sup@my-project.iam.gserviceaccount.com"
 MEMBER = f"serviceAccount:{EMAIL}"
 TRAIN_SA = "projects/my-project/serviceAccounts/exp-42-train@my-project.iam.gserviceaccount.com"
@@ -180,6 +190,8 @@ def test_the_uploaded_zip_carries_the_body_and_state_folder() -> None:
         "kind": "node",
         "name": NODE,
         "body": BODY,
+        "recover": True,
+        "run": {},
         "state_uri": "gs://b-ckpt/supervisor/exp-42",
     }
 
@@ -205,9 +217,16 @@ def test_bad_input_names_the_key() -> None:
     ):
         _run(schedule="hourly")
     with pytest.raises(
-        ValueError, match=r"^TpuSupervisor.kind: 'gke' is not allowed; valid: node, queued$"
+        ValueError,
+        match=r"^TpuSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool$",
     ):
         _run(kind="gke")
+    with pytest.raises(ValueError, match=r"^resource_name: 'x' is not a mig name; valid: proj"):
+        supervisor_config("mig", "x", None, "b", "d")
+    with pytest.raises(ValueError, match=r"^recover: only a TPU slice with its body is recre"):
+        supervisor_config("mig", MIG, None, "b", "d", recover=True)
+    with pytest.raises(ValueError, match=r"^run.max_total: unknown key; valid: clock_uri, "):
+        supervisor_config("mig", MIG, None, "b", "d", run={"max_total": 5})
     with pytest.raises(ArgsError, match=r"TpuSupervisor.schedul: unknown key"):
         _run(schedul="*/5 * * * *")
 
@@ -254,3 +273,49 @@ def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
             "gcsfs>=2024.6",
         ]
         assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in archive.infolist())
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "permissions"),
+    [
+        ("mig", MIG, ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"]),
+        (
+            "node_pool",
+            POOL,
+            [
+                "compute.instanceGroupManagers.get",
+                "container.clusters.get",
+                "container.clusters.update",
+            ],
+        ),
+    ],
+)
+def test_a_gpu_stack_supervisor_may_only_read_and_resize_its_compute(
+    kind: str, name: str, permissions: list[str]
+) -> None:
+    overrides = {"kind": kind, "resource_name": name, "body": {}, "run": RUN}
+    run = _run(**overrides)
+    assert run.named("sup-role").inputs["permissions"] == permissions
+    assert run.named("sup-role").inputs["description"] == "Get and stop one stack's compute."
+    # It creates nothing, so it may act as no account.
+    assert not [r for r in run.resources if r.name == "sup-act-as"]
+    source = run.named("sup-source").inputs
+    with zipfile.ZipFile(REPO_ROOT / source["source"]["fileAsset"]) as bundle:
+        assert json.loads(bundle.read("config.json")) == {
+            "kind": kind,
+            "name": name,
+            "body": {},
+            "recover": False,
+            "run": RUN,
+            "state_uri": "gs://b-ckpt/supervisor/exp-42",
+        }
+
+
+def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
+    run = _run(recover=False, run=RUN)
+    assert run.named("sup-role").inputs["permissions"] == [
+        "tpu.nodes.delete",
+        "tpu.nodes.get",
+        "tpu.operations.get",
+    ]
+    assert not [r for r in run.resources if r.name == "sup-act-as"]

@@ -69,6 +69,11 @@ from tests.fidelity.nodes import (
     start_node,
     write_hosts,
 )
+from tests.fidelity.supervisor import (
+    check_with_planned_supervisor,
+    planned_supervisor,
+    read_object,
+)
 from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE
@@ -144,10 +149,16 @@ class PlannedGroup:
 
 
 def _plan(trainer: dict[str, Any]) -> PlannedGroup:
+    return _planned(_plan_document(trainer))
+
+
+def _plan_document(trainer: dict[str, Any], limits: dict[str, Any] | None = None) -> dict[str, Any]:
     name, config = load_stack(STACK, None)
+    if limits:
+        config["trainstack:limits"] = limits
     config["trainstack:gpu_cluster"] = {**config["trainstack:gpu_cluster"], "node_count": NODES}
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
-    return _planned(build_plan(name, config))
+    return build_plan(name, config)
 
 
 def _planned(plan: dict[str, Any]) -> PlannedGroup:
@@ -212,8 +223,9 @@ class Group:
         for metadata in self.metadata:
             metadata.__exit__(None, None, None)
 
-    def boot(self, rank: int) -> Node:
-        """Boot the VM of `rank` with a fresh disk: the startup script as root."""
+    def boot(self, rank: int, extra_env: dict[str, str] | None = None) -> Node:
+        """Boot the VM of `rank` with a fresh disk: the startup script as root
+        (`extra_env`: test hooks in the unit's environment)."""
         self.boots += 1
         disk = self.root / f"vm-{rank}-boot-{self.boots}"
         for directory in ("var-lib", "tmp"):
@@ -230,6 +242,7 @@ class Group:
             "STORAGE_EMULATOR_HOST": self.storage,
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
             "TRAINSTACK_LOGGING_ENDPOINT": self.logging_endpoint,
+            **(extra_env or {}),
         }
         return start_node(
             ["bash", "-c", self.planned.script],
@@ -287,7 +300,8 @@ def test_two_vms_of_two_gpus_train_as_one_world_of_four(
     tmp_path: Path, fakes: tuple[str, LoggingFakeServer]
 ) -> None:
     storage, logging_api = fakes
-    planned = _plan({"steps": 4, "checkpoint_every": 2})
+    plan = _plan_document({"steps": 4, "checkpoint_every": 2})
+    planned = _planned(plan)
     vms = _train_once(Group(tmp_path, planned, storage, logging_api.endpoint), timeout_s=240)
     for vm in vms:
         assert "trainstack-startup: started trainstack-trainer with " in vm.output()
@@ -304,6 +318,22 @@ def test_two_vms_of_two_gpus_train_as_one_world_of_four(
     assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints/{STACK}"
     shipped = [e["jsonPayload"] for e in logging_api.entries if "jsonPayload" in e]
     assert {"done"} <= {p.get("event") for p in shipped}
+
+    # Rank 0's launcher recorded the end; the planned supervisor empties the group.
+    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, NODES, 2)
+    end_uri = planned_supervisor(plan, tmp_path / "supervisor")["run"]["end_uri"]
+    ended = read_object(storage, end_uri)
+    assert (ended["outcome"], ended["node_rank"]) == ("done", 0)
+    stop, after = checked.answers
+    assert (stop["seen"], stop["action"], stop["reason"], stop["result"]) == (
+        f"SIZE_{NODES}",
+        "stop",
+        "done",
+        "ok",
+    )
+    assert (after["seen"], after["result"]) == ("STOPPED", "stopped")
+    [(group, size)] = checked.compute.resizes
+    assert (group.rsplit("/", 1)[-1], size) == (f"{STACK}-a100", 0)
 
 
 @pytest.mark.trainer

@@ -64,6 +64,11 @@ from tests.fidelity.nodes import (
     start_node,
     write_hosts,
 )
+from tests.fidelity.supervisor import (
+    check_with_planned_supervisor,
+    planned_supervisor,
+    read_object,
+)
 from tests.fidelity.test_vertex import OWN_ARGS, own_node_args
 from tests.fidelity.test_vertex import _local_run_digest as local_run_digest
 from trainstack.components._pod_setup import POD_PYTHON
@@ -102,9 +107,13 @@ class PlannedJob:
 
 
 def _plan(trainer: dict[str, Any]) -> PlannedJob:
+    return _planned(_plan_document(trainer))
+
+
+def _plan_document(trainer: dict[str, Any]) -> dict[str, Any]:
     name, config = load_stack(STACK, None)
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
-    return _planned(build_plan(name, config))
+    return build_plan(name, config)
 
 
 def _planned(plan: dict[str, Any]) -> PlannedJob:
@@ -210,7 +219,8 @@ def _run_pods(cluster: Cluster, timeout_s: float) -> list[Node]:
 def test_two_pods_of_two_gpus_train_as_one_world_of_four(
     tmp_path: Path, fakes: tuple[str, str]
 ) -> None:
-    planned = _plan({"steps": 4, "checkpoint_every": 2})
+    plan = _plan_document({"steps": 4, "checkpoint_every": 2})
+    planned = _planned(plan)
     pods = _run_pods(Cluster(tmp_path, planned, *fakes), timeout_s=240)
     for index, pod in enumerate(pods):
         assert (
@@ -228,6 +238,22 @@ def test_two_pods_of_two_gpus_train_as_one_world_of_four(
     [done] = events(pods, "done")
     assert (done["world_size"], done["step"], done["rank"]) == (4, 4, 0)
     assert done["checkpoint_dir"] == f"gs://{planned.checkpoint_bucket}/checkpoints/{STACK}"
+
+    # Pod 0's launcher recorded the end; the planned supervisor sets the GPU pool to 0.
+    storage = fakes[0]
+    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, 2, 2)
+    config = planned_supervisor(plan, tmp_path / "supervisor")
+    ended = read_object(storage, config["run"]["end_uri"])
+    assert (ended["outcome"], ended["node_rank"]) == ("done", 0)
+    stop, after = checked.answers
+    assert (stop["seen"], stop["action"], stop["reason"], stop["result"]) == (
+        "SIZE_2",
+        "stop",
+        "done",
+        "ok",
+    )
+    assert (after["seen"], after["result"]) == ("STOPPED", "stopped")
+    assert checked.container.set_sizes == [(config["name"], {"nodeCount": 0})]
 
 
 def test_the_planned_job_maps_each_pod_exit_as_the_recovery_rules_say() -> None:

@@ -262,13 +262,13 @@ SUMMARIES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
     (
         "v5e 4x4 on-demand",
         {**PROJECT, **TF_TPU, "trainstack:tpu": {"generation": "v5e", "topology": "4x4", "zone": "us-central1-a", "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt"}},
-        {"tpu_chips": 16, "gpus": 0, "machines": 4, "hourly_usd": 19.2},
+        {"tpu_chips": 16, "gpus": 0, "machines": 4, "hourly_usd": 19.2, "supervisor_usd_per_month": 0.31},
         [{"service": "tpu.googleapis.com", "quota_id": "TPUV5sLitepodPerProjectPerZoneForTPUAPI", "dimensions": {"zone": "us-central1-a"}, "needed": 16, "verified": False}],
     ),
     (
         "2 x a2-highgpu-8g spot gke",
         GPU,
-        {"tpu_chips": 0, "gpus": 16, "machines": 3, "hourly_usd": 23.74},
+        {"tpu_chips": 0, "gpus": 16, "machines": 3, "hourly_usd": 23.74, "supervisor_usd_per_month": 0.31},
         [
             {"service": "compute.googleapis.com", "quota_id": "PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region", "dimensions": {"region": "us-central1"}, "needed": 16, "verified": True},
             {"service": "compute.googleapis.com", "quota_id": "GPUS-ALL-REGIONS-per-project", "dimensions": {}, "needed": 16, "verified": True},
@@ -279,7 +279,7 @@ SUMMARIES: list[tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
     (
         "1 x a2-ultragpu-8g gce",
         with_(GPU, "trainstack:gpu_cluster", backend="gce", machine_type="a2-ultragpu-8g", node_count=1, spot=False),
-        {"tpu_chips": 0, "gpus": 8, "machines": 1, "hourly_usd": 40.55},
+        {"tpu_chips": 0, "gpus": 8, "machines": 1, "hourly_usd": 40.55, "supervisor_usd_per_month": 0.31},
         [
             {"service": "compute.googleapis.com", "quota_id": "NVIDIA-A100-80GB-GPUS-per-project-region", "dimensions": {"region": "us-central1"}, "needed": 8, "verified": True},
             {"service": "compute.googleapis.com", "quota_id": "GPUS-ALL-REGIONS-per-project", "dimensions": {}, "needed": 8, "verified": True},

@@ -26,8 +26,8 @@ VERTEX_OVER = (
 )
 TPU_ENFORCED = (
     "enforced by the TPU startup script: it stops the trainer 1800s after the run's first "
-    "start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run limit, so the slice "
-    "keeps running until `pulumi destroy`"
+    "start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
+    "limit, so the supervisor then deletes the slice"
 )
 
 
@@ -42,13 +42,53 @@ def _stack(name: str, **limits: Any) -> dict[str, Any]:
         ({"max_hourly_usd": -1}, "limits.max_hourly_usd: -1 is too small; valid: > 0.0"),
         ({"max_run_hours": 0}, "limits.max_run_hours: 0 is too small; valid: > 0.0"),
         ({"max_hourly_usd": "x"}, "limits.max_hourly_usd: 'x' is not a number; valid: a number"),
-        ({"cap": 1}, "limits.cap: unknown key; valid: max_hourly_usd, max_run_hours"),
+        (
+            {"cap": 1},
+            "limits.cap: unknown key; valid: max_hourly_usd, max_run_hours, max_total_usd",
+        ),
+        (
+            {"max_total_usd": 0},
+            "limits.max_total_usd: 0 is not allowed; valid: a number of US dollars above 0",
+        ),
+        (
+            {"max_total_usd": "x"},
+            "limits.max_total_usd: 'x' is not allowed; valid: a number of US dollars above 0",
+        ),
+        (
+            {"max_total_usd": 100},
+            "limits.max_total_usd: not enforced on a local target (no supervisor stops its "
+            "compute); valid: a tpu or gpu_cluster target, or no limits.max_total_usd",
+        ),
     ],
 )
 def test_bad_limits_name_their_key(limits: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_stack_config(_stack("local", **limits))
     assert info.value.errors == [expected]
+
+
+def test_the_spend_cap_is_refused_where_no_supervisor_enforces_it() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(_stack("prod-vertex-rs", max_total_usd=500))
+    assert info.value.errors == [
+        "limits.max_total_usd: not enforced on a vertex target (no supervisor stops its "
+        "compute); valid: a tpu or gpu_cluster target, or no limits.max_total_usd"
+    ]
+
+
+def test_the_plan_shows_the_spend_cap_and_how_it_is_enforced() -> None:
+    plan = build_plan("prod-a100-gce", _stack("prod-a100-gce", max_total_usd=500))
+    assert plan["limits"] == {
+        "max_hourly_usd": None,
+        "max_run_hours": None,
+        "max_total_usd": 500,
+        "spend_cap": "the supervisor counts the compute's spend at $117.55/hour list price; "
+        "at $500.00 it asks the trainer to save and stop, then stops the compute",
+    }
+    assert (
+        "limits.max_total_usd: the supervisor counts the compute's spend at $117.55/hour list "
+        "price; at $500.00 it asks the trainer to save and stop, then stops the compute"
+    ) in plan["notes"]
 
 
 def test_a_stack_over_its_hourly_limit_fails_plan_with_both_numbers(tmp_path: Path) -> None:
@@ -118,8 +158,16 @@ def test_vertex_timeout_alone_is_kept() -> None:
 @pytest.mark.parametrize(
     ("stack", "run_limit"),
     [
-        ("dev-a100-gke", "GKE Job activeDeadlineSeconds 259200"),
-        ("prod-a100-gce", "Compute Engine run limit of 259200s (A100Cluster max_run_seconds)"),
+        (
+            "dev-a100-gke",
+            "GKE Job activeDeadlineSeconds 259200; then the supervisor sets the GPU node pool "
+            "to 0 nodes",
+        ),
+        (
+            "prod-a100-gce",
+            "Compute Engine run limit of 259200s (A100Cluster max_run_seconds); then the "
+            "supervisor resizes the instance group to 0",
+        ),
     ],
 )
 def test_gpu_clusters_get_max_run_seconds(

@@ -68,7 +68,8 @@ def test_gpu_foundation_resources() -> None:
     plan = build_plan("dev-gpu", GPU_STACK)
     types = [r["type"] for r in plan["resources"]]
     assert types.count("gcp:storage/bucket:Bucket") == 3
-    assert types.count("gcp:serviceaccount/account:Account") == 1
+    # The training account and the run supervisor's own.
+    assert types.count("gcp:serviceaccount/account:Account") == 2
     assert types.count("gcp:compute/network:Network") == 1
     apis = [
         r["inputs"]["service"]

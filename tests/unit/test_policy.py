@@ -163,7 +163,7 @@ EXAMPLE_LINES = {
     ),
     "supervisor-least-privilege": (
         "  [mandatory] [supervisor-least-privilege] exp-supervisor-admin "
-        "(gcp:projects/iAMMember:IAMMember): grants roles/tpu.admin on the project to the TPU "
+        "(gcp:projects/iAMMember:IAMMember): grants roles/tpu.admin on the project to the "
         "supervisor: only a custom role of this stack limited to tpu.nodes.*, "
         "tpu.queuedResources.* and tpu.operations.get is allowed"
     ),

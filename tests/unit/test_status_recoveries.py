@@ -88,11 +88,12 @@ def test_status_lists_the_supervisor_actions(tmp_path: Path, gcs: str) -> None:
     _upload(gcs, bucket, f"supervisor/{STACK}/events.jsonl", lines)
     code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/events.jsonl")
     assert (code, err) == (0, "")
-    assert out.splitlines()[-5:-1] == [
+    assert out.splitlines()[-6:-1] == [
         "recoveries: 3 supervisor action(s) recorded",
         "  2026-11-23T11:40:00Z PREEMPTED: delete (ok)",
         "  2026-11-23T11:44:00Z NOT_FOUND: create (ok)",
         "  2026-11-23T11:50:00Z READY: none (recovered)",
+        "spend counted by the supervisor: $0.00",
     ]
 
 
@@ -101,3 +102,42 @@ def test_no_events_yet_reads_as_none_recorded(tmp_path: Path, gcs: str) -> None:
     code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/none.jsonl")
     assert (code, err) == (0, "")
     assert "recoveries: 0 supervisor action(s) recorded" in out.splitlines()
+
+
+def _stop_event(result: str) -> dict[str, object]:
+    return {
+        "time": "2026-11-23T12:10:00Z",
+        "resource": NODE,
+        "seen": "READY",
+        "action": "stop",
+        "result": result,
+        "attempt": 0,
+        "next_allowed": None,
+        "reason": "done",
+        "spend_usd": 9.5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        ("ok", "finished (done); compute stopped at 2026-11-23T12:10:00Z"),
+        (
+            "error: HTTP 403: Permission denied",
+            "finished (done) but still billing $7.68/hour: the supervisor could not stop it; "
+            f"run: gcloud compute tpus tpu-vm delete {STACK}-tpu --zone=us-west4-a --project={P}",
+        ),
+    ],
+)
+def test_status_says_whether_the_compute_was_stopped_and_the_spend(
+    tmp_path: Path, gcs: str, result: str, expected: str
+) -> None:
+    bucket = f"{P}-{STACK}-checkpoints"
+    checkpoints(gcs, STACK, [100], [])
+    lines = b"".join(json.dumps(e).encode() + b"\n" for e in [*EVENTS, _stop_event(result)])
+    _upload(gcs, bucket, f"supervisor/{STACK}/events.jsonl", lines)
+    state = {"attempts": 0, "run": {"spend_usd": 12.5, "stopped": 1.0}}
+    _upload(gcs, bucket, f"supervisor/{STACK}/state.json", json.dumps(state).encode())
+    code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/events.jsonl")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-3:-1] == [expected, "spend counted by the supervisor: $12.50"]

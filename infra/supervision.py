@@ -1,0 +1,141 @@
+"""The run supervisor (`trainstack.components.tpu_supervisor`) as a `supervised` target
+(`trainstack.infra.targets.base.Target.supervised`) registers it after its compute, and what
+`trainstack status` says of it.
+
+Every `tpu`, `gke` and `gce` stack gets one: it stops the compute at the run's end (rank 0's
+`done`, a failure the target never retries, `limits.max_run_hours`, `limits.max_total_usd`);
+on a Spot or queued slice it also recreates a preempted slice. Its spend count is at the
+list price of the compute it can stop (`Target.stoppable_hourly_usd`). The target modules
+build its arguments (`trainstack.infra.targets.tpu`, `.gpu_cluster`); nothing here names a
+target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import pulumi
+
+from trainstack.components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
+from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS
+
+if TYPE_CHECKING:
+    from trainstack.infra.config import StackConfig
+
+
+def run_settings(
+    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str]
+) -> pulumi.Output[dict[str, Any]]:
+    """The supervisor's `run`: the run's objects (prefix `run_record`), the limits and the
+    compute's list price (`hourly_usd`, the target's `stoppable_hourly_usd`)."""
+    limit = cfg.limits.max_run_seconds
+
+    def settings(prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"hourly_usd": hourly_usd}
+        if prefix:
+            out |= {"end_uri": f"{prefix}.ended", "stop_uri": f"{prefix}.stop"}
+        if prefix and limit is not None:
+            out |= {"clock_uri": f"{prefix}.started", "max_run_seconds": limit}
+        if cfg.limits.max_total_usd is not None:
+            out["max_total_usd"] = cfg.limits.max_total_usd
+        return out
+
+    return pulumi.Output.from_input(run_record).apply(settings)
+
+
+def register_supervisor(
+    deployment: str,
+    args: dict[str, Any],
+    compute: Sequence[pulumi.Resource],
+    after_grants: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    """Register the stack's supervisor (`TpuSupervisorArgs` in `args`) after `compute`; its
+    stack outputs."""
+    # After the compute, so `pulumi destroy` removes the supervisor before it: no check can
+    # recreate or resize what is being destroyed.
+    after = after_grants.merge(pulumi.ResourceOptions(depends_on=list(compute)))
+    supervisor = TpuSupervisor(
+        f"{deployment}-supervisor", cast(TpuSupervisorArgs, args), opts=after
+    )
+    return {OUTPUT_SUPERVISOR_EVENTS: supervisor.events_uri}
+
+
+def stop_command(resource: str) -> str:
+    """The gcloud command that stops what the supervisor could not (its resource name)."""
+    parts = resource.split("/")
+    if "/instanceGroupManagers/" in resource:
+        return (
+            f"gcloud compute instance-groups managed resize {parts[-1]} --size=0 "
+            f"--zone={parts[3]} --project={parts[1]}"
+        )
+    if "/nodePools/" in resource:
+        return (
+            f"gcloud container clusters resize {parts[5]} --node-pool={parts[7]} "
+            f"--num-nodes=0 --zone={parts[3]} --project={parts[1]}"
+        )
+    if "/queuedResources/" in resource:
+        return (
+            f"gcloud compute tpus queued-resources delete {parts[-1]} --force "
+            f"--zone={parts[3]} --project={parts[1]}"
+        )
+    return f"gcloud compute tpus tpu-vm delete {parts[-1]} --zone={parts[3]} --project={parts[1]}"
+
+
+def supervisor_status(
+    events: list[dict[str, Any]],
+    state: dict[str, Any],
+    cfg: StackConfig,
+    hourly_usd: float,
+) -> dict[str, Any]:
+    """What `trainstack status` says of the run's end from the supervisor's events and
+    state (components/supervisor/main.py): whether its compute was stopped and when, or
+    what still bills (`hourly_usd`, the target's `stoppable_hourly_usd`) and the command
+    that stops it; and the spend against the cap."""
+    ended = [e for e in events if e.get("reason") or e.get("result") == "compute back after a stop"]
+    last = ended[-1] if ended else None
+    out: dict[str, Any] = {
+        "spend_usd": round(float((state.get("run") or {}).get("spend_usd") or 0.0), 2),
+        "max_total_usd": cfg.limits.max_total_usd,
+        "finished": False,
+        "stopped_at": None,
+        "still_billing_usd_per_hour": None,
+        "stop_command": None,
+    }
+    if last is None or last.get("result") == "compute back after a stop":
+        return out
+    out["finished"] = True
+    out["reason"] = last["reason"]
+    if last["action"] in ("stop", "none") and last["result"] in (
+        "ok",
+        "run ended; compute already stopped",
+    ):
+        out["stopped_at"] = last["time"]
+    elif last["action"] == "request_stop":
+        out["stopping"] = True  # waiting for the trainer's checkpoint
+    else:
+        out["still_billing_usd_per_hour"] = hourly_usd
+        out["stop_command"] = stop_command(str(last["resource"]))
+    return out
+
+
+def supervisor_lines(status: dict[str, Any]) -> list[str]:
+    """`trainstack status`'s lines for `supervisor_status`."""
+    lines = []
+    if status["stopped_at"]:
+        lines.append(f"finished ({status['reason']}); compute stopped at {status['stopped_at']}")
+    elif status.get("stopping"):
+        lines.append(
+            f"finishing ({status['reason']}): the trainer was asked to save and stop; the "
+            "compute stops once it has"
+        )
+    elif status["still_billing_usd_per_hour"] is not None:
+        lines.append(
+            f"finished ({status['reason']}) but still billing "
+            f"${status['still_billing_usd_per_hour']:,.2f}/hour: the supervisor could not "
+            f"stop it; run: {status['stop_command']}"
+        )
+    cap = status["max_total_usd"]
+    against = f" of the ${cap:,.2f} cap (limits.max_total_usd)" if cap is not None else ""
+    lines.append(f"spend counted by the supervisor: ${status['spend_usd']:,.2f}{against}")
+    return lines

@@ -1,0 +1,286 @@
+"""The supervisor stopping a run's compute at its end, as Cloud Functions runs it: Google's
+`functions-framework` serving the bundle `build_source` writes (the component's own code
+path), against the Compute Engine, GKE and TPU fakes, the metadata server fake and the GCS
+emulator (about 20 s)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from tests.components.test_tpu_supervisor_function import SA, Function
+from tests.fakes.compute_server import ComputeFakeServer
+from tests.fakes.container_server import ContainerFakeServer
+from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.metadata_fake import MetadataFake
+from tests.fakes.tpu_server import TpuFakeServer
+from trainstack.components._discovery import validate_body
+from trainstack.components.tpu_supervisor import build_source, supervisor_config
+
+BUCKET = "p-exp-42-checkpoints"
+STATE = f"{BUCKET}/supervisor/exp-42"
+KEY = "0123456789abcdef"
+RUN = {
+    "end_uri": f"gs://{BUCKET}/trainstack-run-{KEY}.ended",
+    "clock_uri": f"gs://{BUCKET}/trainstack-run-{KEY}.started",
+    "stop_uri": f"gs://{BUCKET}/trainstack-run-{KEY}.stop",
+}
+MIG = "projects/p/zones/us-central1-a/instanceGroupManagers/exp-42-a100"
+POOL = "projects/p/locations/us-central1-a/clusters/exp-42-gke/nodePools/gpu-pool"
+POOL_GROUP = "p/us-central1-a/gke-exp-42-gke-gpu-pool-1a2b3c4d-grp"
+NODE = "projects/p/locations/us-west4-a/nodes/exp-42-tpu"
+BODY = {
+    "runtimeVersion": "v2-alpha-tpuv5-lite",
+    "acceleratorConfig": {"type": "V5LITE_POD", "topology": "2x2"},
+    "schedulingConfig": {"spot": True},
+}
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[str]:
+    with running_gcs_emulator(bucket=BUCKET) as url:
+        yield url
+
+
+class World:
+    def __init__(
+        self,
+        function: Function,
+        fs: Any,
+        fakes: tuple[ComputeFakeServer, ContainerFakeServer, TpuFakeServer],
+    ) -> None:
+        self.function, self.fs = function, fs
+        self.compute, self.container, self.tpu = fakes
+
+    def events(self) -> list[dict[str, Any]]:
+        self.fs.invalidate_cache()
+        path = f"{STATE}/events.jsonl"
+        if not self.fs.exists(path):
+            return []
+        return [json.loads(line) for line in self.fs.cat_file(path).decode().splitlines()]
+
+    def put(self, uri: str, value: Any) -> None:
+        self.fs.pipe_file(uri.removeprefix("gs://"), json.dumps(value).encode())
+
+    def read(self, uri: str) -> Any:
+        self.fs.invalidate_cache()
+        return json.loads(self.fs.cat_file(uri.removeprefix("gs://")))
+
+
+@contextlib.contextmanager
+def _world(tmp: Path, gcs: str, config: dict[str, Any], *, clean: bool = True) -> Iterator[World]:
+    bundle = build_source(config, tmp / "build")
+    folder = tmp / f"source-{bundle.sha256[:8]}"
+    with zipfile.ZipFile(bundle.path) as archive:
+        archive.extractall(folder)
+    fs = fsspec.filesystem("gcs", endpoint_url=gcs, token="anon")
+    for leftover in fs.find(BUCKET) if clean else ():
+        fs.rm(leftover)
+    values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
+    with (
+        ComputeFakeServer() as compute,
+        ContainerFakeServer() as container,
+        TpuFakeServer() as tpu,
+        MetadataFake(values) as metadata,
+    ):
+        env = {
+            "GCE_METADATA_HOST": metadata.host,
+            "GCE_METADATA_IP": metadata.host,
+            "STORAGE_EMULATOR_HOST": gcs,
+            "TRAINSTACK_TPU_API_ENDPOINT": tpu.endpoint,
+            "TRAINSTACK_COMPUTE_API_ENDPOINT": compute.endpoint,
+            "TRAINSTACK_CONTAINER_API_ENDPOINT": container.endpoint,
+        }
+        function = Function(folder, env)
+        world = World(function, fs, (compute, container, tpu))
+        try:
+            yield world
+        finally:
+            function.stop()
+
+
+def _summary(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(e["seen"], e["action"], e.get("reason"), e["result"]) for e in events]
+
+
+def test_a_finished_gce_run_has_its_group_resized_to_zero(tmp_path: Path, gcs: str) -> None:
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups["p/us-central1-a/exp-42-a100"] = {"targetSize": 2}
+        running = world.function.call()
+        assert (running["seen"], running["action"]) == ("SIZE_2", "none")
+        world.put(RUN["end_uri"], {"outcome": "done", "step": 100})
+        stop = world.function.call()
+        assert (stop["seen"], stop["action"], stop["reason"], stop["result"]) == (
+            "SIZE_2",
+            "stop",
+            "done",
+            "ok",
+        )
+        assert world.compute.resizes == [("p/us-central1-a/exp-42-a100", 0)]
+        after = world.function.call()
+        assert (after["seen"], after["result"]) == ("STOPPED", "stopped")
+        assert len(world.compute.resizes) == 1
+        assert _summary(world.events()) == [("SIZE_2", "stop", "done", "ok")]
+
+
+def test_a_gke_run_past_max_run_hours_saves_then_its_pool_goes_to_zero(
+    tmp_path: Path, gcs: str
+) -> None:
+    config = supervisor_config(
+        "node_pool", POOL, None, BUCKET, "exp-42", run={**RUN, "max_run_seconds": 3600}
+    )
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[POOL_GROUP] = {"targetSize": 2}
+        url = f"https://www.googleapis.com/compute/v1/projects/{POOL_GROUP.split('/')[0]}/zones/"
+        url += "us-central1-a/instanceGroupManagers/" + POOL_GROUP.rsplit("/", 1)[-1]
+        world.container.pools[POOL] = {"instanceGroupUrls": [url]}
+
+        def set_size(name: str, count: int) -> None:
+            world.compute.groups[POOL_GROUP]["targetSize"] = count
+
+        world.container.on_set_size = set_size
+        world.fs.pipe_file(RUN["clock_uri"].removeprefix("gs://"), b"%d" % (time.time() - 3601))
+        request = world.function.call()
+        assert (request["seen"], request["action"], request["reason"]) == (
+            "SIZE_2",
+            "request_stop",
+            "max_run_hours",
+        )
+        assert world.read(RUN["stop_uri"])["reason"] == "max_run_hours"
+        waiting = world.function.call()  # no checkpoint yet: the pool keeps its nodes
+        assert waiting["result"] == "waiting for the trainer's checkpoint"
+        assert world.container.set_sizes == []
+        world.put(RUN["end_uri"], {"outcome": "stopped", "step": 40})
+        stop = world.function.call()
+        assert (stop["action"], stop["reason"], stop["result"]) == ("stop", "stopped", "ok")
+        [(name, body)] = world.container.set_sizes
+        assert (name, body) == (POOL, {"nodeCount": 0})
+        assert validate_body("container.v1", "SetNodePoolSizeRequest", body) == []
+        assert world.function.call()["seen"] == "STOPPED"
+        assert _summary(world.events()) == [
+            ("SIZE_2", "request_stop", "max_run_hours", "ok"),
+            ("SIZE_2", "stop", "stopped", "ok"),
+        ]
+
+
+def test_the_spend_cap_stops_a_tpu_run_after_its_checkpoint_and_never_recreates_it(
+    tmp_path: Path, gcs: str
+) -> None:
+    # $100 a second, so two calls a second apart pass a $50 cap.
+    run = {**RUN, "hourly_usd": 360000.0, "max_total_usd": 50.0}
+    config = supervisor_config("node", NODE, BODY, BUCKET, "exp-42", run=run)
+    with _world(tmp_path, gcs, config) as world:
+        world.tpu.nodes[NODE] = {**BODY, "name": NODE, "state": "READY"}
+        first = world.function.call()
+        assert first["action"] == "none"
+        time.sleep(1.0)
+        request = world.function.call()
+        assert (request["action"], request["reason"]) == ("request_stop", "max_total_usd")
+        assert request["spend_usd"] >= 50
+        assert world.read(RUN["stop_uri"])["reason"] == "max_total_usd"
+        world.put(RUN["end_uri"], {"outcome": "stopped", "step": 40})
+        stop = world.function.call()
+        assert (stop["seen"], stop["action"], stop["result"]) == ("READY", "stop", "ok")
+        assert world.tpu.nodes[NODE]["state"] == "DELETING"
+        for _ in range(2):  # gone now: stopped, and not recreated
+            assert world.function.call()["result"] == "stopped"
+        assert world.tpu.calls("POST") == []
+        state = json.loads(world.fs.cat_file(f"{STATE}/state.json"))
+        assert state["run"]["stopped"] is not None
+        assert state["run"]["spend_usd"] >= 50
+
+
+def test_a_done_run_whose_slice_is_preempted_is_not_recreated(tmp_path: Path, gcs: str) -> None:
+    config = supervisor_config("node", NODE, BODY, BUCKET, "exp-42", run=RUN)
+    with _world(tmp_path, gcs, config) as world:
+        world.tpu.nodes[NODE] = {**BODY, "name": NODE, "state": "READY"}
+        world.tpu.preempt(NODE)
+        assert world.function.call()["action"] == "delete"  # recovery starts
+        world.function.call()  # DELETING
+        world.put(RUN["end_uri"], {"outcome": "done", "step": 100})
+        ended = world.function.call()
+        assert (ended["seen"], ended["result"]) == (
+            "NOT_FOUND",
+            "run ended; compute already stopped",
+        )
+        assert world.function.call()["result"] == "stopped"
+        assert world.tpu.calls("POST") == []
+
+
+def test_a_run_stopped_by_its_cap_goes_on_once_pulumi_up_raises_it(
+    tmp_path: Path, gcs: str
+) -> None:
+    run = {**RUN, "hourly_usd": 360000.0, "max_total_usd": 50.0}
+    capped = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, capped) as world:
+        world.compute.groups[group] = {"targetSize": 2}
+        world.function.call()
+        time.sleep(1.0)
+        assert world.function.call()["action"] == "request_stop"
+        world.put(RUN["end_uri"], {"outcome": "stopped", "reason": "max_total_usd"})
+        assert world.function.call()["action"] == "stop"
+        assert world.compute.resizes == [(group, 0)]
+    # `pulumi up` with a higher cap: a new bundle, the same run, the group at 2 again.
+    raised = supervisor_config(
+        "mig", MIG, None, BUCKET, "exp-42", run={**run, "max_total_usd": 10_000_000.0}
+    )
+    with _world(tmp_path, gcs, raised, clean=False) as world:
+        world.compute.groups[group] = {"targetSize": 2}
+        back = world.function.call()
+        assert back["action"] == "none"
+        world.fs.invalidate_cache()
+        assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))
+        assert not world.fs.exists(RUN["end_uri"].removeprefix("gs://"))
+        assert world.compute.resizes == []
+        assert _summary(world.events())[-1] == (
+            "SIZE_2",
+            "none",
+            None,
+            "compute back after a stop; the limits no longer hold: stop request withdrawn",
+        )
+
+
+def test_a_done_run_whose_compute_comes_back_is_stopped_again(tmp_path: Path, gcs: str) -> None:
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[group] = {"targetSize": 2}
+        world.put(RUN["end_uri"], {"outcome": "done"})
+        assert world.function.call()["action"] == "stop"
+        world.compute.groups[group]["targetSize"] = 2  # `pulumi up` with nothing changed
+        again = world.function.call()
+        assert (again["action"], again["reason"]) == ("stop", "done")
+        assert world.compute.resizes == [(group, 0), (group, 0)]
+
+
+def test_a_stop_request_left_without_the_trainers_record_is_withdrawn_too(
+    tmp_path: Path, gcs: str
+) -> None:
+    # Stopped after the grace (no `stopped` record came), then `pulumi up` raised the cap.
+    run = {**RUN, "hourly_usd": 10.0, "max_total_usd": 1000.0}
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, config) as world:
+        stopped = {"spend_usd": 60.0, "last_tick": None, "billing": False}
+        stopped |= {"stop_requested": 1.0, "stopped": 400.0, "id": RUN["end_uri"]}
+        state = {"attempts": 0, "next_allowed": None, "recreate": False, "run": stopped}
+        world.fs.pipe_file(f"{STATE}/state.json", json.dumps(state).encode())
+        world.put(RUN["stop_uri"], {"reason": "max_total_usd"})
+        world.compute.groups[group] = {"targetSize": 2}
+        assert world.function.call()["action"] == "none"
+        world.fs.invalidate_cache()
+        assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))
+        assert world.events()[-1]["result"] == (
+            "compute back after a stop; the limits no longer hold: stop request withdrawn"
+        )
+        assert world.compute.resizes == []

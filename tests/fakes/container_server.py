@@ -1,0 +1,64 @@
+"""A local HTTP server implementing GKE (container v1) `nodePools.get` and `.setSize`.
+
+    with ContainerFakeServer() as server:
+        server.pools["projects/p/locations/z/clusters/c/nodePools/gpu"] = {
+            "instanceGroupUrls": ["https://.../zones/z/instanceGroupManagers/gke-c-gpu-1"],
+        }
+        server.endpoint   # the API's base URL, `http://127.0.0.1:<port>/`
+        server.set_sizes  # [(name, request body), ...]
+
+`POST v1/{name}:setSize` with a `SetNodePoolSizeRequest` body answers an Operation and calls
+`on_set_size(name, nodeCount)` (tests resize the pool's instance groups in the Compute
+Engine fake with it, as GKE resizes the pool's groups). Errors use Google's shape.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from tests.fakes import LocalServer, google_error, json_handler
+
+_POOL = re.compile(
+    r"^/v1/(projects/[^/]+/locations/[^/]+/clusters/[^/]+/nodePools/[^/:]+)(:setSize)?$"
+)
+
+
+class ContainerFakeServer(LocalServer):
+    """Fake GKE node pools on 127.0.0.1 (free port) in a background thread."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.set_sizes: list[tuple[str, Any]] = []
+        self.on_set_size: Callable[[str, int], None] | None = None
+        self._lock = threading.Lock()
+        super().__init__(json_handler(self))
+
+    @property
+    def endpoint(self) -> str:
+        return self.base_url + "/"
+
+    def handle(self, method: str, raw_path: str, body: Any) -> tuple[int, Any] | None:
+        path = urlsplit(raw_path).path
+        with self._lock:
+            match = _POOL.match(path)
+            if match is None:
+                return 404, google_error(404, f"no route {method} {path}")
+            name, set_size = match.groups()
+            pool = self.pools.get(name)
+            if pool is None:
+                return 404, google_error(404, f"node pool {name} not found")
+            if method == "GET" and not set_size:
+                return 200, {"name": name.rsplit("/", 1)[-1], "status": "RUNNING", **pool}
+            if method == "POST" and set_size:
+                self.set_sizes.append((name, body))
+                count = (body or {}).get("nodeCount")
+                if not isinstance(count, int):
+                    return 400, google_error(400, "nodeCount: required")
+                if self.on_set_size is not None:
+                    self.on_set_size(name, count)
+                return 200, {"name": f"operation-{len(self.set_sizes)}", "status": "RUNNING"}
+            return 400, google_error(400, f"bad request {method} {path}")

@@ -1,0 +1,112 @@
+"""The planned run supervisor after a fidelity run: Google's `functions-framework` serving
+the exact bundle the plan uploads, with the run's real bucket (the GCS emulator the nodes
+wrote to) and fakes of the Compute Engine and GKE APIs holding the planned group or pool."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests import REPO_ROOT
+from tests.components.test_tpu_supervisor_function import Function
+from tests.fakes.compute_server import ComputeFakeServer
+from tests.fakes.container_server import ContainerFakeServer
+from tests.fakes.metadata_fake import MetadataFake
+
+SA = "supervisor@p.iam.gserviceaccount.com"
+
+
+def planned_supervisor(plan: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Extract the plan's supervisor bundle into `folder`; its config.json."""
+    (source,) = [
+        r["inputs"]["source"]["fileAsset"]
+        for r in plan["resources"]
+        if r["name"] == f"{plan['stack']}-supervisor-source"
+    ]
+    with zipfile.ZipFile(REPO_ROOT / source) as bundle:
+        bundle.extractall(folder)
+    config: dict[str, Any] = json.loads((folder / "config.json").read_text())
+    return config
+
+
+@dataclass
+class Served:
+    function: Function
+    compute: ComputeFakeServer
+    container: ContainerFakeServer
+    config: dict[str, Any]
+
+
+@contextlib.contextmanager
+def serve_planned_supervisor(
+    plan: dict[str, Any], folder: Path, storage: str, size: int
+) -> Iterator[Served]:
+    """The plan's supervisor served as Cloud Functions runs it, its group (or pool) at
+    `size` nodes as `pulumi up` left it."""
+    config = planned_supervisor(plan, folder)
+    values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
+    with (
+        ComputeFakeServer() as compute,
+        ContainerFakeServer() as container,
+        MetadataFake(values) as metadata,
+    ):
+        parts = config["name"].split("/")
+        if config["kind"] == "mig":
+            compute.groups[f"{parts[1]}/{parts[3]}/{parts[5]}"] = {"targetSize": size}
+        else:
+            group = f"{parts[1]}/{parts[3]}/gke-{parts[5]}-{parts[7]}-grp"
+            compute.groups[group] = {"targetSize": size}
+            project, zone, name = group.split("/")
+            url = "https://www.googleapis.com/compute/v1/projects/"
+            url += f"{project}/zones/{zone}/instanceGroupManagers/{name}"
+            container.pools[config["name"]] = {"instanceGroupUrls": [url]}
+
+            def set_size(_: str, count: int) -> None:
+                compute.groups[group]["targetSize"] = count
+
+            container.on_set_size = set_size
+        function = Function(
+            folder,
+            {
+                "GCE_METADATA_HOST": metadata.host,
+                "GCE_METADATA_IP": metadata.host,
+                "STORAGE_EMULATOR_HOST": storage,
+                "TRAINSTACK_COMPUTE_API_ENDPOINT": compute.endpoint,
+                "TRAINSTACK_CONTAINER_API_ENDPOINT": container.endpoint,
+            },
+        )
+        try:
+            yield Served(function, compute, container, config)
+        finally:
+            function.stop()
+
+
+@dataclass
+class Checked:
+    answers: list[dict[str, Any]]
+    compute: ComputeFakeServer
+    container: ContainerFakeServer
+
+
+def check_with_planned_supervisor(
+    plan: dict[str, Any], folder: Path, storage: str, size: int, calls: int = 1
+) -> Checked:
+    """`serve_planned_supervisor`, called `calls` times in a row."""
+    with serve_planned_supervisor(plan, folder, storage, size) as served:
+        answers = [served.function.call() for _ in range(calls)]
+    return Checked(answers, served.compute, served.container)
+
+
+def read_object(storage: str, uri: str) -> Any:
+    """A JSON object of the emulator, by gs:// URI."""
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    url = f"{storage}/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}?alt=media"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())

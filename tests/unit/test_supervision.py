@@ -1,0 +1,166 @@
+"""Every tpu and gpu_cluster stack gets a run supervisor whose bundle names exactly the
+objects its compute writes: the end record and stop request under the prefix the GCE
+launcher, the GKE pods and the TPU startup script were given, the run clock the startup
+scripts keep, the limits, and the list price of what it stops; its role is narrow and the
+policy pack holds it to the stack's own kind of compute."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import zipfile
+from typing import Any
+
+import pytest
+
+from tests import REPO_ROOT
+from tests.bundled import bundled_plan
+from trainstack.infra.plan import build_plan, load_stack
+from trainstack.infra.plan_diff import plan_diff
+from trainstack.infra.policy import check_resources
+
+P = "my-ml-project"
+
+
+def _bundle(plan: dict[str, Any]) -> dict[str, Any]:
+    (source,) = [
+        r["inputs"]["source"]["fileAsset"]
+        for r in plan["resources"]
+        if r["name"] == f"{plan['stack']}-supervisor-source"
+    ]
+    with zipfile.ZipFile(REPO_ROOT / source) as bundle:
+        config: dict[str, Any] = json.loads(bundle.read("config.json"))
+        return config
+
+
+def _named(plan: dict[str, Any], name: str) -> dict[str, Any]:
+    (inputs,) = [r["inputs"] for r in plan["resources"] if r["name"] == name]
+    return inputs
+
+
+def _shell_value(script: str, name: str) -> str:
+    (value,) = re.findall(rf"^(?:readonly )?{name}=(.+)$", script, re.MULTILINE)
+    return value.strip("'")
+
+
+def test_the_gce_supervisor_resizes_its_group_and_reads_the_launchers_records() -> None:
+    plan = bundled_plan("prod-a100-gce")
+    config = _bundle(plan)
+    group = _named(plan, "prod-a100-gce-gpu-group")
+    launcher = _named(plan, "prod-a100-gce-gpu-template")["metadataStartupScript"]
+    prefix = _shell_value(launcher, "RUN_RECORD")
+    assert prefix.startswith(f"gs://{P}-prod-a100-gce-checkpoints/trainstack-run-")
+    assert _shell_value(launcher, "RUN_FINAL_CODES") == "1 2 5"
+    assert config == {
+        "kind": "mig",
+        "name": f"projects/{P}/zones/{group['zone']}/instanceGroupManagers/{group['name']}",
+        "body": {},
+        "recover": False,
+        "run": {"end_uri": f"{prefix}.ended", "stop_uri": f"{prefix}.stop", "hourly_usd": 117.55},
+        "state_uri": f"gs://{P}-prod-a100-gce-checkpoints/supervisor/prod-a100-gce",
+    }
+
+
+def test_the_gke_supervisor_empties_the_gpu_pool_and_reads_the_pods_records() -> None:
+    plan = bundled_plan("dev-a100-gke")
+    config = _bundle(plan)
+    pool = _named(plan, "dev-a100-gke-gpu-gpu-pool")
+    cluster = _named(plan, "dev-a100-gke-gpu-cluster")
+    (job,) = [r["inputs"] for r in plan["resources"] if r["type"] == "kubernetes:batch/v1:Job"]
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    prefix = env["TRAINSTACK_RUN_RECORD"]
+    assert prefix.startswith(f"gs://{P}-dev-a100-gke-checkpoints/trainstack-run-")
+    assert env["TRAINSTACK_RUN_FINAL_CODES"] == "1 2 5"
+    assert config["kind"] == "node_pool"
+    assert config["name"] == (
+        f"projects/{P}/locations/{pool['location']}/clusters/{cluster['name']}"
+        f"/nodePools/{pool['name']}"
+    )
+    assert config["recover"] is False
+    assert config["run"] == {
+        "end_uri": f"{prefix}.ended",
+        "stop_uri": f"{prefix}.stop",
+        "hourly_usd": 23.51,
+    }
+
+
+def test_a_limited_spot_slice_supervisor_recovers_and_carries_both_limits() -> None:
+    _, stack = load_stack("dev-tpu-v5e", None)
+    stack = copy.deepcopy(stack)
+    stack["trainstack:limits"] = {"max_run_hours": 2, "max_total_usd": 40}
+    plan = build_plan("dev-tpu-v5e", stack)
+    config = _bundle(plan)
+    (vm,) = [r["inputs"] for r in plan["resources"] if r["type"] == "gcp:tpu/v2Vm:V2Vm"]
+    script = vm["metadata"]["startup-script"]
+    prefix = _shell_value(script, "TS_RUN_RECORD")
+    assert _shell_value(script, "TS_RUN_CLOCK_URI") == f"{prefix}.started"
+    assert (config["kind"], config["recover"]) == ("node", True)
+    assert config["body"]["metadata"]["startup-script"] == script
+    assert config["run"] == {
+        "end_uri": f"{prefix}.ended",
+        "stop_uri": f"{prefix}.stop",
+        "clock_uri": f"{prefix}.started",
+        "max_run_seconds": 7200,
+        "hourly_usd": 7.68,
+        "max_total_usd": 40,
+    }
+
+
+def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
+    plan = bundled_plan("prod-tpu-v4-32")
+    config = _bundle(plan)
+    assert (config["kind"], config["recover"], config["body"]) == ("node", False, {})
+    role = _named(plan, "prod-tpu-v4-32-supervisor-role")
+    assert role["permissions"] == ["tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"]
+    assert not [r for r in plan["resources"] if r["name"] == "prod-tpu-v4-32-supervisor-act-as"]
+
+
+@pytest.mark.parametrize(
+    ("stack", "extra", "valid"),
+    [
+        (
+            "prod-a100-gce",
+            "compute.instances.delete",
+            "compute.instanceGroupManagers.get, compute.instanceGroupManagers.update",
+        ),
+        (
+            "dev-a100-gke",
+            "tpu.nodes.delete",
+            "compute.instanceGroupManagers.get, container.clusters.get, container.clusters.update",
+        ),
+    ],
+)
+def test_the_policy_holds_a_gpu_supervisor_to_its_own_kind_of_compute(
+    stack: str, extra: str, valid: str
+) -> None:
+    plan = bundled_plan(stack)
+    assert check_resources(stack, plan["resources"]).violations == []
+    role = _named(plan, f"{stack}-supervisor-role")
+    role["permissions"] = [*role["permissions"], extra]
+    [violation] = check_resources(stack, plan["resources"]).violations
+    assert (violation.rule, violation.resource_name) == (
+        "supervisor-least-privilege",
+        f"{stack}-supervisor-tpu",
+    )
+    role_name = f"projects/{P}/roles/{role['roleId']}"
+    assert violation.message == (
+        f"custom role {role_name} of the supervisor holds {extra}; valid: {valid}"
+    )
+
+
+def test_plan_diff_shows_a_cap_set_changed_or_removed() -> None:
+    base = bundled_plan("prod-a100-gce")
+    _, stack = load_stack("prod-a100-gce", None)
+    stack = copy.deepcopy(stack)
+    stack["trainstack:limits"] = {"max_total_usd": 2500, "max_run_hours": 24}
+    head = build_plan("prod-a100-gce", stack)
+    text = plan_diff(base, head)
+    assert (
+        "| total | base | head | delta |\n|---|---|---|---|\n"
+        "| limits.max_total_usd | none | $2,500.00 | |\n"
+        "| limits.max_run_hours | none | 24 h | |\n"
+    ) in text
+    back = plan_diff(head, base)
+    assert "| limits.max_total_usd | $2,500.00 | none | |\n" in back

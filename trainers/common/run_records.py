@@ -1,0 +1,150 @@
+"""A run's records beside its checkpoints, shared by the node launcher and the supervisor.
+
+`TRAINSTACK_RUN_RECORD` (set by the GCE, GKE and TPU launches) is the run's prefix,
+`gs://<checkpoint bucket>/trainstack-run-<key>`, whose `.started` object the startup
+scripts already keep (the run clock). Two more objects:
+
+- `<prefix>.ended`, written by the node launcher when the run is over for good: rank 0's
+  `{"outcome": "done"}` after a finished run, rank 0's `{"outcome": "stopped", "reason"}`
+  after it stopped the trainer on a stop request, or any node's `{"outcome": "failed",
+  "exit": N}` for an exit code the target never retries (`TRAINSTACK_RUN_FINAL_CODES`, e.g.
+  `1 2 5`). The supervisor (`components/supervisor/main.py`) stops the compute when it sees
+  it.
+- `<prefix>.stop`, written by the supervisor when `limits.max_run_hours` or
+  `limits.max_total_usd` is reached: `{"reason", "time", "spend_usd"}`. The node launcher
+  polls it (one small GET every `STOP_POLL_S`, off the training loop) and passes SIGTERM to
+  the trainer, which saves a checkpoint and exits 143 as on a preemption (the run
+  contract). While the request stands, a launcher that starts again (a restarted unit, a
+  replaced pod) holds before training instead of training on.
+
+Reading or writing a record never changes the launcher's exit code: a failure is logged.
+Framework-free; fsspec/gcsfs are imported only when a record is read or written.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from trainstack.trainers.common.storage import url_to_fs
+
+RUN_RECORD_ENV: Final = "TRAINSTACK_RUN_RECORD"
+FINAL_CODES_ENV: Final = "TRAINSTACK_RUN_FINAL_CODES"
+ENDED_SUFFIX: Final = ".ended"
+STOP_SUFFIX: Final = ".stop"
+STOP_POLL_S: Final = 30.0
+"""How often the launcher looks for a stop request: the supervisor runs every 2 minutes and
+waits for the checkpoint, so 30 s costs at most a fraction of that wait."""
+POLL_ENV: Final = "TRAINSTACK_RUN_STOP_POLL_S"
+"""Tests only: a shorter poll."""
+
+
+class RunRecords:
+    """The records of the run at `prefix` (see the module docstring)."""
+
+    def __init__(
+        self, prefix: str, final_codes: frozenset[int], poll_s: float = STOP_POLL_S
+    ) -> None:
+        if not prefix.startswith("gs://") and "://" in prefix:
+            raise ValueError(f"{RUN_RECORD_ENV}: {prefix!r} is not a gs:// or local path")
+        self.prefix = prefix
+        self.final_codes = final_codes
+        self.poll_s = poll_s
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RunRecords | None:
+        prefix = env.get(RUN_RECORD_ENV, "")
+        if not prefix:
+            return None
+        raw = env.get(FINAL_CODES_ENV, "").split()
+        if not all(code.isdigit() for code in raw):
+            raise ValueError(f"{FINAL_CODES_ENV}: {' '.join(raw)!r} is not a list of exit codes")
+        poll = float(env.get(POLL_ENV) or STOP_POLL_S)
+        return cls(prefix, frozenset(int(code) for code in raw), poll)
+
+    @property
+    def stop_uri(self) -> str:
+        return self.prefix + STOP_SUFFIX
+
+    @property
+    def end_uri(self) -> str:
+        return self.prefix + ENDED_SUFFIX
+
+    def stop_request(self) -> dict[str, Any] | None:
+        """The standing stop request, or None (none, or unreadable: training goes on)."""
+        fs, path = url_to_fs(self.stop_uri)
+        fs.invalidate_cache()
+        try:
+            raw = fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {"reason": "unreadable stop request"}
+        return value if isinstance(value, dict) else {"reason": "unreadable stop request"}
+
+    def hold_while_stopped(self, log: Callable[[str], None], stop: threading.Event) -> bool:
+        """Wait while a stop request stands; False when `stop` was set meanwhile."""
+        shown = False
+        while (request := self._safe(self.stop_request, log)) is not None:
+            if not shown:
+                log(
+                    f"holding: the supervisor asked this run to stop ({request.get('reason')}); "
+                    "waiting for the compute to stop or the request to be withdrawn"
+                )
+                shown = True
+            if stop.wait(self.poll_s):
+                return False
+        return True
+
+    def watch(
+        self, on_stop: Callable[[dict[str, Any]], None], log: Callable[[str], None]
+    ) -> threading.Event:
+        """Poll for a stop request in a daemon thread until the returned event is set; call
+        `on_stop(request)` once when one appears."""
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.wait(self.poll_s):
+                request = self._safe(self.stop_request, log)
+                if request is not None:
+                    on_stop(request)
+                    return
+
+        threading.Thread(target=poll, name="trainstack-stop-watch", daemon=True).start()
+        return done
+
+    def end_record(
+        self, code: int, node_rank: int, stop: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """What this node records of the run's end (None: nothing, the run goes on)."""
+        if code == 0 and node_rank == 0:
+            return {"outcome": "done", "node_rank": 0}
+        if stop is not None and node_rank == 0:
+            return {"outcome": "stopped", "reason": stop.get("reason"), "node_rank": 0}
+        if stop is None and code in self.final_codes:
+            return {"outcome": "failed", "exit": code, "node_rank": node_rank}
+        return None
+
+    def record_end(self, record: dict[str, Any], log: Callable[[str], None]) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        data = json.dumps({**record, "time": stamp}, sort_keys=True).encode()
+
+        def write() -> None:
+            fs, path = url_to_fs(self.end_uri)
+            fs.pipe_file(path, data)
+
+        if self._safe(write, log, "record the run's end") is not False:
+            log(f"recorded the run's end ({record['outcome']}) at {self.end_uri}")
+
+    @staticmethod
+    def _safe(call: Callable[[], Any], log: Callable[[str], None], what: str = "") -> Any:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - storage or credentials: log, go on
+            log(f"could not {what or 'read the stop request'}: {type(exc).__name__}: {exc}")
+            return False if what else None
