@@ -63,7 +63,7 @@ from tests.fidelity.tpu_vm import (
     script_records,
 )
 from trainstack.infra.cli import app
-from trainstack.infra.compose import (
+from trainstack.infra.outputs import (
     OUTPUT_CHECKPOINT_DIR,
     OUTPUT_SLICE_NAME,
     OUTPUT_SUPERVISOR_EVENTS,
