@@ -33,7 +33,7 @@ from typing import Final
 import fsspec
 from rich.console import Console
 
-from trainstack.trainers.common.checkpoint import newest_marked
+from trainstack.trainers.common.checkpoint import MARKED_STEP_RE, newest_marked
 from trainstack.trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     COORDINATOR_ENV,
@@ -146,6 +146,11 @@ def prepare_code_run(
     if code is None:
         raise ValueError("trainer.entrypoint: required to run your own code")
     plan = plan_code_run(trainer, code, workers=workers, root=root, base_dir=base_dir)
+    problem = checkpoint_dir_problem(
+        plan.contract[CHECKPOINT_DIR_ENV], base_dir, resolve_source(code.source or ".", base_dir)
+    )
+    if problem is not None:
+        raise ValueError(problem)
     plan.log_path.parent.mkdir(parents=True, exist_ok=True)
     config_path = plan.log_path.with_suffix(".config.json")
     config_path.write_text(trainer.model_dump_json(indent=2, exclude_none=True))
@@ -163,6 +168,39 @@ def prepare_code_run(
 
 RUN_MARKER: Final = "trainstack-run.json"
 """Your code's run folder's record of the settings that started it (`code_fingerprint`)."""
+
+
+def checkpoint_dir_problem(checkpoint_dir: str, base_dir: Path, source: Path) -> str | None:
+    """The line refusing a local checkpoint folder that holds the stack's base folder or your
+    source folder (`.`, `..`, the source itself): the run writes and `--fresh` clears it, so
+    it must be a folder of its own. None when it is one (or a `gs://` URL)."""
+    if "://" in checkpoint_dir:
+        return None
+    folder = Path(checkpoint_dir).resolve()
+    for what, inside in (("the stack's folder", base_dir.resolve()), ("trainer.source", source)):
+        if inside == folder or inside.is_relative_to(folder):
+            return (
+                f"trainer.checkpoint_dir: {checkpoint_dir!r} holds {what} ({inside}); the run "
+                "writes its checkpoints there and --fresh clears them; valid: a folder of its "
+                "own, e.g. ckpts/<run> or the default under .trainstack/local"
+            )
+    return None
+
+
+def clear_code_run(checkpoint_dir: str) -> list[str]:
+    """What `--fresh` deletes of your code's run: its `step-<N>` checkpoint folders (the run
+    contract's, marked or not) and `RUN_MARKER`. Anything else in the folder is not the run's
+    and stays. Returns the names deleted."""
+    fs, path = fsspec.core.url_to_fs(checkpoint_dir, **storage_options(checkpoint_dir))
+    if not fs.exists(path):
+        return []
+    removed = []
+    for entry in fs.ls(path, detail=False):
+        name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+        if MARKED_STEP_RE.fullmatch(name) or name == RUN_MARKER:
+            fs.rm(entry, recursive=True)
+            removed.append(name)
+    return sorted(removed)
 
 
 def claim_folder(checkpoint_dir: str, entrypoint: list[str], env: Mapping[str, str] | None) -> None:
@@ -204,7 +242,8 @@ def run_local_code(
     is not a JSON record goes to `console` (default stderr) as it comes, its rank-0
     `start`/`resume`/`train`/`preempted`/`done` records drive the progress line, and a
     stopped run ends with one line naming the step and the newest `step-<N>` checkpoint
-    folder holding a `COMPLETE` marker. `fresh` deletes the checkpoint folder first. Raises
+    folder holding a `COMPLETE` marker. `fresh` first deletes the run's own checkpoints
+    (`clear_code_run`), nothing else in the folder. Raises
     ValueError when the trainer section has no runnable code here (no entrypoint, no source),
     and `StateMismatch` (a ValueError) when the folder holds checkpoints of another
     entrypoint or env (`claim_folder`).
@@ -214,9 +253,7 @@ def run_local_code(
     )
     checkpoint_dir = prepared.checkpoint_dir
     if fresh:
-        fs, path = fsspec.core.url_to_fs(checkpoint_dir, **storage_options(checkpoint_dir))
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+        clear_code_run(checkpoint_dir)
     code = trainer.user_code
     assert code is not None  # prepare_code_run refuses a section without your code
     claim_folder(checkpoint_dir, list(code.entrypoint), code.env)
