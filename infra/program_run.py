@@ -86,6 +86,11 @@ def read_program(directory: str | Path, what: str = "--program") -> Program:
             "holds Pulumi.yaml)"
         )
     if not project_file.is_file():
+        # As `pulumi preview` run in a subfolder: the nearest project above it.
+        above = next((f for f in root.parents if (f / "Pulumi.yaml").is_file()), None)
+        if above is not None:
+            root, project_file = above, above / "Pulumi.yaml"
+    if not project_file.is_file():
         raise ProgramError(
             f"{what}: no Pulumi.yaml in {shown!r}; valid: a Pulumi project folder (one "
             "that holds Pulumi.yaml with `name` and `runtime: python`)"

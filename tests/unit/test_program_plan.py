@@ -354,3 +354,9 @@ def test_pulumi_yaml_config_fills_what_the_stack_does_not_set(project: Path) -> 
         f"`config:` requires; valid: `owner: <value>` under `config:` in "
         f"{project / 'stacks' / 'Pulumi.dev.yaml'}"
     )
+
+
+def test_a_subfolder_of_the_project_plans_the_project_as_pulumi_does(project: Path) -> None:
+    sub = project / "deep" / "sub"
+    sub.mkdir(parents=True)
+    assert plan_json(sub) == plan_json(project)
