@@ -447,7 +447,6 @@ def test_literal_cases_cover_the_components_that_take_literals() -> None:
         ("A100Cluster", "backend"),
         ("TpuPodSlice", "provisioning"),
         ("TrainingBuckets", "environment"),
-        ("TrainingDashboard", "target"),
         ("VertexTrainingJob", "accelerator_type"),
         ("VertexTrainingJob", "reduction_server.replica_count"),
     }

@@ -75,7 +75,7 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     (
         "TpuSupervisor",
         {"kind": "gke"},
-        "TpuSupervisor.kind: 'gke' is not allowed; valid: node, queued",
+        "TpuSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool",
     ),
     (
         "QuotaGuard",
