@@ -18,6 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests import REPO_ROOT
+from trainstack.components import _project as components_project
 from trainstack.infra import project as project_module
 from trainstack.infra.cli import app
 from trainstack.infra.config import load_stack_config
@@ -204,7 +205,10 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(REPO_ROOT / "stacks", root / "stacks")
     ignore = shutil.ignore_patterns(".trainstack", "__pycache__")
     shutil.copytree(REPO_ROOT / "examples", root / "examples", ignore=ignore)
+    # Both views of it: the examples (infra.project) and the install guard
+    # (components._project).
     monkeypatch.setattr(project_module, "BUNDLED_ROOT", root)
+    monkeypatch.setattr(components_project, "BUNDLED_ROOT", root)
     assert project_module.installed()
     return root
 
