@@ -19,6 +19,7 @@ import pulumi
 from trainstack.components.catalog.names import stack_name_problem
 from trainstack.components.project_services import ProjectServices
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
+from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
 from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
 from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -107,6 +108,8 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     service_names = [*BASE_SERVICES, *target.services(cfg)]
     service_names += [SECRET_SERVICE] if secrets else []
     service_names += target.extra_services(cfg)
+    # A supervised target's compose registers a run supervisor, which needs these.
+    service_names += list(SUPERVISOR_SERVICES) if target.supervised else []
     services = ProjectServices(
         f"{deployment}-apis", {"project": project, "services": service_names}
     )

@@ -136,7 +136,8 @@ class Target(ABC):
     supervised: ClassVar[bool] = False
     """A run supervisor (`trainstack.infra.supervision`) stops this target's compute at the
     run's end, `limits.max_run_hours` and `limits.max_total_usd`: its `compose` registers
-    one, the plan adds its cost, and only such a target accepts `limits.max_total_usd`."""
+    one, compose enables its APIs, the plan adds its cost, and only such a target accepts
+    `limits.max_total_usd`."""
 
     def claims(self, section: Any) -> bool:
         """Whether a parsed section of `self.section` is this target's (several targets may

@@ -20,7 +20,6 @@ from trainstack.components.a100_cluster.validate import (
 )
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
-from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
 from trainstack.infra import catalog
 from trainstack.infra.outputs import (
     OUTPUT_CLUSTER_ENDPOINT,
@@ -164,9 +163,6 @@ class GpuCluster(CloudTarget):
 
     def services(self, cfg: StackConfig) -> list[str]:
         return ["container.googleapis.com"]
-
-    def extra_services(self, cfg: StackConfig) -> list[str]:
-        return list(SUPERVISOR_SERVICES)
 
     def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
         cfg, deployment, network = ctx.cfg, ctx.deployment, ctx.network

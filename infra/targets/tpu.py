@@ -27,7 +27,6 @@ from trainstack.components.tpu_pod_slice import (
     tpu_pod_slice_problems,
     tpu_trainer_problems,
 )
-from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
 from trainstack.components.tpu_supervisor import slice_target, supervised
 from trainstack.components.training_dashboard.targets import tpu_filter_text
 from trainstack.infra import catalog
@@ -237,9 +236,6 @@ class Tpu(CloudTarget):
 
     def services(self, cfg: StackConfig) -> list[str]:
         return ["tpu.googleapis.com"]
-
-    def extra_services(self, cfg: StackConfig) -> list[str]:
-        return list(SUPERVISOR_SERVICES)
 
     def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
         cfg, deployment, network = ctx.cfg, ctx.deployment, ctx.network
