@@ -57,11 +57,18 @@ def find_project(start: Path | None = None) -> Project:
     `DetectProjectPathFrom`). Pulumi also takes Pulumi.yml and Pulumi.json (:212-221,
     sdk/go/common/encoding/marshal.go:38-43); trainstack reads Pulumi.yaml projects only."""
     here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        path = folder / PROJECT_FILE
-        if path.is_file():
-            return Project(root=folder, stacks_dir=folder / _stack_config_dir(path))
+    path = project_file_at_or_above(here)
+    if path is not None:
+        return Project(root=path.parent, stacks_dir=path.parent / _stack_config_dir(path))
     return Project(root=here, stacks_dir=here)
+
+
+def project_file_at_or_above(folder: Path) -> Path | None:
+    """The closest `Pulumi.yaml` in `folder` (absolute) or a folder above it, unread."""
+    return next(
+        (f / PROJECT_FILE for f in (folder, *folder.parents) if (f / PROJECT_FILE).is_file()),
+        None,
+    )
 
 
 def _stack_config_dir(path: Path) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from trainstack.components._project import project_file_at_or_above
 from trainstack.infra.mocks import InvokeFn, OutputsFn, ProgramRun, run_program
 from trainstack.infra.project import placed, program_place
 
@@ -85,11 +86,10 @@ def read_program(directory: str | Path, what: str = "--program") -> Program:
             f"{what}: {shown!r} is not a folder; valid: a Pulumi project folder (one that "
             "holds Pulumi.yaml)"
         )
-    if not project_file.is_file():
-        # As `pulumi preview` run in a subfolder: the nearest project above it.
-        above = next((f for f in root.parents if (f / "Pulumi.yaml").is_file()), None)
-        if above is not None:
-            root, project_file = above, above / "Pulumi.yaml"
+    # As `pulumi preview` run in a subfolder: the nearest project at or above it.
+    found = project_file_at_or_above(root)
+    if found is not None:
+        root, project_file = found.parent, found
     if not project_file.is_file():
         raise ProgramError(
             f"{what}: no Pulumi.yaml in {shown!r}; valid: a Pulumi project folder (one "
