@@ -168,6 +168,9 @@ class ProviderHost:
         self.engine_address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
         self._server.start()
         argv, env = plugin_command(launch, engine_env)
+        # A host that hangs on Close is a failure; faulthandler's dump on SIGABRT (close())
+        # says where it hung.
+        env = {**env, "PYTHONFAULTHANDLER": "1"}
         self.argv = [*argv, self.engine_address]
         self.stderr: list[str] = []
         self.stdout: list[str] = []
@@ -230,6 +233,11 @@ class ProviderHost:
                 self.process.wait(CLOSE_GRACE_S + LOADED_MACHINE_GRACE_S)
             except subprocess.TimeoutExpired:
                 self.killed = True
+                os.kill(self.process.pid, signal.SIGABRT)
+                try:
+                    self.process.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self.returncode = self.process.returncode
