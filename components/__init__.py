@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
     from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
     from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-    from trainstack.components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
+    from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
     from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
     from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
     from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -49,8 +49,8 @@ _MODULES: dict[str, str] = {
     "QuotaGuardArgs": "quota_guard",
     "TpuPodSlice": "tpu_pod_slice",
     "TpuPodSliceArgs": "tpu_pod_slice",
-    "TpuSupervisor": "tpu_supervisor",
-    "TpuSupervisorArgs": "tpu_supervisor",
+    "RunSupervisor": "run_supervisor",
+    "RunSupervisorArgs": "run_supervisor",
     "TrainerPackage": "trainer_package",
     "TrainerPackageArgs": "trainer_package",
     "TrainingBuckets": "training_buckets",
@@ -80,8 +80,8 @@ __all__ = [
     "QuotaGuardArgs",
     "TpuPodSlice",
     "TpuPodSliceArgs",
-    "TpuSupervisor",
-    "TpuSupervisorArgs",
+    "RunSupervisor",
+    "RunSupervisorArgs",
     "TrainerPackage",
     "TrainerPackageArgs",
     "TrainingBuckets",

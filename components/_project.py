@@ -1,5 +1,5 @@
 """Which Pulumi project a folder belongs to: the primitive the components that build files
-in the project (`TrainerPackage`, `TpuSupervisor`) and `trainstack.infra.project` (stacks,
+in the project (`TrainerPackage`, `RunSupervisor`) and `trainstack.infra.project` (stacks,
 places, the CLI's view) share, so the components never import `infra`.
 
     project = find_project()            # Project(root=..., stacks_dir=..., state_dir=...)

@@ -19,7 +19,7 @@ import pulumi
 from trainstack.components.catalog.names import stack_name_problem
 from trainstack.components.project_services import ProjectServices
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
-from trainstack.components.tpu_supervisor import SERVICES as SUPERVISOR_SERVICES
+from trainstack.components.run_supervisor import SERVICES as SUPERVISOR_SERVICES
 from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
 from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs

@@ -45,7 +45,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from trainstack.components.catalog.problems import pydantic_problem, unknown_key
-from trainstack.components.tpu_supervisor import max_total_usd_problem
+from trainstack.components.run_supervisor import max_total_usd_problem
 from trainstack.infra import targets
 from trainstack.infra.config_checks import NAMESPACE, semantic_errors
 from trainstack.infra.estimate import limit_problems
@@ -142,7 +142,7 @@ class LimitsConfig(_Model):
     max_total_usd: float | None = None
     """The run's spend cap at list price (tpu and gpu_cluster stacks): the supervisor counts
     the compute's spend across restarts and recoveries, asks the trainer to save and stop
-    once it is reached, then stops the compute (`trainstack.components.tpu_supervisor`)."""
+    once it is reached, then stops the compute (`trainstack.components.run_supervisor`)."""
 
     @field_validator("max_total_usd", mode="before")
     @classmethod

@@ -32,7 +32,7 @@ def _round(usd: float) -> float:
     return round(usd, 2)
 
 
-# The run supervisor (trainstack.components.tpu_supervisor) of a TPU or GPU-cluster stack: one
+# The run supervisor (trainstack.components.run_supervisor) of a TPU or GPU-cluster stack: one
 # Cloud Scheduler job and one Cloud Run functions call every 2 minutes.
 SCHEDULER_JOB_USD_PER_31_DAYS = 0.10
 """https://cloud.google.com/scheduler/pricing: "A job is billed $0.10/job/31 days"; "Each

@@ -1,4 +1,4 @@
-"""The run supervisor (`trainstack.components.tpu_supervisor`) as a `supervised` target
+"""The run supervisor (`trainstack.components.run_supervisor`) as a `supervised` target
 (`trainstack.infra.targets.base.Target.supervised`) registers it after its compute, and what
 `trainstack status` says of it.
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pulumi
 
-from trainstack.components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
+from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
 from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS
 
 if TYPE_CHECKING:
@@ -50,13 +50,13 @@ def register_supervisor(
     compute: Sequence[pulumi.Resource],
     after_grants: pulumi.ResourceOptions,
 ) -> dict[str, Any]:
-    """Register the stack's supervisor (`TpuSupervisorArgs` in `args`) after `compute`; its
+    """Register the stack's supervisor (`RunSupervisorArgs` in `args`) after `compute`; its
     stack outputs."""
     # After the compute, so `pulumi destroy` removes the supervisor before it: no check can
     # recreate or resize what is being destroyed.
     after = after_grants.merge(pulumi.ResourceOptions(depends_on=list(compute)))
-    supervisor = TpuSupervisor(
-        f"{deployment}-supervisor", cast(TpuSupervisorArgs, args), opts=after
+    supervisor = RunSupervisor(
+        f"{deployment}-supervisor", cast(RunSupervisorArgs, args), opts=after
     )
     return {OUTPUT_SUPERVISOR_EVENTS: supervisor.events_uri}
 

@@ -1,5 +1,5 @@
 """What stops accelerator billing on each target, as the run supervisor
-(`trainstack.components.tpu_supervisor`, `components/supervisor/main.py`) relies on it, each
+(`trainstack.components.run_supervisor`, `components/supervisor/main.py`) relies on it, each
 with its source. `*_VERIFIED` is True only where the cited source states the fact itself.
 """
 

@@ -1,3 +1,3 @@
 """The per-stack TPU supervisor's Cloud Functions source, `main.py`; the component that
-ships it (with its requirements, `trainstack.components.tpu_supervisor.REQUIREMENTS`) is
-`trainstack.components.tpu_supervisor`."""
+ships it (with its requirements, `trainstack.components.run_supervisor.REQUIREMENTS`) is
+`trainstack.components.run_supervisor`."""

@@ -2,7 +2,7 @@
 its end.
 
 An HTTP Cloud Functions (gen2) function that Cloud Scheduler calls every few minutes
-(`trainstack.components.tpu_supervisor` ships this file as the function's source, with
+(`trainstack.components.run_supervisor` ships this file as the function's source, with
 `config.json` beside it). Each call looks once and waits for nothing; the next call sees the
 progress. `config.json`: `kind` (`node`, `queued`, `mig`, `node_pool`), `name` (the
 resource's full name), `body` (TPU kinds: the REST body it is created again with), `recover`

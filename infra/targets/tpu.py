@@ -1,4 +1,4 @@
-"""Target `tpu`: a Cloud TPU slice (`TpuPodSlice`), with its run supervisor (`TpuSupervisor`:
+"""Target `tpu`: a Cloud TPU slice (`TpuPodSlice`), with its run supervisor (`RunSupervisor`:
 it deletes the slice at the run's end and recreates a preempted spot or queued one). Stack
 section `trainstack:tpu`."""
 
@@ -27,7 +27,7 @@ from trainstack.components.tpu_pod_slice import (
     tpu_pod_slice_problems,
     tpu_trainer_problems,
 )
-from trainstack.components.tpu_supervisor import slice_target, supervised
+from trainstack.components.run_supervisor import slice_target, supervised
 from trainstack.components.training_dashboard.targets import tpu_filter_text
 from trainstack.infra import catalog
 from trainstack.infra.code_frameworks import tpu_framework_problems

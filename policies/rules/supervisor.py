@@ -1,17 +1,22 @@
 """`supervisor-least-privilege`: the run supervisor's service account reaches only its own
 stack's resources.
 
-The supervisor (components/tpu_supervisor.py) is the Cloud Functions function's
+The supervisor (components/run_supervisor.py) is the Cloud Functions function's
 `serviceConfig.serviceAccountEmail`. Each grant to that account must be one of:
 
 - a project grant of a custom role of this stack whose permissions all serve the stack's
-  own compute: on a TPU stack `tpu.nodes.*`, `tpu.queuedResources.*` or
-  `tpu.operations.get`; on a stack with a managed instance group (gce) only reading and
-  resizing it (`compute.instanceGroupManagers.get`, `.update`); on a stack with a GKE node
-  pool only reading and resizing it (`container.clusters.get`, `.update`, and reading the
-  pool's instance groups, `compute.instanceGroupManagers.get`). A role cannot name the one
-  resource (IAM conditions on resource names are not honoured by every service), so a
-  permission of another kind of compute is a violation even where it looks harmless;
+  own compute: on a TPU stack `tpu.nodes.create`, `.delete`, `.get` and `tpu.operations.get`
+  (Cloud TPU authorises its queued resources with the node permissions and has no
+  `tpu.queuedResources.*` permission); on a stack with a managed instance group (gce) only
+  reading and resizing it (`compute.instanceGroupManagers.get`, `.update`); on a stack with
+  a GKE node pool `container.clusters.get` and `.update` under a condition that names this
+  stack's cluster and nothing else (`resource.name == "projects/P/locations/L/clusters/C"` or
+  its `zones/` form, or `.startsWith("<cluster>/nodePools/")`, joined by `||`), and reading
+  the pool's instance groups (`compute.instanceGroupManagers.get`). Google honours resource
+  names in conditions for GKE clusters but not for Cloud TPU or instance group managers
+  (https://cloud.google.com/iam/docs/conditions-resource-attributes), so those grants cannot
+  name the one resource and a permission of another kind of compute is a violation even
+  where it looks harmless;
 - a bucket grant on a bucket this stack creates;
 - a service-account grant on an account this stack creates (the training account it
   creates TPU VMs as);
@@ -23,6 +28,7 @@ role with other permissions) is a violation. Values not known until deploy are s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 
 from ._inputs import _get, _hidden
@@ -38,24 +44,62 @@ RUN_MEMBER = "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"
 BUCKET = "gcp:storage/bucket:Bucket"
 GROUP = "gcp:compute/instanceGroupManager:InstanceGroupManager"
 NODE_POOL = "gcp:container/nodePool:NodePool"
-TPU_PREFIXES = ("tpu.nodes.", "tpu.queuedResources.", "tpu.operations.get")
+CLUSTER = "gcp:container/cluster:Cluster"
+TPU_PERMISSIONS = ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get")
 GROUP_PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update")
 NODE_POOL_PERMISSIONS = (
     "compute.instanceGroupManagers.get",
     "container.clusters.get",
     "container.clusters.update",
 )
+CLUSTER_PERMISSIONS = ("container.clusters.get", "container.clusters.update")
+"""Held only under a condition naming the stack's cluster."""
+_CLAUSE = re.compile(
+    r'^resource\.name == "(?P<name>[^"]+)"$'
+    r'|^resource\.name\.startsWith\("(?P<prefix>[^"]+)/nodePools/"\)$'
+)
 
 
 def _allowed(resources: Sequence[Resource]) -> tuple[tuple[str, ...], str]:
-    """(Permission prefixes the stack's supervisor may hold, the same in words)."""
+    """(Permissions the stack's supervisor may hold, the same in words)."""
     types = {r.type for r in resources}
     if NODE_POOL in types:
-        return NODE_POOL_PERMISSIONS, ", ".join(NODE_POOL_PERMISSIONS)
+        return NODE_POOL_PERMISSIONS, (
+            "compute.instanceGroupManagers.get, and container.clusters.get and .update under "
+            "a condition naming this stack's cluster"
+        )
     if GROUP in types:
         return GROUP_PERMISSIONS, ", ".join(GROUP_PERMISSIONS)
     # A TPU stack (its slice a V2Vm, or a queued resource, which is a dynamic resource).
-    return TPU_PREFIXES, "tpu.nodes.*, tpu.queuedResources.* and tpu.operations.get"
+    return TPU_PERMISSIONS, ", ".join(TPU_PERMISSIONS)
+
+
+def _clusters(resources: Sequence[Resource]) -> set[str]:
+    """The stack's GKE clusters in both of IAM's name forms (zonal and regional)."""
+    names = set()
+    for r in resources:
+        if r.type == CLUSTER:
+            project, location, name = (r.inputs.get(k) for k in ("project", "location", "name"))
+            for form in ("locations", "zones"):
+                names.add(f"projects/{project}/{form}/{location}/clusters/{name}")
+    return names
+
+
+def _condition_problem(condition: object, clusters: set[str]) -> str | None:
+    """Why `condition` does not hold a grant to the stack's own clusters, or None."""
+    if not isinstance(condition, dict) or not condition.get("expression"):
+        return "has no condition: it reaches every cluster of the project"
+    expression = condition["expression"]
+    if _hidden(expression):
+        return None
+    for clause in str(expression).split(" || "):
+        match = _CLAUSE.match(clause.strip())
+        if match is None:
+            return f"has a condition clause {clause.strip()!r} that does not name one cluster"
+        name = match["name"] or match["prefix"]
+        if name not in clusters:
+            return f"has a condition naming {name}, not a cluster of this stack"
+    return None
 
 
 def _supervisors(resources: Sequence[Resource]) -> set[str]:
@@ -99,11 +143,12 @@ def check_supervisor_scope(
     }
     functions = _of_type(resources, FUNCTION, "name")
     allowed = _allowed(resources)
+    clusters = _clusters(resources)
     for r in resources:
         member = r.inputs.get("member")
         if member not in supervisors:
             continue
-        problems = _grant_problems(r, roles, buckets, accounts, functions, allowed)
+        problems = _grant_problems(r, roles, buckets, accounts, functions, allowed, clusters)
         yield from ((r, why) for why in problems)
 
 
@@ -114,6 +159,7 @@ def _grant_problems(
     accounts: set[str],
     functions: set[str],
     allowed: tuple[tuple[str, ...], str],
+    clusters: set[str],
 ) -> Iterator[str]:
     inputs = r.inputs
     if r.type == PROJECT_MEMBER:
@@ -126,12 +172,20 @@ def _grant_problems(
                 f"this stack limited to {allowed[1]} is allowed"
             )
             return
-        extra = [p for p in roles[str(role)] if not p.startswith(allowed[0])]
+        permissions = roles[str(role)]
+        extra = [p for p in permissions if p not in allowed[0]]
         if extra:
             yield (
                 f"custom role {role} of the supervisor holds {', '.join(extra)}; valid: "
                 f"{allowed[1]}"
             )
+        if clusters and any(p in CLUSTER_PERMISSIONS for p in permissions):
+            problem = _condition_problem(inputs.get("condition"), clusters)
+            if problem:
+                yield (
+                    f"the grant of {role} (container.clusters.*) to the supervisor {problem}; "
+                    "valid: a condition on resource.name naming this stack's cluster"
+                )
     elif r.type == BUCKET_MEMBER:
         bucket = inputs.get("bucket")
         if not _hidden(bucket) and bucket not in buckets:

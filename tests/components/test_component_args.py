@@ -24,7 +24,7 @@ from trainstack.components.local_training_job import LocalTrainingJob, LocalTrai
 from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
 from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
-from trainstack.components.tpu_supervisor import TpuSupervisor, TpuSupervisorArgs
+from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
 from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
 from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
@@ -147,9 +147,9 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
         LocalTrainingJobArgs,
         {"trainer": TrainConfig(steps=10), "workers": 2, "root": ".trainstack/local"},
     ),
-    "TpuSupervisor": (
-        TpuSupervisor,
-        TpuSupervisorArgs,
+    "RunSupervisor": (
+        RunSupervisor,
+        RunSupervisorArgs,
         {
             "project": "p",
             "region": "us-central1",
@@ -191,7 +191,7 @@ TYPOS = [
     ("LocalTrainingJob", "worker", "workers"),
     ("TrainingDashboard", "stall_minute", "stall_minutes"),
     ("ImageMirror", "deployment", "deployment_name"),
-    ("TpuSupervisor", "schedul", "schedule"),
+    ("RunSupervisor", "schedul", "schedule"),
 ]
 
 # A value of the wrong type per component and the exact problem it gets.
@@ -258,9 +258,9 @@ WRONG_TYPES = [
         "TrainingDashboard.labels.team: 1 is not a string; valid: a string",
     ),
     (
-        "TpuSupervisor",
+        "RunSupervisor",
         {"schedule": 5},
-        "TpuSupervisor.schedule: 5 is not a string; valid: a string",
+        "RunSupervisor.schedule: 5 is not a string; valid: a string",
     ),
 ]
 

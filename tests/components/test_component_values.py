@@ -73,9 +73,9 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
         "without quotes or newlines, e.g. 'tf-keras~=2.17.0'",
     ),
     (
-        "TpuSupervisor",
+        "RunSupervisor",
         {"kind": "gke"},
-        "TpuSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool",
+        "RunSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool",
     ),
     (
         "QuotaGuard",

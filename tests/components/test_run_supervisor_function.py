@@ -23,7 +23,7 @@ from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.metadata_fake import MetadataFake
 from tests.fakes.tpu_server import TpuFakeServer
 from trainstack.components._discovery import validate_body
-from trainstack.components.tpu_supervisor import build_source, supervisor_config
+from trainstack.components.run_supervisor import build_source, supervisor_config
 
 BUCKET = "p-exp-42-checkpoints"
 STATE = f"{BUCKET}/supervisor/exp-42"

@@ -164,8 +164,8 @@ EXAMPLE_LINES = {
     "supervisor-least-privilege": (
         "  [mandatory] [supervisor-least-privilege] exp-supervisor-admin "
         "(gcp:projects/iAMMember:IAMMember): grants roles/tpu.admin on the project to the "
-        "supervisor: only a custom role of this stack limited to tpu.nodes.*, "
-        "tpu.queuedResources.* and tpu.operations.get is allowed"
+        "supervisor: only a custom role of this stack limited to tpu.nodes.create, "
+        "tpu.nodes.delete, tpu.nodes.get, tpu.operations.get is allowed"
     ),
 }
 

@@ -128,7 +128,8 @@ def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
         (
             "dev-a100-gke",
             "tpu.nodes.delete",
-            "compute.instanceGroupManagers.get, container.clusters.get, container.clusters.update",
+            "compute.instanceGroupManagers.get, and container.clusters.get and .update under "
+            "a condition naming this stack's cluster",
         ),
     ],
 )
@@ -147,6 +148,21 @@ def test_the_policy_holds_a_gpu_supervisor_to_its_own_kind_of_compute(
     role_name = f"projects/{P}/roles/{role['roleId']}"
     assert violation.message == (
         f"custom role {role_name} of the supervisor holds {extra}; valid: {valid}"
+    )
+
+
+def test_the_policy_refuses_the_gke_supervisors_grant_without_its_cluster_condition() -> None:
+    plan = bundled_plan("dev-a100-gke")
+    grant = _named(plan, "dev-a100-gke-supervisor-tpu")
+    assert grant["condition"]["title"] == "only cluster dev-a100-gke-a100"
+    del grant["condition"]
+    [violation] = check_resources("dev-a100-gke", plan["resources"]).violations
+    assert (violation.rule, violation.resource_name, violation.message) == (
+        "supervisor-least-privilege",
+        "dev-a100-gke-supervisor-tpu",
+        f"the grant of {grant['role']} (container.clusters.*) to the supervisor has no "
+        "condition: it reaches every cluster of the project; valid: a condition on "
+        "resource.name naming this stack's cluster",
     )
 
 

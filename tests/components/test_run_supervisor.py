@@ -1,4 +1,4 @@
-"""TpuSupervisor under Pulumi mocks: its account, narrow grants, source zip, function and
+"""RunSupervisor under Pulumi mocks: its account, narrow grants, source zip, function and
 schedule, with exact inputs; and the bundle's reproducibility."""
 
 from __future__ import annotations
@@ -8,14 +8,15 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pytest
 
 from tests import REPO_ROOT
 from trainstack.components._args import ArgsError
-from trainstack.components.tpu_supervisor import (
+from trainstack.components.run_supervisor import (
     PERMISSIONS,
     TOKEN,
-    TpuSupervisor,
+    RunSupervisor,
     build_source,
     role_id,
     source_zip,
@@ -66,7 +67,7 @@ def _args(**overrides: Any) -> dict[str, Any]:
 
 def _run(**overrides: Any) -> ProgramRun:
     def program() -> dict[str, Any]:
-        sup = TpuSupervisor("sup", _args(**overrides))  # type: ignore[arg-type]
+        sup = RunSupervisor("sup", _args(**overrides))  # type: ignore[arg-type]
         return {
             "events": sup.events_uri,
             "url": sup.function_url,
@@ -137,10 +138,54 @@ def test_grants_are_narrow_and_exact() -> None:
     }
 
 
-def test_queued_kind_may_also_manage_queued_resources() -> None:
+def test_a_queued_resource_is_managed_with_the_node_permissions() -> None:
+    # Cloud TPU has no tpu.queuedResources.* permission: a role naming one is refused.
     role = _run(kind="queued", resource_name=QUEUED).named("sup-role").inputs
-    assert role["permissions"] == list(PERMISSIONS["queued"])
-    assert "tpu.queuedResources.delete" in role["permissions"]
+    assert (
+        role["permissions"]
+        == list(PERMISSIONS["queued"])
+        == [
+            "tpu.nodes.create",
+            "tpu.nodes.delete",
+            "tpu.nodes.get",
+            "tpu.operations.get",
+        ]
+    )
+
+
+def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
+    run = _run(kind="node_pool", resource_name=POOL, body={}, run=RUN)
+    cluster = "my-project/{}/us-central1-a/clusters/exp-42-gke"
+    zonal, regional = (
+        f"projects/{cluster.format('zones')}",
+        f"projects/{cluster.format('locations')}",
+    )
+    assert run.named("sup-tpu").inputs == {
+        "project": "my-project",
+        "role": "projects/my-project/roles/trainstackSupervisor_exp_42",
+        "member": MEMBER,
+        "condition": {
+            "title": "only cluster exp-42-gke",
+            "description": "The supervisor resizes this cluster's GPU node pool and no other.",
+            "expression": (
+                f'resource.name == "{regional}" || resource.name == "{zonal}" || '
+                f'resource.name.startsWith("{regional}/nodePools/") || '
+                f'resource.name.startsWith("{zonal}/nodePools/")'
+            ),
+        },
+    }
+    assert run.named("sup-read-role").inputs == {
+        "project": "my-project",
+        "roleId": "trainstackSupervisorRead_exp_42",
+        "title": "trainstack run supervisor reads (exp-42)",
+        "description": "Read the instance groups of one stack's GKE node pool.",
+        "permissions": ["compute.instanceGroupManagers.get"],
+    }
+    assert run.named("sup-read").inputs == {
+        "project": "my-project",
+        "role": "projects/my-project/roles/trainstackSupervisorRead_exp_42",
+        "member": MEMBER,
+    }
 
 
 def test_function_and_schedule() -> None:
@@ -166,7 +211,7 @@ def test_function_and_schedule() -> None:
         "timeoutSeconds": 120,
         "allTrafficOnLatestRevision": True,
     }
-    assert function["labels"]["component"] == "tpu-supervisor"
+    assert function["labels"]["component"] == "run-supervisor"
     job = run.named("sup-schedule").inputs
     assert job["schedule"] == "*/2 * * * *"
     assert job["timeZone"] == "Etc/UTC"
@@ -213,12 +258,12 @@ def test_bad_input_names_the_key() -> None:
     with pytest.raises(ValueError, match="is not a TPU queued name"):
         supervisor_config("queued", NODE, BODY, "b", "d")
     with pytest.raises(
-        ValueError, match=r"^TpuSupervisor.schedule: 'hourly' is not a cron schedule"
+        ValueError, match=r"^RunSupervisor.schedule: 'hourly' is not a cron schedule"
     ):
         _run(schedule="hourly")
     with pytest.raises(
         ValueError,
-        match=r"^TpuSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool$",
+        match=r"^RunSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool$",
     ):
         _run(kind="gke")
     with pytest.raises(ValueError, match=r"^resource_name: 'x' is not a mig name; valid: proj"):
@@ -227,7 +272,7 @@ def test_bad_input_names_the_key() -> None:
         supervisor_config("mig", MIG, None, "b", "d", recover=True)
     with pytest.raises(ValueError, match=r"^run.max_total: unknown key; valid: clock_uri, "):
         supervisor_config("mig", MIG, None, "b", "d", run={"max_total": 5})
-    with pytest.raises(ArgsError, match=r"TpuSupervisor.schedul: unknown key"):
+    with pytest.raises(ArgsError, match=r"RunSupervisor.schedul: unknown key"):
         _run(schedul="*/5 * * * *")
 
 
@@ -279,15 +324,7 @@ def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
     ("kind", "name", "permissions"),
     [
         ("mig", MIG, ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"]),
-        (
-            "node_pool",
-            POOL,
-            [
-                "compute.instanceGroupManagers.get",
-                "container.clusters.get",
-                "container.clusters.update",
-            ],
-        ),
+        ("node_pool", POOL, ["container.clusters.get", "container.clusters.update"]),
     ],
 )
 def test_a_gpu_stack_supervisor_may_only_read_and_resize_its_compute(
@@ -319,3 +356,17 @@ def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
         "tpu.operations.get",
     ]
     assert not [r for r in run.resources if r.name == "sup-act-as"]
+
+
+def test_a_stack_deployed_as_tpu_supervisor_keeps_its_resources() -> None:
+    # The component was `trainstack:tpu:TpuSupervisor`: an alias of that type (same name,
+    # same parent) maps the old URN to the new one, and the engine derives its children's old
+    # URNs from it. Under mocks the SDK collapses the alias to a URN itself.
+    def program() -> dict[str, Any]:
+        sup = RunSupervisor("sup", _args())  # type: ignore[arg-type]
+        return {"aliases": pulumi.Output.all(*sup._aliases)}
+
+    assert TOKEN == "trainstack:supervision:RunSupervisor"
+    assert run_program(program).outputs["aliases"] == [
+        "urn:pulumi:plan::trainstack::trainstack:tpu:TpuSupervisor::sup"
+    ]

@@ -4,9 +4,9 @@ end, at `limits.max_run_hours` and at `limits.max_total_usd` (`components/superv
 says how; every `supervised` target (`trainstack.infra.targets`: tpu, gke, gce) registers
 one through `trainstack.infra.supervision`).
 
-    from trainstack.components.tpu_supervisor import TpuSupervisor, node_body_from_vm
+    from trainstack.components.run_supervisor import RunSupervisor, slice_target
 
-    supervisor = TpuSupervisor(
+    supervisor = RunSupervisor(
         "exp-42-supervisor",
         {
             "project": "my-project",
@@ -34,15 +34,15 @@ script) makes a new bundle and redeploys the function.
 
 Permissions of its own account (`<deployment>-sup`):
 - a custom project role holding only the calls it makes (`PERMISSIONS`: get, create and
-  delete of the TPU node or queued resource and its operations, only get and delete where
-  it never recreates; get and resize of the instance group; get and setSize of the node
-  pool, and get of the pool's groups). Not narrowed to the one slice's name:
-  IAM conditions on `resource.name` only work for the services listed in
-  https://cloud.google.com/iam/docs/conditions-resource-attributes ("Other services and
-  resource types do not recognize resource attributes"), and the part of that list read for
-  this (apigee ... container ...) does not show tpu.googleapis.com; a condition the service
-  ignores would deny every call. The permission names follow the API's
-  `tpu.<collection>.<verb>` pattern and were not checked on a live project.
+  delete of the TPU node or queued resource, which Cloud TPU authorises with `tpu.nodes.*`
+  (`TPU_PERMISSIONS_SOURCE`), and its operations; only get and delete where it never
+  recreates; get and resize of the instance group; get and setSize of the node pool).
+  Narrowed to the one resource only where Google honours a condition on it
+  (`CONDITIONS_SOURCE`): the GKE grant holds for the stack's cluster alone
+  (`cluster_condition`), and the pool's instance groups are read through a second,
+  read-only role (`READ_PERMISSIONS`). Cloud TPU and instance group managers ignore resource
+  names in conditions (a condition there denies every call), so those grants are
+  project-wide, held to these permissions by the policy pack.
 - `roles/iam.serviceAccountUser` on the training account only, where it recreates a slice
   (a TPU VM is created to run as it), `roles/storage.objectAdmin` on the checkpoint bucket only (its state and events), and
   `roles/run.invoker` on its own function's Cloud Run service only (the scheduler's calls).
@@ -53,7 +53,9 @@ sources. The permissions of the `mig` and `node_pool` kinds are not verified on 
 project (`billing.SUPERVISOR_PERMISSIONS_SOURCE`).
 
 Naming: the function and the scheduler job are `<deployment>-supervisor`, the role
-`trainstackSupervisor_<deployment>` (dashes as underscores).
+`trainstackSupervisor_<deployment>` (dashes as underscores; the read-only role
+`trainstackSupervisorRead_<deployment>`). The component was `TpuSupervisor`
+(`trainstack:tpu:TpuSupervisor`); an alias keeps stacks deployed under that name.
 """
 
 from __future__ import annotations
@@ -61,7 +63,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,15 @@ from trainstack.components._discovery import validate_body
 from trainstack.components._naming import account_id, gcp_name, labels_input, name_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._project import current_build_dir
+from trainstack.components.catalog.supervisor_iam import (
+    NAME_FORMS,
+    PERMISSIONS,
+    READ_PERMISSIONS,
+    RESOURCE_NAMES,
+    STOP_ONLY_PERMISSIONS,
+    cluster_condition,
+    role_id,
+)
 from trainstack.components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
@@ -90,8 +100,11 @@ from trainstack.components.tpu_pod_slice import (
     validate_args,
 )
 
-TOKEN: Final = "trainstack:tpu:TpuSupervisor"
-COMPONENT_LABEL: Final = "tpu-supervisor"
+TOKEN: Final = "trainstack:supervision:RunSupervisor"
+OLD_TOKENS: Final = ("trainstack:tpu:TpuSupervisor",)
+"""Earlier type tokens of this component (it was `TpuSupervisor`): aliases, so a stack
+deployed before the rename keeps its resources instead of replacing them."""
+COMPONENT_LABEL: Final = "run-supervisor"
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
 SOURCE_FILES: Final = ("main.py",)
 REQUIREMENTS: Final = (
@@ -146,69 +159,16 @@ SERVICES: Final = (
     "run.googleapis.com",
 )
 """APIs the supervisor needs besides the TPU API."""
-PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
-    "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
-    # instanceGroupManagers.get and .resize (the Compute Engine method's permission is
-    # compute.instanceGroupManagers.update, https://cloud.google.com/compute/docs/reference/
-    # rest/v1/instanceGroupManagers/resize: "Authorization requires ... the following IAM
-    # permission ... compute.instanceGroupManagers.update"; not checked on a live project).
-    "mig": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"),
-    # nodePools.get and .setSize (container.clusters.get / .update, the GKE permissions the
-    # node pool methods require per https://cloud.google.com/kubernetes-engine/docs/
-    # reference/api-permissions; not checked on a live project), and the pool's own instance
-    # groups' sizes (the pool reports none).
-    "node_pool": (
-        "compute.instanceGroupManagers.get",
-        "container.clusters.get",
-        "container.clusters.update",
-    ),
-    "queued": (
-        "tpu.nodes.create",
-        "tpu.nodes.delete",
-        "tpu.nodes.get",
-        "tpu.operations.get",
-        "tpu.queuedResources.create",
-        "tpu.queuedResources.delete",
-        "tpu.queuedResources.get",
-    ),
-}
-"""The custom role's permissions: the calls `supervisor/main.py` makes (a queued resource
-creates and deletes its nodes as the caller). A TPU slice that is not recovered (on-demand,
-reserved) only needs `STOP_ONLY_PERMISSIONS`."""
-STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
-    "node": ("tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
-    "queued": (
-        "tpu.nodes.delete",
-        "tpu.nodes.get",
-        "tpu.operations.get",
-        "tpu.queuedResources.delete",
-        "tpu.queuedResources.get",
-    ),
-}
 TPU_KINDS: Final = frozenset({"node", "queued"})
 RUN_KEYS: Final = frozenset(
     {"end_uri", "clock_uri", "stop_uri", "max_run_seconds", "hourly_usd", "max_total_usd"}
 )
 """What `run` may hold (`supervisor/main.py` reads each; all optional)."""
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-_NAMES: Final = {
-    "node": re.compile(r"^projects/[^/]+/locations/[^/]+/nodes/[a-z][-a-z0-9]*$"),
-    "queued": re.compile(r"^projects/[^/]+/locations/[^/]+/queuedResources/[a-z][-a-z0-9]*$"),
-    "mig": re.compile(r"^projects/[^/]+/zones/[^/]+/instanceGroupManagers/[a-z][-a-z0-9]*$"),
-    "node_pool": re.compile(
-        r"^projects/[^/]+/locations/[^/]+/clusters/[a-z][-a-z0-9]*/nodePools/[a-z][-a-z0-9]*$"
-    ),
-}
-_NAME_FORMS: Final = {
-    "node": "projects/P/locations/Z/nodes/NAME",
-    "queued": "projects/P/locations/Z/queuedResources/NAME",
-    "mig": "projects/P/zones/Z/instanceGroupManagers/NAME",
-    "node_pool": "projects/P/locations/L/clusters/C/nodePools/NAME",
-}
 
 
-class TpuSupervisorArgs(TypedDict):
-    """Arguments for `TpuSupervisor`."""
+class RunSupervisorArgs(TypedDict):
+    """Arguments for `RunSupervisor`."""
 
     project: str
     """Project of the slice, the function and the scheduler job."""
@@ -220,7 +180,7 @@ class TpuSupervisorArgs(TypedDict):
     """`node`: a `gcp.tpu.V2Vm`; `queued`: a queued resource; `mig`: a Compute Engine managed
     instance group; `node_pool`: a GKE node pool."""
     resource_name: pulumi.Input[str]
-    """The compute's full name (`_NAME_FORMS`)."""
+    """The compute's full name (`NAME_FORMS`)."""
     body: NotRequired[pulumi.Input[dict[str, Any]]]
     """TPU kinds with `recover`: the REST body it is created again with (Node, or
     QueuedResource), exactly as created."""
@@ -298,12 +258,12 @@ def supervisor_config(
     run: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`config.json` of the bundle."""
-    if kind not in _NAMES:
-        raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(_NAMES)}")
-    if not _NAMES[kind].match(resource_name):
+    if kind not in RESOURCE_NAMES:
+        raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}")
+    if not RESOURCE_NAMES[kind].match(resource_name):
         what = "a TPU " + kind if kind in TPU_KINDS else "a " + kind
         raise ValueError(
-            f"resource_name: {resource_name!r} is not {what} name; valid: {_NAME_FORMS[kind]}"
+            f"resource_name: {resource_name!r} is not {what} name; valid: {NAME_FORMS[kind]}"
         )
     recover = kind in TPU_KINDS if recover is None else recover
     if recover and (kind not in TPU_KINDS or not body):
@@ -326,11 +286,6 @@ def supervisor_config(
         "run": dict(run or {}),
         "state_uri": f"gs://{checkpoint_bucket}/supervisor/{deployment}",
     }
-
-
-def role_id(deployment: str) -> str:
-    """A custom role id (`[a-zA-Z0-9_.]{3,64}`) for the deployment."""
-    return ("trainstackSupervisor_" + re.sub(r"[^a-zA-Z0-9_]", "_", deployment))[:64]
 
 
 def spot_node_body(node: dict[str, Any]) -> dict[str, Any]:
@@ -386,7 +341,7 @@ def slice_target(
     return "node", pulumi.Output.concat(location, "/nodes/", node_id), body
 
 
-class TpuSupervisor(pulumi.ComponentResource):
+class RunSupervisor(pulumi.ComponentResource):
     """Recreates this stack's preempted TPU slice; see the module docstring."""
 
     service_account_email: pulumi.Output[str]
@@ -402,34 +357,35 @@ class TpuSupervisor(pulumi.ComponentResource):
     action (time, resource, seen, action, result, attempt, next_allowed)."""
 
     def __init__(
-        self, name: str, args: TpuSupervisorArgs, opts: pulumi.ResourceOptions | None = None
+        self, name: str, args: RunSupervisorArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        check_args("TpuSupervisor", TpuSupervisorArgs, args)
+        check_args("RunSupervisor", RunSupervisorArgs, args)
         kind, deployment = args["kind"], args["deployment_name"]
         problems = []
         if kind not in PERMISSIONS:
             problems.append(
-                f"TpuSupervisor.kind: {kind!r} is not allowed; valid: {', '.join(_NAMES)}"
+                f"RunSupervisor.kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}"
             )
         recover = args.get("recover", kind in TPU_KINDS)
         what = "TPU" if kind in TPU_KINDS else "run"
         if recover and "node_service_account" not in args:
             problems.append(
-                "TpuSupervisor.node_service_account: missing; a supervisor that recreates a "
+                "RunSupervisor.node_service_account: missing; a supervisor that recreates a "
                 "TPU slice needs the slice's service account; valid: the slice's service "
                 "account email"
             )
         schedule = args.get("schedule", DEFAULT_SCHEDULE)
         if len(schedule.split()) != 5:
             problems.append(
-                f"TpuSupervisor.schedule: {schedule!r} is not a cron schedule; valid: five "
+                f"RunSupervisor.schedule: {schedule!r} is not a cron schedule; valid: five "
                 f"fields, e.g. {DEFAULT_SCHEDULE!r}"
             )
         if problems:
             raise ArgsError(problems)
-        labels = component_check("TpuSupervisor", labels_input, args.get("labels"), COMPONENT_LABEL)
+        labels = component_check("RunSupervisor", labels_input, args.get("labels"), COMPONENT_LABEL)
         project, region = args["project"], args["region"]
-        super().__init__(TOKEN, name, None, opts)
+        renamed = pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=t) for t in OLD_TOKENS])
+        super().__init__(TOKEN, name, None, pulumi.ResourceOptions.merge(opts, renamed))
         child = pulumi.ResourceOptions(parent=self)
         # Given the slice (compose does): the function and its schedule come after it and,
         # on `pulumi destroy`, go before it, so no check can recreate a slice being destroyed.
@@ -466,6 +422,11 @@ class TpuSupervisor(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        condition = (
+            pulumi.Output.from_input(args["resource_name"]).apply(cluster_condition)
+            if kind == "node_pool"
+            else None
+        )
         self.grants: list[pulumi.Resource] = [
             projects.IAMMember(
                 f"{name}-tpu",
@@ -473,6 +434,7 @@ class TpuSupervisor(pulumi.ComponentResource):
                 # The custom role's name, known before it exists (`projects/P/roles/ID`).
                 role=f"projects/{project}/roles/{role_id(deployment)}",
                 member=member,
+                condition=condition,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role]),
             ),
             storage.BucketIAMMember(
@@ -484,6 +446,25 @@ class TpuSupervisor(pulumi.ComponentResource):
             ),
         ]
 
+        if kind in READ_PERMISSIONS:
+            read_role = projects.IAMCustomRole(
+                f"{name}-read-role",
+                project=project,
+                role_id=role_id(deployment, "Read"),
+                title=f"trainstack {what} supervisor reads ({deployment})"[:100],
+                description="Read the instance groups of one stack's GKE node pool.",
+                permissions=list(READ_PERMISSIONS[kind]),
+                opts=child,
+            )
+            self.grants.append(
+                projects.IAMMember(
+                    f"{name}-read",
+                    project=project,
+                    role=f"projects/{project}/roles/{role_id(deployment, 'Read')}",
+                    member=member,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[read_role]),
+                )
+            )
         if recover:
             # It creates a node that runs as the training account, and as no other.
             self.grants.append(

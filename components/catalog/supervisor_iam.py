@@ -1,0 +1,110 @@
+"""The run supervisor's permissions (`trainstack.components.run_supervisor`): which IAM
+permissions each call of `components/supervisor/main.py` needs, which of its grants an IAM
+condition can hold to the stack's own resource, and the names of what it supervises, each
+with its source. `*_VERIFIED` is True only where the cited source states the fact itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+RESOURCE_NAMES: Final = {
+    "node": re.compile(r"^projects/[^/]+/locations/[^/]+/nodes/[a-z][-a-z0-9]*$"),
+    "queued": re.compile(r"^projects/[^/]+/locations/[^/]+/queuedResources/[a-z][-a-z0-9]*$"),
+    "mig": re.compile(r"^projects/[^/]+/zones/[^/]+/instanceGroupManagers/[a-z][-a-z0-9]*$"),
+    "node_pool": re.compile(
+        r"^projects/[^/]+/locations/[^/]+/clusters/[a-z][-a-z0-9]*/nodePools/[a-z][-a-z0-9]*$"
+    ),
+}
+NAME_FORMS: Final = {
+    "node": "projects/P/locations/Z/nodes/NAME",
+    "queued": "projects/P/locations/Z/queuedResources/NAME",
+    "mig": "projects/P/zones/Z/instanceGroupManagers/NAME",
+    "node_pool": "projects/P/locations/L/clusters/C/nodePools/NAME",
+}
+
+
+def role_id(deployment: str, part: str = "") -> str:
+    """A custom role id (`[a-zA-Z0-9_.]{3,64}`) for the deployment (`part`: its second,
+    read-only role, `READ_PERMISSIONS`)."""
+    return (f"trainstackSupervisor{part}_" + re.sub(r"[^a-zA-Z0-9_]", "_", deployment))[:64]
+
+
+TPU_PERMISSIONS_SOURCE: Final = (
+    "https://cloud.google.com/iam/docs/roles-permissions/tpu (roles/tpu.admin lists tpu.nodes.*, "
+    "tpu.operations.*, ... and no tpu.queuedResources.* permission); iann0036/iam-dataset "
+    "gcp/map.json, crawled from the REST pages' IAM sections: queuedResources.create/.delete/"
+    ".get require tpu.nodes.create/.delete/.get"
+)
+"""Why a queued resource's calls need `tpu.nodes.*`: Cloud TPU has no `tpu.queuedResources.*`
+permission, and a custom role naming a permission that does not exist is refused ("Error 400:
+Permission ... is not valid", hashicorp/terraform-provider-google#14033)."""
+PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
+    # TPU_PERMISSIONS_SOURCE: a queued resource's create, delete and get are authorised by
+    # the node permissions.
+    "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    "queued": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    # instanceGroupManagers.get and .resize (the Compute Engine method's permission is
+    # compute.instanceGroupManagers.update, https://cloud.google.com/compute/docs/reference/
+    # rest/v1/instanceGroupManagers/resize: "Authorization requires ... the following IAM
+    # permission ... compute.instanceGroupManagers.update"; not checked on a live project).
+    "mig": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"),
+    # nodePools.get and .setSize: "nodePools.get | container.clusters.get on the requested
+    # cluster" (https://cloud.google.com/kubernetes-engine/docs/reference/api-permissions);
+    # setSize: "Authorization requires the following IAM permission on the specified
+    # resource name: container.clusters.update" (its REST page). Granted on the one cluster
+    # only (`cluster_condition`); the pool's instance groups are read under `READ_PERMISSIONS`.
+    "node_pool": ("container.clusters.get", "container.clusters.update"),
+}
+"""The custom role's permissions: the calls `supervisor/main.py` makes. A TPU slice that is
+not recovered (on-demand, reserved) only needs `STOP_ONLY_PERMISSIONS`."""
+STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
+    "node": ("tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    "queued": ("tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+}
+READ_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
+    "node_pool": ("compute.instanceGroupManagers.get",),
+}
+"""A second, read-only role granted without a condition: the GKE pool's instance groups (the
+pool reports no size of its own), which IAM conditions cannot name (`cluster_condition`)."""
+CONDITIONS_SOURCE: Final = (
+    "https://cloud.google.com/iam/docs/conditions-resource-attributes ('Other services and "
+    "resource types do not recognize resource attributes'; listed: container.googleapis.com/"
+    "Cluster with 'projects/project-id/zones/zone/clusters/cluster-id' for zonal and "
+    "'projects/project-id/locations/location/clusters/cluster-id' for regional clusters; not "
+    "listed: tpu.googleapis.com, compute instanceGroupManagers); "
+    "https://cloud.google.com/iam/docs/configuring-resource-based-access ('If part of a "
+    "condition uses an attribute that isn't available for a resource, then that part of the "
+    "condition is never interpreted as granting access')"
+)
+"""Which grants a condition can narrow: only the GKE cluster's. A name condition on a TPU or
+instance-group grant would deny every call, so those stay project-wide (the policy pack's
+`supervisor-least-privilege` holds them to these permissions). That GKE evaluates the
+cluster's name for the node-pool methods is inferred from their permissions being cluster
+permissions ("on the requested cluster"), not stated; the condition also accepts the pool's
+own name under the cluster so a pool-level evaluation still matches."""
+CONDITIONS_VERIFIED: Final = False
+
+
+def cluster_condition(node_pool: str) -> dict[str, str]:
+    """The IAM condition that holds a grant to the cluster of `node_pool`
+    (`projects/P/locations/L/clusters/C/nodePools/N`), in both of GKE's name forms
+    (`CONDITIONS_SOURCE`)."""
+    match = RESOURCE_NAMES["node_pool"].match(node_pool)
+    if not match:
+        raise ValueError(
+            f"resource_name: {node_pool!r} is not a node_pool name; valid: {NAME_FORMS['node_pool']}"
+        )
+    project, _, location, _, cluster = node_pool.split("/")[1:6]
+    names = (
+        f"projects/{project}/locations/{location}/clusters/{cluster}",
+        f"projects/{project}/zones/{location}/clusters/{cluster}",
+    )
+    clauses = [f'resource.name == "{n}"' for n in names]
+    clauses += [f'resource.name.startsWith("{n}/nodePools/")' for n in names]
+    return {
+        "title": f"only cluster {cluster}"[:100],
+        "description": "The supervisor resizes this cluster's GPU node pool and no other.",
+        "expression": " || ".join(clauses),
+    }

@@ -1,0 +1,104 @@
+"""`supervisor-least-privilege` on a GKE stack: the supervisor's container.clusters grant must
+carry a condition naming this stack's cluster and nothing else (Google honours resource
+names in conditions for GKE clusters, not for Cloud TPU or instance group managers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trainstack.components.catalog.supervisor_iam import cluster_condition
+from trainstack.policies.rules.model import Context, Resource
+from trainstack.policies.rules.supervisor import check_supervisor_scope
+
+EMAIL = "exp-sup@p.iam.gserviceaccount.com"
+MEMBER = f"serviceAccount:{EMAIL}"
+ROLE = "projects/p/roles/trainstackSupervisor_exp"
+POOL = "projects/p/locations/us-central1-a/clusters/exp-gke/nodePools/gpu-pool"
+
+
+def _stack(grant: dict[str, Any], permissions: list[str]) -> list[Resource]:
+    return [
+        Resource(
+            "gcp:container/cluster:Cluster",
+            "exp-gke",
+            {"project": "p", "location": "us-central1-a", "name": "exp-gke"},
+        ),
+        Resource("gcp:container/nodePool:NodePool", "exp-gpu-pool", {"name": "gpu-pool"}),
+        Resource(
+            "gcp:cloudfunctionsv2/function:Function",
+            "exp-supervisor-function",
+            {"name": "exp-supervisor", "serviceConfig": {"serviceAccountEmail": EMAIL}},
+        ),
+        Resource(
+            "gcp:projects/iAMCustomRole:IAMCustomRole",
+            "exp-supervisor-role",
+            {"project": "p", "roleId": "trainstackSupervisor_exp", "permissions": permissions},
+        ),
+        Resource(
+            "gcp:projects/iAMMember:IAMMember",
+            "exp-supervisor-tpu",
+            {"project": "p", "role": ROLE, "member": MEMBER, **grant},
+        ),
+    ]
+
+
+def _problems(grant: dict[str, Any], permissions: list[str] | None = None) -> list[str]:
+    perms = permissions or ["container.clusters.get", "container.clusters.update"]
+    return [why for _, why in check_supervisor_scope(_stack(grant, perms), Context())]
+
+
+def test_the_components_own_condition_passes() -> None:
+    assert _problems({"condition": cluster_condition(POOL)}) == []
+
+
+@pytest.mark.parametrize(
+    ("grant", "why"),
+    [
+        ({}, "has no condition: it reaches every cluster of the project"),
+        (
+            {"condition": {"title": "t", "expression": "true"}},
+            "has a condition clause 'true' that does not name one cluster",
+        ),
+        (
+            {
+                "condition": {
+                    "title": "t",
+                    "expression": 'resource.name == "projects/p/zones/us-central1-a/clusters/prod"',
+                }
+            },
+            "has a condition naming projects/p/zones/us-central1-a/clusters/prod, not a "
+            "cluster of this stack",
+        ),
+        (
+            {
+                "condition": {
+                    "title": "t",
+                    "expression": (
+                        'resource.name.startsWith("projects/p/locations/us-central1-a/'
+                        'clusters/exp-gke/nodePools/") || resource.name.startsWith("projects/")'
+                    ),
+                }
+            },
+            "has a condition clause 'resource.name.startsWith(\"projects/\")' that does not "
+            "name one cluster",
+        ),
+    ],
+)
+def test_a_grant_not_held_to_the_stacks_cluster_is_a_violation(
+    grant: dict[str, Any], why: str
+) -> None:
+    assert _problems(grant) == [
+        f"the grant of {ROLE} (container.clusters.*) to the supervisor {why}; valid: a "
+        "condition on resource.name naming this stack's cluster"
+    ]
+
+
+def test_a_queued_resource_permission_is_refused_on_a_tpu_stack() -> None:
+    tpu_stack = [r for r in _stack({}, ["tpu.nodes.get", "tpu.queuedResources.get"])]
+    tpu_stack = [r for r in tpu_stack if "container" not in r.type]
+    assert [why for _, why in check_supervisor_scope(tpu_stack, Context())] == [
+        f"custom role {ROLE} of the supervisor holds tpu.queuedResources.get; valid: "
+        "tpu.nodes.create, tpu.nodes.delete, tpu.nodes.get, tpu.operations.get"
+    ]
