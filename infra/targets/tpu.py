@@ -21,13 +21,13 @@ from trainstack.components.catalog.tpu import (
     default_tpu_runtime,
     tpu_slice,
 )
+from trainstack.components.run_supervisor import slice_target, supervised
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
     TpuPodSliceArgs,
     tpu_pod_slice_problems,
     tpu_trainer_problems,
 )
-from trainstack.components.run_supervisor import slice_target, supervised
 from trainstack.components.training_dashboard.targets import tpu_filter_text
 from trainstack.infra import catalog
 from trainstack.infra.code_frameworks import tpu_framework_problems

@@ -23,8 +23,8 @@ from trainstack.components.kubernetes_training_job import (
 from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
-from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
+from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
 from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
 from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs

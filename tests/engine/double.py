@@ -18,7 +18,7 @@ import subprocess
 import threading
 from collections.abc import Iterator, Mapping
 from concurrent import futures
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -234,10 +234,8 @@ class ProviderHost:
             except subprocess.TimeoutExpired:
                 self.killed = True
                 os.kill(self.process.pid, signal.SIGABRT)
-                try:
+                with suppress(subprocess.TimeoutExpired):
                     self.process.wait(5)
-                except subprocess.TimeoutExpired:
-                    pass
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self.returncode = self.process.returncode
