@@ -423,7 +423,9 @@ class RunSupervisor(pulumi.ComponentResource):
             opts=child,
         )
         condition = (
-            pulumi.Output.from_input(args["resource_name"]).apply(cluster_condition)
+            pulumi.Output.from_input(args["resource_name"]).apply(
+                lambda pool: projects.IAMMemberConditionArgs(**cluster_condition(pool))
+            )
             if kind == "node_pool"
             else None
         )
