@@ -152,7 +152,10 @@ class GpuCluster(CloudTarget):
             hourly_usd=round(gpu.node_count * price, 2),
             until="it is deleted",
             ours=False,
-            basis=f"the {gpu.node_count} x {gpu.machine_type} this stack used, at on-demand list price",
+            basis=(
+                f"the {gpu.node_count} x {gpu.machine_type} this stack used, at on-demand list "
+                "price"
+            ),
             verified=billing.RESERVATION_BILLS_UNTIL_DELETED_VERIFIED,
         )
         return [reservation]

@@ -247,7 +247,10 @@ class Tpu(CloudTarget):
             hourly_usd=round(s.chips * price, 2),
             until="its period ends or it is deleted",
             ours=False,
-            basis=f"the slice's {s.chips} {s.generation} chips at on-demand list price, the most it costs",
+            basis=(
+                f"the slice's {s.chips} {s.generation} chips at on-demand list price, the most "
+                "it costs"
+            ),
             verified=billing.TPU_RESERVATION_BILLS_UNTIL_ENDED_VERIFIED,
         )
         return [reservation]
