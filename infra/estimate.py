@@ -22,6 +22,7 @@ __all__ = [
     "limit_problems",
     "limits_plan",
     "quota_needs",
+    "still_billing_note",
     "stoppable_hourly_usd",
     "summarize",
     "supervisor_hourly_usd",
@@ -72,6 +73,23 @@ def stoppable_hourly_usd(cfg: StackConfig) -> float:
     target = target_of(cfg)
     assert target.supervised, f"target {target.name} has no supervisor"
     return target.stoppable_hourly_usd(cfg)
+
+
+def still_billing_note(cfg: StackConfig, stack: str) -> str | None:
+    """The plan's note on what keeps billing after the supervisor's stop
+    (`Target.still_billing_after_stop`), or None when nothing does or there is no
+    supervisor."""
+    target = target_of(cfg)
+    if not target.supervised:
+        return None
+    after = target.still_billing_after_stop(cfg, stack)
+    if not after:
+        return None
+    return (
+        f"the supervisor's stop at the run's end (or a limit) ends the compute's "
+        f"${target.stoppable_hourly_usd(cfg):,.2f}/hour; still billing after it, outside its "
+        "spend count: " + "; ".join(item.phrase() for item in after)
+    )
 
 
 def summarize(cfg: StackConfig) -> dict[str, Any]:

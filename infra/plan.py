@@ -27,7 +27,7 @@ from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.code_plan import code_rows, code_summary
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
-from trainstack.infra.estimate import limits_plan, quota_needs, summarize
+from trainstack.infra.estimate import limits_plan, quota_needs, still_billing_note, summarize
 from trainstack.infra.mocks import RecordedResource, run_program
 from trainstack.infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
     MAX_DIFF_CHARS,
@@ -271,6 +271,9 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
         notes.append(f"limits.max_run_hours: {limits['run_limit']}")
     if limits is not None and "spend_cap" in limits:
         notes.append(f"limits.max_total_usd: {limits['spend_cap']}")
+    after_stop = still_billing_note(cfg, stack)
+    if after_stop is not None:
+        notes.append(after_stop)
     extra: dict[str, Any] = {}
     if defaults:
         extra["defaults"] = defaults

@@ -19,7 +19,9 @@ in `trainstack.infra.targets`); this module adds the step, checkpoint, recoverie
   media), newest last; with its `state.json`, whether the run finished and its compute was
   stopped (or what still bills, at the target's `stoppable_hourly_usd`, and the command that
   stops it) and the spend it counted against `limits.max_total_usd`
-  (`trainstack.infra.supervision.supervisor_status`).
+  (`trainstack.infra.supervision.supervisor_status`); once it stopped the compute, what still
+  bills after that stop and what ends it (`Target.still_billing_after_stop`: GKE's cluster
+  fee and system node, a reservation the compute consumed).
 - cost so far: the plan's list-price $/hour (`trainstack.infra.estimate.summarize`: every machine,
   spot price when spot) times the hours since the start (Vertex job start, node or instance
   creation, GKE Job start) until its end or now.
@@ -30,6 +32,7 @@ called without credentials), so tests run against local fakes.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +51,13 @@ from trainstack.infra.logs import (
 )
 from trainstack.infra.stack_outputs import read_outputs, require
 from trainstack.infra.supervision import supervisor_lines, supervisor_status
-from trainstack.infra.targets import CloudTarget, StandaloneTarget, by_section, target_of
+from trainstack.infra.targets import (
+    CloudTarget,
+    StandaloneTarget,
+    StillBilling,
+    by_section,
+    target_of,
+)
 from trainstack.trainers.common.checkpoint import MARKED_STEP_RE, MARKER
 from trainstack.trainers.common.contract import EVENT_DONE, EVENT_TRAIN, FIELD_EVENT, FIELD_STEP
 
@@ -144,13 +153,17 @@ def stack_status(
             part["supervisor"] = supervisor_status(
                 actions or [], (state or [{}])[0], cfg, target.stoppable_hourly_usd(cfg)
             )
+            if part["supervisor"]["stopped_at"]:
+                after = target.still_billing_after_stop(cfg, stack)
+                part["still_billing_after_stop"] = [asdict(item) for item in after]
     hours = None
     if part["started"]:
         end = parse_time(part["ended"]) if part["ended"] else now
         hours = max(0.0, (end - parse_time(part["started"])).total_seconds() / 3600)
     hosts = part["hosts"]
     newest = part["checkpoint"]
-    recoveries: dict[str, Any] = {k: part[k] for k in ("recoveries", "supervisor") if k in part}
+    supervised = ("recoveries", "supervisor", "still_billing_after_stop")
+    recoveries: dict[str, Any] = {k: part[k] for k in supervised if k in part}
     return {
         "stack": stack,
         "target": cfg.target,
@@ -199,6 +212,7 @@ def render_status(info: dict[str, Any]) -> list[str]:
             for e in events[-RECOVERIES_SHOWN:]
         ]
     lines += supervisor_lines(info["supervisor"]) if "supervisor" in info else []
+    lines += [StillBilling(**item).line() for item in info.get("still_billing_after_stop", [])]
     if info["target"] == "local":
         # A local run's processes have no start time in the outputs and cost nothing billed.
         lines.append("cost so far: $0.00 (a local run: this machine, no Google Cloud resources)")

@@ -19,7 +19,7 @@ unverified carry `verified=False` or a `*_VERIFIED = False` marker and a note.
 | `batch`      | each target's world size, and the global-batch divisibility rule        |
 | `torch_versions` | the torch an image carries (from its name); fsdp needs torch >= 2.6 |
 | `recovery`   | how a node comes back: instance-group repair, per-instance names, torchrun elastic |
-| `billing`    | what stops accelerator billing: a deleted TPU slice, a group or GKE pool at 0 |
+| `billing`    | what stops accelerator billing: a deleted TPU slice, a group or GKE pool at 0; what bills after: GKE's cluster and system node, a reservation |
 | `problems`   | the one wording of a problem line, and pydantic errors in that wording  |
 
 Import a module (`from trainstack.components.catalog.tpu import TPU_GENERATIONS`) or the package

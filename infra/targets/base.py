@@ -91,6 +91,44 @@ class RunResource:
 
 
 @dataclass(frozen=True)
+class StillBilling:
+    """Something of a stack that keeps billing after its run supervisor has stopped the
+    compute (`Target.still_billing_after_stop`). The supervisor itself (about $0.31 a month)
+    is not listed."""
+
+    what: str
+    """What bills, e.g. `GKE cluster fee and system node`, `reservation r1 in us-central1-a`."""
+    hourly_usd: float
+    """Its $/hour at list price, rounded to cents."""
+    until: str
+    """What ends it, e.g. `` `pulumi destroy -s dev-a100-gke` ``, `it is deleted`."""
+    ours: bool = True
+    """The stack created it; else it is not the stack's (a reservation it consumed), bills
+    whatever runs on it, and `hourly_usd` is an estimate (`basis`)."""
+    basis: str = ""
+    """How `hourly_usd` was counted, or what may lower it, where that needs saying."""
+    verified: bool = True
+    """The catalog's source says itself that this bills (`*_VERIFIED`); else inferred."""
+
+    def phrase(self) -> str:
+        """What bills, its $/hour and what ends it, in words."""
+        price = f"${self.hourly_usd:,.2f}/hour"
+        basis = f" ({self.basis})" if self.basis else ""
+        if self.ours:
+            text = f"{self.what} {price}{basis} until {self.until}"
+        else:
+            text = (
+                f"{self.what} about {price} whatever runs on it{basis}, until {self.until} "
+                "(not this stack's)"
+            )
+        return text if self.verified else f"{text} (inferred, not verified)"
+
+    def line(self) -> str:
+        """`trainstack status`'s line for it."""
+        return f"still billing after the stop: {self.phrase()}"
+
+
+@dataclass(frozen=True)
 class ComposeContext:
     """What the generic program registered before a cloud target's compute, for `compose`."""
 
@@ -206,6 +244,12 @@ class Target(ABC):
         run's end, rounded to cents: what its spend count for `limits.max_total_usd` adds per
         hour of billing (by default all of `summary`'s)."""
         return round(float(self.summary(cfg)["hourly_usd"]), 2)
+
+    def still_billing_after_stop(self, cfg: StackConfig, stack: str) -> list[StillBilling]:
+        """What of stack `stack` keeps billing after a `supervised` target's supervisor has
+        stopped what `stoppable_hourly_usd` counts (by default nothing): the plan notes it
+        and `trainstack status` lists it once the compute is stopped."""
+        return []
 
     @abstractmethod
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:

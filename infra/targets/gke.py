@@ -14,13 +14,14 @@ import pulumi
 import yaml
 
 from trainstack.components.a100_cluster._common import gke_spot_grace_note
+from trainstack.components.catalog import billing
 from trainstack.components.catalog.images import KUBERNETES_IMAGES
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra import catalog
 from trainstack.infra.logs import LogsError, check_worker, log_query
 from trainstack.infra.stack_outputs import require
-from trainstack.infra.targets.base import RunResource
+from trainstack.infra.targets.base import RunResource, StillBilling
 from trainstack.infra.targets.gpu_cluster import GpuCluster, GpuClusterConfig, gpu_section
 from trainstack.trainers.common.contract import TORCH_MODULE
 
@@ -91,6 +92,23 @@ class Gke(GpuCluster):
         # The system node runs on-demand: DNS must survive a spot reclaim of the GPU nodes.
         system = catalog.MACHINE_PRICES[GKE_SYSTEM_NODE_MACHINE].hourly(False)
         return catalog.GKE_CLUSTER_FEE_USD + system
+
+    def still_billing_after_stop(self, cfg: StackConfig, stack: str) -> list[StillBilling]:
+        # The supervisor empties the GPU pool only: the cluster and its system node bill
+        # until the cluster is deleted (billing.GKE_CLUSTER_BILLS_UNTIL_DELETED).
+        cluster = StillBilling(
+            what="GKE cluster fee and system node",
+            hourly_usd=round(self.extra_hourly_usd(), 2),
+            until=f"`pulumi destroy -s {stack}`",
+            # The credit is the billing account's: the estimate does not subtract it.
+            basis=(
+                f"the GKE free tier's ${billing.GKE_FREE_TIER_USD_PER_MONTH:.2f} monthly credit "
+                f"per billing account may cover one zonal cluster's "
+                f"${catalog.GKE_CLUSTER_FEE_USD:.2f}/hour fee"
+            ),
+            verified=billing.GKE_CLUSTER_BILLS_UNTIL_DELETED_VERIFIED,
+        )
+        return [cluster, *super().still_billing_after_stop(cfg, stack)]
 
     def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
         assert cfg.region is not None

@@ -18,6 +18,7 @@ from trainstack.components.a100_cluster.validate import (
     a100_cluster_problems,
     cidr_problem,
 )
+from trainstack.components.catalog import billing
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.infra import catalog
@@ -33,7 +34,7 @@ from trainstack.infra.outputs import (
 )
 from trainstack.infra.run_args import cloud_trainer_args
 from trainstack.infra.supervision import register_supervisor, run_settings
-from trainstack.infra.targets.base import GPU_NODE_ENV, CloudTarget, ComposeContext
+from trainstack.infra.targets.base import GPU_NODE_ENV, CloudTarget, ComposeContext, StillBilling
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
 
@@ -137,6 +138,27 @@ class GpuCluster(CloudTarget):
     def stoppable_hourly_usd(self, cfg: StackConfig) -> float:
         # The GPU nodes only: the supervisor leaves GKE's cluster and system node running.
         return round(self._nodes_hourly_usd(cfg), 2)
+
+    def still_billing_after_stop(self, cfg: StackConfig, stack: str) -> list[StillBilling]:
+        gpu = gpu_section(cfg)
+        if gpu.reservation is None:
+            return []
+        # The reservation is not the stack's: with the nodes gone it still bills its VMs,
+        # at on-demand rates (billing.RESERVATION_BILLS_UNTIL_DELETED; never spot: the
+        # section refuses spot with a reservation). At least this stack's nodes' worth.
+        price = catalog.MACHINE_PRICES[gpu.machine_type].hourly(False)
+        reservation = StillBilling(
+            what=f"reservation {gpu.reservation} in {gpu.zone}",
+            hourly_usd=round(gpu.node_count * price, 2),
+            until="it is deleted",
+            ours=False,
+            basis=(
+                f"the {gpu.node_count} x {gpu.machine_type} this stack used, at on-demand list "
+                "price"
+            ),
+            verified=billing.RESERVATION_BILLS_UNTIL_DELETED_VERIFIED,
+        )
+        return [reservation]
 
     def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
         gpu = gpu_section(cfg)

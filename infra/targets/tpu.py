@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from trainstack.components import catalog as facts
 from trainstack.components._google_api import build_client
 from trainstack.components._naming import gcp_name
+from trainstack.components.catalog import billing
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.tpu import (
@@ -45,7 +46,13 @@ from trainstack.infra.plan_runs import number
 from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.supervision import register_supervisor, run_settings
-from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, Section
+from trainstack.infra.targets.base import (
+    CloudTarget,
+    ComposeContext,
+    RunResource,
+    Section,
+    StillBilling,
+)
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
 
@@ -215,6 +222,38 @@ class Tpu(CloudTarget):
             "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
             "limit, so the supervisor then deletes the slice"
         )
+
+    def still_billing_after_stop(self, cfg: StackConfig, stack: str) -> list[StillBilling]:
+        tpu = _tpu(cfg)
+        if tpu.provisioning == "reserved":
+            # A TPU VM created directly consumes any matching reservation; it names none.
+            what = f"the TPU reservation the slice used (any matching one in {tpu.zone})"
+        elif tpu.reservation == "-":
+            what = (
+                f"the TPU reservation the queued resource used (any of the project's in {tpu.zone})"
+            )
+        elif tpu.reservation is not None:
+            where = "" if tpu.reservation.startswith("projects/") else f" in {tpu.zone}"
+            what = f"reservation {tpu.reservation}{where}"
+        else:
+            return []
+        s = tpu.slice
+        # Not the stack's: it bills after the slice is deleted, until its period ends or it
+        # is deleted (billing.TPU_RESERVATION_BILLS_UNTIL_ENDED, inferred). Reserved TPUs
+        # cost less than on-demand, so the on-demand price is the most it bills.
+        price = catalog.TPU_CHIP_PRICES[s.generation].hourly(False)
+        reservation = StillBilling(
+            what=what,
+            hourly_usd=round(s.chips * price, 2),
+            until="its period ends or it is deleted",
+            ours=False,
+            basis=(
+                f"the slice's {s.chips} {s.generation} chips at on-demand list price, the most "
+                "it costs"
+            ),
+            verified=billing.TPU_RESERVATION_BILLS_UNTIL_ENDED_VERIFIED,
+        )
+        return [reservation]
 
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
         return f"TPU VM runtime {_tpu(cfg).runtime_version or '(the default for the slice)'}"
