@@ -83,10 +83,11 @@ def test_the_spend_cap_saves_a_checkpoint_then_empties_the_group(
                 assert time.monotonic() < deadline, explain(vms)
                 time.sleep(0.5)
             # The VMs still bill while the group deletes them; stopped once they are gone.
-            deleting, gone = served.function.call(), served.function.call()
+            deleting = served.function.call()
             assert (deleting["seen"], deleting["result"]) == (f"DELETING_{NODES}", "stopping")
             counted = read_object(storage, served.config["state_uri"] + "/state.json")["run"]
             assert (counted["billing"], counted["stopping"] is not None) == (True, True)
+            gone = served.function.call()
             assert (gone["seen"], gone["result"]) == ("STOPPED", "compute stopped")
             assert len(served.compute.resizes) == 1
     finally:
