@@ -89,8 +89,9 @@ def supervisor_status(
     hourly_usd: float,
 ) -> dict[str, Any]:
     """What `trainstack status` says of the run's end from the supervisor's events and
-    state (components/supervisor/main.py): whether its compute was stopped and when, or
-    what still bills (`hourly_usd`, the target's `stoppable_hourly_usd`) and the command
+    state (components/supervisor/main.py): whether its compute was stopped and when (not
+    while a group's instances are still being deleted: `compute_stopping`), or what still
+    bills (`hourly_usd`, the target's `stoppable_hourly_usd`) and the command
     that stops it; and the spend against the cap."""
     ended = [e for e in events if e.get("reason") or e.get("result") == "compute back after a stop"]
     last = ended[-1] if ended else None
@@ -109,8 +110,16 @@ def supervisor_status(
     if last["action"] in ("stop", "none") and last["result"] in (
         "ok",
         "run ended; compute already stopped",
+        "compute stopped",
     ):
         out["stopped_at"] = last["time"]
+    elif last["result"] == "stopping":
+        # A group or pool resized to 0 still holds instances (they bill until gone).
+        since = [e["time"] for e in ended if (e["action"], e["result"]) == ("stop", "stopping")]
+        out["compute_stopping"] = {
+            "since": since[-1] if since else last["time"],
+            "instances_left": last.get("instances_left"),
+        }
     elif last["action"] == "request_stop":
         out["stopping"] = True  # waiting for the trainer's checkpoint
     else:
@@ -124,6 +133,12 @@ def supervisor_lines(status: dict[str, Any]) -> list[str]:
     lines = []
     if status["stopped_at"]:
         lines.append(f"finished ({status['reason']}); compute stopped at {status['stopped_at']}")
+    elif status.get("compute_stopping"):
+        stopping = status["compute_stopping"]
+        lines.append(
+            f"finished ({status['reason']}); stopping the compute since {stopping['since']} "
+            f"({stopping['instances_left']} instance(s) still being deleted)"
+        )
     elif status.get("stopping"):
         lines.append(
             f"finishing ({status['reason']}): the trainer was asked to save and stop; the "

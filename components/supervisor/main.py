@@ -48,9 +48,15 @@ node pool is set to 0 nodes ("When you add or remove nodes in your cluster, GKE 
 removes the associated virtual machine (VM) instances from the underlying Compute Engine
 Managed Instance Groups",
 https://cloud.google.com/kubernetes-engine/docs/how-to/resizing-a-container-cluster).
+A deleted slice stops billing at once (it leaves READY); a resize does not: "The resize
+operation is marked DONE when the resize actions are scheduled even if the group has not yet
+added or deleted any instances" (the resize page). A group or pool is "stopping" from then
+until a check finds its instances gone (`Group.view`): its spend still counts and nothing is
+called again; that check writes "compute stopped".
 
 Every action is one JSON line appended to `<state_uri>/events.jsonl` (time, resource, state
-seen, action, result, attempt, next allowed time; a stop adds `reason` and `spend_usd`);
+seen, action, result, attempt, next allowed time; a stop adds `reason` and `spend_usd`, and
+while a group empties `result: stopping` with `instances_left`; then `compute stopped`);
 `<state_uri>/state.json` holds what the next call needs.
 
 Credentials are the function's service account from the metadata server
@@ -85,7 +91,9 @@ CONTAINER_ENDPOINT_ENV = "TRAINSTACK_CONTAINER_API_ENDPOINT"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 NOT_FOUND = "NOT_FOUND"
 STOPPED = "STOPPED"
-"""What a group or node pool of size 0 is seen as."""
+"""What a group or node pool of size 0 with no instances left is seen as."""
+DELETING_ = "DELETING_"
+"""`DELETING_<n>`: a group or pool of size 0 whose `n` instances are still being deleted."""
 RECOVER = {
     "node": frozenset({"PREEMPTED", "TERMINATED"}),
     "queued": frozenset({"SUSPENDED", "FAILED"}),
@@ -105,6 +113,9 @@ FRESH_RUN: dict[str, Any] = {
     "last_tick": None,
     "billing": False,
     "stop_requested": None,
+    "stopping": None,
+    "stop_reason": None,
+    "stopping_seen": None,
     "stopped": None,
 }
 
@@ -170,21 +181,19 @@ class Store:
             self.fs.rm_file(_path(uri))
 
 
-def _endpoint(env: str) -> dict[str, str] | None:
-    return {"api_endpoint": os.environ[env]} if os.environ.get(env) else None
+def _api(name: str, version: str, endpoint_env: str, credentials: Any) -> Any:
+    """The API's discovery client (at the endpoint `endpoint_env` names, where set)."""
+    endpoint = {"api_endpoint": os.environ[endpoint_env]} if os.environ.get(endpoint_env) else None
+    return discovery.build(
+        name, version, credentials=credentials, client_options=endpoint, cache_discovery=False
+    )
 
 
 class Tpu:
     """The one node or queued resource this stack owns, through the TPU v2 REST API."""
 
     def __init__(self, config: dict[str, Any], credentials: Any) -> None:
-        self.api = discovery.build(
-            "tpu",
-            "v2",
-            credentials=credentials,
-            client_options=_endpoint(ENDPOINT_ENV),
-            cache_discovery=False,
-        )
+        self.api = _api("tpu", "v2", ENDPOINT_ENV, credentials)
         self.kind: str = config["kind"]
         self.name: str = config["name"]
         self.body: dict[str, Any] = config["body"]
@@ -219,6 +228,7 @@ class Tpu:
             self.collection.delete(name=self.name).execute(num_retries=2)
 
     stop = delete
+    STOPS_AT_ONCE = True  # a node whose delete is accepted is no longer READY (what bills)
 
     def create(self) -> None:
         if self.kind == "node":
@@ -229,6 +239,20 @@ class Tpu:
             ).execute()
 
 
+def _size_state(views: list[tuple[int, int, bool]]) -> str:
+    """`SIZE_<target>` while the groups (`Group.view`) ask for instances, `DELETING_<left>`
+    after a resize to 0 until none is left and every group is stable, then `STOPPED`."""
+    target, left = sum(v[0] for v in views), sum(v[1] for v in views)
+    if target:
+        return f"SIZE_{target}"
+    return f"{DELETING_}{left}" if left or not all(v[2] for v in views) else STOPPED
+
+
+def _left(seen: str) -> int | None:
+    """The instances still being deleted (`DELETING_<n>`), else None."""
+    return int(seen.removeprefix(DELETING_)) if seen.startswith(DELETING_) else None
+
+
 def _group_parts(url_or_name: str) -> tuple[str, str, str]:
     """(project, zone, name) of `.../projects/P/zones/Z/instanceGroupManagers/N` (a name or
     the URL GKE lists in `instanceGroupUrls`)."""
@@ -237,20 +261,18 @@ def _group_parts(url_or_name: str) -> tuple[str, str, str]:
 
 
 class Group:
-    """A managed instance group (Compute Engine v1): billing while its target size is above
-    0; stopped by resizing it to 0."""
+    """A managed instance group (Compute Engine v1): billing while it holds instances;
+    stopped by resizing it to 0, which is done once it holds none."""
+
+    STOPS_AT_ONCE = False
 
     def __init__(self, config: dict[str, Any], credentials: Any) -> None:
-        self.api = discovery.build(
-            "compute",
-            "v1",
-            credentials=credentials,
-            client_options=_endpoint(COMPUTE_ENDPOINT_ENV),
-            cache_discovery=False,
-        )
+        self.api = _api("compute", "v1", COMPUTE_ENDPOINT_ENV, credentials)
         self.name: str = config["name"]
 
-    def size(self, name: str) -> int | None:
+    def view(self, name: str) -> tuple[int, int, bool] | None:
+        """(target size, instances left, stable) of the group (one GET), or None where
+        there is none."""
         project, zone, group = _group_parts(name)
         try:
             found = (
@@ -262,37 +284,39 @@ class Group:
             if err.resp.status == 404:
                 return None
             raise
-        return int(found.get("targetSize", 0))
+        # targetSize is 0 once a resize to 0 is accepted, VMs or not (module docstring).
+        # compute.v1 discovery document, InstanceGroupManager: `currentActions` counts the
+        # instances by action (`none`, `creating`, `deleting`: "scheduled to be deleted or
+        # are currently being deleted", ...); `status.isStable`: "none of the instances ...
+        # is currently undergoing any type of change (for example, creation, restart, or
+        # deletion); no future changes are scheduled". Empty: all counts 0 and stable.
+        left = sum(int(n) for n in (found.get("currentActions") or {}).values())
+        stable = (found.get("status") or {}).get("isStable") is True
+        return int(found.get("targetSize", 0)), left, stable
 
     def state(self) -> str:
-        size = self.size(self.name)
-        return NOT_FOUND if size is None else (f"SIZE_{size}" if size else STOPPED)
+        view = self.view(self.name)
+        return NOT_FOUND if view is None else _size_state([view])
 
     def billing(self, seen: str) -> bool:
-        return seen.startswith("SIZE_")
-
-    def resize(self, name: str, size: int) -> None:
-        project, zone, group = _group_parts(name)
-        self.api.instanceGroupManagers().resize(
-            project=project, zone=zone, instanceGroupManager=group, size=size
-        ).execute(num_retries=2)
+        return seen.startswith(("SIZE_", DELETING_))
 
     def stop(self) -> None:
-        self.resize(self.name, 0)
+        project, zone, group = _group_parts(self.name)
+        self.api.instanceGroupManagers().resize(
+            project=project, zone=zone, instanceGroupManager=group, size=0
+        ).execute(num_retries=2)
 
 
 class NodePool:
     """A GKE node pool (container v1): billing while any of its instance groups has
-    instances; stopped by setting its size to 0 (`nodePools.setSize`)."""
+    instances; stopped by setting its size to 0 (`nodePools.setSize`), which is done once
+    its groups hold none (GKE deletes the VMs through them, as a resize does)."""
+
+    STOPS_AT_ONCE = False
 
     def __init__(self, config: dict[str, Any], credentials: Any) -> None:
-        self.api = discovery.build(
-            "container",
-            "v1",
-            credentials=credentials,
-            client_options=_endpoint(CONTAINER_ENDPOINT_ENV),
-            cache_discovery=False,
-        )
+        self.api = _api("container", "v1", CONTAINER_ENDPOINT_ENV, credentials)
         self.groups = Group(config, credentials)
         self.name: str = config["name"]
         self.pools = self.api.projects().locations().clusters().nodePools()
@@ -304,12 +328,12 @@ class NodePool:
             if err.resp.status == 404:
                 return NOT_FOUND
             raise
-        # A node pool reports no node count of its own: its groups' target sizes are it.
-        sizes = [self.groups.size(url) or 0 for url in pool.get("instanceGroupUrls", [])]
-        return f"SIZE_{sum(sizes)}" if sum(sizes) else STOPPED
+        # A node pool reports no node count of its own: its groups' instances are it.
+        views = [self.groups.view(url) for url in pool.get("instanceGroupUrls", [])]
+        return _size_state([v for v in views if v is not None])
 
     def billing(self, seen: str) -> bool:
-        return seen.startswith("SIZE_")
+        return seen.startswith(("SIZE_", DELETING_))
 
     def stop(self) -> None:
         self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
@@ -409,9 +433,36 @@ def _stop(
     event["action"] = "stop"
     try:
         target.stop()
-        run["stopped"] = now
     except HttpError as err:
         event["result"] = _error(err)
+        return event
+    if target.STOPS_AT_ONCE:
+        run["stopped"] = now
+    else:  # accepted; the instances go later (`_stopping`)
+        seen = str(event["seen"])
+        run.update(stopping=now, stop_reason=reason, stopping_seen=seen)
+        event["result"], event["instances_left"] = "stopping", int(seen.removeprefix("SIZE_"))
+    return event
+
+
+def _stopping(
+    store: Store, state: dict[str, Any], event: dict[str, Any], left: int | None, now: float
+) -> dict[str, Any]:
+    """A check while a group or pool empties after its stop: `left` instances still being
+    deleted (spend still counted, nothing called again), or None once they are gone."""
+    run = state["run"]
+    event.update(reason=run["stop_reason"], spend_usd=round(run["spend_usd"], 2))
+    if left is None:
+        run.update(stopping=None, stopped=now)
+        event["result"] = "compute stopped"
+        store.append_event(event)
+    else:
+        event["result"], event["instances_left"] = "stopping", left
+        # One line per change in what is left, not one every check.
+        if run["stopping_seen"] != event["seen"]:
+            run["stopping_seen"] = event["seen"]
+            store.append_event(event)
+    store.write_state(state)
     return event
 
 
@@ -424,10 +475,10 @@ def supervise_once(
     # Run-specific state belongs to one run (`end_uri` names it): a new run starts afresh.
     run = state.get("run")
     if not isinstance(run, dict) or run.get("id") != run_config.get("end_uri"):
-        run = {**FRESH_RUN, "id": run_config.get("end_uri")}
-    state["run"] = run
+        run = {"id": run_config.get("end_uri")}
+    state["run"] = run = {**FRESH_RUN, **run}
     seen = target.state()
-    billing = target.billing(seen)
+    billing, left = target.billing(seen), _left(seen)
     _count_spend(run, billing, float(run_config.get("hourly_usd") or 0), now)
     event: dict[str, Any] = {
         "time": _iso(now),
@@ -438,10 +489,12 @@ def supervise_once(
         "attempt": state["attempts"],
         "next_allowed": _iso(state["next_allowed"]),
     }
-    if run["stopped"] is not None and billing:
+    if run["stopping"] is not None and (left is not None or not billing):
+        return _stopping(store, state, event, left, now)
+    if billing and (run["stopped"] is not None or run["stopping"] is not None):
         # Compute back after a stop (`pulumi up`): looked after again, and stopped again
         # while the run's end still holds.
-        run["stopped"] = None
+        run["stopped"] = run["stopping"] = None
         back = {**event, "result": "compute back after a stop"}
         outcome = (_json(store.read(run_config.get("end_uri"))) or {}).get("outcome")
         requested = store.read(run_config.get("stop_uri")) is not None
@@ -460,6 +513,10 @@ def supervise_once(
         store.write_state(state)
         return {**event, "result": "stopped"}
     reason = end_reason(run_config, store, run, now, billing)
+    if reason is not None and left is not None:
+        # Emptying already (someone resized it to 0): waited for, not resized again.
+        run.update(stopping=now, stop_reason=reason, stopping_seen=None)
+        return _stopping(store, state, event, left, now)
     if reason is not None and (billing or seen not in (NOT_FOUND, STOPPED, "DELETING")):
         acted = _stop(target, store, run, run_config, event, reason, now)
         if acted is not None:

@@ -1,7 +1,8 @@
 """The supervisor stopping a run's compute at its end, as Cloud Functions runs it: Google's
 `functions-framework` serving the bundle `build_source` writes (the component's own code
 path), against the Compute Engine, GKE and TPU fakes, the metadata server fake and the GCS
-emulator (about 20 s)."""
+emulator (about 30 s). A group or pool resized to 0 keeps its instances for a few checks
+(the fake's `deletion_gets`), as Google's does: the run is "stopping" until they are gone."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import Any
 
 import fsspec
 import pytest
+import yaml
 
+from tests import REPO_ROOT
 from tests.components.test_tpu_supervisor_function import SA, Function
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
@@ -24,6 +27,8 @@ from tests.fakes.metadata_fake import MetadataFake
 from tests.fakes.tpu_server import TpuFakeServer
 from trainstack.components._discovery import validate_body
 from trainstack.components.run_supervisor import build_source, supervisor_config
+from trainstack.infra.config import load_stack_config
+from trainstack.infra.supervision import supervisor_lines, supervisor_status
 
 BUCKET = "p-exp-42-checkpoints"
 STATE = f"{BUCKET}/supervisor/exp-42"
@@ -70,13 +75,23 @@ class World:
     def put(self, uri: str, value: Any) -> None:
         self.fs.pipe_file(uri.removeprefix("gs://"), json.dumps(value).encode())
 
+    def status_lines(self) -> list[str]:
+        """`trainstack status`'s supervisor lines for the events and state so far."""
+        self.fs.invalidate_cache()
+        state = json.loads(self.fs.cat_file(f"{STATE}/state.json"))
+        stack = yaml.safe_load((REPO_ROOT / "stacks/Pulumi.prod-a100-gce.yaml").read_text())
+        cfg = load_stack_config(stack["config"])
+        return supervisor_lines(supervisor_status(self.events(), state, cfg, 58.77))
+
     def read(self, uri: str) -> Any:
         self.fs.invalidate_cache()
         return json.loads(self.fs.cat_file(uri.removeprefix("gs://")))
 
 
 @contextlib.contextmanager
-def _world(tmp: Path, gcs: str, config: dict[str, Any], *, clean: bool = True) -> Iterator[World]:
+def _world(
+    tmp: Path, gcs: str, config: dict[str, Any], *, clean: bool = True, deletion_gets: int = 1
+) -> Iterator[World]:
     bundle = build_source(config, tmp / "build")
     folder = tmp / f"source-{bundle.sha256[:8]}"
     with zipfile.ZipFile(bundle.path) as archive:
@@ -86,7 +101,7 @@ def _world(tmp: Path, gcs: str, config: dict[str, Any], *, clean: bool = True) -
         fs.rm(leftover)
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with (
-        ComputeFakeServer() as compute,
+        ComputeFakeServer(deletion_gets) as compute,
         ContainerFakeServer() as container,
         TpuFakeServer() as tpu,
         MetadataFake(values) as metadata,
@@ -111,10 +126,15 @@ def _summary(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [(e["seen"], e["action"], e.get("reason"), e["result"]) for e in events]
 
 
-def test_a_finished_gce_run_has_its_group_resized_to_zero(tmp_path: Path, gcs: str) -> None:
-    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
-    with _world(tmp_path, gcs, config) as world:
-        world.compute.groups["p/us-central1-a/exp-42-a100"] = {"targetSize": 2}
+def test_a_finished_gce_run_is_stopped_once_its_group_holds_no_instances(
+    tmp_path: Path, gcs: str
+) -> None:
+    # $100 a second: every check adds to the spend while the group holds instances.
+    run = {**RUN, "hourly_usd": 360000.0}
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, config, deletion_gets=2) as world:
+        world.compute.groups[group] = {"targetSize": 2}
         running = world.function.call()
         assert (running["seen"], running["action"]) == ("SIZE_2", "none")
         world.put(RUN["end_uri"], {"outcome": "done", "step": 100})
@@ -123,13 +143,72 @@ def test_a_finished_gce_run_has_its_group_resized_to_zero(tmp_path: Path, gcs: s
             "SIZE_2",
             "stop",
             "done",
-            "ok",
+            "stopping",
         )
-        assert world.compute.resizes == [("p/us-central1-a/exp-42-a100", 0)]
+        assert world.compute.resizes == [(group, 0)]
+        # Google's resize is DONE once scheduled: size 0, the two VMs still there.
+        deleting = world.function.call()
+        assert (deleting["seen"], deleting["action"], deleting["result"]) == (
+            "DELETING_2",
+            "none",
+            "stopping",
+        )
+        assert world.status_lines()[0] == (
+            f"finished (done); stopping the compute since {stop['time']} "
+            "(2 instance(s) still being deleted)"
+        )
+        still = world.function.call()
+        assert (still["seen"], still["result"], world.compute.gone) == (
+            "DELETING_2",
+            "stopping",
+            {},
+        )
+        gone = world.function.call()
+        assert (gone["seen"], gone["action"], gone["reason"], gone["result"]) == (
+            "STOPPED",
+            "none",
+            "done",
+            "compute stopped",
+        )
+        assert list(world.compute.gone) == [group]
         after = world.function.call()
         assert (after["seen"], after["result"]) == ("STOPPED", "stopped")
-        assert len(world.compute.resizes) == 1
-        assert _summary(world.events()) == [("SIZE_2", "stop", "done", "ok")]
+        assert world.compute.resizes == [(group, 0)]  # never resized again
+        events = world.events()
+        assert _summary(events) == [
+            ("SIZE_2", "stop", "done", "stopping"),
+            ("DELETING_2", "none", "done", "stopping"),  # one line: the second is the same
+            ("STOPPED", "none", "done", "compute stopped"),
+        ]
+        assert [e["instances_left"] for e in events[:2]] == [2, 2]
+        # The spend kept counting until the check that found the instances gone.
+        spends = [stop["spend_usd"], deleting["spend_usd"], still["spend_usd"]]
+        assert spends == sorted(spends) and len(set(spends)) == 3
+        assert gone["spend_usd"] > still["spend_usd"]
+        state = json.loads(world.fs.cat_file(f"{STATE}/state.json"))
+        assert state["run"]["spend_usd"] == pytest.approx(gone["spend_usd"], abs=0.005)
+        assert world.status_lines() == [
+            f"finished (done); compute stopped at {gone['time']}",
+            f"spend counted by the supervisor: ${gone['spend_usd']:,.2f}",
+        ]
+
+
+def test_a_group_already_emptying_at_the_runs_end_is_waited_for_not_resized(
+    tmp_path: Path, gcs: str
+) -> None:
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[group] = {"targetSize": 2}
+        world.compute.scale(group, 0)  # someone resized it to 0 a moment ago
+        world.put(RUN["end_uri"], {"outcome": "done"})
+        assert world.function.call()["result"] == "stopping"
+        assert world.function.call()["result"] == "compute stopped"
+        assert world.compute.resizes == []
+        assert _summary(world.events()) == [
+            ("DELETING_2", "none", "done", "stopping"),
+            ("STOPPED", "none", "done", "compute stopped"),
+        ]
 
 
 def test_a_gke_run_past_max_run_hours_saves_then_its_pool_goes_to_zero(
@@ -145,7 +224,7 @@ def test_a_gke_run_past_max_run_hours_saves_then_its_pool_goes_to_zero(
         world.container.pools[POOL] = {"instanceGroupUrls": [url]}
 
         def set_size(name: str, count: int) -> None:
-            world.compute.groups[POOL_GROUP]["targetSize"] = count
+            world.compute.scale(POOL_GROUP, count)  # GKE resizes the pool's group
 
         world.container.on_set_size = set_size
         world.fs.pipe_file(RUN["clock_uri"].removeprefix("gs://"), b"%d" % (time.time() - 3601))
@@ -161,14 +240,19 @@ def test_a_gke_run_past_max_run_hours_saves_then_its_pool_goes_to_zero(
         assert world.container.set_sizes == []
         world.put(RUN["end_uri"], {"outcome": "stopped", "step": 40})
         stop = world.function.call()
-        assert (stop["action"], stop["reason"], stop["result"]) == ("stop", "stopped", "ok")
+        assert (stop["action"], stop["reason"], stop["result"]) == ("stop", "stopped", "stopping")
         [(name, body)] = world.container.set_sizes
         assert (name, body) == (POOL, {"nodeCount": 0})
         assert validate_body("container.v1", "SetNodePoolSizeRequest", body) == []
+        assert world.function.call()["seen"] == "DELETING_2"  # the group's VMs still there
         assert world.function.call()["seen"] == "STOPPED"
+        assert world.function.call()["result"] == "stopped"
+        assert len(world.container.set_sizes) == 1
         assert _summary(world.events()) == [
             ("SIZE_2", "request_stop", "max_run_hours", "ok"),
-            ("SIZE_2", "stop", "stopped", "ok"),
+            ("SIZE_2", "stop", "stopped", "stopping"),
+            ("DELETING_2", "none", "stopped", "stopping"),
+            ("STOPPED", "none", "stopped", "compute stopped"),
         ]
 
 

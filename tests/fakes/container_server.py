@@ -8,8 +8,10 @@
         server.set_sizes  # [(name, request body), ...]
 
 `POST v1/{name}:setSize` with a `SetNodePoolSizeRequest` body answers an Operation and calls
-`on_set_size(name, nodeCount)` (tests resize the pool's instance groups in the Compute
-Engine fake with it, as GKE resizes the pool's groups). Errors use Google's shape.
+`on_set_size(name, nodeCount)`: tests resize the pool's instance groups in the Compute Engine
+fake with it (`ComputeFakeServer.scale`), as GKE resizes the pool's groups, so a pool set to 0
+keeps its VMs until its groups have deleted them, as on Google Cloud. Errors use Google's
+shape.
 """
 
 from __future__ import annotations

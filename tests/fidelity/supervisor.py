@@ -69,7 +69,7 @@ def serve_planned_supervisor(
             container.pools[config["name"]] = {"instanceGroupUrls": [url]}
 
             def set_size(_: str, count: int) -> None:
-                compute.groups[group]["targetSize"] = count
+                compute.scale(group, count)  # GKE resizes the pool's group
 
             container.on_set_size = set_size
         function = Function(

@@ -319,19 +319,18 @@ def test_two_vms_of_two_gpus_train_as_one_world_of_four(
     shipped = [e["jsonPayload"] for e in logging_api.entries if "jsonPayload" in e]
     assert {"done"} <= {p.get("event") for p in shipped}
 
-    # Rank 0's launcher recorded the end; the planned supervisor empties the group.
-    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, NODES, 2)
+    # Rank 0's launcher recorded the end; the planned supervisor empties the group: stopping
+    # while the group still deletes its VMs, stopped at the check that finds them gone.
+    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, NODES, 4)
     end_uri = planned_supervisor(plan, tmp_path / "supervisor")["run"]["end_uri"]
     ended = read_object(storage, end_uri)
     assert (ended["outcome"], ended["node_rank"]) == ("done", 0)
-    stop, after = checked.answers
-    assert (stop["seen"], stop["action"], stop["reason"], stop["result"]) == (
-        f"SIZE_{NODES}",
-        "stop",
-        "done",
-        "ok",
-    )
-    assert (after["seen"], after["result"]) == ("STOPPED", "stopped")
+    assert [(a["seen"], a["action"], a.get("reason"), a["result"]) for a in checked.answers] == [
+        (f"SIZE_{NODES}", "stop", "done", "stopping"),
+        (f"DELETING_{NODES}", "none", "done", "stopping"),
+        ("STOPPED", "none", "done", "compute stopped"),
+        ("STOPPED", "none", None, "stopped"),
+    ]
     [(group, size)] = checked.compute.resizes
     assert (group.rsplit("/", 1)[-1], size) == (f"{STACK}-a100", 0)
 

@@ -71,13 +71,25 @@ def test_the_spend_cap_saves_a_checkpoint_then_empties_the_group(
                 0,
             )
             stop = served.function.call()
-            assert (stop["action"], stop["reason"], stop["result"]) == ("stop", "stopped", "ok")
+            assert (stop["action"], stop["reason"], stop["result"]) == (
+                "stop",
+                "stopped",
+                "stopping",
+            )
             [(_, size)] = served.compute.resizes
             assert size == 0
             # The units restarted after exit 143 and hold while the request stands.
             while not all("holding: the supervisor asked" in vm.output() for vm in vms):
                 assert time.monotonic() < deadline, explain(vms)
                 time.sleep(0.5)
+            # The VMs still bill while the group deletes them; stopped once they are gone.
+            deleting = served.function.call()
+            assert (deleting["seen"], deleting["result"]) == (f"DELETING_{NODES}", "stopping")
+            counted = read_object(storage, served.config["state_uri"] + "/state.json")["run"]
+            assert (counted["billing"], counted["stopping"] is not None) == (True, True)
+            gone = served.function.call()
+            assert (gone["seen"], gone["result"]) == ("STOPPED", "compute stopped")
+            assert len(served.compute.resizes) == 1
     finally:
         for vm in vms:  # the group's resize to 0 deletes the VMs
             vm.kill()
