@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests import REPO_ROOT
-from tests.fakes.logging_server import LoggingFakeServer
+from tests.fakes.logging_server import LoggingFakeServer, stdout_entry
 from tests.unit.test_logs import PROJECT, entry, runner, tpu_resource, train
 from trainstack.infra.cli import app
 from trainstack.infra.log_source import supervisor_function
@@ -59,12 +59,11 @@ def event(n: int, seen: str, action: str, result: str, **extra: Any) -> dict[str
 
 
 def logged(n: int, record: dict[str, Any], severity: str, **resource: str) -> dict[str, Any]:
-    """The entry Cloud Logging keeps of the supervisor's stdout line for `record`."""
+    """The entry Cloud Logging keeps of the line the supervisor prints for `record`."""
     message = f"supervisor: {record['seen']} -> {record['action']}: {record['result']}"
-    payload = {**record, "message": message}
-    return entry(
-        n, run_resource(**resource), payload, log="run.googleapis.com%2Fstdout", severity=severity
-    )
+    line = json.dumps({**record, "severity": severity, "message": message}, sort_keys=True)
+    stamp = f"2026-11-23T10:00:{n:02d}.123456789Z"
+    return stdout_entry(PROJECT, run_resource(**resource), line, stamp)
 
 
 def request_log(n: int) -> dict[str, Any]:
