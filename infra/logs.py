@@ -118,8 +118,8 @@ def log_query(platform: str, scope: str) -> str:
 SUPERVISOR_RESOURCE_TYPE = "cloud_run_revision"
 """The monitored resource of a Cloud Functions (gen2) function's logs: its Cloud Run service's
 revisions, `resource.labels.service_name` the function's name lower-cased with `_` as `-`.
-Sources: Google Cloud SDK `gcloud functions logs read`
-(googlecloudsdk/surface/functions/logs/read.py, `_CreateGen2LogFilterBase`:
+Sources: the Google Cloud SDK's source of `gcloud functions logs read`
+(`_CreateGen2LogFilterBase`:
 `resource.type="cloud_run_revision"`, "GCFv2 functions' service names are the function ID
 lower-cased with '_' replaced with '-'"); https://cloud.google.com/run/docs/logging
 (`gcloud logging read "resource.type=cloud_run_revision AND
