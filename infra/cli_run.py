@@ -147,7 +147,12 @@ def logs(
         bool, typer.Option("--follow", "-f", help="Keep printing new entries (Ctrl-C stops).")
     ] = False,
     worker: Annotated[
-        int | None, typer.Option(min=0, help="Only machine N (local: worker N).")
+        int | None,
+        typer.Option(
+            min=0,
+            help="Only machine N's trainer entries (local: worker N); without it, a stack "
+            "with a run supervisor also shows the supervisor's actions.",
+        ),
     ] = None,
     outputs: OutputsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Raw records, one per line.")] = False,
@@ -155,7 +160,8 @@ def logs(
     endpoint: EndpointOpt = None,
 ) -> None:
     """A deployed stack's training logs (Cloud Logging; local: the log file), one readable
-    line per trainer record. Ctrl-C ends --follow (exit 130)."""
+    line per trainer record and per run supervisor action, oldest first. Ctrl-C ends
+    --follow (exit 130)."""
     from trainstack.infra.log_source import log_source
     from trainstack.infra.logs import LogsError, parse_endpoints, read_lines
     from trainstack.infra.stack_outputs import OutputsError

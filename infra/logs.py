@@ -11,6 +11,14 @@ replica N (`resource.labels.task_name`: `workerpool0-0` is replica 0, the chief;
 (`resource.labels.worker_id`), GCE instance N (`instance_names[N]`); on `local`, worker
 process N (the records' `worker` field).
 
+A stack with a run supervisor (a `supervisor_events_uri` output) also shows its actions: the
+supervisor prints each event it records as one structured log line
+(`trainstack.components.supervisor`), which Cloud Logging stores under its function's Cloud
+Run service (`supervisor_query`). Without `--worker` one query reads both, oldest first;
+`--worker N` reads machine N's trainer entries only. An action reads
+`10:02:03 supervisor: node PREEMPTED -> delete: ok` (`supervisor_event_text`, the wording
+`trainstack status` lists them with).
+
 Entries are read with `entries.list` (Cloud Logging v2). `--follow` polls it every few
 seconds (the API allows 60 reads a minute per project) from a timestamp cursor that starts
 `OVERLAP_S` before the newest entry seen, so an entry that arrives late is still shown, and
@@ -105,6 +113,36 @@ def log_query(platform: str, scope: str) -> str:
     """The Logging query of `scope` within the monitored resource type of `platform` (a
     platform key of `LOG_RESOURCE_TYPES`: tpu, gke, gce, vertex)."""
     return f'resource.type="{LOG_RESOURCE_TYPES[platform]}" AND {scope}'
+
+
+SUPERVISOR_RESOURCE_TYPE = "cloud_run_revision"
+"""The monitored resource of a Cloud Functions (gen2) function's logs: its Cloud Run service's
+revisions, `resource.labels.service_name` the function's name lower-cased with `_` as `-`.
+Sources: the Google Cloud SDK's source of `gcloud functions logs read`
+(`_CreateGen2LogFilterBase`:
+`resource.type="cloud_run_revision"`, "GCFv2 functions' service names are the function ID
+lower-cased with '_' replaced with '-'"); https://cloud.google.com/run/docs/logging
+(`gcloud logging read "resource.type=cloud_run_revision AND
+resource.labels.service_name=SERVICE"`)."""
+SUPERVISOR_FIELDS = ("seen", "action", "result")
+"""Fields every supervisor event has (components/supervisor/main.py) and no trainer record."""
+
+
+def supervisor_query(function_name: str) -> str:
+    """The Logging query of the supervisor's event lines: its function's service, and only
+    entries with an event's `action` (not the service's request and system logs)."""
+    return (
+        f'resource.type="{SUPERVISOR_RESOURCE_TYPE}" AND '
+        f'resource.labels.service_name="{function_name}" AND jsonPayload.action:*'
+    )
+
+
+def any_of(*queries: str) -> str:
+    """Entries matching any of `queries`, parenthesised whole: `--follow` appends `AND
+    timestamp>=...`, and the Logging query language binds OR tighter than AND
+    (https://cloud.google.com/logging/docs/view/logging-query-language, "Boolean operators")
+    where most languages do the reverse."""
+    return "(" + " OR ".join(f"({q})" for q in queries) + ")"
 
 
 # ------------------------------------------------------------------------------ reading
@@ -261,12 +299,58 @@ def _number(value: Any, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
+def is_supervisor_event(record: dict[str, Any] | str) -> bool:
+    """Whether `record` is a run supervisor's event rather than a trainer's record."""
+    return (
+        isinstance(record, dict)
+        and FIELD_EVENT not in record
+        and all(field in record for field in SUPERVISOR_FIELDS)
+    )
+
+
+SUPERVISED_KINDS = {
+    "nodes": "node",
+    "queuedResources": "queued resource",
+    "instanceGroupManagers": "instance group",
+    "nodePools": "node pool",
+}
+"""What the supervisor looks after, by the collection in its resource name."""
+
+
+def supervisor_event_text(event: dict[str, Any]) -> str:
+    """One supervisor event (components/supervisor/main.py) in words: what it looks after and
+    the state it saw, the run's end if that was why, then what it did and how that went;
+    `node PREEMPTED -> delete: ok`, `node NOT_FOUND -> create: failed (HTTP 429: ...): next
+    try after <time>`, `node READY run ended (done) -> stop: ok`, `node READY: recovered`."""
+    parts = str(event.get("resource", "")).split("/")
+    kind = SUPERVISED_KINDS.get(parts[-2], parts[-2]) if len(parts) > 1 else "compute"
+    head = f"{kind} {event.get('seen')}"
+    result = str(event.get("result", ""))
+    if event.get("reason"):
+        head += f" run ended ({event['reason']})"
+        result = result.removeprefix("run ended; ")
+    failed = result.startswith("error: ")
+    if failed:
+        result = f"failed ({result.removeprefix('error: ')})"
+    action = event.get("action", "none")
+    text = f"{head}: {result}" if action == "none" else f"{head} -> {action}: {result}"
+    if failed and action == "create" and event.get("next_allowed"):
+        text += f": next try after {event['next_allowed']}"
+    return text
+
+
 def render(record: dict[str, Any] | str, timestamp: datetime | None = None) -> str:
     """One readable line: time, node and rank, event, step, then the event's numbers
-    (train: loss, samples/s or tokens/s; checkpoint: stall; done: params digest). Text
-    lines come back as they are."""
+    (train: loss, samples/s or tokens/s; checkpoint: stall; done: params digest); a
+    supervisor's event as time, `supervisor:` and `supervisor_event_text`. Text lines come
+    back as they are."""
     if isinstance(record, str):
         return record
+    if is_supervisor_event(record):
+        if timestamp is None and isinstance(record.get("time"), str):
+            timestamp = parse_time(record["time"])
+        stamp = [timestamp.strftime("%H:%M:%S")] if timestamp is not None else []
+        return " ".join([*stamp, "supervisor:", supervisor_event_text(record)])
     if timestamp is None and isinstance(record.get(FIELD_TIME), int | float):
         timestamp = datetime.fromtimestamp(float(record[FIELD_TIME]), UTC)
     parts = [timestamp.strftime("%H:%M:%S")] if timestamp is not None else []
@@ -329,9 +413,12 @@ __all__ = [
     "FileLogs",
     "LogsError",
     "OutputsError",
+    "any_of",
     "check_worker",
     "log_query",
     "parse_endpoints",
     "read_lines",
     "render",
+    "supervisor_event_text",
+    "supervisor_query",
 ]

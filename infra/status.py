@@ -48,6 +48,7 @@ from trainstack.infra.logs import (
     list_entries,
     logging_client,
     parse_time,
+    supervisor_event_text,
 )
 from trainstack.infra.stack_outputs import read_outputs, require
 from trainstack.infra.supervision import supervisor_lines, supervisor_status
@@ -207,10 +208,8 @@ def render_status(info: dict[str, Any]) -> list[str]:
     if "recoveries" in info:
         events = info["recoveries"]
         lines.append(f"recoveries: {len(events)} supervisor action(s) recorded")
-        lines += [
-            f"  {e['time']} {e['seen']}: {e['action']} ({e['result']})"
-            for e in events[-RECOVERIES_SHOWN:]
-        ]
+        # The wording `trainstack logs` shows them with.
+        lines += [f"  {e['time']} {supervisor_event_text(e)}" for e in events[-RECOVERIES_SHOWN:]]
     lines += supervisor_lines(info["supervisor"]) if "supervisor" in info else []
     lines += [StillBilling(**item).line() for item in info.get("still_billing_after_stop", [])]
     if info["target"] == "local":

@@ -163,6 +163,16 @@ class Store:
         path = f"{self.prefix}/events.jsonl"
         old = self.fs.cat_file(path) if self.fs.exists(path) else b""
         self.fs.pipe_file(path, old + json.dumps(event, sort_keys=True).encode() + b"\n")
+        # Also one structured log line: the runtime sends stdout to Cloud Logging, a one-line
+        # JSON object as `jsonPayload` with `severity` and `message` recognised
+        # (https://cloud.google.com/logging/docs/structured-logging, "Special JSON fields";
+        # https://cloud.google.com/functions/docs/monitoring/logging), so `trainstack logs`
+        # reads it beside the trainers' entries.
+        failed = str(event.get("result", "")).startswith("error")
+        severity = "WARNING" if failed else "NOTICE" if event["action"] != "none" else "INFO"
+        message = f"supervisor: {event['seen']} -> {event['action']}: {event['result']}"
+        line = {**event, "severity": severity, "message": message}
+        print(json.dumps(line, sort_keys=True), flush=True)
 
     def read(self, uri: str | None) -> bytes | None:
         """The object's bytes, or None where there is none (or no URI)."""

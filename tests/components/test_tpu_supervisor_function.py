@@ -11,11 +11,13 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +89,15 @@ class Function:
         argv += ["--source", str(folder / "main.py"), "--port", str(self.port)]
         argv += ["--host", "127.0.0.1"]
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "GCE_"))}
+        # Its stdout is what Cloud Run sends to Cloud Logging (`printed`).
+        self.stdout = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by stop)
         self.proc: subprocess.Popen[str] = subprocess.Popen(
-            argv, cwd=folder, env={**clean, **env}, stderr=subprocess.PIPE, text=True
+            argv,
+            cwd=folder,
+            env={**clean, **env},
+            stdout=self.stdout,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -112,9 +121,15 @@ class Function:
             result: dict[str, Any] = json.loads(answer.read())
             return result
 
+    def printed(self) -> list[str]:
+        """The lines the function has printed on stdout so far."""
+        self.stdout.seek(0)
+        return self.stdout.read().splitlines()
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+        self.stdout.close()
 
 
 World = tuple[Function, TpuFakeServer, dict[str, Any], Any]
@@ -246,6 +261,56 @@ def test_a_refused_create_is_recorded_and_the_backoff_holds_the_next_call(world:
     state = json.loads(fs.cat_file(f"{BUCKET}/supervisor/{STACK}/state.json"))
     assert state["attempts"] == 1 and state["recreate"] is True
     assert 118 <= state["next_allowed"] - time.time() <= 120
+
+
+def test_each_recorded_event_is_one_structured_log_line_on_stdout(world: Any) -> None:
+    """Cloud Run functions send stdout to Cloud Logging; a one-line JSON object becomes the
+    entry's `jsonPayload`, its `severity` the entry's (https://cloud.google.com/logging/docs/
+    structured-logging): `trainstack logs` reads these (tests/unit/test_logs_supervisor.py)."""
+    function, tpu, config, fs = world
+    _ready_node(tpu, config)
+    tpu.preempt(NODE)
+    deleted = function.call()
+    function.call()  # DELETING: nothing recorded, nothing printed
+    tpu.fail_next(1, 429, "POST")
+    refused = function.call()
+    events = _events(fs)
+    assert [e["time"] for e in events] == [deleted["time"], refused["time"]]
+    assert refused["result"] == "error: HTTP 429: injected fault"
+    waited = datetime.fromisoformat(refused["next_allowed"]) - datetime.fromisoformat(
+        refused["time"]
+    )
+    assert waited == timedelta(seconds=120)  # BACKOFF_BASE_S
+    assert function.printed() == [
+        json.dumps(
+            {
+                "action": "delete",
+                "attempt": 0,
+                "message": "supervisor: PREEMPTED -> delete: ok",
+                "next_allowed": None,
+                "resource": NODE,
+                "result": "ok",
+                "seen": "PREEMPTED",
+                "severity": "NOTICE",
+                "time": deleted["time"],
+            },
+            sort_keys=True,
+        ),
+        json.dumps(
+            {
+                "action": "create",
+                "attempt": 1,
+                "message": "supervisor: NOT_FOUND -> create: error: HTTP 429: injected fault",
+                "next_allowed": refused["next_allowed"],
+                "resource": NODE,
+                "result": "error: HTTP 429: injected fault",
+                "seen": "NOT_FOUND",
+                "severity": "WARNING",
+                "time": refused["time"],
+            },
+            sort_keys=True,
+        ),
+    ]
 
 
 def test_a_node_deleted_by_someone_else_is_reported_once_and_not_recreated(world: Any) -> None:

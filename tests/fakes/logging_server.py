@@ -5,6 +5,7 @@
         reader(endpoint=server.endpoint)      # POST {endpoint}v2/entries:list
         server.entries                        # every stored LogEntry, in write order
         server.matching('jsonPayload.event="train"')   # what a query would select
+        stdout_entry(project, resource, line, time)   # a Cloud Run container's stdout line
 
 `entries:write` (https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write)
 stores each entry with the request's `logName`, `resource` and `labels` as defaults, the way
@@ -23,6 +24,8 @@ fake cannot evaluate fails the test instead of matching everything.
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -184,6 +187,30 @@ class _Parser:
 def parse_filter(text: str) -> Predicate:
     """A predicate over LogEntry dicts; raises FilterError outside the supported subset."""
     return _Parser(text).parse()
+
+
+_STDOUT_IDS = itertools.count(1)
+
+
+def stdout_entry(project: str, resource: Entry, line: str, timestamp: str) -> Entry:
+    """The entry Cloud Run's integrated logging agent makes of one line a function or service
+    prints on stdout (https://cloud.google.com/logging/docs/structured-logging): a JSON object
+    becomes the `jsonPayload`, its special field `severity` the entry's own `severity`; any
+    other line the `textPayload`. `timestamp`: when the line was written (RFC 3339)."""
+    entry: Entry = {
+        "insertId": f"stdout-{next(_STDOUT_IDS)}",
+        "logName": f"projects/{project}/logs/run.googleapis.com%2Fstdout",
+        "resource": resource,
+        "timestamp": timestamp,
+    }
+    try:
+        payload = json.loads(line)
+    except json.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
+        return {**entry, "textPayload": line}
+    severity = payload.pop("severity", None)
+    return {**entry, "jsonPayload": payload, **({"severity": severity} if severity else {})}
 
 
 class LoggingFakeServer(LocalServer):

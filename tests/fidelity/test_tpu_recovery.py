@@ -21,7 +21,9 @@ The stack: the bundled prod-tpu-v4-32 stack as `spot-tpu-v4-16` (v4-16: 8 chips 
    request carried; worker 0 resumes from the newest checkpoint and reaches `done` with the
    `params_sha256` of an uninterrupted run of the same trainer arguments and simulated devices.
 6. The recovery is in gs://<checkpoints>/supervisor/spot-tpu-v4-16/events.jsonl and
-   `trainstack status` lists it.
+   `trainstack status` lists it; `trainstack logs` shows the lines the function printed (as
+   Cloud Run keeps a function's stdout, `tests.fakes.logging_server.stdout_entry`) among the
+   trainer's, before the resumed run's.
 
 About 100-110 s here on 2 busy cores (3 TensorFlow runs, 4 package installs); in the default
 run all the same: issue #24 asks for one TPU recovery run there, and this is the one.
@@ -50,7 +52,7 @@ from typer.testing import CliRunner
 from tests import REPO_ROOT
 from tests.components.test_tpu_supervisor_function import Function, _planned_source
 from tests.fakes.gcs_emulator import running_gcs_emulator
-from tests.fakes.logging_server import LoggingFakeServer
+from tests.fakes.logging_server import LoggingFakeServer, stdout_entry
 from tests.fakes.metadata_fake import MetadataFake
 from tests.fakes.tpu_server import TpuFakeServer
 from tests.fidelity.nodes import Node, explain, require_unshare, start_node, write_hosts
@@ -309,6 +311,36 @@ def test_a_preempted_spot_v4_16_is_recreated_and_finishes_with_the_uninterrupted
         logs = stack.enter_context(LoggingFakeServer())
         logs.add(*first_vms[0].entries, *second_vms[0].entries)
         code, out = _status(tmp_path, storage, tpu, logs)
+        # 7. ... and as `trainstack logs` shows it: the lines the function printed, as Cloud
+        # Run keeps them under its service, among the trainer's entries.
+        [service] = [
+            r["inputs"]["name"]
+            for r in plan["resources"]
+            if r["type"] == "gcp:cloudfunctionsv2/function:Function"
+        ]
+        revision = {"type": "cloud_run_revision", "labels": {"service_name": service}}
+        printed = function.printed()
+        assert len(printed) == len(events)
+        logs.add(
+            *[
+                stdout_entry(PROJECT, revision, line, e["time"].replace("Z", ".000000Z"))
+                for line, e in zip(printed, events, strict=True)
+            ]
+        )
+        argv = ["logs", "--config-file", str(tmp_path / f"Pulumi.{STACK}.yaml")]
+        argv += ["--outputs", str(tmp_path / "outputs.json")]
+        shown_logs = CliRunner().invoke(app, [*argv, "--endpoint", f"logging={logs.endpoint}"])
+    assert (shown_logs.exit_code, shown_logs.stderr) == (0, "")
+    logged = shown_logs.stdout.splitlines()
+    hms = [e["time"][11:19] for e in events]
+    supervisor = [line for line in logged if " supervisor: " in line]
+    assert supervisor == [
+        f"{hms[0]} supervisor: node PREEMPTED -> delete: ok",
+        f"{hms[1]} supervisor: node NOT_FOUND -> create: ok",
+        f"{hms[2]} supervisor: node READY: recovered",
+    ]
+    resumed = next(i for i, line in enumerate(logged) if " resume step " in line)
+    assert logged.index(supervisor[-1]) < resumed
     assert code == 0, out
     assert out.splitlines()[:5] == [
         f"stack: {STACK} (tpu)",
@@ -317,7 +349,12 @@ def test_a_preempted_spot_v4_16_is_recreated_and_finishes_with_the_uninterrupted
         f"checkpoint: step {STEPS} ({CHECKPOINTS}/step-{STEPS:08d})",
         "hosts: 2/2 up",
     ]
-    listed = [f"  {e['time']} {e['seen']}: {e['action']} ({e['result']})" for e in events]
+    times = [e["time"] for e in events]
+    listed = [
+        f"  {times[0]} node PREEMPTED -> delete: ok",
+        f"  {times[1]} node NOT_FOUND -> create: ok",
+        f"  {times[2]} node READY: recovered",
+    ]
     shown = out.splitlines()
     at = shown.index("recoveries: 3 supervisor action(s) recorded")
     assert shown[at + 1 : at + 4] == listed

@@ -90,9 +90,9 @@ def test_status_lists_the_supervisor_actions(tmp_path: Path, gcs: str) -> None:
     assert (code, err) == (0, "")
     assert out.splitlines()[-6:-1] == [
         "recoveries: 3 supervisor action(s) recorded",
-        "  2026-11-23T11:40:00Z PREEMPTED: delete (ok)",
-        "  2026-11-23T11:44:00Z NOT_FOUND: create (ok)",
-        "  2026-11-23T11:50:00Z READY: none (recovered)",
+        "  2026-11-23T11:40:00Z node PREEMPTED -> delete: ok",
+        "  2026-11-23T11:44:00Z node NOT_FOUND -> create: ok",
+        "  2026-11-23T11:50:00Z node READY: recovered",
         "spend counted by the supervisor: $0.00",
     ]
 
