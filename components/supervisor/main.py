@@ -42,12 +42,8 @@ polls it and stops the trainer with SIGTERM, which saves a checkpoint; it then w
 `STOP_GRACE_S` after the request. A `done` or `failed` end stops it at once. Stopping: a TPU
 node or queued resource is deleted ("Charges for Cloud TPU accrue while your TPU node is in
 a READY state", https://cloud.google.com/tpu/pricing); a managed instance group is resized
-to 0 ("If you decrease the size, the group deletes instances",
-https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/resize); a GKE
-node pool is set to 0 nodes ("When you add or remove nodes in your cluster, GKE adds or
-removes the associated virtual machine (VM) instances from the underlying Compute Engine
-Managed Instance Groups",
-https://cloud.google.com/kubernetes-engine/docs/how-to/resizing-a-container-cluster).
+to 0, a GKE node pool set to 0 nodes, which deletes their VMs (the sources:
+`trainstack.components.catalog.billing`).
 A deleted slice stops billing at once (it leaves READY); a resize does not: "The resize
 operation is marked DONE when the resize actions are scheduled even if the group has not yet
 added or deleted any instances" (the resize page). A group or pool is "stopping" from then
