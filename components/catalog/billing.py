@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Final
 
 TPU_BILLS_WHILE_READY: Final = True
-TPU_BILLS_WHILE_READY_VERIFIED: Final = True
+TPU_BILLS_WHILE_READY_VERIFIED: Final = False
 TPU_BILLS_WHILE_READY_SOURCE: Final = (
     "https://cloud.google.com/tpu/pricing ('Charges for Cloud TPU accrue while your TPU node "
-    "is in a READY state.')"
+    "is in a READY state.'): quoted from an earlier reading; an outside audit on 2026-11-26 "
+    "found the sentence in none of the stored copies of the page, so it is not re-checked"
 )
 """A deleted slice (node or queued resource) bills nothing more for its TPUs."""
 
