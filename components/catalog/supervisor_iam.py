@@ -95,10 +95,10 @@ BUILD_SOURCE: Final = (
     "be using a default Cloud Build service account with insufficient permissions for "
     "building a function'; remedy: 'Create a custom Cloud Build service account for function "
     "deployments'); https://cloud.google.com/run/docs/configuring/services/build-service-account "
-    "(the build account's roles: 'Logs Writer (roles/logging.logWriter) - for storing build "
-    "logs in Cloud Logging', 'Artifact Registry Writer (roles/artifactregistry.writer) - for "
+    "(the build account's roles: 'Logs Writer (roles/logging.logWriter) — for storing build "
+    "logs in Cloud Logging', 'Artifact Registry Writer (roles/artifactregistry.writer) — for "
     "storing build images in Artifact Registry', 'Storage Object Admin "
-    "(roles/storage.objectAdmin) - for retrieving the function source from the Cloud Storage "
+    "(roles/storage.objectAdmin) — for retrieving the function source from the Cloud Storage "
     "bucket'); cloudfunctions.v2 discovery BuildConfig.serviceAccount: 'The format of this "
     "field is projects/{projectId}/serviceAccounts/{serviceAccountEmail}'"
 )
