@@ -10,7 +10,7 @@ one through `trainstack.infra.supervision`).
         "exp-42-supervisor",
         {
             "project": "my-project",
-            "region": "us-central1",
+            "region": "us-central1",  # supervisor_region(stack region), below
             "deployment_name": "exp-42",
             "kind": "node",  # a Spot gcp.tpu.V2Vm; "queued" for a queued resource
             "resource_name": "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu",
@@ -27,16 +27,15 @@ function, shipped like the trainer package: a reproducible zip (`main.py`,
 `requirements.txt`, `config.json` with the slice's name and the exact REST body to recreate
 it with) named by its sha256 in the staging bucket. Cloud Scheduler calls it every
 `schedule` (default every 2 minutes) with an OIDC token of the supervisor's account; nothing
-bills while idle beyond the scheduler job and the calls (`trainstack.infra.estimate`). The body rides in
-the source bundle rather than in a bucket object, so nothing the training nodes can write
-(the checkpoint bucket) changes what the supervisor creates; a new body (new startup
+bills while idle beyond the scheduler job and the calls (`trainstack.infra.estimate`). The
+body rides in the source bundle, not a bucket object, so nothing the training nodes can
+write (the checkpoint bucket) changes what the supervisor creates; a new body (new startup
 script) makes a new bundle and redeploys the function.
 
 Permissions of its own account (`<deployment>-sup`):
 - a custom project role holding only the calls it makes (`PERMISSIONS`: get, create and
   delete of the TPU node or queued resource, which Cloud TPU authorises with `tpu.nodes.*`
-  (`TPU_PERMISSIONS_SOURCE`), and its operations; only get and delete where it never
-  recreates; get and resize of the instance group; get and setSize of the node pool).
+  (`TPU_PERMISSIONS_SOURCE`); only get and delete where it never recreates; get and resize of the instance group; get and setSize of the node pool).
   Narrowed to the one resource only where Google honours a condition on it
   (`CONDITIONS_SOURCE`): the GKE grant holds for the stack's cluster alone
   (`cluster_condition`), and the pool's instance groups are read through a second,
@@ -44,8 +43,15 @@ Permissions of its own account (`<deployment>-sup`):
   names in conditions (a condition there denies every call), so those grants are
   project-wide, held to these permissions by the policy pack.
 - `roles/iam.serviceAccountUser` on the training account only, where it recreates a slice
-  (a TPU VM is created to run as it), `roles/storage.objectAdmin` on the checkpoint bucket only (its state and events), and
-  `roles/run.invoker` on its own function's Cloud Run service only (the scheduler's calls).
+  (it only creates the body in its bundle, which names the training account; a Node without
+  `serviceAccount.email` runs as the default Compute Engine account, tpu.v2 discovery: "If
+  empty, default Compute service account will be used", and whether creating one needs
+  actAs on that account is unverified), `roles/storage.objectAdmin` on the checkpoint
+  bucket only (its state and events), and `roles/run.invoker` on its own function's Cloud
+  Run service only (the scheduler's calls).
+Its own Cloud Build account builds the function (`_supervisor_build`; a new project's default
+one may lack the permissions, `supervisor_iam.BUILD_SOURCE`). Function and job run in
+`catalog.supervisor_region.supervisor_region(<stack region>)` (else us-central1).
 
 Stopping the compute (the slice deleted, the group or the GKE GPU pool at 0) ends its
 accelerator billing: `trainstack.components.catalog.billing` holds those facts with their
@@ -54,8 +60,8 @@ project (`billing.SUPERVISOR_PERMISSIONS_SOURCE`).
 
 Naming: the function and the scheduler job are `<deployment>-supervisor`, the role
 `trainstackSupervisor_<deployment>` (dashes as underscores; the read-only role
-`trainstackSupervisorRead_<deployment>`). The component was `TpuSupervisor`
-(`trainstack:tpu:TpuSupervisor`); an alias keeps stacks deployed under that name.
+`trainstackSupervisorRead_<deployment>`). It was `TpuSupervisor` (`trainstack:tpu:
+TpuSupervisor`); an alias keeps stacks deployed under that name.
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ from trainstack.components._discovery import validate_body
 from trainstack.components._naming import account_id, gcp_name, labels_input, name_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._project import current_build_dir
+from trainstack.components._supervisor_build import build_account
 from trainstack.components.catalog.supervisor_iam import (
     NAME_FORMS,
     PERMISSIONS,
@@ -92,6 +99,7 @@ from trainstack.components.catalog.supervisor_iam import (
     cluster_condition,
     role_id,
 )
+from trainstack.components.catalog.supervisor_region import region_problem
 from trainstack.components.tpu_pod_slice import COMPONENT_LABEL as TPU_COMPONENT_LABEL
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
@@ -108,15 +116,15 @@ COMPONENT_LABEL: Final = "run-supervisor"
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
 SOURCE_FILES: Final = ("main.py",)
 REQUIREMENTS: Final = (
-    "functions-framework>=3.5,<4",
-    "google-api-python-client>=2.100,<3",
-    "google-auth>=2.30,<3",
-    "google-auth-httplib2>=0.2,<1",
-    "gcsfs>=2024.6",
+    "functions-framework==3.10.2",
+    "google-api-python-client==2.202.0",
+    "google-auth==2.63.0",
+    "google-auth-httplib2==0.4.4",
+    "gcsfs==2026.10.1",
 )
-"""The bundle's requirements.txt (what main.py imports; the runtime installs it at build).
-Kept here, not as a file, so an installed trainstack (whose package data has no .txt) ships
-it too."""
+"""The bundle's requirements.txt (what main.py imports; the runtime installs it at build),
+pinned to the versions the tests run main.py with, so every build of one zip gets the same
+libraries. Kept here, not as a file: an installed trainstack's package data has no .txt."""
 OBJECT_PREFIX: Final = "supervisor/"
 RUNTIME: Final = "python312"
 """Cloud Run functions Python runtime ids (https://cloud.google.com/run/docs/runtimes/python):
@@ -173,7 +181,8 @@ class RunSupervisorArgs(TypedDict):
     project: str
     """Project of the slice, the function and the scheduler job."""
     region: str
-    """Region of the function and the scheduler job (the stack's `gcp:region`)."""
+    """Region of the function and the scheduler job: one listed for both
+    (`trainstack.components.catalog.supervisor_region.supervisor_region`)."""
     deployment_name: str
     """Names the account, role, function, job and the state folder."""
     kind: Literal["node", "queued", "mig", "node_pool"]
@@ -196,7 +205,7 @@ class RunSupervisorArgs(TypedDict):
     """Bucket of the supervisor's state and events (`supervisor/<deployment>/`)."""
     node_service_account: NotRequired[pulumi.Input[str]]
     """The slice's service account, `projects/P/serviceAccounts/EMAIL`: the supervisor may
-    create a node that runs as it, and as no other."""
+    act as it, to create the node of its bundle's body, which runs as it."""
     schedule: NotRequired[str]
     """Cron schedule of the checks (UTC). Default every 2 minutes."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
@@ -374,6 +383,9 @@ class RunSupervisor(pulumi.ComponentResource):
                 "TPU slice needs the slice's service account; valid: the slice's service "
                 "account email"
             )
+        region_error = region_problem(args["region"], "RunSupervisor.region")
+        if region_error:
+            problems.append(region_error)
         schedule = args.get("schedule", DEFAULT_SCHEDULE)
         if len(schedule.split()) != 5:
             problems.append(
@@ -468,7 +480,8 @@ class RunSupervisor(pulumi.ComponentResource):
                 )
             )
         if recover:
-            # It creates a node that runs as the training account, and as no other.
+            # To recreate the slice from its bundle's body, which runs as the training
+            # account (see the module docstring on the default Compute Engine account).
             self.grants.append(
                 serviceaccount.IAMMember(
                     f"{name}-act-as",
@@ -502,6 +515,7 @@ class RunSupervisor(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
+        builder = build_account(name, project, deployment, args["staging_bucket"], child)
         physical = gcp_name(deployment, "supervisor")
         self.function = cloudfunctionsv2.Function(
             f"{name}-function",
@@ -513,6 +527,8 @@ class RunSupervisor(pulumi.ComponentResource):
             build_config=cloudfunctionsv2.FunctionBuildConfigArgs(
                 runtime=RUNTIME,
                 entry_point=ENTRY_POINT,
+                # `projects/P/serviceAccounts/EMAIL` (supervisor_iam.BUILD_SOURCE).
+                service_account=builder.account.name,
                 source=cloudfunctionsv2.FunctionBuildConfigSourceArgs(
                     storage_source=cloudfunctionsv2.FunctionBuildConfigSourceStorageSourceArgs(
                         bucket=self.source.bucket, object=self.source.name
@@ -528,7 +544,9 @@ class RunSupervisor(pulumi.ComponentResource):
                 timeout_seconds=120,
                 all_traffic_on_latest_revision=True,
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*self.grants, *deps]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*self.grants, *builder.grants, *deps]
+            ),
         )
         invoker = cloudrunv2.ServiceIamMember(
             f"{name}-invoker",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainstack.components.catalog.supervisor_region import price_tier, supervisor_region
 from trainstack.infra.targets import CloudTarget, target_of
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ __all__ = [
     "stoppable_hourly_usd",
     "summarize",
     "supervisor_hourly_usd",
+    "supervisor_note",
 ]
 
 
@@ -42,6 +44,7 @@ billing account)."""
 RUN_VCPU_SECOND_USD = 0.000024
 RUN_GIB_SECOND_USD = 0.0000025
 RUN_REQUEST_USD = 0.40 / 1_000_000
+RUN_PRICE_TIER = 1
 """Cloud Run request-based billing, Tier 1 (https://cloud.google.com/run/pricing; Cloud Run
 functions, formerly Cloud Functions 2nd gen, are billed as Cloud Run, per
 https://cloud.google.com/functions/pricing-1stgen). The monthly free tier (2 million
@@ -63,6 +66,34 @@ def supervisor_hourly_usd() -> float:
     )
     function = SUPERVISOR_CALLS_PER_HOUR * (per_call + RUN_REQUEST_USD)
     return function + SCHEDULER_JOB_USD_PER_31_DAYS / (31 * 24)
+
+
+SUPERVISOR_EXCLUDED = "Artifact Registry storage of its built images and Cloud Build minutes"
+"""Each deploy of the function builds an image with Cloud Build and keeps it in Artifact
+Registry (https://cloud.google.com/functions/docs/building: the project is billed for Cloud
+Build, Cloud Storage and Artifact Registry); not priced here."""
+
+
+def supervisor_note(cfg: StackConfig) -> str | None:
+    """The plan's note on the supervisor's region and what its monthly figure counts, or None
+    without a supervisor."""
+    if not target_of(cfg).supervised or cfg.region is None:
+        return None
+    region = supervisor_region(cfg.region)
+    tier = price_tier(region)
+    prices = f"Cloud Run Tier {RUN_PRICE_TIER} prices"
+    if tier != RUN_PRICE_TIER:
+        prices += f" (its region is Tier {tier}, whose prices are not in the catalog)"
+    where = f"runs in {region}"
+    if region != cfg.region:
+        where += (
+            f", not the stack's {cfg.region}, where Cloud Run functions and Cloud Scheduler "
+            "are not both listed (the APIs it calls are global)"
+        )
+    return (
+        f"run supervisor: {where}; supervisor_usd_per_month is at {prices} and leaves out "
+        f"{SUPERVISOR_EXCLUDED}"
+    )
 
 
 def stoppable_hourly_usd(cfg: StackConfig) -> float:

@@ -27,7 +27,13 @@ from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.code_plan import code_rows, code_summary
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
-from trainstack.infra.estimate import limits_plan, quota_needs, still_billing_note, summarize
+from trainstack.infra.estimate import (
+    limits_plan,
+    quota_needs,
+    still_billing_note,
+    summarize,
+    supervisor_note,
+)
 from trainstack.infra.mocks import RecordedResource, run_program
 from trainstack.infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
     MAX_DIFF_CHARS,
@@ -255,6 +261,9 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
         )
     notes += expired
     notes += target_of(cfg).plan_notes(cfg, stack)
+    supervisor = supervisor_note(cfg)
+    if supervisor is not None:
+        notes.append(supervisor)
     needs = quota_needs(cfg)
     note = unverified_quota_note(needs)
     if note:

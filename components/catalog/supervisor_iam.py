@@ -43,8 +43,9 @@ Permission ... is not valid", hashicorp/terraform-provider-google#14033)."""
 PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     # TPU_PERMISSIONS_SOURCE: a queued resource's create, delete and get are authorised by
     # the node permissions.
-    "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
-    "queued": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    # `supervisor/main.py` never waits on an operation, so no `tpu.operations.get`.
+    "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get"),
+    "queued": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get"),
     # instanceGroupManagers.get and .resize (the Compute Engine method's permission is
     # compute.instanceGroupManagers.update, https://cloud.google.com/compute/docs/reference/
     # rest/v1/instanceGroupManagers/resize: "Authorization requires ... the following IAM
@@ -60,8 +61,8 @@ PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
 """The custom role's permissions: the calls `supervisor/main.py` makes. A TPU slice that is
 not recovered (on-demand, reserved) only needs `STOP_ONLY_PERMISSIONS`."""
 STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
-    "node": ("tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
-    "queued": ("tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
+    "node": ("tpu.nodes.delete", "tpu.nodes.get"),
+    "queued": ("tpu.nodes.delete", "tpu.nodes.get"),
 }
 READ_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "node_pool": ("compute.instanceGroupManagers.get",),
@@ -85,6 +86,30 @@ cluster's name for the node-pool methods is inferred from their permissions bein
 permissions ("on the requested cluster"), not stated; the condition also accepts the pool's
 own name under the cluster so a pool-level evaluation still matches."""
 CONDITIONS_VERIFIED: Final = False
+
+
+BUILD_SOURCE: Final = (
+    "https://cloud.google.com/functions/docs/securing/build-custom-sa ('Starting in July "
+    "2024, Cloud Build has changed the default behavior for how Cloud Build uses service "
+    "accounts in new projects ... new projects deploying functions for the first time may "
+    "be using a default Cloud Build service account with insufficient permissions for "
+    "building a function'; remedy: 'Create a custom Cloud Build service account for function "
+    "deployments'); https://cloud.google.com/run/docs/configuring/services/build-service-account "
+    "(the build account's roles: 'Logs Writer (roles/logging.logWriter) — for storing build "
+    "logs in Cloud Logging', 'Artifact Registry Writer (roles/artifactregistry.writer) — for "
+    "storing build images in Artifact Registry', 'Storage Object Admin "
+    "(roles/storage.objectAdmin) — for retrieving the function source from the Cloud Storage "
+    "bucket'); cloudfunctions.v2 discovery BuildConfig.serviceAccount: 'The format of this "
+    "field is projects/{projectId}/serviceAccounts/{serviceAccountEmail}'"
+)
+BUILD_PROJECT_ROLES: Final = ("roles/logging.logWriter", "roles/artifactregistry.writer")
+"""Granted on the project: the image repository (`gcf-artifacts`) is created by the first
+deploy, so it cannot be named before it exists."""
+BUILD_SOURCE_ROLE: Final = "roles/storage.objectViewer"
+"""Granted on the staging bucket only (where the source zip is): reading is what the build
+does with it; Google's page names `roles/storage.objectAdmin`, which also writes and
+deletes. That read alone is enough is inferred, not checked on a live project."""
+BUILD_SOURCE_ROLE_VERIFIED: Final = False
 
 
 def cluster_condition(node_pool: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ from trainstack.components.a100_cluster.validate import (
 from trainstack.components.catalog import billing
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
+from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.infra import catalog
 from trainstack.infra.outputs import (
     OUTPUT_CLUSTER_ENDPOINT,
@@ -252,6 +253,7 @@ class GpuCluster(CloudTarget):
         pool (gke) to 0 at the run's end; its stack outputs."""
         cfg = ctx.cfg
         gpu = gpu_section(cfg)
+        assert cfg.region is not None
         if cluster.instance_group is not None:
             kind = "mig"
             name = pulumi.Output.concat(
@@ -271,7 +273,7 @@ class GpuCluster(CloudTarget):
             compute = [cluster.gpu_pool]
         values: dict[str, Any] = {
             "project": cfg.project,
-            "region": cfg.region,
+            "region": supervisor_region(cfg.region),
             "deployment_name": ctx.deployment,
             "kind": kind,
             "resource_name": name,

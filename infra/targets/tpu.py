@@ -14,6 +14,7 @@ from trainstack.components._naming import gcp_name
 from trainstack.components.catalog import billing
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
+from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.catalog.tpu import (
     TPU_RUN_LIMIT_ENFORCED,
     TpuGenerationName,
@@ -330,9 +331,10 @@ class Tpu(CloudTarget):
         tpu_cfg = _tpu(cfg)
         kind, resource_name, body = slice_target(tpu, args)
         recover = supervised(tpu_cfg.provisioning)
+        assert cfg.region is not None
         values: dict[str, Any] = {
             "project": cfg.project,
-            "region": cfg.region,
+            "region": supervisor_region(cfg.region),
             "deployment_name": ctx.deployment,
             "kind": kind,
             "resource_name": resource_name,

@@ -5,8 +5,8 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
 `serviceConfig.serviceAccountEmail`. Each grant to that account must be one of:
 
 - a project grant of a custom role of this stack whose permissions all serve the stack's
-  own compute: on a TPU stack `tpu.nodes.create`, `.delete`, `.get` and `tpu.operations.get`
-  (Cloud TPU authorises its queued resources with the node permissions and has no
+  own compute: on a TPU stack `tpu.nodes.create`, `.delete` and `.get` (the calls it makes;
+  Cloud TPU authorises its queued resources with the node permissions and has no
   `tpu.queuedResources.*` permission); on a stack with a managed instance group (gce) only
   reading and resizing it (`compute.instanceGroupManagers.get`, `.update`); on a stack with
   a GKE node pool `container.clusters.get` and `.update` under a condition that names this
@@ -18,12 +18,20 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
   name the one resource and a permission of another kind of compute is a violation even
   where it looks harmless;
 - a bucket grant on a bucket this stack creates;
-- a service-account grant on an account this stack creates (the training account it
-  creates TPU VMs as);
+- a service-account grant on an account this stack creates (the training account, which the
+  node body in its bundle runs as; whether creating a node without `serviceAccount.email`,
+  which runs as the default Compute Engine account, needs actAs is unverified);
 - a Cloud Run service grant on a function of this stack (its own invoker binding).
 
 Anything else (a predefined project role, a bucket or account of another stack, a custom
-role with other permissions) is a violation. Values not known until deploy are skipped.
+role with other permissions) is a violation.
+
+The function's build account (`buildConfig.serviceAccount`) holds exactly what Google lists
+for it (https://cloud.google.com/run/docs/configuring/services/build-service-account):
+`roles/logging.logWriter` and `roles/artifactregistry.writer` on the project, and
+`roles/storage.objectViewer` on the bucket of the function's source only. Any other grant
+to it is a violation, and so is one of these missing. Values not known until deploy are
+skipped.
 """
 
 from __future__ import annotations
@@ -45,7 +53,9 @@ BUCKET = "gcp:storage/bucket:Bucket"
 GROUP = "gcp:compute/instanceGroupManager:InstanceGroupManager"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
-TPU_PERMISSIONS = ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get")
+TPU_PERMISSIONS = ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get")
+BUILD_PROJECT_ROLES = ("roles/logging.logWriter", "roles/artifactregistry.writer")
+BUILD_SOURCE_ROLE = "roles/storage.objectViewer"
 GROUP_PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update")
 NODE_POOL_PERMISSIONS = (
     "compute.instanceGroupManagers.get",
@@ -112,6 +122,66 @@ def _supervisors(resources: Sequence[Resource]) -> set[str]:
     return members
 
 
+def _builders(resources: Sequence[Resource]) -> dict[str, tuple[Resource, object]]:
+    """The functions' build accounts as IAM members: (the function, its source bucket)."""
+    builders = {}
+    for r in resources:
+        if r.type != FUNCTION:
+            continue
+        name = _get(r.inputs, "buildConfig", "serviceAccount")
+        if isinstance(name, str) and not _hidden(name) and "/serviceAccounts/" in name:
+            bucket = _get(r.inputs, "buildConfig", "source", "storageSource", "bucket")
+            builders[f"serviceAccount:{name.split('/serviceAccounts/')[-1]}"] = (r, bucket)
+    return builders
+
+
+def _builder_grants(
+    resources: Sequence[Resource], builders: dict[str, tuple[Resource, object]]
+) -> Iterator[tuple[Resource, str]]:
+    """Each grant to a build account beyond its three, and each of the three it lacks."""
+    held: dict[str, set[tuple[str, object]]] = {member: set() for member in builders}
+    for r in resources:
+        member = r.inputs.get("member")
+        if member not in builders:
+            continue
+        role, bucket = r.inputs.get("role"), builders[str(member)][1]
+        if r.type == PROJECT_MEMBER and role in BUILD_PROJECT_ROLES:
+            held[str(member)].add((str(role), None))
+        elif r.type == BUCKET_MEMBER and role == BUILD_SOURCE_ROLE:
+            granted = r.inputs.get("bucket")
+            if _hidden(granted) or _hidden(bucket) or granted == bucket:
+                held[str(member)].add((BUILD_SOURCE_ROLE, bucket))
+            else:
+                yield (
+                    r,
+                    (
+                        f"grants the supervisor's build account {role} on bucket "
+                        f"{granted}; valid: only the function's source bucket {bucket}"
+                    ),
+                )
+        else:
+            where = f"bucket {r.inputs.get('bucket')}" if r.type == BUCKET_MEMBER else r.type
+            yield (
+                r,
+                (
+                    f"grants the supervisor's build account {role} on {where}; valid: "
+                    f"{' and '.join(BUILD_PROJECT_ROLES)} on the project, {BUILD_SOURCE_ROLE} on "
+                    f"the function's source bucket {bucket}"
+                ),
+            )
+    for member, (function, bucket) in builders.items():
+        wanted = [(role, None) for role in BUILD_PROJECT_ROLES] + [(BUILD_SOURCE_ROLE, bucket)]
+        for role, on in wanted:
+            if (role, on) not in held[member]:
+                yield (
+                    function,
+                    (
+                        f"the supervisor's build account ({member}) lacks {role} on "
+                        f"{'the project' if on is None else f'bucket {on}'}, which the build needs"
+                    ),
+                )
+
+
 def _of_type(resources: Sequence[Resource], kind: str, key: str) -> set[str]:
     return {str(r.inputs.get(key)) for r in resources if r.type == kind}
 
@@ -130,6 +200,7 @@ def check_supervisor_scope(
 ) -> Iterator[tuple[Resource, str]]:
     """The supervisor's grants reach only this stack's compute, buckets, accounts and
     function."""
+    yield from _builder_grants(resources, _builders(resources))
     supervisors = _supervisors(resources)
     if not supervisors:
         return

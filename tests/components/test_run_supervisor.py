@@ -3,6 +3,7 @@ schedule, with exact inputs; and the bundle's reproducibility."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import zipfile
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests import REPO_ROOT
 from trainstack.components._args import ArgsError
 from trainstack.components.run_supervisor import (
     PERMISSIONS,
+    REQUIREMENTS,
     TOKEN,
     RunSupervisor,
     build_source,
@@ -42,7 +44,9 @@ RUN = {
 EMAIL = "exp-42-sup@my-project.iam.gserviceaccount.com"
 MEMBER = f"serviceAccount:{EMAIL}"
 TRAIN_SA = "projects/my-project/serviceAccounts/exp-42-train@my-project.iam.gserviceaccount.com"
-URL = "https://us-west4-my-project.cloudfunctions.net/exp-42-supervisor"
+URL = "https://us-central1-my-project.cloudfunctions.net/exp-42-supervisor"
+BUILD_EMAIL = "exp-42-sup-build@my-project.iam.gserviceaccount.com"
+BUILD_MEMBER = f"serviceAccount:{BUILD_EMAIL}"
 BODY = {
     "runtimeVersion": "v2-alpha-tpuv5-lite",
     "acceleratorConfig": {"type": "V5LITE_POD", "topology": "2x2"},
@@ -53,7 +57,7 @@ BODY = {
 def _args(**overrides: Any) -> dict[str, Any]:
     return {
         "project": "my-project",
-        "region": "us-west4",
+        "region": "us-central1",
         "deployment_name": "exp-42",
         "kind": "node",
         "resource_name": NODE,
@@ -91,6 +95,10 @@ def test_children_named_from_the_component_and_parented() -> None:
             ("gcp:cloudfunctionsv2/function:Function", "sup-function", "sup"),
             ("gcp:cloudrunv2/serviceIamMember:ServiceIamMember", "sup-invoker", "sup"),
             ("gcp:cloudscheduler/job:Job", "sup-schedule", "sup"),
+            ("gcp:serviceaccount/account:Account", "sup-build-sa", "sup"),
+            ("gcp:projects/iAMMember:IAMMember", "sup-build-logs", "sup"),
+            ("gcp:projects/iAMMember:IAMMember", "sup-build-images", "sup"),
+            ("gcp:storage/bucketIAMMember:BucketIAMMember", "sup-build-source", "sup"),
         ]
     )
     assert run.outputs == {
@@ -111,7 +119,6 @@ def test_grants_are_narrow_and_exact() -> None:
             "tpu.nodes.create",
             "tpu.nodes.delete",
             "tpu.nodes.get",
-            "tpu.operations.get",
         ],
     }
     assert run.named("sup-tpu").inputs == {
@@ -131,11 +138,52 @@ def test_grants_are_narrow_and_exact() -> None:
     }
     assert run.named("sup-invoker").inputs == {
         "project": "my-project",
-        "location": "us-west4",
+        "location": "us-central1",
         "name": "exp-42-supervisor",
         "role": "roles/run.invoker",
         "member": MEMBER,
     }
+
+
+def test_the_build_account_holds_only_what_google_lists_for_it() -> None:
+    run = _run()
+    assert run.named("sup-build-sa").inputs == {
+        "project": "my-project",
+        "accountId": "exp-42-sup-build",
+        "displayName": "trainstack supervisor build (exp-42)",
+        "description": "Builds this stack's run supervisor function; managed by trainstack.",
+    }
+    assert run.named("sup-build-logs").inputs == {
+        "project": "my-project",
+        "role": "roles/logging.logWriter",
+        "member": BUILD_MEMBER,
+    }
+    assert run.named("sup-build-images").inputs == {
+        "project": "my-project",
+        "role": "roles/artifactregistry.writer",
+        "member": BUILD_MEMBER,
+    }
+    assert run.named("sup-build-source").inputs == {
+        "bucket": "b-staging",
+        "role": "roles/storage.objectViewer",
+        "member": BUILD_MEMBER,
+    }
+    # The build waits for its grants.
+    function = run.named("sup-function")
+    for grant in ("sup-build-logs", "sup-build-images", "sup-build-source"):
+        assert run.named(grant).urn in function.dependencies
+
+
+@pytest.mark.parametrize(
+    ("region", "problem"),
+    [
+        ("us-central2", "'us-central2' is not a region listed"),
+        ("us-west4", "'us-west4' is not a region listed"),
+    ],
+)
+def test_the_function_goes_only_where_both_services_are_listed(region: str, problem: str) -> None:
+    with pytest.raises(ArgsError, match=rf"^RunSupervisor.region: {problem} for both Cloud Run "):
+        _run(region=region)
 
 
 def test_a_queued_resource_is_managed_with_the_node_permissions() -> None:
@@ -148,7 +196,6 @@ def test_a_queued_resource_is_managed_with_the_node_permissions() -> None:
             "tpu.nodes.create",
             "tpu.nodes.delete",
             "tpu.nodes.get",
-            "tpu.operations.get",
         ]
     )
 
@@ -197,10 +244,11 @@ def test_function_and_schedule() -> None:
     assert source["contentType"] == "application/zip"
     function = run.named("sup-function").inputs
     assert function["name"] == "exp-42-supervisor"
-    assert function["location"] == "us-west4"
+    assert function["location"] == "us-central1"
     assert function["buildConfig"] == {
         "runtime": "python312",
         "entryPoint": "supervise",
+        "serviceAccount": f"projects/my-project/serviceAccounts/{BUILD_EMAIL}",
         "source": {"storageSource": {"bucket": "b-staging", "object": source["name"]}},
     }
     assert function["serviceConfig"] == {
@@ -311,13 +359,17 @@ def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
     bundle = build_source(supervisor_config("node", NODE, BODY, "b-ckpt", "exp-42"), tmp_path)
     with zipfile.ZipFile(bundle.path) as archive:
         assert archive.read("requirements.txt").decode().splitlines() == [
-            "functions-framework>=3.5,<4",
-            "google-api-python-client>=2.100,<3",
-            "google-auth>=2.30,<3",
-            "google-auth-httplib2>=0.2,<1",
-            "gcsfs>=2024.6",
+            "functions-framework==3.10.2",
+            "google-api-python-client==2.202.0",
+            "google-auth==2.63.0",
+            "google-auth-httplib2==0.4.4",
+            "gcsfs==2026.10.1",
         ]
         assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in archive.infolist())
+    # The versions tests/components/test_tpu_supervisor_function.py runs main.py with.
+    for requirement in REQUIREMENTS:
+        name, version = requirement.split("==")
+        assert importlib.metadata.version(name) == version, name
 
 
 @pytest.mark.parametrize(
@@ -353,7 +405,6 @@ def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
     assert run.named("sup-role").inputs["permissions"] == [
         "tpu.nodes.delete",
         "tpu.nodes.get",
-        "tpu.operations.get",
     ]
     assert not [r for r in run.resources if r.name == "sup-act-as"]
 

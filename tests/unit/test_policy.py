@@ -165,7 +165,7 @@ EXAMPLE_LINES = {
         "  [mandatory] [supervisor-least-privilege] exp-supervisor-admin "
         "(gcp:projects/iAMMember:IAMMember): grants roles/tpu.admin on the project to the "
         "supervisor: only a custom role of this stack limited to tpu.nodes.create, "
-        "tpu.nodes.delete, tpu.nodes.get, tpu.operations.get is allowed"
+        "tpu.nodes.delete, tpu.nodes.get is allowed"
     ),
 }
 

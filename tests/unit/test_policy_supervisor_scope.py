@@ -1,6 +1,7 @@
 """`supervisor-least-privilege` on a GKE stack: the supervisor's container.clusters grant must
 carry a condition naming this stack's cluster and nothing else (Google honours resource
-names in conditions for GKE clusters, not for Cloud TPU or instance group managers)."""
+names in conditions for GKE clusters, not for Cloud TPU or instance group managers); and the
+function's build account holds exactly the three grants Google lists for it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from trainstack.components.catalog.supervisor_iam import cluster_condition
-from trainstack.policies.rules.model import Context, Resource
+from trainstack.policies.rules.model import UNKNOWN, Context, Resource
 from trainstack.policies.rules.supervisor import check_supervisor_scope
 
 EMAIL = "exp-sup@p.iam.gserviceaccount.com"
@@ -100,5 +101,59 @@ def test_a_queued_resource_permission_is_refused_on_a_tpu_stack() -> None:
     tpu_stack = [r for r in tpu_stack if "container" not in r.type]
     assert [why for _, why in check_supervisor_scope(tpu_stack, Context())] == [
         f"custom role {ROLE} of the supervisor holds tpu.queuedResources.get; valid: "
-        "tpu.nodes.create, tpu.nodes.delete, tpu.nodes.get, tpu.operations.get"
+        "tpu.nodes.create, tpu.nodes.delete, tpu.nodes.get"
+    ]
+
+
+BUILD = "serviceAccount:exp-sup-build@p.iam.gserviceaccount.com"
+PROJECT_GRANT = "gcp:projects/iAMMember:IAMMember"
+BUCKET_GRANT = "gcp:storage/bucketIAMMember:BucketIAMMember"
+
+
+def _build_stack(*grants: tuple[str, str, dict[str, object]]) -> list[Resource]:
+    """A supervisor function built from `p-exp-staging` by its build account, and `grants`
+    (type, role, where) to that account."""
+    function = Resource(
+        "gcp:cloudfunctionsv2/function:Function",
+        "exp-supervisor-function",
+        {
+            "name": "exp-supervisor",
+            "serviceConfig": {"serviceAccountEmail": EMAIL},
+            "buildConfig": {
+                "serviceAccount": "projects/p/serviceAccounts/exp-sup-build@p.iam.gserviceaccount.com",
+                "source": {"storageSource": {"bucket": "p-exp-staging", "object": "s.zip"}},
+            },
+        },
+    )
+    members = [
+        Resource(kind, f"g{i}", {"role": role, "member": BUILD, **where})
+        for i, (kind, role, where) in enumerate(grants)
+    ]
+    return [function, *members]
+
+
+GOOD = [
+    (PROJECT_GRANT, "roles/logging.logWriter", {"project": "p"}),
+    (PROJECT_GRANT, "roles/artifactregistry.writer", {"project": "p"}),
+    (BUCKET_GRANT, "roles/storage.objectViewer", {"bucket": "p-exp-staging"}),
+]
+
+
+def test_the_build_account_with_its_three_grants_passes_also_before_deploy() -> None:
+    assert list(check_supervisor_scope(_build_stack(*GOOD), Context())) == []
+    # A bucket named only at deploy time is not judged.
+    unknown = [*GOOD[:2], (BUCKET_GRANT, "roles/storage.objectViewer", {"bucket": UNKNOWN})]
+    assert list(check_supervisor_scope(_build_stack(*unknown), Context())) == []
+
+
+def test_a_project_wide_storage_grant_to_the_build_account_is_a_violation() -> None:
+    stack = _build_stack(*GOOD, (PROJECT_GRANT, "roles/storage.objectViewer", {"project": "p"}))
+    assert [(r.name, why) for r, why in check_supervisor_scope(stack, Context())] == [
+        (
+            "g3",
+            "grants the supervisor's build account roles/storage.objectViewer on "
+            "gcp:projects/iAMMember:IAMMember; valid: roles/logging.logWriter and "
+            "roles/artifactregistry.writer on the project, roles/storage.objectViewer on the "
+            "function's source bucket p-exp-staging",
+        )
     ]

@@ -113,7 +113,7 @@ def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
     config = _bundle(plan)
     assert (config["kind"], config["recover"], config["body"]) == ("node", False, {})
     role = _named(plan, "prod-tpu-v4-32-supervisor-role")
-    assert role["permissions"] == ["tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"]
+    assert role["permissions"] == ["tpu.nodes.delete", "tpu.nodes.get"]
     assert not [r for r in plan["resources"] if r["name"] == "prod-tpu-v4-32-supervisor-act-as"]
 
 
@@ -180,3 +180,138 @@ def test_plan_diff_shows_a_cap_set_changed_or_removed() -> None:
     ) in text
     back = plan_diff(head, base)
     assert "| limits.max_total_usd | $2,500.00 | none | |\n" in back
+
+
+BUILD = "serviceAccount:{}-sup-build@my-ml-project.iam.gserviceaccount.com"
+
+
+@pytest.mark.parametrize(
+    ("stack", "region", "note"),
+    [
+        # us-central2 (TPU v4) has no Cloud Run functions; Cloud Scheduler in us-west4 is
+        # not confirmed by the stored locations page: both fall back to us-central1.
+        (
+            "prod-tpu-v4-32",
+            "us-central1",
+            "run supervisor: runs in us-central1, not the stack's us-central2, where Cloud "
+            "Run functions and Cloud Scheduler are not both listed (the APIs it calls are "
+            "global); supervisor_usd_per_month is at Cloud Run Tier 1 prices and leaves out "
+            "Artifact Registry storage of its built images and Cloud Build minutes",
+        ),
+        (
+            "dev-tpu-v5e",
+            "us-central1",
+            "run supervisor: runs in us-central1, not the stack's us-west4, where Cloud Run "
+            "functions and Cloud Scheduler are not both listed (the APIs it calls are "
+            "global); supervisor_usd_per_month is at Cloud Run Tier 1 prices and leaves out "
+            "Artifact Registry storage of its built images and Cloud Build minutes",
+        ),
+        (
+            "prod-a100-gce",
+            "us-central1",
+            "run supervisor: runs in us-central1; supervisor_usd_per_month is at Cloud Run "
+            "Tier 1 prices and leaves out Artifact Registry storage of its built images and "
+            "Cloud Build minutes",
+        ),
+    ],
+)
+def test_the_supervisor_runs_where_functions_and_scheduler_are_listed(
+    stack: str, region: str, note: str
+) -> None:
+    plan = bundled_plan(stack)
+    assert _named(plan, f"{stack}-supervisor-function")["location"] == region
+    assert _named(plan, f"{stack}-supervisor-invoker")["location"] == region
+    job = _named(plan, f"{stack}-supervisor-schedule")
+    assert job["region"] == region
+    url = f"https://{region}-{P}.cloudfunctions.net/{stack}-supervisor"
+    assert (job["httpTarget"]["uri"], job["httpTarget"]["oidcToken"]["audience"]) == (url, url)
+    assert [n for n in plan["notes"] if n.startswith("run supervisor:")] == [note]
+
+
+@pytest.mark.parametrize(
+    "stack", ["prod-tpu-v4-32", "dev-tpu-v5e", "prod-a100-gce", "dev-a100-gke"]
+)
+def test_the_function_is_built_by_its_own_account_with_only_googles_roles(stack: str) -> None:
+    plan = bundled_plan(stack)
+    build = BUILD.format(stack)
+    function = _named(plan, f"{stack}-supervisor-function")
+    assert function["buildConfig"]["serviceAccount"] == (
+        f"projects/{P}/serviceAccounts/{build.removeprefix('serviceAccount:')}"
+    )
+    grants = sorted(
+        (r["type"], r["inputs"]["role"], r["inputs"].get("bucket", r["inputs"].get("project")))
+        for r in plan["resources"]
+        if r["inputs"].get("member") == build
+    )
+    assert grants == [
+        ("gcp:projects/iAMMember:IAMMember", "roles/artifactregistry.writer", P),
+        ("gcp:projects/iAMMember:IAMMember", "roles/logging.logWriter", P),
+        (
+            "gcp:storage/bucketIAMMember:BucketIAMMember",
+            "roles/storage.objectViewer",
+            f"{P}-{stack}-staging",
+        ),
+    ]
+    assert check_resources(stack, plan["resources"]).violations == []
+
+
+def _build_violations(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (v.resource_name, v.message)
+        for v in check_resources(plan["stack"], plan["resources"]).violations
+        if v.rule == "supervisor-least-privilege"
+    ]
+
+
+def test_the_policy_refuses_a_wider_grant_to_the_build_account() -> None:
+    plan = bundled_plan("dev-tpu-v5e")
+    build = BUILD.format("dev-tpu-v5e")
+    staging = f"{P}-dev-tpu-v5e-staging"
+    source = _named(plan, "dev-tpu-v5e-supervisor-build-source")
+    source["role"] = "roles/storage.objectAdmin"
+    plan["resources"].append(
+        {
+            "type": "gcp:projects/iAMMember:IAMMember",
+            "name": "extra",
+            "parent": None,
+            "inputs": {"project": P, "role": "roles/cloudbuild.builds.builder", "member": build},
+        }
+    )
+    assert _build_violations(plan) == [
+        (
+            "dev-tpu-v5e-supervisor-build-source",
+            "grants the supervisor's build account roles/storage.objectAdmin on bucket "
+            f"{staging}; valid: roles/logging.logWriter and roles/artifactregistry.writer on "
+            f"the project, roles/storage.objectViewer on the function's source bucket {staging}",
+        ),
+        (
+            "extra",
+            "grants the supervisor's build account roles/cloudbuild.builds.builder on "
+            "gcp:projects/iAMMember:IAMMember; valid: roles/logging.logWriter and "
+            "roles/artifactregistry.writer on the project, roles/storage.objectViewer on the "
+            f"function's source bucket {staging}",
+        ),
+        (
+            "dev-tpu-v5e-supervisor-function",
+            f"the supervisor's build account ({build}) lacks roles/storage.objectViewer on "
+            f"bucket {staging}, which the build needs",
+        ),
+    ]
+
+
+def test_the_policy_refuses_the_build_accounts_read_of_another_bucket() -> None:
+    plan = bundled_plan("prod-tpu-v4-32")
+    staging = f"{P}-prod-tpu-v4-32-staging"
+    _named(plan, "prod-tpu-v4-32-supervisor-build-source")["bucket"] = f"{P}-prod-tpu-v4-32-data"
+    assert _build_violations(plan) == [
+        (
+            "prod-tpu-v4-32-supervisor-build-source",
+            "grants the supervisor's build account roles/storage.objectViewer on bucket "
+            f"{P}-prod-tpu-v4-32-data; valid: only the function's source bucket {staging}",
+        ),
+        (
+            "prod-tpu-v4-32-supervisor-function",
+            f"the supervisor's build account ({BUILD.format('prod-tpu-v4-32')}) lacks "
+            f"roles/storage.objectViewer on bucket {staging}, which the build needs",
+        ),
+    ]
