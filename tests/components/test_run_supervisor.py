@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -366,7 +367,12 @@ def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
             "gcsfs==2026.10.1",
         ]
         assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in archive.infolist())
-    # The versions tests/components/test_tpu_supervisor_function.py runs main.py with.
+    # The dev extra installs the same versions, so tests/components/
+    # test_tpu_supervisor_function.py runs main.py with what the function is built with.
+    dev = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["dev"]
+    assert set(REQUIREMENTS) <= set(dev)
     for requirement in REQUIREMENTS:
         name, version = requirement.split("==")
         assert importlib.metadata.version(name) == version, name
