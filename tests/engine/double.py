@@ -236,7 +236,9 @@ class ProviderHost:
                 os.kill(self.process.pid, signal.SIGABRT)
                 with suppress(subprocess.TimeoutExpired):
                     self.process.wait(5)
-                os.killpg(self.process.pid, signal.SIGKILL)
+                # The group is gone when the abort took its last process with it.
+                with suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self.returncode = self.process.returncode
         for drain in self._drains:
@@ -531,7 +533,7 @@ class EngineStack:
         if deployment.host.killed or deployment.host.returncode not in EXITED_ON_SIGINT:
             raise ProviderError(
                 f"the host did not exit on SIGINT (rc {deployment.host.returncode}, killed "
-                f"{deployment.host.killed}): {''.join(deployment.host.stderr)[-2000:]}"
+                f"{deployment.host.killed}): {''.join(deployment.host.stderr)[-6000:]}"
             )
         return deployment
 
