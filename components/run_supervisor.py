@@ -131,6 +131,11 @@ RUNTIME: Final = "python312"
 python312 is supported, deprecated 2028-10-02."""
 ENTRY_POINT: Final = "supervise"
 DEFAULT_SCHEDULE: Final = "*/2 * * * *"
+CHECK_INTERVAL_S: Final = 120
+"""`DEFAULT_SCHEDULE`'s interval: what a check can see late."""
+STOP_GRACE_S: Final = 300
+"""`supervisor/main.py`'s wait for the trainer's checkpoint after a stop request (the bundle
+cannot import this module; a test holds the two equal)."""
 SUPERVISED_PROVISIONING: Final = frozenset({"spot", "queued"})
 
 

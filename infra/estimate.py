@@ -23,6 +23,7 @@ __all__ = [
     "limit_problems",
     "limits_plan",
     "quota_needs",
+    "spend_cap_text",
     "still_billing_note",
     "stoppable_hourly_usd",
     "summarize",
@@ -175,6 +176,31 @@ def limit_problems(cfg: StackConfig) -> list[str]:
     return [problem]
 
 
+def spend_cap_text(cfg: StackConfig, cap: float) -> str:
+    """How `limits.max_total_usd` is enforced, with what it can overshoot by: a check can
+    come up to `CHECK_INTERVAL_S` late and the trainer gets `STOP_GRACE_S` to save (plus the
+    time Google takes to delete the machines, not counted)."""
+    from trainstack.components.run_supervisor import CHECK_INTERVAL_S, STOP_GRACE_S
+
+    hourly = stoppable_hourly_usd(cfg)
+    late_s = CHECK_INTERVAL_S + STOP_GRACE_S
+    text = (
+        f"the supervisor counts the compute's spend at ${hourly:,.2f}/hour (the catalog's "
+        f"list-price estimate) from its first check on, across restarts and recoveries; at "
+        f"${cap:,.2f} it asks the trainer to save and stop, then stops the compute. It can go "
+        f"past the cap by up to {late_s // 60} minutes of compute (a check every "
+        f"{CHECK_INTERVAL_S // 60} minutes, {STOP_GRACE_S // 60} minutes to save), about "
+        f"${hourly * late_s / 3600:,.2f}, plus the deletion"
+    )
+    hours = cfg.limits.max_run_hours
+    if hours is not None and hours * hourly < cap:
+        text += (
+            f"; with limits.max_run_hours {hours:g} the run stops at about "
+            f"${hours * hourly:,.2f}, before the cap"
+        )
+    return text
+
+
 def limits_plan(cfg: StackConfig) -> dict[str, Any] | None:
     """The plan's `limits` entry, or None when the stack sets no limits: the limits, the
     estimate they were checked against, and how the run limit is enforced on this target."""
@@ -188,11 +214,7 @@ def limits_plan(cfg: StackConfig) -> dict[str, Any] | None:
     if limits.max_total_usd is not None:
         # Only where set, so the plans of stacks without one keep their shape.
         out["max_total_usd"] = limits.max_total_usd
-        out["spend_cap"] = (
-            f"the supervisor counts the compute's spend at ${stoppable_hourly_usd(cfg):,.2f}/hour "
-            f"list price; at ${limits.max_total_usd:,.2f} it asks the trainer to save and stop, "
-            "then stops the compute"
-        )
+        out["spend_cap"] = spend_cap_text(cfg, limits.max_total_usd)
     seconds = limits.max_run_seconds
     if seconds is not None:
         enforced, how = target_of(cfg).run_limit(cfg, seconds)

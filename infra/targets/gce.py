@@ -52,8 +52,9 @@ class Gce(GpuCluster):
 
     def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
         return True, (
-            f"Compute Engine run limit of {seconds}s (A100Cluster max_run_seconds); then the "
-            "supervisor resizes the instance group to 0"
+            f"the VMs' startup script stops the trainer {seconds}s after the run's first "
+            "start (A100Cluster max_run_seconds); then the supervisor resizes the instance "
+            "group to 0"
         )
 
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:

@@ -3,6 +3,7 @@ each target's own stop (or the plan says it does not)."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from typer.testing import CliRunner
 
 import trainstack.infra.targets.gpu_cluster
 import trainstack.infra.targets.tpu
+from tests import REPO_ROOT
+from trainstack.components.run_supervisor import STOP_GRACE_S
 from trainstack.infra.cli import app
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, load_stack_config
@@ -76,19 +79,48 @@ def test_the_spend_cap_is_refused_where_no_supervisor_enforces_it() -> None:
     ]
 
 
+GCE_CAP = (
+    "the supervisor counts the compute's spend at $117.55/hour (the catalog's list-price "
+    "estimate) from its first check on, across restarts and recoveries; at $500.00 it asks "
+    "the trainer to save and stop, then stops the compute. It can go past the cap by up to 7 "
+    "minutes of compute (a check every 2 minutes, 5 minutes to save), about $13.71, plus the "
+    "deletion"
+)
+
+
 def test_the_plan_shows_the_spend_cap_and_how_it_is_enforced() -> None:
     plan = build_plan("prod-a100-gce", _stack("prod-a100-gce", max_total_usd=500))
     assert plan["limits"] == {
         "max_hourly_usd": None,
         "max_run_hours": None,
         "max_total_usd": 500,
-        "spend_cap": "the supervisor counts the compute's spend at $117.55/hour list price; "
-        "at $500.00 it asks the trainer to save and stop, then stops the compute",
+        "spend_cap": GCE_CAP,
     }
-    assert (
-        "limits.max_total_usd: the supervisor counts the compute's spend at $117.55/hour list "
-        "price; at $500.00 it asks the trainer to save and stop, then stops the compute"
-    ) in plan["notes"]
+    assert f"limits.max_total_usd: {GCE_CAP}" in plan["notes"]
+
+
+def test_the_plan_says_when_the_run_limit_stops_the_run_before_the_cap() -> None:
+    plan = build_plan("prod-a100-gce", _stack("prod-a100-gce", max_total_usd=500, max_run_hours=2))
+    assert plan["limits"]["spend_cap"] == (
+        f"{GCE_CAP}; with limits.max_run_hours 2 the run stops at about $235.10, before the cap"
+    )
+    assert plan["limits"]["run_limit"] == (
+        "the VMs' startup script stops the trainer 7200s after the run's first start "
+        "(A100Cluster max_run_seconds); then the supervisor resizes the instance group to 0"
+    )
+
+
+def test_the_plans_stop_grace_is_the_supervisors() -> None:
+    # The bundle's main.py cannot import the component; its constant is read from source.
+    tree = ast.parse((REPO_ROOT / "components/supervisor/main.py").read_text())
+    [grace] = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["STOP_GRACE_S"]
+        and isinstance(node.value, ast.Constant)
+    ]
+    assert grace == STOP_GRACE_S == 300
 
 
 def test_a_stack_over_its_hourly_limit_fails_plan_with_both_numbers(tmp_path: Path) -> None:
@@ -165,8 +197,8 @@ def test_vertex_timeout_alone_is_kept() -> None:
         ),
         (
             "prod-a100-gce",
-            "Compute Engine run limit of 259200s (A100Cluster max_run_seconds); then the "
-            "supervisor resizes the instance group to 0",
+            "the VMs' startup script stops the trainer 259200s after the run's first start "
+            "(A100Cluster max_run_seconds); then the supervisor resizes the instance group to 0",
         ),
     ],
 )
