@@ -12,6 +12,7 @@ source lines each part imitates and for what it does not imitate.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,15 @@ LOADED_MACHINE_GRACE_S = 25.0
 """Extra time before the double's SIGKILL: on 2 shared cores a host can take over 5 s to
 handle SIGINT, which the engine would end with SIGKILL, not an error; a host that ignores
 SIGINT still fails the tier."""
+SDK_WAIT_FRAME = re.compile(r'pulumi/dynamic/__main__\.py", line \d+ in main$')
+"""The frame of the host's `Event().wait()` (sdk/python/lib/pulumi/dynamic/__main__.py main),
+where SIGINT must raise KeyboardInterrupt. CPython runs a signal's handler only in the main
+thread, and a lock wait with no timeout wakes only when the kernel hands the signal to that
+thread; a process-directed SIGINT may go to one of the host's gRPC threads instead, and the
+main thread then sleeps on (seen here about once in 15 runs under load: faulthandler showed
+the main thread in that wait, the gRPC server still serving). The engine ends such a host
+with SIGKILL after 5 s and carries on; so does the double. Any other place the host is held
+(a provider call of ours that never returns) still fails the tier."""
 EXITED_ON_SIGINT = (0, -signal.SIGINT)
 """The host's exit on Close's SIGINT: 0 from its KeyboardInterrupt handler, or death by
 SIGINT when it comes before the host reached that handler (Python re-raises it)."""
@@ -176,6 +186,8 @@ class ProviderHost:
         self.stdout: list[str] = []
         self.returncode: int | None = None
         self.killed = False
+        self.sigint_missed_sdk_wait = False
+        """Killed while its main thread still sat in the SDK's own wait (`SDK_WAIT_FRAME`)."""
         with _sigint_not_ignored():
             self.process = subprocess.Popen(
                 self.argv,
@@ -243,10 +255,26 @@ class ProviderHost:
         self.returncode = self.process.returncode
         for drain in self._drains:
             drain.join(5)
+        if self.killed:
+            self.sigint_missed_sdk_wait = _main_thread_in_sdk_wait("".join(self.stderr))
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
         self._server.stop(0)
+
+
+def _main_thread_in_sdk_wait(stderr: str) -> bool:
+    """Whether faulthandler's dump (the SIGABRT in `close`) shows the main thread in the
+    host's own `Event().wait()`, with nothing but `threading`'s wait above it."""
+    _, found, current = stderr.rpartition("Current thread ")
+    if not found:
+        return False
+    lines = [line.strip() for line in current.splitlines()[1:]]
+    frames = [line for line in lines if line.startswith("File ")]
+    for i, frame in enumerate(frames):
+        if SDK_WAIT_FRAME.search(frame):
+            return all('/threading.py"' in above for above in frames[:i])
+    return False
 
 
 # --------------------------------------------------------------------------------------
@@ -530,7 +558,10 @@ class EngineStack:
             for item in items:
                 step(deployment, item)
         assert deployment.host is not None
-        if deployment.host.killed or deployment.host.returncode not in EXITED_ON_SIGINT:
+        host = deployment.host
+        if host.sigint_missed_sdk_wait:
+            return deployment
+        if host.killed or host.returncode not in EXITED_ON_SIGINT:
             raise ProviderError(
                 f"the host did not exit on SIGINT (rc {deployment.host.returncode}, killed "
                 f"{deployment.host.killed}): {''.join(deployment.host.stderr)[-6000:]}"
