@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import warnings
 from collections.abc import Iterator, Mapping
 from concurrent import futures
 from contextlib import contextmanager, suppress
@@ -560,6 +561,11 @@ class EngineStack:
         assert deployment.host is not None
         host = deployment.host
         if host.sigint_missed_sdk_wait:
+            warnings.warn(
+                "the provider host missed SIGINT in the SDK's own wait (SDK_WAIT_FRAME) and "
+                "was killed, as the engine kills it",
+                stacklevel=2,
+            )
             return deployment
         if host.killed or host.returncode not in EXITED_ON_SIGINT:
             raise ProviderError(
