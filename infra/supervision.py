@@ -124,10 +124,11 @@ def supervisor_status(
     trail = _unreadable(events)
     # An unreadable check that knew the run had ended counts only while nothing was read
     # since: once a check reads the compute again, it acts and records that.
+    start = len(events) - len(trail)
     ended = [
         e
-        for e in events
-        if (e.get("reason") and (e.get("seen") != UNREADABLE or e in trail))
+        for i, e in enumerate(events)
+        if (e.get("reason") and (e.get("seen") != UNREADABLE or i >= start))
         or e.get("result") == "compute back after a stop"
     ]
     last = ended[-1] if ended else None

@@ -7,16 +7,16 @@ recreated), `state_uri`, `run` (below)). Each call looks once and waits for noth
 
 Recovery (`recover`): a Spot node PREEMPTED or TERMINATED, or a queued resource SUSPENDED
 or FAILED, is deleted and, once gone, created again with the same name and body (its
-startup script resumes from the newest checkpoint). TPU v2 discovery, Node.State: "PREEMPTED: TPU
-node has been preempted", "TERMINATED: ... has reached the end of its life cycle (for
-preemptible nodes)"; https://cloud.google.com/tpu/docs/preemptible: "If a TPU has been
-preempted, the status changes from READY to PREEMPTED"; https://cloud.google.com/tpu/docs/
-queued-resources: "SUSPENDED: The resources specified in the request have been deleted. ...
-it's no longer eligible for further allocation", "FAILED: ... The request remains in the
-queue until it is explicitly deleted". Only a slice this supervisor deleted is created again
-(one a person deleted is reported and left alone). A create that fails (capacity, quota) or
-whose slice never comes up waits `BACKOFF_BASE_S * 2**(attempt-1)` s (at most
-`BACKOFF_MAX_S`) before the next try, whatever the schedule.
+startup script resumes from the newest checkpoint). TPU v2 discovery, Node.State:
+"PREEMPTED: TPU node has been preempted", "TERMINATED: ... has reached the end of its life
+cycle (for preemptible nodes)"; https://cloud.google.com/tpu/docs/preemptible: "If a TPU
+has been preempted, the status changes from READY to PREEMPTED";
+https://cloud.google.com/tpu/docs/queued-resources: "SUSPENDED: The resources specified in
+the request have been deleted. ... it's no longer eligible for further allocation",
+"FAILED: ... The request remains in the queue until it is explicitly deleted". Only a slice
+this supervisor deleted is created again (one a person deleted is reported and left alone).
+A create that fails (capacity, quota) or whose slice never comes up waits
+`BACKOFF_BASE_S * 2**(attempt-1)` s (at most `BACKOFF_MAX_S`) before the next try.
 
 The end of the run (`run`, every key optional) stops the compute: `end_uri`, written by the
 node launcher when the run ended for good (`trainstack.trainers.common.run_records`: rank
@@ -130,12 +130,13 @@ def _found(request: Any) -> Any:
 
 class Store:
     """state.json and events.jsonl under `state_uri` (gs://bucket/prefix), and the run's
-    objects beside the checkpoints. Calls can overlap (Cloud Functions "may, for a short period of time, create more
-    instances than the specified max instances limit", cloudfunctions.v2 discovery
-    `maxInstanceCount`; Cloud Scheduler is "at least once", https://cloud.google.com/
-    scheduler/docs/overview), so state.json and events.jsonl are written only if unchanged
-    since read (`ifGenerationMatch`, "0": absent; else 412, which gcsfs raises as
-    FileExistsError: https://cloud.google.com/storage/docs/request-preconditions)."""
+    objects beside the checkpoints. Calls can overlap (Cloud Functions "may, for a short
+    period of time, create more instances than the specified max instances limit",
+    cloudfunctions.v2 discovery `maxInstanceCount`; Cloud Scheduler is "at least once",
+    https://cloud.google.com/scheduler/docs/overview), so state.json and events.jsonl are
+    written only if unchanged since read (`ifGenerationMatch`, "0": absent; else HTTP 412,
+    which gcsfs raises as FileExistsError; https://cloud.google.com/storage/docs/
+    request-preconditions)."""
 
     def __init__(self, state_uri: str, credentials: Any) -> None:
         self.fs = gcsfs.GCSFileSystem(token=credentials)
@@ -281,8 +282,7 @@ class Group:
         self.name: str = config["name"]
 
     def view(self, name: str) -> tuple[int, int, bool] | None:
-        """(target size, instances left, stable) of the group (one GET), or None where
-        there is none."""
+        """(target size, instances left, stable) of the group (one GET); None if there is none."""
         project, zone, group = _group_parts(name)
         igm = self.api.instanceGroupManagers()
         found = _found(igm.get(project=project, zone=zone, instanceGroupManager=group))
@@ -302,7 +302,8 @@ class Group:
         view = self.view(self.name)
         return NOT_FOUND if view is None else _size_state([view])
 
-    def billing(self, seen: str) -> bool:
+    @staticmethod
+    def billing(seen: str) -> bool:
         return seen.startswith(("SIZE_", DELETING_))
 
     def stop(self) -> None:
@@ -333,7 +334,7 @@ class NodePool:
         views = [self.groups.view(url) for url in pool.get("instanceGroupUrls", [])]
         return _size_state([v for v in views if v is not None])
 
-    billing = Group.billing
+    billing = staticmethod(Group.billing)
 
     def stop(self) -> None:
         self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
