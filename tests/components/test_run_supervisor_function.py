@@ -22,7 +22,7 @@ from tests import REPO_ROOT
 from tests.components.test_tpu_supervisor_function import SA, Function
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
-from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.gcs_emulator import free_port, running_gcs_emulator
 from tests.fakes.metadata_fake import MetadataFake
 from tests.fakes.tpu_server import TpuFakeServer
 from trainstack.components._discovery import validate_body
@@ -91,7 +91,13 @@ class World:
 
 @contextlib.contextmanager
 def _world(
-    tmp: Path, gcs: str, config: dict[str, Any], *, clean: bool = True, deletion_gets: int = 1
+    tmp: Path,
+    gcs: str,
+    config: dict[str, Any],
+    *,
+    clean: bool = True,
+    deletion_gets: int = 1,
+    compute_endpoint: str | None = None,
 ) -> Iterator[World]:
     bundle = build_source(config, tmp / "build")
     folder = tmp / f"source-{bundle.sha256[:8]}"
@@ -112,7 +118,7 @@ def _world(
             "GCE_METADATA_IP": metadata.host,
             "STORAGE_EMULATOR_HOST": gcs,
             "TRAINSTACK_TPU_API_ENDPOINT": tpu.endpoint,
-            "TRAINSTACK_COMPUTE_API_ENDPOINT": compute.endpoint,
+            "TRAINSTACK_COMPUTE_API_ENDPOINT": compute_endpoint or compute.endpoint,
             "TRAINSTACK_CONTAINER_API_ENDPOINT": container.endpoint,
         }
         function = Function(folder, env)
@@ -503,3 +509,16 @@ def test_a_slice_it_cannot_read_past_max_run_hours_may_still_bill_and_is_stopped
             "finishing (max_run_hours): the trainer was asked to save and stop; the compute "
             "stops once it has"
         )
+
+
+def test_a_compute_api_it_cannot_reach_is_recorded_once_as_a_transport_error(
+    tmp_path: Path, gcs: str
+) -> None:
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    nowhere = f"http://127.0.0.1:{free_port()}/compute/v1/"  # nothing listens there
+    with _world(tmp_path, gcs, config, compute_endpoint=nowhere) as world:
+        error = "error: ConnectionRefusedError: [Errno 111] Connection refused"
+        first = world.function.call(502)
+        assert (first["seen"], first["result"]) == ("UNKNOWN", error)
+        world.function.call(502)
+        assert _summary(world.events()) == [("UNKNOWN", "none", None, error)]
