@@ -315,15 +315,29 @@ SUPERVISED_KINDS = {
     "nodePools": "node pool",
 }
 """What the supervisor looks after, by the collection in its resource name."""
+UNREADABLE = "UNKNOWN"
+"""What a supervisor event saw where its check could not read the compute
+(components/supervisor/main.py `UNREADABLE`: a 403 where a grant is wrong, a transport
+error)."""
 
 
 def supervisor_event_text(event: dict[str, Any]) -> str:
     """One supervisor event (components/supervisor/main.py) in words: what it looks after and
     the state it saw, the run's end if that was why, then what it did and how that went;
     `node PREEMPTED -> delete: ok`, `node NOT_FOUND -> create: failed (HTTP 429: ...): next
-    try after <time>`, `node READY run ended (done) -> stop: ok`, `node READY: recovered`."""
+    try after <time>`, `node READY run ended (done) -> stop: ok`, `node READY: recovered`,
+    `instance group cannot be read (HTTP 403: ...): the supervisor can neither recover nor
+    stop it`."""
     parts = str(event.get("resource", "")).split("/")
     kind = SUPERVISED_KINDS.get(parts[-2], parts[-2]) if len(parts) > 1 else "compute"
+    if event.get("seen") == UNREADABLE:
+        error = str(event.get("result", "")).removeprefix("error: ")
+        if event.get("reason"):
+            return (
+                f"{kind} cannot be read ({error}) after the run ended ({event['reason']}): "
+                "it may still be billing"
+            )
+        return f"{kind} cannot be read ({error}): the supervisor can neither recover nor stop it"
     head = f"{kind} {event.get('seen')}"
     result = str(event.get("result", ""))
     if event.get("reason"):
@@ -409,6 +423,7 @@ def _output(record: dict[str, Any] | str, stamp: datetime | None, as_json: bool)
 
 __all__ = [
     "APIS",
+    "UNREADABLE",
     "CloudLogs",
     "FileLogs",
     "LogsError",

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pulumi
 
+from trainstack.components.catalog.supervisor_iam import role_id
 from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
+from trainstack.infra.logs import UNREADABLE
 from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS
 
 if TYPE_CHECKING:
@@ -82,18 +84,53 @@ def stop_command(resource: str) -> str:
     return f"gcloud compute tpus tpu-vm delete {parts[-1]} --zone={parts[3]} --project={parts[1]}"
 
 
+def supervisor_roles(project: str | None, stack: str, resource: str) -> str:
+    """The custom role(s) whose grants let the supervisor read `resource` (for `status`):
+    `trainstack.components.run_supervisor` names them after the stack (`role_id`)."""
+    role = f"projects/{project}/roles/{role_id(stack)}"
+    if "/nodePools/" not in resource:
+        return f"its role ({role})"
+    # A node pool's supervisor reads the pool under a role granted on a condition, and the
+    # pool's instance groups under a second, read-only role (`supervisor_iam.READ_PERMISSIONS`).
+    read = f"projects/{project}/roles/{role_id(stack, 'Read')}"
+    return f"its roles ({role} and its condition on the cluster; {read} for the instance groups)"
+
+
+def _unreadable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest events while the supervisor cannot read the compute (seen `UNREADABLE`),
+    oldest first; none once a check read it again."""
+    trail: list[dict[str, Any]] = []
+    for event in reversed(events):
+        if event.get("seen") != UNREADABLE:
+            break
+        trail.insert(0, event)
+    return trail
+
+
 def supervisor_status(
     events: list[dict[str, Any]],
     state: dict[str, Any],
     cfg: StackConfig,
     hourly_usd: float,
+    stack: str,
 ) -> dict[str, Any]:
     """What `trainstack status` says of the run's end from the supervisor's events and
     state (components/supervisor/main.py): whether its compute was stopped and when (not
     while a group's instances are still being deleted: `compute_stopping`), or what still
     bills (`hourly_usd`, the target's `stoppable_hourly_usd`) and the command
-    that stops it; and the spend against the cap."""
-    ended = [e for e in events if e.get("reason") or e.get("result") == "compute back after a stop"]
+    that stops it; whether it cannot read the compute now (`unreadable`: since when, the
+    error, the roles to check; the compute may still bill then, and the spend it counts
+    leaves out the time it could not see); and the spend against the cap."""
+    trail = _unreadable(events)
+    # An unreadable check that knew the run had ended counts only while nothing was read
+    # since: once a check reads the compute again, it acts and records that.
+    start = len(events) - len(trail)
+    ended = [
+        e
+        for i, e in enumerate(events)
+        if (e.get("reason") and (e.get("seen") != UNREADABLE or i >= start))
+        or e.get("result") == "compute back after a stop"
+    ]
     last = ended[-1] if ended else None
     out: dict[str, Any] = {
         "spend_usd": round(float((state.get("run") or {}).get("spend_usd") or 0.0), 2),
@@ -102,7 +139,17 @@ def supervisor_status(
         "stopped_at": None,
         "still_billing_usd_per_hour": None,
         "stop_command": None,
+        "unreadable": None,
+        "spend_leaves_out_unread_time": any(e.get("seen") == UNREADABLE for e in events),
     }
+    if trail:
+        resource = str(trail[-1]["resource"])
+        out["unreadable"] = {
+            "resource": resource,
+            "error": str(trail[-1]["result"]).removeprefix("error: "),
+            "since": trail[0]["time"],
+            "check": supervisor_roles(cfg.project, stack, resource),
+        }
     if last is None or last.get("result") == "compute back after a stop":
         return out
     out["finished"] = True
@@ -122,7 +169,7 @@ def supervisor_status(
         }
     elif last["action"] == "request_stop":
         out["stopping"] = True  # waiting for the trainer's checkpoint
-    else:
+    else:  # the stop failed, or the compute cannot be read after the run's end
         out["still_billing_usd_per_hour"] = hourly_usd
         out["stop_command"] = stop_command(str(last["resource"]))
     return out
@@ -131,6 +178,13 @@ def supervisor_status(
 def supervisor_lines(status: dict[str, Any]) -> list[str]:
     """`trainstack status`'s lines for `supervisor_status`."""
     lines = []
+    unreadable = status.get("unreadable")
+    if unreadable:
+        lines.append(
+            f"the supervisor cannot read {unreadable['resource']}: {unreadable['error']} "
+            f"since {unreadable['since']}; it can neither recover nor stop it; check "
+            f"{unreadable['check']}"
+        )
     if status["stopped_at"]:
         lines.append(f"finished ({status['reason']}); compute stopped at {status['stopped_at']}")
     elif status.get("compute_stopping"):
@@ -144,6 +198,12 @@ def supervisor_lines(status: dict[str, Any]) -> list[str]:
             f"finishing ({status['reason']}): the trainer was asked to save and stop; the "
             "compute stops once it has"
         )
+    elif status["still_billing_usd_per_hour"] is not None and unreadable:
+        lines.append(
+            f"finished ({status['reason']}) but the compute may still be billing "
+            f"${status['still_billing_usd_per_hour']:,.2f}/hour: the supervisor cannot read "
+            f"it; run: {status['stop_command']}"
+        )
     elif status["still_billing_usd_per_hour"] is not None:
         lines.append(
             f"finished ({status['reason']}) but still billing "
@@ -152,5 +212,10 @@ def supervisor_lines(status: dict[str, Any]) -> list[str]:
         )
     cap = status["max_total_usd"]
     against = f" of the ${cap:,.2f} cap (limits.max_total_usd)" if cap is not None else ""
-    lines.append(f"spend counted by the supervisor: ${status['spend_usd']:,.2f}{against}")
+    unseen = (
+        "; not counting the time it could not read the compute"
+        if status.get("spend_leaves_out_unread_time")
+        else ""
+    )
+    lines.append(f"spend counted by the supervisor: ${status['spend_usd']:,.2f}{against}{unseen}")
     return lines

@@ -1,68 +1,57 @@
 """trainstack run supervisor: brings a preempted TPU slice back and stops a run's compute at
-its end.
+its end. An HTTP Cloud Functions (gen2) function that Cloud Scheduler calls every few minutes
+(`trainstack.components.run_supervisor` ships this file with `config.json` beside it: `kind`
+(`node`, `queued`, `mig`, `node_pool`), `name` (the resource's full name), `body` (TPU kinds:
+the REST body it is created again with), `recover` (whether a preempted slice is
+recreated), `state_uri`, `run` (below)). Each call looks once and waits for nothing.
 
-An HTTP Cloud Functions (gen2) function that Cloud Scheduler calls every few minutes
-(`trainstack.components.run_supervisor` ships this file as the function's source, with
-`config.json` beside it). Each call looks once and waits for nothing; the next call sees the
-progress. `config.json`: `kind` (`node`, `queued`, `mig`, `node_pool`), `name` (the
-resource's full name), `body` (TPU kinds: the REST body it is created again with), `recover`
-(whether a preempted slice is recreated), `state_uri`, and `run` (below).
+Recovery (`recover`): a Spot node PREEMPTED or TERMINATED, or a queued resource SUSPENDED
+or FAILED, is deleted and, once gone, created again with the same name and body (its
+startup script resumes from the newest checkpoint). TPU v2 discovery, Node.State:
+"PREEMPTED: TPU node has been preempted", "TERMINATED: ... has reached the end of its life
+cycle (for preemptible nodes)"; https://cloud.google.com/tpu/docs/preemptible: "If a TPU
+has been preempted, the status changes from READY to PREEMPTED";
+https://cloud.google.com/tpu/docs/queued-resources: "SUSPENDED: The resources specified in
+the request have been deleted. ... it's no longer eligible for further allocation",
+"FAILED: ... The request remains in the queue until it is explicitly deleted". Only a slice
+this supervisor deleted is created again (one a person deleted is reported and left alone).
+A create that fails (capacity, quota) or whose slice never comes up waits
+`BACKOFF_BASE_S * 2**(attempt-1)` s (at most `BACKOFF_MAX_S`) before the next try.
 
-Recovery (`recover`, Spot and queued TPU slices):
-- a node (`kind: node`, a Spot `gcp.tpu.V2Vm`) that is PREEMPTED or TERMINATED is deleted,
-  and once it is gone it is created again with the same name and the same body (its
-  startup script resumes training from the newest checkpoint). Node.State in the TPU v2
-  discovery document: "PREEMPTED: TPU node has been preempted", "TERMINATED: ... has
-  reached the end of its life cycle (for preemptible nodes)"; "If a TPU has been preempted,
-  the status changes from READY to PREEMPTED" (https://cloud.google.com/tpu/docs/preemptible).
-- a queued resource (`kind: queued`) that is SUSPENDED or FAILED is deleted and created
-  again with the same id and body: "SUSPENDED: The resources specified in the request have
-  been deleted. ... it's no longer eligible for further allocation"; "FAILED: ... The request
-  remains in the queue until it is explicitly deleted"
-  (https://cloud.google.com/tpu/docs/queued-resources).
-Only a slice this supervisor deleted is created again: one that vanished otherwise (a person
-deleted it) is reported and left alone. A create that fails (no capacity, quota) or whose
-slice never comes up waits `BACKOFF_BASE_S * 2**(attempt-1)` seconds (at most
-`BACKOFF_MAX_S`) before the next try, whatever the schedule.
-
-The end of the run (`run`: every key optional) stops the compute:
-- `end_uri`: the object the node launcher writes when the run ended for good
-  (`trainstack.trainers.common.run_records`: rank 0's `done`, or a failure the target does
-  not retry), JSON `{"outcome": "done" | "failed" | "stopped", ...}`;
-- `clock_uri` + `max_run_seconds`: the run's first start (Unix seconds, written by the
-  GCE and TPU startup scripts, or by this function at the first call that sees the compute
-  billing without one) and `limits.max_run_hours`;
-- `hourly_usd` + `max_total_usd`: the compute's list price, and `limits.max_total_usd`. The
-  spend is this supervisor's own count: each call adds the time since the previous call at
-  `hourly_usd` while the compute bills (trapezoid over the two calls' views), kept in
-  `state.json` across recoveries and restarts of the same run (`end_uri` names the run).
-The time limit and the spend cap first write the stop request `stop_uri` (the node launcher
-polls it and stops the trainer with SIGTERM, which saves a checkpoint; it then writes
-`end_uri` with outcome `stopped`) and stop the compute once `end_uri` says stopped, or
-`STOP_GRACE_S` after the request. A `done` or `failed` end stops it at once. Stopping: a TPU
-node or queued resource is deleted ("Charges for Cloud TPU accrue while your TPU node is in
-a READY state", https://cloud.google.com/tpu/pricing); a managed instance group is resized
-to 0, a GKE node pool set to 0 nodes, which deletes their VMs (the sources:
-`trainstack.components.catalog.billing`).
-A deleted slice stops billing at once (it leaves READY); a resize does not: "The resize
-operation is marked DONE when the resize actions are scheduled even if the group has not yet
-added or deleted any instances" (the resize page). A group or pool is "stopping" from then
-until a check finds its instances gone (`Group.view`): its spend still counts and nothing is
-called again; that check writes "compute stopped".
+The end of the run (`run`, every key optional) stops the compute: `end_uri`, written by the
+node launcher when the run ended for good (`trainstack.trainers.common.run_records`: rank
+0's `done`, or a failure the target does not retry: `{"outcome": "done" | "failed" |
+"stopped", ...}`); `clock_uri` + `max_run_seconds`: the run's first start (Unix seconds,
+from the GCE and TPU startup scripts, or this function's first call that sees the compute
+billing without one) and `limits.max_run_hours`; `hourly_usd` + `max_total_usd`: the
+compute's list price and `limits.max_total_usd`, against this supervisor's own count (each
+call adds the time since the previous one at `hourly_usd` while the compute bills,
+trapezoid over the two views; in `state.json` across recoveries and restarts of the run
+that `end_uri` names). The limits first write the stop request `stop_uri` (the launcher
+stops the trainer with SIGTERM, which saves a checkpoint, and writes `end_uri` `stopped`)
+and stop the compute once `end_uri` says so, or `STOP_GRACE_S` after the request; `done`
+or `failed` stops it at once. A TPU node or queued resource is deleted ("Charges for Cloud
+TPU accrue while your TPU node is in a READY state", https://cloud.google.com/tpu/pricing),
+which stops its billing at once; a managed instance group is resized to 0 and a GKE node
+pool set to 0 nodes, which deletes their VMs (`trainstack.components.catalog.billing`), but
+"The resize operation is marked DONE when the resize actions are scheduled even if the group
+has not yet added or deleted any instances" (the resize page): the group or pool is
+"stopping", its spend still counted and nothing called again, until a check finds its
+instances gone (`Group.view`) and writes "compute stopped".
 
 Every action is one JSON line appended to `<state_uri>/events.jsonl` (time, resource, state
 seen, action, result, attempt, next allowed time; a stop adds `reason` and `spend_usd`, and
 while a group empties `result: stopping` with `instances_left`; then `compute stopped`);
-`<state_uri>/state.json` holds what the next call needs.
+`<state_uri>/state.json` holds what the next call needs. A call that cannot read the compute
+(a 403 where a grant is wrong, a transport error) records seen `UNKNOWN` with the error, once
+per change (`_unreadable`), and answers 502.
 
-Credentials are the function's service account from the metadata server
-(google.auth.compute_engine). `TRAINSTACK_TPU_API_ENDPOINT`,
-`TRAINSTACK_COMPUTE_API_ENDPOINT` and `TRAINSTACK_CONTAINER_API_ENDPOINT` override the APIs'
-endpoints (tests point them at local fakes; the deployed function never sets them).
+Credentials: its service account (metadata server); `*_ENDPOINT_ENV` point tests at fakes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -77,9 +66,12 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import functions_framework
 import gcsfs
 import google.auth.compute_engine
+import google.auth.exceptions
+import httplib2
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
+Json = dict[str, Any]
 CONFIG_FILE = Path(__file__).with_name("config.json")
 ENDPOINT_ENV = "TRAINSTACK_TPU_API_ENDPOINT"
 COMPUTE_ENDPOINT_ENV = "TRAINSTACK_COMPUTE_API_ENDPOINT"
@@ -90,35 +82,26 @@ STOPPED = "STOPPED"
 """What a group or node pool of size 0 with no instances left is seen as."""
 DELETING_ = "DELETING_"
 """`DELETING_<n>`: a group or pool of size 0 whose `n` instances are still being deleted."""
-RECOVER = {
-    "node": frozenset({"PREEMPTED", "TERMINATED"}),
-    "queued": frozenset({"SUSPENDED", "FAILED"}),
-}
+RECOVER = {"node": ("PREEMPTED", "TERMINATED"), "queued": ("SUSPENDED", "FAILED")}
 HEALTHY = {"node": "READY", "queued": "ACTIVE"}
-BILLING = {
-    # A TPU bills while READY (tpu/pricing); a queued resource's node while it is ACTIVE.
-    "node": frozenset({"READY"}),
-    "queued": frozenset({"ACTIVE"}),
-}
+"""Also what bills: a TPU while READY (tpu/pricing), a queued resource's node while ACTIVE."""
 BACKOFF_BASE_S = 120
 BACKOFF_MAX_S = 3600
 STOP_GRACE_S = 300
 """How long a stop request waits for the trainer's checkpoint before the compute stops."""
-FRESH_RUN: dict[str, Any] = {
-    "spend_usd": 0.0,
-    "last_tick": None,
-    "billing": False,
-    "stop_requested": None,
-    "stopping": None,
-    "stop_reason": None,
-    "stopping_seen": None,
-    "stopped": None,
-}
+WRITE_TRIES = 5
+"""How often a call reads and writes again after losing a race (`Store`)."""
+UNREADABLE = "UNKNOWN"
+"""What a check that could not read the compute saw (`_unreadable`)."""
+READ_ERRORS = (HttpError, OSError, httplib2.HttpLib2Error, google.auth.exceptions.GoogleAuthError)
+FRESH_STATE = {"attempts": 0, "next_allowed": None, "recreate": False}
+FRESH_RUN: Json = {"spend_usd": 0.0, "billing": False} | dict.fromkeys(
+    ("last_tick", "stop_requested", "stopping", "stop_reason", "stopping_seen", "stopped")
+)
 
 
-def load_config() -> dict[str, Any]:
-    config: dict[str, Any] = json.loads(CONFIG_FILE.read_text())
-    return config
+def load_config() -> Json:
+    return dict(json.loads(CONFIG_FILE.read_text()))
 
 
 def _now() -> float:
@@ -135,35 +118,73 @@ def _path(uri: str) -> str:
     return uri.removeprefix("gs://")
 
 
+def _found(request: Any) -> Any:
+    """What a get answers, or None on 404; any other error is raised (`_unreadable`)."""
+    try:
+        return request.execute(num_retries=2)
+    except HttpError as err:
+        if err.resp.status == 404:
+            return None
+        raise
+
+
 class Store:
     """state.json and events.jsonl under `state_uri` (gs://bucket/prefix), and the run's
-    objects beside the checkpoints."""
+    objects beside the checkpoints. Calls can overlap (Cloud Functions "may, for a short
+    period of time, create more instances than the specified max instances limit",
+    cloudfunctions.v2 discovery `maxInstanceCount`; Cloud Scheduler is "at least once",
+    https://cloud.google.com/scheduler/docs/overview), so state.json and events.jsonl are
+    written only if unchanged since read (`ifGenerationMatch`, "0": absent; else HTTP 412,
+    which gcsfs raises as FileExistsError; https://cloud.google.com/storage/docs/
+    request-preconditions)."""
 
     def __init__(self, state_uri: str, credentials: Any) -> None:
         self.fs = gcsfs.GCSFileSystem(token=credentials)
-        self.prefix = _path(state_uri).rstrip("/")
+        self.bucket, _, self.folder = _path(state_uri).rstrip("/").partition("/")
+        self.generation = "0"  # state.json's, as read_state found it
 
-    def read_state(self) -> dict[str, Any]:
-        path = f"{self.prefix}/state.json"
-        if not self.fs.exists(path):
-            return {"attempts": 0, "next_allowed": None, "recreate": False}
-        state: dict[str, Any] = json.loads(self.fs.cat_file(path))
-        return state
+    def _get(self, name: str) -> tuple[bytes, str]:
+        """The object's bytes and generation ("0" where there is none). The generation is
+        read first: bytes newer than it only make the conditional write fail."""
+        try:
+            found = self.fs.call("GET", "b/{}/o/{}", self.bucket, name, json_out=True)
+        except FileNotFoundError:
+            return b"", "0"
+        _, data = self.fs.call("GET", "b/{}/o/{}", self.bucket, name, alt="media")
+        return bytes(data), str(found["generation"])
 
-    def write_state(self, state: dict[str, Any]) -> None:
-        self.fs.pipe_file(f"{self.prefix}/state.json", json.dumps(state, sort_keys=True).encode())
+    def _put(self, name: str, data: bytes, generation: str) -> None:
+        # JSON API `objects.insert` (uploadType=media): gcsfs's writes take no generation but 0.
+        upload = self.fs.base.removesuffix("storage/v1/") + "upload/storage/v1/b/{}/o"
+        self.fs.call(
+            "POST", upload, self.bucket, uploadType="media", name=name, data=data,
+            ifGenerationMatch=generation, headers={"Content-Type": "application/octet-stream"},
+        )  # fmt: skip
 
-    def append_event(self, event: dict[str, Any]) -> None:
-        # Objects cannot be appended to: read, add the line, write back. One call at a time
-        # (the function allows one instance and one request at once), so nothing interleaves.
-        path = f"{self.prefix}/events.jsonl"
-        old = self.fs.cat_file(path) if self.fs.exists(path) else b""
-        self.fs.pipe_file(path, old + json.dumps(event, sort_keys=True).encode() + b"\n")
-        # Also one structured log line: the runtime sends stdout to Cloud Logging, a one-line
-        # JSON object as `jsonPayload` with `severity` and `message` recognised
+    def read_state(self) -> Json:
+        data, self.generation = self._get(f"{self.folder}/state.json")
+        return dict(json.loads(data)) if data else dict(FRESH_STATE)
+
+    def write_state(self, state: Json) -> None:
+        # FileExistsError where another call wrote it meanwhile: `supervise` checks again.
+        data = json.dumps(state, sort_keys=True).encode()
+        self._put(f"{self.folder}/state.json", data, self.generation)
+
+    def append_event(self, event: Json) -> None:
+        # Objects cannot be appended to: read, add the line, write back unless another
+        # call did meanwhile (then again).
+        added = json.dumps(event, sort_keys=True).encode() + b"\n"
+        for _ in range(WRITE_TRIES):
+            old, generation = self._get(f"{self.folder}/events.jsonl")
+            with contextlib.suppress(FileExistsError):
+                self._put(f"{self.folder}/events.jsonl", old + added, generation)
+                break
+        else:
+            raise FileExistsError("events.jsonl changed on every try")
+        # Also one structured log line for `trainstack logs`: stdout goes to Cloud Logging, a
+        # one-line JSON object as `jsonPayload`, `severity` and `message` recognised
         # (https://cloud.google.com/logging/docs/structured-logging, "Special JSON fields";
-        # https://cloud.google.com/functions/docs/monitoring/logging), so `trainstack logs`
-        # reads it beside the trainers' entries.
+        # https://cloud.google.com/functions/docs/monitoring/logging).
         failed = str(event.get("result", "")).startswith("error")
         severity = "WARNING" if failed else "NOTICE" if event["action"] != "none" else "INFO"
         message = f"supervisor: {event['seen']} -> {event['action']}: {event['result']}"
@@ -172,12 +193,9 @@ class Store:
 
     def read(self, uri: str | None) -> bytes | None:
         """The object's bytes, or None where there is none (or no URI)."""
-        if not uri:
-            return None
-        try:
-            return bytes(self.fs.cat_file(_path(uri)))
-        except FileNotFoundError:
-            return None
+        with contextlib.suppress(FileNotFoundError):
+            return bytes(self.fs.cat_file(_path(uri))) if uri else None
+        return None
 
     def write(self, uri: str, data: bytes) -> None:
         self.fs.pipe_file(_path(uri), data)
@@ -198,11 +216,9 @@ def _api(name: str, version: str, endpoint_env: str, credentials: Any) -> Any:
 class Tpu:
     """The one node or queued resource this stack owns, through the TPU v2 REST API."""
 
-    def __init__(self, config: dict[str, Any], credentials: Any) -> None:
+    def __init__(self, config: Json, credentials: Any) -> None:
         self.api = _api("tpu", "v2", ENDPOINT_ENV, credentials)
-        self.kind: str = config["kind"]
-        self.name: str = config["name"]
-        self.body: dict[str, Any] = config["body"]
+        self.kind, self.name, self.body = config["kind"], str(config["name"]), config["body"]
         self.parent, _, self.id = self.name.rpartition(
             "/nodes/" if self.kind == "node" else "/queuedResources/"
         )
@@ -210,39 +226,28 @@ class Tpu:
         self.collection = locations.nodes() if self.kind == "node" else locations.queuedResources()
 
     def state(self) -> str:
-        try:
-            found = self.collection.get(name=self.name).execute(num_retries=2)
-        except HttpError as err:
-            if err.resp.status == 404:
-                return NOT_FOUND
-            raise
-        state = found.get("state")
-        # A node's state is a string; a queued resource's is {"state": ...}.
-        return str(
-            (state.get("state") if isinstance(state, dict) else state) or "STATE_UNSPECIFIED"
-        )
+        found = _found(self.collection.get(name=self.name))
+        if found is None:
+            return NOT_FOUND
+        state = found.get("state")  # a node's is a string; a queued resource's {"state": ...}
+        state = state.get("state") if isinstance(state, dict) else state
+        return str(state or "STATE_UNSPECIFIED")
 
     def billing(self, seen: str) -> bool:
-        return seen in BILLING[self.kind]
+        return seen == HEALTHY[self.kind]
 
     def delete(self) -> None:
-        if self.kind == "queued":
-            # force: an ACTIVE queued resource is deleted with its nodes (without it the
-            # API refuses one that still has nodes).
-            self.collection.delete(name=self.name, force=True).execute(num_retries=2)
-        else:
-            self.collection.delete(name=self.name).execute(num_retries=2)
+        # force: an ACTIVE queued resource is deleted with its nodes (without it the API
+        # refuses one that still has nodes).
+        force = {"force": True} if self.kind == "queued" else {}
+        self.collection.delete(name=self.name, **force).execute(num_retries=2)
 
     stop = delete
     STOPS_AT_ONCE = True  # a node whose delete is accepted is no longer READY (what bills)
 
     def create(self) -> None:
-        if self.kind == "node":
-            self.collection.create(parent=self.parent, nodeId=self.id, body=self.body).execute()
-        else:
-            self.collection.create(
-                parent=self.parent, queuedResourceId=self.id, body=self.body
-            ).execute()
+        key = "nodeId" if self.kind == "node" else "queuedResourceId"
+        self.collection.create(parent=self.parent, body=self.body, **{key: self.id}).execute()
 
 
 def _size_state(views: list[tuple[int, int, bool]]) -> str:
@@ -272,30 +277,23 @@ class Group:
 
     STOPS_AT_ONCE = False
 
-    def __init__(self, config: dict[str, Any], credentials: Any) -> None:
+    def __init__(self, config: Json, credentials: Any) -> None:
         self.api = _api("compute", "v1", COMPUTE_ENDPOINT_ENV, credentials)
         self.name: str = config["name"]
 
     def view(self, name: str) -> tuple[int, int, bool] | None:
-        """(target size, instances left, stable) of the group (one GET), or None where
-        there is none."""
+        """(target size, instances left, stable) of the group (one GET); None if there is none."""
         project, zone, group = _group_parts(name)
-        try:
-            found = (
-                self.api.instanceGroupManagers()
-                .get(project=project, zone=zone, instanceGroupManager=group)
-                .execute(num_retries=2)
-            )
-        except HttpError as err:
-            if err.resp.status == 404:
-                return None
-            raise
+        igm = self.api.instanceGroupManagers()
+        found = _found(igm.get(project=project, zone=zone, instanceGroupManager=group))
+        if found is None:
+            return None
         # targetSize is 0 once a resize to 0 is accepted, VMs or not (module docstring).
-        # compute.v1 discovery document, InstanceGroupManager: `currentActions` counts the
-        # instances by action (`none`, `creating`, `deleting`: "scheduled to be deleted or
-        # are currently being deleted", ...); `status.isStable`: "none of the instances ...
-        # is currently undergoing any type of change (for example, creation, restart, or
-        # deletion); no future changes are scheduled". Empty: all counts 0 and stable.
+        # compute.v1 discovery, InstanceGroupManager: `currentActions` counts instances by
+        # action (`deleting`: "scheduled to be deleted or are currently being deleted", ...);
+        # `status.isStable`: "none of the instances ... is currently undergoing any type of
+        # change (for example, creation, restart, or deletion); no future changes are
+        # scheduled". Empty: all counts 0 and stable.
         left = sum(int(n) for n in (found.get("currentActions") or {}).values())
         stable = (found.get("status") or {}).get("isStable") is True
         return int(found.get("targetSize", 0)), left, stable
@@ -304,7 +302,8 @@ class Group:
         view = self.view(self.name)
         return NOT_FOUND if view is None else _size_state([view])
 
-    def billing(self, seen: str) -> bool:
+    @staticmethod
+    def billing(seen: str) -> bool:
         return seen.startswith(("SIZE_", DELETING_))
 
     def stop(self) -> None:
@@ -321,39 +320,31 @@ class NodePool:
 
     STOPS_AT_ONCE = False
 
-    def __init__(self, config: dict[str, Any], credentials: Any) -> None:
+    def __init__(self, config: Json, credentials: Any) -> None:
         self.api = _api("container", "v1", CONTAINER_ENDPOINT_ENV, credentials)
         self.groups = Group(config, credentials)
         self.name: str = config["name"]
         self.pools = self.api.projects().locations().clusters().nodePools()
 
     def state(self) -> str:
-        try:
-            pool = self.pools.get(name=self.name).execute(num_retries=2)
-        except HttpError as err:
-            if err.resp.status == 404:
-                return NOT_FOUND
-            raise
+        pool = _found(self.pools.get(name=self.name))
+        if pool is None:
+            return NOT_FOUND
         # A node pool reports no node count of its own: its groups' instances are it.
         views = [self.groups.view(url) for url in pool.get("instanceGroupUrls", [])]
         return _size_state([v for v in views if v is not None])
 
-    def billing(self, seen: str) -> bool:
-        return seen.startswith(("SIZE_", DELETING_))
+    billing = staticmethod(Group.billing)
 
     def stop(self) -> None:
         self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
 
 
-TARGETS: dict[str, type[Tpu | Group | NodePool]] = {
-    "node": Tpu,
-    "queued": Tpu,
-    "mig": Group,
-    "node_pool": NodePool,
-}
+Target = Tpu | Group | NodePool
+TARGETS: dict[str, type[Target]] = {"node": Tpu, "queued": Tpu, "mig": Group, "node_pool": NodePool}
 
 
-def target_of(config: dict[str, Any], credentials: Any) -> Tpu | Group | NodePool:
+def target_of(config: Json, credentials: Any) -> Target:
     return TARGETS[config["kind"]](config, credentials)
 
 
@@ -363,17 +354,15 @@ def _error(err: Exception) -> str:
     return f"error: {type(err).__name__}: {err}"
 
 
-def _json(data: bytes | None) -> dict[str, Any] | None:
-    if data is None:
-        return None
+def _json(data: bytes | None) -> Json | None:
     try:
-        value = json.loads(data)
+        value = None if data is None else json.loads(data)
     except ValueError:
-        return {"outcome": "unreadable"}
-    return value if isinstance(value, dict) else {"outcome": "unreadable"}
+        value = "unreadable"
+    return value if value is None or isinstance(value, dict) else {"outcome": "unreadable"}
 
 
-def _count_spend(state: dict[str, Any], billing: bool, hourly_usd: float, now: float) -> None:
+def _count_spend(state: Json, billing: bool, hourly_usd: float, now: float) -> None:
     """Add the time since the previous call at list price: the whole gap while both calls
     saw the compute billing, half of it where one did (it started or stopped in between)."""
     last = state["last_tick"]
@@ -383,9 +372,7 @@ def _count_spend(state: dict[str, Any], billing: bool, hourly_usd: float, now: f
     state["last_tick"], state["billing"] = now, billing
 
 
-def end_reason(
-    run: dict[str, Any], store: Store, state: dict[str, Any], now: float, billing: bool
-) -> str | None:
+def end_reason(run: Json, store: Store, state: Json, now: float, billing: bool) -> str | None:
     """Why the run is over (`done`, `failed`, `stopped`, `max_run_hours`, `max_total_usd`),
     or None while it goes on."""
     ended = _json(store.read(run.get("end_uri")))
@@ -394,9 +381,7 @@ def end_reason(
     return _limit_reason(run, store, state, now, billing)
 
 
-def _limit_reason(
-    run: dict[str, Any], store: Store, state: dict[str, Any], now: float, billing: bool
-) -> str | None:
+def _limit_reason(run: Json, store: Store, state: Json, now: float, billing: bool) -> str | None:
     """`max_run_hours` or `max_total_usd` when that limit is reached, else None."""
     limit = run.get("max_run_seconds")
     started = store.read(run.get("clock_uri")) if limit else None
@@ -414,14 +399,8 @@ def _limit_reason(
 
 
 def _stop(
-    target: Tpu | Group | NodePool,
-    store: Store,
-    run: dict[str, Any],
-    run_config: dict[str, Any],
-    event: dict[str, Any],
-    reason: str,
-    now: float,
-) -> dict[str, Any] | None:
+    target: Target, store: Store, run: Json, run_config: Json, event: Json, reason: str, now: float
+) -> Json | None:
     """Stop the compute for `reason` (the event), or None while a stop request waits."""
     event["reason"], event["spend_usd"] = reason, round(run["spend_usd"], 2)
     stop_uri = run_config.get("stop_uri")
@@ -451,9 +430,7 @@ def _stop(
     return event
 
 
-def _stopping(
-    store: Store, state: dict[str, Any], event: dict[str, Any], left: int | None, now: float
-) -> dict[str, Any]:
+def _stopping(store: Store, state: Json, event: Json, left: int | None, now: float) -> Json:
     """A check while a group or pool empties after its stop: `left` instances still being
     deleted (spend still counted, nothing called again), or None once they are gone."""
     run = state["run"]
@@ -472,29 +449,24 @@ def _stopping(
     return event
 
 
-def supervise_once(
-    target: Tpu | Group | NodePool, store: Store, now: float, config: dict[str, Any]
-) -> dict[str, Any]:
+def supervise_once(target: Target, store: Store, now: float, config: Json) -> Json:
     """Check the compute once, act at most once; the event (or the no-op answer)."""
-    run_config: dict[str, Any] = config.get("run") or {}
+    run_config: Json = config.get("run") or {}
     state = store.read_state()
     # Run-specific state belongs to one run (`end_uri` names it): a new run starts afresh.
     run = state.get("run")
     if not isinstance(run, dict) or run.get("id") != run_config.get("end_uri"):
         run = {"id": run_config.get("end_uri")}
     state["run"] = run = {**FRESH_RUN, **run}
-    seen = target.state()
+    try:
+        seen = target.state()
+    except READ_ERRORS as err:
+        return _unreadable(target, store, state, run_config, _error(err), now)
     billing, left = target.billing(seen), _left(seen)
     _count_spend(run, billing, float(run_config.get("hourly_usd") or 0), now)
-    event: dict[str, Any] = {
-        "time": _iso(now),
-        "resource": target.name,
-        "seen": seen,
-        "action": "none",
-        "result": "ok",
-        "attempt": state["attempts"],
-        "next_allowed": _iso(state["next_allowed"]),
-    }
+    event = _event(target, state, seen, "ok", now)
+    if state.pop("unreadable", None):
+        store.append_event({**event, "result": "read again"})
     if run["stopping"] is not None and (left is not None or not billing):
         return _stopping(store, state, event, left, now)
     if billing and (run["stopped"] is not None or run["stopping"] is not None):
@@ -504,11 +476,8 @@ def supervise_once(
         back = {**event, "result": "compute back after a stop"}
         outcome = (_json(store.read(run_config.get("end_uri"))) or {}).get("outcome")
         requested = store.read(run_config.get("stop_uri")) is not None
-        if (
-            outcome in (None, "stopped")
-            and (requested or outcome)
-            and _limit_reason(run_config, store, run, now, billing) is None
-        ):
+        by_limit = outcome in (None, "stopped") and (requested or outcome)
+        if by_limit and _limit_reason(run_config, store, run, now, billing) is None:
             # Stopped by a limit that no longer holds (raised in the stack): the run goes on.
             store.remove(run_config.get("stop_uri"))
             store.remove(run_config.get("end_uri"))
@@ -544,9 +513,34 @@ def supervise_once(
     return _recover(target, store, state, event, seen, now)
 
 
-def _recover(
-    tpu: Tpu, store: Store, state: dict[str, Any], event: dict[str, Any], seen: str, now: float
-) -> dict[str, Any]:
+def _event(target: Target, state: Json, seen: str, result: str, now: float) -> Json:
+    """What one check saw, before it acts."""
+    attempt, next_allowed = state["attempts"], _iso(state["next_allowed"])
+    return {"time": _iso(now), "resource": target.name, "seen": seen, "action": "none",
+            "result": result, "attempt": attempt, "next_allowed": next_allowed}  # fmt: skip
+
+
+def _unreadable(
+    target: Target, store: Store, state: Json, run_config: Json, error: str, now: float
+) -> Json:
+    """A check that could not read the compute (`error`, a 403 where a grant is wrong): it
+    can neither recover nor stop it. One event per change of the error or of the run's end
+    (`reason`, which the run's own objects still tell), not one per call."""
+    run = state["run"]
+    run["last_tick"] = None  # what it cannot see it cannot count: nothing until a next read
+    event = _event(target, state, UNREADABLE, error, now)
+    reason = None if run["stopped"] else end_reason(run_config, store, run, now, False)
+    if reason is not None:
+        event.update(reason=reason, spend_usd=round(run["spend_usd"], 2))
+    if state.get("unreadable") != [error, reason]:
+        state["unreadable"] = [error, reason]
+        store.append_event(event)
+    store.write_state(state)
+    return event
+
+
+def _recover(tpu: Tpu, store: Store, state: Json, event: Json, seen: str, now: float) -> Json:
+    record = True
     if seen in RECOVER[tpu.kind]:
         event["action"] = "delete"
         try:
@@ -555,16 +549,13 @@ def _recover(
         except HttpError as err:
             event["result"] = _error(err)
     elif seen == NOT_FOUND and not state["recreate"]:
-        if state.get("reported_missing"):
-            store.write_state(state)
-            return event
-        event["result"] = "missing, and not deleted by this supervisor: left alone"
+        record = not state.get("reported_missing")  # reported once
+        if record:
+            event["result"] = "missing, and not deleted by this supervisor: left alone"
         state["reported_missing"] = True
+    elif seen == NOT_FOUND and state["next_allowed"] is not None and now < state["next_allowed"]:
+        record, event["result"] = False, "backoff"
     elif seen == NOT_FOUND:
-        if state["next_allowed"] is not None and now < state["next_allowed"]:
-            event["result"] = "backoff"
-            store.write_state(state)
-            return event
         attempt = state["attempts"] + 1
         event["action"], event["attempt"] = "create", attempt
         try:
@@ -580,9 +571,9 @@ def _recover(
         event["action"], event["result"] = "none", "recovered"
         state.update(attempts=0, next_allowed=None, recreate=False, reported_missing=False)
     else:
-        store.write_state(state)
-        return event  # healthy, or on its way somewhere: the next call looks again
-    store.append_event(event)
+        record = False  # healthy, or on its way somewhere: the next call looks again
+    if record:
+        store.append_event(event)
     store.write_state(state)
     return event
 
@@ -592,9 +583,18 @@ def supervise(request: Any) -> tuple[str, int, dict[str, str]]:
     """The HTTP entry point (`entry_point: supervise`)."""
     config = load_config()
     credentials = google.auth.compute_engine.Credentials(scopes=list(SCOPES))
-    event = supervise_once(
-        target_of(config, credentials), Store(config["state_uri"], credentials), _now(), config
-    )
-    # Always 200 when the check ran: Cloud Scheduler retries failures, and retries are
-    # exactly the tight loop the backoff avoids.
-    return json.dumps(event, sort_keys=True), 200, {"Content-Type": "application/json"}
+    target = target_of(config, credentials)
+    for _ in range(WRITE_TRIES):
+        # FileExistsError: an overlapping call wrote state.json first; check again from it.
+        with contextlib.suppress(FileExistsError):
+            event = supervise_once(target, Store(config["state_uri"], credentials), _now(), config)
+            break
+    else:
+        raise FileExistsError("state.json changed on every try")
+    # 200 when the check ran, even where an action failed (the event says so; the backoff
+    # paces new tries). 502 where it could not read the compute, so Cloud Scheduler's log
+    # shows a failed attempt ("The job is acknowledged by means of an HTTP response code in
+    # the range [200 - 299]", cloudscheduler.v1 `HttpTarget`; retryCount 0: no retry): 502,
+    # the call behind this one failed, unlike a crash here (500) or the platform's 503.
+    status = 502 if event["seen"] == UNREADABLE else 200
+    return json.dumps(event, sort_keys=True), status, {"Content-Type": "application/json"}

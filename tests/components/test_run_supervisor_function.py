@@ -22,7 +22,7 @@ from tests import REPO_ROOT
 from tests.components.test_tpu_supervisor_function import SA, Function
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
-from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.gcs_emulator import free_port, running_gcs_emulator
 from tests.fakes.metadata_fake import MetadataFake
 from tests.fakes.tpu_server import TpuFakeServer
 from trainstack.components._discovery import validate_body
@@ -75,13 +75,14 @@ class World:
     def put(self, uri: str, value: Any) -> None:
         self.fs.pipe_file(uri.removeprefix("gs://"), json.dumps(value).encode())
 
-    def status_lines(self) -> list[str]:
-        """`trainstack status`'s supervisor lines for the events and state so far."""
+    def status_lines(self, stack: str = "prod-a100-gce") -> list[str]:
+        """`trainstack status`'s supervisor lines for the events and state so far (the
+        stack's config and name; $58.77/hour)."""
         self.fs.invalidate_cache()
         state = json.loads(self.fs.cat_file(f"{STATE}/state.json"))
-        stack = yaml.safe_load((REPO_ROOT / "stacks/Pulumi.prod-a100-gce.yaml").read_text())
-        cfg = load_stack_config(stack["config"])
-        return supervisor_lines(supervisor_status(self.events(), state, cfg, 58.77))
+        loaded = yaml.safe_load((REPO_ROOT / f"stacks/Pulumi.{stack}.yaml").read_text())
+        cfg = load_stack_config(loaded["config"])
+        return supervisor_lines(supervisor_status(self.events(), state, cfg, 58.77, stack))
 
     def read(self, uri: str) -> Any:
         self.fs.invalidate_cache()
@@ -90,7 +91,13 @@ class World:
 
 @contextlib.contextmanager
 def _world(
-    tmp: Path, gcs: str, config: dict[str, Any], *, clean: bool = True, deletion_gets: int = 1
+    tmp: Path,
+    gcs: str,
+    config: dict[str, Any],
+    *,
+    clean: bool = True,
+    deletion_gets: int = 1,
+    compute_endpoint: str | None = None,
 ) -> Iterator[World]:
     bundle = build_source(config, tmp / "build")
     folder = tmp / f"source-{bundle.sha256[:8]}"
@@ -111,7 +118,7 @@ def _world(
             "GCE_METADATA_IP": metadata.host,
             "STORAGE_EMULATOR_HOST": gcs,
             "TRAINSTACK_TPU_API_ENDPOINT": tpu.endpoint,
-            "TRAINSTACK_COMPUTE_API_ENDPOINT": compute.endpoint,
+            "TRAINSTACK_COMPUTE_API_ENDPOINT": compute_endpoint or compute.endpoint,
             "TRAINSTACK_CONTAINER_API_ENDPOINT": container.endpoint,
         }
         function = Function(folder, env)
@@ -368,3 +375,150 @@ def test_a_stop_request_left_without_the_trainers_record_is_withdrawn_too(
             "compute back after a stop; the limits no longer hold: stop request withdrawn"
         )
         assert world.compute.resizes == []
+
+
+ROLE = "projects/my-ml-project/roles/trainstackSupervisor"
+NOT_COUNTED = "; not counting the time it could not read the compute"
+DENIED_GROUP = f"Required 'compute.instanceGroupManagers.get' permission for '{MIG}'"
+
+
+def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_readable(
+    tmp_path: Path, gcs: str
+) -> None:
+    run = {**RUN, "hourly_usd": 360000.0}
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    group = "p/us-central1-a/exp-42-a100"
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[group] = {"targetSize": 2}
+        assert world.function.call()["seen"] == "SIZE_2"
+        world.compute.denied = DENIED_GROUP  # the grant is wrong: every GET answers 403
+        error = f"error: HTTP 403: {DENIED_GROUP}"
+        first = world.function.call(502)
+        assert (first["seen"], first["action"], first["result"]) == ("UNKNOWN", "none", error)
+        assert world.function.call(502)["result"] == error  # the same error: not recorded again
+        cannot = (
+            f"the supervisor cannot read {MIG}: HTTP 403: {DENIED_GROUP} since {first['time']}; "
+            f"it can neither recover nor stop it; check its role ({ROLE}_prod_a100_gce)"
+        )
+        # Nothing counted: the one readable call only started the count.
+        assert world.status_lines() == [
+            cannot,
+            f"spend counted by the supervisor: $0.00{NOT_COUNTED}",
+        ]
+        world.put(RUN["end_uri"], {"outcome": "done", "step": 100})
+        ended = world.function.call(502)  # the run's end is news: recorded
+        assert (ended["reason"], ended["result"]) == ("done", error)
+        assert world.compute.resizes == []
+        assert world.status_lines() == [
+            cannot,
+            "finished (done) but the compute may still be billing $58.77/hour: the supervisor "
+            "cannot read it; run: gcloud compute instance-groups managed resize exp-42-a100 "
+            "--size=0 --zone=us-central1-a --project=p",
+            f"spend counted by the supervisor: $0.00{NOT_COUNTED}",
+        ]
+        assert json.loads(world.function.printed()[-1]) == {
+            **ended,
+            "severity": "WARNING",
+            "message": f"supervisor: UNKNOWN -> none: {error}",
+        }
+        world.compute.denied = None  # the permission is back
+        back = world.function.call()
+        assert (back["seen"], back["action"], back["reason"], back["result"]) == (
+            "SIZE_2",
+            "stop",
+            "done",
+            "stopping",
+        )
+        assert world.compute.resizes == [(group, 0)]
+        assert _summary(world.events()) == [
+            ("UNKNOWN", "none", None, error),
+            ("UNKNOWN", "none", "done", error),
+            ("SIZE_2", "none", None, "read again"),
+            ("SIZE_2", "stop", "done", "stopping"),
+        ]
+        assert world.status_lines() == [
+            f"finished (done); stopping the compute since {back['time']} "
+            "(2 instance(s) still being deleted)",
+            f"spend counted by the supervisor: $0.00{NOT_COUNTED}",
+        ]
+
+
+def test_a_node_pool_it_cannot_read_names_both_roles_and_records_each_new_error(
+    tmp_path: Path, gcs: str
+) -> None:
+    config = supervisor_config("node_pool", POOL, None, BUCKET, "exp-42", run=RUN)
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[POOL_GROUP] = {"targetSize": 2}
+        url = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/"
+        url += "instanceGroupManagers/" + POOL_GROUP.rsplit("/", 1)[-1]
+        world.container.pools[POOL] = {"instanceGroupUrls": [url]}
+        pool_denied = f"Permission 'container.clusters.get' denied on resource '{POOL}'"
+        world.container.denied = pool_denied
+        first = world.function.call(502)
+        world.function.call(502)
+        world.container.denied = None  # the pool is readable, its instance group is not
+        group_denied = f"Required 'compute.instanceGroupManagers.get' permission for '{url}'"
+        world.compute.denied = group_denied
+        assert world.function.call(502)["result"] == f"error: HTTP 403: {group_denied}"
+        assert _summary(world.events()) == [
+            ("UNKNOWN", "none", None, f"error: HTTP 403: {pool_denied}"),
+            ("UNKNOWN", "none", None, f"error: HTTP 403: {group_denied}"),
+        ]
+        assert world.status_lines("dev-a100-gke") == [
+            f"the supervisor cannot read {POOL}: HTTP 403: {group_denied} since "
+            f"{first['time']}; it can neither recover nor stop it; check its roles "
+            f"({ROLE}_dev_a100_gke and its condition on the cluster; "
+            f"{ROLE}Read_dev_a100_gke for the instance groups)",
+            f"spend counted by the supervisor: $0.00{NOT_COUNTED}",
+        ]
+        world.compute.denied = None
+        assert world.function.call()["seen"] == "SIZE_2"
+        assert _summary(world.events())[-1] == ("SIZE_2", "none", None, "read again")
+        assert world.status_lines("dev-a100-gke") == [
+            f"spend counted by the supervisor: $0.00{NOT_COUNTED}"
+        ]
+
+
+def test_a_slice_it_cannot_read_past_max_run_hours_may_still_bill_and_is_stopped_once_read(
+    tmp_path: Path, gcs: str
+) -> None:
+    run = {**RUN, "max_run_seconds": 3600}
+    config = supervisor_config("node", NODE, BODY, BUCKET, "exp-42", run=run)
+    with _world(tmp_path, gcs, config) as world:
+        world.tpu.nodes[NODE] = {**BODY, "name": NODE, "state": "READY"}
+        world.fs.pipe_file(RUN["clock_uri"].removeprefix("gs://"), b"%d" % (time.time() - 3601))
+        denied = f"Permission 'tpu.nodes.get' denied on '{NODE}'"
+        world.tpu.denied = denied
+        first = world.function.call(502)
+        assert (first["seen"], first["reason"]) == ("UNKNOWN", "max_run_hours")
+        world.fs.invalidate_cache()
+        assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))  # no request blind
+        assert world.status_lines() == [
+            f"the supervisor cannot read {NODE}: HTTP 403: {denied} since {first['time']}; it "
+            f"can neither recover nor stop it; check its role ({ROLE}_prod_a100_gce)",
+            "finished (max_run_hours) but the compute may still be billing $58.77/hour: the "
+            "supervisor cannot read it; run: gcloud compute tpus tpu-vm delete exp-42-tpu "
+            "--zone=us-west4-a --project=p",
+            f"spend counted by the supervisor: $0.00{NOT_COUNTED}",
+        ]
+        world.tpu.denied = None
+        request = world.function.call()
+        assert (request["action"], request["reason"]) == ("request_stop", "max_run_hours")
+        assert world.read(RUN["stop_uri"])["reason"] == "max_run_hours"
+        assert world.status_lines()[0] == (
+            "finishing (max_run_hours): the trainer was asked to save and stop; the compute "
+            "stops once it has"
+        )
+
+
+def test_a_compute_api_it_cannot_reach_is_recorded_once_as_a_transport_error(
+    tmp_path: Path, gcs: str
+) -> None:
+    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    nowhere = f"http://127.0.0.1:{free_port()}/compute/v1/"  # nothing listens there
+    with _world(tmp_path, gcs, config, compute_endpoint=nowhere) as world:
+        error = "error: ConnectionRefusedError: [Errno 111] Connection refused"
+        first = world.function.call(502)
+        assert (first["seen"], first["result"]) == ("UNKNOWN", error)
+        world.function.call(502)
+        assert _summary(world.events()) == [("UNKNOWN", "none", None, error)]

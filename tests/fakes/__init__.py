@@ -9,6 +9,7 @@ from typing import Any, Protocol, Self
 
 STATUS_NAMES = {
     400: "FAILED_PRECONDITION",
+    403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     409: "ALREADY_EXISTS",
     429: "RESOURCE_EXHAUSTED",

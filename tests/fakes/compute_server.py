@@ -6,6 +6,7 @@ Operation and sets `targetSize`, as the discovery document's method does).
         server.instances["p/us-central1-c/vm-0"] = {"status": "RUNNING", ...}
         server.groups["p/us-central1-a/g"] = {"targetSize": 2}
         server.endpoint   # the API's base URL, `http://127.0.0.1:<port>/compute/v1/`
+        server.denied = "Required 'compute.instanceGroupManagers.get' permission"  # GETs: 403
         # GET {endpoint}projects/p/zones/us-central1-c/instances/vm-0
 
 An instance the test did not add answers 404 in Google's error shape; the answer carries
@@ -55,6 +56,9 @@ class ComputeFakeServer(LocalServer):
         self.deletion_gets = deletion_gets
         """How many GETs of a group still find the instances a resize down deletes."""
         self.requests: list[tuple[str, str]] = []
+        self.denied: str | None = None
+        """When set, every GET answers 403 PERMISSION_DENIED with this message, as Google
+        does to a caller without the permission (a grant missing or its condition false)."""
         self.resizes: list[tuple[str, int]] = []
         """(`<project>/<zone>/<name>`, size) of every resize call."""
         self.gone: dict[str, float] = {}
@@ -86,6 +90,8 @@ class ComputeFakeServer(LocalServer):
         path = urlsplit(raw_path).path
         with self._lock:
             self.requests.append((method, path))
+            if self.denied is not None and method == "GET":
+                return 403, google_error(403, self.denied)
             group = _GROUP.match(path)
             if group is not None:
                 return self._group(method, group.groups(), parse_qs(urlsplit(raw_path).query))

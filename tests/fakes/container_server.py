@@ -6,6 +6,7 @@
         }
         server.endpoint   # the API's base URL, `http://127.0.0.1:<port>/`
         server.set_sizes  # [(name, request body), ...]
+        server.denied = "Permission 'container.clusters.get' denied"  # every GET answers 403
 
 `POST v1/{name}:setSize` with a `SetNodePoolSizeRequest` body answers an Operation and calls
 `on_set_size(name, nodeCount)`: tests resize the pool's instance groups in the Compute Engine
@@ -36,6 +37,9 @@ class ContainerFakeServer(LocalServer):
         self.pools: dict[str, dict[str, Any]] = {}
         self.set_sizes: list[tuple[str, Any]] = []
         self.on_set_size: Callable[[str, int], None] | None = None
+        self.denied: str | None = None
+        """When set, every GET answers 403 PERMISSION_DENIED with this message, as Google
+        does to a caller without the permission (a grant missing or its condition false)."""
         self._lock = threading.Lock()
         super().__init__(json_handler(self))
 
@@ -46,6 +50,8 @@ class ContainerFakeServer(LocalServer):
     def handle(self, method: str, raw_path: str, body: Any) -> tuple[int, Any] | None:
         path = urlsplit(raw_path).path
         with self._lock:
+            if self.denied is not None and method == "GET":
+                return 403, google_error(403, self.denied)
             match = _POOL.match(path)
             if match is None:
                 return 404, google_error(404, f"no route {method} {path}")

@@ -6,6 +6,7 @@
         server.fail_next(2, 503, "POST")  # the next two POSTs get 503
         server.drop_after_create()        # next create succeeds, then the connection drops
         server.requests                   # [(method, path, query, json body or None), ...]
+        server.denied = "Permission 'tpu.nodes.get' denied"  # every GET answers 403
 
 Endpoints (`v2/projects/{p}/locations/{zone}/...`), as `tpu.v2`'s discovery document and
 https://cloud.google.com/tpu/docs/queued-resources describe them:
@@ -65,6 +66,9 @@ class TpuFakeServer(LocalServer):
         self.nodes: dict[str, dict[str, Any]] = {}
         self.requests: list[Request] = []
         self.hosts_override: int | None = None
+        self.denied: str | None = None
+        """When set, every GET answers 403 PERMISSION_DENIED with this message, as Google
+        does to a caller without the permission (a grant missing or its condition false)."""
         self._plans: dict[str, list[str]] = {}
         self._errors: dict[str, dict[str, Any]] = {}
         self._next_plan: tuple[list[str], dict[str, Any] | None] | None = None
@@ -126,6 +130,8 @@ class TpuFakeServer(LocalServer):
         path, query = url.path, parse_qs(url.query)
         with self._lock:
             self.requests.append((method, path, query, body))
+            if self.denied is not None and method == "GET":
+                return 403, google_error(403, self.denied)
             for i, (status, only) in enumerate(self._faults):
                 if only is None or only == method:
                     del self._faults[i]

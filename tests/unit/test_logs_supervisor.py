@@ -184,6 +184,20 @@ def test_json_prints_the_supervisor_record(tmp_path: Path) -> None:
             event(1, "READY", "none", "compute back after a stop"),
             "node READY: compute back after a stop",
         ),
+        (
+            {
+                **event(1, "UNKNOWN", "none", "error: HTTP 403: Required 'compute.x' permission"),
+                "resource": "projects/p/zones/us-central1-a/instanceGroupManagers/exp-a100",
+            },
+            "instance group cannot be read (HTTP 403: Required 'compute.x' permission): the "
+            "supervisor can neither recover nor stop it",
+        ),
+        (
+            event(1, "UNKNOWN", "none", "error: HTTP 403: denied", reason="done", spend_usd=1.0),
+            "node cannot be read (HTTP 403: denied) after the run ended (done): it may still be "
+            "billing",
+        ),
+        (event(1, "READY", "none", "read again"), "node READY: read again"),
     ],
 )
 def test_supervisor_event_text(record: dict[str, Any], text: str) -> None:

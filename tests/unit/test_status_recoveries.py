@@ -141,3 +141,34 @@ def test_status_says_whether_the_compute_was_stopped_and_the_spend(
     code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/events.jsonl")
     assert (code, err) == (0, "")
     assert out.splitlines()[-3:-1] == [expected, "spend counted by the supervisor: $12.50"]
+
+
+def test_status_says_the_compute_may_still_bill_when_the_supervisor_cannot_read_it(
+    tmp_path: Path, gcs: str
+) -> None:
+    bucket = f"{P}-{STACK}-checkpoints"
+    checkpoints(gcs, STACK, [100], [])
+    denied = f"Permission 'tpu.nodes.get' denied on '{NODE}'"
+    unread = {**_stop_event(f"error: HTTP 403: {denied}"), "seen": "UNKNOWN", "action": "none"}
+    first = {**unread, "time": "2026-11-23T12:00:00Z"}
+    del first["reason"], first["spend_usd"]
+    lines = b"".join(json.dumps(e).encode() + b"\n" for e in [*EVENTS, first, unread])
+    _upload(gcs, bucket, f"supervisor/{STACK}/events.jsonl", lines)
+    state = {"attempts": 0, "run": {"spend_usd": 12.5}}
+    _upload(gcs, bucket, f"supervisor/{STACK}/state.json", json.dumps(state).encode())
+    code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/events.jsonl")
+    assert (code, err) == (0, "")
+    delete = f"gcloud compute tpus tpu-vm delete {STACK}-tpu --zone=us-west4-a --project={P}"
+    assert out.splitlines()[-6:-1] == [
+        f"  2026-11-23T12:00:00Z node cannot be read (HTTP 403: {denied}): the supervisor can "
+        "neither recover nor stop it",
+        f"  2026-11-23T12:10:00Z node cannot be read (HTTP 403: {denied}) after the run ended "
+        "(done): it may still be billing",
+        f"the supervisor cannot read {NODE}: HTTP 403: {denied} since 2026-11-23T12:00:00Z; it "
+        f"can neither recover nor stop it; check its role (projects/{P}/roles/"
+        "trainstackSupervisor_dev_tpu_v5e)",
+        "finished (done) but the compute may still be billing $7.68/hour: the supervisor "
+        f"cannot read it; run: {delete}",
+        "spend counted by the supervisor: $12.50; not counting the time it could not read the "
+        "compute",
+    ]
