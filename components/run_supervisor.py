@@ -33,15 +33,12 @@ write (the checkpoint bucket) changes what the supervisor creates; a new body (n
 script) makes a new bundle and redeploys the function.
 
 Permissions of its own account (`<deployment>-sup`):
-- a custom project role holding only the calls it makes (`PERMISSIONS`: get, create and
-  delete of the TPU node or queued resource, which Cloud TPU authorises with `tpu.nodes.*`
-  (`TPU_PERMISSIONS_SOURCE`); only get and delete where it never recreates; get and resize of the instance group; get and setSize of the node pool).
-  Narrowed to the one resource only where Google honours a condition on it
-  (`CONDITIONS_SOURCE`): the GKE grant holds for the stack's cluster alone
-  (`cluster_condition`), and the pool's instance groups are read through a second,
-  read-only role (`READ_PERMISSIONS`). Cloud TPU and instance group managers ignore resource
-  names in conditions (a condition there denies every call), so those grants are
-  project-wide, held to these permissions by the policy pack.
+- a custom project role holding only the calls it makes (`PERMISSIONS`, with sources in
+  `catalog.supervisor_iam`: the TPU node or queued resource through `tpu.nodes.*`; the
+  group's get and resize; the pool's get and setSize). Only the GKE grant can be held to the
+  one resource (`cluster_condition`; the pool's groups are read through a second, read-only
+  role, `READ_PERMISSIONS`): Cloud TPU and instance group managers do not recognise resource
+  names in conditions, so those grants are project-wide, held by the policy pack.
 - `roles/iam.serviceAccountUser` on the training account only, where it recreates a slice
   (it only creates the body in its bundle, which names the training account; a Node without
   `serviceAccount.email` runs as the default Compute Engine account, tpu.v2 discovery: "If
@@ -110,8 +107,7 @@ from trainstack.components.tpu_pod_slice import (
 
 TOKEN: Final = "trainstack:supervision:RunSupervisor"
 OLD_TOKENS: Final = ("trainstack:tpu:TpuSupervisor",)
-"""Earlier type tokens of this component (it was `TpuSupervisor`): aliases, so a stack
-deployed before the rename keeps its resources instead of replacing them."""
+"""Its earlier type tokens: aliases, so a stack deployed before the rename keeps it."""
 COMPONENT_LABEL: Final = "run-supervisor"
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
 SOURCE_FILES: Final = ("main.py",)
@@ -122,17 +118,15 @@ REQUIREMENTS: Final = (
     "google-auth-httplib2==0.4.4",
     "gcsfs==2026.10.1",
 )
-"""The bundle's requirements.txt (what main.py imports; the runtime installs it at build),
-pinned to the versions the tests run main.py with, so every build of one zip gets the same
-libraries. Kept here, not as a file: an installed trainstack's package data has no .txt."""
+"""The bundle's requirements.txt (what main.py imports), pinned to the versions the tests run
+main.py with, so every build of one zip gets the same libraries (here: no .txt package data)."""
 OBJECT_PREFIX: Final = "supervisor/"
 RUNTIME: Final = "python312"
 """Cloud Run functions Python runtime ids (https://cloud.google.com/run/docs/runtimes/python):
 python312 is supported, deprecated 2028-10-02."""
 ENTRY_POINT: Final = "supervise"
 DEFAULT_SCHEDULE: Final = "*/2 * * * *"
-CHECK_INTERVAL_S: Final = 120
-"""`DEFAULT_SCHEDULE`'s interval: what a check can see late."""
+CHECK_INTERVAL_S: Final = 120  # DEFAULT_SCHEDULE's interval: how late a check can see
 STOP_GRACE_S: Final = 300
 """`supervisor/main.py`'s wait for the trainer's checkpoint after a stop request (the bundle
 cannot import this module; a test holds the two equal)."""
@@ -542,7 +536,8 @@ class RunSupervisor(pulumi.ComponentResource):
             ),
             service_config=cloudfunctionsv2.FunctionServiceConfigArgs(
                 service_account_email=self.account.email,
-                # One check at a time: the events file is read, extended and written back.
+                # Mostly one check at a time; Google may briefly run more, so main.py's
+                # writes carry generation preconditions (its `Store`).
                 max_instance_count=1,
                 max_instance_request_concurrency=1,
                 available_memory="256M",
