@@ -207,7 +207,9 @@ def render_status(info: dict[str, Any]) -> list[str]:
         lines += [f"  {h['name']}: {h['state']} {h['address'] or '-'}" for h in info["hosts"]]
     if "recoveries" in info:
         events = info["recoveries"]
-        lines.append(f"recoveries: {len(events)} supervisor action(s) recorded")
+        lines.append(
+            f"supervisor: {len(events)} action(s) recorded (recoveries, stops, what it saw)"
+        )
         # The wording `trainstack logs` shows them with.
         lines += [f"  {e['time']} {supervisor_event_text(e)}" for e in events[-RECOVERIES_SHOWN:]]
     lines += supervisor_lines(info["supervisor"]) if "supervisor" in info else []
@@ -215,6 +217,20 @@ def render_status(info: dict[str, Any]) -> list[str]:
     if info["target"] == "local":
         # A local run's processes have no start time in the outputs and cost nothing billed.
         lines.append("cost so far: $0.00 (a local run: this machine, no Google Cloud resources)")
+    elif "supervisor" in info:
+        # The supervisor's count (above) is the run's, across recoveries and restarts; this
+        # compute's own age restarts with every recreated slice.
+        if info["cost_usd"] is None:
+            lines.append(
+                f"this compute: not running now (${info['hourly_usd']:.2f}/hour at list price "
+                "when it is); the run's spend is the supervisor's count above"
+            )
+        else:
+            lines.append(
+                f"this compute: ${info['cost_usd']:.2f} at list price "
+                f"(${info['hourly_usd']:.2f}/hour x {info['hours']:.2f} h since "
+                f"{info['started']}); the run's spend is the supervisor's count above"
+            )
     elif info["cost_usd"] is None:
         lines.append(f"cost so far: - (not started; ${info['hourly_usd']:.2f}/hour at list price)")
     else:

@@ -107,6 +107,10 @@ def _unreadable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return trail
 
 
+LIMIT_KEYS = {"max_total_usd": "limits.max_total_usd", "max_run_hours": "limits.max_run_hours"}
+"""The stack keys of the limits a stop request names."""
+
+
 def supervisor_status(
     events: list[dict[str, Any]],
     state: dict[str, Any],
@@ -154,6 +158,10 @@ def supervisor_status(
         return out
     out["finished"] = True
     out["reason"] = last["reason"]
+    asked = [e["reason"] for e in ended if e.get("action") == "request_stop"]
+    if last["reason"] == "stopped" and asked:
+        # The trainer's end record says only that it stopped; the request says why.
+        out["reason"] = f"stopped at {LIMIT_KEYS.get(asked[-1], asked[-1])}"
     if last["action"] in ("stop", "none") and last["result"] in (
         "ok",
         "run ended; compute already stopped",

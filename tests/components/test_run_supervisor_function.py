@@ -255,6 +255,11 @@ def test_a_gke_run_past_max_run_hours_saves_then_its_pool_goes_to_zero(
         assert world.function.call()["seen"] == "STOPPED"
         assert world.function.call()["result"] == "stopped"
         assert len(world.container.set_sizes) == 1
+        # The end record says only "stopped"; status names the limit that asked for it.
+        [finished] = [x for x in world.status_lines("dev-a100-gke") if x.startswith("finished")]
+        assert finished.startswith(
+            "finished (stopped at limits.max_run_hours); compute stopped at "
+        )
         assert _summary(world.events()) == [
             ("SIZE_2", "request_stop", "max_run_hours", "ok"),
             ("SIZE_2", "stop", "stopped", "stopping"),

@@ -356,7 +356,7 @@ def test_a_preempted_spot_v4_16_is_recreated_and_finishes_with_the_uninterrupted
         f"  {times[2]} node READY: recovered",
     ]
     shown = out.splitlines()
-    at = shown.index("recoveries: 3 supervisor action(s) recorded")
+    at = shown.index("supervisor: 3 action(s) recorded (recoveries, stops, what it saw)")
     assert shown[at + 1 : at + 4] == listed
 
 

@@ -191,7 +191,7 @@ def test_status_refused_by_the_api() -> None:
         )
     _one_error(
         result,
-        f"error: --job: cannot read {JOB}: HTTP 403: UNKNOWN injected fault; valid: "
+        f"error: --job: cannot read {JOB}: HTTP 403: PERMISSION_DENIED injected fault; valid: "
         "credentials allowed aiplatform.customJobs.get in project 'p' (roles/aiplatform.viewer)",
     )
 

@@ -88,12 +88,15 @@ def test_status_lists_the_supervisor_actions(tmp_path: Path, gcs: str) -> None:
     _upload(gcs, bucket, f"supervisor/{STACK}/events.jsonl", lines)
     code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/events.jsonl")
     assert (code, err) == (0, "")
-    assert out.splitlines()[-6:-1] == [
-        "recoveries: 3 supervisor action(s) recorded",
+    assert out.splitlines()[-6:] == [
+        "supervisor: 3 action(s) recorded (recoveries, stops, what it saw)",
         "  2026-11-23T11:40:00Z node PREEMPTED -> delete: ok",
         "  2026-11-23T11:44:00Z node NOT_FOUND -> create: ok",
         "  2026-11-23T11:50:00Z node READY: recovered",
         "spend counted by the supervisor: $0.00",
+        # The recreated node's own age, not the run's spend (that is the count above).
+        "this compute: $1.28 at list price ($7.68/hour x 0.17 h since 2026-11-23T11:50:00Z); "
+        "the run's spend is the supervisor's count above",
     ]
 
 
@@ -101,7 +104,7 @@ def test_no_events_yet_reads_as_none_recorded(tmp_path: Path, gcs: str) -> None:
     bucket = f"{P}-{STACK}-checkpoints"
     code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/none.jsonl")
     assert (code, err) == (0, "")
-    assert "recoveries: 0 supervisor action(s) recorded" in out.splitlines()
+    assert "supervisor: 0 action(s) recorded (recoveries, stops, what it saw)" in out.splitlines()
 
 
 def _stop_event(result: str) -> dict[str, object]:
