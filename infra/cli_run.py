@@ -57,7 +57,11 @@ def status(
     now: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Where a deployed stack's training stands, on every target: state, step reached, last
-    checkpoint, hosts or pods up, cost so far at list price. `--job` reads one Vertex AI job.
+    checkpoint, hosts or pods up, cost so far at list price. On tpu and gpu_cluster stacks
+    also the run supervisor's actions (recoveries, stops), whether the compute was stopped at
+    the run's end or still bills (with the command that stops it), the spend it counted
+    against limits.max_total_usd, and what still bills after the stop. `--job` reads one
+    Vertex AI job.
 
     Exit 0 while training is queued or running and when it succeeded; 1 when it failed, was
     cancelled or expired; 2 when it cannot be read (no credentials, no access, no outputs).
