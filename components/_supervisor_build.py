@@ -10,7 +10,11 @@ import pulumi
 from pulumi_gcp import projects, serviceaccount, storage
 
 from trainstack.components._naming import account_id
-from trainstack.components.catalog.supervisor_iam import BUILD_PROJECT_ROLES, BUILD_SOURCE_ROLE
+from trainstack.components.catalog.supervisor_iam import (
+    BUILD_COPY_CONDITION,
+    BUILD_PROJECT_ROLES,
+    BUILD_SOURCE_ROLE,
+)
 
 BUILD_ROLE_NAMES = {
     "roles/logging.logWriter": "logs",
@@ -35,8 +39,9 @@ def build_account(
     staging_bucket: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
 ) -> BuildAccount:
-    """`<deployment>-sup-build` with logging and Artifact Registry writes on the project and
-    object reads on the staging bucket (the source zip) only."""
+    """`<deployment>-sup-build` with logging and Artifact Registry writes on the project, and
+    object reads on the staging bucket (the source zip) and on Cloud Functions' own copies of
+    function sources (`gcf-v2-sources-*`, by a condition) only."""
     account = serviceaccount.Account(
         f"{name}-build-sa",
         project=project,
@@ -61,6 +66,17 @@ def build_account(
             bucket=staging_bucket,
             role=BUILD_SOURCE_ROLE,
             member=account.member,
+            opts=opts,
+        )
+    )
+    # The build reads Cloud Functions' own copy of the zip (FUNCTION_SOURCES_SOURCE).
+    grants.append(
+        projects.IAMMember(
+            f"{name}-build-copies",
+            project=project,
+            role=BUILD_SOURCE_ROLE,
+            member=account.member,
+            condition=projects.IAMMemberConditionArgs(**BUILD_COPY_CONDITION),
             opts=opts,
         )
     )

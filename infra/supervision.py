@@ -124,7 +124,7 @@ def supervisor_status(
     bills (`hourly_usd`, the target's `stoppable_hourly_usd`) and the command
     that stops it; whether it cannot read the compute now (`unreadable`: since when, the
     error, the roles to check; the compute may still bill then, and the spend it counts
-    leaves out the time it could not see); and the spend against the cap."""
+    counts the time it could not see as it last saw it); and the spend against the cap."""
     trail = _unreadable(events)
     # An unreadable check that knew the run had ended counts only while nothing was read
     # since: once a check reads the compute again, it acts and records that.
@@ -144,7 +144,7 @@ def supervisor_status(
         "still_billing_usd_per_hour": None,
         "stop_command": None,
         "unreadable": None,
-        "spend_leaves_out_unread_time": any(e.get("seen") == UNREADABLE for e in events),
+        "spend_counts_unread_time_as_last_seen": any(e.get("seen") == UNREADABLE for e in events),
     }
     if trail:
         resource = str(trail[-1]["resource"])
@@ -221,8 +221,8 @@ def supervisor_lines(status: dict[str, Any]) -> list[str]:
     cap = status["max_total_usd"]
     against = f" of the ${cap:,.2f} cap (limits.max_total_usd)" if cap is not None else ""
     unseen = (
-        "; not counting the time it could not read the compute"
-        if status.get("spend_leaves_out_unread_time")
+        "; the time it could not read the compute counted as last seen"
+        if status.get("spend_counts_unread_time_as_last_seen")
         else ""
     )
     lines.append(f"spend counted by the supervisor: ${status['spend_usd']:,.2f}{against}{unseen}")

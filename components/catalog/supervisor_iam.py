@@ -110,6 +110,24 @@ BUILD_SOURCE_ROLE: Final = "roles/storage.objectViewer"
 does with it; Google's page names `roles/storage.objectAdmin`, which also writes and
 deletes. That read alone is enough is inferred, not checked on a live project."""
 BUILD_SOURCE_ROLE_VERIFIED: Final = False
+FUNCTION_SOURCES_PREFIX: Final = "projects/_/buckets/gcf-v2-sources-"
+FUNCTION_SOURCES_SOURCE: Final = (
+    "https://cloud.google.com/functions/docs/building ('function code is stored in a separate "
+    "source bucket ... gcf-v2-sources-PROJECT_NUMBER-REGION'); the build's refusal when its "
+    "account cannot read there: 'Access to bucket gcf-v2-sources-... denied. You must grant "
+    "Storage Object Viewer permission to <build service account>' "
+    "(hashicorp/terraform-provider-google#20571); Cloud Storage names in IAM conditions: "
+    "'projects/_/buckets/BUCKET/objects/OBJECT' "
+    "(https://cloud.google.com/iam/docs/conditions-resource-attributes)"
+)
+"""The build reads the function's own copy of the source, in a bucket Cloud Functions makes
+per project number and region (neither known to the plan before deploy), so the read is a
+project grant held by a condition to those buckets' objects (`BUILD_COPY_CONDITION`)."""
+BUILD_COPY_CONDITION: Final = {
+    "title": "only Cloud Functions source copies",
+    "description": "Read the function sources Cloud Functions copies for its builds.",
+    "expression": f'resource.name.startsWith("{FUNCTION_SOURCES_PREFIX}")',
+}
 
 
 def cluster_condition(node_pool: str) -> dict[str, str]:

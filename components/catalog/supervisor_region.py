@@ -66,8 +66,12 @@ has us-central2 (the TPU v4 region)."""
 
 SCHEDULER_SOURCE: Final = (
     "https://docs.cloud.google.com/scheduler/docs/locations ('The following table lists the "
-    "regions in the Americas where Cloud Scheduler is available'); the stored copy is cut "
-    "off after us-east4"
+    "regions in the Americas where Cloud Scheduler is available'; the stored copy is cut "
+    "off after us-east4); https://docs.cloud.google.com/scheduler/docs/release-notes ('April "
+    "17, 2026 ... Cloud Scheduler is available in the following locations: europe-west4 "
+    "(Eemshaven, Netherlands), me-central1, me-central2, me-west1'; 'September 24, 2026 ... "
+    "asia-south2, europe-west12, northamerica-northeast2'; 'September 18, 2026 ... "
+    "asia-southeast3')"
 )
 SCHEDULER_REGIONS: Final = frozenset(
     {
@@ -77,6 +81,14 @@ SCHEDULER_REGIONS: Final = frozenset(
         "us-central1",
         "us-east1",
         "us-east4",
+        # The release notes' additions of 2026.
+        "europe-west4",
+        "me-central1",
+        "me-central2",
+        "me-west1",
+        "asia-south2",
+        "asia-southeast3",
+        "europe-west12",
     }
 )
 SCHEDULER_REGIONS_VERIFIED: Final = True
@@ -89,15 +101,21 @@ FALLBACK_REGION: Final = "us-central1"
 """In both lists, Tier 1. Nothing ties the supervisor to the compute's region: the APIs it
 calls are global endpoints (`tpu.googleapis.com`, `compute.googleapis.com`,
 `container.googleapis.com`, and Cloud Storage for its state)."""
+CONTINENT_FALLBACKS: Final = {"europe-": "europe-west4", "me-": "me-west1"}
+"""A stack in Europe or the Middle East keeps its supervisor there (Tier 1 and in both lists),
+so an organization policy that holds resources to those locations still allows it."""
 
 
 def supervisor_region(stack_region: str) -> str:
     """The region of the supervisor's function and scheduler job: the stack's region where
-    both Cloud Run functions (2nd gen) and Cloud Scheduler are listed there, else
-    `FALLBACK_REGION`."""
+    both Cloud Run functions (2nd gen) and Cloud Scheduler are listed there, else one on its
+    continent (`CONTINENT_FALLBACKS`), else `FALLBACK_REGION`."""
     functions = FUNCTIONS_TIER_1 | FUNCTIONS_TIER_2
     if stack_region in functions and stack_region in SCHEDULER_REGIONS:
         return stack_region
+    for prefix, region in CONTINENT_FALLBACKS.items():
+        if stack_region.startswith(prefix):
+            return region
     return FALLBACK_REGION
 
 

@@ -526,8 +526,8 @@ def _unreadable(
     """A check that could not read the compute (`error`, a 403 where a grant is wrong): it
     can neither recover nor stop it. One event per change of the error or of the run's end
     (`reason`, which the run's own objects still tell), not one per call."""
-    run = state["run"]
-    run["last_tick"] = None  # what it cannot see it cannot count: nothing until a next read
+    run = state["run"]  # counted as last seen: a cap had better count too much than too little
+    _count_spend(run, bool(run["billing"]), float(run_config.get("hourly_usd") or 0), now)
     event = _event(target, state, UNREADABLE, error, now)
     reason = None if run["stopped"] else end_reason(run_config, store, run, now, False)
     if reason is not None:

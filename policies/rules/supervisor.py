@@ -26,12 +26,14 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
 Anything else (a predefined project role, a bucket or account of another stack, a custom
 role with other permissions) is a violation.
 
-The function's build account (`buildConfig.serviceAccount`) holds exactly what Google lists
-for it (https://cloud.google.com/run/docs/configuring/services/build-service-account):
+The function's build account (`buildConfig.serviceAccount`) holds what Google lists for it
+ (https://cloud.google.com/run/docs/configuring/services/build-service-account):
 `roles/logging.logWriter` and `roles/artifactregistry.writer` on the project, and
-`roles/storage.objectViewer` on the bucket of the function's source only. Any other grant
-to it is a violation, and so is one of these missing. Values not known until deploy are
-skipped.
+`roles/storage.objectViewer` on the bucket of the function's source and, by a condition, on
+Cloud Functions' own copies of function sources (`resource.name.startsWith(
+"projects/_/buckets/gcf-v2-sources-")`: the build reads its copy there). That is narrower
+than Google's list, which names `roles/storage.objectAdmin`. Any other grant to it is a
+violation, and so is one of these missing. Values not known until deploy are skipped.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ CLUSTER = "gcp:container/cluster:Cluster"
 TPU_PERMISSIONS = ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get")
 BUILD_PROJECT_ROLES = ("roles/logging.logWriter", "roles/artifactregistry.writer")
 BUILD_SOURCE_ROLE = "roles/storage.objectViewer"
+BUILD_COPIES = 'resource.name.startsWith("projects/_/buckets/gcf-v2-sources-")'
+"""The condition of the build account's read of Cloud Functions' source copies."""
+COPIES = "gcf-v2-sources-*"
 GROUP_PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update")
 NODE_POOL_PERMISSIONS = (
     "compute.instanceGroupManagers.get",
@@ -145,8 +150,15 @@ def _builder_grants(
         if member not in builders:
             continue
         role, bucket = r.inputs.get("role"), builders[str(member)][1]
-        if r.type == PROJECT_MEMBER and role in BUILD_PROJECT_ROLES:
+        condition = r.inputs.get("condition")
+        if r.type == PROJECT_MEMBER and role in BUILD_PROJECT_ROLES and not condition:
             held[str(member)].add((str(role), None))
+        elif (
+            r.type == PROJECT_MEMBER
+            and role == BUILD_SOURCE_ROLE
+            and (_get(r.inputs, "condition", "expression") == BUILD_COPIES)
+        ):
+            held[str(member)].add((BUILD_SOURCE_ROLE, COPIES))
         elif r.type == BUCKET_MEMBER and role == BUILD_SOURCE_ROLE:
             granted = r.inputs.get("bucket")
             if _hidden(granted) or _hidden(bucket) or granted == bucket:
@@ -166,18 +178,27 @@ def _builder_grants(
                 (
                     f"grants the supervisor's build account {role} on {where}; valid: "
                     f"{' and '.join(BUILD_PROJECT_ROLES)} on the project, {BUILD_SOURCE_ROLE} on "
-                    f"the function's source bucket {bucket}"
+                    f"the function's source bucket {bucket} and on the project under the "
+                    f"condition {BUILD_COPIES}"
                 ),
             )
     for member, (function, bucket) in builders.items():
-        wanted = [(role, None) for role in BUILD_PROJECT_ROLES] + [(BUILD_SOURCE_ROLE, bucket)]
+        wanted = [(role, None) for role in BUILD_PROJECT_ROLES]
+        wanted += [(BUILD_SOURCE_ROLE, bucket), (BUILD_SOURCE_ROLE, COPIES)]
         for role, on in wanted:
             if (role, on) not in held[member]:
+                where = (
+                    "the project"
+                    if on is None
+                    else "Cloud Functions' source copies (a condition: " + BUILD_COPIES + ")"
+                    if on == COPIES
+                    else f"bucket {on}"
+                )
                 yield (
                     function,
                     (
-                        f"the supervisor's build account ({member}) lacks {role} on "
-                        f"{'the project' if on is None else f'bucket {on}'}, which the build needs"
+                        f"the supervisor's build account ({member}) lacks {role} on {where}, "
+                        "which the build needs"
                     ),
                 )
 

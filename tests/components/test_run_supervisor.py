@@ -100,6 +100,7 @@ def test_children_named_from_the_component_and_parented() -> None:
             ("gcp:projects/iAMMember:IAMMember", "sup-build-logs", "sup"),
             ("gcp:projects/iAMMember:IAMMember", "sup-build-images", "sup"),
             ("gcp:storage/bucketIAMMember:BucketIAMMember", "sup-build-source", "sup"),
+            ("gcp:projects/iAMMember:IAMMember", "sup-build-copies", "sup"),
         ]
     )
     assert run.outputs == {
@@ -169,9 +170,21 @@ def test_the_build_account_holds_only_what_google_lists_for_it() -> None:
         "role": "roles/storage.objectViewer",
         "member": BUILD_MEMBER,
     }
+    # The build reads Cloud Functions' own copy of the zip, in a bucket named by project
+    # number and region: a project grant held to those buckets by a condition.
+    assert run.named("sup-build-copies").inputs == {
+        "project": "my-project",
+        "role": "roles/storage.objectViewer",
+        "member": BUILD_MEMBER,
+        "condition": {
+            "title": "only Cloud Functions source copies",
+            "description": "Read the function sources Cloud Functions copies for its builds.",
+            "expression": 'resource.name.startsWith("projects/_/buckets/gcf-v2-sources-")',
+        },
+    }
     # The build waits for its grants.
     function = run.named("sup-function")
-    for grant in ("sup-build-logs", "sup-build-images", "sup-build-source"):
+    for grant in ("sup-build-logs", "sup-build-images", "sup-build-source", "sup-build-copies"):
         assert run.named(grant).urn in function.dependencies
 
 

@@ -383,7 +383,14 @@ def test_a_stop_request_left_without_the_trainers_record_is_withdrawn_too(
 
 
 ROLE = "projects/my-ml-project/roles/trainstackSupervisor"
-NOT_COUNTED = "; not counting the time it could not read the compute"
+NOT_COUNTED = "; the time it could not read the compute counted as last seen"
+
+
+def _spend(world: Any) -> float:
+    world.fs.invalidate_cache()
+    return float(json.loads(world.fs.cat_file(f"{STATE}/state.json"))["run"]["spend_usd"])
+
+
 DENIED_GROUP = f"Required 'compute.instanceGroupManagers.get' permission for '{MIG}'"
 
 
@@ -405,10 +412,12 @@ def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_rea
             f"the supervisor cannot read {MIG}: HTTP 403: {DENIED_GROUP} since {first['time']}; "
             f"it can neither recover nor stop it; check its role ({ROLE}_prod_a100_gce)"
         )
-        # Nothing counted: the one readable call only started the count.
+        # The unread time counts as the group was last seen, billing ($100 a second here).
+        spend = _spend(world)
+        assert spend > 0
         assert world.status_lines() == [
             cannot,
-            f"spend counted by the supervisor: $0.00{NOT_COUNTED}",
+            f"spend counted by the supervisor: ${spend:,.2f}{NOT_COUNTED}",
         ]
         world.put(RUN["end_uri"], {"outcome": "done", "step": 100})
         ended = world.function.call(502)  # the run's end is news: recorded
@@ -419,7 +428,7 @@ def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_rea
             "finished (done) but the compute may still be billing $58.77/hour: the supervisor "
             "cannot read it; run: gcloud compute instance-groups managed resize exp-42-a100 "
             "--size=0 --zone=us-central1-a --project=p",
-            f"spend counted by the supervisor: $0.00{NOT_COUNTED}",
+            f"spend counted by the supervisor: ${_spend(world):,.2f}{NOT_COUNTED}",
         ]
         assert json.loads(world.function.printed()[-1]) == {
             **ended,
@@ -444,7 +453,7 @@ def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_rea
         assert world.status_lines() == [
             f"finished (done); stopping the compute since {back['time']} "
             "(2 instance(s) still being deleted)",
-            f"spend counted by the supervisor: $0.00{NOT_COUNTED}",
+            f"spend counted by the supervisor: ${_spend(world):,.2f}{NOT_COUNTED}",
         ]
 
 

@@ -132,28 +132,55 @@ def _build_stack(*grants: tuple[str, str, dict[str, object]]) -> list[Resource]:
     return [function, *members]
 
 
+COPIES = 'resource.name.startsWith("projects/_/buckets/gcf-v2-sources-")'
 GOOD = [
     (PROJECT_GRANT, "roles/logging.logWriter", {"project": "p"}),
     (PROJECT_GRANT, "roles/artifactregistry.writer", {"project": "p"}),
     (BUCKET_GRANT, "roles/storage.objectViewer", {"bucket": "p-exp-staging"}),
+    (
+        PROJECT_GRANT,
+        "roles/storage.objectViewer",
+        {"project": "p", "condition": {"title": "t", "expression": COPIES}},
+    ),
 ]
+VALID = (
+    "valid: roles/logging.logWriter and roles/artifactregistry.writer on the project, "
+    "roles/storage.objectViewer on the function's source bucket p-exp-staging and on the "
+    f"project under the condition {COPIES}"
+)
 
 
-def test_the_build_account_with_its_three_grants_passes_also_before_deploy() -> None:
+def test_the_build_account_with_its_four_grants_passes_also_before_deploy() -> None:
     assert list(check_supervisor_scope(_build_stack(*GOOD), Context())) == []
     # A bucket named only at deploy time is not judged.
     unknown = [*GOOD[:2], (BUCKET_GRANT, "roles/storage.objectViewer", {"bucket": UNKNOWN})]
+    unknown.append(GOOD[3])
     assert list(check_supervisor_scope(_build_stack(*unknown), Context())) == []
 
 
 def test_a_project_wide_storage_grant_to_the_build_account_is_a_violation() -> None:
-    stack = _build_stack(*GOOD, (PROJECT_GRANT, "roles/storage.objectViewer", {"project": "p"}))
+    wide = {"project": "p", "condition": {"title": "t", "expression": 'resource.name != ""'}}
+    stack = _build_stack(
+        *GOOD,
+        (PROJECT_GRANT, "roles/storage.objectViewer", {"project": "p"}),
+        (PROJECT_GRANT, "roles/storage.objectViewer", wide),
+    )
     assert [(r.name, why) for r, why in check_supervisor_scope(stack, Context())] == [
         (
-            "g3",
+            name,
             "grants the supervisor's build account roles/storage.objectViewer on "
-            "gcp:projects/iAMMember:IAMMember; valid: roles/logging.logWriter and "
-            "roles/artifactregistry.writer on the project, roles/storage.objectViewer on the "
-            "function's source bucket p-exp-staging",
+            f"gcp:projects/iAMMember:IAMMember; {VALID}",
+        )
+        for name in ("g4", "g5")
+    ]
+
+
+def test_the_build_account_without_its_read_of_the_source_copies_is_a_violation() -> None:
+    stack = _build_stack(*GOOD[:3])
+    assert [(r.name, why) for r, why in check_supervisor_scope(stack, Context())] == [
+        (
+            "exp-supervisor-function",
+            f"the supervisor's build account ({BUILD}) lacks roles/storage.objectViewer on "
+            f"Cloud Functions' source copies (a condition: {COPIES}), which the build needs",
         )
     ]

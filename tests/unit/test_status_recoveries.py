@@ -172,6 +172,6 @@ def test_status_says_the_compute_may_still_bill_when_the_supervisor_cannot_read_
         "trainstackSupervisor_dev_tpu_v5e)",
         "finished (done) but the compute may still be billing $7.68/hour: the supervisor "
         f"cannot read it; run: {delete}",
-        "spend counted by the supervisor: $12.50; not counting the time it could not read the "
-        "compute",
+        "spend counted by the supervisor: $12.50; the time it could not read the compute "
+        "counted as last seen",
     ]

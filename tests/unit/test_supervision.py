@@ -246,6 +246,8 @@ def test_the_function_is_built_by_its_own_account_with_only_googles_roles(stack:
     assert grants == [
         ("gcp:projects/iAMMember:IAMMember", "roles/artifactregistry.writer", P),
         ("gcp:projects/iAMMember:IAMMember", "roles/logging.logWriter", P),
+        # Under the condition on Cloud Functions' source copies (gcf-v2-sources-*).
+        ("gcp:projects/iAMMember:IAMMember", "roles/storage.objectViewer", P),
         (
             "gcp:storage/bucketIAMMember:BucketIAMMember",
             "roles/storage.objectViewer",
@@ -253,6 +255,9 @@ def test_the_function_is_built_by_its_own_account_with_only_googles_roles(stack:
         ),
     ]
     assert check_resources(stack, plan["resources"]).violations == []
+
+
+COPIES = 'resource.name.startsWith("projects/_/buckets/gcf-v2-sources-")'
 
 
 def _build_violations(plan: dict[str, Any]) -> list[tuple[str, str]]:
@@ -282,14 +287,16 @@ def test_the_policy_refuses_a_wider_grant_to_the_build_account() -> None:
             "dev-tpu-v5e-supervisor-build-source",
             "grants the supervisor's build account roles/storage.objectAdmin on bucket "
             f"{staging}; valid: roles/logging.logWriter and roles/artifactregistry.writer on "
-            f"the project, roles/storage.objectViewer on the function's source bucket {staging}",
+            f"the project, roles/storage.objectViewer on the function's source bucket {staging} "
+            f"and on the project under the condition {COPIES}",
         ),
         (
             "extra",
             "grants the supervisor's build account roles/cloudbuild.builds.builder on "
             "gcp:projects/iAMMember:IAMMember; valid: roles/logging.logWriter and "
             "roles/artifactregistry.writer on the project, roles/storage.objectViewer on the "
-            f"function's source bucket {staging}",
+            f"function's source bucket {staging} and on the project under the condition "
+            f"{COPIES}",
         ),
         (
             "dev-tpu-v5e-supervisor-function",

@@ -1,6 +1,6 @@
 """Where the run supervisor runs (`trainstack.components.catalog.supervisor_region`): the
-stack's region only where both Cloud Run functions and Cloud Scheduler are listed, else
-us-central1; and the plan note's price tier."""
+stack's region only where both Cloud Run functions and Cloud Scheduler are listed, else one
+on its continent (Europe, the Middle East) or us-central1; and the plan note's price tier."""
 
 from __future__ import annotations
 
@@ -28,7 +28,13 @@ from trainstack.infra.plan import load_stack
         ("us-central2", "us-central1"),
         # Cloud Run functions Tier 2, but not among the Cloud Scheduler rows read.
         ("us-west4", "us-central1"),
-        ("europe-west4", "us-central1"),
+        ("asia-east1", "us-central1"),
+        # Both, per Cloud Scheduler's 2026 release notes.
+        ("europe-west4", "europe-west4"),
+        ("me-central1", "me-central1"),
+        # Not in both: the one on its continent, so a location policy still allows it.
+        ("europe-west2", "europe-west4"),
+        ("me-central3", "me-west1"),
     ],
 )
 def test_the_stacks_region_only_where_both_services_are_listed(
@@ -44,7 +50,8 @@ def test_price_tier_and_bad_regions() -> None:
     assert region_problem("us-east1", "k") is None
     assert region_problem("us-central2", "k") == (
         "k: 'us-central2' is not a region listed for both Cloud Run functions and Cloud "
-        "Scheduler; valid: northamerica-northeast1, northamerica-northeast2, us-central1, "
+        "Scheduler; valid: asia-south2, europe-west12, europe-west4, me-central1, "
+        "me-central2, me-west1, northamerica-northeast1, northamerica-northeast2, us-central1, "
         "us-east1, us-east4"
     )
 
