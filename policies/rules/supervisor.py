@@ -183,7 +183,7 @@ def _builder_grants(
                 ),
             )
     for member, (function, bucket) in builders.items():
-        wanted = [(role, None) for role in BUILD_PROJECT_ROLES]
+        wanted: list[tuple[str, object]] = [(role, None) for role in BUILD_PROJECT_ROLES]
         wanted += [(BUILD_SOURCE_ROLE, bucket), (BUILD_SOURCE_ROLE, COPIES)]
         for role, on in wanted:
             if (role, on) not in held[member]:
