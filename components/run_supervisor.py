@@ -46,7 +46,7 @@ Permissions of its own account (`<deployment>-sup`):
   actAs on that account is unverified), `roles/storage.objectAdmin` on the checkpoint
   bucket only (its state and events), and `roles/run.invoker` on its own function's Cloud
   Run service only (the scheduler's calls).
-Its own Cloud Build account builds the function (`_supervisor_build`; a new project's default
+Its own Cloud Build account builds the function (`_supervisor_iam`; a new project's default
 one may lack the permissions, `supervisor_iam.BUILD_SOURCE`). Function and job run in
 `catalog.supervisor_region.supervisor_region(<stack region>)` (else us-central1).
 
@@ -86,7 +86,7 @@ from trainstack.components._discovery import validate_body
 from trainstack.components._naming import account_id, gcp_name, labels_input, name_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._project import current_build_dir
-from trainstack.components._supervisor_build import build_account
+from trainstack.components._supervisor_iam import build_account, role_and_grant
 from trainstack.components.catalog.supervisor_iam import (
     NAME_FORMS,
     PERMISSIONS,
@@ -416,23 +416,6 @@ class RunSupervisor(pulumi.ComponentResource):
             opts=child,
         )
         member = self.account.member
-        self.role = projects.IAMCustomRole(
-            f"{name}-role",
-            project=project,
-            role_id=role_id(deployment),
-            title=f"trainstack {what} supervisor ({deployment})"[:100],
-            description=(
-                "Get, delete and create one stack's TPU slice."
-                if recover
-                else "Get and stop one stack's compute."
-            ),
-            permissions=list(
-                PERMISSIONS[kind]
-                if recover or kind not in TPU_KINDS
-                else STOP_ONLY_PERMISSIONS[kind]
-            ),
-            opts=child,
-        )
         condition = (
             pulumi.Output.from_input(args["resource_name"]).apply(
                 lambda pool: projects.IAMMemberConditionArgs(**cluster_condition(pool))
@@ -440,16 +423,23 @@ class RunSupervisor(pulumi.ComponentResource):
             if kind == "node_pool"
             else None
         )
-        self.grants: list[pulumi.Resource] = [
-            projects.IAMMember(
-                f"{name}-tpu",
-                project=project,
-                # The custom role's name, known before it exists (`projects/P/roles/ID`).
-                role=f"projects/{project}/roles/{role_id(deployment)}",
-                member=member,
-                condition=condition,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role]),
+        self.role, grant = role_and_grant(
+            (f"{name}-role", f"{name}-tpu"),
+            project,
+            role_id(deployment),
+            f"trainstack {what} supervisor ({deployment})",
+            (
+                "Get, delete and create one stack's TPU slice."
+                if recover
+                else "Get and stop one stack's compute."
             ),
+            PERMISSIONS[kind] if recover or kind not in TPU_KINDS else STOP_ONLY_PERMISSIONS[kind],
+            member,
+            child,
+            condition,
+        )
+        self.grants: list[pulumi.Resource] = [
+            grant,
             storage.BucketIAMMember(
                 f"{name}-state",
                 bucket=args["checkpoint_bucket"],
@@ -458,26 +448,18 @@ class RunSupervisor(pulumi.ComponentResource):
                 opts=child,
             ),
         ]
-
         if kind in READ_PERMISSIONS:
-            read_role = projects.IAMCustomRole(
-                f"{name}-read-role",
-                project=project,
-                role_id=role_id(deployment, "Read"),
-                title=f"trainstack {what} supervisor reads ({deployment})"[:100],
-                description="Read the instance groups of one stack's GKE node pool.",
-                permissions=list(READ_PERMISSIONS[kind]),
-                opts=child,
+            _, read = role_and_grant(
+                (f"{name}-read-role", f"{name}-read"),
+                project,
+                role_id(deployment, "Read"),
+                f"trainstack {what} supervisor reads ({deployment})",
+                "Read the instance groups of one stack's GKE node pool.",
+                READ_PERMISSIONS[kind],
+                member,
+                child,
             )
-            self.grants.append(
-                projects.IAMMember(
-                    f"{name}-read",
-                    project=project,
-                    role=f"projects/{project}/roles/{role_id(deployment, 'Read')}",
-                    member=member,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[read_role]),
-                )
-            )
+            self.grants.append(read)
         if recover:
             # To recreate the slice from its bundle's body, which runs as the training
             # account (see the module docstring on the default Compute Engine account).

@@ -107,10 +107,6 @@ def _unreadable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return trail
 
 
-LIMIT_KEYS = {"max_total_usd": "limits.max_total_usd", "max_run_hours": "limits.max_run_hours"}
-"""The stack keys of the limits a stop request names."""
-
-
 def supervisor_status(
     events: list[dict[str, Any]],
     state: dict[str, Any],
@@ -160,8 +156,9 @@ def supervisor_status(
     out["reason"] = last["reason"]
     asked = [e["reason"] for e in ended if e.get("action") == "request_stop"]
     if last["reason"] == "stopped" and asked:
-        # The trainer's end record says only that it stopped; the request says why.
-        out["reason"] = f"stopped at {LIMIT_KEYS.get(asked[-1], asked[-1])}"
+        # The trainer's end record says only that it stopped; the request names the limit
+        # (main.py asks only for max_run_hours and max_total_usd, keys of `limits`).
+        out["reason"] = f"stopped at limits.{asked[-1]}"
     if last["action"] in ("stop", "none") and last["result"] in (
         "ok",
         "run ended; compute already stopped",

@@ -1,6 +1,7 @@
-"""The run supervisor's Cloud Build service account (`trainstack.components.run_supervisor`):
-the identity that builds its Cloud Functions function, holding only the roles Google lists
-for it (`trainstack.components.catalog.supervisor_iam.BUILD_SOURCE`)."""
+"""The run supervisor's IAM resources (`trainstack.components.run_supervisor`): its custom
+roles with their grants, and the Cloud Build service account that builds its Cloud Functions
+function, holding only the roles Google lists for it
+(`trainstack.components.catalog.supervisor_iam.BUILD_SOURCE`)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,37 @@ def build_account(
         )
     )
     return BuildAccount(account=account, grants=grants)
+
+
+def role_and_grant(
+    names: tuple[str, str],
+    project: str,
+    role: str,
+    title: str,
+    description: str,
+    permissions: tuple[str, ...],
+    member: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+    condition: pulumi.Input[projects.IAMMemberConditionArgs] | None = None,
+) -> tuple[projects.IAMCustomRole, projects.IAMMember]:
+    """A custom role of the project (`names[0]`, id `role`) and its grant to `member`
+    (`names[1]`, under `condition`), registered once the role exists."""
+    custom = projects.IAMCustomRole(
+        names[0],
+        project=project,
+        role_id=role,
+        title=title[:100],
+        description=description,
+        permissions=list(permissions),
+        opts=opts,
+    )
+    grant = projects.IAMMember(
+        names[1],
+        project=project,
+        # The custom role's name, known before it exists (`projects/P/roles/ID`).
+        role=f"projects/{project}/roles/{role}",
+        member=member,
+        condition=condition,
+        opts=opts.merge(pulumi.ResourceOptions(depends_on=[custom])),
+    )
+    return custom, grant
