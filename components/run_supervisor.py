@@ -125,8 +125,8 @@ RUNTIME: Final = "python312"
 """Cloud Run functions Python runtime ids (https://cloud.google.com/run/docs/runtimes/python):
 python312 is supported, deprecated 2028-10-02."""
 ENTRY_POINT: Final = "supervise"
-DEFAULT_SCHEDULE: Final = "*/2 * * * *"
-CHECK_INTERVAL_S: Final = 120  # DEFAULT_SCHEDULE's interval: how late a check can see
+CHECK_INTERVAL_S: Final = 120  # how late a check can see
+DEFAULT_SCHEDULE: Final = f"*/{CHECK_INTERVAL_S // 60} * * * *"
 STOP_GRACE_S: Final = 300
 """`supervisor/main.py`'s wait for the trainer's checkpoint after a stop request (the bundle
 cannot import this module; a test holds the two equal)."""
