@@ -26,6 +26,10 @@ from trainstack.components._local_provider import read_records
 
 DIFF_NONE = provider_pb2.DiffResponse.DIFF_NONE
 STEP_DELAY_S = "0.05"
+STEPS = 4000
+"""Long enough (over 3 minutes at STEP_DELAY_S) that the run is still training when the
+update is checked, even if a provider host takes the double's whole grace to close each time
+(tests/engine/double.py `SDK_WAIT_FRAME`: 35 s a close); no step waits for the run's end."""
 CHECKPOINTS = {"stacks/local", "stacks/local-tf", "examples/own-trainer/Pulumi.local.yaml"}
 """The cases whose trainer checkpoints (examples/own-jax only gathers one value and ends)."""
 
@@ -39,13 +43,13 @@ def _tiny(label: str, config: dict[str, Any], root: Path) -> dict[str, Any]:
         trainer["entrypoint"] = [
             "python",
             "train.py",
-            "--steps=400",
+            f"--steps={STEPS}",
             "--checkpoint-every=5",
             "--global-batch=32",
             f"--step-sleep={STEP_DELAY_S}",
         ]
     elif "source" not in trainer:
-        trainer.update(steps=400, checkpoint_every=5, log_every=5)
+        trainer.update(steps=STEPS, checkpoint_every=5, log_every=5)
     return changed
 
 
