@@ -359,6 +359,7 @@ def reduction_server_image_problem(image: str, key: str, default: bool, prefix: 
             f"{prefix}reduction_server.enabled: true needs, in a custom container, "
             f"{REDUCTION_SERVER_CONTAINER_NEEDS}, which the default image {image!r} does not "
             f"have (Google: {REDUCTION_SERVER_CONTAINER_SOURCE.split(' (')[0]}); valid: false, "
+            "plugin_image_uri (the default image rebuilt with them: ReductionServerImage), "
             f"or {key} naming an image built with them"
         )
     return (
