@@ -200,7 +200,9 @@ class ImageBuildProvider(dyn.ResourceProvider):
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         # Only api_endpoint reaches here (everything else replaces): no API call.
-        keep = {k: olds[k] for k in ("build_name", "digest", "image_uri", "log_url") if k in olds}
+        keep: dict[str, Any] = {
+            k: olds[k] for k in ("build_name", "digest", "image_uri", "log_url") if k in olds
+        }
         return dyn.UpdateResult({**news, **keep})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
