@@ -294,6 +294,14 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
             "start); valid: the TrainerPackage's uri, or container_image_uri with the "
             "trainers installed"
         )
+    if args.get("plugin_image_uri") is not None and (
+        not has_package or has_container or has_executor
+    ):
+        problems.append(
+            f"{p}plugin_image_uri: the default image rebuilt with the Reduction Server "
+            "plugin, which runs package_uri in place of the default image; valid: "
+            "package_uri without container_image_uri or executor_image_uri"
+        )
     if has_container and has_executor:
         problems.append(
             f"{p}container_image_uri: executor_image_uri names a prebuilt image for "

@@ -45,6 +45,7 @@ from trainstack.components.catalog.images import (
     reduction_server_image,
     vertex_training_image,
 )
+from trainstack.components.catalog.reduction_server import PLUGIN_ENV
 from trainstack.components.catalog.vertex import (
     DEFAULT_MEASUREMENT_SELECTION,
     DEFAULT_REDUCER_MACHINE,
@@ -109,6 +110,7 @@ def _task(
     env: Mapping[str, str],
     node_args: Sequence[str] | None = None,
     image_mirror: str | None = None,
+    plugin_image_uri: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """(`containerSpec` | `pythonPackageSpec`, its body) for the chief and workers."""
     module = python_module or DEFAULT_PYTHON_MODULE
@@ -127,6 +129,11 @@ def _task(
     elif package_uri is not None:
         # The package goes into the image's python3 at start, as in a GKE pod: the bundled
         # trainers on their framework's image (or yours), your code on yours.
+        if container_image_uri is None and plugin_image_uri is not None:
+            # The default image rebuilt with Google's Reduction Server plugin: NCCL is told
+            # to load exactly the file its build checked (catalog.reduction_server).
+            container_image_uri = plugin_image_uri
+            env.update(PLUGIN_ENV)
         task = {
             "imageUri": container_image_uri or default_image_uri(module, image_mirror),
             "command": pod_command(),
@@ -192,10 +199,12 @@ def custom_job_spec(
     persistent_resource_id: str | None = None,
     node_args: Sequence[str] | None = None,
     image_mirror: str | None = None,
+    plugin_image_uri: str | None = None,
 ) -> dict[str, Any]:
     """The `CustomJobSpec` (also a tuning job's `trialJobSpec`) for plain values;
     `node_args` runs your own code instead of `python_module` and `trainer_args`;
-    `image_mirror` is the registry the default image is pulled through."""
+    `image_mirror` is the registry the default image is pulled through; `plugin_image_uri`
+    the default image rebuilt with the Reduction Server plugin (used when reducers run)."""
     machine_spec: dict[str, Any] = {"machineType": machine_type}
     if accelerator_type:
         machine_spec["acceleratorType"] = accelerator_type
@@ -216,6 +225,7 @@ def custom_job_spec(
         },
         node_args=node_args,
         image_mirror=image_mirror,
+        plugin_image_uri=plugin_image_uri if reducers else None,
     )
     disk = {"bootDiskType": DEFAULT_BOOT_DISK_TYPE, "bootDiskSizeGb": boot_disk_size_gb}
 

@@ -72,6 +72,7 @@ from trainstack.components._naming import labels_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from trainstack.components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
+from trainstack.components.catalog.images import kubernetes_image
 from trainstack.components.gpu_startup import (
     DEFAULT_PORT,
     FAIL_FAST_EXIT_CODES,
@@ -211,8 +212,8 @@ def _positive_int(args: Mapping[str, Any], key: str, default: int | None = None)
 
 
 def default_image(module: str) -> str:
-    """The pinned public image for a trainer module."""
-    image = DEFAULT_IMAGES.get(module)
+    """The pinned public image for a trainer module, by digest where the catalog has one."""
+    image = kubernetes_image(module)
     if image is None:
         raise ValueError(
             f"image: required for trainer_module {module!r}; default images exist for "

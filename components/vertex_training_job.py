@@ -12,8 +12,9 @@ job) that runs the bundled trainer and lives and dies with the stack.
             "machine_type": "a2-highgpu-8g",  # 8 x NVIDIA_TESLA_A100, from the machine
             "replica_count": 4,  # machines, chief included
             "reduction_server": {"replica_count": "auto"},  # 13 x n1-highcpu-16
-            # Reduction Server needs google-reduction-server in the image: build your own.
-            "container_image_uri": "us-docker.pkg.dev/my-project/training/torch-rs:1",
+            # Reduction Server needs google-reduction-server in the image: the default image
+            # rebuilt with it (ReductionServerImage), or an image of your own.
+            "plugin_image_uri": rs_image.image_uri,
             "package_uri": package.uri,  # TrainerPackage, installed into the image at start
             "python_module": "trainstack.trainers.torch_ddp",
             "trainer_args": ["--steps=1000", "--global_batch_size=256"],
@@ -43,10 +44,12 @@ tensorflow/tensorflow CUDA image, since Google's prebuilt training images are pa
 of availability), pulled through `image_mirror` when given (the stack's Artifact Registry
 remote repository of Docker Hub, `trainstack.components.image_mirror`). A default image past its end
 of availability fails the deployment; an image you name that is past it gets a warning.
-`executor_image_uri` (a prebuilt image) selects pythonPackageSpec instead. Reduction Server needs NCCL >= 2.7 and Google's
-google-reduction-server package in a custom container, which the default images lack: with
-reducers a default image is an error, and an image you name gets Google's requirement as a
-warning.
+`executor_image_uri` (a prebuilt image) selects pythonPackageSpec instead. Reduction Server
+needs NCCL >= 2.7 and Google's google-reduction-server package in a custom container, which
+the default images lack: with reducers the chief and workers run `plugin_image_uri` (the
+default image rebuilt with the package, `trainstack.components.reduction_server_image`) with
+`NCCL_NET_PLUGIN` naming its plugin file; a default image without it is an error, and an
+image you name gets Google's requirement as a warning.
 
 With `node_args` (your own code, `trainstack.trainers.common.user_code.node_args`) each replica runs
 `python3 -m trainstack.trainers.node <node_args>` the same way, from the code package; tuning trials'
@@ -245,6 +248,12 @@ class VertexTrainingJobArgs(TypedDict):
     image (`trainstack.components.catalog.images.vertex_training_image`). With package_uri the pod
     setup script installs the package into its `python3` first; without, the image must
     hold the trainers and `container_command` starts them."""
+    plugin_image_uri: NotRequired[pulumi.Input[str]]
+    """The default image rebuilt with Google's Reduction Server NCCL plugin, by digest
+    (`trainstack.components.reduction_server_image.ReductionServerImage.image_uri`): with
+    reducers, the chief and workers run it in place of the default image, with
+    `NCCL_NET_PLUGIN` naming the plugin file its build checked. Needs `package_uri`; not
+    with an image you name."""
     image_mirror: NotRequired[str]
     """`REGION-docker.pkg.dev/PROJECT/REPOSITORY` of an Artifact Registry remote repository
     with Docker Hub upstream (`trainstack.components.image_mirror.ImageMirror.registry`): the default
@@ -287,7 +296,8 @@ def _check_image(args: Mapping[str, Any], reducers: int) -> None:
     stands in for today)."""
     image, key, default = replica_image(args)
     problems = [image_availability_problem(image, availability_date(), key, default)]
-    if reducers and "executor_image_uri" not in args:
+    rebuilt = default and args.get("plugin_image_uri") is not None
+    if reducers and "executor_image_uri" not in args and not rebuilt:
         # A default image is replaced by naming one in container_image_uri.
         where = "container_image_uri" if default else key
         problems.append(reduction_server_image_problem(image, where, default))
@@ -331,6 +341,7 @@ class VertexTrainingJob(pulumi.ComponentResource):
             "network",
             "tensorboard",
             "node_args",
+            "plugin_image_uri",
         )
         present = [key for key in names if args.get(key) is not None]
         arg_map: dict[str, Any] = dict(args)

@@ -99,7 +99,15 @@ def _function_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
     return {"url": f"https://{inputs.get('location')}-{project}.cloudfunctions.net/{physical}"}
 
 
+def _image_build_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    # The digest exists only once Cloud Build has pushed the image
+    # (trainstack.components._cloud_build_provider): the plan shows where it will be.
+    image = str(inputs.get("image", name))
+    return {"image_uri": f"{image.rsplit(':', 1)[0]}@{UNKNOWN}"}
+
+
 DEFAULT_OUTPUTS: dict[str, OutputsFn] = {
+    "pulumi-python:dynamic/cloudbuild:ImageBuild": _image_build_outputs,
     "gcp:cloudfunctionsv2/function:Function": _function_outputs,
     "gcp:storage/bucket:Bucket": _bucket_outputs,
     "gcp:serviceaccount/account:Account": _account_outputs,

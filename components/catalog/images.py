@@ -11,7 +11,7 @@ reviewed place, rather than defaulted silently inside the components that use th
 | `TF_GPU_IMAGES`          | checks of images you name (Google's prebuilt TensorFlow training images) | yes (stored page) |
 | `VERTEX_IMAGE_END_OF_AVAILABILITY` | `trainstack plan`, VertexTrainingJob (a default past its date fails, a named one warns) | yes (stored page) |
 | `REDUCTION_SERVER_IMAGES`| VertexTrainingJob (worker pool 2)        | fact sheet 4 |
-| `KUBERNETES_IMAGES`      | KubernetesTrainingJob (GKE pods)         | no       |
+| `KUBERNETES_IMAGES`      | KubernetesTrainingJob (GKE pods): the Vertex images, torch by the same digest (`kubernetes_image`) | as `VERTEX_TRAINING_IMAGES` |
 | `DLVM_IMAGE`             | A100Cluster, backend gce (boot disk)     | no       |
 
 Vertex images. Google's prebuilt GPU training images all reached their end of availability
@@ -359,6 +359,7 @@ def reduction_server_image_problem(image: str, key: str, default: bool, prefix: 
             f"{prefix}reduction_server.enabled: true needs, in a custom container, "
             f"{REDUCTION_SERVER_CONTAINER_NEEDS}, which the default image {image!r} does not "
             f"have (Google: {REDUCTION_SERVER_CONTAINER_SOURCE.split(' (')[0]}); valid: false, "
+            "plugin_image_uri (the default image rebuilt with them: ReductionServerImage), "
             f"or {key} naming an image built with them"
         )
     return (
@@ -409,15 +410,35 @@ def reduction_server_image(region: str) -> str:
 
 KUBERNETES_IMAGES_VERIFIED: Final = False
 KUBERNETES_IMAGES_SOURCE: Final = (
-    "Docker Hub tags seen in public Dockerfiles (2026); pinned by tag, not digest. TO VERIFY: "
-    "https://hub.docker.com/r/pytorch/pytorch/tags, https://hub.docker.com/r/tensorflow/tensorflow/tags"
+    "torch: the image the torch trainer runs on Vertex, by the same digest "
+    f"({TORCH_IMAGE_SOURCE}); TensorFlow: Docker Hub tag seen in public Dockerfiles (2026), "
+    "pulled by tag (no digest found in two independent public sources, as for Vertex: "
+    "TF_IMAGE_SOURCE). TO VERIFY: https://hub.docker.com/r/tensorflow/tensorflow/tags"
 )
 KUBERNETES_IMAGES: Final[dict[str, str]] = {
-    TORCH_MODULE: "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
-    TF_MODULE: "tensorflow/tensorflow:2.17.0-gpu",
+    TORCH_MODULE: VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri,
+    TF_MODULE: VERTEX_TRAINING_IMAGES[TF_MODULE].uri,
 }
-"""Public CUDA images by trainer module; the trainer package is pip-installed at start.
-GKE nodes pull Docker Hub images through Google's mirror.gcr.io cache."""
+"""Public CUDA images by trainer module, by tag (what the torch-version checks read); the
+pods pull `kubernetes_image`, by digest where the catalog has one. The trainer package is
+pip-installed at start. GKE nodes pull Docker Hub images through Google's mirror.gcr.io
+cache."""
+
+
+def pinned_image_uri(image: VertexTrainingImage) -> str:
+    """`image` by digest where the catalog has one (`<namespace>/<name>@sha256:...`: a
+    moved tag cannot change what runs), else by its tag."""
+    return f"{image.uri.rsplit(':', 1)[0]}@{image.digest}" if image.digest else image.uri
+
+
+def kubernetes_image(module: str) -> str | None:
+    """The image a GKE pod of a bundled trainer module pulls (`pinned_image_uri`); None for
+    a module with no default image."""
+    for image in VERTEX_TRAINING_IMAGES.values():
+        if image.uri == KUBERNETES_IMAGES.get(module):
+            return pinned_image_uri(image)
+    return KUBERNETES_IMAGES.get(module)
+
 
 # --------------------------------------------------------------------------------------
 # Deep Learning VM image for plain Compute Engine GPU machines

@@ -15,7 +15,7 @@ import yaml
 
 from trainstack.components.a100_cluster._common import gke_spot_grace_note
 from trainstack.components.catalog import billing
-from trainstack.components.catalog.images import KUBERNETES_IMAGES
+from trainstack.components.catalog.images import KUBERNETES_IMAGES, kubernetes_image
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra import catalog
@@ -123,7 +123,7 @@ class Gke(GpuCluster):
         )
 
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
-        return code.image or KUBERNETES_IMAGES[TORCH_MODULE]
+        return code.image or kubernetes_image(TORCH_MODULE) or KUBERNETES_IMAGES[TORCH_MODULE]
 
     def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
         if gpu_section(cfg).spot:

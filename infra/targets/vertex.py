@@ -22,6 +22,8 @@ from trainstack.components.catalog.images import (
 )
 from trainstack.components.catalog.machines import MACHINES
 from trainstack.components.image_mirror import ImageMirror
+from trainstack.components.reduction_server_image import SERVICES as PLUGIN_IMAGE_SERVICES
+from trainstack.components.reduction_server_image import ReductionServerImage
 from trainstack.components.training_dashboard.targets import vertex_filter_text
 from trainstack.components.vertex_training_job import (
     VertexTrainingJob,
@@ -45,6 +47,7 @@ from trainstack.infra.targets.vertex_config import (
     vertex_timeout_s,
 )
 from trainstack.infra.targets.vertex_image import (
+    builds_plugin_image,
     uses_image_mirror,
     vertex_image,
     vertex_image_problems,
@@ -208,6 +211,8 @@ class Vertex(CloudTarget):
         return ["aiplatform.googleapis.com"]
 
     def extra_services(self, cfg: StackConfig) -> list[str]:
+        if builds_plugin_image(cfg):
+            return list(PLUGIN_IMAGE_SERVICES)
         return [MIRROR_SERVICE] if uses_image_mirror(cfg) else []
 
     def before_identity(
@@ -236,12 +241,33 @@ class Vertex(CloudTarget):
             "location": mirror.location,
             "repository_id": mirror.repository.repository_id,
         }
-        return {"mirror": mirror}
+        if not builds_plugin_image(cfg):
+            return {"mirror": mirror}
+        # Reduction Server: the default image again, with Google's NCCL plugin, by digest.
+        plugin_image = ReductionServerImage(
+            f"{deployment}-rs-image",
+            {
+                "project": cfg.project,
+                "location": mirror.location,
+                "deployment_name": deployment,
+                "base_image": mirrored_image_uri(
+                    vertex_training_image(vertex_module(cfg)), mirror.registry
+                ),
+                "base_repository": {
+                    "location": mirror.location,
+                    "repository_id": mirror.repository.repository_id,
+                },
+                "labels": labels,
+            },
+            opts=after_apis,
+        )
+        return {"mirror": mirror, "plugin_image": plugin_image}
 
     def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
         cfg, deployment = ctx.cfg, ctx.deployment
         vx = _vx(cfg)
         mirror: ImageMirror | None = ctx.extras.get("mirror")
+        plugin_image: ReductionServerImage | None = ctx.extras.get("plugin_image")
         assert cfg.project is not None and cfg.region is not None
         # The section's job keys are the component's (machine, accelerators, replicas,
         # reduction_server, spot, timeout_s, hyperparameter_tuning): passed on as they are.
@@ -269,13 +295,16 @@ class Vertex(CloudTarget):
         # python3 and then runs the node launcher (trainstack.components._vertex_body).
         args["package_uri"] = ctx.package.uri
         code = cfg.trainer.user_code
+        if plugin_image is not None:
+            args["plugin_image_uri"] = plugin_image.image_uri
         if code is not None and ctx.node_args is not None:
             args["node_args"] = ctx.node_args
-            args["container_image_uri"] = (
-                mirrored_image_uri(vertex_training_image(vertex_module(cfg)), mirror.registry)
-                if default and mirror is not None
-                else image
-            )
+            if plugin_image is None:
+                args["container_image_uri"] = (
+                    mirrored_image_uri(vertex_training_image(vertex_module(cfg)), mirror.registry)
+                    if default and mirror is not None
+                    else image
+                )
         else:
             args["python_module"] = TRAINER_MODULES[cfg.trainer.framework]
             args["trainer_args"] = trainer_args(cfg, deployment)

@@ -4,6 +4,8 @@
 end-of-availability check (all in `trainstack.infra.targets.vertex`). A default image (the
 framework's own on Docker Hub) is pulled through the stack's Artifact Registry remote
 repository of Docker Hub (`trainstack.components.image_mirror`), never anonymously from Docker Hub.
+With Reduction Server the stack builds that image again with Google's plugin
+(`builds_plugin_image`, `trainstack.components.reduction_server_image`).
 """
 
 from __future__ import annotations
@@ -12,13 +14,22 @@ from collections.abc import Mapping
 from datetime import date
 from typing import TYPE_CHECKING, cast
 
+from trainstack.components._naming import account_id
 from trainstack.components.catalog.images import (
     REGISTRY_STORAGE_PRICE_SOURCE,
     image_availability_problem,
     reduction_server_image_problem,
     vertex_training_image,
 )
+from trainstack.components.catalog.reduction_server import (
+    INSTALL_SOURCE,
+    NCCL_NET_PLUGIN_ENV,
+    PACKAGE,
+    PLUGIN_PATH,
+)
 from trainstack.components.image_mirror import repository_id
+from trainstack.components.reduction_server_image import ACCOUNT_ROLE
+from trainstack.components.reduction_server_image import repository_id as plugin_repository_id
 from trainstack.infra.targets.base import target_of
 from trainstack.infra.targets.vertex_config import VertexConfig, vertex_timeout_s
 from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE, TRAINER_MODULES
@@ -58,6 +69,12 @@ def uses_image_mirror(cfg: StackConfig) -> bool:
     return vertex_image(cfg)[2]
 
 
+def builds_plugin_image(cfg: StackConfig) -> bool:
+    """Whether the stack builds the default image again with Google's Reduction Server
+    plugin (`trainstack.components.reduction_server_image`): reducers on a default image."""
+    return uses_image_mirror(cfg) and cast(VertexConfig, cfg.compute).reducer_count() > 0
+
+
 def vertex_plan_notes(cfg: StackConfig, deployment: str) -> list[str]:
     """Plan notes for a Vertex stack: the Docker Hub mirror the default image comes through,
     and a GPU job left without a run limit (Vertex's 7-day default)."""
@@ -73,6 +90,16 @@ def vertex_plan_notes(cfg: StackConfig, deployment: str) -> list[str]:
             "upstream), not anonymously from Docker Hub; its cached storage is not in "
             f"hourly_usd and is negligible ({REGISTRY_STORAGE_PRICE_SOURCE})"
         )
+    if builds_plugin_image(cfg):
+        image = vertex_training_image(vertex_module(cfg))
+        notes.append(
+            f"vertex: Reduction Server needs Google's {PACKAGE} package in the chief's and "
+            f"workers' image, so the stack builds {image.uri} again with it (Cloud Build, as "
+            f"the account {account_id(deployment, ACCOUNT_ROLE)}, into the repository "
+            f"{plugin_repository_id(deployment)}; {INSTALL_SOURCE.split(' (')[0]}) and runs "
+            f"it by digest with {NCCL_NET_PLUGIN_ENV}={PLUGIN_PATH}; it is built again only "
+            "when the base image or the build changes"
+        )
     if vx.gpus_per_replica and vertex_timeout_s(vx, cfg.limits.max_run_seconds) is None:
         notes.append(
             "vertex: this GPU job has no scheduling.timeout, so Vertex's default of 7 days "
@@ -83,12 +110,13 @@ def vertex_plan_notes(cfg: StackConfig, deployment: str) -> list[str]:
 
 def vertex_image_problems(cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
     """(errors, warnings) about the image the Vertex replicas run on `today`: a default past
-    its end of availability, or without what Reduction Server needs, is an error; an image
-    you named gets the same facts as warnings."""
+    its end of availability is an error; an image you named gets that fact, and what
+    Reduction Server needs of it, as warnings (a default image gets the plugin from the
+    stack's build: `builds_plugin_image`)."""
     vx = cast(VertexConfig, cfg.compute)
     image, key, default = vertex_image(cfg)
     problems = [image_availability_problem(image, today, key, default)]
-    if vx.reducer_count():
+    if vx.reducer_count() and not default:
         problems.append(reduction_server_image_problem(image, key, default, "vertex."))
     found = [p for p in problems if p is not None]
     return (found, []) if default else ([], found)

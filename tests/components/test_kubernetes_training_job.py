@@ -26,6 +26,7 @@ from trainstack.components.kubernetes_training_job import (
     DEFAULT_IMAGES,
     TOKEN,
     KubernetesTrainingJob,
+    default_image,
     manifests,
     node_argv,
     validate_args,
@@ -167,7 +168,7 @@ EXPECTED_JOB: dict[str, Any] = {
                 "containers": [
                     {
                         "name": "trainer",
-                        "image": "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
+                        "image": "pytorch/pytorch@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4",
                         "command": ["bash", "-c", "<pod script>", "trainstack-pod"],
                         "args": [
                             "python3",
@@ -419,7 +420,7 @@ def test_your_code_runs_its_node_args_in_the_torch_image() -> None:
         "python",
         "train.py",
     ]
-    assert container["image"] == DEFAULT_IMAGES["trainstack.trainers.torch_ddp"]
+    assert container["image"] == default_image("trainstack.trainers.torch_ddp")
     assert "TRAINSTACK_TF_KERAS" not in {e["name"] for e in container["env"]}
 
 

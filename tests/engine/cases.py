@@ -10,6 +10,7 @@ CUSTOM_JOB = "pulumi-python:dynamic/vertex:CustomJob"
 HPT_JOB = "pulumi-python:dynamic/vertex:HyperparameterTuningJob"
 QUEUED_RESOURCE = "pulumi-python:dynamic/tpu:QueuedResource"
 LOCAL_RUN = "pulumi-python:dynamic/local:TrainingRun"
+IMAGE_BUILD = "pulumi-python:dynamic/cloudbuild:ImageBuild"
 
 DYNAMIC_RESOURCES: dict[str, list[tuple[str, str]]] = {
     "stacks/dev-a100-gke": [],
@@ -19,7 +20,10 @@ DYNAMIC_RESOURCES: dict[str, list[tuple[str, str]]] = {
     "stacks/local-tf": [(LOCAL_RUN, "local-tf-job-run")],
     "stacks/prod-a100-gce": [],
     "stacks/prod-tpu-v4-32": [],
-    "stacks/prod-vertex-rs": [(CUSTOM_JOB, "prod-vertex-rs-job-job")],
+    "stacks/prod-vertex-rs": [
+        (IMAGE_BUILD, "prod-vertex-rs-rs-image-build"),
+        (CUSTOM_JOB, "prod-vertex-rs-job-job"),
+    ],
     "examples/own-jax/Pulumi.local.yaml": [(LOCAL_RUN, "local-job-run")],
     "examples/own-jax/Pulumi.tpu.yaml": [],
     "examples/own-trainer/Pulumi.gce.yaml": [],
@@ -28,6 +32,9 @@ DYNAMIC_RESOURCES: dict[str, list[tuple[str, str]]] = {
     "examples/own-trainer/Pulumi.vertex.yaml": [(CUSTOM_JOB, "vertex-job-job")],
 }
 """label (tests/engine/programs.py `sources`) -> (type, logical name) of each dynamic resource."""
+
+IMAGE_BUILD_CASE = "stacks/prod-vertex-rs"
+"""The stack whose Reduction Server builds the plugin image (`ImageBuild`)."""
 
 QUEUED_TPU = "stacks/dev-tpu-v5e"
 """No bundled stack or example queues its TPU, so the tier drives this stack with

@@ -201,7 +201,7 @@ def test_gke_job_template_change_replaces_and_a_service_label_may_replace() -> N
         "  - **relaunches training; resumes from the newest checkpoint in "
         "`gs://my-ml-project-dev-a100-gke-checkpoints/checkpoints/dev-a100-gke`**",
         "  - `spec.template.spec.containers[trainer].image`: "
-        "`pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime` -> `pytorch/pytorch:other`",
+        "`pytorch/pytorch@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4` -> `pytorch/pytorch:other`",
         "",
         "- **change (may replace)** `dev-a100-gke-gpu-training-service` "
         "(kubernetes:core/v1:Service): no replace-on-change table covers `metadata.labels.team`",

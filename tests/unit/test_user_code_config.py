@@ -237,7 +237,7 @@ def test_plan_shows_what_will_run_and_plan_diff_one_line_per_job(
         "source": str(code),
         "image": None,
         # No image given: GKE runs the bundled PyTorch image.
-        "runs_on": "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime",
+        "runs_on": "pytorch/pytorch@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4",
         "entrypoint": ["python", "train.py"],
         "launcher": "torchrun",
         "launcher_from": "the default on gpu_cluster",

@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from trainstack.components._pod_setup import pod_command
-from trainstack.components.catalog.images import KUBERNETES_IMAGES
+from trainstack.components.catalog.images import kubernetes_image
 from trainstack.infra.cli import app
 
 runner = CliRunner()
@@ -279,7 +279,7 @@ def test_gke_pods_default_to_the_torch_image(tmp_path: Path, code: Path) -> None
     plan = _plan(tmp_path, {**GKE, "trainstack:trainer": trainer})
     spec = _named(plan, "mine-gpu-training-job")["inputs"]["spec"]
     [container] = spec["template"]["spec"]["containers"]
-    assert container["image"] == KUBERNETES_IMAGES["trainstack.trainers.torch_ddp"]
+    assert container["image"] == kubernetes_image("trainstack.trainers.torch_ddp")
     assert container["args"] == [
         "python3",
         "-m",

@@ -119,7 +119,8 @@ def test_the_job_waits_for_the_reader_grant_which_waits_for_the_repository() -> 
 
 
 def test_a_named_image_gets_no_mirror() -> None:
-    plan = build_plan("prod-vertex-rs", _config("prod-vertex-rs"))
+    named = "us-central1-docker.pkg.dev/my-ml-project/training/pytorch-reduction-server:2.13"
+    plan = build_plan("prod-vertex-rs", _config("prod-vertex-rs", image_uri=named))
     assert _of_type(plan, REPO) == [] and _of_type(plan, REPO_READER) == []
     services = [r["inputs"]["service"] for r in _of_type(plan, "gcp:projects/service:Service")]
     assert "artifactregistry.googleapis.com" not in services
