@@ -28,6 +28,7 @@ Action = Literal["replace", "change", "change (may replace)", "none"]
 
 INSTANCE_TEMPLATE: Final = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP_MANAGER: Final = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+PER_INSTANCE_CONFIG: Final = "gcp:compute/perInstanceConfig:PerInstanceConfig"
 RECREATING_ACTIONS: Final = frozenset({"REPLACE", "RESTART"})
 """A PROACTIVE group rolls a new template out to its running VMs by itself, doing at least
 its `minimalAction` to each: REPLACE deletes and recreates the VM, RESTART stops and starts
@@ -230,14 +231,37 @@ def _group_recreates_vms(plan: Iterable[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def _gce_vms_replaced(
+    new: Mapping[str, Any], plan: Iterable[Mapping[str, Any]]
+) -> tuple[str, Mapping[str, Any]] | None:
+    """For a replaced GCE group or per-instance config: which VMs the replacement deletes
+    and creates again (both go first, `delete_before_replace`, and the configs create the
+    VMs: components/a100_cluster/gce.py), and the plan's template that runs on them."""
+    templates = [r for r in plan if r["type"] == INSTANCE_TEMPLATE]
+    if new["type"] not in (GROUP_MANAGER, PER_INSTANCE_CONFIG) or len(templates) != 1:
+        return None
+    if new["type"] == PER_INSTANCE_CONFIG:
+        what = f"VM `{new['inputs'].get('name')}` is deleted and created again with its rank"
+    else:
+        what = "every VM goes with the group and its per-instance configs create them again"
+    return f"{what}, which relaunches", templates[0]
+
+
 def relaunch_note(
     old: Mapping[str, Any], new: Mapping[str, Any], plan: Iterable[Mapping[str, Any]] = ()
 ) -> str | None:
-    """For a replaced resource that runs the trainer (or a GCE instance template whose
-    group in `plan`, the new plan's resources, recreates its VMs on a new template): that it
+    """For a replaced resource that runs the trainer (a GCE instance template whose group
+    in `plan`, the new plan's resources, recreates its VMs on a new template, or a GCE group
+    or per-instance config whose VMs the replacement deletes and creates again): that it
     relaunches training and what the new run starts from; None for any other resource."""
     lead = "relaunches"
-    if new["type"] == INSTANCE_TEMPLATE:
+    plan = list(plan)
+    vms = _gce_vms_replaced(new, plan)
+    if vms is not None:
+        # The run is the template's; the VMs keep its checkpoint folder.
+        lead, old = vms
+        new = old
+    elif new["type"] == INSTANCE_TEMPLATE:
         group = _group_recreates_vms(plan)
         if group is None:
             return None

@@ -47,7 +47,8 @@ template (TERMINATE on host maintenance, a Deep Learning VM image, gVNIC, no ext
 the network's node tag, spot or a specific reservation, the compact placement policy
 `COLLOCATED` when there are at least 2). Its lifecycle policy REPAIRs a node that stops
 running (spot preemption with termination action STOP, host error) by recreating it, and
-one per-instance config per node keeps its name and its `trainstack-node-rank` metadata.
+one per-instance config per node creates that node (the group has no target size of its
+own: each config adds its VM) and keeps its name and its `trainstack-node-rank` metadata.
 With `training`, every instance gets the same startup script (`trainstack.components.gpu_startup`),
 which installs the trainer package and runs the node launcher: torchrun with an elastic
 rendezvous on instance 0, so a recreated or restarted node rejoins and every worker

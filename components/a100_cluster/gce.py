@@ -50,9 +50,11 @@ class GceInstances:
     template: compute.InstanceTemplate
     """What every node is made from (machine, disk, spot or reservation, startup script)."""
     group: compute.InstanceGroupManager
-    """Zonal managed instance group: it recreates a preempted, stopped or lost node."""
+    """Zonal managed instance group: it recreates a preempted, stopped or lost node. It has
+    no target size of its own: its nodes are the per-instance configs' VMs."""
     node_configs: list[compute.PerInstanceConfig]
-    """By node rank: each pins the node's name and its rank metadata across recreation."""
+    """By node rank: each creates the node's VM and pins its name and rank metadata across
+    recreation."""
     cluster_name: pulumi.Output[str]
     instance_names: pulumi.Output[list[str]]
     name_pattern: str
@@ -79,9 +81,11 @@ def create_gce(
 
     A zonal managed instance group (`trainstack.components.catalog.recovery`) owns the nodes: its instance
     lifecycle policy repairs a VM that stops running (a spot preemption with termination
-    action STOP, a host error) by recreating it from the template, and one per-instance
-    config per node keeps the node's name (node 0's host name is the rendezvous endpoint)
-    and its `trainstack-node-rank` metadata across every recreation.
+    action STOP, a host error) by recreating it from the template. The group is created
+    empty; one per-instance config per node creates that node's VM (`createInstances`,
+    which adds the VM to the group's target size) and keeps its name (node 0's host name is
+    the rendezvous endpoint) and its `trainstack-node-rank` metadata across every
+    recreation, so the group holds exactly `node_count` VMs, each with its rank.
     """
     project = pulumi.Output.from_input(args["project"])
     zone = gpu.zone
@@ -183,7 +187,15 @@ def create_gce(
                 name="trainer", instance_template=template.self_link_unique
             )
         ],
-        target_size=gpu.node_count,
+        # No target_size: the provider creates the group with `targetSize: 0` when it is
+        # unset, and each per-instance config below is a `createInstances` call that adds
+        # its VM and grows the target size by one (terraform-provider-google
+        # resource_compute_instance_group_manager.go Create; resource_compute_per_instance_
+        # config.go Create). A target size of its own would add as many auto-named VMs
+        # without a rank: twice the VMs (hashicorp/terraform-provider-google#15911, #20662;
+        # the provider's own acceptance group, testAccComputePerInstanceConfig_igm, has
+        # none). Unset and Computed, it is never resized by `pulumi up`, so a refresh after
+        # the supervisor's stop (size 0) changes nothing here.
         instance_lifecycle_policy=compute.InstanceGroupManagerInstanceLifecyclePolicyArgs(
             default_action_on_failure="REPAIR", force_update_on_repair="YES"
         ),
@@ -197,8 +209,12 @@ def create_gce(
             max_unavailable_fixed=gpu.node_count,
         ),
         wait_for_instances=False,
-        # The group creates the nodes, which read the buckets at boot: after the grants.
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+        # The nodes (its configs create them after it) read the buckets at boot: after the
+        # grants. A replacement keeps the name, and a cluster never holds its GPUs twice
+        # (the quota preflight counts node_count VMs): the old group and its VMs go first.
+        opts=pulumi.ResourceOptions(
+            parent=parent, depends_on=list(depends_on), delete_before_replace=True
+        ),
     )
     node_configs = [
         compute.PerInstanceConfig(
@@ -212,8 +228,12 @@ def create_gce(
             ),
             minimal_action="REPLACE",
             most_disruptive_allowed_action="REPLACE",
+            # Destroying the config deletes its VM (`deleteInstances`, which drops the
+            # config with it and lowers the target size by one), and waits until it is gone.
             remove_instance_on_destroy=True,
-            opts=child,
+            # A replacement names the same VM: created first, `createInstances` would ask
+            # for a name the group still holds. Delete, then create.
+            opts=pulumi.ResourceOptions(parent=parent, delete_before_replace=True),
         )
         for i, physical in enumerate(names)
     ]

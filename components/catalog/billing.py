@@ -26,11 +26,26 @@ MIG_RESIZE_DELETES_INSTANCES_SOURCE: Final = (
     "deleted any instances.'); the tpu.v2/compute.v1 discovery documents in "
     "google-api-python-client: resize takes `size` as a query parameter and no body"
 )
-"""Resizing the group to 0 deletes its VMs (and their GPUs); the per-instance configs stay,
-so a resize back (`pulumi up`) recreates the same names and ranks. That a group with
-per-instance configs deletes those VMs on a resize down is inferred from the method's
-description, not quoted for stateful groups."""
-MIG_RESIZE_KEEPS_PER_INSTANCE_CONFIGS_VERIFIED: Final = False
+"""Resizing the group to 0 deletes its VMs (and their GPUs). That a group with per-instance
+configs deletes those VMs on a resize down is inferred from the method's description, not
+quoted for stateful groups."""
+
+MIG_RESIZE_DROPS_PER_INSTANCE_CONFIGS: Final = True
+MIG_RESIZE_DROPS_PER_INSTANCE_CONFIGS_VERIFIED: Final = False
+MIG_RESIZE_DROPS_PER_INSTANCE_CONFIGS_SOURCE: Final = (
+    "https://cloud.google.com/compute/docs/instance-groups/preserved-state ('How group "
+    "resizing handles preserved state'), as issue 29 reads it: a resize to 0 drops the "
+    "per-instance state; that section is not in the stored copies read here. A VM deleted "
+    "by deleteInstances loses its config too: the provider deletes a config with "
+    "remove_instance_on_destroy by deleteInstances alone and its acceptance test then finds "
+    "it gone (TestAccComputePerInstanceConfig_removeInstanceOnDestroy, "
+    "hashicorp/terraform-provider-google google/services/compute/"
+    "resource_compute_per_instance_config_test.go)"
+)
+"""The supervisor's stop takes the per-instance configs with the VMs, so the stack's state
+still lists configs Google no longer has: `pulumi up --refresh` finds them gone and creates
+them again, `node_count` VMs with their names and ranks (a plain `pulumi up` reads nothing
+and changes nothing). tests/fidelity/test_gce_group_count.py."""
 
 GKE_POOL_RESIZE_REMOVES_VMS: Final = True
 GKE_POOL_RESIZE_REMOVES_VMS_VERIFIED: Final = True

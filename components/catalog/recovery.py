@@ -31,6 +31,21 @@ MIG_PER_INSTANCE_NAME_SOURCE: Final = (
 )
 """A per-instance config names its VM and carries its stateful metadata (the node rank)."""
 
+MIG_PER_INSTANCE_CONFIG_ADDS_ITS_VM: Final = True
+MIG_PER_INSTANCE_CONFIG_ADDS_ITS_VM_VERIFIED: Final = False
+MIG_PER_INSTANCE_CONFIG_ADDS_ITS_VM_SOURCE: Final = (
+    "hashicorp/terraform-provider-google google/services/compute/"
+    "resource_compute_per_instance_config.go resourceComputePerInstanceConfigCreate (POST "
+    ".../instanceGroupManagers/{igm}/createInstances: 'Creates instances with per-instance "
+    "configurations in this managed instance group', compute.v1 discovery); the group holds "
+    "them on top of its own target size: hashicorp/terraform-provider-google#15911 ('Stateful "
+    "MIG with 2 instance is created setting target_size=1'), #20662, infracost/infracost#1644 "
+    "('it will increase the `target_size` of the group manager'); reported by the provider's "
+    "users, not stated in Google's reference"
+)
+"""So the gce group is created with no target size of its own (the provider sends 0) and
+its `node_count` configs make exactly `node_count` VMs."""
+
 MIG_PLACEMENT_AND_RESERVATION_IN_TEMPLATE_VERIFIED: Final = False
 MIG_PLACEMENT_AND_RESERVATION_IN_TEMPLATE_SOURCE: Final = (
     "instance template fields resourcePolicies and reservationAffinity (pulumi_gcp "

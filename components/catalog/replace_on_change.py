@@ -14,8 +14,9 @@ Three sources, kept apart because they differ in how much they cover:
 - GCP_SCHEMA_REPLACES / GCP_SCHEMA_IN_PLACE: top-level fields read from the Terraform
   provider schema pulumi-gcp bridges (`ForceNew: true`; pulumi-terraform-bridge replaces on
   exactly those), for the types read whole (GCP_SCHEMA_SOURCE): the TPU VM, the GCE instance
-  template and group, the buckets and their objects, the placement policy, the dashboard and
-  the alert policies. Other types' fields stay "change (may replace)".
+  template, group and per-instance config, the buckets and their objects, the placement
+  policy, the dashboard and the alert policies. Other types' fields stay "change (may
+  replace)".
 - KUBERNETES_REPLACES: pulumi-kubernetes' own force-new table, the one its Diff uses.
 
 Paths are dotted Pulumi input names (camelCase); a path replaces when it or any path under
@@ -118,6 +119,11 @@ GCP_SCHEMA_SOURCE: Final[dict[str, str]] = {
         f"{_TF_BETA} google-beta/services/compute/resource_compute_instance_group_manager.go "
         "lines 60-648 (Schema: ForceNew base_instance_name, name, zone, project, params)"
     ),
+    "gcp:compute/perInstanceConfig:PerInstanceConfig": (
+        "github.com/hashicorp/terraform-provider-google@e03b7622a2 google/services/compute/"
+        "resource_compute_per_instance_config.go lines 149-320 (Schema: ForceNew "
+        "instance_group_manager, name, zone, project)"
+    ),
     "gcp:monitoring/dashboard:Dashboard": (
         f"{_TF_BETA} google-beta/services/monitoring/resource_monitoring_dashboard.go lines "
         "98-120 (Schema: ForceNew project only)"
@@ -200,6 +206,12 @@ GCP_SCHEMA_REPLACES: Final[dict[str, tuple[str, ...]]] = {
         "project",
         "zone",
     ),
+    "gcp:compute/perInstanceConfig:PerInstanceConfig": (
+        "instanceGroupManager",
+        "name",
+        "project",
+        "zone",
+    ),
     "gcp:monitoring/dashboard:Dashboard": ("project",),
     "gcp:monitoring/alertPolicy:AlertPolicy": ("project",),
     "gcp:storage/bucketObject:BucketObject": (
@@ -266,6 +278,14 @@ GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
         "versions",
         "waitForInstances",
         "waitForInstancesStatus",
+    ),
+    "gcp:compute/perInstanceConfig:PerInstanceConfig": (
+        "deletionPolicy",
+        "minimalAction",
+        "mostDisruptiveAllowedAction",
+        "preservedState",
+        "removeInstanceOnDestroy",
+        "removeInstanceStateOnDestroy",
     ),
     "gcp:monitoring/dashboard:Dashboard": ("dashboardJson",),
     "gcp:monitoring/alertPolicy:AlertPolicy": (

@@ -397,7 +397,7 @@ def _group(node_count: int = 4) -> dict[str, Any]:
         "baseInstanceName": "exp-42-a100",
         # The template's self link is known only after deploy.
         "versions": [{"name": "trainer", "instanceTemplate": "(known after deploy)"}],
-        "targetSize": node_count,
+        # No targetSize: each node config adds its VM (tests/fidelity/test_gce_group_count.py).
         "instanceLifecyclePolicy": {
             "defaultActionOnFailure": "REPAIR",
             "forceUpdateOnRepair": "YES",
@@ -480,6 +480,11 @@ def test_gce_placement_policy_template_group_and_node_configs() -> None:
     assert _integers(run.named("gpu-group").inputs) == _group()
     for rank in range(4):
         assert run.named(f"gpu-{rank}").inputs == _node_config(rank)
+    # A replacement keeps the names: the engine deletes the old group and VMs first.
+    assert [r.name for r in run.resources if r.delete_before_replace] == [
+        "gpu-group",
+        *(f"gpu-{rank}" for rank in range(4)),
+    ]
     assert "accessConfigs" not in run.named("gpu-template").inputs["networkInterfaces"][0]
 
 

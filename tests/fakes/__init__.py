@@ -56,7 +56,7 @@ class LocalServer:
 
 
 def json_handler(api: JsonApi) -> type[BaseHTTPRequestHandler]:
-    """A request handler that hands GET/POST/DELETE with JSON bodies to `api.handle`."""
+    """A request handler that hands GET/POST/PATCH/DELETE with JSON bodies to `api.handle`."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -88,5 +88,8 @@ def json_handler(api: JsonApi) -> type[BaseHTTPRequestHandler]:
 
         def do_DELETE(self) -> None:
             self._serve("DELETE")
+
+        def do_PATCH(self) -> None:
+            self._serve("PATCH")
 
     return Handler

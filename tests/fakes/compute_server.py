@@ -1,26 +1,65 @@
-"""A local HTTP server implementing Compute Engine v1 `instances.get`, and
-`instanceGroupManagers.get` and `.resize` (POST `.../resize?size=N`, no body; it answers an
-Operation and sets `targetSize`, as the discovery document's method does).
+"""A local HTTP server implementing Compute Engine v1 `instances.get` and the zonal
+`instanceGroupManagers` methods a stateful group's life goes through: `insert`, `get`,
+`patch`, `delete`, `resize` (POST `.../resize?size=N`, no body), `createInstances`,
+`deleteInstances`, `listManagedInstances` and `listPerInstanceConfigs`, each answering as the
+compute.v1 discovery document's method does (bodies checked against its request schemas).
 
     with ComputeFakeServer(deletion_gets=2) as server:
         server.instances["p/us-central1-c/vm-0"] = {"status": "RUNNING", ...}
         server.groups["p/us-central1-a/g"] = {"targetSize": 2}
         server.endpoint   # the API's base URL, `http://127.0.0.1:<port>/compute/v1/`
         server.denied = "Required 'compute.instanceGroupManagers.get' permission"  # GETs: 403
+        server.members("p/us-central1-a/g")  # its VMs: name -> Member (rank metadata, ...)
         # GET {endpoint}projects/p/zones/us-central1-c/instances/vm-0
 
 An instance the test did not add answers 404 in Google's error shape; the answer carries
 `name` and `zone` as the API does.
 
-A group holds `targetSize` instances (a test that sets `targetSize` itself has exactly that
-many at once, as if the group had settled).
-A resize down is asynchronous, as Google's is: "The resize operation is marked DONE when the
+A group holds one VM (`Member`) per unit of `targetSize`. A test that sets `targetSize`
+itself has exactly that many at once, as if the group had settled (auto-named ones added,
+or the newest names dropped). What changes the group, and how:
+
+- `insert` creates `targetSize` auto-named VMs from the current template (the base instance
+  name, a hyphen and four characters: the provider's `base_instance_name` description).
+- `createInstances` adds one VM per entry, named by it, with the entry's preserved metadata
+  and a per-instance config, and grows `targetSize` by one each: "Creates instances with
+  per-instance configurations in this managed instance group" (discovery), and the group
+  then holds them on top of its target size (a group created with `target_size=1` and one
+  config holds 2 VMs: hashicorp/terraform-provider-google#15911; "it will increase the
+  `target_size` of the group manager", infracost/infracost#1644; #20662). A name the group
+  still holds is refused (409): one VM per name.
+- `deleteInstances` "reduces the targetSize of the managed instance group by the number of
+  instances that you delete" (discovery) and deletes them; an instance not in the group, or
+  already being deleted, fails the call unless `skipInstancesOnValidationError`.
+- `resize` sets `targetSize`: "If you increase the size, the group creates new instances
+  using the current instance template. If you decrease the size, the group deletes
+  instances." (discovery) A resize up adds auto-named VMs with no per-instance config (no
+  rank); a resize down deletes auto-named VMs first, then the highest names (Google's order
+  is "arbitrary").
+- `patch` with new `versions` under a PROACTIVE update policy recreates every VM from the
+  new template, keeping its name and preserved metadata ("When you update an instance, the
+  MIG maintains the instance's preserved state ... The MIG preserves stateful metadata,
+  configured in a per-instance configuration, and sets it on the instance during the
+  update", https://cloud.google.com/compute/docs/instance-groups/preserved-state).
+- `delete` removes the group "and all of the instances in that group" (discovery).
+
+A VM's per-instance config goes with the VM, however it is deleted: `deleteInstances` drops
+it (the provider deletes a config with `remove_instance_on_destroy` by `deleteInstances`
+alone, and its acceptance test then finds the config gone from `listPerInstanceConfigs`:
+TestAccComputePerInstanceConfig_removeInstanceOnDestroy,
+google/services/compute/resource_compute_per_instance_config_test.go), and so does a resize
+down, as issue 29 reads Google's stateful-MIG page ("How group resizing handles preserved
+state", https://cloud.google.com/compute/docs/instance-groups/preserved-state; that section
+is not in the stored copies read here).
+
+Deleting is asynchronous, as Google's is: "The resize operation is marked DONE when the
 resize actions are scheduled even if the group has not yet added or deleted any instances"
-(https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/resize). So
-the group answers its new `targetSize` at once while the deleted instances stay, counted in
-`currentActions.deleting` with `status.isStable` false, for the next `deletion_gets` GETs of
-the group; the GET after those finds them gone (`deleting` 0, `isStable` true) and notes it in
-`gone`. `currentActions` carries every count of the compute.v1 discovery document's
+(https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/resize;
+`deleteInstances` likewise). A deleted VM stays, counted in `currentActions.deleting` with
+`status.isStable` false and listed with `currentAction` DELETING, for the next
+`deletion_gets` reads of the group (`get`, `listManagedInstances`, `listPerInstanceConfigs`);
+the read after those finds it gone (its config too) and notes it in `gone`.
+`currentActions` carries every count of the discovery document's
 `InstanceGroupManagerActionsSummary` (zeros included).
 """
 
@@ -29,20 +68,51 @@ from __future__ import annotations
 import re
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakes import LocalServer, google_error, json_handler
-from trainstack.components._discovery import load_document
+from trainstack.components._discovery import load_document, validate_body
 
 _INSTANCE = re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$")
 _GROUP = re.compile(
-    r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instanceGroupManagers/([^/]+?)(/resize)?$"
+    r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instanceGroupManagers(?:/([^/]+?)(?:/(\w+))?)?$"
 )
 ACTIONS = tuple(
     load_document("compute.v1")["schemas"]["InstanceGroupManagerActionsSummary"]["properties"]
 )
 """The counts of `InstanceGroupManager.currentActions` (`none`, `creating`, `deleting`, ...)."""
+REQUESTS = {
+    "createInstances": "InstanceGroupManagersCreateInstancesRequest",
+    "deleteInstances": "InstanceGroupManagersDeleteInstancesRequest",
+}
+"""The request schema of each group method that takes a body (besides the group itself)."""
+
+
+@dataclass
+class Member:
+    """One VM of a group (a managed instance)."""
+
+    name: str
+    metadata: dict[str, str]
+    """Its preserved metadata (from its per-instance config; {} for an auto-named VM)."""
+    template: str
+    """The instance template the group last created it from."""
+    created: int = 1
+    """How often the group created it (a PROACTIVE update recreates it)."""
+    deleting: int | None = None
+    """While being deleted: the reads of the group that still find it."""
+
+
+@dataclass
+class _Group:
+    members: dict[str, Member] = field(default_factory=dict)
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    size: int | None = None
+    """`targetSize` as the fake last set it (another value: the test set it itself)."""
+    named: int = 0
+    """Auto-named VMs so far (their four-character suffixes)."""
 
 
 class ComputeFakeServer(LocalServer):
@@ -54,7 +124,7 @@ class ComputeFakeServer(LocalServer):
         self.groups: dict[str, dict[str, Any]] = {}
         """Managed instance groups by `<project>/<zone>/<name>` (`targetSize` at least)."""
         self.deletion_gets = deletion_gets
-        """How many GETs of a group still find the instances a resize down deletes."""
+        """How many reads of a group still find a VM it deletes."""
         self.requests: list[tuple[str, str]] = []
         self.denied: str | None = None
         """When set, every GET answers 403 PERMISSION_DENIED with this message, as Google
@@ -62,10 +132,8 @@ class ComputeFakeServer(LocalServer):
         self.resizes: list[tuple[str, int]] = []
         """(`<project>/<zone>/<name>`, size) of every resize call."""
         self.gone: dict[str, float] = {}
-        """When (Unix seconds) the GET that first found a group's deleted instances gone ran."""
-        self._deleting: dict[str, list[int]] = {}
-        """By group: [instances still being deleted, GETs left that find them, the size the
-        resize set]."""
+        """When (Unix seconds) the read that first found a group's deleted VMs gone ran."""
+        self._state: dict[str, _Group] = {}
         self._lock = threading.Lock()
         super().__init__(json_handler(self))
 
@@ -74,27 +142,27 @@ class ComputeFakeServer(LocalServer):
         # What the discovery client takes as a base URL: root URL plus service path.
         return self.base_url + "/compute/v1/"
 
+    def members(self, key: str) -> dict[str, Member]:
+        """The VMs group `key` holds now (those being deleted included), by name."""
+        with self._lock:
+            return dict(self._sync(key).members)
+
     def scale(self, key: str, size: int) -> None:
-        """Set the group's `targetSize` as a resize does; the instances over `size` are
-        deleted over the next `deletion_gets` GETs (GKE's `nodePools.setSize` resizes its
-        pool's groups the same way)."""
-        found = self.groups[key]
-        held = int(found["targetSize"]) + self._pending(key)[0]
-        found["targetSize"] = size
-        if held > size and self.deletion_gets > 0:
-            self._deleting[key] = [held - size, self.deletion_gets, size]
-        else:
-            self._deleting.pop(key, None)
+        """Resize group `key` as `resize` does (GKE's `nodePools.setSize` resizes its pool's
+        groups the same way)."""
+        with self._lock:
+            self._resize(key, size)
 
     def handle(self, method: str, raw_path: str, body: Any) -> tuple[int, Any] | None:
-        path = urlsplit(raw_path).path
+        split = urlsplit(raw_path)
+        path = split.path
         with self._lock:
             self.requests.append((method, path))
             if self.denied is not None and method == "GET":
                 return 403, google_error(403, self.denied)
             group = _GROUP.match(path)
             if group is not None:
-                return self._group(method, group.groups(), parse_qs(urlsplit(raw_path).query))
+                return self._group(method, group.groups(), parse_qs(split.query), body)
             match = _INSTANCE.match(path)
             if method != "GET" or match is None:
                 return 404, google_error(404, f"no route {method} {path}")
@@ -105,43 +173,220 @@ class ComputeFakeServer(LocalServer):
             return 200, {"kind": "compute#instance", "name": name, "zone": zone, **found}
 
     def _group(
-        self, method: str, parts: tuple[str, ...], query: dict[str, list[str]]
+        self,
+        method: str,
+        parts: tuple[str | None, ...],
+        query: dict[str, list[str]],
+        body: Any,
     ) -> tuple[int, Any]:
-        project, zone, name, resize = parts
+        project, zone, name, verb = parts
+        if name is None:
+            return self._insert(method, f"{project}/{zone}", body)
         key = f"{project}/{zone}/{name}"
-        found = self.groups.get(key)
-        if found is None:
+        if key not in self.groups:
             return 404, google_error(404, f"instance group manager {name} not found")
-        if method == "GET" and not resize:
-            return 200, {"kind": "compute#instanceGroupManager", "name": name, **self._view(key)}
-        if method == "POST" and resize and query.get("size"):
-            size = int(query["size"][0])
-            self.resizes.append((key, size))
-            self.scale(key, size)
-            return 200, {"kind": "compute#operation", "name": f"operation-{len(self.resizes)}"}
-        return 400, google_error(400, f"bad request {method} {name}{resize or ''}")
+        schema = REQUESTS.get(verb or "")
+        if schema is not None:
+            problems = validate_body("compute.v1", schema, body)
+            if problems:
+                return 400, google_error(400, "; ".join(problems))
+        handler = {
+            ("GET", None): lambda: self._view(key, name),
+            ("PATCH", None): lambda: self._patch(key, body),
+            ("DELETE", None): lambda: self._delete_group(key),
+            ("POST", "resize"): lambda: self._resize_call(key, query),
+            ("POST", "createInstances"): lambda: self._create_instances(key, body),
+            ("POST", "deleteInstances"): lambda: self._delete_instances(key, body),
+            ("POST", "listManagedInstances"): lambda: self._list_members(key, query),
+            ("POST", "listPerInstanceConfigs"): lambda: self._list_configs(key),
+        }.get((method, verb))
+        if handler is None:
+            return 400, google_error(400, f"bad request {method} {name}/{verb or ''}")
+        return handler()
 
-    def _pending(self, key: str) -> list[int]:
-        """The group's deletion in progress ([0, 0, size] where none is): one the test
-        overrode by setting `targetSize` itself is dropped."""
-        deleting = self._deleting.get(key)
-        if deleting is not None and deleting[2] != int(self.groups[key]["targetSize"]):
-            del self._deleting[key]
-            deleting = None
-        return deleting or [0, 0, int(self.groups[key]["targetSize"])]
+    # The group as the API keeps it.
 
-    def _view(self, key: str) -> dict[str, Any]:
-        """The group as one GET finds it (counting that GET against a deletion)."""
-        found = self.groups[key]
-        deleting = self._deleting.get(key) if self._pending(key)[0] else None
-        if deleting is not None and deleting[1] <= 0:
-            del self._deleting[key]
+    def _sync(self, key: str) -> _Group:
+        """The group's state; where the test set `targetSize` itself, settled at it."""
+        state = self._state.setdefault(key, _Group())
+        target = int(self.groups[key].get("targetSize", 0))
+        if state.size != target:
+            for name in [n for n, m in state.members.items() if m.deleting is not None]:
+                self._drop(state, name)
+            extra = max(0, len(state.members) - target)
+            for name in sorted(state.members, reverse=True)[:extra]:
+                self._drop(state, name)
+            while len(state.members) < target:
+                self._add_auto(key, state)
+            state.size = target
+        return state
+
+    def _set_size(self, key: str, state: _Group, size: int) -> None:
+        self.groups[key]["targetSize"] = size
+        state.size = size
+
+    def _template(self, key: str) -> str:
+        versions = self.groups[key].get("versions") or [{}]
+        return str(versions[0].get("instanceTemplate", ""))
+
+    def _add_auto(self, key: str, state: _Group) -> None:
+        state.named += 1
+        base = self.groups[key].get("baseInstanceName") or key.rsplit("/", 1)[-1]
+        name = f"{base}-{state.named:04x}"
+        state.members[name] = Member(name, {}, self._template(key))
+
+    @staticmethod
+    def _drop(state: _Group, name: str) -> None:
+        """The VM is gone, and its per-instance config with it (module docstring)."""
+        del state.members[name]
+        state.configs.pop(name, None)
+
+    def _delete_member(self, state: _Group, name: str) -> None:
+        if self.deletion_gets > 0:
+            state.members[name].deleting = self.deletion_gets
+        else:
+            self._drop(state, name)
+
+    def _read(self, key: str) -> _Group:
+        """One read of the group: a VM being deleted for its last read is gone now."""
+        state = self._sync(key)
+        finished = False
+        for member in [m for m in state.members.values() if m.deleting is not None]:
+            if member.deleting is not None and member.deleting <= 0:
+                self._drop(state, member.name)
+                finished = True
+            elif member.deleting is not None:
+                member.deleting -= 1
+        if finished and not any(m.deleting is not None for m in state.members.values()):
             self.gone[key] = time.time()
-            deleting = None
-        elif deleting is not None:
-            deleting[1] -= 1
+        return state
+
+    def _resize(self, key: str, size: int) -> None:
+        state = self._sync(key)
+        live = [m for m in state.members.values() if m.deleting is None]
+        self._set_size(key, state, size)
+        # Auto-named VMs first, then the highest names (Google's order is its own).
+        doomed = sorted(live, key=lambda m: (not m.metadata, m.name), reverse=True)
+        for member in doomed[: max(0, len(live) - size)]:
+            self._delete_member(state, member.name)
+        for _ in range(size - len(live)):
+            self._add_auto(key, state)
+
+    # The methods.
+
+    def _insert(self, method: str, where: str, body: Any) -> tuple[int, Any]:
+        if method != "POST":
+            return 400, google_error(400, f"bad request {method} instanceGroupManagers")
+        problems = validate_body("compute.v1", "InstanceGroupManager", body)
+        if problems:
+            return 400, google_error(400, "; ".join(problems))
+        key = f"{where}/{body['name']}"
+        if key in self.groups:
+            return 409, google_error(409, f"The resource '{key}' already exists")
+        self.groups[key] = {**body, "targetSize": 0}
+        self._state[key] = _Group(size=0)
+        self._resize(key, int(body.get("targetSize", 0)))
+        return 200, _operation("insert", key)
+
+    def _view(self, key: str, name: str) -> tuple[int, Any]:
+        """The group as one GET finds it."""
+        state = self._read(key)
+        found = self.groups[key]
+        deleting = sum(m.deleting is not None for m in state.members.values())
         actions = dict.fromkeys(ACTIONS, 0)
-        actions["none"] = int(found["targetSize"])
-        actions["deleting"] = deleting[0] if deleting else 0
-        status = {"isStable": deleting is None, **found.get("status", {})}
-        return {**found, "currentActions": actions, "status": status}
+        actions["none"] = len(state.members) - deleting
+        actions["deleting"] = deleting
+        status = {"isStable": deleting == 0, **found.get("status", {})}
+        view = {"kind": "compute#instanceGroupManager", "name": name, **found}
+        return 200, {**view, "currentActions": actions, "status": status}
+
+    def _patch(self, key: str, body: dict[str, Any]) -> tuple[int, Any]:
+        state = self._sync(key)
+        before = self._template(key)
+        self.groups[key].update({k: v for k, v in body.items() if k != "fingerprint"})
+        policy = self.groups[key].get("updatePolicy") or {}
+        if self._template(key) != before and policy.get("type") == "PROACTIVE":
+            for member in state.members.values():
+                if member.deleting is None:
+                    member.template = self._template(key)
+                    member.created += 1
+        return 200, _operation("patch", key)
+
+    def _delete_group(self, key: str) -> tuple[int, Any]:
+        del self.groups[key]
+        del self._state[key]
+        return 200, _operation("delete", key)
+
+    def _resize_call(self, key: str, query: dict[str, list[str]]) -> tuple[int, Any]:
+        if not query.get("size"):
+            return 400, google_error(400, "resize: the size parameter is required")
+        size = int(query["size"][0])
+        self.resizes.append((key, size))
+        self._resize(key, size)
+        return 200, _operation(f"resize-{len(self.resizes)}", key)
+
+    def _create_instances(self, key: str, body: dict[str, Any]) -> tuple[int, Any]:
+        state = self._sync(key)
+        entries = body.get("instances") or []
+        for entry in entries:
+            if entry.get("name") in state.members:
+                return 409, google_error(409, f"instance {entry.get('name')} already exists")
+        for entry in entries:
+            name = entry["name"]
+            metadata = dict((entry.get("preservedState") or {}).get("metadata") or {})
+            state.members[name] = Member(name, metadata, self._template(key))
+            state.configs[name] = {
+                "name": name,
+                "preservedState": entry.get("preservedState") or {},
+                "status": "EFFECTIVE",
+            }
+        self._set_size(key, state, int(self.groups[key].get("targetSize", 0)) + len(entries))
+        return 200, _operation("createInstances", key)
+
+    def _delete_instances(self, key: str, body: dict[str, Any]) -> tuple[int, Any]:
+        state = self._sync(key)
+        names = [url.rsplit("/", 1)[-1] for url in body.get("instances") or []]
+        valid = [n for n in names if n in state.members and state.members[n].deleting is None]
+        if len(valid) < len(names) and not body.get("skipInstancesOnValidationError"):
+            wrong = sorted(set(names) - set(valid))
+            return 400, google_error(400, f"not in the group or already being deleted: {wrong}")
+        for name in valid:
+            self._delete_member(state, name)
+        self._set_size(key, state, int(self.groups[key].get("targetSize", 0)) - len(valid))
+        return 200, _operation("deleteInstances", key)
+
+    def _list_members(self, key: str, query: dict[str, list[str]]) -> tuple[int, Any]:
+        state = self._read(key)
+        project, zone, _ = key.split("/")
+        wanted = [f.split("=", 1)[1].strip('"') for f in query.get("filter", []) if "=" in f]
+        listed = [
+            {
+                "instance": f"https://www.googleapis.com/compute/v1/projects/{project}/zones/"
+                f"{zone}/instances/{m.name}",
+                "name": m.name,
+                "currentAction": "NONE" if m.deleting is None else "DELETING",
+                "version": {"instanceTemplate": m.template},
+                "preservedStateFromConfig": {"metadata": m.metadata} if m.metadata else {},
+            }
+            for m in sorted(state.members.values(), key=lambda m: m.name)
+            if not wanted or m.name in wanted
+        ]
+        # A list answer leaves out an empty list, as Google's do.
+        return 200, {"managedInstances": listed} if listed else {}
+
+    def _list_configs(self, key: str) -> tuple[int, Any]:
+        state = self._read(key)
+        items = [state.configs[n] for n in sorted(state.configs)]
+        return 200, {"items": items} if items else {}
+
+
+def _operation(verb: str, key: str) -> dict[str, Any]:
+    """A DONE zonal Operation (the fake's changes are made when it answers)."""
+    project, zone, name = key.split("/")
+    return {
+        "kind": "compute#operation",
+        "name": f"operation-{verb}-{name}",
+        "zone": zone,
+        "status": "DONE",
+        "targetLink": f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}",
+    }

@@ -46,21 +46,26 @@ class Served:
 
 @contextlib.contextmanager
 def serve_planned_supervisor(
-    plan: dict[str, Any], folder: Path, storage: str, size: int
+    plan: dict[str, Any],
+    folder: Path,
+    storage: str,
+    size: int,
+    deployed: ComputeFakeServer | None = None,
 ) -> Iterator[Served]:
     """The plan's supervisor served as Cloud Functions runs it, its group (or pool) at
-    `size` nodes as `pulumi up` left it."""
+    `size` nodes as `pulumi up` left it (`deployed`: a Compute Engine fake already holding
+    the group, as `tests.fidelity.gce_deploy` deployed it; `size` is then unused)."""
     config = planned_supervisor(plan, folder)
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with (
-        ComputeFakeServer() as compute,
+        contextlib.nullcontext(deployed) if deployed else ComputeFakeServer() as compute,
         ContainerFakeServer() as container,
         MetadataFake(values) as metadata,
     ):
         parts = config["name"].split("/")
-        if config["kind"] == "mig":
+        if config["kind"] == "mig" and deployed is None:
             compute.groups[f"{parts[1]}/{parts[3]}/{parts[5]}"] = {"targetSize": size}
-        else:
+        elif config["kind"] != "mig":
             group = f"{parts[1]}/{parts[3]}/gke-{parts[5]}-{parts[7]}-grp"
             compute.groups[group] = {"targetSize": size}
             project, zone, name = group.split("/")

@@ -54,9 +54,11 @@ import pytest
 import yaml
 
 from tests import REPO_ROOT
+from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.metadata_fake import MetadataFake, vm_values
+from tests.fidelity.gce_deploy import Provider, Stack, registered
 from tests.fidelity.nodes import (
     Image,
     Node,
@@ -152,13 +154,17 @@ def _plan(trainer: dict[str, Any]) -> PlannedGroup:
     return _planned(_plan_document(trainer))
 
 
-def _plan_document(trainer: dict[str, Any], limits: dict[str, Any] | None = None) -> dict[str, Any]:
-    name, config = load_stack(STACK, None)
+def _stack_config(trainer: dict[str, Any], limits: dict[str, Any] | None = None) -> dict[str, Any]:
+    _, config = load_stack(STACK, None)
     if limits:
         config["trainstack:limits"] = limits
     config["trainstack:gpu_cluster"] = {**config["trainstack:gpu_cluster"], "node_count": NODES}
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
-    return build_plan(name, config)
+    return config
+
+
+def _plan_document(trainer: dict[str, Any], limits: dict[str, Any] | None = None) -> dict[str, Any]:
+    return build_plan(STACK, _stack_config(trainer, limits))
 
 
 def _planned(plan: dict[str, Any]) -> PlannedGroup:
@@ -289,6 +295,13 @@ def _train_once(group: Group, timeout_s: float) -> list[Node]:
 def test_the_planned_startup_script_is_the_same_on_every_node() -> None:
     planned = _plan({"steps": 4})
     assert planned.names == ["prod-a100-gce-a100-0", "prod-a100-gce-a100-1"]
+    # The VMs the group creates from the plan (`pulumi up` against the Compute Engine fake)
+    # are exactly these, each with the rank the tests below boot it with.
+    with ComputeFakeServer(deletion_gets=0) as api:
+        Stack(Provider(api.endpoint)).up(registered(_stack_config({"steps": 4})))
+        group = f"{planned.project}/{planned.zone}/{STACK}-a100"
+        vms = {n: m.metadata for n, m in api.members(group).items()}
+    assert vms == {name: {NODE_RANK_ATTRIBUTE: str(r)} for r, name in enumerate(planned.names)}
     assert 'systemd-run --unit="$UNIT"' in planned.script
     assert "\nRESTART_PREVENT='0 1 2 5'\n" in planned.script
     assert f"\nCOORDINATOR={planned.names[0]}\n" in planned.script

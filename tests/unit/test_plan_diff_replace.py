@@ -308,15 +308,42 @@ def test_a_new_gce_template_relaunches_training_through_the_proactive_group() ->
     # An OPPORTUNISTIC group leaves running VMs alone; its own changes are in place.
     group = _resource(head, GCE_GROUP)["inputs"]
     group["updatePolicy"]["type"] = "OPPORTUNISTIC"
-    group["targetSize"] = 2.0
+    group["updatePolicy"]["maxUnavailableFixed"] = 2.0
     assert plan_diff(base, head).splitlines()[4:8] == [
         "- **change** `prod-a100-gce-gpu-group` (gcp:compute/instanceGroupManager:"
         "InstanceGroupManager): updated in place (the Terraform provider schema)",
-        "  - `targetSize`: `4` -> `2`",
+        "  - `updatePolicy.maxUnavailableFixed`: `4` -> `2`",
         "  - `updatePolicy.type`: `PROACTIVE` -> `OPPORTUNISTIC`",
         "",
     ]
     assert "relaunches" not in plan_diff(base, head)
+
+
+GCE_NODE = "gcp:compute/perInstanceConfig:PerInstanceConfig"
+
+
+def test_a_replaced_gce_node_or_group_deletes_its_vms_first_and_relaunches_training() -> None:
+    base = _pinned("prod-a100-gce")
+    head = copy.deepcopy(base)
+    [node] = [r for r in head["resources"] if r["name"] == "prod-a100-gce-gpu-1"]
+    node["inputs"]["zone"] = "us-central1-a"
+    assert plan_diff(base, head).splitlines()[4:] == [
+        "- **replace** `prod-a100-gce-gpu-1` (gcp:compute/perInstanceConfig:PerInstanceConfig): "
+        "`zone` changed, which forces a new resource (the Terraform provider schema); deletes "
+        "the old one first",
+        "  - **VM `prod-a100-gce-a100-1` is deleted and created again with its rank, which "
+        f"relaunches training; resumes from the newest checkpoint in `{GCE_FOLDER}`**",
+        "  - `zone`: `us-central1-c` -> `us-central1-a`",
+    ]
+    head = copy.deepcopy(base)
+    _resource(head, GCE_GROUP)["inputs"]["baseInstanceName"] = "prod-a100-gce-b"
+    assert plan_diff(base, head).splitlines()[4:6] == [
+        "- **replace** `prod-a100-gce-gpu-group` (gcp:compute/instanceGroupManager:"
+        "InstanceGroupManager): `baseInstanceName` changed, which forces a new resource (the "
+        "Terraform provider schema); deletes the old one first",
+        "  - **every VM goes with the group and its per-instance configs create them again, "
+        f"which relaunches training; resumes from the newest checkpoint in `{GCE_FOLDER}`**",
+    ]
 
 
 def test_a_bucket_location_replaces_and_its_labels_and_placement_size_do_not() -> None:
