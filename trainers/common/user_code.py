@@ -86,8 +86,9 @@ class StackTrainer(TrainConfig):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     source: str | None = None
-    """Folder with your code, packaged and uploaded by content hash; relative paths are
-    relative to the project root (beside Pulumi.yaml)."""
+    """Folder with your code, packaged and uploaded by content hash, less what its
+    `.gcloudignore` lists and secrets (`trainstack.trainers.common.code_files`); relative
+    paths are relative to the project root (beside Pulumi.yaml)."""
     image: str | None = None
     """Container image to run your code in (gpu_cluster, vertex)."""
     requirements: str | None = None
