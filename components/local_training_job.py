@@ -41,13 +41,12 @@ from pydantic import ValidationError
 from trainstack.components._args import check_args, component_check
 from trainstack.components._local_provider import LocalRun, LocalRunProvider
 from trainstack.components._naming import labels_input
+from trainstack.trainers.common.code_files import code_files
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import (
     CodeRules,
     StackTrainer,
     resolve_source,
-    source_files,
-    source_sha256,
     user_code_problems,
 )
 from trainstack.trainers.local import local_processes
@@ -175,7 +174,7 @@ class LocalTrainingJob(pulumi.ComponentResource):
         code = cfg.user_code
         digest = None
         if code is not None and code.source is not None:
-            digest = source_sha256(source_files(resolve_source(code.source, base_dir)))
+            digest = code_files(resolve_source(code.source, base_dir)).sha256
         super().__init__(TOKEN, name, None, opts)
 
         self.run = LocalRun(

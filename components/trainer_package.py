@@ -21,7 +21,9 @@ installs a framework of another version beside the image's.
 With `user_source` (your own code, `trainstack:trainer.source`) the sdist is
 `trainstack-code`: the `trainers` package (the node launcher, `trainstack.trainers.node`, and
 `trainstack.trainers.user_code`) plus your folder as `trainstack/user_source/`, depending on your
-requirements only; every target installs it the way it installs the bundled trainers (Vertex
+requirements only. Not all of the folder: what its `.gcloudignore` lists, secrets (dotenv
+files, private keys, credential files) and build leftovers stay out, and a link leaving the
+folder is refused (`trainstack.trainers.common.code_files`); every target installs it the way it installs the bundled trainers (Vertex
 `pythonPackageSpec`, the GCE/TPU startup scripts' and GKE pods' `pip install <uri>`), and
 `python -m trainstack.trainers.node --launcher=... -- ARGV` then runs ARGV in the installed folder.
 Unchanged code gives the same bytes, digest and `uri`, so nothing relaunches.
@@ -52,8 +54,8 @@ from trainstack import trainers
 from trainstack.components._args import ArgsError, check_args, component_check
 from trainstack.components._naming import labels_input
 from trainstack.components._project import current_build_dir
+from trainstack.trainers.common.code_files import CodeFiles, code_files
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
-from trainstack.trainers.common.user_code import source_files
 
 TOKEN = "trainstack:storage:TrainerPackage"
 COMPONENT_LABEL = "trainer-package"
@@ -117,8 +119,10 @@ class TrainerPackageArgs(TypedDict):
     `user_source`: your code's requirements, the package's only dependencies."""
     user_source: NotRequired[str]
     """Your code's folder (`trainstack:trainer.source`, absolute): packaged beside the node
-    launcher as `trainstack_source/`, so installing the package gives a machine both; the
-    object is `code/trainstack_code-<sha16>.tar.gz`."""
+    launcher as `trainstack/user_source/`, so installing the package gives a machine both; the
+    object is `code/trainstack_code-<sha16>.tar.gz`. Its `.gcloudignore`, secrets and links
+    decide what goes (`trainstack.trainers.common.code_files`); a link leaving the folder is
+    refused."""
 
 
 def _default_source_root() -> Path:
@@ -240,7 +244,7 @@ def _tarball(
 def _build_sdist(
     source_root: Path,
     requirements: tuple[str, ...] = (),
-    user_source: Path | None = None,
+    user_source: CodeFiles | None = None,
     build_dir: Path | None = None,
 ) -> _Sdist:
     """Build (once per process per source content and build folder) into `build_dir`
@@ -252,8 +256,7 @@ def _build_sdist(
     code = user_source is not None
     if user_source is not None:
         files += [
-            (f"{SOURCE_PACKAGE.replace('.', '/')}/{rel}", data)
-            for rel, data in source_files(user_source)
+            (f"{SOURCE_PACKAGE.replace('.', '/')}/{rel}", data) for rel, data in user_source.files
         ]
         files.sort()
     dist = CODE_DIST_NAME if code else DIST_NAME
@@ -314,17 +317,21 @@ class TrainerPackage(pulumi.ComponentResource):
             if not isinstance(r, str) or not r.strip() or any(c in r for c in "\"'\n")
         ]
         user_source = args.get("user_source")
+        code = None
         if user_source is not None and not Path(user_source).is_dir():
             problems.append(
                 f"TrainerPackage.user_source: {user_source!r} is not a folder; valid: a folder"
             )
+        elif user_source is not None:
+            code = code_files(Path(user_source).resolve())
+            problems += [f"TrainerPackage.user_source: {p}" for p in code.problems]
         if problems:
             raise ArgsError(problems)
         build_dir = args.get("build_dir")
         sdist = _build_sdist(
             source_root,
             requirements,
-            Path(user_source).resolve() if user_source else None,
+            code,
             Path(build_dir) if build_dir else None,
         )
         super().__init__(TOKEN, name, None, opts)

@@ -1,7 +1,9 @@
 """What a plan says about your own code (`trainstack:trainer.entrypoint`).
 
 `code_summary` is the plan's `code` entry: the source folder and the sha256 of its packaged
-files (what decides whether a deployment relaunches), the image, the entrypoint, the
+files (what decides whether a deployment relaunches), what is packaged (`files`: count, total
+bytes, the largest, the ignore file, what it and the default secret rules left out; see
+`trainstack.trainers.common.code_files`), the image, the entrypoint, the
 launcher the target runs it with and whether `trainer.launcher` chose it or the target's
 default did (`launcher_from`), the variables that launcher gives every process
 (`launcher_env`), the world size (processes that run it: machines x
@@ -18,14 +20,9 @@ from typing import Any, Final
 from trainstack.infra.config import StackConfig
 from trainstack.infra.project import current_place
 from trainstack.infra.targets import target_of
+from trainstack.trainers.common.code_files import code_files
 from trainstack.trainers.common.contract import RUN_CONTRACT_ENV
-from trainstack.trainers.common.user_code import (
-    UserCode,
-    read_requirements,
-    resolve_source,
-    source_files,
-    source_sha256,
-)
+from trainstack.trainers.common.user_code import UserCode, read_requirements, resolve_source
 
 TORCHRUN_ENV: Final = (
     "RANK",
@@ -62,17 +59,18 @@ def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
     code = cfg.trainer.user_code
     if code is None:
         return None
-    digest = None
+    digest = files = None
     requirements: list[str] = []
     if code.source is not None:
         base_dir = current_place().base_dir
-        folder = resolve_source(code.source, base_dir)
-        digest = source_sha256(source_files(folder))
+        packaged = code_files(resolve_source(code.source, base_dir))
+        digest, files = packaged.sha256, packaged.summary()
         if code.requirements is not None:
             requirements = read_requirements(code, base_dir)
     return {
         "source": code.source,
         "source_sha256": digest,
+        "files": files,
         "image": code.image,
         "runs_on": runs_on(cfg, code),
         "entrypoint": list(code.entrypoint),
@@ -93,6 +91,7 @@ def code_rows(code: dict[str, Any]) -> list[tuple[str, str]]:
     digest = code["source_sha256"]
     rows = [
         ("source", f"{code['source']} (sha256 {digest[:16]})" if digest else "-"),
+        *(_file_rows(code["files"]) if code.get("files") else []),
         ("image", code["image"] or "-"),
         ("runs on", code["runs_on"]),
         ("entrypoint", " ".join(code["entrypoint"])),
@@ -106,4 +105,31 @@ def code_rows(code: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("env", ", ".join(f"{k}={v}" for k, v in code["env"].items())))
     if code["secret_env"]:
         rows.append(("secret_env", ", ".join(f"{k} <- {v}" for k, v in code["secret_env"].items())))
+    return rows
+
+
+def _size(n: int) -> str:
+    size, unit = float(n), "B"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
+def _file_rows(files: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the package holds and what was left out, for the plan's table."""
+    rule = f" (ignore file {files['ignore_file']})" if files["ignore_file"] else ""
+    rows = [
+        ("files", f"{files['count']} files, {_size(files['bytes'])}{rule}"),
+        ("largest", ", ".join(f"{f['path']} {_size(f['bytes'])}" for f in files["largest"]) or "-"),
+    ]
+    if files["excluded"]:
+        left_out = ", ".join(f"{e['path']} ({e['why']})" for e in files["excluded"])
+        rows.append(("left out", left_out))
+    ignored = files["ignored"]
+    if ignored["count"]:
+        more = ignored["count"] - len(ignored["first"])
+        shown = ", ".join(ignored["first"]) + (f" and {more} more" if more else "")
+        rows.append(("ignored", shown))
     return rows

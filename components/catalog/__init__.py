@@ -86,6 +86,9 @@ from trainstack.components.catalog.sources import (
     FACT_SHEET,
 )
 from trainstack.components.catalog.tpu import (
+    CLOUD_TPU_API_AS_OF,
+    CLOUD_TPU_API_NOTE,
+    CLOUD_TPU_API_SOURCE,
     DISK_MODES,
     QUEUED_TIERS,
     READ_ONLY_MULTI_HOST_SOURCE,
@@ -164,6 +167,9 @@ __all__ = [
     "ACCELERATOR_NAMES_AS_OF",
     "ACCELERATOR_NAMES_SOURCE",
     "ALGORITHMS",
+    "CLOUD_TPU_API_AS_OF",
+    "CLOUD_TPU_API_NOTE",
+    "CLOUD_TPU_API_SOURCE",
     "COMPACT_PLACEMENT_MAX_NODES",
     "COMPACT_PLACEMENT_VERIFIED",
     "CPU_MACHINES",

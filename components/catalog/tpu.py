@@ -49,6 +49,31 @@ TPU_RUNTIME_SOURCE: Final = (
 )
 TPU_RUNTIME_AS_OF: Final = "2026-11-01"
 
+CLOUD_TPU_API_SOURCE: Final = (
+    # "Migrate from the Cloud TPU API", read in zh-cn and ja (the English copy stops before
+    # it): "Cloud TPU API 不再处于积极开发阶段 ... 将仅接收 bug 修复和安全更新。从 TPU7x
+    # (Ironwood) 开始的新硬件代系仅通过 Compute Engine 或 Google Kubernetes Engine (GKE)
+    # 提供支持" ("The Cloud TPU API is no longer in active development ... will only receive
+    # bug fixes and security updates. New hardware generations starting with TPU7x (Ironwood)
+    # are only supported through Compute Engine or Google Kubernetes Engine (GKE)").
+    "https://docs.cloud.google.com/tpu/docs/tpus-in-compute-engine; "
+    # The banner of the runtime and JAX-slice pages: "This page applies to the Cloud TPU API,
+    # which is no longer under active development ... The Cloud TPU API is not supported on
+    # TPU7x and later".
+    "https://docs.cloud.google.com/tpu/docs/runtimes, "
+    f"https://docs.cloud.google.com/tpu/docs/jax-pods; {FACT_SHEET} section 1.0"
+)
+CLOUD_TPU_API_AS_OF: Final = "2026-11-29"
+CLOUD_TPU_API_NOTE: Final = (
+    "tpu: the slice is created through the Cloud TPU API (tpu.googleapis.com v2), which Google "
+    'says is "no longer in active development" (bug fixes and security updates only) and '
+    '"not supported on TPU7x and later" (https://docs.cloud.google.com/tpu/docs/runtimes, '
+    "https://docs.cloud.google.com/tpu/docs/tpus-in-compute-engine); this target serves v4, "
+    "v5e, v5p and v6e, and TPU7x and later need GKE (Google's supported path for TPU7x and "
+    "later)"
+)
+"""The plan note on every `tpu` stack (`trainstack.infra.targets.tpu`)."""
+
 
 @dataclass(frozen=True)
 class TpuSlice:

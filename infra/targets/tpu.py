@@ -16,6 +16,7 @@ from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.catalog.tpu import (
+    CLOUD_TPU_API_NOTE,
     TPU_RUN_LIMIT_ENFORCED,
     TpuGenerationName,
     TpuProvisioning,
@@ -266,6 +267,10 @@ class Tpu(CloudTarget):
         # The node launcher adds nothing on a TPU VM: JAX and PyTorch/XLA find the slice
         # from these (`trainstack.trainers.user_code`).
         return list(TPU_WORKER_ENV)
+
+    def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+        # Every tpu stack: the API under this target will not serve the next generations.
+        return [CLOUD_TPU_API_NOTE]
 
     def plan_defaults(self, cfg: StackConfig, given: Any) -> dict[str, Any]:
         if isinstance(given, Mapping) and given.get("runtime_version") is None:

@@ -139,3 +139,49 @@ def test_installed_package_runs_your_code_in_its_folder(
         "data": "payload",
         "run": "r1",
     }
+
+
+def _user_members(local_path: str) -> list[str]:
+    top = f"trainstack-code-{trainer_package._version()}/trainstack/user_source/"
+    with tarfile.open(local_path, mode="r:gz") as tar:
+        return sorted(n.removeprefix(top) for n in tar.getnames() if n.startswith(top))
+
+
+def test_code_package_leaves_secrets_and_ignored_files_out(
+    source_root: Path, code: Path, tmp_path: Path
+) -> None:
+    (code / ".env").write_text("HF_TOKEN=hf_abc\n")
+    (code / "id_rsa").write_text(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbg==\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+    # google-auth's service-account key file: `type` and `private_key`
+    # (google/auth/_default.py _SERVICE_ACCOUNT_TYPE, google/auth/crypt/base.py).
+    (code / "sa-key.json").write_text(
+        json.dumps({"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\n"})
+    )
+    (code / "data-files" / "big.npy").write_bytes(b"\0" * 64)
+    (code / ".gcloudignore").write_text("*.npy\n")
+    (code / "linked.py").symlink_to("train.py")
+    first = _run(source_root, code).outputs
+    assert _user_members(first["local_path"]) == [
+        "data-files/a.txt",
+        "lib/util.py",
+        "linked.py",
+        "requirements.txt",
+        "train.py",
+    ]
+    # What was left out is no part of the package: changing it uploads nothing new.
+    (code / ".env").write_text("HF_TOKEN=hf_rotated\n")
+    (code / "data-files" / "big.npy").write_bytes(b"\1" * 64)
+    assert _run(source_root, code).outputs == first
+
+    outside = tmp_path / "secrets.txt"
+    outside.write_text("token\n")
+    (code / "lib" / "leak.txt").symlink_to(outside)
+    with pytest.raises(ValueError) as error:
+        _run(source_root, code)
+    assert str(error.value) == (
+        f"TrainerPackage.user_source: link 'lib/leak.txt' points to '{outside}', outside the "
+        f"folder ({code}); valid: a link to a file inside the folder, a copy of it, or "
+        f"'lib/leak.txt' in {code}/.gcloudignore to leave it out"
+    )

@@ -370,6 +370,27 @@ def test_a_spot_gke_cluster_says_whether_its_checkpoint_fits_the_15_seconds() ->
     assert not [n for n in bundled_plan("prod-a100-gce")["notes"] if "gpu_cluster.spot" in n]
 
 
+CLOUD_TPU_API = (
+    "tpu: the slice is created through the Cloud TPU API (tpu.googleapis.com v2), which Google "
+    'says is "no longer in active development" (bug fixes and security updates only) and '
+    '"not supported on TPU7x and later" (https://docs.cloud.google.com/tpu/docs/runtimes, '
+    "https://docs.cloud.google.com/tpu/docs/tpus-in-compute-engine); this target serves v4, "
+    "v5e, v5p and v6e, and TPU7x and later need GKE (Google's supported path for TPU7x and "
+    "later)"
+)
+
+
+@pytest.mark.parametrize("stack", ["dev-tpu-v5e", "prod-tpu-v4-32"])
+def test_every_tpu_plan_says_the_cloud_tpu_api_is_in_maintenance(stack: str) -> None:
+    notes = bundled_plan(stack)["notes"]
+    assert [n for n in notes if n.startswith("tpu: the slice is created")] == [CLOUD_TPU_API]
+
+
+def test_only_tpu_plans_carry_the_cloud_tpu_api_note() -> None:
+    for stack in ("dev-a100-gke", "prod-a100-gce", "prod-vertex-rs", "local"):
+        assert CLOUD_TPU_API not in bundled_plan(stack)["notes"]
+
+
 def _open_loops() -> set[int]:
     return {
         id(o)

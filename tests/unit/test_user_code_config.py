@@ -235,6 +235,17 @@ def test_plan_shows_what_will_run_and_plan_diff_one_line_per_job(
     assert len(digest) == 64
     assert code_entry == {
         "source": str(code),
+        "files": {
+            "count": 2,
+            "bytes": 44,
+            "largest": [
+                {"path": "requirements.txt", "bytes": 32},
+                {"path": "train.py", "bytes": 12},
+            ],
+            "ignore_file": None,
+            "ignored": {"count": 0, "first": []},
+            "excluded": [],
+        },
         "image": None,
         # No image given: GKE runs the bundled PyTorch image.
         "runs_on": "pytorch/pytorch@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4",

@@ -19,8 +19,6 @@ This module must not import torch or tensorflow: the Pulumi program imports it.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from typing import Final, Literal
 
 from pydantic import ConfigDict
 
+from trainstack.trainers.common.code_files import code_files
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import RESERVED_ENV
 
@@ -79,12 +78,6 @@ SECRET_WORDS: Final = frozenset(
 )
 """A word of an `env` name that says its value is a secret (`HF_TOKEN`, `WANDB_API_KEY`)."""
 _PYTHON: Final = re.compile(r"python(3(\.\d+)?)?")
-# Excluded from the package and the source hash: build leftovers, VCS folders, and Pulumi
-# stack files (`Pulumi.yaml`, `Pulumi.<stack>.yaml`): a stack file kept beside the code is
-# configuration, and editing one target's stack must not relaunch every target's job.
-_EXCLUDED_DIRS: Final = frozenset({"__pycache__", ".git", ".venv", ".trainstack"})
-_EXCLUDED_SUFFIXES: Final = (".pyc", ".pyo")
-_STACK_FILE: Final = re.compile(r"Pulumi(\.[^/]+)?\.ya?ml")
 
 
 class StackTrainer(TrainConfig):
@@ -93,8 +86,9 @@ class StackTrainer(TrainConfig):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     source: str | None = None
-    """Folder with your code, packaged and uploaded by content hash; relative paths are
-    relative to the project root (beside Pulumi.yaml)."""
+    """Folder with your code, packaged and uploaded by content hash, less what its
+    `.gcloudignore` lists and secrets (`trainstack.trainers.common.code_files`); relative
+    paths are relative to the project root (beside Pulumi.yaml)."""
     image: str | None = None
     """Container image to run your code in (gpu_cluster, vertex)."""
     requirements: str | None = None
@@ -152,28 +146,6 @@ def resolve_source(source: str, base_dir: Path) -> Path:
     """`source` as an absolute folder path (relative ones against `base_dir`)."""
     path = Path(source).expanduser()
     return (path if path.is_absolute() else base_dir / path).resolve()
-
-
-def source_files(folder: Path) -> list[tuple[str, bytes]]:
-    """Every file of `folder` that is packaged, as (posix relative path, bytes), sorted."""
-    files: list[tuple[str, bytes]] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if d not in _EXCLUDED_DIRS)
-        for filename in filenames:
-            if filename.endswith(_EXCLUDED_SUFFIXES) or _STACK_FILE.fullmatch(filename):
-                continue
-            path = Path(dirpath) / filename
-            files.append((path.relative_to(folder).as_posix(), path.read_bytes()))
-    return sorted(files)
-
-
-def source_sha256(files: list[tuple[str, bytes]]) -> str:
-    """Digest of a folder's packaged files (paths and bytes): what `trainstack plan` shows."""
-    digest = hashlib.sha256()
-    for relpath, data in files:
-        digest.update(f"{relpath}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
 
 
 def parse_requirements(text: str, key: str) -> tuple[list[str], list[str]]:
@@ -310,6 +282,7 @@ def user_code_problems(
                 "folder relative to the project root, or an absolute path"
             ),
         ]
+    problems += [f"{prefix}source: {problem}" for problem in code_files(folder).problems]
     script = entrypoint_file(trainer.entrypoint or [])
     if script is not None and not (folder / script).is_file():
         problems.append(
