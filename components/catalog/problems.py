@@ -19,15 +19,24 @@ from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
+QUOTE_CHARS = 80
+"""The most of a bad value a message repeats: a problem is one line, and a value is
+repeated to be recognised, not read back (a stack file's value can be megabytes long)."""
+
 
 def quote(value: Any) -> str:
-    """A bad value the way the user wrote it: strings quoted, the rest as YAML/JSON."""
+    """A bad value the way the user wrote it: strings quoted, the rest as YAML/JSON; past
+    QUOTE_CHARS characters its start, then how long it is."""
     if isinstance(value, str):
-        return repr(value)
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    else:
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError):
+            text = repr(value)
+    if len(text) <= QUOTE_CHARS:
+        return text
+    return f"{text[: QUOTE_CHARS - 20]}... ({len(text):,} characters)"
 
 
 def did_you_mean(value: Any, valid: Iterable[Any]) -> str:
