@@ -28,6 +28,7 @@ from trainstack.infra.config import StackConfig
 from trainstack.infra.local_paths import local_root, run_name
 from trainstack.infra.project import current_place
 from trainstack.infra.targets import target_of
+from trainstack.trainers.common.bounds import MAX_LOCAL_WORKERS
 
 JOB_NAME = re.compile(
     r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
@@ -188,7 +189,12 @@ def local_run(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
     workers: Annotated[
-        int | None, typer.Option(min=1, help="Worker processes (default: local.workers, or 2).")
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_LOCAL_WORKERS,
+            help="Worker processes (default: local.workers, or 2).",
+        ),
     ] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="Override trainer.steps.")] = None,
     fresh: Annotated[

@@ -49,6 +49,7 @@ from trainstack.components.run_supervisor import max_total_usd_problem
 from trainstack.infra import targets
 from trainstack.infra.config_checks import NAMESPACE, semantic_errors
 from trainstack.infra.estimate import limit_problems
+from trainstack.trainers.common.bounds import MAX_RUN_HOURS
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import StackTrainer
 
@@ -132,10 +133,10 @@ class QuotasConfig(_Model):
 class LimitsConfig(_Model):
     """`trainstack:limits`: guardrails on what a stack may cost and how long it may run."""
 
-    max_hourly_usd: float | None = Field(default=None, gt=0)
+    max_hourly_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """`trainstack plan` and `pulumi preview` fail when the stack's estimated $/hour
     (`trainstack.infra.estimate.summarize`) is above this."""
-    max_run_hours: float | None = Field(default=None, gt=0)
+    max_run_hours: float | None = Field(default=None, gt=0, le=MAX_RUN_HOURS, allow_inf_nan=False)
     """Training ends after this long, by the platform's own means (Vertex `timeout`, the GKE
     Job's `activeDeadlineSeconds`, the GCE and TPU run limit), and on tpu and gpu_cluster
     stacks the supervisor then stops the compute; the plan says how, per target."""
