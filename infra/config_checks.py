@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainstack.components.catalog.batch import batch_problem
+from trainstack.components.catalog.checkpoint_paths import checkpoint_place_problem
 from trainstack.components.catalog.names import label_problems
 from trainstack.components.catalog.problems import quote as _q
 from trainstack.components.catalog.torch_versions import fsdp_problem
@@ -82,6 +83,11 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
             own = target.code_source_problems(section, trainer, base)
         errors += own
         errors += target.code_problems(section, trainer) if target is not None else []
+    if trainer is not None and candidates and trainer.checkpoint_dir:
+        cloud = isinstance(candidates[0], CloudTarget)
+        where = "trainer.checkpoint_dir"
+        place = checkpoint_place_problem(trainer.checkpoint_dir, where, cloud=cloud)
+        errors += [place] if place else []
     if trainer is not None and candidates and trainer.user_code is None:
         trainer_errors = candidates[0].trainer_problems(section, trainer)
         image = None
