@@ -176,19 +176,37 @@ def source_sha256(files: list[tuple[str, bytes]]) -> str:
     return digest.hexdigest()
 
 
+def requirement_problem(line: str) -> str | None:
+    """Why `line` is not a requirement a package can depend on, or None: not PEP 508 as
+    `packaging` parses it (pip options such as `--index-url` or `-r` included), or quoted
+    (the package's pyproject.toml holds each requirement in double quotes)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(line)
+    except InvalidRequirement as exc:
+        return str(exc).splitlines()[0]
+    if any(c in line for c in "\"'\\"):
+        return "quotes and backslashes are not supported"
+    return None
+
+
 def parse_requirements(text: str, key: str) -> tuple[list[str], list[str]]:
-    """The PEP 508 lines of a requirements file and the problems with it. Options (`-r`,
-    `--index-url`, `-e`) are refused: the requirements become the package's dependencies,
-    which every target's pip installs."""
+    """The PEP 508 lines of a requirements file and the problems with it, one per bad line.
+    Options (`-r`, `--index-url`, `-e`) are refused: the requirements become the package's
+    dependencies, which every target's pip installs, and a line pip would read as an option
+    fails the install on every node."""
     requirements: list[str] = []
     problems: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
-        if line.startswith("-") or any(c in line for c in "\"'\\"):
+        problem = requirement_problem(line)
+        if problem is not None:
+            shown = repr(line) if len(line) <= 80 else repr(line[:60]) + "..."
             problems.append(
-                f"{key}: line {number} {line!r} is not a requirement; valid: PEP 508 "
+                f"{key}: line {number} {shown} is not a requirement ({problem}); valid: PEP 508 "
                 "requirements, one per line (e.g. 'numpy>=1.26'), no pip options"
             )
             continue
