@@ -156,7 +156,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
         {"source": "{code}", "entrypoint": RUN, "env": {"WANDB_API_KEY": "x"}},
         [
             "trainer.env.WANDB_API_KEY: looks like a secret, and env values are stored in plain "
-            "text; valid: trainer.secret_env.WANDB_API_KEY: projects/P/secrets/NAME"
+            "text; valid: trainer.secret_env.WANDB_API_KEY: projects/P/secrets/NAME, or a "
+            "`secure:` value (pulumi config set --secret --path "
+            "'trainstack:trainer.env.WANDB_API_KEY' VALUE)"
         ],
     ),
     (
