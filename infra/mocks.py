@@ -154,6 +154,13 @@ class ProgramRun:
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     logs: list[tuple[str, str]] = field(default_factory=list)
     """(level name, message) of everything the program logged through `pulumi.log`."""
+    secret_outputs: frozenset[str] = frozenset()
+    """The outputs that are Pulumi secrets (`outputs` holds their values, for tests)."""
+
+    @property
+    def shown_outputs(self) -> dict[str, Any]:
+        """`outputs` as the engine shows them (`pulumi stack output`): secrets as [secret]."""
+        return {k: SECRET if k in self.secret_outputs else v for k, v in self.outputs.items()}
 
     def of_type(self, type_token: str) -> list[RecordedResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -391,15 +398,19 @@ def _record(
             exports[key] = pulumi.Output.from_input(value)
             exports[key].apply(keeper(key))
 
+    secret: set[str] = set()
     settings = _settings.SETTINGS
     settings.rpc_manager.clear()
     settings.outputs.clear()
     try:
         _sync_await(run_pulumi_func(body))
-        # A secret output reads as the engine shows it (`pulumi stack output`: [secret]).
-        result.update({k: SECRET for k, out in exports.items() if _sync_await(out.is_secret())})
+        secret.update(key for key, out in exports.items() if _sync_await(out.is_secret()))
     finally:
         pulumi.runtime.set_all_config({}, [])
     return ProgramRun(
-        resources=list(monitor.recorded), outputs=result, invokes=list(mocks.invokes), logs=logs
+        resources=list(monitor.recorded),
+        outputs=result,
+        invokes=list(mocks.invokes),
+        logs=logs,
+        secret_outputs=frozenset(secret),
     )

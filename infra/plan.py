@@ -301,7 +301,7 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
             }
             for q in needs
         ],
-        "outputs": run.outputs,
+        "outputs": run.shown_outputs,
         **extra,
         "notes": notes,
     }

@@ -115,8 +115,8 @@ def test_under_the_engine_the_decrypted_value_is_registered_only_as_a_secret(
     run = run_program(main_program, config=config, stack=stack, secret_keys=["trainstack:trainer"])
     entries = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources]
     assert _launch(entries, target, stack) == SECRET
-    assert run.outputs["node_args"] == SECRET
-    registered = json.dumps([entries, run.outputs])
+    assert run.shown_outputs["node_args"] == SECRET
+    registered = json.dumps([entries, run.shown_outputs])
     assert PASSWORD not in registered
     assert "offline" not in json.dumps(_launch(entries, target, stack))
 
