@@ -105,7 +105,6 @@ def pulumi_secrets(
     (`trainer.env.NAME`); and one problem per `secure:` value anywhere else. `engine_secret`
     names the sections the engine marked secret (`is_config_secret`): `trainer` makes every
     `trainer.env` value a secret, any other is a problem."""
-    out = dict(values)
     secrets: set[str] = set()
     problems: list[str] = []
     for name, value in values.items():
@@ -134,8 +133,7 @@ def pulumi_secrets(
             )
             continue
         secrets.update(f"{SECRET_SECTION}.env.{key}" for key in env)
-    for name, value in values.items():
-        out[name] = _unwrapped(value)
+    out = {name: _unwrapped(value) for name, value in values.items()}
     return out, frozenset(secrets), problems
 
 
