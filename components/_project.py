@@ -16,6 +16,8 @@ from typing import Final, TypeVar
 import yaml
 from pydantic import BaseModel
 
+from trainstack.components._strict_yaml import StrictYamlError, describe, load
+
 PROJECT_FILE: Final = "Pulumi.yaml"
 STATE_DIR_NAME: Final = ".trainstack"
 
@@ -73,7 +75,9 @@ def project_file_at_or_above(folder: Path) -> Path | None:
 
 def _stack_config_dir(path: Path) -> str:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        document = load(path.read_text(encoding="utf-8")) or {}
+    except StrictYamlError as exc:
+        raise ProjectFileError(f"{path}: {describe(exc)}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from trainstack.components._args import check_args, component_check
 from trainstack.components._local_provider import LocalRun, LocalRunProvider
 from trainstack.components._naming import labels_input
+from trainstack.trainers.common.bounds import MAX_LOCAL_WORKERS
 from trainstack.trainers.common.code_files import code_files
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import (
@@ -105,8 +106,12 @@ def validate_args(
         )
         raise ValueError(f"trainer: {errors}") from None
     workers = args.get("workers")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers: got {workers!r}; valid: an integer >= 1")
+    if (
+        isinstance(workers, bool)
+        or not isinstance(workers, int)
+        or not 1 <= workers <= MAX_LOCAL_WORKERS
+    ):
+        raise ValueError(f"workers: got {workers!r}; valid: an integer 1-{MAX_LOCAL_WORKERS}")
     root = args.get("root")
     if not isinstance(root, str) or not root:
         raise ValueError(f"root: got {root!r}; valid: a non-empty path")

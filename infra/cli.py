@@ -188,8 +188,17 @@ def plan_diff_cmd(
             help="Cut nothing: every changed value whole, no 65,000-character comment limit.",
         ),
     ] = False,
+    show_values: Annotated[
+        bool,
+        typer.Option(
+            "--show-values",
+            help="Show trainer.env values as written, not as sha256:<8 hex> (keep it out of "
+            "pull-request comments).",
+        ),
+    ] = False,
 ) -> None:
-    """Markdown diff of two JSON plans, within 65,000 characters unless --full.
+    """Markdown diff of two JSON plans, within 65,000 characters unless --full; your code's
+    trainer.env values as a short hash unless --show-values.
 
     With --program DIR --stack NAME, give BASE only: HEAD is that program's plan now.
     """
@@ -215,7 +224,7 @@ def plan_diff_cmd(
         except PlanDocumentError as exc:
             raise fail(f"{label}: {path}: {exc}") from None
         documents.append(document)
-    text = plan_diff(documents[0], documents[1], full=full)
+    text = plan_diff(documents[0], documents[1], full=full, show_values=show_values)
     sys.stdout.write(text + "\n")
 
 

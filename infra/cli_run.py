@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -25,9 +26,12 @@ from trainstack.infra.cli_base import (
     validated,
 )
 from trainstack.infra.config import StackConfig
+from trainstack.infra.config_secrets import secret_env_names
 from trainstack.infra.local_paths import local_root, run_name
 from trainstack.infra.project import current_place
 from trainstack.infra.targets import target_of
+from trainstack.trainers.common.bounds import MAX_LOCAL_WORKERS
+from trainstack.trainers.common.user_code import StackTrainer
 
 JOB_NAME = re.compile(
     r"projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/"
@@ -188,7 +192,12 @@ def local_run(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
     workers: Annotated[
-        int | None, typer.Option(min=1, help="Worker processes (default: local.workers, or 2).")
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_LOCAL_WORKERS,
+            help="Worker processes (default: local.workers, or 2).",
+        ),
     ] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="Override trainer.steps.")] = None,
     fresh: Annotated[
@@ -231,6 +240,7 @@ def local_run(
                     "valid: your code's own flags in trainer.entrypoint"
                 )
             named = cfg.trainer.model_copy(update={"run_name": run_name(cfg, name)})
+            named = with_secrets_from_environment(named, cfg.secrets)
             result = run_local_code(named, base_dir=current_place().base_dir, **options)
         else:
             from trainstack.trainers.local import run_local
@@ -247,6 +257,26 @@ def local_run(
     if as_json and result.done is not None:
         sys.stdout.write(json.dumps(result.done) + "\n")
     raise typer.Exit(result.exit_code)
+
+
+def with_secrets_from_environment(trainer: StackTrainer, secrets: frozenset[str]) -> StackTrainer:
+    """`trainer` with its Pulumi-secret `env` values (`secure:`, which only the engine
+    decrypts) read from this environment, as `secret_env` is on a local run: into the
+    processes' environment only, never the run folder's record of its env."""
+    hidden = secret_env_names(secrets)
+    missing = sorted(n for n in hidden if n not in os.environ)
+    if missing:
+        raise fail(
+            f"trainer.env.{missing[0]}: a Pulumi secret (`secure:`), which only the Pulumi "
+            f"engine decrypts; valid: export {missing[0]} before local-run (read from this "
+            "environment, as trainer.secret_env is)"
+        )
+    if not hidden:
+        return trainer
+    env = {k: v for k, v in (trainer.env or {}).items() if k not in hidden}
+    from_here = {name: f"trainer.env.{name}" for name in hidden}  # names only: no value
+    update = {"env": env, "secret_env": {**(trainer.secret_env or {}), **from_here}}
+    return trainer.model_copy(update=update)
 
 
 def _installed(module: str) -> bool:

@@ -168,6 +168,11 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         code_args = pulumi.Output.all(buckets.checkpoint_url, buckets.data_url).apply(
             lambda urls: user_code_node_args(cfg, deployment, urls[0], urls[1])
         )
+        if cfg.secrets:
+            # They carry Pulumi secrets (`--env=NAME=value`): so does every input derived
+            # from them (startup scripts, pod spec, job body), which the engine encrypts in
+            # state and shows as [secret] (trainstack.infra.config_secrets).
+            code_args = pulumi.Output.secret(code_args)
         outputs[OUTPUT_NODE_ARGS] = code_args
     # The job, slice or nodes read the staging and checkpoint buckets as the training account
     # from their first minute: they wait for every grant of that account (and `pulumi

@@ -48,7 +48,9 @@ from trainstack.components.catalog.problems import pydantic_problem, unknown_key
 from trainstack.components.run_supervisor import max_total_usd_problem
 from trainstack.infra import targets
 from trainstack.infra.config_checks import NAMESPACE, semantic_errors
+from trainstack.infra.config_secrets import pulumi_secrets
 from trainstack.infra.estimate import limit_problems
+from trainstack.trainers.common.bounds import MAX_RUN_HOURS
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import StackTrainer
 
@@ -132,10 +134,10 @@ class QuotasConfig(_Model):
 class LimitsConfig(_Model):
     """`trainstack:limits`: guardrails on what a stack may cost and how long it may run."""
 
-    max_hourly_usd: float | None = Field(default=None, gt=0)
+    max_hourly_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """`trainstack plan` and `pulumi preview` fail when the stack's estimated $/hour
     (`trainstack.infra.estimate.summarize`) is above this."""
-    max_run_hours: float | None = Field(default=None, gt=0)
+    max_run_hours: float | None = Field(default=None, gt=0, le=MAX_RUN_HOURS, allow_inf_nan=False)
     """Training ends after this long, by the platform's own means (Vertex `timeout`, the GKE
     Job's `activeDeadlineSeconds`, the GCE and TPU run limit), and on tpu and gpu_cluster
     stacks the supervisor then stops the compute; the plan says how, per target."""
@@ -186,6 +188,9 @@ class StackConfig(_Model):
     limits: LimitsConfig = LimitsConfig()
     trainer: StackTrainer = StackTrainer()
     """The bundled trainer's keys, or your own code's (`trainer.entrypoint`)."""
+    secrets: frozenset[str] = frozenset()
+    """The keys whose values are Pulumi secrets (`trainer.env.NAME`,
+    `trainstack.infra.config_secrets`): everything derived from them is registered secret."""
     sections: dict[str, Any] = {}
     """Stack key -> the compute target's parsed section (its target module's model)."""
 
@@ -257,6 +262,7 @@ def stack_schema() -> type[BaseModel]:
         name: (info.annotation, info) for name, info in StackConfig.model_fields.items()
     }
     fields.pop("sections")
+    fields.pop("secrets")  # not a key: which keys hold Pulumi secrets
     trainer = fields.pop("trainer")
     for key, model in targets.sections().items():
         fields[key] = (model | None, None)
@@ -290,6 +296,20 @@ def _runtime_config() -> dict[str, Any]:
     return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
 
 
+def _engine_secrets(raw: Mapping[str, Any]) -> list[str]:
+    """The keys of `raw` this loader reads that the engine marked secret
+    (`trainstack.infra.config_secrets`): sections by name (`trainer`), provider keys as
+    written (`gcp:project`)."""
+    import pulumi.runtime
+
+    found = []
+    for key in raw:
+        namespace, _, name = key.partition(":")
+        if (key in GCP_KEYS or namespace == NAMESPACE) and pulumi.runtime.is_config_secret(key):
+            found.append(name if namespace == NAMESPACE else key)
+    return found
+
+
 def _annotation(name: str) -> Any:
     """The type of stack section `name`: a generic field's, or a target's section model."""
     found = targets.sections().get(name)
@@ -305,26 +325,10 @@ def _adapter(name: str) -> TypeAdapter[Any]:
     return _cached_adapter(_annotation(name))
 
 
-def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
-    """Validate a flat stack config mapping and return the `StackConfig`.
-
-    `raw` is the stack file's `config:` mapping (`{"gcp:project": "p", "trainstack:tpu":
-    {...}}`); values may be parsed objects or JSON strings. With None, every key is read
-    from the Pulumi runtime. Keys of other namespaces are ignored except `gcp:project`,
-    `gcp:region` and `gcp:zone`; unknown `trainstack:*` keys are errors, and so is a
-    namespace one typo away from `trainstack` (`trainstak:local`). Raises `ConfigError`
-    listing every problem found; `NotATrainstackStack` when no key is a `trainstack:*` one.
-    """
-    if raw is None:
-        raw = _runtime_config()
-    errors: list[str] = []
+def _by_section(raw: Mapping[str, Any], names: list[str], errors: list[str]) -> dict[str, Any]:
+    """The values of `raw` by section name (`gcp:` keys as project, region, zone), objects
+    decoded; a key without a namespace or an unknown `trainstack:` key adds to `errors`."""
     values: dict[str, Any] = {}
-    names = section_names()
-    typos = [line for line in map(namespace_typo, raw) if line is not None]
-    if not any(key.partition(":")[0] == NAMESPACE for key in raw):
-        # Only the misspelt keys are worth a line: "no compute target" would follow from them.
-        raise ConfigError(typos) if typos else NotATrainstackStack()
-    errors.extend(typos)
     for key, value in raw.items():
         if key in GCP_KEYS:
             values[_section_field(key)] = value
@@ -339,8 +343,35 @@ def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
                 values[name] = _decode(value)
             else:
                 errors.append(unknown_key(name, name, names))
+    return values
 
-    parts: dict[str, Any] = {}
+
+def load_stack_config(raw: Mapping[str, Any] | None = None) -> StackConfig:
+    """Validate a flat stack config mapping and return the `StackConfig`.
+
+    `raw` is the stack file's `config:` mapping (`{"gcp:project": "p", "trainstack:tpu":
+    {...}}`); values may be parsed objects or JSON strings. With None, every key is read
+    from the Pulumi runtime. Keys of other namespaces are ignored except `gcp:project`,
+    `gcp:region` and `gcp:zone`; unknown `trainstack:*` keys are errors, and so is a
+    namespace one typo away from `trainstack` (`trainstak:local`). Raises `ConfigError`
+    listing every problem found; `NotATrainstackStack` when no key is a `trainstack:*` one.
+    """
+    engine_secret: list[str] = []
+    if raw is None:
+        raw = _runtime_config()
+        engine_secret = _engine_secrets(raw)
+    errors: list[str] = []
+    names = section_names()
+    typos = [line for line in map(namespace_typo, raw) if line is not None]
+    if not any(key.partition(":")[0] == NAMESPACE for key in raw):
+        # Only the misspelt keys are worth a line: "no compute target" would follow from them.
+        raise ConfigError(typos) if typos else NotATrainstackStack()
+    errors.extend(typos)
+    values = _by_section(raw, names, errors)
+    values, secrets, secret_problems = pulumi_secrets(values, engine_secret)
+    if secret_problems:
+        raise ConfigError([*errors, *secret_problems])
+    parts: dict[str, Any] = {"secrets": secrets}
     failed: set[str] = set()
     compute = targets.sections()
     for name in ["project", "region", "zone", *names]:

@@ -10,10 +10,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainstack.components.catalog.batch import batch_problem
+from trainstack.components.catalog.checkpoint_paths import checkpoint_place_problem
 from trainstack.components.catalog.names import label_problems
 from trainstack.components.catalog.problems import quote as _q
 from trainstack.components.catalog.torch_versions import fsdp_problem
 from trainstack.components.training_buckets import training_buckets_problems
+from trainstack.infra.config_secrets import credential_problems, secret_env_names
 from trainstack.infra.project import current_place
 from trainstack.infra.targets import (
     CloudTarget,
@@ -74,14 +76,23 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         target_errors = target.section_problems(section, region, trainer)
     errors += target_errors
     errors += _spend_cap_problems(parts, key, candidates)
+    secrets: frozenset[str] = parts.get("secrets") or frozenset()
     if trainer is not None and key is not None:
         base = current_place().base_dir
-        own = user_code_problems(trainer, candidates[0].code_rules(), base)
+        rules = candidates[0].code_rules()
+        own = user_code_problems(trainer, rules, base, secret_env=secret_env_names(secrets))
+        own += credential_problems(trainer, secrets)
+        own += _secrets_on_this_machine(secrets, candidates)
         if target is not None and not own:
             # Read once the source and requirements are known good.
             own = target.code_source_problems(section, trainer, base)
         errors += own
         errors += target.code_problems(section, trainer) if target is not None else []
+    if trainer is not None and candidates and trainer.checkpoint_dir:
+        cloud = isinstance(candidates[0], CloudTarget)
+        where = "trainer.checkpoint_dir"
+        place = checkpoint_place_problem(trainer.checkpoint_dir, where, cloud=cloud)
+        errors += [place] if place else []
     if trainer is not None and candidates and trainer.user_code is None:
         trainer_errors = candidates[0].trainer_problems(section, trainer)
         image = None
@@ -98,6 +109,20 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
             errors += [problem] if problem else []
             errors += target.batch_problems(section, trainer, world)
     return errors
+
+
+def _secrets_on_this_machine(secrets: frozenset[str], candidates: list[Target]) -> list[str]:
+    """Pulumi secrets on a target that runs on this machine (local): its runs record their
+    env in the run folder, so the secret would land on disk in clear."""
+    if not secrets or not candidates or isinstance(candidates[0], CloudTarget):
+        return []
+    return [
+        f"{key}: a Pulumi secret (`secure:`) is not used on a {candidates[0].section} target, "
+        "whose runs record their env in the run folder on this machine; valid: "
+        f"trainer.secret_env.{key.rsplit('.', 1)[-1]} (a local run reads it from this "
+        "environment), or a plain value"
+        for key in sorted(secrets)
+    ]
 
 
 def _spend_cap_problems(

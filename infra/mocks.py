@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -162,6 +162,13 @@ class ProgramRun:
     invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     logs: list[tuple[str, str]] = field(default_factory=list)
     """(level name, message) of everything the program logged through `pulumi.log`."""
+    secret_outputs: frozenset[str] = frozenset()
+    """The outputs that are Pulumi secrets (`outputs` holds their values, for tests)."""
+
+    @property
+    def shown_outputs(self) -> dict[str, Any]:
+        """`outputs` as the engine shows them (`pulumi stack output`): secrets as [secret]."""
+        return {k: SECRET if k in self.secret_outputs else v for k, v in self.outputs.items()}
 
     def of_type(self, type_token: str) -> list[RecordedResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -327,13 +334,17 @@ def run_program(
     preview: bool = True,
     outputs: Mapping[str, OutputsFn] | None = None,
     invokes: Mapping[str, InvokeFn] | None = None,
+    secret_keys: Collection[str] = (),
 ) -> ProgramRun:
     """Run `program` under recording mocks and return what it registered.
 
     `config` is the stack file's `config:` mapping (e.g. `{"gcp:project": "p",
-    "trainstack:tpu": {...}}`). Exceptions raised by the program propagate after the
-    runtime has settled, so a validation error registers nothing further. The run's event
-    loops are closed when it returns (module docstring).
+    "trainstack:tpu": {...}}`). `secret_keys` names the config keys the engine would mark
+    secret, their values given decrypted, as `pulumi up` hands them to a program
+    (`PULUMI_CONFIG_SECRET_KEYS`); offline a stack file's `secure:` values stay encrypted and
+    no key is. Exceptions raised by the program propagate after the runtime has settled, so
+    a validation error registers nothing further. The run's event loops are closed when it
+    returns (module docstring).
     """
     # The root Stack that set_mocks registers binds its futures to the current loop, so the
     # loops are in place before anything of the run exists.
@@ -346,6 +357,7 @@ def run_program(
             preview=preview,
             outputs=outputs,
             invokes=invokes,
+            secret_keys=secret_keys,
         )
 
 
@@ -358,6 +370,7 @@ def _record(
     preview: bool,
     outputs: Mapping[str, OutputsFn] | None,
     invokes: Mapping[str, InvokeFn] | None,
+    secret_keys: Collection[str],
 ) -> ProgramRun:
     mocks = RecordingMocks(outputs=outputs, invokes=invokes)
     monitor = RecordingMonitor(mocks)
@@ -369,8 +382,9 @@ def _record(
     pulumi.runtime.set_mocks(
         mocks, project=project, stack=stack, preview=preview, monitor=monitor, logger=logger
     )
-    pulumi.runtime.set_all_config(config_to_engine(config or {}))
+    pulumi.runtime.set_all_config(config_to_engine(config or {}), list(secret_keys))
     result: dict[str, Any] = {}
+    exports: dict[str, pulumi.Output[Any]] = {}
 
     def body() -> None:
         returned = program()
@@ -389,15 +403,22 @@ def _record(
             return keep
 
         for key, value in exported.items():
-            pulumi.Output.from_input(value).apply(keeper(key))
+            exports[key] = pulumi.Output.from_input(value)
+            exports[key].apply(keeper(key))
 
+    secret: set[str] = set()
     settings = _settings.SETTINGS
     settings.rpc_manager.clear()
     settings.outputs.clear()
     try:
         _sync_await(run_pulumi_func(body))
+        secret.update(key for key, out in exports.items() if _sync_await(out.is_secret()))
     finally:
-        pulumi.runtime.set_all_config({})
+        pulumi.runtime.set_all_config({}, [])
     return ProgramRun(
-        resources=list(monitor.recorded), outputs=result, invokes=list(mocks.invokes), logs=logs
+        resources=list(monitor.recorded),
+        outputs=result,
+        invokes=list(mocks.invokes),
+        logs=logs,
+        secret_outputs=frozenset(secret),
     )

@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from trainstack.components import _strict_yaml as strict_yaml
 from trainstack.components.catalog.images import availability_date
 from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.code_plan import code_rows, code_summary
@@ -128,7 +129,7 @@ def read_stack_file(path: Path) -> tuple[str, dict[str, Any]]:
     if not path.is_file():
         raise StackFileError(f"--config-file: {str(path)!r} does not exist")
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        document = strict_yaml.load(path.read_text(encoding="utf-8")) or {}
     except OSError as exc:
         raise StackFileError(f"--config-file: cannot read {str(path)!r}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
@@ -136,9 +137,11 @@ def read_stack_file(path: Path) -> tuple[str, dict[str, Any]]:
             f"--config-file: {str(path)!r} is not UTF-8 text (byte {exc.start}); "
             "valid: a Pulumi.<stack>.yaml file"
         ) from exc
+    except strict_yaml.StrictYamlError as exc:
+        raise StackFileError(f"{path}: {strict_yaml.describe(exc)}") from None
     except yaml.YAMLError as exc:
         raise StackFileError(
-            f"--config-file: {path} is not valid YAML: {_yaml_problem(exc)}"
+            f"--config-file: {path} is not valid YAML: {strict_yaml.describe(exc)}"
         ) from exc
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise StackFileError(f"{path}: expected a mapping with a `config:` mapping inside")
@@ -157,13 +160,6 @@ def read_stack_file(path: Path) -> tuple[str, dict[str, Any]]:
     else:
         stack = path.stem
     return stack, dict(document.get("config") or {})
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """A YAML error on one line: what is wrong and where (PyYAML's own text spans lines)."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
 def check_stack_name(name: str) -> str:
@@ -305,7 +301,7 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
             }
             for q in needs
         ],
-        "outputs": run.outputs,
+        "outputs": run.shown_outputs,
         **extra,
         "notes": notes,
     }

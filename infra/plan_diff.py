@@ -15,7 +15,9 @@ written for review on GitHub:
 - a multi-line value (a startup script, a dashboard) shows a line diff of what changed;
 - the whole comment stays under MAX_DIFF_CHARS, dropping whole change blocks with a note.
 
-`full=True` (`trainstack plan-diff --full`) turns every one of those cuts off.
+`full=True` (`trainstack plan-diff --full`) turns every one of those cuts off. Your code's
+`trainer.env` values show as `sha256:<8 hex>` (`trainstack.infra.plan_env`) unless
+`show_values=True` (`--show-values`): the comment is public to every reader of the PR.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from trainstack.infra.plan_env import hide_env_values
 from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
 
 # GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
@@ -443,13 +446,25 @@ def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, 
     return f"- **code** `{stack}`: {'; '.join(parts)}\n"
 
 
-def plan_diff(base: Any, head: Any, limit: int = MAX_DIFF_CHARS, *, full: bool = False) -> str:
+def plan_diff(
+    base: Any,
+    head: Any,
+    limit: int = MAX_DIFF_CHARS,
+    *,
+    full: bool = False,
+    show_values: bool = False,
+) -> str:
     """Markdown diff of two JSON plans (one plan or a list of plans each), within `limit`.
 
     Long changed values show where they changed; `full` shows every value and diff line
-    whole and ignores `limit`. Raises PlanDocumentError when either is not a plan.
+    whole and ignores `limit`. Your code's `trainer.env` values show as a short hash unless
+    `show_values` (`trainstack.infra.plan_env`). Raises PlanDocumentError when either is not
+    a plan.
     """
     base_plans, head_plans = plans_by_stack(base), plans_by_stack(head)
+    if not show_values:
+        base_plans = {stack: hide_env_values(plan) for stack, plan in base_plans.items()}
+        head_plans = {stack: hide_env_values(plan) for stack, plan in head_plans.items()}
     cuts: list[str] = []
     blocks: list[str] = ["## trainstack plan diff\n"]
     for stack in sorted(set(base_plans) | set(head_plans)):

@@ -90,7 +90,7 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
             {**entry, "inputs": _program_assets(entry["inputs"], program.root)}
             for entry in plan_resources(run.resources)
         ],
-        "outputs": run.outputs,
+        "outputs": run.shown_outputs,
         "notes": [PROGRAM_NOTE],
     }
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from trainstack.components import _strict_yaml as strict_yaml
 from trainstack.components._project import project_file_at_or_above
 from trainstack.infra.mocks import InvokeFn, OutputsFn, ProgramRun, run_program
 from trainstack.infra.project import placed, program_place
@@ -135,7 +136,9 @@ def read_program(directory: str | Path, what: str = "--program") -> Program:
 
 def _yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        document = strict_yaml.load(path.read_text(encoding="utf-8")) or {}
+    except strict_yaml.StrictYamlError as exc:
+        raise ProgramError(f"{what}: {path}: {strict_yaml.describe(exc)}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         problem = " ".join(str(exc).split())
         raise ProgramError(

@@ -17,17 +17,27 @@ from collections.abc import Iterable
 from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
+
+QUOTE_CHARS = 80
+"""The most of a bad value a message repeats: a problem is one line, and a value is
+repeated to be recognised, not read back (a stack file's value can be megabytes long)."""
 
 
 def quote(value: Any) -> str:
-    """A bad value the way the user wrote it: strings quoted, the rest as YAML/JSON."""
+    """A bad value the way the user wrote it: strings quoted, the rest as YAML/JSON; past
+    QUOTE_CHARS characters its start, then how long it is."""
     if isinstance(value, str):
-        return repr(value)
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    else:
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError):
+            text = repr(value)
+    if len(text) <= QUOTE_CHARS:
+        return text
+    return f"{text[: QUOTE_CHARS - 20]}... ({len(text):,} characters)"
 
 
 def did_you_mean(value: Any, valid: Iterable[Any]) -> str:
@@ -104,6 +114,7 @@ _SIMPLE: dict[str, str] = {
     "int_from_float": "is not an integer; valid: a whole number",
     "float_type": "is not a number; valid: a number",
     "float_parsing": "is not a number; valid: a number",
+    "finite_number": "is not a finite number; valid: a finite number",
     "string_type": "is not a string; valid: a string",
     "list_type": "is not a list; valid: a list",
 }
@@ -136,6 +147,12 @@ def _model_at(root: Any, loc: tuple[int | str, ...]) -> type[BaseModel] | None:
         info = model.model_fields.get(part)
         model = _find_model(info.annotation) if info else None
     return model
+
+
+def _field_at(root: Any, loc: tuple[int | str, ...]) -> FieldInfo | None:
+    """The model field at `loc` (its last key), or None."""
+    model = _model_at(root, loc[:-1])
+    return model.model_fields.get(str(loc[-1])) if model is not None and loc else None
 
 
 def _path(path: str, loc: tuple[int | str, ...]) -> str:
@@ -171,6 +188,11 @@ def pydantic_problem(err: ErrorDetails, path: str, root: Any) -> str:
         model = _model_at(root, loc)
         keys = f" with keys: {', '.join(model.model_fields)}" if model else ""
         return f"{where}: {quote(value)} is not a mapping; valid: a mapping{keys}"
+    if kind == "int_parsing_size":  # past pydantic's own integer size: above any `le`
+        field = _field_at(root, loc)
+        ceiling = next((m.le for m in field.metadata if hasattr(m, "le")), None) if field else None
+        valid = f"<= {ceiling}" if ceiling is not None else "a smaller whole number"
+        return f"{where}: {quote(value)} is too large; valid: {valid}"
     if kind in _BOUNDS:
         key, what, op = _BOUNDS[kind]
         return f"{where}: {quote(value)} {what}; valid: {op} {ctx.get(key)}"

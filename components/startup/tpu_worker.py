@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Final
 
 from trainstack.components._node_args import validate_node_args
+from trainstack.components.catalog.checkpoint_paths import GS_DIR
 from trainstack.components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
 from trainstack.components.gpu_startup import NODE_HELPER, run_key, run_record_uri
 from trainstack.trainers.common.contract import NODE_MODULE
@@ -102,7 +103,7 @@ CLOUD_LOGGING_SOURCE: Final = (
 
 _SLICE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GS_OBJECT = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]/\S+$")
-_GS_DIR = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?$")
+_GS_DIR = GS_DIR  # the one rule of where checkpoints may go (catalog/checkpoint_paths.py)
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _FLAG = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_.-]*(=.*)?$", re.DOTALL)
 _SECRET_NAME = re.compile(

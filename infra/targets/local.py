@@ -32,6 +32,7 @@ from trainstack.infra.plan_runs import number
 from trainstack.infra.project import current_place
 from trainstack.infra.stack_outputs import read_outputs
 from trainstack.infra.targets.base import RunResource, Section, StandaloneTarget
+from trainstack.trainers.common.bounds import MAX_LOCAL_WORKERS
 from trainstack.trainers.common.checkpoint import newest_marked
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import (
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 class LocalConfig(Section):
     """`trainstack:local`: run the trainer as processes on this machine."""
 
-    workers: int = Field(default=2, ge=1)
+    workers: int = Field(default=2, ge=1, le=MAX_LOCAL_WORKERS)
     root: str | None = None
     """Holds the local stand-ins for the buckets; relative to the stack's base folder
     (`trainstack.infra.project`). Default: the run's own `<project>/.trainstack/local/<key>`."""

@@ -26,10 +26,11 @@ The rules (all mandatory):
 | no-project-owner-editor | project IAMMember, IAMBinding and IAMPolicy | identity |
 | accelerators-labelled | every GPU/TPU machine, node pool, Vertex job and Kubernetes Job | labels |
 | prod-data-protected | prod buckets except the rebuildable staging bucket (stack scope) | storage |
-| secrets-as-secrets | every string input of every resource | plaintext |
+| secrets-as-secrets | every string input of every resource | plaintext (credentials) |
 | supervisor-least-privilege | every grant to the run supervisor's account (stack scope) | supervisor |
 
-`model` holds the vocabulary (`Resource`, `Context`, `Violation`, `Rule`, type tokens,
+`credentials` is the one scanner of credentials in text (the stack config's checks of
+`trainer.env` and `trainer.entrypoint` use it too). `model` holds the vocabulary (`Resource`, `Context`, `Violation`, `Rule`, type tokens,
 `SECRET`, `UNKNOWN`) and `_inputs` the readers of nested inputs the checks share; every
 public name of those modules is importable from `trainstack.policies.rules` itself.
 """
@@ -39,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .credentials import Credential, find_credential, secret_like
 from .identity import check_project_roles, check_service_accounts
 from .labels import LabelSet, check_accelerator_labels
 from .model import (
@@ -71,13 +73,14 @@ from .model import (
     Violation,
 )
 from .network import check_public_ips
-from .plaintext import check_plaintext_secrets, secret_like
+from .plaintext import FIX_SECRET, check_plaintext_secrets
 from .storage import check_bucket_access, check_prod_data, stack_environment
 from .supervisor import check_supervisor_scope
 
 __all__ = [
     "BUCKET",
     "DYNAMIC_PREFIX",
+    "FIX_SECRET",
     "GKE_CLUSTER",
     "GKE_NODE_POOL",
     "INSTANCE",
@@ -99,6 +102,7 @@ __all__ = [
     "UNKNOWN",
     "VM_TYPES",
     "Context",
+    "Credential",
     "LabelSet",
     "Resource",
     "ResourceCheck",
@@ -115,6 +119,7 @@ __all__ = [
     "check_supervisor_scope",
     "context_from_config",
     "evaluate",
+    "find_credential",
     "secret_like",
     "stack_environment",
 ]

@@ -48,7 +48,11 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
         "TrainingIdentity.extra_project_roles: 'viewer' is not a role name; valid: roles/<id>, "
         "projects/<project>/roles/<id> or organizations/<org>/roles/<id>",
     ),
-    ("LocalTrainingJob", {"workers": 0}, "LocalTrainingJob.workers: got 0; valid: an integer >= 1"),
+    (
+        "LocalTrainingJob",
+        {"workers": 0},
+        "LocalTrainingJob.workers: got 0; valid: an integer 1-512",
+    ),
     (
         "KubernetesTrainingJob",
         {"gpus_per_node": 0},

@@ -94,7 +94,8 @@ def test_deterministic_across_runs() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"workers": 0}, "workers: got 0; valid: an integer >= 1"),
+        ({"workers": 0}, "workers: got 0; valid: an integer 1-512"),
+        ({"workers": 513}, "workers: got 513; valid: an integer 1-512"),
         ({"workers": True}, "LocalTrainingJob.workers: true is not an integer; valid: an integer"),
         ({"root": ""}, "root: got ''; valid: a non-empty path"),
         (

@@ -157,9 +157,8 @@ EXAMPLE_LINES = {
     ),
     "secrets-as-secrets": (
         "  [mandatory] [secrets-as-secrets] exp-train-job (kubernetes:batch/v1:Job): "
-        "spec.template.spec.containers[0].env[1].value sets HF_TOKEN in plaintext; pass it "
-        "as a Pulumi secret (pulumi.Output.secret / `pulumi config set --secret`) or read it "
-        "from Secret Manager at run time"
+        "spec.template.spec.containers[0].env[1].value sets HF_TOKEN in plaintext; "
+        + rules.FIX_SECRET
     ),
     "supervisor-least-privilege": (
         "  [mandatory] [supervisor-least-privilege] exp-supervisor-admin "
@@ -422,9 +421,7 @@ def test_resource_policy_validates_through_pulumi_policy_args(pack: Any) -> None
     policy.validate(args, lambda message, urn=None: reported.append((message, urn)))
     assert reported == [
         (
-            "metadata.hf-token holds a plaintext credential; pass it as a Pulumi secret "
-            "(pulumi.Output.secret / `pulumi config set --secret`) or read it from Secret "
-            "Manager at run time",
+            f"metadata.hf-token holds a plaintext credential; {rules.FIX_SECRET}",
             None,
         )
     ]

@@ -156,7 +156,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
         {"source": "{code}", "entrypoint": RUN, "env": {"WANDB_API_KEY": "x"}},
         [
             "trainer.env.WANDB_API_KEY: looks like a secret, and env values are stored in plain "
-            "text; valid: trainer.secret_env.WANDB_API_KEY: projects/P/secrets/NAME"
+            "text; valid: trainer.secret_env.WANDB_API_KEY: projects/P/secrets/NAME, or a "
+            "`secure:` value (pulumi config set --secret --path "
+            "'trainstack:trainer.env.WANDB_API_KEY' VALUE)"
         ],
     ),
     (
@@ -205,8 +207,32 @@ def test_requirements_with_pip_options_are_refused(tmp_path: Path, code: Path) -
     (code / "requirements.txt").write_text("-r other.txt\ntorch\n")
     trainer = {"source": str(code), "entrypoint": RUN, "requirements": "requirements.txt"}
     assert _errors(tmp_path, {**LOCAL, "trainstack:trainer": trainer}) == [
-        "trainer.requirements: line 1 '-r other.txt' is not a requirement; valid: PEP 508 "
-        "requirements, one per line (e.g. 'numpy>=1.26'), no pip options"
+        "trainer.requirements: line 1 '-r other.txt' is not a requirement (Expected package "
+        "name at the start of dependency specifier); valid: PEP 508 requirements, one per line "
+        "(e.g. 'numpy>=1.26'), no pip options"
+    ]
+
+
+def test_requirements_are_parsed_as_pep_508_each_bad_line_named(tmp_path: Path, code: Path) -> None:
+    # `pkg --index-url URL` has no leading dash, so it used to reach the package's
+    # dependencies and fail pip on every node.
+    (code / "requirements.txt").write_text(
+        "numpy>=1.26  # pinned below 2 elsewhere\n"
+        "pkg --index-url https://example.com/simple\n"
+        "\n"
+        "torch==2.1; python_version < '3.12'\n"
+        "pkg @ https://example.com/pkg-1.0-py3-none-any.whl\n"
+        "numpy>=\n"
+    )
+    trainer = {"source": str(code), "entrypoint": RUN, "requirements": "requirements.txt"}
+    valid = "valid: PEP 508 requirements, one per line (e.g. 'numpy>=1.26'), no pip options"
+    assert _errors(tmp_path, {**LOCAL, "trainstack:trainer": trainer}) == [
+        "trainer.requirements: line 2 'pkg --index-url https://example.com/simple' is not a "
+        "requirement (Expected semicolon (after name with no version specifier) or end); " + valid,
+        "trainer.requirements: line 4 \"torch==2.1; python_version < '3.12'\" is not a "
+        "requirement (quotes and backslashes are not supported); " + valid,
+        "trainer.requirements: line 6 'numpy>=' is not a requirement (Expected semicolon "
+        "(after name with no version specifier) or end); " + valid,
     ]
 
 

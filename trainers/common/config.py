@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trainstack.trainers.common.bounds import MAX_COUNT, MAX_GRACE_S, MAX_SEED
+
 Framework = Literal["torch", "tensorflow"]
 Strategy = Literal["ddp", "fsdp", "mirrored", "multi_worker_mirrored", "tpu", "parameter_server"]
 
@@ -42,16 +44,16 @@ class TrainConfig(BaseModel):
     """Directory (local or gs://) of sharded input files; required when dataset is `files`:
     uint16 token shards `train*.bin` + `val*.bin` (nanoGPT's layout; torch GPT) or `.npz`
     shards with arrays `x` and `y`."""
-    steps: int = Field(default=1000, gt=0)
+    steps: int = Field(default=1000, gt=0, le=MAX_COUNT)
     """Optimizer steps to run in total (a resumed run continues to this number)."""
-    global_batch_size: int = Field(default=256, gt=0)
+    global_batch_size: int = Field(default=256, gt=0, le=MAX_COUNT)
     """Samples per optimizer step across all ranks (per-rank batch = global / world size /
     grad_accum_steps)."""
-    grad_accum_steps: int = Field(default=1, gt=0)
+    grad_accum_steps: int = Field(default=1, gt=0, le=MAX_COUNT)
     """Micro-batches accumulated per optimizer step."""
-    learning_rate: float = Field(default=1e-3, gt=0)
+    learning_rate: float = Field(default=1e-3, gt=0, allow_inf_nan=False)
     """Peak learning rate."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for parameters, data order and dropout; the same seed gives the same run."""
     checkpoint_dir: str | None = None
     """Where step directories go (local path or gs://); None keeps no checkpoints. On Vertex
@@ -62,13 +64,13 @@ class TrainConfig(BaseModel):
     writes it there (torch: `model.pt`; tensorflow: a SavedModel). None: Vertex's
     AIP_MODEL_DIR, else no export. Cloud stacks default to <checkpoint bucket>/model/<run_name>
     (Vertex: AIP_MODEL_DIR), outside the `checkpoints/` prefix the bucket's age rule deletes."""
-    checkpoint_every: int = Field(default=100, gt=0)
+    checkpoint_every: int = Field(default=100, gt=0, le=MAX_COUNT)
     """Save a checkpoint every this many steps (and at the end, and on SIGTERM)."""
-    keep_checkpoints: int = Field(default=3, gt=0)
+    keep_checkpoints: int = Field(default=3, gt=0, le=MAX_COUNT)
     """How many of the newest complete checkpoints to keep."""
-    log_every: int = Field(default=10, gt=0)
+    log_every: int = Field(default=10, gt=0, le=MAX_COUNT)
     """Emit a JSON metrics line every this many steps."""
-    bucket_cap_mb: int = Field(default=25, gt=0)
+    bucket_cap_mb: int = Field(default=25, gt=0, le=MAX_COUNT)
     """DDP gradient bucket size; 64 when a Reduction Server is used (torch only)."""
     precision: Literal["fp32", "bf16"] = "fp32"
     """bf16 autocast on GPU (tensorflow: the mixed_bfloat16 policy on GPU and TPU); fp32
@@ -78,7 +80,7 @@ class TrainConfig(BaseModel):
     pass; TPU steps are always compiled)."""
     deterministic: bool = True
     """Deterministic kernels and data order, so two runs end with the same params_sha256."""
-    preemption_grace_s: float = Field(default=30.0, gt=0)
+    preemption_grace_s: float = Field(default=30.0, gt=0, le=MAX_GRACE_S, allow_inf_nan=False)
     """After SIGTERM, every rank saves a checkpoint within this many seconds and exits."""
     run_name: str = Field(default="run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """Names the run in logs and its checkpoint folder (`checkpoints/<run_name>/`); a
@@ -87,27 +89,27 @@ class TrainConfig(BaseModel):
     """Copy the state to host memory and write it on a background thread, so training stalls
     only for the copy (torch DDP and FSDP; TensorFlow mirrored and multi_worker_mirrored;
     TPU and parameter-server checkpoints are written synchronously)."""
-    torch_threads: int = Field(default=1, ge=0)
+    torch_threads: int = Field(default=1, ge=0, le=MAX_COUNT)
     """Intra-op CPU threads per process; 1 keeps several ranks on one machine from fighting
     over cores, 0 keeps torch's default (all cores)."""
-    tf_threads: int = Field(default=1, ge=0)
+    tf_threads: int = Field(default=1, ge=0, le=MAX_COUNT)
     """TensorFlow intra- and inter-op CPU threads per process; 1 keeps several workers on one
     machine from fighting over cores, 0 keeps TensorFlow's default (all cores)."""
-    hidden_dim: int = Field(default=128, gt=0)
+    hidden_dim: int = Field(default=128, gt=0, le=MAX_COUNT)
     """Width of the MLP's hidden layers and channels of the CNN."""
-    gpt_layers: int = Field(default=2, gt=0)
+    gpt_layers: int = Field(default=2, gt=0, le=MAX_COUNT)
     """GPT decoder blocks."""
-    gpt_dim: int = Field(default=64, gt=0)
+    gpt_dim: int = Field(default=64, gt=0, le=MAX_COUNT)
     """GPT embedding width; must be divisible by gpt_heads."""
-    gpt_heads: int = Field(default=4, gt=0)
+    gpt_heads: int = Field(default=4, gt=0, le=MAX_COUNT)
     """GPT attention heads."""
-    seq_len: int = Field(default=64, gt=1)
+    seq_len: int = Field(default=64, gt=1, le=MAX_COUNT)
     """GPT context length in tokens."""
-    vocab_size: int = Field(default=256, gt=1)
+    vocab_size: int = Field(default=256, gt=1, le=MAX_COUNT)
     """GPT vocabulary size (synthetic token data draws from it)."""
-    synthetic_samples: int = Field(default=8192, gt=0)
+    synthetic_samples: int = Field(default=8192, gt=0, le=MAX_COUNT)
     """Training samples the synthetic dataset generates (plus a quarter as many for test)."""
-    warmup_steps: int = Field(default=0, ge=0)
+    warmup_steps: int = Field(default=0, ge=0, le=MAX_COUNT)
     """Linear learning-rate warmup; after it the rate decays by cosine to a tenth of the peak."""
     tensorboard_dir: str | None = None
     """TensorBoard event folder (local or gs://); on Vertex AIP_TENSORBOARD_LOG_DIR wins when

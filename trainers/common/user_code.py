@@ -20,7 +20,7 @@ This module must not import torch or tensorflow: the Pulumi program imports it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -99,7 +99,8 @@ class StackTrainer(TrainConfig):
     """torchrun (one process per accelerator, torchrun's env) or node (one process per
     machine / TPU host, TF_CONFIG and JAX's coordinator). Default torchrun, node on tpu."""
     env: dict[str, str] | None = None
-    """Plain environment variables for every process; never secrets (see secret_env)."""
+    """Environment variables for every process: plain values, or Pulumi secrets (`secure:`
+    values, registered secret and shown as `[secret]`); never a credential in clear."""
     secret_env: dict[str, str] | None = None
     """Environment variable -> Secret Manager secret, read on the node at start."""
 
@@ -148,19 +149,37 @@ def resolve_source(source: str, base_dir: Path) -> Path:
     return (path if path.is_absolute() else base_dir / path).resolve()
 
 
+def requirement_problem(line: str) -> str | None:
+    """Why `line` is not a requirement a package can depend on, or None: not PEP 508 as
+    `packaging` parses it (pip options such as `--index-url` or `-r` included), or quoted
+    (the package's pyproject.toml holds each requirement in double quotes)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(line)
+    except InvalidRequirement as exc:
+        return str(exc).splitlines()[0]
+    if any(c in line for c in "\"'\\"):
+        return "quotes and backslashes are not supported"
+    return None
+
+
 def parse_requirements(text: str, key: str) -> tuple[list[str], list[str]]:
-    """The PEP 508 lines of a requirements file and the problems with it. Options (`-r`,
-    `--index-url`, `-e`) are refused: the requirements become the package's dependencies,
-    which every target's pip installs."""
+    """The PEP 508 lines of a requirements file and the problems with it, one per bad line.
+    Options (`-r`, `--index-url`, `-e`) are refused: the requirements become the package's
+    dependencies, which every target's pip installs, and a line pip would read as an option
+    fails the install on every node."""
     requirements: list[str] = []
     problems: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
-        if line.startswith("-") or any(c in line for c in "\"'\\"):
+        problem = requirement_problem(line)
+        if problem is not None:
+            shown = repr(line) if len(line) <= 80 else repr(line[:60]) + "..."
             problems.append(
-                f"{key}: line {number} {line!r} is not a requirement; valid: PEP 508 "
+                f"{key}: line {number} {shown} is not a requirement ({problem}); valid: PEP 508 "
                 "requirements, one per line (e.g. 'numpy>=1.26'), no pip options"
             )
             continue
@@ -193,7 +212,7 @@ def entrypoint_file(entrypoint: tuple[str, ...] | list[str]) -> str | None:
     return None
 
 
-def _env_problems(trainer: StackTrainer, prefix: str) -> list[str]:
+def _env_problems(trainer: StackTrainer, prefix: str, secret: Collection[str]) -> list[str]:
     problems: list[str] = []
     env, secrets = trainer.env or {}, trainer.secret_env or {}
     for key, names in (("env", env), ("secret_env", secrets)):
@@ -213,10 +232,12 @@ def _env_problems(trainer: StackTrainer, prefix: str) -> list[str]:
             problems.append(
                 f"{prefix}env.{name}: also in {prefix}secret_env; valid: one of the two"
             )
-        elif SECRET_WORDS & set(name.upper().split("_")):
+        elif name not in secret and SECRET_WORDS & set(name.upper().split("_")):
             problems.append(
                 f"{prefix}env.{name}: looks like a secret, and env values are stored in plain "
-                f"text; valid: {prefix}secret_env.{name}: projects/P/secrets/NAME"
+                f"text; valid: {prefix}secret_env.{name}: projects/P/secrets/NAME, or a "
+                "`secure:` value (pulumi config set --secret --path "
+                f"'trainstack:trainer.env.{name}' VALUE)"
             )
     for name, value in secrets.items():
         if not SECRET_RESOURCE.fullmatch(value):
@@ -228,11 +249,16 @@ def _env_problems(trainer: StackTrainer, prefix: str) -> list[str]:
 
 
 def user_code_problems(
-    trainer: StackTrainer, rules: CodeRules, base_dir: Path, prefix: str = "trainer."
+    trainer: StackTrainer,
+    rules: CodeRules,
+    base_dir: Path,
+    prefix: str = "trainer.",
+    secret_env: Collection[str] = (),
 ) -> list[str]:
     """Problems with the user-code keys of `trainer` on the target whose `rules` are given,
-    files checked under `base_dir` (the project root). Empty for a valid section, and for
-    the bundled trainer."""
+    files checked under `base_dir` (the project root); `secret_env` names the `env` values
+    given as Pulumi secrets (`secure:`), which may hold what their names say. Empty for a
+    valid section, and for the bundled trainer."""
     given = trainer.model_fields_set
     if trainer.entrypoint is None:
         stray = [k for k in USER_CODE_KEYS if k in given and getattr(trainer, k) is not None]
@@ -268,7 +294,7 @@ def user_code_problems(
             f"{prefix}source: required with {prefix}entrypoint; valid: a folder with your "
             "code" + (f", or {prefix}image on {images}" if images else "")
         )
-    problems += _env_problems(trainer, prefix)
+    problems += _env_problems(trainer, prefix, secret_env)
     if trainer.source is None:
         if trainer.requirements is not None:
             problems.append(f"{prefix}requirements: needs {prefix}source; valid: a file in it")

@@ -1,0 +1,90 @@
+"""Your code's `trainer.env` values in a plan, as `trainstack plan-diff` shows them: a short
+hash (`sha256:1a2b3c4d`) unless asked (`--show-values`).
+
+A plan diff is posted on the pull request (`.github/workflows/preview-comment.yml`), where
+anyone who can read the repository reads it, and env values are where a credential ends up
+when its name says nothing (`DATABASE_URL`). The config checks refuse the credentials they
+recognise (`trainstack.infra.config_secrets`); the hash keeps the rest out of the comment
+while still showing that a value changed. Pulumi secrets are `[secret]` in the plan already.
+
+The values are the ones the plan's `code` entry lists; they are hashed wherever the plan
+carries them: as `--env=NAME=VALUE` in the node launcher's arguments (a Vertex job's args, a
+pod's args, shell-quoted in a startup script, JSON-quoted in a run record) and as
+`trainer.env.NAME` in the local target's inputs.
+
+    masked = hide_env_values(plan)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+HASH_CHARS: Final = 8
+"""Hex digits of the sha256 shown: enough to tell two values apart in a review."""
+
+
+def env_hash(value: str) -> str:
+    """`sha256:<first HASH_CHARS hex digits>` of `value`."""
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:HASH_CHARS]
+
+
+def _forms(value: str) -> list[str]:
+    """`value` as it may appear inside a longer text: as is, inside a shell single-quoted word
+    (`shlex.quote` turns `'` into `'"'"'`), inside a JSON string."""
+    forms = [value, value.replace("'", "'\"'\"'"), json.dumps(value)[1:-1]]
+    return list(dict.fromkeys(f for f in forms if f))
+
+
+def _replacements(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    pairs = []
+    for name, value in env.items():
+        for form in _forms(value):
+            pairs.append((f"--env={name}={form}", f"--env={name}={env_hash(value)}"))
+    # Longest first: a value that extends another must not be half replaced.
+    return sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)
+
+
+def _hide(value: Any, env: Mapping[str, str], replacements: list[tuple[str, str]]) -> Any:
+    if isinstance(value, str):
+        for old, new in replacements:
+            if old in value:
+                value = value.replace(old, new)
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if key == "env" and isinstance(item, Mapping):
+                out[key] = {
+                    k: env_hash(v) if isinstance(v, str) and env.get(k) == v else v
+                    for k, v in item.items()
+                }
+            else:
+                out[key] = _hide(item, env, replacements)
+        return out
+    if isinstance(value, list):
+        return [_hide(item, env, replacements) for item in value]
+    return value
+
+
+def hide_env_values(plan: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`plan` with its `code` entry's env values hashed in the code entry and in every
+    resource input; a plan without them as it is."""
+    code = plan.get("code")
+    if not isinstance(code, Mapping):
+        return plan
+    env = code.get("env")
+    if not isinstance(env, Mapping) or not env:
+        return plan
+    plain = {k: v for k, v in env.items() if isinstance(v, str) and v != "[secret]"}
+    replacements = _replacements(plain)
+    resources = [
+        {**r, "inputs": _hide(r["inputs"], plain, replacements)}
+        if isinstance(r, Mapping) and "inputs" in r
+        else r
+        for r in plan.get("resources", [])
+    ]
+    hidden_code = {**code, "env": {k: env_hash(v) if k in plain else v for k, v in env.items()}}
+    return {**plan, "code": hidden_code, "resources": resources}

@@ -1,0 +1,335 @@
+"""Credentials in `trainer.env` and `trainer.entrypoint`, and Pulumi secrets end to end
+(`trainstack.infra.config_secrets`).
+
+- A credential in clear text is refused before anything is registered, by shape (a URL with
+  a password, an `sk-` key, an `hf_` token) whatever its name says, naming the key and what
+  to use, never the value.
+- A `secure:` value in `trainer.env` plans offline as `[secret]`, and under the engine (the
+  value decrypted, `trainstack:trainer` in the secret keys) every input that carries it (the
+  GKE Job spec, the GCE template's startup script, the TPU VM's metadata, the Vertex job
+  body) is registered secret and its plaintext is nowhere in what the program registers or
+  exports.
+- `secure:` anywhere else is refused, as is a local target's (its runs record their env).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from tests import REPO_ROOT
+from trainstack.infra.cli import app
+from trainstack.infra.cli_run import with_secrets_from_environment
+from trainstack.infra.compose import main_program
+from trainstack.infra.config import ConfigError, load_stack_config
+from trainstack.infra.mocks import SECRET, config_to_engine, run_program
+from trainstack.infra.plan import build_plan, read_stack_file
+from trainstack.infra.plan_diff import plan_diff
+from trainstack.policies.rules import FIX_SECRET, Context, Resource, evaluate, find_credential
+
+runner = CliRunner()
+
+CIPHERTEXT = "v1:AAABAGUJcmFuZG9tY2lwaGVydGV4dA=="
+PASSWORD = "s3cr3t-Pa55"
+DATABASE_URL = f"postgres://app:{PASSWORD}@db.internal:5432/app"
+EXAMPLES = {
+    "gke": "own-trainer/Pulumi.gke.yaml",
+    "gce": "own-trainer/Pulumi.gce.yaml",
+    "vertex": "own-trainer/Pulumi.vertex.yaml",
+    "tpu": "own-jax/Pulumi.tpu.yaml",
+}
+LAUNCH = {
+    # The one input of each target's launch resource that carries the node launcher's
+    # arguments (`--env=NAME=value`), by (type, logical name suffix, input).
+    "gke": ("kubernetes:batch/v1:Job", "-gpu-training-job", "spec"),
+    "gce": (
+        "gcp:compute/instanceTemplate:InstanceTemplate",
+        "-gpu-template",
+        "metadataStartupScript",
+    ),
+    "vertex": ("pulumi-python:dynamic/vertex:CustomJob", "-job-job", "body"),
+    "tpu": ("gcp:tpu/v2Vm:V2Vm", "-tpu-vm", "metadata"),
+}
+SET_SECRET = "pulumi config set --secret --path 'trainstack:trainer.env.{}' VALUE"
+IN_CLEAR = "in clear, which plans, plan diffs, logs and the stack's state would show"
+
+
+def _stack(target: str, **trainer: Any) -> tuple[str, dict[str, Any]]:
+    """A your-own-code example stack of `target`, its source as an absolute folder (so it
+    plans from anywhere) and `trainer` keys added."""
+    name, config = read_stack_file(REPO_ROOT / "examples" / EXAMPLES[target])
+    section = dict(config["trainstack:trainer"])
+    section["source"] = str(REPO_ROOT / section["source"])
+    return name, {**config, "trainstack:trainer": {**section, **trainer}}
+
+
+def _launch(resources: list[dict[str, Any]], target: str, stack: str) -> Any:
+    kind, suffix, key = LAUNCH[target]
+    found = [r for r in resources if r["type"] == kind and r["name"] == stack + suffix]
+    assert len(found) == 1, [r["name"] for r in resources if r["type"] == kind]
+    return found[0]["inputs"][key]
+
+
+@pytest.mark.parametrize("target", list(EXAMPLES))
+def test_a_secure_env_value_plans_as_secret_on_every_cloud_target(target: str) -> None:
+    env = {"DATABASE_URL": {"secure": CIPHERTEXT}, "HF_TOKEN": {"secure": CIPHERTEXT}}
+    stack, config = _stack(target, env={**env, "WANDB_MODE": "offline"})
+    plan = build_plan(stack, config)
+    assert _launch(plan["resources"], target, stack) == SECRET
+    assert plan["code"]["env"] == {
+        "DATABASE_URL": SECRET,
+        "HF_TOKEN": SECRET,  # its name asks for a secret, and it is one
+        "WANDB_MODE": "offline",
+    }
+    assert plan["outputs"]["node_args"] == SECRET
+    assert CIPHERTEXT not in json.dumps(plan)
+    # The same stack without a secret registers the launch input in the open.
+    stack, config = _stack(target, env={"WANDB_MODE": "offline"})
+    plain = build_plan(stack, config)
+    assert _launch(plain["resources"], target, stack) != SECRET
+    envs = [a for a in plain["outputs"]["node_args"] if a.startswith("--env=WANDB")]
+    assert envs == ["--env=WANDB_MODE=offline"]
+
+
+@pytest.mark.parametrize("target", list(EXAMPLES))
+def test_under_the_engine_the_decrypted_value_is_registered_only_as_a_secret(
+    target: str,
+) -> None:
+    # What `pulumi up` hands the program: every value decrypted, and the keys holding a
+    # secret listed apart. The engine lists `trainstack:trainer`, since an object holding a
+    # secure value is secure (pulumi/pulumi sdk/go/common/resource/config/object.go
+    # `object.Secure`, map.go `Map.SecureKeys`); the language host passes the list as
+    # PULUMI_CONFIG_SECRET_KEYS and pulumi-language-python-exec calls
+    # `set_all_config(config, secret_keys)`, which `run_program` does with `secret_keys`.
+    stack, config = _stack(target, env={"DATABASE_URL": DATABASE_URL, "WANDB_MODE": "offline"})
+    run = run_program(main_program, config=config, stack=stack, secret_keys=["trainstack:trainer"])
+    entries = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources]
+    assert _launch(entries, target, stack) == SECRET
+    assert run.shown_outputs["node_args"] == SECRET
+    registered = json.dumps([entries, run.shown_outputs])
+    assert PASSWORD not in registered
+    assert "offline" not in json.dumps(_launch(entries, target, stack))
+
+
+@contextmanager
+def _engine(config: dict[str, Any], secret_keys: list[str]) -> Iterator[None]:
+    """The runtime config as the engine sets it for a program (see the test above)."""
+    pulumi.runtime.set_all_config(config_to_engine(config), secret_keys)
+    try:
+        yield
+    finally:
+        pulumi.runtime.set_all_config({}, [])
+
+
+def _errors(config: dict[str, Any], secret_keys: list[str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        if secret_keys is None:
+            load_stack_config(config)
+        else:
+            with _engine(config, secret_keys):
+                load_stack_config()
+    return info.value.errors
+
+
+ELSEWHERE = (
+    "a Pulumi secret (`secure:`) is not accepted here: this key reaches resources in clear; "
+    "valid: a `secure:` value only as a trainer.env value (`"
+    + SET_SECRET.format("NAME")
+    + "`), or Secret Manager through trainer.secret_env"
+)
+
+
+def test_a_secure_value_anywhere_but_trainer_env_is_refused() -> None:
+    _, config = _stack("gke", entrypoint=["python", "train.py", {"secure": CIPHERTEXT}])
+    config["trainstack:labels"] = {"team": {"secure": CIPHERTEXT}}
+    config["gcp:project"] = {"secure": CIPHERTEXT}
+    # In the stack file's order.
+    assert _errors(config) == [
+        f"gcp:project: {ELSEWHERE}",
+        f"trainer.entrypoint[2]: {ELSEWHERE}",
+        f"labels.team: {ELSEWHERE}",
+    ]
+    _, config = _stack("gke")
+    config["trainstack:trainer"] = {"secure": CIPHERTEXT}
+    assert _errors(config) == [f"trainer: {ELSEWHERE}"]
+
+
+def test_under_the_engine_a_secret_key_other_than_the_trainer_is_refused() -> None:
+    _, config = _stack("gke", env={"WANDB_MODE": "offline"})
+    held = ELSEWHERE.replace(
+        "a Pulumi secret (`secure:`) is", "holds a Pulumi secret (`secure:`), which is"
+    )
+    config["trainstack:labels"] = {"team": "ml"}
+    assert _errors(config, ["trainstack:labels", "gcp:project"]) == [
+        f"gcp:project: {held}",
+        f"labels: {held}",
+    ]
+    _, config = _stack("gke")
+    assert _errors(config, ["trainstack:trainer"]) == [
+        "trainer: holds a Pulumi secret (`secure:`) but sets no trainer.env; valid: a "
+        f"`secure:` value only as a trainer.env value (`{SET_SECRET.format('NAME')}`), or "
+        "Secret Manager through trainer.secret_env"
+    ]
+    # Another program's secret config is none of the loader's business.
+    _, config = _stack("gke")
+    cfg = None
+    with _engine({**config, "acme:password": "x"}, ["acme:password"]):
+        cfg = load_stack_config()
+    assert cfg.secrets == frozenset()
+
+
+def test_the_local_target_takes_no_secure_value() -> None:
+    _, config = read_stack_file(REPO_ROOT / "examples/own-trainer/Pulumi.local.yaml")
+    trainer = dict(config["trainstack:trainer"])
+    trainer["source"] = str(REPO_ROOT / trainer["source"])
+    trainer["env"] = {"HF_TOKEN": {"secure": CIPHERTEXT}}
+    assert _errors({**config, "trainstack:trainer": trainer}) == [
+        "trainer.env.HF_TOKEN: a Pulumi secret (`secure:`) is not used on a local target, whose "
+        "runs record their env in the run folder on this machine; valid: "
+        "trainer.secret_env.HF_TOKEN (a local run reads it from this environment), or a plain "
+        "value"
+    ]
+
+
+def test_credentials_in_clear_are_refused_by_shape_naming_the_key_not_the_value(
+    tmp_path: Path,
+) -> None:
+    hf = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+    sk = "sk-proj-" + "Zz09" * 8
+    _, config = _stack(
+        "gke",
+        env={"DATABASE_URL": DATABASE_URL, "OPENAI": sk, "CACHE": "/tmp/hf_cache"},
+        entrypoint=["python", "train.py", f"--hub={hf}", "--lr=3e-4"],
+    )
+    path = tmp_path / "Pulumi.creds.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    result = runner.invoke(app, ["plan", "--config-file", str(path)])
+    fix_env = (
+        "valid: trainer.secret_env.{}: projects/P/secrets/NAME (Secret Manager, read on the "
+        "node), or a `secure:` value (`" + SET_SECRET.replace("{}", "{0}") + "`)"
+    ).replace("{}", "{0}")
+    assert (result.exit_code, result.stdout, result.stderr.splitlines()) == (
+        2,
+        "",
+        [
+            "error: invalid stack config for 'creds':",
+            f"trainer.env.DATABASE_URL: holds a URL with a password {IN_CLEAR}; "
+            + fix_env.format("DATABASE_URL"),
+            f"trainer.env.OPENAI: holds an API key (sk-) {IN_CLEAR}; " + fix_env.format("OPENAI"),
+            f"trainer.entrypoint[2]: holds a Hugging Face token {IN_CLEAR} (and every process "
+            "listing on the node); valid: your code reads it from the environment, set by "
+            "trainer.secret_env (Secret Manager) or a `secure:` trainer.env value",
+        ],
+    )
+    for value in (PASSWORD, sk, hf):
+        assert value not in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("postgres://app:hunter2@db:5432/app", "a URL with a password"),
+        ("redis://:hunter2@cache:6379/0", "a URL with a password"),
+        ("sk-ant-api03-" + "a1B2" * 10, "an Anthropic API key"),
+        ("sk-" + "a1B2" * 12, "an API key (sk-)"),
+        ("hf_" + "a1B2" * 9, "a Hugging Face token"),
+        ("ghp_" + "a1B2" * 9, "a GitHub token"),
+        ("gho_" + "a1B2" * 9, "a GitHub token"),
+        ("github_pat_" + "a1B2_" * 5, "a GitHub token"),
+        ("xoxb-" + "1234-abcd-" * 2, "a Slack token"),
+        ("AKIA" + "ABCDEFGHIJKLMNOP", "an AWS access key id"),
+        ("AIza" + "a1B2" * 8 + "xyz", "a Google API key"),
+        ("glpat-" + "a1B2" * 5, "a GitLab token"),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----", "a private key"),
+    ],
+)
+def test_the_scanner_knows_the_common_shapes(text: str, kind: str) -> None:
+    found = find_credential(f"export X='{text}'")
+    assert found is not None and found.kind == kind
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "postgres://app:${DB_PASSWORD}@db/app",  # a variable, read at run time
+        "postgres://app@db/app",
+        "gs://bucket/path:with@odd",
+        "https://example.com:8443/path@x",
+        "task-" + "a1B2" * 10,
+        "scikit-learn>=1.5",
+        "/tmp/hf_cache",
+        SECRET,
+    ],
+)
+def test_the_scanner_leaves_look_alikes(text: str) -> None:
+    assert find_credential(text) is None
+
+
+def test_the_policy_catches_the_new_shapes_in_any_input() -> None:
+    script = f"#!/bin/bash\nexport DATABASE_URL={DATABASE_URL}\nexec python train.py\n"
+    vm = Resource("gcp:compute/instance:Instance", "vm", {"metadataStartupScript": script})
+    args = ["--model=gpt", "--key=sk-ant-api03-" + "a1B2" * 10]
+    job = Resource("pulumi-python:dynamic/vertex:CustomJob", "job", {"body": {"args": args}})
+    messages = [(v.resource_name, v.message) for v in evaluate([vm, job], Context())]
+    assert [m for m in messages if "plaintext" in m[1]] == [
+        ("vm", f"metadataStartupScript contains a URL with a password in plaintext; {FIX_SECRET}"),
+        ("job", f"body.args[1] contains an Anthropic API key in plaintext; {FIX_SECRET}"),
+    ]
+    assert PASSWORD not in json.dumps(messages)
+
+
+def test_local_run_reads_a_secure_env_value_from_this_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, config = _stack("gke", env={"DB_URL": {"secure": CIPHERTEXT}, "MODE": "x"})
+    cfg = load_stack_config(config)
+    monkeypatch.delenv("DB_URL", raising=False)
+    with pytest.raises(typer.Exit):
+        with_secrets_from_environment(cfg.trainer, cfg.secrets)
+    monkeypatch.setenv("DB_URL", DATABASE_URL)
+    trainer = with_secrets_from_environment(cfg.trainer, cfg.secrets)
+    # Like secret_env: into the processes' environment only, not the run's env record.
+    assert (trainer.env, trainer.secret_env) == ({"MODE": "x"}, {"DB_URL": "trainer.env.DB_URL"})
+
+
+def test_local_run_without_the_exported_value_is_one_line(tmp_path: Path) -> None:
+    _, config = _stack("gke", env={"DB_URL": {"secure": CIPHERTEXT}})
+    path = tmp_path / "Pulumi.own.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    result = runner.invoke(app, ["local-run", "--config-file", str(path)], env={"DB_URL": None})
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        "error: trainer.env.DB_URL: a Pulumi secret (`secure:`), which only the Pulumi engine "
+        "decrypts; valid: export DB_URL before local-run (read from this environment, as "
+        "trainer.secret_env is)\n",
+    )
+
+
+def test_plan_diff_shows_env_values_as_a_hash_unless_asked(tmp_path: Path) -> None:
+    plans = []
+    for mode in ("offline", "online"):
+        stack, config = _stack("gke", env={"WANDB_MODE": mode, "RUN_TAG": "exp-7"})
+        plans.append(build_plan(stack, config))
+    hidden = plan_diff(plans[0], plans[1])
+    shown = plan_diff(plans[0], plans[1], show_values=True)
+    assert "offline" not in hidden and "online" not in hidden and "exp-7" not in hidden
+    hashes = set(re.findall(r"--env=WANDB_MODE=(sha256:[0-9a-f]{8})", hidden))
+    assert hashes == {"sha256:8e2c7ac5", "sha256:f6fc84c9"}  # sha256 of offline, online
+    assert "--env=WANDB_MODE=offline" in shown and "--env=WANDB_MODE=online" in shown
+    # The CLI flag.
+    for i, plan in enumerate(plans):
+        (tmp_path / f"{i}.json").write_text(json.dumps(plan))
+    files = [str(tmp_path / "0.json"), str(tmp_path / "1.json")]
+    assert runner.invoke(app, ["plan-diff", *files]).stdout == hidden + "\n"
+    assert runner.invoke(app, ["plan-diff", "--show-values", *files]).stdout == shown + "\n"
