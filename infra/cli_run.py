@@ -195,6 +195,7 @@ def local_run(
         int | None,
         typer.Option(
             min=1,
+            metavar="N",
             max=MAX_LOCAL_WORKERS,
             help="Worker processes (default: local.workers, or 2).",
         ),
