@@ -1,6 +1,7 @@
 """The run supervisor's IAM resources (`trainstack.components.run_supervisor`): its custom
-roles with their grants, and the Cloud Build service account that builds its Cloud Functions
-function, holding only the roles Google lists for it
+roles with their grants, the condition that holds its checkpoint-bucket grant to the run's
+records, and the Cloud Build service account that builds its Cloud Functions function,
+holding only the roles Google lists for it
 (`trainstack.components.catalog.supervisor_iam.BUILD_SOURCE`)."""
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from trainstack.components.catalog.supervisor_iam import (
     BUILD_COPY_CONDITION,
     BUILD_PROJECT_ROLES,
     BUILD_SOURCE_ROLE,
+    LIST_PREFIX_ATTRIBUTE,
+    STORAGE_OBJECT_NAME,
 )
+from trainstack.components.gpu_startup import RUN_CLOCK_PREFIX
 
 BUILD_ROLE_NAMES = {
     "roles/logging.logWriter": "logs",
@@ -84,19 +88,36 @@ def build_account(
     return BuildAccount(account=account, grants=grants)
 
 
+def records_condition(bucket: str) -> dict[str, str]:
+    """The IAM condition that holds a grant on the checkpoint bucket `bucket` to the runs'
+    records (`trainstack-run-<key>.ended`, `.alive/<rank>`, `.stop`, `.started`; never a
+    checkpoint, model, log or output): their object names, and lists of their prefix
+    (`catalog.supervisor_iam.STORAGE_CONDITIONS_SOURCE`)."""
+    objects = STORAGE_OBJECT_NAME.format(bucket=bucket, object=RUN_CLOCK_PREFIX)
+    return {
+        "title": "only the run records",
+        "description": "The runs' end records, heartbeats and stop requests; no checkpoint.",
+        "expression": (
+            f'resource.name.startsWith("{objects}") || '
+            f'api.getAttribute("{LIST_PREFIX_ATTRIBUTE}", "").startsWith("{RUN_CLOCK_PREFIX}")'
+        ),
+    }
+
+
 def role_and_grant(
     names: tuple[str, str],
     project: str,
-    role: str,
+    role: pulumi.Input[str],
     title: str,
     description: str,
     permissions: tuple[str, ...],
     member: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
     condition: pulumi.Input[projects.IAMMemberConditionArgs] | None = None,
-) -> tuple[projects.IAMCustomRole, projects.IAMMember]:
+) -> tuple[projects.IAMCustomRole, projects.IAMMember, pulumi.Output[str]]:
     """A custom role of the project (`names[0]`, id `role`) and its grant to `member`
-    (`names[1]`, under `condition`), registered once the role exists."""
+    (`names[1]`, under `condition`), registered once the role exists; and the role's name,
+    `projects/P/roles/ID`."""
     custom = projects.IAMCustomRole(
         names[0],
         project=project,
@@ -106,13 +127,14 @@ def role_and_grant(
         permissions=list(permissions),
         opts=opts,
     )
+    # The custom role's name, known before it exists.
+    full = pulumi.Output.concat("projects/", project, "/roles/", role)
     grant = projects.IAMMember(
         names[1],
         project=project,
-        # The custom role's name, known before it exists (`projects/P/roles/ID`).
-        role=f"projects/{project}/roles/{role}",
+        role=full,
         member=member,
         condition=condition,
         opts=opts.merge(pulumi.ResourceOptions(depends_on=[custom])),
     )
-    return custom, grant
+    return custom, grant, full

@@ -68,9 +68,14 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import serviceaccount
 
 from trainstack.components._args import check_args, component_check
+from trainstack.components._job_launch import (  # noqa: F401 (node_argv: the container's args)
+    DEFAULT_MODULE,
+    job_launch,
+    node_argv,
+)
 from trainstack.components._naming import labels_input
 from trainstack.components._options import inherited_depends_on
-from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
+from trainstack.components._pod_setup import PACKAGE_URI_ENV, pod_command
 from trainstack.components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
 from trainstack.components.catalog.images import kubernetes_image
 from trainstack.components.gpu_startup import (
@@ -78,18 +83,14 @@ from trainstack.components.gpu_startup import (
     FAIL_FAST_EXIT_CODES,
     RESTART_EXIT_CODES,
     check_trainer,
-    pod_run_env,
     validate_node_args,
-    with_checkpoint_dir,
 )
-from trainstack.components.gpu_startup import node_argv as launcher_argv
 from trainstack.trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
-from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE
+from trainstack.trainers.common.contract import TF_MODULE
 
 TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
 COMPONENT_LABEL: Final = "kubernetes-training-job"
 CONTAINER_NAME: Final = "trainer"
-DEFAULT_MODULE: Final = TORCH_MODULE
 """The images' interpreter: the pod script installs into it and it runs the launcher."""
 TF_KERAS_MODULES: Final = frozenset({TF_MODULE})
 """Trainer modules that run tf.keras as Keras 2 (tf-keras on TensorFlow >= 2.16)."""
@@ -309,14 +310,6 @@ def pod_failure_policy() -> dict[str, Any]:
     }
 
 
-def node_argv(
-    module: str | None, trainer_args: Sequence[str], node_args: Sequence[str] | None = None
-) -> list[str]:
-    """The container's args: the node launcher running `module` with its flags, or your
-    code's `node_args` (the pod script installs the package first, then execs these)."""
-    return [POD_PYTHON, *launcher_argv(module, trainer_args, node_args)]
-
-
 def manifests(
     *,
     job_name: str,
@@ -495,15 +488,8 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
 
         def build(values: list[Any]) -> dict[str, Any]:
             merged, package_uri, checkpoint_url, email, node_args = values
-            if node_args is not None:
-                validate_node_args(node_args)
-                argv = node_argv(None, [], node_args)
-            else:
-                flags = with_checkpoint_dir(plain.get("trainer_args", []), checkpoint_url)
-                argv = node_argv(module, flags)
-            env = dict(plain.get("env") or {})
-            if plain.get("run_records") and checkpoint_url:
-                env.update(pod_run_env(checkpoint_url, package_uri, argv, plain))
+            argv, records = job_launch(plain, package_uri, checkpoint_url, node_args)
+            env = {**(plain.get("env") or {}), **records}
             return manifests(
                 job_name=job_name,
                 node_count=plain["node_count"],

@@ -63,13 +63,12 @@ Naming: the TPU node is `<deployment_name>-tpu` and the queued resource
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, NotRequired, TypedDict
+from typing import Final, Literal, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp import tpu
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._discovery import validate_body
 from trainstack.components._naming import gcp_name, labels_input, name_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._tpu_args import (
@@ -79,23 +78,32 @@ from trainstack.components._tpu_args import (
     tpu_trainer_problems,
     validate_args,
 )
+from trainstack.components._tpu_launch import (
+    API,
+    COMPONENT_LABEL,
+    SCOPES,
+    node_body,
+    queued_body,
+    queued_resource_body,
+    reservation_name,
+    resource_path,
+    slice_launch,
+)
 from trainstack.components._tpu_queued_provider import (
     QueuedResource,
     QueuedResourceProvider,
     console_url,
-    with_spec_label,
 )
 from trainstack.components.catalog.tpu import TPU_ZONES_SOURCE, QueuedTier, TpuProvisioning
 from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
-from trainstack.components.startup.tpu_worker import (
-    effective_checkpoint_dir,
-    render_tpu_worker_script,
-    slice_run_record,
-)
+from trainstack.components.startup.tpu_worker import effective_checkpoint_dir
 from trainstack.components.training_dashboard.targets import DashboardScope, tpu_filters
 
 __all__ = [
+    "API",
+    "COMPONENT_LABEL",
     "DEFAULT_TRAINER_MODULE",
+    "SCOPES",
     "SlicePlan",
     "TpuPodSlice",
     "TpuPodSliceArgs",
@@ -109,15 +117,6 @@ __all__ = [
 ]
 
 TOKEN: Final = "trainstack:tpu:TpuPodSlice"
-COMPONENT_LABEL: Final = "tpu-pod-slice"
-API: Final = "tpu.v2"
-SCOPES: Final = ("https://www.googleapis.com/auth/cloud-platform",)
-"""Access scope of the node's service account; its IAM roles are what limit it."""
-
-_COMPUTE_API_PREFIXES: Final = (
-    "https://www.googleapis.com/compute/v1/",
-    "https://compute.googleapis.com/compute/v1/",
-)
 
 
 class DataDiskArgs(TypedDict):
@@ -202,103 +201,6 @@ class TpuPodSliceArgs(TypedDict):
 
 
 # --------------------------------------------------------------------------------------
-# Bodies (pure)
-# --------------------------------------------------------------------------------------
-
-
-def resource_path(link: str) -> str:
-    """`projects/P/...` for a Compute self link (the TPU API's examples use that form);
-    anything else unchanged."""
-    for api_prefix in _COMPUTE_API_PREFIXES:
-        if link.startswith(api_prefix):
-            return link[len(api_prefix) :]
-    return link
-
-
-def reservation_name(project: str, zone: str, reservation: str) -> str:
-    """The queued resource's `reservationName` for a short name, `-` or a full name."""
-    if reservation.startswith("projects/"):
-        return reservation
-    return f"projects/{project}/locations/{zone}/reservations/{reservation}"
-
-
-def node_body(
-    *,
-    plan: SlicePlan,
-    runtime_version: str,
-    description: str,
-    network: str,
-    subnetwork: str,
-    service_account_email: str,
-    startup_script: str,
-    labels: Mapping[str, str],
-    network_tags: Sequence[str],
-    data_disks: Sequence[str],
-) -> dict[str, Any]:
-    """The `Node` of a queued resource (REST field names), as the V2Vm path builds it."""
-    node: dict[str, Any] = {
-        "description": description,
-        "runtimeVersion": runtime_version,
-        "acceleratorConfig": {
-            "type": plan.generation.api_type,
-            "topology": plan.slice.topology,
-        },
-        "networkConfig": {
-            "network": resource_path(network),
-            "subnetwork": resource_path(subnetwork),
-            "enableExternalIps": False,
-        },
-        "serviceAccount": {"email": service_account_email, "scope": list(SCOPES)},
-        "metadata": {"startup-script": startup_script},
-        "labels": dict(sorted(labels.items())),
-    }
-    if plan.secure_boot:
-        node["shieldedInstanceConfig"] = {"enableSecureBoot": True}
-    if network_tags:
-        node["tags"] = list(network_tags)
-    if data_disks:
-        node["dataDisks"] = [
-            {"sourceDisk": disk, "mode": mode}
-            for disk, mode in zip(data_disks, plan.disk_modes, strict=True)
-        ]
-    return node
-
-
-def queued_resource_body(
-    *,
-    project: str,
-    zone: str,
-    node_id: str,
-    node: Mapping[str, Any],
-    tier: str = "on-demand",
-    min_duration_s: int | None = None,
-    valid_until_s: int | None = None,
-    reservation: str | None = None,
-) -> dict[str, Any]:
-    """The exact `QueuedResource` REST body, node labels carrying `trainstack_spec`."""
-    body: dict[str, Any] = {
-        "tpu": {
-            "nodeSpec": [
-                {
-                    "parent": f"projects/{project}/locations/{zone}",
-                    "nodeId": node_id,
-                    "node": dict(node),
-                }
-            ]
-        }
-    }
-    if tier == "spot":
-        body["spot"] = {}
-    elif tier == "guaranteed":
-        body["guaranteed"] = {"minDuration": f"{min_duration_s}s"} if min_duration_s else {}
-    if valid_until_s is not None:
-        body["queueingPolicy"] = {"validUntilDuration": f"{valid_until_s}s"}
-    if reservation is not None:
-        body["reservationName"] = reservation_name(project, zone, reservation)
-    return with_spec_label(body)
-
-
-# --------------------------------------------------------------------------------------
 # Component
 # --------------------------------------------------------------------------------------
 
@@ -346,38 +248,12 @@ class TpuPodSlice(pulumi.ComponentResource):
         self._warn_unverified(plan, args["zone"])
 
         found = plan.slice
-        expected_hosts = found.hosts
         trainer_args = list(plan.trainer_args)
-        runtime_version = args["runtime_version"]
-
-        def render(values: list[Any]) -> str:
-            node_id, package_uri, checkpoint_dir, node_args = values
-            return render_tpu_worker_script(
-                slice_name=node_id,
-                package_uri=package_uri,
-                trainer_module=plan.trainer_module,
-                trainer_args=trainer_args,
-                checkpoint_dir=checkpoint_dir,
-                expected_hosts=expected_hosts,
-                runtime_version=runtime_version,
-                node_args=node_args,
-                max_run_seconds=plan.max_run_seconds,
-            )
-
-        launch = pulumi.Output.all(
-            slice_name, args["package_uri"], args["checkpoint_dir"], args.get("node_args")
-        )
-        self.startup_script = launch.apply(render)
-        self.run_record = launch.apply(
-            lambda v: slice_run_record(
-                slice_name=v[0],
-                package_uri=v[1],
-                trainer_module=plan.trainer_module,
-                trainer_args=trainer_args,
-                checkpoint_dir=v[2],
-                node_args=v[3],
-            )
-        )
+        # The slice's launch comes from its arguments alone (`slice_launch`): its run
+        # supervisor, registered first, recreates it with the same script and record.
+        launch = slice_launch(args, plan)
+        self.startup_script = launch.apply(lambda v: v[0])
+        self.run_record = launch.apply(lambda v: v[1])
         self.vm = None
         self.queued_resource = None
         if plan.provisioning == "queued":
@@ -520,58 +396,14 @@ class TpuPodSlice(pulumi.ComponentResource):
         labels: pulumi.Input[Mapping[str, str]],
     ) -> pulumi.Output[list[str]]:
         zone = args["zone"]
-        queued = args.get("queued") or {}
-        reservation = args.get("reservation")
         qr_id = name_input(gcp_name, args["deployment_name"], "tpu-qr")
-        inputs = pulumi.Output.from_input(
-            {
-                "project": args["project"],
-                "node_id": slice_name,
-                "network": args["network_self_link"],
-                "subnetwork": args["subnetwork_self_link"],
-                "service_account_email": args["service_account_email"],
-                "startup_script": self.startup_script,
-                "labels": labels,
-                "network_tags": list(args.get("network_tags", ())),
-                "data_disks": [d["source_disk"] for d in args.get("data_disks", ())],
-            }
-        )
-
-        def build(v: dict[str, Any]) -> dict[str, Any]:
-            node = node_body(
-                plan=plan,
-                runtime_version=args["runtime_version"],
-                description=f"trainstack TPU slice {plan.slice.accelerator_type}",
-                network=v["network"],
-                subnetwork=v["subnetwork"],
-                service_account_email=v["service_account_email"],
-                startup_script=v["startup_script"],
-                labels=v["labels"],
-                network_tags=v["network_tags"],
-                data_disks=v["data_disks"],
-            )
-            body = queued_resource_body(
-                project=v["project"],
-                zone=zone,
-                node_id=v["node_id"],
-                node=node,
-                tier=plan.queued_tier,
-                min_duration_s=queued.get("min_duration_s"),
-                valid_until_s=queued.get("valid_until_s"),
-                reservation=reservation,
-            )
-            errors = validate_body(API, "QueuedResource", body)
-            if errors:
-                raise ValueError("QueuedResource body is invalid: " + "; ".join(errors))
-            return body
-
         self.queued_resource = QueuedResource(
             f"{name}-queued",
             project=args["project"],
             zone=zone,
             queued_resource_id=qr_id,
             node_id=slice_name,
-            body=inputs.apply(build),
+            body=queued_body(args, plan, self.startup_script, labels),
             wait_timeout_s=plan.wait_timeout_s,
             api_endpoint=args.get("api_endpoint"),
             provider=QueuedResourceProvider(),

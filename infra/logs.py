@@ -321,6 +321,14 @@ UNREADABLE = "UNKNOWN"
 error)."""
 
 
+def ended_text(event: dict[str, Any]) -> str:
+    """The run's end a supervisor event names: its `reason`, or where a stage failed for
+    good and why (`failed at package_install: pip exited 1`)."""
+    if event.get("reason") == "failed" and event.get("stage"):
+        return f"failed at {event['stage']}: {event.get('detail') or 'no reason given'}"
+    return str(event.get("reason"))
+
+
 def supervisor_event_text(event: dict[str, Any]) -> str:
     """One supervisor event (components/supervisor/main.py) in words: what it looks after and
     the state it saw, the run's end if that was why, then what it did and how that went;
@@ -334,14 +342,14 @@ def supervisor_event_text(event: dict[str, Any]) -> str:
         error = str(event.get("result", "")).removeprefix("error: ")
         if event.get("reason"):
             return (
-                f"{kind} cannot be read ({error}) after the run ended ({event['reason']}): "
+                f"{kind} cannot be read ({error}) after the run ended ({ended_text(event)}): "
                 "it may still be billing"
             )
         return f"{kind} cannot be read ({error}): the supervisor can neither recover nor stop it"
     head = f"{kind} {event.get('seen')}"
     result = str(event.get("result", ""))
     if event.get("reason"):
-        head += f" run ended ({event['reason']})"
+        head += f" run ended ({ended_text(event)})"
         result = result.removeprefix("run ended; ")
     failed = result.startswith("error: ")
     if failed:
@@ -430,6 +438,7 @@ __all__ = [
     "OutputsError",
     "any_of",
     "check_worker",
+    "ended_text",
     "log_query",
     "parse_endpoints",
     "read_lines",

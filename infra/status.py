@@ -152,7 +152,12 @@ def stack_status(
             uri = str(outputs["supervisor_events_uri"]).rsplit("/", 1)[0] + "/state.json"
             state = gcs_json_lines(uri, endpoints)
             part["supervisor"] = supervisor_status(
-                actions or [], (state or [{}])[0], cfg, target.stoppable_hourly_usd(cfg), stack
+                actions or [],
+                (state or [{}])[0],
+                cfg,
+                target.stoppable_hourly_usd(cfg),
+                stack,
+                outputs.get("supervisor_roles"),
             )
             if part["supervisor"]["stopped_at"]:
                 after = target.still_billing_after_stop(cfg, stack)

@@ -1,10 +1,12 @@
 """The run supervisor (`trainstack.components.run_supervisor`) as a `supervised` target
-(`trainstack.infra.targets.base.Target.supervised`) registers it after its compute, and what
-`trainstack status` says of it.
+(`trainstack.infra.targets.base.Target.supervised`) registers it before its compute (the
+compute depends on it, so it never runs unsupervised), and what `trainstack status` says of
+it.
 
 Every `tpu`, `gke` and `gce` stack gets one: it stops the compute at the run's end (rank 0's
-`done`, a failure the target never retries, `limits.max_run_hours`, `limits.max_total_usd`);
-on a Spot or queued slice it also recreates a preempted slice. Its spend count is at the
+`done`, a failure the target never retries or a stage's last failure, no node reporting for
+`NO_HEARTBEAT_S`, `limits.max_run_hours`, `limits.max_total_usd`); on a Spot or queued slice
+it also recreates a preempted slice. Its spend count is at the
 list price of the compute it can stop (`Target.stoppable_hourly_usd`). The target modules
 build its arguments (`trainstack.infra.targets.tpu`, `.gpu_cluster`); nothing here names a
 target.
@@ -17,50 +19,78 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pulumi
 
-from trainstack.components.catalog.supervisor_iam import role_id
+from trainstack.components.catalog.supervisor_iam import REACH, earlier_role_id
 from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
-from trainstack.infra.logs import UNREADABLE
-from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS
+from trainstack.infra.logs import UNREADABLE, ended_text
+from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS, OUTPUT_SUPERVISOR_ROLES
+from trainstack.trainers.common.run_records import (
+    ALIVE_SUFFIX,
+    ENDED_SUFFIX,
+    NO_HEARTBEAT_S,
+    STOP_SUFFIX,
+)
 
 if TYPE_CHECKING:
     from trainstack.infra.config import StackConfig
 
 
 def run_settings(
-    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str]
+    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str] | None
 ) -> pulumi.Output[dict[str, Any]]:
-    """The supervisor's `run`: the run's objects (prefix `run_record`), the limits and the
-    compute's list price (`hourly_usd`, the target's `stoppable_hourly_usd`)."""
+    """The supervisor's `run`: the run's objects (prefix `run_record`: its end record,
+    heartbeats and stop request), the limits and the compute's list price (`hourly_usd`, the
+    target's `stoppable_hourly_usd`). The run's clock is the supervisor's own."""
     limit = cfg.limits.max_run_seconds
 
     def settings(prefix: str) -> dict[str, Any]:
         out: dict[str, Any] = {"hourly_usd": hourly_usd}
         if prefix:
-            out |= {"end_uri": f"{prefix}.ended", "stop_uri": f"{prefix}.stop"}
-        if prefix and limit is not None:
-            out |= {"clock_uri": f"{prefix}.started", "max_run_seconds": limit}
+            out |= {"end_uri": prefix + ENDED_SUFFIX, "stop_uri": prefix + STOP_SUFFIX}
+            out["alive_uri"] = prefix + ALIVE_SUFFIX
+        if limit is not None:
+            out["max_run_seconds"] = limit
         if cfg.limits.max_total_usd is not None:
             out["max_total_usd"] = cfg.limits.max_total_usd
         return out
 
-    return pulumi.Output.from_input(run_record).apply(settings)
+    return pulumi.Output.from_input(run_record or "").apply(settings)
 
 
 def register_supervisor(
-    deployment: str,
-    args: dict[str, Any],
-    compute: Sequence[pulumi.Resource],
-    after_grants: pulumi.ResourceOptions,
-) -> dict[str, Any]:
-    """Register the stack's supervisor (`RunSupervisorArgs` in `args`) after `compute`; its
-    stack outputs."""
-    # After the compute, so `pulumi destroy` removes the supervisor before it: no check can
-    # recreate or resize what is being destroyed.
-    after = after_grants.merge(pulumi.ResourceOptions(depends_on=list(compute)))
+    deployment: str, args: dict[str, Any], after_grants: pulumi.ResourceOptions
+) -> tuple[RunSupervisor, dict[str, Any]]:
+    """Register the stack's supervisor (`RunSupervisorArgs` in `args`), before its compute:
+    the supervisor and its stack outputs. The compute then depends on `RunSupervisor.ready`,
+    so `pulumi destroy` removes it before the supervisor (which recovers a slice only while
+    its marker says Pulumi holds it, `RunSupervisor.arm`)."""
     supervisor = RunSupervisor(
-        f"{deployment}-supervisor", cast(RunSupervisorArgs, args), opts=after
+        f"{deployment}-supervisor", cast(RunSupervisorArgs, args), opts=after_grants
     )
-    return {OUTPUT_SUPERVISOR_EVENTS: supervisor.events_uri}
+    outputs = {
+        OUTPUT_SUPERVISOR_EVENTS: supervisor.events_uri,
+        OUTPUT_SUPERVISOR_ROLES: supervisor.roles,
+    }
+    return supervisor, outputs
+
+
+def after_supervisor(
+    after_grants: pulumi.ResourceOptions, supervisor: RunSupervisor
+) -> pulumi.ResourceOptions:
+    """The compute's options: after its grants and after its supervisor."""
+    return after_grants.merge(pulumi.ResourceOptions(depends_on=supervisor.ready))
+
+
+def reach_note(kind: str, recover: bool, project: str | None) -> str:
+    """The plan's note on what the supervisor's account can reach beyond the stack, where
+    IAM conditions cannot name the stack's compute (`catalog.supervisor_iam.REACH`)."""
+    verbs = "get, delete and create" if recover else "get and delete"
+    return (
+        f"run supervisor reach: its account can {REACH[kind].format(verbs=verbs, project=project)}: "
+        "Cloud TPU and instance group managers honour no resource names in IAM conditions; "
+        "its grant on the checkpoint bucket holds for the run records (trainstack-run-*) "
+        "only, and it alone writes its state bucket. Run each stack in a project of its own "
+        "to keep the supervisor to this stack's compute"
+    )
 
 
 def stop_command(resource: str) -> str:
@@ -84,15 +114,21 @@ def stop_command(resource: str) -> str:
     return f"gcloud compute tpus tpu-vm delete {parts[-1]} --zone={parts[3]} --project={parts[1]}"
 
 
-def supervisor_roles(project: str | None, stack: str, resource: str) -> str:
+def supervisor_roles(
+    project: str | None, stack: str, resource: str, roles: Sequence[str] | None = None
+) -> str:
     """The custom role(s) whose grants let the supervisor read `resource` (for `status`):
-    `trainstack.components.run_supervisor` names them after the stack (`role_id`)."""
-    role = f"projects/{project}/roles/{role_id(stack)}"
+    `roles`, the stack's `supervisor_roles` output (ids carry its account's unique id), else
+    the ids a stack deployed before that output had (`earlier_role_id`)."""
+    if roles:
+        role, read = roles[0], (roles[1] if len(roles) > 1 else None)
+    else:
+        role = f"projects/{project}/roles/{earlier_role_id(stack)}"
+        read = f"projects/{project}/roles/{earlier_role_id(stack, 'Read')}"
     if "/nodePools/" not in resource:
         return f"its role ({role})"
     # A node pool's supervisor reads the pool under a role granted on a condition, and the
     # pool's instance groups under a second, read-only role (`supervisor_iam.READ_PERMISSIONS`).
-    read = f"projects/{project}/roles/{role_id(stack, 'Read')}"
     return f"its roles ({role} and its condition on the cluster; {read} for the instance groups)"
 
 
@@ -107,12 +143,26 @@ def _unreadable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return trail
 
 
+def end_text(event: dict[str, Any], asked: list[str]) -> str:
+    """Why the run ended, in words, from the supervisor's event of it (`asked`: the limits it
+    asked the trainer to stop for)."""
+    reason = str(event["reason"])
+    if reason == "stopped" and asked:
+        # The trainer's end record says only that it stopped; the request names the limit
+        # (main.py asks only for max_run_hours and max_total_usd, keys of `limits`).
+        return f"stopped at limits.{asked[-1]}"
+    if reason == "no_heartbeat":
+        return f"no_heartbeat: no node reported for {NO_HEARTBEAT_S // 60} min"
+    return ended_text(event)
+
+
 def supervisor_status(
     events: list[dict[str, Any]],
     state: dict[str, Any],
     cfg: StackConfig,
     hourly_usd: float,
     stack: str,
+    roles: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """What `trainstack status` says of the run's end from the supervisor's events and
     state (components/supervisor/main.py): whether its compute was stopped and when (not
@@ -148,17 +198,14 @@ def supervisor_status(
             "resource": resource,
             "error": str(trail[-1]["result"]).removeprefix("error: "),
             "since": trail[0]["time"],
-            "check": supervisor_roles(cfg.project, stack, resource),
+            "check": supervisor_roles(cfg.project, stack, resource, roles),
         }
     if last is None or last.get("result") == "compute back after a stop":
         return out
     out["finished"] = True
-    out["reason"] = last["reason"]
-    asked = [e["reason"] for e in ended if e.get("action") == "request_stop"]
-    if last["reason"] == "stopped" and asked:
-        # The trainer's end record says only that it stopped; the request names the limit
-        # (main.py asks only for max_run_hours and max_total_usd, keys of `limits`).
-        out["reason"] = f"stopped at limits.{asked[-1]}"
+    out["reason"] = end_text(
+        last, [e["reason"] for e in ended if e.get("action") == "request_stop"]
+    )
     if last["action"] in ("stop", "none") and last["result"] in (
         "ok",
         "run ended; compute already stopped",

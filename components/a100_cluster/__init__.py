@@ -67,6 +67,7 @@ and `gce.py` the two backends' resources, `_common.py` the defaults and names th
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
@@ -74,7 +75,7 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import compute, container
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import labels_input
+from trainstack.components._naming import gcp_name, labels_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
@@ -93,7 +94,7 @@ from trainstack.components.a100_cluster._common import (
     job_name_for,
     region_of,
 )
-from trainstack.components.a100_cluster.gce import create_gce, gce_console_url
+from trainstack.components.a100_cluster.gce import create_gce, gce_console_url, gce_run_record
 from trainstack.components.a100_cluster.gke import (
     CLUSTER_NAME_MAX,
     GKE_ACCELERATOR_LABEL,
@@ -106,6 +107,7 @@ from trainstack.components.a100_cluster.gke import (
     SYSTEM_POOL_NAME,
     create_gke,
     gke_console_url,
+    gke_run_record,
     kubeconfig,
 )
 from trainstack.components.a100_cluster.validate import (
@@ -157,6 +159,7 @@ __all__ = [
     "A100ClusterArgs",
     "A100Shape",
     "A100TrainingArgs",
+    "SupervisedCompute",
     "a100_cluster_problems",
     "gce_console_url",
     "gke_console_url",
@@ -165,6 +168,7 @@ __all__ = [
     "kubeconfig",
     "parse_version",
     "region_of",
+    "supervised_compute",
     "validate_args",
 ]
 
@@ -258,6 +262,34 @@ class A100ClusterArgs(TypedDict):
     and exits 0, which the unit does not restart; a VM started later exits at once. The
     VMs keep running (and billing) until `pulumi destroy`: a VM maxRunDuration would only
     make the managed instance group recreate them. Needs `training.checkpoint_url`."""
+
+
+@dataclass(frozen=True)
+class SupervisedCompute:
+    """What the run supervisor of an `A100Cluster` stops (`supervised_compute`)."""
+
+    kind: Literal["mig", "node_pool"]
+    resource_name: pulumi.Output[str]
+    """gce: the instance group; gke: the GPU node pool (`trainstack.components.run_supervisor`
+    `NAME_FORMS`)."""
+    run_record: pulumi.Output[str] | None
+    """The run's record prefix (`A100Cluster.run_record`), None without one."""
+
+
+def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
+    """What an `A100Cluster` built from `args` bills for and its run supervisor stops, known
+    before the cluster is registered (its supervisor comes first)."""
+    gpu = validate_args(args)
+    where = pulumi.Output.concat("projects/", args["project"])
+    group = gcp_name(args["deployment_name"], "a100")
+    if gpu.backend == "gce":
+        name = pulumi.Output.concat(where, f"/zones/{gpu.zone}/instanceGroupManagers/{group}")
+        return SupervisedCompute("mig", name, gce_run_record(args, gpu))
+    cluster = gcp_name(args["deployment_name"], "a100", max_len=CLUSTER_NAME_MAX)
+    pool = f"/locations/{gpu.zone}/clusters/{cluster}/nodePools/{GPU_POOL_NAME}"
+    return SupervisedCompute(
+        "node_pool", pulumi.Output.concat(where, pool), gke_run_record(args, gpu)
+    )
 
 
 class A100Cluster(pulumi.ComponentResource):

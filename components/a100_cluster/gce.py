@@ -250,6 +250,16 @@ def create_gce(
     )
 
 
+def gce_run_record(args: A100ClusterArgs, gpu: A100Shape) -> pulumi.Output[str] | None:
+    """The run's record prefix of the group's VMs, before the group is registered (None
+    without training and a checkpoint bucket)."""
+    training = args.get("training")
+    if training is None or training.get("checkpoint_url") is None:
+        return None
+    names = instance_names(args["deployment_name"], gpu.node_count)
+    return _startup_script(training, gpu, names, args.get("max_run_seconds")).apply(lambda v: v[1])
+
+
 def _startup_script(
     training: A100TrainingArgs, gpu: A100Shape, names: list[str], max_run_seconds: int | None
 ) -> pulumi.Output[tuple[str, str]]:

@@ -13,6 +13,7 @@ import yaml
 from pulumi_gcp import container
 
 from trainstack.components import catalog
+from trainstack.components._job_launch import job_run_record
 from trainstack.components._naming import gcp_name
 from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
@@ -243,7 +244,9 @@ def create_gke(
             resource_labels=labels,
             tags=tags,
         ),
-        opts=child,
+        # The GPU nodes bill: after what the component waits for (the stack's grants and its
+        # run supervisor), so they never run unsupervised, and on destroy before it.
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
     )
 
     auth = cluster.master_auth
@@ -375,16 +378,10 @@ def _maintenance_policy() -> container.ClusterMaintenancePolicyArgs:
     )
 
 
-def _training_job(
-    name: str,
-    args: A100ClusterArgs,
-    training: A100TrainingArgs,
-    gpu: A100Shape,
-    accelerator: str,
-    parent: pulumi.Resource,
-    provider: k8s.Provider,
-    pools: list[Any],
-) -> KubernetesTrainingJob:
+def job_args_for(
+    args: A100ClusterArgs, training: A100TrainingArgs, gpu: A100Shape, accelerator: str
+) -> KubernetesTrainingJobArgs:
+    """The training Job's arguments (`accelerator`: the GPU nodes' label value)."""
     job_args: KubernetesTrainingJobArgs = {
         "job_name": job_name_for(args["deployment_name"], gpu.node_count),
         "node_count": gpu.node_count,
@@ -412,9 +409,31 @@ def _training_job(
         job_args["labels"] = args["labels"]
     if "max_run_seconds" in args:
         cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
+    return job_args
+
+
+def gke_run_record(args: A100ClusterArgs, gpu: A100Shape) -> pulumi.Output[str] | None:
+    """The run's record prefix of the Job's pods, before the cluster is registered (None
+    without training and a checkpoint bucket); the GPU label does not change it."""
+    training = args.get("training")
+    if training is None or "checkpoint_url" not in training:
+        return None
+    return job_run_record(job_args_for(args, training, gpu, ""))
+
+
+def _training_job(
+    name: str,
+    args: A100ClusterArgs,
+    training: A100TrainingArgs,
+    gpu: A100Shape,
+    accelerator: str,
+    parent: pulumi.Resource,
+    provider: k8s.Provider,
+    pools: list[Any],
+) -> KubernetesTrainingJob:
     return KubernetesTrainingJob(
         f"{name}-training",
-        job_args,
+        job_args_for(args, training, gpu, accelerator),
         opts=pulumi.ResourceOptions(
             parent=parent,
             providers={"kubernetes": provider},

@@ -25,9 +25,35 @@ NAME_FORMS: Final = {
 }
 
 
-def role_id(deployment: str, part: str = "") -> str:
-    """A custom role id (`[a-zA-Z0-9_.]{3,64}`) for the deployment (`part`: its second,
-    read-only role, `READ_PERMISSIONS`)."""
+ROLE_ID_SOURCE: Final = (
+    "iam.v1 discovery: projects.roles.delete 'You have 7 days to undelete the custom role. "
+    "After 7 days ... The custom role is permanently deleted'; CreateRoleRequest.roleId "
+    "'may contain alphanumeric characters, underscores (_), and periods (.). It must contain "
+    "a minimum of 3 characters and a maximum of 64 characters'; ServiceAccount.uniqueId 'if "
+    "you delete a service account, then create a new service account with the same name, "
+    "the new service account has a different unique ID'; hashicorp/terraform-provider-google "
+    "resource_google_project_iam_custom_role.go resourceGoogleProjectIamCustomRoleCreate: a "
+    "role the get still answers as deleted is undeleted, any other is created (refused while "
+    "its id is being deleted for good: 'You can't create a role_id ... which has been marked "
+    "for deletion', issue 29)"
+)
+"""Why the role ids carry the supervisor account's unique id: a stack destroyed and deployed
+again gets a new account, hence new role ids, instead of ids Google holds for up to 37
+days."""
+
+
+def role_id(deployment: str, unique_id: str, part: str = "") -> str:
+    """A custom role id (`[a-zA-Z0-9_.]{3,64}`) for the deployment, unique per creation of
+    its supervisor account (`unique_id`, ROLE_ID_SOURCE); `part`: its second, read-only role
+    (`READ_PERMISSIONS`). The deployment is cut to fit, the unique id never."""
+    prefix = f"trainstackSupervisor{part}_"
+    room = 64 - len(prefix) - len(unique_id) - 1
+    return f"{prefix}{re.sub(r'[^a-zA-Z0-9_]', '_', deployment)[:room]}_{unique_id}"
+
+
+def earlier_role_id(deployment: str, part: str = "") -> str:
+    """The role id of a supervisor deployed before role ids carried the unique id (`status`
+    names it for a stack that has no `supervisor_roles` output)."""
     return (f"trainstackSupervisor{part}_" + re.sub(r"[^a-zA-Z0-9_]", "_", deployment))[:64]
 
 
@@ -79,13 +105,41 @@ CONDITIONS_SOURCE: Final = (
     "condition uses an attribute that isn't available for a resource, then that part of the "
     "condition is never interpreted as granting access')"
 )
-"""Which grants a condition can narrow: only the GKE cluster's. A name condition on a TPU or
-instance-group grant would deny every call, so those stay project-wide (the policy pack's
-`supervisor-least-privilege` holds them to these permissions). That GKE evaluates the
+"""Which compute grants a condition can narrow: only the GKE cluster's. A name condition on a
+TPU or instance-group grant would deny every call, so those stay project-wide (the policy
+pack's `supervisor-least-privilege` holds them to these permissions). That GKE evaluates the
 cluster's name for the node-pool methods is inferred from their permissions being cluster
 permissions ("on the requested cluster"), not stated; the condition also accepts the pool's
-own name under the cluster so a pool-level evaluation still matches."""
+own name under the cluster so a pool-level evaluation still matches. Whether instance group
+managers are in Google's list was not re-read in full here (the stored copies cut the list
+short): this keeps the earlier reading."""
 CONDITIONS_VERIFIED: Final = False
+REACH: Final = {
+    "node": "{verbs} any TPU node in project {project} (tpu.nodes.*)",
+    "queued": "{verbs} any TPU node or queued resource in project {project} (tpu.nodes.*)",
+    "mig": "read and resize any managed instance group in project {project}",
+    "node_pool": "read any managed instance group in project {project} (its resize grant holds "
+    "for the stack's cluster only)",
+}
+"""What a project-wide compute grant of each kind lets the supervisor's account do beyond the
+stack (`CONDITIONS_SOURCE`); `{verbs}`: get, delete and create for a slice it recovers, get
+and delete for one it only stops."""
+STORAGE_OBJECT_NAME: Final = "projects/_/buckets/{bucket}/objects/{object}"
+LIST_PREFIX_ATTRIBUTE: Final = "storage.googleapis.com/objectListPrefix"
+STORAGE_CONDITIONS_SOURCE: Final = (
+    "https://cloud.google.com/iam/docs/conditions-resource-attributes (Cloud Storage objects: "
+    "'projects/_/buckets/BUCKET/objects/OBJECT', resource names honoured); the API attribute "
+    "'storage.googleapis.com/objectListPrefix' for a list request's prefix "
+    "(https://cloud.google.com/iam/docs/conditions-attribute-reference, as credential access "
+    "boundaries use it: api.getAttribute('storage.googleapis.com/objectListPrefix', '')"
+    ".startsWith(PREFIX)): a list is a bucket-level request, which an object-name condition "
+    "does not match"
+)
+"""How the supervisor's checkpoint-bucket grant is held to the runs' records. That an allow
+policy's condition grants a list by its prefix attribute is not verified here; where it does
+not, the heartbeat list is refused and the supervisor never ends a run for want of
+heartbeats (`supervisor/main.py` `_listen`), which its log says."""
+STORAGE_LIST_PREFIX_VERIFIED: Final = False
 
 
 BUILD_SOURCE: Final = (

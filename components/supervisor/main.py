@@ -1,9 +1,9 @@
 """trainstack run supervisor: brings a preempted TPU slice back and stops a run's compute at
 its end. An HTTP Cloud Functions (gen2) function that Cloud Scheduler calls every few minutes
-(`trainstack.components.run_supervisor` ships this file with `config.json` beside it: `kind`
-(`node`, `queued`, `mig`, `node_pool`), `name` (the resource's full name), `body` (TPU kinds:
-the REST body it is created again with), `recover` (whether a preempted slice is
-recreated), `state_uri`, `run` (below)). Each call looks once and waits for nothing.
+(`trainstack.components.run_supervisor` ships it and `supervisor_store.py` with `config.json`:
+`kind` (`node`, `queued`, `mig`, `node_pool`), `name` (the resource's full name), `body` (TPU
+kinds: the REST body it is created again with), `recover`, `state_uri` (its own bucket),
+`run` (below)). Each call looks once and waits for nothing.
 
 Recovery (`recover`): a Spot node PREEMPTED or TERMINATED, or a queued resource SUSPENDED
 or FAILED, is deleted and, once gone, created again with the same name and body (its
@@ -14,37 +14,41 @@ has been preempted, the status changes from READY to PREEMPTED";
 https://cloud.google.com/tpu/docs/queued-resources: "SUSPENDED: The resources specified in
 the request have been deleted. ... it's no longer eligible for further allocation",
 "FAILED: ... The request remains in the queue until it is explicitly deleted". Only a slice
-this supervisor deleted is created again (one a person deleted is reported and left alone).
-A create that fails (capacity, quota) or whose slice never comes up waits
-`BACKOFF_BASE_S * 2**(attempt-1)` s (at most `BACKOFF_MAX_S`) before the next try.
+this supervisor deleted is created again (one a person deleted is reported and left alone,
+one not created yet is not reported), and only while the marker `<state_uri>/armed` exists:
+Pulumi writes it after the compute and deletes it before the compute on `pulumi destroy`, so
+nothing Pulumi is creating or destroying is deleted or created here. A create that fails
+(capacity, quota) or whose slice never comes up waits `BACKOFF_BASE_S * 2**(attempt-1)` s
+(at most `BACKOFF_MAX_S`) before the next try.
 
-The end of the run (`run`, every key optional) stops the compute: `end_uri`, written by the
-node launcher when the run ended for good (`trainstack.trainers.common.run_records`: rank
-0's `done`, or a failure the target does not retry: `{"outcome": "done" | "failed" |
-"stopped", ...}`); `clock_uri` + `max_run_seconds`: the run's first start (Unix seconds,
-from the GCE and TPU startup scripts, or this function's first call that sees the compute
-billing without one) and `limits.max_run_hours`; `hourly_usd` + `max_total_usd`: the
-compute's list price and `limits.max_total_usd`, against this supervisor's own count (each
-call adds the time since the previous one at `hourly_usd` while the compute bills,
-trapezoid over the two views; in `state.json` across recoveries and restarts of the run
-that `end_uri` names). The limits first write the stop request `stop_uri` (the launcher
-stops the trainer with SIGTERM, which saves a checkpoint, and writes `end_uri` `stopped`)
-and stop the compute once `end_uri` says so, or `STOP_GRACE_S` after the request; `done`
-or `failed` stops it at once. A TPU node or queued resource is deleted ("Charges for Cloud
-TPU accrue while your TPU node is in a READY state", https://cloud.google.com/tpu/pricing),
-which stops its billing at once; a managed instance group is resized to 0 and a GKE node
-pool set to 0 nodes, which deletes their VMs (`trainstack.components.catalog.billing`), but
-"The resize operation is marked DONE when the resize actions are scheduled even if the group
-has not yet added or deleted any instances" (the resize page): the group or pool is
-"stopping", its spend still counted and nothing called again, until a check finds its
-instances gone (`Group.view`) and writes "compute stopped".
+The end of the run (`run`, every key optional) stops the compute: `end_uri`, written when the
+run ended for good (`trainstack.trainers.common.run_records`: `{"outcome": "done" | "failed"
+| "stopped", "stage", "reason", ...}`); `alive_uri`, the nodes' heartbeats: `no_heartbeat`
+once the compute has billed `NO_HEARTBEAT_S` since the later of this supervisor's first sight
+of it billing and the newest heartbeat's server-side time; `max_run_seconds` from that first
+sight; `hourly_usd` + `max_total_usd`: the compute's list price and the cap, against its own
+count (each call adds the time since the previous one at `hourly_usd` while the compute
+bills, trapezoid over the two views, across recoveries and restarts of the run `end_uri`
+names). Clock, count and flags are in `state.json` in its own bucket, which the training
+account cannot write; of what that account can write, only the end record and the
+heartbeats' times are read (`supervisor_store.py`). The limits first write the stop request
+`stop_uri` (the launcher stops the trainer with SIGTERM, which saves a checkpoint, and writes
+`end_uri` `stopped`) and stop the compute once `end_uri` says so, or `STOP_GRACE_S` after the
+request; any other end stops it at once. A TPU node or queued resource is deleted ("Charges
+for Cloud TPU accrue while your TPU node is in a READY state", https://cloud.google.com/tpu/
+pricing), which stops its billing at once; a managed instance group is resized to 0 and a
+GKE node pool set to 0 nodes, which deletes their VMs (`trainstack.components.catalog.
+billing`), but "The resize operation is marked DONE when the resize actions are scheduled
+even if the group has not yet added or deleted any instances" (the resize page): the group
+or pool is "stopping", its spend still counted and nothing called again, until a check
+finds its instances gone (`Group.view`) and writes "compute stopped".
 
 Every action is one JSON line appended to `<state_uri>/events.jsonl` (time, resource, state
-seen, action, result, attempt, next allowed time; a stop adds `reason` and `spend_usd`, and
-while a group empties `result: stopping` with `instances_left`; then `compute stopped`);
-`<state_uri>/state.json` holds what the next call needs. A call that cannot read the compute
-(a 403 where a grant is wrong, a transport error) records seen `UNKNOWN` with the error, once
-per change (`_unreadable`), and answers 502.
+seen, action, result, attempt, next allowed time; a stop adds `reason`, `spend_usd` and, for
+a stage's failure, `stage` and `detail`; while a group empties `result: stopping` with
+`instances_left`, then `compute stopped`); `<state_uri>/state.json` holds what the next call
+needs. A call that cannot read the compute (a 403 where a grant is wrong, a transport error)
+records seen `UNKNOWN` with the error, once per change (`_unreadable`), and answers 502.
 
 Credentials: its service account (metadata server); `*_ENDPOINT_ENV` point tests at fakes.
 """
@@ -57,19 +61,24 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-# The checkpoint bucket is a standard bucket: gcsfs's probe for zonal and hierarchical
-# buckets (on by default in gcsfs 2026) only adds a gRPC round trip to every call.
-os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+from typing import TYPE_CHECKING, Any
 
 import functions_framework
-import gcsfs
 import google.auth.compute_engine
-import google.auth.exceptions
-import httplib2
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
+
+if TYPE_CHECKING:
+    from trainstack.components.supervisor.supervisor_store import READ_ERRORS, WRITE_TRIES, Store
+else:
+    try:  # the bundle: functions-framework puts main.py's folder on sys.path
+        from supervisor_store import READ_ERRORS, WRITE_TRIES, Store
+    except ImportError:  # imported as trainstack.components.supervisor.main (tests)
+        from trainstack.components.supervisor.supervisor_store import (
+            READ_ERRORS,
+            WRITE_TRIES,
+            Store,
+        )
 
 Json = dict[str, Any]
 CONFIG_FILE = Path(__file__).with_name("config.json")
@@ -89,14 +98,18 @@ BACKOFF_BASE_S = 120
 BACKOFF_MAX_S = 3600
 STOP_GRACE_S = 300
 """How long a stop request waits for the trainer's checkpoint before the compute stops."""
-WRITE_TRIES = 5
-"""How often a call reads and writes again after losing a race (`Store`)."""
+NO_HEARTBEAT_S = 2700
+"""`trainstack.trainers.common.run_records.NO_HEARTBEAT_S` (this file cannot import it; a
+test holds the two equal)."""
+LIMITS = ("max_run_hours", "max_total_usd")
+"""The ends that ask the trainer to save first (a stop request)."""
+STAGES = ("package_download", "package_install", "launch", "startup", "trainer", "job")
+"""The stages an end record may name as where the run failed (`run_records`)."""
 UNREADABLE = "UNKNOWN"
 """What a check that could not read the compute saw (`_unreadable`)."""
-READ_ERRORS = (HttpError, OSError, httplib2.HttpLib2Error, google.auth.exceptions.GoogleAuthError)
-FRESH_STATE = {"attempts": 0, "next_allowed": None, "recreate": False}
-FRESH_RUN: Json = {"spend_usd": 0.0, "billing": False} | dict.fromkeys(
-    ("last_tick", "stop_requested", "stopping", "stop_reason", "stopping_seen", "stopped")
+FRESH_RUN: Json = {"spend_usd": 0.0, "billing": False, "silent_s": 0.0} | dict.fromkeys(
+    ("last_tick", "started", "heard", "stop_requested", "requested_for", "stopping", "end")
+    + ("stopping_seen", "stopped", "heartbeats_unread")
 )
 
 
@@ -114,10 +127,6 @@ def _iso(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _path(uri: str) -> str:
-    return uri.removeprefix("gs://")
-
-
 def _found(request: Any) -> Any:
     """What a get answers, or None on 404; any other error is raised (`_unreadable`)."""
     try:
@@ -126,83 +135,6 @@ def _found(request: Any) -> Any:
         if err.resp.status == 404:
             return None
         raise
-
-
-class Store:
-    """state.json and events.jsonl under `state_uri` (gs://bucket/prefix), and the run's
-    objects beside the checkpoints. Calls can overlap (Cloud Functions "may, for a short
-    period of time, create more instances than the specified max instances limit",
-    cloudfunctions.v2 discovery `maxInstanceCount`; Cloud Scheduler is "at least once",
-    https://cloud.google.com/scheduler/docs/overview), so state.json and events.jsonl are
-    written only if unchanged since read (`ifGenerationMatch`, "0": absent; else HTTP 412,
-    which gcsfs raises as FileExistsError; https://cloud.google.com/storage/docs/
-    request-preconditions)."""
-
-    def __init__(self, state_uri: str, credentials: Any) -> None:
-        self.fs = gcsfs.GCSFileSystem(token=credentials)
-        self.bucket, _, self.folder = _path(state_uri).rstrip("/").partition("/")
-        self.generation = "0"  # state.json's, as read_state found it
-
-    def _get(self, name: str) -> tuple[bytes, str]:
-        """The object's bytes and generation ("0" where there is none). The generation is
-        read first: bytes newer than it only make the conditional write fail."""
-        try:
-            found = self.fs.call("GET", "b/{}/o/{}", self.bucket, name, json_out=True)
-        except FileNotFoundError:
-            return b"", "0"
-        _, data = self.fs.call("GET", "b/{}/o/{}", self.bucket, name, alt="media")
-        return bytes(data), str(found["generation"])
-
-    def _put(self, name: str, data: bytes, generation: str) -> None:
-        # JSON API `objects.insert` (uploadType=media): gcsfs's writes take no generation but 0.
-        upload = self.fs.base.removesuffix("storage/v1/") + "upload/storage/v1/b/{}/o"
-        self.fs.call(
-            "POST", upload, self.bucket, uploadType="media", name=name, data=data,
-            ifGenerationMatch=generation, headers={"Content-Type": "application/octet-stream"},
-        )  # fmt: skip
-
-    def read_state(self) -> Json:
-        data, self.generation = self._get(f"{self.folder}/state.json")
-        return dict(json.loads(data)) if data else dict(FRESH_STATE)
-
-    def write_state(self, state: Json) -> None:
-        # FileExistsError where another call wrote it meanwhile: `supervise` checks again.
-        data = json.dumps(state, sort_keys=True).encode()
-        self._put(f"{self.folder}/state.json", data, self.generation)
-
-    def append_event(self, event: Json) -> None:
-        # Objects cannot be appended to: read, add the line, write back unless another
-        # call did meanwhile (then again).
-        added = json.dumps(event, sort_keys=True).encode() + b"\n"
-        for _ in range(WRITE_TRIES):
-            old, generation = self._get(f"{self.folder}/events.jsonl")
-            with contextlib.suppress(FileExistsError):
-                self._put(f"{self.folder}/events.jsonl", old + added, generation)
-                break
-        else:
-            raise FileExistsError("events.jsonl changed on every try")
-        # Also one structured log line for `trainstack logs`: stdout goes to Cloud Logging, a
-        # one-line JSON object as `jsonPayload`, `severity` and `message` recognised
-        # (https://cloud.google.com/logging/docs/structured-logging, "Special JSON fields";
-        # https://cloud.google.com/functions/docs/monitoring/logging).
-        failed = str(event.get("result", "")).startswith("error")
-        severity = "WARNING" if failed else "NOTICE" if event["action"] != "none" else "INFO"
-        message = f"supervisor: {event['seen']} -> {event['action']}: {event['result']}"
-        line = {**event, "severity": severity, "message": message}
-        print(json.dumps(line, sort_keys=True), flush=True)
-
-    def read(self, uri: str | None) -> bytes | None:
-        """The object's bytes, or None where there is none (or no URI)."""
-        with contextlib.suppress(FileNotFoundError):
-            return bytes(self.fs.cat_file(_path(uri))) if uri else None
-        return None
-
-    def write(self, uri: str, data: bytes) -> None:
-        self.fs.pipe_file(_path(uri), data)
-
-    def remove(self, uri: str | None) -> None:
-        if uri and self.fs.exists(_path(uri)):
-            self.fs.rm_file(_path(uri))
 
 
 def _api(name: str, version: str, endpoint_env: str, credentials: Any) -> Any:
@@ -362,55 +294,95 @@ def _json(data: bytes | None) -> Json | None:
     return value if value is None or isinstance(value, dict) else {"outcome": "unreadable"}
 
 
-def _count_spend(state: Json, billing: bool, hourly_usd: float, now: float) -> None:
-    """Add the time since the previous call at list price: the whole gap while both calls
-    saw the compute billing, half of it where one did (it started or stopped in between)."""
-    last = state["last_tick"]
+def _line(text: object, limit: int = 200) -> str:
+    """One line of at most `limit` characters (the end record's text is the trainer's)."""
+    lines = str(text or "").strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
+def _end_record(data: bytes | None) -> Json | None:
+    """The end record as an end (`reason`: its outcome; a failure's `stage` and `detail`)."""
+    record = _json(data)
+    if record is None:
+        return None
+    end: Json = {"reason": _line(record.get("outcome", "unreadable"), 40) or "unreadable"}
+    if end["reason"] == "failed" and record.get("stage") in STAGES:
+        end |= {"stage": record["stage"], "detail": _line(record.get("reason"))}
+    return end
+
+
+def _tick(run: Json, run_config: Json, store: Store, billing: bool, now: float) -> None:
+    """Count the time since the previous call: the spend at list price (the whole gap while
+    both calls saw the compute billing, half of it where one did) and the billing time no
+    node has reported in since the later of the first sight of it billing and the newest
+    heartbeat (`NO_HEARTBEAT_S`)."""
+    last, billed = run["last_tick"], 0.0
     if last is not None and now > last:
-        share = (float(state["billing"]) + float(billing)) / 2
-        state["spend_usd"] = round(state["spend_usd"] + (now - last) / 3600 * hourly_usd * share, 6)
-    state["last_tick"], state["billing"] = now, billing
+        billed = (now - last) * (float(run["billing"]) + float(billing)) / 2
+    hourly = float(run_config.get("hourly_usd") or 0)
+    run["spend_usd"] = round(run["spend_usd"] + billed / 3600 * hourly, 6)
+    run["last_tick"], run["billing"] = now, billing
+    if run["started"] is None:
+        if billing:  # the run's clock and its heartbeat bound start at this first sight
+            run.update(started=now, heard=now, silent_s=0.0)
+        return
+    run["silent_s"] = round(run["silent_s"] + billed, 3)
+    if run_config.get("alive_uri"):
+        _listen(run, store, str(run_config["alive_uri"]), now)
 
 
-def end_reason(run: Json, store: Store, state: Json, now: float, billing: bool) -> str | None:
-    """Why the run is over (`done`, `failed`, `stopped`, `max_run_hours`, `max_total_usd`),
-    or None while it goes on."""
-    ended = _json(store.read(run.get("end_uri")))
-    if ended is not None:
-        return str(ended.get("outcome", "unreadable"))
-    return _limit_reason(run, store, state, now, billing)
+def _listen(run: Json, store: Store, alive_uri: str, now: float) -> None:
+    """Take a heartbeat newer than the last one heard: the billing time since it is at most
+    the time since it. A list that fails never ends a run: the silence is not counted while
+    it fails, and a log line says so once per change of the error."""
+    try:
+        newest = store.newest_heartbeat(alive_uri)
+    except READ_ERRORS as err:
+        run["silent_s"], error = 0.0, _error(err)
+        if run["heartbeats_unread"] != error:
+            line = {"severity": "WARNING", "message": f"supervisor: heartbeats unread: {error}"}
+            print(json.dumps(line, sort_keys=True), flush=True)
+        run["heartbeats_unread"] = error
+        return
+    run["heartbeats_unread"] = None
+    if newest is not None and newest > run["heard"]:
+        run["heard"] = newest
+        run["silent_s"] = min(run["silent_s"], round(max(0.0, now - newest), 3))
 
 
-def _limit_reason(run: Json, store: Store, state: Json, now: float, billing: bool) -> str | None:
-    """`max_run_hours` or `max_total_usd` when that limit is reached, else None."""
-    limit = run.get("max_run_seconds")
-    started = store.read(run.get("clock_uri")) if limit else None
-    if limit and started is None and billing:
-        # No node has recorded the run's start (a GKE pod keeps no clock; a VM still
-        # booting): the compute bills from now, so the run's time counts from now.
-        started = b"%d" % now
-        store.write(run["clock_uri"], started)
-    if limit and started and started.strip().isdigit() and now >= int(started) + limit:
-        return "max_run_hours"
-    cap = run.get("max_total_usd")
-    if cap is not None and state["spend_usd"] >= cap:
-        return "max_total_usd"
+def end_of_run(run_config: Json, store: Store, run: Json, now: float) -> Json | None:
+    """Why the run is over (`reason`: `done`, `failed`, `stopped`, `no_heartbeat`,
+    `max_run_hours`, `max_total_usd`; a failure's `stage` and `detail`), or None."""
+    return _end_record(store.read(run_config.get("end_uri"))) or _limit(run_config, run, now)
+
+
+def _limit(run_config: Json, run: Json, now: float) -> Json | None:
+    """`no_heartbeat`, `max_run_hours` or `max_total_usd` once reached, from the
+    supervisor's own counts only; else None."""
+    if run_config.get("alive_uri") and run["silent_s"] >= NO_HEARTBEAT_S:
+        return {"reason": "no_heartbeat"}  # no node is up to save anything: stopped at once
+    limit = run_config.get("max_run_seconds")
+    if limit and run["started"] is not None and now >= run["started"] + limit:
+        return {"reason": "max_run_hours"}
+    cap = run_config.get("max_total_usd")
+    if cap is not None and run["spend_usd"] >= cap:
+        return {"reason": "max_total_usd"}
     return None
 
 
 def _stop(
-    target: Target, store: Store, run: Json, run_config: Json, event: Json, reason: str, now: float
+    target: Target, store: Store, run: Json, run_config: Json, event: Json, end: Json, now: float
 ) -> Json | None:
-    """Stop the compute for `reason` (the event), or None while a stop request waits."""
-    event["reason"], event["spend_usd"] = reason, round(run["spend_usd"], 2)
-    stop_uri = run_config.get("stop_uri")
+    """Stop the compute for `end` (the event), or None while a stop request waits."""
+    event.update(end, spend_usd=round(run["spend_usd"], 2))
+    stop_uri, reason = run_config.get("stop_uri"), end["reason"]
     # The limits ask the trainer to save first: a stop request, then the stop once it has
     # stopped (its end record says so) or the grace has passed.
-    if reason in ("max_run_hours", "max_total_usd") and stop_uri and run["billing"]:
+    if reason in LIMITS and stop_uri and run["billing"]:
         if run["stop_requested"] is None:
             request = {"reason": reason, "time": _iso(now), "spend_usd": event["spend_usd"]}
             store.write(stop_uri, json.dumps(request, sort_keys=True).encode())
-            run["stop_requested"] = now
+            run.update(stop_requested=now, requested_for=reason)
             event["action"] = "request_stop"
             return event
         if now < run["stop_requested"] + STOP_GRACE_S:
@@ -421,11 +393,12 @@ def _stop(
     except HttpError as err:
         event["result"] = _error(err)
         return event
+    run["end"] = end
     if target.STOPS_AT_ONCE:
         run["stopped"] = now
     else:  # accepted; the instances go later (`_stopping`)
         seen = str(event["seen"])
-        run.update(stopping=now, stop_reason=reason, stopping_seen=seen)
+        run.update(stopping=now, stopping_seen=seen)
         event["result"], event["instances_left"] = "stopping", int(seen.removeprefix("SIZE_"))
     return event
 
@@ -434,7 +407,7 @@ def _stopping(store: Store, state: Json, event: Json, left: int | None, now: flo
     """A check while a group or pool empties after its stop: `left` instances still being
     deleted (spend still counted, nothing called again), or None once they are gone."""
     run = state["run"]
-    event.update(reason=run["stop_reason"], spend_usd=round(run["spend_usd"], 2))
+    event.update(run["end"] or {}, spend_usd=round(run["spend_usd"], 2))
     if left is None:
         run.update(stopping=None, stopped=now)
         event["result"] = "compute stopped"
@@ -447,6 +420,23 @@ def _stopping(store: Store, state: Json, event: Json, left: int | None, now: flo
             store.append_event(event)
     store.write_state(state)
     return event
+
+
+def _back(run: Json, run_config: Json, store: Store, event: Json, now: float) -> None:
+    """Compute back after a stop (`pulumi up`): looked after again (its heartbeat bound
+    afresh), and stopped again while the run's end still holds. A stop for a limit that no
+    longer holds (raised in the stack) is withdrawn: decided from the supervisor's own record
+    of why it stopped, never from an object the trainer can write."""
+    run.update(stopped=None, stopping=None, heard=now, silent_s=0.0)
+    back = {**event, "result": "compute back after a stop"}
+    why = (run["end"] or {}).get("reason")
+    by_limit = why in LIMITS or (why == "stopped" and run["requested_for"] is not None)
+    if by_limit and _limit(run_config, run, now) is None:
+        store.remove(run_config.get("stop_uri"))
+        store.remove(run_config.get("end_uri"))
+        run.update(stop_requested=None, requested_for=None, end=None)
+        back["result"] += "; the limits no longer hold: stop request withdrawn"
+    store.append_event(back)
 
 
 def supervise_once(target: Target, store: Store, now: float, config: Json) -> Json:
@@ -462,55 +452,54 @@ def supervise_once(target: Target, store: Store, now: float, config: Json) -> Js
         seen = target.state()
     except READ_ERRORS as err:
         return _unreadable(target, store, state, run_config, _error(err), now)
+    if seen != NOT_FOUND:
+        state["found"] = True  # it has existed: missing from now on means deleted
     billing, left = target.billing(seen), _left(seen)
-    _count_spend(run, billing, float(run_config.get("hourly_usd") or 0), now)
+    _tick(run, run_config, store, billing, now)
     event = _event(target, state, seen, "ok", now)
     if state.pop("unreadable", None):
         store.append_event({**event, "result": "read again"})
     if run["stopping"] is not None and (left is not None or not billing):
         return _stopping(store, state, event, left, now)
     if billing and (run["stopped"] is not None or run["stopping"] is not None):
-        # Compute back after a stop (`pulumi up`): looked after again, and stopped again
-        # while the run's end still holds.
-        run["stopped"] = run["stopping"] = None
-        back = {**event, "result": "compute back after a stop"}
-        outcome = (_json(store.read(run_config.get("end_uri"))) or {}).get("outcome")
-        requested = store.read(run_config.get("stop_uri")) is not None
-        by_limit = outcome in (None, "stopped") and (requested or outcome)
-        if by_limit and _limit_reason(run_config, store, run, now, billing) is None:
-            # Stopped by a limit that no longer holds (raised in the stack): the run goes on.
-            store.remove(run_config.get("stop_uri"))
-            store.remove(run_config.get("end_uri"))
-            run["stop_requested"] = None
-            back["result"] += "; the limits no longer hold: stop request withdrawn"
-        store.append_event(back)
+        _back(run, run_config, store, event, now)
     if run["stopped"] is not None:
         store.write_state(state)
         return {**event, "result": "stopped"}
-    reason = end_reason(run_config, store, run, now, billing)
-    if reason is not None and left is not None:
+    end = end_of_run(run_config, store, run, now)
+    if end is not None:
+        return _ended(target, store, state, run_config, event, end, now)
+    if not isinstance(target, Tpu) or not config.get("recover"):
+        store.write_state(state)
+        return event
+    return _recover(target, store, state, event, now)
+
+
+def _ended(
+    target: Target, store: Store, state: Json, run_config: Json, event: Json, end: Json, now: float
+) -> Json:
+    """A check after the run's end: stop what still bills, or record that nothing does."""
+    run, seen = state["run"], str(event["seen"])
+    left = _left(seen)
+    if left is not None:
         # Emptying already (someone resized it to 0): waited for, not resized again.
-        run.update(stopping=now, stop_reason=reason, stopping_seen=None)
+        run.update(stopping=now, end=end, stopping_seen=None)
         return _stopping(store, state, event, left, now)
-    if reason is not None and (billing or seen not in (NOT_FOUND, STOPPED, "DELETING")):
-        acted = _stop(target, store, run, run_config, event, reason, now)
+    if run["billing"] or seen not in (NOT_FOUND, STOPPED, "DELETING"):
+        acted = _stop(target, store, run, run_config, event, end, now)
         if acted is not None:
             store.append_event(acted)
         store.write_state(state)
         return acted or {**event, "result": "waiting for the trainer's checkpoint"}
-    if reason is not None and seen != "DELETING":
+    if seen != "DELETING":
         # Ended with nothing billing (a slice being recovered, a group someone emptied).
-        run["stopped"] = now
+        run.update(stopped=now, end=end)
         state["recreate"] = False
-        event.update(reason=reason, spend_usd=round(run["spend_usd"], 2))
+        event.update(end, spend_usd=round(run["spend_usd"], 2))
         event["result"] = "run ended; compute already stopped"
         store.append_event(event)
-        store.write_state(state)
-        return event
-    if not isinstance(target, Tpu) or not config.get("recover"):
-        store.write_state(state)
-        return event
-    return _recover(target, store, state, event, seen, now)
+    store.write_state(state)
+    return event
 
 
 def _event(target: Target, state: Json, seen: str, result: str, now: float) -> Json:
@@ -525,13 +514,15 @@ def _unreadable(
 ) -> Json:
     """A check that could not read the compute (`error`, a 403 where a grant is wrong): it
     can neither recover nor stop it. One event per change of the error or of the run's end
-    (`reason`, which the run's own objects still tell), not one per call."""
+    (`reason`, which the supervisor's counts and the end record still tell), not one per
+    call."""
     run = state["run"]  # counted as last seen: a cap had better count too much than too little
-    _count_spend(run, bool(run["billing"]), float(run_config.get("hourly_usd") or 0), now)
+    _tick(run, run_config, store, bool(run["billing"]), now)
     event = _event(target, state, UNREADABLE, error, now)
-    reason = None if run["stopped"] else end_reason(run_config, store, run, now, False)
-    if reason is not None:
-        event.update(reason=reason, spend_usd=round(run["spend_usd"], 2))
+    end = None if run["stopped"] else end_of_run(run_config, store, run, now)
+    if end is not None:
+        event.update(end, spend_usd=round(run["spend_usd"], 2))
+    reason = None if end is None else end["reason"]
     if state.get("unreadable") != [error, reason]:
         state["unreadable"] = [error, reason]
         store.append_event(event)
@@ -539,23 +530,32 @@ def _unreadable(
     return event
 
 
-def _recover(tpu: Tpu, store: Store, state: Json, event: Json, seen: str, now: float) -> Json:
-    record = True
-    if seen in RECOVER[tpu.kind]:
+def _recover(tpu: Tpu, store: Store, state: Json, event: Json, now: float) -> Json:
+    seen, record = str(event["seen"]), True
+    missing = seen == NOT_FOUND
+    acting = seen in RECOVER[tpu.kind] or (missing and state["recreate"])
+    held = acting and not store.armed()
+    if held:
+        # No marker: Pulumi is creating or destroying the compute; it is left to Pulumi.
+        record = not state.get("held")  # reported once
+        event["result"] = "held: the stack's compute is being deployed or destroyed"
+    elif seen in RECOVER[tpu.kind]:
         event["action"] = "delete"
         try:
             tpu.delete()
             state["recreate"] = True
         except HttpError as err:
             event["result"] = _error(err)
-    elif seen == NOT_FOUND and not state["recreate"]:
+    elif missing and not state["recreate"] and not state.get("found"):
+        record, event["result"] = False, "not created yet"
+    elif missing and not state["recreate"]:
         record = not state.get("reported_missing")  # reported once
         if record:
             event["result"] = "missing, and not deleted by this supervisor: left alone"
         state["reported_missing"] = True
-    elif seen == NOT_FOUND and state["next_allowed"] is not None and now < state["next_allowed"]:
+    elif missing and state["next_allowed"] is not None and now < state["next_allowed"]:
         record, event["result"] = False, "backoff"
-    elif seen == NOT_FOUND:
+    elif missing:
         attempt = state["attempts"] + 1
         event["action"], event["attempt"] = "create", attempt
         try:
@@ -572,6 +572,7 @@ def _recover(tpu: Tpu, store: Store, state: Json, event: Json, seen: str, now: f
         state.update(attempts=0, next_allowed=None, recreate=False, reported_missing=False)
     else:
         record = False  # healthy, or on its way somewhere: the next call looks again
+    state["held"] = held
     if record:
         store.append_event(event)
     store.write_state(state)

@@ -126,9 +126,10 @@ class Gke(GpuCluster):
         return code.image or kubernetes_image(TORCH_MODULE) or KUBERNETES_IMAGES[TORCH_MODULE]
 
     def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+        notes = super().plan_notes(cfg, deployment)
         if gpu_section(cfg).spot:
-            return [gke_spot_grace_note(cfg.trainer.preemption_grace_s)]
-        return []
+            notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))
+        return notes
 
     def before_identity(
         self,

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, cast
 
-import pulumi
 from pydantic import BeforeValidator, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
+from trainstack.components.a100_cluster import (
+    A100Cluster,
+    A100ClusterArgs,
+    A100TrainingArgs,
+    SupervisedCompute,
+    supervised_compute,
+)
 from trainstack.components.a100_cluster.validate import (
     A100Shape,
     a100_cluster_problems,
@@ -34,12 +39,18 @@ from trainstack.infra.outputs import (
     OUTPUT_NODE_POOL,
 )
 from trainstack.infra.run_args import cloud_trainer_args
-from trainstack.infra.supervision import register_supervisor, run_settings
+from trainstack.infra.supervision import (
+    after_supervisor,
+    reach_note,
+    register_supervisor,
+    run_settings,
+)
 from trainstack.infra.targets.base import GPU_NODE_ENV, CloudTarget, ComposeContext, StillBilling
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
 
 if TYPE_CHECKING:
+    from trainstack.components.run_supervisor import RunSupervisor
     from trainstack.components.training_dashboard.targets import DashboardScope
     from trainstack.infra.config import StackConfig
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
@@ -184,6 +195,10 @@ class GpuCluster(CloudTarget):
     def node_launcher_env(self, cfg: StackConfig) -> list[str]:
         return list(GPU_NODE_ENV)
 
+    def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+        kind = "mig" if self.name == "gce" else "node_pool"
+        return [reach_note(kind, False, cfg.project)]
+
     def services(self, cfg: StackConfig) -> list[str]:
         return ["container.googleapis.com"]
 
@@ -231,8 +246,11 @@ class GpuCluster(CloudTarget):
             args["master_authorized_cidrs"] = list(gpu.master_authorized_cidrs)
         if cfg.limits.max_run_seconds is not None:
             args["max_run_seconds"] = cfg.limits.max_run_seconds
-        cluster = A100Cluster(f"{deployment}-gpu", args, opts=ctx.after_grants)
-        outputs: dict[str, Any] = {
+        # The supervisor first: the GPU nodes depend on it, so they never run unsupervised.
+        supervisor, outputs = self._supervisor(ctx, supervised_compute(args))
+        opts = after_supervisor(ctx.after_grants, supervisor)
+        cluster = A100Cluster(f"{deployment}-gpu", args, opts=opts)
+        outputs |= {
             OUTPUT_CLUSTER_NAME: cluster.cluster_name,
             OUTPUT_CONSOLE_URL: cluster.console_url,
             OUTPUT_GPUS: cluster.total_gpus,
@@ -245,41 +263,24 @@ class GpuCluster(CloudTarget):
             outputs[OUTPUT_JOB_NAME] = cluster.job_name
         if cluster.instance_names is not None:  # gce
             outputs[OUTPUT_INSTANCE_NAMES] = cluster.instance_names
-        outputs |= self._supervisor(ctx, cluster)
         return outputs, cluster.dashboard_scope
 
-    def _supervisor(self, ctx: ComposeContext, cluster: A100Cluster) -> dict[str, Any]:
+    def _supervisor(
+        self, ctx: ComposeContext, target: SupervisedCompute
+    ) -> tuple[RunSupervisor, dict[str, Any]]:
         """The cluster's supervisor: it resizes the instance group (gce) or the GPU node
-        pool (gke) to 0 at the run's end; its stack outputs."""
+        pool (gke) to 0 at the run's end; it and its stack outputs."""
         cfg = ctx.cfg
-        gpu = gpu_section(cfg)
         assert cfg.region is not None
-        if cluster.instance_group is not None:
-            kind = "mig"
-            name = pulumi.Output.concat(
-                f"projects/{cfg.project}/zones/{gpu.zone}/instanceGroupManagers/",
-                cluster.instance_group.name,
-            )
-            compute: list[pulumi.Resource] = [cluster.instance_group]
-        else:
-            assert cluster.gpu_pool is not None
-            kind = "node_pool"
-            name = pulumi.Output.concat(
-                f"projects/{cfg.project}/locations/{gpu.zone}/clusters/",
-                cluster.cluster_name,
-                "/nodePools/",
-                cluster.gpu_pool.name,
-            )
-            compute = [cluster.gpu_pool]
         values: dict[str, Any] = {
             "project": cfg.project,
             "region": supervisor_region(cfg.region),
             "deployment_name": ctx.deployment,
-            "kind": kind,
-            "resource_name": name,
-            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), cluster.run_record or ""),
+            "kind": target.kind,
+            "resource_name": target.resource_name,
+            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), target.run_record),
             "staging_bucket": ctx.buckets.staging_bucket,
             "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
             "labels": dict(ctx.labels),
         }
-        return register_supervisor(ctx.deployment, values, compute, ctx.after_grants)
+        return register_supervisor(ctx.deployment, values, ctx.after_grants)

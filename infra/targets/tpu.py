@@ -24,7 +24,7 @@ from trainstack.components.catalog.tpu import (
     default_tpu_runtime,
     tpu_slice,
 )
-from trainstack.components.run_supervisor import slice_target, supervised
+from trainstack.components.run_supervisor import SupervisedSlice, slice_target, supervised
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
     TpuPodSliceArgs,
@@ -47,7 +47,12 @@ from trainstack.infra.outputs import (
 from trainstack.infra.plan_runs import number
 from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
 from trainstack.infra.stack_outputs import require
-from trainstack.infra.supervision import register_supervisor, run_settings
+from trainstack.infra.supervision import (
+    after_supervisor,
+    reach_note,
+    register_supervisor,
+    run_settings,
+)
 from trainstack.infra.targets.base import (
     CloudTarget,
     ComposeContext,
@@ -59,6 +64,7 @@ from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
 
 if TYPE_CHECKING:
+    from trainstack.components.run_supervisor import RunSupervisor
     from trainstack.components.training_dashboard.targets import DashboardScope
     from trainstack.infra.config import StackConfig
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
@@ -269,8 +275,10 @@ class Tpu(CloudTarget):
         return list(TPU_WORKER_ENV)
 
     def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+        tpu = _tpu(cfg)
+        kind = "queued" if tpu.provisioning == "queued" else "node"
         # Every tpu stack: the API under this target will not serve the next generations.
-        return [CLOUD_TPU_API_NOTE]
+        return [CLOUD_TPU_API_NOTE, reach_note(kind, supervised(tpu.provisioning), cfg.project)]
 
     def plan_defaults(self, cfg: StackConfig, given: Any) -> dict[str, Any]:
         if isinstance(given, Mapping) and given.get("runtime_version") is None:
@@ -315,8 +323,15 @@ class Tpu(CloudTarget):
         else:
             args["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
             args["trainer_args"] = cloud_trainer_args(cfg, deployment)
-        tpu = TpuPodSlice(f"{deployment}-tpu", args, opts=ctx.after_grants)
-        outputs = {
+        # The supervisor first: the slice depends on it, so it never runs unsupervised.
+        target = slice_target(args)
+        supervisor, outputs = self._supervisor(ctx, target)
+        tpu = TpuPodSlice(
+            f"{deployment}-tpu", args, opts=after_supervisor(ctx.after_grants, supervisor)
+        )
+        if supervised(tpu_cfg.provisioning):
+            supervisor.arm([r for r in (tpu.queued_resource, tpu.vm) if r is not None])
+        outputs |= {
             OUTPUT_SLICE_NAME: tpu.slice_name,
             OUTPUT_WORKER_IPS: tpu.worker_ips,
             OUTPUT_TPU_CHIPS: tpu.chips,
@@ -324,35 +339,34 @@ class Tpu(CloudTarget):
             OUTPUT_CONSOLE_URL: tpu.console_url,
             OUTPUT_CHECKPOINT_DIR: tpu.checkpoint_dir,
         }
-        outputs |= self._supervisor(ctx, tpu, args)
         return outputs, tpu.dashboard_scope
 
     def _supervisor(
-        self, ctx: ComposeContext, tpu: TpuPodSlice, args: TpuPodSliceArgs
-    ) -> dict[str, Any]:
+        self, ctx: ComposeContext, target: SupervisedSlice
+    ) -> tuple[RunSupervisor, dict[str, Any]]:
         """The slice's supervisor: it recreates a Spot or queued slice, deletes any at the
-        run's end; its stack outputs."""
+        run's end; it and its stack outputs."""
         cfg = ctx.cfg
-        tpu_cfg = _tpu(cfg)
-        kind, resource_name, body = slice_target(tpu, args)
-        recover = supervised(tpu_cfg.provisioning)
+        recover = supervised(_tpu(cfg).provisioning)
         assert cfg.region is not None
         values: dict[str, Any] = {
             "project": cfg.project,
             "region": supervisor_region(cfg.region),
             "deployment_name": ctx.deployment,
-            "kind": kind,
-            "resource_name": resource_name,
+            "kind": target.kind,
+            "resource_name": target.resource_name,
             "recover": recover,
-            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), tpu.run_record),
+            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), target.run_record),
             "staging_bucket": ctx.buckets.staging_bucket,
             "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
             "labels": dict(ctx.labels),
         }
         if recover:
-            values |= {"body": body, "node_service_account": ctx.identity.service_account.name}
-        slices = [r for r in (tpu.queued_resource, tpu.vm) if r is not None]
-        return register_supervisor(ctx.deployment, values, slices, ctx.after_grants)
+            values |= {
+                "body": target.body,
+                "node_service_account": ctx.identity.service_account.name,
+            }
+        return register_supervisor(ctx.deployment, values, ctx.after_grants)
 
     # ------------------------------------------------------------------ status and logs
 

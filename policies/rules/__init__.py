@@ -25,7 +25,7 @@ The rules (all mandatory):
 | no-default-service-account | VMs, templates, TPU VMs, queued TPUs, GKE, Vertex jobs | identity |
 | no-project-owner-editor | project IAMMember, IAMBinding and IAMPolicy | identity |
 | accelerators-labelled | every GPU/TPU machine, node pool, Vertex job and Kubernetes Job | labels |
-| prod-data-protected | prod buckets except the rebuildable staging bucket (stack scope) | storage |
+| prod-data-protected | prod buckets except the staging and supervisor state buckets (no training data; stack scope) | storage |
 | secrets-as-secrets | every string input of every resource | plaintext (credentials) |
 | supervisor-least-privilege | every grant to the run supervisor's account (stack scope) | supervisor |
 

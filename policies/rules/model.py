@@ -15,10 +15,11 @@ UNKNOWN = "(known after deploy)"
 PROD = "prod"
 REQUIRED_MACHINE_LABELS: tuple[str, ...] = ("environment", "stack")
 """Labels every GPU/TPU machine carries: accelerator spend is attributed by them."""
-REBUILDABLE_BUCKET_SUFFIXES: tuple[str, ...] = ("-staging",)
-"""Logical-name suffixes of buckets that hold only rebuildable artifacts (trainstack's
-staging bucket holds content-hashed trainer packages built from source), exempt from
-`prod-data-protected`."""
+REBUILDABLE_BUCKET_SUFFIXES: tuple[str, ...] = ("-staging", "-supervisor-state")
+"""Logical-name suffixes of buckets that hold no training data, exempt from
+`prod-data-protected`: trainstack's staging bucket (content-hashed trainer packages built
+from source) and its run supervisor's state bucket (its own counts and events, which end
+with it)."""
 
 # Type tokens the rules know.
 TPU_VM = "gcp:tpu/v2Vm:V2Vm"

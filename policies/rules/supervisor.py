@@ -17,14 +17,23 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
   (https://cloud.google.com/iam/docs/conditions-resource-attributes), so those grants cannot
   name the one resource and a permission of another kind of compute is a violation even
   where it looks harmless;
-- a bucket grant on a bucket this stack creates;
+- a bucket grant on the supervisor's own state bucket (labelled `component: run-supervisor`),
+  or on another bucket of this stack (the checkpoint bucket) under a condition that holds it to
+  the runs' records: `resource.name.startsWith("projects/_/buckets/<that bucket>/objects/
+  trainstack-run-...")`, optionally `|| api.getAttribute("storage.googleapis.com/
+  objectListPrefix", "").startsWith("trainstack-run-...")` (its lists of them); Cloud Storage
+  honours object names in conditions, so checkpoints and final models stay out of its reach;
 - a service-account grant on an account this stack creates (the training account, which the
   node body in its bundle runs as; whether creating a node without `serviceAccount.email`,
   which runs as the default Compute Engine account, needs actAs is unverified);
 - a Cloud Run service grant on a function of this stack (its own invoker binding).
 
 Anything else (a predefined project role, a bucket or account of another stack, a custom
-role with other permissions) is a violation.
+role with other permissions) is a violation. The custom roles' ids carry the supervisor
+account's unique id, so before its first deploy a grant's role is not known: then every
+custom role of the stack whose id is not known is held to the permissions above, and on a
+GKE stack as many of those grants carry the cluster condition as such roles hold
+`container.clusters.*`.
 
 The function's build account (`buildConfig.serviceAccount`) holds what Google lists for it
  (https://cloud.google.com/run/docs/configuring/services/build-service-account):
@@ -41,7 +50,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from ._inputs import _get, _hidden
+from ._inputs import _get, _hidden, _labels
 from .model import Context, Resource
 
 FUNCTION = "gcp:cloudfunctionsv2/function:Function"
@@ -72,6 +81,19 @@ CLUSTER_PERMISSIONS = ("container.clusters.get", "container.clusters.update")
 _CLAUSE = re.compile(
     r'^resource\.name == "(?P<name>[^"]+)"$'
     r'|^resource\.name\.startsWith\("(?P<prefix>[^"]+)/nodePools/"\)$'
+)
+RECORDS = "trainstack-run-"
+"""The prefix of the runs' records beside the checkpoints (components/gpu_startup
+`RUN_CLOCK_PREFIX`; a test holds the two equal)."""
+SUPERVISOR_LABEL = "run-supervisor"
+"""The `component` label of the supervisor's own resources (its state bucket)."""
+_RECORD_CLAUSE = re.compile(
+    r'^resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^/"]+)/objects/'
+    + RECORDS
+    + r'[^"]*"\)$'
+    r'|^api\.getAttribute\("storage\.googleapis\.com/objectListPrefix", ""\)\.startsWith\("'
+    + RECORDS
+    + r'[^"]*"\)$'
 )
 
 
@@ -114,6 +136,22 @@ def _condition_problem(condition: object, clusters: set[str]) -> str | None:
         name = match["name"] or match["prefix"]
         if name not in clusters:
             return f"has a condition naming {name}, not a cluster of this stack"
+    return None
+
+
+def _records_problem(condition: object, bucket: str) -> str | None:
+    """Why `condition` does not hold a grant on `bucket` to the runs' records, or None."""
+    if not isinstance(condition, dict) or not condition.get("expression"):
+        return "has no condition: it reaches every object there, checkpoints and models too"
+    expression = condition["expression"]
+    if _hidden(expression):
+        return None
+    for clause in str(expression).split(" || "):
+        match = _RECORD_CLAUSE.match(clause.strip())
+        if match is None:
+            return f"has a condition clause {clause.strip()!r} beyond the run records"
+        if match["bucket"] is not None and match["bucket"] != bucket:
+            return f"has a condition naming bucket {match['bucket']}, not {bucket}"
     return None
 
 
@@ -210,10 +248,60 @@ def _of_type(resources: Sequence[Resource], kind: str, key: str) -> set[str]:
 def _custom_roles(resources: Sequence[Resource]) -> dict[str, list[str]]:
     roles = {}
     for r in resources:
-        if r.type == CUSTOM_ROLE:
+        if r.type == CUSTOM_ROLE and not _hidden(r.inputs.get("roleId")):
             name = f"projects/{r.inputs.get('project')}/roles/{r.inputs.get('roleId')}"
             roles[name] = [str(p) for p in r.inputs.get("permissions") or []]
     return roles
+
+
+def _unpaired(
+    resources: Sequence[Resource],
+    grants: list[Resource],
+    allowed: tuple[tuple[str, ...], str],
+    clusters: set[str],
+) -> Iterator[tuple[Resource, str]]:
+    """Project grants to the supervisor whose role is not known before deploy (`grants`),
+    judged by the stack's custom roles whose id is not known either (module docstring)."""
+    unknown = [r for r in resources if r.type == CUSTOM_ROLE and _hidden(r.inputs.get("roleId"))]
+    wide = []
+    for role in unknown:
+        permissions = [str(p) for p in role.inputs.get("permissions") or []]
+        extra = [p for p in permissions if p not in allowed[0]]
+        if extra:
+            yield (
+                role,
+                (
+                    f"custom role {role.name} (its id known after deploy) of the supervisor "
+                    f"holds {', '.join(extra)}; valid: {allowed[1]}"
+                ),
+            )
+        if any(p in CLUSTER_PERMISSIONS for p in permissions):
+            wide.append(role)
+    if not clusters:
+        return
+    held = 0
+    for grant in grants:
+        condition = grant.inputs.get("condition")
+        problem = _condition_problem(condition, clusters)
+        held += problem is None
+        if problem is not None and condition:  # a condition, but not the cluster's
+            yield (
+                grant,
+                (
+                    f"the grant of a role known after deploy to the supervisor {problem}; "
+                    "valid: a condition on resource.name naming this stack's cluster"
+                ),
+            )
+    for role in wide[held:]:
+        yield (
+            role,
+            (
+                f"custom role {role.name} (its id known after deploy) holds "
+                "container.clusters.*, and no grant to the supervisor left carries a condition "
+                "naming this stack's cluster; valid: its grant under a condition on "
+                "resource.name naming this stack's cluster"
+            ),
+        )
 
 
 def check_supervisor_scope(
@@ -227,6 +315,11 @@ def check_supervisor_scope(
         return
     roles = _custom_roles(resources)
     buckets = _of_type(resources, BUCKET, "name")
+    own = {
+        str(r.inputs.get("name"))
+        for r in resources
+        if r.type == BUCKET and _labels(r).get("component") == SUPERVISOR_LABEL
+    }
     accounts = {
         f"projects/{r.inputs.get('project')}/serviceAccounts/{r.inputs.get('accountId')}@"
         f"{r.inputs.get('project')}.iam.gserviceaccount.com"
@@ -236,28 +329,32 @@ def check_supervisor_scope(
     functions = _of_type(resources, FUNCTION, "name")
     allowed = _allowed(resources)
     clusters = _clusters(resources)
+    unpaired = []
     for r in resources:
         member = r.inputs.get("member")
         if member not in supervisors:
             continue
-        problems = _grant_problems(r, roles, buckets, accounts, functions, allowed, clusters)
-        yield from ((r, why) for why in problems)
+        if r.type == PROJECT_MEMBER and _hidden(r.inputs.get("role")):
+            unpaired.append(r)
+            continue
+        stack = (roles, buckets, own, accounts, functions)
+        yield from ((r, why) for why in _grant_problems(r, stack, allowed, clusters))
+    if unpaired:
+        yield from _unpaired(resources, unpaired, allowed, clusters)
+
+
+Stack = tuple[dict[str, list[str]], set[str], set[str], set[str], set[str]]
+"""The stack's custom roles (name: permissions), buckets, the supervisor's own buckets,
+service accounts and functions."""
 
 
 def _grant_problems(
-    r: Resource,
-    roles: dict[str, list[str]],
-    buckets: set[str],
-    accounts: set[str],
-    functions: set[str],
-    allowed: tuple[tuple[str, ...], str],
-    clusters: set[str],
+    r: Resource, stack: Stack, allowed: tuple[tuple[str, ...], str], clusters: set[str]
 ) -> Iterator[str]:
+    roles, buckets, own, accounts, functions = stack
     inputs = r.inputs
     if r.type == PROJECT_MEMBER:
         role = inputs.get("role")
-        if _hidden(role):
-            return
         if role not in roles:
             yield (
                 f"grants {role} on the project to the supervisor: only a custom role of "
@@ -280,8 +377,18 @@ def _grant_problems(
                 )
     elif r.type == BUCKET_MEMBER:
         bucket = inputs.get("bucket")
-        if not _hidden(bucket) and bucket not in buckets:
+        if _hidden(bucket) or bucket in own:
+            return
+        if bucket not in buckets:
             yield f"grants the supervisor access to bucket {bucket}, not one of this stack"
+            return
+        problem = _records_problem(inputs.get("condition"), str(bucket))
+        if problem:
+            yield (
+                f"the supervisor's grant on bucket {bucket} {problem}; valid: a condition "
+                f'holding it to the run records, resource.name.startsWith("projects/_/buckets/'
+                f'{bucket}/objects/{RECORDS}")'
+            )
     elif r.type == ACCOUNT_MEMBER:
         account = inputs.get("serviceAccountId")
         if not _hidden(account) and account not in accounts:

@@ -27,7 +27,7 @@ from trainstack.components.run_supervisor import (
     supervisor_config,
 )
 from trainstack.infra.compose import main_program
-from trainstack.infra.mocks import ProgramRun, run_program
+from trainstack.infra.mocks import DEFAULT_OUTPUTS, ProgramRun, run_program
 from trainstack.infra.plan import load_stack
 
 NODE = "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu"
@@ -36,7 +36,7 @@ MIG = "projects/my-project/zones/us-central1-a/instanceGroupManagers/exp-42-a100
 POOL = "projects/my-project/locations/us-central1-a/clusters/exp-42-gke/nodePools/gpu-pool"
 RUN = {
     "end_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.ended",
-    "clock_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.started",
+    "alive_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.alive/",
     "stop_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.stop",
     "max_run_seconds": 7200,
     "hourly_usd": 29.39,
@@ -48,6 +48,9 @@ TRAIN_SA = "projects/my-project/serviceAccounts/exp-42-train@my-project.iam.gser
 URL = "https://us-central1-my-project.cloudfunctions.net/exp-42-supervisor"
 BUILD_EMAIL = "exp-42-sup-build@my-project.iam.gserviceaccount.com"
 BUILD_MEMBER = f"serviceAccount:{BUILD_EMAIL}"
+UID = "104857600000000000001"
+"""The supervisor account's unique id, as IAM assigns it at creation (21 digits)."""
+STATE = "my-project-exp-42-supervisor"
 BODY = {
     "runtimeVersion": "v2-alpha-tpuv5-lite",
     "acceleratorConfig": {"type": "V5LITE_POD", "topology": "2x2"},
@@ -70,16 +73,29 @@ def _args(**overrides: Any) -> dict[str, Any]:
     }
 
 
-def _run(**overrides: Any) -> ProgramRun:
+def _with_unique_id(uid: str) -> Any:
+    """The mocked account's outputs plus the `uniqueId` IAM gives it at creation."""
+
+    def outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **DEFAULT_OUTPUTS["gcp:serviceaccount/account:Account"](name, inputs),
+            "uniqueId": uid,
+        }
+
+    return {"gcp:serviceaccount/account:Account": outputs}
+
+
+def _run(uid: str = UID, **overrides: Any) -> ProgramRun:
     def program() -> dict[str, Any]:
         sup = RunSupervisor("sup", _args(**overrides))  # type: ignore[arg-type]
         return {
             "events": sup.events_uri,
             "url": sup.function_url,
             "email": sup.service_account_email,
+            "roles": sup.roles,
         }
 
-    return run_program(program)
+    return run_program(program, outputs=_with_unique_id(uid))
 
 
 def test_children_named_from_the_component_and_parented() -> None:
@@ -91,7 +107,9 @@ def test_children_named_from_the_component_and_parented() -> None:
             ("gcp:projects/iAMCustomRole:IAMCustomRole", "sup-role", "sup"),
             ("gcp:projects/iAMMember:IAMMember", "sup-tpu", "sup"),
             ("gcp:serviceaccount/iAMMember:IAMMember", "sup-act-as", "sup"),
-            ("gcp:storage/bucketIAMMember:BucketIAMMember", "sup-state", "sup"),
+            ("gcp:storage/bucket:Bucket", "sup-state", "sup"),
+            ("gcp:storage/bucketIAMMember:BucketIAMMember", "sup-state-admin", "sup"),
+            ("gcp:storage/bucketIAMMember:BucketIAMMember", "sup-records", "sup"),
             ("gcp:storage/bucketObject:BucketObject", "sup-source", "sup"),
             ("gcp:cloudfunctionsv2/function:Function", "sup-function", "sup"),
             ("gcp:cloudrunv2/serviceIamMember:ServiceIamMember", "sup-invoker", "sup"),
@@ -104,9 +122,10 @@ def test_children_named_from_the_component_and_parented() -> None:
         ]
     )
     assert run.outputs == {
-        "events": "gs://b-ckpt/supervisor/exp-42/events.jsonl",
+        "events": f"gs://{STATE}/events.jsonl",
         "url": URL,
         "email": EMAIL,
+        "roles": [f"projects/my-project/roles/trainstackSupervisor_exp_42_{UID}"],
     }
 
 
@@ -114,7 +133,7 @@ def test_grants_are_narrow_and_exact() -> None:
     run = _run()
     assert run.named("sup-role").inputs == {
         "project": "my-project",
-        "roleId": "trainstackSupervisor_exp_42",
+        "roleId": f"trainstackSupervisor_exp_42_{UID}",
         "title": "trainstack TPU supervisor (exp-42)",
         "description": "Get, delete and create one stack's TPU slice.",
         "permissions": [
@@ -125,7 +144,7 @@ def test_grants_are_narrow_and_exact() -> None:
     }
     assert run.named("sup-tpu").inputs == {
         "project": "my-project",
-        "role": "projects/my-project/roles/trainstackSupervisor_exp_42",
+        "role": f"projects/my-project/roles/trainstackSupervisor_exp_42_{UID}",
         "member": MEMBER,
     }
     assert run.named("sup-act-as").inputs == {
@@ -133,10 +152,25 @@ def test_grants_are_narrow_and_exact() -> None:
         "role": "roles/iam.serviceAccountUser",
         "member": MEMBER,
     }
-    assert run.named("sup-state").inputs == {
+    # Its own bucket, which only it writes; on the checkpoint bucket, the run records only.
+    assert run.named("sup-state-admin").inputs == {
+        "bucket": STATE,
+        "role": "roles/storage.objectAdmin",
+        "member": MEMBER,
+    }
+    assert run.named("sup-records").inputs == {
         "bucket": "b-ckpt",
         "role": "roles/storage.objectAdmin",
         "member": MEMBER,
+        "condition": {
+            "title": "only the run records",
+            "description": "The runs' end records, heartbeats and stop requests; no checkpoint.",
+            "expression": (
+                'resource.name.startsWith("projects/_/buckets/b-ckpt/objects/trainstack-run-") '
+                '|| api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
+                '.startsWith("trainstack-run-")'
+            ),
+        },
     }
     assert run.named("sup-invoker").inputs == {
         "project": "my-project",
@@ -223,7 +257,7 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
     )
     assert run.named("sup-tpu").inputs == {
         "project": "my-project",
-        "role": "projects/my-project/roles/trainstackSupervisor_exp_42",
+        "role": f"projects/my-project/roles/trainstackSupervisor_exp_42_{UID}",
         "member": MEMBER,
         "condition": {
             "title": "only cluster exp-42-gke",
@@ -237,14 +271,14 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
     }
     assert run.named("sup-read-role").inputs == {
         "project": "my-project",
-        "roleId": "trainstackSupervisorRead_exp_42",
+        "roleId": f"trainstackSupervisorRead_exp_42_{UID}",
         "title": "trainstack run supervisor reads (exp-42)",
         "description": "Read the instance groups of one stack's GKE node pool.",
         "permissions": ["compute.instanceGroupManagers.get"],
     }
     assert run.named("sup-read").inputs == {
         "project": "my-project",
-        "role": "projects/my-project/roles/trainstackSupervisorRead_exp_42",
+        "role": f"projects/my-project/roles/trainstackSupervisorRead_exp_42_{UID}",
         "member": MEMBER,
     }
 
@@ -299,12 +333,12 @@ def test_the_uploaded_zip_carries_the_body_and_state_folder() -> None:
         "body": BODY,
         "recover": True,
         "run": {},
-        "state_uri": "gs://b-ckpt/supervisor/exp-42",
+        "state_uri": f"gs://{STATE}",
     }
 
 
 def test_the_bundle_is_reproducible_and_named_by_its_digest(tmp_path: Path) -> None:
-    config = supervisor_config("node", NODE, BODY, "b-ckpt", "exp-42")
+    config = supervisor_config("node", NODE, BODY, "b-state")
     assert source_zip(config) == source_zip(json.loads(json.dumps(config)))
     first = build_source(config, tmp_path)
     again = build_source(config, tmp_path)
@@ -316,9 +350,9 @@ def test_the_bundle_is_reproducible_and_named_by_its_digest(tmp_path: Path) -> N
 
 def test_bad_input_names_the_key() -> None:
     with pytest.raises(ValueError, match=r"^resource_name: 'projects/p/nodes/x' is not a TPU"):
-        supervisor_config("node", "projects/p/nodes/x", BODY, "b", "d")
+        supervisor_config("node", "projects/p/nodes/x", BODY, "b")
     with pytest.raises(ValueError, match="is not a TPU queued name"):
-        supervisor_config("queued", NODE, BODY, "b", "d")
+        supervisor_config("queued", NODE, BODY, "b")
     with pytest.raises(
         ValueError, match=r"^RunSupervisor.schedule: 'hourly' is not a cron schedule"
     ):
@@ -329,11 +363,11 @@ def test_bad_input_names_the_key() -> None:
     ):
         _run(kind="gke")
     with pytest.raises(ValueError, match=r"^resource_name: 'x' is not a mig name; valid: proj"):
-        supervisor_config("mig", "x", None, "b", "d")
+        supervisor_config("mig", "x", None, "b")
     with pytest.raises(ValueError, match=r"^recover: only a TPU slice with its body is recre"):
-        supervisor_config("mig", MIG, None, "b", "d", recover=True)
-    with pytest.raises(ValueError, match=r"^run.max_total: unknown key; valid: clock_uri, "):
-        supervisor_config("mig", MIG, None, "b", "d", run={"max_total": 5})
+        supervisor_config("mig", MIG, None, "b", recover=True)
+    with pytest.raises(ValueError, match=r"^run.max_total: unknown key; valid: alive_uri, end_"):
+        supervisor_config("mig", MIG, None, "b", run={"max_total": 5})
     with pytest.raises(ArgsError, match=r"RunSupervisor.schedul: unknown key"):
         _run(schedul="*/5 * * * *")
 
@@ -344,13 +378,52 @@ def test_spot_node_body_is_checked_against_the_discovery_document() -> None:
         spot_node_body({**BODY, "acceleratorConfig": {"kind": "v5"}})
 
 
-def test_role_id_fits_iam() -> None:
-    assert role_id("exp-42") == "trainstackSupervisor_exp_42"
-    assert len(role_id("x" * 80)) == 64
+def test_role_id_fits_iam_and_keeps_the_whole_unique_id() -> None:
+    assert role_id("exp-42", UID) == f"trainstackSupervisor_exp_42_{UID}"
+    long = role_id("x" * 80, UID, "Read")
+    assert (len(long), long) == (64, f"trainstackSupervisorRead_{'x' * 17}_{UID}")
+
+
+def test_a_stack_deployed_again_gets_role_ids_google_has_not_held() -> None:
+    # Google holds a deleted role's id for up to 37 days (7 to undelete, then 30 until it
+    # is gone), and the provider only undeletes within the 7: a destroyed stack deployed
+    # again failed ("You can't create a role_id ... which has been marked for deletion").
+    # A re-created account gets a new unique id (iam.v1 ServiceAccount.uniqueId), so new
+    # role ids; the grant names the same role.
+    again = "104857600000000000002"
+    first, second = _run(), _run(uid=again)
+    ids = [r.named("sup-role").inputs["roleId"] for r in (first, second)]
+    assert ids == [f"trainstackSupervisor_exp_42_{UID}", f"trainstackSupervisor_exp_42_{again}"]
+    assert second.named("sup-tpu").inputs["role"] == f"projects/my-project/roles/{ids[1]}"
+
+
+def test_its_state_is_in_a_bucket_of_its_own_deleted_with_it() -> None:
+    run = _run(labels={"team": "ml"})
+    assert run.named("sup-state").inputs == {
+        "project": "my-project",
+        "name": STATE,
+        "location": "US-CENTRAL1",
+        "uniformBucketLevelAccess": True,
+        "publicAccessPrevention": "enforced",
+        "versioning": {"enabled": False},
+        "softDeletePolicy": {"retentionDurationSeconds": 0},
+        "forceDestroy": True,
+        "labels": {"component": "run-supervisor", "managed-by": "trainstack", "team": "ml"},
+    }
+    # The function's state and events go there (its config), not beside the checkpoints.
+    source = run.named("sup-source").inputs
+    with zipfile.ZipFile(REPO_ROOT / source["source"]["fileAsset"]) as bundle:
+        assert json.loads(bundle.read("config.json"))["state_uri"] == f"gs://{STATE}"
+    function = run.named("sup-function")
+    for grant in ("sup-state-admin", "sup-records", "sup-tpu", "sup-act-as"):
+        assert run.named(grant).urn in function.dependencies
 
 
 @pytest.mark.parametrize("provisioning", ["spot", "queued"])
-def test_the_schedule_waits_for_the_slice_and_goes_first_on_destroy(provisioning: str) -> None:
+def test_the_slice_waits_for_its_supervisor_and_goes_first_on_destroy(provisioning: str) -> None:
+    # The slice never runs unsupervised: it depends on the function and its schedule, so
+    # `pulumi destroy` deletes it before them. The marker the supervisor recovers under
+    # depends on the slice: created after it, deleted before it.
     name, config = load_stack("dev-tpu-v5e", None)
     config = {
         **config,
@@ -363,14 +436,23 @@ def test_the_schedule_waits_for_the_slice_and_goes_first_on_destroy(provisioning
     }[provisioning]
     [tpu] = [r for r in run.resources if r.type == slice_type]
     services = {r.urn for r in run.resources if r.type == "gcp:projects/service:Service"}
+    supervisor = {run.named(f"dev-tpu-v5e-supervisor-{c}").urn for c in ("function", "schedule")}
+    assert supervisor <= set(tpu.dependencies)
+    assert services <= set(tpu.dependencies)
     for child in ("dev-tpu-v5e-supervisor-function", "dev-tpu-v5e-supervisor-schedule"):
-        resource = run.named(child)
-        assert tpu.urn in resource.dependencies
-        assert services <= set(resource.dependencies)
+        assert tpu.urn not in run.named(child).dependencies
+    marker = run.named("dev-tpu-v5e-supervisor-armed")
+    assert marker.inputs == {
+        "bucket": "my-ml-project-dev-tpu-v5e-supervisor",
+        "name": "armed",
+        "source": {"stringAsset": "Pulumi holds the stack's compute: it may be recovered.\n"},
+        "contentType": "text/plain",
+    }
+    assert set(marker.dependencies) == {tpu.urn, run.named("dev-tpu-v5e-supervisor-state").urn}
 
 
 def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
-    bundle = build_source(supervisor_config("node", NODE, BODY, "b-ckpt", "exp-42"), tmp_path)
+    bundle = build_source(supervisor_config("node", NODE, BODY, "b-state"), tmp_path)
     with zipfile.ZipFile(bundle.path) as archive:
         assert archive.read("requirements.txt").decode().splitlines() == [
             "functions-framework==3.10.2",
@@ -415,7 +497,7 @@ def test_a_gpu_stack_supervisor_may_only_read_and_resize_its_compute(
             "body": {},
             "recover": False,
             "run": RUN,
-            "state_uri": "gs://b-ckpt/supervisor/exp-42",
+            "state_uri": f"gs://{STATE}",
         }
 
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests import REPO_ROOT
-from tests.components.test_tpu_supervisor_function import SA, Function
+from tests.components.test_tpu_supervisor_function import SA, Function, state_bucket
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
 from tests.fakes.gcs_emulator import free_port, running_gcs_emulator
@@ -31,13 +31,18 @@ from trainstack.infra.config import load_stack_config
 from trainstack.infra.supervision import supervisor_lines, supervisor_status
 
 BUCKET = "p-exp-42-checkpoints"
-STATE = f"{BUCKET}/supervisor/exp-42"
+STATE = "p-exp-42-supervisor"
+"""The supervisor's own bucket: its state and events (the training account cannot write it)."""
 KEY = "0123456789abcdef"
 RUN = {
     "end_uri": f"gs://{BUCKET}/trainstack-run-{KEY}.ended",
-    "clock_uri": f"gs://{BUCKET}/trainstack-run-{KEY}.started",
     "stop_uri": f"gs://{BUCKET}/trainstack-run-{KEY}.stop",
 }
+CLOCK = f"{BUCKET}/trainstack-run-{KEY}.started"
+"""The run clock the startup scripts keep beside the checkpoints (the supervisor keeps its
+own)."""
+TRAINER_WRITABLE_STATE = f"{BUCKET}/supervisor/exp-42/state.json"
+"""Where the supervisor's state was, in the checkpoint bucket the training account writes."""
 MIG = "projects/p/zones/us-central1-a/instanceGroupManagers/exp-42-a100"
 POOL = "projects/p/locations/us-central1-a/clusters/exp-42-gke/nodePools/gpu-pool"
 POOL_GROUP = "p/us-central1-a/gke-exp-42-gke-gpu-pool-1a2b3c4d-grp"
@@ -84,6 +89,12 @@ class World:
         cfg = load_stack_config(loaded["config"])
         return supervisor_lines(supervisor_status(self.events(), state, cfg, 58.77, stack))
 
+    def seed(self, **run: Any) -> None:
+        """The supervisor's own state of this run as its earlier checks left it."""
+        state = {"attempts": 0, "next_allowed": None, "recreate": False}
+        state["run"] = {"id": RUN["end_uri"], **run}
+        self.fs.pipe_file(f"{STATE}/state.json", json.dumps(state).encode())
+
     def read(self, uri: str) -> Any:
         self.fs.invalidate_cache()
         return json.loads(self.fs.cat_file(uri.removeprefix("gs://")))
@@ -106,6 +117,8 @@ def _world(
     fs = fsspec.filesystem("gcs", endpoint_url=gcs, token="anon")
     for leftover in fs.find(BUCKET) if clean else ():
         fs.rm(leftover)
+    if clean:
+        state_bucket(fs, STATE)
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with (
         ComputeFakeServer(deletion_gets) as compute,
@@ -138,7 +151,7 @@ def test_a_finished_gce_run_is_stopped_once_its_group_holds_no_instances(
 ) -> None:
     # $100 a second: every check adds to the spend while the group holds instances.
     run = {**RUN, "hourly_usd": 360000.0}
-    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    config = supervisor_config("mig", MIG, None, STATE, run=run)
     group = "p/us-central1-a/exp-42-a100"
     with _world(tmp_path, gcs, config, deletion_gets=2) as world:
         world.compute.groups[group] = {"targetSize": 2}
@@ -203,7 +216,7 @@ def test_a_finished_gce_run_is_stopped_once_its_group_holds_no_instances(
 def test_a_group_already_emptying_at_the_runs_end_is_waited_for_not_resized(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    config = supervisor_config("mig", MIG, None, STATE, run=RUN)
     group = "p/us-central1-a/exp-42-a100"
     with _world(tmp_path, gcs, config) as world:
         world.compute.groups[group] = {"targetSize": 2}
@@ -221,9 +234,7 @@ def test_a_group_already_emptying_at_the_runs_end_is_waited_for_not_resized(
 def test_a_gke_run_past_max_run_hours_saves_then_its_pool_goes_to_zero(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config(
-        "node_pool", POOL, None, BUCKET, "exp-42", run={**RUN, "max_run_seconds": 3600}
-    )
+    config = supervisor_config("node_pool", POOL, None, STATE, run={**RUN, "max_run_seconds": 3600})
     with _world(tmp_path, gcs, config) as world:
         world.compute.groups[POOL_GROUP] = {"targetSize": 2}
         url = f"https://www.googleapis.com/compute/v1/projects/{POOL_GROUP.split('/')[0]}/zones/"
@@ -234,7 +245,7 @@ def test_a_gke_run_past_max_run_hours_saves_then_its_pool_goes_to_zero(
             world.compute.scale(POOL_GROUP, count)  # GKE resizes the pool's group
 
         world.container.on_set_size = set_size
-        world.fs.pipe_file(RUN["clock_uri"].removeprefix("gs://"), b"%d" % (time.time() - 3601))
+        world.seed(started=time.time() - 3601)  # its first sight of the pool billing
         request = world.function.call()
         assert (request["seen"], request["action"], request["reason"]) == (
             "SIZE_2",
@@ -273,7 +284,7 @@ def test_the_spend_cap_stops_a_tpu_run_after_its_checkpoint_and_never_recreates_
 ) -> None:
     # $100 a second, so two calls a second apart pass a $50 cap.
     run = {**RUN, "hourly_usd": 360000.0, "max_total_usd": 50.0}
-    config = supervisor_config("node", NODE, BODY, BUCKET, "exp-42", run=run)
+    config = supervisor_config("node", NODE, BODY, STATE, run=run)
     with _world(tmp_path, gcs, config) as world:
         world.tpu.nodes[NODE] = {**BODY, "name": NODE, "state": "READY"}
         first = world.function.call()
@@ -296,7 +307,7 @@ def test_the_spend_cap_stops_a_tpu_run_after_its_checkpoint_and_never_recreates_
 
 
 def test_a_done_run_whose_slice_is_preempted_is_not_recreated(tmp_path: Path, gcs: str) -> None:
-    config = supervisor_config("node", NODE, BODY, BUCKET, "exp-42", run=RUN)
+    config = supervisor_config("node", NODE, BODY, STATE, run=RUN)
     with _world(tmp_path, gcs, config) as world:
         world.tpu.nodes[NODE] = {**BODY, "name": NODE, "state": "READY"}
         world.tpu.preempt(NODE)
@@ -316,7 +327,7 @@ def test_a_run_stopped_by_its_cap_goes_on_once_pulumi_up_raises_it(
     tmp_path: Path, gcs: str
 ) -> None:
     run = {**RUN, "hourly_usd": 360000.0, "max_total_usd": 50.0}
-    capped = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    capped = supervisor_config("mig", MIG, None, STATE, run=run)
     group = "p/us-central1-a/exp-42-a100"
     with _world(tmp_path, gcs, capped) as world:
         world.compute.groups[group] = {"targetSize": 2}
@@ -327,9 +338,7 @@ def test_a_run_stopped_by_its_cap_goes_on_once_pulumi_up_raises_it(
         assert world.function.call()["action"] == "stop"
         assert world.compute.resizes == [(group, 0)]
     # `pulumi up` with a higher cap: a new bundle, the same run, the group at 2 again.
-    raised = supervisor_config(
-        "mig", MIG, None, BUCKET, "exp-42", run={**run, "max_total_usd": 10_000_000.0}
-    )
+    raised = supervisor_config("mig", MIG, None, STATE, run={**run, "max_total_usd": 10_000_000.0})
     with _world(tmp_path, gcs, raised, clean=False) as world:
         world.compute.groups[group] = {"targetSize": 2}
         back = world.function.call()
@@ -347,7 +356,7 @@ def test_a_run_stopped_by_its_cap_goes_on_once_pulumi_up_raises_it(
 
 
 def test_a_done_run_whose_compute_comes_back_is_stopped_again(tmp_path: Path, gcs: str) -> None:
-    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    config = supervisor_config("mig", MIG, None, STATE, run=RUN)
     group = "p/us-central1-a/exp-42-a100"
     with _world(tmp_path, gcs, config) as world:
         world.compute.groups[group] = {"targetSize": 2}
@@ -364,13 +373,17 @@ def test_a_stop_request_left_without_the_trainers_record_is_withdrawn_too(
 ) -> None:
     # Stopped after the grace (no `stopped` record came), then `pulumi up` raised the cap.
     run = {**RUN, "hourly_usd": 10.0, "max_total_usd": 1000.0}
-    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    config = supervisor_config("mig", MIG, None, STATE, run=run)
     group = "p/us-central1-a/exp-42-a100"
     with _world(tmp_path, gcs, config) as world:
-        stopped = {"spend_usd": 60.0, "last_tick": None, "billing": False}
-        stopped |= {"stop_requested": 1.0, "stopped": 400.0, "id": RUN["end_uri"]}
-        state = {"attempts": 0, "next_allowed": None, "recreate": False, "run": stopped}
-        world.fs.pipe_file(f"{STATE}/state.json", json.dumps(state).encode())
+        world.seed(
+            spend_usd=60.0,
+            started=1.0,
+            stop_requested=1.0,
+            requested_for="max_total_usd",
+            stopped=400.0,
+            end={"reason": "max_total_usd"},
+        )
         world.put(RUN["stop_uri"], {"reason": "max_total_usd"})
         world.compute.groups[group] = {"targetSize": 2}
         assert world.function.call()["action"] == "none"
@@ -398,7 +411,7 @@ def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_rea
     tmp_path: Path, gcs: str
 ) -> None:
     run = {**RUN, "hourly_usd": 360000.0}
-    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=run)
+    config = supervisor_config("mig", MIG, None, STATE, run=run)
     group = "p/us-central1-a/exp-42-a100"
     with _world(tmp_path, gcs, config) as world:
         world.compute.groups[group] = {"targetSize": 2}
@@ -460,7 +473,7 @@ def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_rea
 def test_a_node_pool_it_cannot_read_names_both_roles_and_records_each_new_error(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config("node_pool", POOL, None, BUCKET, "exp-42", run=RUN)
+    config = supervisor_config("node_pool", POOL, None, STATE, run=RUN)
     with _world(tmp_path, gcs, config) as world:
         world.compute.groups[POOL_GROUP] = {"targetSize": 2}
         url = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/"
@@ -497,10 +510,10 @@ def test_a_slice_it_cannot_read_past_max_run_hours_may_still_bill_and_is_stopped
     tmp_path: Path, gcs: str
 ) -> None:
     run = {**RUN, "max_run_seconds": 3600}
-    config = supervisor_config("node", NODE, BODY, BUCKET, "exp-42", run=run)
+    config = supervisor_config("node", NODE, BODY, STATE, run=run)
     with _world(tmp_path, gcs, config) as world:
         world.tpu.nodes[NODE] = {**BODY, "name": NODE, "state": "READY"}
-        world.fs.pipe_file(RUN["clock_uri"].removeprefix("gs://"), b"%d" % (time.time() - 3601))
+        world.seed(started=time.time() - 3601, billing=True)
         denied = f"Permission 'tpu.nodes.get' denied on '{NODE}'"
         world.tpu.denied = denied
         first = world.function.call(502)
@@ -528,7 +541,7 @@ def test_a_slice_it_cannot_read_past_max_run_hours_may_still_bill_and_is_stopped
 def test_a_compute_api_it_cannot_reach_is_recorded_once_as_a_transport_error(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config("mig", MIG, None, BUCKET, "exp-42", run=RUN)
+    config = supervisor_config("mig", MIG, None, STATE, run=RUN)
     nowhere = f"http://127.0.0.1:{free_port()}/compute/v1/"  # nothing listens there
     with _world(tmp_path, gcs, config, compute_endpoint=nowhere) as world:
         error = "error: ConnectionRefusedError: [Errno 111] Connection refused"

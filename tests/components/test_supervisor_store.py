@@ -1,6 +1,6 @@
 """The supervisor's state.json and events.jsonl under overlapping calls (Cloud Functions may
 briefly run more instances than `maxInstanceCount`; Cloud Scheduler delivers at least once):
-`components/supervisor/main.py`'s `Store` against the GCS emulator, which honours
+`components/supervisor/supervisor_store.py`'s `Store` against the GCS emulator, which honours
 `ifGenerationMatch` as Cloud Storage does (tests/fakes/gcs_emulator.py). Without the
 precondition, the second writer of a read-modify-write loses the first one's update."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.gcs_emulator import running_gcs_emulator
-from trainstack.components.supervisor import main
+from trainstack.components.supervisor import main, supervisor_store
 
 BUCKET = "race-checkpoints"
 STATE_URI = f"gs://{BUCKET}/supervisor/race"
@@ -65,8 +65,10 @@ def test_a_state_written_since_this_call_read_it_is_not_overwritten(
     stores: tuple[main.Store, main.Store],
 ) -> None:
     first, second = stores
-    assert first.read_state() == main.FRESH_STATE  # none yet: written only if still absent
-    assert second.read_state() == main.FRESH_STATE
+    assert (
+        first.read_state() == supervisor_store.FRESH_STATE
+    )  # none yet: written only if still absent
+    assert second.read_state() == supervisor_store.FRESH_STATE
     second.write_state({"attempts": 1, "next_allowed": 120.0, "recreate": True})
     with pytest.raises(FileExistsError):  # `supervise` checks again from the state now
         first.write_state({"attempts": 0, "next_allowed": None, "recreate": True})

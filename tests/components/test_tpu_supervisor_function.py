@@ -38,9 +38,11 @@ STACK = "dev-tpu-v5e"
 BUCKET = "my-ml-project-dev-tpu-v5e-checkpoints"
 NODE = "projects/my-ml-project/locations/us-west4-a/nodes/dev-tpu-v5e-tpu"
 SA = "dev-tpu-v5e-sup@my-ml-project.iam.gserviceaccount.com"
-EVENTS = f"{BUCKET}/supervisor/{STACK}/events.jsonl"
+STATE = f"my-ml-project-{STACK}-supervisor"
+"""The supervisor's own bucket (its state, events and the marker Pulumi writes)."""
+EVENTS = f"{STATE}/events.jsonl"
 QUEUED_STACK = "dev-tpu-v5e-queued"
-QUEUED_BUCKET = f"my-ml-project-{QUEUED_STACK}-checkpoints"
+QUEUED_STATE = f"my-ml-project-{QUEUED_STACK}-supervisor"
 QUEUED = f"projects/my-ml-project/locations/us-west4-a/queuedResources/{QUEUED_STACK}-tpu-qr"
 QUEUED_NODE = f"projects/my-ml-project/locations/us-west4-a/nodes/{QUEUED_STACK}-tpu"
 
@@ -54,7 +56,8 @@ def _planned_source(tmp: Path, plan: dict[str, Any]) -> tuple[Path, dict[str, An
     ]
     folder = tmp / "source"
     with zipfile.ZipFile(REPO_ROOT / source) as bundle:
-        assert sorted(bundle.namelist()) == ["config.json", "main.py", "requirements.txt"]
+        names = ["config.json", "main.py", "requirements.txt", "supervisor_store.py"]
+        assert sorted(bundle.namelist()) == names
         bundle.extractall(folder)
     return folder, json.loads((folder / "config.json").read_text())
 
@@ -142,24 +145,33 @@ World = tuple[Function, TpuFakeServer, dict[str, Any], Any]
 
 @pytest.fixture
 def world(source: tuple[Path, dict[str, Any]], gcs: str) -> Iterator[World]:
-    with _world(source, gcs, BUCKET) as running:
+    with _world(source, gcs, STATE) as running:
         yield running
 
 
 @pytest.fixture
 def queued_world(queued_source: tuple[Path, dict[str, Any]], gcs: str) -> Iterator[World]:
-    with _world(queued_source, gcs, QUEUED_BUCKET) as running:
+    with _world(queued_source, gcs, QUEUED_STATE) as running:
         yield running
+
+
+def state_bucket(fs: Any, bucket: str, armed: bool = True) -> None:
+    """The supervisor's bucket as `pulumi up` leaves it: empty but for the marker it writes
+    after the compute (`RunSupervisor.arm`)."""
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    for leftover in fs.find(bucket):
+        fs.rm(leftover)
+    if armed:
+        fs.pipe_file(f"{bucket}/armed", b"Pulumi holds the stack's compute.\n")
 
 
 @contextlib.contextmanager
 def _world(source: tuple[Path, dict[str, Any]], gcs: str, bucket: str) -> Iterator[World]:
     folder, config = source
+    assert config["state_uri"] == f"gs://{bucket}"
     fs = fsspec.filesystem("gcs", endpoint_url=gcs, token="anon")
-    if not fs.exists(bucket):
-        fs.mkdir(bucket)
-    for leftover in fs.find(f"{bucket}/supervisor"):
-        fs.rm(leftover)
+    state_bucket(fs, bucket)
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with TpuFakeServer() as tpu, MetadataFake(values) as metadata:
         env = {
@@ -190,7 +202,7 @@ def test_the_bundle_recreates_the_planned_spot_node(source: tuple[Path, dict[str
     _, config = source
     assert config["kind"] == "node"
     assert config["name"] == NODE
-    assert config["state_uri"] == f"gs://{BUCKET}/supervisor/{STACK}"
+    assert config["state_uri"] == f"gs://{STATE}"
     assert config["body"]["schedulingConfig"] == {"spot": True}
     plan = bundled_plan(STACK)
     (vm,) = [r["inputs"] for r in plan["resources"] if r["type"] == "gcp:tpu/v2Vm:V2Vm"]
@@ -263,7 +275,7 @@ def test_a_refused_create_is_recorded_and_the_backoff_holds_the_next_call(world:
     events = _events(fs)
     assert [(e["action"], e["attempt"]) for e in events] == [("delete", 0), ("create", 1)]
     assert events[1]["result"].startswith("error: HTTP 429")
-    state = json.loads(fs.cat_file(f"{BUCKET}/supervisor/{STACK}/state.json"))
+    state = json.loads(fs.cat_file(f"{STATE}/state.json"))
     assert state["attempts"] == 1 and state["recreate"] is True
     assert 118 <= state["next_allowed"] - time.time() <= 120
 
@@ -318,13 +330,46 @@ def test_each_recorded_event_is_one_structured_log_line_on_stdout(world: Any) ->
     ]
 
 
-def test_a_node_deleted_by_someone_else_is_reported_once_and_not_recreated(world: Any) -> None:
+def test_a_node_not_created_yet_is_not_reported(world: Any) -> None:
+    # The supervisor is deployed before the slice (it must never run unsupervised): until
+    # the node first exists, its absence is no news.
     function, tpu, _, fs = world
+    assert function.call()["result"] == "not created yet"
+    assert tpu.calls("POST") == []
+    assert _events(fs) == []
+
+
+def test_a_node_deleted_by_someone_else_is_reported_once_and_not_recreated(world: Any) -> None:
+    function, tpu, config, fs = world
+    _ready_node(tpu, config)
+    function.call()
+    del tpu.nodes[NODE]  # deleted by hand
     function.call()
     function.call()
     assert tpu.calls("POST") == []
     assert [(e["seen"], e["result"]) for e in _events(fs)] == [
         ("NOT_FOUND", "missing, and not deleted by this supervisor: left alone")
+    ]
+
+
+def test_a_preempted_node_is_left_to_pulumi_while_the_stack_is_destroyed(world: Any) -> None:
+    # `pulumi destroy` deletes the marker before the slice, and the slice before the
+    # function: a check in between neither deletes nor creates (a slice created then would
+    # outlive the stack, billing).
+    function, tpu, config, fs = world
+    _ready_node(tpu, config)
+    tpu.preempt(NODE)
+    assert function.call()["action"] == "delete"
+    function.call()  # DELETING
+    fs.rm(f"{STATE}/armed")
+    held = [function.call() for _ in range(2)]
+    assert [(e["seen"], e["action"], e["result"]) for e in held] == [
+        ("NOT_FOUND", "none", "held: the stack's compute is being deployed or destroyed")
+    ] * 2
+    assert tpu.calls("POST") == []
+    assert [(e["seen"], e["action"], e["result"]) for e in _events(fs)] == [
+        ("PREEMPTED", "delete", "ok"),
+        ("NOT_FOUND", "none", "held: the stack's compute is being deployed or destroyed"),
     ]
 
 
@@ -367,7 +412,7 @@ def test_a_suspended_queued_resource_is_deleted_and_requeued_with_the_same_id_an
     assert create[2]["queuedResourceId"] == [f"{QUEUED_STACK}-tpu-qr"]
     assert create[3] == config["body"]
     assert tpu.nodes[QUEUED_NODE]["state"] == "READY"
-    events = _events(fs, f"{QUEUED_BUCKET}/supervisor/{QUEUED_STACK}/events.jsonl")
+    events = _events(fs, f"{QUEUED_STATE}/events.jsonl")
     assert [(e["seen"], e["action"], e["result"]) for e in events] == [
         ("SUSPENDED", "delete", "ok"),
         ("NOT_FOUND", "create", "ok"),

@@ -24,7 +24,7 @@ import fsspec
 import pytest
 from pulumi.runtime.proto import provider_pb2
 
-from tests.components.test_tpu_supervisor_function import Function, _planned_source
+from tests.components.test_tpu_supervisor_function import Function, _planned_source, state_bucket
 from tests.engine.cases import QUEUED_RESOURCE, QUEUED_TPU, queued_variant
 from tests.engine.double import EngineStack, Goal, PluginLaunch, plain, with_input
 from tests.engine.programs import capture, sources
@@ -68,8 +68,8 @@ def supervisor(gcs: str, bundle: Bundle) -> Iterator[tuple[Function, TpuFakeServ
     """The function serving the bundle against a fresh TPU fake, no supervisor state yet."""
     stack = bundle[0]
     fs = fsspec.filesystem("gcs", endpoint_url=gcs, token="anon")
-    for leftover in fs.find(f"{_checkpoints(stack)}/supervisor"):
-        fs.rm(leftover)
+    # Its own bucket as `pulumi up` leaves it: the marker written after the slice.
+    state_bucket(fs, bundle[3]["state_uri"].removeprefix("gs://"))
     account = json.dumps({"email": f"{stack}-sup@my-ml-project.iam.gserviceaccount.com"})
     with (
         TpuFakeServer() as tpu,

@@ -248,8 +248,9 @@ def inputs_by_type(plan: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
 def planned_package(by_type: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """What a node needs of the plan's trainer package and buckets: the local `sdist` file,
     its `package_uri`, the `staging_bucket` and the `checkpoint_bucket`."""
-    # A tpu or gpu_cluster stack also uploads its supervisor's zip (supervisor/...).
-    [sdist] = [o for o in by_type[BUCKET_OBJECT] if not o["name"].startswith("supervisor/")]
+    # A tpu or gpu_cluster stack also uploads its supervisor's zip (and a spot slice's
+    # supervisor its marker): the trainer package is the one under trainers/.
+    [sdist] = [o for o in by_type[BUCKET_OBJECT] if o["name"].startswith("trainers/")]
     [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
     return {
         "sdist": REPO_ROOT / sdist["source"]["fileAsset"],

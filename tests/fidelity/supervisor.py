@@ -1,6 +1,7 @@
 """The planned run supervisor after a fidelity run: Google's `functions-framework` serving
 the exact bundle the plan uploads, with the run's real bucket (the GCS emulator the nodes
-wrote to) and fakes of the Compute Engine and GKE APIs holding the planned group or pool."""
+wrote to), its own state bucket there as `pulumi up` leaves it, and fakes of the Compute
+Engine and GKE APIs holding the planned group or pool."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fsspec
+
 from tests import REPO_ROOT
-from tests.components.test_tpu_supervisor_function import Function
+from tests.components.test_tpu_supervisor_function import Function, state_bucket
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
 from tests.fakes.metadata_fake import MetadataFake
@@ -56,6 +59,8 @@ def serve_planned_supervisor(
     `size` nodes as `pulumi up` left it (`deployed`: a Compute Engine fake already holding
     the group, as `tests.fidelity.gce_deploy` deployed it; `size` is then unused)."""
     config = planned_supervisor(plan, folder)
+    fs = fsspec.filesystem("gcs", endpoint_url=storage, token="anon")
+    state_bucket(fs, config["state_uri"].removeprefix("gs://"))
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with (
         contextlib.nullcontext(deployed) if deployed else ComputeFakeServer() as compute,

@@ -20,7 +20,7 @@ The stack: the bundled prod-tpu-v4-32 stack as `spot-tpu-v4-16` (v4-16: 8 chips 
 5. Two fresh hosts (a recreated node has new boot disks) boot the startup script the create
    request carried; worker 0 resumes from the newest checkpoint and reaches `done` with the
    `params_sha256` of an uninterrupted run of the same trainer arguments and simulated devices.
-6. The recovery is in gs://<checkpoints>/supervisor/spot-tpu-v4-16/events.jsonl and
+6. The recovery is in the supervisor's own bucket (gs://<its bucket>/events.jsonl) and
    `trainstack status` lists it; `trainstack logs` shows the lines the function printed (as
    Cloud Run keeps a function's stdout, `tests.fakes.logging_server.stdout_entry`) among the
    trainer's, before the resumed run's.
@@ -45,12 +45,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from tests import REPO_ROOT
-from tests.components.test_tpu_supervisor_function import Function, _planned_source
+from tests.components.test_tpu_supervisor_function import Function, _planned_source, state_bucket
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer, stdout_entry
 from tests.fakes.metadata_fake import MetadataFake
@@ -82,7 +83,8 @@ PARENT = f"projects/{PROJECT}/locations/us-central2-b"
 NODE = f"{PARENT}/nodes/{STACK}-tpu"
 BUCKET = f"{PROJECT}-{STACK}-checkpoints"
 CHECKPOINTS = f"gs://{BUCKET}/checkpoints/{STACK}"
-EVENTS = f"gs://{BUCKET}/supervisor/{STACK}/events.jsonl"
+STATE = f"{PROJECT}-{STACK}-supervisor"
+EVENTS = f"gs://{STATE}/events.jsonl"
 SUPERVISOR_SA = f"{STACK}-sup@{PROJECT}.iam.gserviceaccount.com"
 STEPS = 6
 CUT = {**TRAINER, "model": "cnn", "dataset": "digits", "steps": STEPS}
@@ -208,7 +210,7 @@ def test_a_preempted_spot_v4_16_is_recreated_and_finishes_with_the_uninterrupted
     planned = planned_from(plan)
     source, bundle = _planned_source(tmp_path, plan)
     assert (bundle["kind"], bundle["name"]) == ("node", NODE)
-    assert bundle["state_uri"] == f"gs://{BUCKET}/supervisor/{STACK}"
+    assert bundle["state_uri"] == f"gs://{STATE}"
     # The body the supervisor recreates with is the planned V2Vm's, startup script included.
     [vm] = [r["inputs"] for r in plan["resources"] if r["type"] == V2VM]
     assert bundle["body"]["metadata"] == vm["metadata"]
@@ -252,7 +254,9 @@ def test_a_preempted_spot_v4_16_is_recreated_and_finishes_with_the_uninterrupted
         first_records = script_records(first[0].output(), _tag(0))
         assert not [r for r in first_records if r.get("event") == "done"]
 
-        # 4. The supervisor, called as Cloud Scheduler calls it, until the node is back.
+        # 4. The supervisor, called as Cloud Scheduler calls it, until the node is back (its
+        # bucket as `pulumi up` left it: the marker written after the slice).
+        state_bucket(fsspec.filesystem("gcs", endpoint_url=storage, token="anon"), STATE)
         account = {"email": SUPERVISOR_SA, "scopes": []}
         metadata = stack.enter_context(
             MetadataFake({"instance/service-accounts/default/": json.dumps(account)})

@@ -120,8 +120,8 @@ def planned_from(plan: dict[str, Any]) -> Planned:
     for resource in plan["resources"]:
         by_type.setdefault(resource["type"], []).append(resource["inputs"])
     [vm] = by_type[V2VM]
-    # The trainer package; a spot or queued slice's supervisor zip is the other object.
-    [sdist] = [o for o in by_type[BUCKET_OBJECT] if not o["name"].startswith("supervisor/")]
+    # The trainer package (a spot or queued slice's supervisor adds its zip and its marker).
+    [sdist] = [o for o in by_type[BUCKET_OBJECT] if o["name"].startswith("trainers/")]
     [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
     script = vm["metadata"]["startup-script"]
     [args_line] = [

@@ -67,7 +67,8 @@ def test_plan_is_deterministic() -> None:
 def test_gpu_foundation_resources() -> None:
     plan = build_plan("dev-gpu", GPU_STACK)
     types = [r["type"] for r in plan["resources"]]
-    assert types.count("gcp:storage/bucket:Bucket") == 3
+    # Data, checkpoints, staging, and the run supervisor's own state bucket.
+    assert types.count("gcp:storage/bucket:Bucket") == 4
     # The training account, the run supervisor's own and its function's build account.
     assert types.count("gcp:serviceaccount/account:Account") == 3
     assert types.count("gcp:compute/network:Network") == 1

@@ -115,6 +115,8 @@ EXPECTED: dict[str, list[tuple[str, str, str]]] = {
     "supervisor-least-privilege": [
         ("supervisor-least-privilege", PROJECT_MEMBER, "exp-supervisor-tpu"),
         ("supervisor-least-privilege", PROJECT_MEMBER, "exp-supervisor-admin"),
+        # objectAdmin on the whole checkpoint bucket: checkpoints and final models too.
+        ("supervisor-least-privilege", BUCKET_MEMBER, "exp-supervisor-records"),
         ("supervisor-least-privilege", BUCKET_MEMBER, "exp-supervisor-other"),
         ("supervisor-least-privilege", ACCOUNT_MEMBER, "exp-supervisor-act-as-ci"),
     ],

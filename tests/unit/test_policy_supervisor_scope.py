@@ -1,7 +1,9 @@
 """`supervisor-least-privilege` on a GKE stack: the supervisor's container.clusters grant must
 carry a condition naming this stack's cluster and nothing else (Google honours resource
-names in conditions for GKE clusters, not for Cloud TPU or instance group managers); and the
-function's build account holds exactly the three grants Google lists for it."""
+names in conditions for GKE clusters, not for Cloud TPU or instance group managers); its
+grant on the checkpoint bucket holds for the run records only (Cloud Storage honours object
+names in conditions), its own state bucket excepted; and the function's build account holds
+exactly the grants Google lists for it."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from trainstack.components._supervisor_iam import records_condition
 from trainstack.components.catalog.supervisor_iam import cluster_condition
+from trainstack.components.gpu_startup import RUN_CLOCK_PREFIX
 from trainstack.policies.rules.model import UNKNOWN, Context, Resource
-from trainstack.policies.rules.supervisor import check_supervisor_scope
+from trainstack.policies.rules.supervisor import RECORDS, check_supervisor_scope
 
 EMAIL = "exp-sup@p.iam.gserviceaccount.com"
 MEMBER = f"serviceAccount:{EMAIL}"
@@ -183,4 +187,78 @@ def test_the_build_account_without_its_read_of_the_source_copies_is_a_violation(
             f"the supervisor's build account ({BUILD}) lacks roles/storage.objectViewer on "
             f"Cloud Functions' source copies (a condition: {COPIES}), which the build needs",
         )
+    ]
+
+
+CHECKPOINTS = "p-exp-checkpoints"
+STATE = "p-exp-supervisor"
+
+
+def _bucket_stack(grant: dict[str, Any], bucket: str = CHECKPOINTS) -> list[Resource]:
+    """A TPU stack's supervisor, its checkpoint bucket and its own state bucket, and `grant`
+    on `bucket` to it."""
+    return [
+        Resource(
+            "gcp:cloudfunctionsv2/function:Function",
+            "exp-supervisor-function",
+            {"name": "exp-supervisor", "serviceConfig": {"serviceAccountEmail": EMAIL}},
+        ),
+        Resource("gcp:storage/bucket:Bucket", "exp-buckets-checkpoints", {"name": CHECKPOINTS}),
+        Resource(
+            "gcp:storage/bucket:Bucket",
+            "exp-supervisor-state",
+            {"name": STATE, "labels": {"component": "run-supervisor"}},
+        ),
+        Resource(
+            "gcp:storage/bucketIAMMember:BucketIAMMember",
+            "exp-supervisor-records",
+            {"bucket": bucket, "role": "roles/storage.objectAdmin", "member": MEMBER, **grant},
+        ),
+    ]
+
+
+def _bucket_problems(grant: dict[str, Any], bucket: str = CHECKPOINTS) -> list[str]:
+    return [why for _, why in check_supervisor_scope(_bucket_stack(grant, bucket), Context())]
+
+
+def test_the_components_run_record_condition_and_its_own_bucket_pass() -> None:
+    assert _bucket_problems({"condition": records_condition(CHECKPOINTS)}) == []
+    assert _bucket_problems({}, STATE) == []  # its state bucket: only it writes there
+    assert RECORDS == RUN_CLOCK_PREFIX == "trainstack-run-"
+
+
+ONLY = (
+    "valid: a condition holding it to the run records, resource.name.startsWith("
+    f'"projects/_/buckets/{CHECKPOINTS}/objects/trainstack-run-")'
+)
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        (None, "has no condition: it reaches every object there, checkpoints and models too"),
+        (
+            f'resource.name.startsWith("projects/_/buckets/{CHECKPOINTS}/objects/")',
+            "has a condition clause 'resource.name.startsWith(\"projects/_/buckets/"
+            f"{CHECKPOINTS}/objects/\")' beyond the run records",
+        ),
+        (
+            'resource.name.startsWith("projects/_/buckets/other/objects/trainstack-run-")',
+            f"has a condition naming bucket other, not {CHECKPOINTS}",
+        ),
+        (
+            records_condition(CHECKPOINTS)["expression"]
+            + ' || api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
+            '.startsWith("")',
+            "has a condition clause 'api.getAttribute(\"storage.googleapis.com/"
+            'objectListPrefix", "").startsWith("")\' beyond the run records',
+        ),
+    ],
+)
+def test_a_checkpoint_bucket_grant_beyond_the_run_records_is_a_violation(
+    expression: str | None, why: str
+) -> None:
+    grant = {} if expression is None else {"condition": {"title": "t", "expression": expression}}
+    assert _bucket_problems(grant) == [
+        f"the supervisor's grant on bucket {CHECKPOINTS} {why}; {ONLY}"
     ]

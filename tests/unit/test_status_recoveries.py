@@ -15,7 +15,7 @@ import pytest
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fakes.tpu_server import TpuFakeServer
-from tests.unit.test_status import P, checkpoints, run_status
+from tests.unit.test_status import P, checkpoints, put, run_status
 
 STACK = "dev-tpu-v5e"
 NODE = f"projects/{P}/locations/us-west4-a/nodes/{STACK}-tpu"
@@ -65,8 +65,13 @@ def _upload(gcs: str, bucket: str, name: str, data: bytes) -> None:
     urllib.request.urlopen(request).close()
 
 
-def _status(tmp_path: Path, gcs: str, events_uri: str) -> tuple[int, str, str]:
+def _status(
+    tmp_path: Path, gcs: str, events_uri: str, roles: list[str] | None = None
+) -> tuple[int, str, str]:
     url = checkpoints(gcs, STACK, [100], [])
+    outputs = {"checkpoint_dir": f"{url}/checkpoints/{STACK}", "supervisor_events_uri": events_uri}
+    if roles is not None:
+        outputs["supervisor_roles"] = roles
     with ExitStack() as stack:
         logs = stack.enter_context(LoggingFakeServer())
         tpu = stack.enter_context(TpuFakeServer())
@@ -74,7 +79,7 @@ def _status(tmp_path: Path, gcs: str, events_uri: str) -> tuple[int, str, str]:
         return run_status(
             STACK,
             tmp_path,
-            {"checkpoint_dir": f"{url}/checkpoints/{STACK}", "supervisor_events_uri": events_uri},
+            outputs,
             f"logging={logs.endpoint}",
             f"tpu={tpu.endpoint}",
             f"storage={gcs}/storage/v1/",
@@ -149,17 +154,20 @@ def test_status_says_whether_the_compute_was_stopped_and_the_spend(
 def test_status_says_the_compute_may_still_bill_when_the_supervisor_cannot_read_it(
     tmp_path: Path, gcs: str
 ) -> None:
-    bucket = f"{P}-{STACK}-checkpoints"
-    checkpoints(gcs, STACK, [100], [])
+    # The supervisor's own bucket (its events and state), and the role ids its stack
+    # outputs name (they carry its account's unique id).
+    bucket = f"{P}-{STACK}-supervisor"
+    put(gcs, bucket)
+    role = f"projects/{P}/roles/trainstackSupervisor_dev_tpu_v5e_104857600000000000001"
     denied = f"Permission 'tpu.nodes.get' denied on '{NODE}'"
     unread = {**_stop_event(f"error: HTTP 403: {denied}"), "seen": "UNKNOWN", "action": "none"}
     first = {**unread, "time": "2026-11-23T12:00:00Z"}
     del first["reason"], first["spend_usd"]
     lines = b"".join(json.dumps(e).encode() + b"\n" for e in [*EVENTS, first, unread])
-    _upload(gcs, bucket, f"supervisor/{STACK}/events.jsonl", lines)
+    _upload(gcs, bucket, "events.jsonl", lines)
     state = {"attempts": 0, "run": {"spend_usd": 12.5}}
-    _upload(gcs, bucket, f"supervisor/{STACK}/state.json", json.dumps(state).encode())
-    code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/supervisor/{STACK}/events.jsonl")
+    _upload(gcs, bucket, "state.json", json.dumps(state).encode())
+    code, out, err = _status(tmp_path, gcs, f"gs://{bucket}/events.jsonl", [role])
     assert (code, err) == (0, "")
     delete = f"gcloud compute tpus tpu-vm delete {STACK}-tpu --zone=us-west4-a --project={P}"
     assert out.splitlines()[-6:-1] == [
@@ -168,8 +176,7 @@ def test_status_says_the_compute_may_still_bill_when_the_supervisor_cannot_read_
         f"  2026-11-23T12:10:00Z node cannot be read (HTTP 403: {denied}) after the run ended "
         "(done): it may still be billing",
         f"the supervisor cannot read {NODE}: HTTP 403: {denied} since 2026-11-23T12:00:00Z; it "
-        f"can neither recover nor stop it; check its role (projects/{P}/roles/"
-        "trainstackSupervisor_dev_tpu_v5e)",
+        f"can neither recover nor stop it; check its role ({role})",
         "finished (done) but the compute may still be billing $7.68/hour: the supervisor "
         f"cannot read it; run: {delete}",
         "spend counted by the supervisor: $12.50; the time it could not read the compute "

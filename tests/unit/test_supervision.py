@@ -1,8 +1,9 @@
 """Every tpu and gpu_cluster stack gets a run supervisor whose bundle names exactly the
-objects its compute writes: the end record and stop request under the prefix the GCE
-launcher, the GKE pods and the TPU startup script were given, the run clock the startup
-scripts keep, the limits, and the list price of what it stops; its role is narrow and the
-policy pack holds it to the stack's own kind of compute."""
+objects its compute writes: the end record, heartbeats and stop request under the prefix the
+GCE launcher, the GKE pods and the TPU startup script were given, the limits, and the list
+price of what it stops (its clock and counts are its own, in its own bucket); its role is
+narrow and the policy pack holds it to the stack's own kind of compute; the compute depends
+on it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 
 from tests import REPO_ROOT
 from tests.bundled import bundled_plan
+from trainstack.infra.compose import main_program
+from trainstack.infra.mocks import run_program
 from trainstack.infra.plan import build_plan, load_stack
 from trainstack.infra.plan_diff import plan_diff
 from trainstack.infra.policy import check_resources
@@ -57,8 +60,13 @@ def test_the_gce_supervisor_resizes_its_group_and_reads_the_launchers_records() 
         "name": f"projects/{P}/zones/{group['zone']}/instanceGroupManagers/{group['name']}",
         "body": {},
         "recover": False,
-        "run": {"end_uri": f"{prefix}.ended", "stop_uri": f"{prefix}.stop", "hourly_usd": 117.55},
-        "state_uri": f"gs://{P}-prod-a100-gce-checkpoints/supervisor/prod-a100-gce",
+        "run": {
+            "end_uri": f"{prefix}.ended",
+            "alive_uri": f"{prefix}.alive/",
+            "stop_uri": f"{prefix}.stop",
+            "hourly_usd": 117.55,
+        },
+        "state_uri": f"gs://{P}-prod-a100-gce-supervisor",
     }
 
 
@@ -81,6 +89,7 @@ def test_the_gke_supervisor_empties_the_gpu_pool_and_reads_the_pods_records() ->
     assert config["recover"] is False
     assert config["run"] == {
         "end_uri": f"{prefix}.ended",
+        "alive_uri": f"{prefix}.alive/",
         "stop_uri": f"{prefix}.stop",
         "hourly_usd": 23.51,
     }
@@ -100,8 +109,8 @@ def test_a_limited_spot_slice_supervisor_recovers_and_carries_both_limits() -> N
     assert config["body"]["metadata"]["startup-script"] == script
     assert config["run"] == {
         "end_uri": f"{prefix}.ended",
+        "alive_uri": f"{prefix}.alive/",
         "stop_uri": f"{prefix}.stop",
-        "clock_uri": f"{prefix}.started",
         "max_run_seconds": 7200,
         "hourly_usd": 7.68,
         "max_total_usd": 40,
@@ -140,14 +149,17 @@ def test_the_policy_holds_a_gpu_supervisor_to_its_own_kind_of_compute(
     assert check_resources(stack, plan["resources"]).violations == []
     role = _named(plan, f"{stack}-supervisor-role")
     role["permissions"] = [*role["permissions"], extra]
+    # Before the first deploy the role's id (it carries the account's unique id) and so the
+    # grant's role are not known: the stack's custom roles are judged as the grant's.
+    assert role["roleId"] == "(known after deploy)"
     [violation] = check_resources(stack, plan["resources"]).violations
     assert (violation.rule, violation.resource_name) == (
         "supervisor-least-privilege",
-        f"{stack}-supervisor-tpu",
+        f"{stack}-supervisor-role",
     )
-    role_name = f"projects/{P}/roles/{role['roleId']}"
     assert violation.message == (
-        f"custom role {role_name} of the supervisor holds {extra}; valid: {valid}"
+        f"custom role {stack}-supervisor-role (its id known after deploy) of the supervisor "
+        f"holds {extra}; valid: {valid}"
     )
 
 
@@ -157,13 +169,32 @@ def test_the_policy_refuses_the_gke_supervisors_grant_without_its_cluster_condit
     assert grant["condition"]["title"] == "only cluster dev-a100-gke-a100"
     del grant["condition"]
     [violation] = check_resources("dev-a100-gke", plan["resources"]).violations
+    # Before the first deploy the grant's role is not known: the role holding
+    # container.clusters.* is the one without a conditioned grant.
     assert (violation.rule, violation.resource_name, violation.message) == (
         "supervisor-least-privilege",
-        "dev-a100-gke-supervisor-tpu",
-        f"the grant of {grant['role']} (container.clusters.*) to the supervisor has no "
-        "condition: it reaches every cluster of the project; valid: a condition on "
-        "resource.name naming this stack's cluster",
+        "dev-a100-gke-supervisor-role",
+        "custom role dev-a100-gke-supervisor-role (its id known after deploy) holds "
+        "container.clusters.*, and no grant to the supervisor left carries a condition naming "
+        "this stack's cluster; valid: its grant under a condition on resource.name naming "
+        "this stack's cluster",
     )
+
+
+@pytest.mark.parametrize("stack", ["prod-a100-gce", "dev-a100-gke", "dev-tpu-v5e"])
+def test_the_compute_waits_for_its_supervisor(stack: str) -> None:
+    # Issue 29 item 3: the supervisor was registered after the compute, so the GPUs or the
+    # slice came up unsupervised (and stayed so when its deploy failed). Now every
+    # resource that bills depends on the function and its schedule.
+    run = run_program(main_program, config=load_stack(stack, None)[1], stack=stack)
+    ready = {run.named(f"{stack}-supervisor-{c}").urn for c in ("function", "schedule")}
+    billing = {
+        "prod-a100-gce": ["prod-a100-gce-gpu-group"],
+        "dev-a100-gke": ["dev-a100-gke-gpu-gpu-pool", "dev-a100-gke-gpu-training-job"],
+        "dev-tpu-v5e": ["dev-tpu-v5e-tpu-vm"],
+    }[stack]
+    for name in billing:
+        assert ready <= set(run.named(name).dependencies), name
 
 
 def test_plan_diff_shows_a_cap_set_changed_or_removed() -> None:

@@ -40,6 +40,15 @@ STOP_POLL_S: Final = 30.0
 waits for the checkpoint, so 30 s costs at most a fraction of that wait."""
 POLL_ENV: Final = "TRAINSTACK_RUN_STOP_POLL_S"
 """Tests only: a shorter poll."""
+ALIVE_SUFFIX: Final = ".alive/"
+"""`<prefix>.alive/<node_rank>`: each node's heartbeat, rewritten by the shell stages when they
+start and by the node launcher every `HEARTBEAT_S` while its trainer runs; the supervisor
+reads only the objects' server-side `updated` time (one list of this prefix)."""
+HEARTBEAT_S: Final = 300
+NO_HEARTBEAT_S: Final = 2700
+"""The supervisor ends a run (`no_heartbeat`) whose compute has billed this long since the
+later of its own first sight of the run's compute billing and the newest heartbeat
+(`components/supervisor/main.py` cannot import this module; a test holds the two equal)."""
 
 
 class RunRecords:

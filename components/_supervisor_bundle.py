@@ -1,0 +1,130 @@
+"""The run supervisor's source bundle (`trainstack.components.run_supervisor`): its
+`config.json` and the reproducible zip Cloud Functions builds, named by its sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from trainstack.components._project import current_build_dir
+from trainstack.components.catalog.supervisor_iam import NAME_FORMS, RESOURCE_NAMES
+
+SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
+SOURCE_FILES: Final = ("main.py", "supervisor_store.py")
+REQUIREMENTS: Final = (
+    "functions-framework==3.10.2",
+    "google-api-python-client==2.202.0",
+    "google-auth==2.63.0",
+    "google-auth-httplib2==0.4.4",
+    "gcsfs==2026.10.1",
+)
+"""The bundle's requirements.txt (what main.py imports), pinned to the versions the tests run
+main.py with, so every build of one zip gets the same libraries (here: no .txt package data)."""
+OBJECT_PREFIX: Final = "supervisor/"
+TPU_KINDS: Final = frozenset({"node", "queued"})
+RUN_KEYS: Final = frozenset(
+    {"end_uri", "stop_uri", "alive_uri", "max_run_seconds", "hourly_usd", "max_total_usd"}
+)
+"""What `run` may hold (`supervisor/main.py` reads each; all optional)."""
+MAX_TOTAL_USD_ABOVE: Final = 0.0
+"""`limits.max_total_usd` (and the component's `run.max_total_usd`) must be above this."""
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def max_total_usd_problem(value: object, key: str) -> str | None:
+    """The one rule of a run's spend cap, for the stack key and the component argument
+    (which targets enforce it is the target's `supervised`, `trainstack.infra.targets`)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (MAX_TOTAL_USD_ABOVE < value < float("inf"))
+    ):
+        return f"{key}: {value!r} is not allowed; valid: a number of US dollars above 0"
+    return None
+
+
+@dataclass(frozen=True)
+class SourceBundle:
+    path: Path
+    sha256: str
+
+    @property
+    def object_name(self) -> str:
+        return f"{OBJECT_PREFIX}trainstack_supervisor-{self.sha256[:16]}.zip"
+
+
+def source_zip(config: dict[str, Any]) -> bytes:
+    """The function's source: `SOURCE_FILES`, `requirements.txt`, `config.json`; byte for
+    byte the same for the same config (sorted members, fixed times and modes)."""
+    members = {name: (SOURCE_DIR / name).read_bytes() for name in SOURCE_FILES}
+    members["config.json"] = (json.dumps(config, sort_keys=True, indent=1) + "\n").encode()
+    members["requirements.txt"] = "".join(f"{r}\n" for r in REQUIREMENTS).encode()
+    raw = io.BytesIO()
+    with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            bundle.writestr(info, members[name])
+    return raw.getvalue()
+
+
+def build_source(config: dict[str, Any], build_dir: Path | None = None) -> SourceBundle:
+    """Write the bundle under `build_dir` (default: the current project's
+    `current_build_dir()`), named by its digest, and return it."""
+    build_dir = build_dir or current_build_dir()
+    data = source_zip(config)
+    digest = hashlib.sha256(data).hexdigest()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    path = build_dir / f"trainstack_supervisor-{digest[:16]}.zip"
+    if not path.is_file() or path.read_bytes() != data:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return SourceBundle(path=path, sha256=digest)
+
+
+def supervisor_config(
+    kind: str,
+    resource_name: str,
+    body: dict[str, Any] | None,
+    state_bucket: str,
+    *,
+    recover: bool | None = None,
+    run: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`config.json` of the bundle: its state (and the marker it recovers under) is in
+    `state_bucket`, the supervisor's own."""
+    if kind not in RESOURCE_NAMES:
+        raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}")
+    if not RESOURCE_NAMES[kind].match(resource_name):
+        what = "a TPU " + kind if kind in TPU_KINDS else "a " + kind
+        raise ValueError(
+            f"resource_name: {resource_name!r} is not {what} name; valid: {NAME_FORMS[kind]}"
+        )
+    recover = kind in TPU_KINDS if recover is None else recover
+    if recover and (kind not in TPU_KINDS or not body):
+        raise ValueError(
+            f"recover: only a TPU slice with its body is recreated; kind {kind!r}"
+            + ("" if kind not in TPU_KINDS else " has no body")
+        )
+    unknown = sorted(set(run or {}) - RUN_KEYS)
+    if unknown:
+        raise ValueError(f"run.{unknown[0]}: unknown key; valid: {', '.join(sorted(RUN_KEYS))}")
+    cap = (run or {}).get("max_total_usd")
+    problem = None if cap is None else max_total_usd_problem(cap, "run.max_total_usd")
+    if problem:
+        raise ValueError(problem)
+    return {
+        "kind": kind,
+        "name": resource_name,
+        "body": body or {},
+        "recover": recover,
+        "run": dict(run or {}),
+        "state_uri": f"gs://{state_bucket}",
+    }

@@ -1,0 +1,140 @@
+"""The run supervisor's storage (`main.py` beside it): its own `state.json` and `events.jsonl`
+in its state bucket, which only its account may write, and the run's records beside the
+checkpoints, which the training account writes too (`trainstack.trainers.common.run_records`).
+
+Of what the training account can write, the supervisor reads only two things: the end record
+(forging one can only stop the compute earlier) and the heartbeats' server-side `updated`
+times (forging them can only keep the compute up until the limits, which it counts itself).
+Its clock, spend count and recovery flags are in its own state."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from datetime import datetime
+from typing import Any
+
+# The buckets are standard buckets: gcsfs's probe for zonal and hierarchical buckets (on by
+# default in gcsfs 2026) only adds a gRPC round trip to every call.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+import gcsfs
+import google.auth.exceptions
+import httplib2
+from googleapiclient.errors import HttpError
+
+Json = dict[str, Any]
+WRITE_TRIES = 5
+"""How often a call reads and writes again after losing a race (`Store`)."""
+READ_ERRORS = (HttpError, OSError, httplib2.HttpLib2Error, google.auth.exceptions.GoogleAuthError)
+FRESH_STATE = {"attempts": 0, "next_allowed": None, "recreate": False}
+
+
+def _path(uri: str) -> str:
+    return uri.removeprefix("gs://")
+
+
+def _epoch(stamp: str) -> float:
+    """Unix seconds of an RFC 3339 time as Cloud Storage writes it (`2026-11-26T10:00:00.123Z`)."""
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+class Store:
+    """state.json and events.jsonl under `state_uri` (gs://bucket[/folder]), and the run's
+    objects beside the checkpoints. Calls can overlap (Cloud Functions "may, for a short
+    period of time, create more instances than the specified max instances limit",
+    cloudfunctions.v2 discovery `maxInstanceCount`; Cloud Scheduler is "at least once",
+    https://cloud.google.com/scheduler/docs/overview), so state.json and events.jsonl are
+    written only if unchanged since read (`ifGenerationMatch`, "0": absent; else HTTP 412,
+    which gcsfs raises as FileExistsError; https://cloud.google.com/storage/docs/
+    request-preconditions)."""
+
+    def __init__(self, state_uri: str, credentials: Any) -> None:
+        self.fs = gcsfs.GCSFileSystem(token=credentials)
+        self.bucket, _, folder = _path(state_uri).rstrip("/").partition("/")
+        self.folder = folder.strip("/")
+        self.generation = "0"  # state.json's, as read_state found it
+
+    def name(self, leaf: str) -> str:
+        """The object name of `leaf` (state.json, events.jsonl, armed) in the state folder."""
+        return f"{self.folder}/{leaf}" if self.folder else leaf
+
+    def _get(self, name: str) -> tuple[bytes, str]:
+        """The object's bytes and generation ("0" where there is none). The generation is
+        read first: bytes newer than it only make the conditional write fail."""
+        try:
+            found = self.fs.call("GET", "b/{}/o/{}", self.bucket, name, json_out=True)
+        except FileNotFoundError:
+            return b"", "0"
+        _, data = self.fs.call("GET", "b/{}/o/{}", self.bucket, name, alt="media")
+        return bytes(data), str(found["generation"])
+
+    def _put(self, name: str, data: bytes, generation: str) -> None:
+        # JSON API `objects.insert` (uploadType=media): gcsfs's writes take no generation but 0.
+        upload = self.fs.base.removesuffix("storage/v1/") + "upload/storage/v1/b/{}/o"
+        self.fs.call(
+            "POST", upload, self.bucket, uploadType="media", name=name, data=data,
+            ifGenerationMatch=generation, headers={"Content-Type": "application/octet-stream"},
+        )  # fmt: skip
+
+    def read_state(self) -> Json:
+        data, self.generation = self._get(self.name("state.json"))
+        return dict(json.loads(data)) if data else dict(FRESH_STATE)
+
+    def write_state(self, state: Json) -> None:
+        # FileExistsError where another call wrote it meanwhile: `supervise` checks again.
+        data = json.dumps(state, sort_keys=True).encode()
+        self._put(self.name("state.json"), data, self.generation)
+
+    def armed(self) -> bool:
+        """Whether the stack's marker exists (`trainstack.components.run_supervisor`: Pulumi
+        writes it after the compute and deletes it before the compute on `pulumi destroy`)."""
+        return bool(self._get(self.name("armed"))[0])
+
+    def append_event(self, event: Json) -> None:
+        # Objects cannot be appended to: read, add the line, write back unless another
+        # call did meanwhile (then again).
+        added = json.dumps(event, sort_keys=True).encode() + b"\n"
+        for _ in range(WRITE_TRIES):
+            old, generation = self._get(self.name("events.jsonl"))
+            with contextlib.suppress(FileExistsError):
+                self._put(self.name("events.jsonl"), old + added, generation)
+                break
+        else:
+            raise FileExistsError("events.jsonl changed on every try")
+        # Also one structured log line for `trainstack logs`: stdout goes to Cloud Logging, a
+        # one-line JSON object as `jsonPayload`, `severity` and `message` recognised
+        # (https://cloud.google.com/logging/docs/structured-logging, "Special JSON fields";
+        # https://cloud.google.com/functions/docs/monitoring/logging).
+        failed = str(event.get("result", "")).startswith("error")
+        severity = "WARNING" if failed else "NOTICE" if event["action"] != "none" else "INFO"
+        message = f"supervisor: {event['seen']} -> {event['action']}: {event['result']}"
+        line = {**event, "severity": severity, "message": message}
+        print(json.dumps(line, sort_keys=True), flush=True)
+
+    def read(self, uri: str | None) -> bytes | None:
+        """The object's bytes, or None where there is none (or no URI)."""
+        with contextlib.suppress(FileNotFoundError):
+            return bytes(self.fs.cat_file(_path(uri))) if uri else None
+        return None
+
+    def write(self, uri: str, data: bytes) -> None:
+        self.fs.pipe_file(_path(uri), data)
+
+    def remove(self, uri: str | None) -> None:
+        if uri:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(_path(uri))
+
+    def newest_heartbeat(self, prefix_uri: str) -> float | None:
+        """The newest server-side `updated` time (Unix seconds) of the objects under
+        `prefix_uri` (one heartbeat per node), or None where there is none: one JSON API
+        `objects.list` (its `updated`: "The modification time of the object metadata",
+        storage.v1 discovery `Object`), never the objects' content, which the nodes write."""
+        bucket, _, prefix = _path(prefix_uri).partition("/")
+        listed = self.fs.call(
+            "GET", "b/{}/o", bucket, prefix=prefix, fields="items(updated)", json_out=True
+        )
+        times = [_epoch(str(item["updated"])) for item in listed.get("items") or []]
+        return max(times) if times else None

@@ -1,0 +1,170 @@
+"""Issue 29 item 2, the supervisor's side: a run that fails before the trainer's launcher
+starts, or whose nodes all went quiet, is an end of run. The end record may name the stage
+that failed (`{"outcome": "failed", "stage", "reason"}`), and every node rewrites a heartbeat
+`<prefix>.alive/<node_rank>` (`trainstack.trainers.common.run_records`): the supervisor
+stops the compute on a stage's failure, and with `no_heartbeat` once the compute has billed
+`NO_HEARTBEAT_S` since the later of its own first sight of it billing and the newest
+heartbeat (Cloud Storage's `updated` time, never the object's content). `trainstack status`
+says why. Google's functions-framework serving the bundle against the Compute Engine fake
+and the GCS emulator; the bound's start is the supervisor's own state as its earlier checks
+left it (`World.seed`), and one test runs `supervise_once` in process with the clock given,
+since 45 minutes cannot pass here."""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from google.auth.credentials import AnonymousCredentials
+
+from tests import REPO_ROOT
+from tests.components.test_run_supervisor_function import BUCKET, MIG, RUN, STATE, _world
+from tests.components.test_tpu_supervisor_function import state_bucket
+from tests.fakes.compute_server import ComputeFakeServer
+from tests.fakes.gcs_emulator import running_gcs_emulator
+from trainstack.components.run_supervisor import supervisor_config
+from trainstack.components.supervisor import main
+from trainstack.trainers.common.run_records import ALIVE_SUFFIX, NO_HEARTBEAT_S
+
+GROUP = "p/us-central1-a/exp-42-a100"
+PREFIX = RUN["end_uri"].removesuffix(".ended")
+ALIVE = PREFIX + ALIVE_SUFFIX
+HEARTBEATS = {**RUN, "alive_uri": ALIVE, "hourly_usd": 58.77}
+QUIET = "no_heartbeat: no node reported for 45 min"
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[str]:
+    with running_gcs_emulator(bucket=BUCKET) as url:
+        yield url
+
+
+def _summary(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(e["seen"], e["action"], e.get("reason"), e["result"]) for e in events]
+
+
+def _quiet_for(world: Any, billed_s: float) -> None:
+    """The supervisor's state after it has seen the group billing for `billed_s` with no
+    heartbeat since its first sight, its last check 2 minutes ago."""
+    now = time.time()
+    first = now - billed_s - 120
+    world.seed(started=first, heard=first, silent_s=billed_s, last_tick=now - 120, billing=True)
+
+
+def test_the_constants_are_the_launchers() -> None:
+    # The bundle cannot import trainstack; its constant is read from its source.
+    tree = ast.parse((REPO_ROOT / "components/supervisor/main.py").read_text())
+    [bound] = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["NO_HEARTBEAT_S"]
+        and isinstance(node.value, ast.Constant)
+    ]
+    assert bound == NO_HEARTBEAT_S == main.NO_HEARTBEAT_S == 2700
+    assert ALIVE_SUFFIX == ".alive/"
+
+
+def test_a_stage_that_failed_for_good_stops_the_compute_and_status_says_where(
+    tmp_path: Path, gcs: str
+) -> None:
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS)
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[GROUP] = {"targetSize": 4}
+        assert world.function.call()["action"] == "none"
+        record = {"outcome": "failed", "stage": "package_install", "node_rank": 2}
+        record |= {"reason": "pip install exited 1\nERROR: No matching distribution", "time": "t"}
+        world.put(RUN["end_uri"], record)
+        stop = world.function.call()
+        assert (stop["action"], stop["reason"], stop["result"]) == ("stop", "failed", "stopping")
+        assert (stop["stage"], stop["detail"]) == ("package_install", "pip install exited 1")
+        assert world.compute.resizes == [(GROUP, 0)]  # at once: no stop request first
+        assert world.function.call()["result"] == "stopping"  # its VMs still being deleted
+        assert world.function.call()["result"] == "compute stopped"
+        gone = world.events()[-1]
+        assert (gone["stage"], gone["detail"]) == ("package_install", "pip install exited 1")
+        assert world.status_lines()[0] == (
+            "finished (failed at package_install: pip install exited 1); compute stopped at "
+            f"{gone['time']}"
+        )
+
+
+def test_no_heartbeat_for_45_minutes_of_billing_stops_the_compute_at_once(
+    tmp_path: Path, gcs: str
+) -> None:
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS)
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[GROUP] = {"targetSize": 4}
+        _quiet_for(world, NO_HEARTBEAT_S - 60)  # this check adds the last 2 minutes
+        stop = world.function.call()
+        assert (stop["seen"], stop["action"], stop["reason"], stop["result"]) == (
+            "SIZE_4",
+            "stop",
+            "no_heartbeat",
+            "stopping",
+        )
+        assert world.compute.resizes == [(GROUP, 0)]
+        world.fs.invalidate_cache()
+        assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))  # nothing to save
+        assert world.status_lines()[0] == (
+            f"finished ({QUIET}); stopping the compute since {stop['time']} "
+            "(4 instance(s) still being deleted)"
+        )
+        assert _summary(world.events()) == [("SIZE_4", "stop", "no_heartbeat", "stopping")]
+
+
+def test_a_fresh_heartbeat_keeps_the_compute_up(tmp_path: Path, gcs: str) -> None:
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS)
+    with _world(tmp_path, gcs, config) as world:
+        world.compute.groups[GROUP] = {"targetSize": 4}
+        _quiet_for(world, NO_HEARTBEAT_S - 60)
+        # Node 3's launcher rewrote its heartbeat a moment ago (its content is not read).
+        world.fs.pipe_file(f"{ALIVE}3".removeprefix("gs://"), b"not read")
+        for _ in range(2):
+            check = world.function.call()
+            assert (check["action"], check["result"]) == ("none", "ok")
+        assert world.compute.resizes == []
+        assert world.events() == []
+        world.fs.invalidate_cache()
+        run = json.loads(world.fs.cat_file(f"{STATE}/state.json"))["run"]
+        assert run["silent_s"] < 60  # the billing time since that heartbeat
+
+
+def _check(config: dict[str, Any], now: float) -> dict[str, Any]:
+    """One check in process, at `now`, as the function makes it."""
+    credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+    target = main.target_of(config, credentials)
+    return main.supervise_once(target, main.Store(config["state_uri"], "anon"), now, config)
+
+
+def test_a_heartbeat_before_the_supervisors_first_sight_does_not_extend_the_bound(
+    gcs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs = fsspec.filesystem("gcs", endpoint_url=gcs, token="anon")
+    state_bucket(fs, STATE)
+    for leftover in fs.find(BUCKET):
+        fs.rm(leftover)
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS)
+    with ComputeFakeServer() as compute:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs)
+        monkeypatch.setenv(main.COMPUTE_ENDPOINT_ENV, compute.endpoint)
+        compute.groups[GROUP] = {"targetSize": 4}
+        # A heartbeat from before the compute was seen billing (a node of an earlier boot).
+        fs.pipe_file(f"{ALIVE}0".removeprefix("gs://"), b"")
+        first = time.time() + 60  # the supervisor's first sight, after that heartbeat
+        assert _check(config, first)["result"] == "ok"
+        quiet = _check(config, first + NO_HEARTBEAT_S - 1)
+        assert (quiet["action"], quiet.get("reason")) == ("none", None)
+        stop = _check(config, first + NO_HEARTBEAT_S)
+        assert (stop["action"], stop["reason"], stop["result"]) == (
+            "stop",
+            "no_heartbeat",
+            "stopping",
+        )
+        assert compute.resizes == [(GROUP, 0)]
