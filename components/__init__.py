@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
     from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
     from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
+    from trainstack.components.reduction_server_image import (
+        ReductionServerImage,
+        ReductionServerImageArgs,
+    )
     from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
     from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
     from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
@@ -47,6 +51,8 @@ _MODULES: dict[str, str] = {
     "ProjectServicesArgs": "project_services",
     "QuotaGuard": "quota_guard",
     "QuotaGuardArgs": "quota_guard",
+    "ReductionServerImage": "reduction_server_image",
+    "ReductionServerImageArgs": "reduction_server_image",
     "TpuPodSlice": "tpu_pod_slice",
     "TpuPodSliceArgs": "tpu_pod_slice",
     "RunSupervisor": "run_supervisor",
@@ -78,6 +84,8 @@ __all__ = [
     "ProjectServicesArgs",
     "QuotaGuard",
     "QuotaGuardArgs",
+    "ReductionServerImage",
+    "ReductionServerImageArgs",
     "RunSupervisor",
     "RunSupervisorArgs",
     "TpuPodSlice",

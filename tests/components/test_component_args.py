@@ -16,6 +16,10 @@ from trainstack import components
 from trainstack.components._args import ArgsError, _fields, arg_problems
 from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
 from trainstack.components.image_mirror import ImageMirror, ImageMirrorArgs
+from trainstack.components.reduction_server_image import (
+    ReductionServerImage,
+    ReductionServerImageArgs,
+)
 from trainstack.components.kubernetes_training_job import (
     KubernetesTrainingJob,
     KubernetesTrainingJobArgs,
@@ -94,6 +98,17 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
         ImageMirror,
         ImageMirrorArgs,
         {"project": "p", "location": "us-central1", "deployment_name": "exp-42"},
+    ),
+    "ReductionServerImage": (
+        ReductionServerImage,
+        ReductionServerImageArgs,
+        {
+            "project": "p",
+            "location": "us-central1",
+            "deployment_name": "exp-42",
+            "base_image": "us-central1-docker.pkg.dev/p/exp-42-dockerhub/pytorch/pytorch@sha256:"
+            + "0" * 64,
+        },
     ),
     "TrainingBuckets": (
         TrainingBuckets,
@@ -191,12 +206,18 @@ TYPOS = [
     ("LocalTrainingJob", "worker", "workers"),
     ("TrainingDashboard", "stall_minute", "stall_minutes"),
     ("ImageMirror", "deployment", "deployment_name"),
+    ("ReductionServerImage", "base_img", "base_image"),
     ("RunSupervisor", "schedul", "schedule"),
 ]
 
 # A value of the wrong type per component and the exact problem it gets.
 WRONG_TYPES = [
     ("ImageMirror", {"location": 5}, "ImageMirror.location: 5 is not a string; valid: a string"),
+    (
+        "ReductionServerImage",
+        {"base_image": 5},
+        "ReductionServerImage.base_image: 5 is not a string; valid: a string",
+    ),
     (
         "A100Cluster",
         {"node_count": "2"},
