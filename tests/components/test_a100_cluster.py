@@ -481,9 +481,10 @@ def test_gce_placement_policy_template_group_and_node_configs() -> None:
     for rank in range(4):
         assert run.named(f"gpu-{rank}").inputs == _node_config(rank)
     # A replacement keeps the names: the engine deletes the old group and VMs first.
-    assert [r.name for r in run.resources if r.delete_before_replace] == [
-        "gpu-group",
+    # Sorted: the configs register once the group's name resolves, in no fixed order.
+    assert sorted(r.name for r in run.resources if r.delete_before_replace) == [
         *(f"gpu-{rank}" for rank in range(4)),
+        "gpu-group",
     ]
     assert "accessConfigs" not in run.named("gpu-template").inputs["networkInterfaces"][0]
 
