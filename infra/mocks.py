@@ -22,6 +22,7 @@ on the collector's generation lists, hence a few plans in thirty.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import threading
@@ -71,6 +72,15 @@ def _account_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _account_deploy_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    # Google assigns `uniqueId` when the account is created ("The unique, stable numeric ID
+    # for the service account", iam.v1 discovery `ServiceAccount.uniqueId`): known after an
+    # up, unknown in a preview. Here a 21-digit number derived from the account's email.
+    email = _account_outputs(name, inputs)["email"]
+    digits = int(hashlib.sha256(email.encode()).hexdigest(), 16) % 10**20
+    return {"uniqueId": f"1{digits:020d}"}
+
+
 def _self_link_outputs(kind: str) -> OutputsFn:
     def outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
         project = inputs.get("project", "mock-project")
@@ -115,6 +125,13 @@ DEFAULT_OUTPUTS: dict[str, OutputsFn] = {
     "gcp:compute/subnetwork:Subnetwork": _self_link_outputs("subnetworks"),
     "gcp:compute/router:Router": _self_link_outputs("routers"),
 }
+
+
+DEPLOY_OUTPUTS: dict[str, OutputsFn] = {
+    "gcp:serviceaccount/account:Account": _account_deploy_outputs,
+}
+"""Outputs a provider computes only when it creates the resource: added under `pulumi up`
+(`preview=False`), left unknown in a preview."""
 
 
 class InvokeFailure(Exception):
@@ -190,8 +207,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self,
         outputs: Mapping[str, OutputsFn] | None = None,
         invokes: Mapping[str, InvokeFn] | None = None,
+        preview: bool = True,
     ) -> None:
         self.outputs = {**DEFAULT_OUTPUTS, **(outputs or {})}
+        self.deploy_outputs = {} if preview else dict(DEPLOY_OUTPUTS)
         self.invoke_table = {QUOTA_INFO_INVOKE: _quota_offline, **(invokes or {})}
         self.invokes: list[tuple[str, dict[str, Any]]] = []
 
@@ -200,6 +219,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         fn = self.outputs.get(args.typ)
         if fn is not None:
             state.update(fn(args.name, args.inputs))
+        deployed = self.deploy_outputs.get(args.typ)
+        if deployed is not None:
+            state.update(deployed(args.name, args.inputs))
         return f"{args.name}-id", state
 
     def call(
@@ -372,7 +394,7 @@ def _record(
     invokes: Mapping[str, InvokeFn] | None,
     secret_keys: Collection[str],
 ) -> ProgramRun:
-    mocks = RecordingMocks(outputs=outputs, invokes=invokes)
+    mocks = RecordingMocks(outputs=outputs, invokes=invokes, preview=preview)
     monitor = RecordingMonitor(mocks)
     logs: list[tuple[str, str]] = []
     logger = logging.getLogger(f"trainstack.mocks.{id(logs)}")

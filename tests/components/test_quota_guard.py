@@ -104,7 +104,12 @@ def test_enough_quota_passes_and_the_stack_is_built() -> None:
     assert "quota_blocked" not in run.outputs
     guard = run.named("dev-gpu-quota")
     assert guard.type == "trainstack:quota:QuotaGuard"
-    assert len(run.of_type("gcp:storage/bucket:Bucket")) == 3
+    assert sorted(b.name for b in run.of_type("gcp:storage/bucket:Bucket")) == [
+        "dev-gpu-buckets-checkpoints",
+        "dev-gpu-buckets-data",
+        "dev-gpu-buckets-staging",
+        "dev-gpu-supervisor-state",
+    ]
     asked = sorted(a["quotaId"] for token, a in run.invokes if token == INVOKE)
     assert asked == [
         "A2-CPUS-per-project-region",

@@ -231,7 +231,7 @@ def test_a_removed_stack_shows_the_cost_and_quota_it_frees() -> None:
     assert plan_diff(_pinned("prod-a100-gce"), []) == (
         "## trainstack plan diff\n\n"
         "### Stack `prod-a100-gce` (removed)\n\n"
-        "67 resources removed; frees $117.55/hour and the quota below.\n\n"
+        "69 resources removed; frees $117.55/hour and the quota below.\n\n"
         "| total | base | head | delta |\n|---|---|---|---|\n"
         "| gpus | 32 | 0 | -32 |\n| machines | 4 | 0 | -4 |\n"
         "| hourly_usd | $117.55 | $0.00 | -$117.55 |\n\n"
