@@ -335,14 +335,15 @@ def test_own_jax_runs_on_every_host_and_finds_the_slice_through_jax_tpu_detectio
         # the script's TPU_WORKER_* (GkeTpuCluster, first in JAX's list). Had the node added
         # JAX's or Open MPI's variables, Open MPI's cluster would have answered instead.
         # google-auth (2.63) also pings the server's root and reads the default account's
-        # info before its token.
+        # info before its token; the node helper reads a token for each heartbeat (as the
+        # script starts and as it installs).
         assert sorted(vm.metadata_paths) == [
             "/",
             "instance/attributes/agent-worker-number",
             *["instance/attributes/tpu-env"] * 3,
             "instance/attributes/worker-network-endpoints",
             "instance/service-accounts/default/",
-            "instance/service-accounts/default/token",
+            *["instance/service-accounts/default/token"] * 3,
             "instance/zone",
             "project/project-id",
         ]
