@@ -1,6 +1,7 @@
 """The planned run supervisor after a fidelity run: Google's `functions-framework` serving
 the exact bundle the plan uploads, with the run's real bucket (the GCS emulator the nodes
-wrote to) and fakes of the Compute Engine and GKE APIs holding the planned group or pool."""
+wrote to) and fakes of the Compute Engine, GKE and Cloud TPU APIs holding the planned group,
+pool or slice."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.components.test_tpu_supervisor_function import Function
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
 from tests.fakes.metadata_fake import MetadataFake
+from tests.fakes.tpu_server import TpuFakeServer
 
 SA = "supervisor@p.iam.gserviceaccount.com"
 
@@ -42,6 +44,7 @@ class Served:
     compute: ComputeFakeServer
     container: ContainerFakeServer
     config: dict[str, Any]
+    tpu: TpuFakeServer
 
 
 @contextlib.contextmanager
@@ -49,17 +52,20 @@ def serve_planned_supervisor(
     plan: dict[str, Any], folder: Path, storage: str, size: int
 ) -> Iterator[Served]:
     """The plan's supervisor served as Cloud Functions runs it, its group (or pool) at
-    `size` nodes as `pulumi up` left it."""
+    `size` nodes as `pulumi up` left it, or its slice READY (`size` unused)."""
     config = planned_supervisor(plan, folder)
     values = {"instance/service-accounts/default/": json.dumps({"email": SA, "scopes": []})}
     with (
         ComputeFakeServer() as compute,
         ContainerFakeServer() as container,
+        TpuFakeServer() as tpu,
         MetadataFake(values) as metadata,
     ):
         parts = config["name"].split("/")
         if config["kind"] == "mig":
             compute.groups[f"{parts[1]}/{parts[3]}/{parts[5]}"] = {"targetSize": size}
+        elif config["kind"] == "node":
+            tpu.nodes[config["name"]] = {"name": config["name"], "state": "READY"}
         else:
             group = f"{parts[1]}/{parts[3]}/gke-{parts[5]}-{parts[7]}-grp"
             compute.groups[group] = {"targetSize": size}
@@ -80,10 +86,11 @@ def serve_planned_supervisor(
                 "STORAGE_EMULATOR_HOST": storage,
                 "TRAINSTACK_COMPUTE_API_ENDPOINT": compute.endpoint,
                 "TRAINSTACK_CONTAINER_API_ENDPOINT": container.endpoint,
+                "TRAINSTACK_TPU_API_ENDPOINT": tpu.endpoint,
             },
         )
         try:
-            yield Served(function, compute, container, config)
+            yield Served(function, compute, container, config, tpu)
         finally:
             function.stop()
 
@@ -93,6 +100,7 @@ class Checked:
     answers: list[dict[str, Any]]
     compute: ComputeFakeServer
     container: ContainerFakeServer
+    tpu: TpuFakeServer
 
 
 def check_with_planned_supervisor(
@@ -101,7 +109,7 @@ def check_with_planned_supervisor(
     """`serve_planned_supervisor`, called `calls` times in a row."""
     with serve_planned_supervisor(plan, folder, storage, size) as served:
         answers = [served.function.call() for _ in range(calls)]
-    return Checked(answers, served.compute, served.container)
+    return Checked(answers, served.compute, served.container, served.tpu)
 
 
 def read_object(storage: str, uri: str) -> Any:
