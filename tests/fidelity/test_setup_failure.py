@@ -16,7 +16,8 @@ only the node launcher wrote an end record, so a run that never reached it bille
   pip install cannot resolve (a requirement's version no index has, planted as
   `PIP_CONSTRAINT` in that pod's environment), 4 attempts (backoffLimitPerIndex 3); the 4th,
   whose failure-count annotation says it is the last, records it; the Job fails and the GPU
-  pool is set to 0 nodes.
+  pool is set to 0 nodes (`slow`; tests/components/test_launch_records.py runs the pod
+  script's last and earlier attempts in the default run).
 - Cloud TPU (`tests.fidelity.tpu_vm`'s worker 0): the package is not an sdist, pip fails its
   3 tries, the startup script gives up (nothing runs it again but a reboot) and records it;
   the slice is deleted. `sleep` returns at once there (the retries' waits).
@@ -84,7 +85,7 @@ def gce_fakes() -> Iterator[tuple[str, LoggingFakeServer]]:
         yield storage, logging_api
 
 
-@pytest.mark.slow  # about 70 s here: the unit's 20 starts, each a few Python processes
+@pytest.mark.slow  # about 140 s here: the unit's 20 starts, each a few Python processes
 def test_gce_a_package_that_cannot_be_downloaded_ends_the_run_and_empties_the_group(
     tmp_path: Path, gce_fakes: tuple[str, LoggingFakeServer]
 ) -> None:
@@ -179,6 +180,7 @@ def gke_fakes() -> Iterator[tuple[str, str]]:
 
 
 @pytest.mark.trainer
+@pytest.mark.slow  # about 120 s here: pod 0 installs and starts torch, index 1 fails 4 times
 def test_gke_a_pip_install_that_fails_on_the_last_attempt_fails_the_job_and_empties_the_pool(
     tmp_path: Path, gke_fakes: tuple[str, str]
 ) -> None:
