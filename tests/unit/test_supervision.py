@@ -57,7 +57,13 @@ def test_the_gce_supervisor_resizes_its_group_and_reads_the_launchers_records() 
         "name": f"projects/{P}/zones/{group['zone']}/instanceGroupManagers/{group['name']}",
         "body": {},
         "recover": False,
-        "run": {"end_uri": f"{prefix}.ended", "stop_uri": f"{prefix}.stop", "hourly_usd": 117.55},
+        "run": {
+            "end_uri": f"{prefix}.ended",
+            "stop_uri": f"{prefix}.stop",
+            "clock_uri": f"{prefix}.started",
+            "max_run_seconds": 14400,
+            "hourly_usd": 117.55,
+        },
         "state_uri": f"gs://{P}-prod-a100-gce-checkpoints/supervisor/prod-a100-gce",
     }
 
@@ -82,6 +88,8 @@ def test_the_gke_supervisor_empties_the_gpu_pool_and_reads_the_pods_records() ->
     assert config["run"] == {
         "end_uri": f"{prefix}.ended",
         "stop_uri": f"{prefix}.stop",
+        "clock_uri": f"{prefix}.started",
+        "max_run_seconds": 14400,
         "hourly_usd": 23.51,
     }
 
@@ -176,7 +184,7 @@ def test_plan_diff_shows_a_cap_set_changed_or_removed() -> None:
     assert (
         "| total | base | head | delta |\n|---|---|---|---|\n"
         "| limits.max_total_usd | none | $2,500.00 | |\n"
-        "| limits.max_run_hours | none | 24 h | |\n"
+        "| limits.max_run_hours | 4 h | 24 h | |\n"
     ) in text
     back = plan_diff(head, base)
     assert "| limits.max_total_usd | $2,500.00 | none | |\n" in back
