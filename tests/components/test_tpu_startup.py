@@ -355,10 +355,8 @@ class Worker:
 
 def _record_call(call: dict[str, Any]) -> bool:
     argv = call["argv"]
-    return bool(argv) and argv[0].endswith("trainstack_node_helper.py") and argv[1:2] in (
-        ["alive"],
-        ["end"],
-    )
+    helper = bool(argv) and argv[0].endswith("trainstack_node_helper.py")
+    return helper and argv[1:2] in (["alive"], ["end"])
 
 
 def _script(**overrides: Any) -> str:

@@ -284,10 +284,8 @@ class TpuVm:
 
 
 def _record_write(argv: Sequence[str]) -> bool:
-    return bool(argv) and argv[0].endswith("trainstack_node_helper.py") and argv[1] in (
-        "alive",
-        "end",
-    )
+    helper = bool(argv) and argv[0].endswith("trainstack_node_helper.py")
+    return helper and argv[1:2] in (["alive"], ["end"])
 
 
 def script_records(stdout: str, tag: str) -> list[dict[str, Any]]:
