@@ -15,6 +15,23 @@
 #                           only), as in Google's client libraries (the tests also put a
 #                           fake `date` and `sleep` first on PATH: the retry's clock)
 #   TRAINSTACK_NVIDIA_DIR   where the GPU driver is mounted (tests only; /usr/local/nvidia)
+#   TRAINSTACK_RUN_RECORD   the run's records for the supervisor (trainers/common/
+#                           run_records.py): the pod rewrites its heartbeat as it starts and,
+#                           on its index's last attempt, records the run's end when its setup
+#                           fails (the step and why), with the node helper below (standard
+#                           library only: it works where the package failed to install)
+#   TRAINSTACK_INDEX_FAILURES, TRAINSTACK_BACKOFF_LIMIT_PER_INDEX  the counted failures of
+#                           this pod's index before it (the Job controller's annotation
+#                           batch.kubernetes.io/job-index-failure-count, through the downward
+#                           API) and the Job's backoffLimitPerIndex: the index fails with this
+#                           pod's counted failure once the first is at least the second
+#                           (kubernetes pkg/controller/job/indexed_job_utils.go,
+#                           isIndexFailed), so this is its last attempt and, with
+#                           maxFailedIndexes 0, the Job's; the node launcher then also
+#                           records a setup failure of its own (3 joins
+#                           TRAINSTACK_RUN_FINAL_CODES). What no pod can record (an image
+#                           that cannot be pulled, activeDeadlineSeconds) ends in silence:
+#                           the supervisor stops the pool once the heartbeats stop.
 #
 # Exit codes: 3 when setup fails before the launcher starts, after the download's own
 # 15-minute retry (a retry may help: the Job counts it against backoffLimitPerIndex);
@@ -22,16 +39,45 @@
 set -euo pipefail
 
 log() { printf 'trainstack-pod: %s\n' "$*" >&2; }
-trap 'log "setup failed at line $LINENO"; exit 3' ERR
+helper=""
+python=""
+stage=job
+records="${TRAINSTACK_RUN_RECORD:-}"
+rank="${JOB_COMPLETION_INDEX:-}"
+last_attempt=0
+if [ -n "${TRAINSTACK_BACKOFF_LIMIT_PER_INDEX:-}" ] &&
+  [ "${TRAINSTACK_INDEX_FAILURES:-0}" -ge "$TRAINSTACK_BACKOFF_LIMIT_PER_INDEX" ]; then
+  last_attempt=1
+fi
+# give_up REASON: setup failed (exit 3); on the index's last attempt the run's end is recorded
+# at `stage` first.
+give_up() {
+  local said
+  log "$1"
+  if [ "$last_attempt" = 1 ] && [ -n "$records" ] && [ -n "$helper" ]; then
+    if said="$("$python" "$helper" end "$records" "$stage" "$rank" "$1" 2>&1)"; then
+      log "$said"
+    else
+      log "could not record the run's end: $said"
+    fi
+  fi
+  exit 3
+}
+trap 'give_up "setup failed at line $LINENO"' ERR
 
 if [ "$#" -lt 1 ]; then
-  log "no command in the container args"
-  exit 3
+  give_up "no command in the container args"
 fi
 python="$1"
 work="${TMPDIR:-/tmp}/trainstack"
 mkdir -p "$work"
 package="$work/${TRAINSTACK_PACKAGE_URI##*/}"
+if [ -n "$records" ]; then
+  helper="$work/trainstack_node_helper.py"
+  cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
+@@NODE_HELPER@@
+TRAINSTACK_HELPER_EOF
+fi
 
 # download: one attempt at the package; exit 75 when a retry may help (no connection, HTTP
 # 401/403/408/429/5xx, or 404 from the token endpoint), 1 when it cannot (a missing object).
@@ -90,6 +136,11 @@ TRAINSTACK_DOWNLOAD_EOF
 # up at once would spend one of its index's retries on each refusal.
 RETRY_DELAY_S=10
 DOWNLOAD_WINDOW_S=900
+stage=package_download
+if [ -n "$helper" ]; then
+  "$python" "$helper" alive "$records" "$rank" "$stage" >/dev/null 2>&1 ||
+    log "could not write this pod's heartbeat under $records"
+fi
 log "installing $TRAINSTACK_PACKAGE_URI"
 attempt=1
 delay=$RETRY_DELAY_S
@@ -101,14 +152,12 @@ while :; do
     break
   fi
   if [ "$status" -ne 75 ]; then
-    log "cannot download $TRAINSTACK_PACKAGE_URI"
-    exit 3
+    give_up "cannot download $TRAINSTACK_PACKAGE_URI"
   fi
   [ -n "$first" ] || first=$(date +%s)
   waited=$(($(date +%s) - first))
   if [ "$waited" -ge "$DOWNLOAD_WINDOW_S" ]; then
-    log "giving up on the package download after $attempt attempts over ${waited}s"
-    exit 3
+    give_up "giving up on the package download after $attempt attempts over ${waited}s"
   fi
   log "package download attempt $attempt failed (${waited}s of ${DOWNLOAD_WINDOW_S}s); retrying in ${delay}s: a new grant of the training account can take up to 7 minutes to reach Cloud Storage"
   sleep "$delay"
@@ -119,9 +168,21 @@ if [ "$attempt" -gt 1 ]; then
   log "package downloaded on attempt $attempt"
 fi
 
+stage=package_install
 pip=("$python" -m pip install --disable-pip-version-check --no-input)
-# The image's Python is the container's own: pip may install into it.
-PIP_BREAK_SYSTEM_PACKAGES=1 "${pip[@]}" "$package"
+# install ARGS...: pip install into the image's Python (the container's own: pip may);
+# its output also in a file, whose last line says why it failed.
+install() {
+  PIP_BREAK_SYSTEM_PACKAGES=1 "${pip[@]}" "$@" 2>&1 | tee "$work/pip.log" >&2
+}
+# pip_said: the last line pip printed.
+pip_said() {
+  grep -v '^[[:space:]]*$' "$work/pip.log" 2>/dev/null | tail -n 1 || true
+}
+if ! install "$package"; then
+  said="$(pip_said)"
+  give_up "pip could not install $TRAINSTACK_PACKAGE_URI${said:+: $said}"
+fi
 
 if [ "${TRAINSTACK_TF_KERAS:-0}" = 1 ]; then
   # From TF 2.16 on tf.keras is Keras 3 unless tf-keras (same minor: tf-keras X.Y requires
@@ -132,7 +193,10 @@ v = tuple(int(p) for p in tf.__version__.split(".")[:2])
 print(f"tf-keras=={v[0]}.{v[1]}.*" if v >= (2, 16) else "")')"
   if [ -n "$pin" ]; then
     log "installing $pin without dependencies"
-    PIP_BREAK_SYSTEM_PACKAGES=1 "${pip[@]}" --no-deps "$pin"
+    if ! install --no-deps "$pin"; then
+      said="$(pip_said)"
+      give_up "pip could not install $pin${said:+: $said}"
+    fi
   else
     log "TensorFlow has Keras 2 built in; no tf-keras"
   fi
@@ -157,5 +221,10 @@ if [ -d "$nvidia/bin" ]; then
   esac
 fi
 
+if [ "$last_attempt" = 1 ] && [ -n "${TRAINSTACK_RUN_FINAL_CODES:-}" ]; then
+  # No replacement pod follows a counted failure of this one: the node launcher's own
+  # setup failure (3) ends the run too.
+  export TRAINSTACK_RUN_FINAL_CODES="$TRAINSTACK_RUN_FINAL_CODES 3"
+fi
 trap - ERR
 exec "$@"

@@ -46,7 +46,9 @@ Anything else (3: setup failed; 137: killed) counts against `backoff_limit_per_i
 others in the rendezvous (https://kubernetes.io/docs/concepts/workloads/controllers/job/
 #backoff-limit-per-index). podFailurePolicy requires restartPolicy
 Never; podReplacementPolicy Failed starts a replacement only once the old pod is gone
-(`tests.fidelity.job_controller` imitates these rules).
+(`tests.fidelity.job_controller` imitates these rules). With `run_records` the pods keep
+the run's records for the supervisor: heartbeats, and on an index's last attempt the run's
+end when its setup fails (`components/kubernetes_pod.sh`, `_pod_setup.attempt_env`).
 
 `pulumi up` does not wait for training (`pulumi.com/skipAwait`) unless `wait_for_completion`
 is set with a `timeout_s`. `pulumi destroy` deletes the Job with foreground propagation, so
@@ -75,7 +77,12 @@ from trainstack.components._job_launch import (  # noqa: F401 (node_argv: the co
 )
 from trainstack.components._naming import labels_input
 from trainstack.components._options import inherited_depends_on
-from trainstack.components._pod_setup import PACKAGE_URI_ENV, pod_command
+from trainstack.components._pod_setup import (
+    PACKAGE_URI_ENV,
+    POD_SETUP_ENV,
+    container_env,
+    pod_command,
+)
 from trainstack.components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
 from trainstack.components.catalog.images import kubernetes_image
 from trainstack.components.gpu_startup import (
@@ -133,8 +140,8 @@ _RESERVED_ENV: Final = frozenset(
         EXPECTED_ACCELERATORS_ENV,
         "TRAINSTACK_HEADLESS_SERVICE",
         "TRAINSTACK_NUM_NODES",
-        PACKAGE_URI_ENV,
         "TRAINSTACK_TF_KERAS",
+        *POD_SETUP_ENV,
     }
 )
 
@@ -387,7 +394,7 @@ def manifests(
         "image": image,
         "command": pod_command(),
         "args": list(args),
-        "env": [{"name": k, "value": v} for k, v in sorted(pod_env.items())],
+        "env": container_env(pod_env, backoff_limit_per_index),
         "ports": [{"name": "rendezvous", "containerPort": port, "protocol": "TCP"}],
         "resources": {"limits": {GPU_RESOURCE: str(gpus_per_node)}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],

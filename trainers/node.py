@@ -61,6 +61,11 @@ Exit codes (those of `components/gpu_startup/launch.sh`; `trainstack.trainers.co
 Your own code (`-- ARGV`) exits with its own status: its wrapper reports it started, so its
 failures are never read as 3, and its exit 143 (saved after SIGTERM) is 143.
 
+With `TRAINSTACK_RUN_RECORD` (GCE, GKE, TPU) the launcher keeps the run's records for the
+supervisor (`trainstack.trainers.common.run_records`): it writes this node's heartbeat while
+the target runs, polls the stop request, and records the run's end (`done`, `stopped`, or
+`failed` with stage `trainer` for an exit in `TRAINSTACK_RUN_FINAL_CODES`).
+
 Standard library only at import time, and Python 3.10 (the prebuilt images' version).
 """
 
@@ -468,9 +473,13 @@ def run(command: NodeCommand) -> int:
         )
         pump.start()
         watching = records.watch(on_stop_request, _log) if records is not None else None
+        # The supervisor's sign of life from this node while its trainer runs (a rendezvous
+        # wait included); silence from every node for long enough stops the compute.
+        beating = records.heartbeat(cluster.node_rank, _log) if records is not None else None
         status = child.wait()
-        if watching is not None:
-            watching.set()
+        for event in (watching, beating):
+            if event is not None:
+                event.set()
         pump.join()
         if shipper is not None:
             shipper.close(SHIP_FLUSH_S)  # bounded: a dead Logging API cannot hold the exit

@@ -43,6 +43,13 @@ checkpoints) when the limit has passed since then, logs `max_run_hours reached` 
 
 Exit codes of the launcher (`EXIT_*` below) drive the Compute Engine service's restart
 rule; the GKE pod's podFailurePolicy matches the node launcher's same codes.
+
+The run's end (`run_record`, `trainstack.trainers.common.run_records`): the launcher records
+that the run ended for good where it gave up itself, not only the node launcher: an exit
+the unit does not restart (1, 2, 5), or the `GCE_SETUP_ATTEMPTS`-th setup failure in a row
+(`.ended` with the stage and the reason: `package_download`, `package_install`, `launch`,
+`trainer`); each start also rewrites the node's heartbeat. The supervisor stops the group
+on either, or once the heartbeats fall silent (what no launcher can record).
 """
 
 from __future__ import annotations
@@ -96,8 +103,20 @@ peer or node 0 lost) and 3 (setup). `GCE_START_LIMIT` bounds the retries of a se
 keeps failing."""
 GCE_RESTART_SEC: Final = 30
 GCE_START_LIMIT: Final = (20, 3600)
-"""At most 20 starts of the unit in 3600 s, then systemd gives up (a setup that fails every
-attempt stops billing within the hour; a code error stops at once)."""
+"""At most 20 starts of the unit in 3600 s, then systemd gives up: "units which are started
+more than burst times within an interval time span are not permitted to start any more"
+(systemd.unit(5), StartLimitIntervalSec=, StartLimitBurst=,
+https://www.freedesktop.org/software/systemd/man/latest/systemd.unit.html). Giving up stops
+no VM: the group keeps it, billing, until the supervisor stops it on the run's end record
+(`GCE_SETUP_ATTEMPTS`) or on the silence of its heartbeats. 20 restarts 30 s apart outlast
+the up to 7 minutes a new bucket grant takes to reach Cloud Storage
+(https://cloud.google.com/iam/docs/access-change-propagation), which the download meets as
+403s."""
+GCE_SETUP_ATTEMPTS: Final = GCE_START_LIMIT[0]
+"""Setup failures in a row (exit 3) after which the launcher records the run's end and
+starts no more: the unit's last start before its start limit when attempts come faster than
+3600 s / 20 apart; slower ones would never reach that limit, so the launcher counts them
+itself."""
 
 """Trainer modules launched with torchrun (one process per GPU); any other module runs as
 one process per node and reads the node-level environment."""
@@ -265,6 +284,7 @@ def render_launcher(
     node_args: Sequence[str] | None = None,
     accelerators_per_node: int | None = None,
     run_record: str = "",
+    setup_failures: str = "",
 ) -> str:
     """The node launcher for plain values (see the module docstring and `launch.sh`).
 
@@ -280,7 +300,8 @@ def render_launcher(
     `procs_per_node`) is what the plan bought per node: the node launcher stops with exit 5
     on a node with fewer usable ones (`TRAINSTACK_EXPECTED_ACCELERATORS`). `run_record`
     (`run_record_uri`) is where the node launcher records the run's end and looks for the
-    supervisor's stop request (`TRAINSTACK_RUN_RECORD`).
+    supervisor's stop request (`TRAINSTACK_RUN_RECORD`). `setup_failures` is the file that
+    counts the setup failures in a row (default: `<work_dir>/setup-failures`).
     """
     if not work_dir:
         raise ValueError("work_dir: empty; the launcher needs a directory on the node")
@@ -348,6 +369,8 @@ def render_launcher(
             "RUN_CLOCK_URI": q(run_clock if max_run_seconds is not None else ""),
             "RUN_RECORD": q(run_record),
             "RUN_FINAL_CODES": q(" ".join(str(c) for c in FAIL_FAST_EXIT_CODES)),
+            "SETUP_ATTEMPTS": str(GCE_SETUP_ATTEMPTS),
+            "SETUP_FAILURES": q(setup_failures or f"{work_dir.rstrip('/')}/setup-failures"),
             "NODE_HELPER": helper,
         },
     )
@@ -459,6 +482,7 @@ def gce_startup_script(
         coordinator_port=coordinator_port,
         work_dir=state,
         done_marker=f"{state}/done-{key}",
+        setup_failures=f"{state}/setup-failures-{key}",
         extra_path=extra_path,
         worker_hosts=worker_hosts,
         max_run_seconds=max_run_seconds,

@@ -19,6 +19,19 @@
 # group keeps the VMs (stop them with `pulumi destroy`): a VM-level maxRunDuration would
 # only make the group recreate them.
 #
+# The run's end (RUN_RECORD, trainers/common/run_records.py): the unit never restarts exits
+# 1, 2 and 5, so a failure of the launcher's own with one of them ends the run, and it
+# records so (`node_helper.py end`: the stage that failed and why). A setup failure (3:
+# the rank, the download, the install, the argument check, or the node launcher's own 3)
+# is retried by the unit; the launcher counts them in SETUP_FAILURES (consecutive: any
+# other exit of the node launcher resets it) and records the run's end on the
+# SETUP_ATTEMPTS-th, the unit's last start when the attempts come faster than the start
+# limit's interval allows (StartLimitBurst), and the last one anyway: a start after it
+# exits 0 at once, so a slow failing setup cannot restart for ever either. On that last
+# attempt the node launcher also records a setup failure of its own (3 joins
+# TRAINSTACK_RUN_FINAL_CODES). Each start first rewrites this node's heartbeat
+# (`node_helper.py alive`).
+#
 # Exit codes (the Compute Engine unit's restart rule uses them):
 #   0    training finished, or the run limit was reached
 #   1    the trainer failed after it started: a code error
@@ -47,6 +60,8 @@ MAX_RUN_SECONDS=@@MAX_RUN_SECONDS@@
 RUN_CLOCK_URI=@@RUN_CLOCK_URI@@
 RUN_RECORD=@@RUN_RECORD@@
 RUN_FINAL_CODES=@@RUN_FINAL_CODES@@
+SETUP_ATTEMPTS=@@SETUP_ATTEMPTS@@
+SETUP_FAILURES=@@SETUP_FAILURES@@
 
 # Each of the launcher's own lines goes to the unit's journal and, once the helper is on disk,
 # to Cloud Logging as this VM's entry (node_helper.py log), where `trainstack logs` and the
@@ -63,10 +78,43 @@ say() {
   fi
 }
 log() { say INFO "$@"; }
+# What the launcher is doing (the `stage` of the run's end record) and this node's rank,
+# once known.
+stage=launch
+node_rank=""
+# record_end REASON: the run ended for good at `stage` (first line of REASON: why).
+record_end() {
+  local said
+  if [ -z "$RUN_RECORD" ] || [ -z "$helper" ] || [ -z "$python" ]; then
+    return 0
+  fi
+  if said="$("$python" "$helper" end "$RUN_RECORD" "$stage" "$node_rank" "$1" 2>&1)"; then
+    say INFO "$said"
+  else
+    say WARNING "could not record the run's end: $said"
+  fi
+}
+# ends_run CODE: whether exit CODE ends the run for good (see the top of this file);
+# counts a setup failure.
+ends_run() {
+  local failures
+  case "$1" in
+    1 | 2 | 5) return 0 ;;
+    3)
+      failures=$(($(cat "$SETUP_FAILURES" 2>/dev/null || echo 0) + 1))
+      printf '%s\n' "$failures" >"$SETUP_FAILURES" 2>/dev/null || true
+      [ "$failures" -ge "$SETUP_ATTEMPTS" ]
+      ;;
+    *) return 1 ;;
+  esac
+}
 fail() {
   local code=$1
   shift
   say ERROR "$*"
+  if ends_run "$code"; then
+    record_end "$*" || true
+  fi
   exit "$code"
 }
 # Anything else that fails is a node problem, not a code error: a bounded retry (exit 3)
@@ -113,13 +161,23 @@ cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
 @@NODE_HELPER@@
 TRAINSTACK_HELPER_EOF
 
-node_rank="$("$python" "$helper" metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
+failures="$(cat "$SETUP_FAILURES" 2>/dev/null || echo 0)"
+if [ "$failures" -ge "$SETUP_ATTEMPTS" ]; then
+  log "the setup failed $failures times in a row (at most $SETUP_ATTEMPTS); not starting again"
+  exit 0
+fi
+rank="$("$python" "$helper" metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
   fail 3 "could not read the $NODE_RANK_ATTRIBUTE metadata attribute"
-case "$node_rank" in
-  '' | *[!0-9]*) fail 2 "node rank '$node_rank' is not a non-negative integer" ;;
+case "$rank" in
+  '' | *[!0-9]*) fail 2 "node rank '$rank' is not a non-negative integer" ;;
 esac
-if [ "$node_rank" -ge "$NUM_NODES" ]; then
-  fail 2 "node rank $node_rank is not below the node count $NUM_NODES"
+if [ "$rank" -ge "$NUM_NODES" ]; then
+  fail 2 "node rank $rank is not below the node count $NUM_NODES"
+fi
+node_rank="$rank"
+if [ -n "$RUN_RECORD" ]; then
+  "$python" "$helper" alive "$RUN_RECORD" "$node_rank" "$stage" >/dev/null 2>&1 ||
+    say WARNING "could not write this node's heartbeat under $RUN_RECORD"
 fi
 
 remaining=""
@@ -139,16 +197,24 @@ package_file="$WORK_DIR/${PACKAGE_URI##*/}"
 if [ ! -e "$package_file.installed" ]; then
   log "installing $PACKAGE_URI"
   # The helper's and pip's own words go into the shipped line: the journal is not shipped.
+  # Their last line is the reason a run's end record keeps.
+  stage=package_download
   if ! out="$("$python" "$helper" download "$PACKAGE_URI" "$package_file" 2>&1)"; then
-    fail 3 "could not download $PACKAGE_URI: $out"
+    fail 3 "could not download $PACKAGE_URI: $(printf '%s\n' "$out" | tail -n 1)"
   fi
+  stage=package_install
   if ! out="$("${pip[@]}" install --disable-pip-version-check --no-input "$package_file" 2>&1)"; then
     printf '%s\n' "$out" >&2
-    fail 3 "pip could not install $package_file: $(printf '%s\n' "$out" | tail -n 5)"
+    said="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' || true)"
+    # pip's last line says why; up to 5 lines before it go with it as context.
+    before="$(printf '%s\n' "$said" | tail -n 6 | sed '$d')"
+    fail 3 "pip could not install $PACKAGE_URI: $(printf '%s\n' "$said" | tail -n 1)${before:+
+$before}"
   fi
   printf '%s\n' "$out" >&2
   touch "$package_file.installed"
 fi
+stage=launch
 if [ "$terminated" = 1 ]; then
   fail 143 "terminated before training started"
 fi
@@ -173,6 +239,10 @@ export TRAINSTACK_CLOUD_LOGGING=gce_instance
 # The run's end record and the supervisor's stop request (trainers/common/run_records.py):
 # the exits the unit never restarts end the run for good.
 if [ -n "$RUN_RECORD" ]; then
+  if [ "$((failures + 1))" -ge "$SETUP_ATTEMPTS" ]; then
+    # The last attempt: the unit restarts a setup failure of the node launcher no more.
+    RUN_FINAL_CODES="$RUN_FINAL_CODES 3"
+  fi
   export TRAINSTACK_RUN_RECORD="$RUN_RECORD" TRAINSTACK_RUN_FINAL_CODES="$RUN_FINAL_CODES"
 fi
 if [ "$USE_TORCHRUN" = 0 ] && [ -n "$TF_WORKERS" ]; then
@@ -183,6 +253,7 @@ fi
 # torchrun (elastic rendezvous on node 0 when there are several nodes) or the trainer once,
 # and maps the outcome to the exit codes above.
 cmd=("$python" "${NODE_ARGV[@]}")
+stage=trainer
 log "node $node_rank of $NUM_NODES: ${cmd[*]}"
 # The node launcher's stderr (why it stopped: a lost rendezvous, fewer GPUs than planned, a
 # worker's traceback) goes to the journal as before and to a file whose last lines travel
@@ -217,6 +288,9 @@ if [ -n "$timer" ]; then
 fi
 wait "$tee_pid" 2>/dev/null || true
 rm -f "$node_fifo"
+if [ "$status" -ne 3 ]; then
+  rm -f "$SETUP_FAILURES" # the setup went through: the count starts again
+fi
 # why CODE TEXT: the failure line for the node launcher's exit CODE, with its last stderr
 # lines (at most NODE_LOG_LINES) when it wrote any.
 NODE_LOG_LINES=20

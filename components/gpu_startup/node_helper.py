@@ -8,6 +8,19 @@ every one of them has Python. The launcher writes this file next to its work and
     python3 node_helper.py check-args --steps=100 --global_batch_size=64
     python3 node_helper.py run-started gs://bucket/trainstack-run-0123abcd.started
     python3 node_helper.py log ERROR "pip could not install ..."
+    python3 node_helper.py end gs://bucket/trainstack-run-0123abcd package_install 1 "pip ..."
+    python3 node_helper.py alive gs://bucket/trainstack-run-0123abcd 1 launch
+
+`end` and `alive` keep the run's records for the supervisor where the node launcher cannot
+(`trainstack.trainers.common.run_records`, whose names and record shapes these copy:
+tests/unit/test_shell_run_records.py holds them equal): `end PREFIX STAGE NODE_RANK REASON`
+records that a shell stage gave up for good, `<prefix>.ended` =
+`{"outcome": "failed", "stage", "reason", "node_rank", "time"}` (NODE_RANK may be empty
+before the rank is known: null), created only if absent (`ifGenerationMatch=0`, as the run
+clock): the first cause recorded is the one kept, a later one is reported and dropped;
+`alive PREFIX NODE_RANK STAGE` rewrites the heartbeat `<prefix>.alive/<node_rank>` =
+`{"node_rank", "stage", "time"}`, one attempt with short timeouts (the next stage or beat
+writes it again). Both run before anything is installed, with the interpreter alone.
 
 `log` writes one line of the launcher's own to Cloud Logging (`entries:write`,
 https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write) as the entry the
@@ -44,6 +57,13 @@ LOG_ID = "trainstack"
 GCE_NAME_LABEL = "compute.googleapis.com/resource_name"
 SEVERITIES = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL")
 LOG_TIMEOUT_S = 5
+ENDED_SUFFIX = ".ended"
+ALIVE_SUFFIX = ".alive/"
+STAGES = ("package_download", "package_install", "launch", "startup", "trainer", "job")
+RECORD_TYPE = "application/octet-stream"
+"""The records' content type: what gcsfs gives the node launcher's (`pipe_file`'s default)."""
+REASON_MAX = 500
+"""Characters of a reason kept: one line that says why, not a log."""
 ATTEMPTS = 5
 """Tries per request; transient failures (connection errors, 429, 5xx) back off 1, 2, 4, 8 s."""
 TIMEOUT_S = 60
@@ -138,15 +158,79 @@ def run_started(uri: str) -> int:
         except urllib.error.HTTPError as exc:
             if exc.code != 404:
                 raise
-        bucket, _, name = uri[len("gs://") :].partition("/")
-        url = (
-            f"{storage_base()}/upload/storage/v1/b/{bucket}/o?uploadType=media"
-            f"&name={urllib.parse.quote(name, safe='')}&ifGenerationMatch=0"
-        )
+        url = upload_url(uri, if_absent=True)
         status = _send(url, str(int(time.time())).encode(), {**auth, "Content-Type": "text/plain"})
         if status not in (200, 412):  # 412: another node recorded it first; read that
             raise ValueError(f"recording the run start at {uri} failed with HTTP {status}")
     raise ValueError(f"no run start recorded at {uri}")
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def upload_url(uri: str, if_absent: bool) -> str:
+    """JSON API media upload URL of a `gs://bucket/object` URI (`ifGenerationMatch=0`: only
+    if the object does not exist yet)."""
+    bucket, _, name = uri[len("gs://") :].partition("/")
+    if not uri.startswith("gs://") or not bucket or not name:
+        raise ValueError(f"not a gs://bucket/object URI: {uri!r}")
+    url = (
+        f"{storage_base()}/upload/storage/v1/b/{bucket}/o?uploadType=media"
+        f"&name={urllib.parse.quote(name, safe='')}"
+    )
+    return url + ("&ifGenerationMatch=0" if if_absent else "")
+
+
+def _rank(node_rank: str) -> int | None:
+    if node_rank == "":
+        return None
+    if not node_rank.isdigit():
+        raise ValueError(f"node rank {node_rank!r} is not a non-negative integer or empty")
+    return int(node_rank)
+
+
+def record_end(prefix: str, stage: str, node_rank: str, reason: str) -> str:
+    """Record that stage `stage` ended the run at `prefix` for good, unless a record is
+    there already; what happened, as one line."""
+    if stage not in STAGES:
+        raise ValueError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
+    lines = reason.strip().splitlines()
+    record = {
+        "outcome": "failed",
+        "stage": stage,
+        "reason": (lines[0] if lines else "")[:REASON_MAX],
+        "node_rank": _rank(node_rank),
+        "time": _stamp(),
+    }
+    uri = prefix + ENDED_SUFFIX
+    headers = {"Authorization": f"Bearer {access_token()}", "Content-Type": RECORD_TYPE}
+    status = _send(upload_url(uri, True), json.dumps(record, sort_keys=True).encode(), headers)
+    if status == 412:
+        return f"the run's end was recorded before at {uri}; kept"
+    if status != 200:
+        raise ValueError(f"recording the run's end at {uri} failed with HTTP {status}")
+    return f"recorded the run's end (failed: {stage}) at {uri}"
+
+
+def write_alive(prefix: str, node_rank: str, stage: str) -> None:
+    """This node's heartbeat: one attempt, short timeouts."""
+    rank = _rank(node_rank)
+    if rank is None or stage not in STAGES:
+        raise ValueError(f"alive needs a node rank and a stage, got {node_rank!r} {stage!r}")
+    record = {"node_rank": rank, "stage": stage, "time": _stamp()}
+    token = json.loads(_metadata_once("instance/service-accounts/default/token"))
+    request = urllib.request.Request(
+        upload_url(f"{prefix}{ALIVE_SUFFIX}{rank}", False),
+        data=json.dumps(record, sort_keys=True).encode(),
+        headers={
+            "Authorization": f"Bearer {token['access_token']}",
+            "Content-Type": RECORD_TYPE,
+        },
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=LOG_TIMEOUT_S) as response:
+        response.read()
 
 
 def _metadata_once(path: str) -> str:
@@ -200,7 +284,8 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(
             "usage: node_helper.py metadata PATH | download URI DEST | run-started URI | "
-            "check-args ARGS... | log SEVERITY MESSAGE"
+            "check-args ARGS... | log SEVERITY MESSAGE | end PREFIX STAGE NODE_RANK REASON | "
+            "alive PREFIX NODE_RANK STAGE"
         )
         return 3
     command, rest = argv[0], argv[1:]
@@ -215,6 +300,10 @@ def main(argv: list[str]) -> int:
             check_args(rest)
         elif command == "log" and len(rest) == 2:
             ship_log(rest[0], rest[1])
+        elif command == "end" and len(rest) == 4:
+            print(record_end(*rest))
+        elif command == "alive" and len(rest) == 3:
+            write_alive(*rest)
         else:
             print(f"trainstack-helper: bad usage: {' '.join(argv)}", file=sys.stderr)
             return 3

@@ -49,11 +49,16 @@ runtime may then be any TPU software version (your requirements bring the framew
 the Compute Engine node launcher does (`components/gpu_startup/launch.sh`): the GA Cloud TPU
 API has no run limit (`trainstack.components.catalog.tpu.TPU_RUN_LIMIT_SOURCE`). Every launching worker
 asks the node helper (`components/gpu_startup/node_helper.py run-started`, embedded in the
-script only when a limit is set) for the run's first start, recorded once in the checkpoint
-bucket (`run_clock`: `trainstack-run-<key>.started`, the GCE name scheme); once the limit has
-passed since then the trainer gets SIGTERM (it checkpoints), the script logs
-`max_run_hours reached: ...` and exits 0 without relaunching; a boot after the deadline exits
-0 at once.
+script) for the run's first start, recorded once in the checkpoint bucket (`run_clock`:
+`trainstack-run-<key>.started`, the GCE name scheme); once the limit has passed since then
+the trainer gets SIGTERM (it checkpoints), the script logs `max_run_hours reached: ...` and
+exits 0 without relaunching; a boot after the deadline exits 0 at once.
+
+The run's records for the supervisor (`run_record`, `trainstack.trainers.common.run_records`)
+go through the same helper: a launching worker rewrites its heartbeat as the script starts
+and as it installs, and records the run's end when the script gives up for good (nothing
+but a reboot runs it again): the step (`startup`, `package_download`, `package_install`,
+`trainer`) and why, e.g. pip's last line. The supervisor deletes the slice on it.
 
 Every value is shell-quoted into the template; nothing secret may go in (the script lands in
 instance metadata, readable by anyone who can read the node): flags whose names look like
@@ -312,7 +317,7 @@ def render_tpu_worker_script(
             shlex.quote(run_clock(slice_name, package_uri, command, effective)) if limited else "''"
         ),
         "RUN_RECORD": shlex.quote(run_record(slice_name, package_uri, command, effective)),
-        "NODE_HELPER": _node_helper() if limited else "",
+        "NODE_HELPER": _node_helper(),
     }
     template = TEMPLATE_PATH.read_text(encoding="utf-8")
     rendered = _PLACEHOLDER.sub(lambda m: values[m.group(0).strip("@")], template)

@@ -42,6 +42,14 @@
 #      anything, retried like the package download while the bucket grant propagates; once the limit has passed since then the trainer gets SIGTERM (it
 #      checkpoints), the script logs `max_run_hours reached` and exits 0 without relaunching;
 #      a boot after the deadline exits 0 at once.
+#   8. the run's records for the supervisor (TS_RUN_RECORD, trainers/common/run_records.py),
+#      written with the node helper (standard library only, so it works where the package
+#      failed to install): each launching worker rewrites its heartbeat when the script
+#      starts and when it installs; when it gives up for good (nothing retries the script
+#      but a reboot: every `die`, the trainer's last attempt) it records the run's end, the
+#      step that failed and why (`.ended`, created only if absent: the node launcher's own
+#      record of its last attempt is kept). A worker that only serves its chips records
+#      nothing: the trainer on worker 0 goes on without its package.
 # Every line (trainer output included) is also prefixed with the slice and worker id and goes
 # to stdout (the serial console) and to a log file under the state directory.
 set -euo pipefail
@@ -71,6 +79,11 @@ readonly TS_STATE_DIR="${TRAINSTACK_STATE_DIR:-/var/lib/trainstack}"
 
 WORKER_ID="?"
 LOG_FILE="$TS_STATE_DIR/logs/startup.log"
+HELPER="$TS_STATE_DIR/trainstack_node_helper.py"
+# The step under way: the `stage` of the run's end record.
+STAGE=startup
+# pip's output, whose last line says why an install failed.
+PIP_LOG="$TS_STATE_DIR/logs/pip.log"
 
 log() {
   local line
@@ -79,8 +92,32 @@ log() {
   printf '%s\n' "$line" >>"$LOG_FILE" 2>/dev/null || true
 }
 
+# launches: whether this worker runs the trainer (worker 0, or every worker for your code).
+launches() {
+  [[ $WORKER_ID =~ ^[0-9]+$ ]] && ((WORKER_ID == 0 || TS_USER_CODE))
+}
+
+# record_end STAGE REASON: the run ended for good here (a launching worker only).
+record_end() {
+  local said
+  launches && [[ -f $HELPER ]] || return 0
+  if said=$("$TS_PYTHON" "$HELPER" end "$TS_RUN_RECORD" "$1" "$WORKER_ID" "$2" 2>&1); then
+    log "$said"
+  else
+    log "WARNING: could not record the run's end: $said"
+  fi
+}
+
+# alive: this worker's heartbeat for the supervisor (a launching worker only).
+alive() {
+  launches && [[ -f $HELPER ]] || return 0
+  "$TS_PYTHON" "$HELPER" alive "$TS_RUN_RECORD" "$WORKER_ID" "$STAGE" >/dev/null 2>&1 ||
+    log "WARNING: could not write this worker's heartbeat under $TS_RUN_RECORD"
+}
+
 die() {
   log "ERROR: $*"
+  record_end "$STAGE" "$*" || true
   exit 1
 }
 
@@ -188,7 +225,7 @@ download_package() {
 }
 
 install_package() {
-  local digest marker sdist
+  local digest marker sdist said
   digest=$(printf '%s' "$TS_PACKAGE_URI" | sha256sum | cut -c1-16)
   marker="$TS_STATE_DIR/installed-$digest"
   if [[ -f $marker ]]; then
@@ -198,14 +235,30 @@ install_package() {
   sdist="$TS_STATE_DIR/packages/${TS_PACKAGE_URI##*/}"
   mkdir -p "$TS_STATE_DIR/packages"
   log "installing trainer package $TS_PACKAGE_URI"
+  STAGE=package_download
+  alive
   download_package "$sdist" || die "cannot download $TS_PACKAGE_URI"
+  STAGE=package_install
   freeze_runtime
-  # The runtime image owns the system Python (TensorFlow lives there); PEP 668 images
-  # refuse a system-wide pip install without this, older pips ignore it.
-  retry 3 env PIP_BREAK_SYSTEM_PACKAGES=1 "$TS_PYTHON" -m pip install --quiet \
-    --disable-pip-version-check --constraint "$CONSTRAINTS" "$sdist" ||
-    die "cannot install $sdist without changing a package the runtime ships (constraints: $CONSTRAINTS)"
+  # With the runtime's packages as constraints pip refuses to change one the runtime ships.
+  if ! retry 3 pip_install --quiet --disable-pip-version-check --constraint "$CONSTRAINTS" "$sdist"; then
+    said=$(pip_said)
+    die "pip could not install $TS_PACKAGE_URI${said:+: $said} (the runtime's own packages are constraints: $CONSTRAINTS)"
+  fi
   touch "$marker"
+  STAGE=startup
+}
+
+# pip_install ARGS...: pip install into the runtime's Python, its output also in PIP_LOG.
+# The runtime image owns the system Python (TensorFlow lives there); PEP 668 images refuse
+# a system-wide pip install without PIP_BREAK_SYSTEM_PACKAGES, older pips ignore it.
+pip_install() {
+  env PIP_BREAK_SYSTEM_PACKAGES=1 "$TS_PYTHON" -m pip install "$@" 2>&1 | tee "$PIP_LOG"
+}
+
+# pip_said: the last line pip printed (why it failed).
+pip_said() {
+  grep -v '^[[:space:]]*$' "$PIP_LOG" 2>/dev/null | tail -n 1 || true
 }
 
 # The runtime's packages as pip constraints (name==version lines only: editable and
@@ -245,7 +298,7 @@ tensorflow_version() {
 # common.py:106-108). --no-deps and the pin keep pip from replacing the TPU build of
 # TensorFlow with whatever a newer tf-keras requires. TF < 2.16 ships Keras 2 itself.
 install_keras() {
-  local version minor pin marker
+  local version minor pin marker said
   version=$(tensorflow_version) || version=""
   if [[ ! $version =~ ^([0-9]+)\.([0-9]+)\. ]]; then
     die "cannot import TensorFlow with $TS_PYTHON; runtime $TS_RUNTIME_VERSION should ship TensorFlow $TS_RUNTIME_TF_MINOR, which the trainer needs"
@@ -265,9 +318,13 @@ install_keras() {
     return 0
   fi
   log "TensorFlow $version runs Keras 2 as tf-keras: installing $pin without dependencies"
-  retry 3 env PIP_BREAK_SYSTEM_PACKAGES=1 "$TS_PYTHON" -m pip install --quiet \
-    --disable-pip-version-check --upgrade --force-reinstall --no-deps "$pin" ||
-    die "cannot install $pin"
+  STAGE=package_install
+  if ! retry 3 pip_install --quiet --disable-pip-version-check --upgrade --force-reinstall \
+    --no-deps "$pin"; then
+    said=$(pip_said)
+    die "pip could not install $pin${said:+: $said}"
+  fi
+  STAGE=startup
   touch "$marker"
 }
 
@@ -340,15 +397,11 @@ read_run_clock() {
 }
 
 check_run_limit() {
-  local helper started now
+  local started now
   [[ -n $TS_MAX_RUN_SECONDS ]] || return 0
-  helper="$TS_STATE_DIR/trainstack_node_helper.py"
-  cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
-@@NODE_HELPER@@
-TRAINSTACK_HELPER_EOF
   # The clock lives in the checkpoint bucket, whose grant is as new as the staging one's:
   # the same wait as the package download (a 403 here would otherwise leave the slice idle).
-  retry_grant "run clock read" "run clock read" read_run_clock "$helper" ||
+  retry_grant "run clock read" "run clock read" read_run_clock "$HELPER" ||
     die "cannot read or record the run's start time at $TS_RUN_CLOCK_URI"
   started=$(<"$TS_STATE_DIR/run-started")
   [[ $started =~ ^[0-9]+$ ]] || die "the run's start time at $TS_RUN_CLOCK_URI is '$started', not Unix seconds"
@@ -473,14 +526,23 @@ run_trainer() {
   if [[ -n $TIMER_PID ]]; then
     kill "$TIMER_PID" 2>/dev/null || true
   fi
+  if ((STATUS != 0 && STATUS != 143)); then
+    # No attempt follows on this boot; the node launcher's own record of its last exit, if
+    # it wrote one, is kept. A preemption (143) ends the machine, not the run.
+    record_end trainer "the trainer exited $STATUS on its last attempt ($TS_TRAINER_ATTEMPTS of $TS_TRAINER_ATTEMPTS)"
+  fi
   return "$STATUS"
 }
 
 main() {
   mkdir -p "$TS_STATE_DIR/logs"
   cd "$TS_STATE_DIR"
+  cat >"$HELPER" <<'TRAINSTACK_HELPER_EOF'
+@@NODE_HELPER@@
+TRAINSTACK_HELPER_EOF
   discover_workers
   log "worker $WORKER_ID of ${#WORKER_IPS[@]}; coordinator (worker 0) is $COORDINATOR"
+  alive
   if ((WORKER_ID == 0 || TS_USER_CODE)); then
     check_run_limit
   fi

@@ -16,10 +16,6 @@ from trainstack import components
 from trainstack.components._args import ArgsError, _fields, arg_problems
 from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
 from trainstack.components.image_mirror import ImageMirror, ImageMirrorArgs
-from trainstack.components.reduction_server_image import (
-    ReductionServerImage,
-    ReductionServerImageArgs,
-)
 from trainstack.components.kubernetes_training_job import (
     KubernetesTrainingJob,
     KubernetesTrainingJobArgs,
@@ -27,6 +23,10 @@ from trainstack.components.kubernetes_training_job import (
 from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
+from trainstack.components.reduction_server_image import (
+    ReductionServerImage,
+    ReductionServerImageArgs,
+)
 from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
 from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs

@@ -65,6 +65,7 @@ def test_gce_script_embeds_the_gce_launcher(tmp_path: Path) -> None:
         done_marker=f"{tmp_path / 'state'}/done-{key}",
         extra_path="/opt/conda/bin",
         worker_hosts=GCE_HOSTS,
+        setup_failures=f"{tmp_path / 'state'}/setup-failures-{key}",
     )
     assert f"<<'TRAINSTACK_LAUNCHER_EOF'\n{launcher.rstrip()}\nTRAINSTACK_LAUNCHER_EOF\n" in script
     assert f"RUN_KEY={key}\n" in script

@@ -180,9 +180,21 @@ EXPECTED_JOB: dict[str, Any] = {
                         ],
                         "env": [
                             {"name": "JOB_NAME", "value": JOB},
+                            {"name": "TRAINSTACK_BACKOFF_LIMIT_PER_INDEX", "value": "3"},
                             {"name": "TRAINSTACK_COORDINATOR_PORT", "value": "29500"},
                             {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "8"},
                             {"name": "TRAINSTACK_HEADLESS_SERVICE", "value": JOB},
+                            {
+                                "name": "TRAINSTACK_INDEX_FAILURES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": (
+                                            "metadata.annotations"
+                                            "['batch.kubernetes.io/job-index-failure-count']"
+                                        )
+                                    }
+                                },
+                            },
                             {"name": "TRAINSTACK_NUM_NODES", "value": "4"},
                             {"name": "TRAINSTACK_PACKAGE_URI", "value": PACKAGE_URI},
                         ],
@@ -321,13 +333,26 @@ def test_options_shape_the_pod() -> None:
     assert container["env"] == [
         {"name": "JOB_NAME", "value": JOB},
         {"name": "NCCL_DEBUG", "value": "INFO"},
+        {"name": "TRAINSTACK_BACKOFF_LIMIT_PER_INDEX", "value": "6"},
         {"name": "TRAINSTACK_COORDINATOR_PORT", "value": "23456"},
         {"name": "TRAINSTACK_EXPECTED_ACCELERATORS", "value": "8"},
         {"name": "TRAINSTACK_HEADLESS_SERVICE", "value": JOB},
+        INDEX_FAILURES,
         {"name": "TRAINSTACK_NUM_NODES", "value": "4"},
         {"name": "TRAINSTACK_PACKAGE_URI", "value": PACKAGE_URI},
         {"name": "TRAINSTACK_TF_KERAS", "value": "1"},
     ]
+
+
+INDEX_FAILURES = {
+    "name": "TRAINSTACK_INDEX_FAILURES",
+    "valueFrom": {
+        "fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"
+        }
+    },
+}
+"""The counted failures of the pod's index, from the Job controller's annotation."""
 
 
 def test_default_image_follows_the_trainer_module() -> None:
@@ -477,13 +502,13 @@ def test_invalid_node_args(overrides: dict[str, Any], message: str) -> None:
         ({"active_deadline_seconds": 0}, "active_deadline_seconds: 0 is not an integer >= 1; valid: an integer >= 1"),
         ({"active_deadline_seconds": True}, "active_deadline_seconds: True is not an integer >= 1; valid: an integer >= 1"),
         ({"active_deadline_seconds": 3600.0}, "active_deadline_seconds: 3600.0 is not an integer >= 1; valid: an integer >= 1"),
-        ({"env": {"TRAINSTACK_PACKAGE_URI": "x"}}, "env: 'TRAINSTACK_PACKAGE_URI' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"TRAINSTACK_PACKAGE_URI": "x"}}, "env: 'TRAINSTACK_PACKAGE_URI' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_BACKOFF_LIMIT_PER_INDEX, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_INDEX_FAILURES, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
         ({"port": 0}, "port: 0 is not a TCP port; valid: 1-65535"),
         ({"wait_for_completion": True}, "timeout_s: required when wait_for_completion is true; valid: >= 1"),
         ({"timeout_s": 60}, "timeout_s: only used with wait_for_completion: true; valid: remove it"),
         ({"project": None}, "project: required with gcp_service_account_email (the cluster's Workload Identity pool is <project>.svc.id.goog); valid: the cluster's project id"),
-        ({"env": {"JOB_NAME": "x"}}, "env: 'JOB_NAME' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
-        ({"env": {"1X": "x"}}, "env: '1X' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"JOB_NAME": "x"}}, "env: 'JOB_NAME' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_BACKOFF_LIMIT_PER_INDEX, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_INDEX_FAILURES, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
+        ({"env": {"1X": "x"}}, "env: '1X' is not allowed; valid: a variable name other than JOB_COMPLETION_INDEX, JOB_NAME, TRAINSTACK_BACKOFF_LIMIT_PER_INDEX, TRAINSTACK_COORDINATOR, TRAINSTACK_COORDINATOR_PORT, TRAINSTACK_EXPECTED_ACCELERATORS, TRAINSTACK_HEADLESS_SERVICE, TRAINSTACK_INDEX_FAILURES, TRAINSTACK_NUM_NODES, TRAINSTACK_PACKAGE_URI, TRAINSTACK_TF_KERAS"),
     ],
 )  # fmt: skip
 def test_invalid_arguments(overrides: dict[str, Any], message: str) -> None:

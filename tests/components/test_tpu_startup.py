@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -189,7 +190,8 @@ TOKEN = "ya29.fake-token"
 class MetadataServer(LocalServer):
     """The GCE metadata server's `computeMetadata/v1/` paths this script reads, and the
     Cloud Storage object read and create-if-absent upload of the run clock (`objects`,
-    requests in `storage`)."""
+    requests in `storage`) and of the run's records for the supervisor (heartbeats and the
+    end record, `trainstack.trainers.common.run_records`: their uploads in `records`)."""
 
     def __init__(self, values: dict[str, str]) -> None:
         self.values = {
@@ -201,6 +203,7 @@ class MetadataServer(LocalServer):
         self.requests: list[tuple[str, str | None]] = []
         self.objects: dict[tuple[str, str], bytes] = {}
         self.storage: list[tuple[str, str]] = []
+        self.records: list[tuple[str, str]] = []
         self.denied_while: Any = None
         """With a callable, object reads answer 403 while it returns True (IAM not yet
         propagated to Cloud Storage)."""
@@ -228,11 +231,13 @@ class MetadataServer(LocalServer):
                 path, _, query = self.path.partition("?")
                 params = urllib.parse.parse_qs(query)
                 with fake._lock:
-                    fake.storage.append(("POST", self.path))
+                    name = params.get("name", [""])[0]
+                    record = ".alive/" in name or name.endswith(".ended")
+                    (fake.records if record else fake.storage).append(("POST", self.path))
                     key = self._object(path, "/upload/storage/v1/b/")
                     if key is None or "name" not in params:
                         return self._reply(401, b"unauthenticated")
-                    key = (key[0], params["name"][0])
+                    key = (key[0], name)
                     if params.get("ifGenerationMatch") == ["0"] and key in fake.objects:
                         return self._reply(412, b"precondition failed")
                     fake.objects[key] = body
@@ -320,6 +325,7 @@ class Worker:
             METADATA_URL_ENV: metadata.base_url + "/computeMetadata/v1",
             STATE_DIR_ENV: str(self.state),
             "FAKE_LOG": str(self.log),
+            **_google(metadata),
             **env,
         }
         return subprocess.run(
@@ -331,13 +337,26 @@ class Worker:
             check=False,
         )
 
-    def calls(self) -> list[dict[str, Any]]:
+    def calls(self, records: bool = False) -> list[dict[str, Any]]:
+        """The recorded calls; the node helper's writes of the run's records (`alive`,
+        `end`) only with `records` (`record_calls`), which the tests of them look at."""
         if not self.log.exists():
             return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
+        calls = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [c for c in calls if records or not _record_call(c)]
+
+    def record_calls(self) -> list[list[str]]:
+        """The node helper's `alive` and `end` calls, argv after the helper's path."""
+        return [c["argv"][1:] for c in self.calls(records=True) if _record_call(c)]
 
     def argvs(self) -> list[list[str]]:
         return [[c["prog"], *c["argv"]] for c in self.calls()]
+
+
+def _record_call(call: dict[str, Any]) -> bool:
+    argv = call["argv"]
+    helper = bool(argv) and argv[0].endswith("trainstack_node_helper.py")
+    return helper and argv[1:2] in (["alive"], ["end"])
 
 
 def _script(**overrides: Any) -> str:
@@ -480,7 +499,7 @@ def test_rerun_after_an_unfinished_run_relaunches_the_same_command(
     failed = worker.run(worker0, FAKE_TRAINER_EXITS="1,1,1,0")
     assert failed.returncode == 1
     assert [c["argv"] for c in worker.calls() if c["prog"] == "sleep"] == [["10"], ["20"]]
-    assert failed.stdout.splitlines()[-1].endswith("trainer exited with status 1")
+    assert failed.stdout.splitlines()[-2].endswith("trainer exited with status 1")
     resumed = worker.run(worker0, FAKE_TRAINER_EXITS="1,1,1,0")
     assert resumed.returncode == 0
     trainer_runs = [c for c in worker.calls() if c["argv"][:2] == TRAINER_ARGV[:2]]
@@ -503,6 +522,17 @@ def test_only_the_last_attempt_ends_the_run_on_a_failure(
         None,
         "1 2 3 4 5",
     ]
+    # No attempt follows on this boot: the script records the end where the node launcher
+    # did not (this fake trainer writes none), created only if absent.
+    assert _ended(worker0) == {
+        "outcome": "failed",
+        "stage": "trainer",
+        "reason": "the trainer exited 1 on its last attempt (3 of 3)",
+        "node_rank": 0,
+    }
+    assert failed.stdout.splitlines()[-1] == (
+        f"{TAG0} recorded the run's end (failed: trainer) at {RECORD}.ended"
+    )
     assert f"gs://p-exp-42-checkpoints/{CLOCK_OBJECT.removesuffix('.started')}" == RECORD
 
 
@@ -538,6 +568,14 @@ def _google(server: MetadataServer) -> dict[str, str]:
         "GCE_METADATA_HOST": server.base_url.removeprefix("http://"),
         "STORAGE_EMULATOR_HOST": server.base_url,
     }
+
+
+def _ended(server: MetadataServer) -> dict[str, Any]:
+    """The run's end record the script wrote, but for its time (checked for its form)."""
+    bucket, _, name = RECORD.removeprefix("gs://").partition("/")
+    record: dict[str, Any] = json.loads(server.objects[(bucket, f"{name}.ended")])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record.pop("time"))
+    return record
 
 
 def _helper_call(worker: Worker) -> list[str]:
@@ -849,10 +887,20 @@ def test_no_tensorflow_stops_before_the_trainer(worker: Worker, worker0: Metadat
     result = worker.run(worker0, FAKE_TF_VERSION="")
     assert result.returncode == 1
     assert worker.argvs() == [*_install_calls(worker), ["python3", *TF_PROBE]]
-    assert result.stdout.splitlines()[-1] == (
-        f"[trainstack slice={SLICE} worker=0] ERROR: cannot import TensorFlow with python3; "
-        f"runtime {RUNTIME} should ship TensorFlow 2.16, which the trainer needs"
+    reason = (
+        f"cannot import TensorFlow with python3; runtime {RUNTIME} should ship TensorFlow "
+        "2.16, which the trainer needs"
     )
+    assert result.stdout.splitlines()[-2:] == [
+        f"{TAG0} ERROR: {reason}",
+        f"{TAG0} recorded the run's end (failed: startup) at {RECORD}.ended",
+    ]
+    assert _ended(worker0) == {
+        "outcome": "failed",
+        "stage": "startup",
+        "reason": reason,
+        "node_rank": 0,
+    }
 
 
 def test_a_failed_tf_keras_install_is_retried_then_fatal(
@@ -869,9 +917,11 @@ def test_a_failed_tf_keras_install_is_retried_then_fatal(
         ["sleep", "20"],
         install,
     ]
-    assert result.stdout.splitlines()[-1] == (
-        f"[trainstack slice={SLICE} worker=0] ERROR: cannot install tf-keras==2.16.*"
-    )
+    assert result.stdout.splitlines()[-2:] == [
+        f"{TAG0} ERROR: pip could not install tf-keras==2.16.*",
+        f"{TAG0} recorded the run's end (failed: package_install) at {RECORD}.ended",
+    ]
+    assert _ended(worker0)["stage"] == "package_install"
 
 
 # -- rendering --------------------------------------------------------------------------
@@ -895,7 +945,7 @@ def test_rendered_values_are_quoted_and_the_script_parses() -> None:
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
-def test_the_run_limit_and_the_node_helper_go_into_the_script_only_when_set() -> None:
+def test_the_run_limit_goes_into_the_script_only_when_set_and_the_node_helper_always() -> None:
     helper = Path("components/gpu_startup/node_helper.py").read_text().rstrip("\n")
     limited = _script(max_run_seconds=3600)
     assert "readonly TS_MAX_RUN_SECONDS=3600\n" in limited
@@ -904,7 +954,8 @@ def test_the_run_limit_and_the_node_helper_go_into_the_script_only_when_set() ->
     subprocess.run(["bash", "-n"], input=limited, text=True, check=True)
     plain = _script()
     assert "readonly TS_MAX_RUN_SECONDS=''\nreadonly TS_RUN_CLOCK_URI=''\n" in plain
-    assert "<<'TRAINSTACK_HELPER_EOF'\n\nTRAINSTACK_HELPER_EOF\n" in plain
+    # The run's records (heartbeats, the end) go through it with or without a limit.
+    assert f"<<'TRAINSTACK_HELPER_EOF'\n{helper}\nTRAINSTACK_HELPER_EOF\n" in plain
 
 
 def test_a_checkpoint_dir_flag_replaces_the_default() -> None:
@@ -1021,10 +1072,12 @@ def test_an_install_that_would_replace_a_runtime_package_fails_loudly(
     install = _install_calls(worker)[2]
     assert worker.argvs()[2:] == [install, ["sleep", "10"], install, ["sleep", "20"], install]
     constraints = worker.state / "runtime-constraints.txt"
+    # Worker 3 only serves its chips: the trainer on worker 0 goes on, nothing is recorded.
     assert result.stdout.splitlines()[-1] == (
-        f"[trainstack slice={SLICE} worker=3] ERROR: cannot install {_downloaded(worker)} "
-        f"without changing a package the runtime ships (constraints: {constraints})"
+        f"[trainstack slice={SLICE} worker=3] ERROR: pip could not install {PACKAGE} "
+        f"(the runtime's own packages are constraints: {constraints})"
     )
+    assert worker.record_calls() == []
 
 
 # -- your own code -----------------------------------------------------------------------
@@ -1127,3 +1180,53 @@ def test_a_403_on_the_run_clock_is_waited_out_like_the_download(
         f"{TAG0} max_run_hours reached: 3640s since the run started (limit 3600s); not starting",
     ]
     assert "HTTP Error 403" in result.stderr
+
+
+# -- the run's records for the supervisor -------------------------------------------------
+
+
+def test_a_launching_worker_writes_its_heartbeat_as_it_starts_and_installs(
+    worker: Worker, worker0: MetadataServer
+) -> None:
+    assert worker.run(worker0).returncode == 0
+    assert worker.record_calls() == [
+        ["alive", RECORD, "0", "startup"],
+        ["alive", RECORD, "0", "package_download"],
+    ]
+    bucket, _, name = RECORD.removeprefix("gs://").partition("/")
+    beat = json.loads(worker0.objects[(bucket, f"{name}.alive/0")])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", beat.pop("time"))
+    assert beat == {"node_rank": 0, "stage": "package_download"}
+    assert (bucket, f"{name}.ended") not in worker0.objects  # a finished run: rank 0's own
+
+
+def test_a_worker_that_only_serves_its_chips_keeps_no_records(
+    worker: Worker, worker3: MetadataServer
+) -> None:
+    assert worker.run(worker3).returncode == 0
+    assert (worker.record_calls(), worker3.records) == ([], [])
+
+
+def test_a_failed_package_download_ends_the_run_once_its_window_has_passed(
+    worker: Worker, worker0: MetadataServer
+) -> None:
+    result = worker.run(
+        worker0, FAKE_FAILING="gcloud,gsutil", FAKE_CLOCK_SLEEPS="1", FAKE_NOW=str(NOW)
+    )
+    assert result.returncode == 1
+    assert _ended(worker0) == {
+        "outcome": "failed",
+        "stage": "package_download",
+        "reason": f"cannot download {PACKAGE}",
+        "node_rank": 0,
+    }
+    # A record that is there already (here: this one) is kept, not replaced.
+    first = worker0.objects[(CLOCK_BUCKET, f"{RECORD.rsplit('/', 1)[1]}.ended")]
+    again = worker.run(
+        worker0, FAKE_FAILING="gcloud,gsutil", FAKE_CLOCK_SLEEPS="1", FAKE_NOW=str(NOW)
+    )
+    assert again.returncode == 1
+    assert again.stdout.splitlines()[-1] == (
+        f"{TAG0} the run's end was recorded before at {RECORD}.ended; kept"
+    )
+    assert worker0.objects[(CLOCK_BUCKET, f"{RECORD.rsplit('/', 1)[1]}.ended")] == first

@@ -24,6 +24,14 @@ replacement pods") and the batch/v1 JobSpec reference:
 - A pod whose node disappears is failed by Kubernetes with the `DisruptionTarget`
   condition (the pod garbage collector, reason DeletionByPodGC, or the taint manager); the
   test calls `lose_node` for that.
+- Every pod it creates carries the annotation `batch.kubernetes.io/job-index-failure-count`
+  (and `batch.kubernetes.io/job-index-ignored-failure-count` once non-zero): the counted
+  (ignored) failures of its index so far, as kubernetes pkg/controller/job/
+  indexed_job_utils.go `addIndexFailureCountAnnotation` / `getNewIndexFailureCounts` set them
+  (0 on an index's first pod, the replaced pod's counts plus its own failure on a
+  replacement); `start(index, annotations)` gets them, and the index fails with a counted
+  failure of a pod whose count was already `backoffLimitPerIndex` (`isIndexFailed`), which is
+  the same rule as "counted failures exceed the limit".
 
 What it leaves out: backoff delays between retries (exponential from 10 s: they only slow
 a real Job down), `activeDeadlineSeconds`, the Job's status object, and a graceful
@@ -40,6 +48,8 @@ from typing import Any, Literal
 from tests.fidelity.nodes import Node
 
 DISRUPTION_TARGET = "DisruptionTarget"
+FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+IGNORED_FAILURE_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
 Action = Literal["FailJob", "FailIndex", "Ignore", "Count"]
 
 
@@ -61,6 +71,7 @@ class JobOutcome:
     reason: str = ""
     exits: list[PodExit] = field(default_factory=list)
     counted_failures: dict[int, int] = field(default_factory=dict)
+    ignored_failures: dict[int, int] = field(default_factory=dict)
     failed_indexes: set[int] = field(default_factory=set)
     pods: list[Node] = field(default_factory=list)
     """Every pod started, in order."""
@@ -93,9 +104,12 @@ def policy_action(policy: Mapping[str, Any], exit_code: int, conditions: frozens
 
 
 class IndexedJobController:
-    """Runs the pods of one Indexed Job (`start(index) -> Node`) to completion or failure."""
+    """Runs the pods of one Indexed Job (`start(index, annotations) -> Node`) to completion
+    or failure."""
 
-    def __init__(self, job: Mapping[str, Any], start: Callable[[int], Node]) -> None:
+    def __init__(
+        self, job: Mapping[str, Any], start: Callable[[int, Mapping[str, str]], Node]
+    ) -> None:
         spec = job["spec"]
         assert spec["completionMode"] == "Indexed"
         assert spec["podReplacementPolicy"] == "Failed"
@@ -110,7 +124,11 @@ class IndexedJobController:
         self.outcome = JobOutcome()
 
     def _launch(self, index: int) -> None:
-        node = self.start(index)
+        annotations = {FAILURE_COUNT: str(self.outcome.counted_failures.get(index, 0))}
+        ignored = self.outcome.ignored_failures.get(index, 0)
+        if ignored:
+            annotations[IGNORED_FAILURE_COUNT] = str(ignored)
+        node = self.start(index, annotations)
         self.running[index] = node
         self.outcome.pods.append(node)
 
@@ -142,6 +160,7 @@ class IndexedJobController:
             outcome.state, outcome.reason = "Failed", "PodFailurePolicy"
             return
         if action == "Ignore":
+            outcome.ignored_failures[index] = outcome.ignored_failures.get(index, 0) + 1
             self._launch(index)
             return
         if action == "Count":

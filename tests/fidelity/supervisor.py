@@ -1,7 +1,7 @@
 """The planned run supervisor after a fidelity run: Google's `functions-framework` serving
 the exact bundle the plan uploads, with the run's real bucket (the GCS emulator the nodes
 wrote to), its own state bucket there as `pulumi up` leaves it, and fakes of the Compute
-Engine and GKE APIs holding the planned group or pool."""
+Engine, GKE and Cloud TPU APIs holding the planned group, pool or slice."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tests.components.test_tpu_supervisor_function import Function, state_bucket
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
 from tests.fakes.metadata_fake import MetadataFake
+from tests.fakes.tpu_server import TpuFakeServer
 
 SA = "supervisor@p.iam.gserviceaccount.com"
 
@@ -45,6 +46,7 @@ class Served:
     compute: ComputeFakeServer
     container: ContainerFakeServer
     config: dict[str, Any]
+    tpu: TpuFakeServer
 
 
 @contextlib.contextmanager
@@ -57,7 +59,8 @@ def serve_planned_supervisor(
 ) -> Iterator[Served]:
     """The plan's supervisor served as Cloud Functions runs it, its group (or pool) at
     `size` nodes as `pulumi up` left it (`deployed`: a Compute Engine fake already holding
-    the group, as `tests.fidelity.gce_deploy` deployed it; `size` is then unused)."""
+    the group, as `tests.fidelity.gce_deploy` deployed it; `size` is then unused), or its
+    slice READY (`size` unused)."""
     config = planned_supervisor(plan, folder)
     fs = fsspec.filesystem("gcs", endpoint_url=storage, token="anon")
     state_bucket(fs, config["state_uri"].removeprefix("gs://"))
@@ -65,11 +68,14 @@ def serve_planned_supervisor(
     with (
         contextlib.nullcontext(deployed) if deployed else ComputeFakeServer() as compute,
         ContainerFakeServer() as container,
+        TpuFakeServer() as tpu,
         MetadataFake(values) as metadata,
     ):
         parts = config["name"].split("/")
         if config["kind"] == "mig" and deployed is None:
             compute.groups[f"{parts[1]}/{parts[3]}/{parts[5]}"] = {"targetSize": size}
+        elif config["kind"] == "node":
+            tpu.nodes[config["name"]] = {"name": config["name"], "state": "READY"}
         elif config["kind"] != "mig":
             group = f"{parts[1]}/{parts[3]}/gke-{parts[5]}-{parts[7]}-grp"
             compute.groups[group] = {"targetSize": size}
@@ -90,10 +96,11 @@ def serve_planned_supervisor(
                 "STORAGE_EMULATOR_HOST": storage,
                 "TRAINSTACK_COMPUTE_API_ENDPOINT": compute.endpoint,
                 "TRAINSTACK_CONTAINER_API_ENDPOINT": container.endpoint,
+                "TRAINSTACK_TPU_API_ENDPOINT": tpu.endpoint,
             },
         )
         try:
-            yield Served(function, compute, container, config)
+            yield Served(function, compute, container, config, tpu)
         finally:
             function.stop()
 
@@ -103,6 +110,7 @@ class Checked:
     answers: list[dict[str, Any]]
     compute: ComputeFakeServer
     container: ContainerFakeServer
+    tpu: TpuFakeServer
 
 
 def check_with_planned_supervisor(
@@ -111,7 +119,7 @@ def check_with_planned_supervisor(
     """`serve_planned_supervisor`, called `calls` times in a row."""
     with serve_planned_supervisor(plan, folder, storage, size) as served:
         answers = [served.function.call() for _ in range(calls)]
-    return Checked(answers, served.compute, served.container)
+    return Checked(answers, served.compute, served.container, served.tpu)
 
 
 def read_object(storage: str, uri: str) -> Any:

@@ -45,7 +45,7 @@ import shlex
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,13 +229,22 @@ class Group:
         for metadata in self.metadata:
             metadata.__exit__(None, None, None)
 
-    def boot(self, rank: int, extra_env: dict[str, str] | None = None) -> Node:
+    def boot(
+        self,
+        rank: int,
+        extra_env: dict[str, str] | None = None,
+        var_lib: Mapping[str, str] | None = None,
+    ) -> Node:
         """Boot the VM of `rank` with a fresh disk: the startup script as root
-        (`extra_env`: test hooks in the unit's environment)."""
+        (`extra_env`: test hooks in the unit's environment; `var_lib`: files already on the
+        disk under /var/lib, by relative path, as an earlier start left them)."""
         self.boots += 1
         disk = self.root / f"vm-{rank}-boot-{self.boots}"
         for directory in ("var-lib", "tmp"):
             (disk / directory).mkdir(parents=True)
+        for path, text in (var_lib or {}).items():
+            (disk / "var-lib" / path).parent.mkdir(parents=True, exist_ok=True)
+            (disk / "var-lib" / path).write_text(text)
         bin_dir = self.image.container(disk)
         env = {
             "PATH": f"{bin_dir}:{self.systemd}:/usr/bin:/bin",

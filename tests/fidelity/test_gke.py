@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,15 +147,20 @@ class Cluster:
         )
         self.attempts = 0
 
-    def start(self, index: int, extra_env: dict[str, str] | None = None) -> Node:
-        """Start the pod of `index` in a fresh container directory (`extra_env`: what a
-        test plants in it)."""
+    def start(
+        self,
+        index: int,
+        annotations: Mapping[str, str] | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> Node:
+        """Start the pod of `index` in a fresh container directory, with the `annotations`
+        the Job controller gave it (`extra_env`: what a test plants in it)."""
         self.attempts += 1
         tmp = self.root / f"pod-{index}-attempt-{self.attempts}"
         tmp.mkdir()
         bin_dir = self.image.container(tmp)
         container = self.planned.container
-        env = {item["name"]: item["value"] for item in container["env"]}
+        env = {item["name"]: _env_value(item, annotations or {}) for item in container["env"]}
         env.update(
             {
                 "JOB_COMPLETION_INDEX": str(index),
@@ -180,6 +186,20 @@ class Cluster:
         )
 
 
+ANNOTATION_PATH = re.compile(r"metadata\.annotations\['([^']+)'\]")
+
+
+def _env_value(item: Mapping[str, Any], annotations: Mapping[str, str]) -> str:
+    """A container env entry's value as the kubelet resolves it: its `value`, or a pod
+    annotation's through the downward API, empty when the pod has none (kubernetes
+    pkg/fieldpath/fieldpath.go `ExtractFieldPathAsString`: `GetAnnotations()[subscript]`)."""
+    if "value" in item:
+        return str(item["value"])
+    match = ANNOTATION_PATH.fullmatch(item["valueFrom"]["fieldRef"]["fieldPath"])
+    assert match is not None, item
+    return annotations.get(match.group(1), "")
+
+
 @pytest.fixture
 def fakes() -> Iterator[tuple[str, str]]:
     """The GCS emulator and the metadata server: (STORAGE_EMULATOR_HOST, metadata URL)."""
@@ -201,7 +221,7 @@ def test_pod_manifest_runs_the_node_launcher() -> None:
         "trainstack.trainers.node",
         "trainstack.trainers.torch_ddp",
     ]
-    env = {item["name"]: item["value"] for item in container["env"]}
+    env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
     assert env["TRAINSTACK_PACKAGE_URI"] == planned.package_uri
     assert (env["JOB_NAME"], env["TRAINSTACK_HEADLESS_SERVICE"]) == (planned.name,) * 2
     assert env["TRAINSTACK_NUM_NODES"] == "2"
@@ -289,7 +309,7 @@ def test_one_index_out_of_retries_fails_the_job_and_stops_the_others(tmp_path: P
     hosts = write_hosts(tmp_path / "hosts", {"p-0": [], "p-1": []})
     script = 'if [ "$INDEX" = 0 ]; then exit 3; fi; exec sleep 600'
 
-    def start(index: int) -> Node:
+    def start(index: int, annotations: Mapping[str, str]) -> Node:
         attempt = tmp_path / f"pod-{index}-{len(list(tmp_path.glob(f'pod-{index}-*')))}"
         attempt.mkdir()
         env = {"PATH": os.environ["PATH"], "INDEX": str(index)}
@@ -393,8 +413,9 @@ def test_a_rank_that_raises_fails_the_job_within_one_attempt(
     bug.mkdir()
     (bug / "sitecustomize.py").write_text(PLANTED_BUG)
 
-    def start(index: int) -> Node:
-        return cluster.start(index, {"PYTHONPATH": str(bug)} if index == 1 else None)
+    def start(index: int, annotations: Mapping[str, str]) -> Node:
+        bug_env = {"PYTHONPATH": str(bug)} if index == 1 else None
+        return cluster.start(index, annotations, bug_env)
 
     began = time.monotonic()
     outcome = IndexedJobController(planned.job, start).run(timeout_s=300)

@@ -37,6 +37,7 @@ TensorFlow.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -111,6 +112,13 @@ def _install_calls(vm: TpuVm, planned: Planned) -> list[dict[str, Any]]:
     ]
 
 
+def _run_clock_call(vm: TpuVm, planned: Planned) -> dict[str, Any]:
+    """The node helper reading the run's first start (the stack's limits.max_run_hours)."""
+    [clock] = re.findall(r"^readonly TS_RUN_CLOCK_URI=(\S+)$", planned.script, re.MULTILINE)
+    helper = str(vm.state / "trainstack_node_helper.py")
+    return {"prog": "python3", "argv": [helper, "run-started", clock], "env": {}}
+
+
 def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
     tmp_path: Path, pod_plan: Planned
 ) -> None:
@@ -127,6 +135,7 @@ def test_pod_worker_0_installs_the_pinned_tf_keras_and_trains_to_done(
     tag = "[trainstack slice=dev-tpu-v5e-tpu worker=0]"
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert vm.calls() == [
+        _run_clock_call(vm, pod_plan),
         *_install_calls(vm, pod_plan),
         {
             "prog": "python3",
@@ -335,14 +344,15 @@ def test_own_jax_runs_on_every_host_and_finds_the_slice_through_jax_tpu_detectio
         # the script's TPU_WORKER_* (GkeTpuCluster, first in JAX's list). Had the node added
         # JAX's or Open MPI's variables, Open MPI's cluster would have answered instead.
         # google-auth (2.63) also pings the server's root and reads the default account's
-        # info before its token.
+        # info before its token; the node helper reads a token for each heartbeat (as the
+        # script starts and as it installs).
         assert sorted(vm.metadata_paths) == [
             "/",
             "instance/attributes/agent-worker-number",
             *["instance/attributes/tpu-env"] * 3,
             "instance/attributes/worker-network-endpoints",
             "instance/service-accounts/default/",
-            "instance/service-accounts/default/token",
+            *["instance/service-accounts/default/token"] * 3,
             "instance/zone",
             "project/project-id",
         ]

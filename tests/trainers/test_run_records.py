@@ -7,6 +7,7 @@ withdrawn, recording `done`."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -44,7 +45,12 @@ def test_what_each_exit_records() -> None:
         "node_rank": 0,
     }
     assert records.end_record(143, 1, stop) is None
-    assert records.end_record(1, 1, None) == {"outcome": "failed", "exit": 1, "node_rank": 1}
+    assert records.end_record(1, 1, None) == {
+        "outcome": "failed",
+        "stage": "trainer",
+        "exit": 1,
+        "node_rank": 1,
+    }
     assert records.end_record(143, 0, None) is None  # preempted: the run goes on
     assert records.end_record(4, 0, None) is None  # a lost peer: restarted
     assert (records.end_uri, records.stop_uri) == (
@@ -63,6 +69,36 @@ def test_from_env() -> None:
         RunRecords.from_env(
             {"TRAINSTACK_RUN_RECORD": "gs://b/r", "TRAINSTACK_RUN_FINAL_CODES": "x"}
         )
+
+
+def test_the_heartbeat_is_written_at_once_and_again_until_stopped(tmp_path: Path) -> None:
+    records = RunRecords(str(tmp_path / "trainstack-run-k"), frozenset(), heartbeat_s=0.05)
+    logged: list[str] = []
+    beating = records.heartbeat(3, logged.append)
+    alive = tmp_path / "trainstack-run-k.alive" / "3"
+    deadline = time.monotonic() + 10
+    while not alive.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    first = json.loads(alive.read_text())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", first.pop("time"))
+    assert first == {"node_rank": 3, "stage": "trainer"}
+    beating.set()
+    assert records.alive_uri(3) == f"{tmp_path}/trainstack-run-k.alive/3"
+    assert logged == []
+
+
+def test_a_heartbeat_that_cannot_be_written_is_logged_once(tmp_path: Path) -> None:
+    blocked = tmp_path / "trainstack-run-k.alive"
+    blocked.write_text("a file where the folder goes")
+    records = RunRecords(str(tmp_path / "trainstack-run-k"), frozenset(), heartbeat_s=0.01)
+    logged: list[str] = []
+    beating = records.heartbeat(0, logged.append)
+    time.sleep(0.3)
+    beating.set()
+    assert [line.split(":", 1)[0] for line in logged] == [
+        f"could not write the heartbeat {blocked}/0"
+    ]
 
 
 def _launch(tmp: Path, prefix: Path, delay: str) -> subprocess.Popen[str]:
@@ -124,3 +160,6 @@ def test_a_stop_request_saves_and_stops_and_holds_a_restart(tmp_path: Path) -> N
     assert {r["step"] for r in starts} == {step}
     done = json.loads(ended.read_text())
     assert {k: v for k, v in done.items() if k != "time"} == {"outcome": "done", "node_rank": 0}
+    # The node's heartbeat while its trainer ran (the supervisor's sign of life).
+    beat = json.loads(Path(f"{prefix}.alive/0").read_text())
+    assert {k: v for k, v in beat.items() if k != "time"} == {"node_rank": 0, "stage": "trainer"}

@@ -174,8 +174,8 @@ INSTALLING = ("INFO", f"trainstack-launch: installing {PACKAGE}")
         (
             {"FAKE_PIP_EXIT": "1", "FAKE_PIP_SAYS": "ERROR: No matching distribution for x==9"},
             200,
-            "trainstack-launch: pip could not install {work}/trainstack_trainers-0123456789abcdef"
-            ".tar.gz: ERROR: No matching distribution for x==9",
+            f"trainstack-launch: pip could not install {PACKAGE}: ERROR: No matching "
+            "distribution for x==9",
         ),
     ],
 )

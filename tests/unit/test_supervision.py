@@ -64,6 +64,7 @@ def test_the_gce_supervisor_resizes_its_group_and_reads_the_launchers_records() 
             "end_uri": f"{prefix}.ended",
             "alive_uri": f"{prefix}.alive/",
             "stop_uri": f"{prefix}.stop",
+            "max_run_seconds": 14400,
             "hourly_usd": 117.55,
         },
         "state_uri": f"gs://{P}-prod-a100-gce-supervisor",
@@ -77,7 +78,7 @@ def test_the_gke_supervisor_empties_the_gpu_pool_and_reads_the_pods_records() ->
     cluster = _named(plan, "dev-a100-gke-gpu-cluster")
     (job,) = [r["inputs"] for r in plan["resources"] if r["type"] == "kubernetes:batch/v1:Job"]
     [container] = job["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     prefix = env["TRAINSTACK_RUN_RECORD"]
     assert prefix.startswith(f"gs://{P}-dev-a100-gke-checkpoints/trainstack-run-")
     assert env["TRAINSTACK_RUN_FINAL_CODES"] == "1 2 5"
@@ -91,6 +92,7 @@ def test_the_gke_supervisor_empties_the_gpu_pool_and_reads_the_pods_records() ->
         "end_uri": f"{prefix}.ended",
         "alive_uri": f"{prefix}.alive/",
         "stop_uri": f"{prefix}.stop",
+        "max_run_seconds": 14400,
         "hourly_usd": 23.51,
     }
 
@@ -207,7 +209,7 @@ def test_plan_diff_shows_a_cap_set_changed_or_removed() -> None:
     assert (
         "| total | base | head | delta |\n|---|---|---|---|\n"
         "| limits.max_total_usd | none | $2,500.00 | |\n"
-        "| limits.max_run_hours | none | 24 h | |\n"
+        "| limits.max_run_hours | 4 h | 24 h | |\n"
     ) in text
     back = plan_diff(head, base)
     assert "| limits.max_total_usd | $2,500.00 | none | |\n" in back

@@ -1,0 +1,280 @@
+"""A run whose setup fails for good, on each supervised target, run the way the platform runs
+it: the stage that gives up on its last attempt records the run's end (`<prefix>.ended`:
+`{"outcome": "failed", "stage", "reason", "node_rank", "time"}`,
+`trainstack.trainers.common.run_records`), and the planned run supervisor, served as Cloud
+Functions runs it against the fake of the platform's API, stops the compute on it. Before,
+only the node launcher wrote an end record, so a run that never reached it billed until
+`pulumi destroy`.
+
+- Compute Engine (`tests.fidelity.test_gce`'s VMs and systemd shim): the package object is
+  gone, every start of the unit fails its download (exit 3), the 20th (the unit's last
+  before its start limit, `GCE_SETUP_ATTEMPTS`) records it; the group is resized to 0. The
+  same with 18 failures already counted on the disk (starts slower than the start limit
+  counts: the launcher's own count ends it, the next start does nothing), in the default
+  run; the whole 20 starts are `slow`.
+- GKE (`tests.fidelity.test_gke`'s pods under `tests.fidelity.job_controller`): index 1's
+  pip install cannot resolve (a requirement's version no index has, planted as
+  `PIP_CONSTRAINT` in that pod's environment), 4 attempts (backoffLimitPerIndex 3); the 4th,
+  whose failure-count annotation says it is the last, records it; the Job fails and the GPU
+  pool is set to 0 nodes (`slow`; tests/components/test_launch_records.py runs the pod
+  script's last and earlier attempts in the default run).
+- Cloud TPU (`tests.fidelity.tpu_vm`'s worker 0): the package is not an sdist, pip fails its
+  3 tries, the startup script gives up (nothing runs it again but a reboot) and records it;
+  the slice is deleted. `sleep` returns at once there (the retries' waits).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.components.test_tpu_startup import MetadataServer
+from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.logging_server import LoggingFakeServer
+from tests.fidelity import test_gce, test_gke
+from tests.fidelity.job_controller import FAILURE_COUNT, IndexedJobController
+from tests.fidelity.nodes import Node, explain, require_unshare
+from tests.fidelity.supervisor import check_with_planned_supervisor, planned_supervisor
+from tests.fidelity.test_gke import TOKEN, Cluster
+from tests.fidelity.tpu_vm import TpuVm, planned_from
+from trainstack.infra.plan import build_plan, load_stack
+from trainstack.trainers.common.run_records import ALIVE_SUFFIX, ENDED_SUFFIX
+
+ISO_SECONDS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def _read(storage: str, uri: str) -> dict[str, Any]:
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    url = f"{storage}/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}?alt=media"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        record: dict[str, Any] = json.loads(answer.read())
+    assert ISO_SECONDS.fullmatch(record.pop("time")), record
+    return record
+
+
+def _delete(storage: str, uri: str) -> None:
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    url = f"{storage}/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}"
+    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10):
+        pass
+
+
+def _prefix(plan: dict[str, Any], folder: Path) -> str:
+    """The run's record prefix the supervisor reads (its `end_uri` less `.ended`)."""
+    end_uri: str = planned_supervisor(plan, folder)["run"]["end_uri"]
+    assert end_uri.endswith(ENDED_SUFFIX)
+    return end_uri.removesuffix(ENDED_SUFFIX)
+
+
+def _last_line(path: Path) -> str:
+    return [line for line in path.read_text().splitlines() if line.strip()][-1]
+
+
+@pytest.fixture
+def gce_fakes() -> Iterator[tuple[str, LoggingFakeServer]]:
+    require_unshare()
+    with running_gcs_emulator() as storage, LoggingFakeServer() as logging_api:
+        yield storage, logging_api
+
+
+@pytest.mark.slow  # about 140 s here: the unit's 20 starts, each a few Python processes
+def test_gce_a_package_that_cannot_be_downloaded_ends_the_run_and_empties_the_group(
+    tmp_path: Path, gce_fakes: tuple[str, LoggingFakeServer]
+) -> None:
+    storage, logging_api = gce_fakes
+    plan = test_gce._plan_document({"steps": 4})
+    planned = test_gce._planned(plan)
+    group = test_gce.Group(tmp_path / "vms", planned, storage, logging_api.endpoint)
+    _delete(storage, planned.package_uri)
+    try:
+        vm = group.boot(1)
+        code = vm.wait(300)
+    finally:
+        group.close()
+    console = vm.output()
+    assert code == 1, explain([vm])
+    # Every start failed its download; systemd refused a 21st start within the hour.
+    assert console.count("systemd-shim: trainstack-trainer exited 3") == 20, explain([vm])
+    assert "systemd-shim: trainstack-trainer: start request repeated too quickly" in console
+    prefix = _prefix(plan, tmp_path / "supervisor")
+    recorded = f"trainstack-launch: recorded the run's end (failed: package_download) at {prefix}"
+    assert [line for line in console.splitlines() if "run's end" in line] == [
+        f"{recorded}{ENDED_SUFFIX}"
+    ]
+    assert _read(storage, prefix + ENDED_SUFFIX) == {
+        "outcome": "failed",
+        "stage": "package_download",
+        "reason": (
+            f"could not download {planned.package_uri}: trainstack-helper: download failed: "
+            "HTTP Error 404: Not Found"
+        ),
+        "node_rank": 1,
+    }
+    assert _read(storage, f"{prefix}{ALIVE_SUFFIX}1") == {"node_rank": 1, "stage": "launch"}
+
+    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, 2)
+    [answer] = checked.answers
+    assert (answer["seen"], answer["action"], answer["reason"], answer["result"]) == (
+        "SIZE_2",
+        "stop",
+        "failed",
+        "stopping",
+    )
+    [(group_name, size)] = checked.compute.resizes
+    assert (group_name.rsplit("/", 1)[-1], size) == ("prod-a100-gce-a100", 0)
+
+
+def test_gce_a_setup_slower_than_the_start_limit_still_ends_on_its_20th_failure(
+    tmp_path: Path, gce_fakes: tuple[str, LoggingFakeServer]
+) -> None:
+    # 18 failed starts are on the disk already, spread over more than the start limit's hour
+    # (systemd would allow more): the launcher's own count ends the run on the 20th, and the
+    # start after it does nothing.
+    storage, logging_api = gce_fakes
+    plan = test_gce._plan_document({"steps": 4})
+    planned = test_gce._planned(plan)
+    [counter] = re.findall(r"^SETUP_FAILURES=/var/lib/(\S+)$", planned.script, re.MULTILINE)
+    group = test_gce.Group(tmp_path / "vms", planned, storage, logging_api.endpoint)
+    _delete(storage, planned.package_uri)
+    try:
+        vm = group.boot(0, var_lib={counter: "18\n"})
+        code = vm.wait(120)
+    finally:
+        group.close()
+    lines = vm.output().splitlines()
+    assert code == 0, explain([vm])
+    prefix = _prefix(plan, tmp_path / "supervisor")
+    shim = [line for line in lines if line.startswith("systemd-shim: ") or "run's end" in line]
+    assert shim == [
+        "systemd-shim: trainstack-trainer exited 3",
+        "trainstack-launch: recorded the run's end (failed: package_download) at "
+        f"{prefix}{ENDED_SUFFIX}",
+        "systemd-shim: trainstack-trainer exited 3",
+        "systemd-shim: trainstack-trainer exited 0",
+    ], explain([vm])
+    assert lines[-3] == (
+        "trainstack-launch: the setup failed 20 times in a row (at most 20); not starting again"
+    )
+    assert _read(storage, prefix + ENDED_SUFFIX)["node_rank"] == 0
+    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, 2)
+    assert [(a["action"], a["reason"]) for a in checked.answers] == [("stop", "failed")]
+    assert [size for _, size in checked.compute.resizes] == [0]
+
+
+@pytest.fixture
+def gke_fakes() -> Iterator[tuple[str, str]]:
+    require_unshare()
+    with (
+        running_gcs_emulator() as storage,
+        MetadataServer({"instance/service-accounts/default/token": json.dumps(TOKEN)}) as meta,
+    ):
+        yield storage, meta.base_url
+
+
+@pytest.mark.trainer
+@pytest.mark.slow  # about 120 s here: pod 0 installs and starts torch, index 1 fails 4 times
+def test_gke_a_pip_install_that_fails_on_the_last_attempt_fails_the_job_and_empties_the_pool(
+    tmp_path: Path, gke_fakes: tuple[str, str]
+) -> None:
+    storage, metadata = gke_fakes
+    plan = test_gke._plan_document({"steps": 4})
+    planned = test_gke._planned(plan)
+    cluster = Cluster(tmp_path / "pods", planned, storage, metadata)
+    # A version of one of the package's requirements that no index has: pip cannot resolve.
+    conflict = tmp_path / "constraints.txt"
+    conflict.write_text("pydantic==0.0.1\n")
+    given: list[tuple[int, str]] = []
+
+    def start(index: int, annotations: Mapping[str, str]) -> Node:
+        given.append((index, annotations[FAILURE_COUNT]))
+        planted = {"PIP_CONSTRAINT": str(conflict)} if index == 1 else None
+        return cluster.start(index, annotations, planted)
+
+    outcome = IndexedJobController(planned.job, start).run(timeout_s=240)
+    assert (outcome.state, outcome.reason) == ("Failed", "MaxFailedIndexesExceeded"), explain(
+        outcome.pods
+    )
+    assert [(e.index, e.exit_code, e.action) for e in outcome.exits] == [(1, 3, "Count")] * 4
+    assert sorted(given) == [(0, "0"), (1, "0"), (1, "1"), (1, "2"), (1, "3")]
+    index_1 = [pod for pod in outcome.pods if pod.name.endswith("-1")]
+    recorded = [
+        ["run's end" in line for line in pod.output().splitlines()].count(True) for pod in index_1
+    ]
+    assert recorded == [0, 0, 0, 1], explain(index_1)
+    last = index_1[-1].log_path.parent
+    prefix = _prefix(plan, tmp_path / "supervisor")
+    pip_said = _last_line(last / "trainstack" / "pip.log")
+    assert _read(storage, prefix + ENDED_SUFFIX) == {
+        "outcome": "failed",
+        "stage": "package_install",
+        "reason": f"pip could not install {planned.package_uri}: {pip_said}",
+        "node_rank": 1,
+    }
+    assert pip_said.startswith("ERROR: ")
+
+    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, 2)
+    [answer] = checked.answers
+    assert (answer["seen"], answer["action"], answer["reason"], answer["result"]) == (
+        "SIZE_2",
+        "stop",
+        "failed",
+        "stopping",
+    )
+    config = planned_supervisor(plan, tmp_path / "supervisor")
+    assert checked.container.set_sizes == [(config["name"], {"nodeCount": 0})]
+
+
+SLEEP_AT_ONCE = "#!/bin/sh\nexit 0\n"
+
+
+def test_tpu_a_pip_install_that_fails_ends_the_run_and_deletes_the_slice(tmp_path: Path) -> None:
+    name, config = load_stack("dev-tpu-v5e", None)
+    config["trainstack:trainer"] = {**config["trainstack:trainer"], "steps": 3}
+    plan = build_plan(name, config)
+    planned = planned_from(plan)
+    broken = tmp_path / "not-an-sdist.tar.gz"
+    broken.write_bytes(b"not a gzip archive")
+    vm = TpuVm(tmp_path / "vm", replace(planned, sdist=broken))
+    (vm.bin / "sleep").write_text(SLEEP_AT_ONCE)
+    (vm.bin / "sleep").chmod(0o755)
+    with running_gcs_emulator(planned.checkpoint_bucket) as gcs:
+        result = vm.boot(0, 4, gcs)
+        assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-2000:]
+        prefix = _prefix(plan, tmp_path / "supervisor")
+        tag = "[trainstack slice=dev-tpu-v5e-tpu worker=0]"
+        assert result.stdout.splitlines()[-1] == (
+            f"{tag} recorded the run's end (failed: package_install) at {prefix}{ENDED_SUFFIX}"
+        )
+        pip_said = _last_line(vm.state / "logs" / "pip.log")
+        constraints = vm.state / "runtime-constraints.txt"
+        assert _read(gcs, prefix + ENDED_SUFFIX) == {
+            "outcome": "failed",
+            "stage": "package_install",
+            "reason": (
+                f"pip could not install {planned.package_uri}: {pip_said} (the runtime's own "
+                f"packages are constraints: {constraints})"
+            ),
+            "node_rank": 0,
+        }
+        assert _read(gcs, f"{prefix}{ALIVE_SUFFIX}0") == {
+            "node_rank": 0,
+            "stage": "package_download",
+        }
+        checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", gcs, 0)
+    [answer] = checked.answers
+    assert (answer["seen"], answer["action"], answer["reason"], answer["result"]) == (
+        "READY",
+        "stop",
+        "failed",
+        "ok",
+    )
+    slice_name = planned_supervisor(plan, tmp_path / "supervisor")["name"]
+    assert [call[:2] for call in checked.tpu.calls("DELETE")] == [("DELETE", f"/v2/{slice_name}")]
