@@ -28,6 +28,7 @@ tests/fidelity/test_vertex.py with the same env), Cloud Build and the push.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -87,9 +88,11 @@ def _namespace_script(run_lines: list[str], probes: list[tuple[str, dict[str, st
         '  mount -t overlay overlay -o "lowerdir=$d,upperdir=$u,workdir=$w" "$d"; done',
         "mkdir -p /etc/apt/sources.list.d",
     ]
-    lines += [f"/bin/sh -c {json.dumps(line)}" for line in run_lines]
+    # shlex.quote: each value stays one word, its `$` and backquotes unexpanded (the replicas'
+    # env holds shell code since the pod script carries the node helper).
+    lines += [f"/bin/sh -c {shlex.quote(line)}" for line in run_lines]
     for name, env in probes:
-        exports = " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(env.items()))
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         lines.append(f'env -i PATH="$PATH" {exports} "$FIDELITY_PYTHON" "$FIDELITY_PROBE" > {name}')
     return "\n".join(lines) + "\n"
 
@@ -135,8 +138,11 @@ def test_the_workers_load_the_plugin_the_build_installed(tmp_path: Path) -> None
         "FIDELITY_PYTHON": sys.executable,
         "FIDELITY_PROBE": str(tmp_path / "probe.py"),
     }
+    # A file, not `bash -c`: with each replica's environment the script is over Linux's
+    # 128 KiB limit on one argument (MAX_ARG_STRLEN; execve(2) E2BIG).
+    (tmp_path / "namespace.sh").write_text(script)
     done = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+        ["unshare", "-m", "--propagation", "private", "bash", str(tmp_path / "namespace.sh")],
         check=False,
         cwd=tmp_path,
         env=env,
