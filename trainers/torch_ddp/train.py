@@ -9,9 +9,13 @@ Launch shapes:
 One process per node (Vertex, GKE Indexed Job, TPU VM, GCE) works too: rank and world come
 from `trainstack.trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
 
-Exit codes: 0 done; 2 invalid config or cluster environment, or a newest checkpoint written
-under other settings (`trainstack.trainers.common.fingerprint`); 143 preempted after saving a
-checkpoint (`trainstack.trainers.common.exit_codes`); anything else is a crash.
+Exit codes: 0 done; 2 invalid config or cluster environment, a newest checkpoint written
+under other settings (`trainstack.trainers.common.fingerprint`), or a checkpoint the storage
+refused to take (a full disk, a read-only folder: one line naming both, on every rank at
+once); 143 preempted after saving a checkpoint (`trainstack.trainers.common.exit_codes`);
+anything else is a crash. Marked checkpoint folders that are not complete (an empty marker,
+a truncated file) are passed over, each with a `checkpoint_skipped` line, and the run resumes
+from the newest complete one.
 
 `TRAINSTACK_COLLECTIVE_TIMEOUT_S` (`contract.COLLECTIVE_TIMEOUT_ENV`) bounds how long a
 collective waits for a lost or hung peer; `trainstack local-run` sets it.
@@ -39,7 +43,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainstack.trainers.common.checkpoint import CheckpointStore, run_checkpoint_dir
+from trainstack.trainers.common.checkpoint import (
+    CheckpointStore,
+    CheckpointWriteError,
+    run_checkpoint_dir,
+)
 from trainstack.trainers.common.cli import load_config
 from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainstack.trainers.common.config import TrainConfig
@@ -47,8 +55,10 @@ from trainstack.trainers.common.contract import (
     COLLECTIVE_TIMEOUT_ENV,
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
+    EVENT_CHECKPOINT_SKIPPED,
     EVENT_CHECKPOINT_WRITTEN,
     EVENT_DONE,
+    EVENT_FAILED,
     EVENT_IDLE,
     EVENT_PREEMPTED,
     EVENT_RESUME,
@@ -309,6 +319,12 @@ def train(rt: Runtime) -> int:
     )
     try:
         return _Trainer(rt, logger).run()
+    except CheckpointWriteError as e:
+        if cluster.rank == 0:
+            # What `trainstack local-run` reports as the run's one error line.
+            fields = {"error": str(e), "exit_code": CONFIG_ERROR_EXIT_CODE}
+            logger.log(EVENT_FAILED, e.step, severity="ERROR", **fields)
+        raise
     finally:
         logger.close()
 
@@ -365,7 +381,16 @@ class _Trainer:
     def _resume(self) -> int:
         if self.checkpointer is None:
             return 0
-        latest = self.checkpointer.latest_step()
+        latest, skipped = self.checkpointer.resume_point()
+        for passed in skipped if self.rank == 0 else []:
+            self.logger.log(
+                EVENT_CHECKPOINT_SKIPPED,
+                passed.step,
+                severity="WARNING",
+                path=f"{self.ckpt_dir}/{passed.name}",
+                reason=passed.reason,
+                resumed_from=latest,
+            )
         if latest is None:
             return 0
         step = self.checkpointer.load(latest, self.raw, self.optimizer)
@@ -582,6 +607,14 @@ def main(argv: Sequence[str]) -> int:
         import sys
 
         print(f"trainstack trainer: {e}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT_CODE
+    except CheckpointWriteError as e:
+        import sys
+
+        if cluster.rank == 0:  # every rank stops with it; one says why
+            # stderr may be a file on the same full disk: the `failed` record said it too.
+            with contextlib.suppress(OSError):
+                print(f"trainstack trainer: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     finally:
         if rt.distributed and dist.is_initialized():
