@@ -415,10 +415,24 @@ def read_lines(
         yield _output(entry_record(entry), parse_time(stamp) if stamp else None, as_json)
 
 
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F, which some
+terminals obey as ESC sequences)."""
+
+
+def printable(text: str) -> str:
+    """`text` with every control character a terminal could act on (`_CONTROLS`: ESC and
+    its sequences, BEL, carriage return, C1's CSI...) shown as its `\\xNN` escape, so a
+    log line cannot move the cursor, recolour or retitle the terminal. Tab stays, and the
+    newline of a Cloud Logging entry that spans lines."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _output(record: dict[str, Any] | str, stamp: datetime | None, as_json: bool) -> str:
     if as_json:
+        # json.dumps escapes every control character (and all non-ASCII) already.
         return json.dumps(record if isinstance(record, dict) else {"text": record})
-    return render(record, stamp)
+    return printable(render(record, stamp))
 
 
 __all__ = [
