@@ -244,6 +244,12 @@ def file_lines(
 ) -> Iterator[str]:
     """The local log's lines; with `follow`, then each line as it is completed."""
     if not follow and not source.path.is_file():
+        blocker = next((p for p in source.path.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise LogsError(
+                f"no log file at {source.path}: {blocker} is a file, not a folder; valid: move "
+                "that file away (local-run and `pulumi up` write the log there)"
+            )
         raise LogsError(
             f"no log file at {source.path}; valid: the log of a run started with "
             "`trainstack local-run` or `pulumi up` on a local stack"
