@@ -232,6 +232,10 @@ class Skipped:
     name: str
     reason: str
 
+    def fields(self, url: str, resumed: int | None) -> dict[str, Any]:
+        """The fields of the trainers' `checkpoint_skipped` record (besides the step)."""
+        return {"path": f"{url}/{self.name}", "reason": self.reason, "resumed_from": resumed}
+
     def line(self, url: str, resumed: int | None) -> str:
         """The one line that says so."""
         then = "starting at step 0" if resumed is None else f"resuming from step {resumed}"

@@ -219,14 +219,8 @@ class TrainerBase:
         except StateMismatch as e:
             raise SetupError(str(e)) from None
         for passed in skipped if self.info.rank == 0 else []:
-            self.logger.log(
-                EVENT_CHECKPOINT_SKIPPED,
-                passed.step,
-                severity="WARNING",
-                path=f"{self.ckpt_dir}/{passed.name}",
-                reason=passed.reason,
-                resumed_from=latest,
-            )
+            fields = passed.fields(str(self.ckpt_dir), latest)
+            self.logger.log(EVENT_CHECKPOINT_SKIPPED, passed.step, severity="WARNING", **fields)
         return latest
 
     def restore(self, step: int | None) -> int:

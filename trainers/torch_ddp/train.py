@@ -9,13 +9,10 @@ Launch shapes:
 One process per node (Vertex, GKE Indexed Job, TPU VM, GCE) works too: rank and world come
 from `trainstack.trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
 
-Exit codes: 0 done; 2 invalid config or cluster environment, a newest checkpoint written
-under other settings (`trainstack.trainers.common.fingerprint`), or a checkpoint the storage
-refused to take (a full disk, a read-only folder: one line naming both, on every rank at
-once); 143 preempted after saving a checkpoint (`trainstack.trainers.common.exit_codes`);
-anything else is a crash. Marked checkpoint folders that are not complete (an empty marker,
-a truncated file) are passed over, each with a `checkpoint_skipped` line, and the run resumes
-from the newest complete one.
+Exit codes: 0 done; 2 invalid config or cluster environment, a newest checkpoint of other
+settings (`trainstack.trainers.common.fingerprint`) or a save the storage refused (a full disk);
+143 preempted after saving a checkpoint (`trainstack.trainers.common.exit_codes`); anything
+else is a crash.
 
 `TRAINSTACK_COLLECTIVE_TIMEOUT_S` (`contract.COLLECTIVE_TIMEOUT_ENV`) bounds how long a
 collective waits for a lost or hung peer; `trainstack local-run` sets it.
@@ -30,6 +27,7 @@ import contextlib
 import json
 import os
 import random
+import sys
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -286,10 +284,6 @@ def evaluate(model: nn.Module, ds: Dataset, rt: Runtime, batch: int = 512) -> di
     return {"test_loss": total_loss / count, "test_accuracy": correct / count}
 
 
-def _checkpoint_dir(cfg: TrainConfig) -> str | None:
-    return run_checkpoint_dir(cfg, os.environ)
-
-
 def _global_mean(value: float, rt: Runtime) -> float:
     if not rt.distributed:
         return value
@@ -320,10 +314,8 @@ def train(rt: Runtime) -> int:
     try:
         return _Trainer(rt, logger).run()
     except CheckpointWriteError as e:
-        if cluster.rank == 0:
-            # What `trainstack local-run` reports as the run's one error line.
-            fields = {"error": str(e), "exit_code": CONFIG_ERROR_EXIT_CODE}
-            logger.log(EVENT_FAILED, e.step, severity="ERROR", **fields)
+        if cluster.rank == 0:  # the one error line `trainstack local-run` ends with
+            logger.log(EVENT_FAILED, e.step, severity="ERROR", error=str(e), exit_code=2)
         raise
     finally:
         logger.close()
@@ -351,7 +343,7 @@ class _Trainer:
             fused=device.type == "cuda" and cfg.strategy != "fsdp",
         )
         _seed_everything(cfg.seed + self.rank)
-        self.ckpt_dir = _checkpoint_dir(cfg)
+        self.ckpt_dir = run_checkpoint_dir(cfg, os.environ)
         self.written: list[float] = []
         self.checkpointer = (
             Checkpointer(
@@ -383,14 +375,8 @@ class _Trainer:
             return 0
         latest, skipped = self.checkpointer.resume_point()
         for passed in skipped if self.rank == 0 else []:
-            self.logger.log(
-                EVENT_CHECKPOINT_SKIPPED,
-                passed.step,
-                severity="WARNING",
-                path=f"{self.ckpt_dir}/{passed.name}",
-                reason=passed.reason,
-                resumed_from=latest,
-            )
+            fields = passed.fields(str(self.ckpt_dir), latest)
+            self.logger.log(EVENT_CHECKPOINT_SKIPPED, passed.step, severity="WARNING", **fields)
         if latest is None:
             return 0
         step = self.checkpointer.load(latest, self.raw, self.optimizer)
@@ -585,8 +571,6 @@ def main(argv: Sequence[str]) -> int:
         cluster = resolve_cluster()
         timeout = collective_timeout(os.environ)
     except ValueError as e:
-        import sys
-
         print(f"trainstack trainer: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     if not cluster.trains:
@@ -603,16 +587,9 @@ def main(argv: Sequence[str]) -> int:
     rt = _init_distributed(cfg, cluster, timeout)
     try:
         return train(rt)
-    except StateMismatch as e:
-        import sys
-
-        print(f"trainstack trainer: {e}", file=sys.stderr)
-        return CONFIG_ERROR_EXIT_CODE
-    except CheckpointWriteError as e:
-        import sys
-
-        if cluster.rank == 0:  # every rank stops with it; one says why
-            # stderr may be a file on the same full disk: the `failed` record said it too.
+    except (StateMismatch, CheckpointWriteError) as e:
+        # A refused write stops every rank, and one says why; stderr may be on the full disk.
+        if cluster.rank == 0 or isinstance(e, StateMismatch):
             with contextlib.suppress(OSError):
                 print(f"trainstack trainer: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
