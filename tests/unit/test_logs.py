@@ -21,7 +21,6 @@ from typer.testing import CliRunner
 from tests import REPO_ROOT
 from tests.fakes.logging_server import LoggingFakeServer
 from trainstack.infra.cli import app
-from trainstack.infra.logs import printable
 
 runner = CliRunner()
 _IDS = itertools.count(1)
@@ -283,6 +282,8 @@ def test_local_logs_show_control_characters_as_escapes(tmp_path: Path) -> None:
     result = runner.invoke(app, ["logs", "--config-file", str(config), "--json"])
     assert result.stdout.splitlines()[1] == json.dumps({"text": text})
     # A Cloud Logging text entry may span lines (a traceback): its newlines stay.
+    from trainstack.infra.logs import printable
+
     assert printable("Traceback:\n  File x\x1b[1m") == "Traceback:\n  File x\\x1b[1m"
 
 
