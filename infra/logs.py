@@ -244,6 +244,12 @@ def file_lines(
 ) -> Iterator[str]:
     """The local log's lines; with `follow`, then each line as it is completed."""
     if not follow and not source.path.is_file():
+        blocker = next((p for p in source.path.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise LogsError(
+                f"no log file at {source.path}: {blocker} is a file, not a folder; valid: move "
+                "that file away (local-run and `pulumi up` write the log there)"
+            )
         raise LogsError(
             f"no log file at {source.path}; valid: the log of a run started with "
             "`trainstack local-run` or `pulumi up` on a local stack"
@@ -423,10 +429,24 @@ def read_lines(
         yield _output(entry_record(entry), parse_time(stamp) if stamp else None, as_json)
 
 
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F, which some
+terminals obey as ESC sequences)."""
+
+
+def printable(text: str) -> str:
+    """`text` with every control character a terminal could act on (`_CONTROLS`: ESC and
+    its sequences, BEL, carriage return, C1's CSI...) shown as its `\\xNN` escape, so a
+    log line cannot move the cursor, recolour or retitle the terminal. Tab stays, and the
+    newline of a Cloud Logging entry that spans lines."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _output(record: dict[str, Any] | str, stamp: datetime | None, as_json: bool) -> str:
     if as_json:
+        # json.dumps escapes every control character (and all non-ASCII) already.
         return json.dumps(record if isinstance(record, dict) else {"text": record})
-    return render(record, stamp)
+    return printable(render(record, stamp))
 
 
 __all__ = [

@@ -10,7 +10,10 @@ in `trainstack.infra.targets`); this module adds the step, checkpoint, recoverie
 - step: the newest `train` or `done` record (Cloud Logging, with `trainstack logs`' filter;
   the log file on `local`).
 - checkpoint: the newest step directory with its `COMPLETE` marker under the checkpoint
-  folder (GCS JSON API `objects.list`; the local folder).
+  folder (GCS JSON API `objects.list`; the local folder); for the bundled trainers the newest
+  complete one: its marker read (`objects.get`, media) and the file sizes it records matched
+  against the listing (`trainstack.trainers.common.checkpoint.payload_problem`), so an empty
+  marker or a truncated file is passed over.
 - hosts: TPU workers (network endpoints), GKE pods (Kubernetes API with the `kubeconfig`
   output), GCE instances (Compute `instances.get`), local worker processes; Vertex AI manages
   its machines itself.
@@ -37,13 +40,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainstack.components._google_api import build_client
+from trainstack.components._google_api import ApiError, NotFoundError, build_client, execute
 from trainstack.infra.estimate import summarize
-from trainstack.infra.google_reads import gcs_json_lines, get_or_none
+from trainstack.infra.google_reads import POLICY, gcs_json_lines, get_or_none
 from trainstack.infra.local_paths import run_name
 from trainstack.infra.log_source import cloud_filter
 from trainstack.infra.logs import (
     Endpoints,
+    LogsError,
     format_time,
     list_entries,
     logging_client,
@@ -59,7 +63,13 @@ from trainstack.infra.targets import (
     by_section,
     target_of,
 )
-from trainstack.trainers.common.checkpoint import MARKED_STEP_RE, MARKER
+from trainstack.trainers.common.checkpoint import (
+    MARKED_STEP_RE,
+    MARKER,
+    UnreadableMarker,
+    payload_problem,
+    read_marker,
+)
 from trainstack.trainers.common.contract import EVENT_DONE, EVENT_TRAIN, FIELD_EVENT, FIELD_STEP
 
 if TYPE_CHECKING:
@@ -88,12 +98,16 @@ def _cloud_step(cfg: StackConfig, stack: str, outputs: dict[str, Any], ep: Endpo
     return None
 
 
-def _gcs_checkpoint(url: str, ep: Endpoints) -> tuple[int, str] | None:
-    """The newest `step-<N>` folder under `url` with its `COMPLETE` marker, as (N, name)."""
+def _gcs_checkpoint(url: str, ep: Endpoints, *, strict: bool) -> tuple[int, str] | None:
+    """The newest `step-<N>` folder under `url` with its `COMPLETE` marker, as (N, name);
+    `strict` (the bundled trainers'): the newest complete one, its marker read and the
+    sizes it records compared with the listing's
+    (`trainstack.trainers.common.checkpoint.payload_problem`)."""
     bucket, _, prefix = url.removeprefix("gs://").partition("/")
     prefix = prefix.strip("/")
     objects = build_client("storage.v1", api_endpoint=ep.get("storage")).objects()
-    steps: list[tuple[int, str]] = []
+    markers: dict[tuple[int, str], str] = {}
+    sizes: dict[str, dict[str, int]] = {}
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {
@@ -104,14 +118,38 @@ def _gcs_checkpoint(url: str, ep: Endpoints) -> tuple[int, str] | None:
             kwargs["pageToken"] = token
         page = get_or_none(objects.list(**kwargs)) or {}
         for item in page.get("items", []):
-            directory, _, leaf = str(item["name"]).rpartition("/")
-            name = directory.rsplit("/", 1)[-1]
+            inside = str(item["name"]).removeprefix(f"{prefix}/" if prefix else "")
+            name, _, leaf = inside.partition("/")
             match = MARKED_STEP_RE.fullmatch(name)
-            if leaf == MARKER and match:
-                steps.append((int(match[1]), name))
+            if not match or not leaf:
+                continue
+            sizes.setdefault(name, {})[leaf] = int(item.get("size", 0))
+            if leaf == MARKER:
+                markers[(int(match[1]), name)] = str(item["name"])
         token = page.get("nextPageToken")
         if not token:
-            return max(steps) if steps else None
+            break
+    for step, name in sorted(markers, reverse=True):
+        if not strict or _complete(objects, bucket, markers[(step, name)], sizes[name]):
+            return step, name
+    return None
+
+
+def _complete(objects: Any, bucket: str, marker: str, sizes: dict[str, int]) -> bool:
+    """Whether the marker object `marker` reads as a record its folder's `sizes` match."""
+    if not sizes.get(MARKER):
+        return False  # empty: its write was cut short
+    try:
+        text = execute(objects.get_media(bucket=bucket, object=marker), POLICY)
+    except NotFoundError:
+        return False  # deleted since the listing
+    except ApiError as exc:
+        raise LogsError(f"cannot read gs://{bucket}/{marker}: {exc.message}") from None
+    try:
+        record = read_marker(text if isinstance(text, bytes) else str(text).encode())
+    except UnreadableMarker:
+        return False
+    return payload_problem(record, sizes) is None
 
 
 RECOVERIES_SHOWN = 5
@@ -142,7 +180,9 @@ def stack_status(
             or f"{require(outputs, stack, 'checkpoint_url')}/checkpoints/{run_name(cfg, stack)}"
         )
         part["step"] = _cloud_step(cfg, stack, outputs, endpoints)
-        part["checkpoint"] = _gcs_checkpoint(ckpt_dir, endpoints)
+        # The bundled trainers' folders count once complete; your code's marker is its own.
+        strict = cfg.trainer.user_code is None
+        part["checkpoint"] = _gcs_checkpoint(ckpt_dir, endpoints, strict=strict)
         part["checkpoint_dir"] = ckpt_dir
         actions = target.recoveries(cfg, outputs, endpoints)
         if actions is not None:

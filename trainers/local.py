@@ -42,7 +42,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any, Final
 
 from rich.console import Console
@@ -53,6 +52,7 @@ from trainstack.trainers.common.contract import (
     COLLECTIVE_TIMEOUT_ENV,
     EVENT_DONE,
     EVENT_EXIT,
+    EVENT_FAILED,
     EVENT_PREEMPTED,
     EVENT_RESUME,
     EVENT_START,
@@ -67,7 +67,11 @@ from trainstack.trainers.common.contract import (
     TF_MODULE,
     TORCH_MODULE,
 )
-from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.exit_codes import (
+    CONFIG_ERROR_EXIT_CODE,
+    INTERRUPTED_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+)
 from trainstack.trainers.common.fingerprint import trainer_fingerprint
 from trainstack.trainers.common.signals import kill_with_parent
 from trainstack.trainers.local_report import (
@@ -78,11 +82,19 @@ from trainstack.trainers.local_report import (
     print_failure,
     print_line,
     print_summary,
-    running_pid_file,
 )
+from trainstack.trainers.local_start import (
+    checked_resume,
+    clear_bundled,
+    make_folder,
+    on_storage,
+)
+from trainstack.trainers.local_stopper import RunStopper, install, restore
+from trainstack.trainers.run_lock import RunLock, running_pid_file
 
 __all__ = [
     "LocalRunResult",
+    "RunStopper",
     "check_world",
     "local_processes",
     "prepare_run",
@@ -240,7 +252,7 @@ def prepare_run(
     root = Path(root)
     checkpoint_dir = cfg.checkpoint_dir or str((root / "checkpoints" / cfg.run_name).resolve())
     run_cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
-    (root / "logs").mkdir(parents=True, exist_ok=True)
+    make_folder(root / "logs", "local.root")
     config_path = (root / "logs" / f"{cfg.run_name}.config.json").resolve()
     processes = local_processes(run_cfg, workers, config_path)
     config_path.write_text(run_cfg.model_dump_json(indent=2))
@@ -265,75 +277,13 @@ def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-class RunStopper:
-    """The launcher's SIGTERM/SIGINT handler: the first signal is forwarded once as SIGTERM
-    to the processes that stop the run; a second one, or `grace_s` passing, kills them all."""
-
-    def __init__(self, grace_s: float) -> None:
-        self.grace_s = grace_s
-        self.procs: list[tuple[subprocess.Popen[str], bool]] = []
-        self.signum: int | None = None
-        self.deadline: float | None = None
-        self.killed = False
-
-    def add(self, proc: subprocess.Popen[str], stops_run: bool) -> None:
-        self.procs.append((proc, stops_run))
-        if self.signum is not None and stops_run:
-            _send(proc, signal.SIGTERM)
-
-    def handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is not None:
-            self.kill()
-            return
-        self.signum = signum
-        self.deadline = time.monotonic() + self.grace_s
-        for proc, stops_run in self.procs:
-            if stops_run:
-                _send(proc, signal.SIGTERM)
-
-    def kill(self) -> None:
-        """SIGKILL every process group of the run (torchrun's workers, in sessions of their
-        own, follow through `watch_parent`)."""
-        self.killed = True
-        for proc, _ in self.procs:
-            _send(proc, signal.SIGKILL, group=True)
-
-    def check_deadline(self) -> None:
-        if self.deadline is not None and not self.killed and time.monotonic() > self.deadline:
-            self.kill()
-
-
-def _send(proc: subprocess.Popen[str], sig: signal.Signals, *, group: bool = False) -> None:
-    if proc.returncode is not None:
-        return  # reaped: its pid may belong to someone else by now
-    try:
-        if group:
-            os.killpg(proc.pid, sig)  # a session leader: its group id is its pid
-        else:
-            os.kill(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _install(handler: Any) -> dict[int, Any]:
-    """Install `handler` for SIGINT and SIGTERM; returns the previous handlers (none outside
-    the main thread, where Python cannot install any)."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-
-def _restore(previous: Mapping[int, Any]) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-
-
 def previous_done(log_path: Path, step: int, checkpoint_dir: str) -> dict[str, Any]:
     """The `done` record a finished run left in its log at `step`, marked `already_complete`
     (a minimal one naming the step and checkpoint dir when the log no longer has it)."""
     found: dict[str, Any] = {FIELD_EVENT: EVENT_DONE, FIELD_STEP: step}
     if log_path.exists():
-        for line in log_path.read_text().splitlines():
+        # Bytes that are no UTF-8 (a torn write) are no record; the others still count.
+        for line in log_path.read_bytes().decode(errors="replace").splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
@@ -360,6 +310,8 @@ def _track(
     step = record.get(FIELD_STEP)
     if event == EVENT_DONE:
         result.done = record  # your own code's `done` line need not name a step
+    if event == EVENT_FAILED and isinstance(record.get("error"), str):
+        result.error = record["error"]  # the bundled trainer's one line: storage refused
     if not isinstance(step, int):
         return
     result.step = step
@@ -477,39 +429,56 @@ def run_local(
 
     Everything is checked before `fresh` deletes anything or a process starts: raises
     ValueError for a strategy that cannot run locally (tpu), a worker count the global batch
-    does not split over, and (without `fresh`) a newest checkpoint written under other
-    settings (`trainstack.trainers.common.fingerprint.StateMismatch`).
+    does not split over, another local-run of the same run (`trainstack.trainers.run_lock`),
+    a folder that cannot be created or a checkpoint folder that cannot be written or read
+    (`trainstack.trainers.local_start.StartError`), and (without `fresh`) a newest checkpoint
+    written under other settings (`trainstack.trainers.common.fingerprint.StateMismatch`).
+    `fresh` deletes only the folders trainstack wrote and says which `step-N` folders it
+    left; marked folders newer than the newest complete checkpoint are said, one line each,
+    and passed over.
     """
-    prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
     console = console or Console(stderr=True)
     out = out or Console()
-    result = prepared.new_result()
-    store = CheckpointStore(
-        prepared.checkpoint_dir, keep=cfg.keep_checkpoints, fingerprint=trainer_fingerprint(cfg)
-    )
-    if fresh:
-        store.clear()
-    latest = store.resumable()
-    if latest is not None and latest >= cfg.steps:
-        result.exit_code, result.already_complete = 0, True
-        result.saved_step = result.step = latest
-        result.checkpoint_path = store.url_of(store.path(step_name(latest)))
-        result.done = previous_done(prepared.log_path, latest, prepared.checkpoint_dir)
-        print_line(out, headline(result))
-        return result
-    return supervise_run(
-        prepared,
-        result,
-        workers=workers,
-        run_name=cfg.run_name,
-        total_steps=cfg.steps,
-        grace_s=cfg.preemption_grace_s,
-        saved=lambda: None if (n := store.latest()) is None else (n, step_name(n)),
-        done_required=True,
-        console=console,
-        out=out,
-        progress_every_s=progress_every_s,
-    )
+    logs = Path(root) / "logs"
+    make_folder(logs, "local-run")
+    with RunLock(running_pid_file((logs / f"{cfg.run_name}.jsonl").resolve()), cfg.run_name):
+        prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
+        result = prepared.new_result()
+        store = on_storage(
+            prepared.checkpoint_dir,
+            "open it",
+            lambda: CheckpointStore(
+                prepared.checkpoint_dir,
+                keep=cfg.keep_checkpoints,
+                fingerprint=trainer_fingerprint(cfg),
+            ),
+        )
+        left = clear_bundled(store) if fresh else None
+        if left is not None:
+            print_line(console, left)
+        latest, skipped = checked_resume(store)
+        for line in skipped:
+            print_line(console, line)
+        if latest is not None and latest >= cfg.steps:
+            result.exit_code, result.already_complete = 0, True
+            result.saved_step = result.step = latest
+            result.checkpoint_path = store.url_of(store.path(step_name(latest)))
+            result.done = previous_done(prepared.log_path, latest, prepared.checkpoint_dir)
+            print_line(out, headline(result))
+            return result
+        return supervise_run(
+            prepared,
+            result,
+            workers=workers,
+            run_name=cfg.run_name,
+            total_steps=cfg.steps,
+            grace_s=cfg.preemption_grace_s,
+            saved=lambda: None if (n := store.latest()) is None else (n, step_name(n)),
+            done_required=True,
+            console=console,
+            out=out,
+            progress_every_s=progress_every_s,
+        )
 
 
 def _log_exit(log_path: Path, code: int) -> None:
@@ -547,15 +516,11 @@ def supervise_run(
     )
     stopper = RunStopper(grace_s + STOP_MARGIN_S)
     started = time.perf_counter()
-    previous = _install(stopper.handle)
-    # `trainstack status --stack` tells a live run from a stopped one by this file.
-    pid_file = running_pid_file(prepared.log_path)
-    pid_file.write_text(f"{os.getpid()}\n")
+    previous = install(stopper.handle)
     try:
         codes = _supervise(prepared, result, stopper, view, workers)
     finally:
-        _restore(previous)
-        pid_file.unlink(missing_ok=True)
+        restore(previous)
     result.wall_s = time.perf_counter() - started
     newest = saved()
     result.saved_step, result.saved_name = (None, None) if newest is None else newest
@@ -569,6 +534,9 @@ def supervise_run(
     if result.done is not None:
         # A signal that came as the run finished changes nothing: it is complete and saved.
         result.exit_code = 0 if result.interrupted else code
+    elif result.error is not None:
+        # Every rank stopped on the one cause rank 0 named (a checkpoint the storage refused).
+        result.exit_code = CONFIG_ERROR_EXIT_CODE
     elif result.interrupted or (
         failed is None and (result.stopped_at is not None or PREEMPTED_EXIT_CODE in codes)
     ):
@@ -584,7 +552,9 @@ def supervise_run(
         # trainers always do, so without one something ended them early.
         result.exit_code = 0 if not done_required else 1
     _log_exit(prepared.log_path, result.exit_code)
-    if stopped:
+    if result.done is None and result.error is not None:
+        print_line(console, f"error: {result.error}")
+    elif stopped:
         print_line(console, headline(result))
     elif result.exit_code == 0:
         print_summary(result, workers, run_name, out)

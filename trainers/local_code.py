@@ -28,12 +28,19 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import fsspec
 from rich.console import Console
 
-from trainstack.trainers.common.checkpoint import MARKED_STEP_RE, newest_marked
+from trainstack.trainers.common.checkpoint import (
+    MARKED_STEP_RE,
+    MARKER,
+    CheckpointStore,
+    Cleared,
+    newest_marked,
+    write_whole,
+)
 from trainstack.trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     COORDINATOR_ENV,
@@ -60,7 +67,9 @@ from trainstack.trainers.local import (
     free_ports,
     supervise_run,
 )
-from trainstack.trainers.local_report import LocalRunResult
+from trainstack.trainers.local_report import LocalRunResult, print_line
+from trainstack.trainers.local_start import make_folder, on_storage
+from trainstack.trainers.run_lock import RunLock, running_pid_file
 from trainstack.trainers.user_code import LOCAL_RUN_PID_ENV, WORKER_HOSTS_ENV
 
 SIMULATED: Final = "TRAINSTACK_SIMULATED_ACCELERATORS"
@@ -131,6 +140,20 @@ def plan_code_run(
     return CodePlan(processes, contract, logs / f"{run}.jsonl")
 
 
+def checked_plan(
+    trainer: StackTrainer, code: UserCode, *, workers: int, root: Path, base_dir: Path
+) -> CodePlan:
+    """`plan_code_run`, and ValueError for a checkpoint folder that holds the stack's folder
+    or the source (`checkpoint_dir_problem`): nothing is written."""
+    plan = plan_code_run(trainer, code, workers=workers, root=root, base_dir=base_dir)
+    problem = checkpoint_dir_problem(
+        plan.contract[CHECKPOINT_DIR_ENV], base_dir, resolve_source(code.source or ".", base_dir)
+    )
+    if problem is not None:
+        raise ValueError(problem)
+    return plan
+
+
 def prepare_code_run(
     trainer: StackTrainer,
     *,
@@ -145,13 +168,8 @@ def prepare_code_run(
     code = trainer.user_code
     if code is None:
         raise ValueError("trainer.entrypoint: required to run your own code")
-    plan = plan_code_run(trainer, code, workers=workers, root=root, base_dir=base_dir)
-    problem = checkpoint_dir_problem(
-        plan.contract[CHECKPOINT_DIR_ENV], base_dir, resolve_source(code.source or ".", base_dir)
-    )
-    if problem is not None:
-        raise ValueError(problem)
-    plan.log_path.parent.mkdir(parents=True, exist_ok=True)
+    plan = checked_plan(trainer, code, workers=workers, root=root, base_dir=base_dir)
+    make_folder(plan.log_path.parent, "local.root")
     config_path = plan.log_path.with_suffix(".config.json")
     config_path.write_text(trainer.model_dump_json(indent=2, exclude_none=True))
     env = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
@@ -187,41 +205,66 @@ def checkpoint_dir_problem(checkpoint_dir: str, base_dir: Path, source: Path) ->
     return None
 
 
-def clear_code_run(checkpoint_dir: str) -> list[str]:
-    """What `--fresh` deletes of your code's run: its `step-<N>` checkpoint folders (the run
-    contract's, marked or not) and `RUN_MARKER`. Anything else in the folder is not the run's
-    and stays. Returns the names deleted."""
+def clear_code_run(checkpoint_dir: str) -> Cleared:
+    """What `--fresh` deletes of your code's run: its `step-<N>` checkpoint folders that hold
+    a `COMPLETE` marker (whatever your code wrote in it) and `RUN_MARKER`. A `step-<N>`
+    folder without a marker is not a checkpoint your code committed, and stays with anything
+    else in the folder; `Cleared.left` names those folders."""
     fs, path = fsspec.core.url_to_fs(checkpoint_dir, **storage_options(checkpoint_dir))
     if not fs.exists(path):
-        return []
-    removed = []
+        return Cleared([], [])
+    removed, left = [], []
     for entry in fs.ls(path, detail=False):
         name = str(entry).rstrip("/").rsplit("/", 1)[-1]
-        if MARKED_STEP_RE.fullmatch(name) or name == RUN_MARKER:
+        if MARKED_STEP_RE.fullmatch(name) and not fs.exists(f"{entry}/{MARKER}"):
+            left.append(name)
+        elif MARKED_STEP_RE.fullmatch(name) or name == RUN_MARKER:
             fs.rm(entry, recursive=True)
             removed.append(name)
-    return sorted(removed)
+    return Cleared(sorted(removed), sorted(left))
+
+
+def _saved_record(fs: Any, marker: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The fingerprint `RUN_MARKER` at `marker` records, and why it cannot be read when it
+    exists but holds none (None, None: there is no such file)."""
+    if not fs.exists(marker):
+        return None, None
+    with fs.open(marker, "rb") as f:
+        text = bytes(f.read())
+    if not text.strip():
+        return None, f"{RUN_MARKER} is empty (a write cut short, e.g. by a full disk)"
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None, f"{RUN_MARKER} is not JSON (a write cut short, or another program's file)"
+    found = record.get(FINGERPRINT_FIELD) if isinstance(record, dict) else None
+    if not isinstance(found, dict):
+        return None, f"{RUN_MARKER} holds no {FINGERPRINT_FIELD} record"
+    return found, None
 
 
 def claim_folder(checkpoint_dir: str, entrypoint: list[str], env: Mapping[str, str] | None) -> None:
     """Check your code's checkpoint folder against `entrypoint` and `env` before the run
-    starts, then record them there (`RUN_MARKER`). Raises `StateMismatch` when the folder
-    holds a marked checkpoint written under another entrypoint or env, or one with no record:
-    trainstack cannot tell which of your arguments shape your state, so any change counts."""
+    starts, then record them there (`RUN_MARKER`, written whole). Raises `StateMismatch` when
+    the folder holds a marked checkpoint written under another entrypoint or env, one with
+    no record, or one whose record cannot be read (each said by its cause): trainstack cannot
+    tell which of your arguments shape your state, so any change counts."""
     current = code_fingerprint(entrypoint, env)
     fs, path = fsspec.core.url_to_fs(checkpoint_dir, **storage_options(checkpoint_dir))
     marker = f"{path.rstrip('/')}/{RUN_MARKER}"
-    saved = None
-    if fs.exists(marker):
-        with fs.open(marker, "r") as f:
-            saved = json.loads(f.read()).get(FINGERPRINT_FIELD)
+    saved, unreadable = _saved_record(fs, marker)
     newest = newest_marked(checkpoint_dir)
     if newest is not None or saved is not None:
         where = "your code's newest checkpoint" if newest is None else f"{newest[1]}"
-        check(saved, current, what=f"{where} in {checkpoint_dir}", where=checkpoint_dir)
+        check(
+            saved,
+            current,
+            what=f"{where} in {checkpoint_dir}",
+            where=checkpoint_dir,
+            unknown=None if unreadable is None else f"cannot be checked: {unreadable}",
+        )
     fs.makedirs(path, exist_ok=True)
-    with fs.open(marker, "w") as f:
-        f.write(json.dumps({FINGERPRINT_FIELD: current}))
+    write_whole(fs, marker, json.dumps({FINGERPRINT_FIELD: current}).encode())
 
 
 def run_local_code(
@@ -248,26 +291,41 @@ def run_local_code(
     and `StateMismatch` (a ValueError) when the folder holds checkpoints of another
     entrypoint or env (`claim_folder`).
     """
-    prepared = prepare_code_run(
-        trainer, workers=workers, root=root.resolve(), base_dir=base_dir, extra_env=extra_env
-    )
-    checkpoint_dir = prepared.checkpoint_dir
-    if fresh:
-        clear_code_run(checkpoint_dir)
     code = trainer.user_code
-    assert code is not None  # prepare_code_run refuses a section without your code
-    claim_folder(checkpoint_dir, list(code.entrypoint), code.env)
-    prepared.env[LOCAL_RUN_PID_ENV] = str(os.getpid())
-    return supervise_run(
-        prepared,
-        prepared.new_result(),
-        workers=workers,
-        run_name=trainer.run_name,
-        total_steps=None,
-        grace_s=trainer.preemption_grace_s,
-        saved=lambda: newest_marked(checkpoint_dir),
-        done_required=False,
-        console=console or Console(stderr=True),
-        out=out or Console(),
-        progress_every_s=progress_every_s,
-    )
+    if code is None:
+        raise ValueError("trainer.entrypoint: required to run your own code")
+    checked_plan(trainer, code, workers=workers, root=root.resolve(), base_dir=base_dir)
+    console = console or Console(stderr=True)
+    logs = root.resolve() / "logs"
+    make_folder(logs, "local-run")
+    with RunLock(running_pid_file(logs / f"{trainer.run_name}.jsonl"), trainer.run_name):
+        prepared = prepare_code_run(
+            trainer, workers=workers, root=root.resolve(), base_dir=base_dir, extra_env=extra_env
+        )
+        folder = prepared.checkpoint_dir
+        if fresh:
+            cleared = on_storage(
+                folder, "delete its checkpoints (--fresh)", lambda: clear_code_run(folder)
+            )
+            if (left := cleared.left_line(folder)) is not None:
+                print_line(console, left)
+        on_storage(folder, "write to it", lambda: CheckpointStore(folder, keep=1).check_writable())
+        on_storage(
+            folder,
+            "read its checkpoints",
+            lambda: claim_folder(folder, list(code.entrypoint), code.env),
+        )
+        prepared.env[LOCAL_RUN_PID_ENV] = str(os.getpid())
+        return supervise_run(
+            prepared,
+            prepared.new_result(),
+            workers=workers,
+            run_name=trainer.run_name,
+            total_steps=None,
+            grace_s=trainer.preemption_grace_s,
+            saved=lambda: newest_marked(folder),
+            done_required=False,
+            console=console,
+            out=out or Console(),
+            progress_every_s=progress_every_s,
+        )

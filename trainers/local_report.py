@@ -73,12 +73,9 @@ class LocalRunResult:
     """The newest checkpoint had reached `steps`: nothing was started."""
     checkpoint_path: str | None = None
     """For an already complete run, its final checkpoint."""
-
-
-def running_pid_file(log_path: Path) -> Path:
-    """Where a running `local-run` keeps its launcher's pid (beside the run's log), so
-    `trainstack status --stack` can tell a live run from a stopped one."""
-    return log_path.with_suffix(".pid")
+    error: str | None = None
+    """Rank 0's one line when the run stopped on a checkpoint the storage refused (its
+    `failed` record's `error`): the run's outcome line, exit 2."""
 
 
 def _fmt(value: Any) -> str:

@@ -48,7 +48,8 @@ from trainstack.trainers.common.contract import (
 )
 from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainstack.trainers.common.user_code import DEFAULT_LAUNCHER
-from trainstack.trainers.local_report import running_pid_file
+from trainstack.trainers.local_start import on_storage
+from trainstack.trainers.run_lock import RunHolder, running_pid_file
 
 if TYPE_CHECKING:
     from trainstack.infra.config import StackConfig
@@ -213,11 +214,11 @@ class Local(StandaloneTarget):
             }
             for i, p in enumerate(pids)
         ]
-        pid_file = running_pid_file(log)
-        launcher = pid_file.read_text().strip() if pid_file.is_file() else ""
-        if launcher.isdigit() and _alive(int(launcher)):
-            # `trainstack local-run`: one launcher process supervising the workers.
-            hosts.append({"name": "local-run", "state": "running", "address": f"pid {launcher}"})
+        holder = RunHolder.read(running_pid_file(log))
+        if holder is not None and holder.alive():
+            # `trainstack local-run`: one launcher process supervising the workers; a pid the
+            # OS has given to another process since does not count (its start time differs).
+            hosts.append({"name": "local-run", "state": "running", "address": f"pid {holder.pid}"})
         running = any(h["state"] == "running" for h in hosts)
         if running:
             state = "RUNNING"
@@ -235,7 +236,12 @@ class Local(StandaloneTarget):
             "started": None,
             "ended": None,
             "step": step,
-            "checkpoint": newest_marked(ckpt_dir),
+            # The bundled trainers' folders count once complete; your code's marker is its own.
+            "checkpoint": on_storage(
+                ckpt_dir,
+                "read its checkpoints",
+                lambda: newest_marked(ckpt_dir, strict=cfg.trainer.user_code is None),
+            ),
             "checkpoint_dir": ckpt_dir,
         }
 

@@ -1,7 +1,8 @@
-"""Checkpoint atomicity and retention, in process (no torch.distributed)."""
+"""Checkpoint atomicity, integrity and retention, in process (no torch.distributed)."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -9,7 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from trainstack.trainers.common.checkpoint import MARKER, CheckpointStore, step_name
+from trainstack.trainers.common.checkpoint import (
+    MARKER,
+    CheckpointStore,
+    Cleared,
+    Skipped,
+    step_name,
+)
 from trainstack.trainers.torch_ddp.checkpoint import Checkpointer
 
 pytestmark = pytest.mark.trainer
@@ -29,15 +36,139 @@ def test_incomplete_directories_are_never_loaded(tmp_path: Path) -> None:
     ckpt = Checkpointer(str(tmp_path), keep=3, rank=0, world_size=1, sharded=False)
     model, opt = _model()
     ckpt.save(model, opt, step=5)
-    # A save killed after the move but before the marker, and one killed mid-write.
+    # A folder without a marker (not one trainstack wrote: a local save appears with its
+    # marker in one rename), and a save killed mid-write.
     (tmp_path / step_name(9)).mkdir()
     (tmp_path / step_name(9) / "state.pt").write_bytes(b"torn")
     (tmp_path / f"{step_name(12)}.tmp-0123abcd").mkdir()
     assert store.complete_steps() == [5]
     assert ckpt.latest_step() == 5
-    # The next save clears the leftovers.
+    # The next save clears trainstack's leftover and leaves the other folder.
+    ckpt.save(model, opt, step=6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        step_name(5),
+        step_name(6),
+        step_name(9),
+    ]
+
+
+def _two_saves(tmp_path: Path) -> tuple[Checkpointer, torch.nn.Module, torch.optim.Optimizer]:
+    ckpt = Checkpointer(str(tmp_path), keep=3, rank=0, world_size=1, sharded=False)
+    model, opt = _model()
+    ckpt.save(model, opt, step=5)
+    ckpt.save(model, opt, step=10)
+    return ckpt, model, opt
+
+
+def test_the_marker_records_every_payload_file_and_its_size(tmp_path: Path) -> None:
+    _two_saves(tmp_path)
+    folder = tmp_path / step_name(10)
+    marker = json.loads((folder / MARKER).read_text())
+    assert marker["files"] == {"state.pt": (folder / "state.pt").stat().st_size}
+    assert sorted(p.name for p in folder.iterdir()) == [MARKER, "state.pt"]
+
+
+def test_an_empty_marker_is_passed_over_and_the_run_resumes_the_step_before(
+    tmp_path: Path,
+) -> None:
+    """What a full disk left before: the marker opened (created) and its write refused. The
+    step is not complete; resuming goes to step 5 and says which step it passed over and
+    why, and the next save deletes the broken folder."""
+    ckpt, model, opt = _two_saves(tmp_path)
+    (tmp_path / step_name(10) / MARKER).write_bytes(b"")
+    assert ckpt.store.resume_point() == (
+        5,
+        [
+            Skipped(
+                10,
+                step_name(10),
+                "its COMPLETE marker is empty (a write cut short, e.g. by a full disk)",
+            )
+        ],
+    )
+    assert ckpt.latest_step() == 5
+    assert ckpt.load(5, model, opt) == 5
+    skipped = ckpt.store.resume_point()[1][0]
+    assert skipped.line(str(tmp_path), 5) == (
+        f"checkpoint {tmp_path}/step-00000010 skipped: its COMPLETE marker is empty (a write "
+        "cut short, e.g. by a full disk); resuming from step 5"
+    )
     ckpt.save(model, opt, step=6)
     assert sorted(p.name for p in tmp_path.iterdir()) == [step_name(5), step_name(6)]
+
+
+def test_a_truncated_state_file_under_an_intact_marker_is_passed_over(tmp_path: Path) -> None:
+    """Told from the sizes the marker records, without loading the file: every retry
+    resumes step 5 instead of crashing on step 10."""
+    ckpt, model, opt = _two_saves(tmp_path)
+    state = tmp_path / step_name(10) / "state.pt"
+    size = state.stat().st_size
+    state.write_bytes(state.read_bytes()[:100])
+    assert ckpt.store.resume_point() == (
+        5,
+        [
+            Skipped(
+                10,
+                step_name(10),
+                f"state.pt holds 100 bytes where its COMPLETE marker records {size}",
+            )
+        ],
+    )
+    assert ckpt.latest_step() == 5
+    assert ckpt.load(5, model, opt) == 5
+    state.unlink()
+    assert ckpt.store.resume_point()[1] == [
+        Skipped(
+            10, step_name(10), f"state.pt is missing (its COMPLETE marker records {size} bytes)"
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (
+            b'{"step": 10, "committed',
+            "its COMPLETE marker is not JSON (a write cut short, e.g. by a full disk)",
+        ),
+        (
+            b"\xff\xfe\x00",
+            "its COMPLETE marker is not JSON (a write cut short, e.g. by a full disk)",
+        ),
+        (b"[10]", "its COMPLETE marker holds no JSON object"),
+    ],
+)
+def test_a_torn_marker_is_not_a_checkpoint(tmp_path: Path, text: bytes, reason: str) -> None:
+    ckpt, _, _ = _two_saves(tmp_path)
+    (tmp_path / step_name(10) / MARKER).write_bytes(text)
+    assert ckpt.store.resume_point() == (5, [Skipped(10, step_name(10), reason)])
+
+
+def test_a_marker_written_before_sizes_were_recorded_still_counts(tmp_path: Path) -> None:
+    ckpt, _, _ = _two_saves(tmp_path)
+    (tmp_path / step_name(10) / MARKER).write_text(json.dumps({"step": 10, "committed_at": 1.0}))
+    assert ckpt.store.resume_point() == (10, [])
+
+
+def test_clear_deletes_only_what_trainstack_wrote_and_names_the_rest(tmp_path: Path) -> None:
+    ckpt, _, _ = _two_saves(tmp_path)
+    (tmp_path / step_name(10) / MARKER).write_bytes(b"")  # broken, but trainstack's
+    (tmp_path / f"{step_name(15)}.tmp-0123abcd").mkdir()
+    (tmp_path / step_name(20)).mkdir()  # no marker: someone else's
+    (tmp_path / "notes.txt").write_text("mine")
+    cleared = ckpt.store.clear()
+    assert cleared == Cleared(
+        [step_name(5), step_name(10), f"{step_name(15)}.tmp-0123abcd"], [step_name(20)]
+    )
+    assert cleared.left_line("/ck") == (
+        "--fresh left step-00000020 in /ck: no COMPLETE marker, so not a checkpoint trainstack "
+        "wrote; delete it yourself if it is not wanted"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", step_name(20)]
+    assert ckpt.store.clear().left_line("/ck") == cleared.left_line("/ck")
+    (tmp_path / step_name(20)).rmdir()
+    assert ckpt.store.clear() == Cleared([], [])
+    assert Cleared([], []).left_line("/ck") is None
 
 
 def test_marker_is_what_makes_a_step_loadable(tmp_path: Path) -> None:

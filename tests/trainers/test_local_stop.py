@@ -6,6 +6,7 @@ launcher takes its workers with it; a hung peer ends a torch run instead of wait
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -34,6 +35,7 @@ from tests.trainers.local_cli import (
 )
 from trainstack.trainers.common.contract import COLLECTIVE_TIMEOUT_ENV, EXIT_WITH_PARENT_ENV
 from trainstack.trainers.local import RunStopper
+from trainstack.trainers.run_lock import process_start
 
 pytestmark = pytest.mark.trainer
 
@@ -101,6 +103,62 @@ def test_sigterm_to_the_cli_checkpoints_and_the_same_command_resumes(tmp_path: P
 def test_ctrl_c_to_the_process_group_checkpoints_and_exits_130(tmp_path: Path) -> None:
     # A terminal's Ctrl-C sends SIGINT to the foreground process group.
     _interrupt(tmp_path, "local", signal.SIGINT, group=True, code=130)
+
+
+def test_a_second_local_run_of_the_same_run_waits_for_nothing_and_deletes_nothing(
+    tmp_path: Path,
+) -> None:
+    """About 30 s: while a run trains, `local-run --fresh` of the same stack exits 2 with one
+    line naming the first one's pid and start, and its checkpoints stay; `status` sees the
+    first one through its recorded pid and start time; once it stops, the record goes."""
+    config = stack_file(tmp_path, "local")
+    first = local_run(config, "--steps", "400", env=SLOW)  # stopped long before its end
+    pids: list[int] = []
+    pid_file = config.parent / "root" / "logs" / "local.pid"
+    try:
+        wait_for_record(
+            config, first, lambda r: r.get("event") == "checkpoint" and r["rank"] == 0, 240
+        )
+        pids = tree(first.pid)
+        record = json.loads(pid_file.read_text())
+        assert (record["pid"], record["start"]) == (first.pid, process_start(first.pid))
+        saved = sorted(p.name for p in (config.parent / "root" / "checkpoints" / "local").iterdir())
+        rc, out, err = finish(local_run(config, "--fresh"), timeout=120)
+        assert (rc, out, err) == (
+            2,
+            "",
+            f"error: run 'local' is already running here (local-run pid {first.pid}, started "
+            f"{record['started_at']}; its lock: {pid_file}); valid: wait for it to end, or stop "
+            "it (Ctrl-C in its terminal, or SIGTERM to its pid), then run this again\n",
+        )
+        now = sorted(p.name for p in (config.parent / "root" / "checkpoints" / "local").iterdir())
+        assert now[: len(saved)] == saved  # nothing deleted (the first run may have saved more)
+        status = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainstack.infra.cli",
+                "status",
+                "--config-file",
+                str(config),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=config.parent,
+            env=trainer_env({"PYTHONPATH": str(REPO)}),
+            timeout=120,
+            check=False,
+        )
+        assert json.loads(status.stdout)["hosts"] == [
+            {"name": "local-run", "state": "running", "address": f"pid {first.pid}"}
+        ]
+        first.send_signal(signal.SIGTERM)
+        rc, _, _ = finish(first, timeout=120)
+    finally:
+        kill_all([first.pid, *pids])
+    assert rc == 143
+    assert not pid_file.exists()
 
 
 @pytest.mark.slow  # about 40 s here; the torch case runs by default

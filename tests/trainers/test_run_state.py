@@ -219,6 +219,42 @@ def test_local_run_checks_before_it_starts_or_deletes(tmp_path: Path) -> None:
     assert saved[FINGERPRINT_FIELD]["settings"]["learning_rate"] == 0.01
 
 
+def test_local_run_passes_over_a_checkpoint_a_full_disk_left_broken(tmp_path: Path) -> None:
+    """About 25 s: step 10's marker is empty, as a full disk left it before markers were
+    written whole. `status` names step 5, `local-run` says in one line which step it passes
+    over and why and resumes from step 5 (before: refused as "written before trainstack
+    recorded one", with `--fresh` as the way on, which deletes step 5 too)."""
+    config = _stack(tmp_path, "broken")
+    assert _local_run(config).returncode == 0
+    ckpt = tmp_path / "root" / "checkpoints" / "state"
+    (ckpt / "step-00000010" / MARKER).write_bytes(b"")
+    status = subprocess.run(
+        [sys.executable, "-m", "trainstack.infra.cli", "status", "--config-file", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=config.parent,
+        env=cli_env(),
+        timeout=120,
+        check=False,
+    )
+    assert status.stdout.splitlines()[3] == f"checkpoint: step 5 ({ckpt}/step-00000005)"
+    resumed = _local_run(config, "--steps", "15")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.splitlines()[0] == (
+        f"checkpoint {ckpt}/step-00000010 skipped: its COMPLETE marker is empty (a write cut "
+        "short, e.g. by a full disk); resuming from step 5"
+    )
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "root" / "logs" / "state.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in records if r.get("event") == "resume" and r["rank"] == 0] == [5]
+    assert [
+        (r["step"], r["resumed_from"]) for r in records if r.get("event") == "checkpoint_skipped"
+    ] == [(10, 5)]
+    assert CheckpointStore(str(ckpt), keep=1).complete_steps() == [5, 10, 15]
+
+
 def test_tensorflow_trainer_refuses_changed_learning_rate_and_resumes_changed_steps(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from trainstack.trainers.common.checkpoint import Cleared
 from trainstack.trainers.common.user_code import StackTrainer
 from trainstack.trainers.local_code import (
     RUN_MARKER,
@@ -16,25 +17,25 @@ from trainstack.trainers.local_code import (
 )
 
 
-def test_fresh_deletes_the_runs_step_folders_and_record_and_keeps_everything_else(
+def test_fresh_deletes_the_runs_marked_step_folders_and_record_and_keeps_everything_else(
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "keep"
     for name in ("step-1", "step-00000020"):
         (folder / name).mkdir(parents=True)
-        (folder / name / "COMPLETE").write_text("")
-    (folder / "step-3").mkdir()  # not marked: still the run's
+        (folder / name / "COMPLETE").write_text("")  # your code's marker: any content
+    (folder / "step-3").mkdir()  # no marker: not a checkpoint your code committed
     (folder / RUN_MARKER).write_text("{}")
     (folder / "file").write_text("mine")
     (folder / "steps-notes").mkdir()
-    assert clear_code_run(str(folder)) == [
-        "step-00000020",
-        "step-1",
-        "step-3",
-        "trainstack-run.json",
-    ]
-    assert sorted(p.name for p in folder.iterdir()) == ["file", "steps-notes"]
-    assert clear_code_run(str(tmp_path / "absent")) == []
+    cleared = clear_code_run(str(folder))
+    assert cleared == Cleared(["step-00000020", "step-1", "trainstack-run.json"], ["step-3"])
+    assert cleared.left_line(str(folder)) == (
+        f"--fresh left step-3 in {folder}: no COMPLETE marker, so not a checkpoint trainstack "
+        "wrote; delete it yourself if it is not wanted"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["file", "step-3", "steps-notes"]
+    assert clear_code_run(str(tmp_path / "absent")) == Cleared([], [])
 
 
 @pytest.mark.parametrize("given", [".", "..", "src", "/"])

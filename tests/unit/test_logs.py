@@ -262,6 +262,31 @@ def test_local_logs_from_the_log_file(tmp_path: Path) -> None:
     assert (result.exit_code, result.stdout) == (0, json.dumps(records[1]) + "\n")
 
 
+def test_local_logs_show_control_characters_as_escapes(tmp_path: Path) -> None:
+    """A log line cannot drive the terminal: ESC (and its colour, clear-screen and title
+    sequences), BEL, carriage return, DEL and the C1 controls print as `\\xNN`; tab stays.
+    `--json` escapes them as JSON does."""
+    config = local_config(tmp_path)
+    log = tmp_path / "root" / "logs" / "mine.jsonl"
+    log.parent.mkdir(parents=True)
+    record = {"event": "start\x1b[2J", "step": 0, "rank": 0}
+    text = "warn\x1b[31m red\x1b[0m\x07\tend\r spoofed \x7f\x9b1m \x1b]0;title\x07"
+    log.write_bytes((json.dumps(record) + "\n" + text + "\n").encode() + b"\x00bin\xff\n")
+    result = runner.invoke(app, ["logs", "--config-file", str(config)])
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == [
+        "rank 0 start\\x1b[2J step 0",
+        "warn\\x1b[31m red\\x1b[0m\\x07\tend\\x0d spoofed \\x7f\\x9b1m \\x1b]0;title\\x07",
+        "\\x00bin\ufffd",
+    ]
+    result = runner.invoke(app, ["logs", "--config-file", str(config), "--json"])
+    assert result.stdout.splitlines()[1] == json.dumps({"text": text})
+    # A Cloud Logging text entry may span lines (a traceback): its newlines stay.
+    from trainstack.infra.logs import printable
+
+    assert printable("Traceback:\n  File x\x1b[1m") == "Traceback:\n  File x\\x1b[1m"
+
+
 def test_local_without_a_log_file(tmp_path: Path) -> None:
     config = local_config(tmp_path)
     result = runner.invoke(app, ["logs", "--config-file", str(config)])

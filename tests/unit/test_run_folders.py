@@ -156,3 +156,34 @@ def test_your_code_folder_is_claimed_by_its_entrypoint_and_env(tmp_path: Path) -
     (tmp_path / "ckpt" / RUN_MARKER).unlink()
     with pytest.raises(StateMismatch, match=r"^step-6 in .* records no settings fingerprint"):
         claim_folder(folder, entry, {"A": "1"})
+
+
+def test_your_code_record_that_cannot_be_read_is_refused_by_its_cause(tmp_path: Path) -> None:
+    """A `trainstack-run.json` a full disk left empty (or binary bytes) beside a marked
+    checkpoint: refused naming that file and why, not as a checkpoint of an older trainstack;
+    with no checkpoint yet it is simply written again."""
+    folder = tmp_path / "ckpt"
+    entry = ["python", "train.py"]
+    claim_folder(str(folder), entry, None)
+    (folder / RUN_MARKER).write_bytes(b"")
+    claim_folder(str(folder), entry, None)  # nothing saved yet: recorded again
+    assert json.loads((folder / RUN_MARKER).read_text()) == {
+        "fingerprint": code_fingerprint(entry, None)
+    }
+    (folder / "step-6").mkdir()
+    (folder / "step-6" / "COMPLETE").write_text("{}")
+    for text, why in (
+        (b"", "trainstack-run.json is empty (a write cut short, e.g. by a full disk)"),
+        (
+            b"\xff\x00",
+            "trainstack-run.json is not JSON (a write cut short, or another program's file)",
+        ),
+    ):
+        (folder / RUN_MARKER).write_bytes(text)
+        with pytest.raises(StateMismatch) as info:
+            claim_folder(str(folder), entry, None)
+        assert str(info.value) == (
+            f"step-6 in {folder} cannot be checked: {why}, so it cannot be resumed safely; set a "
+            "new trainer.run_name (a new run, in a folder of its own), or start this run fresh "
+            f"by deleting {folder} (`trainstack local-run --fresh` does that for a local run)"
+        )

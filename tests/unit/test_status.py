@@ -46,8 +46,9 @@ def gcs() -> Iterator[str]:
         yield url
 
 
-def put(gcs: str, bucket: str, *names: str) -> None:
-    """Create `bucket` (if new) and an object at each name, through the JSON API."""
+def put(gcs: str, bucket: str, *names: str, data: dict[str, bytes] | None = None) -> None:
+    """Create `bucket` (if new) and an object at each name (holding `{}`, or its `data`),
+    through the JSON API."""
     request = urllib.request.Request(
         f"{gcs}/storage/v1/b?project={P}",
         data=json.dumps({"name": bucket}).encode(),
@@ -57,11 +58,21 @@ def put(gcs: str, bucket: str, *names: str) -> None:
         urllib.request.urlopen(request).close()
     except urllib.error.HTTPError as exc:
         assert exc.code == 409  # already there
-    for name in names:
+    for name in [*names, *(data or {})]:
+        body = (data or {}).get(name, b"{}")
+        # A multipart upload (metadata, then the bytes): the emulator drops the connection
+        # on a media upload of no bytes, and an empty object is what a cut-short write is.
+        multipart = (
+            b"--B\r\nContent-Type: application/json\r\n\r\n"
+            + json.dumps({"name": name}).encode()
+            + b"\r\n--B\r\nContent-Type: application/octet-stream\r\n\r\n"
+            + body
+            + b"\r\n--B--\r\n"
+        )
         upload = urllib.request.Request(
-            f"{gcs}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
-            data=b"{}",
-            headers={"Content-Type": "application/octet-stream"},
+            f"{gcs}/upload/storage/v1/b/{bucket}/o?uploadType=multipart",
+            data=multipart,
+            headers={"Content-Type": "multipart/related; boundary=B"},
         )
         urllib.request.urlopen(upload).close()
 
@@ -169,6 +180,44 @@ def test_tpu_status_json(tmp_path: Path, gcs: str) -> None:
         "cost_usd": 3.84,
         "as_of": "2026-11-23T12:00:00.000000Z",
     }
+
+
+def test_cloud_status_names_the_newest_complete_checkpoint(tmp_path: Path, gcs: str) -> None:
+    """The bundled trainer's marker records its files' sizes: an empty marker (a write cut
+    short) and a file shorter than recorded are not complete checkpoints; a marker of an
+    older trainstack (no sizes) is."""
+    folder = "checkpoints/broken"
+    files = {"state.pt": 5}
+    marker = json.dumps({"step": 300, "files": files}).encode()
+    put(
+        gcs,
+        f"{P}-dev-tpu-v5e-checkpoints",
+        data={
+            f"{folder}/step-00000100/COMPLETE": b"{}",
+            f"{folder}/step-00000200/COMPLETE": json.dumps({"files": files}).encode(),
+            f"{folder}/step-00000200/state.pt": b"12345",
+            f"{folder}/step-00000300/COMPLETE": marker,
+            f"{folder}/step-00000300/state.pt": b"123",
+            f"{folder}/step-00000400/COMPLETE": b"",
+            f"{folder}/step-00000400/state.pt": b"12345",
+        },
+    )
+    url = f"gs://{P}-dev-tpu-v5e-checkpoints/{folder}"
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        tpu = stack.enter_context(TpuFakeServer())
+        code, out, err = run_status(
+            "dev-tpu-v5e",
+            tmp_path,
+            {"checkpoint_dir": url},
+            f"logging={logs.endpoint}",
+            f"tpu={tpu.endpoint}",
+            f"storage={gcs}/storage/v1/",
+            as_json=True,
+        )
+    assert (code, err) == (0, "")
+    info = json.loads(out)
+    assert (info["checkpoint_step"], info["checkpoint_path"]) == (200, f"{url}/step-00000200")
 
 
 def _pod(index: int, phase: str, ip: str) -> dict[str, Any]:
@@ -300,6 +349,25 @@ def test_local_status_from_the_log_and_checkpoints(tmp_path: Path) -> None:
         "hosts: 0/0 up\n"
         "cost so far: $0.00 (a local run: this machine, no Google Cloud resources)\n",
         "",
+    )
+
+
+def test_local_status_names_the_newest_complete_checkpoint(tmp_path: Path) -> None:
+    """Step 60's marker was left empty by a full disk and step 40's state.pt is shorter
+    than its marker records: status names step 20, where a resume would start."""
+    config = local_config(tmp_path)
+    folder = tmp_path / "root" / "checkpoints" / "mine"
+    for step, marker in ((20, {"files": {"state.pt": 4}}), (40, {"files": {"state.pt": 9}})):
+        (folder / f"step-{step:08d}").mkdir(parents=True)
+        (folder / f"step-{step:08d}" / "state.pt").write_bytes(b"1234")
+        (folder / f"step-{step:08d}" / "COMPLETE").write_text(json.dumps(marker))
+    (folder / "step-00000060").mkdir()
+    (folder / "step-00000060" / "COMPLETE").write_bytes(b"")
+    args = ["status", "--config-file", str(config), "--now", NOW, "--json"]
+    info = json.loads(runner.invoke(app, args).stdout)
+    assert (info["checkpoint_step"], info["checkpoint_path"]) == (
+        20,
+        f"{folder}/step-00000020",
     )
 
 

@@ -1,14 +1,38 @@
 """Checkpoint directories on a local path or `gs://` (fsspec/gcsfs), framework-free.
 
-Layout: `{dir}/step-{N:08d}/` per step. A save writes into `{dir}/step-N.tmp-<token>/`, moves
-it to `step-N/` (a rename locally; a copy on object stores, which have no atomic directory
-rename) and writes the `COMPLETE` marker last, with the settings fingerprint of the run that
-wrote it (`trainstack.trainers.common.fingerprint`). Only directories with the marker are loaded,
-so a save killed at any point leaves nothing that a restart would trust; the next save
-deletes the leftovers and all but the newest `keep` complete checkpoints. What goes inside a
-step directory is the trainer's business (`trainstack.trainers.torch_ddp.checkpoint` for torch,
-`trainstack.trainers.tf_multiworker.checkpoint` for TensorFlow); this module imports neither framework.
-GCS and emulator options come from `trainstack.trainers.common.storage`.
+Layout: `{dir}/step-{N:08d}/` per step, holding the payload and the `COMPLETE` marker. A save
+writes the payload into `{dir}/step-N.tmp-<token>/`, then commits it (`CheckpointStore.commit`):
+
+- locally: every payload file and folder is fsynced, the marker is written under a temporary
+  name inside the folder, fsynced and renamed to `COMPLETE`, then the folder is renamed to
+  `step-N/` and its parent fsynced. The step folder appears with its marker in one rename,
+  after everything the marker records is on disk;
+- on object stores (no atomic directory rename): the payload is copied to `step-N/`, then the
+  marker is written as one object, after every object it records. A Cloud Storage upload is
+  atomic and readable once it succeeded, a copy of several objects is not
+  (https://cloud.google.com/storage/docs/consistency: "When you write an object to Cloud
+  Storage, such as when you upload, compose, or copy an object, the object is immediately
+  available for reading ... as soon as you receive a success response"; its "Atomic
+  operations" section, read in the stored zh-CN copy: atomicity is guaranteed for most
+  operations on one object, such as an upload, and not for operations on several objects at
+  once, such as copying several).
+
+The marker is JSON: the step, the settings fingerprint of the run that wrote it
+(`trainstack.trainers.common.fingerprint`) and `files`, every payload file's size in bytes.
+A step folder is a complete checkpoint when its marker reads as that record and every file
+it records is there with that size (`payload_problem`): one listing of the folder, no payload
+read. An empty or torn marker (a write cut short by a full disk, before this layout) and a
+truncated or missing payload file make a folder incomplete; resuming then goes to the
+newest complete step, and the folders passed over come back as `Skipped` with the reason.
+A marker without `files` was written before trainstack recorded them and counts as complete.
+Content damage that keeps a file's size is left to the loaders.
+
+A `step-N` folder holding a marker (readable or not) and a `step-N.tmp-<token>` folder are
+trainstack's; `prune` and `clear` (`local-run --fresh`) delete only those and leave any other
+`step-N` folder. What goes inside a step directory is the trainer's business
+(`trainstack.trainers.torch_ddp.checkpoint` for torch, `trainstack.trainers.tf_multiworker.
+checkpoint` for TensorFlow); this module imports neither framework. GCS and emulator options
+come from `trainstack.trainers.common.storage`.
 
 Test hook: `TRAINSTACK_TEST_SLOW_CKPT=<seconds>` (`test_delay`) sleeps between writing the
 payload and committing it, so a test can kill a run in the middle of a save.
@@ -16,12 +40,17 @@ payload and committing it, so a test can kill a run in the middle of a save.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
+import shutil
 import time
+import uuid
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from trainstack.trainers.common.cluster import trial_id
 from trainstack.trainers.common.fingerprint import (
@@ -32,7 +61,9 @@ from trainstack.trainers.common.fingerprint import (
 )
 from trainstack.trainers.common.storage import storage_options
 
-MARKER = "COMPLETE"
+MARKER: Final = "COMPLETE"
+FILES_FIELD: Final = "files"
+"""The marker's record of the payload: {path inside the step folder: size in bytes}."""
 _STEP_RE = re.compile(r"^step-(\d{8})$")
 _TMP_RE = re.compile(r"^step-\d{8}\.tmp-[0-9a-f]+$")
 
@@ -41,9 +72,55 @@ MARKED_STEP_RE = re.compile(r"step-(\d+)")
 """A checkpoint folder's name in the run contract: the bundled trainers pad the step to 8
 digits, your own code may not."""
 
+STORAGE_ERRNOS: Final = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+)
+"""Write failures that retrying cannot fix until someone acts: a full disk or quota, a file
+size limit, a read-only or forbidden folder."""
+
 
 def step_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (`STORAGE_ERRNOS`); the message is one line naming
+    the step, the folder and the cause."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc`, what it wraps (`__cause__`, `__context__`) and, for torch's
+    `CheckpointException`, every rank's failure, depth first."""
+    found: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        seen = stack.pop()
+        if seen in found:
+            continue
+        found.append(seen)
+        failures = getattr(seen, "failures", None)
+        if isinstance(failures, dict):
+            stack += [f[0] for f in failures.values() if isinstance(f, tuple) and f]
+        stack += [e for e in (seen.__context__, seen.__cause__) if e is not None]
+    return found
+
+
+def write_failure(exc: BaseException, step: int, where: str) -> CheckpointWriteError | None:
+    """`exc` as the one line a failed save of `step` into `where` is reported with, when it
+    is (or wraps) a storage refusal (`STORAGE_ERRNOS`); else None."""
+    for seen in _causes(exc):
+        if isinstance(seen, CheckpointWriteError):
+            return seen
+        if isinstance(seen, OSError) and seen.errno in STORAGE_ERRNOS:
+            cause = seen.strerror or str(seen)
+            return CheckpointWriteError(
+                f"checkpoint step {step} could not be written to {where}: {cause}", step
+            )
+    return None
 
 
 AIP_CHECKPOINT_DIR_ENV = "AIP_CHECKPOINT_DIR"
@@ -87,10 +164,108 @@ def check_resume(cfg: Any, env: Mapping[str, str]) -> None:
         pass
 
 
-def newest_marked(url: str) -> tuple[int, str] | None:
+class UnreadableMarker(ValueError):
+    """A `COMPLETE` marker that does not read as trainstack's record; the message says why."""
+
+
+def read_marker(text: bytes) -> dict[str, Any]:
+    """The record a marker holds; `UnreadableMarker` naming why it holds none."""
+    if not text.strip():
+        raise UnreadableMarker(
+            f"its {MARKER} marker is empty (a write cut short, e.g. by a full disk)"
+        )
+    try:
+        record = json.loads(text)
+    except ValueError:  # UnicodeDecodeError is one too
+        raise UnreadableMarker(
+            f"its {MARKER} marker is not JSON (a write cut short, e.g. by a full disk)"
+        ) from None
+    if not isinstance(record, dict):
+        raise UnreadableMarker(f"its {MARKER} marker holds no JSON object")
+    files = record.get(FILES_FIELD)
+    if files is not None and not (
+        isinstance(files, dict)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in files.values())
+    ):
+        raise UnreadableMarker(f"its {MARKER} marker's {FILES_FIELD} are not file sizes")
+    return record
+
+
+def payload_problem(record: Mapping[str, Any], sizes: Mapping[str, int]) -> str | None:
+    """Why the files of a step folder (`sizes`: path inside the folder -> bytes) are not the
+    payload its marker `record` records; None when they are, or when it records none."""
+    files = record.get(FILES_FIELD)
+    if not isinstance(files, dict):
+        return None
+    for name, size in sorted(files.items()):
+        found = sizes.get(name)
+        if found is None:
+            return f"{name} is missing (its {MARKER} marker records {size} bytes)"
+        if found != size:
+            return f"{name} holds {found} bytes where its {MARKER} marker records {size}"
+    return None
+
+
+@dataclass(frozen=True)
+class StepFolder:
+    """One `step-N` folder of a checkpoint directory, as `CheckpointStore.folders` found it."""
+
+    step: int
+    name: str
+    marked: bool
+    """It holds a marker (readable or not): a folder trainstack wrote."""
+    problem: str | None = None
+    """Why it is not a complete checkpoint; None for a complete one."""
+    record: dict[str, Any] = field(default_factory=dict)
+    """Its marker's record (empty when there is none to read)."""
+
+    @property
+    def complete(self) -> bool:
+        return self.marked and self.problem is None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A marked step folder newer than the resumed step that is not a complete checkpoint."""
+
+    step: int
+    name: str
+    reason: str
+
+    def fields(self, url: str, resumed: int | None) -> dict[str, Any]:
+        """The fields of the trainers' `checkpoint_skipped` record (besides the step)."""
+        return {"path": f"{url}/{self.name}", "reason": self.reason, "resumed_from": resumed}
+
+    def line(self, url: str, resumed: int | None) -> str:
+        """The one line that says so."""
+        then = "starting at step 0" if resumed is None else f"resuming from step {resumed}"
+        return f"checkpoint {url}/{self.name} skipped: {self.reason}; {then}"
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """What `CheckpointStore.clear` deleted and which `step-N` folders it left."""
+
+    removed: list[str]
+    left: list[str]
+
+    def left_line(self, url: str) -> str | None:
+        """The line saying what `--fresh` left, None when it left nothing."""
+        if not self.left:
+            return None
+        names = ", ".join(self.left)
+        return (
+            f"--fresh left {names} in {url}: no {MARKER} marker, so not a checkpoint "
+            "trainstack wrote; delete it yourself if it is not wanted"
+        )
+
+
+def newest_marked(url: str, *, strict: bool = False) -> tuple[int, str] | None:
     """The newest `step-<N>` folder under `url` (a local path or `gs://`) that holds the
     `COMPLETE` marker, as (N, folder name): what `trainstack status` and `local-run` report
-    as saved, for the bundled trainers and for your own code alike."""
+    as saved. `strict` (the bundled trainers' folders): only a complete checkpoint
+    (`CheckpointStore.folder`); else (your own code's, whose marker is its own) any folder
+    holding the marker."""
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(url.rstrip("/"), **storage_options(url))
@@ -99,12 +274,64 @@ def newest_marked(url: str) -> tuple[int, str] | None:
         names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
     except FileNotFoundError:
         return None
-    marked = [
-        (int(m[1]), name)
-        for name in names
-        if (m := MARKED_STEP_RE.fullmatch(name)) and fs.exists(f"{root}/{name}/{MARKER}")
-    ]
-    return max(marked) if marked else None
+    steps = sorted((int(m[1]), name) for name in names if (m := MARKED_STEP_RE.fullmatch(name)))
+    store = CheckpointStore(url, keep=1) if strict else None
+    for step, name in reversed(steps):
+        if store is not None:
+            found = store.folder(name).complete
+        else:
+            found = bool(fs.exists(f"{root}/{name}/{MARKER}"))
+        if found:
+            return step, name
+    return None
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_whole(fs: Any, path: str, data: bytes) -> None:
+    """Write `data` to `path` of filesystem `fs` so that no reader sees it in part: locally
+    a temporary file beside it, fsynced and renamed over it, then its folder fsynced; on an
+    object store one object, which is visible whole or not at all."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if not isinstance(fs, LocalFileSystem):
+        with fs.open(path, "wb") as f:
+            f.write(data)
+        return
+    part = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        with open(part, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(part, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
+    _fsync(os.path.dirname(path) or ".")
+
+
+def _publish_local(tmp: str, final: str, marker: bytes) -> None:
+    """Make `tmp` durable, put `marker` in it, and rename it to `final` (see the module doc)."""
+    for folder, _, files in os.walk(tmp, topdown=False):
+        for name in files:
+            _fsync(os.path.join(folder, name))
+        _fsync(folder)
+    from fsspec.implementations.local import LocalFileSystem
+
+    write_whole(LocalFileSystem(), os.path.join(tmp, MARKER), marker)
+    if os.path.lexists(final):
+        # A step folder of the same name (an uncommitted leftover of a save of this step).
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync(os.path.dirname(final))
 
 
 class CheckpointStore:
@@ -141,17 +368,44 @@ class CheckpointStore:
             return []
         return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
 
+    def sizes(self, path: str) -> dict[str, int]:
+        """Every file under the folder `path`, as {path inside it: size in bytes}."""
+        prefix = path.rstrip("/") + "/"
+        self.fs.invalidate_cache()
+        found = self.fs.find(path, detail=True)
+        return {
+            str(p)[len(prefix) :]: int(info["size"])
+            for p, info in found.items()
+            if str(p).startswith(prefix)
+        }
+
+    def folder(self, name: str) -> StepFolder:
+        """The step folder `name` (`step-N`) as it stands: marked, complete or why not."""
+        step = int(name.removeprefix("step-"))
+        try:
+            text = self.read_bytes(self.path(f"{name}/{MARKER}"))
+        except FileNotFoundError:
+            return StepFolder(step, name, False, f"it has no {MARKER} marker")
+        try:
+            record = read_marker(text)
+        except UnreadableMarker as e:
+            return StepFolder(step, name, True, str(e))
+        problem = None
+        if FILES_FIELD in record:
+            problem = payload_problem(record, self.sizes(self.path(name)))
+        return StepFolder(step, name, True, problem, record)
+
+    def folders(self) -> list[StepFolder]:
+        """Every `step-N` folder, oldest first."""
+        found = [self.folder(name) for name in self._names() if _STEP_RE.match(name)]
+        return sorted(found, key=lambda f: f.step)
+
     def is_complete(self, step: int) -> bool:
-        return bool(self.fs.exists(self.path(f"{step_name(step)}/{MARKER}")))
+        return self.folder(step_name(step)).complete
 
     def complete_steps(self) -> list[int]:
-        """Steps with a committed checkpoint, oldest first."""
-        steps = []
-        for name in self._names():
-            m = _STEP_RE.match(name)
-            if m and self.fs.exists(self.path(f"{name}/{MARKER}")):
-                steps.append(int(m.group(1)))
-        return sorted(steps)
+        """Steps with a complete checkpoint, oldest first."""
+        return [f.step for f in self.folders() if f.complete]
 
     def latest(self) -> int | None:
         steps = self.complete_steps()
@@ -163,77 +417,99 @@ class CheckpointStore:
         return path
 
     def commit(self, tmp: str, step: int) -> str:
+        """Commit the payload written into `tmp` as `step` (see the module doc)."""
         final = self.path(step_name(step))
-        if self.fs.exists(final):
-            # An uncommitted leftover of a killed save of this same step.
-            self.fs.rm(final, recursive=True)
-        if self.remote:
-            # Object stores copy and delete anyway; gcsfs's mv first tries the moveTo API,
-            # which emulators lack and answer only after a long retry loop.
-            self.fs.copy(tmp + "/", final, recursive=True)
-            self.fs.rm(tmp, recursive=True)
-        else:
-            self.fs.mv(tmp, final, recursive=True)
         marker: dict[str, Any] = {"step": step, "committed_at": time.time()}
         if self.fingerprint is not None:
             marker[FINGERPRINT_FIELD] = self.fingerprint
-        with self.fs.open(f"{final}/{MARKER}", "w") as f:
-            f.write(json.dumps(marker))
+        marker[FILES_FIELD] = self.sizes(tmp)
+        data = json.dumps(marker).encode()
+        if not self.remote:
+            _publish_local(tmp, final, data)
+            return final
+        if self.fs.exists(final):
+            # An uncommitted leftover of a killed save of this same step.
+            self.fs.rm(final, recursive=True)
+        # Object stores copy and delete anyway; gcsfs's mv first tries the moveTo API,
+        # which emulators lack and answer only after a long retry loop.
+        self.fs.copy(tmp + "/", final, recursive=True)
+        self.write_bytes(f"{final}/{MARKER}", data)
+        self.fs.rm(tmp, recursive=True)
         return final
 
     def saved_fingerprint(self, step: int) -> dict[str, Any] | None:
         """The fingerprint recorded in `step`'s marker; None when it records none."""
-        with self.fs.open(self.path(f"{step_name(step)}/{MARKER}"), "r") as f:
-            text = f.read()
-        try:
-            marker = json.loads(text)
-        except ValueError:
-            return None
-        found = marker.get(FINGERPRINT_FIELD) if isinstance(marker, dict) else None
+        found = self.folder(step_name(step)).record.get(FINGERPRINT_FIELD)
         return found if isinstance(found, dict) else None
 
-    def verify(self, step: int) -> None:
+    def verify(self, step: int, record: Mapping[str, Any] | None = None) -> None:
         """Raise `StateMismatch` unless `step` was committed with this store's fingerprint
-        (no fingerprint given: nothing to compare, nothing raised)."""
+        (no fingerprint given: nothing to compare, nothing raised). `record`: its marker's,
+        when already read."""
         if self.fingerprint is None:
             return
-        check(
-            self.saved_fingerprint(step),
-            self.fingerprint,
-            what=f"checkpoint step {step} in {self.url}",
-            where=self.url,
-        )
+        if record is None:
+            record = self.folder(step_name(step)).record
+        found = record.get(FINGERPRINT_FIELD)
+        saved = found if isinstance(found, dict) else None
+        check(saved, self.fingerprint, what=f"checkpoint step {step} in {self.url}", where=self.url)
+
+    def resume_point(self) -> tuple[int | None, list[Skipped]]:
+        """The newest complete step (None when there is none), verified against this store's
+        fingerprint (raises `StateMismatch`), and the newer marked folders passed over
+        because they are not complete, newest first."""
+        skipped: list[Skipped] = []
+        for found in reversed(self.folders()):
+            if not found.marked:
+                continue  # not a checkpoint trainstack wrote: never resumed, never reported
+            if found.problem is not None:
+                skipped.append(Skipped(found.step, found.name, found.problem))
+                continue
+            self.verify(found.step, found.record)
+            return found.step, skipped
+        return None, skipped
 
     def resumable(self) -> int | None:
-        """The newest complete step, verified against this store's fingerprint (raises
-        `StateMismatch`); None when there is none."""
-        latest = self.latest()
-        if latest is not None:
-            self.verify(latest)
-        return latest
+        """`resume_point`'s step."""
+        return self.resume_point()[0]
 
     def prune(self) -> list[str]:
-        """Delete stale temporaries, uncommitted step dirs and all but the newest `keep`."""
+        """Delete stale temporaries and every marked step folder but the newest `keep`
+        complete ones; a `step-N` folder without a marker is not trainstack's and stays."""
+        folders = self.folders()
+        complete = [f.name for f in folders if f.complete]
+        keep = set(complete[-self.keep :])
+        marked = {f.name for f in folders if f.marked}
         removed = []
-        complete = self.complete_steps()
-        drop = {step_name(s) for s in complete[: -self.keep]}
-        keep = {step_name(s) for s in complete[-self.keep :]}
         for name in self._names():
-            stale = _TMP_RE.match(name) or (_STEP_RE.match(name) and name not in keep)
-            if name in drop or stale:
+            if _TMP_RE.match(name) or (name in marked and name not in keep):
                 self.fs.rm(self.path(name), recursive=True)
                 removed.append(name)
         return removed
 
-    def clear(self) -> list[str]:
-        """Delete every step directory, committed or not, and every temporary, so the next
-        run starts from step 0; other files in the directory stay. Returns the names."""
-        removed = []
+    def clear(self) -> Cleared:
+        """Delete every folder trainstack wrote (marked step folders, complete or not, and
+        temporaries), so the next run starts from step 0; other files and `step-N` folders
+        without a marker stay (`Cleared.left`)."""
+        removed, left = [], []
         for name in self._names():
-            if _STEP_RE.match(name) or _TMP_RE.match(name):
+            if _STEP_RE.match(name) and not self.folder(name).marked:
+                left.append(name)
+            elif _STEP_RE.match(name) or _TMP_RE.match(name):
                 self.fs.rm(self.path(name), recursive=True)
                 removed.append(name)
-        return sorted(removed)
+        return Cleared(sorted(removed), sorted(left))
+
+    def check_writable(self) -> None:
+        """Write and delete a probe file in the folder (created locally when missing), so a
+        folder the run cannot write to, or cannot reach, is found before a worker starts;
+        raises what the storage raised."""
+        if not self.remote:
+            self.fs.makedirs(self.root, exist_ok=True)
+        # Named by the process: two runs sharing a folder never remove each other's probe.
+        probe = self.path(f".trainstack-write-test-{os.getpid()}")
+        self.write_bytes(probe, b"")
+        self.fs.rm(probe)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         with self.fs.open(path, "wb") as f:

@@ -31,7 +31,9 @@ EVENT_EXIT: Final = "exit"
 """`trainstack local-run` ended the run with this `exit_code` (the last line of an attempt
 in the run's log), so `trainstack status` tells finished, stopped and failed runs apart."""
 EVENT_FAILED: Final = "failed"
-"""Your own code exited non-zero (not 143): the wrapper's line with its last output lines."""
+"""Your own code exited non-zero (not 143): the wrapper's line with its last output lines. A
+bundled trainer's rank 0 says it too when a checkpoint could not be written (a full disk, a
+read-only folder): `error` is the one line that names the folder and the cause."""
 EVENT_RESUME: Final = "resume"
 EVENT_TRAIN: Final = "train"
 EVENT_CHECKPOINT_BEGIN: Final = "checkpoint_begin"
@@ -39,6 +41,11 @@ EVENT_CHECKPOINT: Final = "checkpoint"
 EVENT_CHECKPOINT_WRITTEN: Final = "checkpoint_written"
 """Rank 0 committed a checkpoint (`write_s`: from the start of the save to the commit); for an
 async save this comes after training went on, from the writer thread."""
+EVENT_CHECKPOINT_SKIPPED: Final = "checkpoint_skipped"
+"""Rank 0 passed over a marked step folder that is not a complete checkpoint (`reason`: an
+empty marker, a truncated file; `path`; `resumed_from`: the step it resumes from instead, None
+for step 0), one line per folder, before its `start`
+(`trainstack.trainers.common.checkpoint.Skipped`)."""
 EVENT_PREEMPTED: Final = "preempted"
 EVENT_DONE: Final = "done"
 EVENT_IDLE: Final = "idle"

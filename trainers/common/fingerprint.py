@@ -130,15 +130,15 @@ def check(
     *,
     what: str,
     where: str,
+    unknown: str | None = None,
 ) -> None:
     """Raise StateMismatch unless `saved` (the record read back, None when there is none)
     matches `current`. `what` names the state ("checkpoint step 40 in gs://b/checkpoints/x"),
-    `where` the folder that starting fresh deletes."""
+    `where` the folder that starting fresh deletes; `unknown` says why there is no record when
+    the reason is known (default: written before trainstack recorded one)."""
     if saved is None:
-        raise StateMismatch(
-            f"{what} records no settings fingerprint (written before trainstack recorded one), "
-            f"so it cannot be resumed safely; {ways_on(where)}"
-        )
+        why = unknown or "records no settings fingerprint (written before trainstack recorded one)"
+        raise StateMismatch(f"{what} {why}, so it cannot be resumed safely; {ways_on(where)}")
     if saved.get("sha256") == current.get("sha256"):
         return
     changed = changes(saved, current) or ["the recorded fingerprint differs"]

@@ -43,7 +43,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from trainstack.trainers.common.checkpoint import CheckpointStore, step_name, test_delay
+from trainstack.trainers.common.checkpoint import (
+    CheckpointStore,
+    Skipped,
+    step_name,
+    test_delay,
+    write_failure,
+)
 
 PREFIX = "ckpt"
 META_FILE = "meta.json"
@@ -84,11 +90,18 @@ class TFCheckpointer:
         self.on_written = on_written
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self._pending: Future[None] | None = None
+        self._pending_step = 0
+        """The step of the save in flight (of the last save once it is done)."""
+
+    def resume_point(self) -> tuple[int | None, list[Skipped]]:
+        """The newest complete step and the newer folders passed over
+        (`CheckpointStore.resume_point`); raises `StateMismatch` (every worker reads the same
+        marker) when it was written under other settings."""
+        return self.store.resume_point()
 
     def latest_step(self) -> int | None:
-        """The newest complete step; raises `StateMismatch` (every worker reads the same
-        marker) when it was written under other settings."""
-        return self.store.resumable()
+        """`resume_point`'s step."""
+        return self.resume_point()[0]
 
     def _write_local(self, directory: str, asynchronous: bool) -> None:
         options = self.async_options if asynchronous else self.options
@@ -101,6 +114,9 @@ class TFCheckpointer:
             try:
                 pending.result()
             except Exception as e:
+                failed = write_failure(e, self._pending_step, self.store.url)
+                if failed is not None:
+                    raise failed from None
                 raise RuntimeError(f"background checkpoint write failed: {e}") from e
 
     def save(self, step: int, *, sync: bool = False) -> SaveResult:
@@ -108,6 +124,7 @@ class TFCheckpointer:
         started = time.perf_counter()
         self.wait()
         asynchronous = self.async_save and not sync
+        self._pending_step = step
         final = self.store.path(step_name(step))
         if not self.is_chief:
             scratch = tempfile.mkdtemp(prefix="trainstack-ckpt-")
@@ -132,7 +149,13 @@ class TFCheckpointer:
         if asynchronous:
             self._pending = self._executor.submit(self._finish, step, tmp, local, started)
         else:
-            self._finish(step, tmp, local, started)
+            try:
+                self._finish(step, tmp, local, started)
+            except Exception as e:
+                failed = write_failure(e, step, self.store.url)
+                if failed is None:
+                    raise
+                raise failed from None
         return SaveResult(step, time.perf_counter() - started, self.store.url_of(final))
 
     def _drop_scratch(self, scratch: str) -> None:

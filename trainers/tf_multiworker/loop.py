@@ -22,14 +22,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from trainstack.trainers.common.checkpoint import run_checkpoint_dir
+from trainstack.trainers.common.checkpoint import CheckpointWriteError, run_checkpoint_dir
 from trainstack.trainers.common.cluster import ClusterInfo
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import (
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
+    EVENT_CHECKPOINT_SKIPPED,
     EVENT_CHECKPOINT_WRITTEN,
     EVENT_DONE,
+    EVENT_FAILED,
     EVENT_RESUME,
     EVENT_START,
     EVENT_TRAIN,
@@ -210,10 +212,16 @@ class TrainerBase:
         self.step_delay = float(os.environ.get("TRAINSTACK_TEST_STEP_DELAY_S", "0") or 0)
 
     def newest_checkpoint(self) -> int | None:
+        if self.checkpointer is None:
+            return None
         try:
-            return self.checkpointer.latest_step() if self.checkpointer else None
+            latest, skipped = self.checkpointer.resume_point()
         except StateMismatch as e:
             raise SetupError(str(e)) from None
+        for passed in skipped if self.info.rank == 0 else []:
+            fields = passed.fields(str(self.ckpt_dir), latest)
+            self.logger.log(EVENT_CHECKPOINT_SKIPPED, passed.step, severity="WARNING", **fields)
+        return latest
 
     def restore(self, step: int | None) -> int:
         if self.checkpointer is None or step is None:
@@ -236,7 +244,13 @@ class TrainerBase:
         if self.checkpointer is None:
             return
         self.logger.log(EVENT_CHECKPOINT_BEGIN, step)
-        saved = self.checkpointer.save(step, sync=reason is not None)
+        try:
+            saved = self.checkpointer.save(step, sync=reason is not None)
+        except CheckpointWriteError as e:
+            if self.is_chief:
+                # What `trainstack local-run` reports as the run's one error line.
+                self.logger.log(EVENT_FAILED, e.step, severity="ERROR", error=str(e), exit_code=2)
+            raise SetupError(str(e)) from None
         if reason is None:
             self.stall_total += saved.stall_s
         asynchronous = reason is None and self.checkpointer.async_save

@@ -43,7 +43,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
-from trainstack.trainers.common.checkpoint import CheckpointStore, step_name, test_delay
+from trainstack.trainers.common.checkpoint import (
+    CheckpointStore,
+    CheckpointWriteError,
+    Skipped,
+    step_name,
+    test_delay,
+    write_failure,
+)
 from trainstack.trainers.common.fingerprint import StateMismatch
 from trainstack.trainers.torch_ddp.staging import Copy, HostCopy
 
@@ -93,6 +100,13 @@ def _deserialize(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
+def gathered_item(
+    rng: dict[str, Any], failure: CheckpointWriteError | None
+) -> tuple[dict[str, Any], tuple[str, int] | None]:
+    """What one rank contributes to a save's all-gather: its RNG state and its failure."""
+    return rng, None if failure is None else (str(failure), failure.step)
+
+
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -131,6 +145,8 @@ class Checkpointer:
         # One worker: at most one write in flight, and its exception comes back via result().
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self._pending: Future[Any] | None = None
+        self._pending_step = 0
+        """The step of the save in flight (of the last save once it is done)."""
         self._staged: Copy | None = None
         self._host = HostCopy()
         self._stager: Any = None
@@ -141,13 +157,19 @@ class Checkpointer:
 
     # -- saving -------------------------------------------------------------------------
 
-    def _gather_rng(self) -> list[dict[str, Any]]:
+    def _exchange(self, failure: CheckpointWriteError | None) -> list[dict[str, Any]]:
+        """Every rank's RNG state, gathered with each rank's failed earlier write (an async
+        save's error surfaces only on its writer): any failure raises on every rank, so they
+        stop together rather than wait for a peer that has left."""
         mine = rng_state()
-        if not _distributed():
-            return [mine]
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, mine)
-        return gathered
+        gathered: list[Any] = [gathered_item(mine, failure)]
+        if _distributed():
+            gathered = [None] * self.world_size
+            dist.all_gather_object(gathered, gathered_item(mine, failure))
+        for _, failed in gathered:
+            if failed is not None:
+                raise CheckpointWriteError(*failed)
+        return [rng for rng, _ in gathered]
 
     def _token(self) -> str:
         token = [uuid.uuid4().hex[:12]]
@@ -175,8 +197,21 @@ class Checkpointer:
         if pending is not None:
             try:
                 pending.result()
-            except Exception as e:
+            except BaseException as e:  # torch's CheckpointException is no Exception
+                failed = write_failure(e, self._pending_step, self.store.url)
+                if failed is not None:
+                    raise failed from None
+                if not isinstance(e, Exception):
+                    raise
                 raise RuntimeError(f"background checkpoint write failed: {e}") from e
+
+    def _settle(self) -> CheckpointWriteError | None:
+        """`wait`, with a storage refusal of the write it waited for returned, not raised."""
+        try:
+            self.wait()
+        except CheckpointWriteError as e:
+            return e
+        return None
 
     def _staging(self) -> Any:
         """The reusable staging copier of `dcp.async_save` (`DefaultStager`), created on the
@@ -220,13 +255,14 @@ class Checkpointer:
     ) -> SaveResult:
         """Save `step`; `sync` forces a blocking write (used at the end and on preemption)."""
         started = time.perf_counter()
-        self.wait()
-        rngs = self._gather_rng()
+        rngs = self._exchange(self._settle())
         asynchronous = self.async_save and not sync
+        self._pending_step = step
         if self.sharded:
             path = self._save_sharded(step, model, optimizer, rngs, started, asynchronous)
             return SaveResult(step, time.perf_counter() - started, self.store.url_of(path))
         path = self.store.path(step_name(step))
+        failure: CheckpointWriteError | None = None
         if self.rank == 0:
             state = {
                 "step": step,
@@ -240,13 +276,33 @@ class Checkpointer:
                 self._staged = copy
                 self._pending = self._executor.submit(self._write_copy, step, copy, started)
             else:
-                path = self._write_state(step, state, started)
-        if _distributed() and not asynchronous:
-            # Nobody moves on (or exits after a preemption save) before the commit.
-            dist.barrier()
+                failure = self._guarded(step, lambda: self._write_state(step, state, started))
+        if not asynchronous:
+            # Nobody moves on (or exits after a preemption save) before the commit, and a
+            # write refused on rank 0 stops every rank.
+            self._agree(failure)
         if not self.overlap_copy:
             self.before_update()
         return SaveResult(step, time.perf_counter() - started, self.store.url_of(path))
+
+    def _guarded(self, step: int, write: Callable[[], object]) -> CheckpointWriteError | None:
+        """Run `write`; a storage refusal comes back as the error, anything else is raised."""
+        try:
+            write()
+        except BaseException as e:  # torch's CheckpointException is no Exception
+            failed = write_failure(e, step, self.store.url)
+            if failed is None:
+                raise
+            return failed
+        return None
+
+    def _agree(self, failure: CheckpointWriteError | None) -> None:
+        """Rank 0's write outcome on every rank (a barrier as well): raises its failure."""
+        answer: list[Any] = [None if failure is None else (str(failure), failure.step)]
+        if _distributed():
+            dist.broadcast_object_list(answer, src=0)
+        if answer[0] is not None:
+            raise CheckpointWriteError(*answer[0])
 
     def _save_sharded(
         self,
@@ -290,14 +346,12 @@ class Checkpointer:
                 else written
             )
             return final
-        dcp.save(state, storage_writer=self._writer(tmp))
+        failure = self._guarded(step, lambda: dcp.save(state, storage_writer=self._writer(tmp)))
+        if failure is not None:
+            raise failure  # dcp.save fails on every rank alike: its errors are gathered
         if self.rank == 0:
-            self.store.write_bytes(f"{tmp}/{TRAINER_FILE}", serialize(trainer))
-            test_delay()
-        dist.barrier()
-        if self.rank == 0:
-            self._commit(step, tmp, started)
-        dist.barrier()
+            failure = self._guarded(step, lambda: self._commit_trainer(step, tmp, trainer, started))
+        self._agree(failure)
         return final
 
     def _commit(self, step: int, tmp: str, started: float) -> None:
@@ -310,6 +364,10 @@ class Checkpointer:
         self, written: Future[Any], step: int, tmp: str, trainer: dict[str, Any], started: float
     ) -> None:
         written.result()
+        self._commit_trainer(step, tmp, trainer, started)
+
+    def _commit_trainer(self, step: int, tmp: str, trainer: dict[str, Any], started: float) -> None:
+        """Rank 0, once every shard is written: `trainer.pt`, then the commit."""
         self.store.write_bytes(f"{tmp}/{TRAINER_FILE}", serialize(trainer))
         test_delay()
         self._commit(step, tmp, started)
@@ -332,20 +390,25 @@ class Checkpointer:
 
     # -- loading ------------------------------------------------------------------------
 
-    def latest_step(self) -> int | None:
-        """Newest complete step, agreed by all ranks (rank 0 decides); raises
-        `StateMismatch` on every rank when it was written under other settings."""
-        answer: list[Any] = [None, None]
+    def resume_point(self) -> tuple[int | None, list[Skipped]]:
+        """The newest complete step and the newer folders passed over
+        (`CheckpointStore.resume_point`), agreed by all ranks (rank 0 decides); raises
+        `StateMismatch` on every rank when that step was written under other settings."""
+        answer: list[Any] = [None, None, []]
         if self.rank == 0:
             try:
-                answer[0] = self.store.resumable()
+                answer[0], answer[2] = self.store.resume_point()
             except StateMismatch as e:
                 answer[1] = str(e)
         if _distributed():
             dist.broadcast_object_list(answer, src=0)
         if answer[1] is not None:
             raise StateMismatch(answer[1])
-        return answer[0] if answer[0] is None else int(answer[0])
+        return (None if answer[0] is None else int(answer[0])), list(answer[2])
+
+    def latest_step(self) -> int | None:
+        """`resume_point`'s step."""
+        return self.resume_point()[0]
 
     def load(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
         """Restore model, optimizer and this rank's RNG from `step`; returns the step."""

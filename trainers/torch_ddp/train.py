@@ -9,9 +9,10 @@ Launch shapes:
 One process per node (Vertex, GKE Indexed Job, TPU VM, GCE) works too: rank and world come
 from `trainstack.trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
 
-Exit codes: 0 done; 2 invalid config or cluster environment, or a newest checkpoint written
-under other settings (`trainstack.trainers.common.fingerprint`); 143 preempted after saving a
-checkpoint (`trainstack.trainers.common.exit_codes`); anything else is a crash.
+Exit codes: 0 done; 2 invalid config or cluster environment, a newest checkpoint of other
+settings (`trainstack.trainers.common.fingerprint`) or a save the storage refused (a full disk);
+143 preempted after saving a checkpoint (`trainstack.trainers.common.exit_codes`); anything
+else is a crash.
 
 `TRAINSTACK_COLLECTIVE_TIMEOUT_S` (`contract.COLLECTIVE_TIMEOUT_ENV`) bounds how long a
 collective waits for a lost or hung peer; `trainstack local-run` sets it.
@@ -26,6 +27,7 @@ import contextlib
 import json
 import os
 import random
+import sys
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,7 +41,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainstack.trainers.common.checkpoint import CheckpointStore, run_checkpoint_dir
+from trainstack.trainers.common.checkpoint import (
+    CheckpointStore,
+    CheckpointWriteError,
+    run_checkpoint_dir,
+)
 from trainstack.trainers.common.cli import load_config
 from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainstack.trainers.common.config import TrainConfig
@@ -47,8 +53,10 @@ from trainstack.trainers.common.contract import (
     COLLECTIVE_TIMEOUT_ENV,
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
+    EVENT_CHECKPOINT_SKIPPED,
     EVENT_CHECKPOINT_WRITTEN,
     EVENT_DONE,
+    EVENT_FAILED,
     EVENT_IDLE,
     EVENT_PREEMPTED,
     EVENT_RESUME,
@@ -276,10 +284,6 @@ def evaluate(model: nn.Module, ds: Dataset, rt: Runtime, batch: int = 512) -> di
     return {"test_loss": total_loss / count, "test_accuracy": correct / count}
 
 
-def _checkpoint_dir(cfg: TrainConfig) -> str | None:
-    return run_checkpoint_dir(cfg, os.environ)
-
-
 def _global_mean(value: float, rt: Runtime) -> float:
     if not rt.distributed:
         return value
@@ -309,6 +313,10 @@ def train(rt: Runtime) -> int:
     )
     try:
         return _Trainer(rt, logger).run()
+    except CheckpointWriteError as e:
+        if cluster.rank == 0:  # the one error line `trainstack local-run` ends with
+            logger.log(EVENT_FAILED, e.step, severity="ERROR", error=str(e), exit_code=2)
+        raise
     finally:
         logger.close()
 
@@ -335,7 +343,7 @@ class _Trainer:
             fused=device.type == "cuda" and cfg.strategy != "fsdp",
         )
         _seed_everything(cfg.seed + self.rank)
-        self.ckpt_dir = _checkpoint_dir(cfg)
+        self.ckpt_dir = run_checkpoint_dir(cfg, os.environ)
         self.written: list[float] = []
         self.checkpointer = (
             Checkpointer(
@@ -365,7 +373,10 @@ class _Trainer:
     def _resume(self) -> int:
         if self.checkpointer is None:
             return 0
-        latest = self.checkpointer.latest_step()
+        latest, skipped = self.checkpointer.resume_point()
+        for passed in skipped if self.rank == 0 else []:
+            fields = passed.fields(str(self.ckpt_dir), latest)
+            self.logger.log(EVENT_CHECKPOINT_SKIPPED, passed.step, severity="WARNING", **fields)
         if latest is None:
             return 0
         step = self.checkpointer.load(latest, self.raw, self.optimizer)
@@ -560,8 +571,6 @@ def main(argv: Sequence[str]) -> int:
         cluster = resolve_cluster()
         timeout = collective_timeout(os.environ)
     except ValueError as e:
-        import sys
-
         print(f"trainstack trainer: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     if not cluster.trains:
@@ -578,10 +587,11 @@ def main(argv: Sequence[str]) -> int:
     rt = _init_distributed(cfg, cluster, timeout)
     try:
         return train(rt)
-    except StateMismatch as e:
-        import sys
-
-        print(f"trainstack trainer: {e}", file=sys.stderr)
+    except (StateMismatch, CheckpointWriteError) as e:
+        # A refused write stops every rank, and one says why; stderr may be on the full disk.
+        if cluster.rank == 0 or isinstance(e, StateMismatch):
+            with contextlib.suppress(OSError):
+                print(f"trainstack trainer: {e}", file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     finally:
         if rt.distributed and dist.is_initialized():

@@ -1,0 +1,212 @@
+"""One `trainstack local-run` of a run at a time, and which process it is.
+
+`local-run` takes an exclusive `flock` on the run's pid file (`<local root>/logs/<run>.pid`,
+beside its log; `running_pid_file`) before it deletes (`--fresh`) or starts anything, holds it
+until its processes are gone, and records there its pid, its start time and when it started
+(`RunHolder`, one JSON object). A second `local-run` of the same run finds the lock held and
+stops with one line naming the holder (`RunLocked`). The kernel drops a `flock` when its
+holder dies, so a killed run never blocks the next one.
+
+`trainstack status` calls a run live only when the recorded pid runs and started at the
+recorded time (`RunHolder.alive`; Linux: field 22 of /proc/<pid>/stat, the start in clock
+ticks since boot, proc_pid_stat(5); elsewhere `ps -o lstart=`), so a pid the OS has given to
+another process since does not count. A record of an older trainstack (the pid alone) is
+checked by the pid alone.
+
+POSIX only (Linux, macOS); standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+
+def running_pid_file(log_path: Path) -> Path:
+    """Where a running `local-run` keeps its record and lock (beside the run's log), so
+    `trainstack status --stack` can tell a live run from a stopped one."""
+    return log_path.with_suffix(".pid")
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started, as this machine reports it; None when it does not run."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+    except OSError:
+        return None
+    else:
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses; field 22 is
+        # the 20th after it.
+        return text[text.rindex(")") + 2 :].split()[19]
+    out = subprocess.run(
+        ["ps", "-o", "lstart=", "-p", str(pid)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "LC_ALL": "C"},
+    ).stdout
+    return " ".join(out.split()) or None
+
+
+class UnreadableRecord(ValueError):
+    """A pid file that holds no record; the message names the file and why."""
+
+
+@dataclass(frozen=True)
+class RunHolder:
+    """The `local-run` process a pid file records."""
+
+    pid: int
+    start: str | None
+    """`process_start(pid)` when it took the lock; None in an older trainstack's record."""
+    started_at: str | None = None
+    """When it started, in UTC (ISO 8601), for people."""
+
+    def alive(self) -> bool:
+        """The recorded process still runs: same pid and, when recorded, same start time."""
+        if self.start is not None:
+            return process_start(self.pid) == self.start
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def describe(self) -> str:
+        since = f", started {self.started_at}" if self.started_at else ""
+        return f"pid {self.pid}{since}"
+
+    @classmethod
+    def read(cls, path: Path) -> RunHolder | None:
+        """The record in `path`; None when there is none (no file, or an empty one: a lock
+        taken a moment ago, or a write cut short). `UnreadableRecord` when it holds other
+        bytes."""
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise UnreadableRecord(f"cannot read {path}: {exc.strerror}") from None
+        if not raw.strip():
+            return None
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            raise UnreadableRecord(
+                f"{path} holds binary bytes, not a local-run record; valid: delete it when no "
+                "local-run of this stack is running (local-run writes it again)"
+            ) from None
+        if text.strip().isdigit():
+            return cls(int(text.strip()), None)  # an older trainstack's: the pid alone
+        try:
+            record = json.loads(text)
+            return cls(int(record["pid"]), record.get("start"), record.get("started_at"))
+        except (ValueError, KeyError, TypeError):
+            raise UnreadableRecord(
+                f"{path} is not a local-run record ({text.strip()[:40]!r}); valid: delete it "
+                "when no local-run of this stack is running (local-run writes it again)"
+            ) from None
+
+
+class RunLocked(ValueError):
+    """Another `local-run` holds the run, or the lock cannot be taken; the message is the one
+    line that says which, or why."""
+
+
+class RunLock:
+    """The exclusive lock of one run, held by this process (see the module doc).
+
+    with RunLock(running_pid_file(log_path), run_name):
+        ...  # delete, start, supervise
+    """
+
+    def __init__(self, path: Path, run: str) -> None:
+        self.path = path
+        self.run = run
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock and record this process; `RunLocked` when another process holds
+        it (the folder must exist)."""
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise RunLocked(
+                    f"cannot create {self.path}, the lock of run {self.run!r}: "
+                    f"{exc.strerror or exc}; valid: a local.root this user may write in"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise RunLocked(self._held_line()) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            # The holder before us may have removed the file between our open and our lock:
+            # a lock on that file locks nothing anyone else will open.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self._fd = fd
+        holder = RunHolder(
+            os.getpid(),
+            process_start(os.getpid()),
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+        record = json.dumps(
+            {"pid": holder.pid, "start": holder.start, "started_at": holder.started_at}
+        )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (record + "\n").encode(), 0)
+
+    def _held_line(self) -> str:
+        try:
+            holder = RunHolder.read(self.path)
+        except UnreadableRecord:
+            holder = None
+        who = "another local-run" if holder is None else f"local-run {holder.describe()}"
+        return (
+            f"run {self.run!r} is already running here ({who}; its lock: {self.path}); "
+            "valid: wait for it to end, or stop it (Ctrl-C in its terminal, or SIGTERM to "
+            "its pid), then run this again"
+        )
+
+    def release(self) -> None:
+        """Remove the record and drop the lock (in that order: nobody reads a stale one)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(fd)
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
