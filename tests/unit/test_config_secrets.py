@@ -235,6 +235,28 @@ def test_credentials_in_clear_are_refused_by_shape_naming_the_key_not_the_value(
         assert value not in result.output
 
 
+def test_on_a_local_target_a_credential_in_clear_is_not_offered_a_secure_value() -> None:
+    # The local target refuses `secure:` values (test above): what replaces a credential in
+    # clear there is secret_env, which a local run reads from this environment.
+    _, config = read_stack_file(REPO_ROOT / "examples/own-trainer/Pulumi.local.yaml")
+    trainer = dict(config["trainstack:trainer"])
+    trainer["source"] = str(REPO_ROOT / trainer["source"])
+    trainer["env"] = {"DATABASE_URL": DATABASE_URL}
+    trainer["entrypoint"] = [
+        "python",
+        "train.py",
+        "--hub=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    ]
+    assert _errors({**config, "trainstack:trainer": trainer}) == [
+        f"trainer.env.DATABASE_URL: holds a URL with a password {IN_CLEAR}; valid: "
+        "trainer.secret_env.DATABASE_URL: projects/P/secrets/NAME (a local run reads "
+        "DATABASE_URL from this environment)",
+        f"trainer.entrypoint[2]: holds a Hugging Face token {IN_CLEAR} (and every process "
+        "listing on the node); valid: your code reads it from the environment, set by "
+        "trainer.secret_env (a local run reads it from this environment)",
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "kind"),
     [

@@ -151,8 +151,19 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
         ["trainer.env.EPOCHS: 3 is not a string; valid: a string"],
     ),
     (
+        # A local target refuses `secure:` values (its runs record their env): not offered.
         "env-looks-like-a-secret",
         LOCAL,
+        {"source": "{code}", "entrypoint": RUN, "env": {"WANDB_API_KEY": "x"}},
+        [
+            "trainer.env.WANDB_API_KEY: looks like a secret, and env values are stored in plain "
+            "text; valid: trainer.secret_env.WANDB_API_KEY: projects/P/secrets/NAME (a local "
+            "run reads WANDB_API_KEY from this environment)"
+        ],
+    ),
+    (
+        "env-looks-like-a-secret-on-a-cloud-target",
+        GKE,
         {"source": "{code}", "entrypoint": RUN, "env": {"WANDB_API_KEY": "x"}},
         [
             "trainer.env.WANDB_API_KEY: looks like a secret, and env values are stored in plain "

@@ -66,6 +66,9 @@ class CodeRules:
     image_targets: tuple[str, ...] = ()
     """Every registered target section that runs a container (for the messages); empty
     where the caller does not know them."""
+    pulumi_secrets: bool = False
+    """It takes Pulumi secrets (`secure:`) as `env` values (a cloud target); the messages
+    offer one only then."""
 
 
 SECRET_RESOURCE: Final = re.compile(
@@ -212,7 +215,9 @@ def entrypoint_file(entrypoint: tuple[str, ...] | list[str]) -> str | None:
     return None
 
 
-def _env_problems(trainer: StackTrainer, prefix: str, secret: Collection[str]) -> list[str]:
+def _env_problems(
+    trainer: StackTrainer, prefix: str, secret: Collection[str], pulumi_secrets: bool
+) -> list[str]:
     problems: list[str] = []
     env, secrets = trainer.env or {}, trainer.secret_env or {}
     for key, names in (("env", env), ("secret_env", secrets)):
@@ -235,9 +240,13 @@ def _env_problems(trainer: StackTrainer, prefix: str, secret: Collection[str]) -
         elif name not in secret and SECRET_WORDS & set(name.upper().split("_")):
             problems.append(
                 f"{prefix}env.{name}: looks like a secret, and env values are stored in plain "
-                f"text; valid: {prefix}secret_env.{name}: projects/P/secrets/NAME, or a "
-                "`secure:` value (pulumi config set --secret --path "
-                f"'trainstack:trainer.env.{name}' VALUE)"
+                f"text; valid: {prefix}secret_env.{name}: projects/P/secrets/NAME"
+                + (
+                    ", or a `secure:` value (pulumi config set --secret --path "
+                    f"'trainstack:trainer.env.{name}' VALUE)"
+                    if pulumi_secrets
+                    else f" (a local run reads {name} from this environment)"
+                )
             )
     for name, value in secrets.items():
         if not SECRET_RESOURCE.fullmatch(value):
@@ -294,7 +303,7 @@ def user_code_problems(
             f"{prefix}source: required with {prefix}entrypoint; valid: a folder with your "
             "code" + (f", or {prefix}image on {images}" if images else "")
         )
-    problems += _env_problems(trainer, prefix, secret_env)
+    problems += _env_problems(trainer, prefix, secret_env, rules.pulumi_secrets)
     if trainer.source is None:
         if trainer.requirements is not None:
             problems.append(f"{prefix}requirements: needs {prefix}source; valid: a file in it")
