@@ -23,7 +23,7 @@ With `user_source` (your own code, `trainstack:trainer.source`) the sdist is
 `trainstack.trainers.user_code`) plus your folder as `trainstack/user_source/`, depending on your
 requirements only. Not all of the folder: what its `.gcloudignore` lists, secrets (dotenv
 files, private keys, credential files) and build leftovers stay out, and a link leaving the
-folder is refused (`trainstack.trainers.common.code_files`); every target installs it the way it installs the bundled trainers (Vertex
+folder is refused (`trainstack.components._code_files`); every target installs it the way it installs the bundled trainers (Vertex
 `pythonPackageSpec`, the GCE/TPU startup scripts' and GKE pods' `pip install <uri>`), and
 `python -m trainstack.trainers.node --launcher=... -- ARGV` then runs ARGV in the installed folder.
 Unchanged code gives the same bytes, digest and `uri`, so nothing relaunches.
@@ -52,9 +52,9 @@ from pulumi_gcp import storage
 
 from trainstack import trainers
 from trainstack.components._args import ArgsError, check_args, component_check
+from trainstack.components._code_files import CodeFiles, code_files
 from trainstack.components._naming import labels_input
 from trainstack.components._project import current_build_dir
-from trainstack.trainers.common.code_files import CodeFiles, code_files
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 
 TOKEN = "trainstack:storage:TrainerPackage"
@@ -121,7 +121,7 @@ class TrainerPackageArgs(TypedDict):
     """Your code's folder (`trainstack:trainer.source`, absolute): packaged beside the node
     launcher as `trainstack/user_source/`, so installing the package gives a machine both; the
     object is `code/trainstack_code-<sha16>.tar.gz`. Its `.gcloudignore`, secrets and links
-    decide what goes (`trainstack.trainers.common.code_files`); a link leaving the folder is
+    decide what goes (`trainstack.components._code_files`); a link leaving the folder is
     refused."""
 
 

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from trainstack.components._code_files import source_problems
 from trainstack.components.catalog.batch import batch_problem
 from trainstack.components.catalog.checkpoint_paths import checkpoint_place_problem
 from trainstack.components.catalog.names import label_problems
@@ -81,6 +82,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         base = current_place().base_dir
         rules = candidates[0].code_rules()
         own = user_code_problems(trainer, rules, base, secret_env=secret_env_names(secrets))
+        own += source_problems(trainer, base)
         own += credential_problems(trainer, secrets, rules.pulumi_secrets)
         own += _secrets_on_this_machine(secrets, candidates)
         if target is not None and not own:

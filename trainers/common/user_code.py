@@ -27,7 +27,6 @@ from typing import Final, Literal
 
 from pydantic import ConfigDict
 
-from trainstack.trainers.common.code_files import code_files
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import RESERVED_ENV
 
@@ -90,7 +89,7 @@ class StackTrainer(TrainConfig):
 
     source: str | None = None
     """Folder with your code, packaged and uploaded by content hash, less what its
-    `.gcloudignore` lists and secrets (`trainstack.trainers.common.code_files`); relative
+    `.gcloudignore` lists and secrets (`trainstack.components._code_files`); relative
     paths are relative to the project root (beside Pulumi.yaml)."""
     image: str | None = None
     """Container image to run your code in (gpu_cluster, vertex)."""
@@ -317,7 +316,6 @@ def user_code_problems(
                 "folder relative to the project root, or an absolute path"
             ),
         ]
-    problems += [f"{prefix}source: {problem}" for problem in code_files(folder).problems]
     script = entrypoint_file(trainer.entrypoint or [])
     if script is not None and not (folder / script).is_file():
         problems.append(
