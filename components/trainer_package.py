@@ -39,6 +39,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import tarfile
 import tempfile
@@ -56,6 +57,7 @@ from trainstack.components._code_files import CodeFiles, code_files
 from trainstack.components._naming import labels_input
 from trainstack.components._project import current_build_dir
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
+from trainstack.trainers.common.user_code import requirement_problem
 
 TOKEN = "trainstack:storage:TrainerPackage"
 COMPONENT_LABEL = "trainer-package"
@@ -163,8 +165,17 @@ def _dependencies(requirements: tuple[str, ...], code: bool) -> tuple[str, ...]:
     return requirements if code else (*RUNTIME_DEPENDENCIES, *requirements)
 
 
+def _toml_string(value: str) -> str:
+    """`value` as a TOML basic string. JSON's escapes are TOML's (https://toml.io/en/v1.0.0#string:
+    "\\b \\t \\n \\f \\r \\" \\\\ \\uXXXX"), and TOML also wants DEL escaped ("Any Unicode
+    character may be used except those that must be escaped: quotation mark, backslash, and
+    the control characters other than tab (U+0000 to U+0008, U+000A to U+001F, U+007F)"),
+    which JSON leaves as is."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def _pyproject(version: str, requirements: tuple[str, ...], code: bool = False) -> str:
-    deps = "".join(f'  "{dep}",\n' for dep in _dependencies(requirements, code))
+    deps = "".join(f"  {_toml_string(dep)},\n" for dep in _dependencies(requirements, code))
     text = (
         "[build-system]\n"
         f'requires = ["setuptools>={"62.3" if code else "61"}"]\n'
@@ -310,11 +321,10 @@ class TrainerPackage(pulumi.ComponentResource):
         source_root = Path(args.get("source_root") or _default_source_root()).resolve()
         requirements = tuple(args.get("requirements") or ())
         problems = [
-            f"TrainerPackage.requirements[{i}]: {r!r} is not a requirement; valid: a PEP 508 "
-            "string without "
-            "quotes or newlines, e.g. 'tf-keras~=2.17.0'"
+            f"TrainerPackage.requirements[{i}]: {r!r} is not a requirement ({problem}); "
+            "valid: a PEP 508 requirement, e.g. 'tf-keras~=2.17.0'"
             for i, r in enumerate(requirements)
-            if not isinstance(r, str) or not r.strip() or any(c in r for c in "\"'\n")
+            if (problem := requirement_problem(r)) is not None
         ]
         user_source = args.get("user_source")
         code = None

@@ -339,11 +339,26 @@ def test_requirements_are_what_the_image_lacks(source_root: Path) -> None:
 
 
 def test_malformed_requirements_are_value_errors(source_root: Path) -> None:
+    # The stack's requirements file's one rule (`requirement_problem`): a pip option after a
+    # name used to pass here and fail pip on every node.
     with pytest.raises(ValueError) as error:
-        _run(source_root, requirements=["", 'tf-keras"'])
-    assert str(error.value) == (
-        "TrainerPackage.requirements[0]: '' is not a requirement; valid: a PEP 508 string "
-        "without quotes or newlines, e.g. 'tf-keras~=2.17.0'\n"
-        "TrainerPackage.requirements[1]: 'tf-keras\"' is not a requirement; valid: a PEP 508 "
-        "string without quotes or newlines, e.g. 'tf-keras~=2.17.0'"
-    )
+        _run(
+            source_root,
+            requirements=[
+                "",
+                'tf-keras"',
+                "pkg --index-url https://example.com/simple",
+                'pkg; os_name == "a\x01b"',
+            ],
+        )
+    valid = "valid: a PEP 508 requirement, e.g. 'tf-keras~=2.17.0'"
+    assert str(error.value).splitlines() == [
+        "TrainerPackage.requirements[0]: '' is not a requirement (Expected package name at the "
+        "start of dependency specifier); " + valid,
+        "TrainerPackage.requirements[1]: 'tf-keras\"' is not a requirement (Expected semicolon "
+        "(after name with no version specifier) or end); " + valid,
+        "TrainerPackage.requirements[2]: 'pkg --index-url https://example.com/simple' is not a "
+        "requirement (Expected semicolon (after name with no version specifier) or end); " + valid,
+        "TrainerPackage.requirements[3]: 'pkg; os_name == \"a\\x01b\"' is not a requirement "
+        "(control characters are not supported); " + valid,
+    ]

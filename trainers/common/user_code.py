@@ -153,16 +153,19 @@ def resolve_source(source: str, base_dir: Path) -> Path:
 
 def requirement_problem(line: str) -> str | None:
     """Why `line` is not a requirement a package can depend on, or None: not PEP 508 as
-    `packaging` parses it (pip options such as `--index-url` or `-r` included), or quoted
-    (the package's pyproject.toml holds each requirement in double quotes)."""
+    `packaging` parses it (pip options such as `--index-url` or `-r` included), or holding a
+    control character (each requirement is one `Requires-Dist:` header line of the package's
+    metadata, https://packaging.python.org/en/latest/specifications/core-metadata/). Quotes
+    are PEP 508's own (`pkg; python_version < "3.12"`): the package's pyproject.toml escapes
+    them (`trainstack.components.trainer_package`)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
         Requirement(line)
     except InvalidRequirement as exc:
         return str(exc).splitlines()[0]
-    if any(c in line for c in "\"'\\"):
-        return "quotes and backslashes are not supported"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in line):
+        return "control characters are not supported"
     return None
 
 
