@@ -68,7 +68,9 @@ class A100Shape(BaseModel):
     backend: Literal["gke", "gce"] = "gke"
     machine_type: str
     """An A2 machine type, e.g. `a2-highgpu-8g`."""
-    node_count: int = Field(default=1, ge=1)
+    node_count: int = Field(default=1, ge=1, le=catalog.MAX_NODES)
+    """Machines, in one zone: a GKE node pool or a zonal managed instance group
+    (`trainstack.components.catalog.gpus.MAX_NODES`)."""
     zone: str
     spot: bool = False
     reservation: str | None = None
