@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
+from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components.catalog.images import reduction_server_image
 from trainstack.components.catalog.problems import (
     int_problems,
@@ -329,7 +330,7 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
             for key in ("python_module", "trainer_args")
             if args.get(key) is not None
         ]
-    return problems
+    return problems + secret_env_names_problems(args, p)
 
 
 def validate_args(args: Mapping[str, Any]) -> int:

@@ -21,7 +21,7 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.components import catalog
-from trainstack.components._node_args import validate_node_args
+from trainstack.components._node_args import secret_env_names_problems, validate_node_args
 from trainstack.components.a100_cluster._common import (
     DEFAULT_BOOT_DISK_GB,
     DEFAULT_ENVIRONMENT,
@@ -287,6 +287,7 @@ def _training_problems(training: Any, backend: str, p: str) -> list[str]:
     except ValueError as exc:
         problems.append(f"{p}training.{exc}")
         return problems
+    problems += secret_env_names_problems(training, f"{p}training.")
     if backend == "gce":
         if "image" not in training and not user_code and not uses_torchrun(module):
             problems.append(

@@ -146,6 +146,10 @@ class ComposeContext:
     """Your code's node launcher arguments (`trainer.entrypoint`), else None."""
     extras: Mapping[str, Any]
     """What the target's `before_identity` returned."""
+    secret_env_names: tuple[str, ...] = ()
+    """The `--env` names of `node_args` whose values are Pulumi secrets (`secure:` trainer.env
+    values): the compute component's `secret_env_names`, so no run key or request id hashes
+    their values (`trainstack.components._node_args.keyed_node_args`)."""
 
 
 class Target(ABC):
