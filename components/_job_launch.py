@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pulumi
 
-from trainstack.components._node_args import validate_node_args
+from trainstack.components._node_args import keyed_node_args, validate_node_args
 from trainstack.components._pod_setup import POD_PYTHON
 from trainstack.components.gpu_startup import node_argv as launcher_argv
 from trainstack.components.gpu_startup import pod_run_env, with_checkpoint_dir
@@ -37,11 +37,13 @@ def job_launch(
     if node_args is not None:
         validate_node_args(node_args)
         argv = node_argv(None, [], node_args)
+        # The run's key sees secret --env values by name only (`keyed_node_args`).
+        keyed = node_argv(None, [], keyed_node_args(node_args, args.get("secret_env_names") or ()))
     else:
         flags = with_checkpoint_dir(args.get("trainer_args", []), checkpoint_url)
-        argv = node_argv(args.get("trainer_module", DEFAULT_MODULE), flags)
+        argv = keyed = node_argv(args.get("trainer_module", DEFAULT_MODULE), flags)
     if args.get("run_records") and checkpoint_url:
-        return argv, pod_run_env(checkpoint_url, package_uri, argv, args)
+        return argv, pod_run_env(checkpoint_url, package_uri, keyed, args)
     return argv, {}
 
 

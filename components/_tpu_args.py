@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components._tpu_queued_provider import DEFAULT_WAIT_TIMEOUT_S
 from trainstack.components.catalog.problems import quote
 from trainstack.components.catalog.tpu import (
@@ -111,6 +112,7 @@ def _check(
         validate_trainer_launch(trainer_module, trainer_args)
     except ValueError as exc:
         problems.append(f"{p}{exc}")
+    problems += secret_env_names_problems(args, p)
     if user_code and ("trainer_module" in args or "trainer_args" in args):
         problems.append(
             f"{p}node_args: runs your own code, which takes no trainer_module or trainer_args; "

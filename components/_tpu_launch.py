@@ -13,6 +13,7 @@ import pulumi
 
 from trainstack.components._discovery import validate_body
 from trainstack.components._naming import gcp_name, labels_input, name_input
+from trainstack.components._node_args import keyed_node_args
 from trainstack.components._tpu_args import SlicePlan, validate_args
 from trainstack.components._tpu_queued_provider import with_spec_label
 from trainstack.components.startup.tpu_worker import render_tpu_worker_script, slice_run_record
@@ -99,8 +100,11 @@ def queued_resource_body(
     min_duration_s: int | None = None,
     valid_until_s: int | None = None,
     reservation: str | None = None,
+    spec_node: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The exact `QueuedResource` REST body, node labels carrying `trainstack_spec`."""
+    """The exact `QueuedResource` REST body, node labels carrying `trainstack_spec`: the hash
+    of this body, or of it with `spec_node` as its node (the node with secret values left
+    out of its startup script, `slice_launch`)."""
     body: dict[str, Any] = {
         "tpu": {
             "nodeSpec": [
@@ -120,18 +124,23 @@ def queued_resource_body(
         body["queueingPolicy"] = {"validUntilDuration": f"{valid_until_s}s"}
     if reservation is not None:
         body["reservationName"] = reservation_name(project, zone, reservation)
-    return with_spec_label(body)
+    hashed = None
+    if spec_node is not None:
+        spec = {**body["tpu"]["nodeSpec"][0], "node": dict(spec_node)}
+        hashed = {**body, "tpu": {"nodeSpec": [spec]}}
+    return with_spec_label(body, hashed)
 
 
-def slice_launch(args: TpuPodSliceArgs, plan: SlicePlan) -> pulumi.Output[tuple[str, str]]:
-    """(The startup script every worker runs, the run's record prefix) of a slice built from
-    `args` (`plan`: `validate_args(args)`)."""
+def slice_launch(args: TpuPodSliceArgs, plan: SlicePlan) -> pulumi.Output[tuple[str, str, str]]:
+    """(The startup script every worker runs, the run's record prefix, the script as hashes
+    see it: secret `--env` values left out, `keyed_node_args`) of a slice built from `args`
+    (`plan`: `validate_args(args)`)."""
     slice_name = name_input(gcp_name, args["deployment_name"], "tpu")
     trainer_args = list(plan.trainer_args)
+    secret = tuple(args.get("secret_env_names") or ())
 
-    def render(values: list[Any]) -> tuple[str, str]:
-        node_id, package_uri, checkpoint_dir, node_args = values
-        script = render_tpu_worker_script(
+    def script_of(node_id: str, package_uri: str, checkpoint_dir: str, node_args: Any) -> str:
+        return render_tpu_worker_script(
             slice_name=node_id,
             package_uri=package_uri,
             trainer_module=plan.trainer_module,
@@ -141,7 +150,17 @@ def slice_launch(args: TpuPodSliceArgs, plan: SlicePlan) -> pulumi.Output[tuple[
             runtime_version=args["runtime_version"],
             node_args=node_args,
             max_run_seconds=plan.max_run_seconds,
+            secret_env_names=secret if node_args is not None else (),
         )
+
+    def render(values: list[Any]) -> tuple[str, str, str]:
+        node_id, package_uri, checkpoint_dir, node_args = values
+        script = script_of(node_id, package_uri, checkpoint_dir, node_args)
+        keyed = script
+        if secret and node_args is not None:
+            keyed = script_of(
+                node_id, package_uri, checkpoint_dir, keyed_node_args(node_args, secret)
+            )
         record = slice_run_record(
             slice_name=node_id,
             package_uri=package_uri,
@@ -149,8 +168,9 @@ def slice_launch(args: TpuPodSliceArgs, plan: SlicePlan) -> pulumi.Output[tuple[
             trainer_args=trainer_args,
             checkpoint_dir=checkpoint_dir,
             node_args=node_args,
+            secret_env_names=secret if node_args is not None else (),
         )
-        return script, record
+        return script, record, keyed
 
     launch = (slice_name, args["package_uri"], args["checkpoint_dir"], args.get("node_args"))
     return pulumi.Output.all(*launch).apply(render)
@@ -194,11 +214,15 @@ def queued_body(
     plan: SlicePlan,
     startup_script: pulumi.Input[str],
     labels: pulumi.Input[Any],
+    keyed_script: pulumi.Input[str] | None = None,
 ) -> pulumi.Output[dict[str, Any]]:
-    """The exact REST body of the slice's queued resource, checked against tpu.v2."""
+    """The exact REST body of the slice's queued resource, checked against tpu.v2; its spec
+    label hashes the body with `keyed_script` (`slice_launch`'s third value) in place of the
+    script, so no secret `--env` value reaches the label."""
     queued = args.get("queued") or {}
 
     def build(v: dict[str, Any]) -> dict[str, Any]:
+        keyed = v.get("keyed_script")
         body = queued_resource_body(
             project=v["project"],
             zone=args["zone"],
@@ -208,13 +232,23 @@ def queued_body(
             min_duration_s=queued.get("min_duration_s"),
             valid_until_s=queued.get("valid_until_s"),
             reservation=args.get("reservation"),
+            spec_node=(
+                _node(plan, args["runtime_version"], {**v, "startup_script": keyed})
+                if keyed is not None
+                else None
+            ),
         )
         errors = validate_body(API, "QueuedResource", body)
         if errors:
             raise ValueError("QueuedResource body is invalid: " + "; ".join(errors))
         return body
 
-    return _node_inputs(args, startup_script, labels).apply(build)
+    inputs = _node_inputs(args, startup_script, labels)
+    if keyed_script is None:
+        return inputs.apply(build)
+    return pulumi.Output.all(inputs, keyed_script).apply(
+        lambda v: build({**v[0], "keyed_script": v[1]})
+    )
 
 
 def spot_node_body(node: dict[str, Any]) -> dict[str, Any]:
@@ -246,12 +280,14 @@ def slice_target(args: TpuPodSliceArgs) -> SupervisedSlice:
     labels = labels_input(args.get("labels"), COMPONENT_LABEL)
     launch = slice_launch(args, plan)
     script, record = launch.apply(lambda v: v[0]), launch.apply(lambda v: v[1])
+    keyed = launch.apply(lambda v: v[2])
     location = pulumi.Output.concat("projects/", args["project"], "/locations/", args["zone"])
     deployment = args["deployment_name"]
     if plan.provisioning == "queued":
         qr_id = name_input(gcp_name, deployment, "tpu-qr")
         name = pulumi.Output.concat(location, "/queuedResources/", qr_id)
-        return SupervisedSlice("queued", name, queued_body(args, plan, script, labels), record)
+        body = queued_body(args, plan, script, labels, keyed)
+        return SupervisedSlice("queued", name, body, record)
     runtime = args["runtime_version"]
     body = _node_inputs(args, script, labels).apply(
         lambda v: spot_node_body(_node(plan, runtime, v))

@@ -105,9 +105,12 @@ def spec_hash(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def with_spec_label(body: dict[str, Any]) -> dict[str, Any]:
-    """`body` with the `trainstack_spec` label set on every node (labels kept sorted)."""
-    digest = spec_hash(body)
+def with_spec_label(
+    body: dict[str, Any], hashed: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """`body` with the `trainstack_spec` label set on every node (labels kept sorted): the
+    `spec_hash` of `hashed` where given (the body with secrets left out), else of `body`."""
+    digest = spec_hash(hashed if hashed is not None else body)
     for spec in body["tpu"]["nodeSpec"]:
         node = spec["node"]
         node["labels"] = dict(sorted({**node.get("labels", {}), SPEC_LABEL: digest}.items()))

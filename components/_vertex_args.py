@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
+from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components.catalog.images import reduction_server_image
 from trainstack.components.catalog.problems import (
     int_problems,
@@ -26,6 +27,9 @@ from trainstack.components.catalog.vertex import (
     DEFAULT_MEASUREMENT_SELECTION,
     GOALS,
     GRID_SEARCH_TYPES,
+    MAX_INT32,
+    MAX_REPLICA_COUNT,
+    MAX_TIMEOUT_S,
     MEASUREMENT_SELECTION_TYPES,
     PARAMETER_TYPES,
     SCALE_TYPES,
@@ -49,8 +53,8 @@ PARAMETER_KEYS: Final = ("parameter_id", "type", "min_value", "max_value", "valu
 _TUNING_VALID: Final = {
     "metric_id": "the name of a metric the trainer reports, e.g. accuracy",
     "goal": f"one of {', '.join(GOALS)}",
-    "max_trial_count": "an integer >= 1",
-    "parallel_trial_count": "an integer >= 1, at most max_trial_count",
+    "max_trial_count": f"an integer 1-{MAX_INT32}",
+    "parallel_trial_count": f"an integer 1-{MAX_INT32}, at most max_trial_count",
     "parameters": "a list of parameters, each {parameter_id, type, ...}",
 }
 _PARAMETER_ID_VALID: Final = "the name of a trainer flag, e.g. learning_rate"
@@ -105,9 +109,10 @@ def hyperparameter_tuning_problems(
         )
     counts = {k: tuning.get(k) for k in ("max_trial_count", "parallel_trial_count")}
     for key, value in counts.items():
-        problems += int_problems(f"{p}{key}", value, 1) if value is not None else []
+        problems += int_problems(f"{p}{key}", value, 1, MAX_INT32) if value is not None else []
     if tuning.get("max_failed_trial_count") is not None:
-        problems += int_problems(f"{p}max_failed_trial_count", tuning["max_failed_trial_count"], 0)
+        failed = tuning["max_failed_trial_count"]
+        problems += int_problems(f"{p}max_failed_trial_count", failed, 0, MAX_INT32)
     most, parallel = counts["max_trial_count"], counts["parallel_trial_count"]
     if is_int(most) and is_int(parallel) and parallel > most:
         problems.append(
@@ -240,7 +245,7 @@ def vertex_job_spec_problems(
     problems += (
         [f"{p}replica_count: required"]
         if replica_count is None
-        else int_problems(f"{p}replica_count", replica_count, 1)
+        else int_problems(f"{p}replica_count", replica_count, 1, MAX_REPLICA_COUNT)
     )
     problems += reduction_server_problems(
         args.get("reduction_server"), args.get("machine_type"), replica_count, p
@@ -254,6 +259,8 @@ def vertex_job_spec_problems(
             problems.append(f"{p}timeout_s: {quote(timeout_s)} is not an integer; valid: > 0")
         elif timeout_s <= 0:
             problems.append(f"{p}timeout_s: {timeout_s} is too small; valid: > 0")
+        elif timeout_s > MAX_TIMEOUT_S:
+            problems.append(f"{p}timeout_s: {timeout_s} is too large; valid: <= {MAX_TIMEOUT_S}")
     if args.get("hyperparameter_tuning") is not None:
         problems += hyperparameter_tuning_problems(
             args["hyperparameter_tuning"], f"{p}hyperparameter_tuning.", bundled_trainer
@@ -323,7 +330,7 @@ def vertex_training_job_problems(args: Mapping[str, Any], prefix: str = "") -> l
             for key in ("python_module", "trainer_args")
             if args.get(key) is not None
         ]
-    return problems
+    return problems + secret_env_names_problems(args, p)
 
 
 def validate_args(args: Mapping[str, Any]) -> int:

@@ -39,6 +39,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from trainstack.components._node_args import keyed_node_args
 from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
 from trainstack.components.catalog.images import (
     mirrored_image_uri,
@@ -389,8 +390,19 @@ def job_body(args: Mapping[str, Any], reducers: int, **resolved: Any) -> dict[st
     labels = resolved.pop("labels")
     spec.update(resolved)
     tuning = args.get("hyperparameter_tuning")
-    if tuning is not None:
-        return hyperparameter_tuning_job_body(
-            display_name=args["display_name"], tuning=tuning, labels=labels, **spec
-        )
-    return custom_job_body(display_name=args["display_name"], labels=labels, **spec)
+
+    def build(values: dict[str, Any]) -> dict[str, Any]:
+        if tuning is not None:
+            return hyperparameter_tuning_job_body(
+                display_name=args["display_name"], tuning=tuning, labels=labels, **values
+            )
+        return custom_job_body(display_name=args["display_name"], labels=labels, **values)
+
+    body = build(spec)
+    secret = args.get("secret_env_names") or ()
+    if secret and spec.get("node_args") is not None:
+        # The request id (a label: any caller who may list jobs sees it) hashes the body
+        # with secret --env values left out (`keyed_node_args`), the body keeps them.
+        keyed = build({**spec, "node_args": keyed_node_args(spec["node_args"], secret)})
+        body["labels"][REQUEST_ID_LABEL] = keyed["labels"][REQUEST_ID_LABEL]
+    return body

@@ -76,6 +76,7 @@ from trainstack.components._job_launch import (  # noqa: F401 (node_argv: the co
     node_argv,
 )
 from trainstack.components._naming import labels_input
+from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._pod_setup import (
     PACKAGE_URI_ENV,
@@ -167,6 +168,12 @@ class KubernetesTrainingJobArgs(TypedDict):
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
     (`trainstack.infra.compose.user_code_node_args`); excludes trainer_module and trainer_args."""
+    secret_env_names: NotRequired[Sequence[str]]
+    """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
+    `secure:` trainer.env values): they reach the pods but not the run's key
+    (`TRAINSTACK_RUN_RECORD`), which names objects in the checkpoint bucket anyone who may
+    list it sees; the key sees the name only, so a rotated secret keeps the run
+    (`trainstack.components._node_args.keyed_node_args`)."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
     """gs:// URL of the checkpoint bucket: adds `--checkpoint_dir=<url>/checkpoints` unless
     the flags choose one, so a restarted pod resumes."""
@@ -240,6 +247,9 @@ def _check_launch(args: Mapping[str, Any], module: object) -> None:
         )
     elif isinstance(args["node_args"], list | tuple):  # an Output is checked when known
         validate_node_args(args["node_args"])
+    problems = secret_env_names_problems(args)
+    if problems:
+        raise ValueError("\n".join(problems))
 
 
 def validate_args(args: Mapping[str, Any]) -> None:

@@ -39,10 +39,10 @@ import pulumi
 from pydantic import ValidationError
 
 from trainstack.components._args import check_args, component_check
+from trainstack.components._code_files import code_files, source_problems
 from trainstack.components._local_provider import LocalRun, LocalRunProvider
 from trainstack.components._naming import labels_input
 from trainstack.trainers.common.bounds import MAX_LOCAL_WORKERS
-from trainstack.trainers.common.code_files import code_files
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import (
     CodeRules,
@@ -134,7 +134,8 @@ def validate_args(
             f"({cfg.preemption_grace_s}), the time the trainer may take to checkpoint after "
             "SIGTERM"
         )
-    problems = user_code_problems(cfg, LOCAL_CODE, base_dir or Path.cwd())
+    base = base_dir or Path.cwd()
+    problems = user_code_problems(cfg, LOCAL_CODE, base) + source_problems(cfg, base)
     if problems:
         raise ValueError("\n".join(problems))
     if cfg.user_code is not None:

@@ -186,6 +186,12 @@ class TpuPodSliceArgs(TypedDict):
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
     (`trainstack.infra.compose.user_code_node_args`), run on every worker; excludes trainer_module and
     trainer_args, and allows any runtime_version."""
+    secret_env_names: NotRequired[Sequence[str]]
+    """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
+    `secure:` trainer.env values): they reach the workers but no hash that names objects or
+    labels others can list (the run's key, the queued resource's spec label), which see the
+    name only, so a rotated secret keeps the run
+    (`trainstack.components._node_args.keyed_node_args`)."""
     data_disks: NotRequired[Sequence[DataDiskArgs]]
     """Persistent disks attached to every worker."""
     secure_boot: NotRequired[bool]
@@ -254,6 +260,7 @@ class TpuPodSlice(pulumi.ComponentResource):
         launch = slice_launch(args, plan)
         self.startup_script = launch.apply(lambda v: v[0])
         self.run_record = launch.apply(lambda v: v[1])
+        self._keyed_script = launch.apply(lambda v: v[2])
         self.vm = None
         self.queued_resource = None
         if plan.provisioning == "queued":
@@ -403,7 +410,7 @@ class TpuPodSlice(pulumi.ComponentResource):
             zone=zone,
             queued_resource_id=qr_id,
             node_id=slice_name,
-            body=queued_body(args, plan, self.startup_script, labels),
+            body=queued_body(args, plan, self.startup_script, labels, self._keyed_script),
             wait_timeout_s=plan.wait_timeout_s,
             api_endpoint=args.get("api_endpoint"),
             provider=QueuedResourceProvider(),

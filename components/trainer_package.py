@@ -23,7 +23,7 @@ With `user_source` (your own code, `trainstack:trainer.source`) the sdist is
 `trainstack.trainers.user_code`) plus your folder as `trainstack/user_source/`, depending on your
 requirements only. Not all of the folder: what its `.gcloudignore` lists, secrets (dotenv
 files, private keys, credential files) and build leftovers stay out, and a link leaving the
-folder is refused (`trainstack.trainers.common.code_files`); every target installs it the way it installs the bundled trainers (Vertex
+folder is refused (`trainstack.components._code_files`); every target installs it the way it installs the bundled trainers (Vertex
 `pythonPackageSpec`, the GCE/TPU startup scripts' and GKE pods' `pip install <uri>`), and
 `python -m trainstack.trainers.node --launcher=... -- ARGV` then runs ARGV in the installed folder.
 Unchanged code gives the same bytes, digest and `uri`, so nothing relaunches.
@@ -39,6 +39,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import tarfile
 import tempfile
@@ -52,10 +53,11 @@ from pulumi_gcp import storage
 
 from trainstack import trainers
 from trainstack.components._args import ArgsError, check_args, component_check
+from trainstack.components._code_files import CodeFiles, code_files
 from trainstack.components._naming import labels_input
 from trainstack.components._project import current_build_dir
-from trainstack.trainers.common.code_files import CodeFiles, code_files
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
+from trainstack.trainers.common.user_code import requirement_problem
 
 TOKEN = "trainstack:storage:TrainerPackage"
 COMPONENT_LABEL = "trainer-package"
@@ -121,7 +123,7 @@ class TrainerPackageArgs(TypedDict):
     """Your code's folder (`trainstack:trainer.source`, absolute): packaged beside the node
     launcher as `trainstack/user_source/`, so installing the package gives a machine both; the
     object is `code/trainstack_code-<sha16>.tar.gz`. Its `.gcloudignore`, secrets and links
-    decide what goes (`trainstack.trainers.common.code_files`); a link leaving the folder is
+    decide what goes (`trainstack.components._code_files`); a link leaving the folder is
     refused."""
 
 
@@ -163,8 +165,17 @@ def _dependencies(requirements: tuple[str, ...], code: bool) -> tuple[str, ...]:
     return requirements if code else (*RUNTIME_DEPENDENCIES, *requirements)
 
 
+def _toml_string(value: str) -> str:
+    """`value` as a TOML basic string. JSON's escapes are TOML's (https://toml.io/en/v1.0.0#string:
+    "\\b \\t \\n \\f \\r \\" \\\\ \\uXXXX"), and TOML also wants DEL escaped ("Any Unicode
+    character may be used except those that must be escaped: quotation mark, backslash, and
+    the control characters other than tab (U+0000 to U+0008, U+000A to U+001F, U+007F)"),
+    which JSON leaves as is."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def _pyproject(version: str, requirements: tuple[str, ...], code: bool = False) -> str:
-    deps = "".join(f'  "{dep}",\n' for dep in _dependencies(requirements, code))
+    deps = "".join(f"  {_toml_string(dep)},\n" for dep in _dependencies(requirements, code))
     text = (
         "[build-system]\n"
         f'requires = ["setuptools>={"62.3" if code else "61"}"]\n'
@@ -310,11 +321,10 @@ class TrainerPackage(pulumi.ComponentResource):
         source_root = Path(args.get("source_root") or _default_source_root()).resolve()
         requirements = tuple(args.get("requirements") or ())
         problems = [
-            f"TrainerPackage.requirements[{i}]: {r!r} is not a requirement; valid: a PEP 508 "
-            "string without "
-            "quotes or newlines, e.g. 'tf-keras~=2.17.0'"
+            f"TrainerPackage.requirements[{i}]: {r!r} is not a requirement ({problem}); "
+            "valid: a PEP 508 requirement, e.g. 'tf-keras~=2.17.0'"
             for i, r in enumerate(requirements)
-            if not isinstance(r, str) or not r.strip() or any(c in r for c in "\"'\n")
+            if (problem := requirement_problem(r)) is not None
         ]
         user_source = args.get("user_source")
         code = None

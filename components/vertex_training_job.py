@@ -243,6 +243,11 @@ class VertexTrainingJobArgs(TypedDict):
     (`trainstack.components._pod_setup`): it installs the package into the image's `python3`, then
     runs `python3 -m trainstack.trainers.node <node_args>`. Excludes python_module and trainer_args;
     tuning parameters may then be any flag of your code."""
+    secret_env_names: NotRequired[Sequence[str]]
+    """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
+    `secure:` trainer.env values): they reach the replicas but not the request id label (a
+    hash any caller who may list jobs sees), which sees the name only
+    (`trainstack.components._node_args.keyed_node_args`)."""
     container_image_uri: NotRequired[str]
     """The image the replicas run (containerSpec); default: the python_module's framework
     image (`trainstack.components.catalog.images.vertex_training_image`). With package_uri the pod

@@ -27,6 +27,7 @@ from trainstack.components.training_dashboard.targets import DashboardScope
 from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from trainstack.components.training_network import TrainingNetwork
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
+from trainstack.infra.config_secrets import secret_env_names
 from trainstack.infra.estimate import quota_needs
 from trainstack.infra.local_paths import run_name
 from trainstack.infra.outputs import (
@@ -189,6 +190,7 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         after_grants=after_grants,
         node_args=code_args,
         extras=extras,
+        secret_env_names=tuple(sorted(secret_env_names(cfg.secrets))),
     )
     target_outputs, scope = target.compose(ctx)
     outputs.update(target_outputs)

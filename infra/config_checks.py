@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from trainstack.components._code_files import source_problems
 from trainstack.components.catalog.batch import batch_problem
 from trainstack.components.catalog.checkpoint_paths import checkpoint_place_problem
 from trainstack.components.catalog.names import label_problems
@@ -81,7 +82,8 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         base = current_place().base_dir
         rules = candidates[0].code_rules()
         own = user_code_problems(trainer, rules, base, secret_env=secret_env_names(secrets))
-        own += credential_problems(trainer, secrets)
+        own += source_problems(trainer, base)
+        own += credential_problems(trainer, secrets, rules.pulumi_secrets)
         own += _secrets_on_this_machine(secrets, candidates)
         if target is not None and not own:
             # Read once the source and requirements are known good.
@@ -114,7 +116,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
 def _secrets_on_this_machine(secrets: frozenset[str], candidates: list[Target]) -> list[str]:
     """Pulumi secrets on a target that runs on this machine (local): its runs record their
     env in the run folder, so the secret would land on disk in clear."""
-    if not secrets or not candidates or isinstance(candidates[0], CloudTarget):
+    if not secrets or not candidates or candidates[0].pulumi_secrets:
         return []
     return [
         f"{key}: a Pulumi secret (`secure:`) is not used on a {candidates[0].section} target, "

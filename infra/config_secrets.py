@@ -143,9 +143,12 @@ def secret_env_names(secrets: Collection[str]) -> frozenset[str]:
     return frozenset(s[len(prefix) :] for s in secrets if s.startswith(prefix))
 
 
-def credential_problems(trainer: StackTrainer, secrets: Collection[str] = ()) -> list[str]:
+def credential_problems(
+    trainer: StackTrainer, secrets: Collection[str] = (), pulumi_secrets: bool = True
+) -> list[str]:
     """One problem per `trainer.env` value (not a Pulumi secret) and `trainer.entrypoint`
-    argument that holds a credential in clear, naming the key, never the value."""
+    argument that holds a credential in clear, naming the key, never the value. A `secure:`
+    value is offered only where the target takes one (`pulumi_secrets`: a cloud target)."""
     problems: list[str] = []
     hidden = secret_env_names(secrets)
     shown = "in clear, which plans, plan diffs, logs and the stack's state would show"
@@ -153,18 +156,26 @@ def credential_problems(trainer: StackTrainer, secrets: Collection[str] = ()) ->
         found = find_credential(value) if name not in hidden else None
         if found is not None:
             what = found.kind if found.name is None else f"a value for {found.name}"
+            instead = (
+                f"(Secret Manager, read on the node), or a `secure:` value (`{_set_secret(name)}`)"
+                if pulumi_secrets
+                else f"(a local run reads {name} from this environment)"
+            )
             problems.append(
                 f"trainer.env.{name}: holds {what} {shown}; valid: trainer.secret_env.{name}: "
-                f"projects/P/secrets/NAME (Secret Manager, read on the node), or a `secure:` "
-                f"value (`{_set_secret(name)}`)"
+                f"projects/P/secrets/NAME {instead}"
             )
     for i, arg in enumerate(trainer.entrypoint or []):
         found = find_credential(arg)
         if found is not None:
             what = found.kind if found.name is None else f"a value for {found.name}"
+            setter = (
+                "trainer.secret_env (Secret Manager) or a `secure:` trainer.env value"
+                if pulumi_secrets
+                else "trainer.secret_env (a local run reads it from this environment)"
+            )
             problems.append(
                 f"trainer.entrypoint[{i}]: holds {what} {shown} (and every process listing "
-                "on the node); valid: your code reads it from the environment, set by "
-                "trainer.secret_env (Secret Manager) or a `secure:` trainer.env value"
+                f"on the node); valid: your code reads it from the environment, set by {setter}"
             )
     return problems

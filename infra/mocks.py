@@ -157,6 +157,9 @@ class RecordedResource:
     retain_on_delete: bool
     delete_before_replace: bool
     dependencies: tuple[str, ...]
+    values: dict[str, Any] = field(default_factory=dict)
+    """`inputs` with each secret's value in place of [secret], for tests (what the engine
+    would send the provider)."""
 
     @property
     def parent(self) -> str | None:
@@ -256,6 +259,7 @@ class RecordingMonitor(_mocks.MockMonitor):
                     urn=response.urn,
                     parent_urn=request.parent,
                     inputs=_plain(inputs),
+                    values=_plain(inputs, secrets=True),
                     custom=bool(request.custom),
                     protect=bool(request.protect),
                     retain_on_delete=bool(request.retainOnDelete),
@@ -266,14 +270,16 @@ class RecordingMonitor(_mocks.MockMonitor):
         return response
 
 
-def _plain(value: Any) -> Any:
-    """Inputs as JSON-able data (assets become their path; unknowns become a marker)."""
+def _plain(value: Any, secrets: bool = False) -> Any:
+    """Inputs as JSON-able data (assets become their path; unknowns become a marker; secrets
+    [secret], or their values with `secrets`)."""
     if isinstance(value, dict):
         if value.get(_rpc._special_sig_key) == _rpc._special_secret_sig:
-            return SECRET  # shown as the engine shows secrets in a preview
-        return {k: _plain(v) for k, v in value.items()}
+            # Shown as the engine shows secrets in a preview.
+            return _plain(value.get("value"), secrets) if secrets else SECRET
+        return {k: _plain(v, secrets) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, secrets) for v in value]
     if isinstance(value, pulumi.FileAsset):
         # Relative to the project so plans from two checkouts (PR base and head) compare.
         path = Path(str(value.path))

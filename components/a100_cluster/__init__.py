@@ -66,7 +66,7 @@ and `gce.py` the two backends' resources, `_common.py` the defaults and names th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
@@ -191,6 +191,11 @@ class A100TrainingArgs(TypedDict):
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
     (`trainstack.infra.compose.user_code_node_args`, the run contract's folders included), run on
     every node (gke: in every pod); excludes trainer_module and trainer_args."""
+    secret_env_names: NotRequired[Sequence[str]]
+    """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
+    `secure:` trainer.env values): they reach the nodes but not the run's key, which names
+    objects in the checkpoint bucket anyone who may list it sees; the key sees the name only,
+    so a rotated secret keeps the run (`trainstack.components._node_args.keyed_node_args`)."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
     """gs:// URL of the checkpoint bucket; `--checkpoint_dir=<url>/checkpoints` unless the
     flags choose one (the bundled trainer), and where gce records a run limit's start."""

@@ -268,12 +268,18 @@ def _startup_script(
     make the group recreate the VM (`trainstack.components.catalog.recovery`)."""
     module = training.get("trainer_module", DEFAULT_MODULE)
     flags = list(training.get("trainer_args", []))
+    secret = tuple(training.get("secret_env_names") or ())
 
     def render(values: list[Any]) -> tuple[str, str]:
         package_uri, checkpoint_url, node_args = values
         if node_args is not None:
             # Your own code: the run contract's folders are in node_args already.
-            launch: dict[str, Any] = {"module": None, "trainer_args": [], "node_args": node_args}
+            launch: dict[str, Any] = {
+                "module": None,
+                "trainer_args": [],
+                "node_args": node_args,
+                "secret_env_names": secret,
+            }
             torchrun = node_args_use_torchrun(node_args)
         else:
             launch = {"module": module, "trainer_args": with_checkpoint_dir(flags, checkpoint_url)}

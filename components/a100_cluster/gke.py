@@ -396,6 +396,8 @@ def job_args_for(
     }
     if "node_args" in training:
         job_args["node_args"] = training["node_args"]
+        if training.get("secret_env_names"):
+            job_args["secret_env_names"] = list(training["secret_env_names"])
     else:
         job_args["trainer_module"] = training.get("trainer_module", DEFAULT_MODULE)
         job_args["trainer_args"] = list(training.get("trainer_args", []))

@@ -21,7 +21,7 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.components import catalog
-from trainstack.components._node_args import validate_node_args
+from trainstack.components._node_args import secret_env_names_problems, validate_node_args
 from trainstack.components.a100_cluster._common import (
     DEFAULT_BOOT_DISK_GB,
     DEFAULT_ENVIRONMENT,
@@ -68,7 +68,9 @@ class A100Shape(BaseModel):
     backend: Literal["gke", "gce"] = "gke"
     machine_type: str
     """An A2 machine type, e.g. `a2-highgpu-8g`."""
-    node_count: int = Field(default=1, ge=1)
+    node_count: int = Field(default=1, ge=1, le=catalog.MAX_NODES)
+    """Machines, in one zone: a GKE node pool or a zonal managed instance group
+    (`trainstack.components.catalog.gpus.MAX_NODES`)."""
     zone: str
     spot: bool = False
     reservation: str | None = None
@@ -285,6 +287,7 @@ def _training_problems(training: Any, backend: str, p: str) -> list[str]:
     except ValueError as exc:
         problems.append(f"{p}training.{exc}")
         return problems
+    problems += secret_env_names_problems(training, f"{p}training.")
     if backend == "gce":
         if "image" not in training and not user_code and not uses_torchrun(module):
             problems.append(

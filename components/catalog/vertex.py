@@ -15,6 +15,26 @@ from typing import Any, Final, Literal, get_args
 from trainstack.components.catalog.gpus import GPU_ACCELERATOR_NAMES, VERTEX_GPU_ENUMS
 from trainstack.components.catalog.machines import MACHINES
 from trainstack.components.catalog.problems import int_problems, is_int, not_allowed, quote
+from trainstack.trainers.common.bounds import MAX_COUNT, MAX_RUN_HOURS
+
+# --------------------------------------------------------------------------------------
+# The API's number limits (aiplatform v1 discovery document, revision 20261106)
+# --------------------------------------------------------------------------------------
+
+MAX_REPLICA_COUNT: Final = MAX_COUNT
+"""`replica_count` (machines incl. the chief) and `reduction_server.replica_count`:
+`WorkerPoolSpec.replicaCount` is `format: int64` (a JSON string), and the count also reaches
+Pulumi as a number (the plan's machines, the quota guard's needs: protobuf Struct doubles),
+exact up to 2**53 (`trainstack.trainers.common.bounds.MAX_COUNT`)."""
+MAX_INT32: Final = 2**31 - 1
+"""`HyperparameterTuningJob.maxTrialCount`, `parallelTrialCount` and `maxFailedTrialCount`
+are `format: int32` ("Required. The desired total number of Trials." and so on): a larger
+count fails the create call, after every other resource of the stack was created."""
+MAX_TIMEOUT_S: Final = MAX_RUN_HOURS * 3600
+"""`timeout_s`: the job's `Scheduling.timeout` (`format: google-duration`, "The maximum job
+running time. The default is 7 days."), which `limits.max_run_hours` also sets (the smaller
+of the two goes): the same year as that key (`trainstack.trainers.common.bounds.MAX_RUN_HOURS`,
+where the Duration's own range is cited)."""
 
 # --------------------------------------------------------------------------------------
 # Machines and accelerators
@@ -90,7 +110,7 @@ REDUCTION_SERVER_MACHINES: Final = ("n1-highcpu-16", "n2-highcpu-16")
 DEFAULT_REDUCER_MACHINE: Final = "n1-highcpu-16"
 REDUCTION_SERVER_MIN_WORKERS: Final = 2
 """Reduction Server serves multi-host data-parallel training (fact sheet section 4)."""
-REDUCER_COUNT_VALID: Final = "'auto' or an integer >= 1"
+REDUCER_COUNT_VALID: Final = f"'auto' or an integer 1-{MAX_REPLICA_COUNT}"
 
 
 def reducers_needed(
@@ -121,13 +141,13 @@ def reducers_needed(
 
 
 def reducer_count_value(value: Any) -> int | Literal["auto"] | None:
-    """`reduction_server.replica_count` as given (`auto`, an integer >= 1, or its digits),
-    or None when it is none of these."""
+    """`reduction_server.replica_count` as given (`auto`, an integer 1 to
+    `MAX_REPLICA_COUNT`, or its digits), or None when it is none of these."""
     if value == "auto":
         return "auto"
-    if is_int(value) and value >= 1:
-        return int(value)
-    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if is_int(value) and 1 <= value <= MAX_REPLICA_COUNT:
         return int(value)
     return None
 

@@ -58,11 +58,11 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from trainstack.components._node_args import validate_node_args
+from trainstack.components._node_args import keyed_node_args, validate_node_args
 from trainstack.components.catalog.images import DLVM_PYTHON_BIN
 from trainstack.trainers.common.cluster import DEFAULT_PORT
 from trainstack.trainers.common.contract import TORCHRUN_MODULES
@@ -387,7 +387,8 @@ def pod_run_env(
     checkpoint_url: str, package_uri: str, argv: Sequence[str], shape: Mapping[str, Any]
 ) -> dict[str, str]:
     """A GKE pod's run records (`trainstack.trainers.common.run_records`): the prefix, keyed
-    by the package, the node launcher's argv and the shape (`node_count`, `gpus_per_node`),
+    by the package, the node launcher's argv (as the key may see it: secret `--env` values
+    left out, `_node_args.keyed_node_args`) and the shape (`node_count`, `gpus_per_node`),
     and the exits the Job's podFailurePolicy fails for good (FailJob)."""
     key = run_key(
         package_uri=package_uri,
@@ -412,8 +413,10 @@ def gce_run_key(
     coordinator_port: int = DEFAULT_PORT,
     worker_hosts: Sequence[str] = (),
     node_args: Sequence[str] | None = None,
+    secret_env_names: Collection[str] = (),
 ) -> str:
-    """The run key of a Compute Engine launch (`gce_startup_script`'s values)."""
+    """The run key of a Compute Engine launch (`gce_startup_script`'s values), the secret
+    `--env` values of `node_args` left out (`_node_args.keyed_node_args`)."""
     launch: dict[str, object] = {
         "package_uri": package_uri,
         "module": module,
@@ -426,7 +429,7 @@ def gce_run_key(
     }
     if node_args is not None:
         # Only when given, so the bundled trainer's run keys stay what they were.
-        launch["node_args"] = list(node_args)
+        launch["node_args"] = keyed_node_args(node_args, secret_env_names)
     return run_key(**launch)
 
 
@@ -447,13 +450,15 @@ def gce_startup_script(
     checkpoint_url: str | None = None,
     node_args: Sequence[str] | None = None,
     accelerators_per_node: int | None = None,
+    secret_env_names: Collection[str] = (),
 ) -> str:
     """The Compute Engine startup script (see `gce_startup.sh`); identical on every node,
     which reads its rank from the `trainstack-node-rank` metadata attribute. `worker_hosts`
     as for `render_launcher` (needed by trainers that are not launched with torchrun).
     `max_run_seconds` (the stack's run limit) needs `checkpoint_url`, the bucket where the
     run's first start is recorded (`run_clock_uri`). `node_args` and
-    `accelerators_per_node` as for `render_launcher`."""
+    `accelerators_per_node` as for `render_launcher`; `secret_env_names` names the `--env`
+    values of `node_args` the run's key leaves out (`gce_run_key`)."""
     key = gce_run_key(
         package_uri=package_uri,
         module=module,
@@ -464,6 +469,7 @@ def gce_startup_script(
         coordinator_port=coordinator_port,
         worker_hosts=worker_hosts,
         node_args=node_args,
+        secret_env_names=secret_env_names,
     )
     state = state_dir.rstrip("/") or "/"
     if max_run_seconds is not None and not checkpoint_url:

@@ -69,11 +69,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Final
 
-from trainstack.components._node_args import validate_node_args
+from trainstack.components._node_args import keyed_node_args, validate_node_args
 from trainstack.components.catalog.checkpoint_paths import GS_DIR
 from trainstack.components.catalog.tpu_runtimes import TF_KERAS_FROM, parse_tf_runtime
 from trainstack.components.gpu_startup import NODE_HELPER, run_key, run_record_uri
@@ -199,11 +199,29 @@ def slice_run_record(
     checkpoint_dir: str,
     node_args: Sequence[str] | None = None,
     python: str = DEFAULT_PYTHON,
+    secret_env_names: Collection[str] = (),
 ) -> str:
     """`run_record` of the script `render_tpu_worker_script` renders from these values."""
-    command, _ = _command(trainer_module, trainer_args, checkpoint_dir, node_args, python)
+    keyed = _keyed_command(
+        trainer_module, trainer_args, checkpoint_dir, node_args, python, secret_env_names
+    )
     effective = effective_checkpoint_dir(trainer_args, checkpoint_dir)
-    return run_record(slice_name, package_uri, command, effective)
+    return run_record(slice_name, package_uri, keyed, effective)
+
+
+def _keyed_command(
+    trainer_module: str,
+    trainer_args: Sequence[str],
+    checkpoint_dir: str,
+    node_args: Sequence[str] | None,
+    python: str,
+    secret_env_names: Collection[str],
+) -> list[str]:
+    """The launched argv as the run's key sees it: secret `--env` values left out
+    (`trainstack.components._node_args.keyed_node_args`)."""
+    if node_args is not None:
+        node_args = keyed_node_args(node_args, secret_env_names)
+    return _command(trainer_module, trainer_args, checkpoint_dir, node_args, python)[0]
 
 
 def _command(
@@ -243,10 +261,13 @@ def render_tpu_worker_script(
     download_window_s: int = DEFAULT_DOWNLOAD_WINDOW_S,
     node_args: Sequence[str] | None = None,
     max_run_seconds: int | None = None,
+    secret_env_names: Collection[str] = (),
 ) -> str:
     """The startup script for one slice, every value validated and shell-quoted;
     `node_args` runs your own code on every worker instead of `trainer_module`;
-    `max_run_seconds` stops the run that long after its first start (`run_clock`)."""
+    `max_run_seconds` stops the run that long after its first start (`run_clock`);
+    `secret_env_names` names the `--env` values of `node_args` that are secrets, which the
+    run's key leaves out (`trainstack.components._node_args.keyed_node_args`)."""
     if not isinstance(slice_name, str) or not _SLICE_NAME.match(slice_name):
         raise ValueError(
             f"slice_name: {slice_name!r} is not a TPU node name (a lowercase letter, then up "
@@ -295,7 +316,10 @@ def render_tpu_worker_script(
     if not isinstance(python, str) or not python or any(c.isspace() for c in python):
         raise ValueError(f"python: {python!r} is not an executable name")
 
-    command, launch = _command(trainer_module, trainer_args, checkpoint_dir, node_args, python)
+    _, launch = _command(trainer_module, trainer_args, checkpoint_dir, node_args, python)
+    keyed = _keyed_command(
+        trainer_module, trainer_args, checkpoint_dir, node_args, python, secret_env_names
+    )
     limited = max_run_seconds is not None
     values = {
         "SLICE_NAME": shlex.quote(slice_name),
@@ -314,9 +338,9 @@ def render_tpu_worker_script(
         "USER_CODE": "1" if node_args is not None else "0",
         "MAX_RUN_SECONDS": str(max_run_seconds) if limited else "''",
         "RUN_CLOCK_URI": (
-            shlex.quote(run_clock(slice_name, package_uri, command, effective)) if limited else "''"
+            shlex.quote(run_clock(slice_name, package_uri, keyed, effective)) if limited else "''"
         ),
-        "RUN_RECORD": shlex.quote(run_record(slice_name, package_uri, command, effective)),
+        "RUN_RECORD": shlex.quote(run_record(slice_name, package_uri, keyed, effective)),
         "NODE_HELPER": _node_helper(),
     }
     template = TEMPLATE_PATH.read_text(encoding="utf-8")

@@ -146,6 +146,10 @@ class ComposeContext:
     """Your code's node launcher arguments (`trainer.entrypoint`), else None."""
     extras: Mapping[str, Any]
     """What the target's `before_identity` returned."""
+    secret_env_names: tuple[str, ...] = ()
+    """The `--env` names of `node_args` whose values are Pulumi secrets (`secure:` trainer.env
+    values): the compute component's `secret_env_names`, so no run key or request id hashes
+    their values (`trainstack.components._node_args.keyed_node_args`)."""
 
 
 class Target(ABC):
@@ -176,6 +180,10 @@ class Target(ABC):
     run's end, `limits.max_run_hours` and `limits.max_total_usd`: its `compose` registers
     one, compose enables its APIs, the plan adds its cost, and only such a target accepts
     `limits.max_total_usd`."""
+    pulumi_secrets: ClassVar[bool] = False
+    """It takes Pulumi secrets (`secure:`) as `trainer.env` values: its launch registers them
+    as secrets (`trainstack.infra.config_secrets`). A target on this machine does not: its
+    runs record their env in the run folder."""
 
     def claims(self, section: Any) -> bool:
         """Whether a parsed section of `self.section` is this target's (several targets may
@@ -197,7 +205,12 @@ class Target(ABC):
         """What your code may use here, as the trainers' checks take it
         (`trainstack.trainers.common.user_code.user_code_problems`)."""
         return CodeRules(
-            self.section, self.launchers, self.default_launcher, self.runs_image, image_sections()
+            self.section,
+            self.launchers,
+            self.default_launcher,
+            self.runs_image,
+            image_sections(),
+            pulumi_secrets=self.pulumi_secrets,
         )
 
     def code_problems(self, section: Any, trainer: StackTrainer) -> list[str]:
@@ -300,6 +313,7 @@ class CloudTarget(Target):
 
     own_network: ClassVar[bool] = False
     """Its machines join the stack's private network (`TrainingNetwork`)."""
+    pulumi_secrets: ClassVar[bool] = True
 
     @abstractmethod
     def services(self, cfg: StackConfig) -> list[str]:

@@ -217,6 +217,8 @@ class GpuCluster(CloudTarget):
             # Your code, on every node (gke: every pod, in your image if given; the config
             # refuses an image on gce, whose VMs run no container).
             training["node_args"] = ctx.node_args
+            if ctx.secret_env_names:
+                training["secret_env_names"] = list(ctx.secret_env_names)
             if code is not None and code.image:
                 training["image"] = code.image
         else:

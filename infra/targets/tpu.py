@@ -320,6 +320,8 @@ class Tpu(CloudTarget):
         if ctx.node_args is not None:
             # Your code, on every host (its checkpoint folder is in node_args' run contract).
             args["node_args"] = ctx.node_args
+            if ctx.secret_env_names:
+                args["secret_env_names"] = list(ctx.secret_env_names)
         else:
             args["trainer_module"] = TRAINER_MODULES[cfg.trainer.framework]
             args["trainer_args"] = cloud_trainer_args(cfg, deployment)

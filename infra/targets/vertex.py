@@ -299,6 +299,8 @@ class Vertex(CloudTarget):
             args["plugin_image_uri"] = plugin_image.image_uri
         if code is not None and ctx.node_args is not None:
             args["node_args"] = ctx.node_args
+            if ctx.secret_env_names:
+                args["secret_env_names"] = list(ctx.secret_env_names)
             if plugin_image is None:
                 args["container_image_uri"] = (
                     mirrored_image_uri(vertex_training_image(vertex_module(cfg)), mirror.registry)

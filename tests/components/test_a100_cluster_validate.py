@@ -64,7 +64,10 @@ CONFIG_CASES = [
     ({"spot": True, "reservation": "r1"}, "reservation: 'r1' cannot be used with spot: true; valid: spot: false, or no reservation"),
     ({"node_count": 0}, "node_count: 0 is too small; valid: >= 1"),
     ({"node_count": "two"}, "node_count: 'two' is not an integer; valid: a whole number"),
-    ({"node_count": 1501}, "node_count: 1501 exceeds the compact placement limit of 1500 nodes; valid: 1 to 1500, or compact_placement: false"),
+    # One zone: a GKE node pool zone or a zonal MIG holds 1,000 nodes (catalog.MAX_NODES).
+    ({"node_count": 1001}, "node_count: 1001 is too large; valid: <= 1000"),
+    ({"node_count": 1001, "compact_placement": False, "backend": "gce"}, "node_count: 1001 is too large; valid: <= 1000"),
+    ({"node_count": 10**30, "compact_placement": False}, "node_count: 1000000000000000000000000000000 is too large; valid: <= 1000"),
     ({"backend": "eks"}, "backend: 'eks' is not allowed; valid: gke, gce"),
     ({"machine_type": None}, "machine_type: required"),
     ({"machine_type": "a2-highgpu-3g", "spot": True, "reservation": "r"}, f"machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: {A2}\nreservation: 'r' cannot be used with spot: true; valid: spot: false, or no reservation"),
@@ -75,7 +78,7 @@ CONFIG_CASES = [
     ({"spot": False, "reservation": 7}, "reservation: 7 is not a string; valid: a string"),
     ({"compact_placement": 3}, "compact_placement: 3 is not a boolean; valid: true, false"),
     ({"tier_1_networking": "fast"}, "tier_1_networking: 'fast' is not a boolean; valid: true, false"),
-    ({"backend": "gce", "machine_type": "a2-ultragpu-1g", "zone": "us-central1-f", "node_count": 1600}, "zone: 'us-central1-f' does not offer A100 80GB (a2-ultragpu-1g); valid: " + ZONES_80 + "\nnode_count: 1600 exceeds the compact placement limit of 1500 nodes; valid: 1 to 1500, or compact_placement: false"),
+    ({"backend": "gce", "machine_type": "a2-ultragpu-1g", "zone": "us-central1-f", "spot": True, "reservation": "r"}, "zone: 'us-central1-f' does not offer A100 80GB (a2-ultragpu-1g); valid: " + ZONES_80 + "\nreservation: 'r' cannot be used with spot: true; valid: spot: false, or no reservation"),
 ]  # fmt: skip
 
 # Rules of the component's other arguments.
@@ -221,8 +224,8 @@ def test_a_zone_outside_the_region_is_reported_once() -> None:
         ("a2-highgpu-8g", "europe-west4-b", 16, {"spot": False, "reservation": "res-1"}),
         ("a2-megagpu-16g", "asia-southeast1-a", 2, {"tier_1_networking": True}),
         ("a2-ultragpu-1g", "us-east5-b", 1, {"backend": "gce"}),
-        ("a2-ultragpu-8g", "us-central1-c", 1500, {}),
-        ("a2-ultragpu-8g", "europe-west4-a", 1501, {"compact_placement": False}),
+        ("a2-ultragpu-8g", "us-central1-c", 1000, {}),
+        ("a2-ultragpu-8g", "europe-west4-a", 1000, {"compact_placement": False, "backend": "gce"}),
     ],
 )
 def test_valid_combinations(

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +187,56 @@ def test_code_package_leaves_secrets_and_ignored_files_out(
         f"folder ({code}); valid: a link to a file inside the folder, a copy of it, or "
         f"'lib/leak.txt' in {code}/.gcloudignore to leave it out"
     )
+
+
+MARKED = [
+    'torch==2.1; python_version < "3.12"',
+    "numpy>=1.26",
+    'tomli>=2; python_version < "3.11" and platform_system != "Windows"',
+    "mypkg @ https://example.com/mypkg-1.0-py3-none-any.whl",
+]
+"""PEP 508 requirements with environment markers (quoted strings) and a URL: refused before,
+since pyproject.toml held each in double quotes unescaped."""
+
+
+def _requires_dist(text: str) -> list[str]:
+    return [
+        line[len("Requires-Dist: ") :]
+        for line in text.splitlines()
+        if line.startswith("Requires-Dist: ")
+    ]
+
+
+def test_requirements_with_markers_reach_the_package_metadata_exactly(
+    source_root: Path, code: Path, tmp_path: Path
+) -> None:
+    sdist = Path(_run(source_root, code, requirements=MARKED).outputs["local_path"])
+    top = f"trainstack-code-{trainer_package._version()}"
+    with tarfile.open(sdist, mode="r:gz") as tar:
+        members = {n: tar.extractfile(f"{top}/{n}") for n in ("PKG-INFO", "pyproject.toml")}
+        texts = {n: f.read().decode() for n, f in members.items() if f is not None}
+    assert _requires_dist(texts["PKG-INFO"]) == MARKED
+    assert tomllib.loads(texts["pyproject.toml"])["project"]["dependencies"] == MARKED
+    # What pip installs from: the wheel setuptools builds from the sdist, as on every node.
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--wheel-dir",
+            str(wheels),
+            str(sdist),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = wheels.glob("*.whl")
+    with zipfile.ZipFile(wheel) as built:
+        (name,) = [n for n in built.namelist() if n.endswith(".dist-info/METADATA")]
+        assert _requires_dist(built.read(name).decode()) == MARKED

@@ -73,8 +73,8 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     (
         "TrainerPackage",
         {"requirements": [""]},
-        "TrainerPackage.requirements[0]: '' is not a requirement; valid: a PEP 508 string "
-        "without quotes or newlines, e.g. 'tf-keras~=2.17.0'",
+        "TrainerPackage.requirements[0]: '' is not a requirement (Expected package name at the "
+        "start of dependency specifier); valid: a PEP 508 requirement, e.g. 'tf-keras~=2.17.0'",
     ),
     (
         "RunSupervisor",

@@ -249,8 +249,10 @@ def planned_package(by_type: Mapping[str, list[dict[str, Any]]]) -> dict[str, An
     """What a node needs of the plan's trainer package and buckets: the local `sdist` file,
     its `package_uri`, the `staging_bucket` and the `checkpoint_bucket`."""
     # A tpu or gpu_cluster stack also uploads its supervisor's zip (and a spot slice's
-    # supervisor its marker): the trainer package is the one under trainers/.
-    [sdist] = [o for o in by_type[BUCKET_OBJECT] if o["name"].startswith("trainers/")]
+    # supervisor its marker): the trainer package is the one under trainers/ (your code's
+    # under code/, trainstack.components.trainer_package).
+    packages = ("trainers/", "code/")
+    [sdist] = [o for o in by_type[BUCKET_OBJECT] if o["name"].startswith(packages)]
     [checkpoints] = [b for b in by_type[BUCKET] if b["name"].endswith("-checkpoints")]
     return {
         "sdist": REPO_ROOT / sdist["source"]["fileAsset"],

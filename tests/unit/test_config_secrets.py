@@ -121,6 +121,74 @@ def test_under_the_engine_the_decrypted_value_is_registered_only_as_a_secret(
     assert "offline" not in json.dumps(_launch(entries, target, stack))
 
 
+def _flat(value: Any, path: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flat(item, f"{path}.{key}", out)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _flat(item, f"{path}[{i}]", out)
+    else:
+        out[path] = value
+
+
+def _deployed(target: str, password: str, **tpu: Any) -> dict[str, Any]:
+    """Every value the program registers and exports under the engine (secrets' values
+    included, as the provider would receive them), by path, the password as `<password>`."""
+    stack, config = _stack(target, env={"DB_PASSWORD": password, "WANDB_MODE": "offline"})
+    if tpu:
+        config["trainstack:tpu"] = {**config["trainstack:tpu"], **tpu}
+    run = run_program(main_program, config=config, stack=stack, secret_keys=["trainstack:trainer"])
+    found: dict[str, Any] = {}
+    for r in run.resources:
+        _flat(json.loads(json.dumps(r.values).replace(password, "<password>")), r.name, found)
+    outputs = json.dumps(run.outputs, default=str).replace(password, "<password>")
+    _flat(json.loads(outputs), "outputs", found)
+    return found
+
+
+SUPERVISOR_BUNDLE = {
+    "tpu-supervisor-function.buildConfig.source.storageSource.object",
+    "tpu-supervisor-source.metadata.sha256",
+    "tpu-supervisor-source.name",
+    "tpu-supervisor-source.source.fileAsset",
+}
+"""What still differs on tpu: the run supervisor's source bundle holds the slice's REST body
+(its startup script, with the secret) and is named by its sha256
+(`trainstack.components._supervisor_bundle`), outside this change."""
+RUN_KEY = re.compile(r"trainstack-run-[0-9a-f]{16}")
+
+
+@pytest.mark.parametrize(
+    ("target", "tpu", "differing", "hashes"),
+    [
+        ("gke", {}, set(), {"run key"}),
+        ("gce", {}, set(), {"run key"}),
+        ("vertex", {}, set(), {"trainstack_request_id"}),
+        ("tpu", {}, SUPERVISOR_BUNDLE, {"run key"}),
+        ("tpu", {"provisioning": "queued"}, SUPERVISOR_BUNDLE, {"run key", "trainstack_spec"}),
+        ("tpu", {"provisioning": "on-demand"}, set(), {"run key"}),
+    ],
+)
+def test_a_secure_value_reaches_no_run_key_request_id_or_spec_label(
+    target: str, tpu: dict[str, Any], differing: set[str], hashes: set[str]
+) -> None:
+    # The run key names objects in the checkpoint bucket (`trainstack-run-<key>.*`), which
+    # anyone who may list it sees; a 64-bit digest over a short password gives the password
+    # away. Two stacks that differ only in a secure value register and export the same
+    # values but for the value itself: same run key (a rotated secret keeps the run), same
+    # Vertex request id and TPU spec label, no digest of the value anywhere.
+    first = _deployed(target, "s3cr3tPa55wordA", **tpu)
+    second = _deployed(target, "s3cr3tPa55wordB", **tpu)
+    assert {k for k in first.keys() | second.keys() if first.get(k) != second.get(k)} == differing
+    assert any("--env=DB_PASSWORD=<password>" in str(v) for v in first.values())
+    # The hashes compared above are there: the launch's one run key (in the startup script
+    # or pod env and the supervisor's config), the request id, the spec label.
+    keys = {key for value in first.values() for key in RUN_KEY.findall(str(value))}
+    labels = {p.rsplit(".", 1)[-1] for p in first if p.endswith(("_request_id", "_spec"))}
+    assert ({"run key"} if len(keys) == 1 else set()) | labels == hashes
+
+
 @contextmanager
 def _engine(config: dict[str, Any], secret_keys: list[str]) -> Iterator[None]:
     """The runtime config as the engine sets it for a program (see the test above)."""
@@ -233,6 +301,28 @@ def test_credentials_in_clear_are_refused_by_shape_naming_the_key_not_the_value(
     )
     for value in (PASSWORD, sk, hf):
         assert value not in result.output
+
+
+def test_on_a_local_target_a_credential_in_clear_is_not_offered_a_secure_value() -> None:
+    # The local target refuses `secure:` values (test above): what replaces a credential in
+    # clear there is secret_env, which a local run reads from this environment.
+    _, config = read_stack_file(REPO_ROOT / "examples/own-trainer/Pulumi.local.yaml")
+    trainer = dict(config["trainstack:trainer"])
+    trainer["source"] = str(REPO_ROOT / trainer["source"])
+    trainer["env"] = {"DATABASE_URL": DATABASE_URL}
+    trainer["entrypoint"] = [
+        "python",
+        "train.py",
+        "--hub=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    ]
+    assert _errors({**config, "trainstack:trainer": trainer}) == [
+        f"trainer.env.DATABASE_URL: holds a URL with a password {IN_CLEAR}; valid: "
+        "trainer.secret_env.DATABASE_URL: projects/P/secrets/NAME (a local run reads "
+        "DATABASE_URL from this environment)",
+        f"trainer.entrypoint[2]: holds a Hugging Face token {IN_CLEAR} (and every process "
+        "listing on the node); valid: your code reads it from the environment, set by "
+        "trainer.secret_env (a local run reads it from this environment)",
+    ]
 
 
 @pytest.mark.parametrize(

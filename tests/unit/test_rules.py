@@ -137,7 +137,7 @@ CASES: list[tuple[str, tuple[dict[str, Any], Callable[[], list[str]]], str, list
     ("reduction server gpus", _vertex(machine_type="n1-standard-8", reduction_server={"enabled": True}), "vertex.", ["{p}reduction_server.enabled: true needs GPU workers but 'n1-standard-8' has no GPUs; valid: false"]),
     ("reduction server machines", _vertex(replica_count=1, reduction_server={"enabled": True}), "vertex.", ["{p}reduction_server.enabled: true needs at least 2 worker machines ({p}replica_count is 1); valid: false"]),
     ("reduction server reducer", _vertex(reduction_server={"enabled": True, "machine_type": "a2-highgpu-1g"}), "vertex.", ["{p}reduction_server.machine_type: 'a2-highgpu-1g' is not a Reduction Server machine type; valid: n1-highcpu-16, n2-highcpu-16"]),
-    ("reduction server count", _vertex(reduction_server={"enabled": True, "replica_count": 0}), "vertex.", ["{p}reduction_server.replica_count: 0 is not allowed; valid: 'auto' or an integer >= 1"]),
+    ("reduction server count", _vertex(reduction_server={"enabled": True, "replica_count": 0}), "vertex.", ["{p}reduction_server.replica_count: 0 is not allowed; valid: 'auto' or an integer 1-9007199254740992"]),
     # --- hyperparameter tuning
     ("tuning parallel", _tuning({**TUNING, "parallel_trial_count": 5}), "vertex.", ["{p}hyperparameter_tuning.parallel_trial_count: 5 exceeds max_trial_count 4; valid: <= 4"]),
     ("tuning trainer key", _tuning(_param(parameter_id="lr")), "vertex.", [f"{{p}}hyperparameter_tuning.parameters[0].parameter_id: 'lr' is not a trainer key; valid: {TRAINER_KEYS}"]),

@@ -418,7 +418,7 @@ MACHINES = (
         ),
         (
             {"replica_count": 2, "reduction_server": {"replica_count": 0}},
-            "reduction_server.replica_count: 0 is not allowed; valid: 'auto' or an integer >= 1",
+            "reduction_server.replica_count: 0 is not allowed; valid: 'auto' or an integer 1-9007199254740992",
         ),
         (
             {

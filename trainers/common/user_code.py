@@ -27,7 +27,6 @@ from typing import Final, Literal
 
 from pydantic import ConfigDict
 
-from trainstack.trainers.common.code_files import code_files
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import RESERVED_ENV
 
@@ -66,6 +65,9 @@ class CodeRules:
     image_targets: tuple[str, ...] = ()
     """Every registered target section that runs a container (for the messages); empty
     where the caller does not know them."""
+    pulumi_secrets: bool = False
+    """It takes Pulumi secrets (`secure:`) as `env` values (a cloud target); the messages
+    offer one only then."""
 
 
 SECRET_RESOURCE: Final = re.compile(
@@ -87,7 +89,7 @@ class StackTrainer(TrainConfig):
 
     source: str | None = None
     """Folder with your code, packaged and uploaded by content hash, less what its
-    `.gcloudignore` lists and secrets (`trainstack.trainers.common.code_files`); relative
+    `.gcloudignore` lists and secrets (`trainstack.components._code_files`); relative
     paths are relative to the project root (beside Pulumi.yaml)."""
     image: str | None = None
     """Container image to run your code in (gpu_cluster, vertex)."""
@@ -151,16 +153,19 @@ def resolve_source(source: str, base_dir: Path) -> Path:
 
 def requirement_problem(line: str) -> str | None:
     """Why `line` is not a requirement a package can depend on, or None: not PEP 508 as
-    `packaging` parses it (pip options such as `--index-url` or `-r` included), or quoted
-    (the package's pyproject.toml holds each requirement in double quotes)."""
+    `packaging` parses it (pip options such as `--index-url` or `-r` included), or holding a
+    control character (each requirement is one `Requires-Dist:` header line of the package's
+    metadata, https://packaging.python.org/en/latest/specifications/core-metadata/). Quotes
+    are PEP 508's own (`pkg; python_version < "3.12"`): the package's pyproject.toml escapes
+    them (`trainstack.components.trainer_package`)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
         Requirement(line)
     except InvalidRequirement as exc:
         return str(exc).splitlines()[0]
-    if any(c in line for c in "\"'\\"):
-        return "quotes and backslashes are not supported"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in line):
+        return "control characters are not supported"
     return None
 
 
@@ -212,7 +217,9 @@ def entrypoint_file(entrypoint: tuple[str, ...] | list[str]) -> str | None:
     return None
 
 
-def _env_problems(trainer: StackTrainer, prefix: str, secret: Collection[str]) -> list[str]:
+def _env_problems(
+    trainer: StackTrainer, prefix: str, secret: Collection[str], pulumi_secrets: bool
+) -> list[str]:
     problems: list[str] = []
     env, secrets = trainer.env or {}, trainer.secret_env or {}
     for key, names in (("env", env), ("secret_env", secrets)):
@@ -235,9 +242,13 @@ def _env_problems(trainer: StackTrainer, prefix: str, secret: Collection[str]) -
         elif name not in secret and SECRET_WORDS & set(name.upper().split("_")):
             problems.append(
                 f"{prefix}env.{name}: looks like a secret, and env values are stored in plain "
-                f"text; valid: {prefix}secret_env.{name}: projects/P/secrets/NAME, or a "
-                "`secure:` value (pulumi config set --secret --path "
-                f"'trainstack:trainer.env.{name}' VALUE)"
+                f"text; valid: {prefix}secret_env.{name}: projects/P/secrets/NAME"
+                + (
+                    ", or a `secure:` value (pulumi config set --secret --path "
+                    f"'trainstack:trainer.env.{name}' VALUE)"
+                    if pulumi_secrets
+                    else f" (a local run reads {name} from this environment)"
+                )
             )
     for name, value in secrets.items():
         if not SECRET_RESOURCE.fullmatch(value):
@@ -294,7 +305,7 @@ def user_code_problems(
             f"{prefix}source: required with {prefix}entrypoint; valid: a folder with your "
             "code" + (f", or {prefix}image on {images}" if images else "")
         )
-    problems += _env_problems(trainer, prefix, secret_env)
+    problems += _env_problems(trainer, prefix, secret_env, rules.pulumi_secrets)
     if trainer.source is None:
         if trainer.requirements is not None:
             problems.append(f"{prefix}requirements: needs {prefix}source; valid: a file in it")
@@ -308,7 +319,6 @@ def user_code_problems(
                 "folder relative to the project root, or an absolute path"
             ),
         ]
-    problems += [f"{prefix}source: {problem}" for problem in code_files(folder).problems]
     script = entrypoint_file(trainer.entrypoint or [])
     if script is not None and not (folder / script).is_file():
         problems.append(

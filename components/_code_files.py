@@ -31,7 +31,9 @@ before: a link to a file is packaged as a copy of its target, a link to a folder
 followed.
 
 This module is imported by the Pulumi program and the config checks, never on a training
-machine (pathspec is not in the trainer package's dependencies).
+machine: it lives beside the components, outside the trainer package every node installs
+(`trainstack.components.trainer_package`), whose dependencies do not include pathspec.
+`source_problems` is the config checks' and `LocalTrainingJob`'s check of the folder.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from pathspec import GitIgnoreSpec
+
+from trainstack.trainers.common.user_code import StackTrainer, resolve_source
 
 IGNORE_FILE: Final = ".gcloudignore"
 """The ignore file read from the top of the folder (gcloud's name and syntax)."""
@@ -355,3 +359,15 @@ def code_files(folder: Path) -> CodeFiles:
     out.ignored.sort()
     out.excluded.sort(key=lambda e: e.path)
     return out
+
+
+def source_problems(trainer: StackTrainer, base_dir: Path, prefix: str = "trainer.") -> list[str]:
+    """`<prefix>source: ...`, one per problem `code_files` finds in your code's folder (links
+    leaving it, secrets put back by the ignore file); none for the bundled trainer or a
+    `source` that is not a folder (`user_code_problems` says so)."""
+    if trainer.entrypoint is None or trainer.source is None:
+        return []
+    folder = resolve_source(trainer.source, base_dir)
+    if not folder.is_dir():
+        return []
+    return [f"{prefix}source: {problem}" for problem in code_files(folder).problems]
