@@ -33,7 +33,7 @@ from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.fingerprint import StateMismatch, check, trainer_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 40
+STEPS = 120  # ~11 s of steps after the 12th: still training when deleted on a loaded machine
 TRAINER = TrainConfig(
     model="mlp",
     dataset="synthetic",
@@ -211,7 +211,7 @@ def test_create_delete_and_resume_with_real_processes(
         read = _read(provider, str(result.id), outs2)
         return read if read["state"] == "finished" else None
 
-    final = _wait("the resumed run to finish", finished, timeout=40)
+    final = _wait("the resumed run to finish", finished, timeout=90)
     assert final["done"]["step"] == STEPS
     assert final["done"]["resumed_from"] == stop_step
     assert final["resumed_from"] == stop_step

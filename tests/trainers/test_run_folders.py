@@ -30,7 +30,10 @@ def _project(root: Path) -> Path:
             "  trainstack:trainer: {source: code, entrypoint: [python, train.py]}\n"
         )
     for key in ("a", "b", "example-a"):
-        (root / ".trainstack" / "local" / key / "checkpoints" / key / "step-1").mkdir(parents=True)
+        step = root / ".trainstack" / "local" / key / "checkpoints" / key / "step-1"
+        step.mkdir(parents=True)
+        # Committed by the code (its marker): `--fresh` deletes only such folders.
+        (step / "COMPLETE").write_text("{}")
     return root
 
 
