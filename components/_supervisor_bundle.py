@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,9 @@ REQUIREMENTS: Final = (
 main.py with, so every build of one zip gets the same libraries (here: no .txt package data)."""
 OBJECT_PREFIX: Final = "supervisor/"
 TPU_KINDS: Final = frozenset({"node", "queued"})
+INSTANCE_NAME: Final = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+"""A Compute Engine instance name (compute.v1 discovery, `Instance.name`: "must be 1-63
+characters long and match the regular expression `[a-z]([-a-z0-9]*[a-z0-9])?`")."""
 RUN_KEYS: Final = frozenset(
     {"end_uri", "stop_uri", "alive_uri", "max_run_seconds", "hourly_usd", "max_total_usd"}
 )
@@ -97,9 +101,11 @@ def supervisor_config(
     *,
     recover: bool | None = None,
     run: dict[str, Any] | None = None,
+    instances: list[str] | None = None,
 ) -> dict[str, Any]:
     """`config.json` of the bundle: its state (and the marker it recovers under) is in
-    `state_bucket`, the supervisor's own."""
+    `state_bucket`, the supervisor's own; `instances`: a `mig`'s VMs, which it deletes by
+    name at the run's end (their per-instance configs with them)."""
     if kind not in RESOURCE_NAMES:
         raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}")
     if not RESOURCE_NAMES[kind].match(resource_name):
@@ -113,6 +119,9 @@ def supervisor_config(
             f"recover: only a TPU slice with its body is recreated; kind {kind!r}"
             + ("" if kind not in TPU_KINDS else " has no body")
         )
+    problem = instances_problem(kind, instances)
+    if problem:
+        raise ValueError(problem)
     unknown = sorted(set(run or {}) - RUN_KEYS)
     if unknown:
         raise ValueError(f"run.{unknown[0]}: unknown key; valid: {', '.join(sorted(RUN_KEYS))}")
@@ -120,7 +129,7 @@ def supervisor_config(
     problem = None if cap is None else max_total_usd_problem(cap, "run.max_total_usd")
     if problem:
         raise ValueError(problem)
-    return {
+    config = {
         "kind": kind,
         "name": resource_name,
         "body": body or {},
@@ -128,3 +137,20 @@ def supervisor_config(
         "run": dict(run or {}),
         "state_uri": f"gs://{state_bucket}",
     }
+    return config | ({"instances": list(instances)} if instances is not None else {})
+
+
+def instances_problem(kind: str, instances: object, key: str = "instances") -> str | None:
+    """The one rule of a supervisor's `instances`: a `mig`'s VM names (one or more, each
+    once), nothing for the other kinds."""
+    if kind != "mig":
+        return None if instances is None else f"{key}: only a mig has instances; kind {kind!r}"
+    valid = "valid: the group's instance names, one or more, each once"
+    if not isinstance(instances, list | tuple) or not instances:
+        return f"{key}: {instances!r} names no instance; {valid}"
+    for name in instances:
+        if not isinstance(name, str) or not INSTANCE_NAME.match(name):
+            return f"{key}: {name!r} is not an instance name; {valid}"
+    if len(set(instances)) < len(instances):
+        return f"{key}: {list(instances)!r} names an instance twice; {valid}"
+    return None

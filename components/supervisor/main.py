@@ -2,8 +2,8 @@
 its end. An HTTP Cloud Functions (gen2) function that Cloud Scheduler calls every few minutes
 (`trainstack.components.run_supervisor` ships it and `supervisor_store.py` with `config.json`:
 `kind` (`node`, `queued`, `mig`, `node_pool`), `name` (the resource's full name), `body` (TPU
-kinds: the REST body it is created again with), `recover`, `state_uri` (its own bucket),
-`run` (below)). Each call looks once and waits for nothing.
+kinds: the REST body it is created again with), `instances` (`mig`: its VMs' names), `recover`,
+`state_uri` (its own bucket), `run` (below)). Each call looks once and waits for nothing.
 
 Recovery (`recover`): a Spot node PREEMPTED or TERMINATED, or a queued resource SUSPENDED
 or FAILED, is deleted and, once gone, created again with the same name and body (its
@@ -36,12 +36,13 @@ heartbeats' times are read (`supervisor_store.py`). The limits first write the s
 `end_uri` `stopped`) and stop the compute once `end_uri` says so, or `STOP_GRACE_S` after the
 request; any other end stops it at once. A TPU node or queued resource is deleted ("Charges
 for Cloud TPU accrue while your TPU node is in a READY state", https://cloud.google.com/tpu/
-pricing), which stops its billing at once; a managed instance group is resized to 0 and a
-GKE node pool set to 0 nodes, which deletes their VMs (`trainstack.components.catalog.
-billing`), but "The resize operation is marked DONE when the resize actions are scheduled
-even if the group has not yet added or deleted any instances" (the resize page): the group
-or pool is "stopping", its spend still counted and nothing called again, until a check
-finds its instances gone (`Group.view`) and writes "compute stopped".
+pricing), which stops its billing at once; a managed instance group's VMs are deleted by name
+(`Group.stop`) and a GKE node pool is set to 0 nodes, which deletes their VMs
+(`trainstack.components.catalog.billing`), but either is "marked as DONE when the action is
+scheduled even if the instances are still being deleted" (compute.v1 discovery,
+`deleteInstances`): the group or pool is "stopping", its spend still counted and nothing
+called again, until a check finds its instances gone (`Group.view`) and writes "compute
+stopped".
 
 Every action is one JSON line appended to `<state_uri>/events.jsonl` (time, resource, state
 seen, action, result, attempt, next allowed time; a stop adds `reason`, `spend_usd` and, for
@@ -184,7 +185,7 @@ class Tpu:
 
 def _size_state(views: list[tuple[int, int, bool]]) -> str:
     """`SIZE_<target>` while the groups (`Group.view`) ask for instances, `DELETING_<left>`
-    after a resize to 0 until none is left and every group is stable, then `STOPPED`."""
+    once they ask for none until none is left and every group is stable, then `STOPPED`."""
     target, left = sum(v[0] for v in views), sum(v[1] for v in views)
     if target:
         return f"SIZE_{target}"
@@ -205,13 +206,14 @@ def _group_parts(url_or_name: str) -> tuple[str, str, str]:
 
 class Group:
     """A managed instance group (Compute Engine v1): billing while it holds instances;
-    stopped by resizing it to 0, which is done once it holds none."""
+    stopped by deleting its VMs by name, which is done once it holds none."""
 
     STOPS_AT_ONCE = False
 
     def __init__(self, config: Json, credentials: Any) -> None:
         self.api = _api("compute", "v1", COMPUTE_ENDPOINT_ENV, credentials)
         self.name: str = config["name"]
+        self.instances: list[str] = list(config.get("instances") or [])
 
     def view(self, name: str) -> tuple[int, int, bool] | None:
         """(target size, instances left, stable) of the group (one GET); None if there is none."""
@@ -220,7 +222,7 @@ class Group:
         found = _found(igm.get(project=project, zone=zone, instanceGroupManager=group))
         if found is None:
             return None
-        # targetSize is 0 once a resize to 0 is accepted, VMs or not (module docstring).
+        # targetSize drops as soon as a delete is accepted, VMs or not (module docstring).
         # compute.v1 discovery, InstanceGroupManager: `currentActions` counts instances by
         # action (`deleting`: "scheduled to be deleted or are currently being deleted", ...);
         # `status.isStable`: "none of the instances ... is currently undergoing any type of
@@ -239,9 +241,17 @@ class Group:
         return seen.startswith(("SIZE_", DELETING_))
 
     def stop(self) -> None:
+        """Delete the stack's VMs by name as the provider deletes a per-instance config
+        (`catalog.billing.MIG_DELETE_INSTANCES_*`): their configs go with them, and
+        `pulumi up --refresh` creates them again. One already gone or being deleted is
+        skipped (`skipInstancesOnValidationError`), not a failed stop."""
         project, zone, group = _group_parts(self.name)
-        self.api.instanceGroupManagers().resize(
-            project=project, zone=zone, instanceGroupManager=group, size=0
+        body = {
+            "instances": [f"zones/{zone}/instances/{name}" for name in self.instances],
+            "skipInstancesOnValidationError": True,
+        }
+        self.api.instanceGroupManagers().deleteInstances(
+            project=project, zone=zone, instanceGroupManager=group, body=body
         ).execute(num_retries=2)
 
 
@@ -482,7 +492,8 @@ def _ended(
     run, seen = state["run"], str(event["seen"])
     left = _left(seen)
     if left is not None:
-        # Emptying already (someone resized it to 0): waited for, not resized again.
+        # Emptying already (someone deleted its VMs or resized it): waited for, not stopped
+        # again.
         run.update(stopping=now, end=end, stopping_seen=None)
         return _stopping(store, state, event, left, now)
     if run["billing"] or seen not in (NOT_FOUND, STOPPED, "DELETING"):

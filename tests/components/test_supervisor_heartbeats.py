@@ -24,7 +24,15 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from tests import REPO_ROOT
-from tests.components.test_run_supervisor_function import BUCKET, MIG, RUN, STATE, _world
+from tests.components.test_run_supervisor_function import (
+    BUCKET,
+    DELETE_VMS,
+    MIG,
+    RUN,
+    STATE,
+    VMS,
+    _world,
+)
 from tests.components.test_tpu_supervisor_function import state_bucket
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
@@ -74,9 +82,9 @@ def test_the_constants_are_the_launchers() -> None:
 def test_a_stage_that_failed_for_good_stops_the_compute_and_status_says_where(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS)
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS, instances=VMS)
     with _world(tmp_path, gcs, config) as world:
-        world.compute.groups[GROUP] = {"targetSize": 4}
+        world.compute.create_instances(GROUP, VMS)
         assert world.function.call()["action"] == "none"
         record = {"outcome": "failed", "stage": "package_install", "node_rank": 2}
         record |= {"reason": "pip install exited 1\nERROR: No matching distribution", "time": "t"}
@@ -84,7 +92,7 @@ def test_a_stage_that_failed_for_good_stops_the_compute_and_status_says_where(
         stop = world.function.call()
         assert (stop["action"], stop["reason"], stop["result"]) == ("stop", "failed", "stopping")
         assert (stop["stage"], stop["detail"]) == ("package_install", "pip install exited 1")
-        assert world.compute.resizes == [(GROUP, 0)]  # at once: no stop request first
+        assert world.compute.deletions == [(GROUP, DELETE_VMS)]  # at once: no stop request first
         assert world.function.call()["result"] == "stopping"  # its VMs still being deleted
         assert world.function.call()["result"] == "compute stopped"
         gone = world.events()[-1]
@@ -98,38 +106,38 @@ def test_a_stage_that_failed_for_good_stops_the_compute_and_status_says_where(
 def test_no_heartbeat_for_45_minutes_of_billing_stops_the_compute_at_once(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS)
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS, instances=VMS)
     with _world(tmp_path, gcs, config) as world:
-        world.compute.groups[GROUP] = {"targetSize": 4}
+        world.compute.create_instances(GROUP, VMS)
         _quiet_for(world, NO_HEARTBEAT_S - 60)  # this check adds the last 2 minutes
         stop = world.function.call()
         assert (stop["seen"], stop["action"], stop["reason"], stop["result"]) == (
-            "SIZE_4",
+            "SIZE_2",
             "stop",
             "no_heartbeat",
             "stopping",
         )
-        assert world.compute.resizes == [(GROUP, 0)]
+        assert world.compute.deletions == [(GROUP, DELETE_VMS)]
         world.fs.invalidate_cache()
         assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))  # nothing to save
         assert world.status_lines()[0] == (
             f"finished ({QUIET}); stopping the compute since {stop['time']} "
-            "(4 instance(s) still being deleted)"
+            "(2 instance(s) still being deleted)"
         )
-        assert _summary(world.events()) == [("SIZE_4", "stop", "no_heartbeat", "stopping")]
+        assert _summary(world.events()) == [("SIZE_2", "stop", "no_heartbeat", "stopping")]
 
 
 def test_a_fresh_heartbeat_keeps_the_compute_up(tmp_path: Path, gcs: str) -> None:
-    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS)
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS, instances=VMS)
     with _world(tmp_path, gcs, config) as world:
-        world.compute.groups[GROUP] = {"targetSize": 4}
+        world.compute.create_instances(GROUP, VMS)
         _quiet_for(world, NO_HEARTBEAT_S - 60)
         # Node 3's launcher rewrote its heartbeat a moment ago (its content is not read).
         world.fs.pipe_file(f"{ALIVE}3".removeprefix("gs://"), b"not read")
         for _ in range(2):
             check = world.function.call()
             assert (check["action"], check["result"]) == ("none", "ok")
-        assert world.compute.resizes == []
+        assert world.compute.deletions == []
         assert world.events() == []
         world.fs.invalidate_cache()
         run = json.loads(world.fs.cat_file(f"{STATE}/state.json"))["run"]
@@ -150,11 +158,11 @@ def test_a_heartbeat_before_the_supervisors_first_sight_does_not_extend_the_boun
     state_bucket(fs, STATE)
     for leftover in fs.find(BUCKET):
         fs.rm(leftover)
-    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS)
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS, instances=VMS)
     with ComputeFakeServer() as compute:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs)
         monkeypatch.setenv(main.COMPUTE_ENDPOINT_ENV, compute.endpoint)
-        compute.groups[GROUP] = {"targetSize": 4}
+        compute.create_instances(GROUP, VMS)
         # A heartbeat from before the compute was seen billing (a node of an earlier boot).
         fs.pipe_file(f"{ALIVE}0".removeprefix("gs://"), b"")
         first = time.time() + 60  # the supervisor's first sight, after that heartbeat
@@ -167,4 +175,4 @@ def test_a_heartbeat_before_the_supervisors_first_sight_does_not_extend_the_boun
             "no_heartbeat",
             "stopping",
         )
-        assert compute.resizes == [(GROUP, 0)]
+        assert compute.deletions == [(GROUP, DELETE_VMS)]

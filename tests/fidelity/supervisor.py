@@ -57,10 +57,10 @@ def serve_planned_supervisor(
     size: int,
     deployed: ComputeFakeServer | None = None,
 ) -> Iterator[Served]:
-    """The plan's supervisor served as Cloud Functions runs it, its group (or pool) at
-    `size` nodes as `pulumi up` left it (`deployed`: a Compute Engine fake already holding
-    the group, as `tests.fidelity.gce_deploy` deployed it; `size` is then unused), or its
-    slice READY (`size` unused)."""
+    """The plan's supervisor served as Cloud Functions runs it, its group (its `size`
+    planned VMs) or pool at `size` nodes as `pulumi up` left it (`deployed`: a Compute Engine
+    fake already holding the group, as `tests.fidelity.gce_deploy` deployed it; `size` is
+    then unused), or its slice READY (`size` unused)."""
     config = planned_supervisor(plan, folder)
     fs = fsspec.filesystem("gcs", endpoint_url=storage, token="anon")
     state_bucket(fs, config["state_uri"].removeprefix("gs://"))
@@ -73,7 +73,9 @@ def serve_planned_supervisor(
     ):
         parts = config["name"].split("/")
         if config["kind"] == "mig" and deployed is None:
-            compute.groups[f"{parts[1]}/{parts[3]}/{parts[5]}"] = {"targetSize": size}
+            # As `pulumi up` leaves it: one VM per per-instance config, the names planned.
+            assert len(config["instances"]) == size, config["instances"]
+            compute.create_instances(f"{parts[1]}/{parts[3]}/{parts[5]}", config["instances"])
         elif config["kind"] == "node":
             tpu.nodes[config["name"]] = {"name": config["name"], "state": "READY"}
         elif config["kind"] != "mig":

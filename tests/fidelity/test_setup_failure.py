@@ -8,7 +8,7 @@ only the node launcher wrote an end record, so a run that never reached it bille
 
 - Compute Engine (`tests.fidelity.test_gce`'s VMs and systemd shim): the package object is
   gone, every start of the unit fails its download (exit 3), the 20th (the unit's last
-  before its start limit, `GCE_SETUP_ATTEMPTS`) records it; the group is resized to 0. The
+  before its start limit, `GCE_SETUP_ATTEMPTS`) records it; the group's VMs are deleted. The
   same with 18 failures already counted on the disk (starts slower than the start limit
   counts: the launcher's own count ends it, the next start does nothing), in the default
   run; the whole 20 starts are `slow`.
@@ -128,8 +128,7 @@ def test_gce_a_package_that_cannot_be_downloaded_ends_the_run_and_empties_the_gr
         "failed",
         "stopping",
     )
-    [(group_name, size)] = checked.compute.resizes
-    assert (group_name.rsplit("/", 1)[-1], size) == ("prod-a100-gce-a100", 0)
+    assert (checked.compute.deletions, checked.compute.resizes) == ([planned.stop], [])
 
 
 def test_gce_a_setup_slower_than_the_start_limit_still_ends_on_its_20th_failure(
@@ -166,7 +165,7 @@ def test_gce_a_setup_slower_than_the_start_limit_still_ends_on_its_20th_failure(
     assert _read(storage, prefix + ENDED_SUFFIX)["node_rank"] == 0
     checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, 2)
     assert [(a["action"], a["reason"]) for a in checked.answers] == [("stop", "failed")]
-    assert [size for _, size in checked.compute.resizes] == [0]
+    assert (checked.compute.deletions, checked.compute.resizes) == ([planned.stop], [])
 
 
 @pytest.fixture
