@@ -32,9 +32,11 @@ INSTANCE_NAME: Final = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 """A Compute Engine instance name (compute.v1 discovery, `Instance.name`: "must be 1-63
 characters long and match the regular expression `[a-z]([-a-z0-9]*[a-z0-9])?`")."""
 RUN_KEYS: Final = frozenset(
-    {"end_uri", "stop_uri", "alive_uri", "max_run_seconds", "hourly_usd", "max_total_usd"}
+    {"end_uri", "stop_uri", "alive_uri", "node_count"}
+    | {"max_run_seconds", "hourly_usd", "max_total_usd"}
 )
-"""What `run` may hold (`supervisor/main.py` reads each; all optional)."""
+"""What `run` may hold (`supervisor/main.py` reads each; all optional, but `alive_uri` needs
+`node_count`: one heartbeat per node)."""
 MAX_TOTAL_USD_ABOVE: Final = 0.0
 """`limits.max_total_usd` (and the component's `run.max_total_usd`) must be above this."""
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
@@ -127,7 +129,7 @@ def supervisor_config(
         raise ValueError(f"run.{unknown[0]}: unknown key; valid: {', '.join(sorted(RUN_KEYS))}")
     cap = (run or {}).get("max_total_usd")
     problem = None if cap is None else max_total_usd_problem(cap, "run.max_total_usd")
-    if problem:
+    if problem or (problem := node_count_problem(run or {})):
         raise ValueError(problem)
     config = {
         "kind": kind,
@@ -138,6 +140,20 @@ def supervisor_config(
         "state_uri": f"gs://{state_bucket}",
     }
     return config | ({"instances": list(instances)} if instances is not None else {})
+
+
+def node_count_problem(run: dict[str, Any]) -> str | None:
+    """`run.node_count`: the nodes whose heartbeats `run.alive_uri` holds (one each, ranks 0
+    to node_count - 1)."""
+    count = run.get("node_count")
+    if count is None and not run.get("alive_uri"):
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return (
+            f"run.node_count: {count!r} is not allowed; valid: the number of nodes (1 or more), "
+            "each writing its heartbeat under run.alive_uri"
+        )
+    return None
 
 
 def instances_problem(kind: str, instances: object, key: str = "instances") -> str | None:

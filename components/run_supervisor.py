@@ -63,7 +63,7 @@ Permissions of its own account (`<deployment>-sup`):
   empty, default Compute service account will be used", and whether creating one needs
   actAs on that account is unverified); `roles/storage.objectAdmin` on its state bucket and,
   held by an IAM condition to the run records (`records_condition`: `trainstack-run-*`
-  objects and lists of that prefix), on the checkpoint bucket; and `roles/run.invoker` on its
+  object names; it lists nothing there), on the checkpoint bucket; and `roles/run.invoker` on its
   own function's Cloud Run service only (the scheduler's calls).
 Its own Cloud Build account builds the function (`_supervisor_iam`; a new project's default
 one may lack the permissions, `supervisor_iam.BUILD_SOURCE`). Function and job run in
@@ -220,8 +220,8 @@ class RunSupervisorArgs(TypedDict):
     """Recreate a preempted slice (TPU kinds; default True for them, False otherwise)."""
     run: NotRequired[pulumi.Input[dict[str, Any]]]
     """When the run ends (`RUN_KEYS`, see `supervisor/main.py`): the end record, heartbeat
-    prefix and stop request objects, `max_run_seconds`, the compute's `hourly_usd` at list
-    price and `max_total_usd`."""
+    prefix and stop request objects, `node_count` (one heartbeat per node; required with the
+    prefix), `max_run_seconds`, the compute's `hourly_usd` at list price and `max_total_usd`."""
     staging_bucket: pulumi.Input[str]
     """Bucket the function's source zip is uploaded to."""
     checkpoint_bucket: pulumi.Input[str]

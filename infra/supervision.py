@@ -35,18 +35,19 @@ if TYPE_CHECKING:
 
 
 def run_settings(
-    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str] | None
+    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str] | None, node_count: int
 ) -> pulumi.Output[dict[str, Any]]:
-    """The supervisor's `run`: the run's objects (prefix `run_record`: its end record,
-    heartbeats and stop request), the limits and the compute's list price (`hourly_usd`, the
-    target's `stoppable_hourly_usd`). The run's clock is the supervisor's own."""
+    """The supervisor's `run`: the run's objects (prefix `run_record`: its end record, the
+    heartbeats of its `node_count` nodes and stop request), the limits and the compute's list
+    price (`hourly_usd`, the target's `stoppable_hourly_usd`). The run's clock is the
+    supervisor's own."""
     limit = cfg.limits.max_run_seconds
 
     def settings(prefix: str) -> dict[str, Any]:
         out: dict[str, Any] = {"hourly_usd": hourly_usd}
         if prefix:
             out |= {"end_uri": prefix + ENDED_SUFFIX, "stop_uri": prefix + STOP_SUFFIX}
-            out["alive_uri"] = prefix + ALIVE_SUFFIX
+            out |= {"alive_uri": prefix + ALIVE_SUFFIX, "node_count": node_count}
         if limit is not None:
             out["max_run_seconds"] = limit
         if cfg.limits.max_total_usd is not None:

@@ -131,21 +131,15 @@ REACH: Final = {
 stack (`CONDITIONS_SOURCE`); `{verbs}`: get, delete and create for a slice it recovers, get
 and delete for one it only stops."""
 STORAGE_OBJECT_NAME: Final = "projects/_/buckets/{bucket}/objects/{object}"
-LIST_PREFIX_ATTRIBUTE: Final = "storage.googleapis.com/objectListPrefix"
 STORAGE_CONDITIONS_SOURCE: Final = (
     "https://cloud.google.com/iam/docs/conditions-resource-attributes (Cloud Storage objects: "
-    "'projects/_/buckets/BUCKET/objects/OBJECT', resource names honoured); the API attribute "
-    "'storage.googleapis.com/objectListPrefix' for a list request's prefix "
-    "(https://cloud.google.com/iam/docs/conditions-attribute-reference, as credential access "
-    "boundaries use it: api.getAttribute('storage.googleapis.com/objectListPrefix', '')"
-    ".startsWith(PREFIX)): a list is a bucket-level request, which an object-name condition "
-    "does not match"
+    "'projects/_/buckets/BUCKET/objects/OBJECT', resource names honoured; a bucket's own name "
+    "is 'projects/_/buckets/BUCKET'): an object-name condition matches a request on an object "
+    "(get, insert, delete) and not a list, which is a request on the bucket"
 )
-"""How the supervisor's checkpoint-bucket grant is held to the runs' records. That an allow
-policy's condition grants a list by its prefix attribute is not verified here; where it does
-not, the heartbeat list is refused and the supervisor never ends a run for want of
-heartbeats (`supervisor/main.py` `_listen`), which its log says."""
-STORAGE_LIST_PREFIX_VERIFIED: Final = False
+"""How the supervisor's checkpoint-bucket grant is held to the runs' records: object names
+only. So the supervisor lists nothing there: it reads each node's heartbeat by name
+(`supervisor_store.Store.newest_heartbeat`, one get per node rank)."""
 
 
 BUILD_SOURCE: Final = (

@@ -23,9 +23,10 @@ nothing Pulumi is creating or destroying is deleted or created here. A create th
 
 The end of the run (`run`, every key optional) stops the compute: `end_uri`, written when the
 run ended for good (`trainstack.trainers.common.run_records`: `{"outcome": "done" | "failed"
-| "stopped", "stage", "reason", ...}`); `alive_uri`, the nodes' heartbeats: `no_heartbeat`
-once the compute has billed `NO_HEARTBEAT_S` since the later of this supervisor's first sight
-of it billing and the newest heartbeat's server-side time; `max_run_seconds` from that first
+| "stopped", "stage", "reason", ...}`); `alive_uri` + `node_count`, the nodes' heartbeats
+`<alive_uri><rank>`: `no_heartbeat` once the compute has billed `NO_HEARTBEAT_S` since the
+later of this supervisor's first sight of it billing and the newest heartbeat's server-side
+time; `max_run_seconds` from that first
 sight; `hourly_usd` + `max_total_usd`: the compute's list price and the cap, against its own
 count (each call adds the time since the previous one at `hourly_usd` while the compute
 bills, trapezoid over the two views, across recoveries and restarts of the run `end_uri`
@@ -338,15 +339,16 @@ def _tick(run: Json, run_config: Json, store: Store, billing: bool, now: float) 
         return
     run["silent_s"] = round(run["silent_s"] + billed, 3)
     if run_config.get("alive_uri"):
-        _listen(run, store, str(run_config["alive_uri"]), now)
+        _listen(run, store, run_config, now)
 
 
-def _listen(run: Json, store: Store, alive_uri: str, now: float) -> None:
+def _listen(run: Json, store: Store, run_config: Json, now: float) -> None:
     """Take a heartbeat newer than the last one heard: the billing time since it is at most
-    the time since it. A list that fails never ends a run: the silence is not counted while
-    it fails, and a log line says so once per change of the error."""
+    the time since it. A read that fails (a 403, a transport error) never ends a run: the
+    silence is not counted while it fails, and a log line says so once per change of the
+    error."""
     try:
-        newest = store.newest_heartbeat(alive_uri)
+        newest = store.newest_heartbeat(run_config["alive_uri"], int(run_config["node_count"]))
     except READ_ERRORS as err:
         run["silent_s"], error = 0.0, _error(err)
         if run["heartbeats_unread"] != error:

@@ -278,7 +278,9 @@ class GpuCluster(CloudTarget):
             "deployment_name": ctx.deployment,
             "kind": target.kind,
             "resource_name": target.resource_name,
-            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), target.run_record),
+            "run": run_settings(
+                cfg, self.stoppable_hourly_usd(cfg), target.run_record, target.node_count
+            ),
             "staging_bucket": ctx.buckets.staging_bucket,
             "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
             "labels": dict(ctx.labels),

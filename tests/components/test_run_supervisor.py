@@ -38,6 +38,7 @@ POOL = "projects/my-project/locations/us-central1-a/clusters/exp-42-gke/nodePool
 RUN = {
     "end_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.ended",
     "alive_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.alive/",
+    "node_count": 2,
     "stop_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.stop",
     "max_run_seconds": 7200,
     "hourly_usd": 29.39,
@@ -166,10 +167,9 @@ def test_grants_are_narrow_and_exact() -> None:
         "condition": {
             "title": "only the run records",
             "description": "The runs' end records, heartbeats and stop requests; no checkpoint.",
+            # Object names only (Google documents them in conditions): no list is granted.
             "expression": (
-                'resource.name.startsWith("projects/_/buckets/b-ckpt/objects/trainstack-run-") '
-                '|| api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
-                '.startsWith("trainstack-run-")'
+                'resource.name.startsWith("projects/_/buckets/b-ckpt/objects/trainstack-run-")'
             ),
         },
     }
@@ -369,6 +369,17 @@ def test_bad_input_names_the_key() -> None:
         supervisor_config("mig", MIG, None, "b", recover=True, instances=VMS)
     with pytest.raises(ValueError, match=r"^run.max_total: unknown key; valid: alive_uri, end_"):
         supervisor_config("mig", MIG, None, "b", run={"max_total": 5}, instances=VMS)
+    # Heartbeats are read one per node: the count goes with them.
+    alive = {"alive_uri": RUN["alive_uri"]}
+    for count in (None, 0, True, 2.0):
+        with pytest.raises(ValueError) as raised:
+            supervisor_config(
+                "mig", MIG, None, "b", run={**alive, "node_count": count}, instances=VMS
+            )
+        assert str(raised.value) == (
+            f"run.node_count: {count!r} is not allowed; valid: the number of nodes (1 or more), "
+            "each writing its heartbeat under run.alive_uri"
+        )
     with pytest.raises(ArgsError, match=r"RunSupervisor.schedul: unknown key"):
         _run(schedul="*/5 * * * *")
 

@@ -121,7 +121,10 @@ def _world(
     clean: bool = True,
     deletion_gets: int = 1,
     compute_endpoint: str | None = None,
+    storage_endpoint: str | None = None,
 ) -> Iterator[World]:
+    """The bundle of `config` served, its fakes, and the emulator at `gcs` (the function
+    reaches it at `storage_endpoint` where given: `tests.fakes.storage_grant`)."""
     bundle = build_source(config, tmp / "build")
     folder = tmp / f"source-{bundle.sha256[:8]}"
     with zipfile.ZipFile(bundle.path) as archive:
@@ -141,7 +144,7 @@ def _world(
         env = {
             "GCE_METADATA_HOST": metadata.host,
             "GCE_METADATA_IP": metadata.host,
-            "STORAGE_EMULATOR_HOST": gcs,
+            "STORAGE_EMULATOR_HOST": storage_endpoint or gcs,
             "TRAINSTACK_TPU_API_ENDPOINT": tpu.endpoint,
             "TRAINSTACK_COMPUTE_API_ENDPOINT": compute_endpoint or compute.endpoint,
             "TRAINSTACK_CONTAINER_API_ENDPOINT": container.endpoint,

@@ -71,6 +71,7 @@ def test_the_gce_supervisor_deletes_its_groups_vms_and_reads_the_launchers_recor
         "run": {
             "end_uri": f"{prefix}.ended",
             "alive_uri": f"{prefix}.alive/",
+            "node_count": 4,  # one heartbeat per VM, by node rank
             "stop_uri": f"{prefix}.stop",
             "max_run_seconds": 14400,
             "hourly_usd": 117.55,
@@ -101,6 +102,7 @@ def test_the_gke_supervisor_empties_the_gpu_pool_and_reads_the_pods_records() ->
     assert config["run"] == {
         "end_uri": f"{prefix}.ended",
         "alive_uri": f"{prefix}.alive/",
+        "node_count": 2,  # one heartbeat per pod, by completion index
         "stop_uri": f"{prefix}.stop",
         "max_run_seconds": 14400,
         "hourly_usd": 23.51,
@@ -122,6 +124,7 @@ def test_a_limited_spot_slice_supervisor_recovers_and_carries_both_limits() -> N
     assert config["run"] == {
         "end_uri": f"{prefix}.ended",
         "alive_uri": f"{prefix}.alive/",
+        "node_count": 4,  # one heartbeat per host of the v5litepod-16, by worker index
         "stop_uri": f"{prefix}.stop",
         "max_run_seconds": 7200,
         "hourly_usd": 7.68,
