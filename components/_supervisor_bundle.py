@@ -16,7 +16,7 @@ from trainstack.components._project import current_build_dir
 from trainstack.components.catalog.supervisor_iam import NAME_FORMS, RESOURCE_NAMES
 
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
-SOURCE_FILES: Final = ("main.py", "supervisor_store.py")
+SOURCE_FILES: Final = ("main.py", "supervisor_store.py", "supervisor_targets.py")
 REQUIREMENTS: Final = (
     "functions-framework==3.10.2",
     "google-api-python-client==2.202.0",

@@ -28,8 +28,9 @@ end, when no node has reported for `NO_HEARTBEAT_S`, at `limits.max_run_hours` a
     supervisor.arm([tpu.vm])  # recovery only while Pulumi holds the slice
     # supervisor.events_uri: gs://<its state bucket>/events.jsonl
 
-What runs: `components/supervisor/main.py` (with `supervisor_store.py`), an HTTP Cloud
-Functions (gen2, `python312`) function, shipped like the trainer package: a reproducible zip
+What runs: `components/supervisor/main.py` (with `supervisor_store.py` and
+`supervisor_targets.py`), an HTTP Cloud Functions (gen2, `python312`) function, shipped like
+the trainer package: a reproducible zip
 (`trainstack.components._supervisor_bundle`: the code, `requirements.txt`, `config.json`
 with the slice's name and the exact REST body to recreate it with) named by its sha256 in
 the staging bucket. Cloud Scheduler calls it every `schedule` (default every 2 minutes) with

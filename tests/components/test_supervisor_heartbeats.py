@@ -31,6 +31,7 @@ from tests.components.test_run_supervisor_function import (
     BUCKET,
     DELETE_VMS,
     MIG,
+    NODE,
     RUN,
     STATE,
     VMS,
@@ -40,7 +41,7 @@ from tests.components.test_tpu_supervisor_function import state_bucket
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
 from tests.fakes.storage_grant import ObjectNameGrant
-from trainstack.components.gpu_startup import RUN_CLOCK_PREFIX
+from trainstack.components.gpu_startup import RUN_CLOCK_PREFIX, node_helper
 from trainstack.components.run_supervisor import supervisor_config
 from trainstack.components.supervisor import main
 from trainstack.trainers.common.run_records import ALIVE_SUFFIX, NO_HEARTBEAT_S
@@ -90,6 +91,8 @@ def test_the_constants_are_the_launchers() -> None:
     ]
     assert bound == NO_HEARTBEAT_S == main.NO_HEARTBEAT_S == 2700
     assert ALIVE_SUFFIX == ".alive/"
+    # A stage's reason: the supervisor keeps all the node helper records.
+    assert main.DETAIL_MAX == node_helper.REASON_MAX == 500
 
 
 def test_a_stage_that_failed_for_good_stops_the_compute_and_status_says_where(
@@ -99,20 +102,45 @@ def test_a_stage_that_failed_for_good_stops_the_compute_and_status_says_where(
     with _world(tmp_path, gcs, config) as world:
         world.compute.create_instances(GROUP, VMS)
         assert world.function.call()["action"] == "none"
-        record = {"outcome": "failed", "stage": "package_install", "node_rank": 2}
+        record = {"outcome": "failed", "stage": "package_install", "node_rank": 1}
         record |= {"reason": "pip install exited 1\nERROR: No matching distribution", "time": "t"}
         world.put(RUN["end_uri"], record)
         stop = world.function.call()
         assert (stop["action"], stop["reason"], stop["result"]) == ("stop", "failed", "stopping")
-        assert (stop["stage"], stop["detail"]) == ("package_install", "pip install exited 1")
+        assert (stop["stage"], stop["detail"], stop["node"]) == (
+            "package_install",
+            "pip install exited 1",
+            1,
+        )
         assert world.compute.deletions == [(GROUP, DELETE_VMS)]  # at once: no stop request first
         assert world.function.call()["result"] == "stopping"  # its VMs still being deleted
         assert world.function.call()["result"] == "compute stopped"
         gone = world.events()[-1]
-        assert (gone["stage"], gone["detail"]) == ("package_install", "pip install exited 1")
+        assert (gone["stage"], gone["detail"], gone["node"]) == (
+            "package_install",
+            "pip install exited 1",
+            1,
+        )
+        # Which machine: the node rank the record names (the hosts' list maps it to a VM).
         assert world.status_lines()[0] == (
-            "finished (failed at package_install: pip install exited 1); compute stopped at "
-            f"{gone['time']}"
+            "finished (failed at package_install on node 1: pip install exited 1); compute "
+            f"stopped at {gone['time']}"
+        )
+
+
+@pytest.mark.parametrize("rank", [None, True, -1, "1"])
+def test_a_failure_record_without_a_node_rank_names_no_node(
+    rank: object, tmp_path: Path, gcs: str
+) -> None:
+    config = supervisor_config("node", NODE, None, STATE, run=RUN, recover=False)
+    with _world(tmp_path, gcs, config) as world:
+        world.tpu.nodes[NODE] = {"name": NODE, "state": "READY"}
+        record = {"outcome": "failed", "stage": "startup", "reason": "no runtime"}
+        world.put(RUN["end_uri"], record | ({} if rank is None else {"node_rank": rank}))
+        stop = world.function.call()
+        assert (stop["action"], stop["stage"], "node" in stop) == ("stop", "startup", False)
+        assert world.status_lines()[0] == (
+            f"finished (failed at startup: no runtime); compute stopped at {stop['time']}"
         )
 
 
