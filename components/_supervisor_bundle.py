@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from trainstack.components._project import current_build_dir
 from trainstack.components.catalog.supervisor_iam import NAME_FORMS, RESOURCE_NAMES
 
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
-SOURCE_FILES: Final = ("main.py", "supervisor_store.py")
+SOURCE_FILES: Final = ("main.py", "supervisor_store.py", "supervisor_targets.py")
 REQUIREMENTS: Final = (
     "functions-framework==3.10.2",
     "google-api-python-client==2.202.0",
@@ -27,10 +28,15 @@ REQUIREMENTS: Final = (
 main.py with, so every build of one zip gets the same libraries (here: no .txt package data)."""
 OBJECT_PREFIX: Final = "supervisor/"
 TPU_KINDS: Final = frozenset({"node", "queued"})
+INSTANCE_NAME: Final = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+"""A Compute Engine instance name (compute.v1 discovery, `Instance.name`: "must be 1-63
+characters long and match the regular expression `[a-z]([-a-z0-9]*[a-z0-9])?`")."""
 RUN_KEYS: Final = frozenset(
-    {"end_uri", "stop_uri", "alive_uri", "max_run_seconds", "hourly_usd", "max_total_usd"}
+    {"end_uri", "stop_uri", "alive_uri", "node_count"}
+    | {"max_run_seconds", "hourly_usd", "max_total_usd"}
 )
-"""What `run` may hold (`supervisor/main.py` reads each; all optional)."""
+"""What `run` may hold (`supervisor/main.py` reads each; all optional, but `alive_uri` needs
+`node_count`: one heartbeat per node)."""
 MAX_TOTAL_USD_ABOVE: Final = 0.0
 """`limits.max_total_usd` (and the component's `run.max_total_usd`) must be above this."""
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
@@ -97,9 +103,11 @@ def supervisor_config(
     *,
     recover: bool | None = None,
     run: dict[str, Any] | None = None,
+    instances: list[str] | None = None,
 ) -> dict[str, Any]:
     """`config.json` of the bundle: its state (and the marker it recovers under) is in
-    `state_bucket`, the supervisor's own."""
+    `state_bucket`, the supervisor's own; `instances`: a `mig`'s VMs, which it deletes by
+    name at the run's end (their per-instance configs with them)."""
     if kind not in RESOURCE_NAMES:
         raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}")
     if not RESOURCE_NAMES[kind].match(resource_name):
@@ -113,14 +121,17 @@ def supervisor_config(
             f"recover: only a TPU slice with its body is recreated; kind {kind!r}"
             + ("" if kind not in TPU_KINDS else " has no body")
         )
+    problem = instances_problem(kind, instances)
+    if problem:
+        raise ValueError(problem)
     unknown = sorted(set(run or {}) - RUN_KEYS)
     if unknown:
         raise ValueError(f"run.{unknown[0]}: unknown key; valid: {', '.join(sorted(RUN_KEYS))}")
     cap = (run or {}).get("max_total_usd")
     problem = None if cap is None else max_total_usd_problem(cap, "run.max_total_usd")
-    if problem:
+    if problem or (problem := node_count_problem(run or {})):
         raise ValueError(problem)
-    return {
+    config = {
         "kind": kind,
         "name": resource_name,
         "body": body or {},
@@ -128,3 +139,34 @@ def supervisor_config(
         "run": dict(run or {}),
         "state_uri": f"gs://{state_bucket}",
     }
+    return config | ({"instances": list(instances)} if instances is not None else {})
+
+
+def node_count_problem(run: dict[str, Any]) -> str | None:
+    """`run.node_count`: the nodes whose heartbeats `run.alive_uri` holds (one each, ranks 0
+    to node_count - 1)."""
+    count = run.get("node_count")
+    if count is None and not run.get("alive_uri"):
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return (
+            f"run.node_count: {count!r} is not allowed; valid: the number of nodes (1 or more), "
+            "each writing its heartbeat under run.alive_uri"
+        )
+    return None
+
+
+def instances_problem(kind: str, instances: object, key: str = "instances") -> str | None:
+    """The one rule of a supervisor's `instances`: a `mig`'s VM names (one or more, each
+    once), nothing for the other kinds."""
+    if kind != "mig":
+        return None if instances is None else f"{key}: only a mig has instances; kind {kind!r}"
+    valid = "valid: the group's instance names, one or more, each once"
+    if not isinstance(instances, list | tuple) or not instances:
+        return f"{key}: {instances!r} names no instance; {valid}"
+    for name in instances:
+        if not isinstance(name, str) or not INSTANCE_NAME.match(name):
+            return f"{key}: {name!r} is not an instance name; {valid}"
+    if len(set(instances)) < len(instances):
+        return f"{key}: {list(instances)!r} names an instance twice; {valid}"
+    return None

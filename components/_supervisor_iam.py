@@ -16,7 +16,6 @@ from trainstack.components.catalog.supervisor_iam import (
     BUILD_COPY_CONDITION,
     BUILD_PROJECT_ROLES,
     BUILD_SOURCE_ROLE,
-    LIST_PREFIX_ATTRIBUTE,
     STORAGE_OBJECT_NAME,
 )
 from trainstack.components.gpu_startup import RUN_CLOCK_PREFIX
@@ -91,16 +90,14 @@ def build_account(
 def records_condition(bucket: str) -> dict[str, str]:
     """The IAM condition that holds a grant on the checkpoint bucket `bucket` to the runs'
     records (`trainstack-run-<key>.ended`, `.alive/<rank>`, `.stop`, `.started`; never a
-    checkpoint, model, log or output): their object names, and lists of their prefix
-    (`catalog.supervisor_iam.STORAGE_CONDITIONS_SOURCE`)."""
+    checkpoint, model, log or output) by their object names, which Google documents
+    (`catalog.supervisor_iam.STORAGE_CONDITIONS_SOURCE`). It grants no list: the supervisor
+    reads each heartbeat by name."""
     objects = STORAGE_OBJECT_NAME.format(bucket=bucket, object=RUN_CLOCK_PREFIX)
     return {
         "title": "only the run records",
         "description": "The runs' end records, heartbeats and stop requests; no checkpoint.",
-        "expression": (
-            f'resource.name.startsWith("{objects}") || '
-            f'api.getAttribute("{LIST_PREFIX_ATTRIBUTE}", "").startsWith("{RUN_CLOCK_PREFIX}")'
-        ),
+        "expression": f'resource.name.startsWith("{objects}")',
     }
 
 

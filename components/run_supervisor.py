@@ -28,8 +28,9 @@ end, when no node has reported for `NO_HEARTBEAT_S`, at `limits.max_run_hours` a
     supervisor.arm([tpu.vm])  # recovery only while Pulumi holds the slice
     # supervisor.events_uri: gs://<its state bucket>/events.jsonl
 
-What runs: `components/supervisor/main.py` (with `supervisor_store.py`), an HTTP Cloud
-Functions (gen2, `python312`) function, shipped like the trainer package: a reproducible zip
+What runs: `components/supervisor/main.py` (with `supervisor_store.py` and
+`supervisor_targets.py`), an HTTP Cloud Functions (gen2, `python312`) function, shipped like
+the trainer package: a reproducible zip
 (`trainstack.components._supervisor_bundle`: the code, `requirements.txt`, `config.json`
 with the slice's name and the exact REST body to recreate it with) named by its sha256 in
 the staging bucket. Cloud Scheduler calls it every `schedule` (default every 2 minutes) with
@@ -50,27 +51,28 @@ supervisor recovers only while it exists.
 Permissions of its own account (`<deployment>-sup`):
 - a custom project role holding only the calls it makes (`PERMISSIONS`, with sources in
   `catalog.supervisor_iam`: the TPU node or queued resource through `tpu.nodes.*`; the
-  group's get and resize; the pool's get and setSize). Only the GKE grant can be held to the
-  one resource (`cluster_condition`; the pool's groups are read through a second, read-only
-  role, `READ_PERMISSIONS`): Cloud TPU and instance group managers do not recognise resource
-  names in conditions, so those grants are project-wide, held by the policy pack. Role ids
-  carry the account's `unique_id` (`role_id`): Google keeps a deleted role's id for up to 37
-  days, and a re-created account gets a new unique id, so a destroyed stack deploys again.
+  group's get and the deletion of its VMs; the pool's get and setSize). Only the GKE grant can
+  be held to the one resource (`cluster_condition`; the pool's groups are read through a
+  second, read-only role, `READ_PERMISSIONS`): Cloud TPU and instance group managers do not
+  recognise resource names in conditions, so those grants are project-wide, held by the
+  policy pack. Role ids carry the account's `unique_id` (`role_id`): Google keeps a deleted
+  role's id for up to 37 days, and a re-created account gets a new unique id, so a destroyed
+  stack deploys again.
 - `roles/iam.serviceAccountUser` on the training account only, where it recreates a slice
   (it only creates the body in its bundle, which names the training account; a Node without
   `serviceAccount.email` runs as the default Compute Engine account, tpu.v2 discovery: "If
   empty, default Compute service account will be used", and whether creating one needs
   actAs on that account is unverified); `roles/storage.objectAdmin` on its state bucket and,
   held by an IAM condition to the run records (`records_condition`: `trainstack-run-*`
-  objects and lists of that prefix), on the checkpoint bucket; and `roles/run.invoker` on its
+  object names; it lists nothing there), on the checkpoint bucket; and `roles/run.invoker` on its
   own function's Cloud Run service only (the scheduler's calls).
 Its own Cloud Build account builds the function (`_supervisor_iam`; a new project's default
 one may lack the permissions, `supervisor_iam.BUILD_SOURCE`). Function and job run in
 `catalog.supervisor_region.supervisor_region(<stack region>)` (else us-central1).
 
-Stopping the compute (the slice deleted, the group or the GKE GPU pool at 0) ends its
-accelerator billing: `trainstack.components.catalog.billing` holds those facts with their
-sources. The permissions of the `mig` and `node_pool` kinds are not verified on a live
+Stopping the compute (the slice deleted, the group's VMs deleted by name (`instances`), the
+GKE GPU pool at 0) ends its accelerator billing: `trainstack.components.catalog.billing`
+holds those facts with their sources. The permissions of the `mig` and `node_pool` kinds are not verified on a live
 project (`billing.SUPERVISOR_PERMISSIONS_SOURCE`).
 
 Naming: the function and the scheduler job are `<deployment>-supervisor`, the roles
@@ -109,6 +111,7 @@ from trainstack.components._supervisor_bundle import (
     TPU_KINDS,
     SourceBundle,
     build_source,
+    instances_problem,
     max_total_usd_problem,
     source_zip,
     supervisor_config,
@@ -211,12 +214,15 @@ class RunSupervisorArgs(TypedDict):
     body: NotRequired[pulumi.Input[dict[str, Any]]]
     """TPU kinds with `recover`: the REST body it is created again with (Node, or
     QueuedResource), exactly as created (`slice_target`)."""
+    instances: NotRequired[list[str]]
+    """`mig` (required): the group's VMs by name (`A100Cluster`'s `instance_names`), which it
+    deletes at the run's end, their per-instance configs with them; no other kind has any."""
     recover: NotRequired[bool]
     """Recreate a preempted slice (TPU kinds; default True for them, False otherwise)."""
     run: NotRequired[pulumi.Input[dict[str, Any]]]
     """When the run ends (`RUN_KEYS`, see `supervisor/main.py`): the end record, heartbeat
-    prefix and stop request objects, `max_run_seconds`, the compute's `hourly_usd` at list
-    price and `max_total_usd`."""
+    prefix and stop request objects, `node_count` (one heartbeat per node; required with the
+    prefix), `max_run_seconds`, the compute's `hourly_usd` at list price and `max_total_usd`."""
     staging_bucket: pulumi.Input[str]
     """Bucket the function's source zip is uploaded to."""
     checkpoint_bucket: pulumi.Input[str]
@@ -246,6 +252,9 @@ def _problems(args: RunSupervisorArgs) -> list[str]:
             "TPU slice needs the slice's service account; valid: the slice's service "
             "account email"
         )
+    instances_error = instances_problem(kind, args.get("instances"), "RunSupervisor.instances")
+    if instances_error:
+        problems.append(instances_error)
     region_error = region_problem(args["region"], "RunSupervisor.region")
     if region_error:
         problems.append(region_error)
@@ -351,7 +360,11 @@ class RunSupervisor(pulumi.ComponentResource):
         ]
         config = pulumi.Output.all(
             args["resource_name"], args.get("body", {}), self.state_bucket.name, args.get("run", {})
-        ).apply(lambda v: supervisor_config(kind, v[0], v[1], v[2], recover=recover, run=v[3]))
+        ).apply(
+            lambda v: supervisor_config(
+                kind, v[0], v[1], v[2], recover=recover, run=v[3], instances=args.get("instances")
+            )
+        )
         # Chosen now: the cwd when the component is built is the program's project.
         build_dir = Path(args.get("build_dir") or current_build_dir()).resolve()
         bundle = config.apply(lambda c: build_source(c, build_dir))

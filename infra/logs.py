@@ -329,9 +329,11 @@ error)."""
 
 def ended_text(event: dict[str, Any]) -> str:
     """The run's end a supervisor event names: its `reason`, or where a stage failed for
-    good and why (`failed at package_install: pip exited 1`)."""
+    good, on which machine (its node rank, where the record named it) and why (`failed at
+    package_install on node 1: pip exited 1`)."""
     if event.get("reason") == "failed" and event.get("stage"):
-        return f"failed at {event['stage']}: {event.get('detail') or 'no reason given'}"
+        node = f" on node {event['node']}" if event.get("node") is not None else ""
+        return f"failed at {event['stage']}{node}: {event.get('detail') or 'no reason given'}"
     return str(event.get("reason"))
 
 

@@ -198,6 +198,7 @@ def stack_status(
                 target.stoppable_hourly_usd(cfg),
                 stack,
                 outputs.get("supervisor_roles"),
+                outputs.get("instance_names"),
             )
             if part["supervisor"]["stopped_at"]:
                 after = target.still_billing_after_stop(cfg, stack)

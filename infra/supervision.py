@@ -35,18 +35,19 @@ if TYPE_CHECKING:
 
 
 def run_settings(
-    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str] | None
+    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str] | None, node_count: int
 ) -> pulumi.Output[dict[str, Any]]:
-    """The supervisor's `run`: the run's objects (prefix `run_record`: its end record,
-    heartbeats and stop request), the limits and the compute's list price (`hourly_usd`, the
-    target's `stoppable_hourly_usd`). The run's clock is the supervisor's own."""
+    """The supervisor's `run`: the run's objects (prefix `run_record`: its end record, the
+    heartbeats of its `node_count` nodes and stop request), the limits and the compute's list
+    price (`hourly_usd`, the target's `stoppable_hourly_usd`). The run's clock is the
+    supervisor's own."""
     limit = cfg.limits.max_run_seconds
 
     def settings(prefix: str) -> dict[str, Any]:
         out: dict[str, Any] = {"hourly_usd": hourly_usd}
         if prefix:
             out |= {"end_uri": prefix + ENDED_SUFFIX, "stop_uri": prefix + STOP_SUFFIX}
-            out["alive_uri"] = prefix + ALIVE_SUFFIX
+            out |= {"alive_uri": prefix + ALIVE_SUFFIX, "node_count": node_count}
         if limit is not None:
             out["max_run_seconds"] = limit
         if cfg.limits.max_total_usd is not None:
@@ -93,12 +94,18 @@ def reach_note(kind: str, recover: bool, project: str | None) -> str:
     )
 
 
-def stop_command(resource: str) -> str:
-    """The gcloud command that stops what the supervisor could not (its resource name)."""
+def stop_command(resource: str, instances: Sequence[str] | None = None) -> str:
+    """The gcloud command that stops what the supervisor could not (its resource name; a
+    group's VMs by name, `instances`, as the supervisor deletes them: "gcloud compute
+    instance-groups managed delete-instances NAME --instances=INSTANCE,[INSTANCE,...]
+    [--skip-instances-on-validation-error] [--region=REGION|--zone=ZONE]",
+    https://cloud.google.com/sdk/gcloud/reference/compute/instance-groups/managed/
+    delete-instances)."""
     parts = resource.split("/")
     if "/instanceGroupManagers/" in resource:
         return (
-            f"gcloud compute instance-groups managed resize {parts[-1]} --size=0 "
+            f"gcloud compute instance-groups managed delete-instances {parts[-1]} "
+            f"--instances={','.join(instances or [])} --skip-instances-on-validation-error "
             f"--zone={parts[3]} --project={parts[1]}"
         )
     if "/nodePools/" in resource:
@@ -163,12 +170,13 @@ def supervisor_status(
     hourly_usd: float,
     stack: str,
     roles: Sequence[str] | None = None,
+    instances: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """What `trainstack status` says of the run's end from the supervisor's events and
     state (components/supervisor/main.py): whether its compute was stopped and when (not
     while a group's instances are still being deleted: `compute_stopping`), or what still
     bills (`hourly_usd`, the target's `stoppable_hourly_usd`) and the command
-    that stops it; whether it cannot read the compute now (`unreadable`: since when, the
+    that stops it (a group's VMs: `instances`, the stack's `instance_names` output); whether it cannot read the compute now (`unreadable`: since when, the
     error, the roles to check; the compute may still bill then, and the spend it counts
     counts the time it could not see as it last saw it); and the spend against the cap."""
     trail = _unreadable(events)
@@ -213,7 +221,7 @@ def supervisor_status(
     ):
         out["stopped_at"] = last["time"]
     elif last["result"] == "stopping":
-        # A group or pool resized to 0 still holds instances (they bill until gone).
+        # A group or pool being emptied still holds instances (they bill until gone).
         since = [e["time"] for e in ended if (e["action"], e["result"]) == ("stop", "stopping")]
         out["compute_stopping"] = {
             "since": since[-1] if since else last["time"],
@@ -223,7 +231,7 @@ def supervisor_status(
         out["stopping"] = True  # waiting for the trainer's checkpoint
     else:  # the stop failed, or the compute cannot be read after the run's end
         out["still_billing_usd_per_hour"] = hourly_usd
-        out["stop_command"] = stop_command(str(last["resource"]))
+        out["stop_command"] = stop_command(str(last["resource"]), instances)
     return out
 
 

@@ -279,6 +279,11 @@ class SupervisedCompute:
     `NAME_FORMS`)."""
     run_record: pulumi.Output[str] | None
     """The run's record prefix (`A100Cluster.run_record`), None without one."""
+    node_count: int
+    """The GPU nodes: one heartbeat each (`<run_record>.alive/<node rank>`)."""
+    instances: list[str] | None = None
+    """gce: the group's VMs by node rank (`instance_names`), which the supervisor deletes by
+    name; gke: None."""
 
 
 def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
@@ -289,11 +294,12 @@ def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
     group = gcp_name(args["deployment_name"], "a100")
     if gpu.backend == "gce":
         name = pulumi.Output.concat(where, f"/zones/{gpu.zone}/instanceGroupManagers/{group}")
-        return SupervisedCompute("mig", name, gce_run_record(args, gpu))
+        names = instance_names(args["deployment_name"], gpu.node_count)
+        return SupervisedCompute("mig", name, gce_run_record(args, gpu), gpu.node_count, names)
     cluster = gcp_name(args["deployment_name"], "a100", max_len=CLUSTER_NAME_MAX)
     pool = f"/locations/{gpu.zone}/clusters/{cluster}/nodePools/{GPU_POOL_NAME}"
     return SupervisedCompute(
-        "node_pool", pulumi.Output.concat(where, pool), gke_run_record(args, gpu)
+        "node_pool", pulumi.Output.concat(where, pool), gke_run_record(args, gpu), gpu.node_count
     )
 
 

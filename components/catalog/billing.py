@@ -17,35 +17,39 @@ TPU_BILLS_WHILE_READY_SOURCE: Final = (
 )
 """A deleted slice (node or queued resource) bills nothing more for its TPUs."""
 
-MIG_RESIZE_DELETES_INSTANCES: Final = True
-MIG_RESIZE_DELETES_INSTANCES_VERIFIED: Final = True
-MIG_RESIZE_DELETES_INSTANCES_SOURCE: Final = (
-    "https://cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/resize "
-    "('If you decrease the size, the group deletes instances. The resize operation is marked "
-    "DONE when the resize actions are scheduled even if the group has not yet added or "
-    "deleted any instances.'); the tpu.v2/compute.v1 discovery documents in "
-    "google-api-python-client: resize takes `size` as a query parameter and no body"
+MIG_DELETE_INSTANCES_DELETES_VMS: Final = True
+MIG_DELETE_INSTANCES_DELETES_VMS_VERIFIED: Final = True
+MIG_DELETE_INSTANCES_DELETES_VMS_SOURCE: Final = (
+    "compute.v1 discovery document in google-api-python-client, instanceGroupManagers."
+    "deleteInstances: 'Flags the specified instances in the managed instance group for "
+    "immediate deletion. ... This method reduces the targetSize of the managed instance group "
+    "by the number of instances that you delete. This operation is marked as DONE when the "
+    "action is scheduled even if the instances are still being deleted.'; "
+    "InstanceGroupManagersDeleteInstancesRequest.skipInstancesOnValidationError: 'proceed "
+    "despite the inclusion of instances that are not members of the group or that are "
+    "already in the process of being deleted or abandoned'"
 )
-"""Resizing the group to 0 deletes its VMs (and their GPUs). That a group with per-instance
-configs deletes those VMs on a resize down is inferred from the method's description, not
-quoted for stateful groups."""
+"""Deleting the group's VMs by name deletes them (and their GPUs) and lowers its target size
+by as many, so the group does not create them again."""
 
-MIG_RESIZE_DROPS_PER_INSTANCE_CONFIGS: Final = True
-MIG_RESIZE_DROPS_PER_INSTANCE_CONFIGS_VERIFIED: Final = False
-MIG_RESIZE_DROPS_PER_INSTANCE_CONFIGS_SOURCE: Final = (
-    "https://cloud.google.com/compute/docs/instance-groups/preserved-state ('How group "
-    "resizing handles preserved state'), as issue 29 reads it: a resize to 0 drops the "
-    "per-instance state; that section is not in the stored copies read here. A VM deleted "
-    "by deleteInstances loses its config too: the provider deletes a config with "
-    "remove_instance_on_destroy by deleteInstances alone and its acceptance test then finds "
-    "it gone (TestAccComputePerInstanceConfig_removeInstanceOnDestroy, "
+MIG_DELETE_INSTANCES_DROPS_PER_INSTANCE_CONFIGS: Final = True
+MIG_DELETE_INSTANCES_DROPS_PER_INSTANCE_CONFIGS_VERIFIED: Final = True
+MIG_DELETE_INSTANCES_DROPS_PER_INSTANCE_CONFIGS_SOURCE: Final = (
     "hashicorp/terraform-provider-google google/services/compute/"
-    "resource_compute_per_instance_config_test.go)"
+    "resource_compute_per_instance_config.go resourceComputePerInstanceConfigDelete: a config "
+    "with remove_instance_on_destroy is deleted by one deleteInstances call naming "
+    "'zones/{{zone}}/instances/{{name}}' and nothing else (then it polls listManagedInstances "
+    "until the VM is gone, stateful_mig_polling.go PollCheckInstanceConfigInstanceDeleted); "
+    "its acceptance test TestAccComputePerInstanceConfig_removeInstanceOnDestroy "
+    "(resource_compute_per_instance_config_test.go) then checks that listPerInstanceConfigs "
+    "no longer lists the config (testAccCheckComputePerInstanceConfigDestroyed)"
 )
-"""The supervisor's stop takes the per-instance configs with the VMs, so the stack's state
-still lists configs Google no longer has: `pulumi up --refresh` finds them gone and creates
-them again, `node_count` VMs with their names and ranks (a plain `pulumi up` reads nothing
-and changes nothing). tests/fidelity/test_gce_group_count.py."""
+"""The supervisor's stop deletes the VMs by name as the provider does, so their per-instance
+configs go with them and the stack's state still lists configs Google no longer has: `pulumi
+up --refresh` finds them gone and creates them again, `node_count` VMs with their names and
+ranks (a plain `pulumi up` reads nothing and changes nothing).
+tests/fidelity/test_gce_group_count.py. What a resize of the group does to per-instance
+configs is in no source read here, so the supervisor never resizes a group."""
 
 GKE_POOL_RESIZE_REMOVES_VMS: Final = True
 GKE_POOL_RESIZE_REMOVES_VMS_VERIFIED: Final = True
@@ -63,8 +67,8 @@ SUPERVISOR_PERMISSIONS_VERIFIED: Final = False
 SUPERVISOR_PERMISSIONS_SOURCE: Final = (
     "compute.instanceGroupManagers.get/.update and container.clusters.get/.update follow "
     "the API permission references (https://cloud.google.com/compute/docs/reference/rest/v1/"
-    "instanceGroupManagers/resize, https://cloud.google.com/kubernetes-engine/docs/reference/"
-    "api-permissions); not read in full here and not checked on a live project"
+    "instanceGroupManagers/deleteInstances, https://cloud.google.com/kubernetes-engine/docs/"
+    "reference/api-permissions); not read in full here and not checked on a live project"
 )
 
 # What keeps billing after the supervisor's stop (`Target.still_billing_after_stop`).

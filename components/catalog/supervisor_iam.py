@@ -72,10 +72,16 @@ PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     # `supervisor/main.py` never waits on an operation, so no `tpu.operations.get`.
     "node": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get"),
     "queued": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get"),
-    # instanceGroupManagers.get and .resize (the Compute Engine method's permission is
-    # compute.instanceGroupManagers.update, https://cloud.google.com/compute/docs/reference/
-    # rest/v1/instanceGroupManagers/resize: "Authorization requires ... the following IAM
-    # permission ... compute.instanceGroupManagers.update"; not checked on a live project).
+    # instanceGroupManagers.get and .deleteInstances: "Authorization requires the following
+    # IAM permission on the specified resource instanceGroupManager:
+    # compute.instanceGroupManagers.update" (https://cloud.google.com/compute/docs/reference/
+    # rest/v1/instanceGroupManagers/deleteInstances, as its mirror documentation.s3ns.fr/
+    # compute/docs/reference/rest/v1/instanceGroupManagers/deleteInstances shows it; the
+    # stored copy of Google's page cuts the permission's name short); iann0036/iam-dataset
+    # gcp/map.json, crawled from the REST pages: compute.instanceGroupManagers.deleteInstances
+    # requires compute.instanceGroupManagers.update, .get compute.instanceGroupManagers.get.
+    # The group deletes the VMs itself: no compute.instances.* permission is listed. Not
+    # checked on a live project.
     "mig": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"),
     # nodePools.get and .setSize: "nodePools.get | container.clusters.get on the requested
     # cluster" (https://cloud.google.com/kubernetes-engine/docs/reference/api-permissions);
@@ -117,7 +123,7 @@ CONDITIONS_VERIFIED: Final = False
 REACH: Final = {
     "node": "{verbs} any TPU node in project {project} (tpu.nodes.*)",
     "queued": "{verbs} any TPU node or queued resource in project {project} (tpu.nodes.*)",
-    "mig": "read and resize any managed instance group in project {project}",
+    "mig": "read any managed instance group in project {project} and delete its VMs",
     "node_pool": "read any managed instance group in project {project} (its resize grant holds "
     "for the stack's cluster only)",
 }
@@ -125,21 +131,15 @@ REACH: Final = {
 stack (`CONDITIONS_SOURCE`); `{verbs}`: get, delete and create for a slice it recovers, get
 and delete for one it only stops."""
 STORAGE_OBJECT_NAME: Final = "projects/_/buckets/{bucket}/objects/{object}"
-LIST_PREFIX_ATTRIBUTE: Final = "storage.googleapis.com/objectListPrefix"
 STORAGE_CONDITIONS_SOURCE: Final = (
     "https://cloud.google.com/iam/docs/conditions-resource-attributes (Cloud Storage objects: "
-    "'projects/_/buckets/BUCKET/objects/OBJECT', resource names honoured); the API attribute "
-    "'storage.googleapis.com/objectListPrefix' for a list request's prefix "
-    "(https://cloud.google.com/iam/docs/conditions-attribute-reference, as credential access "
-    "boundaries use it: api.getAttribute('storage.googleapis.com/objectListPrefix', '')"
-    ".startsWith(PREFIX)): a list is a bucket-level request, which an object-name condition "
-    "does not match"
+    "'projects/_/buckets/BUCKET/objects/OBJECT', resource names honoured; a bucket's own name "
+    "is 'projects/_/buckets/BUCKET'): an object-name condition matches a request on an object "
+    "(get, insert, delete) and not a list, which is a request on the bucket"
 )
-"""How the supervisor's checkpoint-bucket grant is held to the runs' records. That an allow
-policy's condition grants a list by its prefix attribute is not verified here; where it does
-not, the heartbeat list is refused and the supervisor never ends a run for want of
-heartbeats (`supervisor/main.py` `_listen`), which its log says."""
-STORAGE_LIST_PREFIX_VERIFIED: Final = False
+"""How the supervisor's checkpoint-bucket grant is held to the runs' records: object names
+only. So the supervisor lists nothing there: it reads each node's heartbeat by name
+(`supervisor_store.Store.newest_heartbeat`, one get per node rank)."""
 
 
 BUILD_SOURCE: Final = (

@@ -2,8 +2,8 @@
 its end. An HTTP Cloud Functions (gen2) function that Cloud Scheduler calls every few minutes
 (`trainstack.components.run_supervisor` ships it and `supervisor_store.py` with `config.json`:
 `kind` (`node`, `queued`, `mig`, `node_pool`), `name` (the resource's full name), `body` (TPU
-kinds: the REST body it is created again with), `recover`, `state_uri` (its own bucket),
-`run` (below)). Each call looks once and waits for nothing.
+kinds: the REST body it is created again with), `instances` (`mig`: its VMs' names), `recover`,
+`state_uri` (its own bucket), `run` (below)). Each call looks once and waits for nothing.
 
 Recovery (`recover`): a Spot node PREEMPTED or TERMINATED, or a queued resource SUSPENDED
 or FAILED, is deleted and, once gone, created again with the same name and body (its
@@ -23,9 +23,10 @@ nothing Pulumi is creating or destroying is deleted or created here. A create th
 
 The end of the run (`run`, every key optional) stops the compute: `end_uri`, written when the
 run ended for good (`trainstack.trainers.common.run_records`: `{"outcome": "done" | "failed"
-| "stopped", "stage", "reason", ...}`); `alive_uri`, the nodes' heartbeats: `no_heartbeat`
-once the compute has billed `NO_HEARTBEAT_S` since the later of this supervisor's first sight
-of it billing and the newest heartbeat's server-side time; `max_run_seconds` from that first
+| "stopped", "stage", "reason", ...}`); `alive_uri` + `node_count`, the nodes' heartbeats
+`<alive_uri><rank>`: `no_heartbeat` once the compute has billed `NO_HEARTBEAT_S` since the
+later of this supervisor's first sight of it billing and the newest heartbeat's server-side
+time; `max_run_seconds` from that first
 sight; `hourly_usd` + `max_total_usd`: the compute's list price and the cap, against its own
 count (each call adds the time since the previous one at `hourly_usd` while the compute
 bills, trapezoid over the two views, across recoveries and restarts of the run `end_uri`
@@ -36,16 +37,17 @@ heartbeats' times are read (`supervisor_store.py`). The limits first write the s
 `end_uri` `stopped`) and stop the compute once `end_uri` says so, or `STOP_GRACE_S` after the
 request; any other end stops it at once. A TPU node or queued resource is deleted ("Charges
 for Cloud TPU accrue while your TPU node is in a READY state", https://cloud.google.com/tpu/
-pricing), which stops its billing at once; a managed instance group is resized to 0 and a
-GKE node pool set to 0 nodes, which deletes their VMs (`trainstack.components.catalog.
-billing`), but "The resize operation is marked DONE when the resize actions are scheduled
-even if the group has not yet added or deleted any instances" (the resize page): the group
-or pool is "stopping", its spend still counted and nothing called again, until a check
-finds its instances gone (`Group.view`) and writes "compute stopped".
+pricing), which stops its billing at once; a managed instance group's VMs are deleted by name
+and a GKE node pool is set to 0 nodes, which deletes their VMs
+(`trainstack.components.catalog.billing`), but either is "marked as DONE when the action is
+scheduled even if the instances are still being deleted" (compute.v1 discovery,
+`deleteInstances`): the group or pool is "stopping", its spend still counted and nothing
+called again, until a check finds its instances gone and writes "compute stopped". How each
+kind is read and stopped: `supervisor_targets.py` (`Tpu`, `Group`, `NodePool`).
 
 Every action is one JSON line appended to `<state_uri>/events.jsonl` (time, resource, state
 seen, action, result, attempt, next allowed time; a stop adds `reason`, `spend_usd` and, for
-a stage's failure, `stage` and `detail`; while a group empties `result: stopping` with
+a stage's failure, `stage`, `detail` and the `node` rank that recorded it; while a group empties `result: stopping` with
 `instances_left`, then `compute stopped`); `<state_uri>/state.json` holds what the next call
 needs. A call that cannot read the compute (a 403 where a grant is wrong, a transport error)
 records seen `UNKNOWN` with the error, once per change (`_unreadable`), and answers 502.
@@ -57,7 +59,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,35 +66,65 @@ from typing import TYPE_CHECKING, Any
 
 import functions_framework
 import google.auth.compute_engine
-from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
 if TYPE_CHECKING:
     from trainstack.components.supervisor.supervisor_store import READ_ERRORS, WRITE_TRIES, Store
+    from trainstack.components.supervisor.supervisor_targets import (
+        COMPUTE_ENDPOINT_ENV,
+        CONTAINER_ENDPOINT_ENV,
+        ENDPOINT_ENV,
+        HEALTHY,
+        NOT_FOUND,
+        RECOVER,
+        STOPPED,
+        Target,
+        Tpu,
+        left_to_delete,
+        target_of,
+    )
 else:
     try:  # the bundle: functions-framework puts main.py's folder on sys.path
         from supervisor_store import READ_ERRORS, WRITE_TRIES, Store
+        from supervisor_targets import (
+            COMPUTE_ENDPOINT_ENV,
+            CONTAINER_ENDPOINT_ENV,
+            ENDPOINT_ENV,
+            HEALTHY,
+            NOT_FOUND,
+            RECOVER,
+            STOPPED,
+            Target,
+            Tpu,
+            left_to_delete,
+            target_of,
+        )
     except ImportError:  # imported as trainstack.components.supervisor.main (tests)
         from trainstack.components.supervisor.supervisor_store import (
             READ_ERRORS,
             WRITE_TRIES,
             Store,
         )
+        from trainstack.components.supervisor.supervisor_targets import (
+            COMPUTE_ENDPOINT_ENV,
+            CONTAINER_ENDPOINT_ENV,
+            ENDPOINT_ENV,
+            HEALTHY,
+            NOT_FOUND,
+            RECOVER,
+            STOPPED,
+            Target,
+            Tpu,
+            left_to_delete,
+            target_of,
+        )
+
+__all__ = ["COMPUTE_ENDPOINT_ENV", "CONTAINER_ENDPOINT_ENV", "ENDPOINT_ENV", "supervise"]
+"""The endpoint variables tests point at fakes are `supervisor_targets`'s, named here too."""
 
 Json = dict[str, Any]
 CONFIG_FILE = Path(__file__).with_name("config.json")
-ENDPOINT_ENV = "TRAINSTACK_TPU_API_ENDPOINT"
-COMPUTE_ENDPOINT_ENV = "TRAINSTACK_COMPUTE_API_ENDPOINT"
-CONTAINER_ENDPOINT_ENV = "TRAINSTACK_CONTAINER_API_ENDPOINT"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
-NOT_FOUND = "NOT_FOUND"
-STOPPED = "STOPPED"
-"""What a group or node pool of size 0 with no instances left is seen as."""
-DELETING_ = "DELETING_"
-"""`DELETING_<n>`: a group or pool of size 0 whose `n` instances are still being deleted."""
-RECOVER = {"node": ("PREEMPTED", "TERMINATED"), "queued": ("SUSPENDED", "FAILED")}
-HEALTHY = {"node": "READY", "queued": "ACTIVE"}
-"""Also what bills: a TPU while READY (tpu/pricing), a queued resource's node while ACTIVE."""
 BACKOFF_BASE_S = 120
 BACKOFF_MAX_S = 3600
 STOP_GRACE_S = 300
@@ -105,6 +136,10 @@ LIMITS = ("max_run_hours", "max_total_usd")
 """The ends that ask the trainer to save first (a stop request)."""
 STAGES = ("package_download", "package_install", "launch", "startup", "trainer", "job")
 """The stages an end record may name as where the run failed (`run_records`)."""
+DETAIL_MAX = 500
+"""Characters of a failed stage's reason kept: all the node recorded
+(`components/gpu_startup/node_helper.py` REASON_MAX; a test holds the two equal), so status
+shows pip's error after a long package URI."""
 UNREADABLE = "UNKNOWN"
 """What a check that could not read the compute saw (`_unreadable`)."""
 FRESH_RUN: Json = {"spend_usd": 0.0, "billing": False, "silent_s": 0.0} | dict.fromkeys(
@@ -127,159 +162,6 @@ def _iso(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _found(request: Any) -> Any:
-    """What a get answers, or None on 404; any other error is raised (`_unreadable`)."""
-    try:
-        return request.execute(num_retries=2)
-    except HttpError as err:
-        if err.resp.status == 404:
-            return None
-        raise
-
-
-def _api(name: str, version: str, endpoint_env: str, credentials: Any) -> Any:
-    """The API's discovery client (at the endpoint `endpoint_env` names, where set)."""
-    endpoint = {"api_endpoint": os.environ[endpoint_env]} if os.environ.get(endpoint_env) else None
-    return discovery.build(
-        name, version, credentials=credentials, client_options=endpoint, cache_discovery=False
-    )
-
-
-class Tpu:
-    """The one node or queued resource this stack owns, through the TPU v2 REST API."""
-
-    def __init__(self, config: Json, credentials: Any) -> None:
-        self.api = _api("tpu", "v2", ENDPOINT_ENV, credentials)
-        self.kind, self.name, self.body = config["kind"], str(config["name"]), config["body"]
-        self.parent, _, self.id = self.name.rpartition(
-            "/nodes/" if self.kind == "node" else "/queuedResources/"
-        )
-        locations = self.api.projects().locations()
-        self.collection = locations.nodes() if self.kind == "node" else locations.queuedResources()
-
-    def state(self) -> str:
-        found = _found(self.collection.get(name=self.name))
-        if found is None:
-            return NOT_FOUND
-        state = found.get("state")  # a node's is a string; a queued resource's {"state": ...}
-        state = state.get("state") if isinstance(state, dict) else state
-        return str(state or "STATE_UNSPECIFIED")
-
-    def billing(self, seen: str) -> bool:
-        return seen == HEALTHY[self.kind]
-
-    def delete(self) -> None:
-        # force: an ACTIVE queued resource is deleted with its nodes (without it the API
-        # refuses one that still has nodes).
-        force = {"force": True} if self.kind == "queued" else {}
-        self.collection.delete(name=self.name, **force).execute(num_retries=2)
-
-    stop = delete
-    STOPS_AT_ONCE = True  # a node whose delete is accepted is no longer READY (what bills)
-
-    def create(self) -> None:
-        key = "nodeId" if self.kind == "node" else "queuedResourceId"
-        self.collection.create(parent=self.parent, body=self.body, **{key: self.id}).execute()
-
-
-def _size_state(views: list[tuple[int, int, bool]]) -> str:
-    """`SIZE_<target>` while the groups (`Group.view`) ask for instances, `DELETING_<left>`
-    after a resize to 0 until none is left and every group is stable, then `STOPPED`."""
-    target, left = sum(v[0] for v in views), sum(v[1] for v in views)
-    if target:
-        return f"SIZE_{target}"
-    return f"{DELETING_}{left}" if left or not all(v[2] for v in views) else STOPPED
-
-
-def _left(seen: str) -> int | None:
-    """The instances still being deleted (`DELETING_<n>`), else None."""
-    return int(seen.removeprefix(DELETING_)) if seen.startswith(DELETING_) else None
-
-
-def _group_parts(url_or_name: str) -> tuple[str, str, str]:
-    """(project, zone, name) of `.../projects/P/zones/Z/instanceGroupManagers/N` (a name or
-    the URL GKE lists in `instanceGroupUrls`)."""
-    parts = url_or_name.split("/")
-    return parts[parts.index("projects") + 1], parts[parts.index("zones") + 1], parts[-1]
-
-
-class Group:
-    """A managed instance group (Compute Engine v1): billing while it holds instances;
-    stopped by resizing it to 0, which is done once it holds none."""
-
-    STOPS_AT_ONCE = False
-
-    def __init__(self, config: Json, credentials: Any) -> None:
-        self.api = _api("compute", "v1", COMPUTE_ENDPOINT_ENV, credentials)
-        self.name: str = config["name"]
-
-    def view(self, name: str) -> tuple[int, int, bool] | None:
-        """(target size, instances left, stable) of the group (one GET); None if there is none."""
-        project, zone, group = _group_parts(name)
-        igm = self.api.instanceGroupManagers()
-        found = _found(igm.get(project=project, zone=zone, instanceGroupManager=group))
-        if found is None:
-            return None
-        # targetSize is 0 once a resize to 0 is accepted, VMs or not (module docstring).
-        # compute.v1 discovery, InstanceGroupManager: `currentActions` counts instances by
-        # action (`deleting`: "scheduled to be deleted or are currently being deleted", ...);
-        # `status.isStable`: "none of the instances ... is currently undergoing any type of
-        # change (for example, creation, restart, or deletion); no future changes are
-        # scheduled". Empty: all counts 0 and stable.
-        left = sum(int(n) for n in (found.get("currentActions") or {}).values())
-        stable = (found.get("status") or {}).get("isStable") is True
-        return int(found.get("targetSize", 0)), left, stable
-
-    def state(self) -> str:
-        view = self.view(self.name)
-        return NOT_FOUND if view is None else _size_state([view])
-
-    @staticmethod
-    def billing(seen: str) -> bool:
-        return seen.startswith(("SIZE_", DELETING_))
-
-    def stop(self) -> None:
-        project, zone, group = _group_parts(self.name)
-        self.api.instanceGroupManagers().resize(
-            project=project, zone=zone, instanceGroupManager=group, size=0
-        ).execute(num_retries=2)
-
-
-class NodePool:
-    """A GKE node pool (container v1): billing while any of its instance groups has
-    instances; stopped by setting its size to 0 (`nodePools.setSize`), which is done once
-    its groups hold none (GKE deletes the VMs through them, as a resize does)."""
-
-    STOPS_AT_ONCE = False
-
-    def __init__(self, config: Json, credentials: Any) -> None:
-        self.api = _api("container", "v1", CONTAINER_ENDPOINT_ENV, credentials)
-        self.groups = Group(config, credentials)
-        self.name: str = config["name"]
-        self.pools = self.api.projects().locations().clusters().nodePools()
-
-    def state(self) -> str:
-        pool = _found(self.pools.get(name=self.name))
-        if pool is None:
-            return NOT_FOUND
-        # A node pool reports no node count of its own: its groups' instances are it.
-        views = [self.groups.view(url) for url in pool.get("instanceGroupUrls", [])]
-        return _size_state([v for v in views if v is not None])
-
-    billing = staticmethod(Group.billing)
-
-    def stop(self) -> None:
-        self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
-
-
-Target = Tpu | Group | NodePool
-TARGETS: dict[str, type[Target]] = {"node": Tpu, "queued": Tpu, "mig": Group, "node_pool": NodePool}
-
-
-def target_of(config: Json, credentials: Any) -> Target:
-    return TARGETS[config["kind"]](config, credentials)
-
-
 def _error(err: Exception) -> str:
     if isinstance(err, HttpError):
         return f"error: HTTP {err.resp.status}: {err._get_reason()}"
@@ -294,20 +176,24 @@ def _json(data: bytes | None) -> Json | None:
     return value if value is None or isinstance(value, dict) else {"outcome": "unreadable"}
 
 
-def _line(text: object, limit: int = 200) -> str:
+def _line(text: object, limit: int = DETAIL_MAX) -> str:
     """One line of at most `limit` characters (the end record's text is the trainer's)."""
     lines = str(text or "").strip().splitlines()
     return lines[0][:limit] if lines else ""
 
 
 def _end_record(data: bytes | None) -> Json | None:
-    """The end record as an end (`reason`: its outcome; a failure's `stage` and `detail`)."""
+    """The end record as an end (`reason`: its outcome; a failure's `stage`, `detail` and
+    `node`, the rank of the machine that recorded it)."""
     record = _json(data)
     if record is None:
         return None
     end: Json = {"reason": _line(record.get("outcome", "unreadable"), 40) or "unreadable"}
     if end["reason"] == "failed" and record.get("stage") in STAGES:
         end |= {"stage": record["stage"], "detail": _line(record.get("reason"))}
+        rank = record.get("node_rank")
+        if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+            end["node"] = rank
     return end
 
 
@@ -328,15 +214,16 @@ def _tick(run: Json, run_config: Json, store: Store, billing: bool, now: float) 
         return
     run["silent_s"] = round(run["silent_s"] + billed, 3)
     if run_config.get("alive_uri"):
-        _listen(run, store, str(run_config["alive_uri"]), now)
+        _listen(run, store, run_config, now)
 
 
-def _listen(run: Json, store: Store, alive_uri: str, now: float) -> None:
+def _listen(run: Json, store: Store, run_config: Json, now: float) -> None:
     """Take a heartbeat newer than the last one heard: the billing time since it is at most
-    the time since it. A list that fails never ends a run: the silence is not counted while
-    it fails, and a log line says so once per change of the error."""
+    the time since it. A read that fails (a 403, a transport error) never ends a run: the
+    silence is not counted while it fails, and a log line says so once per change of the
+    error."""
     try:
-        newest = store.newest_heartbeat(alive_uri)
+        newest = store.newest_heartbeat(run_config["alive_uri"], int(run_config["node_count"]))
     except READ_ERRORS as err:
         run["silent_s"], error = 0.0, _error(err)
         if run["heartbeats_unread"] != error:
@@ -352,7 +239,7 @@ def _listen(run: Json, store: Store, alive_uri: str, now: float) -> None:
 
 def end_of_run(run_config: Json, store: Store, run: Json, now: float) -> Json | None:
     """Why the run is over (`reason`: `done`, `failed`, `stopped`, `no_heartbeat`,
-    `max_run_hours`, `max_total_usd`; a failure's `stage` and `detail`), or None."""
+    `max_run_hours`, `max_total_usd`; a failure's `stage`, `detail` and `node`), or None."""
     return _end_record(store.read(run_config.get("end_uri"))) or _limit(run_config, run, now)
 
 
@@ -454,7 +341,7 @@ def supervise_once(target: Target, store: Store, now: float, config: Json) -> Js
         return _unreadable(target, store, state, run_config, _error(err), now)
     if seen != NOT_FOUND:
         state["found"] = True  # it has existed: missing from now on means deleted
-    billing, left = target.billing(seen), _left(seen)
+    billing, left = target.billing(seen), left_to_delete(seen)
     _tick(run, run_config, store, billing, now)
     event = _event(target, state, seen, "ok", now)
     if state.pop("unreadable", None):
@@ -480,9 +367,10 @@ def _ended(
 ) -> Json:
     """A check after the run's end: stop what still bills, or record that nothing does."""
     run, seen = state["run"], str(event["seen"])
-    left = _left(seen)
+    left = left_to_delete(seen)
     if left is not None:
-        # Emptying already (someone resized it to 0): waited for, not resized again.
+        # Emptying already (someone deleted its VMs or resized it): waited for, not stopped
+        # again.
         run.update(stopping=now, end=end, stopping_seen=None)
         return _stopping(store, state, event, left, now)
     if run["billing"] or seen not in (NOT_FOUND, STOPPED, "DELETING"):

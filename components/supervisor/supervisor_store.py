@@ -20,6 +20,7 @@ from typing import Any
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import gcsfs
+import gcsfs.retry
 import google.auth.exceptions
 import httplib2
 from googleapiclient.errors import HttpError
@@ -27,7 +28,13 @@ from googleapiclient.errors import HttpError
 Json = dict[str, Any]
 WRITE_TRIES = 5
 """How often a call reads and writes again after losing a race (`Store`)."""
-READ_ERRORS = (HttpError, OSError, httplib2.HttpLib2Error, google.auth.exceptions.GoogleAuthError)
+READ_ERRORS = (
+    HttpError,
+    gcsfs.retry.HttpError,  # a Cloud Storage error gcsfs maps to no OSError (a 5xx, say)
+    OSError,  # gcsfs's 403 ("Forbidden") and 404, and transport errors
+    httplib2.HttpLib2Error,
+    google.auth.exceptions.GoogleAuthError,
+)
 FRESH_STATE = {"attempts": 0, "next_allowed": None, "recreate": False}
 
 
@@ -127,14 +134,22 @@ class Store:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(_path(uri))
 
-    def newest_heartbeat(self, prefix_uri: str) -> float | None:
-        """The newest server-side `updated` time (Unix seconds) of the objects under
-        `prefix_uri` (one heartbeat per node), or None where there is none: one JSON API
-        `objects.list` (its `updated`: "The modification time of the object metadata",
-        storage.v1 discovery `Object`), never the objects' content, which the nodes write."""
+    def newest_heartbeat(self, prefix_uri: str, node_count: int) -> float | None:
+        """The newest server-side `updated` time (Unix seconds) of the heartbeats
+        `<prefix_uri><rank>`, rank 0 to `node_count - 1`, or None where there is none: one JSON
+        API `objects.get` of each object's metadata (its `updated`: "The modification time of
+        the object metadata", storage.v1 discovery `Object`), never its content, which the
+        nodes write. Gets, not a list: the grant's condition names objects, and a list is a
+        request on the bucket (`catalog.supervisor_iam.STORAGE_CONDITIONS_SOURCE`). Any get
+        that fails but for a 404 raises (the caller then counts no silence)."""
         bucket, _, prefix = _path(prefix_uri).partition("/")
-        listed = self.fs.call(
-            "GET", "b/{}/o", bucket, prefix=prefix, fields="items(updated)", json_out=True
-        )
-        times = [_epoch(str(item["updated"])) for item in listed.get("items") or []]
+        times = []
+        for rank in range(node_count):
+            try:
+                found = self.fs.call(
+                    "GET", "b/{}/o/{}", bucket, f"{prefix}{rank}", fields="updated", json_out=True
+                )
+            except FileNotFoundError:
+                continue  # this node has written none yet
+            times.append(_epoch(str(found["updated"])))
         return max(times) if times else None

@@ -53,8 +53,8 @@ class Gce(GpuCluster):
     def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
         return True, (
             f"the VMs' startup script stops the trainer {seconds}s after the run's first "
-            "start (A100Cluster max_run_seconds); then the supervisor resizes the instance "
-            "group to 0"
+            "start (A100Cluster max_run_seconds); then the supervisor deletes the instance "
+            "group's VMs"
         )
 
     def runs_on(self, cfg: StackConfig, code: UserCode) -> str:

@@ -1,7 +1,7 @@
 """What targets `gke` and `gce` share: stack section `trainstack:gpu_cluster` (the
 `A100Cluster` component's machines, `backend` picking the target) and the parts of their
 checks, cost, quota and composition that do not depend on the backend, and the run
-supervisor that sets the GPU nodes to 0 at the run's end. Each backend's own parts are in
+supervisor that removes the GPU nodes at the run's end. Each backend's own parts are in
 `trainstack.infra.targets.gke` / `.gce`."""
 
 from __future__ import annotations
@@ -270,8 +270,8 @@ class GpuCluster(CloudTarget):
     def _supervisor(
         self, ctx: ComposeContext, target: SupervisedCompute
     ) -> tuple[RunSupervisor, dict[str, Any]]:
-        """The cluster's supervisor: it resizes the instance group (gce) or the GPU node
-        pool (gke) to 0 at the run's end; it and its stack outputs."""
+        """The cluster's supervisor: it deletes the instance group's VMs (gce) or sets the
+        GPU node pool (gke) to 0 at the run's end; it and its stack outputs."""
         cfg = ctx.cfg
         assert cfg.region is not None
         values: dict[str, Any] = {
@@ -280,9 +280,13 @@ class GpuCluster(CloudTarget):
             "deployment_name": ctx.deployment,
             "kind": target.kind,
             "resource_name": target.resource_name,
-            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), target.run_record),
+            "run": run_settings(
+                cfg, self.stoppable_hourly_usd(cfg), target.run_record, target.node_count
+            ),
             "staging_bucket": ctx.buckets.staging_bucket,
             "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
             "labels": dict(ctx.labels),
         }
+        if target.instances is not None:
+            values["instances"] = target.instances
         return register_supervisor(ctx.deployment, values, ctx.after_grants)

@@ -358,7 +358,10 @@ class Tpu(CloudTarget):
             "kind": target.kind,
             "resource_name": target.resource_name,
             "recover": recover,
-            "run": run_settings(cfg, self.stoppable_hourly_usd(cfg), target.run_record),
+            # One heartbeat per host (its worker index is its node rank).
+            "run": run_settings(
+                cfg, self.stoppable_hourly_usd(cfg), target.run_record, _tpu(cfg).slice.hosts
+            ),
             "staging_bucket": ctx.buckets.staging_bucket,
             "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
             "labels": dict(ctx.labels),

@@ -20,9 +20,9 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
 - a bucket grant on the supervisor's own state bucket (labelled `component: run-supervisor`),
   or on another bucket of this stack (the checkpoint bucket) under a condition that holds it to
   the runs' records: `resource.name.startsWith("projects/_/buckets/<that bucket>/objects/
-  trainstack-run-...")`, optionally `|| api.getAttribute("storage.googleapis.com/
-  objectListPrefix", "").startsWith("trainstack-run-...")` (its lists of them); Cloud Storage
-  honours object names in conditions, so checkpoints and final models stay out of its reach;
+  trainstack-run-...")` and nothing else (no list: it reads each record by name); Cloud
+  Storage honours object names in conditions, so checkpoints and final models stay out of its
+  reach;
 - a service-account grant on an account this stack creates (the training account, which the
   node body in its bundle runs as; whether creating a node without `serviceAccount.email`,
   which runs as the default Compute Engine account, needs actAs is unverified);
@@ -91,9 +91,6 @@ _RECORD_CLAUSE = re.compile(
     r'^resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^/"]+)/objects/'
     + RECORDS
     + r'[^"]*"\)$'
-    r'|^api\.getAttribute\("storage\.googleapis\.com/objectListPrefix", ""\)\.startsWith\("'
-    + RECORDS
-    + r'[^"]*"\)$'
 )
 
 
@@ -150,7 +147,7 @@ def _records_problem(condition: object, bucket: str) -> str | None:
         match = _RECORD_CLAUSE.match(clause.strip())
         if match is None:
             return f"has a condition clause {clause.strip()!r} beyond the run records"
-        if match["bucket"] is not None and match["bucket"] != bucket:
+        if match["bucket"] != bucket:
             return f"has a condition naming bucket {match['bucket']}, not {bucket}"
     return None
 

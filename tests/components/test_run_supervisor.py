@@ -33,10 +33,12 @@ from trainstack.infra.plan import load_stack
 NODE = "projects/my-project/locations/us-west4-a/nodes/exp-42-tpu"
 QUEUED = "projects/my-project/locations/us-west4-a/queuedResources/exp-42-tpu-qr"
 MIG = "projects/my-project/zones/us-central1-a/instanceGroupManagers/exp-42-a100"
+VMS = ["exp-42-a100-0", "exp-42-a100-1"]
 POOL = "projects/my-project/locations/us-central1-a/clusters/exp-42-gke/nodePools/gpu-pool"
 RUN = {
     "end_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.ended",
     "alive_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.alive/",
+    "node_count": 2,
     "stop_uri": "gs://b-ckpt/trainstack-run-0123456789abcdef.stop",
     "max_run_seconds": 7200,
     "hourly_usd": 29.39,
@@ -165,10 +167,9 @@ def test_grants_are_narrow_and_exact() -> None:
         "condition": {
             "title": "only the run records",
             "description": "The runs' end records, heartbeats and stop requests; no checkpoint.",
+            # Object names only (Google documents them in conditions): no list is granted.
             "expression": (
-                'resource.name.startsWith("projects/_/buckets/b-ckpt/objects/trainstack-run-") '
-                '|| api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
-                '.startsWith("trainstack-run-")'
+                'resource.name.startsWith("projects/_/buckets/b-ckpt/objects/trainstack-run-")'
             ),
         },
     }
@@ -363,13 +364,67 @@ def test_bad_input_names_the_key() -> None:
     ):
         _run(kind="gke")
     with pytest.raises(ValueError, match=r"^resource_name: 'x' is not a mig name; valid: proj"):
-        supervisor_config("mig", "x", None, "b")
+        supervisor_config("mig", "x", None, "b", instances=VMS)
     with pytest.raises(ValueError, match=r"^recover: only a TPU slice with its body is recre"):
-        supervisor_config("mig", MIG, None, "b", recover=True)
+        supervisor_config("mig", MIG, None, "b", recover=True, instances=VMS)
     with pytest.raises(ValueError, match=r"^run.max_total: unknown key; valid: alive_uri, end_"):
-        supervisor_config("mig", MIG, None, "b", run={"max_total": 5})
+        supervisor_config("mig", MIG, None, "b", run={"max_total": 5}, instances=VMS)
+    # Heartbeats are read one per node: the count goes with them.
+    alive = {"alive_uri": RUN["alive_uri"]}
+    for count in (None, 0, True, 2.0):
+        with pytest.raises(ValueError) as raised:
+            supervisor_config(
+                "mig", MIG, None, "b", run={**alive, "node_count": count}, instances=VMS
+            )
+        assert str(raised.value) == (
+            f"run.node_count: {count!r} is not allowed; valid: the number of nodes (1 or more), "
+            "each writing its heartbeat under run.alive_uri"
+        )
     with pytest.raises(ArgsError, match=r"RunSupervisor.schedul: unknown key"):
         _run(schedul="*/5 * * * *")
+
+
+@pytest.mark.parametrize(
+    ("kind", "instances", "why"),
+    [
+        (
+            "mig",
+            None,
+            "instances: None names no instance; valid: the group's instance names, one or "
+            "more, each once",
+        ),
+        (
+            "mig",
+            [],
+            "instances: [] names no instance; valid: the group's instance names, one or more, "
+            "each once",
+        ),
+        (
+            "mig",
+            ["exp-42-a100-0", "Exp_1"],
+            "instances: 'Exp_1' is not an instance name; valid: the group's instance names, "
+            "one or more, each once",
+        ),
+        (
+            "mig",
+            ["exp-42-a100-0", "exp-42-a100-0"],
+            "instances: ['exp-42-a100-0', 'exp-42-a100-0'] names an instance twice; valid: "
+            "the group's instance names, one or more, each once",
+        ),
+        ("node_pool", VMS, "instances: only a mig has instances; kind 'node_pool'"),
+    ],
+)
+def test_a_supervisor_deletes_exactly_the_groups_named_vms(
+    kind: str, instances: list[str] | None, why: str
+) -> None:
+    name = MIG if kind == "mig" else POOL
+    with pytest.raises(ValueError) as raised:
+        supervisor_config(kind, name, None, "b", instances=instances)
+    assert str(raised.value) == why
+    overrides: dict[str, Any] = {"kind": kind, "resource_name": name, "body": {}, "run": RUN}
+    with pytest.raises(ArgsError) as refused:
+        _run(**overrides, **({} if instances is None else {"instances": instances}))
+    assert str(refused.value) == f"RunSupervisor.{why}"
 
 
 def test_spot_node_body_is_checked_against_the_discovery_document() -> None:
@@ -480,11 +535,12 @@ def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
         ("node_pool", POOL, ["container.clusters.get", "container.clusters.update"]),
     ],
 )
-def test_a_gpu_stack_supervisor_may_only_read_and_resize_its_compute(
+def test_a_gpu_stack_supervisor_may_only_read_and_stop_its_compute(
     kind: str, name: str, permissions: list[str]
 ) -> None:
-    overrides = {"kind": kind, "resource_name": name, "body": {}, "run": RUN}
-    run = _run(**overrides)
+    overrides: dict[str, Any] = {"kind": kind, "resource_name": name, "body": {}, "run": RUN}
+    named = {"instances": VMS} if kind == "mig" else {}
+    run = _run(**overrides, **named)
     assert run.named("sup-role").inputs["permissions"] == permissions
     assert run.named("sup-role").inputs["description"] == "Get and stop one stack's compute."
     # It creates nothing, so it may act as no account.
@@ -498,6 +554,7 @@ def test_a_gpu_stack_supervisor_may_only_read_and_resize_its_compute(
             "recover": False,
             "run": RUN,
             "state_uri": f"gs://{STATE}",
+            **named,
         }
 
 

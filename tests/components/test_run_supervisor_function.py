@@ -1,8 +1,9 @@
 """The supervisor stopping a run's compute at its end, as Cloud Functions runs it: Google's
 `functions-framework` serving the bundle `build_source` writes (the component's own code
 path), against the Compute Engine, GKE and TPU fakes, the metadata server fake and the GCS
-emulator (about 30 s). A group or pool resized to 0 keeps its instances for a few checks
-(the fake's `deletion_gets`), as Google's does: the run is "stopping" until they are gone."""
+emulator (about 30 s). A group whose VMs are deleted, or a pool set to 0, keeps its instances
+for a few checks (the fake's `deletion_gets`), as Google's does: the run is "stopping" until
+they are gone."""
 
 from __future__ import annotations
 
@@ -44,6 +45,14 @@ own)."""
 TRAINER_WRITABLE_STATE = f"{BUCKET}/supervisor/exp-42/state.json"
 """Where the supervisor's state was, in the checkpoint bucket the training account writes."""
 MIG = "projects/p/zones/us-central1-a/instanceGroupManagers/exp-42-a100"
+GROUP = "p/us-central1-a/exp-42-a100"
+VMS = ["exp-42-a100-0", "exp-42-a100-1"]
+"""The group's VMs, as `pulumi up` left them (one per-instance config each)."""
+DELETE_VMS = {
+    "instances": [f"zones/us-central1-a/instances/{name}" for name in VMS],
+    "skipInstancesOnValidationError": True,
+}
+"""The supervisor's stop: its VMs deleted by name (`deleteInstances`)."""
 POOL = "projects/p/locations/us-central1-a/clusters/exp-42-gke/nodePools/gpu-pool"
 POOL_GROUP = "p/us-central1-a/gke-exp-42-gke-gpu-pool-1a2b3c4d-grp"
 NODE = "projects/p/locations/us-west4-a/nodes/exp-42-tpu"
@@ -80,14 +89,17 @@ class World:
     def put(self, uri: str, value: Any) -> None:
         self.fs.pipe_file(uri.removeprefix("gs://"), json.dumps(value).encode())
 
-    def status_lines(self, stack: str = "prod-a100-gce") -> list[str]:
+    def status_lines(
+        self, stack: str = "prod-a100-gce", instances: list[str] | None = None
+    ) -> list[str]:
         """`trainstack status`'s supervisor lines for the events and state so far (the
-        stack's config and name; $58.77/hour)."""
+        stack's config and name; $58.77/hour; its `instance_names` output)."""
         self.fs.invalidate_cache()
         state = json.loads(self.fs.cat_file(f"{STATE}/state.json"))
         loaded = yaml.safe_load((REPO_ROOT / f"stacks/Pulumi.{stack}.yaml").read_text())
         cfg = load_stack_config(loaded["config"])
-        return supervisor_lines(supervisor_status(self.events(), state, cfg, 58.77, stack))
+        status = supervisor_status(self.events(), state, cfg, 58.77, stack, None, instances)
+        return supervisor_lines(status)
 
     def seed(self, **run: Any) -> None:
         """The supervisor's own state of this run as its earlier checks left it."""
@@ -109,7 +121,10 @@ def _world(
     clean: bool = True,
     deletion_gets: int = 1,
     compute_endpoint: str | None = None,
+    storage_endpoint: str | None = None,
 ) -> Iterator[World]:
+    """The bundle of `config` served, its fakes, and the emulator at `gcs` (the function
+    reaches it at `storage_endpoint` where given: `tests.fakes.storage_grant`)."""
     bundle = build_source(config, tmp / "build")
     folder = tmp / f"source-{bundle.sha256[:8]}"
     with zipfile.ZipFile(bundle.path) as archive:
@@ -129,7 +144,7 @@ def _world(
         env = {
             "GCE_METADATA_HOST": metadata.host,
             "GCE_METADATA_IP": metadata.host,
-            "STORAGE_EMULATOR_HOST": gcs,
+            "STORAGE_EMULATOR_HOST": storage_endpoint or gcs,
             "TRAINSTACK_TPU_API_ENDPOINT": tpu.endpoint,
             "TRAINSTACK_COMPUTE_API_ENDPOINT": compute_endpoint or compute.endpoint,
             "TRAINSTACK_CONTAINER_API_ENDPOINT": container.endpoint,
@@ -151,10 +166,10 @@ def test_a_finished_gce_run_is_stopped_once_its_group_holds_no_instances(
 ) -> None:
     # $100 a second: every check adds to the spend while the group holds instances.
     run = {**RUN, "hourly_usd": 360000.0}
-    config = supervisor_config("mig", MIG, None, STATE, run=run)
-    group = "p/us-central1-a/exp-42-a100"
+    config = supervisor_config("mig", MIG, None, STATE, run=run, instances=VMS)
+    group = GROUP
     with _world(tmp_path, gcs, config, deletion_gets=2) as world:
-        world.compute.groups[group] = {"targetSize": 2}
+        world.compute.create_instances(group, VMS)
         running = world.function.call()
         assert (running["seen"], running["action"]) == ("SIZE_2", "none")
         world.put(RUN["end_uri"], {"outcome": "done", "step": 100})
@@ -165,8 +180,13 @@ def test_a_finished_gce_run_is_stopped_once_its_group_holds_no_instances(
             "done",
             "stopping",
         )
-        assert world.compute.resizes == [(group, 0)]
-        # Google's resize is DONE once scheduled: size 0, the two VMs still there.
+        # Exactly its VMs, by name: never a resize.
+        assert (world.compute.deletions, world.compute.resizes) == ([(group, DELETE_VMS)], [])
+        assert (
+            validate_body("compute.v1", "InstanceGroupManagersDeleteInstancesRequest", DELETE_VMS)
+            == []
+        )
+        # Google's deleteInstances is DONE once scheduled: size 0, the two VMs still there.
         deleting = world.function.call()
         assert (deleting["seen"], deleting["action"], deleting["result"]) == (
             "DELETING_2",
@@ -191,9 +211,13 @@ def test_a_finished_gce_run_is_stopped_once_its_group_holds_no_instances(
             "compute stopped",
         )
         assert list(world.compute.gone) == [group]
+        assert (world.compute.members(group), world.compute.groups[group]["targetSize"]) == (
+            {},
+            0,
+        )
         after = world.function.call()
         assert (after["seen"], after["result"]) == ("STOPPED", "stopped")
-        assert world.compute.resizes == [(group, 0)]  # never resized again
+        assert len(world.compute.deletions) == 1  # never deleted again
         events = world.events()
         assert _summary(events) == [
             ("SIZE_2", "stop", "done", "stopping"),
@@ -213,18 +237,18 @@ def test_a_finished_gce_run_is_stopped_once_its_group_holds_no_instances(
         ]
 
 
-def test_a_group_already_emptying_at_the_runs_end_is_waited_for_not_resized(
+def test_a_group_already_emptying_at_the_runs_end_is_waited_for_not_stopped_again(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config("mig", MIG, None, STATE, run=RUN)
-    group = "p/us-central1-a/exp-42-a100"
+    config = supervisor_config("mig", MIG, None, STATE, run=RUN, instances=VMS)
+    group = GROUP
     with _world(tmp_path, gcs, config) as world:
         world.compute.groups[group] = {"targetSize": 2}
-        world.compute.scale(group, 0)  # someone resized it to 0 a moment ago
+        world.compute.scale(group, 0)  # someone emptied it a moment ago
         world.put(RUN["end_uri"], {"outcome": "done"})
         assert world.function.call()["result"] == "stopping"
         assert world.function.call()["result"] == "compute stopped"
-        assert world.compute.resizes == []
+        assert (world.compute.deletions, world.compute.resizes) == ([], [])
         assert _summary(world.events()) == [
             ("DELETING_2", "none", "done", "stopping"),
             ("STOPPED", "none", "done", "compute stopped"),
@@ -327,26 +351,28 @@ def test_a_run_stopped_by_its_cap_goes_on_once_pulumi_up_raises_it(
     tmp_path: Path, gcs: str
 ) -> None:
     run = {**RUN, "hourly_usd": 360000.0, "max_total_usd": 50.0}
-    capped = supervisor_config("mig", MIG, None, STATE, run=run)
-    group = "p/us-central1-a/exp-42-a100"
+    capped = supervisor_config("mig", MIG, None, STATE, run=run, instances=VMS)
+    group = GROUP
     with _world(tmp_path, gcs, capped) as world:
-        world.compute.groups[group] = {"targetSize": 2}
+        world.compute.create_instances(group, VMS)
         world.function.call()
         time.sleep(1.0)
         assert world.function.call()["action"] == "request_stop"
         world.put(RUN["end_uri"], {"outcome": "stopped", "reason": "max_total_usd"})
         assert world.function.call()["action"] == "stop"
-        assert world.compute.resizes == [(group, 0)]
+        assert world.compute.deletions == [(group, DELETE_VMS)]
     # `pulumi up` with a higher cap: a new bundle, the same run, the group at 2 again.
-    raised = supervisor_config("mig", MIG, None, STATE, run={**run, "max_total_usd": 10_000_000.0})
+    raised = supervisor_config(
+        "mig", MIG, None, STATE, run={**run, "max_total_usd": 10_000_000.0}, instances=VMS
+    )
     with _world(tmp_path, gcs, raised, clean=False) as world:
-        world.compute.groups[group] = {"targetSize": 2}
+        world.compute.create_instances(group, VMS)  # `pulumi up --refresh`: the configs again
         back = world.function.call()
         assert back["action"] == "none"
         world.fs.invalidate_cache()
         assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))
         assert not world.fs.exists(RUN["end_uri"].removeprefix("gs://"))
-        assert world.compute.resizes == []
+        assert world.compute.deletions == []
         assert _summary(world.events())[-1] == (
             "SIZE_2",
             "none",
@@ -356,16 +382,19 @@ def test_a_run_stopped_by_its_cap_goes_on_once_pulumi_up_raises_it(
 
 
 def test_a_done_run_whose_compute_comes_back_is_stopped_again(tmp_path: Path, gcs: str) -> None:
-    config = supervisor_config("mig", MIG, None, STATE, run=RUN)
-    group = "p/us-central1-a/exp-42-a100"
-    with _world(tmp_path, gcs, config) as world:
-        world.compute.groups[group] = {"targetSize": 2}
+    config = supervisor_config("mig", MIG, None, STATE, run=RUN, instances=VMS)
+    group = GROUP
+    with _world(tmp_path, gcs, config, deletion_gets=0) as world:
+        world.compute.create_instances(group, VMS)
         world.put(RUN["end_uri"], {"outcome": "done"})
         assert world.function.call()["action"] == "stop"
-        world.compute.groups[group]["targetSize"] = 2  # `pulumi up` with nothing changed
+        assert world.function.call()["result"] == "compute stopped"
+        # `pulumi up --refresh` with nothing changed: the configs create the VMs again.
+        world.compute.create_instances(group, VMS)
         again = world.function.call()
         assert (again["action"], again["reason"]) == ("stop", "done")
-        assert world.compute.resizes == [(group, 0), (group, 0)]
+        assert world.compute.deletions == [(group, DELETE_VMS)] * 2
+        assert world.compute.resizes == []
 
 
 def test_a_stop_request_left_without_the_trainers_record_is_withdrawn_too(
@@ -373,8 +402,8 @@ def test_a_stop_request_left_without_the_trainers_record_is_withdrawn_too(
 ) -> None:
     # Stopped after the grace (no `stopped` record came), then `pulumi up` raised the cap.
     run = {**RUN, "hourly_usd": 10.0, "max_total_usd": 1000.0}
-    config = supervisor_config("mig", MIG, None, STATE, run=run)
-    group = "p/us-central1-a/exp-42-a100"
+    config = supervisor_config("mig", MIG, None, STATE, run=run, instances=VMS)
+    group = GROUP
     with _world(tmp_path, gcs, config) as world:
         world.seed(
             spend_usd=60.0,
@@ -385,14 +414,14 @@ def test_a_stop_request_left_without_the_trainers_record_is_withdrawn_too(
             end={"reason": "max_total_usd"},
         )
         world.put(RUN["stop_uri"], {"reason": "max_total_usd"})
-        world.compute.groups[group] = {"targetSize": 2}
+        world.compute.create_instances(group, VMS)
         assert world.function.call()["action"] == "none"
         world.fs.invalidate_cache()
         assert not world.fs.exists(RUN["stop_uri"].removeprefix("gs://"))
         assert world.events()[-1]["result"] == (
             "compute back after a stop; the limits no longer hold: stop request withdrawn"
         )
-        assert world.compute.resizes == []
+        assert world.compute.deletions == []
 
 
 ROLE = "projects/my-ml-project/roles/trainstackSupervisor"
@@ -411,10 +440,10 @@ def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_rea
     tmp_path: Path, gcs: str
 ) -> None:
     run = {**RUN, "hourly_usd": 360000.0}
-    config = supervisor_config("mig", MIG, None, STATE, run=run)
-    group = "p/us-central1-a/exp-42-a100"
+    config = supervisor_config("mig", MIG, None, STATE, run=run, instances=VMS)
+    group = GROUP
     with _world(tmp_path, gcs, config) as world:
-        world.compute.groups[group] = {"targetSize": 2}
+        world.compute.create_instances(group, VMS)
         assert world.function.call()["seen"] == "SIZE_2"
         world.compute.denied = DENIED_GROUP  # the grant is wrong: every GET answers 403
         error = f"error: HTTP 403: {DENIED_GROUP}"
@@ -435,12 +464,13 @@ def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_rea
         world.put(RUN["end_uri"], {"outcome": "done", "step": 100})
         ended = world.function.call(502)  # the run's end is news: recorded
         assert (ended["reason"], ended["result"]) == ("done", error)
-        assert world.compute.resizes == []
-        assert world.status_lines() == [
+        assert world.compute.deletions == []
+        assert world.status_lines(instances=VMS) == [
             cannot,
             "finished (done) but the compute may still be billing $58.77/hour: the supervisor "
-            "cannot read it; run: gcloud compute instance-groups managed resize exp-42-a100 "
-            "--size=0 --zone=us-central1-a --project=p",
+            "cannot read it; run: gcloud compute instance-groups managed delete-instances "
+            "exp-42-a100 --instances=exp-42-a100-0,exp-42-a100-1 "
+            "--skip-instances-on-validation-error --zone=us-central1-a --project=p",
             f"spend counted by the supervisor: ${_spend(world):,.2f}{NOT_COUNTED}",
         ]
         assert json.loads(world.function.printed()[-1]) == {
@@ -456,7 +486,7 @@ def test_a_group_it_cannot_read_is_reported_once_per_change_and_stopped_once_rea
             "done",
             "stopping",
         )
-        assert world.compute.resizes == [(group, 0)]
+        assert world.compute.deletions == [(group, DELETE_VMS)]
         assert _summary(world.events()) == [
             ("UNKNOWN", "none", None, error),
             ("UNKNOWN", "none", "done", error),
@@ -541,7 +571,7 @@ def test_a_slice_it_cannot_read_past_max_run_hours_may_still_bill_and_is_stopped
 def test_a_compute_api_it_cannot_reach_is_recorded_once_as_a_transport_error(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config("mig", MIG, None, STATE, run=RUN)
+    config = supervisor_config("mig", MIG, None, STATE, run=RUN, instances=VMS)
     nowhere = f"http://127.0.0.1:{free_port()}/compute/v1/"  # nothing listens there
     with _world(tmp_path, gcs, config, compute_endpoint=nowhere) as world:
         error = "error: ConnectionRefusedError: [Errno 111] Connection refused"

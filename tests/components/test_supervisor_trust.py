@@ -28,6 +28,7 @@ from tests.components.test_run_supervisor_function import (
     RUN,
     STATE,
     TRAINER_WRITABLE_STATE,
+    VMS,
     _world,
 )
 from tests.fakes.gcs_emulator import running_gcs_emulator
@@ -45,9 +46,9 @@ def gcs() -> Iterator[str]:
 def test_a_spend_count_reset_by_the_trainer_does_not_lift_the_cap(tmp_path: Path, gcs: str) -> None:
     # $100 a second against a $50 cap: two checks a second apart pass it.
     run = {**RUN, "hourly_usd": 360000.0, "max_total_usd": 50.0}
-    config = supervisor_config("mig", MIG, None, STATE, run=run)
+    config = supervisor_config("mig", MIG, None, STATE, run=run, instances=VMS)
     with _world(tmp_path, gcs, config) as world:
-        world.compute.groups[GROUP] = {"targetSize": 4}
+        world.compute.create_instances(GROUP, VMS)
         assert world.function.call()["action"] == "none"
         time.sleep(1.0)
         # The trainer resets the count where the supervisor kept it, and writes a fresh one.
@@ -65,9 +66,10 @@ def test_a_spend_count_reset_by_the_trainer_does_not_lift_the_cap(tmp_path: Path
 def test_a_run_clock_rewritten_by_the_trainer_does_not_extend_the_run(
     tmp_path: Path, gcs: str
 ) -> None:
-    config = supervisor_config("mig", MIG, None, STATE, run={**RUN, "max_run_seconds": 3600})
+    run = {**RUN, "max_run_seconds": 3600}
+    config = supervisor_config("mig", MIG, None, STATE, run=run, instances=VMS)
     with _world(tmp_path, gcs, config) as world:
-        world.compute.groups[GROUP] = {"targetSize": 4}
+        world.compute.create_instances(GROUP, VMS)
         # The supervisor first saw the group billing an hour ago; the trainer rewrites the
         # clock the startup scripts keep to now.
         world.seed(started=time.time() - 3601, billing=True)

@@ -57,6 +57,7 @@ def _planned_source(tmp: Path, plan: dict[str, Any]) -> tuple[Path, dict[str, An
     folder = tmp / "source"
     with zipfile.ZipFile(REPO_ROOT / source) as bundle:
         names = ["config.json", "main.py", "requirements.txt", "supervisor_store.py"]
+        names += ["supervisor_targets.py"]
         assert sorted(bundle.namelist()) == names
         bundle.extractall(folder)
     return folder, json.loads((folder / "config.json").read_text())

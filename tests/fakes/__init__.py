@@ -14,6 +14,7 @@ STATUS_NAMES = {
     409: "ALREADY_EXISTS",
     429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
+    501: "UNIMPLEMENTED",
     503: "UNAVAILABLE",
 }
 """google.rpc status names of the HTTP codes the fakes answer with."""

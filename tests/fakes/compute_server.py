@@ -9,6 +9,7 @@ compute.v1 discovery document's method does (bodies checked against its request 
         server.groups["p/us-central1-a/g"] = {"targetSize": 2}
         server.endpoint   # the API's base URL, `http://127.0.0.1:<port>/compute/v1/`
         server.denied = "Required 'compute.instanceGroupManagers.get' permission"  # GETs: 403
+        server.create_instances("p/us-central1-a/h", ["h-0", "h-1"])  # as the provider does
         server.members("p/us-central1-a/g")  # its VMs: name -> Member (rank metadata, ...)
         # GET {endpoint}projects/p/zones/us-central1-c/instances/vm-0
 
@@ -30,12 +31,18 @@ or the newest names dropped). What changes the group, and how:
   still holds is refused (409): one VM per name.
 - `deleteInstances` "reduces the targetSize of the managed instance group by the number of
   instances that you delete" (discovery) and deletes them; an instance not in the group, or
-  already being deleted, fails the call unless `skipInstancesOnValidationError`.
+  already being deleted, fails the call unless `skipInstancesOnValidationError`, and "The
+  operation always fails if the request contains a malformed instance URL or a reference to
+  an instance that exists in a zone or region other than the group's" (discovery,
+  `InstanceGroupManagersDeleteInstancesRequest`). Each call is noted in `deletions`.
 - `resize` sets `targetSize`: "If you increase the size, the group creates new instances
   using the current instance template. If you decrease the size, the group deletes
   instances." (discovery) A resize up adds auto-named VMs with no per-instance config (no
   rank); a resize down deletes auto-named VMs first, then the highest names (Google's order
-  is "arbitrary").
+  is "arbitrary"). A resize down that would delete a VM with a per-instance config answers
+  501: what it does to the config is in no source read here
+  (`catalog.billing.MIG_DELETE_INSTANCES_DROPS_PER_INSTANCE_CONFIGS`), so no test may rest
+  on it.
 - `patch` with new `versions` under a PROACTIVE update policy recreates every VM from the
   new template, keeping its name and preserved metadata ("When you update an instance, the
   MIG maintains the instance's preserved state ... The MIG preserves stateful metadata,
@@ -43,14 +50,12 @@ or the newest names dropped). What changes the group, and how:
   update", https://cloud.google.com/compute/docs/instance-groups/preserved-state).
 - `delete` removes the group "and all of the instances in that group" (discovery).
 
-A VM's per-instance config goes with the VM, however it is deleted: `deleteInstances` drops
-it (the provider deletes a config with `remove_instance_on_destroy` by `deleteInstances`
-alone, and its acceptance test then finds the config gone from `listPerInstanceConfigs`:
-TestAccComputePerInstanceConfig_removeInstanceOnDestroy,
-google/services/compute/resource_compute_per_instance_config_test.go), and so does a resize
-down, as issue 29 reads Google's stateful-MIG page ("How group resizing handles preserved
-state", https://cloud.google.com/compute/docs/instance-groups/preserved-state; that section
-is not in the stored copies read here).
+A VM's per-instance config goes with the VM when `deleteInstances` deletes it: the provider
+deletes a config with `remove_instance_on_destroy` by `deleteInstances` alone, and its
+acceptance test then finds the config gone from `listPerInstanceConfigs`
+(TestAccComputePerInstanceConfig_removeInstanceOnDestroy,
+google/services/compute/resource_compute_per_instance_config_test.go). So does the group's
+`delete` (its VMs with it).
 
 Deleting is asynchronous, as Google's is: "The resize operation is marked DONE when the
 resize actions are scheduled even if the group has not yet added or deleted any instances"
@@ -74,8 +79,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.fakes import LocalServer, google_error, json_handler
 from trainstack.components._discovery import load_document, validate_body
+from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE
 
 _INSTANCE = re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$")
+_INSTANCE_URL = re.compile(
+    r"^(?:https://(?:www|compute)\.googleapis\.com/compute/v1/projects/[^/]+/)?"
+    r"zones/[^/]+/instances/[a-z]([-a-z0-9]*[a-z0-9])?$"
+)
+"""An instance in a deleteInstances body: "a full URL or a partial URL, such as
+zones/[ZONE]/instances/[INSTANCE_NAME]" (discovery)."""
 _GROUP = re.compile(
     r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instanceGroupManagers(?:/([^/]+?)(?:/(\w+))?)?$"
 )
@@ -131,6 +143,8 @@ class ComputeFakeServer(LocalServer):
         does to a caller without the permission (a grant missing or its condition false)."""
         self.resizes: list[tuple[str, int]] = []
         """(`<project>/<zone>/<name>`, size) of every resize call."""
+        self.deletions: list[tuple[str, dict[str, Any]]] = []
+        """(`<project>/<zone>/<name>`, request body) of every deleteInstances call."""
         self.gone: dict[str, float] = {}
         """When (Unix seconds) the read that first found a group's deleted VMs gone ran."""
         self._state: dict[str, _Group] = {}
@@ -151,7 +165,23 @@ class ComputeFakeServer(LocalServer):
         """Resize group `key` as `resize` does (GKE's `nodePools.setSize` resizes its pool's
         groups the same way)."""
         with self._lock:
-            self._resize(key, size)
+            problem = self._resize(key, size)
+        assert problem is None, problem
+
+    def create_instances(self, key: str, names: list[str]) -> None:
+        """Group `key` (created at size 0 where there is none) gains these VMs as the
+        provider's per-instance config creates add them: one `createInstances` each, with
+        the rank metadata of its place in `names` (`A100Cluster`'s configs)."""
+        with self._lock:
+            if key not in self.groups:
+                self.groups[key] = {"targetSize": 0}
+                self._state[key] = _Group(size=0)
+            for rank, name in enumerate(names):
+                state = {"metadata": {NODE_RANK_ATTRIBUTE: str(rank)}}
+                status, answer = self._create_instances(
+                    key, {"instances": [{"name": name, "preservedState": state}]}
+                )
+                assert status == 200, answer
 
     def handle(self, method: str, raw_path: str, body: Any) -> tuple[int, Any] | None:
         split = urlsplit(raw_path)
@@ -261,16 +291,22 @@ class ComputeFakeServer(LocalServer):
             self.gone[key] = time.time()
         return state
 
-    def _resize(self, key: str, size: int) -> None:
+    def _resize(self, key: str, size: int) -> str | None:
+        """None, or why this resize is not modelled (it would delete a VM with a config)."""
         state = self._sync(key)
         live = [m for m in state.members.values() if m.deleting is None]
-        self._set_size(key, state, size)
         # Auto-named VMs first, then the highest names (Google's order is its own).
         doomed = sorted(live, key=lambda m: (not m.metadata, m.name), reverse=True)
-        for member in doomed[: max(0, len(live) - size)]:
+        doomed = doomed[: max(0, len(live) - size)]
+        configured = sorted(m.name for m in doomed if m.name in state.configs)
+        if configured:
+            return f"not modelled: a resize down deleting {configured}, which have configs"
+        self._set_size(key, state, size)
+        for member in doomed:
             self._delete_member(state, member.name)
         for _ in range(size - len(live)):
             self._add_auto(key, state)
+        return None
 
     # The methods.
 
@@ -285,7 +321,7 @@ class ComputeFakeServer(LocalServer):
             return 409, google_error(409, f"The resource '{key}' already exists")
         self.groups[key] = {**body, "targetSize": 0}
         self._state[key] = _Group(size=0)
-        self._resize(key, int(body.get("targetSize", 0)))
+        self._resize(key, int(body.get("targetSize", 0)))  # a new group: nothing to delete
         return 200, _operation("insert", key)
 
     def _view(self, key: str, name: str) -> tuple[int, Any]:
@@ -322,7 +358,9 @@ class ComputeFakeServer(LocalServer):
             return 400, google_error(400, "resize: the size parameter is required")
         size = int(query["size"][0])
         self.resizes.append((key, size))
-        self._resize(key, size)
+        problem = self._resize(key, size)
+        if problem is not None:
+            return 501, google_error(501, problem)
         return 200, _operation(f"resize-{len(self.resizes)}", key)
 
     def _create_instances(self, key: str, body: dict[str, Any]) -> tuple[int, Any]:
@@ -345,7 +383,13 @@ class ComputeFakeServer(LocalServer):
 
     def _delete_instances(self, key: str, body: dict[str, Any]) -> tuple[int, Any]:
         state = self._sync(key)
-        names = [url.rsplit("/", 1)[-1] for url in body.get("instances") or []]
+        self.deletions.append((key, body))
+        urls = [str(url) for url in body.get("instances") or []]
+        zone = key.split("/")[1]
+        wrong_urls = [u for u in urls if not _INSTANCE_URL.match(u) or u.split("/")[-3] != zone]
+        if wrong_urls:  # whatever skipInstancesOnValidationError says (module docstring)
+            return 400, google_error(400, f"malformed or not in zone {zone}: {wrong_urls}")
+        names = [url.rsplit("/", 1)[-1] for url in urls]
         valid = [n for n in names if n in state.members and state.members[n].deleting is None]
         if len(valid) < len(names) and not body.get("skipInstancesOnValidationError"):
             wrong = sorted(set(names) - set(valid))

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import yaml
+from typer.testing import CliRunner
 
 from tests import REPO_ROOT
 from tests.components.test_tpu_supervisor_function import Function, state_bucket
@@ -23,6 +25,8 @@ from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.container_server import ContainerFakeServer
 from tests.fakes.metadata_fake import MetadataFake
 from tests.fakes.tpu_server import TpuFakeServer
+from trainstack.infra.cli import app
+from trainstack.infra.mocks import SECRET, UNKNOWN
 
 SA = "supervisor@p.iam.gserviceaccount.com"
 
@@ -57,10 +61,10 @@ def serve_planned_supervisor(
     size: int,
     deployed: ComputeFakeServer | None = None,
 ) -> Iterator[Served]:
-    """The plan's supervisor served as Cloud Functions runs it, its group (or pool) at
-    `size` nodes as `pulumi up` left it (`deployed`: a Compute Engine fake already holding
-    the group, as `tests.fidelity.gce_deploy` deployed it; `size` is then unused), or its
-    slice READY (`size` unused)."""
+    """The plan's supervisor served as Cloud Functions runs it, its group (its `size`
+    planned VMs) or pool at `size` nodes as `pulumi up` left it (`deployed`: a Compute Engine
+    fake already holding the group, as `tests.fidelity.gce_deploy` deployed it; `size` is
+    then unused), or its slice READY (`size` unused)."""
     config = planned_supervisor(plan, folder)
     fs = fsspec.filesystem("gcs", endpoint_url=storage, token="anon")
     state_bucket(fs, config["state_uri"].removeprefix("gs://"))
@@ -73,7 +77,9 @@ def serve_planned_supervisor(
     ):
         parts = config["name"].split("/")
         if config["kind"] == "mig" and deployed is None:
-            compute.groups[f"{parts[1]}/{parts[3]}/{parts[5]}"] = {"targetSize": size}
+            # As `pulumi up` leaves it: one VM per per-instance config, the names planned.
+            assert len(config["instances"]) == size, config["instances"]
+            compute.create_instances(f"{parts[1]}/{parts[3]}/{parts[5]}", config["instances"])
         elif config["kind"] == "node":
             tpu.nodes[config["name"]] = {"name": config["name"], "state": "READY"}
         elif config["kind"] != "mig":
@@ -120,6 +126,26 @@ def check_with_planned_supervisor(
     with serve_planned_supervisor(plan, folder, storage, size) as served:
         answers = [served.function.call() for _ in range(calls)]
     return Checked(answers, served.compute, served.container, served.tpu)
+
+
+def stack_status(
+    plan: dict[str, Any], config: dict[str, Any], folder: Path, endpoints: dict[str, str]
+) -> tuple[int, list[str]]:
+    """`trainstack status` of the plan's stack as `pulumi up` leaves it: its stack file
+    (`config`, the stack file's `config:`), the outputs `pulumi up` exports (the plan's, less
+    those known only after deploy and the secrets), and the fakes' `endpoints` (API=URL);
+    its exit code and lines."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stack_file = folder / f"Pulumi.{plan['stack']}.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": config}))
+    hidden = (UNKNOWN, SECRET)
+    outputs = {k: v for k, v in plan["outputs"].items() if v not in hidden}
+    (folder / "outputs.json").write_text(json.dumps(outputs))
+    argv = ["status", "--config-file", str(stack_file), "--outputs", str(folder / "outputs.json")]
+    for api, url in endpoints.items():
+        argv += ["--endpoint", f"{api}={url}"]
+    result = CliRunner().invoke(app, argv)
+    return result.exit_code, (result.stdout + result.stderr).splitlines()
 
 
 def read_object(storage: str, uri: str) -> Any:

@@ -4,8 +4,11 @@
 the Compute Engine fake, which creates and deletes VMs as the API does
 (`tests.fakes.compute_server`). Each case ends with exactly `node_count` VMs, named
 `<deployment>-a100-<rank>`, each with its `trainstack-node-rank` metadata: on first deploy,
-after the run supervisor stopped the group and `pulumi up --refresh` brought it back, after
-a new template, a replaced per-instance config, a replaced group, and a new node count.
+after the run supervisor stopped the group (its VMs deleted by name, as the provider deletes
+a per-instance config) and `pulumi up --refresh` brought it back, after a new template, a
+replaced per-instance config, a replaced group, and a new node count. Nothing here resizes
+the group: the fake refuses a resize that would delete a VM with a per-instance config (in
+no source read here).
 """
 
 from __future__ import annotations
@@ -93,12 +96,21 @@ def test_after_the_supervisor_stops_the_group_pulumi_up_refresh_brings_back_the_
         with serve_planned_supervisor(plan, tmp_path, storage, 4, deployed=api) as served:
             assert served.function.call()["seen"] == "SIZE_4"
             _put(storage, served.config["run"]["end_uri"], {"outcome": "done", "node_rank": 0})
+            start = len(api.requests)
             stop = served.function.call()
             assert (stop["action"], stop["result"]) == ("stop", "stopping")
             assert served.function.call()["seen"] == "DELETING_4"
             assert served.function.call()["result"] == "compute stopped"
-        # The resize to 0 deleted the VMs and their per-instance configs with them.
+        # One deleteInstances naming the four VMs, as the provider's config delete names one.
+        names = [f"zones/us-central1-c/instances/{name}" for name in _ranked(4)]
+        body = {"instances": names, "skipInstancesOnValidationError": True}
+        assert api.deletions == [(GROUP, body)]
+        assert (_calls(api, start), api.resizes) == (["POST deleteInstances"], [])
+        # It deleted the VMs and their per-instance configs with them.
         assert (_ranks(api), _size(api)) == ({}, 0)
+        project, zone, name = GROUP.split("/")
+        path = f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}"
+        assert stack.provider._send("POST", f"{path}/listPerInstanceConfigs") == {}
         # `pulumi up` alone reads nothing: the state still holds the four configs.
         stack.up(resources)
         assert (_ranks(api), _size(api)) == ({}, 0)

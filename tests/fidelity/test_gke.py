@@ -111,10 +111,14 @@ def _plan(trainer: dict[str, Any]) -> PlannedJob:
     return _planned(_plan_document(trainer))
 
 
-def _plan_document(trainer: dict[str, Any]) -> dict[str, Any]:
-    name, config = load_stack(STACK, None)
+def _stack_config(trainer: dict[str, Any]) -> dict[str, Any]:
+    _, config = load_stack(STACK, None)
     config["trainstack:trainer"] = {**config["trainstack:trainer"], **TRAINER, **trainer}
-    return build_plan(name, config)
+    return config
+
+
+def _plan_document(trainer: dict[str, Any]) -> dict[str, Any]:
+    return build_plan(STACK, _stack_config(trainer))
 
 
 def _planned(plan: dict[str, Any]) -> PlannedJob:

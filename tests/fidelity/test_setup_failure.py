@@ -8,7 +8,7 @@ only the node launcher wrote an end record, so a run that never reached it bille
 
 - Compute Engine (`tests.fidelity.test_gce`'s VMs and systemd shim): the package object is
   gone, every start of the unit fails its download (exit 3), the 20th (the unit's last
-  before its start limit, `GCE_SETUP_ATTEMPTS`) records it; the group is resized to 0. The
+  before its start limit, `GCE_SETUP_ATTEMPTS`) records it; the group's VMs are deleted. The
   same with 18 failures already counted on the disk (starts slower than the start limit
   counts: the launcher's own count ends it, the next start does nothing), in the default
   run; the whole 20 starts are `slow`.
@@ -21,6 +21,10 @@ only the node launcher wrote an end record, so a run that never reached it bille
 - Cloud TPU (`tests.fidelity.tpu_vm`'s worker 0): the package is not an sdist, pip fails its
   3 tries, the startup script gives up (nothing runs it again but a reboot) and records it;
   the slice is deleted. `sleep` returns at once there (the retries' waits).
+
+Each ends with `trainstack status` of the stack as `pulumi up` left it (its outputs, the fakes'
+endpoints), which names the stage, the machine (node rank) and the reason:
+`finished (failed at <stage> on node <rank>: <reason>); compute stopped at <time>`.
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ import pytest
 
 from tests.components.test_tpu_startup import MetadataServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
+from tests.fakes.kube_server import KubeFakeServer
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.fidelity import test_gce, test_gke
 from tests.fidelity.job_controller import FAILURE_COUNT, IndexedJobController
 from tests.fidelity.nodes import Node, explain, require_unshare
-from tests.fidelity.supervisor import check_with_planned_supervisor, planned_supervisor
+from tests.fidelity.supervisor import planned_supervisor, serve_planned_supervisor, stack_status
 from tests.fidelity.test_gke import TOKEN, Cluster
 from tests.fidelity.tpu_vm import TpuVm, planned_from
 from trainstack.infra.plan import build_plan, load_stack
@@ -120,16 +125,50 @@ def test_gce_a_package_that_cannot_be_downloaded_ends_the_run_and_empties_the_gr
     }
     assert _read(storage, f"{prefix}{ALIVE_SUFFIX}1") == {"node_rank": 1, "stage": "launch"}
 
-    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, 2)
-    [answer] = checked.answers
-    assert (answer["seen"], answer["action"], answer["reason"], answer["result"]) == (
-        "SIZE_2",
-        "stop",
-        "failed",
-        "stopping",
+    answers, lines = _stopped_and_status(
+        plan, test_gce._stack_config({"steps": 4}), tmp_path, storage, logging_api.endpoint
     )
-    [(group_name, size)] = checked.compute.resizes
-    assert (group_name.rsplit("/", 1)[-1], size) == ("prod-a100-gce-a100", 0)
+    assert _seen(answers) == [
+        ("SIZE_2", "stop", "failed", "stopping"),
+        ("DELETING_2", "none", "failed", "stopping"),
+        ("STOPPED", "none", "failed", "compute stopped"),
+    ]
+    assert _finished(lines) == (
+        "finished (failed at package_download on node 1: could not download "
+        f"{planned.package_uri}: trainstack-helper: download failed: HTTP Error 404: Not "
+        f"Found); compute stopped at {answers[-1]['time']}"
+    )
+
+
+def _seen(answers: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(a["seen"], a["action"], a.get("reason"), a["result"]) for a in answers]
+
+
+def _finished(lines: list[str]) -> str:
+    """The one line `trainstack status` says the run's end with."""
+    [line] = [line for line in lines if line.startswith("finish")]
+    return line
+
+
+def _stopped_and_status(
+    plan: dict[str, Any],
+    config: dict[str, Any],
+    tmp_path: Path,
+    storage: str,
+    logging_endpoint: str,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The planned supervisor's checks of the Compute Engine group until it finds the VMs
+    gone (3: the stop, the VMs still being deleted, gone), then `trainstack status`."""
+    planned = test_gce._planned(plan)
+    with serve_planned_supervisor(plan, tmp_path / "supervisor", storage, 2) as served:
+        answers = [served.function.call() for _ in range(3)]
+        endpoints = {"compute": served.compute.endpoint, "logging": logging_endpoint}
+        code, lines = stack_status(
+            plan, config, tmp_path / "status", {**endpoints, "storage": f"{storage}/storage/v1/"}
+        )
+    assert code == 0, lines
+    assert (served.compute.deletions, served.compute.resizes) == ([planned.stop], [])
+    return answers, lines
 
 
 def test_gce_a_setup_slower_than_the_start_limit_still_ends_on_its_20th_failure(
@@ -163,10 +202,22 @@ def test_gce_a_setup_slower_than_the_start_limit_still_ends_on_its_20th_failure(
     assert lines[-3] == (
         "trainstack-launch: the setup failed 20 times in a row (at most 20); not starting again"
     )
-    assert _read(storage, prefix + ENDED_SUFFIX)["node_rank"] == 0
-    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, 2)
-    assert [(a["action"], a["reason"]) for a in checked.answers] == [("stop", "failed")]
-    assert [size for _, size in checked.compute.resizes] == [0]
+    ended = _read(storage, prefix + ENDED_SUFFIX)
+    assert (ended["node_rank"], ended["stage"]) == (0, "package_download")
+    answers, lines = _stopped_and_status(
+        plan, test_gce._stack_config({"steps": 4}), tmp_path, storage, logging_api.endpoint
+    )
+    assert [(a["action"], a.get("reason")) for a in answers] == [("stop", "failed")] + [
+        ("none", "failed")
+    ] * 2
+    assert _finished(lines) == (
+        f"finished (failed at package_download on node 0: {ended['reason']}); compute stopped "
+        f"at {answers[-1]['time']}"
+    )
+    assert ended["reason"] == (
+        f"could not download {planned.package_uri}: trainstack-helper: download failed: HTTP "
+        "Error 404: Not Found"
+    )
 
 
 @pytest.fixture
@@ -220,16 +271,33 @@ def test_gke_a_pip_install_that_fails_on_the_last_attempt_fails_the_job_and_empt
     }
     assert pip_said.startswith("ERROR: ")
 
-    checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", storage, 2)
-    [answer] = checked.answers
-    assert (answer["seen"], answer["action"], answer["reason"], answer["result"]) == (
-        "SIZE_2",
-        "stop",
-        "failed",
-        "stopping",
+    with (
+        serve_planned_supervisor(plan, tmp_path / "supervisor", storage, 2) as served,
+        LoggingFakeServer() as logs,
+        KubeFakeServer() as kube,
+    ):
+        answers = [served.function.call() for _ in range(3)]
+        # The Job as the controller left it (`trainstack status` reads its conditions).
+        condition = {"type": outcome.state, "status": "True", "reason": outcome.reason}
+        kube.jobs[f"default/{planned.name}"] = {"status": {"conditions": [condition]}}
+        endpoints = {"kubernetes": kube.endpoint, "logging": logs.endpoint}
+        code, lines = stack_status(
+            plan,
+            test_gke._stack_config({"steps": 4}),
+            tmp_path / "status",
+            {**endpoints, "storage": f"{storage}/storage/v1/"},
+        )
+    assert _seen(answers) == [
+        ("SIZE_2", "stop", "failed", "stopping"),
+        ("DELETING_2", "none", "failed", "stopping"),
+        ("STOPPED", "none", "failed", "compute stopped"),
+    ]
+    assert served.container.set_sizes == [(served.config["name"], {"nodeCount": 0})]
+    assert (code, lines[1]) == (1, "state: FAILED")  # a failed Job: status exits 1
+    assert _finished(lines) == (
+        f"finished (failed at package_install on node 1: pip could not install "
+        f"{planned.package_uri}: {pip_said}); compute stopped at {answers[-1]['time']}"
     )
-    config = planned_supervisor(plan, tmp_path / "supervisor")
-    assert checked.container.set_sizes == [(config["name"], {"nodeCount": 0})]
 
 
 SLEEP_AT_ONCE = "#!/bin/sh\nexit 0\n"
@@ -268,13 +336,21 @@ def test_tpu_a_pip_install_that_fails_ends_the_run_and_deletes_the_slice(tmp_pat
             "node_rank": 0,
             "stage": "package_download",
         }
-        checked = check_with_planned_supervisor(plan, tmp_path / "supervisor", gcs, 0)
-    [answer] = checked.answers
-    assert (answer["seen"], answer["action"], answer["reason"], answer["result"]) == (
-        "READY",
-        "stop",
-        "failed",
-        "ok",
+        with (
+            serve_planned_supervisor(plan, tmp_path / "supervisor", gcs, 0) as served,
+            LoggingFakeServer() as logs,
+        ):
+            [answer] = [served.function.call()]
+            endpoints = {"tpu": served.tpu.endpoint, "logging": logs.endpoint}
+            code, lines = stack_status(
+                plan, config, tmp_path / "status", {**endpoints, "storage": f"{gcs}/storage/v1/"}
+            )
+    assert _seen([answer]) == [("READY", "stop", "failed", "ok")]
+    slice_name = served.config["name"]
+    assert [call[:2] for call in served.tpu.calls("DELETE")] == [("DELETE", f"/v2/{slice_name}")]
+    assert code == 0, lines
+    assert _finished(lines) == (
+        f"finished (failed at package_install on node 0: pip could not install "
+        f"{planned.package_uri}: {pip_said} (the runtime's own packages are constraints: "
+        f"{constraints})); compute stopped at {answer['time']}"
     )
-    slice_name = planned_supervisor(plan, tmp_path / "supervisor")["name"]
-    assert [call[:2] for call in checked.tpu.calls("DELETE")] == [("DELETE", f"/v2/{slice_name}")]

@@ -2,7 +2,7 @@
 test_gce.py's VMs): the planned supervisor counts the group's spend at list price, writes
 the stop request once the cap is reached, the node launchers stop the trainer with SIGTERM
 (it saves a checkpoint), rank 0 records `stopped`, the restarted units hold instead of
-training on, and the supervisor then resizes the group to 0. About 60 s here."""
+training on, and the supervisor then deletes the group's VMs. About 60 s here."""
 
 from __future__ import annotations
 
@@ -76,8 +76,7 @@ def test_the_spend_cap_saves_a_checkpoint_then_empties_the_group(
                 "stopped",
                 "stopping",
             )
-            [(_, size)] = served.compute.resizes
-            assert size == 0
+            assert (served.compute.deletions, served.compute.resizes) == ([planned.stop], [])
             # The units restarted after exit 143 and hold while the request stands.
             while not all("holding: the supervisor asked" in vm.output() for vm in vms):
                 assert time.monotonic() < deadline, explain(vms)
@@ -89,9 +88,9 @@ def test_the_spend_cap_saves_a_checkpoint_then_empties_the_group(
             assert (counted["billing"], counted["stopping"] is not None) == (True, True)
             gone = served.function.call()
             assert (gone["seen"], gone["result"]) == ("STOPPED", "compute stopped")
-            assert len(served.compute.resizes) == 1
+            assert len(served.compute.deletions) == 1
     finally:
-        for vm in vms:  # the group's resize to 0 deletes the VMs
+        for vm in vms:  # the supervisor's deleteInstances deletes the VMs
             vm.kill()
         group.close()
     [step] = {r["step"] for r in events(vms, "preempted")}

@@ -106,7 +106,7 @@ def test_the_plan_says_when_the_run_limit_stops_the_run_before_the_cap() -> None
     )
     assert plan["limits"]["run_limit"] == (
         "the VMs' startup script stops the trainer 7200s after the run's first start "
-        "(A100Cluster max_run_seconds); then the supervisor resizes the instance group to 0"
+        "(A100Cluster max_run_seconds); then the supervisor deletes the instance group's VMs"
     )
 
 
@@ -198,7 +198,7 @@ def test_vertex_timeout_alone_is_kept() -> None:
         (
             "prod-a100-gce",
             "the VMs' startup script stops the trainer 259200s after the run's first start "
-            "(A100Cluster max_run_seconds); then the supervisor resizes the instance group to 0",
+            "(A100Cluster max_run_seconds); then the supervisor deletes the instance group's VMs",
         ),
     ],
 )

@@ -253,6 +253,15 @@ ONLY = (
             "has a condition clause 'api.getAttribute(\"storage.googleapis.com/"
             'objectListPrefix", "").startsWith("")\' beyond the run records',
         ),
+        # Lists of the records' prefix: the supervisor makes none (it gets each heartbeat by
+        # name), and whether an allow policy honours the attribute is unverified.
+        (
+            records_condition(CHECKPOINTS)["expression"]
+            + ' || api.getAttribute("storage.googleapis.com/objectListPrefix", "")'
+            '.startsWith("trainstack-run-")',
+            "has a condition clause 'api.getAttribute(\"storage.googleapis.com/"
+            'objectListPrefix", "").startsWith("trainstack-run-")\' beyond the run records',
+        ),
     ],
 )
 def test_a_checkpoint_bucket_grant_beyond_the_run_records_is_a_violation(

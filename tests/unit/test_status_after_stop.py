@@ -70,9 +70,10 @@ def _status(
     stopped: bool,
     *endpoints: str,
     as_json: bool = False,
+    result: str = "ok",
 ) -> tuple[int, str, str]:
     """`trainstack status --config-file` of `stack` (its file written from `config`), whose
-    supervisor recorded the run's end and, when `stopped`, the compute stopped."""
+    supervisor recorded the run's end and, when `stopped`, its stop (`result`)."""
     bucket = f"{P}-{stack}-checkpoints"
     put(gcs, bucket)
     event = {
@@ -80,7 +81,7 @@ def _status(
         "resource": f"projects/{P}/zones/z/instanceGroupManagers/{stack}",
         "seen": "RUNNING",
         "action": "stop" if stopped else "request_stop",
-        "result": "ok",
+        "result": result,
         "attempt": 0,
         "next_allowed": None,
         "reason": "done",
@@ -207,6 +208,34 @@ def test_a_stopped_gce_run_without_a_reservation_bills_nothing_after(
         "finished (done); compute stopped at 2026-11-23T11:40:00Z",
         "spend counted by the supervisor: $40.00",
     ]
+
+
+def test_a_gce_stop_that_failed_names_the_command_deleting_the_stacks_vms(
+    tmp_path: Path, gcs: str
+) -> None:
+    _, config = load_stack("prod-a100-gce", None)
+    denied = "error: HTTP 403: Required 'compute.instanceGroupManagers.update' permission"
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        compute = stack.enter_context(ComputeFakeServer())
+        code, out, err = _status(
+            tmp_path,
+            gcs,
+            "prod-a100-gce",
+            config,
+            True,
+            f"logging={logs.endpoint}",
+            f"compute={compute.endpoint}",
+            result=denied,
+        )
+    assert (code, err) == (0, "")
+    # The VMs by the stack's `instance_names` output, as the supervisor deletes them.
+    assert out.splitlines()[-3] == (
+        "finished (done) but still billing $117.55/hour: the supervisor could not stop it; "
+        "run: gcloud compute instance-groups managed delete-instances prod-a100-gce --instances="
+        "prod-a100-gce-a100-0,prod-a100-gce-a100-1,prod-a100-gce-a100-2,prod-a100-gce-a100-3 "
+        f"--skip-instances-on-validation-error --zone=z --project={P}"
+    )
 
 
 def test_a_deleted_reserved_slice_leaves_its_reservation_billing(tmp_path: Path, gcs: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from tests import REPO_ROOT
 from tests.bundled import bundled_plan
+from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE
 from trainstack.infra.compose import main_program
 from trainstack.infra.mocks import run_program
 from trainstack.infra.plan import build_plan, load_stack
@@ -47,10 +48,17 @@ def _shell_value(script: str, name: str) -> str:
     return value.strip("'")
 
 
-def test_the_gce_supervisor_resizes_its_group_and_reads_the_launchers_records() -> None:
+def test_the_gce_supervisor_deletes_its_groups_vms_and_reads_the_launchers_records() -> None:
     plan = bundled_plan("prod-a100-gce")
     config = _bundle(plan)
     group = _named(plan, "prod-a100-gce-gpu-group")
+    # The VMs its per-instance configs create, by node rank.
+    configs = [
+        r["inputs"]
+        for r in plan["resources"]
+        if r["type"] == "gcp:compute/perInstanceConfig:PerInstanceConfig"
+    ]
+    ranks = {c["name"]: int(c["preservedState"]["metadata"][NODE_RANK_ATTRIBUTE]) for c in configs}
     launcher = _named(plan, "prod-a100-gce-gpu-template")["metadataStartupScript"]
     prefix = _shell_value(launcher, "RUN_RECORD")
     assert prefix.startswith(f"gs://{P}-prod-a100-gce-checkpoints/trainstack-run-")
@@ -63,12 +71,15 @@ def test_the_gce_supervisor_resizes_its_group_and_reads_the_launchers_records() 
         "run": {
             "end_uri": f"{prefix}.ended",
             "alive_uri": f"{prefix}.alive/",
+            "node_count": 4,  # one heartbeat per VM, by node rank
             "stop_uri": f"{prefix}.stop",
             "max_run_seconds": 14400,
             "hourly_usd": 117.55,
         },
         "state_uri": f"gs://{P}-prod-a100-gce-supervisor",
+        "instances": sorted(ranks, key=ranks.__getitem__),
     }
+    assert config["instances"] == [f"prod-a100-gce-a100-{rank}" for rank in range(4)]
 
 
 def test_the_gke_supervisor_empties_the_gpu_pool_and_reads_the_pods_records() -> None:
@@ -91,6 +102,7 @@ def test_the_gke_supervisor_empties_the_gpu_pool_and_reads_the_pods_records() ->
     assert config["run"] == {
         "end_uri": f"{prefix}.ended",
         "alive_uri": f"{prefix}.alive/",
+        "node_count": 2,  # one heartbeat per pod, by completion index
         "stop_uri": f"{prefix}.stop",
         "max_run_seconds": 14400,
         "hourly_usd": 23.51,
@@ -112,6 +124,7 @@ def test_a_limited_spot_slice_supervisor_recovers_and_carries_both_limits() -> N
     assert config["run"] == {
         "end_uri": f"{prefix}.ended",
         "alive_uri": f"{prefix}.alive/",
+        "node_count": 4,  # one heartbeat per host of the v5litepod-16, by worker index
         "stop_uri": f"{prefix}.stop",
         "max_run_seconds": 7200,
         "hourly_usd": 7.68,

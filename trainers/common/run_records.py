@@ -61,7 +61,7 @@ POLL_ENV: Final = "TRAINSTACK_RUN_STOP_POLL_S"
 ALIVE_SUFFIX: Final = ".alive/"
 """`<prefix>.alive/<node_rank>`: each node's heartbeat, rewritten by the shell stages when they
 start and by the node launcher every `HEARTBEAT_S` while its trainer runs; the supervisor
-reads only the objects' server-side `updated` time (one list of this prefix)."""
+reads only the objects' server-side `updated` time (one get of each rank's, by name)."""
 HEARTBEAT_S: Final = 300
 NO_HEARTBEAT_S: Final = 2700
 """The supervisor ends a run (`no_heartbeat`) whose compute has billed this long since the

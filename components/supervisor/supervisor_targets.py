@@ -1,0 +1,187 @@
+"""The compute the run supervisor (`main.py` beside it) looks after, through Google's REST
+APIs: a TPU node or queued resource (`Tpu`), a Compute Engine managed instance group
+(`Group`), a GKE node pool (`NodePool`). Each says what state it is in, whether that bills,
+and how it is stopped; `main.py` decides when. Shipped in the bundle beside `main.py`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from googleapiclient import discovery
+from googleapiclient.errors import HttpError
+
+Json = dict[str, Any]
+ENDPOINT_ENV = "TRAINSTACK_TPU_API_ENDPOINT"
+COMPUTE_ENDPOINT_ENV = "TRAINSTACK_COMPUTE_API_ENDPOINT"
+CONTAINER_ENDPOINT_ENV = "TRAINSTACK_CONTAINER_API_ENDPOINT"
+NOT_FOUND = "NOT_FOUND"
+STOPPED = "STOPPED"
+"""What a group or node pool of size 0 with no instances left is seen as."""
+DELETING_ = "DELETING_"
+"""`DELETING_<n>`: a group or pool of size 0 whose `n` instances are still being deleted."""
+RECOVER = {"node": ("PREEMPTED", "TERMINATED"), "queued": ("SUSPENDED", "FAILED")}
+HEALTHY = {"node": "READY", "queued": "ACTIVE"}
+"""Also what bills: a TPU while READY (tpu/pricing), a queued resource's node while ACTIVE."""
+
+
+def _found(request: Any) -> Any:
+    """What a get answers, or None on 404; any other error is raised (`main._unreadable`)."""
+    try:
+        return request.execute(num_retries=2)
+    except HttpError as err:
+        if err.resp.status == 404:
+            return None
+        raise
+
+
+def _api(name: str, version: str, endpoint_env: str, credentials: Any) -> Any:
+    """The API's discovery client (at the endpoint `endpoint_env` names, where set)."""
+    endpoint = {"api_endpoint": os.environ[endpoint_env]} if os.environ.get(endpoint_env) else None
+    return discovery.build(
+        name, version, credentials=credentials, client_options=endpoint, cache_discovery=False
+    )
+
+
+class Tpu:
+    """The one node or queued resource this stack owns, through the TPU v2 REST API."""
+
+    def __init__(self, config: Json, credentials: Any) -> None:
+        self.api = _api("tpu", "v2", ENDPOINT_ENV, credentials)
+        self.kind, self.name, self.body = config["kind"], str(config["name"]), config["body"]
+        self.parent, _, self.id = self.name.rpartition(
+            "/nodes/" if self.kind == "node" else "/queuedResources/"
+        )
+        locations = self.api.projects().locations()
+        self.collection = locations.nodes() if self.kind == "node" else locations.queuedResources()
+
+    def state(self) -> str:
+        found = _found(self.collection.get(name=self.name))
+        if found is None:
+            return NOT_FOUND
+        state = found.get("state")  # a node's is a string; a queued resource's {"state": ...}
+        state = state.get("state") if isinstance(state, dict) else state
+        return str(state or "STATE_UNSPECIFIED")
+
+    def billing(self, seen: str) -> bool:
+        return seen == HEALTHY[self.kind]
+
+    def delete(self) -> None:
+        # force: an ACTIVE queued resource is deleted with its nodes (without it the API
+        # refuses one that still has nodes).
+        force = {"force": True} if self.kind == "queued" else {}
+        self.collection.delete(name=self.name, **force).execute(num_retries=2)
+
+    stop = delete
+    STOPS_AT_ONCE = True  # a node whose delete is accepted is no longer READY (what bills)
+
+    def create(self) -> None:
+        key = "nodeId" if self.kind == "node" else "queuedResourceId"
+        self.collection.create(parent=self.parent, body=self.body, **{key: self.id}).execute()
+
+
+def _size_state(views: list[tuple[int, int, bool]]) -> str:
+    """`SIZE_<target>` while the groups (`Group.view`) ask for instances, `DELETING_<left>`
+    once they ask for none until none is left and every group is stable, then `STOPPED`."""
+    target, left = sum(v[0] for v in views), sum(v[1] for v in views)
+    if target:
+        return f"SIZE_{target}"
+    return f"{DELETING_}{left}" if left or not all(v[2] for v in views) else STOPPED
+
+
+def left_to_delete(seen: str) -> int | None:
+    """The instances still being deleted (`DELETING_<n>`), else None."""
+    return int(seen.removeprefix(DELETING_)) if seen.startswith(DELETING_) else None
+
+
+def _group_parts(url_or_name: str) -> tuple[str, str, str]:
+    """(project, zone, name) of `.../projects/P/zones/Z/instanceGroupManagers/N` (a name or
+    the URL GKE lists in `instanceGroupUrls`)."""
+    parts = url_or_name.split("/")
+    return parts[parts.index("projects") + 1], parts[parts.index("zones") + 1], parts[-1]
+
+
+class Group:
+    """A managed instance group (Compute Engine v1): billing while it holds instances;
+    stopped by deleting its VMs by name, which is done once it holds none."""
+
+    STOPS_AT_ONCE = False
+
+    def __init__(self, config: Json, credentials: Any) -> None:
+        self.api = _api("compute", "v1", COMPUTE_ENDPOINT_ENV, credentials)
+        self.name: str = config["name"]
+        self.instances: list[str] = list(config.get("instances") or [])
+
+    def view(self, name: str) -> tuple[int, int, bool] | None:
+        """(target size, instances left, stable) of the group (one GET); None if there is none."""
+        project, zone, group = _group_parts(name)
+        igm = self.api.instanceGroupManagers()
+        found = _found(igm.get(project=project, zone=zone, instanceGroupManager=group))
+        if found is None:
+            return None
+        # targetSize drops as soon as a delete is accepted, VMs or not (`main.py`'s docstring).
+        # compute.v1 discovery, InstanceGroupManager: `currentActions` counts instances by
+        # action (`deleting`: "scheduled to be deleted or are currently being deleted", ...);
+        # `status.isStable`: "none of the instances ... is currently undergoing any type of
+        # change (for example, creation, restart, or deletion); no future changes are
+        # scheduled". Empty: all counts 0 and stable.
+        left = sum(int(n) for n in (found.get("currentActions") or {}).values())
+        stable = (found.get("status") or {}).get("isStable") is True
+        return int(found.get("targetSize", 0)), left, stable
+
+    def state(self) -> str:
+        view = self.view(self.name)
+        return NOT_FOUND if view is None else _size_state([view])
+
+    @staticmethod
+    def billing(seen: str) -> bool:
+        return seen.startswith(("SIZE_", DELETING_))
+
+    def stop(self) -> None:
+        """Delete the stack's VMs by name as the provider deletes a per-instance config
+        (`catalog.billing.MIG_DELETE_INSTANCES_*`): their configs go with them, and
+        `pulumi up --refresh` creates them again. One already gone or being deleted is
+        skipped (`skipInstancesOnValidationError`), not a failed stop."""
+        project, zone, group = _group_parts(self.name)
+        body = {
+            "instances": [f"zones/{zone}/instances/{name}" for name in self.instances],
+            "skipInstancesOnValidationError": True,
+        }
+        self.api.instanceGroupManagers().deleteInstances(
+            project=project, zone=zone, instanceGroupManager=group, body=body
+        ).execute(num_retries=2)
+
+
+class NodePool:
+    """A GKE node pool (container v1): billing while any of its instance groups has
+    instances; stopped by setting its size to 0 (`nodePools.setSize`), which is done once
+    its groups hold none (GKE deletes the VMs through them, as a resize does)."""
+
+    STOPS_AT_ONCE = False
+
+    def __init__(self, config: Json, credentials: Any) -> None:
+        self.api = _api("container", "v1", CONTAINER_ENDPOINT_ENV, credentials)
+        self.groups = Group(config, credentials)
+        self.name: str = config["name"]
+        self.pools = self.api.projects().locations().clusters().nodePools()
+
+    def state(self) -> str:
+        pool = _found(self.pools.get(name=self.name))
+        if pool is None:
+            return NOT_FOUND
+        # A node pool reports no node count of its own: its groups' instances are it.
+        views = [self.groups.view(url) for url in pool.get("instanceGroupUrls", [])]
+        return _size_state([v for v in views if v is not None])
+
+    billing = staticmethod(Group.billing)
+
+    def stop(self) -> None:
+        self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
+
+
+Target = Tpu | Group | NodePool
+TARGETS: dict[str, type[Target]] = {"node": Tpu, "queued": Tpu, "mig": Group, "node_pool": NodePool}
+
+
+def target_of(config: Json, credentials: Any) -> Target:
+    return TARGETS[config["kind"]](config, credentials)
