@@ -144,7 +144,7 @@ UNREADABLE = "UNKNOWN"
 """What a check that could not read the compute saw (`_unreadable`)."""
 FRESH_RUN: Json = {"spend_usd": 0.0, "billing": False, "silent_s": 0.0} | dict.fromkeys(
     ("last_tick", "started", "heard", "stop_requested", "requested_for", "stopping", "end")
-    + ("stopping_seen", "stopped", "heartbeats_unread")
+    + ("stopping_seen", "stopped", "heartbeats_unread", "end_unread")
 )
 
 
@@ -225,11 +225,8 @@ def _listen(run: Json, store: Store, run_config: Json, now: float) -> None:
     try:
         newest = store.newest_heartbeat(run_config["alive_uri"], int(run_config["node_count"]))
     except READ_ERRORS as err:
-        run["silent_s"], error = 0.0, _error(err)
-        if run["heartbeats_unread"] != error:
-            line = {"severity": "WARNING", "message": f"supervisor: heartbeats unread: {error}"}
-            print(json.dumps(line, sort_keys=True), flush=True)
-        run["heartbeats_unread"] = error
+        run["silent_s"] = 0.0
+        _unread(run, "heartbeats_unread", "heartbeats", _error(err))
         return
     run["heartbeats_unread"] = None
     if newest is not None and newest > run["heard"]:
@@ -240,7 +237,23 @@ def _listen(run: Json, store: Store, run_config: Json, now: float) -> None:
 def end_of_run(run_config: Json, store: Store, run: Json, now: float) -> Json | None:
     """Why the run is over (`reason`: `done`, `failed`, `stopped`, `no_heartbeat`,
     `max_run_hours`, `max_total_usd`; a failure's `stage`, `detail` and `node`), or None."""
-    return _end_record(store.read(run_config.get("end_uri"))) or _limit(run_config, run, now)
+    try:
+        recorded = _end_record(store.read(run_config.get("end_uri")))
+    except READ_ERRORS as err:
+        # A 403 where the grant is wrong: the limits, counted here, still end the run.
+        _unread(run, "end_unread", "the run's end record", _error(err))
+        recorded = None
+    else:
+        run["end_unread"] = None
+    return recorded or _limit(run_config, run, now)
+
+
+def _unread(run: Json, key: str, what: str, error: str) -> None:
+    """One warning log line per change of the error reading `what` (kept in `run[key]`)."""
+    if run[key] != error:
+        line = {"severity": "WARNING", "message": f"supervisor: {what} unread: {error}"}
+        print(json.dumps(line, sort_keys=True), flush=True)
+    run[key] = error
 
 
 def _limit(run_config: Json, run: Json, now: float) -> Json | None:

@@ -259,3 +259,27 @@ def test_a_heartbeat_before_the_supervisors_first_sight_does_not_extend_the_boun
             "stopping",
         )
         assert compute.deletions == [(GROUP, DELETE_VMS)]
+
+
+def test_an_end_record_it_cannot_read_is_logged_once_and_read_again_later(
+    tmp_path: Path, gcs: str, granted: ObjectNameGrant
+) -> None:
+    config = supervisor_config("mig", MIG, None, STATE, run=HEARTBEATS, instances=VMS)
+    ended = RUN["end_uri"]
+    with _world(tmp_path, gcs, config, storage_endpoint=granted.url) as world:
+        world.compute.create_instances(GROUP, VMS)
+        world.fs.pipe_file(ended.removeprefix("gs://"), b'{"outcome": "done", "node_rank": 0}')
+        granted.refused = ended.removeprefix(f"gs://{BUCKET}/")  # a wrong grant: 403
+        for _ in range(2):
+            # Was an uncaught 403 (HTTP 500 from the function); the check goes on instead.
+            check = world.function.call()
+            assert (check["action"], check["result"], check.get("reason")) == ("none", "ok", None)
+        assert world.compute.deletions == []
+        [unread] = [line for line in world.function.printed() if "end record unread" in line]
+        assert json.loads(unread)["message"].startswith(
+            "supervisor: the run's end record unread: error: OSError: Forbidden: "
+        )
+        granted.refused = None
+        check = world.function.call()
+        assert (check["action"], check.get("reason")) == ("stop", "done")
+        assert world.compute.deletions == [(GROUP, DELETE_VMS)]

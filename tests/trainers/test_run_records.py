@@ -49,7 +49,16 @@ def test_what_each_exit_records() -> None:
         "outcome": "failed",
         "stage": "trainer",
         "exit": 1,
+        "reason": "the trainer exited 1 (an error in the code; the log has its traceback)",
         "node_rank": 1,
+    }
+    assert records.end_record(5, 2, None) == {
+        "outcome": "failed",
+        "stage": "trainer",
+        "exit": 5,
+        "reason": "the node launcher exited 5 (this machine has fewer accelerators than the "
+        "plan bought)",
+        "node_rank": 2,
     }
     assert records.end_record(143, 0, None) is None  # preempted: the run goes on
     assert records.end_record(4, 0, None) is None  # a lost peer: restarted

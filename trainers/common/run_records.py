@@ -42,6 +42,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from trainstack.trainers.common.exit_codes import (
+    ACCELERATORS_MISSING_EXIT_CODE,
+    CONFIG_ERROR_EXIT_CODE,
+    CRASH_EXIT_CODE,
+    SETUP_FAILED_EXIT_CODE,
+)
 from trainstack.trainers.common.storage import url_to_fs
 
 RUN_RECORD_ENV: Final = "TRAINSTACK_RUN_RECORD"
@@ -53,6 +59,18 @@ STAGES: Final = ("package_download", "package_install", "launch", "startup", "tr
 install, the Compute Engine launcher, the TPU startup script, the trainer under the node
 launcher, or the GKE Job (its pod script's own steps)."""
 TRAINER_STAGE: Final = "trainer"
+EXIT_MEANINGS: Final = {
+    CRASH_EXIT_CODE: "the trainer exited 1 (an error in the code; the log has its traceback)",
+    CONFIG_ERROR_EXIT_CODE: (
+        "the trainer exited 2 (an invalid config, cluster environment or checkpoint)"
+    ),
+    SETUP_FAILED_EXIT_CODE: "the node launcher exited 3 (its setup failed before training)",
+    ACCELERATORS_MISSING_EXIT_CODE: (
+        "the node launcher exited 5 (this machine has fewer accelerators than the plan bought)"
+    ),
+}
+"""The `reason` of a `failed` record the node launcher writes, by exit code
+(`trainstack.trainers.common.exit_codes`), so `trainstack status` says why."""
 STOP_POLL_S: Final = 30.0
 """How often the launcher looks for a stop request: the supervisor runs every 2 minutes and
 waits for the checkpoint, so 30 s costs at most a fraction of that wait."""
@@ -169,6 +187,7 @@ class RunRecords:
                 "outcome": "failed",
                 "stage": TRAINER_STAGE,
                 "exit": code,
+                "reason": EXIT_MEANINGS.get(code, f"the trainer exited {code}"),
                 "node_rank": node_rank,
             }
         return None
