@@ -249,8 +249,8 @@ class TpuPodSlice(pulumi.ComponentResource):
             "resource_filter": resource_filter,
         }
         project = args["project"]
-        self.facts = pulumi.Output.all(project, self.slice_name).apply(
-            lambda v: tpu_pod_slice_facts(plan, zone, deployment, v[0], v[1])
+        self.facts = pulumi.Output.all(deployment, project, self.slice_name).apply(
+            lambda v: tpu_pod_slice_facts(plan, zone, *v)
         )
         self.register_outputs(
             {

@@ -355,7 +355,8 @@ DEFAULT_GRACE_S: Final = float(TrainConfig.model_fields["preemption_grace_s"].de
 def _grace_s(args: A100ClusterArgs) -> float:
     """The trainer's SIGTERM grace: its `--preemption_grace_s` flag, else the trainers'
     default."""
-    flags = (args.get("training") or {}).get("trainer_args") or []
+    training = args.get("training")
+    flags = training.get("trainer_args", []) if training is not None else []
     for flag in flags:
         if flag.startswith("--preemption_grace_s="):
             return float(flag.partition("=")[2])
