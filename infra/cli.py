@@ -233,13 +233,27 @@ def plan_diff_cmd(
 def quota(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
+    program: ProgramOpt = None,
     live: Annotated[
         bool, typer.Option("--live", help="Also read limits and usage (needs credentials).")
     ] = False,
     endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """The quota the stack needs (service, quota id, dimensions, amount); offline by default."""
+    """The quota the stack needs (service, quota id, dimensions, amount); offline by default.
+
+    With --program DIR --stack NAME: what your own program's trainstack components need
+    (their `facts`), offline.
+    """
+    if program is not None:
+        if live or config_file is not None:
+            raise fail(
+                "quota --program: reads the program's components offline; valid: --program DIR "
+                "--stack NAME [--json], without --live or --config-file"
+            )
+        needs = _program_plan(program, stack).get("quota", [])
+        _print_quota(needs, as_json)
+        return
     _, cfg = validated(stack, config_file)
     needs = quota_needs(cfg)
     if live and cfg.project is None:
@@ -267,6 +281,10 @@ def quota(
         if any(r["status"] in FAILED_STATUSES for r in rows):
             raise typer.Exit(1)
         return
+    _print_quota(needs, as_json)
+
+
+def _print_quota(needs: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(needs, indent=2) + "\n")
         return

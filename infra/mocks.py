@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+from google.protobuf import json_format
 from pulumi.runtime import mocks as _mocks
 from pulumi.runtime import rpc as _rpc
 from pulumi.runtime import settings as _settings
@@ -184,6 +185,10 @@ class ProgramRun:
     """(level name, message) of everything the program logged through `pulumi.log`."""
     secret_outputs: frozenset[str] = frozenset()
     """The outputs that are Pulumi secrets (`outputs` holds their values, for tests)."""
+    registered_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What each component registered with `register_outputs`, by URN, as serialized (secrets
+    as [secret], numbers as floats, resources as references), as the engine keeps it on the
+    component's state: a component's `facts` are read here."""
 
     @property
     def shown_outputs(self) -> dict[str, Any]:
@@ -246,6 +251,19 @@ class RecordingMonitor(_mocks.MockMonitor):
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
         self.recorded: list[RecordedResource] = []
+        self.registered_outputs: dict[str, dict[str, Any]] = {}
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        # Pulumi's MockMonitor drops these (`RegisterResourceOutputs` returns an empty
+        # message, sdk/python/lib/pulumi/runtime/mocks.py); the engine sets them as the
+        # component's state outputs (`reg.New().Outputs = outs` in
+        # pkg/resource/deploy/step_executor.go `executeRegisterResourceOutputs`), which the
+        # checkpoint keeps: a component's `facts` are read from there.
+        # As serialized, not deserialized: deserializing a resource reference (a component's
+        # child in its outputs) would await a `get_resource` on this executor thread's loop.
+        outputs = json_format.MessageToDict(request.outputs)
+        self.registered_outputs[request.urn] = _plain(outputs)
+        return super().RegisterResourceOutputs(request)
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
@@ -449,4 +467,5 @@ def _record(
         invokes=list(mocks.invokes),
         logs=logs,
         secret_outputs=frozenset(secret),
+        registered_outputs=dict(monitor.registered_outputs),
     )

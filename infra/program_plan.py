@@ -3,12 +3,15 @@
 A Pulumi project of your own that composes trainstack's components is run offline under the
 same recording mocks as a stack (`trainstack.infra.program_run`), with the config of its
 stack file `Pulumi.NAME.yaml`. Its plan has the stack plan's shape (`stack`, `resources`
-exactly as registered, `outputs`, `notes`) plus `project`, the Pulumi project's name. The
-parts of a stack plan that are read from a trainstack stack config (`target`, `summary`,
-`quota`, `code`, `defaults`, `limits`) are left out: a program has no such config, and a
-total guessed from some resource types and not others would read as the whole cost.
-`trainstack plan-diff` and `trainstack policy --plan` take these plans as they take a
-stack's (a missing summary or quota counts as none).
+exactly as registered, `outputs`, `notes`) plus `project`, the Pulumi project's name.
+`summary`, `quota` and the notes come from the `facts` its trainstack compute components
+(`TpuPodSlice`, `A100Cluster`) and run supervisors register (`trainstack.infra.program_facts`):
+the totals, quota and notes a stack plan of the same resources shows. A program without
+such a component has none: a total guessed from some resource types and not others would
+read as the whole cost. The parts a stack plan reads from a trainstack stack config alone
+(`target`, `code`, `defaults`, `limits`) are left out. `trainstack plan-diff` and
+`trainstack policy --plan` take these plans as they take a stack's (a missing summary or
+quota counts as none).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.mocks import ProgramRun
 from trainstack.infra.plan import plan_resources
+from trainstack.infra.program_facts import program_totals
 from trainstack.infra.program_run import (
     Program,
     ProgramError,
@@ -31,8 +35,9 @@ from trainstack.infra.program_run import (
 from trainstack.infra.project import find_project
 
 PROGRAM_NOTE = (
-    "a program's plan lists what it registers; totals, $/hour and quota come from a trainstack "
-    "stack config (`trainstack plan --stack`), which a program does not have"
+    "a program's plan lists what it registers; totals, $/hour and quota come from the facts "
+    "of trainstack's compute components (TpuPodSlice, A100Cluster, RunSupervisor), and this "
+    "program registers none"
 )
 
 
@@ -83,15 +88,27 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
     """The JSON plan of the program in `directory` as stack `stack` (module docstring)."""
     program, config = load_program(directory, stack)
     run = run_own_program(program, stack, config, directory)
+    totals = program_totals(run.registered_outputs)
+    resources = [
+        {**entry, "inputs": _program_assets(entry["inputs"], program.root)}
+        for entry in plan_resources(run.resources)
+    ]
+    if totals is None:
+        return {
+            "stack": stack,
+            "project": program.name,
+            "resources": resources,
+            "outputs": run.shown_outputs,
+            "notes": [PROGRAM_NOTE],
+        }
     return {
         "stack": stack,
         "project": program.name,
-        "resources": [
-            {**entry, "inputs": _program_assets(entry["inputs"], program.root)}
-            for entry in plan_resources(run.resources)
-        ],
+        "resources": resources,
+        "summary": totals["summary"],
+        "quota": totals["quota"],
         "outputs": run.shown_outputs,
-        "notes": [PROGRAM_NOTE],
+        "notes": totals["notes"],
     }
 
 
