@@ -101,7 +101,11 @@ def _program_plan(program: Path, stack: str | None) -> dict[str, Any]:
             raise ProgramError(program_stack_required(program))
         return build_program_plan(program, stack)
     except ProgramError as exc:
-        raise fail(str(exc)) from None
+        # One `error:` line per problem (a component may report several).
+        *lines, last = str(exc).splitlines()
+        for line in lines:
+            fail(line)
+        raise fail(last) from None
 
 
 @app.command()
@@ -393,7 +397,7 @@ def _check_all_stacks() -> tuple[list[StackReport], list[str]]:
         try:
             plan = build_program_plan(folder, name)
         except ProgramError as exc:
-            problems.append(f"stack {name!r} not checked: {exc}")
+            problems.extend(f"stack {name!r} not checked: {line}" for line in str(exc).splitlines())
             continue
         report = check_resources(name, plan["resources"])
         reports.append(replace(report, program=str(folder)))

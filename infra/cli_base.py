@@ -205,12 +205,13 @@ def invalid_config(
 def rejected_by_program(stack: str, exc: BaseException) -> str:
     """A component's own check that the config passed but the program refused.
 
-    The engine wraps the component's error once per resource and input it flowed through;
-    the innermost one says what is wrong (`<key>: <what>; valid: ...`).
+    The engine wraps the component's error once per resource and input it flowed through
+    (`trainstack.infra.mocks.engine_unwrapped`); the component's own says what is wrong
+    (`<key>: <what>; valid: ...`).
     """
-    while (inner := exc.__cause__ or exc.__context__) is not None:
-        exc = inner
-    return f"invalid stack config for {stack!r}: {exc}"
+    from trainstack.infra.mocks import engine_unwrapped
+
+    return f"invalid stack config for {stack!r}: {engine_unwrapped(exc)}"
 
 
 OutputsOpt = Annotated[

@@ -45,7 +45,19 @@ PROTECTED = frozenset({"trainstack", "__main__"})
 
 
 class ProgramError(ValueError):
-    """A project folder, stack file or program run that cannot be planned (one line)."""
+    """A project folder, stack file or program run that cannot be planned: one line per
+    problem (a program's component may report several)."""
+
+
+class ProgramExit(Exception):
+    """The program called `sys.exit` (`code`): raised in place of its SystemExit, which
+    asyncio re-raises out of the event loop while the task keeps it, to be logged with a
+    traceback as "Task exception was never retrieved" when the task is collected
+    (CPython Lib/asyncio/tasks.py `__step`, base_events.py `default_exception_handler`)."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(f"the program exited with code {code!r}")
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -204,12 +216,16 @@ def run_program_folder(
 ) -> ProgramRun:
     """Run `program` as stack `stack` with `config` (namespaced keys) under recording mocks.
 
-    Whatever the program raises propagates (after the runtime has settled); the working
-    directory, `sys.path` and `sys.modules` are as they were before, either way.
+    Whatever the program raises propagates (after the runtime has settled; a `sys.exit` as
+    ProgramExit); the working directory, `sys.path` and `sys.modules` are as they were
+    before, either way.
     """
 
     def body() -> None:
-        runpy.run_path(str(program.entry), run_name="__main__")
+        try:
+            runpy.run_path(str(program.entry), run_name="__main__")
+        except SystemExit as exc:
+            raise ProgramExit(exc.code) from None
 
     # The whole run, not only the program's top level: its `apply` callbacks run after
     # that, and they may import its modules or read files relative to its folder. Placed

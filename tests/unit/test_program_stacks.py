@@ -68,8 +68,8 @@ def test_policy_all_checks_every_stack_then_exits_2_for_those_it_could_not(
         "stack loc: clean (2 resources, 8 rules)",
     ]
     assert result.stderr == (
-        f"error: stack 'broken' not checked: --program {project}: stack 'broken': the program "
-        "raised ValueError at infra/__init__.py:13: acme:fail is 'yes'; valid: unset\n"
+        f"error: stack 'broken' not checked: --program {project}: stack 'broken': "
+        "infra/__init__.py:13: ValueError: acme:fail is 'yes'; valid: unset\n"
         "error: invalid stack config for 'typo':\n"
         "trainstak:local: unknown namespace `trainstak:`; did you mean `trainstack:`? "
         "valid: trainstack:local\n"
