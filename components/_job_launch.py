@@ -5,7 +5,7 @@ nodes needs (`trainstack.infra.targets.gpu_cluster`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import pulumi
 
@@ -15,9 +15,6 @@ from trainstack.components.gpu_startup import node_argv as launcher_argv
 from trainstack.components.gpu_startup import pod_run_env, with_checkpoint_dir
 from trainstack.trainers.common.contract import TORCH_MODULE
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
-
-if TYPE_CHECKING:
-    from trainstack.components.kubernetes_training_job import KubernetesTrainingJobArgs
 
 DEFAULT_MODULE: Final = TORCH_MODULE
 
@@ -47,8 +44,9 @@ def job_launch(
     return argv, {}
 
 
-def job_run_record(args: KubernetesTrainingJobArgs) -> pulumi.Output[str]:
-    """The run's record prefix the Job's pods get ("" without one), before it is registered."""
+def job_run_record(args: Mapping[str, Any]) -> pulumi.Output[str]:
+    """The run's record prefix the pods of a Job of `args` (`KubernetesTrainingJobArgs`) get
+    ("" without one), before it is registered."""
     launch = (args["package_uri"], args.get("checkpoint_url"), args.get("node_args"))
     return pulumi.Output.all(*launch).apply(
         lambda v: job_launch(args, *v)[1].get(RUN_RECORD_ENV, "")

@@ -1,4 +1,5 @@
-"""TpuPodSlice's argument checks: pure, and the stack config's too.
+"""TpuPodSlice's arguments (`TpuPodSliceArgs`, exported by `trainstack.components.tpu_pod_slice`)
+and their checks: pure, and the stack config's too.
 
 `tpu_pod_slice_problems` returns every problem with a `TpuPodSlice` argument mapping as
 `<prefix><key>: <problem>; valid: <values>`: the component raises on them (no prefix) and
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal, NotRequired, TypedDict
+
+import pulumi
 
 from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components._tpu_queued_provider import DEFAULT_WAIT_TIMEOUT_S
@@ -19,7 +22,9 @@ from trainstack.components.catalog.tpu import (
     DISK_MODES,
     SECURE_BOOT_GENERATIONS,
     TPU_GENERATIONS,
+    QueuedTier,
     TpuGeneration,
+    TpuProvisioning,
     TpuSlice,
 )
 from trainstack.components.catalog.tpu_rules import (
@@ -29,6 +34,94 @@ from trainstack.components.catalog.tpu_rules import (
 )
 from trainstack.components.startup.tpu_worker import validate_trainer_launch
 from trainstack.trainers.common.contract import TF_MODULE
+
+
+class DataDiskArgs(TypedDict):
+    """A persistent disk attached to every worker of the slice."""
+
+    source_disk: pulumi.Input[str]
+    """`projects/{p}/zones/{zone}/disks/{name}` of an existing disk in the slice's zone."""
+    mode: NotRequired[Literal["READ_WRITE", "READ_ONLY"]]
+    """Default READ_ONLY on a multi-host slice (the only mode there: every worker attaches
+    the disk), READ_WRITE on a single host."""
+
+
+class QueuedArgs(TypedDict):
+    """Settings of a queued resource (provisioning `queued`)."""
+
+    tier: NotRequired[QueuedTier]
+    """Capacity tier (default on-demand; the API's `spot` / `guaranteed`)."""
+    min_duration_s: NotRequired[int]
+    """guaranteed only: provision only if the capacity is guaranteed for this long."""
+    valid_until_s: NotRequired[int]
+    """Give up queueing this many seconds after the request (`validUntilDuration`)."""
+    wait_timeout_s: NotRequired[int]
+    """How long `pulumi up` waits for ACTIVE before deleting the request (default 3600)."""
+
+
+class TpuPodSliceArgs(TypedDict):
+    """Arguments for `TpuPodSlice`."""
+
+    project: pulumi.Input[str]
+    """Project of the TPU node."""
+    zone: str
+    """Zone offering the generation, e.g. `us-central2-b` for v4."""
+    deployment_name: pulumi.Input[str]
+    """Prefix of the node and queued-resource names."""
+    accelerator_type: NotRequired[str]
+    """Slice type, e.g. `v4-32`, `v5litepod-16`, `v5p-8`, `v6e-4` (or generation+topology)."""
+    generation: NotRequired[str]
+    """`v4`, `v5e`, `v5p` or `v6e`, with `topology` instead of `accelerator_type`."""
+    topology: NotRequired[str]
+    """Chip topology with `generation`, e.g. `2x2x4`."""
+    runtime_version: str
+    """TPU software version, e.g. `tpu-vm-tf-2.16.0-pod-pjrt` (required: versions drift)."""
+    provisioning: NotRequired[TpuProvisioning]
+    """How capacity is obtained (default on-demand)."""
+    reservation: NotRequired[str]
+    """queued only: reservation name, `projects/P/locations/ZONE/reservations/R`, or `-`
+    for any reservation of the project in the zone (gcloud's `--reserved`)."""
+    queued: NotRequired[QueuedArgs]
+    """queued only: tier, deadline and wait timeout."""
+    network_self_link: pulumi.Input[str]
+    """VPC network (self link or `projects/P/global/networks/N`)."""
+    subnetwork_self_link: pulumi.Input[str]
+    """Subnet with Private Google Access and Cloud NAT: the workers get no external IPs."""
+    network_tags: NotRequired[Sequence[pulumi.Input[str]]]
+    """Network tags on every worker (the network's `node_tag`, so its firewall applies)."""
+    service_account_email: pulumi.Input[str]
+    """Service account the workers run as (never the default compute account)."""
+    package_uri: pulumi.Input[str]
+    """gs:// URI of the trainer sdist (`TrainerPackage.uri`); a new URI replaces the slice."""
+    checkpoint_dir: pulumi.Input[str]
+    """gs:// URL given to the trainer as `--checkpoint_dir` (unless `trainer_args` has one)."""
+    trainer_args: NotRequired[Sequence[str]]
+    """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
+    trainer_module: NotRequired[str]
+    """Module worker 0 runs (default `trainstack.trainers.tf_multiworker`)."""
+    node_args: NotRequired[pulumi.Input[Sequence[str]]]
+    """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
+    (`trainstack.infra.compose.user_code_node_args`), run on every worker; excludes trainer_module and
+    trainer_args, and allows any runtime_version."""
+    secret_env_names: NotRequired[Sequence[str]]
+    """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
+    `secure:` trainer.env values): they reach the workers but no hash that names objects or
+    labels others can list (the run's key, the queued resource's spec label), which see the
+    name only, so a rotated secret keeps the run
+    (`trainstack.components._node_args.keyed_node_args`)."""
+    data_disks: NotRequired[Sequence[DataDiskArgs]]
+    """Persistent disks attached to every worker."""
+    secure_boot: NotRequired[bool]
+    """Shielded VM Secure Boot (default True on every supported generation)."""
+    max_run_seconds: NotRequired[int]
+    """Run limit (the stack's `limits.max_run_hours`), enforced by the startup script: the
+    trainer gets SIGTERM this long after the run's first start, recorded once in the
+    checkpoint bucket, and is not relaunched (the Cloud TPU API has no run limit)."""
+    labels: NotRequired[pulumi.Input[Mapping[str, str]]]
+    """User labels, merged with trainstack's, on the node."""
+    api_endpoint: NotRequired[str]
+    """queued only: override the TPU API endpoint (tests point it at a local server)."""
+
 
 DEFAULT_TRAINER_MODULE: Final = TF_MODULE
 TPU_FRAMEWORK: Final = "tensorflow"

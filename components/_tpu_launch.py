@@ -7,19 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import pulumi
 
 from trainstack.components._discovery import validate_body
 from trainstack.components._naming import gcp_name, labels_input, name_input
 from trainstack.components._node_args import keyed_node_args
-from trainstack.components._tpu_args import SlicePlan, validate_args
+from trainstack.components._tpu_args import SlicePlan, TpuPodSliceArgs, validate_args
 from trainstack.components._tpu_queued_provider import with_spec_label
 from trainstack.components.startup.tpu_worker import render_tpu_worker_script, slice_run_record
-
-if TYPE_CHECKING:
-    from trainstack.components.tpu_pod_slice import TpuPodSliceArgs
 
 COMPONENT_LABEL: Final = "tpu-pod-slice"
 API: Final = "tpu.v2"

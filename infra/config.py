@@ -35,22 +35,19 @@ from typing import Any, Literal, cast
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Field,
     TypeAdapter,
     ValidationError,
     create_model,
-    field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails
 
 from trainstack.components.catalog.problems import pydantic_problem, unknown_key
-from trainstack.components.run_supervisor import max_total_usd_problem
 from trainstack.infra import targets
 from trainstack.infra.config_checks import NAMESPACE, semantic_errors
 from trainstack.infra.config_secrets import pulumi_secrets
+from trainstack.infra.config_sections import BucketsConfig, LimitsConfig, QuotasConfig
 from trainstack.infra.estimate import limit_problems
-from trainstack.trainers.common.bounds import MAX_RUN_HOURS
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import StackTrainer
 
@@ -107,61 +104,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class BucketsConfig(_Model):
-    """`trainstack:buckets`: the checkpoint/data buckets (`TrainingBuckets` arguments)."""
-
-    location: str | None = None
-    """GCS location; defaults to gcp:region upper-cased (same region as the compute)."""
-    checkpoint_retention_days: int = 30
-    """Checkpoint objects older than this are deleted by a lifecycle rule (1-3650)."""
-    delete_data_on_destroy: bool = False
-    """Let `pulumi destroy` delete non-empty buckets (force_destroy). Rejected in prod."""
-    name_suffix: str | None = None
-    """Opt-in suffix for the global bucket namespace (1-16 of a-z, 0-9, '-')."""
-
-
-class QuotasConfig(_Model):
-    """`trainstack:quotas`: quota preflight and increase requests."""
-
-    request_increases: bool = False
-    """Create Cloud Quotas preferences for what the stack needs."""
-    contact_email: str | None = None
-    """Required by Cloud Quotas for increase requests."""
-    skip_preflight: bool = False
-    """Skip the quota check (capacity comes from a specific reservation)."""
-
-
-class LimitsConfig(_Model):
-    """`trainstack:limits`: guardrails on what a stack may cost and how long it may run."""
-
-    max_hourly_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """`trainstack plan` and `pulumi preview` fail when the stack's estimated $/hour
-    (`trainstack.infra.estimate.summarize`) is above this."""
-    max_run_hours: float | None = Field(default=None, gt=0, le=MAX_RUN_HOURS, allow_inf_nan=False)
-    """Training ends after this long, by the platform's own means (Vertex `timeout`, the GKE
-    Job's `activeDeadlineSeconds`, the GCE and TPU run limit), and on tpu and gpu_cluster
-    stacks the supervisor then stops the compute; the plan says how, per target."""
-    max_total_usd: float | None = None
-    """The run's spend cap at list price (tpu and gpu_cluster stacks): the supervisor counts
-    the compute's spend across restarts and recoveries, asks the trainer to save and stop
-    once it is reached, then stops the compute (`trainstack.components.run_supervisor`)."""
-
-    @field_validator("max_total_usd", mode="before")
-    @classmethod
-    def _spend_cap(cls, value: Any) -> Any:
-        problem = None if value is None else max_total_usd_problem(value, "max_total_usd")
-        if problem:
-            raise PydanticCustomError("trainstack", problem.split(": ", 1)[1])
-        return value
-
-    @property
-    def max_run_seconds(self) -> int | None:
-        """`max_run_hours` in whole seconds (at least 1), or None."""
-        if self.max_run_hours is None:
-            return None
-        return max(1, round(self.max_run_hours * 3600))
-
-
 GENERIC_SECTIONS = ("environment", "labels", "buckets", "quotas", "limits")
 """Stack sections before the compute target's; `trainer` comes after it."""
 
@@ -172,7 +114,8 @@ class StackConfig(_Model):
     The compute target's section is in `sections` under its stack key, exactly one after
     validation; `compute` is it and `target` its key, `trainstack.infra.targets.target_of`
     the target it selects. `cfg.<key>` reads a registered section's key (None when the stack
-    runs on another target), so `cfg.tpu.zone` works for scripts and tests.
+    runs on another target), so `cfg.tpu.zone` works for scripts and tests. The target hooks
+    take it as a `trainstack.infra.config_sections.StackView` (they sit below this module).
     """
 
     project: str | None = None

@@ -29,7 +29,7 @@ from trainstack.infra.targets import (
 from trainstack.trainers.common.user_code import user_code_problems
 
 if TYPE_CHECKING:
-    from trainstack.infra.config import BucketsConfig, QuotasConfig
+    from trainstack.infra.config_sections import BucketsConfig, QuotasConfig
     from trainstack.trainers.common.user_code import StackTrainer
 
 NAMESPACE = "trainstack"

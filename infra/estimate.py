@@ -17,7 +17,7 @@ from trainstack.components.catalog.supervisor_region import price_tier, supervis
 from trainstack.infra.targets import CloudTarget, target_of
 
 if TYPE_CHECKING:
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
 
 __all__ = [
     "limit_problems",
@@ -75,7 +75,7 @@ Registry (https://cloud.google.com/functions/docs/building: the project is bille
 Build, Cloud Storage and Artifact Registry); not priced here."""
 
 
-def supervisor_note(cfg: StackConfig) -> str | None:
+def supervisor_note(cfg: StackView) -> str | None:
     """The plan's note on the supervisor's region and what its monthly figure counts, or None
     without a supervisor."""
     if not target_of(cfg).supervised or cfg.region is None:
@@ -97,7 +97,7 @@ def supervisor_note(cfg: StackConfig) -> str | None:
     )
 
 
-def stoppable_hourly_usd(cfg: StackConfig) -> float:
+def stoppable_hourly_usd(cfg: StackView) -> float:
     """$/hour at list price, rounded to cents, of the compute the supervisor stops at the
     run's end (`Target.stoppable_hourly_usd`: the TPU slice; the GCE group or GKE GPU pool,
     without GKE's cluster fee and system node): what its spend count for
@@ -107,7 +107,7 @@ def stoppable_hourly_usd(cfg: StackConfig) -> float:
     return target.stoppable_hourly_usd(cfg)
 
 
-def still_billing_note(cfg: StackConfig, stack: str) -> str | None:
+def still_billing_note(cfg: StackView, stack: str) -> str | None:
     """The plan's note on what keeps billing after the supervisor's stop
     (`Target.still_billing_after_stop`), or None when nothing does or there is no
     supervisor."""
@@ -124,7 +124,7 @@ def still_billing_note(cfg: StackConfig, stack: str) -> str | None:
     )
 
 
-def summarize(cfg: StackConfig) -> dict[str, Any]:
+def summarize(cfg: StackView) -> dict[str, Any]:
     """Totals for the plan: `tpu_chips`, `gpus`, `machines`, `hourly_usd`.
 
     `machines` counts TPU hosts, GPU nodes, Vertex replicas plus reducers, or local
@@ -144,7 +144,7 @@ def summarize(cfg: StackConfig) -> dict[str, Any]:
     return out
 
 
-def quota_needs(cfg: StackConfig) -> list[dict[str, Any]]:
+def quota_needs(cfg: StackView) -> list[dict[str, Any]]:
     """Quota the stack needs: `service`, `quota_id`, `dimensions`, `needed`, `verified`,
     `source` per entry. A local target needs none.
 
@@ -159,7 +159,7 @@ def quota_needs(cfg: StackConfig) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- limits
 
 
-def limit_problems(cfg: StackConfig) -> list[str]:
+def limit_problems(cfg: StackView) -> list[str]:
     """`limits.max_hourly_usd` against the stack's estimated $/hour: one problem when the
     estimate is above the limit, in the project's `<key>: <what>; valid: <allowed>` shape."""
     limit = cfg.limits.max_hourly_usd
@@ -176,7 +176,7 @@ def limit_problems(cfg: StackConfig) -> list[str]:
     return [problem]
 
 
-def spend_cap_text(cfg: StackConfig, cap: float) -> str:
+def spend_cap_text(cfg: StackView, cap: float) -> str:
     """How `limits.max_total_usd` is enforced, with what it can overshoot by: a check can
     come up to `CHECK_INTERVAL_S` late and the trainer gets `STOP_GRACE_S` to save (plus the
     time Google takes to delete the machines, not counted)."""
@@ -201,7 +201,7 @@ def spend_cap_text(cfg: StackConfig, cap: float) -> str:
     return text
 
 
-def limits_plan(cfg: StackConfig) -> dict[str, Any] | None:
+def limits_plan(cfg: StackView) -> dict[str, Any] | None:
     """The plan's `limits` entry, or None when the stack sets no limits: the limits, the
     estimate they were checked against, and how the run limit is enforced on this target."""
     limits = cfg.limits

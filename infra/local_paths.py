@@ -18,15 +18,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainstack.infra.project import LOCAL_PATH_KEYS, StackPlace, current_place, with_local_paths
 
 if TYPE_CHECKING:
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
+
+Stack = TypeVar("Stack", bound="StackView")
 
 
-def run_name(cfg: StackConfig, stack: str) -> str:
+def run_name(cfg: StackView, stack: str) -> str:
     """The run's name: `trainer.run_name` when set in the stack, else the stack's name."""
     return cfg.trainer.run_name if "run_name" in cfg.trainer.model_fields_set else stack
 
@@ -41,9 +43,7 @@ def local_root(stack: str, given: str | None, place: StackPlace | None = None) -
     return place.local_dir(stack)
 
 
-def localized(
-    cfg: StackConfig, stack: str, given: str | None, place: StackPlace | None = None
-) -> StackConfig:
+def localized(cfg: Stack, stack: str, given: str | None, place: StackPlace | None = None) -> Stack:
     """`cfg` of a stack that runs on this machine as its run uses it: the trainer's relative
     folders (`LOCAL_PATH_KEYS`) absolute against the place's base folder; InstallWriteError
     naming the key when the run (its root: `given`, the target's `local_run_root`, else its
@@ -68,7 +68,7 @@ def local_root_arg(stack: str, given: str | None, place: StackPlace | None = Non
 
 
 def local_checkpoint_dir(
-    cfg: StackConfig, stack: str, outputs: dict[str, Any] | None, given: str | None
+    cfg: StackView, stack: str, outputs: dict[str, Any] | None, given: str | None
 ) -> str:
     """The run's checkpoint folder: the deployed stack's `local_checkpoint_dir` output when
     known, else where `local-run` puts it."""
@@ -79,7 +79,7 @@ def local_checkpoint_dir(
 
 
 def local_log_path(
-    cfg: StackConfig, stack: str, outputs: dict[str, Any] | None, given: str | None
+    cfg: StackView, stack: str, outputs: dict[str, Any] | None, given: str | None
 ) -> Path:
     """The run's log: the deployed stack's `local_log_path` output when known, else where
     `local-run` writes it."""

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from trainstack.infra.plan_env import hide_env_values
+from trainstack.infra.plan_inputs import integral_numbers
 from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
 
 # GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
@@ -58,18 +59,6 @@ DIFF_CONTEXT = 2
 
 class PlanDocumentError(ValueError):
     """A JSON document that is not a trainstack plan (or a list of plans)."""
-
-
-def integral_numbers(value: Any) -> Any:
-    """`value` with every integral float as an int: the engine sends every number as a
-    double, and `2.0 -> 4.0` reads worse than `2 -> 4`."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {key: integral_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [integral_numbers(item) for item in value]
-    return value
 
 
 def _text(value: Any) -> str:

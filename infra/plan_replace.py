@@ -14,14 +14,13 @@ import importlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from trainstack.components.catalog.replace_on_change import in_place_paths, replace_paths
+from trainstack.infra.plan_inputs import input_strings
+from trainstack.infra.targets import run_resource
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.fingerprint import STATE_KEYS
-
-if TYPE_CHECKING:
-    from trainstack.infra.targets.base import RunResource
 
 Action = Literal["replace", "change", "change (may replace)", "none"]
 
@@ -39,7 +38,6 @@ With REFRESH or NONE the group still does what a change needs, but which changes
 restart is not modelled here, so only these two minimal actions get the note."""
 
 _CHECKPOINT_FLAG = re.compile(r"--checkpoint_dir=([^\s\"'\\)]+)")
-RUN_NAME_FLAG = re.compile(r"--run_name=([^\s\"'\\)]+)")
 _CHECKPOINT_ENV = re.compile(r"TRAINSTACK_CHECKPOINT_DIR=([^\s\"'\\)]+)")
 
 
@@ -66,13 +64,6 @@ def _covered(path: str, table: Iterable[str]) -> bool:
     changed includes the table path inside it)."""
     plain = _strip_indices(path)
     return any(plain == t or plain.startswith(t + ".") or t.startswith(plain + ".") for t in table)
-
-
-def _run_resource(type_: str) -> RunResource | None:
-    # Imported here: the target modules import this module (vertex_runs: its input readers).
-    from trainstack.infra.targets import run_resource
-
-    return run_resource(type_)
 
 
 def _dynamic(
@@ -104,7 +95,7 @@ def classify(
     changed = list(changed)
     if not changed:
         return Verdict("change")  # only options (protect, parent) differ: no input to replace on
-    resource = _run_resource(type_)
+    resource = run_resource(type_)
     if resource is not None and resource.provider is not None:
         return _dynamic(resource.provider, old, new)
     found = replace_paths(type_)
@@ -130,17 +121,6 @@ def classify(
 # -- what a relaunched run starts from ---------------------------------------------------
 
 
-def input_strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from input_strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from input_strings(item)
-
-
 def _env_value(value: Any, name: str) -> str | None:
     """The last `{"name": name, "value": ...}` entry anywhere in `value` (a container's or a
     Vertex worker pool's env)."""
@@ -160,7 +140,7 @@ def checkpoint_dir(resource: Mapping[str, Any]) -> str | None:
     """Where a training resource's run keeps the checkpoints it resumes from, read from its
     inputs the way the launch resolves it; None when the inputs do not say."""
     inputs = resource["inputs"]
-    run = _run_resource(resource["type"])
+    run = run_resource(resource["type"])
     own = run.checkpoint_dir if run is not None else None
     if own is not None and run is not None and run.checkpoint_first:
         return own(inputs)
@@ -186,7 +166,7 @@ def state_settings(resource: Mapping[str, Any]) -> dict[str, str]:
     flags in the inputs (the first), a key with neither at TrainConfig's default. A tuning
     job's tuned keys are left out: each trial sets its own."""
     inputs = resource["inputs"]
-    run = _run_resource(resource["type"])
+    run = run_resource(resource["type"])
     trainer = run.settings(inputs) if run is not None and run.settings is not None else None
     # A script's flags are read from its lines that also pass --run_name (the trainer's
     # command line), not from the examples in its comments and docstrings.
@@ -266,10 +246,10 @@ def relaunch_note(
         if group is None:
             return None
         lead = f"group `{group}` (PROACTIVE update policy) recreates every VM, which relaunches"
-    elif _run_resource(new["type"]) is None:
+    elif run_resource(new["type"]) is None:
         return None
     before, after = checkpoint_dir(old), checkpoint_dir(new)
-    run = _run_resource(new["type"])
+    run = run_resource(new["type"])
     tuning = run is not None and run.tuned is not None
     what = "tuning" if tuning else "training"
     if after is None:

@@ -16,25 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trainstack.infra.plan_diff import integral_numbers
+from trainstack.infra.targets import run_resource
 
 PROVIDER_INPUT = "__provider"
 """The input a dynamic resource carries its serialized provider in (pulumi/dynamic)."""
 
 
-def number(value: Any) -> str:
-    """A count as the engine sends it (a double, or an int64 as a string) written plainly."""
-    if isinstance(value, str) and value.isdigit():
-        return value
-    return str(integral_numbers(value))
-
-
 def runs_lines(resource_type: str, inputs: Mapping[str, Any]) -> list[str]:
     """Lines saying what a resource runs (its target's `RunResource.describe`); [] for any
     other resource."""
-    # Imported here: the target modules import `number` from this module.
-    from trainstack.infra.targets import run_resource
-
     resource = run_resource(resource_type)
     if resource is None or resource.describe is None:
         return []

@@ -9,10 +9,10 @@ from trainstack.components._naming import bucket_name
 from trainstack.infra.local_paths import run_name
 
 if TYPE_CHECKING:
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
 
 
-def trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
+def trainer_args(cfg: StackView, deployment: str) -> list[str]:
     """The stack's trainer settings as the trainer's `--key=value` flags (non-defaults only,
     in field order), so a job's command line shows exactly what the stack changed; the run's
     name is always among them (`trainstack.infra.local_paths.run_name`: the stack's name unless the stack
@@ -22,7 +22,7 @@ def trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
     return [f"--{key}={value}" for key, value in values.items()]
 
 
-def cloud_trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
+def cloud_trainer_args(cfg: StackView, deployment: str) -> list[str]:
     """`trainer_args` for the bundled trainer on GKE, Compute Engine and TPU, plus
     `--model_dir=gs://<checkpoint bucket>/model/<run name>` unless the stack sets
     `trainer.model_dir`: the final model goes beside Vertex's AIP_MODEL_DIR export
@@ -39,7 +39,7 @@ def cloud_trainer_args(cfg: StackConfig, deployment: str) -> list[str]:
     return [*args, f"--model_dir=gs://{bucket}/model/{run_name(cfg, deployment)}"]
 
 
-def checkpoint_dir(cfg: StackConfig, deployment: str, checkpoint_url: str) -> str:
+def checkpoint_dir(cfg: StackView, deployment: str, checkpoint_url: str) -> str:
     """The run's checkpoint folder in the stack's checkpoint bucket: `trainer.checkpoint_dir`
     when set, else `<bucket>/checkpoints/<run name>`, one folder per run, under the prefix
     the bucket's age rule covers (`trainstack.components.training_buckets.CHECKPOINT_PREFIX`)."""

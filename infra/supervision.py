@@ -31,11 +31,11 @@ from trainstack.trainers.common.run_records import (
 )
 
 if TYPE_CHECKING:
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
 
 
 def run_settings(
-    cfg: StackConfig, hourly_usd: float, run_record: pulumi.Input[str] | None, node_count: int
+    cfg: StackView, hourly_usd: float, run_record: pulumi.Input[str] | None, node_count: int
 ) -> pulumi.Output[dict[str, Any]]:
     """The supervisor's `run`: the run's objects (prefix `run_record`: its end record, the
     heartbeats of its `node_count` nodes and stop request), the limits and the compute's list
@@ -166,7 +166,7 @@ def end_text(event: dict[str, Any], asked: list[str]) -> str:
 def supervisor_status(
     events: list[dict[str, Any]],
     state: dict[str, Any],
-    cfg: StackConfig,
+    cfg: StackView,
     hourly_usd: float,
     stack: str,
     roles: Sequence[str] | None = None,

@@ -1,9 +1,14 @@
-"""Defaults, allowed values and names shared by the A100Cluster validator and both backends."""
+"""Defaults, allowed values and names shared by the A100Cluster validator and both backends,
+and the component's arguments (`A100ClusterArgs`, exported by `trainstack.components.a100_cluster`),
+which both backends read."""
 
 from __future__ import annotations
 
 import os
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Final, Literal, NotRequired, TypedDict
+
+import pulumi
 
 from trainstack.components import catalog
 from trainstack.components._naming import gcp_name
@@ -93,3 +98,94 @@ def gke_spot_grace_note(preemption_grace_s: float) -> str:
         f"that takes longer than {budget} s is cut off and the run resumes from the "
         f"checkpoint before; set trainer.preemption_grace_s to at most {budget}"
     )
+
+
+class A100TrainingArgs(TypedDict):
+    """What runs on the nodes: the bundled trainer from the `TrainerPackage`."""
+
+    package_uri: pulumi.Input[str]
+    """gs:// URI of the trainer sdist (`TrainerPackage.uri`)."""
+    trainer_module: NotRequired[str]
+    """Default `trainstack.trainers.torch_ddp` (torchrun, one process per GPU)."""
+    trainer_args: NotRequired[list[str]]
+    """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
+    node_args: NotRequired[pulumi.Input[list[str]]]
+    """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
+    (`trainstack.infra.compose.user_code_node_args`, the run contract's folders included), run on
+    every node (gke: in every pod); excludes trainer_module and trainer_args."""
+    secret_env_names: NotRequired[Sequence[str]]
+    """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
+    `secure:` trainer.env values): they reach the nodes but not the run's key, which names
+    objects in the checkpoint bucket anyone who may list it sees; the key sees the name only,
+    so a rotated secret keeps the run (`trainstack.components._node_args.keyed_node_args`)."""
+    checkpoint_url: NotRequired[pulumi.Input[str]]
+    """gs:// URL of the checkpoint bucket; `--checkpoint_dir=<url>/checkpoints` unless the
+    flags choose one (the bundled trainer), and where gce records a run limit's start."""
+    image: NotRequired[str]
+    """gke: container image (default: `KubernetesTrainingJob`'s pinned image for the
+    module, the torch one for your code); gce: boot image (default `DLVM_IMAGE`, required
+    for modules other than torch)."""
+    wait_for_completion: NotRequired[bool]
+    """gke: make `pulumi up` wait for the Job (with `timeout_s`)."""
+    timeout_s: NotRequired[int]
+    """gke: seconds `pulumi up` waits with `wait_for_completion`."""
+
+
+class A100ClusterArgs(TypedDict):
+    """Arguments for `A100Cluster`. Shape arguments are plain values, validated up front."""
+
+    project: pulumi.Input[str]
+    """Project of the cluster or instances."""
+    zone: str
+    """Zone of every node, e.g. `us-central1-a`; it must offer the machine's GPU (catalog)."""
+    deployment_name: str
+    """Prefix of the physical names (plain: it names the Job and node 0's host)."""
+    machine_type: str
+    """An A2 machine type: a2-highgpu-1g/2g/4g/8g, a2-megagpu-16g, a2-ultragpu-1g/2g/4g/8g."""
+    backend: NotRequired[Literal["gke", "gce"]]
+    """`gke` (default): a GKE cluster and a Kubernetes Job; `gce`: Compute Engine VMs."""
+    node_count: NotRequired[int]
+    """Machines (default 1)."""
+    spot: NotRequired[bool]
+    """Spot capacity (preemptible quota; default False)."""
+    reservation: NotRequired[str]
+    """Name of a specific reservation to consume; not with spot."""
+    compact_placement: NotRequired[bool]
+    """Place the nodes close together (default True)."""
+    tier_1_networking: NotRequired[bool]
+    """Tier-1 egress bandwidth (needs gVNIC, which every node gets; default False)."""
+    network_self_link: pulumi.Input[str]
+    """VPC network (`TrainingNetwork.network_self_link`)."""
+    subnetwork_self_link: pulumi.Input[str]
+    """Subnet in the zone's region (`TrainingNetwork.subnetwork_self_link`)."""
+    node_tag: pulumi.Input[str]
+    """Network tag the network's firewall rules target (`TrainingNetwork.node_tag`)."""
+    service_account_email: pulumi.Input[str]
+    """Account the nodes and the training pods run as (`TrainingIdentity`)."""
+    environment: NotRequired[Literal["dev", "staging", "prod"]]
+    """`prod` turns on the GKE cluster's deletion protection (default dev)."""
+    labels: NotRequired[pulumi.Input[Mapping[str, str]]]
+    """User labels, merged with trainstack's, on every child that takes labels."""
+    training: NotRequired[A100TrainingArgs]
+    """Run the trainer on the nodes (without it the machines are only provisioned)."""
+    kubernetes_version: NotRequired[str]
+    """gke: minimum control-plane version `1.N` (default `KUBERNETES_VERSION`)."""
+    release_channel: NotRequired[Literal["RAPID", "REGULAR", "STABLE"]]
+    """gke: release channel (default REGULAR)."""
+    gpu_driver_version: NotRequired[Literal["DEFAULT", "LATEST"]]
+    """gke: driver GKE installs on the GPU nodes (default LATEST)."""
+    system_machine_type: NotRequired[str]
+    """gke: machine of the one-node system pool (default e2-standard-4)."""
+    master_authorized_cidrs: NotRequired[list[str]]
+    """gke: CIDRs allowed to reach the control plane's public endpoint (default: any, with
+    IAM authentication)."""
+    boot_disk_size_gb: NotRequired[int]
+    """Boot disk of each GPU node (default 200)."""
+    max_run_seconds: NotRequired[int]
+    """Run limit (the stack's limits.max_run_hours). gke: the training Job's
+    `activeDeadlineSeconds` (Kubernetes ends the Job and its pods after this long). gce: the
+    node launcher records the run's first start in the checkpoint bucket and, this long
+    after it, stops the trainer with SIGTERM (it checkpoints), logs `max_run_hours reached`
+    and exits 0, which the unit does not restart; a VM started later exits at once. The
+    VMs keep running (and billing) until `pulumi destroy`: a VM maxRunDuration would only
+    make the managed instance group recreate them. Needs `training.checkpoint_url`."""

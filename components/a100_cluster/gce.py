@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi
 from pulumi_gcp import compute
@@ -17,6 +17,8 @@ from trainstack.components.a100_cluster._common import (
     CLOUD_PLATFORM_SCOPE,
     DEFAULT_BOOT_DISK_GB,
     RESERVATION_KEY,
+    A100ClusterArgs,
+    A100TrainingArgs,
     instance_name_pattern,
     instance_names,
     region_of,
@@ -34,9 +36,6 @@ from trainstack.components.gpu_startup import (
     with_checkpoint_dir,
 )
 from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
-
-if TYPE_CHECKING:
-    from trainstack.components.a100_cluster import A100ClusterArgs, A100TrainingArgs
 
 """PyTorch + CUDA + NVIDIA driver image for the gce backend (the torch trainer only)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -25,6 +25,8 @@ from trainstack.components.a100_cluster._common import (
     DEFAULT_SYSTEM_MACHINE_TYPE,
     KUBERNETES_VERSION,
     RESERVATION_KEY,
+    A100ClusterArgs,
+    A100TrainingArgs,
     job_name_for,
 )
 from trainstack.components.a100_cluster.validate import A100Shape
@@ -33,9 +35,6 @@ from trainstack.components.kubernetes_training_job import (
     KubernetesTrainingJob,
     KubernetesTrainingJobArgs,
 )
-
-if TYPE_CHECKING:
-    from trainstack.components.a100_cluster import A100ClusterArgs, A100TrainingArgs
 
 NODE_IMAGE_TYPE: Final = "COS_CONTAINERD"
 SYSTEM_POOL_NAME: Final = "system"

@@ -6,6 +6,7 @@ are listed in messages: `tpu`, `gke` and `gce` (section `gpu_cluster`), `vertex`
 
 from __future__ import annotations
 
+from trainstack.infra.config_sections import StackView
 from trainstack.infra.targets import gce, gke, local, tpu, vertex
 from trainstack.infra.targets.base import (
     CloudTarget,
@@ -37,6 +38,7 @@ __all__ = [
     "ComposeContext",
     "RunResource",
     "Section",
+    "StackView",
     "StandaloneTarget",
     "StillBilling",
     "Target",

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from trainstack.components.training_dashboard.targets import DashboardScope
     from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
     from trainstack.components.training_network import TrainingNetwork
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 
@@ -132,7 +132,7 @@ class StillBilling:
 class ComposeContext:
     """What the generic program registered before a cloud target's compute, for `compose`."""
 
-    cfg: StackConfig
+    cfg: StackView
     deployment: str
     labels: Mapping[str, str]
     package: TrainerPackage
@@ -154,8 +154,9 @@ class ComposeContext:
 
 class Target(ABC):
     """One compute target. Section-level hooks take the parsed section (the loader calls
-    them before a `StackConfig` exists); stack-level hooks take the validated `StackConfig`,
-    whose `compute` is this target's section."""
+    them before a `StackConfig` exists); stack-level hooks take the validated stack as a
+    `StackView` (a `StackConfig`: this package sits below `config`), whose `compute` is this
+    target's section."""
 
     name: ClassVar[str]
     """The target's own name: `tpu`, `gke`, `gce`, `vertex`, `local`."""
@@ -245,65 +246,65 @@ class Target(ABC):
     # ------------------------------------------------------------------ estimate and plan
 
     @abstractmethod
-    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+    def summary(self, cfg: StackView) -> dict[str, Any]:
         """`tpu_chips`, `gpus`, `machines`, `hourly_usd` (unrounded) and any extras."""
 
     @abstractmethod
-    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+    def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         """Whether `limits.max_run_hours` is enforced here, and how (the plan's words)."""
 
-    def stoppable_hourly_usd(self, cfg: StackConfig) -> float:
+    def stoppable_hourly_usd(self, cfg: StackView) -> float:
         """$/hour at list price of what a `supervised` target's supervisor stops at the
         run's end, rounded to cents: what its spend count for `limits.max_total_usd` adds per
         hour of billing (by default all of `summary`'s)."""
         return round(float(self.summary(cfg)["hourly_usd"]), 2)
 
-    def still_billing_after_stop(self, cfg: StackConfig, stack: str) -> list[StillBilling]:
+    def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
         """What of stack `stack` keeps billing after a `supervised` target's supervisor has
         stopped what `stoppable_hourly_usd` counts (by default nothing): the plan notes it
         and `trainstack status` lists it once the compute is stopped."""
         return []
 
     @abstractmethod
-    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+    def runs_on(self, cfg: StackView, code: UserCode) -> str:
         """Where your code runs: the image or the machine."""
 
     @abstractmethod
-    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+    def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         """Processes that run your code."""
 
-    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+    def node_launcher_env(self, cfg: StackView) -> list[str]:
         """The variables `launcher: node` gives every process of your code here, beyond the
         run contract (the plan's `launcher_env`)."""
         return list(NODE_ENV)
 
-    def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+    def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         """Notes the plan adds for this target."""
         return []
 
-    def image_problems(self, cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
+    def image_problems(self, cfg: StackView, today: date) -> tuple[list[str], list[str]]:
         """(errors, warnings) about the image the target runs on `today`."""
         return [], []
 
-    def plan_defaults(self, cfg: StackConfig, given: Any) -> dict[str, Any]:
+    def plan_defaults(self, cfg: StackView, given: Any) -> dict[str, Any]:
         """Values the stack did not give (`given`: the raw section) that trainstack picked,
         by dotted key."""
         return {}
 
-    def run_contract(self, cfg: StackConfig, contract: dict[str, str]) -> dict[str, str]:
+    def run_contract(self, cfg: StackView, contract: dict[str, str]) -> dict[str, str]:
         """The run-contract folders your code's node launcher gets here."""
         return contract
 
-    def package_requirements(self, cfg: StackConfig) -> list[str]:
+    def package_requirements(self, cfg: StackView) -> list[str]:
         """What the trainer package adds to the image the bundled trainer runs in."""
         return []
 
-    def local_run_root(self, cfg: StackConfig) -> str | None:
+    def local_run_root(self, cfg: StackView) -> str | None:
         """The folder `trainstack local-run` keeps this stack's run in (None: the default,
         `.trainstack/local/<stack>`)."""
         return None
 
-    def local_run_workers(self, cfg: StackConfig) -> int | None:
+    def local_run_workers(self, cfg: StackView) -> int | None:
         """The processes `trainstack local-run` starts without `--workers` (None: 2)."""
         return None
 
@@ -316,20 +317,20 @@ class CloudTarget(Target):
     pulumi_secrets: ClassVar[bool] = True
 
     @abstractmethod
-    def services(self, cfg: StackConfig) -> list[str]:
+    def services(self, cfg: StackView) -> list[str]:
         """The target's own APIs, enabled after the base ones."""
 
-    def extra_services(self, cfg: StackConfig) -> list[str]:
+    def extra_services(self, cfg: StackView) -> list[str]:
         """APIs that depend on the target's options, enabled last."""
         return []
 
     @abstractmethod
-    def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
+    def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         """Quota needs: `service`, `quota_id`, `dimensions`, `needed`, `verified`, `source`."""
 
     def before_identity(
         self,
-        cfg: StackConfig,
+        cfg: StackView,
         deployment: str,
         labels: Mapping[str, str],
         after_apis: pulumi.ResourceOptions,
@@ -345,12 +346,12 @@ class CloudTarget(Target):
 
     @abstractmethod
     def status(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> dict[str, Any]:
         """`state`, `hosts`, `started`, `ended` of the deployed compute."""
 
     def recoveries(
-        self, cfg: StackConfig, outputs: dict[str, Any], endpoints: Mapping[str, str]
+        self, cfg: StackView, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> list[dict[str, Any]] | None:
         """What the platform did to keep the run going, oldest first, for `trainstack status`
         (None: the stack records none): by default the run supervisor's events, for a stack
@@ -363,7 +364,7 @@ class CloudTarget(Target):
 
     @abstractmethod
     def log_filter(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
     ) -> str:
         """The Cloud Logging query of the stack's trainer entries (one machine's with
         `worker`)."""
@@ -374,19 +375,19 @@ class StandaloneTarget(Target):
 
     @abstractmethod
     def compose_alone(
-        self, cfg: StackConfig, deployment: str, labels: Mapping[str, str]
+        self, cfg: StackView, deployment: str, labels: Mapping[str, str]
     ) -> dict[str, Any]:
         """Register the run; its stack outputs."""
 
     @abstractmethod
     def status_alone(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any] | None
+        self, cfg: StackView, stack: str, outputs: dict[str, Any] | None
     ) -> dict[str, Any]:
         """`state`, `hosts`, `started`, `ended`, `step`, `checkpoint`, `checkpoint_dir`."""
 
     @abstractmethod
     def log_file(
-        self, cfg: StackConfig, stack: str, outputs_file: Path | None, worker: int | None
+        self, cfg: StackView, stack: str, outputs_file: Path | None, worker: int | None
     ) -> Path:
         """The JSON-lines log of the run (after checking `worker`; the deployed stack's
         outputs in `outputs_file` when given)."""
@@ -449,6 +450,6 @@ def claimant(section: str, value: Any) -> Target:
     raise LookupError(f"no registered target claims section {section!r}")
 
 
-def target_of(cfg: StackConfig) -> Target:
+def target_of(cfg: StackView) -> Target:
     """The target a validated stack runs on."""
     return claimant(cfg.target, cfg.compute)

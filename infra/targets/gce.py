@@ -18,7 +18,7 @@ from trainstack.infra.targets.gpu_cluster import GpuCluster, GpuClusterConfig, g
 from trainstack.trainers.common.config import TrainConfig
 
 if TYPE_CHECKING:
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 
@@ -50,18 +50,18 @@ class Gce(GpuCluster):
     def torch_image(self, section: GpuClusterConfig) -> tuple[str, str | None]:
         return DLVM_IMAGE, None
 
-    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+    def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         return True, (
             f"the VMs' startup script stops the trainer {seconds}s after the run's first "
             "start (A100Cluster max_run_seconds); then the supervisor deletes the instance "
             "group's VMs"
         )
 
-    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+    def runs_on(self, cfg: StackView, code: UserCode) -> str:
         return f"Deep Learning VM image {DLVM_IMAGE}"
 
     def status(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> dict[str, Any]:
         assert cfg.project is not None
         zone = gpu_section(cfg).zone
@@ -84,7 +84,7 @@ class Gce(GpuCluster):
         return {"state": state, "hosts": hosts, "started": started, "ended": None}
 
     def log_filter(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
     ) -> str:
         names = [str(n) for n in require(outputs, stack, "instance_names")]
         check_worker(worker, len(names), stack)

@@ -27,7 +27,7 @@ from trainstack.trainers.common.contract import TORCH_MODULE
 
 if TYPE_CHECKING:
     from trainstack.components.training_identity import TrainingIdentityArgs
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import UserCode
 
 GKE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
@@ -93,7 +93,7 @@ class Gke(GpuCluster):
         system = catalog.MACHINE_PRICES[GKE_SYSTEM_NODE_MACHINE].hourly(False)
         return catalog.GKE_CLUSTER_FEE_USD + system
 
-    def still_billing_after_stop(self, cfg: StackConfig, stack: str) -> list[StillBilling]:
+    def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
         # The supervisor empties the GPU pool only: the cluster and its system node bill
         # until the cluster is deleted (billing.GKE_CLUSTER_BILLS_UNTIL_DELETED).
         cluster = StillBilling(
@@ -110,22 +110,22 @@ class Gke(GpuCluster):
         )
         return [cluster, *super().still_billing_after_stop(cfg, stack)]
 
-    def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
+    def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         assert cfg.region is not None
         system = MACHINES[GKE_SYSTEM_NODE_MACHINE]
         cpus = catalog.quota_need(catalog.CPUS_QUOTA, {"region": cfg.region}, system.vcpus)
         return [*super().quota(cfg), cpus]
 
-    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+    def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         return True, (
             f"GKE Job activeDeadlineSeconds {seconds}; then the supervisor sets the GPU "
             "node pool to 0 nodes"
         )
 
-    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+    def runs_on(self, cfg: StackView, code: UserCode) -> str:
         return code.image or kubernetes_image(TORCH_MODULE) or KUBERNETES_IMAGES[TORCH_MODULE]
 
-    def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+    def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         notes = super().plan_notes(cfg, deployment)
         if gpu_section(cfg).spot:
             notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))
@@ -133,7 +133,7 @@ class Gke(GpuCluster):
 
     def before_identity(
         self,
-        cfg: StackConfig,
+        cfg: StackView,
         deployment: str,
         labels: Mapping[str, str],
         after_apis: pulumi.ResourceOptions,
@@ -144,7 +144,7 @@ class Gke(GpuCluster):
         return {}
 
     def status(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> dict[str, Any]:
         job = str(require(outputs, stack, "job_name"))
         base = f"/apis/batch/v1/namespaces/{K8S_NAMESPACE}/jobs/{job}"
@@ -178,7 +178,7 @@ class Gke(GpuCluster):
         }
 
     def log_filter(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
     ) -> str:
         check_worker(worker, gpu_section(cfg).node_count, stack)
         cluster = str(require(outputs, stack, "cluster_name"))

@@ -52,7 +52,7 @@ from trainstack.trainers.common.contract import TRAINER_MODULES
 if TYPE_CHECKING:
     from trainstack.components.run_supervisor import RunSupervisor
     from trainstack.components.training_dashboard.targets import DashboardScope
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 
@@ -95,7 +95,7 @@ class GpuClusterConfig(A100Shape):
         return cidrs
 
 
-def gpu_section(cfg: StackConfig) -> GpuClusterConfig:
+def gpu_section(cfg: StackView) -> GpuClusterConfig:
     return cast(GpuClusterConfig, cfg.compute)
 
 
@@ -134,11 +134,11 @@ class GpuCluster(CloudTarget):
         """$/hour of what the backend runs beside the GPU nodes."""
         return 0.0
 
-    def _nodes_hourly_usd(self, cfg: StackConfig) -> float:
+    def _nodes_hourly_usd(self, cfg: StackView) -> float:
         gpu = gpu_section(cfg)
         return gpu.node_count * catalog.MACHINE_PRICES[gpu.machine_type].hourly(gpu.spot)
 
-    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+    def summary(self, cfg: StackView) -> dict[str, Any]:
         gpu = gpu_section(cfg)
         return {
             "tpu_chips": 0,
@@ -147,11 +147,11 @@ class GpuCluster(CloudTarget):
             "hourly_usd": self._nodes_hourly_usd(cfg) + self.extra_hourly_usd(),
         }
 
-    def stoppable_hourly_usd(self, cfg: StackConfig) -> float:
+    def stoppable_hourly_usd(self, cfg: StackView) -> float:
         # The GPU nodes only: the supervisor leaves GKE's cluster and system node running.
         return round(self._nodes_hourly_usd(cfg), 2)
 
-    def still_billing_after_stop(self, cfg: StackConfig, stack: str) -> list[StillBilling]:
+    def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
         gpu = gpu_section(cfg)
         if gpu.reservation is None:
             return []
@@ -172,7 +172,7 @@ class GpuCluster(CloudTarget):
         )
         return [reservation]
 
-    def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
+    def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         gpu = gpu_section(cfg)
         region = cfg.region
         assert region is not None
@@ -187,19 +187,19 @@ class GpuCluster(CloudTarget):
             catalog.quota_need(catalog.A2_CPUS_QUOTA, {"region": region}, m.vcpus * gpu.node_count),
         ]
 
-    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+    def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         gpu = gpu_section(cfg)
         launcher = code.launcher_for(self.default_launcher)
         return gpu.node_count * (gpu.machine.gpus if launcher == "torchrun" else 1)
 
-    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+    def node_launcher_env(self, cfg: StackView) -> list[str]:
         return list(GPU_NODE_ENV)
 
-    def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+    def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         kind = "mig" if self.name == "gce" else "node_pool"
         return [reach_note(kind, False, cfg.project)]
 
-    def services(self, cfg: StackConfig) -> list[str]:
+    def services(self, cfg: StackView) -> list[str]:
         return ["container.googleapis.com"]
 
     def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:

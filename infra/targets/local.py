@@ -28,7 +28,7 @@ from trainstack.infra.outputs import (
     OUTPUT_LOCAL_ROOT,
     OUTPUT_TARGET,
 )
-from trainstack.infra.plan_runs import number
+from trainstack.infra.plan_inputs import number
 from trainstack.infra.project import current_place
 from trainstack.infra.stack_outputs import read_outputs
 from trainstack.infra.targets.base import RunResource, Section, StandaloneTarget
@@ -52,7 +52,7 @@ from trainstack.trainers.local_start import on_storage
 from trainstack.trainers.run_lock import RunHolder, running_pid_file
 
 if TYPE_CHECKING:
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 
@@ -65,7 +65,7 @@ class LocalConfig(Section):
     (`trainstack.infra.project`). Default: the run's own `<project>/.trainstack/local/<key>`."""
 
 
-def _local(cfg: StackConfig) -> LocalConfig:
+def _local(cfg: StackView) -> LocalConfig:
     return cast(LocalConfig, cfg.compute)
 
 
@@ -140,26 +140,26 @@ class Local(StandaloneTarget):
     def world_size(self, section: LocalConfig, trainer: TrainConfig) -> WorldSize:
         return local_world_size(trainer.framework, trainer.strategy, section.workers)
 
-    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+    def summary(self, cfg: StackView) -> dict[str, Any]:
         return {"tpu_chips": 0, "gpus": 0, "machines": _local(cfg).workers, "hourly_usd": 0.0}
 
-    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+    def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         return False, "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"
 
-    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+    def runs_on(self, cfg: StackView, code: UserCode) -> str:
         return "this machine (local-run's Python)"
 
-    def local_run_root(self, cfg: StackConfig) -> str | None:
+    def local_run_root(self, cfg: StackView) -> str | None:
         return _local(cfg).root
 
-    def local_run_workers(self, cfg: StackConfig) -> int | None:
+    def local_run_workers(self, cfg: StackView) -> int | None:
         return _local(cfg).workers
 
-    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+    def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         return _local(cfg).workers
 
     def compose_alone(
-        self, cfg: StackConfig, deployment: str, labels: Mapping[str, str]
+        self, cfg: StackView, deployment: str, labels: Mapping[str, str]
     ) -> dict[str, Any]:
         local = _local(cfg)
         # The trainer config, run name and folder of `trainstack local-run` (local_paths), so
@@ -184,7 +184,7 @@ class Local(StandaloneTarget):
         }
 
     def status_alone(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any] | None
+        self, cfg: StackView, stack: str, outputs: dict[str, Any] | None
     ) -> dict[str, Any]:
         log = local_log_path(cfg, stack, outputs, _local(cfg).root)
         step, done, failed, exit_code = None, False, False, None
@@ -246,7 +246,7 @@ class Local(StandaloneTarget):
         }
 
     def log_file(
-        self, cfg: StackConfig, stack: str, outputs_file: Path | None, worker: int | None
+        self, cfg: StackView, stack: str, outputs_file: Path | None, worker: int | None
     ) -> Path:
         check_worker(worker, _local(cfg).workers, stack)
         outputs = read_outputs(stack, outputs_file) if outputs_file else None

@@ -44,7 +44,7 @@ from trainstack.infra.outputs import (
     OUTPUT_TPU_HOSTS,
     OUTPUT_WORKER_IPS,
 )
-from trainstack.infra.plan_runs import number
+from trainstack.infra.plan_inputs import number
 from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.supervision import (
@@ -66,7 +66,7 @@ from trainstack.trainers.common.contract import TRAINER_MODULES
 if TYPE_CHECKING:
     from trainstack.components.run_supervisor import RunSupervisor
     from trainstack.components.training_dashboard.targets import DashboardScope
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 
@@ -122,7 +122,7 @@ TPU_WORKER_ENV: Final = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
 (`components/startup/tpu_worker.sh`, `export TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`)."""
 
 
-def _tpu(cfg: StackConfig) -> TpuConfig:
+def _tpu(cfg: StackView) -> TpuConfig:
     return cast(TpuConfig, cfg.compute)
 
 
@@ -208,13 +208,13 @@ class Tpu(CloudTarget):
 
     # ------------------------------------------------------------------ estimate and plan
 
-    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+    def summary(self, cfg: StackView) -> dict[str, Any]:
         tpu = _tpu(cfg)
         s = tpu.slice
         price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.spot)
         return {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
 
-    def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
+    def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         tpu = _tpu(cfg)
         s = tpu.slice
         # Queued resources draw from on-demand quota unless they are spot.
@@ -224,14 +224,14 @@ class Tpu(CloudTarget):
         spec = catalog.TPU_QUOTAS[(s.generation, tier)]
         return [catalog.quota_need(spec, {"zone": tpu.zone}, s.chips)]
 
-    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+    def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         return TPU_RUN_LIMIT_ENFORCED, (
             f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
             "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
             "limit, so the supervisor then deletes the slice"
         )
 
-    def still_billing_after_stop(self, cfg: StackConfig, stack: str) -> list[StillBilling]:
+    def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
         tpu = _tpu(cfg)
         if tpu.provisioning == "reserved":
             # A TPU VM created directly consumes any matching reservation; it names none.
@@ -263,31 +263,31 @@ class Tpu(CloudTarget):
         )
         return [reservation]
 
-    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+    def runs_on(self, cfg: StackView, code: UserCode) -> str:
         return f"TPU VM runtime {_tpu(cfg).runtime_version or '(the default for the slice)'}"
 
-    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+    def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         return _tpu(cfg).slice.hosts
 
-    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+    def node_launcher_env(self, cfg: StackView) -> list[str]:
         # The node launcher adds nothing on a TPU VM: JAX and PyTorch/XLA find the slice
         # from these (`trainstack.trainers.user_code`).
         return list(TPU_WORKER_ENV)
 
-    def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+    def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         tpu = _tpu(cfg)
         kind = "queued" if tpu.provisioning == "queued" else "node"
         # Every tpu stack: the API under this target will not serve the next generations.
         return [CLOUD_TPU_API_NOTE, reach_note(kind, supervised(tpu.provisioning), cfg.project)]
 
-    def plan_defaults(self, cfg: StackConfig, given: Any) -> dict[str, Any]:
+    def plan_defaults(self, cfg: StackView, given: Any) -> dict[str, Any]:
         if isinstance(given, Mapping) and given.get("runtime_version") is None:
             return {"tpu.runtime_version": _tpu(cfg).runtime_version}
         return {}
 
     # ------------------------------------------------------------------ compose
 
-    def services(self, cfg: StackConfig) -> list[str]:
+    def services(self, cfg: StackView) -> list[str]:
         return ["tpu.googleapis.com"]
 
     def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
@@ -376,7 +376,7 @@ class Tpu(CloudTarget):
     # ------------------------------------------------------------------ status and logs
 
     def status(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> dict[str, Any]:
         tpu = _tpu(cfg)
         assert cfg.project is not None
@@ -402,7 +402,7 @@ class Tpu(CloudTarget):
         return {"state": state, "hosts": hosts, "started": node.get("createTime"), "ended": None}
 
     def log_filter(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
     ) -> str:
         hosts = int(require(outputs, stack, "tpu_hosts"))
         check_worker(worker, hosts, stack)

@@ -65,7 +65,7 @@ from trainstack.trainers.common.contract import (
 if TYPE_CHECKING:
     from trainstack.components.training_dashboard.targets import DashboardScope
     from trainstack.components.training_identity import TrainingIdentityArgs
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 MIRROR_SERVICE = "artifactregistry.googleapis.com"
@@ -80,7 +80,7 @@ _VERTEX_FORMS = (
 )
 
 
-def _vx(cfg: StackConfig) -> VertexConfig:
+def _vx(cfg: StackView) -> VertexConfig:
     return cast(VertexConfig, cfg.compute)
 
 
@@ -122,7 +122,7 @@ class Vertex(CloudTarget):
 
     # ------------------------------------------------------------------ estimate and plan
 
-    def summary(self, cfg: StackConfig) -> dict[str, Any]:
+    def summary(self, cfg: StackView) -> dict[str, Any]:
         vx = _vx(cfg)
         reducers = vx.reducer_count()
         hourly = vx.replica_count * catalog.MACHINE_PRICES[vx.machine_type].hourly(vx.spot)
@@ -141,7 +141,7 @@ class Vertex(CloudTarget):
             out = {k: v * hp.parallel_trial_count for k, v in out.items()}
         return out
 
-    def quota(self, cfg: StackConfig) -> list[dict[str, Any]]:
+    def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         vx = _vx(cfg)
         assert cfg.region is not None
         dims = {"region": vx.region or cfg.region}
@@ -167,31 +167,31 @@ class Vertex(CloudTarget):
                 item["needed"] *= hp.parallel_trial_count
         return out
 
-    def run_limit(self, cfg: StackConfig, seconds: int) -> tuple[bool, str]:
+    def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         timeout = vertex_timeout_s(_vx(cfg), seconds)
         return True, (
             f"Vertex job scheduling.timeout {timeout}s (the smaller of vertex.timeout_s and "
             "limits.max_run_hours)"
         )
 
-    def runs_on(self, cfg: StackConfig, code: UserCode) -> str:
+    def runs_on(self, cfg: StackView, code: UserCode) -> str:
         return vertex_image(cfg)[0]
 
-    def code_world_size(self, cfg: StackConfig, code: UserCode) -> int:
+    def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         vx = _vx(cfg)
         launcher = code.launcher_for(self.default_launcher)
         return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
 
-    def node_launcher_env(self, cfg: StackConfig) -> list[str]:
+    def node_launcher_env(self, cfg: StackView) -> list[str]:
         return list(GPU_NODE_ENV if _vx(cfg).gpus_per_replica > 0 else NODE_ENV)
 
-    def plan_notes(self, cfg: StackConfig, deployment: str) -> list[str]:
+    def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         return vertex_plan_notes(cfg, deployment)
 
-    def image_problems(self, cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
+    def image_problems(self, cfg: StackView, today: date) -> tuple[list[str], list[str]]:
         return vertex_image_problems(cfg, today)
 
-    def run_contract(self, cfg: StackConfig, contract: dict[str, str]) -> dict[str, str]:
+    def run_contract(self, cfg: StackView, contract: dict[str, str]) -> dict[str, str]:
         # Vertex names the job's folders (AIP_CHECKPOINT_DIR, AIP_MODEL_DIR; per trial when
         # tuning), which the node gives your code unless the stack names a folder itself
         # (the checkpoint folder with the run's name below it, `trainstack.trainers.user_code`).
@@ -200,24 +200,24 @@ class Vertex(CloudTarget):
             del out[CHECKPOINT_DIR_ENV]
         return out
 
-    def package_requirements(self, cfg: StackConfig) -> list[str]:
+    def package_requirements(self, cfg: StackView) -> list[str]:
         """What the torch trainer imports on Vertex that a CUDA image lacks (tensorboard, for
         AIP_TENSORBOARD_LOG_DIR); the TF trainer's tf-keras comes from the setup script."""
         return list(vertex_training_image(TRAINER_MODULES[cfg.trainer.framework]).requirements)
 
     # ------------------------------------------------------------------ compose
 
-    def services(self, cfg: StackConfig) -> list[str]:
+    def services(self, cfg: StackView) -> list[str]:
         return ["aiplatform.googleapis.com"]
 
-    def extra_services(self, cfg: StackConfig) -> list[str]:
+    def extra_services(self, cfg: StackView) -> list[str]:
         if builds_plugin_image(cfg):
             return list(PLUGIN_IMAGE_SERVICES)
         return [MIRROR_SERVICE] if uses_image_mirror(cfg) else []
 
     def before_identity(
         self,
-        cfg: StackConfig,
+        cfg: StackView,
         deployment: str,
         labels: Mapping[str, str],
         after_apis: pulumi.ResourceOptions,
@@ -326,7 +326,7 @@ class Vertex(CloudTarget):
     # ------------------------------------------------------------------ status and logs
 
     def status(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> dict[str, Any]:
         from trainstack.components._vertex_provider import job_status
 
@@ -351,7 +351,7 @@ class Vertex(CloudTarget):
         }
 
     def log_filter(
-        self, cfg: StackConfig, stack: str, outputs: dict[str, Any], worker: int | None
+        self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
     ) -> str:
         check_worker(worker, _vx(cfg).replica_count, stack)
         job_id = str(require(outputs, stack, "job_name")).rsplit("/", 1)[-1]

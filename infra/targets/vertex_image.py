@@ -35,14 +35,14 @@ from trainstack.infra.targets.vertex_config import VertexConfig, vertex_timeout_
 from trainstack.trainers.common.contract import TF_MODULE, TORCH_MODULE, TRAINER_MODULES
 
 if TYPE_CHECKING:
-    from trainstack.infra.config import StackConfig
+    from trainstack.infra.config_sections import StackView
 
 USER_CODE_VERTEX_MODULES: Mapping[str, str] = {"torchrun": TORCH_MODULE, "node": TF_MODULE}
 """Launcher -> the bundled module whose Vertex image runs your code when you name none:
 PyTorch's for torchrun, TensorFlow's (TF_CONFIG code) for node."""
 
 
-def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
+def vertex_image(cfg: StackView) -> tuple[str, str, bool]:
     """The image every Vertex replica runs, the key that picks it, and whether that is the
     default: your `trainer.image`, else `vertex.image_uri`, else the image of the trainer's
     framework (for your code: of its launcher, `USER_CODE_VERTEX_MODULES`). One answer for
@@ -56,7 +56,7 @@ def vertex_image(cfg: StackConfig) -> tuple[str, str, bool]:
     return vertex_training_image(vertex_module(cfg)).uri, "vertex.image_uri", True
 
 
-def vertex_module(cfg: StackConfig) -> str:
+def vertex_module(cfg: StackView) -> str:
     """The bundled module whose image the Vertex replicas run by default."""
     code = cfg.trainer.user_code
     if code is not None:
@@ -64,18 +64,18 @@ def vertex_module(cfg: StackConfig) -> str:
     return TRAINER_MODULES[cfg.trainer.framework]
 
 
-def uses_image_mirror(cfg: StackConfig) -> bool:
+def uses_image_mirror(cfg: StackView) -> bool:
     """Whether the stack pulls a default (Docker Hub) image, through its Docker Hub mirror."""
     return vertex_image(cfg)[2]
 
 
-def builds_plugin_image(cfg: StackConfig) -> bool:
+def builds_plugin_image(cfg: StackView) -> bool:
     """Whether the stack builds the default image again with Google's Reduction Server
     plugin (`trainstack.components.reduction_server_image`): reducers on a default image."""
     return uses_image_mirror(cfg) and cast(VertexConfig, cfg.compute).reducer_count() > 0
 
 
-def vertex_plan_notes(cfg: StackConfig, deployment: str) -> list[str]:
+def vertex_plan_notes(cfg: StackView, deployment: str) -> list[str]:
     """Plan notes for a Vertex stack: the Docker Hub mirror the default image comes through,
     and a GPU job left without a run limit (Vertex's 7-day default)."""
     vx = cast(VertexConfig, cfg.compute)
@@ -108,7 +108,7 @@ def vertex_plan_notes(cfg: StackConfig, deployment: str) -> list[str]:
     return notes
 
 
-def vertex_image_problems(cfg: StackConfig, today: date) -> tuple[list[str], list[str]]:
+def vertex_image_problems(cfg: StackView, today: date) -> tuple[list[str], list[str]]:
     """(errors, warnings) about the image the Vertex replicas run on `today`: a default past
     its end of availability is an error; an image you named gets that fact, and what
     Reduction Server needs of it, as warnings (a default image gets the plugin from the

@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from trainstack.components._pod_setup import pod_command
-from trainstack.infra.plan_replace import RUN_NAME_FLAG, input_strings
-from trainstack.infra.plan_runs import number
+from trainstack.infra.plan_inputs import RUN_NAME_FLAG, input_strings, number
 from trainstack.infra.targets.base import RunResource
 
 # Worker pool roles by index (gcp-facts section 3.2, from
