@@ -55,6 +55,8 @@ def run_own_program(
     the exception and the program's own line it came from (`program_failure`)."""
     try:
         return run_program_folder(program, stack=stack, config=config)
+    except ProgramError:
+        raise  # the folder itself (run_program_folder checks it before the program runs)
     except ProgramExit as exc:
         raise ProgramError(
             f"--program {shown}: stack {stack!r}: the program exited with code {exc.code!r}; "

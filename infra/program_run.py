@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from trainstack import _portions
 from trainstack.components import _strict_yaml as strict_yaml
 from trainstack.components._project import project_file_at_or_above
 from trainstack.infra.mocks import InvokeFn, OutputsFn, ProgramRun, run_program
@@ -221,6 +222,8 @@ def run_program_folder(
     before, either way.
     """
 
+    shadowing_problem(program.workdir)
+
     def body() -> None:
         try:
             runpy.run_path(str(program.entry), run_name="__main__")
@@ -241,6 +244,24 @@ def run_program_folder(
             outputs=outputs,
             invokes=invokes,
         )
+
+
+def shadowing_problem(workdir: Path) -> None:
+    """ProgramError when the program's folder holds a `trainstack` of its own: first on
+    `sys.path` under `pulumi preview`, it would replace the installed trainstack (a package or
+    module) or merge into it (a folder of modules), as `trainstack._portions` explains."""
+    own = Path(__file__).parent.parent
+    for candidate in (workdir / "trainstack", workdir / "trainstack.py"):
+        if candidate.is_file() or (
+            candidate.is_dir()
+            and candidate.resolve() != own.resolve()
+            and _portions.importable(candidate)
+        ):
+            raise ProgramError(
+                f"--program: {candidate} would be imported as trainstack: the program's "
+                "folder comes first on sys.path (as `pulumi preview` runs it), ahead of the "
+                f"trainstack at {own}; valid: rename or move it"
+            )
 
 
 def provided_names(folder: Path) -> set[str]:
