@@ -159,7 +159,8 @@ def test_plan_diff_job_plans_base_and_head_without_write_access() -> None:
         "${{ github.event.pull_request.base.sha }}",
     ]
     plan = _step(workflow, "plan-diff", "Plan every stack on base and head")["run"]
-    assert 'trainstack" plan --stack "$stack" --json' in plan
+    assert 'plan=(plan --stack "$stack" --json)' in plan
+    assert 'plan=(plan --program . --stack "$stack" --json)' in plan
     assert "for side in base head" in plan
     render = _step(workflow, "plan-diff", "Render the plan diff")["run"]
     assert "trainstack plan-diff preview/base.json preview/head.json" in render
@@ -168,6 +169,46 @@ def test_plan_diff_job_plans_base_and_head_without_write_access() -> None:
     assert upload["with"]["path"].split() == ["preview/comment.md", "preview/pr-number"]
     policy = _step(workflow, "plan-diff", "Check the head's stacks against the security policies")
     assert policy["run"] == "../venv-head/bin/trainstack policy --all"
+
+
+def test_plan_step_plans_a_mixed_projects_stacks_by_name(tmp_path: Path) -> None:
+    """The step's script, run for real on a project holding a trainstack stack and stacks of
+    its own program: every word `trainstack stacks` prints is planned as a stack (the venvs
+    are this one, in place of the editable install of each side)."""
+    from tests.unit.test_program_plan import write_project
+
+    script = _step(_load(PREVIEW), "plan-diff", "Plan every stack on base and head")["run"]
+    install = [line for line in script.splitlines() if "-m venv" in line or "-m pip" in line]
+    assert [line.strip() for line in install] == [
+        'python -m venv "venv-$side"',
+        '"venv-$side/bin/python" -m pip install --quiet -e "./$side"',
+    ]
+    for line in install:
+        script = script.replace(line, "")
+    for side in ("base", "head"):
+        root = write_project(tmp_path / side)
+        (root / "stacks" / "Pulumi.loc.yaml").write_text(
+            "config:\n  trainstack:local:\n    workers: 1\n"
+        )
+        (tmp_path / f"venv-{side}" / "bin").mkdir(parents=True)
+        (tmp_path / f"venv-{side}" / "bin" / "trainstack").symlink_to(
+            Path(sys.executable).parent / "trainstack"
+        )
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # `broken`'s program raises: one failure line per side, and no stack named `program`.
+    assert (tmp_path / "preview" / "failures.md").read_text() == (
+        "- `broken` does not plan on the base commit\n- `broken` does not plan on the head commit\n"
+    )
+    for side in ("base", "head"):
+        plans = json.loads((tmp_path / "preview" / f"{side}.json").read_text())
+        assert [plan["stack"] for plan in plans] == ["dev", "loc"]
 
 
 def test_cloud_preview_runs_only_with_credentials_and_comments_on_the_pr() -> None:
