@@ -160,10 +160,20 @@ def scoped(command: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
-def validated(stack: str | None, config_file: Path | None) -> tuple[str, StackConfig]:
+def validated(
+    stack: str | None,
+    config_file: Path | None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> tuple[str, StackConfig]:
     """The stack's name and validated config, a local stack's folders absolute against its
-    base folder (`localized`); exit 2 naming the key when it is invalid."""
+    base folder (`localized`); exit 2 naming the key when it is invalid. `overrides` (a
+    command's flags, e.g. `local-run --workers`) replace keys of a section the file gives,
+    before it is validated: a flag stands in for the file's value, valid or not."""
     name, config = load(stack, config_file)
+    for section, values in (overrides or {}).items():
+        given = config.get(section)
+        if isinstance(given, dict):
+            config = {**config, section: {**given, **values}}
     try:
         cfg = load_stack_config(config)
         target = target_of(cfg)

@@ -25,7 +25,7 @@ from trainstack.infra.cli_base import (
     google_errors,
     validated,
 )
-from trainstack.infra.config import StackConfig
+from trainstack.infra.config import NAMESPACE, StackConfig
 from trainstack.infra.config_secrets import secret_env_names
 from trainstack.infra.local_paths import local_root, run_name
 from trainstack.infra.project import current_place
@@ -197,7 +197,7 @@ def local_run(
             min=1,
             metavar="N",
             max=MAX_LOCAL_WORKERS,
-            help="Worker processes (default: local.workers, or 2).",
+            help="Worker processes, in place of local.workers (default: local.workers, or 2).",
         ),
     ] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="Override trainer.steps.")] = None,
@@ -217,7 +217,10 @@ def local_run(
     preemption: every worker saves a checkpoint, one line says which, and the exit code is
     143 (SIGTERM) or 130 (Ctrl-C); run the same command to resume.
     """
-    name, cfg = validated(stack, config_file)
+    # --workers replaces local.workers before the file is checked, so it can stand in for
+    # an invalid one.
+    local = {f"{NAMESPACE}:local": {"workers": workers}} if workers is not None else None
+    name, cfg = validated(stack, config_file, local)
     missing = missing_framework(cfg)
     if missing is not None:
         raise fail(missing)
