@@ -21,13 +21,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainstack.components._args import ArgsError
 from trainstack.components.catalog.names import stack_name_problem
-from trainstack.infra.mocks import ProgramRun
+from trainstack.infra.mocks import ProgramRun, engine_unwrapped
 from trainstack.infra.plan import plan_resources
 from trainstack.infra.program_facts import program_totals
 from trainstack.infra.program_run import (
     Program,
     ProgramError,
+    ProgramExit,
     read_program,
     run_program_folder,
     stack_config,
@@ -54,11 +56,13 @@ def load_program(directory: str | Path, stack: str) -> tuple[Program, dict[str, 
 def run_own_program(
     program: Program, stack: str, config: Mapping[str, Any], shown: str | Path
 ) -> ProgramRun:
-    """Run the program; anything it raises (or a `sys.exit`) becomes one ProgramError line
-    naming the exception and the program's own line it came from."""
+    """Run the program; anything it raises (or a `sys.exit`) becomes a ProgramError naming
+    the exception and the program's own line it came from (`program_failure`)."""
     try:
         return run_program_folder(program, stack=stack, config=config)
-    except SystemExit as exc:
+    except ProgramError:
+        raise  # the folder itself (run_program_folder checks it before the program runs)
+    except ProgramExit as exc:
         raise ProgramError(
             f"--program {shown}: stack {stack!r}: the program exited with code {exc.code!r}; "
             "valid: a program that declares its resources and returns"
@@ -68,20 +72,28 @@ def run_own_program(
 
 
 def program_failure(program: Program, stack: str, exc: BaseException, shown: str | Path) -> str:
-    """`exc` on one line: the innermost exception the engine wrapped, and where in the
-    program's own files it was raised."""
-    while (inner := exc.__cause__ or exc.__context__) is not None:
-        exc = inner
-    text = " ".join(str(exc).split()) or "(no message)"
+    """What the program raised, one line per problem, each
+    `--program DIR: stack 'NAME': FILE:LINE: TYPE: MESSAGE`.
+
+    The exception is the one the program raised, the engine's wrappers taken off
+    (`engine_unwrapped`): a program's own `raise ValueError(...) from err` is reported, not
+    the `err` it explains. FILE:LINE is the last of the program's own lines in its
+    traceback (where it called the component that refused, for a component's problem), left
+    out when none is (a callback the engine ran). A component's arguments (`ArgsError`) are
+    one line per problem, in the component's own words (`<Component>.<key>: ...`), without
+    the type: trainstack's, not the program's; any other message is one line.
+    """
+    exc = engine_unwrapped(exc)
     where = ""
     for frame in traceback.extract_tb(exc.__traceback__):
         path = Path(frame.filename).resolve()
         if path.is_relative_to(program.root) and "site-packages" not in path.parts:
-            where = f" at {path.relative_to(program.root).as_posix()}:{frame.lineno}"
-    return (
-        f"--program {shown}: stack {stack!r}: the program raised {type(exc).__name__}{where}: "
-        f"{text}"
-    )
+            where = f"{path.relative_to(program.root).as_posix()}:{frame.lineno}: "
+    head = f"--program {shown}: stack {stack!r}: {where}"
+    if isinstance(exc, ArgsError) and exc.errors:
+        return "\n".join(f"{head}{' '.join(line.split())}" for line in exc.errors)
+    text = " ".join(str(exc).split()) or "(no message)"
+    return f"{head}{type(exc).__name__}: {text}"
 
 
 def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
