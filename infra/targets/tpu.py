@@ -132,7 +132,7 @@ class TpuConfig(Section):
         return self.model_copy(update={"runtime_version": runtime})
 
 
-TPU_VM_ONLY_KEYS: Final = frozenset({"backend", "slices"})
+TPU_VM_ONLY_KEYS: Final[set[str]] = {"backend", "slices"}
 """Section keys that pick the backend: not `TpuPodSlice` arguments."""
 
 
