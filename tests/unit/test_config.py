@@ -133,7 +133,8 @@ A2 = (
     "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g"
 )
 TPU_KEYS = (
-    "accelerator_type, generation, topology, zone, runtime_version, provisioning, reservation"
+    "accelerator_type, generation, topology, zone, runtime_version, provisioning, reservation, "
+    "backend, slices"
 )
 GPU_KEYS = (
     "backend, machine_type, node_count, zone, spot, reservation, compact_placement, "
@@ -190,7 +191,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("tpu runtime no pod", with_(V4, "trainstack:tpu", accelerator_type="v4-8", runtime_version="tpu-vm-tf-2.16.0-pod-pjrt"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod-pjrt' is a multi-host (-pod) runtime but v4-8 is a single host; valid: tpu-vm-tf-2.16.0-pjrt"]),
     ("tpu runtime device api", with_(V4, "trainstack:tpu", runtime_version="tpu-vm-tf-2.16.0-pod"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod' names no device API, which v4 runtimes carry from TF 2.15.0 on; valid: tpu-vm-tf-2.16.0-pod-pjrt, tpu-vm-tf-2.16.0-pod-se"]),
     ("tpu runtime empty", with_(V4, "trainstack:tpu", runtime_version=""), ["tpu.runtime_version: required; valid: a TPU software version, e.g. tpu-ubuntu2204-base"]),
-    ("tpu provisioning", with_(V4, "trainstack:tpu", provisioning="cheap"), ["tpu.provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved"]),
+    ("tpu provisioning", with_(V4, "trainstack:tpu", provisioning="cheap"), ["tpu.provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved, flex-start"]),
     ("tpu spot reservation", with_(V4, "trainstack:tpu", reservation="r1"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('spot') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
     ("tpu reserved names reservation", with_(V4, "trainstack:tpu", reservation="r1", provisioning="reserved"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('reserved') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
     ("tpu runtime without tensorflow", with_(V4, "trainstack:tpu", runtime_version="tpu-ubuntu2204-base"), ["tpu.runtime_version: 'tpu-ubuntu2204-base' ships no TensorFlow, which the tensorflow trainer needs on v4-32; valid: tpu-vm-tf-X.Y.Z-pod-pjrt, tpu-vm-tf-X.Y.Z-pod-se (TF >= 2.15.0), tpu-vm-tf-X.Y.Z-pod (TF 2.10.1 to 2.14.x)"]),
