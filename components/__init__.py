@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
     from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
     from trainstack.components.training_network import TrainingNetwork, TrainingNetworkArgs
+    from trainstack.components.user_code import UserCode
     from trainstack.components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
 
 _MODULES: dict[str, str] = {
@@ -67,6 +68,7 @@ _MODULES: dict[str, str] = {
     "TrainingIdentityArgs": "training_identity",
     "TrainingNetwork": "training_network",
     "TrainingNetworkArgs": "training_network",
+    "UserCode": "user_code",
     "VertexTrainingJob": "vertex_training_job",
     "VertexTrainingJobArgs": "vertex_training_job",
 }
@@ -100,6 +102,7 @@ __all__ = [
     "TrainingIdentityArgs",
     "TrainingNetwork",
     "TrainingNetworkArgs",
+    "UserCode",
     "VertexTrainingJob",
     "VertexTrainingJobArgs",
 ]

@@ -24,6 +24,7 @@ from trainstack.components.catalog.tpu import (
     default_tpu_runtime,
     tpu_slice,
 )
+from trainstack.components.code_frameworks import tpu_framework_problems
 from trainstack.components.run_supervisor import SupervisedSlice, slice_target, supervised
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
@@ -33,7 +34,6 @@ from trainstack.components.tpu_pod_slice import (
 )
 from trainstack.components.training_dashboard.targets import tpu_filter_text
 from trainstack.infra import catalog
-from trainstack.infra.code_frameworks import tpu_framework_problems
 from trainstack.infra.google_reads import get_or_none
 from trainstack.infra.logs import check_worker, log_query
 from trainstack.infra.outputs import (
@@ -198,7 +198,7 @@ class Tpu(CloudTarget):
     ) -> list[str]:
         if not section.runtime_version:
             return []
-        return tpu_framework_problems(trainer, section.runtime_version, base)
+        return tpu_framework_problems(trainer.user_code, section.runtime_version, base)
 
     def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
         return tpu_trainer_problems(trainer.framework, trainer.strategy, "trainer.")
