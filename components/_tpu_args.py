@@ -288,6 +288,11 @@ def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
     `<checkpoint_url>/checkpoints`. ValueError, one line per problem, when `code` does not
     fit: its keys (`trainstack:trainer`'s rules) and the runtime's frameworks."""
     if args.get("code") is None:
+        if args.get("checkpoint_dir") is None:
+            raise ValueError(
+                "checkpoint_dir: required; valid: a gs:// URL (TrainingBuckets.checkpoint_url), "
+                "or code with checkpoint_url"
+            )
         return args
     runtime = str(args.get("runtime_version"))
 
@@ -309,13 +314,6 @@ def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
 def validate_args(args: Mapping[str, Any]) -> SlicePlan:
     """Check every plain argument; raise one ValueError listing every problem, one per line."""
     plan, problems = _check(args, "")
-    if args.get("checkpoint_dir") is None:
-        # Not a stack key: the stack path always passes it.
-        problems.append(
-            "checkpoint_dir: required; valid: a gs:// URL (TrainingBuckets.checkpoint_url), or "
-            "code with checkpoint_url"
-        )
-        plan = None
     if plan is None:
         raise ValueError("\n".join(problems))
     return plan

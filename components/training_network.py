@@ -20,8 +20,7 @@ Naming: every physical name is `<deployment_name>-<role>` (see `trainstack.compo
 from __future__ import annotations
 
 import ipaddress
-import re
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp import compute
@@ -222,15 +221,11 @@ class TrainingNetwork(pulumi.ComponentResource):
 _SUBNET_REGIONS: dict[int, tuple[Any, str]] = {}
 """`subnetwork_self_link` Outputs of this program's networks, by id, with their region (the
 Output is kept, so its id is not reused)."""
-_SUBNET_LINK: Final = re.compile(r"(?:^|/)regions/([a-z0-9-]+)/subnetworks/[^/]+$")
 
 
 def subnet_region(subnetwork: Any) -> str | None:
     """The region of a subnet as a compute component is given it: a `TrainingNetwork`'s
-    `subnetwork_self_link` (its `region`), or a plain self link or
-    `projects/P/regions/R/subnetworks/S`; None when it is not known before deployment."""
-    if isinstance(subnetwork, str):
-        found = _SUBNET_LINK.search(subnetwork)
-        return found.group(1) if found else None
+    `subnetwork_self_link` (its `region`); None for any other value (not known before
+    deployment, or a link the program wrote itself)."""
     entry = _SUBNET_REGIONS.get(id(subnetwork))
     return entry[1] if entry is not None and entry[0] is subnetwork else None
