@@ -111,7 +111,8 @@ class TpuPodSliceArgs(TypedDict):
     """Module worker 0 runs (default `trainstack.trainers.tf_multiworker`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
-    (`trainstack.infra.compose.user_code_node_args`), run on every worker; excludes trainer_module and
+    (a stack's `trainstack.infra.compose.user_code_node_args`;
+    a program gives `code` instead), run on every worker; excludes trainer_module and
     trainer_args, and allows any runtime_version."""
     secret_env_names: NotRequired[Sequence[str]]
     """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's

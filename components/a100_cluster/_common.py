@@ -112,7 +112,8 @@ class A100TrainingArgs(TypedDict):
     """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
     node_args: NotRequired[pulumi.Input[list[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
-    (`trainstack.infra.compose.user_code_node_args`, the run contract's folders included), run on
+    (a stack's `trainstack.infra.compose.user_code_node_args`;
+    a program gives `code` instead, the run contract's folders included), run on
     every node (gke: in every pod); excludes trainer_module and trainer_args."""
     secret_env_names: NotRequired[Sequence[str]]
     """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
