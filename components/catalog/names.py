@@ -68,12 +68,16 @@ def stack_name_problem(name: str, key: str) -> str | None:
     return f"{key}: {quote(name)} is not a stack name; valid: {STACK_NAME_VALID}"
 
 
-def zone_in_region_problems(zone: str, region: str | None, key: str) -> list[str]:
-    """A problem when `zone` (at dotted key `key`) is not a zone of `region`."""
+def zone_in_region_problems(
+    zone: str, region: str | None, key: str, region_key: str = "gcp:region"
+) -> list[str]:
+    """A problem when `zone` (at dotted key `key`) is not a zone of `region` (named
+    `region_key`: a stack's `gcp:region`, a component's subnet). The one rule a stack's
+    compute section and a compute component given a subnet are held to."""
     if region and not zone.startswith(region + "-"):
         return [
             (
-                f"{key}: {quote(zone)} is not in gcp:region {quote(region)}; "
+                f"{key}: {quote(zone)} is not in {region_key} {quote(region)}; "
                 f"valid: a zone named {region}-<zone>"
             )
         ]

@@ -29,6 +29,7 @@ from trainstack.components.catalog.tpu_gke import (
     tpu_provisioning_problems,
     tpu_slices_problems,
 )
+from trainstack.components.code_frameworks import tpu_framework_problems
 from trainstack.components.facts import reach_note, tpu_hourly_usd, tpu_quota, tpu_summary
 from trainstack.components.run_supervisor import SupervisedSlice, slice_target, supervised
 from trainstack.components.tpu_pod_slice import (
@@ -38,7 +39,6 @@ from trainstack.components.tpu_pod_slice import (
     tpu_trainer_problems,
 )
 from trainstack.components.training_dashboard.targets import tpu_filter_text
-from trainstack.infra.code_frameworks import tpu_framework_problems
 from trainstack.infra.google_reads import get_or_none
 from trainstack.infra.logs import check_worker, log_query
 from trainstack.infra.outputs import (
@@ -234,7 +234,7 @@ class Tpu(CloudTarget):
     ) -> list[str]:
         if not section.runtime_version:
             return []
-        return tpu_framework_problems(trainer, section.runtime_version, base)
+        return tpu_framework_problems(trainer.user_code, section.runtime_version, base)
 
     def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
         return tpu_trainer_problems(trainer.framework, trainer.strategy, "trainer.")
