@@ -34,6 +34,21 @@ PROGRAM_NOTE = (
     "a program's plan lists what it registers; totals, $/hour and quota come from a trainstack "
     "stack config (`trainstack plan --stack`), which a program does not have"
 )
+SUPERVISED_GROUP = (
+    "trainstack:supervision:RunSupervisor",
+    "gcp:compute/instanceGroupManager:InstanceGroupManager",
+)
+NO_REFRESH_NOTE = (
+    "gce: the run supervisor deletes the instance group's VMs, and their per-instance configs "
+    "with them, at the run's end, and this project's Pulumi.yaml has no `options: {refresh: "
+    "always}`: `pulumi up` then reads nothing and leaves the VMs deleted, and `pulumi destroy` "
+    "fails at the per-instance configs, whose VMs are no longer in the group; add "
+    "`options:` / `  refresh: always` to Pulumi.yaml, or pass --refresh to `pulumi up` and "
+    "`pulumi destroy`"
+)
+"""Without a refresh the engine acts on its state: the provider's delete of a per-instance
+config with remove_instance_on_destroy sends `deleteInstances` naming its VM, which the API
+refuses for a VM not in the group (tests/fidelity/test_gce_destroy.py)."""
 
 
 def load_program(directory: str | Path, stack: str) -> tuple[Program, dict[str, Any]]:
@@ -83,6 +98,10 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
     """The JSON plan of the program in `directory` as stack `stack` (module docstring)."""
     program, config = load_program(directory, stack)
     run = run_own_program(program, stack, config, directory)
+    types = {r.type for r in run.resources}
+    notes = [PROGRAM_NOTE]
+    if not program.refreshes and types.issuperset(SUPERVISED_GROUP):
+        notes.append(NO_REFRESH_NOTE)
     return {
         "stack": stack,
         "project": program.name,
@@ -91,7 +110,7 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
             for entry in plan_resources(run.resources)
         ],
         "outputs": run.shown_outputs,
-        "notes": [PROGRAM_NOTE],
+        "notes": notes,
     }
 
 
