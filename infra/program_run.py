@@ -77,6 +77,9 @@ class Program:
     """What `runpy.run_path` runs: `main` (a file or a folder with __main__.py), else root."""
     project_config: Mapping[str, Any] = field(default_factory=dict)
     """Pulumi.yaml's `config:` block, as written (`stack_config` applies it)."""
+    refreshes: bool = False
+    """Pulumi.yaml has `options: {refresh: always}`: `pulumi up`, `preview` and `destroy`
+    refresh first (pulumi/pulumi pkg/cmd/pulumi/operations/io.go getRefreshOption)."""
 
     def key(self, key: str) -> str:
         """A config key with its namespace: a bare key is the project's (`prefix` is
@@ -144,7 +147,9 @@ def read_program(directory: str | Path, what: str = "--program") -> Program:
             f"{what}: `config:` in {project_file} is not a mapping; valid: `key: value` or "
             "`key: {default: value}` lines"
         )
-    return Program(root, name, stacks_dir, workdir, entry, dict(project_config))
+    options = document.get("options")
+    refreshes = isinstance(options, Mapping) and options.get("refresh") == "always"
+    return Program(root, name, stacks_dir, workdir, entry, dict(project_config), refreshes)
 
 
 def _yaml_mapping(path: Path, what: str) -> dict[str, Any]:
