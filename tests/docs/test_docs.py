@@ -230,3 +230,40 @@ def test_every_page_is_in_the_nav() -> None:
         return found
 
     assert pages(config["nav"]) == set(PAGES)
+
+
+def test_the_readme_program_registers_what_it_says() -> None:
+    """README's "A program of your own" block, run under the mocks `trainstack plan` uses."""
+    from trainstack.infra.testing import run_pulumi_program
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    (program,) = [b.body for b in blocks(readme) if b.lang == "python"]
+    run = run_pulumi_program(
+        lambda: exec(program, {}),  # noqa: S102 - the README's own example
+        config={"gcp:project": "p", "gcp:region": "us-central1"},
+        stack="dev",
+    )
+    assert run.exports == {"checkpoints": "gs://p-acme-checkpoints"}
+    assert sorted(r.name for r in run.resources) == [
+        "acme-buckets",
+        "acme-buckets-checkpoints",
+        "acme-buckets-data",
+        "acme-buckets-staging",
+        "acme-net",
+        "acme-net-allow-iap-ssh",
+        "acme-net-allow-internal",
+        "acme-net-nat",
+        "acme-net-network",
+        "acme-net-router",
+        "acme-net-subnet",
+    ]
+
+
+def test_the_readme_keeps_the_two_newcomer_commands() -> None:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    shell = [b.body for b in blocks(readme) if b.lang == "sh"]
+    assert shell == [
+        "make run    # the main job: a real 2-process distributed training run on this machine\n"
+        "make test   # the tests: ruff, mypy and pytest\n"
+    ]
+    assert len(readme.splitlines()) <= 250
