@@ -117,3 +117,15 @@ def __getattr__(name: str) -> Any:
 
 if __name__ != "trainstack.components":  # one import name per module: two would copy every class
     raise ImportError(f"import trainstack.components, not {__name__}")
+
+
+def _check_portions() -> None:
+    # A second folder named trainstack on sys.path (trainstack/_portions.py).
+    from pathlib import Path
+
+    from trainstack import _portions
+
+    _portions.check(Path(__file__).parent.parent)
+
+
+_check_portions()

@@ -127,8 +127,8 @@ def component_check(component: str, check: Callable[P, R], *args: P.args, **kwar
         raise
     except ValueError as exc:
         problems = str(exc).splitlines()
-    # Raised outside the handler, so the validator's ValueError is not its context: the
-    # program-plan error line shows the innermost exception of the chain.
+    # Raised outside the handler, so the validator's ValueError is not its context: a
+    # traceback shows the component's problems once.
     raise ArgsError([f"{component}.{line}" for line in problems])
 
 

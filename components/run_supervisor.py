@@ -127,6 +127,13 @@ from trainstack.components.catalog.supervisor_iam import (
     role_id,
 )
 from trainstack.components.catalog.supervisor_region import region_problem
+from trainstack.components.facts import (
+    make_facts,
+    reach_note,
+    region_of,
+    supervisor_hourly_usd,
+    supervisor_region_note,
+)
 
 __all__ = [
     "CHECK_INTERVAL_S",
@@ -238,6 +245,26 @@ class RunSupervisorArgs(TypedDict):
     build_dir: NotRequired[str]
     """Folder the source zip is written to. Default: `.trainstack/build/` of the current
     project (`trainstack.components._project.current_build_dir`), never the install."""
+
+
+def supervisor_facts(
+    kind: str, recover: bool, project: str, region: str, resource: str, function: str, events: str
+) -> dict[str, Any]:
+    """A supervisor's facts (`trainstack.components.facts`): its cost and notes from its
+    arguments; the compute's region is its zone's (`resource`'s fourth part, `NAME_FORMS`)."""
+    zone = resource.split("/")[3]
+    notes = [
+        reach_note(kind, recover, project),
+        supervisor_region_note(region, region_of(zone)),
+    ]
+    return make_facts(
+        "RunSupervisor",
+        "supervisor",
+        hourly_usd=supervisor_hourly_usd(),
+        notes=notes,
+        status={"resource_name": resource, "events_uri": events},
+        logs={"function_name": function},
+    )
 
 
 def _problems(args: RunSupervisorArgs) -> list[str]:
@@ -454,8 +481,12 @@ class RunSupervisor(pulumi.ComponentResource):
         self.source_object = self.source.name
         self.state_bucket_name = self.state_bucket.name
         self.events_uri = pulumi.Output.concat("gs://", self.state_bucket.name, "/events.jsonl")
+        self.facts = pulumi.Output.all(
+            project, region, args["resource_name"], self.function_name, self.events_uri
+        ).apply(lambda v: supervisor_facts(kind, recover, *v))
         self.register_outputs(
             {
+                "facts": self.facts,
                 "service_account_email": self.service_account_email,
                 "function_name": self.function_name,
                 "function_url": self.function_url,
@@ -465,6 +496,11 @@ class RunSupervisor(pulumi.ComponentResource):
                 "roles": self.roles,
             }
         )
+
+    facts: pulumi.Output[dict[str, Any]]
+    """What `trainstack plan|status|logs --program` read (`trainstack.components.facts`): its
+    $/hour (Cloud Scheduler and Cloud Run at list price), its notes (what its account can
+    reach, where it runs), and, as `status.events_uri`, the recoveries it records."""
 
     def _compute_grants(
         self,

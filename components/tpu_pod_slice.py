@@ -63,7 +63,7 @@ Naming: the TPU node is `<deployment_name>-tpu` and the queued resource
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 import pulumi
 from pulumi_gcp import tpu
@@ -97,10 +97,15 @@ from trainstack.components._tpu_queued_provider import (
     QueuedResourceProvider,
     console_url,
 )
-from trainstack.components.catalog.tpu import TPU_ZONES_SOURCE
+from trainstack.components.catalog.tpu import CLOUD_TPU_API_NOTE, TPU_ZONES_SOURCE
 from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
+from trainstack.components.facts import make_facts, tpu_quota, tpu_summary
 from trainstack.components.startup.tpu_worker import effective_checkpoint_dir
-from trainstack.components.training_dashboard.targets import DashboardScope, tpu_filters
+from trainstack.components.training_dashboard.targets import (
+    DashboardScope,
+    tpu_filter_text,
+    tpu_filters,
+)
 
 # `TpuPodSliceArgs` is defined beside its checks (`_tpu_args`), below the launch helpers
 # that read it too (`_tpu_launch`), so the three import in one direction.
@@ -131,6 +136,33 @@ TOKEN: Final = "trainstack:tpu:TpuPodSlice"
 # --------------------------------------------------------------------------------------
 
 
+def tpu_pod_slice_facts(
+    plan: SlicePlan, zone: str, deployment: str, project: str, slice_name: str
+) -> dict[str, Any]:
+    """A slice's facts (`trainstack.components.facts`), from its validated arguments."""
+    queued = gcp_name(deployment, "tpu-qr") if plan.provisioning == "queued" else None
+    return make_facts(
+        "TpuPodSlice",
+        "tpu",
+        **tpu_summary(plan.slice, plan.provisioning),
+        quota=tpu_quota(plan.slice, plan.provisioning, zone),
+        notes=[CLOUD_TPU_API_NOTE],
+        status={
+            "project": project,
+            "zone": zone,
+            "node": slice_name,
+            "queued_resource": queued,
+            "provisioning": plan.provisioning,
+        },
+        logs={
+            "platform": "tpu",
+            "scope": tpu_filter_text(slice_name)[0],
+            "workers": plan.slice.hosts,
+            "worker_label": "worker_id",
+        },
+    )
+
+
 class TpuPodSlice(pulumi.ComponentResource):
     """A TPU VM slice running the bundled trainer; see the module docstring."""
 
@@ -157,6 +189,13 @@ class TpuPodSlice(pulumi.ComponentResource):
     record and stop request; `trainstack.trainers.common.run_records`)."""
     vm: tpu.V2Vm | None
     """The node, for provisioning on-demand, spot and reserved (else None)."""
+    facts: pulumi.Output[dict[str, Any]]
+    """What `trainstack plan|plan-diff|quota|status|logs --program` read from this slice
+    (`trainstack.components.facts`; also a registered output): chips, hosts, $/hour at list
+    price (spot price when spot), the TPU quota it draws, its plan notes, where its state is
+    read (`status`: project, zone, node and queued resource names, for the Cloud TPU API) and
+    its trainer's Cloud Logging scope (`logs`). Export it to read a deployed program's status:
+    `pulumi.export("tpu", tpu.facts)`."""
     queued_resource: QueuedResource | None
     """The queued resource, for provisioning queued (else None)."""
 
@@ -209,8 +248,13 @@ class TpuPodSlice(pulumi.ComponentResource):
             "log_filter": log_filter,
             "resource_filter": resource_filter,
         }
+        project = args["project"]
+        self.facts = pulumi.Output.all(deployment, project, self.slice_name).apply(
+            lambda v: tpu_pod_slice_facts(plan, zone, *v)
+        )
         self.register_outputs(
             {
+                "facts": self.facts,
                 "slice_name": self.slice_name,
                 "worker_ips": self.worker_ips,
                 "chips": self.chips,

@@ -7,8 +7,8 @@
     trainstack logs --stack dev-tpu-v5e [--follow] the deployed stack's training logs
     trainstack quota --stack dev-a100-gke [--live] the quota a stack needs; --live: headroom
     trainstack policy --stack prod-tpu-v4-32       security policies over the stack's plan
-    trainstack stacks [--examples]                 your project's stacks (`NAME  program` for
-                                                   your program's); --examples: bundled
+    trainstack stacks [--examples]                 your project's stacks, one name a line (your
+                                                   program's named on stderr); --examples: bundled
     trainstack plan --program DIR --stack dev      (also policy, plan-diff) your own program
 
 Exit codes: 0 ok; 2 invalid config or arguments, unreadable files, no credentials or an
@@ -43,6 +43,7 @@ from trainstack.infra.cli_base import (
     StackOpt,
     app,
     auth_failure,
+    err,
     fail,
     invalid_config,
     load,
@@ -75,7 +76,13 @@ from trainstack.infra.plan import (
     unverified_quota_note,
     value_table,
 )
-from trainstack.infra.project import EXAMPLE_PREFIX, ProjectFileError
+from trainstack.infra.project import (
+    EXAMPLE_PREFIX,
+    PROJECT_FILE,
+    Project,
+    ProjectFileError,
+    find_project,
+)
 
 if TYPE_CHECKING:
     from trainstack.infra.policy import StackReport
@@ -101,7 +108,11 @@ def _program_plan(program: Path, stack: str | None) -> dict[str, Any]:
             raise ProgramError(program_stack_required(program))
         return build_program_plan(program, stack)
     except ProgramError as exc:
-        raise fail(str(exc)) from None
+        # One `error:` line per problem (a component may report several).
+        *lines, last = str(exc).splitlines()
+        for line in lines:
+            fail(line)
+        raise fail(last) from None
 
 
 @app.command()
@@ -233,13 +244,27 @@ def plan_diff_cmd(
 def quota(
     stack: StackOpt = None,
     config_file: ConfigFileOpt = None,
+    program: ProgramOpt = None,
     live: Annotated[
         bool, typer.Option("--live", help="Also read limits and usage (needs credentials).")
     ] = False,
     endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """The quota the stack needs (service, quota id, dimensions, amount); offline by default."""
+    """The quota the stack needs (service, quota id, dimensions, amount); offline by default.
+
+    With --program DIR --stack NAME: what your own program's trainstack components need
+    (their `facts`), offline.
+    """
+    if program is not None:
+        if live or config_file is not None:
+            raise fail(
+                "quota --program: reads the program's components offline; valid: --program DIR "
+                "--stack NAME [--json], without --live or --config-file"
+            )
+        needs = _program_plan(program, stack).get("quota", [])
+        _print_quota(needs, as_json)
+        return
     _, cfg = validated(stack, config_file)
     needs = quota_needs(cfg)
     if live and cfg.project is None:
@@ -267,6 +292,10 @@ def quota(
         if any(r["status"] in FAILED_STATUSES for r in rows):
             raise typer.Exit(1)
         return
+    _print_quota(needs, as_json)
+
+
+def _print_quota(needs: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(needs, indent=2) + "\n")
         return
@@ -393,7 +422,7 @@ def _check_all_stacks() -> tuple[list[StackReport], list[str]]:
         try:
             plan = build_program_plan(folder, name)
         except ProgramError as exc:
-            problems.append(f"stack {name!r} not checked: {exc}")
+            problems.extend(f"stack {name!r} not checked: {line}" for line in str(exc).splitlines())
             continue
         report = check_resources(name, plan["resources"])
         reports.append(replace(report, program=str(folder)))
@@ -439,18 +468,68 @@ def stacks(
         bool,
         typer.Option("--examples", help="List the bundled stacks instead, as --stack takes them."),
     ] = False,
+    trainstack_only: Annotated[
+        bool,
+        typer.Option(
+            "--trainstack", help="Only trainstack stacks (those `plan --stack NAME` takes)."
+        ),
+    ] = False,
+    program_only: Annotated[
+        bool,
+        typer.Option(
+            "--program",
+            help="Only stacks of your own program (those `plan --program DIR --stack NAME` takes).",
+        ),
+    ] = False,
 ) -> None:
     """List your project's stacks (those in the stackConfigDir of the nearest Pulumi.yaml).
 
-    A stack of your own program (its file has no `trainstack:` keys) has a second column,
-    `program`: plan and check it with --program DIR --stack NAME.
+    Names only, one per line on stdout, for scripts (`for s in $(trainstack stacks)`); which
+    are your own program's (no `trainstack:` keys), or that there are none, goes to stderr.
     """
+    if trainstack_only and program_only:
+        raise fail("--trainstack and --program exclude each other; valid: one of them or neither")
     if examples:
         for name in example_names():
             typer.echo(EXAMPLE_PREFIX + name)
         return
-    for name in project_stacks():
-        typer.echo(f"{name}  program" if _is_program_stack(name) else name)
+    every = project_stacks()
+    programs = [name for name in every if _is_program_stack(name)]
+    names = (
+        [name for name in every if name not in programs]
+        if trainstack_only
+        else programs
+        if program_only
+        else every
+    )
+    for name in names:
+        typer.echo(name)
+    project = find_project()
+    if not names:
+        _note(_no_stacks(project, len(every), trainstack_only, program_only))
+    elif not (trainstack_only or program_only):
+        for name in programs:
+            _note(
+                f"{name}: a stack of your own program (no `trainstack:` keys): trainstack plan "
+                f"--program {project.root} --stack {name}"
+            )
+
+
+def _note(line: str) -> None:
+    err.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def _no_stacks(project: Project, files: int, trainstack_only: bool, program_only: bool) -> str:
+    """The stderr line of `stacks` when it lists none."""
+    where = (
+        f"{project.stacks_dir} (the stackConfigDir of {project.root / PROJECT_FILE})"
+        if (project.root / PROJECT_FILE).is_file()
+        else f"{project.root} (no {PROJECT_FILE} there or in a folder above)"
+    )
+    if not files:
+        return f"no stacks: no Pulumi.<NAME>.yaml in {where}"
+    kind = "trainstack stacks" if trainstack_only else "stacks of your own program"
+    return f"no {kind} among the {files} stack files in {where}"
 
 
 def _is_program_stack(name: str) -> bool:

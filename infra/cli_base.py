@@ -160,10 +160,20 @@ def scoped(command: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
-def validated(stack: str | None, config_file: Path | None) -> tuple[str, StackConfig]:
+def validated(
+    stack: str | None,
+    config_file: Path | None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> tuple[str, StackConfig]:
     """The stack's name and validated config, a local stack's folders absolute against its
-    base folder (`localized`); exit 2 naming the key when it is invalid."""
+    base folder (`localized`); exit 2 naming the key when it is invalid. `overrides` (a
+    command's flags, e.g. `local-run --workers`) replace keys of a section the file gives,
+    before it is validated: a flag stands in for the file's value, valid or not."""
     name, config = load(stack, config_file)
+    for section, values in (overrides or {}).items():
+        given = config.get(section)
+        if isinstance(given, dict):
+            config = {**config, section: {**given, **values}}
     try:
         cfg = load_stack_config(config)
         target = target_of(cfg)
@@ -205,12 +215,13 @@ def invalid_config(
 def rejected_by_program(stack: str, exc: BaseException) -> str:
     """A component's own check that the config passed but the program refused.
 
-    The engine wraps the component's error once per resource and input it flowed through;
-    the innermost one says what is wrong (`<key>: <what>; valid: ...`).
+    The engine wraps the component's error once per resource and input it flowed through
+    (`trainstack.infra.mocks.engine_unwrapped`); the component's own says what is wrong
+    (`<key>: <what>; valid: ...`).
     """
-    while (inner := exc.__cause__ or exc.__context__) is not None:
-        exc = inner
-    return f"invalid stack config for {stack!r}: {exc}"
+    from trainstack.infra.mocks import engine_unwrapped
+
+    return f"invalid stack config for {stack!r}: {engine_unwrapped(exc)}"
 
 
 OutputsOpt = Annotated[

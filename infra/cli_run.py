@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +26,7 @@ from trainstack.infra.cli_base import (
     google_errors,
     validated,
 )
-from trainstack.infra.config import StackConfig
+from trainstack.infra.config import NAMESPACE, StackConfig
 from trainstack.infra.config_secrets import secret_env_names
 from trainstack.infra.local_paths import local_root, run_name
 from trainstack.infra.project import current_place
@@ -76,7 +77,11 @@ def status(
 
     if job is None:
         name, cfg = validated(stack, config_file)
-        _stack_status(name, cfg, outputs, endpoint or [], now, as_json)
+        # A local run stopped before its last step resumes with the command that ran it.
+        rerun = ["trainstack", "local-run"]
+        rerun += ["--stack", stack] if stack is not None else ["--config-file", str(config_file)]
+        resume = None if outputs is not None else shlex.join(rerun)
+        _stack_status(name, cfg, outputs, endpoint or [], now, as_json, resume)
         return
     if stack is not None or config_file is not None:  # a job alone needs no stack
         name, cfg = validated(stack, config_file)
@@ -128,6 +133,7 @@ def _stack_status(
     endpoint: list[str],
     now: str | None,
     as_json: bool,
+    resume: str | None = None,
 ) -> None:
     from trainstack.infra.logs import LogsError, parse_endpoints, parse_time
     from trainstack.infra.stack_outputs import OutputsError
@@ -139,6 +145,8 @@ def _stack_status(
             info = stack_status(cfg, name, outputs, endpoints, moment)
     except (LogsError, OutputsError, ValueError) as exc:
         raise fail(str(exc)) from None
+    if resume is not None and info["target"] == "local" and info["state"] == "STOPPED":
+        info["resume"] = resume
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2) + "\n")
     else:
@@ -197,7 +205,7 @@ def local_run(
             min=1,
             metavar="N",
             max=MAX_LOCAL_WORKERS,
-            help="Worker processes (default: local.workers, or 2).",
+            help="Worker processes, in place of local.workers (default: local.workers, or 2).",
         ),
     ] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="Override trainer.steps.")] = None,
@@ -217,7 +225,10 @@ def local_run(
     preemption: every worker saves a checkpoint, one line says which, and the exit code is
     143 (SIGTERM) or 130 (Ctrl-C); run the same command to resume.
     """
-    name, cfg = validated(stack, config_file)
+    # --workers replaces local.workers before the file is checked, so it can stand in for
+    # an invalid one.
+    local = {f"{NAMESPACE}:local": {"workers": workers}} if workers is not None else None
+    name, cfg = validated(stack, config_file, local)
     missing = missing_framework(cfg)
     if missing is not None:
         raise fail(missing)

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainstack.components.catalog.supervisor_region import price_tier, supervisor_region
+from trainstack.components.catalog.supervisor_region import supervisor_region
+from trainstack.components.facts import (
+    supervisor_hourly_usd,
+    supervisor_region_note,
+    supervisor_usd_per_month,
+)
 from trainstack.infra.targets import CloudTarget, target_of
 
 if TYPE_CHECKING:
@@ -36,65 +41,13 @@ def _round(usd: float) -> float:
     return round(usd, 2)
 
 
-# The run supervisor (trainstack.components.run_supervisor) of a TPU or GPU-cluster stack: one
-# Cloud Scheduler job and one Cloud Run functions call every 2 minutes.
-SCHEDULER_JOB_USD_PER_31_DAYS = 0.10
-"""https://cloud.google.com/scheduler/pricing: "A job is billed $0.10/job/31 days"; "Each
-Google billing account gets 3 jobs per month free" (not subtracted here: shared by the
-billing account)."""
-RUN_VCPU_SECOND_USD = 0.000024
-RUN_GIB_SECOND_USD = 0.0000025
-RUN_REQUEST_USD = 0.40 / 1_000_000
-RUN_PRICE_TIER = 1
-"""Cloud Run request-based billing, Tier 1 (https://cloud.google.com/run/pricing; Cloud Run
-functions, formerly Cloud Functions 2nd gen, are billed as Cloud Run, per
-https://cloud.google.com/functions/pricing-1stgen). The monthly free tier (2 million
-requests, 180,000 vCPU-seconds, 360,000 GiB-seconds per billing account) covers a
-supervisor; not subtracted. Per-second figures: verified: False (the table was not in the
-page text read)."""
-SUPERVISOR_CALLS_PER_HOUR = 30
-SUPERVISOR_CALL_S = 2.0
-"""Assumed billed time per check (three TPU and GCS round trips, rounded up to 100 ms)."""
-SUPERVISOR_VCPU = 0.167
-SUPERVISOR_GIB = 0.25
-"""256 MiB functions get 0.167 vCPU (https://cloud.google.com/functions/docs/configuring/memory)."""
-
-
-def supervisor_hourly_usd() -> float:
-    """$/hour of a stack's run supervisor at list price."""
-    per_call = SUPERVISOR_CALL_S * (
-        SUPERVISOR_VCPU * RUN_VCPU_SECOND_USD + SUPERVISOR_GIB * RUN_GIB_SECOND_USD
-    )
-    function = SUPERVISOR_CALLS_PER_HOUR * (per_call + RUN_REQUEST_USD)
-    return function + SCHEDULER_JOB_USD_PER_31_DAYS / (31 * 24)
-
-
-SUPERVISOR_EXCLUDED = "Artifact Registry storage of its built images and Cloud Build minutes"
-"""Each deploy of the function builds an image with Cloud Build and keeps it in Artifact
-Registry (https://cloud.google.com/functions/docs/building: the project is billed for Cloud
-Build, Cloud Storage and Artifact Registry); not priced here."""
-
-
 def supervisor_note(cfg: StackView) -> str | None:
     """The plan's note on the supervisor's region and what its monthly figure counts, or None
-    without a supervisor."""
+    without a supervisor (`trainstack.components.facts.supervisor_region_note`, which the
+    `RunSupervisor` component's facts carry too)."""
     if not target_of(cfg).supervised or cfg.region is None:
         return None
-    region = supervisor_region(cfg.region)
-    tier = price_tier(region)
-    prices = f"Cloud Run Tier {RUN_PRICE_TIER} prices"
-    if tier != RUN_PRICE_TIER:
-        prices += f" (its region is Tier {tier}, whose prices are not in the catalog)"
-    where = f"runs in {region}"
-    if region != cfg.region:
-        where += (
-            f", not the stack's {cfg.region}, where Cloud Run functions and Cloud Scheduler "
-            "are not both listed (the APIs it calls are global)"
-        )
-    return (
-        f"run supervisor: {where}; supervisor_usd_per_month is at {prices} and leaves out "
-        f"{SUPERVISOR_EXCLUDED}"
-    )
+    return supervisor_region_note(supervisor_region(cfg.region), cfg.region)
 
 
 def stoppable_hourly_usd(cfg: StackView) -> float:
@@ -139,7 +92,7 @@ def summarize(cfg: StackView) -> dict[str, Any]:
         supervisor = supervisor_hourly_usd()
         out["hourly_usd"] += supervisor
         # Too small to show in $/hour: the plan shows it per month as well.
-        out["supervisor_usd_per_month"] = round(supervisor * 730, 2)
+        out["supervisor_usd_per_month"] = supervisor_usd_per_month(supervisor)
     out["hourly_usd"] = _round(out["hourly_usd"])
     return out
 

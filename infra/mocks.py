@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+from google.protobuf import json_format
 from pulumi.runtime import mocks as _mocks
 from pulumi.runtime import rpc as _rpc
 from pulumi.runtime import settings as _settings
@@ -134,6 +135,45 @@ DEPLOY_OUTPUTS: dict[str, OutputsFn] = {
 (`preview=False`), left unknown in a preview."""
 
 
+_ENGINE = Path(pulumi.runtime.__file__).resolve().parent
+"""pulumi's runtime: where the engine's wrappers of a program's exceptions are raised."""
+
+
+def engine_unwrapped(exc: BaseException) -> BaseException:
+    """`exc` without the engine's wrappers: the exception the program (or a component it
+    called) raised.
+
+    The Python runtime wraps an error met while it serializes a resource's inputs, once per
+    input and once per resource (`raise ValueError("While processing input: ...\nValueError
+    has risen: ...") from e`, pulumi/runtime/rpc.py `serialize_properties` and
+    pulumi/runtime/resource.py `do_register`), and re-raises a failed registration with
+    itself as its cause (`raise exn from cause` in pulumi/runtime/stack.py `wait_for_rpcs`,
+    where `cause` is the first failure, usually `exn` itself), which drops the cause the
+    wrapper had; its `__context__` still holds it. Only exceptions raised inside pulumi's
+    runtime are unwrapped: a program's own `raise ValueError(...) from err`, and what it
+    raises while handling another exception, are what it means to say.
+    """
+    seen: set[int] = set()
+    while id(exc) not in seen and _raised_in(exc, _ENGINE):
+        seen.add(id(exc))
+        inner = exc.__cause__ if exc.__cause__ not in (None, exc) else exc.__context__
+        if inner is None:
+            break
+        exc = inner
+    return exc
+
+
+def _raised_in(exc: BaseException, folder: Path) -> bool:
+    """Whether `exc` was raised by code under `folder` (the innermost frame of its
+    traceback; re-raising an exception keeps that frame)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(folder)
+
+
 class InvokeFailure(Exception):
     """Raised by an invoke handler to answer as a provider does when the API call fails
     (e.g. PERMISSION_DENIED): the program sees a catchable invoke error."""
@@ -184,6 +224,10 @@ class ProgramRun:
     """(level name, message) of everything the program logged through `pulumi.log`."""
     secret_outputs: frozenset[str] = frozenset()
     """The outputs that are Pulumi secrets (`outputs` holds their values, for tests)."""
+    registered_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What each component registered with `register_outputs`, by URN, as serialized (secrets
+    as [secret], numbers as floats, resources as references), as the engine keeps it on the
+    component's state: a component's `facts` are read here."""
 
     @property
     def shown_outputs(self) -> dict[str, Any]:
@@ -246,6 +290,19 @@ class RecordingMonitor(_mocks.MockMonitor):
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
         self.recorded: list[RecordedResource] = []
+        self.registered_outputs: dict[str, dict[str, Any]] = {}
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        # Pulumi's MockMonitor drops these (`RegisterResourceOutputs` returns an empty
+        # message, sdk/python/lib/pulumi/runtime/mocks.py); the engine sets them as the
+        # component's state outputs (`reg.New().Outputs = outs` in
+        # pkg/resource/deploy/step_executor.go `executeRegisterResourceOutputs`), which the
+        # checkpoint keeps: a component's `facts` are read from there.
+        # As serialized, not deserialized: deserializing a resource reference (a component's
+        # child in its outputs) would await a `get_resource` on this executor thread's loop.
+        outputs = json_format.MessageToDict(request.outputs)
+        self.registered_outputs[request.urn] = _plain(outputs)
+        return super().RegisterResourceOutputs(request)
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
@@ -449,4 +506,5 @@ def _record(
         invokes=list(mocks.invokes),
         logs=logs,
         secret_outputs=frozenset(secret),
+        registered_outputs=dict(monitor.registered_outputs),
     )

@@ -214,6 +214,16 @@ def unverified_quota_note(needs: Iterable[Mapping[str, Any]]) -> str | None:
     )
 
 
+ESTIMATE_NOTE = (
+    "hourly_usd is an estimate from list prices in infra/catalog "
+    "(see its sources and dates); it excludes storage, network egress and discounts."
+)
+QUOTA_OFFLINE_NOTE = (
+    "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
+    "and `pulumi up` and stops the deployment before anything is created on a shortfall."
+)
+
+
 def plan_date() -> date:
     """The date the plan is checked for (`availability_date`); a malformed `TRAINSTACK_TODAY`
     is a config error (exit 2)."""
@@ -244,17 +254,9 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
     cfg = load_stack_config(config)
     expired = image_problems(cfg, plan_date() if today is None else today)
     run = run_program(main_program, config=config, stack=stack)
-    notes = [
-        (
-            "hourly_usd is an estimate from list prices in infra/catalog "
-            "(see its sources and dates); it excludes storage, network egress and discounts."
-        )
-    ]
+    notes = [ESTIMATE_NOTE]
     if isinstance(target_of(cfg), CloudTarget):
-        notes.append(
-            "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
-            "and `pulumi up` and stops the deployment before anything is created on a shortfall."
-        )
+        notes.append(QUOTA_OFFLINE_NOTE)
     notes += expired
     notes += target_of(cfg).plan_notes(cfg, stack)
     supervisor = supervisor_note(cfg)

@@ -3,12 +3,15 @@
 A Pulumi project of your own that composes trainstack's components is run offline under the
 same recording mocks as a stack (`trainstack.infra.program_run`), with the config of its
 stack file `Pulumi.NAME.yaml`. Its plan has the stack plan's shape (`stack`, `resources`
-exactly as registered, `outputs`, `notes`) plus `project`, the Pulumi project's name. The
-parts of a stack plan that are read from a trainstack stack config (`target`, `summary`,
-`quota`, `code`, `defaults`, `limits`) are left out: a program has no such config, and a
-total guessed from some resource types and not others would read as the whole cost.
-`trainstack plan-diff` and `trainstack policy --plan` take these plans as they take a
-stack's (a missing summary or quota counts as none).
+exactly as registered, `outputs`, `notes`) plus `project`, the Pulumi project's name.
+`summary`, `quota` and the notes come from the `facts` its trainstack compute components
+(`TpuPodSlice`, `A100Cluster`) and run supervisors register (`trainstack.infra.program_facts`):
+the totals, quota and notes a stack plan of the same resources shows. A program without
+such a component has none: a total guessed from some resource types and not others would
+read as the whole cost. The parts a stack plan reads from a trainstack stack config alone
+(`target`, `code`, `defaults`, `limits`) are left out. `trainstack plan-diff` and
+`trainstack policy --plan` take these plans as they take a stack's (a missing summary or
+quota counts as none).
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainstack.components._args import ArgsError
 from trainstack.components.catalog.names import stack_name_problem
-from trainstack.infra.mocks import ProgramRun
+from trainstack.infra.mocks import ProgramRun, engine_unwrapped
 from trainstack.infra.plan import plan_resources
+from trainstack.infra.program_facts import program_totals
 from trainstack.infra.program_run import (
     Program,
     ProgramError,
+    ProgramExit,
     read_program,
     run_program_folder,
     stack_config,
@@ -31,8 +37,9 @@ from trainstack.infra.program_run import (
 from trainstack.infra.project import find_project
 
 PROGRAM_NOTE = (
-    "a program's plan lists what it registers; totals, $/hour and quota come from a trainstack "
-    "stack config (`trainstack plan --stack`), which a program does not have"
+    "a program's plan lists what it registers; totals, $/hour and quota come from the facts "
+    "of trainstack's compute components (TpuPodSlice, A100Cluster, RunSupervisor), and this "
+    "program registers none"
 )
 
 
@@ -49,11 +56,13 @@ def load_program(directory: str | Path, stack: str) -> tuple[Program, dict[str, 
 def run_own_program(
     program: Program, stack: str, config: Mapping[str, Any], shown: str | Path
 ) -> ProgramRun:
-    """Run the program; anything it raises (or a `sys.exit`) becomes one ProgramError line
-    naming the exception and the program's own line it came from."""
+    """Run the program; anything it raises (or a `sys.exit`) becomes a ProgramError naming
+    the exception and the program's own line it came from (`program_failure`)."""
     try:
         return run_program_folder(program, stack=stack, config=config)
-    except SystemExit as exc:
+    except ProgramError:
+        raise  # the folder itself (run_program_folder checks it before the program runs)
+    except ProgramExit as exc:
         raise ProgramError(
             f"--program {shown}: stack {stack!r}: the program exited with code {exc.code!r}; "
             "valid: a program that declares its resources and returns"
@@ -63,35 +72,55 @@ def run_own_program(
 
 
 def program_failure(program: Program, stack: str, exc: BaseException, shown: str | Path) -> str:
-    """`exc` on one line: the innermost exception the engine wrapped, and where in the
-    program's own files it was raised."""
-    while (inner := exc.__cause__ or exc.__context__) is not None:
-        exc = inner
-    text = " ".join(str(exc).split()) or "(no message)"
+    """What the program raised, one line per problem, each
+    `--program DIR: stack 'NAME': FILE:LINE: TYPE: MESSAGE`.
+
+    The exception is the one the program raised, the engine's wrappers taken off
+    (`engine_unwrapped`): a program's own `raise ValueError(...) from err` is reported, not
+    the `err` it explains. FILE:LINE is the last of the program's own lines in its
+    traceback (where it called the component that refused, for a component's problem), left
+    out when none is (a callback the engine ran). A component's arguments (`ArgsError`) are
+    one line per problem, in the component's own words (`<Component>.<key>: ...`), without
+    the type: trainstack's, not the program's; any other message is one line.
+    """
+    exc = engine_unwrapped(exc)
     where = ""
     for frame in traceback.extract_tb(exc.__traceback__):
         path = Path(frame.filename).resolve()
         if path.is_relative_to(program.root) and "site-packages" not in path.parts:
-            where = f" at {path.relative_to(program.root).as_posix()}:{frame.lineno}"
-    return (
-        f"--program {shown}: stack {stack!r}: the program raised {type(exc).__name__}{where}: "
-        f"{text}"
-    )
+            where = f"{path.relative_to(program.root).as_posix()}:{frame.lineno}: "
+    head = f"--program {shown}: stack {stack!r}: {where}"
+    if isinstance(exc, ArgsError) and exc.errors:
+        return "\n".join(f"{head}{' '.join(line.split())}" for line in exc.errors)
+    text = " ".join(str(exc).split()) or "(no message)"
+    return f"{head}{type(exc).__name__}: {text}"
 
 
 def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
     """The JSON plan of the program in `directory` as stack `stack` (module docstring)."""
     program, config = load_program(directory, stack)
     run = run_own_program(program, stack, config, directory)
+    totals = program_totals(run.registered_outputs)
+    resources = [
+        {**entry, "inputs": _program_assets(entry["inputs"], program.root)}
+        for entry in plan_resources(run.resources)
+    ]
+    if totals is None:
+        return {
+            "stack": stack,
+            "project": program.name,
+            "resources": resources,
+            "outputs": run.shown_outputs,
+            "notes": [PROGRAM_NOTE],
+        }
     return {
         "stack": stack,
         "project": program.name,
-        "resources": [
-            {**entry, "inputs": _program_assets(entry["inputs"], program.root)}
-            for entry in plan_resources(run.resources)
-        ],
+        "resources": resources,
+        "summary": totals["summary"],
+        "quota": totals["quota"],
         "outputs": run.shown_outputs,
-        "notes": [PROGRAM_NOTE],
+        "notes": totals["notes"],
     }
 
 

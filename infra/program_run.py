@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from trainstack import _portions
 from trainstack.components import _strict_yaml as strict_yaml
 from trainstack.components._project import project_file_at_or_above
 from trainstack.infra.mocks import InvokeFn, OutputsFn, ProgramRun, run_program
@@ -45,7 +46,19 @@ PROTECTED = frozenset({"trainstack", "__main__"})
 
 
 class ProgramError(ValueError):
-    """A project folder, stack file or program run that cannot be planned (one line)."""
+    """A project folder, stack file or program run that cannot be planned: one line per
+    problem (a program's component may report several)."""
+
+
+class ProgramExit(Exception):
+    """The program called `sys.exit` (`code`): raised in place of its SystemExit, which
+    asyncio re-raises out of the event loop while the task keeps it, to be logged with a
+    traceback as "Task exception was never retrieved" when the task is collected
+    (CPython Lib/asyncio/tasks.py `__step`, base_events.py `default_exception_handler`)."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(f"the program exited with code {code!r}")
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -204,12 +217,18 @@ def run_program_folder(
 ) -> ProgramRun:
     """Run `program` as stack `stack` with `config` (namespaced keys) under recording mocks.
 
-    Whatever the program raises propagates (after the runtime has settled); the working
-    directory, `sys.path` and `sys.modules` are as they were before, either way.
+    Whatever the program raises propagates (after the runtime has settled; a `sys.exit` as
+    ProgramExit); the working directory, `sys.path` and `sys.modules` are as they were
+    before, either way.
     """
 
+    shadowing_problem(program.workdir)
+
     def body() -> None:
-        runpy.run_path(str(program.entry), run_name="__main__")
+        try:
+            runpy.run_path(str(program.entry), run_name="__main__")
+        except SystemExit as exc:
+            raise ProgramExit(exc.code) from None
 
     # The whole run, not only the program's top level: its `apply` callbacks run after
     # that, and they may import its modules or read files relative to its folder. Placed
@@ -225,6 +244,24 @@ def run_program_folder(
             outputs=outputs,
             invokes=invokes,
         )
+
+
+def shadowing_problem(workdir: Path) -> None:
+    """ProgramError when the program's folder holds a `trainstack` of its own: first on
+    `sys.path` under `pulumi preview`, it would replace the installed trainstack (a package or
+    module) or merge into it (a folder of modules), as `trainstack._portions` explains."""
+    own = Path(__file__).parent.parent
+    for candidate in (workdir / "trainstack", workdir / "trainstack.py"):
+        if candidate.is_file() or (
+            candidate.is_dir()
+            and candidate.resolve() != own.resolve()
+            and _portions.importable(candidate)
+        ):
+            raise ProgramError(
+                f"--program: {candidate} would be imported as trainstack: the program's "
+                "folder comes first on sys.path (as `pulumi preview` runs it), ahead of the "
+                f"trainstack at {own}; valid: rename or move it"
+            )
 
 
 def provided_names(folder: Path) -> set[str]:

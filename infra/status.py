@@ -260,6 +260,11 @@ def render_status(info: dict[str, Any]) -> list[str]:
         lines += [f"  {e['time']} {supervisor_event_text(e)}" for e in events[-RECOVERIES_SHOWN:]]
     lines += supervisor_lines(info["supervisor"]) if "supervisor" in info else []
     lines += [StillBilling(**item).line() for item in info.get("still_billing_after_stop", [])]
+    if "resume" in info:
+        lines.append(
+            "stopped before its last step (its checkpoints are kept); run the same command to "
+            f"resume: {info['resume']}"
+        )
     if info["target"] == "local":
         # A local run's processes have no start time in the outputs and cost nothing billed.
         lines.append("cost so far: $0.00 (a local run: this machine, no Google Cloud resources)")

@@ -91,6 +91,7 @@ from trainstack.components.a100_cluster._common import (
     RESERVATION_KEY,
     A100ClusterArgs,
     A100TrainingArgs,
+    gke_spot_grace_note,
     instance_names,
     job_name_for,
     region_of,
@@ -119,12 +120,15 @@ from trainstack.components.a100_cluster.validate import (
     validate_args,
 )
 from trainstack.components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
-from trainstack.components.kubernetes_training_job import KubernetesTrainingJob
+from trainstack.components.facts import a100_quota, a100_summary, make_facts
+from trainstack.components.kubernetes_training_job import DEFAULT_NAMESPACE, KubernetesTrainingJob
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
     gce_filters,
+    gke_filter_text,
     gke_filters,
 )
+from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 __all__ = [
@@ -249,6 +253,15 @@ class A100Cluster(pulumi.ComponentResource):
     """gce: the zonal managed instance group that recreates a stopped or lost node."""
     node_configs: list[compute.PerInstanceConfig]
     """gce: per-instance configs by node rank (name and rank metadata)."""
+    facts: pulumi.Output[dict[str, Any]]
+    """What `trainstack plan|plan-diff|quota|status|logs --program` read from this cluster
+    (`trainstack.components.facts`; also a registered output): GPUs, machines (GKE's system
+    node counted), $/hour at list price (spot price when spot; GKE's cluster fee and system
+    node included), the Compute Engine quota it draws, its plan notes (gke spot: whether the
+    trainer's `--preemption_grace_s` fits GKE's notice), where its state is read (`status`:
+    gke: cluster, namespace and Job; gce: the instances) and its trainer's Cloud Logging scope
+    (`logs`). Export it to read a deployed program's status:
+    `pulumi.export("gpu", cluster.facts)`."""
     run_record: pulumi.Output[str] | None
     """With training and a checkpoint bucket: the run's record prefix,
     `gs://<bucket>/trainstack-run-<key>` (`trainstack.trainers.common.run_records`)."""
@@ -313,8 +326,13 @@ class A100Cluster(pulumi.ComponentResource):
             "resource_filter": resource_filter,
         }
 
+        names: pulumi.Input[list[str] | None] = self.instance_names
+        self.facts = pulumi.Output.all(
+            args["project"], self.cluster_name, self.job_name, names, log_filter
+        ).apply(lambda v: a100_cluster_facts(args, gpu, *v))
         self.register_outputs(
             {
+                "facts": self.facts,
                 "backend": self.backend,
                 "node_count": self.node_count,
                 "gpus_per_node": self.gpus_per_node,
@@ -329,6 +347,55 @@ class A100Cluster(pulumi.ComponentResource):
                 "run_record": self.run_record,
             }
         )
+
+
+DEFAULT_GRACE_S: Final = float(TrainConfig.model_fields["preemption_grace_s"].default)
+
+
+def _grace_s(args: A100ClusterArgs) -> float:
+    """The trainer's SIGTERM grace: its `--preemption_grace_s` flag, else the trainers'
+    default."""
+    training = args.get("training")
+    flags = training.get("trainer_args", []) if training is not None else []
+    for flag in flags:
+        if flag.startswith("--preemption_grace_s="):
+            return float(flag.partition("=")[2])
+    return DEFAULT_GRACE_S
+
+
+def a100_cluster_facts(
+    args: A100ClusterArgs,
+    gpu: A100Shape,
+    project: str,
+    cluster: str,
+    job: str | None,
+    instances: list[str] | None,
+    log_filter: str,
+) -> dict[str, Any]:
+    """A cluster's facts (`trainstack.components.facts`), from its validated arguments."""
+    status: dict[str, Any] = {"project": project, "zone": gpu.zone, "cluster": cluster}
+    logs: dict[str, Any] = {"platform": gpu.backend, "workers": gpu.node_count}
+    notes = []
+    if gpu.backend == "gke":
+        if gpu.spot:
+            notes.append(gke_spot_grace_note(_grace_s(args)))
+        status |= {"namespace": DEFAULT_NAMESPACE, "job": job}
+        # Indexed Job pods are `<job>-<completion index>-<suffix>`.
+        logs |= {"scope": gke_filter_text(cluster)[0], "pod_prefix": f"{job}-"}
+    else:
+        status["instances"] = instances
+        logs |= {"scope": log_filter, "instances": instances}
+    return make_facts(
+        "A100Cluster",
+        gpu.backend,
+        **a100_summary(gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot),
+        quota=a100_quota(
+            gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot, region_of(gpu.zone)
+        ),
+        notes=notes,
+        status=status,
+        logs=logs,
+    )
 
 
 def _pod_run_record(manifests: dict[str, Any]) -> str:

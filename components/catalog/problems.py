@@ -84,8 +84,14 @@ def int_problems(key: str, value: Any, minimum: int, maximum: int | None = None)
 
 def nearest_key(key: object, valid: Iterable[str]) -> str | None:
     """The valid key closest to a misspelled `key` (`node_cont` -> `node_count`), or None
-    when none is close (difflib's similarity ratio at its default cutoff, 0.6)."""
-    found = difflib.get_close_matches(str(key), list(valid), n=1)
+    when none is close (difflib's similarity ratio at its default cutoff, 0.6). A plural
+    names its count first (`nodes` -> `node_count`, `workers` -> `worker_count`): difflib
+    finds `nodes` nearer `node_tag`, or not near anything."""
+    known = list(valid)
+    count = f"{str(key).removesuffix('s')}_count"
+    if str(key).endswith("s") and count in known:
+        return count
+    found = difflib.get_close_matches(str(key), known, n=1)
     return found[0] if found else None
 
 

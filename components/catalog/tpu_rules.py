@@ -12,7 +12,12 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from trainstack.components.catalog.problems import not_allowed, quote, unknown_keys
+from trainstack.components.catalog.problems import (
+    nearest_key,
+    not_allowed,
+    quote,
+    unknown_keys,
+)
 from trainstack.components.catalog.tpu import (
     QUEUED_TIERS,
     TPU_GENERATIONS,
@@ -77,6 +82,23 @@ def tpu_slice_problems(
     return found, problems
 
 
+def _type_hint(accelerator_type: str) -> str:
+    """`; did you mean `x`?` for a type named by its generation (`v5e-16`: v5e's types are
+    `v5litepod-N`, https://docs.cloud.google.com/tpu/docs/v5e) or by a misspelt prefix of a
+    generation with that size (`v6-8`; not `v3-8`: v3 is a generation of its own), else `;`."""
+    prefix, _, size = accelerator_type.rpartition("-")
+    offered = {
+        gen.type_prefix: gen
+        for gen in TPU_GENERATIONS.values()
+        if gen.slice(f"{gen.type_prefix}-{size}") is not None
+    }
+    named = [p for p, gen in offered.items() if gen.name == prefix]
+    if named:
+        return f"; did you mean `{named[0]}-{size}`?"
+    near = nearest_key(prefix, offered)
+    return ";" if near is None else f"; did you mean `{near}-{size}`?"
+
+
 def _find_slice(
     accelerator_type: str | None, generation: str | None, topology: str | None, p: str
 ) -> tuple[TpuSlice | None, list[str]]:
@@ -90,9 +112,12 @@ def _find_slice(
         named = tpu_generation_of(accelerator_type)
         if named is None:
             prefixes = ", ".join(f"{g.type_prefix}-N" for g in TPU_GENERATIONS.values())
-            return None, [
-                f"{p}accelerator_type: {accelerator_type!r} is not a TPU type; valid: {prefixes}"
-            ]
+            hint = _type_hint(accelerator_type)
+            message = (
+                f"{p}accelerator_type: {accelerator_type!r} is not a TPU type{hint} "
+                f"valid: {prefixes}"
+            )
+            return None, [message]
         found = named.slice(accelerator_type)
         if found is None:
             valid = ", ".join(s.accelerator_type for s in named.slices)

@@ -16,7 +16,7 @@ import yaml
 from trainstack.components.a100_cluster._common import gke_spot_grace_note
 from trainstack.components.catalog import billing
 from trainstack.components.catalog.images import KUBERNETES_IMAGES, kubernetes_image
-from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
+from trainstack.components.facts import gke_extra_hourly_usd
 from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra import catalog
 from trainstack.infra.logs import LogsError, check_worker, log_query
@@ -82,23 +82,17 @@ def kube_get(
 
 class Gke(GpuCluster):
     name = "gke"
-    extra_nodes = 1
     run_resources = (RunResource("kubernetes:batch/v1:Job"),)
 
     def torch_image(self, section: GpuClusterConfig) -> tuple[str, str | None]:
         return KUBERNETES_IMAGES[TORCH_MODULE], None
-
-    def extra_hourly_usd(self) -> float:
-        # The system node runs on-demand: DNS must survive a spot reclaim of the GPU nodes.
-        system = catalog.MACHINE_PRICES[GKE_SYSTEM_NODE_MACHINE].hourly(False)
-        return catalog.GKE_CLUSTER_FEE_USD + system
 
     def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
         # The supervisor empties the GPU pool only: the cluster and its system node bill
         # until the cluster is deleted (billing.GKE_CLUSTER_BILLS_UNTIL_DELETED).
         cluster = StillBilling(
             what="GKE cluster fee and system node",
-            hourly_usd=round(self.extra_hourly_usd(), 2),
+            hourly_usd=round(gke_extra_hourly_usd(), 2),
             until=f"`pulumi destroy -s {stack}`",
             # The credit is the billing account's: the estimate does not subtract it.
             basis=(
@@ -110,12 +104,6 @@ class Gke(GpuCluster):
         )
         return [cluster, *super().still_billing_after_stop(cfg, stack)]
 
-    def quota(self, cfg: StackView) -> list[dict[str, Any]]:
-        assert cfg.region is not None
-        system = MACHINES[GKE_SYSTEM_NODE_MACHINE]
-        cpus = catalog.quota_need(catalog.CPUS_QUOTA, {"region": cfg.region}, system.vcpus)
-        return [*super().quota(cfg), cpus]
-
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         return True, (
             f"GKE Job activeDeadlineSeconds {seconds}; then the supervisor sets the GPU "
@@ -126,10 +114,12 @@ class Gke(GpuCluster):
         return code.image or kubernetes_image(TORCH_MODULE) or KUBERNETES_IMAGES[TORCH_MODULE]
 
     def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
-        notes = super().plan_notes(cfg, deployment)
+        # The cluster's own notes before its supervisor's, as a program's plan lists
+        # A100Cluster's facts before RunSupervisor's.
+        notes = []
         if gpu_section(cfg).spot:
             notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))
-        return notes
+        return notes + super().plan_notes(cfg, deployment)
 
     def before_identity(
         self,

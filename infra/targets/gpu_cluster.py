@@ -6,7 +6,7 @@ supervisor that removes the GPU nodes at the run's end. Each backend's own parts
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import BeforeValidator, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -27,6 +27,7 @@ from trainstack.components.catalog import billing
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
+from trainstack.components.facts import a100_nodes_hourly_usd, a100_quota, a100_summary, reach_note
 from trainstack.infra import catalog
 from trainstack.infra.outputs import (
     OUTPUT_CLUSTER_ENDPOINT,
@@ -41,7 +42,6 @@ from trainstack.infra.outputs import (
 from trainstack.infra.run_args import cloud_trainer_args
 from trainstack.infra.supervision import (
     after_supervisor,
-    reach_note,
     register_supervisor,
     run_settings,
 )
@@ -107,8 +107,6 @@ class GpuCluster(CloudTarget):
     own_network = True
     runs_image = True
     supervised = True
-    extra_nodes: ClassVar[int] = 0
-    """Machines beside the GPU nodes (GKE's system node)."""
 
     def claims(self, section: GpuClusterConfig) -> bool:
         return section.backend == self.name
@@ -130,22 +128,14 @@ class GpuCluster(CloudTarget):
             gpus_per_machine=section.machine.gpus,
         )
 
-    def extra_hourly_usd(self) -> float:
-        """$/hour of what the backend runs beside the GPU nodes."""
-        return 0.0
-
     def _nodes_hourly_usd(self, cfg: StackView) -> float:
         gpu = gpu_section(cfg)
-        return gpu.node_count * catalog.MACHINE_PRICES[gpu.machine_type].hourly(gpu.spot)
+        return a100_nodes_hourly_usd(gpu.machine_type, gpu.node_count, gpu.spot)
 
     def summary(self, cfg: StackView) -> dict[str, Any]:
+        # The same arithmetic as A100Cluster's facts.
         gpu = gpu_section(cfg)
-        return {
-            "tpu_chips": 0,
-            "gpus": gpu.total_gpus,
-            "machines": gpu.node_count + self.extra_nodes,
-            "hourly_usd": self._nodes_hourly_usd(cfg) + self.extra_hourly_usd(),
-        }
+        return a100_summary(gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot)
 
     def stoppable_hourly_usd(self, cfg: StackView) -> float:
         # The GPU nodes only: the supervisor leaves GKE's cluster and system node running.
@@ -174,18 +164,8 @@ class GpuCluster(CloudTarget):
 
     def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         gpu = gpu_section(cfg)
-        region = cfg.region
-        assert region is not None
-        m = gpu.machine
-        assert m.gpu_model is not None
-        gpus = gpu.total_gpus
-        return [
-            catalog.quota_need(
-                catalog.COMPUTE_QUOTAS[(m.gpu_model, gpu.spot)], {"region": region}, gpus
-            ),
-            catalog.quota_need(catalog.GPUS_ALL_REGIONS_QUOTA, {}, gpus),
-            catalog.quota_need(catalog.A2_CPUS_QUOTA, {"region": region}, m.vcpus * gpu.node_count),
-        ]
+        assert cfg.region is not None
+        return a100_quota(gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot, cfg.region)
 
     def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         gpu = gpu_section(cfg)

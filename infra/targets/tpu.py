@@ -24,6 +24,7 @@ from trainstack.components.catalog.tpu import (
     default_tpu_runtime,
     tpu_slice,
 )
+from trainstack.components.facts import reach_note, tpu_hourly_usd, tpu_quota, tpu_summary
 from trainstack.components.run_supervisor import SupervisedSlice, slice_target, supervised
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
@@ -32,7 +33,6 @@ from trainstack.components.tpu_pod_slice import (
     tpu_trainer_problems,
 )
 from trainstack.components.training_dashboard.targets import tpu_filter_text
-from trainstack.infra import catalog
 from trainstack.infra.code_frameworks import tpu_framework_problems
 from trainstack.infra.google_reads import get_or_none
 from trainstack.infra.logs import check_worker, log_query
@@ -49,7 +49,6 @@ from trainstack.infra.run_args import checkpoint_dir, cloud_trainer_args
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.supervision import (
     after_supervisor,
-    reach_note,
     register_supervisor,
     run_settings,
 )
@@ -209,20 +208,13 @@ class Tpu(CloudTarget):
     # ------------------------------------------------------------------ estimate and plan
 
     def summary(self, cfg: StackView) -> dict[str, Any]:
+        # The same arithmetic as TpuPodSlice's facts.
         tpu = _tpu(cfg)
-        s = tpu.slice
-        price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.spot)
-        return {"tpu_chips": s.chips, "gpus": 0, "machines": s.hosts, "hourly_usd": s.chips * price}
+        return tpu_summary(tpu.slice, tpu.provisioning)
 
     def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         tpu = _tpu(cfg)
-        s = tpu.slice
-        # Queued resources draw from on-demand quota unless they are spot.
-        tier: catalog.TpuTier = {"spot": "spot", "reserved": "reserved"}.get(  # type: ignore[assignment]
-            tpu.provisioning, "on-demand"
-        )
-        spec = catalog.TPU_QUOTAS[(s.generation, tier)]
-        return [catalog.quota_need(spec, {"zone": tpu.zone}, s.chips)]
+        return tpu_quota(tpu.slice, tpu.provisioning, tpu.zone)
 
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         return TPU_RUN_LIMIT_ENFORCED, (
@@ -249,10 +241,9 @@ class Tpu(CloudTarget):
         # Not the stack's: it bills after the slice is deleted, until its period ends or it
         # is deleted (billing.TPU_RESERVATION_BILLS_UNTIL_ENDED, inferred). Reserved TPUs
         # cost less than on-demand, so the on-demand price is the most it bills.
-        price = catalog.TPU_CHIP_PRICES[s.generation].hourly(False)
         reservation = StillBilling(
             what=what,
-            hourly_usd=round(s.chips * price, 2),
+            hourly_usd=round(tpu_hourly_usd(s, False), 2),
             until="its period ends or it is deleted",
             ours=False,
             basis=(

@@ -194,6 +194,7 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
 # A misspelled key and the key it should have been, per component.
 TYPOS = [
     ("A100Cluster", "node_cont", "node_count"),
+    ("A100Cluster", "nodes", "node_count"),
     ("TpuPodSlice", "acelerator_type", "accelerator_type"),
     ("VertexTrainingJob", "spott", "spot"),
     ("TrainingBuckets", "checkpoint_retention_day", "checkpoint_retention_days"),

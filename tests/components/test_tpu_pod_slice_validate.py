@@ -130,6 +130,11 @@ INVALID = [
         "accelerator_type: 'v3-8' is not a TPU type; valid: v4-N, v5litepod-N, v5p-N, v6e-N",
     ),
     (
+        {"accelerator_type": "v5e-16"},
+        "accelerator_type: 'v5e-16' is not a TPU type; did you mean `v5litepod-16`? valid: "
+        "v4-N, v5litepod-N, v5p-N, v6e-N",
+    ),
+    (
         {"accelerator_type": "v5litepod-12", "zone": "us-west4-a"},
         "accelerator_type: 'v5litepod-12' is not a v5e slice; valid: v5litepod-1, "
         "v5litepod-4, v5litepod-8, v5litepod-16, v5litepod-32, v5litepod-64, "

@@ -407,3 +407,41 @@ def test_the_bundled_examples_run_and_build_in_your_project(
     [sdist] = [f for f in files if f.startswith(".trainstack/build/")]
     assert re.fullmatch(r"\.trainstack/build/trainstack_trainers-[0-9a-f]{16}\.tar\.gz", sdist)
     assert_install_untouched(installed)
+
+
+def test_a_trainstack_folder_in_the_working_directory_is_reported(
+    installed: Installed, project: Path
+) -> None:
+    # The project's own package named trainstack (no __init__.py): Python would merge it into
+    # the installed namespace package, `trainstack.naming` importable beside trainstack's.
+    own = project / "trainstack"
+    own.mkdir()
+    (own / "naming.py").write_text("PREFIX = 'acme'\n")
+    env = user_env(installed)
+    wheel = installed.site_packages / "trainstack"
+    line = (
+        f"ImportError: {own} is a second folder named trainstack on Python's import path (the "
+        "working directory, PYTHONPATH or a program's folder), and Python merges it into the "
+        f"trainstack package imported from {wheel} (a namespace package), so its modules would "
+        "be imported as trainstack's; valid: rename or move that folder, or run from another "
+        "folder"
+    )
+    for module in ("trainstack.components", "trainstack.infra.testing"):
+        done = run([installed.python, "-c", f"import {module}"], project, env)
+        assert (done.returncode, done.stdout, done.stderr.splitlines()[-1]) == (1, "", line)
+    # The CLI does not run from the working directory, but a program's folder is first on
+    # sys.path when it runs: a trainstack folder there, package or not, is one error line.
+    for init in (False, True):
+        if init:
+            (own / "__init__.py").write_text("")
+        done = run([installed.trainstack, "plan", "--program", ".", "--stack", "dev"], project, env)
+        assert (done.returncode, done.stdout, done.stderr) == (
+            2,
+            "",
+            f"error: --program: {own} would be imported as trainstack: the program's folder "
+            f"comes first on sys.path (as `pulumi preview` runs it), ahead of the trainstack "
+            f"at {wheel}; valid: rename or move it\n",
+        )
+    # Elsewhere, the same commands work.
+    ok(run([installed.python, "-c", "import trainstack.components"], project / "stacks", env))
+    assert_install_untouched(installed)

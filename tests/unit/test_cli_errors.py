@@ -431,20 +431,25 @@ def test_stack_name_only_with_a_config_file() -> None:
 
 @pytest.mark.parametrize("command", ["plan", "policy"])
 def test_a_components_own_check_is_one_line(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A component refuses a value the config loader let through; the engine wraps that
-    # error once per resource and input it reached. Only the component's words are shown.
+    # A component refuses a value the config loader let through, in a callback that feeds a
+    # resource's input: the engine wraps that error once per input and resource, then
+    # re-raises the registration's failure with itself as its cause (pulumi/runtime/stack.py
+    # `wait_for_rpcs`). Only the component's words are shown.
+    import pulumi
+    import pulumi_gcp as gcp
+
     import trainstack.infra.plan
     import trainstack.infra.policy
+    from trainstack.infra.mocks import run_program
+
+    def location(region: str) -> str:
+        raise ValueError(f"region: {region!r} has no known nearest Artifact Registry multi-region")
+
+    def program() -> None:
+        gcp.storage.Bucket("b", location=pulumi.Output.from_input("x").apply(location))
 
     def refuse(*_args: Any, **_kwargs: Any) -> None:
-        try:
-            raise ValueError("region: 'x' has no known nearest Artifact Registry multi-region")
-        except ValueError as inner:
-            raise ValueError(
-                "While processing input: 'body', type <class 'str'>\n"
-                "ValueError has risen: region: 'x' has no known nearest Artifact Registry "
-                "multi-region"
-            ) from inner
+        run_program(program)
 
     monkeypatch.setattr(trainstack.infra.plan, "run_program", refuse)
     monkeypatch.setattr(trainstack.infra.policy, "run_program", refuse)

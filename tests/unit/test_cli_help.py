@@ -4,6 +4,7 @@ kept) and flags show no value type."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 import typer
@@ -90,3 +91,30 @@ def test_local_run_help_renders_as_sentences() -> None:
         "step",
         "0.",
     ]
+
+
+def _contract_rows() -> dict[str, str]:
+    """ARCHITECTURE.md's CLI contract: each row's command and its first cell."""
+    from tests import REPO_ROOT
+
+    text = (REPO_ROOT / "ARCHITECTURE.md").read_text()
+    section = text.split("## CLI contract (`trainstack`)", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    cells = [row.split(" | ", 1)[0].removeprefix("| ") for row in rows]
+    return {cell.split("`")[1]: cell for cell in cells}
+
+
+def test_the_architecture_cli_contract_names_every_command_and_option() -> None:
+    rows = _contract_rows()
+    assert sorted(rows) == COMMANDS
+    for name in COMMANDS:
+        shown = [
+            param.opts[0] if isinstance(param, typer.core.TyperOption) else param.name.upper()
+            for param in GROUP.commands[name].params
+            if not getattr(param, "hidden", False)
+        ]
+        # Whole flags: `--stack` is not found in `--stack-name`.
+        missing = [
+            f for f in shown if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", rows[name])
+        ]
+        assert missing == [], name

@@ -135,6 +135,10 @@ A2 = (
 TPU_KEYS = (
     "accelerator_type, generation, topology, zone, runtime_version, provisioning, reservation"
 )
+GPU_KEYS = (
+    "backend, machine_type, node_count, zone, spot, reservation, compact_placement, "
+    "tier_1_networking, master_authorized_cidrs"
+)
 TARGETS = "valid: exactly one of tpu, gpu_cluster, vertex, local"
 
 CASES: list[tuple[str, dict[str, Any], list[str]]] = [
@@ -168,6 +172,9 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     # --- tpu
     ("tpu size", with_(V4, "trainstack:tpu", accelerator_type="v4-12"), [f"tpu.accelerator_type: 'v4-12' is not a v4 slice; valid: {V4_SIZES}"]),
     ("tpu type", with_(V4, "trainstack:tpu", accelerator_type="v3-8"), ["tpu.accelerator_type: 'v3-8' is not a TPU type; valid: v4-N, v5litepod-N, v5p-N, v6e-N"]),
+    ("tpu type by generation", with_(V4, "trainstack:tpu", accelerator_type="v5e-16"), ["tpu.accelerator_type: 'v5e-16' is not a TPU type; did you mean `v5litepod-16`? valid: v4-N, v5litepod-N, v5p-N, v6e-N"]),
+    ("tpu type misspelt", with_(V4, "trainstack:tpu", accelerator_type="v6-8"), ["tpu.accelerator_type: 'v6-8' is not a TPU type; did you mean `v6e-8`? valid: v4-N, v5litepod-N, v5p-N, v6e-N"]),
+    ("tpu type far", with_(V4, "trainstack:tpu", accelerator_type="v9-3"), ["tpu.accelerator_type: 'v9-3' is not a TPU type; valid: v4-N, v5litepod-N, v5p-N, v6e-N"]),
     ("tpu both forms", with_(V4, "trainstack:tpu", generation="v4"), ["tpu.accelerator_type: 'v4-32' given together with tpu.generation/tpu.topology; valid: one of the two forms"]),
     ("tpu no form", with_(V4, "trainstack:tpu", accelerator_type=None), ["tpu.accelerator_type: required (or tpu.generation with tpu.topology)"]),
     ("tpu topology", with_(V4, "trainstack:tpu", accelerator_type=None, generation="v4", topology="3x3x3"), ["tpu.topology: '3x3x3' is not a v4 topology; valid: 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x12, 8x8x16, 8x16x16"]),
@@ -191,6 +198,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("tpu torch", {**V4, "trainstack:trainer": {"framework": "torch"}}, ["trainer.framework: 'torch' is not supported on a tpu target (TPU runs the tensorflow trainer with TPUStrategy); valid: tensorflow"]),
     ("tpu strategy", {**V4, "trainstack:trainer": {"framework": "tensorflow", "strategy": "mirrored"}}, ["trainer.strategy: 'mirrored' is not supported on a tpu target; valid: tpu"]),
     # --- gpu_cluster
+    ("gpu nodes", with_(GPU, "trainstack:gpu_cluster", nodes=2), [f"gpu_cluster.nodes: unknown key; did you mean `node_count`? valid: {GPU_KEYS}"]),
     ("gpu machine", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-16g"), [f"gpu_cluster.machine_type: 'a2-ultragpu-16g' is not a known A2 machine type; did you mean `a2-ultragpu-1g`? valid: {A2}"]),
     ("gpu zone region", with_(GPU, "trainstack:gpu_cluster", zone="us-east1-b"), ["gpu_cluster.zone: 'us-east1-b' is not in gcp:region 'us-central1'; valid: a zone named us-central1-<zone>"]),
     ("gpu zone offer", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-8g", zone="us-central1-b"), ["gpu_cluster.zone: 'us-central1-b' does not offer A100 80GB (a2-ultragpu-8g); valid: asia-southeast1-c, europe-west4-a, us-central1-a, us-central1-c, us-east4-c, us-east5-b"]),

@@ -272,3 +272,28 @@ def test_an_unreachable_checkpoint_bucket(tmp_path: Path, monkeypatch: pytest.Mo
         f"Cannot connect to host 127.0.0.1:{port} ssl:default "
         f"[Connect call failed ('127.0.0.1', {port})]; {HINT}",
     )
+
+
+@pytest.mark.parametrize("given", ["0", "99", "two"])
+def test_workers_flag_stands_in_for_an_invalid_local_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    from types import SimpleNamespace
+
+    import trainstack.trainers.local
+
+    config = _stack(tmp_path)
+    config.write_text(config.read_text().replace("{workers: 2}", "{workers: " + given + "}"))
+    started: list[int] = []
+
+    def run_local(trainer: Any, **options: Any) -> SimpleNamespace:
+        started.append(options["workers"])
+        return SimpleNamespace(exit_code=0, done=None)
+
+    monkeypatch.setattr(trainstack.trainers.local, "run_local", run_local)
+    result = runner.invoke(app, ["local-run", "--config-file", str(config), "--workers", "4"])
+    assert (result.exit_code, result.stderr, started) == (0, "", [4])
+    # Without the flag the file's value is checked as before.
+    result = runner.invoke(app, ["local-run", "--config-file", str(config)])
+    assert (result.exit_code, started) == (2, [4])
+    assert result.stderr.splitlines()[0] == "error: invalid stack config for 'mine':"

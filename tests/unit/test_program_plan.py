@@ -286,8 +286,8 @@ def test_a_stack_without_a_stack_file(project: Path) -> None:
 
 def test_a_program_that_raises(project: Path) -> None:
     assert error_line(["plan", "--program", str(project), "--stack", "broken"]) == (
-        f"error: --program {project}: stack 'broken': the program raised ValueError at "
-        "infra/__init__.py:13: acme:fail is 'yes'; valid: unset"
+        f"error: --program {project}: stack 'broken': infra/__init__.py:13: ValueError: "
+        "acme:fail is 'yes'; valid: unset"
     )
     # Nothing of the failed run stays loaded.
     assert not [m for m in sys.modules if m.split(".")[0] in ("infra", "components")]

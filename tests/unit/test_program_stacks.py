@@ -68,8 +68,8 @@ def test_policy_all_checks_every_stack_then_exits_2_for_those_it_could_not(
         "stack loc: clean (2 resources, 8 rules)",
     ]
     assert result.stderr == (
-        f"error: stack 'broken' not checked: --program {project}: stack 'broken': the program "
-        "raised ValueError at infra/__init__.py:13: acme:fail is 'yes'; valid: unset\n"
+        f"error: stack 'broken' not checked: --program {project}: stack 'broken': "
+        "infra/__init__.py:13: ValueError: acme:fail is 'yes'; valid: unset\n"
         "error: invalid stack config for 'typo':\n"
         "trainstak:local: unknown namespace `trainstak:`; did you mean `trainstack:`? "
         "valid: trainstack:local\n"
@@ -90,9 +90,63 @@ def test_policy_all_clean_with_a_program_stack_exits_0(project: Path) -> None:
     ]
 
 
-def test_stacks_marks_program_stacks(project: Path) -> None:
+def test_stacks_prints_names_only_and_says_which_are_your_programs_on_stderr(
+    project: Path,
+) -> None:
+    # Names only on stdout, one a line: a script (the PR workflow) takes every word for a name.
     result = runner.invoke(app, ["stacks"])
-    assert (result.exit_code, result.stdout) == (0, "broken  program\ndev  program\nloc\ntypo\n")
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0,
+        "broken\ndev\nloc\ntypo\n",
+        f"broken: a stack of your own program (no `trainstack:` keys): trainstack plan --program "
+        f"{project} --stack broken\n"
+        f"dev: a stack of your own program (no `trainstack:` keys): trainstack plan --program "
+        f"{project} --stack dev\n",
+    )
+    # `typo` is a trainstack stack with a misspelt namespace: `plan --stack typo` says so.
+    result = runner.invoke(app, ["stacks", "--trainstack"])
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "loc\ntypo\n", "")
+    result = runner.invoke(app, ["stacks", "--program"])
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "broken\ndev\n", "")
+
+
+def test_stacks_says_when_there_are_none(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("loc", "typo"):
+        (project / "stacks" / f"Pulumi.{name}.yaml").unlink()
+    result = runner.invoke(app, ["stacks", "--trainstack"])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0,
+        "",
+        f"no trainstack stacks among the 2 stack files in {project / 'stacks'} (the "
+        f"stackConfigDir of {project / 'Pulumi.yaml'})\n",
+    )
+    for name in ("dev", "broken"):
+        (project / "stacks" / f"Pulumi.{name}.yaml").unlink()
+    result = runner.invoke(app, ["stacks"])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0,
+        "",
+        f"no stacks: no Pulumi.<NAME>.yaml in {project / 'stacks'} (the stackConfigDir of "
+        f"{project / 'Pulumi.yaml'})\n",
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    result = runner.invoke(app, ["stacks"])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0,
+        "",
+        f"no stacks: no Pulumi.<NAME>.yaml in {empty.resolve()} (no Pulumi.yaml there or in a "
+        "folder above)\n",
+    )
+    result = runner.invoke(app, ["stacks", "--trainstack", "--program"])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        "error: --trainstack and --program exclude each other; valid: one of them or neither\n",
+    )
 
 
 def test_load_stack_config_without_trainstack_keys() -> None:

@@ -445,3 +445,37 @@ def test_status_without_outputs_or_pulumi(tmp_path: Path, monkeypatch: pytest.Mo
         "PATH; install it, or pass --outputs FILE (or set TRAINSTACK_OUTPUTS=FILE) with the "
         "output of `pulumi stack output --json --show-secrets --stack dev-tpu-v5e > FILE`\n",
     )
+
+
+def test_local_status_of_an_interrupted_run_says_to_run_the_same_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (exit 130) or SIGTERM (143) stops local-run with checkpoints kept: status says
+    how to resume, with the command, as --stack or --config-file named the stack."""
+    config = local_config(tmp_path)
+    logs = tmp_path / "root" / "logs"
+    logs.mkdir(parents=True)
+    lines = [
+        {"event": "start", "step": 0, "rank": 0},
+        train(5, 0, 0),
+        {"event": "exit", "exit_code": 130},
+    ]
+    (logs / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    result = runner.invoke(app, ["status", "--config-file", str(config), "--now", NOW])
+    assert (result.exit_code, result.stdout.splitlines()[1], result.stdout.splitlines()[-2]) == (
+        0,
+        "state: STOPPED",
+        "stopped before its last step (its checkpoints are kept); run the same command to "
+        f"resume: trainstack local-run --config-file {config}",
+    )
+    as_json = runner.invoke(app, ["status", "--config-file", str(config), "--now", NOW, "--json"])
+    assert json.loads(as_json.stdout)["resume"] == f"trainstack local-run --config-file {config}"
+    # Named as a stack of the project: the same command names it so.
+    (tmp_path / "Pulumi.yaml").write_text("name: acme\nruntime: python\n")
+    config.rename(tmp_path / "Pulumi.mine.yaml")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["status", "--stack", "mine", "--now", NOW])
+    assert result.stdout.splitlines()[-2] == (
+        "stopped before its last step (its checkpoints are kept); run the same command to "
+        "resume: trainstack local-run --stack mine"
+    )

