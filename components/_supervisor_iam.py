@@ -111,10 +111,12 @@ def role_and_grant(
     member: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
     condition: pulumi.Input[projects.IAMMemberConditionArgs] | None = None,
+    grant_was: str | None = None,
 ) -> tuple[projects.IAMCustomRole, projects.IAMMember, pulumi.Output[str]]:
     """A custom role of the project (`names[0]`, id `role`) and its grant to `member`
-    (`names[1]`, under `condition`), registered once the role exists; and the role's name,
-    `projects/P/roles/ID`."""
+    (`names[1]`, under `condition`; `grant_was`: the grant's earlier name, an alias, so a
+    stack deployed under it keeps the grant), registered once the role exists; and the
+    role's name, `projects/P/roles/ID`."""
     custom = projects.IAMCustomRole(
         names[0],
         project=project,
@@ -132,6 +134,11 @@ def role_and_grant(
         role=full,
         member=member,
         condition=condition,
-        opts=opts.merge(pulumi.ResourceOptions(depends_on=[custom])),
+        opts=opts.merge(
+            pulumi.ResourceOptions(
+                depends_on=[custom],
+                aliases=[pulumi.Alias(name=grant_was)] if grant_was else None,
+            )
+        ),
     )
     return custom, grant, full

@@ -487,7 +487,7 @@ class RunSupervisor(pulumi.ComponentResource):
             else None
         )
         self.role, grant, role = role_and_grant(
-            (f"{name}-role", f"{name}-tpu"),
+            (f"{name}-role", f"{name}-grant"),
             project,
             uid.apply(lambda u: role_id(deployment, u)),
             f"trainstack {what} supervisor ({deployment})",
@@ -500,6 +500,9 @@ class RunSupervisor(pulumi.ComponentResource):
             member,
             child,
             condition,
+            # It was `<name>-tpu` when only TPU slices were supervised; the alias keeps a
+            # stack deployed then from replacing it (a delete and create of the grant).
+            grant_was=f"{name}-tpu",
         )
         grants: list[pulumi.Resource] = [grant]
         roles = [role]

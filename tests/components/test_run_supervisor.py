@@ -107,7 +107,7 @@ def test_children_named_from_the_component_and_parented() -> None:
             (TOKEN, "sup", None),
             ("gcp:serviceaccount/account:Account", "sup-sa", "sup"),
             ("gcp:projects/iAMCustomRole:IAMCustomRole", "sup-role", "sup"),
-            ("gcp:projects/iAMMember:IAMMember", "sup-tpu", "sup"),
+            ("gcp:projects/iAMMember:IAMMember", "sup-grant", "sup"),
             ("gcp:serviceaccount/iAMMember:IAMMember", "sup-act-as", "sup"),
             ("gcp:storage/bucket:Bucket", "sup-state", "sup"),
             ("gcp:storage/bucketIAMMember:BucketIAMMember", "sup-state-admin", "sup"),
@@ -144,7 +144,7 @@ def test_grants_are_narrow_and_exact() -> None:
             "tpu.nodes.get",
         ],
     }
-    assert run.named("sup-tpu").inputs == {
+    assert run.named("sup-grant").inputs == {
         "project": "my-project",
         "role": f"projects/my-project/roles/trainstackSupervisor_exp_42_{UID}",
         "member": MEMBER,
@@ -256,7 +256,7 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         f"projects/{cluster.format('zones')}",
         f"projects/{cluster.format('locations')}",
     )
-    assert run.named("sup-tpu").inputs == {
+    assert run.named("sup-grant").inputs == {
         "project": "my-project",
         "role": f"projects/my-project/roles/trainstackSupervisor_exp_42_{UID}",
         "member": MEMBER,
@@ -449,7 +449,7 @@ def test_a_stack_deployed_again_gets_role_ids_google_has_not_held() -> None:
     first, second = _run(), _run(uid=again)
     ids = [r.named("sup-role").inputs["roleId"] for r in (first, second)]
     assert ids == [f"trainstackSupervisor_exp_42_{UID}", f"trainstackSupervisor_exp_42_{again}"]
-    assert second.named("sup-tpu").inputs["role"] == f"projects/my-project/roles/{ids[1]}"
+    assert second.named("sup-grant").inputs["role"] == f"projects/my-project/roles/{ids[1]}"
 
 
 def test_its_state_is_in_a_bucket_of_its_own_deleted_with_it() -> None:
@@ -470,7 +470,7 @@ def test_its_state_is_in_a_bucket_of_its_own_deleted_with_it() -> None:
     with zipfile.ZipFile(REPO_ROOT / source["source"]["fileAsset"]) as bundle:
         assert json.loads(bundle.read("config.json"))["state_uri"] == f"gs://{STATE}"
     function = run.named("sup-function")
-    for grant in ("sup-state-admin", "sup-records", "sup-tpu", "sup-act-as"):
+    for grant in ("sup-state-admin", "sup-records", "sup-grant", "sup-act-as"):
         assert run.named(grant).urn in function.dependencies
 
 
@@ -578,4 +578,20 @@ def test_a_stack_deployed_as_tpu_supervisor_keeps_its_resources() -> None:
     assert TOKEN == "trainstack:supervision:RunSupervisor"
     assert run_program(program).outputs["aliases"] == [
         "urn:pulumi:plan::trainstack::trainstack:tpu:TpuSupervisor::sup"
+    ]
+
+
+def test_the_compute_grant_has_a_neutral_name_and_keeps_its_tpu_one_as_an_alias() -> None:
+    # It was `<name>-tpu` on every target (gce and gke too); renamed, the alias maps the old
+    # URN (same type, same parent) to the new one, so a deployed stack keeps its grant.
+    def program() -> dict[str, Any]:
+        sup = RunSupervisor("sup", _args())  # type: ignore[arg-type]
+        return {"aliases": pulumi.Output.all(*sup.grants[0]._aliases)}
+
+    run = _run()
+    assert run.named("sup-grant").type == "gcp:projects/iAMMember:IAMMember"
+    assert not [r for r in run.resources if r.name == "sup-tpu"]
+    assert run_program(program).outputs["aliases"] == [
+        "urn:pulumi:plan::trainstack::pulumi:pulumi:Stack$trainstack:supervision:RunSupervisor$"
+        "gcp:projects/iAMMember:IAMMember::sup-tpu"
     ]

@@ -180,7 +180,7 @@ def test_the_policy_holds_a_gpu_supervisor_to_its_own_kind_of_compute(
 
 def test_the_policy_refuses_the_gke_supervisors_grant_without_its_cluster_condition() -> None:
     plan = bundled_plan("dev-a100-gke")
-    grant = _named(plan, "dev-a100-gke-supervisor-tpu")
+    grant = _named(plan, "dev-a100-gke-supervisor-grant")
     assert grant["condition"]["title"] == "only cluster dev-a100-gke-a100"
     del grant["condition"]
     [violation] = check_resources("dev-a100-gke", plan["resources"]).violations
