@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pulumi
 
-from trainstack.components.catalog.supervisor_iam import REACH, earlier_role_id
+from trainstack.components.catalog.supervisor_iam import (
+    CONDITION_NOTES,
+    REACH,
+    earlier_role_id,
+)
 from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
 from trainstack.infra.logs import UNREADABLE, ended_text
 from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS, OUTPUT_SUPERVISOR_ROLES
@@ -82,12 +86,13 @@ def after_supervisor(
 
 
 def reach_note(kind: str, recover: bool, project: str | None) -> str:
-    """The plan's note on what the supervisor's account can reach beyond the stack, where
-    IAM conditions cannot name the stack's compute (`catalog.supervisor_iam.REACH`)."""
+    """The plan's note on what the supervisor's account can reach beyond the stack, and how
+    far IAM conditions are known to hold its compute grant (`catalog.supervisor_iam.REACH`,
+    `CONDITION_NOTES`)."""
     verbs = "get, delete and create" if recover else "get and delete"
     return (
         f"run supervisor reach: its account can {REACH[kind].format(verbs=verbs, project=project)}: "
-        "Cloud TPU and instance group managers honour no resource names in IAM conditions; "
+        f"{CONDITION_NOTES[kind]}; "
         "its grant on the checkpoint bucket holds for the run records (trainstack-run-*) "
         "only, and it alone writes its state bucket. Run each stack in a project of its own "
         "to keep the supervisor to this stack's compute"
