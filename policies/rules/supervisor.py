@@ -38,9 +38,10 @@ GKE stack as many of those grants carry the cluster condition as such roles hold
 The function's build account (`buildConfig.serviceAccount`) holds what Google lists for it
  (https://cloud.google.com/run/docs/configuring/services/build-service-account):
 `roles/logging.logWriter` and `roles/artifactregistry.writer` on the project, and
-`roles/storage.objectViewer` on the bucket of the function's source and, by a condition, on
-Cloud Functions' own copies of function sources (`resource.name.startsWith(
-"projects/_/buckets/gcf-v2-sources-")`: the build reads its copy there). That is narrower
+`roles/storage.objectViewer` on the bucket of the function's source (its `supervisor/`
+objects, by a condition) and, by a condition, on Cloud Functions' own copies of function
+sources (`resource.name.startsWith("projects/_/buckets/gcf-v2-sources-")`: the build reads
+its copy there). That is narrower
 than Google's list, which names `roles/storage.objectAdmin`. Any other grant to it is a
 violation, and so is one of these missing. Values not known until deploy are skipped.
 """

@@ -200,11 +200,18 @@ def test_the_build_account_holds_only_what_google_lists_for_it() -> None:
         "role": "roles/artifactregistry.writer",
         "member": BUILD_MEMBER,
     }
+    # Only the supervisor's zips of the staging bucket (it holds the trainer packages too).
     assert run.named("sup-build-source").inputs == {
         "bucket": "b-staging",
         "role": "roles/storage.objectViewer",
         "member": BUILD_MEMBER,
+        "condition": {
+            "title": "only the supervisor's source",
+            "description": "The run supervisor's source zips; no trainer package.",
+            "expression": 'resource.name.startsWith("projects/_/buckets/b-staging/objects/supervisor/")',
+        },
     }
+    assert run.named("sup-source").inputs["name"].startswith("supervisor/trainstack_supervisor-")
     # The build reads Cloud Functions' own copy of the zip, in a bucket named by project
     # number and region: a project grant held to those buckets by a condition.
     assert run.named("sup-build-copies").inputs == {
