@@ -81,8 +81,15 @@ PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     # gcp/map.json, crawled from the REST pages: compute.instanceGroupManagers.deleteInstances
     # requires compute.instanceGroupManagers.update, .get compute.instanceGroupManagers.get.
     # The group deletes the VMs itself: no compute.instances.* permission is listed. Not
-    # checked on a live project.
-    "mig": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"),
+    # checked on a live project. listManagedInstances (which VMs run, and any the stack does
+    # not name): "The required permission to execute this command is
+    # compute.instanceGroupManagers.list" (https://cloud.google.com/sdk/gcloud/reference/
+    # compute/instance-groups/managed/list-instances, the gcloud command that calls it).
+    "mig": (
+        "compute.instanceGroupManagers.get",
+        "compute.instanceGroupManagers.list",
+        "compute.instanceGroupManagers.update",
+    ),
     # nodePools.get and .setSize: "nodePools.get | container.clusters.get on the requested
     # cluster" (https://cloud.google.com/kubernetes-engine/docs/reference/api-permissions);
     # setSize: "Authorization requires the following IAM permission on the specified
@@ -97,7 +104,7 @@ STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "queued": ("tpu.nodes.delete", "tpu.nodes.get"),
 }
 READ_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
-    "node_pool": ("compute.instanceGroupManagers.get",),
+    "node_pool": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"),
 }
 """A second, read-only role granted without a condition: the GKE pool's instance groups (the
 pool reports no size of its own), which IAM conditions cannot name (`cluster_condition`)."""

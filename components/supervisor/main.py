@@ -29,7 +29,7 @@ later of this supervisor's first sight of it billing and the newest heartbeat's 
 time; `max_run_seconds` from that first
 sight; `hourly_usd` + `max_total_usd`: the compute's list price and the cap, against its own
 count (each call adds the time since the previous one at `hourly_usd` while the compute
-bills, trapezoid over the two views, across recoveries and restarts of the run `end_uri`
+bills: a slice READY, a group or pool with a VM running, `supervisor_targets.NOT_RUNNING`, trapezoid over the two views, across recoveries and restarts of the run `end_uri`
 names). Clock, count and flags are in `state.json` in its own bucket, which the training
 account cannot write; of what that account can write, only the end record and the
 heartbeats' times are read (`supervisor_store.py`). The limits first write the stop request

@@ -282,7 +282,8 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         "roleId": f"trainstackSupervisorRead_exp_42_{UID}",
         "title": "trainstack run supervisor reads (exp-42)",
         "description": "Read the instance groups of one stack's GKE node pool.",
-        "permissions": ["compute.instanceGroupManagers.get"],
+        # `.list`: which of the pool's VMs run (`listManagedInstances`).
+        "permissions": ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"],
     }
     assert run.named("sup-read").inputs == {
         "project": "my-project",
@@ -538,7 +539,15 @@ def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "name", "permissions"),
     [
-        ("mig", MIG, ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"]),
+        (
+            "mig",
+            MIG,
+            [
+                "compute.instanceGroupManagers.get",
+                "compute.instanceGroupManagers.list",
+                "compute.instanceGroupManagers.update",
+            ],
+        ),
         ("node_pool", POOL, ["container.clusters.get", "container.clusters.update"]),
     ],
 )

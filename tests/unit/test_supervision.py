@@ -147,13 +147,14 @@ def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
         (
             "prod-a100-gce",
             "compute.instances.delete",
-            "compute.instanceGroupManagers.get, compute.instanceGroupManagers.update",
+            "compute.instanceGroupManagers.get, compute.instanceGroupManagers.list, "
+            "compute.instanceGroupManagers.update",
         ),
         (
             "dev-a100-gke",
             "tpu.nodes.delete",
-            "compute.instanceGroupManagers.get, and container.clusters.get and .update under "
-            "a condition naming this stack's cluster",
+            "compute.instanceGroupManagers.get and .list, and container.clusters.get and "
+            ".update under a condition naming this stack's cluster",
         ),
     ],
 )
