@@ -51,10 +51,10 @@ supervisor recovers only while it exists.
 Permissions of its own account (`<deployment>-sup`):
 - a custom project role holding only the calls it makes (`PERMISSIONS`, with sources in
   `catalog.supervisor_iam`: the TPU node or queued resource through `tpu.nodes.*`; the
-  group's get and the deletion of its VMs; the pool's get and setSize). Only the GKE grant is
-  held to the one resource (`cluster_condition`; the pool's groups are read through a
-  second, read-only role, `READ_PERMISSIONS`), and that GKE evaluates it for node-pool calls
-  is unverified (if not, the grant never applies). Cloud TPU does not recognise resource
+  group's get, the list of its VMs and their deletion; the pool's get and setSize). Only the
+  GKE grant is held to the one resource (`cluster_condition`; the pool's groups are read
+  through a second, read-only role, `READ_PERMISSIONS`), and that GKE evaluates it for
+  node-pool calls is unverified (if not, the grant never applies). Cloud TPU does not recognise resource
   names in conditions; whether instance group managers do is unverified
   (`catalog.supervisor_iam.CONDITIONS_SOURCE`). So those grants are project-wide, held by
   the policy pack. Role ids carry the account's `unique_id` (`role_id`): Google keeps a deleted
