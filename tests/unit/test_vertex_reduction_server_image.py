@@ -91,10 +91,13 @@ def test_the_bundled_stack_builds_the_default_image_with_the_plugin_and_runs_it(
 
 def test_the_build_account_gets_exactly_push_pull_and_log_writing() -> None:
     plan = _plan()
+    # Every grant to the build account in the plan: no storage role (the build reads no
+    # source from Cloud Storage and logs to Cloud Logging only).
+    member = "serviceAccount:prod-vertex-rs-build@my-ml-project.iam.gserviceaccount.com"
     grants = [
         (r["name"], r["inputs"]["role"], r["inputs"].get("repository"))
         for r in plan["resources"]
-        if r.get("parent") == "prod-vertex-rs-rs-image" and "role" in r["inputs"]
+        if r["inputs"].get("member") == member
     ]
     assert sorted(grants) == [
         ("prod-vertex-rs-rs-image-log-writer", "roles/logging.logWriter", None),
