@@ -39,9 +39,7 @@ def no_hang() -> Iterator[None]:
     signal.signal(signal.SIGALRM, previous)
 
 
-def test_keys_are_left_out_whatever_their_name_case_or_encoding(
-    tmp_path: Path, code: Path
-) -> None:
+def test_keys_are_left_out_whatever_their_name_case_or_encoding(tmp_path: Path, code: Path) -> None:
     sa = json.loads(SA_KEY)
     _folder(
         code,
