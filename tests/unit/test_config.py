@@ -159,6 +159,13 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("labels value", {**LOCAL, "trainstack:labels": {"team": "ML"}}, ["labels.team: 'ML' is not a valid label value; valid: up to 63 of a-z, 0-9, '_', '-'"]),
     ("labels long key", {**LOCAL, "trainstack:labels": {"a" * 64: "x"}}, [f"labels: '{'a' * 64}' is not a valid label key; valid: a lowercase letter then up to 62 of a-z, 0-9, '_', '-'"]),
     ("labels type", {**LOCAL, "trainstack:labels": {"team": 3}}, ["labels.team: 3 is not a string; valid: a string"]),
+    # The stack sets `stack` and `environment` on every resource (infra/compose.py): a user's
+    # would be overwritten without a word.
+    ("labels stack", {**LOCAL, "trainstack:labels": {"stack": "prod-a100-gce"}}, ["labels: 'stack' is reserved by trainstack: the stack sets it on every resource; valid: a key other than component, environment, managed-by, stack"]),
+    ("labels environment", {**LOCAL, "trainstack:labels": {"environment": "prod"}}, ["labels: 'environment' is reserved by trainstack: the stack sets it on every resource; valid: a key other than component, environment, managed-by, stack"]),
+    # "No more than 64 labels can be associated with a given resource" (cloudresourcemanager.v3
+    # discovery document): 59 and trainstack's 5 fit, 60 do not.
+    ("labels over 64", {**GPU, "trainstack:labels": {f"k{i}": "v" for i in range(60)}}, ["labels: 60 labels plus the 5 trainstack sets on a resource (component, environment, managed-by, stack, and a Vertex job's or queued TPU's own) make 65, over the 64 Google Cloud allows on one resource; valid: at most 59 labels"]),
     # --- buckets
     ("retention", {**LOCAL, "trainstack:buckets": {"checkpoint_retention_days": 0}}, ["buckets.checkpoint_retention_days: 0 is too small; valid: >= 1"]),
     ("retention type", {**LOCAL, "trainstack:buckets": {"checkpoint_retention_days": "x"}}, ["buckets.checkpoint_retention_days: 'x' is not an integer; valid: a whole number"]),
