@@ -84,6 +84,7 @@ from trainstack.trainers.local_report import (
     print_summary,
 )
 from trainstack.trainers.local_start import (
+    check_files,
     checked_resume,
     checkpoint_dir_problem,
     checkpoint_lock,
@@ -256,6 +257,8 @@ def prepare_run(
     run_cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
     make_folder(root / "logs", "local.root")
     config_path = (root / "logs" / f"{cfg.run_name}.config.json").resolve()
+    log_path = (root / "logs" / f"{cfg.run_name}.jsonl").resolve()
+    check_files(log_path, log_path.with_suffix(".stderr.log"), config_path)
     processes = local_processes(run_cfg, workers, config_path)
     config_path.write_text(run_cfg.model_dump_json(indent=2))
 
@@ -268,7 +271,6 @@ def prepare_run(
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"):
         env.pop(name, None)
     env.update(extra_env or {})
-    log_path = (root / "logs" / f"{cfg.run_name}.jsonl").resolve()
     return PreparedRun(run_cfg, checkpoint_dir, config_path, log_path, env, processes)
 
 

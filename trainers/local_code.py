@@ -69,6 +69,7 @@ from trainstack.trainers.local import (
 )
 from trainstack.trainers.local_report import LocalRunResult, print_line
 from trainstack.trainers.local_start import (
+    check_files,
     checkpoint_dir_problem,
     checkpoint_lock,
     make_folder,
@@ -176,6 +177,7 @@ def prepare_code_run(
     plan = checked_plan(trainer, code, workers=workers, root=root, base_dir=base_dir)
     make_folder(plan.log_path.parent, "local.root")
     config_path = plan.log_path.with_suffix(".config.json")
+    check_files(plan.log_path, plan.log_path.with_suffix(".stderr.log"), config_path)
     config_path.write_text(trainer.model_dump_json(indent=2, exclude_none=True))
     env = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
     env.update({"PYTHONUNBUFFERED": "1", **(extra_env or {})})

@@ -52,6 +52,17 @@ def make_folder(path: Path, what: str) -> None:
         raise StartError(f"{what}: cannot create {path}: {exc.strerror or exc}") from None
 
 
+def check_files(*paths: Path) -> None:
+    """`StartError` naming the first of the run's files (`paths`: its log, stderr log, config)
+    that is a folder, so the run says so before a worker starts, not as a traceback."""
+    for path in paths:
+        if path.is_dir():
+            raise StartError(
+                f"local-run: {path} is a folder where the run's file is expected; valid: move "
+                "that folder away (local-run writes the file there)"
+            )
+
+
 def local_folder(url: str) -> Path | None:
     """The local folder checkpoint folder `url` names (a path or `file://`), or None for a
     remote store (`gs://`)."""
@@ -175,6 +186,7 @@ def checked_resume(store: CheckpointStore) -> tuple[int | None, list[str]]:
 __all__ = [
     "Skipped",
     "StartError",
+    "check_files",
     "checked_resume",
     "checkpoint_dir_problem",
     "checkpoint_lock",

@@ -108,6 +108,17 @@ class RunHolder:
             raw = path.read_bytes()
         except FileNotFoundError:
             return None
+        except NotADirectoryError:
+            blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path)
+            raise UnreadableRecord(
+                f"cannot read {path}: {blocker} is a file where a folder is expected; valid: "
+                "move that file away (local-run keeps its runs' folders there)"
+            ) from None
+        except IsADirectoryError:
+            raise UnreadableRecord(
+                f"cannot read {path}: it is a folder where local-run's record file is "
+                "expected; valid: move that folder away (local-run writes the file there)"
+            ) from None
         except OSError as exc:
             raise UnreadableRecord(f"cannot read {path}: {exc.strerror}") from None
         if not raw.strip():
