@@ -31,7 +31,6 @@ from typing import Any, Final
 import yaml
 from yaml.nodes import MappingNode, ScalarNode
 
-
 MAX_DEPTH: Final = 64
 """How deep values may nest: ten times what a stack file needs, far inside Python's recursion
 limit (1,000 frames; PyYAML spends about three per level)."""
