@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from tests.bundled import bundled_plan
 from trainstack.infra.cli import app
+from trainstack.infra.plan import build_plan, load_stack
 from trainstack.infra.program_plan import build_program_plan
 
 runner = CliRunner()
@@ -58,6 +59,7 @@ args = {
     "package_uri": "gs://acme-staging/trainer.tar.gz",
     "checkpoint_dir": "gs://acme-checkpoints/checkpoints/run",
     "trainer_args": ["--framework=tensorflow", "--strategy=tpu"],
+    "max_run_seconds": 14400,
 }
 target = slice_target(args)
 supervisor = RunSupervisor(
@@ -94,6 +96,7 @@ args = {
         "checkpoint_url": "gs://acme-checkpoints",
         "trainer_args": ["--preemption_grace_s=12.0"],
     },
+    "max_run_seconds": 14400,
 }
 target = supervised_compute(args)
 supervisor = RunSupervisor(
@@ -106,28 +109,41 @@ pulumi.export("gpu", gpu.facts)
 )
 
 
-def write_program(folder: Path, main: str) -> Path:
+def write_program(folder: Path, main: str, stack: str = "dev") -> Path:
     folder.mkdir()
     (folder / "Pulumi.yaml").write_text("name: acme\nruntime: python\n")
-    (folder / "Pulumi.dev.yaml").write_text("config:\n  gcp:project: my-ml-project\n")
+    (folder / f"Pulumi.{stack}.yaml").write_text("config:\n  gcp:project: my-ml-project\n")
     (folder / "__main__.py").write_text(main)
     return folder
-
-
-# What a stack plan adds from its stack config alone: its limits (trainstack:limits) and,
-# for GKE, what bills after the supervisor's stop (the stack's name in `pulumi destroy -s`).
-STACK_ONLY_NOTES = ("limits.", "the supervisor's stop at the run's end")
 
 
 @pytest.mark.parametrize(("main", "stack"), [(TPU_MAIN, "dev-tpu-v5e"), (GKE_MAIN, "dev-a100-gke")])
 def test_a_program_plans_the_totals_quota_and_notes_of_the_same_stack(
     tmp_path: Path, main: str, stack: str
 ) -> None:
-    plan = build_program_plan(write_program(tmp_path / "acme", main), "dev")
+    # The stack's name is the program's, as `pulumi destroy -s NAME` in a note names it.
+    plan = build_program_plan(write_program(tmp_path / "acme", main, stack), stack)
     stack_plan = bundled_plan(stack)
     assert plan["summary"] == stack_plan["summary"]
     assert plan["quota"] == stack_plan["quota"]
-    assert plan["notes"] == [n for n in stack_plan["notes"] if not n.startswith(STACK_ONLY_NOTES)]
+    # Before: no run limit's note (limits.max_run_hours; the compute's max_run_seconds) and,
+    # on GKE, no note of what bills after the supervisor's stop.
+    assert plan["notes"] == stack_plan["notes"]
+
+
+def test_a_supervisor_with_a_spend_cap_notes_it_as_the_stack_does(tmp_path: Path) -> None:
+    name, config = load_stack("dev-a100-gke", None)
+    config["trainstack:limits"]["max_total_usd"] = 50
+    stack_plan = build_plan(name, config)
+    # The run the stack gives its supervisor: the compute's stoppable $/hour, the limits.
+    run = '"run": {"hourly_usd": 23.51, "max_total_usd": 50, "max_run_seconds": 14400}'
+    main = GKE_MAIN.replace(
+        '"resource_name": target.resource_name}', f'"resource_name": target.resource_name, {run}}}'
+    )
+    plan = build_program_plan(write_program(tmp_path / "acme", main, name), name)
+    cap = [n for n in stack_plan["notes"] if n.startswith("limits.max_total_usd: ")]
+    assert len(cap) == 1
+    assert plan["notes"] == stack_plan["notes"]
 
 
 def test_the_tpu_slice_facts_say_where_its_status_and_logs_are(tmp_path: Path) -> None:
@@ -143,6 +159,8 @@ def test_the_tpu_slice_facts_say_where_its_status_and_logs_are(tmp_path: Path) -
             "node": "acme-tpu",
             "queued_resource": None,
             "provisioning": "spot",
+            "checkpoint_dir": "gs://acme-checkpoints/checkpoints/run",
+            "own_code": False,
         },
         "logs": {
             "platform": "tpu",
