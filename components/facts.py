@@ -284,6 +284,69 @@ def gke_cluster_after_stop(stack: str) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- Vertex AI job
+
+
+def vertex_summary(
+    machine_type: str,
+    replica_count: int,
+    reducers: int,
+    reducer_machine: str,
+    spot: bool,
+    trials: int = 1,
+) -> dict[str, Any]:
+    """`tpu_chips`, `gpus`, `machines` (replicas and reducers) and `hourly_usd` of a Vertex
+    AI job at list price with Vertex's training markup, unrounded; `trials`: a tuning job's
+    parallel trials, each a full copy of the job's worker pools."""
+    hourly = replica_count * prices.MACHINE_PRICES[machine_type].hourly(spot)
+    if reducers:
+        hourly += reducers * prices.MACHINE_PRICES[reducer_machine].hourly(spot)
+    out: dict[str, Any] = {
+        "tpu_chips": 0,
+        "gpus": replica_count * MACHINES[machine_type].gpus,
+        "machines": replica_count + reducers,
+        "hourly_usd": hourly * prices.VERTEX_TRAINING_MARKUP,
+    }
+    return {key: value * trials for key, value in out.items()}
+
+
+def vertex_quota(
+    machine_type: str,
+    replica_count: int,
+    reducers: int,
+    reducer_machine: str,
+    spot: bool,
+    region: str,
+    trials: int = 1,
+) -> list[dict[str, Any]]:
+    """The Vertex AI training quota of a job: its GPUs (preemptible when spot) or its CPU
+    family's vCPUs, and its reducers' vCPUs, times the parallel trials."""
+    dims = {"region": region}
+    out: list[dict[str, Any]] = []
+    cpu_vcpus: dict[str, int] = {}
+    machine = MACHINES[machine_type]
+    if machine.gpu_model is not None:
+        spec = prices.VERTEX_GPU_QUOTAS[(machine.gpu_model, spot)]
+        out.append(prices.quota_need(spec, dims, replica_count * machine.gpus))
+    else:
+        cpu_vcpus[machine_type.split("-", 1)[0]] = replica_count * machine.vcpus
+    if reducers:
+        reducer = MACHINES[reducer_machine]
+        family = reducer.name.split("-", 1)[0]
+        cpu_vcpus[family] = cpu_vcpus.get(family, 0) + reducers * reducer.vcpus
+    for family, vcpus in cpu_vcpus.items():
+        out.append(prices.quota_need(prices.VERTEX_CPU_QUOTAS[family], dims, vcpus))
+    for item in out:
+        item["needed"] *= trials
+    return out
+
+
+VERTEX_NO_TIMEOUT_NOTE: Final = (
+    "vertex: this GPU job has no scheduling.timeout, so Vertex's default of 7 days "
+    "caps a hung or stalled run; set limits.max_run_hours or vertex.timeout_s"
+)
+
+
 # --------------------------------------------------------------------------- run supervisor
 
 # One Cloud Scheduler job and one Cloud Run functions call every 2 minutes.

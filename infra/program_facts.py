@@ -1,8 +1,8 @@
 """A program's totals, quota and notes from the `facts` its components register.
 
-Each compute component (`TpuPodSlice`, `A100Cluster`) and each `RunSupervisor` registers its
-`facts` output (`trainstack.components.facts`): its cost, quota and notes, computed from its
-own arguments by the functions a stack config's plan uses. `program_totals` adds them up into
+Each compute component (`TpuPodSlice`, `A100Cluster`, `VertexTrainingJob`) and each
+`RunSupervisor` registers its `facts` output (`trainstack.components.facts`): its cost, quota
+and notes, computed from its own arguments by the functions a stack config's plan uses. `program_totals` adds them up into
 the `summary`, `quota` and `notes` a stack plan of the same resources shows: compute before
 supervisors, each kind by resource name, so two runs of one program list them alike.
 """

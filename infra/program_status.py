@@ -46,6 +46,11 @@ KUBECONFIG_HINT = (
 def the_compute(state: ProgramState, stack: str) -> dict[str, Any]:
     """The program's one compute component's facts (one error line for several)."""
     compute = state.compute
+    if compute and compute[0]["target"] == "vertex":
+        raise OutputsError(
+            f"stack {stack!r}: its compute is a Vertex AI job, whose name its facts cannot "
+            "know before it is created; valid: trainstack status --job <its job_name output>"
+        )
     if len(compute) > 1:
         names = ", ".join(f"{f['component']} ({f['target']})" for f in compute)
         raise OutputsError(

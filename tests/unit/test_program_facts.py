@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from tests.bundled import bundled_plan
 from trainstack.infra.cli import app
+from trainstack.infra.config import load_stack_config
 from trainstack.infra.plan import build_plan, load_stack
 from trainstack.infra.program_plan import build_program_plan
 
@@ -204,3 +205,48 @@ def test_plan_diff_of_a_program_has_the_cost_and_quota_deltas(tmp_path: Path) ->
         "| GPUS-ALL-REGIONS-per-project | global | 16 | 24 | +8 |",
         "| PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region | region=us-central1 | 16 | 24 | +8 |",
     ]
+
+
+def vertex_main(stack: str) -> str:
+    """A program with the bundled stack's Vertex job: its section's job arguments as the stack
+    gives them (`VertexConfig.job_args`, the run limit as `timeout_s`), its own image (with
+    Reduction Server's package), package and account."""
+    name, config = load_stack(stack, None)
+    vx = load_stack_config(config).compute
+    args = {
+        **vx.job_args(),
+        "project": "my-ml-project",
+        "region": "us-central1",
+        "display_name": name,
+        "container_image_uri": "us-docker.pkg.dev/acme/train/torch-rs:1",
+        "package_uri": "gs://acme-staging/trainer.tar.gz",
+        "service_account": "acme-train@acme-ml.iam.gserviceaccount.com",
+        "base_output_dir": "gs://acme-checkpoints",
+    }
+    seconds = load_stack_config(config).limits.max_run_seconds
+    if seconds is not None:
+        args["timeout_s"] = min(seconds, args.get("timeout_s", seconds))
+    return (
+        "import pulumi\n"
+        "from trainstack.components.vertex_training_job import VertexTrainingJob\n"
+        f"job = VertexTrainingJob('acme-vertex', {args!r})\n"
+        "pulumi.export('job', job.facts)\n"
+    )
+
+
+# The stack's own notes on what the program brings itself: the default image's mirror, the
+# Reduction Server image it builds (the program names an image of its own), and its
+# limits.max_run_hours (a component given timeout_s cannot tell it from vertex.timeout_s).
+VERTEX_STACK_NOTES = ("vertex: the default image", "vertex: Reduction Server needs", "limits.")
+
+
+@pytest.mark.parametrize("stack", ["dev-vertex-hpt", "prod-vertex-rs"])
+def test_a_vertex_program_plans_the_totals_and_quota_of_the_same_stack(
+    tmp_path: Path, stack: str
+) -> None:
+    plan = build_program_plan(write_program(tmp_path / "acme", vertex_main(stack), stack), stack)
+    stack_plan = bundled_plan(stack)
+    # Before: VertexTrainingJob had no facts, so no summary or quota at all.
+    assert plan["summary"] == stack_plan["summary"]
+    assert plan["quota"] == stack_plan["quota"]
+    assert plan["notes"] == [n for n in stack_plan["notes"] if not n.startswith(VERTEX_STACK_NOTES)]
