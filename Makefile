@@ -16,7 +16,7 @@ TORCH_INDEX ?=
 RUN_EXTRAS ?= torch
 TEST_EXTRAS ?= torch,tensorflow,dev
 
-.PHONY: install install-dev run test lint typecheck unit bench plan-all pin-plans clean
+.PHONY: install install-dev run test lint typecheck unit bench plan-all pin-plans docs docs-serve clean
 
 $(VENV)/.installed-run: pyproject.toml
 	python3 -m venv $(VENV)
@@ -65,5 +65,12 @@ plan-all: install
 pin-plans: install-dev
 	$(PY) -m tests.unit.test_pinned_plans $(STACKS)
 
+## The documentation site (docs/, mkdocs.yml) into site/; docs-serve serves it while you edit.
+docs: install-dev
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: install-dev
+	$(VENV)/bin/mkdocs serve
+
 clean:
-	rm -rf $(VENV) .trainstack .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) site .trainstack .pytest_cache .mypy_cache .ruff_cache

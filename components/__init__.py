@@ -30,12 +30,14 @@ if TYPE_CHECKING:
         ReductionServerImageArgs,
     )
     from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
+    from trainstack.components.tpu_gke_slices import TpuGkeSlices, TpuGkeSlicesArgs
     from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
     from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
     from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
     from trainstack.components.training_dashboard import TrainingDashboard, TrainingDashboardArgs
     from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
     from trainstack.components.training_network import TrainingNetwork, TrainingNetworkArgs
+    from trainstack.components.user_code import UserCode
     from trainstack.components.vertex_training_job import VertexTrainingJob, VertexTrainingJobArgs
 
 _MODULES: dict[str, str] = {
@@ -53,6 +55,8 @@ _MODULES: dict[str, str] = {
     "QuotaGuardArgs": "quota_guard",
     "ReductionServerImage": "reduction_server_image",
     "ReductionServerImageArgs": "reduction_server_image",
+    "TpuGkeSlices": "tpu_gke_slices",
+    "TpuGkeSlicesArgs": "tpu_gke_slices",
     "TpuPodSlice": "tpu_pod_slice",
     "TpuPodSliceArgs": "tpu_pod_slice",
     "RunSupervisor": "run_supervisor",
@@ -67,6 +71,7 @@ _MODULES: dict[str, str] = {
     "TrainingIdentityArgs": "training_identity",
     "TrainingNetwork": "training_network",
     "TrainingNetworkArgs": "training_network",
+    "UserCode": "user_code",
     "VertexTrainingJob": "vertex_training_job",
     "VertexTrainingJobArgs": "vertex_training_job",
 }
@@ -88,6 +93,8 @@ __all__ = [
     "ReductionServerImageArgs",
     "RunSupervisor",
     "RunSupervisorArgs",
+    "TpuGkeSlices",
+    "TpuGkeSlicesArgs",
     "TpuPodSlice",
     "TpuPodSliceArgs",
     "TrainerPackage",
@@ -100,6 +107,7 @@ __all__ = [
     "TrainingIdentityArgs",
     "TrainingNetwork",
     "TrainingNetworkArgs",
+    "UserCode",
     "VertexTrainingJob",
     "VertexTrainingJobArgs",
 ]

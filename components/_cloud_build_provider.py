@@ -23,11 +23,18 @@ Behaviour (fields: cloudbuild.v1 discovery `Build`, revision 20261029):
   "If you specify your own service account, you must store build logs in Cloud Logging or
   in a user-created Cloud Storage bucket") and `timeout`. Then GET the build every
   `poll_interval_s` until a terminal status. SUCCESS: the outputs are the build id and
-  `image_uri` = `<image without tag>@<digest>`, what the job runs. Any other end: the build
-  is retried (`attempts`, `retry_delay_s` apart), because the build account and its grants
-  are created just before and a new grant can take up to 7 minutes to reach Artifact
-  Registry (https://cloud.google.com/iam/docs/access-change-propagation); after the last
-  attempt the error names the status, its detail and the build's log page.
+  `image_uri` = `<image without tag>@<digest>`, what the job runs. The build account and its
+  grants are created just before, and a new grant can take up to 7 minutes to reach
+  Artifact Registry (https://cloud.google.com/iam/docs/access-change-propagation), so an end
+  that a late grant explains, and only such an end, is built again (`attempts`,
+  `retry_delay_s` apart; `retry_reason`): the base image's pull failed (the reader grant;
+  a step of its own, `docker pull`, before `docker build`), the push failed
+  (`failureInfo.type` PUSH_NOT_AUTHORIZED or PUSH_FAILED: the writer grant), logging failed
+  (LOGGING_FAILURE, "Backend logging failures. Should retry."), or INTERNAL_ERROR ("failed
+  due to an internal cause"; cloudbuild.v1 discovery `FailureInfo.type` and `Build.status`
+  enumDescriptions). A failed `docker build` (the Dockerfile: USER_BUILD_STEP), TIMEOUT,
+  CANCELLED, EXPIRED and a FAILURE with no `failureInfo` fail at once. The error names the
+  status, its detail, the failure type and the build's log page.
 - diff: the image (its tag is a hash of the Dockerfile), the Dockerfile, project, location
   or account changed: a new build (replace, created before the old one is dropped);
   `api_endpoint` updates in place.
@@ -55,6 +62,17 @@ TERMINAL: Final = frozenset(
     {"SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED"}
 )
 """`Build.status` values after which a build does nothing more (cloudbuild.v1 discovery)."""
+RETRIED_FAILURES: Final = {
+    "PUSH_NOT_AUTHORIZED": "the push was refused",
+    "PUSH_FAILED": "the push failed",
+    "LOGGING_FAILURE": "logging failed",
+}
+"""`failureInfo.type`s a grant still on its way (or Cloud Build itself: LOGGING_FAILURE,
+"Should retry.") explains (cloudbuild.v1 discovery `FailureInfo`)."""
+PULL_STEP: Final = 0
+"""The step that pulls the base image: a failure there is the reader grant's, not the
+Dockerfile's (`BuildStep.status`: "At this time, build step status is only updated on
+build completion")."""
 REPLACE_KEYS: Final = ("project", "location", "image", "dockerfile", "service_account")
 BUILD_TAG: Final = "trainstack"
 """`Build.tags` entry (not a docker tag) that marks trainstack's builds in the console."""
@@ -73,16 +91,30 @@ def build_script(image: str, dockerfile: str) -> str:
     return f"docker build --tag {image} - <<'TRAINSTACK_DOCKERFILE'\n{dockerfile}TRAINSTACK_DOCKERFILE\n"
 
 
+def base_image(dockerfile: str) -> str | None:
+    """The image of the Dockerfile's first `FROM`."""
+    for line in dockerfile.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].upper() == "FROM":
+            return words[1]
+    return None
+
+
+def build_steps(props: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`docker pull` of the base image (`PULL_STEP`), then `docker build`."""
+    build = {
+        "name": BUILDER_IMAGE,
+        "entrypoint": "bash",
+        "args": ["-c", build_script(props["image"], props["dockerfile"])],
+    }
+    base = base_image(props["dockerfile"])
+    return [build] if base is None else [{"name": BUILDER_IMAGE, "args": ["pull", base]}, build]
+
+
 def build_body(props: Mapping[str, Any], timeout_s: int = BUILD_TIMEOUT_S) -> dict[str, Any]:
     """The `Build` the provider submits for its inputs."""
     return {
-        "steps": [
-            {
-                "name": BUILDER_IMAGE,
-                "entrypoint": "bash",
-                "args": ["-c", build_script(props["image"], props["dockerfile"])],
-            }
-        ],
+        "steps": build_steps(props),
         "images": [props["image"]],
         "serviceAccount": f"projects/{props['project']}/serviceAccounts/{props['service_account']}",
         "options": {"logging": "CLOUD_LOGGING_ONLY"},
@@ -95,6 +127,24 @@ def pinned_uri(image: str, digest: str) -> str:
     """`image` (`host/path/name:tag`) by digest: `host/path/name@sha256:...`."""
     name = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
     return f"{name}@{digest}"
+
+
+def retry_reason(build: Mapping[str, Any]) -> str | None:
+    """Why a build that did not succeed may pass when built again (module docstring), or
+    None: it would fail again."""
+    status = build.get("status")
+    if status == "INTERNAL_ERROR":
+        return "Cloud Build failed internally"
+    if status != "FAILURE":
+        return None
+    kind = (build.get("failureInfo") or {}).get("type")
+    if kind in RETRIED_FAILURES:
+        return RETRIED_FAILURES[kind]
+    steps = build.get("steps") or []
+    pulled = len(steps) > 1 and steps[PULL_STEP].get("args", [None])[0] == "pull"
+    if kind == "USER_BUILD_STEP" and pulled and steps[PULL_STEP].get("status") == "FAILURE":
+        return "the base image's pull failed"
+    return None
 
 
 class ImageBuildProvider(dyn.ResourceProvider):
@@ -148,16 +198,21 @@ class ImageBuildProvider(dyn.ResourceProvider):
             if build.get("status") == "SUCCESS":
                 outs = self._outs(props, build)
                 return dyn.CreateResult(outs["build_name"], outs)
+            kind = (build.get("failureInfo") or {}).get("type")
             failure = (
-                f"Cloud Build {build_id} ended {build.get('status')}: "
-                f"{build.get('statusDetail', '')} (logs: {build.get('logUrl', 'none')})"
+                f"Cloud Build {build_id} ended {build.get('status')}"
+                f"{f' ({kind})' if kind else ''}: {build.get('statusDetail', '')} (logs: "
+                f"{build.get('logUrl', 'none')})"
             )
+            reason = retry_reason(build)
+            if reason is None:
+                raise ImageBuildError(f"{failure}; not retried: no late grant explains it")
             if attempt == self.attempts:
                 raise ImageBuildError(f"{failure}; gave up after {attempt} attempts")
             _log(
-                f"{failure}; retrying in {self.retry_delay_s:.0f}s (attempt {attempt} of "
-                f"{self.attempts}): a new grant of the build account can take up to 7 minutes "
-                "to reach Artifact Registry"
+                f"{failure}; {reason}: retrying in {self.retry_delay_s:.0f}s (attempt "
+                f"{attempt} of {self.attempts}): a new grant of the build account can take up "
+                "to 7 minutes to reach Artifact Registry"
             )
             self.sleep(self.retry_delay_s)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -16,12 +16,18 @@ The package (and its digest, what decides a relaunch) holds every file of the fo
    alone changes nothing (gcloud would write a `.gcloudignore` that includes it into your
    folder; trainstack writes nothing there), so `#!include:.gitignore` is how to honour it.
    As in git, a file inside an ignored folder cannot be put back by a later `!pattern`.
-3. Secrets (`SECRET_RULES`), whether or not an ignore file exists. By name, whatever they
-   hold: dotenv files, SSH private keys, PKCS#12 key stores, `.netrc`, `.git-credentials`.
-   By content, when they hold a secret: `*.pem`/`*.key` with a PEM private key, `*.json`
-   Google credentials (a service-account key), `.npmrc` with an auth token, `.pypirc` with a
-   password. A `!pattern` in `.gcloudignore` that names one of them puts it back only if its
-   content holds no secret (`.env.example` with empty values); one that does is refused.
+3. Secrets (`SECRET_RULES`, `trainstack.components._code_secrets`), whether or not an
+   ignore file exists. By name (any case, any depth), whatever they hold: dotenv and direnv
+   files, SSH private keys, PKCS#12 key stores, `.netrc`, `.git-credentials`,
+   `.aws/credentials`, `.docker/config.json`, `.kube/config`, `.pgpass`. By content, in
+   every file whatever its name or encoding: a PEM private key, Google credentials (a
+   service-account key) anywhere in a JSON document; and `.npmrc` with an auth token,
+   `.pypirc` with a password. A `!pattern` in `.gcloudignore` that names one of them puts it
+   back only if its content holds no secret (`.env.example` with empty values); one that
+   does is refused.
+4. Nothing but regular files, each at most `MAX_FILE_BYTES` and all at most
+   `MAX_TOTAL_BYTES`: a named pipe, a socket or a device, a larger file, and a name that is
+   not UTF-8 are refused, one problem naming the file, before any of it is read.
 
 Links: a link whose target resolves outside the folder (or nowhere) is refused, one problem
 naming the link and its target, unless the ignore file leaves it out. Packaged, its target's
@@ -39,17 +45,20 @@ machine: it lives beside the components, outside the trainer package every node 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-from collections.abc import Callable
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from pathspec import GitIgnoreSpec
 
+from trainstack.components._code_secrets import SECRET_RULES, SecretRule, secret_rules
+from trainstack.components._code_secrets import text as decoded
 from trainstack.trainers.common.user_code import StackTrainer, resolve_source
+
+__all__ = ["SECRET_RULES", "CodeFiles", "SecretRule", "code_files", "source_problems"]
 
 IGNORE_FILE: Final = ".gcloudignore"
 """The ignore file read from the top of the folder (gcloud's name and syntax)."""
@@ -57,6 +66,14 @@ LARGEST: Final = 5
 """How many of the largest packaged files the plan names."""
 IGNORED_SHOWN: Final = 20
 """How many of the entries the ignore file left out the plan names."""
+MAX_FILE_BYTES: Final = 100 * 2**20
+"""The largest file packaged: 100 MiB, the size GitHub refuses a file over ("GitHub blocks
+files larger than 100 MiB", https://docs.github.com/en/repositories/working-with-files/
+managing-large-files/about-large-files-on-github). Code is small; data and weights belong in
+Cloud Storage, and the package is built in memory and installed by every machine at start."""
+MAX_TOTAL_BYTES: Final = 256 * 2**20
+"""The most all packaged files may hold together (256 MiB), for the same reasons. Sizes are
+read from the file system before any file is read, so a larger one is never read."""
 
 _EXCLUDED_DIRS: Final = frozenset({"__pycache__", ".git", ".venv", ".trainstack"})
 _EXCLUDED_SUFFIXES: Final = (".pyc", ".pyo")
@@ -64,101 +81,6 @@ _STACK_FILE: Final = re.compile(r"Pulumi(\.[^/]+)?\.ya?ml")
 # gcloud's FileChooser.FromString: a line starting '#' whose rest, left-stripped, starts with
 # '!include:' (googlecloudsdk/command_lib/util/gcloudignore.py, FileChooser._INCLUDE_DIRECTIVE).
 _INCLUDE: Final = "!include:"
-
-_PEM_PRIVATE_KEY: Final = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
-"""PKCS#1 (`RSA`), SEC 1 (`EC`), PKCS#8 (plain and `ENCRYPTED`) and OpenSSH private keys."""
-_DOTENV_VALUE: Final = re.compile(
-    r"^\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_.]*\s*=[ \t]*(?P<value>[^#\n]*)", re.MULTILINE
-)
-_NPM_TOKEN: Final = re.compile(rb"(?:_authToken|_auth|_password)\s*=\s*\S")
-_PYPIRC_PASSWORD: Final = re.compile(rb"^\s*password\s*[=:]\s*\S", re.MULTILINE)
-_NETRC_PASSWORD: Final = re.compile(rb"(?:^|\s)password\s+\S")
-_URL_PASSWORD: Final = re.compile(rb"://[^\s/:@]*:[^\s/@]+@")
-# google-auth's credential files (google/auth/_default.py, the `_*_TYPE` constants read by
-# load_credentials_from_file) and the fields that hold their secret: a service account's
-# `private_key`, a user's `refresh_token` / `client_secret`, an impersonation's
-# `source_credentials` (another credential). An `external_account` config holds none.
-_GOOGLE_CREDENTIAL_TYPES: Final = frozenset(
-    {
-        "service_account",
-        "authorized_user",
-        "external_account_authorized_user",
-        "impersonated_service_account",
-        "gdch_service_account",
-    }
-)
-_GOOGLE_SECRET_FIELDS: Final = (
-    "private_key",
-    "refresh_token",
-    "client_secret",
-    "source_credentials",
-)
-
-
-def _finds(pattern: re.Pattern[bytes]) -> Callable[[bytes], bool]:
-    return lambda data: pattern.search(data) is not None
-
-
-def _dotenv_values(data: bytes) -> bool:
-    values = (m["value"].strip().strip("'\"") for m in _DOTENV_VALUE.finditer(_text(data)))
-    return any(values)
-
-
-def _google_credentials(data: bytes) -> bool:
-    if b'"type"' not in data:
-        return False
-    try:
-        doc: Any = json.loads(data)
-    except ValueError:
-        return False
-    return (
-        isinstance(doc, dict)
-        and doc.get("type") in _GOOGLE_CREDENTIAL_TYPES
-        and any(doc.get(key) for key in _GOOGLE_SECRET_FIELDS)
-    )
-
-
-def _text(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace")
-
-
-@dataclass(frozen=True)
-class SecretRule:
-    """One kind of file that holds secrets."""
-
-    why: str
-    """What it is, as the plan says it."""
-    patterns: tuple[str, ...]
-    """Its names, gitignore patterns matched against the path in the folder."""
-    by_name: bool
-    """Left out by its name whatever it holds (else only when `holds_secret`)."""
-    holds_secret: Callable[[bytes], bool]
-    """Whether these bytes hold a secret: decides whether a `!pattern` may put it back."""
-    spec: GitIgnoreSpec = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "spec", GitIgnoreSpec.from_lines(self.patterns))
-
-
-SECRET_RULES: Final = (
-    SecretRule("dotenv file", (".env", ".env.*"), True, _dotenv_values),
-    SecretRule(
-        "SSH private key",
-        ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk"),
-        True,
-        _finds(_PEM_PRIVATE_KEY),
-    ),
-    # Binary key stores (Google's legacy service-account key format is P12): their content
-    # cannot be told apart, so they never go.
-    SecretRule("PKCS#12 key store", ("*.p12", "*.pfx"), True, lambda _: True),
-    SecretRule("netrc credentials", (".netrc", "_netrc"), True, _finds(_NETRC_PASSWORD)),
-    SecretRule("git credentials", (".git-credentials",), True, _finds(_URL_PASSWORD)),
-    SecretRule("private key", ("*.pem", "*.key"), False, _finds(_PEM_PRIVATE_KEY)),
-    SecretRule("Google credentials", ("*.json",), False, _google_credentials),
-    SecretRule("npm auth token", (".npmrc",), False, _finds(_NPM_TOKEN)),
-    SecretRule("PyPI password", (".pypirc",), False, _finds(_PYPIRC_PASSWORD)),
-)
-"""What is left out of every package by default (README: "Your own training code")."""
 
 
 @dataclass(frozen=True)
@@ -257,10 +179,32 @@ def _rel(folder: str, name: str) -> str:
     return name if folder == "." else f"{folder}/{name}"
 
 
-def _secret_rule(*paths: str) -> SecretRule | None:
-    for rule in SECRET_RULES:
-        if any(rule.spec.match_file(path) for path in paths):
-            return rule
+_KINDS: Final = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def _not_utf8(rel: str) -> str | None:
+    """The problem with a name the file system gave as bytes that are not UTF-8 (Python keeps
+    them as lone surrogates, os.fsdecode): the package and its digest name files in UTF-8."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return (
+            f"the name {rel!r} is not UTF-8 (the escapes are its undecodable bytes); valid: "
+            f"a UTF-8 name (rename it), or {IGNORE_FILE} listing it to leave it out"
+        )
     return None
 
 
@@ -285,6 +229,8 @@ class _Walk:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.out = CodeFiles()
+        self.total = 0
+        self.over_total = False
         self.ignore: IgnoreFile | None = None
         if (root / IGNORE_FILE).is_file():
             self.ignore = IgnoreFile(root)
@@ -305,6 +251,9 @@ class _Walk:
             rel = _rel(rel_dir, name)
             if name in _EXCLUDED_DIRS or self.ignored(f"{rel}/")[0]:
                 continue
+            if (problem := _not_utf8(rel)) is not None:
+                self.out.problems.append(problem)
+                continue
             if (here / name).is_symlink():
                 # Not followed (os.walk's default), as before; one leaving the folder is refused.
                 problem = _link_problem(self.root, rel, here / name)[0]
@@ -320,6 +269,9 @@ class _Walk:
         left_out, back = self.ignored(rel)
         if left_out:
             return
+        if (problem := _not_utf8(rel)) is not None:
+            self.out.problems.append(problem)
+            return
         path, names = here / name, [rel]
         if path.is_symlink():
             problem, target = _link_problem(self.root, rel, path)
@@ -327,12 +279,17 @@ class _Walk:
                 self.out.problems.append(problem)
                 return
             names.append(target.relative_to(self.root).as_posix())  # `config -> .env`
-        rule = _secret_rule(*names)
-        if rule is not None and rule.by_name and back is None:
-            self.out.excluded.append(LeftOut(rel, rule.why))
+        rules = secret_rules(*names)
+        named = next((rule for rule in rules if rule.by_name), None)
+        if named is not None and back is None:
+            self.out.excluded.append(LeftOut(rel, named.why))
             return
-        data = path.read_bytes()
-        if rule is not None and rule.holds_secret(data):
+        data = self._read(path, rel)
+        if data is None:
+            return
+        content = decoded(data)
+        rule = next((rule for rule in rules if rule.holds_secret(content)), None)
+        if rule is not None:
             if back is None:
                 self.out.excluded.append(LeftOut(rel, rule.why))
                 return
@@ -343,6 +300,35 @@ class _Walk:
             )
             return
         self.out.files.append((rel, data))
+
+    def _read(self, path: Path, rel: str) -> bytes | None:
+        """The file's bytes; None, with the problem, for what is not a regular file (a named
+        pipe would block the read for ever) or is over the caps, found by its size first."""
+        info = path.stat()
+        leave_out = f"or {rel!r} in {self.root / IGNORE_FILE} to leave it out"
+        if not stat.S_ISREG(info.st_mode):
+            self.out.problems.append(
+                f"{rel!r} is {_kind(info.st_mode)}, not a regular file; valid: regular files "
+                f"only, {leave_out}"
+            )
+            return None
+        if info.st_size > MAX_FILE_BYTES:
+            self.out.problems.append(
+                f"{rel!r} is {_mib(info.st_size)}, over the {_mib(MAX_FILE_BYTES)} a packaged "
+                f"file may hold; valid: data and weights in Cloud Storage (gs://), {leave_out}"
+            )
+            return None
+        self.total += info.st_size
+        if self.total > MAX_TOTAL_BYTES:
+            if not self.over_total:
+                self.over_total = True
+                self.out.problems.append(
+                    f"the files packaged hold over the {_mib(MAX_TOTAL_BYTES)} a package may "
+                    f"hold (at {rel!r}); valid: data and weights in Cloud Storage (gs://), or "
+                    f"{self.root / IGNORE_FILE} leaving them out"
+                )
+            return None
+        return path.read_bytes()
 
 
 def code_files(folder: Path) -> CodeFiles:

@@ -13,7 +13,12 @@ things that let a small file say something else than it shows.
   unique"), and the Pulumi CLI's parser (gopkg.in/yaml.v3) refuses them too
   ("mapping key ... already defined").
 
-Both are `yaml.MarkedYAMLError`s, so callers that already turn a YAML error into one line
+- Values nested deeper than `MAX_DEPTH` are refused: PyYAML composes a nested node by
+  recursion, so 5,000 levels of `[` ended in a RecursionError and 3,000 lines of traceback.
+  A stack file's deepest value (`trainstack:vertex: {hyperparameter_tuning: {parameters:
+  [{values: [...]}]}}` under `config:`) is 6 levels down.
+
+All three are `yaml.MarkedYAMLError`s, so callers that already turn a YAML error into one line
 (`problem at line L, column C`) say these the same way.
 
     document = load(path.read_text(encoding="utf-8"))
@@ -21,19 +26,34 @@ Both are `yaml.MarkedYAMLError`s, so callers that already turn a YAML error into
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from yaml.nodes import MappingNode, ScalarNode
 
+MAX_DEPTH: Final = 64
+"""How deep values may nest: ten times what a stack file needs, far inside Python's recursion
+limit (1,000 frames; PyYAML spends about three per level)."""
+
 
 class StrictYamlError(yaml.MarkedYAMLError):
-    """An anchor, alias or repeated key: YAML PyYAML would read, refused here."""
+    """An anchor, alias, repeated key or value nested too deep: YAML PyYAML would read (or
+    fail on with a RecursionError), refused here."""
 
 
 class _StrictLoader(yaml.SafeLoader):
+    _depth = 0
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
+        if self._depth >= MAX_DEPTH:
+            raise StrictYamlError(
+                problem=(
+                    f"values nested more than {MAX_DEPTH} levels deep are not accepted; "
+                    "valid: a stack file's sections, a few levels deep"
+                ),
+                problem_mark=event.start_mark,
+            )
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise StrictYamlError(
                 problem=(
@@ -42,7 +62,11 @@ class _StrictLoader(yaml.SafeLoader):
                 ),
                 problem_mark=event.start_mark,
             )
-        return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}

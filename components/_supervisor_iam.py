@@ -12,6 +12,7 @@ import pulumi
 from pulumi_gcp import projects, serviceaccount, storage
 
 from trainstack.components._naming import account_id
+from trainstack.components._supervisor_bundle import OBJECT_PREFIX
 from trainstack.components.catalog.supervisor_iam import (
     BUILD_COPY_CONDITION,
     BUILD_PROJECT_ROLES,
@@ -44,8 +45,9 @@ def build_account(
     opts: pulumi.ResourceOptions,
 ) -> BuildAccount:
     """`<deployment>-sup-build` with logging and Artifact Registry writes on the project, and
-    object reads on the staging bucket (the source zip) and on Cloud Functions' own copies of
-    function sources (`gcf-v2-sources-*`, by a condition) only."""
+    object reads of the source zips in the staging bucket (`supervisor/*`) and of Cloud
+    Functions' own copies of function sources (`gcf-v2-sources-*`), each by a condition,
+    only."""
     account = serviceaccount.Account(
         f"{name}-build-sa",
         project=project,
@@ -64,12 +66,18 @@ def build_account(
         )
         for role in BUILD_PROJECT_ROLES
     ]
+    # Held to the supervisor's zips (`supervisor/`) by their object names, a form Google
+    # documents for conditions (STORAGE_CONDITIONS_SOURCE): the staging bucket also holds the
+    # trainer packages, which the build has no use for.
     grants.append(
         storage.BucketIAMMember(
             f"{name}-build-source",
             bucket=staging_bucket,
             role=BUILD_SOURCE_ROLE,
             member=account.member,
+            condition=pulumi.Output.from_input(staging_bucket).apply(
+                lambda bucket: storage.BucketIAMMemberConditionArgs(**source_condition(bucket))
+            ),
             opts=opts,
         )
     )
@@ -85,6 +93,17 @@ def build_account(
         )
     )
     return BuildAccount(account=account, grants=grants)
+
+
+def source_condition(bucket: str) -> dict[str, str]:
+    """The IAM condition that holds the build account's read of the staging bucket `bucket`
+    to the supervisor's source zips (`_supervisor_bundle.OBJECT_PREFIX`)."""
+    objects = STORAGE_OBJECT_NAME.format(bucket=bucket, object=OBJECT_PREFIX)
+    return {
+        "title": "only the supervisor's source",
+        "description": "The run supervisor's source zips; no trainer package.",
+        "expression": f'resource.name.startsWith("{objects}")',
+    }
 
 
 def records_condition(bucket: str) -> dict[str, str]:
@@ -111,10 +130,12 @@ def role_and_grant(
     member: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
     condition: pulumi.Input[projects.IAMMemberConditionArgs] | None = None,
+    grant_was: str | None = None,
 ) -> tuple[projects.IAMCustomRole, projects.IAMMember, pulumi.Output[str]]:
     """A custom role of the project (`names[0]`, id `role`) and its grant to `member`
-    (`names[1]`, under `condition`), registered once the role exists; and the role's name,
-    `projects/P/roles/ID`."""
+    (`names[1]`, under `condition`; `grant_was`: the grant's earlier name, an alias, so a
+    stack deployed under it keeps the grant), registered once the role exists; and the
+    role's name, `projects/P/roles/ID`."""
     custom = projects.IAMCustomRole(
         names[0],
         project=project,
@@ -132,6 +153,11 @@ def role_and_grant(
         role=full,
         member=member,
         condition=condition,
-        opts=opts.merge(pulumi.ResourceOptions(depends_on=[custom])),
+        opts=opts.merge(
+            pulumi.ResourceOptions(
+                depends_on=[custom],
+                aliases=[pulumi.Alias(name=grant_was)] if grant_was else None,
+            )
+        ),
     )
     return custom, grant, full

@@ -32,7 +32,16 @@ from trainstack.components.catalog.tpu_rules import (
     tpu_capacity_problems,
     tpu_slice_problems,
 )
+from trainstack.components.code_frameworks import tpu_framework_problems
 from trainstack.components.startup.tpu_worker import validate_trainer_launch
+from trainstack.components.user_code import (
+    CODE_ONLY_KEYS,
+    CodeRules,
+    UserCode,
+    code_args_problems,
+    code_base_dir,
+    code_node_args,
+)
 from trainstack.trainers.common.contract import TF_MODULE
 
 
@@ -93,15 +102,17 @@ class TpuPodSliceArgs(TypedDict):
     """Service account the workers run as (never the default compute account)."""
     package_uri: pulumi.Input[str]
     """gs:// URI of the trainer sdist (`TrainerPackage.uri`); a new URI replaces the slice."""
-    checkpoint_dir: pulumi.Input[str]
-    """gs:// URL given to the trainer as `--checkpoint_dir` (unless `trainer_args` has one)."""
+    checkpoint_dir: NotRequired[pulumi.Input[str]]
+    """gs:// URL given to the trainer as `--checkpoint_dir` (unless `trainer_args` has one);
+    required but with `code`, where it defaults to `<checkpoint_url>/checkpoints`."""
     trainer_args: NotRequired[Sequence[str]]
     """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
     trainer_module: NotRequired[str]
     """Module worker 0 runs (default `trainstack.trainers.tf_multiworker`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
-    (`trainstack.infra.compose.user_code_node_args`), run on every worker; excludes trainer_module and
+    (a stack's `trainstack.infra.compose.user_code_node_args`;
+    a program gives `code` instead), run on every worker; excludes trainer_module and
     trainer_args, and allows any runtime_version."""
     secret_env_names: NotRequired[Sequence[str]]
     """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
@@ -109,6 +120,21 @@ class TpuPodSliceArgs(TypedDict):
     labels others can list (the run's key, the queued resource's spec label), which see the
     name only, so a rotated secret keeps the run
     (`trainstack.components._node_args.keyed_node_args`)."""
+    code: NotRequired[UserCode]
+    """Your own code (`trainstack.components.UserCode`), run on every worker with the node
+    launcher (launcher node only), in place of trainer_module / trainer_args / node_args;
+    checked here as `trainstack:trainer` is, and against the runtime: code importing a
+    framework the runtime does not ship and its requirements do not name is refused.
+    `package_uri` must be a `TrainerPackage` built with the same `code`."""
+    checkpoint_url: NotRequired[pulumi.Input[str]]
+    """With `code`: the checkpoint bucket's URL (`TrainingBuckets.checkpoint_url`), where
+    the run contract's checkpoint and output folders go
+    (`trainstack.components.user_code.run_contract`)."""
+    data_url: NotRequired[pulumi.Input[str]]
+    """With `code`: the data bucket's URL (`TrainingBuckets.data_url`), TRAINSTACK_DATA_DIR."""
+    run_name: NotRequired[str]
+    """With `code`: the run's name (its checkpoint folder, TRAINSTACK_RUN_NAME); default
+    `deployment_name`."""
     data_disks: NotRequired[Sequence[DataDiskArgs]]
     """Persistent disks attached to every worker."""
     secure_boot: NotRequired[bool]
@@ -248,6 +274,42 @@ def tpu_pod_slice_problems(
     `node_args`), provisioning and reservation, data disks, the trainer launch, Secure
     Boot and the run limit."""
     return _check(args, prefix, user_code)[1]
+
+
+TPU_CODE: Final = CodeRules(
+    "tpu", launchers=("node",), default_launcher="node", pulumi_secrets=True
+)
+"""What your code may use on a slice: the node launcher only (JAX and PyTorch/XLA run one
+process per host), no container (the `tpu` target's own `code_rules`)."""
+
+
+def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`args` with `code` as what the slice runs: `node_args` for every worker, the run
+    contract's folders in `checkpoint_url` / `data_url`, `checkpoint_dir` defaulting to
+    `<checkpoint_url>/checkpoints`. ValueError, one line per problem, when `code` does not
+    fit: its keys (`trainstack:trainer`'s rules) and the runtime's frameworks."""
+    if args.get("code") is None:
+        if args.get("checkpoint_dir") is None:
+            raise ValueError(
+                "checkpoint_dir: required; valid: a gs:// URL (TrainingBuckets.checkpoint_url), "
+                "or code with checkpoint_url"
+            )
+        return args
+    runtime = str(args.get("runtime_version"))
+
+    def runtime_problems(code: UserCode) -> list[str]:
+        return tpu_framework_problems(code, runtime, code_base_dir(), prefix="code.")
+
+    problems = code_args_problems(args, TPU_CODE, checks=runtime_problems)
+    if problems:
+        raise ValueError("\n".join(problems))
+    out = {k: v for k, v in args.items() if k not in CODE_ONLY_KEYS}
+    out["node_args"] = code_node_args(args, TPU_CODE.default_launcher, args["deployment_name"])
+    if out.get("checkpoint_dir") is None:
+        out["checkpoint_dir"] = pulumi.Output.from_input(args["checkpoint_url"]).apply(
+            lambda url: f"{url.rstrip('/')}/checkpoints"
+        )
+    return out
 
 
 def validate_args(args: Mapping[str, Any]) -> SlicePlan:

@@ -46,7 +46,6 @@ from trainstack.components.catalog.images import (
     reduction_server_image,
     vertex_training_image,
 )
-from trainstack.components.catalog.reduction_server import PLUGIN_ENV
 from trainstack.components.catalog.vertex import (
     DEFAULT_MEASUREMENT_SELECTION,
     DEFAULT_REDUCER_MACHINE,
@@ -131,10 +130,10 @@ def _task(
         # The package goes into the image's python3 at start, as in a GKE pod: the bundled
         # trainers on their framework's image (or yours), your code on yours.
         if container_image_uri is None and plugin_image_uri is not None:
-            # The default image rebuilt with Google's Reduction Server plugin: NCCL is told
-            # to load exactly the file its build checked (catalog.reduction_server).
+            # The default image rebuilt with Google's Reduction Server plugin. NCCL_NET_PLUGIN
+            # stays unset: NCCL then loads libnccl-net.so, where the build checked it, in
+            # every version, and a path in it fails silently in some (catalog.reduction_server).
             container_image_uri = plugin_image_uri
-            env.update(PLUGIN_ENV)
         task = {
             "imageUri": container_image_uri or default_image_uri(module, image_mirror),
             "command": pod_command(),

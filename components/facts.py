@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from trainstack.components.catalog import billing, prices
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
-from trainstack.components.catalog.supervisor_iam import REACH
+from trainstack.components.catalog.supervisor_iam import CONDITION_NOTES, REACH
 from trainstack.components.catalog.supervisor_region import price_tier
 from trainstack.components.catalog.tpu import TpuSlice
 from trainstack.trainers.common.contract import CHECKPOINT_DIR_ENV
@@ -415,12 +415,13 @@ def supervisor_region_note(region: str, compute_region: str) -> str:
 
 
 def reach_note(kind: str, recover: bool, project: str | None) -> str:
-    """The plan's note on what the supervisor's account can reach beyond the stack, where
-    IAM conditions cannot name the stack's compute (`catalog.supervisor_iam.REACH`)."""
+    """The plan's note on what the supervisor's account can reach beyond the stack, and how
+    far IAM conditions are known to hold its compute grant (`catalog.supervisor_iam.REACH`,
+    `CONDITION_NOTES`)."""
     verbs = "get, delete and create" if recover else "get and delete"
     return (
         f"run supervisor reach: its account can {REACH[kind].format(verbs=verbs, project=project)}: "
-        "Cloud TPU and instance group managers honour no resource names in IAM conditions; "
+        f"{CONDITION_NOTES[kind]}; "
         "its grant on the checkpoint bucket holds for the run records (trainstack-run-*) "
         "only, and it alone writes its state bucket. Run each stack in a project of its own "
         "to keep the supervisor to this stack's compute"

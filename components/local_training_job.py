@@ -51,6 +51,7 @@ from trainstack.trainers.common.user_code import (
     user_code_problems,
 )
 from trainstack.trainers.local import local_processes
+from trainstack.trainers.local_start import checkpoint_dir_problem
 
 TOKEN: Final = "trainstack:local:LocalTrainingJob"
 COMPONENT_LABEL: Final = "local-training-job"
@@ -136,6 +137,10 @@ def validate_args(
         )
     base = base_dir or Path.cwd()
     problems = user_code_problems(cfg, LOCAL_CODE, base) + source_problems(cfg, base)
+    code = cfg.user_code
+    source = None if code is None or code.source is None else resolve_source(code.source, base)
+    ckpt = checkpoint_dir_problem(cfg.checkpoint_dir, base, source)
+    problems += [] if ckpt is None else [ckpt]
     if problems:
         raise ValueError("\n".join(problems))
     if cfg.user_code is not None:

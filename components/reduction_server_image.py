@@ -29,7 +29,11 @@ What it creates (children named `<name>-...`):
 - `builder`: the account the build runs as, `<deployment_name>-build`, with exactly
   `roles/artifactregistry.writer` on that repository (push), `roles/artifactregistry.reader`
   on `base_repository` (pull the base) and `roles/logging.logWriter` on the project (a build
-  with its own account logs to Cloud Logging: `trainstack.components._cloud_build_provider`).
+  with its own account logs to Cloud Logging: `trainstack.components._cloud_build_provider`),
+  and no storage role: the build reads no source from Cloud Storage (the Dockerfile goes on
+  stdin) and writes no log there. That is what this build uses of the default account's
+  role, whose permissions the account "uses ... only as required" (storage for a source or
+  the logs bucket among them, https://cloud.google.com/build/docs/cloud-build-service-account).
   The default Cloud Build account is never used: Google warns it "may have permissions that
   are unnecessarily broad" (https://cloud.google.com/build/docs/securing-builds/
   configure-user-specified-service-accounts). Whoever runs `pulumi up` needs

@@ -51,11 +51,13 @@ supervisor recovers only while it exists.
 Permissions of its own account (`<deployment>-sup`):
 - a custom project role holding only the calls it makes (`PERMISSIONS`, with sources in
   `catalog.supervisor_iam`: the TPU node or queued resource through `tpu.nodes.*`; the
-  group's get and the deletion of its VMs; the pool's get and setSize). Only the GKE grant can
-  be held to the one resource (`cluster_condition`; the pool's groups are read through a
-  second, read-only role, `READ_PERMISSIONS`): Cloud TPU and instance group managers do not
-  recognise resource names in conditions, so those grants are project-wide, held by the
-  policy pack. Role ids carry the account's `unique_id` (`role_id`): Google keeps a deleted
+  group's get, the list of its VMs and their deletion; the pool's get and setSize). Only the
+  GKE grant is held to the one resource (`cluster_condition`; the pool's groups are read
+  through a second, read-only role, `READ_PERMISSIONS`), and that GKE evaluates it for
+  node-pool calls is unverified (if not, the grant never applies). Cloud TPU does not recognise resource
+  names in conditions; whether instance group managers do is unverified
+  (`catalog.supervisor_iam.CONDITIONS_SOURCE`). So those grants are project-wide, held by
+  the policy pack. Role ids carry the account's `unique_id` (`role_id`): Google keeps a deleted
   role's id for up to 37 days, and a re-created account gets a new unique id, so a destroyed
   stack deploys again.
 - `roles/iam.serviceAccountUser` on the training account only, where it recreates a slice
@@ -504,7 +506,7 @@ class RunSupervisor(pulumi.ComponentResource):
             else None
         )
         self.role, grant, role = role_and_grant(
-            (f"{name}-role", f"{name}-tpu"),
+            (f"{name}-role", f"{name}-grant"),
             project,
             uid.apply(lambda u: role_id(deployment, u)),
             f"trainstack {what} supervisor ({deployment})",
@@ -517,6 +519,9 @@ class RunSupervisor(pulumi.ComponentResource):
             member,
             child,
             condition,
+            # It was `<name>-tpu` when only TPU slices were supervised; the alias keeps a
+            # stack deployed then from replacing it (a delete and create of the grant).
+            grant_was=f"{name}-tpu",
         )
         grants: list[pulumi.Resource] = [grant]
         roles = [role]

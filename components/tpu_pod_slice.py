@@ -80,6 +80,7 @@ from trainstack.components._tpu_args import (
     tpu_pod_slice_problems,
     tpu_trainer_problems,
     validate_args,
+    with_code,
 )
 from trainstack.components._tpu_launch import (
     API,
@@ -224,6 +225,8 @@ class TpuPodSlice(pulumi.ComponentResource):
         self, name: str, args: TpuPodSliceArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TpuPodSlice", TpuPodSliceArgs, args)
+        # Your code (`code`) becomes the node launcher's arguments, checked first.
+        args = component_check("TpuPodSlice", with_code, args)  # type: ignore[assignment]
         plan = component_check("TpuPodSlice", validate_args, args)
         labels = component_check("TpuPodSlice", labels_input, args.get("labels"), COMPONENT_LABEL)
         deployment = args["deployment_name"]

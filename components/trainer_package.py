@@ -56,6 +56,7 @@ from trainstack.components._args import ArgsError, check_args, component_check
 from trainstack.components._code_files import CodeFiles, code_files
 from trainstack.components._naming import labels_input
 from trainstack.components._project import current_build_dir
+from trainstack.components.user_code import UserCode
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 from trainstack.trainers.common.user_code import requirement_problem
 
@@ -125,6 +126,11 @@ class TrainerPackageArgs(TypedDict):
     object is `code/trainstack_code-<sha16>.tar.gz`. Its `.gcloudignore`, secrets and links
     decide what goes (`trainstack.components._code_files`); a link leaving the folder is
     refused."""
+    code: NotRequired[UserCode]
+    """Your own code (`trainstack.components.UserCode`): its `source` folder as
+    `user_source` and its `requirements` file's lines as `requirements` (exclusive with
+    both); an image's code (no `source`) packages the node launcher alone. Give the
+    package's `uri` to the compute component that takes the same `code`."""
 
 
 def _default_source_root() -> Path:
@@ -315,6 +321,7 @@ class TrainerPackage(pulumi.ComponentResource):
         self, name: str, args: TrainerPackageArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TrainerPackage", TrainerPackageArgs, args)
+        args = component_check("TrainerPackage", _with_code, args)
         labels = component_check(
             "TrainerPackage", labels_input, args.get("labels"), COMPONENT_LABEL
         )
@@ -373,3 +380,19 @@ class TrainerPackage(pulumi.ComponentResource):
                 "local_path": self.local_path,
             }
         )
+
+
+def _with_code(args: TrainerPackageArgs) -> TrainerPackageArgs:
+    """`args` with `code` as the folder and requirements it stands for."""
+    code = args.get("code")
+    if code is None:
+        return args
+    clash = [key for key in ("user_source", "requirements") if key in args]
+    if clash:
+        raise ValueError(f"{clash[0]}: given with code, which sets it; valid: one of the two")
+    out: TrainerPackageArgs = {k: v for k, v in args.items() if k != "code"}  # type: ignore[assignment]
+    folder = code.source_folder()
+    if folder is not None:
+        out["user_source"] = str(folder)
+        out["requirements"] = code.requirement_lines()
+    return out

@@ -20,7 +20,7 @@ Naming: every physical name is `<deployment_name>-<role>` (see `trainstack.compo
 from __future__ import annotations
 
 import ipaddress
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp import compute
@@ -197,6 +197,14 @@ class TrainingNetwork(pulumi.ComponentResource):
         self.network_name = self.network.name
         self.subnetwork_name = self.subnetwork.name
         self.node_tag = pulumi.Output.from_input(tag)
+        self.region: str | None = region if isinstance(region, str) else None
+        """The subnet's region when given as a plain value: the compute it is given to checks
+        its zone against it (`subnet_region`)."""
+        if self.region is not None:
+            _SUBNET_REGIONS[id(self.subnetwork_self_link)] = (
+                self.subnetwork_self_link,
+                self.region,
+            )
         self.register_outputs(
             {
                 "network_self_link": self.network_self_link,
@@ -208,3 +216,16 @@ class TrainingNetwork(pulumi.ComponentResource):
                 "nat": self.nat,
             }
         )
+
+
+_SUBNET_REGIONS: dict[int, tuple[Any, str]] = {}
+"""`subnetwork_self_link` Outputs of this program's networks, by id, with their region (the
+Output is kept, so its id is not reused)."""
+
+
+def subnet_region(subnetwork: Any) -> str | None:
+    """The region of a subnet as a compute component is given it: a `TrainingNetwork`'s
+    `subnetwork_self_link` (its `region`); None for any other value (not known before
+    deployment, or a link the program wrote itself)."""
+    entry = _SUBNET_REGIONS.get(id(subnetwork))
+    return entry[1] if entry is not None and entry[0] is subnetwork else None

@@ -47,9 +47,9 @@ of availability fails the deployment; an image you name that is past it gets a w
 `executor_image_uri` (a prebuilt image) selects pythonPackageSpec instead. Reduction Server
 needs NCCL >= 2.7 and Google's google-reduction-server package in a custom container, which
 the default images lack: with reducers the chief and workers run `plugin_image_uri` (the
-default image rebuilt with the package, `trainstack.components.reduction_server_image`) with
-`NCCL_NET_PLUGIN` naming its plugin file; a default image without it is an error, and an
-image you name gets Google's requirement as a warning.
+default image rebuilt with the package, `trainstack.components.reduction_server_image`), whose
+plugin NCCL loads by its default name (`NCCL_NET_PLUGIN` unset); a default image without it
+is an error, and an image you name gets Google's requirement as a warning.
 
 With `node_args` (your own code, `trainstack.trainers.common.user_code.node_args`) each replica runs
 `python3 -m trainstack.trainers.node <node_args>` the same way, from the code package; tuning trials'
@@ -264,9 +264,9 @@ class VertexTrainingJobArgs(TypedDict):
     plugin_image_uri: NotRequired[pulumi.Input[str]]
     """The default image rebuilt with Google's Reduction Server NCCL plugin, by digest
     (`trainstack.components.reduction_server_image.ReductionServerImage.image_uri`): with
-    reducers, the chief and workers run it in place of the default image, with
-    `NCCL_NET_PLUGIN` naming the plugin file its build checked. Needs `package_uri`; not
-    with an image you name."""
+    reducers, the chief and workers run it in place of the default image; NCCL loads the
+    plugin its build checked by its default name, `libnccl-net.so`. Needs `package_uri`;
+    not with an image you name."""
     image_mirror: NotRequired[str]
     """`REGION-docker.pkg.dev/PROJECT/REPOSITORY` of an Artifact Registry remote repository
     with Docker Hub upstream (`trainstack.components.image_mirror.ImageMirror.registry`): the default
@@ -326,7 +326,9 @@ def vertex_job_facts(args: VertexTrainingJobArgs, reducers: int, project: str) -
     sizing a stack's plan gives the same job. Its name is known only once Vertex created it
     (its registered `job_name`; `trainstack status --job NAME` reads it)."""
     machine_type, replicas = args["machine_type"], args["replica_count"]
-    reducer = dict(args.get("reduction_server") or {}).get("machine_type", DEFAULT_REDUCER_MACHINE)
+    reducer = str(
+        dict(args.get("reduction_server") or {}).get("machine_type", DEFAULT_REDUCER_MACHINE)
+    )
     tuning = args.get("hyperparameter_tuning")
     trials = 1 if tuning is None else int(tuning["parallel_trial_count"])
     sizing = (machine_type, replicas, reducers, reducer, args.get("spot", False))

@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -123,16 +123,41 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+MAX_JSON_DEPTH: Final = 128
+"""How deep a plan's values may nest: a plan's deepest values (a Kubernetes pod spec's) are
+about 15 levels down. Python's JSON reader and the plan walkers recurse per level, so
+100,000 levels of `[` were a RecursionError and its traceback."""
+
+
+def _depth(value: Any) -> int:
+    """How deep `value` nests (0 for a scalar), walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def read_json(path: Path, what: str) -> Any:
-    """The JSON document at `path`; exit 2 naming `what` when it cannot be read or parsed."""
+    """The JSON document at `path`; exit 2 naming `what` when it cannot be read or parsed, or
+    nests deeper than `MAX_JSON_DEPTH`."""
+    too_deep = f"its values nest more than {MAX_JSON_DEPTH} levels deep"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if _depth(document) <= MAX_JSON_DEPTH:
+            return document
+        reason = too_deep
     except OSError as exc:
         reason = str(exc.strerror)
     except UnicodeDecodeError as exc:
         reason = f"not UTF-8 text at byte {exc.start}"
     except json.JSONDecodeError as exc:
         reason = str(exc)
+    except RecursionError:
+        reason = too_deep
     raise fail(f"{what}: {path} is not a readable JSON plan ({reason}); valid: {_JSON_PLAN}")
 
 

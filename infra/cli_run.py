@@ -338,7 +338,7 @@ def local_run(
             # model_copy skips validation; re-validating keeps the trainer's own checks.
             bundled = cfg.trainer.bundled()  # the trainer's own keys: nothing else in --config
             trainer = type(bundled).model_validate({**bundled.model_dump(), **update})
-            result = run_local(trainer, **options)
+            result = run_local(trainer, base_dir=current_place().base_dir, **options)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if as_json and result.done is not None:

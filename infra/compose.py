@@ -26,6 +26,7 @@ from trainstack.components.training_dashboard import TrainingDashboard, Training
 from trainstack.components.training_dashboard.targets import DashboardScope
 from trainstack.components.training_identity import TrainingIdentity, TrainingIdentityArgs
 from trainstack.components.training_network import TrainingNetwork
+from trainstack.components.user_code import UserCode, run_contract
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
 from trainstack.infra.config_secrets import secret_env_names
 from trainstack.infra.estimate import quota_needs
@@ -44,15 +45,7 @@ from trainstack.infra.outputs import (
     OUTPUT_TRAINER_PACKAGE,
 )
 from trainstack.infra.project import current_place
-from trainstack.infra.run_args import checkpoint_dir
 from trainstack.infra.targets import CloudTarget, ComposeContext, StandaloneTarget, target_of
-from trainstack.trainers.common.contract import (
-    CHECKPOINT_DIR_ENV,
-    DATA_DIR_ENV,
-    OUTPUT_DIR_ENV,
-    RUN_NAME_ENV,
-)
-from trainstack.trainers.common.user_code import node_args, read_requirements, resolve_source
 
 # APIs every cloud stack needs; each target adds its own (`CloudTarget.services`).
 BASE_SERVICES: tuple[str, ...] = (
@@ -204,11 +197,13 @@ def package_args(
     """The trainer package: the bundled trainers, or your code's folder beside the node
     launcher with its requirements."""
     args: TrainerPackageArgs = {"staging_bucket": buckets.staging_bucket, "labels": dict(labels)}
-    code = cfg.trainer.user_code
+    code = UserCode.of(cfg.trainer)
     if code is not None and code.source is not None:
         base_dir = current_place().base_dir
-        args["user_source"] = str(resolve_source(code.source, base_dir))
-        args["requirements"] = read_requirements(code, base_dir)
+        folder = code.source_folder(base_dir)
+        assert folder is not None
+        args["user_source"] = str(folder)
+        args["requirements"] = code.requirement_lines(base_dir)
     else:
         args["requirements"] = package_requirements(cfg)
     return args
@@ -220,17 +215,12 @@ def user_code_node_args(
     """`python -m trainstack.trainers.node` arguments that run your code on the stack's target, with the
     run contract's folders in the stack's buckets: the one command line each target's launch
     runs once per machine after installing the package (`trainstack.trainers.common.user_code`)."""
-    code = cfg.trainer.user_code
+    code = UserCode.of(cfg.trainer)
     assert code is not None
     run = run_name(cfg, deployment)
-    contract = {
-        CHECKPOINT_DIR_ENV: checkpoint_dir(cfg, deployment, checkpoint_url),
-        DATA_DIR_ENV: data_url,
-        OUTPUT_DIR_ENV: f"{checkpoint_url}/outputs/{run}",
-        RUN_NAME_ENV: run,
-    }
+    contract = run_contract(checkpoint_url, data_url, run, cfg.trainer.checkpoint_dir)
     target = target_of(cfg)
-    return node_args(code, target.default_launcher, contract=target.run_contract(cfg, contract))
+    return code.node_args(target.default_launcher, target.run_contract(cfg, contract))
 
 
 def package_requirements(cfg: StackConfig) -> list[str]:

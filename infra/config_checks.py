@@ -68,7 +68,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
                 )
 
     if parts.get("labels") is not None:
-        errors += label_problems(parts["labels"], "labels")
+        errors += label_problems(parts["labels"], "labels", stack=True)
     errors += _check_buckets_quotas(parts)
 
     trainer: StackTrainer | None = parts.get("trainer")

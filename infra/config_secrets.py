@@ -39,6 +39,7 @@ so it takes `trainer.secret_env` (read from the environment there) instead.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -54,6 +55,8 @@ SECURE_KEY: Final = "secure"
 pulumi/pulumi sdk/go/common/resource/config/object.go `isSecureValue`)."""
 GCP_FIELDS: Final = ("project", "region", "zone")
 """`gcp:project`, `gcp:region`, `gcp:zone` by their stack config field names."""
+_FLAG: Final = re.compile(r"--?[A-Za-z][\w.-]*")
+"""An option without its value (`--api-key`), whose value is the next argument."""
 SECRET_SECTION: Final = "trainer"
 """The one section that may hold secrets, in `env` only."""
 
@@ -165,8 +168,14 @@ def credential_problems(
                 f"trainer.env.{name}: holds {what} {shown}; valid: trainer.secret_env.{name}: "
                 f"projects/P/secrets/NAME {instead}"
             )
-    for i, arg in enumerate(trainer.entrypoint or []):
+    args = list(trainer.entrypoint or [])
+    for i, arg in enumerate(args):
         found = find_credential(arg)
+        flag = args[i - 1] if i else ""
+        if found is None and _FLAG.fullmatch(flag) and not arg.startswith("-"):
+            # `--api-key VALUE`: argparse and click take a flag's value from the next
+            # argument as readily as after `=`.
+            found = find_credential(f"{flag}={arg}")
         if found is not None:
             what = found.kind if found.name is None else f"a value for {found.name}"
             setter = (

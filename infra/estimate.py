@@ -21,6 +21,7 @@ from trainstack.components.facts import (
     supervisor_usd_per_month,
 )
 from trainstack.infra.targets import CloudTarget, target_of
+from trainstack.trainers.common.run_records import NO_HEARTBEAT_S
 
 if TYPE_CHECKING:
     from trainstack.infra.config_sections import StackView
@@ -37,6 +38,7 @@ __all__ = [
     "summarize",
     "supervisor_hourly_usd",
     "supervisor_note",
+    "unbounded_run_note",
 ]
 
 
@@ -169,3 +171,24 @@ def limits_plan(cfg: StackView) -> dict[str, Any] | None:
         out["run_limit_enforced"] = enforced
         out["run_limit"] = how
     return out
+
+
+def unbounded_run_note(cfg: StackView) -> str | None:
+    """The plan's note on a supervised target (tpu, gke, gce) whose stack sets neither
+    `limits.max_run_hours` nor `limits.max_total_usd`: what bounds its run then, and what
+    does not. A node's heartbeat says its launcher is alive, not that training progresses,
+    and a node that starts again reports again (`trainers.common.run_records`), so a hung
+    trainer or a restart loop (a GKE pod exiting 4 or 143 is replaced without counting,
+    `KubernetesTrainingJob`'s podFailurePolicy) is stopped by no one. None elsewhere."""
+    target, limits = target_of(cfg), cfg.limits
+    if not target.supervised or {limits.max_run_hours, limits.max_total_usd} != {None}:
+        return None
+    return (
+        f"{target.name}: no limits.max_run_hours or limits.max_total_usd, so only the run's "
+        "end stops this run: the run supervisor stops the compute when rank 0 finishes, when a "
+        f"failure is final (an exit {target.name} never retries, a setup stage's last attempt) "
+        f"or when no node has reported for {NO_HEARTBEAT_S // 60} minutes; a trainer that hangs "
+        "while its node still reports, or nodes that keep restarting (each start reports "
+        "again), bill until `pulumi destroy`; set limits.max_run_hours (a bound on the run's "
+        "time) or limits.max_total_usd (a cap on its spend)"
+    )

@@ -31,6 +31,7 @@ skips the insert ids it has shown already, so nothing prints twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -58,6 +59,7 @@ from trainstack.trainers.common.contract import (
     FIELD_TOKENS_PER_S,
     FIELD_WORKER,
 )
+from trainstack.trainers.common.printable import printable
 
 APIS = ("logging", "compute", "tpu", "aiplatform", "storage", "kubernetes")
 """Names `--endpoint API=URL` accepts (tests point each at a local fake)."""
@@ -250,6 +252,11 @@ def file_lines(
                 f"no log file at {source.path}: {blocker} is a file, not a folder; valid: move "
                 "that file away (local-run and `pulumi up` write the log there)"
             )
+        if source.path.is_dir():
+            raise LogsError(
+                f"{source.path} is a folder where the run's log file is expected; valid: move "
+                "that folder away (local-run and `pulumi up` write the log there)"
+            )
         raise LogsError(
             f"no log file at {source.path}; valid: the log of a run started with "
             "`trainstack local-run` or `pulumi up` on a local stack"
@@ -287,22 +294,37 @@ def entry_record(entry: dict[str, Any]) -> dict[str, Any] | str:
 
 
 def line_record(line: str) -> dict[str, Any] | str:
-    """A JSON object line as a record; any other line as it is."""
+    """A JSON object line as a record; any other line as it is, and so is one Python's JSON
+    reader refuses past its syntax: an integer of more than 4,300 digits (a ValueError,
+    `sys.set_int_max_str_digits`) or values nested past the recursion limit."""
     text = line.strip()
     if text.startswith("{"):
         try:
             record = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
             return line
         if isinstance(record, dict):
             return record
     return line
 
 
-def _number(value: Any, digits: int) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    return f"{value:.{digits}f}"
+def _is_number(value: Any) -> bool:
+    """A JSON number a float holds (not a bool, not an integer past a float's range)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: float, digits: int) -> str:
+    return f"{float(value):.{digits}f}"
 
 
 def is_supervisor_event(record: dict[str, Any] | str) -> bool:
@@ -381,25 +403,29 @@ def render(record: dict[str, Any] | str, timestamp: datetime | None = None) -> s
             timestamp = parse_time(record["time"])
         stamp = [timestamp.strftime("%H:%M:%S")] if timestamp is not None else []
         return " ".join([*stamp, "supervisor:", supervisor_event_text(record)])
-    if timestamp is None and isinstance(record.get(FIELD_TIME), int | float):
-        timestamp = datetime.fromtimestamp(float(record[FIELD_TIME]), UTC)
+    if timestamp is None and _is_number(record.get(FIELD_TIME)):
+        # A time no clock gives (1e300, NaN) is no time: the line goes without one.
+        with contextlib.suppress(OverflowError, ValueError, OSError):
+            timestamp = datetime.fromtimestamp(float(record[FIELD_TIME]), UTC)
     parts = [timestamp.strftime("%H:%M:%S")] if timestamp is not None else []
+    # Only fields of the type the trainers write are shown: a record is a line anyone's code
+    # may print, and `step {'a': 1}` says nothing true.
     for field in (FIELD_NODE, FIELD_RANK):
-        if field in record:
+        if _is_count(record.get(field)):
             parts.append(f"{field} {record[field]}")
-    event = record.get(FIELD_EVENT, "-")
-    parts.append(str(event))
-    if FIELD_STEP in record:
+    event = record.get(FIELD_EVENT)
+    parts.append(event if isinstance(event, str) else "-")
+    if _is_count(record.get(FIELD_STEP)):
         parts.append(f"step {record[FIELD_STEP]}")
     if event == EVENT_TRAIN:
-        if FIELD_LOSS in record:
+        if _is_number(record.get(FIELD_LOSS)):
             parts.append(f"loss {_number(record[FIELD_LOSS], 4)}")
         for field, unit in ((FIELD_SAMPLES_PER_S, "samples/s"), (FIELD_TOKENS_PER_S, "tokens/s")):
-            if record.get(field) is not None:
+            if _is_number(record.get(field)):
                 parts.append(f"{_number(record[field], 1)} {unit}")
-    elif event == EVENT_CHECKPOINT and record.get(FIELD_STALL) is not None:
+    elif event == EVENT_CHECKPOINT and _is_number(record.get(FIELD_STALL)):
         parts.append(f"stall {_number(record[FIELD_STALL], 2)}s")
-    elif event == EVENT_DONE and FIELD_PARAMS_SHA256 in record:
+    elif event == EVENT_DONE and isinstance(record.get(FIELD_PARAMS_SHA256), str):
         parts.append(f"params_sha256 {record[FIELD_PARAMS_SHA256]}")
     return " ".join(parts)
 
@@ -431,19 +457,6 @@ def read_lines(
         yield _output(entry_record(entry), parse_time(stamp) if stamp else None, as_json)
 
 
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F, which some
-terminals obey as ESC sequences)."""
-
-
-def printable(text: str) -> str:
-    """`text` with every control character a terminal could act on (`_CONTROLS`: ESC and
-    its sequences, BEL, carriage return, C1's CSI...) shown as its `\\xNN` escape, so a
-    log line cannot move the cursor, recolour or retitle the terminal. Tab stays, and the
-    newline of a Cloud Logging entry that spans lines."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def _output(record: dict[str, Any] | str, stamp: datetime | None, as_json: bool) -> str:
     if as_json:
         # json.dumps escapes every control character (and all non-ASCII) already.
@@ -463,6 +476,7 @@ __all__ = [
     "ended_text",
     "log_query",
     "parse_endpoints",
+    "printable",
     "read_lines",
     "render",
     "supervisor_event_text",

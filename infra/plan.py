@@ -34,6 +34,7 @@ from trainstack.infra.estimate import (
     still_billing_note,
     summarize,
     supervisor_note,
+    unbounded_run_note,
 )
 from trainstack.infra.mocks import RecordedResource, run_program
 from trainstack.infra.plan_diff import (  # noqa: F401 - the diff's API is re-exported beside the plan
@@ -278,6 +279,9 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
         notes.append(f"limits.max_run_hours: {limits['run_limit']}")
     if limits is not None and "spend_cap" in limits:
         notes.append(f"limits.max_total_usd: {limits['spend_cap']}")
+    unbounded = unbounded_run_note(cfg)
+    if unbounded is not None:
+        notes.append(unbounded)
     after_stop = still_billing_note(cfg, stack)
     if after_stop is not None:
         notes.append(after_stop)

@@ -26,9 +26,9 @@ import difflib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
-from trainstack.infra.plan_env import hide_env_values
+from trainstack.infra.plan_env import hide_credentials, hide_env_values
 from trainstack.infra.plan_inputs import integral_numbers
 from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
 
@@ -67,7 +67,27 @@ def _text(value: Any) -> str:
 
 
 def _code(text: str) -> str:
-    return "`" + text.replace("`", "'") + "`"
+    """`text` as an inline code span, where Markdown is inert (no heading, link, emphasis or
+    @mention: https://github.github.com/gfm/#code-spans): a backtick would end the span and a
+    line break the list item, so they show as `'` and `\\n`."""
+    one_line = text.replace("\r", "\\r").replace("\n", "\\n")
+    return "`" + one_line.replace("`", "'") + "`"
+
+
+_PLAIN: Final = re.compile(r"[A-Za-z0-9:/._=, -]*")
+"""Text that is plain in Markdown wherever it stands: types, quota ids, dimensions."""
+
+
+def _md(text: str) -> str:
+    """`text` as is when it is plain (`_PLAIN`), else as a code span."""
+    return text if _PLAIN.fullmatch(text) else _code(text)
+
+
+def _cell(text: str) -> str:
+    """`_md` for a table cell, where a `|` ends the cell even inside a code span
+    (https://github.github.com/gfm/#tables-extension-: "include a pipe in a cell's content by
+    escaping it")."""
+    return _md(text).replace("|", "\\|")
 
 
 _ENV_ARG = re.compile(r"--env=([A-Za-z_][A-Za-z0-9_]*)=")
@@ -139,7 +159,7 @@ def _value_change(path: str, old: Any, new: Any, full: bool, cuts: list[str]) ->
     if not full and max(len(a), len(b)) > VALUE_CHARS:
         a, b = _window(a, b)
         cuts.append(path)
-    return f"  - `{path}`: {_code(a)} -> {_code(b)}"
+    return f"  - {_code(path)}: {_code(a)} -> {_code(b)}"
 
 
 def _lines_change(path: str, a: list[str], b: list[str], full: bool, cuts: list[str]) -> str:
@@ -154,7 +174,7 @@ def _lines_change(path: str, a: list[str], b: list[str], full: bool, cuts: list[
     # A fence longer than any run of backticks inside, so the script cannot close it.
     longest = max((len(run) for line in shown for run in re.findall("`+", line)), default=0)
     fence = "`" * max(3, longest + 1)
-    block = [f"  - `{path}` ({len(a)} -> {len(b)} lines):", f"    {fence}diff"]
+    block = [f"  - {_code(path)} ({len(a)} -> {len(b)} lines):", f"    {fence}diff"]
     block += [f"    {line}" for line in shown]
     block.append(f"    {fence}")
     if len(diff) > len(shown):
@@ -272,7 +292,8 @@ def _totals_and_quota(base: Mapping[str, Any], head: Mapping[str, Any]) -> tuple
         if a != b:
             dims = _dimensions((qb.get(k) or qa[k])["dimensions"])
             quota_rows.append(
-                f"| {k[1]} | {dims} | {_count(a)} | {_count(b)} | {_signed(b - a, _count)} |"
+                f"| {_cell(k[1])} | {_cell(dims)} | {_count(a)} | {_count(b)} "
+                f"| {_signed(b - a, _count)} |"
             )
     totals = (
         "| total | base | head | delta |\n|---|---|---|---|\n" + "\n".join(money) + "\n"
@@ -299,7 +320,7 @@ def _whole_stack(
     verb = "added" if base is None else "removed"
     hourly = plan.get("summary", {}).get("hourly_usd", 0)
     what = "frees" if base is not None else "costs"
-    text = f"### Stack `{stack}` ({verb})\n\n{len(plan['resources'])} resources {verb}"
+    text = f"### Stack {_code(stack)} ({verb})\n\n{len(plan['resources'])} resources {verb}"
     text += f"; {what} {_usd(hourly)}/hour" if hourly else ""
     text += " and the quota below.\n" if plan.get("quota") else ".\n"
     yield text
@@ -339,10 +360,10 @@ def _stack_sections(
     updated = sum(1 for *_, v in changed if v.action in ("change", "change (may replace)"))
     totals, quota = _totals_and_quota(base, head)
     if not (added or removed or changed or totals or quota or code):
-        yield f"### Stack `{stack}`: no changes\n"
+        yield f"### Stack {_code(stack)}: no changes\n"
         return
     yield (
-        f"### Stack `{stack}`: {len(added)} to add, {updated} to change, "
+        f"### Stack {_code(stack)}: {len(added)} to add, {updated} to change, "
         f"{replaced} to replace, {len(removed)} to delete\n"
     )
     if code:
@@ -352,28 +373,30 @@ def _stack_sections(
     if quota:
         yield quota
     for r in added:
-        yield f"- **add** `{r['name']}` ({r['type']})\n"
+        yield f"- **add** {_code(r['name'])} ({_md(r['type'])})\n"
     for r in removed:
-        yield f"- **delete** `{r['name']}` ({r['type']})\n"
+        yield f"- **delete** {_code(r['name'])} ({_md(r['type'])})\n"
     for a, b, fa, fb, paths, verdict in changed:
         if code and b.get("parent") in packages and verdict.action != "replace":
             continue  # the uploaded package of the code: the code line above says it all
         lines = [_verdict_line(a, b, verdict, head["resources"])]
         lines += [_value_change(path, fa.get(path), fb.get(path), full, cuts) for path in paths]
         if a.get("parent") != b.get("parent"):
-            lines.append(f"  - parent: `{a.get('parent')}` -> `{b.get('parent')}`")
+            lines.append(
+                f"  - parent: {_code(str(a.get('parent')))} -> {_code(str(b.get('parent')))}"
+            )
         for option in ("protect", "retainOnDelete"):
             if a.get(option, False) != b.get(option, False):
                 lines.append(
-                    f"  - {option}: `{str(a.get(option, False)).lower()}` -> "
-                    f"`{str(b.get(option, False)).lower()}`"
+                    f"  - {option}: {_code(str(a.get(option, False)).lower())} -> "
+                    f"{_code(str(b.get(option, False)).lower())}"
                 )
         yield "\n".join(lines) + "\n"
 
 
 def _names(paths: Iterable[str], most: int = 3) -> str:
     paths = list(paths)
-    shown = ", ".join(f"`{p}`" for p in paths[:most])
+    shown = ", ".join(_code(p) for p in paths[:most])
     return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
@@ -382,7 +405,7 @@ def _verdict_line(
 ) -> str:
     """The resource's headline: what the engine does with it and why (`plan`: the new
     plan's resources)."""
-    head = f"- **{verdict.action}** `{b['name']}` ({b['type']})"
+    head = f"- **{verdict.action}** {_code(b['name'])} ({_md(b['type'])})"
     if verdict.action == "replace":
         order = "deletes the old one first" if verdict.delete_first else "creates the new one first"
         text = (
@@ -422,9 +445,9 @@ def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, 
     parts = []
     a, b = base.get("source_sha256"), head.get("source_sha256")
     if a != b:
-        parts.append(f"source sha256 `{(a or '-')[:16]}` -> `{(b or '-')[:16]}`")
+        parts.append(f"source sha256 {_code((a or '-')[:16])} -> {_code((b or '-')[:16])}")
     parts += [
-        f"{field} `{_short(field, base.get(field))}` -> `{_short(field, head.get(field))}`"
+        f"{field} {_code(_short(field, base.get(field)))} -> {_code(_short(field, head.get(field)))}"
         for field in CODE_FIELDS
         if base.get(field) != head.get(field)
     ]
@@ -432,7 +455,7 @@ def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, 
     changed = [field for field in rest if base.get(field) != head.get(field)]
     if changed:
         parts.append(f"{', '.join(changed)} changed")
-    return f"- **code** `{stack}`: {'; '.join(parts)}\n"
+    return f"- **code** {_code(stack)}: {'; '.join(parts)}\n"
 
 
 def plan_diff(
@@ -450,7 +473,11 @@ def plan_diff(
     `show_values` (`trainstack.infra.plan_env`). Raises PlanDocumentError when either is not
     a plan.
     """
-    base_plans, head_plans = plans_by_stack(base), plans_by_stack(head)
+    # A credential the scanner knows never shows, whatever was asked (it would be public).
+    base_plans, head_plans = (
+        plans_by_stack(hide_credentials(base)),
+        plans_by_stack(hide_credentials(head)),
+    )
     if not show_values:
         base_plans = {stack: hide_env_values(plan) for stack, plan in base_plans.items()}
         head_plans = {stack: hide_env_values(plan) for stack, plan in head_plans.items()}

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
+
+from trainstack.policies.rules.credentials import find_credential
 
 HASH_CHARS: Final = 8
 """Hex digits of the sha256 shown: enough to tell two values apart in a review."""
@@ -88,3 +91,37 @@ def hide_env_values(plan: Mapping[str, Any]) -> Mapping[str, Any]:
     ]
     hidden_code = {**code, "env": {k: env_hash(v) if k in plain else v for k, v in env.items()}}
     return {**plan, "code": hidden_code, "resources": resources}
+
+
+_FLAG: Final = re.compile(r"--?[A-Za-z][\w.-]*")
+
+
+def _masked(text: str, flag: str = "") -> str:
+    """`text`, or in its place what the credential scanner found in it and a short hash (so
+    a change still shows): never the credential. A line of a longer text is masked alone, so
+    a script's diff keeps its other lines; `flag` is the argument before it (`--api-key`)."""
+    if "\n" in text:
+        return "\n".join(_masked(line) for line in text.split("\n"))
+    found = find_credential(text)
+    if found is None and _FLAG.fullmatch(flag) and not text.startswith("-"):
+        found = find_credential(f"{flag}={text}")
+    return text if found is None else f"[{found.words}, {env_hash(text)}]"
+
+
+def hide_credentials(value: Any) -> Any:
+    """`value` (a plan, or any part of one) with every string the credential scanner flags
+    (`trainstack.policies.rules.credentials`, the config checks' and the policy's) masked, as
+    an argument after its option (`--api-key`, `VALUE`) too: what `trainstack plan-diff`
+    prints, with or without `--show-values`."""
+    if isinstance(value, str):
+        return _masked(value)
+    if isinstance(value, Mapping):
+        return {key: hide_credentials(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [
+            _masked(item, value[i - 1] if i and isinstance(value[i - 1], str) else "")
+            if isinstance(item, str)
+            else hide_credentials(item)
+            for i, item in enumerate(value)
+        ]
+    return value

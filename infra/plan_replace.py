@@ -221,10 +221,18 @@ def _gce_vms_replaced(
     if new["type"] not in (GROUP_MANAGER, PER_INSTANCE_CONFIG) or len(templates) != 1:
         return None
     if new["type"] == PER_INSTANCE_CONFIG:
-        what = f"VM `{new['inputs'].get('name')}` is deleted and created again with its rank"
+        what = f"VM `{_inline(str(new['inputs'].get('name')))}` is deleted and created again with its rank"
     else:
         what = "every VM goes with the group and its per-instance configs create them again"
     return f"{what}, which relaunches", templates[0]
+
+
+def _inline(text: str | None) -> str | None:
+    """A value read from the inputs as the note's code spans may hold it: one line, no
+    backtick (which would end the span and let Markdown after it render)."""
+    if text is None:
+        return None
+    return text.replace("`", "'").replace("\r", "\\r").replace("\n", "\\n")
 
 
 def relaunch_note(
@@ -245,10 +253,10 @@ def relaunch_note(
         group = _group_recreates_vms(plan)
         if group is None:
             return None
-        lead = f"group `{group}` (PROACTIVE update policy) recreates every VM, which relaunches"
+        lead = f"group `{_inline(group)}` (PROACTIVE update policy) recreates every VM, which relaunches"
     elif run_resource(new["type"]) is None:
         return None
-    before, after = checkpoint_dir(old), checkpoint_dir(new)
+    before, after = (_inline(checkpoint_dir(r)) for r in (old, new))
     run = run_resource(new["type"])
     tuning = run is not None and run.tuned is not None
     what = "tuning" if tuning else "training"

@@ -41,6 +41,21 @@ PROGRAM_NOTE = (
     "of trainstack's compute components (TpuPodSlice, A100Cluster, VertexTrainingJob, "
     "RunSupervisor), and this program registers none"
 )
+SUPERVISED_GROUP = (
+    "trainstack:supervision:RunSupervisor",
+    "gcp:compute/instanceGroupManager:InstanceGroupManager",
+)
+NO_REFRESH_NOTE = (
+    "gce: the run supervisor deletes the instance group's VMs, and their per-instance configs "
+    "with them, at the run's end, and this project's Pulumi.yaml has no `options: {refresh: "
+    "always}`: `pulumi up` then reads nothing and leaves the VMs deleted, and `pulumi destroy` "
+    "fails at the per-instance configs, whose VMs are no longer in the group; add "
+    "`options:` / `  refresh: always` to Pulumi.yaml, or pass --refresh to `pulumi up` and "
+    "`pulumi destroy`"
+)
+"""Without a refresh the engine acts on its state: the provider's delete of a per-instance
+config with remove_instance_on_destroy sends `deleteInstances` naming its VM, which the API
+refuses for a VM not in the group (tests/fidelity/test_gce_destroy.py)."""
 
 
 def load_program(directory: str | Path, stack: str) -> tuple[Program, dict[str, Any]]:
@@ -105,13 +120,17 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
         {**entry, "inputs": _program_assets(entry["inputs"], program.root)}
         for entry in plan_resources(run.resources)
     ]
+    types = {r.type for r in run.resources}
+    refresh_notes = (
+        [NO_REFRESH_NOTE] if not program.refreshes and types.issuperset(SUPERVISED_GROUP) else []
+    )
     if totals is None:
         return {
             "stack": stack,
             "project": program.name,
             "resources": resources,
             "outputs": run.shown_outputs,
-            "notes": [PROGRAM_NOTE],
+            "notes": [PROGRAM_NOTE, *refresh_notes],
         }
     return {
         "stack": stack,
@@ -120,7 +139,7 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
         "summary": totals["summary"],
         "quota": totals["quota"],
         "outputs": run.shown_outputs,
-        "notes": totals["notes"],
+        "notes": [*totals["notes"], *refresh_notes],
     }
 
 

@@ -86,7 +86,10 @@ from trainstack.trainers.local_report import (
     print_summary,
 )
 from trainstack.trainers.local_start import (
+    check_files,
     checked_resume,
+    checkpoint_dir_problem,
+    checkpoint_lock,
     clear_bundled,
     make_folder,
     on_storage,
@@ -256,6 +259,8 @@ def prepare_run(
     run_cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
     make_folder(root / "logs", "local.root")
     config_path = (root / "logs" / f"{cfg.run_name}.config.json").resolve()
+    log_path = (root / "logs" / f"{cfg.run_name}.jsonl").resolve()
+    check_files(log_path, log_path.with_suffix(".stderr.log"), config_path)
     processes = local_processes(run_cfg, workers, config_path)
     config_path.write_text(run_cfg.model_dump_json(indent=2))
 
@@ -268,7 +273,6 @@ def prepare_run(
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG"):
         env.pop(name, None)
     env.update(extra_env or {})
-    log_path = (root / "logs" / f"{cfg.run_name}.jsonl").resolve()
     return PreparedRun(run_cfg, checkpoint_dir, config_path, log_path, env, processes)
 
 
@@ -438,6 +442,7 @@ def run_local(
     out: Console | None = None,
     fresh: bool = False,
     progress_every_s: float = PROGRESS_EVERY_S,
+    base_dir: Path | None = None,
 ) -> LocalRunResult:
     """Train `cfg` with `workers` local processes; blocks until they exit.
 
@@ -448,7 +453,9 @@ def run_local(
 
     Everything is checked before `fresh` deletes anything or a process starts: raises
     ValueError for a strategy that cannot run locally (tpu), a worker count the global batch
-    does not split over, another local-run of the same run (`trainstack.trainers.run_lock`),
+    does not split over, a checkpoint folder that holds the stack's folder (`base_dir`,
+    default the cwd) or a system folder (`checkpoint_dir_problem`), another local-run of the
+    same run or in the same local checkpoint folder (`trainstack.trainers.run_lock`),
     a folder that cannot be created or a checkpoint folder that cannot be written or read
     (`trainstack.trainers.local_start.StartError`), and (without `fresh`) a newest checkpoint
     written under other settings (`trainstack.trainers.common.fingerprint.StateMismatch`).
@@ -456,48 +463,76 @@ def run_local(
     left; marked folders newer than the newest complete checkpoint are said, one line each,
     and passed over.
     """
+    problem = checkpoint_dir_problem(cfg.checkpoint_dir, base_dir or Path.cwd())
+    if problem is not None:
+        raise ValueError(problem)
     console = console or Console(stderr=True)
     out = out or Console()
     logs = Path(root) / "logs"
     make_folder(logs, "local-run")
     with RunLock(running_pid_file((logs / f"{cfg.run_name}.jsonl").resolve()), cfg.run_name):
         prepared = prepare_run(cfg, workers=workers, root=root, extra_env=extra_env)
-        result = prepared.new_result()
-        store = on_storage(
+        with checkpoint_lock(prepared.checkpoint_dir, cfg.run_name) as took_over:
+            if took_over is not None:
+                print_line(console, took_over)
+            return _start(
+                prepared,
+                cfg,
+                console,
+                out,
+                fresh=fresh,
+                workers=workers,
+                progress_every_s=progress_every_s,
+            )
+
+
+def _start(
+    prepared: PreparedRun,
+    cfg: TrainConfig,
+    console: Console,
+    out: Console,
+    *,
+    fresh: bool,
+    workers: int,
+    progress_every_s: float,
+) -> LocalRunResult:
+    """`run_local` once its run and checkpoint folder are locked."""
+    result = prepared.new_result()
+    store = on_storage(
+        prepared.checkpoint_dir,
+        "open it",
+        lambda: CheckpointStore(
             prepared.checkpoint_dir,
-            "open it",
-            lambda: CheckpointStore(
-                prepared.checkpoint_dir,
-                keep=cfg.keep_checkpoints,
-                fingerprint=trainer_fingerprint(cfg),
-            ),
-        )
-        left = clear_bundled(store) if fresh else None
-        if left is not None:
-            print_line(console, left)
-        latest, skipped = checked_resume(store)
-        for line in skipped:
-            print_line(console, line)
-        if latest is not None and latest >= cfg.steps:
-            result.exit_code, result.already_complete = 0, True
-            result.saved_step = result.step = latest
-            result.checkpoint_path = store.url_of(store.path(step_name(latest)))
-            result.done = previous_done(prepared.log_path, latest, prepared.checkpoint_dir)
-            print_line(out, headline(result))
-            return result
-        return supervise_run(
-            prepared,
-            result,
-            workers=workers,
-            run_name=cfg.run_name,
-            total_steps=cfg.steps,
-            grace_s=cfg.preemption_grace_s,
-            saved=lambda: None if (n := store.latest()) is None else (n, step_name(n)),
-            done_required=True,
-            console=console,
-            out=out,
-            progress_every_s=progress_every_s,
-        )
+            keep=cfg.keep_checkpoints,
+            fingerprint=trainer_fingerprint(cfg),
+        ),
+    )
+    left = clear_bundled(store) if fresh else None
+    if left is not None:
+        print_line(console, left)
+    latest, skipped = checked_resume(store)
+    for line in skipped:
+        print_line(console, line)
+    if latest is not None and latest >= cfg.steps:
+        result.exit_code, result.already_complete = 0, True
+        result.saved_step = result.step = latest
+        result.checkpoint_path = store.url_of(store.path(step_name(latest)))
+        result.done = previous_done(prepared.log_path, latest, prepared.checkpoint_dir)
+        print_line(out, headline(result))
+        return result
+    return supervise_run(
+        prepared,
+        result,
+        workers=workers,
+        run_name=cfg.run_name,
+        total_steps=cfg.steps,
+        grace_s=cfg.preemption_grace_s,
+        saved=lambda: None if (n := store.latest()) is None else (n, step_name(n)),
+        done_required=True,
+        console=console,
+        out=out,
+        progress_every_s=progress_every_s,
+    )
 
 
 def _log_exit(log_path: Path, code: int) -> None:

@@ -68,7 +68,13 @@ from trainstack.trainers.local import (
     supervise_run,
 )
 from trainstack.trainers.local_report import LocalRunResult, print_line
-from trainstack.trainers.local_start import make_folder, on_storage
+from trainstack.trainers.local_start import (
+    check_files,
+    checkpoint_dir_problem,
+    checkpoint_lock,
+    make_folder,
+    on_storage,
+)
 from trainstack.trainers.run_lock import RunLock, running_pid_file
 from trainstack.trainers.user_code import LOCAL_RUN_PID_ENV, WORKER_HOSTS_ENV
 
@@ -171,6 +177,7 @@ def prepare_code_run(
     plan = checked_plan(trainer, code, workers=workers, root=root, base_dir=base_dir)
     make_folder(plan.log_path.parent, "local.root")
     config_path = plan.log_path.with_suffix(".config.json")
+    check_files(plan.log_path, plan.log_path.with_suffix(".stderr.log"), config_path)
     config_path.write_text(trainer.model_dump_json(indent=2, exclude_none=True))
     env = {k: v for k, v in os.environ.items() if k not in _RENDEZVOUS}
     env.update({"PYTHONUNBUFFERED": "1", **(extra_env or {})})
@@ -186,23 +193,6 @@ def prepare_code_run(
 
 RUN_MARKER: Final = "trainstack-run.json"
 """Your code's run folder's record of the settings that started it (`code_fingerprint`)."""
-
-
-def checkpoint_dir_problem(checkpoint_dir: str, base_dir: Path, source: Path) -> str | None:
-    """The line refusing a local checkpoint folder that holds the stack's base folder or your
-    source folder (`.`, `..`, the source itself): the run writes and `--fresh` clears it, so
-    it must be a folder of its own. None when it is one (or a `gs://` URL)."""
-    if "://" in checkpoint_dir:
-        return None
-    folder = Path(checkpoint_dir).resolve()
-    for what, inside in (("the stack's folder", base_dir.resolve()), ("trainer.source", source)):
-        if inside == folder or inside.is_relative_to(folder):
-            return (
-                f"trainer.checkpoint_dir: {checkpoint_dir!r} holds {what} ({inside}); the run "
-                "writes its checkpoints there and --fresh clears them; valid: a folder of its "
-                "own, e.g. ckpts/<run> or the default under .trainstack/local"
-            )
-    return None
 
 
 def clear_code_run(checkpoint_dir: str) -> Cleared:
@@ -303,29 +293,34 @@ def run_local_code(
             trainer, workers=workers, root=root.resolve(), base_dir=base_dir, extra_env=extra_env
         )
         folder = prepared.checkpoint_dir
-        if fresh:
-            cleared = on_storage(
-                folder, "delete its checkpoints (--fresh)", lambda: clear_code_run(folder)
+        with checkpoint_lock(folder, trainer.run_name) as took_over:
+            if took_over is not None:
+                print_line(console, took_over)
+            if fresh:
+                cleared = on_storage(
+                    folder, "delete its checkpoints (--fresh)", lambda: clear_code_run(folder)
+                )
+                if (left := cleared.left_line(folder)) is not None:
+                    print_line(console, left)
+            on_storage(
+                folder, "write to it", lambda: CheckpointStore(folder, keep=1).check_writable()
             )
-            if (left := cleared.left_line(folder)) is not None:
-                print_line(console, left)
-        on_storage(folder, "write to it", lambda: CheckpointStore(folder, keep=1).check_writable())
-        on_storage(
-            folder,
-            "read its checkpoints",
-            lambda: claim_folder(folder, list(code.entrypoint), code.env),
-        )
-        prepared.env[LOCAL_RUN_PID_ENV] = str(os.getpid())
-        return supervise_run(
-            prepared,
-            prepared.new_result(),
-            workers=workers,
-            run_name=trainer.run_name,
-            total_steps=None,
-            grace_s=trainer.preemption_grace_s,
-            saved=lambda: newest_marked(folder),
-            done_required=False,
-            console=console,
-            out=out or Console(),
-            progress_every_s=progress_every_s,
-        )
+            on_storage(
+                folder,
+                "read its checkpoints",
+                lambda: claim_folder(folder, list(code.entrypoint), code.env),
+            )
+            prepared.env[LOCAL_RUN_PID_ENV] = str(os.getpid())
+            return supervise_run(
+                prepared,
+                prepared.new_result(),
+                workers=workers,
+                run_name=trainer.run_name,
+                total_steps=None,
+                grace_s=trainer.preemption_grace_s,
+                saved=lambda: newest_marked(folder),
+                done_required=False,
+                console=console,
+                out=out or Console(),
+                progress_every_s=progress_every_s,
+            )

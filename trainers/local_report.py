@@ -32,6 +32,7 @@ from trainstack.trainers.common.contract import (
     FIELD_STEP,
 )
 from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.printable import printable
 
 STDERR_TAIL_LINES = 20
 """Lines of the workers' stderr shown when a run fails (the whole of it is in the file)."""
@@ -142,8 +143,10 @@ def summary_rows(result: LocalRunResult, workers: int) -> list[tuple[str, str]]:
 
 
 def print_line(console: Console, text: str) -> None:
-    """`text` as one line, whatever the console's width (no markup, no wrapping)."""
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    """`text` as one line, whatever the console's width (no markup, no wrapping), with the
+    control characters a terminal would act on escaped (`printable`: the run's processes
+    print what they like)."""
+    console.print(printable(text), markup=False, highlight=False, soft_wrap=True)
 
 
 def print_summary(result: LocalRunResult, workers: int, run_name: str, console: Console) -> None:
@@ -260,7 +263,9 @@ class LiveProgress:
 
     def note(self, text: str) -> None:
         if not self.quiet:
-            self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            self.progress.console.print(
+                printable(text), markup=False, highlight=False, soft_wrap=True
+            )
 
     def step(self, step: int, loss: float | None, samples_per_s: float | None) -> None:
         stats = "" if loss is None else f"loss {loss:.4f}"

@@ -3,7 +3,9 @@ one line (`StartError`, a ValueError: the CLI prints `error: ...` and exits 2):
 
 - the run's folders: `make_folder` names the file standing where a folder must be
   (`.trainstack`, `logs`) or the folder it may not write in;
-- the run's lock (`trainstack.trainers.run_lock`): one local-run of a run at a time;
+- the run's lock (`trainstack.trainers.run_lock`): one local-run of a run at a time, and
+  one run in a local checkpoint folder at a time (`checkpoint_lock`: two stacks may name one
+  `trainer.checkpoint_dir`);
 - the checkpoint folder (a local path or `gs://`): `--fresh` deletes only what trainstack
   wrote there and says what it left (`clear_bundled`); the folder must take a write before a
   worker starts (`CheckpointStore.check_writable`), so a read-only, full or unreachable one
@@ -17,13 +19,15 @@ Framework-free.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from trainstack.trainers.common.checkpoint import CheckpointStore, Skipped
 from trainstack.trainers.common.fingerprint import StateMismatch
+from trainstack.trainers.run_lock import FolderLock
 
 T = TypeVar("T")
 
@@ -46,6 +50,84 @@ def make_folder(path: Path, what: str) -> None:
         ) from None
     except OSError as exc:
         raise StartError(f"{what}: cannot create {path}: {exc.strerror or exc}") from None
+
+
+def check_files(*paths: Path) -> None:
+    """`StartError` naming the first of the run's files (`paths`: its log, stderr log, config)
+    that is a folder, so the run says so before a worker starts, not as a traceback."""
+    for path in paths:
+        if path.is_dir():
+            raise StartError(
+                f"local-run: {path} is a folder where the run's file is expected; valid: move "
+                "that folder away (local-run writes the file there)"
+            )
+
+
+def local_folder(url: str) -> Path | None:
+    """The local folder checkpoint folder `url` names (a path or `file://`), or None for a
+    remote store (`gs://`)."""
+    if url.startswith("file://"):
+        return Path(url.removeprefix("file://"))
+    return None if "://" in url else Path(url)
+
+
+@contextlib.contextmanager
+def checkpoint_lock(url: str, run: str) -> Iterator[str | None]:
+    """Hold the lock of local checkpoint folder `url` (created here) for run `run`: a
+    `RunLocked` line when another live run holds it. Yields the line saying a stale lock was
+    taken over, or None. A `gs://` folder has no lock (Cloud Storage has no `flock`)."""
+    folder = local_folder(url)
+    if folder is None:
+        yield None
+        return
+    make_folder(folder.absolute(), "trainer.checkpoint_dir")
+    with FolderLock(folder.absolute(), run) as lock:
+        yield lock.took_over_line()
+
+
+SYSTEM_FOLDERS: Final = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib64",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var",
+)
+"""The system's own top-level folders (the Filesystem Hierarchy Standard 3.0, chapter 3,
+https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03.html): the run writes `step-N` folders
+in its checkpoint folder and prunes them, so none of these is one (a folder inside them may
+be)."""
+
+
+def checkpoint_dir_problem(
+    checkpoint_dir: str | None, base_dir: Path, source: Path | None = None
+) -> str | None:
+    """The line refusing a local checkpoint folder (a path, relative to `base_dir`, or a
+    `file://` URL) that is or holds the stack's base folder, your source folder, the home
+    folder or one of the system's own (`SYSTEM_FOLDERS`): the run writes and prunes
+    `step-N` folders there and `--fresh` clears them, so it must be a folder of its own.
+    None when it is one (or a `gs://` URL, or unset: the default under `local.root`)."""
+    folder = None if checkpoint_dir is None else local_folder(checkpoint_dir)
+    if folder is None:
+        return None
+    folder = (base_dir / folder.expanduser()).resolve()
+    held = [("the stack's folder", base_dir.resolve()), ("the home folder", Path.home())]
+    held += [("trainer.source", source)] if source is not None else []
+    held += [("a system folder", Path(f)) for f in SYSTEM_FOLDERS]
+    for what, inside in held:
+        if inside == folder or inside.is_relative_to(folder):
+            return (
+                f"trainer.checkpoint_dir: {checkpoint_dir!r} holds {what} ({inside}); the run "
+                "writes its checkpoints there and --fresh clears them; valid: a folder of its "
+                "own, e.g. ckpts/<run> or the default under .trainstack/local"
+            )
+    return None
 
 
 def cause_of(exc: BaseException) -> str:
@@ -104,8 +186,12 @@ def checked_resume(store: CheckpointStore) -> tuple[int | None, list[str]]:
 __all__ = [
     "Skipped",
     "StartError",
+    "check_files",
     "checked_resume",
+    "checkpoint_dir_problem",
+    "checkpoint_lock",
     "clear_bundled",
+    "local_folder",
     "make_folder",
     "on_storage",
     "storage_error",

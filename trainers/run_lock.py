@@ -13,12 +13,19 @@ ticks since boot, proc_pid_stat(5); elsewhere `ps -o lstart=`), so a pid the OS 
 another process since does not count. A record of an older trainstack (the pid alone) is
 checked by the pid alone.
 
+The checkpoint folder has a lock of its own (`FolderLock`, `FOLDER_LOCK` in the folder, the
+same record): two stacks whose `trainer.checkpoint_dir` names one folder are two runs with
+two pid files, and without it the second one's `--fresh` deleted the first one's checkpoints
+while it trained. A record left by a killed run (its pid gone, or another process's start
+time) holds no `flock`; it is taken over, and `FolderLock.took_over` names it.
+
 POSIX only (Linux, macOS); standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -27,7 +34,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Final, Self
+
+FOLDER_LOCK: Final = ".trainstack-run.lock"
+"""The lock file `local-run` keeps in a local checkpoint folder while a run uses it."""
 
 
 def running_pid_file(log_path: Path) -> Path:
@@ -98,6 +108,17 @@ class RunHolder:
             raw = path.read_bytes()
         except FileNotFoundError:
             return None
+        except NotADirectoryError:
+            blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path)
+            raise UnreadableRecord(
+                f"cannot read {path}: {blocker} is a file where a folder is expected; valid: "
+                "move that file away (local-run keeps its runs' folders there)"
+            ) from None
+        except IsADirectoryError:
+            raise UnreadableRecord(
+                f"cannot read {path}: it is a folder where local-run's record file is "
+                "expected; valid: move that folder away (local-run writes the file there)"
+            ) from None
         except OSError as exc:
             raise UnreadableRecord(f"cannot read {path}: {exc.strerror}") from None
         if not raw.strip():
@@ -137,18 +158,16 @@ class RunLock:
         self.path = path
         self.run = run
         self._fd: int | None = None
+        self.took_over: RunHolder | None = None
+        """The holder a stale record named when this process took the lock over."""
 
     def acquire(self) -> None:
         """Take the lock and record this process; `RunLocked` when another process holds
         it (the folder must exist)."""
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise RunLocked(
-                    f"cannot create {self.path}, the lock of run {self.run!r}: "
-                    f"{exc.strerror or exc}; valid: a local.root this user may write in"
-                ) from None
+            fd = self._open()
+            if fd is None:
+                return
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -167,6 +186,10 @@ class RunLock:
                 break
             os.close(fd)
         self._fd = fd
+        try:
+            self.took_over = RunHolder.read(self.path)  # we hold the flock: its holder is gone
+        except UnreadableRecord:
+            self.took_over = None
         holder = RunHolder(
             os.getpid(),
             process_start(os.getpid()),
@@ -178,12 +201,24 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (record + "\n").encode(), 0)
 
-    def _held_line(self) -> str:
+    def _open(self) -> int | None:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunLocked(
+                f"cannot create {self.path}, the lock of run {self.run!r}: "
+                f"{exc.strerror or exc}; valid: a local.root this user may write in"
+            ) from None
+
+    def _holder(self) -> str:
         try:
             holder = RunHolder.read(self.path)
         except UnreadableRecord:
             holder = None
-        who = "another local-run" if holder is None else f"local-run {holder.describe()}"
+        return "another local-run" if holder is None else f"local-run {holder.describe()}"
+
+    def _held_line(self) -> str:
+        who = self._holder()
         return (
             f"run {self.run!r} is already running here ({who}; its lock: {self.path}); "
             "valid: wait for it to end, or stop it (Ctrl-C in its terminal, or SIGTERM to "
@@ -210,3 +245,46 @@ class RunLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class FolderLock(RunLock):
+    """The exclusive lock of a local checkpoint folder (`FOLDER_LOCK` in it), held by the
+    run that reads, writes and (`--fresh`) clears it; see the module doc.
+
+    with FolderLock(Path(checkpoint_dir), run_name) as lock:
+        ...  # lock.took_over: a stale record's holder, to say
+    """
+
+    def __init__(self, folder: Path, run: str) -> None:
+        super().__init__(folder / FOLDER_LOCK, run)
+        self.folder = folder
+
+    def _open(self) -> int | None:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                # Nothing this process may write there, so nothing to guard: the folder's own
+                # test write says why the run cannot use it (`CheckpointStore.check_writable`).
+                return None
+            raise RunLocked(
+                f"trainer.checkpoint_dir: cannot create {self.path}, the lock of the folder: "
+                f"{exc.strerror or exc}"
+            ) from None
+
+    def _held_line(self) -> str:
+        return (
+            f"trainer.checkpoint_dir: {self.folder} is in use by {self._holder()} (its lock: "
+            f"{self.path}); run {self.run!r} would read, write and prune that run's "
+            "checkpoints; valid: a checkpoint folder of this run's own, or wait for that run "
+            "to end"
+        )
+
+    def took_over_line(self) -> str | None:
+        """The line saying a stale lock was taken over, or None."""
+        if self.took_over is None:
+            return None
+        return (
+            f"took over the lock of {self.folder} from {self.took_over.describe()}, which no "
+            "longer runs"
+        )

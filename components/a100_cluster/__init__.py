@@ -119,6 +119,7 @@ from trainstack.components.a100_cluster.validate import (
     a100_cluster_problems,
     parse_version,
     validate_args,
+    with_code,
 )
 from trainstack.components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
 from trainstack.components.facts import (
@@ -282,6 +283,8 @@ class A100Cluster(pulumi.ComponentResource):
         self, name: str, args: A100ClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("A100Cluster", A100ClusterArgs, args)
+        # Your code (`training.code`) becomes the node launcher's arguments, checked first.
+        args = component_check("A100Cluster", with_code, args)  # type: ignore[assignment]
         gpu = component_check("A100Cluster", validate_args, args)
         labels = component_check("A100Cluster", labels_input, args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)

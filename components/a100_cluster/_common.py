@@ -12,6 +12,7 @@ import pulumi
 
 from trainstack.components import catalog
 from trainstack.components._naming import gcp_name
+from trainstack.components.user_code import UserCode
 
 KUBERNETES_VERSION: Final = "1.35"
 KUBERNETES_VERSION_VERIFIED: Final = False
@@ -111,7 +112,8 @@ class A100TrainingArgs(TypedDict):
     """The trainer's `--key=value` flags (`trainstack.infra.run_args.trainer_args`)."""
     node_args: NotRequired[pulumi.Input[list[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
-    (`trainstack.infra.compose.user_code_node_args`, the run contract's folders included), run on
+    (a stack's `trainstack.infra.compose.user_code_node_args`;
+    a program gives `code` instead, the run contract's folders included), run on
     every node (gke: in every pod); excludes trainer_module and trainer_args."""
     secret_env_names: NotRequired[Sequence[str]]
     """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
@@ -121,6 +123,17 @@ class A100TrainingArgs(TypedDict):
     checkpoint_url: NotRequired[pulumi.Input[str]]
     """gs:// URL of the checkpoint bucket; `--checkpoint_dir=<url>/checkpoints` unless the
     flags choose one (the bundled trainer), and where gce records a run limit's start."""
+    code: NotRequired[UserCode]
+    """Your own code (`trainstack.components.UserCode`), run on every node (gke: every pod,
+    in `code.image` when given; gce: on the VM, no image) in place of trainer_module /
+    trainer_args / node_args, checked as `trainstack:trainer` is; needs `checkpoint_url` and
+    `data_url` (the run contract's folders, `trainstack.components.user_code.run_contract`)
+    and a `package_uri` of a `TrainerPackage` built with the same `code`."""
+    data_url: NotRequired[pulumi.Input[str]]
+    """With `code`: the data bucket's URL (`TrainingBuckets.data_url`), TRAINSTACK_DATA_DIR."""
+    run_name: NotRequired[str]
+    """With `code`: the run's name (TRAINSTACK_RUN_NAME, its checkpoint folder); default the
+    cluster's `deployment_name`."""
     image: NotRequired[str]
     """gke: container image (default: `KubernetesTrainingJob`'s pinned image for the
     module, the torch one for your code); gce: boot image (default `DLVM_IMAGE`, required

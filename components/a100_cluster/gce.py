@@ -100,8 +100,13 @@ def create_gce(
             region=region_of(zone),
             name=gcp_name(deployment, "a100-placement"),
             description="trainstack: A100 nodes of one training cluster, collocated",
+            # No vm_count (`catalog.recovery.COMPACT_PLACEMENT_WITHOUT_VM_COUNT_SOURCE`): with
+            # it, "exactly vm_count instances must be created at the same time", but the
+            # group creates its VMs one `createInstances` call each, REPAIR recreates one at
+            # a time and a new node_count would PATCH the count of a policy running VMs use.
+            # Without it VMs join the policy one by one, Google's recommended way.
             group_placement_policy=compute.ResourcePolicyGroupPlacementPolicyArgs(
-                collocation="COLLOCATED", vm_count=gpu.node_count
+                collocation="COLLOCATED"
             ),
             opts=child,
         )

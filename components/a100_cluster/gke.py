@@ -147,34 +147,13 @@ def create_gke(
     zone = gpu.zone
     account = args["service_account_email"]
     tags = pulumi.Output.from_input(args["node_tag"]).apply(lambda t: [t])
-    child = pulumi.ResourceOptions(parent=parent)
-
-    cluster = _cluster(name, args, project, zone, labels, parent)
+    cluster = gke_cluster(name, args, project, zone, labels, parent)
     cluster_name = cluster.name
+    system_pool = gke_system_pool(name, args, project, zone, cluster_name, labels, parent)
     shielded = container.NodePoolNodeConfigShieldedInstanceConfigArgs(
         enable_secure_boot=True, enable_integrity_monitoring=True
     )
     metadata_mode = container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
-    system_pool = container.NodePool(
-        f"{name}-system-pool",
-        project=project,
-        location=zone,
-        cluster=cluster_name,
-        name=SYSTEM_POOL_NAME,
-        node_count=1,
-        management=container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
-        node_config=container.NodePoolNodeConfigArgs(
-            machine_type=args.get("system_machine_type", DEFAULT_SYSTEM_MACHINE_TYPE),
-            image_type=NODE_IMAGE_TYPE,
-            service_account=account,
-            oauth_scopes=[CLOUD_PLATFORM_SCOPE],
-            workload_metadata_config=metadata_mode,
-            shielded_instance_config=shielded,
-            resource_labels=labels,
-            tags=tags,
-        ),
-        opts=child,
-    )
     machine = gpu.machine
     assert machine.gpu_model is not None  # A2 machines all carry GPUs
     accelerator = catalog.GPU_ACCELERATOR_NAMES[machine.gpu_model].compute
@@ -248,23 +227,7 @@ def create_gke(
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
     )
 
-    auth = cluster.master_auth
-    config: pulumi.Output[str] = pulumi.Output.secret(
-        pulumi.Output.all(
-            project, cluster_name, cluster.endpoint, auth.cluster_ca_certificate
-        ).apply(
-            lambda v: kubeconfig(
-                project=v[0], zone=zone, cluster=v[1], endpoint=v[2], ca_certificate=v[3]
-            )
-        )
-    )
-    provider = k8s.Provider(
-        f"{name}-k8s",
-        kubeconfig=config,
-        # A cluster deleted outside Pulumi must not leave destroy stuck on its objects.
-        delete_unreachable=True,
-        opts=child,
-    )
+    config, provider = gke_provider(name, project, zone, cluster, parent)
     training = args.get("training")
     training_job = None
     if training is not None:
@@ -295,21 +258,94 @@ def create_gke(
     )
 
 
-def _cluster(
+def gke_system_pool(
     name: str,
-    args: A100ClusterArgs,
+    args: Mapping[str, Any],
+    project: pulumi.Output[str],
+    zone: str,
+    cluster_name: pulumi.Input[str],
+    labels: pulumi.Input[Mapping[str, str]],
+    parent: pulumi.Resource,
+) -> container.NodePool:
+    """The one on-demand CPU node that runs the cluster's system pods (DNS, controllers),
+    so they survive a spot reclaim of the accelerator nodes. `args`: the keys
+    `service_account_email`, `node_tag` and `system_machine_type` of `A100ClusterArgs`."""
+    tags = pulumi.Output.from_input(args["node_tag"]).apply(lambda t: [t])
+    return container.NodePool(
+        f"{name}-system-pool",
+        project=project,
+        location=zone,
+        cluster=cluster_name,
+        name=SYSTEM_POOL_NAME,
+        node_count=1,
+        management=container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+        node_config=container.NodePoolNodeConfigArgs(
+            machine_type=args.get("system_machine_type", DEFAULT_SYSTEM_MACHINE_TYPE),
+            image_type=NODE_IMAGE_TYPE,
+            service_account=args["service_account_email"],
+            oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+            workload_metadata_config=container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                mode="GKE_METADATA"
+            ),
+            shielded_instance_config=container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                enable_secure_boot=True, enable_integrity_monitoring=True
+            ),
+            resource_labels=labels,
+            tags=tags,
+        ),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def gke_provider(
+    name: str,
+    project: pulumi.Output[str],
+    zone: str,
+    cluster: container.Cluster,
+    parent: pulumi.Resource,
+) -> tuple[pulumi.Output[str], k8s.Provider]:
+    """The cluster's kubeconfig (a secret) and a Kubernetes provider on it."""
+    auth = cluster.master_auth
+    config: pulumi.Output[str] = pulumi.Output.secret(
+        pulumi.Output.all(
+            project, cluster.name, cluster.endpoint, auth.cluster_ca_certificate
+        ).apply(
+            lambda v: kubeconfig(
+                project=v[0], zone=zone, cluster=v[1], endpoint=v[2], ca_certificate=v[3]
+            )
+        )
+    )
+    provider = k8s.Provider(
+        f"{name}-k8s",
+        kubeconfig=config,
+        # A cluster deleted outside Pulumi must not leave destroy stuck on its objects.
+        delete_unreachable=True,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    return config, provider
+
+
+def gke_cluster(
+    name: str,
+    args: Mapping[str, Any],
     project: pulumi.Output[str],
     zone: str,
     labels: pulumi.Input[Mapping[str, str]],
     parent: pulumi.Resource,
+    suffix: str = "a100",
 ) -> container.Cluster:
+    """The private, VPC-native zonal cluster with Workload Identity and no node upgrades
+    during a run, named `<deployment>-<suffix>`. `args`: the keys `deployment_name`,
+    `service_account_email`, `network_self_link`, `subnetwork_self_link`,
+    `master_authorized_cidrs`, `release_channel`, `kubernetes_version` and `environment`
+    of `A100ClusterArgs` (`TpuGkeSlicesArgs` has the same)."""
     account = args["service_account_email"]
     authorized = args.get("master_authorized_cidrs")
     return container.Cluster(
         f"{name}-cluster",
         project=project,
         location=zone,
-        name=gcp_name(args["deployment_name"], "a100", max_len=CLUSTER_NAME_MAX),
+        name=gcp_name(args["deployment_name"], suffix, max_len=CLUSTER_NAME_MAX),
         network=args["network_self_link"],
         subnetwork=args["subnetwork_self_link"],
         networking_mode="VPC_NATIVE",

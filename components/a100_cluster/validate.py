@@ -35,9 +35,17 @@ from trainstack.components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
 )
+from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.problems import did_you_mean, pydantic_problem
 from trainstack.components.gpu_startup import check_trainer, uses_torchrun
 from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
+from trainstack.components.training_network import subnet_region
+from trainstack.components.user_code import (
+    CODE_ONLY_KEYS,
+    CodeRules,
+    code_args_problems,
+    code_node_args,
+)
 
 SHAPE_KEYS: Final = (
     "backend",
@@ -133,6 +141,37 @@ def a100_cluster_problems(
     return problems
 
 
+SUBNET_REGION_KEY: Final = "the region of subnetwork_self_link"
+"""What a component's zone is checked against (a stack's: `gcp:region`)."""
+GPU_CODE: Final = {
+    "gke": CodeRules("gpu_cluster", runs_image=True, pulumi_secrets=True),
+    "gce": CodeRules("gpu_cluster", pulumi_secrets=True),
+}
+"""What your code may use on each backend: either launcher (default torchrun); a container
+image on gke only (gce's VMs run none): the `gke` and `gce` targets' own `code_rules`."""
+
+
+def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`args` with `training.code` as what the nodes run: `node_args` with the run contract's
+    folders in `training.checkpoint_url` / `data_url`, and on gke the code's `image`.
+    ValueError, one line per problem, when the code does not fit (`trainstack:trainer`'s
+    rules on this backend)."""
+    training = args.get("training")
+    if not isinstance(training, Mapping) or training.get("code") is None:
+        return args
+    backend = args.get("backend", "gke")
+    rules = GPU_CODE.get(str(backend), GPU_CODE["gke"])
+    problems = code_args_problems(training, rules, prefix="training.")
+    if problems:
+        raise ValueError("\n".join(problems))
+    code = training["code"]
+    out = {k: v for k, v in training.items() if k not in CODE_ONLY_KEYS}
+    out["node_args"] = code_node_args(training, rules.default_launcher, args["deployment_name"])
+    if code.image is not None and "image" not in out:
+        out["image"] = code.image
+    return {**args, "training": out}
+
+
 def validate_args(args: Mapping[str, Any]) -> A100Shape:
     """Check the component's plain arguments; return their shape.
 
@@ -189,6 +228,9 @@ def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:
             f"{p}deployment_name: {deployment!r} is not a non-empty string; valid: the stack's "
             "name, e.g. pulumi.get_stack()"
         )
+    region = subnet_region(args.get("subnetwork_self_link"))
+    if isinstance(args.get("zone"), str):
+        problems += zone_in_region_problems(args["zone"], region, f"{p}zone", SUBNET_REGION_KEY)
     environment = args.get("environment", DEFAULT_ENVIRONMENT)
     if environment not in ENVIRONMENTS:
         problems.append(

@@ -46,10 +46,12 @@ MIG_DELETE_INSTANCES_DROPS_PER_INSTANCE_CONFIGS_SOURCE: Final = (
 )
 """The supervisor's stop deletes the VMs by name as the provider does, so their per-instance
 configs go with them and the stack's state still lists configs Google no longer has: `pulumi
-up --refresh` finds them gone and creates them again, `node_count` VMs with their names and
-ranks (a plain `pulumi up` reads nothing and changes nothing).
-tests/fidelity/test_gce_group_count.py. What a resize of the group does to per-instance
-configs is in no source read here, so the supervisor never resizes a group."""
+up`, which refreshes first (Pulumi.yaml's `options.refresh: always`), finds them gone and
+creates them again, `node_count` VMs with their names and ranks, and `pulumi destroy` deletes
+the empty group; without a refresh `up` changes nothing and `destroy` is refused at the
+configs (tests/fidelity/test_gce_group_count.py, test_gce_destroy.py). What a resize of the
+group does to per-instance configs is in no source read here, so the supervisor never
+resizes a group."""
 
 GKE_POOL_RESIZE_REMOVES_VMS: Final = True
 GKE_POOL_RESIZE_REMOVES_VMS_VERIFIED: Final = True

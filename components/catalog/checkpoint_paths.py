@@ -21,10 +21,28 @@ GS_DIR: Final = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?$")
 ending with a letter or digit (https://cloud.google.com/storage/docs/buckets#naming)."""
 
 
+def _reserved_bucket(bucket: str) -> str | None:
+    """Why Cloud Storage refuses `bucket` as a name, or None: "Bucket names cannot begin with
+    the "goog" prefix." and "Bucket names cannot contain "google" or close misspellings, such
+    as "g00gle"." (https://cloud.google.com/storage/docs/buckets#naming)."""
+    if bucket.startswith("goog"):
+        return "starts with 'goog'"
+    if "google" in bucket:
+        return "contains 'google'"
+    return None
+
+
 def checkpoint_place_problem(value: str, key: str, *, cloud: bool) -> str | None:
     """The problem with checkpoint folder `value` at `key` on a cloud target (`cloud`) or a
     local one, or None."""
     if value.startswith("gs://") or (cloud and "://" in value):
+        bucket = value.removeprefix("gs://").split("/", 1)[0]
+        if GS_DIR.match(value) and (reserved := _reserved_bucket(bucket)) is not None:
+            return (
+                f"{key}: {quote(value)} names bucket {quote(bucket)}, which {reserved}, so "
+                "Cloud Storage has no such bucket; valid: gs://BUCKET[/PATH] with a bucket "
+                "name not starting with 'goog' nor containing 'google'"
+            )
         if GS_DIR.match(value):
             return None
         return (

@@ -53,6 +53,29 @@ MIG_PLACEMENT_AND_RESERVATION_IN_TEMPLATE_SOURCE: Final = (
     "template is inferred, not quoted from a Google page"
 )
 
+COMPACT_PLACEMENT_WITHOUT_VM_COUNT_VERIFIED: Final = True
+COMPACT_PLACEMENT_WITHOUT_VM_COUNT_SOURCE: Final = (
+    "compute.v1 discovery ResourcePolicyGroupPlacementPolicy.vmCount: 'Number of VMs in this "
+    "placement group. Google does not recommend that you use this field unless you use a "
+    "compact policy and you want your policy to work only if it contains this exact number of "
+    "VMs.'; hashicorp/terraform-provider-google google/services/compute/"
+    "resource_compute_resource_policy.go (group_placement_policy.collocation): 'If compute "
+    "instances are created with a COLLOCATED policy, then exactly vm_count instances must be "
+    "created at the same time with the resource policy attached' (its text also says "
+    "'Can only be specified with vm_count', which the schema does not enforce and its own "
+    "acceptance test TestAccComputeResourcePolicy_resourcePolicyPlacementPolicyGpuTopologyExample "
+    "does not follow: COLLOCATED without vm_count); GoogleCloudPlatform/cluster-toolkit "
+    "modules/compute/vm-instance/README.md: 'When vm_count is not set ... the VMs will be "
+    "added to the placement policy incrementally. This is the recommended way to use "
+    "placement policies. If vm_count is specified then VMs will stay in pending state until "
+    "the specified number of VMs are created'; gcloud compute resource-policies create "
+    "group-placement (https://cloud.google.com/sdk/gcloud/reference/compute/resource-policies/"
+    "create/group-placement): --collocation and --vm-count are separate optional flags"
+)
+"""So the gce group's compact placement policy sets `collocation` only: the group creates its
+VMs one `createInstances` call each, REPAIR recreates one VM at a time, and a changed
+`node_count` would PATCH the count of a policy its running VMs use."""
+
 MIG_RECREATES_MAX_RUN_DURATION_VM: Final = True
 MIG_RECREATES_MAX_RUN_DURATION_VM_VERIFIED: Final = False
 MIG_RECREATES_MAX_RUN_DURATION_VM_SOURCE: Final = (

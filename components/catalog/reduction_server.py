@@ -16,6 +16,13 @@ itself: its sibling from the same apt repository, `google-fast-socket`, installs
 (`PLUGIN_PATH_SOURCE`), so the path is inferred (U). The build checks it: a build whose
 package did not put the file there fails, listing the package's files, rather than
 producing an image whose workers would all-reduce without the reducers.
+
+The job leaves `NCCL_NET_PLUGIN` unset: unset, every NCCL from 2.18 to 2.30 dlopens
+`libnccl-net.so` through the dynamic loader's search path, which holds `/usr/lib`
+(`LOADER_SOURCE`); a path in it is taken as given only by some versions, and others look for
+`libnccl-net-<path>.so` and run without the plugin, silently (`NCCL_NET_PLUGIN_SOURCE`).
+Google's Reduction Server page and its PyTorch sample set no such variable
+(`INSTALL_SOURCE`, `SAMPLE_ENV_SOURCE`).
 """
 
 from __future__ import annotations
@@ -45,13 +52,20 @@ CLOUD_BUILD_SAMPLE_SOURCE: Final = (
     "google-reduction-server on a PyTorch image, built with `gcloud builds submit --tag`, "
     "then run with a Reduction Server pool (commit cc0d791e, 2026-08-19)"
 )
+SAMPLE_ENV_SOURCE: Final = (
+    "GoogleCloudPlatform/vertex-ai-samples notebooks/official/reduction_server/"
+    "pytorch_distributed_training_reduction_server.ipynb (commit cc0d791e): the job with "
+    "reduction_server_replica_count runs with ENVIRONMENT_VARIABLES = {'NCCL_DEBUG': 'INFO'} "
+    "only; no file of the repository names NCCL_NET_PLUGIN"
+)
 FRAMEWORK_IMAGE_TOOLS: Final = ("ca-certificates", "curl", "gnupg")
 """What Google's install line uses that the framework images lack: `curl` for the key and
 `gnupg` for `apt-key add` (the pytorch/pytorch image's own apt installs are ca-certificates,
 libjpeg-dev and libpng-dev: pytorch/pytorch Dockerfile, stage official, stored version)."""
 
 PLUGIN_PATH: Final = "/usr/lib/libnccl-net.so"
-"""Where `google-reduction-server` puts the plugin (inferred, checked by every build)."""
+"""Where `google-reduction-server` puts the plugin (inferred, checked by every build): in a
+folder the loader searches, so NCCL finds it by its default name (`LOADER_SOURCE`)."""
 PLUGIN_PATH_SOURCE: Final = (
     "google/nccl-fastsocket BUILD (commit b3ff1c6f, 2023-11-15): pkg_deb google-fast-socket "
     "from pkg_tar 'lib' with srcs ':libnccl-net.so' and package_dir '/usr/lib/', plus an "
@@ -63,24 +77,33 @@ PLUGIN_PATH_SOURCE: Final = (
     "checks it"
 )
 NCCL_NET_PLUGIN_ENV: Final = "NCCL_NET_PLUGIN"
+"""Left unset on the chief and workers (module docstring)."""
 NCCL_DEFAULT_PLUGIN_SOURCE: Final = (
     "NVIDIA/nccl plugins/net/README.md: 'NCCL network plugins come as a shared library "
     "called libnccl-net.so ... When NCCL is initialized, it will look for a libnccl-net.so "
     "library and dynamically load it'"
 )
 NCCL_NET_PLUGIN_SOURCE: Final = (
-    "NVIDIA/nccl src/net.cc openNetPluginLib (v2.21.5-1 to v2.25.1-1; src/plugin/"
-    "plugin_open.cc openPluginLib from v2.26.2-1 on): with NCCL_NET_PLUGIN set, NCCL first "
-    "dlopens the value as given, then libnccl-net-<value>.so; unset, libnccl-net.so through "
-    "the loader's search path. Before 2.21.5 only libnccl-net-<value>.so was tried, so the "
-    "path form needs NCCL >= 2.21.5 (which framework images of 2025 and later ship is not "
-    "checked here (U))"
+    "NVIDIA/nccl at each tag: unset, NCCL dlopens 'libnccl-net.so' (v2.18.3-1 to v2.20.5-1 "
+    "src/net.cc ncclNetPluginInit; v2.21.5-1 to v2.25.1-1 src/net.cc openNetPluginLib; "
+    "v2.26.2-1 on src/plugin/plugin_open.cc openPluginLib, '%s.so' of 'libnccl-net', and "
+    "from v2.27.3-1 src/plugin/net.cc initPluginLibsOnceFunc's defaultNetPlugin "
+    "'libnccl-net.so'). Set, v2.18 to v2.20 dlopen only 'libnccl-net-<value>.so'; v2.21.5 to "
+    "v2.26 the value as given, then that; v2.27.3 the value as given only when it starts "
+    "with 'lib' and ends with '.so' (a path does not), else 'libnccl-net-<value>.so'; "
+    "v2.27.5 on the value as given first again. A name not found is logged at INFO and NCCL "
+    "goes on with its internal transports"
 )
-PLUGIN_ENV: Final[dict[str, str]] = {NCCL_NET_PLUGIN_ENV: PLUGIN_PATH}
-"""Set on the chief and workers that run the built image: NCCL loads exactly the file the
-build checked, never another `libnccl-net.so` found first on the loader's path (the pod
-setup script puts the host's `/usr/local/nvidia/lib64` first on `LD_LIBRARY_PATH` when it is
-mounted: `components/kubernetes_pod.sh`)."""
+LOADER_SOURCE: Final = (
+    "dlopen(3): a filename with no slash is searched for as ld.so(8) says: LD_LIBRARY_PATH, "
+    "/etc/ld.so.cache, then 'In the default path /lib, and then /usr/lib'; Debian's and "
+    "Ubuntu's multiarch loader lists /lib/x86_64-linux-gnu, /usr/lib/x86_64-linux-gnu, /lib "
+    "and /usr/lib as its system search path (`ld.so --help`, Debian GLIBC 2.36); the "
+    "framework images are Ubuntu-based and the package is a .deb. A libnccl-net.so in a "
+    "folder on LD_LIBRARY_PATH would be found first: the pod setup script puts a mounted "
+    "/usr/local/nvidia/lib64 there (components/kubernetes_pod.sh); that the host Vertex "
+    "mounts there holds none is not checked (U)"
+)
 
 BUILDER_IMAGE: Final = "gcr.io/cloud-builders/docker"
 """The Cloud Build step that runs `docker build` (https://cloud.google.com/build/docs/
@@ -93,8 +116,9 @@ discovery); sent explicitly so the provider's wait is bounded by the same number
 def plugin_dockerfile(base_image: str) -> str:
     """The Dockerfile of the plugin image: `base_image` (by digest), Google's install line
     with `apt-get` for `apt` (the scripting interface; same repository and package) after
-    the tools it needs, then the check that the plugin is where `PLUGIN_ENV` points. No `$`
-    anywhere: Cloud Build substitutes `$NAME` in a build's arguments."""
+    the tools it needs, then the check that the plugin is where NCCL finds it by default
+    (`PLUGIN_PATH`). No `$` anywhere: Cloud Build substitutes `$NAME` in a build's
+    arguments."""
     tools = " ".join(FRAMEWORK_IMAGE_TOOLS)
     return (
         f"FROM {base_image}\n"
@@ -105,7 +129,7 @@ def plugin_dockerfile(base_image: str) -> str:
         f"    apt-get update && apt-get install -y {PACKAGE} && \\\n"
         "    rm -rf /var/lib/apt/lists/*\n"
         f"RUN test -f {PLUGIN_PATH} || {{ echo '{PACKAGE} did not install {PLUGIN_PATH}, "
-        f"which the job names in {NCCL_NET_PLUGIN_ENV}; its files:'; dpkg -L {PACKAGE}; "
+        f"where NCCL finds libnccl-net.so by default; its files:'; dpkg -L {PACKAGE}; "
         "exit 1; }\n"
     )
 

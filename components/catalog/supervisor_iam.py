@@ -81,8 +81,15 @@ PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     # gcp/map.json, crawled from the REST pages: compute.instanceGroupManagers.deleteInstances
     # requires compute.instanceGroupManagers.update, .get compute.instanceGroupManagers.get.
     # The group deletes the VMs itself: no compute.instances.* permission is listed. Not
-    # checked on a live project.
-    "mig": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"),
+    # checked on a live project. listManagedInstances (which VMs run, and any the stack does
+    # not name): "The required permission to execute this command is
+    # compute.instanceGroupManagers.list" (https://cloud.google.com/sdk/gcloud/reference/
+    # compute/instance-groups/managed/list-instances, the gcloud command that calls it).
+    "mig": (
+        "compute.instanceGroupManagers.get",
+        "compute.instanceGroupManagers.list",
+        "compute.instanceGroupManagers.update",
+    ),
     # nodePools.get and .setSize: "nodePools.get | container.clusters.get on the requested
     # cluster" (https://cloud.google.com/kubernetes-engine/docs/reference/api-permissions);
     # setSize: "Authorization requires the following IAM permission on the specified
@@ -97,39 +104,59 @@ STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "queued": ("tpu.nodes.delete", "tpu.nodes.get"),
 }
 READ_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
-    "node_pool": ("compute.instanceGroupManagers.get",),
+    "node_pool": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"),
 }
 """A second, read-only role granted without a condition: the GKE pool's instance groups (the
 pool reports no size of its own), which IAM conditions cannot name (`cluster_condition`)."""
 CONDITIONS_SOURCE: Final = (
-    "https://cloud.google.com/iam/docs/conditions-resource-attributes ('Other services and "
-    "resource types do not recognize resource attributes'; listed: container.googleapis.com/"
-    "Cluster with 'projects/project-id/zones/zone/clusters/cluster-id' for zonal and "
-    "'projects/project-id/locations/location/clusters/cluster-id' for regional clusters; not "
-    "listed: tpu.googleapis.com, compute instanceGroupManagers); "
-    "https://cloud.google.com/iam/docs/configuring-resource-based-access ('If part of a "
-    "condition uses an attribute that isn't available for a resource, then that part of the "
-    "condition is never interpreted as granting access')"
+    "https://cloud.google.com/iam/docs/conditions-resource-attributes ('Resource attributes "
+    "are available for the Google Cloud services and resource types that are listed on this "
+    "page. Other services and resource types do not recognize resource attributes'; services "
+    "listed: compute.googleapis.com and container.googleapis.com among them, "
+    "tpu.googleapis.com not; resource types: container.googleapis.com/Cluster with "
+    "'projects/project-id/zones/zone/clusters/cluster-id' and 'projects/project-id/locations/"
+    "location/clusters/cluster-id'; the stored copies of the compute types end at "
+    "compute.googleapis.com/Instance and InstanceTempla[te], before any instance group "
+    "manager); https://cloud.google.com/iam/docs/configuring-resource-based-access ('If part "
+    "of a condition uses an attribute that isn't available for a resource, then that part of "
+    "the condition is never interpreted as granting access'); read with the search tool on "
+    "2026-11-29"
 )
-"""Which compute grants a condition can narrow: only the GKE cluster's. A name condition on a
-TPU or instance-group grant would deny every call, so those stay project-wide (the policy
-pack's `supervisor-least-privilege` holds them to these permissions). That GKE evaluates the
-cluster's name for the node-pool methods is inferred from their permissions being cluster
-permissions ("on the requested cluster"), not stated; the condition also accepts the pool's
-own name under the cluster so a pool-level evaluation still matches. Whether instance group
-managers are in Google's list was not re-read in full here (the stored copies cut the list
-short): this keeps the earlier reading."""
+"""Which compute grants a condition can narrow, as far as Google's pages say: not Cloud TPU's
+(not a listed service: its grant stays project-wide). Instance group managers: unverified
+(Compute Engine is listed, whether its instance group managers are was not readable), so
+that grant stays project-wide too; a name condition Compute Engine did not evaluate would
+never grant, and the supervisor could not stop the group. The GKE cluster is listed, but
+that GKE evaluates the cluster's name for `nodePools.get`/`setSize` is inferred (their
+permissions are cluster permissions, "on the requested cluster"), not stated; the condition
+also accepts the pool's own name under the cluster. Where it was not evaluated the grant
+would never apply (the quote above: not "allow everything", but the supervisor could not
+read or stop the pool, and each check records a 403). The policy pack's
+`supervisor-least-privilege` holds the project-wide grants to these permissions."""
 CONDITIONS_VERIFIED: Final = False
 REACH: Final = {
     "node": "{verbs} any TPU node in project {project} (tpu.nodes.*)",
     "queued": "{verbs} any TPU node or queued resource in project {project} (tpu.nodes.*)",
     "mig": "read any managed instance group in project {project} and delete its VMs",
-    "node_pool": "read any managed instance group in project {project} (its resize grant holds "
-    "for the stack's cluster only)",
+    "node_pool": "read any managed instance group in project {project}",
 }
 """What a project-wide compute grant of each kind lets the supervisor's account do beyond the
 stack (`CONDITIONS_SOURCE`); `{verbs}`: get, delete and create for a slice it recovers, get
 and delete for one it only stops."""
+CONDITION_NOTES: Final = {
+    "node": "Cloud TPU is not among the services whose resource names IAM conditions can use, "
+    "so that grant cannot be held to the stack's slice",
+    "queued": "Cloud TPU is not among the services whose resource names IAM conditions can "
+    "use, so that grant cannot be held to the stack's slice",
+    "mig": "whether IAM conditions can name an instance group manager is unverified, so that "
+    "grant is project-wide (a name condition Compute Engine did not evaluate would never "
+    "grant, and the supervisor could not stop the group)",
+    "node_pool": "its resize grant is held to the stack's cluster by an IAM condition on the "
+    "cluster's name, which GKE evaluating for node-pool calls is unverified: if it does not, "
+    "the grant never applies and the supervisor cannot stop the pool (each check records a "
+    "403)",
+}
+"""What the plan says of IAM conditions on each kind's compute grant (`CONDITIONS_SOURCE`)."""
 STORAGE_OBJECT_NAME: Final = "projects/_/buckets/{bucket}/objects/{object}"
 STORAGE_CONDITIONS_SOURCE: Final = (
     "https://cloud.google.com/iam/docs/conditions-resource-attributes (Cloud Storage objects: "

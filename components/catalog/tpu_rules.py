@@ -99,6 +99,32 @@ def _type_hint(accelerator_type: str) -> str:
     return ";" if near is None else f"; did you mean `{near}-{size}`?"
 
 
+def named_slice(
+    *, accelerator_type: Any, generation: Any, topology: Any, zone: Any, prefix: str = ""
+) -> tuple[TpuSlice | None, list[str]]:
+    """The catalog slice these arguments name and whether the zone offers its generation,
+    without a runtime (a GKE TPU node pool has none): the slice rules of
+    `tpu_slice_problems`, so a topology the generation lacks reads the same on each backend."""
+    p = prefix
+    for key, value in (
+        ("accelerator_type", accelerator_type),
+        ("generation", generation),
+        ("topology", topology),
+    ):
+        if value is not None and not isinstance(value, str):
+            return None, [f"{p}{key}: {quote(value)} is not a string; valid: a string"]
+    if not isinstance(zone, str) or not zone:
+        return None, [f"{p}zone: required; valid: a zone with TPUs, e.g. us-east5-b"]
+    found, problems = _find_slice(accelerator_type, generation, topology, p)
+    if found is not None and not problems:
+        gen = TPU_GENERATIONS[found.generation]
+        if zone not in gen.zones:
+            problems.append(
+                f"{p}zone: {zone!r} does not offer {gen.name}; valid: {', '.join(gen.zones)}"
+            )
+    return found, problems
+
+
 def _find_slice(
     accelerator_type: str | None, generation: str | None, topology: str | None, p: str
 ) -> tuple[TpuSlice | None, list[str]]:

@@ -29,13 +29,14 @@ later of this supervisor's first sight of it billing and the newest heartbeat's 
 time; `max_run_seconds` from that first
 sight; `hourly_usd` + `max_total_usd`: the compute's list price and the cap, against its own
 count (each call adds the time since the previous one at `hourly_usd` while the compute
-bills, trapezoid over the two views, across recoveries and restarts of the run `end_uri`
+bills: a slice READY, a group or pool with a VM running, `supervisor_targets.NOT_RUNNING`, trapezoid over the two views, across recoveries and restarts of the run `end_uri`
 names). Clock, count and flags are in `state.json` in its own bucket, which the training
 account cannot write; of what that account can write, only the end record and the
 heartbeats' times are read (`supervisor_store.py`). The limits first write the stop request
 `stop_uri` (the launcher stops the trainer with SIGTERM, which saves a checkpoint, and writes
 `end_uri` `stopped`) and stop the compute once `end_uri` says so, or `STOP_GRACE_S` after the
-request; any other end stops it at once. A TPU node or queued resource is deleted ("Charges
+request (at once where the request could not be written: nobody was asked to save); any
+other end stops it at once. A TPU node or queued resource is deleted ("Charges
 for Cloud TPU accrue while your TPU node is in a READY state", https://cloud.google.com/tpu/
 pricing), which stops its billing at once; a managed instance group's VMs are deleted by name
 and a GKE node pool is set to 0 nodes, which deletes their VMs
@@ -69,7 +70,14 @@ import google.auth.compute_engine
 from googleapiclient.errors import HttpError
 
 if TYPE_CHECKING:
-    from trainstack.components.supervisor.supervisor_store import READ_ERRORS, WRITE_TRIES, Store
+    from trainstack.components.supervisor.supervisor_store import (
+        READ_ERRORS,
+        RECORD_ERRORS,
+        RECORDS_BUDGET_S,
+        WRITE_TRIES,
+        NotARecord,
+        Store,
+    )
     from trainstack.components.supervisor.supervisor_targets import (
         COMPUTE_ENDPOINT_ENV,
         CONTAINER_ENDPOINT_ENV,
@@ -85,7 +93,14 @@ if TYPE_CHECKING:
     )
 else:
     try:  # the bundle: functions-framework puts main.py's folder on sys.path
-        from supervisor_store import READ_ERRORS, WRITE_TRIES, Store
+        from supervisor_store import (
+            READ_ERRORS,
+            RECORD_ERRORS,
+            RECORDS_BUDGET_S,
+            WRITE_TRIES,
+            NotARecord,
+            Store,
+        )
         from supervisor_targets import (
             COMPUTE_ENDPOINT_ENV,
             CONTAINER_ENDPOINT_ENV,
@@ -102,7 +117,10 @@ else:
     except ImportError:  # imported as trainstack.components.supervisor.main (tests)
         from trainstack.components.supervisor.supervisor_store import (
             READ_ERRORS,
+            RECORD_ERRORS,
+            RECORDS_BUDGET_S,
             WRITE_TRIES,
+            NotARecord,
             Store,
         )
         from trainstack.components.supervisor.supervisor_targets import (
@@ -171,7 +189,7 @@ def _error(err: Exception) -> str:
 def _json(data: bytes | None) -> Json | None:
     try:
         value = None if data is None else json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: `[[[...` nested past Python's stack
         value = "unreadable"
     return value if value is None or isinstance(value, dict) else {"outcome": "unreadable"}
 
@@ -224,7 +242,7 @@ def _listen(run: Json, store: Store, run_config: Json, now: float) -> None:
     error."""
     try:
         newest = store.newest_heartbeat(run_config["alive_uri"], int(run_config["node_count"]))
-    except READ_ERRORS as err:
+    except RECORD_ERRORS as err:  # the trainer writes these objects
         run["silent_s"] = 0.0
         _unread(run, "heartbeats_unread", "heartbeats", _error(err))
         return
@@ -239,10 +257,11 @@ def end_of_run(run_config: Json, store: Store, run: Json, now: float) -> Json | 
     `max_run_hours`, `max_total_usd`; a failure's `stage`, `detail` and `node`), or None."""
     try:
         recorded = _end_record(store.read(run_config.get("end_uri")))
-    except READ_ERRORS as err:
-        # A 403 where the grant is wrong: the limits, counted here, still end the run.
+    except RECORD_ERRORS as err:  # the trainer writes this object
+        # A 403 where the grant is wrong, a timeout, an object no launcher writes: logged, and
+        # the limits, counted here, still end the run. An object no launcher writes ends it.
         _unread(run, "end_unread", "the run's end record", _error(err))
-        recorded = None
+        recorded = {"reason": "unreadable"} if isinstance(err, NotARecord) else None
     else:
         run["end_unread"] = None
     return recorded or _limit(run_config, run, now)
@@ -281,10 +300,17 @@ def _stop(
     if reason in LIMITS and stop_uri and run["billing"]:
         if run["stop_requested"] is None:
             request = {"reason": reason, "time": _iso(now), "spend_usd": event["spend_usd"]}
-            store.write(stop_uri, json.dumps(request, sort_keys=True).encode())
-            run.update(stop_requested=now, requested_for=reason)
-            event["action"] = "request_stop"
-            return event
+            try:
+                store.write(stop_uri, json.dumps(request, sort_keys=True).encode())
+            except RECORD_ERRORS as err:  # the trainer writes this object too
+                # A temporary hold refuses the overwrite (403), say: nobody was asked to save,
+                # so there is no grace to wait for; the compute stops now.
+                event["stop_request"] = _error(err)
+                run.update(stop_requested=now - STOP_GRACE_S, requested_for=reason)
+            else:
+                run.update(stop_requested=now, requested_for=reason)
+                event["action"] = "request_stop"
+                return event
         if now < run["stop_requested"] + STOP_GRACE_S:
             return None
     event["action"] = "stop"
@@ -332,10 +358,15 @@ def _back(run: Json, run_config: Json, store: Store, event: Json, now: float) ->
     why = (run["end"] or {}).get("reason")
     by_limit = why in LIMITS or (why == "stopped" and run["requested_for"] is not None)
     if by_limit and _limit(run_config, run, now) is None:
-        store.remove(run_config.get("stop_uri"))
-        store.remove(run_config.get("end_uri"))
+        kept = []
+        for key in ("stop_uri", "end_uri"):
+            try:
+                store.remove(run_config.get(key))
+            except RECORD_ERRORS as err:  # the trainer writes these objects too (a hold, say)
+                kept.append(f"{run_config[key]} not removed ({_error(err)})")
         run.update(stop_requested=None, requested_for=None, end=None)
         back["result"] += "; the limits no longer hold: stop request withdrawn"
+        back["result"] += "".join(f"; {line}" for line in kept)
     store.append_event(back)
 
 
@@ -486,10 +517,12 @@ def supervise(request: Any) -> tuple[str, int, dict[str, str]]:
     config = load_config()
     credentials = google.auth.compute_engine.Credentials(scopes=list(SCOPES))
     target = target_of(config, credentials)
+    records_until = time.monotonic() + RECORDS_BUDGET_S
     for _ in range(WRITE_TRIES):
         # FileExistsError: an overlapping call wrote state.json first; check again from it.
         with contextlib.suppress(FileExistsError):
-            event = supervise_once(target, Store(config["state_uri"], credentials), _now(), config)
+            store = Store(config["state_uri"], credentials, records_until)
+            event = supervise_once(target, store, _now(), config)
             break
     else:
         raise FileExistsError("state.json changed on every try")

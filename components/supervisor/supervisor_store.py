@@ -5,13 +5,21 @@ checkpoints, which the training account writes too (`trainstack.trainers.common.
 Of what the training account can write, the supervisor reads only two things: the end record
 (forging one can only stop the compute earlier) and the heartbeats' server-side `updated`
 times (forging them can only keep the compute up until the limits, which it counts itself).
-Its clock, spend count and recovery flags are in its own state."""
+Its clock, spend count and recovery flags are in its own state.
+
+Nothing that account writes may keep a check from counting and acting, so every call on those
+objects is bounded (`Store.read`, `write`, `remove`, `newest_heartbeat`): at most
+`RECORD_MAX_BYTES` of a record are read, an object no launcher writes (larger, or stored
+content-encoded) is refused unread (`NotARecord`), and all such calls of one check share
+`RECORDS_BUDGET_S`. Their failures are the caller's to survive (`main.py`)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +27,7 @@ from typing import Any
 # default in gcsfs 2026) only adds a gRPC round trip to every call.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
+import aiohttp
 import gcsfs
 import gcsfs.retry
 import google.auth.exceptions
@@ -35,7 +44,33 @@ READ_ERRORS = (
     httplib2.HttpLib2Error,
     google.auth.exceptions.GoogleAuthError,
 )
+RECORD_ERRORS = (*READ_ERRORS, aiohttp.ClientError, ValueError, KeyError)
+"""What a call on an object the training account writes may raise, past `READ_ERRORS`: a
+transport error gcsfs passes on, `NotARecord`, an answer without the fields asked for; a
+`RECORDS_BUDGET_S` timeout is an OSError (`TimeoutError`)."""
 FRESH_STATE = {"attempts": 0, "next_allowed": None, "recreate": False}
+RECORD_MAX_BYTES = 8192
+"""The most of a run record read: the node launcher's largest (a stage's 500-character reason,
+each character at most 12 bytes as JSON escapes, `components/gpu_startup/node_helper.py`) is
+under 7 KiB; a test holds it under this."""
+RECORDS_BUDGET_S = 30.0
+"""The most one call of the function spends on objects the training account can write
+(all its tries of the check together: `main.supervise`). Each call gets what
+is left as fsspec's `timeout`, which cancels it there (`fsspec.asyn.sync` runs it under
+`asyncio.wait_for`): a slow answer, or gcsfs's retries of a 429 (6 tries, backoff up to
+32 s, `gcsfs.retry.retry_request`) on the stop request while the trainer rewrites it faster
+than Cloud Storage allows ("Maximum rate of writes to the same object name: One write per
+second", https://cloud.google.com/storage/quotas), cannot use up the function's 120 s before
+state.json is written."""
+
+
+class NotARecord(ValueError):
+    """An object at a run record's name that no launcher writes: over `RECORD_MAX_BYTES`, or
+    stored content-encoded, whose size says nothing of what a read holds in memory: "When an
+    object meets these two criteria [gzip-compressed, `Content-Encoding: gzip`], it undergoes
+    decompressive transcoding when served" (https://cloud.google.com/storage/docs/transcoding),
+    and aiohttp under gcsfs decompresses what is served encoded (`ClientSession`
+    `auto_decompress`, on by default)."""
 
 
 def _path(uri: str) -> str:
@@ -57,11 +92,17 @@ class Store:
     which gcsfs raises as FileExistsError; https://cloud.google.com/storage/docs/
     request-preconditions)."""
 
-    def __init__(self, state_uri: str, credentials: Any) -> None:
+    def __init__(
+        self, state_uri: str, credentials: Any, records_until: float | None = None
+    ) -> None:
+        """`records_until`: the `time.monotonic()` past which calls on the run's records fail
+        (one function call's `RECORDS_BUDGET_S`, shared by its tries of the check; from now
+        where not given)."""
         self.fs = gcsfs.GCSFileSystem(token=credentials)
         self.bucket, _, folder = _path(state_uri).rstrip("/").partition("/")
         self.folder = folder.strip("/")
         self.generation = "0"  # state.json's, as read_state found it
+        self.records_until = records_until or time.monotonic() + RECORDS_BUDGET_S
 
     def name(self, leaf: str) -> str:
         """The object name of `leaf` (state.json, events.jsonl, armed) in the state folder."""
@@ -120,19 +161,52 @@ class Store:
         line = {**event, "severity": severity, "message": message}
         print(json.dumps(line, sort_keys=True), flush=True)
 
+    def _bounded(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`call` (an fsspec sync method) on an object the training account can write, in
+        what is left of this check's `RECORDS_BUDGET_S` (TimeoutError past it)."""
+        left = self.records_until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the {RECORDS_BUDGET_S:.0f} s for the run's records are spent")
+        return call(*args, timeout=left, **kwargs)
+
     def read(self, uri: str | None) -> bytes | None:
-        """The object's bytes, or None where there is none (or no URI)."""
-        with contextlib.suppress(FileNotFoundError):
-            return bytes(self.fs.cat_file(_path(uri))) if uri else None
-        return None
+        """The run record at `uri`, or None where there is none (or no URI). Its metadata
+        first: an object over `RECORD_MAX_BYTES` or content-encoded raises `NotARecord`
+        unread. Then at most `RECORD_MAX_BYTES` of that generation as that metageneration
+        (a Range request pinned by `generation` and `ifMetagenerationMatch`, storage.v1
+        discovery `objects.get`), so an object replaced or re-encoded between the two reads
+        answers 404 (None: read next check) or 412, never more bytes."""
+        if not uri:
+            return None
+        bucket, _, name = _path(uri).partition("/")
+        try:
+            found = self._bounded(
+                self.fs.call, "GET", "b/{}/o/{}", bucket, name, json_out=True,
+                fields="size,contentEncoding,generation,metageneration",
+            )  # fmt: skip
+            size = int(found.get("size") or 0)
+            if size > RECORD_MAX_BYTES or found.get("contentEncoding"):
+                encoding = found.get("contentEncoding")
+                raise NotARecord(
+                    f"{uri} is {size} bytes" + (f", {encoding}-encoded" if encoding else "")
+                    + f": no launcher writes that (at most {RECORD_MAX_BYTES} bytes, not encoded)"
+                )  # fmt: skip
+            _, data = self._bounded(
+                self.fs.call, "GET", "b/{}/o/{}", bucket, name, alt="media",
+                generation=found["generation"], ifMetagenerationMatch=found["metageneration"],
+                headers={"Range": f"bytes=0-{RECORD_MAX_BYTES - 1}"},
+            )  # fmt: skip
+        except FileNotFoundError:
+            return None
+        return bytes(data[:RECORD_MAX_BYTES])
 
     def write(self, uri: str, data: bytes) -> None:
-        self.fs.pipe_file(_path(uri), data)
+        self._bounded(self.fs.pipe_file, _path(uri), data)
 
     def remove(self, uri: str | None) -> None:
         if uri:
             with contextlib.suppress(FileNotFoundError):
-                self.fs.rm_file(_path(uri))
+                self._bounded(self.fs.rm_file, _path(uri))
 
     def newest_heartbeat(self, prefix_uri: str, node_count: int) -> float | None:
         """The newest server-side `updated` time (Unix seconds) of the heartbeats
@@ -146,9 +220,10 @@ class Store:
         times = []
         for rank in range(node_count):
             try:
-                found = self.fs.call(
-                    "GET", "b/{}/o/{}", bucket, f"{prefix}{rank}", fields="updated", json_out=True
-                )
+                found = self._bounded(
+                    self.fs.call, "GET", "b/{}/o/{}", bucket, f"{prefix}{rank}",
+                    fields="updated", json_out=True,
+                )  # fmt: skip
             except FileNotFoundError:
                 continue  # this node has written none yet
             times.append(_epoch(str(found["updated"])))

@@ -80,6 +80,18 @@ class Tpu:
         self.collection.create(parent=self.parent, body=self.body, **{key: self.id}).execute()
 
 
+NOT_RUNNING = ("", "PENDING", "STOPPED", "SUSPENDED", "TERMINATED")
+"""A managed instance's `instanceStatus` while it does not run (compute.v1 discovery,
+ManagedInstance.instanceStatus: "" "when the instance does not exist"; PENDING "waiting for
+available capacity"; STOPPED "has stopped successfully"; SUSPENDED "has suspended";
+TERMINATED "has stopped (either by explicit action or underlying failure)", which is where
+a Spot VM goes on preemption: Scheduling.instanceTerminationAction STOP, "Stop the VM ...
+default action"). A group whose instances are all in these bills no accelerator and is not
+counted. Which states Google bills is in no page read here (the stored instance life cycle
+pages list the states, not their charges): every other state is counted, the short starts
+and stops included, which errs toward counting too much, as a spend cap should."""
+
+
 def _size_state(views: list[tuple[int, int, bool]]) -> str:
     """`SIZE_<target>` while the groups (`Group.view`) ask for instances, `DELETING_<left>`
     once they ask for none until none is left and every group is stable, then `STOPPED`."""
@@ -111,6 +123,28 @@ class Group:
         self.api = _api("compute", "v1", COMPUTE_ENDPOINT_ENV, credentials)
         self.name: str = config["name"]
         self.instances: list[str] = list(config.get("instances") or [])
+        self.running: int | None = None
+        """Instances of the groups not `NOT_RUNNING` at the last `state()` (None: none read)."""
+
+    def members(self, name: str) -> list[Json]:
+        """The group's managed instances (`listManagedInstances`: "Lists all of the instances
+        in the managed instance group"; one answer: a group's `listManagedInstancesResults`
+        defaults to PAGELESS, "all instances are returned in a single response", and
+        trainstack sets none)."""
+        project, zone, group = _group_parts(name)
+        found = (
+            self.api.instanceGroupManagers()
+            .listManagedInstances(project=project, zone=zone, instanceGroupManager=group)
+            .execute(num_retries=2)
+        )
+        return list((found or {}).get("managedInstances") or [])
+
+    def running_in(self, name: str, target: int) -> int:
+        """How many of the group's instances run (`NOT_RUNNING`); none listed where it asks for
+        none (a group emptying is counted by `_size_state` until its VMs are gone)."""
+        if not target:
+            return 0
+        return sum(m.get("instanceStatus", "") not in NOT_RUNNING for m in self.members(name))
 
     def view(self, name: str) -> tuple[int, int, bool] | None:
         """(target size, instances left, stable) of the group (one GET); None if there is none."""
@@ -131,20 +165,29 @@ class Group:
 
     def state(self) -> str:
         view = self.view(self.name)
-        return NOT_FOUND if view is None else _size_state([view])
+        if view is None:
+            self.running = 0
+            return NOT_FOUND
+        self.running = self.running_in(self.name, view[0])
+        return _size_state([view])
 
-    @staticmethod
-    def billing(seen: str) -> bool:
-        return seen.startswith(("SIZE_", DELETING_))
+    def billing(self, seen: str) -> bool:
+        """While its VMs are being deleted, or it asks for some and one of them runs (a group
+        whose Spot VMs were all preempted bills none until it recreates them)."""
+        return seen.startswith(DELETING_) or (seen.startswith("SIZE_") and self.running != 0)
 
     def stop(self) -> None:
         """Delete the stack's VMs by name as the provider deletes a per-instance config
         (`catalog.billing.MIG_DELETE_INSTANCES_*`): their configs go with them, and
-        `pulumi up --refresh` creates them again. One already gone or being deleted is
-        skipped (`skipInstancesOnValidationError`), not a failed stop."""
+        `pulumi up --refresh` creates them again. Any other VM the group holds (someone
+        resized it) is deleted by name too, from the group's list: a VM not named is not
+        deleted, and would bill on. One already gone or being deleted is skipped
+        (`skipInstancesOnValidationError`), not a failed stop."""
         project, zone, group = _group_parts(self.name)
+        listed = sorted(str(m["name"]) for m in self.members(self.name) if m.get("name"))
+        names = self.instances + [n for n in listed if n not in self.instances]
         body = {
-            "instances": [f"zones/{zone}/instances/{name}" for name in self.instances],
+            "instances": [f"zones/{zone}/instances/{name}" for name in names],
             "skipInstancesOnValidationError": True,
         }
         self.api.instanceGroupManagers().deleteInstances(
@@ -168,12 +211,17 @@ class NodePool:
     def state(self) -> str:
         pool = _found(self.pools.get(name=self.name))
         if pool is None:
+            self.groups.running = 0
             return NOT_FOUND
         # A node pool reports no node count of its own: its groups' instances are it.
-        views = [self.groups.view(url) for url in pool.get("instanceGroupUrls", [])]
-        return _size_state([v for v in views if v is not None])
+        urls = pool.get("instanceGroupUrls", [])
+        views = {url: self.groups.view(url) for url in urls}
+        found = {url: v for url, v in views.items() if v is not None}
+        self.groups.running = sum(self.groups.running_in(u, v[0]) for u, v in found.items())
+        return _size_state(list(found.values()))
 
-    billing = staticmethod(Group.billing)
+    def billing(self, seen: str) -> bool:
+        return self.groups.billing(seen)
 
     def stop(self) -> None:
         self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)

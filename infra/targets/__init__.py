@@ -1,13 +1,13 @@
 """The compute targets, one module each, behind one interface (`base.Target`).
 
 Importing this package registers the built-in targets, in the order their stack sections
-are listed in messages: `tpu`, `gke` and `gce` (section `gpu_cluster`), `vertex`, `local`.
+are listed in messages: `tpu` and `tpu_gke` (section `tpu`), `gke` and `gce` (section `gpu_cluster`), `vertex`, `local`.
 """
 
 from __future__ import annotations
 
 from trainstack.infra.config_sections import StackView
-from trainstack.infra.targets import gce, gke, local, tpu, vertex
+from trainstack.infra.targets import gce, gke, local, tpu, tpu_gke, vertex
 from trainstack.infra.targets.base import (
     CloudTarget,
     ComposeContext,
@@ -27,7 +27,14 @@ from trainstack.infra.targets.base import (
     unregister,
 )
 
-BUILT_IN: tuple[Target, ...] = (tpu.TARGET, gke.TARGET, gce.TARGET, vertex.TARGET, local.TARGET)
+BUILT_IN: tuple[Target, ...] = (
+    tpu.TARGET,
+    tpu_gke.TARGET,
+    gke.TARGET,
+    gce.TARGET,
+    vertex.TARGET,
+    local.TARGET,
+)
 """In the order their sections are listed (`valid: exactly one of tpu, gpu_cluster, ...`)."""
 for _target in BUILT_IN:
     register(_target)

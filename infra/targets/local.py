@@ -198,7 +198,9 @@ class Local(StandaloneTarget):
                 if event in (EVENT_START, EVENT_RESUME, EVENT_LAUNCH):
                     done, failed, exit_code = False, False, None
                 elif event in (EVENT_TRAIN, EVENT_DONE):
-                    step = record.get(FIELD_STEP, step)
+                    found = record.get(FIELD_STEP)
+                    is_step = isinstance(found, int) and not isinstance(found, bool)
+                    step = found if is_step else step  # a garbled record's step is none
                     done = done or event == EVENT_DONE
                 elif event == EVENT_FAILED:
                     failed = True

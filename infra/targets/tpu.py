@@ -17,11 +17,17 @@ from trainstack.components.catalog.tpu import (
     CLOUD_TPU_API_NOTE,
     TPU_RUN_LIMIT_ENFORCED,
     TpuGenerationName,
-    TpuProvisioning,
     TpuSlice,
     default_tpu_runtime,
     tpu_slice,
 )
+from trainstack.components.catalog.tpu_gke import (
+    AnyTpuProvisioning,
+    TpuBackend,
+    tpu_provisioning_problems,
+    tpu_slices_problems,
+)
+from trainstack.components.code_frameworks import tpu_framework_problems
 from trainstack.components.facts import (
     reach_note,
     run_limit_text,
@@ -37,7 +43,6 @@ from trainstack.components.tpu_pod_slice import (
     tpu_trainer_problems,
 )
 from trainstack.components.training_dashboard.targets import tpu_filter_text
-from trainstack.infra.code_frameworks import tpu_framework_problems
 from trainstack.infra.compute_status import tpu_log_filter, tpu_state
 from trainstack.infra.logs import check_worker
 from trainstack.infra.outputs import (
@@ -74,7 +79,8 @@ if TYPE_CHECKING:
 
 
 class TpuConfig(Section):
-    """`trainstack:tpu`: a Cloud TPU slice (`TpuPodSlice` arguments). Give
+    """`trainstack:tpu`: TPU slices, through the Cloud TPU API (`backend: tpu_vm`,
+    `TpuPodSlice` arguments) or as GKE node pools (`backend: gke`, `TpuGkeSlices`). Give
     `accelerator_type` or generation+topology."""
 
     accelerator_type: str | None = None
@@ -86,9 +92,18 @@ class TpuConfig(Section):
     runtime_version: str | None = None
     """Default: the newest runtime the catalog knows for the generation and the trainer's
     framework (`trainstack.components.catalog.tpu.default_tpu_runtime`); the plan names it."""
-    provisioning: TpuProvisioning = "on-demand"
+    provisioning: AnyTpuProvisioning = "on-demand"
+    """tpu_vm: on-demand, spot, queued, reserved; gke: on-demand, spot, reserved, flex-start
+    (the generations and zones Google lists)."""
     reservation: str | None = None
-    """Reservation name; only with provisioning `queued`."""
+    """Reservation name; tpu_vm: only with provisioning `queued`; gke: only with `reserved`
+    (without it, any matching reservation is consumed)."""
+    backend: TpuBackend = "tpu_vm"
+    """`tpu_vm` (default): the Cloud TPU API, which Google keeps for bug fixes and security
+    updates only; `gke`: one GKE TPU node pool per slice and a JobSet over them."""
+    slices: int = 1
+    """Slices of `accelerator_type`; above 1 (multislice over the data-center network) on
+    backend gke with multi-host slices only."""
 
     @property
     def slice(self) -> TpuSlice:
@@ -118,6 +133,18 @@ class TpuConfig(Section):
             return self  # the slice problem is reported; there is no runtime to pick
         runtime = default_tpu_runtime(found.generation, framework, found.multi_host)
         return self.model_copy(update={"runtime_version": runtime})
+
+
+TPU_VM_ONLY_KEYS: Final[set[str]] = {"backend", "slices"}
+"""Section keys that pick the backend: not `TpuPodSlice` arguments."""
+
+
+def slice_or_none(section: TpuConfig) -> TpuSlice | None:
+    """The section's catalog slice, or None when it names none."""
+    try:
+        return section.slice
+    except ValueError:
+        return None
 
 
 TPU_WORKER_ENV: Final = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
@@ -173,6 +200,9 @@ class Tpu(CloudTarget):
     )
     supervised = True
 
+    def claims(self, section: TpuConfig) -> bool:
+        return section.backend == "tpu_vm"
+
     # ------------------------------------------------------------------ config
 
     def prepare(self, section: TpuConfig, trainer: Any) -> TpuConfig:
@@ -184,7 +214,14 @@ class Tpu(CloudTarget):
         self, section: TpuConfig, region: str | None, trainer: StackTrainer | None
     ) -> list[str]:
         errors = zone_in_region_problems(section.zone, region, "tpu.zone")
-        args = section.model_dump(exclude_none=True)
+        found = slice_or_none(section)
+        backend = tpu_slices_problems(section.slices, found, section.backend, "tpu.")
+        backend += tpu_provisioning_problems(
+            section.provisioning, section.backend, found, section.zone, "tpu."
+        )
+        if backend:
+            return errors + backend
+        args = section.model_dump(exclude_none=True, exclude=TPU_VM_ONLY_KEYS)
         if section.runtime_version is None:
             # Unset after `with_default_runtime` only when the slice is unknown; with no slice
             # no runtime is checked, so a stand-in lets the slice's own problem be reported.
@@ -201,7 +238,7 @@ class Tpu(CloudTarget):
     ) -> list[str]:
         if not section.runtime_version:
             return []
-        return tpu_framework_problems(trainer, section.runtime_version, base)
+        return tpu_framework_problems(trainer.user_code, section.runtime_version, base)
 
     def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
         return tpu_trainer_problems(trainer.framework, trainer.strategy, "trainer.")
@@ -264,7 +301,7 @@ class Tpu(CloudTarget):
         args = cast(
             TpuPodSliceArgs,
             {
-                **tpu_cfg.model_dump(exclude_none=True),
+                **tpu_cfg.model_dump(exclude_none=True, exclude=TPU_VM_ONLY_KEYS),
                 "project": cfg.project,
                 "deployment_name": deployment,
                 "network_self_link": network.network_self_link,

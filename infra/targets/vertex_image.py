@@ -98,8 +98,9 @@ def vertex_plan_notes(cfg: StackView, deployment: str) -> list[str]:
             f"workers' image, so the stack builds {image.uri} again with it (Cloud Build, as "
             f"the account {account_id(deployment, ACCOUNT_ROLE)}, into the repository "
             f"{plugin_repository_id(deployment)}; {INSTALL_SOURCE.split(' (')[0]}) and runs "
-            f"it by digest with {NCCL_NET_PLUGIN_ENV}={PLUGIN_PATH}; it is built again only "
-            "when the base image or the build changes"
+            f"it by digest, where NCCL loads {PLUGIN_PATH} by its default name "
+            f"({NCCL_NET_PLUGIN_ENV} unset); it is built again only when the base image or the "
+            "build changes"
         )
     if vx.gpus_per_replica and vertex_timeout_s(vx, cfg.limits.max_run_seconds) is None:
         notes.append(VERTEX_NO_TIMEOUT_NOTE)

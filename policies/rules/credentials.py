@@ -25,6 +25,9 @@ _SECRET_WORDS = frozenset(
 )
 _SECRET_PAIRS = frozenset(
     {
+        # An Azure Storage connection string's `AccountKey=`
+        # (https://learn.microsoft.com/en-us/azure/storage/common/storage-configure-connection-string).
+        ("account", "key"),
         ("api", "key"),
         ("access", "key"),
         ("private", "key"),
@@ -56,9 +59,10 @@ CREDENTIALS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a service account key", re.compile(r"\"private_key(?:_id)?\"\s*:")),
     # RFC 3986 section 3.2.1: userinfo is `user:password@` before the host; a password that
     # starts with `$` is a variable the shell or the program reads, not the secret itself.
+    # A password may hold a quote (`pa'ss`); the user may not (a quoted `'x://` ends there).
     (
         "a URL with a password",
-        re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:(?![$\s])[^\s/@'\"]+@"),
+        re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:(?![$\s'\"])[^\s/@\"]+@"),
     ),
     # Anthropic keys start `sk-ant-`; OpenAI's `sk-` or `sk-proj-` (both providers' docs).
     ("an Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}")),
@@ -70,6 +74,26 @@ CREDENTIALS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}")),
     ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
     ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+    # The rest follow gitleaks' rules (gitleaks/gitleaks cmd/generate/config/rules/, the
+    # function named): stripe.go StripeAccessToken `(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]
+    # {10,99}`; jwt.go JWT `ey[a-zA-Z0-9]{17,}\.ey[a-zA-Z0-9\/\\_-]{17,}\.(?:[a-zA-Z0-9\/\\_-]
+    # {10,}={0,2})?`; npm.go NPM `npm_[a-z0-9]{36}` (any case); slack.go SlackWebHookUrl
+    # `hooks.slack.com/(?:services|workflows|triggers)/[A-Za-z0-9+/]{43,56}`, from 20
+    # characters here: Slack's own example (https://api.slack.com/messaging/webhooks,
+    # `https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX`) is 44
+    # and the URL "contains a secret" whatever its length.
+    ("a Stripe API key", re.compile(r"\b(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{10,99}")),
+    (
+        "a JSON Web Token",
+        re.compile(
+            r"\bey[a-zA-Z0-9]{17,}\.ey[a-zA-Z0-9/\\_-]{17,}\.(?:[a-zA-Z0-9/\\_-]{10,}={0,2})?"
+        ),
+    ),
+    ("an npm token", re.compile(r"(?i)\bnpm_[a-z0-9]{36}\b")),
+    (
+        "a Slack webhook URL",
+        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/]{20,}"),
+    ),
 )
 """What a credential looks like, by kind, in the order findings name them."""
 

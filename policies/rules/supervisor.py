@@ -8,13 +8,15 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
   own compute: on a TPU stack `tpu.nodes.create`, `.delete` and `.get` (the calls it makes;
   Cloud TPU authorises its queued resources with the node permissions and has no
   `tpu.queuedResources.*` permission); on a stack with a managed instance group (gce) only
-  reading and resizing it (`compute.instanceGroupManagers.get`, `.update`); on a stack with
+  reading, listing and resizing it (`compute.instanceGroupManagers.get`, `.list`, `.update`);
+  on a stack with
   a GKE node pool `container.clusters.get` and `.update` under a condition that names this
   stack's cluster and nothing else (`resource.name == "projects/P/locations/L/clusters/C"` or
   its `zones/` form, or `.startsWith("<cluster>/nodePools/")`, joined by `||`), and reading
-  the pool's instance groups (`compute.instanceGroupManagers.get`). Google honours resource
-  names in conditions for GKE clusters but not for Cloud TPU or instance group managers
-  (https://cloud.google.com/iam/docs/conditions-resource-attributes), so those grants cannot
+  the pool's instance groups (`compute.instanceGroupManagers.get`, `.list`). Google honours
+  resource names in conditions for GKE clusters (for its node-pool calls: inferred) but not
+  for Cloud TPU, and for instance group managers it is unverified
+  (https://cloud.google.com/iam/docs/conditions-resource-attributes), so those grants do not
   name the one resource and a permission of another kind of compute is a violation even
   where it looks harmless;
 - a bucket grant on the supervisor's own state bucket (labelled `component: run-supervisor`),
@@ -38,9 +40,10 @@ GKE stack as many of those grants carry the cluster condition as such roles hold
 The function's build account (`buildConfig.serviceAccount`) holds what Google lists for it
  (https://cloud.google.com/run/docs/configuring/services/build-service-account):
 `roles/logging.logWriter` and `roles/artifactregistry.writer` on the project, and
-`roles/storage.objectViewer` on the bucket of the function's source and, by a condition, on
-Cloud Functions' own copies of function sources (`resource.name.startsWith(
-"projects/_/buckets/gcf-v2-sources-")`: the build reads its copy there). That is narrower
+`roles/storage.objectViewer` on the bucket of the function's source (its `supervisor/`
+objects, by a condition) and, by a condition, on Cloud Functions' own copies of function
+sources (`resource.name.startsWith("projects/_/buckets/gcf-v2-sources-")`: the build reads
+its copy there). That is narrower
 than Google's list, which names `roles/storage.objectAdmin`. Any other grant to it is a
 violation, and so is one of these missing. Values not known until deploy are skipped.
 """
@@ -70,9 +73,14 @@ BUILD_SOURCE_ROLE = "roles/storage.objectViewer"
 BUILD_COPIES = 'resource.name.startsWith("projects/_/buckets/gcf-v2-sources-")'
 """The condition of the build account's read of Cloud Functions' source copies."""
 COPIES = "gcf-v2-sources-*"
-GROUP_PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update")
+GROUP_PERMISSIONS = (
+    "compute.instanceGroupManagers.get",
+    "compute.instanceGroupManagers.list",
+    "compute.instanceGroupManagers.update",
+)
 NODE_POOL_PERMISSIONS = (
     "compute.instanceGroupManagers.get",
+    "compute.instanceGroupManagers.list",
     "container.clusters.get",
     "container.clusters.update",
 )
@@ -99,7 +107,8 @@ def _allowed(resources: Sequence[Resource]) -> tuple[tuple[str, ...], str]:
     types = {r.type for r in resources}
     if NODE_POOL in types:
         return NODE_POOL_PERMISSIONS, (
-            "compute.instanceGroupManagers.get, and container.clusters.get and .update under "
+            "compute.instanceGroupManagers.get and .list, and container.clusters.get and "
+            ".update under "
             "a condition naming this stack's cluster"
         )
     if GROUP in types:

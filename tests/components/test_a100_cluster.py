@@ -474,7 +474,7 @@ def test_gce_placement_policy_template_group_and_node_configs() -> None:
         "region": "us-central1",
         "name": "exp-42-a100-placement",
         "description": "trainstack: A100 nodes of one training cluster, collocated",
-        "groupPlacementPolicy": {"collocation": "COLLOCATED", "vmCount": 4},
+        "groupPlacementPolicy": {"collocation": "COLLOCATED"},
     }
     assert _integers(run.named("gpu-template").inputs) == _template()
     assert _integers(run.named("gpu-group").inputs) == _group()
@@ -487,6 +487,17 @@ def test_gce_placement_policy_template_group_and_node_configs() -> None:
         "gpu-group",
     ]
     assert "accessConfigs" not in run.named("gpu-template").inputs["networkInterfaces"][0]
+
+
+def test_gce_placement_policy_is_the_same_for_every_node_count() -> None:
+    # No vmCount (`catalog.recovery.COMPACT_PLACEMENT_WITHOUT_VM_COUNT_SOURCE`): the group
+    # creates and repairs its VMs one at a time, so a policy that waits for exactly N VMs
+    # created together would not fit it, and a new node_count changes nothing here.
+    placements = [
+        _run(backend="gce", node_count=count).named("gpu-placement").inputs for count in (2, 4, 8)
+    ]
+    assert placements == [placements[0]] * 3
+    assert placements[0]["groupPlacementPolicy"] == {"collocation": "COLLOCATED"}
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.cloudbuild_server import CloudBuildFakeServer
+from tests.fakes.cloudbuild_server import CloudBuildFakeServer, Failure
 from trainstack.components._cloud_build_provider import (
     ImageBuildError,
     ImageBuildProvider,
@@ -57,6 +57,9 @@ def test_create_submits_one_docker_build_and_reports_the_pushed_digest(
     assert path == "/v1/projects/p/locations/us-central1/builds"
     assert body == {
         "steps": [
+            # The base image's pull first, a step of its own: its failure is the reader
+            # grant's, which may be on its way, never the Dockerfile's.
+            {"name": "gcr.io/cloud-builders/docker", "args": ["pull", BASE]},
             {
                 "name": "gcr.io/cloud-builders/docker",
                 "entrypoint": "bash",
@@ -65,7 +68,7 @@ def test_create_submits_one_docker_build_and_reports_the_pushed_digest(
                     f"docker build --tag {IMAGE} - <<'TRAINSTACK_DOCKERFILE'\n{DOCKERFILE}"
                     "TRAINSTACK_DOCKERFILE\n",
                 ],
-            }
+            },
         ],
         "images": [IMAGE],
         "serviceAccount": "projects/p/serviceAccounts/dep-build@p.iam.gserviceaccount.com",
@@ -88,8 +91,22 @@ def test_the_build_script_has_no_dollar_for_cloud_build_to_substitute() -> None:
     assert "$" not in build_script(IMAGE, DOCKERFILE)
 
 
-def test_a_failed_build_is_built_again_then_succeeds(server: CloudBuildFakeServer) -> None:
-    server.outcomes = ["FAILURE"]
+@pytest.mark.parametrize(
+    "failed",
+    [
+        Failure("PUSH_NOT_AUTHORIZED"),
+        Failure("PUSH_FAILED"),
+        Failure("LOGGING_FAILURE"),
+        Failure("USER_BUILD_STEP", step=0),
+        "INTERNAL_ERROR",
+    ],
+)
+def test_a_build_a_late_grant_explains_is_built_again_then_succeeds(
+    server: CloudBuildFakeServer, failed: str | Failure
+) -> None:
+    # The push (writer grant), the base image's pull (reader grant), logging (its grant;
+    # "Should retry."), or Cloud Build itself: each may pass once the grant has arrived.
+    server.outcomes = [failed]
     sleeps: list[float] = []
     result = _provider(sleeps).create(_props(server))
     assert [path for _, path, _ in server.calls("POST")] == [
@@ -99,15 +116,53 @@ def test_a_failed_build_is_built_again_then_succeeds(server: CloudBuildFakeServe
     assert sleeps == [7.0, 120.0, 7.0]
 
 
+@pytest.mark.parametrize(
+    ("failed", "ended"),
+    [
+        (
+            Failure("USER_BUILD_STEP", step=1),
+            "FAILURE (USER_BUILD_STEP): Build step 1 ended FAILURE (injected)",
+        ),
+        (
+            Failure("PUSH_IMAGE_NOT_FOUND"),
+            "FAILURE (PUSH_IMAGE_NOT_FOUND): the push ended FAILURE (injected)",
+        ),
+        ("FAILURE", "FAILURE: Build step 0 ended FAILURE (injected)"),
+        ("TIMEOUT", "TIMEOUT: Build step 0 ended TIMEOUT (injected)"),
+        ("CANCELLED", "CANCELLED: Build step 0 ended CANCELLED (injected)"),
+        ("EXPIRED", "EXPIRED: Build step 0 ended EXPIRED (injected)"),
+    ],
+)
+def test_a_build_no_grant_explains_fails_at_once(
+    server: CloudBuildFakeServer, failed: str | Failure, ended: str
+) -> None:
+    # The Dockerfile's own build failing, a final image missing, a failure Cloud Build gave
+    # no type, an hour's timeout, a cancel and an expired queue would only end so again.
+    server.outcomes = [failed, "SUCCESS"]
+    sleeps: list[float] = []
+    with pytest.raises(ImageBuildError) as info:
+        _provider(sleeps).create(_props(server))
+    assert str(info.value) == (
+        f"Cloud Build b0001 ended {ended} (logs: https://console.cloud.google.com/cloud-build/"
+        "builds/b0001); not retried: no late grant explains it"
+    )
+    assert (len(server.calls("POST")), sleeps) == (1, [7.0])
+
+
 def test_three_failed_builds_end_in_one_error_naming_the_last(
     server: CloudBuildFakeServer,
 ) -> None:
-    server.outcomes = ["FAILURE", "INTERNAL_ERROR", "TIMEOUT"]
+    server.outcomes = [
+        Failure("PUSH_NOT_AUTHORIZED"),
+        "INTERNAL_ERROR",
+        Failure("USER_BUILD_STEP", 0),
+    ]
     with pytest.raises(ImageBuildError) as info:
         _provider([]).create(_props(server))
     assert str(info.value) == (
-        "Cloud Build b0003 ended TIMEOUT: Build step 0 ended TIMEOUT (injected) (logs: "
-        "https://console.cloud.google.com/cloud-build/builds/b0003); gave up after 3 attempts"
+        "Cloud Build b0003 ended FAILURE (USER_BUILD_STEP): Build step 0 ended FAILURE "
+        "(injected) (logs: https://console.cloud.google.com/cloud-build/builds/b0003); gave "
+        "up after 3 attempts"
     )
 
 

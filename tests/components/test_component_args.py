@@ -28,6 +28,7 @@ from trainstack.components.reduction_server_image import (
     ReductionServerImageArgs,
 )
 from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
+from trainstack.components.tpu_gke_slices import TpuGkeSlices, TpuGkeSlicesArgs
 from trainstack.components.tpu_pod_slice import TpuPodSlice, TpuPodSliceArgs
 from trainstack.components.trainer_package import TrainerPackage, TrainerPackageArgs
 from trainstack.components.training_buckets import TrainingBuckets, TrainingBucketsArgs
@@ -108,6 +109,24 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
             "deployment_name": "exp-42",
             "base_image": "us-central1-docker.pkg.dev/p/exp-42-dockerhub/pytorch/pytorch@sha256:"
             + "0" * 64,
+        },
+    ),
+    "TpuGkeSlices": (
+        TpuGkeSlices,
+        TpuGkeSlicesArgs,
+        {
+            "project": "p",
+            "zone": "us-east5-b",
+            "deployment_name": "exp-42",
+            "accelerator_type": "v6e-16",
+            "slices": 2,
+            "image": "us-docker.pkg.dev/p/r/jax@sha256:" + "0" * 64,
+            "node_args": ["--code", "python", "train.py"],
+            "package_uri": "gs://p-staging/trainstack-0.1.0.tar.gz",
+            "network_self_link": "projects/p/global/networks/exp",
+            "subnetwork_self_link": "projects/p/regions/us-east5/subnetworks/exp",
+            "node_tag": "exp-42-node",
+            "service_account_email": "exp@p.iam.gserviceaccount.com",
         },
     ),
     "TrainingBuckets": (
@@ -208,6 +227,7 @@ TYPOS = [
     ("TrainingDashboard", "stall_minute", "stall_minutes"),
     ("ImageMirror", "deployment", "deployment_name"),
     ("ReductionServerImage", "base_img", "base_image"),
+    ("TpuGkeSlices", "slice", "slices"),
     ("RunSupervisor", "schedul", "schedule"),
 ]
 
@@ -218,6 +238,11 @@ WRONG_TYPES = [
         "ReductionServerImage",
         {"base_image": 5},
         "ReductionServerImage.base_image: 5 is not a string; valid: a string",
+    ),
+    (
+        "TpuGkeSlices",
+        {"slices": "2"},
+        "TpuGkeSlices.slices: '2' is not an integer; valid: an integer",
     ),
     (
         "A100Cluster",

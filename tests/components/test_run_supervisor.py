@@ -107,7 +107,7 @@ def test_children_named_from_the_component_and_parented() -> None:
             (TOKEN, "sup", None),
             ("gcp:serviceaccount/account:Account", "sup-sa", "sup"),
             ("gcp:projects/iAMCustomRole:IAMCustomRole", "sup-role", "sup"),
-            ("gcp:projects/iAMMember:IAMMember", "sup-tpu", "sup"),
+            ("gcp:projects/iAMMember:IAMMember", "sup-grant", "sup"),
             ("gcp:serviceaccount/iAMMember:IAMMember", "sup-act-as", "sup"),
             ("gcp:storage/bucket:Bucket", "sup-state", "sup"),
             ("gcp:storage/bucketIAMMember:BucketIAMMember", "sup-state-admin", "sup"),
@@ -144,7 +144,7 @@ def test_grants_are_narrow_and_exact() -> None:
             "tpu.nodes.get",
         ],
     }
-    assert run.named("sup-tpu").inputs == {
+    assert run.named("sup-grant").inputs == {
         "project": "my-project",
         "role": f"projects/my-project/roles/trainstackSupervisor_exp_42_{UID}",
         "member": MEMBER,
@@ -200,11 +200,18 @@ def test_the_build_account_holds_only_what_google_lists_for_it() -> None:
         "role": "roles/artifactregistry.writer",
         "member": BUILD_MEMBER,
     }
+    # Only the supervisor's zips of the staging bucket (it holds the trainer packages too).
     assert run.named("sup-build-source").inputs == {
         "bucket": "b-staging",
         "role": "roles/storage.objectViewer",
         "member": BUILD_MEMBER,
+        "condition": {
+            "title": "only the supervisor's source",
+            "description": "The run supervisor's source zips; no trainer package.",
+            "expression": 'resource.name.startsWith("projects/_/buckets/b-staging/objects/supervisor/")',
+        },
     }
+    assert run.named("sup-source").inputs["name"].startswith("supervisor/trainstack_supervisor-")
     # The build reads Cloud Functions' own copy of the zip, in a bucket named by project
     # number and region: a project grant held to those buckets by a condition.
     assert run.named("sup-build-copies").inputs == {
@@ -256,7 +263,7 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         f"projects/{cluster.format('zones')}",
         f"projects/{cluster.format('locations')}",
     )
-    assert run.named("sup-tpu").inputs == {
+    assert run.named("sup-grant").inputs == {
         "project": "my-project",
         "role": f"projects/my-project/roles/trainstackSupervisor_exp_42_{UID}",
         "member": MEMBER,
@@ -275,7 +282,8 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         "roleId": f"trainstackSupervisorRead_exp_42_{UID}",
         "title": "trainstack run supervisor reads (exp-42)",
         "description": "Read the instance groups of one stack's GKE node pool.",
-        "permissions": ["compute.instanceGroupManagers.get"],
+        # `.list`: which of the pool's VMs run (`listManagedInstances`).
+        "permissions": ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"],
     }
     assert run.named("sup-read").inputs == {
         "project": "my-project",
@@ -449,7 +457,7 @@ def test_a_stack_deployed_again_gets_role_ids_google_has_not_held() -> None:
     first, second = _run(), _run(uid=again)
     ids = [r.named("sup-role").inputs["roleId"] for r in (first, second)]
     assert ids == [f"trainstackSupervisor_exp_42_{UID}", f"trainstackSupervisor_exp_42_{again}"]
-    assert second.named("sup-tpu").inputs["role"] == f"projects/my-project/roles/{ids[1]}"
+    assert second.named("sup-grant").inputs["role"] == f"projects/my-project/roles/{ids[1]}"
 
 
 def test_its_state_is_in_a_bucket_of_its_own_deleted_with_it() -> None:
@@ -470,7 +478,7 @@ def test_its_state_is_in_a_bucket_of_its_own_deleted_with_it() -> None:
     with zipfile.ZipFile(REPO_ROOT / source["source"]["fileAsset"]) as bundle:
         assert json.loads(bundle.read("config.json"))["state_uri"] == f"gs://{STATE}"
     function = run.named("sup-function")
-    for grant in ("sup-state-admin", "sup-records", "sup-tpu", "sup-act-as"):
+    for grant in ("sup-state-admin", "sup-records", "sup-grant", "sup-act-as"):
         assert run.named(grant).urn in function.dependencies
 
 
@@ -531,7 +539,15 @@ def test_the_bundle_pins_what_main_imports(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "name", "permissions"),
     [
-        ("mig", MIG, ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update"]),
+        (
+            "mig",
+            MIG,
+            [
+                "compute.instanceGroupManagers.get",
+                "compute.instanceGroupManagers.list",
+                "compute.instanceGroupManagers.update",
+            ],
+        ),
         ("node_pool", POOL, ["container.clusters.get", "container.clusters.update"]),
     ],
 )
@@ -578,4 +594,20 @@ def test_a_stack_deployed_as_tpu_supervisor_keeps_its_resources() -> None:
     assert TOKEN == "trainstack:supervision:RunSupervisor"
     assert run_program(program).outputs["aliases"] == [
         "urn:pulumi:plan::trainstack::trainstack:tpu:TpuSupervisor::sup"
+    ]
+
+
+def test_the_compute_grant_has_a_neutral_name_and_keeps_its_tpu_one_as_an_alias() -> None:
+    # It was `<name>-tpu` on every target (gce and gke too); renamed, the alias maps the old
+    # URN (same type, same parent) to the new one, so a deployed stack keeps its grant.
+    def program() -> dict[str, Any]:
+        sup = RunSupervisor("sup", _args())  # type: ignore[arg-type]
+        return {"aliases": pulumi.Output.all(*sup.grants[0]._aliases)}
+
+    run = _run()
+    assert run.named("sup-grant").type == "gcp:projects/iAMMember:IAMMember"
+    assert not [r for r in run.resources if r.name == "sup-tpu"]
+    assert run_program(program).outputs["aliases"] == [
+        "urn:pulumi:plan::trainstack::pulumi:pulumi:Stack$trainstack:supervision:RunSupervisor$"
+        "gcp:projects/iAMMember:IAMMember::sup-tpu"
     ]

@@ -53,7 +53,10 @@ def test_preview_up_refresh_update_rebuild_destroy(
     [(_, path, body)] = fake.calls("POST")
     assert path == "/v1/projects/my-ml-project/locations/us-central1/builds"
     assert body["images"] == [inputs["image"]]
-    assert body["steps"][0]["args"][1].split("\n", 1)[1] == (
+    # The base image's pull, then the build of the Dockerfile.
+    base = inputs["dockerfile"].split("\n", 1)[0].removeprefix("FROM ")
+    assert body["steps"][0]["args"] == ["pull", base]
+    assert body["steps"][1]["args"][1].split("\n", 1)[1] == (
         f"{inputs['dockerfile']}TRAINSTACK_DOCKERFILE\n"
     )
     outputs = plain(engine.state[goal.urn].outputs)

@@ -15,6 +15,12 @@ will be stored in the Build resource's results field", `Build.images`): one `Bui
 {name, digest} per image, the digest here a hash of the build's steps, so the same build
 gives the same digest. A build with an image whose name has no tag, or with no steps, is
 refused 400 (`Build.steps`: "Required"). Unknown builds answer 404 in Google's error shape.
+
+An outcome is a `Build.status`, or a `Failure`: status FAILURE with `failureInfo.type`
+("Contains information about the build when status=FAILURE", `Build.failureInfo`) and, for
+a failed step, each step's `status` ("build step status is only updated on build
+completion", `BuildStep.status`): the steps before it SUCCESS, it FAILURE, the rest
+QUEUED, which is what the steps not run show (U: no source here says so).
 """
 
 from __future__ import annotations
@@ -24,10 +30,21 @@ import itertools
 import json
 import re
 import threading
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from tests.fakes import LocalServer, google_error, json_handler
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A FAILURE outcome: its `failureInfo.type`, and the step that failed (None: none did,
+    as for a failed push)."""
+
+    type: str
+    step: int | None = None
+
 
 _COLLECTION = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+)/builds$")
 _BUILD = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+)/builds/([^/:]+)$")
@@ -39,7 +56,7 @@ class CloudBuildFakeServer(LocalServer):
     def __init__(self) -> None:
         self.builds: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str, Any]] = []
-        self.outcomes: list[str] = []
+        self.outcomes: list[str | Failure] = []
         """How the next builds end, in order; SUCCESS once the list is used up."""
         self.working_reads = 1
         """GETs that answer WORKING before a build ends (0: it ends at its first GET)."""
@@ -78,7 +95,7 @@ class CloudBuildFakeServer(LocalServer):
                 return 400, google_error(400, f"image {image!r} has no tag")
         build_id = f"b{next(self._ids):04d}"
         build = {
-            **body,
+            **json.loads(json.dumps(body)),  # its own copy: the steps get a status
             "id": build_id,
             "projectId": parent.split("/")[1],
             "status": "QUEUED",
@@ -101,11 +118,30 @@ class CloudBuildFakeServer(LocalServer):
         if build["_working"] > 0:
             build["_working"] -= 1
             return
-        build["status"] = build["_outcome"]
+        outcome = build["_outcome"]
+        if isinstance(outcome, Failure):
+            build["status"] = "FAILURE"
+            build["failureInfo"] = {"type": outcome.type, "detail": f"{outcome.type} (injected)"}
+            if outcome.step is not None:
+                for index, step in enumerate(build["steps"]):
+                    step["status"] = (
+                        "SUCCESS"
+                        if index < outcome.step
+                        else "FAILURE"
+                        if index == outcome.step
+                        else "QUEUED"
+                    )
+            where = "the push" if outcome.step is None else f"Build step {outcome.step}"
+            build["statusDetail"] = f"{where} ended FAILURE (injected)"
+            return
+        build["status"] = outcome
         if build["status"] == "SUCCESS":
-            steps = json.dumps(build["steps"], sort_keys=True).encode()
+            public_steps = [{k: v for k, v in st.items() if k != "status"} for st in build["steps"]]
+            steps = json.dumps(public_steps, sort_keys=True).encode()
             digest = "sha256:" + hashlib.sha256(steps).hexdigest()
             build["results"] = {"images": [{"name": i, "digest": digest} for i in build["images"]]}
+            for step in build["steps"]:
+                step["status"] = "SUCCESS"
         else:
             build["statusDetail"] = f"Build step 0 ended {build['status']} (injected)"
 

@@ -65,7 +65,8 @@ resize actions are scheduled even if the group has not yet added or deleted any 
 `deletion_gets` reads of the group (`get`, `listManagedInstances`, `listPerInstanceConfigs`);
 the read after those finds it gone (its config too) and notes it in `gone`.
 `currentActions` carries every count of the discovery document's
-`InstanceGroupManagerActionsSummary` (zeros included).
+`InstanceGroupManagerActionsSummary` (zeros included). `listManagedInstances` lists each
+VM's `instanceStatus`: RUNNING, or TERMINATED once `preempt` stopped it.
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ class Member:
     """How often the group created it (a PROACTIVE update recreates it)."""
     deleting: int | None = None
     """While being deleted: the reads of the group that still find it."""
+    status: str = "RUNNING"
+    """Its `instanceStatus` as `listManagedInstances` answers it (`preempt`: TERMINATED)."""
 
 
 @dataclass
@@ -167,6 +170,17 @@ class ComputeFakeServer(LocalServer):
         with self._lock:
             problem = self._resize(key, size)
         assert problem is None, problem
+
+    def preempt(self, key: str, names: list[str]) -> None:
+        """Compute Engine preempts these Spot VMs of group `key`: stopped, TERMINATED
+        (compute.v1 discovery: Scheduling.instanceTerminationAction STOP, "Stop the VM ...
+        default action"; ManagedInstance.instanceStatus TERMINATED, "The instance has stopped
+        (either by explicit action or underlying failure)"). They stay in the group, as the
+        test leaves them: the group's repair (recreating them) is not modelled."""
+        with self._lock:
+            state = self._sync(key)
+            for name in names:
+                state.members[name].status = "TERMINATED"
 
     def create_instances(self, key: str, names: list[str]) -> None:
         """Group `key` (created at size 0 where there is none) gains these VMs as the
@@ -409,6 +423,7 @@ class ComputeFakeServer(LocalServer):
                 f"{zone}/instances/{m.name}",
                 "name": m.name,
                 "currentAction": "NONE" if m.deleting is None else "DELETING",
+                "instanceStatus": m.status,
                 "version": {"instanceTemplate": m.template},
                 "preservedStateFromConfig": {"metadata": m.metadata} if m.metadata else {},
             }

@@ -33,9 +33,21 @@ changed (the schemas' ForceNew, components/catalog/replace_on_change.py), replac
 first where it was registered with `delete_before_replace` (its dependents, which take its
 outputs into ForceNew inputs, deleted before it and created again after it), else created
 first and the old one deleted after every create; resources the program no longer
-registers are deleted last, newest first. The template makes no call here: its self link is a digest of its
-inputs (every input of an instance template forces a new one), which the group's
-`versions` take where the plan says "(known after deploy)".
+registers are deleted last, newest first. The template makes no call here: its self link is
+a digest of its inputs (every input of an instance template forces a new one), which the
+group's `versions` take where the plan says "(known after deploy)". `destroy` deletes what is
+in the state, dependents before what they depend on (each antichain together); a delete
+that fails stops it after that antichain, the rest left in the state. Whether `up` and `destroy` refresh first
+is the project's: `refresh_option` is pulumi/pulumi pkg/cmd/pulumi/operations/io.go
+getRefreshOption (a `--refresh` given wins, else `options.refresh: always` in Pulumi.yaml,
+else no refresh), which up.go, preview.go and destroy.go call.
+
+A call the API refuses is the provider's error: Delete of a per-instance config with
+`remove_instance_on_destroy` (resourceComputePerInstanceConfigDelete) returns
+`transport_tpg.HandleNotFoundError(err, ...)` for a failed `deleteInstances`, which takes a
+404 as gone and returns every other error (google/transport/transport.go
+HandleNotFoundError); it sends no `skipInstancesOnValidationError`, so a VM no longer in the
+group fails the call (`tests.fakes.compute_server`: 400).
 """
 
 from __future__ import annotations
@@ -47,7 +59,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from trainstack.infra.compose import main_program
 from trainstack.infra.mocks import UNKNOWN, RecordedResource, run_program
@@ -65,6 +80,32 @@ COMPUTED = {GROUP: ("targetSize",)}
 CLIENT_SIDE = {GROUP: ("waitForInstances",)}
 """Fields Update sends nowhere."""
 POLLS = 50
+
+
+class ProviderError(Exception):
+    """A call the API refused with other than 404: the provider returns it to the engine."""
+
+    def __init__(self, call: str, code: int, message: str) -> None:
+        super().__init__(f"{call}: HTTP {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class DestroyFailed(Exception):
+    """`pulumi destroy` stopped: the deletes the provider returned an error for, by name."""
+
+    def __init__(self, refused: Mapping[str, ProviderError]) -> None:
+        super().__init__("; ".join(f"{name}: {err}" for name, err in sorted(refused.items())))
+        self.refused = dict(refused)
+
+
+def refresh_option(project_file: Path, flag: str = "") -> bool:
+    """Whether `pulumi up`/`preview`/`destroy` in the project of `project_file` refresh first
+    (getRefreshOption): `flag` is `--refresh`'s value ("" when not given)."""
+    if flag:
+        return flag.lower() in ("1", "t", "true")  # strconv.ParseBool's true forms
+    options = yaml.safe_load(project_file.read_text()).get("options") or {}
+    return bool(options.get("refresh") == "always")
 
 
 @dataclass
@@ -121,7 +162,12 @@ class Provider:
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 return None
-            raise AssertionError(f"{method} {path}: HTTP {err.code} {err.read()!r}") from None
+            raw = err.read()
+            try:
+                message = str(json.loads(raw)["error"]["message"])
+            except (ValueError, KeyError, TypeError):
+                message = raw.decode(errors="replace")
+            raise ProviderError(f"{method} {path}", err.code, message) from None
 
     @staticmethod
     def _group_path(i: Mapping[str, Any], name: str | None = None) -> str:
@@ -273,6 +319,30 @@ class Stack:
         gone = [self.state.pop(n) for n in reversed(list(self.state)) if n not in wanted]
         for deployed in [*reversed(after), *gone]:
             self.provider.delete(deployed.type, deployed.inputs)
+
+    def destroy(self, *, refresh: bool = False) -> None:
+        """`pulumi destroy` (`refresh`: the project's option or `--refresh`): the deletes in
+        antichains, each the resources nothing left in the state depends on, run together
+        (pulumi/pulumi pkg/resource/deploy/step_generator.go ScheduleDeletes,
+        step_executor.go ExecuteParallel); after an antichain with a refused delete no
+        further one starts (cancelDueToError), and DestroyFailed lists what was refused,
+        those resources left in the state."""
+        if refresh:
+            self.refresh()
+        while self.state:
+            needed = {d for deployed in self.state.values() for d in deployed.dependencies}
+            antichain = [n for n, deployed in self.state.items() if deployed.urn not in needed]
+            refused: dict[str, ProviderError] = {}
+            for name in antichain:
+                deployed = self.state[name]
+                try:
+                    self.provider.delete(deployed.type, deployed.inputs)
+                except ProviderError as err:
+                    refused[name] = err
+                else:
+                    del self.state[name]
+            if refused:
+                raise DestroyFailed(refused)
 
     @staticmethod
     def _replaces(type_: str, old: Deployed, new: Mapping[str, Any]) -> bool:

@@ -5,8 +5,9 @@ the Compute Engine fake, which creates and deletes VMs as the API does
 (`tests.fakes.compute_server`). Each case ends with exactly `node_count` VMs, named
 `<deployment>-a100-<rank>`, each with its `trainstack-node-rank` metadata: on first deploy,
 after the run supervisor stopped the group (its VMs deleted by name, as the provider deletes
-a per-instance config) and `pulumi up --refresh` brought it back, after a new template, a
-replaced per-instance config, a replaced group, and a new node count. Nothing here resizes
+a per-instance config) and `pulumi up` (which refreshes first: Pulumi.yaml) brought it back,
+after a new template, a replaced per-instance config, a replaced group, and a new node
+count. Nothing here resizes
 the group: the fake refuses a resize that would delete a VM with a per-instance config (in
 no source read here).
 """
@@ -24,7 +25,15 @@ import pytest
 
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.gcs_emulator import running_gcs_emulator
-from tests.fidelity.gce_deploy import CONFIG, Provider, Stack, registered, template_link
+from tests.fidelity.gce_deploy import (
+    CONFIG,
+    Provider,
+    ProviderError,
+    Stack,
+    refresh_option,
+    registered,
+    template_link,
+)
 from tests.fidelity.supervisor import serve_planned_supervisor
 from trainstack.components.gpu_startup import NODE_RANK_ATTRIBUTE
 from trainstack.infra.mocks import RecordedResource
@@ -33,6 +42,7 @@ from trainstack.infra.plan import build_plan, load_stack
 STACK = "prod-a100-gce"
 GROUP = "my-ml-project/us-central1-c/prod-a100-gce-a100"
 CHECKPOINTS = "my-ml-project-prod-a100-gce-checkpoints"
+PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 
 
 def _config(node_count: int = 4, steps: int | None = None) -> dict[str, Any]:
@@ -84,7 +94,7 @@ def _put(storage: str, uri: str, value: Any) -> None:
     fs.pipe_file(uri.removeprefix("gs://"), json.dumps(value).encode())
 
 
-def test_after_the_supervisor_stops_the_group_pulumi_up_refresh_brings_back_the_same_vms(
+def test_after_the_supervisor_stops_the_group_pulumi_up_brings_back_the_same_vms(
     tmp_path: Path,
 ) -> None:
     config = _config()
@@ -111,13 +121,14 @@ def test_after_the_supervisor_stops_the_group_pulumi_up_refresh_brings_back_the_
         project, zone, name = GROUP.split("/")
         path = f"projects/{project}/zones/{zone}/instanceGroupManagers/{name}"
         assert stack.provider._send("POST", f"{path}/listPerInstanceConfigs") == {}
-        # `pulumi up` alone reads nothing: the state still holds the four configs.
-        stack.up(resources)
+        # `pulumi up --refresh=false` reads nothing: the state still holds the four configs.
+        stack.up(resources, refresh=refresh_option(PROJECT_FILE, "false"))
         assert (_ranks(api), _size(api)) == ({}, 0)
-        # A refresh finds them gone, and the up creates them again; the group's target
-        # size, left to the configs, is not resized.
+        # `pulumi up` refreshes first (the project's `options.refresh: always`): it finds
+        # them gone and creates them again; the group's target size, left to the configs,
+        # is not resized.
         start = len(api.requests)
-        stack.up(resources, refresh=True)
+        stack.up(resources, refresh=refresh_option(PROJECT_FILE))
         assert _ranks(api) == _ranked(4)
         assert _size(api) == 4
         assert _calls(api, start) == ["POST createInstances"] * 4
@@ -159,7 +170,7 @@ def test_a_replaced_node_config_deletes_its_vm_before_creating_it_again() -> Non
     with ComputeFakeServer() as api:
         stack = Stack(Provider(api.endpoint))
         stack.up(_without_delete_first(resources))
-        with pytest.raises(AssertionError, match="HTTP 409"):
+        with pytest.raises(ProviderError, match="HTTP 409"):
             stack.up(_without_delete_first(resources), replace=[f"{STACK}-gpu-1"])
 
 

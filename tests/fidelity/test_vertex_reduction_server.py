@@ -1,5 +1,5 @@
-"""Reduction Server fidelity: the plugin image's build puts the plugin where the workers'
-environment tells NCCL to load it from.
+"""Reduction Server fidelity: the plugin image's build puts the plugin where NCCL, with
+`NCCL_NET_PLUGIN` unset, finds it by its default name.
 
 The plan of a Vertex stack with reducers on the default image registers the Cloud Build
 build of the plugin image (`ImageBuild`, its Dockerfile) and the CustomJob whose chief and
@@ -17,9 +17,15 @@ workers run that image. This test does, on this machine, what the two do there:
   checked; the Dockerfile's own last `RUN` checks it on every real build.
 - each chief and worker replica: the environment Vertex sets on it (`tests.fidelity.vertex.
   vertex_env`: CLUSTER_SPEC, TF_CONFIG, MASTER_ADDR, ..., plus the pool's `env`) in a
-  process in the same namespace, which does what NCCL >= 2.21.5 does with
-  `NCCL_NET_PLUGIN` (NVIDIA/nccl src/net.cc openNetPluginLib: `dlopen(value, RTLD_NOW |
-  RTLD_LOCAL)`, then the `ncclNetPlugin_v*` symbol) and reports the file it loaded.
+  process in the same namespace, which dlopens (`RTLD_NOW | RTLD_LOCAL`) the names NCCL
+  2.18.3, 2.21.5, 2.27.3 and 2.27.5 each try for the `NCCL_NET_PLUGIN` it sees
+  (`trainstack.components.catalog.reduction_server.NCCL_NET_PLUGIN_SOURCE`), then looks up
+  the `ncclNetPlugin_v*` symbol, and reports the plugin each version loaded and the files
+  mapped. Unset, every version asks for `libnccl-net.so`, a name with no slash, which the
+  dynamic loader looks up along its search path (`LOADER_SOURCE`; no LD_LIBRARY_PATH is set
+  and /etc/ld.so.cache is this machine's, so it is the default path that finds /usr/lib).
+  With the path in `NCCL_NET_PLUGIN` (as before) 2.18.3 and 2.27.3 ask for
+  `libnccl-net-<path>.so` only, and load nothing.
 
 Not run here: NCCL itself (it needs GPUs), the image's pod setup script and trainer (run by
 tests/fidelity/test_vertex.py with the same env), Cloud Build and the push.
@@ -63,15 +69,37 @@ fi
 PROBE = textwrap.dedent(
     """
     import ctypes, json, os
-    path = os.environ["NCCL_NET_PLUGIN"]
-    lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-    name = ctypes.c_char_p.in_dll(lib, "ncclNetPlugin_v8").value.decode()
+    env = os.environ.get("NCCL_NET_PLUGIN")
+    prefixed = f"libnccl-net-{env}.so"
+    lib_name = bool(env) and env.startswith("lib") and env.endswith(".so")
+    # The names each NCCL dlopens, in order (catalog.reduction_server.NCCL_NET_PLUGIN_SOURCE:
+    # src/net.cc ncclNetPluginInit, openNetPluginLib; src/plugin/plugin_open.cc
+    # openPluginLib); unset, every one of them asks for libnccl-net.so, a name with no
+    # slash, which the loader looks up along its search path.
+    names = {
+        "2.18.3": [prefixed] if env else ["libnccl-net.so"],
+        "2.21.5": [env, prefixed] if env else ["libnccl-net.so"],
+        "2.27.3": [env if lib_name else prefixed] if env else ["libnccl-net.so"],
+        "2.27.5": [env] + ([] if "/" in env or lib_name else [prefixed])
+        if env else ["libnccl-net.so"],
+    }
+    plugin = {}
+    for version, tries in names.items():
+        plugin[version] = None
+        for name in tries:
+            try:
+                lib = ctypes.CDLL(name, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            except OSError:  # NCCL logs it at INFO and goes on without the plugin
+                continue
+            plugin[version] = ctypes.c_char_p.in_dll(lib, "ncclNetPlugin_v8").value.decode()
+            break
     maps = open("/proc/self/maps").read().split()
     loaded = sorted({p for p in maps if p.endswith("libnccl-net.so")})
     spec = json.loads(os.environ["CLUSTER_SPEC"])["task"]
-    print(json.dumps({"task": spec, "env": path, "loaded": loaded, "plugin": name}))
+    print(json.dumps({"task": spec, "env": env, "loaded": loaded, "plugin": plugin}))
     """
 )
+NCCL_VERSIONS = ("2.18.3", "2.21.5", "2.27.3", "2.27.5")
 
 
 def _run_lines(dockerfile: str) -> list[str]:
@@ -164,15 +192,17 @@ def test_the_workers_load_the_plugin_the_build_installed(tmp_path: Path) -> None
         "apt-get update",
         "apt-get install -y google-reduction-server",
     ]
-    # Every chief and worker sees NCCL_NET_PLUGIN naming exactly the file the build
-    # installed, and loading it gives the installed plugin.
+    # No chief or worker has NCCL_NET_PLUGIN, and the name every NCCL then loads resolves,
+    # through the loader's search path, to exactly the file the build installed. (With the
+    # path in NCCL_NET_PLUGIN, 2.18.3 and 2.27.3 would ask for libnccl-net-/usr/lib/...so
+    # and train without the reducers.)
     reports = [json.loads((tmp_path / name).read_text()) for name, _ in probes]
     assert reports == [
         {
             "task": {"type": f"workerpool{r.pool}", "index": r.index},
-            "env": PLUGIN_PATH,
+            "env": None,
             "loaded": [PLUGIN_PATH],
-            "plugin": STAND_IN_NAME,
+            "plugin": dict.fromkeys(NCCL_VERSIONS, STAND_IN_NAME),
         }
         for r in workers
     ]

@@ -67,3 +67,23 @@ def test_a_local_run_takes_a_folder_but_not_the_root_or_a_bucketless_url() -> No
     ]
     assert _errors("local", "gs://") == [f"{KEY}: 'gs://' {NO_BUCKET}"]
     assert load_stack_config(_with("local", "ckpts/rel")).trainer.checkpoint_dir == "ckpts/rel"
+
+
+@pytest.mark.parametrize("stack", [*CLOUD_STACKS, "local"])
+@pytest.mark.parametrize(
+    ("value", "bucket", "why"),
+    [
+        ("gs://goog-bucket/x", "goog-bucket", "starts with 'goog'"),
+        ("gs://my-google-ckpts", "my-google-ckpts", "contains 'google'"),
+    ],
+)
+def test_a_bucket_name_cloud_storage_reserves_is_refused(
+    stack: str, value: str, bucket: str, why: str
+) -> None:
+    # https://cloud.google.com/storage/docs/buckets#naming: "Bucket names cannot begin with
+    # the "goog" prefix."; "Bucket names cannot contain "google" or close misspellings".
+    assert _errors(stack, value) == [
+        f"{KEY}: {value!r} names bucket {bucket!r}, which {why}, so Cloud Storage has no such "
+        "bucket; valid: gs://BUCKET[/PATH] with a bucket name not starting with 'goog' nor "
+        "containing 'google'"
+    ]

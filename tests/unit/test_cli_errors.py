@@ -329,6 +329,21 @@ def test_plan_diff_of_a_missing_file(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("levels", [100_000, 200])
+def test_plan_diff_of_a_plan_nested_too_deep(tmp_path: Path, levels: int) -> None:
+    """100,000 levels of `[` were a RecursionError in Python's JSON reader; 200 levels read,
+    then walked by the plan's recursive readers."""
+    base = tmp_path / "a.json"
+    base.write_text(runner.invoke(app, ["plan", "--stack", "local", "--json"]).stdout)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * levels + "]" * levels)
+    _one_error(
+        runner.invoke(app, ["plan-diff", str(base), str(deep)]),
+        f"error: HEAD: {deep} is not a readable JSON plan (its values nest more than 128 "
+        f"levels deep); valid: {PLAN_JSON}",
+    )
+
+
 def test_plan_diff_of_files_that_are_not_json_plans(tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text(runner.invoke(app, ["plan", "--stack", "local", "--json"]).stdout)

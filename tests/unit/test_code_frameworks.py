@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trainstack.infra.code_frameworks import imported_modules
+from trainstack.components.code_frameworks import imported_modules
 from trainstack.infra.code_plan import code_rows, code_summary
 from trainstack.infra.config import ConfigError, load_stack_config
 

@@ -9,12 +9,8 @@ import pytest
 
 from trainstack.trainers.common.checkpoint import Cleared
 from trainstack.trainers.common.user_code import StackTrainer
-from trainstack.trainers.local_code import (
-    RUN_MARKER,
-    checkpoint_dir_problem,
-    clear_code_run,
-    prepare_code_run,
-)
+from trainstack.trainers.local_code import RUN_MARKER, clear_code_run, prepare_code_run
+from trainstack.trainers.local_start import checkpoint_dir_problem
 
 
 def test_fresh_deletes_the_runs_marked_step_folders_and_record_and_keeps_everything_else(

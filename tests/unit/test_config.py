@@ -133,7 +133,8 @@ A2 = (
     "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g"
 )
 TPU_KEYS = (
-    "accelerator_type, generation, topology, zone, runtime_version, provisioning, reservation"
+    "accelerator_type, generation, topology, zone, runtime_version, provisioning, reservation, "
+    "backend, slices"
 )
 GPU_KEYS = (
     "backend, machine_type, node_count, zone, spot, reservation, compact_placement, "
@@ -158,6 +159,13 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("labels value", {**LOCAL, "trainstack:labels": {"team": "ML"}}, ["labels.team: 'ML' is not a valid label value; valid: up to 63 of a-z, 0-9, '_', '-'"]),
     ("labels long key", {**LOCAL, "trainstack:labels": {"a" * 64: "x"}}, [f"labels: '{'a' * 64}' is not a valid label key; valid: a lowercase letter then up to 62 of a-z, 0-9, '_', '-'"]),
     ("labels type", {**LOCAL, "trainstack:labels": {"team": 3}}, ["labels.team: 3 is not a string; valid: a string"]),
+    # The stack sets `stack` and `environment` on every resource (infra/compose.py): a user's
+    # would be overwritten without a word.
+    ("labels stack", {**LOCAL, "trainstack:labels": {"stack": "prod-a100-gce"}}, ["labels: 'stack' is reserved by trainstack: the stack sets it on every resource; valid: a key other than component, environment, managed-by, stack"]),
+    ("labels environment", {**LOCAL, "trainstack:labels": {"environment": "prod"}}, ["labels: 'environment' is reserved by trainstack: the stack sets it on every resource; valid: a key other than component, environment, managed-by, stack"]),
+    # "No more than 64 labels can be associated with a given resource" (cloudresourcemanager.v3
+    # discovery document): 59 and trainstack's 5 fit, 60 do not.
+    ("labels over 64", {**GPU, "trainstack:labels": {f"k{i}": "v" for i in range(60)}}, ["labels: 60 labels plus the 5 trainstack sets on a resource (component, environment, managed-by, stack, and a Vertex job's or queued TPU's own) make 65, over the 64 Google Cloud allows on one resource; valid: at most 59 labels"]),
     # --- buckets
     ("retention", {**LOCAL, "trainstack:buckets": {"checkpoint_retention_days": 0}}, ["buckets.checkpoint_retention_days: 0 is too small; valid: >= 1"]),
     ("retention type", {**LOCAL, "trainstack:buckets": {"checkpoint_retention_days": "x"}}, ["buckets.checkpoint_retention_days: 'x' is not an integer; valid: a whole number"]),
@@ -190,7 +198,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("tpu runtime no pod", with_(V4, "trainstack:tpu", accelerator_type="v4-8", runtime_version="tpu-vm-tf-2.16.0-pod-pjrt"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod-pjrt' is a multi-host (-pod) runtime but v4-8 is a single host; valid: tpu-vm-tf-2.16.0-pjrt"]),
     ("tpu runtime device api", with_(V4, "trainstack:tpu", runtime_version="tpu-vm-tf-2.16.0-pod"), ["tpu.runtime_version: 'tpu-vm-tf-2.16.0-pod' names no device API, which v4 runtimes carry from TF 2.15.0 on; valid: tpu-vm-tf-2.16.0-pod-pjrt, tpu-vm-tf-2.16.0-pod-se"]),
     ("tpu runtime empty", with_(V4, "trainstack:tpu", runtime_version=""), ["tpu.runtime_version: required; valid: a TPU software version, e.g. tpu-ubuntu2204-base"]),
-    ("tpu provisioning", with_(V4, "trainstack:tpu", provisioning="cheap"), ["tpu.provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved"]),
+    ("tpu provisioning", with_(V4, "trainstack:tpu", provisioning="cheap"), ["tpu.provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved, flex-start"]),
     ("tpu spot reservation", with_(V4, "trainstack:tpu", reservation="r1"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('spot') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
     ("tpu reserved names reservation", with_(V4, "trainstack:tpu", reservation="r1", provisioning="reserved"), ["tpu.reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('reserved') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without tpu.reservation"]),
     ("tpu runtime without tensorflow", with_(V4, "trainstack:tpu", runtime_version="tpu-ubuntu2204-base"), ["tpu.runtime_version: 'tpu-ubuntu2204-base' ships no TensorFlow, which the tensorflow trainer needs on v4-32; valid: tpu-vm-tf-X.Y.Z-pod-pjrt, tpu-vm-tf-X.Y.Z-pod-se (TF >= 2.15.0), tpu-vm-tf-X.Y.Z-pod (TF 2.10.1 to 2.14.x)"]),

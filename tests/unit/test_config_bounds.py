@@ -50,8 +50,28 @@ def _problems(**sections: Any) -> list[str]:
             "trainer.steps: 1e+300 is too large; valid: <= 9007199254740992",
         ),
         (
-            {"trainer": {"global_batch_size": 2**53 + 1}},
-            "trainer.global_batch_size: 9007199254740993 is too large; valid: <= 9007199254740992",
+            {"trainer": {"global_batch_size": 10**12}},
+            "trainer.global_batch_size: 1000000000000 is too large; valid: <= 1048576",
+        ),
+        (
+            {"trainer": {"learning_rate": 1e308}},
+            "trainer.learning_rate: 1e+308 is too large; valid: <= 10.0",
+        ),
+        (
+            {"trainer": {"learning_rate": "1e308"}},  # PyYAML (YAML 1.1) reads 1e308 as text
+            "trainer.learning_rate: '1e308' is too large; valid: <= 10.0",
+        ),
+        (
+            {"trainer": {"steps": True}},
+            "trainer.steps: true is not an integer; valid: a whole number",
+        ),
+        (
+            {"trainer": {"steps": "20"}},
+            "trainer.steps: '20' is not an integer; valid: a whole number",
+        ),
+        (
+            {"trainer": {"checkpoint_every": False}},
+            "trainer.checkpoint_every: false is not an integer; valid: a whole number",
         ),
         (
             {"trainer": {"learning_rate": float("inf")}},
@@ -186,3 +206,11 @@ def test_a_gpu_cluster_holds_at_most_a_zones_node_pool_or_zonal_group(backend: s
     ]
     cfg = load_stack_config({**config, "trainstack:gpu_cluster": {**section, "node_count": 1000}})
     assert cfg.compute.node_count == 1000
+
+
+def test_the_engines_doubles_still_count_as_whole_numbers() -> None:
+    """The engine hands a dynamic provider its numbers as doubles (protobuf Struct
+    `number_value`): `steps: 20.0` is the stack's 20, as before."""
+    from trainstack.trainers.common.user_code import StackTrainer
+
+    assert StackTrainer.model_validate({"steps": 20.0, "global_batch_size": 64.0}).steps == 20

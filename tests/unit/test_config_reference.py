@@ -1,10 +1,11 @@
-"""README's stack config reference names every key of the stack config models.
+"""The docs' stack key reference names every key of the stack config models, with a meaning.
 
 The keys come from the pydantic models of every stack key (`trainstack.infra.config.stack_schema`:
 the generic sections and each registered target's section; nested sections, entries of lists
-of models), so a key added to any model fails here until README
-documents it as its dotted path in backticks (`vertex.reduction_server.enabled`,
-`vertex.hyperparameter_tuning.parameters[].type`)."""
+of models), walked here independently of the generator (docs/hooks.py), so a key the generated
+page (docs/reference/stack-keys.md) leaves out, or documents with no meaning (no field
+docstring and no entry in docs/stack_keys.yaml), fails here, as does an entry of
+docs/stack_keys.yaml for a key that does not exist."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import types
 from collections.abc import Iterator
 from typing import Any, Union, get_args, get_origin
 
+import pytest
 from pydantic import BaseModel
 
-from tests import REPO_ROOT
+from tests.docs.test_docs import load_hooks
 from trainstack.infra.config import stack_schema
 from trainstack.trainers.common.config import TF_STRATEGIES
 
@@ -45,17 +47,42 @@ def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> Itera
             yield from config_keys(nested, f"{path}[]." if listed else f"{path}.")
 
 
-def readme_reference() -> str:
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Stack config reference")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+def reference() -> str:
+    """The generated table of docs/reference/stack-keys.md."""
+    return str(load_hooks().stack_keys_markdown())
 
 
-def test_every_config_key_is_in_the_readme_reference() -> None:
-    documented = set(re.findall(r"`([^`]+)`", readme_reference()))
-    missing = [key for key in config_keys() if key not in documented]
-    assert missing == [], f"README's stack config reference lacks: {', '.join(missing)}"
+def reference_rows() -> dict[str, list[str]]:
+    """Each row of the reference by its key: [type, default, meaning]."""
+    rows = {}
+    for line in reference().splitlines()[2:]:
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def test_every_config_key_is_in_the_reference_with_a_meaning() -> None:
+    rows = reference_rows()
+    assert list(rows) == list(config_keys())
+    assert [key for key, (_, _, meaning) in rows.items() if not meaning] == []
+
+
+def test_a_meaning_for_a_key_that_does_not_exist_fails_the_build(monkeypatch: Any) -> None:
+    hooks = load_hooks()
+    meanings = hooks.stack_key_meanings()
+    monkeypatch.setattr(hooks, "stack_key_meanings", lambda: {**meanings, "tpu.zones": "x"})
+    with pytest.raises(hooks.DocsError, match=r"names keys the config has not: tpu.zones"):
+        hooks.stack_keys_markdown()
+
+
+def test_the_reference_gives_types_and_defaults_from_the_models() -> None:
+    rows = reference_rows()
+    assert rows["tpu.provisioning"][:2] == [
+        "`on-demand` \\| `spot` \\| `queued` \\| `reserved` \\| `flex-start`",
+        "`on-demand`",
+    ]
+    assert rows["gpu_cluster.zone"][1] == "required"
+    assert rows["local.workers"][:2] == ["integer", "`2`"]
 
 
 def test_the_walk_reaches_nested_and_listed_models() -> None:
@@ -78,6 +105,6 @@ def test_the_walk_reaches_nested_and_listed_models() -> None:
 
 
 def test_the_documented_strategies_are_the_trainers() -> None:
-    row = next(line for line in readme_reference().splitlines() if "`trainer.strategy`" in line)
+    row = next(line for line in reference().splitlines() if "`trainer.strategy`" in line)
     for strategy in TF_STRATEGIES:
         assert f"`{strategy}`" in row

@@ -36,6 +36,7 @@ from trainstack.infra.mocks import SECRET, config_to_engine, run_program
 from trainstack.infra.plan import build_plan, read_stack_file
 from trainstack.infra.plan_diff import plan_diff
 from trainstack.policies.rules import FIX_SECRET, Context, Resource, evaluate, find_credential
+from trainstack.policies.rules.credentials import Credential
 
 runner = CliRunner()
 
@@ -341,11 +342,48 @@ def test_on_a_local_target_a_credential_in_clear_is_not_offered_a_secure_value()
         ("AIza" + "a1B2" * 8 + "xyz", "a Google API key"),
         ("glpat-" + "a1B2" * 5, "a GitLab token"),
         ("-----BEGIN OPENSSH PRIVATE KEY-----", "a private key"),
+        # Shapes after gitleaks' rules (cmd/generate/config/rules/stripe.go, jwt.go, npm.go,
+        # slack.go) and a password holding a quote, which RFC 3986 userinfo allows as a
+        # sub-delim.
+        ("sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "a Stripe API key"),
+        ("rk_test_" + "a1B2" * 4, "a Stripe API key"),
+        (
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+            "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+            "a JSON Web Token",
+        ),
+        ("npm_" + "abcdefghijklmnopqrstuvwxyz0123456789", "an npm token"),
+        ("https://hooks.slack.com/services/T000/B000/" + "X" * 20, "a Slack webhook URL"),
+        ("postgres://app:pa'ss@db:5432/app", "a URL with a password"),
     ],
 )
 def test_the_scanner_knows_the_common_shapes(text: str, kind: str) -> None:
     found = find_credential(f"export X='{text}'")
     assert found is not None and found.kind == kind
+
+
+def test_an_azure_account_key_is_found_by_its_name() -> None:
+    # An Azure Storage connection string (https://learn.microsoft.com/en-us/azure/storage/
+    # common/storage-configure-connection-string): `AccountKey=` holds the key.
+    text = "DefaultEndpointsProtocol=https;AccountName=x;AccountKey=abcd1234==;EndpointSuffix=y"
+    assert find_credential(text) == Credential("a credential", "AccountKey")
+
+
+def test_an_option_and_its_value_as_two_arguments_are_one_credential() -> None:
+    _, config = _stack(
+        "gke",
+        entrypoint=["python", "train.py", "--api-key", "abc123", "--password", "hunter2",
+                    "--steps", "100", "--token", "--verbose"],
+    )  # fmt: skip
+    fix = (
+        f"{IN_CLEAR} (and every process listing on the node); valid: your code reads it from "
+        "the environment, set by trainer.secret_env (Secret Manager) or a `secure:` "
+        "trainer.env value"
+    )
+    assert _errors(config) == [
+        f"trainer.entrypoint[3]: holds a value for api-key {fix}",
+        f"trainer.entrypoint[5]: holds a value for password {fix}",
+    ]
 
 
 @pytest.mark.parametrize(

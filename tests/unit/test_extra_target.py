@@ -210,7 +210,7 @@ def cpu_vms() -> Iterator[CpuVms]:
     yield target
     unregister(target.name)
     unregister_platform("cpu_vms")
-    assert [t.name for t in registered()] == ["tpu", "gke", "gce", "vertex", "local"]
+    assert [t.name for t in registered()] == ["tpu", "tpu_gke", "gke", "gce", "vertex", "local"]
     assert list(PLATFORMS) == ["tpu", "gke", "gce", "vertex"]
 
 
@@ -327,7 +327,7 @@ def test_it_runs_your_own_code(cpu_vms: CpuVms, tmp_path: Path) -> None:
     assert info.value.errors == [
         "trainer.launcher: 'torchrun' is not allowed on a cpu_vms target; valid: node",
         "trainer.image: not supported on a cpu_vms target (it runs no container); valid: "
-        "trainer.source, or a target of gpu_cluster, vertex",
+        "trainer.source, or a target of tpu, gpu_cluster, vertex",
     ]
 
 

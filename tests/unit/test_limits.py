@@ -303,3 +303,38 @@ def test_local_plans_say_the_run_limit_is_not_enforced() -> None:
 
 def test_stacks_without_limits_plan_no_limits_entry() -> None:
     assert "limits" not in build_plan("local", _stack("local") | {"trainstack:limits": {}})
+
+
+def _unbounded(target: str) -> str:
+    return (
+        f"{target}: no limits.max_run_hours or limits.max_total_usd, so only the run's end "
+        "stops this run: the run supervisor stops the compute when rank 0 finishes, when a "
+        f"failure is final (an exit {target} never retries, a setup stage's last attempt) or "
+        "when no node has reported for 45 minutes; a trainer that hangs while its node still "
+        "reports, or nodes that keep restarting (each start reports again), bill until "
+        "`pulumi destroy`; set limits.max_run_hours (a bound on the run's time) or "
+        "limits.max_total_usd (a cap on its spend)"
+    )
+
+
+def _unbounded_notes(plan: dict[str, Any]) -> list[str]:
+    return [n for n in plan["notes"] if "no limits.max_run_hours or" in n]
+
+
+@pytest.mark.parametrize(
+    ("stack", "target"),
+    [("dev-tpu-v5e", "tpu"), ("dev-a100-gke", "gke"), ("prod-a100-gce", "gce")],
+)
+def test_a_supervised_run_without_limits_is_noted_as_bounded_only_by_its_end(
+    stack: str, target: str
+) -> None:
+    # A heartbeat proves the launcher alive, not training progressing, and every restart
+    # writes one: without either limit nothing stops a hung or restart-looping run.
+    assert _unbounded_notes(build_plan(stack, _stack(stack))) == [_unbounded(target)]
+    for limits in ({"max_run_hours": 24}, {"max_total_usd": 500}):
+        assert _unbounded_notes(build_plan(stack, _stack(stack, **limits))) == []
+
+
+@pytest.mark.parametrize("stack", ["prod-vertex-rs", "local"])
+def test_targets_without_a_supervisor_get_no_unbounded_run_note(stack: str) -> None:
+    assert _unbounded_notes(build_plan(stack, _stack(stack))) == []

@@ -149,3 +149,17 @@ def test_labels_input_plain_is_merged_now() -> None:
         "managed-by": "trainstack",
         "team": "ml",
     }
+
+
+def test_a_component_takes_labels_that_fit_with_its_own() -> None:
+    # A component adds component, managed-by and at most one label of its own (a Vertex job's
+    # request id, a queued TPU's spec digest) to Google's 64 ("No more than 64 labels can be
+    # associated with a given resource", cloudresourcemanager.v3 discovery document).
+    validate_labels({f"k{i}": "v" for i in range(61)})
+    with pytest.raises(ValueError) as info:
+        validate_labels({f"k{i}": "v" for i in range(62)})
+    assert str(info.value) == (
+        "labels: 62 labels plus the 3 trainstack sets on a resource (component, managed-by, and "
+        "a Vertex job's or queued TPU's own) make 65, over the 64 Google Cloud allows on one "
+        "resource; valid: at most 61 labels"
+    )

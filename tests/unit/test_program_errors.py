@@ -176,3 +176,17 @@ def test_a_program_that_exits_is_one_line_without_a_traceback(tmp_path: Path) ->
         f"error: --program {root}: stack 'dev': the program exited with code 3; valid: a "
         "program that declares its resources and returns\n",
     )
+
+
+@pytest.mark.parametrize("call", ["os._exit(0)", "sys.exit(0)"])
+def test_a_program_that_exits_0_is_no_plan_and_exit_2(tmp_path: Path, call: str) -> None:
+    """`os._exit` ends a process without unwinding: the program runs inside `plan`, so it
+    ended `plan` silently with exit code 0 (CI: success, no plan)."""
+    root = write_program(tmp_path / "acme", f"import os\nimport sys\n\n{call}\n")
+    done = _plan_in_a_process(root)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        f"error: --program {root}: stack 'dev': the program exited with code 0; valid: a "
+        "program that declares its resources and returns\n",
+    )

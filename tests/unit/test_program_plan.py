@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from trainstack.infra.cli import app
-from trainstack.infra.program_plan import PROGRAM_NOTE, build_program_plan
+from trainstack.infra.plan import load_stack
+from trainstack.infra.program_plan import NO_REFRESH_NOTE, PROGRAM_NOTE, build_program_plan
 from trainstack.infra.program_run import ProgramError, read_program, stack_config
 
 runner = CliRunner()
@@ -360,3 +362,21 @@ def test_a_subfolder_of_the_project_plans_the_project_as_pulumi_does(project: Pa
     sub = project / "deep" / "sub"
     sub.mkdir(parents=True)
     assert plan_json(sub) == plan_json(project)
+
+
+def test_a_supervised_gce_group_without_refresh_gets_a_note(tmp_path: Path) -> None:
+    # Your own program composing the bundled gce stack: its run supervisor deletes the
+    # group's VMs at the run's end, which only a refreshing `pulumi up`/`destroy` sees.
+    root = tmp_path / "own"
+    root.mkdir()
+    _, config = load_stack("prod-a100-gce", None)
+    (root / "Pulumi.train.yaml").write_text(yaml.safe_dump({"config": config}))
+    (root / "__main__.py").write_text(
+        "import pulumi\nfrom trainstack.infra.compose import main_program\n\n"
+        "for key, value in main_program().items():\n    pulumi.export(key, value)\n"
+    )
+    (root / "Pulumi.yaml").write_text("name: own\nruntime: python\noptions:\n  refresh: always\n")
+    refreshing = build_program_plan(root, "train")["notes"]
+    assert NO_REFRESH_NOTE not in refreshing and PROGRAM_NOTE not in refreshing
+    (root / "Pulumi.yaml").write_text("name: own\nruntime: python\n")
+    assert build_program_plan(root, "train")["notes"] == [*refreshing, NO_REFRESH_NOTE]

@@ -82,6 +82,21 @@ def test_a_key_given_twice_is_refused_not_read_as_the_last(tmp_path: Path) -> No
     )
 
 
+@pytest.mark.parametrize(("opening", "column"), [("[", 85), ("{a: ", 268)])
+def test_values_nested_5000_deep_are_one_line_not_a_recursion_error(
+    tmp_path: Path, opening: str, column: int
+) -> None:
+    """PyYAML composes nested values by recursion: 5,000 levels were a RecursionError with
+    3,000 lines of traceback."""
+    path = tmp_path / "Pulumi.deep.yaml"
+    closing = "]" if opening == "[" else "}"
+    path.write_text("config:\n  trainstack:trainer: " + opening * 5000 + closing * 5000 + "\n")
+    assert _error(["plan", "--config-file", str(path)]) == (
+        f"error: {path}: line 2, column {column}: values nested more than 64 levels deep are "
+        "not accepted; valid: a stack file's sections, a few levels deep"
+    )
+
+
 def test_a_programs_stack_file_and_project_file_are_read_the_same_way(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.yaml").write_text("name: acme\nruntime: python\n")
     (tmp_path / "__main__.py").write_text("")

@@ -40,7 +40,7 @@ GKE = {
 RUN = ["python", "train.py"]
 LOCAL_NEEDS_SOURCE = (
     "trainer.source: required with trainer.entrypoint; valid: a folder with your code, or "
-    "trainer.image on gpu_cluster, vertex"
+    "trainer.image on tpu, gpu_cluster, vertex"
 )
 
 
@@ -187,7 +187,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
         {"image": "us-docker.pkg.dev/p/r/train:1", "entrypoint": RUN},
         [
             "trainer.image: not supported on a local target (it runs no container); valid: "
-            "trainer.source, or a target of gpu_cluster, vertex"
+            "trainer.source, or a target of tpu, gpu_cluster, vertex"
         ],
     ),
     ("neither-source-nor-image", LOCAL, {"entrypoint": RUN}, [LOCAL_NEEDS_SOURCE]),

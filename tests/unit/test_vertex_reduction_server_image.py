@@ -68,31 +68,36 @@ def test_the_bundled_stack_builds_the_default_image_with_the_plugin_and_runs_it(
     )
     [job] = _of(plan, ":CustomJob")
     pools = job["inputs"]["body"]["jobSpec"]["workerPoolSpecs"]
-    # The chief and the workers run the build by its digest (known once it is pushed) and
-    # tell NCCL which plugin file to load; the reducers run Google's image, untouched.
+    # The chief and the workers run the build by its digest (known once it is pushed), and
+    # NCCL_NET_PLUGIN stays unset: NCCL loads libnccl-net.so by its default name, and a path
+    # there is silently not loaded by some versions (catalog.reduction_server). The reducers
+    # run Google's image, untouched.
     assert [p["containerSpec"]["imageUri"] for p in pools] == [
         f"{BUILT}@{UNKNOWN}",
         f"{BUILT}@{UNKNOWN}",
         "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest",
     ]
-    assert [_env(p).get("NCCL_NET_PLUGIN") for p in pools[:2]] == ["/usr/lib/libnccl-net.so"] * 2
+    assert [_env(p).get("NCCL_NET_PLUGIN") for p in pools[:2]] == [None, None]
     assert "env" not in pools[2]["containerSpec"]
     assert [n for n in plan["notes"] if "google-reduction-server package in" in n] == [
         "vertex: Reduction Server needs Google's google-reduction-server package in the "
         f"chief's and workers' image, so the stack builds {TORCH.uri} again with it (Cloud "
         "Build, as the account prod-vertex-rs-build, into the repository "
-        f"prod-vertex-rs-built; {DOC}) and runs it by digest with "
-        "NCCL_NET_PLUGIN=/usr/lib/libnccl-net.so; it is built again only when the base "
-        "image or the build changes"
+        f"prod-vertex-rs-built; {DOC}) and runs it by digest, where NCCL loads "
+        "/usr/lib/libnccl-net.so by its default name (NCCL_NET_PLUGIN unset); it is built "
+        "again only when the base image or the build changes"
     ]
 
 
 def test_the_build_account_gets_exactly_push_pull_and_log_writing() -> None:
     plan = _plan()
+    # Every grant to the build account in the plan: no storage role (the build reads no
+    # source from Cloud Storage and logs to Cloud Logging only).
+    member = "serviceAccount:prod-vertex-rs-build@my-ml-project.iam.gserviceaccount.com"
     grants = [
         (r["name"], r["inputs"]["role"], r["inputs"].get("repository"))
         for r in plan["resources"]
-        if r.get("parent") == "prod-vertex-rs-rs-image" and "role" in r["inputs"]
+        if r["inputs"].get("member") == member
     ]
     assert sorted(grants) == [
         ("prod-vertex-rs-rs-image-log-writer", "roles/logging.logWriter", None),

@@ -41,3 +41,19 @@ every other rank (a full mesh: pytorch/gloo's gloo/rendezvous/context.cc
 `Context::connectFullMesh`), so n workers hold n - 1 sockets each
 beside their own files, under the usual soft open-files limit of 1024 per process
 (`ulimit -n`)."""
+
+MAX_GLOBAL_BATCH: Final = 2**20
+"""`trainer.global_batch_size`: 1,048,576 samples a step, 16 times the largest published
+data-parallel batch (65,536 sequences: BERT trained with LAMB, You et al. 2019,
+https://arxiv.org/abs/1904.00962, Table 1) and far past the bundled datasets (digits: 1,797
+samples; synthetic: 8,192 by default). Every rank builds its share of it in memory each
+step, so 10^12 passed the plan and failed on the machines."""
+
+MAX_LEARNING_RATE: Final = 10.0
+"""`trainer.learning_rate`: both bundled trainers use Adam (torch AdamW, Keras Adam), whose
+step moves each parameter by about the learning rate whatever the gradient's scale (Kingma &
+Ba, https://arxiv.org/abs/1412.6980, section 2.1: "the effective magnitude of the steps
+taken in parameter space at each timestep are approximately bounded by the stepsize setting
+α"); the models' weights start well under 1, so a rate above 10 moves every weight ten
+times its scale at each step (1e308 is past even float32's range, 3.4e38, the weights'
+type)."""

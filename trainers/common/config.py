@@ -12,7 +12,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainstack.trainers.common.bounds import MAX_COUNT, MAX_GRACE_S, MAX_SEED
+from trainstack.trainers.common.bounds import (
+    MAX_COUNT,
+    MAX_GLOBAL_BATCH,
+    MAX_GRACE_S,
+    MAX_LEARNING_RATE,
+    MAX_SEED,
+)
 
 Framework = Literal["torch", "tensorflow"]
 Strategy = Literal["ddp", "fsdp", "mirrored", "multi_worker_mirrored", "tpu", "parameter_server"]
@@ -46,12 +52,12 @@ class TrainConfig(BaseModel):
     shards with arrays `x` and `y`."""
     steps: int = Field(default=1000, gt=0, le=MAX_COUNT)
     """Optimizer steps to run in total (a resumed run continues to this number)."""
-    global_batch_size: int = Field(default=256, gt=0, le=MAX_COUNT)
+    global_batch_size: int = Field(default=256, gt=0, le=MAX_GLOBAL_BATCH)
     """Samples per optimizer step across all ranks (per-rank batch = global / world size /
     grad_accum_steps)."""
     grad_accum_steps: int = Field(default=1, gt=0, le=MAX_COUNT)
     """Micro-batches accumulated per optimizer step."""
-    learning_rate: float = Field(default=1e-3, gt=0, allow_inf_nan=False)
+    learning_rate: float = Field(default=1e-3, gt=0, le=MAX_LEARNING_RATE, allow_inf_nan=False)
     """Peak learning rate."""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     """Seed for parameters, data order and dropout; the same seed gives the same run."""

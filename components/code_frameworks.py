@@ -24,11 +24,10 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from trainstack.components.catalog.tpu_runtimes import parse_tf_runtime
 from trainstack.trainers.common.user_code import (
-    StackTrainer,
     entrypoint_file,
     parse_requirements,
     resolve_source,
@@ -39,6 +38,18 @@ SUPPORTED_VERSIONS_SOURCE: Final = (
     "following common TPU software versions for PyTorch and JAX, then install the framework "
     "you want to use'; TensorFlow runtimes are tpu-vm-tf-x.y.z[-pod][-device_api])"
 )
+
+
+class CodeFields(Protocol):
+    """Where your code is and what it runs: `trainstack.components.UserCode`, or a stack's
+    `StackTrainer.user_code`."""
+
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def requirements(self) -> str | None: ...
+    @property
+    def entrypoint(self) -> Sequence[str]: ...
 
 
 @dataclass(frozen=True)
@@ -196,12 +207,12 @@ def imported_modules(folder: Path, entrypoint: Sequence[str]) -> dict[str, str]:
 
 
 def tpu_framework_problems(
-    trainer: StackTrainer, runtime_version: str, base_dir: Path, prefix: str = "trainer."
+    code: CodeFields | None, runtime_version: str, base_dir: Path, prefix: str = "trainer."
 ) -> list[str]:
     """One problem when your code on a TPU slice imports a framework that neither the runtime
     ships nor the requirements name (it could not start); else none. Call it once
-    `user_code_problems` found the source and requirements valid."""
-    code = trainer.user_code
+    `user_code_problems` found the source and requirements valid. The one rule a stack's
+    `tpu` section (`prefix` `trainer.`) and `TpuPodSlice`'s `code` (`code.`) are held to."""
     if code is None or code.source is None:
         return []
     folder = resolve_source(code.source, base_dir)

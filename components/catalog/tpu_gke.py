@@ -1,0 +1,250 @@
+"""TPU slices on GKE: the facts (machine types, node labels, taint, flex-start zones, the
+JobSet release) and the rules over them that the stack config (`trainstack:tpu` with
+`backend: gke`) and `TpuGkeSlices` share, so both report a fault in the same words.
+
+Each rule returns every problem as `<prefix><key>: <problem>; valid: <values>`: the
+component raises on them (no prefix), the stack config reports them (prefix `tpu.`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, get_args
+
+from trainstack.components.catalog.problems import not_allowed, quote
+from trainstack.components.catalog.tpu import TPU_GENERATIONS, TpuSlice
+
+TpuBackend = Literal["tpu_vm", "gke"]
+"""`tpu_vm`: the Cloud TPU API (`TpuPodSlice`); `gke`: TPU node pools in a GKE cluster
+running a JobSet (`TpuGkeSlices`)."""
+TPU_BACKENDS: Final[tuple[str, ...]] = get_args(TpuBackend)
+GkeTpuProvisioning = Literal["on-demand", "spot", "reserved", "flex-start"]
+"""How a GKE TPU node pool gets its VMs. `queued` (a Cloud TPU queued resource) is the TPU
+API's and stays with backend tpu_vm."""
+GKE_TPU_PROVISIONING: Final[tuple[str, ...]] = get_args(GkeTpuProvisioning)
+AnyTpuProvisioning = Literal["on-demand", "spot", "queued", "reserved", "flex-start"]
+"""`tpu.provisioning` over both backends (each backend's rule says which it takes)."""
+
+# --------------------------------------------------------------------------------------
+# Node pools
+# --------------------------------------------------------------------------------------
+
+GKE_TPU_SOURCE: Final = (
+    "AI-Hypercomputer/xpk@367c838 src/xpk/core/system_characteristics.py "
+    "(get_tpu_system_characteristics_map: ct6e-standard-1t for v6e 1x1, ct6e-standard-4t from "
+    "2x2; ct5lp-hightpu-4t for v5e 2x4 and up; ct5p-hightpu-4t, ct4p-hightpu-4t; "
+    "compute_chips_per_vm: 1 chip for 1x1, else 4) and src/xpk/core/nodepool.py "
+    "(--num-nodes=<vms_per_slice>; '--tpu-topology should not be set for single-host node "
+    "pools'; --placement-type=COMPACT --tpu-topology=<t> for multi-host); "
+    "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus (ct5lp-hightpu-1t for "
+    "v5e 1x1)"
+)
+SINGLE_CHIP_MACHINES: Final[dict[str, str]] = {
+    "v5e": "ct5lp-hightpu-1t",
+    "v6e": "ct6e-standard-1t",
+}
+"""The one-chip machine of a generation with a 1x1 topology (GKE_TPU_SOURCE)."""
+CHIPS_PER_VM: Final = 4
+"""Chips on each TPU VM of a GKE TPU node pool above one chip (xpk compute_chips_per_vm)."""
+
+TPU_ACCELERATOR_LABEL: Final = "cloud.google.com/gke-tpu-accelerator"
+TPU_TOPOLOGY_LABEL: Final = "cloud.google.com/gke-tpu-topology"
+NODEPOOL_LABEL: Final = "cloud.google.com/gke-nodepool"
+SPOT_LABEL: Final = "cloud.google.com/gke-spot"
+TPU_RESOURCE: Final = "google.com/tpu"
+TPU_TAINT: Final = {"key": TPU_RESOURCE, "value": "present", "effect": "NO_SCHEDULE"}
+"""The taint Cluster Toolkit puts on TPU pools (GoogleCloudPlatform/cluster-toolkit
+modules/internal/tpu-definition); XPK's pods tolerate `google.com/tpu` (its golden
+JobSet, recipes/Workload_create.md). Put here explicitly so CPU pods never land on TPU VMs
+whether or not GKE adds it itself."""
+TPU_TOLERATION: Final = {"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+MULTISLICE_SOURCE: Final = (
+    "https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice: Multislice "
+    '"only supports multi-host TPU slice node pools"'
+)
+
+FLEX_START_SOURCE: Final = (
+    "https://cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model (read "
+    "through retrosearch.org and the zh-cn copy): 'To run TPUs, use GKE version "
+    "1.33.0-gke.1712000 or later. Flex-start supports the following version and zones: "
+    "[v6e] asia-northeast1-b, us-east5-a, and us-east5-b. [v5e] us-west4-a. [v5p] us-east5-a. "
+    "TPU v3 and v4 are not supported.'"
+)
+FLEX_START_ZONES: Final[dict[str, tuple[str, ...]]] = {
+    "v6e": ("asia-northeast1-b", "us-east5-a", "us-east5-b"),
+    "v5e": ("us-west4-a",),
+    "v5p": ("us-east5-a",),
+}
+"""The generations and zones where GKE offers flex-start TPUs (FLEX_START_SOURCE)."""
+FLEX_START_MAX_RUN_S: Final = 7 * 24 * 3600
+"""'If you don't specify a value for the maxRunDurationSeconds parameter, the default is
+seven days' (FLEX_START_SOURCE): nodes are reclaimed after it."""
+
+
+def gke_vms(found: TpuSlice) -> int:
+    """TPU VMs (GKE nodes) of one slice: 1 for a single chip, else 4 chips each."""
+    return 1 if found.chips <= CHIPS_PER_VM else found.chips // CHIPS_PER_VM
+
+
+def gke_chips_per_vm(found: TpuSlice) -> int:
+    return found.chips // gke_vms(found)
+
+
+def gke_machine_type(found: TpuSlice) -> str:
+    """The GKE machine type of the slice's nodes (GKE_TPU_SOURCE)."""
+    if found.chips == 1 and found.generation in SINGLE_CHIP_MACHINES:
+        return SINGLE_CHIP_MACHINES[found.generation]
+    return TPU_GENERATIONS[found.generation].gke_machine_type
+
+
+# --------------------------------------------------------------------------------------
+# The workload: JobSet
+# --------------------------------------------------------------------------------------
+
+JOBSET_VERSION: Final = "v0.12.0"
+JOBSET_MANIFESTS: Final = (
+    f"https://github.com/kubernetes-sigs/jobset/releases/download/{JOBSET_VERSION}/manifests.yaml"
+)
+JOBSET_SOURCE: Final = (
+    "kubernetes-sigs/jobset@08dfbdf site/content/en/docs/installation/_index.md ('kubectl "
+    "apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/"
+    '$VERSION/manifests.yaml\'), site/hugo.toml (version = "v0.12.0", the newest release tag)'
+)
+JOBSET_API: Final = "jobset.x-k8s.io/v1alpha2"
+EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+"""One child Job per node pool, i.e. per slice (api/jobset/v1alpha2/jobset_types.go)."""
+
+# --------------------------------------------------------------------------------------
+# Rules
+# --------------------------------------------------------------------------------------
+
+
+def tpu_backend_problem(backend: Any, prefix: str = "") -> list[str]:
+    if backend not in TPU_BACKENDS:
+        return [not_allowed(f"{prefix}backend", backend, TPU_BACKENDS)]
+    return []
+
+
+def tpu_slices_problems(
+    slices: Any, found: TpuSlice | None, backend: Any, prefix: str = ""
+) -> list[str]:
+    """`slices` is a count >= 1; above 1 only on backend gke with multi-host slices."""
+    p = prefix
+    if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+        return [f"{p}slices: {quote(slices)} is not a slice count; valid: an integer >= 1"]
+    if slices == 1:
+        return []
+    if backend != "gke":
+        return [
+            (
+                f"{p}slices: {slices} slices (multislice) need backend 'gke' (one TPU node pool "
+                f"per slice, a JobSet over them); backend {quote(backend)} makes one slice; "
+                f"valid: 1, or {p}backend: gke"
+            )
+        ]
+    if found is not None and gke_vms(found) == 1:
+        return [
+            (
+                f"{p}slices: {found.accelerator_type} is a single-host slice and GKE multislice "
+                f"supports multi-host TPU slice node pools only ({MULTISLICE_SOURCE}); valid: 1, or "
+                f"a slice of more than {CHIPS_PER_VM} chips"
+            )
+        ]
+    return []
+
+
+def tpu_provisioning_problems(
+    provisioning: Any, backend: Any, found: TpuSlice | None, zone: Any, prefix: str = ""
+) -> list[str]:
+    """The provisioning values each backend has, and flex-start where Google offers it."""
+    p = prefix
+    if backend != "gke":
+        if provisioning == "flex-start":
+            return [
+                (
+                    f"{p}provisioning: 'flex-start' needs backend 'gke' (GKE flex-start node pools; "
+                    "the Cloud TPU API's flex-start is alpha only); valid: on-demand, spot, "
+                    f"queued, reserved, or {p}backend: gke"
+                )
+            ]
+        return []
+    if provisioning == "queued":
+        return [
+            (
+                f"{p}provisioning: 'queued' is a Cloud TPU API queued resource, which backend "
+                f"'gke' does not use; valid: {', '.join(GKE_TPU_PROVISIONING)}, or {p}backend: "
+                "tpu_vm"
+            )
+        ]
+    if provisioning not in GKE_TPU_PROVISIONING:
+        return [not_allowed(f"{p}provisioning", provisioning, GKE_TPU_PROVISIONING)]
+    if provisioning == "flex-start" and found is not None:
+        zones = FLEX_START_ZONES.get(found.generation, ())
+        if zone not in zones:
+            offered = "; ".join(f"{g} in {', '.join(z)}" for g, z in FLEX_START_ZONES.items())
+            return [
+                (
+                    f"{p}provisioning: 'flex-start' is not offered for {found.generation} in "
+                    f"{zone} (Google lists {offered}: {FLEX_START_SOURCE.split(' (')[0]}); valid: "
+                    "on-demand, spot, reserved, or a listed generation and zone"
+                )
+            ]
+    return []
+
+
+def tpu_gke_only_problems(
+    backend: Any, runtime_version: Any, reservation: Any, provisioning: Any, prefix: str = ""
+) -> list[str]:
+    """Keys that mean something else (or nothing) on backend gke."""
+    if backend != "gke":
+        return []
+    p = prefix
+    problems: list[str] = []
+    if runtime_version is not None:
+        problems.append(
+            f"{p}runtime_version: {quote(runtime_version)} is a Cloud TPU VM runtime; on "
+            "backend 'gke' the TPU software comes with the GKE node image and your container; "
+            "valid: remove it"
+        )
+    if reservation is not None and provisioning != "reserved":
+        problems.append(
+            f"{p}reservation: {quote(reservation)} is used with provisioning 'reserved' on "
+            f"backend 'gke', not {quote(provisioning)}; valid: remove it, or "
+            f"{p}provisioning: reserved"
+        )
+    return problems
+
+
+GKE_TPU_IMAGE_SOURCE: Final = (
+    "No Google-maintained container image with TensorFlow for TPUs was found: "
+    "https://docs.cloud.google.com/tpu/docs/run-in-container builds your own image (JAX: "
+    "pip install jax[tpu]); Google's GKE TPU examples (kubernetes-sigs/jobset "
+    "site/static/examples/tpu-multislice, cluster-toolkit examples/gke-tpu-v6e) install JAX "
+    "into a python image at start"
+)
+
+
+def tpu_gke_code_problems(user_code: bool, image: Any, prefix: str = "trainer.") -> list[str]:
+    """The code a GKE TPU slice can run: your own, in an image that carries a TPU framework.
+
+    The bundled TPU trainer (TensorFlow with TPUStrategy) has no maintained TPU container
+    image to run in (GKE_TPU_IMAGE_SOURCE), and the backend has no default image for your
+    code for the same reason."""
+    p = prefix
+    if not user_code:
+        return [
+            (
+                f"{p}framework: the bundled tensorflow trainer has no maintained TPU container "
+                "image (Google publishes none with TensorFlow for TPUs) to run on backend 'gke'; "
+                f"valid: your own code ({p}entrypoint with {p}image, an image with jax[tpu]), or "
+                "tpu.backend: tpu_vm"
+            )
+        ]
+    if not image:
+        return [
+            (
+                f"{p}image: required on tpu.backend 'gke': there is no maintained default image "
+                f"with a TPU framework for your code; valid: an image with jax[tpu] (or torch_xla) "
+                "and python3"
+            )
+        ]
+    return []

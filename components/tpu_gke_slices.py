@@ -1,0 +1,400 @@
+"""TPU slices as GKE node pools running your code as a JobSet (`tpu.backend: gke`).
+
+    from trainstack.components.tpu_gke_slices import TpuGkeSlices
+
+    tpu = TpuGkeSlices(
+        "exp-42-tpu",
+        {
+            "project": "my-project", "zone": "us-east5-b", "deployment_name": "exp-42",
+            "accelerator_type": "v6e-16", "slices": 2, "provisioning": "spot",
+            "image": "us-docker.pkg.dev/my-project/jax/tpu:1",
+            "node_args": node_args, "package_uri": package.uri,
+            "network_self_link": ..., "subnetwork_self_link": ..., "node_tag": ...,
+            "service_account_email": identity.service_account_email,
+        },
+    )
+
+What it creates: the GKE cluster and its system node pool that the GPU backend builds
+(`trainstack.components.a100_cluster.gke`: `gke_cluster`, `gke_system_pool`,
+`gke_provider`), one TPU node pool per slice (`tpu-<i>`: the slice's machine type, node
+count = VMs per slice, `COMPACT` placement with the slice topology on a multi-host slice,
+as XPK's `core/nodepool.py` creates them; spot, a reservation or flex-start; the
+`google.com/tpu` taint), the JobSet controller at a pinned release
+(`catalog.tpu_gke.JOBSET_MANIFESTS`), a Workload Identity ServiceAccount, and the JobSet
+(`trainstack.components._tpu_jobset`). Each pod installs the trainer package and runs the
+node launcher with your code (`components/kubernetes_pod.sh`, as the GPU Job's pods do);
+GKE's TPU webhook gives it `TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`, and with several slices
+the pod gets `MEGASCALE_*` from JobSet's labels, so `jax.distributed.initialize()` finds the
+slices without arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NotRequired, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_gcp import container, serviceaccount
+
+from trainstack.components._args import check_args, component_check
+from trainstack.components._job_launch import node_argv
+from trainstack.components._naming import gcp_name, labels_input
+from trainstack.components._node_args import keyed_node_args, secret_env_names_problems
+from trainstack.components._options import inherited_depends_on
+from trainstack.components._pod_setup import PACKAGE_URI_ENV, pod_command
+from trainstack.components._tpu_jobset import (
+    DEFAULT_MAX_RESTARTS,
+    REPLICATED_JOB,
+    jobset_manifest,
+)
+from trainstack.components.a100_cluster._common import CLOUD_PLATFORM_SCOPE, RESERVATION_KEY
+from trainstack.components.a100_cluster.gke import (
+    NODE_IMAGE_TYPE,
+    gke_cluster,
+    gke_console_url,
+    gke_provider,
+    gke_system_pool,
+)
+from trainstack.components.catalog.tpu import TPU_GENERATIONS, TpuSlice
+from trainstack.components.catalog.tpu_gke import (
+    FLEX_START_MAX_RUN_S,
+    JOBSET_API,
+    JOBSET_MANIFESTS,
+    TPU_TAINT,
+    gke_chips_per_vm,
+    gke_machine_type,
+    gke_vms,
+    tpu_gke_code_problems,
+    tpu_gke_only_problems,
+    tpu_provisioning_problems,
+    tpu_slices_problems,
+)
+from trainstack.components.catalog.tpu_rules import named_slice
+from trainstack.components.gpu_startup import pod_run_env
+from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
+from trainstack.trainers.common.run_records import RUN_RECORD_ENV
+
+TOKEN: Final = "trainstack:tpu:TpuGkeSlices"
+COMPONENT_LABEL: Final = "tpu-gke-slices"
+NAMESPACE: Final = "default"
+WORKLOAD_IDENTITY_ROLE: Final = "roles/iam.workloadIdentityUser"
+WORKLOAD_IDENTITY_ANNOTATION: Final = "iam.gke.io/gcp-service-account"
+POOL_PREFIX: Final = "tpu-"
+
+
+class TpuGkeSlicesArgs(TypedDict):
+    """Arguments for `TpuGkeSlices`."""
+
+    project: pulumi.Input[str]
+    """Project of the cluster."""
+    zone: str
+    """Zone of the cluster and its TPU node pools, e.g. `us-east5-b` for v6e."""
+    deployment_name: str
+    """Prefix of the cluster, JobSet and ServiceAccount names."""
+    accelerator_type: NotRequired[str]
+    """One slice, e.g. `v6e-16` (or generation+topology)."""
+    generation: NotRequired[str]
+    """`v4`, `v5e`, `v5p` or `v6e`, with `topology` instead of `accelerator_type`."""
+    topology: NotRequired[str]
+    """Chip topology with `generation`, e.g. `4x4`."""
+    slices: NotRequired[int]
+    """Slices, one node pool each (default 1); above 1 only of multi-host slices."""
+    provisioning: NotRequired[str]
+    """on-demand (default), spot, reserved or flex-start (the generations and zones Google
+    lists, `catalog.tpu_gke.FLEX_START_ZONES`)."""
+    reservation: NotRequired[str]
+    """reserved only: the reservation to consume (default: any matching one)."""
+    image: str
+    """Container image with a TPU framework (jax[tpu]) and python3 your code runs in."""
+    node_args: pulumi.Input[Sequence[str]]
+    """Your code: `python -m trainstack.trainers.node` arguments, run in every pod."""
+    secret_env_names: NotRequired[Sequence[str]]
+    """The `--env` names of `node_args` whose values are secrets: no run key hashes them."""
+    package_uri: pulumi.Input[str]
+    """gs:// URI of the trainer sdist the pods install (`TrainerPackage.uri`)."""
+    checkpoint_url: NotRequired[pulumi.Input[str]]
+    """gs:// URL of the checkpoint bucket: the run's records go beside the checkpoints."""
+    network_self_link: pulumi.Input[str]
+    subnetwork_self_link: pulumi.Input[str]
+    node_tag: pulumi.Input[str]
+    """The network's node tag, on every node (its firewall applies)."""
+    service_account_email: pulumi.Input[str]
+    """The nodes' account and, through Workload Identity, the pods'."""
+    master_authorized_cidrs: NotRequired[Sequence[str]]
+    environment: NotRequired[str]
+    """prod: the cluster has deletion protection."""
+    max_restarts: NotRequired[int]
+    """Whole-set restarts on preemption or host maintenance (default 10)."""
+    max_run_seconds: NotRequired[int]
+    """flex-start: each node's run duration (default and most: 7 days)."""
+    labels: NotRequired[pulumi.Input[Mapping[str, str]]]
+
+
+def tpu_gke_slices_problems(args: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every problem with the plain arguments (keys prefixed with `prefix`), by the rules the
+    stack config's `trainstack:tpu` with `backend: gke` is checked with."""
+    p = prefix
+    found, problems = named_slice(
+        accelerator_type=args.get("accelerator_type"),
+        generation=args.get("generation"),
+        topology=args.get("topology"),
+        zone=args.get("zone"),
+        prefix=p,
+    )
+    provisioning = args.get("provisioning", "on-demand")
+    problems += tpu_slices_problems(args.get("slices", 1), found, "gke", p)
+    problems += tpu_provisioning_problems(provisioning, "gke", found, args.get("zone"), p)
+    problems += tpu_gke_only_problems(
+        "gke", args.get("runtime_version"), args.get("reservation"), provisioning, p
+    )
+    max_run = args.get("max_run_seconds")
+    if max_run is not None and (
+        isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1
+    ):
+        problems.append(f"{p}max_run_seconds: got {max_run!r}; valid: an integer >= 1")
+    return problems
+
+
+def _validate(args: Mapping[str, Any]) -> TpuSlice:
+    problems = tpu_gke_slices_problems(args)
+    problems += tpu_gke_code_problems("node_args" in args, args.get("image"), "")
+    problems += secret_env_names_problems(args)
+    found = named_slice(
+        accelerator_type=args.get("accelerator_type"),
+        generation=args.get("generation"),
+        topology=args.get("topology"),
+        zone=args.get("zone"),
+    )[0]
+    if problems or found is None:
+        raise ValueError("\n".join(problems))
+    return found
+
+
+def node_pool_args(found: TpuSlice, provisioning: str, reservation: str | None) -> dict[str, Any]:
+    """The fields of one slice's pool that depend on its shape and capacity (pulumi-gcp
+    `container.NodePool` keyword arguments and `node_config` fields)."""
+    vms = gke_vms(found)
+    pool: dict[str, Any] = {}
+    config: dict[str, Any] = {"machine_type": gke_machine_type(found)}
+    if vms > 1:
+        # xpk core/nodepool.py: COMPACT placement with the topology on multi-host pools only.
+        pool["placement_policy"] = container.NodePoolPlacementPolicyArgs(
+            type="COMPACT", tpu_topology=found.topology
+        )
+    if provisioning == "flex-start":
+        # GKE flex-start (FLEX_START_SOURCE): no nodes until the slice's pods ask; the
+        # autoscaler then obtains the whole slice and holds it at most max_run_duration.
+        config["flex_start"] = True
+        config["reservation_affinity"] = container.NodePoolNodeConfigReservationAffinityArgs(
+            consume_reservation_type="NO_RESERVATION"
+        )
+        pool["initial_node_count"] = 0
+        pool["autoscaling"] = container.NodePoolAutoscalingArgs(
+            total_min_node_count=0, total_max_node_count=vms, location_policy="ANY"
+        )
+        pool["management"] = container.NodePoolManagementArgs(auto_repair=False, auto_upgrade=True)
+    else:
+        pool["node_count"] = vms
+        pool["management"] = container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True)
+    if provisioning == "spot":
+        config["spot"] = True
+    if provisioning == "reserved":
+        config["reservation_affinity"] = (
+            container.NodePoolNodeConfigReservationAffinityArgs(
+                consume_reservation_type="SPECIFIC_RESERVATION",
+                key=RESERVATION_KEY,
+                values=[reservation],
+            )
+            if reservation
+            else container.NodePoolNodeConfigReservationAffinityArgs(
+                consume_reservation_type="ANY_RESERVATION"
+            )
+        )
+    return {"pool": pool, "config": config}
+
+
+class TpuGkeSlices(pulumi.ComponentResource):
+    """GKE cluster + one TPU node pool per slice + JobSet controller + JobSet."""
+
+    cluster_name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    console_url: pulumi.Output[str]
+    jobset_name: pulumi.Output[str]
+    node_pool_names: pulumi.Output[list[str]]
+    chips: pulumi.Output[int]
+    hosts: pulumi.Output[int]
+    """TPU VMs in all slices (one pod each)."""
+    manifest: pulumi.Output[dict[str, Any]]
+    """The JobSet as applied."""
+    pools: list[container.NodePool]
+    jobset: k8s.apiextensions.CustomResource
+    dashboard_scope: DashboardScope
+
+    def __init__(
+        self, name: str, args: TpuGkeSlicesArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        check_args("TpuGkeSlices", TpuGkeSlicesArgs, args)
+        found = component_check("TpuGkeSlices", _validate, args)
+        labels = component_check("TpuGkeSlices", labels_input, args.get("labels"), COMPONENT_LABEL)
+        super().__init__(TOKEN, name, None, opts)
+        project = pulumi.Output.from_input(args["project"])
+        zone = args["zone"]
+        slices = int(args.get("slices", 1))
+        provisioning = str(args.get("provisioning", "on-demand"))
+        vms = gke_vms(found)
+        # A component's depends_on does not reach its children: the pools and the JobSet
+        # wait for the stack's grants themselves.
+        deps = inherited_depends_on(opts)
+
+        cluster = gke_cluster(name, args, project, zone, labels, self, suffix="tpu")
+        system_pool = gke_system_pool(name, args, project, zone, cluster.name, labels, self)
+        config, provider = gke_provider(name, project, zone, cluster, self)
+        shape = node_pool_args(found, provisioning, args.get("reservation"))
+        tags = pulumi.Output.from_input(args["node_tag"]).apply(lambda t: [t])
+        node_config: dict[str, Any] = {
+            **shape["config"],
+            "image_type": NODE_IMAGE_TYPE,
+            "gvnic": container.NodePoolNodeConfigGvnicArgs(enabled=True),
+            "taints": [container.NodePoolNodeConfigTaintArgs(**TPU_TAINT)],
+            "service_account": args["service_account_email"],
+            "oauth_scopes": [CLOUD_PLATFORM_SCOPE],
+            "workload_metadata_config": container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                mode="GKE_METADATA"
+            ),
+            "resource_labels": labels,
+            "tags": tags,
+        }
+        if provisioning == "flex-start":
+            run_s = args.get("max_run_seconds", FLEX_START_MAX_RUN_S)
+            node_config["max_run_duration"] = f"{min(run_s, FLEX_START_MAX_RUN_S)}s"
+        self.pools = [
+            container.NodePool(
+                f"{name}-slice-{i}",
+                project=project,
+                location=zone,
+                cluster=cluster.name,
+                name=f"{POOL_PREFIX}{i}",
+                node_config=container.NodePoolNodeConfigArgs(**node_config),
+                # The TPU nodes bill: after what the component waits for (the stack's grants).
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+                **shape["pool"],
+            )
+            for i in range(slices)
+        ]
+        k8s_opts = pulumi.ResourceOptions(
+            parent=self, provider=provider, depends_on=[system_pool, *deps]
+        )
+        controller = k8s.yaml.v2.ConfigFile(
+            f"{name}-jobset-controller", file=JOBSET_MANIFESTS, opts=k8s_opts
+        )
+        job = gcp_name(args["deployment_name"], "tpu", max_len=40)
+        gsa = args["service_account_email"]
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-ksa",
+            metadata={
+                "name": job,
+                "namespace": NAMESPACE,
+                "annotations": pulumi.Output.from_input(gsa).apply(
+                    lambda e: {WORKLOAD_IDENTITY_ANNOTATION: e}
+                ),
+            },
+            opts=k8s_opts,
+        )
+        binding = serviceaccount.IAMMember(
+            f"{name}-wi",
+            service_account_id=pulumi.Output.all(project, gsa).apply(
+                lambda v: f"projects/{v[0]}/serviceAccounts/{v[1]}"
+            ),
+            role=WORKLOAD_IDENTITY_ROLE,
+            member=project.apply(lambda p: f"serviceAccount:{p}.svc.id.goog[{NAMESPACE}/{job}]"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+        )
+        plain: dict[str, Any] = dict(args)
+        accelerator = TPU_GENERATIONS[found.generation].gke_accelerator
+
+        def build(values: list[Any]) -> dict[str, Any]:
+            merged, package_uri, checkpoint_url, node_args = values
+            env = {PACKAGE_URI_ENV: package_uri}
+            if checkpoint_url:
+                keyed = node_argv(
+                    None, [], keyed_node_args(node_args, plain.get("secret_env_names") or ())
+                )
+                shape = {**plain, "node_count": vms * slices, "gpus_per_node": 0}
+                env |= pod_run_env(checkpoint_url, package_uri, keyed, shape)
+            return jobset_manifest(
+                name=job,
+                namespace=NAMESPACE,
+                slices=slices,
+                vms=vms,
+                chips_per_vm=gke_chips_per_vm(found),
+                accelerator=accelerator,
+                topology=found.topology,
+                image=plain["image"],
+                command=pod_command(),
+                args=node_argv(None, [], node_args),
+                env=[{"name": k, "value": v} for k, v in sorted(env.items())],
+                labels={k: v for k, v in sorted(dict(merged).items())},
+                service_account=job,
+                spot=provisioning == "spot",
+                max_restarts=plain.get("max_restarts", DEFAULT_MAX_RESTARTS),
+            )
+
+        manifest = pulumi.Output.all(
+            labels, args["package_uri"], args.get("checkpoint_url"), args["node_args"]
+        ).apply(build)
+        self.jobset = k8s.apiextensions.CustomResource(
+            f"{name}-jobset",
+            api_version=JOBSET_API,
+            kind="JobSet",
+            metadata=manifest.apply(lambda m: m["metadata"]),
+            spec=manifest.apply(lambda m: m["spec"]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=provider,
+                depends_on=[*self.pools, controller, account, binding, *deps],
+                # Its name is fixed and its spec immutable: a changed spec replaces it.
+                delete_before_replace=True,
+            ),
+        )
+        self.cluster_name = cluster.name
+        self.endpoint = cluster.endpoint
+        self.kubeconfig = config
+        self.console_url = pulumi.Output.all(project, cluster.name).apply(
+            lambda v: gke_console_url(v[0], zone, v[1])
+        )
+        self.jobset_name = pulumi.Output.from_input(job)
+        self.node_pool_names = pulumi.Output.all(*[p.name for p in self.pools])
+        self.chips = pulumi.Output.from_input(found.chips * slices)
+        self.hosts = pulumi.Output.from_input(vms * slices)
+        self.manifest = manifest
+        self.run_record = manifest.apply(_run_record)
+        log_filter, resource_filter = gke_filters(self.cluster_name)
+        # The GKE platform's charts: its containers' logs and its nodes' accelerator metrics
+        # (kubernetes.io/node/accelerator/*, which GKE reports for TPU nodes too).
+        self.dashboard_scope = {
+            "target": "gpu_cluster",
+            "gpu_backend": "gke",
+            "worker_count": vms * slices,
+            "log_filter": log_filter,
+            "resource_filter": resource_filter,
+        }
+        self.register_outputs(
+            {
+                "cluster_name": self.cluster_name,
+                "jobset_name": self.jobset_name,
+                "node_pool_names": self.node_pool_names,
+                "chips": self.chips,
+                "hosts": self.hosts,
+            }
+        )
+
+
+def _run_record(manifest: Mapping[str, Any]) -> str:
+    pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    return str(env.get(RUN_RECORD_ENV) or "")
+
+
+__all__ = ["REPLICATED_JOB", "TpuGkeSlices", "TpuGkeSlicesArgs", "tpu_gke_slices_problems"]

@@ -1,0 +1,202 @@
+"""Your own code through the components (`trainstack.components.UserCode`): a compute
+component given `code` runs it with the run contract's folders, and the cross-checks a stack
+config makes fire in a program under the mocks with the same line (the key named as the
+program gives it: `code.` / `A100Cluster.zone` for `trainer.` / `gpu_cluster.zone`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainstack.components import A100Cluster, TpuPodSlice, TrainingNetwork, UserCode
+from trainstack.components._args import ArgsError
+from trainstack.infra.config import ConfigError, load_stack_config
+from trainstack.infra.mocks import run_program
+
+TORCH_SCRIPT = "import os\n\nimport torch\n"
+STACK_TPU = {"accelerator_type": "v4-32", "zone": "us-central2-b", "provisioning": "spot"}
+
+
+def _source(tmp_path: Path, script: str = TORCH_SCRIPT) -> Path:
+    (tmp_path / "train.py").write_text(script)
+    return tmp_path
+
+
+def _slice_args(code: UserCode, **overrides: Any) -> dict[str, Any]:
+    return {
+        "project": "p",
+        "zone": "us-central2-b",
+        "deployment_name": "exp",
+        "accelerator_type": "v4-32",
+        "runtime_version": "tpu-ubuntu2204-base",
+        "provisioning": "spot",
+        "network_self_link": "projects/p/global/networks/n",
+        "subnetwork_self_link": "projects/p/regions/us-central2/subnetworks/s",
+        "service_account_email": "sa@p.iam.gserviceaccount.com",
+        "package_uri": "gs://staging/code/pkg.tar.gz",
+        "code": code,
+        "checkpoint_url": "gs://ckpt",
+        "data_url": "gs://data",
+        **overrides,
+    }
+
+
+def _stack_errors(config: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_stack_config(config)
+    return caught.value.errors
+
+
+def _program_errors(build: Any) -> list[str]:
+    with pytest.raises(ArgsError) as caught:
+        run_program(build)
+    return caught.value.errors
+
+
+def test_a_slice_runs_your_code_with_the_run_contract(tmp_path: Path) -> None:
+    source = _source(tmp_path, "import jax\n")
+    (source / "requirements.txt").write_text("jax[tpu]\n")
+    code = UserCode(
+        source=str(source),
+        entrypoint=["python", "train.py"],
+        requirements="requirements.txt",
+        env={"WANDB_MODE": "offline"},
+    )
+
+    def program() -> dict[str, Any]:
+        tpu = TpuPodSlice("exp-tpu", _slice_args(code))  # type: ignore[arg-type]
+        return {"script": tpu.startup_script, "ckpt": tpu.checkpoint_dir}
+
+    run = run_program(program)
+    # The node launcher's arguments, as a stack's own code gets them (compose.user_code_node_args).
+    node_args = [
+        "--launcher=node",
+        "--env=TRAINSTACK_CHECKPOINT_DIR=gs://ckpt/checkpoints/exp",
+        "--env=TRAINSTACK_DATA_DIR=gs://data",
+        "--env=TRAINSTACK_OUTPUT_DIR=gs://ckpt/outputs/exp",
+        "--env=TRAINSTACK_RUN_NAME=exp",
+        "--env=WANDB_MODE=offline",
+        "--",
+        "python",
+        "train.py",
+    ]
+    plain = {k: v for k, v in _slice_args(code).items() if k not in ("code", "data_url")}
+
+    def by_hand() -> dict[str, Any]:
+        args = {**plain, "node_args": node_args, "checkpoint_dir": "gs://ckpt/checkpoints"}
+        tpu = TpuPodSlice("exp-tpu", args)  # type: ignore[arg-type]
+        return {"script": tpu.startup_script, "ckpt": tpu.checkpoint_dir}
+
+    assert run.outputs == run_program(by_hand).outputs
+    assert run.outputs["ckpt"] == "gs://ckpt/checkpoints"
+
+
+def test_torch_code_on_a_base_runtime_is_refused_as_in_a_stack(tmp_path: Path) -> None:
+    source = _source(tmp_path)
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central2",
+            "trainstack:tpu": STACK_TPU,
+            "trainstack:trainer": {"source": str(source), "entrypoint": ["python", "train.py"]},
+        }
+    )
+    code = UserCode(source=str(source), entrypoint=["python", "train.py"])
+    program = _program_errors(lambda: TpuPodSlice("exp-tpu", _slice_args(code)))  # type: ignore[arg-type]
+    line = (
+        "{k}requirements: your code imports torch (train.py:3), which TPU runtime "
+        "'tpu-ubuntu2204-base' does not ship and there is no {k}requirements, so it cannot "
+        "start; valid: {k}requirements naming torch and torch_xla[tpu] at the same version "
+        "(e.g. torch~=2.5.0, torch_xla[tpu]~=2.5.0)"
+    )
+    assert stack == [line.format(k="trainer.")]
+    assert program == ["TpuPodSlice." + line.format(k="code.")]
+
+
+def test_a_launcher_the_slice_does_not_run_is_refused_as_in_a_stack(tmp_path: Path) -> None:
+    source = _source(tmp_path, "import jax\n")
+    trainer = {"source": str(source), "entrypoint": ["python", "train.py"], "launcher": "torchrun"}
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central2",
+            "trainstack:tpu": STACK_TPU,
+            "trainstack:trainer": trainer,
+        }
+    )
+    code = UserCode(**trainer)
+    program = _program_errors(lambda: TpuPodSlice("exp-tpu", _slice_args(code)))  # type: ignore[arg-type]
+    line = "{k}launcher: 'torchrun' is not allowed on a tpu target; valid: node"
+    assert stack == [line.format(k="trainer.")]
+    assert program == ["TpuPodSlice." + line.format(k="code.")]
+
+
+def _cluster(zone: str, network: Any, code: UserCode | None = None) -> dict[str, Any]:
+    training: dict[str, Any] = {
+        "package_uri": "gs://staging/pkg.tar.gz",
+        "checkpoint_url": "gs://ckpt",
+    }
+    if code is not None:
+        training |= {"code": code, "data_url": "gs://data"}
+    return {
+        "project": "p",
+        "zone": zone,
+        "deployment_name": "exp",
+        "backend": "gke",
+        "machine_type": "a2-highgpu-1g",
+        "node_count": 1,
+        "network_self_link": network.network_self_link,
+        "subnetwork_self_link": network.subnetwork_self_link,
+        "node_tag": network.node_tag,
+        "service_account_email": "sa@p.iam.gserviceaccount.com",
+        "training": training,
+    }
+
+
+def test_a_zone_outside_the_subnets_region_is_refused_as_in_a_stack() -> None:
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central1",
+            "trainstack:gpu_cluster": {
+                "backend": "gke",
+                "machine_type": "a2-highgpu-1g",
+                "node_count": 1,
+                "zone": "europe-west4-a",
+            },
+        }
+    )
+
+    def program() -> None:
+        net = TrainingNetwork(
+            "net", {"project": "p", "region": "us-central1", "deployment_name": "exp"}
+        )
+        A100Cluster("exp-gpu", _cluster("europe-west4-a", net))  # type: ignore[arg-type]
+
+    line = "'europe-west4-a' is not in {r} 'us-central1'; valid: a zone named us-central1-<zone>"
+    assert stack == ["gpu_cluster.zone: " + line.format(r="gcp:region")]
+    assert _program_errors(program) == [
+        "A100Cluster.zone: " + line.format(r="the region of subnetwork_self_link")
+    ]
+
+
+def test_a_gke_cluster_runs_your_code_in_your_image(tmp_path: Path) -> None:
+    code = UserCode(image="us-docker.pkg.dev/p/r/train:1", entrypoint=["python", "train.py"])
+
+    def program() -> dict[str, Any]:
+        net = TrainingNetwork(
+            "net", {"project": "p", "region": "us-central1", "deployment_name": "exp"}
+        )
+        A100Cluster("exp-gpu", _cluster("us-central1-a", net, code))  # type: ignore[arg-type]
+        return {}
+
+    run = run_program(program)
+    jobs = [r for r in run.resources if r.type == "kubernetes:batch/v1:Job"]
+    assert len(jobs) == 1
+    container = jobs[0].inputs["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "us-docker.pkg.dev/p/r/train:1"
+    args = " ".join(container.get("args", []) + container.get("command", []))
+    assert args.count("--env=TRAINSTACK_DATA_DIR=gs://data") == 1
+    assert args.count("--launcher=torchrun") == 1

@@ -1,0 +1,181 @@
+"""`trainstack:tpu` with `backend` and `slices` (issue 31): each bad input is one line naming
+the key, by the same rule for the stack config and the `TpuGkeSlices` component, and
+`trainstack plan` exits 2 on it before anything is registered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from trainstack.components._args import ArgsError
+from trainstack.components.catalog.tpu_gke import FLEX_START_SOURCE
+from trainstack.components.tpu_gke_slices import TpuGkeSlices, tpu_gke_slices_problems
+from trainstack.infra.cli import app
+from trainstack.infra.config import ConfigError, load_stack_config
+from trainstack.infra.targets import target_of
+
+REPO = Path(__file__).resolve().parents[2]
+OWN_JAX = {
+    "image": "us-docker.pkg.dev/p/jax/tpu:1",
+    "source": str(REPO / "examples" / "own-jax"),
+    "entrypoint": ["python", "train.py"],
+    "launcher": "node",
+}
+GKE = {
+    "gcp:project": "p",
+    "gcp:region": "us-east5",
+    "trainstack:tpu": {
+        "backend": "gke",
+        "accelerator_type": "v6e-16",
+        "zone": "us-east5-b",
+        "slices": 2,
+        "provisioning": "spot",
+    },
+    "trainstack:trainer": OWN_JAX,
+}
+ON_TPU_VM = {
+    **{k: v for k, v in OWN_JAX.items() if k != "image"},
+    "requirements": "requirements-tpu.txt",
+}
+"""examples/own-jax where no container runs (tpu_vm): jax[tpu] from its requirements."""
+FLEX = FLEX_START_SOURCE.split(" (")[0]
+
+
+def tpu(**changes: Any) -> dict[str, Any]:
+    section = {**GKE["trainstack:tpu"], **changes}
+    return {**GKE, "trainstack:tpu": {k: v for k, v in section.items() if v is not None}}
+
+
+def errors_of(raw: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(raw)
+    return info.value.errors
+
+
+def test_backend_gke_is_its_own_target_and_tpu_vm_stays_the_default() -> None:
+    cfg = load_stack_config(GKE)
+    assert (target_of(cfg).name, cfg.compute.slices) == ("tpu_gke", 2)
+    v4 = {
+        "gcp:project": "p",
+        "gcp:region": "us-central2",
+        "trainstack:tpu": {"accelerator_type": "v4-8", "zone": "us-central2-b"},
+        "trainstack:trainer": {"framework": "tensorflow", "strategy": "tpu"},
+    }
+    cfg = load_stack_config(v4)
+    assert (target_of(cfg).name, cfg.compute.backend, cfg.compute.slices) == ("tpu", "tpu_vm", 1)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (
+            tpu(slices=0),
+            "tpu.slices: 0 is not a slice count; valid: an integer >= 1",
+        ),
+        (
+            tpu(accelerator_type="v6e-4"),
+            "tpu.slices: v6e-4 is a single-host slice and GKE multislice supports multi-host "
+            "TPU slice node pools only (https://cloud.google.com/kubernetes-engine/docs/how-to/"
+            'tpu-multislice: Multislice "only supports multi-host TPU slice node pools"); '
+            "valid: 1, or a slice of more than 4 chips",
+        ),
+        (
+            tpu(backend="tpu_vm", runtime_version="v2-alpha-tpuv6e"),
+            "tpu.slices: 2 slices (multislice) need backend 'gke' (one TPU node pool per "
+            "slice, a JobSet over them); backend 'tpu_vm' makes one slice; valid: 1, or "
+            "tpu.backend: gke",
+        ),
+        (
+            tpu(provisioning="queued"),
+            "tpu.provisioning: 'queued' is a Cloud TPU API queued resource, which backend "
+            "'gke' does not use; valid: on-demand, spot, reserved, flex-start, or tpu.backend: "
+            "tpu_vm",
+        ),
+        (
+            tpu(provisioning="flex-start", zone="europe-west4-a", slices=1),
+            "tpu.provisioning: 'flex-start' is not offered for v6e in europe-west4-a (Google "
+            "lists v6e in asia-northeast1-b, us-east5-a, us-east5-b; v5e in us-west4-a; v5p in "
+            f"us-east5-a: {FLEX}); valid: on-demand, spot, reserved, or a listed generation "
+            "and zone",
+        ),
+        (
+            tpu(generation="v6e", topology="3x3", accelerator_type=None),
+            "tpu.topology: '3x3' is not a v6e topology; valid: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, "
+            "8x16, 16x16",
+        ),
+    ],
+    ids=["slices-0", "single-host", "tpu_vm", "queued", "flex-zone", "topology"],
+)
+def test_each_bad_input_is_one_line(raw: dict[str, Any], expected: str) -> None:
+    if "europe-west4" in str(raw):
+        raw = {**raw, "gcp:region": "europe-west4"}
+    if raw["trainstack:tpu"]["backend"] == "tpu_vm":  # it runs no container
+        raw = {**raw, "trainstack:trainer": ON_TPU_VM}
+    assert errors_of(raw) == [expected]
+
+
+def test_flex_start_on_tpu_vm_needs_gke() -> None:
+    raw = tpu(backend="tpu_vm", slices=1, provisioning="flex-start")
+    raw["trainstack:tpu"]["runtime_version"] = "v2-alpha-tpuv6e"
+    raw["trainstack:trainer"] = ON_TPU_VM
+    assert errors_of(raw) == [
+        "tpu.provisioning: 'flex-start' needs backend 'gke' (GKE flex-start node pools; the "
+        "Cloud TPU API's flex-start is alpha only); valid: on-demand, spot, queued, reserved, "
+        "or tpu.backend: gke"
+    ]
+
+
+def test_the_bundled_trainer_and_an_image_less_source_are_refused_on_gke() -> None:
+    bundled = {**GKE, "trainstack:trainer": {"framework": "tensorflow", "strategy": "tpu"}}
+    assert errors_of(bundled) == [
+        "trainer.framework: the bundled tensorflow trainer has no maintained TPU container "
+        "image (Google publishes none with TensorFlow for TPUs) to run on backend 'gke'; "
+        "valid: your own code (trainer.entrypoint with trainer.image, an image with jax[tpu]), "
+        "or tpu.backend: tpu_vm"
+    ]
+    no_image = {**GKE, "trainstack:trainer": {k: v for k, v in OWN_JAX.items() if k != "image"}}
+    assert errors_of(no_image) == [
+        "trainer.image: required on tpu.backend 'gke': there is no maintained default image "
+        "with a TPU framework for your code; valid: an image with jax[tpu] (or torch_xla) and "
+        "python3"
+    ]
+
+
+def test_the_component_refuses_by_the_same_rule() -> None:
+    args = {"zone": "us-east5-b", "accelerator_type": "v6e-4", "slices": 2}
+    expected = tpu_gke_slices_problems(args)
+    assert expected[0].startswith("slices: v6e-4 is a single-host slice")
+    with pytest.raises(ArgsError) as info:
+        TpuGkeSlices(
+            "t",
+            {  # type: ignore[typeddict-item]
+                **args,
+                "project": "p",
+                "deployment_name": "d",
+                "image": "i",
+                "node_args": ["--", "python", "t.py"],
+                "package_uri": "gs://b/o",
+                "network_self_link": "n",
+                "subnetwork_self_link": "s",
+                "node_tag": "t",
+                "service_account_email": "a@p.iam.gserviceaccount.com",
+            },
+        )
+    assert str(info.value).splitlines() == [f"TpuGkeSlices.{line}" for line in expected]
+
+
+def test_plan_exits_2_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(yaml.safe_dump({"config": tpu(provisioning="queued")}))
+    result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        "error: invalid stack config for 'bad':\n"
+        "tpu.provisioning: 'queued' is a Cloud TPU API queued resource, which backend 'gke' "
+        "does not use; valid: on-demand, spot, reserved, flex-start, or tpu.backend: tpu_vm\n",
+    )
