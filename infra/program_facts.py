@@ -24,6 +24,8 @@ from trainstack.infra.targets import StillBilling
 
 SUPERVISOR = "supervisor"
 """The `target` of a `RunSupervisor`'s facts."""
+LOCAL = "local"
+"""The `target` of a `LocalTrainingJob`'s facts."""
 
 
 def registered_facts(registered: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -73,7 +75,9 @@ def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]])
     each component's own, the quota ids that are unverified, the run limits' and spend caps'
     (`limit_notes`), and, where a supervisor stops the compute, what bills after its stop."""
     facts = list(facts)
-    notes = [ESTIMATE_NOTE, QUOTA_OFFLINE_NOTE]
+    # A local run draws no quota: a stack of one has no quota note either.
+    cloud = any(item["target"] != LOCAL for item in facts)
+    notes = [ESTIMATE_NOTE, *([QUOTA_OFFLINE_NOTE] if cloud else [])]
     for item in facts:
         notes += [note for note in item["notes"] if note not in notes]
     unverified = unverified_quota_note(quota)

@@ -36,6 +36,8 @@ from trainstack.infra.status import gcs_checkpoint, newest_step, status_info
 from trainstack.infra.supervision import supervisor_status
 from trainstack.infra.targets import StillBilling, registered
 
+READ_TARGETS = frozenset({"tpu", "gke", "gce"})
+"""The compute `status|logs --program` read (`trainstack.infra.compute_status`)."""
 KUBECONFIG_HINT = (
     'export the cluster\'s kubeconfig, pulumi.export("kubeconfig", cluster.kubeconfig) (a '
     "secret: save the outputs with --show-secrets), or pass --state FILE with `pulumi stack "
@@ -50,6 +52,11 @@ def the_compute(state: ProgramState, stack: str) -> dict[str, Any]:
         raise OutputsError(
             f"stack {stack!r}: its compute is a Vertex AI job, whose name its facts cannot "
             "know before it is created; valid: trainstack status --job <its job_name output>"
+        )
+    if compute and compute[0]["target"] not in READ_TARGETS:
+        raise OutputsError(
+            f"stack {stack!r}: its compute is a {compute[0]['component']}, which status and "
+            "logs --program do not read; valid: a program with a TpuPodSlice or A100Cluster"
         )
     if len(compute) > 1:
         names = ", ".join(f"{f['component']} ({f['target']})" for f in compute)

@@ -250,3 +250,24 @@ def test_a_vertex_program_plans_the_totals_and_quota_of_the_same_stack(
     assert plan["summary"] == stack_plan["summary"]
     assert plan["quota"] == stack_plan["quota"]
     assert plan["notes"] == [n for n in stack_plan["notes"] if not n.startswith(VERTEX_STACK_NOTES)]
+
+
+LOCAL_MAIN = """\
+import pulumi
+from trainstack.components.local_training_job import LocalTrainingJob
+
+trainer = {"framework": "torch", "strategy": "ddp", "model": "cnn", "dataset": "digits",
+           "steps": 300, "global_batch_size": 64}
+job = LocalTrainingJob("acme-local", {"trainer": trainer, "workers": 2, "root": ".trainstack/acme"})
+"""
+
+
+def test_a_local_program_plans_what_the_local_stack_plans(tmp_path: Path) -> None:
+    plan = build_program_plan(write_program(tmp_path / "acme", LOCAL_MAIN, "local"), "local")
+    stack_plan = bundled_plan("local")
+    # Before: no facts, so the program's note that it registers no compute, and no totals.
+    assert (plan["summary"], plan["quota"], plan["notes"]) == (
+        stack_plan["summary"],
+        stack_plan["quota"],
+        stack_plan["notes"],
+    )
