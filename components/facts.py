@@ -12,6 +12,9 @@ registered output `facts`:
         "hourly_usd": 7.68,             # catalog list price, unrounded (spot when spot)
         "quota": [{"service", "quota_id", "dimensions", "needed", "verified"}, ...],
         "notes": ["..."],               # the plan's notes on it
+        "limit_notes": ["..."],         # its run limit's, its spend cap's (after the others)
+        "stoppable_hourly_usd": 7.68,   # what a supervisor stops of it (compute; rounded)
+        "after_stop": [{...}],          # what bills after that stop (`StillBilling`'s fields)
         "status": {...},                # where its state is read (target-specific)
         "logs": {...},                  # which Cloud Logging entries are its trainer's
     }
@@ -33,11 +36,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from trainstack.components.catalog import prices
+from trainstack.components.catalog import billing, prices
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.catalog.supervisor_iam import CONDITION_NOTES, REACH
 from trainstack.components.catalog.supervisor_region import price_tier
 from trainstack.components.catalog.tpu import TpuSlice
+from trainstack.trainers.common.contract import CHECKPOINT_DIR_ENV
 
 FACTS_KEY: Final = "trainstack_facts"
 """The key that marks a dict as a component's facts; its value is `FACTS_VERSION`."""
@@ -56,6 +60,9 @@ def make_facts(
     hourly_usd: float = 0.0,
     quota: Sequence[Mapping[str, Any]] = (),
     notes: Sequence[str] = (),
+    limit_notes: Sequence[str] = (),
+    stoppable_hourly_usd: float = 0.0,
+    after_stop: Sequence[Mapping[str, Any]] = (),
     status: Mapping[str, Any] | None = None,
     logs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -70,6 +77,9 @@ def make_facts(
         "hourly_usd": hourly_usd,
         "quota": [{key: need[key] for key in QUOTA_FIELDS} for need in quota],
         "notes": list(notes),
+        "limit_notes": list(limit_notes),
+        "stoppable_hourly_usd": stoppable_hourly_usd,
+        "after_stop": [dict(item) for item in after_stop],
         "status": dict(status or {}),
         "logs": dict(logs or {}),
     }
@@ -85,6 +95,43 @@ def region_of(zone: str) -> str:
     `<region>-<zone letter>` (https://cloud.google.com/compute/docs/regions-zones: "zone names
     ... us-central1-a")."""
     return zone.rsplit("-", 1)[0]
+
+
+def checkpoint_dir_of(node_args: Sequence[str]) -> str | None:
+    """Where your code's checkpoints go: the run contract's `TRAINSTACK_CHECKPOINT_DIR` among
+    `node_args`' `--env=` options (`trainstack.trainers.common.user_code.node_args`), or None."""
+    prefix = f"--env={CHECKPOINT_DIR_ENV}="
+    options = list(node_args)[: list(node_args).index("--")] if "--" in node_args else node_args
+    found = [arg.removeprefix(prefix) for arg in options if arg.startswith(prefix)]
+    return found[-1] if found else None
+
+
+# --------------------------------------------------------------------------- limits
+
+
+RUN_LIMIT_KEY: Final = "limits.max_run_hours"
+SPEND_CAP_KEY: Final = "limits.max_total_usd"
+
+
+def run_limit_text(target: str, seconds: int) -> str:
+    """How a run limit of `seconds` is enforced on `target` (tpu, gke, gce), in the plan's
+    words (the component's `max_run_seconds`; a stack's `limits.max_run_hours`)."""
+    if target == "tpu":
+        return (
+            f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
+            "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
+            "limit, so the supervisor then deletes the slice"
+        )
+    if target == "gke":
+        return (
+            f"GKE Job activeDeadlineSeconds {seconds}; then the supervisor sets the GPU "
+            "node pool to 0 nodes"
+        )
+    return (
+        f"the VMs' startup script stops the trainer {seconds}s after the run's first "
+        "start (A100Cluster max_run_seconds); then the supervisor deletes the instance "
+        "group's VMs"
+    )
 
 
 # --------------------------------------------------------------------------- TPU slice
@@ -109,6 +156,40 @@ def tpu_quota(found: TpuSlice, provisioning: str, zone: str) -> list[dict[str, A
     )
     spec = prices.TPU_QUOTAS[(found.generation, tier)]
     return [prices.quota_need(spec, {"zone": zone}, found.chips)]
+
+
+def tpu_after_stop(
+    found: TpuSlice, provisioning: str, reservation: str | None, zone: str
+) -> list[dict[str, Any]]:
+    """What bills after a supervisor deleted the slice (`StillBilling`'s fields): the TPU
+    reservation it consumed, if any (reserved provisioning, or a queued resource's
+    `reservation`)."""
+    if provisioning == "reserved":
+        # A TPU VM created directly consumes any matching reservation; it names none.
+        what = f"the TPU reservation the slice used (any matching one in {zone})"
+    elif reservation == "-":
+        what = f"the TPU reservation the queued resource used (any of the project's in {zone})"
+    elif reservation is not None:
+        where = "" if reservation.startswith("projects/") else f" in {zone}"
+        what = f"reservation {reservation}{where}"
+    else:
+        return []
+    # Not the stack's: it bills after the slice is deleted, until its period ends or it
+    # is deleted (billing.TPU_RESERVATION_BILLS_UNTIL_ENDED, inferred). Reserved TPUs
+    # cost less than on-demand, so the on-demand price is the most it bills.
+    return [
+        {
+            "what": what,
+            "hourly_usd": round(tpu_hourly_usd(found, False), 2),
+            "until": "its period ends or it is deleted",
+            "ours": False,
+            "basis": (
+                f"the slice's {found.chips} {found.generation} chips at on-demand list price, "
+                "the most it costs"
+            ),
+            "verified": billing.TPU_RESERVATION_BILLS_UNTIL_ENDED_VERIFIED,
+        }
+    ]
 
 
 # --------------------------------------------------------------------------- A100 cluster
@@ -138,6 +219,31 @@ def a100_summary(backend: str, machine_type: str, node_count: int, spot: bool) -
     }
 
 
+def a100_after_stop(
+    machine_type: str, node_count: int, reservation: str | None, zone: str
+) -> list[dict[str, Any]]:
+    """What bills after a supervisor stopped the GPU nodes (`StillBilling`'s fields): the
+    reservation they consumed, if any."""
+    if reservation is None:
+        return []
+    # The reservation is not the stack's: with the nodes gone it still bills its VMs,
+    # at on-demand rates (billing.RESERVATION_BILLS_UNTIL_DELETED; never spot: spot with a
+    # reservation is refused). At least this stack's nodes' worth.
+    price = prices.MACHINE_PRICES[machine_type].hourly(False)
+    return [
+        {
+            "what": f"reservation {reservation} in {zone}",
+            "hourly_usd": round(node_count * price, 2),
+            "until": "it is deleted",
+            "ours": False,
+            "basis": (
+                f"the {node_count} x {machine_type} this stack used, at on-demand list price"
+            ),
+            "verified": billing.RESERVATION_BILLS_UNTIL_DELETED_VERIFIED,
+        }
+    ]
+
+
 def a100_quota(
     backend: str, machine_type: str, node_count: int, spot: bool, region: str
 ) -> list[dict[str, Any]]:
@@ -157,6 +263,88 @@ def a100_quota(
         system = MACHINES[GKE_SYSTEM_NODE_MACHINE]
         needs.append(prices.quota_need(prices.CPUS_QUOTA, {"region": region}, system.vcpus))
     return needs
+
+
+def gke_cluster_after_stop(stack: str) -> dict[str, Any]:
+    """What of a GKE cluster bills after its supervisor emptied the GPU pool (`StillBilling`'s
+    fields): the cluster and its system node, until the stack is destroyed
+    (billing.GKE_CLUSTER_BILLS_UNTIL_DELETED)."""
+    return {
+        "what": "GKE cluster fee and system node",
+        "hourly_usd": round(gke_extra_hourly_usd(), 2),
+        "until": f"`pulumi destroy -s {stack}`",
+        "ours": True,
+        # The credit is the billing account's: the estimate does not subtract it.
+        "basis": (
+            f"the GKE free tier's ${billing.GKE_FREE_TIER_USD_PER_MONTH:.2f} monthly credit "
+            f"per billing account may cover one zonal cluster's "
+            f"${prices.GKE_CLUSTER_FEE_USD:.2f}/hour fee"
+        ),
+        "verified": billing.GKE_CLUSTER_BILLS_UNTIL_DELETED_VERIFIED,
+    }
+
+
+# --------------------------------------------------------------------------- Vertex AI job
+
+
+def vertex_summary(
+    machine_type: str,
+    replica_count: int,
+    reducers: int,
+    reducer_machine: str,
+    spot: bool,
+    trials: int = 1,
+) -> dict[str, Any]:
+    """`tpu_chips`, `gpus`, `machines` (replicas and reducers) and `hourly_usd` of a Vertex
+    AI job at list price with Vertex's training markup, unrounded; `trials`: a tuning job's
+    parallel trials, each a full copy of the job's worker pools."""
+    hourly = replica_count * prices.MACHINE_PRICES[machine_type].hourly(spot)
+    if reducers:
+        hourly += reducers * prices.MACHINE_PRICES[reducer_machine].hourly(spot)
+    out: dict[str, Any] = {
+        "tpu_chips": 0,
+        "gpus": replica_count * MACHINES[machine_type].gpus,
+        "machines": replica_count + reducers,
+        "hourly_usd": hourly * prices.VERTEX_TRAINING_MARKUP,
+    }
+    return {key: value * trials for key, value in out.items()}
+
+
+def vertex_quota(
+    machine_type: str,
+    replica_count: int,
+    reducers: int,
+    reducer_machine: str,
+    spot: bool,
+    region: str,
+    trials: int = 1,
+) -> list[dict[str, Any]]:
+    """The Vertex AI training quota of a job: its GPUs (preemptible when spot) or its CPU
+    family's vCPUs, and its reducers' vCPUs, times the parallel trials."""
+    dims = {"region": region}
+    out: list[dict[str, Any]] = []
+    cpu_vcpus: dict[str, int] = {}
+    machine = MACHINES[machine_type]
+    if machine.gpu_model is not None:
+        spec = prices.VERTEX_GPU_QUOTAS[(machine.gpu_model, spot)]
+        out.append(prices.quota_need(spec, dims, replica_count * machine.gpus))
+    else:
+        cpu_vcpus[machine_type.split("-", 1)[0]] = replica_count * machine.vcpus
+    if reducers:
+        reducer = MACHINES[reducer_machine]
+        family = reducer.name.split("-", 1)[0]
+        cpu_vcpus[family] = cpu_vcpus.get(family, 0) + reducers * reducer.vcpus
+    for family, vcpus in cpu_vcpus.items():
+        out.append(prices.quota_need(prices.VERTEX_CPU_QUOTAS[family], dims, vcpus))
+    for item in out:
+        item["needed"] *= trials
+    return out
+
+
+VERTEX_NO_TIMEOUT_NOTE: Final = (
+    "vertex: this GPU job has no scheduling.timeout, so Vertex's default of 7 days "
+    "caps a hung or stalled run; set limits.max_run_hours or vertex.timeout_s"
+)
 
 
 # --------------------------------------------------------------------------- run supervisor
@@ -187,6 +375,10 @@ SUPERVISOR_EXCLUDED = "Artifact Registry storage of its built images and Cloud B
 Registry (https://cloud.google.com/functions/docs/building: the project is billed for Cloud
 Build, Cloud Storage and Artifact Registry); not priced here."""
 HOURS_PER_MONTH = 730
+CHECK_INTERVAL_S: Final = 120  # how late a check can see
+STOP_GRACE_S: Final = 300
+"""`supervisor/main.py`'s wait for the trainer's checkpoint after a stop request (the bundle
+cannot import this module; a test holds the two equal)."""
 
 
 def supervisor_hourly_usd() -> float:
@@ -233,4 +425,67 @@ def reach_note(kind: str, recover: bool, project: str | None) -> str:
         "its grant on the checkpoint bucket holds for the run records (trainstack-run-*) "
         "only, and it alone writes its state bucket. Run each stack in a project of its own "
         "to keep the supervisor to this stack's compute"
+    )
+
+
+def spend_cap_text(hourly: float, cap: float, max_run_hours: float | None) -> str:
+    """How a spend cap of `cap` is enforced on compute the supervisor counts at `hourly`
+    $/hour, with what it can overshoot by: a check can come up to `CHECK_INTERVAL_S` late and
+    the trainer gets `STOP_GRACE_S` to save (plus the time Google takes to delete the
+    machines, not counted)."""
+    late_s = CHECK_INTERVAL_S + STOP_GRACE_S
+    text = (
+        f"the supervisor counts the compute's spend at ${hourly:,.2f}/hour (the catalog's "
+        f"list-price estimate) from its first check on, across restarts and recoveries; at "
+        f"${cap:,.2f} it asks the trainer to save and stop, then stops the compute. It can go "
+        f"past the cap by up to {late_s // 60} minutes of compute (a check every "
+        f"{CHECK_INTERVAL_S // 60} minutes, {STOP_GRACE_S // 60} minutes to save), about "
+        f"${hourly * late_s / 3600:,.2f}, plus the deletion"
+    )
+    if max_run_hours is not None and max_run_hours * hourly < cap:
+        text += (
+            f"; with limits.max_run_hours {max_run_hours:g} the run stops at about "
+            f"${max_run_hours * hourly:,.2f}, before the cap"
+        )
+    return text
+
+
+def supervisor_facts(
+    kind: str,
+    recover: bool,
+    instances: Sequence[str] | None,
+    values: Sequence[Any],
+) -> dict[str, Any]:
+    """A supervisor's facts (`trainstack.components.facts`): its cost and notes from its
+    arguments (`values`: project, region, resource name, its `run`, function name, events URI
+    and roles); the compute's region is its zone's (`resource`'s fourth part, `NAME_FORMS`).
+    With a spend cap and the compute's $/hour in `run`, the plan's note on how the cap is
+    enforced."""
+    project, region, resource, run, function, events = values
+    run = dict(run or {})
+    zone = resource.split("/")[3]
+    notes = [
+        reach_note(kind, recover, project),
+        supervisor_region_note(region, region_of(zone)),
+    ]
+    cap, hourly = run.get("max_total_usd"), run.get("hourly_usd")
+    limit_notes = []
+    if cap is not None and hourly is not None:
+        seconds = run.get("max_run_seconds")
+        hours = None if seconds is None else seconds / 3600
+        limit_notes.append(f"{SPEND_CAP_KEY}: {spend_cap_text(hourly, cap, hours)}")
+    return make_facts(
+        "RunSupervisor",
+        "supervisor",
+        hourly_usd=supervisor_hourly_usd(),
+        notes=notes,
+        limit_notes=limit_notes,
+        status={
+            "project": project,
+            "resource_name": resource,
+            "events_uri": events,
+            "max_total_usd": cap,
+            "instances": list(instances) if instances is not None else None,
+        },
+        logs={"function_name": function},
     )

@@ -42,6 +42,7 @@ from trainstack.components._args import check_args, component_check
 from trainstack.components._code_files import code_files, source_problems
 from trainstack.components._local_provider import LocalRun, LocalRunProvider
 from trainstack.components._naming import labels_input
+from trainstack.components.facts import make_facts
 from trainstack.trainers.common.bounds import MAX_LOCAL_WORKERS
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import (
@@ -212,8 +213,17 @@ class LocalTrainingJob(pulumi.ComponentResource):
         self.done = self.run.done
         self.resumed_from = self.run.resumed_from
         self.run_name = cfg.run_name
+        # What `plan --program` adds up: this machine's workers, nothing billed, no quota.
+        self.facts: dict[str, Any] = make_facts(
+            "LocalTrainingJob",
+            "local",
+            machines=args["workers"],
+            status={"root": args["root"], "run_name": cfg.run_name},
+            logs={"workers": args["workers"]},
+        )
         self.register_outputs(
             {
+                "facts": self.facts,
                 "pids": self.pids,
                 "start_times": self.start_times,
                 "log_path": self.log_path,

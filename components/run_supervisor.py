@@ -130,11 +130,10 @@ from trainstack.components.catalog.supervisor_iam import (
 )
 from trainstack.components.catalog.supervisor_region import region_problem
 from trainstack.components.facts import (
-    make_facts,
-    reach_note,
-    region_of,
-    supervisor_hourly_usd,
-    supervisor_region_note,
+    CHECK_INTERVAL_S,
+    STOP_GRACE_S,
+    spend_cap_text,
+    supervisor_facts,
 )
 
 __all__ = [
@@ -163,6 +162,7 @@ __all__ = [
     "role_id",
     "slice_target",
     "source_zip",
+    "spend_cap_text",
     "spot_node_body",
     "supervised",
     "supervisor_config",
@@ -176,11 +176,7 @@ RUNTIME: Final = "python312"
 """Cloud Run functions Python runtime ids (https://cloud.google.com/run/docs/runtimes/python):
 python312 is supported, deprecated 2028-10-02."""
 ENTRY_POINT: Final = "supervise"
-CHECK_INTERVAL_S: Final = 120  # how late a check can see
 DEFAULT_SCHEDULE: Final = f"*/{CHECK_INTERVAL_S // 60} * * * *"
-STOP_GRACE_S: Final = 300
-"""`supervisor/main.py`'s wait for the trainer's checkpoint after a stop request (the bundle
-cannot import this module; a test holds the two equal)."""
 MARKER: Final = "armed"
 """The state bucket's object Pulumi writes after the compute (`RunSupervisor.arm`)."""
 SUPERVISED_PROVISIONING: Final = frozenset({"spot", "queued"})
@@ -247,26 +243,6 @@ class RunSupervisorArgs(TypedDict):
     build_dir: NotRequired[str]
     """Folder the source zip is written to. Default: `.trainstack/build/` of the current
     project (`trainstack.components._project.current_build_dir`), never the install."""
-
-
-def supervisor_facts(
-    kind: str, recover: bool, project: str, region: str, resource: str, function: str, events: str
-) -> dict[str, Any]:
-    """A supervisor's facts (`trainstack.components.facts`): its cost and notes from its
-    arguments; the compute's region is its zone's (`resource`'s fourth part, `NAME_FORMS`)."""
-    zone = resource.split("/")[3]
-    notes = [
-        reach_note(kind, recover, project),
-        supervisor_region_note(region, region_of(zone)),
-    ]
-    return make_facts(
-        "RunSupervisor",
-        "supervisor",
-        hourly_usd=supervisor_hourly_usd(),
-        notes=notes,
-        status={"resource_name": resource, "events_uri": events},
-        logs={"function_name": function},
-    )
 
 
 def _problems(args: RunSupervisorArgs) -> list[str]:
@@ -484,8 +460,13 @@ class RunSupervisor(pulumi.ComponentResource):
         self.state_bucket_name = self.state_bucket.name
         self.events_uri = pulumi.Output.concat("gs://", self.state_bucket.name, "/events.jsonl")
         self.facts = pulumi.Output.all(
-            project, region, args["resource_name"], self.function_name, self.events_uri
-        ).apply(lambda v: supervisor_facts(kind, recover, *v))
+            project,
+            region,
+            args["resource_name"],
+            args.get("run", {}),
+            self.function_name,
+            self.events_uri,
+        ).apply(lambda v: supervisor_facts(kind, recover, args.get("instances"), v))
         self.register_outputs(
             {
                 "facts": self.facts,

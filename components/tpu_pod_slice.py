@@ -62,7 +62,7 @@ Naming: the TPU node is `<deployment_name>-tpu` and the queued resource
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import pulumi
@@ -100,7 +100,14 @@ from trainstack.components._tpu_queued_provider import (
 )
 from trainstack.components.catalog.tpu import CLOUD_TPU_API_NOTE, TPU_ZONES_SOURCE
 from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
-from trainstack.components.facts import make_facts, tpu_quota, tpu_summary
+from trainstack.components.facts import (
+    RUN_LIMIT_KEY,
+    make_facts,
+    run_limit_text,
+    tpu_after_stop,
+    tpu_quota,
+    tpu_summary,
+)
 from trainstack.components.startup.tpu_worker import effective_checkpoint_dir
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
@@ -138,22 +145,36 @@ TOKEN: Final = "trainstack:tpu:TpuPodSlice"
 
 
 def tpu_pod_slice_facts(
-    plan: SlicePlan, zone: str, deployment: str, project: str, slice_name: str
+    plan: SlicePlan,
+    zone: str,
+    reservation: str | None,
+    values: Sequence[Any],
 ) -> dict[str, Any]:
-    """A slice's facts (`trainstack.components.facts`), from its validated arguments."""
+    """A slice's facts (`trainstack.components.facts`), from its validated arguments
+    (`values`: deployment name, project, slice name, checkpoint folder)."""
+    deployment, project, slice_name, checkpoint_dir = values
     queued = gcp_name(deployment, "tpu-qr") if plan.provisioning == "queued" else None
+    seconds = plan.max_run_seconds
+    summary = tpu_summary(plan.slice, plan.provisioning)
     return make_facts(
         "TpuPodSlice",
         "tpu",
-        **tpu_summary(plan.slice, plan.provisioning),
+        **summary,
         quota=tpu_quota(plan.slice, plan.provisioning, zone),
         notes=[CLOUD_TPU_API_NOTE],
+        limit_notes=[f"{RUN_LIMIT_KEY}: {run_limit_text('tpu', seconds)}"] if seconds else [],
+        # A supervisor deletes the whole slice.
+        stoppable_hourly_usd=round(summary["hourly_usd"], 2),
+        after_stop=tpu_after_stop(plan.slice, plan.provisioning, reservation, zone),
         status={
             "project": project,
             "zone": zone,
             "node": slice_name,
             "queued_resource": queued,
             "provisioning": plan.provisioning,
+            "checkpoint_dir": checkpoint_dir,
+            # Your code's checkpoint folders are its own: status takes its marker's word.
+            "own_code": plan.user_code,
         },
         logs={
             "platform": "tpu",
@@ -252,9 +273,9 @@ class TpuPodSlice(pulumi.ComponentResource):
             "resource_filter": resource_filter,
         }
         project = args["project"]
-        self.facts = pulumi.Output.all(deployment, project, self.slice_name).apply(
-            lambda v: tpu_pod_slice_facts(plan, zone, *v)
-        )
+        self.facts = pulumi.Output.all(
+            deployment, project, self.slice_name, self.checkpoint_dir
+        ).apply(lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v))
         self.register_outputs(
             {
                 "facts": self.facts,

@@ -111,12 +111,20 @@ from trainstack.components.catalog.images import (
     reduction_server_image,
     reduction_server_image_problem,
 )
+from trainstack.components.catalog.machines import MACHINES
 from trainstack.components.catalog.vertex import (
+    DEFAULT_REDUCER_MACHINE,
     Algorithm,
     Goal,
     MeasurementSelectionType,
     ParameterType,
     ScaleType,
+)
+from trainstack.components.facts import (
+    VERTEX_NO_TIMEOUT_NOTE,
+    make_facts,
+    vertex_quota,
+    vertex_summary,
 )
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
@@ -313,6 +321,29 @@ def _check_image(args: Mapping[str, Any], reducers: int) -> None:
         pulumi.log.warn(problem)
 
 
+def vertex_job_facts(args: VertexTrainingJobArgs, reducers: int, project: str) -> dict[str, Any]:
+    """A job's facts (`trainstack.components.facts`), from its validated arguments: the
+    sizing a stack's plan gives the same job. Its name is known only once Vertex created it
+    (its registered `job_name`; `trainstack status --job NAME` reads it)."""
+    machine_type, replicas = args["machine_type"], args["replica_count"]
+    reducer = str(
+        dict(args.get("reduction_server") or {}).get("machine_type", DEFAULT_REDUCER_MACHINE)
+    )
+    tuning = args.get("hyperparameter_tuning")
+    trials = 1 if tuning is None else int(tuning["parallel_trial_count"])
+    sizing = (machine_type, replicas, reducers, reducer, args.get("spot", False))
+    gpus = MACHINES[machine_type].gpus
+    return make_facts(
+        "VertexTrainingJob",
+        "vertex",
+        **vertex_summary(*sizing, trials),
+        quota=vertex_quota(*sizing, args["region"], trials),
+        notes=[VERTEX_NO_TIMEOUT_NOTE] if gpus and args.get("timeout_s") is None else [],
+        status={"project": project, "region": args["region"]},
+        logs={"platform": "vertex", "workers": replicas},
+    )
+
+
 class VertexTrainingJob(pulumi.ComponentResource):
     """A Vertex AI customJob or hyperparameterTuningJob running the trainer."""
 
@@ -324,6 +355,12 @@ class VertexTrainingJob(pulumi.ComponentResource):
     """Cloud console page of the job."""
     body: pulumi.Output[dict[str, Any]]
     """The exact REST body submitted."""
+    facts: pulumi.Output[dict[str, Any]]
+    """What `trainstack plan|plan-diff|quota|status|logs --program` read from this job
+    (`trainstack.components.facts`; also a registered output): GPUs, replicas and reducers,
+    $/hour at list price with Vertex's markup (times the parallel trials when tuning), the
+    Vertex training quota it draws and its plan notes. A deployed job's status:
+    `trainstack status --job <job_name>`."""
     reducer_count: int
     """Reduction Server replicas (0 without Reduction Server)."""
 
@@ -392,8 +429,12 @@ class VertexTrainingJob(pulumi.ComponentResource):
             "log_filter": log_filter,
             "resource_filter": resource_filter,
         }
+        self.facts = pulumi.Output.from_input(args["project"]).apply(
+            lambda project: vertex_job_facts(args, reducers, project)
+        )
         self.register_outputs(
             {
+                "facts": self.facts,
                 "job_name": self.job_name,
                 "state": self.state,
                 "console_url": self.console_url,

@@ -40,6 +40,7 @@ from rich.table import Table
 from trainstack.infra import cli_run
 from trainstack.infra.cli_base import (
     ConfigFileOpt,
+    ProgramOpt,
     StackOpt,
     app,
     auth_failure,
@@ -86,15 +87,6 @@ from trainstack.infra.project import (
 
 if TYPE_CHECKING:
     from trainstack.infra.policy import StackReport
-
-ProgramOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--program",
-        help="A Pulumi project folder of your own (its Pulumi.yaml and program); --stack "
-        "then names one of its stack files.",
-    ),
-]
 
 
 def _program_plan(program: Path, stack: str | None) -> dict[str, Any]:

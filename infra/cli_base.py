@@ -189,6 +189,7 @@ def validated(
     stack: str | None,
     config_file: Path | None,
     overrides: dict[str, dict[str, Any]] | None = None,
+    command: str = "plan",
 ) -> tuple[str, StackConfig]:
     """The stack's name and validated config, a local stack's folders absolute against its
     base folder (`localized`); exit 2 naming the key when it is invalid. `overrides` (a
@@ -206,7 +207,7 @@ def validated(
             cfg = localized(cfg, name, target.local_run_root(cfg))
         return name, cfg
     except ConfigError as exc:
-        raise fail(invalid_config(name, exc, stack, config_file)) from None
+        raise fail(invalid_config(name, exc, stack, config_file, command)) from None
     except InstallWriteError as exc:
         raise fail(f"invalid stack config for {name!r}: {exc}") from None
 
@@ -226,7 +227,8 @@ def invalid_config(
 ) -> str:
     """`invalid stack config for 'NAME':` and the problems; for a stack file without any
     `trainstack:` key (a stack of the user's own program), the `trainstack COMMAND --program`
-    line that plans or checks it instead (`plan` and `policy` take --program)."""
+    line that plans, checks or reads it instead (`plan`, `policy`, `status` and `logs` take
+    --program)."""
     if not isinstance(exc, NotATrainstackStack):
         return f"invalid stack config for {name!r}:\n{exc}"
     folder = program_folder(stack, config_file)
@@ -258,6 +260,22 @@ OutputsOpt = Annotated[
     ),
 ]
 EndpointOpt = Annotated[list[str] | None, typer.Option("--endpoint", hidden=True)]
+ProgramOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--program",
+        help="A Pulumi project folder of your own (its Pulumi.yaml and program); --stack "
+        "then names one of its stack files.",
+    ),
+]
+StateOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state",
+        help="With --program: the stack's `pulumi stack export --show-secrets` JSON (every "
+        "component's facts); default: --outputs, else the Pulumi CLI's export.",
+    ),
+]
 
 
 def adc_hint() -> str:

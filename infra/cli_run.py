@@ -20,7 +20,9 @@ from trainstack.infra.cli_base import (
     ConfigFileOpt,
     EndpointOpt,
     OutputsOpt,
+    ProgramOpt,
     StackOpt,
+    StateOpt,
     err,
     fail,
     google_errors,
@@ -58,6 +60,8 @@ def status(
     api_endpoint: Annotated[str | None, typer.Option(hidden=True)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     outputs: OutputsOpt = None,
+    program: ProgramOpt = None,
+    state: StateOpt = None,
     endpoint: EndpointOpt = None,
     now: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
@@ -68,6 +72,10 @@ def status(
     against limits.max_total_usd, and what still bills after the stop. `--job` reads one
     Vertex AI job.
 
+    With --program DIR --stack NAME: the compute of your own program's stack, from its
+    components' facts (--state: a `pulumi stack export --show-secrets`; --outputs: exported
+    facts; default: the Pulumi CLI's export).
+
     Exit 0 while training is queued or running and when it succeeded; 1 when it failed, was
     cancelled or expired; 2 when it cannot be read (no credentials, no access, no outputs).
     """
@@ -75,8 +83,12 @@ def status(
     from trainstack.components._google_api import ApiError
     from trainstack.components._vertex_provider import job_status
 
+    if program is not None or state is not None:
+        name = _program_stack("status", program, stack, config_file, job)
+        _program_status(program, name, outputs, state, endpoint or [], now, as_json)
+        return
     if job is None:
-        name, cfg = validated(stack, config_file)
+        name, cfg = validated(stack, config_file, command="status")
         # A local run stopped before its last step resumes with the command that ran it.
         rerun = ["trainstack", "local-run"]
         rerun += ["--stack", stack] if stack is not None else ["--config-file", str(config_file)]
@@ -126,6 +138,54 @@ def status(
         raise typer.Exit(1)
 
 
+def _program_stack(
+    command: str,
+    program: Path | None,
+    stack: str | None,
+    config_file: Path | None,
+    job: str | None = None,
+) -> str:
+    """The stack of `--program DIR --stack NAME`; one error line for what goes without it."""
+    if program is None or stack is None or config_file is not None or job is not None:
+        raise fail(
+            f"{command} --program: reads a stack of your own program; valid: --program DIR "
+            "--stack NAME [--state FILE | --outputs FILE] (no --config-file or --job)"
+        )
+    return stack
+
+
+def _program_status(
+    program: Path | None,
+    name: str,
+    outputs: Path | None,
+    state_file: Path | None,
+    endpoint: list[str],
+    now: str | None,
+    as_json: bool,
+) -> None:
+    from trainstack.infra.logs import LogsError, parse_endpoints, parse_time
+    from trainstack.infra.program_state import read_program_state
+    from trainstack.infra.program_status import program_status
+    from trainstack.infra.stack_outputs import OutputsError
+    from trainstack.infra.status import FAILED_STATES, render_status
+
+    assert program is not None
+    try:
+        endpoints, moment = parse_endpoints(endpoint), parse_time(now) if now else None
+        state = read_program_state(program, name, outputs, state_file)
+        with google_errors("status", f"the state of stack {name!r}"):
+            info = program_status(state, name, endpoints, moment)
+    except (LogsError, OutputsError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+    else:
+        for line in render_status(info):
+            typer.echo(line)
+    if info["state"] in FAILED_STATES:
+        raise typer.Exit(1)
+
+
 def _stack_status(
     name: str,
     cfg: StackConfig,
@@ -171,21 +231,36 @@ def logs(
         ),
     ] = None,
     outputs: OutputsOpt = None,
+    program: ProgramOpt = None,
+    state: StateOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Raw records, one per line.")] = False,
     poll_s: Annotated[float, typer.Option("--poll-s", hidden=True, min=0.0)] = 5.0,
     endpoint: EndpointOpt = None,
 ) -> None:
     """A deployed stack's training logs (Cloud Logging; local: the log file), one readable
     line per trainer record and per run supervisor action, oldest first. Ctrl-C ends
-    --follow (exit 130)."""
+    --follow (exit 130). With --program DIR --stack NAME: your own program's compute, found
+    as `status --program` finds it."""
     from trainstack.infra.log_source import log_source
-    from trainstack.infra.logs import LogsError, parse_endpoints, read_lines
+    from trainstack.infra.logs import CloudLogs, FileLogs, LogsError, parse_endpoints, read_lines
     from trainstack.infra.stack_outputs import OutputsError
 
-    name, cfg = validated(stack, config_file)
+    if program is not None or state is not None:
+        name, cfg = _program_stack("logs", program, stack, config_file), None
+    else:
+        name, cfg = validated(stack, config_file, command="logs")
     try:
         endpoints = parse_endpoints(endpoint or [])
-        source = log_source(cfg, name, outputs, worker)
+        source: CloudLogs | FileLogs
+        if cfg is None:
+            from trainstack.infra.program_state import read_program_state
+            from trainstack.infra.program_status import program_log_source
+
+            assert program is not None
+            found = read_program_state(program, name, outputs, state)
+            source = program_log_source(found, name, worker)
+        else:
+            source = log_source(cfg, name, outputs, worker)
         lines = read_lines(source, endpoints, follow=follow, as_json=as_json, poll_s=poll_s)
         with google_errors("logs", f"Cloud Logging of stack {name!r}"):
             for line in lines:

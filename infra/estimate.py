@@ -11,6 +11,7 @@ before requesting increases.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainstack.components.catalog.supervisor_region import supervisor_region
@@ -24,8 +25,10 @@ from trainstack.trainers.common.run_records import NO_HEARTBEAT_S
 
 if TYPE_CHECKING:
     from trainstack.infra.config_sections import StackView
+    from trainstack.infra.targets import StillBilling
 
 __all__ = [
+    "after_stop_note",
     "limit_problems",
     "limits_plan",
     "quota_needs",
@@ -69,12 +72,19 @@ def still_billing_note(cfg: StackView, stack: str) -> str | None:
     target = target_of(cfg)
     if not target.supervised:
         return None
-    after = target.still_billing_after_stop(cfg, stack)
+    return after_stop_note(
+        target.stoppable_hourly_usd(cfg), target.still_billing_after_stop(cfg, stack)
+    )
+
+
+def after_stop_note(stoppable_hourly_usd: float, after: Sequence[StillBilling]) -> str | None:
+    """The words of `still_billing_note` (a program's plan says them from its components'
+    facts): the $/hour the stop ends, and what bills on."""
     if not after:
         return None
     return (
         f"the supervisor's stop at the run's end (or a limit) ends the compute's "
-        f"${target.stoppable_hourly_usd(cfg):,.2f}/hour; still billing after it, outside its "
+        f"${stoppable_hourly_usd:,.2f}/hour; still billing after it, outside its "
         "spend count: " + "; ".join(item.phrase() for item in after)
     )
 
@@ -132,28 +142,12 @@ def limit_problems(cfg: StackView) -> list[str]:
 
 
 def spend_cap_text(cfg: StackView, cap: float) -> str:
-    """How `limits.max_total_usd` is enforced, with what it can overshoot by: a check can
-    come up to `CHECK_INTERVAL_S` late and the trainer gets `STOP_GRACE_S` to save (plus the
-    time Google takes to delete the machines, not counted)."""
-    from trainstack.components.run_supervisor import CHECK_INTERVAL_S, STOP_GRACE_S
+    """How `limits.max_total_usd` is enforced (`trainstack.components.run_supervisor.
+    spend_cap_text`, which the supervisor's facts use too), at the compute's stoppable
+    $/hour."""
+    from trainstack.components.run_supervisor import spend_cap_text as cap_text
 
-    hourly = stoppable_hourly_usd(cfg)
-    late_s = CHECK_INTERVAL_S + STOP_GRACE_S
-    text = (
-        f"the supervisor counts the compute's spend at ${hourly:,.2f}/hour (the catalog's "
-        f"list-price estimate) from its first check on, across restarts and recoveries; at "
-        f"${cap:,.2f} it asks the trainer to save and stop, then stops the compute. It can go "
-        f"past the cap by up to {late_s // 60} minutes of compute (a check every "
-        f"{CHECK_INTERVAL_S // 60} minutes, {STOP_GRACE_S // 60} minutes to save), about "
-        f"${hourly * late_s / 3600:,.2f}, plus the deletion"
-    )
-    hours = cfg.limits.max_run_hours
-    if hours is not None and hours * hourly < cap:
-        text += (
-            f"; with limits.max_run_hours {hours:g} the run stops at about "
-            f"${hours * hourly:,.2f}, before the cap"
-        )
-    return text
+    return cap_text(stoppable_hourly_usd(cfg), cap, cfg.limits.max_run_hours)
 
 
 def limits_plan(cfg: StackView) -> dict[str, Any] | None:

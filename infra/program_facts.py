@@ -1,8 +1,8 @@
 """A program's totals, quota and notes from the `facts` its components register.
 
-Each compute component (`TpuPodSlice`, `A100Cluster`) and each `RunSupervisor` registers its
-`facts` output (`trainstack.components.facts`): its cost, quota and notes, computed from its
-own arguments by the functions a stack config's plan uses. `program_totals` adds them up into
+Each compute component (`TpuPodSlice`, `A100Cluster`, `VertexTrainingJob`) and each
+`RunSupervisor` registers its `facts` output (`trainstack.components.facts`): its cost, quota
+and notes, computed from its own arguments by the functions a stack config's plan uses. `program_totals` adds them up into
 the `summary`, `quota` and `notes` a stack plan of the same resources shows: compute before
 supervisors, each kind by resource name, so two runs of one program list them alike.
 """
@@ -13,15 +13,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainstack.components.facts import is_facts, supervisor_usd_per_month
+from trainstack.infra.estimate import after_stop_note
 from trainstack.infra.plan import (
     ESTIMATE_NOTE,
     QUOTA_OFFLINE_NOTE,
     integral_numbers,
     unverified_quota_note,
 )
+from trainstack.infra.targets import StillBilling
 
 SUPERVISOR = "supervisor"
 """The `target` of a `RunSupervisor`'s facts."""
+LOCAL = "local"
+"""The `target` of a `LocalTrainingJob`'s facts."""
 
 
 def registered_facts(registered: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -67,13 +71,26 @@ def facts_quota(facts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]]) -> list[str]:
-    """The plan's notes: the estimate's and the offline quota's (as a stack plan's), each
-    component's own, and the quota ids that are unverified."""
-    notes = [ESTIMATE_NOTE, QUOTA_OFFLINE_NOTE]
+    """The plan's notes, in a stack plan's order: the estimate's and the offline quota's,
+    each component's own, the quota ids that are unverified, the run limits' and spend caps'
+    (`limit_notes`), and, where a supervisor stops the compute, what bills after its stop."""
+    facts = list(facts)
+    # A local run draws no quota: a stack of one has no quota note either.
+    cloud = any(item["target"] != LOCAL for item in facts)
+    notes = [ESTIMATE_NOTE, *([QUOTA_OFFLINE_NOTE] if cloud else [])]
     for item in facts:
         notes += [note for note in item["notes"] if note not in notes]
     unverified = unverified_quota_note(quota)
-    return notes + ([unverified] if unverified else [])
+    notes += [unverified] if unverified else []
+    for item in facts:
+        notes += [note for note in item.get("limit_notes", []) if note not in notes]
+    if any(item["target"] == SUPERVISOR for item in facts):
+        compute = [item for item in facts if item["target"] != SUPERVISOR]
+        after = [StillBilling(**entry) for item in compute for entry in item.get("after_stop", [])]
+        stoppable = sum(item.get("stoppable_hourly_usd", 0.0) for item in compute)
+        after_stop = after_stop_note(stoppable, after)
+        notes += [after_stop] if after_stop else []
+    return notes
 
 
 def program_totals(registered: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:

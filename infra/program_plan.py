@@ -38,8 +38,8 @@ from trainstack.infra.project import find_project
 
 PROGRAM_NOTE = (
     "a program's plan lists what it registers; totals, $/hour and quota come from the facts "
-    "of trainstack's compute components (TpuPodSlice, A100Cluster, RunSupervisor), and this "
-    "program registers none"
+    "of trainstack's compute components (TpuPodSlice, A100Cluster, VertexTrainingJob, "
+    "RunSupervisor), and this program registers none"
 )
 SUPERVISED_GROUP = (
     "trainstack:supervision:RunSupervisor",

@@ -32,7 +32,13 @@ class OutputsError(Exception):
     """The stack's outputs cannot be read; the message is the whole error line."""
 
 
-def _from_file(path: Path, what: str) -> dict[str, Any]:
+OUTPUTS_DOC = (
+    "a JSON object of stack outputs, as `pulumi stack output --json --show-secrets` prints it"
+)
+
+
+def file_document(path: Path, what: str, valid: str = OUTPUTS_DOC) -> dict[str, Any]:
+    """The JSON object in `path` (`what`: the option that named it; `valid`: what it holds)."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -43,19 +49,43 @@ def _from_file(path: Path, what: str) -> dict[str, Any]:
         if isinstance(document, dict):
             return document
         reason = f"a JSON {type(document).__name__}, not an object"
-    raise OutputsError(
-        f"{what}: {path} is not readable ({reason}); valid: a JSON object of stack outputs, "
-        "as `pulumi stack output --json --show-secrets` prints it"
-    )
+    raise OutputsError(f"{what}: {path} is not readable ({reason}); valid: {valid}")
+
+
+def pulumi_stdout(args: list[str], stack: str, cwd: Path, instead: str) -> str:
+    """What `pulumi ARGS --cwd CWD` prints about stack `stack`; one OutputsError line when the
+    CLI is missing or fails (`instead`: the option that does without it)."""
+    what = f"reading stack {stack!r} (`pulumi {' '.join(args[:2])}`)"
+    if shutil.which("pulumi") is None:
+        raise OutputsError(
+            f"{what} needs the Pulumi CLI, which is not on PATH; install it, or pass {instead}"
+        )
+    try:
+        done = subprocess.run(
+            ["pulumi", *args, "--cwd", str(cwd)],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,  # never wait on a login or passphrase prompt
+            timeout=PULUMI_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OutputsError(f"{what}: {exc}") from None
+    if done.returncode != 0:
+        reason = " ".join(done.stderr.split()) or f"exit {done.returncode}"
+        raise OutputsError(
+            f"{what}: {reason}; deploy it with `pulumi up --stack {stack}`, or pass {instead}"
+        )
+    return done.stdout
 
 
 def read_outputs(stack: str, outputs_file: Path | None = None) -> dict[str, Any]:
     """The stack's outputs by name (see the module docstring for the order)."""
     if outputs_file is not None:
-        return _from_file(outputs_file, "--outputs")
+        return file_document(outputs_file, "--outputs")
     env = os.environ.get(OUTPUTS_ENV)
     if env:
-        return _from_file(Path(env), OUTPUTS_ENV)
+        return file_document(Path(env), OUTPUTS_ENV)
     hint = SAVE_HINT.format(stack=stack)
     if shutil.which("pulumi") is None:
         raise OutputsError(

@@ -86,19 +86,17 @@ UP_STATES = frozenset({"READY", "RUNNING", "Running"})
 # ------------------------------------------------------------------------------ progress
 
 
-def _cloud_step(cfg: StackConfig, stack: str, outputs: dict[str, Any], ep: Endpoints) -> int | None:
-    assert cfg.project is not None
-    query = cloud_filter(cfg, stack, outputs, None)
+def newest_step(project: str, trainers: str, ep: Endpoints) -> int | None:
+    """The step of the newest `train` or `done` record among the `trainers` query's entries."""
+    query = trainers
     query += f' AND (jsonPayload.{FIELD_EVENT}="{EVENT_TRAIN}" OR jsonPayload.{FIELD_EVENT}="{EVENT_DONE}")'
-    for entry in list_entries(
-        logging_client(ep), cfg.project, query, order="timestamp desc", limit=1
-    ):
+    for entry in list_entries(logging_client(ep), project, query, order="timestamp desc", limit=1):
         step = entry.get("jsonPayload", {}).get(FIELD_STEP)
         return int(step) if isinstance(step, int | float) else None
     return None
 
 
-def _gcs_checkpoint(url: str, ep: Endpoints, *, strict: bool) -> tuple[int, str] | None:
+def gcs_checkpoint(url: str, ep: Endpoints, *, strict: bool) -> tuple[int, str] | None:
     """The newest `step-<N>` folder under `url` with its `COMPLETE` marker, as (N, name);
     `strict` (the bundled trainers'): the newest complete one, its marker read and the
     sizes it records compared with the listing's
@@ -179,10 +177,11 @@ def stack_status(
             or cfg.trainer.checkpoint_dir
             or f"{require(outputs, stack, 'checkpoint_url')}/checkpoints/{run_name(cfg, stack)}"
         )
-        part["step"] = _cloud_step(cfg, stack, outputs, endpoints)
+        assert cfg.project is not None
+        part["step"] = newest_step(cfg.project, cloud_filter(cfg, stack, outputs, None), endpoints)
         # The bundled trainers' folders count once complete; your code's marker is its own.
         strict = cfg.trainer.user_code is None
-        part["checkpoint"] = _gcs_checkpoint(ckpt_dir, endpoints, strict=strict)
+        part["checkpoint"] = gcs_checkpoint(ckpt_dir, endpoints, strict=strict)
         part["checkpoint_dir"] = ckpt_dir
         actions = target.recoveries(cfg, outputs, endpoints)
         if actions is not None:
@@ -194,7 +193,7 @@ def stack_status(
             part["supervisor"] = supervisor_status(
                 actions or [],
                 (state or [{}])[0],
-                cfg,
+                (cfg.project, cfg.limits.max_total_usd),
                 target.stoppable_hourly_usd(cfg),
                 stack,
                 outputs.get("supervisor_roles"),
@@ -203,6 +202,15 @@ def stack_status(
             if part["supervisor"]["stopped_at"]:
                 after = target.still_billing_after_stop(cfg, stack)
                 part["still_billing_after_stop"] = [asdict(item) for item in after]
+    return status_info(stack, cfg.target, part, hourly, now)
+
+
+def status_info(
+    stack: str, target: str, part: dict[str, Any], hourly: float, now: datetime
+) -> dict[str, Any]:
+    """The `--json` document of a stack's (or a program's) compute from what its target read
+    (`part`: state, hosts, start and end, step, checkpoint, the supervisor's part), its
+    $/hour and the time now."""
     hours = None
     if part["started"]:
         end = parse_time(part["ended"]) if part["ended"] else now
@@ -213,7 +221,7 @@ def stack_status(
     recoveries: dict[str, Any] = {k: part[k] for k in supervised if k in part}
     return {
         "stack": stack,
-        "target": cfg.target,
+        "target": target,
         "state": part["state"],
         "step": part["step"],
         "checkpoint_step": None if newest is None else newest[0],

@@ -153,7 +153,7 @@ def end_text(event: dict[str, Any], asked: list[str]) -> str:
 def supervisor_status(
     events: list[dict[str, Any]],
     state: dict[str, Any],
-    cfg: StackView,
+    limits: tuple[str | None, float | None],
     hourly_usd: float,
     stack: str,
     roles: Sequence[str] | None = None,
@@ -165,7 +165,9 @@ def supervisor_status(
     bills (`hourly_usd`, the target's `stoppable_hourly_usd`) and the command
     that stops it (a group's VMs: `instances`, the stack's `instance_names` output); whether it cannot read the compute now (`unreadable`: since when, the
     error, the roles to check; the compute may still bill then, and the spend it counts
-    counts the time it could not see as it last saw it); and the spend against the cap."""
+    counts the time it could not see as it last saw it); and the spend against the cap
+    (`limits`: the project and `limits.max_total_usd`)."""
+    project, max_total_usd = limits
     trail = _unreadable(events)
     # An unreadable check that knew the run had ended counts only while nothing was read
     # since: once a check reads the compute again, it acts and records that.
@@ -179,7 +181,7 @@ def supervisor_status(
     last = ended[-1] if ended else None
     out: dict[str, Any] = {
         "spend_usd": round(float((state.get("run") or {}).get("spend_usd") or 0.0), 2),
-        "max_total_usd": cfg.limits.max_total_usd,
+        "max_total_usd": max_total_usd,
         "finished": False,
         "stopped_at": None,
         "still_billing_usd_per_hour": None,
@@ -193,7 +195,7 @@ def supervisor_status(
             "resource": resource,
             "error": str(trail[-1]["result"]).removeprefix("error: "),
             "since": trail[0]["time"],
-            "check": supervisor_roles(cfg.project, stack, resource, roles),
+            "check": supervisor_roles(project, stack, resource, roles),
         }
     if last is None or last.get("result") == "compute back after a stop":
         return out

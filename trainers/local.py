@@ -63,6 +63,8 @@ from trainstack.trainers.common.contract import (
     FIELD_RANK,
     FIELD_SAMPLES_PER_S,
     FIELD_STEP,
+    FIELD_TIME,
+    FIELD_WORKER,
     TF_CPU_REPLICAS_ENV,
     TF_MODULE,
     TORCH_MODULE,
@@ -274,11 +276,28 @@ def prepare_run(
     return PreparedRun(run_cfg, checkpoint_dir, config_path, log_path, env, processes)
 
 
-def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+def _pump(
+    proc: subprocess.Popen[str], index: int, lines: queue.Queue[tuple[int, str | None]]
+) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
-        lines.put(line)
-    lines.put(None)
+        lines.put((index, line))
+    lines.put((index, None))
+
+
+def stamped(record: dict[str, Any], line: str, index: int) -> str:
+    """The log line of `record` (printed as `line` by process `index`): unchanged when it has
+    its `time` and `worker`; else with the time it arrived and its worker (its `rank`, else
+    the process's index) added, so `trainstack logs --worker N` finds your code's records and
+    shows their time as it does the bundled trainers'."""
+    if FIELD_TIME in record and FIELD_WORKER in record:
+        return line if line.endswith("\n") else line + "\n"
+    rank = record.get(FIELD_RANK)
+    added = {
+        FIELD_TIME: round(time.time(), 3),
+        FIELD_WORKER: rank if isinstance(rank, int) else index,
+    }
+    return json.dumps({**added, **record}) + "\n"
 
 
 def previous_done(log_path: Path, step: int, checkpoint_dir: str) -> dict[str, Any]:
@@ -367,7 +386,7 @@ def _supervise(
     assert result.stderr_path is not None
     env = {**prepared.env, EXIT_WITH_PARENT_ENV: "1"}
     env.setdefault(COLLECTIVE_TIMEOUT_ENV, str(LOCAL_COLLECTIVE_TIMEOUT_S))
-    lines: queue.Queue[str | None] = queue.Queue()
+    lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
     # Line-buffered: `tail -f` on the log follows the run as it trains.
     with prepared.log_path.open("a", buffering=1) as log, result.stderr_path.open("ab") as err:
         procs = []
@@ -380,15 +399,15 @@ def _supervise(
         if isinstance(view, PlainProgress):
             view.note(f"starting {workers} workers; log {prepared.log_path}")
         with view:
-            for proc in procs:
-                threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+            for index, proc in enumerate(procs):
+                threading.Thread(target=_pump, args=(proc, index, lines), daemon=True).start()
             open_pipes = len(procs)
             while open_pipes:
                 if stopper.signum is not None and not view.quiet:
                     view.stopping()
                 stopper.check_deadline()
                 try:
-                    line = lines.get(timeout=0.5)
+                    index, line = lines.get(timeout=0.5)
                 except queue.Empty:
                     view.tick()
                     continue
@@ -403,7 +422,7 @@ def _supervise(
                 if not isinstance(record, dict):
                     continue
                 # The log holds JSON records only (the run contract); other lines are shown.
-                log.write(line if line.endswith("\n") else line + "\n")
+                log.write(stamped(record, line, index))
                 result.events.append(record)
                 if record.get(FIELD_RANK) == 0:
                     _track(result, record, view)

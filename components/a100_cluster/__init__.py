@@ -66,6 +66,7 @@ and `gce.py` the two backends' resources, `_common.py` the defaults and names th
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -121,7 +122,18 @@ from trainstack.components.a100_cluster.validate import (
     with_code,
 )
 from trainstack.components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
-from trainstack.components.facts import a100_quota, a100_summary, make_facts
+from trainstack.components.facts import (
+    RUN_LIMIT_KEY,
+    a100_after_stop,
+    a100_nodes_hourly_usd,
+    a100_quota,
+    a100_summary,
+    checkpoint_dir_of,
+    gke_cluster_after_stop,
+    make_facts,
+    run_limit_text,
+)
+from trainstack.components.gpu_startup import with_checkpoint_dir
 from trainstack.components.kubernetes_training_job import DEFAULT_NAMESPACE, KubernetesTrainingJob
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
@@ -330,9 +342,14 @@ class A100Cluster(pulumi.ComponentResource):
         }
 
         names: pulumi.Input[list[str] | None] = self.instance_names
+        training: Mapping[str, Any] = args.get("training") or {}
+        checkpoint_dir = pulumi.Output.all(
+            training.get("checkpoint_url"), training.get("node_args")
+        ).apply(lambda v: a100_checkpoint_dir(training, v))
+        stack = pulumi.get_stack()
         self.facts = pulumi.Output.all(
-            args["project"], self.cluster_name, self.job_name, names, log_filter
-        ).apply(lambda v: a100_cluster_facts(args, gpu, *v))
+            args["project"], self.cluster_name, self.job_name, names, log_filter, checkpoint_dir
+        ).apply(lambda v: a100_cluster_facts(args, gpu, stack, v))
         self.register_outputs(
             {
                 "facts": self.facts,
@@ -366,28 +383,53 @@ def _grace_s(args: A100ClusterArgs) -> float:
     return DEFAULT_GRACE_S
 
 
+def a100_checkpoint_dir(training: Mapping[str, Any], values: Sequence[Any]) -> str | None:
+    """Where the trainer writes its checkpoints (`values`: the resolved checkpoint URL and
+    node args): your code's run-contract folder, else the bundled trainer's `--checkpoint_dir`
+    (`trainstack.components.gpu_startup.with_checkpoint_dir`)."""
+    checkpoint_url, node_args = values
+    if node_args is not None:
+        return checkpoint_dir_of(node_args)
+    flags = with_checkpoint_dir(training.get("trainer_args", []), checkpoint_url)
+    chosen = [f.partition("=")[2] for f in flags if f.startswith("--checkpoint_dir=")]
+    return chosen[-1] if chosen else None
+
+
 def a100_cluster_facts(
     args: A100ClusterArgs,
     gpu: A100Shape,
-    project: str,
-    cluster: str,
-    job: str | None,
-    instances: list[str] | None,
-    log_filter: str,
+    stack: str,
+    values: Sequence[Any],
 ) -> dict[str, Any]:
-    """A cluster's facts (`trainstack.components.facts`), from its validated arguments."""
-    status: dict[str, Any] = {"project": project, "zone": gpu.zone, "cluster": cluster}
+    """A cluster's facts (`trainstack.components.facts`), from its validated arguments
+    (`values`: project, cluster, Job and instance names, log filter, checkpoint folder)."""
+    project, cluster, job, instances, log_filter, checkpoint_dir = values
+    training: Mapping[str, Any] = args.get("training") or {}
+    status: dict[str, Any] = {
+        "project": project,
+        "zone": gpu.zone,
+        "cluster": cluster,
+        "checkpoint_dir": checkpoint_dir,
+        # Your code's checkpoint folders are its own: status takes its marker's word.
+        "own_code": "node_args" in training,
+    }
     logs: dict[str, Any] = {"platform": gpu.backend, "workers": gpu.node_count}
     notes = []
+    after_stop = a100_after_stop(
+        gpu.machine_type, gpu.node_count, args.get("reservation"), gpu.zone
+    )
     if gpu.backend == "gke":
         if gpu.spot:
             notes.append(gke_spot_grace_note(_grace_s(args)))
         status |= {"namespace": DEFAULT_NAMESPACE, "job": job}
         # Indexed Job pods are `<job>-<completion index>-<suffix>`.
         logs |= {"scope": gke_filter_text(cluster)[0], "pod_prefix": f"{job}-"}
+        # The supervisor empties the GPU pool only: the cluster and its system node bill on.
+        after_stop.insert(0, gke_cluster_after_stop(stack))
     else:
         status["instances"] = instances
         logs |= {"scope": log_filter, "instances": instances}
+    seconds = args.get("max_run_seconds")
     return make_facts(
         "A100Cluster",
         gpu.backend,
@@ -396,6 +438,11 @@ def a100_cluster_facts(
             gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot, region_of(gpu.zone)
         ),
         notes=notes,
+        limit_notes=[f"{RUN_LIMIT_KEY}: {run_limit_text(gpu.backend, seconds)}"] if seconds else [],
+        stoppable_hourly_usd=round(
+            a100_nodes_hourly_usd(gpu.machine_type, gpu.node_count, gpu.spot), 2
+        ),
+        after_stop=after_stop,
         status=status,
         logs=logs,
     )

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainstack.components._google_api import build_client
 from trainstack.components.a100_cluster._common import instance_name_pattern
 from trainstack.components.catalog.images import DLVM_IMAGE
+from trainstack.components.facts import run_limit_text
 from trainstack.components.training_dashboard.targets import gce_filters
-from trainstack.infra.google_reads import get_or_none
-from trainstack.infra.logs import check_worker, log_query, parse_time
+from trainstack.infra.compute_status import gce_log_filter, gce_state
+from trainstack.infra.logs import check_worker
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.targets.gpu_cluster import GpuCluster, GpuClusterConfig, gpu_section
 from trainstack.trainers.common.config import TrainConfig
@@ -51,11 +51,7 @@ class Gce(GpuCluster):
         return DLVM_IMAGE, None
 
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
-        return True, (
-            f"the VMs' startup script stops the trainer {seconds}s after the run's first "
-            "start (A100Cluster max_run_seconds); then the supervisor deletes the instance "
-            "group's VMs"
-        )
+        return True, run_limit_text("gce", seconds)
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
         return f"Deep Learning VM image {DLVM_IMAGE}"
@@ -64,24 +60,8 @@ class Gce(GpuCluster):
         self, cfg: StackView, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> dict[str, Any]:
         assert cfg.project is not None
-        zone = gpu_section(cfg).zone
-        instances = build_client("compute.v1", api_endpoint=endpoints.get("compute")).instances()
-        hosts, starts = [], []
-        for name in require(outputs, stack, "instance_names"):
-            found = get_or_none(instances.get(project=cfg.project, zone=zone, instance=name))
-            if found is None:
-                hosts.append({"name": name, "state": "NOT_FOUND", "address": None})
-                continue
-            interfaces = found.get("networkInterfaces") or [{}]
-            address = interfaces[0].get("networkIP")
-            hosts.append({"name": name, "state": found.get("status"), "address": address})
-            start = found.get("lastStartTimestamp") or found.get("creationTimestamp")
-            if start:
-                starts.append(start)
-        states = {h["state"] for h in hosts}
-        state = states.pop() if len(states) == 1 else "MIXED"
-        started = min(starts, key=parse_time) if starts else None
-        return {"state": state, "hosts": hosts, "started": started, "ended": None}
+        names = [str(n) for n in require(outputs, stack, "instance_names")]
+        return gce_state(cfg.project, gpu_section(cfg).zone, names, endpoints)
 
     def log_filter(
         self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
@@ -90,9 +70,7 @@ class Gce(GpuCluster):
         check_worker(worker, len(names), stack)
         # The pattern the component gives its dashboard: exactly these instances' names.
         scope = gce_filters(stack, instance_name_pattern(names))[0]
-        if worker is not None:
-            scope = f'labels."compute.googleapis.com/resource_name"="{names[worker]}"'
-        return log_query("gce", scope)
+        return gce_log_filter(scope, names, worker, stack)
 
 
 TARGET = Gce()

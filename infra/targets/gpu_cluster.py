@@ -23,12 +23,16 @@ from trainstack.components.a100_cluster.validate import (
     a100_cluster_problems,
     cidr_problem,
 )
-from trainstack.components.catalog import billing
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
-from trainstack.components.facts import a100_nodes_hourly_usd, a100_quota, a100_summary, reach_note
-from trainstack.infra import catalog
+from trainstack.components.facts import (
+    a100_after_stop,
+    a100_nodes_hourly_usd,
+    a100_quota,
+    a100_summary,
+    reach_note,
+)
 from trainstack.infra.outputs import (
     OUTPUT_CLUSTER_ENDPOINT,
     OUTPUT_CLUSTER_NAME,
@@ -143,24 +147,8 @@ class GpuCluster(CloudTarget):
 
     def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
         gpu = gpu_section(cfg)
-        if gpu.reservation is None:
-            return []
-        # The reservation is not the stack's: with the nodes gone it still bills its VMs,
-        # at on-demand rates (billing.RESERVATION_BILLS_UNTIL_DELETED; never spot: the
-        # section refuses spot with a reservation). At least this stack's nodes' worth.
-        price = catalog.MACHINE_PRICES[gpu.machine_type].hourly(False)
-        reservation = StillBilling(
-            what=f"reservation {gpu.reservation} in {gpu.zone}",
-            hourly_usd=round(gpu.node_count * price, 2),
-            until="it is deleted",
-            ours=False,
-            basis=(
-                f"the {gpu.node_count} x {gpu.machine_type} this stack used, at on-demand list "
-                "price"
-            ),
-            verified=billing.RESERVATION_BILLS_UNTIL_DELETED_VERIFIED,
-        )
-        return [reservation]
+        after = a100_after_stop(gpu.machine_type, gpu.node_count, gpu.reservation, gpu.zone)
+        return [StillBilling(**item) for item in after]
 
     def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         gpu = gpu_section(cfg)

@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from trainstack.components import catalog as facts
-from trainstack.components._google_api import build_client
 from trainstack.components._naming import gcp_name
-from trainstack.components.catalog import billing
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
@@ -30,7 +28,13 @@ from trainstack.components.catalog.tpu_gke import (
     tpu_slices_problems,
 )
 from trainstack.components.code_frameworks import tpu_framework_problems
-from trainstack.components.facts import reach_note, tpu_hourly_usd, tpu_quota, tpu_summary
+from trainstack.components.facts import (
+    reach_note,
+    run_limit_text,
+    tpu_after_stop,
+    tpu_quota,
+    tpu_summary,
+)
 from trainstack.components.run_supervisor import SupervisedSlice, slice_target, supervised
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,
@@ -39,8 +43,8 @@ from trainstack.components.tpu_pod_slice import (
     tpu_trainer_problems,
 )
 from trainstack.components.training_dashboard.targets import tpu_filter_text
-from trainstack.infra.google_reads import get_or_none
-from trainstack.infra.logs import check_worker, log_query
+from trainstack.infra.compute_status import tpu_log_filter, tpu_state
+from trainstack.infra.logs import check_worker
 from trainstack.infra.outputs import (
     OUTPUT_CHECKPOINT_DIR,
     OUTPUT_CONSOLE_URL,
@@ -254,42 +258,12 @@ class Tpu(CloudTarget):
         return tpu_quota(tpu.slice, tpu.provisioning, tpu.zone)
 
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
-        return TPU_RUN_LIMIT_ENFORCED, (
-            f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
-            "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
-            "limit, so the supervisor then deletes the slice"
-        )
+        return TPU_RUN_LIMIT_ENFORCED, run_limit_text("tpu", seconds)
 
     def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
         tpu = _tpu(cfg)
-        if tpu.provisioning == "reserved":
-            # A TPU VM created directly consumes any matching reservation; it names none.
-            what = f"the TPU reservation the slice used (any matching one in {tpu.zone})"
-        elif tpu.reservation == "-":
-            what = (
-                f"the TPU reservation the queued resource used (any of the project's in {tpu.zone})"
-            )
-        elif tpu.reservation is not None:
-            where = "" if tpu.reservation.startswith("projects/") else f" in {tpu.zone}"
-            what = f"reservation {tpu.reservation}{where}"
-        else:
-            return []
-        s = tpu.slice
-        # Not the stack's: it bills after the slice is deleted, until its period ends or it
-        # is deleted (billing.TPU_RESERVATION_BILLS_UNTIL_ENDED, inferred). Reserved TPUs
-        # cost less than on-demand, so the on-demand price is the most it bills.
-        reservation = StillBilling(
-            what=what,
-            hourly_usd=round(tpu_hourly_usd(s, False), 2),
-            until="its period ends or it is deleted",
-            ours=False,
-            basis=(
-                f"the slice's {s.chips} {s.generation} chips at on-demand list price, the most "
-                "it costs"
-            ),
-            verified=billing.TPU_RESERVATION_BILLS_UNTIL_ENDED_VERIFIED,
-        )
-        return [reservation]
+        after = tpu_after_stop(tpu.slice, tpu.provisioning, tpu.reservation, tpu.zone)
+        return [StillBilling(**item) for item in after]
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
         return f"TPU VM runtime {_tpu(cfg).runtime_version or '(the default for the slice)'}"
@@ -408,26 +382,9 @@ class Tpu(CloudTarget):
     ) -> dict[str, Any]:
         tpu = _tpu(cfg)
         assert cfg.project is not None
-        parent = f"projects/{cfg.project}/locations/{tpu.zone}"
-        api = build_client("tpu.v2", api_endpoint=endpoints.get("tpu"))
-        locations = api.projects().locations()
-        node = get_or_none(
-            locations.nodes().get(name=f"{parent}/nodes/{require(outputs, stack, 'slice_name')}")
-        )
-        if node is None:
-            state = "NOT_FOUND"
-            if tpu.provisioning == "queued":
-                qr_name = f"{parent}/queuedResources/{gcp_name(stack, 'tpu-qr')}"
-                queued = get_or_none(locations.queuedResources().get(name=qr_name))
-                if queued is not None:
-                    state = f"QUEUED {queued.get('state', {}).get('state', 'UNKNOWN')}"
-            return {"state": state, "hosts": [], "started": None, "ended": None}
-        state = str(node.get("state", "UNKNOWN"))
-        hosts = [
-            {"name": f"worker {i}", "state": state, "address": point.get("ipAddress")}
-            for i, point in enumerate(node.get("networkEndpoints", []))
-        ]
-        return {"state": state, "hosts": hosts, "started": node.get("createTime"), "ended": None}
+        queued = gcp_name(stack, "tpu-qr") if tpu.provisioning == "queued" else None
+        node = str(require(outputs, stack, "slice_name"))
+        return tpu_state(cfg.project, tpu.zone, node, queued, endpoints)
 
     def log_filter(
         self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
@@ -435,9 +392,7 @@ class Tpu(CloudTarget):
         hosts = int(require(outputs, stack, "tpu_hosts"))
         check_worker(worker, hosts, stack)
         scope = tpu_filter_text(str(require(outputs, stack, "slice_name")))[0]
-        if worker is not None:
-            scope += f' AND resource.labels.worker_id="{worker}"'
-        return log_query("tpu", scope)
+        return tpu_log_filter(scope, hosts, worker, stack)
 
 
 TARGET = Tpu()

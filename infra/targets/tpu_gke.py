@@ -25,6 +25,7 @@ from trainstack.components.tpu_gke_slices import (
 )
 from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra import catalog
+from trainstack.infra.compute_status import K8S_NAMESPACE, kube_get
 from trainstack.infra.logs import check_worker, log_query
 from trainstack.infra.outputs import (
     OUTPUT_CHECKPOINT_DIR,
@@ -39,7 +40,7 @@ from trainstack.infra.outputs import (
 from trainstack.infra.run_args import checkpoint_dir
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource
-from trainstack.infra.targets.gke import GKE_NODE_ROLE, K8S_NAMESPACE, kube_get
+from trainstack.infra.targets.gke import GKE_NODE_ROLE
 from trainstack.infra.targets.tpu import TPU_WORKER_ENV, TpuConfig, slice_or_none
 from trainstack.trainers.common.config import TrainConfig
 
@@ -263,10 +264,10 @@ class TpuGke(CloudTarget):
     ) -> dict[str, Any]:
         name = str(require(outputs, stack, "job_name"))
         path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{K8S_NAMESPACE}/jobsets/{name}"
-        status = kube_get(outputs, stack, endpoints, path).get("status", {})
+        kubeconfig = lambda: str(require(outputs, stack, "kubeconfig"))
+        status = kube_get(kubeconfig, endpoints, path).get("status", {})
         pods = kube_get(
-            outputs,
-            stack,
+            kubeconfig,
             endpoints,
             f"/api/v1/namespaces/{K8S_NAMESPACE}/pods"
             f"?labelSelector=jobset.sigs.k8s.io%2Fjobset-name%3D{name}",

@@ -20,7 +20,7 @@ from trainstack.components.catalog.images import (
     mirrored_image_uri,
     vertex_training_image,
 )
-from trainstack.components.catalog.machines import MACHINES
+from trainstack.components.facts import vertex_quota, vertex_summary
 from trainstack.components.image_mirror import ImageMirror
 from trainstack.components.reduction_server_image import SERVICES as PLUGIN_IMAGE_SERVICES
 from trainstack.components.reduction_server_image import ReductionServerImage
@@ -30,7 +30,6 @@ from trainstack.components.vertex_training_job import (
     VertexTrainingJobArgs,
     vertex_job_spec_problems,
 )
-from trainstack.infra import catalog
 from trainstack.infra.logs import LogsError, check_worker, log_query
 from trainstack.infra.outputs import (
     OUTPUT_CONSOLE_URL,
@@ -84,6 +83,17 @@ def _vx(cfg: StackView) -> VertexConfig:
     return cast(VertexConfig, cfg.compute)
 
 
+def _sizing(vx: VertexConfig) -> tuple[str, int, int, str]:
+    """Machine type, replicas, reducers and the reducers' machine type, as
+    `VertexTrainingJob` sizes itself (`components.facts.vertex_summary`)."""
+    return vx.machine_type, vx.replica_count, vx.reducer_count(), vx.reduction_server.machine_type
+
+
+def _trials(vx: VertexConfig) -> int:
+    hp = vx.hyperparameter_tuning
+    return 1 if hp is None else hp.parallel_trial_count
+
+
 class Vertex(CloudTarget):
     name = "vertex"
     section = "vertex"
@@ -124,48 +134,12 @@ class Vertex(CloudTarget):
 
     def summary(self, cfg: StackView) -> dict[str, Any]:
         vx = _vx(cfg)
-        reducers = vx.reducer_count()
-        hourly = vx.replica_count * catalog.MACHINE_PRICES[vx.machine_type].hourly(vx.spot)
-        if reducers:
-            reducer_price = catalog.MACHINE_PRICES[vx.reduction_server.machine_type]
-            hourly += reducers * reducer_price.hourly(vx.spot)
-        out: dict[str, Any] = {
-            "tpu_chips": 0,
-            "gpus": vx.replica_count * vx.gpus_per_replica,
-            "machines": vx.replica_count + reducers,
-            "hourly_usd": hourly * catalog.VERTEX_TRAINING_MARKUP,
-        }
-        hp = vx.hyperparameter_tuning
-        if hp is not None:
-            # Each parallel trial is a full copy of the job's worker pools.
-            out = {k: v * hp.parallel_trial_count for k, v in out.items()}
-        return out
+        return vertex_summary(*_sizing(vx), vx.spot, _trials(vx))
 
     def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         vx = _vx(cfg)
         assert cfg.region is not None
-        dims = {"region": vx.region or cfg.region}
-        out: list[dict[str, Any]] = []
-        cpu_vcpus: dict[str, int] = {}
-        m = vx.machine
-        if m.gpu_model is not None:
-            spec = catalog.VERTEX_GPU_QUOTAS[(m.gpu_model, vx.spot)]
-            out.append(catalog.quota_need(spec, dims, vx.replica_count * m.gpus))
-        else:
-            family = vx.machine_type.split("-", 1)[0]
-            cpu_vcpus[family] = vx.replica_count * m.vcpus
-        reducers = vx.reducer_count()
-        if reducers:
-            rm = MACHINES[vx.reduction_server.machine_type]
-            family = rm.name.split("-", 1)[0]
-            cpu_vcpus[family] = cpu_vcpus.get(family, 0) + reducers * rm.vcpus
-        for family, vcpus in cpu_vcpus.items():
-            out.append(catalog.quota_need(catalog.VERTEX_CPU_QUOTAS[family], dims, vcpus))
-        hp = vx.hyperparameter_tuning
-        if hp is not None:
-            for item in out:
-                item["needed"] *= hp.parallel_trial_count
-        return out
+        return vertex_quota(*_sizing(vx), vx.spot, vx.region or cfg.region, _trials(vx))
 
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         timeout = vertex_timeout_s(_vx(cfg), seconds)

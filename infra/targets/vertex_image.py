@@ -27,6 +27,7 @@ from trainstack.components.catalog.reduction_server import (
     PACKAGE,
     PLUGIN_PATH,
 )
+from trainstack.components.facts import VERTEX_NO_TIMEOUT_NOTE
 from trainstack.components.image_mirror import repository_id
 from trainstack.components.reduction_server_image import ACCOUNT_ROLE
 from trainstack.components.reduction_server_image import repository_id as plugin_repository_id
@@ -102,10 +103,7 @@ def vertex_plan_notes(cfg: StackView, deployment: str) -> list[str]:
             "build changes"
         )
     if vx.gpus_per_replica and vertex_timeout_s(vx, cfg.limits.max_run_seconds) is None:
-        notes.append(
-            "vertex: this GPU job has no scheduling.timeout, so Vertex's default of 7 days "
-            "caps a hung or stalled run; set limits.max_run_hours or vertex.timeout_s"
-        )
+        notes.append(VERTEX_NO_TIMEOUT_NOTE)
     return notes
 
 

@@ -98,7 +98,15 @@ class World:
         state = json.loads(self.fs.cat_file(f"{STATE}/state.json"))
         loaded = yaml.safe_load((REPO_ROOT / f"stacks/Pulumi.{stack}.yaml").read_text())
         cfg = load_stack_config(loaded["config"])
-        status = supervisor_status(self.events(), state, cfg, 58.77, stack, None, instances)
+        status = supervisor_status(
+            self.events(),
+            state,
+            (cfg.project, cfg.limits.max_total_usd),
+            58.77,
+            stack,
+            None,
+            instances,
+        )
         return supervisor_lines(status)
 
     def seed(self, **run: Any) -> None:

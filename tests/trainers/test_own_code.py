@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,15 @@ def test_killed_outright_and_run_again_it_ends_with_the_same_weights(tmp_path: P
     log = (tmp_path / "killed" / "logs" / "killed.jsonl").read_text().splitlines()
     starts = [json.loads(line) for line in log if '"world"' in line]
     assert [s["step"] for s in starts] == [0, int(saved[-1][5:])]
-    assert starts[-1] == {"event": "start", "rank": 0, "step": int(saved[-1][5:]), "world": 2}
+    # As the script printed it, with the worker and time the local-run adds.
+    assert starts[-1] == {
+        "time": starts[-1]["time"],
+        "worker": 0,
+        "event": "start",
+        "rank": 0,
+        "step": int(saved[-1][5:]),
+        "world": 2,
+    }
     # Shown as a bundled run is: progress from the script's own lines, then the summary.
     lines = err.splitlines()
     assert lines[0] == f"starting 2 workers; log {tmp_path / 'killed' / 'logs' / 'killed.jsonl'}"
@@ -214,3 +223,42 @@ def test_code_that_prints_no_records_and_exits_0_finished(tmp_path: Path) -> Non
         "hello from 1",
     ]
     assert "trainstack local-run mine: finished" in lines
+
+
+RECORDS = """\
+import json, os
+rank = int(os.environ["RANK"])
+print(json.dumps({"event": "train", "rank": rank, "step": 1, "loss": 0.5}), flush=True)
+print(json.dumps({"event": "note", "step": 1}), flush=True)
+"""
+
+
+def test_logs_worker_finds_your_codes_records_and_shows_their_time(tmp_path: Path) -> None:
+    config = _code_stack(tmp_path, RECORDS)
+    code, _, err = finish(local_run(config), timeout=120)
+    assert code == 0, err
+    log = tmp_path / "root" / "logs" / "mine.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    # The local-run adds what your code left out: when it arrived, and whose it is (its
+    # rank; else the process's index: one node launcher here, so 0).
+    ones = [r for r in records if r.get("worker") == 1]
+    assert [sorted(r) for r in ones] == [
+        ["argv", "event", "rank", "time", "worker"],  # the node launcher's, for rank 1
+        ["event", "loss", "rank", "step", "time", "worker"],
+    ]
+    assert sorted(r["worker"] for r in records if r["event"] == "note") == [0, 0]
+    logs = subprocess.run(
+        [sys.executable, "-m", "trainstack.infra.cli", "logs", "--config-file", str(config)]
+        + ["--worker", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=cli_env(),
+        check=False,
+    )
+    # Before: nothing (no record had a `worker`) and no time on any line.
+    launched, trained = (datetime.fromtimestamp(r["time"], UTC).strftime("%H:%M:%S") for r in ones)
+    assert (logs.returncode, logs.stdout.splitlines()) == (
+        0,
+        [f"{launched} rank 1 launch", f"{trained} rank 1 train step 1 loss 0.5000"],
+    )

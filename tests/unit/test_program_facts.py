@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 from tests.bundled import bundled_plan
 from trainstack.infra.cli import app
+from trainstack.infra.config import load_stack_config
+from trainstack.infra.plan import build_plan, load_stack
 from trainstack.infra.program_plan import build_program_plan
 
 runner = CliRunner()
@@ -58,6 +60,7 @@ args = {
     "package_uri": "gs://acme-staging/trainer.tar.gz",
     "checkpoint_dir": "gs://acme-checkpoints/checkpoints/run",
     "trainer_args": ["--framework=tensorflow", "--strategy=tpu"],
+    "max_run_seconds": 14400,
 }
 target = slice_target(args)
 supervisor = RunSupervisor(
@@ -94,6 +97,7 @@ args = {
         "checkpoint_url": "gs://acme-checkpoints",
         "trainer_args": ["--preemption_grace_s=12.0"],
     },
+    "max_run_seconds": 14400,
 }
 target = supervised_compute(args)
 supervisor = RunSupervisor(
@@ -106,28 +110,41 @@ pulumi.export("gpu", gpu.facts)
 )
 
 
-def write_program(folder: Path, main: str) -> Path:
+def write_program(folder: Path, main: str, stack: str = "dev") -> Path:
     folder.mkdir()
     (folder / "Pulumi.yaml").write_text("name: acme\nruntime: python\n")
-    (folder / "Pulumi.dev.yaml").write_text("config:\n  gcp:project: my-ml-project\n")
+    (folder / f"Pulumi.{stack}.yaml").write_text("config:\n  gcp:project: my-ml-project\n")
     (folder / "__main__.py").write_text(main)
     return folder
-
-
-# What a stack plan adds from its stack config alone: its limits (trainstack:limits) and,
-# for GKE, what bills after the supervisor's stop (the stack's name in `pulumi destroy -s`).
-STACK_ONLY_NOTES = ("limits.", "the supervisor's stop at the run's end")
 
 
 @pytest.mark.parametrize(("main", "stack"), [(TPU_MAIN, "dev-tpu-v5e"), (GKE_MAIN, "dev-a100-gke")])
 def test_a_program_plans_the_totals_quota_and_notes_of_the_same_stack(
     tmp_path: Path, main: str, stack: str
 ) -> None:
-    plan = build_program_plan(write_program(tmp_path / "acme", main), "dev")
+    # The stack's name is the program's, as `pulumi destroy -s NAME` in a note names it.
+    plan = build_program_plan(write_program(tmp_path / "acme", main, stack), stack)
     stack_plan = bundled_plan(stack)
     assert plan["summary"] == stack_plan["summary"]
     assert plan["quota"] == stack_plan["quota"]
-    assert plan["notes"] == [n for n in stack_plan["notes"] if not n.startswith(STACK_ONLY_NOTES)]
+    # Before: no run limit's note (limits.max_run_hours; the compute's max_run_seconds) and,
+    # on GKE, no note of what bills after the supervisor's stop.
+    assert plan["notes"] == stack_plan["notes"]
+
+
+def test_a_supervisor_with_a_spend_cap_notes_it_as_the_stack_does(tmp_path: Path) -> None:
+    name, config = load_stack("dev-a100-gke", None)
+    config["trainstack:limits"]["max_total_usd"] = 50
+    stack_plan = build_plan(name, config)
+    # The run the stack gives its supervisor: the compute's stoppable $/hour, the limits.
+    run = '"run": {"hourly_usd": 23.51, "max_total_usd": 50, "max_run_seconds": 14400}'
+    main = GKE_MAIN.replace(
+        '"resource_name": target.resource_name}', f'"resource_name": target.resource_name, {run}}}'
+    )
+    plan = build_program_plan(write_program(tmp_path / "acme", main, name), name)
+    cap = [n for n in stack_plan["notes"] if n.startswith("limits.max_total_usd: ")]
+    assert len(cap) == 1
+    assert plan["notes"] == stack_plan["notes"]
 
 
 def test_the_tpu_slice_facts_say_where_its_status_and_logs_are(tmp_path: Path) -> None:
@@ -143,6 +160,8 @@ def test_the_tpu_slice_facts_say_where_its_status_and_logs_are(tmp_path: Path) -
             "node": "acme-tpu",
             "queued_resource": None,
             "provisioning": "spot",
+            "checkpoint_dir": "gs://acme-checkpoints/checkpoints/run",
+            "own_code": False,
         },
         "logs": {
             "platform": "tpu",
@@ -186,3 +205,69 @@ def test_plan_diff_of_a_program_has_the_cost_and_quota_deltas(tmp_path: Path) ->
         "| GPUS-ALL-REGIONS-per-project | global | 16 | 24 | +8 |",
         "| PREEMPTIBLE-NVIDIA-A100-GPUS-per-project-region | region=us-central1 | 16 | 24 | +8 |",
     ]
+
+
+def vertex_main(stack: str) -> str:
+    """A program with the bundled stack's Vertex job: its section's job arguments as the stack
+    gives them (`VertexConfig.job_args`, the run limit as `timeout_s`), its own image (with
+    Reduction Server's package), package and account."""
+    name, config = load_stack(stack, None)
+    vx = load_stack_config(config).compute
+    args = {
+        **vx.job_args(),
+        "project": "my-ml-project",
+        "region": "us-central1",
+        "display_name": name,
+        "container_image_uri": "us-docker.pkg.dev/acme/train/torch-rs:1",
+        "package_uri": "gs://acme-staging/trainer.tar.gz",
+        "service_account": "acme-train@acme-ml.iam.gserviceaccount.com",
+        "base_output_dir": "gs://acme-checkpoints",
+    }
+    seconds = load_stack_config(config).limits.max_run_seconds
+    if seconds is not None:
+        args["timeout_s"] = min(seconds, args.get("timeout_s", seconds))
+    return (
+        "import pulumi\n"
+        "from trainstack.components.vertex_training_job import VertexTrainingJob\n"
+        f"job = VertexTrainingJob('acme-vertex', {args!r})\n"
+        "pulumi.export('job', job.facts)\n"
+    )
+
+
+# The stack's own notes on what the program brings itself: the default image's mirror, the
+# Reduction Server image it builds (the program names an image of its own), and its
+# limits.max_run_hours (a component given timeout_s cannot tell it from vertex.timeout_s).
+VERTEX_STACK_NOTES = ("vertex: the default image", "vertex: Reduction Server needs", "limits.")
+
+
+@pytest.mark.parametrize("stack", ["dev-vertex-hpt", "prod-vertex-rs"])
+def test_a_vertex_program_plans_the_totals_and_quota_of_the_same_stack(
+    tmp_path: Path, stack: str
+) -> None:
+    plan = build_program_plan(write_program(tmp_path / "acme", vertex_main(stack), stack), stack)
+    stack_plan = bundled_plan(stack)
+    # Before: VertexTrainingJob had no facts, so no summary or quota at all.
+    assert plan["summary"] == stack_plan["summary"]
+    assert plan["quota"] == stack_plan["quota"]
+    assert plan["notes"] == [n for n in stack_plan["notes"] if not n.startswith(VERTEX_STACK_NOTES)]
+
+
+LOCAL_MAIN = """\
+import pulumi
+from trainstack.components.local_training_job import LocalTrainingJob
+
+trainer = {"framework": "torch", "strategy": "ddp", "model": "cnn", "dataset": "digits",
+           "steps": 300, "global_batch_size": 64}
+job = LocalTrainingJob("acme-local", {"trainer": trainer, "workers": 2, "root": ".trainstack/acme"})
+"""
+
+
+def test_a_local_program_plans_what_the_local_stack_plans(tmp_path: Path) -> None:
+    plan = build_program_plan(write_program(tmp_path / "acme", LOCAL_MAIN, "local"), "local")
+    stack_plan = bundled_plan("local")
+    # Before: no facts, so the program's note that it registers no compute, and no totals.
+    assert (plan["summary"], plan["quota"], plan["notes"]) == (
+        stack_plan["summary"],
+        stack_plan["quota"],
+        stack_plan["notes"],
+    )

@@ -1,0 +1,174 @@
+"""`trainstack status|logs --program DIR --stack NAME`: a program's compute, from its facts.
+
+The program's components say where their state and logs are (`trainstack.components.facts`,
+read back by `trainstack.infra.program_state`); this module reads them with the functions a
+trainstack stack's status and logs use (`trainstack.infra.compute_status`, the checkpoint
+and step reads of `trainstack.infra.status`, `trainstack.infra.supervision`), so the same
+compute answers the same lines: state, step, checkpoint, hosts, the supervisor's actions,
+whether the run's end stopped the compute and what still bills, the cost so far.
+
+What a program must let status see: the component's facts (in a `pulumi stack export`, or
+exported), and for a GKE cluster its kubeconfig (`pulumi.export("kubeconfig",
+cluster.kubeconfig)`, or the export's A100Cluster outputs), as a stack's `kubeconfig` output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from trainstack.infra.compute_status import (
+    gce_log_filter,
+    gce_state,
+    gke_job_state,
+    gke_log_filter,
+    tpu_log_filter,
+    tpu_state,
+)
+from trainstack.infra.google_reads import gcs_json_lines
+from trainstack.infra.logs import CloudLogs, any_of, supervisor_query
+from trainstack.infra.program_facts import facts_summary
+from trainstack.infra.program_state import ENCRYPTED, ProgramState
+from trainstack.infra.stack_outputs import OutputsError
+from trainstack.infra.status import gcs_checkpoint, newest_step, status_info
+from trainstack.infra.supervision import supervisor_status
+from trainstack.infra.targets import StillBilling, registered
+
+READ_TARGETS = frozenset({"tpu", "gke", "gce"})
+"""The compute `status|logs --program` read (`trainstack.infra.compute_status`)."""
+KUBECONFIG_HINT = (
+    'export the cluster\'s kubeconfig, pulumi.export("kubeconfig", cluster.kubeconfig) (a '
+    "secret: save the outputs with --show-secrets), or pass --state FILE with `pulumi stack "
+    "export --show-secrets`"
+)
+
+
+def the_compute(state: ProgramState, stack: str) -> dict[str, Any]:
+    """The program's one compute component's facts (one error line for several)."""
+    compute = state.compute
+    if compute and compute[0]["target"] == "vertex":
+        raise OutputsError(
+            f"stack {stack!r}: its compute is a Vertex AI job, whose name its facts cannot "
+            "know before it is created; valid: trainstack status --job <its job_name output>"
+        )
+    if compute and compute[0]["target"] not in READ_TARGETS:
+        raise OutputsError(
+            f"stack {stack!r}: its compute is a {compute[0]['component']}, which status and "
+            "logs --program do not read; valid: a program with a TpuPodSlice or A100Cluster"
+        )
+    if len(compute) > 1:
+        names = ", ".join(f"{f['component']} ({f['target']})" for f in compute)
+        raise OutputsError(
+            f"stack {stack!r} has {len(compute)} compute components ({names}); status and "
+            "logs read one; valid: a program with one TpuPodSlice or A100Cluster"
+        )
+    return compute[0]
+
+
+def _section(target: str) -> str:
+    """The stack section of a target (`gke`, `gce` -> `gpu_cluster`), as a stack's status
+    names it."""
+    return next((t.section for t in registered() if t.name == target), target)
+
+
+def _kubeconfig(state: ProgramState, stack: str) -> Callable[[], str]:
+    def read() -> str:
+        if state.kubeconfig is ENCRYPTED:
+            raise OutputsError(
+                f"stack {stack!r}: the cluster's kubeconfig in {state.source} is encrypted; "
+                "valid: `pulumi stack export --show-secrets`"
+            )
+        if not state.kubeconfig:
+            raise OutputsError(
+                f"stack {stack!r}: status of a GKE Job reads it from the cluster, and "
+                f"{state.source} has no kubeconfig; {KUBECONFIG_HINT}"
+            )
+        return str(state.kubeconfig)
+
+    return read
+
+
+def compute_state(
+    state: ProgramState, facts: Mapping[str, Any], stack: str, endpoints: Mapping[str, str]
+) -> dict[str, Any]:
+    """`state`, `hosts`, `started`, `ended` of the compute, as its stack target reads them."""
+    where = facts["status"]
+    if facts["target"] == "tpu":
+        return tpu_state(
+            where["project"], where["zone"], where["node"], where["queued_resource"], endpoints
+        )
+    if facts["target"] == "gke":
+        return gke_job_state(_kubeconfig(state, stack), where["job"], endpoints, where["namespace"])
+    return gce_state(where["project"], where["zone"], where["instances"], endpoints)
+
+
+def trainer_filter(facts: Mapping[str, Any], worker: int | None, stack: str) -> str:
+    """The Logging query of the compute's trainer entries (one machine's with `worker`)."""
+    logs, where = facts["logs"], facts["status"]
+    if facts["target"] == "tpu":
+        return tpu_log_filter(logs["scope"], logs["workers"], worker, stack)
+    if facts["target"] == "gke":
+        return gke_log_filter(logs["scope"], where["job"], logs["workers"], worker, stack)
+    return gce_log_filter(logs["scope"], logs["instances"], worker, stack)
+
+
+def program_log_source(state: ProgramState, stack: str, worker: int | None) -> CloudLogs:
+    """Where the program's trainer logs are; without `worker`, its supervisors' joined."""
+    facts = the_compute(state, stack)
+    query = trainer_filter(facts, worker, stack)
+    if worker is None and state.supervisors:
+        functions = [supervisor_query(f["logs"]["function_name"]) for f in state.supervisors]
+        query = any_of(query, *functions)
+    return CloudLogs(facts["status"]["project"], query)
+
+
+def _supervised(
+    state: ProgramState, facts: Mapping[str, Any], stack: str, endpoints: Mapping[str, str]
+) -> dict[str, Any]:
+    """The supervisor's part of the status (`trainstack.infra.status.stack_status`'s)."""
+    [supervisor] = state.supervisors[:1]
+    where = supervisor["status"]
+    events_uri = str(where["events_uri"])
+    actions = gcs_json_lines(events_uri, endpoints)
+    run_state = gcs_json_lines(events_uri.rsplit("/", 1)[0] + "/state.json", endpoints)
+    part: dict[str, Any] = {"recoveries": actions}
+    part["supervisor"] = supervisor_status(
+        actions,
+        (run_state or [{}])[0],
+        (where.get("project"), where.get("max_total_usd")),
+        facts["stoppable_hourly_usd"],
+        stack,
+        state.roles,
+        where.get("instances"),
+    )
+    if part["supervisor"]["stopped_at"]:
+        after = [StillBilling(**item) for item in facts.get("after_stop", [])]
+        part["still_billing_after_stop"] = [asdict(item) for item in after]
+    return part
+
+
+def program_status(
+    state: ProgramState,
+    stack: str,
+    endpoints: dict[str, str],
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The status of a deployed program's compute as plain data (the `--json` document)."""
+    now = now or datetime.now(UTC)
+    facts = the_compute(state, stack)
+    where = facts["status"]
+    part = compute_state(state, facts, stack, endpoints)
+    part["step"] = newest_step(where["project"], trainer_filter(facts, None, stack), endpoints)
+    ckpt_dir = where.get("checkpoint_dir")
+    part["checkpoint_dir"] = ckpt_dir
+    part["checkpoint"] = (
+        gcs_checkpoint(str(ckpt_dir), endpoints, strict=not where.get("own_code"))
+        if ckpt_dir
+        else None
+    )
+    if state.supervisors:
+        part |= _supervised(state, facts, stack, endpoints)
+    hourly = float(facts_summary(state.facts)["hourly_usd"])
+    return status_info(stack, _section(facts["target"]), part, hourly, now)
