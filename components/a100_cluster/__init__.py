@@ -74,7 +74,7 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import compute, container
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import gcp_name, labels_input
+from trainstack.components._naming import environment_labels, gcp_name, labels_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
@@ -273,6 +273,13 @@ class A100Cluster(pulumi.ComponentResource):
         check_args("A100Cluster", A100ClusterArgs, args)
         # Your code (`training.code`) becomes the node launcher's arguments, checked first.
         args = component_check("A100Cluster", with_code, args)  # type: ignore[assignment]
+        if "environment" in args:
+            # The label the policy pack requires on GPU machines (`accelerators-labelled`),
+            # on the nodes and the training Job alike.
+            env_labels = component_check(
+                "A100Cluster", environment_labels, args.get("labels"), args["environment"]
+            )
+            args = {**args, "labels": env_labels}
         gpu = component_check("A100Cluster", validate_args, args)
         labels = component_check("A100Cluster", labels_input, args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)

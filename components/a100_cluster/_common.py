@@ -176,7 +176,10 @@ class A100ClusterArgs(TypedDict):
     service_account_email: pulumi.Input[str]
     """Account the nodes and the training pods run as (`TrainingIdentity`)."""
     environment: NotRequired[Literal["dev", "staging", "prod"]]
-    """`prod` turns on the GKE cluster's deletion protection (default dev)."""
+    """`prod` turns on the GKE cluster's deletion protection (default dev). Given, it sets
+    the `environment` label on every child and the training Job, which the policy pack's
+    `accelerators-labelled` requires on GPU machines (a different one in `labels` is
+    refused)."""
     labels: NotRequired[pulumi.Input[Mapping[str, str]]]
     """User labels, merged with trainstack's, on every child that takes labels."""
     training: NotRequired[A100TrainingArgs]
