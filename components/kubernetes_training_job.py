@@ -184,6 +184,9 @@ class KubernetesTrainingJobArgs(TypedDict):
     code: NotRequired[UserCode]
     """Your own code (`trainstack.components.UserCode`), which builds `node_args` with the run
     contract's folders in `checkpoint_url` and `data_url` (and `image` from its image)."""
+    package: NotRequired[Any]
+    """With `code`: the `TrainerPackage` of `package_uri`, checked to be built from the same
+    code (`trainstack.components.user_code.package_code_problem`)."""
     data_url: NotRequired[pulumi.Input[str]]
     """With `code`: the run contract's data folder (`TrainingBuckets.data_url`)."""
     run_name: NotRequired[str]

@@ -288,6 +288,12 @@ def args_with_code(
         raise ValueError("\n".join(problems))
     code: UserCode = args[CODE_KEY]
     out = {k: v for k, v in args.items() if k not in CODE_ONLY_KEYS}
+    package = args.get(PACKAGE_KEY)
+    if package is not None:
+        problem = package_code_problem(package, code, prefix)
+        if problem is not None:
+            raise ValueError(problem)
+        out.setdefault("package_uri", package.uri)
     out["node_args"] = code_node_args(args, rules.default_launcher, run_name, folders)
     if image_key is not None and code.image is not None and image_key not in out:
         out[image_key] = code.image
@@ -305,5 +311,28 @@ def vertex_run_contract(contract: dict[str, str], checkpoint_dir: bool) -> dict[
     return out
 
 
-CODE_ONLY_KEYS: Final = (CODE_KEY, "data_url", "run_name")
+PACKAGE_KEY: Final = "package"
+"""The argument a compute component takes the `TrainerPackage` of its `code` by."""
+CODE_ONLY_KEYS: Final = (CODE_KEY, "data_url", "run_name", PACKAGE_KEY)
 """The arguments that only go with `code` (a component's own `checkpoint_url` stays)."""
+
+
+def package_code_problem(package: Any, code: UserCode, prefix: str = "") -> str | None:
+    """One line when `package` (a `TrainerPackage`) was not built from `code`: another source
+    folder (what `TrainerPackage.user_source` records) or without the code's requirements."""
+    folder = code.source_folder()
+    packaged = getattr(package, "user_source", None)
+    if folder is not None and packaged != str(folder.resolve()):
+        return (
+            f"{prefix}{PACKAGE_KEY}: built from {packaged or 'the bundled trainers'}, not "
+            f"{CODE_KEY}.source {str(folder.resolve())!r}; valid: the TrainerPackage given the "
+            f"same {CODE_KEY}"
+        )
+    wanted = code.requirement_lines() if code.requirements else []
+    missing = [line for line in wanted if line not in getattr(package, "requirements", ())]
+    if missing:
+        return (
+            f"{prefix}{PACKAGE_KEY}: lacks {CODE_KEY}.requirements {missing[0]!r}; valid: the "
+            f"TrainerPackage given the same {CODE_KEY}"
+        )
+    return None

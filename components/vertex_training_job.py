@@ -275,6 +275,9 @@ class VertexTrainingJobArgs(TypedDict):
     """Your own code (`trainstack.components.UserCode`), which builds `node_args` with the run
     contract as on the `vertex` target (`vertex_run_contract`); its image becomes
     `container_image_uri`."""
+    package: NotRequired[Any]
+    """With `code`: the `TrainerPackage` of `package_uri`, checked to be built from the same
+    code (`trainstack.components.user_code.package_code_problem`)."""
     data_url: NotRequired[pulumi.Input[str]]
     """With `code`: the run contract's data folder (`TrainingBuckets.data_url`)."""
     run_name: NotRequired[str]

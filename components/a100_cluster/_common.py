@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Final, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
 
@@ -129,6 +129,9 @@ class A100TrainingArgs(TypedDict):
     trainer_args / node_args, checked as `trainstack:trainer` is; needs `checkpoint_url` and
     `data_url` (the run contract's folders, `trainstack.components.user_code.run_contract`)
     and a `package_uri` of a `TrainerPackage` built with the same `code`."""
+    package: NotRequired[Any]
+    """With `code`: the `TrainerPackage` of `package_uri`, checked to be built from the same
+    code (`trainstack.components.user_code.package_code_problem`)."""
     data_url: NotRequired[pulumi.Input[str]]
     """With `code`: the data bucket's URL (`TrainingBuckets.data_url`), TRAINSTACK_DATA_DIR."""
     run_name: NotRequired[str]

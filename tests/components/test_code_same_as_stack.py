@@ -107,3 +107,38 @@ def test_a_local_job_given_code_registers_the_stack_paths_run(tmp_path: Path) ->
     by_hand = _inputs(lambda: LocalTrainingJob("l", {**shared, "trainer": trainer}))  # type: ignore[typeddict-item]
     given = {**shared, "code": code, "run_name": "exp"}
     assert _inputs(lambda: LocalTrainingJob("l", given)) == by_hand  # type: ignore[arg-type]
+
+
+def test_a_package_built_from_other_code_is_one_line(tmp_path: Path) -> None:
+    from trainstack.components import TrainerPackage
+    from trainstack.components._args import ArgsError
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    code, other = _code(tmp_path / "a"), _code(tmp_path / "b")
+    shared = {
+        "job_name": "exp-train",
+        "node_count": 1,
+        "gpus_per_node": 8,
+        "package_uri": "gs://staging/code.tar.gz",
+        "checkpoint_url": "gs://ckpt",
+        "data_url": "gs://data",
+    }
+
+    def program(package_code: UserCode) -> None:
+        package = TrainerPackage(
+            "pkg",
+            {"staging_bucket": "s", "code": package_code, "build_dir": str(tmp_path / "build")},
+        )
+        KubernetesTrainingJob("t", {**shared, "code": code, "package": package})  # type: ignore[typeddict-item]
+
+    run_program(lambda: program(code))
+    try:
+        run_program(lambda: program(other))
+    except ArgsError as exc:
+        assert exc.errors == [
+            f"KubernetesTrainingJob.package: built from {tmp_path / 'b'}, not code.source "
+            f"{str(tmp_path / 'a')!r}; valid: the TrainerPackage given the same code"
+        ]
+    else:
+        raise AssertionError("no error for a package of other code")
