@@ -14,6 +14,11 @@ life tied to the stack like a cloud job's.
     )
     # job.pids, job.log_path, job.checkpoint_dir, job.state
 
+Your own code instead of the trainer config:
+
+    LocalTrainingJob("local-job", {"code": UserCode(source="train", entrypoint=["python",
+                     "train.py"]), "run_name": "exp-42", "workers": 2, "root": ".trainstack/local"})
+
 `pulumi up` starts the processes detached (they outlive the engine) and returns once rank 0
 has started training; `pulumi refresh` updates `state` (running / finished / exited);
 `pulumi destroy` sends SIGTERM, so the trainer checkpoints and exits, and SIGKILLs whatever

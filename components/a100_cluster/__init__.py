@@ -25,6 +25,15 @@
     )
     # cluster.cluster_name, cluster.endpoint, cluster.kubeconfig (secret), cluster.job_name
 
+Your own code instead of the trainer (examples/own-program), with `environment` for the label
+the policy pack requires on GPU machines:
+
+    code = UserCode(source="train", entrypoint=["python", "train.py"])
+    package = TrainerPackage("exp-42-code", {"staging_bucket": buckets.staging_bucket, "code": code})
+    A100Cluster("exp-42-gpu", {..., "environment": "dev", "training": {
+        "package_uri": package.uri, "package": package, "code": code,
+        "checkpoint_url": buckets.checkpoint_url, "data_url": buckets.data_url}})
+
 The machine type fixes the GPUs: model and count come from `trainstack.components.catalog`, never set
 separately. Arguments are validated before anything is registered by
 `a100_cluster_problems` (`validate.py`), the one home of every A100 cluster rule:
