@@ -12,6 +12,8 @@ what `trainstack plan|quota|status|logs --program . --stack <name>` read.
 
 from __future__ import annotations
 
+from typing import Literal, cast, get_args
+
 import pulumi
 
 from trainstack.components import (
@@ -23,6 +25,8 @@ from trainstack.components import (
     TrainingNetwork,
     UserCode,
 )
+
+Environment = Literal["dev", "staging", "prod"]
 
 # Your code per compute: PyTorch on the A100s (torchrun, one process per GPU), JAX on the
 # TPU slice (one process per TPU host, the slice's only launcher).
@@ -43,7 +47,9 @@ def program() -> None:
     region = pulumi.Config("gcp").require("region")
     compute = config.require("compute")
     zone = config.require("zone")
-    environment = config.get("environment") or "dev"
+    environment = cast(Environment, config.get("environment") or "dev")
+    if environment not in get_args(Environment):
+        raise ValueError(f"own-program:environment: {environment!r}; valid: dev, staging, prod")
     name = f"{pulumi.get_project()}-{pulumi.get_stack()}"
     labels = {"team": "research", "stack": pulumi.get_stack()}
     code = CODE[compute]
