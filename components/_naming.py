@@ -127,3 +127,30 @@ def name_input(build: Callable[..., str], *parts: pulumi.Input[str] | None) -> p
     if all(part is None or isinstance(part, str) for part in parts):
         return build(*parts)
     return pulumi.Output.all(*parts).apply(lambda values: build(*values))
+
+
+ENVIRONMENT_LABEL = "environment"
+"""The label a component's `environment` argument sets: the policy pack's
+`accelerators-labelled` requires it on every GPU/TPU machine
+(`trainstack.policies.rules.model.REQUIRED_MACHINE_LABELS`)."""
+
+
+def environment_labels(
+    user: pulumi.Input[Mapping[str, str]] | None, environment: str, key: str = "labels"
+) -> pulumi.Input[Mapping[str, str]]:
+    """User labels with `environment` set from the component's `environment` argument; a
+    different `environment` label in them is one line naming `key`."""
+
+    def add(value: Mapping[str, str] | None) -> dict[str, str]:
+        given = dict(value or {})
+        if given.get(ENVIRONMENT_LABEL, environment) != environment:
+            raise ValueError(
+                f"{key}: environment {given[ENVIRONMENT_LABEL]!r} differs from the "
+                f"component's environment {environment!r}; valid: leave the label out "
+                "(environment sets it) or give the same value"
+            )
+        return {**given, ENVIRONMENT_LABEL: environment}
+
+    if user is None or isinstance(user, Mapping):
+        return add(user)
+    return pulumi.Output.from_input(cast(Any, user)).apply(add)

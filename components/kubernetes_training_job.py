@@ -30,8 +30,17 @@ image's TensorFlow minor with --no-deps), then execs the container's args, the n
 `python3 -m trainstack.trainers.node MODULE ARGS` (`node_argv`). The launcher reads the pod's index
 from JOB_COMPLETION_INDEX and starts torchrun with one process per GPU, rendezvousing on
 pod 0 (`<job>-0.<job>`, TRAINSTACK_COORDINATOR_PORT), or a non-torch trainer once per pod.
-Your own code (`node_args`) replaces the module and its flags: the pods run `python3 -m
-trainstack.trainers.node <node_args>` in `image` (default: the torch trainer's image).
+Your own code replaces the module and its flags: the pods run `python3 -m
+trainstack.trainers.node <node_args>` in `image` (default: the torch trainer's image). Give it
+as `code` (node_args built with the run contract's folders, its image as `image`):
+
+    KubernetesTrainingJob("exp-42-training", {
+        "job_name": "exp-42-train", "node_count": 2, "gpus_per_node": 8,
+        "package_uri": package.uri,  # TrainerPackage(..., {"code": code, ...})
+        "code": UserCode(source="train", entrypoint=["python", "train.py"]),
+        "checkpoint_url": buckets.checkpoint_url, "data_url": buckets.data_url,
+        "run_name": "exp-42",  # default: job_name
+    })
 
 Recovery (podFailurePolicy, first match wins; https://kubernetes.io/docs/concepts/workloads/
 controllers/job/#pod-failure-policy): the DisruptionTarget condition (node preempted,
@@ -93,11 +102,15 @@ from trainstack.components.gpu_startup import (
     check_trainer,
     validate_node_args,
 )
+from trainstack.components.user_code import CodeRules, UserCode, args_with_code
 from trainstack.trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
 from trainstack.trainers.common.contract import TF_MODULE
 
 TOKEN: Final = "trainstack:k8s:KubernetesTrainingJob"
 COMPONENT_LABEL: Final = "kubernetes-training-job"
+KUBERNETES_CODE: Final = CodeRules("gpu_cluster", runs_image=True, pulumi_secrets=True)
+"""What your code may use in a Kubernetes Job: either launcher (default torchrun), an image
+(the `gke` target's own `code_rules`)."""
 CONTAINER_NAME: Final = "trainer"
 """The images' interpreter: the pod script installs into it and it runs the launcher."""
 TF_KERAS_MODULES: Final = frozenset({TF_MODULE})
@@ -168,6 +181,16 @@ class KubernetesTrainingJobArgs(TypedDict):
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your own code instead of the trainer: `python -m trainstack.trainers.node` arguments
     (`trainstack.infra.compose.user_code_node_args`); excludes trainer_module and trainer_args."""
+    code: NotRequired[UserCode]
+    """Your own code (`trainstack.components.UserCode`), which builds `node_args` with the run
+    contract's folders in `checkpoint_url` and `data_url` (and `image` from its image)."""
+    package: NotRequired[Any]
+    """With `code`: the `TrainerPackage` of `package_uri`, checked to be built from the same
+    code (`trainstack.components.user_code.package_code_problem`)."""
+    data_url: NotRequired[pulumi.Input[str]]
+    """With `code`: the run contract's data folder (`TrainingBuckets.data_url`)."""
+    run_name: NotRequired[str]
+    """With `code`: the run's name in the contract's folders (default `job_name`)."""
     secret_env_names: NotRequired[Sequence[str]]
     """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
     `secure:` trainer.env values): they reach the pods but not the run's key
@@ -489,6 +512,9 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         check_args("KubernetesTrainingJob", KubernetesTrainingJobArgs, args)
+        args = component_check(  # type: ignore[assignment]
+            "KubernetesTrainingJob", args_with_code, args, KUBERNETES_CODE, args["job_name"]
+        )
         component_check("KubernetesTrainingJob", validate_args, args)
         labels = component_check(
             "KubernetesTrainingJob", labels_input, args.get("labels"), COMPONENT_LABEL

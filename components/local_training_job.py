@@ -14,6 +14,11 @@ life tied to the stack like a cloud job's.
     )
     # job.pids, job.log_path, job.checkpoint_dir, job.state
 
+Your own code instead of the trainer config:
+
+    LocalTrainingJob("local-job", {"code": UserCode(source="train", entrypoint=["python",
+                     "train.py"]), "run_name": "exp-42", "workers": 2, "root": ".trainstack/local"})
+
 `pulumi up` starts the processes detached (they outlive the engine) and returns once rank 0
 has started training; `pulumi refresh` updates `state` (running / finished / exited);
 `pulumi destroy` sends SIGTERM, so the trainer checkpoints and exits, and SIGKILLs whatever
@@ -43,6 +48,7 @@ from trainstack.components._code_files import code_files, source_problems
 from trainstack.components._local_provider import LocalRun, LocalRunProvider
 from trainstack.components._naming import labels_input
 from trainstack.components.facts import make_facts
+from trainstack.components.user_code import CODE_KEY, UserCode
 from trainstack.trainers.common.bounds import MAX_LOCAL_WORKERS
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.user_code import (
@@ -67,10 +73,15 @@ to notice its workers exited and for the processes to start saving."""
 class LocalTrainingJobArgs(TypedDict):
     """Arguments for `LocalTrainingJob`."""
 
-    trainer: TrainConfig | Mapping[str, Any]
+    trainer: NotRequired[TrainConfig | Mapping[str, Any]]
     """The trainer config (`trainstack:trainer`), as a `TrainConfig`/`StackTrainer` or its
     fields; with `entrypoint`, your own code (`trainstack.trainers.local_code`), rerun when the files of
-    its `source` change."""
+    its `source` change. Required unless `code` is given."""
+    code: NotRequired[UserCode]
+    """Your own code (`trainstack.components.UserCode`) instead of `trainer`: the trainer
+    config that runs it (`UserCode.trainer`), named `run_name`."""
+    run_name: NotRequired[str]
+    """With `code`: the run's name (its checkpoint folder and log; default the trainer's)."""
     workers: int
     """Local worker processes (torch: `torchrun --nproc-per-node`), >= 1."""
     root: str
@@ -87,6 +98,29 @@ class LocalTrainingJobArgs(TypedDict):
     """User labels, merged with trainstack's and kept in the run's state."""
 
 
+def _trainer_of(args: Mapping[str, Any]) -> Any:
+    """The trainer config: `trainer`, or the one that runs `code` (ValueError for both or
+    neither, or a `code` that is not a UserCode)."""
+    code = args.get(CODE_KEY)
+    if code is None:
+        if args.get("trainer") is None:
+            raise ValueError(
+                "trainer: required; valid: the trainer config, or your code as code=UserCode(...)"
+            )
+        return args["trainer"]
+    if args.get("trainer") is not None:
+        raise ValueError("trainer: given with code, which builds it; valid: one of the two")
+    if not isinstance(code, UserCode):
+        # One line under the component's name, as every argument problem (component_check).
+        raise ValueError(  # noqa: TRY004
+            f"{CODE_KEY}: {type(code).__name__} is not a UserCode; valid: "
+            "trainstack.components.UserCode(source=..., entrypoint=[...])"
+        )
+    trainer = code.trainer()
+    run = args.get("run_name")
+    return trainer if run is None else trainer.model_copy(update={"run_name": run})
+
+
 def validate_args(
     args: Mapping[str, Any], base_dir: Path | None = None
 ) -> tuple[StackTrainer, float]:
@@ -95,7 +129,7 @@ def validate_args(
 
     Raises ValueError naming the bad argument.
     """
-    trainer = args.get("trainer")
+    trainer = _trainer_of(args)
     if isinstance(trainer, TrainConfig) and not isinstance(trainer, StackTrainer):
         trainer = trainer.model_dump(exclude_unset=True)
     try:

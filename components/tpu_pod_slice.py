@@ -22,6 +22,16 @@
     )
     # tpu.slice_name, tpu.worker_ips, tpu.chips, tpu.hosts, tpu.console_url, tpu.checkpoint_dir
 
+Your own code instead of the trainer (examples/own-program): `code` with the run contract's
+buckets, and the package built from the same code, in place of `checkpoint_dir` and
+`trainer_args`:
+
+    code = UserCode(source="train", entrypoint=["python", "train.py"])
+    package = TrainerPackage("exp-42-code", {"staging_bucket": buckets.staging_bucket, "code": code})
+    TpuPodSlice("exp-42-tpu", {..., "runtime_version": "tpu-ubuntu2204-base",
+                               "package_uri": package.uri, "code": code,
+                               "checkpoint_url": buckets.checkpoint_url, "data_url": buckets.data_url})
+
 Validation happens before anything is registered, against `trainstack.components.catalog`, with
 `tpu_pod_slice_problems` (`trainstack.components._tpu_args`), the function the stack config checks
 `trainstack:tpu` with: the slice exists for its generation, the zone offers the generation,

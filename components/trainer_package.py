@@ -316,6 +316,11 @@ class TrainerPackage(pulumi.ComponentResource):
     """Where the sdist was built on this machine."""
     object: storage.BucketObject
     """The uploaded sdist object."""
+    user_source: str | None
+    """The folder of your code it packages (absolute), None for the bundled trainers: a
+    compute given `code` and this package checks they are the same code."""
+    requirements: tuple[str, ...]
+    """The install requirements it adds (your code's requirements among them)."""
 
     def __init__(
         self, name: str, args: TrainerPackageArgs, opts: pulumi.ResourceOptions | None = None
@@ -327,6 +332,9 @@ class TrainerPackage(pulumi.ComponentResource):
         )
         source_root = Path(args.get("source_root") or _default_source_root()).resolve()
         requirements = tuple(args.get("requirements") or ())
+        given_source = args.get("user_source")
+        self.user_source = str(Path(given_source).resolve()) if given_source else None
+        self.requirements = requirements
         problems = [
             f"TrainerPackage.requirements[{i}]: {r!r} is not a requirement ({problem}); "
             "valid: a PEP 508 requirement, e.g. 'tf-keras~=2.17.0'"

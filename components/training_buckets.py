@@ -47,7 +47,12 @@ import pulumi
 from pulumi_gcp import storage
 
 from trainstack.components._args import ArgsError, Bounds, check_args, component_check
-from trainstack.components._naming import bucket_name, labels_input, name_input
+from trainstack.components._naming import (
+    bucket_name,
+    environment_labels,
+    labels_input,
+    name_input,
+)
 from trainstack.components.catalog.names import label_problems
 from trainstack.components.catalog.problems import int_problems, not_allowed, quote
 
@@ -88,7 +93,8 @@ class TrainingBucketsArgs(TypedDict):
     deployment_name: pulumi.Input[str]
     """Deployment prefix of every bucket name."""
     environment: Literal["dev", "staging", "prod"]
-    """dev | staging | prod. Plain value: it selects resource options (prod protects data)."""
+    """dev | staging | prod. Plain value: it selects resource options (prod protects data),
+    and sets the buckets' `environment` label (a different one in `labels` is refused)."""
     checkpoint_retention_days: NotRequired[
         pulumi.Input[Annotated[int, Bounds(ge=1, le=MAX_CHECKPOINT_RETENTION_DAYS)]]
     ]
@@ -171,9 +177,10 @@ class TrainingBuckets(pulumi.ComponentResource):
         environment = args["environment"]
         delete_data = args.get("delete_data_on_destroy", False)
         retention_days = args.get("checkpoint_retention_days", DEFAULT_CHECKPOINT_RETENTION_DAYS)
-        labels = component_check(
-            "TrainingBuckets", labels_input, args.get("labels"), COMPONENT_LABEL
+        user_labels = component_check(
+            "TrainingBuckets", environment_labels, args.get("labels"), environment
         )
+        labels = component_check("TrainingBuckets", labels_input, user_labels, COMPONENT_LABEL)
         suffix = args.get("name_suffix")
         names = {
             role: name_input(bucket_name, args["project"], args["deployment_name"], role, suffix)

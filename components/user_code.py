@@ -57,11 +57,14 @@ from trainstack.trainers.common.user_code import UserCode as _TrainerCode
 __all__ = [
     "CODE_KEY",
     "CodeRules",
+    "ContractFolders",
     "UserCode",
+    "args_with_code",
     "code_args_problems",
     "code_base_dir",
     "code_node_args",
     "run_contract",
+    "vertex_run_contract",
 ]
 
 _VALID: Final = {
@@ -206,10 +209,12 @@ def code_args_problems(
     rules: CodeRules,
     prefix: str = "",
     checks: Callable[[UserCode], list[str]] | None = None,
+    needs: tuple[str, ...] = ("checkpoint_url", "data_url"),
 ) -> list[str]:
-    """Problems with a component's `code` and the arguments it needs (`checkpoint_url`,
-    `data_url`, no `node_args` beside it), keys prefixed `prefix`; `checks` adds the
-    compute's own cross-checks once the code itself is valid (a TPU runtime's frameworks)."""
+    """Problems with a component's `code` and the arguments it needs (`needs`: by default
+    `checkpoint_url` and `data_url`; no `node_args` beside it), keys prefixed `prefix`;
+    `checks` adds the compute's own cross-checks once the code itself is valid (a TPU
+    runtime's frameworks)."""
     code = args.get(CODE_KEY)
     if code is None:
         return []
@@ -220,7 +225,7 @@ def code_args_problems(
         )
         return [problem]
     problems = code.problems(rules, prefix=f"{prefix}{CODE_KEY}.")
-    for key in ("checkpoint_url", "data_url"):
+    for key in needs:
         if args.get(key) is None:
             problems.append(
                 f"{prefix}{key}: required with {CODE_KEY} (the run contract's folders); valid: "
@@ -235,19 +240,99 @@ def code_args_problems(
     return problems
 
 
+ContractFolders = Callable[[dict[str, str]], dict[str, str]]
+"""What a compute does to the run contract's folders (Vertex AI: `vertex_run_contract`)."""
+
+
 def code_node_args(
-    args: Mapping[str, Any], default_launcher: UserLauncher, run_name: pulumi.Input[str]
+    args: Mapping[str, Any],
+    default_launcher: UserLauncher,
+    run_name: pulumi.Input[str],
+    folders: ContractFolders | None = None,
 ) -> pulumi.Output[list[str]]:
     """The node launcher's arguments for a component's `code` (checked by
     `code_args_problems`), with the run contract's folders in its `checkpoint_url` and
-    `data_url`, for the run `args["run_name"]` (default `run_name`: the component's
-    deployment name)."""
+    `data_url` (`folders` applied), for the run `args["run_name"]` (default `run_name`: the
+    component's deployment name)."""
     code: UserCode = args[CODE_KEY]
     run = args.get("run_name") or run_name
-    return pulumi.Output.all(args["checkpoint_url"], args["data_url"], run).apply(
-        lambda v: code.node_args(default_launcher, run_contract(v[0], v[1], v[2]))
-    )
+    ckpt = args.get("checkpoint_url") or ""
+
+    def node(v: list[str]) -> list[str]:
+        contract = run_contract(v[0], v[1], v[2])
+        return code.node_args(default_launcher, folders(contract) if folders else contract)
+
+    return pulumi.Output.all(ckpt, args["data_url"], run).apply(node)
 
 
-CODE_ONLY_KEYS: Final = (CODE_KEY, "data_url", "run_name")
+def args_with_code(
+    args: Mapping[str, Any],
+    rules: CodeRules,
+    run_name: pulumi.Input[str],
+    *,
+    prefix: str = "",
+    image_key: str | None = "image",
+    folders: ContractFolders | None = None,
+    needs: tuple[str, ...] = ("checkpoint_url", "data_url"),
+    checks: Callable[[UserCode], list[str]] | None = None,
+) -> Mapping[str, Any]:
+    """A compute component's `args` with its `code` as what it runs: `node_args` with the run
+    contract's folders (`code_node_args`), the code's image as `image_key` unless given, the
+    code-only keys dropped; `args` unchanged without `code`. ValueError, one line per problem,
+    when the code does not fit (`code_args_problems`). Every compute component given `code`
+    goes through here, as the stack path's `node_args` do through `UserCode.node_args`."""
+    if args.get(CODE_KEY) is None:
+        return args
+    problems = code_args_problems(args, rules, prefix, checks, needs)
+    if problems:
+        raise ValueError("\n".join(problems))
+    code: UserCode = args[CODE_KEY]
+    out = {k: v for k, v in args.items() if k not in CODE_ONLY_KEYS}
+    package = args.get(PACKAGE_KEY)
+    if package is not None:
+        problem = package_code_problem(package, code, prefix)
+        if problem is not None:
+            raise ValueError(problem)
+        out.setdefault("package_uri", package.uri)
+    out["node_args"] = code_node_args(args, rules.default_launcher, run_name, folders)
+    if image_key is not None and code.image is not None and image_key not in out:
+        out[image_key] = code.image
+    return out
+
+
+def vertex_run_contract(contract: dict[str, str], checkpoint_dir: bool) -> dict[str, str]:
+    """The run contract on Vertex AI: Vertex names the job's folders (AIP_CHECKPOINT_DIR,
+    AIP_MODEL_DIR; per trial when tuning), which the node gives your code unless a checkpoint
+    folder is named (`checkpoint_dir`; `trainstack.trainers.user_code`), so the output folder
+    is always dropped and the checkpoint folder unless named."""
+    out = {k: v for k, v in contract.items() if k != OUTPUT_DIR_ENV}
+    if not checkpoint_dir:
+        del out[CHECKPOINT_DIR_ENV]
+    return out
+
+
+PACKAGE_KEY: Final = "package"
+"""The argument a compute component takes the `TrainerPackage` of its `code` by."""
+CODE_ONLY_KEYS: Final = (CODE_KEY, "data_url", "run_name", PACKAGE_KEY)
 """The arguments that only go with `code` (a component's own `checkpoint_url` stays)."""
+
+
+def package_code_problem(package: Any, code: UserCode, prefix: str = "") -> str | None:
+    """One line when `package` (a `TrainerPackage`) was not built from `code`: another source
+    folder (what `TrainerPackage.user_source` records) or without the code's requirements."""
+    folder = code.source_folder()
+    packaged = getattr(package, "user_source", None)
+    if folder is not None and packaged != str(folder.resolve()):
+        return (
+            f"{prefix}{PACKAGE_KEY}: built from {packaged or 'the bundled trainers'}, not "
+            f"{CODE_KEY}.source {str(folder.resolve())!r}; valid: the TrainerPackage given the "
+            f"same {CODE_KEY}"
+        )
+    wanted = code.requirement_lines() if code.requirements else []
+    missing = [line for line in wanted if line not in getattr(package, "requirements", ())]
+    if missing:
+        return (
+            f"{prefix}{PACKAGE_KEY}: lacks {CODE_KEY}.requirements {missing[0]!r}; valid: the "
+            f"TrainerPackage given the same {CODE_KEY}"
+        )
+    return None

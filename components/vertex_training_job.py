@@ -53,7 +53,19 @@ is an error, and an image you name gets Google's requirement as a warning.
 
 With `node_args` (your own code, `trainstack.trainers.common.user_code.node_args`) each replica runs
 `python3 -m trainstack.trainers.node <node_args>` the same way, from the code package; tuning trials'
-values arrive after your code's argv as `--<parameter_id>=<value>`.
+values arrive after your code's argv as `--<parameter_id>=<value>`. Give it as `code`, which
+builds `node_args` with the run contract's data folder and run name (Vertex names the
+checkpoint and output folders itself: AIP_CHECKPOINT_DIR, AIP_MODEL_DIR) and takes its image
+as `container_image_uri`:
+
+    VertexTrainingJob("exp-42-vertex", {
+        "project": "my-project", "region": "us-central1", "display_name": "exp-42",
+        "machine_type": "a2-highgpu-8g", "replica_count": 2,
+        "package_uri": package.uri,  # TrainerPackage(..., {"code": code, ...})
+        "code": UserCode(source="train", entrypoint=["python", "train.py"]),
+        "container_image_uri": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+        "data_url": buckets.data_url,  # run_name: default display_name
+    })
 
 Worker pools follow Vertex's fixed order: 0 chief (1 replica), 1 workers
 (`replica_count - 1`, `{}` when there are none but a later pool is used), 2 reduction
@@ -131,6 +143,12 @@ from trainstack.components.training_dashboard.targets import (
     vertex_filters,
     vertex_job_id,
 )
+from trainstack.components.user_code import (
+    CodeRules,
+    UserCode,
+    args_with_code,
+    vertex_run_contract,
+)
 
 __all__ = [
     "DEFAULT_BOOT_DISK_SIZE_GB",
@@ -162,6 +180,16 @@ __all__ = [
 
 TOKEN: Final = "trainstack:vertex:VertexTrainingJob"
 COMPONENT_LABEL: Final = "vertex-training-job"
+VERTEX_CODE: Final = CodeRules("vertex", runs_image=True, pulumi_secrets=True)
+"""What your code may use on Vertex AI: either launcher (default torchrun), an image (the
+`vertex` target's own `code_rules`)."""
+
+
+def _vertex_folders(contract: dict[str, str]) -> dict[str, str]:
+    # No checkpoint folder of the code's own here: Vertex's AIP_CHECKPOINT_DIR stands.
+    return vertex_run_contract(contract, checkpoint_dir=False)
+
+
 API: Final = "aiplatform.v1"
 
 
@@ -251,6 +279,17 @@ class VertexTrainingJobArgs(TypedDict):
     (`trainstack.components._pod_setup`): it installs the package into the image's `python3`, then
     runs `python3 -m trainstack.trainers.node <node_args>`. Excludes python_module and trainer_args;
     tuning parameters may then be any flag of your code."""
+    code: NotRequired[UserCode]
+    """Your own code (`trainstack.components.UserCode`), which builds `node_args` with the run
+    contract as on the `vertex` target (`vertex_run_contract`); its image becomes
+    `container_image_uri`."""
+    package: NotRequired[Any]
+    """With `code`: the `TrainerPackage` of `package_uri`, checked to be built from the same
+    code (`trainstack.components.user_code.package_code_problem`)."""
+    data_url: NotRequired[pulumi.Input[str]]
+    """With `code`: the run contract's data folder (`TrainingBuckets.data_url`)."""
+    run_name: NotRequired[str]
+    """With `code`: the run's name (`TRAINSTACK_RUN_NAME`; default `display_name`)."""
     secret_env_names: NotRequired[Sequence[str]]
     """The `--env=NAME=VALUE` names of `node_args` whose values are secrets (a stack's
     `secure:` trainer.env values): they reach the replicas but not the request id label (a
@@ -368,6 +407,16 @@ class VertexTrainingJob(pulumi.ComponentResource):
         self, name: str, args: VertexTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("VertexTrainingJob", VertexTrainingJobArgs, args)
+        args = component_check(  # type: ignore[assignment]
+            "VertexTrainingJob",
+            args_with_code,
+            args,
+            VERTEX_CODE,
+            args["display_name"],
+            image_key="container_image_uri",
+            folders=_vertex_folders,
+            needs=("data_url",),
+        )
         reducers = component_check("VertexTrainingJob", validate_args, args)
         component_check("VertexTrainingJob", _check_image, args, reducers)
         # Validates plain labels now (Outputs when they resolve) and merges trainstack's.

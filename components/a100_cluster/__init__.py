@@ -25,6 +25,15 @@
     )
     # cluster.cluster_name, cluster.endpoint, cluster.kubeconfig (secret), cluster.job_name
 
+Your own code instead of the trainer (examples/own-program), with `environment` for the label
+the policy pack requires on GPU machines:
+
+    code = UserCode(source="train", entrypoint=["python", "train.py"])
+    package = TrainerPackage("exp-42-code", {"staging_bucket": buckets.staging_bucket, "code": code})
+    A100Cluster("exp-42-gpu", {..., "environment": "dev", "training": {
+        "package_uri": package.uri, "package": package, "code": code,
+        "checkpoint_url": buckets.checkpoint_url, "data_url": buckets.data_url}})
+
 The machine type fixes the GPUs: model and count come from `trainstack.components.catalog`, never set
 separately. Arguments are validated before anything is registered by
 `a100_cluster_problems` (`validate.py`), the one home of every A100 cluster rule:
@@ -75,7 +84,7 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import compute, container
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import gcp_name, labels_input
+from trainstack.components._naming import environment_labels, gcp_name, labels_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
@@ -285,6 +294,13 @@ class A100Cluster(pulumi.ComponentResource):
         check_args("A100Cluster", A100ClusterArgs, args)
         # Your code (`training.code`) becomes the node launcher's arguments, checked first.
         args = component_check("A100Cluster", with_code, args)  # type: ignore[assignment]
+        if "environment" in args:
+            # The label the policy pack requires on GPU machines (`accelerators-labelled`),
+            # on the nodes and the training Job alike.
+            env_labels = component_check(
+                "A100Cluster", environment_labels, args.get("labels"), args["environment"]
+            )
+            args = {**args, "labels": env_labels}
         gpu = component_check("A100Cluster", validate_args, args)
         labels = component_check("A100Cluster", labels_input, args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Final, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
 
@@ -129,6 +129,9 @@ class A100TrainingArgs(TypedDict):
     trainer_args / node_args, checked as `trainstack:trainer` is; needs `checkpoint_url` and
     `data_url` (the run contract's folders, `trainstack.components.user_code.run_contract`)
     and a `package_uri` of a `TrainerPackage` built with the same `code`."""
+    package: NotRequired[Any]
+    """With `code`: the `TrainerPackage` of `package_uri`, checked to be built from the same
+    code (`trainstack.components.user_code.package_code_problem`)."""
     data_url: NotRequired[pulumi.Input[str]]
     """With `code`: the data bucket's URL (`TrainingBuckets.data_url`), TRAINSTACK_DATA_DIR."""
     run_name: NotRequired[str]
@@ -176,7 +179,10 @@ class A100ClusterArgs(TypedDict):
     service_account_email: pulumi.Input[str]
     """Account the nodes and the training pods run as (`TrainingIdentity`)."""
     environment: NotRequired[Literal["dev", "staging", "prod"]]
-    """`prod` turns on the GKE cluster's deletion protection (default dev)."""
+    """`prod` turns on the GKE cluster's deletion protection (default dev). Given, it sets
+    the `environment` label on every child and the training Job, which the policy pack's
+    `accelerators-labelled` requires on GPU machines (a different one in `labels` is
+    refused)."""
     labels: NotRequired[pulumi.Input[Mapping[str, str]]]
     """User labels, merged with trainstack's, on every child that takes labels."""
     training: NotRequired[A100TrainingArgs]

@@ -40,12 +40,7 @@ from trainstack.components.catalog.problems import did_you_mean, pydantic_proble
 from trainstack.components.gpu_startup import check_trainer, uses_torchrun
 from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
 from trainstack.components.training_network import subnet_region
-from trainstack.components.user_code import (
-    CODE_ONLY_KEYS,
-    CodeRules,
-    code_args_problems,
-    code_node_args,
-)
+from trainstack.components.user_code import CodeRules, args_with_code
 
 SHAPE_KEYS: Final = (
     "backend",
@@ -161,14 +156,7 @@ def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
         return args
     backend = args.get("backend", "gke")
     rules = GPU_CODE.get(str(backend), GPU_CODE["gke"])
-    problems = code_args_problems(training, rules, prefix="training.")
-    if problems:
-        raise ValueError("\n".join(problems))
-    code = training["code"]
-    out = {k: v for k, v in training.items() if k not in CODE_ONLY_KEYS}
-    out["node_args"] = code_node_args(training, rules.default_launcher, args["deployment_name"])
-    if code.image is not None and "image" not in out:
-        out["image"] = code.image
+    out = args_with_code(training, rules, args["deployment_name"], prefix="training.")
     return {**args, "training": out}
 
 

@@ -23,7 +23,13 @@ def program() -> None:
     region = gcp_config.require("region")
     zone = config.require("zone")
     name = f"{pulumi.get_project()}-{pulumi.get_stack()}"
-    labels = {"team": "research", "stack": pulumi.get_stack()}
+    # `environment` and `stack`: the labels trainstack's policy pack requires on accelerators
+    # (`accelerators-labelled`); TpuPodSlice takes them from `labels`.
+    labels = {
+        "team": "research",
+        "stack": pulumi.get_stack(),
+        "environment": config.get("environment") or "dev",
+    }
 
     # The bucket is yours: its name, location and lifecycle are decided here.
     bucket = gcp.storage.Bucket(

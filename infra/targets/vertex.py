@@ -25,6 +25,7 @@ from trainstack.components.image_mirror import ImageMirror
 from trainstack.components.reduction_server_image import SERVICES as PLUGIN_IMAGE_SERVICES
 from trainstack.components.reduction_server_image import ReductionServerImage
 from trainstack.components.training_dashboard.targets import vertex_filter_text
+from trainstack.components.user_code import vertex_run_contract
 from trainstack.components.vertex_training_job import (
     VertexTrainingJob,
     VertexTrainingJobArgs,
@@ -55,11 +56,7 @@ from trainstack.infra.targets.vertex_image import (
 )
 from trainstack.infra.targets.vertex_runs import RUN_RESOURCES
 from trainstack.trainers.common.config import TrainConfig
-from trainstack.trainers.common.contract import (
-    CHECKPOINT_DIR_ENV,
-    OUTPUT_DIR_ENV,
-    TRAINER_MODULES,
-)
+from trainstack.trainers.common.contract import TRAINER_MODULES
 
 if TYPE_CHECKING:
     from trainstack.components.training_dashboard.targets import DashboardScope
@@ -169,10 +166,7 @@ class Vertex(CloudTarget):
         # Vertex names the job's folders (AIP_CHECKPOINT_DIR, AIP_MODEL_DIR; per trial when
         # tuning), which the node gives your code unless the stack names a folder itself
         # (the checkpoint folder with the run's name below it, `trainstack.trainers.user_code`).
-        out = {k: v for k, v in contract.items() if k != OUTPUT_DIR_ENV}
-        if not cfg.trainer.checkpoint_dir:
-            del out[CHECKPOINT_DIR_ENV]
-        return out
+        return vertex_run_contract(contract, bool(cfg.trainer.checkpoint_dir))
 
     def package_requirements(self, cfg: StackView) -> list[str]:
         """What the torch trainer imports on Vertex that a CUDA image lacks (tensorboard, for

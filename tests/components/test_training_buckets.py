@@ -11,7 +11,13 @@ from trainstack.components.training_buckets import TOKEN, TrainingBuckets, Train
 from trainstack.infra.mocks import ProgramRun, run_program
 
 BUCKET = "gcp:storage/bucket:Bucket"
-LABELS = {"component": "training-buckets", "managed-by": "trainstack", "team": "ml"}
+# `environment` from the component's argument (the label the policy pack reads).
+LABELS = {
+    "component": "training-buckets",
+    "environment": "dev",
+    "managed-by": "trainstack",
+    "team": "ml",
+}
 
 
 def _run(**overrides: Any) -> ProgramRun:
@@ -181,6 +187,7 @@ def test_name_suffix_and_defaults() -> None:
     run = run_program(minimal)
     assert run.named("exp-data").inputs["labels"] == {
         "component": "training-buckets",
+        "environment": "dev",
         "managed-by": "trainstack",
     }
     assert run.named("exp-checkpoints").inputs["lifecycleRules"][0]["condition"]["age"] == 30
