@@ -133,6 +133,7 @@ from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 __all__ = [
+    "GpuCluster",
     "BOOT_DISK_TYPE",
     "CLOUD_PLATFORM_SCOPE",
     "CLUSTER_NAME_MAX",
@@ -355,6 +356,11 @@ class A100Cluster(pulumi.ComponentResource):
 DEFAULT_GRACE_S: Final = float(TrainConfig.model_fields["preemption_grace_s"].default)
 
 
+GpuCluster = A100Cluster
+"""The component's name for any GPU family (A2, A3 High, A3 Mega, A3 Ultra, A4);
+`A100Cluster` stays, the same class."""
+
+
 def _grace_s(args: A100ClusterArgs) -> float:
     """The trainer's SIGTERM grace: its `--preemption_grace_s` flag, else the trainers'
     default."""
@@ -393,7 +399,11 @@ def a100_cluster_facts(
         gpu.backend,
         **a100_summary(gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot),
         quota=a100_quota(
-            gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot, region_of(gpu.zone)
+            gpu.backend,
+            gpu.machine_type,
+            gpu.node_count,
+            gpu.spot or gpu.flex_start,
+            region_of(gpu.zone),
         ),
         notes=notes,
         status=status,

@@ -130,7 +130,7 @@ CASES: list[tuple[str, tuple[dict[str, Any], Callable[[], list[str]]], str, list
     # --- Vertex machine and accelerators
     ("vertex machine", _vertex(machine_type="a3-highgpu-8g"), "vertex.", [f"{{p}}machine_type: 'a3-highgpu-8g' is not a known machine type; valid: {MACHINES}"]),
     ("vertex accelerator type", _vertex(accelerator_type="NVIDIA_A100_80GB"), "vertex.", ["{p}accelerator_type: 'NVIDIA_A100_80GB' does not match a2-highgpu-8g (A100 40GB); valid: NVIDIA_TESLA_A100"]),
-    ("vertex accelerator enum", _vertex(accelerator_type="nvidia-tesla-a100"), "vertex.", ["{p}accelerator_type: 'nvidia-tesla-a100' is not allowed; valid: NVIDIA_TESLA_A100, NVIDIA_A100_80GB"]),
+    ("vertex accelerator enum", _vertex(accelerator_type="nvidia-tesla-a100"), "vertex.", ["{p}accelerator_type: 'nvidia-tesla-a100' is not allowed; valid: NVIDIA_TESLA_A100, NVIDIA_A100_80GB, NVIDIA_H100_80GB, NVIDIA_H100_MEGA_80GB, NVIDIA_H200_141GB, NVIDIA_B200"]),
     ("vertex accelerator count", _vertex(accelerator_count=4), "vertex.", ["{p}accelerator_count: 4 does not match a2-highgpu-8g; valid: 8"]),
     ("vertex cpu accelerator", _vertex(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_A100"), "vertex.", ["{p}accelerator_type: 'NVIDIA_TESLA_A100' cannot attach to CPU machine type 'n1-standard-8'; valid: no accelerator_type (A100s come with a2-* machine types)"]),
     # --- Reduction Server
