@@ -133,7 +133,6 @@ from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 __all__ = [
-    "GpuCluster",
     "BOOT_DISK_TYPE",
     "CLOUD_PLATFORM_SCOPE",
     "CLUSTER_NAME_MAX",
@@ -166,6 +165,7 @@ __all__ = [
     "A100ClusterArgs",
     "A100Shape",
     "A100TrainingArgs",
+    "GpuCluster",
     "SupervisedCompute",
     "a100_cluster_problems",
     "gce_console_url",

@@ -252,15 +252,17 @@ def flex_start_problems(shape: A100Shape, run_seconds: int | None, run_key: str)
     if run_seconds is None:
         if shape.backend != "gce":
             return []
-        return [
+        problem = (
             f"{run_key}: required with gpu_cluster.flex_start on backend gce (Compute Engine "
             f"flex-start VMs need a run duration); valid: up to {hours} hours (7 days)"
-        ]
+        )
+        return [problem]
     if run_seconds > hours * 3600:
-        return [
+        problem = (
             f"{run_key}: {run_seconds / 3600:g} hours is longer than flex-start allows; "
             f"valid: up to {hours} hours (7 days), or flex_start: false"
-        ]
+        )
+        return [problem]
     return []
 
 

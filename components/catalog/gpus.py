@@ -12,9 +12,7 @@ from typing import Final, Literal, get_args
 
 from trainstack.components.catalog.sources import FACT_SHEET
 
-GpuModel = Literal[
-    "A100 40GB", "A100 80GB", "H100 80GB", "H100 Mega 80GB", "H200 141GB", "B200"
-]
+GpuModel = Literal["A100 40GB", "A100 80GB", "H100 80GB", "H100 Mega 80GB", "H200 141GB", "B200"]
 
 # --------------------------------------------------------------------------------------
 # GPU accelerator names and zones

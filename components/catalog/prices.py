@@ -115,6 +115,20 @@ _GUESS_NEW_GPU: Final = (
     "pkg/validators/quota.go) and the machine's accelerator type"
 )
 
+_NEW_GPU_QUOTA_STEMS: Final[tuple[tuple[GpuModel, str, str], ...]] = (
+    (
+        "H100 80GB",
+        "H100",
+        (
+            "metric NVIDIA_H100_GPUS: GoogleCloudPlatform/cluster-toolkit "
+            "pkg/validators/quota.go acceleratorMetricMap"
+        ),
+    ),
+    ("H100 Mega 80GB", "H100-MEGA", _GUESS_NEW_GPU),
+    ("H200 141GB", "H200", _GUESS_NEW_GPU),
+    ("B200", "B200", _GUESS_NEW_GPU),
+)
+
 COMPUTE_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
     ("A100 40GB", False): QuotaSpec(
         "compute.googleapis.com",
@@ -164,17 +178,7 @@ COMPUTE_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
             + ("Spot and flex-start VMs use the preemptible quota; " if spot else "")
             + ENUMERATE_HINT,
         )
-        for model, stem, source in (
-            (
-                "H100 80GB",
-                "H100",
-                "metric NVIDIA_H100_GPUS: GoogleCloudPlatform/cluster-toolkit "
-                "pkg/validators/quota.go acceleratorMetricMap",
-            ),
-            ("H100 Mega 80GB", "H100-MEGA", _GUESS_NEW_GPU),
-            ("H200 141GB", "H200", _GUESS_NEW_GPU),
-            ("B200", "B200", _GUESS_NEW_GPU),
-        )
+        for model, stem, source in _NEW_GPU_QUOTA_STEMS
         for spot in (False, True)
     },
 }
@@ -226,9 +230,30 @@ _VERTEX_SAMPLE: Final = (
 _VERTEX_HINT: Final = ENUMERATE_HINT + " with service='aiplatform.googleapis.com'"
 
 
+_VERTEX_STEMS: Final[dict[GpuModel, str]] = {
+    "A100 40GB": "A100GPUs",
+    "A100 80GB": "A10080GBGPUs",
+    # Not in a stored source: the A100 ids' pattern applied to the newer GPUs.
+    "H100 80GB": "H100GPUs",
+    "H100 Mega 80GB": "H100MegaGPUs",
+    "H200 141GB": "H200GPUs",
+    "B200": "B200GPUs",
+}
+
+
 def _vertex_gpu_quota(model: GpuModel, spot: bool) -> QuotaSpec:
-    stem = "A100GPUs" if model == "A100 40GB" else "A10080GBGPUs"
+    stem = _VERTEX_STEMS[model]
     quota_id = f"CustomModelTraining{'Preemptible' if spot else ''}{stem}PerProjectPerRegion"
+    if not model.startswith("A100"):
+        return QuotaSpec(
+            "aiplatform.googleapis.com",
+            quota_id,
+            "region",
+            "GPUs",
+            False,
+            "not in a stored source: the pattern of the A100 ids (" + _VERTEX_SAMPLE + ")",
+            _VERTEX_HINT,
+        )
     if not spot:
         return QuotaSpec(
             "aiplatform.googleapis.com", quota_id, "region", "GPUs", True, _VERTEX_SAMPLE
@@ -248,7 +273,7 @@ def _vertex_gpu_quota(model: GpuModel, spot: bool) -> QuotaSpec:
 
 VERTEX_GPU_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
     (model, spot): _vertex_gpu_quota(model, spot)
-    for model in ("A100 40GB", "A100 80GB")
+    for model in _VERTEX_STEMS
     for spot in (False, True)
 }
 """Vertex custom-training GPU quota by (model, spot); separate from Compute Engine quota.

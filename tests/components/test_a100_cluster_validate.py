@@ -14,13 +14,13 @@ import yaml
 from typer.testing import CliRunner
 
 from trainstack.components import catalog
-from trainstack.components.catalog.machines import GPU_MACHINES
 from trainstack.components.a100_cluster import (
     SHAPE_KEYS,
     A100Cluster,
     a100_cluster_problems,
     validate_args,
 )
+from trainstack.components.catalog.machines import GPU_MACHINES
 from trainstack.infra.cli import app
 from trainstack.infra.config import ConfigError, load_stack_config
 from trainstack.infra.mocks import run_program
