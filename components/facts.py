@@ -257,8 +257,12 @@ def a100_quota(
             prices.COMPUTE_QUOTAS[(machine.gpu_model, spot)], {"region": region}, gpus
         ),
         prices.quota_need(prices.GPUS_ALL_REGIONS_QUOTA, {}, gpus),
-        prices.quota_need(prices.A2_CPUS_QUOTA, {"region": region}, machine.vcpus * node_count),
     ]
+    if machine_type.startswith("a2-"):
+        # No vCPU quota of the A3 and A4 families is in a stored source.
+        needs.append(
+            prices.quota_need(prices.A2_CPUS_QUOTA, {"region": region}, machine.vcpus * node_count)
+        )
     if backend == "gke":
         system = MACHINES[GKE_SYSTEM_NODE_MACHINE]
         needs.append(prices.quota_need(prices.CPUS_QUOTA, {"region": region}, system.vcpus))

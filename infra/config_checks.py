@@ -75,6 +75,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     target_errors: list[str] = []
     if target is not None:
         target_errors = target.section_problems(section, region, trainer)
+        target_errors += target.limits_problems(section, parts.get("limits"))
     errors += target_errors
     errors += _spend_cap_problems(parts, key, candidates)
     secrets: frozenset[str] = parts.get("secrets") or frozenset()

@@ -186,6 +186,7 @@ __all__ = [
     "A100ClusterArgs",
     "A100Shape",
     "A100TrainingArgs",
+    "GpuCluster",
     "SupervisedCompute",
     "a100_cluster_problems",
     "gce_console_url",
@@ -388,6 +389,11 @@ class A100Cluster(pulumi.ComponentResource):
 DEFAULT_GRACE_S: Final = float(TrainConfig.model_fields["preemption_grace_s"].default)
 
 
+GpuCluster = A100Cluster
+"""The component's name for any GPU family (A2, A3 High, A3 Mega, A3 Ultra, A4);
+`A100Cluster` stays, the same class."""
+
+
 def _grace_s(args: A100ClusterArgs) -> float:
     """The trainer's SIGTERM grace: its `--preemption_grace_s` flag, else the trainers'
     default."""
@@ -451,7 +457,11 @@ def a100_cluster_facts(
         gpu.backend,
         **a100_summary(gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot),
         quota=a100_quota(
-            gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot, region_of(gpu.zone)
+            gpu.backend,
+            gpu.machine_type,
+            gpu.node_count,
+            gpu.spot or gpu.flex_start,
+            region_of(gpu.zone),
         ),
         notes=notes,
         limit_notes=[f"{RUN_LIMIT_KEY}: {run_limit_text(gpu.backend, seconds)}"] if seconds else [],

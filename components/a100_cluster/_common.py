@@ -157,7 +157,8 @@ class A100ClusterArgs(TypedDict):
     deployment_name: str
     """Prefix of the physical names (plain: it names the Job and node 0's host)."""
     machine_type: str
-    """An A2 machine type: a2-highgpu-1g/2g/4g/8g, a2-megagpu-16g, a2-ultragpu-1g/2g/4g/8g."""
+    """A GPU machine type: a2-highgpu-1g/2g/4g/8g, a2-megagpu-16g, a2-ultragpu-1g/2g/4g/8g,
+    a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g."""
     backend: NotRequired[Literal["gke", "gce"]]
     """`gke` (default): a GKE cluster and a Kubernetes Job; `gce`: Compute Engine VMs."""
     node_count: NotRequired[int]
@@ -166,6 +167,11 @@ class A100ClusterArgs(TypedDict):
     """Spot capacity (preemptible quota; default False)."""
     reservation: NotRequired[str]
     """Name of a specific reservation to consume; not with spot."""
+    flex_start: NotRequired[bool]
+    """Dynamic Workload Scheduler flex-start capacity (default False; not with spot or
+    reservation). gke: a flex-start node pool that scales from 0 to `node_count`, each node
+    running at most `max_run_seconds`; gce: `FLEX_START` VMs deleted after
+    `max_run_seconds` (required, at most 7 days)."""
     compact_placement: NotRequired[bool]
     """Place the nodes close together (default True)."""
     tier_1_networking: NotRequired[bool]

@@ -166,7 +166,7 @@ def create_gce(
             if gpu.tier_1_networking
             else None
         ),
-        scheduling=_scheduling(gpu.spot),
+        scheduling=_scheduling(gpu.spot, gpu.flex_start, args.get("max_run_seconds")),
         reservation_affinity=reservation,
         # One self link, not a list, in pulumi_gcp 10 (at most one policy).
         resource_policies=placement_policy.self_link if placement_policy else None,
@@ -311,7 +311,25 @@ def _startup_script(
     ).apply(render)
 
 
-def _scheduling(spot: bool) -> compute.InstanceTemplateSchedulingArgs:
+def _scheduling(
+    spot: bool, flex_start: bool = False, max_run_seconds: int | None = None
+) -> compute.InstanceTemplateSchedulingArgs:
+    if flex_start:
+        # Compute Engine flex-start: provisioningModel FLEX_START with maxRunDuration
+        # (DISC:compute.v1.json#Scheduling; frontier.md 5.2); "If specified, the instance
+        # termination action will be performed at the end of the run duration" (same doc,
+        # Scheduling.maxRunDuration): DELETE, so nothing is left billing its disks. The
+        # validator requires the duration here (validate.flex_start_problems).
+        assert max_run_seconds is not None
+        return compute.InstanceTemplateSchedulingArgs(
+            provisioning_model="FLEX_START",
+            automatic_restart=False,
+            on_host_maintenance="TERMINATE",
+            instance_termination_action="DELETE",
+            max_run_duration=compute.InstanceTemplateSchedulingMaxRunDurationArgs(
+                seconds=max_run_seconds
+            ),
+        )
     if spot:
         # STOP leaves a TERMINATED VM, which the group's REPAIR action recreates.
         return compute.InstanceTemplateSchedulingArgs(

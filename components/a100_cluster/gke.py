@@ -166,14 +166,21 @@ def create_gke(
         if gpu.reservation
         else None
     )
+    flex = _flex_start_pool(gpu, args.get("max_run_seconds"))
+    if flex is not None:
+        reservation = container.NodePoolNodeConfigReservationAffinityArgs(
+            consume_reservation_type="NO_RESERVATION"
+        )
     gpu_pool = container.NodePool(
         f"{name}-gpu-pool",
         project=project,
         location=zone,
         cluster=cluster_name,
         name=GPU_POOL_NAME,
-        node_count=gpu.node_count,
-        management=container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+        node_count=None if flex else gpu.node_count,
+        initial_node_count=0 if flex else None,
+        autoscaling=flex.autoscaling if flex else None,
+        management=container.NodePoolManagementArgs(auto_repair=not flex, auto_upgrade=True),
         # Upgrades wait for the cluster's maintenance exclusion (`_maintenance_policy`); one
         # that GKE forces goes one node at a time without a surge node: no GPUs beyond quota.
         upgrade_settings=container.NodePoolUpgradeSettingsArgs(
@@ -211,6 +218,8 @@ def create_gke(
             image_type=NODE_IMAGE_TYPE,
             gvnic=container.NodePoolNodeConfigGvnicArgs(enabled=True),
             spot=gpu.spot,
+            flex_start=True if flex else None,
+            max_run_duration=flex.max_run_duration if flex else None,
             reservation_affinity=reservation,
             taints=[container.NodePoolNodeConfigTaintArgs(**GPU_TAINT)],
             service_account=account,
@@ -255,6 +264,33 @@ def create_gke(
             lambda v: gke_console_url(v[0], zone, v[1])
         ),
         training_job=training_job,
+    )
+
+
+@dataclass(frozen=True)
+class FlexStartPool:
+    """What a flex-start GPU pool sets beyond an on-demand one."""
+
+    autoscaling: container.NodePoolAutoscalingArgs
+    max_run_duration: str | None
+
+
+def _flex_start_pool(gpu: A100Shape, max_run_seconds: int | None) -> FlexStartPool | None:
+    """A flex-start pool as XPK creates one (AI-Hypercomputer/xpk src/xpk/core/capacity.py
+    `get_capacity_arguments_from_capacity_type`, CapacityType.FLEX_START: "--flex-start
+    --enable-autoscaling --location-policy=ANY --reservation-affinity=none
+    --no-enable-autorepair --max-nodes={max_nodes}", and src/xpk/core/nodepool.py: GPU pools
+    "--num-nodes=0"): no nodes until the training pods ask for them, then up to
+    `node_count`, each running at most `max_run_seconds` ("The runtime of each node in the
+    node pool in seconds", pulumi_gcp NodePoolNodeConfigArgs.max_run_duration). Queued
+    provisioning (all nodes or none, through a ProvisioningRequest) is not rendered."""
+    if not gpu.flex_start:
+        return None
+    return FlexStartPool(
+        autoscaling=container.NodePoolAutoscalingArgs(
+            min_node_count=0, max_node_count=gpu.node_count, location_policy="ANY"
+        ),
+        max_run_duration=f"{max_run_seconds}s" if max_run_seconds is not None else None,
     )
 
 

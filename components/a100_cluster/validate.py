@@ -35,6 +35,9 @@ from trainstack.components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
 )
+from trainstack.components.catalog.gpu_families import FLEX_START_MAX_HOURS
+from trainstack.components.catalog.gpus import GPU_ZONES
+from trainstack.components.catalog.machines import GPU_MACHINES
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.problems import did_you_mean, pydantic_problem
 from trainstack.components.gpu_startup import check_trainer, uses_torchrun
@@ -51,6 +54,7 @@ SHAPE_KEYS: Final = (
     "reservation",
     "compact_placement",
     "tier_1_networking",
+    "flex_start",
 )
 """The arguments that fix the machines: exactly the keys of a stack's `gpu_cluster` section."""
 GKE_ONLY_KEYS: Final = (
@@ -80,16 +84,24 @@ class A100Shape(BaseModel):
     """Specific reservation to consume; not with spot."""
     compact_placement: bool = True
     tier_1_networking: bool = False
+    flex_start: bool = False
+    """Dynamic Workload Scheduler flex-start capacity (gke: the node pool's `flex_start`;
+    gce: `FLEX_START` provisioning for `limits.max_run_hours`); not with spot or a
+    reservation, at most `catalog.gpu_families.FLEX_START_MAX_HOURS`."""
 
     @property
     def machine(self) -> catalog.MachineType:
         """Catalog entry of `machine_type`."""
-        return catalog.A2_MACHINES[self.machine_type]
+        return GPU_MACHINES[self.machine_type]
 
     @property
     def total_gpus(self) -> int:
         """GPUs across all nodes."""
         return self.machine.gpus * self.node_count
+
+
+GpuShape = A100Shape
+"""The same model under the name for any GPU family (A2, A3, A4)."""
 
 
 def parse_version(version: object) -> tuple[int, int] | None:
@@ -125,6 +137,9 @@ def a100_cluster_problems(
     if shape_only:
         return problems
     problems += _component_problems(args, prefix)
+    run = args.get("max_run_seconds")
+    if run is None or (isinstance(run, int) and not isinstance(run, bool)):
+        problems += flex_start_problems(shape, run, f"{prefix}max_run_seconds")
     if shape.backend == "gke":
         problems += _gke_problems(args, prefix)
     else:
@@ -179,15 +194,15 @@ def validate_args(args: Mapping[str, Any]) -> A100Shape:
 def _shape_problems(shape: A100Shape, p: str) -> list[str]:
     """Machine type known, zone offers its GPU, spot versus reservation, placement limit."""
     problems: list[str] = []
-    machine = catalog.A2_MACHINES.get(shape.machine_type)
+    machine = GPU_MACHINES.get(shape.machine_type)
     if machine is None:
         problems.append(
-            f"{p}machine_type: {shape.machine_type!r} is not a known A2 machine type"
-            f"{did_you_mean(shape.machine_type, catalog.A2_MACHINES)} "
-            f"valid: {', '.join(catalog.A2_MACHINES)}"
+            f"{p}machine_type: {shape.machine_type!r} is not a known GPU machine type"
+            f"{did_you_mean(shape.machine_type, GPU_MACHINES)} "
+            f"valid: {', '.join(GPU_MACHINES)}"
         )
     elif machine.gpu_model is not None:
-        zones = catalog.A100_ZONES[machine.gpu_model]
+        zones = GPU_ZONES[machine.gpu_model]
         if shape.zone not in zones:
             problems.append(
                 f"{p}zone: {shape.zone!r} does not offer {machine.gpu_model} "
@@ -198,6 +213,12 @@ def _shape_problems(shape: A100Shape, p: str) -> list[str]:
             f"{p}reservation: {shape.reservation!r} cannot be used with spot: true; "
             "valid: spot: false, or no reservation"
         )
+    for key, value in (("spot", shape.spot), ("reservation", shape.reservation)):
+        if shape.flex_start and value not in (False, None):
+            problems.append(
+                f"{p}flex_start: cannot be used with {key} (flex-start is its own capacity, "
+                f"Dynamic Workload Scheduler); valid: flex_start: false, or remove {key}"
+            )
     limit = catalog.COMPACT_PLACEMENT_MAX_NODES
     if shape.compact_placement and shape.node_count > limit:
         problems.append(
@@ -205,6 +226,32 @@ def _shape_problems(shape: A100Shape, p: str) -> list[str]:
             f"{limit} nodes; valid: 1 to {limit}, or compact_placement: false"
         )
     return problems
+
+
+def flex_start_problems(shape: A100Shape, run_seconds: int | None, run_key: str) -> list[str]:
+    """Flex-start's run duration, `run_key` naming where it comes from (the component's
+    `max_run_seconds`, a stack's `limits.max_run_hours`): required on gce, whose
+    `FLEX_START` VMs need `maxRunDuration` ("provisioningModel: FLEX_START ... with
+    maxRunDuration or terminationTime", frontier.md 5.2, DISC:compute.v1.json#Scheduling),
+    and at most 7 days on either backend (frontier.md 5.1, 5.2)."""
+    if not shape.flex_start:
+        return []
+    hours = FLEX_START_MAX_HOURS
+    if run_seconds is None:
+        if shape.backend != "gce":
+            return []
+        problem = (
+            f"{run_key}: required with gpu_cluster.flex_start on backend gce (Compute Engine "
+            f"flex-start VMs need a run duration); valid: up to {hours} hours (7 days)"
+        )
+        return [problem]
+    if run_seconds > hours * 3600:
+        problem = (
+            f"{run_key}: {run_seconds / 3600:g} hours is longer than flex-start allows; "
+            f"valid: up to {hours} hours (7 days), or flex_start: false"
+        )
+        return [problem]
+    return []
 
 
 def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:

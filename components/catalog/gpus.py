@@ -12,7 +12,7 @@ from typing import Final, Literal, get_args
 
 from trainstack.components.catalog.sources import FACT_SHEET
 
-GpuModel = Literal["A100 40GB", "A100 80GB"]
+GpuModel = Literal["A100 40GB", "A100 80GB", "H100 80GB", "H100 Mega 80GB", "H200 141GB", "B200"]
 
 # --------------------------------------------------------------------------------------
 # GPU accelerator names and zones
@@ -37,9 +37,25 @@ class GpuAcceleratorNames:
 GPU_ACCELERATOR_NAMES: Final[dict[GpuModel, GpuAcceleratorNames]] = {
     "A100 40GB": GpuAcceleratorNames(compute="nvidia-tesla-a100", vertex="NVIDIA_TESLA_A100"),
     "A100 80GB": GpuAcceleratorNames(compute="nvidia-a100-80gb", vertex="NVIDIA_A100_80GB"),
+    # The GKE labels of the newer GPUs: frontier.md 4.1 [X5 system_characteristics.py, C7
+    # examples/gke-a3-megagpu, gke-a3-ultragpu, gke-a4]; the Vertex enum values:
+    # DISC:aiplatform.v1.json#GoogleCloudAiplatformV1MachineSpec.acceleratorType.
+    "H100 80GB": GpuAcceleratorNames(compute="nvidia-h100-80gb", vertex="NVIDIA_H100_80GB"),
+    "H100 Mega 80GB": GpuAcceleratorNames(
+        compute="nvidia-h100-mega-80gb", vertex="NVIDIA_H100_MEGA_80GB"
+    ),
+    "H200 141GB": GpuAcceleratorNames(compute="nvidia-h200-141gb", vertex="NVIDIA_H200_141GB"),
+    "B200": GpuAcceleratorNames(compute="nvidia-b200", vertex="NVIDIA_B200"),
 }
 
-VertexAcceleratorType = Literal["NVIDIA_TESLA_A100", "NVIDIA_A100_80GB"]
+VertexAcceleratorType = Literal[
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+]
 """The Vertex `MachineSpec.acceleratorType` values of the catalog's GPU models (the
 `vertex` names above, in the same order)."""
 VERTEX_GPU_ENUMS: Final[tuple[str, ...]] = get_args(VertexAcceleratorType)
@@ -83,6 +99,44 @@ A100_ZONES: Final[dict[GpuModel, tuple[str, ...]]] = {
         "us-east5-b",
     ),
 }
+
+NEW_GPU_ZONES_SOURCE: Final = (
+    "skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @006059e0 (the a3-highgpu-8g, "
+    "a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g rows: the zones Compute Engine listed "
+    "those machine types in when the catalog was fetched)"
+)
+NEW_GPU_ZONES_VERIFIED: Final = False
+"""Read from a third-party copy of `machineTypes.list`, not a Google page: volatile."""
+
+NEW_GPU_ZONES: Final[dict[GpuModel, tuple[str, ...]]] = {
+    "H100 80GB": (
+        "asia-east1-c", "asia-northeast1-b", "asia-south1-c", "asia-south2-b",
+        "asia-southeast1-b", "asia-southeast1-c", "australia-southeast1-c", "europe-north1-c",
+        "europe-west1-b", "europe-west1-c", "europe-west3-c", "europe-west4-b",
+        "europe-west4-c", "europe-west9-c", "us-central1-a", "us-central1-b", "us-central1-c",
+        "us-east4-a", "us-east4-b", "us-east4-c", "us-east5-a", "us-west1-a", "us-west1-b",
+        "us-west4-a",
+    ),
+    "H100 Mega 80GB": (
+        "asia-east1-c", "asia-northeast1-b", "asia-southeast1-b", "asia-southeast1-c",
+        "australia-southeast1-c", "europe-north1-c", "europe-west1-b", "europe-west1-c",
+        "europe-west3-c", "europe-west4-b", "europe-west4-c", "us-central1-a",
+        "us-central1-b", "us-central1-c", "us-east4-a", "us-east4-b", "us-east4-c",
+        "us-east5-a", "us-west1-a", "us-west1-b", "us-west4-a",
+    ),
+    "H200 141GB": (
+        "asia-south1-b", "asia-south2-c", "europe-west1-b", "europe-west4-a", "us-central1-b",
+        "us-east4-b", "us-east5-a", "us-south1-b", "us-west1-c",
+    ),
+    "B200": (
+        "asia-northeast1-b", "asia-southeast1-b", "europe-north1-b", "europe-west4-b",
+        "us-central1-b", "us-east1-b", "us-east4-b", "us-south1-b", "us-west2-c",
+        "us-west3-b", "us-west3-c",
+    ),
+}  # fmt: skip
+
+GPU_ZONES: Final[dict[GpuModel, tuple[str, ...]]] = {**A100_ZONES, **NEW_GPU_ZONES}
+"""Every GPU model's zones (A100 and the newer families)."""
 
 MAX_NODES: Final = 1000
 """An A100 cluster's `node_count` on either backend, both one zone:

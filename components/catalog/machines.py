@@ -60,6 +60,34 @@ A2_MACHINES: Final[dict[str, MachineType]] = {
     )
 }
 
+NEW_GPU_MACHINES_SOURCE: Final = (
+    "vCPUs and memory: skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @006059e0; GPU "
+    "model and count: /work/shared/reference/frontier.md 4.1 [X5, C7, CEA]"
+)
+_NEW_NOTE: Final = (
+    "egress_gbps is the primary gVNIC's figure as assumed here, not a stored source (the GPU "
+    "NICs of the fabric carry NCCL traffic); bundled local SSD not recorded"
+)
+
+
+def _a3(name: str, model: GpuModel, vcpus: int, mem: float) -> MachineType:
+    return MachineType(name, vcpus, mem, 200, 8, model, None, verified=False, note=_NEW_NOTE)
+
+
+NEW_GPU_MACHINES: Final[dict[str, MachineType]] = {
+    m.name: m
+    for m in (
+        _a3("a3-highgpu-8g", "H100 80GB", 208, 1872),
+        _a3("a3-megagpu-8g", "H100 Mega 80GB", 208, 1872),
+        _a3("a3-ultragpu-8g", "H200 141GB", 224, 2952),
+        _a3("a4-highgpu-8g", "B200", 224, 3968),
+    )
+}
+"""The 8-GPU A3 High (H100), A3 Mega (H100 Mega), A3 Ultra (H200) and A4 (B200) machines."""
+
+GPU_MACHINES: Final[dict[str, MachineType]] = {**A2_MACHINES, **NEW_GPU_MACHINES}
+"""Every GPU machine a GPU cluster or a Vertex pool may use."""
+
 CPU_MACHINES: Final[dict[str, MachineType]] = {
     m.name: m
     for m in (
@@ -74,7 +102,7 @@ CPU_MACHINES: Final[dict[str, MachineType]] = {
     )
 }
 
-MACHINES: Final[dict[str, MachineType]] = {**A2_MACHINES, **CPU_MACHINES}
+MACHINES: Final[dict[str, MachineType]] = {**GPU_MACHINES, **CPU_MACHINES}
 
 GKE_SYSTEM_NODE_MACHINE: Final = "e2-standard-4"
 """Machine of the one-node system pool a GKE GPU cluster gets, because kube-dns and the other

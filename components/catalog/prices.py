@@ -110,6 +110,24 @@ class QuotaSpec:
 
 
 _PUBLIC_TOOLS: Final = "public tools using the live Cloud Quotas API (fact sheet 6.3)"
+_GUESS_NEW_GPU: Final = (
+    "not in a stored source: named after NVIDIA_H100_GPUS (cluster-toolkit "
+    "pkg/validators/quota.go) and the machine's accelerator type"
+)
+
+_NEW_GPU_QUOTA_STEMS: Final[tuple[tuple[GpuModel, str, str], ...]] = (
+    (
+        "H100 80GB",
+        "H100",
+        (
+            "metric NVIDIA_H100_GPUS: GoogleCloudPlatform/cluster-toolkit "
+            "pkg/validators/quota.go acceleratorMetricMap"
+        ),
+    ),
+    ("H100 Mega 80GB", "H100-MEGA", _GUESS_NEW_GPU),
+    ("H200 141GB", "H200", _GUESS_NEW_GPU),
+    ("B200", "B200", _GUESS_NEW_GPU),
+)
 
 COMPUTE_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
     ("A100 40GB", False): QuotaSpec(
@@ -146,8 +164,26 @@ COMPUTE_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
         _PUBLIC_TOOLS,
         "Spot VMs use the preemptible quota",
     ),
+    **{
+        (model, spot): QuotaSpec(
+            "compute.googleapis.com",
+            f"{'PREEMPTIBLE-' if spot else ''}NVIDIA-{stem}-GPUS-per-project-region",
+            "region",
+            "GPUs",
+            False,
+            source,
+            "the id follows the A100 ids' pattern (metric NVIDIA_<GPU>_GPUS, id "
+            "NVIDIA-<GPU>-GPUS-per-project-region); Google may count these GPUs in "
+            "GPUS-PER-GPU-FAMILY-per-project-region instead (gcp-facts.md 6.3); "
+            + ("Spot and flex-start VMs use the preemptible quota; " if spot else "")
+            + ENUMERATE_HINT,
+        )
+        for model, stem, source in _NEW_GPU_QUOTA_STEMS
+        for spot in (False, True)
+    },
 }
-"""Compute Engine GPU quota by (model, spot)."""
+"""Compute Engine GPU quota by (model, spot); spot also stands for flex-start (preemptible
+quota, frontier.md 5.2)."""
 
 GPUS_ALL_REGIONS_QUOTA: Final = QuotaSpec(
     "compute.googleapis.com",
@@ -194,9 +230,30 @@ _VERTEX_SAMPLE: Final = (
 _VERTEX_HINT: Final = ENUMERATE_HINT + " with service='aiplatform.googleapis.com'"
 
 
+_VERTEX_STEMS: Final[dict[GpuModel, str]] = {
+    "A100 40GB": "A100GPUs",
+    "A100 80GB": "A10080GBGPUs",
+    # Not in a stored source: the A100 ids' pattern applied to the newer GPUs.
+    "H100 80GB": "H100GPUs",
+    "H100 Mega 80GB": "H100MegaGPUs",
+    "H200 141GB": "H200GPUs",
+    "B200": "B200GPUs",
+}
+
+
 def _vertex_gpu_quota(model: GpuModel, spot: bool) -> QuotaSpec:
-    stem = "A100GPUs" if model == "A100 40GB" else "A10080GBGPUs"
+    stem = _VERTEX_STEMS[model]
     quota_id = f"CustomModelTraining{'Preemptible' if spot else ''}{stem}PerProjectPerRegion"
+    if not model.startswith("A100"):
+        return QuotaSpec(
+            "aiplatform.googleapis.com",
+            quota_id,
+            "region",
+            "GPUs",
+            False,
+            "not in a stored source: the pattern of the A100 ids (" + _VERTEX_SAMPLE + ")",
+            _VERTEX_HINT,
+        )
     if not spot:
         return QuotaSpec(
             "aiplatform.googleapis.com", quota_id, "region", "GPUs", True, _VERTEX_SAMPLE
@@ -216,7 +273,7 @@ def _vertex_gpu_quota(model: GpuModel, spot: bool) -> QuotaSpec:
 
 VERTEX_GPU_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
     (model, spot): _vertex_gpu_quota(model, spot)
-    for model in ("A100 40GB", "A100 80GB")
+    for model in _VERTEX_STEMS
     for spot in (False, True)
 }
 """Vertex custom-training GPU quota by (model, spot); separate from Compute Engine quota.
@@ -363,6 +420,11 @@ TPU_CHIP_PRICES: Final[dict[TpuGenerationName, Price]] = {
 }
 """Per chip-hour; reserved/CUD capacity is billed lower than this list price."""
 
+_NEW_GPU_PRICE: Final = (
+    "not in a stored source (remembered list price, us-central1); spot and flex-start have "
+    "no stored price either"
+)
+
 MACHINE_PRICES: Final[dict[str, Price]] = {
     "a2-highgpu-1g": Price(3.673385),
     "a2-highgpu-2g": Price(7.34677),
@@ -373,6 +435,15 @@ MACHINE_PRICES: Final[dict[str, Price]] = {
     "a2-ultragpu-2g": Price(10.1376),
     "a2-ultragpu-4g": Price(20.2752),
     "a2-ultragpu-8g": Price(40.5504),
+    # NOT in a stored source: remembered us-central1 list prices. skypilot-catalog
+    # catalogs/v8/gcp/vms.csv @006059e0 has only the host part (a3-*gpu-8g $9.46006,
+    # a3-ultragpu-8g $12.266, a4-highgpu-8g 0.0: no price) without the GPUs.
+    "a3-highgpu-8g": Price(88.25, note=_NEW_GPU_PRICE),
+    "a3-megagpu-8g": Price(88.25, note=_NEW_GPU_PRICE + "; taken equal to a3-highgpu-8g"),
+    "a3-ultragpu-8g": Price(84.81, note=_NEW_GPU_PRICE),
+    "a4-highgpu-8g": Price(
+        100.0, note=_NEW_GPU_PRICE + "; no list price known at all: a placeholder above A3"
+    ),
     "n1-highcpu-16": Price(0.566788),
     "n2-highcpu-16": Price(0.573568),
     "n1-standard-4": Price(0.189999),

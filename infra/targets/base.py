@@ -202,6 +202,11 @@ class Target(ABC):
     def section_problems(self, section: Any, region: str | None, trainer: Any) -> list[str]:
         """The section's cross-key and catalog problems (`trainer` may be None)."""
 
+    def limits_problems(self, section: Any, limits: Any) -> list[str]:
+        """Problems of the section taken with `trainstack:limits` (a `LimitsConfig`, or None
+        when it did not parse); default none."""
+        return []
+
     def code_rules(self) -> CodeRules:
         """What your code may use here, as the trainers' checks take it
         (`trainstack.trainers.common.user_code.user_code_problems`)."""

@@ -22,8 +22,15 @@ from trainstack.components.a100_cluster.validate import (
     A100Shape,
     a100_cluster_problems,
     cidr_problem,
+    flex_start_problems,
 )
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
+from trainstack.components.catalog.gpu_families import (
+    FLEX_START_DISCOUNT_NOTE,
+    FLEX_START_MAX_HOURS,
+    FLEX_START_QUEUE_HOURS_GCE,
+    FLEX_START_QUOTA_NOTE,
+)
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.facts import (
@@ -99,6 +106,26 @@ class GpuClusterConfig(A100Shape):
         return cidrs
 
 
+def flex_start_note(backend: str, hours: float | None) -> str:
+    """What a flex-start cluster may wait for and what it costs, in the plan's words."""
+    wait = (
+        f"Compute Engine holds the request up to {FLEX_START_QUEUE_HOURS_GCE} h, then it "
+        "fails (frontier.md 5.2)"
+        if backend == "gce"
+        else "the node pool has no nodes until the training pods ask for them; GKE adds "
+        "them when Dynamic Workload Scheduler finds the capacity, with no bound on the wait"
+    )
+    run = (
+        f"each machine is deleted {hours:g} h after it starts (limits.max_run_hours)"
+        if hours is not None
+        else f"each node runs at most {FLEX_START_MAX_HOURS} h (7 days)"
+    )
+    return (
+        f"gpu_cluster.flex_start: {wait}; {run}; {FLEX_START_DISCOUNT_NOTE}; "
+        f"{FLEX_START_QUOTA_NOTE}"
+    )
+
+
 def gpu_section(cfg: StackView) -> GpuClusterConfig:
     return cast(GpuClusterConfig, cfg.compute)
 
@@ -123,6 +150,10 @@ class GpuCluster(CloudTarget):
         problems = a100_cluster_problems(args, prefix="gpu_cluster.", shape_only=True)
         # A zone outside the region is already reported; do not report the zone twice.
         return errors + [p for p in problems if not (errors and p.startswith("gpu_cluster.zone: "))]
+
+    def limits_problems(self, section: GpuClusterConfig, limits: Any) -> list[str]:
+        seconds = limits.max_run_seconds if limits is not None else None
+        return flex_start_problems(section, seconds, "limits.max_run_hours")
 
     def world_size(self, section: GpuClusterConfig, trainer: TrainConfig) -> WorldSize:
         return gpu_world_size(
@@ -153,7 +184,8 @@ class GpuCluster(CloudTarget):
     def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         gpu = gpu_section(cfg)
         assert cfg.region is not None
-        return a100_quota(gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot, cfg.region)
+        preemptible = gpu.spot or gpu.flex_start  # flex-start draws on preemptible quota
+        return a100_quota(gpu.backend, gpu.machine_type, gpu.node_count, preemptible, cfg.region)
 
     def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         gpu = gpu_section(cfg)
@@ -165,7 +197,14 @@ class GpuCluster(CloudTarget):
 
     def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         kind = "mig" if self.name == "gce" else "node_pool"
-        return [reach_note(kind, False, cfg.project)]
+        notes = [reach_note(kind, False, cfg.project)]
+        gpu = gpu_section(cfg)
+        price = catalog.MACHINE_PRICES[gpu.machine_type]
+        if price.note:
+            notes.append(f"gpu_cluster.machine_type: {gpu.machine_type}'s price is {price.note}")
+        if gpu.flex_start:
+            notes.append(flex_start_note(self.name, cfg.limits.max_run_hours))
+        return notes
 
     def services(self, cfg: StackView) -> list[str]:
         return ["container.googleapis.com"]
@@ -212,6 +251,9 @@ class GpuCluster(CloudTarget):
         }
         if gpu.reservation is not None:
             args["reservation"] = gpu.reservation
+        if gpu.flex_start:
+            # Only when set: the args (and the pinned plans) of other stacks stay as they were.
+            args["flex_start"] = True
         if gpu.master_authorized_cidrs is not None:
             args["master_authorized_cidrs"] = list(gpu.master_authorized_cidrs)
         if cfg.limits.max_run_seconds is not None:

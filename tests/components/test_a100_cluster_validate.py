@@ -20,6 +20,7 @@ from trainstack.components.a100_cluster import (
     a100_cluster_problems,
     validate_args,
 )
+from trainstack.components.catalog.machines import GPU_MACHINES
 from trainstack.infra.cli import app
 from trainstack.infra.config import ConfigError, load_stack_config
 from trainstack.infra.mocks import run_program
@@ -49,16 +50,16 @@ def _args(**overrides: Any) -> dict[str, Any]:
     return {k: v for k, v in args.items() if v is not None}
 
 
-A2 = ", ".join(catalog.A2_MACHINES)
+A2 = ", ".join(GPU_MACHINES)
 ZONES_40 = ", ".join(catalog.A100_ZONES["A100 40GB"])
 ZONES_80 = ", ".join(catalog.A100_ZONES["A100 80GB"])
 
 # Rules a stack's gpu_cluster section can break: the same message from the component, the
 # validator and the stack config.
 CONFIG_CASES = [
-    ({"machine_type": "a2-highgpu-3g"}, f"machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: {A2}"),
-    ({"machine_type": "a2-ultragpu-16g"}, f"machine_type: 'a2-ultragpu-16g' is not a known A2 machine type; did you mean `a2-ultragpu-1g`? valid: {A2}"),
-    ({"machine_type": "n1-standard-8"}, f"machine_type: 'n1-standard-8' is not a known A2 machine type; valid: {A2}"),
+    ({"machine_type": "a2-highgpu-3g"}, f"machine_type: 'a2-highgpu-3g' is not a known GPU machine type; valid: {A2}"),
+    ({"machine_type": "a2-ultragpu-16g"}, f"machine_type: 'a2-ultragpu-16g' is not a known GPU machine type; did you mean `a2-ultragpu-1g`? valid: {A2}"),
+    ({"machine_type": "n1-standard-8"}, f"machine_type: 'n1-standard-8' is not a known GPU machine type; valid: {A2}"),
     ({"machine_type": "a2-ultragpu-8g", "zone": "us-central1-b"}, f"zone: 'us-central1-b' does not offer A100 80GB (a2-ultragpu-8g); valid: {ZONES_80}"),
     ({"zone": "us-east4-c"}, f"zone: 'us-east4-c' does not offer A100 40GB (a2-highgpu-8g); valid: {ZONES_40}"),
     ({"spot": True, "reservation": "r1"}, "reservation: 'r1' cannot be used with spot: true; valid: spot: false, or no reservation"),
@@ -70,7 +71,7 @@ CONFIG_CASES = [
     ({"node_count": 10**30, "compact_placement": False}, "node_count: 1000000000000000000000000000000 is too large; valid: <= 1000"),
     ({"backend": "eks"}, "backend: 'eks' is not allowed; valid: gke, gce"),
     ({"machine_type": None}, "machine_type: required"),
-    ({"machine_type": "a2-highgpu-3g", "spot": True, "reservation": "r"}, f"machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: {A2}\nreservation: 'r' cannot be used with spot: true; valid: spot: false, or no reservation"),
+    ({"machine_type": "a2-highgpu-3g", "spot": True, "reservation": "r"}, f"machine_type: 'a2-highgpu-3g' is not a known GPU machine type; valid: {A2}\nreservation: 'r' cannot be used with spot: true; valid: spot: false, or no reservation"),
     ({"zone": None}, "zone: required"),
     ({"zone": 5}, "zone: 5 is not a string; valid: a string"),
     ({"node_count": 2.5}, "node_count: 2.5 is not an integer; valid: a whole number"),

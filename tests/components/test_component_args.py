@@ -539,7 +539,7 @@ def test_unknown_stack_keys_name_the_nearest_key() -> None:
     assert info.value.errors == [
         "gpu_cluster.node_cont: unknown key; did you mean `node_count`? valid: backend, "
         "machine_type, node_count, zone, spot, reservation, compact_placement, "
-        "tier_1_networking, master_authorized_cidrs"
+        "tier_1_networking, flex_start, master_authorized_cidrs"
     ]
     sections = section_names()
     with pytest.raises(ConfigError) as info:

@@ -15,7 +15,8 @@ from trainstack.infra.mocks import run_program
 
 A2 = (
     "a2-highgpu-1g, a2-highgpu-2g, a2-highgpu-4g, a2-highgpu-8g, a2-megagpu-16g, "
-    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g"
+    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g, a3-highgpu-8g, "
+    "a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g"
 )
 V4 = "v4-8, v4-16, v4-32, v4-64, v4-128, v4-256, v4-512, v4-1024, v4-1536, v4-2048, v4-4096"
 
@@ -29,7 +30,7 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     (
         "A100Cluster",
         {"machine_type": "a2-higpu-1g"},
-        "A100Cluster.machine_type: 'a2-higpu-1g' is not a known A2 machine type; did you mean "
+        "A100Cluster.machine_type: 'a2-higpu-1g' is not a known GPU machine type; did you mean "
         f"`a2-highgpu-1g`? valid: {A2}",
     ),
     (
@@ -140,5 +141,5 @@ def test_a_retention_of_the_wrong_type_names_its_range() -> None:
 def test_no_suggestion_when_two_values_are_as_near() -> None:
     raised, _ = _refused("A100Cluster", {"machine_type": "a2-highgpu-3g"})
     assert [str(e) for e in raised] == [
-        f"A100Cluster.machine_type: 'a2-highgpu-3g' is not a known A2 machine type; valid: {A2}"
+        f"A100Cluster.machine_type: 'a2-highgpu-3g' is not a known GPU machine type; valid: {A2}"
     ]

@@ -130,7 +130,8 @@ def test_reducer_count() -> None:
 V4_SIZES = "v4-8, v4-16, v4-32, v4-64, v4-128, v4-256, v4-512, v4-1024, v4-1536, v4-2048, v4-4096"
 A2 = (
     "a2-highgpu-1g, a2-highgpu-2g, a2-highgpu-4g, a2-highgpu-8g, a2-megagpu-16g, "
-    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g"
+    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g, a3-highgpu-8g, "
+    "a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g"
 )
 TPU_KEYS = (
     "accelerator_type, generation, topology, zone, runtime_version, provisioning, reservation, "
@@ -138,7 +139,7 @@ TPU_KEYS = (
 )
 GPU_KEYS = (
     "backend, machine_type, node_count, zone, spot, reservation, compact_placement, "
-    "tier_1_networking, master_authorized_cidrs"
+    "tier_1_networking, flex_start, master_authorized_cidrs"
 )
 TARGETS = "valid: exactly one of tpu, gpu_cluster, vertex, local"
 
@@ -207,7 +208,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("tpu strategy", {**V4, "trainstack:trainer": {"framework": "tensorflow", "strategy": "mirrored"}}, ["trainer.strategy: 'mirrored' is not supported on a tpu target; valid: tpu"]),
     # --- gpu_cluster
     ("gpu nodes", with_(GPU, "trainstack:gpu_cluster", nodes=2), [f"gpu_cluster.nodes: unknown key; did you mean `node_count`? valid: {GPU_KEYS}"]),
-    ("gpu machine", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-16g"), [f"gpu_cluster.machine_type: 'a2-ultragpu-16g' is not a known A2 machine type; did you mean `a2-ultragpu-1g`? valid: {A2}"]),
+    ("gpu machine", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-16g"), [f"gpu_cluster.machine_type: 'a2-ultragpu-16g' is not a known GPU machine type; did you mean `a2-ultragpu-1g`? valid: {A2}"]),
     ("gpu zone region", with_(GPU, "trainstack:gpu_cluster", zone="us-east1-b"), ["gpu_cluster.zone: 'us-east1-b' is not in gcp:region 'us-central1'; valid: a zone named us-central1-<zone>"]),
     ("gpu zone offer", with_(GPU, "trainstack:gpu_cluster", machine_type="a2-ultragpu-8g", zone="us-central1-b"), ["gpu_cluster.zone: 'us-central1-b' does not offer A100 80GB (a2-ultragpu-8g); valid: asia-southeast1-c, europe-west4-a, us-central1-a, us-central1-c, us-east4-c, us-east5-b"]),
     ("gpu backend", with_(GPU, "trainstack:gpu_cluster", backend="slurm"), ["gpu_cluster.backend: 'slurm' is not allowed; valid: gke, gce"]),
@@ -217,9 +218,10 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("gpu missing", {**PROJECT, "trainstack:gpu_cluster": {}}, ["gpu_cluster.machine_type: required", "gpu_cluster.zone: required"]),
     ("gpu tpu strategy", {**GPU, "trainstack:trainer": {"framework": "tensorflow", "strategy": "tpu"}}, ["trainer.strategy: 'tpu' needs a tpu target; valid: mirrored, multi_worker_mirrored, parameter_server"]),
     # --- vertex
-    ("vx machine", with_(VERTEX, "trainstack:vertex", machine_type="a3-highgpu-8g"), ["vertex.machine_type: 'a3-highgpu-8g' is not a known machine type; valid: " + A2 + ", n1-highcpu-16, n2-highcpu-16, n1-standard-4, n1-standard-8, e2-standard-4"]),
+    ("vx machine", with_(VERTEX, "trainstack:vertex", machine_type="a3-edgegpu-8g"), ["vertex.machine_type: 'a3-edgegpu-8g' is not a known machine type; valid: " + A2 + ", n1-highcpu-16, n2-highcpu-16, n1-standard-4, n1-standard-8, e2-standard-4"]),
+    ("vx h100 accel", with_(VERTEX, "trainstack:vertex", machine_type="a3-highgpu-8g"), ["vertex.accelerator_type: 'NVIDIA_TESLA_A100' does not match a3-highgpu-8g (H100 80GB); valid: NVIDIA_H100_80GB"]),
     ("vx accel type", with_(VERTEX, "trainstack:vertex", accelerator_type="NVIDIA_A100_80GB"), ["vertex.accelerator_type: 'NVIDIA_A100_80GB' does not match a2-highgpu-8g (A100 40GB); valid: NVIDIA_TESLA_A100"]),
-    ("vx accel enum", with_(VERTEX, "trainstack:vertex", accelerator_type="nvidia-tesla-a100"), ["vertex.accelerator_type: 'nvidia-tesla-a100' is not allowed; valid: NVIDIA_TESLA_A100, NVIDIA_A100_80GB"]),
+    ("vx accel enum", with_(VERTEX, "trainstack:vertex", accelerator_type="nvidia-tesla-a100"), ["vertex.accelerator_type: 'nvidia-tesla-a100' is not allowed; valid: NVIDIA_TESLA_A100, NVIDIA_A100_80GB, NVIDIA_H100_80GB, NVIDIA_H100_MEGA_80GB, NVIDIA_H200_141GB, NVIDIA_B200"]),
     ("vx accel count", with_(VERTEX, "trainstack:vertex", accelerator_count=4), ["vertex.accelerator_count: 4 does not match a2-highgpu-8g; valid: 8"]),
     ("vx cpu accel", with_(VERTEX, "trainstack:vertex", machine_type="n1-standard-8", accelerator_count=None, reduction_server=None), ["vertex.accelerator_type: 'NVIDIA_TESLA_A100' cannot attach to CPU machine type 'n1-standard-8'; valid: no accelerator_type (A100s come with a2-* machine types)"]),
     ("vx rs cpu", with_(VERTEX, "trainstack:vertex", machine_type="n1-standard-8", accelerator_type=None, accelerator_count=None), ["vertex.reduction_server.enabled: true needs GPU workers but 'n1-standard-8' has no GPUs; valid: false"]),

@@ -59,7 +59,8 @@ JOB_ARGS = {
 }
 MACHINES = (
     "a2-highgpu-1g, a2-highgpu-2g, a2-highgpu-4g, a2-highgpu-8g, a2-megagpu-16g, "
-    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g, n1-highcpu-16, "
+    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g, a3-highgpu-8g, "
+    "a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g, n1-highcpu-16, "
     "n2-highcpu-16, n1-standard-4, n1-standard-8, e2-standard-4"
 )
 TUNING: dict[str, Any] = {
@@ -128,9 +129,9 @@ CASES: list[tuple[str, tuple[dict[str, Any], Callable[[], list[str]]], str, list
     ("label value", _labels({"team": "ML"}), "", ["labels.team: 'ML' is not a valid label value; valid: up to 63 of a-z, 0-9, '_', '-'"]),
     ("label reserved", _labels({"managed-by": "me"}), "", ["labels: 'managed-by' is reserved by trainstack; valid: a key other than component, managed-by"]),
     # --- Vertex machine and accelerators
-    ("vertex machine", _vertex(machine_type="a3-highgpu-8g"), "vertex.", [f"{{p}}machine_type: 'a3-highgpu-8g' is not a known machine type; valid: {MACHINES}"]),
+    ("vertex machine", _vertex(machine_type="a3-edgegpu-8g"), "vertex.", [f"{{p}}machine_type: 'a3-edgegpu-8g' is not a known machine type; valid: {MACHINES}"]),
     ("vertex accelerator type", _vertex(accelerator_type="NVIDIA_A100_80GB"), "vertex.", ["{p}accelerator_type: 'NVIDIA_A100_80GB' does not match a2-highgpu-8g (A100 40GB); valid: NVIDIA_TESLA_A100"]),
-    ("vertex accelerator enum", _vertex(accelerator_type="nvidia-tesla-a100"), "vertex.", ["{p}accelerator_type: 'nvidia-tesla-a100' is not allowed; valid: NVIDIA_TESLA_A100, NVIDIA_A100_80GB"]),
+    ("vertex accelerator enum", _vertex(accelerator_type="nvidia-tesla-a100"), "vertex.", ["{p}accelerator_type: 'nvidia-tesla-a100' is not allowed; valid: NVIDIA_TESLA_A100, NVIDIA_A100_80GB, NVIDIA_H100_80GB, NVIDIA_H100_MEGA_80GB, NVIDIA_H200_141GB, NVIDIA_B200"]),
     ("vertex accelerator count", _vertex(accelerator_count=4), "vertex.", ["{p}accelerator_count: 4 does not match a2-highgpu-8g; valid: 8"]),
     ("vertex cpu accelerator", _vertex(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_A100"), "vertex.", ["{p}accelerator_type: 'NVIDIA_TESLA_A100' cannot attach to CPU machine type 'n1-standard-8'; valid: no accelerator_type (A100s come with a2-* machine types)"]),
     # --- Reduction Server
