@@ -32,6 +32,7 @@ from trainstack.components.catalog.gpu_families import (
     FLEX_START_QUOTA_NOTE,
 )
 from trainstack.components.catalog.names import zone_in_region_problems
+from trainstack.components.catalog.prices import MACHINE_PRICES
 from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.facts import (
     a100_after_stop,
@@ -199,7 +200,7 @@ class GpuCluster(CloudTarget):
         kind = "mig" if self.name == "gce" else "node_pool"
         notes = [reach_note(kind, False, cfg.project)]
         gpu = gpu_section(cfg)
-        price = catalog.MACHINE_PRICES[gpu.machine_type]
+        price = MACHINE_PRICES[gpu.machine_type]
         if price.note:
             notes.append(f"gpu_cluster.machine_type: {gpu.machine_type}'s price is {price.note}")
         if gpu.flex_start:

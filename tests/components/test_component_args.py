@@ -375,7 +375,7 @@ def test_the_issue_cases_word_for_word() -> None:
     errors, _ = _build("A100Cluster", {**COMPONENTS["A100Cluster"][2], "node_cont": 2})
     assert errors == [
         "A100Cluster.node_cont: unknown key; did you mean `node_count`? valid: project, zone, "
-        "deployment_name, machine_type, backend, node_count, spot, reservation, "
+        "deployment_name, machine_type, backend, node_count, spot, reservation, flex_start, "
         "compact_placement, tier_1_networking, network_self_link, subnetwork_self_link, "
         "node_tag, service_account_email, environment, labels, training, kubernetes_version, "
         "release_channel, gpu_driver_version, system_machine_type, master_authorized_cidrs, "

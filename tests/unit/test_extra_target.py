@@ -225,7 +225,8 @@ def test_the_stack_config_takes_and_checks_the_new_section(cpu_vms: CpuVms) -> N
     with pytest.raises(ConfigError) as info:
         load_stack_config(bad)
     assert info.value.errors == [
-        "cpu_vms.nodes: unknown key; valid: machine_type, node_count, zone"
+        "cpu_vms.nodes: unknown key; did you mean `node_count`? valid: machine_type, node_count, "
+        "zone"
     ]
     with pytest.raises(ConfigError) as info:
         load_stack_config({**CONFIG, "trainstack:cpu_vms": {"zone": "europe-west4-a"}})

@@ -155,7 +155,6 @@ CASES: list[tuple[str, tuple[dict[str, Any], Callable[[], list[str]]], str, list
     ("tpu reservation", _tpu(reservation="r1"), "tpu.", ["{p}reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('spot') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without {p}reservation"]),
     ("tpu reserved reservation", _tpu(provisioning="reserved", reservation="r1"), "tpu.", ["{p}reservation: 'r1' needs provisioning 'queued': a TPU VM created directly ('reserved') can only consume any matching reservation, not name one; valid: provisioning queued, or provisioning reserved without {p}reservation"]),
     ("tpu reservation name", _tpu(provisioning="queued", reservation="Res 1"), "tpu.", ["{p}reservation: 'Res 1' is not a reservation name; valid: a name, projects/P/locations/ZONE/reservations/R, or '-' (any reservation)"]),
-    ("tpu provisioning", _tpu(provisioning="cheap"), "tpu.", ["{p}provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved"]),
     # --- what a TPU slice runs
     ("tpu framework", _tpu_trainer("torch", "ddp"), "trainer.", ["{p}framework: 'torch' is not supported on a tpu target (TPU runs the tensorflow trainer with TPUStrategy); valid: tensorflow"]),
     ("tpu strategy", _tpu_trainer("tensorflow", "mirrored"), "trainer.", ["{p}strategy: 'mirrored' is not supported on a tpu target; valid: tpu"]),
@@ -184,6 +183,19 @@ def test_one_message_through_the_stack_and_the_component(
     stack, component = case
     assert _plan_errors(tmp_path, stack) == [m.format(p=prefix) for m in messages]
     assert component() == [m.format(p="") for m in messages]
+
+
+def test_an_unknown_provisioning_names_what_each_backend_takes(tmp_path: Path) -> None:
+    # The stack section serves both TPU backends (flex-start is gke's, queued tpu_vm's); the
+    # slice component is the tpu_vm backend alone, so each lists what it takes.
+    stack, component = _tpu(provisioning="cheap")
+    assert _plan_errors(tmp_path, stack) == [
+        "tpu.provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved, "
+        "flex-start"
+    ]
+    assert component() == [
+        "provisioning: 'cheap' is not allowed; valid: on-demand, spot, queued, reserved"
+    ]
 
 
 def test_a2_machines_need_no_accelerator_keys() -> None:
