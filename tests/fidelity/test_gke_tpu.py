@@ -29,7 +29,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+import signal
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,12 +92,20 @@ def _plan(trainer: dict[str, Any] | None = None) -> Planned:
 class Cluster:
     """The fakes, the image and the DNS the pods of one planned JobSet share."""
 
-    def __init__(self, root: Path, planned: Planned, storage: str, metadata: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        planned: Planned,
+        storage: str,
+        metadata: str,
+        packages: Sequence[str] = (),
+    ) -> None:
+        """`packages`: what the image carries beside jax (and what the sdist requires)."""
         self.root, self.planned, self.storage, self.metadata = root, planned, storage, metadata
         root.mkdir(parents=True, exist_ok=True)
         buckets = [planned.staging_bucket, planned.checkpoint_bucket]
         stage_buckets(storage, buckets, planned.package_uri, planned.sdist)
-        self.image = Image(root, planned.sdist, ["jax", "setuptools"])
+        self.image = Image(root, planned.sdist, ["jax", "setuptools", *packages])
         self.hosts = write_hosts(
             root / "hosts", {p.hostname: [p.fqdn] for p in pods(planned.jobset)}
         )
@@ -201,3 +210,103 @@ def test_own_jax_on_two_slices_of_two_hosts_finds_a_world_of_four(
         {"event": "done", "rank": 0, "world": 4, "ranks": [0, 1, 2, 3], "devices": 4,
          "run": STACK}
     ]  # fmt: skip
+
+
+RESUMABLE = """import json, os, sys, time
+import fsspec, jax, jax.numpy as jnp
+from jax.experimental import multihost_utils
+
+STEPS = 10
+jax.distributed.initialize()
+rank = jax.process_index()
+fs, root = fsspec.core.url_to_fs(os.environ["TRAINSTACK_CHECKPOINT_DIR"])
+saved = sorted(int(p.rsplit("-", 1)[1].split(".")[0]) for p in fs.glob(root + "/step-*.json"))
+step, params = 0, [0.0] * jax.process_count()
+if saved:
+    step, params = saved[-1], json.loads(fs.cat(f"{root}/step-{saved[-1]}.json"))
+    print(json.dumps({"event": "resume", "rank": rank, "step": step}), flush=True)
+while step < STEPS:
+    # Every process contributes; all get the same sums: one data-parallel step.
+    grads = multihost_utils.process_allgather(jnp.array([(rank + 1) * (step + 1) / 7.0]))
+    params = [0.9 * p + float(g) for p, g in zip(params, grads.reshape(-1))]
+    step += 1
+    if rank == 0:
+        fs.pipe(f"{root}/step-{step}.json", json.dumps(params).encode())
+    multihost_utils.sync_global_devices(f"checkpoint {step}")
+    print(json.dumps({"event": "checkpoint_written", "rank": rank, "step": step}), flush=True)
+    # JAX's preemption notice: SIGTERM on any host, shared with all (jax.distributed's
+    # preemption sync manager); every host stops at the same step, after its checkpoint.
+    if multihost_utils.reached_preemption_sync_point(step):
+        sys.exit(143)
+    time.sleep(1)
+if rank == 0:
+    digest = json.dumps(params)
+    print(json.dumps({"event": "done", "step": step, "params": digest}), flush=True)
+"""
+"""A JAX data-parallel loop that checkpoints every step to TRAINSTACK_CHECKPOINT_DIR (gs://,
+the GCS emulator) and resumes from the newest; a SIGTERM on any host (what the kubelet sends
+the pods of a preempted spot node) stops every host with 143 at the step JAX's preemption
+sync point names (jax/experimental/multihost_utils.py `reached_preemption_sync_point`)."""
+
+
+def _container_pid(node: Node) -> int:
+    """The host pid of the pod's container process, the first child of `unshare`."""
+    task = Path(f"/proc/{node.proc.pid}/task/{node.proc.pid}/children")
+    return int(task.read_text().split()[0])
+
+
+@pytest.mark.trainer
+@pytest.mark.slow  # 180 s here: the uninterrupted run, then a preempted one
+def test_a_preempted_host_restarts_the_set_which_resumes_to_the_uninterrupted_parameters(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("jax", reason="needs jax (test extras: jax[cpu])")
+    require_unshare()
+    source = tmp_path / "code"
+    source.mkdir()
+    (source / "train.py").write_text(RESUMABLE)
+    planned = _plan({"source": str(source)})
+    policy = planned.jobset["spec"]["failurePolicy"]
+    assert [r["action"] for r in policy["rules"]] == ["FailJobSet", "RestartJobSet"]
+
+    def run(root: Path, tick: Any = None) -> Any:
+        with (
+            running_gcs_emulator() as storage,
+            MetadataServer({"instance/service-accounts/default/token": json.dumps(TOKEN)}) as md,
+        ):
+            cluster = Cluster(root, planned, storage, md.base_url, ["gcsfs"])
+            return JobSetController(planned.jobset, cluster.start).run(600, tick=tick)
+
+    whole = run(tmp_path / "whole")
+    assert (whole.state, whole.restarts) == ("Completed", 0), explain(whole.pods)
+    [expected] = [r for n in whole.pods for r in n.records() if r.get("event") == "done"]
+
+    preempted: list[int] = []
+
+    def preempt(controller: JobSetController) -> None:
+        if preempted or controller.outcome.restarts:
+            return
+        steps = [
+            int(r["step"])
+            for _, node in controller.running.values()
+            for r in node.records()
+            if r.get("event") == "checkpoint_written"
+        ]
+        if max(steps, default=0) >= 3:
+            _, node = controller.running[f"{planned.jobset['metadata']['name']}-slice-1-1"]
+            os.kill(_container_pid(node), signal.SIGTERM)
+            preempted.append(max(steps))
+
+    outcome = run(tmp_path / "preempted", preempt)
+    assert (outcome.state, outcome.restarts) == ("Completed", 1), explain(outcome.pods)
+    # Every host stopped with 143 at the sync point; the first exit seen failed its slice's
+    # Job (BackoffLimitExceeded, backoffLimit 0) and the set's second rule restarted both.
+    assert [(code, reason) for *_, code, reason in outcome.job_failures] == [
+        (143, "BackoffLimitExceeded")
+    ]
+    assert len(outcome.pods) == 8
+    resumed = [r for n in outcome.pods[4:] for r in n.records() if r.get("event") == "resume"]
+    assert sorted(r["rank"] for r in resumed) == [0, 1, 2, 3], explain(outcome.pods[4:])
+    assert len({r["step"] for r in resumed}) == 1
+    [done] = [r for n in outcome.pods for r in n.records() if r.get("event") == "done"]
+    assert done == expected == {"event": "done", "step": 10, "params": expected["params"]}
