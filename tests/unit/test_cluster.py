@@ -223,6 +223,47 @@ CASES: list[tuple[str, dict[str, str], dict[str, object]]] = [
         },
     ),
     (
+        # What GKE gives the pod of slice 1, worker 1 of a 2 x 2-host JobSet: the Indexed
+        # Job's JOB_COMPLETION_INDEX, the TPU webhook's TPU_WORKER_* for its slice and
+        # MEGASCALE_* from JobSet's labels (components/_tpu_jobset.py); no TRAINSTACK_NUM_NODES.
+        "GKE TPU JobSet pod, slice 1 worker 1 of 2 x 2",
+        {
+            "JOB_COMPLETION_INDEX": "1",
+            "TPU_WORKER_ID": "1",
+            "TPU_WORKER_HOSTNAMES": "exp-tpu-slice-1-0.exp-tpu,exp-tpu-slice-1-1.exp-tpu",
+            "MEGASCALE_NUM_SLICES": "2",
+            "MEGASCALE_SLICE_ID": "1",
+            "MEGASCALE_COORDINATOR_ADDRESS": "exp-tpu-slice-0-0.exp-tpu",
+        },
+        {
+            "rank": 3,
+            "world_size": 4,
+            "node_rank": 3,
+            "num_nodes": 4,
+            "coordinator_address": "exp-tpu-slice-0-0.exp-tpu",
+            "coordinator_port": 29500,
+            "platform": "tpu_vm",
+            "role": "worker",
+        },
+    ),
+    (
+        "GKE TPU JobSet pod, one slice: MEGASCALE_* empty (no such labels)",
+        {
+            "JOB_COMPLETION_INDEX": "0",
+            "TPU_WORKER_ID": "0",
+            "TPU_WORKER_HOSTNAMES": "exp-tpu-slice-0-0.exp-tpu,exp-tpu-slice-0-1.exp-tpu",
+            "MEGASCALE_NUM_SLICES": "",
+            "MEGASCALE_SLICE_ID": "",
+        },
+        {
+            "rank": 0,
+            "world_size": 2,
+            "coordinator_address": "exp-tpu-slice-0-0.exp-tpu",
+            "platform": "tpu_vm",
+            "role": "chief",
+        },
+    ),
+    (
         "GCE startup script",
         {
             "TRAINSTACK_NODE_RANK": "1",
@@ -281,6 +322,14 @@ ERRORS: list[tuple[dict[str, str], str]] = [
         "JOB_NAME and TRAINSTACK_HEADLESS",
     ),
     ({"TPU_WORKER_ID": "2", "TPU_WORKER_HOSTNAMES": "a,b"}, "TPU_WORKER_ID=2 must be in"),
+    (
+        {"TPU_WORKER_ID": "0", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "2"},
+        r"MEGASCALE_SLICE_ID=2 must be in \[0, MEGASCALE_NUM_SLICES=2\)",
+    ),
+    (
+        {"TPU_WORKER_ID": "0", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "0"},
+        "MEGASCALE_NUM_SLICES=2 needs MEGASCALE_COORDINATOR_ADDRESS",
+    ),
     (
         {"TRAINSTACK_NODE_RANK": "1", "TRAINSTACK_NUM_NODES": "2"},
         "TRAINSTACK_COORDINATOR is required",

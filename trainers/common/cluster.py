@@ -10,10 +10,17 @@ Precedence (the first shape present wins):
    servers or Reduction Server, workerpool3 evaluators; node rank counts pool0 then pool1.
 3. `TF_CONFIG` (Vertex distributed jobs, or any TF-style launcher): chief/master, worker, ps,
    evaluator.
-4. GKE Indexed Job: `JOB_COMPLETION_INDEX`, `TRAINSTACK_NUM_NODES`; the coordinator is pod 0
+4. TPU host: `TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES` (comma list; entry 0 coordinates), on
+   a TPU VM (the startup script) and on a GKE TPU node, where GKE's TPU webhook sets them in
+   every pod of an Indexed Job, so they come before `JOB_COMPLETION_INDEX`. With several
+   slices (`MEGASCALE_NUM_SLICES` > 1, a JobSet's pods: components/_tpu_jobset.py) the two
+   name the host within its slice, `MEGASCALE_SLICE_ID` the slice, and the rank is
+   `slice * hosts per slice + worker`, `MEGASCALE_COORDINATOR_ADDRESS` (slice 0's worker 0)
+   coordinating: how JAX numbers the processes (jax/_src/clusters/cloud_tpu_cluster.py,
+   `BaseTpuCluster.get_process_id` and `get_coordinator_address`).
+5. GKE Indexed Job: `JOB_COMPLETION_INDEX`, `TRAINSTACK_NUM_NODES`; the coordinator is pod 0
    behind the headless service, `<JOB_NAME>-0.<TRAINSTACK_HEADLESS_SERVICE>`, unless
    `TRAINSTACK_COORDINATOR` names it.
-5. TPU VM worker: `TPU_WORKER_ID`, `TPU_WORKER_HOSTNAMES` (comma list; entry 0 coordinates).
 6. GCE VM started by trainstack's startup script: `TRAINSTACK_NODE_RANK`,
    `TRAINSTACK_NUM_NODES`, `TRAINSTACK_COORDINATOR` (`host` or `host:port`).
 7. Otherwise one local process.
@@ -33,6 +40,7 @@ from typing import Any, Literal
 
 Role = Literal["chief", "worker", "ps", "evaluator", "reducer"]
 Platform = Literal["torchrun", "vertex", "gke", "tpu_vm", "gce", "local_single"]
+"""`tpu_vm`: a TPU host, a Cloud TPU VM or a GKE TPU node (both TPU VMs, TPU_WORKER_ID set)."""
 
 DEFAULT_PORT = 29500
 
@@ -337,11 +345,27 @@ def _from_tpu_vm(env: Mapping[str, str]) -> ClusterInfo:
     if not hosts:
         hosts = ["127.0.0.1"] if worker == 0 else []
     _check_index("TPU_WORKER_ID", worker, "len(TPU_WORKER_HOSTNAMES)", len(hosts))
+    # An empty value is what the downward API gives for a label the pod lacks: one slice.
+    slices = _int(env, "MEGASCALE_NUM_SLICES", default=1)
+    slice_id = _int(env, "MEGASCALE_SLICE_ID", default=0)
+    _check_index("MEGASCALE_SLICE_ID", slice_id, "MEGASCALE_NUM_SLICES", slices)
+    port = _default_port(env)
+    coordinator = hosts[0]
+    if slices > 1:
+        address = env.get("MEGASCALE_COORDINATOR_ADDRESS")
+        if not address:
+            raise ValueError(
+                f"MEGASCALE_NUM_SLICES={slices} needs MEGASCALE_COORDINATOR_ADDRESS "
+                "(slice 0's worker 0)"
+            )
+        # JAX keeps the host only and dials its own port (cloud_tpu_cluster.py).
+        coordinator = _split_host_port(address, "MEGASCALE_COORDINATOR_ADDRESS", port)[0]
+    rank = slice_id * len(hosts) + worker
     return _node_level(
-        node_rank=worker,
-        num_nodes=len(hosts),
-        coordinator=(hosts[0], _default_port(env)),
-        role="chief" if worker == 0 else "worker",
+        node_rank=rank,
+        num_nodes=slices * len(hosts),
+        coordinator=(coordinator, port),
+        role="chief" if rank == 0 else "worker",
         platform="tpu_vm",
         trial_id=None,
     )
@@ -377,10 +401,10 @@ def resolve_cluster(env: Mapping[str, str] = os.environ) -> ClusterInfo:
         return _from_cluster_spec(env)
     if env.get("TF_CONFIG"):
         return _from_tf_config(env)
-    if env.get("JOB_COMPLETION_INDEX"):
-        return _from_gke(env)
     if env.get("TPU_WORKER_ID"):
         return _from_tpu_vm(env)
+    if env.get("JOB_COMPLETION_INDEX"):
+        return _from_gke(env)
     if env.get("TRAINSTACK_NODE_RANK"):
         return _from_gce(env)
     return ClusterInfo(
