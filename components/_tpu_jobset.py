@@ -52,13 +52,20 @@ MULTISLICE_ENV: Final[dict[str, str]] = {
 (pkg/controllers/jobset_controller.go labelAndAnnotateObject). No Google or JobSet source
 says GKE sets these for pods (kubernetes-sigs/jobset#787 asks JobSet to, and gives this
 recipe); XPK's Pathways template sets them the same way (src/xpk/templates/
-pathways_workload_create.yaml.j2). Set only with more than one slice."""
+pathways_workload_create.yaml.j2). JAX reads them (jax-ml/jax jax/_src/clusters/
+cloud_tpu_cluster.py get_coordinator_address: "For both GCE via QueuedResources and GKE via
+JobSet, the Megascale coordinator address is set as the host with process id = 0"). No
+MEGASCALE_PORT: libtpu's default port is left (not verified). Set only with more than one
+slice."""
 MULTISLICE_NOTE: Final = (
     "tpu: MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_COORDINATOR_ADDRESS are set "
     "on every pod from JobSet's pod labels (replicatedjob-replicas, job-index, coordinator: "
     "the recipe of kubernetes-sigs/jobset#787 and XPK's Pathways template), because no Google "
-    "or JobSet source says GKE sets them; verify on a real two-slice run that GKE does not "
-    "set different values"
+    "or JobSet source says GKE sets them; JAX takes MEGASCALE_COORDINATOR_ADDRESS as the host "
+    "with process id 0 (jax/_src/clusters/cloud_tpu_cluster.py get_coordinator_address: 'For "
+    "both GCE via QueuedResources and GKE via JobSet, the Megascale coordinator address is set "
+    "as the host with process id = 0'); MEGASCALE_PORT is left to libtpu's default "
+    "(unverified); verify on a real two-slice run that GKE does not set different values"
 )
 
 
@@ -79,12 +86,27 @@ def pod_failure_policy() -> dict[str, Any]:
     }
 
 
+FAIL_RULE: Final = "failOnCodeOrConfigExit"
+RESTART_RULE: Final = "restartOnOtherFailure"
+"""The rules' names: the CRD requires `name` and JobSet's defaulting webhook would fill
+`failurePolicyRule<index>` (kubernetes-sigs/jobset@v0.12.0 pkg/webhooks/jobset_webhook.go
+Default, validateFailurePolicy: `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`, unique)."""
+
+
 def failure_policy(max_restarts: int) -> dict[str, Any]:
     return {
         "maxRestarts": max_restarts,
         "rules": [
-            {"action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]},
-            {"action": "RestartJobSet", "onJobFailureReasons": ["BackoffLimitExceeded"]},
+            {
+                "name": FAIL_RULE,
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+            },
+            {
+                "name": RESTART_RULE,
+                "action": "RestartJobSet",
+                "onJobFailureReasons": ["BackoffLimitExceeded"],
+            },
         ],
     }
 

@@ -58,9 +58,13 @@ from trainstack.components.a100_cluster.gke import (
 )
 from trainstack.components.catalog.tpu import TPU_GENERATIONS, TpuSlice
 from trainstack.components.catalog.tpu_gke import (
+    ACCELERATOR_NETWORK_PROFILE,
+    ACCELERATOR_NETWORK_PROFILE_GENERATIONS,
     FLEX_START_MAX_RUN_S,
     JOBSET_API,
     JOBSET_MANIFESTS,
+    JOBSET_NAME_MAX,
+    NETWORKING_DRA_LABEL,
     TPU_TAINT,
     gke_chips_per_vm,
     gke_machine_type,
@@ -171,12 +175,26 @@ def _validate(args: Mapping[str, Any]) -> TpuSlice:
     return found
 
 
+def cluster_args(found: TpuSlice) -> dict[str, Any]:
+    """The cluster's networking its TPU pools need (`container.Cluster` keyword arguments):
+    GKE Dataplane V2 and multi-networking where the pools use the accelerator network
+    profile (ACCELERATOR_NETWORK_PROFILE_GENERATIONS)."""
+    if found.generation not in ACCELERATOR_NETWORK_PROFILE_GENERATIONS:
+        return {}
+    return {"datapath_provider": "ADVANCED_DATAPATH", "enable_multi_networking": True}
+
+
 def node_pool_args(found: TpuSlice, provisioning: str, reservation: str | None) -> dict[str, Any]:
     """The fields of one slice's pool that depend on its shape and capacity (pulumi-gcp
     `container.NodePool` keyword arguments and `node_config` fields)."""
     vms = gke_vms(found)
     pool: dict[str, Any] = {}
     config: dict[str, Any] = {"machine_type": gke_machine_type(found)}
+    if found.generation in ACCELERATOR_NETWORK_PROFILE_GENERATIONS:
+        pool["network_config"] = container.NodePoolNetworkConfigArgs(
+            accelerator_network_profile=ACCELERATOR_NETWORK_PROFILE
+        )
+        config["labels"] = {NETWORKING_DRA_LABEL: "true"}
     if vms > 1:
         # xpk core/nodepool.py: COMPACT placement with the topology on multi-host pools only.
         pool["placement_policy"] = container.NodePoolPlacementPolicyArgs(
@@ -248,7 +266,9 @@ class TpuGkeSlices(pulumi.ComponentResource):
         # wait for the stack's grants themselves.
         deps = inherited_depends_on(opts)
 
-        cluster = gke_cluster(name, args, project, zone, labels, self, suffix="tpu")
+        cluster = gke_cluster(
+            name, args, project, zone, labels, self, suffix="tpu", extra=cluster_args(found)
+        )
         system_pool = gke_system_pool(name, args, project, zone, cluster.name, labels, self)
         config, provider = gke_provider(name, project, zone, cluster, self)
         shape = node_pool_args(found, provisioning, args.get("reservation"))
@@ -289,7 +309,8 @@ class TpuGkeSlices(pulumi.ComponentResource):
         controller = k8s.yaml.v2.ConfigFile(
             f"{name}-jobset-controller", file=JOBSET_MANIFESTS, opts=k8s_opts
         )
-        job = gcp_name(args["deployment_name"], "tpu", max_len=40)
+        # Short enough for the `coordinator` label JobSet derives from it (JOBSET_NAME_MAX).
+        job = gcp_name(args["deployment_name"], "tpu", max_len=JOBSET_NAME_MAX)
         gsa = args["service_account_email"]
         account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa",

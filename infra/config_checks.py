@@ -128,6 +128,22 @@ def _secrets_on_this_machine(secrets: frozenset[str], candidates: list[Target]) 
     ]
 
 
+SPEND_CAP_PROBLEM = (
+    "limits.max_total_usd: not enforced on a {where} target (no supervisor stops its "
+    "compute); valid: a {enforced} target, or no limits.max_total_usd"
+)
+"""The one wording of the refusal: `where` and `enforced` name targets by `_kind`."""
+
+
+def _kind(target: Target) -> str:
+    """A target by its section, or by `limits_name` where its section's targets differ in
+    `supervised` (`tpu` backend `tpu_vm` has a supervisor, backend `gke` not yet)."""
+    peers = by_section(target.section)
+    if target.limits_name and any(p.supervised != target.supervised for p in peers):
+        return target.limits_name
+    return target.section
+
+
 def _spend_cap_problems(
     parts: Mapping[str, Any], key: str | None, candidates: list[Target]
 ) -> list[str]:
@@ -136,12 +152,9 @@ def _spend_cap_problems(
     cap = getattr(parts.get("limits"), "max_total_usd", None)
     if cap is None or key is None or not candidates or any(t.supervised for t in candidates):
         return []
-    enforced = list(dict.fromkeys(t.section for t in registered() if t.supervised))
-    problem = (
-        f"limits.max_total_usd: not enforced on a {key} target (no supervisor stops its "
-        f"compute); valid: a {' or '.join(enforced)} target, or no limits.max_total_usd"
-    )
-    return [problem]
+    enforced = list(dict.fromkeys(_kind(t) for t in registered() if t.supervised))
+    where = _kind(candidates[0]) if len(candidates) == 1 else key
+    return [SPEND_CAP_PROBLEM.format(where=where, enforced=" or ".join(enforced))]
 
 
 def _check_buckets_quotas(parts: Mapping[str, Any]) -> list[str]:

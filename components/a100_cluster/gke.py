@@ -369,12 +369,14 @@ def gke_cluster(
     labels: pulumi.Input[Mapping[str, str]],
     parent: pulumi.Resource,
     suffix: str = "a100",
+    extra: Mapping[str, Any] | None = None,
 ) -> container.Cluster:
     """The private, VPC-native zonal cluster with Workload Identity and no node upgrades
     during a run, named `<deployment>-<suffix>`. `args`: the keys `deployment_name`,
     `service_account_email`, `network_self_link`, `subnetwork_self_link`,
     `master_authorized_cidrs`, `release_channel`, `kubernetes_version` and `environment`
-    of `A100ClusterArgs` (`TpuGkeSlicesArgs` has the same)."""
+    of `A100ClusterArgs` (`TpuGkeSlicesArgs` has the same). `extra`: further
+    `container.Cluster` arguments (the TPU backend's networking)."""
     account = args["service_account_email"]
     authorized = args.get("master_authorized_cidrs")
     return container.Cluster(
@@ -427,6 +429,7 @@ def gke_cluster(
         # The removed default pool's node_config would otherwise diff (and replace the
         # cluster) on every refresh.
         opts=pulumi.ResourceOptions(parent=parent, ignore_changes=["node_config"]),
+        **(extra or {}),
     )
 
 

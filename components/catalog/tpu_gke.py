@@ -57,6 +57,19 @@ modules/internal/tpu-definition); XPK's pods tolerate `google.com/tpu` (its gold
 JobSet, recipes/Workload_create.md). Put here explicitly so CPU pods never land on TPU VMs
 whether or not GKE adds it itself."""
 TPU_TOLERATION: Final = {"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+ACCELERATOR_NETWORK_PROFILE: Final = "auto"
+NETWORKING_DRA_LABEL: Final = "cloud.google.com/gke-networking-dra-driver"
+ACCELERATOR_NETWORK_PROFILE_GENERATIONS: Final[tuple[str, ...]] = ("v6e",)
+"""The generations whose pools get GKE's accelerator network profile, as XPK creates them
+(AI-Hypercomputer/xpk@367c838 src/xpk/core/nodepool.py: `if
+system.supports_accelerator_network_profile: command += ' --accelerator-network-profile=auto'
+' --node-labels=cloud.google.com/gke-networking-dra-driver=true'`; system_characteristics.py:
+supports_accelerator_network_profile=True for every v6e shape, False for v4, v5e, v5p). Its
+clusters are created `--enable-dataplane-v2 --enable-multi-networking` (src/xpk/commands/
+cluster.py), and terraform-provider-google's acceptance test of the profile runs it on a
+cluster with `datapath_provider = "ADVANCED_DATAPATH"` (google/services/container/
+resource_container_node_pool_test.go testAccContainerNodePool_acceleratorNetworkProfile), so
+a cluster with such pools gets both."""
 MULTISLICE_SOURCE: Final = (
     "https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice: Multislice "
     '"only supports multi-host TPU slice node pools"'
@@ -110,6 +123,14 @@ JOBSET_SOURCE: Final = (
     '$VERSION/manifests.yaml\'), site/hugo.toml (version = "v0.12.0", the newest release tag)'
 )
 JOBSET_API: Final = "jobset.x-k8s.io/v1alpha2"
+JOBSET_NAME_MAX: Final = 26
+"""The longest JobSet name whose `coordinator` label JobSet accepts. Its controller sets the
+label to `"%s-%s-%d-%d.%s"` (JobSet name, replicated job, job index, pod index, subdomain,
+which defaults to the JobSet name) (kubernetes-sigs/jobset@v0.12.0
+pkg/controllers/jobset_controller.go CoordinatorEndpoint, GetSubdomain), and its webhook
+refuses the JobSet when that is not a valid label value (pkg/webhooks/jobset_webhook.go
+validateCoordinatorLabelValue: "spec will lead to invalid label value ... for coordinator
+label"), at most 63 characters: `<name>-slice-0-0.<name>` is 2N + 11, so N <= 26."""
 EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 """One child Job per node pool, i.e. per slice (api/jobset/v1alpha2/jobset_types.go)."""
 

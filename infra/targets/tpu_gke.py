@@ -95,6 +95,7 @@ def jobset_lines(inputs: Mapping[str, Any]) -> list[str]:
 class TpuGke(CloudTarget):
     name = "tpu_gke"
     section = "tpu"
+    limits_name = "tpu backend gke"
     model = TpuConfig
     own_network = True
     runs_image = True

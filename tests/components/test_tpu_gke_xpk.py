@@ -13,6 +13,7 @@ config exits (`In` 1, 2, 5) and restarts the set on anything else, up to 10 time
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from trainstack.components.catalog.tpu_gke import (
     gke_machine_type,
     gke_vms,
 )
-from trainstack.components.tpu_gke_slices import node_pool_args
+from trainstack.components.tpu_gke_slices import cluster_args, node_pool_args
 
 
 def _jobset(accelerator_type: str, slices: int) -> dict[str, Any]:
@@ -70,6 +71,46 @@ def test_node_pools_agree_with_xpk(
     assert shape["config"]["spot"] is True  # xpk --spot
 
 
+V6E_CLUSTER: dict[str, Any] = {
+    "datapath_provider": "ADVANCED_DATAPATH",
+    "enable_multi_networking": True,
+}
+DRA_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
+
+
+@pytest.mark.parametrize(
+    ("accelerator_type", "profile", "node_labels", "cluster"),
+    [
+        # xpk: supports_accelerator_network_profile=False for v5p (and v4, v5e): no flags.
+        ("v5p-8", None, None, {}),
+        # xpk: True for every v6e shape: --accelerator-network-profile=auto
+        # --node-labels=cloud.google.com/gke-networking-dra-driver=true, on a cluster created
+        # --enable-dataplane-v2 --enable-multi-networking (src/xpk/commands/cluster.py).
+        ("v6e-16", "auto", DRA_LABEL, V6E_CLUSTER),
+        ("v6e-1", "auto", DRA_LABEL, V6E_CLUSTER),
+    ],
+)
+def test_accelerator_network_profile_agrees_with_xpk(
+    accelerator_type: str,
+    profile: str | None,
+    node_labels: dict[str, str] | None,
+    cluster: dict[str, Any],
+) -> None:
+    found = tpu_slice(accelerator_type)
+    assert found is not None
+    shape = node_pool_args(found, "on-demand", None)
+    network = shape["pool"].get("network_config")
+    # pulumi-gcp NodePoolNetworkConfigArgs.accelerator_network_profile: terraform-provider-
+    # google resource_container_node_pool.go network_config.accelerator_network_profile
+    # (ForceNew), sent as NodeNetworkConfig.AcceleratorNetworkProfile.
+    got = None if network is None else network.accelerator_network_profile
+    assert (got, shape["config"].get("labels"), cluster_args(found)) == (
+        profile,
+        node_labels,
+        cluster,
+    )
+
+
 def test_v5p_8_pod_template_agrees_with_xpks_golden() -> None:
     jobset = _jobset("v5p-8", 1)
     assert jobset["metadata"]["annotations"] == {
@@ -99,6 +140,7 @@ def test_v5p_8_pod_template_agrees_with_xpks_golden() -> None:
         {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
     assert jobset["spec"]["failurePolicy"]["rules"][0] == {
+        "name": "failOnCodeOrConfigExit",
         "action": "FailJobSet",
         "onJobFailureReasons": ["PodFailurePolicy"],
     }
@@ -133,3 +175,28 @@ def test_v6e_16_two_slices_gets_multislice_env_from_jobset_labels() -> None:
             },
         },
     ]
+
+
+RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+"""kubernetes-sigs/jobset@v0.12.0 pkg/webhooks/jobset_webhook.go ruleNameFmt."""
+
+
+def test_failure_policy_rules_carry_their_own_names() -> None:
+    # The CRD requires `name` (config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml:
+    # required: [action, name]); without one JobSet's defaulting webhook fills
+    # failurePolicyRule<index> (jobset_webhook.go Default, L141-146), which the planned
+    # spec would then diff against.
+    rules = _jobset("v6e-16", 2)["spec"]["failurePolicy"]["rules"]
+    assert rules == [
+        {
+            "name": "failOnCodeOrConfigExit",
+            "action": "FailJobSet",
+            "onJobFailureReasons": ["PodFailurePolicy"],
+        },
+        {
+            "name": "restartOnOtherFailure",
+            "action": "RestartJobSet",
+            "onJobFailureReasons": ["BackoffLimitExceeded"],
+        },
+    ]
+    assert [bool(RULE_NAME.fullmatch(r["name"])) for r in rules] == [True, True]

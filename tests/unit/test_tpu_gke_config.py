@@ -4,6 +4,7 @@ the key, by the same rule for the stack config and the `TpuGkeSlices` component,
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.bundled import bundled_plan
 from trainstack.components._args import ArgsError
 from trainstack.components.catalog.tpu_gke import FLEX_START_SOURCE
 from trainstack.components.tpu_gke_slices import TpuGkeSlices, tpu_gke_slices_problems
 from trainstack.infra.cli import app
 from trainstack.infra.config import ConfigError, load_stack_config
+from trainstack.infra.plan import build_plan, load_stack
 from trainstack.infra.targets import target_of
+from trainstack.infra.targets.tpu_gke import JOBSET_TYPE
 
 REPO = Path(__file__).resolve().parents[2]
 OWN_JAX = {
@@ -179,3 +183,72 @@ def test_plan_exits_2_naming_the_key(tmp_path: Path) -> None:
         "tpu.provisioning: 'queued' is a Cloud TPU API queued resource, which backend 'gke' "
         "does not use; valid: on-demand, spot, reserved, flex-start, or tpu.backend: tpu_vm\n",
     )
+
+
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+"""k8s.io/apimachinery pkg/util/validation IsValidLabelValue: at most 63 characters of this."""
+
+
+def _coordinator_label(jobset: dict[str, Any]) -> str:
+    """The `jobset.sigs.k8s.io/coordinator` label JobSet's controller puts on every pod, as
+    kubernetes-sigs/jobset@v0.12.0 computes it: pkg/controllers/jobset_controller.go
+    CoordinatorEndpoint (L1373: `fmt.Sprintf("%s-%s-%d-%d.%s", js.Name, ReplicatedJob,
+    JobIndex, PodIndex, GetSubdomain(js))`, set as a label at L1056) and GetSubdomain
+    (spec.network.subdomain, else the JobSet name)."""
+    name = jobset["metadata"]["name"]
+    spec = jobset["spec"]
+    c = spec["coordinator"]
+    subdomain = (spec.get("network") or {}).get("subdomain") or name
+    return f"{name}-{c['replicatedJob']}-{int(c['jobIndex'])}-{int(c['podIndex'])}.{subdomain}"
+
+
+def test_a_long_deployment_name_keeps_the_coordinator_label_valid() -> None:
+    # JobSet's webhook refuses a JobSet whose coordinator label is not a valid label value
+    # (pkg/webhooks/jobset_webhook.go validateCoordinatorLabelValue, L526-532): at `pulumi
+    # up`, after the cluster and the node pools exist.
+    long = "team-ml-experiment-long-deployment-name"
+    _, config = load_stack("dev-tpu-v6e-gke", None)
+    plan = build_plan(long, config)
+    (jobset,) = [r["inputs"] for r in plan["resources"] if r["type"] == JOBSET_TYPE]
+    label = _coordinator_label(jobset)
+    name = jobset["metadata"]["name"]
+    assert (name, len(name), len(label)) == ("team-ml-experimen-1fb42a47", 26, 63)
+    assert LABEL_VALUE.fullmatch(label)
+    # Its pods' names stay RFC 1035 labels too (jobset_webhook.go ValidateCreate:
+    # placement.GenPodName of the last job and pod index + "-abcde", at most 63).
+    job = jobset["spec"]["replicatedJobs"][0]
+    last = f"{int(job['replicas']) - 1}-{int(job['template']['spec']['completions']) - 1}"
+    assert f"{name}-{job['name']}-{last}-abcde" == "team-ml-experimen-1fb42a47-slice-1-3-abcde"
+
+
+def test_a_short_deployment_name_keeps_its_jobset_name() -> None:
+    plan = bundled_plan("dev-tpu-v6e-gke")
+    (jobset,) = [r["inputs"] for r in plan["resources"] if r["type"] == JOBSET_TYPE]
+    assert (jobset["metadata"]["name"], _coordinator_label(jobset)) == (
+        "dev-tpu-v6e-gke-tpu",
+        "dev-tpu-v6e-gke-tpu-slice-0-0.dev-tpu-v6e-gke-tpu",
+    )
+
+
+def test_the_spend_cap_refusal_names_the_backend() -> None:
+    raw = {**GKE, "trainstack:limits": {"max_total_usd": 100}}
+    assert errors_of(raw) == [
+        "limits.max_total_usd: not enforced on a tpu backend gke target (no supervisor stops "
+        "its compute); valid: a tpu backend tpu_vm or gpu_cluster target, or no "
+        "limits.max_total_usd"
+    ]
+
+
+def test_the_multislice_note_cites_jax_and_leaves_the_port_to_libtpu() -> None:
+    notes = bundled_plan("dev-tpu-v6e-gke")["notes"]
+    assert [n for n in notes if n.startswith("tpu: MEGASCALE_")] == [
+        "tpu: MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_COORDINATOR_ADDRESS are set "
+        "on every pod from JobSet's pod labels (replicatedjob-replicas, job-index, coordinator: "
+        "the recipe of kubernetes-sigs/jobset#787 and XPK's Pathways template), because no "
+        "Google or JobSet source says GKE sets them; JAX takes MEGASCALE_COORDINATOR_ADDRESS as "
+        "the host with process id 0 (jax/_src/clusters/cloud_tpu_cluster.py "
+        "get_coordinator_address: 'For both GCE via QueuedResources and GKE via JobSet, the "
+        "Megascale coordinator address is set as the host with process id = 0'); "
+        "MEGASCALE_PORT is left to libtpu's default (unverified); verify on a real two-slice "
+        "run that GKE does not set different values"
+    ]
