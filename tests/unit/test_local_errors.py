@@ -156,6 +156,7 @@ def test_a_second_local_run_of_a_running_run_is_refused(tmp_path: Path) -> None:
             "pid": os.getpid(),
             "start": process_start(os.getpid()),
             "started_at": record["started_at"],
+            "by": "local-run",
         }
         result = runner.invoke(app, ["local-run", "--config-file", str(config), "--fresh"])
         _one_error(
