@@ -17,7 +17,9 @@ written for review on GitHub:
 
 `full=True` (`trainstack plan-diff --full`) turns every one of those cuts off. Your code's
 `trainer.env` values show as `sha256:<8 hex>` (`trainstack.infra.plan_env`) unless
-`show_values=True` (`--show-values`): the comment is public to every reader of the PR.
+`show_values=True` (`--show-values`): the comment is public to every reader of the PR. An
+input that carries a `secure:` value (`[secret]`) is compared by its digests and reads "a
+secret input changed", never its value (`trainstack.infra.plan_secrets`).
 """
 
 from __future__ import annotations
