@@ -13,7 +13,14 @@ stops it, and the checkpoints and logs under the local "bucket" directory stay.
 Behaviour:
 - check: the trainer config is validated by `TrainConfig`; workers, root, env and the stop
   grace period are checked; every error is a CheckFailure naming the property.
-- create: `trainstack.trainers.local.prepare_run` writes the run's config and plans its processes (one
+- create: first the run's locks, as `trainstack local-run` takes them
+  (`trainstack.trainers.run_lock`): the run's (`<root>/logs/<run>.pid`) and the local
+  checkpoint folder's; a live local-run (or another `pulumi up`'s processes) holding either
+  is refused with its one line (`RunLocked`) before any process starts. The
+  started processes inherit both locks' descriptors and the provider hands the locks over
+  to them (`RunLock.hand_over`), so they hold them until the last one exits, and a
+  `local-run` of the run meanwhile is refused in turn.
+  Then `trainstack.trainers.local.prepare_run` writes the run's config and plans its processes (one
   torchrun launcher for torch); each starts in a session of its own, with stdin from
   /dev/null and stdout/stderr appended to files, through a short-lived launcher process, so
   the processes are orphaned at once: they survive the engine and this provider exiting or
@@ -26,7 +33,8 @@ Behaviour:
   checkpoint); stop_grace_s and labels update in place.
 - delete: SIGTERM to every process of the run (the recorded session leaders' groups and all
   their descendants: torchrun puts each worker in a session of its own); the trainer
-  checkpoints and exits 143. Whatever is alive after `stop_grace_s` gets SIGKILL. Files stay.
+  checkpoints and exits 143. Whatever is alive after `stop_grace_s` gets SIGKILL. Files stay,
+  but the two lock files, once nothing holds them.
 - read: liveness refreshed: `running`, `finished` (rank 0's `done` record is in the log) or
   `exited` (stopped, preempted or crashed; see the logs).
 
@@ -57,6 +65,14 @@ from trainstack.trainers.common.contract import EVENT_LAUNCH, EVENT_START
 from trainstack.trainers.common.user_code import StackTrainer
 from trainstack.trainers.local import PreparedRun, prepare_run
 from trainstack.trainers.local_code import prepare_code_run
+from trainstack.trainers.local_start import folder_lock, local_folder, make_folder
+from trainstack.trainers.run_lock import (
+    PULUMI_UP,
+    FolderLock,
+    RunLock,
+    RunLocked,
+    running_pid_file,
+)
 
 REPLACE_KEYS: Final = ("trainer", "workers", "root", "env")
 UPDATE_KEYS: Final = ("stop_grace_s", "labels")
@@ -84,8 +100,9 @@ _EXCEPTION_LINE: Final = re.compile(r"^(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|E
 # (ChildFailedError) only says that a worker exited.
 _TRAINER_ERROR_LINE: Final = re.compile(r"^(\[rank\d+\]:\s*)?(trainstack trainer|error): ")
 
-# Started with `python -I -c`: reads {"cwd", "stdout", "stderr", "processes": [{"argv",
-# "env"}]} on stdin, starts each process in a new session and prints their pids as JSON. It
+# Started with `python -I -c`: reads {"cwd", "stdout", "stderr", "pass_fds", "processes":
+# [{"argv", "env"}]} on stdin, starts each process (with the run's lock descriptors,
+# `pass_fds`, inherited) in a new session and prints their pids as JSON. It
 # exits right away, so the processes are reparented to init (or the nearest subreaper), which
 # reaps them: nothing the provider runs in ever holds them as children. If one fails to
 # start, the ones already started are killed so a failed create leaves nothing behind.
@@ -98,7 +115,7 @@ try:
         with open(spec["stdout"], "ab") as out, open(spec["stderr"], "ab") as err:
             child = subprocess.Popen(
                 proc["argv"], env=proc["env"], cwd=spec["cwd"], stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, start_new_session=True,
+                stdout=out, stderr=err, start_new_session=True, pass_fds=spec["pass_fds"],
             )
         pids.append(child.pid)
 except BaseException as exc:
@@ -209,6 +226,29 @@ def _same_trainer(old: Any, new: Any) -> bool:
         return bool(old == new)
 
 
+def _drop_locks(props: Mapping[str, Any]) -> None:
+    """Remove the run's two lock files once its processes are gone: each is taken and
+    released (which removes it); one another run holds now is left to it."""
+    try:
+        run = _trainer(props.get("trainer")).run_name
+    except ValidationError:
+        return
+    locks: list[RunLock] = []
+    if props.get("log_path"):
+        locks.append(RunLock(running_pid_file(Path(props["log_path"])), run, PULUMI_UP))
+    folder = local_folder(str(props.get("checkpoint_dir") or "gs://"))
+    if folder is not None and folder.is_dir():
+        locks.append(FolderLock(folder.absolute(), run, PULUMI_UP))
+    for lock in locks:
+        if not lock.path.exists():
+            continue
+        try:
+            lock.acquire()
+        except RunLocked:
+            continue
+        lock.release()
+
+
 class LocalRunProvider(dyn.ResourceProvider):
     """Start/stop the trainer on this machine; see the module docstring for the behaviour."""
 
@@ -279,6 +319,31 @@ class LocalRunProvider(dyn.ResourceProvider):
         # them (trainstack.infra.local_paths.localized); your code runs in its source folder.
         cfg = with_local_paths(_trainer(props["trainer"]), Path(self.base_dir))
         root = self._root(props["root"])
+        # The run's lock, where `trainstack local-run` takes it (`run_local`), before anything
+        # is written: a live local-run of this run is refused here, not overwritten.
+        make_folder(root / "logs", "local.root")
+        log_path = root / "logs" / f"{cfg.run_name}.jsonl"
+        locks: list[RunLock] = [RunLock(running_pid_file(log_path), cfg.run_name, PULUMI_UP)]
+        locks[0].acquire()
+        try:
+            outs, refs = self._start(props, cfg, root, locks)
+        except BaseException:
+            for lock in reversed(locks):
+                lock.release()
+            raise
+        for lock in locks:
+            lock.hand_over(refs[0].pid)
+        _log(
+            f"{cfg.run_name}: {outs['state']} as pids {outs['pids']}; log {outs['log_path']}, "
+            f"checkpoints {outs['checkpoint_dir']}"
+        )
+        return dyn.CreateResult(f"{cfg.run_name}-{refs[0].pid}", outs)
+
+    def _start(
+        self, props: dict[str, Any], cfg: StackTrainer, root: Path, locks: list[RunLock]
+    ) -> tuple[dict[str, Any], list[ProcessRef]]:
+        """`create` once the run is locked: the checkpoint folder's lock (added to `locks`),
+        then the processes, which inherit every lock's descriptor."""
         workers, env = int(props["workers"]), props.get("env") or {}
         if cfg.user_code is not None:
             prepared = prepare_code_run(
@@ -286,9 +351,15 @@ class LocalRunProvider(dyn.ResourceProvider):
             )
         else:
             prepared = prepare_run(cfg.bundled(), workers=workers, root=root, extra_env=env)
+        folder = folder_lock(prepared.checkpoint_dir, cfg.run_name, PULUMI_UP)
+        if folder is not None:
+            locks.append(folder)
+            if (line := folder.took_over_line()) is not None:
+                _log(line)
         stderr_path = prepared.stderr_path
         log_offset, stderr_offset = _size(prepared.log_path), _size(stderr_path)
-        refs = self._launch(prepared, stderr_path)
+        fds = [fd for lock in locks if (fd := lock.fileno()) is not None]
+        refs = self._launch(prepared, stderr_path, fds)
         outs = {
             **props,
             "pids": [r.pid for r in refs],
@@ -302,17 +373,14 @@ class LocalRunProvider(dyn.ResourceProvider):
             "config_path": str(prepared.config_path),
         }
         outs.update(self._await_start(outs))
-        _log(
-            f"{cfg.run_name}: {outs['state']} as pids {outs['pids']}; log {outs['log_path']}, "
-            f"checkpoints {outs['checkpoint_dir']}"
-        )
-        return dyn.CreateResult(f"{cfg.run_name}-{refs[0].pid}", outs)
+        return outs, refs
 
-    def _launch(self, prepared: PreparedRun, stderr_path: Path) -> list[ProcessRef]:
+    def _launch(self, prepared: PreparedRun, stderr_path: Path, fds: list[int]) -> list[ProcessRef]:
         spec = {
             "cwd": self.base_dir,
             "stdout": str(prepared.log_path),
             "stderr": str(stderr_path),
+            "pass_fds": fds,
             "processes": [
                 {"argv": p.argv, "env": {**prepared.env, **p.env}} for p in prepared.processes
             ],
@@ -323,6 +391,7 @@ class LocalRunProvider(dyn.ResourceProvider):
             capture_output=True,
             text=True,
             check=False,
+            pass_fds=fds,
         )
         if launched.returncode != 0:
             raise LocalRunStartError(
@@ -401,6 +470,7 @@ class LocalRunProvider(dyn.ResourceProvider):
         refs = _refs(props)
         grace = float(props["stop_grace_s"])
         result = stop_processes(refs, grace, poll_s=self.poll_interval_s / 2)
+        _drop_locks(props)
         where = f"data kept: {props.get('checkpoint_dir')}, {props.get('log_path')}"
         if not result.terminated:
             _log(f"pids {[r.pid for r in refs]} had already exited; {where}")

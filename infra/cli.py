@@ -44,8 +44,10 @@ from trainstack.infra.cli_base import (
     StackOpt,
     app,
     auth_failure,
+    config_problems,
     err,
     fail,
+    fail_each,
     invalid_config,
     load,
     program_folder,
@@ -168,7 +170,7 @@ def _stack_plan(
     try:
         return build_plan(name, config)
     except ConfigError as exc:
-        raise fail(invalid_config(name, exc, stack, config_file)) from None
+        raise fail_each(invalid_config(name, exc, stack, config_file)) from None
     except ValueError as exc:
         raise fail(rejected_by_program(name, exc)) from None
 
@@ -370,7 +372,7 @@ def policy(
         try:
             reports.append(check_stack(name, config))
         except ConfigError as exc:
-            raise fail(invalid_config(name, exc, stack, config_file, "policy")) from None
+            raise fail_each(invalid_config(name, exc, stack, config_file, "policy")) from None
         except ValueError as exc:
             raise fail(rejected_by_program(name, exc)) from None
     if as_json:
@@ -379,9 +381,7 @@ def policy(
         _print_policy_reports(reports)
     if problems:
         # Each stack that could not be checked is one `error:` line, after the reports.
-        for problem in problems[:-1]:
-            fail(problem)
-        raise fail(problems[-1])
+        raise fail_each(problems)
     if any(not r.clean for r in reports):
         raise typer.Exit(1)
 
@@ -405,7 +405,7 @@ def _check_all_stacks() -> tuple[list[StackReport], list[str]]:
         except NotATrainstackStack:
             pass  # run below, outside this handler: the program's own errors are not its
         except ConfigError as exc:
-            problems.append(f"invalid stack config for {name!r}:\n{exc}")
+            problems.extend(config_problems(name, exc))
             continue
         except ValueError as exc:
             problems.append(rejected_by_program(name, exc))

@@ -123,6 +123,14 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def fail_each(messages: list[str], code: int = 2) -> typer.Exit:
+    """One `error:` line per message (a stack config's problems, one per key), so that each
+    line names its stack and key on its own and a `grep error:` finds every one."""
+    for message in messages[:-1]:
+        fail(message, code)
+    return fail(messages[-1], code)
+
+
 MAX_JSON_DEPTH: Final = 128
 """How deep a plan's values may nest: a plan's deepest values (a Kubernetes pod spec's) are
 about 15 levels down. Python's JSON reader and the plan walkers recurse per level, so
@@ -207,9 +215,9 @@ def validated(
             cfg = localized(cfg, name, target.local_run_root(cfg))
         return name, cfg
     except ConfigError as exc:
-        raise fail(invalid_config(name, exc, stack, config_file, command)) from None
+        raise fail_each(invalid_config(name, exc, stack, config_file, command)) from None
     except InstallWriteError as exc:
-        raise fail(f"invalid stack config for {name!r}: {exc}") from None
+        raise fail(f"stack {name!r}: {exc}") from None
 
 
 def program_folder(stack: str | None, config_file: Path | None) -> Path:
@@ -224,19 +232,25 @@ def invalid_config(
     stack: str | None,
     config_file: Path | None,
     command: str = "plan",
-) -> str:
-    """`invalid stack config for 'NAME':` and the problems; for a stack file without any
-    `trainstack:` key (a stack of the user's own program), the `trainstack COMMAND --program`
-    line that plans, checks or reads it instead (`plan`, `policy`, `status` and `logs` take
+) -> list[str]:
+    """One line per problem, `stack 'NAME': <key>: <what is wrong>; valid: ...`; for a stack
+    file without any `trainstack:` key (a stack of the user's own program), the `trainstack
+    COMMAND --program` line that plans, checks or reads it instead (`plan`, `policy`, `status` and `logs` take
     --program)."""
     if not isinstance(exc, NotATrainstackStack):
-        return f"invalid stack config for {name!r}:\n{exc}"
+        return config_problems(name, exc)
     folder = program_folder(stack, config_file)
-    return (
+    line = (
         f"stack {name!r} has no `trainstack:` keys, so it is not a trainstack stack; if it is "
         f"a stack of your own Pulumi program, valid: trainstack {command} --program {folder} "
         f"--stack {name}"
     )
+    return [line]
+
+
+def config_problems(name: str, exc: ConfigError) -> list[str]:
+    """`stack 'NAME': <problem>` for each of the config's problems (one per key)."""
+    return [f"stack {name!r}: {problem}" for problem in exc.errors]
 
 
 def rejected_by_program(stack: str, exc: BaseException) -> str:
@@ -248,7 +262,7 @@ def rejected_by_program(stack: str, exc: BaseException) -> str:
     """
     from trainstack.infra.mocks import engine_unwrapped
 
-    return f"invalid stack config for {stack!r}: {engine_unwrapped(exc)}"
+    return f"stack {stack!r}: {engine_unwrapped(exc)}"
 
 
 OutputsOpt = Annotated[

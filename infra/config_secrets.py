@@ -39,6 +39,7 @@ so it takes `trainer.secret_env` (read from the environment there) instead.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -138,6 +139,24 @@ def pulumi_secrets(
         secrets.update(f"{SECRET_SECTION}.env.{key}" for key in env)
     out = {name: _unwrapped(value) for name, value in values.items()}
     return out, frozenset(secrets), problems
+
+
+def ciphertext_digests(config: Mapping[str, Any]) -> dict[str, str]:
+    """The sha256 of each `trainer.env` `secure:` value as the stack file writes it (its
+    ciphertext), by env name, for the plan: `pulumi config set --secret` of a new value
+    writes a new ciphertext, so a plan diff can say that a secret input changed (and what
+    the engine does with the resources that carry it) without knowing the value. `config`
+    is the stack file's `config:` mapping. The ciphertext is in the stack file already; its
+    digest says nothing more."""
+    section = config.get(f"trainstack:{SECRET_SECTION}")
+    env = section.get("env") if isinstance(section, Mapping) else None
+    if not isinstance(env, Mapping):
+        return {}
+    return {
+        str(name): hashlib.sha256(value[SECURE_KEY].encode()).hexdigest()
+        for name, value in env.items()
+        if _secure(value)
+    }
 
 
 def secret_env_names(secrets: Collection[str]) -> frozenset[str]:

@@ -200,6 +200,14 @@ class RecordedResource:
     values: dict[str, Any] = field(default_factory=dict)
     """`inputs` with each secret's value in place of [secret], for tests (what the engine
     would send the provider)."""
+    secret_digests: dict[str, str] = field(default_factory=dict)
+    """For each input shown as [secret], the sha256 of its value with each `secure:` value
+    as its [secret] placeholder (`secret_digest`): it changes when what is not secret in the
+    input changes. Only in a run that asked for them (`run_program(digest_secrets=True)`,
+    offline: `trainstack plan` of a stack with `secure:` values)."""
+    secure_inputs: tuple[str, ...] = ()
+    """Those of `secret_digests` whose value carries a `secure:` value's placeholder: the
+    inputs the engine decrypts a `secure:` value into."""
 
     @property
     def parent(self) -> str | None:
@@ -287,8 +295,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
 class RecordingMonitor(_mocks.MockMonitor):
     """A mock monitor that also keeps each registration's parent and resource options."""
 
-    def __init__(self, mocks: RecordingMocks) -> None:
+    def __init__(self, mocks: RecordingMocks, digest_secrets: bool = False) -> None:
         super().__init__(mocks)
+        self.digest_secrets = digest_secrets
         self.recorded: list[RecordedResource] = []
         self.registered_outputs: dict[str, dict[str, Any]] = {}
 
@@ -317,6 +326,8 @@ class RecordingMonitor(_mocks.MockMonitor):
                     parent_urn=request.parent,
                     inputs=_plain(inputs),
                     values=_plain(inputs, secrets=True),
+                    secret_digests=secret_digests(inputs) if self.digest_secrets else {},
+                    secure_inputs=secure_inputs(inputs) if self.digest_secrets else (),
                     custom=bool(request.custom),
                     protect=bool(request.protect),
                     retain_on_delete=bool(request.retainOnDelete),
@@ -325,6 +336,48 @@ class RecordingMonitor(_mocks.MockMonitor):
                 )
             )
         return response
+
+
+def _holds_secret(value: Any) -> bool:
+    if isinstance(value, dict):
+        if value.get(_rpc._special_sig_key) == _rpc._special_secret_sig:
+            return True
+        return any(_holds_secret(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_secret(v) for v in value)
+    return False
+
+
+def secret_digest(value: Any) -> str | None:
+    """The sha256 of `value` (deserialized inputs) with its secrets' values in place, when
+    it holds a secret; else None.
+
+    Only for a run of trainstack's own program offline (`run_program(digest_secrets=True)`,
+    never with `secret_keys`): there every `secure:` value is its [secret] placeholder
+    (`trainstack.infra.config_secrets`) and every other secret is made of the mocks' values
+    (a kubeconfig of the mocked cluster), so what is hashed is the input's non-secret
+    content: a changed argument or env value beside the secret, or a bundle named by the
+    hash of a script that carries it, changes the digest; no secret reaches it.
+    """
+    if not _holds_secret(value):
+        return None
+    text = json.dumps(_plain(value, secrets=True), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def secure_inputs(inputs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The inputs holding a secret whose value carries the [secret] placeholder."""
+    return tuple(
+        key
+        for key, value in inputs.items()
+        if _holds_secret(value) and SECRET in json.dumps(_plain(value, secrets=True))
+    )
+
+
+def secret_digests(inputs: Mapping[str, Any]) -> dict[str, str]:
+    """`secret_digest` of each input that has one, by input name."""
+    found = {key: secret_digest(value) for key, value in inputs.items()}
+    return {key: digest for key, digest in found.items() if digest is not None}
 
 
 def _plain(value: Any, secrets: bool = False) -> Any:
@@ -420,8 +473,12 @@ def run_program(
     outputs: Mapping[str, OutputsFn] | None = None,
     invokes: Mapping[str, InvokeFn] | None = None,
     secret_keys: Collection[str] = (),
+    digest_secrets: bool = False,
 ) -> ProgramRun:
     """Run `program` under recording mocks and return what it registered.
+
+    `digest_secrets` records each resource's `secret_digests`; never with `secret_keys`
+    (then the secrets hold their decrypted values, which no digest may be taken of).
 
     `config` is the stack file's `config:` mapping (e.g. `{"gcp:project": "p",
     "trainstack:tpu": {...}}`). `secret_keys` names the config keys the engine would mark
@@ -443,6 +500,7 @@ def run_program(
             outputs=outputs,
             invokes=invokes,
             secret_keys=secret_keys,
+            digest_secrets=digest_secrets and not secret_keys,
         )
 
 
@@ -456,9 +514,10 @@ def _record(
     outputs: Mapping[str, OutputsFn] | None,
     invokes: Mapping[str, InvokeFn] | None,
     secret_keys: Collection[str],
+    digest_secrets: bool,
 ) -> ProgramRun:
     mocks = RecordingMocks(outputs=outputs, invokes=invokes, preview=preview)
-    monitor = RecordingMonitor(mocks)
+    monitor = RecordingMonitor(mocks, digest_secrets)
     logs: list[tuple[str, str]] = []
     logger = logging.getLogger(f"trainstack.mocks.{id(logs)}")
     logger.propagate = False  # keep engine messages out of the CLI's output; they are returned

@@ -28,6 +28,7 @@ from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.code_plan import code_rows, code_summary
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
+from trainstack.infra.config_secrets import ciphertext_digests
 from trainstack.infra.estimate import (
     limits_plan,
     quota_needs,
@@ -198,6 +199,9 @@ def plan_resources(recorded: Iterable[RecordedResource]) -> list[dict[str, Any]]
             # so a pull request that drops a prod bucket's protection says so in its diff.
             **({"protect": True} if r.protect else {}),
             **({"retainOnDelete": True} if r.retain_on_delete else {}),
+            # Only for an input that carries a `secure:` value: see RecordedResource.
+            **({"secret_digests": r.secret_digests} if r.secret_digests else {}),
+            **({"secure_inputs": list(r.secure_inputs)} if r.secure_inputs else {}),
         }
         for r in recorded
     ]
@@ -254,7 +258,9 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
     """
     cfg = load_stack_config(config)
     expired = image_problems(cfg, plan_date() if today is None else today)
-    run = run_program(main_program, config=config, stack=stack)
+    # Digests only where a `secure:` value made inputs secret: the bundled stacks' other
+    # secrets (a kubeconfig) plan as they did.
+    run = run_program(main_program, config=config, stack=stack, digest_secrets=bool(cfg.secrets))
     notes = [ESTIMATE_NOTE]
     if isinstance(target_of(cfg), CloudTarget):
         notes.append(QUOTA_OFFLINE_NOTE)
@@ -291,6 +297,9 @@ def build_plan(stack: str, config: Mapping[str, Any], today: date | None = None)
     if limits is not None:
         extra["limits"] = limits
     code = code_summary(cfg)
+    ciphertexts = ciphertext_digests(config)
+    if code is not None and ciphertexts:
+        code["secure_sha256"] = ciphertexts
     return {
         "stack": stack,
         "target": cfg.target,

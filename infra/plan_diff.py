@@ -17,7 +17,9 @@ written for review on GitHub:
 
 `full=True` (`trainstack plan-diff --full`) turns every one of those cuts off. Your code's
 `trainer.env` values show as `sha256:<8 hex>` (`trainstack.infra.plan_env`) unless
-`show_values=True` (`--show-values`): the comment is public to every reader of the PR.
+`show_values=True` (`--show-values`): the comment is public to every reader of the PR. An
+input that carries a `secure:` value (`[secret]`) is compared by its digests and reads "a
+secret input changed", never its value (`trainstack.infra.plan_secrets`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ from typing import Any, Final
 from trainstack.infra.plan_env import hide_credentials, hide_env_values
 from trainstack.infra.plan_inputs import integral_numbers
 from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
+from trainstack.infra.plan_secrets import (
+    fold_secrets,
+    is_secret,
+    secret_change,
+    secret_env_changes,
+)
 
 # GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
 # a workflow may add around the diff.
@@ -150,6 +158,8 @@ def _lines(value: Any) -> list[str]:
 
 def _value_change(path: str, old: Any, new: Any, full: bool, cuts: list[str]) -> str:
     """One changed input as a Markdown list item; `cuts` collects the paths shortened."""
+    if is_secret(old) or is_secret(new):
+        return secret_change(path, old, new)
     if any(isinstance(v, str) and "\n" in v for v in (old, new)):
         if _lines(old) != _lines(new):
             return _lines_change(path, _lines(old), _lines(new), full, cuts)
@@ -455,6 +465,10 @@ def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, 
     changed = [field for field in rest if base.get(field) != head.get(field)]
     if changed:
         parts.append(f"{', '.join(changed)} changed")
+    secrets = secret_env_changes(base, head)
+    if secrets:
+        names = ", ".join(f"trainer.env.{name}" for name in secrets)
+        parts.append(f"a secret input changed: {names} (its value is not shown)")
     return f"- **code** {_code(stack)}: {'; '.join(parts)}\n"
 
 
@@ -481,6 +495,8 @@ def plan_diff(
     if not show_values:
         base_plans = {stack: hide_env_values(plan) for stack, plan in base_plans.items()}
         head_plans = {stack: hide_env_values(plan) for stack, plan in head_plans.items()}
+    base_plans = {stack: fold_secrets(plan) for stack, plan in base_plans.items()}
+    head_plans = {stack: fold_secrets(plan) for stack, plan in head_plans.items()}
     cuts: list[str] = []
     blocks: list[str] = ["## trainstack plan diff\n"]
     for stack in sorted(set(base_plans) | set(head_plans)):

@@ -27,7 +27,7 @@ from typing import Final, TypeVar
 
 from trainstack.trainers.common.checkpoint import CheckpointStore, Skipped
 from trainstack.trainers.common.fingerprint import StateMismatch
-from trainstack.trainers.run_lock import FolderLock
+from trainstack.trainers.run_lock import LOCAL_RUN, FolderLock
 
 T = TypeVar("T")
 
@@ -76,13 +76,27 @@ def checkpoint_lock(url: str, run: str) -> Iterator[str | None]:
     """Hold the lock of local checkpoint folder `url` (created here) for run `run`: a
     `RunLocked` line when another live run holds it. Yields the line saying a stale lock was
     taken over, or None. A `gs://` folder has no lock (Cloud Storage has no `flock`)."""
-    folder = local_folder(url)
-    if folder is None:
+    lock = folder_lock(url, run)
+    if lock is None:
         yield None
         return
-    make_folder(folder.absolute(), "trainer.checkpoint_dir")
-    with FolderLock(folder.absolute(), run) as lock:
+    try:
         yield lock.took_over_line()
+    finally:
+        lock.release()
+
+
+def folder_lock(url: str, run: str, by: str = LOCAL_RUN) -> FolderLock | None:
+    """The lock of local checkpoint folder `url` (created here), taken for run `run` by
+    `by`; a `RunLocked` line when another live run holds it; None for a `gs://` folder (Cloud
+    Storage has no `flock`). The caller releases it (or hands it over)."""
+    folder = local_folder(url)
+    if folder is None:
+        return None
+    make_folder(folder.absolute(), "trainer.checkpoint_dir")
+    lock = FolderLock(folder.absolute(), run, by)
+    lock.acquire()
+    return lock
 
 
 SYSTEM_FOLDERS: Final = (
@@ -191,6 +205,7 @@ __all__ = [
     "checkpoint_dir_problem",
     "checkpoint_lock",
     "clear_bundled",
+    "folder_lock",
     "local_folder",
     "make_folder",
     "on_storage",

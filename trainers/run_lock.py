@@ -19,6 +19,11 @@ two pid files, and without it the second one's `--fresh` deleted the first one's
 while it trained. A record left by a killed run (its pid gone, or another process's start
 time) holds no `flock`; it is taken over, and `FolderLock.took_over` names it.
 
+`pulumi up -s local` (`trainstack.components._local_provider`) takes both locks too, but its
+processes outlive it: it hands each lock to them (`RunLock.hand_over`: the record names the
+run's first process, and the lock's file descriptor is inherited by every process it starts),
+so the kernel drops the `flock` only when the last of them exits.
+
 POSIX only (Linux, macOS); standard library only.
 """
 
@@ -38,6 +43,11 @@ from typing import Final, Self
 
 FOLDER_LOCK: Final = ".trainstack-run.lock"
 """The lock file `local-run` keeps in a local checkpoint folder while a run uses it."""
+
+LOCAL_RUN: Final = "local-run"
+PULUMI_UP: Final = "pulumi up -s local"
+HOLDERS: Final = (LOCAL_RUN, PULUMI_UP)
+"""What may hold a run's lock: `trainstack local-run`, or the processes `pulumi up` started."""
 
 
 def running_pid_file(log_path: Path) -> Path:
@@ -82,6 +92,8 @@ class RunHolder:
     """`process_start(pid)` when it took the lock; None in an older trainstack's record."""
     started_at: str | None = None
     """When it started, in UTC (ISO 8601), for people."""
+    by: str = LOCAL_RUN
+    """Which of `HOLDERS` took the lock (an older trainstack's record: local-run)."""
 
     def alive(self) -> bool:
         """The recorded process still runs: same pid and, when recorded, same start time."""
@@ -134,7 +146,9 @@ class RunHolder:
             return cls(int(text.strip()), None)  # an older trainstack's: the pid alone
         try:
             record = json.loads(text)
-            return cls(int(record["pid"]), record.get("start"), record.get("started_at"))
+            # Only a known holder's name is shown: the file is text anyone may write.
+            by = record.get("by") if record.get("by") in HOLDERS else LOCAL_RUN
+            return cls(int(record["pid"]), record.get("start"), record.get("started_at"), by)
         except (ValueError, KeyError, TypeError):
             raise UnreadableRecord(
                 f"{path} is not a local-run record ({text.strip()[:40]!r}); valid: delete it "
@@ -154,9 +168,11 @@ class RunLock:
         ...  # delete, start, supervise
     """
 
-    def __init__(self, path: Path, run: str) -> None:
+    def __init__(self, path: Path, run: str, by: str = LOCAL_RUN) -> None:
         self.path = path
         self.run = run
+        self.by = by
+        """Who takes it (one of `HOLDERS`), for the record another process reads."""
         self._fd: int | None = None
         self.took_over: RunHolder | None = None
         """The holder a stale record named when this process took the lock over."""
@@ -190,16 +206,46 @@ class RunLock:
             self.took_over = RunHolder.read(self.path)  # we hold the flock: its holder is gone
         except UnreadableRecord:
             self.took_over = None
+        self._record(os.getpid())
+
+    def _record(self, pid: int) -> None:
+        """Write the record naming process `pid` as the holder."""
+        if self._fd is None:
+            return
         holder = RunHolder(
-            os.getpid(),
-            process_start(os.getpid()),
+            pid,
+            process_start(pid),
             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            self.by,
         )
         record = json.dumps(
-            {"pid": holder.pid, "start": holder.start, "started_at": holder.started_at}
+            {
+                "pid": holder.pid,
+                "start": holder.start,
+                "started_at": holder.started_at,
+                "by": holder.by,
+            }
         )
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (record + "\n").encode(), 0)
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, (record + "\n").encode(), 0)
+
+    def fileno(self) -> int | None:
+        """The descriptor that holds the `flock` (None when not held, or nothing to guard):
+        a process that inherits it holds the lock with this one."""
+        return self._fd
+
+    def hand_over(self, pid: int) -> None:
+        """Leave the lock to the processes that inherited `fileno()` (`pid` the first of
+        them, named in the record) and close this process's descriptor: the `flock` belongs
+        to the open file, so it stays held until the last of them exits or closes it; the
+        file stays (its record says who holds it)."""
+        if self._fd is None:
+            return
+        try:
+            self._record(pid)
+        finally:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def _open(self) -> int | None:
         try:
@@ -215,7 +261,7 @@ class RunLock:
             holder = RunHolder.read(self.path)
         except UnreadableRecord:
             holder = None
-        return "another local-run" if holder is None else f"local-run {holder.describe()}"
+        return "another local-run" if holder is None else f"{holder.by} {holder.describe()}"
 
     def _held_line(self) -> str:
         who = self._holder()
@@ -255,8 +301,8 @@ class FolderLock(RunLock):
         ...  # lock.took_over: a stale record's holder, to say
     """
 
-    def __init__(self, folder: Path, run: str) -> None:
-        super().__init__(folder / FOLDER_LOCK, run)
+    def __init__(self, folder: Path, run: str, by: str = LOCAL_RUN) -> None:
+        super().__init__(folder / FOLDER_LOCK, run, by)
         self.folder = folder
 
     def _open(self) -> int | None:

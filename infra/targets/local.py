@@ -49,6 +49,7 @@ from trainstack.trainers.common.contract import (
 from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
 from trainstack.trainers.common.user_code import DEFAULT_LAUNCHER
 from trainstack.trainers.local_start import on_storage
+from trainstack.trainers.run_lock import LOCAL_RUN as LOCAL_RUN_HOLDER
 from trainstack.trainers.run_lock import RunHolder, running_pid_file
 
 if TYPE_CHECKING:
@@ -217,9 +218,10 @@ class Local(StandaloneTarget):
             for i, p in enumerate(pids)
         ]
         holder = RunHolder.read(running_pid_file(log))
-        if holder is not None and holder.alive():
+        if holder is not None and holder.by == LOCAL_RUN_HOLDER and holder.alive():
             # `trainstack local-run`: one launcher process supervising the workers; a pid the
             # OS has given to another process since does not count (its start time differs).
+            # The processes `pulumi up` started are the outputs' `local_pids`, listed above.
             hosts.append({"name": "local-run", "state": "running", "address": f"pid {holder.pid}"})
         running = any(h["state"] == "running" for h in hosts)
         if running:

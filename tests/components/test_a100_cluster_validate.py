@@ -152,7 +152,7 @@ def test_trainstack_plan_reports_the_stack_configs_messages(
     result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
     assert result.exit_code == 2
     lines = _prefixed("gpu_cluster.", message)
-    assert result.stderr == "error: invalid stack config for 'gpu':\n" + "\n".join(lines) + "\n"
+    assert result.stderr == "".join(f"error: stack 'gpu': {line}\n" for line in lines)
 
 
 @pytest.mark.parametrize(("overrides", "message"), CONFIG_CASES + COMPONENT_CASES)

@@ -83,5 +83,8 @@ def test_fresh_deletes_nothing_when_a_check_fails(tmp_path: Path) -> None:
     )
     invalid = _local_run(root, "--stack", "a", "--fresh")
     assert invalid.returncode == 2
-    assert invalid.stderr.splitlines()[0] == "error: invalid stack config for 'a':"
+    assert invalid.stderr == (
+        f"error: stack 'a': trainer.source: 'gone' is not a folder ({root / 'gone'}); valid: a "
+        "folder relative to the project root, or an absolute path\n"
+    )
     assert _steps(root) == before

@@ -52,8 +52,9 @@ def test_invalid_config_file_exits_2_naming_the_key(tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["plan", "--config-file", str(path)])
     assert result.exit_code == 2
-    assert "invalid stack config for 'broken'" in result.stderr
-    assert "environment: 'qa' is not allowed; valid: dev, staging, prod" in result.stderr
+    assert result.stderr == (
+        "error: stack 'broken': environment: 'qa' is not allowed; valid: dev, staging, prod\n"
+    )
 
 
 def test_stack_and_config_file_are_exclusive(tmp_path: Path) -> None:

@@ -418,7 +418,7 @@ def test_a_stack_file_name_that_is_no_stack_name_is_named_as_such(tmp_path: Path
     result = runner.invoke(app, ["plan", "--config-file", str(config)])
     _one_error(
         result,
-        "error: invalid stack config for 'Acme_Vertex.1':\n"
+        "error: stack 'Acme_Vertex.1': "
         f"stack name: 'Acme_Vertex.1' is not a stack name; valid: {STACK_NAME_VALID}",
     )
 
@@ -471,7 +471,7 @@ def test_a_components_own_check_is_one_line(command: str, monkeypatch: pytest.Mo
     result = runner.invoke(app, [command, "--stack", "prod-vertex-rs"])
     _one_error(
         result,
-        "error: invalid stack config for 'prod-vertex-rs': region: 'x' has no known nearest "
+        "error: stack 'prod-vertex-rs': region: 'x' has no known nearest "
         "Artifact Registry multi-region",
     )
 

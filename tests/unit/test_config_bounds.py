@@ -123,7 +123,7 @@ def test_plan_refuses_a_run_limit_bash_cannot_hold(tmp_path: Path) -> None:
     assert (result.exit_code, result.stdout, result.stderr) == (
         2,
         "",
-        "error: invalid stack config for 'forever':\n"
+        "error: stack 'forever': "
         # PyYAML reads `1e300` (no dot) as a string, which pydantic reads as the number.
         "limits.max_run_hours: '1e300' is too large; valid: <= 8760.0\n",
     )

@@ -291,11 +291,11 @@ def test_credentials_in_clear_are_refused_by_shape_naming_the_key_not_the_value(
         2,
         "",
         [
-            "error: invalid stack config for 'creds':",
-            f"trainer.env.DATABASE_URL: holds a URL with a password {IN_CLEAR}; "
+            f"error: stack 'creds': trainer.env.DATABASE_URL: holds a URL with a password {IN_CLEAR}; "
             + fix_env.format("DATABASE_URL"),
-            f"trainer.env.OPENAI: holds an API key (sk-) {IN_CLEAR}; " + fix_env.format("OPENAI"),
-            f"trainer.entrypoint[2]: holds a Hugging Face token {IN_CLEAR} (and every process "
+            f"error: stack 'creds': trainer.env.OPENAI: holds an API key (sk-) {IN_CLEAR}; "
+            + fix_env.format("OPENAI"),
+            f"error: stack 'creds': trainer.entrypoint[2]: holds a Hugging Face token {IN_CLEAR} (and every process "
             "listing on the node); valid: your code reads it from the environment, set by "
             "trainer.secret_env (Secret Manager) or a `secure:` trainer.env value",
         ],

@@ -131,9 +131,7 @@ def test_a_default_image_past_its_date_fails_the_plan(monkeypatch: pytest.Monkey
     monkeypatch.setenv("TRAINSTACK_TODAY", TODAY.isoformat())
     result = CliRunner().invoke(app, ["plan", "--stack", "dev-vertex-hpt"])
     assert result.exit_code == 2
-    assert result.stderr.replace("\n", "") == (
-        "error: invalid stack config for 'dev-vertex-hpt':" + DEFAULT_EXPIRED
-    )
+    assert result.stderr.replace("\n", "") == ("error: stack 'dev-vertex-hpt': " + DEFAULT_EXPIRED)
 
 
 @pulumi.runtime.test
@@ -176,6 +174,6 @@ def test_a_bad_trainstack_today_is_one_error(monkeypatch: pytest.MonkeyPatch) ->
     result = CliRunner().invoke(app, ["plan", "--stack", "prod-vertex-rs"])
     assert result.exit_code == 2
     assert result.stderr.replace("\n", "") == (
-        "error: invalid stack config for 'prod-vertex-rs':TRAINSTACK_TODAY: 'tomorrow' is "
+        "error: stack 'prod-vertex-rs': TRAINSTACK_TODAY: 'tomorrow' is "
         "not a date; valid: an ISO date such as 2026-11-23"
     )

@@ -132,7 +132,7 @@ def test_a_stack_over_its_hourly_limit_fails_plan_with_both_numbers(tmp_path: Pa
     path.write_text(yaml.safe_dump({"config": config}))
     result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
     assert result.exit_code == 2
-    assert result.output == f"error: invalid stack config for 'capped':\n{VERTEX_OVER}\n"
+    assert result.output == f"error: stack 'capped': {VERTEX_OVER}\n"
 
 
 def test_the_pulumi_program_fails_preview_with_the_same_message() -> None:

@@ -156,6 +156,7 @@ def test_a_second_local_run_of_a_running_run_is_refused(tmp_path: Path) -> None:
             "pid": os.getpid(),
             "start": process_start(os.getpid()),
             "started_at": record["started_at"],
+            "by": "local-run",
         }
         result = runner.invoke(app, ["local-run", "--config-file", str(config), "--fresh"])
         _one_error(
@@ -274,6 +275,14 @@ def test_an_unreachable_checkpoint_bucket(tmp_path: Path, monkeypatch: pytest.Mo
     )
 
 
+WORKERS_REFUSED = {
+    "0": "local.workers: 0 is too small; valid: >= 1",
+    "99": "trainer.global_batch_size: 8 is not divisible by the world size 99 (99 local "
+    "processes); valid: 99",
+    "two": "local.workers: 'two' is not an integer; valid: a whole number",
+}
+
+
 @pytest.mark.parametrize("given", ["0", "99", "two"])
 def test_workers_flag_stands_in_for_an_invalid_local_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
@@ -296,4 +305,4 @@ def test_workers_flag_stands_in_for_an_invalid_local_workers(
     # Without the flag the file's value is checked as before.
     result = runner.invoke(app, ["local-run", "--config-file", str(config)])
     assert (result.exit_code, started) == (2, [4])
-    assert result.stderr.splitlines()[0] == "error: invalid stack config for 'mine':"
+    assert result.stderr == "error: stack 'mine': " + WORKERS_REFUSED[given] + "\n"

@@ -52,7 +52,7 @@ def test_a_misspelt_namespace_gets_did_you_mean(project: Path) -> None:
     result = runner.invoke(app, ["plan", "--stack", "typo"])
     assert (result.exit_code, result.stderr) == (
         2,
-        "error: invalid stack config for 'typo':\n"
+        "error: stack 'typo': "
         "trainstak:local: unknown namespace `trainstak:`; did you mean `trainstack:`? "
         "valid: trainstack:local\n",
     )
@@ -70,7 +70,7 @@ def test_policy_all_checks_every_stack_then_exits_2_for_those_it_could_not(
     assert result.stderr == (
         f"error: stack 'broken' not checked: --program {project}: stack 'broken': "
         "infra/__init__.py:13: ValueError: acme:fail is 'yes'; valid: unset\n"
-        "error: invalid stack config for 'typo':\n"
+        "error: stack 'typo': "
         "trainstak:local: unknown namespace `trainstak:`; did you mean `trainstack:`? "
         "valid: trainstack:local\n"
     )

@@ -119,7 +119,7 @@ def test_a_long_bad_value_is_quoted_up_to_80_characters(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", "--config-file", str(path)])
     assert (result.exit_code, result.stderr) == (
         2,
-        "error: invalid stack config for 'long':\nenvironment: '"
+        "error: stack 'long': environment: '"
         + "x" * 59
         + "... (5,002 characters) is not allowed; valid: dev, staging, prod\n",
     )

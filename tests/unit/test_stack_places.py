@@ -285,7 +285,7 @@ def test_a_bundled_stack_that_would_write_into_the_install_is_refused(
     result = runner.invoke(app, ["status", "--stack", "example:own-trainer/rooted"])
     assert result.exit_code == 2
     assert result.stderr.replace("\n", "") == (
-        f"error: invalid stack config for 'rooted': local.root: {install / '.runs'} is inside "
+        f"error: stack 'rooted': local.root: {install / '.runs'} is inside "
         f"the installed trainstack ({install}), which is never written to; valid: an absolute "
         "folder, or run a copy of the stack file from your project"
     )

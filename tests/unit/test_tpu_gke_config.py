@@ -179,7 +179,7 @@ def test_plan_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert (result.exit_code, result.stdout, result.stderr) == (
         2,
         "",
-        "error: invalid stack config for 'bad':\n"
+        "error: stack 'bad': "
         "tpu.provisioning: 'queued' is a Cloud TPU API queued resource, which backend 'gke' "
         "does not use; valid: on-demand, spot, reserved, flex-start, or tpu.backend: tpu_vm\n",
     )

@@ -93,7 +93,6 @@ def test_plan_exits_2_naming_the_tuned_key(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
-        "error: invalid stack config for 'hpt':",
-        f"{AT}[1].values: a trial would fail: trainer.global_batch_size: 100 is not "
+        f"error: stack 'hpt': {AT}[1].values: a trial would fail: trainer.global_batch_size: 100 is not "
         f"divisible by {WORLD}; valid: 96 or 104",
     ]
