@@ -3,8 +3,8 @@
 Each function returns every problem as `<prefix><key>: <problem>; valid: <values>`. The
 component raises on `vertex_training_job_problems` (no prefix); the stack config reports
 `vertex_job_spec_problems` for `trainstack:vertex` (prefix `vertex.`), whose keys are the
-component's: machine and accelerators, replicas, Reduction Server, Spot, timeout and
-hyperparameter tuning.
+component's: machine and accelerators, replicas, Reduction Server, Spot or flex-start,
+timeout and hyperparameter tuning.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
 from trainstack.components._node_args import secret_env_names_problems
+from trainstack.components.catalog.gpu_families import VERTEX_FLEX_START_GPUS
 from trainstack.components.catalog.images import reduction_server_image
+from trainstack.components.catalog.machines import MACHINES
 from trainstack.components.catalog.problems import (
     int_problems,
     is_int,
@@ -231,6 +233,47 @@ def _values_problems(at: str, param: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def flex_start_problems(args: Mapping[str, Any], p: str = "") -> list[str]:
+    """`flex_start` and `flex_start_max_wait_s` as Vertex takes them
+    (`catalog.gpu_families.VERTEX_FLEX_START_SOURCE`)."""
+    flex = args.get("flex_start", False)
+    wait = args.get("flex_start_max_wait_s")
+    if not isinstance(flex, bool):
+        return [f"{p}flex_start: {quote(flex)} is not a boolean; valid: true, false"]
+    problems = []
+    if wait is not None and not flex:
+        problems.append(
+            f"{p}flex_start_max_wait_s: applies to flex_start, which is off; valid: "
+            "flex_start: true, or remove flex_start_max_wait_s"
+        )
+    elif wait is not None and (not is_int(wait) or wait < 0):
+        problems.append(
+            f"{p}flex_start_max_wait_s: {quote(wait)} is not a whole number of seconds >= 0; "
+            "valid: >= 0 (0 waits indefinitely)"
+        )
+    if not flex:
+        return problems
+    if args.get("spot", False) is True:
+        problems.append(
+            f"{p}flex_start: cannot be used with spot (scheduling.strategy is one of FLEX_START "
+            "or SPOT); valid: flex_start: false, or spot: false"
+        )
+    machine = MACHINES.get(str(args.get("machine_type")))
+    if machine is not None and machine.gpu_model not in VERTEX_FLEX_START_GPUS:
+        problems.append(
+            f"{p}flex_start: machine_type {quote(machine.name)} has no GPU Vertex flex-start "
+            "takes (Google: 'requests L4, A100, H100, H200, or B200 GPUs'); valid: an A2, A3 "
+            "or A4 machine type, or flex_start: false"
+        )
+    if reduction_server_enabled(args.get("reduction_server")):
+        problems.append(
+            f"{p}flex_start: cannot be used with reduction_server (Google: flex-start 'uses "
+            "the same machine configuration for all worker pools', and the reducers run on "
+            "CPU machines); valid: flex_start: false, or reduction_server.enabled: false"
+        )
+    return problems
+
+
 def vertex_job_spec_problems(
     args: Mapping[str, Any], prefix: str = "", bundled_trainer: bool = True
 ) -> list[str]:
@@ -253,6 +296,7 @@ def vertex_job_spec_problems(
     spot = args.get("spot", False)
     if not isinstance(spot, bool):
         problems.append(f"{p}spot: {quote(spot)} is not a boolean; valid: true, false")
+    problems += flex_start_problems(args, p)
     timeout_s = args.get("timeout_s")
     if timeout_s is not None:
         if not is_int(timeout_s):

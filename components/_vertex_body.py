@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from trainstack.components._node_args import keyed_node_args
 from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
+from trainstack.components.catalog.gpu_families import VERTEX_FLEX_START_DEFAULT_WAIT_HOURS
 from trainstack.components.catalog.images import (
     mirrored_image_uri,
     reduction_server_image,
@@ -191,6 +192,8 @@ def custom_job_spec(
     service_account: str | None = None,
     base_output_dir: str | None = None,
     spot: bool = False,
+    flex_start: bool = False,
+    flex_start_max_wait_s: int = VERTEX_FLEX_START_DEFAULT_WAIT_HOURS * 3600,
     timeout_s: int | None = None,
     restart_job_on_worker_restart: bool = False,
     boot_disk_size_gb: int = DEFAULT_BOOT_DISK_SIZE_GB,
@@ -251,9 +254,15 @@ def custom_job_spec(
             }
         )
     scheduling: dict[str, Any] = {
-        "strategy": "SPOT" if spot else "STANDARD",
+        "strategy": "FLEX_START" if flex_start else "SPOT" if spot else "STANDARD",
         "restartJobOnWorkerRestart": restart_job_on_worker_restart,
     }
+    if flex_start:
+        # Sent even at Vertex's default, so the body (and the plan) says how long it waits:
+        # "maximum duration that a job will wait for the requested resources ... If set to 0,
+        # the job will wait indefinitely. The default is 24 hours." (aiplatform.v1 discovery
+        # document, GoogleCloudAiplatformV1Scheduling.maxWaitDuration)
+        scheduling["maxWaitDuration"] = f"{flex_start_max_wait_s}s"
     if timeout_s is not None:
         scheduling["timeout"] = f"{timeout_s}s"
     spec: dict[str, Any] = {"workerPoolSpecs": pools, "scheduling": scheduling}
@@ -380,6 +389,10 @@ def job_body(args: Mapping[str, Any], reducers: int, **resolved: Any) -> dict[st
         "container_image_uri": args.get("container_image_uri"),
         "container_command": args.get("container_command"),
         "spot": args.get("spot", False),
+        "flex_start": args.get("flex_start", False),
+        "flex_start_max_wait_s": args.get(
+            "flex_start_max_wait_s", VERTEX_FLEX_START_DEFAULT_WAIT_HOURS * 3600
+        ),
         "timeout_s": args.get("timeout_s"),
         "restart_job_on_worker_restart": args.get("restart_job_on_worker_restart", False),
         "boot_disk_size_gb": args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_SIZE_GB),

@@ -37,6 +37,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from trainstack.components.catalog import billing, prices
+from trainstack.components.catalog.gpu_families import (
+    FLEX_START_DISCOUNT_NOTE,
+    VERTEX_FLEX_START_QUOTA_NOTE,
+)
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.catalog.supervisor_iam import CONDITION_NOTES, REACH
 from trainstack.components.catalog.supervisor_region import price_tier
@@ -349,6 +353,22 @@ VERTEX_NO_TIMEOUT_NOTE: Final = (
     "vertex: this GPU job has no scheduling.timeout, so Vertex's default of 7 days "
     "caps a hung or stalled run; set limits.max_run_hours or vertex.timeout_s"
 )
+
+
+def vertex_flex_start_note(max_wait_s: int) -> str:
+    """What a FLEX_START job may wait and what it costs (`catalog.gpu_families`)."""
+    wait = (
+        "indefinitely (maxWaitDuration 0s)"
+        if max_wait_s == 0
+        else f"up to {max_wait_s / 3600:g} hours (maxWaitDuration {max_wait_s}s)"
+    )
+    return (
+        f"vertex: flex-start (scheduling.strategy FLEX_START): the job queues {wait} for "
+        "all its GPUs at once, then runs at most its scheduling.timeout (7 days at most); "
+        + FLEX_START_DISCOUNT_NOTE
+        + "; "
+        + VERTEX_FLEX_START_QUOTA_NOTE
+    )
 
 
 # --------------------------------------------------------------------------- run supervisor

@@ -113,6 +113,7 @@ from trainstack.components._vertex_provider import (
     HyperparameterTuningJob,
     VertexJobProvider,
 )
+from trainstack.components.catalog.gpu_families import VERTEX_FLEX_START_DEFAULT_WAIT_HOURS
 from trainstack.components.catalog.gpus import VertexAcceleratorType
 from trainstack.components.catalog.images import (
     DEFAULT_EXECUTOR_IMAGE,
@@ -135,6 +136,7 @@ from trainstack.components.catalog.vertex import (
 from trainstack.components.facts import (
     VERTEX_NO_TIMEOUT_NOTE,
     make_facts,
+    vertex_flex_start_note,
     vertex_quota,
     vertex_summary,
 )
@@ -322,6 +324,12 @@ class VertexTrainingJobArgs(TypedDict):
     """gs:// URL (the checkpoint bucket); sets AIP_CHECKPOINT_DIR, AIP_MODEL_DIR, ..."""
     spot: NotRequired[bool]
     """Run on Spot capacity (scheduling.strategy SPOT)."""
+    flex_start: NotRequired[bool]
+    """Queue for Dynamic Workload Scheduler capacity (scheduling.strategy FLEX_START; GPU
+    machines, not with spot or reduction_server)."""
+    flex_start_max_wait_s: NotRequired[int]
+    """flex_start: how long the job may wait for its machines (scheduling.maxWaitDuration;
+    default 24 hours, Vertex's own; 0 waits indefinitely)."""
     timeout_s: NotRequired[int]
     """Maximum running time; Vertex's default is 7 days."""
     restart_job_on_worker_restart: NotRequired[bool]
@@ -370,14 +378,20 @@ def vertex_job_facts(args: VertexTrainingJobArgs, reducers: int, project: str) -
     )
     tuning = args.get("hyperparameter_tuning")
     trials = 1 if tuning is None else int(tuning["parallel_trial_count"])
-    sizing = (machine_type, replicas, reducers, reducer, args.get("spot", False))
+    spot, flex = args.get("spot", False), args.get("flex_start", False)
+    sizing = (machine_type, replicas, reducers, reducer)
     gpus = MACHINES[machine_type].gpus
+    notes = [VERTEX_NO_TIMEOUT_NOTE] if gpus and args.get("timeout_s") is None else []
+    if flex:
+        wait = args.get("flex_start_max_wait_s", VERTEX_FLEX_START_DEFAULT_WAIT_HOURS * 3600)
+        notes.append(vertex_flex_start_note(wait))
     return make_facts(
         "VertexTrainingJob",
         "vertex",
-        **vertex_summary(*sizing, trials),
-        quota=vertex_quota(*sizing, args["region"], trials),
-        notes=[VERTEX_NO_TIMEOUT_NOTE] if gpus and args.get("timeout_s") is None else [],
+        # Priced on demand (no flex-start price is sourced), counted on preemptible quota.
+        **vertex_summary(*sizing, spot, trials),
+        quota=vertex_quota(*sizing, spot or flex, args["region"], trials),
+        notes=notes,
         status={"project": project, "region": args["region"]},
         logs={"platform": "vertex", "workers": replicas},
     )

@@ -105,6 +105,23 @@ FLEX_START_QUOTA_NOTE: Final = (
     "flex-start draws on the preemptible GPU quota (frontier.md 5.2, Compute Engine; taken "
     "to hold on GKE too, unverified)"
 )
+VERTEX_FLEX_START_SOURCE: Final = (
+    "https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws: 'set the "
+    "scheduling.strategy API field to FLEX_START'; requirements 'requests L4, A100, H100, H200, "
+    "or B200 GPUs', 'a maximum timeout of 7 days or less', 'uses the same machine "
+    "configuration for all worker pools'"
+)
+VERTEX_FLEX_START_GPUS: Final[tuple[GpuModel, ...]] = (
+    "A100 40GB", "A100 80GB", "H100 80GB", "H100 Mega 80GB", "H200 141GB", "B200",
+)  # fmt: skip
+"""The catalog's GPUs among those Vertex flex-start takes (VERTEX_FLEX_START_SOURCE; L4 is not
+in the catalog). All of them: kept so a GPU added later is checked, not assumed."""
+VERTEX_FLEX_START_QUOTA_NOTE: Final = (
+    "Vertex flex-start is taken to draw on Vertex AI preemptible GPU quota ('Make sure you "
+    "have sufficient Vertex AI preemptible quota', Google's flex-start page for Vertex "
+    "inference, https://docs.cloud.google.com/vertex-ai/docs/predictions/use-flex-start-vms; "
+    "the training page does not say, unverified)"
+)
 GKE_FLEX_START_VERSION: Final = "1.32.2-gke.1652000"
 """GPUs on GKE flex-start need at least this version (frontier.md 5.1, G-GKEDWS)."""
 FLEX_START_ZONES_NOTE: Final = (

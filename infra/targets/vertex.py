@@ -136,7 +136,9 @@ class Vertex(CloudTarget):
     def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         vx = _vx(cfg)
         assert cfg.region is not None
-        return vertex_quota(*_sizing(vx), vx.spot, vx.region or cfg.region, _trials(vx))
+        # Flex-start counts on preemptible quota (catalog.gpu_families.VERTEX_FLEX_START_QUOTA_NOTE).
+        spot = vx.spot or vx.flex_start
+        return vertex_quota(*_sizing(vx), spot, vx.region or cfg.region, _trials(vx))
 
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         timeout = vertex_timeout_s(_vx(cfg), seconds)
@@ -238,7 +240,7 @@ class Vertex(CloudTarget):
         plugin_image: ReductionServerImage | None = ctx.extras.get("plugin_image")
         assert cfg.project is not None and cfg.region is not None
         # The section's job keys are the component's (machine, accelerators, replicas,
-        # reduction_server, spot, timeout_s, hyperparameter_tuning): passed on as they are.
+        # reduction_server, spot, flex_start, timeout_s, hyperparameter_tuning): passed on as they are.
         args = cast(
             VertexTrainingJobArgs,
             {

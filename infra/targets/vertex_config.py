@@ -89,6 +89,12 @@ class VertexConfig(Section):
     """Machines including the chief (pool 0 has 1, pool 1 the rest)."""
     reduction_server: ReductionServerConfig = ReductionServerConfig()
     spot: bool = False
+    flex_start: bool = False
+    """Dynamic Workload Scheduler: scheduling.strategy FLEX_START (not with spot or
+    reduction_server)."""
+    flex_start_max_wait_s: int | None = None
+    """flex_start: how long the job may wait for its machines (None: Vertex's 24 hours,
+    sent explicitly; 0 waits indefinitely)."""
     region: str | None = None
     """Vertex location; defaults to gcp:region."""
     service_account: str | None = None

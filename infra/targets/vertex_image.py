@@ -15,6 +15,7 @@ from datetime import date
 from typing import TYPE_CHECKING, cast
 
 from trainstack.components._naming import account_id
+from trainstack.components.catalog.gpu_families import VERTEX_FLEX_START_DEFAULT_WAIT_HOURS
 from trainstack.components.catalog.images import (
     REGISTRY_STORAGE_PRICE_SOURCE,
     image_availability_problem,
@@ -27,7 +28,7 @@ from trainstack.components.catalog.reduction_server import (
     PACKAGE,
     PLUGIN_PATH,
 )
-from trainstack.components.facts import VERTEX_NO_TIMEOUT_NOTE
+from trainstack.components.facts import VERTEX_NO_TIMEOUT_NOTE, vertex_flex_start_note
 from trainstack.components.image_mirror import repository_id
 from trainstack.components.reduction_server_image import ACCOUNT_ROLE
 from trainstack.components.reduction_server_image import repository_id as plugin_repository_id
@@ -76,6 +77,9 @@ def builds_plugin_image(cfg: StackView) -> bool:
     return uses_image_mirror(cfg) and cast(VertexConfig, cfg.compute).reducer_count() > 0
 
 
+VERTEX_FLEX_START_WAIT_S = VERTEX_FLEX_START_DEFAULT_WAIT_HOURS * 3600
+
+
 def vertex_plan_notes(cfg: StackView, deployment: str) -> list[str]:
     """Plan notes for a Vertex stack: the Docker Hub mirror the default image comes through,
     and a GPU job left without a run limit (Vertex's 7-day default)."""
@@ -104,6 +108,9 @@ def vertex_plan_notes(cfg: StackView, deployment: str) -> list[str]:
         )
     if vx.gpus_per_replica and vertex_timeout_s(vx, cfg.limits.max_run_seconds) is None:
         notes.append(VERTEX_NO_TIMEOUT_NOTE)
+    if vx.flex_start:
+        wait = vx.flex_start_max_wait_s
+        notes.append(vertex_flex_start_note(VERTEX_FLEX_START_WAIT_S if wait is None else wait))
     return notes
 
 
