@@ -9,11 +9,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.components.test_run_supervisor_function import RUN, STATE, World, _summary, _world
-from tests.components.test_run_supervisor_function import gcs as gcs  # the fixture, by name
+from tests.components.test_run_supervisor_function import (
+    RUN,
+    STATE,
+    World,
+    _summary,
+    _world,
+    gcs,
+)
 from trainstack.components._discovery import validate_body
 from trainstack.components.run_supervisor import supervisor_config
 from trainstack.infra.supervision import stop_command
+
+__all__ = ["gcs"]  # the fixture, used by name
 
 CLUSTER = "projects/p/locations/us-east5-b/clusters/exp-42-tpu"
 POOLS = ["tpu-0", "tpu-1"]
