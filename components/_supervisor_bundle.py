@@ -104,10 +104,12 @@ def supervisor_config(
     recover: bool | None = None,
     run: dict[str, Any] | None = None,
     instances: list[str] | None = None,
+    pools: list[str] | None = None,
 ) -> dict[str, Any]:
     """`config.json` of the bundle: its state (and the marker it recovers under) is in
     `state_bucket`, the supervisor's own; `instances`: a `mig`'s VMs, which it deletes by
-    name at the run's end (their per-instance configs with them)."""
+    name at the run's end (their per-instance configs with them); `pools`: a `node_pools`
+    cluster's pools (ids), each set to 0 nodes at the run's end."""
     if kind not in RESOURCE_NAMES:
         raise ValueError(f"kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}")
     if not RESOURCE_NAMES[kind].match(resource_name):
@@ -121,7 +123,7 @@ def supervisor_config(
             f"recover: only a TPU slice with its body is recreated; kind {kind!r}"
             + ("" if kind not in TPU_KINDS else " has no body")
         )
-    problem = instances_problem(kind, instances)
+    problem = instances_problem(kind, instances) or pools_problem(kind, pools)
     if problem:
         raise ValueError(problem)
     unknown = sorted(set(run or {}) - RUN_KEYS)
@@ -139,7 +141,24 @@ def supervisor_config(
         "run": dict(run or {}),
         "state_uri": f"gs://{state_bucket}",
     }
+    config |= {"pools": list(pools)} if pools is not None else {}
     return config | ({"instances": list(instances)} if instances is not None else {})
+
+
+def pools_problem(kind: str, pools: object, key: str = "pools") -> str | None:
+    """The one rule of a supervisor's `pools`: a `node_pools` cluster's pool ids (one or
+    more, each once), nothing for the other kinds."""
+    if kind != "node_pools":
+        return None if pools is None else f"{key}: only node_pools has pools; kind {kind!r}"
+    valid = "valid: the cluster's node pool ids, one or more, each once"
+    if not isinstance(pools, list | tuple) or not pools:
+        return f"{key}: {pools!r} names no node pool; {valid}"
+    for pool in pools:
+        if not isinstance(pool, str) or not INSTANCE_NAME.match(pool):
+            return f"{key}: {pool!r} is not a node pool id; {valid}"
+    if len(set(pools)) < len(pools):
+        return f"{key}: {list(pools)!r} names a node pool twice; {valid}"
+    return None
 
 
 def node_count_problem(run: dict[str, Any]) -> str | None:

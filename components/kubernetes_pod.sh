@@ -44,6 +44,17 @@ python=""
 stage=job
 records="${TRAINSTACK_RUN_RECORD:-}"
 rank="${JOB_COMPLETION_INDEX:-}"
+# A GKE TPU pod (TpuGkeSlices' JobSet): JOB_COMPLETION_INDEX is its place in its slice's Job
+# and repeats in every slice; its node rank is the one the node launcher reports and beats
+# under, slice x hosts + worker (trainers/common/cluster.py, _from_tpu_vm), from the TPU
+# webhook's TPU_WORKER_ID / TPU_WORKER_HOSTNAMES and JobSet's MEGASCALE_SLICE_ID (empty on
+# one slice, as the downward API gives a label the pod lacks).
+if [[ "${TPU_WORKER_ID:-}" =~ ^[0-9]+$ ]]; then
+  IFS=, read -r -a tpu_hosts <<<"${TPU_WORKER_HOSTNAMES:-}"
+  tpu_slice="${MEGASCALE_SLICE_ID:-0}"
+  [[ "$tpu_slice" =~ ^[0-9]+$ ]] || tpu_slice=0
+  rank=$((tpu_slice * (${#tpu_hosts[@]} > 0 ? ${#tpu_hosts[@]} : 1) + TPU_WORKER_ID))
+fi
 last_attempt=0
 if [ -n "${TRAINSTACK_BACKOFF_LIMIT_PER_INDEX:-}" ] &&
   [ "${TRAINSTACK_INDEX_FAILURES:-0}" -ge "$TRAINSTACK_BACKOFF_LIMIT_PER_INDEX" ]; then

@@ -115,6 +115,7 @@ from trainstack.components._supervisor_bundle import (
     build_source,
     instances_problem,
     max_total_usd_problem,
+    pools_problem,
     source_zip,
     supervisor_config,
 )
@@ -211,9 +212,10 @@ class RunSupervisorArgs(TypedDict):
     services (`trainstack.components.catalog.supervisor_region.supervisor_region`)."""
     deployment_name: str
     """Names the account, roles, function, job and state bucket."""
-    kind: Literal["node", "queued", "mig", "node_pool"]
+    kind: Literal["node", "queued", "mig", "node_pool", "node_pools"]
     """`node`: a `gcp.tpu.V2Vm`; `queued`: a queued resource; `mig`: a Compute Engine managed
-    instance group; `node_pool`: a GKE node pool."""
+    instance group; `node_pool`: a GKE node pool; `node_pools`: a GKE cluster's TPU slice
+    pools (`node_pools`)."""
     resource_name: pulumi.Input[str]
     """The compute's full name (`NAME_FORMS`)."""
     body: NotRequired[pulumi.Input[dict[str, Any]]]
@@ -222,6 +224,9 @@ class RunSupervisorArgs(TypedDict):
     instances: NotRequired[list[str]]
     """`mig` (required): the group's VMs by name (`A100Cluster`'s `instance_names`), which it
     deletes at the run's end, their per-instance configs with them; no other kind has any."""
+    node_pools: NotRequired[list[str]]
+    """`node_pools` (required): the pools' ids in the cluster `resource_name` names
+    (`TpuGkeSlices`' `tpu-<i>`), each set to 0 nodes at the run's end; no other kind has any."""
     recover: NotRequired[bool]
     """Recreate a preempted slice (TPU kinds; default True for them, False otherwise)."""
     run: NotRequired[pulumi.Input[dict[str, Any]]]
@@ -260,6 +265,9 @@ def _problems(args: RunSupervisorArgs) -> list[str]:
     instances_error = instances_problem(kind, args.get("instances"), "RunSupervisor.instances")
     if instances_error:
         problems.append(instances_error)
+    pools_error = pools_problem(kind, args.get("node_pools"), "RunSupervisor.node_pools")
+    if pools_error:
+        problems.append(pools_error)
     region_error = region_problem(args["region"], "RunSupervisor.region")
     if region_error:
         problems.append(region_error)
@@ -367,7 +375,14 @@ class RunSupervisor(pulumi.ComponentResource):
             args["resource_name"], args.get("body", {}), self.state_bucket.name, args.get("run", {})
         ).apply(
             lambda v: supervisor_config(
-                kind, v[0], v[1], v[2], recover=recover, run=v[3], instances=args.get("instances")
+                kind,
+                v[0],
+                v[1],
+                v[2],
+                recover=recover,
+                run=v[3],
+                instances=args.get("instances"),
+                pools=args.get("node_pools"),
             )
         )
         # Chosen now: the cwd when the component is built is the program's project.
@@ -502,7 +517,7 @@ class RunSupervisor(pulumi.ComponentResource):
             pulumi.Output.from_input(args["resource_name"]).apply(
                 lambda pool: projects.IAMMemberConditionArgs(**cluster_condition(pool))
             )
-            if kind == "node_pool"
+            if kind in ("node_pool", "node_pools")
             else None
         )
         self.role, grant, role = role_and_grant(

@@ -31,7 +31,7 @@ slices without arguments.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Any, Final, NamedTuple, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -50,6 +50,7 @@ from trainstack.components._tpu_jobset import (
 )
 from trainstack.components.a100_cluster._common import CLOUD_PLATFORM_SCOPE, RESERVATION_KEY
 from trainstack.components.a100_cluster.gke import (
+    CLUSTER_NAME_MAX,
     NODE_IMAGE_TYPE,
     gke_cluster,
     gke_console_url,
@@ -337,13 +338,7 @@ class TpuGkeSlices(pulumi.ComponentResource):
 
         def build(values: list[Any]) -> dict[str, Any]:
             merged, package_uri, checkpoint_url, node_args = values
-            env = {PACKAGE_URI_ENV: package_uri}
-            if checkpoint_url:
-                keyed = node_argv(
-                    None, [], keyed_node_args(node_args, plain.get("secret_env_names") or ())
-                )
-                shape = {**plain, "node_count": vms * slices, "gpus_per_node": 0}
-                env |= pod_run_env(checkpoint_url, package_uri, keyed, shape)
+            env = _pod_env(plain, vms * slices, package_uri, checkpoint_url, node_args)
             return jobset_manifest(
                 name=job,
                 namespace=NAMESPACE,
@@ -412,10 +407,68 @@ class TpuGkeSlices(pulumi.ComponentResource):
         )
 
 
+def _pod_env(
+    plain: Mapping[str, Any],
+    hosts: int,
+    package_uri: str,
+    checkpoint_url: str | None,
+    node_args: Sequence[str],
+) -> dict[str, str]:
+    """The pods' trainstack variables: the package and, with a checkpoint bucket, the run's
+    records (`pod_run_env`, keyed by the run's arguments as the GPU Job's pods are)."""
+    env = {PACKAGE_URI_ENV: package_uri}
+    if checkpoint_url:
+        keyed = node_argv(None, [], keyed_node_args(node_args, plain.get("secret_env_names") or ()))
+        shape = {**plain, "node_count": hosts, "gpus_per_node": 0}
+        env |= pod_run_env(checkpoint_url, package_uri, keyed, shape)
+    return env
+
+
+class SupervisedSlices(NamedTuple):
+    """What the run supervisor of a `TpuGkeSlices` stops (`supervised_slices`)."""
+
+    cluster: pulumi.Output[str]
+    """`projects/P/locations/Z/clusters/C` (`catalog.supervisor_iam.NAME_FORMS`)."""
+    pools: list[str]
+    """The slices' pools, `tpu-<i>`."""
+    run_record: pulumi.Output[str] | None
+    """The run's record prefix the pods write (None without a checkpoint bucket)."""
+    hosts: int
+    """TPU VMs in all slices: one heartbeat each, by global rank."""
+
+
+def supervised_slices(args: TpuGkeSlicesArgs) -> SupervisedSlices:
+    """What a `TpuGkeSlices` built from `args` bills for and its run supervisor stops, known
+    before the component is registered (its supervisor comes first)."""
+    found = component_check("TpuGkeSlices", _validate, args)
+    slices, hosts = int(args.get("slices", 1)), gke_vms(found) * int(args.get("slices", 1))
+    name = gcp_name(args["deployment_name"], "tpu", max_len=CLUSTER_NAME_MAX)
+    cluster = pulumi.Output.concat(
+        "projects/", args["project"], f"/locations/{args['zone']}/clusters/{name}"
+    )
+    checkpoint_url = args.get("checkpoint_url")
+    plain: dict[str, Any] = dict(args)
+    record = (
+        None
+        if checkpoint_url is None
+        else pulumi.Output.all(args["package_uri"], checkpoint_url, args["node_args"]).apply(
+            lambda v: _pod_env(plain, hosts, v[0], v[1], v[2]).get(RUN_RECORD_ENV, "")
+        )
+    )
+    return SupervisedSlices(cluster, [f"{POOL_PREFIX}{i}" for i in range(slices)], record, hosts)
+
+
 def _run_record(manifest: Mapping[str, Any]) -> str:
     pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     return str(env.get(RUN_RECORD_ENV) or "")
 
 
-__all__ = ["REPLICATED_JOB", "TpuGkeSlices", "TpuGkeSlicesArgs", "tpu_gke_slices_problems"]
+__all__ = [
+    "REPLICATED_JOB",
+    "SupervisedSlices",
+    "TpuGkeSlices",
+    "TpuGkeSlicesArgs",
+    "supervised_slices",
+    "tpu_gke_slices_problems",
+]

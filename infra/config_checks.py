@@ -136,11 +136,7 @@ SPEND_CAP_PROBLEM = (
 
 
 def _kind(target: Target) -> str:
-    """A target by its section, or by `limits_name` where its section's targets differ in
-    `supervised` (`tpu` backend `tpu_vm` has a supervisor, backend `gke` not yet)."""
-    peers = by_section(target.section)
-    if target.limits_name and any(p.supervised != target.supervised for p in peers):
-        return target.limits_name
+    """A target by its section (every target of a section is `supervised` alike)."""
     return target.section
 
 

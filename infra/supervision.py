@@ -95,6 +95,15 @@ def stop_command(resource: str, instances: Sequence[str] | None = None) -> str:
             f"--instances={','.join(instances or [])} --skip-instances-on-validation-error "
             f"--zone={parts[3]} --project={parts[1]}"
         )
+    if "/clusters/" in resource and "/nodePools/" not in resource:
+        # A TPU stack's slices, one pool each (`instances`: the pools' ids). A flex-start
+        # pool's autoscaler may add nodes back while its pods wait; its pods are then the
+        # JobSet's to delete (`kubectl delete jobset`).
+        return " && ".join(
+            f"gcloud container clusters resize {parts[5]} --node-pool={pool} "
+            f"--num-nodes=0 --zone={parts[3]} --project={parts[1]}"
+            for pool in instances or []
+        )
     if "/nodePools/" in resource:
         return (
             f"gcloud container clusters resize {parts[5]} --node-pool={parts[7]} "
@@ -119,7 +128,7 @@ def supervisor_roles(
     else:
         role = f"projects/{project}/roles/{earlier_role_id(stack)}"
         read = f"projects/{project}/roles/{earlier_role_id(stack, 'Read')}"
-    if "/nodePools/" not in resource:
+    if "/clusters/" not in resource:
         return f"its role ({role})"
     # A node pool's supervisor reads the pool under a role granted on a condition, and the
     # pool's instance groups under a second, read-only role (`supervisor_iam.READ_PERMISSIONS`).

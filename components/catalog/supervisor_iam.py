@@ -16,12 +16,14 @@ RESOURCE_NAMES: Final = {
     "node_pool": re.compile(
         r"^projects/[^/]+/locations/[^/]+/clusters/[a-z][-a-z0-9]*/nodePools/[a-z][-a-z0-9]*$"
     ),
+    "node_pools": re.compile(r"^projects/[^/]+/locations/[^/]+/clusters/[a-z][-a-z0-9]*$"),
 }
 NAME_FORMS: Final = {
     "node": "projects/P/locations/Z/nodes/NAME",
     "queued": "projects/P/locations/Z/queuedResources/NAME",
     "mig": "projects/P/zones/Z/instanceGroupManagers/NAME",
     "node_pool": "projects/P/locations/L/clusters/C/nodePools/NAME",
+    "node_pools": "projects/P/locations/L/clusters/C",
 }
 
 
@@ -96,6 +98,12 @@ PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     # resource name: container.clusters.update" (its REST page). Granted on the one cluster
     # only (`cluster_condition`); the pool's instance groups are read under `READ_PERMISSIONS`.
     "node_pool": ("container.clusters.get", "container.clusters.update"),
+    # The TPU slices' pools: the same calls, and nodePools.setAutoscaling for a flex-start
+    # pool, which "Authorization requires the following IAM permission on the specified
+    # resource name: container.clusters.update" as setSize does (container.v1 REST pages,
+    # https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.
+    # clusters.nodePools/setAutoscaling; not checked on a live project).
+    "node_pools": ("container.clusters.get", "container.clusters.update"),
 }
 """The custom role's permissions: the calls `supervisor/main.py` makes. A TPU slice that is
 not recovered (on-demand, reserved) only needs `STOP_ONLY_PERMISSIONS`."""
@@ -105,6 +113,7 @@ STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
 }
 READ_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "node_pool": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"),
+    "node_pools": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"),
 }
 """A second, read-only role granted without a condition: the GKE pool's instance groups (the
 pool reports no size of its own), which IAM conditions cannot name (`cluster_condition`)."""
@@ -139,6 +148,7 @@ REACH: Final = {
     "queued": "{verbs} any TPU node or queued resource in project {project} (tpu.nodes.*)",
     "mig": "read any managed instance group in project {project} and delete its VMs",
     "node_pool": "read any managed instance group in project {project}",
+    "node_pools": "read any managed instance group in project {project}",
 }
 """What a project-wide compute grant of each kind lets the supervisor's account do beyond the
 stack (`CONDITIONS_SOURCE`); `{verbs}`: get, delete and create for a slice it recovers, get
@@ -155,6 +165,10 @@ CONDITION_NOTES: Final = {
     "cluster's name, which GKE evaluating for node-pool calls is unverified: if it does not, "
     "the grant never applies and the supervisor cannot stop the pool (each check records a "
     "403)",
+    "node_pools": "its resize grant is held to the stack's cluster by an IAM condition on the "
+    "cluster's name, which GKE evaluating for node-pool calls is unverified: if it does not, "
+    "the grant never applies and the supervisor cannot stop the slices' pools (each check "
+    "records a 403)",
 }
 """What the plan says of IAM conditions on each kind's compute grant (`CONDITIONS_SOURCE`)."""
 STORAGE_OBJECT_NAME: Final = "projects/_/buckets/{bucket}/objects/{object}"
@@ -213,10 +227,10 @@ BUILD_COPY_CONDITION: Final = {
 
 def cluster_condition(node_pool: str) -> dict[str, str]:
     """The IAM condition that holds a grant to the cluster of `node_pool`
-    (`projects/P/locations/L/clusters/C/nodePools/N`), in both of GKE's name forms
-    (`CONDITIONS_SOURCE`)."""
-    match = RESOURCE_NAMES["node_pool"].match(node_pool)
-    if not match:
+    (`projects/P/locations/L/clusters/C/nodePools/N`, or the cluster's own name for the
+    `node_pools` kind), in both of GKE's name forms (`CONDITIONS_SOURCE`)."""
+    kind = "node_pools" if RESOURCE_NAMES["node_pools"].match(node_pool) else "node_pool"
+    if not RESOURCE_NAMES[kind].match(node_pool):
         raise ValueError(
             f"resource_name: {node_pool!r} is not a node_pool name; valid: {NAME_FORMS['node_pool']}"
         )
@@ -229,6 +243,10 @@ def cluster_condition(node_pool: str) -> dict[str, str]:
     clauses += [f'resource.name.startsWith("{n}/nodePools/")' for n in names]
     return {
         "title": f"only cluster {cluster}"[:100],
-        "description": "The supervisor resizes this cluster's GPU node pool and no other.",
+        "description": (
+            "The supervisor resizes this cluster's TPU node pools and no other."
+            if kind == "node_pools"
+            else "The supervisor resizes this cluster's GPU node pool and no other."
+        ),
         "expression": " || ".join(clauses),
     }

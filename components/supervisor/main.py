@@ -1,8 +1,9 @@
 """trainstack run supervisor: brings a preempted TPU slice back and stops a run's compute at
 its end. An HTTP Cloud Functions (gen2) function that Cloud Scheduler calls every few minutes
 (`trainstack.components.run_supervisor` ships it and `supervisor_store.py` with `config.json`:
-`kind` (`node`, `queued`, `mig`, `node_pool`), `name` (the resource's full name), `body` (TPU
-kinds: the REST body it is created again with), `instances` (`mig`: its VMs' names), `recover`,
+`kind` (`node`, `queued`, `mig`, `node_pool`, `node_pools`), `name` (the resource's full name;
+`node_pools`: the cluster's), `body` (TPU kinds: the REST body it is created again with),
+`instances` (`mig`: its VMs' names), `pools` (`node_pools`: the pools' ids), `recover`,
 `state_uri` (its own bucket), `run` (below)). Each call looks once and waits for nothing.
 
 Recovery (`recover`): a Spot node PREEMPTED or TERMINATED, or a queued resource SUSPENDED
@@ -44,7 +45,7 @@ and a GKE node pool is set to 0 nodes, which deletes their VMs
 scheduled even if the instances are still being deleted" (compute.v1 discovery,
 `deleteInstances`): the group or pool is "stopping", its spend still counted and nothing
 called again, until a check finds its instances gone and writes "compute stopped". How each
-kind is read and stopped: `supervisor_targets.py` (`Tpu`, `Group`, `NodePool`).
+kind is read and stopped: `supervisor_targets.py` (`Tpu`, `Group`, `NodePool`, `NodePools`).
 
 Every action is one JSON line appended to `<state_uri>/events.jsonl` (time, resource, state
 seen, action, result, attempt, next allowed time; a stop adds `reason`, `spend_usd` and, for

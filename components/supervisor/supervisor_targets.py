@@ -1,6 +1,6 @@
 """The compute the run supervisor (`main.py` beside it) looks after, through Google's REST
 APIs: a TPU node or queued resource (`Tpu`), a Compute Engine managed instance group
-(`Group`), a GKE node pool (`NodePool`). Each says what state it is in, whether that bills,
+(`Group`), a GKE node pool (`NodePool`), a GKE cluster's TPU slice pools (`NodePools`). Each says what state it is in, whether that bills,
 and how it is stopped; `main.py` decides when. Shipped in the bundle beside `main.py`."""
 
 from __future__ import annotations
@@ -227,8 +227,81 @@ class NodePool:
         self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
 
 
-Target = Tpu | Group | NodePool
-TARGETS: dict[str, type[Target]] = {"node": Tpu, "queued": Tpu, "mig": Group, "node_pool": NodePool}
+AUTOSCALED_STOP: Json = {
+    "autoscaling": {
+        "enabled": True,
+        "totalMinNodeCount": 0,
+        "totalMaxNodeCount": 0,
+        "locationPolicy": "ANY",
+    }
+}
+"""How an autoscaled (flex-start) pool is stopped: `nodePools.setAutoscaling` ("Sets the
+autoscaling settings for the specified node pool", container.v1 discovery, POST
+`v1/{+name}:setAutoscaling`, `SetNodePoolAutoscalingRequest.autoscaling`) with its bounds
+at 0: NodePoolAutoscaling.totalMaxNodeCount "Maximum number of nodes in the node pool. Must
+be greater than or equal to total_min_node_count", totalMinNodeCount "Must be greater than
+or equal to 0". The cluster autoscaler owns such a pool's size ("the cluster autoscaler
+adds nodes to the node pool ... removes nodes ... to the minimum size that you designate",
+https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler), so a
+`setSize` alone would be undone while the slice's pods ask for nodes; with a maximum of 0
+it adds none. That the autoscaler then removes nodes still running pods is not stated on a
+page read here: until they are gone the pool counts as stopping and bills."""
+
+
+class NodePools:
+    """A GKE cluster's node pools (container v1), one per TPU slice: billing while any of
+    their instance groups has a VM running (summed as `NodePool` reads one pool); stopped by
+    setting each pool to 0 (`nodePools.setSize`), an autoscaled one's bounds to 0
+    (`AUTOSCALED_STOP`); done once their groups hold no VM. `name` is the cluster's,
+    `pools` the pools' ids in it."""
+
+    STOPS_AT_ONCE = False
+
+    def __init__(self, config: Json, credentials: Any) -> None:
+        self.api = _api("container", "v1", CONTAINER_ENDPOINT_ENV, credentials)
+        self.groups = Group(config, credentials)
+        self.name: str = config["name"]
+        self.pool_names = [f"{self.name}/nodePools/{pool}" for pool in config["pools"]]
+        self.pools = self.api.projects().locations().clusters().nodePools()
+        self.seen: dict[str, bool] = {}
+        """The pools found at the last `state()`: whether each is autoscaled."""
+
+    def state(self) -> str:
+        self.seen, views, running = {}, [], 0
+        for name in self.pool_names:
+            pool = _found(self.pools.get(name=name))
+            if pool is None:
+                continue
+            # NodePool.autoscaling.enabled: "Is autoscaling enabled for this node pool."
+            self.seen[name] = (pool.get("autoscaling") or {}).get("enabled") is True
+            for url in pool.get("instanceGroupUrls", []):
+                view = self.groups.view(url)
+                if view is not None:
+                    views.append(view)
+                    running += self.groups.running_in(url, view[0])
+        self.groups.running = running
+        return _size_state(views) if self.seen else NOT_FOUND
+
+    def billing(self, seen: str) -> bool:
+        return self.groups.billing(seen)
+
+    def stop(self) -> None:
+        """Every pool found at the last check (a deleted one bills nothing)."""
+        for name, autoscaled in self.seen.items():
+            if autoscaled:
+                self.pools.setAutoscaling(name=name, body=AUTOSCALED_STOP).execute(num_retries=2)
+            else:
+                self.pools.setSize(name=name, body={"nodeCount": 0}).execute(num_retries=2)
+
+
+Target = Tpu | Group | NodePool | NodePools
+TARGETS: dict[str, type[Target]] = {
+    "node": Tpu,
+    "queued": Tpu,
+    "mig": Group,
+    "node_pool": NodePool,
+    "node_pools": NodePools,
+}
 
 
 def target_of(config: Json, credentials: Any) -> Target:

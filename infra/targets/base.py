@@ -181,9 +181,6 @@ class Target(ABC):
     run's end, `limits.max_run_hours` and `limits.max_total_usd`: its `compose` registers
     one, compose enables its APIs, the plan adds its cost, and only such a target accepts
     `limits.max_total_usd`."""
-    limits_name: ClassVar[str | None] = None
-    """How the `limits.max_total_usd` refusal names it where the targets of its section
-    differ in `supervised` (default: by its section)."""
     pulumi_secrets: ClassVar[bool] = False
     """It takes Pulumi secrets (`secure:`) as `trainer.env` values: its launch registers them
     as secrets (`trainstack.infra.config_secrets`). A target on this machine does not: its

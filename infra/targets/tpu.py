@@ -184,7 +184,6 @@ def tpu_lines(body: Any) -> list[str]:
 class Tpu(CloudTarget):
     name = "tpu"
     section = "tpu"
-    limits_name = "tpu backend tpu_vm"
     model = TpuConfig
     own_network = True
     # A TPU host runs one process that drives all its chips (JAX, TensorFlow, PyTorch/XLA's

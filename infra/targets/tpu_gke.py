@@ -1,5 +1,6 @@
 """Target `tpu_gke`: TPU slices as GKE node pools running your code as a JobSet
-(`TpuGkeSlices`). Stack section `trainstack:tpu` with `backend: gke` (the section it
+(`TpuGkeSlices`), with its run supervisor (`RunSupervisor`, kind `node_pools`: it sets the
+slices' pools to 0 at the run's end, `limits.max_run_hours` and `limits.max_total_usd`). Stack section `trainstack:tpu` with `backend: gke` (the section it
 shares with target `tpu`, `backend: tpu_vm`)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from trainstack.components._tpu_jobset import DEFAULT_MAX_RESTARTS, MULTISLICE_N
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.catalog.names import zone_in_region_problems
+from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.catalog.tpu_gke import (
     FLEX_START_SOURCE,
     JOBSET_SOURCE,
@@ -18,9 +20,12 @@ from trainstack.components.catalog.tpu_gke import (
     gke_vms,
     tpu_gke_code_problems,
 )
+from trainstack.components.facts import gke_cluster_after_stop, reach_note
 from trainstack.components.tpu_gke_slices import (
+    SupervisedSlices,
     TpuGkeSlices,
     TpuGkeSlicesArgs,
+    supervised_slices,
     tpu_gke_slices_problems,
 )
 from trainstack.components.training_dashboard.targets import gke_filter_text
@@ -39,7 +44,8 @@ from trainstack.infra.outputs import (
 )
 from trainstack.infra.run_args import checkpoint_dir
 from trainstack.infra.stack_outputs import require
-from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource
+from trainstack.infra.supervision import after_supervisor, register_supervisor, run_settings
+from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, StillBilling
 from trainstack.infra.targets.gke import GKE_NODE_ROLE
 from trainstack.infra.targets.tpu import TPU_WORKER_ENV, TpuConfig, slice_or_none
 from trainstack.trainers.common.config import TrainConfig
@@ -47,6 +53,7 @@ from trainstack.trainers.common.config import TrainConfig
 if TYPE_CHECKING:
     import pulumi
 
+    from trainstack.components.run_supervisor import RunSupervisor
     from trainstack.components.training_dashboard.targets import DashboardScope
     from trainstack.components.training_identity import TrainingIdentityArgs
     from trainstack.infra.config_sections import StackView
@@ -95,12 +102,12 @@ def jobset_lines(inputs: Mapping[str, Any]) -> list[str]:
 class TpuGke(CloudTarget):
     name = "tpu_gke"
     section = "tpu"
-    limits_name = "tpu backend gke"
     model = TpuConfig
     own_network = True
     runs_image = True
     # One process per TPU VM drives its chips (JAX, PyTorch/XLA), as on a TPU VM.
     launchers = ("node",)
+    supervised = True
     default_launcher = "node"
     run_resources = (RunResource(JOBSET_TYPE, describe=jobset_lines),)
 
@@ -133,19 +140,30 @@ class TpuGke(CloudTarget):
         system = catalog.MACHINE_PRICES[GKE_SYSTEM_NODE_MACHINE].hourly(False)
         return catalog.GKE_CLUSTER_FEE_USD + system
 
-    def summary(self, cfg: StackView) -> dict[str, Any]:
+    def _slices_usd(self, cfg: StackView) -> float:
         tpu = _tpu(cfg)
         s = tpu.slice
         # Spot at the catalog's spot estimate; flex-start and reserved at the on-demand list
         # price, the most they cost (flex-start: "discounts (up to 53%)", FLEX_START_SOURCE).
         price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.provisioning == "spot")
-        chips = s.chips * tpu.slices
+        return s.chips * tpu.slices * price
+
+    def summary(self, cfg: StackView) -> dict[str, Any]:
+        tpu = _tpu(cfg)
         return {
-            "tpu_chips": chips,
+            "tpu_chips": tpu.slice.chips * tpu.slices,
             "gpus": 0,
-            "machines": gke_vms(s) * tpu.slices + 1,
-            "hourly_usd": chips * price + self._system_usd(),
+            "machines": gke_vms(tpu.slice) * tpu.slices + 1,
+            "hourly_usd": self._slices_usd(cfg) + self._system_usd(),
         }
+
+    def stoppable_hourly_usd(self, cfg: StackView) -> float:
+        # The slices' pools only: the supervisor leaves the cluster and its system node.
+        return round(self._slices_usd(cfg), 2)
+
+    def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
+        # billing.GKE_CLUSTER_BILLS_UNTIL_DELETED, as on target gke.
+        return [StillBilling(**gke_cluster_after_stop(stack))]
 
     def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         assert cfg.region is not None
@@ -155,9 +173,10 @@ class TpuGke(CloudTarget):
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
         if _tpu(cfg).provisioning == "flex-start":
             return True, f"flex-start node pools' max_run_duration {seconds}s (at most 7 days)"
-        return False, (
-            "not enforced on backend gke yet: the JobSet restarts its child Jobs, so no Job "
-            "deadline bounds the run, and no run supervisor stops the node pools"
+        return True, (
+            f"the run supervisor asks the trainer to save and stop {seconds}s after its first "
+            "sight of the slices billing, then sets their node pools to 0 nodes (the JobSet "
+            "restarts its child Jobs, so no Job deadline bounds the run)"
         )
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
@@ -182,10 +201,7 @@ class TpuGke(CloudTarget):
                 "accelerators) fail it for good"
             ),
             TPU_GKE_QUOTA_NOTE,
-            (
-                "tpu: no run supervisor on backend gke yet: the node pools bill until "
-                f"`pulumi destroy -s {deployment}`, finished run or not"
-            ),
+            reach_note("node_pools", False, cfg.project),
         ]
         if tpu.slices > 1:
             notes.append(MULTISLICE_NOTE)
@@ -242,8 +258,11 @@ class TpuGke(CloudTarget):
             args["secret_env_names"] = list(ctx.secret_env_names)
         if cfg.limits.max_run_seconds is not None:
             args["max_run_seconds"] = cfg.limits.max_run_seconds
-        slices = TpuGkeSlices(f"{deployment}-tpu", args, opts=ctx.after_grants)
-        outputs: dict[str, Any] = {
+        # The supervisor first: the pools depend on it, so they never run unsupervised.
+        supervisor, outputs = self._supervisor(ctx, supervised_slices(args))
+        opts = after_supervisor(ctx.after_grants, supervisor)
+        slices = TpuGkeSlices(f"{deployment}-tpu", args, opts=opts)
+        outputs |= {
             OUTPUT_CLUSTER_NAME: slices.cluster_name,
             OUTPUT_CLUSTER_ENDPOINT: slices.endpoint,
             OUTPUT_KUBECONFIG: slices.kubeconfig,
@@ -257,6 +276,29 @@ class TpuGke(CloudTarget):
             ),
         }
         return outputs, slices.dashboard_scope
+
+    def _supervisor(
+        self, ctx: ComposeContext, target: SupervisedSlices
+    ) -> tuple[RunSupervisor, dict[str, Any]]:
+        """The slices' supervisor (built as target gke's): it sets every slice's pool to 0 at
+        the run's end; it and its stack outputs."""
+        cfg = ctx.cfg
+        assert cfg.region is not None
+        values: dict[str, Any] = {
+            "project": cfg.project,
+            "region": supervisor_region(cfg.region),
+            "deployment_name": ctx.deployment,
+            "kind": "node_pools",
+            "resource_name": target.cluster,
+            "node_pools": target.pools,
+            "run": run_settings(
+                cfg, self.stoppable_hourly_usd(cfg), target.run_record, target.hosts
+            ),
+            "staging_bucket": ctx.buckets.staging_bucket,
+            "checkpoint_bucket": ctx.buckets.checkpoint_bucket,
+            "labels": dict(ctx.labels),
+        }
+        return register_supervisor(ctx.deployment, values, ctx.after_grants)
 
     # ------------------------------------------------------------------ status and logs
 

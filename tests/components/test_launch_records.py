@@ -241,3 +241,27 @@ def test_a_pod_on_its_last_attempt_lets_the_node_launcher_record_a_setup_failure
     earlier = _pod(tmp_path / "earlier", google, "1")
     assert earlier.stdout.splitlines() == ["FINAL=1 2 5"]
     assert (BUCKET, OBJECT) in google.objects and ENDED not in google.objects
+
+
+@pytest.mark.parametrize(
+    ("slice_id", "rank"),
+    [("0", 1), ("1", 3), ("", 1)],
+)
+def test_a_tpu_pods_heartbeat_is_its_global_rank_not_its_slices_index(
+    tmp_path: Path, google: FakeGoogle, slice_id: str, rank: int
+) -> None:
+    # A JobSet pod of 2 slices x 2 hosts: JOB_COMPLETION_INDEX 1 in each slice's Job; the
+    # node launcher beats as slice x hosts + worker (cluster.py), so the pod script must too,
+    # or slice 1's hosts would overwrite slice 0's heartbeats and ranks 2, 3 never beat.
+    result = _pod(
+        tmp_path,
+        google,
+        "3",
+        FAKE_PIP_FAILS="1",
+        TPU_WORKER_ID="1",
+        TPU_WORKER_HOSTNAMES="h-0,h-1",
+        MEGASCALE_SLICE_ID=slice_id,
+    )
+    assert result.returncode == 3, result.stderr
+    assert _record(google, _alive(rank)) == {"node_rank": rank, "stage": "package_download"}
+    assert _record(google, ENDED)["node_rank"] == rank

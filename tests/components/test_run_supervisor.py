@@ -368,7 +368,7 @@ def test_bad_input_names_the_key() -> None:
         _run(schedule="hourly")
     with pytest.raises(
         ValueError,
-        match=r"^RunSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool$",
+        match=r"^RunSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool, node_pools$",
     ):
         _run(kind="gke")
     with pytest.raises(ValueError, match=r"^resource_name: 'x' is not a mig name; valid: proj"):

@@ -1,4 +1,5 @@
-"""A local HTTP server implementing GKE (container v1) `nodePools.get` and `.setSize`.
+"""A local HTTP server implementing GKE (container v1) `nodePools.get`, `.setSize` and
+`.setAutoscaling`.
 
     with ContainerFakeServer() as server:
         server.pools["projects/p/locations/z/clusters/c/nodePools/gpu"] = {
@@ -11,8 +12,11 @@
 `POST v1/{name}:setSize` with a `SetNodePoolSizeRequest` body answers an Operation and calls
 `on_set_size(name, nodeCount)`: tests resize the pool's instance groups in the Compute Engine
 fake with it (`ComputeFakeServer.scale`), as GKE resizes the pool's groups, so a pool set to 0
-keeps its VMs until its groups have deleted them, as on Google Cloud. Errors use Google's
-shape.
+keeps its VMs until its groups have deleted them, as on Google Cloud. `POST
+v1/{name}:setAutoscaling` with a `SetNodePoolAutoscalingRequest` body (container.v1
+discovery: "Sets the autoscaling settings for the specified node pool") replaces the pool's
+`autoscaling` (what a later get answers) and calls `on_set_autoscaling(name, autoscaling)`:
+tests scale the groups as the cluster autoscaler would. Errors use Google's shape.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from urllib.parse import urlsplit
 from tests.fakes import LocalServer, google_error, json_handler
 
 _POOL = re.compile(
-    r"^/v1/(projects/[^/]+/locations/[^/]+/clusters/[^/]+/nodePools/[^/:]+)(:setSize)?$"
+    r"^/v1/(projects/[^/]+/locations/[^/]+/clusters/[^/]+/nodePools/[^/:]+)(:setSize|:setAutoscaling)?$"
 )
 
 
@@ -37,6 +41,8 @@ class ContainerFakeServer(LocalServer):
         self.pools: dict[str, dict[str, Any]] = {}
         self.set_sizes: list[tuple[str, Any]] = []
         self.on_set_size: Callable[[str, int], None] | None = None
+        self.set_autoscalings: list[tuple[str, Any]] = []
+        self.on_set_autoscaling: Callable[[str, dict[str, Any]], None] | None = None
         self.denied: str | None = None
         """When set, every GET answers 403 PERMISSION_DENIED with this message, as Google
         does to a caller without the permission (a grant missing or its condition false)."""
@@ -55,11 +61,14 @@ class ContainerFakeServer(LocalServer):
             match = _POOL.match(path)
             if match is None:
                 return 404, google_error(404, f"no route {method} {path}")
-            name, set_size = match.groups()
+            name, verb = match.groups()
+            set_size = verb == ":setSize"
             pool = self.pools.get(name)
             if pool is None:
                 return 404, google_error(404, f"node pool {name} not found")
-            if method == "GET" and not set_size:
+            if method == "POST" and verb == ":setAutoscaling":
+                return self._set_autoscaling(name, pool, body)
+            if method == "GET" and not verb:
                 return 200, {"name": name.rsplit("/", 1)[-1], "status": "RUNNING", **pool}
             if method == "POST" and set_size:
                 self.set_sizes.append((name, body))
@@ -70,3 +79,21 @@ class ContainerFakeServer(LocalServer):
                     self.on_set_size(name, count)
                 return 200, {"name": f"operation-{len(self.set_sizes)}", "status": "RUNNING"}
             return 400, google_error(400, f"bad request {method} {path}")
+
+    def _set_autoscaling(self, name: str, pool: dict[str, Any], body: Any) -> tuple[int, Any]:
+        self.set_autoscalings.append((name, body))
+        autoscaling = (body or {}).get("autoscaling")
+        if not isinstance(autoscaling, dict):
+            # SetNodePoolAutoscalingRequest.autoscaling: "Required."
+            return 400, google_error(400, "autoscaling: required")
+        low = autoscaling.get("totalMinNodeCount", 0)
+        high = autoscaling.get("totalMaxNodeCount", 0)
+        if autoscaling.get("enabled") and not 0 <= low <= high:
+            # NodePoolAutoscaling.totalMinNodeCount: "greater than or equal to 0 and less
+            # than or equal to total_max_node_count".
+            return 400, google_error(400, "totalMinNodeCount must be in [0, totalMaxNodeCount]")
+        pool["autoscaling"] = autoscaling
+        if self.on_set_autoscaling is not None:
+            self.on_set_autoscaling(name, autoscaling)
+        n = len(self.set_sizes) + len(self.set_autoscalings)
+        return 200, {"name": f"operation-{n}", "status": "RUNNING"}

@@ -60,7 +60,7 @@ def _stack(name: str, **limits: Any) -> dict[str, Any]:
         (
             {"max_total_usd": 100},
             "limits.max_total_usd: not enforced on a local target (no supervisor stops its "
-            "compute); valid: a tpu backend tpu_vm or gpu_cluster target, or no limits.max_total_usd",
+            "compute); valid: a tpu or gpu_cluster target, or no limits.max_total_usd",
         ),
     ],
 )
@@ -75,7 +75,7 @@ def test_the_spend_cap_is_refused_where_no_supervisor_enforces_it() -> None:
         load_stack_config(_stack("prod-vertex-rs", max_total_usd=500))
     assert info.value.errors == [
         "limits.max_total_usd: not enforced on a vertex target (no supervisor stops its "
-        "compute); valid: a tpu backend tpu_vm or gpu_cluster target, or no limits.max_total_usd"
+        "compute); valid: a tpu or gpu_cluster target, or no limits.max_total_usd"
     ]
 
 

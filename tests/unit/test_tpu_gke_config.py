@@ -230,13 +230,21 @@ def test_a_short_deployment_name_keeps_its_jobset_name() -> None:
     )
 
 
-def test_the_spend_cap_refusal_names_the_backend() -> None:
-    raw = {**GKE, "trainstack:limits": {"max_total_usd": 100}}
-    assert errors_of(raw) == [
-        "limits.max_total_usd: not enforced on a tpu backend gke target (no supervisor stops "
-        "its compute); valid: a tpu backend tpu_vm or gpu_cluster target, or no "
-        "limits.max_total_usd"
-    ]
+def test_the_spend_cap_is_enforced_by_the_slices_supervisor() -> None:
+    # Backend gke has a run supervisor now (kind node_pools): the cap is no longer refused.
+    cfg = load_stack_config({**GKE, "trainstack:limits": {"max_total_usd": 100}})
+    assert (target_of(cfg).supervised, cfg.limits.max_total_usd) == (True, 100)
+    plan = bundled_plan("dev-tpu-v6e-gke")
+    [grant] = [r["inputs"] for r in plan["resources"] if r["name"].endswith("-supervisor-grant")]
+    cluster = "projects/my-ml-project/locations/us-east5-b/clusters/dev-tpu-v6e-gke-tpu"
+    assert grant["condition"]["title"] == "only cluster dev-tpu-v6e-gke-tpu"
+    zonal = cluster.replace("/locations/", "/zones/")
+    assert grant["condition"]["expression"] == (
+        f'resource.name == "{cluster}" || resource.name == "{zonal}" || '
+        f'resource.name.startsWith("{cluster}/nodePools/") || '
+        f'resource.name.startsWith("{zonal}/nodePools/")'
+    )
+    assert [n for n in plan["notes"] if "no run supervisor" in n] == []
 
 
 def test_the_multislice_note_cites_jax_and_leaves_the_port_to_libtpu() -> None:
