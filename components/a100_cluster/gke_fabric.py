@@ -98,11 +98,7 @@ def create_fabric_networks(
     configs: list[dict[str, pulumi.Output[str]]] = []
     for net in fabric.networks:
         profile = (
-            project.apply(
-                lambda p, prof=net.network_profile: NETWORK_PROFILE_URL.format(
-                    project=p, profile=prof
-                )
-            )
+            pulumi.Output.format(NETWORK_PROFILE_URL, project=project, profile=net.network_profile)
             if net.network_profile
             else None
         )
@@ -261,12 +257,12 @@ echo "installation finishes"
 
 
 def _tcpxo_installer(image: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    volumes = [
+    volumes: list[dict[str, Any]] = [
         {"name": "var-lib", "hostPath": {"path": "/var/lib"}},
         {"name": "tcpxo", "hostPath": {"path": "/var/lib/tcpxo"}},
         {"name": "library-dir-host", "hostPath": {"path": "/home/kubernetes/bin"}},
     ]
-    init = [
+    init: list[dict[str, Any]] = [
         {
             "image": "ubuntu",
             "name": "pre-installation",
@@ -300,12 +296,12 @@ echo "installation finishes"
 
 def _rdma_installer(image: str, gpus: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     lib = "/home/kubernetes/bin/nvidia/lib64"
-    volumes = [
+    volumes: list[dict[str, Any]] = [
         {"name": "library-dir-host", "hostPath": {"path": lib, "type": "DirectoryOrCreate"}},
         {"name": "gib", "hostPath": {"path": "/home/kubernetes/bin/gib"}},
     ]
     martians = "".join(f"sysctl -w net.ipv4.conf.gpu{i}rdma0.log_martians=0\n" for i in range(gpus))
-    init = [
+    init: list[dict[str, Any]] = [
         {
             "name": "disable-log-martian",
             "image": "alpine:latest",
