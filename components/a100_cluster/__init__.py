@@ -122,6 +122,7 @@ from trainstack.components.a100_cluster.gke import (
     gke_run_record,
     kubeconfig,
 )
+from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
 from trainstack.components.a100_cluster.validate import (
     SHAPE_KEYS,
     A100Shape,
@@ -443,6 +444,9 @@ def a100_cluster_facts(
     if gpu.backend == "gke":
         if gpu.spot:
             notes.append(gke_spot_grace_note(_grace_s(args)))
+        fabric = fabric_for(gpu.machine_type, args["deployment_name"], gpu.zone)
+        if fabric is not None:
+            notes.append(fabric_note(fabric, gpu.machine_type))
         status |= {"namespace": DEFAULT_NAMESPACE, "job": job}
         # Indexed Job pods are `<job>-<completion index>-<suffix>`.
         logs |= {"scope": gke_filter_text(cluster)[0], "pod_prefix": f"{job}-"}

@@ -29,6 +29,13 @@ from trainstack.components.a100_cluster._common import (
     A100TrainingArgs,
     job_name_for,
 )
+from trainstack.components.a100_cluster.gke_fabric import (
+    CLUSTER_EXTRA,
+    NCCL_ENV,
+    create_fabric_networks,
+    create_fabric_objects,
+    fabric_for,
+)
 from trainstack.components.a100_cluster.validate import A100Shape
 from trainstack.components.kubernetes_training_job import (
     DEFAULT_MODULE,
@@ -147,7 +154,15 @@ def create_gke(
     zone = gpu.zone
     account = args["service_account_email"]
     tags = pulumi.Output.from_input(args["node_tag"]).apply(lambda t: [t])
-    cluster = gke_cluster(name, args, project, zone, labels, parent)
+    fabric = fabric_for(gpu.machine_type, args["deployment_name"], zone)
+    nets = (
+        create_fabric_networks(name, fabric, args["deployment_name"], project, zone, parent)
+        if fabric
+        else None
+    )
+    cluster = gke_cluster(
+        name, args, project, zone, labels, parent, extra=CLUSTER_EXTRA if nets else None
+    )
     cluster_name = cluster.name
     system_pool = gke_system_pool(name, args, project, zone, cluster_name, labels, parent)
     shielded = container.NodePoolNodeConfigShieldedInstanceConfigArgs(
@@ -189,16 +204,8 @@ def create_gke(
         placement_policy=(
             container.NodePoolPlacementPolicyArgs(type="COMPACT") if gpu.compact_placement else None
         ),
-        network_config=(
-            container.NodePoolNetworkConfigArgs(
-                network_performance_config=(
-                    container.NodePoolNetworkConfigNetworkPerformanceConfigArgs(
-                        total_egress_bandwidth_tier="TIER_1"
-                    )
-                )
-            )
-            if gpu.tier_1_networking
-            else None
+        network_config=_pool_network_config(
+            gpu, nets.additional_node_network_configs if nets else None
         ),
         node_config=container.NodePoolNodeConfigArgs(
             machine_type=gpu.machine_type,
@@ -237,6 +244,11 @@ def create_gke(
     )
 
     config, provider = gke_provider(name, project, zone, cluster, parent)
+    fabric_objects = (
+        create_fabric_objects(name, fabric, accelerator, machine.gpus, parent, provider)
+        if fabric
+        else []
+    )
     training = args.get("training")
     training_job = None
     if training is not None:
@@ -249,7 +261,7 @@ def create_gke(
             parent,
             provider,
             # Its pods read the buckets as the training account: after the grants too.
-            [system_pool, gpu_pool, *depends_on],
+            [system_pool, gpu_pool, *fabric_objects, *depends_on],
         )
     return GkeCluster(
         cluster=cluster,
@@ -264,6 +276,33 @@ def create_gke(
             lambda v: gke_console_url(v[0], zone, v[1])
         ),
         training_job=training_job,
+    )
+
+
+def _pool_network_config(
+    gpu: A100Shape, additional: list[dict[str, pulumi.Output[str]]] | None
+) -> container.NodePoolNetworkConfigArgs | None:
+    """Tier 1 egress and, with a fabric, its networks in NIC order (CTK
+    modules/compute/gke-node-pool/main.tf `additional_node_network_configs`)."""
+    tier_1 = (
+        container.NodePoolNetworkConfigNetworkPerformanceConfigArgs(
+            total_egress_bandwidth_tier="TIER_1"
+        )
+        if gpu.tier_1_networking
+        else None
+    )
+    if tier_1 is None and not additional:
+        return None
+    return container.NodePoolNetworkConfigArgs(
+        network_performance_config=tier_1,
+        additional_node_network_configs=(
+            [
+                container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(**c)
+                for c in additional
+            ]
+            if additional
+            else None
+        ),
     )
 
 
@@ -483,6 +522,9 @@ def job_args_for(
         job_args["run_records"] = True
     if "labels" in args:
         job_args["labels"] = args["labels"]
+    fabric = fabric_for(gpu.machine_type, "", gpu.zone)
+    if fabric is not None and NCCL_ENV[fabric.fabric]:
+        job_args["env"] = dict(NCCL_ENV[fabric.fabric])
     if "max_run_seconds" in args:
         cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
     return job_args

@@ -35,6 +35,7 @@ from trainstack.components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
 )
+from trainstack.components.catalog.gpu_fabric import gke_fabric
 from trainstack.components.catalog.gpu_families import FLEX_START_MAX_HOURS
 from trainstack.components.catalog.gpus import GPU_ZONES
 from trainstack.components.catalog.machines import GPU_MACHINES
@@ -208,6 +209,7 @@ def _shape_problems(shape: A100Shape, p: str) -> list[str]:
                 f"{p}zone: {shape.zone!r} does not offer {machine.gpu_model} "
                 f"({shape.machine_type}); valid: {', '.join(zones)}"
             )
+    problems += _fabric_backend_problems(shape, p)
     if shape.spot and shape.reservation is not None:
         problems.append(
             f"{p}reservation: {shape.reservation!r} cannot be used with spot: true; "
@@ -226,6 +228,21 @@ def _shape_problems(shape: A100Shape, p: str) -> list[str]:
             f"{limit} nodes; valid: 1 to {limit}, or compact_placement: false"
         )
     return problems
+
+
+def _fabric_backend_problems(shape: A100Shape, p: str) -> list[str]:
+    """A3 Mega and A3 Ultra scale only over their GPUDirect fabric, which the gke backend
+    renders (`gke_fabric`) and the gce backend does not (its template has one NIC)."""
+    if shape.backend != "gce" or shape.machine_type not in GPU_MACHINES:
+        return []
+    fabric = gke_fabric(shape.machine_type, "", shape.zone)
+    if fabric is None:
+        return []
+    problem = (
+        f"{p}backend: gce does not render the GPUDirect-{fabric.fabric.upper()} NICs "
+        f"{shape.machine_type} needs; valid: backend: gke"
+    )
+    return [problem]
 
 
 def flex_start_problems(shape: A100Shape, run_seconds: int | None, run_key: str) -> list[str]:

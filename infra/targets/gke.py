@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 from trainstack.components.a100_cluster._common import gke_spot_grace_note
+from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
 from trainstack.components.catalog.images import KUBERNETES_IMAGES, kubernetes_image
 from trainstack.components.facts import gke_cluster_after_stop, run_limit_text
 from trainstack.components.training_dashboard.targets import gke_filter_text
@@ -51,8 +52,12 @@ class Gke(GpuCluster):
         # The cluster's own notes before its supervisor's, as a program's plan lists
         # A100Cluster's facts before RunSupervisor's.
         notes = []
-        if gpu_section(cfg).spot:
+        section = gpu_section(cfg)
+        if section.spot:
             notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))
+        fabric = fabric_for(section.machine_type, deployment, section.zone)
+        if fabric is not None:
+            notes.append(fabric_note(fabric, section.machine_type))
         return notes + super().plan_notes(cfg, deployment)
 
     def before_identity(

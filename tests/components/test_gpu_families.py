@@ -60,7 +60,12 @@ ULTRA_ZONE = (
 CASES = [
     ("spot", _stack({"flex_start": True, "spot": True}), [FLEX_SPOT]),
     ("reservation", _stack({"flex_start": True, "reservation": "r"}), [FLEX_RESERVATION]),
-    ("gce no duration", _stack({"flex_start": True, "backend": "gce"}), [GCE_NO_DURATION]),
+    (
+        "gce no duration",
+        # A3 High: gce refuses A3 Mega (its TCPXO NICs are rendered on gke only).
+        _stack({"flex_start": True, "backend": "gce", "machine_type": "a3-highgpu-8g"}),
+        [GCE_NO_DURATION],
+    ),
     (
         "too long",
         _stack({"flex_start": True}, {"max_run_hours": 200}),
@@ -83,7 +88,7 @@ def test_gke_flex_start_needs_no_duration() -> None:
 
 
 def test_component_says_the_same() -> None:
-    args = {**BASE, "machine_type": "a3-megagpu-8g", "zone": "us-central1-a", "spot": False}
+    args = {**BASE, "machine_type": "a3-highgpu-8g", "zone": "us-central1-a", "spot": False}
     args |= {"backend": "gce", "flex_start": True}
     assert a100_cluster_problems(args, prefix="") == [
         "max_run_seconds: required with gpu_cluster.flex_start on backend gce (Compute Engine "
@@ -132,7 +137,7 @@ def test_gke_flex_start_pool() -> None:
 
 
 def test_gce_flex_start_template() -> None:
-    run = _run(backend="gce", flex_start=True, max_run_seconds=86400)
+    run = _run(backend="gce", machine_type="a3-highgpu-8g", flex_start=True, max_run_seconds=86400)
     [template] = run.of_type(TEMPLATE)
     assert template.inputs["scheduling"] == {
         "automaticRestart": False,
@@ -141,4 +146,4 @@ def test_gce_flex_start_template() -> None:
         "onHostMaintenance": "TERMINATE",
         "provisioningModel": "FLEX_START",
     }
-    assert template.inputs["machineType"] == "a3-megagpu-8g"
+    assert template.inputs["machineType"] == "a3-highgpu-8g"
