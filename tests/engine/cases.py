@@ -14,7 +14,9 @@ IMAGE_BUILD = "pulumi-python:dynamic/cloudbuild:ImageBuild"
 
 DYNAMIC_RESOURCES: dict[str, list[tuple[str, str]]] = {
     "stacks/dev-a100-gke": [],
+    "stacks/dev-h100-gke": [],
     "stacks/dev-tpu-v5e": [],
+    "stacks/dev-tpu-v6e-gke": [],
     "stacks/dev-vertex-hpt": [(HPT_JOB, "dev-vertex-hpt-job-job")],
     "stacks/local": [(LOCAL_RUN, "local-job-run")],
     "stacks/local-tf": [(LOCAL_RUN, "local-tf-job-run")],

@@ -44,8 +44,8 @@ links) are unknown, so every input built from them is too."""
 
 
 class _KeepingMonitor(RecordingMonitor):
-    def __init__(self, mocks: RecordingMocks) -> None:
-        super().__init__(mocks)
+    def __init__(self, mocks: RecordingMocks, digest_secrets: bool = False) -> None:
+        super().__init__(mocks, digest_secrets)
         self.goals: list[Goal] = []
 
     def RegisterResource(self, request: Any) -> Any:
@@ -61,8 +61,8 @@ class _KeepingMonitor(RecordingMonitor):
 def _keeping() -> Iterator[list[_KeepingMonitor]]:
     monitors: list[_KeepingMonitor] = []
 
-    def make(mocks: RecordingMocks) -> _KeepingMonitor:
-        monitors.append(_KeepingMonitor(mocks))
+    def make(mocks: RecordingMocks, digest_secrets: bool = False) -> _KeepingMonitor:
+        monitors.append(_KeepingMonitor(mocks, digest_secrets))
         return monitors[-1]
 
     with pytest.MonkeyPatch.context() as patch:
