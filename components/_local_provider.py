@@ -226,7 +226,7 @@ def _same_trainer(old: Any, new: Any) -> bool:
         return bool(old == new)
 
 
-def _drop_locks(props: Mapping[str, Any]) -> None:
+def _drop_locks(props: Mapping[str, Any], wait_s: float = 0.0) -> None:
     """Remove the run's two lock files once its processes are gone: each is taken and
     released (which removes it); one another run holds now is left to it."""
     try:
@@ -239,14 +239,21 @@ def _drop_locks(props: Mapping[str, Any]) -> None:
     folder = local_folder(str(props.get("checkpoint_dir") or "gs://"))
     if folder is not None and folder.is_dir():
         locks.append(FolderLock(folder.absolute(), run, PULUMI_UP))
+    # A process the run forked inherits the descriptor that holds the flock and may outlive
+    # the stopped processes by a moment (flock(2): the lock goes with the last descriptor),
+    # so each lock is tried until `wait_s` has passed; then it is left to whoever holds it.
+    deadline = time.monotonic() + wait_s
     for lock in locks:
-        if not lock.path.exists():
-            continue
-        try:
-            lock.acquire()
-        except RunLocked:
-            continue
-        lock.release()
+        while lock.path.exists():
+            try:
+                lock.acquire()
+            except RunLocked:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.2)
+                continue
+            lock.release()
+            break
 
 
 class LocalRunProvider(dyn.ResourceProvider):
@@ -470,7 +477,7 @@ class LocalRunProvider(dyn.ResourceProvider):
         refs = _refs(props)
         grace = float(props["stop_grace_s"])
         result = stop_processes(refs, grace, poll_s=self.poll_interval_s / 2)
-        _drop_locks(props)
+        _drop_locks(props, wait_s=grace + 10.0)
         where = f"data kept: {props.get('checkpoint_dir')}, {props.get('log_path')}"
         if not result.terminated:
             _log(f"pids {[r.pid for r in refs]} had already exited; {where}")
