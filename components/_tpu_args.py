@@ -34,6 +34,7 @@ from trainstack.components.catalog.tpu_rules import (
 )
 from trainstack.components.code_frameworks import tpu_framework_problems
 from trainstack.components.startup.tpu_worker import validate_trainer_launch
+from trainstack.components.training_network import subnet_zone_problems
 from trainstack.components.user_code import (
     CODE_ONLY_KEYS,
     CodeRules,
@@ -219,6 +220,10 @@ def _check(
         runtime_version=args.get("runtime_version"),
         prefix=p,
     )
+    region = subnet_zone_problems(args.get("zone"), args.get("subnetwork_self_link"), f"{p}zone")
+    if region:
+        # A zone outside the subnet's region is the problem; do not report the zone twice.
+        problems = region + [x for x in problems if not x.startswith(f"{p}zone: ")]
     if found is not None and not problems and not user_code:
         problems += tensorflow_runtime_problems(args["runtime_version"], found, p)
     provisioning = args.get("provisioning", "on-demand")

@@ -38,11 +38,10 @@ from trainstack.components.a100_cluster._common import (
 from trainstack.components.catalog.gpu_families import FLEX_START_MAX_HOURS
 from trainstack.components.catalog.gpus import GPU_ZONES
 from trainstack.components.catalog.machines import GPU_MACHINES
-from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.problems import did_you_mean, pydantic_problem
 from trainstack.components.gpu_startup import check_trainer, uses_torchrun
 from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
-from trainstack.components.training_network import subnet_region
+from trainstack.components.training_network import subnet_zone_problems
 from trainstack.components.user_code import CodeRules, args_with_code
 
 SHAPE_KEYS: Final = (
@@ -151,8 +150,6 @@ def a100_cluster_problems(
     return problems
 
 
-SUBNET_REGION_KEY: Final = "the region of subnetwork_self_link"
-"""What a component's zone is checked against (a stack's: `gcp:region`)."""
 GPU_CODE: Final = {
     "gke": CodeRules("gpu_cluster", runs_image=True, pulumi_secrets=True),
     "gce": CodeRules("gpu_cluster", pulumi_secrets=True),
@@ -263,9 +260,7 @@ def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:
             f"{p}deployment_name: {deployment!r} is not a non-empty string; valid: the stack's "
             "name, e.g. pulumi.get_stack()"
         )
-    region = subnet_region(args.get("subnetwork_self_link"))
-    if isinstance(args.get("zone"), str):
-        problems += zone_in_region_problems(args["zone"], region, f"{p}zone", SUBNET_REGION_KEY)
+    problems += subnet_zone_problems(args.get("zone"), args.get("subnetwork_self_link"), f"{p}zone")
     environment = args.get("environment", DEFAULT_ENVIRONMENT)
     if environment not in ENVIRONMENTS:
         problems.append(

@@ -200,3 +200,40 @@ def test_a_gke_cluster_runs_your_code_in_your_image(tmp_path: Path) -> None:
     args = " ".join(container.get("args", []) + container.get("command", []))
     assert args.count("--env=TRAINSTACK_DATA_DIR=gs://data") == 1
     assert args.count("--launcher=torchrun") == 1
+
+
+def test_a_slice_zone_outside_the_subnets_region_is_refused_as_in_a_stack(tmp_path: Path) -> None:
+    source = _source(tmp_path, "import jax\n")
+    (source / "requirements.txt").write_text("jax[tpu]\n")
+    trainer = {
+        "source": str(source),
+        "entrypoint": ["python", "train.py"],
+        "requirements": "requirements.txt",
+    }
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central1",
+            "trainstack:tpu": {"accelerator_type": "v5litepod-16", "zone": "europe-west4-b"},
+            "trainstack:trainer": trainer,
+        }
+    )
+
+    def program() -> None:
+        net = TrainingNetwork(
+            "net", {"project": "p", "region": "us-central1", "deployment_name": "exp"}
+        )
+        args = _slice_args(
+            UserCode(**trainer),
+            zone="europe-west4-b",
+            accelerator_type="v5litepod-16",
+            runtime_version="v2-alpha-tpuv5-lite",
+            subnetwork_self_link=net.subnetwork_self_link,
+        )
+        TpuPodSlice("exp-tpu", args)  # type: ignore[arg-type]
+
+    line = "'europe-west4-b' is not in {r} 'us-central1'; valid: a zone named us-central1-<zone>"
+    assert stack == ["tpu.zone: " + line.format(r="gcp:region")]
+    assert _program_errors(program) == [
+        "TpuPodSlice.zone: " + line.format(r="the region of subnetwork_self_link")
+    ]
