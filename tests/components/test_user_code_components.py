@@ -237,3 +237,31 @@ def test_a_slice_zone_outside_the_subnets_region_is_refused_as_in_a_stack(tmp_pa
     assert _program_errors(program) == [
         "TpuPodSlice.zone: " + line.format(r="the region of subnetwork_self_link")
     ]
+
+
+def test_a_slice_given_the_package_of_other_code_is_one_line(tmp_path: Path) -> None:
+    from trainstack.components import TrainerPackage
+
+    jax_code, torch_code = tmp_path / "jax", tmp_path / "torch"
+    for folder, script in ((jax_code, "import jax\n"), (torch_code, "import torch\n")):
+        folder.mkdir()
+        _source(folder, script)
+        (folder / "requirements.txt").write_text("jax[tpu]\n")
+    code = UserCode(
+        source=str(jax_code), entrypoint=["python", "train.py"], requirements="requirements.txt"
+    )
+    other = code.model_copy(update={"source": str(torch_code)})
+
+    def program(package_code: UserCode) -> None:
+        build = str(tmp_path / "build")
+        package = TrainerPackage(
+            "pkg", {"staging_bucket": "staging", "code": package_code, "build_dir": build}
+        )
+        args = _slice_args(code, package_uri=package.uri, package=package)
+        TpuPodSlice("exp-tpu", args)  # type: ignore[arg-type]
+
+    run_program(lambda: program(code))
+    assert _program_errors(lambda: program(other)) == [
+        f"TpuPodSlice.package: built from {torch_code}, not code.source {str(jax_code)!r}; "
+        "valid: the TrainerPackage given the same code"
+    ]
