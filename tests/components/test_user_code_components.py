@@ -265,3 +265,31 @@ def test_a_slice_given_the_package_of_other_code_is_one_line(tmp_path: Path) -> 
         f"TpuPodSlice.package: built from {torch_code}, not code.source {str(jax_code)!r}; "
         "valid: the TrainerPackage given the same code"
     ]
+
+
+def test_torch_without_torch_xla_on_a_slice_is_refused_as_in_a_stack(tmp_path: Path) -> None:
+    source = _source(tmp_path)
+    (source / "requirements.txt").write_text("torch~=2.5.0\n")
+    trainer = {
+        "source": str(source),
+        "entrypoint": ["python", "train.py"],
+        "requirements": "requirements.txt",
+    }
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central2",
+            "trainstack:tpu": STACK_TPU,
+            "trainstack:trainer": trainer,
+        }
+    )
+    code = UserCode(**trainer)
+    program = _program_errors(lambda: TpuPodSlice("exp-tpu", _slice_args(code)))  # type: ignore[arg-type]
+    line = (
+        "{k}requirements: your code imports torch (train.py:3), and requirements.txt names "
+        "torch but not torch_xla, without which it does not use the TPU of runtime "
+        "'tpu-ubuntu2204-base'; valid: {k}requirements naming torch and torch_xla[tpu] at the "
+        "same version (e.g. torch~=2.5.0, torch_xla[tpu]~=2.5.0)"
+    )
+    assert stack == [line.format(k="trainer.")]
+    assert program == ["TpuPodSlice." + line.format(k="code.")]
