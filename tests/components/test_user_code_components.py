@@ -293,3 +293,20 @@ def test_torch_without_torch_xla_on_a_slice_is_refused_as_in_a_stack(tmp_path: P
     )
     assert stack == [line.format(k="trainer.")]
     assert program == ["TpuPodSlice." + line.format(k="code.")]
+
+
+def test_a_missing_source_folder_is_one_line_before_any_file_is_read(tmp_path: Path) -> None:
+    from trainstack.components import TrainerPackage
+
+    missing = tmp_path / "train"
+    code = UserCode(
+        source=str(missing), entrypoint=["python", "train.py"], requirements="requirements.txt"
+    )
+
+    def program() -> None:
+        TrainerPackage("pkg", {"staging_bucket": "staging", "code": code})
+
+    assert _program_errors(program) == [
+        f"TrainerPackage.code.source: {str(missing)!r} is not a folder ({missing}); valid: a "
+        "folder relative to the project root, or an absolute path"
+    ]
