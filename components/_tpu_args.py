@@ -17,6 +17,7 @@ import pulumi
 
 from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components._tpu_queued_provider import DEFAULT_WAIT_TIMEOUT_S
+from trainstack.components.catalog.batch import tpu_world_size, trainer_args_batch_problem
 from trainstack.components.catalog.problems import quote
 from trainstack.components.catalog.tpu import (
     DISK_MODES,
@@ -241,6 +242,13 @@ def _check(
         validate_trainer_launch(trainer_module, trainer_args)
     except ValueError as exc:
         problems.append(f"{p}{exc}")
+    if found is not None and not user_code:
+        # The global batch against the slice's replicas, as a stack's trainer section.
+        world = tpu_world_size(found.accelerator_type, found.chips)
+        batch = trainer_args_batch_problem(
+            str(trainer_module), trainer_args, lambda *_: world, f"{p}trainer_args --"
+        )
+        problems += [batch] if batch else []
     problems += secret_env_names_problems(args, p)
     if user_code and ("trainer_module" in args or "trainer_args" in args):
         problems.append(

@@ -35,6 +35,7 @@ from trainstack.components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
 )
+from trainstack.components.catalog.batch import gpu_world_size, trainer_args_batch_problem
 from trainstack.components.catalog.gpu_families import FLEX_START_MAX_HOURS
 from trainstack.components.catalog.gpus import GPU_ZONES
 from trainstack.components.catalog.machines import GPU_MACHINES
@@ -146,7 +147,7 @@ def a100_cluster_problems(
             f"{prefix}{key}: only used with backend gke" for key in GKE_ONLY_KEYS if key in args
         ]
     if "training" in args:
-        problems += _training_problems(args["training"], shape.backend, prefix)
+        problems += _training_problems(args["training"], shape, prefix)
     return problems
 
 
@@ -333,7 +334,8 @@ def cidr_problem(value: Any) -> str | None:
     return None
 
 
-def _training_problems(training: Any, backend: str, p: str) -> list[str]:
+def _training_problems(training: Any, shape: A100Shape, p: str) -> list[str]:
+    backend = shape.backend
     if not isinstance(training, Mapping):
         return [
             (
@@ -359,6 +361,17 @@ def _training_problems(training: Any, backend: str, p: str) -> list[str]:
     except ValueError as exc:
         problems.append(f"{p}training.{exc}")
         return problems
+    if not user_code:
+        # The global batch against the nodes' world size, as a stack's trainer section.
+        batch = trainer_args_batch_problem(
+            module,
+            training.get("trainer_args", []),
+            lambda framework, strategy: gpu_world_size(
+                framework, strategy, machines=shape.node_count, gpus_per_machine=shape.machine.gpus
+            ),
+            f"{p}training.trainer_args --",
+        )
+        problems += [batch] if batch else []
     problems += secret_env_names_problems(training, f"{p}training.")
     if backend == "gce":
         if "image" not in training and not user_code and not uses_torchrun(module):

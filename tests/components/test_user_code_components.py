@@ -310,3 +310,60 @@ def test_a_missing_source_folder_is_one_line_before_any_file_is_read(tmp_path: P
         f"TrainerPackage.code.source: {str(missing)!r} is not a folder ({missing}); valid: a "
         "folder relative to the project root, or an absolute path"
     ]
+
+
+def test_a_global_batch_the_nodes_cannot_split_is_refused_as_in_a_stack() -> None:
+    gke = {"backend": "gke", "machine_type": "a2-highgpu-8g", "node_count": 2}
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central1",
+            "trainstack:gpu_cluster": {**gke, "zone": "us-central1-a"},
+            "trainstack:trainer": {"global_batch_size": 250},
+        }
+    )
+
+    def program() -> None:
+        net = TrainingNetwork(
+            "net", {"project": "p", "region": "us-central1", "deployment_name": "exp"}
+        )
+        args = {**_cluster("us-central1-a", net), **gke}
+        args["training"]["trainer_args"] = ["--steps=10", "--global_batch_size=250"]
+        A100Cluster("exp-gpu", args)  # type: ignore[arg-type]
+
+    line = (
+        "{k}global_batch_size: 250 is not divisible by the world size 16 (2 machines x 8 GPUs); "
+        "valid: 240 or 256"
+    )
+    assert stack == [line.format(k="trainer.")]
+    assert _program_errors(program) == ["A100Cluster." + line.format(k="training.trainer_args --")]
+
+
+def test_a_global_batch_the_slice_cannot_split_is_refused_as_in_a_stack() -> None:
+    trainer = {"framework": "tensorflow", "strategy": "tpu", "global_batch_size": 100}
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central2",
+            "trainstack:tpu": {**STACK_TPU, "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt"},
+            "trainstack:trainer": {**trainer, "grad_accum_steps": 2},
+        }
+    )
+    flags = [f"--{k}={v}" for k, v in trainer.items()] + ["--grad_accum_steps=2"]
+    args = {
+        k: v
+        for k, v in _slice_args(None, runtime_version="tpu-vm-tf-2.16.0-pod-pjrt").items()  # type: ignore[arg-type]
+        if k not in ("code", "checkpoint_url", "data_url")
+    }
+    args |= {"checkpoint_dir": "gs://ckpt/checkpoints", "trainer_args": flags}
+
+    def build() -> None:
+        TpuPodSlice("exp-tpu", args)  # type: ignore[arg-type]
+
+    program = _program_errors(build)
+    line = (
+        "{k}global_batch_size: 100 is not divisible by the world size 16 (TPUStrategy on "
+        "worker 0 drives the 16 chips of v4-32) x {k}grad_accum_steps 2 = 32; valid: 96 or 128"
+    )
+    assert stack == [line.format(k="trainer.")]
+    assert program == ["TpuPodSlice." + line.format(k="trainer_args --")]
