@@ -5,7 +5,10 @@ The package (and its digest, what decides a relaunch) holds every file of the fo
 1. Always: `__pycache__`, `.git`, `.venv` and `.trainstack` folders at any depth,
    `*.pyc`/`*.pyo`, Pulumi stack files (`Pulumi.yaml`, `Pulumi.<stack>.yaml`) and the
    top-level `.gcloudignore`: build leftovers and configuration, so editing them relaunches
-   nothing.
+   nothing. A virtualenv by any name (a Pulumi program's `virtualenv: venv`) is left out too,
+   found by the `pyvenv.cfg` every one holds (`VENV_MARKER`), and listed with the secrets
+   (`CodeFiles.excluded`, the plan's "left out" line): the machines install the code's
+   `requirements`, never this machine's environment.
 2. What the folder's top-level `.gcloudignore` lists, in gitignore syntax with gcloud's
    `#!include:FILE` line (https://cloud.google.com/sdk/gcloud/reference/topic/gcloudignore:
    "The syntax of .gcloudignore borrows heavily from that of .gitignore"; "If multiple
@@ -76,6 +79,12 @@ MAX_TOTAL_BYTES: Final = 256 * 2**20
 read from the file system before any file is read, so a larger one is never read."""
 
 _EXCLUDED_DIRS: Final = frozenset({"__pycache__", ".git", ".venv", ".trainstack"})
+VENV_MARKER: Final = "pyvenv.cfg"
+"""The file at the top of every virtual environment: "Running this command creates the
+target directory ... and places a pyvenv.cfg file in it with a home key pointing to the
+Python installation from which the command was run" (https://docs.python.org/3/library/
+venv.html, "Creating virtual environments"); virtualenv >= 20 writes one too."""
+VENV_WHY: Final = "Python virtualenv"
 _EXCLUDED_SUFFIXES: Final = (".pyc", ".pyo")
 _STACK_FILE: Final = re.compile(r"Pulumi(\.[^/]+)?\.ya?ml")
 # gcloud's FileChooser.FromString: a line starting '#' whose rest, left-stripped, starts with
@@ -144,7 +153,8 @@ class CodeFiles:
     files: list[tuple[str, bytes]] = field(default_factory=list)
     """(posix path in the folder, bytes), sorted: what the package holds."""
     excluded: list[LeftOut] = field(default_factory=list)
-    """Secrets left out by default (`SECRET_RULES`)."""
+    """Secrets (`SECRET_RULES`) and virtualenvs (`VENV_MARKER`, as 'name/') left out by
+    default."""
     ignored: list[str] = field(default_factory=list)
     """What the ignore file left out (a folder once, as 'name/'), sorted."""
     ignore_file: str | None = None
@@ -258,6 +268,9 @@ class _Walk:
                 # Not followed (os.walk's default), as before; one leaving the folder is refused.
                 problem = _link_problem(self.root, rel, here / name)[0]
                 self.out.problems += [problem] if problem else []
+                continue
+            if (here / name / VENV_MARKER).is_file():
+                self.out.excluded.append(LeftOut(f"{rel}/", VENV_WHY))
                 continue
             kept.append(name)
         return kept

@@ -17,6 +17,7 @@ import pulumi
 
 from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components._tpu_queued_provider import DEFAULT_WAIT_TIMEOUT_S
+from trainstack.components.catalog.batch import tpu_world_size, trainer_args_batch_problem
 from trainstack.components.catalog.problems import quote
 from trainstack.components.catalog.tpu import (
     DISK_MODES,
@@ -34,13 +35,12 @@ from trainstack.components.catalog.tpu_rules import (
 )
 from trainstack.components.code_frameworks import tpu_framework_problems
 from trainstack.components.startup.tpu_worker import validate_trainer_launch
+from trainstack.components.training_network import subnet_zone_problems
 from trainstack.components.user_code import (
-    CODE_ONLY_KEYS,
     CodeRules,
     UserCode,
-    code_args_problems,
+    args_with_code,
     code_base_dir,
-    code_node_args,
 )
 from trainstack.trainers.common.contract import TF_MODULE
 
@@ -101,7 +101,8 @@ class TpuPodSliceArgs(TypedDict):
     service_account_email: pulumi.Input[str]
     """Service account the workers run as (never the default compute account)."""
     package_uri: pulumi.Input[str]
-    """gs:// URI of the trainer sdist (`TrainerPackage.uri`); a new URI replaces the slice."""
+    """gs:// URI of the trainer sdist (`TrainerPackage.uri`); a new URI replaces the slice.
+    With `code`, give the package itself too (`package`)."""
     checkpoint_dir: NotRequired[pulumi.Input[str]]
     """gs:// URL given to the trainer as `--checkpoint_dir` (unless `trainer_args` has one);
     required but with `code`, where it defaults to `<checkpoint_url>/checkpoints`."""
@@ -125,7 +126,13 @@ class TpuPodSliceArgs(TypedDict):
     launcher (launcher node only), in place of trainer_module / trainer_args / node_args;
     checked here as `trainstack:trainer` is, and against the runtime: code importing a
     framework the runtime does not ship and its requirements do not name is refused.
-    `package_uri` must be a `TrainerPackage` built with the same `code`."""
+    Give its `TrainerPackage` as `package` (its `uri` as `package_uri`): the slice checks
+    the package was built from this `code`, which a bare `package_uri` cannot show."""
+    package: NotRequired[Any]
+    """With `code`: the `TrainerPackage` built with the same `code` (`package_uri` its
+    `uri`), checked to hold that code and its requirements
+    (`trainstack.components.user_code.package_code_problem`), as `A100Cluster`'s
+    `training.package` is."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
     """With `code`: the checkpoint bucket's URL (`TrainingBuckets.checkpoint_url`), where
     the run contract's checkpoint and output folders go
@@ -219,6 +226,10 @@ def _check(
         runtime_version=args.get("runtime_version"),
         prefix=p,
     )
+    region = subnet_zone_problems(args.get("zone"), args.get("subnetwork_self_link"), f"{p}zone")
+    if region:
+        # A zone outside the subnet's region is the problem; do not report the zone twice.
+        problems = region + [x for x in problems if not x.startswith(f"{p}zone: ")]
     if found is not None and not problems and not user_code:
         problems += tensorflow_runtime_problems(args["runtime_version"], found, p)
     provisioning = args.get("provisioning", "on-demand")
@@ -231,6 +242,13 @@ def _check(
         validate_trainer_launch(trainer_module, trainer_args)
     except ValueError as exc:
         problems.append(f"{p}{exc}")
+    if found is not None and not user_code:
+        # The global batch against the slice's replicas, as a stack's trainer section.
+        world = tpu_world_size(found.accelerator_type, found.chips)
+        batch = trainer_args_batch_problem(
+            str(trainer_module), trainer_args, lambda *_: world, f"{p}trainer_args --"
+        )
+        problems += [batch] if batch else []
     problems += secret_env_names_problems(args, p)
     if user_code and ("trainer_module" in args or "trainer_args" in args):
         problems.append(
@@ -287,7 +305,8 @@ def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
     """`args` with `code` as what the slice runs: `node_args` for every worker, the run
     contract's folders in `checkpoint_url` / `data_url`, `checkpoint_dir` defaulting to
     `<checkpoint_url>/checkpoints`. ValueError, one line per problem, when `code` does not
-    fit: its keys (`trainstack:trainer`'s rules) and the runtime's frameworks."""
+    fit: its keys (`trainstack:trainer`'s rules), the runtime's frameworks, and `package` built
+    from other code."""
     if args.get("code") is None:
         if args.get("checkpoint_dir") is None:
             raise ValueError(
@@ -300,11 +319,11 @@ def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
     def runtime_problems(code: UserCode) -> list[str]:
         return tpu_framework_problems(code, runtime, code_base_dir(), prefix="code.")
 
-    problems = code_args_problems(args, TPU_CODE, checks=runtime_problems)
-    if problems:
-        raise ValueError("\n".join(problems))
-    out = {k: v for k, v in args.items() if k not in CODE_ONLY_KEYS}
-    out["node_args"] = code_node_args(args, TPU_CODE.default_launcher, args["deployment_name"])
+    # The same path as every compute component's `code` (the package's check included).
+    given = args_with_code(
+        args, TPU_CODE, args["deployment_name"], image_key=None, checks=runtime_problems
+    )
+    out = dict(given)
     if out.get("checkpoint_dir") is None:
         out["checkpoint_dir"] = pulumi.Output.from_input(args["checkpoint_url"]).apply(
             lambda url: f"{url.rstrip('/')}/checkpoints"

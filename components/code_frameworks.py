@@ -64,6 +64,9 @@ class Framework:
     needs: str
     """What to add to the requirements, as the `valid:` part says it."""
     source: str
+    beside: tuple[str, ...] = ()
+    """Distributions that must be named too for the code to use the TPU (torch:
+    torch-xla), as `needs` says."""
 
 
 FRAMEWORKS: Final[tuple[Framework, ...]] = (
@@ -72,6 +75,10 @@ FRAMEWORKS: Final[tuple[Framework, ...]] = (
         ("torch",),
         "torch and torch_xla[tpu] at the same version (e.g. torch~=2.5.0, torch_xla[tpu]~=2.5.0)",
         "pytorch/xla README.md, 'TPU Installation': pip install torch==2.7.0 'torch_xla[tpu]==2.7.0'",
+        # torch alone runs on the host's CPU: "PyTorch/XLA is a Python package that uses the
+        # XLA deep learning compiler to connect the PyTorch deep learning framework and Cloud
+        # TPUs" (pytorch/xla README.md), so torch code on a slice needs torch_xla too.
+        beside=("torch-xla",),
     ),
     Framework(
         "torch_xla",
@@ -210,7 +217,8 @@ def tpu_framework_problems(
     code: CodeFields | None, runtime_version: str, base_dir: Path, prefix: str = "trainer."
 ) -> list[str]:
     """One problem when your code on a TPU slice imports a framework that neither the runtime
-    ships nor the requirements name (it could not start); else none. Call it once
+    ships nor the requirements name (it could not start), or torch without torch_xla (it
+    would not use the TPU); else none. Call it once
     `user_code_problems` found the source and requirements valid. The one rule a stack's
     `tpu` section (`prefix` `trainer.`) and `TpuPodSlice`'s `code` (`code.`) are held to."""
     if code is None or code.source is None:
@@ -230,7 +238,7 @@ def tpu_framework_problems(
         and not named.intersection(f.distributions)
     ]
     if not missing:
-        return []
+        return _beside_problems(code, imported, named, runtime_version, prefix)
     what = ", ".join(f"{f.module} ({imported[f.module]})" for f in missing)
     unnamed = (
         f"{code.requirements} does not name {'it' if len(missing) == 1 else 'them'}"
@@ -241,5 +249,25 @@ def tpu_framework_problems(
         f"{prefix}requirements: your code imports {what}, which TPU runtime "
         f"{runtime_version!r} does not ship and {unnamed}, so it cannot start; valid: "
         f"{prefix}requirements naming {'; '.join(dict.fromkeys(f.needs for f in missing))}"
+    )
+    return [problem]
+
+
+def _beside_problems(
+    code: CodeFields, imported: dict[str, str], named: frozenset[str], runtime: str, prefix: str
+) -> list[str]:
+    """One problem when the requirements name a framework the code imports but not what it
+    needs beside it to use the TPU (torch without torch_xla); else none."""
+    short = [
+        f for f in FRAMEWORKS if f.module in imported and f.beside and not named >= set(f.beside)
+    ]
+    if not short:
+        return []
+    f = short[0]
+    lacking = " and ".join(d.replace("-", "_") for d in f.beside if d not in named)
+    problem = (
+        f"{prefix}requirements: your code imports {f.module} ({imported[f.module]}), and "
+        f"{code.requirements} names {f.module} but not {lacking}, without which it does not use "
+        f"the TPU of runtime {runtime!r}; valid: {prefix}requirements naming {f.needs}"
     )
     return [problem]

@@ -37,6 +37,7 @@ as `code` (node_args built with the run contract's folders, its image as `image`
     KubernetesTrainingJob("exp-42-training", {
         "job_name": "exp-42-train", "node_count": 2, "gpus_per_node": 8,
         "package_uri": package.uri,  # TrainerPackage(..., {"code": code, ...})
+        "package": package,  # checked to hold `code`
         "code": UserCode(source="train", entrypoint=["python", "train.py"]),
         "checkpoint_url": buckets.checkpoint_url, "data_url": buckets.data_url,
         "run_name": "exp-42",  # default: job_name

@@ -29,7 +29,7 @@ buckets, and the package built from the same code, in place of `checkpoint_dir` 
     code = UserCode(source="train", entrypoint=["python", "train.py"])
     package = TrainerPackage("exp-42-code", {"staging_bucket": buckets.staging_bucket, "code": code})
     TpuPodSlice("exp-42-tpu", {..., "runtime_version": "tpu-ubuntu2204-base",
-                               "package_uri": package.uri, "code": code,
+                               "package_uri": package.uri, "package": package, "code": code,
                                "checkpoint_url": buckets.checkpoint_url, "data_url": buckets.data_url})
 
 Validation happens before anything is registered, against `trainstack.components.catalog`, with

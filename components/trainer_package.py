@@ -46,7 +46,7 @@ import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import Final, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp import storage
@@ -56,7 +56,7 @@ from trainstack.components._args import ArgsError, check_args, component_check
 from trainstack.components._code_files import CodeFiles, code_files
 from trainstack.components._naming import labels_input
 from trainstack.components._project import current_build_dir
-from trainstack.components.user_code import UserCode
+from trainstack.components.user_code import CodeRules, UserCode
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 from trainstack.trainers.common.user_code import requirement_problem
 
@@ -390,6 +390,10 @@ class TrainerPackage(pulumi.ComponentResource):
         )
 
 
+PACKAGE_CODE: Final = CodeRules("package", runs_image=True, pulumi_secrets=True)
+"""What a package holds of your code whatever the compute: either launcher, an image's code."""
+
+
 def _with_code(args: TrainerPackageArgs) -> TrainerPackageArgs:
     """`args` with `code` as the folder and requirements it stands for."""
     code = args.get("code")
@@ -399,6 +403,11 @@ def _with_code(args: TrainerPackageArgs) -> TrainerPackageArgs:
     if clash:
         raise ValueError(f"{clash[0]}: given with code, which sets it; valid: one of the two")
     out: TrainerPackageArgs = {k: v for k, v in args.items() if k != "code"}  # type: ignore[assignment]
+    # The lines a compute given this code prints (a missing folder, requirements file or
+    # entrypoint), before a file is read; the compute's own rules are its to check.
+    problems = code.problems(PACKAGE_CODE, prefix="code.")
+    if problems:
+        raise ValueError("\n".join(problems))
     folder = code.source_folder()
     if folder is not None:
         out["user_source"] = str(folder)

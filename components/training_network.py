@@ -20,13 +20,14 @@ Naming: every physical name is `<deployment_name>-<role>` (see `trainstack.compo
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp import compute
 
 from trainstack.components._args import check_args, component_check
 from trainstack.components._naming import gcp_name, labels_input, name_input
+from trainstack.components.catalog.names import zone_in_region_problems
 
 TOKEN = "trainstack:network:TrainingNetwork"
 COMPONENT_LABEL = "training-network"
@@ -229,3 +230,17 @@ def subnet_region(subnetwork: Any) -> str | None:
     deployment, or a link the program wrote itself)."""
     entry = _SUBNET_REGIONS.get(id(subnetwork))
     return entry[1] if entry is not None and entry[0] is subnetwork else None
+
+
+SUBNET_REGION_KEY: Final = "the region of subnetwork_self_link"
+"""What a component's zone is checked against (a stack's: `gcp:region`)."""
+
+
+def subnet_zone_problems(zone: Any, subnetwork: Any, key: str) -> list[str]:
+    """A problem when `zone` (at `key`) is not in the region of `subnetwork` (a
+    `TrainingNetwork`'s `subnetwork_self_link`; nothing to check for any other value): the
+    one check every compute component given a zone and a subnet makes
+    (`zone_in_region_problems`, as a stack's compute section against `gcp:region`)."""
+    if not isinstance(zone, str):
+        return []
+    return zone_in_region_problems(zone, subnet_region(subnetwork), key, SUBNET_REGION_KEY)

@@ -9,7 +9,7 @@
         env={"WANDB_MODE": "offline"},
     )
     package = TrainerPackage("exp-code", {"staging_bucket": buckets.staging_bucket, "code": code})
-    TpuPodSlice("exp-tpu", {..., "package_uri": package.uri, "code": code,
+    TpuPodSlice("exp-tpu", {..., "package_uri": package.uri, "package": package, "code": code,
                             "checkpoint_url": buckets.checkpoint_url, "data_url": buckets.data_url})
 
 `UserCode` has exactly the keys of `trainstack:trainer` for your own code (`source`,
@@ -22,6 +22,11 @@ starts it with the run contract's folders in the buckets it is given (`run_contr
 `TRAINSTACK_CHECKPOINT_DIR` = `<checkpoint_url>/checkpoints/<run>`, `_OUTPUT_DIR` =
 `<checkpoint_url>/outputs/<run>`, `_DATA_DIR` = `data_url`, `_RUN_NAME` = `run_name`
 (default: the component's `deployment_name`), as a stack's run gets them.
+
+Give the compute the `TrainerPackage` itself as `package` beside its `package_uri`: it then
+refuses a package built from other code, or without the code's requirements, in one line
+(`package_code_problem`). A bare `package_uri` is a string it cannot trace to a package, so
+that check cannot run without `package`.
 
 A bad value raises ValueError before anything is registered, one line per problem, each
 naming the key (`UserCode.entrypoint: ...`).

@@ -62,6 +62,7 @@ as `container_image_uri`:
         "project": "my-project", "region": "us-central1", "display_name": "exp-42",
         "machine_type": "a2-highgpu-8g", "replica_count": 2,
         "package_uri": package.uri,  # TrainerPackage(..., {"code": code, ...})
+        "package": package,  # checked to hold `code`
         "code": UserCode(source="train", entrypoint=["python", "train.py"]),
         "container_image_uri": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
         "data_url": buckets.data_url,  # run_name: default display_name

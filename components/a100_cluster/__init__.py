@@ -247,9 +247,11 @@ class A100Cluster(pulumi.ComponentResource):
     backend: str
     """`gke` or `gce`."""
     node_count: int
+    """Nodes (machines) of the machine type."""
     gpus_per_node: int
     """GPUs of the machine type (catalog)."""
     total_gpus: int
+    """GPUs over every node: `node_count` x `gpus_per_node`."""
     cluster_name: pulumi.Output[str]
     """gke: the GKE cluster; gce: the instance name prefix."""
     endpoint: pulumi.Output[str] | None
@@ -265,10 +267,16 @@ class A100Cluster(pulumi.ComponentResource):
     console_url: pulumi.Output[str]
     """Cloud console page of the cluster (gke) or of the project's VM instances (gce)."""
     cluster: container.Cluster | None
+    """gke: the GKE cluster resource; gce: None."""
     system_pool: container.NodePool | None
+    """gke: the one on-demand CPU node for the cluster's system pods (DNS, controllers);
+    gce: None."""
     gpu_pool: container.NodePool | None
+    """gke: the A100 node pool; gce: None."""
     k8s_provider: k8s.Provider | None
+    """gke: the Kubernetes provider for the cluster (its kubeconfig); gce: None."""
     training_job: KubernetesTrainingJob | None
+    """gke with training: the `KubernetesTrainingJob`; otherwise None."""
     placement_policy: compute.ResourcePolicy | None
     """gce with compact placement and at least 2 nodes."""
     instance_template: compute.InstanceTemplate | None
@@ -313,13 +321,21 @@ class A100Cluster(pulumi.ComponentResource):
         self.node_count = gpu.node_count
         self.gpus_per_node = gpu.machine.gpus
         self.total_gpus = gpu.total_gpus
-        self.endpoint = self.node_pool_name = self.kubeconfig = self.job_name = None
+        # One name per line: the reference's docstrings come from griffe, which gives every
+        # name of a chained assignment the first one's docstring.
+        self.endpoint = None
+        self.node_pool_name = None
+        self.kubeconfig = None
+        self.job_name = None
         self.instance_names = None
-        self.cluster = self.system_pool = self.gpu_pool = None
+        self.cluster = None
+        self.system_pool = None
+        self.gpu_pool = None
         self.k8s_provider = None
         self.training_job = None
         self.placement_policy = None
-        self.instance_template = self.instance_group = None
+        self.instance_template = None
+        self.instance_group = None
         self.node_configs = []
         self.run_record = None
         if gpu.backend == "gke":

@@ -35,15 +35,15 @@ from trainstack.components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
 )
+from trainstack.components.catalog.batch import gpu_world_size, trainer_args_batch_problem
 from trainstack.components.catalog.gpu_fabric import gke_fabric
 from trainstack.components.catalog.gpu_families import FLEX_START_MAX_HOURS
 from trainstack.components.catalog.gpus import GPU_ZONES
 from trainstack.components.catalog.machines import GPU_MACHINES
-from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.problems import did_you_mean, pydantic_problem
 from trainstack.components.gpu_startup import check_trainer, uses_torchrun
 from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
-from trainstack.components.training_network import subnet_region
+from trainstack.components.training_network import subnet_zone_problems
 from trainstack.components.user_code import CodeRules, args_with_code
 
 SHAPE_KEYS: Final = (
@@ -148,12 +148,10 @@ def a100_cluster_problems(
             f"{prefix}{key}: only used with backend gke" for key in GKE_ONLY_KEYS if key in args
         ]
     if "training" in args:
-        problems += _training_problems(args["training"], shape.backend, prefix)
+        problems += _training_problems(args["training"], shape, prefix)
     return problems
 
 
-SUBNET_REGION_KEY: Final = "the region of subnetwork_self_link"
-"""What a component's zone is checked against (a stack's: `gcp:region`)."""
 GPU_CODE: Final = {
     "gke": CodeRules("gpu_cluster", runs_image=True, pulumi_secrets=True),
     "gce": CodeRules("gpu_cluster", pulumi_secrets=True),
@@ -280,9 +278,7 @@ def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:
             f"{p}deployment_name: {deployment!r} is not a non-empty string; valid: the stack's "
             "name, e.g. pulumi.get_stack()"
         )
-    region = subnet_region(args.get("subnetwork_self_link"))
-    if isinstance(args.get("zone"), str):
-        problems += zone_in_region_problems(args["zone"], region, f"{p}zone", SUBNET_REGION_KEY)
+    problems += subnet_zone_problems(args.get("zone"), args.get("subnetwork_self_link"), f"{p}zone")
     environment = args.get("environment", DEFAULT_ENVIRONMENT)
     if environment not in ENVIRONMENTS:
         problems.append(
@@ -355,7 +351,8 @@ def cidr_problem(value: Any) -> str | None:
     return None
 
 
-def _training_problems(training: Any, backend: str, p: str) -> list[str]:
+def _training_problems(training: Any, shape: A100Shape, p: str) -> list[str]:
+    backend = shape.backend
     if not isinstance(training, Mapping):
         return [
             (
@@ -381,6 +378,17 @@ def _training_problems(training: Any, backend: str, p: str) -> list[str]:
     except ValueError as exc:
         problems.append(f"{p}training.{exc}")
         return problems
+    if not user_code:
+        # The global batch against the nodes' world size, as a stack's trainer section.
+        batch = trainer_args_batch_problem(
+            module,
+            training.get("trainer_args", []),
+            lambda framework, strategy: gpu_world_size(
+                framework, strategy, machines=shape.node_count, gpus_per_machine=shape.machine.gpus
+            ),
+            f"{p}training.trainer_args --",
+        )
+        problems += [batch] if batch else []
     problems += secret_env_names_problems(training, f"{p}training.")
     if backend == "gce":
         if "image" not in training and not user_code and not uses_torchrun(module):

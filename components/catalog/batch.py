@@ -35,8 +35,12 @@ not from a TensorFlow document; the bundled stacks' headers already assume 1 rep
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from trainstack.trainers.common.config import TF_DEFAULT_STRATEGY, TrainConfig
+from trainstack.trainers.common.contract import TRAINER_MODULES
 
 __all__ = [
     "TPU_REPLICAS_PER_CHIP_VERIFIED",
@@ -45,6 +49,7 @@ __all__ = [
     "gpu_world_size",
     "local_world_size",
     "tpu_world_size",
+    "trainer_args_batch_problem",
 ]
 
 TPU_REPLICAS_PER_CHIP_VERIFIED: Final = False
@@ -112,3 +117,45 @@ def batch_problem(
     return (
         f"{prefix}global_batch_size: {global_batch_size} is not divisible by {by}; valid: {valid}"
     )
+
+
+def _flags(trainer_args: Sequence[str]) -> dict[str, str]:
+    """The `--key=value` flags of a bundled trainer's arguments (the last wins, as in
+    argparse); other arguments are the trainer's to refuse."""
+    out: dict[str, str] = {}
+    for arg in trainer_args:
+        key, eq, value = str(arg).removeprefix("--").partition("=")
+        if str(arg).startswith("--") and eq:
+            out[key] = value
+    return out
+
+
+def trainer_args_batch_problem(
+    trainer_module: str,
+    trainer_args: Sequence[str],
+    world: Callable[[str, str], WorldSize],
+    prefix: str,
+) -> str | None:
+    """`batch_problem` for a compute component's bundled trainer, from its flags: when
+    `trainer_args` carry `--global_batch_size` (and `--grad_accum_steps`), checked against
+    `world(framework, strategy)` (the component's world size; framework and strategy from
+    `--framework` / `--strategy`, else `trainer_module`'s and its default, as the trainer
+    reads them), keys named `<prefix>global_batch_size`. The stack path checks its trainer
+    section with `batch_problem` itself, before the flags exist; the words are the same.
+    None when there is no batch flag or a flag the trainer itself refuses."""
+    flags = _flags(trainer_args)
+    if "global_batch_size" not in flags:
+        return None
+    by_module = {module: name for name, module in TRAINER_MODULES.items()}
+    framework = flags.get("framework") or by_module.get(trainer_module, "torch")
+    strategy = flags.get("strategy") or (
+        TF_DEFAULT_STRATEGY if framework == "tensorflow" else TrainConfig().strategy
+    )
+    try:
+        batch = int(flags["global_batch_size"])
+        accum = int(flags.get("grad_accum_steps", TrainConfig().grad_accum_steps))
+    except ValueError:
+        return None  # not a number: the trainer's own flag parsing refuses it
+    if batch < 1 or accum < 1:
+        return None
+    return batch_problem(batch, accum, world(framework, strategy), prefix)

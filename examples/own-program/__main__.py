@@ -104,6 +104,7 @@ def program() -> None:
                 "labels": labels,
                 "training": {
                     "package_uri": package.uri,
+                    "package": package,  # checked to hold `code`
                     "code": code,
                     "checkpoint_url": buckets.checkpoint_url,
                     "data_url": buckets.data_url,
@@ -122,6 +123,7 @@ def program() -> None:
                 "provisioning": "spot",
                 "network_tags": [network.node_tag],
                 "package_uri": package.uri,
+                "package": package,  # checked to hold `code`
                 "code": code,
                 "checkpoint_url": buckets.checkpoint_url,
                 "data_url": buckets.data_url,

@@ -200,3 +200,170 @@ def test_a_gke_cluster_runs_your_code_in_your_image(tmp_path: Path) -> None:
     args = " ".join(container.get("args", []) + container.get("command", []))
     assert args.count("--env=TRAINSTACK_DATA_DIR=gs://data") == 1
     assert args.count("--launcher=torchrun") == 1
+
+
+def test_a_slice_zone_outside_the_subnets_region_is_refused_as_in_a_stack(tmp_path: Path) -> None:
+    source = _source(tmp_path, "import jax\n")
+    (source / "requirements.txt").write_text("jax[tpu]\n")
+    trainer = {
+        "source": str(source),
+        "entrypoint": ["python", "train.py"],
+        "requirements": "requirements.txt",
+    }
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central1",
+            "trainstack:tpu": {"accelerator_type": "v5litepod-16", "zone": "europe-west4-b"},
+            "trainstack:trainer": trainer,
+        }
+    )
+
+    def program() -> None:
+        net = TrainingNetwork(
+            "net", {"project": "p", "region": "us-central1", "deployment_name": "exp"}
+        )
+        args = _slice_args(
+            UserCode(**trainer),
+            zone="europe-west4-b",
+            accelerator_type="v5litepod-16",
+            runtime_version="v2-alpha-tpuv5-lite",
+            subnetwork_self_link=net.subnetwork_self_link,
+        )
+        TpuPodSlice("exp-tpu", args)  # type: ignore[arg-type]
+
+    line = "'europe-west4-b' is not in {r} 'us-central1'; valid: a zone named us-central1-<zone>"
+    assert stack == ["tpu.zone: " + line.format(r="gcp:region")]
+    assert _program_errors(program) == [
+        "TpuPodSlice.zone: " + line.format(r="the region of subnetwork_self_link")
+    ]
+
+
+def test_a_slice_given_the_package_of_other_code_is_one_line(tmp_path: Path) -> None:
+    from trainstack.components import TrainerPackage
+
+    jax_code, torch_code = tmp_path / "jax", tmp_path / "torch"
+    for folder, script in ((jax_code, "import jax\n"), (torch_code, "import torch\n")):
+        folder.mkdir()
+        _source(folder, script)
+        (folder / "requirements.txt").write_text("jax[tpu]\n")
+    code = UserCode(
+        source=str(jax_code), entrypoint=["python", "train.py"], requirements="requirements.txt"
+    )
+    other = code.model_copy(update={"source": str(torch_code)})
+
+    def program(package_code: UserCode) -> None:
+        build = str(tmp_path / "build")
+        package = TrainerPackage(
+            "pkg", {"staging_bucket": "staging", "code": package_code, "build_dir": build}
+        )
+        args = _slice_args(code, package_uri=package.uri, package=package)
+        TpuPodSlice("exp-tpu", args)  # type: ignore[arg-type]
+
+    run_program(lambda: program(code))
+    assert _program_errors(lambda: program(other)) == [
+        f"TpuPodSlice.package: built from {torch_code}, not code.source {str(jax_code)!r}; "
+        "valid: the TrainerPackage given the same code"
+    ]
+
+
+def test_torch_without_torch_xla_on_a_slice_is_refused_as_in_a_stack(tmp_path: Path) -> None:
+    source = _source(tmp_path)
+    (source / "requirements.txt").write_text("torch~=2.5.0\n")
+    trainer = {
+        "source": str(source),
+        "entrypoint": ["python", "train.py"],
+        "requirements": "requirements.txt",
+    }
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central2",
+            "trainstack:tpu": STACK_TPU,
+            "trainstack:trainer": trainer,
+        }
+    )
+    code = UserCode(**trainer)
+    program = _program_errors(lambda: TpuPodSlice("exp-tpu", _slice_args(code)))  # type: ignore[arg-type]
+    line = (
+        "{k}requirements: your code imports torch (train.py:3), and requirements.txt names "
+        "torch but not torch_xla, without which it does not use the TPU of runtime "
+        "'tpu-ubuntu2204-base'; valid: {k}requirements naming torch and torch_xla[tpu] at the "
+        "same version (e.g. torch~=2.5.0, torch_xla[tpu]~=2.5.0)"
+    )
+    assert stack == [line.format(k="trainer.")]
+    assert program == ["TpuPodSlice." + line.format(k="code.")]
+
+
+def test_a_missing_source_folder_is_one_line_before_any_file_is_read(tmp_path: Path) -> None:
+    from trainstack.components import TrainerPackage
+
+    missing = tmp_path / "train"
+    code = UserCode(
+        source=str(missing), entrypoint=["python", "train.py"], requirements="requirements.txt"
+    )
+
+    def program() -> None:
+        TrainerPackage("pkg", {"staging_bucket": "staging", "code": code})
+
+    assert _program_errors(program) == [
+        f"TrainerPackage.code.source: {str(missing)!r} is not a folder ({missing}); valid: a "
+        "folder relative to the project root, or an absolute path"
+    ]
+
+
+def test_a_global_batch_the_nodes_cannot_split_is_refused_as_in_a_stack() -> None:
+    gke = {"backend": "gke", "machine_type": "a2-highgpu-8g", "node_count": 2}
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central1",
+            "trainstack:gpu_cluster": {**gke, "zone": "us-central1-a"},
+            "trainstack:trainer": {"global_batch_size": 250},
+        }
+    )
+
+    def program() -> None:
+        net = TrainingNetwork(
+            "net", {"project": "p", "region": "us-central1", "deployment_name": "exp"}
+        )
+        args = {**_cluster("us-central1-a", net), **gke}
+        args["training"]["trainer_args"] = ["--steps=10", "--global_batch_size=250"]
+        A100Cluster("exp-gpu", args)  # type: ignore[arg-type]
+
+    line = (
+        "{k}global_batch_size: 250 is not divisible by the world size 16 (2 machines x 8 GPUs); "
+        "valid: 240 or 256"
+    )
+    assert stack == [line.format(k="trainer.")]
+    assert _program_errors(program) == ["A100Cluster." + line.format(k="training.trainer_args --")]
+
+
+def test_a_global_batch_the_slice_cannot_split_is_refused_as_in_a_stack() -> None:
+    trainer = {"framework": "tensorflow", "strategy": "tpu", "global_batch_size": 100}
+    stack = _stack_errors(
+        {
+            "gcp:project": "p",
+            "gcp:region": "us-central2",
+            "trainstack:tpu": {**STACK_TPU, "runtime_version": "tpu-vm-tf-2.16.0-pod-pjrt"},
+            "trainstack:trainer": {**trainer, "grad_accum_steps": 2},
+        }
+    )
+    flags = [f"--{k}={v}" for k, v in trainer.items()] + ["--grad_accum_steps=2"]
+    args = {
+        k: v
+        for k, v in _slice_args(None, runtime_version="tpu-vm-tf-2.16.0-pod-pjrt").items()  # type: ignore[arg-type]
+        if k not in ("code", "checkpoint_url", "data_url")
+    }
+    args |= {"checkpoint_dir": "gs://ckpt/checkpoints", "trainer_args": flags}
+
+    def build() -> None:
+        TpuPodSlice("exp-tpu", args)  # type: ignore[arg-type]
+
+    program = _program_errors(build)
+    line = (
+        "{k}global_batch_size: 100 is not divisible by the world size 16 (TPUStrategy on "
+        "worker 0 drives the 16 chips of v4-32) x {k}grad_accum_steps 2 = 32; valid: 96 or 128"
+    )
+    assert stack == [line.format(k="trainer.")]
+    assert program == ["TpuPodSlice." + line.format(k="trainer_args --")]

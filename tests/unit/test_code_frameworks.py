@@ -109,7 +109,9 @@ def test_two_missing_frameworks_are_named_as_them_and_advised_once(tmp_path: Pat
 
 
 @pytest.mark.parametrize(
-    "requirements", ["torch~=2.5.0\nTorch_XLA[tpu]~=2.5.0\n", "torch >= 2.1  # a comment\n"]
+    "requirements",
+    # torch alone is refused (test_user_code_components: torch without torch_xla).
+    ["torch~=2.5.0\nTorch_XLA[tpu]~=2.5.0\n", "torch >= 2.1  # a comment\ntorch-xla[tpu]>=2.1\n"],
 )
 def test_torch_named_in_the_requirements_plans(tmp_path: Path, requirements: str) -> None:
     code = _code(tmp_path, {"train.py": TORCH_SCRIPT, "req.txt": requirements})

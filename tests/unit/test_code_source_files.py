@@ -242,3 +242,26 @@ def test_a_file_in_an_ignored_folder_cannot_be_put_back(tmp_path: Path, code: Pa
     files = _plan(tmp_path, code)["code"]["files"]
     assert files["ignored"] == {"count": 2, "first": ["data/", "notes.md"]}
     assert files["count"] == 3
+
+
+def test_a_virtualenv_by_any_name_is_left_out_and_said(tmp_path: Path) -> None:
+    # What `python -m venv venv` writes (a Pulumi program's `virtualenv: venv`).
+    code = _folder(
+        tmp_path / "code",
+        {
+            "train.py": "print('training')\n",
+            "venv/pyvenv.cfg": "home = /usr/bin\n",
+            "venv/lib/python3.11/site-packages/torch/__init__.py": "x = 1\n",
+            "tools/env/pyvenv.cfg": "home = /usr/bin\n",
+            "tools/run.py": "print('tool')\n",
+        },
+    )
+    entry = _plan(tmp_path, code)["code"]
+    assert entry["files"]["count"] == 2
+    assert entry["files"]["excluded"] == [
+        {"path": "tools/env/", "why": "Python virtualenv"},
+        {"path": "venv/", "why": "Python virtualenv"},
+    ]
+    assert dict(code_rows(entry))["left out"] == (
+        "tools/env/ (Python virtualenv), venv/ (Python virtualenv)"
+    )
