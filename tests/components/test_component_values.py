@@ -80,7 +80,7 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     (
         "RunSupervisor",
         {"kind": "gke"},
-        "RunSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool",
+        "RunSupervisor.kind: 'gke' is not allowed; valid: node, queued, mig, node_pool, node_pools",
     ),
     (
         "QuotaGuard",

@@ -121,10 +121,10 @@ def test_plan_exits_2_with_the_exact_message(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"config": _trainer(GCE, global_batch_size=250)}))
     result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
     assert result.exit_code == 2, result.output
-    assert (
-        "trainer.global_batch_size: 250 is not divisible by the world size 32 "
-        "(4 machines x 8 GPUs); valid: 224 or 256"
-    ) in result.stderr.splitlines()
+    assert result.stderr.splitlines() == [
+        "error: stack 'batch': trainer.global_batch_size: 250 is not divisible by the world "
+        "size 32 (4 machines x 8 GPUs); valid: 224 or 256"
+    ]
 
 
 def test_the_rule_directly() -> None:
