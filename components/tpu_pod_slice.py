@@ -111,9 +111,8 @@ from trainstack.components._tpu_queued_provider import (
 from trainstack.components.catalog.tpu import CLOUD_TPU_API_NOTE, TPU_ZONES_SOURCE
 from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
 from trainstack.components.facts import (
-    RUN_LIMIT_KEY,
     make_facts,
-    run_limit_text,
+    run_limit_own_text,
     tpu_after_stop,
     tpu_quota,
     tpu_summary,
@@ -172,7 +171,7 @@ def tpu_pod_slice_facts(
         **summary,
         quota=tpu_quota(plan.slice, plan.provisioning, zone),
         notes=[CLOUD_TPU_API_NOTE],
-        limit_notes=[f"{RUN_LIMIT_KEY}: {run_limit_text('tpu', seconds)}"] if seconds else [],
+        run_limit=run_limit_own_text("tpu", seconds) if seconds else None,
         # A supervisor deletes the whole slice.
         stoppable_hourly_usd=round(summary["hourly_usd"], 2),
         after_stop=tpu_after_stop(plan.slice, plan.provisioning, reservation, zone),

@@ -132,7 +132,6 @@ from trainstack.components.a100_cluster.validate import (
 )
 from trainstack.components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
 from trainstack.components.facts import (
-    RUN_LIMIT_KEY,
     a100_after_stop,
     a100_nodes_hourly_usd,
     a100_quota,
@@ -140,7 +139,7 @@ from trainstack.components.facts import (
     checkpoint_dir_of,
     gke_cluster_after_stop,
     make_facts,
-    run_limit_text,
+    run_limit_own_text,
 )
 from trainstack.components.gpu_startup import with_checkpoint_dir
 from trainstack.components.kubernetes_training_job import DEFAULT_NAMESPACE, KubernetesTrainingJob
@@ -464,7 +463,7 @@ def a100_cluster_facts(
             region_of(gpu.zone),
         ),
         notes=notes,
-        limit_notes=[f"{RUN_LIMIT_KEY}: {run_limit_text(gpu.backend, seconds)}"] if seconds else [],
+        run_limit=run_limit_own_text(gpu.backend, seconds) if seconds else None,
         stoppable_hourly_usd=round(
             a100_nodes_hourly_usd(gpu.machine_type, gpu.node_count, gpu.spot), 2
         ),

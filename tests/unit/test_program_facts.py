@@ -27,7 +27,11 @@ runner = CliRunner()
 COMMON = """\
 import pulumi
 
+from trainstack.components.quota_guard import QuotaGuard
+
 project = pulumi.Config("gcp").require("project")
+# First, as a stack registers it: its facts bring the plan's note on the quota check.
+QuotaGuard("acme-quota", {"project": project, "deployment_name": "acme", "needs": []})
 shared = {
     "project": project,
     "deployment_name": "acme",
@@ -228,7 +232,10 @@ def vertex_main(stack: str) -> str:
         args["timeout_s"] = min(seconds, args.get("timeout_s", seconds))
     return (
         "import pulumi\n"
+        "from trainstack.components.quota_guard import QuotaGuard\n"
         "from trainstack.components.vertex_training_job import VertexTrainingJob\n"
+        "QuotaGuard('acme-quota', {'project': 'my-ml-project', 'deployment_name': 'acme', "
+        "'needs': []})\n"
         f"job = VertexTrainingJob('acme-vertex', {args!r})\n"
         "pulumi.export('job', job.facts)\n"
     )
@@ -271,3 +278,37 @@ def test_a_local_program_plans_what_the_local_stack_plans(tmp_path: Path) -> Non
         stack_plan["quota"],
         stack_plan["notes"],
     )
+
+
+def test_a_program_without_supervisor_or_quota_guard_is_promised_neither(tmp_path: Path) -> None:
+    main = GKE_MAIN.replace(
+        'QuotaGuard("acme-quota", {"project": project, "deployment_name": "acme", "needs": []})',
+        "",
+    )
+    main = main[: main.index("target = supervised_compute")] + main[main.index("gpu = A100") :]
+    plan = build_program_plan(
+        write_program(tmp_path / "acme", main, "dev-a100-gke"), "dev-a100-gke"
+    )
+    stack_notes = bundled_plan("dev-a100-gke")["notes"]
+    # Before: the stack's notes that QuotaGuard stops the deployment before anything is
+    # created and that the supervisor sets the GPU node pool to 0 nodes, with neither there.
+    assert plan["notes"] == [
+        stack_notes[0],
+        "quota: no QuotaGuard in this program, so nothing checks the quota before `pulumi up` "
+        "creates the compute; a shortfall shows as a failed create. Add one "
+        "(trainstack.components.quota_guard.QuotaGuard, registered first, with the quota this "
+        "plan lists as its needs): docs/own-program.md",
+        "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
+        "trainer.preemption_grace_s (12 s) fits: the trainer saves within 12 s and exits "
+        "before then, if its checkpoint writes in time (see write_s of its checkpoint_written "
+        "records)",
+        "unverified quota ids (confirm with gcp.cloudquota.get_s_quota_infos before "
+        "requesting): A2-CPUS-per-project-region, CPUS-per-project-region",
+        "limits.max_run_hours: GKE Job activeDeadlineSeconds 14400",
+        "run supervisor: none in this program stops its A100Cluster (gke): nothing stops the "
+        "machines at the run's end or at its limits (max_run_seconds stops the trainer, not "
+        "the machines), so they bill until `pulumi destroy`. Add a RunSupervisor "
+        "(trainstack.components.run_supervisor) for it: docs/own-program.md",
+    ]
