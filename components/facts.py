@@ -8,6 +8,7 @@ registered output `facts`:
     {
         "trainstack_facts": 1,          # FACTS_VERSION: the shape of this dict
         "component": "TpuPodSlice",     # the component's class
+        "name": "acme-tpu",             # its Pulumi name (compute; `status --component NAME`)
         "target": "tpu",                # tpu | gke | gce | supervisor
         "tpu_chips": 16, "gpus": 0, "machines": 4,
         "hourly_usd": 7.68,             # catalog list price, unrounded (spot when spot)
@@ -68,6 +69,7 @@ def make_facts(
     component: str,
     target: str,
     *,
+    name: str | None = None,
     tpu_chips: int = 0,
     gpus: int = 0,
     machines: int = 0,
@@ -86,6 +88,7 @@ def make_facts(
     return {
         FACTS_KEY: FACTS_VERSION,
         "component": component,
+        "name": name,
         "target": target,
         "tpu_chips": tpu_chips,
         "gpus": gpus,

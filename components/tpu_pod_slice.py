@@ -158,9 +158,11 @@ def tpu_pod_slice_facts(
     zone: str,
     reservation: str | None,
     values: Sequence[Any],
+    name: str | None = None,
 ) -> dict[str, Any]:
     """A slice's facts (`trainstack.components.facts`), from its validated arguments
-    (`values`: deployment name, project, slice name, checkpoint folder)."""
+    (`values`: deployment name, project, slice name, checkpoint folder); `name`: the
+    component's Pulumi name."""
     deployment, project, slice_name, checkpoint_dir = values
     queued = gcp_name(deployment, "tpu-qr") if plan.provisioning == "queued" else None
     seconds = plan.max_run_seconds
@@ -168,6 +170,7 @@ def tpu_pod_slice_facts(
     return make_facts(
         "TpuPodSlice",
         "tpu",
+        name=name,
         **summary,
         quota=tpu_quota(plan.slice, plan.provisioning, zone),
         notes=[CLOUD_TPU_API_NOTE],
@@ -284,7 +287,7 @@ class TpuPodSlice(pulumi.ComponentResource):
         project = args["project"]
         self.facts = pulumi.Output.all(
             deployment, project, self.slice_name, self.checkpoint_dir
-        ).apply(lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v))
+        ).apply(lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v, name))
         self.register_outputs(
             {
                 "facts": self.facts,

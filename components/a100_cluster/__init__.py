@@ -365,7 +365,7 @@ class A100Cluster(pulumi.ComponentResource):
         stack = pulumi.get_stack()
         self.facts = pulumi.Output.all(
             args["project"], self.cluster_name, self.job_name, names, log_filter, checkpoint_dir
-        ).apply(lambda v: a100_cluster_facts(args, gpu, stack, v))
+        ).apply(lambda v: a100_cluster_facts(args, gpu, stack, v, name))
         self.register_outputs(
             {
                 "facts": self.facts,
@@ -421,9 +421,11 @@ def a100_cluster_facts(
     gpu: A100Shape,
     stack: str,
     values: Sequence[Any],
+    name: str | None = None,
 ) -> dict[str, Any]:
     """A cluster's facts (`trainstack.components.facts`), from its validated arguments
-    (`values`: project, cluster, Job and instance names, log filter, checkpoint folder)."""
+    (`values`: project, cluster, Job and instance names, log filter, checkpoint folder);
+    `name`: the component's Pulumi name."""
     project, cluster, job, instances, log_filter, checkpoint_dir = values
     training: Mapping[str, Any] = args.get("training") or {}
     status: dict[str, Any] = {
@@ -454,6 +456,7 @@ def a100_cluster_facts(
     return make_facts(
         "A100Cluster",
         gpu.backend,
+        name=name,
         **a100_summary(gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot),
         quota=a100_quota(
             gpu.backend,

@@ -255,3 +255,40 @@ def test_a_program_without_compute_facts_is_one_line(tmp_path: Path) -> None:
         "--show-secrets --stack dev > FILE` as --state FILE, or an --outputs FILE of a program "
         'that exports them (pulumi.export("tpu", tpu.facts))\n',
     )
+
+
+def test_a_program_with_two_slices_picks_one_with_component(tmp_path: Path) -> None:
+    folder, outputs, _ = registered(tmp_path, TPU_PROGRAM, TPU)
+    other = json.loads(json.dumps(outputs["tpu"]))
+    other["name"] = other["status"]["node"] = "acme-other"
+    other["logs"]["scope"] = 'resource.labels.node_id="acme-other"'
+    saved = tmp_path / "outputs.json"
+    saved.write_text(json.dumps({**outputs, "other": other}))
+    program = ("--program", str(folder), "--stack", TPU, "--outputs", str(saved))
+    # Before: the refusal named no component and no way to pick one.
+    assert invoke("logs", *program) == (
+        2,
+        "",
+        f"error: stack '{TPU}' has 2 compute components ({TPU}-tpu (TpuPodSlice), acme-other "
+        "(TpuPodSlice)); status and logs read one; valid: --component NAME, one of them\n",
+    )
+    assert invoke("status", *program, "--component", "acme") == (
+        2,
+        "",
+        f"error: --component: stack '{TPU}' has no compute component named 'acme'; valid: "
+        f"{TPU}-tpu (TpuPodSlice), acme-other (TpuPodSlice)\n",
+    )
+    with LoggingFakeServer() as server:
+        server.add(entry(1, tpu_resource(1), train(20, 1, 1)))
+        picked = invoke(
+            "logs",
+            *program,
+            *("--component", "acme-other", "--worker", "1"),
+            *("--endpoint", f"logging={server.endpoint}"),
+        )
+        query = server.requests[-1][2]["filter"]
+    assert picked == (0, "", "")
+    assert query == (
+        'resource.type="tpu_worker" AND resource.labels.node_id="acme-other" '
+        'AND resource.labels.worker_id="1"'
+    )
