@@ -111,6 +111,7 @@ from trainstack.components._tpu_queued_provider import (
 from trainstack.components.catalog.tpu import CLOUD_TPU_API_NOTE, TPU_ZONES_SOURCE
 from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
 from trainstack.components.facts import (
+    checkpoint_dir_of,
     make_facts,
     run_limit_own_text,
     tpu_after_stop,
@@ -151,6 +152,16 @@ TOKEN: Final = "trainstack:tpu:TpuPodSlice"
 # --------------------------------------------------------------------------------------
 # Component
 # --------------------------------------------------------------------------------------
+
+
+def slice_checkpoint_dir(trainer_args: Sequence[str], values: Sequence[Any]) -> str:
+    """Where the trainer writes its checkpoints (`values`: the `checkpoint_dir` argument and
+    `node_args`): your code's run-contract folder (`TRAINSTACK_CHECKPOINT_DIR` in `node_args`,
+    `<checkpoint_url>/checkpoints/<run>`), else the bundled trainer's `--checkpoint_dir`."""
+    default, node_args = values
+    if node_args is not None:
+        return checkpoint_dir_of(node_args) or default
+    return effective_checkpoint_dir(trainer_args, default)
 
 
 def tpu_pod_slice_facts(
@@ -272,9 +283,9 @@ class TpuPodSlice(pulumi.ComponentResource):
         self.console_url = pulumi.Output.all(args["project"], slice_name).apply(
             lambda v: console_url(v[0], zone, v[1])
         )
-        self.checkpoint_dir = pulumi.Output.from_input(args["checkpoint_dir"]).apply(
-            lambda default: effective_checkpoint_dir(trainer_args, default)
-        )
+        self.checkpoint_dir = pulumi.Output.all(
+            args["checkpoint_dir"], args.get("node_args")
+        ).apply(lambda v: slice_checkpoint_dir(trainer_args, v))
         log_filter, resource_filter = tpu_filters(self.slice_name)
         self.dashboard_scope: DashboardScope = {
             "target": "tpu",

@@ -312,3 +312,49 @@ def test_a_program_without_supervisor_or_quota_guard_is_promised_neither(tmp_pat
         "the machines), so they bill until `pulumi destroy`. Add a RunSupervisor "
         "(trainstack.components.run_supervisor) for it: docs/own-program.md",
     ]
+
+
+OWN_CODE_TPU_MAIN = (
+    COMMON.replace("REGION", "us-central2")
+    + """
+from trainstack.components import TpuPodSlice, UserCode
+
+code = UserCode(source="train", entrypoint=["python", "train.py"], requirements="requirements.txt")
+tpu = TpuPodSlice(
+    "acme-tpu",
+    {
+        **shared,
+        "zone": "us-central2-b",
+        "accelerator_type": "v4-16",
+        "runtime_version": "tpu-ubuntu2204-base",
+        "provisioning": "spot",
+        "network_tags": ["acme-node"],
+        "package_uri": "gs://acme-staging/trainer.tar.gz",
+        "code": code,
+        "checkpoint_url": "gs://acme-checkpoints",
+        "data_url": "gs://acme-data",
+    },
+)
+pulumi.export("tpu", tpu.facts)
+"""
+)
+
+
+def own_code_program(folder: Path, main: str = OWN_CODE_TPU_MAIN) -> Path:
+    write_program(folder, main)
+    (folder / "train").mkdir()
+    (folder / "train" / "train.py").write_text("import jax\n")
+    (folder / "train" / "requirements.txt").write_text("jax[tpu]\n")
+    return folder
+
+
+def test_own_code_slice_facts_give_the_folder_its_code_is_given(tmp_path: Path) -> None:
+    plan = build_program_plan(own_code_program(tmp_path / "acme"), "dev")
+    [vm] = [r for r in plan["resources"] if r["type"] == "gcp:tpu/v2Vm:V2Vm"]
+    script = vm["inputs"]["metadata"]["startup-script"]
+    # The node launcher's options, as the slice's startup script passes them to every worker.
+    [line] = [x for x in script.splitlines() if x.startswith("readonly TS_TRAINER_ARGS=(")]
+    [env] = [a for a in line.split() if a.startswith("--env=TRAINSTACK_CHECKPOINT_DIR=")]
+    assert env == "--env=TRAINSTACK_CHECKPOINT_DIR=gs://acme-checkpoints/checkpoints/acme"
+    # Before: gs://acme-checkpoints/checkpoints, the parent of the folder the code writes.
+    assert plan["outputs"]["tpu"]["status"]["checkpoint_dir"] == env.partition("_DIR=")[2]
