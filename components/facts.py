@@ -40,8 +40,10 @@ numbers. Prices and quota ids: `trainstack.components.catalog.prices`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
+
+import pulumi
 
 from trainstack.components.catalog import billing, prices
 from trainstack.components.catalog.gpu_families import (
@@ -106,6 +108,26 @@ def make_facts(
         "after_stop": [dict(item) for item in after_stop],
         "status": dict(status or {}),
         "logs": dict(logs or {}),
+    }
+
+
+def deployed_facts(
+    make: Callable[[Sequence[Any]], dict[str, Any]],
+    values: Sequence[pulumi.Input[Any]],
+    placeholders: Sequence[Any],
+) -> dict[str, Any]:
+    """A component's facts whose cost, quota and notes are plain values and whose `status` and
+    `logs` are Outputs of `values` (names and folders known only after deploy).
+
+    `make(values)` builds the facts; only its `status` and `logs` may depend on `values`, so
+    the rest is `make(placeholders)`, known in a preview even where a value is not (an
+    autonamed bucket's URL): the plan keeps its totals, quota and notes. Registered as an
+    output, the engine keeps the known parts of this dict as they are."""
+    full = pulumi.Output.all(*values).apply(make)
+    return {
+        **make(placeholders),
+        "status": full.apply(lambda facts: facts["status"]),
+        "logs": full.apply(lambda facts: facts["logs"]),
     }
 
 

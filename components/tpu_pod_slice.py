@@ -112,6 +112,7 @@ from trainstack.components.catalog.tpu import CLOUD_TPU_API_NOTE, TPU_ZONES_SOUR
 from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
 from trainstack.components.facts import (
     checkpoint_dir_of,
+    deployed_facts,
     make_facts,
     run_limit_own_text,
     tpu_after_stop,
@@ -234,13 +235,14 @@ class TpuPodSlice(pulumi.ComponentResource):
     record and stop request; `trainstack.trainers.common.run_records`)."""
     vm: tpu.V2Vm | None
     """The node, for provisioning on-demand, spot and reserved (else None)."""
-    facts: pulumi.Output[dict[str, Any]]
+    facts: dict[str, Any]
     """What `trainstack plan|plan-diff|quota|status|logs --program` read from this slice
     (`trainstack.components.facts`; also a registered output): chips, hosts, $/hour at list
     price (spot price when spot), the TPU quota it draws, its plan notes, where its state is
     read (`status`: project, zone, node and queued resource names, for the Cloud TPU API) and
     its trainer's Cloud Logging scope (`logs`). Export it to read a deployed program's status:
-    `pulumi.export("tpu", tpu.facts)`."""
+    `pulumi.export("tpu", tpu.facts)`. Plain values but `status` and `logs`, Outputs
+    known once deployed (`trainstack.components.facts.deployed_facts`)."""
     queued_resource: QueuedResource | None
     """The queued resource, for provisioning queued (else None)."""
 
@@ -296,9 +298,11 @@ class TpuPodSlice(pulumi.ComponentResource):
             "resource_filter": resource_filter,
         }
         project = args["project"]
-        self.facts = pulumi.Output.all(
-            deployment, project, self.slice_name, self.checkpoint_dir
-        ).apply(lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v, name))
+        self.facts = deployed_facts(
+            lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v, name),
+            [deployment, project, self.slice_name, self.checkpoint_dir],
+            [deployment, "", "", ""],
+        )
         self.register_outputs(
             {
                 "facts": self.facts,

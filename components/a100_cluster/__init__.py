@@ -137,6 +137,7 @@ from trainstack.components.facts import (
     a100_quota,
     a100_summary,
     checkpoint_dir_of,
+    deployed_facts,
     gke_cluster_after_stop,
     make_facts,
     run_limit_own_text,
@@ -275,7 +276,7 @@ class A100Cluster(pulumi.ComponentResource):
     """gce: the zonal managed instance group that recreates a stopped or lost node."""
     node_configs: list[compute.PerInstanceConfig]
     """gce: per-instance configs by node rank (name and rank metadata)."""
-    facts: pulumi.Output[dict[str, Any]]
+    facts: dict[str, Any]
     """What `trainstack plan|plan-diff|quota|status|logs --program` read from this cluster
     (`trainstack.components.facts`; also a registered output): GPUs, machines (GKE's system
     node counted), $/hour at list price (spot price when spot; GKE's cluster fee and system
@@ -283,7 +284,8 @@ class A100Cluster(pulumi.ComponentResource):
     trainer's `--preemption_grace_s` fits GKE's notice), where its state is read (`status`:
     gke: cluster, namespace and Job; gce: the instances) and its trainer's Cloud Logging scope
     (`logs`). Export it to read a deployed program's status:
-    `pulumi.export("gpu", cluster.facts)`."""
+    `pulumi.export("gpu", cluster.facts)`. Plain values but `status` and `logs`, Outputs
+    known once deployed (`trainstack.components.facts.deployed_facts`)."""
     run_record: pulumi.Output[str] | None
     """With training and a checkpoint bucket: the run's record prefix,
     `gs://<bucket>/trainstack-run-<key>` (`trainstack.trainers.common.run_records`)."""
@@ -363,9 +365,11 @@ class A100Cluster(pulumi.ComponentResource):
             training.get("checkpoint_url"), training.get("node_args")
         ).apply(lambda v: a100_checkpoint_dir(training, v))
         stack = pulumi.get_stack()
-        self.facts = pulumi.Output.all(
-            args["project"], self.cluster_name, self.job_name, names, log_filter, checkpoint_dir
-        ).apply(lambda v: a100_cluster_facts(args, gpu, stack, v, name))
+        self.facts = deployed_facts(
+            lambda v: a100_cluster_facts(args, gpu, stack, v, name),
+            [args["project"], self.cluster_name, self.job_name, names, log_filter, checkpoint_dir],
+            ["", "", "", None, "", None],
+        )
         self.register_outputs(
             {
                 "facts": self.facts,

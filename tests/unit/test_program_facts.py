@@ -358,3 +358,30 @@ def test_own_code_slice_facts_give_the_folder_its_code_is_given(tmp_path: Path) 
     assert env == "--env=TRAINSTACK_CHECKPOINT_DIR=gs://acme-checkpoints/checkpoints/acme"
     # Before: gs://acme-checkpoints/checkpoints, the parent of the folder the code writes.
     assert plan["outputs"]["tpu"]["status"]["checkpoint_dir"] == env.partition("_DIR=")[2]
+
+
+def test_an_autonamed_bucket_leaves_the_totals_quota_and_notes_known(tmp_path: Path) -> None:
+    # The checkpoint bucket is created by this deploy: its `url` is Computed
+    # (terraform-provider-google google/services/storage/resource_storage_bucket.go, "url":
+    # Computed: true), so a `pulumi preview` of a new bucket knows it only after deploy. The
+    # mocks answer a bucket's url from its name; this Output is unknown, as the preview's is.
+    unknown = (
+        "import asyncio\n"
+        "def known_after_deploy():\n"
+        "    value, known = asyncio.Future(), asyncio.Future()\n"
+        "    value.set_result(None)\n"
+        "    known.set_result(False)\n"
+        "    return pulumi.Output(set(), value, known)\n"
+        "args = {"
+    )
+    main = GKE_MAIN.replace("args = {", unknown).replace(
+        '"checkpoint_url": "gs://acme-checkpoints"', '"checkpoint_url": known_after_deploy()'
+    )
+    plan = build_program_plan(
+        write_program(tmp_path / "acme", main, "dev-a100-gke"), "dev-a100-gke"
+    )
+    stack_plan = bundled_plan("dev-a100-gke")
+    # Before: the whole facts were unknown, so no summary, quota or notes of the cluster.
+    assert plan["summary"] == stack_plan["summary"]
+    assert plan["quota"] == stack_plan["quota"]
+    assert plan["notes"] == stack_plan["notes"]
