@@ -447,7 +447,7 @@ def a100_cluster_facts(
     )
     if gpu.backend == "gke":
         if gpu.spot:
-            notes.append(gke_spot_grace_note(_grace_s(args)))
+            notes.append(gke_spot_grace_note(_grace_s(args), own_code=status["own_code"]))
         status |= {"namespace": DEFAULT_NAMESPACE, "job": job}
         # Indexed Job pods are `<job>-<completion index>-<suffix>`.
         logs |= {"scope": gke_filter_text(cluster)[0], "pod_prefix": f"{job}-"}

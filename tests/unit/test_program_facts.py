@@ -385,3 +385,44 @@ def test_an_autonamed_bucket_leaves_the_totals_quota_and_notes_known(tmp_path: P
     assert plan["summary"] == stack_plan["summary"]
     assert plan["quota"] == stack_plan["quota"]
     assert plan["notes"] == stack_plan["notes"]
+
+
+GKE_OWN_CODE_MAIN = GKE_MAIN.replace(
+    "args = {",
+    'from trainstack.components import UserCode\ncode = UserCode(image="us-docker.pkg.dev/acme/train/t:1", entrypoint=["python", "train.py"])\nargs = {',
+).replace(
+    '"package_uri": "gs://acme-staging/trainer.tar.gz",\n        "checkpoint_url": "gs://acme-checkpoints",\n        "trainer_args": ["--preemption_grace_s=12.0"],',
+    '"package_uri": "gs://acme-staging/trainer.tar.gz",\n        "code": code,\n        "checkpoint_url": "gs://acme-checkpoints",\n        "data_url": "gs://acme-data",',
+)
+
+
+def test_own_code_on_gke_spot_is_told_its_grace_in_a_programs_words(tmp_path: Path) -> None:
+    plan = build_program_plan(write_program(tmp_path / "acme", GKE_OWN_CODE_MAIN), "dev")
+    [note] = [n for n in plan["notes"] if ".spot: " in n]
+    # Before: "trainer.preemption_grace_s (30 s) does NOT fit ... set
+    # trainer.preemption_grace_s to at most 12", a stack key the program has not, whose value
+    # never reaches your code on GKE.
+    assert note == (
+        "A100Cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); your "
+        "code gets SIGTERM from the node launcher then: it must save its checkpoint and exit "
+        "within about 12 s, or the run resumes from the checkpoint before"
+    )
+
+
+def test_own_code_on_gke_spot_keeps_the_stacks_note() -> None:
+    name, config = load_stack("dev-a100-gke", None)
+    config["trainstack:trainer"] = {
+        "image": "us-docker.pkg.dev/acme/train/t:1",
+        "entrypoint": ["python", "train.py"],
+    }
+    [note] = [n for n in build_plan(name, config)["notes"] if ".spot: " in n]
+    assert note == (
+        "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
+        "trainer.preemption_grace_s (30 s) does NOT fit: a save after a preemption that takes "
+        "longer than 12 s is cut off and the run resumes from the checkpoint before; set "
+        "trainer.preemption_grace_s to at most 12"
+    )
