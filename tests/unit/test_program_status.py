@@ -292,3 +292,34 @@ def test_a_program_with_two_slices_picks_one_with_component(tmp_path: Path) -> N
         'resource.type="tpu_worker" AND resource.labels.node_id="acme-other" '
         'AND resource.labels.worker_id="1"'
     )
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "error"),
+    [
+        (
+            "[secret]",
+            'error: kubeconfig: the saved outputs hold "[secret]" in its place, as `pulumi stack '
+            "output --json` writes a secret without --show-secrets; valid: save them again with "
+            "`pulumi stack output --json --show-secrets`\n",
+        ),
+        (
+            "apiVersion: v1\nkind: Config\nclusters: []\n",
+            "error: kubeconfig: has no clusters[0].cluster.server; valid: the cluster's "
+            "kubeconfig output (A100Cluster.kubeconfig, a secret), saved with `pulumi stack "
+            "output --json --show-secrets`\n",
+        ),
+    ],
+)
+def test_a_kubeconfig_that_is_not_one_is_one_line(
+    tmp_path: Path, kubeconfig: str, error: str
+) -> None:
+    saved = tmp_path / "stack-outputs.json"
+    saved.write_text(json.dumps({**OUTPUTS[GKE], "kubeconfig": kubeconfig}))
+    # Before: a TypeError ("[secret]" is a YAML list) or an IndexError traceback.
+    assert invoke("status", "--stack", f"example:{GKE}", "--outputs", str(saved)) == (2, "", error)
+    folder, outputs, _ = registered(tmp_path, GKE_PROGRAM, GKE)
+    program_saved = tmp_path / "outputs.json"
+    program_saved.write_text(json.dumps({**outputs, "kubeconfig": kubeconfig}))
+    program = ("--program", str(folder), "--stack", GKE, "--outputs", str(program_saved))
+    assert invoke("status", *program) == (2, "", error)
