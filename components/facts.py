@@ -1,18 +1,22 @@
 """What a compute component tells trainstack's CLI about itself: its `facts`.
 
-Every compute component (`TpuPodSlice`, `A100Cluster`) and the `RunSupervisor` computes, from
+Every compute component (`TpuPodSlice`, `A100Cluster`), the `RunSupervisor` and the
+`QuotaGuard` computes, from
 its own arguments alone, one JSON-able dict and keeps it as its `facts` attribute and its
 registered output `facts`:
 
     {
         "trainstack_facts": 1,          # FACTS_VERSION: the shape of this dict
         "component": "TpuPodSlice",     # the component's class
+        "name": "acme-tpu",             # its Pulumi name (compute; `status --component NAME`)
         "target": "tpu",                # tpu | gke | gce | supervisor
         "tpu_chips": 16, "gpus": 0, "machines": 4,
         "hourly_usd": 7.68,             # catalog list price, unrounded (spot when spot)
         "quota": [{"service", "quota_id", "dimensions", "needed", "verified"}, ...],
         "notes": ["..."],               # the plan's notes on it
-        "limit_notes": ["..."],         # its run limit's, its spend cap's (after the others)
+        "limit_notes": ["..."],         # its spend cap's (after the others)
+        "run_limit": "...",             # what the compute does at its max_run_seconds, or None
+        "stops": "tpu",                 # a supervisor's: the target of the compute it stops
         "stoppable_hourly_usd": 7.68,   # what a supervisor stops of it (compute; rounded)
         "after_stop": [{...}],          # what bills after that stop (`StillBilling`'s fields)
         "status": {...},                # where its state is read (target-specific)
@@ -24,7 +28,10 @@ the facts of every component it registers into the totals, quota and notes a sta
 (`trainstack.infra.program_facts`); `trainstack status|logs --program DIR --stack NAME` read
 them back from the deployed stack (export them: `pulumi.export("tpu", tpu.facts)`, then save
 `pulumi stack output --json`; or a `pulumi stack export`, whose checkpoint keeps every
-component's registered outputs).
+component's registered outputs). A note that depends on another component comes from that
+component's facts: what a supervisor does at a run limit (`SUPERVISOR_STOPS`) only where one of
+the compute's target is registered, the quota check's only where a `QuotaGuard` is; a program
+without them is told so (`trainstack.infra.program_facts`).
 
 The arithmetic here is the one the stack config's plan uses too (`trainstack.infra.targets`
 call the same functions), so a program and a stack of the same resources plan the same
@@ -33,8 +40,10 @@ numbers. Prices and quota ids: `trainstack.components.catalog.prices`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
+
+import pulumi
 
 from trainstack.components.catalog import billing, prices
 from trainstack.components.catalog.gpu_families import (
@@ -50,6 +59,10 @@ from trainstack.trainers.common.contract import CHECKPOINT_DIR_ENV
 FACTS_KEY: Final = "trainstack_facts"
 """The key that marks a dict as a component's facts; its value is `FACTS_VERSION`."""
 FACTS_VERSION: Final = 1
+SUPERVISOR_TARGET: Final = "supervisor"
+"""The `target` of a `RunSupervisor`'s facts."""
+QUOTA_GUARD_TARGET: Final = "quota_guard"
+"""The `target` of a `QuotaGuard`'s facts."""
 QUOTA_FIELDS: Final = ("service", "quota_id", "dimensions", "needed", "verified")
 """What a quota need shows in a plan and in facts (its `source` stays in the catalog)."""
 
@@ -58,6 +71,7 @@ def make_facts(
     component: str,
     target: str,
     *,
+    name: str | None = None,
     tpu_chips: int = 0,
     gpus: int = 0,
     machines: int = 0,
@@ -65,6 +79,8 @@ def make_facts(
     quota: Sequence[Mapping[str, Any]] = (),
     notes: Sequence[str] = (),
     limit_notes: Sequence[str] = (),
+    run_limit: str | None = None,
+    stops: str | None = None,
     stoppable_hourly_usd: float = 0.0,
     after_stop: Sequence[Mapping[str, Any]] = (),
     status: Mapping[str, Any] | None = None,
@@ -74,6 +90,7 @@ def make_facts(
     return {
         FACTS_KEY: FACTS_VERSION,
         "component": component,
+        "name": name,
         "target": target,
         "tpu_chips": tpu_chips,
         "gpus": gpus,
@@ -82,10 +99,35 @@ def make_facts(
         "quota": [{key: need[key] for key in QUOTA_FIELDS} for need in quota],
         "notes": list(notes),
         "limit_notes": list(limit_notes),
+        # A compute's own part of its run limit's note (`run_limit_own_text`); a plan adds
+        # what a supervisor of its target does then (`SUPERVISOR_STOPS`).
+        "run_limit": run_limit,
+        # A supervisor's: the `target` of the compute it stops (`KIND_TARGETS`).
+        "stops": stops,
         "stoppable_hourly_usd": stoppable_hourly_usd,
         "after_stop": [dict(item) for item in after_stop],
         "status": dict(status or {}),
         "logs": dict(logs or {}),
+    }
+
+
+def deployed_facts(
+    make: Callable[[Sequence[Any]], dict[str, Any]],
+    values: Sequence[pulumi.Input[Any]],
+    placeholders: Sequence[Any],
+) -> dict[str, Any]:
+    """A component's facts whose cost, quota and notes are plain values and whose `status` and
+    `logs` are Outputs of `values` (names and folders known only after deploy).
+
+    `make(values)` builds the facts; only its `status` and `logs` may depend on `values`, so
+    the rest is `make(placeholders)`, known in a preview even where a value is not (an
+    autonamed bucket's URL): the plan keeps its totals, quota and notes. Registered as an
+    output, the engine keeps the known parts of this dict as they are."""
+    full = pulumi.Output.all(*values).apply(make)
+    return {
+        **make(placeholders),
+        "status": full.apply(lambda facts: facts["status"]),
+        "logs": full.apply(lambda facts: facts["logs"]),
     }
 
 
@@ -110,6 +152,20 @@ def checkpoint_dir_of(node_args: Sequence[str]) -> str | None:
     return found[-1] if found else None
 
 
+# --------------------------------------------------------------------------- quota guard
+
+QUOTA_OFFLINE_NOTE: Final = (
+    "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
+    "and `pulumi up` and stops the deployment before anything is created on a shortfall."
+)
+
+
+def quota_guard_facts() -> dict[str, Any]:
+    """A `QuotaGuard`'s facts: no cost or quota of its own (the compute's facts carry the
+    quota it checks), the plan's note on when it reads the limits."""
+    return make_facts("QuotaGuard", QUOTA_GUARD_TARGET, notes=[QUOTA_OFFLINE_NOTE])
+
+
 # --------------------------------------------------------------------------- limits
 
 
@@ -117,25 +173,37 @@ RUN_LIMIT_KEY: Final = "limits.max_run_hours"
 SPEND_CAP_KEY: Final = "limits.max_total_usd"
 
 
-def run_limit_text(target: str, seconds: int) -> str:
-    """How a run limit of `seconds` is enforced on `target` (tpu, gke, gce), in the plan's
-    words (the component's `max_run_seconds`; a stack's `limits.max_run_hours`)."""
+def run_limit_own_text(target: str, seconds: int) -> str:
+    """What the compute itself does at a run limit of `seconds` on `target` (tpu, gke, gce):
+    it stops the trainer (or fails the Job), not the machines."""
     if target == "tpu":
         return (
             f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
-            "run's first start (TpuPodSlice max_run_seconds); the Cloud TPU API has no run "
-            "limit, so the supervisor then deletes the slice"
+            "run's first start (TpuPodSlice max_run_seconds)"
         )
     if target == "gke":
-        return (
-            f"GKE Job activeDeadlineSeconds {seconds}; then the supervisor sets the GPU "
-            "node pool to 0 nodes"
-        )
+        return f"GKE Job activeDeadlineSeconds {seconds}"
     return (
         f"the VMs' startup script stops the trainer {seconds}s after the run's first "
-        "start (A100Cluster max_run_seconds); then the supervisor deletes the instance "
-        "group's VMs"
+        "start (A100Cluster max_run_seconds)"
     )
+
+
+SUPERVISOR_STOPS: Final = {
+    "tpu": "the Cloud TPU API has no run limit, so the supervisor then deletes the slice",
+    "gke": "then the supervisor sets the GPU node pool to 0 nodes",
+    "gce": "then the supervisor deletes the instance group's VMs",
+}
+"""What a run supervisor does to the compute of a `target` after its run limit."""
+KIND_TARGETS: Final = {"node": "tpu", "queued": "tpu", "mig": "gce", "node_pool": "gke"}
+"""The compute `target` a `RunSupervisor` of each kind stops (`node_pools`: `TpuGkeSlices`,
+which has no facts)."""
+
+
+def run_limit_text(target: str, seconds: int) -> str:
+    """How a run limit of `seconds` is enforced on a supervised `target` (tpu, gke, gce), in
+    the plan's words (the component's `max_run_seconds`; a stack's `limits.max_run_hours`)."""
+    return f"{run_limit_own_text(target, seconds)}; {SUPERVISOR_STOPS[target]}"
 
 
 # --------------------------------------------------------------------------- TPU slice
@@ -500,7 +568,8 @@ def supervisor_facts(
         limit_notes.append(f"{SPEND_CAP_KEY}: {spend_cap_text(hourly, cap, hours)}")
     return make_facts(
         "RunSupervisor",
-        "supervisor",
+        SUPERVISOR_TARGET,
+        stops=KIND_TARGETS.get(kind),
         hourly_usd=supervisor_hourly_usd(),
         notes=notes,
         limit_notes=limit_notes,

@@ -87,6 +87,7 @@ from pulumi_gcp import cloudquota
 from trainstack.components._args import ArgsError, check_args
 from trainstack.components._naming import gcp_name
 from trainstack.components._tpu_quota_match import TPU_SERVICE, candidates
+from trainstack.components.facts import quota_guard_facts
 
 TYPE_TOKEN = "trainstack:quota:QuotaGuard"
 # A limit of -1 means unlimited in the Cloud Quotas API.
@@ -506,6 +507,9 @@ class QuotaGuard(pulumi.ComponentResource):
     """The outcome per need (plain data: the check ran when the program did)."""
     shortfalls: list[QuotaCheck]
     """Needs above their limit."""
+    facts: dict[str, Any]
+    """What `trainstack plan --program` reads (`trainstack.components.facts`; also a registered
+    output): the plan's note that the quota is checked before anything is created."""
     preferences: list[cloudquota.SQuotaPreference]
     """The quota preferences a preview shows (empty unless `request_increases` and a
     shortfall; `pulumi up` files them and raises)."""
@@ -558,8 +562,10 @@ class QuotaGuard(pulumi.ComponentResource):
         if blocking:
             # A preview that failed would stop `pulumi up` before the preferences are filed.
             pulumi.log.warn(filed_message(project, blocking, preview=True), resource=self)
+        self.facts = quota_guard_facts()
         self.register_outputs(
             {
+                "facts": self.facts,
                 "checks": [asdict(c) for c in self.checks],
                 "shortfalls": [asdict(c) for c in self.shortfalls],
                 "preferences": [p.name for p in self.preferences],

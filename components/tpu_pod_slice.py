@@ -111,9 +111,10 @@ from trainstack.components._tpu_queued_provider import (
 from trainstack.components.catalog.tpu import CLOUD_TPU_API_NOTE, TPU_ZONES_SOURCE
 from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
 from trainstack.components.facts import (
-    RUN_LIMIT_KEY,
+    checkpoint_dir_of,
+    deployed_facts,
     make_facts,
-    run_limit_text,
+    run_limit_own_text,
     tpu_after_stop,
     tpu_quota,
     tpu_summary,
@@ -154,14 +155,26 @@ TOKEN: Final = "trainstack:tpu:TpuPodSlice"
 # --------------------------------------------------------------------------------------
 
 
+def slice_checkpoint_dir(trainer_args: Sequence[str], values: Sequence[Any]) -> str:
+    """Where the trainer writes its checkpoints (`values`: the `checkpoint_dir` argument and
+    `node_args`): your code's run-contract folder (`TRAINSTACK_CHECKPOINT_DIR` in `node_args`,
+    `<checkpoint_url>/checkpoints/<run>`), else the bundled trainer's `--checkpoint_dir`."""
+    default, node_args = values
+    if node_args is not None:
+        return checkpoint_dir_of(node_args) or default
+    return effective_checkpoint_dir(trainer_args, default)
+
+
 def tpu_pod_slice_facts(
     plan: SlicePlan,
     zone: str,
     reservation: str | None,
     values: Sequence[Any],
+    name: str | None = None,
 ) -> dict[str, Any]:
     """A slice's facts (`trainstack.components.facts`), from its validated arguments
-    (`values`: deployment name, project, slice name, checkpoint folder)."""
+    (`values`: deployment name, project, slice name, checkpoint folder); `name`: the
+    component's Pulumi name."""
     deployment, project, slice_name, checkpoint_dir = values
     queued = gcp_name(deployment, "tpu-qr") if plan.provisioning == "queued" else None
     seconds = plan.max_run_seconds
@@ -169,10 +182,11 @@ def tpu_pod_slice_facts(
     return make_facts(
         "TpuPodSlice",
         "tpu",
+        name=name,
         **summary,
         quota=tpu_quota(plan.slice, plan.provisioning, zone),
         notes=[CLOUD_TPU_API_NOTE],
-        limit_notes=[f"{RUN_LIMIT_KEY}: {run_limit_text('tpu', seconds)}"] if seconds else [],
+        run_limit=run_limit_own_text("tpu", seconds) if seconds else None,
         # A supervisor deletes the whole slice.
         stoppable_hourly_usd=round(summary["hourly_usd"], 2),
         after_stop=tpu_after_stop(plan.slice, plan.provisioning, reservation, zone),
@@ -221,13 +235,14 @@ class TpuPodSlice(pulumi.ComponentResource):
     record and stop request; `trainstack.trainers.common.run_records`)."""
     vm: tpu.V2Vm | None
     """The node, for provisioning on-demand, spot and reserved (else None)."""
-    facts: pulumi.Output[dict[str, Any]]
+    facts: dict[str, Any]
     """What `trainstack plan|plan-diff|quota|status|logs --program` read from this slice
     (`trainstack.components.facts`; also a registered output): chips, hosts, $/hour at list
     price (spot price when spot), the TPU quota it draws, its plan notes, where its state is
     read (`status`: project, zone, node and queued resource names, for the Cloud TPU API) and
     its trainer's Cloud Logging scope (`logs`). Export it to read a deployed program's status:
-    `pulumi.export("tpu", tpu.facts)`."""
+    `pulumi.export("tpu", tpu.facts)`. Plain values but `status` and `logs`, Outputs
+    known once deployed (`trainstack.components.facts.deployed_facts`)."""
     queued_resource: QueuedResource | None
     """The queued resource, for provisioning queued (else None)."""
 
@@ -270,9 +285,9 @@ class TpuPodSlice(pulumi.ComponentResource):
         self.console_url = pulumi.Output.all(args["project"], slice_name).apply(
             lambda v: console_url(v[0], zone, v[1])
         )
-        self.checkpoint_dir = pulumi.Output.from_input(args["checkpoint_dir"]).apply(
-            lambda default: effective_checkpoint_dir(trainer_args, default)
-        )
+        self.checkpoint_dir = pulumi.Output.all(
+            args["checkpoint_dir"], args.get("node_args")
+        ).apply(lambda v: slice_checkpoint_dir(trainer_args, v))
         log_filter, resource_filter = tpu_filters(self.slice_name)
         self.dashboard_scope: DashboardScope = {
             "target": "tpu",
@@ -283,9 +298,11 @@ class TpuPodSlice(pulumi.ComponentResource):
             "resource_filter": resource_filter,
         }
         project = args["project"]
-        self.facts = pulumi.Output.all(
-            deployment, project, self.slice_name, self.checkpoint_dir
-        ).apply(lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v))
+        self.facts = deployed_facts(
+            lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v, name),
+            [deployment, project, self.slice_name, self.checkpoint_dir],
+            [deployment, "", "", ""],
+        )
         self.register_outputs(
             {
                 "facts": self.facts,

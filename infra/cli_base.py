@@ -282,6 +282,14 @@ ProgramOpt = Annotated[
         "then names one of its stack files.",
     ),
 ]
+ComponentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--component",
+        help="With --program: the compute component to read, by its Pulumi name (its facts' "
+        "`name`), where the program has more than one.",
+    ),
+]
 StateOpt = Annotated[
     Path | None,
     typer.Option(

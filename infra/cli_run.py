@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from trainstack.infra.cli_base import (
+    ComponentOpt,
     ConfigFileOpt,
     EndpointOpt,
     OutputsOpt,
@@ -62,6 +63,7 @@ def status(
     outputs: OutputsOpt = None,
     program: ProgramOpt = None,
     state: StateOpt = None,
+    component: ComponentOpt = None,
     endpoint: EndpointOpt = None,
     now: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
@@ -85,8 +87,9 @@ def status(
 
     if program is not None or state is not None:
         name = _program_stack("status", program, stack, config_file, job)
-        _program_status(program, name, outputs, state, endpoint or [], now, as_json)
+        _program_status(program, name, outputs, state, endpoint or [], now, as_json, component)
         return
+    _no_component(component)
     if job is None:
         name, cfg = validated(stack, config_file, command="status")
         # A local run stopped before its last step resumes with the command that ran it.
@@ -154,6 +157,14 @@ def _program_stack(
     return stack
 
 
+def _no_component(component: str | None) -> None:
+    if component is not None:
+        raise fail(
+            "--component: picks one compute component of your own program; valid: "
+            "--program DIR --stack NAME --component NAME"
+        )
+
+
 def _program_status(
     program: Path | None,
     name: str,
@@ -162,6 +173,7 @@ def _program_status(
     endpoint: list[str],
     now: str | None,
     as_json: bool,
+    component: str | None = None,
 ) -> None:
     from trainstack.infra.logs import LogsError, parse_endpoints, parse_time
     from trainstack.infra.program_state import read_program_state
@@ -174,7 +186,7 @@ def _program_status(
         endpoints, moment = parse_endpoints(endpoint), parse_time(now) if now else None
         state = read_program_state(program, name, outputs, state_file)
         with google_errors("status", f"the state of stack {name!r}"):
-            info = program_status(state, name, endpoints, moment)
+            info = program_status(state, name, endpoints, moment, component)
     except (LogsError, OutputsError, ValueError) as exc:
         raise fail(str(exc)) from None
     if as_json:
@@ -233,6 +245,7 @@ def logs(
     outputs: OutputsOpt = None,
     program: ProgramOpt = None,
     state: StateOpt = None,
+    component: ComponentOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Raw records, one per line.")] = False,
     poll_s: Annotated[float, typer.Option("--poll-s", hidden=True, min=0.0)] = 5.0,
     endpoint: EndpointOpt = None,
@@ -248,6 +261,7 @@ def logs(
     if program is not None or state is not None:
         name, cfg = _program_stack("logs", program, stack, config_file), None
     else:
+        _no_component(component)
         name, cfg = validated(stack, config_file, command="logs")
     try:
         endpoints = parse_endpoints(endpoint or [])
@@ -258,7 +272,7 @@ def logs(
 
             assert program is not None
             found = read_program_state(program, name, outputs, state)
-            source = program_log_source(found, name, worker)
+            source = program_log_source(found, name, worker, component)
         else:
             source = log_source(cfg, name, outputs, worker)
         lines = read_lines(source, endpoints, follow=follow, as_json=as_json, poll_s=poll_s)

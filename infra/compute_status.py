@@ -21,7 +21,7 @@ import contextlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -76,6 +76,37 @@ def tpu_log_filter(scope: str, hosts: int, worker: int | None, stack: str) -> st
 # ------------------------------------------------------------------------------ GKE
 
 
+SECRET_SHOWN: Final = "[secret]"
+"""What `pulumi stack output --json` prints for a secret without `--show-secrets` (pulumi/pulumi
+pkg/cmd/pulumi/stack/stack_output_test.go, case "default": `"password": "[secret]"`)."""
+KUBECONFIG_VALID = (
+    "valid: the cluster's kubeconfig output (A100Cluster.kubeconfig, a secret), saved with "
+    "`pulumi stack output --json --show-secrets`"
+)
+
+
+def kubeconfig_cluster(text: str) -> dict[str, Any]:
+    """The first cluster of a kubeconfig (its `server` and `certificate-authority-data`);
+    LogsError, one line, for a secret saved hidden, text that is no kubeconfig, or one
+    without a cluster."""
+    if text.strip() == SECRET_SHOWN:
+        raise LogsError(
+            f'kubeconfig: the saved outputs hold "{SECRET_SHOWN}" in its place, as `pulumi stack '
+            "output --json` writes a secret without --show-secrets; valid: save them again with "
+            "`pulumi stack output --json --show-secrets`"
+        )
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        config = None
+    clusters = config.get("clusters") if isinstance(config, dict) else None
+    first = clusters[0] if isinstance(clusters, list) and clusters else None
+    cluster = first.get("cluster") if isinstance(first, dict) else None
+    if not isinstance(cluster, dict) or not cluster.get("server"):
+        raise LogsError(f"kubeconfig: has no clusters[0].cluster.server; {KUBECONFIG_VALID}")
+    return cluster
+
+
 def kube_get(kubeconfig: Callable[[], str], ep: Mapping[str, str], path: str) -> dict[str, Any]:
     """GET `path` from the cluster's API server (the `kubeconfig`'s), authenticated with an
     access token from Application Default Credentials as gke-gcloud-auth-plugin would; an
@@ -86,8 +117,7 @@ def kube_get(kubeconfig: Callable[[], str], ep: Mapping[str, str], path: str) ->
     headers: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as scratch:
         if server is None or not server.startswith("http://"):
-            config = yaml.safe_load(kubeconfig())
-            cluster = config["clusters"][0]["cluster"]
+            cluster = kubeconfig_cluster(kubeconfig())
             server = server or str(cluster["server"])
             ca = Path(scratch) / "ca.pem"
             ca.write_bytes(base64.b64decode(cluster.get("certificate-authority-data", "")))

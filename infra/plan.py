@@ -25,6 +25,7 @@ from rich.tree import Tree
 from trainstack.components import _strict_yaml as strict_yaml
 from trainstack.components.catalog.images import availability_date
 from trainstack.components.catalog.names import stack_name_problem
+from trainstack.components.facts import QUOTA_OFFLINE_NOTE
 from trainstack.infra.code_plan import code_rows, code_summary
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError, StackConfig, load_stack_config
@@ -222,10 +223,6 @@ def unverified_quota_note(needs: Iterable[Mapping[str, Any]]) -> str | None:
 ESTIMATE_NOTE = (
     "hourly_usd is an estimate from list prices in infra/catalog "
     "(see its sources and dates); it excludes storage, network egress and discounts."
-)
-QUOTA_OFFLINE_NOTE = (
-    "quota limits are not read offline; QuotaGuard reads them during `pulumi preview` "
-    "and `pulumi up` and stops the deployment before anything is created on a shortfall."
 )
 
 

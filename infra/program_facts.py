@@ -12,20 +12,49 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainstack.components.facts import is_facts, supervisor_usd_per_month
-from trainstack.infra.estimate import after_stop_note
-from trainstack.infra.plan import (
-    ESTIMATE_NOTE,
-    QUOTA_OFFLINE_NOTE,
-    integral_numbers,
-    unverified_quota_note,
+from trainstack.components.facts import (
+    QUOTA_GUARD_TARGET,
+    RUN_LIMIT_KEY,
+    SUPERVISOR_STOPS,
+    SUPERVISOR_TARGET,
+    is_facts,
+    supervisor_usd_per_month,
 )
+from trainstack.infra.estimate import after_stop_note
+from trainstack.infra.plan import ESTIMATE_NOTE, integral_numbers, unverified_quota_note
 from trainstack.infra.targets import StillBilling
 
-SUPERVISOR = "supervisor"
+SUPERVISOR = SUPERVISOR_TARGET
 """The `target` of a `RunSupervisor`'s facts."""
+QUOTA_GUARD = QUOTA_GUARD_TARGET
+"""The `target` of a `QuotaGuard`'s facts."""
+NOT_COMPUTE = (SUPERVISOR, QUOTA_GUARD)
+"""The `target`s of facts that are no compute of their own."""
 LOCAL = "local"
 """The `target` of a `LocalTrainingJob`'s facts."""
+DOCS_PAGE = "docs/own-program.md"
+NO_QUOTA_GUARD_NOTE = (
+    "quota: no QuotaGuard in this program, so nothing checks the quota before `pulumi up` "
+    "creates the compute; a shortfall shows as a failed create. Add one "
+    "(trainstack.components.quota_guard.QuotaGuard, registered first, with the quota this "
+    f"plan lists as its needs): {DOCS_PAGE}"
+)
+
+
+def no_supervisor_note(unsupervised: Iterable[Mapping[str, Any]]) -> str:
+    """The plan's note on compute that no `RunSupervisor` of the program stops."""
+    names = ", ".join(f"{item['component']} ({item['target']})" for item in unsupervised)
+    return (
+        f"run supervisor: none in this program stops its {names}: nothing stops the machines "
+        "at the run's end or at its limits (max_run_seconds stops the trainer, not the "
+        "machines), so they bill until `pulumi destroy`. Add a RunSupervisor "
+        f"(trainstack.components.run_supervisor) for it: {DOCS_PAGE}"
+    )
+
+
+def is_compute(facts: Mapping[str, Any]) -> bool:
+    """Whether `facts` are a compute component's (not a supervisor's or a quota guard's)."""
+    return facts["target"] not in NOT_COMPUTE
 
 
 def registered_facts(registered: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -33,7 +62,7 @@ def registered_facts(registered: Mapping[str, Mapping[str, Any]]) -> list[dict[s
     supervisors, each by the component's URN."""
     # Serialized numbers are floats: counts and ids are integral again, as in a stack plan.
     found = [
-        (outputs["facts"]["target"] == SUPERVISOR, urn, integral_numbers(outputs["facts"]))
+        (not is_compute(outputs["facts"]), urn, integral_numbers(outputs["facts"]))
         for urn, outputs in registered.items()
         if is_facts(outputs.get("facts"))
     ]
@@ -71,25 +100,41 @@ def facts_quota(facts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]]) -> list[str]:
-    """The plan's notes, in a stack plan's order: the estimate's and the offline quota's,
-    each component's own, the quota ids that are unverified, the run limits' and spend caps'
-    (`limit_notes`), and, where a supervisor stops the compute, what bills after its stop."""
+    """The plan's notes, in a stack plan's order: the estimate's, the quota guard's (or that
+    there is none), each component's own, the quota ids that are unverified, the run limits'
+    (with what a supervisor of that compute does then) and spend caps' (`limit_notes`), and,
+    where a supervisor stops the compute, what bills after its stop. Compute that no
+    supervisor stops gets a note saying so."""
     facts = list(facts)
+    compute = [item for item in facts if is_compute(item)]
+    guards = [item for item in facts if item["target"] == QUOTA_GUARD]
+    stopped = {item.get("stops") for item in facts if item["target"] == SUPERVISOR}
+    notes = [ESTIMATE_NOTE]
+    for item in guards:
+        notes += [note for note in item["notes"] if note not in notes]
     # A local run draws no quota: a stack of one has no quota note either.
-    cloud = any(item["target"] != LOCAL for item in facts)
-    notes = [ESTIMATE_NOTE, *([QUOTA_OFFLINE_NOTE] if cloud else [])]
+    if not guards and any(item["target"] != LOCAL for item in compute):
+        notes.append(NO_QUOTA_GUARD_NOTE)
     for item in facts:
         notes += [note for note in item["notes"] if note not in notes]
     unverified = unverified_quota_note(quota)
     notes += [unverified] if unverified else []
     for item in facts:
+        own = item.get("run_limit")
+        if own is not None:
+            stop = f"; {SUPERVISOR_STOPS[item['target']]}" if item["target"] in stopped else ""
+            notes.append(f"{RUN_LIMIT_KEY}: {own}{stop}")
         notes += [note for note in item.get("limit_notes", []) if note not in notes]
-    if any(item["target"] == SUPERVISOR for item in facts):
-        compute = [item for item in facts if item["target"] != SUPERVISOR]
-        after = [StillBilling(**entry) for item in compute for entry in item.get("after_stop", [])]
-        stoppable = sum(item.get("stoppable_hourly_usd", 0.0) for item in compute)
+    supervised = [item for item in compute if item["target"] in stopped]
+    if supervised:
+        after = [StillBilling(**e) for item in supervised for e in item.get("after_stop", [])]
+        stoppable = sum(item.get("stoppable_hourly_usd", 0.0) for item in supervised)
         after_stop = after_stop_note(stoppable, after)
         notes += [after_stop] if after_stop else []
+    unsupervised = [
+        item for item in compute if item["target"] in SUPERVISOR_STOPS and item not in supervised
+    ]
+    notes += [no_supervisor_note(unsupervised)] if unsupervised else []
     return notes
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.components.facts import is_facts
-from trainstack.infra.program_facts import SUPERVISOR
+from trainstack.infra.program_facts import SUPERVISOR, is_compute
 from trainstack.infra.stack_outputs import (
     OUTPUTS_ENV,
     OutputsError,
@@ -65,7 +65,7 @@ class ProgramState:
 
     @property
     def compute(self) -> list[dict[str, Any]]:
-        return [f for f in self.facts if f["target"] != SUPERVISOR]
+        return [f for f in self.facts if is_compute(f)]
 
     @property
     def supervisors(self) -> list[dict[str, Any]]:
@@ -99,9 +99,7 @@ def find_facts(value: Any) -> list[dict[str, Any]]:
 def _ordered(facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # Compute before supervisors, as a plan lists them; one component exported twice once.
     unique = list({json.dumps(f, sort_keys=True): f for f in facts}.values())
-    return [f for f in unique if f["target"] != SUPERVISOR] + [
-        f for f in unique if f["target"] == SUPERVISOR
-    ]
+    return [f for f in unique if is_compute(f)] + [f for f in unique if not is_compute(f)]
 
 
 def from_outputs(document: Mapping[str, Any], source: str) -> ProgramState:

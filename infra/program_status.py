@@ -45,9 +45,22 @@ KUBECONFIG_HINT = (
 )
 
 
-def the_compute(state: ProgramState, stack: str) -> dict[str, Any]:
-    """The program's one compute component's facts (one error line for several)."""
+def _named(compute: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{f.get('name') or '(no name)'} ({f['component']})" for f in compute)
+
+
+def the_compute(state: ProgramState, stack: str, component: str | None = None) -> dict[str, Any]:
+    """The program's compute component's facts: its one, or the one `component` names (its
+    Pulumi name, the facts' `name`); one error line otherwise."""
     compute = state.compute
+    if component is not None:
+        picked = [f for f in compute if f.get("name") == component]
+        if not picked:
+            raise OutputsError(
+                f"--component: stack {stack!r} has no compute component named {component!r}; "
+                f"valid: {_named(compute) or '(none)'}"
+            )
+        compute = picked
     if compute and compute[0]["target"] == "vertex":
         raise OutputsError(
             f"stack {stack!r}: its compute is a Vertex AI job, whose name its facts cannot "
@@ -59,10 +72,9 @@ def the_compute(state: ProgramState, stack: str) -> dict[str, Any]:
             "logs --program do not read; valid: a program with a TpuPodSlice or A100Cluster"
         )
     if len(compute) > 1:
-        names = ", ".join(f"{f['component']} ({f['target']})" for f in compute)
         raise OutputsError(
-            f"stack {stack!r} has {len(compute)} compute components ({names}); status and "
-            "logs read one; valid: a program with one TpuPodSlice or A100Cluster"
+            f"stack {stack!r} has {len(compute)} compute components ({_named(compute)}); "
+            "status and logs read one; valid: --component NAME, one of them"
         )
     return compute[0]
 
@@ -114,12 +126,24 @@ def trainer_filter(facts: Mapping[str, Any], worker: int | None, stack: str) -> 
     return gce_log_filter(logs["scope"], logs["instances"], worker, stack)
 
 
-def program_log_source(state: ProgramState, stack: str, worker: int | None) -> CloudLogs:
+def supervisors_of(state: ProgramState, facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The supervisors that stop this compute (their facts' `stops` is its target); all of
+    them where their facts do not say (older facts)."""
+    stops = [f for f in state.supervisors if f.get("stops") == facts["target"]]
+    if any("stops" in f for f in state.supervisors):
+        return stops
+    return state.supervisors
+
+
+def program_log_source(
+    state: ProgramState, stack: str, worker: int | None, component: str | None = None
+) -> CloudLogs:
     """Where the program's trainer logs are; without `worker`, its supervisors' joined."""
-    facts = the_compute(state, stack)
+    facts = the_compute(state, stack, component)
     query = trainer_filter(facts, worker, stack)
-    if worker is None and state.supervisors:
-        functions = [supervisor_query(f["logs"]["function_name"]) for f in state.supervisors]
+    supervisors = supervisors_of(state, facts)
+    if worker is None and supervisors:
+        functions = [supervisor_query(f["logs"]["function_name"]) for f in supervisors]
         query = any_of(query, *functions)
     return CloudLogs(facts["status"]["project"], query)
 
@@ -128,7 +152,7 @@ def _supervised(
     state: ProgramState, facts: Mapping[str, Any], stack: str, endpoints: Mapping[str, str]
 ) -> dict[str, Any]:
     """The supervisor's part of the status (`trainstack.infra.status.stack_status`'s)."""
-    [supervisor] = state.supervisors[:1]
+    [supervisor] = supervisors_of(state, facts)[:1]
     where = supervisor["status"]
     events_uri = str(where["events_uri"])
     actions = gcs_json_lines(events_uri, endpoints)
@@ -154,10 +178,12 @@ def program_status(
     stack: str,
     endpoints: dict[str, str],
     now: datetime | None = None,
+    component: str | None = None,
 ) -> dict[str, Any]:
-    """The status of a deployed program's compute as plain data (the `--json` document)."""
+    """The status of a deployed program's compute (the one `component` names) as plain data
+    (the `--json` document)."""
     now = now or datetime.now(UTC)
-    facts = the_compute(state, stack)
+    facts = the_compute(state, stack, component)
     where = facts["status"]
     part = compute_state(state, facts, stack, endpoints)
     part["step"] = newest_step(where["project"], trainer_filter(facts, None, stack), endpoints)
@@ -168,7 +194,7 @@ def program_status(
         if ckpt_dir
         else None
     )
-    if state.supervisors:
+    if supervisors_of(state, facts):
         part |= _supervised(state, facts, stack, endpoints)
     hourly = float(facts_summary(state.facts)["hourly_usd"])
     return status_info(stack, _section(facts["target"]), part, hourly, now)

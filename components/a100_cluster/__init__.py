@@ -133,15 +133,15 @@ from trainstack.components.a100_cluster.validate import (
 )
 from trainstack.components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
 from trainstack.components.facts import (
-    RUN_LIMIT_KEY,
     a100_after_stop,
     a100_nodes_hourly_usd,
     a100_quota,
     a100_summary,
     checkpoint_dir_of,
+    deployed_facts,
     gke_cluster_after_stop,
     make_facts,
-    run_limit_text,
+    run_limit_own_text,
 )
 from trainstack.components.gpu_startup import with_checkpoint_dir
 from trainstack.components.kubernetes_training_job import DEFAULT_NAMESPACE, KubernetesTrainingJob
@@ -285,7 +285,7 @@ class A100Cluster(pulumi.ComponentResource):
     """gce: the zonal managed instance group that recreates a stopped or lost node."""
     node_configs: list[compute.PerInstanceConfig]
     """gce: per-instance configs by node rank (name and rank metadata)."""
-    facts: pulumi.Output[dict[str, Any]]
+    facts: dict[str, Any]
     """What `trainstack plan|plan-diff|quota|status|logs --program` read from this cluster
     (`trainstack.components.facts`; also a registered output): GPUs, machines (GKE's system
     node counted), $/hour at list price (spot price when spot; GKE's cluster fee and system
@@ -293,7 +293,8 @@ class A100Cluster(pulumi.ComponentResource):
     trainer's `--preemption_grace_s` fits GKE's notice), where its state is read (`status`:
     gke: cluster, namespace and Job; gce: the instances) and its trainer's Cloud Logging scope
     (`logs`). Export it to read a deployed program's status:
-    `pulumi.export("gpu", cluster.facts)`."""
+    `pulumi.export("gpu", cluster.facts)`. Plain values but `status` and `logs`, Outputs
+    known once deployed (`trainstack.components.facts.deployed_facts`)."""
     run_record: pulumi.Output[str] | None
     """With training and a checkpoint bucket: the run's record prefix,
     `gs://<bucket>/trainstack-run-<key>` (`trainstack.trainers.common.run_records`)."""
@@ -381,9 +382,11 @@ class A100Cluster(pulumi.ComponentResource):
             training.get("checkpoint_url"), training.get("node_args")
         ).apply(lambda v: a100_checkpoint_dir(training, v))
         stack = pulumi.get_stack()
-        self.facts = pulumi.Output.all(
-            args["project"], self.cluster_name, self.job_name, names, log_filter, checkpoint_dir
-        ).apply(lambda v: a100_cluster_facts(args, gpu, stack, v))
+        self.facts = deployed_facts(
+            lambda v: a100_cluster_facts(args, gpu, stack, v, name),
+            [args["project"], self.cluster_name, self.job_name, names, log_filter, checkpoint_dir],
+            ["", "", "", None, "", None],
+        )
         self.register_outputs(
             {
                 "facts": self.facts,
@@ -439,9 +442,11 @@ def a100_cluster_facts(
     gpu: A100Shape,
     stack: str,
     values: Sequence[Any],
+    name: str | None = None,
 ) -> dict[str, Any]:
     """A cluster's facts (`trainstack.components.facts`), from its validated arguments
-    (`values`: project, cluster, Job and instance names, log filter, checkpoint folder)."""
+    (`values`: project, cluster, Job and instance names, log filter, checkpoint folder);
+    `name`: the component's Pulumi name."""
     project, cluster, job, instances, log_filter, checkpoint_dir = values
     training: Mapping[str, Any] = args.get("training") or {}
     status: dict[str, Any] = {
@@ -459,7 +464,7 @@ def a100_cluster_facts(
     )
     if gpu.backend == "gke":
         if gpu.spot:
-            notes.append(gke_spot_grace_note(_grace_s(args)))
+            notes.append(gke_spot_grace_note(_grace_s(args), own_code=status["own_code"]))
         fabric = fabric_for(gpu.machine_type, args["deployment_name"], gpu.zone)
         if fabric is not None:
             notes.append(fabric_note(fabric, gpu.machine_type))
@@ -475,6 +480,7 @@ def a100_cluster_facts(
     return make_facts(
         "A100Cluster",
         gpu.backend,
+        name=name,
         **a100_summary(gpu.backend, gpu.machine_type, gpu.node_count, gpu.spot),
         quota=a100_quota(
             gpu.backend,
@@ -484,7 +490,7 @@ def a100_cluster_facts(
             region_of(gpu.zone),
         ),
         notes=notes,
-        limit_notes=[f"{RUN_LIMIT_KEY}: {run_limit_text(gpu.backend, seconds)}"] if seconds else [],
+        run_limit=run_limit_own_text(gpu.backend, seconds) if seconds else None,
         stoppable_hourly_usd=round(
             a100_nodes_hourly_usd(gpu.machine_type, gpu.node_count, gpu.spot), 2
         ),

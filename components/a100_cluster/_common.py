@@ -77,16 +77,26 @@ SPOT_GRACE_MARGIN_S: Final = 3
 """Of those 15 s, what the launcher and torchrun need after the trainer's save to exit."""
 
 
-def gke_spot_grace_note(preemption_grace_s: float) -> str:
+def gke_spot_grace_note(preemption_grace_s: float, own_code: bool = False) -> str:
     """The plan's note on a spot GKE cluster: whether the trainer's save after SIGTERM
-    (`trainer.preemption_grace_s`) fits the time GKE gives a preempted node's pods."""
+    (`trainer.preemption_grace_s`) fits the time GKE gives a preempted node's pods.
+
+    `own_code`: an `A100Cluster` of a program running your code (`training.code` or
+    `node_args`), which no grace setting reaches: the node launcher passes SIGTERM on to it
+    (`trainstack.trainers.node`, module docstring) and the pod's terminationGracePeriodSeconds
+    does not lengthen GKE's 15 s; the note says what the code must do in them."""
     budget = GKE_SPOT_POD_GRACE_S - SPOT_GRACE_MARGIN_S
     head = (
-        f"gpu_cluster.spot: GKE gives the pods of a preempted Spot node {GKE_SPOT_POD_GRACE_S} s "
-        "to stop (the rest of the 30 s notice is for system pods), whatever their "
-        "terminationGracePeriodSeconds says "
+        f"{'A100Cluster' if own_code else 'gpu_cluster'}.spot: GKE gives the pods of a "
+        f"preempted Spot node {GKE_SPOT_POD_GRACE_S} s to stop (the rest of the 30 s notice is "
+        "for system pods), whatever their terminationGracePeriodSeconds says "
         "(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
     )
+    if own_code:
+        return head + (
+            "your code gets SIGTERM from the node launcher then: it must save its checkpoint "
+            f"and exit within about {budget} s, or the run resumes from the checkpoint before"
+        )
     grace = f"{preemption_grace_s:g}"
     if preemption_grace_s <= budget:
         return head + (

@@ -178,8 +178,13 @@ def test_trainstack_imports_from_the_wheel_beside_your_own_packages(
 
 def test_stacks_lists_your_stacks(installed: Installed, project: Path) -> None:
     stacks = run([installed.trainstack, "stacks"], project, user_env(installed))
-    # `dev` has no trainstack: keys: a stack of the project's own program.
-    assert ok(stacks) == "dev  program\nlocal\n"
+    # Names only on stdout, for scripts; `dev` has no trainstack: keys, so stderr names it a
+    # stack of the project's own program, with the command that plans it.
+    assert ok(stacks) == "dev\nlocal\n"
+    assert stacks.stderr == (
+        f"dev: a stack of your own program (no `trainstack:` keys): trainstack plan --program "
+        f"{project} --stack dev\n"
+    )
     assert_install_untouched(installed)
 
 

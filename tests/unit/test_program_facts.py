@@ -27,7 +27,11 @@ runner = CliRunner()
 COMMON = """\
 import pulumi
 
+from trainstack.components.quota_guard import QuotaGuard
+
 project = pulumi.Config("gcp").require("project")
+# First, as a stack registers it: its facts bring the plan's note on the quota check.
+QuotaGuard("acme-quota", {"project": project, "deployment_name": "acme", "needs": []})
 shared = {
     "project": project,
     "deployment_name": "acme",
@@ -228,7 +232,10 @@ def vertex_main(stack: str) -> str:
         args["timeout_s"] = min(seconds, args.get("timeout_s", seconds))
     return (
         "import pulumi\n"
+        "from trainstack.components.quota_guard import QuotaGuard\n"
         "from trainstack.components.vertex_training_job import VertexTrainingJob\n"
+        "QuotaGuard('acme-quota', {'project': 'my-ml-project', 'deployment_name': 'acme', "
+        "'needs': []})\n"
         f"job = VertexTrainingJob('acme-vertex', {args!r})\n"
         "pulumi.export('job', job.facts)\n"
     )
@@ -270,4 +277,152 @@ def test_a_local_program_plans_what_the_local_stack_plans(tmp_path: Path) -> Non
         stack_plan["summary"],
         stack_plan["quota"],
         stack_plan["notes"],
+    )
+
+
+def test_a_program_without_supervisor_or_quota_guard_is_promised_neither(tmp_path: Path) -> None:
+    main = GKE_MAIN.replace(
+        'QuotaGuard("acme-quota", {"project": project, "deployment_name": "acme", "needs": []})',
+        "",
+    )
+    main = main[: main.index("target = supervised_compute")] + main[main.index("gpu = A100") :]
+    plan = build_program_plan(
+        write_program(tmp_path / "acme", main, "dev-a100-gke"), "dev-a100-gke"
+    )
+    stack_notes = bundled_plan("dev-a100-gke")["notes"]
+    # Before: the stack's notes that QuotaGuard stops the deployment before anything is
+    # created and that the supervisor sets the GPU node pool to 0 nodes, with neither there.
+    assert plan["notes"] == [
+        stack_notes[0],
+        "quota: no QuotaGuard in this program, so nothing checks the quota before `pulumi up` "
+        "creates the compute; a shortfall shows as a failed create. Add one "
+        "(trainstack.components.quota_guard.QuotaGuard, registered first, with the quota this "
+        "plan lists as its needs): docs/own-program.md",
+        "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
+        "trainer.preemption_grace_s (12 s) fits: the trainer saves within 12 s and exits "
+        "before then, if its checkpoint writes in time (see write_s of its checkpoint_written "
+        "records)",
+        "unverified quota ids (confirm with gcp.cloudquota.get_s_quota_infos before "
+        "requesting): A2-CPUS-per-project-region, CPUS-per-project-region",
+        "limits.max_run_hours: GKE Job activeDeadlineSeconds 14400",
+        "run supervisor: none in this program stops its A100Cluster (gke): nothing stops the "
+        "machines at the run's end or at its limits (max_run_seconds stops the trainer, not "
+        "the machines), so they bill until `pulumi destroy`. Add a RunSupervisor "
+        "(trainstack.components.run_supervisor) for it: docs/own-program.md",
+    ]
+
+
+OWN_CODE_TPU_MAIN = (
+    COMMON.replace("REGION", "us-central2")
+    + """
+from trainstack.components import TpuPodSlice, UserCode
+
+code = UserCode(source="train", entrypoint=["python", "train.py"], requirements="requirements.txt")
+tpu = TpuPodSlice(
+    "acme-tpu",
+    {
+        **shared,
+        "zone": "us-central2-b",
+        "accelerator_type": "v4-16",
+        "runtime_version": "tpu-ubuntu2204-base",
+        "provisioning": "spot",
+        "network_tags": ["acme-node"],
+        "package_uri": "gs://acme-staging/trainer.tar.gz",
+        "code": code,
+        "checkpoint_url": "gs://acme-checkpoints",
+        "data_url": "gs://acme-data",
+    },
+)
+pulumi.export("tpu", tpu.facts)
+"""
+)
+
+
+def own_code_program(folder: Path, main: str = OWN_CODE_TPU_MAIN) -> Path:
+    write_program(folder, main)
+    (folder / "train").mkdir()
+    (folder / "train" / "train.py").write_text("import jax\n")
+    (folder / "train" / "requirements.txt").write_text("jax[tpu]\n")
+    return folder
+
+
+def test_own_code_slice_facts_give_the_folder_its_code_is_given(tmp_path: Path) -> None:
+    plan = build_program_plan(own_code_program(tmp_path / "acme"), "dev")
+    [vm] = [r for r in plan["resources"] if r["type"] == "gcp:tpu/v2Vm:V2Vm"]
+    script = vm["inputs"]["metadata"]["startup-script"]
+    # The node launcher's options, as the slice's startup script passes them to every worker.
+    [line] = [x for x in script.splitlines() if x.startswith("readonly TS_TRAINER_ARGS=(")]
+    [env] = [a for a in line.split() if a.startswith("--env=TRAINSTACK_CHECKPOINT_DIR=")]
+    assert env == "--env=TRAINSTACK_CHECKPOINT_DIR=gs://acme-checkpoints/checkpoints/acme"
+    # Before: gs://acme-checkpoints/checkpoints, the parent of the folder the code writes.
+    assert plan["outputs"]["tpu"]["status"]["checkpoint_dir"] == env.partition("_DIR=")[2]
+
+
+def test_an_autonamed_bucket_leaves_the_totals_quota_and_notes_known(tmp_path: Path) -> None:
+    # The checkpoint bucket is created by this deploy: its `url` is Computed
+    # (terraform-provider-google google/services/storage/resource_storage_bucket.go, "url":
+    # Computed: true), so a `pulumi preview` of a new bucket knows it only after deploy. The
+    # mocks answer a bucket's url from its name; this Output is unknown, as the preview's is.
+    unknown = (
+        "import asyncio\n"
+        "def known_after_deploy():\n"
+        "    value, known = asyncio.Future(), asyncio.Future()\n"
+        "    value.set_result(None)\n"
+        "    known.set_result(False)\n"
+        "    return pulumi.Output(set(), value, known)\n"
+        "args = {"
+    )
+    main = GKE_MAIN.replace("args = {", unknown).replace(
+        '"checkpoint_url": "gs://acme-checkpoints"', '"checkpoint_url": known_after_deploy()'
+    )
+    plan = build_program_plan(
+        write_program(tmp_path / "acme", main, "dev-a100-gke"), "dev-a100-gke"
+    )
+    stack_plan = bundled_plan("dev-a100-gke")
+    # Before: the whole facts were unknown, so no summary, quota or notes of the cluster.
+    assert plan["summary"] == stack_plan["summary"]
+    assert plan["quota"] == stack_plan["quota"]
+    assert plan["notes"] == stack_plan["notes"]
+
+
+GKE_OWN_CODE_MAIN = GKE_MAIN.replace(
+    "args = {",
+    'from trainstack.components import UserCode\ncode = UserCode(image="us-docker.pkg.dev/acme/train/t:1", entrypoint=["python", "train.py"])\nargs = {',
+).replace(
+    '"package_uri": "gs://acme-staging/trainer.tar.gz",\n        "checkpoint_url": "gs://acme-checkpoints",\n        "trainer_args": ["--preemption_grace_s=12.0"],',
+    '"package_uri": "gs://acme-staging/trainer.tar.gz",\n        "code": code,\n        "checkpoint_url": "gs://acme-checkpoints",\n        "data_url": "gs://acme-data",',
+)
+
+
+def test_own_code_on_gke_spot_is_told_its_grace_in_a_programs_words(tmp_path: Path) -> None:
+    plan = build_program_plan(write_program(tmp_path / "acme", GKE_OWN_CODE_MAIN), "dev")
+    [note] = [n for n in plan["notes"] if ".spot: " in n]
+    # Before: "trainer.preemption_grace_s (30 s) does NOT fit ... set
+    # trainer.preemption_grace_s to at most 12", a stack key the program has not, whose value
+    # never reaches your code on GKE.
+    assert note == (
+        "A100Cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); your "
+        "code gets SIGTERM from the node launcher then: it must save its checkpoint and exit "
+        "within about 12 s, or the run resumes from the checkpoint before"
+    )
+
+
+def test_own_code_on_gke_spot_keeps_the_stacks_note() -> None:
+    name, config = load_stack("dev-a100-gke", None)
+    config["trainstack:trainer"] = {
+        "image": "us-docker.pkg.dev/acme/train/t:1",
+        "entrypoint": ["python", "train.py"],
+    }
+    [note] = [n for n in build_plan(name, config)["notes"] if ".spot: " in n]
+    assert note == (
+        "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
+        "trainer.preemption_grace_s (30 s) does NOT fit: a save after a preemption that takes "
+        "longer than 12 s is cut off and the run resumes from the checkpoint before; set "
+        "trainer.preemption_grace_s to at most 12"
     )

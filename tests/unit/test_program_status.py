@@ -255,3 +255,71 @@ def test_a_program_without_compute_facts_is_one_line(tmp_path: Path) -> None:
         "--show-secrets --stack dev > FILE` as --state FILE, or an --outputs FILE of a program "
         'that exports them (pulumi.export("tpu", tpu.facts))\n',
     )
+
+
+def test_a_program_with_two_slices_picks_one_with_component(tmp_path: Path) -> None:
+    folder, outputs, _ = registered(tmp_path, TPU_PROGRAM, TPU)
+    other = json.loads(json.dumps(outputs["tpu"]))
+    other["name"] = other["status"]["node"] = "acme-other"
+    other["logs"]["scope"] = 'resource.labels.node_id="acme-other"'
+    saved = tmp_path / "outputs.json"
+    saved.write_text(json.dumps({**outputs, "other": other}))
+    program = ("--program", str(folder), "--stack", TPU, "--outputs", str(saved))
+    # Before: the refusal named no component and no way to pick one.
+    assert invoke("logs", *program) == (
+        2,
+        "",
+        f"error: stack '{TPU}' has 2 compute components ({TPU}-tpu (TpuPodSlice), acme-other "
+        "(TpuPodSlice)); status and logs read one; valid: --component NAME, one of them\n",
+    )
+    assert invoke("status", *program, "--component", "acme") == (
+        2,
+        "",
+        f"error: --component: stack '{TPU}' has no compute component named 'acme'; valid: "
+        f"{TPU}-tpu (TpuPodSlice), acme-other (TpuPodSlice)\n",
+    )
+    with LoggingFakeServer() as server:
+        server.add(entry(1, tpu_resource(1), train(20, 1, 1)))
+        picked = invoke(
+            "logs",
+            *program,
+            *("--component", "acme-other", "--worker", "1"),
+            *("--endpoint", f"logging={server.endpoint}"),
+        )
+        query = server.requests[-1][2]["filter"]
+    assert picked == (0, "", "")
+    assert query == (
+        'resource.type="tpu_worker" AND resource.labels.node_id="acme-other" '
+        'AND resource.labels.worker_id="1"'
+    )
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "error"),
+    [
+        (
+            "[secret]",
+            'error: kubeconfig: the saved outputs hold "[secret]" in its place, as `pulumi stack '
+            "output --json` writes a secret without --show-secrets; valid: save them again with "
+            "`pulumi stack output --json --show-secrets`\n",
+        ),
+        (
+            "apiVersion: v1\nkind: Config\nclusters: []\n",
+            "error: kubeconfig: has no clusters[0].cluster.server; valid: the cluster's "
+            "kubeconfig output (A100Cluster.kubeconfig, a secret), saved with `pulumi stack "
+            "output --json --show-secrets`\n",
+        ),
+    ],
+)
+def test_a_kubeconfig_that_is_not_one_is_one_line(
+    tmp_path: Path, kubeconfig: str, error: str
+) -> None:
+    saved = tmp_path / "stack-outputs.json"
+    saved.write_text(json.dumps({**OUTPUTS[GKE], "kubeconfig": kubeconfig}))
+    # Before: a TypeError ("[secret]" is a YAML list) or an IndexError traceback.
+    assert invoke("status", "--stack", f"example:{GKE}", "--outputs", str(saved)) == (2, "", error)
+    folder, outputs, _ = registered(tmp_path, GKE_PROGRAM, GKE)
+    program_saved = tmp_path / "outputs.json"
+    program_saved.write_text(json.dumps({**outputs, "kubeconfig": kubeconfig}))
+    program = ("--program", str(folder), "--stack", GKE, "--outputs", str(program_saved))
+    assert invoke("status", *program) == (2, "", error)
