@@ -102,8 +102,15 @@ def test_killed_outright_and_run_again_it_ends_with_the_same_weights(tmp_path: P
     }
     # Shown as a bundled run is: progress from the script's own lines, then the summary.
     lines = err.splitlines()
-    assert lines[0] == f"starting 2 workers; log {tmp_path / 'killed' / 'logs' / 'killed.jsonl'}"
-    assert lines[1] == f"resumed from step {saved[-1][5:]}"
+    # The killed run left its checkpoint-folder lock behind; the new run takes it over.
+    took, started = lines[0].split(", started ")
+    assert took == (
+        f"took over the lock of {tmp_path / 'killed' / 'checkpoints' / 'killed'} "
+        f"from pid {first.pid}"
+    )
+    assert started.endswith(", which no longer runs")
+    assert lines[1] == f"starting 2 workers; log {tmp_path / 'killed' / 'logs' / 'killed.jsonl'}"
+    assert lines[2] == f"resumed from step {saved[-1][5:]}"
     assert (
         f"trainstack local-run killed: done at step 60; resumed from step {saved[-1][5:]}" in lines
     )

@@ -189,9 +189,8 @@ def test_local_run_checks_before_it_starts_or_deletes(tmp_path: Path) -> None:
     fresh = _local_run(config, "--workers", "3", "--fresh")
     assert fresh.returncode == 2
     assert fresh.stderr.strip().splitlines() == [
-        "error: trainer.global_batch_size (16) must be divisible by the 3 local workers x "
-        "trainer.grad_accum_steps (1); valid: a worker count (--workers, local.workers) that "
-        "divides 16"
+        "error: stack 'state': trainer.global_batch_size: 16 is not divisible by the world "
+        "size 3 (3 local processes); valid: 15 or 18"
     ]
     assert store.complete_steps() == [5, 10]
 
