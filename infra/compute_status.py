@@ -148,6 +148,18 @@ def kube_get(kubeconfig: Callable[[], str], ep: Mapping[str, str], path: str) ->
     return body
 
 
+def pod_hosts(pods: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each pod of a pod list (`GET .../pods`) as status shows a host: name, phase, IP."""
+    return [
+        {
+            "name": pod["metadata"]["name"],
+            "state": pod.get("status", {}).get("phase"),
+            "address": pod.get("status", {}).get("podIP"),
+        }
+        for pod in sorted(pods.get("items", []), key=lambda p: p["metadata"]["name"])
+    ]
+
+
 def gke_job_state(
     kubeconfig: Callable[[], str],
     job: str,
@@ -170,14 +182,7 @@ def gke_job_state(
         state = "FAILED"
     else:
         state = "RUNNING" if status.get("active") else "PENDING"
-    hosts = [
-        {
-            "name": pod["metadata"]["name"],
-            "state": pod.get("status", {}).get("phase"),
-            "address": pod.get("status", {}).get("podIP"),
-        }
-        for pod in sorted(pods.get("items", []), key=lambda p: p["metadata"]["name"])
-    ]
+    hosts = pod_hosts(pods)
     return {
         "state": state,
         "hosts": hosts,

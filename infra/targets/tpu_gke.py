@@ -30,7 +30,7 @@ from trainstack.components.tpu_gke_slices import (
 )
 from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra import catalog
-from trainstack.infra.compute_status import K8S_NAMESPACE, kube_get
+from trainstack.infra.compute_status import K8S_NAMESPACE, kube_get, pod_hosts
 from trainstack.infra.logs import check_worker, log_query
 from trainstack.infra.outputs import (
     OUTPUT_CHECKPOINT_DIR,
@@ -322,15 +322,7 @@ class TpuGke(CloudTarget):
             state = "FAILED"
         else:
             state = "RUNNING" if pods.get("items") else "PENDING"
-        hosts = [
-            {
-                "name": pod["metadata"]["name"],
-                "state": pod.get("status", {}).get("phase"),
-                "address": pod.get("status", {}).get("podIP"),
-            }
-            for pod in sorted(pods.get("items", []), key=lambda p: p["metadata"]["name"])
-        ]
-        return {"state": state, "hosts": hosts, "started": None, "ended": None}
+        return {"state": state, "hosts": pod_hosts(pods), "started": None, "ended": None}
 
     def log_filter(
         self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
