@@ -90,7 +90,8 @@ def test_a_slice_runs_your_code_with_the_run_contract(tmp_path: Path) -> None:
         return {"script": tpu.startup_script, "ckpt": tpu.checkpoint_dir}
 
     assert run.outputs == run_program(by_hand).outputs
-    assert run.outputs["ckpt"] == "gs://ckpt/checkpoints"
+    # The folder your code is given (its TRAINSTACK_CHECKPOINT_DIR), which status reads.
+    assert run.outputs["ckpt"] == "gs://ckpt/checkpoints/exp"
 
 
 def test_torch_code_on_a_base_runtime_is_refused_as_in_a_stack(tmp_path: Path) -> None:
