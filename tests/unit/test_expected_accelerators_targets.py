@@ -14,7 +14,13 @@ def test_the_docstring_names_the_targets_whose_plans_set_it() -> None:
     setting = sorted(
         path.stem for path in PLANS.glob("*.json") if "EXPECTED_ACCELERATORS" in path.read_text()
     )
-    assert setting == ["dev-a100-gke", "dev-vertex-hpt", "prod-a100-gce", "prod-vertex-rs"]
+    assert setting == [
+        "dev-a100-gke",
+        "dev-h100-gke",
+        "dev-vertex-hpt",
+        "prod-a100-gce",
+        "prod-vertex-rs",
+    ]
     doc = " ".join((accelerators.__doc__ or "").split())
     assert "set by every cloud target" not in doc
     assert (

@@ -88,7 +88,9 @@ def test_this_repository_is_a_project_with_its_stacks_in_stacks() -> None:
     # The bundled stacks, then the your-own-code examples (tpu-own-bucket is a program).
     assert example_names() == [
         "dev-a100-gke",
+        "dev-h100-gke",
         "dev-tpu-v5e",
+        "dev-tpu-v6e-gke",
         "dev-vertex-hpt",
         "local",
         "local-tf",
@@ -174,10 +176,10 @@ def test_a_missing_source_is_named_with_the_folder_it_was_looked_for_in(
     monkeypatch.chdir(root)
     result = runner.invoke(app, ["plan", "--stack", "own"])
     assert result.exit_code == 2
-    assert result.stderr.splitlines()[1] == (
-        f"trainer.source: 'nowhere' is not a folder ({root / 'nowhere'}); valid: a folder "
-        "relative to the project root, or an absolute path"
-    )
+    assert result.stderr.splitlines() == [
+        f"error: stack 'own': trainer.source: 'nowhere' is not a folder ({root / 'nowhere'}); "
+        "valid: a folder relative to the project root, or an absolute path"
+    ]
 
 
 def test_two_projects_and_an_example_never_share_a_run_folder(tmp_path: Path) -> None:

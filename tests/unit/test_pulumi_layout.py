@@ -123,7 +123,11 @@ def test_language_host_and_plugin_resolve_one_virtualenv(project_file: str) -> N
 
 
 def test_every_project_file_is_checked() -> None:
-    assert PROJECT_FILES == ["Pulumi.yaml", "examples/tpu-own-bucket/Pulumi.yaml"]
+    assert PROJECT_FILES == [
+        "Pulumi.yaml",
+        "examples/own-program/Pulumi.yaml",
+        "examples/tpu-own-bucket/Pulumi.yaml",
+    ]
 
 
 def test_the_dynamic_provider_plugin_starts_the_repos_venv() -> None:

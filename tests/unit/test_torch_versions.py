@@ -110,7 +110,7 @@ def test_plan_exits_2_with_the_exact_message(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"config": _vertex(image_uri=VERTEX_24)}))
     result = CliRunner().invoke(app, ["plan", "--config-file", str(path)])
     assert result.exit_code == 2, result.output
-    assert VERTEX_FSDP_ERROR in result.stderr.splitlines()
+    assert result.stderr.splitlines() == [f"error: stack 'fsdp': {VERTEX_FSDP_ERROR}"]
 
 
 @pytest.mark.parametrize(
