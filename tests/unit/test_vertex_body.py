@@ -388,7 +388,8 @@ def test_a2_accelerators_come_from_the_machine() -> None:
 
 MACHINES = (
     "a2-highgpu-1g, a2-highgpu-2g, a2-highgpu-4g, a2-highgpu-8g, a2-megagpu-16g, "
-    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g, n1-highcpu-16, "
+    "a2-ultragpu-1g, a2-ultragpu-2g, a2-ultragpu-4g, a2-ultragpu-8g, a3-highgpu-8g, "
+    "a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g, n1-highcpu-16, "
     "n2-highcpu-16, n1-standard-4, n1-standard-8, e2-standard-4"
 )
 
