@@ -297,6 +297,18 @@ def test_quota_ids() -> None:
             "CustomModelTrainingPreemptibleA10080GBGPUsPerProjectPerRegion",
             False,
         ),
+        # Built on the A100 pattern, no source names them yet: unverified.
+        ("H100 80GB", False): ("CustomModelTrainingH100GPUsPerProjectPerRegion", False),
+        ("H100 80GB", True): ("CustomModelTrainingPreemptibleH100GPUsPerProjectPerRegion", False),
+        ("H100 Mega 80GB", False): ("CustomModelTrainingH100MegaGPUsPerProjectPerRegion", False),
+        ("H100 Mega 80GB", True): (
+            "CustomModelTrainingPreemptibleH100MegaGPUsPerProjectPerRegion",
+            False,
+        ),
+        ("H200 141GB", False): ("CustomModelTrainingH200GPUsPerProjectPerRegion", False),
+        ("H200 141GB", True): ("CustomModelTrainingPreemptibleH200GPUsPerProjectPerRegion", False),
+        ("B200", False): ("CustomModelTrainingB200GPUsPerProjectPerRegion", False),
+        ("B200", True): ("CustomModelTrainingPreemptibleB200GPUsPerProjectPerRegion", False),
     }
     assert {k: (q.quota_id, q.verified) for k, q in plan_catalog.VERTEX_CPU_QUOTAS.items()} == {
         "n1": ("CustomModelTrainingCPUsPerProjectPerRegion", False),
