@@ -111,8 +111,8 @@ class QuotaSpec:
 
 _PUBLIC_TOOLS: Final = "public tools using the live Cloud Quotas API (fact sheet 6.3)"
 _GUESS_NEW_GPU: Final = (
-    "not in a stored source: named after NVIDIA_H100_GPUS (cluster-toolkit "
-    "pkg/validators/quota.go) and the machine's accelerator type"
+    "not in a stored source: named after NVIDIA_H100_GPUS (GoogleCloudPlatform/"
+    "cluster-toolkit:pkg/validators/quota.go) and the machine's accelerator type"
 )
 
 _NEW_GPU_QUOTA_STEMS: Final[tuple[tuple[GpuModel, str, str], ...]] = (
@@ -120,7 +120,7 @@ _NEW_GPU_QUOTA_STEMS: Final[tuple[tuple[GpuModel, str, str], ...]] = (
         "H100 80GB",
         "H100",
         (
-            "metric NVIDIA_H100_GPUS: GoogleCloudPlatform/cluster-toolkit "
+            "metric NVIDIA_H100_GPUS: GoogleCloudPlatform/cluster-toolkit:"
             "pkg/validators/quota.go acceleratorMetricMap"
         ),
     ),
