@@ -335,7 +335,8 @@ KUBERNETES_REPLACES: Final[dict[str, tuple[str, ...]]] = {
     # A component (yaml/v2 renders its objects as children, each diffed by its own kind):
     # nothing of its own replaces.
     "kubernetes:yaml/v2:ConfigFile": (),
-    # The GPUDirect fabric's objects: kinds without a table of their own (metadata alone).
+    # The GPUDirect fabric's objects: metadata alone, as for a kind diff.go has no table for;
+    # whether its table lists DaemonSet's selector was not checked (may under-report a replace).
     "kubernetes:apps/v1:DaemonSet": _METADATA,
     "kubernetes:networking.gke.io/v1:GKENetworkParamSet": _METADATA,
     "kubernetes:networking.gke.io/v1:Network": _METADATA,
