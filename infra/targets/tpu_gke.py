@@ -46,16 +46,13 @@ from trainstack.infra.run_args import checkpoint_dir
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.supervision import after_supervisor, register_supervisor, run_settings
 from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, StillBilling
-from trainstack.infra.targets.gke import GKE_NODE_ROLE
+from trainstack.infra.targets.gke import Gke
 from trainstack.infra.targets.tpu import TPU_WORKER_ENV, TpuConfig, slice_or_none
 from trainstack.trainers.common.config import TrainConfig
 
 if TYPE_CHECKING:
-    import pulumi
-
     from trainstack.components.run_supervisor import RunSupervisor
     from trainstack.components.training_dashboard.targets import DashboardScope
-    from trainstack.components.training_identity import TrainingIdentityArgs
     from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
@@ -217,17 +214,8 @@ class TpuGke(CloudTarget):
     def services(self, cfg: StackView) -> list[str]:
         return ["container.googleapis.com"]
 
-    def before_identity(
-        self,
-        cfg: StackView,
-        deployment: str,
-        labels: Mapping[str, str],
-        after_apis: pulumi.ResourceOptions,
-        identity_args: TrainingIdentityArgs,
-    ) -> dict[str, Any]:
-        # The training account is also the TPU nodes' account.
-        identity_args["extra_project_roles"] = [GKE_NODE_ROLE]
-        return {}
+    # The training account is also the TPU nodes' account, as on the GPU GKE backend.
+    before_identity = Gke.before_identity
 
     def compose(self, ctx: ComposeContext) -> tuple[dict[str, Any], DashboardScope]:
         cfg, deployment, network = ctx.cfg, ctx.deployment, ctx.network
