@@ -314,7 +314,7 @@ a resource policy's `name` too: the schema PATCHes it, the API's rename is unver
 
 KUBERNETES_SOURCE: Final = (
     "github.com/pulumi/pulumi-kubernetes@94977969d641 provider/pkg/provider/diff.go lines "
-    "158-160 (Service), 178-186 (Job), 207-212 (metadata); the Job's pod template is "
+    "158-160 (Service), 164-169 (DaemonSet), 178-186 (Job), 207-212 (metadata); the Job's pod template is "
     "immutable in the Kubernetes API: "
     "https://kubernetes.io/docs/concepts/workloads/controllers/job/#mutable-scheduling-directives"
 )
@@ -335,9 +335,10 @@ KUBERNETES_REPLACES: Final[dict[str, tuple[str, ...]]] = {
     # A component (yaml/v2 renders its objects as children, each diffed by its own kind):
     # nothing of its own replaces.
     "kubernetes:yaml/v2:ConfigFile": (),
-    # The GPUDirect fabric's objects: metadata alone, as for a kind diff.go has no table for;
-    # whether its table lists DaemonSet's selector was not checked (may under-report a replace).
-    "kubernetes:apps/v1:DaemonSet": _METADATA,
+    # The GPUDirect fabric's objects. DaemonSet: its selector too (diff.go lines 164-169,
+    # `daemonset`, matchLabels and matchExpressions included); the GKE network kinds have no
+    # table (metadata alone).
+    "kubernetes:apps/v1:DaemonSet": (*_METADATA, "spec.selector"),
     "kubernetes:networking.gke.io/v1:GKENetworkParamSet": _METADATA,
     "kubernetes:networking.gke.io/v1:Network": _METADATA,
 }

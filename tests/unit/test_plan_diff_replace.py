@@ -403,3 +403,19 @@ def test_env_arguments_are_named_and_list_indexes_sort_as_numbers() -> None:
         f"{prefix}[11]`: `--precision=bf16` -> `--precision=fp32`",
         f"{prefix}[--env=FOO]`: `--env=FOO=1` -> `--env=FOO=2`",
     ]
+
+
+def test_a_fabric_installer_selector_change_replaces_the_daemonset() -> None:
+    # pulumi-kubernetes provider/pkg/provider/diff.go `daemonset`: .spec.selector and its
+    # matchLabels force a new DaemonSet.
+    base = _pinned("dev-h100-gke")
+    head = copy.deepcopy(base)
+    installer = _resource(head, "kubernetes:apps/v1:DaemonSet")["inputs"]
+    installer["spec"]["selector"]["matchLabels"]["k8s-app"] = "other"
+    assert plan_diff(base, head).splitlines()[2:5] == [
+        "### Stack `dev-h100-gke`: 0 to add, 0 to change, 1 to replace, 0 to delete",
+        "",
+        "- **replace** `dev-h100-gke-gpu-nccl-tcpxo-installer` (kubernetes:apps/v1:DaemonSet): "
+        "`spec.selector.matchLabels.k8s-app` changed, which forces a new resource "
+        "(pulumi-kubernetes' force-new table); deletes the old one first",
+    ]
