@@ -54,8 +54,8 @@ from pulumi_gcp import storage
 from trainstack import trainers
 from trainstack.components._args import ArgsError, check_args, component_check
 from trainstack.components._code_files import CodeFiles, code_files
-from trainstack.components._naming import labels_input
 from trainstack.components._project import current_build_dir
+from trainstack.components.naming import labels_input
 from trainstack.components.user_code import CodeRules, UserCode
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 from trainstack.trainers.common.user_code import requirement_problem

@@ -86,7 +86,6 @@ import pulumi
 
 from trainstack.components._args import check_args, component_check
 from trainstack.components._discovery import validate_body
-from trainstack.components._naming import labels_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._vertex_args import (
     hyperparameter_tuning_problems,
@@ -141,6 +140,7 @@ from trainstack.components.facts import (
     vertex_quota,
     vertex_summary,
 )
+from trainstack.components.naming import labels_input
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
     vertex_filters,
