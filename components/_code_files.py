@@ -161,7 +161,7 @@ class CodeFiles:
     """`.gcloudignore` when the folder has one."""
     problems: list[str] = field(default_factory=list)
     """Why the folder cannot be packaged (links leaving it, secrets put back, a bad
-    `#!include`), each '<what>; valid: <allowed>'."""
+    `#!include`), each `<what>; valid: <allowed>`."""
 
     @property
     def sha256(self) -> str:
