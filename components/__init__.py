@@ -5,6 +5,11 @@ Import the classes from here or from their modules; both are public:
     from trainstack.components import TrainingBuckets, TrainingIdentity
     from trainstack.components.training_network import TrainingNetwork
 
+A component checks its arguments before it registers anything and raises `ArgsError`
+(a `ValueError`), one line per problem, `<Component>.<key>: <what is wrong>; valid: ...`:
+
+    from trainstack.components import ArgsError
+
 The names below load their module on first use, so importing one module of the package
 (`trainstack.components.catalog`, say) does not import every component and its provider SDK. Each
 entry is added by hand when a component module lands.
@@ -16,6 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainstack.components._args import ArgsError
     from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs
     from trainstack.components.image_mirror import ImageMirror, ImageMirrorArgs
     from trainstack.components.kubernetes_training_job import (
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
 _MODULES: dict[str, str] = {
     "A100Cluster": "a100_cluster",
     "A100ClusterArgs": "a100_cluster",
+    "ArgsError": "_args",
     "ImageMirror": "image_mirror",
     "ImageMirrorArgs": "image_mirror",
     "KubernetesTrainingJob": "kubernetes_training_job",
@@ -79,6 +86,7 @@ _MODULES: dict[str, str] = {
 __all__ = [
     "A100Cluster",
     "A100ClusterArgs",
+    "ArgsError",
     "ImageMirror",
     "ImageMirrorArgs",
     "KubernetesTrainingJob",

@@ -98,7 +98,8 @@ class Bounds:
 
 
 class ArgsError(ValueError):
-    """Invalid component arguments. `str()` is every problem, one per line."""
+    """Invalid component arguments, raised by a component's constructor before it registers
+    anything (`trainstack.components.ArgsError`). `str()` is every problem, one per line."""
 
     def __init__(self, errors: list[str]) -> None:
         self.errors: list[str] = list(errors)

@@ -161,7 +161,7 @@ class CodeFiles:
     """`.gcloudignore` when the folder has one."""
     problems: list[str] = field(default_factory=list)
     """Why the folder cannot be packaged (links leaving it, secrets put back, a bad
-    `#!include`), each '<what>; valid: <allowed>'."""
+    `#!include`), each `<what>; valid: <allowed>`."""
 
     @property
     def sha256(self) -> str:
@@ -345,7 +345,10 @@ class _Walk:
 
 
 def code_files(folder: Path) -> CodeFiles:
-    """What of `folder` (absolute, resolved) is packaged (see the module's docstring)."""
+    """What of `folder` (absolute, resolved) is packaged: every file but build leftovers
+    and Pulumi stack files, what its top-level `.gcloudignore` lists, secrets and
+    virtualenvs; links leaving it, special files and files over the size limits are
+    `problems` (the rules and their sources: `trainstack.components._code_files`)."""
     walk = _Walk(folder)
     for dirpath, dirnames, filenames in os.walk(folder):
         here = Path(dirpath)

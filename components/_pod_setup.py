@@ -40,7 +40,10 @@ pod whose count is at least backoffLimitPerIndex fails and is counted."""
 
 
 def pod_command() -> list[str]:
-    """The container's command: `POD_SCRIPT` under bash, which execs the args."""
+    """The command of every container that runs a trainstack code package (a Vertex
+    replica in a container, a GKE training pod): the pod setup script (`POD_SCRIPT`,
+    `components/kubernetes_pod.sh`) under bash, which installs the package at
+    `TRAINSTACK_PACKAGE_URI` into the image's `python3`, then execs the container's args."""
     return ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_gcp import projects, serviceaccount, storage
 
-from trainstack.components._naming import account_id
 from trainstack.components._supervisor_bundle import OBJECT_PREFIX
 from trainstack.components.catalog.supervisor_iam import (
     BUILD_COPY_CONDITION,
@@ -20,6 +19,7 @@ from trainstack.components.catalog.supervisor_iam import (
     STORAGE_OBJECT_NAME,
 )
 from trainstack.components.gpu_startup import RUN_CLOCK_PREFIX
+from trainstack.components.naming import account_id
 
 BUILD_ROLE_NAMES = {
     "roles/logging.logWriter": "logs",

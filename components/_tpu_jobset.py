@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from trainstack.components.catalog.tpu_gke import (
+    DEFAULT_MAX_RESTARTS,
     EXCLUSIVE_TOPOLOGY,
     JOBSET_API,
     NODEPOOL_LABEL,
@@ -36,8 +37,6 @@ from trainstack.components.gpu_startup import FAIL_FAST_EXIT_CODES
 
 REPLICATED_JOB: Final = "slice"
 CONTAINER_NAME: Final = "trainer"
-DEFAULT_MAX_RESTARTS: Final = 10
-"""Whole-set restarts (preemptions, host maintenance, lost hosts) before the JobSet fails."""
 TPU_PORTS: Final = (8471, 8080, 8431)
 """The TPU runtime's ports in Google's GKE TPU examples (cluster-toolkit
 examples/gke-tpu-v6e/tpu-multislice.yaml; jobset site/static/examples/tpu-multislice)."""
@@ -57,16 +56,6 @@ cloud_tpu_cluster.py get_coordinator_address: "For both GCE via QueuedResources 
 JobSet, the Megascale coordinator address is set as the host with process id = 0"). No
 MEGASCALE_PORT: libtpu's default port is left (not verified). Set only with more than one
 slice."""
-MULTISLICE_NOTE: Final = (
-    "tpu: MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_COORDINATOR_ADDRESS are set "
-    "on every pod from JobSet's pod labels (replicatedjob-replicas, job-index, coordinator: "
-    "the recipe of kubernetes-sigs/jobset#787 and XPK's Pathways template), because no Google "
-    "or JobSet source says GKE sets them; JAX takes MEGASCALE_COORDINATOR_ADDRESS as the host "
-    "with process id 0 (jax/_src/clusters/cloud_tpu_cluster.py get_coordinator_address: 'For "
-    "both GCE via QueuedResources and GKE via JobSet, the Megascale coordinator address is set "
-    "as the host with process id = 0'); MEGASCALE_PORT is left to libtpu's default "
-    "(unverified); verify on a real two-slice run that GKE does not set different values"
-)
 
 
 def pod_failure_policy() -> dict[str, Any]:

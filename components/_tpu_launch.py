@@ -12,10 +12,10 @@ from typing import Any, Final, Literal
 import pulumi
 
 from trainstack.components._discovery import validate_body
-from trainstack.components._naming import gcp_name, labels_input, name_input
 from trainstack.components._node_args import keyed_node_args
 from trainstack.components._tpu_args import SlicePlan, TpuPodSliceArgs, validate_args
 from trainstack.components._tpu_queued_provider import with_spec_label
+from trainstack.components.naming import gcp_name, labels_input, name_input
 from trainstack.components.startup.tpu_worker import render_tpu_worker_script, slice_run_record
 
 COMPONENT_LABEL: Final = "tpu-pod-slice"

@@ -24,7 +24,7 @@ like any Artifact Registry storage (`REGISTRY_STORAGE_PRICE_SOURCE`: $0.10 per G
 month above 0.5 GB free), negligible next to the job's hourly cost (the images' sizes were
 not read here).
 
-Naming: the repository id is `<deployment_name>-dockerhub` (`trainstack.components._naming.gcp_name`:
+Naming: the repository id is `<deployment_name>-dockerhub` (`trainstack.components.naming.gcp_name`:
 lowercase letters, digits and hyphens, starting with a letter, at most 63 characters, which
 Artifact Registry's repository ids accept), so `registry` is known while the program runs
 and a job's image URI is a plain string.
@@ -39,8 +39,8 @@ import pulumi
 from pulumi_gcp import artifactregistry
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import gcp_name, labels_input
 from trainstack.components.catalog.images import DOCKER_HUB_MIRROR, mirror_registry
+from trainstack.components.naming import gcp_name, labels_input
 
 TOKEN: Final = "trainstack:registry:ImageMirror"
 COMPONENT_LABEL: Final = "image-mirror"

@@ -85,7 +85,6 @@ from trainstack.components._job_launch import (  # noqa: F401 (node_argv: the co
     job_launch,
     node_argv,
 )
-from trainstack.components._naming import labels_input
 from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._pod_setup import (
@@ -103,6 +102,7 @@ from trainstack.components.gpu_startup import (
     check_trainer,
     validate_node_args,
 )
+from trainstack.components.naming import labels_input
 from trainstack.components.user_code import CodeRules, UserCode, args_with_code
 from trainstack.trainers.common.accelerators import EXPECTED_ACCELERATORS_ENV
 from trainstack.trainers.common.contract import TF_MODULE

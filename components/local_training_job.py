@@ -46,8 +46,8 @@ from pydantic import ValidationError
 from trainstack.components._args import check_args, component_check
 from trainstack.components._code_files import code_files, source_problems
 from trainstack.components._local_provider import LocalRun, LocalRunProvider
-from trainstack.components._naming import labels_input
 from trainstack.components.facts import make_facts
+from trainstack.components.naming import labels_input
 from trainstack.components.user_code import CODE_KEY, UserCode
 from trainstack.trainers.common.bounds import MAX_LOCAL_WORKERS
 from trainstack.trainers.common.config import TrainConfig

@@ -23,7 +23,7 @@ import pulumi
 from pulumi_gcp import projects
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import labels_input
+from trainstack.components.naming import labels_input
 
 TOKEN = "trainstack:project:ProjectServices"
 

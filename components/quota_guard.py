@@ -85,9 +85,9 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi_gcp import cloudquota
 
 from trainstack.components._args import ArgsError, check_args
-from trainstack.components._naming import gcp_name
 from trainstack.components._tpu_quota_match import TPU_SERVICE, candidates
 from trainstack.components.facts import quota_guard_facts
+from trainstack.components.naming import gcp_name
 
 TYPE_TOKEN = "trainstack:quota:QuotaGuard"
 # A limit of -1 means unlimited in the Cloud Quotas API.

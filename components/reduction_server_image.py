@@ -55,13 +55,13 @@ from pulumi_gcp import artifactregistry, projects, serviceaccount
 
 from trainstack.components._args import check_args, component_check
 from trainstack.components._cloud_build_provider import ImageBuild, ImageBuildProvider
-from trainstack.components._naming import account_id, gcp_name, labels_input
 from trainstack.components.catalog.images import mirror_registry
 from trainstack.components.catalog.reduction_server import (
     plugin_dockerfile,
     plugin_image_name,
     plugin_image_tag,
 )
+from trainstack.components.naming import account_id, gcp_name, labels_input
 
 TOKEN: Final = "trainstack:registry:ReductionServerImage"
 COMPONENT_LABEL: Final = "reduction-server-image"

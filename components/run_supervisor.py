@@ -100,7 +100,6 @@ from pulumi_gcp import (
 )
 
 from trainstack.components._args import ArgsError, check_args, component_check
-from trainstack.components._naming import account_id, bucket_name, gcp_name, labels_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._project import current_build_dir
 from trainstack.components._supervisor_bundle import (
@@ -136,6 +135,7 @@ from trainstack.components.facts import (
     spend_cap_text,
     supervisor_facts,
 )
+from trainstack.components.naming import account_id, bucket_name, gcp_name, labels_input
 
 __all__ = [
     "CHECK_INTERVAL_S",

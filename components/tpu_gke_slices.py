@@ -39,7 +39,6 @@ from pulumi_gcp import container, serviceaccount
 
 from trainstack.components._args import check_args, component_check
 from trainstack.components._job_launch import node_argv
-from trainstack.components._naming import gcp_name, labels_input
 from trainstack.components._node_args import keyed_node_args, secret_env_names_problems
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._pod_setup import PACKAGE_URI_ENV, pod_command
@@ -77,6 +76,7 @@ from trainstack.components.catalog.tpu_gke import (
 )
 from trainstack.components.catalog.tpu_rules import named_slice
 from trainstack.components.gpu_startup import pod_run_env
+from trainstack.components.naming import gcp_name, labels_input
 from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 

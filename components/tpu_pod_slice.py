@@ -67,7 +67,7 @@ other trainer flags) replaces the slice: the script only runs at boot, so an in-
 metadata update would leave the old run going.
 
 Naming: the TPU node is `<deployment_name>-tpu` and the queued resource
-`<deployment_name>-tpu-qr` (see `trainstack.components._naming`).
+`<deployment_name>-tpu-qr` (see `trainstack.components.naming`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,6 @@ import pulumi
 from pulumi_gcp import tpu
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import gcp_name, labels_input, name_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._tpu_args import (
     DEFAULT_TRAINER_MODULE,
@@ -119,6 +118,7 @@ from trainstack.components.facts import (
     tpu_quota,
     tpu_summary,
 )
+from trainstack.components.naming import gcp_name, labels_input, name_input
 from trainstack.components.startup.tpu_worker import effective_checkpoint_dir
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,

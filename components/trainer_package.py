@@ -23,9 +23,11 @@ With `user_source` (your own code, `trainstack:trainer.source`) the sdist is
 `trainstack.trainers.user_code`) plus your folder as `trainstack/user_source/`, depending on your
 requirements only. Not all of the folder: what its `.gcloudignore` lists, secrets (dotenv
 files, private keys, credential files) and build leftovers stay out, and a link leaving the
-folder is refused (`trainstack.components._code_files`); every target installs it the way it installs the bundled trainers (Vertex
-`pythonPackageSpec`, the GCE/TPU startup scripts' and GKE pods' `pip install <uri>`), and
-`python -m trainstack.trainers.node --launcher=... -- ARGV` then runs ARGV in the installed folder.
+folder is refused (`code_files` says what goes, `source_problems` what refuses the folder,
+as `trainstack plan` shows them); every target installs it the way it installs the bundled
+trainers (Vertex `pythonPackageSpec`, the GCE/TPU startup scripts' and GKE pods'
+`pip install <uri>`), and `python -m trainstack.trainers.node --launcher=... -- ARGV` then
+runs ARGV in the installed folder.
 Unchanged code gives the same bytes, digest and `uri`, so nothing relaunches.
 
 Naming: the local file is `<build_dir>/trainstack_trainers-<sha16>.tar.gz` (your code's:
@@ -53,12 +55,29 @@ from pulumi_gcp import storage
 
 from trainstack import trainers
 from trainstack.components._args import ArgsError, check_args, component_check
-from trainstack.components._code_files import CodeFiles, code_files
-from trainstack.components._naming import labels_input
+from trainstack.components._code_files import CodeFiles, code_files, source_problems
 from trainstack.components._project import current_build_dir
+from trainstack.components.naming import labels_input
 from trainstack.components.user_code import CodeRules, UserCode
 from trainstack.trainers.common.contract import SOURCE_PACKAGE
 from trainstack.trainers.common.user_code import requirement_problem
+
+__all__ = [
+    "CODE_DIST_NAME",
+    "CODE_OBJECT_PREFIX",
+    "COMPONENT_LABEL",
+    "DIST_NAME",
+    "OBJECT_PREFIX",
+    "PACKAGE_CODE",
+    "REQUIRES_PYTHON",
+    "RUNTIME_DEPENDENCIES",
+    "TOKEN",
+    "CodeFiles",
+    "TrainerPackage",
+    "TrainerPackageArgs",
+    "code_files",
+    "source_problems",
+]
 
 TOKEN = "trainstack:storage:TrainerPackage"
 COMPONENT_LABEL = "trainer-package"
@@ -124,8 +143,7 @@ class TrainerPackageArgs(TypedDict):
     """Your code's folder (`trainstack:trainer.source`, absolute): packaged beside the node
     launcher as `trainstack/user_source/`, so installing the package gives a machine both; the
     object is `code/trainstack_code-<sha16>.tar.gz`. Its `.gcloudignore`, secrets and links
-    decide what goes (`trainstack.components._code_files`); a link leaving the folder is
-    refused."""
+    decide what goes (`code_files`); a link leaving the folder is refused."""
     code: NotRequired[UserCode]
     """Your own code (`trainstack.components.UserCode`): its `source` folder as
     `user_source` and its `requirements` file's lines as `requirements` (exclusive with

@@ -34,7 +34,7 @@ All three enforce uniform bucket-level access and public access prevention. Data
 checkpoints are never force-destroyed: unless `delete_data_on_destroy` is set, `pulumi
 destroy` leaves them in place (retain_on_delete), and in prod they are also protected.
 
-Naming: `<project>-<deployment_name>-<role>[-<name_suffix>]` (see `trainstack.components._naming`).
+Naming: `<project>-<deployment_name>-<role>[-<name_suffix>]` (see `trainstack.components.naming`).
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ import pulumi
 from pulumi_gcp import storage
 
 from trainstack.components._args import ArgsError, Bounds, check_args, component_check
-from trainstack.components._naming import (
+from trainstack.components.catalog.names import label_problems
+from trainstack.components.catalog.problems import int_problems, not_allowed, quote
+from trainstack.components.naming import (
     bucket_name,
     environment_labels,
     labels_input,
     name_input,
 )
-from trainstack.components.catalog.names import label_problems
-from trainstack.components.catalog.problems import int_problems, not_allowed, quote
 
 TOKEN = "trainstack:storage:TrainingBuckets"
 COMPONENT_LABEL = "training-buckets"

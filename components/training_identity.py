@@ -28,7 +28,7 @@ project. `image_repository` grants `roles/artifactregistry.reader` on that one A
 Registry repository (the stack's Docker Hub mirror, `trainstack.components.image_mirror`), never on the
 project.
 
-Naming: the account id is `<deployment_name>-train` (6-30 chars, see `trainstack.components._naming`).
+Naming: the account id is `<deployment_name>-train` (6-30 chars, see `trainstack.components.naming`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import pulumi
 from pulumi_gcp import artifactregistry, projects, secretmanager, serviceaccount, storage
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import account_id, labels_input, name_input
+from trainstack.components.naming import account_id, labels_input, name_input
 
 TOKEN = "trainstack:iam:TrainingIdentity"
 COMPONENT_LABEL = "training-identity"

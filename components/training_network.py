@@ -14,7 +14,7 @@ nodes carrying `node_tag` inside the subnet (all of TCP, UDP and ICMP: NCCL, glo
 gRPC pick ports at random), plus SSH from Google's IAP TCP-forwarding range. The network
 MTU is 8896 (jumbo frames), which multi-node GPU and TPU collectives benefit from.
 
-Naming: every physical name is `<deployment_name>-<role>` (see `trainstack.components._naming`).
+Naming: every physical name is `<deployment_name>-<role>` (see `trainstack.components.naming`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import pulumi
 from pulumi_gcp import compute
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import gcp_name, labels_input, name_input
 from trainstack.components.catalog.names import zone_in_region_problems
+from trainstack.components.naming import gcp_name, labels_input, name_input
 
 TOKEN = "trainstack:network:TrainingNetwork"
 COMPONENT_LABEL = "training-network"

@@ -36,8 +36,8 @@ quota and would write to one checkpoint folder.
 Each chief/worker replica runs the node launcher (`python3 -m trainstack.trainers.node <python_module>
 <trainer_args>`), which starts torchrun with one process per GPU for the torch trainer (world
 size = replicas x GPUs per machine) and the TensorFlow trainer once per replica. It runs as
-a custom container whose command is the pod setup script (`trainstack.components._pod_setup`): it
-installs `package_uri` into the image's `python3`, then execs the launcher. The image is
+a custom container whose command is the pod setup script (`pod_command`): it installs
+`package_uri` into the image's `python3`, then execs the launcher. The image is
 `container_image_uri`, else the trainer framework's
 (`trainstack.components.catalog.images.VERTEX_TRAINING_IMAGES`: the official pytorch/pytorch or
 tensorflow/tensorflow CUDA image, since Google's prebuilt training images are past their end
@@ -86,8 +86,8 @@ import pulumi
 
 from trainstack.components._args import check_args, component_check
 from trainstack.components._discovery import validate_body
-from trainstack.components._naming import labels_input
 from trainstack.components._options import inherited_depends_on
+from trainstack.components._pod_setup import pod_command
 from trainstack.components._vertex_args import (
     hyperparameter_tuning_problems,
     validate_args,
@@ -141,6 +141,7 @@ from trainstack.components.facts import (
     vertex_quota,
     vertex_summary,
 )
+from trainstack.components.naming import labels_input
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
     vertex_filters,
@@ -173,6 +174,7 @@ __all__ = [
     "hyperparameter_tuning_job_body",
     "hyperparameter_tuning_problems",
     "job_body",
+    "pod_command",
     "reduction_server_image",
     "request_id",
     "trainer_args_for",
@@ -279,7 +281,7 @@ class VertexTrainingJobArgs(TypedDict):
     """Your own code instead of a trainer module: the `python -m trainstack.trainers.node` arguments
     (`trainstack.infra.compose.user_code_node_args`), the replicas' args as they are; needs
     `package_uri`. With `container_image_uri` the replica runs the pod setup script
-    (`trainstack.components._pod_setup`): it installs the package into the image's `python3`, then
+    (`pod_command`): it installs the package into the image's `python3`, then
     runs `python3 -m trainstack.trainers.node <node_args>`. Excludes python_module and trainer_args;
     tuning parameters may then be any flag of your code."""
     code: NotRequired[UserCode]

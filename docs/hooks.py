@@ -190,9 +190,11 @@ def cli_markdown() -> str:
 
 
 def component_names() -> list[str]:
+    """The components `trainstack.components` exports: not their Args, nor the error they
+    raise (`ArgsError`, which the page documents after them)."""
     from trainstack import components
 
-    return [name for name in components.__all__ if not name.endswith("Args")]
+    return [name for name in components.__all__ if not name.endswith(("Args", "Error"))]
 
 
 def components_markdown() -> str:

@@ -3,7 +3,7 @@
 `code_summary` is the plan's `code` entry: the source folder and the sha256 of its packaged
 files (what decides whether a deployment relaunches), what is packaged (`files`: count, total
 bytes, the largest, the ignore file, what it and the default secret rules left out; see
-`trainstack.components._code_files`), the image, the entrypoint, the
+`trainstack.components.trainer_package.code_files`), the image, the entrypoint, the
 launcher the target runs it with and whether `trainer.launcher` chose it or the target's
 default did (`launcher_from`), the variables that launcher gives every process
 (`launcher_env`), the world size (processes that run it: machines x
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from trainstack.components._code_files import code_files
+from trainstack.components.trainer_package import code_files
 from trainstack.infra.config import StackConfig
 from trainstack.infra.project import current_place
 from trainstack.infra.targets import target_of

@@ -9,12 +9,12 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainstack.components._code_files import source_problems
 from trainstack.components.catalog.batch import batch_problem
 from trainstack.components.catalog.checkpoint_paths import checkpoint_place_problem
 from trainstack.components.catalog.names import label_problems
 from trainstack.components.catalog.problems import quote as _q
 from trainstack.components.catalog.torch_versions import fsdp_problem
+from trainstack.components.trainer_package import source_problems
 from trainstack.components.training_buckets import training_buckets_problems
 from trainstack.infra.config_secrets import credential_problems, secret_env_names
 from trainstack.infra.project import current_place

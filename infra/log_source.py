@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainstack.components._naming import gcp_name
+from trainstack.components.naming import gcp_name
 from trainstack.infra.logs import CloudLogs, FileLogs, any_of, supervisor_query
 from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS
 from trainstack.infra.stack_outputs import read_outputs

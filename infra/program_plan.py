@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainstack.components._args import ArgsError
+from trainstack.components import ArgsError
 from trainstack.components.catalog.names import stack_name_problem
 from trainstack.infra.mocks import ProgramRun, engine_unwrapped
 from trainstack.infra.plan import plan_resources

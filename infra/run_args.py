@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainstack.components._naming import bucket_name
+from trainstack.components.naming import bucket_name
 from trainstack.infra.local_paths import run_name
 
 if TYPE_CHECKING:

@@ -67,7 +67,7 @@ which the group rolls out by recreating the nodes.
 
 Naming: the cluster is `<deployment>-a100` (at most 40 characters), its pools `system` and
 `a100`, the Job `<deployment>-train`; the instance group is `<deployment>-a100`, its
-instances `<deployment>-a100-<i>` and the placement policy `<deployment>-a100-placement` (see `trainstack.components._naming`).
+instances `<deployment>-a100-<i>` and the placement policy `<deployment>-a100-placement` (see `trainstack.components.naming`).
 
 Modules: this one holds the component and its arguments; `validate.py` the rules, `gke.py`
 and `gce.py` the two backends' resources, `_common.py` the defaults and names they share.
@@ -84,7 +84,6 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import compute, container
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import environment_labels, gcp_name, labels_input
 from trainstack.components._options import inherited_depends_on
 from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
@@ -102,6 +101,7 @@ from trainstack.components.a100_cluster._common import (
     A100ClusterArgs,
     A100TrainingArgs,
     gke_spot_grace_note,
+    instance_name_pattern,
     instance_names,
     job_name_for,
     region_of,
@@ -145,6 +145,7 @@ from trainstack.components.facts import (
 )
 from trainstack.components.gpu_startup import with_checkpoint_dir
 from trainstack.components.kubernetes_training_job import DEFAULT_NAMESPACE, KubernetesTrainingJob
+from trainstack.components.naming import environment_labels, gcp_name, labels_input
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
     gce_filters,
@@ -192,6 +193,8 @@ __all__ = [
     "a100_cluster_problems",
     "gce_console_url",
     "gke_console_url",
+    "gke_spot_grace_note",
+    "instance_name_pattern",
     "instance_names",
     "job_name_for",
     "kubeconfig",

@@ -11,7 +11,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 import pulumi
 
 from trainstack.components import catalog
-from trainstack.components._naming import gcp_name
+from trainstack.components.naming import gcp_name
 from trainstack.components.user_code import UserCode
 
 KUBERNETES_VERSION: Final = "1.35"

@@ -11,7 +11,6 @@ from typing import Any
 import pulumi
 from pulumi_gcp import compute
 
-from trainstack.components._naming import gcp_name
 from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
@@ -36,6 +35,7 @@ from trainstack.components.gpu_startup import (
     with_checkpoint_dir,
 )
 from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
+from trainstack.components.naming import gcp_name
 
 """PyTorch + CUDA + NVIDIA driver image for the gce backend (the torch trainer only)."""
 

@@ -14,7 +14,6 @@ from pulumi_gcp import container
 
 from trainstack.components import catalog
 from trainstack.components._job_launch import job_run_record
-from trainstack.components._naming import gcp_name
 from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
@@ -42,6 +41,7 @@ from trainstack.components.kubernetes_training_job import (
     KubernetesTrainingJob,
     KubernetesTrainingJobArgs,
 )
+from trainstack.components.naming import gcp_name
 
 NODE_IMAGE_TYPE: Final = "COS_CONTAINERD"
 SYSTEM_POOL_NAME: Final = "system"

@@ -1,7 +1,7 @@
 """GCP naming rules (labels, zones) and the label keys trainstack sets itself.
 
 `label_problems` is the one check of a labels mapping, `stack_name_problem` of a stack's name: components run it on their `labels`
-argument (`trainstack.components._naming.labels_input`) and the stack config on `trainstack:labels`.
+argument (`trainstack.components.naming.labels_input`) and the stack config on `trainstack:labels`.
 """
 
 from __future__ import annotations

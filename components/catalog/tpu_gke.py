@@ -1,6 +1,7 @@
 """TPU slices on GKE: the facts (machine types, node labels, taint, flex-start zones, the
-JobSet release) and the rules over them that the stack config (`trainstack:tpu` with
-`backend: gke`) and `TpuGkeSlices` share, so both report a fault in the same words.
+JobSet release, its restart default and multislice note) and the rules over them that the
+stack config (`trainstack:tpu` with `backend: gke`) and `TpuGkeSlices` share, so both
+report a fault in the same words.
 
 Each rule returns every problem as `<prefix><key>: <problem>; valid: <values>`: the
 component raises on them (no prefix), the stack config reports them (prefix `tpu.`).
@@ -133,6 +134,21 @@ validateCoordinatorLabelValue: "spec will lead to invalid label value ... for co
 label"), at most 63 characters: `<name>-slice-0-0.<name>` is 2N + 11, so N <= 26."""
 EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 """One child Job per node pool, i.e. per slice (api/jobset/v1alpha2/jobset_types.go)."""
+DEFAULT_MAX_RESTARTS: Final = 10
+"""Whole-set restarts (preemptions, host maintenance, lost hosts) before the JobSet fails:
+`TpuGkeSlices`' `max_restarts` when not given."""
+MULTISLICE_NOTE: Final = (
+    "tpu: MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_COORDINATOR_ADDRESS are set "
+    "on every pod from JobSet's pod labels (replicatedjob-replicas, job-index, coordinator: "
+    "the recipe of kubernetes-sigs/jobset#787 and XPK's Pathways template), because no Google "
+    "or JobSet source says GKE sets them; JAX takes MEGASCALE_COORDINATOR_ADDRESS as the host "
+    "with process id 0 (jax/_src/clusters/cloud_tpu_cluster.py get_coordinator_address: 'For "
+    "both GCE via QueuedResources and GKE via JobSet, the Megascale coordinator address is set "
+    "as the host with process id = 0'); MEGASCALE_PORT is left to libtpu's default "
+    "(unverified); verify on a real two-slice run that GKE does not set different values"
+)
+"""The plan's note on a JobSet of more than one slice: its pods' MEGASCALE_* variables come
+from JobSet's pod labels (`TpuGkeSlices` sets them so), a recipe no Google source confirms."""
 
 # --------------------------------------------------------------------------------------
 # Rules

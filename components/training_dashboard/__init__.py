@@ -93,7 +93,7 @@ import pulumi
 from pulumi_gcp import logging, monitoring
 
 from trainstack.components._args import check_args, component_check
-from trainstack.components._naming import labels_input
+from trainstack.components.naming import labels_input
 from trainstack.components.training_dashboard.alert import (
     ALERT_AUTO_CLOSE,
     ALERT_SEVERITY,

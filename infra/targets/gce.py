@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainstack.components.a100_cluster._common import instance_name_pattern
+from trainstack.components.a100_cluster import instance_name_pattern
 from trainstack.components.catalog.images import DLVM_IMAGE
 from trainstack.components.facts import run_limit_text
 from trainstack.components.training_dashboard.targets import gce_filters

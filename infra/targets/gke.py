@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from trainstack.components.a100_cluster._common import gke_spot_grace_note
+from trainstack.components.a100_cluster import gke_spot_grace_note
 from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
 from trainstack.components.catalog.images import KUBERNETES_IMAGES, kubernetes_image
 from trainstack.components.facts import gke_cluster_after_stop, run_limit_text

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from trainstack.components import catalog as facts
-from trainstack.components._naming import gcp_name
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
@@ -35,6 +34,7 @@ from trainstack.components.facts import (
     tpu_quota,
     tpu_summary,
 )
+from trainstack.components.naming import gcp_name
 from trainstack.components.run_supervisor import SupervisedSlice, slice_target, supervised
 from trainstack.components.tpu_pod_slice import (
     TpuPodSlice,

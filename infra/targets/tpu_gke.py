@@ -8,15 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from trainstack.components._tpu_jobset import DEFAULT_MAX_RESTARTS, MULTISLICE_NOTE
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.catalog.tpu_gke import (
+    DEFAULT_MAX_RESTARTS,
     FLEX_START_SOURCE,
     JOBSET_SOURCE,
     JOBSET_VERSION,
+    MULTISLICE_NOTE,
     gke_vms,
     tpu_gke_code_problems,
 )

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from datetime import date
 from typing import TYPE_CHECKING, cast
 
-from trainstack.components._naming import account_id
 from trainstack.components.catalog.gpu_families import VERTEX_FLEX_START_DEFAULT_WAIT_HOURS
 from trainstack.components.catalog.images import (
     REGISTRY_STORAGE_PRICE_SOURCE,
@@ -30,6 +29,7 @@ from trainstack.components.catalog.reduction_server import (
 )
 from trainstack.components.facts import VERTEX_NO_TIMEOUT_NOTE, vertex_flex_start_note
 from trainstack.components.image_mirror import repository_id
+from trainstack.components.naming import account_id
 from trainstack.components.reduction_server_image import ACCOUNT_ROLE
 from trainstack.components.reduction_server_image import repository_id as plugin_repository_id
 from trainstack.infra.targets.base import target_of

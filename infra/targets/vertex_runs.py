@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any, Final
 
-from trainstack.components._pod_setup import pod_command
+from trainstack.components.vertex_training_job import pod_command
 from trainstack.infra.plan_inputs import RUN_NAME_FLAG, input_strings, number
 from trainstack.infra.targets.base import RunResource
 

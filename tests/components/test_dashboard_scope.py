@@ -10,8 +10,7 @@ import pytest
 from tests.components import test_a100_cluster as a100
 from tests.components import test_tpu_pod_slice as tpu
 from tests.components import test_vertex_training_job as vertex
-from trainstack.components.a100_cluster import A100Cluster
-from trainstack.components.a100_cluster._common import instance_name_pattern, instance_names
+from trainstack.components.a100_cluster import A100Cluster, instance_name_pattern, instance_names
 from trainstack.components.tpu_pod_slice import TpuPodSlice
 from trainstack.components.vertex_training_job import VertexTrainingJob
 from trainstack.infra.mocks import run_program

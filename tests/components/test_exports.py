@@ -29,8 +29,9 @@ def _defined_components() -> set[str]:
 def test_every_component_and_its_args_are_exported() -> None:
     defined = _defined_components()
     assert "VertexTrainingJob" in defined and "QuotaGuard" in defined
-    # UserCode: the one public class beside them, your code as every compute component takes it.
-    values = {"UserCode"}
+    # UserCode: your code as every compute component takes it; ArgsError: what every component
+    # raises on bad arguments. The two public classes beside them.
+    values = {"UserCode", "ArgsError"}
     assert set(components.__all__) == defined | {f"{name}Args" for name in defined} | values
     for name in components.__all__:
         value = getattr(components, name)

@@ -12,13 +12,13 @@ import trainstack.components._tpu_queued_provider as qrp
 from tests.fakes.tpu_server import TpuFakeServer
 from trainstack.components._discovery import validate_body
 from trainstack.components._google_api import RetryPolicy
-from trainstack.components._naming import merge_labels
 from trainstack.components._tpu_queued_provider import (
     QueuedResourceConflictError,
     QueuedResourceFailedError,
     QueuedResourceProvider,
     QueuedResourceTimeoutError,
 )
+from trainstack.components.naming import merge_labels
 from trainstack.components.tpu_pod_slice import node_body, queued_resource_body, validate_args
 
 FAST = RetryPolicy(max_attempts=4, initial_delay_s=0.01, max_delay_s=0.02, deadline_s=5)

@@ -1,4 +1,4 @@
-"""Physical names and labels from trainstack.components._naming."""
+"""Physical names and labels from trainstack.components.naming."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from trainstack.components._naming import (
+from trainstack.components.naming import (
     account_id,
     bucket_name,
     gcp_name,

@@ -20,7 +20,7 @@ from rich.console import Console
 from tests import REPO_ROOT
 from tests.bundled import bundled_plan
 from tests.stacks import GPU_STACK
-from trainstack.components.a100_cluster._common import gke_spot_grace_note
+from trainstack.components.a100_cluster import gke_spot_grace_note
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError
 from trainstack.infra.mocks import SECRET, UNKNOWN, run_program

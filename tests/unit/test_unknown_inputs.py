@@ -16,10 +16,10 @@ import pytest
 from pulumi.output import Unknown
 
 from trainstack.components._local_provider import LocalRunProvider
-from trainstack.components._naming import merge_labels
 from trainstack.components._tpu_queued_provider import QueuedResourceProvider
 from trainstack.components._unknown import UNKNOWN_SENTINEL, contains_unknown, is_unknown
 from trainstack.components._vertex_provider import VertexJobProvider
+from trainstack.components.naming import merge_labels
 from trainstack.components.tpu_pod_slice import node_body, queued_resource_body, validate_args
 from trainstack.components.vertex_training_job import custom_job_body
 

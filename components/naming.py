@@ -1,5 +1,9 @@
 """Physical GCP names and labels for every trainstack component, in one place.
 
+The components name what they create with these functions, and so does the stack program
+(`trainstack.infra`); a program of your own can use them for what it creates beside the
+components, so its names follow the same rules and limits.
+
 Names are derived only from their inputs: no random suffixes, no timestamps, so running the
 same program twice registers identical names and a no-op `pulumi up` stays a no-op. When a
 name would exceed its limit it is cut and given a short hash of the untruncated parts, so
