@@ -7,8 +7,9 @@ environment. XPK decorates a pod template that has none of these (workload.py
 `A3_GPU_WORKLOAD_CREATE_YAML`: no volumes, no annotations but its own), so the decorators run
 on trainstack's Job without the fabric and without its /dev/shm volume, and every field where
 the result differs from trainstack's Job with the fabric must be one of `TCPXO_DIFFERENCES` /
-`RDMA_DIFFERENCES`, each with its reason, and each of those must differ. XPK has no golden
-for these decorators (its goldens, now recipes/*.md, cover TPU and CPU workloads only).
+`RDMA_DIFFERENCES`, each with its reason, and each of those must differ. No XPK golden runs
+these decorators (its goldens, now recipes/*.md, create no GPU workload: the GPU ones only
+create clusters, Cluster_create_with_gb200-4.md).
 
 Where trainstack differs from XPK it follows Google's own manifests, held to them at the end
 (`test_where_xpk_differs_google_agrees`): GoogleCloudPlatform/container-engine-accelerators
