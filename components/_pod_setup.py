@@ -27,6 +27,13 @@ POD_PYTHON: Final = "python3"
 Debian/Ubuntu-based ones all have (`python` is not always there)."""
 PACKAGE_URI_ENV: Final = "TRAINSTACK_PACKAGE_URI"
 """The gs:// URI of the code package the script installs."""
+NCCL_PLUGIN_FILES_ENV: Final = "TRAINSTACK_NCCL_PLUGIN_FILES"
+"""Files of the node's NCCL plugin (space-separated) the script waits for before the
+launcher: a GPUDirect fabric's installer DaemonSet copies them onto the node
+(`trainstack.components._pod_fabric`)."""
+NCCL_ENV_SCRIPT_ENV: Final = "TRAINSTACK_NCCL_ENV_SCRIPT"
+"""A script of the node's NCCL plugin the script sources before the launcher (gIB's
+set_nccl_env.sh)."""
 INDEX_FAILURES_ENV: Final = "TRAINSTACK_INDEX_FAILURES"
 BACKOFF_LIMIT_ENV: Final = "TRAINSTACK_BACKOFF_LIMIT_PER_INDEX"
 INDEX_FAILURE_COUNT_ANNOTATION: Final = "batch.kubernetes.io/job-index-failure-count"
@@ -47,7 +54,15 @@ def pod_command() -> list[str]:
     return ["bash", "-c", POD_SCRIPT, "trainstack-pod"]
 
 
-POD_SETUP_ENV: Final = frozenset({PACKAGE_URI_ENV, INDEX_FAILURES_ENV, BACKOFF_LIMIT_ENV})
+POD_SETUP_ENV: Final = frozenset(
+    {
+        PACKAGE_URI_ENV,
+        INDEX_FAILURES_ENV,
+        BACKOFF_LIMIT_ENV,
+        NCCL_PLUGIN_FILES_ENV,
+        NCCL_ENV_SCRIPT_ENV,
+    }
+)
 """The variables the pod script reads that the Job sets (none may come from `env`)."""
 
 

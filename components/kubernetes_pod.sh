@@ -15,6 +15,9 @@
 #                           only), as in Google's client libraries (the tests also put a
 #                           fake `date` and `sleep` first on PATH: the retry's clock)
 #   TRAINSTACK_NVIDIA_DIR   where the GPU driver is mounted (tests only; /usr/local/nvidia)
+#   TRAINSTACK_NCCL_PLUGIN_FILES, TRAINSTACK_NCCL_ENV_SCRIPT  a GPUDirect fabric's: the
+#                           node's NCCL plugin files to wait for, and a script of the plugin
+#                           to source (gIB's set_nccl_env.sh) before the launcher
 #   TRAINSTACK_RUN_RECORD   the run's records for the supervisor (trainers/common/
 #                           run_records.py): the pod rewrites its heartbeat as it starts and,
 #                           on its index's last attempt, records the run's end when its setup
@@ -230,6 +233,37 @@ if [ -d "$nvidia/bin" ]; then
     *":$nvidia/bin:"*) ;;
     *) export PATH="$PATH:$nvidia/bin" ;;
   esac
+fi
+
+# A GPUDirect fabric (components/_pod_fabric.py): its installer DaemonSet copies the NCCL
+# plugin onto the node, maybe after this pod started on a new node; without the files NCCL
+# aborts (a missing tuner config) or quietly runs over TCP. Waited for PLUGIN_WAIT_S, then a
+# setup failure (3) the Job retries. gIB's settings come from its own script, sourced here
+# so the launcher and every rank inherit them, as Google's manifests do before NCCL starts.
+stage=launch
+PLUGIN_WAIT_S=600
+if [ -n "${TRAINSTACK_NCCL_PLUGIN_FILES:-}" ]; then
+  first=$(date +%s)
+  for file in $TRAINSTACK_NCCL_PLUGIN_FILES; do
+    while [ ! -e "$file" ]; do
+      waited=$(($(date +%s) - first))
+      if [ "$waited" -ge "$PLUGIN_WAIT_S" ]; then
+        give_up "no $file after ${waited}s: the node's NCCL plugin installer DaemonSet has not installed it"
+      fi
+      log "waiting for $file, which the node's NCCL plugin installer copies (${waited}s of ${PLUGIN_WAIT_S}s)"
+      sleep 10
+    done
+  done
+fi
+if [ -n "${TRAINSTACK_NCCL_ENV_SCRIPT:-}" ]; then
+  log "sourcing $TRAINSTACK_NCCL_ENV_SCRIPT"
+  # Its own lines may use unset variables or fail a test: it runs as it would in a shell.
+  trap - ERR
+  set +eu +o pipefail
+  # shellcheck disable=SC1090
+  source "$TRAINSTACK_NCCL_ENV_SCRIPT"
+  set -euo pipefail
+  trap 'give_up "setup failed at line $LINENO"' ERR
 fi
 
 if [ "$last_attempt" = 1 ] && [ -n "${TRAINSTACK_RUN_FINAL_CODES:-}" ]; then

@@ -43,6 +43,12 @@ as `code` (node_args built with the run contract's folders, its image as `image`
         "run_name": "exp-42",  # default: job_name
     })
 
+With `fabric` (A100Cluster gives it on A3 Mega, A3 Ultra and A4) each pod also carries the
+GPUDirect fabric's pieces (`trainstack.components._pod_fabric`): the networking.gke.io
+annotations that attach its GPU networks, the tcpxo-daemon sidecar on A3 Mega, the NCCL
+plugin's host folders and the NCCL environment; the pod script waits for the plugin's files
+and, on A3 Ultra and A4, sources gIB's set_nccl_env.sh before the launcher.
+
 Recovery (podFailurePolicy, first match wins; https://kubernetes.io/docs/concepts/workloads/
 controllers/job/#pod-failure-policy): the DisruptionTarget condition (node preempted,
 drained or lost), exit 143 (preempted after a checkpoint) and exit 4 (a peer pod or pod 0's
@@ -85,20 +91,24 @@ from trainstack.components._job_launch import (  # noqa: F401 (node_argv: the co
     job_launch,
     node_argv,
 )
+from trainstack.components._kubernetes_job_manifests import (  # noqa: F401 (the manifests' names)
+    CONTAINER_NAME,
+    DEFAULT_BACKOFF_LIMIT_PER_INDEX,
+    DEFAULT_NAMESPACE,
+    DEFAULT_SHM_SIZE_GIB,
+    DEFAULT_TERMINATION_GRACE_S,
+    GPU_TOLERATION,
+    manifests,
+    pod_failure_policy,
+)
 from trainstack.components._node_args import secret_env_names_problems
 from trainstack.components._options import inherited_depends_on
-from trainstack.components._pod_setup import (
-    PACKAGE_URI_ENV,
-    POD_SETUP_ENV,
-    container_env,
-    pod_command,
-)
+from trainstack.components._pod_fabric import PodFabric
+from trainstack.components._pod_setup import POD_SETUP_ENV
 from trainstack.components.catalog.images import KUBERNETES_IMAGES as DEFAULT_IMAGES
 from trainstack.components.catalog.images import kubernetes_image
 from trainstack.components.gpu_startup import (
     DEFAULT_PORT,
-    FAIL_FAST_EXIT_CODES,
-    RESTART_EXIT_CODES,
     check_trainer,
     validate_node_args,
 )
@@ -112,39 +122,12 @@ COMPONENT_LABEL: Final = "kubernetes-training-job"
 KUBERNETES_CODE: Final = CodeRules("gpu_cluster", runs_image=True, pulumi_secrets=True)
 """What your code may use in a Kubernetes Job: either launcher (default torchrun), an image
 (the `gke` target's own `code_rules`)."""
-CONTAINER_NAME: Final = "trainer"
-"""The images' interpreter: the pod script installs into it and it runs the launcher."""
 TF_KERAS_MODULES: Final = frozenset({TF_MODULE})
 """Trainer modules that run tf.keras as Keras 2 (tf-keras on TensorFlow >= 2.16)."""
-
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-GPU_TOLERATION: Final[dict[str, str]] = {
-    "key": GPU_RESOURCE,
-    "operator": "Exists",
-    "effect": "NoSchedule",
-}
-"""Tolerates the taint GKE (or A100Cluster) puts on GPU nodes."""
-
-INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
-NAME_LABEL: Final = "app.kubernetes.io/name"
-APP_NAME: Final = "trainstack-trainer"
-WORKLOAD_IDENTITY_ANNOTATION: Final = "iam.gke.io/gcp-service-account"
 WORKLOAD_IDENTITY_ROLE: Final = "roles/iam.workloadIdentityUser"
-SKIP_AWAIT_ANNOTATION: Final = "pulumi.com/skipAwait"
-PROPAGATION_ANNOTATION: Final = "pulumi.com/deletionPropagationPolicy"
-"""pulumi-kubernetes >= 4.12: `foreground` deletes the pods before the Job is gone."""
-
-DEFAULT_BACKOFF_LIMIT_PER_INDEX: Final = 3
-MAX_FAILED_INDEXES: Final = 0
-"""One index out of retries fails the Job: the others cannot train without it."""
-DEFAULT_SHM_SIZE_GIB: Final = 32
-DEFAULT_TERMINATION_GRACE_S: Final = 60
-"""Above the trainer's default preemption grace (30 s): time to write the last checkpoint."""
-DEFAULT_NAMESPACE: Final = "default"
 
 _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS_VALID = "a lowercase letter, then a-z, 0-9 or '-', ending with a letter or digit"
-_K8S_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_ENV: Final = frozenset(
     {
@@ -232,7 +215,12 @@ class KubernetesTrainingJobArgs(TypedDict):
     port: NotRequired[int]
     """Rendezvous port on node 0 (default 29500)."""
     env: NotRequired[Mapping[str, str]]
-    """Extra container environment (e.g. NCCL_DEBUG)."""
+    """Extra container environment (e.g. NCCL_DEBUG); it overrides the fabric's."""
+    fabric: NotRequired[PodFabric]
+    """A GPUDirect fabric's additions to every pod: the multi-network annotations, the
+    receive-datapath sidecar, the NCCL plugin's host folders and the NCCL environment
+    (`trainstack.components.a100_cluster.gke_fabric.pod_fabric_for`; A100Cluster passes its
+    own). Without it the pods see eth0 only and NCCL runs over TCP."""
     run_records: NotRequired[bool]
     """With `checkpoint_url`: the run's end record and stop request (`pod_run_env`)."""
     labels: NotRequired[pulumi.Input[Mapping[str, str]]]
@@ -325,163 +313,6 @@ def validate_args(args: Mapping[str, Any]) -> None:
             )
 
 
-# -- Manifests (pure) --
-
-
-def kubernetes_labels(labels: Mapping[str, str]) -> dict[str, str]:
-    """The labels that are valid Kubernetes label values, sorted by key."""
-    return {k: v for k, v in sorted(labels.items()) if _K8S_LABEL_VALUE.fullmatch(v)}
-
-
-def pod_failure_policy() -> dict[str, Any]:
-    """Ignore disruptions, preemptions, lost peers; FailJob on code, config, GPU errors."""
-    on_codes = {"containerName": CONTAINER_NAME, "operator": "In"}
-    return {
-        "rules": [
-            {
-                "action": "Ignore",
-                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-            },
-            {"action": "Ignore", "onExitCodes": {**on_codes, "values": list(RESTART_EXIT_CODES)}},
-            {
-                "action": "FailJob",
-                "onExitCodes": {**on_codes, "values": list(FAIL_FAST_EXIT_CODES)},
-            },
-        ]
-    }
-
-
-def manifests(
-    *,
-    job_name: str,
-    node_count: int,
-    gpus_per_node: int,
-    image: str,
-    package_uri: str,
-    args: Sequence[str],
-    labels: Mapping[str, str],
-    namespace: str = DEFAULT_NAMESPACE,
-    gcp_service_account_email: str | None = None,
-    node_selector: Mapping[str, str] | None = None,
-    tolerations: Sequence[Mapping[str, Any]] | None = None,
-    backoff_limit_per_index: int = DEFAULT_BACKOFF_LIMIT_PER_INDEX,
-    active_deadline_seconds: int | None = None,
-    tf_keras: bool = False,
-    wait_for_completion: bool = False,
-    shm_size_gib: int = DEFAULT_SHM_SIZE_GIB,
-    termination_grace_period_s: int = DEFAULT_TERMINATION_GRACE_S,
-    port: int = DEFAULT_PORT,
-    env: Mapping[str, str] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """The ServiceAccount, headless Service and Indexed Job (`service_account`, `service`,
-    `job`) as Kubernetes objects, camelCase, exactly as they are applied. `args` are the
-    container's (`node_argv`); `tf_keras` makes the pod install tf-keras for TensorFlow."""
-    bucket, _, obj = package_uri.removeprefix("gs://").partition("/")
-    if not package_uri.startswith("gs://") or not bucket or not obj or obj.endswith("/"):
-        raise ValueError(
-            f"package_uri: {package_uri!r} is not a gs://bucket/object URI of the trainer sdist"
-        )
-    k8s_labels = kubernetes_labels(labels)
-    selector = {INSTANCE_LABEL: job_name}
-    pod_labels = {**k8s_labels, NAME_LABEL: APP_NAME, INSTANCE_LABEL: job_name}
-
-    def metadata(annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": job_name, "namespace": namespace, "labels": k8s_labels}
-        if annotations:
-            meta["annotations"] = dict(annotations)
-        return meta
-
-    account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(
-            {WORKLOAD_IDENTITY_ANNOTATION: gcp_service_account_email}
-            if gcp_service_account_email
-            else None
-        ),
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(),
-        "spec": {
-            "clusterIP": "None",
-            "selector": selector,
-            # Pod 0's name must resolve before it is Ready: every node dials it at start.
-            "publishNotReadyAddresses": True,
-            "ports": [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}],
-        },
-    }
-    pod_env = {
-        **(env or {}),
-        "JOB_NAME": job_name,
-        "TRAINSTACK_HEADLESS_SERVICE": job_name,
-        "TRAINSTACK_NUM_NODES": str(node_count),
-        "TRAINSTACK_COORDINATOR_PORT": str(port),
-        EXPECTED_ACCELERATORS_ENV: str(gpus_per_node),
-        PACKAGE_URI_ENV: package_uri,
-    }
-    if tf_keras:
-        pod_env["TRAINSTACK_TF_KERAS"] = "1"
-    container = {
-        "name": CONTAINER_NAME,
-        "image": image,
-        "command": pod_command(),
-        "args": list(args),
-        "env": container_env(pod_env, backoff_limit_per_index),
-        "ports": [{"name": "rendezvous", "containerPort": port, "protocol": "TCP"}],
-        "resources": {"limits": {GPU_RESOURCE: str(gpus_per_node)}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-    }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "subdomain": job_name,
-        "serviceAccountName": job_name,
-        "terminationGracePeriodSeconds": termination_grace_period_s,
-        "tolerations": [
-            dict(t) for t in (tolerations if tolerations is not None else [GPU_TOLERATION])
-        ],
-        "affinity": {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "labelSelector": {"matchLabels": selector},
-                        "topologyKey": "kubernetes.io/hostname",
-                    }
-                ]
-            }
-        },
-        "volumes": [
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib}Gi"}}
-        ],
-        "containers": [container],
-    }
-    if node_selector:
-        pod_spec["nodeSelector"] = dict(sorted(node_selector.items()))
-    annotations = {PROPAGATION_ANNOTATION: "foreground"}
-    if not wait_for_completion:
-        annotations[SKIP_AWAIT_ANNOTATION] = "true"
-    job_spec: dict[str, Any] = {
-        "completionMode": "Indexed",
-        "completions": node_count,
-        "parallelism": node_count,
-        "backoffLimitPerIndex": backoff_limit_per_index,
-        "maxFailedIndexes": MAX_FAILED_INDEXES,
-        "podReplacementPolicy": "Failed",
-        "podFailurePolicy": pod_failure_policy(),
-        "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
-    }
-    if active_deadline_seconds is not None:
-        job_spec["activeDeadlineSeconds"] = active_deadline_seconds
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata(annotations),
-        "spec": job_spec,
-    }
-    return {"service_account": account, "service": service, "job": job}
-
-
 # --------------------------------------------------------------------------------------
 # Component
 # --------------------------------------------------------------------------------------
@@ -558,6 +389,7 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
                 ),
                 port=port,
                 env=env,
+                fabric=plain.get("fabric"),
             )
 
         objects = pulumi.Output.all(

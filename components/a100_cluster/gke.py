@@ -30,10 +30,10 @@ from trainstack.components.a100_cluster._common import (
 )
 from trainstack.components.a100_cluster.gke_fabric import (
     CLUSTER_EXTRA,
-    NCCL_ENV,
     create_fabric_networks,
     create_fabric_objects,
     fabric_for,
+    pod_fabric_for,
 )
 from trainstack.components.a100_cluster.validate import A100Shape
 from trainstack.components.kubernetes_training_job import (
@@ -522,9 +522,10 @@ def job_args_for(
         job_args["run_records"] = True
     if "labels" in args:
         job_args["labels"] = args["labels"]
+    # The pods' network names do not depend on the deployment's.
     fabric = fabric_for(gpu.machine_type, "", gpu.zone)
-    if fabric is not None and NCCL_ENV[fabric.fabric]:
-        job_args["env"] = dict(NCCL_ENV[fabric.fabric])
+    if fabric is not None:
+        job_args["fabric"] = pod_fabric_for(fabric, gpu.machine.gpus)
     if "max_run_seconds" in args:
         cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
     return job_args

@@ -1,13 +1,10 @@
-"""The GPUDirect fabric of the gke backend for A3 Mega (TCPXO) and A3 Ultra (RDMA): the extra
-VPCs and subnets `trainstack.components.catalog.gpu_fabric` describes, the cluster's
+"""The GPUDirect fabric of the gke backend for A3 Mega (TCPXO), A3 Ultra and A4 (RDMA): the
+extra VPCs and subnets `trainstack.components.catalog.gpu_fabric` describes, the cluster's
 multi-networking, the GPU pool's additional node networks, GKE's network objects, the NCCL
-plugin installer DaemonSet and the pods' NCCL environment, as Cluster Toolkit renders them
-(`CTK`: GoogleCloudPlatform/cluster-toolkit @1047080).
-
-Not rendered yet: the pods' `networking.gke.io/interfaces` annotation, the TCPXO
-receive-datapath sidecar (`tcpxo-daemon`) and the plugin's library mounts in the training
-pods (XPK `tcpxo_decorator.py`, frontier.md 4.2); until they are, NCCL in the pods sees eth0
-only and runs over TCP. The plan note says so.
+plugin installer DaemonSet (and on A3 Mega the NRI device injector), as Cluster Toolkit
+renders them (`CTK`: GoogleCloudPlatform/cluster-toolkit @1047080); and what the training
+pods get of it (`pod_fabric_for`: `trainstack.components._pod_fabric`'s annotations,
+sidecar, mounts and NCCL environment, named after this cluster's Network objects).
 """
 
 from __future__ import annotations
@@ -20,6 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_gcp import compute
 
+from trainstack.components._pod_fabric import PodFabric, rdma_pod, tcpxo_pod
 from trainstack.components.a100_cluster._common import region_of
 from trainstack.components.catalog.gpu_fabric import GkeFabric, gke_fabric
 
@@ -39,18 +37,14 @@ NETWORK_PROFILE_URL: Final = (
     "https://www.googleapis.com/compute/beta/projects/{project}/global/networkProfiles/{profile}"
 )
 """CTK examples/gke-a3-ultragpu/gke-a3-ultragpu.yaml `rdma-net.network_profile`."""
-NCCL_ENV: Final[Mapping[str, Mapping[str, str]]] = {
-    # frontier.md 4.2, CEA gpudirect-tcpxo/README.md (release 2026-01-09): the interfaces.
-    "tcpxo": {
-        "NCCL_FASTRAK_CTRL_DEV": "eth0",
-        "NCCL_FASTRAK_IFNAME": ",".join(f"eth{i}" for i in range(1, 9)),
-        "NCCL_SOCKET_IFNAME": "eth0",
-        "NCCL_CROSS_NIC": "0",
-    },
-    # gIB's settings come from `source /usr/local/gib/scripts/set_nccl_env.sh` in the pod
-    # (frontier.md 4.2, CEA gpudirect-rdma), which needs the plugin's mount: none set here.
-    "rdma": {},
-}
+NRI_DEVICE_INJECTOR_IMAGE: Final = (
+    "gcr.io/gke-release/nri-device-injector"
+    "@sha256:6e79483d52abdc28454bf186320b10a56b0f117a10e8d65d5c74dbb821a76970"
+)
+"""CTK examples/gke-a3-megagpu/nri-device-injector.yaml (upstream CEA
+nri_device_injector/nri-device-injector.yaml @70cf610), applied by gke-a3-megagpu.yaml's
+`workload_manager_install`: it acts on the pods' `devices.gke.io/container.<name>`
+annotations, which give the tcpxo-daemon sidecar the GPUs (`_pod_fabric.tcpxo_pod`)."""
 
 
 @dataclass(frozen=True)
@@ -65,19 +59,38 @@ class FabricResources:
 
 
 def fabric_for(machine_type: str, deployment: str, zone: str) -> GkeFabric | None:
-    """The fabric the gke backend renders for `machine_type` (None: A2, A3 High, A4)."""
+    """The fabric the gke backend renders for `machine_type` (None: A2, A3 High)."""
     return gke_fabric(machine_type, deployment, zone)
 
 
 def fabric_note(fabric: GkeFabric, machine_type: str) -> str:
-    """The plan's line: the fabric and what NCCL sees, and what is not rendered yet."""
+    """The plan's line: the fabric, its networks and what NCCL in the pods sees."""
     return (
-        f"{fabric.note(machine_type)}. Not rendered yet: the pods' networking.gke.io/interfaces "
-        "annotation"
-        + (", the tcpxo-daemon receive-datapath sidecar" if fabric.fabric == "tcpxo" else "")
-        + " and the plugin's library mounts, so NCCL in the training pods sees eth0 only "
-        "and runs over TCP"
+        f"{fabric.note(machine_type)}. Rendered as Google's and XPK's manifests do it, not "
+        "run on the hardware here"
     )
+
+
+def pod_interfaces(fabric: GkeFabric) -> list[tuple[str, str]]:
+    """(pod interface, Network object) of the networks the training pods attach. A node's
+    NICs are eth0 (the cluster's network) then the pool's additional networks in order
+    (eth1...), and a pod's interface takes its NIC's name: A3 Mega's pods attach all 8 gVNIC
+    networks as eth1..eth8 (CEA gpudirect-tcpxo/nccl-test-latest.yaml: vpc1..vpc8), A3
+    Ultra's and A4's the 8 RDMA subnets as eth2..eth9 and not net-1's eth1 (CEA
+    gpudirect-rdma/nccl-test.yaml, CTK gke-a3-ultragpu/ and gke-a4/nccl-jobset-example.yaml:
+    rdma-0..rdma-7)."""
+    return [
+        (f"eth{i + 1}", name)
+        for i, (name, _, _, mode) in enumerate(k8s_network_names(fabric))
+        if fabric.fabric == "tcpxo" or mode == "RDMA"
+    ]
+
+
+def pod_fabric_for(fabric: GkeFabric, gpus: int) -> PodFabric:
+    """What every training pod on a pool with `fabric` gets (`gpus`: GPUs per node)."""
+    if fabric.fabric == "tcpxo":
+        return tcpxo_pod(pod_interfaces(fabric), gpus)
+    return rdma_pod(pod_interfaces(fabric))
 
 
 def create_fabric_networks(
@@ -129,8 +142,8 @@ def create_fabric_networks(
 
 def k8s_network_names(fabric: GkeFabric) -> list[tuple[str, str, str, str]]:
     """(name, vpc, subnet, deviceMode) of each GKENetworkParamSet / Network pair, as CTK
-    modules/scheduler/gke-cluster/main.tf names them: gVNIC networks `gvnic-<1..>`, RDMA
-    subnets `rdma-<0..>` (`k8s_network_names` defaults), gVNIC first."""
+    modules/scheduler/gke-cluster/main.tf names them: gVNIC networks `<gvnic_prefix><1..>`
+    (`GkeFabric.gvnic_prefix`), RDMA subnets `rdma-<0..>`, gVNIC first."""
     gvnic = [
         (net.name, sub)
         for net in fabric.networks
@@ -143,7 +156,8 @@ def k8s_network_names(fabric: GkeFabric) -> list[tuple[str, str, str, str]]:
         if net.device_mode == "RDMA"
         for sub, _ in net.subnets
     ]
-    return [(f"gvnic-{i + 1}", v, s, "NetDevice") for i, (v, s) in enumerate(gvnic)] + [
+    prefix = fabric.gvnic_prefix
+    return [(f"{prefix}{i + 1}", v, s, "NetDevice") for i, (v, s) in enumerate(gvnic)] + [
         (f"rdma-{i}", v, s, "RDMA") for i, (v, s) in enumerate(rdma)
     ]
 
@@ -185,23 +199,7 @@ def installer_daemonset(fabric: GkeFabric, accelerator: str, gpus: int) -> dict[
     nccl-installer.yaml.tftpl (its `rollingUpdate.maxUnavailable` left to Kubernetes' default),
     with `accelerator` the GPU nodes' `cloud.google.com/gke-accelerator` label."""
     app = "nccl-tcpxo-installer" if fabric.fabric == "tcpxo" else "nccl-rdma-installer"
-    affinity = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {
-                                "key": "cloud.google.com/gke-accelerator",
-                                "operator": "In",
-                                "values": [accelerator],
-                            }
-                        ]
-                    }
-                ]
-            }
-        }
-    }
+    affinity = _on_gpu_nodes(accelerator)
     if fabric.fabric == "tcpxo":
         volumes, init = _tcpxo_installer(fabric.installer_image)
     else:
@@ -224,6 +222,54 @@ def installer_daemonset(fabric: GkeFabric, accelerator: str, gpus: int) -> dict[
                     "volumes": volumes,
                     "initContainers": init,
                     "containers": [{"image": PAUSE_IMAGE, "name": "pause"}],
+                },
+            },
+        },
+    }
+
+
+def _on_gpu_nodes(accelerator: str) -> dict[str, Any]:
+    term = {"key": "cloud.google.com/gke-accelerator", "operator": "In", "values": [accelerator]}
+    required = {"nodeSelectorTerms": [{"matchExpressions": [term]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+
+
+def nri_device_injector(accelerator: str) -> dict[str, Any]:
+    """The NRI device injector DaemonSet A3 Mega's pods need for their tcpxo-daemon
+    annotation: CTK examples/gke-a3-megagpu/nri-device-injector.yaml, on the GPU nodes of
+    `accelerator` only (CTK lists the TCPX, TCPXO and RTX PRO 6000 labels), without its
+    `root` hostPath volume of `/`, which no container mounts."""
+    app = "device-injector"
+    container = {
+        "image": NRI_DEVICE_INJECTOR_IMAGE,
+        "name": app,
+        "resources": {"requests": {"cpu": "150m"}},
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "dev", "mountPath": "/dev"},
+            {"name": "nri", "mountPath": "/var/run/nri"},
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": app, "namespace": "kube-system", "labels": {"k8s-app": app}},
+        "spec": {
+            "selector": {"matchLabels": {"k8s-app": app}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": {"name": app, "k8s-app": app}},
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "affinity": _on_gpu_nodes(accelerator),
+                    "tolerations": [{"operator": "Exists"}],
+                    "hostNetwork": True,
+                    "hostPID": True,
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "nri", "hostPath": {"path": "/var/run/nri"}},
+                        {"name": "dev", "hostPath": {"path": "/dev"}},
+                    ],
                 },
             },
         },
@@ -333,7 +379,8 @@ def create_fabric_objects(
     parent: pulumi.Resource,
     provider: k8s.Provider,
 ) -> list[pulumi.Resource]:
-    """The network objects and the installer DaemonSet on the cluster, children of `parent`."""
+    """The network objects, the installer DaemonSet and (TCPXO) the NRI device injector on
+    the cluster, children of `parent`."""
     opts = pulumi.ResourceOptions(parent=parent, provider=provider)
     created: list[pulumi.Resource] = []
     for obj in network_objects(fabric):
@@ -347,13 +394,16 @@ def create_fabric_objects(
                 opts=opts,
             )
         )
-    ds = installer_daemonset(fabric, accelerator, gpus)
-    created.append(
-        k8s.apps.v1.DaemonSet(
-            f"{name}-{ds['metadata']['name']}",
-            metadata=ds["metadata"],
-            spec=ds["spec"],
-            opts=opts,
+    daemonsets = [installer_daemonset(fabric, accelerator, gpus)]
+    if fabric.fabric == "tcpxo":
+        daemonsets.append(nri_device_injector(accelerator))
+    for ds in daemonsets:
+        created.append(
+            k8s.apps.v1.DaemonSet(
+                f"{name}-{ds['metadata']['name']}",
+                metadata=ds["metadata"],
+                spec=ds["spec"],
+                opts=opts,
+            )
         )
-    )
     return created

@@ -1,10 +1,14 @@
-"""A3 Mega (TCPXO) and A3 Ultra (RDMA) on the gke backend: the fabric `catalog.gpu_fabric`
-describes, wired into the cluster, the GPU pool and the cluster's objects, compared with
-Cluster Toolkit @1047080 (files named next to each value); gce refuses these machines."""
+"""A3 Mega (TCPXO), A3 Ultra and A4 (RDMA) on the gke backend: the fabric `catalog.gpu_fabric`
+describes, wired into the cluster, the GPU pool, the cluster's objects and the training pods,
+compared with Cluster Toolkit @1047080 (files named next to each value; the pods against XPK
+in test_gke_pod_fabric_xpk.py); gce refuses these machines."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import pytest
 
 from tests.components.test_a100_cluster import _run
 from trainstack.components.a100_cluster.gke_fabric import PAUSE_IMAGE
@@ -65,11 +69,12 @@ def test_a3_mega_pool_and_cluster_networking() -> None:
 def test_a3_mega_network_objects_are_cluster_toolkits() -> None:
     run = _mega()
     # modules/scheduler/gke-cluster/templates/gke-network-paramset.yaml.tftpl and
-    # network-object.yaml.tftpl, named gvnic-<1..> (k8s_network_names defaults).
+    # network-object.yaml.tftpl, named vpc<1..> (examples/gke-a3-megagpu/gke-a3-megagpu.yaml
+    # k8s_network_names: gvnic_prefix vpc, gvnic_start_index 1).
     params = _of(run, lambda r: r.type.endswith(":GKENetworkParamSet"))
     assert [(r.inputs["metadata"]["name"], r.inputs["spec"]) for r in params] == [
         (
-            f"gvnic-{i + 1}",
+            f"vpc{i + 1}",
             {
                 "vpc": f"exp-42-gpunet-{i}",
                 "vpcSubnet": f"exp-42-gpunet-{i}-subnet",
@@ -81,12 +86,12 @@ def test_a3_mega_network_objects_are_cluster_toolkits() -> None:
     networks = _of(run, lambda r: r.type == "kubernetes:networking.gke.io/v1:Network")
     assert [(r.inputs["metadata"]["name"], r.inputs["spec"]) for r in networks] == [
         (
-            f"gvnic-{i}",
+            f"vpc{i}",
             {
                 "parametersRef": {
                     "group": "networking.gke.io",
                     "kind": "GKENetworkParamSet",
-                    "name": f"gvnic-{i}",
+                    "name": f"vpc{i}",
                 },
                 "type": "Device",
             },
@@ -124,18 +129,136 @@ def test_a3_mega_installer_daemonset_is_cluster_toolkits() -> None:
     )
 
 
-def test_a3_mega_pods_get_the_tcpxo_nccl_env() -> None:
-    container = (
-        _mega().named("gpu-training-job").inputs["spec"]["template"]["spec"]["containers"][0]
+def test_a3_mega_nri_device_injector_is_cluster_toolkits() -> None:
+    ds = _mega().named("gpu-device-injector").inputs
+    # examples/gke-a3-megagpu/nri-device-injector.yaml (gke-a3-megagpu.yaml applies it).
+    assert ds["metadata"] == {
+        "name": "device-injector",
+        "namespace": "kube-system",
+        "labels": {"k8s-app": "device-injector"},
+    }
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["containers"] == [
+        {
+            "image": (
+                "gcr.io/gke-release/nri-device-injector@sha256:"
+                "6e79483d52abdc28454bf186320b10a56b0f117a10e8d65d5c74dbb821a76970"
+            ),
+            "name": "device-injector",
+            "resources": {"requests": {"cpu": "150m"}},
+            "securityContext": {"privileged": True},
+            "volumeMounts": [
+                {"name": "dev", "mountPath": "/dev"},
+                {"name": "nri", "mountPath": "/var/run/nri"},
+            ],
+        }
+    ]
+    assert pod["volumes"] == [
+        {"name": "nri", "hostPath": {"path": "/var/run/nri"}},
+        {"name": "dev", "hostPath": {"path": "/dev"}},
+    ]
+    assert (pod["hostNetwork"], pod["hostPID"], pod["priorityClassName"]) == (
+        True,
+        True,
+        "system-node-critical",
     )
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    # frontier.md 4.2 (CEA gpudirect-tcpxo/README.md).
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "nvidia-h100-mega-80gb"
+    ]
+
+
+def _pod(run: Any) -> dict[str, Any]:
+    return dict(run.named("gpu-training-job").inputs["spec"]["template"])
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_a3_mega_pods_get_the_tcpxo_pod_pieces() -> None:
+    pod = _pod(_mega())
+    annotations = pod["metadata"]["annotations"]
+    # CEA gpudirect-tcpxo/nccl-test-latest.yaml: eth1..eth8 on vpc1..vpc8.
+    assert json.loads(annotations["networking.gke.io/interfaces"]) == [
+        {"interfaceName": "eth0", "network": "default"},
+        *({"interfaceName": f"eth{i}", "network": f"vpc{i}"} for i in range(1, 9)),
+    ]
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["tcpxo-daemon"]
+    [container] = pod["spec"]["containers"]
+    env = _env(container)
+    # CEA gpudirect-tcpxo/README.md, Jan 9, 2026 (installer v1.0.15): its NCCL configs.
     assert {k: env[k] for k in env if k.startswith("NCCL_")} == {
         "NCCL_FASTRAK_CTRL_DEV": "eth0",
         "NCCL_FASTRAK_IFNAME": "eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8",
         "NCCL_SOCKET_IFNAME": "eth0",
         "NCCL_CROSS_NIC": "0",
+        "NCCL_PROTO": "Simple,LL128",
+        "NCCL_MIN_NCHANNELS": "4",
+        "NCCL_TUNER_PLUGIN": "libnccl-tuner.so",
+        "NCCL_TUNER_CONFIG_PATH": "/usr/local/nvidia/lib64/a3plus_tuner_config.textproto",
+        "NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE": (
+            "/usr/local/nvidia/lib64/a3plus_guest_config.textproto"
+        ),
+        "NCCL_NVLSTREE_MAX_CHUNKSIZE": "131072",
+        "NCCL_P2P_NET_CHUNKSIZE": "524288",
+        "NCCL_P2P_PCI_CHUNKSIZE": "524288",
+        "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
+        "NCCL_FASTRAK_NUM_FLOWS": "2",
+        "NCCL_FASTRAK_USE_SNAP": "1",
+        "NCCL_FASTRAK_PLUGIN_ACCEPT_TIMEOUT_MS": "600000",
+        "NCCL_FASTRAK_ENABLE_CONTROL_CHANNEL": "0",
+        "NCCL_BUFFSIZE": "8388608",
+        "NCCL_NET_GDR_LEVEL": "PIX",
+        "NCCL_FASTRAK_ENABLE_HOTPATH_LOGGING": "0",
+        "NCCL_FASTRAK_USE_LLCM": "1",
+        "NCCL_NVLS_ENABLE": "1",
+        "NCCL_DEBUG": "WARN",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET,ENV,COLL,GRAPH",
+        # XPK tcpxo_decorator.py update_gpu_containers.
+        "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/dev/aperture_devices",
     }
+    assert (env["CUDA_VISIBLE_DEVICES"], env["LD_LIBRARY_PATH"]) == (
+        "0,1,2,3,4,5,6,7",
+        "/usr/local/nvidia/lib64",
+    )
+    assert env["TRAINSTACK_NCCL_PLUGIN_FILES"] == (
+        "/usr/local/nvidia/lib64/a3plus_tuner_config.textproto"
+    )
+    assert "TRAINSTACK_NCCL_ENV_SCRIPT" not in env
+
+
+@pytest.mark.parametrize(
+    ("machine", "zone"), [("a3-ultragpu-8g", "us-central1-b"), ("a4-highgpu-8g", "us-central1-b")]
+)
+def test_rdma_pods_mount_gib_and_source_its_settings(machine: str, zone: str) -> None:
+    pod = _pod(_run(machine_type=machine, node_count=2, zone=zone))
+    # CEA gpudirect-rdma/nccl-test.yaml: eth2..eth9 on rdma-0..rdma-7; net-1 (eth1) not.
+    assert json.loads(pod["metadata"]["annotations"]["networking.gke.io/interfaces"]) == [
+        {"interfaceName": "eth0", "network": "default"},
+        *({"interfaceName": f"eth{i + 2}", "network": f"rdma-{i}"} for i in range(8)),
+    ]
+    assert "initContainers" not in pod["spec"]
+    assert pod["spec"]["volumes"][1:] == [
+        {"name": "library-dir-host", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}},
+        {"name": "gib", "hostPath": {"path": "/home/kubernetes/bin/gib"}},
+    ]
+    [container] = pod["spec"]["containers"]
+    assert container["volumeMounts"][1:] == [
+        {"name": "library-dir-host", "mountPath": "/usr/local/nvidia"},
+        {"name": "gib", "mountPath": "/usr/local/gib"},
+    ]
+    env = _env(container)
+    assert {k: env[k] for k in env if k.startswith("NCCL_")} == {"NCCL_NET": "gIB"}
+    assert (
+        env["LD_LIBRARY_PATH"],
+        env["TRAINSTACK_NCCL_PLUGIN_FILES"],
+        env["TRAINSTACK_NCCL_ENV_SCRIPT"],
+    ) == (
+        "/usr/local/nvidia/lib64",
+        "/usr/local/gib/scripts/set_nccl_env.sh",
+        "/usr/local/gib/scripts/set_nccl_env.sh",
+    )
 
 
 def test_a3_ultra_rdma_network_has_the_roce_profile_and_rdma_objects() -> None:
@@ -165,7 +288,8 @@ def test_a100_has_no_fabric() -> None:
 
 
 def test_gce_refuses_the_fabric_machines() -> None:
-    for machine, fabric in (("a3-megagpu-8g", "TCPXO"), ("a3-ultragpu-8g", "RDMA")):
+    machines = (("a3-megagpu-8g", "TCPXO"), ("a3-ultragpu-8g", "RDMA"), ("a4-highgpu-8g", "RDMA"))
+    for machine, fabric in machines:
         section = {
             "backend": "gce",
             "machine_type": machine,

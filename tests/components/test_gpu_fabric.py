@@ -1,9 +1,12 @@
-"""A3 Mega (TCPXO) and A3 Ultra (RDMA) fabric on GKE, compared field by field with what
+"""A3 Mega (TCPXO), A3 Ultra and A4 (RDMA) fabric on GKE, compared field by field with what
 Cluster Toolkit renders (GoogleCloudPlatform/cluster-toolkit @1047080): the values below are
 copied from its files, named next to each."""
 
 from __future__ import annotations
 
+import pytest
+
+from trainstack.components.a100_cluster.gke_fabric import fabric_note
 from trainstack.components.catalog.gpu_fabric import gke_fabric
 
 
@@ -36,10 +39,16 @@ def test_a3_mega_networks_are_cluster_toolkits_multivpc() -> None:
     assert fabric.installer_image == (
         "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.15"
     )
+    # gke_cluster `k8s_network_names: {gvnic_prefix: vpc, gvnic_start_index: 1}`.
+    assert fabric.gvnic_prefix == "vpc"
 
 
-def test_a3_ultra_networks_are_cluster_toolkits() -> None:
-    fabric = gke_fabric("a3-ultragpu-8g", "d", "us-central1-b")
+@pytest.mark.parametrize("machine", ["a3-ultragpu-8g", "a4-highgpu-8g"])
+def test_a3_ultra_and_a4_networks_are_cluster_toolkits(machine: str) -> None:
+    # examples/gke-a4/gke-a4.yaml declares what gke-a3-ultragpu.yaml does, below (gke-a4-net-1
+    # sub-1 192.168.64.0/18, gke-a4-rdma-net with the zone's vpc-roce profile and 8 rdma-sub
+    # subnets of 192.168.128.0/18, gib version v1.1.0).
+    fabric = gke_fabric(machine, "d", "us-central1-b")
     assert fabric is not None and fabric.fabric == "rdma"
     # examples/gke-a3-ultragpu/gke-a3-ultragpu.yaml: gke-a3-ultra-net-1 (modules/network/vpc,
     # mtu default 8896) with sub-1 192.168.64.0/18; gke-a3-ultra-rdma-net
@@ -77,22 +86,40 @@ def test_a3_ultra_networks_are_cluster_toolkits() -> None:
 
 
 def test_families_without_a_rendered_fabric() -> None:
-    assert [gke_fabric(m, "d", "us-central1-a") for m in ("a2-highgpu-8g", "n1-standard-8")] == [
-        None,
-        None,
-    ]
+    machines = ("a2-highgpu-8g", "n1-standard-8", "a3-highgpu-8g")
+    assert [gke_fabric(m, "d", "us-central1-a") for m in machines] == [None, None, None]
 
 
 def test_plan_note_names_the_fabric_and_what_nccl_sees() -> None:
     fabric = gke_fabric("a3-megagpu-8g", "d", "us-central1-a")
     assert fabric is not None
     nets = ", ".join(f"d-gpunet-{i} (MTU 8244, 1 subnet)" for i in range(8))
-    assert fabric.note("a3-megagpu-8g") == (
+    assert fabric_note(fabric, "a3-megagpu-8g") == (
         "gpu_cluster: a3-megagpu-8g uses GPUDirect-TCPXO on GKE as Cluster Toolkit renders it "
         f"(GoogleCloudPlatform/cluster-toolkit @1047080): networks {nets}; plugin installer "
         "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.15; "
-        "NCCL loads the FasTrak (TCPXO) net plugin from the installer's library folder and needs "
-        "the tcpxo-daemon receive-datapath sidecar in every pod; NCCL_FASTRAK_CTRL_DEV=eth0, "
-        "NCCL_FASTRAK_IFNAME=eth1..eth8, NCCL_SOCKET_IFNAME=eth0, NCCL_CROSS_NIC=0 "
-        "(frontier.md 4.2, CEA gpudirect-tcpxo/README.md)"
+        "each training pod attaches eth1..eth8 to vpc1..vpc8 (networking.gke.io/interfaces), "
+        "runs the tcpxo-daemon receive-datapath sidecar (tcpgpudmarxd-dev:v1.0.21, given the "
+        "GPUs by the NRI device injector DaemonSet) and mounts the installer's libraries at "
+        "/usr/local/nvidia; NCCL gets the FasTrak settings of the installer's release "
+        "(NCCL_FASTRAK_CTRL_DEV=eth0, NCCL_FASTRAK_IFNAME=eth1..eth8, NCCL_SOCKET_IFNAME=eth0, "
+        "NCCL_CROSS_NIC=0, NCCL_PROTO=Simple,LL128, the tuner and guest config in "
+        "/usr/local/nvidia/lib64; CEA gpudirect-tcpxo/README.md, Jan 9, 2026). Rendered as "
+        "Google's and XPK's manifests do it, not run on the hardware here"
+    )
+
+
+def test_plan_note_of_a4_says_the_pods_source_gibs_settings() -> None:
+    fabric = gke_fabric("a4-highgpu-8g", "d", "us-central1-b")
+    assert fabric is not None
+    assert fabric_note(fabric, "a4-highgpu-8g") == (
+        "gpu_cluster: a4-highgpu-8g uses GPUDirect-RDMA on GKE as Cluster Toolkit renders it "
+        "(GoogleCloudPlatform/cluster-toolkit @1047080): networks d-net-1 (MTU 8896, 1 subnet), "
+        "d-rdma-net (MTU 8896, 8 subnets); plugin installer "
+        "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.1.0; each training pod "
+        "attaches eth2..eth9 to rdma-0..rdma-7 (networking.gke.io/interfaces), mounts the "
+        "installer's /home/kubernetes/bin/gib at /usr/local/gib and sources "
+        "/usr/local/gib/scripts/set_nccl_env.sh before the launcher, with NCCL_NET=gIB (CEA "
+        "gpudirect-rdma/nccl-test.yaml, CTK nccl-jobset-example.yaml). Rendered as Google's and "
+        "XPK's manifests do it, not run on the hardware here"
     )

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +49,29 @@ else:
 """
 
 
+LAUNCHER = "print('launcher ran')"
+
+
 def _run(
     tmp_path: Path, refuse: Callable[[str, int], int | None]
 ) -> tuple[int, list[int], list[str], list[str]]:
     """Run the pod script; `refuse(path, clock)` is the status the server answers instead
     of the token or the object (None: serve it). Returns the exit code, the sleeps, the
     `trainstack-pod:` lines and the paths the server saw."""
+    done, sleeps, lines, seen = run_pod(tmp_path, refuse)
+    if done.returncode == 0:
+        assert done.stdout == "launcher ran\n"
+    return done.returncode, sleeps, lines, seen
+
+
+def run_pod(
+    tmp_path: Path,
+    refuse: Callable[[str, int], int | None] = lambda path, now: None,
+    extra_env: Mapping[str, str] | None = None,
+    launcher: str = LAUNCHER,
+) -> tuple[subprocess.CompletedProcess[str], list[int], list[str], list[str]]:
+    """`_run` with `extra_env` in the pod's environment and `launcher` the Python code the
+    script execs last; returns the finished process in place of its exit code."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for prog in ("date", "sleep", "python3"):
@@ -94,11 +111,12 @@ def _run(
         "GCE_METADATA_HOST": host,
         "STORAGE_EMULATOR_HOST": f"http://{host}",
         "TRAINSTACK_PACKAGE_URI": PACKAGE_URI,
+        **(extra_env or {}),
     }
     python = str(bin_dir / "python3")
     try:
         done = subprocess.run(
-            [*pod_command(), python, "-c", "print('launcher ran')"],
+            [*pod_command(), python, "-c", launcher],
             env=env,
             capture_output=True,
             text=True,
@@ -111,9 +129,7 @@ def _run(
     sleeps_file = tmp_path / "clock.sleeps"
     sleeps = [int(s) for s in sleeps_file.read_text().split()] if sleeps_file.exists() else []
     lines = [line for line in done.stderr.splitlines() if line.startswith("trainstack-pod: ")]
-    if done.returncode == 0:
-        assert done.stdout == "launcher ran\n"
-    return done.returncode, sleeps, lines, seen
+    return done, sleeps, lines, seen
 
 
 def test_a_403_while_the_grant_propagates_is_waited_out(tmp_path: Path) -> None:

@@ -156,9 +156,11 @@ class Cluster:
         index: int,
         annotations: Mapping[str, str] | None = None,
         extra_env: dict[str, str] | None = None,
+        binds: Mapping[Path, str] | None = None,
     ) -> Node:
         """Start the pod of `index` in a fresh container directory, with the `annotations`
-        the Job controller gave it (`extra_env`: what a test plants in it)."""
+        the Job controller gave it (`extra_env`: what a test plants in it; `binds`: folders
+        of this machine mounted over the pod's paths, `tests.fidelity.nodes.start_node`)."""
         self.attempts += 1
         tmp = self.root / f"pod-{index}-attempt-{self.attempts}"
         tmp.mkdir()
@@ -187,6 +189,7 @@ class Cluster:
             hostname=f"{self.planned.name}-{index}",
             hosts=self.hosts,
             log_path=tmp / "output.log",
+            binds=binds,
         )
 
 
