@@ -41,12 +41,17 @@ from typing import Any, Final
 
 from trainstack.components._node_args import keyed_node_args
 from trainstack.components._pod_setup import PACKAGE_URI_ENV, POD_PYTHON, pod_command
-from trainstack.components.catalog.gpu_families import VERTEX_FLEX_START_DEFAULT_WAIT_HOURS
+from trainstack.components.catalog.gpu_families import (
+    VERTEX_FLEX_START_DEFAULT_WAIT_HOURS,
+    boot_disk_type,
+    cuda_floor_of,
+)
 from trainstack.components.catalog.images import (
     mirrored_image_uri,
     reduction_server_image,
     vertex_training_image,
 )
+from trainstack.components.catalog.machines import GPU_MACHINES
 from trainstack.components.catalog.vertex import (
     DEFAULT_MEASUREMENT_SELECTION,
     DEFAULT_REDUCER_MACHINE,
@@ -84,6 +89,10 @@ commit 91cc8ce4), so the body matches what that client sends for linear ones. A 
 range keeps no default: its scale is a modelling choice (log for learning rates)."""
 
 DEFAULT_BOOT_DISK_TYPE: Final = "pd-ssd"
+"""The replicas' boot disk on a machine without GPUs; a GPU machine gets its family's
+(`catalog.gpu_families.boot_disk_type`: Hyperdisk on A3 Ultra and A4, Vertex's own default on
+A3 Ultra, "for A3U machines, the default value is \"hyperdisk-balanced\"", aiplatform.v1
+GoogleCloudAiplatformV1DiskSpec.bootDiskType)."""
 DEFAULT_BOOT_DISK_SIZE_GB: Final = 100
 
 
@@ -112,8 +121,10 @@ def _task(
     node_args: Sequence[str] | None = None,
     image_mirror: str | None = None,
     plugin_image_uri: str | None = None,
+    cuda_floor: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """(`containerSpec` | `pythonPackageSpec`, its body) for the chief and workers."""
+    """(`containerSpec` | `pythonPackageSpec`, its body) for the chief and workers;
+    `cuda_floor`: the GPU family's, which picks the default torch image."""
     module = python_module or DEFAULT_PYTHON_MODULE
     launch = list(node_args) if node_args is not None else [module, *args]
     env = dict(env)
@@ -136,7 +147,7 @@ def _task(
             # every version, and a path in it fails silently in some (catalog.reduction_server).
             container_image_uri = plugin_image_uri
         task = {
-            "imageUri": container_image_uri or default_image_uri(module, image_mirror),
+            "imageUri": container_image_uri or default_image_uri(module, image_mirror, cuda_floor),
             "command": pod_command(),
             "args": [POD_PYTHON, "-m", NODE_MODULE, *launch],
         }
@@ -156,10 +167,13 @@ def _task(
     return key, task
 
 
-def default_image_uri(module: str, image_mirror: str | None = None) -> str:
-    """The trainer module's default image: through the Docker Hub mirror at `image_mirror`
-    (by digest where the catalog has one), else from Docker Hub as the catalog names it."""
-    image = vertex_training_image(module)
+def default_image_uri(
+    module: str, image_mirror: str | None = None, cuda_floor: str | None = None
+) -> str:
+    """The trainer module's default image (on a GPU whose family needs `cuda_floor`, the
+    torch image that has it): through the Docker Hub mirror at `image_mirror` (by digest
+    where the catalog has one), else from Docker Hub as the catalog names it."""
+    image = vertex_training_image(module, cuda_floor)
     return mirrored_image_uri(image, image_mirror) if image_mirror else image.uri
 
 
@@ -170,7 +184,8 @@ def replica_image(args: Mapping[str, Any]) -> tuple[str, str, bool]:
         if args.get(key):
             return str(args[key]), key, False
     module = args.get("python_module") or DEFAULT_PYTHON_MODULE
-    return vertex_training_image(module).uri, "python_module", True
+    floor = cuda_floor_of(str(args.get("machine_type")))
+    return vertex_training_image(module, floor).uri, "python_module", True
 
 
 def custom_job_spec(
@@ -229,8 +244,12 @@ def custom_job_spec(
         node_args=node_args,
         image_mirror=image_mirror,
         plugin_image_uri=plugin_image_uri if reducers else None,
+        cuda_floor=cuda_floor_of(machine_type),
     )
-    disk = {"bootDiskType": DEFAULT_BOOT_DISK_TYPE, "bootDiskSizeGb": boot_disk_size_gb}
+    disk_type = (
+        boot_disk_type(machine_type) if machine_type in GPU_MACHINES else DEFAULT_BOOT_DISK_TYPE
+    )
+    disk = {"bootDiskType": disk_type, "bootDiskSizeGb": boot_disk_size_gb}
 
     def pool(replicas: int) -> dict[str, Any]:
         return {

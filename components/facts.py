@@ -173,13 +173,19 @@ RUN_LIMIT_KEY: Final = "limits.max_run_hours"
 SPEND_CAP_KEY: Final = "limits.max_total_usd"
 
 
-def run_limit_own_text(target: str, seconds: int) -> str:
+def run_limit_own_text(target: str, seconds: int, flex_start: bool = False) -> str:
     """What the compute itself does at a run limit of `seconds` on `target` (tpu, gke, gce):
-    it stops the trainer (or fails the Job), not the machines."""
+    it stops the trainer (or fails the Job), not the machines; a gke flex-start pool's nodes
+    end themselves instead (`flex_start`)."""
     if target == "tpu":
         return (
             f"enforced by the TPU startup script: it stops the trainer {seconds}s after the "
             "run's first start (TpuPodSlice max_run_seconds)"
+        )
+    if target == "gke" and flex_start:
+        return (
+            f"each flex-start node's max_run_duration {seconds}s (no Job activeDeadlineSeconds: "
+            "the Job waits for its nodes, and the wait must not count)"
         )
     if target == "gke":
         return f"GKE Job activeDeadlineSeconds {seconds}"
@@ -200,10 +206,10 @@ KIND_TARGETS: Final = {"node": "tpu", "queued": "tpu", "mig": "gce", "node_pool"
 which has no facts)."""
 
 
-def run_limit_text(target: str, seconds: int) -> str:
+def run_limit_text(target: str, seconds: int, flex_start: bool = False) -> str:
     """How a run limit of `seconds` is enforced on a supervised `target` (tpu, gke, gce), in
     the plan's words (the component's `max_run_seconds`; a stack's `limits.max_run_hours`)."""
-    return f"{run_limit_own_text(target, seconds)}; {SUPERVISOR_STOPS[target]}"
+    return f"{run_limit_own_text(target, seconds, flex_start)}; {SUPERVISOR_STOPS[target]}"
 
 
 # --------------------------------------------------------------------------- TPU slice

@@ -47,7 +47,11 @@ from trainstack.components._tpu_jobset import (
     REPLICATED_JOB,
     jobset_manifest,
 )
-from trainstack.components.a100_cluster._common import CLOUD_PLATFORM_SCOPE, RESERVATION_KEY
+from trainstack.components.a100_cluster._common import (
+    CLOUD_PLATFORM_SCOPE,
+    KUBERNETES_VERSION,
+    RESERVATION_KEY,
+)
 from trainstack.components.a100_cluster.gke import (
     CLUSTER_NAME_MAX,
     NODE_IMAGE_TYPE,
@@ -55,6 +59,10 @@ from trainstack.components.a100_cluster.gke import (
     gke_console_url,
     gke_provider,
     gke_system_pool,
+)
+from trainstack.components.catalog.gke_versions import (
+    TPU_FLEX_START_VERSION,
+    version_floor_problems,
 )
 from trainstack.components.catalog.tpu import TPU_GENERATIONS, TpuSlice
 from trainstack.components.catalog.tpu_gke import (
@@ -153,6 +161,14 @@ def tpu_gke_slices_problems(args: Mapping[str, Any], prefix: str = "") -> list[s
     problems += tpu_gke_only_problems(
         "gke", args.get("runtime_version"), args.get("reservation"), provisioning, p
     )
+    if provisioning == "flex-start":
+        # TpuGkeSlicesArgs has no kubernetes_version: the cluster is at KUBERNETES_VERSION
+        # (gke_cluster's default), held here to the TPU flex-start floor all the same.
+        version = args.get("kubernetes_version", KUBERNETES_VERSION)
+        why = f"TPU flex-start (GKE: {TPU_FLEX_START_VERSION} or later)"
+        problems += version_floor_problems(
+            version, f"{p}kubernetes_version", [(TPU_FLEX_START_VERSION, why)]
+        )
     max_run = args.get("max_run_seconds")
     if max_run is not None and (
         isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1

@@ -493,7 +493,7 @@ def a100_cluster_facts(
             region_of(gpu.zone),
         ),
         notes=notes,
-        run_limit=run_limit_own_text(gpu.backend, seconds) if seconds else None,
+        run_limit=run_limit_own_text(gpu.backend, seconds, gpu.flex_start) if seconds else None,
         stoppable_hourly_usd=round(
             a100_nodes_hourly_usd(gpu.machine_type, gpu.node_count, gpu.spot), 2
         ),

@@ -38,6 +38,8 @@ DEFAULT_ENVIRONMENT: Final = "dev"
 CLOUD_PLATFORM_SCOPE: Final = "https://www.googleapis.com/auth/cloud-platform"
 RESERVATION_KEY: Final = "compute.googleapis.com/reservation-name"
 BOOT_DISK_TYPE: Final = "pd-ssd"
+"""The boot disk of A2, A3 High and A3 Mega nodes; `boot_disk_type` is each machine's, the
+Hyperdisk of A3 Ultra and A4 included (`catalog.gpu_families.BOOT_DISK_SOURCE`)."""
 DEFAULT_BOOT_DISK_GB: Final = 200
 MIN_BOOT_DISK_GB: Final = 50
 
@@ -190,6 +192,11 @@ class A100ClusterArgs(TypedDict):
     """VPC network (`TrainingNetwork.network_self_link`)."""
     subnetwork_self_link: pulumi.Input[str]
     """Subnet in the zone's region (`TrainingNetwork.subnetwork_self_link`)."""
+    subnet_cidr: NotRequired[str]
+    """Primary range of that subnet (`TrainingNetwork`'s `subnet_cidr`), when known: with a
+    GPUDirect fabric (gke A3 Mega, A3 Ultra) it must not overlap the fabric's subnets in
+    192.168.0.0/16, since a node's network interfaces must be on subnets whose ranges do not
+    overlap (https://cloud.google.com/vpc/docs/create-use-multiple-interfaces)."""
     node_tag: pulumi.Input[str]
     """Network tag the network's firewall rules target (`TrainingNetwork.node_tag`)."""
     service_account_email: pulumi.Input[str]
@@ -218,7 +225,9 @@ class A100ClusterArgs(TypedDict):
     """Boot disk of each GPU node (default 200)."""
     max_run_seconds: NotRequired[int]
     """Run limit (the stack's limits.max_run_hours). gke: the training Job's
-    `activeDeadlineSeconds` (Kubernetes ends the Job and its pods after this long). gce: the
+    `activeDeadlineSeconds` (Kubernetes ends the Job and its pods after this long); with
+    flex_start, each node's `max_run_duration` instead (the Job is created before its nodes
+    and would count the wait for them). gce: the
     node launcher records the run's first start in the checkpoint bucket and, this long
     after it, stops the trainer with SIGTERM (it checkpoints), logs `max_run_hours reached`
     and exits 0, which the unit does not restart; a VM started later exits at once. The

@@ -12,7 +12,6 @@ import pulumi
 from pulumi_gcp import compute
 
 from trainstack.components.a100_cluster._common import (
-    BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
     DEFAULT_BOOT_DISK_GB,
     RESERVATION_KEY,
@@ -23,6 +22,7 @@ from trainstack.components.a100_cluster._common import (
     region_of,
 )
 from trainstack.components.a100_cluster.validate import A100Shape
+from trainstack.components.catalog.gpu_families import boot_disk_type
 from trainstack.components.catalog.images import DLVM_IMAGE
 from trainstack.components.gpu_startup import (
     DLVM_PYTHON_BIN,
@@ -147,7 +147,7 @@ def create_gce(
                 auto_delete=True,
                 source_image=image,
                 disk_size_gb=args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_GB),
-                disk_type=BOOT_DISK_TYPE,
+                disk_type=boot_disk_type(gpu.machine_type),
                 labels=labels,
             )
         ],

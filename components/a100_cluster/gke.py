@@ -15,7 +15,6 @@ from pulumi_gcp import container
 from trainstack.components import catalog
 from trainstack.components._job_launch import job_run_record
 from trainstack.components.a100_cluster._common import (
-    BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
     DEFAULT_BOOT_DISK_GB,
     DEFAULT_ENVIRONMENT,
@@ -36,6 +35,8 @@ from trainstack.components.a100_cluster.gke_fabric import (
     pod_fabric_for,
 )
 from trainstack.components.a100_cluster.validate import A100Shape
+from trainstack.components.catalog.gpu_families import boot_disk_type, cuda_floor_of
+from trainstack.components.catalog.images import kubernetes_image
 from trainstack.components.kubernetes_training_job import (
     DEFAULT_MODULE,
     KubernetesTrainingJob,
@@ -233,7 +234,7 @@ def create_gke(
             oauth_scopes=[CLOUD_PLATFORM_SCOPE],
             workload_metadata_config=metadata_mode,
             shielded_instance_config=shielded,
-            disk_type=BOOT_DISK_TYPE,
+            disk_type=boot_disk_type(gpu.machine_type),
             disk_size_gb=args.get("boot_disk_size_gb", DEFAULT_BOOT_DISK_GB),
             resource_labels=labels,
             tags=tags,
@@ -517,6 +518,9 @@ def job_args_for(
     for key in ("checkpoint_url", "image", "wait_for_completion", "timeout_s"):
         if key in training:
             job_args[key] = training[key]
+    family_image = _family_image(training, gpu.machine_type)
+    if family_image is not None:
+        job_args["image"] = family_image
     if "checkpoint_url" in training:
         # The run's end record and the supervisor's stop request, beside the checkpoints.
         job_args["run_records"] = True
@@ -526,9 +530,27 @@ def job_args_for(
     fabric = fabric_for(gpu.machine_type, "", gpu.zone)
     if fabric is not None:
         job_args["fabric"] = pod_fabric_for(fabric, gpu.machine.gpus)
-    if "max_run_seconds" in args:
+    if "max_run_seconds" in args and not gpu.flex_start:
+        # Not on flex-start: the Job is created before its nodes exist, and the deadline
+        # would count the wait for capacity (kubernetes pkg/controller/job/job_controller.go:
+        # syncJob sets status.startTime on the Job's first sync, pods pending or not, and
+        # pastActiveDeadline measures from it). Each flex-start node's max_run_duration (the
+        # pool's, `_flex_start_pool`) and the supervisor's limit, counted from the first
+        # node billing, bound the run there.
         cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
     return job_args
+
+
+def _family_image(training: A100TrainingArgs, machine_type: str) -> str | None:
+    """The bundled torch image that has the machine's GPU code, where it is not the one the
+    Job defaults to (B200: CUDA 13, `catalog.images.TORCH_CUDA13_IMAGE`); None where the
+    default serves or an image is given. Your code without an image runs in the torch one."""
+    if "image" in training:
+        return None
+    module = DEFAULT_MODULE if "node_args" in training else training.get("trainer_module")
+    module = module or DEFAULT_MODULE
+    chosen = kubernetes_image(module, cuda_floor_of(machine_type))
+    return chosen if chosen != kubernetes_image(module) else None
 
 
 def gke_run_record(args: A100ClusterArgs, gpu: A100Shape) -> pulumi.Output[str] | None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainstack.components import catalog
 from trainstack.components._node_args import secret_env_names_problems, validate_node_args
@@ -36,9 +36,24 @@ from trainstack.components.a100_cluster._common import (
     RELEASE_CHANNELS,
 )
 from trainstack.components.catalog.batch import gpu_world_size, trainer_args_batch_problem
+from trainstack.components.catalog.gke_versions import (
+    GPU_FLEX_START_VERSION,
+    version_floor_problems,
+)
 from trainstack.components.catalog.gpu_fabric import gke_fabric
-from trainstack.components.catalog.gpu_families import FLEX_START_MAX_HOURS
+from trainstack.components.catalog.gpu_families import (
+    COMPACT_FLEX_START_SOURCE,
+    FLEX_START_MAX_HOURS,
+    GPU_FAMILIES,
+    cuda_floor_of,
+    machine_family,
+)
 from trainstack.components.catalog.gpus import GPU_ZONES
+from trainstack.components.catalog.images import (
+    KUBERNETES_IMAGES,
+    cuda_floor_problem,
+    vertex_training_image,
+)
 from trainstack.components.catalog.machines import GPU_MACHINES
 from trainstack.components.catalog.problems import did_you_mean, pydantic_problem
 from trainstack.components.gpu_startup import check_trainer, uses_torchrun
@@ -84,11 +99,29 @@ class A100Shape(BaseModel):
     reservation: str | None = None
     """Specific reservation to consume; not with spot."""
     compact_placement: bool = True
+    """Default true, but false for a gke flex-start pool of a family GKE does not place
+    compactly on flex-start (`_flex_start_placement`)."""
     tier_1_networking: bool = False
     flex_start: bool = False
     """Dynamic Workload Scheduler flex-start capacity (gke: the node pool's `flex_start`;
     gce: `FLEX_START` provisioning for `limits.max_run_hours`); not with spot or a
     reservation, at most `catalog.gpu_families.FLEX_START_MAX_HOURS`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flex_start_placement(cls, data: Any) -> Any:
+        """No COMPACT placement by default on a gke flex-start pool of a family GKE does
+        not place compactly on flex-start (`catalog.gpu_families.COMPACT_FLEX_START_SOURCE`);
+        an explicit `compact_placement: true` there is refused (`_compact_flex_problems`)."""
+        if not isinstance(data, Mapping) or "compact_placement" in data:
+            return data
+        if data.get("flex_start") is not True or data.get("backend", "gke") != "gke":
+            return data
+        if data.get("machine_type") in GPU_MACHINES and not compact_with_flex(
+            str(data["machine_type"])
+        ):
+            return {**data, "compact_placement": False}
+        return data
 
     @property
     def machine(self) -> catalog.MachineType:
@@ -99,6 +132,11 @@ class A100Shape(BaseModel):
     def total_gpus(self) -> int:
         """GPUs across all nodes."""
         return self.machine.gpus * self.node_count
+
+
+def compact_with_flex(machine_type: str) -> bool:
+    """Whether GKE places a flex-start pool of `machine_type` compactly."""
+    return machine_family(machine_type).compact_with_flex_start
 
 
 GpuShape = A100Shape
@@ -142,7 +180,7 @@ def a100_cluster_problems(
     if run is None or (isinstance(run, int) and not isinstance(run, bool)):
         problems += flex_start_problems(shape, run, f"{prefix}max_run_seconds")
     if shape.backend == "gke":
-        problems += _gke_problems(args, prefix)
+        problems += _gke_problems(args, prefix, shape)
     else:
         problems += [
             f"{prefix}{key}: only used with backend gke" for key in GKE_ONLY_KEYS if key in args
@@ -219,6 +257,7 @@ def _shape_problems(shape: A100Shape, p: str) -> list[str]:
                 f"{p}flex_start: cannot be used with {key} (flex-start is its own capacity, "
                 f"Dynamic Workload Scheduler); valid: flex_start: false, or remove {key}"
             )
+    problems += _compact_flex_problems(shape, p)
     limit = catalog.COMPACT_PLACEMENT_MAX_NODES
     if shape.compact_placement and shape.node_count > limit:
         problems.append(
@@ -226,6 +265,27 @@ def _shape_problems(shape: A100Shape, p: str) -> list[str]:
             f"{limit} nodes; valid: 1 to {limit}, or compact_placement: false"
         )
     return problems
+
+
+def _compact_flex_problems(shape: A100Shape, p: str) -> list[str]:
+    """COMPACT placement on a gke flex-start pool only where GKE offers it."""
+    if not (shape.backend == "gke" and shape.flex_start and shape.compact_placement):
+        return []
+    if shape.machine_type not in GPU_MACHINES or compact_with_flex(shape.machine_type):
+        return []
+    allowed = ", ".join(
+        m.name
+        for m in GPU_MACHINES.values()
+        if m.gpu_model is not None and GPU_FAMILIES[m.gpu_model].compact_with_flex_start
+    )
+    problem = (
+        f"{p}compact_placement: true cannot be used with {p}flex_start on "
+        f"{shape.machine_type} (GKE gives flex-start pools compact placement on A3 Ultra and "
+        f"A4 only: {COMPACT_FLEX_START_SOURCE.split(', precondition')[0]}); valid: "
+        f"compact_placement: false (the default with flex_start here), or machine_type "
+        f"{allowed}"
+    )
+    return [problem]
 
 
 def _fabric_backend_problems(shape: A100Shape, p: str) -> list[str]:
@@ -279,6 +339,7 @@ def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:
             "name, e.g. pulumi.get_stack()"
         )
     problems += subnet_zone_problems(args.get("zone"), args.get("subnetwork_self_link"), f"{p}zone")
+    problems += _subnet_overlap_problems(args, p)
     environment = args.get("environment", DEFAULT_ENVIRONMENT)
     if environment not in ENVIRONMENTS:
         problems.append(
@@ -292,7 +353,40 @@ def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:
     return problems
 
 
-def _gke_problems(args: Mapping[str, Any], p: str) -> list[str]:
+MULTI_NIC_SOURCE: Final = (
+    "https://cloud.google.com/vpc/docs/create-use-multiple-interfaces: 'A network interface "
+    "must connect to a subnet that has an IP address range that does not overlap with the IP "
+    "address range of another interface on the same instance.'"
+)
+
+
+def _subnet_overlap_problems(args: Mapping[str, Any], p: str) -> list[str]:
+    """The nodes' own subnet against the fabric's: each NIC on a range of its own
+    (`MULTI_NIC_SOURCE`)."""
+    cidr, machine = args.get("subnet_cidr"), args.get("machine_type")
+    if cidr is None or args.get("backend", "gke") != "gke" or machine not in GPU_MACHINES:
+        return []
+    fabric = gke_fabric(str(machine), "", str(args.get("zone")))
+    if fabric is None:
+        return []
+    try:
+        own = ipaddress.ip_network(cidr, strict=True)
+    except (TypeError, ValueError):
+        return [f"{p}subnet_cidr: {cidr!r} is not a CIDR block; valid: e.g. 10.128.0.0/20"]
+    ranges = [ipaddress.IPv4Network(r) for net in fabric.networks for _, r in net.subnets]
+    if not any(own.overlaps(r) for r in ranges):
+        return []
+    taken = ", ".join(str(r) for r in ipaddress.collapse_addresses(ranges))
+    problem = (
+        f"{p}subnet_cidr: {cidr!r} overlaps the GPUDirect-{fabric.fabric.upper()} subnets of "
+        f"{machine} ({taken}), and a node's network interfaces need ranges that do not "
+        f"overlap ({MULTI_NIC_SOURCE.split(': ')[0]}); valid: a range outside {taken}, e.g. "
+        "10.128.0.0/20"
+    )
+    return [problem]
+
+
+def _gke_problems(args: Mapping[str, Any], p: str, shape: A100Shape) -> list[str]:
     problems: list[str] = []
     version = args.get("kubernetes_version", KUBERNETES_VERSION)
     parsed = parse_version(version)
@@ -303,6 +397,8 @@ def _gke_problems(args: Mapping[str, Any], p: str) -> list[str]:
         problems.append(
             f"{p}kubernetes_version: {version!r} is too old for the training Job; valid: >= {floor}"
         )
+    else:
+        problems += version_floor_problems(version, f"{p}kubernetes_version", _floors(shape))
     channel = args.get("release_channel", DEFAULT_RELEASE_CHANNEL)
     if channel not in RELEASE_CHANNELS:
         problems.append(
@@ -325,6 +421,23 @@ def _gke_problems(args: Mapping[str, Any], p: str) -> list[str]:
         if problem:
             problems.append(f"{p}master_authorized_cidrs: {problem}")
     return problems
+
+
+def _floors(shape: A100Shape) -> list[tuple[str, str]]:
+    """The GKE versions the cluster's machines and capacity need (`catalog.gke_versions`)."""
+    if shape.machine_type not in GPU_MACHINES:
+        return []  # reported by the machine type's own rule
+    family = machine_family(shape.machine_type)
+    why = (
+        f"{family.name} ({shape.machine_type}) on GKE (the oldest version a Cluster Toolkit "
+        "blueprint runs it on)"
+    )
+    floors = [(family.gke_version_floor, why)]
+    if shape.flex_start:
+        floors.append(
+            (GPU_FLEX_START_VERSION, f"GPU flex-start (GKE: {GPU_FLEX_START_VERSION} or later)")
+        )
+    return floors
 
 
 def cidr_problem(value: Any) -> str | None:
@@ -402,8 +515,25 @@ def _training_problems(training: Any, shape: A100Shape, p: str) -> list[str]:
             for key in ("wait_for_completion", "timeout_s")
             if key in training
         ]
-    elif training.get("wait_for_completion") and "timeout_s" not in training:
-        problems.append(
-            f"{p}training.timeout_s: required when wait_for_completion is true; valid: seconds > 0"
-        )
+    else:
+        if not user_code and "image" not in training:
+            problems += bundled_image_problems(module, shape.machine_type, f"{p}training.image")
+        if training.get("wait_for_completion") and "timeout_s" not in training:
+            problems.append(
+                f"{p}training.timeout_s: required when wait_for_completion is true; "
+                "valid: seconds > 0"
+            )
     return problems
+
+
+def bundled_image_problems(module: str, machine_type: str, key: str) -> list[str]:
+    """The GKE pods' bundled image of `module` against the CUDA floor of the machine's GPU
+    family (`catalog.gpu_families`): the torch trainer gets an image that reaches it
+    (`catalog.images.vertex_training_image`), the TensorFlow one has none past CUDA 12.3."""
+    floor = cuda_floor_of(machine_type)
+    if floor is None or module not in KUBERNETES_IMAGES:
+        return []
+    image = vertex_training_image(module, floor)
+    gpu = GPU_MACHINES[machine_type].gpu_model
+    problem = cuda_floor_problem(image, str(gpu), floor, key)
+    return [problem] if problem else []

@@ -21,11 +21,13 @@ unverified carry `verified=False` or a `*_VERIFIED = False` marker and a note.
 | `recovery`   | how a node comes back: instance-group repair, per-instance names, torchrun elastic |
 | `billing`    | what stops accelerator billing: a deleted TPU slice, a group or GKE pool at 0; what bills after: GKE's cluster and system node, a reservation |
 | `problems`   | the one wording of a problem line, and pydantic errors in that wording  |
+| `gpu_families` | A3/A4 families: fabric, CUDA floor, GKE floor, boot disk, flex-start rules |
+| `gke_versions` | the GKE versions flex-start needs, and the one version-floor rule      |
 
 Import a module (`from trainstack.components.catalog.tpu import TPU_GENERATIONS`) or the package
 (`from components import catalog`; `catalog.TPU_GENERATIONS`): the facts and rules of
 the modules above `batch` in the table are re-exported here; import `batch`,
-`torch_versions`, `recovery` and `billing` by module. Prices and quota ids are not facts a component needs; they stay with
+`torch_versions`, `recovery`, `billing`, `gpu_families` and `gke_versions` by module. Prices and quota ids are not facts a component needs; they stay with
 the offline plan in `trainstack.infra.catalog`.
 """
 

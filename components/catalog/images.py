@@ -250,10 +250,96 @@ script installing the trainer package into its python3)."""
 DEFAULT_EXECUTOR_IMAGE: Final = VERTEX_TRAINING_IMAGES[TORCH_MODULE].uri
 """The image the torch trainer runs on Vertex unless `vertex.image_uri` names one."""
 
+TORCH_CUDA13_IMAGE_DIGEST: Final = (
+    "sha256:db80a41f8428644cebcb3d75b0b62df334ab6c0e75785951eb25f48bfbd42407"
+)
+TORCH_CUDA13_IMAGE_SOURCE: Final = (
+    "Docker Hub pytorch/pytorch, tag 2.13.0-cuda13.0-cudnn9-runtime: torch 2.13's wheels are "
+    "built for CUDA 12.6 and 13.0 (stable) and 13.2 (experimental), none for 12.8 "
+    "(pytorch/pytorch#187075, RELEASE.md row '2.13 ... CUDA 12.6 (CUDNN 9.10.2.21) (NCCL "
+    "2.29.3), CUDA 13.0 (CUDNN 9.20.0.48) (NCCL 2.29.7)'); the CUDA 12.6 builds carry kernels "
+    "up to Hopper(9.0), the 13.0 builds Blackwell(10.0, 12.0+PTX) too (pytorch/pytorch#172663, "
+    "the support matrix 2.12 through 2.14 keep, pytorch/pytorch#197555). Digest: pinned in "
+    "several unrelated public repositories of 2026 (find_string ids 68379905963: a Dockerfile "
+    "FROM line; 70956681393: another; 70381902219 and 70486871143: CWL dockerPull; "
+    "71287016665: a script's BASE; 69617299142: a test's assertion; read 2026-11-27). Python "
+    "3.12: a Dockerfile on the tag, 'Runtime-only image: Python 3.12, PyTorch 2.13.0+cu130, "
+    "CUDA 13.0, cuDNN 9' (id 57413016591). Not read from Docker Hub itself (no registry "
+    f"access here); {CUDA_DRIVER_SOURCE}"
+)
+TORCH_CUDA13_IMAGE: Final = VertexTrainingImage(
+    uri="pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+    framework="torch",
+    framework_version="2.13.0",
+    python_version="3.12",
+    cuda_version="13.0",
+    packages=("torch", "numpy", "pyyaml"),
+    requirements=VERTEX_TRAINING_IMAGES[TORCH_MODULE].requirements,
+    source=TORCH_CUDA13_IMAGE_SOURCE,
+    verified=False,
+    end_of_availability=None,
+    end_of_availability_source="Docker Hub publishes no end of availability for tags",
+    digest=TORCH_CUDA13_IMAGE_DIGEST,
+)
+"""The torch trainer's image on a GPU the CUDA 12.6 image has no kernels for (B200: CUDA
+12.8 or later, `catalog.gpu_families`). Not the default everywhere: CUDA 13 needs an NVIDIA
+driver >= 580 (CUDA_DRIVER_SOURCE), which the A100 and H100 drivers Vertex and GKE install
+are not known to be."""
+TORCH_IMAGES: Final[tuple[VertexTrainingImage, ...]] = (
+    VERTEX_TRAINING_IMAGES[TORCH_MODULE],
+    TORCH_CUDA13_IMAGE,
+)
+"""The torch trainer's images, the default first: a GPU gets the first whose CUDA reaches
+its family's floor."""
 
-def vertex_training_image(module: str) -> VertexTrainingImage:
-    """The image for a bundled trainer module; the torch one for any other module."""
-    return VERTEX_TRAINING_IMAGES.get(module, VERTEX_TRAINING_IMAGES[TORCH_MODULE])
+
+def _cuda(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def vertex_training_image(module: str, cuda_floor: str | None = None) -> VertexTrainingImage:
+    """The image for a bundled trainer module; the torch one for any other module. With
+    `cuda_floor` (the GPU family's, `catalog.gpu_families.cuda_floor_of`), the first torch
+    image whose CUDA reaches it (`TORCH_IMAGES`); the TensorFlow image has no such choice
+    (`cuda_floor_problem` says so)."""
+    image = VERTEX_TRAINING_IMAGES.get(module, VERTEX_TRAINING_IMAGES[TORCH_MODULE])
+    if cuda_floor is None or image.framework != "torch":
+        return image
+    for candidate in TORCH_IMAGES:
+        if _cuda(candidate.cuda_version) >= _cuda(cuda_floor):
+            return candidate
+    return image
+
+
+def torch_image_note(gpu: str, floor: str, where: str) -> str | None:
+    """The plan's note when the torch trainer on `gpu` (CUDA `floor`) runs on another image
+    than the default (`where`: how the default is driven, e.g. GKE's driver setting); None
+    when the default serves."""
+    image = vertex_training_image(TORCH_MODULE, floor)
+    default = VERTEX_TRAINING_IMAGES[TORCH_MODULE]
+    if image is default:
+        return None
+    return (
+        f"the bundled torch trainer runs on {pinned_image_uri(image)} ({image.uri}, CUDA "
+        f"{image.cuda_version}): the {gpu} needs CUDA {floor} or later and the default "
+        f"{default.uri} (CUDA {default.cuda_version}) has no kernels for it; torch 2.13 has no "
+        f"CUDA 12.8 build (pytorch/pytorch#187075). CUDA 13 needs an NVIDIA driver >= 580 on "
+        f"the machines ({where}; not checked offline)"
+    )
+
+
+def cuda_floor_problem(image: VertexTrainingImage, gpu: str, floor: str, key: str) -> str | None:
+    """The line for a bundled image whose CUDA is older than `floor`, the oldest CUDA with
+    native code for `gpu`; None when it reaches it."""
+    if _cuda(image.cuda_version) >= _cuda(floor):
+        return None
+    torch = vertex_training_image(TORCH_MODULE, floor)
+    return (
+        f"{key}: the bundled {image.framework} image {image.uri} ships CUDA "
+        f"{image.cuda_version}, older than CUDA {floor}, the first with native code for the "
+        f"{gpu}; valid: framework torch (its image for the {gpu} is {torch.uri}), "
+        f"or your own code in an image with CUDA {floor} or later"
+    )
 
 
 DOCKER_HUB_MIRROR: Final = "DOCKER_HUB"
@@ -431,12 +517,13 @@ def pinned_image_uri(image: VertexTrainingImage) -> str:
     return f"{image.uri.rsplit(':', 1)[0]}@{image.digest}" if image.digest else image.uri
 
 
-def kubernetes_image(module: str) -> str | None:
-    """The image a GKE pod of a bundled trainer module pulls (`pinned_image_uri`); None for
-    a module with no default image."""
+def kubernetes_image(module: str, cuda_floor: str | None = None) -> str | None:
+    """The image a GKE pod of a bundled trainer module pulls (`pinned_image_uri`), on a GPU
+    whose family needs `cuda_floor` the torch image that has it (`vertex_training_image`);
+    None for a module with no default image."""
     for image in VERTEX_TRAINING_IMAGES.values():
         if image.uri == KUBERNETES_IMAGES.get(module):
-            return pinned_image_uri(image)
+            return pinned_image_uri(vertex_training_image(module, cuda_floor))
     return KUBERNETES_IMAGES.get(module)
 
 

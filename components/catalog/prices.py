@@ -231,11 +231,14 @@ _VERTEX_HINT: Final = ENUMERATE_HINT + " with service='aiplatform.googleapis.com
 
 
 _VERTEX_STEMS: Final[dict[GpuModel, str]] = {
+    # get_quota_id's accelerator_map (_VERTEX_SAMPLE @cc0d791, lines 538-549), by the
+    # MachineSpec accelerator each model is: NVIDIA_TESLA_A100, NVIDIA_A100_80GB,
+    # NVIDIA_H100_80GB, NVIDIA_H100_MEGA_80GB ("H100MEGAGPUs", capitals as Google spells it),
+    # NVIDIA_H200_141GB, NVIDIA_B200.
     "A100 40GB": "A100GPUs",
     "A100 80GB": "A10080GBGPUs",
-    # Not in a stored source: the A100 ids' pattern applied to the newer GPUs.
     "H100 80GB": "H100GPUs",
-    "H100 Mega 80GB": "H100MegaGPUs",
+    "H100 Mega 80GB": "H100MEGAGPUs",
     "H200 141GB": "H200GPUs",
     "B200": "B200GPUs",
 }
@@ -244,16 +247,6 @@ _VERTEX_STEMS: Final[dict[GpuModel, str]] = {
 def _vertex_gpu_quota(model: GpuModel, spot: bool) -> QuotaSpec:
     stem = _VERTEX_STEMS[model]
     quota_id = f"CustomModelTraining{'Preemptible' if spot else ''}{stem}PerProjectPerRegion"
-    if not model.startswith("A100"):
-        return QuotaSpec(
-            "aiplatform.googleapis.com",
-            quota_id,
-            "region",
-            "GPUs",
-            False,
-            "not in a stored source: the pattern of the A100 ids (" + _VERTEX_SAMPLE + ")",
-            _VERTEX_HINT,
-        )
     if not spot:
         return QuotaSpec(
             "aiplatform.googleapis.com", quota_id, "region", "GPUs", True, _VERTEX_SAMPLE
@@ -265,7 +258,9 @@ def _vertex_gpu_quota(model: GpuModel, spot: bool) -> QuotaSpec:
         "GPUs",
         False,
         _VERTEX_SAMPLE,
-        # The id is Google's; that Spot jobs draw on it is not.
+        # The id is Google's, and Dynamic Workload Scheduler (flex-start) jobs draw on it
+        # (get_quota_id: is_dynamic_workload_scheduler -> dws_training_accelerator_map);
+        # that Spot jobs draw on it too is not.
         "Google's sample uses the Preemptible id for Dynamic Workload Scheduler jobs; that "
         "Spot jobs draw on it too is reported only by third parties (memo 13 section 1b)",
     )
@@ -277,7 +272,8 @@ VERTEX_GPU_QUOTAS: Final[dict[tuple[GpuModel, bool], QuotaSpec]] = {
     for spot in (False, True)
 }
 """Vertex custom-training GPU quota by (model, spot); separate from Compute Engine quota.
-On-demand ids VERIFIED (Google sample code); the Spot (Preemptible) ones are not."""
+On-demand ids VERIFIED (Google sample code, every GPU here); the Preemptible ones are
+Google's ids for flex-start jobs, unverified for Spot."""
 
 _VERTEX_CPU_NOTE: Final = (
     "no source names this quotaId: it follows the pattern of the GPU ids "
@@ -487,7 +483,7 @@ TABLES: Final = (
                  VERTEX_IMAGES_AS_OF, PREBUILT_IMAGES_VERIFIED,
                  ("every Google prebuilt GPU training image is past its date",)),
     CatalogTable("quotas", QUOTAS_SOURCE, QUOTAS_AS_OF, False,
-                 ("compute A100 and Vertex on-demand A100 ids verified",
+                 ("compute A100 and Vertex on-demand GPU ids verified",
                   "Vertex Spot and CPU, TPU and A2 CPU ids unverified")),
     CatalogTable("prices", PRICES_SOURCE, PRICES_AS_OF, PRICES_VERIFIED, ("estimates",)),
 )  # fmt: skip

@@ -10,7 +10,14 @@ import pulumi
 
 from trainstack.components.a100_cluster import gke_spot_grace_note
 from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
-from trainstack.components.catalog.images import KUBERNETES_IMAGES, kubernetes_image
+from trainstack.components.a100_cluster.validate import bundled_image_problems
+from trainstack.components.catalog.gpu_families import cuda_floor_of, machine_family
+from trainstack.components.catalog.images import (
+    KUBERNETES_IMAGES,
+    kubernetes_image,
+    torch_image_note,
+    vertex_training_image,
+)
 from trainstack.components.facts import gke_cluster_after_stop, run_limit_text
 from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra.compute_status import gke_job_state, gke_log_filter
@@ -18,7 +25,8 @@ from trainstack.infra.logs import check_worker
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.targets.base import RunResource, StillBilling
 from trainstack.infra.targets.gpu_cluster import GpuCluster, GpuClusterConfig, gpu_section
-from trainstack.trainers.common.contract import TORCH_MODULE
+from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.contract import TORCH_MODULE, TRAINER_MODULES
 
 if TYPE_CHECKING:
     from trainstack.components.training_identity import TrainingIdentityArgs
@@ -34,7 +42,15 @@ class Gke(GpuCluster):
     run_resources = (RunResource("kubernetes:batch/v1:Job"),)
 
     def torch_image(self, section: GpuClusterConfig) -> tuple[str, str | None]:
-        return KUBERNETES_IMAGES[TORCH_MODULE], None
+        # The family's image (B200: CUDA 13, catalog.images.TORCH_IMAGES), by tag.
+        return vertex_training_image(TORCH_MODULE, cuda_floor_of(section.machine_type)).uri, None
+
+    def trainer_problems(self, section: GpuClusterConfig | None, trainer: TrainConfig) -> list[str]:
+        problems = super().trainer_problems(section, trainer)
+        if section is None:  # the section did not parse: its own errors say why
+            return problems
+        module = TRAINER_MODULES[trainer.framework]
+        return problems + bundled_image_problems(module, section.machine_type, "trainer.framework")
 
     def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
         # The supervisor empties the GPU pool only: the cluster and its system node bill
@@ -43,10 +59,13 @@ class Gke(GpuCluster):
         return [cluster, *super().still_billing_after_stop(cfg, stack)]
 
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
-        return True, run_limit_text("gke", seconds)
+        return True, run_limit_text("gke", seconds, gpu_section(cfg).flex_start)
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
-        return code.image or kubernetes_image(TORCH_MODULE) or KUBERNETES_IMAGES[TORCH_MODULE]
+        floor = cuda_floor_of(gpu_section(cfg).machine_type)
+        return (
+            code.image or kubernetes_image(TORCH_MODULE, floor) or KUBERNETES_IMAGES[TORCH_MODULE]
+        )
 
     def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         # The cluster's own notes before its supervisor's, as a program's plan lists
@@ -58,6 +77,13 @@ class Gke(GpuCluster):
         fabric = fabric_for(section.machine_type, deployment, section.zone)
         if fabric is not None:
             notes.append(fabric_note(fabric, section.machine_type))
+        family = machine_family(section.machine_type)
+        image = torch_image_note(
+            family.gpu_model, family.cuda_floor, "GKE installs gpu_driver_version LATEST"
+        )
+        code = cfg.trainer.user_code
+        if image is not None and (code is None or not code.image):
+            notes.append(f"gpu_cluster: {image}")
         return notes + super().plan_notes(cfg, deployment)
 
     def before_identity(

@@ -6,7 +6,7 @@ supervisor that removes the GPU nodes at the run's end. Each backend's own parts
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, Final, cast
 
 from pydantic import BeforeValidator, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -107,7 +107,20 @@ class GpuClusterConfig(A100Shape):
         return cidrs
 
 
-def flex_start_note(backend: str, hours: float | None) -> str:
+QUEUED_PROVISIONING_SOURCE: Final = (
+    "https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest: use "
+    "flex-start with queued provisioning when 'Your workloads are required to run across "
+    "multiple nodes simultaneously' ('GKE allocates all requested resources at the same "
+    "time'); the node pool's queued_provisioning only serves a ProvisioningRequest (created "
+    "by Kueue's provisioning-request admission check, or by hand with pods that consume it), "
+    "as XPK (src/xpk/core/capacity.py: --enable-queued-provisioning for a GPU cluster of one "
+    "slice; utils/kueue.py is_queued_cluster) and Cluster Toolkit (examples/"
+    "gke-consumption-options/dws-flex-start-queued-provisioning: Kueue, dws-queues.yaml.tftpl) "
+    "render it"
+)
+
+
+def flex_start_note(backend: str, hours: float | None, nodes: int = 1) -> str:
     """What a flex-start cluster may wait for and what it costs, in the plan's words."""
     wait = (
         f"Compute Engine holds the request up to {FLEX_START_QUEUE_HOURS_GCE} h, then it "
@@ -116,6 +129,14 @@ def flex_start_note(backend: str, hours: float | None) -> str:
         else "the node pool has no nodes until the training pods ask for them; GKE adds "
         "them when Dynamic Workload Scheduler finds the capacity, with no bound on the wait"
     )
+    if backend == "gke" and nodes > 1:
+        wait += (
+            f"; the {nodes} nodes come one by one, not all at once (the pool has no queued "
+            "provisioning: it needs Kueue or a ProvisioningRequest the training Job does not "
+            "have), so nodes that arrive first bill, idle, while the rest are awaited "
+            f"({QUEUED_PROVISIONING_SOURCE.split(': use')[0]} recommends queued provisioning "
+            "for work across nodes)"
+        )
     run = (
         f"each machine is deleted {hours:g} h after it starts (limits.max_run_hours)"
         if hours is not None
@@ -204,7 +225,7 @@ class GpuCluster(CloudTarget):
         if price.note:
             notes.append(f"gpu_cluster.machine_type: {gpu.machine_type}'s price is {price.note}")
         if gpu.flex_start:
-            notes.append(flex_start_note(self.name, cfg.limits.max_run_hours))
+            notes.append(flex_start_note(self.name, cfg.limits.max_run_hours, gpu.node_count))
         return notes
 
     def services(self, cfg: StackView) -> list[str]:

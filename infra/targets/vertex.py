@@ -14,9 +14,10 @@ import pulumi
 
 from trainstack.components._google_api import ApiError
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
+from trainstack.components.catalog.gpu_families import cuda_floor_of
 from trainstack.components.catalog.images import (
-    DEFAULT_EXECUTOR_IMAGE,
     availability_date,
+    cuda_floor_problem,
     mirrored_image_uri,
     vertex_training_image,
 )
@@ -48,15 +49,15 @@ from trainstack.infra.targets.vertex_config import (
 )
 from trainstack.infra.targets.vertex_image import (
     builds_plugin_image,
+    default_image,
     uses_image_mirror,
     vertex_image,
     vertex_image_problems,
-    vertex_module,
     vertex_plan_notes,
 )
 from trainstack.infra.targets.vertex_runs import RUN_RESOURCES
 from trainstack.trainers.common.config import TrainConfig
-from trainstack.trainers.common.contract import TRAINER_MODULES
+from trainstack.trainers.common.contract import TORCH_MODULE, TRAINER_MODULES
 
 if TYPE_CHECKING:
     from trainstack.components.training_dashboard.targets import DashboardScope
@@ -110,7 +111,23 @@ class Vertex(CloudTarget):
         return vertex_job_spec_problems(section.job_args(), "vertex.", bundled)
 
     def torch_image(self, section: VertexConfig) -> tuple[str, str | None]:
-        return section.image_uri or DEFAULT_EXECUTOR_IMAGE, "vertex.image_uri"
+        floor = cuda_floor_of(section.machine_type)
+        default = vertex_training_image(TORCH_MODULE, floor).uri
+        return section.image_uri or default, "vertex.image_uri"
+
+    def trainer_problems(self, section: VertexConfig | None, trainer: TrainConfig) -> list[str]:
+        # The bundled image against the GPU family's CUDA floor (catalog.gpu_families); an
+        # image the stack names cannot be looked into offline.
+        problems = super().trainer_problems(section, trainer)
+        if section is None:  # the section did not parse: its own errors say why
+            return problems
+        floor = cuda_floor_of(section.machine_type)
+        if section.image_uri or floor is None:
+            return problems
+        image = vertex_training_image(TRAINER_MODULES[trainer.framework], floor)
+        gpu = str(section.machine.gpu_model)
+        problem = cuda_floor_problem(image, gpu, floor, "trainer.framework")
+        return problems + ([problem] if problem else [])
 
     def world_size(self, section: VertexConfig, trainer: TrainConfig) -> WorldSize:
         return gpu_world_size(
@@ -220,9 +237,7 @@ class Vertex(CloudTarget):
                 "project": cfg.project,
                 "location": mirror.location,
                 "deployment_name": deployment,
-                "base_image": mirrored_image_uri(
-                    vertex_training_image(vertex_module(cfg)), mirror.registry
-                ),
+                "base_image": mirrored_image_uri(default_image(cfg), mirror.registry),
                 "base_repository": {
                     "location": mirror.location,
                     "repository_id": mirror.repository.repository_id,
@@ -273,7 +288,7 @@ class Vertex(CloudTarget):
                 args["secret_env_names"] = list(ctx.secret_env_names)
             if plugin_image is None:
                 args["container_image_uri"] = (
-                    mirrored_image_uri(vertex_training_image(vertex_module(cfg)), mirror.registry)
+                    mirrored_image_uri(default_image(cfg), mirror.registry)
                     if default and mirror is not None
                     else image
                 )

@@ -14,11 +14,17 @@ from collections.abc import Mapping
 from datetime import date
 from typing import TYPE_CHECKING, cast
 
-from trainstack.components.catalog.gpu_families import VERTEX_FLEX_START_DEFAULT_WAIT_HOURS
+from trainstack.components.catalog.gpu_families import (
+    VERTEX_FLEX_START_DEFAULT_WAIT_HOURS,
+    cuda_floor_of,
+    machine_family,
+)
 from trainstack.components.catalog.images import (
     REGISTRY_STORAGE_PRICE_SOURCE,
+    VertexTrainingImage,
     image_availability_problem,
     reduction_server_image_problem,
+    torch_image_note,
     vertex_training_image,
 )
 from trainstack.components.catalog.reduction_server import (
@@ -55,7 +61,14 @@ def vertex_image(cfg: StackView) -> tuple[str, str, bool]:
         return code.image, "trainer.image", False
     if vx.image_uri:
         return vx.image_uri, "vertex.image_uri", False
-    return vertex_training_image(vertex_module(cfg)).uri, "vertex.image_uri", True
+    return default_image(cfg).uri, "vertex.image_uri", True
+
+
+def default_image(cfg: StackView) -> VertexTrainingImage:
+    """The image the replicas run when the stack names none: the default module's, for the
+    machine's GPU family (B200: the CUDA 13 torch image, `catalog.images.TORCH_IMAGES`)."""
+    vx = cast(VertexConfig, cfg.compute)
+    return vertex_training_image(vertex_module(cfg), cuda_floor_of(vx.machine_type))
 
 
 def vertex_module(cfg: StackView) -> str:
@@ -87,7 +100,7 @@ def vertex_plan_notes(cfg: StackView, deployment: str) -> list[str]:
     notes = []
     if uses_image_mirror(cfg):
         region = vx.region or cfg.region
-        image = vertex_training_image(vertex_module(cfg))
+        image = default_image(cfg)
         pinned = f"by digest {image.digest}" if image.digest else "by tag (digest unverified)"
         notes.append(
             f"vertex: the default image {image.uri} is pulled {pinned} through the Artifact "
@@ -95,8 +108,13 @@ def vertex_plan_notes(cfg: StackView, deployment: str) -> list[str]:
             "upstream), not anonymously from Docker Hub; its cached storage is not in "
             f"hourly_usd and is negligible ({REGISTRY_STORAGE_PRICE_SOURCE})"
         )
+        floor = cuda_floor_of(vx.machine_type)
+        if floor is not None and image.framework == "torch":
+            gpu = str(machine_family(vx.machine_type).gpu_model)
+            family = torch_image_note(gpu, floor, "the driver Vertex installs")
+            notes += [f"vertex: {family}"] if family else []
     if builds_plugin_image(cfg):
-        image = vertex_training_image(vertex_module(cfg))
+        image = default_image(cfg)
         notes.append(
             f"vertex: Reduction Server needs Google's {PACKAGE} package in the chief's and "
             f"workers' image, so the stack builds {image.uri} again with it (Cloud Build, as "

@@ -377,7 +377,7 @@ def test_the_issue_cases_word_for_word() -> None:
         "A100Cluster.node_cont: unknown key; did you mean `node_count`? valid: project, zone, "
         "deployment_name, machine_type, backend, node_count, spot, reservation, flex_start, "
         "compact_placement, tier_1_networking, network_self_link, subnetwork_self_link, "
-        "node_tag, service_account_email, environment, labels, training, kubernetes_version, "
+        "subnet_cidr, node_tag, service_account_email, environment, labels, training, kubernetes_version, "
         "release_channel, gpu_driver_version, system_machine_type, master_authorized_cidrs, "
         "boot_disk_size_gb, max_run_seconds"
     ]

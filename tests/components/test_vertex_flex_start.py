@@ -139,10 +139,10 @@ def test_plan_says_the_wait_and_the_cost_and_counts_preemptible_quota() -> None:
         "Scheduler prices, 'discounts (up to 53%)' on vCPU and GPU "
         "(https://cloud.google.com/kubernetes-engine/docs/concepts/dws); no per-machine "
         "flex-start price is in a stored source, so the plan counts on-demand price (an upper "
-        "bound); Vertex flex-start is taken to draw on Vertex AI preemptible GPU quota ('Make "
-        "sure you have sufficient Vertex AI preemptible quota', Google's flex-start page for "
-        "Vertex inference, https://docs.cloud.google.com/vertex-ai/docs/predictions/"
-        "use-flex-start-vms; the training page does not say, unverified)"
+        "bound); Vertex flex-start draws on Vertex AI preemptible GPU quota (Google's sample "
+        "GoogleCloudPlatform/vertex-ai-samples notebook_util/common_util.py get_quota_id: a "
+        "training job with is_dynamic_workload_scheduler gets "
+        "CustomModelTrainingPreemptible<GPU>PerProjectPerRegion)"
     ]
     assert [n["quota_id"] for n in quota_needs(cfg)] == [
         "CustomModelTrainingPreemptibleH100GPUsPerProjectPerRegion"

@@ -297,17 +297,20 @@ def test_quota_ids() -> None:
             "CustomModelTrainingPreemptibleA10080GBGPUsPerProjectPerRegion",
             False,
         ),
-        # Built on the A100 pattern, no source names them yet: unverified.
-        ("H100 80GB", False): ("CustomModelTrainingH100GPUsPerProjectPerRegion", False),
+        # GoogleCloudPlatform/vertex-ai-samples @cc0d791 notebook_util/common_util.py
+        # get_quota_id accelerator_map: H100GPUs, H100MEGAGPUs (capitals), H200GPUs,
+        # B200GPUs; the Preemptible ids are its Dynamic Workload Scheduler ids (that Spot
+        # draws on them is not sourced, as for A100).
+        ("H100 80GB", False): ("CustomModelTrainingH100GPUsPerProjectPerRegion", True),
         ("H100 80GB", True): ("CustomModelTrainingPreemptibleH100GPUsPerProjectPerRegion", False),
-        ("H100 Mega 80GB", False): ("CustomModelTrainingH100MegaGPUsPerProjectPerRegion", False),
+        ("H100 Mega 80GB", False): ("CustomModelTrainingH100MEGAGPUsPerProjectPerRegion", True),
         ("H100 Mega 80GB", True): (
-            "CustomModelTrainingPreemptibleH100MegaGPUsPerProjectPerRegion",
+            "CustomModelTrainingPreemptibleH100MEGAGPUsPerProjectPerRegion",
             False,
         ),
-        ("H200 141GB", False): ("CustomModelTrainingH200GPUsPerProjectPerRegion", False),
+        ("H200 141GB", False): ("CustomModelTrainingH200GPUsPerProjectPerRegion", True),
         ("H200 141GB", True): ("CustomModelTrainingPreemptibleH200GPUsPerProjectPerRegion", False),
-        ("B200", False): ("CustomModelTrainingB200GPUsPerProjectPerRegion", False),
+        ("B200", False): ("CustomModelTrainingB200GPUsPerProjectPerRegion", True),
         ("B200", True): ("CustomModelTrainingPreemptibleB200GPUsPerProjectPerRegion", False),
     }
     assert {k: (q.quota_id, q.verified) for k, q in plan_catalog.VERTEX_CPU_QUOTAS.items()} == {
