@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainstack.components.a100_cluster._common import instance_name_pattern
+from trainstack.components.catalog.gpu_fabric_gce import ACCELERATOR_IMAGE, gce_fabric
 from trainstack.components.catalog.images import DLVM_IMAGE
 from trainstack.components.facts import run_limit_text
 from trainstack.components.training_dashboard.targets import gce_filters
@@ -54,7 +55,18 @@ class Gce(GpuCluster):
         return True, run_limit_text("gce", seconds)
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
+        gpu = gpu_section(cfg)
+        if gce_fabric(gpu.machine_type, "", gpu.zone) is not None:
+            return f"Google's accelerator-optimized Ubuntu image {ACCELERATOR_IMAGE}"
         return f"Deep Learning VM image {DLVM_IMAGE}"
+
+    def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
+        # The cluster's own notes before its supervisor's, as a program's plan lists
+        # A100Cluster's facts before RunSupervisor's.
+        gpu = gpu_section(cfg)
+        fabric = gce_fabric(gpu.machine_type, deployment, gpu.zone)
+        notes = [fabric.note()] if fabric is not None else []
+        return notes + super().plan_notes(cfg, deployment)
 
     def status(
         self, cfg: StackView, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
