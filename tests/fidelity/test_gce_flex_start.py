@@ -111,8 +111,7 @@ def test_flex_start_group_has_node_count_vms_each_with_its_own_rank(tmp_path: Pa
             }
             try:
                 claims = [
-                    _helper(servers[n], storage, "claim-rank", record, str(NODES), n)
-                    for n in names
+                    _helper(servers[n], storage, "claim-rank", record, str(NODES), n) for n in names
                 ]
                 ranks = {}
                 for name, proc in zip(names, claims, strict=True):
