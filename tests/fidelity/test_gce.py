@@ -203,10 +203,13 @@ class Group:
         image: Image | None = None,
         tools: Mapping[str, str] | None = None,
         node_dirs: tuple[str, ...] = (),
+        rank_metadata: bool = True,
     ) -> None:
         """`image`: the image built for another group of the same plan, reused. `tools`:
         further programs of the image on the VMs' PATH, by name (their text); `node_dirs`:
-        folders of the VM's disk besides /var/lib (each a fresh one per boot)."""
+        folders of the VM's disk besides /var/lib (each a fresh one per boot);
+        `rank_metadata`: whether each VM has its rank attribute (a flex-start group's
+        resize request gives none)."""
         self.root, self.planned = root, planned
         self.node_dirs = node_dirs
         self.storage, self.logging_endpoint = storage, logging_endpoint
@@ -231,7 +234,11 @@ class Group:
         self.metadata = [
             MetadataFake(
                 {
-                    f"instance/attributes/{NODE_RANK_ATTRIBUTE}": str(rank),
+                    **(
+                        {f"instance/attributes/{NODE_RANK_ATTRIBUTE}": str(rank)}
+                        if rank_metadata
+                        else {}
+                    ),
                     **vm_values(str(1000 + rank), name, planned.zone, planned.project),
                 }
             ).__enter__()
