@@ -63,7 +63,15 @@ which installs the trainer package and runs the node launcher: torchrun with an 
 rendezvous on instance 0, so a recreated or restarted node rejoins and every worker
 resumes from the newest checkpoint. With `training.node_args` your own code runs instead
 of the trainer, on both backends, through the same node launcher. A new trainer package or new flags make a new template,
-which the group rolls out by recreating the nodes.
+which the group rolls out by recreating the nodes. A4 and A3 Ultra get their GPUDirect RDMA
+fabric as Cluster Toolkit's VM blueprints render it (`gce_fabric`,
+`trainstack.components.catalog.gpu_fabric_gce`: a second gVNIC VPC, the RoCE VPC with 8
+subnets, 2 gVNIC + 8 MRDMA NICs, Google's accelerator-optimized image, nccl-gib installed and
+its NCCL settings sourced by the launcher); the gce backend refuses A3 High and A3 Mega, whose
+TCPX/TCPXO fabric it does not render. With `flex_start` the group is created empty and one
+resize request asks for `node_count` flex-start VMs for `max_run_seconds` (Google creates
+flex-start VMs in a MIG only that way); the request names them, so there are no per-instance
+configs and each VM claims its rank at start under the run's records.
 
 Naming: the cluster is `<deployment>-a100` (at most 40 characters), its pools `system` and
 `a100`, the Job `<deployment>-train`; the instance group is `<deployment>-a100`, its

@@ -92,8 +92,9 @@ class A100Shape(BaseModel):
     tier_1_networking: bool = False
     flex_start: bool = False
     """Dynamic Workload Scheduler flex-start capacity (gke: the node pool's `flex_start`;
-    gce: `FLEX_START` provisioning for `limits.max_run_hours`); not with spot or a
-    reservation, at most `catalog.gpu_families.FLEX_START_MAX_HOURS`."""
+    gce: one resize request of the instance group for `node_count` `FLEX_START` VMs, run for
+    `limits.max_run_hours`, at least 10 minutes); not with spot or a reservation, at most
+    `catalog.gpu_families.FLEX_START_MAX_HOURS`."""
 
     @property
     def machine(self) -> catalog.MachineType:
