@@ -1,20 +1,25 @@
-"""`trainstack status` and `logs` of the bundled flex-start stack `dev-b200-gce`, whose VMs its
-resize request names: status lists the group's VMs (`listManagedInstances`, against the
-Compute Engine fake), logs match the group's auto-names, and `--worker` is refused."""
+"""`trainstack status`, `logs` and `plan-diff` of the bundled flex-start stack `dev-b200-gce`,
+whose VMs its resize request names: status lists the group's VMs (`listManagedInstances`,
+against the Compute Engine fake), logs match the group's auto-names, `--worker` is refused,
+and a new template says the group is replaced."""
 
 from __future__ import annotations
 
+import copy
 import json
 from contextlib import ExitStack
 from pathlib import Path
 
+from tests.bundled import bundled_plan
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.unit.test_logs import runner
 from tests.unit.test_status import NOW, P, checkpoints, gcs
 from trainstack.infra.cli import app
+from trainstack.infra.plan_diff import plan_diff
 
 STACK = "dev-b200-gce"
+TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP = f"{STACK}-a100"
 OUTPUTS = {"target": "gpu_cluster", "cluster_name": GROUP, "instance_names": []}
 
@@ -78,4 +83,18 @@ def test_logs_match_the_groups_names_and_refuse_a_worker(tmp_path: Path) -> None
         f"error: --worker: not available for stack '{STACK}': its flex-start VMs are named by "
         "the group's resize request and claim their ranks at start; valid: no --worker (every "
         "VM's lines carry its name)\n",
+    )
+
+
+def test_plan_diff_says_a_new_template_replaces_the_flex_start_group() -> None:
+    base = bundled_plan(STACK)
+    head = copy.deepcopy(base)
+    [template] = [r for r in head["resources"] if r["type"] == TEMPLATE]
+    template["inputs"]["machineType"] = "a3-ultragpu-8g"
+    folder = f"gs://my-ml-project-{STACK}-checkpoints/checkpoints/{STACK}"
+    assert plan_diff(base, head).splitlines()[5] == (
+        f"  - **group `{STACK}-gpu-group` is replaced (flex-start: a new template replaces the "
+        "group, `replace_on_changes` in components/a100_cluster/gce.py, with its VMs and resize "
+        "request, and the new request waits for capacity again), which relaunches training; "
+        f"resumes from the newest checkpoint in `{folder}`**"
     )
