@@ -225,6 +225,19 @@ def gce_state(
     return {"state": state, "hosts": hosts, "started": started, "ended": None}
 
 
+def gce_group_names(project: str, zone: str, group: str, endpoints: Mapping[str, str]) -> list[str]:
+    """The VMs a managed instance group holds, by name (a flex-start group's resize request
+    names them itself): `listManagedInstances` ("The name always exists even if the instance
+    has not yet been created", compute.v1 discovery `ManagedInstance.name`); none when the
+    group is gone."""
+    groups = build_client("compute.v1", api_endpoint=endpoints.get("compute"))
+    call = groups.instanceGroupManagers().listManagedInstances(
+        project=project, zone=zone, instanceGroupManager=group
+    )
+    found = get_or_none(call) or {}
+    return sorted(str(m["name"]) for m in found.get("managedInstances") or [] if m.get("name"))
+
+
 def gce_log_filter(scope: str, names: Sequence[str], worker: int | None, stack: str) -> str:
     """The VMs' entries (`scope`: the pattern of exactly their names), one VM's with
     `worker`."""

@@ -198,6 +198,24 @@ def _state_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return [f"{key} {a[key]} -> {b[key]}" for key in STATE_KEYS if a.get(key) != b.get(key)]
 
 
+RESIZE_REQUEST: Final = "gcp:compute/resizeRequest:ResizeRequest"
+FLEX_GROUP_NOTE: Final = (
+    "(flex-start: a new template replaces the group, `replace_on_changes` in "
+    "components/a100_cluster/gce.py, with its VMs and resize request, and the new request "
+    "waits for capacity again)"
+)
+
+
+def _flex_group(plan: Iterable[Mapping[str, Any]]) -> str | None:
+    """The name of a flex-start group in `plan` (one a resize request fills), or None."""
+    plan = list(plan)
+    filled = {r["inputs"].get("instanceGroupManager") for r in plan if r["type"] == RESIZE_REQUEST}
+    for r in plan:
+        if r["type"] == GROUP_MANAGER and r["inputs"].get("name") in filled:
+            return str(r["name"])
+    return None
+
+
 def _group_recreates_vms(plan: Iterable[Mapping[str, Any]]) -> str | None:
     """The name of a group in `plan` whose update policy recreates or restarts every VM on
     a new template, or None."""
@@ -249,6 +267,9 @@ def relaunch_note(
         # The run is the template's; the VMs keep its checkpoint folder.
         lead, old = vms
         new = old
+    elif new["type"] == INSTANCE_TEMPLATE and _flex_group(plan) is not None:
+        group = _flex_group(plan)
+        lead = f"group `{_inline(group)}` is replaced {FLEX_GROUP_NOTE}, which relaunches"
     elif new["type"] == INSTANCE_TEMPLATE:
         group = _group_recreates_vms(plan)
         if group is None:

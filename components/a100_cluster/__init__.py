@@ -63,7 +63,15 @@ which installs the trainer package and runs the node launcher: torchrun with an 
 rendezvous on instance 0, so a recreated or restarted node rejoins and every worker
 resumes from the newest checkpoint. With `training.node_args` your own code runs instead
 of the trainer, on both backends, through the same node launcher. A new trainer package or new flags make a new template,
-which the group rolls out by recreating the nodes.
+which the group rolls out by recreating the nodes. A4 and A3 Ultra get their GPUDirect RDMA
+fabric as Cluster Toolkit's VM blueprints render it (`gce_fabric`,
+`trainstack.components.catalog.gpu_fabric_gce`: a second gVNIC VPC, the RoCE VPC with 8
+subnets, 2 gVNIC + 8 MRDMA NICs, Google's accelerator-optimized image, nccl-gib installed and
+its NCCL settings sourced by the launcher); the gce backend refuses A3 High and A3 Mega, whose
+TCPX/TCPXO fabric it does not render. With `flex_start` the group is created empty and one
+resize request asks for `node_count` flex-start VMs for `max_run_seconds` (Google creates
+flex-start VMs in a MIG only that way); the request names them, so there are no per-instance
+configs and each VM claims its rank at start under the run's records.
 
 Naming: the cluster is `<deployment>-a100` (at most 40 characters), its pools `system` and
 `a100`, the Job `<deployment>-train`; the instance group is `<deployment>-a100`, its
@@ -131,6 +139,7 @@ from trainstack.components.a100_cluster.validate import (
     validate_args,
     with_code,
 )
+from trainstack.components.catalog.gpu_fabric_gce import gce_fabric as gce_fabric_for
 from trainstack.components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
 from trainstack.components.facts import (
     a100_after_stop,
@@ -287,7 +296,11 @@ class A100Cluster(pulumi.ComponentResource):
     instance_group: compute.InstanceGroupManager | None
     """gce: the zonal managed instance group that recreates a stopped or lost node."""
     node_configs: list[compute.PerInstanceConfig]
-    """gce: per-instance configs by node rank (name and rank metadata)."""
+    """gce: per-instance configs by node rank (name and rank metadata); none with flex-start."""
+    resize_request: compute.ResizeRequest | None
+    """gce with flex-start: the resize request that creates the nodes for the run."""
+    fabric_networks: list[compute.Network]
+    """gce on A4 or A3 Ultra: the GPUDirect RDMA fabric's VPCs (gVNIC, RoCE)."""
     facts: dict[str, Any]
     """What `trainstack plan|plan-diff|quota|status|logs --program` read from this cluster
     (`trainstack.components.facts`; also a registered output): GPUs, machines (GKE's system
@@ -341,6 +354,8 @@ class A100Cluster(pulumi.ComponentResource):
         self.instance_template = None
         self.instance_group = None
         self.node_configs = []
+        self.resize_request = None
+        self.fabric_networks = []
         self.run_record = None
         if gpu.backend == "gke":
             gke = create_gke(name, args, gpu, labels, parent=self, depends_on=deps)
@@ -366,6 +381,8 @@ class A100Cluster(pulumi.ComponentResource):
             self.instance_template = gce.template
             self.instance_group = gce.group
             self.node_configs = gce.node_configs
+            self.resize_request = gce.resize_request
+            self.fabric_networks = gce.fabric.networks if gce.fabric is not None else []
             self.cluster_name = gce.cluster_name
             self.instance_names = gce.instance_names
             self.console_url = gce.console_url
@@ -477,6 +494,9 @@ def a100_cluster_facts(
         # The supervisor empties the GPU pool only: the cluster and its system node bill on.
         after_stop.insert(0, gke_cluster_after_stop(stack))
     else:
+        gce_fabric = gce_fabric_for(gpu.machine_type, args["deployment_name"], gpu.zone)
+        if gce_fabric is not None:
+            notes.append(gce_fabric.note())
         status["instances"] = instances
         logs |= {"scope": log_filter, "instances": instances}
     seconds = args.get("max_run_seconds")

@@ -41,6 +41,12 @@ from trainstack.components.catalog.gke_versions import (
     version_floor_problems,
 )
 from trainstack.components.catalog.gpu_fabric import gke_fabric
+from trainstack.components.catalog.gpu_fabric_gce import (
+    GCE_FABRIC_MACHINES,
+    GCE_UNRENDERED,
+    RESIZE_REQUEST_MIN_SECONDS,
+    fabric_kind,
+)
 from trainstack.components.catalog.gpu_families import (
     COMPACT_FLEX_START_SOURCE,
     FLEX_START_MAX_HOURS,
@@ -104,8 +110,9 @@ class A100Shape(BaseModel):
     tier_1_networking: bool = False
     flex_start: bool = False
     """Dynamic Workload Scheduler flex-start capacity (gke: the node pool's `flex_start`;
-    gce: `FLEX_START` provisioning for `limits.max_run_hours`); not with spot or a
-    reservation, at most `catalog.gpu_families.FLEX_START_MAX_HOURS`."""
+    gce: one resize request of the instance group for `node_count` `FLEX_START` VMs, run for
+    `limits.max_run_hours`, at least 10 minutes); not with spot or a reservation, at most
+    `catalog.gpu_families.FLEX_START_MAX_HOURS`."""
 
     @model_validator(mode="before")
     @classmethod
@@ -289,16 +296,18 @@ def _compact_flex_problems(shape: A100Shape, p: str) -> list[str]:
 
 
 def _fabric_backend_problems(shape: A100Shape, p: str) -> list[str]:
-    """A3 Mega and A3 Ultra scale only over their GPUDirect fabric, which the gke backend
-    renders (`gke_fabric`) and the gce backend does not (its template has one NIC)."""
+    """A3 High and A3 Mega scale only over their GPUDirect fabric (TCPX, TCPXO), which the gce
+    backend does not render (`catalog.gpu_fabric_gce.GCE_UNRENDERED` says why); A4 and A3
+    Ultra get theirs there (`gpu_fabric_gce.gce_fabric`)."""
     if shape.backend != "gce" or shape.machine_type not in GPU_MACHINES:
         return []
-    fabric = gke_fabric(shape.machine_type, "", shape.zone)
-    if fabric is None:
+    kind = fabric_kind(shape.machine_type)
+    if kind not in GCE_UNRENDERED:
         return []
     problem = (
-        f"{p}backend: gce does not render the GPUDirect-{fabric.fabric.upper()} NICs "
-        f"{shape.machine_type} needs; valid: backend: gke"
+        f"{p}backend: gce does not render the GPUDirect-{kind.upper()} fabric "
+        f"{shape.machine_type} needs ({GCE_UNRENDERED[kind]}); valid: backend: gke, or on gce "
+        f"a machine whose fabric it renders: {', '.join(GCE_FABRIC_MACHINES)}"
     )
     return [problem]
 
@@ -308,7 +317,8 @@ def flex_start_problems(shape: A100Shape, run_seconds: int | None, run_key: str)
     `max_run_seconds`, a stack's `limits.max_run_hours`): required on gce, whose
     `FLEX_START` VMs need `maxRunDuration` ("provisioningModel: FLEX_START ... with
     maxRunDuration or terminationTime", frontier.md 5.2, DISC:compute.v1.json#Scheduling),
-    and at most 7 days on either backend (frontier.md 5.1, 5.2)."""
+    and at most 7 days on either backend (frontier.md 5.1, 5.2); on gce at least the 10
+    minutes a resize request's run lasts (`RESIZE_REQUEST_MIN_SECONDS`)."""
     if not shape.flex_start:
         return []
     hours = FLEX_START_MAX_HOURS
@@ -318,6 +328,13 @@ def flex_start_problems(shape: A100Shape, run_seconds: int | None, run_key: str)
         problem = (
             f"{run_key}: required with gpu_cluster.flex_start on backend gce (Compute Engine "
             f"flex-start VMs need a run duration); valid: up to {hours} hours (7 days)"
+        )
+        return [problem]
+    if shape.backend == "gce" and run_seconds < RESIZE_REQUEST_MIN_SECONDS:
+        problem = (
+            f"{run_key}: {run_seconds / 3600:g} hours is shorter than a flex-start resize "
+            f"request's run allows; valid: {RESIZE_REQUEST_MIN_SECONDS // 60} minutes to "
+            f"{hours} hours (7 days)"
         )
         return [problem]
     if run_seconds > hours * 3600:

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from trainstack.components._node_args import keyed_node_args, validate_node_args
+from trainstack.components.catalog import gpu_fabric_gce as gib
 from trainstack.components.catalog.images import DLVM_PYTHON_BIN
 from trainstack.trainers.common.cluster import DEFAULT_PORT
 from trainstack.trainers.common.contract import TORCHRUN_MODULES
@@ -285,6 +286,8 @@ def render_launcher(
     accelerators_per_node: int | None = None,
     run_record: str = "",
     setup_failures: str = "",
+    nccl_gib: bool = False,
+    rank_claims: bool = False,
 ) -> str:
     """The node launcher for plain values (see the module docstring and `launch.sh`).
 
@@ -301,8 +304,18 @@ def render_launcher(
     on a node with fewer usable ones (`TRAINSTACK_EXPECTED_ACCELERATORS`). `run_record`
     (`run_record_uri`) is where the node launcher records the run's end and looks for the
     supervisor's stop request (`TRAINSTACK_RUN_RECORD`). `setup_failures` is the file that
-    counts the setup failures in a row (default: `<work_dir>/setup-failures`).
+    counts the setup failures in a row (default: `<work_dir>/setup-failures`). `nccl_gib`
+    (A4, A3 Ultra on Compute Engine): install Google's NCCL/gIB plugin at the first start
+    and give every rank its NCCL settings (`trainstack.components.catalog.gpu_fabric_gce`).
+    `rank_claims` (VMs without rank metadata: a flex-start group's): each VM claims its rank
+    under `run_record` (`node_helper.py claim-rank`), and the rank-0 VM's name replaces
+    `coordinator`; it needs `run_record` and takes no `worker_hosts`.
     """
+    if rank_claims and (not run_record or worker_hosts):
+        raise ValueError(
+            "rank_claims: needs a run_record to claim ranks under and takes no worker_hosts "
+            "(the VMs' names are the group's own)"
+        )
     if not work_dir:
         raise ValueError("work_dir: empty; the launcher needs a directory on the node")
     if accelerators_per_node is not None and (
@@ -364,6 +377,7 @@ def render_launcher(
             "DONE_MARKER": q(done_marker),
             "EXTRA_PATH": q(extra_path),
             "NODE_RANK_ATTRIBUTE": q(NODE_RANK_ATTRIBUTE),
+            "RANK_CLAIMS": "1" if rank_claims else "0",
             "TF_WORKERS": q(workers),
             "MAX_RUN_SECONDS": q(str(max_run_seconds) if max_run_seconds is not None else ""),
             "RUN_CLOCK_URI": q(run_clock if max_run_seconds is not None else ""),
@@ -371,9 +385,24 @@ def render_launcher(
             "RUN_FINAL_CODES": q(" ".join(str(c) for c in FAIL_FAST_EXIT_CODES)),
             "SETUP_ATTEMPTS": str(GCE_SETUP_ATTEMPTS),
             "SETUP_FAILURES": q(setup_failures or f"{work_dir.rstrip('/')}/setup-failures"),
+            **_fabric_values(nccl_gib),
             "NODE_HELPER": helper,
         },
     )
+
+
+def _fabric_values(nccl_gib: bool) -> dict[str, str]:
+    """The launcher's fabric markers: Google's NCCL/gIB install and settings, or empty."""
+    values = {
+        "FABRIC_APT_SOURCE": gib.GIB_APT_SOURCE,
+        "FABRIC_APT_LIST": gib.GIB_APT_LIST,
+        "FABRIC_PACKAGE": gib.GIB_PACKAGE,
+        "TORCH_REQUIREMENT": gib.TORCH_REQUIREMENT,
+        "TORCH_PIP_PACKAGE": gib.TORCH_PIP_PACKAGE,
+        "NCCL_ENV_SCRIPT": gib.NCCL_ENV_SCRIPT,
+        "NCCL_LIB_DIR": gib.NCCL_LIB_DIR,
+    }
+    return {k: shlex.quote(v if nccl_gib else "") for k, v in values.items()}
 
 
 def run_key(**launch: object) -> str:
@@ -451,6 +480,8 @@ def gce_startup_script(
     node_args: Sequence[str] | None = None,
     accelerators_per_node: int | None = None,
     secret_env_names: Collection[str] = (),
+    nccl_gib: bool = False,
+    rank_claims: bool = False,
 ) -> str:
     """The Compute Engine startup script (see `gce_startup.sh`); identical on every node,
     which reads its rank from the `trainstack-node-rank` metadata attribute. `worker_hosts`
@@ -458,7 +489,8 @@ def gce_startup_script(
     `max_run_seconds` (the stack's run limit) needs `checkpoint_url`, the bucket where the
     run's first start is recorded (`run_clock_uri`). `node_args` and
     `accelerators_per_node` as for `render_launcher`; `secret_env_names` names the `--env`
-    values of `node_args` the run's key leaves out (`gce_run_key`)."""
+    values of `node_args` the run's key leaves out (`gce_run_key`); `nccl_gib` as for
+    `render_launcher`; `rank_claims` too, which needs `checkpoint_url` (the run's records)."""
     key = gce_run_key(
         package_uri=package_uri,
         module=module,
@@ -496,6 +528,8 @@ def gce_startup_script(
         node_args=node_args,
         accelerators_per_node=accelerators_per_node,
         run_record=run_record_uri(checkpoint_url, key) if checkpoint_url else "",
+        nccl_gib=nccl_gib,
+        rank_claims=rank_claims,
     )
     q = shlex.quote
     return _render(

@@ -55,6 +55,9 @@ WORK_DIR=@@WORK_DIR@@
 DONE_MARKER=@@DONE_MARKER@@
 EXTRA_PATH=@@EXTRA_PATH@@
 NODE_RANK_ATTRIBUTE=@@NODE_RANK_ATTRIBUTE@@
+# 1: the VMs carry no rank metadata (a flex-start group's resize request names them): each
+# claims a rank under RUN_RECORD, and the rank-0 VM's name replaces COORDINATOR.
+RANK_CLAIMS=@@RANK_CLAIMS@@
 TF_WORKERS=@@TF_WORKERS@@
 MAX_RUN_SECONDS=@@MAX_RUN_SECONDS@@
 RUN_CLOCK_URI=@@RUN_CLOCK_URI@@
@@ -62,6 +65,16 @@ RUN_RECORD=@@RUN_RECORD@@
 RUN_FINAL_CODES=@@RUN_FINAL_CODES@@
 SETUP_ATTEMPTS=@@SETUP_ATTEMPTS@@
 SETUP_FAILURES=@@SETUP_FAILURES@@
+# The GPU fabric (A4, A3 Ultra: GPUDirect RDMA): the NCCL plugin's apt source, list file and
+# package, the torch to install where the image has none, and the plugin's NCCL settings
+# and libraries. All empty without a fabric.
+FABRIC_APT_SOURCE=@@FABRIC_APT_SOURCE@@
+FABRIC_APT_LIST=@@FABRIC_APT_LIST@@
+FABRIC_PACKAGE=@@FABRIC_PACKAGE@@
+TORCH_REQUIREMENT=@@TORCH_REQUIREMENT@@
+TORCH_PIP_PACKAGE=@@TORCH_PIP_PACKAGE@@
+NCCL_ENV_SCRIPT=@@NCCL_ENV_SCRIPT@@
+NCCL_LIB_DIR=@@NCCL_LIB_DIR@@
 
 # Each of the launcher's own lines goes to the unit's journal and, once the helper is on disk,
 # to Cloud Logging as this VM's entry (node_helper.py log), where `trainstack logs` and the
@@ -145,6 +158,29 @@ trap on_deadline USR1
 if [ -n "$EXTRA_PATH" ]; then
   PATH="$PATH:$EXTRA_PATH"
 fi
+# The fabric's NCCL plugin (Google's nccl-gib) from Google's apt repository, once per boot
+# disk, and torch where the image has no torchrun (Google's accelerator-optimized image
+# carries the driver, not PyTorch).
+if [ -n "$FABRIC_PACKAGE" ] && [ ! -e "$WORK_DIR/fabric-installed" ]; then
+  packages=("$FABRIC_PACKAGE")
+  need_torch=0
+  if [ "$USE_TORCHRUN" = 1 ] && ! command -v torchrun >/dev/null 2>&1; then
+    need_torch=1
+    packages+=("$TORCH_PIP_PACKAGE")
+  fi
+  log "installing ${packages[*]} from '$FABRIC_APT_SOURCE'"
+  printf '%s\n' "$FABRIC_APT_SOURCE" >"$FABRIC_APT_LIST" || fail 3 "could not write $FABRIC_APT_LIST"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >&2 || fail 3 "apt-get update failed"
+  apt-get install -y -q "${packages[@]}" >&2 || fail 3 "apt-get could not install ${packages[*]}"
+  if [ "$need_torch" = 1 ]; then
+    log "installing $TORCH_REQUIREMENT"
+    python3 -m pip install --disable-pip-version-check --no-input "$TORCH_REQUIREMENT" >&2 ||
+      fail 3 "pip could not install $TORCH_REQUIREMENT"
+  fi
+  mkdir -p "$WORK_DIR"
+  touch "$WORK_DIR/fabric-installed"
+fi
 if [ "$USE_TORCHRUN" = 1 ]; then anchor=torchrun; else anchor=python3; fi
 anchor_path="$(command -v "$anchor")" || fail 3 "$anchor is not on PATH ($PATH)"
 # python and pip of the environment that holds the framework, so the trainer lands beside it.
@@ -166,8 +202,17 @@ if [ "$failures" -ge "$SETUP_ATTEMPTS" ]; then
   log "the setup failed $failures times in a row (at most $SETUP_ATTEMPTS); not starting again"
   exit 0
 fi
-rank="$("$python" "$helper" metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
-  fail 3 "could not read the $NODE_RANK_ATTRIBUTE metadata attribute"
+if [ "$RANK_CLAIMS" = 1 ]; then
+  name="$("$python" "$helper" metadata instance/name)" || fail 3 "could not read this VM's name"
+  rank="$("$python" "$helper" claim-rank "$RUN_RECORD" "$NUM_NODES" "$name")" ||
+    fail 3 "could not claim a node rank under $RUN_RECORD.ranks/"
+  COORDINATOR="$("$python" "$helper" rank-host "$RUN_RECORD" 0)" ||
+    fail 3 "could not read the rank-0 VM's name under $RUN_RECORD.ranks/"
+  log "$name holds node rank $rank; node 0 is $COORDINATOR"
+else
+  rank="$("$python" "$helper" metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
+    fail 3 "could not read the $NODE_RANK_ATTRIBUTE metadata attribute"
+fi
 case "$rank" in
   '' | *[!0-9]*) fail 2 "node rank '$rank' is not a non-negative integer" ;;
 esac
@@ -228,6 +273,21 @@ case "$rc" in
   *) fail 3 "could not check the trainer arguments (exit $rc)" ;;
 esac
 
+# The fabric's NCCL settings, as Google's NCCL/gIB page says a workload gets them: its script
+# sourced (every assignment exported, so torchrun's workers inherit it) and its libraries on
+# LD_LIBRARY_PATH (first, unless the script put them there).
+if [ -n "$NCCL_ENV_SCRIPT" ]; then
+  [ -r "$NCCL_ENV_SCRIPT" ] || fail 3 "$NCCL_ENV_SCRIPT is missing ($FABRIC_PACKAGE not installed)"
+  set +u -a
+  # shellcheck disable=SC1090  # the plugin package's own script
+  . "$NCCL_ENV_SCRIPT"
+  set -u +a
+  case ":${LD_LIBRARY_PATH:-}:" in
+    *":$NCCL_LIB_DIR:"*) ;;
+    *) export LD_LIBRARY_PATH="$NCCL_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+  esac
+  log "NCCL: sourced $NCCL_ENV_SCRIPT; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+fi
 export TRAINSTACK_NUM_NODES="$NUM_NODES" TRAINSTACK_COORDINATOR_PORT="$COORDINATOR_PORT"
 # The node launcher stops (exit 5) on a node with fewer usable GPUs than the plan bought.
 export TRAINSTACK_EXPECTED_ACCELERATORS="$EXPECTED_ACCELERATORS"

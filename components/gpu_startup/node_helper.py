@@ -10,6 +10,15 @@ every one of them has Python. The launcher writes this file next to its work and
     python3 node_helper.py log ERROR "pip could not install ..."
     python3 node_helper.py end gs://bucket/trainstack-run-0123abcd package_install 1 "pip ..."
     python3 node_helper.py alive gs://bucket/trainstack-run-0123abcd 1 launch
+    python3 node_helper.py claim-rank gs://bucket/trainstack-run-0123abcd 2 exp-a100-x7k2
+    python3 node_helper.py rank-host gs://bucket/trainstack-run-0123abcd 0
+
+`claim-rank PREFIX NUM_NODES NAME` gives a VM of a group whose VMs have no rank metadata (a
+flex-start group: its resize request names the VMs itself) a node rank of its own: the
+first of `<prefix>.ranks/0..NUM_NODES-1` it creates (`ifGenerationMatch=0`, as the run
+clock) holds its instance name, and a VM that finds its name in one already (a restart)
+keeps that rank; it prints the rank. Claims go in rank order, so `rank-host PREFIX 0`, the
+rank-0 VM's name (the rendezvous host), is there once any VM holds a rank.
 
 `end` and `alive` keep the run's records for the supervisor where the node launcher cannot
 (`trainstack.trainers.common.run_records`, whose names and record shapes these copy:
@@ -165,6 +174,51 @@ def run_started(uri: str) -> int:
     raise ValueError(f"no run start recorded at {uri}")
 
 
+RANKS_SUFFIX = ".ranks/"
+
+
+def _read_text(uri: str, auth: dict[str, str]) -> str | None:
+    try:
+        return _get(object_url(uri), auth).decode().strip()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            raise
+        return None
+
+
+def claim_rank(prefix: str, num_nodes: str, name: str) -> int:
+    """This VM's node rank under `prefix`: the rank whose claim holds `name` already, else
+    the lowest one still free, claimed for `name` (module docstring)."""
+    if not num_nodes.isdigit() or int(num_nodes) < 1 or not name:
+        raise ValueError(f"claim-rank needs a node count and a name, got {num_nodes!r} {name!r}")
+    auth = {"Authorization": f"Bearer {access_token()}"}
+    headers = {**auth, "Content-Type": "text/plain"}
+    for rank in range(int(num_nodes)):
+        uri = f"{prefix}{RANKS_SUFFIX}{rank}"
+        holder = _read_text(uri, auth)
+        if holder is None:
+            status = _send(upload_url(uri, if_absent=True), name.encode(), headers)
+            if status == 200:
+                return rank
+            if status != 412:  # 412: another VM claimed it first; read whose it is
+                raise ValueError(f"claiming rank {rank} at {uri} failed with HTTP {status}")
+            holder = _read_text(uri, auth)
+        if holder == name:
+            return rank
+    raise ValueError(f"every rank of {num_nodes} under {prefix}{RANKS_SUFFIX} is another VM's")
+
+
+def rank_host(prefix: str, rank: str) -> str:
+    """The instance name that claimed `rank` under `prefix`."""
+    if not rank.isdigit():
+        raise ValueError(f"rank {rank!r} is not a non-negative integer")
+    uri = f"{prefix}{RANKS_SUFFIX}{int(rank)}"
+    holder = _read_text(uri, {"Authorization": f"Bearer {access_token()}"})
+    if not holder:
+        raise ValueError(f"no VM has claimed {uri}")
+    return holder
+
+
 def _stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -285,7 +339,8 @@ def main(argv: list[str]) -> int:
         print(
             "usage: node_helper.py metadata PATH | download URI DEST | run-started URI | "
             "check-args ARGS... | log SEVERITY MESSAGE | end PREFIX STAGE NODE_RANK REASON | "
-            "alive PREFIX NODE_RANK STAGE"
+            "alive PREFIX NODE_RANK STAGE | claim-rank PREFIX NUM_NODES NAME | "
+            "rank-host PREFIX RANK"
         )
         return 3
     command, rest = argv[0], argv[1:]
@@ -304,6 +359,10 @@ def main(argv: list[str]) -> int:
             print(record_end(*rest))
         elif command == "alive" and len(rest) == 3:
             write_alive(*rest)
+        elif command == "claim-rank" and len(rest) == 3:
+            print(claim_rank(*rest))
+        elif command == "rank-host" and len(rest) == 2:
+            print(rank_host(*rest))
         else:
             print(f"trainstack-helper: bad usage: {' '.join(argv)}", file=sys.stderr)
             return 3

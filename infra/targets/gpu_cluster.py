@@ -25,10 +25,10 @@ from trainstack.components.a100_cluster.validate import (
     flex_start_problems,
 )
 from trainstack.components.catalog.batch import WorldSize, gpu_world_size
+from trainstack.components.catalog.gpu_fabric_gce import GCE_FLEX_START_WAIT
 from trainstack.components.catalog.gpu_families import (
     FLEX_START_DISCOUNT_NOTE,
     FLEX_START_MAX_HOURS,
-    FLEX_START_QUEUE_HOURS_GCE,
     FLEX_START_QUOTA_NOTE,
 )
 from trainstack.components.catalog.names import zone_in_region_problems
@@ -123,8 +123,7 @@ QUEUED_PROVISIONING_SOURCE: Final = (
 def flex_start_note(backend: str, hours: float | None, nodes: int = 1) -> str:
     """What a flex-start cluster may wait for and what it costs, in the plan's words."""
     wait = (
-        f"Compute Engine holds the request up to {FLEX_START_QUEUE_HOURS_GCE} h, then it "
-        "fails (frontier.md 5.2)"
+        GCE_FLEX_START_WAIT
         if backend == "gce"
         else "the node pool has no nodes until the training pods ask for them; GKE adds "
         "them when Dynamic Workload Scheduler finds the capacity, with no bound on the wait"

@@ -12,7 +12,6 @@ import pytest
 
 from tests.components.test_a100_cluster import _run
 from trainstack.components.a100_cluster.gke_fabric import PAUSE_IMAGE
-from trainstack.components.a100_cluster.validate import a100_cluster_problems
 
 NETWORK = "gcp:compute/network:Network"
 SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"
@@ -285,18 +284,3 @@ def test_a100_has_no_fabric() -> None:
     run = _run()
     assert [r.name for r in run.resources if r.type in (NETWORK, SUBNETWORK)] == []
     assert "datapathProvider" not in run.named("gpu-cluster").inputs
-
-
-def test_gce_refuses_the_fabric_machines() -> None:
-    machines = (("a3-megagpu-8g", "TCPXO"), ("a3-ultragpu-8g", "RDMA"), ("a4-highgpu-8g", "RDMA"))
-    for machine, fabric in machines:
-        section = {
-            "backend": "gce",
-            "machine_type": machine,
-            "node_count": 2,
-            "zone": "us-central1-b",
-        }
-        assert a100_cluster_problems(section, prefix="gpu_cluster.", shape_only=True) == [
-            f"gpu_cluster.backend: gce does not render the GPUDirect-{fabric} NICs {machine} "
-            "needs; valid: backend: gke"
-        ]

@@ -62,8 +62,15 @@ CASES = [
     ("reservation", _stack({"flex_start": True, "reservation": "r"}), [FLEX_RESERVATION]),
     (
         "gce no duration",
-        # A3 High: gce refuses A3 Mega (its TCPXO NICs are rendered on gke only).
-        _stack({"flex_start": True, "backend": "gce", "machine_type": "a3-highgpu-8g"}),
+        # A4: gce refuses A3 High and A3 Mega (their TCPX/TCPXO fabric is not rendered there).
+        _stack(
+            {
+                "flex_start": True,
+                "backend": "gce",
+                "machine_type": "a4-highgpu-8g",
+                "zone": "us-central1-b",
+            }
+        ),
         [GCE_NO_DURATION],
     ),
     (
@@ -88,7 +95,7 @@ def test_gke_flex_start_needs_no_duration() -> None:
 
 
 def test_component_says_the_same() -> None:
-    args = {**BASE, "machine_type": "a3-highgpu-8g", "zone": "us-central1-a", "spot": False}
+    args = {**BASE, "machine_type": "a4-highgpu-8g", "zone": "us-central1-b", "spot": False}
     args |= {"backend": "gce", "flex_start": True}
     assert a100_cluster_problems(args, prefix="") == [
         "max_run_seconds: required with gpu_cluster.flex_start on backend gce (Compute Engine "
@@ -137,7 +144,13 @@ def test_gke_flex_start_pool() -> None:
 
 
 def test_gce_flex_start_template() -> None:
-    run = _run(backend="gce", machine_type="a3-highgpu-8g", flex_start=True, max_run_seconds=86400)
+    run = _run(
+        backend="gce",
+        machine_type="a4-highgpu-8g",
+        zone="us-central1-b",
+        flex_start=True,
+        max_run_seconds=86400,
+    )
     [template] = run.of_type(TEMPLATE)
     assert template.inputs["scheduling"] == {
         "automaticRestart": False,
@@ -146,4 +159,4 @@ def test_gce_flex_start_template() -> None:
         "onHostMaintenance": "TERMINATE",
         "provisioningModel": "FLEX_START",
     }
-    assert template.inputs["machineType"] == "a3-highgpu-8g"
+    assert template.inputs["machineType"] == "a4-highgpu-8g"

@@ -14,6 +14,7 @@ IMAGE_BUILD = "pulumi-python:dynamic/cloudbuild:ImageBuild"
 
 DYNAMIC_RESOURCES: dict[str, list[tuple[str, str]]] = {
     "stacks/dev-a100-gke": [],
+    "stacks/dev-b200-gce": [],
     "stacks/dev-h100-gke": [],
     "stacks/dev-tpu-v5e": [],
     "stacks/dev-tpu-v6e-gke": [],

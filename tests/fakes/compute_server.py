@@ -50,6 +50,24 @@ or the newest names dropped). What changes the group, and how:
   update", https://cloud.google.com/compute/docs/instance-groups/preserved-state).
 - `delete` removes the group "and all of the instances in that group" (discovery).
 
+Resize requests (`instanceGroupManagerResizeRequests`: `insert`, `get`, `cancel`,
+`delete`), as the discovery document and Google's page describe them ("CREATING: Compute
+Engine received the resize request, the MIG's target size increases by the number of VMs
+specified in the request, and the MIG creates managed instances that are in a CREATING
+state", then ACCEPTED while Dynamic Workload Scheduler looks for the capacity,
+https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig):
+
+- `insert` with `resizeBy` adds that many auto-named VMs, listed with `currentAction`
+  CREATING and no `instanceStatus` ("The name always exists even if the instance has not yet
+  been created", discovery `ManagedInstance.name`), no per-instance config, and leaves the
+  request ACCEPTED; `fulfil` is Dynamic Workload Scheduler finding the capacity: the VMs
+  run and the request is SUCCEEDED. `instances` (named VMs) is not modelled (501).
+- `delete` "Deletes the specified, inactive resize request. Requests that are still active
+  cannot be deleted. Deleting request does not delete instances that were provisioned
+  previously" (discovery): an ACCEPTED one answers 400, the VMs of a SUCCEEDED one stay.
+- `cancel` "is only possible for requests that are accepted in the queue" (discovery); what it
+  does to the CREATING instances and the target size is in no source read here: 501.
+
 A VM's per-instance config goes with the VM when `deleteInstances` deletes it: the provider
 deletes a config with `remove_instance_on_destroy` by `deleteInstances` alone, and its
 acceptance test then finds the config gone from `listPerInstanceConfigs`
@@ -89,6 +107,10 @@ _INSTANCE_URL = re.compile(
 )
 """An instance in a deleteInstances body: "a full URL or a partial URL, such as
 zones/[ZONE]/instances/[INSTANCE_NAME]" (discovery)."""
+_RESIZE = re.compile(
+    r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instanceGroupManagers/([^/]+)/resizeRequests"
+    r"(?:/([^/]+?)(?:/(cancel))?)?$"
+)
 _GROUP = re.compile(
     r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instanceGroupManagers(?:/([^/]+?)(?:/(\w+))?)?$"
 )
@@ -118,6 +140,8 @@ class Member:
     """While being deleted: the reads of the group that still find it."""
     status: str = "RUNNING"
     """Its `instanceStatus` as `listManagedInstances` answers it (`preempt`: TERMINATED)."""
+    creating: bool = False
+    """A resize request's VM not created yet (`currentAction` CREATING, no `instanceStatus`)."""
 
 
 @dataclass
@@ -128,6 +152,8 @@ class _Group:
     """`targetSize` as the fake last set it (another value: the test set it itself)."""
     named: int = 0
     """Auto-named VMs so far (their four-character suffixes)."""
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Resize requests by name: the API's view plus `_members` (the VMs it asked for)."""
 
 
 class ComputeFakeServer(LocalServer):
@@ -197,6 +223,23 @@ class ComputeFakeServer(LocalServer):
                 )
                 assert status == 200, answer
 
+    def fulfil(self, key: str, request: str) -> None:
+        """Dynamic Workload Scheduler found the capacity of group `key`'s resize request
+        `request`: its VMs are created all at once and it is SUCCEEDED."""
+        with self._lock:
+            state = self._sync(key)
+            found = state.requests[request]
+            assert found["state"] == "ACCEPTED", found
+            for name in found["_members"]:
+                state.members[name].creating = False
+            found["state"] = "SUCCEEDED"
+
+    def resize_requests(self, key: str) -> dict[str, dict[str, Any]]:
+        """Group `key`'s resize requests as `get` answers them, by name."""
+        with self._lock:
+            state = self._sync(key)
+            return {n: _public(r) for n, r in state.requests.items()}
+
     def handle(self, method: str, raw_path: str, body: Any) -> tuple[int, Any] | None:
         split = urlsplit(raw_path)
         path = split.path
@@ -204,6 +247,9 @@ class ComputeFakeServer(LocalServer):
             self.requests.append((method, path))
             if self.denied is not None and method == "GET":
                 return 403, google_error(403, self.denied)
+            resize = _RESIZE.match(path)
+            if resize is not None:
+                return self._resize_request(method, resize.groups(), body)
             group = _GROUP.match(path)
             if group is not None:
                 return self._group(method, group.groups(), parse_qs(split.query), body)
@@ -247,6 +293,66 @@ class ComputeFakeServer(LocalServer):
         if handler is None:
             return 400, google_error(400, f"bad request {method} {name}/{verb or ''}")
         return handler()
+
+    def _resize_request(
+        self, method: str, parts: tuple[str | None, ...], body: Any
+    ) -> tuple[int, Any]:
+        project, zone, group, name, verb = parts
+        key = f"{project}/{zone}/{group}"
+        if key not in self.groups:
+            return 404, google_error(404, f"instance group manager {group} not found")
+        state = self._sync(key)
+        if name is None:
+            if method != "POST":
+                return 400, google_error(400, f"bad request {method} resizeRequests")
+            return self._insert_request(key, state, body)
+        found = state.requests.get(name)
+        if found is None:
+            return 404, google_error(404, f"resize request {name} not found")
+        if method == "GET" and verb is None:
+            return 200, _public(found)
+        if method == "POST" and verb == "cancel":
+            return 501, google_error(
+                501, "not modelled: what a cancel does to the CREATING VMs and the target size"
+            )
+        if method == "DELETE" and verb is None:
+            if found["state"] in ("CREATING", "ACCEPTED"):
+                return 400, google_error(400, f"resize request {name} is still active")
+            del state.requests[name]
+            return 200, _operation("deleteResizeRequest", key)
+        return 400, google_error(400, f"bad request {method} resizeRequests/{name}/{verb}")
+
+    def _insert_request(self, key: str, state: _Group, body: Any) -> tuple[int, Any]:
+        # The provider sends `zone` (output only in the schema) and its acceptance test
+        # creates requests that way (TestAccComputeResizeRequest_computeMigResizeRequestExample,
+        # resource_compute_resize_request_generated_test.go, `zone = "us-central1-a"`): the
+        # API ignores it.
+        body = {k: v for k, v in body.items() if k != "zone"}
+        problems = validate_body("compute.v1", "InstanceGroupManagerResizeRequest", body)
+        if problems:
+            return 400, google_error(400, "; ".join(problems))
+        name = body["name"]
+        if name in state.requests:
+            return 409, google_error(409, f"resize request {name} already exists")
+        if "instances" in body:
+            return 501, google_error(501, "not modelled: a resize request naming its instances")
+        count = int(body.get("resizeBy") or 0)
+        if count < 1:
+            return 400, google_error(400, "resizeBy: must be at least 1")
+        before = set(state.members)
+        for _ in range(count):
+            self._add_auto(key, state)
+        created = sorted(set(state.members) - before)
+        for member in created:
+            state.members[member].creating = True
+        self._set_size(key, state, int(self.groups[key].get("targetSize", 0)) + count)
+        state.requests[name] = {
+            **body,
+            "kind": "compute#instanceGroupManagerResizeRequest",
+            "state": "ACCEPTED",
+            "_members": created,
+        }
+        return 200, _operation("insertResizeRequest", key)
 
     # The group as the API keeps it.
 
@@ -422,8 +528,8 @@ class ComputeFakeServer(LocalServer):
                 "instance": f"https://www.googleapis.com/compute/v1/projects/{project}/zones/"
                 f"{zone}/instances/{m.name}",
                 "name": m.name,
-                "currentAction": "NONE" if m.deleting is None else "DELETING",
-                "instanceStatus": m.status,
+                "currentAction": _action(m),
+                **({} if m.creating else {"instanceStatus": m.status}),
                 "version": {"instanceTemplate": m.template},
                 "preservedStateFromConfig": {"metadata": m.metadata} if m.metadata else {},
             }
@@ -437,6 +543,16 @@ class ComputeFakeServer(LocalServer):
         state = self._read(key)
         items = [state.configs[n] for n in sorted(state.configs)]
         return 200, {"items": items} if items else {}
+
+
+def _action(member: Member) -> str:
+    if member.deleting is not None:
+        return "DELETING"
+    return "CREATING" if member.creating else "NONE"
+
+
+def _public(request: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in request.items() if not k.startswith("_")}
 
 
 def _operation(verb: str, key: str) -> dict[str, Any]:

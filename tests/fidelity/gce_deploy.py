@@ -27,6 +27,14 @@ google/services/compute/):
   `zones/<zone>/instances/<name>` and polls `listManagedInstances` filtered by the name
   until it is gone (stateful_mig_polling.go, PollCheckInstanceConfigInstanceDeleted).
 
+- resize request (flex-start), resource_compute_resize_request.go:
+  Create (resourceComputeResizeRequestCreate) POSTs `.../resizeRequests` with `name`,
+  `description`, `resizeBy`, `requestedRunDuration` {seconds} and `zone` as the relative
+  link `projects/<p>/zones/<z>` (expandComputeResizeRequestZone), then Reads it; Read GETs
+  it (a 404 drops it) and keeps `state`; Delete (resourceComputeResizeRequestDelete) POSTs
+  `.../cancel` first when the state last read is CREATING or ACCEPTED, then DELETEs it.
+  Every field is ForceNew.
+
 The engine: `refresh` Reads every resource and drops the ones gone; then, in registration
 order, a new resource is created, a changed one updated in place or, where a ForceNew field
 changed (the schemas' ForceNew, components/catalog/replace_on_change.py), replaced: deleted
@@ -70,9 +78,19 @@ from trainstack.infra.mocks import UNKNOWN, RecordedResource, run_program
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 GROUP = "gcp:compute/instanceGroupManager:InstanceGroupManager"
 CONFIG = "gcp:compute/perInstanceConfig:PerInstanceConfig"
+RESIZE = "gcp:compute/resizeRequest:ResizeRequest"
 REPLACE_ON = {
     GROUP: ("baseInstanceName", "name", "project", "zone"),
     CONFIG: ("instanceGroupManager", "name", "project", "zone"),
+    RESIZE: (
+        "description",
+        "instanceGroupManager",
+        "name",
+        "project",
+        "requestedRunDuration",
+        "resizeBy",
+        "zone",
+    ),
 }
 """The ForceNew fields the programs set (the two schemas)."""
 COMPUTED = {GROUP: ("targetSize",)}
@@ -122,10 +140,10 @@ class Deployed:
 
 
 def registered(config: Mapping[str, Any], stack: str = "prod-a100-gce") -> list[RecordedResource]:
-    """The template, group and per-instance configs the stack program registers for `config`
-    (a stack file's `config:`), in registration order."""
+    """The template, group, per-instance configs and resize request the stack program
+    registers for `config` (a stack file's `config:`), in registration order."""
     run = run_program(main_program, config=config, stack=stack)
-    return [r for r in run.resources if r.type in (TEMPLATE, GROUP, CONFIG)]
+    return [r for r in run.resources if r.type in (TEMPLATE, GROUP, CONFIG, RESIZE)]
 
 
 def template_link(inputs: Mapping[str, Any]) -> str:
@@ -177,6 +195,10 @@ class Provider:
     def _config_path(self, i: Mapping[str, Any], verb: str) -> str:
         return f"{self._group_path(i, i['instanceGroupManager'])}/{verb}"
 
+    def _request_path(self, i: Mapping[str, Any], name: str = "") -> str:
+        path = self._config_path(i, "resizeRequests")
+        return f"{path}/{name}" if name else path
+
     def create(self, type_: str, i: Mapping[str, Any]) -> dict[str, Any]:
         if type_ == GROUP:
             body = {
@@ -197,6 +219,15 @@ class Provider:
         elif type_ == CONFIG:
             entry = {"name": i["name"], "preservedState": i.get("preservedState") or {}}
             self._send("POST", self._config_path(i, "createInstances"), {"instances": [entry]})
+        elif type_ == RESIZE:
+            body = {
+                "name": i["name"],
+                "description": i.get("description"),
+                "resizeBy": int(i["resizeBy"]),
+                "requestedRunDuration": i["requestedRunDuration"],
+                "zone": f"projects/{i['project']}/zones/{i['zone']}",
+            }
+            self._send("POST", self._request_path(i), {k: v for k, v in body.items() if v})
         found = self.read(type_, i)
         assert found is not None, f"{type_} {i['name']} not found after its create"
         return found
@@ -218,6 +249,9 @@ class Provider:
         if type_ == GROUP:
             found = self._send("GET", self._group_path(i))
             return None if found is None else {"targetSize": int(found.get("targetSize", 0))}
+        if type_ == RESIZE:
+            request = self._send("GET", self._request_path(i, i["name"]))
+            return None if request is None else {"state": request.get("state")}
         listed = self._send("POST", self._config_path(i, "listPerInstanceConfigs")) or {}
         mine = [item for item in listed.get("items", []) if item.get("name") == i["name"]]
         return {"preservedState": mine[0].get("preservedState")} if mine else None
@@ -244,9 +278,16 @@ class Provider:
         assert found is not None
         return found
 
-    def delete(self, type_: str, i: Mapping[str, Any]) -> None:
+    def delete(
+        self, type_: str, i: Mapping[str, Any], outputs: Mapping[str, Any] | None = None
+    ) -> None:
+        """`outputs`: what the last Read left in the state (a resize request's `state`)."""
         if type_ == GROUP:
             self._send("DELETE", self._group_path(i))
+        elif type_ == RESIZE:
+            if (outputs or {}).get("state") in ("CREATING", "ACCEPTED"):
+                self._send("POST", self._request_path(i, i["name"]) + "/cancel")
+            self._send("DELETE", self._request_path(i, i["name"]))
         elif type_ == CONFIG:
             assert i.get("removeInstanceOnDestroy"), "deletePerInstanceConfigs is not modelled"
             vm = f"zones/{i['zone']}/instances/{i['name']}"
@@ -300,8 +341,10 @@ class Stack:
                     for name in reversed(list(self.state)):
                         if old.urn in self.state[name].dependencies:
                             dependent = self.state.pop(name)
-                            self.provider.delete(dependent.type, dependent.inputs)
-                    self.provider.delete(old.type, old.inputs)
+                            self.provider.delete(
+                                dependent.type, dependent.inputs, dependent.outputs
+                            )
+                    self.provider.delete(old.type, old.inputs, old.outputs)
                 else:
                     after.append(old)
                 del self.state[r.name]
@@ -318,7 +361,7 @@ class Stack:
                 links[TEMPLATE] = self.state[r.name].outputs["selfLinkUnique"]
         gone = [self.state.pop(n) for n in reversed(list(self.state)) if n not in wanted]
         for deployed in [*reversed(after), *gone]:
-            self.provider.delete(deployed.type, deployed.inputs)
+            self.provider.delete(deployed.type, deployed.inputs, deployed.outputs)
 
     def destroy(self, *, refresh: bool = False) -> None:
         """`pulumi destroy` (`refresh`: the project's option or `--refresh`): the deletes in
@@ -336,7 +379,7 @@ class Stack:
             for name in antichain:
                 deployed = self.state[name]
                 try:
-                    self.provider.delete(deployed.type, deployed.inputs)
+                    self.provider.delete(deployed.type, deployed.inputs, deployed.outputs)
                 except ProviderError as err:
                     refused[name] = err
                 else:

@@ -201,9 +201,17 @@ class Group:
         storage: str,
         logging_endpoint: str,
         image: Image | None = None,
+        tools: Mapping[str, str] | None = None,
+        node_dirs: tuple[str, ...] = (),
+        rank_metadata: bool = True,
     ) -> None:
-        """`image`: the image built for another group of the same plan, reused."""
+        """`image`: the image built for another group of the same plan, reused. `tools`:
+        further programs of the image on the VMs' PATH, by name (their text); `node_dirs`:
+        folders of the VM's disk besides /var/lib (each a fresh one per boot);
+        `rank_metadata`: whether each VM has its rank attribute (a flex-start group's
+        resize request gives none)."""
         self.root, self.planned = root, planned
+        self.node_dirs = node_dirs
         self.storage, self.logging_endpoint = storage, logging_endpoint
         root.mkdir(parents=True, exist_ok=True)
         buckets = [planned.staging_bucket, planned.checkpoint_bucket]
@@ -217,6 +225,7 @@ class Group:
                 "systemd-run",
                 SYSTEMD_RUN.format(python=sys.executable, restart_sec=SHIM_RESTART_SEC),
             ),
+            *(tools or {}).items(),
         ):
             (self.systemd / prog).write_text(text)
             (self.systemd / prog).chmod(0o755)
@@ -225,7 +234,11 @@ class Group:
         self.metadata = [
             MetadataFake(
                 {
-                    f"instance/attributes/{NODE_RANK_ATTRIBUTE}": str(rank),
+                    **(
+                        {f"instance/attributes/{NODE_RANK_ATTRIBUTE}": str(rank)}
+                        if rank_metadata
+                        else {}
+                    ),
                     **vm_values(str(1000 + rank), name, planned.zone, planned.project),
                 }
             ).__enter__()
@@ -248,8 +261,9 @@ class Group:
         disk under /var/lib, by relative path, as an earlier start left them)."""
         self.boots += 1
         disk = self.root / f"vm-{rank}-boot-{self.boots}"
-        for directory in ("var-lib", "tmp"):
-            (disk / directory).mkdir(parents=True)
+        folders = {path: disk / path.strip("/").replace("/", "-") for path in self.node_dirs}
+        for directory in (disk / "var-lib", disk / "tmp", *folders.values()):
+            directory.mkdir(parents=True)
         for path, text in (var_lib or {}).items():
             (disk / "var-lib" / path).parent.mkdir(parents=True, exist_ok=True)
             (disk / "var-lib" / path).write_text(text)
@@ -274,7 +288,7 @@ class Group:
             hostname=self.planned.names[rank],
             hosts=self.hosts,
             log_path=disk / "console.log",
-            binds={disk / "var-lib": "/var/lib"},
+            binds={disk / "var-lib": "/var/lib", **{d: p for p, d in folders.items()}},
         )
 
 

@@ -16,6 +16,7 @@ def test_the_docstring_names_the_targets_whose_plans_set_it() -> None:
     )
     assert setting == [
         "dev-a100-gke",
+        "dev-b200-gce",
         "dev-h100-gke",
         "dev-vertex-hpt",
         "prod-a100-gce",

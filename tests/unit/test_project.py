@@ -88,6 +88,7 @@ def test_this_repository_is_a_project_with_its_stacks_in_stacks() -> None:
     # The bundled stacks, then the your-own-code examples (tpu-own-bucket is a program).
     assert example_names() == [
         "dev-a100-gke",
+        "dev-b200-gce",
         "dev-h100-gke",
         "dev-tpu-v5e",
         "dev-tpu-v6e-gke",
