@@ -159,7 +159,7 @@ def test_flex_start_pool_placement_defaults_by_family(machine: str, placement: A
 
 def test_gce_flex_start_keeps_its_placement_policy() -> None:
     # No Google source refuses compact placement to Compute Engine flex-start VMs.
-    run = _run("a3-highgpu-8g", backend="gce", flex_start=True, max_run_seconds=3600)
+    run = _run("a4-highgpu-8g", backend="gce", flex_start=True, max_run_seconds=3600)
     assert [r.inputs["name"] for r in run.of_type(POLICY)] == ["exp-42-a100-placement"]
 
 
