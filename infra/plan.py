@@ -200,6 +200,8 @@ def plan_resources(recorded: Iterable[RecordedResource]) -> list[dict[str, Any]]
             # so a pull request that drops a prod bucket's protection says so in its diff.
             **({"protect": True} if r.protect else {}),
             **({"retainOnDelete": True} if r.retain_on_delete else {}),
+            # What a change of replaces it whatever the provider says (plan_replace.classify).
+            **({"replaceOnChanges": list(r.replace_on_changes)} if r.replace_on_changes else {}),
             # Only for an input that carries a `secure:` value: see RecordedResource.
             **({"secret_digests": r.secret_digests} if r.secret_digests else {}),
             **({"secure_inputs": list(r.secure_inputs)} if r.secure_inputs else {}),

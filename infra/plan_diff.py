@@ -364,7 +364,9 @@ def _stack_sections(
             paths = [
                 p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
             ]
-            verdict = classify(b["type"], a["inputs"], b["inputs"], paths)
+            verdict = classify(
+                b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
+            )
             changed.append((a, b, fa, fb, paths, verdict))
     replaced = sum(1 for *_, v in changed if v.action == "replace")
     updated = sum(1 for *_, v in changed if v.action in ("change", "change (may replace)"))
