@@ -21,6 +21,7 @@ registered output `facts`:
         "after_stop": [{...}],          # what bills after that stop (`StillBilling`'s fields)
         "status": {...},                # where its state is read (target-specific)
         "logs": {...},                  # which Cloud Logging entries are its trainer's
+        "code": {...},                  # given your code: the plan's "Your code" entry
     }
 
 `trainstack plan|plan-diff|quota --program DIR --stack NAME` run a program under mocks and add
@@ -85,8 +86,10 @@ def make_facts(
     after_stop: Sequence[Mapping[str, Any]] = (),
     status: Mapping[str, Any] | None = None,
     logs: Mapping[str, Any] | None = None,
+    code: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One component's facts (module docstring)."""
+    """One component's facts (module docstring); `code` only where the compute runs your
+    code (`trainstack.components.code_summary`)."""
     return {
         FACTS_KEY: FACTS_VERSION,
         "component": component,
@@ -108,6 +111,7 @@ def make_facts(
         "after_stop": [dict(item) for item in after_stop],
         "status": dict(status or {}),
         "logs": dict(logs or {}),
+        **({"code": dict(code)} if code is not None else {}),
     }
 
 

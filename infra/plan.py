@@ -420,14 +420,22 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
         console.print(totals)
 
     if plan.get("code"):
-        table = value_table("Your code", ("field", "value"))
-        for row in code_rows(plan["code"]):
-            table.add_row(*(escape(value) for value in row))
-        console.print(table)
+        console.print(code_table("Your code", plan["code"]))
+    # A program's: one per compute component given your code (`program_plan`).
+    for name, code in plan.get("code_by_component", {}).items():
+        console.print(code_table(f"Your code: {name}", code))
     if "quota" in plan:
         console.print(quota_table(plan["quota"]))
     for note in plan.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(note)}")
+
+
+def code_table(title: str, code: Mapping[str, Any]) -> Table:
+    """The plan's "Your code" table of a `code` entry (`trainstack.infra.code_plan`)."""
+    table = value_table(title, ("field", "value"))
+    for row in code_rows(code):
+        table.add_row(*(escape(value) for value in row))
+    return table
 
 
 def quota_table(needs: Iterable[Mapping[str, Any]]) -> Table:
