@@ -1,7 +1,7 @@
 """What a compute component tells trainstack's CLI about itself: its `facts`.
 
-Every compute component (`TpuPodSlice`, `A100Cluster`), the `RunSupervisor` and the
-`QuotaGuard` computes, from
+Every compute component (`TpuPodSlice`, `TpuGkeSlices`, `A100Cluster`, `VertexTrainingJob`,
+`LocalTrainingJob`), the `RunSupervisor` and the `QuotaGuard` computes, from
 its own arguments alone, one JSON-able dict and keeps it as its `facts` attribute and its
 registered output `facts`:
 
@@ -9,7 +9,7 @@ registered output `facts`:
         "trainstack_facts": 1,          # FACTS_VERSION: the shape of this dict
         "component": "TpuPodSlice",     # the component's class
         "name": "acme-tpu",             # its Pulumi name (compute; `status --component NAME`)
-        "target": "tpu",                # tpu | gke | gce | supervisor
+        "target": "tpu",                # tpu | tpu_gke | gke | gce | vertex | local | supervisor
         "tpu_chips": 16, "gpus": 0, "machines": 4,
         "hourly_usd": 7.68,             # catalog list price, unrounded (spot when spot)
         "quota": [{"service", "quota_id", "dimensions", "needed", "verified"}, ...],
@@ -197,11 +197,20 @@ SUPERVISOR_STOPS: Final = {
     "tpu": "the Cloud TPU API has no run limit, so the supervisor then deletes the slice",
     "gke": "then the supervisor sets the GPU node pool to 0 nodes",
     "gce": "then the supervisor deletes the instance group's VMs",
+    "tpu_gke": (
+        "the run supervisor asks the trainer to save and stop at that time after its first "
+        "sight of the slices billing, then sets their node pools to 0 nodes"
+    ),
 }
 """What a run supervisor does to the compute of a `target` after its run limit."""
-KIND_TARGETS: Final = {"node": "tpu", "queued": "tpu", "mig": "gce", "node_pool": "gke"}
-"""The compute `target` a `RunSupervisor` of each kind stops (`node_pools`: `TpuGkeSlices`,
-which has no facts)."""
+KIND_TARGETS: Final = {
+    "node": "tpu",
+    "queued": "tpu",
+    "mig": "gce",
+    "node_pool": "gke",
+    "node_pools": "tpu_gke",
+}
+"""The compute `target` a `RunSupervisor` of each kind stops."""
 
 
 def run_limit_text(target: str, seconds: int) -> str:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from tests.unit.test_program_facts import COMMON, own_code_program
 from trainstack.components import LocalTrainingJob, UserCode, VertexTrainingJob
+from trainstack.components.tpu_gke_slices import TpuGkeSlices
 from trainstack.infra.cli import app
 from trainstack.infra.code_plan import code_summary
 from trainstack.infra.config import load_stack_config
@@ -174,6 +175,20 @@ VERTEX = {
     "package_uri": "gs://staging/code.tar.gz",
     "data_url": "gs://data",
 }
+TPU_GKE = {
+    "project": "p",
+    "zone": "us-east5-b",
+    "deployment_name": "exp",
+    "accelerator_type": "v6e-16",
+    "slices": 2,
+    "package_uri": "gs://staging/code.tar.gz",
+    "checkpoint_url": "gs://ckpt",
+    "data_url": "gs://data",
+    "network_self_link": "projects/p/global/networks/n",
+    "subnetwork_self_link": "projects/p/regions/us-east5/subnetworks/s",
+    "node_tag": "exp-node",
+    "service_account_email": "sa@p.iam.gserviceaccount.com",
+}
 CASES = {
     # component, its arguments but `code`, the stack's section with the same compute
     "vertex": (
@@ -182,6 +197,18 @@ CASES = {
         {"vertex": {"machine_type": "a2-highgpu-8g", "replica_count": 2}},
     ),
     "local": (LocalTrainingJob, {"workers": 2}, {"local": {"workers": 2}}),
+    "tpu_gke": (
+        TpuGkeSlices,
+        TPU_GKE,
+        {
+            "tpu": {
+                "backend": "gke",
+                "accelerator_type": "v6e-16",
+                "zone": "us-east5-b",
+                "slices": 2,
+            }
+        },
+    ),
 }
 
 
