@@ -249,7 +249,7 @@ class LocalTrainingJob(pulumi.ComponentResource):
         self.resumed_from = self.run.resumed_from
         self.run_name = cfg.run_name
         # What `plan --program` adds up: this machine's workers, nothing billed, no quota.
-        code = args.get(CODE_KEY)
+        given: UserCode | None = args.get(CODE_KEY)
         self.facts: dict[str, Any] = make_facts(
             "LocalTrainingJob",
             "local",
@@ -257,9 +257,9 @@ class LocalTrainingJob(pulumi.ComponentResource):
             status={"root": args["root"], "run_name": cfg.run_name},
             logs={"workers": args["workers"]},
             code=None
-            if code is None
+            if given is None
             else component_code_summary(
-                code,
+                given,
                 "LocalTrainingJob",
                 default_launcher=LOCAL_CODE.default_launcher,
                 runs_on=LOCAL_RUNS_ON,
