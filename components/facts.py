@@ -1,7 +1,7 @@
 """What a compute component tells trainstack's CLI about itself: its `facts`.
 
-Every compute component (`TpuPodSlice`, `A100Cluster`), the `RunSupervisor` and the
-`QuotaGuard` computes, from
+Every compute component (`TpuPodSlice`, `TpuGkeSlices`, `A100Cluster`, `VertexTrainingJob`,
+`LocalTrainingJob`), the `RunSupervisor` and the `QuotaGuard` computes, from
 its own arguments alone, one JSON-able dict and keeps it as its `facts` attribute and its
 registered output `facts`:
 
@@ -9,7 +9,7 @@ registered output `facts`:
         "trainstack_facts": 1,          # FACTS_VERSION: the shape of this dict
         "component": "TpuPodSlice",     # the component's class
         "name": "acme-tpu",             # its Pulumi name (compute; `status --component NAME`)
-        "target": "tpu",                # tpu | gke | gce | supervisor
+        "target": "tpu",                # tpu | tpu_gke | gke | gce | vertex | local | supervisor
         "tpu_chips": 16, "gpus": 0, "machines": 4,
         "hourly_usd": 7.68,             # catalog list price, unrounded (spot when spot)
         "quota": [{"service", "quota_id", "dimensions", "needed", "verified"}, ...],
@@ -21,6 +21,7 @@ registered output `facts`:
         "after_stop": [{...}],          # what bills after that stop (`StillBilling`'s fields)
         "status": {...},                # where its state is read (target-specific)
         "logs": {...},                  # which Cloud Logging entries are its trainer's
+        "code": {...},                  # given your code: the plan's "Your code" entry
     }
 
 `trainstack plan|plan-diff|quota --program DIR --stack NAME` run a program under mocks and add
@@ -85,8 +86,10 @@ def make_facts(
     after_stop: Sequence[Mapping[str, Any]] = (),
     status: Mapping[str, Any] | None = None,
     logs: Mapping[str, Any] | None = None,
+    code: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One component's facts (module docstring)."""
+    """One component's facts (module docstring); `code` only where the compute runs your
+    code (`trainstack.components.code_summary`)."""
     return {
         FACTS_KEY: FACTS_VERSION,
         "component": component,
@@ -108,6 +111,7 @@ def make_facts(
         "after_stop": [dict(item) for item in after_stop],
         "status": dict(status or {}),
         "logs": dict(logs or {}),
+        **({"code": dict(code)} if code is not None else {}),
     }
 
 
@@ -199,11 +203,20 @@ SUPERVISOR_STOPS: Final = {
     "tpu": "the Cloud TPU API has no run limit, so the supervisor then deletes the slice",
     "gke": "then the supervisor sets the GPU node pool to 0 nodes",
     "gce": "then the supervisor deletes the instance group's VMs",
+    "tpu_gke": (
+        "the run supervisor asks the trainer to save and stop at that time after its first "
+        "sight of the slices billing, then sets their node pools to 0 nodes"
+    ),
 }
 """What a run supervisor does to the compute of a `target` after its run limit."""
-KIND_TARGETS: Final = {"node": "tpu", "queued": "tpu", "mig": "gce", "node_pool": "gke"}
-"""The compute `target` a `RunSupervisor` of each kind stops (`node_pools`: `TpuGkeSlices`,
-which has no facts)."""
+KIND_TARGETS: Final = {
+    "node": "tpu",
+    "queued": "tpu",
+    "mig": "gce",
+    "node_pool": "gke",
+    "node_pools": "tpu_gke",
+}
+"""The compute `target` a `RunSupervisor` of each kind stops."""
 
 
 def run_limit_text(target: str, seconds: int, flex_start: bool = False) -> str:

@@ -46,6 +46,7 @@ from pydantic import ValidationError
 from trainstack.components._args import check_args, component_check
 from trainstack.components._code_files import code_files, source_problems
 from trainstack.components._local_provider import LocalRun, LocalRunProvider
+from trainstack.components.code_summary import LOCAL_RUNS_ON, NODE_ENV, component_code_summary
 from trainstack.components.facts import make_facts
 from trainstack.components.naming import labels_input
 from trainstack.components.user_code import CODE_KEY, UserCode
@@ -248,12 +249,24 @@ class LocalTrainingJob(pulumi.ComponentResource):
         self.resumed_from = self.run.resumed_from
         self.run_name = cfg.run_name
         # What `plan --program` adds up: this machine's workers, nothing billed, no quota.
+        given: UserCode | None = args.get(CODE_KEY)
         self.facts: dict[str, Any] = make_facts(
             "LocalTrainingJob",
             "local",
             machines=args["workers"],
             status={"root": args["root"], "run_name": cfg.run_name},
             logs={"workers": args["workers"]},
+            code=None
+            if given is None
+            else component_code_summary(
+                given,
+                "LocalTrainingJob",
+                default_launcher=LOCAL_CODE.default_launcher,
+                runs_on=LOCAL_RUNS_ON,
+                world_size=args["workers"],
+                node_env=NODE_ENV,
+                base_dir=base_dir,
+            ),
         )
         self.register_outputs(
             {

@@ -1,18 +1,39 @@
 """TPU slices as GKE node pools running your code as a JobSet (`tpu.backend: gke`).
 
+    from trainstack.components import TrainerPackage, UserCode
     from trainstack.components.tpu_gke_slices import TpuGkeSlices
 
+    code = UserCode(
+        source="train",                                  # a folder beside Pulumi.yaml
+        image="us-docker.pkg.dev/my-project/jax/tpu:1",  # with jax[tpu] and python3
+        entrypoint=["python", "train.py"],
+    )
+    package = TrainerPackage("exp-42-code", {"staging_bucket": buckets.staging_bucket, "code": code})
     tpu = TpuGkeSlices(
         "exp-42-tpu",
         {
             "project": "my-project", "zone": "us-east5-b", "deployment_name": "exp-42",
             "accelerator_type": "v6e-16", "slices": 2, "provisioning": "spot",
-            "image": "us-docker.pkg.dev/my-project/jax/tpu:1",
-            "node_args": node_args, "package_uri": package.uri,
-            "network_self_link": ..., "subnetwork_self_link": ..., "node_tag": ...,
+            "environment": "dev",  # the `environment` label the policy pack requires
+            "code": code, "package_uri": package.uri, "package": package,
+            "checkpoint_url": buckets.checkpoint_url, "data_url": buckets.data_url,
+            "network_self_link": net.network_self_link,
+            "subnetwork_self_link": net.subnetwork_self_link, "node_tag": net.node_tag,
             "service_account_email": identity.service_account_email,
         },
     )
+    pulumi.export("tpu", tpu.facts)             # what `trainstack status --program` reads
+    pulumi.export("kubeconfig", tpu.kubeconfig)
+
+`code` runs your code in its image on every TPU VM (one pod each) with the node launcher
+(launcher node only), checked as `trainstack:trainer` is, with the run contract's folders in
+the buckets given (`trainstack.components.user_code`); a stack gives the launcher's
+arguments as `node_args` and the image as `image` instead. `environment` adds the
+`environment` label (`accelerators-labelled`) to the nodes and the JobSet, and with `prod`
+gives the cluster deletion protection. Its `facts` are the totals, quota and notes
+`trainstack plan --program` shows (the stack target's own functions,
+`trainstack.components.tpu_gke_facts`); a `RunSupervisor` of kind `node_pools` (from
+`supervised_slices`) stops it.
 
 What it creates: the GKE cluster and its system node pool that the GPU backend builds
 (`trainstack.components.a100_cluster.gke`: `gke_cluster`, `gke_system_pool`,
@@ -49,6 +70,8 @@ from trainstack.components._tpu_jobset import (
 )
 from trainstack.components.a100_cluster._common import (
     CLOUD_PLATFORM_SCOPE,
+    DEFAULT_ENVIRONMENT,
+    ENVIRONMENTS,
     KUBERNETES_VERSION,
     RESERVATION_KEY,
 )
@@ -83,14 +106,22 @@ from trainstack.components.catalog.tpu_gke import (
     tpu_slices_problems,
 )
 from trainstack.components.catalog.tpu_rules import named_slice
+from trainstack.components.code_summary import (
+    MEGASCALE_ENV,
+    TPU_WORKER_ENV,
+    component_code_summary,
+)
+from trainstack.components.facts import checkpoint_dir_of, deployed_facts
 from trainstack.components.gpu_startup import pod_run_env
-from trainstack.components.naming import gcp_name, labels_input
+from trainstack.components.naming import environment_labels, gcp_name, labels_input
+from trainstack.components.tpu_gke_facts import JOBSET_NAMESPACE, tpu_gke_slices_facts
 from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
+from trainstack.components.user_code import CodeRules, UserCode, args_with_code
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 TOKEN: Final = "trainstack:tpu:TpuGkeSlices"
 COMPONENT_LABEL: Final = "tpu-gke-slices"
-NAMESPACE: Final = "default"
+NAMESPACE: Final = JOBSET_NAMESPACE
 WORKLOAD_IDENTITY_ROLE: Final = "roles/iam.workloadIdentityUser"
 WORKLOAD_IDENTITY_ANNOTATION: Final = "iam.gke.io/gcp-service-account"
 POOL_PREFIX: Final = "tpu-"
@@ -118,16 +149,34 @@ class TpuGkeSlicesArgs(TypedDict):
     lists, `catalog.tpu_gke.FLEX_START_ZONES`)."""
     reservation: NotRequired[str]
     """reserved only: the reservation to consume (default: any matching one)."""
-    image: str
-    """Container image with a TPU framework (jax[tpu]) and python3 your code runs in."""
-    node_args: pulumi.Input[Sequence[str]]
-    """Your code: `python -m trainstack.trainers.node` arguments, run in every pod."""
+    image: NotRequired[str]
+    """Container image with a TPU framework (jax[tpu]) and python3 your code runs in;
+    default `code`'s `image` (required one way or the other)."""
+    node_args: NotRequired[pulumi.Input[Sequence[str]]]
+    """Your code as `python -m trainstack.trainers.node` arguments, run in every pod (a
+    stack's `trainstack.infra.compose.user_code_node_args`); a program gives `code`
+    instead. Required unless `code` is given."""
+    code: NotRequired[UserCode]
+    """Your own code (`trainstack.components.UserCode`), run in every pod with the node
+    launcher (launcher node only), checked as `trainstack:trainer` is; its `image` is the
+    pods' unless `image` is given. Needs `checkpoint_url` and `data_url` (the run
+    contract's folders); give its `TrainerPackage` as `package`, checked to hold it."""
+    package: NotRequired[Any]
+    """With `code`: the `TrainerPackage` built with the same `code` (`package_uri` its
+    `uri`), checked to hold that code and its requirements."""
+    data_url: NotRequired[pulumi.Input[str]]
+    """With `code`: the data bucket's URL (`TrainingBuckets.data_url`), TRAINSTACK_DATA_DIR."""
+    run_name: NotRequired[str]
+    """With `code`: the run's name (its checkpoint folder, TRAINSTACK_RUN_NAME); default
+    `deployment_name`."""
     secret_env_names: NotRequired[Sequence[str]]
     """The `--env` names of `node_args` whose values are secrets: no run key hashes them."""
     package_uri: pulumi.Input[str]
     """gs:// URI of the trainer sdist the pods install (`TrainerPackage.uri`)."""
     checkpoint_url: NotRequired[pulumi.Input[str]]
-    """gs:// URL of the checkpoint bucket: the run's records go beside the checkpoints."""
+    """gs:// URL of the checkpoint bucket (`TrainingBuckets.checkpoint_url`): the run's
+    records go beside the checkpoints; with `code`, its run contract's checkpoint and output
+    folders too."""
     network_self_link: pulumi.Input[str]
     subnetwork_self_link: pulumi.Input[str]
     node_tag: pulumi.Input[str]
@@ -136,7 +185,8 @@ class TpuGkeSlicesArgs(TypedDict):
     """The nodes' account and, through Workload Identity, the pods'."""
     master_authorized_cidrs: NotRequired[Sequence[str]]
     environment: NotRequired[str]
-    """prod: the cluster has deletion protection."""
+    """dev, staging or prod: the `environment` label on the nodes and the JobSet (the policy
+    pack's `accelerators-labelled` requires it); prod: the cluster has deletion protection."""
     max_restarts: NotRequired[int]
     """Whole-set restarts on preemption or host maintenance (default 10)."""
     max_run_seconds: NotRequired[int]
@@ -169,12 +219,31 @@ def tpu_gke_slices_problems(args: Mapping[str, Any], prefix: str = "") -> list[s
         problems += version_floor_problems(
             version, f"{p}kubernetes_version", [(TPU_FLEX_START_VERSION, why)]
         )
+    environment = args.get("environment", DEFAULT_ENVIRONMENT)
+    if environment not in ENVIRONMENTS:
+        problems.append(
+            f"{p}environment: {environment!r} is not allowed; valid: {', '.join(ENVIRONMENTS)}"
+        )
     max_run = args.get("max_run_seconds")
     if max_run is not None and (
         isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1
     ):
         problems.append(f"{p}max_run_seconds: got {max_run!r}; valid: an integer >= 1")
     return problems
+
+
+TPU_GKE_CODE: Final = CodeRules(
+    "tpu", launchers=("node",), default_launcher="node", runs_image=True, pulumi_secrets=True
+)
+"""What your code may use on GKE TPU slices: the node launcher only (one process per TPU VM
+drives its chips), an image (the `tpu_gke` target's own `code_rules`)."""
+
+
+def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`args` with `code` as what the pods run: `node_args` with the run contract's folders
+    in `checkpoint_url` / `data_url`, the code's `image` unless `image` is given. ValueError,
+    one line per problem, when the code does not fit (`trainstack:trainer`'s rules here)."""
+    return args_with_code(args, TPU_GKE_CODE, args["deployment_name"], image_key="image")
 
 
 def _validate(args: Mapping[str, Any]) -> TpuSlice:
@@ -266,13 +335,34 @@ class TpuGkeSlices(pulumi.ComponentResource):
     pools: list[container.NodePool]
     jobset: k8s.apiextensions.CustomResource
     dashboard_scope: DashboardScope
+    facts: dict[str, Any]
+    """What `trainstack plan|plan-diff|quota|status|logs --program` read from these slices
+    (`trainstack.components.facts`; also a registered output): chips, TPU VMs and the system
+    node, $/hour at list price (spot price when spot; the cluster fee and system node
+    included), the quota checked (the system node's vCPUs), its plan notes, where its state
+    is read (`status`: cluster, namespace and JobSet) and its pods' Cloud Logging scope
+    (`logs`), and with `code` the plan's "Your code" entry. Export it, and the kubeconfig, to
+    read a deployed program's status: `pulumi.export("tpu", tpu.facts)`. Plain values but
+    `status` and `logs`, Outputs known once deployed
+    (`trainstack.components.facts.deployed_facts`)."""
 
     def __init__(
         self, name: str, args: TpuGkeSlicesArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TpuGkeSlices", TpuGkeSlicesArgs, args)
+        code = args.get("code")
+        # Your code (`code`) becomes the node launcher's arguments and the image, checked first.
+        args = component_check("TpuGkeSlices", with_code, args)  # type: ignore[assignment]
+        if "environment" in args:
+            # The label the policy pack requires on TPU machines (`accelerators-labelled`),
+            # on the nodes and the JobSet alike.
+            env_labels = component_check(
+                "TpuGkeSlices", environment_labels, args.get("labels"), args["environment"]
+            )
+            args = {**args, "labels": env_labels}
         found = component_check("TpuGkeSlices", _validate, args)
         labels = component_check("TpuGkeSlices", labels_input, args.get("labels"), COMPONENT_LABEL)
+        code_entry = None if code is None else slices_code(code, args, found)
         super().__init__(TOKEN, name, None, opts)
         project = pulumi.Output.from_input(args["project"])
         zone = args["zone"]
@@ -412,8 +502,17 @@ class TpuGkeSlices(pulumi.ComponentResource):
             "log_filter": log_filter,
             "resource_filter": resource_filter,
         }
+        checkpoint_dir = pulumi.Output.from_input(args["node_args"]).apply(checkpoint_dir_of)
+        stack = pulumi.get_stack()
+        self.facts = deployed_facts(
+            lambda v: tpu_gke_slices_facts(found, plain, stack, v, name, code_entry),
+            [project, self.cluster_name, self.jobset_name, checkpoint_dir],
+            ["", "", "", None],
+        )
         self.register_outputs(
             {
+                "facts": self.facts,
+                "kubeconfig": self.kubeconfig,
                 "cluster_name": self.cluster_name,
                 "jobset_name": self.jobset_name,
                 "node_pool_names": self.node_pool_names,
@@ -421,6 +520,20 @@ class TpuGkeSlices(pulumi.ComponentResource):
                 "hosts": self.hosts,
             }
         )
+
+
+def slices_code(code: UserCode, args: Mapping[str, Any], found: TpuSlice) -> dict[str, Any]:
+    """The plan's "Your code" entry of the slices' `code`: one node launcher per TPU VM, in
+    the pods' image (`trainstack.components.code_summary`)."""
+    slices = int(args.get("slices", 1))
+    return component_code_summary(
+        code,
+        "TpuGkeSlices",
+        default_launcher=TPU_GKE_CODE.default_launcher,
+        runs_on=str(args["image"]),
+        world_size=gke_vms(found) * slices,
+        node_env=[*TPU_WORKER_ENV, *(MEGASCALE_ENV if slices > 1 else ())],
+    )
 
 
 def _pod_env(
@@ -456,6 +569,7 @@ class SupervisedSlices(NamedTuple):
 def supervised_slices(args: TpuGkeSlicesArgs) -> SupervisedSlices:
     """What a `TpuGkeSlices` built from `args` bills for and its run supervisor stops, known
     before the component is registered (its supervisor comes first)."""
+    args = component_check("TpuGkeSlices", with_code, args)  # type: ignore[assignment]
     found = component_check("TpuGkeSlices", _validate, args)
     slices, hosts = int(args.get("slices", 1)), gke_vms(found) * int(args.get("slices", 1))
     name = gcp_name(args["deployment_name"], "tpu", max_len=CLUSTER_NAME_MAX)
@@ -482,6 +596,7 @@ def _run_record(manifest: Mapping[str, Any]) -> str:
 
 __all__ = [
     "REPLICATED_JOB",
+    "TPU_GKE_CODE",
     "SupervisedSlices",
     "TpuGkeSlices",
     "TpuGkeSlicesArgs",

@@ -82,6 +82,7 @@ from trainstack.components._args import check_args, component_check
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._tpu_args import (
     DEFAULT_TRAINER_MODULE,
+    TPU_CODE,
     DataDiskArgs,
     QueuedArgs,
     SlicePlan,
@@ -109,6 +110,11 @@ from trainstack.components._tpu_queued_provider import (
 )
 from trainstack.components.catalog.tpu import CLOUD_TPU_API_NOTE, TPU_ZONES_SOURCE
 from trainstack.components.catalog.tpu_runtimes import HARDWARE_SUFFIX_SOURCE, parse_tf_runtime
+from trainstack.components.code_summary import (
+    TPU_WORKER_ENV,
+    component_code_summary,
+    tpu_vm_runs_on,
+)
 from trainstack.components.facts import (
     checkpoint_dir_of,
     deployed_facts,
@@ -125,6 +131,7 @@ from trainstack.components.training_dashboard.targets import (
     tpu_filter_text,
     tpu_filters,
 )
+from trainstack.components.user_code import UserCode
 
 # `TpuPodSliceArgs` is defined beside its checks (`_tpu_args`), below the launch helpers
 # that read it too (`_tpu_launch`), so the three import in one direction.
@@ -171,10 +178,11 @@ def tpu_pod_slice_facts(
     reservation: str | None,
     values: Sequence[Any],
     name: str | None = None,
+    code: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A slice's facts (`trainstack.components.facts`), from its validated arguments
     (`values`: deployment name, project, slice name, checkpoint folder); `name`: the
-    component's Pulumi name."""
+    component's Pulumi name; `code`: the plan's entry for the `code` it runs (`slice_code`)."""
     deployment, project, slice_name, checkpoint_dir = values
     queued = gcp_name(deployment, "tpu-qr") if plan.provisioning == "queued" else None
     seconds = plan.max_run_seconds
@@ -206,6 +214,22 @@ def tpu_pod_slice_facts(
             "workers": plan.slice.hosts,
             "worker_label": "worker_id",
         },
+        code=code,
+    )
+
+
+def slice_code(code: UserCode | None, plan: SlicePlan) -> dict[str, Any] | None:
+    """The plan's "Your code" entry for the slice's `code` (None without): one node launcher
+    per TPU host, on the slice's runtime (`trainstack.components.code_summary`)."""
+    if code is None:
+        return None
+    return component_code_summary(
+        code,
+        "TpuPodSlice",
+        default_launcher=TPU_CODE.default_launcher,
+        runs_on=tpu_vm_runs_on(plan.runtime_version),
+        world_size=plan.slice.hosts,
+        node_env=TPU_WORKER_ENV,
     )
 
 
@@ -250,9 +274,11 @@ class TpuPodSlice(pulumi.ComponentResource):
         self, name: str, args: TpuPodSliceArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TpuPodSlice", TpuPodSliceArgs, args)
+        code = args.get("code")
         # Your code (`code`) becomes the node launcher's arguments, checked first.
         args = component_check("TpuPodSlice", with_code, args)  # type: ignore[assignment]
         plan = component_check("TpuPodSlice", validate_args, args)
+        code_entry = slice_code(code, plan)
         labels = component_check("TpuPodSlice", labels_input, args.get("labels"), COMPONENT_LABEL)
         deployment = args["deployment_name"]
         slice_name = name_input(gcp_name, deployment, "tpu")
@@ -299,7 +325,7 @@ class TpuPodSlice(pulumi.ComponentResource):
         }
         project = args["project"]
         self.facts = deployed_facts(
-            lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v, name),
+            lambda v: tpu_pod_slice_facts(plan, zone, args.get("reservation"), v, name, code_entry),
             [deployment, project, self.slice_name, self.checkpoint_dir],
             [deployment, "", "", ""],
         )

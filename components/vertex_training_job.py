@@ -133,6 +133,13 @@ from trainstack.components.catalog.vertex import (
     MeasurementSelectionType,
     ParameterType,
     ScaleType,
+    vertex_accelerators,
+)
+from trainstack.components.code_summary import (
+    GPU_NODE_ENV,
+    NODE_ENV,
+    component_code_summary,
+    launcher_world_size,
 )
 from trainstack.components.facts import (
     VERTEX_NO_TIMEOUT_NOTE,
@@ -371,10 +378,16 @@ def _check_image(args: Mapping[str, Any], reducers: int) -> None:
         pulumi.log.warn(problem)
 
 
-def vertex_job_facts(args: VertexTrainingJobArgs, reducers: int, project: str) -> dict[str, Any]:
+def vertex_job_facts(
+    args: VertexTrainingJobArgs,
+    reducers: int,
+    project: str,
+    code: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """A job's facts (`trainstack.components.facts`), from its validated arguments: the
-    sizing a stack's plan gives the same job. Its name is known only once Vertex created it
-    (its registered `job_name`; `trainstack status --job NAME` reads it)."""
+    sizing a stack's plan gives the same job; `code`: the plan's entry of its `code`
+    (`job_code`). Its name is known only once Vertex created it (its registered `job_name`;
+    `trainstack status --job NAME` reads it)."""
     machine_type, replicas = args["machine_type"], args["replica_count"]
     reducer = str(
         dict(args.get("reduction_server") or {}).get("machine_type", DEFAULT_REDUCER_MACHINE)
@@ -397,6 +410,24 @@ def vertex_job_facts(args: VertexTrainingJobArgs, reducers: int, project: str) -
         notes=notes,
         status={"project": project, "region": args["region"]},
         logs={"platform": "vertex", "workers": replicas},
+        code=code,
+    )
+
+
+def job_code(code: UserCode | None, args: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The plan's "Your code" entry of the job's `code` (None without): in the replicas'
+    image, one process per GPU under torchrun (`trainstack.components.code_summary`)."""
+    if code is None:
+        return None
+    gpus = vertex_accelerators(args["machine_type"])[1]
+    launcher = code.launcher_for(VERTEX_CODE.default_launcher)
+    return component_code_summary(
+        code,
+        "VertexTrainingJob",
+        default_launcher=VERTEX_CODE.default_launcher,
+        runs_on=replica_image(args)[0],
+        world_size=launcher_world_size(launcher, args["replica_count"], gpus),
+        node_env=GPU_NODE_ENV if gpus else NODE_ENV,
     )
 
 
@@ -424,6 +455,7 @@ class VertexTrainingJob(pulumi.ComponentResource):
         self, name: str, args: VertexTrainingJobArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("VertexTrainingJob", VertexTrainingJobArgs, args)
+        code = args.get("code")
         args = component_check(  # type: ignore[assignment]
             "VertexTrainingJob",
             args_with_code,
@@ -436,6 +468,7 @@ class VertexTrainingJob(pulumi.ComponentResource):
         )
         reducers = component_check("VertexTrainingJob", validate_args, args)
         component_check("VertexTrainingJob", _check_image, args, reducers)
+        code_entry = job_code(code, args)
         # Validates plain labels now (Outputs when they resolve) and merges trainstack's.
         labels = component_check(
             "VertexTrainingJob", labels_input, args.get("labels"), COMPONENT_LABEL
@@ -496,7 +529,7 @@ class VertexTrainingJob(pulumi.ComponentResource):
             "resource_filter": resource_filter,
         }
         self.facts = pulumi.Output.from_input(args["project"]).apply(
-            lambda project: vertex_job_facts(args, reducers, project)
+            lambda project: vertex_job_facts(args, reducers, project, code_entry)
         )
         self.register_outputs(
             {

@@ -1,57 +1,26 @@
 """What a plan says about your own code (`trainstack:trainer.entrypoint`).
 
-`code_summary` is the plan's `code` entry: the source folder and the sha256 of its packaged
-files (what decides whether a deployment relaunches), what is packaged (`files`: count, total
-bytes, the largest, the ignore file, what it and the default secret rules left out; see
-`trainstack.components.trainer_package.code_files`), the image, the entrypoint, the
-launcher the target runs it with and whether `trainer.launcher` chose it or the target's
-default did (`launcher_from`), the variables that launcher gives every process
-(`launcher_env`), the world size (processes that run it: machines x
-accelerators per machine under torchrun, machines / TPU hosts with launcher node, local
-workers either way), the requirements, the plain env and the secret_env names with the
-secrets they read (resource names only: values never reach a plan). `code_rows` is the
-same for the plan's table.
+`code_summary` is the plan's `code` entry (`trainstack.components.code_summary.code_summary`,
+which a compute component's `facts` carry for a program's plan too): the source folder and
+the sha256 of its packaged files, what is packaged, the image, the entrypoint, the launcher
+the target runs it with and whether `trainer.launcher` chose it or the target's default did
+(`launcher_from`), the variables that launcher gives every process (`launcher_env`), the world
+size (processes that run it: machines x accelerators per machine under torchrun, machines /
+TPU hosts with launcher node, local workers either way), the requirements, the plain env and
+the secret_env names with the secrets they read (resource names only: values never reach a
+plan). `code_rows` is the same for the plan's table, a stack's or each compute's of a
+program.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 
-from trainstack.components.trainer_package import code_files
+from trainstack.components.code_summary import code_summary as compute_code_summary
 from trainstack.infra.config import StackConfig
 from trainstack.infra.project import current_place
 from trainstack.infra.targets import target_of
-from trainstack.trainers.common.contract import RUN_CONTRACT_ENV
-from trainstack.trainers.common.user_code import UserCode, read_requirements, resolve_source
-
-TORCHRUN_ENV: Final = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
-"""What torchrun sets on each process it starts
-(https://pytorch.org/docs/stable/elastic/run.html, "Environment Variables")."""
-
-
-def world_size(cfg: StackConfig, code: UserCode) -> int:
-    """Processes that run `code` on the stack's target (`Target.code_world_size`)."""
-    return target_of(cfg).code_world_size(cfg, code)
-
-
-def launcher_env(cfg: StackConfig, code: UserCode) -> list[str]:
-    """The variables every process of `code` gets from its launcher on the stack's target:
-    the run contract, then the launcher's own (your `env` and `secret_env` come on top)."""
-    if code.launcher_for(target_of(cfg).default_launcher) == "torchrun":
-        return [*RUN_CONTRACT_ENV, *TORCHRUN_ENV]
-    return [*RUN_CONTRACT_ENV, *target_of(cfg).node_launcher_env(cfg)]
-
-
-def runs_on(cfg: StackConfig, code: UserCode) -> str:
-    """Where the code will run: the image (yours or the target's default) or the machine."""
-    return target_of(cfg).runs_on(cfg, code)
 
 
 def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
@@ -59,34 +28,20 @@ def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
     code = cfg.trainer.user_code
     if code is None:
         return None
-    digest = files = None
-    requirements: list[str] = []
-    if code.source is not None:
-        base_dir = current_place().base_dir
-        packaged = code_files(resolve_source(code.source, base_dir))
-        digest, files = packaged.sha256, packaged.summary()
-        if code.requirements is not None:
-            requirements = read_requirements(code, base_dir)
-    return {
-        "source": code.source,
-        "source_sha256": digest,
-        "files": files,
-        "image": code.image,
-        "runs_on": runs_on(cfg, code),
-        "entrypoint": list(code.entrypoint),
-        "launcher": code.launcher_for(target_of(cfg).default_launcher),
-        "launcher_from": (
-            "trainer.launcher" if code.launcher is not None else f"the default on {cfg.target}"
-        ),
-        "launcher_env": launcher_env(cfg, code),
-        "world_size": world_size(cfg, code),
-        "requirements": requirements,
-        "env": code.env,
-        "secret_env": code.secret_env,
-    }
+    target = target_of(cfg)
+    return compute_code_summary(
+        code,
+        default_launcher=target.default_launcher,
+        launcher_key="trainer.launcher",
+        default_on=cfg.target,
+        runs_on=target.runs_on(cfg, code),
+        world_size=target.code_world_size(cfg, code),
+        node_env=target.node_launcher_env(cfg),
+        base_dir=current_place().base_dir,
+    )
 
 
-def code_rows(code: dict[str, Any]) -> list[tuple[str, str]]:
+def code_rows(code: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The `code` entry as (field, value) rows for the plan's table."""
     digest = code["source_sha256"]
     rows = [
@@ -117,7 +72,7 @@ def _size(n: int) -> str:
     return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
-def _file_rows(files: dict[str, Any]) -> list[tuple[str, str]]:
+def _file_rows(files: Mapping[str, Any]) -> list[tuple[str, str]]:
     """What the package holds and what was left out, for the plan's table."""
     rule = f" (ignore file {files['ignore_file']})" if files["ignore_file"] else ""
     rows = [

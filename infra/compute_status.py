@@ -9,6 +9,8 @@ so both read the same APIs and print the same lines:
   node exists (`queuedResources.get`); its workers' entries by `worker_id` label;
 - a GKE Indexed Job: the Job and its pods (Kubernetes API, with the cluster's kubeconfig);
   its pods' entries by name, `<job>-<completion index>-<suffix>`;
+- a GKE TPU JobSet: the JobSet and its pods, likewise; its pods' entries by name,
+  `<jobset>-slice-<slice>-<pod>-<suffix>`;
 - a Compute Engine group's VMs (`instances.get`); their entries by instance name.
 
 Each returns `state`, `hosts`, `started`, `ended` (`trainstack.infra.status`).
@@ -196,6 +198,45 @@ def gke_log_filter(scope: str, job: str, nodes: int, worker: int | None, stack: 
     check_worker(worker, nodes, stack)
     # Indexed Job pods are `<job>-<completion index>-<suffix>`.
     pods = f"{job}-{worker}-" if worker is not None else f"{job}-"
+    return log_query("gke", f'{scope} AND resource.labels.pod_name=~"^{pods}"')
+
+
+def jobset_state(
+    kubeconfig: Callable[[], str],
+    name: str,
+    endpoints: Mapping[str, str],
+    namespace: str = K8S_NAMESPACE,
+) -> dict[str, Any]:
+    """A GKE TPU JobSet's state (`SUCCEEDED`, `FAILED`, `RUNNING` with pods, else `PENDING`)
+    and its pods (JobSet labels each pod with `jobset.sigs.k8s.io/jobset-name`)."""
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}"
+    status = kube_get(kubeconfig, endpoints, path).get("status", {})
+    pods = kube_get(
+        kubeconfig,
+        endpoints,
+        f"/api/v1/namespaces/{namespace}/pods"
+        f"?labelSelector=jobset.sigs.k8s.io%2Fjobset-name%3D{name}",
+    )
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions", [])}
+    if conditions.get("Completed") == "True":
+        state = "SUCCEEDED"
+    elif conditions.get("Failed") == "True":
+        state = "FAILED"
+    else:
+        state = "RUNNING" if pods.get("items") else "PENDING"
+    return {"state": state, "hosts": pod_hosts(pods), "started": None, "ended": None}
+
+
+def jobset_log_filter(
+    scope: str, name: str, vms: int, slices: int, worker: int | None, stack: str
+) -> str:
+    """The JobSet's pods' entries (`scope`: the cluster's), one TPU VM's with `worker`
+    (counted across slices, slice by slice: `vms` per slice)."""
+    check_worker(worker, vms * slices, stack)
+    # JobSet pods are `<jobset>-slice-<job index>-<pod index>-<suffix>`.
+    pods = f"{name}-slice-"
+    if worker is not None:
+        pods += f"{worker // vms}-{worker % vms}-"
     return log_query("gke", f'{scope} AND resource.labels.pod_name=~"^{pods}"')
 
 

@@ -3,7 +3,7 @@
 This is the engine behind `trainstack plan`, the component tests and the plan benchmark:
 the same program code that `pulumi up` runs registers its resources here against a mock
 monitor that records every registration (type, logical name, parent, inputs exactly as
-serialized, and the protect / retain-on-delete options), and answers invokes from a table.
+serialized, and the protect / retain-on-delete / replace-on-changes options), and answers invokes from a table.
 No credentials, no network, no Pulumi CLI.
 
 Each run owns the asyncio event loops it runs on and closes them before it returns. Pulumi's
@@ -208,6 +208,8 @@ class RecordedResource:
     secure_inputs: tuple[str, ...] = ()
     """Those of `secret_digests` whose value carries a `secure:` value's placeholder: the
     inputs the engine decrypts a `secure:` value into."""
+    replace_on_changes: tuple[str, ...] = ()
+    """The resource's `replace_on_changes` option: inputs whose change replaces it."""
 
     @property
     def parent(self) -> str | None:
@@ -333,6 +335,7 @@ class RecordingMonitor(_mocks.MockMonitor):
                     retain_on_delete=bool(request.retainOnDelete),
                     delete_before_replace=bool(request.deleteBeforeReplace),
                     dependencies=tuple(request.dependencies),
+                    replace_on_changes=tuple(request.replaceOnChanges),
                 )
             )
         return response

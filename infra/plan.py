@@ -200,6 +200,8 @@ def plan_resources(recorded: Iterable[RecordedResource]) -> list[dict[str, Any]]
             # so a pull request that drops a prod bucket's protection says so in its diff.
             **({"protect": True} if r.protect else {}),
             **({"retainOnDelete": True} if r.retain_on_delete else {}),
+            # What a change of replaces it whatever the provider says (plan_replace.classify).
+            **({"replaceOnChanges": list(r.replace_on_changes)} if r.replace_on_changes else {}),
             # Only for an input that carries a `secure:` value: see RecordedResource.
             **({"secret_digests": r.secret_digests} if r.secret_digests else {}),
             **({"secure_inputs": list(r.secure_inputs)} if r.secure_inputs else {}),
@@ -418,14 +420,22 @@ def render_plan(plan: Mapping[str, Any], console: Console) -> None:
         console.print(totals)
 
     if plan.get("code"):
-        table = value_table("Your code", ("field", "value"))
-        for row in code_rows(plan["code"]):
-            table.add_row(*(escape(value) for value in row))
-        console.print(table)
+        console.print(code_table("Your code", plan["code"]))
+    # A program's: one per compute component given your code (`program_plan`).
+    for name, code in plan.get("code_by_component", {}).items():
+        console.print(code_table(f"Your code: {name}", code))
     if "quota" in plan:
         console.print(quota_table(plan["quota"]))
     for note in plan.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(note)}")
+
+
+def code_table(title: str, code: Mapping[str, Any]) -> Table:
+    """The plan's "Your code" table of a `code` entry (`trainstack.infra.code_plan`)."""
+    table = value_table(title, ("field", "value"))
+    for row in code_rows(code):
+        table.add_row(*(escape(value) for value in row))
+    return table
 
 
 def quota_table(needs: Iterable[Mapping[str, Any]]) -> Table:

@@ -356,6 +356,7 @@ def _stack_sections(
     removed = [old[k] for k in old if k not in new]
     packages = {r["name"] for r in new.values() if r["type"] == PACKAGE_TYPE}
     code = _code_change(stack, base.get("code"), head.get("code"))
+    code += _components_code_change(base, head)
     changed = []
     for k, b in new.items():
         if k in old and old[k] != b:
@@ -364,7 +365,9 @@ def _stack_sections(
             paths = [
                 p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
             ]
-            verdict = classify(b["type"], a["inputs"], b["inputs"], paths)
+            verdict = classify(
+                b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
+            )
             changed.append((a, b, fa, fb, paths, verdict))
     replaced = sum(1 for *_, v in changed if v.action == "replace")
     updated = sum(1 for *_, v in changed if v.action in ("change", "change (may replace)"))
@@ -470,6 +473,20 @@ def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, 
         names = ", ".join(f"trainer.env.{name}" for name in secrets)
         parts.append(f"a secret input changed: {names} (its value is not shown)")
     return f"- **code** {_code(stack)}: {'; '.join(parts)}\n"
+
+
+def _components_code_change(base: Mapping[str, Any], head: Mapping[str, Any]) -> str:
+    """A program's code lines: one per compute component whose "Your code" entry changed
+    (`code_by_component`), named by the component, in `_code_change`'s words."""
+    a, b = base.get("code_by_component") or {}, head.get("code_by_component") or {}
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        if name not in a or name not in b:
+            now = "runs your code" if name in b else "no longer runs your code"
+            lines.append(f"- **code** {_code(name)}: {now}\n")
+        else:
+            lines.append(_code_change(name, a[name], b[name]))
+    return "".join(lines)
 
 
 def plan_diff(

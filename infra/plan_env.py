@@ -73,15 +73,20 @@ def _hide(value: Any, env: Mapping[str, str], replacements: list[tuple[str, str]
 
 
 def hide_env_values(plan: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`plan` with its `code` entry's env values hashed in the code entry and in every
-    resource input; a plan without them as it is."""
-    code = plan.get("code")
-    if not isinstance(code, Mapping):
+    """`plan` with its `code` entry's env values (a program's: those of every entry of
+    `code_by_component`) hashed in the code entries and in every resource input; a plan
+    without them as it is."""
+    entries = [plan.get("code")]
+    by_component = plan.get("code_by_component")
+    if isinstance(by_component, Mapping):
+        entries += list(by_component.values())
+    plain: dict[str, str] = {}
+    for entry in entries:
+        env = entry.get("env") if isinstance(entry, Mapping) else None
+        if isinstance(env, Mapping):
+            plain |= {k: v for k, v in env.items() if isinstance(v, str) and v != "[secret]"}
+    if not plain:
         return plan
-    env = code.get("env")
-    if not isinstance(env, Mapping) or not env:
-        return plan
-    plain = {k: v for k, v in env.items() if isinstance(v, str) and v != "[secret]"}
     replacements = _replacements(plain)
     resources = [
         {**r, "inputs": _hide(r["inputs"], plain, replacements)}
@@ -89,8 +94,23 @@ def hide_env_values(plan: Mapping[str, Any]) -> Mapping[str, Any]:
         else r
         for r in plan.get("resources", [])
     ]
-    hidden_code = {**code, "env": {k: env_hash(v) if k in plain else v for k, v in env.items()}}
-    return {**plan, "code": hidden_code, "resources": resources}
+    out = {**plan, "resources": resources}
+    if isinstance(plan.get("code"), Mapping):
+        out["code"] = _hidden_entry(plan["code"], plain)
+    if isinstance(by_component, Mapping):
+        out["code_by_component"] = {
+            name: _hidden_entry(entry, plain) if isinstance(entry, Mapping) else entry
+            for name, entry in by_component.items()
+        }
+    return out
+
+
+def _hidden_entry(code: Mapping[str, Any], plain: Mapping[str, str]) -> dict[str, Any]:
+    """A code entry with its plain env values hashed."""
+    env = code.get("env")
+    if not isinstance(env, Mapping):
+        return dict(code)
+    return {**code, "env": {k: env_hash(v) if plain.get(k) == v else v for k, v in env.items()}}
 
 
 _FLAG: Final = re.compile(r"--?[A-Za-z][\w.-]*")

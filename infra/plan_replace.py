@@ -87,14 +87,29 @@ def _top_level_name(old: Mapping[str, Any], new: Mapping[str, Any], key: str) ->
     return key in new and old.get(key) == new.get(key)
 
 
+REPLACE_ON_CHANGES_SOURCE: Final = "its replaceOnChanges option"
+"""https://www.pulumi.com/docs/iac/concepts/resources/options/replaceonchanges/: "changes to
+certain properties on a resource should force a replacement of the resource instead of an
+in-place update" (even where the provider would update it in place)."""
+
+
 def classify(
-    type_: str, old: Mapping[str, Any], new: Mapping[str, Any], changed: Iterable[str]
+    type_: str,
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    changed: Iterable[str],
+    replace_on_changes: Iterable[str] = (),
 ) -> Verdict:
     """The engine's answer for a `type_` resource whose inputs go from `old` to `new`;
-    `changed` are the flattened input paths that differ."""
+    `changed` are the flattened input paths that differ; `replace_on_changes` the resource's
+    option of that name (the plan's `replaceOnChanges`)."""
     changed = list(changed)
     if not changed:
         return Verdict("change")  # only options (protect, parent) differ: no input to replace on
+    forced = tuple(p for p in changed if _covered(p, replace_on_changes))
+    if forced:
+        first = _top_level_name(old, new, "name")
+        return Verdict("replace", forced, first, REPLACE_ON_CHANGES_SOURCE)
     resource = run_resource(type_)
     if resource is not None and resource.provider is not None:
         return _dynamic(resource.provider, old, new)

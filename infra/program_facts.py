@@ -2,9 +2,11 @@
 
 Each compute component (`TpuPodSlice`, `A100Cluster`, `VertexTrainingJob`) and each
 `RunSupervisor` registers its `facts` output (`trainstack.components.facts`): its cost, quota
-and notes, computed from its own arguments by the functions a stack config's plan uses. `program_totals` adds them up into
-the `summary`, `quota` and `notes` a stack plan of the same resources shows: compute before
-supervisors, each kind by resource name, so two runs of one program list them alike.
+and notes, computed from its own arguments by the functions a stack config's plan uses.
+`program_totals` adds them up into the `summary`, `quota` and `notes` a stack plan of the
+same resources shows (compute before supervisors, each kind by resource name, so two runs of
+one program list them alike), and gives each compute component that runs your code its
+"Your code" entry (`code_by_component`, by the component's name), the stack plan's `code`.
 """
 
 from __future__ import annotations
@@ -138,6 +140,16 @@ def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]])
     return notes
 
 
+def facts_code(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The plan's "Your code" entries of the compute components given your code, by the
+    component's Pulumi name (its class where its facts name none), in the facts' order."""
+    return {
+        str(item.get("name") or item["component"]): dict(item["code"])
+        for item in facts
+        if is_compute(item) and item.get("code")
+    }
+
+
 def program_totals(registered: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """The plan's `summary`, `quota` and `notes` from the components' facts, or None when
     the program registers no component with facts."""
@@ -145,7 +157,9 @@ def program_totals(registered: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
     if not facts:
         return None
     quota = facts_quota(facts)
+    code = facts_code(facts)
     return {
+        **({"code_by_component": code} if code else {}),
         "summary": facts_summary(facts),
         "quota": quota,
         "notes": facts_notes(facts, quota),

@@ -5,11 +5,13 @@ same recording mocks as a stack (`trainstack.infra.program_run`), with the confi
 stack file `Pulumi.NAME.yaml`. Its plan has the stack plan's shape (`stack`, `resources`
 exactly as registered, `outputs`, `notes`) plus `project`, the Pulumi project's name.
 `summary`, `quota` and the notes come from the `facts` its trainstack compute components
-(`TpuPodSlice`, `A100Cluster`) and run supervisors register (`trainstack.infra.program_facts`):
-the totals, quota and notes a stack plan of the same resources shows. A program without
+(`TpuPodSlice`, `TpuGkeSlices`, `A100Cluster`, `VertexTrainingJob`, `LocalTrainingJob`) and
+run supervisors register (`trainstack.infra.program_facts`): the totals, quota and notes a
+stack plan of the same resources shows; `code_by_component` the "Your code" entry (a stack
+plan's `code`) of each compute component given your code, by its name. A program without
 such a component has none: a total guessed from some resource types and not others would
 read as the whole cost. The parts a stack plan reads from a trainstack stack config alone
-(`target`, `code`, `defaults`, `limits`) are left out. `trainstack plan-diff` and
+(`target`, `defaults`, `limits`) are left out. `trainstack plan-diff` and
 `trainstack policy --plan` take these plans as they take a stack's (a missing summary or
 quota counts as none).
 """
@@ -38,8 +40,8 @@ from trainstack.infra.project import find_project
 
 PROGRAM_NOTE = (
     "a program's plan lists what it registers; totals, $/hour and quota come from the facts "
-    "of trainstack's compute components (TpuPodSlice, A100Cluster, VertexTrainingJob, "
-    "RunSupervisor), and this program registers none"
+    "of trainstack's compute components (TpuPodSlice, TpuGkeSlices, A100Cluster, "
+    "VertexTrainingJob, LocalTrainingJob, RunSupervisor), and this program registers none"
 )
 SUPERVISED_GROUP = (
     "trainstack:supervision:RunSupervisor",
@@ -132,9 +134,13 @@ def build_program_plan(directory: str | Path, stack: str) -> dict[str, Any]:
             "outputs": run.shown_outputs,
             "notes": [PROGRAM_NOTE, *refresh_notes],
         }
+    code = (
+        {"code_by_component": totals["code_by_component"]} if "code_by_component" in totals else {}
+    )
     return {
         "stack": stack,
         "project": program.name,
+        **code,
         "resources": resources,
         "summary": totals["summary"],
         "quota": totals["quota"],

@@ -46,6 +46,9 @@ SECRET_SIG = "4dabf18193072939515e22adb298388d"
 ENCRYPTED = object()
 """A secret the export kept encrypted (exported without `--show-secrets`)."""
 KUBECONFIG = "kubeconfig"
+GKE_TARGETS = frozenset({"gke", "tpu_gke"})
+"""The compute whose status reads a GKE cluster (A100Cluster's registered `kubeconfig`, and
+TpuGkeSlices')."""
 EXPORT_HINT = "`pulumi stack export --show-secrets --stack {stack} > FILE`"
 
 
@@ -56,7 +59,8 @@ class ProgramState:
 
     facts: list[dict[str, Any]]
     kubeconfig: Any = None
-    """The GKE cluster's kubeconfig (a `kubeconfig` output, or A100Cluster's registered one);
+    """The GKE cluster's kubeconfig (a `kubeconfig` output, or the registered one of an
+    A100Cluster or TpuGkeSlices);
     `ENCRYPTED` where the export kept it encrypted."""
     roles: list[str] | None = None
     """The supervisor's custom roles (its registered `roles`; only in an export)."""
@@ -127,7 +131,7 @@ def from_export(document: Mapping[str, Any], source: str) -> ProgramState:
         found: Mapping[str, Any] = outputs.get("facts") or {}
         if is_facts(found):
             facts.append(dict(found))
-            if found["target"] == "gke":
+            if found["target"] in GKE_TARGETS:
                 kubeconfig = outputs.get(KUBECONFIG)
             if found["target"] == SUPERVISOR:
                 roles = outputs.get("roles")
@@ -163,7 +167,7 @@ def read_program_state(
     if not state.compute:
         raise OutputsError(
             f"stack {stack!r} has no trainstack compute in {state.source}: no component facts "
-            '("trainstack_facts": 1) of a TpuPodSlice or A100Cluster; valid: '
+            '("trainstack_facts": 1) of a TpuPodSlice, TpuGkeSlices or A100Cluster; valid: '
             f"{EXPORT_HINT.format(stack=stack)} as --state FILE, or an --outputs FILE of a "
             'program that exports them (pulumi.export("tpu", tpu.facts))'
         )

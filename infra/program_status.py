@@ -9,7 +9,8 @@ whether the run's end stopped the compute and what still bills, the cost so far.
 
 What a program must let status see: the component's facts (in a `pulumi stack export`, or
 exported), and for a GKE cluster its kubeconfig (`pulumi.export("kubeconfig",
-cluster.kubeconfig)`, or the export's A100Cluster outputs), as a stack's `kubeconfig` output.
+cluster.kubeconfig)`, or the export's A100Cluster or TpuGkeSlices outputs), as a stack's
+`kubeconfig` output.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from trainstack.infra.compute_status import (
     gce_state,
     gke_job_state,
     gke_log_filter,
+    jobset_log_filter,
+    jobset_state,
     tpu_log_filter,
     tpu_state,
 )
@@ -36,7 +39,7 @@ from trainstack.infra.status import gcs_checkpoint, newest_step, status_info
 from trainstack.infra.supervision import supervisor_status
 from trainstack.infra.targets import StillBilling, registered
 
-READ_TARGETS = frozenset({"tpu", "gke", "gce"})
+READ_TARGETS = frozenset({"tpu", "tpu_gke", "gke", "gce"})
 """The compute `status|logs --program` read (`trainstack.infra.compute_status`)."""
 KUBECONFIG_HINT = (
     'export the cluster\'s kubeconfig, pulumi.export("kubeconfig", cluster.kubeconfig) (a '
@@ -69,7 +72,8 @@ def the_compute(state: ProgramState, stack: str, component: str | None = None) -
     if compute and compute[0]["target"] not in READ_TARGETS:
         raise OutputsError(
             f"stack {stack!r}: its compute is a {compute[0]['component']}, which status and "
-            "logs --program do not read; valid: a program with a TpuPodSlice or A100Cluster"
+            "logs --program do not read; valid: a program with a TpuPodSlice, TpuGkeSlices or "
+            "A100Cluster"
         )
     if len(compute) > 1:
         raise OutputsError(
@@ -113,6 +117,9 @@ def compute_state(
         )
     if facts["target"] == "gke":
         return gke_job_state(_kubeconfig(state, stack), where["job"], endpoints, where["namespace"])
+    if facts["target"] == "tpu_gke":
+        kubeconfig = _kubeconfig(state, stack)
+        return jobset_state(kubeconfig, where["jobset"], endpoints, where["namespace"])
     return gce_state(where["project"], where["zone"], where["instances"], endpoints)
 
 
@@ -123,6 +130,10 @@ def trainer_filter(facts: Mapping[str, Any], worker: int | None, stack: str) -> 
         return tpu_log_filter(logs["scope"], logs["workers"], worker, stack)
     if facts["target"] == "gke":
         return gke_log_filter(logs["scope"], where["job"], logs["workers"], worker, stack)
+    if facts["target"] == "tpu_gke":
+        vms = logs["vms_per_slice"]
+        slices = logs["workers"] // vms
+        return jobset_log_filter(logs["scope"], where["jobset"], vms, slices, worker, stack)
     return gce_log_filter(logs["scope"], logs["instances"], worker, stack)
 
 

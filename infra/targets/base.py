@@ -31,15 +31,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pulumi
 from pydantic import BaseModel, ConfigDict
 
 from trainstack.components.catalog.batch import WorldSize
+from trainstack.components.code_summary import NODE_ENV
 from trainstack.trainers.common.config import TF_STRATEGIES, TrainConfig
 from trainstack.trainers.common.user_code import DEFAULT_LAUNCHER, CodeRules, UserLauncher
-from trainstack.trainers.user_code import OMPI_ENV
 
 if TYPE_CHECKING:
     from trainstack.components.trainer_package import TrainerPackage
@@ -49,13 +49,6 @@ if TYPE_CHECKING:
     from trainstack.components.training_network import TrainingNetwork
     from trainstack.infra.config_sections import StackView
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
-
-
-NODE_ENV: Final = ("JAX_COORDINATOR_ADDRESS", *OMPI_ENV, "TF_CONFIG")
-"""What `launcher: node` adds off a TPU VM (`trainstack.trainers.user_code.user_code_env`):
-JAX's coordinator and Open MPI shape, and TF_CONFIG (Vertex sets its own)."""
-GPU_NODE_ENV: Final = (*NODE_ENV, "JAX_LOCAL_DEVICE_IDS")
-"""`NODE_ENV` on machines with GPUs (JAX gets its local devices)."""
 
 
 class Section(BaseModel):

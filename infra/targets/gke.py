@@ -67,13 +67,25 @@ class Gke(GpuCluster):
             code.image or kubernetes_image(TORCH_MODULE, floor) or KUBERNETES_IMAGES[TORCH_MODULE]
         )
 
+    def spot_note(self, cfg: StackView) -> str:
+        """The plan's note on spot GKE nodes: whether `trainer.preemption_grace_s` fits GKE's
+        notice; for your code, what the code must do in it, in `A100Cluster`'s words under
+        the stack's key: `trainer.preemption_grace_s` reaches your code only in `local-run`
+        (`trainstack.trainers.local_code`), and on GKE the node launcher passes SIGTERM on
+        (`trainstack.trainers.node`)."""
+        grace = cfg.trainer.preemption_grace_s
+        if cfg.trainer.user_code is None:
+            return gke_spot_grace_note(grace)
+        own = gke_spot_grace_note(grace, own_code=True)
+        return f"{self.section}.spot" + own.removeprefix("A100Cluster.spot")
+
     def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         # The cluster's own notes before its supervisor's, as a program's plan lists
         # A100Cluster's facts before RunSupervisor's.
         notes = []
         section = gpu_section(cfg)
         if section.spot:
-            notes.append(gke_spot_grace_note(cfg.trainer.preemption_grace_s))
+            notes.append(self.spot_note(cfg))
         fabric = fabric_for(section.machine_type, deployment, section.zone)
         if fabric is not None:
             notes.append(fabric_note(fabric, section.machine_type))

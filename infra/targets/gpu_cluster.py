@@ -34,6 +34,7 @@ from trainstack.components.catalog.gpu_families import (
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.prices import MACHINE_PRICES
 from trainstack.components.catalog.supervisor_region import supervisor_region
+from trainstack.components.code_summary import GPU_NODE_ENV
 from trainstack.components.facts import (
     a100_after_stop,
     a100_nodes_hourly_usd,
@@ -57,7 +58,7 @@ from trainstack.infra.supervision import (
     register_supervisor,
     run_settings,
 )
-from trainstack.infra.targets.base import GPU_NODE_ENV, CloudTarget, ComposeContext, StillBilling
+from trainstack.infra.targets.base import CloudTarget, ComposeContext, StillBilling
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from pydantic import Field
 
 from trainstack.components.catalog.batch import WorldSize, local_world_size
+from trainstack.components.code_summary import LOCAL_RUNS_ON
 from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
 from trainstack.infra.local_paths import (
     local_checkpoint_dir,
@@ -148,7 +149,7 @@ class Local(StandaloneTarget):
         return False, "not enforced: the local runner ignores it; stop it with Ctrl-C or SIGTERM"
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
-        return "this machine (local-run's Python)"
+        return LOCAL_RUNS_ON
 
     def local_run_root(self, cfg: StackView) -> str | None:
         return _local(cfg).root

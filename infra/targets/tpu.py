@@ -27,6 +27,7 @@ from trainstack.components.catalog.tpu_gke import (
     tpu_slices_problems,
 )
 from trainstack.components.code_frameworks import tpu_framework_problems
+from trainstack.components.code_summary import TPU_WORKER_ENV, tpu_vm_runs_on
 from trainstack.components.facts import (
     reach_note,
     run_limit_text,
@@ -147,11 +148,6 @@ def slice_or_none(section: TpuConfig) -> TpuSlice | None:
         return None
 
 
-TPU_WORKER_ENV: Final = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
-"""Exported by the TPU worker startup script before your code starts
-(`components/startup/tpu_worker.sh`, `export TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`)."""
-
-
 def _tpu(cfg: StackView) -> TpuConfig:
     return cast(TpuConfig, cfg.compute)
 
@@ -266,7 +262,7 @@ class Tpu(CloudTarget):
         return [StillBilling(**item) for item in after]
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
-        return f"TPU VM runtime {_tpu(cfg).runtime_version or '(the default for the slice)'}"
+        return tpu_vm_runs_on(_tpu(cfg).runtime_version)
 
     def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         return _tpu(cfg).slice.hosts

@@ -9,19 +9,19 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
-from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
-from trainstack.components.catalog.tpu_gke import (
-    DEFAULT_MAX_RESTARTS,
-    FLEX_START_SOURCE,
-    JOBSET_SOURCE,
-    JOBSET_VERSION,
-    MULTISLICE_NOTE,
-    gke_vms,
-    tpu_gke_code_problems,
+from trainstack.components.catalog.tpu_gke import gke_vms, tpu_gke_code_problems
+from trainstack.components.code_summary import MEGASCALE_ENV, TPU_WORKER_ENV
+from trainstack.components.facts import reach_note
+from trainstack.components.tpu_gke_facts import (
+    slices_hourly_usd,
+    tpu_gke_after_stop,
+    tpu_gke_notes,
+    tpu_gke_quota,
+    tpu_gke_run_limit,
+    tpu_gke_summary,
 )
-from trainstack.components.facts import gke_cluster_after_stop, reach_note
 from trainstack.components.tpu_gke_slices import (
     SupervisedSlices,
     TpuGkeSlices,
@@ -30,9 +30,7 @@ from trainstack.components.tpu_gke_slices import (
     tpu_gke_slices_problems,
 )
 from trainstack.components.training_dashboard.targets import gke_filter_text
-from trainstack.infra import catalog
-from trainstack.infra.compute_status import K8S_NAMESPACE, kube_get, pod_hosts
-from trainstack.infra.logs import check_worker, log_query
+from trainstack.infra.compute_status import jobset_log_filter, jobset_state
 from trainstack.infra.outputs import (
     OUTPUT_CHECKPOINT_DIR,
     OUTPUT_CLUSTER_ENDPOINT,
@@ -48,7 +46,7 @@ from trainstack.infra.stack_outputs import require
 from trainstack.infra.supervision import after_supervisor, register_supervisor, run_settings
 from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, StillBilling
 from trainstack.infra.targets.gke import Gke
-from trainstack.infra.targets.tpu import TPU_WORKER_ENV, TpuConfig, slice_or_none
+from trainstack.infra.targets.tpu import TpuConfig, slice_or_none
 from trainstack.trainers.common.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -58,22 +56,6 @@ if TYPE_CHECKING:
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 JOBSET_TYPE: Final = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
-MEGASCALE_ENV: Final = (
-    "MEGASCALE_NUM_SLICES",
-    "MEGASCALE_SLICE_ID",
-    "MEGASCALE_COORDINATOR_ADDRESS",
-)
-TPU_GKE_QUOTA_NOTE: Final = (
-    "tpu: the TPU chips' quota is not checked: no Google page read names the quota GKE TPU "
-    "node pools draw on (Cluster Toolkit's validator counts Compute Engine <VER>_TPUS / "
-    "PREEMPTIBLE_<VER>_TPUS metrics, pkg/validators/quota.go; the Cloud TPU API's ids do not "
-    "apply); the preflight checks the system node's CPUs only"
-)
-BACKEND_NOTE: Final = (
-    "tpu: backend gke, Google's supported path for TPUs after the Cloud TPU API's freeze "
-    "(bug fixes and security updates only; TPU7x and later only on Compute Engine or GKE): one "
-    "GKE node pool per slice and a JobSet (JobSet controller {version}, {source}) over them"
-)
 
 
 def _tpu(cfg: StackView) -> TpuConfig:
@@ -134,48 +116,27 @@ class TpuGke(CloudTarget):
 
     # ------------------------------------------------------------------ estimate and plan
 
-    def _system_usd(self) -> float:
-        system = catalog.MACHINE_PRICES[GKE_SYSTEM_NODE_MACHINE].hourly(False)
-        return catalog.GKE_CLUSTER_FEE_USD + system
-
-    def _slices_usd(self, cfg: StackView) -> float:
-        tpu = _tpu(cfg)
-        s = tpu.slice
-        # Spot at the catalog's spot estimate; flex-start and reserved at the on-demand list
-        # price, the most they cost (flex-start: "discounts (up to 53%)", FLEX_START_SOURCE).
-        price = catalog.TPU_CHIP_PRICES[s.generation].hourly(tpu.provisioning == "spot")
-        return s.chips * tpu.slices * price
+    # Cost, quota and notes are `trainstack.components.tpu_gke_facts`', which the
+    # component's facts use too: a program of the same slices plans the same.
 
     def summary(self, cfg: StackView) -> dict[str, Any]:
         tpu = _tpu(cfg)
-        return {
-            "tpu_chips": tpu.slice.chips * tpu.slices,
-            "gpus": 0,
-            "machines": gke_vms(tpu.slice) * tpu.slices + 1,
-            "hourly_usd": self._slices_usd(cfg) + self._system_usd(),
-        }
+        return tpu_gke_summary(tpu.slice, tpu.slices, tpu.provisioning)
 
     def stoppable_hourly_usd(self, cfg: StackView) -> float:
         # The slices' pools only: the supervisor leaves the cluster and its system node.
-        return round(self._slices_usd(cfg), 2)
+        tpu = _tpu(cfg)
+        return round(slices_hourly_usd(tpu.slice, tpu.slices, tpu.provisioning), 2)
 
     def still_billing_after_stop(self, cfg: StackView, stack: str) -> list[StillBilling]:
-        # billing.GKE_CLUSTER_BILLS_UNTIL_DELETED, as on target gke.
-        return [StillBilling(**gke_cluster_after_stop(stack))]
+        return [StillBilling(**item) for item in tpu_gke_after_stop(stack)]
 
     def quota(self, cfg: StackView) -> list[dict[str, Any]]:
         assert cfg.region is not None
-        system = MACHINES[GKE_SYSTEM_NODE_MACHINE]
-        return [catalog.quota_need(catalog.CPUS_QUOTA, {"region": cfg.region}, system.vcpus)]
+        return tpu_gke_quota(cfg.region)
 
     def run_limit(self, cfg: StackView, seconds: int) -> tuple[bool, str]:
-        if _tpu(cfg).provisioning == "flex-start":
-            return True, f"flex-start node pools' max_run_duration {seconds}s (at most 7 days)"
-        return True, (
-            f"the run supervisor asks the trainer to save and stop {seconds}s after its first "
-            "sight of the slices billing, then sets their node pools to 0 nodes (the JobSet "
-            "restarts its child Jobs, so no Job deadline bounds the run)"
-        )
+        return True, tpu_gke_run_limit(_tpu(cfg).provisioning, seconds)
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
         return code.image or "(trainer.image: required)"
@@ -189,26 +150,11 @@ class TpuGke(CloudTarget):
         return [*TPU_WORKER_ENV, *(MEGASCALE_ENV if _tpu(cfg).slices > 1 else ())]
 
     def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
+        # The slices' own notes before their supervisor's, as a program's plan lists
+        # TpuGkeSlices' facts before RunSupervisor's.
         tpu = _tpu(cfg)
-        notes = [
-            BACKEND_NOTE.format(version=JOBSET_VERSION, source=JOBSET_SOURCE.split(" (")[0]),
-            (
-                f"tpu: recovery: a preempted or repaired host fails its slice's Job and the "
-                f"JobSet restarts every slice from the newest checkpoint, at most "
-                f"{DEFAULT_MAX_RESTARTS} times; exits 1, 2 and 5 (code, config, missing "
-                "accelerators) fail it for good"
-            ),
-            TPU_GKE_QUOTA_NOTE,
-            reach_note("node_pools", False, cfg.project),
-        ]
-        if tpu.slices > 1:
-            notes.append(MULTISLICE_NOTE)
-        if tpu.provisioning == "flex-start":
-            notes.append(
-                "tpu: flex-start priced at the on-demand list price, the most it costs "
-                f"(Google: DWS discounts up to 53%; {FLEX_START_SOURCE.split(' (')[0]})"
-            )
-        return notes
+        notes = tpu_gke_notes(tpu.slices, tpu.provisioning)
+        return [*notes, reach_note("node_pools", False, cfg.project)]
 
     # ------------------------------------------------------------------ compose
 
@@ -295,39 +241,17 @@ class TpuGke(CloudTarget):
         self, cfg: StackView, stack: str, outputs: dict[str, Any], endpoints: Mapping[str, str]
     ) -> dict[str, Any]:
         name = str(require(outputs, stack, "job_name"))
-        path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{K8S_NAMESPACE}/jobsets/{name}"
-        kubeconfig = lambda: str(require(outputs, stack, "kubeconfig"))
-        status = kube_get(kubeconfig, endpoints, path).get("status", {})
-        pods = kube_get(
-            kubeconfig,
-            endpoints,
-            f"/api/v1/namespaces/{K8S_NAMESPACE}/pods"
-            f"?labelSelector=jobset.sigs.k8s.io%2Fjobset-name%3D{name}",
-        )
-        conditions = {c.get("type"): c.get("status") for c in status.get("conditions", [])}
-        if conditions.get("Completed") == "True":
-            state = "SUCCEEDED"
-        elif conditions.get("Failed") == "True":
-            state = "FAILED"
-        else:
-            state = "RUNNING" if pods.get("items") else "PENDING"
-        return {"state": state, "hosts": pod_hosts(pods), "started": None, "ended": None}
+        return jobset_state(lambda: str(require(outputs, stack, "kubeconfig")), name, endpoints)
 
     def log_filter(
         self, cfg: StackView, stack: str, outputs: dict[str, Any], worker: int | None
     ) -> str:
         tpu = _tpu(cfg)
         found = slice_or_none(tpu)
-        check_worker(worker, (gke_vms(found) if found else 1) * tpu.slices, stack)
         cluster = str(require(outputs, stack, "cluster_name"))
         name = str(require(outputs, stack, "job_name"))
-        # JobSet pods are `<jobset>-slice-<job index>-<pod index>-<suffix>`; `worker` counts
-        # pods across slices, slice by slice.
-        pods = f"{name}-slice-"
-        if worker is not None and found is not None:
-            pods += f"{worker // gke_vms(found)}-{worker % gke_vms(found)}-"
-        scope = f'{gke_filter_text(cluster)[0]} AND resource.labels.pod_name=~"^{pods}"'
-        return log_query("gke", scope)
+        vms = gke_vms(found) if found else 1
+        return jobset_log_filter(gke_filter_text(cluster)[0], name, vms, tpu.slices, worker, stack)
 
 
 TARGET = TpuGke()

@@ -21,6 +21,7 @@ from trainstack.components.catalog.images import (
     mirrored_image_uri,
     vertex_training_image,
 )
+from trainstack.components.code_summary import GPU_NODE_ENV, NODE_ENV, launcher_world_size
 from trainstack.components.facts import vertex_quota, vertex_summary
 from trainstack.components.image_mirror import ImageMirror
 from trainstack.components.reduction_server_image import SERVICES as PLUGIN_IMAGE_SERVICES
@@ -41,7 +42,7 @@ from trainstack.infra.outputs import (
 )
 from trainstack.infra.run_args import trainer_args
 from trainstack.infra.stack_outputs import require
-from trainstack.infra.targets.base import GPU_NODE_ENV, NODE_ENV, CloudTarget, ComposeContext
+from trainstack.infra.targets.base import CloudTarget, ComposeContext
 from trainstack.infra.targets.vertex_config import (
     VertexConfig,
     tuned_batch_problems,
@@ -170,7 +171,7 @@ class Vertex(CloudTarget):
     def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         vx = _vx(cfg)
         launcher = code.launcher_for(self.default_launcher)
-        return vx.replica_count * (max(vx.gpus_per_replica, 1) if launcher == "torchrun" else 1)
+        return launcher_world_size(launcher, vx.replica_count, vx.gpus_per_replica)
 
     def node_launcher_env(self, cfg: StackView) -> list[str]:
         return list(GPU_NODE_ENV if _vx(cfg).gpus_per_replica > 0 else NODE_ENV)

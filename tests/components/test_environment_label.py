@@ -10,6 +10,7 @@ import pytest
 
 from trainstack.components import A100Cluster, TrainingBuckets
 from trainstack.components._args import ArgsError
+from trainstack.components.tpu_gke_slices import TpuGkeSlices
 from trainstack.infra.mocks import run_program
 from trainstack.policies.rules import Context, Resource, evaluate
 
@@ -92,3 +93,66 @@ def test_training_buckets_label_their_environment() -> None:
         "environment": "dev",
         "managed-by": "trainstack",
     }
+
+
+def _slices(**extra: Any) -> dict[str, Any]:
+    return {
+        "project": "p",
+        "zone": "us-east5-b",
+        "deployment_name": "exp",
+        "accelerator_type": "v6e-16",
+        "image": "us-docker.pkg.dev/p/jax/tpu:1",
+        "node_args": ["--launcher=node", "--", "python", "train.py"],
+        "package_uri": "gs://staging/pkg.tar.gz",
+        "network_self_link": "projects/p/global/networks/n",
+        "subnetwork_self_link": "projects/p/regions/us-east5/subnetworks/s",
+        "node_tag": "exp-node",
+        "service_account_email": "sa@p.iam.gserviceaccount.com",
+        "labels": {"stack": "dev"},
+        **extra,
+    }
+
+
+def _slice_violations(**extra: Any) -> tuple[Any, list[str]]:
+    def program() -> None:
+        TpuGkeSlices("exp-tpu", _slices(**extra))  # type: ignore[arg-type]
+
+    run = run_program(program)
+    resources = [Resource(r.type, r.name, r.inputs) for r in run.resources]
+    found = [v.message for v in evaluate(resources, Context()) if v.rule == "accelerators-labelled"]
+    return run, found
+
+
+def test_environment_labels_the_tpu_node_pools_and_the_jobset_for_the_policy() -> None:
+    run, violations = _slice_violations(environment="staging")
+    # Before: "TPU node pool without the label(s) environment in nodeConfig.resourceLabels".
+    assert violations == []
+    labels = {
+        "component": "tpu-gke-slices",
+        "environment": "staging",
+        "managed-by": "trainstack",
+        "stack": "dev",
+    }
+    assert run.named("exp-tpu-slice-0").inputs["nodeConfig"]["resourceLabels"] == labels
+    assert run.named("exp-tpu-jobset").inputs["metadata"]["labels"] == labels
+
+
+def test_tpu_slices_without_environment_the_policy_still_asks_for_the_label() -> None:
+    assert _slice_violations()[1] == [
+        "TPU node pool without the label(s) environment in nodeConfig.resourceLabels: "
+        "accelerator spend is attributed by environment, stack"
+    ]
+
+
+def test_tpu_slices_with_another_environment_label_is_one_line() -> None:
+    with pytest.raises(ArgsError) as caught:
+        _slice_violations(environment="dev", labels={"environment": "prod", "stack": "dev"})
+    assert caught.value.errors == [
+        "TpuGkeSlices.labels: environment 'prod' differs from the component's environment "
+        "'dev'; valid: leave the label out (environment sets it) or give the same value"
+    ]
+    with pytest.raises(ArgsError) as caught:
+        _slice_violations(environment="test")
+    assert caught.value.errors == [
+        "TpuGkeSlices.environment: 'test' is not allowed; valid: dev, staging, prod"
+    ]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.bundled import bundled_plan
 from trainstack.components.catalog.replace_on_change import (
     GCP_DOCSTRING_REPLACES,
     GCP_TYPES,
@@ -183,6 +184,30 @@ def test_tpu_vm_runtime_change_replaces_and_a_label_change_does_not() -> None:
         "- **change** `dev-tpu-v5e-tpu-vm` (gcp:tpu/v2Vm:V2Vm): updated in place (the "
         "Terraform provider schema)",
         "  - `labels.team`: `ml` -> `x`",
+    ]
+
+
+def test_a_tpu_vm_startup_script_change_replaces_it_by_its_replace_on_changes() -> None:
+    base = bundled_plan("dev-tpu-v5e")
+    vm = _resource(base, "gcp:tpu/v2Vm:V2Vm")
+    # TpuPodSlice's option: the script runs only at boot, so a new one replaces the node.
+    assert vm["replaceOnChanges"] == ["metadata"]
+    head = copy.deepcopy(base)
+    script = _resource(head, "gcp:tpu/v2Vm:V2Vm")["inputs"]["metadata"]
+    script["startup-script"] = script["startup-script"].replace(
+        "readonly TS_TRAINER_ATTEMPTS=3", "readonly TS_TRAINER_ATTEMPTS=4"
+    )
+    # Before: "updated in place (the Terraform provider schema)", the schema's word for
+    # `metadata`, and no relaunch note.
+    assert plan_diff(base, head).splitlines()[2:7] == [
+        "### Stack `dev-tpu-v5e`: 0 to add, 0 to change, 1 to replace, 0 to delete",
+        "",
+        "- **replace** `dev-tpu-v5e-tpu-vm` (gcp:tpu/v2Vm:V2Vm): `metadata.startup-script` "
+        "changed, which forces a new resource (its replaceOnChanges option); deletes the old "
+        "one first",
+        "  - **relaunches training; resumes from the newest checkpoint in "
+        "`gs://my-ml-project-dev-tpu-v5e-checkpoints/checkpoints/dev-tpu-v5e`**",
+        "  - `metadata.startup-script` (876 -> 876 lines):",
     ]
 
 

@@ -411,18 +411,20 @@ def test_own_code_on_gke_spot_is_told_its_grace_in_a_programs_words(tmp_path: Pa
     )
 
 
-def test_own_code_on_gke_spot_keeps_the_stacks_note() -> None:
+def test_own_code_on_gke_spot_is_told_its_grace_in_the_stacks_words() -> None:
     name, config = load_stack("dev-a100-gke", None)
     config["trainstack:trainer"] = {
         "image": "us-docker.pkg.dev/acme/train/t:1",
         "entrypoint": ["python", "train.py"],
     }
     [note] = [n for n in build_plan(name, config)["notes"] if ".spot: " in n]
+    # Before: "trainer.preemption_grace_s (30 s) does NOT fit ... set
+    # trainer.preemption_grace_s to at most 12", a key that reaches your code in local-run
+    # only: on GKE the node launcher passes SIGTERM on to it.
     assert note == (
         "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
         "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
-        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
-        "trainer.preemption_grace_s (30 s) does NOT fit: a save after a preemption that takes "
-        "longer than 12 s is cut off and the run resumes from the checkpoint before; set "
-        "trainer.preemption_grace_s to at most 12"
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); your "
+        "code gets SIGTERM from the node launcher then: it must save its checkpoint and exit "
+        "within about 12 s, or the run resumes from the checkpoint before"
     )

@@ -251,8 +251,9 @@ def test_a_program_without_compute_facts_is_one_line(tmp_path: Path) -> None:
     assert (code, err) == (
         2,
         "error: stack 'dev' has no trainstack compute in --outputs: no component facts "
-        '("trainstack_facts": 1) of a TpuPodSlice or A100Cluster; valid: `pulumi stack export '
-        "--show-secrets --stack dev > FILE` as --state FILE, or an --outputs FILE of a program "
+        '("trainstack_facts": 1) of a TpuPodSlice, TpuGkeSlices or A100Cluster; valid: '
+        "`pulumi stack export --show-secrets --stack dev > FILE` as --state FILE, or an "
+        "--outputs FILE of a program "
         'that exports them (pulumi.export("tpu", tpu.facts))\n',
     )
 
