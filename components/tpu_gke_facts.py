@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from trainstack.components._tpu_jobset import DEFAULT_MAX_RESTARTS, MULTISLICE_NOTE
+from trainstack.components.catalog.tpu_gke import DEFAULT_MAX_RESTARTS, MULTISLICE_NOTE
 from trainstack.components.catalog import prices
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.catalog.tpu import TpuSlice

@@ -55,6 +55,7 @@ GCP_TYPES: Final = (
     "gcp:compute/instanceTemplate:InstanceTemplate",
     "gcp:compute/network:Network",
     "gcp:compute/perInstanceConfig:PerInstanceConfig",
+    "gcp:compute/resizeRequest:ResizeRequest",
     "gcp:compute/resourcePolicy:ResourcePolicy",
     "gcp:compute/router:Router",
     "gcp:compute/routerNat:RouterNat",
@@ -123,6 +124,11 @@ GCP_SCHEMA_SOURCE: Final[dict[str, str]] = {
         "github.com/hashicorp/terraform-provider-google@e03b7622a2 google/services/compute/"
         "resource_compute_per_instance_config.go lines 149-320 (Schema: ForceNew "
         "instance_group_manager, name, zone, project)"
+    ),
+    "gcp:compute/resizeRequest:ResizeRequest": (
+        "github.com/hashicorp/terraform-provider-google@e03b7622a2 google/services/compute/"
+        "resource_compute_resize_request.go lines 146-205 and 539-544 (Schema: every field "
+        "ForceNew but deletion_policy, the one Update changes)"
     ),
     "gcp:monitoring/dashboard:Dashboard": (
         f"{_TF_BETA} google-beta/services/monitoring/resource_monitoring_dashboard.go lines "
@@ -212,6 +218,15 @@ GCP_SCHEMA_REPLACES: Final[dict[str, tuple[str, ...]]] = {
         "project",
         "zone",
     ),
+    "gcp:compute/resizeRequest:ResizeRequest": (
+        "description",
+        "instanceGroupManager",
+        "name",
+        "project",
+        "requestedRunDuration",
+        "resizeBy",
+        "zone",
+    ),
     "gcp:monitoring/dashboard:Dashboard": ("project",),
     "gcp:monitoring/alertPolicy:AlertPolicy": ("project",),
     "gcp:storage/bucketObject:BucketObject": (
@@ -287,6 +302,7 @@ GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
         "removeInstanceOnDestroy",
         "removeInstanceStateOnDestroy",
     ),
+    "gcp:compute/resizeRequest:ResizeRequest": ("deletionPolicy",),
     "gcp:monitoring/dashboard:Dashboard": ("dashboardJson",),
     "gcp:monitoring/alertPolicy:AlertPolicy": (
         "alertStrategy",

@@ -207,7 +207,7 @@ def test_a_tpu_vm_startup_script_change_replaces_it_by_its_replace_on_changes() 
         "one first",
         "  - **relaunches training; resumes from the newest checkpoint in "
         "`gs://my-ml-project-dev-tpu-v5e-checkpoints/checkpoints/dev-tpu-v5e`**",
-        "  - `metadata.startup-script` (876 -> 876 lines):",
+        "  - `metadata.startup-script` (935 -> 935 lines):",
     ]
 
 
@@ -435,7 +435,11 @@ def test_a_fabric_installer_selector_change_replaces_the_daemonset() -> None:
     # matchLabels force a new DaemonSet.
     base = _pinned("dev-h100-gke")
     head = copy.deepcopy(base)
-    installer = _resource(head, "kubernetes:apps/v1:DaemonSet")["inputs"]
+    installer = next(
+        r["inputs"]
+        for r in head["resources"]
+        if r["name"] == "dev-h100-gke-gpu-nccl-tcpxo-installer"
+    )
     installer["spec"]["selector"]["matchLabels"]["k8s-app"] = "other"
     assert plan_diff(base, head).splitlines()[2:5] == [
         "### Stack `dev-h100-gke`: 0 to add, 0 to change, 1 to replace, 0 to delete",
