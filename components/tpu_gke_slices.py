@@ -78,6 +78,7 @@ from trainstack.components.catalog.tpu_gke import (
 from trainstack.components.catalog.tpu_rules import named_slice
 from trainstack.components.gpu_startup import pod_run_env
 from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
+from trainstack.trainers.common.contract import CAPACITY_RUN_ENV
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 TOKEN: Final = "trainstack:tpu:TpuGkeSlices"
@@ -417,6 +418,11 @@ def _pod_env(
     """The pods' trainstack variables: the package and, with a checkpoint bucket, the run's
     records (`pod_run_env`, keyed by the run's arguments as the GPU Job's pods are)."""
     env = {PACKAGE_URI_ENV: package_uri}
+    if plain.get("provisioning") == "flex-start":
+        # The nodes' run duration (the pools' max_run_duration), from which the pod script
+        # derives TRAINSTACK_DEADLINE.
+        run_s = min(plain.get("max_run_seconds", FLEX_START_MAX_RUN_S), FLEX_START_MAX_RUN_S)
+        env[CAPACITY_RUN_ENV] = str(run_s)
     if checkpoint_url:
         keyed = node_argv(None, [], keyed_node_args(node_args, plain.get("secret_env_names") or ()))
         shape = {**plain, "node_count": hosts, "gpus_per_node": 0}

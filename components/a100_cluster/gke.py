@@ -37,11 +37,13 @@ from trainstack.components.a100_cluster.gke_fabric import (
     fabric_for,
 )
 from trainstack.components.a100_cluster.validate import A100Shape
+from trainstack.components.catalog.gpu_families import FLEX_START_MAX_HOURS
 from trainstack.components.kubernetes_training_job import (
     DEFAULT_MODULE,
     KubernetesTrainingJob,
     KubernetesTrainingJobArgs,
 )
+from trainstack.trainers.common.contract import CAPACITY_RUN_ENV
 
 NODE_IMAGE_TYPE: Final = "COS_CONTAINERD"
 SYSTEM_POOL_NAME: Final = "system"
@@ -527,6 +529,11 @@ def job_args_for(
         job_args["env"] = dict(NCCL_ENV[fabric.fabric])
     if "max_run_seconds" in args:
         cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
+    if gpu.flex_start:
+        # The pods learn their node's run duration (the pool's max_run_duration, else GKE's
+        # 7 days), from which the pod script derives TRAINSTACK_DEADLINE.
+        run_s = args.get("max_run_seconds") or FLEX_START_MAX_HOURS * 3600
+        job_args["env"] = {**job_args.get("env", {}), CAPACITY_RUN_ENV: str(run_s)}
     return job_args
 
 
