@@ -160,8 +160,12 @@ def end_text(event: dict[str, Any], asked: list[str]) -> str:
         return f"no_heartbeat: no node reported for {NO_HEARTBEAT_S // 60} min"
     if reason == CAPACITY_ENDED:
         # `pulumi up` asks for new capacity and the supervisor lets the run go on from its
-        # checkpoint (components/supervisor/main.py, `_back`).
-        return f"{ended_text(event)}; `pulumi up` to continue"
+        # checkpoint (components/supervisor/main.py, `_back`), unless a limit holds: on gce
+        # limits.max_run_hours is each VM's run duration too, so it is used up by then.
+        return (
+            f"{ended_text(event)}; `pulumi up` to continue (raise limits.max_run_hours "
+            "first if the run used it up)"
+        )
     return ended_text(event)
 
 

@@ -49,6 +49,7 @@ from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResour
 from trainstack.infra.targets.gke import Gke
 from trainstack.infra.targets.tpu import TPU_WORKER_ENV, TpuConfig, slice_or_none
 from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.deadline import DEFAULT_MARGIN_S
 
 if TYPE_CHECKING:
     from trainstack.components.run_supervisor import RunSupervisor
@@ -206,6 +207,15 @@ class TpuGke(CloudTarget):
             notes.append(
                 "tpu: flex-start priced at the on-demand list price, the most it costs "
                 f"(Google: DWS discounts up to 53%; {FLEX_START_SOURCE.split(' (')[0]})"
+            )
+            notes.append(
+                "tpu: at the end of a flex-start node's run duration GKE removes it (how, and "
+                "whether its pods get a notice, Google does not say): the node launcher gives "
+                "the run TRAINSTACK_DEADLINE (the node's boot time plus its run duration) and "
+                "sends your code or the TensorFlow trainer SIGTERM trainer.deadline_margin_s "
+                f"(default {DEFAULT_MARGIN_S:g} s) before it (save and exit 143); the run "
+                "ends capacity_ended (exit 6) and the supervisor stops the pools; `pulumi up` "
+                "asks for new capacity and the run resumes from the checkpoint"
             )
         return notes
 

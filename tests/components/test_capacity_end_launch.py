@@ -29,7 +29,9 @@ from trainstack.components._pod_setup import pod_command
 from trainstack.components.a100_cluster import GpuCluster
 from trainstack.components.kubernetes_training_job import pod_failure_policy
 from trainstack.components.tpu_gke_slices import _pod_env
+from trainstack.infra.config import load_stack_config
 from trainstack.infra.mocks import ProgramRun, run_program
+from trainstack.infra.targets import target_of
 from trainstack.trainers.common.deadline import boot_time
 
 __all__ = ["fakebin", "google"]  # the fixtures, used by name
@@ -190,3 +192,62 @@ def test_the_job_replaces_a_pod_whose_capacity_ended_without_counting_a_failure(
         r for r in pod_failure_policy()["rules"] if r["action"] == "Ignore" and "onExitCodes" in r
     ]
     assert ignore["onExitCodes"]["values"] == [4, 143, 6]
+
+
+# -- The plan --------------------------------------------------------------------------------
+
+
+def _flex_notes(section: dict[str, Any], limits: dict[str, Any]) -> list[str]:
+    raw = {
+        "gcp:project": "p",
+        "gcp:region": "us-central1",
+        "trainstack:gpu_cluster": {
+            "machine_type": "a3-highgpu-8g",
+            "node_count": 2,
+            "zone": "us-central1-a",
+            "flex_start": True,
+            **section,
+        },
+        "trainstack:limits": limits,
+    }
+    cfg = load_stack_config(raw)
+    notes = target_of(cfg).plan_notes(cfg, "d")
+    return [n for n in notes if n.startswith("gpu_cluster.flex_start")]
+
+
+def test_the_flex_start_notes_say_what_happens_at_the_end_save_then_stop() -> None:
+    [gce] = _flex_notes({"backend": "gce"}, {"max_run_hours": 24})
+    assert (
+        "each machine is deleted 24 h after it starts (limits.max_run_hours); Compute Engine "
+        "deletes the VM then, with no notice Google documents: the trainer saves a checkpoint "
+        "trainer.deadline_margin_s (default 600 s) before, from the machine's boot time plus "
+        "its run duration (TRAINSTACK_DEADLINE), the run ends capacity_ended (exit 6) and the "
+        "supervisor deletes the group's VMs; `pulumi up` asks for new capacity and the run "
+        "resumes from that checkpoint (with a higher limits.max_run_hours: it is each VM's run "
+        "duration and the run's limit, used up by then); "
+    ) in gce
+    [gke] = _flex_notes({}, {})
+    assert (
+        "each node runs at most 168 h (7 days); GKE removes the node then (how, and whether "
+        "its pods get a notice, Google does not say): the trainer saves a checkpoint "
+        "trainer.deadline_margin_s (default 600 s) before, from the machine's boot time plus "
+        "its run duration (TRAINSTACK_DEADLINE), the run ends capacity_ended (exit 6) and the "
+        "Job replaces the pod, which holds on a node that is going, and the supervisor sets "
+        "the pool's autoscaling to 0; `pulumi up` asks for new capacity and the run resumes "
+        "from that checkpoint; "
+    ) in gke
+
+
+def test_the_tpu_flex_start_note_says_the_same() -> None:
+    from tests.unit.test_tpu_gke_config import tpu
+
+    cfg = load_stack_config(tpu(provisioning="flex-start"))
+    notes = [n for n in target_of(cfg).plan_notes(cfg, "d") if "run duration" in n]
+    assert notes == [
+        "tpu: at the end of a flex-start node's run duration GKE removes it (how, and whether "
+        "its pods get a notice, Google does not say): the node launcher gives the run "
+        "TRAINSTACK_DEADLINE (the node's boot time plus its run duration) and sends your code "
+        "or the TensorFlow trainer SIGTERM trainer.deadline_margin_s (default 600 s) before it "
+        "(save and exit 143); the run ends capacity_ended (exit 6) and the supervisor stops "
+        "the pools; `pulumi up` asks for new capacity and the run resumes from the checkpoint"
+    ]

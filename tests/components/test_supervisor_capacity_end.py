@@ -72,7 +72,8 @@ def test_a_flex_start_pool_whose_capacity_ended_is_stopped_through_its_autoscali
         [finished] = [x for x in world.status_lines("dev-a100-gke") if x.startswith("finished")]
         assert finished.startswith(
             "finished (flex-start duration ended; checkpoint at step 40; `pulumi up` to "
-            "continue); compute stopped at "
+            "continue (raise limits.max_run_hours first if the run used it up)); compute "
+            "stopped at "
         )
         assert _summary(world.events()) == [
             ("SIZE_2", "stop", "capacity_ended", "stopping"),

@@ -84,7 +84,8 @@ def test_a_flex_start_vms_end_stops_the_group_and_pulumi_up_goes_on(
     [finished] = [line for line in lines if line.startswith("finish")]
     assert finished == (
         f"finished (flex-start duration ended; checkpoint at step {STEP}; `pulumi up` to "
-        f"continue); compute stopped at {answers[-1]['time']}"
+        "continue (raise limits.max_run_hours first if the run used it up)); compute stopped "
+        f"at {answers[-1]['time']}"
     )
     events = fs.cat_file(served.config["state_uri"].removeprefix("gs://") + "/events.jsonl")
     last = json.loads(events.decode().splitlines()[-1])
