@@ -9,7 +9,7 @@ resume from the newest checkpoint, never counted as a failure; 5 (node launchers
 this machine has fewer usable accelerators than the plan bought: stop, retrying on it
 cannot help; 6 the machine's capacity ends (a flex-start run duration,
 `trainstack.trainers.common.deadline`): a checkpoint was saved before it and the run ended
-as `capacity_ended`, not an error, and nothing restarts on capacity that is going; 143
+as `capacity_ended`, not an error, and nothing trains again on the machine that is going; 143
 preempted after saving a checkpoint (128 + SIGTERM, what a shell and
 Kubernetes report for a SIGTERM death, so Job `podFailurePolicy` and restart wrappers can
 match it).
