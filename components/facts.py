@@ -451,7 +451,10 @@ def vertex_flex_start_note(max_wait_s: int) -> str:
     )
     return (
         f"vertex: flex-start (scheduling.strategy FLEX_START): the job queues {wait} for "
-        "all its GPUs at once, then runs at most its scheduling.timeout (7 days at most); "
+        "all its GPUs at once, then runs at most its scheduling.timeout (7 days at most), "
+        "where Vertex AI ends it; what its replicas get then (a SIGTERM, a grace) Google does "
+        "not say, so the run gets no deadline: its newest checkpoint is the last "
+        "trainer.checkpoint_every step; "
         + FLEX_START_DISCOUNT_NOTE
         + "; "
         + VERTEX_FLEX_START_QUOTA_NOTE

@@ -18,6 +18,8 @@
 #   TRAINSTACK_NCCL_PLUGIN_FILES, TRAINSTACK_NCCL_ENV_SCRIPT  a GPUDirect fabric's: the
 #                           node's NCCL plugin files to wait for, and a script of the plugin
 #                           to source (gIB's set_nccl_env.sh) before the launcher
+#   TRAINSTACK_CAPACITY_RUN_S  a flex-start node's run duration: exported to the launcher as
+#                           TRAINSTACK_DEADLINE (the node's boot time plus it)
 #   TRAINSTACK_RUN_RECORD   the run's records for the supervisor (trainers/common/
 #                           run_records.py): the pod rewrites its heartbeat as it starts and,
 #                           on its index's last attempt, records the run's end when its setup
@@ -271,5 +273,16 @@ if [ "$last_attempt" = 1 ] && [ -n "${TRAINSTACK_RUN_FINAL_CODES:-}" ]; then
   # setup failure (3) ends the run too.
   export TRAINSTACK_RUN_FINAL_CODES="$TRAINSTACK_RUN_FINAL_CODES 3"
 fi
+# -- Flex-start: the deadline ------------------------------------------------------------
+# TRAINSTACK_CAPACITY_RUN_S: the run duration of a flex-start pool's nodes, set on its pods
+# (trainstack.components.catalog.capacity_end); GKE removes the node at its end. The deadline
+# is the node's boot time (/proc/stat is the node kernel's, in a container too) plus it: a
+# little late, never early; the trainer saves trainer.deadline_margin_s before it and the
+# node launcher exits 6 (trainers/common/deadline.py).
+if [ -n "${TRAINSTACK_CAPACITY_RUN_S:-}" ]; then
+  boot="$(awk '$1 == "btime" { print $2 }' /proc/stat)"
+  export TRAINSTACK_DEADLINE="$((boot + TRAINSTACK_CAPACITY_RUN_S))"
+fi
+# ------------------------------------------------------------------------------------------
 trap - ERR
 exec "$@"

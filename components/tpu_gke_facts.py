@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from trainstack.components.catalog.tpu_gke import DEFAULT_MAX_RESTARTS, MULTISLICE_NOTE
 from trainstack.components.catalog import prices
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
 from trainstack.components.catalog.tpu import TpuSlice
 from trainstack.components.catalog.tpu_gke import (
+    DEFAULT_MAX_RESTARTS,
     FLEX_START_SOURCE,
     JOBSET_SOURCE,
     JOBSET_VERSION,
+    MULTISLICE_NOTE,
     gke_vms,
 )
 from trainstack.components.facts import (
@@ -92,6 +93,15 @@ def tpu_gke_notes(
         notes.append(
             "tpu: flex-start priced at the on-demand list price, the most it costs "
             f"(Google: DWS discounts up to 53%; {FLEX_START_SOURCE.split(' (')[0]})"
+        )
+        notes.append(
+            "tpu: at the end of a flex-start node's run duration GKE removes it (how, and "
+            "whether its pods get a notice, Google does not say): the node launcher gives "
+            "the run TRAINSTACK_DEADLINE (the node's boot time plus its run duration) and "
+            "sends your code or the TensorFlow trainer SIGTERM trainer.deadline_margin_s "
+            f"(default {DEFAULT_MARGIN_S:g} s) before it (save and exit 143); the run "
+            "ends capacity_ended (exit 6) and the supervisor stops the pools; `pulumi up` "
+            "asks for new capacity and the run resumes from the checkpoint"
         )
     return notes
 

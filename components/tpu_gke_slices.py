@@ -117,6 +117,7 @@ from trainstack.components.naming import environment_labels, gcp_name, labels_in
 from trainstack.components.tpu_gke_facts import JOBSET_NAMESPACE, tpu_gke_slices_facts
 from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
 from trainstack.components.user_code import CodeRules, UserCode, args_with_code
+from trainstack.trainers.common.contract import CAPACITY_RUN_ENV
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 TOKEN: Final = "trainstack:tpu:TpuGkeSlices"
@@ -546,6 +547,11 @@ def _pod_env(
     """The pods' trainstack variables: the package and, with a checkpoint bucket, the run's
     records (`pod_run_env`, keyed by the run's arguments as the GPU Job's pods are)."""
     env = {PACKAGE_URI_ENV: package_uri}
+    if plain.get("provisioning") == "flex-start":
+        # The nodes' run duration (the pools' max_run_duration), from which the pod script
+        # derives TRAINSTACK_DEADLINE.
+        run_s = min(plain.get("max_run_seconds", FLEX_START_MAX_RUN_S), FLEX_START_MAX_RUN_S)
+        env[CAPACITY_RUN_ENV] = str(run_s)
     if checkpoint_url:
         keyed = node_argv(None, [], keyed_node_args(node_args, plain.get("secret_env_names") or ()))
         shape = {**plain, "node_count": hosts, "gpus_per_node": 0}

@@ -43,6 +43,7 @@ from typing import Any
 
 from trainstack.components.training_dashboard.targets import LOG_RESOURCE_TYPES
 from trainstack.infra.stack_outputs import OutputsError
+from trainstack.trainers.common.contract import EVENT_CAPACITY_ENDED as CAPACITY_ENDED
 from trainstack.trainers.common.contract import (
     EVENT_CHECKPOINT,
     EVENT_DONE,
@@ -356,6 +357,11 @@ def ended_text(event: dict[str, Any]) -> str:
     if event.get("reason") == "failed" and event.get("stage"):
         node = f" on node {event['node']}" if event.get("node") is not None else ""
         return f"failed at {event['stage']}{node}: {event.get('detail') or 'no reason given'}"
+    if event.get("reason") == CAPACITY_ENDED:
+        # A flex-start machine's run duration (trainstack.trainers.common.deadline).
+        step = event.get("step")
+        saved = f"checkpoint at step {step}" if step is not None else "no checkpoint step known"
+        return f"flex-start duration ended; {saved}"
     return str(event.get("reason"))
 
 

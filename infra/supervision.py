@@ -5,7 +5,8 @@ it.
 
 Every `tpu`, `gke` and `gce` stack gets one: it stops the compute at the run's end (rank 0's
 `done`, a failure the target never retries or a stage's last failure, no node reporting for
-`NO_HEARTBEAT_S`, `limits.max_run_hours`, `limits.max_total_usd`); on a Spot or queued slice
+`NO_HEARTBEAT_S`, `limits.max_run_hours`, `limits.max_total_usd`, a flex-start machine's
+run duration: `capacity_ended`); on a Spot or queued slice
 it also recreates a preempted slice. Its spend count is at the
 list price of the compute it can stop (`Target.stoppable_hourly_usd`). The target modules
 build its arguments (`trainstack.infra.targets.tpu`, `.gpu_cluster`); nothing here names a
@@ -23,6 +24,7 @@ from trainstack.components.catalog.supervisor_iam import earlier_role_id
 from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
 from trainstack.infra.logs import UNREADABLE, ended_text
 from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS, OUTPUT_SUPERVISOR_ROLES
+from trainstack.trainers.common.contract import EVENT_CAPACITY_ENDED as CAPACITY_ENDED
 from trainstack.trainers.common.run_records import (
     ALIVE_SUFFIX,
     ENDED_SUFFIX,
@@ -156,6 +158,14 @@ def end_text(event: dict[str, Any], asked: list[str]) -> str:
         return f"stopped at limits.{asked[-1]}"
     if reason == "no_heartbeat":
         return f"no_heartbeat: no node reported for {NO_HEARTBEAT_S // 60} min"
+    if reason == CAPACITY_ENDED:
+        # `pulumi up` asks for new capacity and the supervisor lets the run go on from its
+        # checkpoint (components/supervisor/main.py, `_back`), unless a limit holds: on gce
+        # limits.max_run_hours is each VM's run duration too, so it is used up by then.
+        return (
+            f"{ended_text(event)}; `pulumi up` to continue (raise limits.max_run_hours "
+            "first if the run used it up)"
+        )
     return ended_text(event)
 
 

@@ -17,6 +17,8 @@ fails the agent exits with what the failed workers say (`exit_code_for`):
   the agent itself lost the rendezvous (node 0 and its store gone, no quorum in time). The
   platform starts the node again without counting a failure and every worker resumes from
   the newest checkpoint.
+- 6 (`CAPACITY_ENDED_EXIT_CODE`): the workers saved and stopped because the machine's
+  capacity ends (`trainstack.trainers.common.deadline`); any others were stopped by torchrun.
 - 2: a worker rejected its config or checkpoint.
 - 1: anything else, a code error (an exception, an abort, the OOM killer): retrying cannot
   help, and the platform stops the run at once.
@@ -58,6 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from trainstack.trainers.common.exit_codes import (
+    CAPACITY_ENDED_EXIT_CODE,
     CONFIG_ERROR_EXIT_CODE,
     CRASH_EXIT_CODE,
     PEER_LOST_EXIT_CODE,
@@ -123,6 +126,9 @@ def exit_code_for(worker_codes: Iterable[int]) -> int:
     codes = set(worker_codes)
     if CONFIG_ERROR_EXIT_CODE in codes:
         return CONFIG_ERROR_EXIT_CODE
+    if CAPACITY_ENDED_EXIT_CODE in codes and codes <= PEER_EXIT_CODES | {CAPACITY_ENDED_EXIT_CODE}:
+        # Every worker saved for the capacity's end; torchrun stopped the slower ones.
+        return CAPACITY_ENDED_EXIT_CODE
     if codes and codes <= PEER_EXIT_CODES:
         return PEER_LOST_EXIT_CODE
     return CRASH_EXIT_CODE

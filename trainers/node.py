@@ -54,6 +54,8 @@ Exit codes (those of `components/gpu_startup/launch.sh`; `trainstack.trainers.co
        quorum in time; `trainstack.trainers.elastic`), or a TensorFlow peer task: restart the node,
        never counted as a failure
   5    fewer usable accelerators than TRAINSTACK_EXPECTED_ACCELERATORS: do not restart
+  6    this machine's capacity ends (TRAINSTACK_DEADLINE, a flex-start run duration): the
+       target saved and stopped before it (`trainstack.trainers.node_capacity`)
   143  preempted: SIGTERM reached this machine, or the target itself exited 143 (saved and
        stopped). Ranks that torchrun stops after another rank failed may print `preempted`
        too; with torchrun's 1 that is still a failure (1), never a preemption.
@@ -63,8 +65,8 @@ failures are never read as 3, and its exit 143 (saved after SIGTERM) is 143.
 
 With `TRAINSTACK_RUN_RECORD` (GCE, GKE, TPU) the launcher keeps the run's records for the
 supervisor (`trainstack.trainers.common.run_records`): it writes this node's heartbeat while
-the target runs, polls the stop request, and records the run's end (`done`, `stopped`, or
-`failed` with stage `trainer` for an exit in `TRAINSTACK_RUN_FINAL_CODES`).
+the target runs, polls the stop request, and records the run's end (`done`, `stopped`,
+`capacity_ended`, or `failed` with stage `trainer` for an exit in `TRAINSTACK_RUN_FINAL_CODES`).
 
 Standard library only at import time, and Python 3.10 (the prebuilt images' version).
 """
@@ -93,15 +95,20 @@ from trainstack.trainers.common.accelerators import (
 )
 from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
 from trainstack.trainers.common.contract import (
+    EVENT_CAPACITY_ENDED,
+    EVENT_CHECKPOINT,
     EVENT_FAILED,
     EVENT_PREEMPTED,
     FIELD_EVENT,
     TF_CPU_REPLICAS_ENV,
+    TORCH_MODULE,
     TORCHRUN_MODULES,
     TRAINER_MODULES,
 )
+from trainstack.trainers.common.deadline import Deadline
 from trainstack.trainers.common.exit_codes import (
     ACCELERATORS_MISSING_EXIT_CODE,
+    CAPACITY_ENDED_EXIT_CODE,
     CONFIG_ERROR_EXIT_CODE,
     CRASH_EXIT_CODE,
     DONE_EXIT_CODE,
@@ -111,6 +118,12 @@ from trainstack.trainers.common.exit_codes import (
 )
 from trainstack.trainers.common.run_records import RunRecords
 from trainstack.trainers.elastic import WORKER_FLAG, nccl_error_handling
+from trainstack.trainers.node_capacity import (
+    Backstop,
+    capacity_code,
+    deadline_for,
+    hold_for_capacity,
+)
 from trainstack.trainers.user_code import (
     SecretError,
     read_secrets,
@@ -156,6 +169,11 @@ class NodeCommand:
     accelerators: int
     processes: int
     """Processes on this machine: one per accelerator under torchrun, else 1."""
+    deadline: Deadline | None = None
+    """When this machine's capacity ends (`TRAINSTACK_DEADLINE`, `capacity_deadline`)."""
+    stops_itself: bool = False
+    """The target saves and stops before `deadline` by itself (the bundled torch trainer);
+    any other gets SIGTERM from the launcher at `deadline.stop_at`."""
 
 
 def _user_option(option: str, value: str, request: dict[str, Any]) -> bool:
@@ -340,6 +358,12 @@ def check_trainer_args(request: Request, command: NodeCommand) -> None:
     check_resume(cfg, command.env)
 
 
+def capacity_deadline(request: Request, command: NodeCommand) -> NodeCommand:
+    """`command` with this machine's capacity deadline (`trainstack.trainers.node_capacity`)."""
+    deadline = deadline_for(request.module, request.argv, command.env)
+    return replace(command, deadline=deadline, stops_itself=request.module == TORCH_MODULE)
+
+
 SHIP_FLUSH_S: Final = 5.0
 """With `TRAINSTACK_CLOUD_LOGGING=gce_instance|tpu_worker` (set by the GCE and TPU VM startup
 scripts) the target's stdout lines also go to the Cloud Logging API as structured entries
@@ -354,6 +378,10 @@ class _Watch:
     def __init__(self, ship: Callable[[bytes], None] | None = None) -> None:
         self.started = False
         self.preempted = False
+        self.capacity_ended = False
+        """The bundled torch trainer saved and stopped for the capacity's end."""
+        self.saved: int | None = None
+        """The step of the newest checkpoint a line named (the capacity's end's own first)."""
         self.ship = ship
         """Also hands each line to Cloud Logging (`trainstack.trainers.common.cloud_logging`)."""
 
@@ -374,6 +402,15 @@ class _Watch:
                 # come before training started: the exit is still a setup failure (3).
                 self.started = self.started or record[FIELD_EVENT] != EVENT_FAILED
                 self.preempted = self.preempted or record[FIELD_EVENT] == EVENT_PREEMPTED
+                self._note_saved(record)
+
+    def _note_saved(self, record: dict[str, Any]) -> None:
+        step = record.get("step")
+        if record[FIELD_EVENT] == EVENT_CAPACITY_ENDED:
+            self.capacity_ended = True
+            self.saved = record.get("checkpoint_step")
+        elif record[FIELD_EVENT] == EVENT_CHECKPOINT and not self.capacity_ended:
+            self.saved = step if isinstance(step, int) else self.saved
 
 
 def _log(message: str) -> None:
@@ -396,7 +433,12 @@ def exit_code(
         # A SIGTERM this launcher never got: torchrun stopping the other ranks after one
         # failed. Their `preempted` lines are the teardown, not a preemption: a failure.
         return status
-    if status in (CONFIG_ERROR_EXIT_CODE, PEER_LOST_EXIT_CODE, ACCELERATORS_MISSING_EXIT_CODE):
+    if status in (
+        CONFIG_ERROR_EXIT_CODE,
+        PEER_LOST_EXIT_CODE,
+        ACCELERATORS_MISSING_EXIT_CODE,
+        CAPACITY_ENDED_EXIT_CODE,
+    ):
         return status
     if not started and not (classified and status == CRASH_EXIT_CODE):
         return SETUP_FAILED_EXIT_CODE
@@ -404,14 +446,20 @@ def exit_code(
 
 
 def _record_end(
-    records: RunRecords | None, code: int, node_rank: int, stop_request: list[dict[str, Any]]
+    records: RunRecords | None,
+    code: int,
+    node_rank: int,
+    stop_request: list[dict[str, Any]],
+    saved: int | None = None,
 ) -> int:
-    """Write the run's end record where this exit ends the run (`RunRecords.end_record`);
-    the exit code, 143 after a stop on request (saved and stopped, as on a preemption)."""
+    """Write the run's end record where this exit ends the run (`RunRecords.end_record`;
+    `saved`: the step of the checkpoint a capacity's end left); the exit code, 143 after a
+    stop on request (saved and stopped, as on a preemption)."""
     if stop_request and code != DONE_EXIT_CODE:
         code = PREEMPTED_EXIT_CODE
     if records is not None:
-        record = records.end_record(code, node_rank, stop_request[0] if stop_request else None)
+        stop = stop_request[0] if stop_request else None
+        record = records.end_record(code, node_rank, stop, saved)
         if record is not None:
             records.record_end(record, _log)
     return code
@@ -450,6 +498,8 @@ def run(command: NodeCommand) -> int:
         cluster = command.cluster
         if records is not None and not records.hold_while_stopped(_log, terminated):
             return PREEMPTED_EXIT_CODE
+        if command.deadline is not None and command.deadline.reached():
+            return hold_for_capacity(command.deadline, terminated, _log)
         _log(
             f"node {cluster.node_rank} of {cluster.num_nodes}, {command.accelerators} "
             f"accelerator(s), {command.processes} process(es): {' '.join(command.argv)}"
@@ -476,10 +526,12 @@ def run(command: NodeCommand) -> int:
         # The supervisor's sign of life from this node while its trainer runs (a rendezvous
         # wait included); silence from every node for long enough stops the compute.
         beating = records.heartbeat(cluster.node_rank, _log) if records is not None else None
+        backstop = Backstop(command.deadline, command.stops_itself, forward, _log)
         status = child.wait()
         for event in (watching, beating):
             if event is not None:
                 event.set()
+        backstop.cancel()
         pump.join()
         if shipper is not None:
             shipper.close(SHIP_FLUSH_S)  # bounded: a dead Logging API cannot hold the exit
@@ -493,7 +545,8 @@ def run(command: NodeCommand) -> int:
         preempted=watch.preempted,
         classified=command.argv[1:3] == ["-m", ELASTIC_LAUNCHER_MODULE],
     )
-    code = _record_end(records, code, command.cluster.node_rank, stop_request)
+    code = capacity_code(code, watch.capacity_ended, backstop)
+    code = _record_end(records, code, command.cluster.node_rank, stop_request, watch.saved)
     if code != DONE_EXIT_CODE:
         _log(f"exit {code} (target exit {status})")
     return code
@@ -504,6 +557,7 @@ def main(args: Sequence[str]) -> int:
         request = parse_args(args)
         command = node_command(request, os.environ)
         check_trainer_args(request, command)
+        command = capacity_deadline(request, command)
     except AcceleratorsMissing as exc:
         _log(str(exc))
         return ACCELERATORS_MISSING_EXIT_CODE
@@ -526,6 +580,7 @@ __all__ = [
     "SIMULATED_ACCELERATORS_ENV",
     "NodeCommand",
     "Request",
+    "capacity_deadline",
     "check_trainer_args",
     "exit_code",
     "main",

@@ -434,6 +434,8 @@ def _startup_script(
             checkpoint_url=checkpoint_url,
             nccl_gib=nccl_gib,
             rank_claims=gpu.flex_start,
+            # Flex-start: the VM's maxRunDuration (`_scheduling`) gives the run its deadline.
+            capacity_run_seconds=max_run_seconds if gpu.flex_start else None,
         )
         record = run_record_uri(checkpoint_url, gce_run_key(**keyed)) if checkpoint_url else ""
         return script, record

@@ -35,7 +35,11 @@ from trainstack.components.a100_cluster.gke_fabric import (
     pod_fabric_for,
 )
 from trainstack.components.a100_cluster.validate import A100Shape
-from trainstack.components.catalog.gpu_families import boot_disk_type, cuda_floor_of
+from trainstack.components.catalog.gpu_families import (
+    FLEX_START_MAX_HOURS,
+    boot_disk_type,
+    cuda_floor_of,
+)
 from trainstack.components.catalog.images import kubernetes_image
 from trainstack.components.kubernetes_training_job import (
     DEFAULT_MODULE,
@@ -43,6 +47,7 @@ from trainstack.components.kubernetes_training_job import (
     KubernetesTrainingJobArgs,
 )
 from trainstack.components.naming import gcp_name
+from trainstack.trainers.common.contract import CAPACITY_RUN_ENV
 
 NODE_IMAGE_TYPE: Final = "COS_CONTAINERD"
 SYSTEM_POOL_NAME: Final = "system"
@@ -538,6 +543,11 @@ def job_args_for(
         # pool's, `_flex_start_pool`) and the supervisor's limit, counted from the first
         # node billing, bound the run there.
         cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
+    if gpu.flex_start:
+        # The pods learn their node's run duration (the pool's max_run_duration, else GKE's
+        # 7 days), from which the pod script derives TRAINSTACK_DEADLINE.
+        run_s = args.get("max_run_seconds") or FLEX_START_MAX_HOURS * 3600
+        job_args["env"] = {**job_args.get("env", {}), CAPACITY_RUN_ENV: str(run_s)}
     return job_args
 
 

@@ -89,15 +89,21 @@ EXIT_ACCELERATORS_MISSING: Final = 5
 """Fewer usable accelerators than the plan bought (`TRAINSTACK_EXPECTED_ACCELERATORS`):
 the same machine cannot do better on a retry
 (`trainstack.trainers.common.exit_codes.ACCELERATORS_MISSING_EXIT_CODE`)."""
+EXIT_CAPACITY_ENDED: Final = 6
+"""The machine's capacity ends (a flex-start run duration): the trainer saved a checkpoint
+and stopped before it (`trainstack.trainers.common.exit_codes.CAPACITY_ENDED_EXIT_CODE`).
+The Compute Engine launcher exits 0 on it (the unit stops; the VM is going); a GKE Job
+replaces the pod without counting a failure, and a replacement on the same node holds
+(`trainstack.trainers.node_capacity`) until the node goes."""
 EXIT_PREEMPTED: Final = 143
 """SIGTERM reached the node, or the trainer saved a checkpoint and stopped (128 + SIGTERM,
 `trainstack.trainers.common.exit_codes.PREEMPTED_EXIT_CODE`)."""
 
 FAIL_FAST_EXIT_CODES: Final = (EXIT_CRASH, EXIT_CONFIG, EXIT_ACCELERATORS_MISSING)
 """Code errors and machines without their accelerators: retrying cannot help."""
-RESTART_EXIT_CODES: Final = (EXIT_PEER_LOST, EXIT_PREEMPTED)
-"""A lost peer or a preemption after a checkpoint: restart and resume, without counting a
-failure."""
+RESTART_EXIT_CODES: Final = (EXIT_PEER_LOST, EXIT_PREEMPTED, EXIT_CAPACITY_ENDED)
+"""A lost peer, a preemption after a checkpoint or the capacity's end after one: restart
+and resume (on new capacity), without counting a failure."""
 GCE_STOP_EXIT_CODES: Final = (EXIT_DONE, *FAIL_FAST_EXIT_CODES)
 """The Compute Engine unit restarts the launcher on every other exit: 143 (preempted), 4 (a
 peer or node 0 lost) and 3 (setup). `GCE_START_LIMIT` bounds the retries of a setup that
@@ -288,6 +294,7 @@ def render_launcher(
     setup_failures: str = "",
     nccl_gib: bool = False,
     rank_claims: bool = False,
+    capacity_run_seconds: int | None = None,
 ) -> str:
     """The node launcher for plain values (see the module docstring and `launch.sh`).
 
@@ -310,6 +317,8 @@ def render_launcher(
     `rank_claims` (VMs without rank metadata: a flex-start group's): each VM claims its rank
     under `run_record` (`node_helper.py claim-rank`), and the rank-0 VM's name replaces
     `coordinator`; it needs `run_record` and takes no `worker_hosts`.
+    `capacity_run_seconds` is a flex-start VM's run duration (its `maxRunDuration`): the
+    launcher gives the run `TRAINSTACK_DEADLINE`, the VM's first boot plus it.
     """
     if rank_claims and (not run_record or worker_hosts):
         raise ValueError(
@@ -330,6 +339,12 @@ def render_launcher(
         or max_run_seconds < 1
     ):
         raise ValueError(f"max_run_seconds: {max_run_seconds!r} is not an integer >= 1")
+    if capacity_run_seconds is not None and (
+        isinstance(capacity_run_seconds, bool)
+        or not isinstance(capacity_run_seconds, int)
+        or capacity_run_seconds < 1
+    ):
+        raise ValueError(f"capacity_run_seconds: {capacity_run_seconds!r} is not an integer >= 1")
     if max_run_seconds is not None and not run_clock.startswith("gs://"):
         raise ValueError(
             f"run_clock: {run_clock!r} is not a gs:// object; max_run_seconds needs a "
@@ -387,6 +402,9 @@ def render_launcher(
             "SETUP_FAILURES": q(setup_failures or f"{work_dir.rstrip('/')}/setup-failures"),
             **_fabric_values(nccl_gib),
             "NODE_HELPER": helper,
+            "CAPACITY_RUN_SECONDS": q(
+                str(capacity_run_seconds) if capacity_run_seconds is not None else ""
+            ),
         },
     )
 
@@ -490,7 +508,9 @@ def gce_startup_script(
     run's first start is recorded (`run_clock_uri`). `node_args` and
     `accelerators_per_node` as for `render_launcher`; `secret_env_names` names the `--env`
     values of `node_args` the run's key leaves out (`gce_run_key`); `nccl_gib` as for
-    `render_launcher`; `rank_claims` too, which needs `checkpoint_url` (the run's records)."""
+    `render_launcher`; `rank_claims` too, which needs `checkpoint_url` (the run's records);
+    `capacity_run_seconds`, a flex-start VM's run duration, as for `render_launcher` (not
+    part of the run's key)."""
     key = gce_run_key(
         package_uri=package_uri,
         module=module,
@@ -528,8 +548,6 @@ def gce_startup_script(
         node_args=node_args,
         accelerators_per_node=accelerators_per_node,
         run_record=run_record_uri(checkpoint_url, key) if checkpoint_url else "",
-        nccl_gib=nccl_gib,
-        rank_claims=rank_claims,
     )
     q = shlex.quote
     return _render(

@@ -33,7 +33,8 @@
 # (`node_helper.py alive`).
 #
 # Exit codes (the Compute Engine unit's restart rule uses them):
-#   0    training finished, or the run limit was reached
+#   0    training finished, or the run limit was reached, or (flex-start) the VM's run
+#        duration ends: the node launcher exited 6 after the trainer saved a checkpoint
 #   1    the trainer failed after it started: a code error
 #   2    invalid trainer arguments or node environment
 #   3    setup failed before training started (download, install): retryable
@@ -309,6 +310,22 @@ if [ "$USE_TORCHRUN" = 0 ] && [ -n "$TF_WORKERS" ]; then
   # TensorFlow needs every worker's address; the variables above name only node 0.
   export TF_CONFIG="{\"cluster\": {\"worker\": $TF_WORKERS}, \"task\": {\"type\": \"worker\", \"index\": $node_rank}}"
 fi
+# -- Flex-start: the deadline --------------------------------------------------------------
+# CAPACITY_RUN_SECONDS is a flex-start VM's run duration (its maxRunDuration, empty
+# otherwise). Compute Engine deletes the VM at its end, counted from when the VM entered
+# RUNNING, with no metadata key that says when (trainstack.components.catalog.capacity_end).
+# The deadline is this VM's first boot (kept on its disk, so a reboot does not move it) plus
+# the duration: a little late, never early; the trainer saves trainer.deadline_margin_s
+# before it and the node launcher exits 6 (trainers/common/deadline.py).
+CAPACITY_RUN_SECONDS=@@CAPACITY_RUN_SECONDS@@
+if [ -n "$CAPACITY_RUN_SECONDS" ]; then
+  first_boot="$WORK_DIR/first-boot"
+  if [ ! -s "$first_boot" ]; then
+    awk '$1 == "btime" { print $2 }' /proc/stat >"$first_boot"
+  fi
+  export TRAINSTACK_DEADLINE="$(($(cat "$first_boot") + CAPACITY_RUN_SECONDS))"
+fi
+# -----------------------------------------------------------------------------------------
 # One launcher on every target: trainstack.trainers.node counts this machine's accelerators and runs
 # torchrun (elastic rendezvous on node 0 when there are several nodes) or the trainer once,
 # and maps the outcome to the exit codes above.
@@ -371,6 +388,12 @@ if [ "$status" -eq 0 ]; then
   log "training finished"
   exit 0
 fi
+# -- Flex-start: the capacity's end (6): the run's end record is the node launcher's ------
+if [ "$status" -eq 6 ]; then
+  log "this VM's flex-start run duration ends at ${TRAINSTACK_DEADLINE:-an unknown time} (Unix time): the trainer saved a checkpoint and stopped (launcher exit 6); the unit does not restart"
+  exit 0
+fi
+# -----------------------------------------------------------------------------------------
 if [ "$deadline" = 1 ] && [ "$terminated" = 0 ]; then
   log "max_run_hours reached: stopped the trainer after ${MAX_RUN_SECONDS}s of the run (launcher exit $status); the newest checkpoint holds its state"
   exit 0

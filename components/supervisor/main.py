@@ -24,7 +24,9 @@ nothing Pulumi is creating or destroying is deleted or created here. A create th
 
 The end of the run (`run`, every key optional) stops the compute: `end_uri`, written when the
 run ended for good (`trainstack.trainers.common.run_records`: `{"outcome": "done" | "failed"
-| "stopped", "stage", "reason", ...}`); `alive_uri` + `node_count`, the nodes' heartbeats
+| "stopped" | "capacity_ended", "stage", "reason", "step", ...}`; `capacity_ended`: a
+flex-start machine's run duration ends, its trainer saved at `step` first, so the compute
+stops at once and a machine that goes meanwhile is no failure); `alive_uri` + `node_count`, the nodes' heartbeats
 `<alive_uri><rank>`: `no_heartbeat` once the compute has billed `NO_HEARTBEAT_S` since the
 later of this supervisor's first sight of it billing and the newest heartbeat's server-side
 time; `max_run_seconds` from that first
@@ -153,6 +155,9 @@ NO_HEARTBEAT_S = 2700
 test holds the two equal)."""
 LIMITS = ("max_run_hours", "max_total_usd")
 """The ends that ask the trainer to save first (a stop request)."""
+CAPACITY_ENDED = "capacity_ended"
+"""The end a flex-start machine's run duration makes (`trainstack.trainers.common.deadline`):
+the trainer saved first; compute brought back (`pulumi up`, new capacity) goes on with the run."""
 STAGES = ("package_download", "package_install", "launch", "startup", "trainer", "job")
 """The stages an end record may name as where the run failed (`run_records`)."""
 DETAIL_MAX = 500
@@ -208,6 +213,9 @@ def _end_record(data: bytes | None) -> Json | None:
     if record is None:
         return None
     end: Json = {"reason": _line(record.get("outcome", "unreadable"), 40) or "unreadable"}
+    step = record.get("step")
+    if end["reason"] == CAPACITY_ENDED and isinstance(step, int) and not isinstance(step, bool):
+        end["step"] = step  # the checkpoint it saved before the machine goes
     if end["reason"] == "failed" and record.get("stage") in STAGES:
         end |= {"stage": record["stage"], "detail": _line(record.get("reason"))}
         rank = record.get("node_rank")
@@ -358,7 +366,8 @@ def _back(run: Json, run_config: Json, store: Store, event: Json, now: float) ->
     back = {**event, "result": "compute back after a stop"}
     why = (run["end"] or {}).get("reason")
     by_limit = why in LIMITS or (why == "stopped" and run["requested_for"] is not None)
-    if by_limit and _limit(run_config, run, now) is None:
+    # New capacity after a flex-start machine's end: the run resumes from its checkpoint.
+    if (by_limit or why == CAPACITY_ENDED) and _limit(run_config, run, now) is None:
         kept = []
         for key in ("stop_uri", "end_uri"):
             try:
@@ -366,7 +375,11 @@ def _back(run: Json, run_config: Json, store: Store, event: Json, now: float) ->
             except RECORD_ERRORS as err:  # the trainer writes these objects too (a hold, say)
                 kept.append(f"{run_config[key]} not removed ({_error(err)})")
         run.update(stop_requested=None, requested_for=None, end=None)
-        back["result"] += "; the limits no longer hold: stop request withdrawn"
+        back["result"] += (
+            "; the run goes on from its checkpoint"
+            if why == CAPACITY_ENDED
+            else "; the limits no longer hold: stop request withdrawn"
+        )
         back["result"] += "".join(f"; {line}" for line in kept)
     store.append_event(back)
 

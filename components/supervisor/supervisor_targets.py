@@ -197,8 +197,9 @@ class Group:
 
 class NodePool:
     """A GKE node pool (container v1): billing while any of its instance groups has
-    instances; stopped by setting its size to 0 (`nodePools.setSize`), which is done once
-    its groups hold none (GKE deletes the VMs through them, as a resize does)."""
+    instances; stopped by setting its size to 0 (`nodePools.setSize`), an autoscaled
+    (flex-start) one's bounds to 0 (`AUTOSCALED_STOP`), which is done once its groups hold
+    none (GKE deletes the VMs through them, as a resize does)."""
 
     STOPS_AT_ONCE = False
 
@@ -207,12 +208,15 @@ class NodePool:
         self.groups = Group(config, credentials)
         self.name: str = config["name"]
         self.pools = self.api.projects().locations().clusters().nodePools()
+        self.autoscaled = False
+        """Whether the pool was autoscaled at the last `state()` (`NodePools.state`)."""
 
     def state(self) -> str:
         pool = _found(self.pools.get(name=self.name))
         if pool is None:
             self.groups.running = 0
             return NOT_FOUND
+        self.autoscaled = (pool.get("autoscaling") or {}).get("enabled") is True
         # A node pool reports no node count of its own: its groups' instances are it.
         urls = pool.get("instanceGroupUrls", [])
         views = {url: self.groups.view(url) for url in urls}
@@ -224,7 +228,11 @@ class NodePool:
         return self.groups.billing(seen)
 
     def stop(self) -> None:
-        self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
+        if self.autoscaled:
+            stop = self.pools.setAutoscaling(name=self.name, body=AUTOSCALED_STOP)
+        else:
+            stop = self.pools.setSize(name=self.name, body={"nodeCount": 0})
+        stop.execute(num_retries=2)
 
 
 AUTOSCALED_STOP: Json = {

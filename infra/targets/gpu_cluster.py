@@ -61,6 +61,7 @@ from trainstack.infra.supervision import (
 from trainstack.infra.targets.base import CloudTarget, ComposeContext, StillBilling
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
+from trainstack.trainers.common.deadline import DEFAULT_MARGIN_S
 
 if TYPE_CHECKING:
     from trainstack.components.run_supervisor import RunSupervisor
@@ -143,8 +144,37 @@ def flex_start_note(backend: str, hours: float | None, nodes: int = 1) -> str:
         else f"each node runs at most {FLEX_START_MAX_HOURS} h (7 days)"
     )
     return (
-        f"gpu_cluster.flex_start: {wait}; {run}; {FLEX_START_DISCOUNT_NOTE}; "
-        f"{FLEX_START_QUOTA_NOTE}"
+        f"gpu_cluster.flex_start: {wait}; {run}; {flex_start_end_note(backend)}; "
+        f"{FLEX_START_DISCOUNT_NOTE}; {FLEX_START_QUOTA_NOTE}"
+    )
+
+
+def flex_start_end_note(backend: str) -> str:
+    """What happens at the end of a flex-start machine's run duration (save, then stop),
+    in the plan's words (`catalog.capacity_end` has the sources)."""
+    gone = (
+        "Compute Engine deletes the VM then, with no notice Google documents"
+        if backend == "gce"
+        else "GKE removes the node then (how, and whether its pods get a notice, Google "
+        "does not say)"
+    )
+    stop = (
+        "the supervisor deletes the group's VMs"
+        if backend == "gce"
+        else "the Job replaces the pod, which holds on a node that is going, and the "
+        "supervisor sets the pool's autoscaling to 0"
+    )
+    again = (
+        " (with a higher limits.max_run_hours: it is each VM's run duration and the run's "
+        "limit, used up by then)"
+        if backend == "gce"
+        else ""
+    )
+    return (
+        f"{gone}: the trainer saves a checkpoint trainer.deadline_margin_s (default "
+        f"{DEFAULT_MARGIN_S:g} s) before, from the machine's boot time plus its run duration "
+        f"(TRAINSTACK_DEADLINE), the run ends capacity_ended (exit 6) and {stop}; `pulumi "
+        f"up` asks for new capacity and the run resumes from that checkpoint{again}"
     )
 
 

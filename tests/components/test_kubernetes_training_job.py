@@ -120,7 +120,7 @@ EXPECTED_JOB: dict[str, Any] = {
                     "onExitCodes": {
                         "containerName": "trainer",
                         "operator": "In",
-                        "values": [4, 143],
+                        "values": [4, 143, 6],
                     },
                 },
                 {

@@ -135,7 +135,10 @@ def test_plan_says_the_wait_and_the_cost_and_counts_preemptible_quota() -> None:
     assert flex == [
         "vertex: flex-start (scheduling.strategy FLEX_START): the job queues up to 2 hours "
         "(maxWaitDuration 7200s) for all its GPUs at once, then runs at most its "
-        "scheduling.timeout (7 days at most); flex-start is billed at Dynamic Workload "
+        "scheduling.timeout (7 days at most), where Vertex AI ends it; what its replicas get "
+        "then (a SIGTERM, a grace) Google does not say, so the run gets no deadline: its "
+        "newest checkpoint is the last trainer.checkpoint_every step; flex-start is billed "
+        "at Dynamic Workload "
         "Scheduler prices, 'discounts (up to 53%)' on vCPU and GPU "
         "(https://cloud.google.com/kubernetes-engine/docs/concepts/dws); no per-machine "
         "flex-start price is in a stored source, so the plan counts on-demand price (an upper "

@@ -60,6 +60,17 @@ def test_what_each_exit_records() -> None:
         "plan bought)",
         "node_rank": 2,
     }
+    # Any node whose machine's capacity ends records it, with the checkpoint's step.
+    assert records.end_record(6, 1, None, 40) == {
+        "outcome": "capacity_ended",
+        "step": 40,
+        "node_rank": 1,
+    }
+    assert records.end_record(6, 0, None) == {
+        "outcome": "capacity_ended",
+        "step": None,
+        "node_rank": 0,
+    }
     assert records.end_record(143, 0, None) is None  # preempted: the run goes on
     assert records.end_record(4, 0, None) is None  # a lost peer: restarted
     assert (records.end_uri, records.stop_uri) == (

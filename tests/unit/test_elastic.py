@@ -64,6 +64,11 @@ def test_a_store_that_is_gone_exits_4_not_1() -> None:
         ([-signal.SIGABRT, 4], 1),
         ([2, 4], 2),
         ([2, 1], 2),
+        ([6, 6], 6),  # every worker saved for the capacity's end
+        ([6, -signal.SIGTERM], 6),  # ... and torchrun stopped the slower one
+        ([6, 143, 4], 6),
+        ([6, 1], 1),  # a worker that raised is still a code error
+        ([6, 2], 2),
         ([], 1),
     ],
 )

@@ -198,6 +198,8 @@ def test_trainer_args_are_checked_against_the_world_before_anything_starts() -> 
         (4, False, False, False, 4),  # a peer or pod 0's store lost before training started
         (4, False, True, True, 4),  # ... or after a peer was preempted and this one saved
         (5, False, False, False, 5),  # fewer usable accelerators than the plan bought
+        (6, False, True, False, 6),  # saved and stopped: the machine's capacity ends
+        (6, False, False, False, 6),  # ... a resumed run stopped before its first step
     ],
 )
 def test_exit_codes(

@@ -19,6 +19,7 @@ from trainstack.trainers.common.bounds import (
     MAX_LEARNING_RATE,
     MAX_SEED,
 )
+from trainstack.trainers.common.deadline import DEFAULT_MARGIN_S, MAX_MARGIN_S
 
 Framework = Literal["torch", "tensorflow"]
 Strategy = Literal["ddp", "fsdp", "mirrored", "multi_worker_mirrored", "tpu", "parameter_server"]
@@ -88,6 +89,11 @@ class TrainConfig(BaseModel):
     """Deterministic kernels and data order, so two runs end with the same params_sha256."""
     preemption_grace_s: float = Field(default=30.0, gt=0, le=MAX_GRACE_S, allow_inf_nan=False)
     """After SIGTERM, every rank saves a checkpoint within this many seconds and exits."""
+    deadline_margin_s: float = Field(
+        default=DEFAULT_MARGIN_S, gt=0, le=MAX_MARGIN_S, allow_inf_nan=False
+    )
+    """On a flex-start machine (`TRAINSTACK_DEADLINE`), save a checkpoint and stop this many
+    seconds before the machine's run duration ends; the run ends `capacity_ended` (exit 6)."""
     run_name: str = Field(default="run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """Names the run in logs and its checkpoint folder (`checkpoints/<run_name>/`); a
     checkpoint written under other model, data or optimizer settings is not resumed."""

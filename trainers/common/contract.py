@@ -47,6 +47,9 @@ empty marker, a truncated file; `path`; `resumed_from`: the step it resumes from
 for step 0), one line per folder, before its `start`
 (`trainstack.trainers.common.checkpoint.Skipped`)."""
 EVENT_PREEMPTED: Final = "preempted"
+EVENT_CAPACITY_ENDED: Final = "capacity_ended"
+"""Every rank of the bundled torch trainer stopped at this step because the machine's
+capacity ends soon (`DEADLINE_ENV`); its checkpoint follows (`reason: capacity_ended`)."""
 EVENT_DONE: Final = "done"
 EVENT_IDLE: Final = "idle"
 EVENT_SERVER: Final = "server"
@@ -100,6 +103,14 @@ COLLECTIVE_TIMEOUT_ENV: Final = "TRAINSTACK_COLLECTIVE_TIMEOUT_S"
 process group's `timeout`); unset: torch's default (30 minutes on gloo). `trainstack
 local-run` sets it, so a lost or hung peer ends a local run."""
 
+DEADLINE_ENV: Final = "TRAINSTACK_DEADLINE"
+"""When this machine's capacity ends (a flex-start machine's run duration), whole seconds
+since the Unix epoch; set by the launches of flex-start machines on every process of the run,
+unset elsewhere (`trainstack.trainers.common.deadline`)."""
+CAPACITY_RUN_ENV: Final = "TRAINSTACK_CAPACITY_RUN_S"
+"""The run duration a flex-start machine got (seconds), set by the components on the pods of
+a flex-start pool; the pod script turns it into `DEADLINE_ENV` with the node's boot time."""
+
 # Your own code (`trainstack:trainer.entrypoint`): what every process of it receives.
 CHECKPOINT_DIR_ENV: Final = "TRAINSTACK_CHECKPOINT_DIR"
 DATA_DIR_ENV: Final = "TRAINSTACK_DATA_DIR"
@@ -123,6 +134,8 @@ RUN_CONTRACT_ENV: Final = (
 RESERVED_ENV: Final = frozenset(
     {
         *RUN_CONTRACT_ENV,
+        DEADLINE_ENV,
+        CAPACITY_RUN_ENV,
         "RANK",
         "WORLD_SIZE",
         "LOCAL_RANK",

@@ -63,6 +63,7 @@ OTHER_KEYS: Final = (
     "log_every",
     "tensorboard_dir",
     "preemption_grace_s",
+    "deadline_margin_s",
     "grad_accum_steps",
     "precision",
     "compile",

@@ -6,7 +6,10 @@ scripts already keep (the run clock). More objects:
 
 - `<prefix>.ended`, written when the run is over for good. The node launcher writes rank
   0's `{"outcome": "done"}` after a finished run, rank 0's `{"outcome": "stopped",
-  "reason"}` after it stopped the trainer on a stop request, or any node's `{"outcome":
+  "reason"}` after it stopped the trainer on a stop request, any node's `{"outcome":
+  "capacity_ended", "step": N}` after its trainer saved a checkpoint at step N (None: no
+  step known) and stopped because the machine's capacity ends (exit 6,
+  `trainstack.trainers.common.deadline`), or any node's `{"outcome":
   "failed", "stage": "trainer", "exit": N}` for an exit code the target never retries
   (`TRAINSTACK_RUN_FINAL_CODES`, e.g. `1 2 5`; the last attempt adds the setup code 3
   where the platform retries it a bounded number of times). The shell stages before it
@@ -42,8 +45,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from trainstack.trainers.common.contract import EVENT_CAPACITY_ENDED as CAPACITY_ENDED
 from trainstack.trainers.common.exit_codes import (
     ACCELERATORS_MISSING_EXIT_CODE,
+    CAPACITY_ENDED_EXIT_CODE,
     CONFIG_ERROR_EXIT_CODE,
     CRASH_EXIT_CODE,
     SETUP_FAILED_EXIT_CODE,
@@ -175,13 +180,17 @@ class RunRecords:
         return done
 
     def end_record(
-        self, code: int, node_rank: int, stop: dict[str, Any] | None
+        self, code: int, node_rank: int, stop: dict[str, Any] | None, saved: int | None = None
     ) -> dict[str, Any] | None:
-        """What this node records of the run's end (None: nothing, the run goes on)."""
+        """What this node records of the run's end (None: nothing, the run goes on);
+        `saved`: the step of the checkpoint a capacity's end left."""
         if code == 0 and node_rank == 0:
             return {"outcome": "done", "node_rank": 0}
         if stop is not None and node_rank == 0:
             return {"outcome": "stopped", "reason": stop.get("reason"), "node_rank": 0}
+        if stop is None and code == CAPACITY_ENDED_EXIT_CODE:
+            # Any node: each machine's capacity has its own end, the first one ends the run.
+            return {"outcome": CAPACITY_ENDED, "step": saved, "node_rank": node_rank}
         if stop is None and code in self.final_codes:
             return {
                 "outcome": "failed",

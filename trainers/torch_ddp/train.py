@@ -11,8 +11,9 @@ from `trainstack.trainers.common.cluster`. Backend: NCCL on GPU, gloo on CPU.
 
 Exit codes: 0 done; 2 invalid config or cluster environment, a newest checkpoint of other
 settings (`trainstack.trainers.common.fingerprint`) or a save the storage refused (a full disk);
-143 preempted after saving a checkpoint (`trainstack.trainers.common.exit_codes`); anything
-else is a crash.
+6 the machine's capacity ends (`TRAINSTACK_DEADLINE` less `deadline_margin_s` reached, after a
+checkpoint: `trainstack.trainers.common.deadline`); 143 preempted after saving a checkpoint
+(`trainstack.trainers.common.exit_codes`); anything else is a crash.
 
 `TRAINSTACK_COLLECTIVE_TIMEOUT_S` (`contract.COLLECTIVE_TIMEOUT_ENV`) bounds how long a
 collective waits for a lost or hung peer; `trainstack local-run` sets it.
@@ -30,9 +31,7 @@ import random
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,10 +46,10 @@ from trainstack.trainers.common.checkpoint import (
     run_checkpoint_dir,
 )
 from trainstack.trainers.common.cli import load_config
-from trainstack.trainers.common.cluster import ClusterInfo, resolve_cluster
+from trainstack.trainers.common.cluster import resolve_cluster
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import (
-    COLLECTIVE_TIMEOUT_ENV,
+    EVENT_CAPACITY_ENDED,
     EVENT_CHECKPOINT,
     EVENT_CHECKPOINT_BEGIN,
     EVENT_CHECKPOINT_SKIPPED,
@@ -67,16 +66,27 @@ from trainstack.trainers.common.contract import (
     TORCH_MODULE,
 )
 from trainstack.trainers.common.data import Dataset, load_dataset, shard_sampler
+from trainstack.trainers.common.deadline import Deadline
 from trainstack.trainers.common.digest import params_sha256 as digest_arrays
-from trainstack.trainers.common.exit_codes import CONFIG_ERROR_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.exit_codes import (
+    CAPACITY_ENDED_EXIT_CODE,
+    CONFIG_ERROR_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+)
 from trainstack.trainers.common.fingerprint import StateMismatch, trainer_fingerprint
 from trainstack.trainers.common.metrics import MetricsLogger, gpu_peak_flops, report_hypertune
 from trainstack.trainers.common.records import LogWindow, done_record
 from trainstack.trainers.common.schedule import learning_rate
 from trainstack.trainers.torch_ddp.checkpoint import Checkpointer, serialize
+from trainstack.trainers.torch_ddp.distributed import (
+    Runtime,
+    collective_timeout,
+    init_distributed,
+    wrap,
+)
 from trainstack.trainers.torch_ddp.metrics import gpu_stats, torch_scalar_writer
 from trainstack.trainers.torch_ddp.models import build_model, flops_per_sample
-from trainstack.trainers.torch_ddp.preemption import PreemptionWatcher
+from trainstack.trainers.torch_ddp.preemption import PREEMPTION, PreemptionWatcher
 
 
 def _param_array(param: nn.Parameter) -> Any:
@@ -118,105 +128,6 @@ def _configure_determinism(cfg: TrainConfig) -> None:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
-
-
-@dataclass
-class Runtime:
-    cfg: TrainConfig
-    cluster: ClusterInfo
-    device: torch.device
-    distributed: bool
-
-
-def collective_timeout(environ: Mapping[str, str]) -> timedelta | None:
-    """The process group's timeout from `COLLECTIVE_TIMEOUT_ENV`; None: torch's default.
-
-    Raises ValueError unless the value is a number of seconds > 0.
-    """
-    raw = environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0:
-        raise ValueError(f"{COLLECTIVE_TIMEOUT_ENV}: expected seconds > 0, got {raw!r}")
-    return timedelta(seconds=seconds)
-
-
-def _init_distributed(
-    cfg: TrainConfig, cluster: ClusterInfo, timeout: timedelta | None = None
-) -> Runtime:
-    if torch.cuda.is_available():
-        device = torch.device("cuda", cluster.local_rank)
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device = torch.device("cpu")
-        backend = "gloo"
-    # Under torchrun even one process joins a group, so the DDP/NCCL path runs as configured.
-    distributed = cluster.world_size > 1 or cluster.platform == "torchrun"
-    if distributed:
-        init = (
-            "env://"
-            if cluster.platform == "torchrun"
-            else f"tcp://{cluster.coordinator_address}:{cluster.coordinator_port}"
-        )
-        dist.init_process_group(
-            backend=backend,
-            init_method=init,
-            rank=cluster.rank,
-            world_size=cluster.world_size,
-            device_id=device if backend == "nccl" else None,
-            timeout=timeout,  # None: torch's default for the backend
-        )
-    return Runtime(cfg, cluster, device, distributed)
-
-
-def _wrap(model: nn.Module, rt: Runtime) -> nn.Module:
-    cfg = rt.cfg
-    if cfg.strategy == "fsdp":
-        if not rt.distributed:
-            raise ValueError("strategy 'fsdp' needs more than one process; use 'ddp'")
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        mp = (
-            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            if cfg.precision == "bf16" and rt.device.type == "cuda"
-            else MixedPrecisionPolicy()
-        )
-        for unit in model.shard_units():  # type: ignore[operator]
-            fully_shard(unit, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
-    elif rt.distributed:
-        model = nn.parallel.DistributedDataParallel(
-            model,
-            device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
-            bucket_cap_mb=cfg.bucket_cap_mb,
-        )
-        if rt.device.type == "cpu":
-            model.register_comm_hook(None, _exact_mean_hook)
-    if cfg.compile:
-        model = torch.compile(model)  # type: ignore[assignment]
-    return model
-
-
-# No annotations: DDP rejects a hook whose `bucket` annotation is not the GradBucket class,
-# and this module's annotations are strings.
-def _exact_mean_hook(state, bucket):
-    """DDP gradient averaging on gloo (CPU processes) whose result does not depend on the
-    order of the summation: float32 gradients summed in float64 are exact, then averaged
-    and rounded once. DDP's own float32 ring sum rounds by chunk, and its chunks move when
-    a restarted process lays out its buckets again, so with 3 or more processes a resumed
-    run would drift from an uninterrupted one by a few ulps."""
-    buffer = bucket.buffer()
-    future = dist.all_reduce(buffer.to(torch.float64), async_op=True).get_future()
-
-    def average(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        return buffer.copy_(done.value()[0].div_(dist.get_world_size()))
-
-    return future.then(average)
 
 
 def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ds: Dataset) -> torch.Tensor:
@@ -332,7 +243,7 @@ class _Trainer:
         # random streams.
         _seed_everything(cfg.seed)
         raw = build_model(cfg, self.ds.input_shape, self.ds.num_classes).to(device)
-        self.model = _wrap(raw, rt)
+        self.model = wrap(raw, rt)
         self.raw = unwrap(self.model)
         # The fused CUDA kernel is one launch for every parameter (benchmarks/gpu_throughput);
         # FSDP's DTensor parameters keep the default foreach path.
@@ -477,7 +388,10 @@ class _Trainer:
             params=sum(p.numel() for p in self.raw.parameters()),
         )
         step_delay = float(os.environ.get("TRAINSTACK_TEST_STEP_DELAY_S", "0") or 0)
-        watcher = PreemptionWatcher(grace_s=cfg.preemption_grace_s, device=self.device).install()
+        deadline = Deadline.from_env(os.environ, cfg.deadline_margin_s)
+        watcher = PreemptionWatcher(
+            grace_s=cfg.preemption_grace_s, device=self.device, deadline=deadline
+        ).install()
         # Throughput skips the first steps (allocator and kernel warm-up) and checkpoint stalls.
         warm_steps = min(5, max(cfg.steps - start_step - 1, 0))
         timed_start, timed_stall = time.perf_counter(), 0.0
@@ -487,13 +401,10 @@ class _Trainer:
             while step < cfg.steps:
                 if step_delay:
                     time.sleep(step_delay)
-                if watcher.should_stop():
+                reason = watcher.stop_reason()
+                if reason is not None:
                     watcher.drain()
-                    self.logger.log(
-                        EVENT_PREEMPTED, step, severity="WARNING", grace_s=cfg.preemption_grace_s
-                    )
-                    self._save(step, reason="preemption")
-                    return PREEMPTED_EXIT_CODE
+                    return self._stop(step, start_step, reason, watcher.deadline)
                 if step - start_step == warm_steps:
                     timed_start, timed_stall = time.perf_counter(), self.stall_total
                 step_loss = self._step(step)
@@ -515,6 +426,29 @@ class _Trainer:
             if self.checkpointer is not None:
                 with contextlib.suppress(RuntimeError):
                     self.checkpointer.wait()
+
+    def _stop(self, step: int, start: int, reason: str, deadline: Deadline | None) -> int:
+        """Save and leave on a preemption or the capacity's end; the exit code."""
+        if reason == PREEMPTION:
+            grace = self.cfg.preemption_grace_s
+            self.logger.log(EVENT_PREEMPTED, step, severity="WARNING", grace_s=grace)
+            self._save(step, reason=PREEMPTION)
+            return PREEMPTED_EXIT_CODE
+        if step > start:  # a resumed run stopped at once: its checkpoint is there already
+            self._save(step, reason=EVENT_CAPACITY_ENDED)
+        saved = step if self.checkpointer is not None and (step > start or start > 0) else None
+        # After the save (its barrier included): the node launcher reads this line as "saved
+        # and stopping", so a run whose save failed is not taken for one that ended well.
+        assert deadline is not None
+        self.logger.log(
+            EVENT_CAPACITY_ENDED,
+            step,
+            severity="WARNING",
+            checkpoint_step=saved,
+            deadline=int(deadline.at),
+            margin_s=deadline.margin_s,
+        )
+        return CAPACITY_ENDED_EXIT_CODE
 
     def _export_model(self) -> str | None:
         """Write the full (unsharded) final weights to `model_dir` (cloud stacks pass
@@ -584,7 +518,7 @@ def main(argv: Sequence[str]) -> int:
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     _configure_determinism(cfg)
-    rt = _init_distributed(cfg, cluster, timeout)
+    rt = init_distributed(cfg, cluster, timeout)
     try:
         return train(rt)
     except (StateMismatch, CheckpointWriteError) as e:
