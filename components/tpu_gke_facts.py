@@ -30,6 +30,7 @@ from trainstack.components.facts import (
     region_of,
 )
 from trainstack.components.training_dashboard.targets import gke_filter_text
+from trainstack.trainers.common.deadline import DEFAULT_MARGIN_S
 
 TARGET: Final = "tpu_gke"
 """The `target` of a `TpuGkeSlices`' facts (the stack target's name)."""

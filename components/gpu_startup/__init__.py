@@ -500,6 +500,7 @@ def gce_startup_script(
     secret_env_names: Collection[str] = (),
     nccl_gib: bool = False,
     rank_claims: bool = False,
+    capacity_run_seconds: int | None = None,
 ) -> str:
     """The Compute Engine startup script (see `gce_startup.sh`); identical on every node,
     which reads its rank from the `trainstack-node-rank` metadata attribute. `worker_hosts`
@@ -548,6 +549,9 @@ def gce_startup_script(
         node_args=node_args,
         accelerators_per_node=accelerators_per_node,
         run_record=run_record_uri(checkpoint_url, key) if checkpoint_url else "",
+        nccl_gib=nccl_gib,
+        rank_claims=rank_claims,
+        capacity_run_seconds=capacity_run_seconds,
     )
     q = shlex.quote
     return _render(
