@@ -107,11 +107,19 @@ def test_the_capacity_end_stops_the_unit_with_exit_0(
 
 
 def test_gce_flex_start_startup_script_carries_the_vms_run_duration() -> None:
-    flex = flex_run(backend="gce", machine_type="a3-highgpu-8g", max_run_seconds=86400)
+    # A3 High has no fabric on gce (refused there); A4 has.
+    flex = flex_run(
+        backend="gce", machine_type="a4-highgpu-8g", zone="us-central1-b", max_run_seconds=86400
+    )
     [template] = flex.of_type(TEMPLATE)
     assert "\nCAPACITY_RUN_SECONDS=86400\n" in template.inputs["metadataStartupScript"]
     plain = flex_run(
-        backend="gce", machine_type="a3-highgpu-8g", max_run_seconds=86400, flex_start=False
+        backend="gce",
+        machine_type="a4-highgpu-8g",
+        zone="us-central1-b",
+        max_run_seconds=86400,
+        flex_start=False,
+        spot=True,
     )
     [template] = plain.of_type(TEMPLATE)
     assert "\nCAPACITY_RUN_SECONDS=''\n" in template.inputs["metadataStartupScript"]
@@ -216,7 +224,10 @@ def _flex_notes(section: dict[str, Any], limits: dict[str, Any]) -> list[str]:
 
 
 def test_the_flex_start_notes_say_what_happens_at_the_end_save_then_stop() -> None:
-    [gce] = _flex_notes({"backend": "gce"}, {"max_run_hours": 24})
+    [gce] = _flex_notes(
+        {"backend": "gce", "machine_type": "a4-highgpu-8g", "zone": "us-central1-b"},
+        {"max_run_hours": 24},
+    )
     assert (
         "each machine is deleted 24 h after it starts (limits.max_run_hours); Compute Engine "
         "deletes the VM then, with no notice Google documents: the trainer saves a checkpoint "
