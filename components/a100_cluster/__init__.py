@@ -96,6 +96,7 @@ from trainstack.components._options import inherited_depends_on
 from trainstack.components.a100_cluster._common import (
     BOOT_DISK_TYPE,
     CLOUD_PLATFORM_SCOPE,
+    COMPONENT_GRACE_KEY,
     DEFAULT_BOOT_DISK_GB,
     DEFAULT_GPU_DRIVER_VERSION,
     DEFAULT_RELEASE_CHANNEL,
@@ -106,9 +107,11 @@ from trainstack.components.a100_cluster._common import (
     MIN_KUBERNETES_VERSION,
     RELEASE_CHANNELS,
     RESERVATION_KEY,
+    STACK_GRACE_KEY,
     A100ClusterArgs,
     A100TrainingArgs,
     gke_spot_grace_note,
+    gpu_code_runs_on,
     instance_name_pattern,
     instance_names,
     job_name_for,
@@ -132,6 +135,7 @@ from trainstack.components.a100_cluster.gke import (
 )
 from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
 from trainstack.components.a100_cluster.validate import (
+    GPU_CODE,
     SHAPE_KEYS,
     A100Shape,
     a100_cluster_problems,
@@ -141,6 +145,11 @@ from trainstack.components.a100_cluster.validate import (
 )
 from trainstack.components.catalog.gpu_fabric_gce import gce_fabric as gce_fabric_for
 from trainstack.components.catalog.images import DLVM_IMAGE, DLVM_IMAGE_SOURCE, DLVM_IMAGE_VERIFIED
+from trainstack.components.code_summary import (
+    GPU_NODE_ENV,
+    component_code_summary,
+    launcher_world_size,
+)
 from trainstack.components.facts import (
     a100_after_stop,
     a100_nodes_hourly_usd,
@@ -161,6 +170,7 @@ from trainstack.components.training_dashboard.targets import (
     gke_filter_text,
     gke_filters,
 )
+from trainstack.components.user_code import UserCode
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
@@ -168,6 +178,7 @@ __all__ = [
     "BOOT_DISK_TYPE",
     "CLOUD_PLATFORM_SCOPE",
     "CLUSTER_NAME_MAX",
+    "COMPONENT_GRACE_KEY",
     "COMPONENT_LABEL",
     "CONFIG_SECTION",
     "DEFAULT_BOOT_DISK_GB",
@@ -191,6 +202,7 @@ __all__ = [
     "RESERVATION_KEY",
     "SERVICE_RANGE",
     "SHAPE_KEYS",
+    "STACK_GRACE_KEY",
     "SYSTEM_POOL_NAME",
     "TOKEN",
     "A100Cluster",
@@ -203,6 +215,7 @@ __all__ = [
     "gce_console_url",
     "gke_console_url",
     "gke_spot_grace_note",
+    "gpu_code_runs_on",
     "instance_name_pattern",
     "instance_names",
     "job_name_for",
@@ -307,8 +320,8 @@ class A100Cluster(pulumi.ComponentResource):
     node counted), $/hour at list price (spot price when spot; GKE's cluster fee and system
     node included), the Compute Engine quota it draws, its plan notes (gke spot: whether the
     trainer's `--preemption_grace_s` fits GKE's notice), where its state is read (`status`:
-    gke: cluster, namespace and Job; gce: the instances) and its trainer's Cloud Logging scope
-    (`logs`). Export it to read a deployed program's status:
+    gke: cluster, namespace and Job; gce: the instances), its trainer's Cloud Logging scope
+    (`logs`) and, given `training.code`, the plan's "Your code" entry (`code`, `cluster_code`). Export it to read a deployed program's status:
     `pulumi.export("gpu", cluster.facts)`. Plain values but `status` and `logs`, Outputs
     known once deployed (`trainstack.components.facts.deployed_facts`)."""
     run_record: pulumi.Output[str] | None
@@ -319,6 +332,8 @@ class A100Cluster(pulumi.ComponentResource):
         self, name: str, args: A100ClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("A100Cluster", A100ClusterArgs, args)
+        training_arg = args.get("training")
+        code = training_arg.get("code") if training_arg is not None else None
         # Your code (`training.code`) becomes the node launcher's arguments, checked first.
         args = component_check("A100Cluster", with_code, args)  # type: ignore[assignment]
         if "environment" in args:
@@ -329,6 +344,7 @@ class A100Cluster(pulumi.ComponentResource):
             )
             args = {**args, "labels": env_labels}
         gpu = component_check("A100Cluster", validate_args, args)
+        code_entry = cluster_code(code, gpu)
         labels = component_check("A100Cluster", labels_input, args.get("labels"), COMPONENT_LABEL)
         super().__init__(TOKEN, name, None, opts)
         # The nodes read the staging and checkpoint buckets from their first boot.
@@ -403,7 +419,7 @@ class A100Cluster(pulumi.ComponentResource):
         ).apply(lambda v: a100_checkpoint_dir(training, v))
         stack = pulumi.get_stack()
         self.facts = deployed_facts(
-            lambda v: a100_cluster_facts(args, gpu, stack, v, name),
+            lambda v: a100_cluster_facts(args, gpu, stack, v, name, code_entry),
             [args["project"], self.cluster_name, self.job_name, names, log_filter, checkpoint_dir],
             ["", "", "", None, "", None],
         )
@@ -463,10 +479,12 @@ def a100_cluster_facts(
     stack: str,
     values: Sequence[Any],
     name: str | None = None,
+    code: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A cluster's facts (`trainstack.components.facts`), from its validated arguments
     (`values`: project, cluster, Job and instance names, log filter, checkpoint folder);
-    `name`: the component's Pulumi name."""
+    `name`: the component's Pulumi name; `code`: the plan's entry for the `training.code` it
+    runs (`cluster_code`)."""
     project, cluster, job, instances, log_filter, checkpoint_dir = values
     training: Mapping[str, Any] = args.get("training") or {}
     status: dict[str, Any] = {
@@ -484,7 +502,14 @@ def a100_cluster_facts(
     )
     if gpu.backend == "gke":
         if gpu.spot:
-            notes.append(gke_spot_grace_note(_grace_s(args), own_code=status["own_code"]))
+            notes.append(
+                gke_spot_grace_note(
+                    _grace_s(args),
+                    spot_key="A100Cluster.spot",
+                    grace_key=COMPONENT_GRACE_KEY,
+                    own_code=status["own_code"],
+                )
+            )
         fabric = fabric_for(gpu.machine_type, args["deployment_name"], gpu.zone)
         if fabric is not None:
             notes.append(fabric_note(fabric, gpu.machine_type))
@@ -520,6 +545,27 @@ def a100_cluster_facts(
         after_stop=after_stop,
         status=status,
         logs=logs,
+        code=code,
+    )
+
+
+def cluster_code(code: UserCode | None, gpu: A100Shape) -> dict[str, Any] | None:
+    """The plan's "Your code" entry for the cluster's `training.code` (None without): on
+    every node, one process per GPU under torchrun, one per node with `launcher: node`
+    (`trainstack.components.code_summary`); the same a stack's `gpu_cluster` plans."""
+    if code is None:
+        return None
+    default = GPU_CODE[gpu.backend].default_launcher
+    return component_code_summary(
+        code,
+        "A100Cluster",
+        key="training.code",
+        default_launcher=default,
+        runs_on=gpu_code_runs_on(gpu.backend, gpu.machine_type, gpu.zone, code.image),
+        world_size=launcher_world_size(
+            code.launcher_for(default), gpu.node_count, gpu.machine.gpus
+        ),
+        node_env=GPU_NODE_ENV,
     )
 
 

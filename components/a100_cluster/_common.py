@@ -11,8 +11,12 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 import pulumi
 
 from trainstack.components import catalog
+from trainstack.components.catalog.gpu_fabric_gce import ACCELERATOR_IMAGE, gce_fabric
+from trainstack.components.catalog.gpu_families import cuda_floor_of
+from trainstack.components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES, kubernetes_image
 from trainstack.components.naming import gcp_name
 from trainstack.components.user_code import UserCode
+from trainstack.trainers.common.contract import TORCH_MODULE
 
 KUBERNETES_VERSION: Final = "1.35"
 KUBERNETES_VERSION_VERIFIED: Final = False
@@ -79,17 +83,29 @@ SPOT_GRACE_MARGIN_S: Final = 3
 """Of those 15 s, what the launcher and torchrun need after the trainer's save to exit."""
 
 
-def gke_spot_grace_note(preemption_grace_s: float, own_code: bool = False) -> str:
-    """The plan's note on a spot GKE cluster: whether the trainer's save after SIGTERM
-    (`trainer.preemption_grace_s`) fits the time GKE gives a preempted node's pods.
+STACK_GRACE_KEY: Final = "trainer.preemption_grace_s"
+"""What sets the bundled trainer's save time after SIGTERM in a stack."""
+COMPONENT_GRACE_KEY: Final = "A100Cluster.training.trainer_args --preemption_grace_s"
+"""What sets it in a program: the trainer's flag among the component's `trainer_args`
+(`trainstack.infra.run_args.trainer_args` writes `trainer.preemption_grace_s` there)."""
 
-    `own_code`: an `A100Cluster` of a program running your code (`training.code` or
+
+def gke_spot_grace_note(
+    preemption_grace_s: float, *, spot_key: str, grace_key: str, own_code: bool = False
+) -> str:
+    """The plan's note on a spot GKE cluster: whether the trainer's save after SIGTERM
+    (`preemption_grace_s`, set by `grace_key`) fits the time GKE gives a preempted node's
+    pods. `spot_key` names what asked for spot: a stack's `gpu_cluster.spot`, a program's
+    `A100Cluster.spot`; `grace_key` the stack's `STACK_GRACE_KEY` or the component's
+    `COMPONENT_GRACE_KEY`.
+
+    `own_code`: the cluster runs your code (`trainer.entrypoint`, `training.code` or
     `node_args`), which no grace setting reaches: the node launcher passes SIGTERM on to it
     (`trainstack.trainers.node`, module docstring) and the pod's terminationGracePeriodSeconds
     does not lengthen GKE's 15 s; the note says what the code must do in them."""
     budget = GKE_SPOT_POD_GRACE_S - SPOT_GRACE_MARGIN_S
     head = (
-        f"{'A100Cluster' if own_code else 'gpu_cluster'}.spot: GKE gives the pods of a "
+        f"{spot_key}: GKE gives the pods of a "
         f"preempted Spot node {GKE_SPOT_POD_GRACE_S} s to stop (the rest of the 30 s notice is "
         "for system pods), whatever their terminationGracePeriodSeconds says "
         "(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
@@ -102,15 +118,28 @@ def gke_spot_grace_note(preemption_grace_s: float, own_code: bool = False) -> st
     grace = f"{preemption_grace_s:g}"
     if preemption_grace_s <= budget:
         return head + (
-            f"trainer.preemption_grace_s ({grace} s) fits: the trainer saves within {grace} s "
+            f"{grace_key} ({grace} s) fits: the trainer saves within {grace} s "
             f"and exits before then, if its checkpoint writes in time (see write_s of its "
             "checkpoint_written records)"
         )
     return head + (
-        f"trainer.preemption_grace_s ({grace} s) does NOT fit: a save after a preemption "
+        f"{grace_key} ({grace} s) does NOT fit: a save after a preemption "
         f"that takes longer than {budget} s is cut off and the run resumes from the "
-        f"checkpoint before; set trainer.preemption_grace_s to at most {budget}"
+        f"checkpoint before; set {grace_key} to at most {budget}"
     )
+
+
+def gpu_code_runs_on(backend: str, machine_type: str, zone: str, image: str | None) -> str:
+    """Where your code runs on a GPU cluster (the plan's `runs_on`): gke: in `image`, else
+    the bundled torch image for the machine's CUDA floor (`gke._family_image`); gce: on the
+    VMs' boot image, Google's accelerator-optimized one where the machine gets its GPUDirect
+    fabric (`gce.create_gce`'s `default_image`), else the Deep Learning VM."""
+    if backend == "gke":
+        floor = cuda_floor_of(machine_type)
+        return image or kubernetes_image(TORCH_MODULE, floor) or KUBERNETES_IMAGES[TORCH_MODULE]
+    if gce_fabric(machine_type, "", zone) is not None:
+        return f"Google's accelerator-optimized Ubuntu image {ACCELERATOR_IMAGE}"
+    return f"Deep Learning VM image {DLVM_IMAGE}"
 
 
 class A100TrainingArgs(TypedDict):

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainstack.components.a100_cluster import instance_name_pattern
+from trainstack.components.a100_cluster import gpu_code_runs_on, instance_name_pattern
 from trainstack.components.a100_cluster.gce import flex_name_pattern
-from trainstack.components.catalog.gpu_fabric_gce import ACCELERATOR_IMAGE, gce_fabric
+from trainstack.components.catalog.gpu_fabric_gce import gce_fabric
 from trainstack.components.catalog.images import DLVM_IMAGE
 from trainstack.components.facts import run_limit_text
 from trainstack.components.training_dashboard.targets import gce_filters
@@ -58,9 +58,7 @@ class Gce(GpuCluster):
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
         gpu = gpu_section(cfg)
-        if gce_fabric(gpu.machine_type, "", gpu.zone) is not None:
-            return f"Google's accelerator-optimized Ubuntu image {ACCELERATOR_IMAGE}"
-        return f"Deep Learning VM image {DLVM_IMAGE}"
+        return gpu_code_runs_on(self.name, gpu.machine_type, gpu.zone, code.image)
 
     def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         # The cluster's own notes before its supervisor's, as a program's plan lists

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from trainstack.components.a100_cluster import gke_spot_grace_note
+from trainstack.components.a100_cluster import (
+    STACK_GRACE_KEY,
+    gke_spot_grace_note,
+    gpu_code_runs_on,
+)
 from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
 from trainstack.components.a100_cluster.validate import bundled_image_problems
 from trainstack.components.catalog.gpu_families import cuda_floor_of, machine_family
 from trainstack.components.catalog.images import (
-    KUBERNETES_IMAGES,
-    kubernetes_image,
     torch_image_note,
     vertex_training_image,
 )
@@ -62,22 +64,20 @@ class Gke(GpuCluster):
         return True, run_limit_text("gke", seconds, gpu_section(cfg).flex_start)
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
-        floor = cuda_floor_of(gpu_section(cfg).machine_type)
-        return (
-            code.image or kubernetes_image(TORCH_MODULE, floor) or KUBERNETES_IMAGES[TORCH_MODULE]
-        )
+        gpu = gpu_section(cfg)
+        return gpu_code_runs_on(self.name, gpu.machine_type, gpu.zone, code.image)
 
     def spot_note(self, cfg: StackView) -> str:
         """The plan's note on spot GKE nodes: whether `trainer.preemption_grace_s` fits GKE's
-        notice; for your code, what the code must do in it, in `A100Cluster`'s words under
-        the stack's key: `trainer.preemption_grace_s` reaches your code only in `local-run`
-        (`trainstack.trainers.local_code`), and on GKE the node launcher passes SIGTERM on
-        (`trainstack.trainers.node`)."""
-        grace = cfg.trainer.preemption_grace_s
-        if cfg.trainer.user_code is None:
-            return gke_spot_grace_note(grace)
-        own = gke_spot_grace_note(grace, own_code=True)
-        return f"{self.section}.spot" + own.removeprefix("A100Cluster.spot")
+        notice; for your code, what the code must do in it: `trainer.preemption_grace_s`
+        reaches your code only in `local-run` (`trainstack.trainers.local_code`), and on GKE
+        the node launcher passes SIGTERM on (`trainstack.trainers.node`)."""
+        return gke_spot_grace_note(
+            cfg.trainer.preemption_grace_s,
+            spot_key=f"{self.section}.spot",
+            grace_key=STACK_GRACE_KEY,
+            own_code=cfg.trainer.user_code is not None,
+        )
 
     def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         # The cluster's own notes before its supervisor's, as a program's plan lists

@@ -20,7 +20,7 @@ from rich.console import Console
 from tests import REPO_ROOT
 from tests.bundled import bundled_plan
 from tests.stacks import GPU_STACK
-from trainstack.components.a100_cluster import gke_spot_grace_note
+from trainstack.components.a100_cluster import STACK_GRACE_KEY, gke_spot_grace_note
 from trainstack.infra.compose import main_program
 from trainstack.infra.config import ConfigError
 from trainstack.infra.mocks import SECRET, UNKNOWN, run_program
@@ -363,7 +363,8 @@ def test_a_spot_gke_cluster_says_whether_its_checkpoint_fits_the_15_seconds() ->
         "records)"
     )
     assert fits in bundled_plan("dev-a100-gke")["notes"]
-    assert gke_spot_grace_note(30) == head + (
+    note = gke_spot_grace_note(30, spot_key="gpu_cluster.spot", grace_key=STACK_GRACE_KEY)
+    assert note == head + (
         "trainer.preemption_grace_s (30 s) does NOT fit: a save after a preemption that takes "
         "longer than 12 s is cut off and the run resumes from the checkpoint before; set "
         "trainer.preemption_grace_s to at most 12"

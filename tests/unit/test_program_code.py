@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.unit.test_program_facts import COMMON, own_code_program
-from trainstack.components import LocalTrainingJob, UserCode, VertexTrainingJob
+from trainstack.components import A100Cluster, LocalTrainingJob, UserCode, VertexTrainingJob
 from trainstack.components.tpu_gke_slices import TpuGkeSlices
 from trainstack.infra.cli import app
 from trainstack.infra.code_plan import code_summary
@@ -240,3 +240,99 @@ def test_each_computes_code_entry_is_the_stack_plans(tmp_path: Path, case: str) 
         **stack,
         "launcher_from": f"the default on {component.__name__}",
     }
+
+
+TORCH_POD_IMAGE = (
+    "pytorch/pytorch@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
+)
+"""The bundled torch image a GKE pod of your code without `image` pulls on an A100."""
+GPU_CLUSTER = {
+    "project": "p",
+    "zone": "us-central1-a",
+    "deployment_name": "exp",
+    "machine_type": "a2-highgpu-8g",
+    "node_count": 2,
+    "network_self_link": "projects/p/global/networks/n",
+    "subnetwork_self_link": "projects/p/regions/us-central1/subnetworks/s",
+    "node_tag": "exp-node",
+    "service_account_email": "sa@p.iam.gserviceaccount.com",
+}
+
+
+@pytest.mark.parametrize(
+    ("backend", "image", "launcher"),
+    [("gke", IMAGE, None), ("gke", None, "node"), ("gce", None, None), ("gce", None, "node")],
+)
+def test_a_gpu_clusters_code_entry_is_the_stack_plans(
+    tmp_path: Path, backend: str, image: str | None, launcher: str | None
+) -> None:
+    (tmp_path / "train.py").write_text("import torch\n")
+    code = UserCode(
+        source=str(tmp_path),
+        image=image,
+        entrypoint=["python", "train.py"],
+        launcher=launcher,
+        env={"A": "1"},
+    )
+    training = {
+        "package_uri": "gs://staging/code.tar.gz",
+        "code": code,
+        "checkpoint_url": "gs://ckpt",
+        "data_url": "gs://data",
+    }
+
+    def program() -> None:
+        A100Cluster("exp", {**GPU_CLUSTER, "backend": backend, "training": training})
+
+    [facts] = [o["facts"] for o in run_program(program).registered_outputs.values() if "facts" in o]
+    section = {
+        "backend": backend,
+        "machine_type": "a2-highgpu-8g",
+        "node_count": 2,
+        "zone": "us-central1-a",
+    }
+    config = {
+        "gcp:project": "p",
+        "gcp:region": "us-central1",
+        "trainstack:gpu_cluster": section,
+        "trainstack:trainer": code.model_dump(exclude_defaults=True),
+    }
+    stack = code_summary(load_stack_config(config))
+    assert stack is not None
+    # Before: no `code` in the cluster's facts (KeyError).
+    assert facts["code"] == {
+        **stack,
+        "launcher_from": (
+            "A100Cluster.training.code.launcher" if launcher else "the default on A100Cluster"
+        ),
+    }
+
+
+def test_the_own_program_examples_gke_plan_shows_its_code() -> None:
+    folder = Path(__file__).parents[2] / "examples" / "own-program"
+    result = runner.invoke(app, ["plan", "--program", str(folder), "--stack", "gke"])
+    assert result.exit_code == 0, result.output
+    # Before: no such table (A100Cluster's facts carried no code).
+    assert table_rows(result.stdout, "Your code: own-program-gke-gpu") == [
+        ["source", "torch_train (sha256 c290dbfdeb16961e)"],
+        ["files", "1 files, 654 B"],
+        ["largest", "train.py 654 B"],
+        ["image", "-"],
+        ["runs on", TORCH_POD_IMAGE],
+        ["entrypoint", "python train.py"],
+        ["launcher", "torchrun (the default on A100Cluster)"],
+        [
+            "launcher env",
+            "TRAINSTACK_CHECKPOINT_DIR, TRAINSTACK_DATA_DIR, TRAINSTACK_OUTPUT_DIR, "
+            "TRAINSTACK_RUN_NAME, TRAINSTACK_NODE_RANK, TRAINSTACK_NUM_NODES, "
+            "TRAINSTACK_ACCELERATORS_PER_NODE, TRAINSTACK_COORDINATOR, RANK, LOCAL_RANK, "
+            "WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
+        ],
+        # 2 a2-highgpu-8g nodes, one process per GPU.
+        ["world size", "16"],
+    ]
+    # Where it says the code runs is the image the Job's pods pull.
+    plan = build_program_plan(folder, "gke")
+    [job] = [r for r in plan["resources"] if r["type"] == "kubernetes:batch/v1:Job"]
+    [container] = job["inputs"]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == TORCH_POD_IMAGE

@@ -114,6 +114,30 @@ pulumi.export("gpu", gpu.facts)
 )
 
 
+SPOT_HEAD = (
+    "GKE gives the pods of a preempted Spot node 15 s to stop (the rest of the 30 s notice is "
+    "for system pods), whatever their terminationGracePeriodSeconds says "
+    "(https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
+)
+SPOT_FITS = (
+    "(12 s) fits: the trainer saves within 12 s and exits before then, if its checkpoint "
+    "writes in time (see write_s of its checkpoint_written records)"
+)
+STACK_SPOT_NOTE = f"gpu_cluster.spot: {SPOT_HEAD}trainer.preemption_grace_s {SPOT_FITS}"
+PROGRAM_SPOT_NOTE = (
+    f"A100Cluster.spot: {SPOT_HEAD}A100Cluster.training.trainer_args --preemption_grace_s "
+    f"{SPOT_FITS}"
+)
+"""The one note of `dev-a100-gke` a program says in its own words: what sets the grace there
+is the cluster's `trainer_args` flag, not the stack's `trainer.preemption_grace_s`."""
+
+
+def in_program_words(stack_notes: list[str]) -> list[str]:
+    """A spot GKE stack's notes as the program of the same cluster says them."""
+    assert stack_notes.count(STACK_SPOT_NOTE) == 1
+    return [PROGRAM_SPOT_NOTE if n == STACK_SPOT_NOTE else n for n in stack_notes]
+
+
 def write_program(folder: Path, main: str, stack: str = "dev") -> Path:
     folder.mkdir()
     (folder / "Pulumi.yaml").write_text("name: acme\nruntime: python\n")
@@ -133,7 +157,8 @@ def test_a_program_plans_the_totals_quota_and_notes_of_the_same_stack(
     assert plan["quota"] == stack_plan["quota"]
     # Before: no run limit's note (limits.max_run_hours; the compute's max_run_seconds) and,
     # on GKE, no note of what bills after the supervisor's stop.
-    assert plan["notes"] == stack_plan["notes"]
+    notes = stack_plan["notes"] if stack == "dev-tpu-v5e" else in_program_words(stack_plan["notes"])
+    assert plan["notes"] == notes
 
 
 def test_a_supervisor_with_a_spend_cap_notes_it_as_the_stack_does(tmp_path: Path) -> None:
@@ -148,7 +173,7 @@ def test_a_supervisor_with_a_spend_cap_notes_it_as_the_stack_does(tmp_path: Path
     plan = build_program_plan(write_program(tmp_path / "acme", main, name), name)
     cap = [n for n in stack_plan["notes"] if n.startswith("limits.max_total_usd: ")]
     assert len(cap) == 1
-    assert plan["notes"] == stack_plan["notes"]
+    assert plan["notes"] == in_program_words(stack_plan["notes"])
 
 
 def test_the_tpu_slice_facts_say_where_its_status_and_logs_are(tmp_path: Path) -> None:
@@ -298,12 +323,12 @@ def test_a_program_without_supervisor_or_quota_guard_is_promised_neither(tmp_pat
         "creates the compute; a shortfall shows as a failed create. Add one "
         "(trainstack.components.quota_guard.QuotaGuard, registered first, with the quota this "
         "plan lists as its needs): docs/own-program.md",
-        "gpu_cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "A100Cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
         "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
         "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
-        "trainer.preemption_grace_s (12 s) fits: the trainer saves within 12 s and exits "
-        "before then, if its checkpoint writes in time (see write_s of its checkpoint_written "
-        "records)",
+        "A100Cluster.training.trainer_args --preemption_grace_s (12 s) fits: the trainer "
+        "saves within 12 s and exits before then, if its checkpoint writes in time (see "
+        "write_s of its checkpoint_written records)",
         "unverified quota ids (confirm with gcp.cloudquota.get_s_quota_infos before "
         "requesting): A2-CPUS-per-project-region, CPUS-per-project-region",
         "limits.max_run_hours: GKE Job activeDeadlineSeconds 14400",
@@ -384,7 +409,25 @@ def test_an_autonamed_bucket_leaves_the_totals_quota_and_notes_known(tmp_path: P
     # Before: the whole facts were unknown, so no summary, quota or notes of the cluster.
     assert plan["summary"] == stack_plan["summary"]
     assert plan["quota"] == stack_plan["quota"]
-    assert plan["notes"] == stack_plan["notes"]
+    assert plan["notes"] == in_program_words(stack_plan["notes"])
+
+
+def test_the_trainers_grace_on_gke_spot_names_the_clusters_argument(tmp_path: Path) -> None:
+    # The trainer's default grace (30 s): no `--preemption_grace_s` in `trainer_args`.
+    main = GKE_MAIN.replace('"trainer_args": ["--preemption_grace_s=12.0"],', "")
+    plan = build_program_plan(write_program(tmp_path / "acme", main), "dev")
+    [note] = [n for n in plan["notes"] if ".spot: " in n]
+    # Before: "gpu_cluster.spot: ... trainer.preemption_grace_s (30 s) does NOT fit ... set
+    # trainer.preemption_grace_s to at most 12", a stack's keys a program has not.
+    assert note == (
+        "A100Cluster.spot: GKE gives the pods of a preempted Spot node 15 s to stop (the rest "
+        "of the 30 s notice is for system pods), whatever their terminationGracePeriodSeconds "
+        "says (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/spot-vms); "
+        "A100Cluster.training.trainer_args --preemption_grace_s (30 s) does NOT fit: a save "
+        "after a preemption that takes longer than 12 s is cut off and the run resumes from "
+        "the checkpoint before; set A100Cluster.training.trainer_args --preemption_grace_s to "
+        "at most 12"
+    )
 
 
 GKE_OWN_CODE_MAIN = GKE_MAIN.replace(
