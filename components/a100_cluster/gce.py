@@ -188,7 +188,16 @@ def create_gce(
         run_seconds = args.get("max_run_seconds")
         assert run_seconds is not None  # validate.flex_start_problems
         group, request = _flex_start_group(
-            name, project, zone, group_name, family, template, gpu, run_seconds, parent, depends_on,
+            name,
+            project,
+            zone,
+            group_name,
+            family,
+            template,
+            gpu,
+            run_seconds,
+            parent,
+            depends_on,
             workload_policy,
         )
         return GceInstances(
@@ -295,9 +304,7 @@ def _placement_kind(workload: bool) -> dict[str, Any]:
     max_topology_distance: without it Google places best-effort, as the A2 policy without
     vm_count does."""
     if workload:
-        return {
-            "workload_policy": compute.ResourcePolicyWorkloadPolicyArgs(type="HIGH_THROUGHPUT")
-        }
+        return {"workload_policy": compute.ResourcePolicyWorkloadPolicyArgs(type="HIGH_THROUGHPUT")}
     # No vm_count (`catalog.recovery.COMPACT_PLACEMENT_WITHOUT_VM_COUNT_SOURCE`): with it,
     # "exactly vm_count instances must be created at the same time", but the group creates
     # its VMs one `createInstances` call each, REPAIR recreates one at a time and a new
