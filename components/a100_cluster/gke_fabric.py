@@ -20,6 +20,8 @@ from pulumi_gcp import compute
 from trainstack.components._pod_fabric import PodFabric, rdma_pod, tcpxo_pod
 from trainstack.components.a100_cluster._common import region_of
 from trainstack.components.catalog.gpu_fabric import FabricFirewall, GkeFabric, gke_fabric
+from trainstack.components.catalog.gpu_families import family_of
+from trainstack.components.catalog.machines import MACHINES
 
 CLUSTER_EXTRA: Final[Mapping[str, Any]] = {
     "datapath_provider": "ADVANCED_DATAPATH",
@@ -69,6 +71,23 @@ def fabric_note(fabric: GkeFabric, machine_type: str) -> str:
     return (
         f"{fabric.note(machine_type)}. Rendered as Google's and XPK's manifests do it, not "
         "run on the hardware here"
+    )
+
+
+def no_fabric_note(machine_type: str) -> str | None:
+    """The plan's line for a family whose GPUDirect fabric the gke backend does not render
+    (A3 High's TCPX: `catalog.gpu_families`), None for the others. Its pods attach only the
+    cluster's network (no `networking.gke.io/interfaces` annotation, no TCPX plugin or
+    receive-datapath sidecar: `pod_fabric_for` is not called), so NCCL between nodes takes its
+    socket transport on that one interface."""
+    model = MACHINES[machine_type].gpu_model
+    if model is None or family_of(model).fabric != "tcpx":
+        return None
+    return (
+        f"gpu_cluster: {machine_type} ({family_of(model).name}) on GKE gets no GPUDirect-TCPX "
+        "fabric here (no extra VPCs, no TCPX plugin, no receive-datapath sidecar): NCCL runs "
+        "between nodes over TCP on eth0, the pods' only network interface, well below the "
+        "machine's network bandwidth"
     )
 
 

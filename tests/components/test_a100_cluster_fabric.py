@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.components.test_a100_cluster import _run
+from tests.components.test_a100_cluster import CLUSTER, _args, _cluster_outputs, _run
+from trainstack.components.a100_cluster import A100Cluster
 from trainstack.components.a100_cluster.gke_fabric import PAUSE_IMAGE
+from trainstack.infra.mocks import run_program
 
 NETWORK = "gcp:compute/network:Network"
 SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"
@@ -345,3 +347,19 @@ def test_a100_has_no_fabric() -> None:
     run = _run()
     assert [r.name for r in run.resources if r.type in (NETWORK, SUBNETWORK, FIREWALL)] == []
     assert "datapathProvider" not in run.named("gpu-cluster").inputs
+
+
+def test_a3_high_on_gke_says_nccl_runs_over_tcp_on_eth0() -> None:
+    args = _args(machine_type="a3-highgpu-8g", node_count=2, zone="us-central1-a", spot=False)
+
+    def program() -> dict[str, Any]:
+        return {"facts": A100Cluster("gpu", args).facts}  # type: ignore[arg-type]
+
+    run = run_program(program, outputs={CLUSTER: _cluster_outputs})
+    assert [r.name for r in run.resources if r.type in (NETWORK, SUBNETWORK, FIREWALL)] == []
+    assert run.outputs["facts"]["notes"] == [
+        "gpu_cluster: a3-highgpu-8g (A3 High) on GKE gets no GPUDirect-TCPX fabric here (no "
+        "extra VPCs, no TCPX plugin, no receive-datapath sidecar): NCCL runs between nodes "
+        "over TCP on eth0, the pods' only network interface, well below the machine's network "
+        "bandwidth"
+    ]
