@@ -21,6 +21,10 @@ from trainstack.components._pod_fabric import PodFabric, rdma_pod, tcpxo_pod
 from trainstack.components.a100_cluster._common import region_of
 from trainstack.components.catalog.gpu_fabric import FabricFirewall, GkeFabric, gke_fabric
 from trainstack.components.catalog.gpu_families import family_of
+from trainstack.components.catalog.images import (
+    FABRIC_LOG_MARTIANS_IMAGE,
+    FABRIC_PRE_INSTALL_IMAGE,
+)
 from trainstack.components.catalog.machines import MACHINES
 
 CLUSTER_EXTRA: Final[Mapping[str, Any]] = {
@@ -365,7 +369,7 @@ def _tcpxo_installer(image: str) -> tuple[list[dict[str, Any]], list[dict[str, A
     ]
     init: list[dict[str, Any]] = [
         {
-            "image": "ubuntu",
+            "image": FABRIC_PRE_INSTALL_IMAGE,
             "name": "pre-installation",
             "securityContext": {"privileged": True},
             "command": ["nsenter", "-at", "1", "--", "sh", "-c", _TCPXO_PRE_INSTALL],
@@ -405,7 +409,7 @@ def _rdma_installer(image: str, gpus: int) -> tuple[list[dict[str, Any]], list[d
     init: list[dict[str, Any]] = [
         {
             "name": "disable-log-martian",
-            "image": "alpine:latest",
+            "image": FABRIC_LOG_MARTIANS_IMAGE,
             "command": ["/bin/sh"],
             "securityContext": {"privileged": True},
             "args": ["-c", martians],

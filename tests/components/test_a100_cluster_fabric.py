@@ -13,6 +13,7 @@ import pytest
 from tests.components.test_a100_cluster import CLUSTER, _args, _cluster_outputs, _run
 from trainstack.components.a100_cluster import A100Cluster
 from trainstack.components.a100_cluster.gke_fabric import PAUSE_IMAGE
+from trainstack.components.catalog import images
 from trainstack.infra.mocks import run_program
 
 NETWORK = "gcp:compute/network:Network"
@@ -363,3 +364,26 @@ def test_a3_high_on_gke_says_nccl_runs_over_tcp_on_eth0() -> None:
         "over TCP on eth0, the pods' only network interface, well below the machine's network "
         "bandwidth"
     ]
+
+
+@pytest.mark.parametrize(
+    ("machine", "app", "init", "image"),
+    [
+        ("a3-megagpu-8g", "nccl-tcpxo-installer", "pre-installation", "ubuntu"),
+        ("a3-ultragpu-8g", "nccl-rdma-installer", "disable-log-martian", "alpine:latest"),
+        ("a4-highgpu-8g", "nccl-rdma-installer", "disable-log-martian", "alpine:latest"),
+    ],
+)
+def test_installer_helper_images_come_from_the_image_catalog(
+    machine: str, app: str, init: str, image: str
+) -> None:
+    # CTK nccl-tcpxo-installer.yaml.tftpl `image: ubuntu`, nccl-installer.yaml.tftpl
+    # `image: alpine:latest`: pinned in the catalog by tag, digest unverified (its rule).
+    assert images.FABRIC_HELPER_IMAGES_VERIFIED is False
+    assert (images.FABRIC_PRE_INSTALL_IMAGE, images.FABRIC_LOG_MARTIANS_IMAGE) == (
+        "ubuntu",
+        "alpine:latest",
+    )
+    run = _run(machine_type=machine, node_count=2, zone="us-central1-b")
+    ds = run.named(f"gpu-{app}").inputs["spec"]["template"]["spec"]
+    assert [(c["name"], c["image"]) for c in ds["initContainers"][:1]] == [(init, image)]
