@@ -51,9 +51,11 @@ and, on A3 Ultra and A4, sources gIB's set_nccl_env.sh before the launcher.
 
 Recovery (podFailurePolicy, first match wins; https://kubernetes.io/docs/concepts/workloads/
 controllers/job/#pod-failure-policy): the DisruptionTarget condition (node preempted,
-drained or lost), exit 143 (preempted after a checkpoint) and exit 4 (a peer pod or pod 0's
-store went away, `trainstack.trainers.elastic`) are `Ignore`d: "the counter towards the .backoffLimit
-is not incremented and a replacement Pod is created" (the per-index limit likewise). torchrun
+drained or lost), exit 143 (preempted after a checkpoint), exit 4 (a peer pod or pod 0's
+store went away, `trainstack.trainers.elastic`) and exit 6 (`capacity_ended`: a flex-start
+node's run duration ends, after a checkpoint; `gpu_startup.RESTART_EXIT_CODES`) are
+`Ignore`d: "the counter towards the .backoffLimit is not incremented and a replacement Pod is
+created" (the per-index limit likewise). torchrun
 never restarts in place, so a lost peer replaces every pod; each resumes from the newest
 checkpoint. Exit 1 (a code error: a worker raised), 2 (config) and 5 (fewer usable GPUs
 than the plan bought, `TRAINSTACK_EXPECTED_ACCELERATORS`) are `FailJob`: the Job stops.

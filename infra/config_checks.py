@@ -5,6 +5,7 @@ trainer against its target and image, and the global batch against the world siz
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from trainstack.infra.targets import (
     registered,
     sections,
 )
+from trainstack.trainers.common.deadline import DEFAULT_MARGIN_S
 from trainstack.trainers.common.user_code import user_code_problems
 
 if TYPE_CHECKING:
@@ -76,6 +78,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     if target is not None:
         target_errors = target.section_problems(section, region, trainer)
         target_errors += target.limits_problems(section, parts.get("limits"))
+        target_errors += _deadline_margin_problems(target, section, parts.get("limits"), trainer)
     errors += target_errors
     errors += _spend_cap_problems(parts, key, candidates)
     secrets: frozenset[str] = parts.get("secrets") or frozenset()
@@ -112,6 +115,38 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
             errors += [problem] if problem else []
             errors += target.batch_problems(section, trainer, world)
     return errors
+
+
+def _deadline_margin_problems(
+    target: Target, section: Any, limits: Any, trainer: StackTrainer | None
+) -> list[str]:
+    """A flex-start run stops its margin before its nodes' run duration ends
+    (`trainstack.trainers.common.deadline`; the margin: the bundled trainer's
+    `deadline_margin_s`, `DEFAULT_MARGIN_S` for your code, `trainers.node_capacity.
+    deadline_for`): a margin as long as the run duration stops it before its first step."""
+    run_s = target.flex_start_run_seconds(section, limits)
+    if trainer is None or run_s is None:
+        return []
+    own = trainer.user_code is not None
+    margin = DEFAULT_MARGIN_S if own else trainer.deadline_margin_s
+    if margin < run_s:
+        return []
+    if own:
+        problem = (
+            f"limits.max_run_hours: {run_s} s of flex-start run is not longer than the "
+            f"{margin:g} s before its end at which your code is stopped (the default "
+            "trainer.deadline_margin_s, which your code cannot change), so the run would stop "
+            f"before it trains; valid: limits.max_run_hours of at least "
+            f"{math.ceil(margin / 36) / 100:g} (over {margin:g} s)"
+        )
+        return [problem]
+    problem = (
+        f"trainer.deadline_margin_s: {margin:g} s is not shorter than the flex-start run "
+        f"duration limits.max_run_hours sets ({run_s} s), so the run would stop before it "
+        f"trains; valid: trainer.deadline_margin_s below {run_s} s, or a longer "
+        "limits.max_run_hours"
+    )
+    return [problem]
 
 
 def _secrets_on_this_machine(secrets: frozenset[str], candidates: list[Target]) -> list[str]:

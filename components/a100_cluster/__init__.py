@@ -133,7 +133,11 @@ from trainstack.components.a100_cluster.gke import (
     gke_run_record,
     kubeconfig,
 )
-from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
+from trainstack.components.a100_cluster.gke_fabric import (
+    fabric_for,
+    fabric_note,
+    no_fabric_note,
+)
 from trainstack.components.a100_cluster.validate import (
     GPU_CODE,
     SHAPE_KEYS,
@@ -513,6 +517,8 @@ def a100_cluster_facts(
         fabric = fabric_for(gpu.machine_type, args["deployment_name"], gpu.zone)
         if fabric is not None:
             notes.append(fabric_note(fabric, gpu.machine_type))
+        elif (no_fabric := no_fabric_note(gpu.machine_type)) is not None:
+            notes.append(no_fabric)
         status |= {"namespace": DEFAULT_NAMESPACE, "job": job}
         # Indexed Job pods are `<job>-<completion index>-<suffix>`.
         logs |= {"scope": gke_filter_text(cluster)[0], "pod_prefix": f"{job}-"}

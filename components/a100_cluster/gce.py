@@ -119,16 +119,12 @@ def create_gce(
             region=region_of(zone),
             name=gcp_name(deployment, "a100-placement"),
             description=f"trainstack: {family} nodes of one training cluster, collocated",
-            # No vm_count (`catalog.recovery.COMPACT_PLACEMENT_WITHOUT_VM_COUNT_SOURCE`): with
-            # it, "exactly vm_count instances must be created at the same time", but the
-            # group creates its VMs one `createInstances` call each, REPAIR recreates one at
-            # a time and a new node_count would PATCH the count of a policy running VMs use.
-            # Without it VMs join the policy one by one, Google's recommended way.
-            group_placement_policy=compute.ResourcePolicyGroupPlacementPolicyArgs(
-                collocation="COLLOCATED"
-            ),
+            **_placement_kind(spec is not None),
             opts=child,
         )
+    # A3 Ultra and A4 take theirs on the group, A2 on the template (`_placement_kind`).
+    workload_policy = placement_policy if spec is not None else None
+    template_policy = placement_policy if spec is None else None
 
     training = args.get("training")
     script: pulumi.Output[str] | None = None
@@ -178,7 +174,7 @@ def create_gce(
         scheduling=_scheduling(gpu, spec, args.get("max_run_seconds")),
         reservation_affinity=_reservation_affinity(gpu),
         # One self link, not a list, in pulumi_gcp 10 (at most one policy).
-        resource_policies=placement_policy.self_link if placement_policy else None,
+        resource_policies=template_policy.self_link if template_policy else None,
         service_account=compute.InstanceTemplateServiceAccountArgs(
             email=args["service_account_email"], scopes=[CLOUD_PLATFORM_SCOPE]
         ),
@@ -192,7 +188,17 @@ def create_gce(
         run_seconds = args.get("max_run_seconds")
         assert run_seconds is not None  # validate.flex_start_problems
         group, request = _flex_start_group(
-            name, project, zone, group_name, family, template, gpu, run_seconds, parent, depends_on
+            name,
+            project,
+            zone,
+            group_name,
+            family,
+            template,
+            gpu,
+            run_seconds,
+            parent,
+            depends_on,
+            workload_policy,
         )
         return GceInstances(
             placement_policy=placement_policy,
@@ -235,6 +241,7 @@ def create_gce(
         # A new template replaces every node at once, keeping the names (a training run
         # cannot mix two trainer packages).
         update_policy=_update_policy("PROACTIVE", gpu.node_count),
+        resource_policies=_group_policies(workload_policy),
         wait_for_instances=False,
         # The nodes (its configs create them after it) read the buckets at boot: after the
         # grants. A replacement keeps the name, and a cluster never holds its GPUs twice
@@ -279,6 +286,47 @@ def create_gce(
     )
 
 
+def _placement_kind(workload: bool) -> dict[str, Any]:
+    """The policy's kind. A2: a compact placement policy, applied through the template. A3
+    Ultra and A4: a workload policy of type HIGH_THROUGHPUT, applied to the group. Google:
+    "To place compute instances closer together, you can apply compact placement policies to
+    compute instances or workload policies to MIGs", compact placement policies being for
+    "standalone compute instances, or compute instances created in bulk"
+    (https://cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy);
+    "You can only apply workload policies to MIGs that use A4X Max, A4X, A4, A3 Ultra, A3
+    Mega, A3 High (8 GPUs), H4D ... To control the placement of compute instances that use
+    other machine series, use placement policies"
+    (https://cloud.google.com/compute/docs/instance-groups/about-workload-policies). The
+    provider's A4 group tests do the same (terraform-provider-google
+    resource_compute_instance_group_manager_test.go testAccInstanceGroupManager_
+    resourcePoliciesWorkloadPolicy: `workload_policy { type = "HIGH_THROUGHPUT" }` on the
+    policy, `resource_policies { workload_policy = ... }` on the group). No
+    max_topology_distance: without it Google places best-effort, as the A2 policy without
+    vm_count does."""
+    if workload:
+        return {"workload_policy": compute.ResourcePolicyWorkloadPolicyArgs(type="HIGH_THROUGHPUT")}
+    # No vm_count (`catalog.recovery.COMPACT_PLACEMENT_WITHOUT_VM_COUNT_SOURCE`): with it,
+    # "exactly vm_count instances must be created at the same time", but the group creates
+    # its VMs one `createInstances` call each, REPAIR recreates one at a time and a new
+    # node_count would PATCH the count of a policy running VMs use. Without it VMs join the
+    # policy one by one, Google's recommended way.
+    return {
+        "group_placement_policy": compute.ResourcePolicyGroupPlacementPolicyArgs(
+            collocation="COLLOCATED"
+        )
+    }
+
+
+def _group_policies(
+    policy: compute.ResourcePolicy | None,
+) -> compute.InstanceGroupManagerResourcePoliciesArgs | None:
+    # resource_compute_instance_group_manager.go `resource_policies.workload_policy`: "The
+    # URL of the workload policy that is specified for this managed instance group".
+    if policy is None:
+        return None
+    return compute.InstanceGroupManagerResourcePoliciesArgs(workload_policy=policy.self_link)
+
+
 def flex_name_pattern(group_name: str) -> str:
     """The names a flex-start group gives its VMs: its base instance name, a hyphen and four
     characters (the provider's `base_instance_name`: "The base instance name to use for
@@ -308,6 +356,7 @@ def _flex_start_group(
     run_seconds: int,
     parent: pulumi.Resource,
     depends_on: Sequence[Any],
+    workload_policy: compute.ResourcePolicy | None,
 ) -> tuple[compute.InstanceGroupManager, compute.ResizeRequest]:
     """A flex-start group: empty, and one resize request for `node_count` VMs for the run.
 
@@ -348,6 +397,7 @@ def _flex_start_group(
         # instead (`replace_on_changes`), its VMs and request with it, and a new request
         # asks for the capacity again.
         update_policy=_update_policy("OPPORTUNISTIC", gpu.node_count),
+        resource_policies=_group_policies(workload_policy),
         wait_for_instances=False,
         opts=pulumi.ResourceOptions(
             parent=parent,

@@ -19,7 +19,13 @@ from pulumi_gcp import compute
 
 from trainstack.components._pod_fabric import PodFabric, rdma_pod, tcpxo_pod
 from trainstack.components.a100_cluster._common import region_of
-from trainstack.components.catalog.gpu_fabric import GkeFabric, gke_fabric
+from trainstack.components.catalog.gpu_fabric import FabricFirewall, GkeFabric, gke_fabric
+from trainstack.components.catalog.gpu_families import family_of
+from trainstack.components.catalog.images import (
+    FABRIC_LOG_MARTIANS_IMAGE,
+    FABRIC_PRE_INSTALL_IMAGE,
+)
+from trainstack.components.catalog.machines import MACHINES
 
 CLUSTER_EXTRA: Final[Mapping[str, Any]] = {
     "datapath_provider": "ADVANCED_DATAPATH",
@@ -54,6 +60,7 @@ class FabricResources:
     fabric: GkeFabric
     networks: list[compute.Network]
     subnetworks: list[compute.Subnetwork]
+    firewalls: list[compute.Firewall]
     additional_node_network_configs: list[dict[str, pulumi.Output[str]]]
     """The pool's `network_config.additional_node_network_configs`, in NIC order."""
 
@@ -68,6 +75,23 @@ def fabric_note(fabric: GkeFabric, machine_type: str) -> str:
     return (
         f"{fabric.note(machine_type)}. Rendered as Google's and XPK's manifests do it, not "
         "run on the hardware here"
+    )
+
+
+def no_fabric_note(machine_type: str) -> str | None:
+    """The plan's line for a family whose GPUDirect fabric the gke backend does not render
+    (A3 High's TCPX: `catalog.gpu_families`), None for the others. Its pods attach only the
+    cluster's network (no `networking.gke.io/interfaces` annotation, no TCPX plugin or
+    receive-datapath sidecar: `pod_fabric_for` is not called), so NCCL between nodes takes its
+    socket transport on that one interface."""
+    model = MACHINES[machine_type].gpu_model
+    if model is None or family_of(model).fabric != "tcpx":
+        return None
+    return (
+        f"gpu_cluster: {machine_type} ({family_of(model).name}) on GKE gets no GPUDirect-TCPX "
+        "fabric here (no extra VPCs, no TCPX plugin, no receive-datapath sidecar): NCCL runs "
+        "between nodes over TCP on eth0, the pods' only network interface, well below the "
+        "machine's network bandwidth"
     )
 
 
@@ -101,13 +125,15 @@ def create_fabric_networks(
     zone: str,
     parent: pulumi.Resource,
 ) -> FabricResources:
-    """The fabric's VPCs and subnets (CTK modules/network/multivpc, vpc, gpu-rdma-vpc), named
-    `<name>-<network>` in Pulumi and as `gpu_fabric` names them in Google. Neither
-    `compute.Network` nor `compute.Subnetwork` takes labels."""
+    """The fabric's VPCs, subnets and the gVNIC VPCs' ingress rules (CTK modules/network/
+    multivpc, vpc, gpu-rdma-vpc), named `<name>-<network>` in Pulumi and as `gpu_fabric`
+    names them in Google. Neither `compute.Network`, `compute.Subnetwork` nor
+    `compute.Firewall` takes labels."""
     region = region_of(zone)
     opts = pulumi.ResourceOptions(parent=parent)
     networks: list[compute.Network] = []
     subnetworks: list[compute.Subnetwork] = []
+    firewalls: list[compute.Firewall] = []
     configs: list[dict[str, pulumi.Output[str]]] = []
     for net in fabric.networks:
         profile = (
@@ -137,7 +163,40 @@ def create_fabric_networks(
             )
             subnetworks.append(subnetwork)
             configs.append({"network": network.name, "subnetwork": subnetwork.name})
-    return FabricResources(fabric, networks, subnetworks, configs)
+        if net.firewall is not None:
+            firewalls.append(_firewall(name, net.firewall, deployment, project, network, opts))
+    return FabricResources(fabric, networks, subnetworks, firewalls, configs)
+
+
+def _firewall(
+    name: str,
+    rule: FabricFirewall,
+    deployment: str,
+    project: pulumi.Output[str],
+    network: compute.Network,
+    opts: pulumi.ResourceOptions,
+) -> compute.Firewall:
+    # Without it a VPC admits nothing: NCCL's bootstrap and socket traffic between the
+    # nodes' eth1.. would be dropped. CTK's rules (`FabricFirewall`) as CTK's vpc module
+    # passes them to terraform-google-modules/network ~> 13.0 (@c0b32b1, v13.1.0:
+    # variables.tf `firewall_rules` direction optional "INGRESS", priority null;
+    # modules/firewall-rules/main.tf `network = var.network_name`, `source_ranges` the
+    # rule's ranges, `ports = lookup(allow.value, "ports", null)`).
+    return compute.Firewall(
+        f"{name}-{rule.name.removeprefix(deployment + '-')}",
+        project=project,
+        name=rule.name,
+        description=rule.description,
+        network=network.name,
+        direction="INGRESS",
+        source_ranges=list(rule.source_ranges),
+        allows=[
+            compute.FirewallAllowArgs(protocol="tcp", ports=["0-65535"]),
+            compute.FirewallAllowArgs(protocol="udp", ports=["0-65535"]),
+            compute.FirewallAllowArgs(protocol="icmp"),
+        ],
+        opts=opts,
+    )
 
 
 def k8s_network_names(fabric: GkeFabric) -> list[tuple[str, str, str, str]]:
@@ -310,7 +369,7 @@ def _tcpxo_installer(image: str) -> tuple[list[dict[str, Any]], list[dict[str, A
     ]
     init: list[dict[str, Any]] = [
         {
-            "image": "ubuntu",
+            "image": FABRIC_PRE_INSTALL_IMAGE,
             "name": "pre-installation",
             "securityContext": {"privileged": True},
             "command": ["nsenter", "-at", "1", "--", "sh", "-c", _TCPXO_PRE_INSTALL],
@@ -350,7 +409,7 @@ def _rdma_installer(image: str, gpus: int) -> tuple[list[dict[str, Any]], list[d
     init: list[dict[str, Any]] = [
         {
             "name": "disable-log-martian",
-            "image": "alpine:latest",
+            "image": FABRIC_LOG_MARTIANS_IMAGE,
             "command": ["/bin/sh"],
             "securityContext": {"privileged": True},
             "args": ["-c", martians],

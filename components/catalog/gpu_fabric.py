@@ -150,6 +150,17 @@ hardware: the plan says what is rendered, not a measured bandwidth."""
 
 
 @dataclass(frozen=True)
+class FabricFirewall:
+    """An ingress rule CTK gives a fabric VPC: tcp and udp on ports 0-65535 and icmp from
+    `source_ranges` (CTK modules/network/vpc/main.tf `allow_internal_traffic`, and the
+    blueprints' own `firewall_rules` entries, which list the same three protocols and ports)."""
+
+    name: str
+    source_ranges: tuple[str, ...]
+    description: str | None = None
+
+
+@dataclass(frozen=True)
 class FabricNetwork:
     """One extra VPC of the fabric and its subnets."""
 
@@ -161,6 +172,12 @@ class FabricNetwork:
     """RDMA: the zonal RoCE network profile (`<zone>-vpc-roce`)."""
     device_mode: Literal["NetDevice", "RDMA"] = "NetDevice"
     """GKENetworkParamSet.deviceMode of its subnets (gVNIC or MRDMA)."""
+    firewall: FabricFirewall | None = None
+    """gVNIC VPCs: the rule letting the nodes reach each other on it (NCCL's bootstrap and
+    socket traffic). RoCE VPCs take none: CTK gpu-rdma-vpc has no firewall input, and
+    modules/network/vpc/main.tf `network_profile_firewall_validation` refuses rules on a
+    network profile containing 'roce' ("var.firewall_rules must be empty and
+    var.enable_internal_traffic must be false")."""
 
 
 @dataclass(frozen=True)
@@ -216,8 +233,20 @@ def gke_fabric(machine_type: str, deployment: str, zone: str) -> GkeFabric | Non
     if family.fabric == "tcpxo":
         prefix = f"{deployment}-gpunet"
         ranges = [str(s) for s in ipaddress.ip_network("192.168.0.0/16").subnets(new_prefix=20)]
+        # multivpc passes `enable_internal_traffic` (default true) to each modules/network/vpc,
+        # whose `network_address_range` is the VPC's range: one
+        # "${network_name}-fw-allow-internal-traffic" rule per VPC for its own range.
         networks = tuple(
-            FabricNetwork(f"{prefix}-{i}", family.network_mtu, ((f"{prefix}-{i}-subnet", r),))
+            FabricNetwork(
+                f"{prefix}-{i}",
+                family.network_mtu,
+                ((f"{prefix}-{i}-subnet", r),),
+                firewall=FabricFirewall(
+                    f"{prefix}-{i}-fw-allow-internal-traffic",
+                    (r,),
+                    "allow traffic between nodes of this VPC",
+                ),
+            )
             for i, r in enumerate(ranges[:8])
         )
         return GkeFabric("tcpxo", networks, TCPXO_INSTALLER_IMAGE, gvnic_prefix="vpc")
@@ -232,6 +261,12 @@ def gke_fabric(machine_type: str, deployment: str, zone: str) -> GkeFabric | Non
                 f"{deployment}-net-1",
                 family.network_mtu,
                 ((f"{deployment}-sub-1", "192.168.64.0/18"),),
+                # gke-a3-ultragpu.yaml / gke-a4.yaml `firewall_rules`: name
+                # $(vars.deployment_name)-internal-1, ranges [192.168.0.0/16], no description.
+                # modules/network/vpc also adds "${network_name}-fw-allow-internal-traffic"
+                # for its default `network_address_range` 10.0.0.0/9, where no node of
+                # this VPC has an address: not rendered.
+                firewall=FabricFirewall(f"{deployment}-internal-1", ("192.168.0.0/16",)),
             ),
             FabricNetwork(
                 f"{deployment}-rdma-net",

@@ -13,6 +13,7 @@ reviewed place, rather than defaulted silently inside the components that use th
 | `REDUCTION_SERVER_IMAGES`| VertexTrainingJob (worker pool 2)        | fact sheet 4 |
 | `KUBERNETES_IMAGES`      | KubernetesTrainingJob (GKE pods): the Vertex images, torch by the same digest (`kubernetes_image`) | as `VERTEX_TRAINING_IMAGES` |
 | `DLVM_IMAGE`             | A100Cluster, backend gce (boot disk)     | no       |
+| `FABRIC_PRE_INSTALL_IMAGE`, `FABRIC_LOG_MARTIANS_IMAGE` | A100Cluster, backend gke (fabric installer init containers, as CTK names them) | no (tag only: `FABRIC_HELPER_IMAGES_SOURCE`) |
 
 Vertex images. Google's prebuilt GPU training images all reached their end of availability
 in 2026 (pytorch-gpu.2-4 on 2026-07-24, tf-gpu.2-17 on 2026-07-11: `PREBUILT_IMAGES_DOC`),
@@ -548,3 +549,27 @@ DLVM_PYTHON_BIN_VERIFIED: Final = False
 """Where Deep Learning VM images keep torchrun/pip (their conda environment); from public
 Dockerfiles and scripts built on these images, not from Google's documentation. The launcher
 appends it to PATH, so a torchrun already on PATH still wins."""
+
+# --------------------------------------------------------------------------------------
+# GKE GPU fabric installers: helper containers (`a100_cluster.gke_fabric`)
+# --------------------------------------------------------------------------------------
+
+FABRIC_PRE_INSTALL_IMAGE: Final = "ubuntu"
+"""A3 Mega's `pre-installation` init container (nsenter into the host), as CTK renders it:
+GoogleCloudPlatform/cluster-toolkit @1047080 examples/gke-a3-megagpu/
+nccl-tcpxo-installer.yaml.tftpl `image: ubuntu` (from CEA gpudirect-tcpxo/
+nccl-tcpxo-installer.yaml). Pulled by tag, unverified (`FABRIC_HELPER_IMAGES_SOURCE`)."""
+FABRIC_LOG_MARTIANS_IMAGE: Final = "alpine:latest"
+"""A3 Ultra's and A4's `disable-log-martian` init container (sysctl), as CTK renders it:
+examples/gke-a3-ultragpu/nccl-installer.yaml.tftpl `image: alpine:latest`. Pulled by tag,
+unverified (`FABRIC_HELPER_IMAGES_SOURCE`)."""
+FABRIC_HELPER_IMAGES_VERIFIED: Final = False
+FABRIC_HELPER_IMAGES_SOURCE: Final = (
+    "CTK examples/gke-a3-megagpu/nccl-tcpxo-installer.yaml.tftpl and examples/gke-a3-ultragpu/"
+    "nccl-installer.yaml.tftpl name these Docker Hub images by tag only. Digest: none found "
+    "in two independent public sources (searched 2026-11-29: the CTK, CEA and XPK snapshots "
+    "pin neither; the code corpus has only untagged or placeholder ubuntu and alpine "
+    "digests, each in one repository), "
+    "so the tags are pulled as they are, unverified: the tag can move (`VertexTrainingImage."
+    "digest`'s rule). Each runs only `nsenter ... sh -c` or busybox `sysctl -w`."
+)

@@ -200,6 +200,11 @@ class Target(ABC):
         when it did not parse); default none."""
         return []
 
+    def flex_start_run_seconds(self, section: Any, limits: Any) -> int | None:
+        """How long the target's flex-start machines run when the stack sets it (a run's
+        `TRAINSTACK_DEADLINE` is a node's boot plus this), else None; default none."""
+        return None
+
     def code_rules(self) -> CodeRules:
         """What your code may use here, as the trainers' checks take it
         (`trainstack.trainers.common.user_code.user_code_problems`)."""

@@ -207,6 +207,15 @@ class GpuCluster(CloudTarget):
         seconds = limits.max_run_seconds if limits is not None else None
         return flex_start_problems(section, seconds, "limits.max_run_hours")
 
+    def flex_start_run_seconds(self, section: GpuClusterConfig, limits: Any) -> int | None:
+        # The nodes' run duration: `limits.max_run_hours` (gce: the resize request's and the
+        # VMs' run duration; gke: the pool's max_run_duration), else GKE's 7 days, which no
+        # margin reaches (`MAX_MARGIN_S` is one day).
+        if not section.flex_start or limits is None:
+            return None
+        seconds: int | None = limits.max_run_seconds
+        return seconds
+
     def world_size(self, section: GpuClusterConfig, trainer: TrainConfig) -> WorldSize:
         return gpu_world_size(
             trainer.framework,

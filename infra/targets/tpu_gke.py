@@ -110,6 +110,14 @@ class TpuGke(CloudTarget):
     def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
         return tpu_gke_code_problems(False, None)
 
+    def flex_start_run_seconds(self, section: TpuConfig, limits: Any) -> int | None:
+        # The flex-start pools' max_run_duration (`tpu_gke_slices._pod_env`: the stack's
+        # run limit, at most 7 days).
+        if section.provisioning != "flex-start" or limits is None:
+            return None
+        seconds: int | None = limits.max_run_seconds
+        return seconds
+
     def world_size(self, section: TpuConfig, trainer: TrainConfig) -> WorldSize:
         s = section.slice
         return tpu_world_size(s.accelerator_type, s.chips * section.slices)

@@ -10,11 +10,24 @@ from typing import Any
 
 import pytest
 
-from tests.components.test_a100_cluster import _run
+from tests.components.test_a100_cluster import CLUSTER, _args, _cluster_outputs, _run
+from trainstack.components.a100_cluster import A100Cluster
 from trainstack.components.a100_cluster.gke_fabric import PAUSE_IMAGE
+from trainstack.components.catalog import images
+from trainstack.infra.mocks import run_program
 
 NETWORK = "gcp:compute/network:Network"
 SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"
+FIREWALL = "gcp:compute/firewall:Firewall"
+# terraform-google-modules/network @c0b32b1 (v13.1.0, CTK's vpc module pins `~> 13.0`)
+# modules/firewall-rules/main.tf: `allow { protocol, ports = lookup(allow.value, "ports",
+# null) }`; CTK modules/network/vpc/main.tf `allow_internal_traffic` and the blueprints'
+# `internal-1` both list tcp ["0-65535"], udp ["0-65535"], icmp.
+CTK_ALLOWS = [
+    {"protocol": "tcp", "ports": ["0-65535"]},
+    {"protocol": "udp", "ports": ["0-65535"]},
+    {"protocol": "icmp"},
+]
 
 
 def _of(run: Any, keep: Any) -> list[Any]:
@@ -280,7 +293,97 @@ def test_a3_ultra_rdma_network_has_the_roce_profile_and_rdma_objects() -> None:
     )
 
 
+def test_a3_mega_each_vpc_has_cluster_toolkits_internal_traffic_rule() -> None:
+    # gke-a3-megagpu.yaml `gpunets` (multivpc) leaves `enable_internal_traffic` at its
+    # default true (modules/network/multivpc/variables.tf) and passes it to each
+    # modules/network/vpc, whose main.tf `allow_internal_traffic` is: name
+    # "${network_name}-fw-allow-internal-traffic", description "allow traffic between nodes
+    # of this VPC", INGRESS, ranges [network_address_range] (the VPC's /20), priority null.
+    run = _mega()
+    rules = _of(run, lambda r: r.type == FIREWALL)
+    assert [(r.name, str(r.parent), r.inputs) for r in rules] == [
+        (
+            f"gpu-gpunet-{i}-fw-allow-internal-traffic",
+            "gpu",
+            {
+                "project": "acme-ml",
+                "name": f"exp-42-gpunet-{i}-fw-allow-internal-traffic",
+                "description": "allow traffic between nodes of this VPC",
+                "network": f"exp-42-gpunet-{i}",
+                "direction": "INGRESS",
+                "sourceRanges": [f"192.168.{16 * i}.0/20"],
+                "allows": CTK_ALLOWS,
+            },
+        )
+        for i in range(8)
+    ]
+
+
+@pytest.mark.parametrize("machine", ["a3-ultragpu-8g", "a4-highgpu-8g"])
+def test_rdma_net_1_has_cluster_toolkits_internal_1_rule_and_the_roce_vpc_none(
+    machine: str,
+) -> None:
+    # gke-a3-ultragpu.yaml / gke-a4.yaml `*-net-1.firewall_rules`: name
+    # $(vars.deployment_name)-internal-1, ranges [192.168.0.0/16], tcp/udp 0-65535 and icmp;
+    # no description, direction or priority (terraform-google-modules/network variables.tf
+    # `firewall_rules`: direction optional "INGRESS", description and priority null).
+    # gpu-rdma-vpc renders no rule (vpc/main.tf refuses rules on a 'roce' profile).
+    run = _run(machine_type=machine, node_count=2, zone="us-central1-b")
+    [rule] = run.of_type(FIREWALL)
+    assert (rule.name, str(rule.parent), rule.inputs) == (
+        "gpu-internal-1",
+        "gpu",
+        {
+            "project": "acme-ml",
+            "name": "exp-42-internal-1",
+            "network": "exp-42-net-1",
+            "direction": "INGRESS",
+            "sourceRanges": ["192.168.0.0/16"],
+            "allows": CTK_ALLOWS,
+        },
+    )
+
+
 def test_a100_has_no_fabric() -> None:
     run = _run()
-    assert [r.name for r in run.resources if r.type in (NETWORK, SUBNETWORK)] == []
+    assert [r.name for r in run.resources if r.type in (NETWORK, SUBNETWORK, FIREWALL)] == []
     assert "datapathProvider" not in run.named("gpu-cluster").inputs
+
+
+def test_a3_high_on_gke_says_nccl_runs_over_tcp_on_eth0() -> None:
+    args = _args(machine_type="a3-highgpu-8g", node_count=2, zone="us-central1-a", spot=False)
+
+    def program() -> dict[str, Any]:
+        return {"facts": A100Cluster("gpu", args).facts}  # type: ignore[arg-type]
+
+    run = run_program(program, outputs={CLUSTER: _cluster_outputs})
+    assert [r.name for r in run.resources if r.type in (NETWORK, SUBNETWORK, FIREWALL)] == []
+    assert run.outputs["facts"]["notes"] == [
+        "gpu_cluster: a3-highgpu-8g (A3 High) on GKE gets no GPUDirect-TCPX fabric here (no "
+        "extra VPCs, no TCPX plugin, no receive-datapath sidecar): NCCL runs between nodes "
+        "over TCP on eth0, the pods' only network interface, well below the machine's network "
+        "bandwidth"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("machine", "app", "init", "image"),
+    [
+        ("a3-megagpu-8g", "nccl-tcpxo-installer", "pre-installation", "ubuntu"),
+        ("a3-ultragpu-8g", "nccl-rdma-installer", "disable-log-martian", "alpine:latest"),
+        ("a4-highgpu-8g", "nccl-rdma-installer", "disable-log-martian", "alpine:latest"),
+    ],
+)
+def test_installer_helper_images_come_from_the_image_catalog(
+    machine: str, app: str, init: str, image: str
+) -> None:
+    # CTK nccl-tcpxo-installer.yaml.tftpl `image: ubuntu`, nccl-installer.yaml.tftpl
+    # `image: alpine:latest`: pinned in the catalog by tag, digest unverified (its rule).
+    assert images.FABRIC_HELPER_IMAGES_VERIFIED is False
+    assert (images.FABRIC_PRE_INSTALL_IMAGE, images.FABRIC_LOG_MARTIANS_IMAGE) == (
+        "ubuntu",
+        "alpine:latest",
+    )
+    run = _run(machine_type=machine, node_count=2, zone="us-central1-b")
+    ds = run.named(f"gpu-{app}").inputs["spec"]["template"]["spec"]
+    assert [(c["name"], c["image"]) for c in ds["initContainers"][:1]] == [(init, image)]

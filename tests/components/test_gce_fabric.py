@@ -16,6 +16,7 @@ from tests.components.test_a100_cluster import (
     GSA,
     NET,
     POLICY,
+    POLICY_LINK,
     SUBNET,
     _args,
     _cluster_outputs,
@@ -63,8 +64,8 @@ DIFFERENCES: Final = {
         "instance group with one per-instance config per node (rank metadata, repair)"
     ),
     "placement": (
-        "CTK's VM blueprints set no placement policy; here the A2 backend's compact "
-        "placement (COLLOCATED) stays"
+        "CTK's VM blueprints set no placement policy; here the group gets a HIGH_THROUGHPUT "
+        "workload policy, Google's placement for MIGs of these families"
     ),
     "storage": "no Filestore /home and no local SSD mount (checkpoints go to Cloud Storage)",
 }
@@ -188,7 +189,32 @@ def test_template_is_cluster_toolkits_vm(machine: str) -> None:
     assert template.inputs["serviceAccount"]["email"] == GSA
     # DIFFERENCES["group, not VMs"] and ["placement"].
     assert len(run.of_type(NODE_CONFIG)) == 2
-    assert template.inputs["resourcePolicies"].endswith("/resourcePolicies/exp-42-a100-placement")
+    # DIFFERENCES["placement"]: none on the template; the group's workload policy.
+    assert "resourcePolicies" not in template.inputs
+    [group] = run.of_type(GROUP)
+    assert group.inputs["resourcePolicies"] == {"workloadPolicy": POLICY_LINK}
+
+
+@pytest.mark.parametrize("flex", [False, True])
+def test_a4_and_a3_ultra_groups_take_a_workload_policy(flex: bool) -> None:
+    # https://cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy:
+    # "compact placement policies to compute instances or workload policies to MIGs";
+    # terraform-provider-google resource_compute_instance_group_manager_test.go
+    # testAccInstanceGroupManager_resourcePoliciesWorkloadPolicy (a4-highgpu-8g):
+    # `workload_policy { type = "HIGH_THROUGHPUT" }`, the group's
+    # `resource_policies { workload_policy = google_compute_resource_policy...self_link }`.
+    run = _run(flex_start=True, max_run_seconds=7200) if flex else _run()
+    [policy] = run.of_type(POLICY)
+    assert policy.inputs == {
+        "project": "acme-ml",
+        "region": "us-central1",
+        "name": "exp-42-a100-placement",
+        "description": "trainstack: A4 nodes of one training cluster, collocated",
+        "workloadPolicy": {"type": "HIGH_THROUGHPUT"},
+    }
+    [group] = run.of_type(GROUP)
+    assert group.inputs["resourcePolicies"] == {"workloadPolicy": POLICY_LINK}
+    assert "resourcePolicies" not in run.of_type(TEMPLATE)[0].inputs
 
 
 def test_the_launcher_installs_gib_and_sources_its_settings() -> None:

@@ -57,6 +57,19 @@ ULTRA_ZONE = (
     "us-east5-a, us-south1-b, us-west1-c"
 )
 
+# trainers/common/deadline.py: the run stops `deadline_margin_s` before the nodes' run
+# duration (limits.max_run_hours on flex-start) ends; at or past it, it never trains.
+MARGIN_1800 = (
+    "trainer.deadline_margin_s: 1800 s is not shorter than the flex-start run duration "
+    "limits.max_run_hours sets (1800 s), so the run would stop before it trains; valid: "
+    "trainer.deadline_margin_s below 1800 s, or a longer limits.max_run_hours"
+)
+MARGIN_3600 = (
+    "trainer.deadline_margin_s: 3600 s is not shorter than the flex-start run duration "
+    "limits.max_run_hours sets (1800 s), so the run would stop before it trains; valid: "
+    "trainer.deadline_margin_s below 1800 s, or a longer limits.max_run_hours"
+)
+
 CASES = [
     ("spot", _stack({"flex_start": True, "spot": True}), [FLEX_SPOT]),
     ("reservation", _stack({"flex_start": True, "reservation": "r"}), [FLEX_RESERVATION]),
@@ -79,12 +92,42 @@ CASES = [
         [TOO_LONG],
     ),
     ("zone", _stack({"machine_type": "a3-ultragpu-8g"}), [ULTRA_ZONE]),
+    (
+        "margin at the run duration (gke)",
+        {
+            **_stack({"flex_start": True}, {"max_run_hours": 0.5}),
+            "trainstack:trainer": {"deadline_margin_s": 1800},
+        },
+        [MARGIN_1800],
+    ),
+    (
+        "margin above the run duration (gce)",
+        {
+            **_stack(
+                {
+                    "flex_start": True,
+                    "backend": "gce",
+                    "machine_type": "a4-highgpu-8g",
+                    "zone": "us-central1-b",
+                },
+                {"max_run_hours": 0.5},
+            ),
+            "trainstack:trainer": {"deadline_margin_s": 3600},
+        },
+        [MARGIN_3600],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("raw", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_refused_stack(raw: dict[str, Any], expected: list[str]) -> None:
     assert _errors(raw) == expected
+
+
+def test_a_margin_below_the_run_duration_loads() -> None:
+    raw = _stack({"flex_start": True}, {"max_run_hours": 0.5})
+    cfg = load_stack_config({**raw, "trainstack:trainer": {"deadline_margin_s": 1799}})
+    assert cfg.trainer.deadline_margin_s == 1799
 
 
 def test_gke_flex_start_needs_no_duration() -> None:

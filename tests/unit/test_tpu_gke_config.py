@@ -260,3 +260,21 @@ def test_the_multislice_note_cites_jax_and_leaves_the_port_to_libtpu() -> None:
         "MEGASCALE_PORT is left to libtpu's default (unverified); verify on a real two-slice "
         "run that GKE does not set different values"
     ]
+
+
+@pytest.mark.parametrize(("hours", "errors"), [(1, []), (0.1, "refused")])
+def test_flex_start_run_longer_than_the_save_margin(hours: float, errors: Any) -> None:
+    # trainers/node_capacity.py deadline_for: your code is sent SIGTERM DEFAULT_MARGIN_S
+    # (600 s) before the nodes' run duration (the pools' max_run_duration, the run limit)
+    # ends; a run limit no longer than that stops it before it trains.
+    raw = {**tpu(provisioning="flex-start", zone="us-east5-b")}
+    raw["trainstack:limits"] = {"max_run_hours": hours}
+    if errors == []:
+        assert load_stack_config(raw).limits.max_run_hours == hours
+        return
+    assert errors_of(raw) == [
+        "limits.max_run_hours: 360 s of flex-start run is not longer than the 600 s before its "
+        "end at which your code is stopped (the default trainer.deadline_margin_s, which your "
+        "code cannot change), so the run would stop before it trains; valid: "
+        "limits.max_run_hours of at least 0.17 (over 600 s)"
+    ]
