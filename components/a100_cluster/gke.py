@@ -209,9 +209,7 @@ def create_gke(
             strategy="SURGE", max_surge=0, max_unavailable=1
         ),
         placement_policy=(
-            container.NodePoolPlacementPolicyArgs(type="COMPACT")
-            if gpu.compact_placement and not (flex and flex.queued)
-            else None
+            container.NodePoolPlacementPolicyArgs(type="COMPACT") if gpu.compact_placement else None
         ),
         queued_provisioning=(
             container.NodePoolQueuedProvisioningArgs(enabled=True) if flex and flex.queued else None

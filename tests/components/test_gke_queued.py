@@ -12,10 +12,13 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from tests.components.test_a100_cluster import BASE
 from tests.components.test_gpu_audit import JOB, _run
 from tests.components.test_kubernetes_training_job import VERSIONS, _integers
 from trainstack.components._kubernetes_job_manifests import manifests
 from trainstack.components.a100_cluster.gke_queued import queued_manifests
+from trainstack.components.a100_cluster.validate import a100_cluster_problems
+from trainstack.infra.config import ConfigError, load_stack_config
 from trainstack.infra.plan import build_plan, load_stack
 
 POD_TEMPLATE = "kubernetes:core/v1:PodTemplate"
@@ -136,6 +139,31 @@ def test_a_multi_node_flex_start_pool_has_queued_provisioning() -> None:
     assert config["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
     # The request bounds the nodes' run, not the pool.
     assert config.get("maxRunDuration") is None
+
+
+A4_QUEUED_COMPACT = (
+    "gpu_cluster.compact_placement: true cannot be used with gpu_cluster.flex_start on 2 "
+    "nodes (across nodes the pool has queued provisioning, which has no compact placement on "
+    "GPUs: GoogleCloudPlatform/cluster-toolkit modules/compute/gke-node-pool/main.tf, "
+    "'placement_policy cannot be COMPACT when enable_queued_provisioning is true, unless using "
+    "TPUs'); valid: compact_placement: false (the default with flex_start across nodes), or "
+    "node_count: 1"
+)
+
+
+def test_across_nodes_compact_placement_defaults_off_and_is_refused_when_asked() -> None:
+    section = {"machine_type": "a4-highgpu-8g", "zone": "us-central1-b", "flex_start": True}
+    raw = {"gcp:project": "p", "gcp:region": "us-central1"}
+    cfg = load_stack_config({**raw, "trainstack:gpu_cluster": {**section, "node_count": 2}})
+    assert cfg.compute.compact_placement is False
+    cfg = load_stack_config({**raw, "trainstack:gpu_cluster": {**section, "node_count": 1}})
+    assert cfg.compute.compact_placement is True
+    gpu = {**section, "node_count": 2, "compact_placement": True}
+    with pytest.raises(ConfigError) as info:
+        load_stack_config({**raw, "trainstack:gpu_cluster": gpu})
+    assert info.value.errors == [A4_QUEUED_COMPACT]
+    args = {**BASE, **gpu, "spot": False}
+    assert a100_cluster_problems(args, prefix="") == [A4_QUEUED_COMPACT.replace("gpu_cluster.", "")]
 
 
 def test_the_component_registers_the_pod_template_and_the_request() -> None:

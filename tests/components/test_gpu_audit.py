@@ -151,9 +151,9 @@ def test_component_refuses_it_in_the_same_words() -> None:
     [("a3-megagpu-8g", None), ("a3-highgpu-8g", None), ("a4-highgpu-8g", {"type": "COMPACT"})],
 )
 def test_flex_start_pool_placement_defaults_by_family(machine: str, placement: Any) -> None:
-    cfg = load_stack_config(_stack(machine, flex_start=True))
-    assert cfg.compute.compact_placement is (placement is not None)
     # One node: across nodes a queued pool has no compact placement (test_gke_queued.py).
+    cfg = load_stack_config(_stack(machine, flex_start=True, node_count=1))
+    assert cfg.compute.compact_placement is (placement is not None)
     pool = _run(machine, flex_start=True, node_count=1).named("gpu-gpu-pool").inputs
     assert pool.get("placementPolicy") == placement
 
