@@ -144,14 +144,15 @@ def flex_start_note(backend: str, hours: float | None, nodes: int = 1) -> str:
         else f"each node runs at most {FLEX_START_MAX_HOURS} h (7 days)"
     )
     return (
-        f"gpu_cluster.flex_start: {wait}; {run}; {flex_start_end_note(backend)}; "
+        f"gpu_cluster.flex_start: {wait}; {run}; {flex_start_end_note(backend, nodes > 1)}; "
         f"{FLEX_START_DISCOUNT_NOTE}; {FLEX_START_QUOTA_NOTE}"
     )
 
 
-def flex_start_end_note(backend: str) -> str:
+def flex_start_end_note(backend: str, queued: bool = False) -> str:
     """What happens at the end of a flex-start machine's run duration (save, then stop),
-    in the plan's words (`catalog.capacity_end` has the sources)."""
+    in the plan's words (`catalog.capacity_end` has the sources); `queued`: a gke pool with
+    queued provisioning, whose request is spent once its nodes are gone."""
     gone = (
         "Compute Engine deletes the VM then, with no notice Google documents"
         if backend == "gce"
@@ -170,6 +171,14 @@ def flex_start_end_note(backend: str) -> str:
         if backend == "gce"
         else ""
     )
+    if backend == "gke" and queued:
+        # The request's spec is immutable and names the same pods: only a new request (same
+        # name, so the pods consume it) asks for nodes again (`a100_cluster.gke_queued`).
+        again = (
+            " once the ProvisioningRequest is replaced: its nodes are spent and `pulumi up` "
+            "alone does not renew it (`pulumi up --replace` with its URN, from `pulumi stack "
+            "--show-urns`)"
+        )
     return (
         f"{gone}: the trainer saves a checkpoint trainer.deadline_margin_s (default "
         f"{DEFAULT_MARGIN_S:g} s) before, from the machine's boot time plus its run duration "

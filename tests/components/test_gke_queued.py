@@ -298,3 +298,10 @@ def test_the_stack_plan_has_the_request_and_says_all_nodes_come_at_once() -> Non
         "machine is deleted 4 h after it starts (limits.max_run_hours)"
     )
     assert "one by one" not in note
+    assert (
+        "the run ends capacity_ended (exit 6) and the Job replaces the pod, which holds on a "
+        "node that is going, and the supervisor sets the pool's autoscaling to 0; `pulumi up` "
+        "asks for new capacity and the run resumes from that checkpoint once the "
+        "ProvisioningRequest is replaced: its nodes are spent and `pulumi up` alone does not "
+        "renew it (`pulumi up --replace` with its URN, from `pulumi stack --show-urns`); "
+    ) in note
