@@ -95,11 +95,13 @@ def manifests(
     port: int = DEFAULT_PORT,
     env: Mapping[str, str] | None = None,
     fabric: PodFabric | None = None,
+    pod_annotations: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The ServiceAccount, headless Service and Indexed Job (`service_account`, `service`,
     `job`) as Kubernetes objects, camelCase, exactly as they are applied. `args` are the
     container's (`node_argv`); `tf_keras` makes the pod install tf-keras for TensorFlow;
-    `fabric` adds a GPUDirect fabric's pod pieces (its environment under `env`'s)."""
+    `fabric` adds a GPUDirect fabric's pod pieces (its environment under `env`'s);
+    `pod_annotations` go on the pods beside the fabric's."""
     bucket, _, obj = package_uri.removeprefix("gs://").partition("/")
     if not package_uri.startswith("gs://") or not bucket or not obj or obj.endswith("/"):
         raise ValueError(
@@ -194,7 +196,7 @@ def manifests(
         "maxFailedIndexes": MAX_FAILED_INDEXES,
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": pod_failure_policy(),
-        "template": _with_fabric({"metadata": {"labels": pod_labels}, "spec": pod_spec}, fabric),
+        "template": _with_fabric(_pod_template(pod_labels, pod_annotations, pod_spec), fabric),
     }
     if active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = active_deadline_seconds
@@ -207,13 +209,23 @@ def manifests(
     return {"service_account": account, "service": service, "job": job}
 
 
+def _pod_template(
+    labels: Mapping[str, str], annotations: Mapping[str, str] | None, spec: dict[str, Any]
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(sorted(annotations.items()))
+    return {"metadata": meta, "spec": spec}
+
+
 def _with_fabric(template: dict[str, Any], fabric: PodFabric | None) -> dict[str, Any]:
     """The pod template with `fabric`'s annotations, volumes and sidecars, and its mounts on
     the trainer container (its environment is in the container's already)."""
     if fabric is None:
         return template
     spec = template["spec"]
-    template["metadata"]["annotations"] = dict(fabric.annotations)
+    meta = template["metadata"]
+    meta["annotations"] = {**meta.get("annotations", {}), **fabric.annotations}
     spec["volumes"] = [*spec["volumes"], *copy.deepcopy(fabric.volumes)]
     if fabric.init_containers:
         spec["initContainers"] = copy.deepcopy(list(fabric.init_containers))

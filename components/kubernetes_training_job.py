@@ -223,6 +223,9 @@ class KubernetesTrainingJobArgs(TypedDict):
     receive-datapath sidecar, the NCCL plugin's host folders and the NCCL environment
     (`trainstack.components.a100_cluster.gke_fabric.pod_fabric_for`; A100Cluster passes its
     own). Without it the pods see eth0 only and NCCL runs over TCP."""
+    pod_annotations: NotRequired[Mapping[str, str]]
+    """Annotations on every pod, beside the fabric's (e.g. A100Cluster's link to the
+    ProvisioningRequest that brings a queued pool's nodes)."""
     run_records: NotRequired[bool]
     """With `checkpoint_url`: the run's end record and stop request (`pod_run_env`)."""
     labels: NotRequired[pulumi.Input[Mapping[str, str]]]
@@ -392,6 +395,7 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
                 port=port,
                 env=env,
                 fabric=plain.get("fabric"),
+                pod_annotations=plain.get("pod_annotations"),
             )
 
         objects = pulumi.Output.all(

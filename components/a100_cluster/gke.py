@@ -14,6 +14,7 @@ from pulumi_gcp import container
 
 from trainstack.components import catalog
 from trainstack.components._job_launch import job_run_record
+from trainstack.components.a100_cluster import gke_queued
 from trainstack.components.a100_cluster._common import (
     CLOUD_PLATFORM_SCOPE,
     DEFAULT_BOOT_DISK_GB,
@@ -210,6 +211,9 @@ def create_gke(
         placement_policy=(
             container.NodePoolPlacementPolicyArgs(type="COMPACT") if gpu.compact_placement else None
         ),
+        queued_provisioning=(
+            container.NodePoolQueuedProvisioningArgs(enabled=True) if flex and flex.queued else None
+        ),
         network_config=_pool_network_config(
             gpu, nets.additional_node_network_configs if nets else None
         ),
@@ -258,6 +262,13 @@ def create_gke(
     training = args.get("training")
     training_job = None
     if training is not None:
+        pools = [system_pool, gpu_pool, *fabric_objects, *depends_on]
+        if flex is not None and flex.queued:
+            job = job_args_for(args, training, gpu, accelerator)
+            fields = gke_queued.queued_fields(job, args.get("max_run_seconds"))
+            queued = gke_queued.create_queued_request(name, fields, labels, parent, provider, pools)
+            # The request is made before the Job and withdrawn after it.
+            pools.append(queued.provisioning_request)
         training_job = _training_job(
             name,
             args,
@@ -267,7 +278,7 @@ def create_gke(
             parent,
             provider,
             # Its pods read the buckets as the training account: after the grants too.
-            [system_pool, gpu_pool, *fabric_objects, *depends_on],
+            pools,
         )
     return GkeCluster(
         cluster=cluster,
@@ -318,6 +329,8 @@ class FlexStartPool:
 
     autoscaling: container.NodePoolAutoscalingArgs
     max_run_duration: str | None
+    queued: bool
+    """All nodes at once through a ProvisioningRequest, which bounds their run instead."""
 
 
 def _flex_start_pool(gpu: A100Shape, max_run_seconds: int | None) -> FlexStartPool | None:
@@ -327,15 +340,19 @@ def _flex_start_pool(gpu: A100Shape, max_run_seconds: int | None) -> FlexStartPo
     --no-enable-autorepair --max-nodes={max_nodes}", and src/xpk/core/nodepool.py: GPU pools
     "--num-nodes=0"): no nodes until the training pods ask for them, then up to
     `node_count`, each running at most `max_run_seconds` ("The runtime of each node in the
-    node pool in seconds", pulumi_gcp NodePoolNodeConfigArgs.max_run_duration). Queued
-    provisioning (all nodes or none, through a ProvisioningRequest) is not rendered."""
+    node pool in seconds", pulumi_gcp NodePoolNodeConfigArgs.max_run_duration). Across
+    nodes, queued provisioning as Google creates it (`gke_queued.QUEUED_POOL_SOURCE`)."""
     if not gpu.flex_start:
         return None
+    queued = gke_queued.is_queued(gpu.flex_start, gpu.node_count)
     return FlexStartPool(
         autoscaling=container.NodePoolAutoscalingArgs(
             min_node_count=0, max_node_count=gpu.node_count, location_policy="ANY"
         ),
-        max_run_duration=f"{max_run_seconds}s" if max_run_seconds is not None else None,
+        max_run_duration=(
+            f"{max_run_seconds}s" if max_run_seconds is not None and not queued else None
+        ),
+        queued=queued,
     )
 
 
@@ -543,6 +560,10 @@ def job_args_for(
         # pool's, `_flex_start_pool`) and the supervisor's limit, counted from the first
         # node billing, bound the run there.
         cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
+    if gke_queued.is_queued(gpu.flex_start, gpu.node_count):
+        # The pods consume the request, named as the Job, that brings all the nodes.
+        job_args["pod_annotations"] = gke_queued.pod_annotations(job_args["job_name"])
+        job_args["tolerations"] = gke_queued.job_tolerations()
     if gpu.flex_start:
         # The pods learn their node's run duration (the pool's max_run_duration, else GKE's
         # 7 days), from which the pod script derives TRAINSTACK_DEADLINE.

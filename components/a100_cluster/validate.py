@@ -106,7 +106,8 @@ class A100Shape(BaseModel):
     """Specific reservation to consume; not with spot."""
     compact_placement: bool = True
     """Default true, but false for a gke flex-start pool of a family GKE does not place
-    compactly on flex-start (`_flex_start_placement`)."""
+    compactly on flex-start, or of more than one node (queued provisioning;
+    `_flex_start_placement`)."""
     tier_1_networking: bool = False
     flex_start: bool = False
     """Dynamic Workload Scheduler flex-start capacity (gke: the node pool's `flex_start`;
@@ -127,6 +128,10 @@ class A100Shape(BaseModel):
         if data.get("machine_type") in GPU_MACHINES and not compact_with_flex(
             str(data["machine_type"])
         ):
+            return {**data, "compact_placement": False}
+        nodes = data.get("node_count", 1)
+        if isinstance(nodes, int) and nodes > 1:
+            # Across nodes the pool has queued provisioning (`_compact_flex_problems`).
             return {**data, "compact_placement": False}
         return data
 
@@ -278,8 +283,21 @@ def _compact_flex_problems(shape: A100Shape, p: str) -> list[str]:
     """COMPACT placement on a gke flex-start pool only where GKE offers it."""
     if not (shape.backend == "gke" and shape.flex_start and shape.compact_placement):
         return []
-    if shape.machine_type not in GPU_MACHINES or compact_with_flex(shape.machine_type):
+    if shape.machine_type not in GPU_MACHINES:
         return []
+    if compact_with_flex(shape.machine_type):
+        if shape.node_count == 1:
+            return []
+        queued = (
+            f"{p}compact_placement: true cannot be used with {p}flex_start on "
+            f"{shape.node_count} nodes (across nodes the pool has queued provisioning, which "
+            "has no compact placement on GPUs: GoogleCloudPlatform/cluster-toolkit modules/"
+            "compute/gke-node-pool/main.tf, 'placement_policy cannot be COMPACT when "
+            "enable_queued_provisioning is true, unless using TPUs'); valid: "
+            "compact_placement: false (the default with flex_start across nodes), or "
+            "node_count: 1"
+        )
+        return [queued]
     allowed = ", ".join(
         m.name
         for m in GPU_MACHINES.values()

@@ -357,6 +357,11 @@ KUBERNETES_REPLACES: Final[dict[str, tuple[str, ...]]] = {
     "kubernetes:apps/v1:DaemonSet": (*_METADATA, "spec.selector"),
     "kubernetes:networking.gke.io/v1:GKENetworkParamSet": _METADATA,
     "kubernetes:networking.gke.io/v1:Network": _METADATA,
+    # A queued GKE pool's request (`a100_cluster.gke_queued`): diff.go's `core` table has no
+    # PodTemplate and no table has the CRD, so metadata alone; the request's spec replaces
+    # through its own `replace_on_changes` (the CRD's spec is immutable).
+    "kubernetes:core/v1:PodTemplate": _METADATA,
+    "kubernetes:autoscaling.x-k8s.io/v1:ProvisioningRequest": _METADATA,
 }
 
 DELETE_FIRST_SOURCE: Final[dict[str, str]] = {

@@ -110,33 +110,33 @@ class GpuClusterConfig(A100Shape):
 
 
 QUEUED_PROVISIONING_SOURCE: Final = (
-    "https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest: use "
-    "flex-start with queued provisioning when 'Your workloads are required to run across "
-    "multiple nodes simultaneously' ('GKE allocates all requested resources at the same "
-    "time'); the node pool's queued_provisioning only serves a ProvisioningRequest (created "
-    "by Kueue's provisioning-request admission check, or by hand with pods that consume it), "
-    "as XPK (src/xpk/core/capacity.py: --enable-queued-provisioning for a GPU cluster of one "
-    "slice; utils/kueue.py is_queued_cluster) and Cluster Toolkit (examples/"
-    "gke-consumption-options/dws-flex-start-queued-provisioning: Kueue, dws-queues.yaml.tftpl) "
-    "render it"
+    "https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest: 'With "
+    "flex-start with queued provisioning, GKE allocates all requested resources at the same "
+    "time'; 'The nodes are scheduled atomically in one zone'; at Provisioned=true 'You have 10 "
+    "minutes to start the Pods to consume provisioned resources. After this time, the cluster "
+    "autoscaler considers the nodes as not needed and removes them'"
 )
 
 
 def flex_start_note(backend: str, hours: float | None, nodes: int = 1) -> str:
     """What a flex-start cluster may wait for and what it costs, in the plan's words."""
-    wait = (
-        GCE_FLEX_START_WAIT
-        if backend == "gce"
-        else "the node pool has no nodes until the training pods ask for them; GKE adds "
-        "them when Dynamic Workload Scheduler finds the capacity, with no bound on the wait"
-    )
-    if backend == "gke" and nodes > 1:
-        wait += (
-            f"; the {nodes} nodes come one by one, not all at once (the pool has no queued "
-            "provisioning: it needs Kueue or a ProvisioningRequest the training Job does not "
-            "have), so nodes that arrive first bill, idle, while the rest are awaited "
-            f"({QUEUED_PROVISIONING_SOURCE.split(': use')[0]} recommends queued provisioning "
-            "for work across nodes)"
+    if backend == "gce":
+        wait = GCE_FLEX_START_WAIT
+    elif nodes > 1:
+        # components/a100_cluster/gke_queued.py renders the pool and the request.
+        wait = (
+            f"the node pool has queued provisioning: the training Job's ProvisioningRequest "
+            f"asks for all {nodes} nodes at once, and GKE adds them together, in one zone, "
+            "when Dynamic Workload Scheduler finds the capacity for all of them, with no "
+            "bound on the wait; no node bills before then, and the Job's pods, waiting "
+            "already, start on them at once (nodes no pod uses within 10 minutes are removed; "
+            "without training the pool gets no request and stays empty) "
+            f"({QUEUED_PROVISIONING_SOURCE.split(': ')[0]})"
+        )
+    else:
+        wait = (
+            "the node pool has no nodes until the training pods ask for them; GKE adds "
+            "them when Dynamic Workload Scheduler finds the capacity, with no bound on the wait"
         )
     run = (
         f"each machine is deleted {hours:g} h after it starts (limits.max_run_hours)"
@@ -144,14 +144,15 @@ def flex_start_note(backend: str, hours: float | None, nodes: int = 1) -> str:
         else f"each node runs at most {FLEX_START_MAX_HOURS} h (7 days)"
     )
     return (
-        f"gpu_cluster.flex_start: {wait}; {run}; {flex_start_end_note(backend)}; "
+        f"gpu_cluster.flex_start: {wait}; {run}; {flex_start_end_note(backend, nodes > 1)}; "
         f"{FLEX_START_DISCOUNT_NOTE}; {FLEX_START_QUOTA_NOTE}"
     )
 
 
-def flex_start_end_note(backend: str) -> str:
+def flex_start_end_note(backend: str, queued: bool = False) -> str:
     """What happens at the end of a flex-start machine's run duration (save, then stop),
-    in the plan's words (`catalog.capacity_end` has the sources)."""
+    in the plan's words (`catalog.capacity_end` has the sources); `queued`: a gke pool with
+    queued provisioning, whose request is spent once its nodes are gone."""
     gone = (
         "Compute Engine deletes the VM then, with no notice Google documents"
         if backend == "gce"
@@ -170,6 +171,14 @@ def flex_start_end_note(backend: str) -> str:
         if backend == "gce"
         else ""
     )
+    if backend == "gke" and queued:
+        # The request's spec is immutable and names the same pods: only a new request (same
+        # name, so the pods consume it) asks for nodes again (`a100_cluster.gke_queued`).
+        again = (
+            " once the ProvisioningRequest is replaced: its nodes are spent and `pulumi up` "
+            "alone does not renew it (`pulumi up --replace` with its URN, from `pulumi stack "
+            "--show-urns`)"
+        )
     return (
         f"{gone}: the trainer saves a checkpoint trainer.deadline_margin_s (default "
         f"{DEFAULT_MARGIN_S:g} s) before, from the machine's boot time plus its run duration "

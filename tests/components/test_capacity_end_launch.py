@@ -237,7 +237,8 @@ def test_the_flex_start_notes_say_what_happens_at_the_end_save_then_stop() -> No
         "resumes from that checkpoint (with a higher limits.max_run_hours: it is each VM's run "
         "duration and the run's limit, used up by then); "
     ) in gce
-    [gke] = _flex_notes({}, {})
+    # One node; a queued pool's end: tests/components/test_gke_queued.py.
+    [gke] = _flex_notes({"node_count": 1}, {})
     assert (
         "each node runs at most 168 h (7 days); GKE removes the node then (how, and whether "
         "its pods get a notice, Google does not say): the trainer saves a checkpoint "

@@ -151,9 +151,10 @@ def test_component_refuses_it_in_the_same_words() -> None:
     [("a3-megagpu-8g", None), ("a3-highgpu-8g", None), ("a4-highgpu-8g", {"type": "COMPACT"})],
 )
 def test_flex_start_pool_placement_defaults_by_family(machine: str, placement: Any) -> None:
-    cfg = load_stack_config(_stack(machine, flex_start=True))
+    # One node: across nodes a queued pool has no compact placement (test_gke_queued.py).
+    cfg = load_stack_config(_stack(machine, flex_start=True, node_count=1))
     assert cfg.compute.compact_placement is (placement is not None)
-    pool = _run(machine, flex_start=True).named("gpu-gpu-pool").inputs
+    pool = _run(machine, flex_start=True, node_count=1).named("gpu-gpu-pool").inputs
     assert pool.get("placementPolicy") == placement
 
 
@@ -276,19 +277,23 @@ def test_vertex_tensorflow_on_b200_is_refused() -> None:
 # ------------------------------------------------------------------ E: queued provisioning
 
 
-def test_multi_node_flex_start_note_says_early_nodes_bill() -> None:
+def test_multi_node_flex_start_note_says_all_nodes_come_at_once() -> None:
     note = flex_start_note("gke", 4, 2)
     assert note.startswith(
+        "gpu_cluster.flex_start: the node pool has queued provisioning: the training Job's "
+        "ProvisioningRequest asks for all 2 nodes at once, and GKE adds them together, in one "
+        "zone, when Dynamic Workload Scheduler finds the capacity for all of them, with no "
+        "bound on the wait; no node bills before then, and the Job's pods, waiting already, "
+        "start on them at once (nodes no pod uses within 10 minutes are removed; without "
+        "training the pool gets no request and stays empty) "
+        "(https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest); each "
+        "machine is deleted 4 h after it starts (limits.max_run_hours)"
+    )
+    assert flex_start_note("gke", 4, 1).startswith(
         "gpu_cluster.flex_start: the node pool has no nodes until the training pods ask for "
         "them; GKE adds them when Dynamic Workload Scheduler finds the capacity, with no bound "
-        "on the wait; the 2 nodes come one by one, not all at once (the pool has no queued "
-        "provisioning: it needs Kueue or a ProvisioningRequest the training Job does not "
-        "have), so nodes that arrive first bill, idle, while the rest are awaited "
-        "(https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest "
-        "recommends queued provisioning for work across nodes); each machine is deleted 4 h "
-        "after it starts (limits.max_run_hours)"
+        "on the wait; each machine is deleted 4 h after it starts"
     )
-    assert "one by one" not in flex_start_note("gke", 4, 1)
 
 
 # ------------------------------------------------------------------ F: the Job's deadline
@@ -297,7 +302,9 @@ def test_multi_node_flex_start_note_says_early_nodes_bill() -> None:
 def test_flex_start_job_has_no_deadline_the_nodes_have_the_run_limit() -> None:
     run = _run("a3-megagpu-8g", flex_start=True, max_run_seconds=14400)
     assert "activeDeadlineSeconds" not in _job_spec(run)
-    assert run.named("gpu-gpu-pool").inputs["nodeConfig"]["maxRunDuration"] == "14400s"
+    # Two nodes: the ProvisioningRequest carries it (tests/components/test_gke_queued.py).
+    [request] = run.of_type("kubernetes:autoscaling.x-k8s.io/v1:ProvisioningRequest")
+    assert request.inputs["spec"]["parameters"] == {"maxRunDurationSeconds": "14400"}
     # Without flex-start the Job keeps its deadline.
     assert _job_spec(_run("a3-megagpu-8g", max_run_seconds=14400))["activeDeadlineSeconds"] == (
         14400

@@ -172,12 +172,15 @@ def test_alias() -> None:
 
 
 def test_gke_flex_start_pool() -> None:
-    run = _run(flex_start=True, max_run_seconds=86400)
+    # One node: a plain flex-start pool (queued provisioning is for work across nodes,
+    # tests/components/test_gke_queued.py).
+    run = _run(flex_start=True, max_run_seconds=86400, node_count=1)
     pool = run.named("gpu-gpu-pool").inputs
     assert pool.get("nodeCount") is None
     assert pool["initialNodeCount"] == 0
-    assert pool["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 4, "locationPolicy": "ANY"}
+    assert pool["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 1, "locationPolicy": "ANY"}
     assert pool["management"] == {"autoRepair": False, "autoUpgrade": True}
+    assert pool.get("queuedProvisioning") is None
     config = pool["nodeConfig"]
     assert config["flexStart"] is True
     assert config["maxRunDuration"] == "86400s"
