@@ -147,21 +147,23 @@ NOTES: Final[dict[str, list[str]]] = {
             "and XPK's manifests do it, not run on the hardware here"
         ),
         (
-            "gpu_cluster.flex_start: the node pool has no nodes until the training pods ask for "
-            "them; GKE adds them when Dynamic Workload Scheduler finds the capacity, with no "
-            "bound on the wait; the 2 nodes come one by one, not all at once (the pool has no "
-            "queued provisioning: it needs Kueue or a ProvisioningRequest the training Job does "
-            "not have), so nodes that arrive first bill, idle, while the rest are awaited "
-            "(https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest "
-            "recommends queued provisioning for work across nodes); each machine is deleted 4 h "
-            "after it starts (limits.max_run_hours); GKE removes the node then (how, and whether "
-            "its pods get a notice, Google does not say): the trainer saves a checkpoint "
-            "trainer.deadline_margin_s (default 600 s) before, from the machine's boot time plus "
-            "its run duration (TRAINSTACK_DEADLINE), the run ends capacity_ended (exit 6) and the"
-            " Job replaces the pod, which holds on a node that is going, and the supervisor sets "
-            "the pool's autoscaling to 0; `pulumi up` asks for new capacity and the run resumes "
-            "from that checkpoint; flex-start is billed at Dynamic Workload Scheduler prices, "
-            "'discounts (up to 53%)' on vCPU and GPU "
+            "gpu_cluster.flex_start: the node pool has queued provisioning: the training Job's "
+            "ProvisioningRequest asks for all 2 nodes at once, and GKE adds them together, in one"
+            " zone, when Dynamic Workload Scheduler finds the capacity for all of them, with no "
+            "bound on the wait; no node bills before then, and the Job's pods, waiting already, "
+            "start on them at once (nodes no pod uses within 10 minutes are removed; without "
+            "training the pool gets no request and stays empty) "
+            "(https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest); each "
+            "machine is deleted 4 h after it starts (limits.max_run_hours); GKE removes the node "
+            "then (how, and whether its pods get a notice, Google does not say): the trainer "
+            "saves a checkpoint trainer.deadline_margin_s (default 600 s) before, from the "
+            "machine's boot time plus its run duration (TRAINSTACK_DEADLINE), the run ends "
+            "capacity_ended (exit 6) and the Job replaces the pod, which holds on a node that is "
+            "going, and the supervisor sets the pool's autoscaling to 0; `pulumi up` asks for new"
+            " capacity and the run resumes from that checkpoint once the ProvisioningRequest is "
+            "replaced: its nodes are spent and `pulumi up` alone does not renew it (`pulumi up "
+            "--replace` with its URN, from `pulumi stack --show-urns`); flex-start is billed at "
+            "Dynamic Workload Scheduler prices, 'discounts (up to 53%)' on vCPU and GPU "
             "(https://cloud.google.com/kubernetes-engine/docs/concepts/dws); no per-machine "
             "flex-start price is in a stored source, so the plan counts on-demand price (an upper"
             " bound); flex-start draws on the preemptible GPU quota (frontier.md 5.2, Compute "
@@ -346,11 +348,19 @@ MACHINES: Final[dict[str, list[tuple[str, str, dict[str, Any]]]]] = {
                 ],
                 "spot": False,
                 "flexStart": True,
-                "maxRunDuration": "14400s",
                 "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"},
                 "initialNodeCount": 0.0,
                 "autoscaling": {"locationPolicy": "ANY", "minNodeCount": 0.0, "maxNodeCount": 2.0},
-                "placementPolicy": {"type": "COMPACT"},
+                "queuedProvisioning": {"enabled": True},
+            },
+        ),
+        (
+            "ProvisioningRequest",
+            "flex-gke-gpu-provisioning-request",
+            {
+                "provisioningClassName": "queued-provisioning.gke.io",
+                "parameters": {"maxRunDurationSeconds": "14400"},
+                "podSets": [{"podTemplateRef": {"name": "flex-gke-train"}, "count": 2.0}],
             },
         ),
         (
@@ -501,7 +511,13 @@ def _machine_rows(plan: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]
                 "reservationAffinity",
             )
             row = {k: node[k] for k in keys if k in node}
-            pool_keys = ("nodeCount", "initialNodeCount", "autoscaling", "placementPolicy")
+            pool_keys = (
+                "nodeCount",
+                "initialNodeCount",
+                "autoscaling",
+                "placementPolicy",
+                "queuedProvisioning",
+            )
             row |= {k: i[k] for k in pool_keys if k in i}
         elif kind == "InstanceTemplate":
             keys = ("machineType", "scheduling", "reservationAffinity", "resourcePolicies")
@@ -510,6 +526,8 @@ def _machine_rows(plan: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]
             row = {k: v for k, v in i.items() if k not in ("project", "description")}
         elif kind == "InstanceGroupManager":
             row = {k: i[k] for k in ("resourcePolicies", "instanceLifecyclePolicy") if k in i}
+        elif kind == "ProvisioningRequest":
+            row = i["spec"]
         elif kind == "CustomJob":
             spec = i["body"]["jobSpec"]
             pools = [
