@@ -344,6 +344,8 @@ class TrainerPackage(pulumi.ComponentResource):
         self, name: str, args: TrainerPackageArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         check_args("TrainerPackage", TrainerPackageArgs, args)
+        # The key the folder's problems name: the one the caller gave it by.
+        source_key = "code.source" if args.get("code") is not None else "user_source"
         args = component_check("TrainerPackage", _with_code, args)
         labels = component_check(
             "TrainerPackage", labels_input, args.get("labels"), COMPONENT_LABEL
@@ -367,7 +369,7 @@ class TrainerPackage(pulumi.ComponentResource):
             )
         elif user_source is not None:
             code = code_files(Path(user_source).resolve())
-            problems += [f"TrainerPackage.user_source: {p}" for p in code.problems]
+            problems += [f"TrainerPackage.{source_key}: {p}" for p in code.problems]
         if problems:
             raise ArgsError(problems)
         build_dir = args.get("build_dir")

@@ -28,8 +28,8 @@ refuses a package built from other code, or without the code's requirements, in 
 (`package_code_problem`). A bare `package_uri` is a string it cannot trace to a package, so
 that check cannot run without `package`.
 
-A bad value raises ValueError before anything is registered, one line per problem, each
-naming the key (`UserCode.entrypoint: ...`).
+A bad value raises `ArgsError` (a ValueError), as a component does, before anything is
+registered, one line per problem, each naming the key (`UserCode.entrypoint: ...`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ from typing import Any, Final
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trainstack.components._args import ArgsError
 from trainstack.components._project import current_project
+from trainstack.components.catalog.problems import unknown_key
 from trainstack.trainers.common.contract import (
     CHECKPOINT_DIR_ENV,
     DATA_DIR_ENV,
@@ -118,9 +120,12 @@ class UserCode(BaseModel):
             lines = []
             for error in exc.errors():
                 where = ".".join(str(part) for part in error["loc"])
+                if error["type"] == "extra_forbidden":
+                    lines.append(unknown_key(f"UserCode.{where}", where, _VALID))
+                    continue
                 valid = _VALID.get(str(error["loc"][0]) if error["loc"] else "", "see UserCode")
                 lines.append(f"UserCode.{where}: {error['msg'].lower()}; valid: {valid}")
-            raise ValueError("\n".join(lines)) from None
+            raise ArgsError(lines) from None
 
     @classmethod
     def of(cls, trainer: StackTrainer) -> UserCode | None:
@@ -146,7 +151,7 @@ class UserCode(BaseModel):
         under `base_dir` (default `code_base_dir()`), keys named `<prefix><key>`: the check
         `trainstack:trainer` gets (`user_code_problems`)."""
         base = base_dir if base_dir is not None else code_base_dir()
-        return user_code_problems(self.trainer(), rules, base, prefix, secret_env)
+        return user_code_problems(self.trainer(), rules, base, prefix, secret_env, stack=False)
 
     def launcher_for(self, default: UserLauncher) -> UserLauncher:
         """The launcher given, else `default` (the compute's)."""

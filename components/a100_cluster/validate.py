@@ -204,7 +204,7 @@ def a100_cluster_problems(
 
 GPU_CODE: Final = {
     "gke": CodeRules("gpu_cluster", runs_image=True, pulumi_secrets=True),
-    "gce": CodeRules("gpu_cluster", pulumi_secrets=True),
+    "gce": CodeRules("gpu_cluster", pulumi_secrets=True, no_image=("backend gce", "backend gke")),
 }
 """What your code may use on each backend: either launcher (default torchrun); a container
 image on gke only (gce's VMs run none): the `gke` and `gce` targets' own `code_rules`."""

@@ -368,3 +368,73 @@ def test_a_global_batch_the_slice_cannot_split_is_refused_as_in_a_stack() -> Non
     )
     assert stack == [line.format(k="trainer.")]
     assert program == ["TpuPodSlice." + line.format(k="trainer_args --")]
+
+
+def test_an_image_on_the_gce_backend_names_the_backend_and_gke(tmp_path: Path) -> None:
+    # gpu_cluster runs images on gke: the line names the backend that runs none, and gke.
+    code = UserCode(image="us-docker.pkg.dev/p/r/train:1", entrypoint=["python", "train.py"])
+
+    def program() -> None:
+        net = TrainingNetwork(
+            "net", {"project": "p", "region": "us-central1", "deployment_name": "exp"}
+        )
+        args = _cluster("us-central1-a", net, code) | {"backend": "gce"}
+        A100Cluster("exp-gpu", args)  # type: ignore[arg-type]
+
+    assert _program_errors(program) == [
+        "A100Cluster.training.code.image: not supported on backend gce (it runs no container); "
+        "valid: training.code.source, or backend gke"
+    ]
+
+
+def test_a_secret_looking_env_in_a_program_offers_secret_env_not_stack_config(
+    tmp_path: Path,
+) -> None:
+    from trainstack.components import TrainerPackage
+
+    code = UserCode(
+        source=str(_source(tmp_path)), entrypoint=["python", "train.py"], env={"HF_TOKEN": "hf"}
+    )
+
+    def program() -> None:
+        TrainerPackage("pkg", {"staging_bucket": "staging", "code": code})
+
+    # A program reads no `trainstack:trainer.env` config: UserCode's secret_env is the way.
+    assert _program_errors(program) == [
+        "TrainerPackage.code.env.HF_TOKEN: looks like a secret, and env values are stored in "
+        "plain text; valid: code.secret_env.HF_TOKEN: projects/P/secrets/NAME "
+        "(UserCode(secret_env={'HF_TOKEN': 'projects/P/secrets/NAME'}))"
+    ]
+
+
+def test_a_link_outside_code_source_names_code_source(tmp_path: Path) -> None:
+    from trainstack.components import TrainerPackage
+
+    (tmp_path / "train").mkdir()
+    source = _source(tmp_path / "train")
+    outside = tmp_path / "secrets.txt"
+    outside.write_text("token\n")
+    (source / "leak.txt").symlink_to(outside)
+    code = UserCode(source=str(source), entrypoint=["python", "train.py"])
+
+    def program() -> None:
+        TrainerPackage("pkg", {"staging_bucket": "staging", "code": code})
+
+    assert _program_errors(program) == [
+        f"TrainerPackage.code.source: link 'leak.txt' points to '{outside}', outside the "
+        f"folder ({source}); valid: a link to a file inside the folder, a copy of it, or "
+        f"'leak.txt' in {source}/.gcloudignore to leave it out"
+    ]
+
+
+def test_an_unknown_user_code_key_lists_the_keys_as_a_component_does() -> None:
+    with pytest.raises(ArgsError) as caught:
+        UserCode(entrypnt=["python", "train.py"], foo=1)  # type: ignore[call-arg]
+    assert caught.value.errors == [
+        "UserCode.entrypoint: field required; valid: a command as a list of strings, e.g. "
+        "['python', 'train.py']",
+        "UserCode.entrypnt: unknown key; did you mean `entrypoint`? valid: source, image, "
+        "requirements, entrypoint, launcher, env, secret_env",
+        "UserCode.foo: unknown key; valid: source, image, requirements, entrypoint, launcher, "
+        "env, secret_env",
+    ]

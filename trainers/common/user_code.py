@@ -69,6 +69,9 @@ class CodeRules:
     pulumi_secrets: bool = False
     """It takes Pulumi secrets (`secure:`) as `env` values (a cloud target); the messages
     offer one only then."""
+    no_image: tuple[str, str] | None = None
+    """Where it runs no container though its target may (a backend: `backend gce`), and what
+    runs one instead (`backend gke`), for the messages; None: the target and `image_targets`."""
 
 
 SECRET_RESOURCE: Final = re.compile(
@@ -236,7 +239,7 @@ def entrypoint_file(entrypoint: tuple[str, ...] | list[str]) -> str | None:
 
 
 def _env_problems(
-    trainer: StackTrainer, prefix: str, secret: Collection[str], pulumi_secrets: bool
+    trainer: StackTrainer, prefix: str, secret: Collection[str], pulumi_secrets: bool, stack: bool
 ) -> list[str]:
     problems: list[str] = []
     env, secrets = trainer.env or {}, trainer.secret_env or {}
@@ -261,12 +264,7 @@ def _env_problems(
             problems.append(
                 f"{prefix}env.{name}: looks like a secret, and env values are stored in plain "
                 f"text; valid: {prefix}secret_env.{name}: projects/P/secrets/NAME"
-                + (
-                    ", or a `secure:` value (pulumi config set --secret --path "
-                    f"'trainstack:trainer.env.{name}' VALUE)"
-                    if pulumi_secrets
-                    else f" (a local run reads {name} from this environment)"
-                )
+                + _secret_hint(name, pulumi_secrets, stack)
             )
     for name, value in secrets.items():
         if not SECRET_RESOURCE.fullmatch(value):
@@ -277,17 +275,34 @@ def _env_problems(
     return problems
 
 
+def _secret_hint(name: str, pulumi_secrets: bool, stack: bool) -> str:
+    """What else holds the secret `name`: in a stack, a `secure:` config value (cloud) or the
+    environment a local run reads; in a program, only `UserCode`'s `secret_env` (its `env`
+    takes plain strings, and a program reads no `trainstack:trainer` config)."""
+    if not stack:
+        return f" (UserCode(secret_env={{{name!r}: 'projects/P/secrets/NAME'}}))"
+    if pulumi_secrets:
+        return (
+            ", or a `secure:` value (pulumi config set --secret --path "
+            f"'trainstack:trainer.env.{name}' VALUE)"
+        )
+    return f" (a local run reads {name} from this environment)"
+
+
 def user_code_problems(
     trainer: StackTrainer,
     rules: CodeRules,
     base_dir: Path,
     prefix: str = "trainer.",
     secret_env: Collection[str] = (),
+    *,
+    stack: bool = True,
 ) -> list[str]:
     """Problems with the user-code keys of `trainer` on the target whose `rules` are given,
     files checked under `base_dir` (the project root); `secret_env` names the `env` values
-    given as Pulumi secrets (`secure:`), which may hold what their names say. Empty for a
-    valid section, and for the bundled trainer."""
+    given as Pulumi secrets (`secure:`), which may hold what their names say. `stack`: the
+    keys are a stack's `trainstack:trainer`, else a program's `UserCode` (the messages offer
+    what each can take). Empty for a valid section, and for the bundled trainer."""
     given = trainer.model_fields_set
     if trainer.entrypoint is None:
         stray = [k for k in USER_CODE_KEYS if k in given and getattr(trainer, k) is not None]
@@ -314,16 +329,20 @@ def user_code_problems(
             f"valid: {', '.join(launchers)}"
         )
     if trainer.image is not None and not rules.runs_image:
+        where, instead = rules.no_image or (
+            f"a {target} target",
+            f"a target of {images}" if images else "",
+        )
         problems.append(
-            f"{prefix}image: not supported on a {target} target (it runs no container); "
-            f"valid: {prefix}source" + (f", or a target of {images}" if images else "")
+            f"{prefix}image: not supported on {where} (it runs no container); "
+            f"valid: {prefix}source" + (f", or {instead}" if instead else "")
         )
     if trainer.source is None and trainer.image is None:
         problems.append(
             f"{prefix}source: required with {prefix}entrypoint; valid: a folder with your "
             "code" + (f", or {prefix}image on {images}" if images else "")
         )
-    problems += _env_problems(trainer, prefix, secret_env, rules.pulumi_secrets)
+    problems += _env_problems(trainer, prefix, secret_env, rules.pulumi_secrets, stack)
     if trainer.source is None:
         if trainer.requirements is not None:
             problems.append(f"{prefix}requirements: needs {prefix}source; valid: a file in it")
