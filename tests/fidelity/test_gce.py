@@ -264,7 +264,11 @@ class Group:
         folders = {path: disk / path.strip("/").replace("/", "-") for path in self.node_dirs}
         for directory in (disk / "var-lib", disk / "tmp", *folders.values()):
             directory.mkdir(parents=True)
-        for path, text in (var_lib or {}).items():
+        # The node's /proc/stat is this machine's, booted hours ago; a VM that boots now has
+        # its own boot time, which the launcher keeps on its disk on the first boot (launch.sh,
+        # the flex-start deadline): the VM's record of it, unless the test gives one.
+        boot_record = {"trainstack/first-boot": f"{int(time.time())}\n"}
+        for path, text in {**boot_record, **(var_lib or {})}.items():
             (disk / "var-lib" / path).parent.mkdir(parents=True, exist_ok=True)
             (disk / "var-lib" / path).write_text(text)
         bin_dir = self.image.container(disk)
