@@ -33,6 +33,7 @@ from typing import Any, Final
 from trainstack.infra.plan_env import hide_credentials, hide_env_values
 from trainstack.infra.plan_inputs import integral_numbers
 from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
+from trainstack.infra.plan_unseen import Unseen, unseen_runs
 from trainstack.infra.plan_secrets import (
     fold_secrets,
     is_secret,
@@ -369,8 +370,12 @@ def _stack_sections(
                 b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
             )
             changed.append((a, b, fa, fb, paths, verdict))
-    replaced = sum(1 for *_, v in changed if v.action == "replace")
-    updated = sum(1 for *_, v in changed if v.action in ("change", "change (may replace)"))
+    unseen = unseen_runs(
+        _code_changed(base, head), head["resources"], (b["name"] for _, b, *_ in changed)
+    )
+    verdicts = [v for *_, v in changed] + [u.verdict for u in unseen]
+    replaced = sum(1 for v in verdicts if v.action == "replace")
+    updated = sum(1 for v in verdicts if v.action in ("change", "change (may replace)"))
     totals, quota = _totals_and_quota(base, head)
     if not (added or removed or changed or totals or quota or code):
         yield f"### Stack {_code(stack)}: no changes\n"
@@ -405,6 +410,22 @@ def _stack_sections(
                     f"{_code(str(b.get(option, False)).lower())}"
                 )
         yield "\n".join(lines) + "\n"
+    for u in unseen:
+        yield _unseen_block(u)
+
+
+def _unseen_block(u: Unseen) -> str:
+    """A resource whose change only the code entry shows (`trainstack.infra.plan_unseen`)."""
+    r, verdict = u.resource, u.verdict
+    text = (
+        f"- **{verdict.action}** {_code(r['name'])} ({_md(r['type'])}): the code of "
+        f"{_code(u.component)} changed, and its {_names(u.paths)} are known only after deploy "
+        "(they depend on a value the preview does not know, such as an auto-named resource's "
+        "name), so the plan cannot show the change in them"
+    )
+    if verdict.action == "replace":
+        text += f"; a change there forces a new resource ({verdict.source})"
+    return text + (f"\n  - **{u.note}**" if u.note else "") + "\n"
 
 
 def _names(paths: Iterable[str], most: int = 3) -> str:
@@ -455,6 +476,16 @@ def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, 
             if base is None
             else ("- **code**: your code -> the bundled trainer\n")
         )
+    parts = _code_parts(base, head)
+    if not parts:
+        left_out = _left_out(base, head)
+        return f"- **code** {_code(stack)}: {left_out}\n" if left_out else ""
+    return f"- **code** {_code(stack)}: {'; '.join(parts)}\n"
+
+
+def _code_parts(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    """What changed in what the job runs, in `_code_change`'s words (none: it runs the same
+    code)."""
     parts = []
     a, b = base.get("source_sha256"), head.get("source_sha256")
     if a != b:
@@ -472,7 +503,35 @@ def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, 
     if secrets:
         names = ", ".join(f"trainer.env.{name}" for name in secrets)
         parts.append(f"a secret input changed: {names} (its value is not shown)")
-    return f"- **code** {_code(stack)}: {'; '.join(parts)}\n"
+    return parts
+
+
+def _left_out(base: Mapping[str, Any], head: Mapping[str, Any]) -> str:
+    """The files the package leaves out (excluded or ignored), when only they changed."""
+
+    def names(code: Mapping[str, Any]) -> str:
+        files = code.get("files") or {}
+        paths = [e["path"] for e in files.get("excluded") or []]
+        paths += list((files.get("ignored") or {}).get("first") or [])
+        return ", ".join(sorted(paths)) or "-"
+
+    before, after = names(base), names(head)
+    if before == after:
+        return ""
+    return (
+        f"files left out {_code(before)} -> {_code(after)} (its source sha256 is the same: "
+        "the job runs the same code)"
+    )
+
+
+def _code_changed(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    """The compute components whose code changed in what their job runs (a program's)."""
+    a, b = base.get("code_by_component") or {}, head.get("code_by_component") or {}
+    return [
+        name
+        for name in sorted(set(a) | set(b))
+        if name not in a or name not in b or _code_parts(a[name], b[name])
+    ]
 
 
 def _components_code_change(base: Mapping[str, Any], head: Mapping[str, Any]) -> str:
