@@ -33,13 +33,13 @@ from typing import Any, Final
 from trainstack.infra.plan_env import hide_credentials, hide_env_values
 from trainstack.infra.plan_inputs import integral_numbers
 from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
-from trainstack.infra.plan_unseen import Unseen, unseen_runs
 from trainstack.infra.plan_secrets import (
     fold_secrets,
     is_secret,
     secret_change,
     secret_env_changes,
 )
+from trainstack.infra.plan_unseen import Unseen, unseen_runs
 
 # GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
 # a workflow may add around the diff.
@@ -358,24 +358,11 @@ def _stack_sections(
     packages = {r["name"] for r in new.values() if r["type"] == PACKAGE_TYPE}
     code = _code_change(stack, base.get("code"), head.get("code"))
     code += _components_code_change(base, head)
-    changed = []
-    for k, b in new.items():
-        if k in old and old[k] != b:
-            a = old[k]
-            fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
-            paths = [
-                p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
-            ]
-            verdict = classify(
-                b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
-            )
-            changed.append((a, b, fa, fb, paths, verdict))
+    changed = _changed(old, new)
     unseen = unseen_runs(
         _code_changed(base, head), head["resources"], (b["name"] for _, b, *_ in changed)
     )
-    verdicts = [v for *_, v in changed] + [u.verdict for u in unseen]
-    replaced = sum(1 for v in verdicts if v.action == "replace")
-    updated = sum(1 for v in verdicts if v.action in ("change", "change (may replace)"))
+    replaced, updated = _counts([v for *_, v in changed] + [u.verdict for u in unseen])
     totals, quota = _totals_and_quota(base, head)
     if not (added or removed or changed or totals or quota or code):
         yield f"### Stack {_code(stack)}: no changes\n"
@@ -412,6 +399,31 @@ def _stack_sections(
         yield "\n".join(lines) + "\n"
     for u in unseen:
         yield _unseen_block(u)
+
+
+def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> list[tuple[Any, ...]]:
+    """Each resource both sides have whose entry differs: both entries, their flattened
+    inputs, the paths that differ and the engine's verdict."""
+    changed = []
+    for k, b in new.items():
+        if k in old and old[k] != b:
+            a = old[k]
+            fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
+            paths = [
+                p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
+            ]
+            verdict = classify(
+                b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
+            )
+            changed.append((a, b, fa, fb, paths, verdict))
+    return changed
+
+
+def _counts(verdicts: Iterable[Verdict]) -> tuple[int, int]:
+    """How many resources are replaced and how many changed in place (or may be)."""
+    actions = [v.action for v in verdicts]
+    replaced = actions.count("replace")
+    return replaced, actions.count("change") + actions.count("change (may replace)")
 
 
 def _unseen_block(u: Unseen) -> str:

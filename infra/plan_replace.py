@@ -122,7 +122,8 @@ def classify(
         if type_.startswith("kubernetes:"):
             # A metadata the preview knows only after deploy is a string, not an object.
             meta_old, meta_new = (
-                m if isinstance(m, Mapping) else {} for m in (old.get("metadata"), new.get("metadata"))
+                m if isinstance(m, Mapping) else {}
+                for m in (old.get("metadata"), new.get("metadata"))
             )
             first = _top_level_name(meta_old, meta_new, "name") and meta_old.get(
                 "namespace"
