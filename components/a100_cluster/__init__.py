@@ -247,6 +247,10 @@ class SupervisedCompute:
     instances: list[str] | None = None
     """gce: the group's VMs by node rank (`instance_names`), which the supervisor deletes by
     name; gke: None."""
+    hourly_usd: float = 0.0
+    """The GPU nodes' $/hour at list price (rounded to cents): what the supervisor's spend
+    count adds per hour of billing (`supervisor_run`'s `hourly_usd`; the cluster's facts'
+    `stoppable_hourly_usd`)."""
 
 
 def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
@@ -255,14 +259,20 @@ def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
     gpu = validate_args(args)
     where = pulumi.Output.concat("projects/", args["project"])
     group = gcp_name(args["deployment_name"], "a100")
+    hourly = round(a100_nodes_hourly_usd(gpu.machine_type, gpu.node_count, gpu.spot), 2)
     if gpu.backend == "gce":
         name = pulumi.Output.concat(where, f"/zones/{gpu.zone}/instanceGroupManagers/{group}")
         names = instance_names(args["deployment_name"], gpu.node_count)
-        return SupervisedCompute("mig", name, gce_run_record(args, gpu), gpu.node_count, names)
+        record = gce_run_record(args, gpu)
+        return SupervisedCompute("mig", name, record, gpu.node_count, names, hourly)
     cluster = gcp_name(args["deployment_name"], "a100", max_len=CLUSTER_NAME_MAX)
     pool = f"/locations/{gpu.zone}/clusters/{cluster}/nodePools/{GPU_POOL_NAME}"
     return SupervisedCompute(
-        "node_pool", pulumi.Output.concat(where, pool), gke_run_record(args, gpu), gpu.node_count
+        "node_pool",
+        pulumi.Output.concat(where, pool),
+        gke_run_record(args, gpu),
+        gpu.node_count,
+        hourly_usd=hourly,
     )
 
 
