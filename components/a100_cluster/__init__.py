@@ -25,8 +25,8 @@
     )
     # cluster.cluster_name, cluster.endpoint, cluster.kubeconfig (secret), cluster.job_name
 
-Your own code instead of the trainer (examples/own-program), with `environment` for the label
-the policy pack requires on GPU machines:
+Your own code instead of the trainer (examples/own-program), with `environment` for the labels
+the policy pack requires on GPU machines (`environment`, and `stack` from the Pulumi stack):
 
     code = UserCode(source="train", entrypoint=["python", "train.py"])
     package = TrainerPackage("exp-42-code", {"staging_bucket": buckets.staging_bucket, "code": code})
@@ -163,7 +163,12 @@ from trainstack.components.facts import (
 )
 from trainstack.components.gpu_startup import with_checkpoint_dir
 from trainstack.components.kubernetes_training_job import DEFAULT_NAMESPACE, KubernetesTrainingJob
-from trainstack.components.naming import environment_labels, gcp_name, labels_input
+from trainstack.components.naming import (
+    environment_labels,
+    gcp_name,
+    labels_input,
+    stack_labels,
+)
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
     gce_filters,
@@ -350,7 +355,10 @@ class A100Cluster(pulumi.ComponentResource):
             # The label the policy pack requires on GPU machines (`accelerators-labelled`),
             # on the nodes and the training Job alike.
             env_labels = component_check(
-                "A100Cluster", environment_labels, args.get("labels"), args["environment"]
+                "A100Cluster",
+                environment_labels,
+                stack_labels(args.get("labels")),
+                args["environment"],
             )
             args = {**args, "labels": env_labels}
         gpu = component_check("A100Cluster", validate_args, args)
