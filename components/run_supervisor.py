@@ -118,6 +118,7 @@ from trainstack.components._supervisor_bundle import (
     pools_problem,
     source_zip,
     supervisor_config,
+    supervisor_run,
 )
 from trainstack.components._supervisor_iam import build_account, records_condition, role_and_grant
 from trainstack.components._tpu_launch import SupervisedSlice, slice_target, spot_node_body
@@ -138,7 +139,6 @@ from trainstack.components.facts import (
     supervisor_stops_on,
 )
 from trainstack.components.naming import account_id, bucket_name, gcp_name, labels_input
-from trainstack.trainers.common.run_records import ALIVE_SUFFIX, ENDED_SUFFIX, STOP_SUFFIX
 
 __all__ = [
     "CHECK_INTERVAL_S",
@@ -204,46 +204,6 @@ SERVICES: Final = (
     "run.googleapis.com",
 )
 """APIs the supervisor needs besides the TPU API."""
-
-
-def supervisor_run(
-    run_record: pulumi.Input[str] | None,
-    node_count: int,
-    *,
-    hourly_usd: float | None = None,
-    max_run_seconds: int | None = None,
-    max_total_usd: float | None = None,
-) -> dict[str, Any]:
-    """A supervisor's `run` argument for the compute whose run writes its records under
-    `run_record` (`supervised_compute(args).run_record`, `slice_target(args).run_record`): the
-    end record (so it stops the compute at the run's end), the `node_count` nodes' heartbeats
-    and the stop request, with the run limit and spend cap (`hourly_usd`: the compute's $/hour
-    at list price, `supervised_compute(args).hourly_usd`). The stack config's supervisor
-    gets its `run` here too (`trainstack.infra.supervision.run_settings`)."""
-    if max_total_usd is not None:
-        problem = max_total_usd_problem(max_total_usd, "supervisor_run.max_total_usd")
-        if problem is None and hourly_usd is None:
-            problem = (
-                "supervisor_run.hourly_usd: missing; the spend cap counts the compute's "
-                "$/hour; valid: supervised_compute(args).hourly_usd"
-            )
-        if problem:
-            raise ArgsError([problem])
-
-    out: dict[str, Any] = {} if hourly_usd is None else {"hourly_usd": hourly_usd}
-    if run_record is not None:
-        # Each URI an Output of its own: the keys are known in a preview where the bucket's
-        # name is not, and with them what the supervisor stops on (its facts' `stops_on`).
-        record = pulumi.Output.from_input(run_record)
-        for key, suffix in (("end_uri", ENDED_SUFFIX), ("stop_uri", STOP_SUFFIX)):
-            out[key] = record.apply(lambda prefix, suffix=suffix: prefix + suffix)
-        out["alive_uri"] = record.apply(lambda prefix: prefix + ALIVE_SUFFIX)
-        out["node_count"] = node_count
-    if max_run_seconds is not None:
-        out["max_run_seconds"] = max_run_seconds
-    if max_total_usd is not None:
-        out["max_total_usd"] = max_total_usd
-    return out
 
 
 class RunSupervisorArgs(TypedDict):
