@@ -224,9 +224,9 @@ def supervisor_run(
         # Each URI an Output of its own: the keys are known in a preview where the bucket's
         # name is not, and with them what the supervisor stops on (its facts' `stops_on`).
         record = pulumi.Output.from_input(run_record)
-        for key, suffix in (("end_uri", ENDED_SUFFIX), ("stop_uri", STOP_SUFFIX)):
-            out[key] = record.apply(lambda prefix, suffix=suffix: prefix + suffix)
-        out["alive_uri"] = record.apply(lambda prefix: prefix + ALIVE_SUFFIX)
+        out["end_uri"] = pulumi.Output.concat(record, ENDED_SUFFIX)
+        out["stop_uri"] = pulumi.Output.concat(record, STOP_SUFFIX)
+        out["alive_uri"] = pulumi.Output.concat(record, ALIVE_SUFFIX)
         out["node_count"] = node_count
     if max_run_seconds is not None:
         out["max_run_seconds"] = max_run_seconds

@@ -482,10 +482,12 @@ class RunSupervisor(pulumi.ComponentResource):
         self.events_uri = pulumi.Output.concat("gs://", self.state_bucket.name, "/events.jsonl")
         # What it stops on is in `run`'s keys: known in a preview where its record URIs are
         # not (a bucket named at deploy); the facts take `run`'s known values only.
-        run = args.get("run", {})
-        plain = isinstance(run, Mapping)
-        stops_on = supervisor_stops_on({k: k for k in run}) if plain else None
-        known = {k: v for k, v in run.items() if not isinstance(v, pulumi.Output)} if plain else run
+        run: Any = args.get("run", {})
+        stops_on: list[str] | None = None
+        known = run
+        if isinstance(run, Mapping):
+            stops_on = supervisor_stops_on({k: k for k in run})
+            known = {k: v for k, v in run.items() if not isinstance(v, pulumi.Output)}
         self.facts = pulumi.Output.all(
             project, region, args["resource_name"], known, self.function_name, self.events_uri
         ).apply(lambda v: supervisor_facts(kind, recover, args.get("instances"), v, stops_on))

@@ -429,11 +429,13 @@ def _counts(verdicts: Iterable[Verdict]) -> tuple[int, int]:
 def _unseen_block(u: Unseen) -> str:
     """A resource whose change only the code entry shows (`trainstack.infra.plan_unseen`)."""
     r, verdict = u.resource, u.verdict
+    one = len(u.paths) == 1
+    verb, they, them = ("is", "it depends", "it") if one else ("are", "they depend", "them")
     text = (
         f"- **{verdict.action}** {_code(r['name'])} ({_md(r['type'])}): the code of "
-        f"{_code(u.component)} changed, and its {_names(u.paths)} are known only after deploy "
-        "(they depend on a value the preview does not know, such as an auto-named resource's "
-        "name), so the plan cannot show the change in them"
+        f"{_code(u.component)} changed, and its {_names(u.paths)} {verb} known only after "
+        f"deploy ({they} on a value the preview does not know, such as an auto-named "
+        f"resource's name), so the plan cannot show the change in {them}"
     )
     if verdict.action == "replace":
         text += f"; a change there forces a new resource ({verdict.source})"

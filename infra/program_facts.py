@@ -113,7 +113,7 @@ def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]])
     guards = [item for item in facts if item["target"] == QUOTA_GUARD]
     # Per compute target, what its supervisors stop it on (`STOPS_ON`; facts made before
     # they said so: everything, as a stack's supervisor).
-    stops_on: dict[str, set[str]] = {}
+    stops_on: dict[str | None, set[str]] = {}
     for item in facts:
         if item["target"] == SUPERVISOR:
             on = item.get("stops_on", list(STOPS_ON))
