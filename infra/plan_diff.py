@@ -28,16 +28,18 @@ import difflib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
+from trainstack.infra.plan_code_lines import code_change, code_changed, components_code_change
 from trainstack.infra.plan_env import hide_credentials, hide_env_values
+from trainstack.infra.plan_inputs import code_span as _code
 from trainstack.infra.plan_inputs import integral_numbers
+from trainstack.infra.plan_inputs import md_text as _md
 from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
 from trainstack.infra.plan_secrets import (
     fold_secrets,
     is_secret,
     secret_change,
-    secret_env_changes,
 )
 from trainstack.infra.plan_unseen import Unseen, unseen_runs
 
@@ -73,23 +75,6 @@ class PlanDocumentError(ValueError):
 def _text(value: Any) -> str:
     value = integral_numbers(value)
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def _code(text: str) -> str:
-    """`text` as an inline code span, where Markdown is inert (no heading, link, emphasis or
-    @mention: https://github.github.com/gfm/#code-spans): a backtick would end the span and a
-    line break the list item, so they show as `'` and `\\n`."""
-    one_line = text.replace("\r", "\\r").replace("\n", "\\n")
-    return "`" + one_line.replace("`", "'") + "`"
-
-
-_PLAIN: Final = re.compile(r"[A-Za-z0-9:/._=, -]*")
-"""Text that is plain in Markdown wherever it stands: types, quota ids, dimensions."""
-
-
-def _md(text: str) -> str:
-    """`text` as is when it is plain (`_PLAIN`), else as a code span."""
-    return text if _PLAIN.fullmatch(text) else _code(text)
 
 
 def _cell(text: str) -> str:
@@ -356,11 +341,11 @@ def _stack_sections(
     added = [new[k] for k in new if k not in old]
     removed = [old[k] for k in old if k not in new]
     packages = {r["name"] for r in new.values() if r["type"] == PACKAGE_TYPE}
-    code = _code_change(stack, base.get("code"), head.get("code"))
-    code += _components_code_change(base, head)
+    code = code_change(stack, base.get("code"), head.get("code"))
+    code += components_code_change(base, head)
     changed = _changed(old, new)
     unseen = unseen_runs(
-        _code_changed(base, head), head["resources"], (b["name"] for _, b, *_ in changed)
+        code_changed(base, head), head["resources"], (b["name"] for _, b, *_ in changed)
     )
     replaced, updated = _counts([v for *_, v in changed] + [u.verdict for u in unseen])
     totals, quota = _totals_and_quota(base, head)
@@ -470,96 +455,6 @@ def _verdict_line(
 
 
 PACKAGE_TYPE = "trainstack:storage:TrainerPackage"
-CODE_FIELDS = ("source", "image", "entrypoint", "launcher", "world_size")
-
-
-def _short(field: str, value: Any) -> str:
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    return "-" if value is None else str(value)
-
-
-def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> str:
-    """One line for the stack's job when what it runs changed (the plan's `code` entry):
-    your code's source hash and whatever else of it changed, or the trainer it switched to."""
-    if base == head:
-        return ""
-    if base is None or head is None:
-        return (
-            "- **code**: the bundled trainer -> your code\n"
-            if base is None
-            else ("- **code**: your code -> the bundled trainer\n")
-        )
-    parts = _code_parts(base, head)
-    if not parts:
-        left_out = _left_out(base, head)
-        return f"- **code** {_code(stack)}: {left_out}\n" if left_out else ""
-    return f"- **code** {_code(stack)}: {'; '.join(parts)}\n"
-
-
-def _code_parts(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
-    """What changed in what the job runs, in `_code_change`'s words (none: it runs the same
-    code)."""
-    parts = []
-    a, b = base.get("source_sha256"), head.get("source_sha256")
-    if a != b:
-        parts.append(f"source sha256 {_code((a or '-')[:16])} -> {_code((b or '-')[:16])}")
-    parts += [
-        f"{field} {_code(_short(field, base.get(field)))} -> {_code(_short(field, head.get(field)))}"
-        for field in CODE_FIELDS
-        if base.get(field) != head.get(field)
-    ]
-    rest = ("requirements", "env", "secret_env")
-    changed = [field for field in rest if base.get(field) != head.get(field)]
-    if changed:
-        parts.append(f"{', '.join(changed)} changed")
-    secrets = secret_env_changes(base, head)
-    if secrets:
-        names = ", ".join(f"trainer.env.{name}" for name in secrets)
-        parts.append(f"a secret input changed: {names} (its value is not shown)")
-    return parts
-
-
-def _left_out(base: Mapping[str, Any], head: Mapping[str, Any]) -> str:
-    """The files the package leaves out (excluded or ignored), when only they changed."""
-
-    def names(code: Mapping[str, Any]) -> str:
-        files = code.get("files") or {}
-        paths = [e["path"] for e in files.get("excluded") or []]
-        paths += list((files.get("ignored") or {}).get("first") or [])
-        return ", ".join(sorted(paths)) or "-"
-
-    before, after = names(base), names(head)
-    if before == after:
-        return ""
-    return (
-        f"files left out {_code(before)} -> {_code(after)} (its source sha256 is the same: "
-        "the job runs the same code)"
-    )
-
-
-def _code_changed(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
-    """The compute components whose code changed in what their job runs (a program's)."""
-    a, b = base.get("code_by_component") or {}, head.get("code_by_component") or {}
-    return [
-        name
-        for name in sorted(set(a) | set(b))
-        if name not in a or name not in b or _code_parts(a[name], b[name])
-    ]
-
-
-def _components_code_change(base: Mapping[str, Any], head: Mapping[str, Any]) -> str:
-    """A program's code lines: one per compute component whose "Your code" entry changed
-    (`code_by_component`), named by the component, in `_code_change`'s words."""
-    a, b = base.get("code_by_component") or {}, head.get("code_by_component") or {}
-    lines = []
-    for name in sorted(set(a) | set(b)):
-        if name not in a or name not in b:
-            now = "runs your code" if name in b else "no longer runs your code"
-            lines.append(f"- **code** {_code(name)}: {now}\n")
-        else:
-            lines.append(_code_change(name, a[name], b[name]))
-    return "".join(lines)
 
 
 def plan_diff(
