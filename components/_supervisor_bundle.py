@@ -12,8 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import pulumi
+
+from trainstack.components._args import ArgsError
 from trainstack.components._project import current_build_dir
 from trainstack.components.catalog.supervisor_iam import NAME_FORMS, RESOURCE_NAMES
+from trainstack.trainers.common.run_records import ALIVE_SUFFIX, ENDED_SUFFIX, STOP_SUFFIX
 
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
 SOURCE_FILES: Final = ("main.py", "supervisor_store.py", "supervisor_targets.py")
@@ -189,3 +193,43 @@ def instances_problem(kind: str, instances: object, key: str = "instances") -> s
     if len(set(instances)) < len(instances):
         return f"{key}: {list(instances)!r} names an instance twice; {valid}"
     return None
+
+
+def supervisor_run(
+    run_record: pulumi.Input[str] | None,
+    node_count: int,
+    *,
+    hourly_usd: float | None = None,
+    max_run_seconds: int | None = None,
+    max_total_usd: float | None = None,
+) -> dict[str, Any]:
+    """A supervisor's `run` argument for the compute whose run writes its records under
+    `run_record` (`supervised_compute(args).run_record`, `slice_target(args).run_record`): the
+    end record (so it stops the compute at the run's end), the `node_count` nodes' heartbeats
+    and the stop request, with the run limit and spend cap (`hourly_usd`: the compute's $/hour
+    at list price, `supervised_compute(args).hourly_usd`). The stack config's supervisor
+    gets its `run` here too (`trainstack.infra.supervision.run_settings`)."""
+    if max_total_usd is not None:
+        problem = max_total_usd_problem(max_total_usd, "supervisor_run.max_total_usd")
+        if problem is None and hourly_usd is None:
+            problem = (
+                "supervisor_run.hourly_usd: missing; the spend cap counts the compute's "
+                "$/hour; valid: supervised_compute(args).hourly_usd"
+            )
+        if problem:
+            raise ArgsError([problem])
+
+    out: dict[str, Any] = {} if hourly_usd is None else {"hourly_usd": hourly_usd}
+    if run_record is not None:
+        # Each URI an Output of its own: the keys are known in a preview where the bucket's
+        # name is not, and with them what the supervisor stops on (its facts' `stops_on`).
+        record = pulumi.Output.from_input(run_record)
+        out["end_uri"] = pulumi.Output.concat(record, ENDED_SUFFIX)
+        out["stop_uri"] = pulumi.Output.concat(record, STOP_SUFFIX)
+        out["alive_uri"] = pulumi.Output.concat(record, ALIVE_SUFFIX)
+        out["node_count"] = node_count
+    if max_run_seconds is not None:
+        out["max_run_seconds"] = max_run_seconds
+    if max_total_usd is not None:
+        out["max_total_usd"] = max_total_usd
+    return out

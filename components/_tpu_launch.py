@@ -15,7 +15,7 @@ from trainstack.components._discovery import validate_body
 from trainstack.components._node_args import keyed_node_args
 from trainstack.components._tpu_args import SlicePlan, TpuPodSliceArgs, validate_args
 from trainstack.components._tpu_queued_provider import with_spec_label
-from trainstack.components.naming import gcp_name, labels_input, name_input
+from trainstack.components.naming import gcp_name, labels_input, name_input, stack_labels
 from trainstack.components.startup.tpu_worker import render_tpu_worker_script, slice_run_record
 
 COMPONENT_LABEL: Final = "tpu-pod-slice"
@@ -274,7 +274,7 @@ class SupervisedSlice:
 def slice_target(args: TpuPodSliceArgs) -> SupervisedSlice:
     """The slice a `TpuPodSlice` built from `args` registers, before it is registered."""
     plan = validate_args(args)
-    labels = labels_input(args.get("labels"), COMPONENT_LABEL)
+    labels = labels_input(stack_labels(args.get("labels")), COMPONENT_LABEL)
     launch = slice_launch(args, plan)
     script, record = launch.apply(lambda v: v[0]), launch.apply(lambda v: v[1])
     keyed = launch.apply(lambda v: v[2])

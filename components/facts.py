@@ -56,6 +56,7 @@ from trainstack.components.catalog.supervisor_iam import CONDITION_NOTES, REACH
 from trainstack.components.catalog.supervisor_region import price_tier
 from trainstack.components.catalog.tpu import TpuSlice
 from trainstack.trainers.common.contract import CHECKPOINT_DIR_ENV
+from trainstack.trainers.common.run_records import NO_HEARTBEAT_S
 
 FACTS_KEY: Final = "trainstack_facts"
 """The key that marks a dict as a component's facts; its value is `FACTS_VERSION`."""
@@ -87,6 +88,7 @@ def make_facts(
     status: Mapping[str, Any] | None = None,
     logs: Mapping[str, Any] | None = None,
     code: Mapping[str, Any] | None = None,
+    stops_on: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One component's facts (module docstring); `code` only where the compute runs your
     code (`trainstack.components.code_summary`)."""
@@ -112,6 +114,8 @@ def make_facts(
         "status": dict(status or {}),
         "logs": dict(logs or {}),
         **({"code": dict(code)} if code is not None else {}),
+        # A supervisor's: what it stops the compute on, from its `run` (`STOPS_ON`).
+        **({"stops_on": list(stops_on)} if stops_on is not None else {}),
     }
 
 
@@ -564,11 +568,29 @@ def spend_cap_text(hourly: float, cap: float, max_run_hours: float | None) -> st
     return text
 
 
+STOPS_ON: Final = {
+    "end_uri": "the run's end",
+    "alive_uri": f"no node reporting for {NO_HEARTBEAT_S // 60} minutes",
+    "max_run_seconds": "its run limit (run.max_run_seconds)",
+    "max_total_usd": "its spend cap (run.max_total_usd)",
+}
+"""What a supervisor stops the compute on, by the key of its `run` that turns it on
+(`components/supervisor/main.py`, `end_of_run`: the end record, else `_limit`); without
+`end_uri` it cannot see the run's end."""
+
+
+def supervisor_stops_on(run: Mapping[str, Any]) -> list[str]:
+    """The `STOPS_ON` keys a supervisor's `run` sets (`max_total_usd` with `hourly_usd`)."""
+    keys = [key for key in STOPS_ON if run.get(key) is not None]
+    return [k for k in keys if k != "max_total_usd" or run.get("hourly_usd") is not None]
+
+
 def supervisor_facts(
     kind: str,
     recover: bool,
     instances: Sequence[str] | None,
     values: Sequence[Any],
+    stops_on: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A supervisor's facts (`trainstack.components.facts`): its cost and notes from its
     arguments (`values`: project, region, resource name, its `run`, function name, events URI
@@ -603,4 +625,5 @@ def supervisor_facts(
             "instances": list(instances) if instances is not None else None,
         },
         logs={"function_name": function},
+        stops_on=supervisor_stops_on(run) if stops_on is None else stops_on,
     )

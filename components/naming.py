@@ -139,6 +139,30 @@ ENVIRONMENT_LABEL = "environment"
 (`trainstack.policies.rules.model.REQUIRED_MACHINE_LABELS`)."""
 
 
+STACK_LABEL = "stack"
+"""The other label the policy pack's `accelerators-labelled` requires on GPU/TPU machines
+(`REQUIRED_MACHINE_LABELS`): the compute components (`A100Cluster`, `TpuGkeSlices`,
+`TpuPodSlice`) set it to the Pulumi stack's name where their labels have none (a stack
+config's is its deployment name)."""
+
+
+def _with_stack(given: Mapping[str, str]) -> dict[str, str]:
+    out = dict(given)
+    stack = pulumi.get_stack().lower()
+    # A stack name that is no label value (`Prod.EU`) is left to the policy's line.
+    if STACK_LABEL not in out and not label_problems({STACK_LABEL: stack}):
+        out[STACK_LABEL] = stack
+    return out
+
+
+def stack_labels(user: pulumi.Input[Mapping[str, str]] | None) -> pulumi.Input[Mapping[str, str]]:
+    """User labels with `stack` set to the Pulumi stack's name (lowercased) where they have
+    none (`STACK_LABEL`)."""
+    if user is None or isinstance(user, Mapping):
+        return _with_stack(user or {})
+    return pulumi.Output.from_input(cast(Any, user)).apply(lambda v: _with_stack(v or {}))
+
+
 def environment_labels(
     user: pulumi.Input[Mapping[str, str]] | None, environment: str, key: str = "labels"
 ) -> pulumi.Input[Mapping[str, str]]:

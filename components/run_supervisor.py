@@ -5,7 +5,7 @@ end, when no node has reported for `NO_HEARTBEAT_S`, at `limits.max_run_hours` a
 (`trainstack.infra.targets`: tpu, gke, gce) registers one through
 `trainstack.infra.supervision`, before its compute).
 
-    from trainstack.components.run_supervisor import RunSupervisor, slice_target
+    from trainstack.components.run_supervisor import RunSupervisor, slice_target, supervisor_run
 
     target = slice_target(slice_args)  # what TpuPodSlice(..., slice_args) will register
     supervisor = RunSupervisor(
@@ -17,7 +17,8 @@ end, when no node has reported for `NO_HEARTBEAT_S`, at `limits.max_run_hours` a
             "kind": target.kind,  # "node": a Spot gcp.tpu.V2Vm; "queued": a queued resource
             "resource_name": target.resource_name,
             "body": target.body,
-            "run": {"end_uri": ..., "alive_uri": ..., "stop_uri": ...},
+            # Its end record, heartbeats and limits: without them it cannot see the end.
+            "run": supervisor_run(target.run_record, hosts, max_run_seconds=4 * 3600),
             "staging_bucket": buckets.staging_bucket,
             "checkpoint_bucket": buckets.checkpoint_bucket,
             "node_service_account": identity.service_account.name,
@@ -85,7 +86,7 @@ alias keeps stacks deployed under that name.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
@@ -117,6 +118,7 @@ from trainstack.components._supervisor_bundle import (
     pools_problem,
     source_zip,
     supervisor_config,
+    supervisor_run,
 )
 from trainstack.components._supervisor_iam import build_account, records_condition, role_and_grant
 from trainstack.components._tpu_launch import SupervisedSlice, slice_target, spot_node_body
@@ -134,6 +136,7 @@ from trainstack.components.facts import (
     STOP_GRACE_S,
     spend_cap_text,
     supervisor_facts,
+    supervisor_stops_on,
 )
 from trainstack.components.naming import account_id, bucket_name, gcp_name, labels_input
 
@@ -167,6 +170,7 @@ __all__ = [
     "spot_node_body",
     "supervised",
     "supervisor_config",
+    "supervisor_run",
 ]
 
 TOKEN: Final = "trainstack:supervision:RunSupervisor"
@@ -232,7 +236,9 @@ class RunSupervisorArgs(TypedDict):
     run: NotRequired[pulumi.Input[dict[str, Any]]]
     """When the run ends (`RUN_KEYS`, see `supervisor/main.py`): the end record, heartbeat
     prefix and stop request objects, `node_count` (one heartbeat per node; required with the
-    prefix), `max_run_seconds`, the compute's `hourly_usd` at list price and `max_total_usd`."""
+    prefix), `max_run_seconds`, the compute's `hourly_usd` at list price and `max_total_usd`;
+    `supervisor_run` builds it. Without its end record (`end_uri`) the supervisor cannot see
+    the run's end and stops the compute only on what `run` sets (its plan note says which)."""
     staging_bucket: pulumi.Input[str]
     """Bucket the function's source zip is uploaded to."""
     checkpoint_bucket: pulumi.Input[str]
@@ -474,14 +480,17 @@ class RunSupervisor(pulumi.ComponentResource):
         self.source_object = self.source.name
         self.state_bucket_name = self.state_bucket.name
         self.events_uri = pulumi.Output.concat("gs://", self.state_bucket.name, "/events.jsonl")
+        # What it stops on is in `run`'s keys: known in a preview where its record URIs are
+        # not (a bucket named at deploy); the facts take `run`'s known values only.
+        run: Any = args.get("run", {})
+        stops_on: list[str] | None = None
+        known = run
+        if isinstance(run, Mapping):
+            stops_on = supervisor_stops_on({k: k for k in run})
+            known = {k: v for k, v in run.items() if not isinstance(v, pulumi.Output)}
         self.facts = pulumi.Output.all(
-            project,
-            region,
-            args["resource_name"],
-            args.get("run", {}),
-            self.function_name,
-            self.events_uri,
-        ).apply(lambda v: supervisor_facts(kind, recover, args.get("instances"), v))
+            project, region, args["resource_name"], known, self.function_name, self.events_uri
+        ).apply(lambda v: supervisor_facts(kind, recover, args.get("instances"), v, stops_on))
         self.register_outputs(
             {
                 "facts": self.facts,

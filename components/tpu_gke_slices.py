@@ -113,7 +113,12 @@ from trainstack.components.code_summary import (
 )
 from trainstack.components.facts import checkpoint_dir_of, deployed_facts
 from trainstack.components.gpu_startup import pod_run_env
-from trainstack.components.naming import environment_labels, gcp_name, labels_input
+from trainstack.components.naming import (
+    environment_labels,
+    gcp_name,
+    labels_input,
+    stack_labels,
+)
 from trainstack.components.tpu_gke_facts import JOBSET_NAMESPACE, tpu_gke_slices_facts
 from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
 from trainstack.components.user_code import CodeRules, UserCode, args_with_code
@@ -186,8 +191,9 @@ class TpuGkeSlicesArgs(TypedDict):
     """The nodes' account and, through Workload Identity, the pods'."""
     master_authorized_cidrs: NotRequired[Sequence[str]]
     environment: NotRequired[str]
-    """dev, staging or prod: the `environment` label on the nodes and the JobSet (the policy
-    pack's `accelerators-labelled` requires it); prod: the cluster has deletion protection."""
+    """dev, staging or prod: the `environment` label on the nodes and the JobSet, with `stack`
+    (the Pulumi stack's name) where `labels` has none: the two labels the policy pack's
+    `accelerators-labelled` requires; prod: the cluster has deletion protection."""
     max_restarts: NotRequired[int]
     """Whole-set restarts on preemption or host maintenance (default 10)."""
     max_run_seconds: NotRequired[int]
@@ -358,7 +364,10 @@ class TpuGkeSlices(pulumi.ComponentResource):
             # The label the policy pack requires on TPU machines (`accelerators-labelled`),
             # on the nodes and the JobSet alike.
             env_labels = component_check(
-                "TpuGkeSlices", environment_labels, args.get("labels"), args["environment"]
+                "TpuGkeSlices",
+                environment_labels,
+                stack_labels(args.get("labels")),
+                args["environment"],
             )
             args = {**args, "labels": env_labels}
         found = component_check("TpuGkeSlices", _validate, args)

@@ -124,7 +124,7 @@ from trainstack.components.facts import (
     tpu_quota,
     tpu_summary,
 )
-from trainstack.components.naming import gcp_name, labels_input, name_input
+from trainstack.components.naming import gcp_name, labels_input, name_input, stack_labels
 from trainstack.components.startup.tpu_worker import effective_checkpoint_dir
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
@@ -279,7 +279,9 @@ class TpuPodSlice(pulumi.ComponentResource):
         args = component_check("TpuPodSlice", with_code, args)  # type: ignore[assignment]
         plan = component_check("TpuPodSlice", validate_args, args)
         code_entry = slice_code(code, plan)
-        labels = component_check("TpuPodSlice", labels_input, args.get("labels"), COMPONENT_LABEL)
+        labels = component_check(
+            "TpuPodSlice", labels_input, stack_labels(args.get("labels")), COMPONENT_LABEL
+        )
         deployment = args["deployment_name"]
         slice_name = name_input(gcp_name, deployment, "tpu")
         super().__init__(TOKEN, name, None, opts)

@@ -378,7 +378,7 @@ def policy(
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in reports], indent=2) + "\n")
     else:
-        _print_policy_reports(reports)
+        _print_policy_reports(reports, own_program=program is not None)
     if problems:
         # Each stack that could not be checked is one `error:` line, after the reports.
         raise fail_each(problems)
@@ -421,7 +421,8 @@ def _check_all_stacks() -> tuple[list[StackReport], list[str]]:
     return reports, problems
 
 
-def _print_policy_reports(reports: list[StackReport]) -> None:
+def _print_policy_reports(reports: list[StackReport], own_program: bool = False) -> None:
+    """The reports in words (`own_program`: of `--program DIR`)."""
     from trainstack.infra.policy import ENFORCEMENT
     from trainstack.policies.rules import RULES
 
@@ -442,8 +443,31 @@ def _print_policy_reports(reports: list[StackReport]) -> None:
         count = sum(len(r.violations) for r in broken)
         typer.echo(
             f"{count} policy violation(s) in {len(broken)} of {len(reports)} stack(s); "
-            "mandatory rules block `pulumi up --policy-pack policies/`"
+            f"mandatory rules block `pulumi up --policy-pack {_policy_pack(broken, own_program)}`"
         )
+        labels = [v for r in broken if own_program or r.program is not None for v in r.violations]
+        if any(LABELS_RULE in str(v) for v in labels):
+            typer.echo(LABELS_HINT)
+
+
+LABELS_RULE = "[accelerators-labelled]"
+LABELS_HINT = (
+    "accelerators-labelled: A100Cluster and TpuGkeSlices given `environment` label their "
+    "machines with it and with `stack` (the Pulumi stack's name, unless `labels` has one); "
+    "TpuPodSlice adds `stack`; give the rest in the component's `labels`, e.g. "
+    '{"environment": "dev"}'
+)
+"""What a program passes for the labels the policy pack requires (`components.naming`)."""
+
+
+def _policy_pack(reports: list[StackReport], own_program: bool) -> str:
+    """The pack's folder as `--policy-pack` takes it: `policies/` in trainstack's own project,
+    the installed `trainstack.policies` folder for a program of your own (it has none)."""
+    if not own_program and all(r.program is None for r in reports):
+        return "policies/"
+    import trainstack.policies
+
+    return str(Path(trainstack.policies.__file__).parent)
 
 
 def project_stacks() -> list[str]:

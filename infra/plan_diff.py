@@ -28,17 +28,20 @@ import difflib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
+from trainstack.infra.plan_code_lines import code_change, code_changed, components_code_change
 from trainstack.infra.plan_env import hide_credentials, hide_env_values
+from trainstack.infra.plan_inputs import code_span as _code
 from trainstack.infra.plan_inputs import integral_numbers
+from trainstack.infra.plan_inputs import md_text as _md
 from trainstack.infra.plan_replace import Verdict, classify, relaunch_note
 from trainstack.infra.plan_secrets import (
     fold_secrets,
     is_secret,
     secret_change,
-    secret_env_changes,
 )
+from trainstack.infra.plan_unseen import Unseen, unseen_runs
 
 # GitHub rejects comments over 65,536 characters; stay clear of it with room for a header
 # a workflow may add around the diff.
@@ -72,23 +75,6 @@ class PlanDocumentError(ValueError):
 def _text(value: Any) -> str:
     value = integral_numbers(value)
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def _code(text: str) -> str:
-    """`text` as an inline code span, where Markdown is inert (no heading, link, emphasis or
-    @mention: https://github.github.com/gfm/#code-spans): a backtick would end the span and a
-    line break the list item, so they show as `'` and `\\n`."""
-    one_line = text.replace("\r", "\\r").replace("\n", "\\n")
-    return "`" + one_line.replace("`", "'") + "`"
-
-
-_PLAIN: Final = re.compile(r"[A-Za-z0-9:/._=, -]*")
-"""Text that is plain in Markdown wherever it stands: types, quota ids, dimensions."""
-
-
-def _md(text: str) -> str:
-    """`text` as is when it is plain (`_PLAIN`), else as a code span."""
-    return text if _PLAIN.fullmatch(text) else _code(text)
 
 
 def _cell(text: str) -> str:
@@ -355,22 +341,13 @@ def _stack_sections(
     added = [new[k] for k in new if k not in old]
     removed = [old[k] for k in old if k not in new]
     packages = {r["name"] for r in new.values() if r["type"] == PACKAGE_TYPE}
-    code = _code_change(stack, base.get("code"), head.get("code"))
-    code += _components_code_change(base, head)
-    changed = []
-    for k, b in new.items():
-        if k in old and old[k] != b:
-            a = old[k]
-            fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
-            paths = [
-                p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
-            ]
-            verdict = classify(
-                b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
-            )
-            changed.append((a, b, fa, fb, paths, verdict))
-    replaced = sum(1 for *_, v in changed if v.action == "replace")
-    updated = sum(1 for *_, v in changed if v.action in ("change", "change (may replace)"))
+    code = code_change(stack, base.get("code"), head.get("code"))
+    code += components_code_change(base, head)
+    changed = _changed(old, new)
+    unseen = unseen_runs(
+        code_changed(base, head), head["resources"], (b["name"] for _, b, *_ in changed)
+    )
+    replaced, updated = _counts([v for *_, v in changed] + [u.verdict for u in unseen])
     totals, quota = _totals_and_quota(base, head)
     if not (added or removed or changed or totals or quota or code):
         yield f"### Stack {_code(stack)}: no changes\n"
@@ -405,6 +382,49 @@ def _stack_sections(
                     f"{_code(str(b.get(option, False)).lower())}"
                 )
         yield "\n".join(lines) + "\n"
+    for u in unseen:
+        yield _unseen_block(u)
+
+
+def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> list[tuple[Any, ...]]:
+    """Each resource both sides have whose entry differs: both entries, their flattened
+    inputs, the paths that differ and the engine's verdict."""
+    changed = []
+    for k, b in new.items():
+        if k in old and old[k] != b:
+            a = old[k]
+            fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
+            paths = [
+                p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
+            ]
+            verdict = classify(
+                b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
+            )
+            changed.append((a, b, fa, fb, paths, verdict))
+    return changed
+
+
+def _counts(verdicts: Iterable[Verdict]) -> tuple[int, int]:
+    """How many resources are replaced and how many changed in place (or may be)."""
+    actions = [v.action for v in verdicts]
+    replaced = actions.count("replace")
+    return replaced, actions.count("change") + actions.count("change (may replace)")
+
+
+def _unseen_block(u: Unseen) -> str:
+    """A resource whose change only the code entry shows (`trainstack.infra.plan_unseen`)."""
+    r, verdict = u.resource, u.verdict
+    one = len(u.paths) == 1
+    verb, they, them = ("is", "it depends", "it") if one else ("are", "they depend", "them")
+    text = (
+        f"- **{verdict.action}** {_code(r['name'])} ({_md(r['type'])}): the code of "
+        f"{_code(u.component)} changed, and its {_names(u.paths)} {verb} known only after "
+        f"deploy ({they} on a value the preview does not know, such as an auto-named "
+        f"resource's name), so the plan cannot show the change in {them}"
+    )
+    if verdict.action == "replace":
+        text += f"; a change there forces a new resource ({verdict.source})"
+    return text + (f"\n  - **{u.note}**" if u.note else "") + "\n"
 
 
 def _names(paths: Iterable[str], most: int = 3) -> str:
@@ -435,58 +455,6 @@ def _verdict_line(
 
 
 PACKAGE_TYPE = "trainstack:storage:TrainerPackage"
-CODE_FIELDS = ("source", "image", "entrypoint", "launcher", "world_size")
-
-
-def _short(field: str, value: Any) -> str:
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    return "-" if value is None else str(value)
-
-
-def _code_change(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> str:
-    """One line for the stack's job when what it runs changed (the plan's `code` entry):
-    your code's source hash and whatever else of it changed, or the trainer it switched to."""
-    if base == head:
-        return ""
-    if base is None or head is None:
-        return (
-            "- **code**: the bundled trainer -> your code\n"
-            if base is None
-            else ("- **code**: your code -> the bundled trainer\n")
-        )
-    parts = []
-    a, b = base.get("source_sha256"), head.get("source_sha256")
-    if a != b:
-        parts.append(f"source sha256 {_code((a or '-')[:16])} -> {_code((b or '-')[:16])}")
-    parts += [
-        f"{field} {_code(_short(field, base.get(field)))} -> {_code(_short(field, head.get(field)))}"
-        for field in CODE_FIELDS
-        if base.get(field) != head.get(field)
-    ]
-    rest = ("requirements", "env", "secret_env")
-    changed = [field for field in rest if base.get(field) != head.get(field)]
-    if changed:
-        parts.append(f"{', '.join(changed)} changed")
-    secrets = secret_env_changes(base, head)
-    if secrets:
-        names = ", ".join(f"trainer.env.{name}" for name in secrets)
-        parts.append(f"a secret input changed: {names} (its value is not shown)")
-    return f"- **code** {_code(stack)}: {'; '.join(parts)}\n"
-
-
-def _components_code_change(base: Mapping[str, Any], head: Mapping[str, Any]) -> str:
-    """A program's code lines: one per compute component whose "Your code" entry changed
-    (`code_by_component`), named by the component, in `_code_change`'s words."""
-    a, b = base.get("code_by_component") or {}, head.get("code_by_component") or {}
-    lines = []
-    for name in sorted(set(a) | set(b)):
-        if name not in a or name not in b:
-            now = "runs your code" if name in b else "no longer runs your code"
-            lines.append(f"- **code** {_code(name)}: {now}\n")
-        else:
-            lines.append(_code_change(name, a[name], b[name]))
-    return "".join(lines)
 
 
 def plan_diff(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from trainstack.policies.rules.credentials import find_credential
@@ -81,6 +81,10 @@ def hide_env_values(plan: Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(by_component, Mapping):
         entries += list(by_component.values())
     plain: dict[str, str] = {}
+    if "target" not in plan:
+        # A program's (a stack plan names its target): its node args may come from no code
+        # entry (`node_args` given by hand, a plan made before the component had one).
+        plain |= dict(_node_arg_env(plan.get("resources", [])))
     for entry in entries:
         env = entry.get("env") if isinstance(entry, Mapping) else None
         if isinstance(env, Mapping):
@@ -103,6 +107,25 @@ def hide_env_values(plan: Mapping[str, Any]) -> Mapping[str, Any]:
             for name, entry in by_component.items()
         }
     return out
+
+
+_ENV_ARG: Final = re.compile(r"--env=([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+
+
+def _node_arg_env(value: Any) -> Iterator[tuple[str, str]]:
+    """Every `--env=NAME=VALUE` argument in `value` (a list entry of its own, as node args
+    are) but trainstack's own `TRAINSTACK_*` settings (the folders it gives the code), whose
+    values a review needs to see."""
+    if isinstance(value, str):
+        found = _ENV_ARG.fullmatch(value)
+        if found and not found[1].startswith("TRAINSTACK_") and found[2] != "[secret]":
+            yield found[1], found[2]
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _node_arg_env(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _node_arg_env(item)
 
 
 def _hidden_entry(code: Mapping[str, Any], plain: Mapping[str, str]) -> dict[str, Any]:

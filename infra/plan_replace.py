@@ -120,7 +120,11 @@ def classify(
     replaces = tuple(p for p in changed if _covered(p, table))
     if replaces:
         if type_.startswith("kubernetes:"):
-            meta_old, meta_new = old.get("metadata") or {}, new.get("metadata") or {}
+            # A metadata the preview knows only after deploy is a string, not an object.
+            meta_old, meta_new = (
+                m if isinstance(m, Mapping) else {}
+                for m in (old.get("metadata"), new.get("metadata"))
+            )
             first = _top_level_name(meta_old, meta_new, "name") and meta_old.get(
                 "namespace"
             ) == meta_new.get("namespace")

@@ -17,6 +17,7 @@ from typing import Any
 from trainstack.components.facts import (
     QUOTA_GUARD_TARGET,
     RUN_LIMIT_KEY,
+    STOPS_ON,
     SUPERVISOR_STOPS,
     SUPERVISOR_TARGET,
     is_facts,
@@ -110,7 +111,14 @@ def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]])
     facts = list(facts)
     compute = [item for item in facts if is_compute(item)]
     guards = [item for item in facts if item["target"] == QUOTA_GUARD]
-    stopped = {item.get("stops") for item in facts if item["target"] == SUPERVISOR}
+    # Per compute target, what its supervisors stop it on (`STOPS_ON`; facts made before
+    # they said so: everything, as a stack's supervisor).
+    stops_on: dict[str | None, set[str]] = {}
+    for item in facts:
+        if item["target"] == SUPERVISOR:
+            on = item.get("stops_on", list(STOPS_ON))
+            stops_on.setdefault(item.get("stops"), set()).update(on)
+    stopped = {target for target, on in stops_on.items() if "end_uri" in on}
     notes = [ESTIMATE_NOTE]
     for item in guards:
         notes += [note for note in item["notes"] if note not in notes]
@@ -124,7 +132,8 @@ def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]])
     for item in facts:
         own = item.get("run_limit")
         if own is not None:
-            stop = f"; {SUPERVISOR_STOPS[item['target']]}" if item["target"] in stopped else ""
+            limited = "max_run_seconds" in stops_on.get(item["target"], ())
+            stop = f"; {SUPERVISOR_STOPS[item['target']]}" if limited else ""
             notes.append(f"{RUN_LIMIT_KEY}: {own}{stop}")
         notes += [note for note in item.get("limit_notes", []) if note not in notes]
     supervised = [item for item in compute if item["target"] in stopped]
@@ -133,11 +142,37 @@ def facts_notes(facts: Iterable[Mapping[str, Any]], quota: list[dict[str, Any]])
         stoppable = sum(item.get("stoppable_hourly_usd", 0.0) for item in supervised)
         after_stop = after_stop_note(stoppable, after)
         notes += [after_stop] if after_stop else []
+    blind = [item for item in compute if item["target"] in set(stops_on) - stopped]
+    for item in blind:
+        notes.append(no_run_end_note(item, stops_on[item["target"]]))
     unsupervised = [
-        item for item in compute if item["target"] in SUPERVISOR_STOPS and item not in supervised
+        item
+        for item in compute
+        if item["target"] in SUPERVISOR_STOPS and item not in supervised and item not in blind
     ]
     notes += [no_supervisor_note(unsupervised)] if unsupervised else []
     return notes
+
+
+def no_run_end_note(compute: Mapping[str, Any], stops_on: Iterable[str]) -> str:
+    """The plan's note on compute whose `RunSupervisor` has no `run` end record: what it
+    stops the machines on instead (`STOPS_ON`), and how to give it the run's end."""
+    on = [STOPS_ON[key] for key in STOPS_ON if key in set(stops_on)]
+    what = (
+        f"it stops the machines only at {' or '.join(on)}; otherwise they bill until "
+        "`pulumi destroy`"
+        if on
+        else "with nothing else in its `run`, it never stops the machines: they bill until "
+        "`pulumi destroy`"
+    )
+    named = " ".join(str(v) for v in (compute["component"], compute.get("name")) if v)
+    return (
+        f"run supervisor: the RunSupervisor of {named} ({compute['target']}) has no `run` "
+        f"with the run's end record, so it cannot see the run's end; {what}. To stop them at "
+        'the run\'s end, give it `"run": supervisor_run(target.run_record, '
+        "target.node_count, ...)` "
+        f"(trainstack.components.run_supervisor): {DOCS_PAGE}"
+    )
 
 
 def facts_code(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -21,15 +21,12 @@ from typing import TYPE_CHECKING, Any, cast
 import pulumi
 
 from trainstack.components.catalog.supervisor_iam import earlier_role_id
-from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs
+from trainstack.components.run_supervisor import RunSupervisor, RunSupervisorArgs, supervisor_run
 from trainstack.infra.logs import UNREADABLE, ended_text
 from trainstack.infra.outputs import OUTPUT_SUPERVISOR_EVENTS, OUTPUT_SUPERVISOR_ROLES
 from trainstack.trainers.common.contract import EVENT_CAPACITY_ENDED as CAPACITY_ENDED
 from trainstack.trainers.common.run_records import (
-    ALIVE_SUFFIX,
-    ENDED_SUFFIX,
     NO_HEARTBEAT_S,
-    STOP_SUFFIX,
 )
 
 if TYPE_CHECKING:
@@ -38,25 +35,18 @@ if TYPE_CHECKING:
 
 def run_settings(
     cfg: StackView, hourly_usd: float, run_record: pulumi.Input[str] | None, node_count: int
-) -> pulumi.Output[dict[str, Any]]:
-    """The supervisor's `run`: the run's objects (prefix `run_record`: its end record, the
-    heartbeats of its `node_count` nodes and stop request), the limits and the compute's list
-    price (`hourly_usd`, the target's `stoppable_hourly_usd`). The run's clock is the
-    supervisor's own."""
-    limit = cfg.limits.max_run_seconds
-
-    def settings(prefix: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"hourly_usd": hourly_usd}
-        if prefix:
-            out |= {"end_uri": prefix + ENDED_SUFFIX, "stop_uri": prefix + STOP_SUFFIX}
-            out |= {"alive_uri": prefix + ALIVE_SUFFIX, "node_count": node_count}
-        if limit is not None:
-            out["max_run_seconds"] = limit
-        if cfg.limits.max_total_usd is not None:
-            out["max_total_usd"] = cfg.limits.max_total_usd
-        return out
-
-    return pulumi.Output.from_input(run_record or "").apply(settings)
+) -> dict[str, Any]:
+    """The supervisor's `run` (`supervisor_run`): the run's objects (prefix `run_record`: its
+    end record, the heartbeats of its `node_count` nodes and stop request), the limits and
+    the compute's list price (`hourly_usd`, the target's `stoppable_hourly_usd`). The run's
+    clock is the supervisor's own."""
+    return supervisor_run(
+        run_record,
+        node_count,
+        hourly_usd=hourly_usd,
+        max_run_seconds=cfg.limits.max_run_seconds,
+        max_total_usd=cfg.limits.max_total_usd,
+    )
 
 
 def register_supervisor(

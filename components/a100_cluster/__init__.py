@@ -25,8 +25,8 @@
     )
     # cluster.cluster_name, cluster.endpoint, cluster.kubeconfig (secret), cluster.job_name
 
-Your own code instead of the trainer (examples/own-program), with `environment` for the label
-the policy pack requires on GPU machines:
+Your own code instead of the trainer (examples/own-program), with `environment` for the labels
+the policy pack requires on GPU machines (`environment`, and `stack` from the Pulumi stack):
 
     code = UserCode(source="train", entrypoint=["python", "train.py"])
     package = TrainerPackage("exp-42-code", {"staging_bucket": buckets.staging_bucket, "code": code})
@@ -167,7 +167,12 @@ from trainstack.components.facts import (
 )
 from trainstack.components.gpu_startup import with_checkpoint_dir
 from trainstack.components.kubernetes_training_job import DEFAULT_NAMESPACE, KubernetesTrainingJob
-from trainstack.components.naming import environment_labels, gcp_name, labels_input
+from trainstack.components.naming import (
+    environment_labels,
+    gcp_name,
+    labels_input,
+    stack_labels,
+)
 from trainstack.components.training_dashboard.targets import (
     DashboardScope,
     gce_filters,
@@ -251,6 +256,10 @@ class SupervisedCompute:
     instances: list[str] | None = None
     """gce: the group's VMs by node rank (`instance_names`), which the supervisor deletes by
     name; gke: None."""
+    hourly_usd: float = 0.0
+    """The GPU nodes' $/hour at list price (rounded to cents): what the supervisor's spend
+    count adds per hour of billing (`supervisor_run`'s `hourly_usd`; the cluster's facts'
+    `stoppable_hourly_usd`)."""
 
 
 def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
@@ -259,14 +268,20 @@ def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
     gpu = validate_args(args)
     where = pulumi.Output.concat("projects/", args["project"])
     group = gcp_name(args["deployment_name"], "a100")
+    hourly = round(a100_nodes_hourly_usd(gpu.machine_type, gpu.node_count, gpu.spot), 2)
     if gpu.backend == "gce":
         name = pulumi.Output.concat(where, f"/zones/{gpu.zone}/instanceGroupManagers/{group}")
         names = instance_names(args["deployment_name"], gpu.node_count)
-        return SupervisedCompute("mig", name, gce_run_record(args, gpu), gpu.node_count, names)
+        record = gce_run_record(args, gpu)
+        return SupervisedCompute("mig", name, record, gpu.node_count, names, hourly)
     cluster = gcp_name(args["deployment_name"], "a100", max_len=CLUSTER_NAME_MAX)
     pool = f"/locations/{gpu.zone}/clusters/{cluster}/nodePools/{GPU_POOL_NAME}"
     return SupervisedCompute(
-        "node_pool", pulumi.Output.concat(where, pool), gke_run_record(args, gpu), gpu.node_count
+        "node_pool",
+        pulumi.Output.concat(where, pool),
+        gke_run_record(args, gpu),
+        gpu.node_count,
+        hourly_usd=hourly,
     )
 
 
@@ -344,7 +359,10 @@ class A100Cluster(pulumi.ComponentResource):
             # The label the policy pack requires on GPU machines (`accelerators-labelled`),
             # on the nodes and the training Job alike.
             env_labels = component_check(
-                "A100Cluster", environment_labels, args.get("labels"), args["environment"]
+                "A100Cluster",
+                environment_labels,
+                stack_labels(args.get("labels")),
+                args["environment"],
             )
             args = {**args, "labels": env_labels}
         gpu = component_check("A100Cluster", validate_args, args)

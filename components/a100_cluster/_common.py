@@ -232,9 +232,10 @@ class A100ClusterArgs(TypedDict):
     """Account the nodes and the training pods run as (`TrainingIdentity`)."""
     environment: NotRequired[Literal["dev", "staging", "prod"]]
     """`prod` turns on the GKE cluster's deletion protection (default dev). Given, it sets
-    the `environment` label on every child and the training Job, which the policy pack's
-    `accelerators-labelled` requires on GPU machines (a different one in `labels` is
-    refused)."""
+    the `environment` label on every child and the training Job, and `stack` (the Pulumi
+    stack's name) where `labels` has none: the two labels the policy pack's
+    `accelerators-labelled` requires on GPU machines (a different `environment` in `labels`
+    is refused)."""
     labels: NotRequired[pulumi.Input[Mapping[str, str]]]
     """User labels, merged with trainstack's, on every child that takes labels."""
     training: NotRequired[A100TrainingArgs]

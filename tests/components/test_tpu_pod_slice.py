@@ -42,7 +42,8 @@ ARGS: dict[str, Any] = {
     "labels": {"team": "ml"},
 }
 IPS = ["10.130.0.2", "10.130.0.3", "10.130.0.4", "10.130.0.5"]
-LABELS = {"component": "tpu-pod-slice", "managed-by": "trainstack", "team": "ml"}
+# `stack`: the Pulumi stack's name (the mocks' `plan`), the label the policy pack requires.
+LABELS = {"component": "tpu-pod-slice", "managed-by": "trainstack", "stack": "plan", "team": "ml"}
 VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
 QR_TYPE = "pulumi-python:dynamic/tpu:QueuedResource"
 

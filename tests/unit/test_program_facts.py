@@ -51,7 +51,7 @@ supervised = {
 TPU_MAIN = (
     COMMON.replace("REGION", "us-west4")
     + """
-from trainstack.components.run_supervisor import RunSupervisor, slice_target
+from trainstack.components.run_supervisor import RunSupervisor, slice_target, supervisor_run
 from trainstack.components.tpu_pod_slice import TpuPodSlice
 
 args = {
@@ -74,6 +74,8 @@ supervisor = RunSupervisor(
         "kind": target.kind,
         "resource_name": target.resource_name,
         "body": target.body,
+        # Its end record, the 4 hosts' heartbeats and the run limit, as a stack's supervisor.
+        "run": supervisor_run(target.run_record, 4, max_run_seconds=14400),
         "node_service_account": "projects/acme-ml/serviceAccounts/acme-train@acme-ml.iam.gserviceaccount.com",
     },
 )
@@ -86,7 +88,7 @@ GKE_MAIN = (
     COMMON.replace("REGION", "us-central1")
     + """
 from trainstack.components.a100_cluster import A100Cluster, supervised_compute
-from trainstack.components.run_supervisor import RunSupervisor
+from trainstack.components.run_supervisor import RunSupervisor, supervisor_run
 
 args = {
     **shared,
@@ -106,7 +108,12 @@ args = {
 target = supervised_compute(args)
 supervisor = RunSupervisor(
     "acme-supervisor",
-    {**supervised, "kind": target.kind, "resource_name": target.resource_name},
+    {
+        **supervised,
+        "kind": target.kind,
+        "resource_name": target.resource_name,
+        "run": supervisor_run(target.run_record, target.node_count, max_run_seconds=14400),
+    },
 )
 gpu = A100Cluster("acme-gpu", args)
 pulumi.export("gpu", gpu.facts)
@@ -166,10 +173,11 @@ def test_a_supervisor_with_a_spend_cap_notes_it_as_the_stack_does(tmp_path: Path
     config["trainstack:limits"]["max_total_usd"] = 50
     stack_plan = build_plan(name, config)
     # The run the stack gives its supervisor: the compute's stoppable $/hour, the limits.
-    run = '"run": {"hourly_usd": 23.51, "max_total_usd": 50, "max_run_seconds": 14400}'
     main = GKE_MAIN.replace(
-        '"resource_name": target.resource_name}', f'"resource_name": target.resource_name, {run}}}'
+        "max_run_seconds=14400)",
+        "hourly_usd=target.hourly_usd, max_run_seconds=14400, max_total_usd=50)",
     )
+    assert main != GKE_MAIN
     plan = build_program_plan(write_program(tmp_path / "acme", main, name), name)
     cap = [n for n in stack_plan["notes"] if n.startswith("limits.max_total_usd: ")]
     assert len(cap) == 1

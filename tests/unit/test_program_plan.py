@@ -17,6 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import trainstack.policies
 from trainstack.infra.cli import app
 from trainstack.infra.plan import load_stack
 from trainstack.infra.program_plan import NO_REFRESH_NOTE, PROGRAM_NOTE, build_program_plan
@@ -232,7 +233,7 @@ def test_policy_clean_then_a_violation_exits_1(project: Path, tmp_path: Path) ->
         f"  {rule} (gcp:storage/bucket:Bucket): publicAccessPrevention is unset, not "
         '"enforced": an IAM grant to allUsers could make the bucket public',
         "2 policy violation(s) in 1 of 1 stack(s); mandatory rules block "
-        "`pulumi up --policy-pack policies/`",
+        f"`pulumi up --policy-pack {Path(trainstack.policies.__file__).parent}`",
     ]
 
 

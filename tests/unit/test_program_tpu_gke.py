@@ -25,7 +25,7 @@ import pulumi
 
 from trainstack.components import UserCode
 from trainstack.components.quota_guard import QuotaGuard
-from trainstack.components.run_supervisor import RunSupervisor
+from trainstack.components.run_supervisor import RunSupervisor, supervisor_run
 from trainstack.components.tpu_gke_slices import TpuGkeSlices, supervised_slices
 
 project = pulumi.Config("gcp").require("project")
@@ -59,6 +59,7 @@ RunSupervisor(
         "kind": "node_pools",
         "resource_name": target.cluster,
         "node_pools": target.pools,
+        "run": supervisor_run(target.run_record, target.hosts, max_run_seconds=14400),
         "staging_bucket": "acme-staging",
         "checkpoint_bucket": "acme-checkpoints",
     }},
