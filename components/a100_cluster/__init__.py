@@ -250,7 +250,8 @@ class SupervisedCompute:
     """The GPU nodes: one heartbeat each (`<run_record>.alive/<node rank>`)."""
     instances: list[str] | None = None
     """gce: the group's VMs by node rank (`instance_names`), which the supervisor deletes by
-    name; gke: None."""
+    name; a flex-start group's none (its resize request names them: the supervisor deletes
+    the VMs the group lists); gke: None."""
 
 
 def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
@@ -261,7 +262,8 @@ def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
     group = gcp_name(args["deployment_name"], "a100")
     if gpu.backend == "gce":
         name = pulumi.Output.concat(where, f"/zones/{gpu.zone}/instanceGroupManagers/{group}")
-        names = instance_names(args["deployment_name"], gpu.node_count)
+        # A flex-start group's VMs are named by its resize request, not planned.
+        names = [] if gpu.flex_start else instance_names(args["deployment_name"], gpu.node_count)
         return SupervisedCompute("mig", name, gce_run_record(args, gpu), gpu.node_count, names)
     cluster = gcp_name(args["deployment_name"], "a100", max_len=CLUSTER_NAME_MAX)
     pool = f"/locations/{gpu.zone}/clusters/{cluster}/nodePools/{GPU_POOL_NAME}"
