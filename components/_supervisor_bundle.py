@@ -180,12 +180,13 @@ def node_count_problem(run: dict[str, Any]) -> str | None:
 
 
 def instances_problem(kind: str, instances: object, key: str = "instances") -> str | None:
-    """The one rule of a supervisor's `instances`: a `mig`'s VM names (one or more, each
-    once), nothing for the other kinds."""
+    """The one rule of a supervisor's `instances`: a `mig`'s VM names (each once; none for a
+    group whose VMs a resize request names, which the supervisor finds in its list),
+    nothing for the other kinds."""
     if kind != "mig":
         return None if instances is None else f"{key}: only a mig has instances; kind {kind!r}"
-    valid = "valid: the group's instance names, one or more, each once"
-    if not isinstance(instances, list | tuple) or not instances:
+    valid = "valid: the group's instance names, each once (none: the VMs the group lists)"
+    if not isinstance(instances, list | tuple):
         return f"{key}: {instances!r} names no instance; {valid}"
     for name in instances:
         if not isinstance(name, str) or not INSTANCE_NAME.match(name):

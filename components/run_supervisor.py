@@ -227,7 +227,9 @@ class RunSupervisorArgs(TypedDict):
     QueuedResource), exactly as created (`slice_target`)."""
     instances: NotRequired[list[str]]
     """`mig` (required): the group's VMs by name (`A100Cluster`'s `instance_names`), which it
-    deletes at the run's end, their per-instance configs with them; no other kind has any."""
+    deletes at the run's end, their per-instance configs with them, and any other VM the
+    group lists; [] for a flex-start group, whose resize request names its VMs (the ones the
+    group lists are deleted); no other kind has any."""
     node_pools: NotRequired[list[str]]
     """`node_pools` (required): the pools' ids in the cluster `resource_name` names
     (`TpuGkeSlices`' `tpu-<i>`), each set to 0 nodes at the run's end; no other kind has any."""

@@ -55,7 +55,7 @@ from trainstack.infra.logs import (
     supervisor_event_text,
 )
 from trainstack.infra.stack_outputs import read_outputs, require
-from trainstack.infra.supervision import supervisor_lines, supervisor_status
+from trainstack.infra.supervision import PULUMI_UP, supervisor_lines, supervisor_status
 from trainstack.infra.targets import (
     CloudTarget,
     StandaloneTarget,
@@ -197,12 +197,22 @@ def stack_status(
                 target.stoppable_hourly_usd(cfg),
                 stack,
                 outputs.get("supervisor_roles"),
-                outputs.get("instance_names"),
+                _stoppable_instances(outputs.get("instance_names"), part["hosts"]),
+                part.get("capacity_resume", PULUMI_UP),
             )
             if part["supervisor"]["stopped_at"]:
                 after = target.still_billing_after_stop(cfg, stack)
                 part["still_billing_after_stop"] = [asdict(item) for item in after]
     return status_info(stack, cfg.target, part, hourly, now)
+
+
+def _stoppable_instances(names: Any, hosts: list[dict[str, Any]]) -> Any:
+    """The group's VMs a stop command names: the stack's `instance_names` output, or, where
+    it names none (a flex-start group, whose resize request names its VMs), the VMs the
+    group lists now (`hosts`)."""
+    if names == []:
+        return [str(h["name"]) for h in hosts]
+    return names
 
 
 def status_info(

@@ -138,9 +138,14 @@ def _unreadable(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return trail
 
 
-def end_text(event: dict[str, Any], asked: list[str]) -> str:
+PULUMI_UP = "`pulumi up`"
+"""What asks for a stopped run's capacity again on most targets (`end_text`'s `resume`)."""
+
+
+def end_text(event: dict[str, Any], asked: list[str], resume: str = PULUMI_UP) -> str:
     """Why the run ended, in words, from the supervisor's event of it (`asked`: the limits it
-    asked the trainer to stop for)."""
+    asked the trainer to stop for; `resume`: what asks for new capacity after a
+    `capacity_ended` end, the target's `capacity_resume`)."""
     reason = str(event["reason"])
     if reason == "stopped" and asked:
         # The trainer's end record says only that it stopped; the request names the limit
@@ -153,7 +158,7 @@ def end_text(event: dict[str, Any], asked: list[str]) -> str:
         # checkpoint (components/supervisor/main.py, `_back`), unless a limit holds: on gce
         # limits.max_run_hours is each VM's run duration too, so it is used up by then.
         return (
-            f"{ended_text(event)}; `pulumi up` to continue (raise limits.max_run_hours "
+            f"{ended_text(event)}; {resume} to continue (raise limits.max_run_hours "
             "first if the run used it up)"
         )
     return ended_text(event)
@@ -167,6 +172,7 @@ def supervisor_status(
     stack: str,
     roles: Sequence[str] | None = None,
     instances: Sequence[str] | None = None,
+    resume: str = PULUMI_UP,
 ) -> dict[str, Any]:
     """What `trainstack status` says of the run's end from the supervisor's events and
     state (components/supervisor/main.py): whether its compute was stopped and when (not
@@ -175,7 +181,8 @@ def supervisor_status(
     that stops it (a group's VMs: `instances`, the stack's `instance_names` output); whether it cannot read the compute now (`unreadable`: since when, the
     error, the roles to check; the compute may still bill then, and the spend it counts
     counts the time it could not see as it last saw it); and the spend against the cap
-    (`limits`: the project and `limits.max_total_usd`)."""
+    (`limits`: the project and `limits.max_total_usd`). `resume`: what asks for new capacity
+    after a `capacity_ended` end (`end_text`)."""
     project, max_total_usd = limits
     trail = _unreadable(events)
     # An unreadable check that knew the run had ended counts only while nothing was read
@@ -210,7 +217,7 @@ def supervisor_status(
         return out
     out["finished"] = True
     out["reason"] = end_text(
-        last, [e["reason"] for e in ended if e.get("action") == "request_stop"]
+        last, [e["reason"] for e in ended if e.get("action") == "request_stop"], resume
     )
     if last["action"] in ("stop", "none") and last["result"] in (
         "ok",

@@ -255,7 +255,8 @@ class SupervisedCompute:
     """The GPU nodes: one heartbeat each (`<run_record>.alive/<node rank>`)."""
     instances: list[str] | None = None
     """gce: the group's VMs by node rank (`instance_names`), which the supervisor deletes by
-    name; gke: None."""
+    name; a flex-start group's none (its resize request names them: the supervisor deletes
+    the VMs the group lists); gke: None."""
     hourly_usd: float = 0.0
     """The GPU nodes' $/hour at list price (rounded to cents): what the supervisor's spend
     count adds per hour of billing (`supervisor_run`'s `hourly_usd`; the cluster's facts'
@@ -271,7 +272,8 @@ def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
     hourly = round(a100_nodes_hourly_usd(gpu.machine_type, gpu.node_count, gpu.spot), 2)
     if gpu.backend == "gce":
         name = pulumi.Output.concat(where, f"/zones/{gpu.zone}/instanceGroupManagers/{group}")
-        names = instance_names(args["deployment_name"], gpu.node_count)
+        # A flex-start group's VMs are named by its resize request, not planned.
+        names = [] if gpu.flex_start else instance_names(args["deployment_name"], gpu.node_count)
         record = gce_run_record(args, gpu)
         return SupervisedCompute("mig", name, record, gpu.node_count, names, hourly)
     cluster = gcp_name(args["deployment_name"], "a100", max_len=CLUSTER_NAME_MAX)

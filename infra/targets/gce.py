@@ -17,7 +17,12 @@ from trainstack.infra.compute_status import gce_group_names, gce_log_filter, gce
 from trainstack.infra.logs import LogsError, check_worker
 from trainstack.infra.outputs import OUTPUT_CLUSTER_NAME
 from trainstack.infra.stack_outputs import require
-from trainstack.infra.targets.gpu_cluster import GpuCluster, GpuClusterConfig, gpu_section
+from trainstack.infra.targets.gpu_cluster import (
+    GpuCluster,
+    GpuClusterConfig,
+    flex_start_resume,
+    gpu_section,
+)
 from trainstack.trainers.common.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -77,8 +82,9 @@ class Gce(GpuCluster):
             # The resize request names the VMs: the group says which it holds.
             group = str(require(outputs, stack, OUTPUT_CLUSTER_NAME))
             names = gce_group_names(cfg.project, gpu.zone, group, endpoints)
-        else:
-            names = [str(n) for n in require(outputs, stack, "instance_names")]
+            state = gce_state(cfg.project, gpu.zone, names, endpoints)
+            return state | {"capacity_resume": flex_start_resume(stack)}
+        names = [str(n) for n in require(outputs, stack, "instance_names")]
         return gce_state(cfg.project, gpu.zone, names, endpoints)
 
     def log_filter(

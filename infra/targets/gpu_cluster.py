@@ -149,6 +149,23 @@ def flex_start_note(backend: str, hours: float | None, nodes: int = 1) -> str:
     )
 
 
+def flex_start_resume(stack: str) -> str:
+    """What asks a gce flex-start stack's VMs again once they are gone: replacing its resize
+    request. A request is spent once it has made its VMs (SUCCEEDED, a final state: "the
+    ResizeRequest is not going to retry", terraform-provider-google
+    resource_compute_resize_request.go `state`/`error` descriptions), its every field is
+    ForceNew and its Read keeps it while Google lists it (the same file: ForceNew on each
+    field, resourceComputeResizeRequestRead), so `pulumi up` changes nothing and asks for
+    no VM; `--replace` deletes it ("Deleting request does not delete instances that were
+    provisioned previously", compute.v1 discovery instanceGroupManagerResizeRequests.delete)
+    and creates it again. Its Pulumi name: `A100Cluster(f"{stack}-gpu")` (GpuCluster's
+    program) and `a100_cluster.gce._flex_start_group`'s `f"{name}-resize"`."""
+    return (
+        f"`pulumi up --replace <URN of {stack}-gpu-resize>` (`pulumi stack --show-urns`; the "
+        "group's resize request is spent, `pulumi up` alone asks for no VM)"
+    )
+
+
 def flex_start_end_note(backend: str, queued: bool = False) -> str:
     """What happens at the end of a flex-start machine's run duration (save, then stop),
     in the plan's words (`catalog.capacity_end` has the sources); `queued`: a gke pool with
@@ -166,8 +183,10 @@ def flex_start_end_note(backend: str, queued: bool = False) -> str:
         "supervisor sets the pool's autoscaling to 0"
     )
     again = (
-        " (with a higher limits.max_run_hours: it is each VM's run duration and the run's "
-        "limit, used up by then)"
+        " once the group's resize request is replaced: its VMs are spent and `pulumi up` "
+        "alone does not renew it (`pulumi up --replace` with its URN, from `pulumi stack "
+        "--show-urns`), with a higher limits.max_run_hours (it is each VM's run duration and "
+        "the run's limit, used up by then)"
         if backend == "gce"
         else ""
     )

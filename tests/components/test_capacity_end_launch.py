@@ -234,8 +234,10 @@ def test_the_flex_start_notes_say_what_happens_at_the_end_save_then_stop() -> No
         "trainer.deadline_margin_s (default 600 s) before, from the machine's boot time plus "
         "its run duration (TRAINSTACK_DEADLINE), the run ends capacity_ended (exit 6) and the "
         "supervisor deletes the group's VMs; `pulumi up` asks for new capacity and the run "
-        "resumes from that checkpoint (with a higher limits.max_run_hours: it is each VM's run "
-        "duration and the run's limit, used up by then); "
+        "resumes from that checkpoint once the group's resize request is replaced: its VMs "
+        "are spent and `pulumi up` alone does not renew it (`pulumi up --replace` with its "
+        "URN, from `pulumi stack --show-urns`), with a higher limits.max_run_hours (it is "
+        "each VM's run duration and the run's limit, used up by then); "
     ) in gce
     # One node; a queued pool's end: tests/components/test_gke_queued.py.
     [gke] = _flex_notes({"node_count": 1}, {})

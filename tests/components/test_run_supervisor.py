@@ -398,26 +398,20 @@ def test_bad_input_names_the_key() -> None:
         (
             "mig",
             None,
-            "instances: None names no instance; valid: the group's instance names, one or "
-            "more, each once",
-        ),
-        (
-            "mig",
-            [],
-            "instances: [] names no instance; valid: the group's instance names, one or more, "
-            "each once",
+            "instances: None names no instance; valid: the group's instance names, each once "
+            "(none: the VMs the group lists)",
         ),
         (
             "mig",
             ["exp-42-a100-0", "Exp_1"],
             "instances: 'Exp_1' is not an instance name; valid: the group's instance names, "
-            "one or more, each once",
+            "each once (none: the VMs the group lists)",
         ),
         (
             "mig",
             ["exp-42-a100-0", "exp-42-a100-0"],
             "instances: ['exp-42-a100-0', 'exp-42-a100-0'] names an instance twice; valid: "
-            "the group's instance names, one or more, each once",
+            "the group's instance names, each once (none: the VMs the group lists)",
         ),
         ("node_pool", VMS, "instances: only a mig has instances; kind 'node_pool'"),
     ],

@@ -14,7 +14,8 @@ from tests.bundled import bundled_plan
 from tests.fakes.compute_server import ComputeFakeServer
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.unit.test_logs import runner
-from tests.unit.test_status import NOW, P, checkpoints, gcs
+from tests.unit.test_status import NOW, P, checkpoints, gcs, put
+from tests.unit.test_status_recoveries import _upload
 from trainstack.infra.cli import app
 from trainstack.infra.plan_diff import plan_diff
 
@@ -97,4 +98,49 @@ def test_plan_diff_says_a_new_template_replaces_the_flex_start_group() -> None:
         "group, `replace_on_changes` in components/a100_cluster/gce.py, with its VMs and resize "
         "request, and the new request waits for capacity again), which relaunches training; "
         f"resumes from the newest checkpoint in `{folder}`**"
+    )
+
+
+def test_a_failed_stop_names_the_vms_the_group_lists(tmp_path: Path, gcs: str) -> None:
+    """The stack's `instance_names` output names no VM (the resize request names them): the
+    command status gives after a failed stop names the VMs the group lists."""
+    bucket = f"{P}-{STACK}-checkpoints"
+    put(gcs, bucket)
+    group = f"{P}/us-central1-b/{GROUP}"
+    event = {
+        "time": "2026-11-23T11:40:00Z",
+        "resource": f"projects/{P}/zones/us-central1-b/instanceGroupManagers/{GROUP}",
+        "seen": "SIZE_2",
+        "action": "stop",
+        "result": "error: HTTP 403: Required 'compute.instanceGroupManagers.update' permission",
+        "attempt": 0,
+        "next_allowed": None,
+        "reason": "done",
+    }
+    _upload(gcs, bucket, "supervisor/events.jsonl", json.dumps(event).encode() + b"\n")
+    _upload(gcs, bucket, "supervisor/state.json", b'{"run": {"spend_usd": 4.0}}')
+    outputs = _outputs(
+        tmp_path,
+        checkpoint_url=f"gs://{bucket}",
+        checkpoint_dir=f"gs://{bucket}/checkpoints/{STACK}",
+        supervisor_events_uri=f"gs://{bucket}/supervisor/events.jsonl",
+    )
+    with ExitStack() as stack:
+        logs = stack.enter_context(LoggingFakeServer())
+        compute = stack.enter_context(ComputeFakeServer())
+        compute.groups[group] = {"targetSize": 2, "baseInstanceName": GROUP}
+        argv = ["status", "--stack", STACK, "--outputs", str(outputs), "--now", NOW]
+        for endpoint in (
+            f"logging={logs.endpoint}",
+            f"compute={compute.endpoint}",
+            f"storage={gcs}/storage/v1/",
+        ):
+            argv += ["--endpoint", endpoint]
+        result = runner.invoke(app, argv)
+    assert (result.exit_code, result.stderr) == (0, ""), result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("finished")]
+    assert line.split("run: ", 1)[1] == (
+        f"gcloud compute instance-groups managed delete-instances {GROUP} --instances="
+        f"{GROUP}-0001,{GROUP}-0002 --skip-instances-on-validation-error --zone=us-central1-b "
+        f"--project={P}"
     )
