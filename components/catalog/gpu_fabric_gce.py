@@ -83,7 +83,18 @@ ACCELERATOR_IMAGE_SOURCE: Final = f"{CTK} {CTK_A3U_VM} vars.instance_image; {NCC
 BOOT_DISK_TYPE: Final = "hyperdisk-balanced"
 """CTK a4high-vm.yaml and a3ultra-vm.yaml `disk_type: hyperdisk-balanced`."""
 
-GIB_APT_SOURCE: Final = "deb https://packages.cloud.google.com/apt gpudirect-gib-apt main"
+GIB_APT_KEY_URL: Final = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
+GIB_APT_KEYRING: Final = "/etc/apt/keyrings/cloud.google.gpg"
+"""The Google Cloud signing key `NCCL_GIB_DOC` trusts "If you're not using an image from
+Google" (the accelerator image is Canonical's, `ubuntu-os-accelerator-images`), stored
+binary by `node_helper.py apt-key` as the page's `gpg --dearmor` does, where
+sources.list(5) keeps operator-managed keyrings ("/etc/apt/keyrings for keyrings managed by
+the system operator") for the source's `signed-by`. Without it apt-get update refuses the
+repository and exits 100 ("NO_PUBKEY ..."; "E: The repository '... InRelease' is not
+signed. N: Updating from such a repository can't be done securely, and is therefore
+disabled by default. N: See apt-secure(8)"). CTK a4high-vm.yaml adds the same key
+(`ansible.builtin.apt_key: url: https://packages.cloud.google.com/apt/doc/apt-key.gpg`)."""
+GIB_APT_SOURCE: Final = f"deb [signed-by={GIB_APT_KEYRING}] https://packages.cloud.google.com/apt gpudirect-gib-apt main"
 GIB_APT_LIST: Final = "/etc/apt/sources.list.d/nccl-gib.list"
 GIB_PACKAGE: Final = "nccl-gib"
 GIB_DIR: Final = "/usr/local/gib"

@@ -412,6 +412,8 @@ def render_launcher(
 def _fabric_values(nccl_gib: bool) -> dict[str, str]:
     """The launcher's fabric markers: Google's NCCL/gIB install and settings, or empty."""
     values = {
+        "FABRIC_APT_KEY_URL": gib.GIB_APT_KEY_URL,
+        "FABRIC_APT_KEYRING": gib.GIB_APT_KEYRING,
         "FABRIC_APT_SOURCE": gib.GIB_APT_SOURCE,
         "FABRIC_APT_LIST": gib.GIB_APT_LIST,
         "FABRIC_PACKAGE": gib.GIB_PACKAGE,

@@ -66,9 +66,12 @@ RUN_RECORD=@@RUN_RECORD@@
 RUN_FINAL_CODES=@@RUN_FINAL_CODES@@
 SETUP_ATTEMPTS=@@SETUP_ATTEMPTS@@
 SETUP_FAILURES=@@SETUP_FAILURES@@
-# The GPU fabric (A4, A3 Ultra: GPUDirect RDMA): the NCCL plugin's apt source, list file and
-# package, the torch to install where the image has none, and the plugin's NCCL settings
-# and libraries. All empty without a fabric.
+# The GPU fabric (A4, A3 Ultra: GPUDirect RDMA): the NCCL plugin's signing key (URL and the
+# keyring its apt source's signed-by names), apt source, list file and package, the torch to
+# install where the image has none, and the plugin's NCCL settings and libraries. All empty
+# without a fabric.
+FABRIC_APT_KEY_URL=@@FABRIC_APT_KEY_URL@@
+FABRIC_APT_KEYRING=@@FABRIC_APT_KEYRING@@
 FABRIC_APT_SOURCE=@@FABRIC_APT_SOURCE@@
 FABRIC_APT_LIST=@@FABRIC_APT_LIST@@
 FABRIC_PACKAGE=@@FABRIC_PACKAGE@@
@@ -159,9 +162,16 @@ trap on_deadline USR1
 if [ -n "$EXTRA_PATH" ]; then
   PATH="$PATH:$EXTRA_PATH"
 fi
-# The fabric's NCCL plugin (Google's nccl-gib) from Google's apt repository, once per boot
-# disk, and torch where the image has no torchrun (Google's accelerator-optimized image
-# carries the driver, not PyTorch).
+mkdir -p "$WORK_DIR"
+helper="$WORK_DIR/trainstack_node_helper.py"
+cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
+@@NODE_HELPER@@
+TRAINSTACK_HELPER_EOF
+
+# The fabric's NCCL plugin (Google's nccl-gib) from Google's apt repository, signed by the
+# Google Cloud key the helper stores (the image is not Google's, so apt trusts no key of
+# Google's yet), once per boot disk, and torch where the image has no torchrun (Google's
+# accelerator-optimized image carries the driver, not PyTorch).
 if [ -n "$FABRIC_PACKAGE" ] && [ ! -e "$WORK_DIR/fabric-installed" ]; then
   packages=("$FABRIC_PACKAGE")
   need_torch=0
@@ -170,6 +180,8 @@ if [ -n "$FABRIC_PACKAGE" ] && [ ! -e "$WORK_DIR/fabric-installed" ]; then
     packages+=("$TORCH_PIP_PACKAGE")
   fi
   log "installing ${packages[*]} from '$FABRIC_APT_SOURCE'"
+  python3 "$helper" apt-key "$FABRIC_APT_KEY_URL" "$FABRIC_APT_KEYRING" ||
+    fail 3 "could not fetch the signing key $FABRIC_APT_KEY_URL into $FABRIC_APT_KEYRING"
   printf '%s\n' "$FABRIC_APT_SOURCE" >"$FABRIC_APT_LIST" || fail 3 "could not write $FABRIC_APT_LIST"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >&2 || fail 3 "apt-get update failed"
@@ -191,12 +203,6 @@ python="$bin_dir/python3"
 [ -x "$python" ] || fail 3 "no python next to $anchor_path"
 pip=("$bin_dir/pip")
 [ -x "${pip[0]}" ] || pip=("$python" -m pip)
-
-mkdir -p "$WORK_DIR"
-helper="$WORK_DIR/trainstack_node_helper.py"
-cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
-@@NODE_HELPER@@
-TRAINSTACK_HELPER_EOF
 
 failures="$(cat "$SETUP_FAILURES" 2>/dev/null || echo 0)"
 if [ "$failures" -ge "$SETUP_ATTEMPTS" ]; then

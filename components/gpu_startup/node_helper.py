@@ -12,6 +12,8 @@ every one of them has Python. The launcher writes this file next to its work and
     python3 node_helper.py alive gs://bucket/trainstack-run-0123abcd 1 launch
     python3 node_helper.py claim-rank gs://bucket/trainstack-run-0123abcd 2 exp-a100-x7k2
     python3 node_helper.py rank-host gs://bucket/trainstack-run-0123abcd 0
+    python3 node_helper.py apt-key https://packages.cloud.google.com/apt/doc/apt-key.gpg \
+        /etc/apt/keyrings/cloud.google.gpg
 
 `claim-rank PREFIX NUM_NODES NAME` gives a VM of a group whose VMs have no rank metadata (a
 flex-start group: its resize request names the VMs itself) a node rank of its own: the
@@ -42,9 +44,21 @@ rendezvous failures beside the trainer's lines. The launcher runs before the tra
 the two to the same entry. One attempt, short timeouts: a Logging outage must not hold the
 node up.
 
+`apt-key URL DEST` stores an apt repository's signing key where a `signed-by=DEST` source
+names it, as Google's NCCL/gIB page does with curl and `gpg --dearmor` ("If you're not
+using an image from Google, trust the Google Cloud signing key: curl
+http://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo gpg --dearmor -o
+/etc/apt/trusted.gpg.d/cloud.google.gpg",
+https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-vms) without either: an
+ASCII-armored key is unpacked to the binary OpenPGP form apt reads from a `.gpg` file
+("apt-key supports only the binary OpenPGP format ... in files with the "gpg" extension",
+apt-key(8), https://manpages.ubuntu.com/manpages/noble/man8/apt-key.8.html), a binary one is
+kept; world-readable, as sources.list(5) asks of a signed-by keyring ("have to be accessible
+and readable for the _apt system user").
+
 `GCE_METADATA_HOST` and `STORAGE_EMULATOR_HOST`, the variables Google's client libraries
 honour, and `TRAINSTACK_LOGGING_ENDPOINT` (as for the trainer's shipper) point it at local
-fakes; on Google Cloud all are unset.
+fakes, and `TRAINSTACK_APT_KEY_URL` replaces apt-key's URL; on Google Cloud all are unset.
 
 Exit codes: 0 ok; 1 a request failed; 2 the trainer arguments are invalid; 3 usage error.
 It must run on the oldest Python of the images (3.10): no newer syntax or modules.
@@ -52,6 +66,8 @@ It must run on the oldest Python of the images (3.10): no newer syntax or module
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import sys
@@ -133,6 +149,42 @@ def download(uri: str, dest: str) -> None:
     partial = dest + ".part"
     with open(partial, "wb") as out:
         out.write(data)
+    os.replace(partial, dest)
+
+
+ARMOR_BEGIN = b"-----BEGIN PGP PUBLIC KEY BLOCK-----"
+ARMOR_END = b"-----END PGP PUBLIC KEY BLOCK-----"
+
+
+def dearmor(data: bytes) -> bytes:
+    """The binary OpenPGP packets of an ASCII-armored public key block (RFC 4880 section 6.2:
+    armor headers up to a blank line, the base64 body, a `=` CRC-24 line, the tail); data
+    that is not armored is returned as it is."""
+    text = data.strip()
+    if not text.startswith(ARMOR_BEGIN):
+        return data
+    body = text[len(ARMOR_BEGIN) : text.find(ARMOR_END)].splitlines()
+    blank = next((i for i, line in enumerate(body) if i and not line.strip()), None)
+    if blank is None:
+        raise ValueError("armored key without the blank line before its body")
+    lines = [line.strip() for line in body[blank + 1 :] if line.strip()]
+    if lines and lines[-1].startswith(b"="):
+        lines.pop()
+    try:
+        return base64.b64decode(b"".join(lines), validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"armored key with a bad body: {exc}") from exc
+
+
+def apt_key(url: str, dest: str) -> None:
+    """Store the signing key at `url` in binary form at `dest`, readable by apt's _apt user;
+    the file appears whole or not at all."""
+    data = dearmor(_get(os.environ.get("TRAINSTACK_APT_KEY_URL") or url, {}))
+    partial = dest + ".part"
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    with open(partial, "wb") as out:
+        out.write(data)
+    os.chmod(partial, 0o644)
     os.replace(partial, dest)
 
 
@@ -340,7 +392,7 @@ def main(argv: list[str]) -> int:
             "usage: node_helper.py metadata PATH | download URI DEST | run-started URI | "
             "check-args ARGS... | log SEVERITY MESSAGE | end PREFIX STAGE NODE_RANK REASON | "
             "alive PREFIX NODE_RANK STAGE | claim-rank PREFIX NUM_NODES NAME | "
-            "rank-host PREFIX RANK"
+            "rank-host PREFIX RANK | apt-key URL DEST"
         )
         return 3
     command, rest = argv[0], argv[1:]
@@ -363,6 +415,8 @@ def main(argv: list[str]) -> int:
             print(claim_rank(*rest))
         elif command == "rank-host" and len(rest) == 2:
             print(rank_host(*rest))
+        elif command == "apt-key" and len(rest) == 2:
+            apt_key(*rest)
         else:
             print(f"trainstack-helper: bad usage: {' '.join(argv)}", file=sys.stderr)
             return 3

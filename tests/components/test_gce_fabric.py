@@ -7,6 +7,8 @@ Deliberate differences from CTK's VM blueprints (`DIFFERENCES`), each asserted b
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -25,6 +27,7 @@ from tests.components.test_a100_cluster import (
 from trainstack.components.a100_cluster import A100Cluster
 from trainstack.components.a100_cluster.validate import a100_cluster_problems
 from trainstack.components.catalog.gpu_fabric_gce import gce_fabric
+from trainstack.components.gpu_startup import node_helper
 from trainstack.infra.mocks import ProgramRun, run_program
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
@@ -222,11 +225,16 @@ def test_the_launcher_installs_gib_and_sources_its_settings() -> None:
     lines = [
         line for line in script.splitlines() if line.startswith(("FABRIC_", "NCCL_", "TORCH_"))
     ]
-    # https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-vms: the apt source and
-    # list file, `apt install nccl-gib`, /usr/local/gib/scripts/set_nccl_env.sh sourced and
-    # /usr/local/gib/lib64 on LD_LIBRARY_PATH.
+    # https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-vms: the Google Cloud
+    # signing key ("If you're not using an image from Google": the image is Canonical's), the
+    # apt source (here signed by that key alone) and list file, `apt install nccl-gib`,
+    # /usr/local/gib/scripts/set_nccl_env.sh sourced and /usr/local/gib/lib64 on
+    # LD_LIBRARY_PATH.
     assert lines == [
-        "FABRIC_APT_SOURCE='deb https://packages.cloud.google.com/apt gpudirect-gib-apt main'",
+        "FABRIC_APT_KEY_URL=https://packages.cloud.google.com/apt/doc/apt-key.gpg",
+        "FABRIC_APT_KEYRING=/etc/apt/keyrings/cloud.google.gpg",
+        "FABRIC_APT_SOURCE='deb [signed-by=/etc/apt/keyrings/cloud.google.gpg] "
+        "https://packages.cloud.google.com/apt gpudirect-gib-apt main'",
         "FABRIC_APT_LIST=/etc/apt/sources.list.d/nccl-gib.list",
         "FABRIC_PACKAGE=nccl-gib",
         "TORCH_REQUIREMENT=torch==2.9.1",
@@ -234,6 +242,50 @@ def test_the_launcher_installs_gib_and_sources_its_settings() -> None:
         "NCCL_ENV_SCRIPT=/usr/local/gib/scripts/set_nccl_env.sh",
         "NCCL_LIB_DIR=/usr/local/gib/lib64",
     ]
+
+
+ARMORED_KEY: Final = (
+    b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQENdHJhaW5zdGFjayB0ZXN0IGtleQ==\n=JXeJ\n"
+    b"-----END PGP PUBLIC KEY BLOCK-----\n"
+)
+"""A key block in ASCII armor; `gpg --dearmor` of it gives `BINARY_KEY` (run here, gpg 2)."""
+BINARY_KEY: Final = b"\x99\x01\x0dtrainstack test key"
+
+
+@pytest.mark.parametrize("served", [ARMORED_KEY, BINARY_KEY])
+def test_the_helper_stores_googles_apt_key_unarmored_and_readable_by_apt(
+    served: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Google's page pipes the key through `gpg --dearmor` into a .gpg file; apt reads a .gpg
+    # keyring in binary form only (apt-key(8)) and as its _apt user (sources.list(5)).
+    urls: list[tuple[str, dict[str, str]]] = []
+
+    def get(url: str, headers: dict[str, str]) -> bytes:
+        urls.append((url, headers))
+        return served
+
+    monkeypatch.setattr(node_helper, "_get", get)
+    monkeypatch.delenv("TRAINSTACK_APT_KEY_URL", raising=False)
+    dest = tmp_path / "etc-apt-keyrings" / "cloud.google.gpg"
+    url = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
+    assert node_helper.main(["apt-key", url, str(dest)]) == 0
+    assert urls == [(url, {})]
+    assert dest.read_bytes() == BINARY_KEY
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o644
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["cloud.google.gpg"]
+
+
+def test_the_helper_refuses_a_broken_armored_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = ARMORED_KEY.replace(b"mQEN", b"mQ!N")
+    monkeypatch.setattr(node_helper, "_get", lambda url, headers: broken)
+    dest = tmp_path / "cloud.google.gpg"
+    assert node_helper.main(["apt-key", "https://example.invalid/key", str(dest)]) == 1
+    assert not dest.exists()
+    assert capsys.readouterr().err == (
+        "trainstack-helper: armored key with a bad body: Only base64 data is allowed\n"
+    )
 
 
 def test_a2_has_no_fabric_on_gce() -> None:
@@ -245,6 +297,7 @@ def test_a2_has_no_fabric_on_gce() -> None:
     ]
     script = template.inputs["metadataStartupScript"]
     assert "\nFABRIC_PACKAGE=''\n" in script
+    assert "\nFABRIC_APT_KEY_URL=''\n" in script
     assert "\nNCCL_ENV_SCRIPT=''\n" in script
 
 
