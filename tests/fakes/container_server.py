@@ -98,11 +98,9 @@ class ContainerFakeServer(LocalServer):
             # NodePoolAutoscaling: "The total_*_node_count fields are mutually exclusive with
             # the *_node_count fields."
             return 400, google_error(400, "total_*_node_count and *_node_count both set")
-        low_key, high_key = ("totalMinNodeCount", "totalMaxNodeCount") if total else (
-            "minNodeCount",
-            "maxNodeCount",
-        )
-        low, high = autoscaling.get(low_key, 0), autoscaling.get(high_key, 0)
+        family = "total{}NodeCount" if total else "{}NodeCount"
+        low = autoscaling.get(family.format("Min" if total else "min"), 0)
+        high = autoscaling.get(family.format("Max" if total else "max"), 0)
         if autoscaling.get("enabled") and not 0 <= low <= high:
             # NodePoolAutoscaling.(total)MinNodeCount: "greater than or equal to 0 and less
             # than or equal to (total_)max_node_count".
