@@ -53,8 +53,8 @@ Permissions of its own account (`<deployment>-sup`):
 - a custom project role holding only the calls it makes (`PERMISSIONS`, with sources in
   `catalog.supervisor_iam`: the TPU node or queued resource through `tpu.nodes.*`; the
   group's get, the list of its VMs and their deletion; the pool's get and setSize). Only the
-  GKE grant is held to the one resource (`cluster_condition`; the pool's groups are read
-  through a second, read-only role, `READ_PERMISSIONS`), and that GKE evaluates it for
+  GKE grant is held to the one resource (`cluster_condition`; the pool's groups are read,
+  and a flex-start pool's VMs deleted, through a second role, `READ_PERMISSIONS`), and that GKE evaluates it for
   node-pool calls is unverified (if not, the grant never applies). Cloud TPU does not recognise resource
   names in conditions; whether instance group managers do is unverified
   (`catalog.supervisor_iam.CONDITIONS_SOURCE`). So those grants are project-wide, held by
@@ -557,7 +557,7 @@ class RunSupervisor(pulumi.ComponentResource):
                 project,
                 uid.apply(lambda u: role_id(deployment, u, "Read")),
                 f"trainstack {what} supervisor reads ({deployment})",
-                "Read the instance groups of one stack's GKE node pool.",
+                "Read the instance groups of one stack's GKE node pool and delete their VMs.",
                 READ_PERMISSIONS[kind],
                 member,
                 child,

@@ -123,7 +123,7 @@ def supervisor_roles(
     if "/clusters/" not in resource:
         return f"its role ({role})"
     # A node pool's supervisor reads the pool under a role granted on a condition, and the
-    # pool's instance groups under a second, read-only role (`supervisor_iam.READ_PERMISSIONS`).
+    # pool's instance groups under a second role (`supervisor_iam.READ_PERMISSIONS`).
     return f"its roles ({role} and its condition on the cluster; {read} for the instance groups)"
 
 

@@ -46,7 +46,7 @@ days."""
 
 def role_id(deployment: str, unique_id: str, part: str = "") -> str:
     """A custom role id (`[a-zA-Z0-9_.]{3,64}`) for the deployment, unique per creation of
-    its supervisor account (`unique_id`, ROLE_ID_SOURCE); `part`: its second, read-only role
+    its supervisor account (`unique_id`, ROLE_ID_SOURCE); `part`: its second role
     (`READ_PERMISSIONS`). The deployment is cut to fit, the unique id never."""
     prefix = f"trainstackSupervisor{part}_"
     room = 64 - len(prefix) - len(unique_id) - 1
@@ -96,7 +96,8 @@ PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     # cluster" (https://cloud.google.com/kubernetes-engine/docs/reference/api-permissions);
     # setSize: "Authorization requires the following IAM permission on the specified
     # resource name: container.clusters.update" (its REST page). Granted on the one cluster
-    # only (`cluster_condition`); the pool's instance groups are read under `READ_PERMISSIONS`.
+    # only (`cluster_condition`); the pool's instance groups are read (and a flex-start pool's
+    # VMs deleted through them) under `READ_PERMISSIONS`.
     "node_pool": ("container.clusters.get", "container.clusters.update"),
     # The TPU slices' pools: the same calls, and nodePools.setAutoscaling for a flex-start
     # pool, which "Authorization requires the following IAM permission on the specified
@@ -111,12 +112,23 @@ STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "node": ("tpu.nodes.delete", "tpu.nodes.get"),
     "queued": ("tpu.nodes.delete", "tpu.nodes.get"),
 }
+GROUP_PERMISSIONS: Final = (
+    "compute.instanceGroupManagers.get",
+    "compute.instanceGroupManagers.list",
+    "compute.instanceGroupManagers.update",
+)
+"""The pool's instance groups, as the `mig` kind's (its sources there): read (the pool reports
+no size of its own), and `.update` for `deleteInstances`, by which the supervisor deletes an
+autoscaled (flex-start) pool's VMs that the cluster autoscaler leaves while pods run on them
+(`supervisor_targets.stop_autoscaled`); the group deletes the VMs itself, so no
+compute.instances.* permission."""
 READ_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
-    "node_pool": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"),
-    "node_pools": ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"),
+    "node_pool": GROUP_PERMISSIONS,
+    "node_pools": GROUP_PERMISSIONS,
 }
-"""A second, read-only role granted without a condition: the GKE pool's instance groups (the
-pool reports no size of its own), which IAM conditions cannot name (`cluster_condition`)."""
+"""A second role, granted without a condition: the GKE pool's instance groups
+(`GROUP_PERMISSIONS`), which IAM conditions are not known to name (`CONDITIONS_SOURCE`), so
+project-wide as the `mig` kind's grant is."""
 CONDITIONS_SOURCE: Final = (
     "https://cloud.google.com/iam/docs/conditions-resource-attributes ('Resource attributes "
     "are available for the Google Cloud services and resource types that are listed on this "
@@ -147,8 +159,8 @@ REACH: Final = {
     "node": "{verbs} any TPU node in project {project} (tpu.nodes.*)",
     "queued": "{verbs} any TPU node or queued resource in project {project} (tpu.nodes.*)",
     "mig": "read any managed instance group in project {project} and delete its VMs",
-    "node_pool": "read any managed instance group in project {project}",
-    "node_pools": "read any managed instance group in project {project}",
+    "node_pool": "read any managed instance group in project {project} and delete its VMs",
+    "node_pools": "read any managed instance group in project {project} and delete its VMs",
 }
 """What a project-wide compute grant of each kind lets the supervisor's account do beyond the
 stack (`CONDITIONS_SOURCE`); `{verbs}`: get, delete and create for a slice it recovers, get

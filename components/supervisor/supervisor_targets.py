@@ -197,9 +197,9 @@ class Group:
 
 class NodePool:
     """A GKE node pool (container v1): billing while any of its instance groups has
-    instances; stopped by setting its size to 0 (`nodePools.setSize`), an autoscaled
-    (flex-start) one's bounds to 0 (`AUTOSCALED_STOP`), which is done once its groups hold
-    none (GKE deletes the VMs through them, as a resize does)."""
+    instances; stopped by setting its size to 0 (`nodePools.setSize`; GKE deletes the VMs
+    through its groups, as a resize does), an autoscaled (flex-start) one by its bounds to 0
+    and its groups' VMs deleted (`stop_autoscaled`); done once its groups hold none."""
 
     STOPS_AT_ONCE = False
 
@@ -210,6 +210,8 @@ class NodePool:
         self.pools = self.api.projects().locations().clusters().nodePools()
         self.autoscaled = False
         """Whether the pool was autoscaled at the last `state()` (`NodePools.state`)."""
+        self.urls: list[str] = []
+        """Its instance groups at the last `state()` (`instanceGroupUrls`)."""
 
     def state(self) -> str:
         pool = _found(self.pools.get(name=self.name))
@@ -218,7 +220,7 @@ class NodePool:
             return NOT_FOUND
         self.autoscaled = (pool.get("autoscaling") or {}).get("enabled") is True
         # A node pool reports no node count of its own: its groups' instances are it.
-        urls = pool.get("instanceGroupUrls", [])
+        self.urls = urls = list(pool.get("instanceGroupUrls", []))
         views = {url: self.groups.view(url) for url in urls}
         found = {url: v for url, v in views.items() if v is not None}
         self.groups.running = sum(self.groups.running_in(u, v[0]) for u, v in found.items())
@@ -229,39 +231,70 @@ class NodePool:
 
     def stop(self) -> None:
         if self.autoscaled:
-            stop = self.pools.setAutoscaling(name=self.name, body=AUTOSCALED_STOP)
+            stop_autoscaled(self.pools, self.groups, self.name, self.urls, ZONAL_BOUNDS)
         else:
-            stop = self.pools.setSize(name=self.name, body={"nodeCount": 0})
-        stop.execute(num_retries=2)
+            self.pools.setSize(name=self.name, body={"nodeCount": 0}).execute(num_retries=2)
 
 
-AUTOSCALED_STOP: Json = {
-    "autoscaling": {
-        "enabled": True,
-        "totalMinNodeCount": 0,
-        "totalMaxNodeCount": 0,
-        "locationPolicy": "ANY",
-    }
-}
-"""How an autoscaled (flex-start) pool is stopped: `nodePools.setAutoscaling` ("Sets the
-autoscaling settings for the specified node pool", container.v1 discovery, POST
-`v1/{+name}:setAutoscaling`, `SetNodePoolAutoscalingRequest.autoscaling`) with its bounds
-at 0: NodePoolAutoscaling.totalMaxNodeCount "Maximum number of nodes in the node pool. Must
-be greater than or equal to total_min_node_count", totalMinNodeCount "Must be greater than
-or equal to 0". The cluster autoscaler owns such a pool's size ("the cluster autoscaler
-adds nodes to the node pool ... removes nodes ... to the minimum size that you designate",
-https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler), so a
-`setSize` alone would be undone while the slice's pods ask for nodes; with a maximum of 0
-it adds none. That the autoscaler then removes nodes still running pods is not stated on a
-page read here: until they are gone the pool counts as stopping and bills."""
+ZONAL_BOUNDS = ("minNodeCount", "maxNodeCount")
+"""The bounds of a GKE GPU pool, planned per zone (`a100_cluster.gke`: `min_node_count`,
+`max_node_count`): NodePoolAutoscaling.maxNodeCount "Maximum number of nodes for one location
+in the node pool. Must be >= min_node_count" (container.v1 discovery)."""
+TOTAL_BOUNDS = ("totalMinNodeCount", "totalMaxNodeCount")
+"""The bounds of a TPU slice's pool, planned for the pool (`tpu_gke_slices`:
+`total_min_node_count`, `total_max_node_count`): "The total_*_node_count fields are mutually
+exclusive with the *_node_count fields" (container.v1 discovery, NodePoolAutoscaling), so a
+pool's stop sends the family it was planned with."""
+
+
+def autoscaled_stop(bounds: tuple[str, str]) -> Json:
+    """The `nodePools.setAutoscaling` body ("Sets the autoscaling settings for the specified
+    node pool", container.v1 discovery, POST `v1/{+name}:setAutoscaling`,
+    `SetNodePoolAutoscalingRequest.autoscaling`) that holds a pool's bounds at 0: the minimum
+    "Must be greater than or equal to 0", the maximum "greater than or equal to" it."""
+    low, high = bounds
+    return {"autoscaling": {"enabled": True, low: 0, high: 0, "locationPolicy": "ANY"}}
+
+
+def stop_autoscaled(
+    pools: Any, groups: Group, name: str, urls: list[str], bounds: tuple[str, str]
+) -> None:
+    """Stop an autoscaled (flex-start) pool: its bounds to 0, then its groups' VMs deleted.
+    The cluster autoscaler owns such a pool's size ("the cluster autoscaler adds nodes to the
+    node pool ... removes nodes ... to the minimum size that you designate",
+    https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler), so a
+    `setSize` would be undone while the run's pods ask for nodes; with a maximum of 0 it adds
+    none. But it does not remove nodes that still run pods for a lowered maximum
+    (kubernetes/autoscaler#5691, "CA does not enforce max node count": "Update args to
+    --nodes=0:0 ... Nothing. Nodes keep running as they were"), and a hung run's pods are
+    alive: so the VMs are deleted through the pool's instance groups, the call the autoscaler
+    itself removes a GKE node with (kubernetes/autoscaler cluster-autoscaler/cloudprovider/
+    gce/autoscaling_gce_client.go `autoscalingGceClientV1.DeleteInstances`:
+    `gceService.InstanceGroupManagers.DeleteInstances(migRef.Project, migRef.Zone,
+    migRef.Name, &req)`). deleteInstances lowers the group's targetSize by the VMs it deletes
+    (compute.v1 discovery), and the maximum of 0 keeps the autoscaler from raising it again."""
+    pools.setAutoscaling(name=name, body=autoscaled_stop(bounds)).execute(num_retries=2)
+    for url in urls:
+        project, zone, group = _group_parts(url)
+        names = sorted(str(m["name"]) for m in groups.members(url) if m.get("name"))
+        if not names:  # an empty group: nothing to delete
+            continue
+        # One already gone or being deleted is skipped, not a failed stop (as `Group.stop`).
+        body = {
+            "instances": [f"zones/{zone}/instances/{n}" for n in names],
+            "skipInstancesOnValidationError": True,
+        }
+        groups.api.instanceGroupManagers().deleteInstances(
+            project=project, zone=zone, instanceGroupManager=group, body=body
+        ).execute(num_retries=2)
 
 
 class NodePools:
     """A GKE cluster's node pools (container v1), one per TPU slice: billing while any of
     their instance groups has a VM running (summed as `NodePool` reads one pool); stopped by
-    setting each pool to 0 (`nodePools.setSize`), an autoscaled one's bounds to 0
-    (`AUTOSCALED_STOP`); done once their groups hold no VM. `name` is the cluster's,
-    `pools` the pools' ids in it."""
+    setting each pool to 0 (`nodePools.setSize`), an autoscaled one as `stop_autoscaled`
+    (its pods are a JobSet's, alive in a hung run); done once their groups hold no VM.
+    `name` is the cluster's, `pools` the pools' ids in it."""
 
     STOPS_AT_ONCE = False
 
@@ -273,16 +306,19 @@ class NodePools:
         self.pools = self.api.projects().locations().clusters().nodePools()
         self.seen: dict[str, bool] = {}
         """The pools found at the last `state()`: whether each is autoscaled."""
+        self.urls: dict[str, list[str]] = {}
+        """The pools' instance groups at the last `state()` (`instanceGroupUrls`)."""
 
     def state(self) -> str:
-        self.seen, views, running = {}, [], 0
+        self.seen, self.urls, views, running = {}, {}, [], 0
         for name in self.pool_names:
             pool = _found(self.pools.get(name=name))
             if pool is None:
                 continue
             # NodePool.autoscaling.enabled: "Is autoscaling enabled for this node pool."
             self.seen[name] = (pool.get("autoscaling") or {}).get("enabled") is True
-            for url in pool.get("instanceGroupUrls", []):
+            self.urls[name] = list(pool.get("instanceGroupUrls", []))
+            for url in self.urls[name]:
                 view = self.groups.view(url)
                 if view is not None:
                     views.append(view)
@@ -297,7 +333,7 @@ class NodePools:
         """Every pool found at the last check (a deleted one bills nothing)."""
         for name, autoscaled in self.seen.items():
             if autoscaled:
-                self.pools.setAutoscaling(name=name, body=AUTOSCALED_STOP).execute(num_retries=2)
+                stop_autoscaled(self.pools, self.groups, name, self.urls[name], TOTAL_BOUNDS)
             else:
                 self.pools.setSize(name=name, body={"nodeCount": 0}).execute(num_retries=2)
 

@@ -180,7 +180,8 @@ def flex_start_end_note(backend: str, queued: bool = False) -> str:
         "the supervisor deletes the group's VMs"
         if backend == "gce"
         else "the Job replaces the pod, which holds on a node that is going, and the "
-        "supervisor sets the pool's autoscaling to 0"
+        "supervisor sets the pool's autoscaling to 0 and deletes its VMs through its instance "
+        "groups"
     )
     again = (
         " once the group's resize request is replaced: its VMs are spent and `pulumi up` "

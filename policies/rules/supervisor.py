@@ -13,7 +13,9 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
   a GKE node pool `container.clusters.get` and `.update` under a condition that names this
   stack's cluster and nothing else (`resource.name == "projects/P/locations/L/clusters/C"` or
   its `zones/` form, or `.startsWith("<cluster>/nodePools/")`, joined by `||`), and reading
-  the pool's instance groups (`compute.instanceGroupManagers.get`, `.list`). Google honours
+  the pool's instance groups and deleting their VMs (`compute.instanceGroupManagers.get`,
+  `.list`, `.update`: the cluster autoscaler leaves a flex-start pool's nodes that still run
+  pods, so the supervisor deletes them through the groups). Google honours
   resource names in conditions for GKE clusters (for its node-pool calls: inferred) but not
   for Cloud TPU, and for instance group managers it is unverified
   (https://cloud.google.com/iam/docs/conditions-resource-attributes), so those grants do not
@@ -79,8 +81,7 @@ GROUP_PERMISSIONS = (
     "compute.instanceGroupManagers.update",
 )
 NODE_POOL_PERMISSIONS = (
-    "compute.instanceGroupManagers.get",
-    "compute.instanceGroupManagers.list",
+    *GROUP_PERMISSIONS,
     "container.clusters.get",
     "container.clusters.update",
 )
@@ -107,9 +108,8 @@ def _allowed(resources: Sequence[Resource]) -> tuple[tuple[str, ...], str]:
     types = {r.type for r in resources}
     if NODE_POOL in types:
         return NODE_POOL_PERMISSIONS, (
-            "compute.instanceGroupManagers.get and .list, and container.clusters.get and "
-            ".update under "
-            "a condition naming this stack's cluster"
+            "compute.instanceGroupManagers.get, .list and .update, and container.clusters.get "
+            "and .update under a condition naming this stack's cluster"
         )
     if GROUP in types:
         return GROUP_PERMISSIONS, ", ".join(GROUP_PERMISSIONS)

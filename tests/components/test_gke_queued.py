@@ -300,7 +300,8 @@ def test_the_stack_plan_has_the_request_and_says_all_nodes_come_at_once() -> Non
     assert "one by one" not in note
     assert (
         "the run ends capacity_ended (exit 6) and the Job replaces the pod, which holds on a "
-        "node that is going, and the supervisor sets the pool's autoscaling to 0; `pulumi up` "
+        "node that is going, and the supervisor sets the pool's autoscaling to 0 and deletes "
+        "its VMs through its instance groups; `pulumi up` "
         "asks for new capacity and the run resumes from that checkpoint once the "
         "ProvisioningRequest is replaced: its nodes are spent and `pulumi up` alone does not "
         "renew it (`pulumi up --replace` with its URN, from `pulumi stack --show-urns`); "

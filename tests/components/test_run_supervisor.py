@@ -281,9 +281,14 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         "project": "my-project",
         "roleId": f"trainstackSupervisorRead_exp_42_{UID}",
         "title": "trainstack run supervisor reads (exp-42)",
-        "description": "Read the instance groups of one stack's GKE node pool.",
-        # `.list`: which of the pool's VMs run (`listManagedInstances`).
-        "permissions": ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"],
+        "description": "Read the instance groups of one stack's GKE node pool and delete their VMs.",
+        # `.list`: which of the pool's VMs run (`listManagedInstances`); `.update`: a flex-start
+        # pool's VMs deleted through its groups (`deleteInstances`).
+        "permissions": [
+            "compute.instanceGroupManagers.get",
+            "compute.instanceGroupManagers.list",
+            "compute.instanceGroupManagers.update",
+        ],
     }
     assert run.named("sup-read").inputs == {
         "project": "my-project",

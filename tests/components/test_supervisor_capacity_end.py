@@ -2,8 +2,10 @@
 `trainstack.trainers.common.deadline`), as Cloud Functions runs it (the harness of
 `tests.components.test_run_supervisor_function`): a GKE flex-start GPU pool, which the
 cluster autoscaler sizes, is stopped through its autoscaling bounds, never `setSize` (which
-the autoscaler would undo while the Job's replacement pods ask for nodes); status names the
-checkpoint's step, or says none is known."""
+the autoscaler would undo while the Job's replacement pods ask for nodes), and its VMs
+deleted through its instance group (the autoscaler leaves nodes that still run pods:
+`tests.fakes.container_server`); status names the checkpoint's step, or says none is
+known."""
 
 from __future__ import annotations
 
@@ -25,13 +27,11 @@ from trainstack.infra.logs import ended_text
 __all__ = ["gcs"]  # the fixture, used by name
 
 STOPPED_BOUNDS = {
-    "autoscaling": {
-        "enabled": True,
-        "totalMinNodeCount": 0,
-        "totalMaxNodeCount": 0,
-        "locationPolicy": "ANY",
-    }
+    "autoscaling": {"enabled": True, "minNodeCount": 0, "maxNodeCount": 0, "locationPolicy": "ANY"}
 }
+"""The pool's per-location bounds at 0: the family A100Cluster plans it with (`min_node_count`,
+`max_node_count`), never the `total_*` one, which "are mutually exclusive with the
+*_node_count fields" (container.v1 discovery, NodePoolAutoscaling)."""
 
 
 def test_a_flex_start_pool_whose_capacity_ended_is_stopped_through_its_autoscaling(
@@ -47,12 +47,10 @@ def test_a_flex_start_pool_whose_capacity_ended_is_stopped_through_its_autoscali
         # expandNodePool: `NodePoolAutoscaling{Enabled: true, ...}`).
         flex = {"enabled": True, "minNodeCount": 0, "maxNodeCount": 2, "locationPolicy": "ANY"}
         world.container.pools[POOL] = {"instanceGroupUrls": [url], "autoscaling": flex}
-
-        def autoscale(name: str, autoscaling: dict[str, object]) -> None:
-            # The cluster autoscaler, with a maximum of 0, removes the pool's nodes.
-            world.compute.scale(POOL_GROUP, int(str(autoscaling["totalMaxNodeCount"])))
-
-        world.container.on_set_autoscaling = autoscale
+        # The Job's pods still run on both nodes: a maximum of 0 alone removes neither (the
+        # fake's setAutoscaling changes no node, kubernetes/autoscaler#5691).
+        names = sorted(world.compute.members(POOL_GROUP))
+        assert len(names) == 2
         assert world.function.call()["action"] == "none"
         world.put(RUN["end_uri"], {"outcome": "capacity_ended", "step": 40, "node_rank": 1})
         stop = world.function.call()
@@ -67,6 +65,11 @@ def test_a_flex_start_pool_whose_capacity_ended_is_stopped_through_its_autoscali
             [],
         )
         assert validate_body("container.v1", "SetNodePoolAutoscalingRequest", STOPPED_BOUNDS) == []
+        deleted = {
+            "instances": [f"zones/us-central1-a/instances/{n}" for n in names],
+            "skipInstancesOnValidationError": True,
+        }
+        assert world.compute.deletions == [(POOL_GROUP, deleted)]
         assert world.function.call()["seen"] == "DELETING_2"
         assert world.function.call()["result"] == "compute stopped"
         [finished] = [x for x in world.status_lines("dev-a100-gke") if x.startswith("finished")]

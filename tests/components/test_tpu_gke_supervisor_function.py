@@ -41,17 +41,15 @@ def _url(group: str) -> str:
 
 
 def _slices(world: World, size: int, autoscaling: dict[str, Any] | None = None) -> None:
-    """Both slices up, `size` VMs each; GKE resizes a pool's group on `setSize`, and the
-    cluster autoscaler removes an autoscaled pool's nodes down to its new maximum."""
+    """Both slices up, `size` VMs each; GKE resizes a pool's group on `setSize`. An
+    autoscaled pool's new maximum removes no node: the JobSet's pods still run on them
+    (`tests.fakes.container_server`)."""
     for pool, group in GROUPS.items():
         world.compute.groups[group] = {"targetSize": size}
         world.container.pools[pool] = {"instanceGroupUrls": [_url(group)]}
         if autoscaling is not None:
             world.container.pools[pool]["autoscaling"] = dict(autoscaling)
     world.container.on_set_size = lambda name, count: world.compute.scale(GROUPS[name], count)
-    world.container.on_set_autoscaling = lambda name, scaling: world.compute.scale(
-        GROUPS[name], min(size, scaling["totalMaxNodeCount"])
-    )
 
 
 def test_the_runs_end_sets_both_slices_pools_to_zero(tmp_path: Path, gcs: str) -> None:
@@ -99,6 +97,7 @@ def test_the_spend_cap_stops_flex_start_pools_through_their_autoscaling(
     flex = {"enabled": True, "totalMinNodeCount": 0, "totalMaxNodeCount": 4}
     with _world(tmp_path, gcs, config) as world:
         _slices(world, 4, autoscaling=flex)
+        names = {group: sorted(world.compute.members(group)) for group in GROUPS.values()}
         assert world.function.call()["action"] == "none"
         time.sleep(1.0)
         request = world.function.call()
@@ -115,12 +114,25 @@ def test_the_spend_cap_stops_flex_start_pools_through_their_autoscaling(
                 "locationPolicy": "ANY",
             }
         }
-        # Never a setSize: the autoscaler owns a flex-start pool's size.
+        # Never a setSize: the autoscaler owns a flex-start pool's size. The pool's own
+        # bounds (`total_*`, as TpuGkeSlices plans them), never the per-location ones.
         assert (world.container.set_autoscalings, world.container.set_sizes) == (
             [(pool, body) for pool in GROUPS],
             [],
         )
         assert validate_body("container.v1", "SetNodePoolAutoscalingRequest", body) == []
+        # The slices' VMs deleted through their groups: the JobSet's pods keep them up.
+        assert world.compute.deletions == [
+            (
+                group,
+                {
+                    "instances": [f"zones/us-east5-b/instances/{n}" for n in names[group]],
+                    "skipInstancesOnValidationError": True,
+                },
+            )
+            for group in GROUPS.values()
+        ]
+        assert [len(names[group]) for group in GROUPS.values()] == [4, 4]
         assert world.function.call()["seen"] == "DELETING_8"
         assert world.function.call()["result"] == "compute stopped"
         lines = world.status_lines("dev-tpu-v6e-gke")

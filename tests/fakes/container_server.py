@@ -15,8 +15,14 @@ fake with it (`ComputeFakeServer.scale`), as GKE resizes the pool's groups, so a
 keeps its VMs until its groups have deleted them, as on Google Cloud. `POST
 v1/{name}:setAutoscaling` with a `SetNodePoolAutoscalingRequest` body (container.v1
 discovery: "Sets the autoscaling settings for the specified node pool") replaces the pool's
-`autoscaling` (what a later get answers) and calls `on_set_autoscaling(name, autoscaling)`:
-tests scale the groups as the cluster autoscaler would. Errors use Google's shape.
+`autoscaling` (what a later get answers) and calls `on_set_autoscaling(name, autoscaling)`;
+a body with both the per-location bounds (`minNodeCount`, `maxNodeCount`) and the pool's
+(`totalMinNodeCount`, `totalMaxNodeCount`) answers 400 (NodePoolAutoscaling: "The
+total_*_node_count fields are mutually exclusive with the *_node_count fields"). It changes
+no node: the cluster autoscaler does not remove nodes that still run pods for a lowered
+maximum (kubernetes/autoscaler#5691, "Update args to --nodes=0:0 ... Nothing. Nodes keep
+running as they were"); a test whose pods are gone may scale the groups in
+`on_set_autoscaling`, as the autoscaler would. Errors use Google's shape.
 """
 
 from __future__ import annotations
@@ -86,12 +92,19 @@ class ContainerFakeServer(LocalServer):
         if not isinstance(autoscaling, dict):
             # SetNodePoolAutoscalingRequest.autoscaling: "Required."
             return 400, google_error(400, "autoscaling: required")
-        low = autoscaling.get("totalMinNodeCount", 0)
-        high = autoscaling.get("totalMaxNodeCount", 0)
+        zonal = {"minNodeCount", "maxNodeCount"} & autoscaling.keys()
+        total = {"totalMinNodeCount", "totalMaxNodeCount"} & autoscaling.keys()
+        if zonal and total:
+            # NodePoolAutoscaling: "The total_*_node_count fields are mutually exclusive with
+            # the *_node_count fields."
+            return 400, google_error(400, "total_*_node_count and *_node_count both set")
+        family = "total{}NodeCount" if total else "{}NodeCount"
+        low = autoscaling.get(family.format("Min" if total else "min"), 0)
+        high = autoscaling.get(family.format("Max" if total else "max"), 0)
         if autoscaling.get("enabled") and not 0 <= low <= high:
-            # NodePoolAutoscaling.totalMinNodeCount: "greater than or equal to 0 and less
-            # than or equal to total_max_node_count".
-            return 400, google_error(400, "totalMinNodeCount must be in [0, totalMaxNodeCount]")
+            # NodePoolAutoscaling.(total)MinNodeCount: "greater than or equal to 0 and less
+            # than or equal to (total_)max_node_count".
+            return 400, google_error(400, "min node count must be in [0, max node count]")
         pool["autoscaling"] = autoscaling
         if self.on_set_autoscaling is not None:
             self.on_set_autoscaling(name, autoscaling)

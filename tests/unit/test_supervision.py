@@ -153,8 +153,8 @@ def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
         (
             "dev-a100-gke",
             "tpu.nodes.delete",
-            "compute.instanceGroupManagers.get and .list, and container.clusters.get and "
-            ".update under a condition naming this stack's cluster",
+            "compute.instanceGroupManagers.get, .list and .update, and container.clusters.get "
+            "and .update under a condition naming this stack's cluster",
         ),
     ],
 )
@@ -394,7 +394,8 @@ TPU_CONDITIONS = (
         ),
         (
             "dev-a100-gke",
-            "read any managed instance group in project my-ml-project: its resize grant is held "
+            "read any managed instance group in project my-ml-project and delete its VMs: its "
+            "resize grant is held "
             "to the stack's cluster by an IAM condition on the cluster's name, which GKE "
             "evaluating for node-pool calls is unverified: if it does not, the grant never "
             "applies and the supervisor cannot stop the pool (each check records a 403); ",
