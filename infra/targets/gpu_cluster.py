@@ -172,12 +172,15 @@ def flex_start_end_note(backend: str, queued: bool = False) -> str:
         else ""
     )
     if backend == "gke" and queued:
-        # The request's spec is immutable and names the same pods: only a new request (same
-        # name, so the pods consume it) asks for nodes again (`a100_cluster.gke_queued`).
+        # The request's spec is immutable: only a new request asks for nodes again. A changed
+        # Job gets one under a new name (`a100_cluster.gke_queued.request_name`); an unchanged
+        # one keeps the spent request, which only a replace renews (same name, so the
+        # waiting pods consume it).
         again = (
-            " once the ProvisioningRequest is replaced: its nodes are spent and `pulumi up` "
-            "alone does not renew it (`pulumi up --replace` with its URN, from `pulumi stack "
-            "--show-urns`)"
+            " once the ProvisioningRequest is new: a changed run (trainer package, arguments, "
+            "image) gets a new one, but with nothing changed `pulumi up` keeps the spent one "
+            "(its nodes are gone and its spec cannot change); renew it with `pulumi up "
+            "--replace` and its URN, from `pulumi stack --show-urns`"
         )
     return (
         f"{gone}: the trainer saves a checkpoint trainer.deadline_margin_s (default "

@@ -161,8 +161,10 @@ NOTES: Final[dict[str, list[str]]] = {
             "capacity_ended (exit 6) and the Job replaces the pod, which holds on a node that is "
             "going, and the supervisor sets the pool's autoscaling to 0; `pulumi up` asks for new"
             " capacity and the run resumes from that checkpoint once the ProvisioningRequest is "
-            "replaced: its nodes are spent and `pulumi up` alone does not renew it (`pulumi up "
-            "--replace` with its URN, from `pulumi stack --show-urns`); flex-start is billed at "
+            "new: a changed run (trainer package, arguments, image) gets a new one, but with "
+            "nothing changed `pulumi up` keeps the spent one (its nodes are gone and its spec "
+            "cannot change); renew it with `pulumi up --replace` and its URN, from `pulumi stack "
+            "--show-urns`; flex-start is billed at "
             "Dynamic Workload Scheduler prices, 'discounts (up to 53%)' on vCPU and GPU "
             "(https://cloud.google.com/kubernetes-engine/docs/concepts/dws); no per-machine "
             "flex-start price is in a stored source, so the plan counts on-demand price (an upper"
@@ -360,7 +362,7 @@ MACHINES: Final[dict[str, list[tuple[str, str, dict[str, Any]]]]] = {
             {
                 "provisioningClassName": "queued-provisioning.gke.io",
                 "parameters": {"maxRunDurationSeconds": "14400"},
-                "podSets": [{"podTemplateRef": {"name": "flex-gke-train"}, "count": 2.0}],
+                "podSets": [{"podTemplateRef": {"name": "flex-gke-train-8500c135"}, "count": 2.0}],
             },
         ),
         (
