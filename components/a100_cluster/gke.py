@@ -205,8 +205,17 @@ def create_gke(
         management=container.NodePoolManagementArgs(auto_repair=not flex, auto_upgrade=True),
         # Upgrades wait for the cluster's maintenance exclusion (`_maintenance_policy`); one
         # that GKE forces goes one node at a time without a surge node: no GPUs beyond quota.
-        upgrade_settings=container.NodePoolUpgradeSettingsArgs(
-            strategy="SURGE", max_surge=0, max_unavailable=1
+        # Flex-start pools keep GKE's own: "SHORT_LIVED is the dedicated upgrade strategy for
+        # QueuedProvisioning and flex start node pools" (container.v1 discovery,
+        # UpgradeSettings.strategy), which the provider cannot set (terraform-provider-google
+        # resource_container_node_pool.go: strategy "SURGE" or "BLUE_GREEN", block Optional
+        # and Computed, sent only when given).
+        upgrade_settings=(
+            None
+            if flex
+            else container.NodePoolUpgradeSettingsArgs(
+                strategy="SURGE", max_surge=0, max_unavailable=1
+            )
         ),
         placement_policy=(
             container.NodePoolPlacementPolicyArgs(type="COMPACT") if gpu.compact_placement else None

@@ -232,6 +232,16 @@ def test_a_new_trainer_package_gets_a_new_request_and_the_same_one_keeps_it() ->
     assert _request_and_consumer(_queued_run()) == same
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_flex_start_pools_keep_googles_upgrade_strategy(nodes: int) -> None:
+    # GKE's SHORT_LIVED strategy is for these pools, and the provider can only send SURGE or
+    # BLUE_GREEN (`gke.create_gke`'s comment): no upgradeSettings at all.
+    pool = _queued_run(node_count=nodes).named("gpu-gpu-pool").inputs
+    assert pool.get("upgradeSettings") is None
+    on_demand = _run("a3-megagpu-8g").named("gpu-gpu-pool").inputs
+    assert on_demand["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
+
+
 def test_one_node_keeps_the_plain_flex_start_pool() -> None:
     run = _run("a3-megagpu-8g", node_count=1, flex_start=True, max_run_seconds=14400)
     pool = run.named("gpu-gpu-pool").inputs
