@@ -171,6 +171,17 @@ def flex_start_end_note(backend: str, queued: bool = False) -> str:
         if backend == "gce"
         else ""
     )
+    if backend == "gce":
+        # The resize request's name is fixed (`a100_cluster.gce`) and every field forces a new
+        # one (terraform-provider-google resource_compute_resize_request.go: all ForceNew, no
+        # Update of them; Read keeps a SUCCEEDED request in state): once its VMs are deleted,
+        # an unchanged config plans nothing.
+        again += (
+            "; after the supervisor deletes the VMs for a failure or a hang, `pulumi up` with "
+            "the same config changes nothing (the resize request has succeeded and stays): ask "
+            "again with `pulumi up --replace` and the resize request's URN, from `pulumi stack "
+            "--show-urns`"
+        )
     if backend == "gke" and queued:
         # The request's spec is immutable: only a new request asks for nodes again. A changed
         # Job gets one under a new name (`a100_cluster.gke_queued.request_name`); an unchanged
