@@ -223,7 +223,7 @@ class KubernetesTrainingJobArgs(TypedDict):
     receive-datapath sidecar, the NCCL plugin's host folders and the NCCL environment
     (`trainstack.components.a100_cluster.gke_fabric.pod_fabric_for`; A100Cluster passes its
     own). Without it the pods see eth0 only and NCCL runs over TCP."""
-    pod_annotations: NotRequired[Mapping[str, str]]
+    pod_annotations: NotRequired[pulumi.Input[Mapping[str, str]]]
     """Annotations on every pod, beside the fabric's (e.g. A100Cluster's link to the
     ProvisioningRequest that brings a queued pool's nodes)."""
     run_records: NotRequired[bool]
@@ -367,7 +367,7 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
         plain: dict[str, Any] = dict(args)
 
         def build(values: list[Any]) -> dict[str, Any]:
-            merged, package_uri, checkpoint_url, email, node_args = values
+            merged, package_uri, checkpoint_url, email, node_args, annotations = values
             argv, records = job_launch(plain, package_uri, checkpoint_url, node_args)
             env = {**(plain.get("env") or {}), **records}
             return manifests(
@@ -395,11 +395,16 @@ class KubernetesTrainingJob(pulumi.ComponentResource):
                 port=port,
                 env=env,
                 fabric=plain.get("fabric"),
-                pod_annotations=plain.get("pod_annotations"),
+                pod_annotations=annotations,
             )
 
         objects = pulumi.Output.all(
-            labels, args["package_uri"], args.get("checkpoint_url"), gsa, args.get("node_args")
+            labels,
+            args["package_uri"],
+            args.get("checkpoint_url"),
+            gsa,
+            args.get("node_args"),
+            args.get("pod_annotations"),
         ).apply(build)
 
         def part(kind: str, field: str) -> pulumi.Output[Any]:

@@ -205,8 +205,17 @@ def create_gke(
         management=container.NodePoolManagementArgs(auto_repair=not flex, auto_upgrade=True),
         # Upgrades wait for the cluster's maintenance exclusion (`_maintenance_policy`); one
         # that GKE forces goes one node at a time without a surge node: no GPUs beyond quota.
-        upgrade_settings=container.NodePoolUpgradeSettingsArgs(
-            strategy="SURGE", max_surge=0, max_unavailable=1
+        # Flex-start pools keep GKE's own: "SHORT_LIVED is the dedicated upgrade strategy for
+        # QueuedProvisioning and flex start node pools" (container.v1 discovery,
+        # UpgradeSettings.strategy), which the provider cannot set (terraform-provider-google
+        # resource_container_node_pool.go: strategy "SURGE" or "BLUE_GREEN", block Optional
+        # and Computed, sent only when given).
+        upgrade_settings=(
+            None
+            if flex
+            else container.NodePoolUpgradeSettingsArgs(
+                strategy="SURGE", max_surge=0, max_unavailable=1
+            )
         ),
         placement_policy=(
             container.NodePoolPlacementPolicyArgs(type="COMPACT") if gpu.compact_placement else None
@@ -560,15 +569,18 @@ def job_args_for(
         # pool's, `_flex_start_pool`) and the supervisor's limit, counted from the first
         # node billing, bound the run there.
         cast(dict[str, object], job_args)["active_deadline_seconds"] = args["max_run_seconds"]
-    if gke_queued.is_queued(gpu.flex_start, gpu.node_count):
-        # The pods consume the request, named as the Job, that brings all the nodes.
-        job_args["pod_annotations"] = gke_queued.pod_annotations(job_args["job_name"])
-        job_args["tolerations"] = gke_queued.job_tolerations()
     if gpu.flex_start:
         # The pods learn their node's run duration (the pool's max_run_duration, else GKE's
         # 7 days), from which the pod script derives TRAINSTACK_DEADLINE.
         run_s = args.get("max_run_seconds") or FLEX_START_MAX_HOURS * 3600
         job_args["env"] = {**job_args.get("env", {}), CAPACITY_RUN_ENV: str(run_s)}
+    if gke_queued.is_queued(gpu.flex_start, gpu.node_count):
+        job_args["tolerations"] = gke_queued.job_tolerations()
+        # Last: the pods consume the request that brings all the nodes, named from all the
+        # Job's other arguments (`gke_queued.request_name`).
+        job_args["pod_annotations"] = gke_queued.request_name(job_args).apply(
+            gke_queued.pod_annotations
+        )
     return job_args
 
 

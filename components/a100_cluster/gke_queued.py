@@ -24,6 +24,7 @@ from trainstack.components._kubernetes_job_manifests import (
     GPU_TOLERATION,
     kubernetes_labels,
 )
+from trainstack.components.gpu_startup import run_key
 from trainstack.components.kubernetes_training_job import (
     DEFAULT_MODULE,
     KubernetesTrainingJobArgs,
@@ -80,6 +81,24 @@ def is_queued(flex_start: bool, node_count: int) -> bool:
     return flex_start and node_count > 1
 
 
+def request_name(job: KubernetesTrainingJobArgs) -> pulumi.Output[str]:
+    """The PodTemplate's and the request's name: the Job's and a digest of its arguments (all
+    but the pod annotations, which carry this name), so a Job whose pods change gets a new
+    request. The Job is replaced when its pod template changes (pulumi-kubernetes replaces a
+    Job on `spec.template`, `catalog.replace_on_change.KUBERNETES_REPLACES`), and its new pods
+    would wait forever on a request of the old name: that one's nodes are spent and its spec
+    cannot change ("The spec is immutable, to make changes to the request users are expected
+    to delete an existing and create a new object", kubernetes/autoscaler cluster-autoscaler/
+    apis/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml). Every pod input is among
+    the arguments, so a new template always means a new name; a changed argument that leaves
+    the pods as they were (e.g. `timeout_s`) gives a new name too, which changes the pods'
+    annotation and so replaces the Job with it."""
+    keyed = {k: v for k, v in job.items() if k != "pod_annotations"}
+    return pulumi.Output.from_input(keyed).apply(
+        lambda plain: f"{job['job_name']}-{run_key(**plain)[:8]}"
+    )
+
+
 def pod_annotations(request_name: str) -> dict[str, str]:
     """The Job's pod annotations that consume the request `request_name`."""
     return {CONSUME_ANNOTATION: request_name, CLASS_ANNOTATION: PROVISIONING_CLASS}
@@ -102,7 +121,7 @@ def queued_manifests(
     max_run_seconds: int | None,
 ) -> dict[str, dict[str, Any]]:
     """The PodTemplate and ProvisioningRequest (`pod_template`, `provisioning_request`), both
-    named `name` (the Job's: "The namespace must be the same as the namespace of the Pods"),
+    named `name` (`request_name`), in the Job's namespace ("The namespace must be the same as the namespace of the Pods"),
     as Kubernetes objects. One pod set of `node_count` pods, one per node like the Job's
     ("COUNT: Number of Pods requested. The nodes are scheduled atomically in one zone";
     "supports only one PodSet spec"), each asking for the node's GPUs."""
@@ -151,10 +170,11 @@ def queued_manifests(
 
 
 def queued_fields(job: KubernetesTrainingJobArgs, max_run_seconds: int | None) -> dict[str, Any]:
-    """`queued_manifests`' arguments (all but labels) for the training Job `job`: its name,
-    namespace, pods, image and node selector."""
+    """`queued_manifests`' arguments (all but labels) for the training Job `job`: the
+    request's name (`request_name`, an Output), its namespace, pods, image and node
+    selector."""
     return {
-        "name": job["job_name"],
+        "name": request_name(job),
         "namespace": job.get("namespace", DEFAULT_NAMESPACE),
         "node_count": job["node_count"],
         "gpus_per_node": job["gpus_per_node"],
@@ -183,8 +203,8 @@ def create_queued_request(
 ) -> QueuedRequest:
     """Register `queued_manifests(**fields, labels=...)` as children of `parent` (the
     component `name`), on the cluster's `provider`, after `depends_on` (the pools)."""
-    objects = pulumi.Output.from_input(labels).apply(
-        lambda merged: queued_manifests(**fields, labels=merged)
+    objects = pulumi.Output.all(labels, dict(fields)).apply(
+        lambda v: queued_manifests(**v[1], labels=v[0])
     )
 
     def part(kind: str, field: str) -> pulumi.Output[Any]:
@@ -210,7 +230,8 @@ def create_queued_request(
                 # "The spec is immutable, to make changes to the request users are expected
                 # to delete an existing and create a new object" (kubernetes/autoscaler
                 # cluster-autoscaler/apis/config/crd/autoscaling.x-k8s.io_provisioningrequests
-                # .yaml, v1 spec): a new request under the same name, the old one gone first.
+                # .yaml, v1 spec): a new request, the old one gone first. A new run has a new
+                # name (`request_name`), which replaces it too.
                 replace_on_changes=["spec"],
                 delete_before_replace=True,
             ),

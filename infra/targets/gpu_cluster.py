@@ -191,13 +191,27 @@ def flex_start_end_note(backend: str, queued: bool = False) -> str:
         if backend == "gce"
         else ""
     )
+    if backend == "gce":
+        # The resize request's name is fixed (`a100_cluster.gce`) and every field forces a new
+        # one (terraform-provider-google resource_compute_resize_request.go: all ForceNew, no
+        # Update of them; Read keeps a SUCCEEDED request in state): once its VMs are deleted,
+        # an unchanged config plans nothing.
+        again += (
+            "; after the supervisor deletes the VMs for a failure or a hang, `pulumi up` with "
+            "the same config changes nothing (the resize request has succeeded and stays): ask "
+            "again with `pulumi up --replace` and the resize request's URN, from `pulumi stack "
+            "--show-urns`"
+        )
     if backend == "gke" and queued:
-        # The request's spec is immutable and names the same pods: only a new request (same
-        # name, so the pods consume it) asks for nodes again (`a100_cluster.gke_queued`).
+        # The request's spec is immutable: only a new request asks for nodes again. A changed
+        # Job gets one under a new name (`a100_cluster.gke_queued.request_name`); an unchanged
+        # one keeps the spent request, which only a replace renews (same name, so the
+        # waiting pods consume it).
         again = (
-            " once the ProvisioningRequest is replaced: its nodes are spent and `pulumi up` "
-            "alone does not renew it (`pulumi up --replace` with its URN, from `pulumi stack "
-            "--show-urns`)"
+            " once the ProvisioningRequest is new: a changed run (trainer package, arguments, "
+            "image) gets a new one, but with nothing changed `pulumi up` keeps the spent one "
+            "(its nodes are gone and its spec cannot change); renew it with `pulumi up "
+            "--replace` and its URN, from `pulumi stack --show-urns`"
         )
     return (
         f"{gone}: the trainer saves a checkpoint trainer.deadline_margin_s (default "

@@ -26,6 +26,8 @@ REQUEST = "kubernetes:autoscaling.x-k8s.io/v1:ProvisioningRequest"
 MEGA_IMAGE = (
     "pytorch/pytorch@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
 )
+REQUEST_NAME = "exp-42-train-cf3cf829"
+"""The Job's name and the digest of its arguments (`gke_queued.request_name`)."""
 LABELS = {"component": "a100-cluster", "managed-by": "trainstack", "team": "ml"}
 TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -40,7 +42,7 @@ EXPECTED_POD_TEMPLATE: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "PodTemplate",
     "metadata": {
-        "name": "exp-42-train",
+        "name": REQUEST_NAME,
         "namespace": "default",
         "labels": {**LABELS, "cloud.google.com/apply-warden-policies": "true"},
     },
@@ -69,11 +71,11 @@ EXPECTED_POD_TEMPLATE: dict[str, Any] = {
 EXPECTED_REQUEST: dict[str, Any] = {
     "apiVersion": "autoscaling.x-k8s.io/v1",
     "kind": "ProvisioningRequest",
-    "metadata": {"name": "exp-42-train", "namespace": "default", "labels": LABELS},
+    "metadata": {"name": REQUEST_NAME, "namespace": "default", "labels": LABELS},
     "spec": {
         "provisioningClassName": "queued-provisioning.gke.io",
         "parameters": {"maxRunDurationSeconds": "14400"},
-        "podSets": [{"count": 2, "podTemplateRef": {"name": "exp-42-train"}}],
+        "podSets": [{"count": 2, "podTemplateRef": {"name": REQUEST_NAME}}],
     },
 }
 
@@ -189,7 +191,7 @@ def test_the_training_pods_consume_the_request() -> None:
     [job] = _queued_run().of_type(JOB)
     template = job.inputs["spec"]["template"]
     annotations = template["metadata"]["annotations"]
-    assert annotations["autoscaling.x-k8s.io/consume-provisioning-request"] == "exp-42-train"
+    assert annotations["autoscaling.x-k8s.io/consume-provisioning-request"] == REQUEST_NAME
     assert annotations["autoscaling.x-k8s.io/provisioning-class-name"] == (
         "queued-provisioning.gke.io"
     )
@@ -204,6 +206,40 @@ def test_the_training_pods_consume_the_request() -> None:
         "cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb",
         "cloud.google.com/gke-nodepool": "a100",
     }
+
+
+def _request_and_consumer(run: Any) -> tuple[str, str, str]:
+    [template] = run.of_type(POD_TEMPLATE)
+    [request] = run.of_type(REQUEST)
+    [job] = run.of_type(JOB)
+    annotations = job.inputs["spec"]["template"]["metadata"]["annotations"]
+    return (
+        template.inputs["metadata"]["name"],
+        request.inputs["metadata"]["name"],
+        annotations["autoscaling.x-k8s.io/consume-provisioning-request"],
+    )
+
+
+def test_a_new_trainer_package_gets_a_new_request_and_the_same_one_keeps_it() -> None:
+    # A new package changes the pods' TRAINSTACK_PACKAGE_URI, so the Job is replaced; the
+    # old request's nodes are spent, so its pods need a new request, under a new name.
+    same = _request_and_consumer(_queued_run())
+    assert same == (REQUEST_NAME, REQUEST_NAME, REQUEST_NAME)
+    training = {**BASE["training"], "package_uri": "gs://exp-42-artifacts/trainer-2.tar.gz"}
+    new = _request_and_consumer(_queued_run(training=training))
+    assert new == ("exp-42-train-e1d7e28d",) * 3
+    # The same run keeps its request: `pulumi up` changes nothing.
+    assert _request_and_consumer(_queued_run()) == same
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_flex_start_pools_keep_googles_upgrade_strategy(nodes: int) -> None:
+    # GKE's SHORT_LIVED strategy is for these pools, and the provider can only send SURGE or
+    # BLUE_GREEN (`gke.create_gke`'s comment): no upgradeSettings at all.
+    pool = _queued_run(node_count=nodes).named("gpu-gpu-pool").inputs
+    assert pool.get("upgradeSettings") is None
+    on_demand = _run("a3-megagpu-8g").named("gpu-gpu-pool").inputs
+    assert on_demand["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
 
 
 def test_one_node_keeps_the_plain_flex_start_pool() -> None:
@@ -303,6 +339,8 @@ def test_the_stack_plan_has_the_request_and_says_all_nodes_come_at_once() -> Non
         "node that is going, and the supervisor sets the pool's autoscaling to 0 and deletes "
         "its VMs through its instance groups; `pulumi up` "
         "asks for new capacity and the run resumes from that checkpoint once the "
-        "ProvisioningRequest is replaced: its nodes are spent and `pulumi up` alone does not "
-        "renew it (`pulumi up --replace` with its URN, from `pulumi stack --show-urns`); "
+        "ProvisioningRequest is new: a changed run (trainer package, arguments, image) gets "
+        "a new one, but with nothing changed `pulumi up` keeps the spent one (its nodes are "
+        "gone and its spec cannot change); renew it with `pulumi up --replace` and its URN, "
+        "from `pulumi stack --show-urns`; "
     ) in note

@@ -126,10 +126,10 @@ NOTES: Final[dict[str, list[str]]] = {
             "one subnet per GPU); boot image projects/ubuntu-os-accelerator-images/global/images/"
             "ubuntu-accelerator-2204-amd64-with-nvidia-570-v20260210 (hyperdisk-balanced); at "
             "first boot the launcher installs nccl-gib from Google's apt repository 'deb "
-            "https://packages.cloud.google.com/apt gpudirect-gib-apt main' and, where the image "
-            "has no torchrun, torch==2.9.1 with pip; every rank's NCCL gets `source "
-            "/usr/local/gib/scripts/set_nccl_env.sh` and /usr/local/gib/lib64 first on "
-            "LD_LIBRARY_PATH, so NCCL loads the gIB net plugin "
+            "[signed-by=/etc/apt/keyrings/cloud.google.gpg] https://packages.cloud.google.com/apt"
+            " gpudirect-gib-apt main' and, where the image has no torchrun, torch==2.9.1 with "
+            "pip; every rank's NCCL gets `source /usr/local/gib/scripts/set_nccl_env.sh` and "
+            "/usr/local/gib/lib64 first on LD_LIBRARY_PATH, so NCCL loads the gIB net plugin "
             "(https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-vms); the values are "
             "the installed package's, not pinned by trainstack"
         ),
@@ -162,8 +162,10 @@ NOTES: Final[dict[str, list[str]]] = {
             "going, and the supervisor sets the pool's autoscaling to 0 and deletes its VMs "
             "through its instance groups; `pulumi up` asks for new"
             " capacity and the run resumes from that checkpoint once the ProvisioningRequest is "
-            "replaced: its nodes are spent and `pulumi up` alone does not renew it (`pulumi up "
-            "--replace` with its URN, from `pulumi stack --show-urns`); flex-start is billed at "
+            "new: a changed run (trainer package, arguments, image) gets a new one, but with "
+            "nothing changed `pulumi up` keeps the spent one (its nodes are gone and its spec "
+            "cannot change); renew it with `pulumi up --replace` and its URN, from `pulumi stack "
+            "--show-urns`; flex-start is billed at "
             "Dynamic Workload Scheduler prices, 'discounts (up to 53%)' on vCPU and GPU "
             "(https://cloud.google.com/kubernetes-engine/docs/concepts/dws); no per-machine "
             "flex-start price is in a stored source, so the plan counts on-demand price (an upper"
@@ -181,10 +183,10 @@ NOTES: Final[dict[str, list[str]]] = {
             "8896, one subnet per GPU); boot image projects/ubuntu-os-accelerator-images/global/i"
             "mages/ubuntu-accelerator-2204-amd64-with-nvidia-570-v20260210 (hyperdisk-balanced); "
             "at first boot the launcher installs nccl-gib from Google's apt repository 'deb "
-            "https://packages.cloud.google.com/apt gpudirect-gib-apt main' and, where the image "
-            "has no torchrun, torch==2.9.1 with pip; every rank's NCCL gets `source "
-            "/usr/local/gib/scripts/set_nccl_env.sh` and /usr/local/gib/lib64 first on "
-            "LD_LIBRARY_PATH, so NCCL loads the gIB net plugin "
+            "[signed-by=/etc/apt/keyrings/cloud.google.gpg] https://packages.cloud.google.com/apt"
+            " gpudirect-gib-apt main' and, where the image has no torchrun, torch==2.9.1 with "
+            "pip; every rank's NCCL gets `source /usr/local/gib/scripts/set_nccl_env.sh` and "
+            "/usr/local/gib/lib64 first on LD_LIBRARY_PATH, so NCCL loads the gIB net plugin "
             "(https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-vms); the values are "
             "the installed package's, not pinned by trainstack"
         ),
@@ -206,11 +208,13 @@ NOTES: Final[dict[str, list[str]]] = {
             "the supervisor deletes the group's VMs; `pulumi up` asks for new capacity and the "
             "run resumes from that checkpoint once the group's resize request is replaced: its "
             "VMs are spent and `pulumi up` alone does not renew it (`pulumi up --replace` with "
-            "its URN, from `pulumi stack --show-urns`), with a higher limits.max_run_hours (it "
-            "is each VM's run duration and the run's limit, used up by then); flex-start is "
-            "billed at "
-            "Dynamic Workload Scheduler prices, 'discounts (up to 53%)' on vCPU and GPU "
-            "(https://cloud.google.com/kubernetes-engine/docs/concepts/dws); no per-machine "
+            "its URN, from `pulumi stack --show-urns`), with a higher limits.max_run_hours (it is"
+            " each VM's run duration and the run's limit, used up by then); after the supervisor "
+            "deletes the VMs for a failure or a hang, `pulumi up` with the same config changes "
+            "nothing (the resize request has succeeded and stays): ask again with `pulumi up "
+            "--replace` and the resize request's URN, from `pulumi stack --show-urns`; flex-start"
+            " is billed at Dynamic Workload Scheduler prices, 'discounts (up to 53%)' on vCPU and"
+            " GPU (https://cloud.google.com/kubernetes-engine/docs/concepts/dws); no per-machine "
             "flex-start price is in a stored source, so the plan counts on-demand price (an upper"
             " bound); flex-start draws on the preemptible GPU quota (frontier.md 5.2, Compute "
             "Engine; taken to hold on GKE too, unverified)"
@@ -364,7 +368,7 @@ MACHINES: Final[dict[str, list[tuple[str, str, dict[str, Any]]]]] = {
             {
                 "provisioningClassName": "queued-provisioning.gke.io",
                 "parameters": {"maxRunDurationSeconds": "14400"},
-                "podSets": [{"podTemplateRef": {"name": "flex-gke-train"}, "count": 2.0}],
+                "podSets": [{"podTemplateRef": {"name": "flex-gke-train-8500c135"}, "count": 2.0}],
             },
         ),
         (
