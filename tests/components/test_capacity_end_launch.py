@@ -247,8 +247,8 @@ def test_the_flex_start_notes_say_what_happens_at_the_end_save_then_stop() -> No
         "trainer.deadline_margin_s (default 600 s) before, from the machine's boot time plus "
         "its run duration (TRAINSTACK_DEADLINE), the run ends capacity_ended (exit 6) and the "
         "Job replaces the pod, which holds on a node that is going, and the supervisor sets "
-        "the pool's autoscaling to 0; `pulumi up` asks for new capacity and the run resumes "
-        "from that checkpoint; "
+        "the pool's autoscaling to 0 and deletes its VMs through its instance groups; `pulumi up` "
+        "asks for new capacity and the run resumes from that checkpoint; "
     ) in gke
 
 
