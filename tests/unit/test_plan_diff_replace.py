@@ -205,6 +205,8 @@ def test_a_tpu_vm_startup_script_change_replaces_it_by_its_replace_on_changes() 
     script["startup-script"] = script["startup-script"].replace(
         "readonly TS_TRAINER_ATTEMPTS=3", "readonly TS_TRAINER_ATTEMPTS=4"
     )
+    # The script embeds the node helper, so its length moves with it: counted, not pinned.
+    lines = len(script["startup-script"].splitlines())
     # Before: "updated in place (the Terraform provider schema)", the schema's word for
     # `metadata`, and no relaunch note.
     assert plan_diff(base, head).splitlines()[2:7] == [
@@ -215,7 +217,7 @@ def test_a_tpu_vm_startup_script_change_replaces_it_by_its_replace_on_changes() 
         "one first",
         "  - **relaunches training; resumes from the newest checkpoint in "
         "`gs://my-ml-project-dev-tpu-v5e-checkpoints/checkpoints/dev-tpu-v5e`**",
-        "  - `metadata.startup-script` (935 -> 935 lines):",
+        f"  - `metadata.startup-script` ({lines} -> {lines} lines):",
     ]
 
 
