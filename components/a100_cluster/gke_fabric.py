@@ -263,6 +263,20 @@ def installer_daemonset(fabric: GkeFabric, accelerator: str, gpus: int) -> dict[
         volumes, init = _tcpxo_installer(fabric.installer_image)
     else:
         volumes, init = _rdma_installer(fabric.installer_image, gpus)
+    return _node_daemonset(
+        app,
+        affinity,
+        {
+            "volumes": volumes,
+            "initContainers": init,
+            "containers": [{"image": PAUSE_IMAGE, "name": "pause"}],
+        },
+    )
+
+
+def _node_daemonset(app: str, affinity: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+    """A kube-system DaemonSet of CTK's installer shape (system-node-critical, every taint
+    tolerated, the host's network and PIDs) running `pod`'s containers and volumes."""
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -278,9 +292,7 @@ def installer_daemonset(fabric: GkeFabric, accelerator: str, gpus: int) -> dict[
                     "tolerations": [{"operator": "Exists"}],
                     "hostNetwork": True,
                     "hostPID": True,
-                    "volumes": volumes,
-                    "initContainers": init,
-                    "containers": [{"image": PAUSE_IMAGE, "name": "pause"}],
+                    **pod,
                 },
             },
         },
@@ -309,30 +321,17 @@ def nri_device_injector(accelerator: str) -> dict[str, Any]:
             {"name": "nri", "mountPath": "/var/run/nri"},
         ],
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": app, "namespace": "kube-system", "labels": {"k8s-app": app}},
-        "spec": {
-            "selector": {"matchLabels": {"k8s-app": app}},
-            "updateStrategy": {"type": "RollingUpdate"},
-            "template": {
-                "metadata": {"labels": {"name": app, "k8s-app": app}},
-                "spec": {
-                    "priorityClassName": "system-node-critical",
-                    "affinity": _on_gpu_nodes(accelerator),
-                    "tolerations": [{"operator": "Exists"}],
-                    "hostNetwork": True,
-                    "hostPID": True,
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "nri", "hostPath": {"path": "/var/run/nri"}},
-                        {"name": "dev", "hostPath": {"path": "/dev"}},
-                    ],
-                },
-            },
+    return _node_daemonset(
+        app,
+        _on_gpu_nodes(accelerator),
+        {
+            "containers": [container],
+            "volumes": [
+                {"name": "nri", "hostPath": {"path": "/var/run/nri"}},
+                {"name": "dev", "hostPath": {"path": "/dev"}},
+            ],
         },
-    }
+    )
 
 
 _TCPXO_PRE_INSTALL: Final = """\
