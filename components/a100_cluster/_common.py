@@ -9,9 +9,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import pulumi
+from pulumi_gcp import compute
 
 from trainstack.components import catalog
-from trainstack.components.catalog.gpu_fabric_gce import ACCELERATOR_IMAGE, gce_fabric
+from trainstack.components.catalog.gpu_fabric_gce import (
+    ACCELERATOR_IMAGE,
+    NETWORK_PROFILE_URL,
+    gce_fabric,
+)
 from trainstack.components.catalog.gpu_families import cuda_floor_of
 from trainstack.components.catalog.images import DLVM_IMAGE, KUBERNETES_IMAGES, kubernetes_image
 from trainstack.components.naming import gcp_name
@@ -263,3 +268,35 @@ class A100ClusterArgs(TypedDict):
     and exits 0, which the unit does not restart; a VM started later exits at once. The
     VMs keep running (and billing) until `pulumi destroy`: a VM maxRunDuration would only
     make the managed instance group recreate them. Needs `training.checkpoint_url`."""
+
+
+def network_profile(project: pulumi.Input[str], profile: str | None) -> pulumi.Output[str] | None:
+    """The `network_profile` of a fabric VPC (the RoCE VPC's `<zone>-vpc-roce`, as CTK's
+    gke-a3-ultragpu.yaml and a4high-vm.yaml name it), None for a VPC without one."""
+    if not profile:
+        return None
+    return pulumi.Output.format(NETWORK_PROFILE_URL, project=project, profile=profile)
+
+
+def fabric_subnetworks(
+    name: str,
+    deployment: str,
+    project: pulumi.Input[str],
+    region: str,
+    network: compute.Network,
+    subnets: Sequence[tuple[str, str]],
+    opts: pulumi.ResourceOptions,
+) -> list[compute.Subnetwork]:
+    """One subnetwork per (name, range) of a fabric VPC, named `<name>-<subnet>` in Pulumi."""
+    return [
+        compute.Subnetwork(
+            f"{name}-{sub_name.removeprefix(deployment + '-')}",
+            project=project,
+            region=region,
+            name=sub_name,
+            network=network.id,
+            ip_cidr_range=cidr,
+            opts=opts,
+        )
+        for sub_name, cidr in subnets
+    ]

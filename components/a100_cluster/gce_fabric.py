@@ -9,9 +9,12 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_gcp import compute
 
-from trainstack.components.a100_cluster._common import region_of
+from trainstack.components.a100_cluster._common import (
+    fabric_subnetworks,
+    network_profile,
+    region_of,
+)
 from trainstack.components.catalog.gpu_fabric_gce import (
-    NETWORK_PROFILE_URL,
     RDMA_MTU,
     GceFabric,
 )
@@ -47,11 +50,6 @@ def create_gce_fabric(
     firewalls: list[compute.Firewall] = []
     nics: list[compute.InstanceTemplateNetworkInterfaceArgs] = []
     for net in fabric.networks:
-        profile = (
-            pulumi.Output.format(NETWORK_PROFILE_URL, project=project, profile=net.network_profile)
-            if net.network_profile
-            else None
-        )
         network = compute.Network(
             f"{name}-{net.key}",
             project=project,
@@ -59,22 +57,14 @@ def create_gce_fabric(
             description=f"trainstack: {fabric.family} GPU fabric ({net.nic_type} NICs)",
             auto_create_subnetworks=False,
             mtu=RDMA_MTU,
-            network_profile=profile,
+            network_profile=network_profile(project, net.network_profile),
             routing_mode=net.routing_mode,
             opts=opts,
         )
         networks.append(network)
-        for sub_name, cidr in net.subnets:
-            subnetwork = compute.Subnetwork(
-                f"{name}-{sub_name.removeprefix(deployment + '-')}",
-                project=project,
-                region=region,
-                name=sub_name,
-                network=network.id,
-                ip_cidr_range=cidr,
-                opts=opts,
-            )
-            subnetworks.append(subnetwork)
+        subs = fabric_subnetworks(name, deployment, project, region, network, net.subnets, opts)
+        subnetworks += subs
+        for subnetwork in subs:
             if net.role == "rdma":
                 # gpu-rdma-vpc `output_subnets`: the subnetwork's self link, no network.
                 nics.append(

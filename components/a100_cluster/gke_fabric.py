@@ -18,7 +18,11 @@ import pulumi_kubernetes as k8s
 from pulumi_gcp import compute
 
 from trainstack.components._pod_fabric import PodFabric, rdma_pod, tcpxo_pod
-from trainstack.components.a100_cluster._common import region_of
+from trainstack.components.a100_cluster._common import (
+    fabric_subnetworks,
+    network_profile,
+    region_of,
+)
 from trainstack.components.catalog.gpu_fabric import FabricFirewall, GkeFabric, gke_fabric
 from trainstack.components.catalog.gpu_families import family_of
 from trainstack.components.catalog.images import (
@@ -39,10 +43,6 @@ PAUSE_IMAGE: Final = (
 )
 """The installers' keep-alive container (CTK examples/gke-a3-megagpu/
 nccl-tcpxo-installer.yaml.tftpl and examples/gke-a3-ultragpu/nccl-installer.yaml.tftpl)."""
-NETWORK_PROFILE_URL: Final = (
-    "https://www.googleapis.com/compute/beta/projects/{project}/global/networkProfiles/{profile}"
-)
-"""CTK examples/gke-a3-ultragpu/gke-a3-ultragpu.yaml `rdma-net.network_profile`."""
 NRI_DEVICE_INJECTOR_IMAGE: Final = (
     "gcr.io/gke-release/nri-device-injector"
     "@sha256:6e79483d52abdc28454bf186320b10a56b0f117a10e8d65d5c74dbb821a76970"
@@ -136,33 +136,19 @@ def create_fabric_networks(
     firewalls: list[compute.Firewall] = []
     configs: list[dict[str, pulumi.Output[str]]] = []
     for net in fabric.networks:
-        profile = (
-            pulumi.Output.format(NETWORK_PROFILE_URL, project=project, profile=net.network_profile)
-            if net.network_profile
-            else None
-        )
         network = compute.Network(
             f"{name}-{net.name.removeprefix(deployment + '-')}",
             project=project,
             name=net.name,
             auto_create_subnetworks=False,
             mtu=net.mtu,
-            network_profile=profile,
+            network_profile=network_profile(project, net.network_profile),
             opts=opts,
         )
         networks.append(network)
-        for sub_name, cidr in net.subnets:
-            subnetwork = compute.Subnetwork(
-                f"{name}-{sub_name.removeprefix(deployment + '-')}",
-                project=project,
-                region=region,
-                name=sub_name,
-                network=network.id,
-                ip_cidr_range=cidr,
-                opts=opts,
-            )
-            subnetworks.append(subnetwork)
-            configs.append({"network": network.name, "subnetwork": subnetwork.name})
+        subs = fabric_subnetworks(name, deployment, project, region, network, net.subnets, opts)
+        subnetworks += subs
+        configs += [{"network": network.name, "subnetwork": sub.name} for sub in subs]
         if net.firewall is not None:
             firewalls.append(_firewall(name, net.firewall, deployment, project, network, opts))
     return FabricResources(fabric, networks, subnetworks, firewalls, configs)

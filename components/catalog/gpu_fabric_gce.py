@@ -67,7 +67,8 @@ RDMA_SUBNETS: Final = 8
 NETWORK_PROFILE_URL: Final = (
     "https://www.googleapis.com/compute/beta/projects/{project}/global/networkProfiles/{profile}"
 )
-"""CTK a4high-vm.yaml `a4high-rdma-net.network_profile`."""
+"""CTK a4high-vm.yaml `a4high-rdma-net.network_profile` (and gke-a3-ultragpu.yaml
+`rdma-net.network_profile`: the same URL serves the GKE fabric)."""
 
 ACCELERATOR_IMAGE: Final = (
     "projects/ubuntu-os-accelerator-images/global/images/"
