@@ -44,9 +44,10 @@ as XPK's `core/nodepool.py` creates them; spot, a reservation or flex-start; the
 (`catalog.tpu_gke.JOBSET_MANIFESTS`), a Workload Identity ServiceAccount, and the JobSet
 (`trainstack.components._tpu_jobset`). Each pod installs the trainer package and runs the
 node launcher with your code (`components/kubernetes_pod.sh`, as the GPU Job's pods do);
-GKE's TPU webhook gives it `TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`, and with several slices
-the pod gets `MEGASCALE_*` from JobSet's labels, so `jax.distributed.initialize()` finds the
-slices without arguments.
+GKE's TPU webhook gives it `TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES` on a multi-host slice,
+and with several slices the pod gets `MEGASCALE_*` from JobSet's labels, so
+`jax.distributed.initialize()` finds the slices without arguments; the one pod of a
+single-host slice, which the webhook leaves alone, finds itself by `TRAINSTACK_NUM_NODES`.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ from trainstack.components.naming import (
 from trainstack.components.tpu_gke_facts import JOBSET_NAMESPACE, tpu_gke_slices_facts
 from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
 from trainstack.components.user_code import CodeRules, UserCode, args_with_code
-from trainstack.trainers.common.contract import CAPACITY_RUN_ENV
+from trainstack.trainers.common.contract import CAPACITY_RUN_ENV, NUM_NODES_ENV
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 TOKEN: Final = "trainstack:tpu:TpuGkeSlices"
@@ -553,9 +554,20 @@ def _pod_env(
     checkpoint_url: str | None,
     node_args: Sequence[str],
 ) -> dict[str, str]:
-    """The pods' trainstack variables: the package and, with a checkpoint bucket, the run's
-    records (`pod_run_env`, keyed by the run's arguments as the GPU Job's pods are)."""
-    env = {PACKAGE_URI_ENV: package_uri}
+    """The pods' trainstack variables: the package, the node count and, with a checkpoint
+    bucket, the run's records (`pod_run_env`, keyed by the run's arguments as the GPU Job's
+    pods are).
+
+    The node count (TPU VMs in all slices) is what a single-host slice's pod finds its place
+    by: GKE's TPU webhook sets TPU_WORKER_ID / TPU_WORKER_HOSTNAMES only in a Job of
+    `parallelism > 1` (tests/fidelity/jobset.py quotes the condition), so the one pod of a
+    one-VM slice has JOB_COMPLETION_INDEX alone and the node launcher resolves it as pod 0
+    of an Indexed Job of TRAINSTACK_NUM_NODES (trainers/common/cluster.py `_from_gke`), whose
+    OMPI_* variables let `jax.distributed.initialize()` find a world of one (jax-ml/jax
+    jax/_src/clusters/ompi_cluster.py OmpiCluster, first in clusters/__init__.py; its
+    GkeTpuCluster.is_env_present needs TPU_WORKER_HOSTNAMES). Where the webhook does set
+    TPU_WORKER_ID, that shape wins (`resolve_cluster`) and the count is not read."""
+    env = {PACKAGE_URI_ENV: package_uri, NUM_NODES_ENV: str(hosts)}
     if plain.get("provisioning") == "flex-start":
         # The nodes' run duration (the pools' max_run_duration), from which the pod script
         # derives TRAINSTACK_DEADLINE.
