@@ -487,7 +487,15 @@ class TpuGkeSlices(pulumi.ComponentResource):
                 parent=self,
                 provider=provider,
                 depends_on=[*self.pools, controller, account, binding, *deps],
-                # Its name is fixed and its spec immutable: a changed spec replaces it.
+                # JobSet's webhook refuses a change to spec.replicatedJobs of a JobSet that is
+                # not suspended (kubernetes-sigs/jobset@v0.12.0 pkg/webhooks/jobset_webhook.go
+                # ValidateUpdate: ValidateImmutableField(mungedSpec.ReplicatedJobs, ...), the
+                # pod template masked only with Suspend; "failurePolicy [is] made immutable
+                # via CEL"), and pulumi-kubernetes, with no table for the kind (provider/pkg/
+                # provider/diff.go), would update it in place: every new code package (its URI
+                # in the pods' env) would fail `pulumi up`. A changed spec replaces it, the
+                # old one deleted first (its name is fixed).
+                replace_on_changes=["spec"],
                 delete_before_replace=True,
             ),
         )
