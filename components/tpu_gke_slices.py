@@ -102,6 +102,7 @@ from trainstack.components.catalog.tpu_gke import (
     gke_machine_type,
     gke_vms,
     tpu_gke_code_problems,
+    tpu_gke_image,
     tpu_gke_only_problems,
     tpu_provisioning_problems,
     tpu_slices_problems,
@@ -158,7 +159,8 @@ class TpuGkeSlicesArgs(TypedDict):
     """reserved only: the reservation to consume (default: any matching one)."""
     image: NotRequired[str]
     """Container image with a TPU framework (jax[tpu]) and python3 your code runs in;
-    default `code`'s `image` (required one way or the other)."""
+    default `code`'s `image`, else Google's JAX AI image for TPUs
+    (`catalog.tpu_gke.JAX_TPU_IMAGE`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your code as `python -m trainstack.trainers.node` arguments, run in every pod (a
     stack's `trainstack.infra.compose.user_code_node_args`); a program gives `code`
@@ -249,14 +251,16 @@ drives its chips), an image (the `tpu_gke` target's own `code_rules`)."""
 
 def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
     """`args` with `code` as what the pods run: `node_args` with the run contract's folders
-    in `checkpoint_url` / `data_url`, the code's `image` unless `image` is given. ValueError,
+    in `checkpoint_url` / `data_url`, the code's `image` unless `image` is given, and without
+    either Google's JAX AI image for TPUs (`catalog.tpu_gke.JAX_TPU_IMAGE`). ValueError,
     one line per problem, when the code does not fit (`trainstack:trainer`'s rules here)."""
-    return args_with_code(args, TPU_GKE_CODE, args["deployment_name"], image_key="image")
+    out = args_with_code(args, TPU_GKE_CODE, args["deployment_name"], image_key="image")
+    return {**out, "image": tpu_gke_image(out.get("image"))}
 
 
 def _validate(args: Mapping[str, Any]) -> TpuSlice:
     problems = tpu_gke_slices_problems(args)
-    problems += tpu_gke_code_problems("node_args" in args, args.get("image"), "")
+    problems += tpu_gke_code_problems("node_args" in args, "")
     problems += secret_env_names_problems(args)
     found = named_slice(
         accelerator_type=args.get("accelerator_type"),

@@ -251,37 +251,57 @@ def tpu_gke_only_problems(
     return problems
 
 
+JAX_TPU_IMAGE: Final = "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.2-rev1"
+"""Google's JAX AI image for TPUs, the default image of your code on backend gke (your
+`trainer.image` / `image` wins). Pinned by a tag Google publishes, not `latest`; pulled by
+tag, its digest unverified (no stored source ties a digest to this tag): the tag can move,
+as `catalog.images` says of its other tag-only pins (JAX_TPU_IMAGE_SOURCE)."""
+JAX_TPU_IMAGE_SOURCE: Final = (
+    "GoogleCloudPlatform/cluster-toolkit@1047080 docs/gcluster_job_guide.md:678 (the TPU7x "
+    "MaxText Dockerfile: 'FROM us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:"
+    "jax0.8.2-rev1', then 'RUN pip install ...'; :429 the v6e one FROM ...:jax0.6.1-rev1); "
+    "Google's GKE TPU examples run the same image at :latest: cluster-toolkit "
+    "examples/gke-tpu-v6e/tpu-multislice.yaml:44 ('Based on: https://cloud.google.com/"
+    "kubernetes-engine/docs/how-to/tpu-multislice#standard'), kubernetes-sigs/jobset "
+    "site/static/examples/tpu-multislice/v6e-jax-workload.yaml:34; digest unverified"
+)
 GKE_TPU_IMAGE_SOURCE: Final = (
-    "No Google-maintained container image with TensorFlow for TPUs was found: "
-    "https://docs.cloud.google.com/tpu/docs/run-in-container builds your own image (JAX: "
-    "pip install jax[tpu]); Google's GKE TPU examples (kubernetes-sigs/jobset "
-    "site/static/examples/tpu-multislice, cluster-toolkit examples/gke-tpu-v6e) install JAX "
-    "into a python image at start"
+    "Google's GKE TPU image is the JAX AI image (JAX_TPU_IMAGE_SOURCE); no Google source "
+    "found publishes a container image with TensorFlow for TPUs: "
+    "https://docs.cloud.google.com/tpu/docs/run-in-container builds your own"
 )
 
 
-def tpu_gke_code_problems(user_code: bool, image: Any, prefix: str = "trainer.") -> list[str]:
-    """The code a GKE TPU slice can run: your own, in an image that carries a TPU framework.
+def tpu_gke_code_problems(user_code: bool, prefix: str = "trainer.") -> list[str]:
+    """The code a GKE TPU slice can run: your own, in your image or by default Google's JAX
+    AI image for TPUs (JAX_TPU_IMAGE).
 
     The bundled TPU trainer (TensorFlow with TPUStrategy) has no maintained TPU container
-    image to run in (GKE_TPU_IMAGE_SOURCE), and the backend has no default image for your
-    code for the same reason."""
+    image to run in (GKE_TPU_IMAGE_SOURCE): Google's TPU image carries JAX."""
     p = prefix
     if not user_code:
         return [
             (
                 f"{p}framework: the bundled tensorflow trainer has no maintained TPU container "
-                "image (Google publishes none with TensorFlow for TPUs) to run on backend 'gke'; "
-                f"valid: your own code ({p}entrypoint with {p}image, an image with jax[tpu]), or "
-                "tpu.backend: tpu_vm"
-            )
-        ]
-    if not image:
-        return [
-            (
-                f"{p}image: required on tpu.backend 'gke': there is no maintained default image "
-                f"with a TPU framework for your code; valid: an image with jax[tpu] (or torch_xla) "
-                "and python3"
+                "image (Google publishes JAX's, none with TensorFlow for TPUs) to run on backend "
+                f"'gke'; valid: your own code ({p}entrypoint, on {p}image or the default "
+                f"{JAX_TPU_IMAGE}), or tpu.backend: tpu_vm"
             )
         ]
     return []
+
+
+def tpu_gke_image(image: str | None) -> str:
+    """The image the pods run: `image` when given, else JAX_TPU_IMAGE."""
+    return image or JAX_TPU_IMAGE
+
+
+def tpu_gke_image_note(image: str) -> str | None:
+    """The plan's note on the default image (None for an image you named)."""
+    if image != JAX_TPU_IMAGE:
+        return None
+    return (
+        f"tpu: your code runs on {JAX_TPU_IMAGE}, Google's JAX AI image for TPUs (the "
+        "backend's default without trainer.image), pulled by tag: its digest is unverified "
+        f"({JAX_TPU_IMAGE_SOURCE.split(' (')[0]})"
+    )

@@ -14,8 +14,12 @@ from typer.testing import CliRunner
 
 from tests.bundled import bundled_plan
 from trainstack.components._args import ArgsError
-from trainstack.components.catalog.tpu_gke import FLEX_START_SOURCE
-from trainstack.components.tpu_gke_slices import TpuGkeSlices, tpu_gke_slices_problems
+from trainstack.components.catalog.tpu_gke import FLEX_START_SOURCE, JAX_TPU_IMAGE
+from trainstack.components.tpu_gke_slices import (
+    TpuGkeSlices,
+    tpu_gke_slices_problems,
+    with_code,
+)
 from trainstack.infra.cli import app
 from trainstack.infra.config import ConfigError, load_stack_config
 from trainstack.infra.plan import build_plan, load_stack
@@ -133,20 +137,36 @@ def test_flex_start_on_tpu_vm_needs_gke() -> None:
     ]
 
 
-def test_the_bundled_trainer_and_an_image_less_source_are_refused_on_gke() -> None:
+def test_the_bundled_trainer_is_refused_on_gke() -> None:
     bundled = {**GKE, "trainstack:trainer": {"framework": "tensorflow", "strategy": "tpu"}}
     assert errors_of(bundled) == [
         "trainer.framework: the bundled tensorflow trainer has no maintained TPU container "
-        "image (Google publishes none with TensorFlow for TPUs) to run on backend 'gke'; "
-        "valid: your own code (trainer.entrypoint with trainer.image, an image with jax[tpu]), "
-        "or tpu.backend: tpu_vm"
+        "image (Google publishes JAX's, none with TensorFlow for TPUs) to run on backend "
+        "'gke'; valid: your own code (trainer.entrypoint, on trainer.image or the default "
+        f"{JAX_TPU_IMAGE}), or tpu.backend: tpu_vm"
     ]
-    no_image = {**GKE, "trainstack:trainer": {k: v for k, v in OWN_JAX.items() if k != "image"}}
-    assert errors_of(no_image) == [
-        "trainer.image: required on tpu.backend 'gke': there is no maintained default image "
-        "with a TPU framework for your code; valid: an image with jax[tpu] (or torch_xla) and "
-        "python3"
+
+
+def test_your_code_without_an_image_runs_on_googles_jax_ai_image() -> None:
+    # Before: "trainer.image: required on tpu.backend 'gke'", exit 2.
+    assert JAX_TPU_IMAGE == "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.2-rev1"
+    _, config = load_stack("dev-tpu-v6e-gke", None)
+    del config["trainstack:trainer"]["image"]
+    plan = build_plan("dev-tpu-v6e-gke", config)
+    (jobset,) = [r["inputs"] for r in plan["resources"] if r["type"] == JOBSET_TYPE]
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert (pod["containers"][0]["image"], plan["code"]["runs_on"]) == (JAX_TPU_IMAGE,) * 2
+    assert [n for n in plan["notes"] if JAX_TPU_IMAGE in n] == [
+        f"tpu: your code runs on {JAX_TPU_IMAGE}, Google's JAX AI image for TPUs (the "
+        "backend's default without trainer.image), pulled by tag: its digest is unverified "
+        "(GoogleCloudPlatform/cluster-toolkit@1047080 docs/gcluster_job_guide.md:678)"
     ]
+    # Your own image: no such note.
+    assert [n for n in bundled_plan("dev-tpu-v6e-gke")["notes"] if "JAX AI image" in n] == []
+    # The component by the same rule: `image`, else `code`'s, else Google's.
+    args = {"deployment_name": "d", "node_args": ["--", "python", "t.py"]}
+    assert with_code(args)["image"] == JAX_TPU_IMAGE
+    assert with_code({**args, "image": "mine:1"})["image"] == "mine:1"
 
 
 def test_the_component_refuses_by_the_same_rule() -> None:
