@@ -28,12 +28,14 @@ What differs from GKE, and why (nothing else changes behaviour):
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import signal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -252,6 +254,38 @@ def test_own_jax_on_a_single_host_v5p_8_slice_runs_to_its_end(
     assert done == [
         {"event": "done", "rank": 0, "world": 1, "ranks": [0], "devices": 1, "run": STACK}
     ]
+
+
+class _Exited:
+    """A pod's process that has already exited with `code`."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def poll(self) -> int:
+        return self.code
+
+
+def test_a_config_error_fails_the_set_for_good_with_jobsets_reason() -> None:
+    planned = _plan()
+    started: list[Pod] = []
+
+    def start(pod: Pod, restarts: int) -> Any:
+        started.append(pod)
+        code = 2 if (pod.slice, pod.index) == (0, 0) else 0
+        return SimpleNamespace(proc=_Exited(code), log=io.StringIO(), kill=lambda: None)
+
+    outcome = JobSetController(planned.jobset, start).run(timeout_s=30)
+    # Exit 2 fails slice 0's Job by its podFailurePolicy; the set's first rule fails the set
+    # with JobSet's own reason (kubernetes-sigs/jobset@v0.12.0 pkg/constants/constants.go).
+    assert (outcome.state, outcome.reason, outcome.restarts) == (
+        "Failed",
+        "FailJobSetFailurePolicyAction",
+        0,
+    )
+    name = planned.jobset["metadata"]["name"]
+    assert outcome.job_failures == [(f"{name}-slice-0", 0, 2, "PodFailurePolicy")]
+    assert len(started) == 4
 
 
 RESUMABLE = """import json, os, sys, time
