@@ -115,8 +115,20 @@ def test_backend_gke_is_its_own_target_and_tpu_vm_stays_the_default() -> None:
             "tpu.topology: '3x3' is not a v6e topology; valid: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, "
             "8x16, 16x16",
         ),
+        (
+            # Before: "'tpu7x-8' is not a TPU type", as for a misspelt one.
+            tpu(accelerator_type="tpu7x-8", slices=1),
+            "tpu.accelerator_type: 'tpu7x-8' is TPU7x (Ironwood), which trainstack does not "
+            "make yet: the Cloud TPU API (backend tpu_vm) does not serve it, and on backend gke "
+            "its multi-host node pools need a workload policy in place of a TPU topology, which "
+            "Google documents (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/"
+            "tpu-ironwood) and pulumi-gcp 10.2.0 has (compute.ResourcePolicy "
+            "workload_policy, container.NodePool placement_policy.policy_name) but trainstack's "
+            "TPU catalog (machine type, zones, prices) and pools do not yet; valid: v4-N, "
+            "v5litepod-N, v5p-N, v6e-N",
+        ),
     ],
-    ids=["slices-0", "single-host", "tpu_vm", "queued", "flex-zone", "topology"],
+    ids=["slices-0", "single-host", "tpu_vm", "queued", "flex-zone", "topology", "tpu7x"],
 )
 def test_each_bad_input_is_one_line(raw: dict[str, Any], expected: str) -> None:
     if "europe-west4" in str(raw):
