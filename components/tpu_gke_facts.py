@@ -17,8 +17,10 @@ from trainstack.components.catalog.tpu import TpuSlice
 from trainstack.components.catalog.tpu_gke import (
     DEFAULT_MAX_RESTARTS,
     FLEX_START_SOURCE,
+    JOBSET_MANIFESTS_NOTE,
     JOBSET_SOURCE,
     JOBSET_VERSION,
+    JOBSET_WEBHOOK_NOTE,
     MULTISLICE_NOTE,
     gke_vms,
     tpu_gke_image_note,
@@ -85,6 +87,8 @@ def tpu_gke_notes(
     the pods', named when it is the backend's default."""
     notes = [
         BACKEND_NOTE.format(version=JOBSET_VERSION, source=JOBSET_SOURCE.split(" (")[0]),
+        JOBSET_MANIFESTS_NOTE,
+        JOBSET_WEBHOOK_NOTE,
         (
             f"tpu: recovery: a preempted or repaired host fails its slice's Job and the "
             f"JobSet restarts every slice from the newest checkpoint, at most "

@@ -123,6 +123,35 @@ JOBSET_SOURCE: Final = (
     "apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/"
     '$VERSION/manifests.yaml\'), site/hugo.toml (version = "v0.12.0", the newest release tag)'
 )
+JOBSET_MANIFESTS_SHA256: Final = "a41aaf12dd0b7b0a3d626b8d6107f32c3dc889d7e7830adc46b8cdb77a8963bb"
+"""The sha256 one public repository pins for JOBSET_MANIFESTS and checks at download (a GKE
+bootstrap script found by find_string "releases/download/v0.12.0/manifests.yaml", stored
+file id 69117601904: `if digest != metadata["sha256"]: raise RuntimeError(...)`). Unverified
+here: the release asset is not in the stored jobset snapshot (a git snapshot has no release
+assets), and a single third-party pin is not a second source; so the stack applies the URL
+as it is and its plan says so (JOBSET_MANIFESTS_NOTE)."""
+JOBSET_MANIFESTS_NOTE: Final = (
+    f"tpu: the JobSet controller is applied from its release URL ({JOBSET_MANIFESTS}) at "
+    "`pulumi up`, not from a vendored copy, and its digest is not checked: sha256 "
+    f"{JOBSET_MANIFESTS_SHA256} is one public pin of it, unverified here; compare `curl -sL "
+    f"{JOBSET_MANIFESTS} | sha256sum` before deploying"
+)
+JOBSET_WEBHOOK_PORT: Final = 9443
+"""The port JobSet's webhook Service sends to (kubernetes-sigs/jobset@v0.12.0
+config/components/webhook/service.yaml: `port: 443`, `targetPort: 9443`)."""
+JOBSET_WEBHOOK_NOTE: Final = (
+    "tpu: not verified: whether the cluster's control plane reaches JobSet's webhook on the "
+    f"system node's tcp:{JOBSET_WEBHOOK_PORT} (jobset config/components/webhook/service.yaml). "
+    "The cluster has private nodes and no master_ipv4_cidr_block, which a VPC-peering "
+    "private cluster takes (components/a100_cluster/gke.py gke_cluster); Google's pages that "
+    "open a webhook port on a "
+    "private cluster (Cloud Service Mesh 'Open ports on a private cluster', "
+    "https://cloud.google.com/service-mesh/docs/private-cluster-open-port: a rule from the "
+    "'master-ipv4-cidr' source range, as the control plane's default rule allows only tcp:443 "
+    "and tcp:10250) describe VPC-peering clusters, and no Google page found says what a PSC "
+    "cluster's control plane may reach; if creating the JobSet times out calling "
+    "jobset-webhook-service, add an ingress rule for tcp:9443 from the control plane"
+)
 JOBSET_API: Final = "jobset.x-k8s.io/v1alpha2"
 JOBSET_NAME_MAX: Final = 26
 """The longest JobSet name whose `coordinator` label JobSet accepts. Its controller sets the

@@ -14,7 +14,11 @@ from typer.testing import CliRunner
 
 from tests.bundled import bundled_plan
 from trainstack.components._args import ArgsError
-from trainstack.components.catalog.tpu_gke import FLEX_START_SOURCE, JAX_TPU_IMAGE
+from trainstack.components.catalog.tpu_gke import (
+    FLEX_START_SOURCE,
+    JAX_TPU_IMAGE,
+    JOBSET_WEBHOOK_NOTE,
+)
 from trainstack.components.tpu_gke_slices import (
     TpuGkeSlices,
     tpu_gke_slices_problems,
@@ -309,4 +313,21 @@ def test_flex_start_run_longer_than_the_save_margin(hours: float, errors: Any) -
         "end at which your code is stopped (the default trainer.deadline_margin_s, which your "
         "code cannot change), so the run would stop before it trains; valid: "
         "limits.max_run_hours of at least 0.17 (over 600 s)"
+    ]
+
+
+def test_the_plan_says_what_is_unverified_about_the_jobset_controller() -> None:
+    # Before: the manifest's URL without a word on its digest, and nothing on the webhook port.
+    notes = [n for n in bundled_plan("dev-tpu-v6e-gke")["notes"] if "JobSet's webhook" in n]
+    assert notes == [JOBSET_WEBHOOK_NOTE]
+    assert JOBSET_WEBHOOK_NOTE.startswith(
+        "tpu: not verified: whether the cluster's control plane reaches JobSet's webhook on "
+        "the system node's tcp:9443 "
+    )
+    url = "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"
+    assert [n for n in bundled_plan("dev-tpu-v6e-gke")["notes"] if url in n] == [
+        f"tpu: the JobSet controller is applied from its release URL ({url}) at `pulumi up`, "
+        "not from a vendored copy, and its digest is not checked: sha256 "
+        "a41aaf12dd0b7b0a3d626b8d6107f32c3dc889d7e7830adc46b8cdb77a8963bb is one public pin "
+        f"of it, unverified here; compare `curl -sL {url} | sha256sum` before deploying"
     ]
