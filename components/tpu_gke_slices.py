@@ -191,7 +191,10 @@ class TpuGkeSlicesArgs(TypedDict):
     node_tag: pulumi.Input[str]
     """The network's node tag, on every node (its firewall applies)."""
     service_account_email: pulumi.Input[str]
-    """The nodes' account and, through Workload Identity, the pods'."""
+    """The nodes' account, and so the pods': on the host network they reach the Compute
+    Engine metadata server, not GKE's, and act as the node's account (GKE's Cloud Storage
+    FUSE CSI driver page, `hostNetworkPodKSA`); the Workload Identity binding of their
+    Kubernetes account serves a pod off the host network."""
     master_authorized_cidrs: NotRequired[Sequence[str]]
     environment: NotRequired[str]
     """dev, staging or prod: the `environment` label on the nodes and the JobSet, with `stack`
