@@ -398,7 +398,12 @@ def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> list[tuple[Any, 
                 p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
             ]
             verdict = classify(
-                b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
+                b["type"],
+                a["inputs"],
+                b["inputs"],
+                paths,
+                b.get("replaceOnChanges", ()),
+                bool(b.get("deleteBeforeReplace")),
             )
             changed.append((a, b, fa, fb, paths, verdict))
     return changed

@@ -99,16 +99,23 @@ def classify(
     new: Mapping[str, Any],
     changed: Iterable[str],
     replace_on_changes: Iterable[str] = (),
+    delete_before_replace: bool = False,
 ) -> Verdict:
     """The engine's answer for a `type_` resource whose inputs go from `old` to `new`;
-    `changed` are the flattened input paths that differ; `replace_on_changes` the resource's
-    option of that name (the plan's `replaceOnChanges`)."""
+    `changed` are the flattened input paths that differ; `replace_on_changes` and
+    `delete_before_replace` the resource's options of those names (the plan's
+    `replaceOnChanges`, `deleteBeforeReplace`)."""
     changed = list(changed)
     if not changed:
         return Verdict("change")  # only options (protect, parent) differ: no input to replace on
     forced = tuple(p for p in changed if _covered(p, replace_on_changes))
     if forced:
-        first = _top_level_name(old, new, "name")
+        # The option wins over the provider's word (pulumi/pulumi pkg/resource/deploy/
+        # step_generator.go: `deleteBeforeReplace := diff.DeleteBeforeReplace; if
+        # goal.DeleteBeforeReplace != nil {...}`), and pulumi-kubernetes says delete first only
+        # for replaces its own Diff found (provider/pkg/provider/provider.go Diff:
+        # `len(replaces) > 0 && ...`), none for a replace the option forces.
+        first = delete_before_replace or _top_level_name(old, new, "name")
         return Verdict("replace", forced, first, REPLACE_ON_CHANGES_SOURCE)
     resource = run_resource(type_)
     if resource is not None and resource.provider is not None:

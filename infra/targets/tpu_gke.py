@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
-from trainstack.components.catalog.tpu_gke import gke_vms, tpu_gke_code_problems
+from trainstack.components.catalog.tpu_gke import (
+    gke_vms,
+    tpu_gke_code_problems,
+    tpu_gke_image,
+)
 from trainstack.components.code_summary import MEGASCALE_ENV, TPU_WORKER_ENV
 from trainstack.components.facts import reach_note
 from trainstack.components.tpu_gke_facts import (
@@ -105,10 +109,10 @@ class TpuGke(CloudTarget):
 
     def code_problems(self, section: TpuConfig, trainer: StackTrainer) -> list[str]:
         code = trainer.user_code
-        return [] if code is None else tpu_gke_code_problems(True, code.image)
+        return [] if code is None else tpu_gke_code_problems(True)
 
     def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
-        return tpu_gke_code_problems(False, None)
+        return tpu_gke_code_problems(False)
 
     def flex_start_run_seconds(self, section: TpuConfig, limits: Any) -> int | None:
         # The flex-start pools' max_run_duration (`tpu_gke_slices._pod_env`: the stack's
@@ -147,7 +151,7 @@ class TpuGke(CloudTarget):
         return True, tpu_gke_run_limit(_tpu(cfg).provisioning, seconds)
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
-        return code.image or "(trainer.image: required)"
+        return tpu_gke_image(code.image)
 
     def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         tpu = _tpu(cfg)
@@ -161,7 +165,9 @@ class TpuGke(CloudTarget):
         # The slices' own notes before their supervisor's, as a program's plan lists
         # TpuGkeSlices' facts before RunSupervisor's.
         tpu = _tpu(cfg)
-        notes = tpu_gke_notes(tpu.slices, tpu.provisioning)
+        code = cfg.trainer.user_code
+        image = tpu_gke_image(code.image if code is not None else None)
+        notes = tpu_gke_notes(tpu.slices, tpu.provisioning, image=image)
         return [*notes, reach_note("node_pools", False, cfg.project)]
 
     # ------------------------------------------------------------------ compose
@@ -177,7 +183,7 @@ class TpuGke(CloudTarget):
         tpu = _tpu(cfg)
         code = cfg.trainer.user_code
         assert network is not None and cfg.project is not None
-        assert ctx.node_args is not None and code is not None and code.image
+        assert ctx.node_args is not None and code is not None
         section = tpu.model_dump(exclude_none=True, exclude={"backend"})
         args = cast(
             TpuGkeSlicesArgs,
@@ -185,7 +191,7 @@ class TpuGke(CloudTarget):
                 **section,
                 "project": cfg.project,
                 "deployment_name": deployment,
-                "image": code.image,
+                "image": tpu_gke_image(code.image),
                 "node_args": ctx.node_args,
                 "package_uri": ctx.package.uri,
                 "checkpoint_url": ctx.buckets.checkpoint_url,
