@@ -162,7 +162,8 @@ class TpuGke(CloudTarget):
         # TpuGkeSlices' facts before RunSupervisor's.
         tpu = _tpu(cfg)
         notes = tpu_gke_notes(tpu.slices, tpu.provisioning)
-        return [*notes, reach_note("node_pools", False, cfg.project)]
+        flex = tpu.provisioning == "flex-start"
+        return [*notes, reach_note("node_pools", False, cfg.project, flex)]
 
     # ------------------------------------------------------------------ compose
 
@@ -234,6 +235,8 @@ class TpuGke(CloudTarget):
             "kind": "node_pools",
             "resource_name": target.cluster,
             "node_pools": target.pools,
+            # A flex-start pool is autoscaled: the supervisor deletes its VMs.
+            "autoscaled": _tpu(cfg).provisioning == "flex-start",
             "run": run_settings(
                 cfg, self.stoppable_hourly_usd(cfg), target.run_record, target.hosts
             ),

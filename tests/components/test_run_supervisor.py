@@ -281,13 +281,13 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         "project": "my-project",
         "roleId": f"trainstackSupervisorRead_exp_42_{UID}",
         "title": "trainstack run supervisor reads (exp-42)",
-        "description": "Read the instance groups of one stack's GKE node pool and delete their VMs.",
-        # `.list`: which of the pool's VMs run (`listManagedInstances`); `.update`: a flex-start
-        # pool's VMs deleted through its groups (`deleteInstances`).
+        "description": "Read the instance groups of one stack's GKE node pool.",
+        # `.list`: which of the pool's VMs run (`listManagedInstances`). A fixed-size pool
+        # stops by `nodePools.setSize`: no `.update`, which would create, resize or delete
+        # the VMs of every group of the project.
         "permissions": [
             "compute.instanceGroupManagers.get",
             "compute.instanceGroupManagers.list",
-            "compute.instanceGroupManagers.update",
         ],
     }
     assert run.named("sup-read").inputs == {
@@ -295,6 +295,44 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         "role": f"projects/my-project/roles/trainstackSupervisorRead_exp_42_{UID}",
         "member": MEMBER,
     }
+
+
+@pytest.mark.parametrize("kind", ["node_pool", "node_pools"])
+def test_an_autoscaled_pools_supervisor_may_also_delete_vms_through_its_groups(kind: str) -> None:
+    # A flex-start pool: the cluster autoscaler leaves its nodes that still run pods, so the
+    # supervisor deletes them through the groups (`deleteInstances`: `.update`).
+    name = POOL if kind == "node_pool" else POOL.rsplit("/nodePools/", 1)[0]
+    pools = {"node_pools": ["tpu-0"]} if kind == "node_pools" else {}
+    run = _run(kind=kind, resource_name=name, body={}, run=RUN, autoscaled=True, **pools)
+    role = run.named("sup-read-role").inputs
+    assert (role["description"], role["permissions"]) == (
+        "Read the instance groups of one stack's GKE node pool and delete their VMs.",
+        [
+            "compute.instanceGroupManagers.get",
+            "compute.instanceGroupManagers.list",
+            "compute.instanceGroupManagers.update",
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"kind": "mig", "resource_name": MIG, "instances": VMS, "autoscaled": True},
+            "RunSupervisor.autoscaled: True is not allowed for kind 'mig'; valid: true or "
+            "false for node_pool and node_pools, unset otherwise",
+        ),
+        (
+            {"kind": "node_pool", "resource_name": POOL, "autoscaled": "yes"},
+            "RunSupervisor.autoscaled: 'yes' is not a boolean; valid: true, false",
+        ),
+    ],
+)
+def test_autoscaled_is_for_gke_pools_only(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ArgsError) as raised:
+        _run(body={}, run=RUN, **overrides)
+    assert str(raised.value) == message
 
 
 def test_function_and_schedule() -> None:
