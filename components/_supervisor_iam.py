@@ -106,13 +106,37 @@ def source_condition(bucket: str) -> dict[str, str]:
     }
 
 
-def records_condition(bucket: str) -> dict[str, str]:
+def records_folder(bucket: str, end_uri: str | None) -> str:
+    """The object-name folder of the run's records in `bucket` ("" at its root, else ending
+    in "/") from the run's end record `end_uri` (`gs://<bucket>/<folder>trainstack-run-<key>
+    .ended`, `gpu_startup.run_record_uri` of the training's checkpoint_url); "" without one.
+    ValueError where `end_uri` is in another bucket or not a run record."""
+    if not end_uri:
+        return ""
+    path = end_uri.removeprefix("gs://")
+    found, _, name = path.partition("/")
+    folder, _, record = name.rpartition("/")
+    if (
+        not end_uri.startswith("gs://")
+        or found != bucket
+        or not record.startswith(RUN_CLOCK_PREFIX)
+    ):
+        raise ValueError(
+            f"run.end_uri: {end_uri!r} is not a run record in checkpoint_bucket {bucket!r}; "
+            f"valid: gs://{bucket}/[FOLDER/]{RUN_CLOCK_PREFIX}KEY.ended (the run record of the "
+            "training's checkpoint_url, in that bucket)"
+        )
+    return f"{folder}/" if folder else ""
+
+
+def records_condition(bucket: str, folder: str = "") -> dict[str, str]:
     """The IAM condition that holds a grant on the checkpoint bucket `bucket` to the runs'
-    records (`trainstack-run-<key>.ended`, `.alive/<rank>`, `.stop`, `.started`; never a
-    checkpoint, model, log or output) by their object names, which Google documents
-    (`catalog.supervisor_iam.STORAGE_CONDITIONS_SOURCE`). It grants no list: the supervisor
-    reads each heartbeat by name."""
-    objects = STORAGE_OBJECT_NAME.format(bucket=bucket, object=RUN_CLOCK_PREFIX)
+    records under `folder` (`records_folder`: the checkpoint_url's path in the bucket, where
+    `run_record_uri` puts them; `trainstack-run-<key>.ended`, `.alive/<rank>`, `.stop`,
+    `.started`; never a checkpoint, model, log or output) by their object names, which Google
+    documents (`catalog.supervisor_iam.STORAGE_CONDITIONS_SOURCE`). It grants no list: the
+    supervisor reads each heartbeat by name."""
+    objects = STORAGE_OBJECT_NAME.format(bucket=bucket, object=folder + RUN_CLOCK_PREFIX)
     return {
         "title": "only the run records",
         "description": "The runs' end records, heartbeats and stop requests; no checkpoint.",

@@ -121,7 +121,12 @@ from trainstack.components._supervisor_bundle import (
     supervisor_config,
     supervisor_run,
 )
-from trainstack.components._supervisor_iam import build_account, records_condition, role_and_grant
+from trainstack.components._supervisor_iam import (
+    build_account,
+    records_condition,
+    records_folder,
+    role_and_grant,
+)
 from trainstack.components._tpu_launch import SupervisedSlice, slice_target, spot_node_body
 from trainstack.components.catalog.supervisor_iam import (
     PERMISSIONS,
@@ -265,8 +270,25 @@ class RunSupervisorArgs(TypedDict):
     project (`trainstack.components._project.current_build_dir`), never the install."""
 
 
+def _end_uri(args: RunSupervisorArgs) -> pulumi.Input[str | None]:
+    """The run's end record (`run.end_uri`), whose folder the records grant names."""
+    run = args.get("run", {})
+    if isinstance(run, Mapping):
+        return run.get("end_uri")
+    return pulumi.Output.from_input(run).apply(lambda r: (r or {}).get("end_uri"))
+
+
 def _problems(args: RunSupervisorArgs) -> list[str]:
     kind, problems = args["kind"], []
+    # The records grant holds for the records' folder in the checkpoint bucket: a run whose
+    # records are elsewhere would get a 403 on every read (known values only: a stack's
+    # bucket is named at deploy, and its records are in it by construction).
+    end_uri, bucket = _end_uri(args), args["checkpoint_bucket"]
+    if isinstance(end_uri, str) and isinstance(bucket, str):
+        try:
+            records_folder(bucket, end_uri)
+        except ValueError as error:
+            problems.append(f"RunSupervisor.{error}")
     if kind not in PERMISSIONS:
         problems.append(
             f"RunSupervisor.kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}"
@@ -386,8 +408,10 @@ class RunSupervisor(pulumi.ComponentResource):
                 bucket=args["checkpoint_bucket"],
                 role="roles/storage.objectAdmin",
                 member=member,
-                condition=pulumi.Output.from_input(args["checkpoint_bucket"]).apply(
-                    lambda bucket: storage.BucketIAMMemberConditionArgs(**records_condition(bucket))
+                condition=pulumi.Output.all(args["checkpoint_bucket"], _end_uri(args)).apply(
+                    lambda v: storage.BucketIAMMemberConditionArgs(
+                        **records_condition(v[0], records_folder(v[0], v[1]))
+                    )
                 ),
                 opts=child,
             ),

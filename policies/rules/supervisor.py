@@ -26,7 +26,8 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
 - a bucket grant on the supervisor's own state bucket (labelled `component: run-supervisor`),
   or on another bucket of this stack (the checkpoint bucket) under a condition that holds it to
   the runs' records: `resource.name.startsWith("projects/_/buckets/<that bucket>/objects/
-  trainstack-run-...")` and nothing else (no list: it reads each record by name); Cloud
+  [<folder>/]trainstack-run-...")` (the folder: the checkpoint_url's path in the bucket)
+  and nothing else (no list: it reads each record by name); Cloud
   Storage honours object names in conditions, so checkpoints and final models stay out of its
   reach;
 - a service-account grant on an account this stack creates (the training account, which the
@@ -102,6 +103,7 @@ SUPERVISOR_LABEL = "run-supervisor"
 """The `component` label of the supervisor's own resources (its state bucket)."""
 _RECORD_CLAUSE = re.compile(
     r'^resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^/"]+)/objects/'
+    + r'(?:[^"]*/)?'  # the checkpoint_url's folder in the bucket, where the records are
     + RECORDS
     + r'[^"]*"\)$'
 )

@@ -335,6 +335,38 @@ def test_autoscaled_is_for_gke_pools_only(overrides: dict[str, Any], message: st
     assert str(raised.value) == message
 
 
+def test_the_records_grant_names_the_folder_the_run_records_are_in() -> None:
+    # `run_record_uri` of a checkpoint_url with a path puts the records under it.
+    folder = {
+        k: v.replace("gs://b-ckpt/", "gs://b-ckpt/team/exp/")
+        for k, v in RUN.items()
+        if k.endswith("_uri")
+    }
+    run = _run(kind="mig", resource_name=MIG, instances=VMS, body={}, run={**RUN, **folder})
+    assert run.named("sup-records").inputs["condition"]["expression"] == (
+        'resource.name.startsWith("projects/_/buckets/b-ckpt/objects/team/exp/trainstack-run-")'
+    )
+
+
+@pytest.mark.parametrize(
+    "end_uri",
+    [
+        "gs://other-bucket/trainstack-run-0123456789abcdef.ended",
+        "gs://b-ckpt/team/exp/checkpoint.ended",
+    ],
+)
+def test_run_records_outside_the_checkpoint_bucket_are_refused(end_uri: str) -> None:
+    # The grant could never reach them: every read a 403, so neither the run's end nor its
+    # heartbeats would ever be seen.
+    with pytest.raises(ArgsError) as raised:
+        _run(kind="mig", resource_name=MIG, instances=VMS, body={}, run={**RUN, "end_uri": end_uri})
+    assert str(raised.value) == (
+        f"RunSupervisor.run.end_uri: {end_uri!r} is not a run record in checkpoint_bucket "
+        "'b-ckpt'; valid: gs://b-ckpt/[FOLDER/]trainstack-run-KEY.ended (the run record of "
+        "the training's checkpoint_url, in that bucket)"
+    )
+
+
 def test_function_and_schedule() -> None:
     run = _run()
     source = run.named("sup-source").inputs

@@ -245,6 +245,8 @@ def _bucket_problems(grant: dict[str, Any], bucket: str = CHECKPOINTS) -> list[s
 
 def test_the_components_run_record_condition_and_its_own_bucket_pass() -> None:
     assert _bucket_problems({"condition": records_condition(CHECKPOINTS)}) == []
+    # The records of a checkpoint_url with a path, `gs://<bucket>/team/exp`, are there.
+    assert _bucket_problems({"condition": records_condition(CHECKPOINTS, "team/exp/")}) == []
     assert _bucket_problems({}, STATE) == []  # its state bucket: only it writes there
     assert RECORDS == RUN_CLOCK_PREFIX == "trainstack-run-"
 

@@ -468,3 +468,16 @@ def test_only_a_flex_start_gke_pools_supervisor_may_update_instance_groups(
         "unverified: if it does not, the grant never applies and the supervisor cannot stop "
         f"the pool (each check records a 403); {TAIL}{TWO_ROLES}"
     )
+
+
+@pytest.mark.parametrize("stack", ["prod-a100-gce", "dev-a100-gke", "dev-tpu-v5e"])
+def test_a_stacks_records_grant_names_where_its_nodes_write_the_run_records(stack: str) -> None:
+    # The records grant is built from the run's end record (`records_folder`): a stack's
+    # checkpoint_url is its bucket's root, so the records and the grant are there.
+    plan = bundled_plan(stack)
+    end_uri = _bundle(plan)["run"]["end_uri"]
+    bucket = f"my-ml-project-{stack}-checkpoints"
+    assert re.fullmatch(rf"gs://{bucket}/trainstack-run-[0-9a-f]{{16}}\.ended", end_uri)
+    assert _named(plan, f"{stack}-supervisor-records")["condition"]["expression"] == (
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/trainstack-run-")'
+    )
