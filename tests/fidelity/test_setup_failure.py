@@ -305,8 +305,7 @@ def test_gce_a4_a_gpu_fabric_install_that_fails_ends_the_run_and_empties_the_gro
         ("STOPPED", "none", "failed", "compute stopped"),
     ]
     assert _finished(status) == (
-        f"finished (failed at launch on node 1: {reason}); compute stopped at "
-        f"{answers[-1]['time']}"
+        f"finished (failed at launch on node 1: {reason}); compute stopped at {answers[-1]['time']}"
     )
 
 
