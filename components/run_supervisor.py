@@ -272,7 +272,7 @@ class RunSupervisorArgs(TypedDict):
 
 def _end_uri(args: RunSupervisorArgs) -> pulumi.Input[str | None]:
     """The run's end record (`run.end_uri`), whose folder the records grant names."""
-    run = args.get("run", {})
+    run: Any = args.get("run", {})  # a dict, or an Output of one
     if isinstance(run, Mapping):
         return run.get("end_uri")
     return pulumi.Output.from_input(run).apply(lambda r: (r or {}).get("end_uri"))
