@@ -6,7 +6,9 @@ holding only the roles Google lists for it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 from pulumi_gcp import projects, serviceaccount, storage
@@ -127,6 +129,27 @@ def records_folder(bucket: str, end_uri: str | None) -> str:
             "training's checkpoint_url, in that bucket)"
         )
     return f"{folder}/" if folder else ""
+
+
+def run_end_uri(run: Any) -> pulumi.Input[str | None]:
+    """The run's end record (`run.end_uri` of a supervisor's `run`, a dict or an Output of
+    one), whose folder the records grant names."""
+    if run is None or isinstance(run, Mapping):
+        return (run or {}).get("end_uri")
+    return pulumi.Output.from_input(run).apply(lambda r: (r or {}).get("end_uri"))
+
+
+def records_problem(bucket: object, end_uri: object) -> str | None:
+    """Why the run's records (`end_uri`) are out of the records grant's reach on `bucket`,
+    or None (known values only: a stack's bucket is named at deploy, and its records are in
+    it by construction). A run whose records are elsewhere would get a 403 on every read."""
+    if not isinstance(bucket, str) or not isinstance(end_uri, str):
+        return None
+    try:
+        records_folder(bucket, end_uri)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def records_condition(bucket: str, folder: str = "") -> dict[str, str]:

@@ -125,14 +125,18 @@ from trainstack.components._supervisor_iam import (
     build_account,
     records_condition,
     records_folder,
+    records_problem,
     role_and_grant,
+    run_end_uri,
 )
 from trainstack.components._tpu_launch import SupervisedSlice, slice_target, spot_node_body
 from trainstack.components.catalog.supervisor_iam import (
     PERMISSIONS,
+    READ_DESCRIPTIONS,
     READ_PERMISSIONS,
     RESOURCE_NAMES,
     STOP_ONLY_PERMISSIONS,
+    autoscaled_problem,
     cluster_condition,
     read_permissions,
     role_id,
@@ -270,25 +274,11 @@ class RunSupervisorArgs(TypedDict):
     project (`trainstack.components._project.current_build_dir`), never the install."""
 
 
-def _end_uri(args: RunSupervisorArgs) -> pulumi.Input[str | None]:
-    """The run's end record (`run.end_uri`), whose folder the records grant names."""
-    run: Any = args.get("run", {})  # a dict, or an Output of one
-    if isinstance(run, Mapping):
-        return run.get("end_uri")
-    return pulumi.Output.from_input(run).apply(lambda r: (r or {}).get("end_uri"))
-
-
 def _problems(args: RunSupervisorArgs) -> list[str]:
     kind, problems = args["kind"], []
-    # The records grant holds for the records' folder in the checkpoint bucket: a run whose
-    # records are elsewhere would get a 403 on every read (known values only: a stack's
-    # bucket is named at deploy, and its records are in it by construction).
-    end_uri, bucket = _end_uri(args), args["checkpoint_bucket"]
-    if isinstance(end_uri, str) and isinstance(bucket, str):
-        try:
-            records_folder(bucket, end_uri)
-        except ValueError as error:
-            problems.append(f"RunSupervisor.{error}")
+    records_error = records_problem(args["checkpoint_bucket"], run_end_uri(args.get("run")))
+    if records_error:
+        problems.append(f"RunSupervisor.{records_error}")
     if kind not in PERMISSIONS:
         problems.append(
             f"RunSupervisor.kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}"
@@ -305,12 +295,9 @@ def _problems(args: RunSupervisorArgs) -> list[str]:
     pools_error = pools_problem(kind, args.get("node_pools"), "RunSupervisor.node_pools")
     if pools_error:
         problems.append(pools_error)
-    autoscaled = args.get("autoscaled")
-    if autoscaled is not None and kind not in READ_PERMISSIONS:
-        problems.append(
-            f"RunSupervisor.autoscaled: {autoscaled!r} is not allowed for kind {kind!r}; "
-            f"valid: true or false for {' and '.join(READ_PERMISSIONS)}, unset otherwise"
-        )
+    autoscaled_error = autoscaled_problem(kind, args.get("autoscaled"))
+    if autoscaled_error:
+        problems.append(f"RunSupervisor.{autoscaled_error}")
     region_error = region_problem(args["region"], "RunSupervisor.region")
     if region_error:
         problems.append(region_error)
@@ -408,7 +395,9 @@ class RunSupervisor(pulumi.ComponentResource):
                 bucket=args["checkpoint_bucket"],
                 role="roles/storage.objectAdmin",
                 member=member,
-                condition=pulumi.Output.all(args["checkpoint_bucket"], _end_uri(args)).apply(
+                condition=pulumi.Output.all(
+                    args["checkpoint_bucket"], run_end_uri(args.get("run"))
+                ).apply(
                     lambda v: storage.BucketIAMMemberConditionArgs(
                         **records_condition(v[0], records_folder(v[0], v[1]))
                     )
@@ -599,11 +588,7 @@ class RunSupervisor(pulumi.ComponentResource):
                 project,
                 uid.apply(lambda u: role_id(deployment, u, "Read")),
                 f"trainstack {what} supervisor reads ({deployment})",
-                (
-                    "Read the instance groups of one stack's GKE node pool and delete their VMs."
-                    if autoscaled
-                    else "Read the instance groups of one stack's GKE node pool."
-                ),
+                READ_DESCRIPTIONS[autoscaled],
                 read_permissions(kind, autoscaled),
                 member,
                 child,

@@ -160,6 +160,23 @@ conditions are not known to name (`CONDITIONS_SOURCE`), so project-wide as the `
 grant is. `GROUP_PERMISSIONS` instead where a pool is autoscaled (`read_permissions`)."""
 
 
+READ_DESCRIPTIONS: Final = {
+    False: "Read the instance groups of one stack's GKE node pool.",
+    True: "Read the instance groups of one stack's GKE node pool and delete their VMs.",
+}
+"""The second role's description, by whether a pool is autoscaled."""
+
+
+def autoscaled_problem(kind: str, autoscaled: object) -> str | None:
+    """The one rule of a supervisor's `autoscaled`: for the GKE kinds only."""
+    if autoscaled is None or kind in READ_PERMISSIONS:
+        return None
+    return (
+        f"autoscaled: {autoscaled!r} is not allowed for kind {kind!r}; valid: true or false "
+        f"for {' and '.join(READ_PERMISSIONS)}, unset otherwise"
+    )
+
+
 def read_permissions(kind: str, autoscaled: bool) -> tuple[str, ...]:
     """The second role's permissions for a GKE supervisor (`READ_PERMISSIONS`): `.update`
     only where some pool it stops is autoscaled (flex-start), whose VMs it deletes."""
