@@ -168,7 +168,8 @@ class TpuGke(CloudTarget):
         code = cfg.trainer.user_code
         image = tpu_gke_image(code.image if code is not None else None)
         notes = tpu_gke_notes(tpu.slices, tpu.provisioning, image=image)
-        return [*notes, reach_note("node_pools", False, cfg.project)]
+        flex = tpu.provisioning == "flex-start"
+        return [*notes, reach_note("node_pools", False, cfg.project, flex)]
 
     # ------------------------------------------------------------------ compose
 
@@ -240,6 +241,8 @@ class TpuGke(CloudTarget):
             "kind": "node_pools",
             "resource_name": target.cluster,
             "node_pools": target.pools,
+            # A flex-start pool is autoscaled: the supervisor deletes its VMs.
+            "autoscaled": _tpu(cfg).provisioning == "flex-start",
             "run": run_settings(
                 cfg, self.stoppable_hourly_usd(cfg), target.run_record, target.hosts
             ),
