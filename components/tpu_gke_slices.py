@@ -100,6 +100,7 @@ from trainstack.components.catalog.tpu_gke import (
     gke_chips_per_vm,
     gke_machine_type,
     gke_vms,
+    tpu_flex_start_run_problems,
     tpu_gke_code_problems,
     tpu_gke_only_problems,
     tpu_provisioning_problems,
@@ -236,6 +237,7 @@ def tpu_gke_slices_problems(args: Mapping[str, Any], prefix: str = "") -> list[s
         isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1
     ):
         problems.append(f"{p}max_run_seconds: got {max_run!r}; valid: an integer >= 1")
+    problems += tpu_flex_start_run_problems(provisioning, max_run, f"{p}max_run_seconds", p)
     return problems
 
 
