@@ -505,12 +505,13 @@ class TpuGkeSlices(pulumi.ComponentResource):
         self.manifest = manifest
         self.run_record = manifest.apply(_run_record)
         log_filter, resource_filter = gke_filters(self.cluster_name)
-        # The GKE platform's charts: its containers' logs and its nodes' accelerator metrics
-        # (kubernetes.io/node/accelerator/*, which GKE reports for TPU nodes too).
+        # Target tpu on GKE (platform tpu_gke): its pods' logs as any GKE container's, its
+        # nodes' accelerator metrics, counted as slices x hosts.
         self.dashboard_scope = {
-            "target": "gpu_cluster",
-            "gpu_backend": "gke",
+            "target": "tpu",
+            "backend": "gke",
             "worker_count": vms * slices,
+            "slices": slices,
             "log_filter": log_filter,
             "resource_filter": resource_filter,
         }
