@@ -318,7 +318,7 @@ def _platform(args: TrainingDashboardArgs) -> tuple[str, str]:
     if "backend" in args and "gpu_backend" in args:
         raise ValueError("give backend or gpu_backend (its older name), not both")
     name = "backend" if "backend" in args else "gpu_backend"
-    backend = args.get(name)
+    backend = args.get("backend", args.get("gpu_backend"))
     keys = backends(target)
     if keys is None:
         if backend is not None:
