@@ -97,6 +97,7 @@ from trainstack.components.catalog.tpu_gke import (
     TPU_TAINT,
     gke_chips_per_vm,
     gke_vms,
+    tpu_flex_start_run_problems,
     tpu_gke_code_problems,
     tpu_gke_image,
     tpu_gke_only_problems,
@@ -238,6 +239,7 @@ def tpu_gke_slices_problems(args: Mapping[str, Any], prefix: str = "") -> list[s
         isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1
     ):
         problems.append(f"{p}max_run_seconds: got {max_run!r}; valid: an integer >= 1")
+    problems += tpu_flex_start_run_problems(provisioning, max_run, f"{p}max_run_seconds", p)
     return problems
 
 
@@ -458,12 +460,13 @@ class TpuGkeSlices(pulumi.ComponentResource):
         self.manifest = manifest
         self.run_record = manifest.apply(_run_record)
         log_filter, resource_filter = gke_filters(self.cluster_name)
-        # The GKE platform's charts: its containers' logs and its nodes' accelerator metrics
-        # (kubernetes.io/node/accelerator/*, which GKE reports for TPU nodes too).
+        # Target tpu on GKE (platform tpu_gke): its pods' logs as any GKE container's, its
+        # nodes' accelerator metrics, counted as slices x hosts.
         self.dashboard_scope = {
-            "target": "gpu_cluster",
-            "gpu_backend": "gke",
+            "target": "tpu",
+            "backend": "gke",
             "worker_count": vms * slices,
+            "slices": slices,
             "log_filter": log_filter,
             "resource_filter": resource_filter,
         }

@@ -25,8 +25,8 @@ roles that let the account administer IAM or impersonate others are refused. `se
 grants `roles/secretmanager.secretAccessor` on exactly the listed Secret Manager secrets
 (your code's `trainer.secret_env`, read on the node), one binding per secret, never on the
 project. `image_repository` grants `roles/artifactregistry.reader` on that one Artifact
-Registry repository (the stack's Docker Hub mirror, `trainstack.components.image_mirror`), never on the
-project.
+Registry repository (the stack's Docker Hub mirror, `trainstack.components.image_mirror`, or
+the repository of the image GKE nodes running as the account pull), never on the project.
 
 Naming: the account id is `<deployment_name>-train` (6-30 chars, see `trainstack.components.naming`).
 """
@@ -121,8 +121,10 @@ _ROLE = re.compile(
 
 
 class RepositoryRef(TypedDict):
-    """An Artifact Registry repository in the account's project."""
+    """An Artifact Registry repository."""
 
+    project: NotRequired[pulumi.Input[str]]
+    """Its project; default the account's (`TrainingIdentityArgs.project`)."""
     location: pulumi.Input[str]
     """Its region, e.g. `us-central1`."""
     repository_id: pulumi.Input[str]
@@ -150,8 +152,10 @@ class TrainingIdentityArgs(TypedDict):
     """Secret Manager secrets (`projects/P/secrets/NAME`, no version) the account may read:
     `roles/secretmanager.secretAccessor` on each of them, nothing project-wide."""
     image_repository: NotRequired[RepositoryRef]
-    """The repository the training images are pulled through: `roles/artifactregistry.reader`
-    on it alone."""
+    """The repository the training images are pulled through (the stack's Docker Hub mirror,
+    or the Artifact Registry repository of your `trainer.image` that GKE nodes running as
+    this account pull: `trainstack.components.catalog.image_pull`):
+    `roles/artifactregistry.reader` on it alone."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Accepted for the shared vocabulary; service accounts and IAM bindings carry no labels."""
 
@@ -310,7 +314,7 @@ class TrainingIdentity(pulumi.ComponentResource):
             else [
                 artifactregistry.RepositoryIamMember(
                     f"{name}-image-reader",
-                    project=args["project"],
+                    project=repo.get("project", args["project"]),
                     location=repo["location"],
                     repository=repo["repository_id"],
                     role=IMAGE_READER_ROLE,

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, get_args
 
+from trainstack.components.catalog.gpu_families import (
+    GKE_FLEX_START_MAX_RUN_SOURCE,
+    flex_start_run_problems,
+)
 from trainstack.components.catalog.problems import not_allowed, quote
 from trainstack.components.catalog.tpu import TPU_GENERATIONS, TpuSlice
 
@@ -71,6 +75,19 @@ cluster.py), and terraform-provider-google's acceptance test of the profile runs
 cluster with `datapath_provider = "ADVANCED_DATAPATH"` (google/services/container/
 resource_container_node_pool_test.go testAccContainerNodePool_acceleratorNetworkProfile), so
 a cluster with such pools gets both."""
+MAX_SLICES: Final = 199
+"""The most slices a stack plans. Google documents no maximum slice count for multislice
+(https://cloud.google.com/tpu/docs/multislice-introduction, the GKE how-to/tpu-multislice
+page: none found); each slice is its own node pool, and GKE says "Clusters that have more than
+200 total node pools might have increased latency during autoscaling"
+(https://cloud.google.com/kubernetes-engine/docs/how-to/node-auto-provisioning,
+Limitations): 199 slices and the system pool are 200. Also keeps an absurd count from planning
+for minutes (one pool and its supervision per slice)."""
+MAX_SLICES_SOURCE: Final = (
+    "one node pool per slice; GKE: 'Clusters that have more than 200 total node pools might "
+    "have increased latency during autoscaling' (https://cloud.google.com/kubernetes-engine/"
+    "docs/how-to/node-auto-provisioning), and Google documents no multislice maximum"
+)
 MULTISLICE_SOURCE: Final = (
     "https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice: Multislice "
     '"only supports multi-host TPU slice node pools"'
@@ -197,6 +214,13 @@ def tpu_slices_problems(
     p = prefix
     if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
         return [f"{p}slices: {quote(slices)} is not a slice count; valid: an integer >= 1"]
+    if slices > MAX_SLICES:
+        return [
+            (
+                f"{p}slices: {slices} is more slices than a cluster takes "
+                f"({MAX_SLICES_SOURCE}); valid: 1 to {MAX_SLICES}"
+            )
+        ]
     if slices == 1:
         return []
     if backend != "gke":
@@ -255,6 +279,23 @@ def tpu_provisioning_problems(
                 )
             ]
     return []
+
+
+def tpu_flex_start_run_problems(
+    provisioning: Any, run_seconds: Any, run_key: str, prefix: str = ""
+) -> list[str]:
+    """A flex-start slice's run (`run_key`) of at most 7 days: its pools' max_run_duration
+    cannot be longer (gpu_families.flex_start_run_problems, the rule the GPU flex-start path
+    holds to)."""
+    if provisioning != "flex-start" or not isinstance(run_seconds, int):
+        return []
+    return flex_start_run_problems(
+        run_seconds,
+        run_key,
+        f"{prefix}provisioning flex-start",
+        f"{prefix}provisioning on-demand, spot or reserved",
+        GKE_FLEX_START_MAX_RUN_SOURCE,
+    )
 
 
 def tpu_gke_only_problems(

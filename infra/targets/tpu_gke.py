@@ -13,6 +13,7 @@ from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.catalog.tpu_gke import (
     gke_vms,
+    tpu_flex_start_run_problems,
     tpu_gke_code_problems,
     tpu_gke_image,
 )
@@ -113,6 +114,12 @@ class TpuGke(CloudTarget):
 
     def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
         return tpu_gke_code_problems(False)
+
+    def limits_problems(self, section: TpuConfig, limits: Any) -> list[str]:
+        seconds = limits.max_run_seconds if limits is not None else None
+        return tpu_flex_start_run_problems(
+            section.provisioning, seconds, "limits.max_run_hours", "tpu."
+        )
 
     def flex_start_run_seconds(self, section: TpuConfig, limits: Any) -> int | None:
         # The flex-start pools' max_run_duration (`tpu_gke_slices._pod_env`: the stack's
