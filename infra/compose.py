@@ -240,9 +240,7 @@ def user_code_node_args(
     target = target_of(cfg)
     args = code.node_args(target.default_launcher, target.run_contract(cfg, contract))
     end = args.index("--")
-    return [
-        _as_secret_env(arg, versions) if i < end else arg for i, arg in enumerate(args)
-    ]
+    return [_as_secret_env(arg, versions) if i < end else arg for i, arg in enumerate(args)]
 
 
 def _as_secret_env(arg: str, versions: Mapping[str, str]) -> str:
