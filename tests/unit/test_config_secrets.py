@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Iterator
@@ -508,3 +509,79 @@ def test_plan_diff_shows_env_values_as_a_hash_unless_asked(tmp_path: Path) -> No
     files = [str(tmp_path / "0.json"), str(tmp_path / "1.json")]
     assert runner.invoke(app, ["plan-diff", *files]).stdout == hidden + "\n"
     assert runner.invoke(app, ["plan-diff", "--show-values", *files]).stdout == shown + "\n"
+
+
+PEM_B64 = base64.b64encode(
+    b"-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+).decode()
+EVASIONS = {
+    # Shapes an outside review found passing (issue 29 item 6): a `/` in a URL's password,
+    # a password starting `$` (env values are not shell-expanded), credentials as a URL's
+    # query parameters, an Authorization header, a base64-encoded PEM key, Google OAuth
+    # client secrets, Slack app-level tokens, OpenAI project keys without a digit.
+    "PG_URL": "postgresql://app:pa/ss@db:5432/app",
+    "PG_DOLLAR": "postgres://app:$uperSecret99@db/app",
+    "API_URL": "https://api.example.com/v1?api_key=abcdef0123456789abcdef",
+    "HOOK": "https://api.example.com/v1?token=abcdef0123456789",
+    "FEED": "https://api.example.com/v1?page=2&access_token=abcdef0123456789",
+    "DB_PASS": "hunter2hunter2",
+    "HEADER": "Authorization: Bearer abcdefghij0123456789",
+    "SA_PEM": PEM_B64,
+    "OAUTH_CLIENT": "GOCSPX-" + "Ab1_" * 7,
+    "SLACK_APP": "xapp-1-A0123456789-1234567890123-abcdef0123456789",
+    "OPENAI": "sk-proj-" + "abcdefghij" * 3,
+}
+
+
+def test_credential_shapes_that_passed_the_scanner_are_refused_naming_the_key() -> None:
+    entry = ["python", "train.py", "--db=postgresql://app:pa/ss@db/x"]
+    _, config = _stack("gke", env=EVASIONS, entrypoint=entry)
+    fix = (
+        "valid: trainer.secret_env.{0}: projects/P/secrets/NAME (Secret Manager, read on the "
+        "node), or a `secure:` value (`" + SET_SECRET.replace("{}", "{0}") + "`)"
+    )
+    held = {
+        "PG_URL": "a URL with a password",
+        "PG_DOLLAR": "a URL with a password",
+        "API_URL": "a value for api_key",
+        "HOOK": "a value for token",
+        "FEED": "a value for access_token",
+        "HEADER": "an HTTP authorization header",
+        "SA_PEM": "a private key (base64)",
+        "OAUTH_CLIENT": "a Google OAuth client secret",
+        "SLACK_APP": "a Slack token",
+        "OPENAI": "an API key (sk-)",
+    }
+    errors = _errors(config)
+    assert errors == [
+        "trainer.env.DB_PASS: looks like a secret, and env values are stored in plain text; "
+        "valid: trainer.secret_env.DB_PASS: projects/P/secrets/NAME, or a `secure:` value "
+        f"({SET_SECRET.format('DB_PASS')})",
+        *(
+            f"trainer.env.{name}: holds {what} {IN_CLEAR}; {fix.format(name)}"
+            for name, what in held.items()
+        ),
+        f"trainer.entrypoint[2]: holds a URL with a password {IN_CLEAR} (and every process "
+        "listing on the node); valid: your code reads it from the environment, set by "
+        "trainer.secret_env (Secret Manager) or a `secure:` trainer.env value",
+    ]
+    for value in (*EVASIONS.values(), "pa/ss"):
+        assert value not in "\n".join(errors)
+    # The policy pack uses the same scanner on any input: the same shapes are refused there.
+    # (DB_PASS's name is what says it: in a script, `DB_PASS=...` is a credential by name.)
+    found = {name: find_credential(f"{name}={value}") for name, value in EVASIONS.items()}
+    assert {n: f.words for n, f in found.items() if f is not None} == {
+        **{n: f"contains {kind}" for n, kind in held.items() if not kind.startswith("a value")},
+        "API_URL": "sets api_key",
+        "HOOK": "sets token",
+        "FEED": "sets access_token",
+        "DB_PASS": "sets DB_PASS",
+    }
+    args = [f"--{name.lower()}={value}" for name, value in EVASIONS.items() if name != "DB_PASS"]
+    job = Resource("pulumi-python:dynamic/vertex:CustomJob", "job", {"body": {"args": args}})
+    messages = [v.message for v in evaluate([job], Context()) if "plaintext" in v.message]
+    words = {**{n: f.words for n, f in found.items() if f is not None}}
+    assert messages == [
+        f"body.args[{i}] {words[name]} in plaintext; {FIX_SECRET}"
+        for i, name in enumerate(n for n in EVASIONS if n != "DB_PASS")
+    ]

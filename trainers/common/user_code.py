@@ -80,7 +80,7 @@ SECRET_RESOURCE: Final = re.compile(
 """A Secret Manager secret (`projects/P/secrets/NAME`) or version (`.../versions/V`)."""
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SECRET_WORDS: Final = frozenset(
-    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "CREDENTIALS"}
+    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "KEY", "CREDENTIAL", "CREDENTIALS"}
 )
 """A word of an `env` name that says its value is a secret (`HF_TOKEN`, `WANDB_API_KEY`)."""
 _PYTHON: Final = re.compile(r"python(3(\.\d+)?)?")
