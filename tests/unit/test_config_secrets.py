@@ -585,3 +585,36 @@ def test_credential_shapes_that_passed_the_scanner_are_refused_naming_the_key() 
         f"body.args[{i}] {words[name]} in plaintext; {FIX_SECRET}"
         for i, name in enumerate(n for n in EVASIONS if n != "DB_PASS")
     ]
+
+
+def test_credentials_and_local_paths_in_requirements_are_refused_naming_the_line(
+    tmp_path: Path,
+) -> None:
+    token = "ghp_" + "abcdefghijklmnopqrstuvwxyzABCDEFGH1234"
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "requirements.txt").write_text(
+        "numpy>=1.26\n"
+        f"y @ git+https://{token}@github.com/x/y.git\n"
+        "# a comment\n"
+        "z @ https://user:hunter2@pypi.example/z-1.0.tar.gz\n"
+        "mylib @ file:///home/me/mylib\n"
+    )
+    _, config = _stack(
+        "gke",
+        source=str(tmp_path),
+        requirements="requirements.txt",
+        entrypoint=["python", "train.py"],
+    )
+    errors = _errors(config)
+    fix = (
+        "in clear, which plans, the package and every node would show; valid: a requirement "
+        "without credentials (a public index or URL, or the code itself in trainer.source)"
+    )
+    assert errors == [
+        "trainer.requirements: line 5 'mylib @ file:///home/me/mylib' is not a requirement (a "
+        "file: URL is a path on this machine, which no node has; put the code in source); "
+        "valid: PEP 508 requirements, one per line (e.g. 'numpy>=1.26'), no pip options",
+        f"trainer.requirements: line 2 holds a GitHub token {fix}",
+        f"trainer.requirements: line 4 holds a URL with a password {fix}",
+    ]
+    assert token not in "\n".join(errors) and "hunter2" not in "\n".join(errors)

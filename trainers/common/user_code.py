@@ -182,11 +182,14 @@ def requirement_problem(line: str) -> str | None:
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
-        Requirement(line)
+        url = Requirement(line).url
     except InvalidRequirement as exc:
         return str(exc).splitlines()[0]
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in line):
         return "control characters are not supported"
+    if url is not None and url.lower().startswith(("file:", "git+file:")):
+        # A path of the machine that plans: no node has it, so every install fails there.
+        return "a file: URL is a path on this machine, which no node has; put the code in source"
     return None
 
 
