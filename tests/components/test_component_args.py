@@ -21,6 +21,7 @@ from trainstack.components.kubernetes_training_job import (
     KubernetesTrainingJobArgs,
 )
 from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
+from trainstack.components.env_secrets import EnvSecrets, EnvSecretsArgs
 from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
 from trainstack.components.reduction_server_image import (
@@ -166,6 +167,11 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
         ProjectServicesArgs,
         {"project": "p", "services": ["compute.googleapis.com"]},
     ),
+    "EnvSecrets": (
+        EnvSecrets,
+        EnvSecretsArgs,
+        {"project": "p", "deployment_name": "exp-42", "values": {"HF_TOKEN": "x"}},
+    ),
     "KubernetesTrainingJob": (
         KubernetesTrainingJob,
         KubernetesTrainingJobArgs,
@@ -222,6 +228,7 @@ TYPOS = [
     ("TrainerPackage", "requirement", "requirements"),
     ("QuotaGuard", "preflite", "preflight"),
     ("ProjectServices", "service", "services"),
+    ("EnvSecrets", "value", "values"),
     ("KubernetesTrainingJob", "namespce", "namespace"),
     ("LocalTrainingJob", "worker", "workers"),
     ("TrainingDashboard", "stall_minute", "stall_minutes"),
@@ -288,6 +295,11 @@ WRONG_TYPES = [
         "ProjectServices",
         {"services": ["compute.googleapis.com", 3]},
         "ProjectServices.services[1]: 3 is not a string; valid: a string",
+    ),
+    (
+        "EnvSecrets",
+        {"deployment_name": 42},
+        "EnvSecrets.deployment_name: 42 is not a string; valid: a string",
     ),
     (
         "KubernetesTrainingJob",
