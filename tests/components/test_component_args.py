@@ -15,13 +15,13 @@ import pytest
 from trainstack import components
 from trainstack.components._args import ArgsError, _fields, arg_problems
 from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
+from trainstack.components.env_secrets import EnvSecrets, EnvSecretsArgs
 from trainstack.components.image_mirror import ImageMirror, ImageMirrorArgs
 from trainstack.components.kubernetes_training_job import (
     KubernetesTrainingJob,
     KubernetesTrainingJobArgs,
 )
 from trainstack.components.local_training_job import LocalTrainingJob, LocalTrainingJobArgs
-from trainstack.components.env_secrets import EnvSecrets, EnvSecretsArgs
 from trainstack.components.project_services import ProjectServices, ProjectServicesArgs
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs
 from trainstack.components.reduction_server_image import (
