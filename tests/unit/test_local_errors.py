@@ -49,7 +49,7 @@ def _checkpoint(folder: Path, step: int) -> None:
     settings = {"model": "mlp", "dataset": "synthetic", "steps": 10, "global_batch_size": 8}
     fingerprint = trainer_fingerprint(TrainConfig.model_validate(settings))
     (folder / f"step-{step:08d}").mkdir(parents=True)
-    marker = {"step": step, FINGERPRINT_FIELD: fingerprint}
+    marker = {"step": step, "committed_at": 1.0, FINGERPRINT_FIELD: fingerprint}
     (folder / f"step-{step:08d}" / "COMPLETE").write_text(json.dumps(marker))
 
 
