@@ -57,3 +57,10 @@ taken in parameter space at each timestep are approximately bounded by the steps
 α"); the models' weights start well under 1, so a rate above 10 moves every weight ten
 times its scale at each step (1e308 is past even float32's range, 3.4e38, the weights'
 type)."""
+
+MAX_TOTAL_USD: Final = 10**9
+"""`limits.max_total_usd`: a billion US dollars, above a year (`MAX_RUN_HOURS`) of the most
+the catalog plans for one gpu_cluster stack, 1,000 machines (`catalog.gpus.MAX_NODES`) of
+its dearest type, a2-megagpu-16g at $55.74/h list (`catalog.prices.MACHINE_PRICES`): about
+$488 million. A cap no stack can reach caps nothing, and 1e300 printed a 301-digit amount in
+the plan."""

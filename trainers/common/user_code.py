@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import ConfigDict, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import ConfigDict
 
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import RESERVED_ENV
+from trainstack.trainers.common.scalars import StrictScalars
 
 UserLauncher = Literal["torchrun", "node"]
 
@@ -86,27 +86,12 @@ SECRET_WORDS: Final = frozenset(
 _PYTHON: Final = re.compile(r"python(3(\.\d+)?)?")
 
 
-COUNT_KEYS: Final = tuple(
-    name for name, field in TrainConfig.model_fields.items() if field.annotation is int
-)
-"""The bundled trainer's whole-number keys (steps, batch sizes, intervals, model sizes)."""
-
-
-class StackTrainer(TrainConfig):
-    """`trainstack:trainer`: the bundled trainer's keys, or your own code's."""
+class StackTrainer(StrictScalars, TrainConfig):
+    """`trainstack:trainer`: the bundled trainer's keys, or your own code's. Its scalars are
+    taken as written (`StrictScalars`); `TrainConfig`, the trainer's command line, stays lax
+    (it gives every value as a string)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    @field_validator(*COUNT_KEYS, mode="before")
-    @classmethod
-    def _whole_number(cls, value: object) -> object:
-        # A stack file's `steps: true` was read as 1 and `steps: "20"` as 20: pydantic's lax
-        # ints take both. Strict here, not in TrainConfig: the trainer's command line gives
-        # every value as a string (`--steps=100`), and the engine gives a dynamic provider
-        # its numbers as doubles (protobuf Struct `number_value`, 20.0), which stay valid.
-        if isinstance(value, bool | str):
-            raise PydanticCustomError("int_type", "Input should be a valid integer")
-        return value
 
     source: str | None = None
     """Folder with your code, packaged and uploaded by content hash, less what its
