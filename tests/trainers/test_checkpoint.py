@@ -361,7 +361,7 @@ def test_a_marker_trainstack_did_not_write_is_skipped_and_never_deleted(
 def test_a_folder_with_files_its_marker_does_not_list_is_left(tmp_path: Path) -> None:
     """A valid marker of trainstack's, but the folder holds a file it never wrote: the
     checkpoint is resumed (its payload is whole) and never deleted."""
-    ckpt, model, opt = _two_saves(tmp_path)
+    ckpt, _, _ = _two_saves(tmp_path)
     (tmp_path / step_name(5) / "other.bin").write_bytes(b"mine")
     (tmp_path / step_name(10) / f"{MARKER}.tmp-0123abcdef01").write_bytes(b"")
     assert ckpt.store.resume_point() == (10, [])
