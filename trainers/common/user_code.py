@@ -27,6 +27,7 @@ from typing import Final, Literal
 
 from pydantic import ConfigDict
 
+from trainstack.trainers.common.bounds import MAX_REQUIREMENT_CHARS
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import RESERVED_ENV
 from trainstack.trainers.common.scalars import StrictScalars
@@ -186,9 +187,16 @@ def parse_requirements(text: str, key: str) -> tuple[list[str], list[str]]:
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
+        shown = repr(line) if len(line) <= 80 else repr(line[:60]) + "..."
+        if len(line) > MAX_REQUIREMENT_CHARS:
+            problems.append(
+                f"{key}: line {number} {shown} is {len(line)} characters long; valid: at most "
+                f"{MAX_REQUIREMENT_CHARS} characters a line (a longer URL no default server "
+                "takes)"
+            )
+            continue
         problem = requirement_problem(line)
         if problem is not None:
-            shown = repr(line) if len(line) <= 80 else repr(line[:60]) + "..."
             problems.append(
                 f"{key}: line {number} {shown} is not a requirement ({problem}); valid: PEP 508 "
                 "requirements, one per line (e.g. 'numpy>=1.26'), no pip options"
@@ -198,12 +206,26 @@ def parse_requirements(text: str, key: str) -> tuple[list[str], list[str]]:
     return requirements, problems
 
 
+def requirements_text(path: Path, key: str) -> str:
+    """The text of the requirements file at `path`; ValueError with the one line when it is
+    not UTF-8 (what pip reads a requirements file as without an encoding declared)."""
+    data = path.read_bytes()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{key}: {path.name!r} is not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}); valid: a UTF-8 text file of PEP 508 requirements, one per line"
+        ) from None
+
+
 def read_requirements(code: UserCode, base_dir: Path, prefix: str = "trainer.") -> list[str]:
     """The requirements `code` installs on each node; raises ValueError with the problem."""
     if code.requirements is None or code.source is None:
         return []
     path = resolve_source(code.source, base_dir) / code.requirements
-    requirements, problems = parse_requirements(path.read_text(), f"{prefix}requirements")
+    key = f"{prefix}requirements"
+    requirements, problems = parse_requirements(requirements_text(path, key), key)
     if problems:
         raise ValueError("\n".join(problems))
     return requirements
@@ -355,7 +377,11 @@ def user_code_problems(
                 f"{prefix}source ({folder}); valid: a path relative to the source folder"
             )
         else:
-            problems += parse_requirements(path.read_text(), f"{prefix}requirements")[1]
+            key = f"{prefix}requirements"
+            try:
+                problems += parse_requirements(requirements_text(path, key), key)[1]
+            except ValueError as exc:
+                problems.append(str(exc))
     return problems
 
 
