@@ -170,7 +170,7 @@ class RunHolder:
         if not (isinstance(pid, int) and not isinstance(pid, bool) and lowest <= pid <= 2**22):
             return None
         # Only a known holder's name is shown: the file is text anyone may write.
-        by = record.get("by") if record.get("by") in HOLDERS else LOCAL_RUN
+        by = str(record["by"]) if record.get("by") in HOLDERS else LOCAL_RUN
         return cls(
             pid,
             start if isinstance(start, str) else None,
