@@ -188,9 +188,9 @@ def test_tpu_status_json(tmp_path: Path, gcs: str) -> None:
 
 
 def test_cloud_status_names_the_newest_complete_checkpoint(tmp_path: Path, gcs: str) -> None:
-    """The bundled trainer's marker records its files' sizes: an empty marker (a write cut
-    short) and a file shorter than recorded are not complete checkpoints; a marker of an
-    older trainstack (no sizes) is."""
+    """The bundled trainer's marker records its files' sizes and CRC32Cs: an empty marker (a
+    write cut short), a file shorter than recorded and one whose listed crc32c is not the
+    recorded one are not complete checkpoints; a marker of an older trainstack (no sizes) is."""
     folder = "checkpoints/broken"
     files = {"state.pt": 5}
     marker = json.dumps({"step": 300, "committed_at": 1.0, "files": files}).encode()
@@ -203,6 +203,16 @@ def test_cloud_status_names_the_newest_complete_checkpoint(tmp_path: Path, gcs: 
                 {"step": 200, "committed_at": 1.0, "files": files}
             ).encode(),
             f"{folder}/step-00000200/state.pt": b"12345",
+            # Sizes match, content not: the listing's crc32c is not the one recorded.
+            f"{folder}/step-00000250/COMPLETE": json.dumps(
+                {
+                    "step": 250,
+                    "committed_at": 1.0,
+                    "files": files,
+                    "crc32c": {"state.pt": "AAAAAA=="},
+                }
+            ).encode(),
+            f"{folder}/step-00000250/state.pt": b"12345",
             f"{folder}/step-00000300/COMPLETE": marker,
             f"{folder}/step-00000300/state.pt": b"123",
             f"{folder}/step-00000400/COMPLETE": b"",
