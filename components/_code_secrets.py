@@ -7,13 +7,17 @@ Two kinds of rule:
   netrc, the AWS, Docker and kubectl credential files, `.pgpass`), matched case-insensitively
   (`.ENV` is `.env`) at any depth. They are left out whatever they hold; their content check
   only decides whether a `!pattern` of the ignore file may put one back.
-- By content, on every file whatever its name, case or encoding (a BOM, UTF-16): a PEM
-  private key, and a Google credential file (a service-account key) anywhere in a JSON
-  document. A key saved as `deploy_key`, `id_rsa.old` or `sa-key.json.bak` is as much a key.
+- By content, on every file whatever its name, case or encoding (a BOM, UTF-16): a PEM or
+  PuTTY private key, and a Google credential file (a service-account key) anywhere in a JSON
+  document, or base64-encoded; in shell scripts, a variable set to a credential the policy's
+  scanner finds (`export API_KEY=sk-...`). A key saved as `deploy_key`, `id_rsa.old` or
+  `sa-key.json.bak` is as much a key.
 """
 
 from __future__ import annotations
 
+import base64
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -73,6 +77,13 @@ _GOOGLE_SECRET_FIELDS: Final = (
 )
 _JSON_DEPTH: Final = 8
 """How deep inside lists and objects a credential is looked for."""
+_BASE64_RUN: Final = re.compile(r"[A-Za-z0-9+/_-]{76,}(?:=*\s*[A-Za-z0-9+/_-]{4,})*={0,2}")
+_BASE64_RUNS_TRIED: Final = 16
+"""Runs decoded per file at most (the first ones): a data file of base64 stays cheap."""
+# PuTTY's key files open with `PuTTY-User-Key-File-<version>: <algorithm>` (PuTTY manual,
+# Appendix C "PPK file format", C.3 "Overall format of a PPK file":
+# https://tartarus.org/~simon/putty-snapshots/htmldoc/AppendixC.html; versions 2 and 3).
+_PUTTY_KEY: Final = re.compile(r"(?m)^PuTTY-User-Key-File-\d+:")
 
 
 def text(data: bytes) -> str:
@@ -89,6 +100,31 @@ def _finds(pattern: re.Pattern[str]) -> Callable[[str], bool]:
 def _dotenv_values(content: str) -> bool:
     values = (m["value"].strip().strip("'\"") for m in _DOTENV_VALUE.finditer(content))
     return any(values)
+
+
+def _shell_credential(content: str) -> bool:
+    """A variable assignment (`export API_KEY=sk-...`) whose line the policy's credential
+    scanner (`trainstack.policies.rules.credentials.find_credential`) finds a credential in;
+    a reference (`$HF_TOKEN`) is none."""
+    from trainstack.policies.rules.credentials import find_credential
+
+    return any(find_credential(m[0]) is not None for m in _DOTENV_VALUE.finditer(content))
+
+
+def _base64_google_credentials(content: str) -> bool:
+    """A base64 run (standard or URL-safe alphabet, wrapped or not, from one MIME line of 76
+    characters, RFC 2045 section 6.8) that decodes to Google credentials
+    (`_google_credentials`): how a key is passed in a CI variable or a Kubernetes Secret's
+    `data`."""
+    for match in itertools.islice(_BASE64_RUN.finditer(content), _BASE64_RUNS_TRIED):
+        run = re.sub(r"\s+", "", match[0])
+        try:
+            decoded = base64.b64decode(run + "=" * (-len(run) % 4), altchars=b"-_")
+        except ValueError:
+            continue
+        if _google_credentials(decoded.decode("utf-8", errors="replace")):
+            return True
+    return False
 
 
 def _objects(doc: Any, depth: int = 0) -> Iterator[dict[str, Any]]:
@@ -143,7 +179,15 @@ class SecretRule:
 
 
 SECRET_RULES: Final = (
-    SecretRule("dotenv file", (".env", ".env.*"), True, _dotenv_values),
+    # `*.env` and `env.*`: docker-compose's `env_file` names (`prod.env`, `env.production`;
+    # https://docs.docker.com/compose/how-tos/environment-variables/set-environment-variables/
+    # `env_file: - ./webapp.env`); Python modules named env (alembic's `env.py`) stay.
+    SecretRule(
+        "dotenv file",
+        (".env", ".env.*", "*.env", "env.*", "!env.py", "!env.pyi", "!env.ipynb"),
+        True,
+        _dotenv_values,
+    ),
     # https://direnv.net/: direnv "loads and unloads environment variables" from `.envrc`.
     SecretRule("direnv file", (".envrc",), True, _dotenv_values),
     SecretRule(
@@ -152,6 +196,7 @@ SECRET_RULES: Final = (
         True,
         _finds(_PEM_PRIVATE_KEY),
     ),
+    SecretRule("PuTTY private key", ("*.ppk",), True, _finds(_PUTTY_KEY)),
     # Binary key stores (Google's legacy service-account key format is P12): their content
     # cannot be told apart, so they never go.
     SecretRule("PKCS#12 key store", ("*.p12", "*.pfx"), True, lambda _: True),
@@ -167,6 +212,15 @@ SECRET_RULES: Final = (
     # (a service-account key holds a PEM key too, and is named for what it is).
     SecretRule("Google credentials", ("*",), False, _google_credentials),
     SecretRule("private key", ("*",), False, _finds(_PEM_PRIVATE_KEY)),
+    SecretRule("PuTTY private key", ("*",), False, _finds(_PUTTY_KEY)),
+    SecretRule("base64 Google credentials", ("*",), False, _base64_google_credentials),
+    # Shell scripts that set variables: `export API_KEY=sk-...` in `secrets.sh`.
+    SecretRule(
+        "shell script setting a credential",
+        ("*.sh", "*.bash", "*.zsh", "*.ksh"),
+        False,
+        _shell_credential,
+    ),
 )
 """What is left out of every package by default (README: "Your own training code")."""
 

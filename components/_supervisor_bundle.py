@@ -17,6 +17,7 @@ import pulumi
 from trainstack.components._args import ArgsError
 from trainstack.components._project import current_build_dir
 from trainstack.components.catalog.supervisor_iam import NAME_FORMS, RESOURCE_NAMES
+from trainstack.trainers.common.bounds import MAX_TOTAL_USD
 from trainstack.trainers.common.run_records import ALIVE_SUFFIX, ENDED_SUFFIX, STOP_SUFFIX
 
 SOURCE_DIR: Final = Path(__file__).resolve().parent / "supervisor"
@@ -55,6 +56,8 @@ def max_total_usd_problem(value: object, key: str) -> str | None:
         or not (MAX_TOTAL_USD_ABOVE < value < float("inf"))
     ):
         return f"{key}: {value!r} is not allowed; valid: a number of US dollars above 0"
+    if value > MAX_TOTAL_USD:
+        return f"{key}: {value!r} is too large; valid: <= {MAX_TOTAL_USD} (US dollars)"
     return None
 
 

@@ -42,6 +42,17 @@ def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
     )
 
 
+SHOWN_CHARS = 100
+"""A requirement longer than this is cut in the text plan (a direct URL may run to 8190
+characters, `trainstack.trainers.common.bounds.MAX_REQUIREMENT_CHARS`); `--json` has it whole."""
+
+
+def _shown(requirement: str) -> str:
+    if len(requirement) <= SHOWN_CHARS:
+        return requirement
+    return f"{requirement[: SHOWN_CHARS - 20]}... ({len(requirement)} characters)"
+
+
 def code_rows(code: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The `code` entry as (field, value) rows for the plan's table."""
     digest = code["source_sha256"]
@@ -56,7 +67,7 @@ def code_rows(code: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("world size", str(code["world_size"])),
     ]
     if code["requirements"]:
-        rows.append(("requirements", ", ".join(code["requirements"])))
+        rows.append(("requirements", ", ".join(map(_shown, code["requirements"]))))
     if code["env"]:
         rows.append(("env", ", ".join(f"{k}={v}" for k, v in code["env"].items())))
     if code["secret_env"]:

@@ -13,15 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from trainstack.components.run_supervisor import max_total_usd_problem
+from trainstack.components.training_buckets import MAX_CHECKPOINT_RETENTION_DAYS
 from trainstack.trainers.common.bounds import MAX_RUN_HOURS
+from trainstack.trainers.common.scalars import StrictScalars
 from trainstack.trainers.common.user_code import StackTrainer
 
 
-class _Model(BaseModel):
+class _Model(StrictScalars):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -30,7 +32,7 @@ class BucketsConfig(_Model):
 
     location: str | None = None
     """GCS location; defaults to gcp:region upper-cased (same region as the compute)."""
-    checkpoint_retention_days: int = 30
+    checkpoint_retention_days: int = Field(default=30, ge=1, le=MAX_CHECKPOINT_RETENTION_DAYS)
     """Checkpoint objects older than this are deleted by a lifecycle rule (1-3650)."""
     delete_data_on_destroy: bool = False
     """Let `pulumi destroy` delete non-empty buckets (force_destroy). Rejected in prod."""

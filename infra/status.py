@@ -106,6 +106,7 @@ def gcs_checkpoint(url: str, ep: Endpoints, *, strict: bool) -> tuple[int, str] 
     objects = build_client("storage.v1", api_endpoint=ep.get("storage")).objects()
     markers: dict[tuple[int, str], str] = {}
     sizes: dict[str, dict[str, int]] = {}
+    crcs: dict[str, dict[str, str]] = {}
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {
@@ -122,19 +123,26 @@ def gcs_checkpoint(url: str, ep: Endpoints, *, strict: bool) -> tuple[int, str] 
             if not match or not leaf:
                 continue
             sizes.setdefault(name, {})[leaf] = int(item.get("size", 0))
+            if item.get("crc32c"):
+                crcs.setdefault(name, {})[leaf] = str(item["crc32c"])
             if leaf == MARKER:
                 markers[(int(match[1]), name)] = str(item["name"])
         token = page.get("nextPageToken")
         if not token:
             break
     for step, name in sorted(markers, reverse=True):
-        if not strict or _complete(objects, bucket, markers[(step, name)], sizes[name]):
+        found = (sizes[name], crcs.get(name, {}))
+        if not strict or _complete(objects, bucket, markers[(step, name)], step, found):
             return step, name
     return None
 
 
-def _complete(objects: Any, bucket: str, marker: str, sizes: dict[str, int]) -> bool:
-    """Whether the marker object `marker` reads as a record its folder's `sizes` match."""
+def _complete(
+    objects: Any, bucket: str, marker: str, step: int, found: tuple[dict[str, int], dict[str, str]]
+) -> bool:
+    """Whether the marker object `marker` reads as `step`'s record its folder's listing
+    (`found`: sizes and CRC32Cs) matches."""
+    sizes, crcs = found
     if not sizes.get(MARKER):
         return False  # empty: its write was cut short
     try:
@@ -144,10 +152,10 @@ def _complete(objects: Any, bucket: str, marker: str, sizes: dict[str, int]) -> 
     except ApiError as exc:
         raise LogsError(f"cannot read gs://{bucket}/{marker}: {exc.message}") from None
     try:
-        record = read_marker(text if isinstance(text, bytes) else str(text).encode())
+        record = read_marker(text if isinstance(text, bytes) else str(text).encode(), step)
     except UnreadableMarker:
         return False
-    return payload_problem(record, sizes) is None
+    return payload_problem(record, sizes, crcs) is None
 
 
 RECOVERIES_SHOWN = 5

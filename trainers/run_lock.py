@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Self
 
 FOLDER_LOCK: Final = ".trainstack-run.lock"
 """The lock file `local-run` keeps in a local checkpoint folder while a run uses it."""
@@ -142,18 +142,41 @@ class RunHolder:
                 f"{path} holds binary bytes, not a local-run record; valid: delete it when no "
                 "local-run of this stack is running (local-run writes it again)"
             ) from None
-        if text.strip().isdigit():
-            return cls(int(text.strip()), None)  # an older trainstack's: the pid alone
-        try:
-            record = json.loads(text)
-            # Only a known holder's name is shown: the file is text anyone may write.
-            by = record.get("by") if record.get("by") in HOLDERS else LOCAL_RUN
-            return cls(int(record["pid"]), record.get("start"), record.get("started_at"), by)
-        except (ValueError, KeyError, TypeError):
+        holder = cls._parse(text)
+        if holder is None:
             raise UnreadableRecord(
                 f"{path} is not a local-run record ({text.strip()[:40]!r}); valid: delete it "
                 "when no local-run of this stack is running (local-run writes it again)"
-            ) from None
+            )
+        return holder
+
+    @classmethod
+    def _parse(cls, text: str) -> RunHolder | None:
+        """The holder `text` records; None when it records none a process can be."""
+        if text.strip().isdigit():
+            record: Any = {"pid": int(text.strip())}  # an older trainstack's: the pid alone
+        else:
+            try:
+                record = json.loads(text)
+            except ValueError:
+                return None
+        if not isinstance(record, dict):
+            return None  # `[1, 2]`, `"abc"`: JSON, but no record
+        pid, start, started_at = record.get("pid"), record.get("start"), record.get("started_at")
+        # kill(0, 0) and kill(-1, 0) ask about a process group and every process, and
+        # succeed; pid 1 (init) always runs, so without a start time to compare it names no
+        # local-run; Linux gives no pid above PID_MAX_LIMIT, 2**22 (include/linux/threads.h).
+        lowest = 1 if isinstance(start, str) else 2
+        if not (isinstance(pid, int) and not isinstance(pid, bool) and lowest <= pid <= 2**22):
+            return None
+        # Only a known holder's name is shown: the file is text anyone may write.
+        by = str(record["by"]) if record.get("by") in HOLDERS else LOCAL_RUN
+        return cls(
+            pid,
+            start if isinstance(start, str) else None,
+            started_at if isinstance(started_at, str) else None,
+            by,
+        )
 
 
 class RunLocked(ValueError):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from trainstack.components import catalog
 from trainstack.components._node_args import secret_env_names_problems, validate_node_args
@@ -67,6 +67,7 @@ from trainstack.components.gpu_startup import check_trainer, uses_torchrun
 from trainstack.components.kubernetes_training_job import DEFAULT_MODULE
 from trainstack.components.training_network import subnet_zone_problems
 from trainstack.components.user_code import CodeRules, args_with_code
+from trainstack.trainers.common.scalars import StrictScalars
 
 SHAPE_KEYS: Final = (
     "backend",
@@ -90,7 +91,7 @@ GKE_ONLY_KEYS: Final = (
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 
 
-class A100Shape(BaseModel):
+class A100Shape(StrictScalars):
     """The machines of an A100 cluster: its `SHAPE_KEYS`, parsed."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

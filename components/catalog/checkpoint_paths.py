@@ -21,6 +21,14 @@ GS_DIR: Final = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?$")
 ending with a letter or digit (https://cloud.google.com/storage/docs/buckets#naming)."""
 
 
+_GCS_FUSE: Final = re.compile(r"^/gcs/([a-z0-9][a-z0-9._-]{1,220}[a-z0-9])(/\S*)?$")
+"""Vertex custom training's Cloud Storage FUSE mount: "Custom training jobs can access your
+Cloud Storage buckets as subdirectories of the root /gcs directory ... gs://example-bucket/
+data.csv ... open('/gcs/example-bucket/data.csv')"
+(https://cloud.google.com/vertex-ai/docs/training/cloud-storage-file-system, "How it
+works")."""
+
+
 def _reserved_bucket(bucket: str) -> str | None:
     """Why Cloud Storage refuses `bucket` as a name, or None: "Bucket names cannot begin with
     the "goog" prefix." and "Bucket names cannot contain "google" or close misspellings, such
@@ -49,6 +57,15 @@ def checkpoint_place_problem(value: str, key: str, *, cloud: bool) -> str | None
             f"{key}: {quote(value)} names no valid Cloud Storage bucket; valid: "
             "gs://BUCKET[/PATH], BUCKET 3-222 of a-z, 0-9, '.', '_', '-' starting and ending "
             "with a letter or digit"
+        )
+    fuse = _GCS_FUSE.match(value)
+    if cloud and fuse:
+        url = f"gs://{fuse[1]}{fuse[2] or ''}"
+        return (
+            f"{key}: {quote(value)} is Vertex's Cloud Storage FUSE path of {url} (Google "
+            "mounts buckets under /gcs/ on Vertex only); the run contract gives the "
+            "trainer its checkpoint folder as the bucket URL (TRAINSTACK_CHECKPOINT_DIR), "
+            f"and status and the supervisor read it there; valid: {url}"
         )
     if cloud:
         return (

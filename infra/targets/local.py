@@ -48,6 +48,7 @@ from trainstack.trainers.common.contract import (
     FIELD_STEP,
 )
 from trainstack.trainers.common.exit_codes import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from trainstack.trainers.common.scalars import StrictScalars
 from trainstack.trainers.common.user_code import DEFAULT_LAUNCHER
 from trainstack.trainers.local_start import on_storage
 from trainstack.trainers.run_lock import LOCAL_RUN as LOCAL_RUN_HOLDER
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 
-class LocalConfig(Section):
+class LocalConfig(StrictScalars, Section):
     """`trainstack:local`: run the trainer as processes on this machine."""
 
     workers: int = Field(default=2, ge=1, le=MAX_LOCAL_WORKERS)

@@ -72,7 +72,8 @@ from trainstack.infra.targets.base import (
 )
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
-from trainstack.trainers.common.user_code import CodeRules, WholeNumber
+from trainstack.trainers.common.scalars import StrictScalars
+from trainstack.trainers.common.user_code import CodeRules
 
 if TYPE_CHECKING:
     from trainstack.components.run_supervisor import RunSupervisor
@@ -81,7 +82,7 @@ if TYPE_CHECKING:
     from trainstack.trainers.common.user_code import StackTrainer, UserCode
 
 
-class TpuConfig(Section):
+class TpuConfig(StrictScalars, Section):
     """`trainstack:tpu`: TPU slices, through the Cloud TPU API (`backend: tpu_vm`,
     `TpuPodSlice` arguments) or as GKE node pools (`backend: gke`, `TpuGkeSlices`). Give
     `accelerator_type` or generation+topology."""
@@ -104,7 +105,7 @@ class TpuConfig(Section):
     backend: TpuBackend = "tpu_vm"
     """`tpu_vm` (default): the Cloud TPU API, which Google keeps for bug fixes and security
     updates only; `gke`: one GKE TPU node pool per slice and a JobSet over them."""
-    slices: WholeNumber = 1
+    slices: int = 1
     """Slices of `accelerator_type`; above 1 (multislice over the data-center network) on
     backend gke with multi-host slices only."""
 

@@ -27,6 +27,7 @@ from trainstack.components.catalog.vertex import (
 )
 from trainstack.infra.targets.base import Section
 from trainstack.trainers.common.config import TrainConfig
+from trainstack.trainers.common.scalars import StrictScalars
 
 
 def _auto_or_count(value: Any) -> Any:
@@ -39,7 +40,7 @@ def _auto_or_count(value: Any) -> Any:
     return count
 
 
-class ReductionServerConfig(Section):
+class ReductionServerConfig(StrictScalars, Section):
     """`trainstack:vertex.reduction_server`: Vertex Reduction Server (worker pool 2)."""
 
     enabled: bool = False
@@ -49,7 +50,7 @@ class ReductionServerConfig(Section):
     machine_type: str = DEFAULT_REDUCER_MACHINE
 
 
-class HyperparameterConfig(Section):
+class HyperparameterConfig(StrictScalars, Section):
     """One searched trainer key, in the REST `ParameterSpec` vocabulary that
     `VertexTrainingJob` takes; values arrive as `--<parameter_id>=<value>` flags."""
 
@@ -61,7 +62,7 @@ class HyperparameterConfig(Section):
     scale_type: ScaleType | None = None
 
 
-class HyperparameterTuningConfig(Section):
+class HyperparameterTuningConfig(StrictScalars, Section):
     """`trainstack:vertex.hyperparameter_tuning`: run a HyperparameterTuningJob instead."""
 
     metric_id: str
@@ -77,7 +78,7 @@ class HyperparameterTuningConfig(Section):
     the last (Vertex's choice when unset); your code may report every epoch."""
 
 
-class VertexConfig(Section):
+class VertexConfig(StrictScalars, Section):
     """`trainstack:vertex`: a Vertex AI CustomJob (optionally with Reduction Server)."""
 
     machine_type: str

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from pathlib import Path
 
+import google_crc32c
 import numpy as np
 import pytest
 import torch
@@ -65,6 +67,8 @@ def test_the_marker_records_every_payload_file_and_its_size(tmp_path: Path) -> N
     folder = tmp_path / step_name(10)
     marker = json.loads((folder / MARKER).read_text())
     assert marker["files"] == {"state.pt": (folder / "state.pt").stat().st_size}
+    crc = google_crc32c.Checksum((folder / "state.pt").read_bytes()).digest()
+    assert marker["crc32c"] == {"state.pt": base64.b64encode(crc).decode()}
     assert sorted(p.name for p in folder.iterdir()) == [MARKER, "state.pt"]
 
 
@@ -73,7 +77,8 @@ def test_an_empty_marker_is_passed_over_and_the_run_resumes_the_step_before(
 ) -> None:
     """What a full disk left before: the marker opened (created) and its write refused. The
     step is not complete; resuming goes to step 5 and says which step it passed over and
-    why, and the next save deletes the broken folder."""
+    why. The next save leaves the broken folder: an empty marker does not show that
+    trainstack wrote it (a marker any other program left reads the same)."""
     ckpt, model, opt = _two_saves(tmp_path)
     (tmp_path / step_name(10) / MARKER).write_bytes(b"")
     assert ckpt.store.resume_point() == (
@@ -94,7 +99,11 @@ def test_an_empty_marker_is_passed_over_and_the_run_resumes_the_step_before(
         "cut short, e.g. by a full disk); resuming from step 5"
     )
     ckpt.save(model, opt, step=6)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [step_name(5), step_name(6)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        step_name(5),
+        step_name(6),
+        step_name(10),
+    ]
 
 
 def test_a_truncated_state_file_under_an_intact_marker_is_passed_over(tmp_path: Path) -> None:
@@ -152,7 +161,8 @@ def test_a_marker_written_before_sizes_were_recorded_still_counts(tmp_path: Path
 
 def test_clear_deletes_only_what_trainstack_wrote_and_names_the_rest(tmp_path: Path) -> None:
     ckpt, _, _ = _two_saves(tmp_path)
-    (tmp_path / step_name(10) / MARKER).write_bytes(b"")  # broken, but trainstack's
+    state = tmp_path / step_name(10) / "state.pt"
+    state.write_bytes(state.read_bytes()[:100])  # broken, but trainstack's
     (tmp_path / f"{step_name(15)}.tmp-0123abcd").mkdir()
     (tmp_path / step_name(20)).mkdir()  # no marker: someone else's
     (tmp_path / "notes.txt").write_text("mine")
@@ -261,3 +271,133 @@ def test_overlapped_copy_is_taken_before_the_next_update(tmp_path: Path) -> None
     ckpt.load(2, model, opt)
     for k, v in model.state_dict().items():
         torch.testing.assert_close(v, before[k] + 1.0)
+
+
+def _damage(state: Path) -> None:
+    """The attack's damage: 100 kB zeroed in the middle and the last 500 bytes overwritten,
+    the size unchanged."""
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 100] = b"\0" * 100
+    data[-500:] = b"\xff" * 500
+    state.write_bytes(bytes(data))
+
+
+def test_a_state_file_damaged_at_the_same_size_is_passed_over(tmp_path: Path) -> None:
+    """The marker's CRC32C tells it before torch reads the file (which failed on every
+    start with "PytorchStreamReader failed reading zip archive")."""
+    ckpt, model, opt = _two_saves(tmp_path)
+    marker = json.loads((tmp_path / step_name(10) / MARKER).read_text())
+    state = tmp_path / step_name(10) / "state.pt"
+    _damage(state)
+    found = base64.b64encode(google_crc32c.Checksum(state.read_bytes()).digest()).decode()
+    assert state.stat().st_size == marker["files"]["state.pt"]
+    reason = (
+        f"state.pt's content changed since it was saved (CRC32C {found} where its COMPLETE "
+        f"marker records {marker['crc32c']['state.pt']})"
+    )
+    assert ckpt.store.resume_point() == (5, [Skipped(10, step_name(10), reason)])
+    assert ckpt.load(5, model, opt) == 5
+    # A marker written before checksums were recorded: sizes only, as before.
+    del marker["crc32c"]
+    (tmp_path / step_name(10) / MARKER).write_text(json.dumps(marker))
+    assert ckpt.store.resume_point() == (10, [])
+
+
+@pytest.mark.parametrize(
+    ("marker", "extra", "reason"),
+    [
+        (
+            "{}",
+            "user.bin",
+            "its COMPLETE marker lacks step and committed_at (not one trainstack wrote)",
+        ),
+        (
+            '{"step": 20}',
+            "other.bin",
+            "its COMPLETE marker lacks committed_at (not one trainstack wrote)",
+        ),
+        (
+            '{"step": 999, "committed_at": 1.0}',
+            None,
+            "its COMPLETE marker says step 999, not 20",
+        ),
+        (None, None, "its COMPLETE marker is a folder, not a file"),
+    ],
+)
+def test_a_marker_trainstack_did_not_write_is_skipped_and_never_deleted(
+    tmp_path: Path, marker: str | None, extra: str | None, reason: str
+) -> None:
+    """Before, any folder holding a file named COMPLETE was trainstack's: `--fresh` and
+    pruning deleted a folder with a `{}` marker and someone's `user.bin`; a marker that is a
+    folder refused the whole run; a marker saying step 999 in step-20 was resumed."""
+    ckpt, model, opt = _two_saves(tmp_path)
+    folder = tmp_path / step_name(20)
+    folder.mkdir()
+    if marker is None:
+        (folder / MARKER).mkdir()
+    else:
+        (folder / MARKER).write_text(marker)
+    if extra is not None:
+        (folder / extra).write_bytes(b"mine")
+    assert ckpt.store.resume_point() == (10, [Skipped(20, step_name(20), reason)])
+    ckpt.save(model, opt, step=15)  # prunes to keep=3 of trainstack's own
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        step_name(5),
+        step_name(10),
+        step_name(15),
+        step_name(20),
+    ]
+    cleared = ckpt.store.clear()
+    assert cleared == Cleared(
+        [step_name(5), step_name(10), step_name(15)], [step_name(20)], {step_name(20): reason}
+    )
+    assert cleared.left_line("/ck") == (
+        f"--fresh left step-00000020 ({reason}) in /ck: not checkpoints trainstack wrote; "
+        "delete them yourself if they are not wanted"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [step_name(20)]
+
+
+def test_a_folder_with_files_its_marker_does_not_list_is_left(tmp_path: Path) -> None:
+    """A valid marker of trainstack's, but the folder holds a file it never wrote: the
+    checkpoint is resumed (its payload is whole) and never deleted."""
+    ckpt, _, _ = _two_saves(tmp_path)
+    (tmp_path / step_name(5) / "other.bin").write_bytes(b"mine")
+    (tmp_path / step_name(10) / f"{MARKER}.tmp-0123abcdef01").write_bytes(b"")
+    assert ckpt.store.resume_point() == (10, [])
+    cleared = ckpt.store.clear()
+    assert cleared == Cleared(
+        [step_name(10)],
+        [step_name(5)],
+        {step_name(5): "it holds files its COMPLETE marker does not list: other.bin"},
+    )
+
+
+def test_in_a_bucket_the_listings_crc32c_tells_damage_without_a_read(
+    gcs_emulator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marker records the CRC32C Cloud Storage computed on upload (the object resource's
+    `crc32c`, base64 of the big-endian checksum); a same-size overwrite changes it."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator)
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    store = CheckpointStore("gs://trainstack-test/crc/run", keep=3)
+    for step in (5, 10):
+        tmp = store.new_tmp(step, "0123abcd")
+        store.write_bytes(f"{tmp}/state.pt", bytes([step]) * 1000)
+        store.commit(tmp, step)
+    marker = json.loads(store.read_bytes(store.path(f"{step_name(10)}/{MARKER}")))
+    crc = base64.b64encode(google_crc32c.Checksum(bytes([10]) * 1000).digest()).decode()
+    assert marker["crc32c"] == {"state.pt": crc}
+    store.write_bytes(store.path(f"{step_name(10)}/state.pt"), b"\0" * 1000)
+    found = base64.b64encode(google_crc32c.Checksum(b"\0" * 1000).digest()).decode()
+    assert store.resume_point() == (
+        5,
+        [
+            Skipped(
+                10,
+                step_name(10),
+                f"state.pt's content changed since it was saved (CRC32C {found} where its "
+                f"COMPLETE marker records {crc})",
+            )
+        ],
+    )

@@ -26,6 +26,7 @@ from tests.trainers.conftest import REPO, trainer_env
 from tests.trainers.local_cli import finish, local_run, log_records, tree, wait_for_record
 from tests.trainers.test_run_state import TORCH_ARGS
 from trainstack.trainers.common.checkpoint import MARKER, CheckpointStore
+from trainstack.trainers.common.checkpoint_marker import crc32c_of
 
 pytestmark = pytest.mark.trainer
 
@@ -147,6 +148,44 @@ def test_a_truncated_state_file_is_passed_over_on_every_retry(tmp_path: Path) ->
             "reason": f"state.pt holds {size // 2} bytes where its {MARKER} marker records {size}",
             "resumed_from": 5,
             "rank": 0,
+        }
+    ]
+    assert [r["step"] for r in records if r["event"] == "resume"] == [5]
+    assert [r["step"] for r in records if r["event"] == "done"] == [15]
+
+
+def test_a_state_file_damaged_at_the_same_size_is_passed_over(tmp_path: Path) -> None:
+    """About 10 s: the attack's damage (100 kB zeroed at offset 2,000,000 of a bigger state,
+    the tail overwritten, the size kept) crashed every start with torch's "PytorchStreamReader
+    failed reading zip archive"; the marker's CRC32C passes it over instead."""
+    ckpt = tmp_path / "ckpt"
+    args = [*TORCH_ARGS, f"--checkpoint_dir={ckpt}", "--hidden_dim=512"]
+    first = _trainer([*args, "--steps=10"])
+    assert first.wait(timeout=300) == 0
+    state = ckpt / "step-00000010" / "state.pt"
+    data = bytearray(state.read_bytes())
+    assert len(data) > 2_100_000
+    data[2_000_000:2_100_000] = b"\0" * 100_000
+    data[-500:] = b"\xff" * 500
+    state.write_bytes(bytes(data))
+    recorded = json.loads((ckpt / "step-00000010" / MARKER).read_text())["crc32c"]["state.pt"]
+    found = crc32c_of([bytes(data)])
+    rerun = _trainer([*args, "--steps=15"])
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    records = _records(out)
+    skipped = [
+        {k: r[k] for k in ("step", "path", "reason", "resumed_from")}
+        for r in records
+        if r["event"] == "checkpoint_skipped"
+    ]
+    assert skipped == [
+        {
+            "step": 10,
+            "path": f"{ckpt}/step-00000010",
+            "reason": f"state.pt's content changed since it was saved (CRC32C {found} where "
+            f"its {MARKER} marker records {recorded})",
+            "resumed_from": 5,
         }
     ]
     assert [r["step"] for r in records if r["event"] == "resume"] == [5]

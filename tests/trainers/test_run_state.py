@@ -18,6 +18,7 @@ import yaml
 from tests.trainers.conftest import REPO, trainer_env
 from tests.trainers.local_cli import cli_env
 from trainstack.trainers.common.checkpoint import MARKER, CheckpointStore
+from trainstack.trainers.common.checkpoint_marker import crc32c_of
 from trainstack.trainers.common.fingerprint import FINGERPRINT_FIELD, STATE_KEYS
 
 pytestmark = pytest.mark.trainer
@@ -251,6 +252,38 @@ def test_local_run_passes_over_a_checkpoint_a_full_disk_left_broken(tmp_path: Pa
     assert [
         (r["step"], r["resumed_from"]) for r in records if r.get("event") == "checkpoint_skipped"
     ] == [(10, 5)]
+    assert CheckpointStore(str(ckpt), keep=1).complete_steps() == [5, 10, 15]
+
+
+def test_local_run_passes_over_a_state_file_damaged_at_the_same_size(tmp_path: Path) -> None:
+    """About 25 s: the attack's repro under `local-run` (2 torchrun workers): step 10's
+    state.pt has 100 kB zeroed at offset 2,000,000 and its tail overwritten, its size kept.
+    Before, every start failed on both ranks with "PytorchStreamReader failed reading zip
+    archive" (exit 1); now one line says which step is passed over and why, the run resumes
+    from step 5, and the new save of step 10 replaces the damaged one."""
+    config = _stack(tmp_path, "damaged", hidden_dim=512)
+    assert _local_run(config).returncode == 0
+    ckpt = tmp_path / "root" / "checkpoints" / "state"
+    state = ckpt / "step-00000010" / "state.pt"
+    data = bytearray(state.read_bytes())
+    assert len(data) > 2_100_000
+    data[2_000_000:2_100_000] = b"\0" * 100_000
+    data[-500:] = b"\xff" * 500
+    state.write_bytes(bytes(data))
+    recorded = json.loads((ckpt / "step-00000010" / MARKER).read_text())["crc32c"]["state.pt"]
+    found = crc32c_of([bytes(data)])
+    resumed = _local_run(config, "--steps", "15")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.splitlines()[0] == (
+        f"checkpoint {ckpt}/step-00000010 skipped: state.pt's content changed since it was "
+        f"saved (CRC32C {found} where its {MARKER} marker records {recorded}); resuming from "
+        "step 5"
+    )
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "root" / "logs" / "state.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in records if r.get("event") == "resume" and r["rank"] == 0] == [5]
     assert CheckpointStore(str(ckpt), keep=1).complete_steps() == [5, 10, 15]
 
 

@@ -87,3 +87,16 @@ def test_a_bucket_name_cloud_storage_reserves_is_refused(
         "bucket; valid: gs://BUCKET[/PATH] with a bucket name not starting with 'goog' nor "
         "containing 'google'"
     ]
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_a_gcs_fuse_path_is_refused_for_what_it_is(stack: str) -> None:
+    """`/gcs/BUCKET/PATH` is the bucket on Vertex (its Cloud Storage FUSE mount), not a disk
+    that a preemption loses, as the refusal said before."""
+    assert _errors(stack, "/gcs/acme-ckpt/runs") == [
+        f"{KEY}: '/gcs/acme-ckpt/runs' is Vertex's Cloud Storage FUSE path of "
+        "gs://acme-ckpt/runs (Google mounts buckets under /gcs/ on Vertex only); the run "
+        "contract gives the trainer its checkpoint folder as the bucket URL "
+        "(TRAINSTACK_CHECKPOINT_DIR), and status and the supervisor read it there; valid: "
+        "gs://acme-ckpt/runs"
+    ]

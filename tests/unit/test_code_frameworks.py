@@ -223,3 +223,15 @@ def test_launcher_node_off_a_tpu_gives_jax_and_tf_their_variables(tmp_path: Path
             "TF_CONFIG",
         ],
     )
+
+
+def test_a_long_requirement_is_cut_in_the_text_plan_and_whole_in_json(tmp_path: Path) -> None:
+    """A direct URL of thousands of characters was printed whole in the plan's table."""
+    url = "pkg @ https://example.com/" + "a" * 5000 + ".whl"
+    code = _code(tmp_path, {"train.py": "import jax\n", "req.txt": f"jax[tpu]\n{url}\n"})
+    summary = code_summary(load_stack_config(_config(code, requirements="req.txt")))
+    assert summary is not None
+    assert summary["requirements"] == ["jax[tpu]", url]
+    assert dict(code_rows(summary))["requirements"] == (
+        f"jax[tpu], {url[:80]}... (5030 characters)"
+    )

@@ -4,6 +4,7 @@ naming the file before anything is read, through `trainstack plan --config-file`
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -139,4 +140,44 @@ def test_a_name_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path, code: Pat
         "trainer.source: the name 'caf\\udce9.py' is not UTF-8 (the escapes are its "
         "undecodable bytes); valid: a UTF-8 name (rename it), or .gcloudignore listing it to "
         "leave it out",
+    ]
+
+
+def test_env_files_under_other_names_and_keys_in_other_shapes_are_left_out(
+    tmp_path: Path, code: Path
+) -> None:
+    """The attack's folder: docker-compose's `env_file` names, a shell script exporting a key,
+    a PuTTY key and a base64 service-account key all shipped before. A module named env
+    and a script that only reads a variable still go; `!prod.env` puts an empty one back."""
+    _folder(
+        code,
+        {
+            "prod.env": "DATABASE_URL=postgresql://app:hunter2@db/app\n",
+            "env.production": "API_TOKEN=abc123\n",
+            "secrets.sh": "#!/bin/sh\nexport API_KEY=sk-0123456789abcdefghijklmn\n",
+            "run.sh": "#!/bin/sh\nexport HF_TOKEN=$HF_TOKEN\nexec python train.py\n",
+            "env.py": "config = context.config\n",
+            "keys/key.ppk": "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\n",
+            "notes/putty.txt": "PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\n",
+            "conf/sa.b64": base64.b64encode(SA_KEY.encode()).decode() + "\n",
+            "conf/wrapped.b64": base64.encodebytes(SA_KEY.encode()).decode(),
+            "empty.env": "WANDB_API_KEY=\n",
+        },
+    )
+    (code / ".gcloudignore").write_text("!empty.env\n")
+    files = _plan(tmp_path, code)["code"]["files"]
+    assert files["excluded"] == [
+        {"path": "conf/sa.b64", "why": "base64 Google credentials"},
+        {"path": "conf/wrapped.b64", "why": "base64 Google credentials"},
+        {"path": "env.production", "why": "dotenv file"},
+        {"path": "keys/key.ppk", "why": "PuTTY private key"},
+        {"path": "notes/putty.txt", "why": "PuTTY private key"},
+        {"path": "prod.env", "why": "dotenv file"},
+        {"path": "secrets.sh", "why": "shell script setting a credential"},
+    ]
+    assert sorted(f["path"] for f in files["largest"]) == [
+        "empty.env",
+        "env.py",
+        "run.sh",
+        "train.py",
     ]

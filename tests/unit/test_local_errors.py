@@ -49,7 +49,7 @@ def _checkpoint(folder: Path, step: int) -> None:
     settings = {"model": "mlp", "dataset": "synthetic", "steps": 10, "global_batch_size": 8}
     fingerprint = trainer_fingerprint(TrainConfig.model_validate(settings))
     (folder / f"step-{step:08d}").mkdir(parents=True)
-    marker = {"step": step, FINGERPRINT_FIELD: fingerprint}
+    marker = {"step": step, "committed_at": 1.0, FINGERPRINT_FIELD: fingerprint}
     (folder / f"step-{step:08d}" / "COMPLETE").write_text(json.dumps(marker))
 
 
@@ -306,3 +306,25 @@ def test_workers_flag_stands_in_for_an_invalid_local_workers(
     result = runner.invoke(app, ["local-run", "--config-file", str(config)])
     assert (result.exit_code, started) == (2, [4])
     assert result.stderr == "error: stack 'mine': " + WORKERS_REFUSED[given] + "\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[1, 2]", '"abc"', '{"pid": -1}', '{"pid": 0}', "1", '{"pid": true}', "99999999999999999999"],
+)
+def test_a_pid_file_naming_no_process_is_unreadable_not_running(tmp_path: Path, text: str) -> None:
+    """`[1, 2]` and `"abc"` raised AttributeError out of status and local-run; pid -1 and 0
+    (kill(-1, 0) and kill(0, 0) succeed) and an old record of pid 1 (init always runs) made
+    status say RUNNING. Status says the record is unreadable; local-run, which holds the
+    lock, takes the run over."""
+    root = tmp_path / "root"
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / "mine.pid").write_text(text)
+    config = _stack(tmp_path / "acme", root=root)
+    _one_error(
+        runner.invoke(app, ["status", "--config-file", str(config), "--now", NOW]),
+        f"{root}/logs/mine.pid is not a local-run record ({text!r}); valid: delete it when no "
+        "local-run of this stack is running (local-run writes it again)",
+    )
+    with RunLock(root / "logs" / "mine.pid", "mine") as lock:
+        assert lock.took_over is None

@@ -80,9 +80,14 @@ def put(gcs: str, bucket: str, *names: str, data: dict[str, bytes] | None = None
 def checkpoints(gcs: str, stack: str, complete: list[int], partial: list[int]) -> str:
     bucket = f"{P}-{stack}-checkpoints"
     # Each run's folder: the stack's name (the bundled stacks set no run_name).
-    names = [f"checkpoints/{stack}/step-{s:08d}/COMPLETE" for s in complete]
-    names += [f"checkpoints/{stack}/step-{s:08d}/model.pt" for s in complete + partial]
-    put(gcs, bucket, *names)
+    markers = {
+        f"checkpoints/{stack}/step-{s:08d}/COMPLETE": json.dumps(
+            {"step": s, "committed_at": 1.0}
+        ).encode()
+        for s in complete
+    }
+    names = [f"checkpoints/{stack}/step-{s:08d}/model.pt" for s in complete + partial]
+    put(gcs, bucket, *names, data=markers)
     return f"gs://{bucket}"
 
 
@@ -183,19 +188,31 @@ def test_tpu_status_json(tmp_path: Path, gcs: str) -> None:
 
 
 def test_cloud_status_names_the_newest_complete_checkpoint(tmp_path: Path, gcs: str) -> None:
-    """The bundled trainer's marker records its files' sizes: an empty marker (a write cut
-    short) and a file shorter than recorded are not complete checkpoints; a marker of an
-    older trainstack (no sizes) is."""
+    """The bundled trainer's marker records its files' sizes and CRC32Cs: an empty marker (a
+    write cut short), a file shorter than recorded and one whose listed crc32c is not the
+    recorded one are not complete checkpoints; a marker of an older trainstack (no sizes) is."""
     folder = "checkpoints/broken"
     files = {"state.pt": 5}
-    marker = json.dumps({"step": 300, "files": files}).encode()
+    marker = json.dumps({"step": 300, "committed_at": 1.0, "files": files}).encode()
     put(
         gcs,
         f"{P}-dev-tpu-v5e-checkpoints",
         data={
             f"{folder}/step-00000100/COMPLETE": b"{}",
-            f"{folder}/step-00000200/COMPLETE": json.dumps({"files": files}).encode(),
+            f"{folder}/step-00000200/COMPLETE": json.dumps(
+                {"step": 200, "committed_at": 1.0, "files": files}
+            ).encode(),
             f"{folder}/step-00000200/state.pt": b"12345",
+            # Sizes match, content not: the listing's crc32c is not the one recorded.
+            f"{folder}/step-00000250/COMPLETE": json.dumps(
+                {
+                    "step": 250,
+                    "committed_at": 1.0,
+                    "files": files,
+                    "crc32c": {"state.pt": "AAAAAA=="},
+                }
+            ).encode(),
+            f"{folder}/step-00000250/state.pt": b"12345",
             f"{folder}/step-00000300/COMPLETE": marker,
             f"{folder}/step-00000300/state.pt": b"123",
             f"{folder}/step-00000400/COMPLETE": b"",
@@ -338,7 +355,7 @@ def test_local_status_from_the_log_and_checkpoints(tmp_path: Path) -> None:
         directory = root / "checkpoints" / "mine" / f"step-{step:08d}"
         directory.mkdir(parents=True)
         if complete:
-            (directory / "COMPLETE").write_text("{}")
+            (directory / "COMPLETE").write_text(json.dumps({"step": step, "committed_at": 1.0}))
     result = runner.invoke(app, ["status", "--config-file", str(config), "--now", NOW])
     assert (result.exit_code, result.stdout, result.stderr) == (
         0,
@@ -360,7 +377,8 @@ def test_local_status_names_the_newest_complete_checkpoint(tmp_path: Path) -> No
     for step, marker in ((20, {"files": {"state.pt": 4}}), (40, {"files": {"state.pt": 9}})):
         (folder / f"step-{step:08d}").mkdir(parents=True)
         (folder / f"step-{step:08d}" / "state.pt").write_bytes(b"1234")
-        (folder / f"step-{step:08d}" / "COMPLETE").write_text(json.dumps(marker))
+        record = {"step": step, "committed_at": 1.0, **marker}
+        (folder / f"step-{step:08d}" / "COMPLETE").write_text(json.dumps(record))
     (folder / "step-00000060").mkdir()
     (folder / "step-00000060" / "COMPLETE").write_bytes(b"")
     args = ["status", "--config-file", str(config), "--now", NOW, "--json"]
@@ -385,7 +403,8 @@ def test_local_status_of_your_code_names_its_own_folder_and_its_failure(tmp_path
     (root / "logs" / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     for step in (5, 7):
         (root / "checkpoints" / "mine" / f"step-{step}").mkdir(parents=True)
-        (root / "checkpoints" / "mine" / f"step-{step}" / "COMPLETE").write_text("{}")
+        marker = json.dumps({"step": step, "committed_at": 1.0})
+        (root / "checkpoints" / "mine" / f"step-{step}" / "COMPLETE").write_text(marker)
     result = runner.invoke(app, ["status", "--config-file", str(config), "--now", NOW])
     assert (result.exit_code, result.stdout.splitlines()[1:4]) == (
         1,

@@ -248,6 +248,25 @@ def test_requirements_are_parsed_as_pep_508_each_bad_line_named(tmp_path: Path, 
     ]
 
 
+def test_a_requirements_file_not_utf8_or_with_an_overlong_line_is_one_line(
+    tmp_path: Path, code: Path
+) -> None:
+    """Before: "'utf-8' codec can't decode byte 0xff in position 5" with no key, and a
+    200,000-character line accepted and printed whole in the plan."""
+    trainer = {"source": str(code), "entrypoint": RUN, "requirements": "requirements.txt"}
+    (code / "requirements.txt").write_bytes(b"torch\xff\n")
+    assert _errors(tmp_path, {**LOCAL, "trainstack:trainer": trainer}) == [
+        "trainer.requirements: 'requirements.txt' is not UTF-8 text (byte 0xff at offset 5); "
+        "valid: a UTF-8 text file of PEP 508 requirements, one per line"
+    ]
+    long = "pkg @ https://example.com/" + "a" * 200_000
+    (code / "requirements.txt").write_text(f"numpy\n{long}\n")
+    assert _errors(tmp_path, {**LOCAL, "trainstack:trainer": trainer}) == [
+        f"trainer.requirements: line 2 {long[:60]!r}... is 200026 characters long; valid: at "
+        "most 8190 characters a line (a longer URL no default server takes)"
+    ]
+
+
 def _plan(tmp_path: Path, config: dict[str, Any], name: str = "mine") -> dict[str, Any]:
     path = tmp_path / f"Pulumi.{name}.yaml"
     path.write_text(yaml.safe_dump({"config": config}))

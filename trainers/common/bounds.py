@@ -57,3 +57,18 @@ taken in parameter space at each timestep are approximately bounded by the steps
 α"); the models' weights start well under 1, so a rate above 10 moves every weight ten
 times its scale at each step (1e308 is past even float32's range, 3.4e38, the weights'
 type)."""
+
+MAX_TOTAL_USD: Final = 10**9
+"""`limits.max_total_usd`: a billion US dollars, above a year (`MAX_RUN_HOURS`) of the most
+the catalog plans for one gpu_cluster stack, 1,000 machines (`catalog.gpus.MAX_NODES`) of
+its dearest type, a2-megagpu-16g at $55.74/h list (`catalog.prices.MACHINE_PRICES`): about
+$488 million. A cap no stack can reach caps nothing, and 1e300 printed a 301-digit amount in
+the plan."""
+
+MAX_REQUIREMENT_CHARS: Final = 8190
+"""A line of `trainer.requirements`: the longest request line Apache httpd serves by default
+(`LimitRequestLine` 8190, https://httpd.apache.org/docs/2.4/mod/core.html#limitrequestline;
+nginx's default `large_client_header_buffers` is 8k too), so a direct-reference URL longer
+than that cannot be fetched from a default index, and each line is also one
+`Requires-Dist:` header of the package's metadata. 200,000 characters passed and were printed
+whole in the plan."""

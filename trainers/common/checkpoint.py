@@ -17,19 +17,25 @@ writes the payload into `{dir}/step-N.tmp-<token>/`, then commits it (`Checkpoin
   operations on one object, such as an upload, and not for operations on several objects at
   once, such as copying several).
 
-The marker is JSON: the step, the settings fingerprint of the run that wrote it
-(`trainstack.trainers.common.fingerprint`) and `files`, every payload file's size in bytes.
-A step folder is a complete checkpoint when its marker reads as that record and every file
-it records is there with that size (`payload_problem`): one listing of the folder, no payload
-read. An empty or torn marker (a write cut short by a full disk, before this layout) and a
-truncated or missing payload file make a folder incomplete; resuming then goes to the
-newest complete step, and the folders passed over come back as `Skipped` with the reason.
-A marker without `files` was written before trainstack recorded them and counts as complete.
-Content damage that keeps a file's size is left to the loaders.
+The marker (`trainstack.trainers.common.checkpoint_marker`) records the step, the settings
+fingerprint of the run that wrote it, every payload file's size and every payload file's
+CRC32C. A step folder is a complete checkpoint when its marker reads as that record for its
+own step and every file it records is there with that size (`payload_problem`): one listing
+of the folder, no payload read. An empty or torn marker (a write cut short by a full disk,
+before this layout), a marker naming another step or lacking the fields trainstack writes,
+a marker that is a folder, and a truncated or missing payload file make a folder incomplete;
+so does a payload file whose content no longer matches its CRC32C, checked only for the
+step a run is about to resume or report (`CheckpointStore.checked`: locally the file is
+read, in a bucket the listing's `crc32c` is compared). Resuming then goes to the newest
+complete step, and the folders passed over come back as `Skipped` with the reason. A marker
+without `files` was written before trainstack recorded them and counts as complete; one
+without `crc32c` is checked by sizes only.
 
-A `step-N` folder holding a marker (readable or not) and a `step-N.tmp-<token>` folder are
-trainstack's; `prune` and `clear` (`local-run --fresh`) delete only those and leave any other
-`step-N` folder. What goes inside a step directory is the trainer's business
+A `step-N` folder is trainstack's when its marker reads as trainstack's record of that step
+and the folder holds only the files the marker lists (and the marker's temporaries), and a
+`step-N.tmp-<token>` folder is; `prune` and `clear` (`local-run --fresh`) delete only those
+and leave any other `step-N` folder, `clear` naming each with the reason. What goes inside a
+step directory is the trainer's business
 (`trainstack.trainers.torch_ddp.checkpoint` for torch, `trainstack.trainers.tf_multiworker.
 checkpoint` for TensorFlow); this module imports neither framework. GCS and emulator options
 come from `trainstack.trainers.common.storage`.
@@ -49,9 +55,19 @@ import shutil
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from trainstack.trainers.common.checkpoint_marker import (
+    CRC_FIELD,
+    FILES_FIELD,
+    MARKER,
+    UnreadableMarker,
+    file_crc32c,
+    foreign_files,
+    payload_problem,
+    read_marker,
+)
 from trainstack.trainers.common.cluster import trial_id
 from trainstack.trainers.common.fingerprint import (
     FINGERPRINT_FIELD,
@@ -61,9 +77,6 @@ from trainstack.trainers.common.fingerprint import (
 )
 from trainstack.trainers.common.storage import storage_options
 
-MARKER: Final = "COMPLETE"
-FILES_FIELD: Final = "files"
-"""The marker's record of the payload: {path inside the step folder: size in bytes}."""
 _STEP_RE = re.compile(r"^step-(\d{8})$")
 _TMP_RE = re.compile(r"^step-\d{8}\.tmp-[0-9a-f]+$")
 
@@ -164,48 +177,6 @@ def check_resume(cfg: Any, env: Mapping[str, str]) -> None:
         pass
 
 
-class UnreadableMarker(ValueError):
-    """A `COMPLETE` marker that does not read as trainstack's record; the message says why."""
-
-
-def read_marker(text: bytes) -> dict[str, Any]:
-    """The record a marker holds; `UnreadableMarker` naming why it holds none."""
-    if not text.strip():
-        raise UnreadableMarker(
-            f"its {MARKER} marker is empty (a write cut short, e.g. by a full disk)"
-        )
-    try:
-        record = json.loads(text)
-    except ValueError:  # UnicodeDecodeError is one too
-        raise UnreadableMarker(
-            f"its {MARKER} marker is not JSON (a write cut short, e.g. by a full disk)"
-        ) from None
-    if not isinstance(record, dict):
-        raise UnreadableMarker(f"its {MARKER} marker holds no JSON object")
-    files = record.get(FILES_FIELD)
-    if files is not None and not (
-        isinstance(files, dict)
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in files.values())
-    ):
-        raise UnreadableMarker(f"its {MARKER} marker's {FILES_FIELD} are not file sizes")
-    return record
-
-
-def payload_problem(record: Mapping[str, Any], sizes: Mapping[str, int]) -> str | None:
-    """Why the files of a step folder (`sizes`: path inside the folder -> bytes) are not the
-    payload its marker `record` records; None when they are, or when it records none."""
-    files = record.get(FILES_FIELD)
-    if not isinstance(files, dict):
-        return None
-    for name, size in sorted(files.items()):
-        found = sizes.get(name)
-        if found is None:
-            return f"{name} is missing (its {MARKER} marker records {size} bytes)"
-        if found != size:
-            return f"{name} holds {found} bytes where its {MARKER} marker records {size}"
-    return None
-
-
 @dataclass(frozen=True)
 class StepFolder:
     """One `step-N` folder of a checkpoint directory, as `CheckpointStore.folders` found it."""
@@ -218,10 +189,17 @@ class StepFolder:
     """Why it is not a complete checkpoint; None for a complete one."""
     record: dict[str, Any] = field(default_factory=dict)
     """Its marker's record (empty when there is none to read)."""
+    kept: str | None = None
+    """Why it is not trainstack's to delete (see the module doc); None when it is."""
 
     @property
     def complete(self) -> bool:
         return self.marked and self.problem is None
+
+    @property
+    def owned(self) -> bool:
+        """trainstack wrote it: `prune` and `clear` may delete it."""
+        return self.marked and self.kept is None
 
 
 @dataclass(frozen=True)
@@ -248,11 +226,21 @@ class Cleared:
 
     removed: list[str]
     left: list[str]
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why a folder of `left` holding a marker is not trainstack's, by name."""
 
     def left_line(self, url: str) -> str | None:
         """The line saying what `--fresh` left, None when it left nothing."""
         if not self.left:
             return None
+        if self.reasons:
+            names = "; ".join(
+                f"{n} ({self.reasons.get(n, f'no {MARKER} marker')})" for n in self.left
+            )
+            return (
+                f"--fresh left {names} in {url}: not checkpoints trainstack wrote; delete "
+                "them yourself if they are not wanted"
+            )
         names = ", ".join(self.left)
         return (
             f"--fresh left {names} in {url}: no {MARKER} marker, so not a checkpoint "
@@ -278,7 +266,7 @@ def newest_marked(url: str, *, strict: bool = False) -> tuple[int, str] | None:
     store = CheckpointStore(url, keep=1) if strict else None
     for step, name in reversed(steps):
         if store is not None:
-            found = store.folder(name).complete
+            found = store.checked(store.folder(name)).complete
         else:
             found = bool(fs.exists(f"{root}/{name}/{MARKER}"))
         if found:
@@ -370,14 +358,22 @@ class CheckpointStore:
 
     def sizes(self, path: str) -> dict[str, int]:
         """Every file under the folder `path`, as {path inside it: size in bytes}."""
+        return self.listing(path)[0]
+
+    def listing(self, path: str) -> tuple[dict[str, int], dict[str, str]]:
+        """Every file under the folder `path`, as {path inside it: size in bytes}, and the
+        CRC32C of those the listing gives one (Cloud Storage's object resource `crc32c`;
+        none locally)."""
         prefix = path.rstrip("/") + "/"
         self.fs.invalidate_cache()
-        found = self.fs.find(path, detail=True)
-        return {
-            str(p)[len(prefix) :]: int(info["size"])
-            for p, info in found.items()
+        found = {
+            str(p)[len(prefix) :]: info
+            for p, info in self.fs.find(path, detail=True).items()
             if str(p).startswith(prefix)
         }
+        sizes = {name: int(info["size"]) for name, info in found.items()}
+        crcs = {n: str(i["crc32c"]) for n, i in found.items() if i.get("crc32c")}
+        return sizes, crcs
 
     def folder(self, name: str) -> StepFolder:
         """The step folder `name` (`step-N`) as it stands: marked, complete or why not."""
@@ -386,14 +382,30 @@ class CheckpointStore:
             text = self.read_bytes(self.path(f"{name}/{MARKER}"))
         except FileNotFoundError:
             return StepFolder(step, name, False, f"it has no {MARKER} marker")
+        except IsADirectoryError:
+            why = f"its {MARKER} marker is a folder, not a file"
+            return StepFolder(step, name, True, why, kept=why)
         try:
-            record = read_marker(text)
+            record = read_marker(text, step)
         except UnreadableMarker as e:
-            return StepFolder(step, name, True, str(e))
-        problem = None
-        if FILES_FIELD in record:
-            problem = payload_problem(record, self.sizes(self.path(name)))
-        return StepFolder(step, name, True, problem, record)
+            return StepFolder(step, name, True, str(e), kept=str(e))
+        sizes, crcs = self.listing(self.path(name))
+        problem = payload_problem(record, sizes, crcs)
+        foreign = foreign_files(record, sizes)
+        kept = None
+        if foreign:
+            kept = f"it holds files its {MARKER} marker does not list: {', '.join(foreign)}"
+        return StepFolder(step, name, True, problem, record, kept)
+
+    def checked(self, found: StepFolder) -> StepFolder:
+        """`found` with its payload's content compared with the CRC32C its marker records,
+        reading each file here (a bucket's listing already gave `folder` them)."""
+        recorded = found.record.get(CRC_FIELD)
+        if self.remote or not found.complete or not isinstance(recorded, dict):
+            return found
+        crcs = {n: file_crc32c(self.fs, self.path(f"{found.name}/{n}")) for n in recorded}
+        problem = payload_problem(found.record, self.sizes(self.path(found.name)), crcs)
+        return replace(found, problem=problem)
 
     def folders(self) -> list[StepFolder]:
         """Every `step-N` folder, oldest first."""
@@ -422,7 +434,11 @@ class CheckpointStore:
         marker: dict[str, Any] = {"step": step, "committed_at": time.time()}
         if self.fingerprint is not None:
             marker[FINGERPRINT_FIELD] = self.fingerprint
-        marker[FILES_FIELD] = self.sizes(tmp)
+        sizes, crcs = self.listing(tmp)
+        marker[FILES_FIELD] = sizes
+        if not self.remote:
+            crcs = {name: file_crc32c(self.fs, f"{tmp}/{name}") for name in sizes}
+        marker[CRC_FIELD] = crcs
         data = json.dumps(marker).encode()
         if not self.remote:
             _publish_local(tmp, final, data)
@@ -462,6 +478,7 @@ class CheckpointStore:
         for found in reversed(self.folders()):
             if not found.marked:
                 continue  # not a checkpoint trainstack wrote: never resumed, never reported
+            found = self.checked(found)
             if found.problem is not None:
                 skipped.append(Skipped(found.step, found.name, found.problem))
                 continue
@@ -474,12 +491,12 @@ class CheckpointStore:
         return self.resume_point()[0]
 
     def prune(self) -> list[str]:
-        """Delete stale temporaries and every marked step folder but the newest `keep`
-        complete ones; a `step-N` folder without a marker is not trainstack's and stays."""
+        """Delete stale temporaries and every step folder trainstack wrote but the newest
+        `keep` complete ones; any other `step-N` folder stays (`StepFolder.owned`)."""
         folders = self.folders()
         complete = [f.name for f in folders if f.complete]
         keep = set(complete[-self.keep :])
-        marked = {f.name for f in folders if f.marked}
+        marked = {f.name for f in folders if f.owned}
         removed = []
         for name in self._names():
             if _TMP_RE.match(name) or (name in marked and name not in keep):
@@ -488,17 +505,20 @@ class CheckpointStore:
         return removed
 
     def clear(self) -> Cleared:
-        """Delete every folder trainstack wrote (marked step folders, complete or not, and
+        """Delete every folder trainstack wrote (its step folders, complete or not, and
         temporaries), so the next run starts from step 0; other files and `step-N` folders
-        without a marker stay (`Cleared.left`)."""
-        removed, left = [], []
+        stay (`Cleared.left`, with the reason for those holding a marker)."""
+        removed, left, reasons = [], [], {}
         for name in self._names():
-            if _STEP_RE.match(name) and not self.folder(name).marked:
+            found = self.folder(name) if _STEP_RE.match(name) else None
+            if found is not None and not found.owned:
                 left.append(name)
-            elif _STEP_RE.match(name) or _TMP_RE.match(name):
+                if found.kept is not None:
+                    reasons[name] = found.kept
+            elif found is not None or _TMP_RE.match(name):
                 self.fs.rm(self.path(name), recursive=True)
                 removed.append(name)
-        return Cleared(sorted(removed), sorted(left))
+        return Cleared(sorted(removed), sorted(left), reasons)
 
     def check_writable(self) -> None:
         """Write and delete a probe file in the folder (created locally when missing), so a

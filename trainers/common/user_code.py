@@ -23,13 +23,14 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Final, Literal
 
-from pydantic import BeforeValidator, ConfigDict, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import ConfigDict
 
+from trainstack.trainers.common.bounds import MAX_REQUIREMENT_CHARS
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import RESERVED_ENV
+from trainstack.trainers.common.scalars import StrictScalars
 
 UserLauncher = Literal["torchrun", "node"]
 
@@ -86,34 +87,12 @@ SECRET_WORDS: Final = frozenset(
 _PYTHON: Final = re.compile(r"python(3(\.\d+)?)?")
 
 
-COUNT_KEYS: Final = tuple(
-    name for name, field in TrainConfig.model_fields.items() if field.annotation is int
-)
-"""The bundled trainer's whole-number keys (steps, batch sizes, intervals, model sizes)."""
-
-
-def whole_number(value: object) -> object:
-    """A stack file's whole-number key: `true` and `"20"` are refused ("is not an integer"),
-    where pydantic's lax ints read them as 1 and 20 (a pydantic before-validator, shared by
-    every such key of the stack config: `WholeNumber`)."""
-    if isinstance(value, bool | str):
-        raise PydanticCustomError("int_type", "Input should be a valid integer")
-    return value
-
-
-WholeNumber = Annotated[int, BeforeValidator(whole_number)]
-"""An `int` stack key by the `whole_number` rule."""
-
-
-class StackTrainer(TrainConfig):
-    """`trainstack:trainer`: the bundled trainer's keys, or your own code's."""
+class StackTrainer(StrictScalars, TrainConfig):
+    """`trainstack:trainer`: the bundled trainer's keys, or your own code's. Its scalars are
+    taken as written (`StrictScalars`); `TrainConfig`, the trainer's command line, stays lax
+    (it gives every value as a string)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    # Strict here, not in TrainConfig: the trainer's command line gives every value as a
-    # string (`--steps=100`), and the engine gives a dynamic provider its numbers as doubles
-    # (protobuf Struct `number_value`, 20.0), which stay valid.
-    _whole_number = field_validator(*COUNT_KEYS, mode="before")(whole_number)
 
     source: str | None = None
     """Folder with your code, packaged and uploaded by content hash, less what its
@@ -211,9 +190,16 @@ def parse_requirements(text: str, key: str) -> tuple[list[str], list[str]]:
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
+        shown = repr(line) if len(line) <= 80 else repr(line[:60]) + "..."
+        if len(line) > MAX_REQUIREMENT_CHARS:
+            problems.append(
+                f"{key}: line {number} {shown} is {len(line)} characters long; valid: at most "
+                f"{MAX_REQUIREMENT_CHARS} characters a line (a longer URL no default server "
+                "takes)"
+            )
+            continue
         problem = requirement_problem(line)
         if problem is not None:
-            shown = repr(line) if len(line) <= 80 else repr(line[:60]) + "..."
             problems.append(
                 f"{key}: line {number} {shown} is not a requirement ({problem}); valid: PEP 508 "
                 "requirements, one per line (e.g. 'numpy>=1.26'), no pip options"
@@ -223,12 +209,26 @@ def parse_requirements(text: str, key: str) -> tuple[list[str], list[str]]:
     return requirements, problems
 
 
+def requirements_text(path: Path, key: str) -> str:
+    """The text of the requirements file at `path`; ValueError with the one line when it is
+    not UTF-8 (what pip reads a requirements file as without an encoding declared)."""
+    data = path.read_bytes()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{key}: {path.name!r} is not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}); valid: a UTF-8 text file of PEP 508 requirements, one per line"
+        ) from None
+
+
 def read_requirements(code: UserCode, base_dir: Path, prefix: str = "trainer.") -> list[str]:
     """The requirements `code` installs on each node; raises ValueError with the problem."""
     if code.requirements is None or code.source is None:
         return []
     path = resolve_source(code.source, base_dir) / code.requirements
-    requirements, problems = parse_requirements(path.read_text(), f"{prefix}requirements")
+    key = f"{prefix}requirements"
+    requirements, problems = parse_requirements(requirements_text(path, key), key)
     if problems:
         raise ValueError("\n".join(problems))
     return requirements
@@ -380,7 +380,11 @@ def user_code_problems(
                 f"{prefix}source ({folder}); valid: a path relative to the source folder"
             )
         else:
-            problems += parse_requirements(path.read_text(), f"{prefix}requirements")[1]
+            key = f"{prefix}requirements"
+            try:
+                problems += parse_requirements(requirements_text(path, key), key)[1]
+            except ValueError as exc:
+                problems.append(str(exc))
     return problems
 
 
