@@ -36,6 +36,7 @@ BUCKET = f"gs://{P}-{GKE}-checkpoints"
 GKE_PROGRAM = (
     GKE_MAIN.replace('"deployment_name": "acme"', f'"deployment_name": "{GKE}"')
     .replace('"checkpoint_url": "gs://acme-checkpoints"', f'"checkpoint_url": "{BUCKET}"')
+    .replace('"checkpoint_bucket": "acme-checkpoints"', f'"checkpoint_bucket": "{BUCKET[5:]}"')
     .replace('"--preemption_grace_s=12.0"', f'"--preemption_grace_s=12.0", "--run_name={GKE}"')
     + 'pulumi.export("supervisor", supervisor.facts)\n'
 )
@@ -44,6 +45,10 @@ TPU_PROGRAM = (
     .replace('TpuPodSlice("acme-tpu"', f'TpuPodSlice("{TPU}-tpu"')
     .replace(
         '"gs://acme-checkpoints/checkpoints/run"', f'"gs://{P}-{TPU}-checkpoints/checkpoints/{TPU}"'
+    )
+    # The supervisor reads the run records where the slice writes them, in the stack's bucket.
+    .replace(
+        '"checkpoint_bucket": "acme-checkpoints"', f'"checkpoint_bucket": "{P}-{TPU}-checkpoints"'
     )
 )
 
