@@ -386,17 +386,35 @@ def _stack_sections(
         yield _unseen_block(u)
 
 
+LOCAL_PATHS = re.compile(r"(^|\.)(fileAsset|fileArchive)$")
+"""A file asset's or archive's local path (the plan records it relative to the project:
+`trainstack.infra.mocks`). Only its content reaches the cloud: the engine compares assets by
+their hash alone (github.com/pulumi/pulumi sdk/go/common/resource/asset/asset.go
+`Asset.Equals`: "value equality is determined only by the hash"), and pulumi-terraform-bridge
+hands Terraform a copy named by that hash (pkg/tfbridge/info/assets.go `translateToFile`,
+`pulumi-asset-<hash>`). So two plans made in different folders differ there without a
+change; trainstack's own uploads name their content's hash in `name` and `metadata`."""
+
+
 def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> list[tuple[Any, ...]]:
-    """Each resource both sides have whose entry differs: both entries, their flattened
-    inputs, the paths that differ and the engine's verdict."""
+    """Each resource both sides have whose entry differs (a local asset path aside,
+    LOCAL_PATHS): both entries, their flattened inputs, the paths that differ and the
+    engine's verdict."""
     changed = []
     for k, b in new.items():
         if k in old and old[k] != b:
             a = old[k]
             fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
             paths = [
-                p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
+                p
+                for p in sorted(set(fa) | set(fb), key=_path_order)
+                if fa.get(p) != fb.get(p) and not (LOCAL_PATHS.search(p) and p in fa and p in fb)
             ]
+            others = [
+                key for key in set(a) | set(b) if key != "inputs" and a.get(key) != b.get(key)
+            ]
+            if not paths and not others:
+                continue
             verdict = classify(
                 b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
             )
