@@ -150,7 +150,7 @@ GCP_SCHEMA_SOURCE: Final[dict[str, str]] = {
         "accelerator_network_profile); node_config.go lines 316-320 (guest_accelerator), "
         "560-564 (oauth_scopes), 583-615 (reservation_affinity), 616-622 (spot), 624-630 "
         "(service_account), 646-650 (shielded_instance_config), 1431-1442 (max_run_duration, "
-        "flex_start). Only the fields trainstack sets; the rest stay \"change (may replace)\""
+        'flex_start). Only the fields trainstack sets; the rest stay "change (may replace)"'
     ),
 }
 """Read at the provider's newest commit (2026-08-21), not at the exact upstream version
