@@ -42,3 +42,15 @@ def test_new_content_still_replaces_by_its_name_and_digest() -> None:
         "`metadata.sha256`, `name` changed, which forces a new resource (the Terraform provider "
         "schema); creates the new one first"
     )
+
+
+def test_a_file_of_another_name_still_shows() -> None:
+    base = bundled_plan(STACK)
+    head = copy.deepcopy(base)
+    [sdist] = [r for r in head["resources"] if r["name"] == f"{STACK}-trainer-sdist"]
+    sdist["inputs"]["source"]["fileAsset"] = ".trainstack/build/other.tar.gz"
+    assert plan_diff(base, head).splitlines()[4] == (
+        f"- **replace** `{STACK}-trainer-sdist` (gcp:storage/bucketObject:BucketObject): "
+        "`source.fileAsset` changed, which forces a new resource (the Terraform provider "
+        "schema); deletes the old one first"
+    )
