@@ -50,7 +50,7 @@ from trainstack.infra.run_args import checkpoint_dir
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.supervision import after_supervisor, register_supervisor, run_settings
 from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, StillBilling
-from trainstack.infra.targets.gke import Gke
+from trainstack.infra.targets.gke import Gke, exit_codes, pod_limits_line
 from trainstack.infra.targets.tpu import TpuConfig, slice_or_none
 from trainstack.trainers.common.config import TrainConfig
 
@@ -67,23 +67,12 @@ def _tpu(cfg: StackView) -> TpuConfig:
     return cast(TpuConfig, cfg.compute)
 
 
-def _exit_codes(job: Mapping[str, Any]) -> list[str]:
-    """The exit codes the Job's pod failure policy fails it on (`FailJob` rules)."""
-    rules = (job.get("podFailurePolicy") or {}).get("rules") or []
-    return [
-        number(code)
-        for rule in rules
-        if isinstance(rule, Mapping) and rule.get("action") == "FailJob"
-        for code in (rule.get("onExitCodes") or {}).get("values") or []
-    ]
-
-
 def _failure_line(spec: Mapping[str, Any], job: Mapping[str, Any]) -> str:
     """What a failed pod does to the run: the JobSet's failure policy (JobSet's
     `FailJobSet` / `RestartJobSet` rules and `maxRestarts`) over the Job's exit codes."""
     policy = spec.get("failurePolicy") or {}
     actions = {r.get("action") for r in policy.get("rules") or [] if isinstance(r, Mapping)}
-    codes = _exit_codes(job)
+    codes = exit_codes(job, "FailJob")
     parts = []
     if codes and "FailJobSet" in actions:
         parts.append(f"fail on exits {', '.join(codes)}")
@@ -117,12 +106,7 @@ def jobset_lines(inputs: Mapping[str, Any]) -> list[str]:
             f"{number(job.get('parallelism'))}, completions {number(job.get('completions'))}), "
             f"image {container.get('image')}"
         )
-        limits = (container.get("resources") or {}).get("limits") or {}
-        lines.append(
-            "each pod: " + ", ".join(f"{k} {number(v)}" for k, v in limits.items())
-            if limits
-            else "each pod: no resource limits"
-        )
+        lines.append(pod_limits_line(pod))
         lines.append(_failure_line(spec, job))
     metadata = inputs.get("metadata")
     annotations = (metadata.get("annotations") if isinstance(metadata, Mapping) else {}) or {}

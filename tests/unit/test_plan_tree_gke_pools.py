@@ -110,3 +110,20 @@ def test_inputs_known_only_after_deploy_are_said_so() -> None:
     assert runs_lines(NODE_POOL, {"nodeCount": 2.0, "nodeConfig": UNKNOWN}) == [
         f"2 x {UNKNOWN}, on-demand"
     ]
+
+
+def test_the_gpu_job_shows_its_pods_limits_and_failure_policy_as_the_jobset_does() -> None:
+    [job] = [
+        r
+        for r in bundled_plan("dev-a100-gke")["resources"]
+        if r["type"] == "kubernetes:batch/v1:Job"
+    ]
+    assert runs_lines(job["type"], job["inputs"]) == [
+        "2 pods (parallelism 2, completions 2, Indexed), image pytorch/pytorch@sha256:"
+        "6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4",
+        "each pod: nvidia.com/gpu 8",
+        "failure policy: fail on exits 1, 2, 5; retry other failures up to 3 times per pod; "
+        "exits 4, 143, 6 and disruptions not counted",
+        "deadline: 14400s (activeDeadlineSeconds)",
+    ]
+    assert runs_lines(job["type"], {"spec": UNKNOWN}) == [f"Job spec {UNKNOWN}"]
