@@ -6,7 +6,9 @@ holding only the roles Google lists for it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 from pulumi_gcp import projects, serviceaccount, storage
@@ -106,13 +108,58 @@ def source_condition(bucket: str) -> dict[str, str]:
     }
 
 
-def records_condition(bucket: str) -> dict[str, str]:
+def records_folder(bucket: str, end_uri: str | None) -> str:
+    """The object-name folder of the run's records in `bucket` ("" at its root, else ending
+    in "/") from the run's end record `end_uri` (`gs://<bucket>/<folder>trainstack-run-<key>
+    .ended`, `gpu_startup.run_record_uri` of the training's checkpoint_url); "" without one.
+    ValueError where `end_uri` is in another bucket or not a run record."""
+    if not end_uri:
+        return ""
+    path = end_uri.removeprefix("gs://")
+    found, _, name = path.partition("/")
+    folder, _, record = name.rpartition("/")
+    if (
+        not end_uri.startswith("gs://")
+        or found != bucket
+        or not record.startswith(RUN_CLOCK_PREFIX)
+    ):
+        raise ValueError(
+            f"run.end_uri: {end_uri!r} is not a run record in checkpoint_bucket {bucket!r}; "
+            f"valid: gs://{bucket}/[FOLDER/]{RUN_CLOCK_PREFIX}KEY.ended (the run record of the "
+            "training's checkpoint_url, in that bucket)"
+        )
+    return f"{folder}/" if folder else ""
+
+
+def run_end_uri(run: Any) -> pulumi.Input[str | None]:
+    """The run's end record (`run.end_uri` of a supervisor's `run`, a dict or an Output of
+    one), whose folder the records grant names."""
+    if run is None or isinstance(run, Mapping):
+        return (run or {}).get("end_uri")
+    return pulumi.Output.from_input(run).apply(lambda r: (r or {}).get("end_uri"))
+
+
+def records_problem(bucket: object, end_uri: object) -> str | None:
+    """Why the run's records (`end_uri`) are out of the records grant's reach on `bucket`,
+    or None (known values only: a stack's bucket is named at deploy, and its records are in
+    it by construction). A run whose records are elsewhere would get a 403 on every read."""
+    if not isinstance(bucket, str) or not isinstance(end_uri, str):
+        return None
+    try:
+        records_folder(bucket, end_uri)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def records_condition(bucket: str, folder: str = "") -> dict[str, str]:
     """The IAM condition that holds a grant on the checkpoint bucket `bucket` to the runs'
-    records (`trainstack-run-<key>.ended`, `.alive/<rank>`, `.stop`, `.started`; never a
-    checkpoint, model, log or output) by their object names, which Google documents
-    (`catalog.supervisor_iam.STORAGE_CONDITIONS_SOURCE`). It grants no list: the supervisor
-    reads each heartbeat by name."""
-    objects = STORAGE_OBJECT_NAME.format(bucket=bucket, object=RUN_CLOCK_PREFIX)
+    records under `folder` (`records_folder`: the checkpoint_url's path in the bucket, where
+    `run_record_uri` puts them; `trainstack-run-<key>.ended`, `.alive/<rank>`, `.stop`,
+    `.started`; never a checkpoint, model, log or output) by their object names, which Google
+    documents (`catalog.supervisor_iam.STORAGE_CONDITIONS_SOURCE`). It grants no list: the
+    supervisor reads each heartbeat by name."""
+    objects = STORAGE_OBJECT_NAME.format(bucket=bucket, object=folder + RUN_CLOCK_PREFIX)
     return {
         "title": "only the run records",
         "description": "The runs' end records, heartbeats and stop requests; no checkpoint.",

@@ -52,7 +52,14 @@ from trainstack.components.catalog.gpu_families import (
     VERTEX_FLEX_START_QUOTA_NOTE,
 )
 from trainstack.components.catalog.machines import GKE_SYSTEM_NODE_MACHINE, MACHINES
-from trainstack.components.catalog.supervisor_iam import CONDITION_NOTES, REACH
+from trainstack.components.catalog.supervisor_iam import (
+    CONDITION_NOTES,
+    CUSTOM_ROLE_LIMIT,
+    DELETED_ROLE_DAYS,
+    GROUP_REACH,
+    REACH,
+    role_count,
+)
 from trainstack.components.catalog.supervisor_region import price_tier
 from trainstack.components.catalog.tpu import TpuSlice
 from trainstack.trainers.common.contract import CHECKPOINT_DIR_ENV
@@ -532,17 +539,24 @@ def supervisor_region_note(region: str, compute_region: str) -> str:
     )
 
 
-def reach_note(kind: str, recover: bool, project: str | None) -> str:
+def reach_note(kind: str, recover: bool, project: str | None, autoscaled: bool = False) -> str:
     """The plan's note on what the supervisor's account can reach beyond the stack, and how
     far IAM conditions are known to hold its compute grant (`catalog.supervisor_iam.REACH`,
-    `CONDITION_NOTES`)."""
+    `CONDITION_NOTES`); `autoscaled`: a GKE supervisor that deletes a flex-start pool's VMs
+    (`GROUP_REACH`)."""
     verbs = "get, delete and create" if recover else "get and delete"
+    reach = GROUP_REACH if autoscaled else REACH[kind]
+    count = role_count(kind)
+    roles = "2 custom roles, once" if count > 1 else "custom role, once"
     return (
-        f"run supervisor reach: its account can {REACH[kind].format(verbs=verbs, project=project)}: "
+        f"run supervisor reach: its account can {reach.format(verbs=verbs, project=project)}: "
         f"{CONDITION_NOTES[kind]}; "
         "its grant on the checkpoint bucket holds for the run records (trainstack-run-*) "
         "only, and it alone writes its state bucket. Run each stack in a project of its own "
-        "to keep the supervisor to this stack's compute"
+        f"to keep the supervisor to this stack's compute. Its {roles} deleted with "
+        f"the stack, still count{'' if count > 1 else 's'} toward the project's limit of "
+        f"{CUSTOM_ROLE_LIMIT} custom roles for {DELETED_ROLE_DAYS} days after, and each deploy "
+        "after a destroy makes new ones"
     )
 
 
@@ -591,17 +605,18 @@ def supervisor_facts(
     instances: Sequence[str] | None,
     values: Sequence[Any],
     stops_on: Sequence[str] | None = None,
+    autoscaled: bool = False,
 ) -> dict[str, Any]:
     """A supervisor's facts (`trainstack.components.facts`): its cost and notes from its
     arguments (`values`: project, region, resource name, its `run`, function name, events URI
     and roles); the compute's region is its zone's (`resource`'s fourth part, `NAME_FORMS`).
     With a spend cap and the compute's $/hour in `run`, the plan's note on how the cap is
-    enforced."""
+    enforced. `autoscaled`: `RunSupervisorArgs.autoscaled`."""
     project, region, resource, run, function, events = values
     run = dict(run or {})
     zone = resource.split("/")[3]
     notes = [
-        reach_note(kind, recover, project),
+        reach_note(kind, recover, project, autoscaled),
         supervisor_region_note(region, region_of(zone)),
     ]
     cap, hourly = run.get("max_total_usd"), run.get("hourly_usd")

@@ -54,7 +54,8 @@ Permissions of its own account (`<deployment>-sup`):
   `catalog.supervisor_iam`: the TPU node or queued resource through `tpu.nodes.*`; the
   group's get, the list of its VMs and their deletion; the pool's get and setSize). Only the
   GKE grant is held to the one resource (`cluster_condition`; the pool's groups are read,
-  and a flex-start pool's VMs deleted, through a second role, `READ_PERMISSIONS`), and that GKE evaluates it for
+  and a flex-start pool's VMs deleted (`autoscaled`), through a second role,
+  `read_permissions`), and that GKE evaluates it for
   node-pool calls is unverified (if not, the grant never applies). Cloud TPU does not recognise resource
   names in conditions; whether instance group managers do is unverified
   (`catalog.supervisor_iam.CONDITIONS_SOURCE`). So those grants are project-wide, held by
@@ -120,14 +121,24 @@ from trainstack.components._supervisor_bundle import (
     supervisor_config,
     supervisor_run,
 )
-from trainstack.components._supervisor_iam import build_account, records_condition, role_and_grant
+from trainstack.components._supervisor_iam import (
+    build_account,
+    records_condition,
+    records_folder,
+    records_problem,
+    role_and_grant,
+    run_end_uri,
+)
 from trainstack.components._tpu_launch import SupervisedSlice, slice_target, spot_node_body
 from trainstack.components.catalog.supervisor_iam import (
     PERMISSIONS,
+    READ_DESCRIPTIONS,
     READ_PERMISSIONS,
     RESOURCE_NAMES,
     STOP_ONLY_PERMISSIONS,
+    autoscaled_problem,
     cluster_condition,
+    read_permissions,
     role_id,
 )
 from trainstack.components.catalog.supervisor_region import region_problem
@@ -235,6 +246,11 @@ class RunSupervisorArgs(TypedDict):
     (`TpuGkeSlices`' `tpu-<i>`), each set to 0 nodes at the run's end; no other kind has any."""
     recover: NotRequired[bool]
     """Recreate a preempted slice (TPU kinds; default True for them, False otherwise)."""
+    autoscaled: NotRequired[bool]
+    """`node_pool`, `node_pools`: whether a pool it stops is autoscaled (flex-start), whose
+    VMs it then deletes through the pool's instance groups, which takes
+    compute.instanceGroupManagers.update on every group of the project (default False: it
+    only reads them, `catalog.supervisor_iam.read_permissions`); no other kind has it."""
     run: NotRequired[pulumi.Input[dict[str, Any]]]
     """When the run ends (`RUN_KEYS`, see `supervisor/main.py`): the end record, heartbeat
     prefix and stop request objects, `node_count` (one heartbeat per node; required with the
@@ -260,6 +276,9 @@ class RunSupervisorArgs(TypedDict):
 
 def _problems(args: RunSupervisorArgs) -> list[str]:
     kind, problems = args["kind"], []
+    records_error = records_problem(args["checkpoint_bucket"], run_end_uri(args.get("run")))
+    if records_error:
+        problems.append(f"RunSupervisor.{records_error}")
     if kind not in PERMISSIONS:
         problems.append(
             f"RunSupervisor.kind: {kind!r} is not allowed; valid: {', '.join(RESOURCE_NAMES)}"
@@ -276,6 +295,9 @@ def _problems(args: RunSupervisorArgs) -> list[str]:
     pools_error = pools_problem(kind, args.get("node_pools"), "RunSupervisor.node_pools")
     if pools_error:
         problems.append(pools_error)
+    autoscaled_error = autoscaled_problem(kind, args.get("autoscaled"))
+    if autoscaled_error:
+        problems.append(f"RunSupervisor.{autoscaled_error}")
     region_error = region_problem(args["region"], "RunSupervisor.region")
     if region_error:
         problems.append(region_error)
@@ -373,8 +395,12 @@ class RunSupervisor(pulumi.ComponentResource):
                 bucket=args["checkpoint_bucket"],
                 role="roles/storage.objectAdmin",
                 member=member,
-                condition=pulumi.Output.from_input(args["checkpoint_bucket"]).apply(
-                    lambda bucket: storage.BucketIAMMemberConditionArgs(**records_condition(bucket))
+                condition=pulumi.Output.all(
+                    args["checkpoint_bucket"], run_end_uri(args.get("run"))
+                ).apply(
+                    lambda v: storage.BucketIAMMemberConditionArgs(
+                        **records_condition(v[0], records_folder(v[0], v[1]))
+                    )
                 ),
                 opts=child,
             ),
@@ -492,7 +518,11 @@ class RunSupervisor(pulumi.ComponentResource):
             known = {k: v for k, v in run.items() if not isinstance(v, pulumi.Output)}
         self.facts = pulumi.Output.all(
             project, region, args["resource_name"], known, self.function_name, self.events_uri
-        ).apply(lambda v: supervisor_facts(kind, recover, args.get("instances"), v, stops_on))
+        ).apply(
+            lambda v: supervisor_facts(
+                kind, recover, args.get("instances"), v, stops_on, bool(args.get("autoscaled"))
+            )
+        )
         self.register_outputs(
             {
                 "facts": self.facts,
@@ -523,6 +553,7 @@ class RunSupervisor(pulumi.ComponentResource):
         """The custom role(s) on the compute and their grants; actAs on the slice's account
         where it recreates a slice."""
         kind, deployment, project = args["kind"], args["deployment_name"], args["project"]
+        autoscaled = bool(args.get("autoscaled", False))
         uid = self.account.unique_id
         condition = (
             pulumi.Output.from_input(args["resource_name"]).apply(
@@ -557,8 +588,8 @@ class RunSupervisor(pulumi.ComponentResource):
                 project,
                 uid.apply(lambda u: role_id(deployment, u, "Read")),
                 f"trainstack {what} supervisor reads ({deployment})",
-                "Read the instance groups of one stack's GKE node pool and delete their VMs.",
-                READ_PERMISSIONS[kind],
+                READ_DESCRIPTIONS[autoscaled],
+                read_permissions(kind, autoscaled),
                 member,
                 child,
             )

@@ -17,10 +17,13 @@ from trainstack.components.catalog.tpu import TpuSlice
 from trainstack.components.catalog.tpu_gke import (
     DEFAULT_MAX_RESTARTS,
     FLEX_START_SOURCE,
+    JOBSET_MANIFESTS_NOTE,
     JOBSET_SOURCE,
     JOBSET_VERSION,
+    JOBSET_WEBHOOK_NOTE,
     MULTISLICE_NOTE,
     gke_vms,
+    tpu_gke_image_note,
 )
 from trainstack.components.facts import (
     SUPERVISOR_STOPS,
@@ -75,11 +78,17 @@ def tpu_gke_quota(region: str) -> list[dict[str, Any]]:
 
 
 def tpu_gke_notes(
-    slices: int, provisioning: str, max_restarts: int = DEFAULT_MAX_RESTARTS
+    slices: int,
+    provisioning: str,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    image: str | None = None,
 ) -> list[str]:
-    """The plan's notes on the slices themselves (their supervisor's come with it)."""
+    """The plan's notes on the slices themselves (their supervisor's come with it); `image`
+    the pods', named when it is the backend's default."""
     notes = [
         BACKEND_NOTE.format(version=JOBSET_VERSION, source=JOBSET_SOURCE.split(" (")[0]),
+        JOBSET_MANIFESTS_NOTE,
+        JOBSET_WEBHOOK_NOTE,
         (
             f"tpu: recovery: a preempted or repaired host fails its slice's Job and the "
             f"JobSet restarts every slice from the newest checkpoint, at most "
@@ -88,6 +97,9 @@ def tpu_gke_notes(
         ),
         TPU_GKE_QUOTA_NOTE,
     ]
+    image_note = None if image is None else tpu_gke_image_note(image)
+    if image_note is not None:
+        notes.append(image_note)
     if slices > 1:
         notes.append(MULTISLICE_NOTE)
     if provisioning == "flex-start":
@@ -150,7 +162,10 @@ def tpu_gke_slices_facts(
         **tpu_gke_summary(found, slices, provisioning),
         quota=tpu_gke_quota(region_of(str(plain["zone"]))),
         notes=tpu_gke_notes(
-            slices, provisioning, int(plain.get("max_restarts", DEFAULT_MAX_RESTARTS))
+            slices,
+            provisioning,
+            int(plain.get("max_restarts", DEFAULT_MAX_RESTARTS)),
+            plain.get("image"),
         ),
         run_limit=tpu_gke_run_limit_own(provisioning, seconds) if seconds else None,
         # The supervisor empties the slices' pools only: the cluster and its system node

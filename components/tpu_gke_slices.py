@@ -44,9 +44,10 @@ as XPK's `core/nodepool.py` creates them; spot, a reservation or flex-start; the
 (`catalog.tpu_gke.JOBSET_MANIFESTS`), a Workload Identity ServiceAccount, and the JobSet
 (`trainstack.components._tpu_jobset`). Each pod installs the trainer package and runs the
 node launcher with your code (`components/kubernetes_pod.sh`, as the GPU Job's pods do);
-GKE's TPU webhook gives it `TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`, and with several slices
-the pod gets `MEGASCALE_*` from JobSet's labels, so `jax.distributed.initialize()` finds the
-slices without arguments.
+GKE's TPU webhook gives it `TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES` on a multi-host slice,
+and with several slices the pod gets `MEGASCALE_*` from JobSet's labels, so
+`jax.distributed.initialize()` finds the slices without arguments; the one pod of a
+single-host slice, which the webhook leaves alone, finds itself by `TRAINSTACK_NUM_NODES`.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from trainstack.components._job_launch import node_argv
 from trainstack.components._node_args import keyed_node_args, secret_env_names_problems
 from trainstack.components._options import inherited_depends_on
 from trainstack.components._pod_setup import PACKAGE_URI_ENV, pod_command
+from trainstack.components._tpu_gke_pools import cluster_args, node_pool_args
 from trainstack.components._tpu_jobset import (
     DEFAULT_MAX_RESTARTS,
     REPLICATED_JOB,
@@ -73,7 +75,6 @@ from trainstack.components.a100_cluster._common import (
     DEFAULT_ENVIRONMENT,
     ENVIRONMENTS,
     KUBERNETES_VERSION,
-    RESERVATION_KEY,
 )
 from trainstack.components.a100_cluster.gke import (
     CLUSTER_NAME_MAX,
@@ -89,18 +90,16 @@ from trainstack.components.catalog.gke_versions import (
 )
 from trainstack.components.catalog.tpu import TPU_GENERATIONS, TpuSlice
 from trainstack.components.catalog.tpu_gke import (
-    ACCELERATOR_NETWORK_PROFILE,
-    ACCELERATOR_NETWORK_PROFILE_GENERATIONS,
     FLEX_START_MAX_RUN_S,
     JOBSET_API,
     JOBSET_MANIFESTS,
     JOBSET_NAME_MAX,
-    NETWORKING_DRA_LABEL,
     TPU_TAINT,
     gke_chips_per_vm,
-    gke_machine_type,
     gke_vms,
+    tpu_flex_start_run_problems,
     tpu_gke_code_problems,
+    tpu_gke_image,
     tpu_gke_only_problems,
     tpu_provisioning_problems,
     tpu_slices_problems,
@@ -126,7 +125,7 @@ from trainstack.components.tpu_gke_facts import (
 )
 from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
 from trainstack.components.user_code import CodeRules, UserCode, args_with_code
-from trainstack.trainers.common.contract import CAPACITY_RUN_ENV
+from trainstack.trainers.common.contract import CAPACITY_RUN_ENV, NUM_NODES_ENV
 from trainstack.trainers.common.run_records import RUN_RECORD_ENV
 
 TOKEN: Final = "trainstack:tpu:TpuGkeSlices"
@@ -161,7 +160,8 @@ class TpuGkeSlicesArgs(TypedDict):
     """reserved only: the reservation to consume (default: any matching one)."""
     image: NotRequired[str]
     """Container image with a TPU framework (jax[tpu]) and python3 your code runs in;
-    default `code`'s `image` (required one way or the other)."""
+    default `code`'s `image`, else Google's JAX AI image for TPUs
+    (`catalog.tpu_gke.JAX_TPU_IMAGE`)."""
     node_args: NotRequired[pulumi.Input[Sequence[str]]]
     """Your code as `python -m trainstack.trainers.node` arguments, run in every pod (a
     stack's `trainstack.infra.compose.user_code_node_args`); a program gives `code`
@@ -192,7 +192,10 @@ class TpuGkeSlicesArgs(TypedDict):
     node_tag: pulumi.Input[str]
     """The network's node tag, on every node (its firewall applies)."""
     service_account_email: pulumi.Input[str]
-    """The nodes' account and, through Workload Identity, the pods'."""
+    """The nodes' account, and so the pods': on the host network they reach the Compute
+    Engine metadata server, not GKE's, and act as the node's account (GKE's Cloud Storage
+    FUSE CSI driver page, `hostNetworkPodKSA`); the Workload Identity binding of their
+    Kubernetes account serves a pod off the host network."""
     master_authorized_cidrs: NotRequired[Sequence[str]]
     environment: NotRequired[str]
     """dev, staging or prod: the `environment` label on the nodes and the JobSet, with `stack`
@@ -240,6 +243,7 @@ def tpu_gke_slices_problems(args: Mapping[str, Any], prefix: str = "") -> list[s
         isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1
     ):
         problems.append(f"{p}max_run_seconds: got {max_run!r}; valid: an integer >= 1")
+    problems += tpu_flex_start_run_problems(provisioning, max_run, f"{p}max_run_seconds", p)
     return problems
 
 
@@ -252,14 +256,16 @@ drives its chips), an image (the `tpu_gke` target's own `code_rules`)."""
 
 def with_code(args: Mapping[str, Any]) -> Mapping[str, Any]:
     """`args` with `code` as what the pods run: `node_args` with the run contract's folders
-    in `checkpoint_url` / `data_url`, the code's `image` unless `image` is given. ValueError,
+    in `checkpoint_url` / `data_url`, the code's `image` unless `image` is given, and without
+    either Google's JAX AI image for TPUs (`catalog.tpu_gke.JAX_TPU_IMAGE`). ValueError,
     one line per problem, when the code does not fit (`trainstack:trainer`'s rules here)."""
-    return args_with_code(args, TPU_GKE_CODE, args["deployment_name"], image_key="image")
+    out = args_with_code(args, TPU_GKE_CODE, args["deployment_name"], image_key="image")
+    return {**out, "image": tpu_gke_image(out.get("image"))}
 
 
 def _validate(args: Mapping[str, Any]) -> TpuSlice:
     problems = tpu_gke_slices_problems(args)
-    problems += tpu_gke_code_problems("node_args" in args, args.get("image"), "")
+    problems += tpu_gke_code_problems("node_args" in args, "")
     problems += secret_env_names_problems(args)
     found = named_slice(
         accelerator_type=args.get("accelerator_type"),
@@ -270,63 +276,6 @@ def _validate(args: Mapping[str, Any]) -> TpuSlice:
     if problems or found is None:
         raise ValueError("\n".join(problems))
     return found
-
-
-def cluster_args(found: TpuSlice) -> dict[str, Any]:
-    """The cluster's networking its TPU pools need (`container.Cluster` keyword arguments):
-    GKE Dataplane V2 and multi-networking where the pools use the accelerator network
-    profile (ACCELERATOR_NETWORK_PROFILE_GENERATIONS)."""
-    if found.generation not in ACCELERATOR_NETWORK_PROFILE_GENERATIONS:
-        return {}
-    return {"datapath_provider": "ADVANCED_DATAPATH", "enable_multi_networking": True}
-
-
-def node_pool_args(found: TpuSlice, provisioning: str, reservation: str | None) -> dict[str, Any]:
-    """The fields of one slice's pool that depend on its shape and capacity (pulumi-gcp
-    `container.NodePool` keyword arguments and `node_config` fields)."""
-    vms = gke_vms(found)
-    pool: dict[str, Any] = {}
-    config: dict[str, Any] = {"machine_type": gke_machine_type(found)}
-    if found.generation in ACCELERATOR_NETWORK_PROFILE_GENERATIONS:
-        pool["network_config"] = container.NodePoolNetworkConfigArgs(
-            accelerator_network_profile=ACCELERATOR_NETWORK_PROFILE
-        )
-        config["labels"] = {NETWORKING_DRA_LABEL: "true"}
-    if vms > 1:
-        # xpk core/nodepool.py: COMPACT placement with the topology on multi-host pools only.
-        pool["placement_policy"] = container.NodePoolPlacementPolicyArgs(
-            type="COMPACT", tpu_topology=found.topology
-        )
-    if provisioning == "flex-start":
-        # GKE flex-start (FLEX_START_SOURCE): no nodes until the slice's pods ask; the
-        # autoscaler then obtains the whole slice and holds it at most max_run_duration.
-        config["flex_start"] = True
-        config["reservation_affinity"] = container.NodePoolNodeConfigReservationAffinityArgs(
-            consume_reservation_type="NO_RESERVATION"
-        )
-        pool["initial_node_count"] = 0
-        pool["autoscaling"] = container.NodePoolAutoscalingArgs(
-            total_min_node_count=0, total_max_node_count=vms, location_policy="ANY"
-        )
-        pool["management"] = container.NodePoolManagementArgs(auto_repair=False, auto_upgrade=True)
-    else:
-        pool["node_count"] = vms
-        pool["management"] = container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True)
-    if provisioning == "spot":
-        config["spot"] = True
-    if provisioning == "reserved":
-        config["reservation_affinity"] = (
-            container.NodePoolNodeConfigReservationAffinityArgs(
-                consume_reservation_type="SPECIFIC_RESERVATION",
-                key=RESERVATION_KEY,
-                values=[reservation],
-            )
-            if reservation
-            else container.NodePoolNodeConfigReservationAffinityArgs(
-                consume_reservation_type="ANY_RESERVATION"
-            )
-        )
-    return {"pool": pool, "config": config}
 
 
 class TpuGkeSlices(pulumi.ComponentResource):
@@ -490,7 +439,15 @@ class TpuGkeSlices(pulumi.ComponentResource):
                 parent=self,
                 provider=provider,
                 depends_on=[*self.pools, controller, account, binding, *deps],
-                # Its name is fixed and its spec immutable: a changed spec replaces it.
+                # JobSet's webhook refuses a change to spec.replicatedJobs of a JobSet that is
+                # not suspended (kubernetes-sigs/jobset@v0.12.0 pkg/webhooks/jobset_webhook.go
+                # ValidateUpdate: ValidateImmutableField(mungedSpec.ReplicatedJobs, ...), the
+                # pod template masked only with Suspend; "failurePolicy [is] made immutable
+                # via CEL"), and pulumi-kubernetes, with no table for the kind (provider/pkg/
+                # provider/diff.go), would update it in place: every new code package (its URI
+                # in the pods' env) would fail `pulumi up`. A changed spec replaces it, the
+                # old one deleted first (its name is fixed).
+                replace_on_changes=["spec"],
                 delete_before_replace=True,
             ),
         )
@@ -507,12 +464,13 @@ class TpuGkeSlices(pulumi.ComponentResource):
         self.manifest = manifest
         self.run_record = manifest.apply(_run_record)
         log_filter, resource_filter = gke_filters(self.cluster_name)
-        # The GKE platform's charts: its containers' logs and its nodes' accelerator metrics
-        # (kubernetes.io/node/accelerator/*, which GKE reports for TPU nodes too).
+        # Target tpu on GKE (platform tpu_gke): its pods' logs as any GKE container's, its
+        # nodes' accelerator metrics, counted as slices x hosts.
         self.dashboard_scope = {
-            "target": "gpu_cluster",
-            "gpu_backend": "gke",
+            "target": "tpu",
+            "backend": "gke",
             "worker_count": vms * slices,
+            "slices": slices,
             "log_filter": log_filter,
             "resource_filter": resource_filter,
         }
@@ -557,9 +515,20 @@ def _pod_env(
     checkpoint_url: str | None,
     node_args: Sequence[str],
 ) -> dict[str, str]:
-    """The pods' trainstack variables: the package and, with a checkpoint bucket, the run's
-    records (`pod_run_env`, keyed by the run's arguments as the GPU Job's pods are)."""
-    env = {PACKAGE_URI_ENV: package_uri}
+    """The pods' trainstack variables: the package, the node count and, with a checkpoint
+    bucket, the run's records (`pod_run_env`, keyed by the run's arguments as the GPU Job's
+    pods are).
+
+    The node count (TPU VMs in all slices) is what a single-host slice's pod finds its place
+    by: GKE's TPU webhook sets TPU_WORKER_ID / TPU_WORKER_HOSTNAMES only in a Job of
+    `parallelism > 1` (tests/fidelity/jobset.py quotes the condition), so the one pod of a
+    one-VM slice has JOB_COMPLETION_INDEX alone and the node launcher resolves it as pod 0
+    of an Indexed Job of TRAINSTACK_NUM_NODES (trainers/common/cluster.py `_from_gke`), whose
+    OMPI_* variables let `jax.distributed.initialize()` find a world of one (jax-ml/jax
+    jax/_src/clusters/ompi_cluster.py OmpiCluster, first in clusters/__init__.py; its
+    GkeTpuCluster.is_env_present needs TPU_WORKER_HOSTNAMES). Where the webhook does set
+    TPU_WORKER_ID, that shape wins (`resolve_cluster`) and the count is not read."""
+    env = {PACKAGE_URI_ENV: package_uri, NUM_NODES_ENV: str(hosts)}
     if plain.get("provisioning") == "flex-start":
         # The nodes' run duration (the pools' max_run_duration), from which the pod script
         # derives TRAINSTACK_DEADLINE.

@@ -25,8 +25,8 @@ roles that let the account administer IAM or impersonate others are refused. `se
 grants `roles/secretmanager.secretAccessor` on exactly the listed Secret Manager secrets
 (your code's `trainer.secret_env`, read on the node), one binding per secret, never on the
 project. `image_repository` grants `roles/artifactregistry.reader` on that one Artifact
-Registry repository (the stack's Docker Hub mirror, `trainstack.components.image_mirror`), never on the
-project.
+Registry repository (the stack's Docker Hub mirror, `trainstack.components.image_mirror`, or
+the repository of the image GKE nodes running as the account pull), never on the project.
 
 Naming: the account id is `<deployment_name>-train` (6-30 chars, see `trainstack.components.naming`).
 """
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import NotRequired, TypedDict
+from typing import Final, NotRequired, TypedDict
 
 import pulumi
 from pulumi_gcp import artifactregistry, projects, secretmanager, serviceaccount, storage
@@ -74,6 +74,41 @@ DENIED_PROJECT_ROLES: frozenset[str] = frozenset(
 )
 """Project roles a training account must never hold."""
 
+SUPERVISOR_WRITES: Final = (
+    "it could write the run supervisor's state bucket (its spend count, clock and recovery "
+    "marker) and switch the supervisor off"
+)
+SUPERVISOR_STOPS: Final = "it could delete or pause the run supervisor's function or schedule"
+SUPERVISOR_DENIED_ROLES: Final[dict[str, str]] = {
+    # https://cloud.google.com/storage/docs/access-control/iam-roles: objectCreator
+    # "storage.objects.create"; objectUser "create, view, list, update, and delete objects";
+    # objectAdmin "Grants full control over objects"; legacyBucketWriter/Owner (google-cloud-
+    # storage StorageRoles) storage.objects.create and .delete; folderAdmin storage.objects.*
+    # (in its folders). Granted on the project, on every bucket, the state bucket included.
+    "roles/storage.objectCreator": SUPERVISOR_WRITES,
+    "roles/storage.objectUser": SUPERVISOR_WRITES,
+    "roles/storage.objectAdmin": SUPERVISOR_WRITES,
+    "roles/storage.legacyBucketWriter": SUPERVISOR_WRITES,
+    "roles/storage.legacyBucketOwner": SUPERVISOR_WRITES,
+    "roles/storage.folderAdmin": SUPERVISOR_WRITES,
+    # https://cloud.google.com/functions/docs/reference/iam/roles: admin "Full access to
+    # functions", developer "Read and write access to all functions-related resources"
+    # (cloudfunctions.functions.delete, .update).
+    "roles/cloudfunctions.admin": SUPERVISOR_STOPS,
+    "roles/cloudfunctions.developer": SUPERVISOR_STOPS,
+    # https://docs.cloud.google.com/run/docs/securing/managing-access: run.admin and
+    # run.developer "Can create, update, and delete services" (a gen2 function is one).
+    "roles/run.admin": SUPERVISOR_STOPS,
+    "roles/run.developer": SUPERVISOR_STOPS,
+    # https://docs.cloud.google.com/iam/docs/roles-permissions/cloudscheduler: admin "Full
+    # access to jobs and executions" (cloudscheduler.jobs.delete, .pause, .update).
+    "roles/cloudscheduler.admin": SUPERVISOR_STOPS,
+}
+"""Project roles that would let code running as the training account (a compromised
+requirement, say) switch its run supervisor off (issue 29, item 4), with why: refused as
+`DENIED_PROJECT_ROLES` are. Compute roles (tpu.admin, compute.instanceAdmin) are not here:
+they reach the compute, not the supervisor, which stops what it supervises all the same."""
+
 IMAGE_READER_ROLE = "roles/artifactregistry.reader"
 """Read (pull) images of one repository: the one grant `image_repository` gives."""
 SECRET_ACCESSOR_ROLE = "roles/secretmanager.secretAccessor"
@@ -86,8 +121,10 @@ _ROLE = re.compile(
 
 
 class RepositoryRef(TypedDict):
-    """An Artifact Registry repository in the account's project."""
+    """An Artifact Registry repository."""
 
+    project: NotRequired[pulumi.Input[str]]
+    """Its project; default the account's (`TrainingIdentityArgs.project`)."""
     location: pulumi.Input[str]
     """Its region, e.g. `us-central1`."""
     repository_id: pulumi.Input[str]
@@ -115,8 +152,10 @@ class TrainingIdentityArgs(TypedDict):
     """Secret Manager secrets (`projects/P/secrets/NAME`, no version) the account may read:
     `roles/secretmanager.secretAccessor` on each of them, nothing project-wide."""
     image_repository: NotRequired[RepositoryRef]
-    """The repository the training images are pulled through: `roles/artifactregistry.reader`
-    on it alone."""
+    """The repository the training images are pulled through (the stack's Docker Hub mirror,
+    or the Artifact Registry repository of your `trainer.image` that GKE nodes running as
+    this account pull: `trainstack.components.catalog.image_pull`):
+    `roles/artifactregistry.reader` on it alone."""
     labels: NotRequired[pulumi.Input[dict[str, str]]]
     """Accepted for the shared vocabulary; service accounts and IAM bindings carry no labels."""
 
@@ -131,6 +170,12 @@ def _validate_extra_roles(roles: Sequence[str]) -> list[str]:
             raise ValueError(
                 f"extra_project_roles: {role!r} is not a role name; valid: roles/<id>, "
                 "projects/<project>/roles/<id> or organizations/<org>/roles/<id>"
+            )
+        if role in SUPERVISOR_DENIED_ROLES:
+            raise ValueError(
+                f"extra_project_roles: {role!r} is not allowed for the training service "
+                f"account ({SUPERVISOR_DENIED_ROLES[role]}); valid: a narrower predefined or "
+                "custom role, or a grant on the one resource outside the component"
             )
         if role in DENIED_PROJECT_ROLES:
             raise ValueError(
@@ -269,7 +314,7 @@ class TrainingIdentity(pulumi.ComponentResource):
             else [
                 artifactregistry.RepositoryIamMember(
                     f"{name}-image-reader",
-                    project=args["project"],
+                    project=repo.get("project", args["project"]),
                     location=repo["location"],
                     repository=repo["repository_id"],
                     role=IMAGE_READER_ROLE,

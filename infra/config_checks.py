@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from trainstack.components.catalog.batch import batch_problem
@@ -32,7 +33,7 @@ from trainstack.trainers.common.user_code import user_code_problems
 
 if TYPE_CHECKING:
     from trainstack.infra.config_sections import BucketsConfig, QuotasConfig
-    from trainstack.trainers.common.user_code import StackTrainer
+    from trainstack.trainers.common.user_code import CodeRules, StackTrainer
 
 NAMESPACE = "trainstack"
 _GCP_VALID = {
@@ -75,8 +76,11 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
 
     trainer: StackTrainer | None = parts.get("trainer")
     target_errors: list[str] = []
+    coded: Target | None = None
     if target is not None:
         target_errors = target.section_problems(section, region, trainer)
+        # Your code's checks depend on the backend: only a valid section settles it.
+        coded = None if target_errors else target
         target_errors += target.limits_problems(section, parts.get("limits"))
         target_errors += _deadline_margin_problems(target, section, parts.get("limits"), trainer)
     errors += target_errors
@@ -84,16 +88,16 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
     secrets: frozenset[str] = parts.get("secrets") or frozenset()
     if trainer is not None and key is not None:
         base = current_place().base_dir
-        rules = candidates[0].code_rules()
+        rules = _code_rules(coded, key)
         own = user_code_problems(trainer, rules, base, secret_env=secret_env_names(secrets))
         own += source_problems(trainer, base)
         own += credential_problems(trainer, secrets, rules.pulumi_secrets)
         own += _secrets_on_this_machine(secrets, candidates)
-        if target is not None and not own:
+        if coded is not None and not own:
             # Read once the source and requirements are known good.
-            own = target.code_source_problems(section, trainer, base)
+            own = coded.code_source_problems(section, trainer, base)
         errors += own
-        errors += target.code_problems(section, trainer) if target is not None else []
+        errors += coded.code_problems(section, trainer) if coded is not None else []
     if trainer is not None and candidates and trainer.checkpoint_dir:
         cloud = isinstance(candidates[0], CloudTarget)
         where = "trainer.checkpoint_dir"
@@ -115,6 +119,25 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
             errors += [problem] if problem else []
             errors += target.batch_problems(section, trainer, world)
     return errors
+
+
+def _code_rules(target: Target | None, key: str) -> CodeRules:
+    """What your code may use: the target's rules, or, where its section did not parse or
+    failed its checks (so its backend is not settled), what any target of the section
+    allows, so that no line blames the code for the section's fault (a `tpu` section with
+    a bad `slices` is not a reason to refuse `trainer.image`, which backend gke takes)."""
+    if target is not None:
+        return target.code_rules()
+    rules = [t.code_rules() for t in by_section(key)]
+    if len(rules) == 1:
+        return rules[0]
+    return replace(
+        rules[0],
+        launchers=tuple(dict.fromkeys(launcher for r in rules for launcher in r.launchers)),
+        runs_image=any(r.runs_image for r in rules),
+        pulumi_secrets=any(r.pulumi_secrets for r in rules),
+        no_image=None,
+    )
 
 
 def _deadline_margin_problems(

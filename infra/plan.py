@@ -202,6 +202,14 @@ def plan_resources(recorded: Iterable[RecordedResource]) -> list[dict[str, Any]]
             **({"retainOnDelete": True} if r.retain_on_delete else {}),
             # What a change of replaces it whatever the provider says (plan_replace.classify).
             **({"replaceOnChanges": list(r.replace_on_changes)} if r.replace_on_changes else {}),
+            # With it, whether the forced replace deletes first: the engine takes that from
+            # the option, the provider's Diff saying so only for replaces it found itself
+            # (plan_replace.classify).
+            **(
+                {"deleteBeforeReplace": True}
+                if r.replace_on_changes and r.delete_before_replace
+                else {}
+            ),
             # Only for an input that carries a `secure:` value: see RecordedResource.
             **({"secret_digests": r.secret_digests} if r.secret_digests else {}),
             **({"secure_inputs": list(r.secure_inputs)} if r.secure_inputs else {}),

@@ -426,7 +426,12 @@ def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> list[tuple[Any, 
             if not paths and not others:
                 continue
             verdict = classify(
-                b["type"], a["inputs"], b["inputs"], paths, b.get("replaceOnChanges", ())
+                b["type"],
+                a["inputs"],
+                b["inputs"],
+                paths,
+                b.get("replaceOnChanges", ()),
+                bool(b.get("deleteBeforeReplace")),
             )
             changed.append((a, b, fa, fb, paths, verdict))
     return changed

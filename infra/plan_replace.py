@@ -103,8 +103,9 @@ def _top_level_name(old: Mapping[str, Any], new: Mapping[str, Any], key: str) ->
 
 def _delete_first(type_: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Whether the engine deletes the old resource before creating its replacement: a
-    Kubernetes object whose metadata.name (and namespace) is set and unchanged, a pulumi-gcp
-    resource whose `name` is (DELETE_FIRST_SOURCE), whatever made it replace."""
+        Kubernetes object whose metadata.name (and namespace) is set and unchanged, a pulumi-gcp
+        resource whose `name` is (DELETE_FIRST_SOURCE), for a replace the tables found (a
+    replaceOnChanges one goes by the option: `classify`)."""
     if type_.startswith("kubernetes:"):
         # A metadata the preview knows only after deploy is a string, not an object.
         meta_old, meta_new = (
@@ -128,16 +129,24 @@ def classify(
     new: Mapping[str, Any],
     changed: Iterable[str],
     replace_on_changes: Iterable[str] = (),
+    delete_before_replace: bool = False,
 ) -> Verdict:
     """The engine's answer for a `type_` resource whose inputs go from `old` to `new`;
-    `changed` are the flattened input paths that differ; `replace_on_changes` the resource's
-    option of that name (the plan's `replaceOnChanges`)."""
+    `changed` are the flattened input paths that differ; `replace_on_changes` and
+    `delete_before_replace` the resource's options of those names (the plan's
+    `replaceOnChanges`, `deleteBeforeReplace`)."""
     changed = list(changed)
     if not changed:
         return Verdict("change")  # only options (protect, parent) differ: no input to replace on
     forced = tuple(p for p in changed if _covered(p, replace_on_changes))
     if forced:
-        return Verdict("replace", forced, _delete_first(type_, old, new), REPLACE_ON_CHANGES_SOURCE)
+        # The option wins over the provider's word (pulumi/pulumi pkg/resource/deploy/
+        # step_generator.go: `deleteBeforeReplace := diff.DeleteBeforeReplace; if
+        # goal.DeleteBeforeReplace != nil {...}`), and pulumi-kubernetes says delete first only
+        # for replaces its own Diff found (provider/pkg/provider/provider.go Diff:
+        # `len(replaces) > 0 && ...`), none for a replace the option forces.
+        first = delete_before_replace or _top_level_name(old, new, "name")
+        return Verdict("replace", forced, first, REPLACE_ON_CHANGES_SOURCE)
     resource = run_resource(type_)
     if resource is not None and resource.provider is not None:
         return _dynamic(resource.provider, old, new)

@@ -81,7 +81,14 @@ def unseen_runs(
             # A dynamic provider's diff needs the values themselves.
             verdict = Verdict("change (may replace)", unknown=paths)
         else:
-            verdict = classify(r["type"], {}, r["inputs"], paths, r.get("replaceOnChanges", ()))
+            verdict = classify(
+                r["type"],
+                {},
+                r["inputs"],
+                paths,
+                r.get("replaceOnChanges", ()),
+                bool(r.get("deleteBeforeReplace")),
+            )
         note = relaunch_note(r, r, resources) if verdict.action == "replace" else None
         out.append(Unseen(min(owners), r, paths, verdict, note))
     return out

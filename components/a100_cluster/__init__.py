@@ -261,6 +261,9 @@ class SupervisedCompute:
     """The GPU nodes' $/hour at list price (rounded to cents): what the supervisor's spend
     count adds per hour of billing (`supervisor_run`'s `hourly_usd`; the cluster's facts'
     `stoppable_hourly_usd`)."""
+    autoscaled: bool = False
+    """gke: the GPU pool is autoscaled (flex-start), so the supervisor deletes its VMs through
+    its instance groups (`RunSupervisorArgs.autoscaled`); gce: False."""
 
 
 def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
@@ -284,6 +287,7 @@ def supervised_compute(args: A100ClusterArgs) -> SupervisedCompute:
         gke_run_record(args, gpu),
         gpu.node_count,
         hourly_usd=hourly,
+        autoscaled=bool(gpu.flex_start),
     )
 
 

@@ -52,6 +52,7 @@ from trainstack.components.catalog.gpu_families import (
     FLEX_START_MAX_HOURS,
     GPU_FAMILIES,
     cuda_floor_of,
+    flex_start_run_problems,
     machine_family,
 )
 from trainstack.components.catalog.gpus import GPU_ZONES
@@ -355,13 +356,7 @@ def flex_start_problems(shape: A100Shape, run_seconds: int | None, run_key: str)
             f"{hours} hours (7 days)"
         )
         return [problem]
-    if run_seconds > hours * 3600:
-        problem = (
-            f"{run_key}: {run_seconds / 3600:g} hours is longer than flex-start allows; "
-            f"valid: up to {hours} hours (7 days), or flex_start: false"
-        )
-        return [problem]
-    return []
+    return flex_start_run_problems(run_seconds, run_key, "flex-start", "flex_start: false")
 
 
 def _component_problems(args: Mapping[str, Any], p: str) -> list[str]:

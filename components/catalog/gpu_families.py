@@ -160,6 +160,29 @@ FLEX_START_MAX_HOURS: Final = 7 * 24
 """A flex-start node, VM or job runs at most 7 days: GKE "Nodes run for at most 7 days"
 (G-GKEDWS), Compute Engine "run <= 7 days" (DISC-C, S3:G7), Vertex "timeout <= 7 days"
 (G-VXDWS); frontier.md 5.1, 5.2, 5.3."""
+GKE_FLEX_START_MAX_RUN_SOURCE: Final = (
+    'GKE: flex-start nodes "run for at most 7 days", '
+    "https://cloud.google.com/kubernetes-engine/docs/concepts/dws"
+)
+
+
+def flex_start_run_problems(
+    run_seconds: int | None, run_key: str, setting: str, instead: str, source: str = ""
+) -> list[str]:
+    """A flex-start run (`run_key`: the component's `max_run_seconds`, a stack's
+    `limits.max_run_hours`) of at most FLEX_START_MAX_HOURS, for every target that takes
+    flex-start capacity (`setting` names the key that asks for it, `instead` the way out,
+    `source` the limit's source where the message should carry it)."""
+    if run_seconds is None or run_seconds <= FLEX_START_MAX_HOURS * 3600:
+        return []
+    why = f" ({source})" if source else ""
+    problem = (
+        f"{run_key}: {run_seconds / 3600:g} hours is longer than {setting} allows{why}; "
+        f"valid: up to {FLEX_START_MAX_HOURS} hours (7 days), or {instead}"
+    )
+    return [problem]
+
+
 FLEX_START_QUEUE_HOURS_GCE: Final = 2
 """Compute Engine holds a flex-start request at most 2 h before it fails (frontier.md 5.2)."""
 VERTEX_FLEX_START_DEFAULT_WAIT_HOURS: Final = 24

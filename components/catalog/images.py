@@ -14,6 +14,7 @@ reviewed place, rather than defaulted silently inside the components that use th
 | `KUBERNETES_IMAGES`      | KubernetesTrainingJob (GKE pods): the Vertex images, torch by the same digest (`kubernetes_image`) | as `VERTEX_TRAINING_IMAGES` |
 | `DLVM_IMAGE`             | A100Cluster, backend gce (boot disk)     | no       |
 | `FABRIC_PRE_INSTALL_IMAGE`, `FABRIC_LOG_MARTIANS_IMAGE` | A100Cluster, backend gke (fabric installer init containers, as CTK names them) | no (tag only: `FABRIC_HELPER_IMAGES_SOURCE`) |
+| `catalog.tpu_gke.JAX_TPU_IMAGE` | TpuGkeSlices (your code's pods without an image of yours) | tag only (digest unverified: `JAX_TPU_IMAGE_SOURCE`) |
 
 Vertex images. Google's prebuilt GPU training images all reached their end of availability
 in 2026 (pytorch-gpu.2-4 on 2026-07-24, tf-gpu.2-17 on 2026-07-11: `PREBUILT_IMAGES_DOC`),

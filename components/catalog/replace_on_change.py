@@ -406,7 +406,10 @@ KUBERNETES_REPLACES: Final[dict[str, tuple[str, ...]]] = {
     ),
     "kubernetes:core/v1:Service": (*_METADATA, "spec.clusterIP"),
     "kubernetes:core/v1:ServiceAccount": _METADATA,
-    # A kind diff.go has no table for replaces on its metadata alone (lines 207-212).
+    # A kind diff.go has no table for replaces on its metadata alone (lines 207-212); the
+    # JobSet's spec replaces through TpuGkeSlices' `replace_on_changes` (JobSet's webhook
+    # refuses changes to a running JobSet's spec.replicatedJobs: kubernetes-sigs/jobset@v0.12.0
+    # pkg/webhooks/jobset_webhook.go ValidateUpdate), which plan-diff reads from the plan.
     "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet": _METADATA,
     # A component (yaml/v2 renders its objects as children, each diffed by its own kind):
     # nothing of its own replaces.

@@ -42,6 +42,24 @@ ROLE_ID_SOURCE: Final = (
 """Why the role ids carry the supervisor account's unique id: a stack destroyed and deployed
 again gets a new account, hence new role ids, instead of ids Google holds for up to 37
 days."""
+ROLE_LIMIT_SOURCE: Final = (
+    "iam.v1 discovery, projects.roles.delete: 'A deleted custom role still counts toward the "
+    "[custom role limit](https://cloud.google.com/iam/help/limits) until it is permanently "
+    "deleted. You have 7 days to undelete the custom role. After 7 days ... The custom role no "
+    "longer counts toward your custom role limit'; https://cloud.google.com/iam/quotas "
+    "(Limits, custom roles: 300 in a project)"
+)
+CUSTOM_ROLE_LIMIT: Final = 300
+"""Custom roles a project may hold, deleted ones for their first 7 days included
+(`ROLE_LIMIT_SOURCE`): each deploy of a supervised stack after a destroy makes new roles
+(`role_id`), so a project that cycles stacks often can reach it."""
+DELETED_ROLE_DAYS: Final = 7
+
+
+def role_count(kind: str) -> int:
+    """The custom roles a supervisor of `kind` holds: a GKE one reads its pools' groups under
+    a second (`READ_PERMISSIONS`)."""
+    return 2 if kind in ("node_pool", "node_pools") else 1
 
 
 def role_id(deployment: str, unique_id: str, part: str = "") -> str:
@@ -112,23 +130,59 @@ STOP_ONLY_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
     "node": ("tpu.nodes.delete", "tpu.nodes.get"),
     "queued": ("tpu.nodes.delete", "tpu.nodes.get"),
 }
-GROUP_PERMISSIONS: Final = (
+GROUP_READ_PERMISSIONS: Final = (
     "compute.instanceGroupManagers.get",
     "compute.instanceGroupManagers.list",
-    "compute.instanceGroupManagers.update",
 )
-"""The pool's instance groups, as the `mig` kind's (its sources there): read (the pool reports
-no size of its own), and `.update` for `deleteInstances`, by which the supervisor deletes an
-autoscaled (flex-start) pool's VMs that the cluster autoscaler leaves while pods run on them
-(`supervisor_targets.stop_autoscaled`); the group deletes the VMs itself, so no
-compute.instances.* permission."""
+"""A GKE pool's instance groups, read as the `mig` kind's are (its sources there): the pool
+reports no size of its own, so its groups' and their VMs' are read. A fixed-size pool stops
+by `nodePools.setSize` (GKE deletes the VMs), so this is all it needs of them."""
+GROUP_UPDATE_SOURCE: Final = (
+    "https://docs.cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/"
+    "resize and .../beta/instanceGroupManagers/createInstances: 'Authorization requires the "
+    "following IAM permission on the specified resource instanceGroupManager: "
+    "compute.instanceGroupManagers.update', as deleteInstances ('PERMISSIONS' above)"
+)
+"""Why `.update` is more than a delete: the same permission resizes a group up and creates
+VMs in it, so an account holding it project-wide can create, resize or delete the VMs of
+every managed instance group in the project."""
+GROUP_PERMISSIONS: Final = (*GROUP_READ_PERMISSIONS, "compute.instanceGroupManagers.update")
+"""An autoscaled (flex-start) pool's instance groups: read, and `.update` for
+`deleteInstances`, by which the supervisor deletes the pool's VMs that the cluster autoscaler
+leaves while pods run on them (`supervisor_targets.stop_autoscaled`); the group deletes the
+VMs itself, so no compute.instances.* permission."""
 READ_PERMISSIONS: Final[dict[str, tuple[str, ...]]] = {
-    "node_pool": GROUP_PERMISSIONS,
-    "node_pools": GROUP_PERMISSIONS,
+    "node_pool": GROUP_READ_PERMISSIONS,
+    "node_pools": GROUP_READ_PERMISSIONS,
 }
-"""A second role, granted without a condition: the GKE pool's instance groups
-(`GROUP_PERMISSIONS`), which IAM conditions are not known to name (`CONDITIONS_SOURCE`), so
-project-wide as the `mig` kind's grant is."""
+"""A second role, granted without a condition: the GKE pool's instance groups, which IAM
+conditions are not known to name (`CONDITIONS_SOURCE`), so project-wide as the `mig` kind's
+grant is. `GROUP_PERMISSIONS` instead where a pool is autoscaled (`read_permissions`)."""
+
+
+READ_DESCRIPTIONS: Final = {
+    False: "Read the instance groups of one stack's GKE node pool.",
+    True: "Read the instance groups of one stack's GKE node pool and delete their VMs.",
+}
+"""The second role's description, by whether a pool is autoscaled."""
+
+
+def autoscaled_problem(kind: str, autoscaled: object) -> str | None:
+    """The one rule of a supervisor's `autoscaled`: for the GKE kinds only."""
+    if autoscaled is None or kind in READ_PERMISSIONS:
+        return None
+    return (
+        f"autoscaled: {autoscaled!r} is not allowed for kind {kind!r}; valid: true or false "
+        f"for {' and '.join(READ_PERMISSIONS)}, unset otherwise"
+    )
+
+
+def read_permissions(kind: str, autoscaled: bool) -> tuple[str, ...]:
+    """The second role's permissions for a GKE supervisor (`READ_PERMISSIONS`): `.update`
+    only where some pool it stops is autoscaled (flex-start), whose VMs it deletes."""
+    return GROUP_PERMISSIONS if autoscaled else READ_PERMISSIONS[kind]
+
+
 CONDITIONS_SOURCE: Final = (
     "https://cloud.google.com/iam/docs/conditions-resource-attributes ('Resource attributes "
     "are available for the Google Cloud services and resource types that are listed on this "
@@ -155,16 +209,20 @@ would never apply (the quote above: not "allow everything", but the supervisor c
 read or stop the pool, and each check records a 403). The policy pack's
 `supervisor-least-privilege` holds the project-wide grants to these permissions."""
 CONDITIONS_VERIFIED: Final = False
+GROUP_REACH: Final = (
+    "read any managed instance group in project {project} and create, resize or delete its VMs"
+)
 REACH: Final = {
     "node": "{verbs} any TPU node in project {project} (tpu.nodes.*)",
     "queued": "{verbs} any TPU node or queued resource in project {project} (tpu.nodes.*)",
-    "mig": "read any managed instance group in project {project} and delete its VMs",
-    "node_pool": "read any managed instance group in project {project} and delete its VMs",
-    "node_pools": "read any managed instance group in project {project} and delete its VMs",
+    "mig": GROUP_REACH,
+    "node_pool": "read any managed instance group in project {project}",
+    "node_pools": "read any managed instance group in project {project}",
 }
 """What a project-wide compute grant of each kind lets the supervisor's account do beyond the
 stack (`CONDITIONS_SOURCE`); `{verbs}`: get, delete and create for a slice it recovers, get
-and delete for one it only stops."""
+and delete for one it only stops. A GKE supervisor of an autoscaled pool: `GROUP_REACH`
+(`GROUP_UPDATE_SOURCE`)."""
 CONDITION_NOTES: Final = {
     "node": "Cloud TPU is not among the services whose resource names IAM conditions can use, "
     "so that grant cannot be held to the stack's slice",

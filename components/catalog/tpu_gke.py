@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, get_args
 
+from trainstack.components.catalog.gpu_families import (
+    GKE_FLEX_START_MAX_RUN_SOURCE,
+    flex_start_run_problems,
+)
 from trainstack.components.catalog.problems import not_allowed, quote
 from trainstack.components.catalog.tpu import TPU_GENERATIONS, TpuSlice
 
@@ -71,6 +75,19 @@ cluster.py), and terraform-provider-google's acceptance test of the profile runs
 cluster with `datapath_provider = "ADVANCED_DATAPATH"` (google/services/container/
 resource_container_node_pool_test.go testAccContainerNodePool_acceleratorNetworkProfile), so
 a cluster with such pools gets both."""
+MAX_SLICES: Final = 199
+"""The most slices a stack plans. Google documents no maximum slice count for multislice
+(https://cloud.google.com/tpu/docs/multislice-introduction, the GKE how-to/tpu-multislice
+page: none found); each slice is its own node pool, and GKE says "Clusters that have more than
+200 total node pools might have increased latency during autoscaling"
+(https://cloud.google.com/kubernetes-engine/docs/how-to/node-auto-provisioning,
+Limitations): 199 slices and the system pool are 200. Also keeps an absurd count from planning
+for minutes (one pool and its supervision per slice)."""
+MAX_SLICES_SOURCE: Final = (
+    "one node pool per slice; GKE: 'Clusters that have more than 200 total node pools might "
+    "have increased latency during autoscaling' (https://cloud.google.com/kubernetes-engine/"
+    "docs/how-to/node-auto-provisioning), and Google documents no multislice maximum"
+)
 MULTISLICE_SOURCE: Final = (
     "https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice: Multislice "
     '"only supports multi-host TPU slice node pools"'
@@ -123,6 +140,35 @@ JOBSET_SOURCE: Final = (
     "apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/"
     '$VERSION/manifests.yaml\'), site/hugo.toml (version = "v0.12.0", the newest release tag)'
 )
+JOBSET_MANIFESTS_SHA256: Final = "a41aaf12dd0b7b0a3d626b8d6107f32c3dc889d7e7830adc46b8cdb77a8963bb"
+"""The sha256 one public repository pins for JOBSET_MANIFESTS and checks at download (a GKE
+bootstrap script found by find_string "releases/download/v0.12.0/manifests.yaml", stored
+file id 69117601904: `if digest != metadata["sha256"]: raise RuntimeError(...)`). Unverified
+here: the release asset is not in the stored jobset snapshot (a git snapshot has no release
+assets), and a single third-party pin is not a second source; so the stack applies the URL
+as it is and its plan says so (JOBSET_MANIFESTS_NOTE)."""
+JOBSET_MANIFESTS_NOTE: Final = (
+    f"tpu: the JobSet controller is applied from its release URL ({JOBSET_MANIFESTS}) at "
+    "`pulumi up`, not from a vendored copy, and its digest is not checked: sha256 "
+    f"{JOBSET_MANIFESTS_SHA256} is one public pin of it, unverified here; compare `curl -sL "
+    f"{JOBSET_MANIFESTS} | sha256sum` before deploying"
+)
+JOBSET_WEBHOOK_PORT: Final = 9443
+"""The port JobSet's webhook Service sends to (kubernetes-sigs/jobset@v0.12.0
+config/components/webhook/service.yaml: `port: 443`, `targetPort: 9443`)."""
+JOBSET_WEBHOOK_NOTE: Final = (
+    "tpu: not verified: whether the cluster's control plane reaches JobSet's webhook on the "
+    f"system node's tcp:{JOBSET_WEBHOOK_PORT} (jobset config/components/webhook/service.yaml). "
+    "The cluster has private nodes and no master_ipv4_cidr_block, which a VPC-peering "
+    "private cluster takes (components/a100_cluster/gke.py gke_cluster); Google's pages that "
+    "open a webhook port on a "
+    "private cluster (Cloud Service Mesh 'Open ports on a private cluster', "
+    "https://cloud.google.com/service-mesh/docs/private-cluster-open-port: a rule from the "
+    "'master-ipv4-cidr' source range, as the control plane's default rule allows only tcp:443 "
+    "and tcp:10250) describe VPC-peering clusters, and no Google page found says what a PSC "
+    "cluster's control plane may reach; if creating the JobSet times out calling "
+    "jobset-webhook-service, add an ingress rule for tcp:9443 from the control plane"
+)
 JOBSET_API: Final = "jobset.x-k8s.io/v1alpha2"
 JOBSET_NAME_MAX: Final = 26
 """The longest JobSet name whose `coordinator` label JobSet accepts. Its controller sets the
@@ -168,6 +214,13 @@ def tpu_slices_problems(
     p = prefix
     if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
         return [f"{p}slices: {quote(slices)} is not a slice count; valid: an integer >= 1"]
+    if slices > MAX_SLICES:
+        return [
+            (
+                f"{p}slices: {slices} is more slices than a cluster takes "
+                f"({MAX_SLICES_SOURCE}); valid: 1 to {MAX_SLICES}"
+            )
+        ]
     if slices == 1:
         return []
     if backend != "gke":
@@ -228,6 +281,23 @@ def tpu_provisioning_problems(
     return []
 
 
+def tpu_flex_start_run_problems(
+    provisioning: Any, run_seconds: Any, run_key: str, prefix: str = ""
+) -> list[str]:
+    """A flex-start slice's run (`run_key`) of at most 7 days: its pools' max_run_duration
+    cannot be longer (gpu_families.flex_start_run_problems, the rule the GPU flex-start path
+    holds to)."""
+    if provisioning != "flex-start" or not isinstance(run_seconds, int):
+        return []
+    return flex_start_run_problems(
+        run_seconds,
+        run_key,
+        f"{prefix}provisioning flex-start",
+        f"{prefix}provisioning on-demand, spot or reserved",
+        GKE_FLEX_START_MAX_RUN_SOURCE,
+    )
+
+
 def tpu_gke_only_problems(
     backend: Any, runtime_version: Any, reservation: Any, provisioning: Any, prefix: str = ""
 ) -> list[str]:
@@ -251,37 +321,57 @@ def tpu_gke_only_problems(
     return problems
 
 
+JAX_TPU_IMAGE: Final = "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.2-rev1"
+"""Google's JAX AI image for TPUs, the default image of your code on backend gke (your
+`trainer.image` / `image` wins). Pinned by a tag Google publishes, not `latest`; pulled by
+tag, its digest unverified (no stored source ties a digest to this tag): the tag can move,
+as `catalog.images` says of its other tag-only pins (JAX_TPU_IMAGE_SOURCE)."""
+JAX_TPU_IMAGE_SOURCE: Final = (
+    "GoogleCloudPlatform/cluster-toolkit@1047080 docs/gcluster_job_guide.md:678 (the TPU7x "
+    "MaxText Dockerfile: 'FROM us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:"
+    "jax0.8.2-rev1', then 'RUN pip install ...'; :429 the v6e one FROM ...:jax0.6.1-rev1); "
+    "Google's GKE TPU examples run the same image at :latest: cluster-toolkit "
+    "examples/gke-tpu-v6e/tpu-multislice.yaml:44 ('Based on: https://cloud.google.com/"
+    "kubernetes-engine/docs/how-to/tpu-multislice#standard'), kubernetes-sigs/jobset "
+    "site/static/examples/tpu-multislice/v6e-jax-workload.yaml:34; digest unverified"
+)
 GKE_TPU_IMAGE_SOURCE: Final = (
-    "No Google-maintained container image with TensorFlow for TPUs was found: "
-    "https://docs.cloud.google.com/tpu/docs/run-in-container builds your own image (JAX: "
-    "pip install jax[tpu]); Google's GKE TPU examples (kubernetes-sigs/jobset "
-    "site/static/examples/tpu-multislice, cluster-toolkit examples/gke-tpu-v6e) install JAX "
-    "into a python image at start"
+    "Google's GKE TPU image is the JAX AI image (JAX_TPU_IMAGE_SOURCE); no Google source "
+    "found publishes a container image with TensorFlow for TPUs: "
+    "https://docs.cloud.google.com/tpu/docs/run-in-container builds your own"
 )
 
 
-def tpu_gke_code_problems(user_code: bool, image: Any, prefix: str = "trainer.") -> list[str]:
-    """The code a GKE TPU slice can run: your own, in an image that carries a TPU framework.
+def tpu_gke_code_problems(user_code: bool, prefix: str = "trainer.") -> list[str]:
+    """The code a GKE TPU slice can run: your own, in your image or by default Google's JAX
+    AI image for TPUs (JAX_TPU_IMAGE).
 
     The bundled TPU trainer (TensorFlow with TPUStrategy) has no maintained TPU container
-    image to run in (GKE_TPU_IMAGE_SOURCE), and the backend has no default image for your
-    code for the same reason."""
+    image to run in (GKE_TPU_IMAGE_SOURCE): Google's TPU image carries JAX."""
     p = prefix
     if not user_code:
         return [
             (
                 f"{p}framework: the bundled tensorflow trainer has no maintained TPU container "
-                "image (Google publishes none with TensorFlow for TPUs) to run on backend 'gke'; "
-                f"valid: your own code ({p}entrypoint with {p}image, an image with jax[tpu]), or "
-                "tpu.backend: tpu_vm"
-            )
-        ]
-    if not image:
-        return [
-            (
-                f"{p}image: required on tpu.backend 'gke': there is no maintained default image "
-                f"with a TPU framework for your code; valid: an image with jax[tpu] (or torch_xla) "
-                "and python3"
+                "image (Google publishes JAX's, none with TensorFlow for TPUs) to run on backend "
+                f"'gke'; valid: your own code ({p}entrypoint, on {p}image or the default "
+                f"{JAX_TPU_IMAGE}), or tpu.backend: tpu_vm"
             )
         ]
     return []
+
+
+def tpu_gke_image(image: str | None) -> str:
+    """The image the pods run: `image` when given, else JAX_TPU_IMAGE."""
+    return image or JAX_TPU_IMAGE
+
+
+def tpu_gke_image_note(image: str) -> str | None:
+    """The plan's note on the default image (None for an image you named)."""
+    if image != JAX_TPU_IMAGE:
+        return None
+    return (
+        f"tpu: your code runs on {JAX_TPU_IMAGE}, Google's JAX AI image for TPUs (the "
+        "backend's default without trainer.image), pulled by tag: its digest is unverified "
+        f"({JAX_TPU_IMAGE_SOURCE.split(' (')[0]})"
+    )

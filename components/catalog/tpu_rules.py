@@ -82,6 +82,34 @@ def tpu_slice_problems(
     return found, problems
 
 
+TPU7X_PREFIX: Final = "tpu7x"
+TPU7X_SOURCE: Final = (
+    "https://docs.cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood: 'Ironwood "
+    "(TPU7x) uses a workload policy to configure the physical placement ... when you create "
+    "multi-host TPU slice node pools ... This policy replaces the --tpu-topology flag'; "
+    "pulumi-gcp 10.2.0 has the fields (compute.ResourcePolicy workload_policy: type "
+    "HIGH_THROUGHPUT, accelerator_topology; container.NodePool placement_policy.policy_name; "
+    "terraform-provider-google google/services/compute/resource_compute_resource_policy.go "
+    "workload_policy, services/container/resource_container_node_pool.go policy_name)"
+)
+"""Why TPU7x is refused: not for want of the fields (Google documents the workload policy,
+pulumi-gcp has it), but because trainstack's TPU catalog has no TPU7x generation yet (its
+machine type, zones, prices) and its pools no workload policy."""
+
+
+def _tpu7x_problem(accelerator_type: str, p: str) -> str:
+    prefixes = ", ".join(f"{g.type_prefix}-N" for g in TPU_GENERATIONS.values())
+    return (
+        f"{p}accelerator_type: {accelerator_type!r} is TPU7x (Ironwood), which trainstack does "
+        "not make yet: the Cloud TPU API (backend tpu_vm) does not serve it, and on backend gke "
+        "its multi-host node pools need a workload policy in place of a TPU topology, which "
+        "Google documents (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/"
+        "tpu-ironwood) and pulumi-gcp 10.2.0 has (compute.ResourcePolicy workload_policy, "
+        "container.NodePool placement_policy.policy_name) but trainstack's TPU catalog (machine "
+        f"type, zones, prices) and pools do not yet; valid: {prefixes}"
+    )
+
+
 def _type_hint(accelerator_type: str) -> str:
     """`; did you mean `x`?` for a type named by its generation (`v5e-16`: v5e's types are
     `v5litepod-N`, https://docs.cloud.google.com/tpu/docs/v5e) or by a misspelt prefix of a
@@ -136,6 +164,8 @@ def _find_slice(
         return None, [message]
     if accelerator_type:
         named = tpu_generation_of(accelerator_type)
+        if named is None and accelerator_type.startswith(f"{TPU7X_PREFIX}-"):
+            return None, [_tpu7x_problem(accelerator_type, p)]
         if named is None:
             prefixes = ", ".join(f"{g.type_prefix}-N" for g in TPU_GENERATIONS.values())
             hint = _type_hint(accelerator_type)

@@ -29,12 +29,19 @@
 # limit's interval allows (StartLimitBurst), and the last one anyway: a start after it
 # exits 0 at once, so a slow failing setup cannot restart for ever either. On that last
 # attempt the node launcher also records a setup failure of its own (3 joins
-# TRAINSTACK_RUN_FINAL_CODES). Each start first rewrites this node's heartbeat
-# (`node_helper.py alive`).
+# TRAINSTACK_RUN_FINAL_CODES). This holds from the first step that can fail after the helper
+# is on disk, the GPU fabric's install included: until the framework's python is found the
+# helper runs on the image's python3. Each start rewrites this node's heartbeat
+# (`node_helper.py alive`) once it knows its rank, before the fabric's install.
+#
+# A rank at or above NUM_NODES is a VM the group is removing (node_count lowered: its
+# per-instance config's deletion lands after the new template reached it): it exits 0 with
+# a log line, no end record, and the unit (Restart=on-failure) does not start it again.
 #
 # Exit codes (the Compute Engine unit's restart rule uses them):
 #   0    training finished, or the run limit was reached, or (flex-start) the VM's run
-#        duration ends: the node launcher exited 6 after the trainer saved a checkpoint
+#        duration ends: the node launcher exited 6 after the trainer saved a checkpoint,
+#        or this VM's rank is not below the node count (the group is removing it)
 #   1    the trainer failed after it started: a code error
 #   2    invalid trainer arguments or node environment
 #   3    setup failed before training started (download, install): retryable
@@ -85,13 +92,17 @@ NCCL_LIB_DIR=@@NCCL_LIB_DIR@@
 # dashboard's filter find download, install and rendezvous failures; shipping a line never
 # fails the launcher.
 helper=""
+# The framework environment's python, once found (after the fabric's install, which can
+# bring torch); the helper is standard library only, so until then the image's python3
+# runs it (as it does the fabric's key fetch).
 python=""
+helper_python() { "${python:-python3}" "$helper" "$@"; }
 say() {
   local severity=$1
   shift
   printf 'trainstack-launch: %s\n' "$*" >&2
-  if [ -n "$helper" ] && [ -n "$python" ]; then
-    "$python" "$helper" log "$severity" "trainstack-launch: $*" >/dev/null 2>&1 || true
+  if [ -n "$helper" ]; then
+    helper_python log "$severity" "trainstack-launch: $*" >/dev/null 2>&1 || true
   fi
 }
 log() { say INFO "$@"; }
@@ -102,10 +113,10 @@ node_rank=""
 # record_end REASON: the run ended for good at `stage` (first line of REASON: why).
 record_end() {
   local said
-  if [ -z "$RUN_RECORD" ] || [ -z "$helper" ] || [ -z "$python" ]; then
+  if [ -z "$RUN_RECORD" ] || [ -z "$helper" ]; then
     return 0
   fi
-  if said="$("$python" "$helper" end "$RUN_RECORD" "$stage" "$node_rank" "$1" 2>&1)"; then
+  if said="$(helper_python end "$RUN_RECORD" "$stage" "$node_rank" "$1" 2>&1)"; then
     say INFO "$said"
   else
     say WARNING "could not record the run's end: $said"
@@ -168,10 +179,54 @@ cat >"$helper" <<'TRAINSTACK_HELPER_EOF'
 @@NODE_HELPER@@
 TRAINSTACK_HELPER_EOF
 
+failures="$(cat "$SETUP_FAILURES" 2>/dev/null || echo 0)"
+if [ "$failures" -ge "$SETUP_ATTEMPTS" ]; then
+  log "the setup failed $failures times in a row (at most $SETUP_ATTEMPTS); not starting again"
+  exit 0
+fi
+if [ "$RANK_CLAIMS" = 1 ]; then
+  name="$(helper_python metadata instance/name)" || fail 3 "could not read this VM's name"
+  rank="$(helper_python claim-rank "$RUN_RECORD" "$NUM_NODES" "$name")" ||
+    fail 3 "could not claim a node rank under $RUN_RECORD.ranks/"
+  COORDINATOR="$(helper_python rank-host "$RUN_RECORD" 0)" ||
+    fail 3 "could not read the rank-0 VM's name under $RUN_RECORD.ranks/"
+  log "$name holds node rank $rank; node 0 is $COORDINATOR"
+else
+  rank="$(helper_python metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
+    fail 3 "could not read the $NODE_RANK_ATTRIBUTE metadata attribute"
+fi
+case "$rank" in
+  '' | *[!0-9]*) fail 2 "node rank '$rank' is not a non-negative integer" ;;
+esac
+if [ "$rank" -ge "$NUM_NODES" ]; then
+  # node_count was lowered and this VM's per-instance config is being deleted: the group
+  # removes the VM; its run is no longer this one's. Exit 0: Restart=on-failure restarts
+  # only an unclean exit (systemd.service(5), Restart=).
+  log "node rank $rank is not below the node count $NUM_NODES: the group is removing this VM; not starting"
+  exit 0
+fi
+node_rank="$rank"
+if [ -n "$RUN_RECORD" ]; then
+  helper_python alive "$RUN_RECORD" "$node_rank" "$stage" >/dev/null 2>&1 ||
+    say WARNING "could not write this node's heartbeat under $RUN_RECORD"
+fi
+
 # The fabric's NCCL plugin (Google's nccl-gib) from Google's apt repository, signed by the
 # Google Cloud key the helper stores (the image is not Google's, so apt trusts no key of
 # Google's yet), once per boot disk, and torch where the image has no torchrun (Google's
 # accelerator-optimized image carries the driver, not PyTorch).
+# apt_get ARGS: apt-get ARGS, its output to the journal; on a failure apt_said is why (apt's
+# last `E:` line, else its last line), for the run's end record.
+apt_get() {
+  local out rc=0
+  out="$(apt-get "$@" 2>&1)" || rc=$?
+  printf '%s\n' "$out" >&2
+  apt_said="$(printf '%s\n' "$out" | grep '^E: ' | tail -n 1 || true)"
+  if [ -z "$apt_said" ]; then
+    apt_said="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)"
+  fi
+  return "$rc"
+}
 if [ -n "$FABRIC_PACKAGE" ] && [ ! -e "$WORK_DIR/fabric-installed" ]; then
   packages=("$FABRIC_PACKAGE")
   need_torch=0
@@ -184,8 +239,8 @@ if [ -n "$FABRIC_PACKAGE" ] && [ ! -e "$WORK_DIR/fabric-installed" ]; then
     fail 3 "could not fetch the signing key $FABRIC_APT_KEY_URL into $FABRIC_APT_KEYRING"
   printf '%s\n' "$FABRIC_APT_SOURCE" >"$FABRIC_APT_LIST" || fail 3 "could not write $FABRIC_APT_LIST"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >&2 || fail 3 "apt-get update failed"
-  apt-get install -y -q "${packages[@]}" >&2 || fail 3 "apt-get could not install ${packages[*]}"
+  apt_get update -q || fail 3 "apt-get update failed: $apt_said"
+  apt_get install -y -q "${packages[@]}" || fail 3 "apt-get could not install ${packages[*]}: $apt_said"
   if [ "$need_torch" = 1 ]; then
     log "installing $TORCH_REQUIREMENT"
     python3 -m pip install --disable-pip-version-check --no-input "$TORCH_REQUIREMENT" >&2 ||
@@ -203,34 +258,6 @@ python="$bin_dir/python3"
 [ -x "$python" ] || fail 3 "no python next to $anchor_path"
 pip=("$bin_dir/pip")
 [ -x "${pip[0]}" ] || pip=("$python" -m pip)
-
-failures="$(cat "$SETUP_FAILURES" 2>/dev/null || echo 0)"
-if [ "$failures" -ge "$SETUP_ATTEMPTS" ]; then
-  log "the setup failed $failures times in a row (at most $SETUP_ATTEMPTS); not starting again"
-  exit 0
-fi
-if [ "$RANK_CLAIMS" = 1 ]; then
-  name="$("$python" "$helper" metadata instance/name)" || fail 3 "could not read this VM's name"
-  rank="$("$python" "$helper" claim-rank "$RUN_RECORD" "$NUM_NODES" "$name")" ||
-    fail 3 "could not claim a node rank under $RUN_RECORD.ranks/"
-  COORDINATOR="$("$python" "$helper" rank-host "$RUN_RECORD" 0)" ||
-    fail 3 "could not read the rank-0 VM's name under $RUN_RECORD.ranks/"
-  log "$name holds node rank $rank; node 0 is $COORDINATOR"
-else
-  rank="$("$python" "$helper" metadata "instance/attributes/$NODE_RANK_ATTRIBUTE")" ||
-    fail 3 "could not read the $NODE_RANK_ATTRIBUTE metadata attribute"
-fi
-case "$rank" in
-  '' | *[!0-9]*) fail 2 "node rank '$rank' is not a non-negative integer" ;;
-esac
-if [ "$rank" -ge "$NUM_NODES" ]; then
-  fail 2 "node rank $rank is not below the node count $NUM_NODES"
-fi
-node_rank="$rank"
-if [ -n "$RUN_RECORD" ]; then
-  "$python" "$helper" alive "$RUN_RECORD" "$node_rank" "$stage" >/dev/null 2>&1 ||
-    say WARNING "could not write this node's heartbeat under $RUN_RECORD"
-fi
 
 remaining=""
 if [ -n "$MAX_RUN_SECONDS" ]; then

@@ -50,7 +50,8 @@ What it creates (children named `<name>-<role>`):
 |                    |                                | `stall_minutes`, or fewer than            |
 |                    |                                | `worker_count` workers write any in it    |
 
-Supported targets: `tpu`, `gpu_cluster` (`gpu_backend` `gke` or `gce`) and `vertex`. The
+Supported targets: `tpu` (`backend` `tpu_vm`, the default, or `gke` for TPU slices on GKE,
+counted as `slices` x hosts), `gpu_cluster` (`gpu_backend` `gke` or `gce`) and `vertex`. The
 `local` target writes no Cloud Logging entries, so it is rejected with an explanation.
 Built-in metric names and default log resource types carry `verified`/`source` notes
 (`TARGET_METRICS`, `LOG_RESOURCE_TYPES_SOURCE`); the dashboard's header lists the unverified
@@ -135,6 +136,7 @@ from trainstack.components.training_dashboard.targets import (
     backends,
     gce_filters,
     gke_filters,
+    platform_key,
     register_platform,
     targets,
     tpu_filters,
@@ -233,6 +235,13 @@ class TrainingDashboardArgs(TypedDict):
     `metric.type` and `resource.type`."""
     gpu_backend: NotRequired[str]
     """Required with target `gpu_cluster` (and only then): where the GPUs run. Plain value."""
+    backend: NotRequired[str]
+    """`gpu_backend` by its general name, for any target with several platforms
+    (`backends(target)`): target `tpu` takes `gke` for TPU slices on GKE (`TpuGkeSlices`),
+    default `tpu_vm`. Plain value."""
+    slices: NotRequired[int]
+    """TPU slices the `worker_count` hosts are spread over, evenly (multislice): the header
+    counts slices x hosts. Plain value."""
     log_resource_type: NotRequired[str]
     """Monitored resource type of the trainer's log entries, and so of the logs-based metrics
     (alert filters must name it). Default per target: `LOG_RESOURCE_TYPES`. Plain value."""
@@ -285,7 +294,14 @@ def _validate(args: TrainingDashboardArgs) -> DashboardSettings:
     _check_filter("log_filter", args["log_filter"], ("resource.type", f"jsonPayload.{FIELD_EVENT}"))
     _check_filter("resource_filter", args["resource_filter"], ("resource.type", "metric.type"))
     _check_alert_args(args)
-    return DashboardSettings(deployment, target, platform, workers, stall, resource_type, payload)
+    slices = args.get("slices")
+    if slices is not None and (not _is_int(slices) or slices < 1 or workers % slices):
+        raise ValueError(
+            f"slices must be an integer >= 1 that divides worker_count ({workers}), got {slices!r}"
+        )
+    return DashboardSettings(
+        deployment, target, platform, workers, stall, resource_type, payload, slices
+    )
 
 
 def _platform(args: TrainingDashboardArgs) -> tuple[str, str]:
@@ -299,23 +315,24 @@ def _platform(args: TrainingDashboardArgs) -> tuple[str, str]:
         )
     if target not in targets():
         raise ValueError(f"target must be one of {valid}, got {target!r}")
-    backend = args.get("gpu_backend")
+    if "backend" in args and "gpu_backend" in args:
+        raise ValueError("give backend or gpu_backend (its older name), not both")
+    name = "backend" if "backend" in args else "gpu_backend"
+    backend = args.get("backend", args.get("gpu_backend"))
     keys = backends(target)
     if keys is None:
         if backend is not None:
             several = " or ".join(repr(t) for t in targets() if backends(t) is not None)
             raise ValueError(
-                f"gpu_backend applies only to target {several}, got "
-                f"{backend!r} with target {target!r}"
+                f"{name} applies only to target {several}, got {backend!r} with target {target!r}"
             )
         return target, target
-    if backend is None:
-        raise ValueError(
-            f"gpu_backend is required with target {target!r} (one of {', '.join(keys)})"
-        )
-    if backend not in keys:
-        raise ValueError(f"gpu_backend must be one of {', '.join(keys)}, got {backend!r}")
-    return target, backend
+    key = platform_key(target, backend)
+    if key is None and backend is None:
+        raise ValueError(f"{name} is required with target {target!r} (one of {', '.join(keys)})")
+    if key is None:
+        raise ValueError(f"{name} must be one of {', '.join(keys)}, got {backend!r}")
+    return target, key
 
 
 def _check_alert_args(args: TrainingDashboardArgs) -> None:

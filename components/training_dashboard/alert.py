@@ -80,9 +80,9 @@ def alert_conditions(settings: DashboardSettings) -> list[dict[str, Any]]:
 
 def alert_documentation(settings: DashboardSettings) -> str:
     return (
-        f"Training of **{settings.deployment}** ({settings.target}) stalled: a worker wrote no "
-        f'`"{FIELD_EVENT}": "{EVENT_TRAIN}"` log line for {settings.stall_minutes} minutes, or '
-        f"fewer than {settings.worker_count} workers did.\n\n"
+        f"Training of **{settings.deployment}** ({settings.place}) stalled: a {settings.worker} "
+        f'wrote no `"{FIELD_EVENT}": "{EVENT_TRAIN}"` log line for {settings.stall_minutes} '
+        f"minutes, or fewer than {settings.worker_count} {settings.worker}s did.\n\n"
         "Check in this order: the job or machines still exist (preemption, spot reclaim, "
         "maintenance); the last trainer lines in Logs Explorer (an exception, a "
         f'`"{FIELD_EVENT}": "{EVENT_PREEMPTED}"` line, or a collective that hangs); the '

@@ -66,9 +66,10 @@ def _text(settings: DashboardSettings, log_scope: str) -> str:
     )
     lines = [
         f"**{settings.deployment}** on `{settings.target}`"
-        # A target with several platforms (gpu_cluster: gke | gce) names the one in use.
-        + (f" ({settings.platform})" if settings.platform != settings.target else "")
-        + f": {settings.worker_count} workers; one series per worker (trainer "
+        # A target with several platforms (gpu_cluster: gke | gce; tpu: on GKE) names the
+        # one in use.
+        + (f" ({settings.backend})" if settings.platform != settings.target else "")
+        + f": {settings.workers_text}; one series per {settings.worker} (trainer "
         f"`{FIELD_NODE}` rank).",
         "",
         (

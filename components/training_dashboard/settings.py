@@ -25,10 +25,35 @@ class DashboardSettings:
     stall_minutes: int
     log_resource_type: str
     payload: str
+    slices: int | None = None
+    """TPU slices the workers are spread over, where given."""
 
     @property
     def gpu(self) -> bool:
         return PLATFORMS[self.platform].gpu
+
+    @property
+    def worker(self) -> str:
+        """What one worker is (`Platform.worker`): `worker`, or a TPU slice's `host`."""
+        return PLATFORMS[self.platform].worker
+
+    @property
+    def backend(self) -> str:
+        """The platform's name among its target's (`Platform.backend`, else its key)."""
+        return PLATFORMS[self.platform].backend or self.platform
+
+    @property
+    def place(self) -> str:
+        """The target, and the backend where it is not the target's own platform
+        (`gpu_cluster, gke`, `tpu, gke`)."""
+        return self.target if self.platform == self.target else f"{self.target}, {self.backend}"
+
+    @property
+    def workers_text(self) -> str:
+        """The workers counted: `8 workers`, or `2 slices x 4 hosts`."""
+        if self.slices:
+            return f"{self.slices} slices x {self.worker_count // self.slices} {self.worker}s"
+        return f"{self.worker_count} {self.worker}s"
 
     @property
     def log_metrics(self) -> tuple[LogMetric, ...]:

@@ -3,8 +3,9 @@
 and network bytes (with where each name comes from and whether it was seen on a live
 project), and the filters that select one deployment's entries and machines.
 
-Platform keys: `tpu`, `gke`, `gce`, `vertex` (target `gpu_cluster` is `gke` or `gce` by
-`gpu_backend`), one `PLATFORMS` entry each; `register_platform` adds one.
+Platform keys: `tpu`, `tpu_gke`, `gke`, `gce`, `vertex` (target `gpu_cluster` is `gke` or
+`gce` by `gpu_backend`, target `tpu` is `tpu_gke` with `backend: gke`), one `PLATFORMS` entry
+each; `register_platform` adds one.
 
 The filter builders take the ids the compute components own and return
 `(log_filter, resource_filter)` for `TrainingDashboardArgs`:
@@ -70,6 +71,10 @@ _GKE_GPU_SOURCE = (
     "is the finer-grained alternative"
 )
 _GKE_NET_SOURCE = "public code and GKE system-metric lists; TO VERIFY against the GKE metrics list"
+_GKE_TPU_SOURCE = (
+    "the GKE node accelerator metric the GPU pools chart (_GKE_GPU_SOURCE); that GKE TPU nodes "
+    "report their chips' duty cycle on it is TO VERIFY on a real slice"
+)
 _GCE_GPU_SOURCE = (
     "GoogleCloudPlatform/monitoring-dashboard-samples dashboards/nvidia-gpu/"
     "gce-gke-gpu-utilization.json (gce_instance, agent.googleapis.com/gpu/utilization, "
@@ -116,6 +121,30 @@ _METRICS: Final[dict[str, TargetMetrics]] = {
             source=_GKE_GPU_SOURCE,
         ),
         accelerator_unit="GPU duty cycle (%)",
+        received_bytes=BuiltinMetric(
+            "kubernetes.io/node/network/received_bytes_count",
+            "k8s_node",
+            "resource.label.node_name",
+            verified=False,
+            source=_GKE_NET_SOURCE,
+        ),
+        sent_bytes=BuiltinMetric(
+            "kubernetes.io/node/network/sent_bytes_count",
+            "k8s_node",
+            "resource.label.node_name",
+            verified=False,
+            source=_GKE_NET_SOURCE,
+        ),
+    ),
+    "tpu_gke": TargetMetrics(
+        accelerator=BuiltinMetric(
+            "kubernetes.io/node/accelerator/duty_cycle",
+            "k8s_node",
+            "resource.label.node_name",
+            verified=False,
+            source=_GKE_TPU_SOURCE,
+        ),
+        accelerator_unit="TPU duty cycle (%)",
         received_bytes=BuiltinMetric(
             "kubernetes.io/node/network/received_bytes_count",
             "k8s_node",
@@ -210,13 +239,22 @@ class Platform:
     """How the trainer's lines arrive (one of `PAYLOADS`)."""
     gpu: bool = True
     """Its accelerators are GPUs: the GPU-only log metrics apply."""
+    backend: str | None = None
+    """Its name among its target's platforms, where the name is not its key (tpu: `tpu_vm`,
+    and `gke` for TPU slices on GKE); None: the key (gpu_cluster: gke, gce)."""
+    worker: str = "worker"
+    """What one worker is, as the dashboard's header counts them (a TPU slice's `host`)."""
 
 
 PLATFORMS: Final[dict[str, Platform]] = {
     # TPU and GCE VMs: the node launcher writes each trainer line to the Cloud Logging API
     # itself (trainstack.trainers.common.cloud_logging, TRAINSTACK_CLOUD_LOGGING set by the startup
     # scripts), a JSON line as jsonPayload.
-    "tpu": Platform("tpu", _METRICS["tpu"], "tpu_worker", gpu=False),
+    "tpu": Platform("tpu", _METRICS["tpu"], "tpu_worker", gpu=False, backend="tpu_vm"),
+    # TPU slices on GKE (`TpuGkeSlices`): target tpu, its pods' lines as any GKE pod's.
+    "tpu_gke": Platform(
+        "tpu", _METRICS["tpu_gke"], "k8s_container", gpu=False, backend="gke", worker="host"
+    ),
     "gke": Platform("gpu_cluster", _METRICS["gke"], "k8s_container"),
     "gce": Platform("gpu_cluster", _METRICS["gce"], "gce_instance"),
     "vertex": Platform("vertex", _METRICS["vertex"], "ml_job"),
@@ -253,10 +291,25 @@ def targets() -> tuple[str, ...]:
 
 
 def backends(target: str) -> tuple[str, ...] | None:
-    """The platform keys `gpu_backend` picks from for `target`; None for a target that is
-    its own one platform."""
-    keys = tuple(k for k, p in PLATFORMS.items() if p.target == target)
-    return None if keys == (target,) else keys
+    """The backend names `backend` (`gpu_backend`) picks from for `target` (a platform's
+    `backend`, else its key); None for a target that is its own one platform."""
+    found = [(k, p) for k, p in PLATFORMS.items() if p.target == target]
+    if [k for k, _ in found] == [target]:
+        return None
+    return tuple(p.backend or k for k, p in found)
+
+
+def platform_key(target: str, backend: str | None) -> str | None:
+    """The `PLATFORMS` key of `target`'s platform named `backend` (None: the platform keyed
+    by the target itself, where there is one); None when there is no such platform."""
+    for key, platform in PLATFORMS.items():
+        if platform.target != target:
+            continue
+        if (backend is None and key == target) or (
+            backend is not None and (platform.backend or key) == backend
+        ):
+            return key
+    return None
 
 
 # ------------------------------------------------------------------------------------------
@@ -338,6 +391,10 @@ class DashboardScope(TypedDict):
     """One of `targets()`."""
     gpu_backend: NotRequired[str]
     """A target with several platforms (gpu_cluster): one of `backends(target)`."""
+    backend: NotRequired[str]
+    """The same for a target that is not GPUs (tpu: `gke` for slices on GKE)."""
+    slices: NotRequired[int]
+    """TPU slices the workers are spread over (the header counts slices x hosts)."""
     worker_count: int
     """Machines whose trainer lines the per-worker charts show."""
     log_filter: pulumi.Input[str]

@@ -16,6 +16,7 @@ from trainstack.components.a100_cluster import (
 from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
 from trainstack.components.a100_cluster.validate import bundled_image_problems
 from trainstack.components.catalog.gpu_families import cuda_floor_of, machine_family
+from trainstack.components.catalog.image_pull import image_repository
 from trainstack.components.catalog.images import (
     torch_image_note,
     vertex_training_image,
@@ -88,6 +89,23 @@ def job_lines(inputs: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def node_identity(cfg: StackView, identity_args: TrainingIdentityArgs) -> None:
+    """The training account as a GKE node's account (the GPU nodes', and the TPU slices' of
+    target tpu_gke): the node role, and reading the Artifact Registry repository of your
+    `trainer.image`, which the nodes pull as this account
+    (`trainstack.components.catalog.image_pull`); an image elsewhere (Docker Hub, the bundled
+    trainer's) gets no grant."""
+    identity_args["extra_project_roles"] = [GKE_NODE_ROLE]
+    code = cfg.trainer.user_code
+    repo = image_repository(code.image if code is not None else None)
+    if repo is not None:
+        identity_args["image_repository"] = {
+            "project": repo.project,
+            "location": repo.location,
+            "repository_id": repo.repository,
+        }
+
+
 class Gke(GpuCluster):
     name = "gke"
     run_resources = (RunResource("kubernetes:batch/v1:Job", describe=job_lines),)
@@ -155,8 +173,7 @@ class Gke(GpuCluster):
         after_apis: pulumi.ResourceOptions,
         identity_args: TrainingIdentityArgs,
     ) -> dict[str, Any]:
-        # The training account is also the GPU nodes' account.
-        identity_args["extra_project_roles"] = [GKE_NODE_ROLE]
+        node_identity(cfg, identity_args)
         return {}
 
     def status(

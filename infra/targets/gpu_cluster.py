@@ -301,8 +301,9 @@ class GpuCluster(CloudTarget):
 
     def plan_notes(self, cfg: StackView, deployment: str) -> list[str]:
         kind = "mig" if self.name == "gce" else "node_pool"
-        notes = [reach_note(kind, False, cfg.project)]
         gpu = gpu_section(cfg)
+        autoscaled = kind == "node_pool" and bool(gpu.flex_start)
+        notes = [reach_note(kind, False, cfg.project, autoscaled)]
         price = MACHINE_PRICES[gpu.machine_type]
         if price.note:
             notes.append(f"gpu_cluster.machine_type: {gpu.machine_type}'s price is {price.note}")
@@ -403,4 +404,6 @@ class GpuCluster(CloudTarget):
         }
         if target.instances is not None:
             values["instances"] = target.instances
+        if target.kind == "node_pool":
+            values["autoscaled"] = target.autoscaled
         return register_supervisor(ctx.deployment, values, ctx.after_grants)

@@ -5,6 +5,7 @@ section `trainstack:tpu`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -71,6 +72,7 @@ from trainstack.infra.targets.base import (
 )
 from trainstack.trainers.common.config import TrainConfig
 from trainstack.trainers.common.contract import TRAINER_MODULES
+from trainstack.trainers.common.user_code import CodeRules, WholeNumber
 
 if TYPE_CHECKING:
     from trainstack.components.run_supervisor import RunSupervisor
@@ -102,7 +104,7 @@ class TpuConfig(Section):
     backend: TpuBackend = "tpu_vm"
     """`tpu_vm` (default): the Cloud TPU API, which Google keeps for bug fixes and security
     updates only; `gke`: one GKE TPU node pool per slice and a JobSet over them."""
-    slices: int = 1
+    slices: WholeNumber = 1
     """Slices of `accelerator_type`; above 1 (multislice over the data-center network) on
     backend gke with multi-host slices only."""
 
@@ -198,6 +200,12 @@ class Tpu(CloudTarget):
 
     def claims(self, section: TpuConfig) -> bool:
         return section.backend == "tpu_vm"
+
+    def code_rules(self) -> CodeRules:
+        # The section's other backend (gke) runs a container: name the backend, not the
+        # section, in the line that refuses trainer.image.
+        rules = super().code_rules()
+        return replace(rules, no_image=("tpu.backend 'tpu_vm'", "tpu.backend: gke"))
 
     # ------------------------------------------------------------------ config
 

@@ -14,7 +14,9 @@ from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.catalog.tpu_gke import (
     EXCLUSIVE_TOPOLOGY,
     gke_vms,
+    tpu_flex_start_run_problems,
     tpu_gke_code_problems,
+    tpu_gke_image,
 )
 from trainstack.components.code_summary import MEGASCALE_ENV, TPU_WORKER_ENV
 from trainstack.components.facts import reach_note
@@ -144,10 +146,16 @@ class TpuGke(CloudTarget):
 
     def code_problems(self, section: TpuConfig, trainer: StackTrainer) -> list[str]:
         code = trainer.user_code
-        return [] if code is None else tpu_gke_code_problems(True, code.image)
+        return [] if code is None else tpu_gke_code_problems(True)
 
     def trainer_problems(self, section: TpuConfig, trainer: TrainConfig) -> list[str]:
-        return tpu_gke_code_problems(False, None)
+        return tpu_gke_code_problems(False)
+
+    def limits_problems(self, section: TpuConfig, limits: Any) -> list[str]:
+        seconds = limits.max_run_seconds if limits is not None else None
+        return tpu_flex_start_run_problems(
+            section.provisioning, seconds, "limits.max_run_hours", "tpu."
+        )
 
     def flex_start_run_seconds(self, section: TpuConfig, limits: Any) -> int | None:
         # The flex-start pools' max_run_duration (`tpu_gke_slices._pod_env`: the stack's
@@ -186,7 +194,7 @@ class TpuGke(CloudTarget):
         return True, tpu_gke_run_limit(_tpu(cfg).provisioning, seconds)
 
     def runs_on(self, cfg: StackView, code: UserCode) -> str:
-        return code.image or "(trainer.image: required)"
+        return tpu_gke_image(code.image)
 
     def code_world_size(self, cfg: StackView, code: UserCode) -> int:
         tpu = _tpu(cfg)
@@ -200,8 +208,11 @@ class TpuGke(CloudTarget):
         # The slices' own notes before their supervisor's, as a program's plan lists
         # TpuGkeSlices' facts before RunSupervisor's.
         tpu = _tpu(cfg)
-        notes = tpu_gke_notes(tpu.slices, tpu.provisioning)
-        return [*notes, reach_note("node_pools", False, cfg.project)]
+        code = cfg.trainer.user_code
+        image = tpu_gke_image(code.image if code is not None else None)
+        notes = tpu_gke_notes(tpu.slices, tpu.provisioning, image=image)
+        flex = tpu.provisioning == "flex-start"
+        return [*notes, reach_note("node_pools", False, cfg.project, flex)]
 
     # ------------------------------------------------------------------ compose
 
@@ -216,7 +227,7 @@ class TpuGke(CloudTarget):
         tpu = _tpu(cfg)
         code = cfg.trainer.user_code
         assert network is not None and cfg.project is not None
-        assert ctx.node_args is not None and code is not None and code.image
+        assert ctx.node_args is not None and code is not None
         section = tpu.model_dump(exclude_none=True, exclude={"backend"})
         args = cast(
             TpuGkeSlicesArgs,
@@ -224,7 +235,7 @@ class TpuGke(CloudTarget):
                 **section,
                 "project": cfg.project,
                 "deployment_name": deployment,
-                "image": code.image,
+                "image": tpu_gke_image(code.image),
                 "node_args": ctx.node_args,
                 "package_uri": ctx.package.uri,
                 "checkpoint_url": ctx.buckets.checkpoint_url,
@@ -273,6 +284,8 @@ class TpuGke(CloudTarget):
             "kind": "node_pools",
             "resource_name": target.cluster,
             "node_pools": target.pools,
+            # A flex-start pool is autoscaled: the supervisor deletes its VMs.
+            "autoscaled": _tpu(cfg).provisioning == "flex-start",
             "run": run_settings(
                 cfg, self.stoppable_hourly_usd(cfg), target.run_record, target.hosts
             ),

@@ -13,9 +13,11 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
   a GKE node pool `container.clusters.get` and `.update` under a condition that names this
   stack's cluster and nothing else (`resource.name == "projects/P/locations/L/clusters/C"` or
   its `zones/` form, or `.startsWith("<cluster>/nodePools/")`, joined by `||`), and reading
-  the pool's instance groups and deleting their VMs (`compute.instanceGroupManagers.get`,
-  `.list`, `.update`: the cluster autoscaler leaves a flex-start pool's nodes that still run
-  pods, so the supervisor deletes them through the groups). Google honours
+  the pools' instance groups (`compute.instanceGroupManagers.get`, `.list`); `.update` too
+  only where a node pool of the stack is autoscaled (flex-start: the cluster autoscaler
+  leaves its nodes that still run pods, so the supervisor deletes them through the groups;
+  `.update` also creates and resizes VMs in every group of the project, so a stack of
+  fixed-size pools, which stop by `nodePools.setSize`, must not hold it). Google honours
   resource names in conditions for GKE clusters (for its node-pool calls: inferred) but not
   for Cloud TPU, and for instance group managers it is unverified
   (https://cloud.google.com/iam/docs/conditions-resource-attributes), so those grants do not
@@ -24,7 +26,8 @@ The supervisor (components/run_supervisor.py) is the Cloud Functions function's
 - a bucket grant on the supervisor's own state bucket (labelled `component: run-supervisor`),
   or on another bucket of this stack (the checkpoint bucket) under a condition that holds it to
   the runs' records: `resource.name.startsWith("projects/_/buckets/<that bucket>/objects/
-  trainstack-run-...")` and nothing else (no list: it reads each record by name); Cloud
+  [<folder>/]trainstack-run-...")` (the folder: the checkpoint_url's path in the bucket)
+  and nothing else (no list: it reads each record by name); Cloud
   Storage honours object names in conditions, so checkpoints and final models stay out of its
   reach;
 - a service-account grant on an account this stack creates (the training account, which the
@@ -80,13 +83,15 @@ GROUP_PERMISSIONS = (
     "compute.instanceGroupManagers.list",
     "compute.instanceGroupManagers.update",
 )
-NODE_POOL_PERMISSIONS = (
-    *GROUP_PERMISSIONS,
-    "container.clusters.get",
-    "container.clusters.update",
-)
 CLUSTER_PERMISSIONS = ("container.clusters.get", "container.clusters.update")
 """Held only under a condition naming the stack's cluster."""
+NODE_POOL_PERMISSIONS = (*GROUP_PERMISSIONS[:2], *CLUSTER_PERMISSIONS)
+"""A GKE stack whose pools are all of a fixed size: their groups are only read (a pool
+stops by `nodePools.setSize`)."""
+AUTOSCALED_POOL_PERMISSIONS = (*GROUP_PERMISSIONS, *CLUSTER_PERMISSIONS)
+"""A GKE stack with an autoscaled (flex-start) pool: its VMs are deleted through its groups
+(`compute.instanceGroupManagers.update`, which also creates and resizes, on every group of
+the project)."""
 _CLAUSE = re.compile(
     r'^resource\.name == "(?P<name>[^"]+)"$'
     r'|^resource\.name\.startsWith\("(?P<prefix>[^"]+)/nodePools/"\)$'
@@ -98,6 +103,7 @@ SUPERVISOR_LABEL = "run-supervisor"
 """The `component` label of the supervisor's own resources (its state bucket)."""
 _RECORD_CLAUSE = re.compile(
     r'^resource\.name\.startsWith\("projects/_/buckets/(?P<bucket>[^/"]+)/objects/'
+    + r'(?:[^"]*/)?'  # the checkpoint_url's folder in the bucket, where the records are
     + RECORDS
     + r'[^"]*"\)$'
 )
@@ -107,9 +113,15 @@ def _allowed(resources: Sequence[Resource]) -> tuple[tuple[str, ...], str]:
     """(Permissions the stack's supervisor may hold, the same in words)."""
     types = {r.type for r in resources}
     if NODE_POOL in types:
+        cluster = "container.clusters.get and .update under a condition naming this stack's cluster"
+        if any(r.type == NODE_POOL and r.inputs.get("autoscaling") for r in resources):
+            return AUTOSCALED_POOL_PERMISSIONS, (
+                "compute.instanceGroupManagers.get, .list and .update (an autoscaled pool's "
+                f"VMs are deleted through its groups), and {cluster}"
+            )
         return NODE_POOL_PERMISSIONS, (
-            "compute.instanceGroupManagers.get, .list and .update, and container.clusters.get "
-            "and .update under a condition naming this stack's cluster"
+            "compute.instanceGroupManagers.get and .list (no pool is autoscaled: none has its "
+            f"VMs deleted through its groups), and {cluster}"
         )
     if GROUP in types:
         return GROUP_PERMISSIONS, ", ".join(GROUP_PERMISSIONS)

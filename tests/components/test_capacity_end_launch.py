@@ -187,10 +187,17 @@ def test_a_gke_flex_start_job_tells_its_pods_the_nodes_run_duration() -> None:
 def test_a_tpu_flex_start_jobsets_pods_get_the_nodes_run_duration() -> None:
     uri = "gs://b/p.tar.gz"
     flex = _pod_env({"provisioning": "flex-start", "max_run_seconds": 3600}, 4, uri, None, [])
-    assert flex == {"TRAINSTACK_PACKAGE_URI": uri, "TRAINSTACK_CAPACITY_RUN_S": "3600"}
+    assert flex == {
+        "TRAINSTACK_PACKAGE_URI": uri,
+        "TRAINSTACK_NUM_NODES": "4",
+        "TRAINSTACK_CAPACITY_RUN_S": "3600",
+    }
     longest = _pod_env({"provisioning": "flex-start"}, 4, uri, None, [])
     assert longest["TRAINSTACK_CAPACITY_RUN_S"] == str(WEEK_S)
-    assert _pod_env({"provisioning": "spot"}, 4, uri, None, []) == {"TRAINSTACK_PACKAGE_URI": uri}
+    assert _pod_env({"provisioning": "spot"}, 4, uri, None, []) == {
+        "TRAINSTACK_PACKAGE_URI": uri,
+        "TRAINSTACK_NUM_NODES": "4",
+    }
 
 
 def test_the_job_replaces_a_pod_whose_capacity_ended_without_counting_a_failure() -> None:

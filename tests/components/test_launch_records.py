@@ -105,6 +105,68 @@ def test_the_20th_setup_failure_in_a_row_records_the_runs_end_and_the_next_start
     assert len([p for p, _ in google.requests if p.startswith("/storage/")]) == downloads
 
 
+def test_a_gpu_fabric_setup_that_fails_on_the_20th_attempt_records_the_runs_end(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    # A4 / A3 Ultra: the plugin's install comes before the framework's python is found; the
+    # helper runs on the image's python3 for the heartbeat and the end record (before, no
+    # record and no heartbeat: only no_heartbeat stopped the VMs). Here the signing key's
+    # URL answers 404.
+    counter = tmp_path / "work" / "setup-failures"
+    counter.parent.mkdir()
+    counter.write_text("19\n")
+    key_url = f"{google.base_url}/apt/doc/apt-key.gpg"
+    launcher = _launcher(tmp_path, run_record=PREFIX, nccl_gib=True)
+    env = _env(tmp_path, fakebin, google, TRAINSTACK_APT_KEY_URL=key_url)
+    result = _run(launcher, env)
+    assert result.returncode == 3, result.stderr
+    reason = (
+        "could not fetch the signing key https://packages.cloud.google.com/apt/doc/apt-key.gpg "
+        "into /etc/apt/keyrings/cloud.google.gpg"
+    )
+    assert _record(google, ENDED) == {
+        "outcome": "failed",
+        "stage": "launch",
+        "reason": reason,
+        "node_rank": 3,
+    }
+    assert _record(google, _alive(3)) == {"node_rank": 3, "stage": "launch"}
+    assert result.stderr.splitlines()[-2:] == [
+        f"trainstack-launch: {reason}",
+        f"trainstack-launch: recorded the run's end (failed: launch) at {PREFIX}.ended",
+    ]
+    # The next start idles before the fabric's install is tried again.
+    key_fetches = [p for p, _ in google.requests if p == "/apt/doc/apt-key.gpg"]
+    assert len(key_fetches) == 1
+    after = _run(launcher, env)
+    assert (after.returncode, after.stderr.splitlines()) == (
+        0,
+        ["trainstack-launch: the setup failed 20 times in a row (at most 20); not starting again"],
+    )
+    assert [p for p, _ in google.requests if p == "/apt/doc/apt-key.gpg"] == key_fetches
+
+
+def test_a_rank_at_or_above_the_node_count_is_a_vm_being_removed_and_exits_0(
+    tmp_path: Path, fakebin: Path, google: FakeGoogle
+) -> None:
+    # node_count 4 -> 2 on Compute Engine: a VM of rank 3 that boots before its per-instance
+    # config's deletion lands exits 0 (the unit's Restart=on-failure does not restart it),
+    # records no end of the run (the new run's, at the same prefix) and no heartbeat.
+    google.node_rank = "3"
+    result = _run(
+        _launcher(tmp_path, run_record=PREFIX, num_nodes=2), _env(tmp_path, fakebin, google)
+    )
+    assert (result.returncode, result.stderr.splitlines()) == (
+        0,
+        [
+            "trainstack-launch: node rank 3 is not below the node count 2: the group is "
+            "removing this VM; not starting"
+        ],
+    )
+    assert [p for p, _ in google.requests if p.startswith("/upload/")] == []
+    assert _calls(tmp_path) == []
+
+
 def test_an_exit_the_unit_never_restarts_records_the_runs_end_at_once(
     tmp_path: Path, fakebin: Path, google: FakeGoogle
 ) -> None:

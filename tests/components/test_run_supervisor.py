@@ -281,13 +281,13 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         "project": "my-project",
         "roleId": f"trainstackSupervisorRead_exp_42_{UID}",
         "title": "trainstack run supervisor reads (exp-42)",
-        "description": "Read the instance groups of one stack's GKE node pool and delete their VMs.",
-        # `.list`: which of the pool's VMs run (`listManagedInstances`); `.update`: a flex-start
-        # pool's VMs deleted through its groups (`deleteInstances`).
+        "description": "Read the instance groups of one stack's GKE node pool.",
+        # `.list`: which of the pool's VMs run (`listManagedInstances`). A fixed-size pool
+        # stops by `nodePools.setSize`: no `.update`, which would create, resize or delete
+        # the VMs of every group of the project.
         "permissions": [
             "compute.instanceGroupManagers.get",
             "compute.instanceGroupManagers.list",
-            "compute.instanceGroupManagers.update",
         ],
     }
     assert run.named("sup-read").inputs == {
@@ -295,6 +295,76 @@ def test_the_gke_grant_holds_for_the_stacks_cluster_only() -> None:
         "role": f"projects/my-project/roles/trainstackSupervisorRead_exp_42_{UID}",
         "member": MEMBER,
     }
+
+
+@pytest.mark.parametrize("kind", ["node_pool", "node_pools"])
+def test_an_autoscaled_pools_supervisor_may_also_delete_vms_through_its_groups(kind: str) -> None:
+    # A flex-start pool: the cluster autoscaler leaves its nodes that still run pods, so the
+    # supervisor deletes them through the groups (`deleteInstances`: `.update`).
+    name = POOL if kind == "node_pool" else POOL.rsplit("/nodePools/", 1)[0]
+    pools = {"node_pools": ["tpu-0"]} if kind == "node_pools" else {}
+    run = _run(kind=kind, resource_name=name, body={}, run=RUN, autoscaled=True, **pools)
+    role = run.named("sup-read-role").inputs
+    assert (role["description"], role["permissions"]) == (
+        "Read the instance groups of one stack's GKE node pool and delete their VMs.",
+        [
+            "compute.instanceGroupManagers.get",
+            "compute.instanceGroupManagers.list",
+            "compute.instanceGroupManagers.update",
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"kind": "mig", "resource_name": MIG, "instances": VMS, "autoscaled": True},
+            "RunSupervisor.autoscaled: True is not allowed for kind 'mig'; valid: true or "
+            "false for node_pool and node_pools, unset otherwise",
+        ),
+        (
+            {"kind": "node_pool", "resource_name": POOL, "autoscaled": "yes"},
+            "RunSupervisor.autoscaled: 'yes' is not a boolean; valid: true, false",
+        ),
+    ],
+)
+def test_autoscaled_is_for_gke_pools_only(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ArgsError) as raised:
+        _run(body={}, run=RUN, **overrides)
+    assert str(raised.value) == message
+
+
+def test_the_records_grant_names_the_folder_the_run_records_are_in() -> None:
+    # `run_record_uri` of a checkpoint_url with a path puts the records under it.
+    folder = {
+        k: v.replace("gs://b-ckpt/", "gs://b-ckpt/team/exp/")
+        for k, v in RUN.items()
+        if k.endswith("_uri")
+    }
+    run = _run(kind="mig", resource_name=MIG, instances=VMS, body={}, run={**RUN, **folder})
+    assert run.named("sup-records").inputs["condition"]["expression"] == (
+        'resource.name.startsWith("projects/_/buckets/b-ckpt/objects/team/exp/trainstack-run-")'
+    )
+
+
+@pytest.mark.parametrize(
+    "end_uri",
+    [
+        "gs://other-bucket/trainstack-run-0123456789abcdef.ended",
+        "gs://b-ckpt/team/exp/checkpoint.ended",
+    ],
+)
+def test_run_records_outside_the_checkpoint_bucket_are_refused(end_uri: str) -> None:
+    # The grant could never reach them: every read a 403, so neither the run's end nor its
+    # heartbeats would ever be seen.
+    with pytest.raises(ArgsError) as raised:
+        _run(kind="mig", resource_name=MIG, instances=VMS, body={}, run={**RUN, "end_uri": end_uri})
+    assert str(raised.value) == (
+        f"RunSupervisor.run.end_uri: {end_uri!r} is not a run record in checkpoint_bucket "
+        "'b-ckpt'; valid: gs://b-ckpt/[FOLDER/]trainstack-run-KEY.ended (the run record of "
+        "the training's checkpoint_url, in that bucket)"
+    )
 
 
 def test_function_and_schedule() -> None:

@@ -7,9 +7,12 @@ backoffLimit 0, nodeSelector tpu-v5p-slice / 2x2x1, google.com/tpu: 4, toleratio
 google.com/tpu, hostNetwork, dnsPolicy ClusterFirstWithHostNet, privileged, FailJobSet on
 PodFailurePolicy).
 
-Deliberate differences (README): XPK fails the set on every exit but 42 and 128..255
-(`NotIn`) and never restarts (maxRestarts 0); trainstack fails it on the GPU Job's code and
-config exits (`In` 1, 2, 5) and restarts the set on anything else, up to 10 times."""
+Deliberate differences (docs/guides/tpu-gke.md, "Compared with XPK"): XPK fails the set on
+every exit but 42 and 128..255 (`NotIn`) and never restarts (maxRestarts 0); trainstack fails
+it on the GPU Job's code and config exits (`In` 1, 2, 5) and restarts the set on anything
+else, up to 10 times. XPK's pools get `--max-pods-per-node 15` (nodepool.py), its pods a
+memory `emptyDir` at /dev/shm (`dshm-2`, `medium: Memory`) and a 30 s grace period (the
+golden JobSet); trainstack's get none of the first two and 60 s."""
 
 from __future__ import annotations
 
@@ -200,3 +203,15 @@ def test_failure_policy_rules_carry_their_own_names() -> None:
         },
     ]
     assert [bool(RULE_NAME.fullmatch(r["name"])) for r in rules] == [True, True]
+
+
+def test_the_listed_differences_from_xpk_hold() -> None:
+    # docs/guides/tpu-gke.md lists these; a change to any of them changes that list.
+    pod = _jobset("v5p-8", 1)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    spec = pod["spec"]
+    assert spec["terminationGracePeriodSeconds"] == 60  # XPK's golden JobSet: 30
+    assert ("volumes" in spec, "volumeMounts" in spec["containers"][0]) == (False, False)
+    found = tpu_slice("v5p-8")
+    assert found is not None
+    shape = node_pool_args(found, "spot", None)
+    assert "max_pods_per_node" not in shape["pool"]  # XPK: --max-pods-per-node 15

@@ -493,7 +493,7 @@ BAD_ARGS = [
     ),
     (
         {"gpu_backend": "gke"},
-        "gpu_backend applies only to target 'gpu_cluster', got 'gke' with target 'vertex'",
+        "gpu_backend applies only to target 'tpu' or 'gpu_cluster', got 'gke' with target 'vertex'",
     ),
     ({"worker_count": 0}, "worker_count must be an integer >= 1, got 0"),
     (

@@ -134,7 +134,11 @@ def test_log_resource_type_per_target(overrides: dict[str, Any], resource_type: 
 
 
 def test_fact_tables_cover_every_platform() -> None:
-    assert sorted(TARGET_METRICS) == sorted(LOG_RESOURCE_TYPES) == ["gce", "gke", "tpu", "vertex"]
+    assert (
+        sorted(TARGET_METRICS)
+        == sorted(LOG_RESOURCE_TYPES)
+        == ["gce", "gke", "tpu", "tpu_gke", "vertex"]
+    )
     for facts in TARGET_METRICS.values():
         for metric in (facts.accelerator, facts.received_bytes, facts.sent_bytes):
             assert metric.source, metric.metric_type

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from trainstack.components._args import ArgsError
 from trainstack.components.training_identity import TOKEN, TrainingIdentity
 from trainstack.infra.mocks import ProgramRun, run_program
 
@@ -114,6 +115,52 @@ def test_denied_roles(role: str) -> None:
     )
     with pytest.raises(ValueError, match=re.escape(message)):
         _run(extra_project_roles=[role])
+
+
+WRITES = (
+    "it could write the run supervisor's state bucket (its spend count, clock and recovery "
+    "marker) and switch the supervisor off"
+)
+STOPS = "it could delete or pause the run supervisor's function or schedule"
+
+
+@pytest.mark.parametrize(
+    ("role", "why"),
+    [
+        ("roles/storage.objectCreator", WRITES),
+        ("roles/storage.objectUser", WRITES),
+        ("roles/storage.objectAdmin", WRITES),
+        ("roles/storage.legacyBucketWriter", WRITES),
+        ("roles/storage.legacyBucketOwner", WRITES),
+        ("roles/storage.folderAdmin", WRITES),
+        ("roles/cloudfunctions.admin", STOPS),
+        ("roles/cloudfunctions.developer", STOPS),
+        ("roles/run.admin", STOPS),
+        ("roles/run.developer", STOPS),
+        ("roles/cloudscheduler.admin", STOPS),
+    ],
+)
+def test_roles_that_could_switch_the_supervisor_off_are_denied(role: str, why: str) -> None:
+    # Project-wide, each reaches the supervisor's own bucket, function or schedule: code
+    # running as the training account could reset its spend count or stop its checks.
+    with pytest.raises(ArgsError) as raised:
+        _run(extra_project_roles=[role])
+    assert str(raised.value) == (
+        f"TrainingIdentity.extra_project_roles: {role!r} is not allowed for the training "
+        f"service account ({why}); valid: a narrower predefined or custom role, or a grant on "
+        "the one resource outside the component"
+    )
+
+
+def test_compute_roles_are_still_accepted() -> None:
+    run = _run(extra_project_roles=["roles/tpu.admin", "roles/aiplatform.user"])
+    roles = sorted(r.inputs["role"] for r in run.of_type(PROJECT_MEMBER))
+    assert roles == [
+        "roles/aiplatform.user",
+        "roles/logging.logWriter",
+        "roles/monitoring.metricWriter",
+        "roles/tpu.admin",
+    ]
 
 
 @pytest.mark.parametrize(

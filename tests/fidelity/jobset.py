@@ -40,8 +40,12 @@ installs, `catalog.tpu_gke.JOBSET_VERSION`; fetched as github:kubernetes-sigs/jo
   names the quote asks for).
 - The set's failure policy: the first rule whose `onJobFailureReasons` holds the failed
   Job's reason decides (pkg/controllers/failure_policy.go `findFirstFailedPolicyRuleAndJob`
-  L87, `RestartJobSet` when none matches, `executeFailurePolicy` L49). `FailJobSet` fails
-  the set; `RestartJobSet` fails it once `status.restarts` reached `maxRestarts`
+  L87, `RestartJobSet` when none matches, `executeFailurePolicy` L49). Simplified: JobSet
+  tries each rule in order against every failed Job and takes the first rule any of them
+  matches; here the first failed pod's Job alone is matched, the same while one Job fails at
+  a time (a run that failed two Jobs at once with different reasons could differ). `FailJobSet`
+  fails the set with reason `FailJobSetFailurePolicyAction` (`failJobSetActionApplier` L212,
+  pkg/constants/constants.go L109 `FailJobSetActionReason`); `RestartJobSet` fails it once `status.restarts` reached `maxRestarts`
   (`restartJobSetActionApplier` L224-233), otherwise increments the restarts and recreates
   every child Job (`failurePolicyRecreateAll`): the Jobs of the old restart count are deleted
   (jobset_controller.go L179-180, its pods terminated) and new ones created with the new
@@ -69,6 +73,8 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 TPU_RESOURCE = "google.com/tpu"
 FIELD_PATH = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+FAIL_JOBSET_REASON = "FailJobSetFailurePolicyAction"
+"""The JobSet's Failed condition's reason after a FailJobSet rule (constants.go L109)."""
 UID = "0f5e1c9a-6b2d-4c1e-9a7f-3d2b1c0e9f8a"
 """The JobSet's uid, as the API server would have given it."""
 
@@ -235,7 +241,7 @@ class JobSetController:
         )
         self._delete_all()
         if rule["action"] == "FailJobSet":
-            self.outcome.state, self.outcome.reason = "Failed", "FailedJobs"
+            self.outcome.state, self.outcome.reason = "Failed", FAIL_JOBSET_REASON
         elif self.outcome.restarts >= _n(self.policy["maxRestarts"]):
             self.outcome.state, self.outcome.reason = "Failed", "ReachedMaxRestarts"
         else:

@@ -4,7 +4,8 @@ source lines it models).
 
 The plan is `trainstack.infra.plan.build_plan` of the bundled `dev-tpu-v6e-gke` stack cut to
 two v6e-8 slices (2 hosts of ct6e-standard-4t each, the smallest multi-host v6e slice), so
-the set is 2 slices x 2 hosts = 4 pods. Each pod runs the container's `command` + `args`
+the set is 2 slices x 2 hosts = 4 pods; and cut to the issue's single-slice v5p-8 (one
+ct5p-hightpu-4t host, a Job of parallelism 1, which the webhook leaves alone). Each pod runs the container's `command` + `args`
 with its environment: the manifest's `env` resolved through the downward API from the
 labels JobSet stamps (`MEGASCALE_*`), `JOB_COMPLETION_INDEX`, and the webhook's
 `TPU_WORKER_ID` / `TPU_WORKER_HOSTNAMES`.
@@ -27,12 +28,14 @@ What differs from GKE, and why (nothing else changes behaviour):
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import signal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -54,6 +57,7 @@ from tests.fidelity.nodes import (
 from tests.fidelity.test_tpu import SIMULATED_TPU_VM
 from trainstack.infra.plan import build_plan, load_stack
 from trainstack.trainers.common.accelerators import SIMULATED_ACCELERATORS_ENV
+from trainstack.trainers.common.cluster import resolve_cluster
 
 STACK = "dev-tpu-v6e-gke"
 JOBSET_TYPE = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
@@ -76,9 +80,10 @@ class Planned:
         return dict(pod["containers"][0])
 
 
-def _plan(trainer: dict[str, Any] | None = None) -> Planned:
+def _plan(trainer: dict[str, Any] | None = None, tpu: dict[str, Any] | None = None) -> Planned:
     _, config = load_stack(STACK, None)
     config["trainstack:tpu"]["accelerator_type"] = "v6e-8"
+    config["trainstack:tpu"].update(tpu or {})
     config["trainstack:trainer"] = {
         **config["trainstack:trainer"],
         "source": str(OWN_JAX),
@@ -210,6 +215,77 @@ def test_own_jax_on_two_slices_of_two_hosts_finds_a_world_of_four(
         {"event": "done", "rank": 0, "world": 4, "ranks": [0, 1, 2, 3], "devices": 4,
          "run": STACK}
     ]  # fmt: skip
+
+
+SINGLE_HOST = {"accelerator_type": "v5p-8", "zone": "us-east5-a", "slices": 1}
+"""The issue's single-slice v5p-8 stack: one ct5p-hightpu-4t host (parallelism 1)."""
+
+
+def test_a_single_host_slice_pod_carries_its_node_count() -> None:
+    planned = _plan(tpu=SINGLE_HOST)
+    [pod] = pods(planned.jobset)
+    # GKE's TPU webhook skips a Job of parallelism 1 (tests.fidelity.jobset): no TPU_WORKER_*.
+    assert {k: v for k, v in pod.env.items() if not k.startswith("TRAINSTACK_")} == {
+        "JOB_COMPLETION_INDEX": "0"
+    }
+    assert pod.env["TRAINSTACK_NUM_NODES"] == "1"
+    cluster = resolve_cluster(pod.env)
+    assert (cluster.platform, cluster.node_rank, cluster.num_nodes) == ("gke", 0, 1)
+    assert cluster.coordinator_address == "127.0.0.1"
+
+
+@pytest.mark.trainer
+def test_own_jax_on_a_single_host_v5p_8_slice_runs_to_its_end(
+    tmp_path: Path, fakes: tuple[str, str]
+) -> None:
+    pytest.importorskip("jax", reason="examples/own-jax needs jax (test extras: jax[cpu])")
+    planned = _plan(tpu=SINGLE_HOST)
+    cluster = Cluster(tmp_path, planned, *fakes)
+    outcome = JobSetController(planned.jobset, cluster.start).run(timeout_s=300)
+    assert (outcome.state, outcome.restarts, outcome.job_failures) == ("Completed", 0, []), explain(
+        outcome.pods
+    )
+    [node] = outcome.pods
+    assert f"trainstack-node: node 0 of 1, {CHIPS_PER_HOST} accelerator(s), " in node.output()
+    done = [r for r in node.records() if r.get("event") == "done"]
+    # jax.distributed.initialize() with no arguments found a world of one process (through
+    # the node launcher's OMPI_* variables: no TPU_WORKER_HOSTNAMES for GkeTpuCluster), whose
+    # one device is JAX's CPU backend standing for the host's chips.
+    assert done == [
+        {"event": "done", "rank": 0, "world": 1, "ranks": [0], "devices": 1, "run": STACK}
+    ]
+
+
+class _Exited:
+    """A pod's process that has already exited with `code`."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def poll(self) -> int:
+        return self.code
+
+
+def test_a_config_error_fails_the_set_for_good_with_jobsets_reason() -> None:
+    planned = _plan()
+    started: list[Pod] = []
+
+    def start(pod: Pod, restarts: int) -> Any:
+        started.append(pod)
+        code = 2 if (pod.slice, pod.index) == (0, 0) else 0
+        return SimpleNamespace(proc=_Exited(code), log=io.StringIO(), kill=lambda: None)
+
+    outcome = JobSetController(planned.jobset, start).run(timeout_s=30)
+    # Exit 2 fails slice 0's Job by its podFailurePolicy; the set's first rule fails the set
+    # with JobSet's own reason (kubernetes-sigs/jobset@v0.12.0 pkg/constants/constants.go).
+    assert (outcome.state, outcome.reason, outcome.restarts) == (
+        "Failed",
+        "FailJobSetFailurePolicyAction",
+        0,
+    )
+    name = planned.jobset["metadata"]["name"]
+    assert outcome.job_failures == [(f"{name}-slice-0", 0, 2, "PodFailurePolicy")]
+    assert len(started) == 4
 
 
 RESUMABLE = """import json, os, sys, time

@@ -11,7 +11,8 @@ only the node launcher wrote an end record, so a run that never reached it bille
   before its start limit, `GCE_SETUP_ATTEMPTS`) records it; the group's VMs are deleted. The
   same with 18 failures already counted on the disk (starts slower than the start limit
   counts: the launcher's own count ends it, the next start does nothing), in the default
-  run; the whole 20 starts are `slow`.
+  run; the whole 20 starts are `slow`. An A4 group (dev-b200-gce's VMs) whose
+  `apt-get install nccl-gib` fails the same way, before the framework's python is known.
 - GKE (`tests.fidelity.test_gke`'s pods under `tests.fidelity.job_controller`): index 1's
   pip install cannot resolve (a requirement's version no index has, planted as
   `PIP_CONSTRAINT` in that pod's environment), 4 attempts (backoffLimitPerIndex 3); the 4th,
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -48,6 +50,7 @@ from tests.fidelity import test_gce, test_gke
 from tests.fidelity.job_controller import FAILURE_COUNT, IndexedJobController
 from tests.fidelity.nodes import Node, explain, require_unshare
 from tests.fidelity.supervisor import planned_supervisor, serve_planned_supervisor, stack_status
+from tests.fidelity.test_gce_fabric import FabricGroup, KeyServer
 from tests.fidelity.test_gke import TOKEN, Cluster
 from tests.fidelity.tpu_vm import TpuVm, planned_from
 from trainstack.infra.plan import build_plan, load_stack
@@ -156,9 +159,11 @@ def _stopped_and_status(
     tmp_path: Path,
     storage: str,
     logging_endpoint: str,
+    stop: tuple[str, dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The planned supervisor's checks of the Compute Engine group until it finds the VMs
-    gone (3: the stop, the VMs still being deleted, gone), then `trainstack status`."""
+    gone (3: the stop, the VMs still being deleted, gone), then `trainstack status`.
+    `stop`: the deletion the fake notes (default: `test_gce.PlannedGroup.stop`)."""
     planned = test_gce._planned(plan)
     with serve_planned_supervisor(plan, tmp_path / "supervisor", storage, 2) as served:
         answers = [served.function.call() for _ in range(3)]
@@ -167,7 +172,7 @@ def _stopped_and_status(
             plan, config, tmp_path / "status", {**endpoints, "storage": f"{storage}/storage/v1/"}
         )
     assert code == 0, lines
-    assert (served.compute.deletions, served.compute.resizes) == ([planned.stop], [])
+    assert (served.compute.deletions, served.compute.resizes) == ([stop or planned.stop], [])
     return answers, lines
 
 
@@ -217,6 +222,90 @@ def test_gce_a_setup_slower_than_the_start_limit_still_ends_on_its_20th_failure(
     assert ended["reason"] == (
         f"could not download {planned.package_uri}: trainstack-helper: download failed: HTTP "
         "Error 404: Not Found"
+    )
+
+
+# apt-get of the A4 image whose `install` fails as apt does for a package no configured
+# source lists: "E: Unable to locate package <name>" and exit 100 (apt's apt-pkg/cacheset.cc,
+# `CacheSetHelper::canNotFindPkgName`: `_error->Insert(ErrorType, _("Unable to locate
+# package %s"), str.c_str())`, printed as an `E:` line; apt-get(8), DIAGNOSTICS: "apt-get
+# returns zero on normal operation, decimal 100 on error"). `update` passes.
+APT_INSTALL_FAILS = """#!{python}
+import sys
+if "install" in sys.argv[1:]:
+    print("Reading package lists...", flush=True)
+    print("E: Unable to locate package nccl-gib", file=sys.stderr, flush=True)
+    sys.exit(100)
+"""
+
+
+def test_gce_a4_a_gpu_fabric_install_that_fails_ends_the_run_and_empties_the_group(
+    tmp_path: Path, gce_fakes: tuple[str, LoggingFakeServer]
+) -> None:
+    """dev-b200-gce's A4 VMs (here with rank metadata: flex-start off, so the group has its
+    per-instance configs): `apt-get install nccl-gib` fails on every start. With 18 failed
+    starts on the disk, the 20th records the run's end (stage `launch`, apt's reason) and
+    the start after it idles before the install; the supervisor empties the group and
+    `trainstack status` names the stage. Before, the install's failure came before the
+    framework's python was known, so nothing was recorded and no heartbeat was written."""
+    storage, logging_api = gce_fakes
+    name, config = load_stack("dev-b200-gce", None)
+    config["trainstack:gpu_cluster"] = {**config["trainstack:gpu_cluster"], "flex_start": False}
+    plan = build_plan(name, config)
+    planned = test_gce._planned(plan)
+    [counter] = re.findall(r"^SETUP_FAILURES=/var/lib/(\S+)$", planned.script, re.MULTILINE)
+    with KeyServer() as keys:
+        group = FabricGroup(
+            tmp_path / "vms",
+            planned,
+            storage,
+            logging_api.endpoint,
+            tools={"apt-get": APT_INSTALL_FAILS.format(python=sys.executable)},
+            node_dirs=("/etc/apt/sources.list.d", "/etc/apt/keyrings"),
+        )
+        group.key_url = f"{keys.base_url}/apt/doc/apt-key.gpg"
+        try:
+            vm = group.boot(1, var_lib={counter: "18\n"})
+            code = vm.wait(120)
+        finally:
+            group.close()
+    lines = vm.output().splitlines()
+    assert code == 0, explain([vm])
+    prefix = _prefix(plan, tmp_path / "supervisor")
+    reason = "apt-get could not install nccl-gib: E: Unable to locate package nccl-gib"
+    shim = [line for line in lines if line.startswith("systemd-shim: ") or "run's end" in line]
+    assert shim == [
+        "systemd-shim: trainstack-trainer exited 3",
+        f"trainstack-launch: recorded the run's end (failed: launch) at {prefix}{ENDED_SUFFIX}",
+        "systemd-shim: trainstack-trainer exited 3",
+        "systemd-shim: trainstack-trainer exited 0",
+    ], explain([vm])
+    assert lines[-3] == (
+        "trainstack-launch: the setup failed 20 times in a row (at most 20); not starting again"
+    )
+    assert _read(storage, prefix + ENDED_SUFFIX) == {
+        "outcome": "failed",
+        "stage": "launch",
+        "reason": reason,
+        "node_rank": 1,
+    }
+    assert _read(storage, f"{prefix}{ALIVE_SUFFIX}1") == {"node_rank": 1, "stage": "launch"}
+
+    vms = [f"zones/{planned.zone}/instances/{vm_name}" for vm_name in planned.names]
+    stop = (
+        f"{planned.project}/{planned.zone}/{name}-a100",
+        {"instances": vms, "skipInstancesOnValidationError": True},
+    )
+    answers, status = _stopped_and_status(
+        plan, config, tmp_path, storage, logging_api.endpoint, stop
+    )
+    assert _seen(answers) == [
+        ("SIZE_2", "stop", "failed", "stopping"),
+        ("DELETING_2", "none", "failed", "stopping"),
+        ("STOPPED", "none", "failed", "compute stopped"),
+    ]
+    assert _finished(status) == (
+        f"finished (failed at launch on node 1: {reason}); compute stopped at {answers[-1]['time']}"
     )
 
 

@@ -211,7 +211,7 @@ def cpu_vms() -> Iterator[CpuVms]:
     unregister(target.name)
     unregister_platform("cpu_vms")
     assert [t.name for t in registered()] == ["tpu", "tpu_gke", "gke", "gce", "vertex", "local"]
-    assert list(PLATFORMS) == ["tpu", "gke", "gce", "vertex"]
+    assert list(PLATFORMS) == ["tpu", "tpu_gke", "gke", "gce", "vertex"]
 
 
 def test_the_stack_config_takes_and_checks_the_new_section(cpu_vms: CpuVms) -> None:

@@ -368,7 +368,7 @@ MACHINES: Final[dict[str, list[tuple[str, str, dict[str, Any]]]]] = {
             {
                 "provisioningClassName": "queued-provisioning.gke.io",
                 "parameters": {"maxRunDurationSeconds": "14400"},
-                "podSets": [{"podTemplateRef": {"name": "flex-gke-train-8500c135"}, "count": 2.0}],
+                "podSets": [{"podTemplateRef": {"name": "flex-gke-train-179a9e73"}, "count": 2.0}],
             },
         ),
         (

@@ -14,7 +14,6 @@ from tests.bundled import bundled_plan
 from trainstack.infra.plan import build_plan, load_stack, plan_diff
 from trainstack.infra.plan_replace import REPLACE_ON_CHANGES_SOURCE, Verdict, classify
 from trainstack.infra.plan_runs import NODE_POOL
-from trainstack.infra.targets.tpu_gke import JOBSET_TYPE
 
 STACK = "dev-tpu-v6e-gke"
 SCHEMA = "the Terraform provider schema"
@@ -112,13 +111,10 @@ def test_a_placement_added_or_removed_replaces_the_pool() -> None:
 
 
 def test_a_replaced_jobset_says_the_run_relaunches_from_its_checkpoints() -> None:
-    # The JobSet replaces by its own replace_on_changes (its spec is immutable); the diff
-    # then says, as for the GPU Job, that training relaunches and from where.
+    # The JobSet replaces by its own replace_on_changes (JobSet's webhook refuses a changed
+    # spec), deleting first (its delete_before_replace); the diff then says, as for the GPU
+    # Job, that training relaunches and from where.
     base, head = bundled_plan(STACK), _stack(slices=3, provisioning="on-demand")
-    for plan in (base, head):
-        for r in plan["resources"]:
-            if r["type"] == JOBSET_TYPE:
-                r["replaceOnChanges"] = ["spec"]
     diff = plan_diff(base, head).splitlines()
     at = diff.index(
         next(line for line in diff if line.startswith("- **replace** `dev-tpu-v6e-gke-tpu-jobset`"))

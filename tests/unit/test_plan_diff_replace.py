@@ -244,6 +244,38 @@ def test_gke_job_template_change_replaces_and_a_service_label_may_replace() -> N
     ]
 
 
+JOBSET_TYPE = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
+
+
+def test_a_code_change_replaces_the_tpu_jobset_and_relaunches_training() -> None:
+    # JobSet's webhook refuses any change to spec.replicatedJobs of a running JobSet
+    # (kubernetes-sigs/jobset@v0.12.0 pkg/webhooks/jobset_webhook.go ValidateUpdate), and
+    # the package URI in its pods' env moves with every code edit: TpuGkeSlices' option.
+    base = bundled_plan("dev-tpu-v6e-gke")
+    jobset = _resource(base, JOBSET_TYPE)
+    assert (jobset["replaceOnChanges"], jobset["deleteBeforeReplace"]) == (["spec"], True)
+    head = copy.deepcopy(base)
+    pod = _resource(head, JOBSET_TYPE)["inputs"]["spec"]["replicatedJobs"][0]["template"]
+    [env] = [
+        e
+        for e in pod["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"] == "TRAINSTACK_PACKAGE_URI"
+    ]
+    old_uri = env["value"]
+    env["value"] = old_uri.rsplit("-", 1)[0] + "-0123456789abcdef.tar.gz"
+    path = "spec.replicatedJobs[slice].template.spec.template.spec.containers[trainer]"
+    assert plan_diff(base, head).splitlines()[2:] == [
+        "### Stack `dev-tpu-v6e-gke`: 0 to add, 0 to change, 1 to replace, 0 to delete",
+        "",
+        f"- **replace** `dev-tpu-v6e-gke-tpu-jobset` ({JOBSET_TYPE}): "
+        f"`{path}.env[TRAINSTACK_PACKAGE_URI].value` changed, which forces a new resource "
+        "(its replaceOnChanges option); deletes the old one first",
+        "  - **relaunches training; resumes from the newest checkpoint in "
+        "`gs://my-ml-project-dev-tpu-v6e-gke-checkpoints/checkpoints/dev-tpu-v6e-gke`**",
+        f"  - `{path}.env[TRAINSTACK_PACKAGE_URI].value`: `{old_uri}` -> `{env['value']}`",
+    ]
+
+
 def test_queued_tpu_verdict_comes_from_its_provider() -> None:
     old = {
         "project": "p",

@@ -23,14 +23,16 @@ ROLE = "projects/p/roles/trainstackSupervisor_exp"
 POOL = "projects/p/locations/us-central1-a/clusters/exp-gke/nodePools/gpu-pool"
 
 
-def _stack(grant: dict[str, Any], permissions: list[str]) -> list[Resource]:
+def _stack(
+    grant: dict[str, Any], permissions: list[str], pool: dict[str, Any] | None = None
+) -> list[Resource]:
     return [
         Resource(
             "gcp:container/cluster:Cluster",
             "exp-gke",
             {"project": "p", "location": "us-central1-a", "name": "exp-gke"},
         ),
-        Resource("gcp:container/nodePool:NodePool", "exp-gpu-pool", {"name": "gpu-pool"}),
+        Resource("gcp:container/nodePool:NodePool", "exp-gpu-pool", pool or {"name": "gpu-pool"}),
         Resource(
             "gcp:cloudfunctionsv2/function:Function",
             "exp-supervisor-function",
@@ -56,6 +58,26 @@ def _problems(grant: dict[str, Any], permissions: list[str] | None = None) -> li
 
 def test_the_components_own_condition_passes() -> None:
     assert _problems({"condition": cluster_condition(POOL)}) == []
+
+
+UPDATE = "compute.instanceGroupManagers.update"
+GROUP_READ = ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"]
+AUTOSCALED = {"name": "gpu-pool", "autoscaling": {"minNodeCount": 0, "maxNodeCount": 2}}
+
+
+def test_only_an_autoscaled_pools_supervisor_may_update_instance_groups() -> None:
+    # `.update` (deleteInstances, but also createInstances and resize on every group of the
+    # project) serves only a flex-start pool, whose VMs the supervisor deletes.
+    stack = _stack({}, [*GROUP_READ, UPDATE], AUTOSCALED)
+    assert [why for _, why in check_supervisor_scope(stack, Context())] == []
+    fixed = _stack({}, [*GROUP_READ, UPDATE])
+    assert [why for _, why in check_supervisor_scope(fixed, Context())] == [
+        f"custom role {ROLE} of the supervisor holds {UPDATE}; valid: "
+        "compute.instanceGroupManagers.get and .list (no pool is autoscaled: none has its VMs "
+        "deleted through its groups), and container.clusters.get and .update under a "
+        "condition naming this stack's cluster"
+    ]
+    assert [why for _, why in check_supervisor_scope(_stack({}, GROUP_READ), Context())] == []
 
 
 @pytest.mark.parametrize(
@@ -223,6 +245,8 @@ def _bucket_problems(grant: dict[str, Any], bucket: str = CHECKPOINTS) -> list[s
 
 def test_the_components_run_record_condition_and_its_own_bucket_pass() -> None:
     assert _bucket_problems({"condition": records_condition(CHECKPOINTS)}) == []
+    # The records of a checkpoint_url with a path, `gs://<bucket>/team/exp`, are there.
+    assert _bucket_problems({"condition": records_condition(CHECKPOINTS, "team/exp/")}) == []
     assert _bucket_problems({}, STATE) == []  # its state bucket: only it writes there
     assert RECORDS == RUN_CLOCK_PREFIX == "trainstack-run-"
 

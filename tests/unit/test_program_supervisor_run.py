@@ -65,3 +65,22 @@ def test_supervisor_run_needs_the_hourly_price_for_a_spend_cap() -> None:
         "valid: the supervised compute's, supervised_compute(args).hourly_usd (A100Cluster) "
         "or supervised_slices(args).hourly_usd (TpuGkeSlices)"
     )
+
+
+CHECKPOINTS = '"checkpoint_url": "gs://acme-checkpoints",'
+
+
+def test_the_records_grant_names_the_folder_of_a_checkpoint_url_with_a_path(
+    tmp_path: Path,
+) -> None:
+    # The nodes write the run's records under `<checkpoint_url>/` (`run_record_uri`); a grant
+    # held to `trainstack-run-*` at the bucket's root made every read of them a 403, which the
+    # supervisor took for a passing check (neither the run's end nor no_heartbeat fired).
+    assert CHECKPOINTS in GKE_MAIN
+    main = GKE_MAIN.replace(CHECKPOINTS, '"checkpoint_url": "gs://acme-checkpoints/team/exp",')
+    plan = build_program_plan(write_program(tmp_path / "acme", main), "dev")
+    [grant] = [r for r in plan["resources"] if r["name"] == "acme-supervisor-records"]
+    assert grant["inputs"]["condition"]["expression"] == (
+        'resource.name.startsWith("projects/_/buckets/acme-checkpoints/objects/team/exp/'
+        'trainstack-run-")'
+    )

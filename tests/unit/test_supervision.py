@@ -153,8 +153,18 @@ def test_an_on_demand_slice_supervisor_only_stops_it() -> None:
         (
             "dev-a100-gke",
             "tpu.nodes.delete",
-            "compute.instanceGroupManagers.get, .list and .update, and container.clusters.get "
-            "and .update under a condition naming this stack's cluster",
+            "compute.instanceGroupManagers.get and .list (no pool is autoscaled: none has its "
+            "VMs deleted through its groups), and container.clusters.get and .update under a "
+            "condition naming this stack's cluster",
+        ),
+        # A fixed-size pool stops by nodePools.setSize: `.update` would let the account
+        # create, resize or delete the VMs of every group of the project.
+        (
+            "dev-a100-gke",
+            "compute.instanceGroupManagers.update",
+            "compute.instanceGroupManagers.get and .list (no pool is autoscaled: none has its "
+            "VMs deleted through its groups), and container.clusters.get and .update under a "
+            "condition naming this stack's cluster",
         ),
     ],
 )
@@ -374,7 +384,17 @@ def test_the_policy_refuses_the_build_accounts_read_of_another_bucket() -> None:
 TAIL = (
     "its grant on the checkpoint bucket holds for the run records (trainstack-run-*) only, and "
     "it alone writes its state bucket. Run each stack in a project of its own to keep the "
-    "supervisor to this stack's compute"
+    "supervisor to this stack's compute. "
+)
+# iam.v1 roles.delete: "A deleted custom role still counts toward the custom role limit until
+# it is permanently deleted" (7 days later); 300 custom roles in a project (IAM quotas page).
+ONE_ROLE = (
+    "Its custom role, once deleted with the stack, still counts toward the project's limit of "
+    "300 custom roles for 7 days after, and each deploy after a destroy makes new ones"
+)
+TWO_ROLES = (
+    "Its 2 custom roles, once deleted with the stack, still count toward the project's limit "
+    "of 300 custom roles for 7 days after, and each deploy after a destroy makes new ones"
 )
 TPU_CONDITIONS = (
     "Cloud TPU is not among the services whose resource names IAM conditions can use, so that "
@@ -387,15 +407,15 @@ TPU_CONDITIONS = (
     [
         (
             "prod-a100-gce",
-            "read any managed instance group in project my-ml-project and delete its VMs: "
-            "whether IAM conditions can name an instance group manager is unverified, so that "
+            "read any managed instance group in project my-ml-project and create, resize or "
+            "delete its VMs: whether IAM conditions can name an instance group manager is unverified, so that "
             "grant is project-wide (a name condition Compute Engine did not evaluate would never "
             "grant, and the supervisor could not stop the group); ",
         ),
         (
             "dev-a100-gke",
-            "read any managed instance group in project my-ml-project and delete its VMs: its "
-            "resize grant is held "
+            # A fixed-size pool: its groups are only read (no `.update`).
+            "read any managed instance group in project my-ml-project: its resize grant is held "
             "to the stack's cluster by an IAM condition on the cluster's name, which GKE "
             "evaluating for node-pool calls is unverified: if it does not, the grant never "
             "applies and the supervisor cannot stop the pool (each check records a 403); ",
@@ -418,4 +438,46 @@ def test_the_plan_says_which_iam_conditions_on_the_compute_are_unverified(
     # Google page read here states, and that the GKE grant holds for the cluster, which is
     # inferred (`catalog.supervisor_iam.CONDITIONS_SOURCE`).
     [note] = [n for n in bundled_plan(stack)["notes"] if n.startswith("run supervisor reach:")]
-    assert note == f"run supervisor reach: its account can {reach}{TAIL}"
+    roles = TWO_ROLES if stack == "dev-a100-gke" else ONE_ROLE
+    assert note == f"run supervisor reach: its account can {reach}{TAIL}{roles}"
+
+
+@pytest.mark.parametrize("flex_start", [False, True])
+def test_only_a_flex_start_gke_pools_supervisor_may_update_instance_groups(
+    flex_start: bool,
+) -> None:
+    # compute.instanceGroupManagers.update lets the account create, resize or delete the VMs
+    # of every group of the project ("Authorization requires the following IAM permission on
+    # the specified resource instanceGroupManager: compute.instanceGroupManagers.update",
+    # the REST pages of resize and createInstances): only a flex-start pool's stop deletes
+    # VMs through its groups; a fixed pool's is nodePools.setSize.
+    name, config = load_stack("dev-a100-gke", None)
+    gpu = {**config["trainstack:gpu_cluster"], "flex_start": flex_start, "spot": False}
+    config["trainstack:gpu_cluster"] = gpu
+    plan = build_plan(name, config)
+    read = ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.list"]
+    update = ["compute.instanceGroupManagers.update"] if flex_start else []
+    assert _named(plan, f"{name}-supervisor-read-role")["permissions"] == read + update
+    assert check_resources(name, plan["resources"]).violations == []
+    [note] = [n for n in plan["notes"] if n.startswith("run supervisor reach:")]
+    reach = " and create, resize or delete its VMs" if flex_start else ""
+    assert note == (
+        f"run supervisor reach: its account can read any managed instance group in project "
+        f"my-ml-project{reach}: its resize grant is held to the stack's cluster by an IAM "
+        "condition on the cluster's name, which GKE evaluating for node-pool calls is "
+        "unverified: if it does not, the grant never applies and the supervisor cannot stop "
+        f"the pool (each check records a 403); {TAIL}{TWO_ROLES}"
+    )
+
+
+@pytest.mark.parametrize("stack", ["prod-a100-gce", "dev-a100-gke", "dev-tpu-v5e"])
+def test_a_stacks_records_grant_names_where_its_nodes_write_the_run_records(stack: str) -> None:
+    # The records grant is built from the run's end record (`records_folder`): a stack's
+    # checkpoint_url is its bucket's root, so the records and the grant are there.
+    plan = bundled_plan(stack)
+    end_uri = _bundle(plan)["run"]["end_uri"]
+    bucket = f"my-ml-project-{stack}-checkpoints"
+    assert re.fullmatch(rf"gs://{bucket}/trainstack-run-[0-9a-f]{{16}}\.ended", end_uri)
+    assert _named(plan, f"{stack}-supervisor-records")["condition"]["expression"] == (
+        f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/trainstack-run-")'
+    )

@@ -14,8 +14,16 @@ from typer.testing import CliRunner
 
 from tests.bundled import bundled_plan
 from trainstack.components._args import ArgsError
-from trainstack.components.catalog.tpu_gke import FLEX_START_SOURCE
-from trainstack.components.tpu_gke_slices import TpuGkeSlices, tpu_gke_slices_problems
+from trainstack.components.catalog.tpu_gke import (
+    FLEX_START_SOURCE,
+    JAX_TPU_IMAGE,
+    JOBSET_WEBHOOK_NOTE,
+)
+from trainstack.components.tpu_gke_slices import (
+    TpuGkeSlices,
+    tpu_gke_slices_problems,
+    with_code,
+)
 from trainstack.infra.cli import app
 from trainstack.infra.config import ConfigError, load_stack_config
 from trainstack.infra.plan import build_plan, load_stack
@@ -111,8 +119,20 @@ def test_backend_gke_is_its_own_target_and_tpu_vm_stays_the_default() -> None:
             "tpu.topology: '3x3' is not a v6e topology; valid: 1x1, 2x2, 2x4, 4x4, 4x8, 8x8, "
             "8x16, 16x16",
         ),
+        (
+            # Before: "'tpu7x-8' is not a TPU type", as for a misspelt one.
+            tpu(accelerator_type="tpu7x-8", slices=1),
+            "tpu.accelerator_type: 'tpu7x-8' is TPU7x (Ironwood), which trainstack does not "
+            "make yet: the Cloud TPU API (backend tpu_vm) does not serve it, and on backend gke "
+            "its multi-host node pools need a workload policy in place of a TPU topology, which "
+            "Google documents (https://docs.cloud.google.com/kubernetes-engine/docs/concepts/"
+            "tpu-ironwood) and pulumi-gcp 10.2.0 has (compute.ResourcePolicy "
+            "workload_policy, container.NodePool placement_policy.policy_name) but trainstack's "
+            "TPU catalog (machine type, zones, prices) and pools do not yet; valid: v4-N, "
+            "v5litepod-N, v5p-N, v6e-N",
+        ),
     ],
-    ids=["slices-0", "single-host", "tpu_vm", "queued", "flex-zone", "topology"],
+    ids=["slices-0", "single-host", "tpu_vm", "queued", "flex-zone", "topology", "tpu7x"],
 )
 def test_each_bad_input_is_one_line(raw: dict[str, Any], expected: str) -> None:
     if "europe-west4" in str(raw):
@@ -133,20 +153,36 @@ def test_flex_start_on_tpu_vm_needs_gke() -> None:
     ]
 
 
-def test_the_bundled_trainer_and_an_image_less_source_are_refused_on_gke() -> None:
+def test_the_bundled_trainer_is_refused_on_gke() -> None:
     bundled = {**GKE, "trainstack:trainer": {"framework": "tensorflow", "strategy": "tpu"}}
     assert errors_of(bundled) == [
         "trainer.framework: the bundled tensorflow trainer has no maintained TPU container "
-        "image (Google publishes none with TensorFlow for TPUs) to run on backend 'gke'; "
-        "valid: your own code (trainer.entrypoint with trainer.image, an image with jax[tpu]), "
-        "or tpu.backend: tpu_vm"
+        "image (Google publishes JAX's, none with TensorFlow for TPUs) to run on backend "
+        "'gke'; valid: your own code (trainer.entrypoint, on trainer.image or the default "
+        f"{JAX_TPU_IMAGE}), or tpu.backend: tpu_vm"
     ]
-    no_image = {**GKE, "trainstack:trainer": {k: v for k, v in OWN_JAX.items() if k != "image"}}
-    assert errors_of(no_image) == [
-        "trainer.image: required on tpu.backend 'gke': there is no maintained default image "
-        "with a TPU framework for your code; valid: an image with jax[tpu] (or torch_xla) and "
-        "python3"
+
+
+def test_your_code_without_an_image_runs_on_googles_jax_ai_image() -> None:
+    # Before: "trainer.image: required on tpu.backend 'gke'", exit 2.
+    assert JAX_TPU_IMAGE == "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.2-rev1"
+    _, config = load_stack("dev-tpu-v6e-gke", None)
+    del config["trainstack:trainer"]["image"]
+    plan = build_plan("dev-tpu-v6e-gke", config)
+    (jobset,) = [r["inputs"] for r in plan["resources"] if r["type"] == JOBSET_TYPE]
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert (pod["containers"][0]["image"], plan["code"]["runs_on"]) == (JAX_TPU_IMAGE,) * 2
+    assert [n for n in plan["notes"] if JAX_TPU_IMAGE in n] == [
+        f"tpu: your code runs on {JAX_TPU_IMAGE}, Google's JAX AI image for TPUs (the "
+        "backend's default without trainer.image), pulled by tag: its digest is unverified "
+        "(GoogleCloudPlatform/cluster-toolkit@1047080 docs/gcluster_job_guide.md:678)"
     ]
+    # Your own image: no such note.
+    assert [n for n in bundled_plan("dev-tpu-v6e-gke")["notes"] if "JAX AI image" in n] == []
+    # The component by the same rule: `image`, else `code`'s, else Google's.
+    args = {"deployment_name": "d", "node_args": ["--", "python", "t.py"]}
+    assert with_code(args)["image"] == JAX_TPU_IMAGE
+    assert with_code({**args, "image": "mine:1"})["image"] == "mine:1"
 
 
 def test_the_component_refuses_by_the_same_rule() -> None:
@@ -277,4 +313,21 @@ def test_flex_start_run_longer_than_the_save_margin(hours: float, errors: Any) -
         "end at which your code is stopped (the default trainer.deadline_margin_s, which your "
         "code cannot change), so the run would stop before it trains; valid: "
         "limits.max_run_hours of at least 0.17 (over 600 s)"
+    ]
+
+
+def test_the_plan_says_what_is_unverified_about_the_jobset_controller() -> None:
+    # Before: the manifest's URL without a word on its digest, and nothing on the webhook port.
+    notes = [n for n in bundled_plan("dev-tpu-v6e-gke")["notes"] if "JobSet's webhook" in n]
+    assert notes == [JOBSET_WEBHOOK_NOTE]
+    assert JOBSET_WEBHOOK_NOTE.startswith(
+        "tpu: not verified: whether the cluster's control plane reaches JobSet's webhook on "
+        "the system node's tcp:9443 "
+    )
+    url = "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"
+    assert [n for n in bundled_plan("dev-tpu-v6e-gke")["notes"] if url in n] == [
+        f"tpu: the JobSet controller is applied from its release URL ({url}) at `pulumi up`, "
+        "not from a vendored copy, and its digest is not checked: sha256 "
+        "a41aaf12dd0b7b0a3d626b8d6107f32c3dc889d7e7830adc46b8cdb77a8963bb is one public pin "
+        f"of it, unverified here; compare `curl -sL {url} | sha256sum` before deploying"
     ]

@@ -23,9 +23,9 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import ConfigDict, field_validator
+from pydantic import BeforeValidator, ConfigDict, field_validator
 from pydantic_core import PydanticCustomError
 
 from trainstack.trainers.common.config import TrainConfig
@@ -92,21 +92,28 @@ COUNT_KEYS: Final = tuple(
 """The bundled trainer's whole-number keys (steps, batch sizes, intervals, model sizes)."""
 
 
+def whole_number(value: object) -> object:
+    """A stack file's whole-number key: `true` and `"20"` are refused ("is not an integer"),
+    where pydantic's lax ints read them as 1 and 20 (a pydantic before-validator, shared by
+    every such key of the stack config: `WholeNumber`)."""
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(whole_number)]
+"""An `int` stack key by the `whole_number` rule."""
+
+
 class StackTrainer(TrainConfig):
     """`trainstack:trainer`: the bundled trainer's keys, or your own code's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    @field_validator(*COUNT_KEYS, mode="before")
-    @classmethod
-    def _whole_number(cls, value: object) -> object:
-        # A stack file's `steps: true` was read as 1 and `steps: "20"` as 20: pydantic's lax
-        # ints take both. Strict here, not in TrainConfig: the trainer's command line gives
-        # every value as a string (`--steps=100`), and the engine gives a dynamic provider
-        # its numbers as doubles (protobuf Struct `number_value`, 20.0), which stay valid.
-        if isinstance(value, bool | str):
-            raise PydanticCustomError("int_type", "Input should be a valid integer")
-        return value
+    # Strict here, not in TrainConfig: the trainer's command line gives every value as a
+    # string (`--steps=100`), and the engine gives a dynamic provider its numbers as doubles
+    # (protobuf Struct `number_value`, 20.0), which stay valid.
+    _whole_number = field_validator(*COUNT_KEYS, mode="before")(whole_number)
 
     source: str | None = None
     """Folder with your code, packaged and uploaded by content hash, less what its
