@@ -14,6 +14,7 @@ from tests import REPO_ROOT
 from tests.bundled import bundled_plan
 from tests.unit.test_program_facts import write_program
 from tests.unit.test_program_tpu_gke import TPU_GKE_MAIN
+from trainstack.components.catalog.tpu_gke import JAX_TPU_IMAGE
 from trainstack.components.tpu_gke_slices import supervised_slices
 from trainstack.infra.config import load_stack_config
 from trainstack.infra.plan import bundled_stacks, load_stack
@@ -80,9 +81,9 @@ def test_every_bundled_stack_header_gives_its_batch_arithmetic(stack: str) -> No
 
 def test_the_own_jax_image_is_googles_jax_tpu_image_at_a_pinned_tag() -> None:
     lines = (REPO_ROOT / "examples" / "own-jax" / "Dockerfile").read_text().splitlines()
-    assert [line for line in lines if line.startswith("FROM ")] == [
-        "FROM us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.6.1-rev1"
-    ]
+    # The tag the pods run without `trainer.image`, so both paths run the same JAX.
+    assert JAX_TPU_IMAGE == "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.2-rev1"
+    assert [line for line in lines if line.startswith("FROM ")] == [f"FROM {JAX_TPU_IMAGE}"]
 
 
 def test_the_guide_names_the_pools_as_the_plan_tree_does() -> None:
