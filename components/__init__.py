@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from trainstack.components._args import ArgsError
     from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs
+    from trainstack.components.env_secrets import EnvSecrets, EnvSecretsArgs
     from trainstack.components.image_mirror import ImageMirror, ImageMirrorArgs
     from trainstack.components.kubernetes_training_job import (
         KubernetesTrainingJob,
@@ -50,6 +51,8 @@ _MODULES: dict[str, str] = {
     "A100Cluster": "a100_cluster",
     "A100ClusterArgs": "a100_cluster",
     "ArgsError": "_args",
+    "EnvSecrets": "env_secrets",
+    "EnvSecretsArgs": "env_secrets",
     "ImageMirror": "image_mirror",
     "ImageMirrorArgs": "image_mirror",
     "KubernetesTrainingJob": "kubernetes_training_job",
@@ -87,6 +90,8 @@ __all__ = [
     "A100Cluster",
     "A100ClusterArgs",
     "ArgsError",
+    "EnvSecrets",
+    "EnvSecretsArgs",
     "ImageMirror",
     "ImageMirrorArgs",
     "KubernetesTrainingJob",

@@ -18,6 +18,7 @@ from collections.abc import Collection, Sequence
 from typing import Any, Final
 
 ENV_FLAG: Final = "--env="
+SECRET_ENV_FLAG: Final = "--secret-env="
 SECRET_ENV_KEY: Final = "secret_env_names"
 """The argument every component that takes `node_args` names the secret `--env` values by."""
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -61,7 +62,9 @@ def secret_env_names_problems(args: Any, prefix: str = "") -> list[str]:
 
 def keyed_node_args(node_args: Sequence[str], secret_env_names: Collection[str]) -> list[str]:
     """`node_args` as run keys and request ids see them: each `--env=NAME=VALUE` of a name in
-    `secret_env_names` as `--env=NAME` (its value left out), the rest as given. Before the
+    `secret_env_names` as `--env=NAME` (its value left out), and so each
+    `--secret-env=NAME=VERSION` of such a name (a stack's `secure:` value in Secret Manager,
+    whose new version must not start a new run), the rest as given. Before the
     `--` only: after it is your entrypoint's argv. ValueError for a name that no `--env`
     sets (its value would otherwise be keyed under another spelling)."""
     secret = set(secret_env_names)
@@ -71,8 +74,9 @@ def keyed_node_args(node_args: Sequence[str], secret_env_names: Collection[str])
     keyed: list[str] = []
     found: set[str] = set()
     for i, arg in enumerate(node_args):
-        if i < end and arg.startswith(ENV_FLAG):
-            name = arg[len(ENV_FLAG) :].split("=", 1)[0]
+        flag = next((f for f in (ENV_FLAG, SECRET_ENV_FLAG) if arg.startswith(f)), None)
+        if i < end and flag is not None:
+            name = arg[len(flag) :].split("=", 1)[0]
             if name in secret:
                 found.add(name)
                 keyed.append(f"{ENV_FLAG}{name}")

@@ -21,6 +21,7 @@ from trainstack.components.code_summary import code_summary as compute_code_summ
 from trainstack.infra.config import StackConfig
 from trainstack.infra.project import current_place
 from trainstack.infra.targets import target_of
+from trainstack.trainers.common.printable import printable
 
 
 def code_summary(cfg: StackConfig) -> dict[str, Any] | None:
@@ -60,7 +61,13 @@ def code_rows(code: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("env", ", ".join(f"{k}={v}" for k, v in code["env"].items())))
     if code["secret_env"]:
         rows.append(("secret_env", ", ".join(f"{k} <- {v}" for k, v in code["secret_env"].items())))
-    return rows
+    # File names and arguments are the user's: a name holding ESC sequences or a newline
+    # must not clear the terminal or break the row (escaped as `trainstack logs` does).
+    return [(field, _one_line(value)) for field, value in rows]
+
+
+def _one_line(text: str) -> str:
+    return printable(text).replace("\t", "\\x09").replace("\n", "\\x0a")
 
 
 def _size(n: int) -> str:

@@ -17,6 +17,7 @@ from typing import Any, cast
 import pulumi
 
 from trainstack.components.catalog.names import stack_name_problem
+from trainstack.components.env_secrets import EnvSecrets
 from trainstack.components.project_services import ProjectServices
 from trainstack.components.quota_guard import QuotaGuard, QuotaGuardArgs, QuotaNeed
 from trainstack.components.run_supervisor import SERVICES as SUPERVISOR_SERVICES
@@ -99,8 +100,9 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
     QuotaGuard(f"{deployment}-quota", guard_args)
 
     secrets = secret_names(cfg)
+    secure_names = sorted(secret_env_names(cfg.secrets))
     service_names = [*BASE_SERVICES, *target.services(cfg)]
-    service_names += [SECRET_SERVICE] if secrets else []
+    service_names += [SECRET_SERVICE] if secrets or secure_names else []
     service_names += target.extra_services(cfg)
     # A supervised target's compose registers a run supervisor, which needs these.
     service_names += list(SUPERVISOR_SERVICES) if target.supervised else []
@@ -128,10 +130,16 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         "staging_bucket": buckets.staging_bucket,
     }
     extras = target.before_identity(cfg, deployment, labels, after_apis, identity_args)
+    env_secrets = _env_secrets(cfg, deployment, labels, secure_names, after_apis)
+    identity_opts = after_apis
+    if env_secrets is not None:
+        secrets = sorted({*secrets, *env_secrets.secret_names})
+        # The grants name the secrets, which must exist first.
+        identity_opts = pulumi.ResourceOptions(depends_on=[services, env_secrets])
     if secrets:
         # Your code's secret_env, read on the node with this account: those secrets only.
         identity_args["secrets"] = secrets
-    identity = TrainingIdentity(f"{deployment}-identity", identity_args, opts=after_apis)
+    identity = TrainingIdentity(f"{deployment}-identity", identity_args, opts=identity_opts)
     package = TrainerPackage(f"{deployment}-trainer", package_args(cfg, buckets, labels))
     outputs: dict[str, Any] = {
         OUTPUT_TARGET: cfg.target,
@@ -159,14 +167,13 @@ def compose(cfg: StackConfig, deployment: str) -> dict[str, Any]:
         outputs[OUTPUT_SUBNETWORK] = network.subnetwork_self_link
     code_args: pulumi.Output[list[str]] | None = None
     if cfg.trainer.user_code is not None:
-        code_args = pulumi.Output.all(buckets.checkpoint_url, buckets.data_url).apply(
-            lambda urls: user_code_node_args(cfg, deployment, urls[0], urls[1])
-        )
-        if cfg.secrets:
-            # They carry Pulumi secrets (`--env=NAME=value`): so does every input derived
-            # from them (startup scripts, pod spec, job body), which the engine encrypts in
-            # state and shows as [secret] (trainstack.infra.config_secrets).
-            code_args = pulumi.Output.secret(code_args)
+        # A `secure:` value reaches the node as its Secret Manager version's name
+        # (`--secret-env`), never as a value: the command line is in every process listing,
+        # the launch's log and, at Google, the template's metadata, pod spec or job body.
+        versions = env_secrets.versions if env_secrets is not None else {}
+        code_args = pulumi.Output.all(
+            buckets.checkpoint_url, buckets.data_url, pulumi.Output.all(**versions)
+        ).apply(lambda got: user_code_node_args(cfg, deployment, got[0], got[1], got[2]))
         outputs[OUTPUT_NODE_ARGS] = code_args
     # The job, slice or nodes read the staging and checkpoint buckets as the training account
     # from their first minute: they wait for every grant of that account (and `pulumi
@@ -210,17 +217,62 @@ def package_args(
 
 
 def user_code_node_args(
-    cfg: StackConfig, deployment: str, checkpoint_url: str, data_url: str
+    cfg: StackConfig,
+    deployment: str,
+    checkpoint_url: str,
+    data_url: str,
+    versions: Mapping[str, str] | None = None,
 ) -> list[str]:
     """`python -m trainstack.trainers.node` arguments that run your code on the stack's target, with the
     run contract's folders in the stack's buckets: the one command line each target's launch
-    runs once per machine after installing the package (`trainstack.trainers.common.user_code`)."""
+    runs once per machine after installing the package (`trainstack.trainers.common.user_code`).
+    `versions` names the Secret Manager version of each `secure:` trainer.env value
+    (`EnvSecrets.versions`): it is passed as `--secret-env=NAME=<version>` where the value's
+    `--env=NAME=...` would be, so the value itself is in no argument."""
     code = UserCode.of(cfg.trainer)
     assert code is not None
+    versions = dict(versions or {})
+    if versions:
+        env = {**(code.env or {}), **versions}  # the names stand in for the values here
+        code = code.model_copy(update={"env": env})
     run = run_name(cfg, deployment)
     contract = run_contract(checkpoint_url, data_url, run, cfg.trainer.checkpoint_dir)
     target = target_of(cfg)
-    return code.node_args(target.default_launcher, target.run_contract(cfg, contract))
+    args = code.node_args(target.default_launcher, target.run_contract(cfg, contract))
+    end = args.index("--")
+    return [_as_secret_env(arg, versions) if i < end else arg for i, arg in enumerate(args)]
+
+
+def _as_secret_env(arg: str, versions: Mapping[str, str]) -> str:
+    name, sep, value = arg.removeprefix("--env=").partition("=")
+    if arg.startswith("--env=") and sep and versions.get(name) == value:
+        return f"--secret-env={name}={value}"
+    return arg
+
+
+def _env_secrets(
+    cfg: StackConfig,
+    deployment: str,
+    labels: Mapping[str, str],
+    names: list[str],
+    opts: pulumi.ResourceOptions,
+) -> EnvSecrets | None:
+    """The Secret Manager secrets holding the `secure:` trainer.env values (`names`), None
+    without any. The values are what the engine decrypted (`[secret]` offline)."""
+    if not names:
+        return None
+    assert cfg.project is not None
+    env = cfg.trainer.env or {}
+    return EnvSecrets(
+        f"{deployment}-env-secrets",
+        {
+            "project": cfg.project,
+            "deployment_name": deployment,
+            "values": {name: pulumi.Output.secret(env[name]) for name in names},
+            "labels": dict(labels),
+        },
+        opts=opts,
+    )
 
 
 def package_requirements(cfg: StackConfig) -> list[str]:

@@ -90,13 +90,18 @@ def namespace_typo(key: str) -> str | None:
     namespace is a near miss of `trainstack` (which would otherwise be ignored as another
     program's key), else None."""
     namespace, sep, name = key.partition(":")
-    if not sep or namespace in (NAMESPACE, "gcp") or NAMESPACE in namespace:
+    # Case counts: Pulumi reads `TrainStack:` as another namespace, which this program never
+    # sees, so a case variant is a misspelling too (and its keys are lower case).
+    lowered = namespace.lower()
+    if not sep or namespace in (NAMESPACE, "gcp"):
+        return None
+    if NAMESPACE in lowered and lowered != NAMESPACE:
         return None  # `mytrainstack:` is a project's own namespace, not a misspelling
-    if difflib.SequenceMatcher(None, namespace, NAMESPACE).ratio() < _TYPO_RATIO:
+    if difflib.SequenceMatcher(None, lowered, NAMESPACE).ratio() < _TYPO_RATIO:
         return None
     return (
         f"{key}: unknown namespace `{namespace}:`; did you mean `{NAMESPACE}:`? "
-        f"valid: {NAMESPACE}:{name}"
+        f"valid: {NAMESPACE}:{name.lower()}"
     )
 
 

@@ -18,7 +18,11 @@ from trainstack.components.catalog.problems import quote as _q
 from trainstack.components.catalog.torch_versions import fsdp_problem
 from trainstack.components.trainer_package import source_problems
 from trainstack.components.training_buckets import training_buckets_problems
-from trainstack.infra.config_secrets import credential_problems, secret_env_names
+from trainstack.infra.config_secrets import (
+    credential_problems,
+    requirement_credential_problems,
+    secret_env_names,
+)
 from trainstack.infra.project import current_place
 from trainstack.infra.targets import (
     CloudTarget,
@@ -92,6 +96,7 @@ def semantic_errors(parts: Mapping[str, Any], given: list[str]) -> list[str]:
         own = user_code_problems(trainer, rules, base, secret_env=secret_env_names(secrets))
         own += source_problems(trainer, base)
         own += credential_problems(trainer, secrets, rules.pulumi_secrets)
+        own += requirement_credential_problems(trainer, base)
         own += _secrets_on_this_machine(secrets, candidates)
         if coded is not None and not own:
             # Read once the source and requirements are known good.

@@ -42,9 +42,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Collection, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from trainstack.policies.rules.credentials import find_credential
+from trainstack.trainers.common.user_code import resolve_source
 
 if TYPE_CHECKING:
     from trainstack.trainers.common.user_code import StackTrainer
@@ -205,5 +207,31 @@ def credential_problems(
             problems.append(
                 f"trainer.entrypoint[{i}]: holds {what} {shown} (and every process listing "
                 f"on the node); valid: your code reads it from the environment, set by {setter}"
+            )
+    return problems
+
+
+def requirement_credential_problems(trainer: StackTrainer, base_dir: Path) -> list[str]:
+    """One problem per line of `trainer.requirements` that holds a credential in clear (a
+    token or password in a requirement's URL, `y @ git+https://ghp_...@github.com/x/y`),
+    naming the line, never the value: the requirements are printed by `plan`, recorded in
+    its JSON and shipped in the package. A file that cannot be read is left to the source
+    checks, which say why."""
+    if trainer.requirements is None or trainer.source is None:
+        return []
+    path = resolve_source(trainer.source, base_dir) / trainer.requirements
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        found = find_credential(line)
+        if found is not None:
+            what = found.kind if found.name is None else f"a value for {found.name}"
+            problems.append(
+                f"trainer.requirements: line {number} holds {what} in clear, which plans, the "
+                "package and every node would show; valid: a requirement without credentials "
+                "(a public index or URL, or the code itself in trainer.source)"
             )
     return problems

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -463,10 +464,23 @@ def read_lines(
         yield _output(entry_record(entry), parse_time(stamp) if stamp else None, as_json)
 
 
+def _finite(value: Any) -> Any:
+    """`value` with NaN and the infinities as None: JSON has no such numbers (RFC 8259
+    section 6), though Python's json reads and writes them by default."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
 def _output(record: dict[str, Any] | str, stamp: datetime | None, as_json: bool) -> str:
     if as_json:
         # json.dumps escapes every control character (and all non-ASCII) already.
-        return json.dumps(record if isinstance(record, dict) else {"text": record})
+        shown = _finite(record) if isinstance(record, dict) else {"text": record}
+        return json.dumps(shown, allow_nan=False)
     return printable(render(record, stamp))
 
 

@@ -117,7 +117,27 @@ def _image_build_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
     return {"image_uri": f"{image.rsplit(':', 1)[0]}@{UNKNOWN}"}
 
 
+SECRET_TYPE = "gcp:secretmanager/secret:Secret"
+
+
+def _secret_id(inputs: dict[str, Any]) -> str:
+    # The provider's id of a secret: `projects/{{project}}/secrets/{{secret_id}}`
+    # (terraform-provider-google google/services/secretmanager/resource_secret_manager_secret.go
+    # `resourceSecretManagerSecretCreate`, `tpgresource.ReplaceVars(d, config,
+    # "projects/{{project}}/secrets/{{secret_id}}")`).
+    return f"projects/{inputs.get('project', 'mock-project')}/secrets/{inputs.get('secretId')}"
+
+
+def _secret_version_outputs(name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    # The version's `name` is Google's (the provider sets it from the create response,
+    # resource_secret_manager_secret_version.go `resourceSecretManagerSecretVersionCreate`):
+    # "projects/*/secrets/*/versions/*. SecretVersion IDs in a Secret start at 1"
+    # (secretmanager.v1 discovery, `SecretVersion.name`). A stack's secret has one version.
+    return {"name": f"{inputs.get('secret')}/versions/1", "version": "1"}
+
+
 DEFAULT_OUTPUTS: dict[str, OutputsFn] = {
+    "gcp:secretmanager/secretVersion:SecretVersion": _secret_version_outputs,
     "pulumi-python:dynamic/cloudbuild:ImageBuild": _image_build_outputs,
     "gcp:cloudfunctionsv2/function:Function": _function_outputs,
     "gcp:storage/bucket:Bucket": _bucket_outputs,
@@ -279,6 +299,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         deployed = self.deploy_outputs.get(args.typ)
         if deployed is not None:
             state.update(deployed(args.name, args.inputs))
+        if args.typ == SECRET_TYPE:
+            return _secret_id(args.inputs), state
         return f"{args.name}-id", state
 
     def call(

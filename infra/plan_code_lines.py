@@ -58,7 +58,13 @@ def _code_parts(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
     secrets = secret_env_changes(base, head)
     if secrets:
         names = ", ".join(f"trainer.env.{name}" for name in secrets)
-        parts.append(f"a secret input changed: {names} (its value is not shown)")
+        # Its new Secret Manager version has a new name (`EnvSecrets`), which the compute's
+        # `--secret-env` carries: the engine relaunches the training with it, though this
+        # offline plan cannot name the version yet.
+        parts.append(
+            f"a secret input changed: {names} (its value is not shown); a new Secret Manager "
+            "version, whose new name relaunches the training"
+        )
     return parts
 
 

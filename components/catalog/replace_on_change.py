@@ -152,6 +152,12 @@ GCP_SCHEMA_SOURCE: Final[dict[str, str]] = {
         "(service_account), 646-650 (shielded_instance_config), 1431-1442 (max_run_duration, "
         'flex_start). Only the fields trainstack sets; the rest stay "change (may replace)"'
     ),
+    "gcp:secretmanager/secretVersion:SecretVersion": (
+        "github.com/hashicorp/terraform-provider-google@e03b7622a2 google/services/"
+        "secretmanager/resource_secret_manager_secret_version.go lines 159-240 (Schema: "
+        "ForceNew secret_data, secret_data_wo_version, secret, project, "
+        "is_secret_data_base64; enabled and deletion_policy in place)"
+    ),
 }
 """Read at the provider's newest commit (2026-08-21), not at the exact upstream version
 pulumi_gcp 10.2.0 pins; Terraform names mapped to Pulumi's (disk -> disks,
@@ -271,6 +277,13 @@ GCP_SCHEMA_REPLACES: Final[dict[str, tuple[str, ...]]] = {
         "source",
         "storageClass",
     ),
+    "gcp:secretmanager/secretVersion:SecretVersion": (
+        "isSecretDataBase64",
+        "project",
+        "secret",
+        "secretData",
+        "secretDataWoVersion",
+    ),
 }
 
 GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
@@ -372,6 +385,7 @@ GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
         "sourceMd5hash",
         "temporaryHold",
     ),
+    "gcp:secretmanager/secretVersion:SecretVersion": ("deletionPolicy", "enabled"),
 }
 """The fields of the same schemas without ForceNew: updated in place (a bucket's
 `retentionPolicy` is left out: it replaces only once locked, ForceNewIfChange at line 80;

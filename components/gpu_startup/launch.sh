@@ -364,7 +364,17 @@ fi
 # and maps the outcome to the exit codes above.
 cmd=("$python" "${NODE_ARGV[@]}")
 stage=trainer
-log "node $node_rank of $NUM_NODES: ${cmd[*]}"
+# The logged command line names each --env variable without its value (defence in depth:
+# a stack's credentials travel as --secret-env Secret Manager names, never as --env values).
+shown=()
+for arg in "${cmd[@]}"; do
+  if [[ $arg == --env=*=* ]]; then
+    arg="${arg#--env=}"
+    arg="--env=${arg%%=*}=***"
+  fi
+  shown+=("$arg")
+done
+log "node $node_rank of $NUM_NODES: ${shown[*]}"
 # The node launcher's stderr (why it stopped: a lost rendezvous, fewer GPUs than planned, a
 # worker's traceback) goes to the journal as before and to a file whose last lines travel
 # with the shipped failure line; only its stdout reaches Cloud Logging otherwise.

@@ -472,7 +472,7 @@ run_attempt() {
 
 run_trainer() {
   local -a cmd
-  local digest done_marker attempt shown
+  local digest done_marker attempt shown arg
   if ((TS_USER_CODE)); then
     cmd=("$TS_PYTHON" -m trainstack.trainers.node "${TS_TRAINER_ARGS[@]}")
   else
@@ -492,7 +492,17 @@ run_trainer() {
   ((TS_USER_CODE)) || install_keras
   export_tpu_environment
   export_logging_environment
-  shown=$(printf '%q ' "${cmd[@]}")
+  # The logged command line names each --env variable without its value (defence in depth:
+  # a stack's credentials travel as --secret-env Secret Manager names, never as --env values).
+  shown=""
+  for arg in "${cmd[@]}"; do
+    if [[ $arg == --env=*=* ]]; then
+      arg="${arg#--env=}"
+      shown+="--env=${arg%%=*}=*** "
+    else
+      shown+="$(printf '%q' "$arg") "
+    fi
+  done
   [[ -z $RUN_DEADLINE ]] || start_deadline_timer
   STATUS=0
   for ((attempt = 1; attempt <= TS_TRAINER_ATTEMPTS; attempt++)); do

@@ -14,6 +14,8 @@ their name (`NAME=value`, `--name=value`, `"name": "value"` where the name says 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import re
 from dataclasses import dataclass
@@ -21,8 +23,9 @@ from dataclasses import dataclass
 from .model import SECRET, UNKNOWN
 
 _SECRET_WORDS = frozenset(
-    {"password", "passwd", "passphrase", "token", "apikey", "accesskey", "privatekey"}
-)
+    {"password", "passwd", "pass", "pwd", "passphrase", "token", "apikey", "accesskey",
+     "privatekey"}
+)  # fmt: skip
 _SECRET_PAIRS = frozenset(
     {
         # An Azure Storage connection string's `AccountKey=`
@@ -57,16 +60,37 @@ _NOT_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "no"})
 CREDENTIALS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")),
     ("a service account key", re.compile(r"\"private_key(?:_id)?\"\s*:")),
-    # RFC 3986 section 3.2.1: userinfo is `user:password@` before the host; a password that
-    # starts with `$` is a variable the shell or the program reads, not the secret itself.
-    # A password may hold a quote (`pa'ss`); the user may not (a quoted `'x://` ends there).
+    # RFC 3986 section 3.2.1: userinfo is `user:password@` before the host. A password that
+    # is a variable (`$DB_PASSWORD`, `${DB_PASSWORD}`, `$(DB_PASSWORD)`: upper case, as
+    # environment variables are named) is read at run time, not the secret itself; any other
+    # `$...` is a literal (an env value is not shell-expanded). A password may hold a quote
+    # (`pa'ss`) or a `/` (drivers such as SQLAlchemy's take it unencoded), never a port and
+    # a path (`host:8443/a@b`); the user may not hold a quote (a quoted `'x://` ends there).
     (
         "a URL with a password",
-        re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:(?![$\s'\"])[^\s/@\"]+@"),
+        re.compile(
+            r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:"
+            r"(?![\s'\"]|\$\{?\(?[A-Z_][A-Z0-9_]*[})]?@|\d+/)[^\s@\"]+@"
+        ),
+    ),
+    # RFC 9110 section 11.6.2 `Authorization: <scheme> <credentials>` (Bearer, RFC 6750
+    # section 2.1; Basic, RFC 7617), or a bare bearer token; `Bearer $TOKEN` is a variable.
+    (
+        "an HTTP authorization header",
+        re.compile(
+            r"(?i)(?:\bauthorization\s*[:=]\s*[\"']?[a-z]+\s+|\bbearer\s+)"
+            r"[A-Za-z0-9._~+/-]{8,}=*"
+        ),
     ),
     # Anthropic keys start `sk-ant-`; OpenAI's `sk-` or `sk-proj-` (both providers' docs).
     ("an Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}")),
     ("an API key (sk-)", re.compile(r"\bsk-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}")),
+    # OpenAI's project, service account and admin keys: the prefix says it, digits or not.
+    ("an API key (sk-)", re.compile(r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_\-]{20,}")),
+    # Google's OAuth client secrets start `GOCSPX-`: SonarQube's rule S6691 ("Google OAuth
+    # client secrets should not be disclosed", `\b(GOCSPX-[\w\-]{28})\b`) and Nosey
+    # Parker's np.google.2 ("Google OAuth Client Secret (prefixed)"); from 20 here.
+    ("a Google OAuth client secret", re.compile(r"\bGOCSPX-[A-Za-z0-9_\-]{20,}")),
     ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}")),
     ("a Google OAuth access token", re.compile(r"\bya29\.[0-9A-Za-z_\-]{20,}")),
     ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
@@ -74,6 +98,8 @@ CREDENTIALS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}")),
     ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
     ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+    # gitleaks slack.go SlackAppLevelToken `(?i)xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+`.
+    ("a Slack token", re.compile(r"(?i)\bxapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+")),
     # The rest follow gitleaks' rules (gitleaks/gitleaks cmd/generate/config/rules/, the
     # function named): stripe.go StripeAccessToken `(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]
     # {10,99}`; jwt.go JWT `ey[a-zA-Z0-9]{17,}\.ey[a-zA-Z0-9\/\\_-]{17,}\.(?:[a-zA-Z0-9\/\\_-]
@@ -103,6 +129,27 @@ _ASSIGNMENT = re.compile(
     r"(?<![\w.-])-{0,2}([A-Za-z_][\w.-]*)[\"']?\s*[=:]\s*([\"']?)"
     r"([^\s\"'`;&|()\[\]{}]+)(?=[\s\"'`;&|)]|$)"
 )
+
+
+# A URL's query parameters (RFC 3986 section 3.4, `name=value` joined by `&`, or `;`):
+# `?api_key=...`, `&access_token=...` are credentials by name like an assignment, which the
+# URL's own `https:` would otherwise swallow.
+_QUERY = re.compile(r"[?&;]([A-Za-z_][\w.-]*)=([^&;#\s\"'`]+)")
+# A PEM block encoded once more in base64 (a Kubernetes Secret's `data`, a `*.b64` key):
+# `-----BEGIN` in base64 from any of its three alignments, decoded to look for a private key.
+_BASE64_PEM = re.compile(r"(?:LS0tLS1CRUdJT|0tLS0tQkVHSU|tLS0tLUJFR0lO)[A-Za-z0-9+/]{8,}={0,2}")
+
+
+def _base64_private_key(text: str) -> bool:
+    for match in _BASE64_PEM.finditer(text):
+        data = match.group(0).rstrip("=")
+        try:
+            decoded = base64.b64decode(data[: len(data) // 4 * 4]).decode("latin-1")
+        except (binascii.Error, ValueError):
+            continue
+        if CREDENTIALS[0][1].search(decoded):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -156,8 +203,10 @@ def find_credential(text: str) -> Credential | None:
     for kind, pattern in CREDENTIALS:
         if pattern.search(text):
             return Credential(kind)
-    for match in _ASSIGNMENT.finditer(text):
-        name, value = match.group(1), match.group(3)
+    if _base64_private_key(text):
+        return Credential("a private key (base64)")
+    assigned = [(m.group(1), m.group(3)) for m in _ASSIGNMENT.finditer(text)]
+    for name, value in [*assigned, *((m.group(1), m.group(2)) for m in _QUERY.finditer(text))]:
         if secret_like(name) and plaintext(value):
             return Credential("a credential", name)
     return None

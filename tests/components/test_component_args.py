@@ -15,6 +15,7 @@ import pytest
 from trainstack import components
 from trainstack.components._args import ArgsError, _fields, arg_problems
 from trainstack.components.a100_cluster import A100Cluster, A100ClusterArgs, A100TrainingArgs
+from trainstack.components.env_secrets import EnvSecrets, EnvSecretsArgs
 from trainstack.components.image_mirror import ImageMirror, ImageMirrorArgs
 from trainstack.components.kubernetes_training_job import (
     KubernetesTrainingJob,
@@ -166,6 +167,11 @@ COMPONENTS: dict[str, tuple[Callable[..., Any], type, dict[str, Any]]] = {
         ProjectServicesArgs,
         {"project": "p", "services": ["compute.googleapis.com"]},
     ),
+    "EnvSecrets": (
+        EnvSecrets,
+        EnvSecretsArgs,
+        {"project": "p", "deployment_name": "exp-42", "values": {"HF_TOKEN": "x"}},
+    ),
     "KubernetesTrainingJob": (
         KubernetesTrainingJob,
         KubernetesTrainingJobArgs,
@@ -222,6 +228,7 @@ TYPOS = [
     ("TrainerPackage", "requirement", "requirements"),
     ("QuotaGuard", "preflite", "preflight"),
     ("ProjectServices", "service", "services"),
+    ("EnvSecrets", "value", "values"),
     ("KubernetesTrainingJob", "namespce", "namespace"),
     ("LocalTrainingJob", "worker", "workers"),
     ("TrainingDashboard", "stall_minute", "stall_minutes"),
@@ -288,6 +295,11 @@ WRONG_TYPES = [
         "ProjectServices",
         {"services": ["compute.googleapis.com", 3]},
         "ProjectServices.services[1]: 3 is not a string; valid: a string",
+    ),
+    (
+        "EnvSecrets",
+        {"deployment_name": 42},
+        "EnvSecrets.deployment_name: 42 is not a string; valid: a string",
     ),
     (
         "KubernetesTrainingJob",

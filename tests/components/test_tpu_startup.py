@@ -1122,6 +1122,15 @@ def test_user_code_runs_on_every_worker_without_the_tensorflow_setup(
     ]
     assert worker.calls()[-1]["env"] == USER_CODE_ENV
     assert "serving TPU chips" not in result.stdout
+    # The logged command line names each --env variable without its value (defence in
+    # depth: a stack's credentials travel as --secret-env names).
+    tag = f"[trainstack slice={SLICE} worker=3]"
+    assert [line for line in result.stdout.splitlines() if "launching trainer" in line] == [
+        f"{tag} launching trainer (attempt 1/3): python3 -m trainstack.trainers.node "
+        "--launcher=node --env=TRAINSTACK_CHECKPOINT_DIR=*** "
+        "--secret-env=HF_TOKEN=projects/p/secrets/hf-token -- python train.py --steps=10"
+    ]
+    assert CKPT not in "".join(x for x in result.stdout.splitlines() if "launching" in x)
 
 
 def test_user_code_command_and_rendering() -> None:

@@ -4,16 +4,17 @@
 - A credential in clear text is refused before anything is registered, by shape (a URL with
   a password, an `sk-` key, an `hf_` token) whatever its name says, naming the key and what
   to use, never the value.
-- A `secure:` value in `trainer.env` plans offline as `[secret]`, and under the engine (the
-  value decrypted, `trainstack:trainer` in the secret keys) every input that carries it (the
-  GKE Job spec, the GCE template's startup script, the TPU VM's metadata, the Vertex job
-  body) is registered secret and its plaintext is nowhere in what the program registers or
-  exports.
+- A `secure:` value in `trainer.env` goes to a Secret Manager secret's version (its
+  `secret_data` a Pulumi secret, `[secret]` offline), and the launch inputs (the GKE Job
+  spec, the GCE template's startup script, the TPU VM's metadata, the Vertex job body) carry
+  only the version's name (`--secret-env`); under the engine (the value decrypted,
+  `trainstack:trainer` in the secret keys) its plaintext is in that version alone.
 - `secure:` anywhere else is refused, as is a local target's (its runs record their env).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Iterator
@@ -81,29 +82,73 @@ def _launch(resources: list[dict[str, Any]], target: str, stack: str) -> Any:
     return found[0]["inputs"][key]
 
 
+POOLS = {"vertex": 2}
+"""The launch inputs that hold the node launcher's arguments more than once: the Vertex job's
+two worker pools (the chief and the workers)."""
+
+
+def _reference(config: dict[str, Any], stack: str, name: str) -> str:
+    """The Secret Manager version a `secure:` value `name` reaches the nodes as (offline)."""
+    return f"projects/{config['gcp:project']}/secrets/{stack}-env-{name}/versions/1"
+
+
 @pytest.mark.parametrize("target", list(EXAMPLES))
-def test_a_secure_env_value_plans_as_secret_on_every_cloud_target(target: str) -> None:
+def test_a_secure_env_value_plans_as_a_secret_manager_version_on_every_cloud_target(
+    target: str,
+) -> None:
     env = {"DATABASE_URL": {"secure": CIPHERTEXT}, "HF_TOKEN": {"secure": CIPHERTEXT}}
     stack, config = _stack(target, env={**env, "WANDB_MODE": "offline"})
     plan = build_plan(stack, config)
-    assert _launch(plan["resources"], target, stack) == SECRET
+    # The launch input carries the versions' names, in the open, and no value.
+    launch = json.dumps(_launch(plan["resources"], target, stack))
+    for name in ("DATABASE_URL", "HF_TOKEN"):
+        reference = f"--secret-env={name}={_reference(config, stack, name)}"
+        assert launch.count(reference) == POOLS.get(target, 1)
+    assert SECRET not in launch and "--env=DATABASE_URL" not in launch
     assert plan["code"]["env"] == {
         "DATABASE_URL": SECRET,
         "HF_TOKEN": SECRET,  # its name asks for a secret, and it is one
         "WANDB_MODE": "offline",
     }
-    assert plan["outputs"]["node_args"] == SECRET
+    assert [a for a in plan["outputs"]["node_args"] if "DATABASE_URL" in a or "HF" in a] == [
+        f"--secret-env=DATABASE_URL={_reference(config, stack, 'DATABASE_URL')}",
+        f"--secret-env=HF_TOKEN={_reference(config, stack, 'HF_TOKEN')}",
+    ]
+    # One secret and version per value, under the stack's component for them; the training
+    # account may read those two secrets and no other.
+    kinds = ("gcp:secretmanager/secret:Secret", "gcp:secretmanager/secretVersion:SecretVersion")
+    stored = [
+        (r["type"].rsplit(":", 1)[1], r["name"], r["parent"], r["inputs"].get("secretData"))
+        for r in plan["resources"]
+        if r["type"] in kinds
+    ]
+    parent = f"{stack}-env-secrets"
+    assert sorted(stored) == [
+        ("Secret", f"{parent}-DATABASE_URL", parent, None),
+        ("Secret", f"{parent}-HF_TOKEN", parent, None),
+        ("SecretVersion", f"{parent}-DATABASE_URL-version", parent, SECRET),
+        ("SecretVersion", f"{parent}-HF_TOKEN-version", parent, SECRET),
+    ]
+    grants = [
+        (r["inputs"]["secretId"], r["inputs"]["role"])
+        for r in plan["resources"]
+        if r["type"] == "gcp:secretmanager/secretIamMember:SecretIamMember"
+    ]
+    assert grants == [
+        (f"{stack}-env-DATABASE_URL", "roles/secretmanager.secretAccessor"),
+        (f"{stack}-env-HF_TOKEN", "roles/secretmanager.secretAccessor"),
+    ]
     assert CIPHERTEXT not in json.dumps(plan)
-    # The same stack without a secret registers the launch input in the open.
+    # The same stack without a secret registers no secret and passes the value as --env.
     stack, config = _stack(target, env={"WANDB_MODE": "offline"})
     plain = build_plan(stack, config)
-    assert _launch(plain["resources"], target, stack) != SECRET
+    assert [r["name"] for r in plain["resources"] if r["type"] in kinds] == []
     envs = [a for a in plain["outputs"]["node_args"] if a.startswith("--env=WANDB")]
     assert envs == ["--env=WANDB_MODE=offline"]
 
 
 @pytest.mark.parametrize("target", list(EXAMPLES))
-def test_under_the_engine_the_decrypted_value_is_registered_only_as_a_secret(
+def test_under_the_engine_the_decrypted_value_goes_only_to_its_secret_version(
     target: str,
 ) -> None:
     # What `pulumi up` hands the program: every value decrypted, and the keys holding a
@@ -112,14 +157,21 @@ def test_under_the_engine_the_decrypted_value_is_registered_only_as_a_secret(
     # `object.Secure`, map.go `Map.SecureKeys`); the language host passes the list as
     # PULUMI_CONFIG_SECRET_KEYS and pulumi-language-python-exec calls
     # `set_all_config(config, secret_keys)`, which `run_program` does with `secret_keys`.
+    # Every trainer.env value then counts as secret, so each gets its Secret Manager secret.
     stack, config = _stack(target, env={"DATABASE_URL": DATABASE_URL, "WANDB_MODE": "offline"})
     run = run_program(main_program, config=config, stack=stack, secret_keys=["trainstack:trainer"])
     entries = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in run.resources]
-    assert _launch(entries, target, stack) == SECRET
-    assert run.shown_outputs["node_args"] == SECRET
+    assert json.dumps(run.shown_outputs["node_args"]).count("--secret-env=DATABASE_URL=") == 1
     registered = json.dumps([entries, run.shown_outputs])
     assert PASSWORD not in registered
-    assert "offline" not in json.dumps(_launch(entries, target, stack))
+    # The values the provider would receive: the password in the one version's secret_data.
+    found: dict[str, Any] = {}
+    for r in run.resources:
+        _flat(r.values, r.name, found)
+    assert [path for path, value in found.items() if PASSWORD in str(value)] == [
+        f"{stack}-env-secrets-DATABASE_URL-version.secretData"
+    ]
+    assert PASSWORD not in json.dumps(run.outputs, default=str)
 
 
 def _flat(value: Any, path: str, out: dict[str, Any]) -> None:
@@ -148,31 +200,22 @@ def _deployed(target: str, password: str, **tpu: Any) -> dict[str, Any]:
     return found
 
 
-SUPERVISOR_BUNDLE = {
-    "tpu-supervisor-function.buildConfig.source.storageSource.object",
-    "tpu-supervisor-source.metadata.sha256",
-    "tpu-supervisor-source.name",
-    "tpu-supervisor-source.source.fileAsset",
-}
-"""What still differs on tpu: the run supervisor's source bundle holds the slice's REST body
-(its startup script, with the secret) and is named by its sha256
-(`trainstack.components._supervisor_bundle`), outside this change."""
 RUN_KEY = re.compile(r"trainstack-run-[0-9a-f]{16}")
 
 
 @pytest.mark.parametrize(
-    ("target", "tpu", "differing", "hashes"),
+    ("target", "tpu", "hashes"),
     [
-        ("gke", {}, set(), {"run key"}),
-        ("gce", {}, set(), {"run key"}),
-        ("vertex", {}, set(), {"trainstack_request_id"}),
-        ("tpu", {}, SUPERVISOR_BUNDLE, {"run key"}),
-        ("tpu", {"provisioning": "queued"}, SUPERVISOR_BUNDLE, {"run key", "trainstack_spec"}),
-        ("tpu", {"provisioning": "on-demand"}, set(), {"run key"}),
+        ("gke", {}, {"run key"}),
+        ("gce", {}, {"run key"}),
+        ("vertex", {}, {"trainstack_request_id"}),
+        ("tpu", {}, {"run key"}),
+        ("tpu", {"provisioning": "queued"}, {"run key", "trainstack_spec"}),
+        ("tpu", {"provisioning": "on-demand"}, {"run key"}),
     ],
 )
 def test_a_secure_value_reaches_no_run_key_request_id_or_spec_label(
-    target: str, tpu: dict[str, Any], differing: set[str], hashes: set[str]
+    target: str, tpu: dict[str, Any], hashes: set[str]
 ) -> None:
     # The run key names objects in the checkpoint bucket (`trainstack-run-<key>.*`), which
     # anyone who may list it sees; a 64-bit digest over a short password gives the password
@@ -181,8 +224,13 @@ def test_a_secure_value_reaches_no_run_key_request_id_or_spec_label(
     # Vertex request id and TPU spec label, no digest of the value anywhere.
     first = _deployed(target, "s3cr3tPa55wordA", **tpu)
     second = _deployed(target, "s3cr3tPa55wordB", **tpu)
-    assert {k for k in first.keys() | second.keys() if first.get(k) != second.get(k)} == differing
-    assert any("--env=DB_PASSWORD=<password>" in str(v) for v in first.values())
+    assert {k for k in first.keys() | second.keys() if first.get(k) != second.get(k)} == set()
+    # The one place that holds it: the secret's version (the supervisor's bundle, which holds
+    # the launch's body, no longer does).
+    stack = _stack(target)[0]
+    assert [k for k, v in first.items() if "<password>" in str(v)] == [
+        f"{stack}-env-secrets-DB_PASSWORD-version.secretData"
+    ]
     # The hashes compared above are there: the launch's one run key (in the startup script
     # or pod env and the supervisor's config), the request id, the spec label.
     keys = {key for value in first.values() for key in RUN_KEY.findall(str(value))}
@@ -461,3 +509,112 @@ def test_plan_diff_shows_env_values_as_a_hash_unless_asked(tmp_path: Path) -> No
     files = [str(tmp_path / "0.json"), str(tmp_path / "1.json")]
     assert runner.invoke(app, ["plan-diff", *files]).stdout == hidden + "\n"
     assert runner.invoke(app, ["plan-diff", "--show-values", *files]).stdout == shown + "\n"
+
+
+PEM_B64 = base64.b64encode(
+    b"-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+).decode()
+EVASIONS = {
+    # Shapes an outside review found passing (issue 29 item 6): a `/` in a URL's password,
+    # a password starting `$` (env values are not shell-expanded), credentials as a URL's
+    # query parameters, an Authorization header, a base64-encoded PEM key, Google OAuth
+    # client secrets, Slack app-level tokens, OpenAI project keys without a digit.
+    "PG_URL": "postgresql://app:pa/ss@db:5432/app",
+    "PG_DOLLAR": "postgres://app:$uperSecret99@db/app",
+    "API_URL": "https://api.example.com/v1?api_key=abcdef0123456789abcdef",
+    "HOOK": "https://api.example.com/v1?token=abcdef0123456789",
+    "FEED": "https://api.example.com/v1?page=2&access_token=abcdef0123456789",
+    "DB_PASS": "hunter2hunter2",
+    "HEADER": "Authorization: Bearer abcdefghij0123456789",
+    "SA_PEM": PEM_B64,
+    "OAUTH_CLIENT": "GOCSPX-" + "Ab1_" * 7,
+    "SLACK_APP": "xapp-1-A0123456789-1234567890123-abcdef0123456789",
+    "OPENAI": "sk-proj-" + "abcdefghij" * 3,
+}
+
+
+def test_credential_shapes_that_passed_the_scanner_are_refused_naming_the_key() -> None:
+    entry = ["python", "train.py", "--db=postgresql://app:pa/ss@db/x"]
+    _, config = _stack("gke", env=EVASIONS, entrypoint=entry)
+    fix = (
+        "valid: trainer.secret_env.{0}: projects/P/secrets/NAME (Secret Manager, read on the "
+        "node), or a `secure:` value (`" + SET_SECRET.replace("{}", "{0}") + "`)"
+    )
+    held = {
+        "PG_URL": "a URL with a password",
+        "PG_DOLLAR": "a URL with a password",
+        "API_URL": "a value for api_key",
+        "HOOK": "a value for token",
+        "FEED": "a value for access_token",
+        "HEADER": "an HTTP authorization header",
+        "SA_PEM": "a private key (base64)",
+        "OAUTH_CLIENT": "a Google OAuth client secret",
+        "SLACK_APP": "a Slack token",
+        "OPENAI": "an API key (sk-)",
+    }
+    errors = _errors(config)
+    assert errors == [
+        "trainer.env.DB_PASS: looks like a secret, and env values are stored in plain text; "
+        "valid: trainer.secret_env.DB_PASS: projects/P/secrets/NAME, or a `secure:` value "
+        f"({SET_SECRET.format('DB_PASS')})",
+        *(
+            f"trainer.env.{name}: holds {what} {IN_CLEAR}; {fix.format(name)}"
+            for name, what in held.items()
+        ),
+        f"trainer.entrypoint[2]: holds a URL with a password {IN_CLEAR} (and every process "
+        "listing on the node); valid: your code reads it from the environment, set by "
+        "trainer.secret_env (Secret Manager) or a `secure:` trainer.env value",
+    ]
+    for value in (*EVASIONS.values(), "pa/ss"):
+        assert value not in "\n".join(errors)
+    # The policy pack uses the same scanner on any input: the same shapes are refused there.
+    # (DB_PASS's name is what says it: in a script, `DB_PASS=...` is a credential by name.)
+    found = {name: find_credential(f"{name}={value}") for name, value in EVASIONS.items()}
+    assert {n: f.words for n, f in found.items() if f is not None} == {
+        **{n: f"contains {kind}" for n, kind in held.items() if not kind.startswith("a value")},
+        "API_URL": "sets api_key",
+        "HOOK": "sets token",
+        "FEED": "sets access_token",
+        "DB_PASS": "sets DB_PASS",
+    }
+    args = [f"--{name.lower()}={value}" for name, value in EVASIONS.items() if name != "DB_PASS"]
+    job = Resource("pulumi-python:dynamic/vertex:CustomJob", "job", {"body": {"args": args}})
+    messages = [v.message for v in evaluate([job], Context()) if "plaintext" in v.message]
+    words = {**{n: f.words for n, f in found.items() if f is not None}}
+    assert messages == [
+        f"body.args[{i}] {words[name]} in plaintext; {FIX_SECRET}"
+        for i, name in enumerate(n for n in EVASIONS if n != "DB_PASS")
+    ]
+
+
+def test_credentials_and_local_paths_in_requirements_are_refused_naming_the_line(
+    tmp_path: Path,
+) -> None:
+    token = "ghp_" + "abcdefghijklmnopqrstuvwxyzABCDEFGH1234"
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "requirements.txt").write_text(
+        "numpy>=1.26\n"
+        f"y @ git+https://{token}@github.com/x/y.git\n"
+        "# a comment\n"
+        "z @ https://user:hunter2@pypi.example/z-1.0.tar.gz\n"
+        "mylib @ file:///home/me/mylib\n"
+    )
+    _, config = _stack(
+        "gke",
+        source=str(tmp_path),
+        requirements="requirements.txt",
+        entrypoint=["python", "train.py"],
+    )
+    errors = _errors(config)
+    fix = (
+        "in clear, which plans, the package and every node would show; valid: a requirement "
+        "without credentials (a public index or URL, or the code itself in trainer.source)"
+    )
+    assert errors == [
+        "trainer.requirements: line 5 'mylib @ file:///home/me/mylib' is not a requirement (a "
+        "file: URL is a path on this machine, which no node has; put the code in source); "
+        "valid: PEP 508 requirements, one per line (e.g. 'numpy>=1.26'), no pip options",
+        f"trainer.requirements: line 2 holds a GitHub token {fix}",
+        f"trainer.requirements: line 4 holds a URL with a password {fix}",
+    ]
+    assert token not in "\n".join(errors) and "hunter2" not in "\n".join(errors)

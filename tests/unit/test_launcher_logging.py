@@ -101,6 +101,7 @@ def _run(
     metadata: MetadataFake,
     storage: Storage,
     logging_api: LoggingFakeServer,
+    node_args: list[str] | None = None,
     **env: str,
 ) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
@@ -118,13 +119,14 @@ def _run(
         (bin_dir / prog).chmod(0o755)
     launcher = render_launcher(
         package_uri=PACKAGE,
-        module="trainstack.trainers.tf_multiworker",
-        trainer_args=["--framework=tensorflow", "--steps=10"],
+        module=None if node_args else "trainstack.trainers.tf_multiworker",
+        trainer_args=[] if node_args else ["--framework=tensorflow", "--steps=10"],
         num_nodes=2,
         procs_per_node=1,
         coordinator=NAMES[0],
         work_dir=str(tmp_path / "work"),
         worker_hosts=NAMES,
+        node_args=node_args,
     )
     full_env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
@@ -306,3 +308,33 @@ def test_the_launchers_entry_is_the_trainer_shippers_entry(
         "instance_id": INSTANCE_ID,
         "zone": ZONE,
     }
+
+
+def test_the_logged_node_command_line_names_env_variables_without_their_values(
+    tmp_path: Path, metadata: MetadataFake, storage: Storage, logging_api: LoggingFakeServer
+) -> None:
+    # Defence in depth: a stack's credentials reach the node as --secret-env names, but a
+    # plain --env value (or one set by hand in a program) is still no business of the log,
+    # which the journal and Cloud Logging (`trainstack logs`) keep.
+    node_args = [
+        "--launcher=node",
+        "--env=DB_URL=postgres://app:hunter2@db/app",
+        "--secret-env=HF_TOKEN=projects/p/secrets/s/versions/1",
+        "--",
+        "python",
+        "train.py",
+    ]
+    result = _run(tmp_path, metadata, storage, logging_api, node_args)
+    assert result.returncode == 0, result.stderr
+    line = (
+        f"trainstack-launch: node 1 of 2: {tmp_path}/bin/python3 -m trainstack.trainers.node "
+        "--launcher=node --env=DB_URL=*** "
+        "--secret-env=HF_TOKEN=projects/p/secrets/s/versions/1 -- python train.py"
+    )
+    assert _shown(logging_api)["trainstack logs"] == [
+        INSTALLING,
+        ("INFO", line),
+        ("INFO", "trainstack-launch: training finished"),
+    ]
+    assert [x for x in result.stderr.splitlines() if "node 1 of 2" in x] == [line]
+    assert "hunter2" not in result.stderr + str(logging_api.entries)

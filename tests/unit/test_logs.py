@@ -384,3 +384,26 @@ def test_follow_local_file(tmp_path: Path) -> None:
         "node 0 rank 0 train step 2 loss 1.0000",
         "plain line",
     ]
+
+
+def test_local_logs_json_writes_null_for_nan_and_infinity(tmp_path: Path) -> None:
+    """Python's json reads and writes NaN and Infinity, which are not JSON (RFC 8259 section
+    6): `--json` writes them as null, so every line stays valid JSON."""
+    config = local_config(tmp_path)
+    log = tmp_path / "root" / "logs" / "mine.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(
+        '{"event": "train", "step": 3, "rank": 0, "loss": NaN, "grad": [Infinity, 1.5],'
+        ' "extra": {"norm": -Infinity}}\n'
+    )
+    result = runner.invoke(app, ["logs", "--config-file", str(config), "--json"])
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout == (
+        '{"event": "train", "step": 3, "rank": 0, "loss": null, "grad": [null, 1.5], '
+        '"extra": {"norm": null}}\n'
+    )
+
+    def strict(text: str) -> None:
+        raise ValueError(text)
+
+    json.loads(result.stdout, parse_constant=strict)  # no NaN/Infinity constant left

@@ -1,7 +1,8 @@
-"""`trainstack plan-diff` with a `secure:` trainer.env value: the inputs that carry it show
-as `[secret]`, and a change beside the secret (an entrypoint argument, a plain env value) or
-to its ciphertext still shows the replacement and the relaunch, never the value
-(`trainstack.infra.plan_secrets`). The plans are the own-trainer GKE example's, as
+"""`trainstack plan-diff` with a `secure:` trainer.env value: the value goes to a Secret
+Manager version (its `secretData` shows as `[secret]`) and the Job's args carry only the
+version's name, so a change beside the secret (an entrypoint argument, a plain env value)
+reads as any change, and a change to its ciphertext replaces the version, never showing the
+value (`trainstack.infra.plan_secrets`, `trainstack.components.env_secrets`). The plans are the own-trainer GKE example's, as
 `trainstack plan --json` writes them."""
 
 from __future__ import annotations
@@ -45,39 +46,60 @@ def _lines(diff: str, start: str) -> list[str]:
     return [line for line in diff.splitlines() if line.startswith(start)]
 
 
+VERSION = "gke-env-secrets-DATABASE_URL-version"
+REFERENCE = "projects/my-ml-project/secrets/gke-env-DATABASE_URL/versions/1"
+
+
+def _args(plan: Any) -> list[str]:
+    [container] = _job(plan)["inputs"]["spec"]["template"]["spec"]["containers"]
+    return list(container["args"])
+
+
+def test_a_secure_value_reaches_the_job_as_a_secret_manager_version_name() -> None:
+    plan = _plan(CIPHERTEXT)
+    # The Job's args name the version; no input of the Job is secret any more.
+    assert [a for a in _args(plan) if "DATABASE_URL" in a] == [
+        f"--secret-env=DATABASE_URL={REFERENCE}"
+    ]
+    assert SECRET not in json.dumps(_job(plan)) and CIPHERTEXT not in json.dumps(plan)
+    secret_data = [
+        (r["name"], r["inputs"]["secretData"], r["secure_inputs"])
+        for r in plan["resources"]
+        if r["type"] == "gcp:secretmanager/secretVersion:SecretVersion"
+    ]
+    assert secret_data == [(VERSION, SECRET, ["secretData"])]
+
+
 def test_a_change_beside_a_secret_shows_the_replacement_and_the_relaunch() -> None:
     base, head = _plan(CIPHERTEXT), _plan(CIPHERTEXT, "b", "--lr=0.1")
-    assert (_job(base)["inputs"]["spec"], _job(head)["inputs"]["spec"]) == (SECRET, SECRET)
-    assert _job(base)["secure_inputs"] == ["spec"]
-    old, new = (_job(fold_secrets(p))["inputs"]["spec"] for p in (base, head))
-    assert old != new
     diff = plan_diff(base, head)
-    # As the same change without the secret (2 to replace), the Job and the supervisor's
-    # bundle, whose inputs are secrets too.
+    # As the same change without the secret: the Job and the supervisor's bundle.
     assert _lines(diff, "### Stack") == [
         "### Stack `gke`: 0 to add, 1 to change, 2 to replace, 0 to delete"
     ]
-    assert _lines(diff, f"- **replace** `{JOB}`") == [
-        f"- **replace** `{JOB}` (kubernetes:batch/v1:Job): `spec` changed, which forces a new "
-        "resource (pulumi-kubernetes' force-new table); creates the new one first"
-    ]
     assert _lines(diff, "  - **relaunches") == [
-        "  - **relaunches training; the plan does not say where its checkpoints are**"
+        "  - **relaunches training; resumes from the newest checkpoint in "
+        "`gs://my-ml-project-gke-checkpoints/checkpoints/gke`**"
     ]
-    assert _lines(diff, "  - `spec`") == [
-        f"  - `spec`: a secret input changed (its value is not shown; sha256 {old[16:32]} -> "
-        f"{new[16:32]})"
-    ]
+    assert _lines(diff, f"- **replace** `{VERSION}`") == []
     assert CIPHERTEXT not in diff and CIPHERTEXT not in json.dumps(head)
 
 
-def test_a_new_ciphertext_alone_says_a_secret_input_changed_and_relaunches() -> None:
+def test_a_new_ciphertext_alone_replaces_the_version_and_says_it_relaunches() -> None:
     base, head = _plan(CIPHERTEXT), _plan(OTHER_CIPHERTEXT)
     # What is not secret is the same, so is its digest; the ciphertexts' digests differ.
-    assert _job(base)["secret_digests"] == _job(head)["secret_digests"]
+    [version] = [r for r in base["resources"] if r["name"] == VERSION]
+    [version_head] = [r for r in head["resources"] if r["name"] == VERSION]
+    assert version["secret_digests"] == version_head["secret_digests"]
     assert (base["code"]["secure_sha256"], head["code"]["secure_sha256"]) == (
         {"DATABASE_URL": hashlib.sha256(CIPHERTEXT.encode()).hexdigest()},
         {"DATABASE_URL": hashlib.sha256(OTHER_CIPHERTEXT.encode()).hexdigest()},
+    )
+    old, new = (
+        next(r for r in fold_secrets(p)["resources"] if r["name"] == VERSION)["inputs"][
+            "secretData"
+        ]
+        for p in (base, head)
     )
     diff = plan_diff(base, head)
     assert _lines(diff, "### Stack") == [
@@ -85,11 +107,16 @@ def test_a_new_ciphertext_alone_says_a_secret_input_changed_and_relaunches() -> 
     ]
     assert _lines(diff, "- **code**") == [
         "- **code** `gke`: a secret input changed: trainer.env.DATABASE_URL (its value is not "
-        "shown)"
+        "shown); a new Secret Manager version, whose new name relaunches the training"
     ]
     assert _lines(diff, "- **replace**") == [
-        f"- **replace** `{JOB}` (kubernetes:batch/v1:Job): `spec` changed, which forces a new "
-        "resource (pulumi-kubernetes' force-new table); creates the new one first"
+        f"- **replace** `{VERSION}` (gcp:secretmanager/secretVersion:SecretVersion): "
+        "`secretData` changed, which forces a new resource (the Terraform provider schema); "
+        "creates the new one first"
+    ]
+    assert _lines(diff, "  - `secretData`") == [
+        f"  - `secretData`: a secret input changed (its value is not shown; sha256 "
+        f"{old[16:32]} -> {new[16:32]})"
     ]
     assert plan_diff(base, _plan(CIPHERTEXT)) == (
         "## trainstack plan diff\n\n### Stack `gke`: no changes\n"

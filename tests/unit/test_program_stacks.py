@@ -16,7 +16,12 @@ from typer.testing import CliRunner
 
 from tests.unit.test_program_plan import write_project
 from trainstack.infra.cli import app
-from trainstack.infra.config import ConfigError, NotATrainstackStack, load_stack_config
+from trainstack.infra.config import (
+    ConfigError,
+    NotATrainstackStack,
+    load_stack_config,
+    namespace_typo,
+)
 
 runner = CliRunner()
 
@@ -171,3 +176,31 @@ def test_a_misspelt_namespace_beside_trainstack_keys_is_not_ignored() -> None:
 def test_a_namespace_that_contains_trainstack_is_a_programs_own() -> None:
     with pytest.raises(NotATrainstackStack):
         load_stack_config({"mytrainstack:prefix": "x", "trainstacks:region": "y"})
+
+
+def test_a_case_variant_of_the_namespace_is_a_misspelling_too() -> None:
+    # Pulumi reads `TrainStack:` as another program's namespace: ignored, the stack would
+    # plan without the section.
+    assert [namespace_typo(k) for k in ("TrainStack:Trainer", "TRAINSTACK:local")] == [
+        "TrainStack:Trainer: unknown namespace `TrainStack:`; did you mean `trainstack:`? "
+        "valid: trainstack:trainer",
+        "TRAINSTACK:local: unknown namespace `TRAINSTACK:`; did you mean `trainstack:`? "
+        "valid: trainstack:local",
+    ]
+    assert [namespace_typo(k) for k in ("MyTrainStack:x", "gcp:project", "acme:x")] == [
+        None,
+        None,
+        None,
+    ]
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(
+            {
+                "gcp:project": "p",
+                "trainstack:local": {"workers": 1},
+                "TrainStack:Trainer": {"steps": 5},
+            }
+        )
+    assert info.value.errors == [
+        "TrainStack:Trainer: unknown namespace `TrainStack:`; did you mean `trainstack:`? "
+        "valid: trainstack:trainer"
+    ]

@@ -80,7 +80,7 @@ SECRET_RESOURCE: Final = re.compile(
 """A Secret Manager secret (`projects/P/secrets/NAME`) or version (`.../versions/V`)."""
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SECRET_WORDS: Final = frozenset(
-    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "CREDENTIALS"}
+    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "KEY", "CREDENTIAL", "CREDENTIALS"}
 )
 """A word of an `env` name that says its value is a secret (`HF_TOKEN`, `WANDB_API_KEY`)."""
 _PYTHON: Final = re.compile(r"python(3(\.\d+)?)?")
@@ -189,11 +189,14 @@ def requirement_problem(line: str) -> str | None:
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
-        Requirement(line)
+        url = Requirement(line).url
     except InvalidRequirement as exc:
         return str(exc).splitlines()[0]
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in line):
         return "control characters are not supported"
+    if url is not None and url.lower().startswith(("file:", "git+file:")):
+        # A path of the machine that plans: no node has it, so every install fails there.
+        return "a file: URL is a path on this machine, which no node has; put the code in source"
     return None
 
 
