@@ -211,14 +211,15 @@ def supervisor_run(
     `run_record` (`supervised_compute(args).run_record`, `slice_target(args).run_record`): the
     end record (so it stops the compute at the run's end), the `node_count` nodes' heartbeats
     and the stop request, with the run limit and spend cap (`hourly_usd`: the compute's $/hour
-    at list price, `supervised_compute(args).hourly_usd`). The stack config's supervisor
+    at list price, `supervised_compute(args).hourly_usd`, `supervised_slices(args).hourly_usd`). The stack config's supervisor
     gets its `run` here too (`trainstack.infra.supervision.run_settings`)."""
     if max_total_usd is not None:
         problem = max_total_usd_problem(max_total_usd, "supervisor_run.max_total_usd")
         if problem is None and hourly_usd is None:
             problem = (
                 "supervisor_run.hourly_usd: missing; the spend cap counts the compute's "
-                "$/hour; valid: supervised_compute(args).hourly_usd"
+                "$/hour; valid: the supervised compute's, supervised_compute(args).hourly_usd "
+                "(A100Cluster) or supervised_slices(args).hourly_usd (TpuGkeSlices)"
             )
         if problem:
             raise ArgsError([problem])

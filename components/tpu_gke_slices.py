@@ -118,7 +118,11 @@ from trainstack.components.naming import (
     labels_input,
     stack_labels,
 )
-from trainstack.components.tpu_gke_facts import JOBSET_NAMESPACE, tpu_gke_slices_facts
+from trainstack.components.tpu_gke_facts import (
+    JOBSET_NAMESPACE,
+    slices_hourly_usd,
+    tpu_gke_slices_facts,
+)
 from trainstack.components.training_dashboard.targets import DashboardScope, gke_filters
 from trainstack.components.user_code import CodeRules, UserCode, args_with_code
 from trainstack.trainers.common.contract import CAPACITY_RUN_ENV, NUM_NODES_ENV
@@ -548,6 +552,15 @@ class SupervisedSlices(NamedTuple):
     """The run's record prefix the pods write (None without a checkpoint bucket)."""
     hosts: int
     """TPU VMs in all slices: one heartbeat each, by global rank."""
+    hourly_usd: float = 0.0
+    """The slices' TPU nodes' $/hour at list price, rounded to cents (`slices_hourly_usd`,
+    the stack plan's price): what the supervisor's spend count adds per hour of billing
+    (`supervisor_run`'s `hourly_usd`)."""
+
+    @property
+    def node_count(self) -> int:
+        """`hosts` under the name `supervisor_run` and `SupervisedCompute` use."""
+        return self.hosts
 
 
 def supervised_slices(args: TpuGkeSlicesArgs) -> SupervisedSlices:
@@ -569,7 +582,9 @@ def supervised_slices(args: TpuGkeSlicesArgs) -> SupervisedSlices:
             lambda v: _pod_env(plain, hosts, v[0], v[1], v[2]).get(RUN_RECORD_ENV, "")
         )
     )
-    return SupervisedSlices(cluster, [f"{POOL_PREFIX}{i}" for i in range(slices)], record, hosts)
+    hourly = round(slices_hourly_usd(found, slices, str(args.get("provisioning", "on-demand"))), 2)
+    pools = [f"{POOL_PREFIX}{i}" for i in range(slices)]
+    return SupervisedSlices(cluster, pools, record, hosts, hourly)
 
 
 def _run_record(manifest: Mapping[str, Any]) -> str:

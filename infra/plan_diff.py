@@ -28,6 +28,7 @@ import difflib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 from trainstack.infra.plan_code_lines import code_change, code_changed, components_code_change
@@ -386,17 +387,44 @@ def _stack_sections(
         yield _unseen_block(u)
 
 
+LOCAL_PATHS = re.compile(r"(^|\.)(fileAsset|fileArchive)$")
+"""A file asset's or archive's local path (the plan records it relative to the project:
+`trainstack.infra.mocks`). Only its content reaches the cloud: the engine compares assets by
+their hash alone (github.com/pulumi/pulumi sdk/go/common/resource/asset/asset.go
+`Asset.Equals`: "value equality is determined only by the hash"), and pulumi-terraform-bridge
+hands Terraform a copy named by that hash (pkg/tfbridge/info/assets.go `translateToFile`,
+`pulumi-asset-<hash>`). So two plans made in different folders differ there without a
+change. The plan holds no content hash, so only a moved folder is passed over (the same file
+name in another folder); a file of another name still shows (trainstack's own uploads name
+their content's hash in the file name, `name` and `metadata`)."""
+
+
+def _moved_only(path: str, old: Any, new: Any) -> bool:
+    """A local asset path (LOCAL_PATHS) whose file name is the same on both sides."""
+    if not (LOCAL_PATHS.search(path) and isinstance(old, str) and isinstance(new, str)):
+        return False
+    return PurePosixPath(old).name == PurePosixPath(new).name
+
+
 def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> list[tuple[Any, ...]]:
-    """Each resource both sides have whose entry differs: both entries, their flattened
-    inputs, the paths that differ and the engine's verdict."""
+    """Each resource both sides have whose entry differs (a moved asset's folder aside,
+    `_moved_only`): both entries, their flattened inputs, the paths that differ and the
+    engine's verdict."""
     changed = []
     for k, b in new.items():
         if k in old and old[k] != b:
             a = old[k]
             fa, fb = _flatten(a["inputs"]), _flatten(b["inputs"])
             paths = [
-                p for p in sorted(set(fa) | set(fb), key=_path_order) if fa.get(p) != fb.get(p)
+                p
+                for p in sorted(set(fa) | set(fb), key=_path_order)
+                if fa.get(p) != fb.get(p) and not _moved_only(p, fa.get(p), fb.get(p))
             ]
+            others = [
+                key for key in set(a) | set(b) if key != "inputs" and a.get(key) != b.get(key)
+            ]
+            if not paths and not others:
+                continue
             verdict = classify(
                 b["type"],
                 a["inputs"],

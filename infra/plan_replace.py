@@ -16,7 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from trainstack.components.catalog.replace_on_change import in_place_paths, replace_paths
+from trainstack.components.catalog.replace_on_change import (
+    in_place_paths,
+    replace_blocks,
+    replace_paths,
+)
 from trainstack.infra.plan_inputs import input_strings
 from trainstack.infra.targets import run_resource
 from trainstack.trainers.common.config import TrainConfig
@@ -83,8 +87,34 @@ def _dynamic(
     return Verdict("change" if result.changes else "none", source=source)
 
 
+def _has(inputs: Mapping[str, Any], path: str) -> bool:
+    """True when the dotted `path` holds a value in `inputs`."""
+    value: Any = inputs
+    for key in path.split("."):
+        if not isinstance(value, Mapping) or value.get(key) is None:
+            return False
+        value = value[key]
+    return True
+
+
 def _top_level_name(old: Mapping[str, Any], new: Mapping[str, Any], key: str) -> bool:
     return key in new and old.get(key) == new.get(key)
+
+
+def _delete_first(type_: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether the engine deletes the old resource before creating its replacement: a
+        Kubernetes object whose metadata.name (and namespace) is set and unchanged, a pulumi-gcp
+        resource whose `name` is (DELETE_FIRST_SOURCE), for a replace the tables found (a
+    replaceOnChanges one goes by the option: `classify`)."""
+    if type_.startswith("kubernetes:"):
+        # A metadata the preview knows only after deploy is a string, not an object.
+        meta_old, meta_new = (
+            m if isinstance(m, Mapping) else {} for m in (old.get("metadata"), new.get("metadata"))
+        )
+        return _top_level_name(meta_old, meta_new, "name") and meta_old.get(
+            "namespace"
+        ) == meta_new.get("namespace")
+    return _top_level_name(old, new, "name")
 
 
 REPLACE_ON_CHANGES_SOURCE: Final = "its replaceOnChanges option"
@@ -124,20 +154,11 @@ def classify(
     if found is None:
         return Verdict("change (may replace)", unknown=tuple(changed))
     table, source = found
-    replaces = tuple(p for p in changed if _covered(p, table))
+    # A ForceNew block added or removed replaces, whatever its fields' own schemas say.
+    blocks = [b for b in replace_blocks(type_) if _has(old, b) != _has(new, b)]
+    replaces = tuple(p for p in changed if _covered(p, table) or _covered(p, blocks))
     if replaces:
-        if type_.startswith("kubernetes:"):
-            # A metadata the preview knows only after deploy is a string, not an object.
-            meta_old, meta_new = (
-                m if isinstance(m, Mapping) else {}
-                for m in (old.get("metadata"), new.get("metadata"))
-            )
-            first = _top_level_name(meta_old, meta_new, "name") and meta_old.get(
-                "namespace"
-            ) == meta_new.get("namespace")
-        else:
-            first = _top_level_name(old, new, "name")
-        return Verdict("replace", replaces, first, source)
+        return Verdict("replace", replaces, _delete_first(type_, old, new), source)
     unknown = tuple(p for p in changed if not _covered(p, in_place_paths(type_)))
     if unknown:
         return Verdict("change (may replace)", source=source, unknown=unknown)

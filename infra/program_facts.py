@@ -12,7 +12,7 @@ one program list them alike), and gives each compute component that runs your co
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from trainstack.components.facts import (
     QUOTA_GUARD_TARGET,
@@ -166,13 +166,25 @@ def no_run_end_note(compute: Mapping[str, Any], stops_on: Iterable[str]) -> str:
         "`pulumi destroy`"
     )
     named = " ".join(str(v) for v in (compute["component"], compute.get("name")) if v)
+    nodes, helper = RUN_TARGETS.get(compute["target"], ("target.node_count", None))
+    where = f" with `target = {helper}(args)`" if helper else ""
     return (
         f"run supervisor: the RunSupervisor of {named} ({compute['target']}) has no `run` "
         f"with the run's end record, so it cannot see the run's end; {what}. To stop them at "
-        'the run\'s end, give it `"run": supervisor_run(target.run_record, '
-        "target.node_count, ...)` "
-        f"(trainstack.components.run_supervisor): {DOCS_PAGE}"
+        f'the run\'s end, give it `"run": supervisor_run(target.run_record, {nodes}, ...)`'
+        f"{where} (trainstack.components.run_supervisor): {DOCS_PAGE}"
     )
+
+
+RUN_TARGETS: Final = {
+    "gke": ("target.node_count", "supervised_compute"),
+    "gce": ("target.node_count", "supervised_compute"),
+    "tpu_gke": ("target.node_count", "supervised_slices"),
+    "tpu": ("<the slice's hosts>", "slice_target"),
+}
+"""Per compute target, what `supervisor_run` counts the nodes from and the helper that
+gives the `target` its record prefix (and `hourly_usd`) comes from, before the compute is
+registered."""
 
 
 def facts_code(facts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -142,6 +142,16 @@ GCP_SCHEMA_SOURCE: Final[dict[str, str]] = {
         f"{_TF_BETA} google-beta/services/storage/resource_storage_bucket_object.go lines "
         "63-374 (Schema: ForceNew on every content field, metadata included)"
     ),
+    "gcp:container/nodePool:NodePool": (
+        "github.com/hashicorp/terraform-provider-google@e03b7622a2 google/services/container/"
+        "resource_container_node_pool.go lines 239-258 (ForceNew project, cluster, location), "
+        "364-407 (placement_policy and queued_provisioning blocks ForceNew), 463-468 "
+        "(initial_node_count), 510-516 (name), 559-563 (network_config's "
+        "accelerator_network_profile); node_config.go lines 316-320 (guest_accelerator), "
+        "560-564 (oauth_scopes), 583-615 (reservation_affinity), 616-622 (spot), 624-630 "
+        "(service_account), 646-650 (shielded_instance_config), 1431-1442 (max_run_duration, "
+        'flex_start). Only the fields trainstack sets; the rest stay "change (may replace)"'
+    ),
     "gcp:secretmanager/secretVersion:SecretVersion": (
         "github.com/hashicorp/terraform-provider-google@e03b7622a2 google/services/"
         "secretmanager/resource_secret_manager_secret_version.go lines 159-240 (Schema: "
@@ -233,6 +243,23 @@ GCP_SCHEMA_REPLACES: Final[dict[str, tuple[str, ...]]] = {
         "resizeBy",
         "zone",
     ),
+    "gcp:container/nodePool:NodePool": (
+        "cluster",
+        "initialNodeCount",
+        "location",
+        "name",
+        "networkConfig.acceleratorNetworkProfile",
+        "nodeConfig.flexStart",
+        "nodeConfig.guestAccelerators",
+        "nodeConfig.maxRunDuration",
+        "nodeConfig.oauthScopes",
+        "nodeConfig.reservationAffinity",
+        "nodeConfig.serviceAccount",
+        "nodeConfig.shieldedInstanceConfig",
+        "nodeConfig.spot",
+        "project",
+        "queuedProvisioning",
+    ),
     "gcp:monitoring/dashboard:Dashboard": ("project",),
     "gcp:monitoring/alertPolicy:AlertPolicy": ("project",),
     "gcp:storage/bucketObject:BucketObject": (
@@ -316,6 +343,28 @@ GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
         "removeInstanceStateOnDestroy",
     ),
     "gcp:compute/resizeRequest:ResizeRequest": ("deletionPolicy",),
+    # resource_container_node_pool.go resourceContainerNodePoolUpdate -> nodePoolUpdate
+    # (autoscaling line 1771, node_count 1825 setSize, management 1858, upgrade_settings
+    # 1945) and node_config.go nodePoolNodeConfigUpdate (machine_type, disk_size_gb and
+    # disk_type 3932-4004, the nodes recreated by GKE's upgrade strategy; taint 4007, tags
+    # 4063, resource_labels 4157, labels 4195, workload_metadata_config 4265, gvnic 4333,
+    # image_type 4479).
+    "gcp:container/nodePool:NodePool": (
+        "autoscaling",
+        "management",
+        "nodeConfig.diskSizeGb",
+        "nodeConfig.diskType",
+        "nodeConfig.gvnic",
+        "nodeConfig.imageType",
+        "nodeConfig.labels",
+        "nodeConfig.machineType",
+        "nodeConfig.resourceLabels",
+        "nodeConfig.tags",
+        "nodeConfig.taints",
+        "nodeConfig.workloadMetadataConfig",
+        "nodeCount",
+        "upgradeSettings",
+    ),
     "gcp:monitoring/dashboard:Dashboard": ("dashboardJson",),
     "gcp:monitoring/alertPolicy:AlertPolicy": (
         "alertStrategy",
@@ -341,6 +390,17 @@ GCP_SCHEMA_IN_PLACE: Final[dict[str, tuple[str, ...]]] = {
 """The fields of the same schemas without ForceNew: updated in place (a bucket's
 `retentionPolicy` is left out: it replaces only once locked, ForceNewIfChange at line 80;
 a resource policy's `name` too: the schema PATCHes it, the API's rename is unverified)."""
+
+GCP_SCHEMA_REPLACE_BLOCKS: Final[dict[str, tuple[str, ...]]] = {
+    "gcp:container/nodePool:NodePool": ("nodeConfig", "placementPolicy"),
+}
+"""Blocks whose own schema is ForceNew while some fields inside are not (node_config.go line
+284, resource_container_node_pool.go line 369): adding or removing the block replaces, a
+change inside it only by its field's own entry (a placement's `type` or `tpuTopology` are not
+ForceNew). github.com/hashicorp/terraform-plugin-sdk helper/schema/schema.go
+`schemaMap.diffList`: the block's count `k.#` is diffed with `ForceNew: schema.ForceNew`,
+each field inside with its own schema."""
+
 
 KUBERNETES_SOURCE: Final = (
     "github.com/pulumi/pulumi-kubernetes@94977969d641 provider/pkg/provider/diff.go lines "
@@ -405,6 +465,12 @@ def replace_paths(type_: str) -> tuple[tuple[str, ...], str] | None:
     if type_ in GCP_DOCSTRING_REPLACES:
         return GCP_DOCSTRING_REPLACES[type_], "pulumi_gcp's docs"
     return None
+
+
+def replace_blocks(type_: str) -> tuple[str, ...]:
+    """Input blocks whose addition or removal replaces a `type_` resource
+    (GCP_SCHEMA_REPLACE_BLOCKS)."""
+    return GCP_SCHEMA_REPLACE_BLOCKS.get(type_, ())
 
 
 def in_place_paths(type_: str) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from trainstack.components.facts import gke_cluster_after_stop, run_limit_text
 from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra.compute_status import gke_job_state, gke_log_filter
 from trainstack.infra.logs import check_worker
+from trainstack.infra.plan_inputs import number
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.targets.base import RunResource, StillBilling
 from trainstack.infra.targets.gpu_cluster import GpuCluster, GpuClusterConfig, gpu_section
@@ -38,6 +39,54 @@ if TYPE_CHECKING:
 
 GKE_NODE_ROLE = "roles/container.defaultNodeServiceAccount"
 """What a GKE node's own service account needs (logging, monitoring, image pulls)."""
+
+
+def exit_codes(job: Mapping[str, Any], action: str) -> list[str]:
+    """The container exit codes a Job's pod failure policy answers with `action` (`FailJob`,
+    `Ignore`), as the plan writes them."""
+    rules = (job.get("podFailurePolicy") or {}).get("rules") or []
+    return [
+        number(code)
+        for rule in rules
+        if isinstance(rule, Mapping) and rule.get("action") == action
+        for code in (rule.get("onExitCodes") or {}).get("values") or []
+    ]
+
+
+def pod_limits_line(pod: Mapping[str, Any]) -> str:
+    """What each pod of a Job asks for: its first container's resource limits."""
+    container = (pod.get("containers") or [{}])[0]
+    limits = (container.get("resources") or {}).get("limits") or {}
+    if not limits:
+        return "each pod: no resource limits"
+    return "each pod: " + ", ".join(f"{key} {number(value)}" for key, value in limits.items())
+
+
+def job_lines(inputs: Mapping[str, Any]) -> list[str]:
+    """The text plan's lines for a planned GPU Job (`A100Cluster`'s Indexed Job): its pods,
+    what each asks for, its failure policy and deadline, as a TPU JobSet's are shown."""
+    spec = inputs.get("spec")
+    if not isinstance(spec, Mapping):
+        return [f"Job spec {spec}"]
+    pod = (spec.get("template") or {}).get("spec") or {}
+    image = (pod.get("containers") or [{}])[0].get("image")
+    pods = number(spec.get("parallelism"))
+    head = (
+        f"{pods} pods (parallelism {pods}, completions {number(spec.get('completions'))}, "
+        f"{spec.get('completionMode')}), image {image}"
+    )
+    lines = [head, pod_limits_line(pod)]
+    policy = [f"fail on exits {', '.join(codes)}"] if (codes := exit_codes(spec, "FailJob")) else []
+    if "backoffLimitPerIndex" in spec:
+        policy.append(
+            f"retry other failures up to {number(spec['backoffLimitPerIndex'])} times per pod"
+        )
+    if ignored := exit_codes(spec, "Ignore"):
+        policy.append(f"exits {', '.join(ignored)} and disruptions not counted")
+    lines.append("failure policy: " + "; ".join(policy or ["the Job's defaults"]))
+    if "activeDeadlineSeconds" in spec:
+        lines.append(f"deadline: {number(spec['activeDeadlineSeconds'])}s (activeDeadlineSeconds)")
+    return lines
 
 
 def node_identity(cfg: StackView, identity_args: TrainingIdentityArgs) -> None:
@@ -59,7 +108,7 @@ def node_identity(cfg: StackView, identity_args: TrainingIdentityArgs) -> None:
 
 class Gke(GpuCluster):
     name = "gke"
-    run_resources = (RunResource("kubernetes:batch/v1:Job"),)
+    run_resources = (RunResource("kubernetes:batch/v1:Job", describe=job_lines),)
 
     def torch_image(self, section: GpuClusterConfig) -> tuple[str, str | None]:
         # The family's image (B200: CUDA 13, catalog.images.TORCH_IMAGES), by tag.

@@ -12,6 +12,7 @@ from trainstack.components.catalog.batch import WorldSize, tpu_world_size
 from trainstack.components.catalog.names import zone_in_region_problems
 from trainstack.components.catalog.supervisor_region import supervisor_region
 from trainstack.components.catalog.tpu_gke import (
+    EXCLUSIVE_TOPOLOGY,
     gke_vms,
     tpu_flex_start_run_problems,
     tpu_gke_code_problems,
@@ -46,11 +47,12 @@ from trainstack.infra.outputs import (
     OUTPUT_TPU_CHIPS,
     OUTPUT_TPU_HOSTS,
 )
+from trainstack.infra.plan_inputs import number
 from trainstack.infra.run_args import checkpoint_dir
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.supervision import after_supervisor, register_supervisor, run_settings
 from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, StillBilling
-from trainstack.infra.targets.gke import Gke
+from trainstack.infra.targets.gke import Gke, exit_codes, pod_limits_line
 from trainstack.infra.targets.tpu import TpuConfig, slice_or_none
 from trainstack.trainers.common.config import TrainConfig
 
@@ -67,19 +69,53 @@ def _tpu(cfg: StackView) -> TpuConfig:
     return cast(TpuConfig, cfg.compute)
 
 
+def _failure_line(spec: Mapping[str, Any], job: Mapping[str, Any]) -> str:
+    """What a failed pod does to the run: the JobSet's failure policy (JobSet's
+    `FailJobSet` / `RestartJobSet` rules and `maxRestarts`) over the Job's exit codes."""
+    policy = spec.get("failurePolicy") or {}
+    actions = {r.get("action") for r in policy.get("rules") or [] if isinstance(r, Mapping)}
+    codes = exit_codes(job, "FailJob")
+    parts = []
+    if codes and "FailJobSet" in actions:
+        parts.append(f"fail on exits {', '.join(codes)}")
+    if "RestartJobSet" in actions or not actions:
+        parts.append(
+            f"restart the whole JobSet on other failures, up to "
+            f"{number(policy.get('maxRestarts', 0))} times"
+        )
+    return "failure policy: " + "; ".join(parts)
+
+
 def jobset_lines(inputs: Mapping[str, Any]) -> list[str]:
-    """The text plan's lines for a planned JobSet."""
-    spec = inputs.get("spec") or {}
+    """The text plan's lines for a planned JobSet: per replicated Job its slices, pods and
+    image, then what each pod asks for, how slices map to node pools, and its failure
+    policy."""
+    spec = inputs.get("spec")
+    if not isinstance(spec, Mapping):
+        return [f"JobSet spec {spec}"]
     lines = []
-    for job in spec.get("replicatedJobs", []) if isinstance(spec, Mapping) else []:
-        template = job.get("template", {}).get("spec", {})
-        pod = template.get("template", {}).get("spec", {})
+    for replicated in spec.get("replicatedJobs", []):
+        job = replicated.get("template", {}).get("spec", {})
+        pod = job.get("template", {}).get("spec", {})
         selector = pod.get("nodeSelector", {})
+        container = (pod.get("containers") or [{}])[0]
+        spot = ", spot" if selector.get("cloud.google.com/gke-spot") == "true" else ""
         lines.append(
-            f"{job.get('replicas')} x slice {selector.get('cloud.google.com/gke-tpu-accelerator')}"
-            f" {selector.get('cloud.google.com/gke-tpu-topology')}, "
-            f"{template.get('parallelism')} pods each, image "
-            f"{(pod.get('containers') or [{}])[0].get('image')}"
+            f"{number(replicated.get('replicas'))} x slice "
+            f"{selector.get('cloud.google.com/gke-tpu-accelerator')} "
+            f"{selector.get('cloud.google.com/gke-tpu-topology')}{spot}: one Job each of "
+            f"{number(job.get('parallelism'))} pods (parallelism "
+            f"{number(job.get('parallelism'))}, completions {number(job.get('completions'))}), "
+            f"image {container.get('image')}"
+        )
+        lines.append(pod_limits_line(pod))
+        lines.append(_failure_line(spec, job))
+    metadata = inputs.get("metadata")
+    annotations = (metadata.get("annotations") if isinstance(metadata, Mapping) else {}) or {}
+    if EXCLUSIVE_TOPOLOGY in annotations:
+        lines.append(
+            f"{EXCLUSIVE_TOPOLOGY}: {annotations[EXCLUSIVE_TOPOLOGY]} (one slice's Job per "
+            "node pool)"
         )
     return lines
 

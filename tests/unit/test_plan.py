@@ -114,8 +114,8 @@ def test_plan_diff_node_count_change_shows_cost_and_quota() -> None:
     assert len(text) <= MAX_DIFF_CHARS
     # The engine sends every number as a double; the diff prints integers as integers.
     assert (
-        "- **change (may replace)** `dev-gpu-gpu-gpu-pool` (gcp:container/nodePool:NodePool): "
-        "no replace-on-change table covers `nodeCount`\n"
+        "- **change** `dev-gpu-gpu-gpu-pool` (gcp:container/nodePool:NodePool): "
+        "updated in place (the Terraform provider schema)\n"
     ) in text
     assert "  - `nodeCount`: `2` -> `4`\n" in text
     assert "  - `conditions[1].conditionThreshold.thresholdValue`: `2` -> `4`\n" in text

@@ -17,7 +17,8 @@ from trainstack.infra.program_plan import build_program_plan
 WIRED = '"run": supervisor_run(target.run_record, target.node_count, max_run_seconds=14400),'
 HOW = (
     'To stop them at the run\'s end, give it `"run": supervisor_run(target.run_record, '
-    "target.node_count, ...)` (trainstack.components.run_supervisor): docs/own-program.md"
+    "target.node_count, ...)` with `target = supervised_compute(args)` "
+    "(trainstack.components.run_supervisor): docs/own-program.md"
 )
 
 
@@ -61,7 +62,8 @@ def test_supervisor_run_needs_the_hourly_price_for_a_spend_cap() -> None:
         supervisor_run("gs://b/trainstack-run-1", 2, max_total_usd=50.0)
     assert str(err.value) == (
         "supervisor_run.hourly_usd: missing; the spend cap counts the compute's $/hour; "
-        "valid: supervised_compute(args).hourly_usd"
+        "valid: the supervised compute's, supervised_compute(args).hourly_usd (A100Cluster) "
+        "or supervised_slices(args).hourly_usd (TpuGkeSlices)"
     )
 
 
