@@ -11,6 +11,7 @@ and `infra.targets.vertex`); a change to one shows here as a reviewed diff."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -368,7 +369,9 @@ MACHINES: Final[dict[str, list[tuple[str, str, dict[str, Any]]]]] = {
             {
                 "provisioningClassName": "queued-provisioning.gke.io",
                 "parameters": {"maxRunDurationSeconds": "14400"},
-                "podSets": [{"podTemplateRef": {"name": "flex-gke-train-179a9e73"}, "count": 2.0}],
+                "podSets": [
+                    {"podTemplateRef": {"name": "flex-gke-train-<args digest>"}, "count": 2.0}
+                ],
             },
         ),
         (
@@ -535,7 +538,19 @@ def _machine_rows(plan: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]
         elif kind == "InstanceGroupManager":
             row = {k: i[k] for k in ("resourcePolicies", "instanceLifecyclePolicy") if k in i}
         elif kind == "ProvisioningRequest":
-            row = i["spec"]
+            # The template's name ends in a digest of the Job's arguments, the trainer
+            # package's hash among them, which changes with every edit of trainers/: the row
+            # holds that it names a PodTemplate of this plan, and the name's stem.
+            row = json.loads(json.dumps(i["spec"]))
+            templates = {
+                t["inputs"]["metadata"]["name"]
+                for t in plan["resources"]
+                if t["type"].endswith(":PodTemplate")
+            }
+            for pod_set in row["podSets"]:
+                ref = pod_set["podTemplateRef"]
+                assert ref["name"] in templates, (ref["name"], templates)
+                ref["name"] = re.sub(r"-[0-9a-f]{8}$", "-<args digest>", ref["name"])
         elif kind == "CustomJob":
             spec = i["body"]["jobSpec"]
             pools = [

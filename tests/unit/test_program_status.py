@@ -21,7 +21,7 @@ from tests.fakes.kube_server import KubeFakeServer
 from tests.fakes.logging_server import LoggingFakeServer
 from tests.unit.test_logs import OUTPUTS, entry, gke_resource, tpu_resource, train
 from tests.unit.test_program_facts import GKE_MAIN, TPU_MAIN, write_program
-from tests.unit.test_status import NOW, P, put
+from tests.unit.test_status import NOW, P, checkpoints, put
 from tests.unit.test_status_recoveries import _upload
 from trainstack.infra.cli import app
 from trainstack.infra.plan import load_stack
@@ -134,8 +134,7 @@ def test_a_programs_gke_status_is_the_stacks(tmp_path: Path, gcs: str) -> None:
     folder, outputs, run = registered(tmp_path, GKE_PROGRAM, GKE)
     events_uri = outputs["supervisor"]["status"]["events_uri"]
     stopped_run(gcs, events_uri)
-    checkpoint = f"checkpoints/{GKE}/step-00000050"
-    put(gcs, f"{P}-{GKE}-checkpoints", f"{checkpoint}/COMPLETE", f"{checkpoint}/model.pt")
+    checkpoints(gcs, GKE, [50], [])
     saved = tmp_path / "outputs.json"
     saved.write_text(json.dumps(outputs))
     export = tmp_path / "export.json"
