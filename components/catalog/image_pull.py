@@ -58,3 +58,20 @@ def image_repository(image: str | None) -> ImageRepository | None:
     if match is None:
         return None
     return ImageRepository(match["project"], match["location"], match["repository"])
+
+
+def image_pull_note(image: str | None, project: str | None, account: str) -> str | None:
+    """The plan's note on an Artifact Registry image in another project than the stack's:
+    trainstack grants the reader role in the stack's project only (a grant elsewhere needs
+    setIamPolicy on a repository the stack's deployer may not administer, Google's public
+    repositories among them, and would fail `pulumi up` with the nodes waiting on it), so it
+    says what to grant there if that repository is not public; None where nothing is to say."""
+    repo = image_repository(image)
+    if repo is None or repo.project == project:
+        return None
+    return (
+        f"trainer.image: {image} is in project {repo.project}'s Artifact Registry, not this "
+        f"stack's project {project}: trainstack grants nothing there. A public repository "
+        f"needs nothing; otherwise grant {account} {IMAGE_READER_ROLE} on repository "
+        f"{repo.repository} ({repo.location}) in {repo.project}, or the nodes cannot pull it"
+    )

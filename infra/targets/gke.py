@@ -16,12 +16,13 @@ from trainstack.components.a100_cluster import (
 from trainstack.components.a100_cluster.gke_fabric import fabric_for, fabric_note
 from trainstack.components.a100_cluster.validate import bundled_image_problems
 from trainstack.components.catalog.gpu_families import cuda_floor_of, machine_family
-from trainstack.components.catalog.image_pull import image_repository
+from trainstack.components.catalog.image_pull import image_pull_note, image_repository
 from trainstack.components.catalog.images import (
     torch_image_note,
     vertex_training_image,
 )
 from trainstack.components.facts import gke_cluster_after_stop, run_limit_text
+from trainstack.components.naming import account_id
 from trainstack.components.training_dashboard.targets import gke_filter_text
 from trainstack.infra.compute_status import gke_job_state, gke_log_filter
 from trainstack.infra.logs import check_worker
@@ -94,16 +95,28 @@ def node_identity(cfg: StackView, identity_args: TrainingIdentityArgs) -> None:
     target tpu_gke): the node role, and reading the Artifact Registry repository of your
     `trainer.image`, which the nodes pull as this account
     (`trainstack.components.catalog.image_pull`); an image elsewhere (Docker Hub, the bundled
-    trainer's) gets no grant."""
+    trainer's) gets no grant, nor does one in another project (`image_pull_note` says what to
+    grant there)."""
     identity_args["extra_project_roles"] = [GKE_NODE_ROLE]
     code = cfg.trainer.user_code
     repo = image_repository(code.image if code is not None else None)
-    if repo is not None:
+    if repo is not None and repo.project == cfg.project:
         identity_args["image_repository"] = {
             "project": repo.project,
             "location": repo.location,
             "repository_id": repo.repository,
         }
+
+
+def node_image_note(cfg: StackView, deployment: str) -> list[str]:
+    """The plan's note on a `trainer.image` in another project's Artifact Registry, which
+    `node_identity` grants nothing on (`catalog.image_pull.image_pull_note`)."""
+    code = cfg.trainer.user_code
+    account = (
+        f"serviceAccount:{account_id(deployment, 'train')}@{cfg.project}.iam.gserviceaccount.com"
+    )
+    note = image_pull_note(code.image if code is not None else None, cfg.project, account)
+    return [] if note is None else [note]
 
 
 class Gke(GpuCluster):
@@ -163,7 +176,7 @@ class Gke(GpuCluster):
         code = cfg.trainer.user_code
         if image is not None and (code is None or not code.image):
             notes.append(f"gpu_cluster: {image}")
-        return notes + super().plan_notes(cfg, deployment)
+        return notes + node_image_note(cfg, deployment) + super().plan_notes(cfg, deployment)
 
     def before_identity(
         self,

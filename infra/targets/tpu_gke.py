@@ -52,7 +52,7 @@ from trainstack.infra.run_args import checkpoint_dir
 from trainstack.infra.stack_outputs import require
 from trainstack.infra.supervision import after_supervisor, register_supervisor, run_settings
 from trainstack.infra.targets.base import CloudTarget, ComposeContext, RunResource, StillBilling
-from trainstack.infra.targets.gke import Gke, exit_codes, pod_limits_line
+from trainstack.infra.targets.gke import Gke, exit_codes, node_image_note, pod_limits_line
 from trainstack.infra.targets.tpu import TpuConfig, slice_or_none
 from trainstack.trainers.common.config import TrainConfig
 
@@ -212,7 +212,8 @@ class TpuGke(CloudTarget):
         image = tpu_gke_image(code.image if code is not None else None)
         notes = tpu_gke_notes(tpu.slices, tpu.provisioning, image=image)
         flex = tpu.provisioning == "flex-start"
-        return [*notes, reach_note("node_pools", False, cfg.project, flex)]
+        reach = reach_note("node_pools", False, cfg.project, flex)
+        return [*notes, *node_image_note(cfg, deployment), reach]
 
     # ------------------------------------------------------------------ compose
 

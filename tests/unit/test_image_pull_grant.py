@@ -2,7 +2,9 @@
 holds no Editor role, so an image in Artifact Registry needs `roles/artifactregistry.reader`
 on its repository (`trainstack.components.catalog.image_pull`). The plan grants it there and
 nowhere else, on the TPU slices on GKE and the GPU GKE backend alike; an image elsewhere
-gets no grant."""
+gets no grant, nor does one in another project: a grant there needs setIamPolicy on a
+repository the deployer may not administer (Google's public ones among them) and would fail
+`pulumi up`; the plan says what to grant there instead."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from trainstack.components.catalog.image_pull import ImageRepository, image_repo
 from trainstack.infra.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
-AR_IMAGE = "us-docker.pkg.dev/images-project/jax/tpu-trainer:1"
+AR_IMAGE = "us-docker.pkg.dev/my-ml-project/jax/tpu-trainer:1"
+OTHER_PROJECT_IMAGE = "us-docker.pkg.dev/images-project/jax/tpu-trainer:1"
+GOOGLE_IMAGE = "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:jax0.8.2-rev1"
 GRANT_TYPE = "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember"
 
 
@@ -73,8 +77,7 @@ def test_an_artifact_registry_image_gets_reader_on_its_repository(stack: str, co
             "name": f"{stack}-identity-image-reader",
             "parent": f"{stack}-identity",
             "inputs": {
-                # The image's own project, not the stack's: a shared image project works.
-                "project": "images-project",
+                "project": "my-ml-project",
                 "location": "us",
                 "repository": "jax",
                 "role": "roles/artifactregistry.reader",
@@ -89,10 +92,32 @@ def test_a_public_image_gets_no_grant(stack: str, config: Any) -> None:
     assert _grants(stack, config("docker.io/myorg/jax-tpu:1")) == []
 
 
+@pytest.mark.parametrize(("stack", "config"), [("tpu2", _tpu_gke), ("gpu2", _gpu_gke)])
+@pytest.mark.parametrize(
+    ("image", "project", "repository"),
+    [
+        (OTHER_PROJECT_IMAGE, "images-project", "jax"),
+        (GOOGLE_IMAGE, "cloud-tpu-images", "jax-ai-image"),
+    ],
+)
+def test_an_image_in_another_projects_registry_gets_no_grant_but_a_note(
+    stack: str, config: Any, image: str, project: str, repository: str
+) -> None:
+    plan = build_plan(stack, config(image))
+    assert [r for r in plan["resources"] if r["type"] == GRANT_TYPE] == []
+    assert [n for n in plan["notes"] if n.startswith("trainer.image: ")] == [
+        f"trainer.image: {image} is in project {project}'s Artifact Registry, not this stack's "
+        "project my-ml-project: trainstack grants nothing there. A public repository needs "
+        f"nothing; otherwise grant serviceAccount:{stack}-train@my-ml-project.iam."
+        f"gserviceaccount.com roles/artifactregistry.reader on repository {repository} (us) "
+        f"in {project}, or the nodes cannot pull it"
+    ]
+
+
 @pytest.mark.parametrize(
     ("image", "expected"),
     [
-        (AR_IMAGE, ImageRepository("images-project", "us", "jax")),
+        (OTHER_PROJECT_IMAGE, ImageRepository("images-project", "us", "jax")),
         (
             "europe-west4-docker.pkg.dev/my-ml-project/train/t@sha256:" + "0" * 64,
             ImageRepository("my-ml-project", "europe-west4", "train"),
