@@ -87,6 +87,23 @@ _VERTEX_SOURCE = (
     "tables; the task_name label is TO VERIFY"
 )
 
+_GKE_RECEIVED: Final = BuiltinMetric(
+    "kubernetes.io/node/network/received_bytes_count",
+    "k8s_node",
+    "resource.label.node_name",
+    verified=False,
+    source=_GKE_NET_SOURCE,
+)
+"""A GKE node's received bytes, GPU and TPU nodes alike."""
+_GKE_SENT: Final = BuiltinMetric(
+    "kubernetes.io/node/network/sent_bytes_count",
+    "k8s_node",
+    "resource.label.node_name",
+    verified=False,
+    source=_GKE_NET_SOURCE,
+)
+"""A GKE node's sent bytes, GPU and TPU nodes alike."""
+
 _METRICS: Final[dict[str, TargetMetrics]] = {
     "tpu": TargetMetrics(
         accelerator=BuiltinMetric(
@@ -121,20 +138,8 @@ _METRICS: Final[dict[str, TargetMetrics]] = {
             source=_GKE_GPU_SOURCE,
         ),
         accelerator_unit="GPU duty cycle (%)",
-        received_bytes=BuiltinMetric(
-            "kubernetes.io/node/network/received_bytes_count",
-            "k8s_node",
-            "resource.label.node_name",
-            verified=False,
-            source=_GKE_NET_SOURCE,
-        ),
-        sent_bytes=BuiltinMetric(
-            "kubernetes.io/node/network/sent_bytes_count",
-            "k8s_node",
-            "resource.label.node_name",
-            verified=False,
-            source=_GKE_NET_SOURCE,
-        ),
+        received_bytes=_GKE_RECEIVED,
+        sent_bytes=_GKE_SENT,
     ),
     "tpu_gke": TargetMetrics(
         accelerator=BuiltinMetric(
@@ -145,20 +150,8 @@ _METRICS: Final[dict[str, TargetMetrics]] = {
             source=_GKE_TPU_SOURCE,
         ),
         accelerator_unit="TPU duty cycle (%)",
-        received_bytes=BuiltinMetric(
-            "kubernetes.io/node/network/received_bytes_count",
-            "k8s_node",
-            "resource.label.node_name",
-            verified=False,
-            source=_GKE_NET_SOURCE,
-        ),
-        sent_bytes=BuiltinMetric(
-            "kubernetes.io/node/network/sent_bytes_count",
-            "k8s_node",
-            "resource.label.node_name",
-            verified=False,
-            source=_GKE_NET_SOURCE,
-        ),
+        received_bytes=_GKE_RECEIVED,
+        sent_bytes=_GKE_SENT,
     ),
     "gce": TargetMetrics(
         accelerator=BuiltinMetric(
