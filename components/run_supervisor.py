@@ -96,7 +96,6 @@ from pulumi_gcp import (
     cloudfunctionsv2,
     cloudrunv2,
     cloudscheduler,
-    projects,
     serviceaccount,
     storage,
 )
@@ -121,24 +120,19 @@ from trainstack.components._supervisor_bundle import (
     supervisor_config,
     supervisor_run,
 )
+from trainstack.components._supervisor_grants import compute_grants
 from trainstack.components._supervisor_iam import (
     build_account,
     records_condition,
     records_folder,
     records_problem,
-    role_and_grant,
     run_end_uri,
 )
 from trainstack.components._tpu_launch import SupervisedSlice, slice_target, spot_node_body
 from trainstack.components.catalog.supervisor_iam import (
     PERMISSIONS,
-    READ_DESCRIPTIONS,
-    READ_PERMISSIONS,
     RESOURCE_NAMES,
-    STOP_ONLY_PERMISSIONS,
     autoscaled_problem,
-    cluster_condition,
-    read_permissions,
     role_id,
 )
 from trainstack.components.catalog.supervisor_region import region_problem
@@ -366,7 +360,9 @@ class RunSupervisor(pulumi.ComponentResource):
             opts=child,
         )
         member = self.account.member
-        self.grants = self._compute_grants(name, args, recover, what, member, child)
+        self.role, self.roles, self.grants = compute_grants(
+            name, args, recover, what, member, self.account.unique_id, child
+        )
         self.state_bucket = storage.Bucket(
             f"{name}-state",
             project=project,
@@ -540,75 +536,6 @@ class RunSupervisor(pulumi.ComponentResource):
     """What `trainstack plan|status|logs --program` read (`trainstack.components.facts`): its
     $/hour (Cloud Scheduler and Cloud Run at list price), its notes (what its account can
     reach, where it runs), and, as `status.events_uri`, the recoveries it records."""
-
-    def _compute_grants(
-        self,
-        name: str,
-        args: RunSupervisorArgs,
-        recover: bool,
-        what: str,
-        member: pulumi.Output[str],
-        child: pulumi.ResourceOptions,
-    ) -> list[pulumi.Resource]:
-        """The custom role(s) on the compute and their grants; actAs on the slice's account
-        where it recreates a slice."""
-        kind, deployment, project = args["kind"], args["deployment_name"], args["project"]
-        autoscaled = bool(args.get("autoscaled", False))
-        uid = self.account.unique_id
-        condition = (
-            pulumi.Output.from_input(args["resource_name"]).apply(
-                lambda pool: projects.IAMMemberConditionArgs(**cluster_condition(pool))
-            )
-            if kind in ("node_pool", "node_pools")
-            else None
-        )
-        self.role, grant, role = role_and_grant(
-            (f"{name}-role", f"{name}-grant"),
-            project,
-            uid.apply(lambda u: role_id(deployment, u)),
-            f"trainstack {what} supervisor ({deployment})",
-            (
-                "Get, delete and create one stack's TPU slice."
-                if recover
-                else "Get and stop one stack's compute."
-            ),
-            PERMISSIONS[kind] if recover or kind not in TPU_KINDS else STOP_ONLY_PERMISSIONS[kind],
-            member,
-            child,
-            condition,
-            # It was `<name>-tpu` when only TPU slices were supervised; the alias keeps a
-            # stack deployed then from replacing it (a delete and create of the grant).
-            grant_was=f"{name}-tpu",
-        )
-        grants: list[pulumi.Resource] = [grant]
-        roles = [role]
-        if kind in READ_PERMISSIONS:
-            _, read, read_role = role_and_grant(
-                (f"{name}-read-role", f"{name}-read"),
-                project,
-                uid.apply(lambda u: role_id(deployment, u, "Read")),
-                f"trainstack {what} supervisor reads ({deployment})",
-                READ_DESCRIPTIONS[autoscaled],
-                read_permissions(kind, autoscaled),
-                member,
-                child,
-            )
-            grants.append(read)
-            roles.append(read_role)
-        self.roles = pulumi.Output.all(*roles).apply(list)
-        if recover:
-            # To recreate the slice from its bundle's body, which runs as the training
-            # account (see the module docstring on the default Compute Engine account).
-            grants.append(
-                serviceaccount.IAMMember(
-                    f"{name}-act-as",
-                    service_account_id=args["node_service_account"],
-                    role="roles/iam.serviceAccountUser",
-                    member=member,
-                    opts=child,
-                )
-            )
-        return grants
 
     def arm(self, compute: Sequence[pulumi.Resource]) -> storage.BucketObject:
         """Register the marker the supervisor recovers under (`MARKER`), after `compute`:
