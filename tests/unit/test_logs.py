@@ -316,10 +316,15 @@ def test_follow_prints_new_entries_once_and_stops_on_ctrl_c(outputs_file: Path) 
     outputs_file.write_text(json.dumps(OUTPUTS["dev-tpu-v5e"]))
     with LoggingFakeServer() as server:
         server.add(entry(1, tpu_resource(0), train(10, 0, 0)))
+        # Ctrl-C in a terminal reaches a process whose SIGINT is not ignored; a test run
+        # started in the background of a non-interactive shell ignores it, a child inherits
+        # SIG_IGN and Python then leaves it in place (no KeyboardInterrupt): the child puts
+        # Python's own handler back before it runs the CLI.
         argv = [
             sys.executable,
-            "-m",
-            "trainstack.infra.cli",
+            "-c",
+            "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "runpy.run_module('trainstack.infra.cli', run_name='__main__', alter_sys=True)",
             "logs",
             "--stack",
             "dev-tpu-v5e",
